@@ -1,0 +1,62 @@
+"""The notebook-friendly API: `dlperf.bench(model, example_inputs)` and `dlperf.load(artifact_dir)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlperf.measure.bench import BenchConfig, BenchResult, run_bench
+from dlperf.measure.timer import TimerConfig
+from dlperf.workload.loader import load_workload
+
+
+def bench(
+    model: Any,
+    example_inputs: Any = None,
+    *,
+    batch_sizes: tuple[int, ...] | None = None,
+    scenario: str = "offline",
+    device: str = "cpu",
+    threads: int | None = None,
+    precision: str = "fp32",
+    min_duration_s: float = 1.0,
+    min_iters: int = 10,
+    warmup_iters: int = 5,
+    store: Any = None,
+) -> BenchResult:
+    """Benchmark a workload spec ('zoo:mlp', 'file.py:name'), a Workload, or an nn.Module with inputs.
+
+    With `store` (a path, URL or Store) the run is recorded there too.
+    """
+    workload = load_workload(model, example_inputs)
+    if batch_sizes is None and example_inputs is not None:
+        batch_sizes = (workload.default_batch_size,)
+    config = BenchConfig(
+        batch_sizes=batch_sizes, scenario=scenario, device=device, threads=threads, precision=precision,
+        timer=TimerConfig(warmup_iters=warmup_iters, min_duration_s=min_duration_s, min_iters=min_iters),
+    )
+    if store is None:
+        return run_bench(workload, config)
+    from dlperf.measure.env import capture_environment
+    from dlperf.store.db import Store
+
+    st = store if isinstance(store, Store) else Store(store)
+    with st.recording("bench", workload.source or workload.name, bench_config_dict(config),
+                      capture_environment().to_dict()) as run:
+        result = run_bench(workload, config)
+        run.result = result.to_dict()
+    return result
+
+
+def bench_config_dict(config: BenchConfig) -> dict[str, Any]:
+    import dataclasses
+
+    data = dataclasses.asdict(config)
+    data["version"] = 1
+    return data
+
+
+def load(path: Any) -> Any:
+    """Load an artifact exported by `dlperf optimize --export DIR` as a callable with the model's interface."""
+    from dlperf.optimize.artifact import load_artifact
+
+    return load_artifact(path)

@@ -1,0 +1,82 @@
+"""The `dlperf` command: a thin shell that dispatches to one module per command.
+
+Each command module defines `add_arguments(parser)` and `run(args) -> int`, and imports torch and the
+library only inside `run`, so `dlperf --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (command, module under dlperf.cli, one-line help)
+COMMANDS: list[tuple[str, str, str]] = [
+    ("bench", "bench", "measure latency, throughput and memory of a workload"),
+    ("profile", "profile", "find the bottleneck of a workload, show the evidence and the fix"),
+    ("optimize", "optimize", "search for the fastest model within an accuracy budget"),
+    ("train", "train", "measure and tune a training loop"),
+    ("serve", "serve", "serve a workload or an optimized artifact over KServe v2 / OIP"),
+    ("load", "load", "generate load against an inference server and measure it"),
+    ("ab", "ab", "interleaved A/B of two settings of one workload"),
+    ("compare", "compare", "compare two stored runs, or the live variants of a server"),
+    ("check", "check", "regression gate: re-measure against a baseline, exit 1 on a real regression"),
+    ("baseline", "baseline", "manage named baselines (set, list, rm)"),
+    ("report", "report", "write a self-contained HTML report of runs"),
+    ("runs", "runs", "list, show, export and chart stored runs"),
+    ("calibrate", "calibrate", "measure this machine's ceilings (GEMM FLOP/s, memory bandwidth)"),
+    ("zoo", "zoo", "list the built-in workloads"),
+]
+
+
+def _load(module: str) -> object | None:
+    try:
+        return importlib.import_module(f"dlperf.cli.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"dlperf.cli.{module}":
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dlperf import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dlperf",
+        description="Profile, don't guess; measure every change. Performance engineering for PyTorch models.",
+    )
+    parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name, help_text in COMMANDS:
+        module = _load(module_name)
+        if module is None:
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)  # type: ignore[attr-defined]
+        p.set_defaults(_run=module.run)  # type: ignore[attr-defined]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 0
+    from dlperf.errors import DlperfError
+
+    try:
+        return int(args._run(args) or 0)
+    except DlperfError as exc:
+        from dlperf.cli.common import error_console
+
+        error_console().print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Interleaved A/B: measure two callables in alternating paired blocks and decide if B differs from A.
+
+Machine speed drifts (up to 1.7x within half an hour on a shared machine), so two measurements taken one
+after the other are not comparable. Here A and B run in blocks A B B A A B ... inside one process; each
+pair of adjacent blocks gives one ratio median(B)/median(A), which cancels drift slower than a block.
+The verdict uses a bootstrap confidence interval of the geometric mean of the block ratios: B is called
+faster or slower only when the whole interval lies beyond `min_effect` (default 1%) on that side;
+otherwise "no significant difference".
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.errors import ConfigError
+from dlperf.measure.clock import Clock, CpuClock
+from dlperf.measure.stats import Measurement, median, percentile
+
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "no significant difference"
+
+
+@dataclass(frozen=True)
+class ABConfig:
+    blocks: int = 20
+    iters_per_block: int = 5
+    warmup_iters: int = 3
+    confidence: float = 0.95
+    min_effect: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.blocks < 4:
+            raise ConfigError(f"an A/B needs at least 4 blocks, got {self.blocks}")
+        if self.iters_per_block < 1:
+            raise ConfigError("iters_per_block must be >= 1")
+        if not 0.5 < self.confidence < 1.0:
+            raise ConfigError(f"confidence must be in (0.5, 1), got {self.confidence}")
+
+
+@dataclass
+class ABResult:
+    """B relative to A. `ratio` < 1 means B takes less time (B is faster); speedup = 1/ratio."""
+
+    a: Measurement
+    b: Measurement
+    block_ratios: list[float]
+    ratio: float
+    ci: tuple[float, float]
+    confidence: float
+    verdict: str
+
+    @property
+    def speedup(self) -> float:
+        return 1.0 / self.ratio
+
+    @property
+    def speedup_ci(self) -> tuple[float, float]:
+        return 1.0 / self.ci[1], 1.0 / self.ci[0]
+
+    def describe(self, a_name: str = "A", b_name: str = "B") -> str:
+        lo, hi = self.speedup_ci
+        return (
+            f"{b_name} vs {a_name}: {self.speedup:.2f}x speed ({self.confidence:.0%} CI {lo:.2f}-{hi:.2f}x, "
+            f"{len(self.block_ratios)} paired blocks): {self.verdict}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ratio": self.ratio,
+            "ci": list(self.ci),
+            "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci),
+            "confidence": self.confidence,
+            "verdict": self.verdict,
+            "block_ratios": self.block_ratios,
+            "a": self.a.summary(),
+            "b": self.b.summary(),
+        }
+
+
+def decide(block_ratios: list[float], confidence: float = 0.95, min_effect: float = 0.01,
+           seed: int = 0, resamples: int = 2000) -> tuple[float, tuple[float, float], str]:
+    """Geometric-mean ratio, its bootstrap CI, and the verdict, from per-block ratios B/A."""
+    if len(block_ratios) < 2:
+        raise ValueError("need at least two block ratios")
+    logs = [math.log(r) for r in block_ratios]
+    n = len(logs)
+    rng = random.Random(seed)
+    means = sorted(sum(logs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    alpha = (1 - confidence) / 2
+    lo = math.exp(percentile(means, 100 * alpha))
+    hi = math.exp(percentile(means, 100 * (1 - alpha)))
+    ratio = math.exp(sum(logs) / n)
+    if hi < 1.0 - min_effect:
+        verdict = FASTER
+    elif lo > 1.0 + min_effect:
+        verdict = SLOWER
+    else:
+        verdict = SAME
+    return ratio, (lo, hi), verdict
+
+
+def ab_test(
+    fn_a: Callable[[], Any],
+    fn_b: Callable[[], Any],
+    config: ABConfig | None = None,
+    clock: Clock | None = None,
+    items_per_call: int = 1,
+    on_block: Callable[[int, int], None] | None = None,
+) -> ABResult:
+    """Run A and B interleaved in paired blocks (ABBA order) and return the ratio B/A with its verdict."""
+    config = config or ABConfig()
+    clock = clock or CpuClock()
+    for _ in range(config.warmup_iters):
+        fn_a()
+        fn_b()
+    a_samples: list[int] = []
+    b_samples: list[int] = []
+    ratios: list[float] = []
+    for block in range(config.blocks):
+        order = ((0, fn_a), (1, fn_b)) if block % 2 == 0 else ((1, fn_b), (0, fn_a))
+        per: list[list[int]] = [[], []]
+        for which, fn in order:
+            for _ in range(config.iters_per_block):
+                token = clock.start()
+                fn()
+                per[which].append(clock.stop(token))
+        a_block, b_block = per
+        a_samples += a_block
+        b_samples += b_block
+        ratios.append(median([float(t) for t in b_block]) / max(median([float(t) for t in a_block]), 1.0))
+        if on_block is not None:
+            on_block(block + 1, config.blocks)
+    ratio, ci, verdict = decide(ratios, config.confidence, config.min_effect, config.seed)
+    return ABResult(
+        a=Measurement(a_samples, items_per_call, config.warmup_iters, clock.name, "A"),
+        b=Measurement(b_samples, items_per_call, config.warmup_iters, clock.name, "B"),
+        block_ratios=ratios,
+        ratio=ratio,
+        ci=ci,
+        confidence=config.confidence,
+        verdict=verdict,
+    )

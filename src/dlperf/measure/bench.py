@@ -1,0 +1,188 @@
+"""Benchmark a workload: for each batch size, build inputs, time the call, record memory and utilization."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.errors import ConfigError, MeasurementError
+from dlperf.measure.clock import clock_for
+from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
+from dlperf.measure.scenarios import Scenario, scenario
+from dlperf.measure.stats import Measurement
+from dlperf.measure.system import UtilizationSampler
+from dlperf.measure.timer import TimerConfig, time_callable
+from dlperf.workload.base import Inputs, Workload
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    batch_sizes: tuple[int, ...] | None = None
+    scenario: str = "offline"
+    device: str = "cpu"
+    threads: int | None = None
+    precision: str = "fp32"
+    timer: TimerConfig = field(default_factory=TimerConfig)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if self.batch_sizes is not None and any(b < 1 for b in self.batch_sizes):
+            raise ConfigError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+
+    @property
+    def scenario_obj(self) -> Scenario:
+        return scenario(self.scenario)
+
+
+@dataclass
+class BenchPoint:
+    batch_size: int
+    measurement: Measurement
+    peak_rss_bytes: int
+    process_cpu_percent: float
+    system_cpu_percent: float
+    cuda_max_allocated_bytes: int | None = None
+    cuda_max_reserved_bytes: int | None = None
+    gpu_util_percent: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "summary": self.measurement.summary(),
+            "measurement": self.measurement.to_dict(),
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "process_cpu_percent": self.process_cpu_percent,
+            "system_cpu_percent": self.system_cpu_percent,
+            "cuda_max_allocated_bytes": self.cuda_max_allocated_bytes,
+            "cuda_max_reserved_bytes": self.cuda_max_reserved_bytes,
+            "gpu_util_percent": self.gpu_util_percent,
+        }
+
+
+@dataclass
+class BenchResult:
+    workload: str
+    config: BenchConfig
+    points: list[BenchPoint]
+    model_bytes: int
+
+    @property
+    def headline(self) -> tuple[str, float, int]:
+        """(KPI name, value, batch size) per the scenario: p90/p99 latency (s) or best throughput."""
+        sc = self.config.scenario_obj
+        if sc.headline == "throughput":
+            best = max(self.points, key=lambda p: p.measurement.throughput)
+            return "throughput", best.measurement.throughput, best.batch_size
+        point = self.points[0]
+        return sc.headline, float(point.measurement.summary()[sc.headline]), point.batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        name, value, batch = self.headline
+        return {
+            "workload": self.workload,
+            "model_bytes": self.model_bytes,
+            "headline": {"kpi": name, "value": value, "batch_size": batch},
+            "points": [p.to_dict() for p in self.points],
+        }
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Set torch's intra-op thread count for the block, and restore it after."""
+    import torch
+
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def to_device(inputs: Inputs, device: str, dtype: Any = None) -> Inputs:
+    import torch
+
+    def move(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if dtype is not None and x.is_floating_point():
+                x = x.to(dtype)
+        return x
+
+    return tuple(move(x) for x in inputs)
+
+
+def make_call(model: Any, inputs: Inputs, device: str, precision: str) -> Callable[[], Any]:
+    """A zero-argument call of the model under inference_mode (and autocast for bf16/fp16)."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    if dtype is None:
+        def call() -> Any:
+            with torch.inference_mode():
+                return model(*inputs)
+    else:
+        def call() -> Any:
+            with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
+                return model(*inputs)
+    return call
+
+
+def run_bench(
+    workload: Workload,
+    config: BenchConfig,
+    on_progress: Callable[[int, int, float], None] | None = None,
+) -> BenchResult:
+    """Measure the workload at each batch size. on_progress(batch_size, iterations, seconds)."""
+    import torch
+
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    sc = config.scenario_obj
+    batch_sizes = sc.batch_sizes(config.batch_sizes)
+    points: list[BenchPoint] = []
+    with torch_threads(config.threads):
+        model = workload.build_model().eval().to(config.device)
+        model_bytes = parameter_bytes(model)
+        clock = clock_for(config.device)
+        gpu_index = _gpu_index(config.device)
+        for batch in batch_sizes:
+            inputs = to_device(workload.example_inputs(batch), config.device)
+            workload.check(model, inputs)
+            call = make_call(model, inputs, config.device, config.precision)
+            if gpu_index is not None:
+                cuda_reset_peak(config.device)
+            progress = (lambda n, s, b=batch: on_progress(b, n, s)) if on_progress else None
+            with PeakRssSampler() as rss, UtilizationSampler(gpu_index=gpu_index) as util:
+                try:
+                    m = time_callable(call, config.timer, clock, items_per_call=batch,
+                                      label=f"{workload.name} bs={batch}", on_progress=progress)
+                except MeasurementError as exc:
+                    raise MeasurementError(f"workload '{workload.name}' at batch {batch}: {exc}") from exc
+            point = BenchPoint(batch, m, rss.peak_rss_bytes, util.result.process_cpu_percent,
+                               util.result.system_cpu_percent, gpu_util_percent=util.result.gpu_util_percent)
+            if gpu_index is not None:
+                mem = cuda_peak(config.device)
+                point.cuda_max_allocated_bytes = mem.max_allocated_bytes
+                point.cuda_max_reserved_bytes = mem.max_reserved_bytes
+            points.append(point)
+    return BenchResult(workload.name, config, points, model_bytes)
+
+
+def _gpu_index(device: str) -> int | None:
+    if not device.startswith("cuda"):
+        return None
+    return int(device.split(":", 1)[1]) if ":" in device else 0

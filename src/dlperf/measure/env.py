@@ -1,0 +1,131 @@
+"""The environment a result was taken in: versions, CPU model and flags, cores, threads, GPU, OS."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CPU_FLAGS_OF_INTEREST = (
+    "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile",
+    "amx_bf16", "amx_int8",
+)
+
+
+@dataclass
+class Environment:
+    dlperf_version: str
+    python_version: str
+    torch_version: str
+    os: str
+    machine: str
+    cpu_model: str
+    cpu_flags: list[str]
+    physical_cores: int | None
+    logical_cores: int
+    torch_threads: int
+    torch_interop_threads: int
+    total_memory_bytes: int
+    gpu_name: str | None = None
+    gpu_driver: str | None = None
+    cuda_version: str | None = None
+    gpu_count: int = 0
+    packages: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Environment:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    @property
+    def hardware_key(self) -> str:
+        """What must match for two timings to be comparable (same CPU, cores, GPU)."""
+        return f"{self.cpu_model}|{self.logical_cores}|{self.gpu_name or '-'}"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return [f for f in CPU_FLAGS_OF_INTEREST if f in flags]
+    except OSError:
+        pass
+    return []
+
+
+def _version(module: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def capture_environment() -> Environment:
+    import psutil
+    import torch
+
+    import dlperf
+
+    gpu_name = gpu_driver = cuda_version = None
+    gpu_count = 0
+    if torch.cuda.is_available():
+        gpu_count = torch.cuda.device_count()
+        gpu_name = torch.cuda.get_device_name(0)
+        cuda_version = torch.version.cuda
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            gpu_driver = str(pynvml.nvmlSystemGetDriverVersion())
+        except Exception:
+            gpu_driver = None
+    packages = {
+        name: v
+        for name in ("onnxruntime", "openvino", "nncf", "torchao", "numpy", "transformers")
+        if (v := _version(name)) is not None
+    }
+    return Environment(
+        dlperf_version=dlperf.__version__,
+        python_version=platform.python_version(),
+        torch_version=torch.__version__,
+        os=f"{platform.system()} {platform.release()}",
+        machine=platform.machine(),
+        cpu_model=cpu_model(),
+        cpu_flags=cpu_flags(),
+        physical_cores=psutil.cpu_count(logical=False),
+        logical_cores=os.cpu_count() or 1,
+        torch_threads=torch.get_num_threads(),
+        torch_interop_threads=torch.get_num_interop_threads(),
+        total_memory_bytes=int(psutil.virtual_memory().total),
+        gpu_name=gpu_name,
+        gpu_driver=gpu_driver,
+        cuda_version=cuda_version,
+        gpu_count=gpu_count,
+        packages=packages,
+    )
+
+
+def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Human-readable differences that make two results not directly comparable."""
+    keys = ("torch_version", "python_version", "dlperf_version", "cpu_model", "logical_cores",
+            "torch_threads", "gpu_name", "cuda_version", "os")
+    return [f"{k}: {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k)]

@@ -1,0 +1,40 @@
+"""MLPerf-named scenarios: which batch sizes are run and which KPI is the headline.
+
+- single-stream: one sample per query, queries back to back; headline: p90 latency.
+- multi-stream: `samples_per_query` samples per query (default 8), back to back; headline: p99 latency.
+- offline: throughput over a batch-size sweep; headline: the best items/s and its batch size.
+The server scenario (Poisson arrivals against a latency bound) lives in `dlperf load --find-peak`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlperf.errors import ConfigError
+
+SCENARIOS = ("single-stream", "multi-stream", "offline")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    headline: str  # "p90_s", "p99_s" or "throughput"
+    samples_per_query: int = 1
+
+    def __post_init__(self) -> None:
+        if self.name not in SCENARIOS:
+            raise ConfigError(f"unknown scenario '{self.name}': choose one of {', '.join(SCENARIOS)}")
+
+    def batch_sizes(self, requested: tuple[int, ...] | None) -> tuple[int, ...]:
+        if self.name == "single-stream":
+            return (1,)
+        if self.name == "multi-stream":
+            return (self.samples_per_query,)
+        return requested or (1, 8, 32)
+
+
+def scenario(name: str, samples_per_query: int = 8) -> Scenario:
+    headline = {"single-stream": "p90_s", "multi-stream": "p99_s", "offline": "throughput"}.get(name)
+    if headline is None:
+        raise ConfigError(f"unknown scenario '{name}': choose one of {', '.join(SCENARIOS)}")
+    return Scenario(name, headline, samples_per_query if name == "multi-stream" else 1)

@@ -1,0 +1,204 @@
+"""A Measurement keeps every per-iteration sample; statistics are computed on demand from them."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+NOISE_IQR_RATIO = 0.10
+"""IQR/median above which a measurement is flagged as noisy (torch.utils.benchmark uses 10%)."""
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default 'linear' method) of already sorted values."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile q must be in [0, 100], got {q}")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    if lo == hi:
+        return float(sorted_values[lo])
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
+
+
+def median(values: list[float]) -> float:
+    return percentile(sorted(values), 50.0)
+
+
+def bootstrap_ci(values: list[float], stat: Any = median, confidence: float = 0.95,
+                 resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of `stat` (default the median), seeded for reproducibility."""
+    if not values:
+        raise ValueError("bootstrap of no values")
+    rng = random.Random(seed)
+    n = len(values)
+    estimates = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    alpha = (1.0 - confidence) / 2.0
+    return percentile(estimates, 100 * alpha), percentile(estimates, 100 * (1 - alpha))
+
+
+@dataclass
+class Measurement:
+    """Raw per-iteration times (ns) of a call that processed `items_per_call` items each time."""
+
+    samples_ns: list[int]
+    items_per_call: int = 1
+    warmup_iters: int = 0
+    clock: str = "perf_counter_ns"
+    label: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.samples_ns:
+            raise ValueError("a Measurement needs at least one sample")
+        if self.items_per_call < 1:
+            raise ValueError("items_per_call must be >= 1")
+
+    @property
+    def _sorted_s(self) -> list[float]:
+        cached = self.__dict__.get("_sorted_cache")
+        if cached is None or len(cached) != len(self.samples_ns):
+            cached = sorted(s / 1e9 for s in self.samples_ns)
+            self.__dict__["_sorted_cache"] = cached
+        return cached
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ns)
+
+    @property
+    def samples_s(self) -> list[float]:
+        return [s / 1e9 for s in self.samples_ns]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.samples_ns) / 1e9
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.n
+
+    @property
+    def std_s(self) -> float:
+        """Sample standard deviation (n-1); 0 for one sample."""
+        if self.n < 2:
+            return 0.0
+        m = self.mean_s
+        return math.sqrt(sum((s / 1e9 - m) ** 2 for s in self.samples_ns) / (self.n - 1))
+
+    @property
+    def min_s(self) -> float:
+        return self._sorted_s[0]
+
+    @property
+    def max_s(self) -> float:
+        return self._sorted_s[-1]
+
+    def percentile_s(self, q: float) -> float:
+        return percentile(self._sorted_s, q)
+
+    @property
+    def p50_s(self) -> float:
+        return self.percentile_s(50)
+
+    @property
+    def median_s(self) -> float:
+        return self.p50_s
+
+    @property
+    def p90_s(self) -> float:
+        return self.percentile_s(90)
+
+    @property
+    def p95_s(self) -> float:
+        return self.percentile_s(95)
+
+    @property
+    def p99_s(self) -> float:
+        return self.percentile_s(99)
+
+    @property
+    def p999_s(self) -> float:
+        return self.percentile_s(99.9)
+
+    @property
+    def iqr_s(self) -> float:
+        return self.percentile_s(75) - self.percentile_s(25)
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation: std / mean."""
+        return self.std_s / self.mean_s if self.mean_s > 0 else 0.0
+
+    @property
+    def noise_ratio(self) -> float:
+        """IQR / median: the robust spread that decides the noise warning."""
+        return self.iqr_s / self.p50_s if self.p50_s > 0 else 0.0
+
+    @property
+    def noise_warning(self) -> str | None:
+        if self.n < 4:
+            return f"only {self.n} samples: percentiles and spread are unreliable"
+        if self.noise_ratio > NOISE_IQR_RATIO:
+            return (
+                f"noisy: IQR is {self.noise_ratio:.0%} of the median (> {NOISE_IQR_RATIO:.0%}); "
+                "other load on the machine, frequency scaling or too few samples"
+            )
+        return None
+
+    def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+        """Bootstrap confidence interval of the median latency, in seconds."""
+        return bootstrap_ci(self._sorted_s, median, confidence, resamples=500 if self.n > 2000 else 1000,
+                            seed=seed)
+
+    @property
+    def throughput(self) -> float:
+        """Items per second over the measured iterations (total items / total time)."""
+        return self.items_per_call * self.n / self.total_s if self.total_s > 0 else float("inf")
+
+    def summary(self) -> dict[str, Any]:
+        """The KPIs as a flat dict of floats in seconds / items per second, for records and JSON."""
+        lo, hi = self.median_ci_s()
+        return {
+            "n": self.n,
+            "items_per_call": self.items_per_call,
+            "mean_s": self.mean_s,
+            "std_s": self.std_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "p50_s": self.p50_s,
+            "p90_s": self.p90_s,
+            "p95_s": self.p95_s,
+            "p99_s": self.p99_s,
+            "p999_s": self.p999_s,
+            "iqr_s": self.iqr_s,
+            "cv": self.cv,
+            "median_ci_s": [lo, hi],
+            "throughput": self.throughput,
+            "noise_warning": self.noise_warning,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples_ns": list(self.samples_ns),
+            "items_per_call": self.items_per_call,
+            "warmup_iters": self.warmup_iters,
+            "clock": self.clock,
+            "label": self.label,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(
+            samples_ns=[int(s) for s in data["samples_ns"]],
+            items_per_call=int(data.get("items_per_call", 1)),
+            warmup_iters=int(data.get("warmup_iters", 0)),
+            clock=str(data.get("clock", "perf_counter_ns")),
+            label=str(data.get("label", "")),
+            extra=dict(data.get("extra", {})),
+        )

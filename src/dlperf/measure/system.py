@@ -1,0 +1,86 @@
+"""Utilization while a measurement runs: process and machine CPU (psutil) and, where present, NVML GPU."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+
+@dataclass
+class Utilization:
+    process_cpu_percent: float = 0.0
+    """Process CPU time over wall time, in percent of one core (200 = two cores busy)."""
+    system_cpu_percent: float = 0.0
+    """Machine-wide CPU busy share, in percent of all cores; high while the process is idle = contention."""
+    gpu_util_percent: float | None = None
+    gpu_memory_used_bytes: int | None = None
+    samples: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class UtilizationSampler:
+    """Context manager sampling CPU (and GPU through NVML if available) every `interval_s`."""
+
+    def __init__(self, interval_s: float = 0.1, gpu_index: int | None = None) -> None:
+        self.interval_s = interval_s
+        self.result = Utilization()
+        self._proc = psutil.Process()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._gpu = _nvml_handle(gpu_index) if gpu_index is not None else None
+        self._gpu_util: list[float] = []
+        self._gpu_mem: list[int] = []
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.result.samples += 1
+            if self._gpu is not None:
+                util, mem = _nvml_read(self._gpu)
+                self._gpu_util.append(util)
+                self._gpu_mem.append(mem)
+
+    def __enter__(self) -> UtilizationSampler:
+        self._cpu0 = self._proc.cpu_times()
+        psutil.cpu_percent(None)
+        import time
+
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="dlperf-util", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import time
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        cpu1 = self._proc.cpu_times()
+        busy = (cpu1.user - self._cpu0.user) + (cpu1.system - self._cpu0.system)
+        self.result.process_cpu_percent = 100.0 * busy / wall
+        self.result.system_cpu_percent = float(psutil.cpu_percent(None))
+        if self._gpu_util:
+            self.result.gpu_util_percent = sum(self._gpu_util) / len(self._gpu_util)
+            self.result.gpu_memory_used_bytes = max(self._gpu_mem)
+
+
+def _nvml_handle(index: int) -> Any:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return None
+
+
+def _nvml_read(handle: Any) -> tuple[float, int]:
+    import pynvml
+
+    util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return float(util.gpu), int(mem.used)

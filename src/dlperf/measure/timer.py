@@ -1,0 +1,116 @@
+"""Time a callable: warm-up, then iterate until BOTH a minimum duration and a minimum count are met.
+
+This is MLPerf LoadGen's stopping rule (and optimum-benchmark's): a short call gets many samples, a long
+one at least `min_iters`. Every per-iteration sample is kept. Per-iteration overhead of the loop is one
+clock start/stop pair and a list append (about 0.1-0.3 µs with perf_counter_ns, see
+benchmarks/harness_accuracy.py). Warm-up is either a fixed count or "until stable": windows of
+iterations are run until two consecutive window medians agree within `stable_tolerance`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.errors import ConfigError, MeasurementError
+from dlperf.measure.clock import Clock, CpuClock
+from dlperf.measure.stats import Measurement, median
+
+ProgressFn = Callable[[int, float], None]
+"""on_progress(iterations_done, seconds_elapsed)."""
+
+
+@dataclass(frozen=True)
+class TimerConfig:
+    """How long to warm up and measure. Durations in seconds."""
+
+    warmup_iters: int = 5
+    warmup_until_stable: bool = False
+    warmup_max_s: float = 10.0
+    stable_window: int = 5
+    stable_tolerance: float = 0.05
+    min_duration_s: float = 1.0
+    min_iters: int = 10
+    max_iters: int = 1_000_000
+    max_duration_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.warmup_iters < 0:
+            raise ConfigError(f"warmup_iters must be >= 0, got {self.warmup_iters}")
+        if self.min_iters < 1:
+            raise ConfigError(f"min_iters must be >= 1, got {self.min_iters}")
+        if self.min_duration_s < 0:
+            raise ConfigError(f"min_duration_s must be >= 0, got {self.min_duration_s}")
+        if self.max_iters < self.min_iters:
+            raise ConfigError(f"max_iters ({self.max_iters}) is below min_iters ({self.min_iters})")
+        if self.max_duration_s < self.min_duration_s:
+            raise ConfigError(
+                f"max_duration_s ({self.max_duration_s}) is below min_duration_s ({self.min_duration_s})"
+            )
+        if self.stable_window < 2:
+            raise ConfigError("stable_window must be >= 2")
+
+
+def time_callable(
+    fn: Callable[[], Any],
+    config: TimerConfig | None = None,
+    clock: Clock | None = None,
+    items_per_call: int = 1,
+    label: str = "",
+    on_progress: ProgressFn | None = None,
+) -> Measurement:
+    """Warm `fn` up, then time it per `config`; returns every sample. Exceptions become MeasurementError."""
+    config = config or TimerConfig()
+    clock = clock or CpuClock()
+    now: Callable[[], int] = getattr(clock, "now_ns", time.perf_counter_ns)
+    try:
+        warmup = _warm_up(fn, config, clock, now)
+        samples: list[int] = []
+        append = samples.append
+        start = now()
+        min_ns = int(config.min_duration_s * 1e9)
+        max_ns = int(config.max_duration_s * 1e9)
+        next_report = start
+        while True:
+            token = clock.start()
+            fn()
+            append(clock.stop(token))
+            n = len(samples)
+            elapsed = now() - start
+            if (n >= config.min_iters and elapsed >= min_ns) or n >= config.max_iters or elapsed >= max_ns:
+                break
+            if on_progress is not None and elapsed >= next_report - start:
+                on_progress(n, elapsed / 1e9)
+                next_report = start + elapsed + 100_000_000
+        if on_progress is not None:
+            on_progress(len(samples), (now() - start) / 1e9)
+    except MeasurementError:
+        raise
+    except Exception as exc:
+        raise MeasurementError(f"the measured call raised {type(exc).__name__}: {exc}") from exc
+    return Measurement(samples, items_per_call=items_per_call, warmup_iters=warmup, clock=clock.name,
+                       label=label)
+
+
+def _warm_up(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int]) -> int:
+    for _ in range(config.warmup_iters):
+        fn()
+    done = config.warmup_iters
+    if not config.warmup_until_stable:
+        return done
+    deadline = now() + int(config.warmup_max_s * 1e9)
+    previous: float | None = None
+    while now() < deadline:
+        window = []
+        for _ in range(config.stable_window):
+            token = clock.start()
+            fn()
+            window.append(float(clock.stop(token)))
+        done += config.stable_window
+        current = median(window)
+        if previous is not None and abs(current - previous) <= config.stable_tolerance * previous:
+            break
+        previous = current
+    return done

@@ -1,0 +1,280 @@
+"""The run store: SQLite by default (`.dlperf/runs.db`), any SQLAlchemy URL for teams; versioned schema."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dlperf.errors import StoreError
+from dlperf.store.records import FAILED, INTERRUPTED, OK, RUNNING, RunRecord
+
+ENV_VAR = "DLPERF_STORE"
+DEFAULT_PATH = Path(".dlperf") / "runs.db"
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "dlperf_meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+runs_table = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False, index=True),
+    sa.Column("workload", sa.String(512), nullable=False, index=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False, index=True),
+    sa.Column("finished_at", sa.String(40)),
+    sa.Column("parent_id", sa.String(32), index=True),
+    sa.Column("config_json", sa.Text, nullable=False, default="{}"),
+    sa.Column("environment_json", sa.Text, nullable=False, default="{}"),
+    sa.Column("result_json", sa.Text, nullable=False, default="{}"),
+    sa.Column("error", sa.Text),
+    sa.Column("tags_json", sa.Text, nullable=False, default="{}"),
+)
+baselines_table = sa.Table(
+    "baselines", metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("run_id", sa.String(32), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+
+def _migrate_1(conn: Connection) -> None:
+    metadata.create_all(conn, tables=[runs_table])
+
+
+def _migrate_2(conn: Connection) -> None:
+    metadata.create_all(conn, tables=[baselines_table])
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_migrate_1, _migrate_2]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def resolve_url(location: str | os.PathLike[str] | None = None) -> str:
+    """--store value, else $DLPERF_STORE, else ./.dlperf/runs.db. A path becomes a sqlite URL."""
+    text = str(location) if location is not None else os.environ.get(ENV_VAR) or str(DEFAULT_PATH)
+    if "://" in text:
+        return text
+    path = Path(text).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store's folder '{path.parent}': {exc}") from exc
+    return f"sqlite:///{path}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, allow_nan=True)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+class Store:
+    """Runs and baselines in one database. Safe to use from one process at a time per run."""
+
+    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
+        self.url = resolve_url(location)
+        try:
+            self.engine: Engine = sa.create_engine(self.url, future=True)
+            self._migrate()
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"cannot open the run store at {self.url}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        with self.engine.begin() as conn:
+            metadata.create_all(conn, tables=[meta_table])
+            row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+            current = int(row.scalar() or 0)
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the store at {self.url} has schema version {current}, newer than this dlperf "
+                    f"understands ({SCHEMA_VERSION}): upgrade dlperf or use another --store"
+                )
+            for version in range(current, SCHEMA_VERSION):
+                MIGRATIONS[version](conn)
+            if current == 0:
+                conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif current < SCHEMA_VERSION:
+                conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version")
+                             .values(value=str(SCHEMA_VERSION)))
+
+    @property
+    def schema_version(self) -> int:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+            return int(row.scalar() or 0)
+
+    # --- runs -------------------------------------------------------------------------------------
+
+    def create_run(self, kind: str, workload: str, config: dict[str, Any] | None = None,
+                   environment: dict[str, Any] | None = None, parent_id: str | None = None,
+                   tags: dict[str, Any] | None = None) -> RunRecord:
+        record = RunRecord(
+            id=uuid.uuid4().hex[:12], kind=kind, workload=workload, status=RUNNING, created_at=now_iso(),
+            config=config or {}, environment=environment or {}, parent_id=parent_id, tags=tags or {},
+        )
+        self._write(sa.insert(runs_table).values(
+            id=record.id, kind=kind, workload=workload, status=RUNNING, created_at=record.created_at,
+            parent_id=parent_id, config_json=_dumps(record.config),
+            environment_json=_dumps(record.environment), result_json="{}", tags_json=_dumps(record.tags),
+        ))
+        return record
+
+    def update_result(self, run_id: str, result: dict[str, Any]) -> None:
+        """Save a partial result of a running run (so a crash keeps what was measured)."""
+        self._write(sa.update(runs_table).where(runs_table.c.id == run_id).values(result_json=_dumps(result)))
+
+    def finish_run(self, run_id: str, result: dict[str, Any] | None = None, status: str = OK,
+                   error: str | None = None) -> None:
+        values: dict[str, Any] = {"status": status, "error": error, "finished_at": now_iso()}
+        if result is not None:
+            values["result_json"] = _dumps(result)
+        self._write(sa.update(runs_table).where(runs_table.c.id == run_id).values(**values))
+
+    @contextlib.contextmanager
+    def recording(self, kind: str, workload: str, config: dict[str, Any] | None = None,
+                  environment: dict[str, Any] | None = None, parent_id: str | None = None,
+                  ) -> Iterator[RunHandle]:
+        """A run that is recorded whatever happens: ok, failed (with the error) or interrupted (Ctrl-C)."""
+        record = self.create_run(kind, workload, config, environment, parent_id)
+        handle = RunHandle(self, record)
+        try:
+            yield handle
+        except KeyboardInterrupt:
+            self.finish_run(record.id, handle.result, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+            raise
+        except BaseException as exc:
+            self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")
+            raise
+        else:
+            self.finish_run(record.id, handle.result, handle.status, handle.error)
+
+    def get(self, run_id: str) -> RunRecord:
+        """A run by id or unique id prefix."""
+        if not run_id:
+            raise StoreError("no run id given")
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs_table).where(runs_table.c.id.like(f"{run_id}%")).limit(2)
+            ).mappings().all()
+        if not rows:
+            raise StoreError(f"no run '{run_id}' in the store at {self.url} (`dlperf runs list` shows them)")
+        if len(rows) > 1:
+            raise StoreError(f"run id prefix '{run_id}' is ambiguous: give more characters")
+        return _to_record(rows[0])
+
+    def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
+             parent_id: str | None = None, status: str | None = None) -> list[RunRecord]:
+        """Newest first."""
+        query = sa.select(runs_table).order_by(runs_table.c.created_at.desc())
+        if kind:
+            query = query.where(runs_table.c.kind == kind)
+        if workload:
+            query = query.where(runs_table.c.workload == workload)
+        if parent_id:
+            query = query.where(runs_table.c.parent_id == parent_id)
+        if status:
+            query = query.where(runs_table.c.status == status)
+        if limit:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return [_to_record(r) for r in conn.execute(query).mappings().all()]
+
+    def delete(self, run_id: str) -> None:
+        record = self.get(run_id)
+        self._write(sa.delete(runs_table).where(runs_table.c.id == record.id))
+
+    # --- baselines --------------------------------------------------------------------------------
+
+    def set_baseline(self, name: str, run_id: str) -> RunRecord:
+        record = self.get(run_id)
+        with self._begin() as conn:
+            conn.execute(sa.delete(baselines_table).where(baselines_table.c.name == name))
+            conn.execute(sa.insert(baselines_table).values(name=name, run_id=record.id, created_at=now_iso()))
+        return record
+
+    def get_baseline(self, name: str) -> RunRecord:
+        with self.engine.connect() as conn:
+            run_id = conn.execute(
+                sa.select(baselines_table.c.run_id).where(baselines_table.c.name == name)
+            ).scalar()
+        if run_id is None:
+            raise StoreError(f"no baseline named '{name}' (`dlperf baseline list` shows them)")
+        return self.get(run_id)
+
+    def list_baselines(self) -> list[tuple[str, str, str]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(baselines_table).order_by(baselines_table.c.name)).all()
+        return [(r.name, r.run_id, r.created_at) for r in rows]
+
+    def remove_baseline(self, name: str) -> None:
+        with self._begin() as conn:
+            deleted = conn.execute(sa.delete(baselines_table).where(baselines_table.c.name == name)).rowcount
+        if not deleted:
+            raise StoreError(f"no baseline named '{name}' to remove")
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"run store {self.url}: {exc}") from exc
+
+    def _write(self, statement: Any) -> None:
+        with self._begin() as conn:
+            conn.execute(statement)
+
+
+class RunHandle:
+    """What a command fills in while it runs; `save()` streams the partial result to the store."""
+
+    def __init__(self, store: Store, record: RunRecord) -> None:
+        self.store = store
+        self.record = record
+        self.result: dict[str, Any] = {}
+        self.status = OK
+        self.error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    def save(self) -> None:
+        self.store.update_result(self.record.id, self.result)
+
+
+def _to_record(row: Any) -> RunRecord:
+    return RunRecord(
+        id=row["id"], kind=row["kind"], workload=row["workload"], status=row["status"],
+        created_at=row["created_at"], finished_at=row["finished_at"], parent_id=row["parent_id"],
+        config=json.loads(row["config_json"] or "{}"),
+        environment=json.loads(row["environment_json"] or "{}"),
+        result=json.loads(row["result_json"] or "{}"), error=row["error"],
+        tags=json.loads(row["tags_json"] or "{}"),
+    )

@@ -1,0 +1,139 @@
+"""The Workload type: what dlperf measures (a model factory, example inputs, optional eval and training)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+Inputs = tuple[Any, ...]
+"""Positional arguments of one model call (tensors, batched on dim 0)."""
+
+Predict = Callable[..., Any]
+"""Anything called like the model: predict(*inputs) -> outputs (an nn.Module, an ORT session wrapper...)."""
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """How to score a model: `evaluate(predict)` runs the eval data through `predict` and returns the metric."""
+
+    evaluate: Callable[[Predict], float]
+    metric_name: str
+    higher_is_better: bool = True
+    # Eval data as batches of inputs, for passes that calibrate (static int8) or fine-tune.
+    calibration_inputs: Callable[[], Iterable[Inputs]] | None = None
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How the user's training loop runs: a loader of (inputs, target) batches, a loss and an optimizer."""
+
+    make_loader: Callable[..., Iterable[tuple[Any, Any]]]
+    """make_loader(batch_size, **dataloader_kwargs) -> iterable of (inputs, target); inputs a tensor or tuple."""
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model plus what it takes to run, score and train it.
+
+    `make_model()` builds a fresh model (fp32, on CPU); `make_inputs(batch_size)` returns the positional
+    arguments of one call. `kind` ('cnn', 'transformer', 'mlp', 'generic') lets passes judge applicability.
+    """
+
+    name: str
+    make_model: Callable[[], nn.Module]
+    make_inputs: Callable[[int], Inputs]
+    eval: EvalSpec | None = None
+    train: TrainSpec | None = None
+    description: str = ""
+    source: str = ""
+    kind: str = "generic"
+    default_batch_size: int = 1
+    input_names: Sequence[str] = field(default_factory=tuple)
+    output_names: Sequence[str] = field(default_factory=tuple)
+
+    def build_model(self) -> nn.Module:
+        """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
+        try:
+            model = self.make_model()
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload '{self.name}': its model factory raised {type(exc).__name__}: {exc}\n"
+                f"{_user_frame(exc)}"
+            ) from exc
+        from torch import nn
+
+        if not isinstance(model, nn.Module):
+            raise WorkloadError(
+                f"workload '{self.name}': the model factory returned {type(model).__name__}, "
+                "not a torch.nn.Module"
+            )
+        return model
+
+    def example_inputs(self, batch_size: int) -> Inputs:
+        """The positional inputs for `batch_size`, always as a tuple."""
+        if batch_size < 1:
+            raise WorkloadError(f"workload '{self.name}': batch size must be >= 1, got {batch_size}")
+        try:
+            inputs = self.make_inputs(batch_size)
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload '{self.name}': its inputs factory raised {type(exc).__name__}: {exc}\n"
+                f"{_user_frame(exc)}"
+            ) from exc
+        return inputs if isinstance(inputs, tuple) else (inputs,)
+
+    def check(self, model: Predict, inputs: Inputs) -> Any:
+        """Run one call; a model that rejects its inputs raises WorkloadError naming each input's shape."""
+        import torch
+
+        try:
+            with torch.inference_mode():
+                return model(*inputs)
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload '{self.name}': the model rejected its example inputs "
+                f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}\n"
+                f"{_user_frame(exc)}"
+            ) from exc
+
+    @property
+    def has_metric(self) -> bool:
+        return self.eval is not None
+
+
+def describe_inputs(inputs: Inputs, names: Sequence[str] = ()) -> str:
+    """'input 0 (x): float32[8, 1, 8, 8]' for each input, for error messages and reports."""
+    parts = []
+    for i, value in enumerate(inputs):
+        label = f"input {i}" + (f" ({names[i]})" if i < len(names) else "")
+        shape = getattr(value, "shape", None)
+        dtype = str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
+        parts.append(f"{label}: {dtype}{list(shape)}" if shape is not None else f"{label}: {dtype}")
+    return ", ".join(parts) if parts else "no inputs"
+
+
+def _user_frame(exc: BaseException) -> str:
+    """The innermost traceback frame outside dlperf and torch: where the user's code went wrong."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        path = frame.filename.replace("\\", "/")
+        if "/dlperf/" in path and "/examples/" not in path:
+            continue
+        if "/site-packages/" in path or "/torch/" in path:
+            continue
+        return f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line or ""}'
+    if frames:
+        last = frames[-1]
+        return f'  File "{last.filename}", line {last.lineno}, in {last.name}\n    {last.line or ""}'
+    return ""

@@ -1,0 +1,217 @@
+"""Resolve what the user points at (`zoo:NAME`, `file.py`, `file.py:name`, an nn.Module) to a Workload."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dlperf.errors import WorkloadError
+from dlperf.workload.base import Workload, _user_frame
+
+
+def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Workload:
+    """Return the Workload for `spec`.
+
+    `spec` is a Workload, an `nn.Module` (then `example_inputs` is required and is reused for every
+    batch size), `'zoo:NAME'` (options such as `zoo:minilm?seq_len=64` or keyword `options`), a path
+    `'file.py'` holding one workload, or `'file.py:name'`.
+    """
+    if isinstance(spec, Workload):
+        return spec
+    if isinstance(spec, str):
+        if spec.startswith("zoo:"):
+            from dlperf.workload import zoo
+
+            name, query_options = _split_options(spec[len("zoo:") :])
+            return zoo.get(name, **{**query_options, **options})
+        return _load_from_file(spec, **options)
+    try:
+        from torch import nn
+    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
+        raise WorkloadError("torch is not installed") from exc
+    if isinstance(spec, nn.Module):
+        if example_inputs is None:
+            raise WorkloadError(
+                "an nn.Module was given without example inputs: pass them, e.g. dlperf.bench(model, (x,))"
+            )
+        return from_module(spec, example_inputs)
+    raise WorkloadError(
+        f"cannot make a workload from {type(spec).__name__}: give 'zoo:NAME', 'file.py[:name]', "
+        "a dlperf.Workload, or an nn.Module with example inputs"
+    )
+
+
+def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Workload:
+    """A Workload around an existing module; its inputs are the given example inputs at any batch size."""
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    batch = _batch_of(inputs)
+
+    def make_inputs(batch_size: int) -> tuple[Any, ...]:
+        if batch is None or batch_size == batch:
+            return inputs
+        return tuple(_resize_batch(t, batch_size) for t in inputs)
+
+    return Workload(
+        name=name or type(model).__name__,
+        make_model=lambda: model,
+        make_inputs=make_inputs,
+        source="python",
+        default_batch_size=batch or 1,
+    )
+
+
+def _batch_of(inputs: tuple[Any, ...]) -> int | None:
+    for t in inputs:
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return None
+
+
+def _resize_batch(t: Any, batch_size: int) -> Any:
+    shape = getattr(t, "shape", None)
+    if shape is None or len(shape) == 0:
+        return t
+    reps = -(-batch_size // shape[0])
+    return t.repeat(reps, *([1] * (len(shape) - 1)))[:batch_size].contiguous()
+
+
+def _split_options(text: str) -> tuple[str, dict[str, Any]]:
+    if "?" not in text:
+        return text, {}
+    name, query = text.split("?", 1)
+    options: dict[str, Any] = {}
+    for part in query.split("&"):
+        if not part:
+            continue
+        if "=" not in part:
+            raise WorkloadError(f"zoo option '{part}' in '{text}' has no value: write key=value")
+        key, value = part.split("=", 1)
+        options[key] = _parse_value(value)
+    return name, options
+
+
+def _parse_value(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _load_from_file(spec: str, **options: Any) -> Workload:
+    path_text, _, attr = spec.partition(":") if not _is_windows_drive(spec) else (spec, "", "")
+    path = Path(path_text)
+    if not path.exists():
+        hint = " (built-in workloads are named zoo:NAME; `dlperf zoo` lists them)" if "/" not in spec else ""
+        raise WorkloadError(f"workload file '{path}' does not exist{hint}")
+    if path.suffix != ".py":
+        raise WorkloadError(f"workload file '{path}' is not a Python file: point at a .py file")
+    module = _import_file(path)
+    if attr:
+        if not hasattr(module, attr):
+            found = ", ".join(_candidates(module)) or "none"
+            raise WorkloadError(
+                f"workload file '{path}' defines no '{attr}' (workloads found there: {found})"
+            )
+        return _to_workload(getattr(module, attr), path, attr, **options)
+    found = _candidates(module)
+    if len(found) == 1:
+        return _to_workload(getattr(module, found[0]), path, found[0], **options)
+    if len(found) > 1:
+        raise WorkloadError(
+            f"workload file '{path}' defines several workloads ({', '.join(found)}): "
+            f"pick one as {path}:NAME"
+        )
+    if hasattr(module, "model") and hasattr(module, "inputs"):
+        return _from_functions(module, path)
+    raise WorkloadError(
+        f"workload file '{path}' defines no workload: define `workload = dlperf.Workload(...)`, or "
+        f"functions `model()` and `inputs(batch_size)`, or pass {path}:NAME"
+    )
+
+
+def _is_windows_drive(spec: str) -> bool:
+    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
+
+
+def _import_file(path: Path) -> ModuleType:
+    mod_name = f"dlperf_user_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise WorkloadError(f"workload file '{path}' cannot be imported")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(mod_name, None)
+        raise WorkloadError(
+            f"workload file '{path}' raised {type(exc).__name__} while importing: {exc}\n{_user_frame(exc)}"
+        ) from exc
+    return module
+
+
+def _candidates(module: ModuleType) -> list[str]:
+    """Names in the module that are Workloads or functions annotated to return one."""
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, Workload):
+            names.append(name)
+        elif inspect.isfunction(value) and value.__module__ == module.__name__:
+            ret = inspect.signature(value).return_annotation
+            if ret is Workload or (isinstance(ret, str) and ret.split(".")[-1] == "Workload"):
+                names.append(name)
+    return names
+
+
+def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
+    if isinstance(value, Workload):
+        return value if value.source else _with_source(value, f"{path}:{attr}")
+    if callable(value):
+        try:
+            result = value(**options)
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
+            ) from exc
+        if isinstance(result, Workload):
+            return result if result.source else _with_source(result, f"{path}:{attr}")
+        raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
+    raise WorkloadError(f"'{path}:{attr}' is a {type(value).__name__}, not a dlperf.Workload or a function")
+
+
+def _with_source(workload: Workload, source: str) -> Workload:
+    import dataclasses
+
+    return dataclasses.replace(workload, source=source)
+
+
+def _from_functions(module: ModuleType, path: Path) -> Workload:
+    from dlperf.workload.base import EvalSpec
+
+    evaluate = getattr(module, "evaluate", None)
+    eval_spec = (
+        EvalSpec(
+            evaluate=evaluate,
+            metric_name=getattr(module, "METRIC", "metric"),
+            higher_is_better=getattr(module, "HIGHER_IS_BETTER", True),
+        )
+        if callable(evaluate)
+        else None
+    )
+    return Workload(
+        name=path.stem,
+        make_model=module.model,
+        make_inputs=module.inputs,
+        eval=eval_spec,
+        source=str(path),
+        kind=getattr(module, "KIND", "generic"),
+    )
