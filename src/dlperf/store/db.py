@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime as dt
 import json
@@ -187,7 +188,7 @@ class Store:
         return _to_record(rows[0])
 
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
-             parent_id: str | None = None, status: str | None = None) -> list[RunRecord]:
+             parent_id: str | None = None, status: str | None = None) -> builtins.list[RunRecord]:
         """Newest first."""
         query = sa.select(runs_table).order_by(runs_table.c.created_at.desc())
         if kind:
@@ -225,7 +226,7 @@ class Store:
             raise StoreError(f"no baseline named '{name}' (`dlperf baseline list` shows them)")
         return self.get(run_id)
 
-    def list_baselines(self) -> list[tuple[str, str, str]]:
+    def list_baselines(self) -> builtins.list[tuple[str, str, str]]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(baselines_table).order_by(baselines_table.c.name)).all()
         return [(r.name, r.run_id, r.created_at) for r in rows]

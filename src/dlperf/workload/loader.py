@@ -115,9 +115,9 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     module = _import_file(path)
     if attr:
         if not hasattr(module, attr):
-            found = ", ".join(_candidates(module)) or "none"
+            listed = ", ".join(_candidates(module)) or "none"
             raise WorkloadError(
-                f"workload file '{path}' defines no '{attr}' (workloads found there: {found})"
+                f"workload file '{path}' defines no '{attr}' (workloads found there: {listed})"
             )
         return _to_workload(getattr(module, attr), path, attr, **options)
     found = _candidates(module)

@@ -1,0 +1,1 @@
+"""Optimization passes: one module per pass; each = a frozen config + applicable() + apply()."""

@@ -1,0 +1,128 @@
+"""The pass interface: a frozen config dataclass per optimization, plus an implementation found by config type.
+
+A pipeline is a list of configs applied in order to a `ModelState`. Torch passes transform `state.model`;
+an engine pass (ONNX Runtime, OpenVINO, TensorRT) converts it and replaces `state.predict` with the
+engine's callable, after which torch passes are no longer applicable. Passes never measure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from dlperf.errors import PassError, PassNotApplicable
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from dlperf.workload.base import Inputs, Predict, Workload
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """Base of every pass config. Subclasses are frozen dataclasses that only validate their fields."""
+
+    name: ClassVar[str] = "pass"
+    version: ClassVar[int] = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
+
+    def label(self) -> str:
+        """Short human label, e.g. 'ort(int8-static)'."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, False, "", ())}
+        return self.name if not fields else f"{self.name}(" + ",".join(f"{k}={v}" for k, v in fields.items()) + ")"
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass may need to know beyond the model: target device, batch size, threads, data."""
+
+    device: str = "cpu"
+    batch_size: int = 1
+    threads: int | None = None
+    cpu_flags: tuple[str, ...] = ()
+    calibration_inputs: Callable[[], Iterable[Inputs]] | None = None
+    workdir: Path | None = None
+
+
+@dataclass
+class ModelState:
+    """A candidate model as passes build it up."""
+
+    workload: Workload
+    model: nn.Module | None
+    predict: Predict
+    engine: str = "torch"
+    precision: str = "fp32"
+    applied: list[PassConfig] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # Writes the artifact in its engine's native format into a folder; returns manifest fields.
+    exporter: Callable[[Path], dict[str, Any]] | None = None
+    # Extra one-off cost of building this candidate (conversion, compile), in seconds.
+    build_s: float = 0.0
+
+
+class PassImpl(Protocol):
+    def applicable(self, config: Any, state: ModelState, ctx: PassContext) -> str | None:
+        """None when the pass applies; otherwise the reason it does not (shown to the user)."""
+
+    def apply(self, config: Any, state: ModelState, ctx: PassContext) -> ModelState: ...
+
+
+_REGISTRY: dict[type[PassConfig], PassImpl] = {}
+
+
+def register(config_type: type[PassConfig]) -> Callable[[type], type]:
+    """Class decorator: `@register(MyConfig) class MyPass: ...` makes MyPass implement MyConfig."""
+
+    def deco(impl_cls: type) -> type:
+        _REGISTRY[config_type] = impl_cls()
+        return impl_cls
+
+    return deco
+
+
+def implementation(config: PassConfig) -> PassImpl:
+    impl = _REGISTRY.get(type(config))
+    if impl is None:
+        raise PassError(f"no implementation registered for pass config {type(config).__name__}")
+    return impl
+
+
+def registered() -> dict[type[PassConfig], PassImpl]:
+    return dict(_REGISTRY)
+
+
+def why_not(config: PassConfig, state: ModelState, ctx: PassContext) -> str | None:
+    return implementation(config).applicable(config, state, ctx)
+
+
+def apply_pass(config: PassConfig, state: ModelState, ctx: PassContext) -> ModelState:
+    """Apply one pass; PassNotApplicable with the reason when it does not apply, PassError on failure."""
+    impl = implementation(config)
+    reason = impl.applicable(config, state, ctx)
+    if reason is not None:
+        raise PassNotApplicable(f"{config.label()}: not applicable: {reason}")
+    try:
+        new_state = impl.apply(config, state, ctx)
+    except (PassError, PassNotApplicable):
+        raise
+    except Exception as exc:
+        raise PassError(f"{config.label()} failed: {type(exc).__name__}: {exc}") from exc
+    new_state.applied = [*state.applied, config]
+    return new_state
+
+
+def apply_pipeline(configs: Iterable[PassConfig], state: ModelState, ctx: PassContext) -> ModelState:
+    for config in configs:
+        state = apply_pass(config, state, ctx)
+    return state
+
+
+def initial_state(workload: Workload, device: str = "cpu") -> ModelState:
+    model = workload.build_model().eval().to(device)
+    return ModelState(workload=workload, model=model, predict=model)
