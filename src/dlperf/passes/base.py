@@ -1,5 +1,9 @@
 """The pass interface: a frozen config dataclass per optimization, plus an implementation found by config type.
 
+Each pass module may define `search_space(workload, ctx) -> list[PassConfig]`: the configs of that pass
+worth trying for this workload; `dlperf.optimize` discovers the modules of this package and builds
+pipelines from them, so a new pass is one new module here.
+
 A pipeline is a list of configs applied in order to a `ModelState`. Torch passes transform `state.model`;
 an engine pass (ONNX Runtime, OpenVINO, TensorRT) converts it and replaces `state.predict` with the
 engine's callable, after which torch passes are no longer applicable. Passes never measure.
@@ -27,6 +31,9 @@ class PassConfig:
 
     name: ClassVar[str] = "pass"
     version: ClassVar[int] = 1
+    # Pipelines are ordered by stage: "prepare" (eval mode, threads, layout) -> "transform" (quantize,
+    # prune, compile, precision) -> "engine" (convert to ONNX Runtime / OpenVINO / TensorRT; last).
+    stage: ClassVar[str] = "transform"
 
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
