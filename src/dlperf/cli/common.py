@@ -27,7 +27,8 @@ def console() -> Console:
 
 
 def error_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    # soft_wrap: an error message stays one line (greppable) instead of being wrapped at 80 columns.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_json(data: Any) -> None:

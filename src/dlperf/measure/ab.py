@@ -113,13 +113,24 @@ def ab_test(
     clock: Clock | None = None,
     items_per_call: int = 1,
     on_block: Callable[[int, int], None] | None = None,
+    *,
+    before_a: Callable[[], Any] | None = None,
+    before_b: Callable[[], Any] | None = None,
 ) -> ABResult:
-    """Run A and B interleaved in paired blocks (ABBA order) and return the ratio B/A with its verdict."""
+    """Run A and B interleaved in paired blocks (ABBA order) and return the ratio B/A with its verdict.
+
+    `before_a` / `before_b` run, untimed, before each block of A / B (and before their warm-up): the place
+    for process-wide settings such as `torch.set_num_threads` that differ between the two sides.
+    """
     config = config or ABConfig()
     clock = clock or CpuClock()
-    for _ in range(config.warmup_iters):
-        fn_a()
-        fn_b()
+    befores = (before_a, before_b)
+    for which, fn in ((0, fn_a), (1, fn_b)):
+        hook = befores[which]
+        if hook is not None:
+            hook()
+        for _ in range(config.warmup_iters):
+            fn()
     a_samples: list[int] = []
     b_samples: list[int] = []
     ratios: list[float] = []
@@ -127,6 +138,9 @@ def ab_test(
         order = ((0, fn_a), (1, fn_b)) if block % 2 == 0 else ((1, fn_b), (0, fn_a))
         per: list[list[int]] = [[], []]
         for which, fn in order:
+            hook = befores[which]
+            if hook is not None:
+                hook()
             for _ in range(config.iters_per_block):
                 token = clock.start()
                 fn()

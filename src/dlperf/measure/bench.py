@@ -37,6 +37,7 @@ class BenchConfig:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
         if self.batch_sizes is not None and any(b < 1 for b in self.batch_sizes):
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+        scenario(self.scenario)  # raises ConfigError for an unknown name, before anything runs
 
     @property
     def scenario_obj(self) -> Scenario:
@@ -145,8 +146,10 @@ def run_bench(
     workload: Workload,
     config: BenchConfig,
     on_progress: Callable[[int, int, float], None] | None = None,
+    on_point: Callable[[BenchPoint], None] | None = None,
 ) -> BenchResult:
-    """Measure the workload at each batch size. on_progress(batch_size, iterations, seconds)."""
+    """Measure the workload at each batch size. on_progress(batch_size, iterations, seconds);
+    on_point(point) after each batch size is done (so a caller can save partial results)."""
     import torch
 
     if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -179,6 +182,8 @@ def run_bench(
                 point.cuda_max_allocated_bytes = mem.max_allocated_bytes
                 point.cuda_max_reserved_bytes = mem.max_reserved_bytes
             points.append(point)
+            if on_point is not None:
+                on_point(point)
     return BenchResult(workload.name, config, points, model_bytes)
 
 

@@ -177,6 +177,7 @@ class Measurement:
             "p999_s": self.p999_s,
             "iqr_s": self.iqr_s,
             "cv": self.cv,
+            "noise_ratio": self.noise_ratio,
             "median_ci_s": [lo, hi],
             "throughput": self.throughput,
             "noise_warning": self.noise_warning,

@@ -34,13 +34,18 @@ class PassConfig:
     # Pipelines are ordered by stage: "prepare" (eval mode, threads, layout) -> "transform" (quantize,
     # prune, compile, precision) -> "engine" (convert to ONNX Runtime / OpenVINO / TensorRT; last).
     stage: ClassVar[str] = "transform"
+    # Order inside a stage (lower first): weight-changing passes (distill, prune, QAT) before quantize and
+    # precision, which come before compile. Ties keep discovery order.
+    order: ClassVar[int] = 50
 
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
 
     def label(self) -> str:
         """Short human label, e.g. 'ort(int8-static)'."""
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, False, "", ())}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if v not in (None, False, "", ()) and v != defaults.get(k)}
         return self.name if not fields else f"{self.name}(" + ",".join(f"{k}={v}" for k, v in fields.items()) + ")"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import WorkloadError
@@ -124,16 +125,35 @@ def describe_inputs(inputs: Inputs, names: Sequence[str] = ()) -> str:
 
 
 def _user_frame(exc: BaseException) -> str:
-    """The innermost traceback frame outside dlperf and torch: where the user's code went wrong."""
+    """The innermost traceback frame outside dlperf, torch and installed packages: where the user's code went wrong.
+
+    dlperf's own frames are recognised by the package folder (not by a '/dlperf/' path part), so a user's
+    project that lives in a folder named dlperf still gets its frames shown.
+    """
+    if isinstance(exc, SyntaxError) and exc.filename:  # the traceback holds only importlib's frames
+        return f'  File "{exc.filename}", line {exc.lineno}\n    {(exc.text or "").strip()}'
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
-        path = frame.filename.replace("\\", "/")
-        if "/dlperf/" in path and "/examples/" not in path:
-            continue
-        if "/site-packages/" in path or "/torch/" in path:
+        if _is_library_frame(frame.filename):
             continue
         return f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line or ""}'
     if frames:
         last = frames[-1]
         return f'  File "{last.filename}", line {last.lineno}, in {last.name}\n    {last.line or ""}'
     return ""
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent).replace("\\", "/") + "/"
+
+
+def _is_library_frame(filename: str) -> bool:
+    path = filename.replace("\\", "/")
+    if path.startswith("<"):  # <frozen importlib._bootstrap> and the like
+        return True
+    try:
+        resolved = str(Path(filename).resolve()).replace("\\", "/")
+    except OSError:
+        resolved = path
+    if resolved.startswith(_PACKAGE_DIR):
+        return True
+    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path

@@ -1,0 +1,194 @@
+"""The machine's ceilings (GEMM FLOP/s per dtype, memory bandwidth), cached per machine in the user cache dir.
+
+`get_ceilings()` returns the cached ceilings for this machine and device, measuring them first if the cache
+has none. The cache key is what changes the ceilings: CPU model, core count, torch's thread count, torch's
+version and the GPU. A quick measurement (small sizes, for tests) is cached apart from a full one; a quick
+request is served from the full cache when there is one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import CalibrationError
+
+CACHE_ENV_VAR = "DLPERF_CACHE_DIR"
+CACHE_FORMAT_VERSION = 1
+DTYPES = ("fp32", "bf16", "fp16", "int8")
+
+ProgressFn = Callable[[str], None]
+"""on_progress(what is being measured now), e.g. 'gemm fp32 2048x2048'."""
+
+
+@dataclass
+class Ceilings:
+    """What this machine can do at best on `device`: GEMM FLOP/s per measured dtype and memory bandwidth.
+
+    `gemm_flops` maps 'fp32' | 'bf16' | 'fp16' | 'int8' to FLOP/s (integer ops/s for int8) and holds only
+    the dtypes that were measured (those the hardware runs natively). `memory_bandwidth_bytes_s` counts
+    bytes read plus bytes written per second by a large tensor copy.
+    """
+
+    device: str
+    machine_key: str
+    gemm_flops: dict[str, float]
+    memory_bandwidth_bytes_s: float
+    measured_at: str
+    threads: int
+    quick: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+    """How each number was measured: sizes, median seconds, sample count, noise warning."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["format_version"] = CACHE_FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ceilings:
+        try:
+            return cls(
+                device=str(data["device"]),
+                machine_key=str(data["machine_key"]),
+                gemm_flops={str(k): float(v) for k, v in dict(data["gemm_flops"]).items()},
+                memory_bandwidth_bytes_s=float(data["memory_bandwidth_bytes_s"]),
+                measured_at=str(data["measured_at"]),
+                threads=int(data["threads"]),
+                quick=bool(data.get("quick", False)),
+                details=dict(data.get("details", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"malformed ceilings data ({type(exc).__name__}: {exc})") from exc
+
+    def peak_flops(self, dtype: str = "fp32") -> float | None:
+        """FLOP/s for `dtype`, or None when that dtype was not measured on this machine."""
+        return self.gemm_flops.get(dtype)
+
+
+def cache_dir() -> Path:
+    """$DLPERF_CACHE_DIR, else platformdirs' user cache dir for dlperf."""
+    override = os.environ.get(CACHE_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("dlperf"))
+
+
+def normalize_device(device: str) -> str:
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda":
+        return "cuda:0"
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return device
+    raise CalibrationError(f"unknown device '{device}' for calibration: use cpu, cuda or cuda:N")
+
+
+def machine_key(device: str = "cpu") -> str:
+    """What the ceilings depend on: device, CPU model, cores, torch threads, torch version, GPU name."""
+    import torch
+
+    from dlperf.measure.env import cpu_model
+
+    device = normalize_device(device)
+    gpu = "-"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise CalibrationError(
+                f"calibration on '{device}' asked for, but no CUDA device is available "
+                "(torch.cuda.is_available() is False): use --device cpu"
+            )
+        gpu = torch.cuda.get_device_name(torch.device(device))
+    return (
+        f"{device}|cpu={cpu_model()}|cores={os.cpu_count() or 1}|threads={torch.get_num_threads()}"
+        f"|torch={torch.__version__}|gpu={gpu}"
+    )
+
+
+def cache_path(key: str, quick: bool) -> Path:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_dir() / "ceilings" / f"{digest}{'-quick' if quick else ''}.json"
+
+
+def read_cache(key: str, quick: bool) -> Ceilings | None:
+    """The cached ceilings for `key`, or None when absent, unreadable or for another key/format."""
+    path = cache_path(key, quick)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format_version") != CACHE_FORMAT_VERSION:
+        return None
+    try:
+        ceilings = Ceilings.from_dict(data)
+    except CalibrationError:
+        return None
+    return ceilings if ceilings.machine_key == key else None
+
+
+def write_cache(ceilings: Ceilings) -> Path:
+    path = cache_path(ceilings.machine_key, ceilings.quick)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(ceilings.to_dict(), indent=2))
+        tmp.replace(path)
+    except OSError as exc:
+        raise CalibrationError(
+            f"cannot write the ceilings cache '{path}': {exc}; set {CACHE_ENV_VAR} to a writable folder"
+        ) from exc
+    return path
+
+
+def get_ceilings(
+    device: str = "cpu",
+    *,
+    measure_if_missing: bool = True,
+    force: bool = False,
+    quick: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> Ceilings:
+    """This machine's ceilings on `device`, from the cache or measured now (and then cached).
+
+    force=True measures even when cached. quick=True measures small sizes (a second or two, for tests)
+    and may return a full cached measurement instead. With measure_if_missing=False a cache miss raises
+    CalibrationError instead of measuring.
+    """
+    ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
+                                    on_progress=on_progress)
+    return ceilings
+
+
+def lookup_or_measure(
+    device: str = "cpu",
+    *,
+    measure_if_missing: bool = True,
+    force: bool = False,
+    quick: bool = False,
+    on_progress: ProgressFn | None = None,
+) -> tuple[Ceilings, bool]:
+    """Like get_ceilings, and also whether the answer came from the cache."""
+    device = normalize_device(device)
+    key = machine_key(device)
+    if not force:
+        cached = read_cache(key, quick=False) or (read_cache(key, quick=True) if quick else None)
+        if cached is not None:
+            return cached, True
+        if not measure_if_missing:
+            raise CalibrationError(
+                f"no ceilings cached for this machine ({key}) in {cache_dir()}: run `dlperf calibrate"
+                f"{'' if device == 'cpu' else ' --device cuda'}` first"
+            )
+    from dlperf.calibrate.kernels import measure_ceilings
+
+    ceilings = measure_ceilings(device, key, quick=quick, on_progress=on_progress)
+    write_cache(ceilings)
+    return ceilings, False

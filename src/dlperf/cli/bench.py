@@ -1,0 +1,113 @@
+"""`dlperf bench WORKLOAD`: latency percentiles, throughput and memory per batch size, recorded in the store."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from dlperf.cli.common import (
+    add_json_argument,
+    add_store_argument,
+    console,
+    duration_s,
+    error_console,
+    int_list,
+    open_store,
+    print_json,
+)
+from dlperf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dlperf.measure.bench import BenchConfig
+
+T = TypeVar("T")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name")
+    parser.add_argument("--batch-sizes", default=None, metavar="LIST",
+                        help="comma-separated batch sizes for the offline scenario (default 1,8,32)")
+    parser.add_argument("--scenario", default="offline", metavar="NAME",
+                        help="single-stream (p90, batch 1), multi-stream (p99, batch 8) or offline "
+                             "(throughput over batch sizes; default)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--threads", default=None, metavar="N", help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--precision", default="fp32", metavar="P",
+                        help="fp32 (default), bf16 or fp16 (autocast)")
+    parser.add_argument("--min-duration", default="1s", metavar="S",
+                        help="measure each batch size at least this long, e.g. 1s or 500ms (default 1s)")
+    parser.add_argument("--min-iters", default="10", metavar="N", help="and at least this many calls (default 10)")
+    parser.add_argument("--warmup", default="5", metavar="N", help="warm-up calls before measuring (default 5)")
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def _int(option: str, text: str | None, minimum: int) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{option} expects an integer, got '{text}'") from None
+    if value < minimum:
+        raise ConfigError(f"{option} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parsed(option: str, parse: Callable[[str], T], text: str) -> T:
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+
+
+def build_config(args: argparse.Namespace) -> BenchConfig:
+    """The BenchConfig for the parsed arguments; bad values raise ConfigError (one line, exit code 2)."""
+    from dlperf.measure.bench import BenchConfig
+    from dlperf.measure.timer import TimerConfig
+
+    batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes else None
+    min_duration = _parsed("--min-duration", duration_s, args.min_duration)
+    min_iters = _int("--min-iters", args.min_iters, 1) or 1
+    timer = TimerConfig(warmup_iters=_int("--warmup", args.warmup, 0) or 0, min_duration_s=min_duration,
+                        min_iters=min_iters, max_duration_s=max(120.0, min_duration))
+    return BenchConfig(batch_sizes=batch_sizes, scenario=args.scenario, device=args.device,
+                       threads=_int("--threads", args.threads, 1), precision=args.precision, timer=timer)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.api import bench_config_dict
+    from dlperf.cli.progress import bench_progress
+    from dlperf.measure.bench import BenchPoint, run_bench
+    from dlperf.measure.env import capture_environment
+    from dlperf.report.terminal import bench_report
+    from dlperf.workload.loader import load_workload
+
+    config = build_config(args)
+    if config.batch_sizes and config.scenario != "offline":
+        error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
+    workload = load_workload(args.workload)
+    store = open_store(args)
+    environment = capture_environment().to_dict()
+    if config.threads is not None:
+        environment["torch_threads"] = config.threads
+    config_dict = bench_config_dict(config)
+    with store.recording("bench", args.workload, config_dict, environment) as recording:
+        partial: list[dict[str, object]] = []
+
+        def on_point(point: BenchPoint) -> None:
+            partial.append(point.to_dict())
+            recording.result = {"workload": workload.name, "points": partial, "partial": True}
+            recording.save()
+
+        batch_sizes = config.scenario_obj.batch_sizes(config.batch_sizes)
+        with bench_progress(batch_sizes, config.timer.min_duration_s, config.timer.min_iters) as on_progress:
+            result = run_bench(workload, config, on_progress=on_progress, on_point=on_point)
+        recording.result = result.to_dict()
+    if args.json:
+        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config_dict,
+                    "environment": environment, "result": recording.result})
+        return 0
+    console().print(bench_report(recording.result, environment, recording.id, store.url, config_dict))
+    return 0

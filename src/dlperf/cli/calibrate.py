@@ -1,0 +1,39 @@
+"""`dlperf calibrate`: measure (or show the cached) ceilings of this machine: GEMM FLOP/s per dtype, bandwidth."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--force", action="store_true", help="measure again even if cached")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, a second or two; a rough figure, for tests and smoke checks")
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.calibrate import cache_path, lookup_or_measure
+    from dlperf.cli.progress import step_progress
+    from dlperf.measure.env import capture_environment
+    from dlperf.report.terminal import ceilings_table
+
+    store = open_store(args)
+    config = {"device": args.device, "force": args.force, "quick": args.quick, "version": 1}
+    with store.recording("calibrate", args.device, config, capture_environment().to_dict()) as run_handle:
+        with step_progress(5, "calibrate") as on_step:
+            ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick,
+                                                 on_progress=on_step)
+        run_handle.result = {**ceilings.to_dict(), "cached": cached,
+                             "cache_file": str(cache_path(ceilings.machine_key, ceilings.quick))}
+    if args.json:
+        print_json({"run_id": run_handle.id, **run_handle.result})
+        return 0
+    out = console()
+    out.print(ceilings_table(ceilings.to_dict(), cached=cached))
+    out.print(f"run {run_handle.id} saved to {store.url}", markup=False, soft_wrap=True)
+    return 0

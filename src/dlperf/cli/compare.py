@@ -1,0 +1,74 @@
+"""`dlperf compare RUN_A RUN_B`: KPI deltas and significance; `dlperf compare --live URL`: server variants."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="*", metavar="RUN", help="two run ids (or unique prefixes): A then B")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
+    parser.add_argument("--live", metavar="URL", default=None,
+                        help="compare the variants of a running `dlperf serve --variant ...` "
+                             "(its base URL or its /metrics URL)")
+    parser.add_argument("--model", default=None, help="with --live: only this model's metrics")
+    parser.add_argument("--window", type=duration_s, default=None,
+                        help="with --live: compare only the requests of this window (scrapes twice), e.g. 60s; "
+                             "default: everything since the server started")
+    add_store_argument(parser)
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import console, print_json
+    from dlperf.errors import ConfigError
+
+    if args.live:
+        if args.runs:
+            raise ConfigError("give either two runs or --live URL, not both")
+        return _live(args)
+    if len(args.runs) != 2:
+        raise ConfigError(f"compare needs two runs (A then B), got {len(args.runs)}: `dlperf runs list` shows ids")
+    if not 0 < args.alpha < 0.5:
+        raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
+    from dlperf.cli.common import open_store
+    from dlperf.compare.runs import TEST_NOTE, compare_records
+
+    store = open_store(args)
+    result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    from dlperf.report.compare_text import comparison_tables
+
+    out = console()
+    for table in comparison_tables(result):
+        out.print(table)
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}")
+    if result.environment_differences:
+        out.print("[bold yellow]warning: the environments differ, so timings are not directly comparable:[/]")
+        for diff in result.environment_differences:
+            out.print(f"  {diff}")
+    if result.points:
+        out.print(f"[dim]{TEST_NOTE}[/]")
+    return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import console, print_json
+    from dlperf.compare.live import compare_live_url
+
+    result = compare_live_url(args.live, model=args.model, alpha=args.alpha, window_s=args.window)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    from dlperf.report.compare_text import live_table
+
+    out = console()
+    out.print(live_table(result))
+    for line in result.findings():
+        out.print(line)
+    return 0

@@ -1,0 +1,112 @@
+"""`dlperf load`: generate load against a KServe v2 / OIP server, measure it, record it in the store."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, int_list
+from dlperf.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", metavar="URL", help="the server, e.g. 127.0.0.1:8000 or http://127.0.0.1:8000")
+    parser.add_argument("--model", required=True, help="the served model's name")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=int_list, default=None, metavar="N[,N...]",
+                      help="closed loop: keep N requests outstanding, one level per value (default 1)")
+    mode.add_argument("--rate", type=float, default=None, metavar="R",
+                      help="open loop: send R requests per second")
+    parser.add_argument("--arrivals", choices=["constant", "poisson"], default="constant",
+                        help="request-rate schedule (default constant)")
+    parser.add_argument("--duration", type=duration_s, default=30.0,
+                        help="the most one level runs, e.g. 30s (default 30s)")
+    parser.add_argument("--requests", type=int, default=None, help="the most requests one level sends")
+    parser.add_argument("--window-s", type=float, default=2.0,
+                        help="measurement window; a level ends when 3 windows agree within 10%% (default 2)")
+    parser.add_argument("--warmup-s", type=float, default=1.0, help="unmeasured warm-up per level (default 1)")
+    parser.add_argument("--find-peak", action="store_true",
+                        help="search the highest request rate whose p99 stays within --p99-ms")
+    parser.add_argument("--p99-ms", type=float, default=None, help="the latency SLO for --find-peak")
+    parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
+                        help="full shape of an input with variable dimensions")
+    parser.add_argument("--workload", default=None, metavar="SPEC",
+                        help="send this workload's example inputs instead of random tensors")
+    parser.add_argument("--token", default=None, help="bearer token of a protected server")
+    parser.add_argument("--seed", type=int, default=0)
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
+    out: dict[str, Sequence[int]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            out[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise ConfigError(f"--shape '{item}' is not NAME=D1,D2,...: write e.g. --shape input_ids=1,128")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import console, error_console, open_store, print_json
+    from dlperf.load.generator import LoadConfig, find_peak, oip_target, run_load
+    from dlperf.load.render import levels_table, peak_lines
+    from dlperf.measure.env import capture_environment
+
+    if args.find_peak and args.p99_ms is None:
+        raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    config = LoadConfig(
+        concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
+        duration_s=args.duration, requests=args.requests, window_s=args.window_s, warmup_s=args.warmup_s,
+        seed=args.seed,
+    )
+    inputs = None
+    if args.workload:
+        from dlperf.workload.loader import load_workload
+
+        inputs = load_workload(args.workload).example_inputs(args.batch_size)
+    target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
+                        shapes=_shapes(args.shape), seed=args.seed)
+    out = console()
+    err = error_console()
+    store = open_store(args)
+    settings: dict[str, Any] = {**config.to_dict(), "url": args.url, "model": args.model,
+                                "batch_size": target.items_per_request, "workload": args.workload,
+                                "find_peak": args.find_peak, "p99_ms": args.p99_ms}
+    with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
+        if args.find_peak:
+            peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate,
+                             on_step=lambda s, ok: err.print(
+                                 f"  {s.level:.1f} req/s: p99 {s.percentile_s(99) * 1e3:.2f} ms "
+                                 f"{'pass' if ok else 'fail'}", markup=False))
+            run_.result = {"peak": peak.to_dict(), "levels": [s.to_dict() for s in peak.steps]}
+            if args.json:
+                print_json({"run_id": run_.id, **peak.to_dict()})
+            else:
+                out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search"))
+                for line in peak_lines(peak):
+                    out.print(line, markup=False)
+            results = peak.steps
+        else:
+            results = run_load(target, config, on_level=lambda r: err.print(
+                f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
+                markup=False))
+            run_.result = {"levels": [r.to_dict() for r in results]}
+            if args.json:
+                print_json({"run_id": run_.id, "levels": [r.summary() for r in results]})
+            else:
+                out.print(levels_table(results, f"{args.model} at {args.url}"))
+        for r in results:
+            for warning in r.warnings:
+                err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")
+        if not args.json:
+            out.print(f"recorded as run {run_.id}", markup=False)
+    return 0

@@ -1,0 +1,107 @@
+"""`dlperf optimize WORKLOAD`: search for the best pipeline of passes within an accuracy budget."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dlperf.cli.common import (
+    add_json_argument,
+    add_store_argument,
+    duration_s,
+    error_console,
+    percent_or_float,
+    print_json,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="zoo:NAME, file.py or file.py:NAME")
+    parser.add_argument("--objective", default="latency", choices=("latency", "throughput", "size", "memory"),
+                        help="what the winner is best at (default latency)")
+    parser.add_argument("--batch-size", type=int, default=None, help="batch size measured (default: the workload's)")
+    drop = parser.add_mutually_exclusive_group()
+    drop.add_argument("--max-metric-drop", type=percent_or_float, default=None,
+                      help="largest allowed relative drop of the metric, e.g. 1%% (default 1%%)")
+    drop.add_argument("--max-metric-drop-abs", type=float, default=None,
+                      help="largest allowed drop of the metric in its own units, e.g. 0.005")
+    parser.add_argument("--latency-budget-ms", type=float, default=None, help="p99 latency every candidate must meet")
+    parser.add_argument("--time-budget", type=duration_s, default=600.0,
+                        help="wall time for the whole search, e.g. 90s, 10m (default 10m)")
+    parser.add_argument("--candidate-timeout", type=duration_s, default=300.0,
+                        help="a candidate running longer is killed and recorded as hung (default 5m)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads in every candidate")
+    parser.add_argument("--passes", default=None,
+                        help="only these passes, comma-separated (e.g. hygiene,compile,onnxruntime)")
+    parser.add_argument("--max-depth", type=int, default=3, help="most passes in one pipeline (default 3)")
+    parser.add_argument("--min-duration", type=duration_s, default=1.0,
+                        help="minimum measured time per candidate (default 1s)")
+    parser.add_argument("--export", default=None, metavar="DIR", help="write the winning artifact here")
+    parser.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted search")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="do not continue the last interrupted search of this workload automatically")
+    parser.add_argument("--workdir", default=None, help="where candidate artifacts go (default next to the store)")
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import open_store, require_positive
+    from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
+    from dlperf.optimize.search import OptimizeConfig, optimize
+    from dlperf.report.optimize_view import print_result
+
+    require_positive("--latency-budget-ms", args.latency_budget_ms)
+    constraints = Constraints(
+        max_metric_drop=None if args.max_metric_drop_abs is not None else (
+            args.max_metric_drop if args.max_metric_drop is not None else DEFAULT_MAX_DROP),
+        max_metric_drop_abs=args.max_metric_drop_abs,
+        latency_budget_s=args.latency_budget_ms / 1e3 if args.latency_budget_ms else None,
+    )
+    config = OptimizeConfig(
+        objective=args.objective, batch_size=args.batch_size, device=args.device, threads=args.threads,
+        constraints=constraints, time_budget_s=args.time_budget, candidate_timeout_s=args.candidate_timeout,
+        passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes else None,
+        max_depth=args.max_depth, min_duration_s=args.min_duration, workdir=args.workdir,
+    )
+    store = open_store(args)
+    progress = _Progress()
+    result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
+                      auto_resume=not args.no_resume, on_event=progress)
+    data = result.to_dict()
+    if args.json:
+        print_json(data)
+    else:
+        from dlperf.cli.common import console
+
+        print_result(data, console())
+    return 0
+
+
+class _Progress:
+    """One line per candidate on stderr, so stdout stays clean for --json."""
+
+    def __init__(self) -> None:
+        self.console = error_console()
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            self.console.print(f"optimizing {data['workload']} at batch {data['batch_size']}: "
+                               f"{len(data['space'])} pass configs to combine"
+                               + (f", resuming run {data['resumed_from']}" if data.get("resumed_from") else ""))
+        elif kind == "candidate_start":
+            self.console.print(f"  measuring {data['label']} ...", style="dim")
+        elif kind == "candidate_done":
+            row = data["row"]
+            if row.get("status") == "ok":
+                gain = f" {row['gain']:.2f}x" if row.get("gain") is not None else ""
+                mark = "" if row.get("feasible") else " (fails constraints)"
+                reused = " (from the interrupted run)" if row.get("reused") else ""
+                self.console.print(f"  {row['label']}: p50 {row['p50_s'] * 1e3:.3f} ms{gain}{mark}{reused}")
+            else:
+                self.console.print(f"  {row['label']}: {row['status']}: {row.get('error')}", style="yellow")
+        elif kind == "skip":
+            self.console.print(f"  skipped {data['label']}: {data['reason']}", style="dim")
+        elif kind == "confirm":
+            self.console.print(f"confirming {data['label']} against the baseline (interleaved A/B) ...")

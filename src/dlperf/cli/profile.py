@@ -1,0 +1,81 @@
+"""`dlperf profile WORKLOAD`: capture a step under torch.profiler, diagnose the bottleneck, optionally verify
+the fixes with an interleaved A/B, and record the run in the store."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
+from dlperf.errors import ConfigError
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name")
+    parser.add_argument("--train", action="store_true",
+                        help="profile a training step (data loading, forward, backward, optimizer) "
+                             "instead of inference")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="batch size (default: the workload's; its training batch with --train)")
+    parser.add_argument("--steps", type=int, default=3, metavar="N", help="steps to profile (default 3)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--trace", default=None, metavar="FILE",
+                        help="write the raw Chrome/Perfetto trace (JSON) to FILE")
+    parser.add_argument("--memory-budget", default=None, metavar="SIZE",
+                        help="host memory the process may use, e.g. 4GiB (default: RSS at start + available RAM)")
+    parser.add_argument("--verify", action="store_true",
+                        help="apply the top fixes dlperf can apply and measure each in an interleaved A/B")
+    parser.add_argument("--max-fixes", type=int, default=2, metavar="N", help="fixes to verify (default 2)")
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def parse_size(text: str) -> int:
+    """'4GiB', '512MB', '1e9' -> bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise ConfigError(f"--memory-budget: expected a size like 4GiB, 512MiB or 2GB, got '{text}'")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.progress import step_progress
+    from dlperf.measure.env import capture_environment
+    from dlperf.profile.capture import CaptureConfig, StepOptions
+    from dlperf.profile.session import ProfileConfig, profile_workload
+    from dlperf.report.profile_view import profile_report
+    from dlperf.workload.loader import load_workload
+
+    if args.max_fixes < 1:
+        raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
+    capture_config = CaptureConfig(
+        mode="train" if args.train else "inference", device=args.device, steps=args.steps,
+        options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,
+        memory_budget_bytes=parse_size(args.memory_budget) if args.memory_budget else None,
+    )
+    config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
+    workload = load_workload(args.workload)
+    store = open_store(args)
+    environment = capture_environment().to_dict()
+    config_dict = {
+        "mode": capture_config.mode, "device": args.device, "batch_size": args.batch_size, "steps": args.steps,
+        "threads": args.threads, "trace": args.trace, "memory_budget_bytes": capture_config.memory_budget_bytes,
+        "verify": args.verify, "max_fixes": args.max_fixes,
+    }
+    stages = 6 + (args.max_fixes if args.verify else 0)
+    with store.recording("profile", workload.source or args.workload, config_dict, environment) as recording, \
+            step_progress(stages, "profile") as on_step:
+        report = profile_workload(workload, config, on_progress=on_step)
+        recording.result = report.to_dict()
+    if args.json:
+        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config_dict,
+                    "environment": environment, "result": recording.result})
+        return 0
+    console().print(profile_report(recording.result, recording.id, store.url))
+    return 0

@@ -1,0 +1,51 @@
+"""Progress bars for long commands: rich, on stderr, gone when done (never mixed into --json stdout)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from dlperf.cli.common import error_console
+
+
+@contextlib.contextmanager
+def bench_progress(batch_sizes: tuple[int, ...], min_duration_s: float, min_iters: int
+                   ) -> Iterator[Callable[[int, int, float], None]]:
+    """Yield `on_progress(batch_size, iterations, seconds)` for run_bench; one bar over all batch sizes.
+
+    Each batch size counts as one unit; within it, progress is the lesser of the two stop conditions met.
+    """
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.fields[iters]} iters"), TimeElapsedColumn(),
+                        console=error_console(), transient=True)
+    index = {b: i for i, b in enumerate(batch_sizes)}
+    with progress:
+        task = progress.add_task("bench", total=len(batch_sizes), iters=0)
+
+        def on_progress(batch_size: int, iterations: int, seconds: float) -> None:
+            by_time = seconds / min_duration_s if min_duration_s > 0 else 1.0
+            fraction = min(1.0, by_time, iterations / max(min_iters, 1))
+            progress.update(task, completed=index.get(batch_size, 0) + fraction,
+                            description=f"batch {batch_size}", iters=iterations)
+
+        yield on_progress
+
+
+@contextlib.contextmanager
+def step_progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
+    """Yield `on_step(label)`; each call finishes the previous step and shows the new label."""
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=error_console(), transient=True)
+    with progress:
+        task = progress.add_task(description, total=total)
+        started = [False]
+
+        def on_step(label: str) -> None:
+            if started[0]:
+                progress.advance(task)
+            started[0] = True
+            progress.update(task, description=f"{description}: {label}")
+
+        yield on_step

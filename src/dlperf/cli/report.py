@@ -1,0 +1,36 @@
+"""`dlperf report RUN... -o report.html [--history WORKLOAD]`: one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlperf.cli.common import add_store_argument
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="*", metavar="RUN", help="run ids or unique prefixes (`dlperf runs list`)")
+    parser.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    parser.add_argument("--history", metavar="WORKLOAD", default=None,
+                        help="add the trend of a workload's bench and check runs (as recorded, e.g. zoo:mlp)")
+    parser.add_argument("--metric", default="p50", choices=("p50", "p90", "p99", "mean", "throughput"),
+                        help="metric of the history trend (default p50)")
+    parser.add_argument("--title", default=None, help="title of the report")
+    add_store_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dlperf.cli.common import console, open_store
+    from dlperf.errors import ConfigError
+    from dlperf.report.build import build_report
+
+    text = build_report(open_store(args), args.runs, history_workload=args.history, history_metric=args.metric,
+                        title=args.title)
+    path = Path(args.output)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to '{path}': {exc}") from exc
+    console().print(f"wrote {path} ({len(text) / 1024:.0f} KiB); open it in a browser")
+    return 0

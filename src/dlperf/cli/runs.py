@@ -1,0 +1,115 @@
+"""`dlperf runs list|show|export|history`: browse the run store, export a run, chart a KPI over runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
+from dlperf.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="runs_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("list", help="the newest runs first", description="the newest runs first")
+    p.add_argument("--kind", default=None, help="only runs of this kind (bench, calibrate, optimize, ...)")
+    p.add_argument("--workload", default=None, help="only runs of this workload, as it was given")
+    p.add_argument("--limit", default="20", metavar="N", help="at most N runs (default 20)")
+    add_json_argument(p)
+    add_store_argument(p)
+
+    p = sub.add_parser("show", help="one run: config, result, environment", description="one run in full")
+    p.add_argument("id", help="run id or a unique prefix of it")
+    add_json_argument(p)
+    add_store_argument(p)
+
+    p = sub.add_parser("export", help="write one run as JSON", description="write one run as JSON")
+    p.add_argument("id", help="run id or a unique prefix of it")
+    p.add_argument("--json", action="store_true", default=True, help="JSON (the only format; the default)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write to FILE instead of stdout")
+    add_store_argument(p)
+
+    p = sub.add_parser("history", help="a KPI of one workload over its runs, as a sparkline",
+                       description="a KPI of one workload over its stored runs, oldest first")
+    p.add_argument("workload", help="the workload as it was given to the command, e.g. zoo:mlp")
+    p.add_argument("--metric", default="p50", help="p50 (default), p90, p99, mean or throughput")
+    p.add_argument("--kind", default="bench", help="runs of this kind (default bench)")
+    p.add_argument("--batch-size", default=None, metavar="N",
+                   help="the batch size to follow (default: the newest run's first batch size)")
+    p.add_argument("--limit", default="50", metavar="N", help="the newest N runs (default 50)")
+    add_json_argument(p)
+    add_store_argument(p)
+
+
+def _positive_int(option: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{option} expects a positive integer, got '{text}'") from None
+    if value < 1:
+        raise ConfigError(f"{option} expects a positive integer, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    command = getattr(args, "runs_command", None)
+    if command is None:
+        raise ConfigError("`dlperf runs` needs a subcommand: list, show ID, export ID or history WORKLOAD")
+    return {"list": _list, "show": _show, "export": _export, "history": _history}[command](args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from dlperf.report.terminal import runs_table
+
+    store = open_store(args)
+    records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
+    if args.json:
+        print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
+                    | {"headline": r.result.get("headline")} for r in records])
+        return 0
+    console().print(runs_table(records, store.url))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from dlperf.report.terminal import record_view
+
+    record = open_store(args).get(args.id)
+    if args.json:
+        print_json(record.to_dict())
+        return 0
+    console().print(record_view(record))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    record = open_store(args).get(args.id)
+    text = json.dumps(record.to_dict(), indent=2, default=str) + "\n"
+    if args.output is None:
+        print(text, end="")
+        return 0
+    path = Path(args.output)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise ConfigError(f"cannot write '{path}': {exc}") from exc
+    console().print(f"run {record.id} written to {path}", markup=False, soft_wrap=True)
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    from dlperf.report.terminal import history_view
+    from dlperf.store.query import kpi_history, metric_spec
+
+    metric_spec(args.metric)
+    store = open_store(args)
+    records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
+    history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload)
+    if args.json:
+        print_json(history.to_dict())
+        return 0
+    console().print(history_view(history))
+    return 0

@@ -1,0 +1,98 @@
+"""`dlperf serve`: serve a workload or an optimized artifact over KServe v2 / Open Inference Protocol."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dlperf.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", nargs="?", metavar="WORKLOAD_OR_ARTIFACT",
+                        help="zoo:NAME, file.py[:name], or a directory from `dlperf optimize --export`")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                        help="A/B: serve this artifact as variant NAME (give two or more; replaces the target)")
+    parser.add_argument("--split", default=None, metavar="W1:W2",
+                        help="traffic weights of the variants, e.g. 90:10 (default equal); sticky per "
+                             "routing_key parameter or X-Routing-Key header")
+    parser.add_argument("--model-name", default=None, help="the name clients use (default: the workload's)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--max-batch-size", type=int, default=32,
+                        help="largest batch of items the dynamic batcher forms (0 disables batching)")
+    parser.add_argument("--max-queue-delay-ms", type=float, default=5.0,
+                        help="longest wait for a fuller batch after the oldest request arrived (default 5)")
+    parser.add_argument("--fixed-wait", action="store_true",
+                        help="always wait the full queue delay for a partial batch (Triton's behaviour) "
+                             "instead of ending the wait when traffic shows it cannot fill the batch")
+    parser.add_argument("--instances", type=int, default=1, help="model instances (threads) running batches")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default torch's)")
+    parser.add_argument("--max-queue-size", type=int, default=0,
+                        help="queued requests beyond which new ones get 503 at once (default 0 = unbounded)")
+    parser.add_argument("--timeout-ms", type=float, default=None,
+                        help="per-request queue timeout; expired requests get 503 (a request's own "
+                             "'timeout' parameter may shorten it)")
+    parser.add_argument("--max-request-mb", type=float, default=64.0,
+                        help="larger request bodies are refused with 413 before they are read (default 64)")
+    parser.add_argument("--exit-timeout-s", type=float, default=30.0,
+                        help="on SIGTERM, how long in-flight requests may take to finish (default 30)")
+    parser.add_argument("--token", default=None,
+                        help="require 'Authorization: Bearer TOKEN' on everything but /v2/health/*")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def _variants(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        name, sep, target = item.partition("=")
+        if not sep or not name or not target:
+            raise ConfigError(f"--variant '{item}' is not NAME=DIR: write e.g. --variant a=runs/fp32")
+        out.append((name, target))
+    return tuple(out)
+
+
+def _split(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(w) for w in text.split(":"))
+    except ValueError as exc:
+        raise ConfigError(f"--split '{text}' is not weights like 90:10") from exc
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from dlperf.serve.service import ServeConfig
+
+    if args.target and args.variant:
+        raise ConfigError("give either WORKLOAD_OR_ARTIFACT or --variant NAME=DIR (two or more), not both")
+    if not args.target and not args.variant:
+        raise ConfigError("nothing to serve: give zoo:NAME, file.py[:name] or an exported directory, "
+                          "or --variant a=DIR_A --variant b=DIR_B")
+    return ServeConfig(
+        model=args.target, variants=_variants(args.variant), split=_split(args.split), model_name=args.model_name,
+        host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+        max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
+        instances=args.instances, max_queue_size=args.max_queue_size,
+        timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, token=args.token,
+        device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import error_console
+    from dlperf.serve.server import serve
+
+    config = config_from_args(args)
+    err = error_console()
+    err.print(f"loading {config.model or ', '.join(f'{n}={t}' for n, t in config.variants)} ...", markup=False)
+
+    def on_ready(state: Any, url: str) -> None:
+        for name, entry in state.models.items():
+            variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
+            err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
+                      f"metrics at http://{url}/metrics", markup=False)
+
+    return serve(config, on_ready=on_ready)

@@ -1,0 +1,168 @@
+"""`dlperf train WORKLOAD`: measure a training step (breakdown, samples/s, memory, MFU), tune it, or scale it."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from dlperf.cli.common import (
+    add_json_argument,
+    add_store_argument,
+    console,
+    error_console,
+    open_store,
+    percent_or_float,
+    print_json,
+)
+from dlperf.errors import ConfigError
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
+              "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name (with a training spec)")
+    parser.add_argument("--steps", type=int, default=20, help="measured optimizer steps (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="warm-up steps before measuring (default 3)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="batch size (default: the workload's training spec)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--precision", default="fp32", help="fp32 (default), bf16 or fp16 (CUDA)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers of the baseline (default 0)")
+    parser.add_argument("--no-mfu", action="store_true",
+                        help="skip model FLOPs utilization (it needs the calibrated ceilings: `dlperf calibrate`)")
+    tune = parser.add_argument_group("tuning (--tune)")
+    tune.add_argument("--tune", action="store_true", help="try every knob, keep what is faster within loss parity")
+    tune.add_argument("--knobs", default=None, metavar="LIST",
+                      help="comma-separated knobs to try (default all): workers, prefetch, persistent, pin_memory, "
+                           "batch, checkpointing, precision, channels_last, optimizer, threads, compile")
+    tune.add_argument("--skip", default=None, metavar="LIST", help="comma-separated knobs not to try")
+    tune.add_argument("--memory-budget", default=None, metavar="SIZE",
+                      help="memory one step may use, e.g. 2GiB (default: half the available RAM on CPU, "
+                           "the device's memory on CUDA)")
+    tune.add_argument("--margin", default="10%", help="safety margin kept free under the budget (default 10%%)")
+    tune.add_argument("--parity-steps", type=int, default=16, help="steps of the loss-parity check (default 16)")
+    tune.add_argument("--parity-tolerance", default="5%",
+                      help="allowed relative difference of the late-steps mean loss (default 5%%)")
+    tune.add_argument("--ab-blocks", type=int, default=6, help="paired A/B blocks per trial (default 6)")
+    dist = parser.add_argument_group("distributed (--nproc)")
+    dist.add_argument("--nproc", type=int, default=None,
+                      help="run under torchrun with DistributedDataParallel on N processes and report scaling")
+    dist.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per torchrun launch")
+    add_json_argument(parser)
+    add_store_argument(parser)
+
+
+def parse_bytes(text: str) -> int:
+    """'512MiB', '2g', '1000000' -> bytes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in SIZE_UNITS:
+        raise ConfigError(f"--memory-budget expects a size like 512MiB or 4GiB, got '{text}'")
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else []
+
+
+def _fraction(option: str, text: str) -> float:
+    try:
+        return percent_or_float(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+
+
+def _positive(option: str, value: int | None, minimum: int = 1) -> None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"{option} must be >= {minimum}, got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.progress import step_progress
+    from dlperf.measure.env import capture_environment
+    from dlperf.report.train_view import ddp_view, measurement_view, tune_view
+    from dlperf.train.loop import base_config
+    from dlperf.workload.loader import load_workload
+
+    for option, value, minimum in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
+                                   ("--batch-size", args.batch_size, 1), ("--threads", args.threads, 1),
+                                   ("--num-workers", args.num_workers, 0), ("--nproc", args.nproc, 1),
+                                   ("--parity-steps", args.parity_steps, 2), ("--ab-blocks", args.ab_blocks, 4)):
+        _positive(option, value, minimum)
+    workload = load_workload(args.workload)
+    baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
+                           threads=args.threads, num_workers=args.num_workers)
+    store = open_store(args)
+    environment = capture_environment().to_dict()
+    config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",
+                              "step": baseline.to_dict(), "steps": args.steps, "warmup": args.warmup}
+    tune_config = _tune_config(args) if args.tune and not args.nproc else None
+    ceilings = None if args.no_mfu or args.nproc else _ceilings(args.device)
+
+    with store.recording("train", args.workload, config, environment) as recording:
+        if args.nproc:
+            from dlperf.train.ddp import DdpConfig, run_ddp
+
+            ddp = DdpConfig(nproc=args.nproc, steps=args.steps, warmup_steps=args.warmup, timeout_s=args.timeout)
+            recording.result = run_ddp(args.workload, baseline, ddp).to_dict()
+            view = ddp_view(recording.result)
+        elif tune_config is not None:
+            tuned = _tune(args, tune_config, workload, baseline, ceilings, store, recording.id, step_progress)
+            recording.result = tuned.to_dict()
+            view = tune_view(recording.result)
+        else:
+            from dlperf.train.step import measure_training
+
+            with step_progress(1, "measuring") as on_step:
+                on_step(f"{args.steps} steps")
+                measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings)
+            recording.result = measured.to_dict()
+            view = measurement_view(recording.result)
+    if args.json:
+        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config,
+                    "environment": environment, "result": recording.result})
+        return 0
+    console().print(view)
+    console().print(f"run {recording.id} saved to {store.url}", style="dim")
+    return 0
+
+
+def _ceilings(device: str) -> Any:
+    from dlperf.calibrate import get_ceilings
+
+    error_console().print("reading this machine's ceilings for MFU (measured once if not cached)", style="dim")
+    return get_ceilings(device, measure_if_missing=True)
+
+
+def _tune_config(args: argparse.Namespace) -> Any:
+    from dlperf.measure.ab import ABConfig
+    from dlperf.train.knobs import DEFAULT_KNOBS
+    from dlperf.train.parity import ParityConfig
+    from dlperf.train.tune import TuneConfig
+
+    chosen = _names(args.knobs) or list(DEFAULT_KNOBS)
+    skipped = set(_names(args.skip))
+    unknown = sorted((set(chosen) | skipped) - set(DEFAULT_KNOBS))
+    if unknown:
+        raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
+    return TuneConfig(
+        knobs=tuple(k for k in DEFAULT_KNOBS if k in chosen and k not in skipped),
+        parity=ParityConfig(steps=args.parity_steps, rtol=_fraction("--parity-tolerance", args.parity_tolerance)),
+        ab=ABConfig(blocks=args.ab_blocks, iters_per_block=2, warmup_iters=1),
+        measure_steps=args.steps,
+        memory_budget_bytes=parse_bytes(args.memory_budget) if args.memory_budget else None,
+        safety_margin=_fraction("--margin", args.margin),
+    )
+
+
+def _tune(args: argparse.Namespace, tune_config: Any, workload: Any, baseline: Any, ceilings: Any, store: Any,
+          parent_id: str, step_progress: Any) -> Any:
+    from dlperf.train.tune import Tuner, record_trial
+
+    with step_progress(len(tune_config.knobs) + 3, "tuning") as on_step:
+        tuner = Tuner(workload, baseline, tune_config, ceilings=ceilings, on_event=on_step,
+                      on_trial=lambda trial: record_trial(store, parent_id, args.workload, trial))
+        return tuner.run()

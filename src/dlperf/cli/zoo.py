@@ -1,0 +1,54 @@
+"""`dlperf zoo`: list the built-in workloads with their size, FLOPs per sample and metric."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from dlperf.cli.common import add_json_argument, console, print_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="zoo workloads to describe (default: all); options as in zoo:minilm?seq_len=64")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlperf.workload.info import describe
+    from dlperf.workload.loader import load_workload
+    from dlperf.workload.zoo import names
+
+    specs = [n if n.startswith("zoo:") else f"zoo:{n}" for n in (args.names or names())]
+    out = console()
+    status: contextlib.AbstractContextManager[Any] = (
+        contextlib.nullcontext() if args.json else out.status("building the models (digits-cnn trains on first use)")
+    )
+    with status:
+        infos = [describe(load_workload(spec)) for spec in specs]
+    if args.json:
+        print_json([info.to_dict() for info in infos])
+        return 0
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="dlperf zoo: FLOPs are one forward pass at batch 1", box=box.SIMPLE_HEAD)
+    for column in ("workload", "kind", "params", "size", "FLOPs/sample", "metric"):
+        table.add_column(column, no_wrap=True, justify="left" if column in ("workload", "kind", "metric") else "right")
+    table.add_column("summary", ratio=1)
+    for info in infos:
+        metric = "-" if info.metric_name is None else f"{info.metric_name} {'↑' if info.higher_is_better else '↓'}"
+        table.add_row(info.source or info.name, info.kind, _si(info.params), f"{info.parameter_bytes / 2**20:.1f} MiB",
+                      _si(info.flops_per_sample), metric, info.summary)
+    out.print(table)
+    return 0
+
+
+def _si(n: int) -> str:
+    """12_345_678 -> '12.3M'."""
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+

@@ -1,0 +1,179 @@
+"""A/B of two settings of one workload, measured interleaved in one process (see measure/ab.py).
+
+Each side gets its own model instance and inputs; process-wide settings (torch threads) are switched,
+untimed, before each block. When the two sides use different batch sizes, the ratio is per item.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.compare.settings import ABSettings
+from dlperf.errors import ConfigError
+from dlperf.measure.ab import ABConfig, ABResult, ab_test, decide
+from dlperf.workload.base import Inputs, Workload
+
+BLOCK_TARGET_S = 0.05
+"""Auto block size: enough calls per block for about this long, so one slow call does not decide a block."""
+
+
+@dataclass
+class ABRun:
+    """An A/B's settings and outcome. `result.ratio` is time(B)/time(A) per call, or per item when
+    the batch sizes differ (`per_item`)."""
+
+    workload: str
+    a: ABSettings
+    b: ABSettings
+    batch_size_a: int
+    batch_size_b: int
+    result: ABResult
+    per_item: bool
+    iters_per_block: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            **self.result.to_dict(),
+            "per_item": self.per_item,
+            "iters_per_block": self.iters_per_block,
+            "settings": {"a": self.a.to_dict(), "b": self.b.to_dict()},
+            "batch_size": {"a": self.batch_size_a, "b": self.batch_size_b},
+            "measurements": {"a": self.result.a.to_dict(), "b": self.result.b.to_dict()},
+        }
+
+    def describe(self) -> str:
+        unit = " per item" if self.per_item else ""
+        return self.result.describe(f"A ({self.a.describe()})", f"B ({self.b.describe()})") + unit
+
+
+def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None) -> tuple[Workload, Any, Inputs, int]:
+    import torch
+
+    from dlperf.workload.loader import load_workload
+
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={settings.device} asked for, but no CUDA device is available")
+    workload = load_workload(workload_spec, **dict(settings.options))
+    batch = settings.batch_size or batch_size or workload.default_batch_size
+    model = workload.build_model().eval().to(settings.device)
+    inputs = workload.example_inputs(batch)
+    if settings.channels_last:
+        if not any(isinstance(x, torch.Tensor) and x.dim() == 4 for x in inputs):
+            from dlperf.workload.base import describe_inputs
+
+            raise ConfigError(
+                f"channels_last=1 needs a 4-D (NCHW) input, but workload '{workload.name}' takes "
+                f"{describe_inputs(inputs, workload.input_names)}: drop channels_last for this workload"
+            )
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last)
+                       if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in inputs)
+    from dlperf.measure.bench import to_device
+
+    inputs = to_device(inputs, settings.device)
+    return workload, model, inputs, batch
+
+
+def _set_threads(n: int | None) -> Callable[[], None] | None:
+    if n is None:
+        return None
+
+    def apply() -> None:
+        import torch
+
+        torch.set_num_threads(n)
+
+    return apply
+
+
+def _auto_iters(calls: list[Callable[[], Any]]) -> int:
+    import time
+
+    slowest = 0.0
+    for call in calls:
+        start = time.perf_counter()
+        call()
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(3, min(200, math.ceil(BLOCK_TARGET_S / max(slowest, 1e-6))))
+
+
+def run_ab(
+    workload_spec: Any,
+    a: ABSettings,
+    b: ABSettings,
+    *,
+    batch_size: int | None = None,
+    blocks: int = 20,
+    iters_per_block: int | None = None,
+    warmup_iters: int = 3,
+    confidence: float = 0.95,
+    min_effect: float = 0.01,
+    seed: int = 0,
+    on_block: Callable[[int, int], None] | None = None,
+) -> ABRun:
+    """Measure settings `a` and `b` of the workload interleaved; `batch_size` applies where a side sets none.
+
+    `iters_per_block=None` picks enough calls for ~50 ms per block (3 to 200).
+    """
+    import torch
+
+    from dlperf.measure.bench import make_call
+
+    old_threads = torch.get_num_threads()
+    try:
+        if a.threads is not None:
+            torch.set_num_threads(a.threads)
+        workload, model_a, inputs_a, batch_a = _side(workload_spec, a, batch_size)
+        workload.check(model_a, inputs_a)
+        torch.set_num_threads(b.threads or old_threads)
+        _, model_b, inputs_b, batch_b = _side(workload_spec, b, batch_size)
+        workload.check(model_b, inputs_b)
+        call_a = make_call(model_a, inputs_a, a.device, a.precision)
+        call_b = make_call(model_b, inputs_b, b.device, b.precision)
+        before_a = _set_threads(a.threads or old_threads)
+        before_b = _set_threads(b.threads or old_threads)
+        if iters_per_block is None:
+            iters_per_block = _auto_iters([call_a, call_b])
+        config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
+                          confidence=confidence, min_effect=min_effect, seed=seed)
+        result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b)
+    finally:
+        torch.set_num_threads(old_threads)
+    return ABRun(workload.source or workload.name, a, b, batch_a, batch_b, result, batch_a != batch_b,
+                 iters_per_block)
+
+
+def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, batch_a: int, batch_b: int,
+        on_block: Callable[[int, int], None] | None, before_a: Callable[[], None] | None,
+        before_b: Callable[[], None] | None) -> ABResult:
+    from dlperf.measure.clock import CpuClock
+
+    result = ab_test(call_a, call_b, config, CpuClock(), items_per_call=1, on_block=on_block,
+                     before_a=before_a, before_b=before_b)
+    result.a.items_per_call = batch_a
+    result.b.items_per_call = batch_b
+    if batch_a != batch_b:
+        # Per-item time: a block ratio of per-call medians scaled by the batch sizes.
+        per_item = [r * batch_a / batch_b for r in result.block_ratios]
+        ratio, ci, verdict = decide(per_item, config.confidence, config.min_effect, config.seed)
+        result.block_ratios = per_item
+        result.ratio, result.ci, result.verdict = ratio, ci, verdict
+    return result
+
+
+def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings,
+                    **kwargs: Any) -> tuple[ABRun, str]:
+    """run_ab, recorded in `store` as a run of kind 'ab' (failed or interrupted runs are recorded too)."""
+    from dlperf.measure.env import capture_environment
+
+    name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
+    config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
+              **{k: v for k, v in kwargs.items() if k != "on_block"}}
+    with store.recording("ab", name, config, capture_environment().to_dict()) as run:
+        outcome = run_ab(workload_spec, a, b, **kwargs)
+        run.result = outcome.to_dict()
+    return outcome, run.id

@@ -1,0 +1,101 @@
+"""`dlperf check`: re-measure a workload the way its baseline was measured, then apply the gate."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.compare.gate import GateConfig, GateResult, gate
+from dlperf.compare.records import point_measurements
+from dlperf.errors import ConfigError
+from dlperf.measure.bench import BenchConfig
+from dlperf.measure.timer import TimerConfig
+from dlperf.store.db import Store
+from dlperf.store.records import RunRecord
+
+
+@dataclass
+class CheckOutcome:
+    gate: GateResult
+    baseline: RunRecord
+    run_id: str
+    bench: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return self.gate.exit_code
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "baseline_run_id": self.baseline.id, **self.gate.to_dict()}
+
+
+def bench_config_from_dict(data: dict[str, Any]) -> BenchConfig:
+    """Rebuild the BenchConfig a run recorded (api.bench_config_dict); unknown keys are ignored."""
+    fields = {f.name for f in dataclasses.fields(BenchConfig)}
+    kwargs = {k: v for k, v in data.items() if k in fields and k != "timer" and v is not None}
+    if "batch_sizes" in kwargs:
+        kwargs["batch_sizes"] = tuple(int(b) for b in kwargs["batch_sizes"])
+    timer = data.get("timer")
+    if isinstance(timer, dict):
+        timer_fields = {f.name for f in dataclasses.fields(TimerConfig)}
+        kwargs["timer"] = TimerConfig(**{k: v for k, v in timer.items() if k in timer_fields})
+    return BenchConfig(**kwargs)
+
+
+def check_against_baseline(
+    workload_spec: Any,
+    baseline_name: str,
+    store: Store,
+    config: GateConfig | None = None,
+    *,
+    min_duration_s: float | None = None,
+    batch_sizes: tuple[int, ...] | None = None,
+    on_progress: Callable[[int, int, float], None] | None = None,
+) -> CheckOutcome:
+    """Measure `workload_spec` with the baseline run's bench settings, record a 'check' run, and gate it.
+
+    `min_duration_s` / `batch_sizes` override the baseline's (the comparison is per batch size present in
+    both).
+    """
+    from dlperf.api import bench_config_dict
+    from dlperf.measure.bench import run_bench
+    from dlperf.measure.env import capture_environment, environment_differences
+    from dlperf.workload.loader import load_workload
+
+    config = config or GateConfig()
+    baseline = store.get_baseline(baseline_name)
+    base_points = point_measurements(baseline)
+    bench_config = bench_config_from_dict(baseline.config)
+    if bench_config.batch_sizes is None or batch_sizes is not None:
+        bench_config = dataclasses.replace(bench_config, batch_sizes=batch_sizes or tuple(sorted(base_points)))
+    if min_duration_s is not None:
+        if min_duration_s <= 0:
+            raise ConfigError(f"the measuring duration must be positive, got {min_duration_s}")
+        timer = dataclasses.replace(bench_config.timer, min_duration_s=min_duration_s,
+                                    max_duration_s=max(bench_config.timer.max_duration_s, min_duration_s))
+        bench_config = dataclasses.replace(bench_config, timer=timer)
+    workload = load_workload(workload_spec)
+    name = workload.source or workload.name
+    environment = capture_environment().to_dict()
+    warnings = []
+    if name != baseline.workload:
+        warnings.append(f"the baseline measured workload '{baseline.workload}', this check '{name}'")
+    differences = environment_differences(baseline.environment, environment)
+    if differences:
+        warnings.append("environment differs from the baseline's: " + "; ".join(differences))
+    run_config = {**bench_config_dict(bench_config), "gate": dataclasses.asdict(config),
+                  "baseline": baseline_name, "baseline_run_id": baseline.id}
+    with store.recording("check", name, run_config, environment) as run:
+        result = run_bench(workload, bench_config, on_progress=on_progress)
+        bench = result.to_dict()
+        run.result = bench
+        run.save()
+        current = {p.batch_size: p.measurement for p in result.points}
+        verdict = gate(base_points, current, config)
+        verdict.warnings = [*warnings, *verdict.warnings]
+        verdict.baseline_run_id = baseline.id
+        verdict.current_run_id = run.id
+        run.result = {**bench, "gate": verdict.to_dict()}
+    return CheckOutcome(verdict, baseline, run.id, bench)

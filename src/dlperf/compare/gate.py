@@ -1,0 +1,169 @@
+"""The regression gate: does a fresh measurement regress against a baseline, beyond a threshold, for sure?
+
+A point fails only when the regression is larger than `max_regression` (e.g. p50 latency 5% higher) AND
+that is statistically significant: the whole bootstrap confidence interval of the regression lies above
+the threshold (a one-sided test of "regression <= threshold" at (1 + confidence) / 2). So noise alone
+does not fail a build, a significant but small slowdown does not either, and neither does an estimate
+just above the threshold whose interval reaches below it (reported as inconclusive). Throughput is
+items per second over the measured calls, so its statistic is the mean latency per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
+from dlperf.errors import ConfigError
+from dlperf.measure.stats import Measurement
+
+METRICS = ("p50", "p90", "p95", "p99", "mean", "throughput")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    metric: str = "p50"
+    max_regression: float = 0.05
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ConfigError(f"unknown metric '{self.metric}': choose one of {', '.join(METRICS)}")
+        if not 0.0 <= self.max_regression < 10.0:
+            raise ConfigError(f"max_regression must be a fraction >= 0 (5% = 0.05), got {self.max_regression}")
+        if not 0.5 < self.confidence < 1.0:
+            raise ConfigError(f"confidence must be in (0.5, 1), got {self.confidence}")
+
+    @property
+    def statistic(self) -> str:
+        return "mean" if self.metric == "throughput" else self.metric
+
+
+@dataclass
+class PointVerdict:
+    """One batch size: `regression` is the fractional loss (+0.2 = 20% slower / 16.7% less throughput)."""
+
+    batch_size: int
+    metric: str
+    baseline_value: float
+    current_value: float
+    regression: float
+    regression_ci: tuple[float, float]
+    significant: bool
+    exceeds: bool
+    mann_whitney: MannWhitney
+    estimate: RatioEstimate
+    threshold: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.exceeds and self.regression_ci[0] > self.threshold
+
+    def reason(self, max_regression: float, confidence: float) -> str:
+        lo, hi = self.regression_ci
+        unit = "items/s" if self.metric == "throughput" else "ms"
+        scale = 1.0 if self.metric == "throughput" else 1e3
+        head = (f"batch {self.batch_size}: {self.metric} {self.baseline_value * scale:.4g} -> "
+                f"{self.current_value * scale:.4g} {unit}: {_signed(self.regression)} "
+                f"({confidence:.0%} CI {_signed(lo)} to {_signed(hi)}; "
+                f"Mann-Whitney p={self.mann_whitney.p_value:.2g})")
+        if self.failed:
+            return f"{head}: REGRESSION, significantly above the {max_regression:.1%} threshold"
+        if self.exceeds and self.significant:
+            return (f"{head}: above the {max_regression:.1%} threshold, but the interval reaches below it: "
+                    "inconclusive, pass (measure longer to decide)")
+        if self.exceeds:
+            return f"{head}: above the {max_regression:.1%} threshold but not significant (noise): pass"
+        if self.significant:
+            return f"{head}: significant but within the {max_regression:.1%} threshold: pass"
+        return f"{head}: within the threshold: pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size, "metric": self.metric, "baseline_value": self.baseline_value,
+            "current_value": self.current_value, "regression": self.regression,
+            "regression_ci": list(self.regression_ci), "significant": self.significant,
+            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold, "mann_whitney": self.mann_whitney.to_dict(),
+            "estimate": self.estimate.to_dict(),
+        }
+
+
+@dataclass
+class GateResult:
+    config: GateConfig
+    points: list[PointVerdict]
+    warnings: list[str] = field(default_factory=list)
+    baseline_run_id: str | None = None
+    current_run_id: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return any(p.failed for p in self.points)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def reasons(self) -> list[str]:
+        return [p.reason(self.config.max_regression, self.config.confidence) for p in self.points]
+
+    def describe(self) -> str:
+        verdict = "FAIL: a significant regression above the threshold" if self.failed else "PASS"
+        return "\n".join([*self.reasons(), *(f"warning: {w}" for w in self.warnings), verdict])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.config.metric, "max_regression": self.config.max_regression,
+            "confidence": self.config.confidence, "failed": self.failed, "exit_code": self.exit_code,
+            "baseline_run_id": self.baseline_run_id, "current_run_id": self.current_run_id,
+            "points": [p.to_dict() for p in self.points], "reasons": self.reasons(),
+            "warnings": list(self.warnings),
+        }
+
+
+def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
+               batch_size: int = 1) -> PointVerdict:
+    """Judge one batch size. Per-item times are compared, so batch sizes need not be equal."""
+    base_s = [s / baseline.items_per_call for s in baseline.samples_s]
+    cur_s = [s / current.items_per_call for s in current.samples_s]
+    est = ratio_ci(base_s, cur_s, config.statistic, config.confidence, config.resamples, config.seed)
+    mw = mann_whitney_u(cur_s, base_s)
+    if config.metric == "throughput":
+        # throughput ratio = 1/time ratio; regression = lost fraction of throughput.
+        regression = 1.0 - 1.0 / est.ratio
+        ci = (1.0 - 1.0 / est.ci[0], 1.0 - 1.0 / est.ci[1])
+        base_value, cur_value = baseline.throughput, current.throughput
+    else:
+        regression = est.ratio - 1.0
+        ci = (est.ci[0] - 1.0, est.ci[1] - 1.0)
+        base_value, cur_value = est.base, est.new
+    return PointVerdict(
+        batch_size=batch_size, metric=config.metric, baseline_value=base_value, current_value=cur_value,
+        regression=regression, regression_ci=ci, significant=ci[0] > 0.0,
+        exceeds=regression > config.max_regression, mann_whitney=mw, estimate=est,
+        threshold=config.max_regression,
+    )
+
+
+def gate(baseline: dict[int, Measurement], current: dict[int, Measurement],
+         config: GateConfig | None = None) -> GateResult:
+    """Judge every batch size present in both; the gate fails when any of them fails."""
+    config = config or GateConfig()
+    common = sorted(set(baseline) & set(current))
+    if not common:
+        raise ConfigError(
+            f"the baseline measured batch sizes {sorted(baseline)} and the new run {sorted(current)}: "
+            "nothing to compare; re-measure with the baseline's batch sizes"
+        )
+    points = [gate_point(baseline[b], current[b], config, b) for b in common]
+    warnings = []
+    missing = sorted(set(baseline) - set(current))
+    if missing:
+        warnings.append(f"batch sizes {missing} of the baseline were not re-measured")
+    return GateResult(config, points, warnings)
+
+
+def _signed(fraction: float) -> str:
+    return f"{fraction * 100:+.1f}%"

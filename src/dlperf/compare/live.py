@@ -1,0 +1,187 @@
+"""A/B in production: compare the variants of a running `dlperf serve --variant a=.. --variant b=..`.
+
+Everything comes from the server's own Prometheus metrics (dlperf.serve.metrics): per-variant latency
+percentiles from the request-duration histogram (Prometheus' histogram_quantile interpolation), error
+rates from the success and failure counters, and per variant against the control (the variant with most
+requests): Mann-Whitney U on the bucketed latencies and a two-proportion z-test on the error rates.
+The counters are cumulative since the server started; `window_s` scrapes twice and compares only what
+happened in between.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_grouped, two_proportion_test
+from dlperf.errors import ConfigError, ServingError
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass
+class VariantSummary:
+    name: str
+    model: str
+    requests: float
+    successes: float
+    failures: dict[str, float]
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    mean_s: float
+    average_batch_size: float
+
+    @property
+    def error_rate(self) -> float:
+        return sum(self.failures.values()) / self.requests if self.requests else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.name, "model": self.model, "requests": self.requests, "successes": self.successes,
+                "failures": self.failures, "error_rate": self.error_rate, "p50_s": self.p50_s, "p90_s": self.p90_s,
+                "p99_s": self.p99_s, "mean_s": self.mean_s, "average_batch_size": self.average_batch_size}
+
+
+@dataclass
+class VariantTest:
+    control: str
+    variant: str
+    latency: MannWhitney | None
+    errors: ProportionTest | None
+    p50_ratio: float
+    alpha: float
+
+    @property
+    def latency_verdict(self) -> str:
+        if self.latency is None:
+            return "not enough requests"
+        if self.latency.p_value >= self.alpha:
+            return "no significant difference"
+        return "slower" if self.latency.prob_greater > 0.5 else "faster"
+
+    @property
+    def errors_verdict(self) -> str:
+        if self.errors is None:
+            return "not enough requests"
+        if self.errors.p_value >= self.alpha:
+            return "no significant difference"
+        return "more errors" if self.errors.rate_x > self.errors.rate_y else "fewer errors"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"control": self.control, "variant": self.variant, "p50_ratio": self.p50_ratio, "alpha": self.alpha,
+                "latency_test": self.latency.to_dict() if self.latency else None,
+                "latency_verdict": self.latency_verdict,
+                "error_test": self.errors.to_dict() if self.errors else None, "errors_verdict": self.errors_verdict}
+
+
+@dataclass
+class LiveComparison:
+    variants: list[VariantSummary]
+    tests: list[VariantTest]
+    window_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def findings(self) -> list[str]:
+        lines = []
+        for t in self.tests:
+            lat = t.latency
+            lat_p = f"Mann-Whitney p={lat.p_value:.2g}" if lat else "no test"
+            err_p = f"z-test p={t.errors.p_value:.2g}" if t.errors else "no test"
+            lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} (p50 x{t.p50_ratio:.3f}, {lat_p}); "
+                         f"error rate {t.errors_verdict} ({err_p})")
+        scope = f"the last {self.window_s:g} s" if self.window_s else "everything since the server started"
+        lines.append(f"(from the server's histograms and counters over {scope}; latency resolution is the "
+                     "histogram's buckets)")
+        return [*lines, *self.notes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window_s": self.window_s, "variants": [v.to_dict() for v in self.variants],
+                "tests": [t.to_dict() for t in self.tests], "notes": self.notes}
+
+
+def metrics_url(url: str) -> str:
+    return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
+
+
+def fetch_metrics(url: str, timeout_s: float = 10.0) -> str:
+    """GET the server's /metrics page (the URL may be the server's base URL)."""
+    import httpx
+
+    target = metrics_url(url)
+    try:
+        response = httpx.get(target, timeout=timeout_s)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ServingError(f"cannot read metrics from {target}: {exc}; is `dlperf serve` running there?") from exc
+    return response.text
+
+
+def _bucket_counts(hist: Any) -> list[float]:
+    counts, previous = [], 0.0
+    for _, cumulative in hist.buckets:
+        counts.append(max(cumulative - previous, 0.0))
+        previous = cumulative
+    return counts
+
+
+def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, earlier: str | None = None,
+                 window_s: float | None = None) -> LiveComparison:
+    """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract)."""
+    from dlperf.serve.metrics import parse_variant_metrics
+
+    parsed = parse_variant_metrics(text)
+    before = parse_variant_metrics(earlier) if earlier is not None else {}
+    if model is not None:
+        parsed = {k: v for k, v in parsed.items() if v.model == model}
+    if len(parsed) < 2:
+        found = ", ".join(sorted(parsed)) or "none"
+        raise ConfigError(
+            f"a live comparison needs at least two variants, the server reports {found}"
+            + (f" for model '{model}'" if model else "")
+            + ": start it with `dlperf serve --variant a=DIR_A --variant b=DIR_B --split 90:10`"
+        )
+    summaries, hists = [], {}
+    for key, vm in parsed.items():
+        hist = vm.request_duration
+        success, failures = vm.success_total, dict(vm.failure_total)
+        if key in before:
+            old = before[key]
+            hist = hist.minus(old.request_duration)
+            success -= old.success_total
+            failures = {r: c - old.failure_total.get(r, 0.0) for r, c in failures.items()}
+        hists[key] = hist
+        q = {qq: hist.quantile(qq) for qq in QUANTILES}
+        summaries.append(VariantSummary(
+            name=key, model=vm.model, requests=success + sum(failures.values()), successes=success,
+            failures={r: c for r, c in failures.items() if c}, p50_s=q[0.5], p90_s=q[0.9], p99_s=q[0.99],
+            mean_s=hist.sum / hist.count if hist.count else math.nan, average_batch_size=vm.average_batch_size))
+    summaries.sort(key=lambda s: (-s.requests, s.name))
+    control = summaries[0]
+    tests: list[VariantTest] = []
+    notes: list[str] = []
+    for other in summaries[1:]:
+        cx, cy = _bucket_counts(hists[other.name]), _bucket_counts(hists[control.name])
+        usable = len(cx) == len(cy) and sum(cx) > 0 and sum(cy) > 0
+        latency = mann_whitney_grouped(cx, cy) if usable else None
+        errors = (two_proportion_test(sum(other.failures.values()), other.requests,
+                                      sum(control.failures.values()), control.requests)
+                  if other.requests and control.requests else None)
+        ratio = other.p50_s / control.p50_s if control.p50_s and not math.isnan(control.p50_s) else math.nan
+        tests.append(VariantTest(control.name, other.name, latency, errors, ratio, alpha))
+        if other.requests < 100:
+            notes.append(f"variant {other.name} has only {other.requests:.0f} requests: differences are hard to detect")
+    return LiveComparison(summaries, tests, window_s, notes)
+
+
+def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
+                     window_s: float | None = None) -> LiveComparison:
+    """Scrape `url` (twice, `window_s` apart, when given) and compare its variants."""
+    if window_s is not None and window_s <= 0:
+        raise ConfigError(f"the window must be positive, got {window_s}")
+    earlier = None
+    if window_s:
+        earlier = fetch_metrics(url)
+        time.sleep(window_s)
+    return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s)

@@ -1,0 +1,45 @@
+"""Read the measurements back out of stored run records, whichever command wrote them.
+
+bench and check runs store `points`, each with a batch size and the raw `measurement` (measure/bench.py);
+ab runs store the two sides' `measurements`. Anything else has no raw samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlperf.errors import StoreError
+from dlperf.measure.stats import Measurement
+from dlperf.store.records import RunRecord
+
+SAMPLED_KINDS = ("bench", "check")
+
+
+def point_measurements(record: RunRecord) -> dict[int, Measurement]:
+    """Batch size -> Measurement of a bench-like run; StoreError when the run holds no raw samples."""
+    points = record.result.get("points") if isinstance(record.result, dict) else None
+    found: dict[int, Measurement] = {}
+    for point in points or []:
+        try:
+            found[int(point["batch_size"])] = Measurement.from_dict(point["measurement"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    if not found:
+        raise StoreError(
+            f"run {record.id} (kind '{record.kind}', status {record.status}) holds no latency samples: "
+            f"give a bench or check run (`dlperf runs list --kind bench` lists them)"
+        )
+    return found
+
+
+def has_samples(record: RunRecord) -> bool:
+    try:
+        point_measurements(record)
+    except StoreError:
+        return False
+    return True
+
+
+def config_value(record: RunRecord, key: str, default: Any = None) -> Any:
+    value = record.config.get(key, default) if isinstance(record.config, dict) else default
+    return default if value is None else value

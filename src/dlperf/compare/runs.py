@@ -1,0 +1,152 @@
+"""Compare two stored runs: KPI deltas per batch size, a significance test, environment differences.
+
+The test is Mann-Whitney U on the raw per-item latencies (rank-based: latency samples are skewed and have
+outliers, so a t-test's normality does not hold), plus a bootstrap CI of the ratio of medians as the
+effect size. Caveat: two stored runs were measured at different times, not interleaved, so a drift of
+the machine (thermal, other load) between them is indistinguishable from a real change; use `dlperf ab`
+when the question is which of two settings is faster.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.compare.records import has_samples, point_measurements
+from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
+from dlperf.measure.env import environment_differences
+from dlperf.measure.stats import Measurement
+from dlperf.store.records import RunRecord
+
+# (KPI key in Measurement.summary(), label, True if lower is better)
+KPIS: tuple[tuple[str, str, bool], ...] = (
+    ("p50_s", "p50 latency", True),
+    ("p90_s", "p90 latency", True),
+    ("p99_s", "p99 latency", True),
+    ("mean_s", "mean latency", True),
+    ("throughput", "throughput", False),
+)
+TEST_NOTE = (
+    "Mann-Whitney U (two-sided) on raw per-item latencies; effect: bootstrap CI of the ratio of medians. "
+    "The runs were not interleaved: drift of the machine between them looks like a change "
+    "(use `dlperf ab` to compare settings)."
+)
+
+
+@dataclass(frozen=True)
+class KpiDelta:
+    name: str
+    label: str
+    a: float
+    b: float
+    lower_is_better: bool
+
+    @property
+    def change(self) -> float:
+        """(b - a) / a: +0.10 means B's value is 10% higher."""
+        return (self.b - self.a) / self.a if self.a else math.inf
+
+    @property
+    def better(self) -> bool:
+        return self.b < self.a if self.lower_is_better else self.b > self.a
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "a": self.a, "b": self.b, "change": self.change,
+                "lower_is_better": self.lower_is_better}
+
+
+@dataclass
+class PointComparison:
+    batch_size: int
+    kpis: list[KpiDelta]
+    test: MannWhitney
+    median_ratio: RatioEstimate
+    alpha: float = 0.05
+
+    @property
+    def verdict(self) -> str:
+        if self.test.p_value >= self.alpha:
+            return "no significant difference"
+        return "B faster" if self.median_ratio.ratio < 1.0 else "B slower"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "kpis": [k.to_dict() for k in self.kpis],
+                "test": self.test.to_dict(), "median_ratio": self.median_ratio.to_dict(),
+                "alpha": self.alpha, "verdict": self.verdict}
+
+
+@dataclass
+class RunComparison:
+    a: RunRecord
+    b: RunRecord
+    points: list[PointComparison]
+    environment_differences: list[str]
+    notes: list[str] = field(default_factory=list)
+    other_deltas: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a": {"id": self.a.id, "kind": self.a.kind, "workload": self.a.workload, "created_at": self.a.created_at},
+            "b": {"id": self.b.id, "kind": self.b.kind, "workload": self.b.workload, "created_at": self.b.created_at},
+            "test_method": TEST_NOTE,
+            "points": [p.to_dict() for p in self.points],
+            "environment_differences": self.environment_differences,
+            "notes": self.notes,
+            "other_deltas": [{"key": k, "a": a, "b": b} for k, a, b in self.other_deltas],
+        }
+
+
+def compare_points(a: Measurement, b: Measurement, batch_size: int, alpha: float = 0.05,
+                   seed: int = 0) -> PointComparison:
+    sa, sb = _kpis(a), _kpis(b)
+    # Per-item latencies so that the test and the ratio agree with per-item KPIs.
+    per_a = [s / a.items_per_call for s in a.samples_s]
+    per_b = [s / b.items_per_call for s in b.samples_s]
+    kpis = [KpiDelta(key, label, float(sa[key]), float(sb[key]), lower) for key, label, lower in KPIS]
+    return PointComparison(batch_size, kpis, mann_whitney_u(per_b, per_a),
+                           ratio_ci(per_a, per_b, "p50", 1 - alpha, 1000, seed), alpha)
+
+
+def _kpis(m: Measurement) -> dict[str, float]:
+    return {"p50_s": m.p50_s, "p90_s": m.p90_s, "p99_s": m.p99_s, "mean_s": m.mean_s, "throughput": m.throughput}
+
+
+def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunComparison:
+    """Compare two runs. Runs with raw samples (bench, check) get KPI deltas and the test per batch size;
+    others get the deltas of their top-level numeric results."""
+    env_diff = environment_differences(a.environment or {}, b.environment or {})
+    notes: list[str] = []
+    if a.workload != b.workload:
+        notes.append(f"different workloads: '{a.workload}' vs '{b.workload}'")
+    for rec in (a, b):
+        if rec.status != "ok":
+            notes.append(f"run {rec.id} has status '{rec.status}': its result may be partial")
+    points: list[PointComparison] = []
+    other: list[tuple[str, float, float]] = []
+    if has_samples(a) and has_samples(b):
+        pa, pb = point_measurements(a), point_measurements(b)
+        common = sorted(set(pa) & set(pb))
+        if not common:
+            notes.append(f"no batch size in common: A has {sorted(pa)}, B has {sorted(pb)}")
+        only = sorted(set(pa) ^ set(pb))
+        if only and common:
+            notes.append(f"batch sizes {only} are in only one of the runs and are left out")
+        points = [compare_points(pa[bs], pb[bs], bs, alpha) for bs in common]
+    else:
+        notes.append("one of the runs holds no raw latency samples: only its numeric results are compared")
+        flat_a, flat_b = _flatten(a.result), _flatten(b.result)
+        other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
+    return RunComparison(a, b, points, env_diff, notes, other)
+
+
+def _flatten(data: Any, prefix: str = "", depth: int = 0) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if depth > 3:
+        return out
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}.", depth + 1))
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        out[prefix.rstrip(".")] = float(data)
+    return out

@@ -1,0 +1,196 @@
+"""Tests that compare two independent samples of latencies (two stored runs, a run and a baseline).
+
+- Mann-Whitney U (two-sided, normal approximation with tie and continuity corrections): does one
+  distribution tend to give larger values? Rank-based, so it needs no normality and is not moved by a
+  few outliers, which latency samples always have. Valid for independent samples; samples of two runs
+  taken at different times are not interleaved, so machine drift between them shows up as a difference.
+- A bootstrap confidence interval of the ratio of a statistic (a percentile or the mean), resampling each
+  sample independently: the effect size that a threshold is checked against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATISTICS = ("p50", "p90", "p95", "p99", "mean")
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    """U of the first sample, the two-sided p-value, and P(X > Y) + P(X = Y)/2 (the common-language
+    effect size: 0.5 means neither tends to be larger)."""
+
+    u: float
+    p_value: float
+    z: float
+    prob_greater: float
+    n_x: int
+    n_y: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test": "mann-whitney-u", "u": self.u, "p_value": self.p_value, "z": self.z,
+                "prob_greater": self.prob_greater, "n_x": self.n_x, "n_y": self.n_y}
+
+
+def _ranks(values: Sequence[float]) -> tuple[list[float], float]:
+    """Average ranks (1-based) and the tie term sum(t^3 - t) over groups of equal values."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    tie_term = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        average = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[order[k]] = average
+        t = j - i + 1
+        tie_term += t**3 - t
+        i = j + 1
+    return ranks, tie_term
+
+
+def mann_whitney_u(x: Sequence[float], y: Sequence[float]) -> MannWhitney:
+    """Two-sided Mann-Whitney U test of x against y (scipy.stats.mannwhitneyu, method='asymptotic')."""
+    n_x, n_y = len(x), len(y)
+    if n_x < 1 or n_y < 1:
+        raise ValueError("the Mann-Whitney test needs at least one value in each sample")
+    ranks, tie_term = _ranks([*x, *y])
+    r_x = sum(ranks[:n_x])
+    u_x = r_x - n_x * (n_x + 1) / 2.0
+    mean_u = n_x * n_y / 2.0
+    n = n_x + n_y
+    var_u = n_x * n_y / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var_u <= 0:
+        return MannWhitney(u_x, 1.0, 0.0, 0.5, n_x, n_y)
+    # Continuity correction toward the mean, as scipy does.
+    diff = u_x - mean_u
+    z = (abs(diff) - 0.5) / math.sqrt(var_u)
+    z = max(z, 0.0)
+    p = min(1.0, math.erfc(z / math.sqrt(2.0)))
+    return MannWhitney(u_x, p, math.copysign(z, diff), u_x / (n_x * n_y), n_x, n_y)
+
+
+def statistic(values: Any, name: str) -> Any:
+    """A statistic of a 1-D or (resamples x n) numpy array along its last axis."""
+    import numpy as np
+
+    if name == "mean":
+        return np.mean(values, axis=-1)
+    if name.startswith("p") and name[1:].replace(".", "", 1).isdigit():
+        return np.percentile(values, float(name[1:]), axis=-1)
+    raise ValueError(f"unknown statistic '{name}': choose one of {', '.join(STATISTICS)}")
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """stat(new) / stat(base) with a percentile-bootstrap confidence interval."""
+
+    statistic: str
+    base: float
+    new: float
+    ratio: float
+    ci: tuple[float, float]
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "base": self.base, "new": self.new, "ratio": self.ratio,
+                "ci": list(self.ci), "confidence": self.confidence}
+
+
+def ratio_ci(base: Sequence[float], new: Sequence[float], stat: str = "p50", confidence: float = 0.95,
+             resamples: int = 2000, seed: int = 0, max_points: int = 4000) -> RatioEstimate:
+    """Bootstrap CI of stat(new)/stat(base), each sample resampled on its own (they are independent).
+
+    Samples longer than `max_points` are thinned to that many evenly spaced order statistics first, which
+    keeps the cost bounded and barely changes a percentile's sampling spread.
+    """
+    import numpy as np
+
+    if len(base) == 0 or len(new) == 0:
+        raise ValueError("ratio_ci needs values in both samples")
+    rng = np.random.default_rng(seed)
+    b = _thin(np.asarray(base, dtype=float), max_points)
+    n = _thin(np.asarray(new, dtype=float), max_points)
+    base_value = float(statistic(np.asarray(base, dtype=float), stat))
+    new_value = float(statistic(np.asarray(new, dtype=float), stat))
+    ratios = np.empty(resamples)
+    chunk = max(1, 2_000_000 // max(len(b), len(n)))
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        rb = statistic(b[rng.integers(0, len(b), size=(k, len(b)))], stat)
+        rn = statistic(n[rng.integers(0, len(n), size=(k, len(n)))], stat)
+        ratios[start:start + k] = rn / np.maximum(rb, 1e-300)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
+    ratio = new_value / base_value if base_value > 0 else math.inf
+    return RatioEstimate(stat, base_value, new_value, ratio, (float(lo), float(hi)), confidence)
+
+
+def _thin(values: Any, max_points: int) -> Any:
+    import numpy as np
+
+    if len(values) <= max_points:
+        return values
+    ordered = np.sort(values)
+    idx = np.linspace(0, len(ordered) - 1, max_points).round().astype(int)
+    return ordered[idx]
+
+
+def mann_whitney_grouped(counts_x: Sequence[float], counts_y: Sequence[float]) -> MannWhitney:
+    """Mann-Whitney U from two histograms over the same ordered buckets (non-cumulative counts).
+
+    Values in one bucket count as ties, so this is the test on bucketed data; with a server's latency
+    histograms it is the same test as on raw samples, at the buckets' resolution.
+    """
+    if len(counts_x) != len(counts_y):
+        raise ValueError("the two histograms must have the same buckets")
+    n_x, n_y = float(sum(counts_x)), float(sum(counts_y))
+    if n_x < 1 or n_y < 1:
+        raise ValueError("the Mann-Whitney test needs at least one value in each sample")
+    u_x = 0.0
+    below_y = 0.0
+    tie_term = 0.0
+    for cx, cy in zip(counts_x, counts_y, strict=False):
+        u_x += cx * (below_y + cy / 2.0)
+        below_y += cy
+        t = cx + cy
+        tie_term += t**3 - t
+    n = n_x + n_y
+    var_u = n_x * n_y / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var_u <= 0:
+        return MannWhitney(u_x, 1.0, 0.0, 0.5, int(n_x), int(n_y))
+    diff = u_x - n_x * n_y / 2.0
+    z = max((abs(diff) - 0.5) / math.sqrt(var_u), 0.0)
+    p = min(1.0, math.erfc(z / math.sqrt(2.0)))
+    return MannWhitney(u_x, p, math.copysign(z, diff), u_x / (n_x * n_y), int(n_x), int(n_y))
+
+
+@dataclass(frozen=True)
+class ProportionTest:
+    """Two-sided two-proportion z-test (pooled variance) of rates x/n_x against y/n_y."""
+
+    rate_x: float
+    rate_y: float
+    p_value: float
+    z: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test": "two-proportion-z", "rate_x": self.rate_x, "rate_y": self.rate_y,
+                "p_value": self.p_value, "z": self.z}
+
+
+def two_proportion_test(x: float, n_x: float, y: float, n_y: float) -> ProportionTest:
+    if n_x <= 0 or n_y <= 0:
+        raise ValueError("both samples need at least one trial")
+    px, py = x / n_x, y / n_y
+    pooled = (x + y) / (n_x + n_y)
+    var = pooled * (1 - pooled) * (1 / n_x + 1 / n_y)
+    if var <= 0:
+        return ProportionTest(px, py, 1.0, 0.0)
+    z = (px - py) / math.sqrt(var)
+    return ProportionTest(px, py, min(1.0, math.erfc(abs(z) / math.sqrt(2.0))), z)

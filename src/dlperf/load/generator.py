@@ -1,0 +1,582 @@
+"""Load generation against an OIP server: concurrency mode (closed loop) and request-rate mode (open loop).
+
+Like perf_analyzer: each level runs a warm-up, then measurement windows until the last
+`stable_windows` windows agree within `stability` on throughput and mean latency, or until the
+level's time or request bound; the report holds p50/p90/p95/p99/p99.9, throughput, errors by status,
+and the server's own queue and compute time per request from its statistics endpoint. Rate mode sends
+on a constant or Poisson schedule with no cap on outstanding requests but `max_outstanding`, and warns
+when it cannot keep the schedule itself. `find_peak` searches the highest rate whose p99 meets an SLO
+(MLPerf LoadGen's server scenario with FindPeakPerformance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import ConfigError, LoadGenError
+from dlperf.load.client import Connection, Endpoint, build_request, fetch, parse_url
+from dlperf.measure.stats import percentile
+from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
+
+ARRIVALS = ("constant", "poisson")
+CONNECTION_ERROR = "conn"
+"""The status key of requests that got no HTTP reply (refused, reset, timed out)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one request is: a prebuilt raw HTTP request, and where to read the server's statistics."""
+
+    endpoint: Endpoint
+    model: str
+    raw_request: bytes
+    items_per_request: int = 1
+    stats_path: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    concurrency: tuple[int, ...] = (1,)
+    rate: float | None = None
+    """Requests per second (open loop); replaces concurrency mode when set."""
+    arrivals: str = "constant"
+    duration_s: float = 30.0
+    """The most one level may run (warm-up included)."""
+    requests: int | None = None
+    """The most requests one level may send."""
+    window_s: float = 2.0
+    stable_windows: int = 3
+    stability: float = 0.10
+    warmup_s: float = 1.0
+    max_outstanding: int = 1024
+    request_timeout_s: float = 60.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.arrivals not in ARRIVALS:
+            raise ConfigError(f"--arrivals must be one of {', '.join(ARRIVALS)}, got '{self.arrivals}'")
+        if self.rate is not None and self.rate <= 0:
+            raise ConfigError(f"--rate must be positive, got {self.rate}")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ConfigError(f"--concurrency values must be >= 1, got {self.concurrency}")
+        if self.duration_s <= 0 or self.window_s <= 0 or self.warmup_s < 0:
+            raise ConfigError("--duration and --window-s must be positive, --warmup-s >= 0")
+        if self.requests is not None and self.requests < 1:
+            raise ConfigError(f"--requests must be >= 1, got {self.requests}")
+        if self.stable_windows < 1 or not 0 < self.stability < 1:
+            raise ConfigError("stable_windows must be >= 1 and stability in (0, 1)")
+
+    @property
+    def mode(self) -> str:
+        return "rate" if self.rate is not None else "concurrency"
+
+    def to_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        data = dataclasses.asdict(self)
+        data["version"] = 1
+        return data
+
+
+@dataclass
+class ServerSide:
+    """Per-request averages from the server's statistics over the measured windows."""
+
+    requests: int
+    queue_s: float
+    compute_input_s: float
+    compute_infer_s: float
+    compute_output_s: float
+    average_batch_size: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.compute_input_s + self.compute_infer_s + self.compute_output_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "queue_s": self.queue_s, "compute_s": self.compute_s,
+                "compute_input_s": self.compute_input_s, "compute_infer_s": self.compute_infer_s,
+                "compute_output_s": self.compute_output_s, "average_batch_size": self.average_batch_size}
+
+
+@dataclass
+class LevelResult:
+    """One concurrency or rate level: every successful latency of the measured windows, and the rest."""
+
+    mode: str
+    level: float
+    items_per_request: int
+    latencies_ns: list[int]
+    statuses: dict[str, int]
+    measured_s: float
+    stable: bool
+    window_throughputs: list[float]
+    scheduled: int = 0
+    send_rate: float | None = None
+    server: ServerSide | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> int:
+        return len(self.latencies_ns)
+
+    @property
+    def errors(self) -> int:
+        return sum(n for s, n in self.statuses.items() if s != "200")
+
+    @property
+    def throughput(self) -> float:
+        """Successful requests per second over the measured windows."""
+        return self.ok / self.measured_s if self.measured_s > 0 else 0.0
+
+    @property
+    def item_throughput(self) -> float:
+        return self.throughput * self.items_per_request
+
+    def percentile_s(self, q: float) -> float:
+        if not self.latencies_ns:
+            return float("nan")
+        cached = self.__dict__.get("_sorted")
+        if cached is None or len(cached) != len(self.latencies_ns):
+            cached = self.__dict__["_sorted"] = sorted(v / 1e9 for v in self.latencies_ns)
+        return percentile(cached, q)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "level": self.level, "requests_ok": self.ok, "errors": self.errors,
+            "statuses": dict(self.statuses), "throughput_rps": self.throughput,
+            "throughput_items_per_s": self.item_throughput, "measured_s": self.measured_s,
+            "p50_s": self.percentile_s(50), "p90_s": self.percentile_s(90), "p95_s": self.percentile_s(95),
+            "p99_s": self.percentile_s(99), "p999_s": self.percentile_s(99.9),
+            "mean_s": (sum(self.latencies_ns) / len(self.latencies_ns) / 1e9) if self.latencies_ns else None,
+            "stable": self.stable, "window_throughputs": self.window_throughputs,
+            "send_rate": self.send_rate, "scheduled": self.scheduled,
+            "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.summary()
+        data["latencies_ns"] = list(self.latencies_ns)
+        return data
+
+
+# --- target -----------------------------------------------------------------------------------------
+
+
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
+    reply = asyncio.run(fetch(endpoint, path, headers))
+    if reply.status != 200:
+        message = _error_of(reply.body)
+        raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
+    return json.loads(reply.body)
+
+
+def _error_of(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("error", body[:200]))
+    except (ValueError, AttributeError):
+        return body[:200].decode("latin-1")
+
+
+def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
+               inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
+               seed: int = 0, check: bool = True) -> Target:
+    """A target from the server's model metadata: random tensors of the right datatype and shape, or
+    `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs)."""
+    endpoint = parse_url(url)
+    headers = _auth(token)
+    server = _get_json(endpoint, "/v2", headers)
+    try:
+        meta = _get_json(endpoint, f"/v2/models/{model}", headers)
+    except LoadGenError as exc:
+        raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
+    specs = meta.get("inputs") or []
+    if inputs is not None and len(inputs) != len(specs):
+        raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
+    rng = np.random.default_rng(seed)
+    tensors = []
+    items = batch_size
+    for i, spec in enumerate(specs):
+        name, datatype, shape = spec["name"], spec["datatype"], list(spec["shape"])
+        if inputs is not None:
+            value = inputs[i]
+            array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+            if NUMPY_DTYPES.get(datatype) is not None and datatype != "BYTES":
+                array = array.astype(NUMPY_DTYPES[datatype], copy=False)
+            items = int(array.shape[0]) if array.ndim else 1
+        else:
+            given = (shapes or {}).get(name)
+            if given is not None:
+                dims = [int(d) for d in given]
+            else:
+                dims = [batch_size if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
+                if any(d == -1 for d in dims):
+                    raise LoadGenError(
+                        f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
+                        f"with --shape {name}=D1,D2,... or use --workload SPEC for the workload's own inputs"
+                    )
+            array = random_array(datatype, dims, rng)
+        tensors.append(Tensor(name, datatype, array))
+    body, header_length = encode_request(tensors, binary=True, binary_outputs=True)
+    req_headers = dict(headers)
+    req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
+    if header_length is not None:
+        req_headers[HEADER_LENGTH.title()] = str(header_length)
+    raw = build_request(endpoint, "POST", f"/v2/models/{model}/infer", body, req_headers)
+    stats = f"/v2/models/{model}/stats" if "statistics" in (server.get("extensions") or []) else None
+    target = Target(endpoint, model, raw, items, stats, headers)
+    if check:
+        reply = asyncio.run(_send_once(target))
+        if reply.status != 200:
+            raise LoadGenError(f"a test request to model '{model}' failed with {reply.status}: "
+                               f"{_error_of(reply.body)}")
+    return target
+
+
+async def _send_once(target: Target) -> Any:
+    conn = Connection(target.endpoint)
+    try:
+        return await conn.send(target.raw_request)
+    except OSError as exc:
+        raise LoadGenError(f"cannot reach {target.endpoint.authority}: {exc}") from exc
+    finally:
+        await conn.close()
+
+
+# --- one level ----------------------------------------------------------------------------------------
+
+
+def _new_loop_runner() -> Any:
+    try:
+        import uvloop
+
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)  # type: ignore[attr-defined,unused-ignore]
+    except (ImportError, AttributeError):
+        return asyncio.Runner() if hasattr(asyncio, "Runner") else None  # type: ignore[attr-defined,unused-ignore]
+
+
+def run_sync(coro: Any) -> Any:
+    runner = _new_loop_runner()
+    if runner is None:  # Python 3.10
+        return asyncio.run(coro)
+    with runner:
+        return runner.run(coro)
+
+
+def run_level(target: Target, config: LoadConfig, level: float,
+              on_window: Callable[[int, float], None] | None = None) -> LevelResult:
+    """Run one concurrency level (config.mode 'concurrency') or rate level ('rate') and measure it."""
+    result: LevelResult = run_sync(_run_level(target, config, level, on_window))
+    return result
+
+
+async def _server_stats(target: Target) -> dict[str, Any] | None:
+    if target.stats_path is None:
+        return None
+    try:
+        reply = await fetch(target.endpoint, target.stats_path, target.headers)
+    except LoadGenError:
+        return None
+    if reply.status != 200:
+        return None
+    stats = json.loads(reply.body).get("model_stats") or []
+    return stats[0] if stats else None
+
+
+def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSide | None:
+    if not before or not after:
+        return None
+    a, b = after["inference_stats"], before["inference_stats"]
+
+    def diff(key: str) -> tuple[int, int]:
+        return a[key]["count"] - b[key]["count"], a[key]["ns"] - b[key]["ns"]
+
+    n, _ = diff("success")
+    if n <= 0:
+        return None
+    per = {k: diff(k)[1] / max(1, diff(k)[0]) / 1e9
+           for k in ("queue", "compute_input", "compute_infer", "compute_output")}
+    execs = after["execution_count"] - before["execution_count"]
+    items = after["inference_count"] - before["inference_count"]
+    return ServerSide(n, per["queue"], per["compute_input"], per["compute_infer"], per["compute_output"],
+                      items / execs if execs else float("nan"))
+
+
+async def _run_level(target: Target, config: LoadConfig, level: float,
+                     on_window: Callable[[int, float], None] | None) -> LevelResult:
+    clock = time.perf_counter_ns
+    records: list[tuple[int, int, str]] = []  # (end_ns, latency_ns, status)
+    stop = asyncio.Event()
+    sent = 0
+    limit = config.requests
+
+    def may_send() -> bool:
+        return not stop.is_set() and (limit is None or sent < limit)
+
+    async def one(conn: Connection) -> None:
+        t0 = clock()
+        try:
+            reply = await conn.send(target.raw_request)
+            status = str(reply.status)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            status = CONNECTION_ERROR
+            await conn.close()
+        t1 = clock()
+        records.append((t1, t1 - t0, status))
+
+    tasks: list[asyncio.Task[Any]] = []
+    lags_s: list[float] = []
+    scheduled = 0
+    connections: list[Connection] = []
+
+    async def closed_loop_worker() -> None:
+        nonlocal sent
+        conn = Connection(target.endpoint, config.request_timeout_s)
+        connections.append(conn)
+        while may_send():
+            sent += 1
+            await one(conn)
+
+    async def open_loop() -> None:
+        nonlocal sent, scheduled
+        rng = random.Random(config.seed)
+        idle: list[Connection] = []
+        outstanding = 0
+        gap = 1.0 / level
+
+        async def fire(conn: Connection) -> None:
+            nonlocal outstanding
+            try:
+                await one(conn)
+            finally:
+                outstanding -= 1
+                idle.append(conn)
+
+        t_next = time.perf_counter()
+        while may_send():
+            t_next += rng.expovariate(level) if config.arrivals == "poisson" else gap
+            delay = t_next - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                if not may_send():
+                    break
+            lags_s.append(max(0.0, -delay))
+            scheduled += 1
+            if outstanding >= config.max_outstanding:
+                records.append((clock(), 0, "dropped"))
+                continue
+            conn = idle.pop() if idle else Connection(target.endpoint, config.request_timeout_s)
+            if conn not in connections:
+                connections.append(conn)
+            outstanding += 1
+            sent += 1
+            tasks.append(asyncio.ensure_future(fire(conn)))
+            if len(tasks) > 4096:
+                tasks[:] = [t for t in tasks if not t.done()]
+
+    start = clock()
+    if config.mode == "rate":
+        drivers = [asyncio.ensure_future(open_loop())]
+    else:
+        drivers = [asyncio.ensure_future(closed_loop_worker()) for _ in range(int(level))]
+
+    # warm-up, then windows until stable or a bound is hit
+    warm_end = start + int(config.warmup_s * 1e9)
+    end_bound = start + int(config.duration_s * 1e9)
+    await _sleep_until(min(warm_end, end_bound), clock, drivers)
+    before = await _server_stats(target)
+    window_ns = int(config.window_s * 1e9)
+    measure_start = clock()
+    first_record = len(records)
+    windows: list[tuple[float, float]] = []  # (throughput, mean latency s)
+    stable = False
+    cursor = first_record
+    w_start = measure_start
+    while True:
+        w_end = min(w_start + window_ns, end_bound)
+        await _sleep_until(w_end, clock, drivers)
+        now = clock()
+        done_all = all(d.done() for d in drivers) and (config.mode != "rate" or all(t.done() for t in tasks))
+        window = [r for r in records[cursor:] if r[2] == "200"]
+        cursor = len(records)
+        span = max(1, now - w_start) / 1e9
+        mean = sum(r[1] for r in window) / len(window) / 1e9 if window else float("nan")
+        windows.append((len(window) / span, mean))
+        if on_window is not None:
+            on_window(len(windows), len(window) / span)
+        w_start = now
+        if len(windows) >= config.stable_windows and _agree(windows[-config.stable_windows:], config.stability):
+            stable = True
+            break
+        if now >= end_bound or done_all:
+            break
+    stop.set()
+    measure_end = clock()
+    after = await _server_stats(target)
+    pending = [*drivers, *tasks]
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=config.request_timeout_s)
+        for t in still:
+            t.cancel()
+    for conn in connections:
+        await conn.close()
+    measured = [r for r in records[first_record:] if r[0] <= measure_end]
+    statuses: dict[str, int] = {}
+    for r in measured:
+        statuses[r[2]] = statuses.get(r[2], 0) + 1
+    result = LevelResult(
+        mode=config.mode, level=level, items_per_request=target.items_per_request,
+        latencies_ns=[r[1] for r in measured if r[2] == "200"], statuses=statuses,
+        measured_s=(measure_end - measure_start) / 1e9, stable=stable,
+        window_throughputs=[w[0] for w in windows], scheduled=scheduled,
+        server=_server_delta(before, after),
+    )
+    if config.mode == "rate":
+        elapsed = (measure_end - start) / 1e9
+        result.send_rate = scheduled / elapsed if elapsed > 0 else None
+        _rate_warnings(result, level, lags_s, statuses)
+    if not stable:
+        result.warnings.append(
+            f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "
+            f"{config.stability:.0%} before the level's bound ({config.duration_s:g} s"
+            + (f", {config.requests} requests" if config.requests else "") + "): results may be unstable"
+        )
+    return result
+
+
+def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:
+    if statuses.get("dropped"):
+        result.warnings.append(f"{statuses['dropped']} requests were not sent: {len(lags_s)} scheduled but the "
+                               "outstanding-request cap was reached (the server is far behind)")
+    lags = sorted(lags_s)
+    if result.send_rate is not None and result.send_rate < 0.95 * rate:
+        result.warnings.append(
+            f"the load generator could not send {rate:g} req/s itself: it sent {result.send_rate:.1f} req/s; "
+            "use fewer CPU-heavy requests, another machine for the generator, or a lower --rate"
+        )
+    elif lags and percentile(lags, 99) > max(0.002, 2.0 / rate):
+        result.warnings.append(
+            f"the load generator fell behind its schedule (p99 send lag {percentile(lags, 99) * 1e3:.1f} ms): "
+            "latencies include bursts it could not spread out"
+        )
+
+
+def _agree(windows: Sequence[tuple[float, float]], tolerance: float) -> bool:
+    for i in (0, 1):
+        values = [w[i] for w in windows]
+        if any(v != v for v in values):  # NaN: a window without completions
+            return False
+        mean = sum(values) / len(values)
+        if mean <= 0 or any(abs(v - mean) > tolerance * mean for v in values):
+            return False
+    return True
+
+
+async def _sleep_until(t_ns: int, clock: Callable[[], int], drivers: Sequence[asyncio.Future[Any]]) -> None:
+    """Sleep until `t_ns`, or until every driver has finished (request bound reached)."""
+    while True:
+        remaining = (t_ns - clock()) / 1e9
+        if remaining <= 0 or all(d.done() for d in drivers):
+            return
+        await asyncio.sleep(min(remaining, 0.05))
+
+
+# --- sweeps and the peak ----------------------------------------------------------------------------------
+
+
+def run_load(target: Target, config: LoadConfig,
+             on_level: Callable[[LevelResult], None] | None = None) -> list[LevelResult]:
+    """Every level of the config: each concurrency, or the one rate."""
+    levels: list[float] = [config.rate] if config.rate is not None else [float(c) for c in config.concurrency]
+    results = []
+    for level in levels:
+        result = run_level(target, config, level)
+        results.append(result)
+        if on_level is not None:
+            on_level(result)
+    return results
+
+
+@dataclass
+class PeakResult:
+    slo_p99_s: float
+    peak_rate: float | None
+    """The highest tried rate that passed (None: even the lowest failed)."""
+    steps: list[LevelResult]
+
+    def passed(self, step: LevelResult) -> bool:
+        return passes(step, self.slo_p99_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slo_p99_s": self.slo_p99_s, "peak_rate": self.peak_rate,
+                "steps": [{**s.summary(), "passed": self.passed(s)} for s in self.steps]}
+
+
+def passes(step: LevelResult, slo_p99_s: float) -> bool:
+    """VALID in MLPerf's sense: p99 within the SLO, no errors, and the rate was really generated."""
+    if step.ok == 0 or step.errors > 0:
+        return False
+    if step.send_rate is not None and step.send_rate < 0.95 * step.level:
+        return False
+    return step.percentile_s(99) <= slo_p99_s
+
+
+def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: float | None = None,
+              max_steps: int = 10, tolerance: float = 0.05,
+              on_step: Callable[[LevelResult, bool], None] | None = None) -> PeakResult:
+    """Highest passing rate: from `start_rate` (default: measured closed-loop throughput at concurrency 4),
+    double up or halve down to bracket the edge, then bisect until within `tolerance` or `max_steps`."""
+    import dataclasses
+
+    if slo_p99_s <= 0:
+        raise ConfigError(f"--p99-ms must be positive, got {slo_p99_s * 1e3:g}")
+    steps: list[LevelResult] = []
+
+    def trial(rate: float) -> bool:
+        cfg = dataclasses.replace(config, rate=rate)
+        step = run_level(target, cfg, rate)
+        steps.append(step)
+        ok = passes(step, slo_p99_s)
+        if on_step is not None:
+            on_step(step, ok)
+        return ok
+
+    if start_rate is None:
+        probe = run_level(target, dataclasses.replace(config, rate=None, concurrency=(4,)), 4.0)
+        start_rate = max(1.0, probe.throughput)
+    lo: float | None = None
+    hi: float | None = None
+    rate = start_rate
+    while len(steps) < max_steps:
+        if trial(rate):
+            lo = rate
+            if hi is not None:
+                break
+            rate *= 2
+        else:
+            hi = rate
+            if lo is not None:
+                break
+            rate /= 2
+            if rate < 0.5:
+                break
+    while lo is not None and hi is not None and len(steps) < max_steps and (hi - lo) > tolerance * lo:
+        mid = (lo + hi) / 2
+        if trial(mid):
+            lo = mid
+        else:
+            hi = mid
+    return PeakResult(slo_p99_s, lo, steps)

@@ -1,0 +1,202 @@
+"""Export and load optimized artifacts: a folder with the engine's files plus manifest.json.
+
+`load_artifact(dir)` reads manifest.json and dispatches on its "engine" to that engine's loader. Loading
+never unpickles code: engines load their native files; torch artifacts are a *recipe*: the original
+weights as a state_dict read with `torch.load(weights_only=True)`, the workload spec that builds the
+architecture (the user's own workload file or a zoo model: code the user already runs), and the pass
+configs (plain JSON) that are applied again on load. See docs/optimize.md for why not pickled modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import OptimizeError
+
+if TYPE_CHECKING:
+    from dlperf.optimize.evaluate import EvalSettings
+    from dlperf.optimize.space import Candidate
+    from dlperf.passes.base import ModelState
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+TORCH_FORMAT = "dlperf-torch-recipe"
+
+LOADERS: dict[str, str] = {
+    "torch": "dlperf.optimize.artifact:load_torch",
+    "onnxruntime": "dlperf.passes.onnxruntime:load_artifact",
+    "openvino": "dlperf.passes.openvino:load_artifact",
+    "tensorrt": "dlperf.passes.tensorrt:load_artifact",
+}
+ENGINE_EXTRAS = {"onnxruntime": "onnx", "openvino": "openvino", "tensorrt": "gpu"}
+
+
+def io_spec(values: Any, names: Any = ()) -> list[dict[str, Any]]:
+    """[{"name", "dtype", "shape" (dim 0 = -1: any batch)}] for a tuple of tensors."""
+    spec = []
+    for i, value in enumerate(values):
+        shape = list(getattr(value, "shape", []))
+        if shape:
+            shape[0] = -1
+        name = names[i] if i < len(names) else f"{'input'}_{i}"
+        spec.append({"name": name, "dtype": str(getattr(value, "dtype", "")).replace("torch.", ""),
+                     "shape": shape})
+    return spec
+
+
+def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings,
+                 original_weights: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
+    """Write the candidate's artifact into `out_dir` (its engine's exporter, or a torch recipe)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if state.exporter is not None:
+        fields = dict(state.exporter(out_dir))
+    elif state.engine == "torch":
+        fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir)
+    else:
+        raise OptimizeError(f"engine '{state.engine}' set no exporter: its candidates cannot be exported")
+    for key in ("engine", "files"):
+        if key not in fields:
+            raise OptimizeError(f"the exporter of engine '{state.engine}' returned no '{key}' field")
+    fields.setdefault("batch_size", settings.batch_size)
+    fields.setdefault("device", settings.device)
+    write_manifest(out_dir, fields)
+    return fields
+
+
+def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalSettings,
+                        original_weights: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
+    import torch
+
+    workload = state.workload
+    source = settings.source
+    if not source or source == "python":
+        raise OptimizeError(
+            f"workload '{workload.name}' was given as an in-memory module, so a torch artifact cannot rebuild "
+            "it: define the workload in a file and pass file.py:NAME"
+        )
+    if original_weights is None:
+        raise OptimizeError("the original weights were not kept: export needs settings.export=True")
+    torch.save(original_weights, out_dir / "weights.pt")
+    inputs = workload.example_inputs(settings.batch_size)
+    model = workload.build_model().eval()
+    with torch.no_grad():
+        from dlperf.optimize.evaluate import _flatten
+
+        outputs = _flatten(model(*inputs))
+    return {
+        "engine": "torch",
+        "format": TORCH_FORMAT,
+        "files": ["weights.pt"],
+        "workload": source,
+        "recipe": candidate.to_list(),
+        "inputs": io_spec(inputs, tuple(workload.input_names)),
+        "outputs": io_spec(outputs, tuple(workload.output_names)),
+    }
+
+
+def write_manifest(out_dir: Path, fields: dict[str, Any]) -> Path:
+    data = {"format_version": FORMAT_VERSION, **fields}
+    path = out_dir / MANIFEST
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return path
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    folder = Path(path)
+    file = folder / MANIFEST
+    if not file.exists():
+        raise OptimizeError(
+            f"'{folder}' is not a dlperf artifact: it has no {MANIFEST} (write one with dlperf optimize --export)"
+        )
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise OptimizeError(f"cannot read '{file}': {exc}") from exc
+    if not isinstance(data, dict) or "engine" not in data:
+        raise OptimizeError(f"'{file}' names no engine: the artifact is damaged; export it again")
+    if int(data.get("format_version", 1)) > FORMAT_VERSION:
+        raise OptimizeError(f"'{file}' has format version {data['format_version']}, newer than this dlperf "
+                            f"reads ({FORMAT_VERSION}): upgrade dlperf")
+    return data
+
+
+def load_artifact(path: str | Path) -> Callable[..., Any]:
+    """A callable with the original model's interface: torch tensors in, torch tensors out."""
+    folder = Path(path)
+    manifest = read_manifest(folder)
+    engine = str(manifest["engine"])
+    target = LOADERS.get(engine)
+    if target is None:
+        raise OptimizeError(f"artifact '{folder}' is for engine '{engine}', which this dlperf cannot load "
+                            f"(known: {', '.join(LOADERS)})")
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = ENGINE_EXTRAS.get(engine, "all")
+        raise OptimizeError(f"artifact '{folder}' needs {engine}: install it with `pip install dlperf[{extra}]` "
+                            f"({exc})") from exc
+    loader = getattr(module, func_name, None)
+    if loader is None:
+        raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")
+    result: Callable[..., Any] = loader(folder, manifest)
+    return result
+
+
+def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
+    """Rebuild the model from its workload spec, load the weights (weights_only), re-apply the passes."""
+    import torch
+
+    from dlperf.measure.env import cpu_flags
+    from dlperf.optimize.space import candidate_from_list, load_pass_modules
+    from dlperf.passes.base import ModelState, PassContext, apply_pipeline
+    from dlperf.workload.loader import load_workload
+
+    if manifest.get("format") != TORCH_FORMAT:
+        raise OptimizeError(f"artifact '{folder}': unknown torch format '{manifest.get('format')}'")
+    load_pass_modules()
+    workload = load_workload(manifest["workload"])
+    device = str(manifest.get("device", "cpu"))
+    model = workload.build_model().eval()
+    try:
+        weights = torch.load(folder / "weights.pt", map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise OptimizeError(f"cannot load the weights of artifact '{folder}': {type(exc).__name__}: {exc}") from exc
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise OptimizeError(
+            f"artifact '{folder}': the weights do not fit the model built by '{manifest['workload']}' "
+            f"(did the workload change since the export?): {exc}"
+        ) from exc
+    model = model.to(device)
+    state = ModelState(workload=workload, model=model, predict=model)
+    ctx = PassContext(device=device, batch_size=int(manifest.get("batch_size", 1)), cpu_flags=tuple(cpu_flags()),
+                      workdir=folder)
+    state = apply_pipeline(candidate_from_list(manifest.get("recipe", [])).configs, state, ctx)
+    return state.predict
+
+
+def artifact_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
+    """Copy a candidate's artifact folder to `dst` and merge `extra` (passes, metrics...) into its manifest."""
+    import shutil
+
+    dst = Path(dst)
+    if dst.exists() and any(dst.iterdir()):
+        if not (dst / MANIFEST).exists():
+            raise OptimizeError(f"--export folder '{dst}' exists and is not a dlperf artifact: choose an empty "
+                                "or new folder")
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    manifest = read_manifest(dst)
+    manifest.update(extra)
+    write_manifest(dst, {k: v for k, v in manifest.items() if k != "format_version"})
+    return dst

@@ -1,0 +1,71 @@
+"""The constraints a candidate must meet: metric drop against the baseline and a latency budget."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.errors import ConfigError
+
+DEFAULT_MAX_DROP = 0.01
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """max_metric_drop: relative (0.01 = 1% of the baseline's metric); max_metric_drop_abs: in metric units;
+    latency_budget_s: the candidate's p99 latency must not exceed it."""
+
+    max_metric_drop: float | None = DEFAULT_MAX_DROP
+    max_metric_drop_abs: float | None = None
+    latency_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_metric_drop is not None and not 0 <= self.max_metric_drop < 1:
+            raise ConfigError(f"--max-metric-drop must be in [0, 100%), got {self.max_metric_drop}")
+        if self.max_metric_drop_abs is not None and self.max_metric_drop_abs < 0:
+            raise ConfigError(f"--max-metric-drop-abs must be >= 0, got {self.max_metric_drop_abs}")
+        if self.latency_budget_s is not None and self.latency_budget_s <= 0:
+            raise ConfigError(f"--latency-budget-ms must be positive, got {self.latency_budget_s * 1e3}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_metric_drop": self.max_metric_drop, "max_metric_drop_abs": self.max_metric_drop_abs,
+                "latency_budget_s": self.latency_budget_s}
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_metric_drop_abs is not None:
+            parts.append(f"metric drop <= {self.max_metric_drop_abs:g}")
+        elif self.max_metric_drop is not None:
+            parts.append(f"metric drop <= {self.max_metric_drop:.2%}")
+        if self.latency_budget_s is not None:
+            parts.append(f"p99 <= {self.latency_budget_s * 1e3:g} ms")
+        return ", ".join(parts) or "none"
+
+
+def metric_drop(value: float, baseline: float, higher_is_better: bool = True) -> tuple[float, float]:
+    """(absolute drop, relative drop) of `value` against `baseline`; negative means it got better."""
+    drop = (baseline - value) if higher_is_better else (value - baseline)
+    rel = drop / abs(baseline) if baseline not in (0, 0.0) else (0.0 if drop == 0 else math.copysign(math.inf, drop))
+    return drop, rel
+
+
+def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Constraints) -> list[str]:
+    """Why a measured candidate fails the constraints (empty when it meets them)."""
+    reasons = []
+    metric = result.get("metric")
+    base = baseline.get("metric")
+    if metric is None or (isinstance(metric, float) and math.isnan(metric)):
+        reasons.append("its metric is NaN or missing")
+    elif base is not None:
+        drop, rel = metric_drop(float(metric), float(base), bool(baseline.get("higher_is_better", True)))
+        if constraints.max_metric_drop_abs is not None:
+            if drop > constraints.max_metric_drop_abs:
+                reasons.append(f"metric drop {drop:.4g} exceeds the allowed {constraints.max_metric_drop_abs:g}")
+        elif constraints.max_metric_drop is not None and rel > constraints.max_metric_drop:
+            reasons.append(f"metric drop {rel:.2%} exceeds the allowed {constraints.max_metric_drop:.2%}")
+    if constraints.latency_budget_s is not None and result.get("p99_s") is not None \
+            and result["p99_s"] > constraints.latency_budget_s:
+        reasons.append(f"p99 latency {result['p99_s'] * 1e3:.2f} ms exceeds the budget "
+                       f"{constraints.latency_budget_s * 1e3:g} ms")
+    return reasons

@@ -1,0 +1,491 @@
+"""Evaluate one candidate in its own process: build, apply its passes, check, score, time, export.
+
+A crash, a hang (timeout) or running out of memory costs that candidate only: the parent records the
+error and the search goes on. Children start with the "forkserver" method (a clean server process with
+torch preloaded; "spawn" where forkserver is missing), never "fork" after torch started its threads. The
+child rebuilds the workload from its spec string (`workload.source`) and the pipeline from plain dicts;
+results come back as plain dicts. The child's stdout/stderr go to a log file next to its artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import multiprocessing as mp
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import OptimizeError
+
+PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "export", "done")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The same measurement settings for every candidate (plain data: it crosses the process boundary)."""
+
+    source: str
+    batch_size: int = 1
+    device: str = "cpu"
+    threads: int | None = None
+    warmup_iters: int = 5
+    min_duration_s: float = 1.0
+    min_iters: int = 10
+    max_duration_s: float = 15.0
+    extra_modules: tuple[str, ...] = ()
+    export: bool = True
+    ab_blocks: int = 16
+    ab_iters_per_block: int = 5
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# --- the child side -----------------------------------------------------------------------------
+
+
+def _child_entry(conn: Any, target: str, payload: dict[str, Any], log_path: str) -> None:
+    """Runs in the child process: redirect output, run the target, send the result dict."""
+    _redirect_output(log_path)
+    for key, value in payload["settings"].get("env", {}).items():
+        os.environ[key] = value
+
+    def phase(name: str) -> None:
+        with contextlib.suppress(Exception):
+            conn.send({"phase": name})
+
+    current = {"phase": "start"}
+
+    def tracked(name: str) -> None:
+        current["phase"] = name
+        phase(name)
+
+    tracked("start")
+    try:
+        fn = {"evaluate": evaluate_here, "confirm": confirm_here}[target]
+        result = fn(payload, tracked)
+    except MemoryError as exc:
+        result = _failure(current["phase"], "out of memory", exc)
+    except BaseException as exc:
+        result = _failure(current["phase"], None, exc)
+    try:
+        conn.send({"result": result})
+    finally:
+        conn.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _failure(phase: str, what: str | None, exc: BaseException) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    from dlperf.errors import PassNotApplicable
+
+    status = "not_applicable" if isinstance(exc, PassNotApplicable) else "failed"
+    message = f"{what}: {exc}" if what else f"{type(exc).__name__}: {exc}"
+    return {"status": status, "phase": phase, "error": message, "traceback": tb}
+
+
+def _redirect_output(log_path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+def _settings(payload: dict[str, Any]) -> EvalSettings:
+    data = dict(payload["settings"])
+    data["extra_modules"] = tuple(data.get("extra_modules", ()))
+    return EvalSettings(**data)
+
+
+def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[str, Any]:
+    """Build the workload, apply the pipeline and measure it, in this process. Returns a plain dict."""
+    import torch
+
+    from dlperf.measure.bench import to_device
+    from dlperf.measure.clock import clock_for
+    from dlperf.measure.env import cpu_flags
+    from dlperf.measure.memory import PeakRssSampler, parameter_bytes
+    from dlperf.measure.timer import TimerConfig, time_callable
+    from dlperf.optimize.artifact import artifact_size, export_state
+    from dlperf.optimize.space import candidate_from_list, load_pass_modules
+    from dlperf.passes.base import ModelState, PassContext, apply_pipeline
+    from dlperf.workload.loader import load_workload
+
+    settings = _settings(payload)
+    started = time.perf_counter()
+    phase("load")
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    load_pass_modules(settings.extra_modules)
+    candidate = candidate_from_list(payload["pipeline"])
+    workload = load_workload(settings.source)
+    out_dir = Path(payload["out_dir"])
+
+    phase("build")
+    model = workload.build_model().eval().to(settings.device)
+    inputs = to_device(workload.example_inputs(settings.batch_size), settings.device)
+    with torch.no_grad():
+        reference = _flatten(model(*inputs))
+    reference = [t.detach().float().clone() for t in reference]
+    original_weights = (
+        {k: v.detach().clone() for k, v in model.state_dict().items()} if settings.export else None
+    )
+    state = ModelState(workload=workload, model=model, predict=model)
+    ctx = PassContext(
+        device=settings.device, batch_size=settings.batch_size, threads=settings.threads,
+        cpu_flags=tuple(cpu_flags()),
+        calibration_inputs=workload.eval.calibration_inputs if workload.eval is not None else None,
+        workdir=out_dir,
+    )
+
+    phase("apply")
+    apply_start = time.perf_counter()
+    state = apply_pipeline(candidate.configs, state, ctx)
+    apply_s = time.perf_counter() - apply_start
+    predict = state.predict
+
+    phase("check")
+    with torch.no_grad():
+        outputs = _flatten(predict(*inputs))
+    fidelity = fidelity_of(outputs, reference, settings.batch_size)
+
+    metric: float | None = None
+    metric_name = "fidelity (mean cosine vs the original model's outputs)"
+    higher_is_better = True
+    if workload.eval is not None:
+        phase("eval")
+
+        def scored(*args: Any) -> Any:
+            with torch.no_grad():
+                return predict(*args)
+
+        metric = float(workload.eval.evaluate(scored))
+        metric_name = workload.eval.metric_name
+        higher_is_better = workload.eval.higher_is_better
+    else:
+        metric = fidelity["mean_cosine"]
+
+    phase("time")
+    timer = TimerConfig(warmup_iters=settings.warmup_iters, min_duration_s=settings.min_duration_s,
+                        min_iters=settings.min_iters, max_duration_s=settings.max_duration_s)
+
+    def call() -> Any:
+        with torch.no_grad():
+            return predict(*inputs)
+
+    with PeakRssSampler() as rss:
+        measurement = time_callable(call, timer, clock_for(settings.device), items_per_call=settings.batch_size,
+                                    label=candidate.label)
+    cuda_peak_bytes = None
+    if settings.device.startswith("cuda"):
+        cuda_peak_bytes = int(torch.cuda.max_memory_allocated(settings.device))
+
+    artifact: dict[str, Any] | None = None
+    size_bytes = parameter_bytes(state.model) if state.model is not None else 0
+    if settings.export:
+        phase("export")
+        artifact_dir = out_dir / "artifact"
+        fields = export_state(state, candidate, settings, original_weights, artifact_dir)
+        artifact = {"dir": str(artifact_dir), "fields": fields}
+        if state.engine != "torch":
+            size_bytes = artifact_size(artifact_dir)
+    summary = measurement.summary()
+    phase("done")
+    return {
+        "status": "ok",
+        "engine": state.engine,
+        "precision": state.precision,
+        "notes": list(state.notes),
+        "build_s": max(state.build_s, apply_s),
+        "compile_s": state.build_s,
+        "latency": summary,
+        "p50_s": summary["p50_s"],
+        "p99_s": summary["p99_s"],
+        "throughput": summary["throughput"],
+        "noise_warning": summary["noise_warning"],
+        "samples_ns": list(measurement.samples_ns),
+        "metric": metric,
+        "metric_name": metric_name,
+        "higher_is_better": higher_is_better,
+        "metric_is_fidelity": workload.eval is None,
+        "fidelity": fidelity,
+        "size_bytes": int(size_bytes),
+        "peak_rss_bytes": int(rss.peak_rss_bytes),
+        "process_max_rss_bytes": _max_rss_bytes(),
+        "cuda_peak_bytes": cuda_peak_bytes,
+        "artifact": artifact,
+        "child_wall_s": time.perf_counter() - started,
+    }
+
+
+def confirm_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[str, Any]:
+    """Load the baseline and the exported winner in this one process and A/B them, interleaved."""
+    import torch
+
+    from dlperf.measure.ab import ABConfig, ab_test
+    from dlperf.measure.bench import to_device
+    from dlperf.measure.clock import clock_for
+    from dlperf.optimize.artifact import load_artifact
+    from dlperf.workload.loader import load_workload
+
+    settings = _settings(payload)
+    phase("load")
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    workload = load_workload(settings.source)
+    baseline = workload.build_model().eval().to(settings.device)
+    loaded = load_artifact(payload["artifact_dir"])
+    inputs = to_device(workload.example_inputs(settings.batch_size), settings.device)
+    phase("check")
+    with torch.no_grad():
+        reference = [t.float() for t in _flatten(baseline(*inputs))]
+        outputs = _flatten(loaded(*inputs))
+    fidelity = fidelity_of(outputs, reference, settings.batch_size)
+
+    def call_a() -> Any:
+        with torch.no_grad():
+            return baseline(*inputs)
+
+    def call_b() -> Any:
+        with torch.no_grad():
+            return loaded(*inputs)
+
+    phase("time")
+    config = ABConfig(blocks=settings.ab_blocks, iters_per_block=settings.ab_iters_per_block)
+    result = ab_test(call_a, call_b, config, clock_for(settings.device), items_per_call=settings.batch_size)
+    phase("done")
+    return {"status": "ok", "ab": result.to_dict(), "describe": result.describe("baseline", "winner"),
+            "loaded_fidelity": fidelity}
+
+
+def _max_rss_bytes() -> int:
+    # Linux reports ru_maxrss in KiB, macOS in bytes.
+    value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(value if sys.platform == "darwin" else value * 1024)
+
+
+def _flatten(value: Any) -> list[Any]:
+    """Every tensor in a (nested) model output, in a stable order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k in value for t in _flatten(value[k])]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _flatten(v)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [t for f in dataclasses.fields(value) for t in _flatten(getattr(value, f.name))]
+    return []
+
+
+def fidelity_of(outputs: list[Any], reference: list[Any], batch_size: int) -> dict[str, Any]:
+    """Mean / min cosine per sample and relative error of `outputs` against the original's `reference`."""
+    import torch
+
+    if len(outputs) != len(reference):
+        raise OptimizeError(
+            f"the candidate returned {len(outputs)} output tensors, the original model {len(reference)}"
+        )
+    cosines: list[float] = []
+    rel_errors: list[float] = []
+    max_abs = 0.0
+    for out, ref in zip(outputs, reference):
+        out = out.detach().float().cpu()
+        ref = ref.detach().float().cpu()
+        if out.shape != ref.shape:
+            raise OptimizeError(f"output shape {list(out.shape)} differs from the original's {list(ref.shape)}")
+        if not ref.is_floating_point() or ref.numel() == 0:
+            continue
+        rows = batch_size if ref.dim() > 0 and ref.shape[0] == batch_size else 1
+        a = out.reshape(rows, -1)
+        b = ref.reshape(rows, -1)
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-12)
+        # Two all-zero rows agree perfectly; cosine_similarity would give 0.
+        both_zero = (a.abs().sum(dim=1) == 0) & (b.abs().sum(dim=1) == 0)
+        cos = torch.where(both_zero, torch.ones_like(cos), cos)
+        cosines.extend(float(c) for c in cos)
+        denom = float(b.norm()) or 1.0
+        rel_errors.append(float((a - b).norm()) / denom)
+        max_abs = max(max_abs, float((a - b).abs().max()))
+    clean = [c for c in cosines if not math.isnan(c)]
+    if len(clean) != len(cosines):
+        return {"mean_cosine": float("nan"), "min_cosine": float("nan"), "rel_error": float("nan"),
+                "max_abs_error": float("nan"), "nan_outputs": True}
+    return {
+        "mean_cosine": sum(clean) / len(clean) if clean else 1.0,
+        "min_cosine": min(clean) if clean else 1.0,
+        "rel_error": max(rel_errors) if rel_errors else 0.0,
+        "max_abs_error": max_abs,
+    }
+
+
+# --- the parent side ----------------------------------------------------------------------------
+
+
+def mp_context() -> Any:
+    """forkserver (torch preloaded in the server) where available, else spawn; never fork."""
+    methods = mp.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        with contextlib.suppress(Exception):
+            ctx.set_forkserver_preload(["torch"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+STARTUP_TIMEOUT_S = 180.0
+"""How long a child may take to start (the forkserver imports torch once); not charged to the candidate."""
+
+
+def run_isolated(target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+                 memory_limit_bytes: int | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run `target` ('evaluate' or 'confirm') in a child process; always returns a result dict.
+
+    A child that exceeds `timeout_s` (counted from its first message, so starting the process server is
+    not charged to it), or whose process tree exceeds `memory_limit_bytes` of RSS, is killed with its
+    children; a child that dies is reported with its exit signal and its log's tail.
+    """
+    import psutil
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    ctx = mp_context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_entry, args=(writer, target, payload, str(log_path)), daemon=False,
+                       name=f"dlperf-candidate-{target}")
+    start = time.monotonic()
+    with _main_not_reimported():
+        proc.start()
+    writer.close()
+    phase = "start"
+    started: float | None = None
+    result: dict[str, Any] | None = None
+    peak_tree_rss = 0
+    try:
+        ps = psutil.Process(proc.pid)
+    except psutil.Error:
+        ps = None
+    try:
+        while True:
+            try:
+                if reader.poll(0.05):
+                    message = reader.recv()
+                    if "phase" in message:
+                        if started is None:
+                            started = time.monotonic()
+                        phase = message["phase"]
+                        if on_phase is not None:
+                            on_phase(phase)
+                        continue
+                    result = message["result"]
+                    break
+            except (EOFError, OSError):
+                proc.join(timeout=5)
+                break
+            if not proc.is_alive() and not reader.poll(0):
+                break
+            elapsed = time.monotonic() - (started if started is not None else start)
+            limit = timeout_s if started is not None else STARTUP_TIMEOUT_S
+            tree_rss = _tree_rss(ps)
+            peak_tree_rss = max(peak_tree_rss, tree_rss)
+            if memory_limit_bytes is not None and tree_rss > memory_limit_bytes:
+                _kill_tree(proc, ps)
+                result = {"status": "failed", "phase": phase,
+                          "error": f"out of memory: the candidate's processes used {tree_rss / 2**30:.2f} GiB, "
+                                   f"over the limit of {memory_limit_bytes / 2**30:.2f} GiB (killed)"}
+                break
+            if elapsed > limit:
+                _kill_tree(proc, ps)
+                what = f"timed out after {timeout_s:.0f} s" if started is not None else \
+                    f"did not start within {STARTUP_TIMEOUT_S:.0f} s"
+                result = {"status": "failed", "phase": phase, "timed_out": True,
+                          "error": f"{what} during '{phase}' (killed)"}
+                break
+    except BaseException:
+        _kill_tree(proc, ps)
+        raise
+    finally:
+        reader.close()
+    proc.join(timeout=10)
+    if proc.is_alive():
+        _kill_tree(proc, ps)
+        proc.join(timeout=5)
+    if result is None:
+        code = proc.exitcode
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            hint = " (likely out of memory: the kernel's OOM killer)" if sig == "SIGKILL" else ""
+            error = f"the candidate's process died with {sig} during '{phase}'{hint}"
+        else:
+            error = f"the candidate's process exited with code {code} during '{phase}' without a result"
+        tail = _tail(log_path)
+        result = {"status": "failed", "phase": phase, "error": error + (f"; log: {tail}" if tail else "")}
+    result["wall_s"] = time.monotonic() - start
+    result["tree_peak_rss_bytes"] = peak_tree_rss
+    result["log"] = str(log_path)
+    return result
+
+
+@contextlib.contextmanager
+def _main_not_reimported() -> Any:
+    """Hide the caller's __main__ while a child starts, so spawn/forkserver do not re-run the user's script.
+
+    The child needs nothing from __main__ (its target and payload are dlperf functions and plain data), and
+    re-running a script without an `if __name__ == "__main__"` guard would start the search again.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _tree_rss(ps: Any) -> int:
+    import psutil
+
+    if ps is None:
+        return 0
+    total = 0
+    try:
+        procs = [ps, *ps.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += int(p.memory_info().rss)
+    return total
+
+
+def _kill_tree(proc: Any, ps: Any) -> None:
+    import psutil
+
+    children = []
+    if ps is not None:
+        with contextlib.suppress(psutil.Error):
+            children = ps.children(recursive=True)
+    with contextlib.suppress(Exception):
+        proc.kill()
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])[-400:]

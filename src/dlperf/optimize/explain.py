@@ -1,0 +1,46 @@
+"""Why a candidate is slower than the baseline, or failed: likely causes from what it is and where it ran."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Sequence[str], batch_size: int,
+                   device: str = "cpu") -> list[str]:
+    """Likely reasons a measured candidate is not faster than the baseline (most specific first)."""
+    reasons: list[str] = []
+    names = [c.get("pass") for c in row.get("pipeline", [])]
+    precision = row.get("precision", "fp32")
+    engine = row.get("engine", "torch")
+    flags = set(cpu_flags)
+    on_cpu = device == "cpu"
+    if precision == "int8" and on_cpu:
+        if not flags & set(INT8_FLAGS):
+            reasons.append("no int8 hardware support: this CPU lacks VNNI/AMX-INT8, so int8 GEMMs are not faster")
+        if batch_size <= 4:
+            reasons.append(f"at batch {batch_size} quantizing activations and rescaling outputs costs about as "
+                           "much as the small int8 GEMMs save")
+    if precision in ("bf16", "fp16") and on_cpu:
+        amx = "amx_bf16" if precision == "bf16" else "amx_fp16"
+        if amx not in flags:
+            reasons.append(f"no AMX on this CPU: {precision} GEMMs run at or below fp32 speed, and casts add work")
+    if engine != "torch":
+        reasons.append(f"conversion overhead: inputs and outputs are copied between torch and {engine} on every "
+                       f"call, which dominates at batch {batch_size}" if batch_size <= 2 else
+                       f"{engine} did not beat torch's kernels for this model")
+    if "compile" in names:
+        reasons.append("the compiled graph found little to fuse, or guard checks and launch overhead dominate "
+                       "this small a model")
+    if "channels_last" in names:
+        reasons.append("layout conversions around ops without channels_last kernels cost more than they save")
+    if "hygiene" in names and any(c.get("threads") for c in row.get("pipeline", [])):
+        reasons.append("the thread count chosen is not better here (other load on the machine?)")
+    noise = row.get("noise_warning") or baseline.get("noise_warning")
+    if noise:
+        reasons.append(f"the measurement is noisy ({noise.split(':')[0]}): the difference may not be real")
+    if not reasons:
+        reasons.append("the passes add work per call that this model and batch size do not repay")
+    return reasons

@@ -1,0 +1,37 @@
+"""The Pareto frontier of candidates over latency, metric, size and memory (no candidate beats another on
+every axis and strictly on one)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+# (result key, True when lower is better)
+AXES: tuple[tuple[str, bool], ...] = (
+    ("p50_s", True), ("metric", False), ("size_bytes", True), ("peak_rss_bytes", True),
+)
+
+
+def _value(row: dict[str, Any], key: str, lower_better: bool, higher_is_better_metric: bool) -> float:
+    v = float(row[key])
+    if key == "metric":
+        # Express every axis as "lower is better".
+        return -v if higher_is_better_metric else v
+    return v if lower_better else -v
+
+
+def dominates(a: dict[str, Any], b: dict[str, Any], axes: Sequence[tuple[str, bool]] = AXES,
+              higher_is_better_metric: bool = True) -> bool:
+    va = [_value(a, k, lb, higher_is_better_metric) for k, lb in axes]
+    vb = [_value(b, k, lb, higher_is_better_metric) for k, lb in axes]
+    return all(x <= y for x, y in zip(va, vb)) and any(x < y for x, y in zip(va, vb))
+
+
+def pareto_front(rows: Sequence[dict[str, Any]], axes: Sequence[tuple[str, bool]] = AXES,
+                 higher_is_better_metric: bool = True) -> list[int]:
+    """Indices of the rows no other row dominates, in input order."""
+    front = []
+    for i, row in enumerate(rows):
+        if not any(dominates(other, row, axes, higher_is_better_metric) for j, other in enumerate(rows) if j != i):
+            front.append(i)
+    return front

@@ -1,0 +1,578 @@
+"""The optimization search: baseline, then pipelines grown pass by pass, each measured in isolation.
+
+Breadth first: every single pass, then pipelines that extend a prefix which met the constraints and was
+not slower than the baseline, best prefixes first, until the depth limit or the time budget. Every
+result streams into the store (a parent run of kind "optimize", one child of kind "candidate" each);
+an interrupted search resumes, skipping candidates already measured. The best candidates that meet the
+constraints are confirmed by an interleaved A/B against the baseline, both loaded in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import ConfigError, OptimizeError
+from dlperf.measure.ab import FASTER
+from dlperf.optimize.constraints import Constraints, metric_drop, violations
+from dlperf.optimize.evaluate import EvalSettings, run_isolated
+from dlperf.optimize.explain import slower_reasons
+from dlperf.optimize.pareto import pareto_front
+from dlperf.optimize.select import OBJECTIVES, check_objective, gain, rank
+from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions
+from dlperf.passes.base import PassConfig, PassContext
+
+EventFn = Callable[[str, dict[str, Any]], None]
+"""on_event(kind, data): 'start', 'candidate_start', 'phase', 'candidate_done', 'skip', 'confirm', 'done'."""
+
+CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    """What to optimize for, under which constraints, and how long to search."""
+
+    objective: str = "latency"
+    batch_size: int | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    constraints: Constraints = field(default_factory=Constraints)
+    time_budget_s: float = 600.0
+    passes: tuple[str, ...] | None = None
+    candidate_timeout_s: float = 300.0
+    memory_limit_bytes: int | None = None
+    max_depth: int = 3
+    # A prefix up to this much worse than the baseline on the objective is still extended (noise).
+    extend_tolerance: float = 0.05
+    warmup_iters: int = 5
+    min_duration_s: float = 1.0
+    min_iters: int = 10
+    max_duration_s: float = 15.0
+    ab_blocks: int = 16
+    ab_iters_per_block: int = 5
+    confirm_top: int = 2
+    extra_modules: tuple[str, ...] = ()
+    workdir: str | None = None
+
+    def __post_init__(self) -> None:
+        check_objective(self.objective)
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.time_budget_s <= 0:
+            raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
+        if self.max_depth < 1:
+            raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
+        if self.candidate_timeout_s <= 0:
+            raise ConfigError(f"candidate timeout must be positive, got {self.candidate_timeout_s}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["constraints"] = self.constraints.to_dict()
+        data["version"] = CONFIG_VERSION
+        return data
+
+    def search_key(self, batch_size: int) -> dict[str, Any]:
+        """What must match for an interrupted search to be resumed by this one."""
+        return {
+            "objective": self.objective, "batch_size": batch_size, "device": self.device,
+            "threads": self.threads, "constraints": self.constraints.to_dict(),
+            "passes": list(self.passes) if self.passes else None, "max_depth": self.max_depth,
+            "extra_modules": list(self.extra_modules),
+        }
+
+
+@dataclass
+class OptimizeResult:
+    run_id: str | None
+    workload: str
+    objective: str
+    batch_size: int
+    device: str
+    constraints: Constraints
+    metric_name: str
+    metric_is_fidelity: bool
+    higher_is_better: bool
+    baseline: dict[str, Any]
+    rows: list[dict[str, Any]]
+    front: list[str]
+    winner: str | None
+    confirmation: dict[str, Any] | None
+    not_tried: list[dict[str, Any]]
+    skipped_passes: list[str]
+    closest: list[str]
+    export_dir: str | None
+    elapsed_s: float
+    time_budget_s: float
+    resumed_from: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, key: str) -> dict[str, Any]:
+        for r in self.rows:
+            if r["key"] == key:
+                return r
+        raise KeyError(key)
+
+    @property
+    def winner_row(self) -> dict[str, Any] | None:
+        return self.row(self.winner) if self.winner else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "workload": self.workload, "objective": self.objective,
+            "batch_size": self.batch_size, "device": self.device, "constraints": self.constraints.to_dict(),
+            "metric_name": self.metric_name, "metric_is_fidelity": self.metric_is_fidelity,
+            "higher_is_better": self.higher_is_better, "baseline": _public(self.baseline),
+            "candidates": [_public(r) for r in self.rows], "pareto_front": self.front, "winner": self.winner,
+            "confirmation": self.confirmation, "not_tried": self.not_tried,
+            "skipped_passes": self.skipped_passes, "closest": self.closest, "export_dir": self.export_dir,
+            "elapsed_s": self.elapsed_s, "time_budget_s": self.time_budget_s,
+            "resumed_from": self.resumed_from, "notes": self.notes,
+        }
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    """A row without its raw samples (kept in the store's candidate runs)."""
+    return {k: v for k, v in row.items() if k != "samples_ns"}
+
+
+class _Search:
+    def __init__(self, source: str, config: OptimizeConfig, store: Any, on_event: EventFn | None) -> None:
+        self.source = source
+        self.config = config
+        self.store = store
+        self.on_event = on_event or (lambda kind, data: None)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.order: list[str] = []
+        self.not_tried: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+        self.run: Any = None
+        self.workdir: Path = Path()
+        self.baseline: dict[str, Any] = {}
+        self.settings: EvalSettings | None = None
+        self.batch_size = 1
+        self.cpu_flags: tuple[str, ...] = ()
+        self.single_rows: dict[str, dict[str, Any]] = {}
+        self.reused: dict[str, dict[str, Any]] = {}
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def remaining(self) -> float:
+        return self.config.time_budget_s - self.elapsed()
+
+    def reserve_s(self) -> float:
+        """Time kept for the A/B confirmation (per candidate confirmed) and the export."""
+        base = float(self.baseline.get("wall_s", 10.0)) if self.baseline else 10.0
+        return min(0.25 * self.config.time_budget_s, 1.5 * base + 5.0)
+
+    def estimate_s(self, candidate: Candidate) -> float:
+        base = float(self.baseline.get("wall_s", 10.0)) if self.baseline else 10.0
+        extra = 0.0
+        for cfg in candidate.configs:
+            single = self.single_rows.get(_config_key(cfg))
+            if single is not None:
+                extra += max(0.0, float(single.get("wall_s", base)) - base)
+        return base + extra
+
+    # --- evaluation ---------------------------------------------------------------------------
+
+    def evaluate(self, candidate: Candidate) -> dict[str, Any]:
+        key = candidate.key
+        assert self.settings is not None
+        if key in self.reused:
+            row = dict(self.reused[key])
+            row["reused"] = True
+            self._record_child(candidate, row)
+            self._accept(candidate, row)
+            return row
+        self.on_event("candidate_start", {"label": candidate.label, "key": key})
+        child = self.store.create_run("candidate", self.source, {"pipeline": candidate.to_list(), "key": key,
+                                                                 "label": candidate.label},
+                                      parent_id=self.run.id) if self.store else None
+        out_dir = self.workdir / key
+        timeout = min(self.config.candidate_timeout_s, max(self.remaining(), 5.0)) \
+            if not candidate.is_baseline else self.config.candidate_timeout_s
+        payload = {"settings": dataclasses.asdict(self.settings), "pipeline": candidate.to_list(),
+                   "out_dir": str(out_dir)}
+        try:
+            result = run_isolated("evaluate", payload, out_dir / "child.log", timeout,
+                                  self.config.memory_limit_bytes or _default_memory_limit(),
+                                  on_phase=lambda p: self.on_event("phase", {"label": candidate.label, "phase": p}))
+        except KeyboardInterrupt:
+            if child is not None:
+                from dlperf.store.records import INTERRUPTED
+
+                self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+            raise
+        row = {"key": key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
+        if child is not None:
+            row["run_id"] = child.id
+        self._accept(candidate, row)
+        if child is not None:
+            from dlperf.store.records import FAILED, OK
+
+            status = OK if row["status"] in ("ok", "not_applicable") else FAILED
+            self.store.finish_run(child.id, row, status, row.get("error"))
+        self.on_event("candidate_done", {"row": row, "baseline": self.baseline})
+        return row
+
+    def _record_child(self, candidate: Candidate, row: dict[str, Any]) -> None:
+        if not self.store:
+            return
+        from dlperf.store.records import FAILED, OK
+
+        child = self.store.create_run("candidate", self.source, {"pipeline": candidate.to_list(),
+                                                                 "key": candidate.key, "label": candidate.label,
+                                                                 "reused_from": row.get("run_id")},
+                                      parent_id=self.run.id)
+        row["run_id"] = child.id
+        status = OK if row["status"] in ("ok", "not_applicable") else FAILED
+        self.store.finish_run(child.id, row, status, row.get("error"))
+        self.on_event("candidate_done", {"row": row, "baseline": self.baseline})
+
+    def _accept(self, candidate: Candidate, row: dict[str, Any]) -> None:
+        """Judge a measured row against the baseline and the constraints; keep it."""
+        if candidate.is_baseline:
+            row["feasible"] = row["status"] == "ok"
+            row["violations"] = []
+            row["gain"] = 1.0
+        elif row["status"] == "ok" and self.baseline:
+            row["violations"] = violations(row, self.baseline, self.config.constraints)
+            row["feasible"] = not row["violations"]
+            row["gain"] = gain(row, self.baseline, self.config.objective)
+            drop, rel = metric_drop(float(row["metric"]), float(self.baseline["metric"]),
+                                    bool(self.baseline.get("higher_is_better", True))) \
+                if row.get("metric") is not None and not _isnan(row["metric"]) else (math.nan, math.nan)
+            row["metric_drop"] = drop
+            row["metric_drop_rel"] = rel
+            if row["gain"] < 1.0:
+                row["slower_reasons"] = slower_reasons(row, self.baseline, self.cpu_flags, self.batch_size,
+                                                       self.config.device)
+        else:
+            row["feasible"] = False
+            row.setdefault("violations", [])
+        if len(candidate.configs) == 1:
+            self.single_rows[_config_key(candidate.configs[0])] = row
+        if row["key"] not in self.rows:
+            self.order.append(row["key"])
+        self.rows[row["key"]] = row
+        self._save_progress()
+
+    def extendable(self, row: dict[str, Any]) -> bool:
+        return bool(row.get("feasible")) and float(row.get("gain", 0.0)) >= 1.0 - self.config.extend_tolerance
+
+    def _save_progress(self) -> None:
+        if self.store and self.run is not None:
+            self.run.result = {"baseline": _public(self.baseline) if self.baseline else None,
+                               "measured": len(self.rows), "candidates": [_public(self.rows[k]) for k in self.order],
+                               "not_tried": self.not_tried, "elapsed_s": self.elapsed()}
+            self.run.save()
+
+    # --- search -------------------------------------------------------------------------------
+
+    def grow(self, space: SearchSpace) -> None:
+        frontier = [Candidate()]
+        for depth in range(1, self.config.max_depth + 1):
+            candidates = []
+            seen: set[str] = set()
+            for prefix in frontier:
+                for cand in extensions(prefix, space):
+                    if cand.key in seen or cand.key in self.rows:
+                        continue
+                    if depth > 1 and not self._worth_extending(cand):
+                        continue
+                    seen.add(cand.key)
+                    candidates.append(cand)
+            candidates.sort(key=self._priority)
+            next_frontier = []
+            for cand in candidates:
+                estimate = self.estimate_s(cand)
+                if self.remaining() - self.reserve_s() < estimate:
+                    self.not_tried.append({"label": cand.label, "key": cand.key, "pipeline": cand.to_list(),
+                                           "reason": f"time budget: about {estimate:.0f} s needed, "
+                                                     f"{max(self.remaining() - self.reserve_s(), 0):.0f} s left"})
+                    self.on_event("skip", {"label": cand.label, "reason": "time budget"})
+                    continue
+                row = self.evaluate(cand)
+                if self.extendable(row):
+                    next_frontier.append(cand)
+            if not next_frontier:
+                break
+            frontier = next_frontier
+
+    def _worth_extending(self, cand: Candidate) -> bool:
+        """Skip a pipeline whose added pass, measured alone, crashed or failed the metric."""
+        single = self.single_rows.get(_config_key(cand.configs[-1]))
+        if single is None:
+            return True
+        if single["status"] == "failed":
+            return False
+        return not any(v.startswith("metric") or v.startswith("its metric") for v in single.get("violations", []))
+
+    def _priority(self, cand: Candidate) -> tuple[float, int, float]:
+        """Best-looking first: product of the measured gains of the prefix and of the added pass alone."""
+        score = 1.0
+        prefix = self.rows.get(cand.prefix.key) if cand.configs[:-1] else None
+        if prefix is not None:
+            score *= float(prefix.get("gain", 1.0))
+        single = self.single_rows.get(_config_key(cand.configs[-1]))
+        if single is not None and single.get("gain"):
+            score *= float(single["gain"])
+        return -score, _cost_rank(cand), 0.0
+
+    # --- selection ----------------------------------------------------------------------------
+
+    def confirm(self, key: str) -> dict[str, Any]:
+        row = self.rows[key]
+        assert self.settings is not None
+        artifact = row.get("artifact") or {}
+        if not artifact.get("dir") or not Path(artifact["dir"]).exists():
+            return {"status": "failed", "error": "its artifact is missing (was the work folder removed?)"}
+        self.on_event("confirm", {"label": row["label"]})
+        payload = {"settings": dataclasses.asdict(self.settings), "artifact_dir": artifact["dir"]}
+        timeout = max(60.0, min(self.config.candidate_timeout_s, self.remaining() + 30.0))
+        return run_isolated("confirm", payload, self.workdir / key / "confirm.log", timeout,
+                            self.config.memory_limit_bytes or _default_memory_limit())
+
+
+def _config_key(config: PassConfig) -> str:
+    return Candidate((config,)).key
+
+
+def _cost_rank(cand: Candidate) -> int:
+    rank_ = 0
+    for c in cand.configs:
+        if c.name == "compile":
+            rank_ += 2 if getattr(c, "mode", "") == "max-autotune" else 1
+        elif c.name in ("distill", "qat", "pruning"):
+            rank_ += 2
+        elif c.stage == "engine":
+            rank_ += 1
+    return rank_
+
+
+def _isnan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _default_memory_limit() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.75)
+
+
+def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume: str | None) -> Any:
+    from dlperf.store.records import INTERRUPTED
+
+    if resume:
+        record = store.get(resume)
+        if record.kind != "optimize":
+            raise OptimizeError(f"run {record.id} is a '{record.kind}' run, not an optimize run: nothing to resume")
+        if record.workload != source:
+            raise OptimizeError(f"run {record.id} optimized '{record.workload}', not '{source}'")
+        return record
+    for record in store.list(kind="optimize", workload=source, status=INTERRUPTED, limit=20):
+        if record.config.get("search_key") == search_key:
+            return record
+    return None
+
+
+def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    from dlperf.store.records import FAILED, OK
+
+    rows = {}
+    for child in store.list(kind="candidate", parent_id=run_id, limit=None):
+        if child.status in (OK, FAILED) and child.result.get("key"):
+            row = dict(child.result)
+            row["run_id"] = child.id
+            rows[row["key"]] = row
+    return rows
+
+
+def optimize(
+    workload: Any,
+    config: OptimizeConfig | None = None,
+    *,
+    store: Any = None,
+    export_dir: str | Path | None = None,
+    resume: str | None = None,
+    auto_resume: bool = True,
+    on_event: EventFn | None = None,
+) -> OptimizeResult:
+    """Search for the best pipeline of passes for `workload` (a spec such as 'zoo:mlp' or 'file.py:name').
+
+    With `store` every candidate is recorded as it is measured; `resume` (a run id) or, with
+    `auto_resume`, the last interrupted search of the same workload and settings is continued.
+    """
+    from dlperf.measure.env import capture_environment
+    from dlperf.workload.loader import load_workload
+
+    config = config or OptimizeConfig()
+    wl = load_workload(workload)
+    source = wl.source or (workload if isinstance(workload, str) else "")
+    if not source or source == "python":
+        raise OptimizeError(
+            f"workload '{wl.name}' has no spec a candidate process can rebuild it from: define it in a file and "
+            "pass 'file.py:NAME' (or a zoo:NAME)"
+        )
+    batch_size = config.batch_size or wl.default_batch_size
+    env = capture_environment()
+    cpu_flags = tuple(env.cpu_flags)
+    ctx = PassContext(device=config.device, batch_size=batch_size, threads=config.threads, cpu_flags=cpu_flags)
+    space = build_space(wl, ctx, config.passes, config.extra_modules)
+
+    search = _Search(source, config, store, on_event)
+    search.batch_size = batch_size
+    search.cpu_flags = cpu_flags
+    search.settings = EvalSettings(
+        source=source, batch_size=batch_size, device=config.device, threads=config.threads,
+        warmup_iters=config.warmup_iters, min_duration_s=config.min_duration_s, min_iters=config.min_iters,
+        max_duration_s=config.max_duration_s, extra_modules=tuple(config.extra_modules), export=True,
+        ab_blocks=config.ab_blocks, ab_iters_per_block=config.ab_iters_per_block,
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+    )
+    search_key = config.search_key(batch_size)
+    previous = None
+    if store is not None and (resume or auto_resume):
+        previous = _find_resumable(store, source, search_key, resume)
+        if previous is not None:
+            search.reused = _previous_rows(store, previous.id)
+    run_config = {**config.to_dict(), "search_key": search_key, "workload": source,
+                  "resumed_from": previous.id if previous else None}
+
+    def body(run: Any) -> OptimizeResult:
+        search.run = run
+        run_id = run.id if run is not None else None
+        base_dir = Path(config.workdir) if config.workdir else _default_workdir(store)
+        search.workdir = base_dir / (run_id or f"adhoc-{int(time.time())}")
+        search.workdir.mkdir(parents=True, exist_ok=True)
+        on = search.on_event
+        on("start", {"workload": source, "batch_size": batch_size, "space": [c.label() for c in space.configs],
+                     "skipped": space.skipped, "resumed_from": previous.id if previous else None})
+        baseline = search.evaluate(Candidate())
+        if baseline["status"] != "ok":
+            raise OptimizeError(f"the baseline of '{source}' could not be measured: {baseline.get('error')}")
+        search.baseline = baseline
+        for row in search.rows.values():
+            row["gain"] = 1.0
+        search.grow(space)
+        return _finish(search, space, export_dir, env.to_dict(), previous.id if previous else None)
+
+    if store is None:
+        return body(None)
+    with store.recording("optimize", source, run_config, env.to_dict()) as run:
+        result = body(run)
+        run.result = result.to_dict()
+    return result
+
+
+def _default_workdir(store: Any) -> Path:
+    url = getattr(store, "url", "") if store is not None else ""
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):]).parent / "optimize"
+    return Path(tempfile.gettempdir()) / "dlperf-optimize"
+
+
+def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, environment: dict[str, Any],
+            resumed_from: str | None) -> OptimizeResult:
+    config = search.config
+    baseline = search.baseline
+    rows = [search.rows[k] for k in search.order]
+    measured = [r for r in rows if r["status"] == "ok"]
+    feasible = [r for r in measured if r.get("feasible")]
+    hib = bool(baseline.get("higher_is_better", True))
+    front_idx = pareto_front(feasible, higher_is_better_metric=hib)
+    front = [feasible[i]["key"] for i in front_idx]
+    for r in rows:
+        r["pareto"] = r["key"] in front
+    ranked = [feasible[i] for i in rank(feasible, config.objective, hib)]
+    winner: str | None = None
+    confirmation: dict[str, Any] | None = None
+    notes: list[str] = []
+    speed_objective = config.objective in ("latency", "throughput")
+    tried = 0
+    for row in ranked:
+        if row["key"] == baseline["key"]:
+            if speed_objective:
+                notes.append("the other candidates that meet the constraints measured no better than the baseline")
+            break
+        if tried >= config.confirm_top:
+            break
+        if search.remaining() < 5 and tried > 0:
+            notes.append("time budget spent: no further A/B confirmation")
+            break
+        tried += 1
+        conf = search.confirm(row["key"])
+        row["confirmation"] = _public(conf)
+        if conf.get("status") != "ok":
+            row["confirm_error"] = conf.get("error")
+            continue
+        verdict = conf["ab"]["verdict"]
+        if verdict == FASTER or not speed_objective:
+            winner, confirmation = row["key"], conf
+            break
+        notes.append(f"{row['label']}: the A/B against the baseline says '{verdict}', so it is not called faster")
+        if confirmation is None:
+            confirmation = conf
+    closest = []
+    if not feasible or (len(feasible) == 1 and feasible[0]["key"] == baseline["key"]):
+        failing = [r for r in measured if not r.get("feasible")]
+        failing.sort(key=lambda r: (abs(r.get("metric_drop_rel") or 0.0) if not _isnan(r.get("metric_drop_rel"))
+                                    else math.inf, -float(r.get("gain") or 0.0)))
+        closest = [r["key"] for r in failing[:3]]
+    exported: str | None = None
+    export_key = winner or (ranked[0]["key"] if ranked and ranked[0]["key"] != baseline["key"] else None)
+    if export_dir is not None:
+        key = export_key or baseline["key"]
+        row = search.rows[key]
+        if row.get("artifact") and row["artifact"].get("dir"):
+            from dlperf.optimize.artifact import copy_artifact
+
+            extra = {
+                "passes": [c["pass"] for c in row["pipeline"]],
+                "configs": row["pipeline"],
+                "label": row["label"],
+                "objective": config.objective,
+                "confirmed": key == winner,
+                "metrics": {
+                    "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
+                    "metric": row.get("metric"), "metric_name": row.get("metric_name"),
+                    "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
+                    "peak_rss_bytes": row.get("peak_rss_bytes"),
+                    "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),
+                    "ab": (confirmation or {}).get("ab") if key == winner else None,
+                },
+                "environment": environment,
+                "dlperf_version": environment.get("dlperf_version"),
+            }
+            if extra["metrics"]["ab"]:
+                extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
+            exported = str(copy_artifact(Path(row["artifact"]["dir"]), Path(export_dir), extra))
+            if key == baseline["key"]:
+                notes.append("no candidate beat the baseline within the constraints: exported the baseline")
+            elif key != winner:
+                notes.append(f"exported {row['label']}, which was not confirmed faster by the A/B")
+    result = OptimizeResult(
+        run_id=search.run.id if search.run is not None else None, workload=search.source,
+        objective=config.objective, batch_size=search.batch_size, device=config.device,
+        constraints=config.constraints, metric_name=str(baseline.get("metric_name")),
+        metric_is_fidelity=bool(baseline.get("metric_is_fidelity")), higher_is_better=hib,
+        baseline=baseline, rows=rows, front=front, winner=winner, confirmation=confirmation,
+        not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
+        elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
+    )
+    search.on_event("done", {"result": result})
+    return result
+
+
+__all__ = ["OBJECTIVES", "OptimizeConfig", "OptimizeResult", "optimize"]

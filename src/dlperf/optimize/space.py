@@ -1,0 +1,203 @@
+"""The search space: discover pass modules, list their configs, and grow pipelines stage by stage.
+
+A pipeline is a tuple of pass configs in canonical order (stage, then `order`, then discovery order),
+with at most one config per pass and at most one engine pass, always last. The search grows pipelines
+one pass at a time from pipelines that already met the constraints (`extensions`), so a prefix that
+fails accuracy or is slower is never extended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import json
+import pkgutil
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import ConfigError, OptimizeError
+from dlperf.passes.base import PassConfig, PassContext, registered
+
+if TYPE_CHECKING:
+    from dlperf.workload.base import Workload
+
+STAGES = ("prepare", "transform", "engine")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One pipeline of pass configs; the empty pipeline is the baseline."""
+
+    configs: tuple[PassConfig, ...] = ()
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.configs
+
+    @property
+    def label(self) -> str:
+        return "baseline" if not self.configs else " + ".join(c.label() for c in self.configs)
+
+    @property
+    def pass_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.configs)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [c.to_dict() for c in self.configs]
+
+    @property
+    def key(self) -> str:
+        """Stable id of the pipeline (a hash of its configs), used to resume and to name artifacts."""
+        text = json.dumps(self.to_list(), sort_keys=True, default=str)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    @property
+    def prefix(self) -> Candidate:
+        return Candidate(self.configs[:-1])
+
+
+@dataclass
+class PassOption:
+    """A config the space offers, with the module it came from and, when it was left out, why."""
+
+    config: PassConfig
+    module: str
+
+
+@dataclass
+class SearchSpace:
+    options: list[PassOption]
+    # 'pass name: reason' for modules whose search_space offered nothing or failed.
+    skipped: list[str]
+
+    @property
+    def configs(self) -> list[PassConfig]:
+        return [o.config for o in self.options]
+
+
+def pass_module_names() -> list[str]:
+    """Every module of dlperf.passes except the interface."""
+    import dlperf.passes as pkg
+
+    return sorted(
+        f"dlperf.passes.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if m.name != "base" and not m.name.startswith("_")
+    )
+
+
+def import_module(name: str) -> Any:
+    """Import a pass module by dotted name or by file path (for test-only or user pass modules)."""
+    if name.endswith(".py"):
+        path = Path(name).resolve()
+        mod_name = f"dlperf_passes_ext_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+        if mod_name in sys.modules:
+            return sys.modules[mod_name]
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"pass module file '{name}' cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+        return module
+    return importlib.import_module(name)
+
+
+def load_pass_modules(extra: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """Import the built-in pass modules and `extra` ones; a module that fails to import is skipped."""
+    loaded = []
+    for name in [*pass_module_names(), *extra]:
+        try:
+            loaded.append((name, import_module(name)))
+        except ImportError:
+            # A pass module whose optional library is missing at import time: its passes are absent.
+            continue
+    return loaded
+
+
+def config_types() -> dict[str, type[PassConfig]]:
+    """pass name -> config class, from the registry (after load_pass_modules)."""
+    return {cls.name: cls for cls in registered()}
+
+
+def config_from_dict(data: dict[str, Any]) -> PassConfig:
+    """Rebuild a config saved with `to_dict()`; a wrong version or unknown pass fails with a clear message."""
+    name = data.get("pass")
+    cls = config_types().get(str(name))
+    if cls is None:
+        raise OptimizeError(
+            f"pass '{name}' is not known to this dlperf: it may need an extra (pip install dlperf[all]) "
+            "or a newer dlperf"
+        )
+    version = int(data.get("version", 1))
+    if version != cls.version:
+        raise OptimizeError(
+            f"pass '{name}' was saved with config version {version}, but this dlperf has version "
+            f"{cls.version}: re-run `dlperf optimize` to rebuild the artifact"
+        )
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in fields}
+    return cls(**kwargs)
+
+
+def candidate_from_list(items: Iterable[dict[str, Any]]) -> Candidate:
+    return Candidate(tuple(config_from_dict(d) for d in items))
+
+
+def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None = None,
+                extra_modules: Sequence[str] = ()) -> SearchSpace:
+    """Ask every pass module for the configs worth trying on this workload."""
+    options: list[PassOption] = []
+    skipped: list[str] = []
+    for name, module in load_pass_modules(extra_modules):
+        fn = getattr(module, "search_space", None)
+        if fn is None:
+            continue
+        short = name.rsplit(".", 1)[-1].removesuffix(".py")
+        try:
+            configs = list(fn(workload, ctx))
+        except Exception as exc:
+            skipped.append(f"{short}: its search space failed: {type(exc).__name__}: {exc}")
+            continue
+        if not configs:
+            reason = getattr(module, "UNAVAILABLE_REASON", None)
+            skipped.append(f"{short}: not applicable" + (f": {reason}" if reason else ""))
+            continue
+        for config in configs:
+            options.append(PassOption(config, name))
+    if only:
+        wanted = set(only)
+        known = {o.config.name for o in options} | {s.split(":", 1)[0] for s in skipped}
+        unknown = sorted(wanted - known - set(config_types()))
+        if unknown:
+            raise ConfigError(
+                f"--passes names unknown passes {', '.join(unknown)}: known passes are "
+                f"{', '.join(sorted(set(config_types())))}"
+            )
+        options = [o for o in options if o.config.name in wanted]
+    options.sort(key=lambda o: sort_key(o.config))
+    return SearchSpace(options, skipped)
+
+
+def sort_key(config: PassConfig) -> tuple[int, int]:
+    stage = STAGES.index(config.stage) if config.stage in STAGES else len(STAGES)
+    return stage, config.order
+
+
+def can_extend(candidate: Candidate, config: PassConfig) -> bool:
+    """Whether `config` may follow the pipeline: a new pass, later in canonical order, nothing after an engine."""
+    if any(c.name == config.name for c in candidate.configs):
+        return False
+    if not candidate.configs:
+        return True
+    last = candidate.configs[-1]
+    if last.stage == "engine":
+        return False
+    return (sort_key(config), config.name) > (sort_key(last), last.name)
+
+
+def extensions(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
+    return [Candidate((*candidate.configs, c)) for c in space.configs if can_extend(candidate, c)]

@@ -1,0 +1,257 @@
+"""Shared plumbing of the engine passes: ONNX export, input/output specs, numpy <-> torch, calibration data.
+
+Engine predict callables take the model's positional torch tensors and return torch tensors shaped like
+the original outputs (one tensor, or a tuple of them). The structure is recorded once from a torch run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import PassError, PassNotApplicable
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import nn
+
+    from dlperf.passes.base import ModelState, PassContext
+    from dlperf.workload.base import Inputs, Workload
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy dtype name, e.g. "float32", "int64"
+    shape: tuple[int, ...]  # -1 marks a dynamic dimension
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TensorSpec:
+        return TensorSpec(str(d["name"]), str(d["dtype"]), tuple(int(s) for s in d["shape"]))
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """Names, dtypes and shapes of a model's inputs and outputs, and whether it returns a tuple."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    tuple_output: bool
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "output_structure": "tuple" if self.tuple_output else "tensor",
+        }
+
+    @staticmethod
+    def from_manifest(manifest: dict[str, Any]) -> IOSpec:
+        return IOSpec(
+            tuple(TensorSpec.from_dict(d) for d in manifest["inputs"]),
+            tuple(TensorSpec.from_dict(d) for d in manifest["outputs"]),
+            manifest.get("output_structure", "tensor") == "tuple",
+        )
+
+
+def threads_for(ctx: PassContext) -> int:
+    """The engine's intra-op thread count: the context's, else torch's (so comparisons are fair)."""
+    if ctx.threads:
+        return int(ctx.threads)
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def require_torch_model(state: ModelState) -> str | None:
+    """The reason an engine pass cannot start from this state, or None."""
+    if state.engine != "torch":
+        return f"the model is already converted to {state.engine}; an engine pass must come last"
+    if state.model is None:
+        return "no torch model to convert"
+    return None
+
+
+def flat_outputs(out: Any) -> tuple[Any, bool]:
+    """(tuple of tensors, whether the model returned a tuple/list)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return (out,), False
+    if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+        return tuple(out), True
+    raise PassNotApplicable(
+        f"the model returns {type(out).__name__}; engine passes need a tensor or a tuple of tensors"
+    )
+
+
+def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> IOSpec:
+    """Spec from a torch run on the first sample; dims that differ across samples (and dim 0) are dynamic."""
+    import torch
+
+    first = samples[0]
+    with torch.inference_mode():
+        outs, is_tuple = flat_outputs(model(*first))
+    names = list(workload.input_names)
+    in_specs = []
+    for i, x in enumerate(first):
+        if not isinstance(x, torch.Tensor):
+            raise PassNotApplicable(f"input {i} is a {type(x).__name__}; engine passes need tensor inputs")
+        shape = list(x.shape)
+        for s in samples[1:]:
+            other = s[i].shape
+            shape = [d if j < len(other) and other[j] == d else -1 for j, d in enumerate(shape)]
+        if shape:
+            shape[0] = -1
+        name = names[i] if i < len(names) else f"input_{i}"
+        in_specs.append(TensorSpec(name, str(x.dtype).replace("torch.", ""), tuple(shape)))
+    out_names = list(workload.output_names)
+    out_specs = []
+    for i, o in enumerate(outs):
+        shape = list(o.shape)
+        if shape:
+            shape[0] = -1
+        name = out_names[i] if i < len(out_names) and len(out_names) == len(outs) else f"output_{i}"
+        out_specs.append(TensorSpec(name, str(o.dtype).replace("torch.", ""), tuple(shape)))
+    return IOSpec(tuple(in_specs), tuple(out_specs), is_tuple)
+
+
+def to_numpy(inputs: Inputs) -> list[np.ndarray]:
+    return [x.detach().cpu().contiguous().numpy() for x in inputs]
+
+
+def to_torch(arrays: Sequence[Any], spec: IOSpec) -> Any:
+    import numpy as np
+    import torch
+
+    outs = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
+    return outs if spec.tuple_output else outs[0]
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the exporter's deprecation chatter and prints (it runs inside library calls)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def short_label(config: Any) -> str:
+    """'onnxruntime(precision=int8-static,keep_fp32=auto)': only the fields that differ from their defaults."""
+    changed = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.default is not dataclasses.MISSING and value == f.default:
+            continue
+        changed.append(f"{f.name}={'+'.join(value) if isinstance(value, tuple) else value}")
+    return f"{config.name}({','.join(changed)})" if changed else str(config.name)
+
+
+def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opset: int = 17) -> Path:
+    """torch -> ONNX with the TorchScript exporter (fast, keeps module paths in node names, which
+    `onnx_layer_nodes` maps back to torch modules); falls back to the torch.export-based exporter."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    in_names = [s.name for s in spec.inputs]
+    out_names = [s.name for s in spec.outputs]
+    dynamic_axes: dict[str, dict[int, str]] = {}
+    for s in (*spec.inputs, *spec.outputs):
+        dims = {j: ("batch" if j == 0 else f"{s.name}_d{j}") for j, d in enumerate(s.shape) if d == -1}
+        if dims:
+            dynamic_axes[s.name] = dims
+    errors = []
+    for dynamo in (False, True):
+        try:
+            with _quiet(), torch.inference_mode(False), torch.no_grad():
+                torch.onnx.export(
+                    model, tuple(sample), str(path), input_names=in_names, output_names=out_names,
+                    dynamic_axes=dynamic_axes, opset_version=opset if not dynamo else max(opset, 18),
+                    dynamo=dynamo, external_data=False,
+                )
+            return path
+        except Exception as exc:  # try the other exporter, report both if neither works
+            errors.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {type(exc).__name__}: {exc}")
+    raise PassError("ONNX export failed: " + " | ".join(errors))
+
+
+def onnx_scope_to_module(node_name: str) -> str:
+    """'/layer1/layer1.0/conv1/Conv' -> 'layer1.0.conv1' (TorchScript exporter scope -> module path)."""
+    parts = [p for p in node_name.split("/") if p][:-1]
+    out: list[str] = []
+    for p in parts:
+        if out and p.startswith(out[-1] + "."):
+            out[-1] = p
+        else:
+            out.append(p)
+    return ".".join(out)
+
+
+def onnx_layer_nodes(onnx_path: Path, modules: Sequence[str]) -> dict[str, list[str]]:
+    """ONNX node names that belong to each torch module in `modules` (matched on the exporter's scopes)."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    wanted = set(modules)
+    found: dict[str, list[str]] = {m: [] for m in modules}
+    for node in graph.node:
+        mod = onnx_scope_to_module(node.name)
+        if mod in wanted:
+            found[mod].append(node.name)
+    return found
+
+
+def onnx_weighted_nodes(onnx_path: Path) -> list[str]:
+    """MatMul / Gemm / Conv nodes whose second input is a weight (an initializer): the layers int8 targets."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    return [n.name for n in graph.node
+            if n.op_type in ("MatMul", "Gemm", "Conv", "Attention") and len(n.input) > 1 and n.input[1] in weights]
+
+
+def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list[Inputs]:
+    """Up to `limit` single-sample inputs for calibration: the context's data, else the workload's eval data,
+    else the workload's own example inputs (random for zoo models) split into rows."""
+    wl = state.workload
+    source: Callable[[], Any] | None = ctx.calibration_inputs
+    if source is None and wl.eval is not None:
+        source = wl.eval.calibration_inputs
+    batches: Any = source() if source is not None else synthetic_batches(wl, limit)
+    out: list[Inputs] = []
+    for batch in batches:
+        batch = batch if isinstance(batch, tuple) else (batch,)
+        n = int(batch[0].shape[0])
+        for r in range(n):
+            out.append(tuple(x[r : r + 1] for x in batch))
+            if len(out) >= limit:
+                return out
+    if not out:
+        raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
+    return out
+
+
+def synthetic_batches(wl: Workload, limit: int, first_batch_size: int = 1) -> Iterator[Inputs]:
+    """The workload's example inputs at growing batch sizes (each seeded differently in the zoo)."""
+    total, b = 0, first_batch_size
+    while total < limit:
+        yield wl.example_inputs(b)
+        total += b
+        b += 1

@@ -1,0 +1,94 @@
+"""torch.compile (Inductor), default or max-autotune, with weight freezing on CPU; compile time counts.
+
+Compilation is lazy in torch, so `apply` runs the compiled model twice on the example inputs and adds
+that time to `state.build_s`: the search charges it against the time budget and reports it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from dlperf.errors import ConfigError
+from dlperf.passes._torch_call import torch_call, torch_reason
+from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+
+if TYPE_CHECKING:
+    from dlperf.workload.base import Workload
+
+MODES = ("default", "reduce-overhead", "max-autotune")
+UNAVAILABLE_REASON = ""
+
+
+@dataclass(frozen=True)
+class CompileConfig(PassConfig):
+    """mode: a torch.compile mode; freezing: constant-fold the weights into the graph (Inductor, inference)."""
+
+    name: ClassVar[str] = "compile"
+    order: ClassVar[int] = 90
+
+    mode: str = "default"
+    freezing: bool = False
+    dynamic: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"compile: mode must be one of {', '.join(MODES)}, got '{self.mode}'")
+
+
+def compiler_reason(device: str) -> str | None:
+    if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+        return "torch.compile on CPU needs a C++ compiler (g++ or clang++) on PATH"
+    return None
+
+
+@register(CompileConfig)
+class Compile:
+    def applicable(self, config: CompileConfig, state: ModelState, ctx: PassContext) -> str | None:
+        reason = torch_reason(state)
+        if reason:
+            return reason
+        call = state.predict
+        if getattr(call, "compiled", None) is not None:
+            return "the model is already compiled"
+        if config.mode == "reduce-overhead" and not ctx.device.startswith("cuda"):
+            return "mode reduce-overhead uses CUDA graphs: GPU only"
+        return compiler_reason(ctx.device)
+
+    def apply(self, config: CompileConfig, state: ModelState, ctx: PassContext) -> ModelState:
+        import torch
+
+        if config.freezing:
+            import torch._inductor.config as inductor_config
+
+            # Process-wide; the candidate runs in its own process and a loaded artifact sets it again.
+            inductor_config.freezing = True
+        call = torch_call(state)
+        call.compiled = torch.compile(call.model, mode=config.mode, dynamic=config.dynamic or None)
+        inputs = state.workload.example_inputs(ctx.batch_size)
+        if ctx.device != "cpu":
+            from dlperf.measure.bench import to_device
+
+            inputs = to_device(inputs, ctx.device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            call(*inputs)
+            call(*inputs)
+        compile_s = time.perf_counter() - start
+        state.build_s += compile_s
+        state.notes.append(f"compile ({config.mode}{', freezing' if config.freezing else ''}) took "
+                           f"{compile_s:.1f} s")
+        return state
+
+
+def search_space(workload: Workload, ctx: PassContext) -> list[CompileConfig]:
+    global UNAVAILABLE_REASON
+    reason = compiler_reason(ctx.device)
+    if reason:
+        UNAVAILABLE_REASON = reason
+        return []
+    if ctx.device == "cpu":
+        return [CompileConfig(), CompileConfig(freezing=True), CompileConfig(mode="max-autotune", freezing=True)]
+    return [CompileConfig(), CompileConfig(mode="max-autotune")]

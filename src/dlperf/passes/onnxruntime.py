@@ -1,0 +1,295 @@
+"""ONNX Runtime engine pass: torch -> ONNX (dynamic batch) -> ORT session, fp32 or int8 (dynamic / static QDQ).
+
+Static int8 uses QDQ with per-channel weights, calibrated on the workload's calibration data; with
+`keep_fp32="auto"` the most int8-sensitive layers (found by `dlperf.passes.sensitivity`) stay fp32 until
+the metric is within `max_metric_drop`. The transformer optimizer fuses attention only for an
+eager-attention export; it is offered for transformer workloads.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.passes import _engine
+from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dlperf.workload.base import Inputs, Workload
+
+PRECISIONS = ("fp32", "int8-dynamic", "int8-static")
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+}
+
+
+@dataclass(frozen=True)
+class OrtConfig(PassConfig):
+    """Convert to ONNX Runtime. `keep_fp32`: module names to leave fp32, or "auto" (sensitivity search)."""
+
+    name: ClassVar[str] = "onnxruntime"
+    stage: ClassVar[str] = "engine"
+
+    precision: str = "fp32"
+    provider: str = "cpu"
+    opt_level: str = "all"
+    transformer_optimizer: bool = False
+    per_channel: bool = True
+    activation_type: str = "uint8"
+    calibration_samples: int = 128
+    calibrate_method: str = "minmax"
+    keep_fp32: str | tuple[str, ...] = ()
+    max_metric_drop: float = 0.01
+    max_fallback_trials: int = 5
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"onnxruntime precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.opt_level not in OPT_LEVELS:
+            raise ConfigError(f"onnxruntime opt_level must be one of {OPT_LEVELS}, got {self.opt_level!r}")
+        if self.provider not in PROVIDERS:
+            raise ConfigError(f"onnxruntime provider must be one of {sorted(PROVIDERS)}, got {self.provider!r}")
+        if self.activation_type not in ("uint8", "int8"):
+            raise ConfigError(f"activation_type must be 'uint8' or 'int8', got {self.activation_type!r}")
+        if self.calibrate_method not in ("minmax", "entropy", "percentile"):
+            raise ConfigError(f"calibrate_method must be minmax|entropy|percentile, got {self.calibrate_method!r}")
+        if isinstance(self.keep_fp32, str) and self.keep_fp32 not in ("", "auto"):
+            raise ConfigError("keep_fp32 must be 'auto' or a tuple of module names")
+        if self.keep_fp32 and self.precision == "fp32":
+            raise ConfigError("keep_fp32 only makes sense with an int8 precision")
+        if not 0 <= self.max_metric_drop:
+            raise ConfigError(f"max_metric_drop must be >= 0, got {self.max_metric_drop}")
+        if self.calibration_samples < 1:
+            raise ConfigError("calibration_samples must be >= 1")
+
+    def label(self) -> str:
+        return _engine.short_label(self)
+
+
+def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
+    """fp32, dynamic int8 and static int8 (with accuracy-driven fp32 fallback) on the CPU provider; the GPU
+    providers when present."""
+    try:
+        ort = require("onnxruntime", "onnx")
+        require("onnx", "onnx")
+    except MissingDependency:
+        return []
+    configs: list[PassConfig] = [OrtConfig()]
+    if workload.kind == "transformer":
+        configs.append(OrtConfig(transformer_optimizer=True))
+    if ctx.device == "cpu":
+        configs += [OrtConfig(precision="int8-dynamic"), OrtConfig(precision="int8-static", keep_fp32="auto")]
+    available = ort.get_available_providers()  # type: ignore[attr-defined]
+    if ctx.device.startswith("cuda"):
+        for p in ("cuda", "tensorrt"):
+            if PROVIDERS[p] in available:
+                configs.append(OrtConfig(provider=p))
+    return configs
+
+
+def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
+    ort: Any = require("onnxruntime", "onnx")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[opt_level]
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    providers = [PROVIDERS[provider]]
+    if provider != "cpu":
+        providers.append(PROVIDERS["cpu"])
+    try:
+        return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    except Exception as exc:
+        raise OptimizeError(f"ONNX Runtime could not load {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
+    names = [s.name for s in spec.inputs]
+
+    def predict(*inputs: Any) -> Any:
+        arrays = _engine.to_numpy(inputs)
+        return _engine.to_torch(sess.run(None, dict(zip(names, arrays))), spec)
+
+    return predict
+
+
+class _Reader:
+    """onnxruntime.quantization CalibrationDataReader over single-sample inputs."""
+
+    def __init__(self, samples: list[Inputs], names: list[str]) -> None:
+        self._it = iter([dict(zip(names, _engine.to_numpy(s))) for s in samples])
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:  # pragma: no cover - not used by MinMax calibration
+        pass
+
+
+def _quantize(config: OrtConfig, src: Path, dst: Path, spec: _engine.IOSpec, samples: list[Inputs],
+              exclude_nodes: list[str]) -> Path:
+    """Quantize the weighted layers (MatMul/Gemm/Conv with a weight) except `exclude_nodes`; products of two
+    activations (attention scores) stay fp32, so keeping every layer fp32 gives back the fp32 model."""
+    require("onnx", "onnx")
+    import onnx
+    from onnxruntime import quantization as q
+
+    extra: dict[str, Any] = {}
+    if config.transformer_optimizer:
+        extra["DefaultTensorType"] = onnx.TensorProto.FLOAT  # fused ops lack type info for the quantizer
+    excluded = set(exclude_nodes)
+    targets = [n for n in _engine.onnx_weighted_nodes(src) if n not in excluded]
+    if not targets:
+        shutil.copyfile(src, dst)
+        return dst
+    with _engine._quiet():
+        if config.precision == "int8-dynamic":
+            q.quantize_dynamic(src, dst, per_channel=config.per_channel, weight_type=q.QuantType.QInt8,
+                               nodes_to_quantize=targets, extra_options=extra)
+        else:
+            reader = _Reader(samples, [s.name for s in spec.inputs])
+            method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+                      "percentile": q.CalibrationMethod.Percentile}[config.calibrate_method]
+            act = q.QuantType.QUInt8 if config.activation_type == "uint8" else q.QuantType.QInt8
+            extra.update({"WeightSymmetric": True, "ActivationSymmetric": config.activation_type == "int8"})
+            q.quantize_static(src, dst, reader, quant_format=q.QuantFormat.QDQ, per_channel=config.per_channel,
+                              activation_type=act, weight_type=q.QuantType.QInt8, nodes_to_quantize=targets,
+                              calibrate_method=method, extra_options=extra)
+    return dst
+
+
+def _transformer_optimize(src: Path, dst: Path) -> Path:
+    from onnxruntime.transformers import optimizer
+
+    with _engine._quiet():
+        opt = optimizer.optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0, opt_level=0)
+        opt.save_model_to_file(str(dst))
+    return dst
+
+
+@register(OrtConfig)
+class OrtPass:
+    def applicable(self, config: OrtConfig, state: ModelState, ctx: PassContext) -> str | None:
+        try:
+            ort: Any = require("onnxruntime", "onnx")
+            require("onnx", "onnx")
+        except MissingDependency:
+            return "install dlperf[onnx] (onnxruntime and onnx are not installed)"
+        reason = _engine.require_torch_model(state)
+        if reason:
+            return reason
+        if PROVIDERS[config.provider] not in ort.get_available_providers():
+            return (f"ONNX Runtime here has no {PROVIDERS[config.provider]} "
+                    f"(available: {', '.join(ort.get_available_providers())})")
+        if config.provider in ("cuda", "tensorrt") and not ctx.device.startswith("cuda"):
+            return f"the {config.provider} provider needs a CUDA device (target device is {ctx.device})"
+        if config.precision != "fp32" and config.provider != "cpu":
+            return "int8 through ONNX Runtime quantization is offered on the CPU provider only"
+        if config.transformer_optimizer and state.workload.kind != "transformer":
+            return "the transformer optimizer only applies to transformer workloads"
+        return None
+
+    def apply(self, config: OrtConfig, state: ModelState, ctx: PassContext) -> ModelState:
+        import time
+
+        t0 = time.perf_counter()
+        model = state.model
+        assert model is not None
+        wl = state.workload
+        tmp = None
+        if ctx.workdir is not None:
+            workdir = Path(ctx.workdir) / f"ort-{abs(hash(config)) % 10**8}"
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix="dlperf-ort-")
+            workdir = Path(tmp.name)
+        example = wl.example_inputs(ctx.batch_size)
+        samples = _engine.calibration_samples(state, ctx, config.calibration_samples) if config.precision != "fp32" else []
+        spec = _engine.io_spec(wl, model, [example, *samples[:4]])
+        path = _engine.export_onnx(model, samples[0] if samples else example, spec, workdir / "model.onnx")
+        if config.transformer_optimizer:
+            path = _transformer_optimize(path, workdir / "model.fused.onnx")
+        threads = _engine.threads_for(ctx)
+        notes = [f"onnxruntime {config.provider} provider, opt level {config.opt_level}, {threads} threads"]
+        if config.precision != "fp32":
+            fp32_path = path
+
+            def build(kept: tuple[str, ...]) -> tuple[Any, Path]:
+                nodes = _engine.onnx_layer_nodes(fp32_path, kept)
+                excl = [n for ns in nodes.values() for n in ns]
+                dst = workdir / f"model.int8.{len(kept)}.onnx"
+                _quantize(config, fp32_path, dst, spec, samples, excl)
+                return _predict_fn(_session(dst, config.provider, config.opt_level, threads), spec), dst
+
+            if config.keep_fp32 == "auto":
+                from dlperf.passes import sensitivity
+
+                report = sensitivity.rank_layers(model, samples)
+                notes.append(report.describe())
+                metric = sensitivity.workload_metric(state, ctx)
+                result = sensitivity.fallback_search(
+                    report.top(len(report.ranking)), build, metric, config.max_metric_drop, config.max_fallback_trials
+                )
+                notes.append(result.describe(metric.name))
+                path = result.artifact
+                kept_fp32: tuple[str, ...] = result.kept_fp32
+            else:
+                kept_fp32 = tuple(config.keep_fp32) if isinstance(config.keep_fp32, tuple) else ()
+                _, path = build(kept_fp32)
+            if kept_fp32:
+                notes.append("kept fp32: " + ", ".join(kept_fp32))
+            final = workdir / "model.final.onnx"
+            shutil.copyfile(path, final)
+            path = final
+        sess = _session(path, config.provider, config.opt_level, threads)
+        predict = _predict_fn(sess, spec)
+        predict._dlperf_tmp = tmp  # type: ignore[attr-defined]  # keep the temp folder alive with the callable
+        manifest = {
+            "engine": "onnxruntime",
+            "precision": config.precision,
+            "provider": config.provider,
+            "opt_level": config.opt_level,
+            "threads": threads,
+            **spec.manifest(),
+        }
+        final_path = path
+
+        def exporter(out_dir: Path) -> dict[str, Any]:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(final_path, out_dir / "model.onnx")
+            return {**manifest, "files": ["model.onnx"]}
+
+        return ModelState(
+            workload=wl, model=None, predict=predict, engine="onnxruntime",
+            precision="int8" if config.precision != "fp32" else "fp32",
+            applied=list(state.applied), notes=[*state.notes, *notes], exporter=exporter,
+            build_s=state.build_s + time.perf_counter() - t0,
+        )
+
+
+def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
+    """A callable over an exported ONNX Runtime artifact: torch tensors in, torch tensors out."""
+    require("onnxruntime", "onnx")
+    import torch
+
+    spec = _engine.IOSpec.from_manifest(manifest)
+    threads = int(manifest.get("threads") or torch.get_num_threads())
+    provider = str(manifest.get("provider", "cpu"))
+    sess = _session(Path(dir) / "model.onnx", provider, str(manifest.get("opt_level", "all")), threads)
+    return _predict_fn(sess, spec)

@@ -1,0 +1,293 @@
+"""OpenVINO engine pass: torch -> OpenVINO model (PyTorch or ONNX frontend) -> compiled CPU model.
+
+Precisions: fp32; int8 weight compression (nncf.compress_weights: int8 weights, activations quantized
+dynamically by the runtime); static int8 (nncf.quantize post-training quantization with calibration data,
+TRANSFORMER model type and SmoothQuant for transformers, `ignored_scope` for layers kept fp32, found by
+the sensitivity search when `keep_fp32="auto"`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.passes import _engine
+from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from dlperf.workload.base import Inputs, Workload
+
+PRECISIONS = ("fp32", "int8-weights", "int8-static")
+QUANTIZED_OP_TYPES = ("MatMul", "Convolution", "GroupConvolution")
+
+
+@dataclass(frozen=True)
+class OpenVinoConfig(PassConfig):
+    """Convert to OpenVINO. `keep_fp32`: module names to leave fp32, or "auto" (sensitivity search)."""
+
+    name: ClassVar[str] = "openvino"
+    stage: ClassVar[str] = "engine"
+
+    precision: str = "fp32"
+    frontend: str = "pytorch"
+    weights_mode: str = "int8_asym"
+    calibration_samples: int = 300
+    model_type: str = "auto"
+    preset: str = "auto"
+    smooth_quant_alpha: float | None = None
+    fast_bias_correction: bool = True
+    keep_fp32: str | tuple[str, ...] = ()
+    max_metric_drop: float = 0.01
+    max_fallback_trials: int = 5
+    inference_precision: str = "f32"
+    static_shape: bool = False
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"openvino precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.frontend not in ("pytorch", "onnx"):
+            raise ConfigError(f"openvino frontend must be 'pytorch' or 'onnx', got {self.frontend!r}")
+        if self.model_type not in ("auto", "transformer", "default"):
+            raise ConfigError(f"model_type must be auto|transformer|default, got {self.model_type!r}")
+        if self.preset not in ("auto", "performance", "mixed"):
+            raise ConfigError(f"preset must be auto|performance|mixed, got {self.preset!r}")
+        if self.inference_precision not in ("f32", "bf16", "f16", "auto"):
+            raise ConfigError(f"inference_precision must be f32|bf16|f16|auto, got {self.inference_precision!r}")
+        if isinstance(self.keep_fp32, str) and self.keep_fp32 not in ("", "auto"):
+            raise ConfigError("keep_fp32 must be 'auto' or a tuple of module names")
+        if self.keep_fp32 and self.precision == "fp32":
+            raise ConfigError("keep_fp32 only makes sense with an int8 precision")
+        if self.calibration_samples < 1:
+            raise ConfigError("calibration_samples must be >= 1")
+        if self.max_metric_drop < 0:
+            raise ConfigError(f"max_metric_drop must be >= 0, got {self.max_metric_drop}")
+
+    def label(self) -> str:
+        return _engine.short_label(self)
+
+
+def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
+    """fp32, int8 weight compression and static int8 with accuracy-driven fp32 fallback (CPU only)."""
+    if ctx.device != "cpu":
+        return []
+    try:
+        require("openvino", "openvino")
+    except MissingDependency:
+        return []
+    configs: list[PassConfig] = [OpenVinoConfig()]
+    try:
+        require("nncf", "openvino")
+    except MissingDependency:
+        return configs
+    configs += [
+        OpenVinoConfig(precision="int8-weights"),
+        OpenVinoConfig(precision="int8-static", keep_fp32="auto"),
+    ]
+    return configs
+
+
+def _nncf_ready() -> str | None:
+    try:
+        require("nncf", "openvino")
+    except MissingDependency:
+        return "install dlperf[openvino] (nncf is not installed)"
+    return None
+
+
+def _compile(ov_model: Any, threads: int, inference_precision: str) -> Any:
+    ov: Any = require("openvino", "openvino")
+    cfg: dict[str, Any] = {
+        "INFERENCE_NUM_THREADS": threads,
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": "1",
+    }
+    if inference_precision != "auto":
+        cfg["INFERENCE_PRECISION_HINT"] = inference_precision
+    try:
+        return ov.Core().compile_model(ov_model, "CPU", cfg)
+    except Exception as exc:
+        raise OptimizeError(f"OpenVINO could not compile the model: {type(exc).__name__}: {exc}") from exc
+
+
+def _predict_fn(compiled: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
+    local = threading.local()  # an infer request is not thread-safe: one per calling thread
+    n_out = len(spec.outputs)
+
+    def predict(*inputs: Any) -> Any:
+        req = getattr(local, "req", None)
+        if req is None:
+            req = local.req = compiled.create_infer_request()
+        req.infer(_engine.to_numpy(inputs))
+        return _engine.to_torch([req.get_output_tensor(i).data.copy() for i in range(n_out)], spec)
+
+    return predict
+
+
+def _op_module(name: str) -> str:
+    """OpenVINO op friendly name -> torch module path ('__module.a.b/aten::linear/MatMul' -> 'a.b')."""
+    if name.startswith("__module."):
+        return name[len("__module."):].split("/", 1)[0]
+    if name.startswith("/"):
+        return _engine.onnx_scope_to_module(name)
+    return ""
+
+
+def layer_ops(ov_model: Any, modules: Sequence[str]) -> list[str]:
+    """Friendly names of the weighted ops (MatMul, Convolution) that belong to the torch `modules`."""
+    wanted = set(modules)
+    return [op.get_friendly_name() for op in ov_model.get_ops()
+            if op.get_type_name() in QUANTIZED_OP_TYPES and _op_module(op.get_friendly_name()) in wanted]
+
+
+def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.IOSpec, workdir: Path) -> Any:
+    ov: Any = require("openvino", "openvino")
+    import torch
+
+    with _engine._quiet():
+        if config.frontend == "onnx":
+            src: Any = _engine.export_onnx(model, example, spec, workdir / "model.onnx")
+            ov_model = ov.convert_model(str(src))
+        else:
+            with torch.no_grad():
+                ov_model = ov.convert_model(model, example_input=tuple(example))
+    # Name the inputs like the workload does and free the batch dimension (and any varying one).
+    for port, s in zip(ov_model.inputs, spec.inputs):
+        port.get_tensor().set_names({s.name})
+    shapes = {}
+    for port, s, x in zip(ov_model.inputs, spec.inputs, example):
+        dims = list(x.shape) if config.static_shape else list(s.shape)
+        shapes[port] = ov.PartialShape([ov.Dimension(-1) if d == -1 else ov.Dimension(int(d)) for d in dims])
+    ov_model.reshape(shapes)
+    return ov_model
+
+
+def _quantize(config: OpenVinoConfig, ov_model: Any, samples: list[Inputs], ignored: list[str],
+              workload: Workload) -> Any:
+    nncf: Any = require("nncf", "openvino")
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+
+    ignored_scope = nncf.IgnoredScope(names=list(ignored), validate=False) if ignored else None
+    with _engine._quiet():
+        if config.precision == "int8-weights":
+            mode = nncf.CompressWeightsMode(config.weights_mode)
+            return nncf.compress_weights(ov_model, mode=mode, ignored_scope=ignored_scope)
+        transformer = config.model_type == "transformer" or (config.model_type == "auto" and workload.kind == "transformer")
+        kwargs: dict[str, Any] = {"subset_size": len(samples), "fast_bias_correction": config.fast_bias_correction}
+        if transformer:
+            kwargs["model_type"] = nncf.ModelType.TRANSFORMER
+        if config.preset != "auto":
+            kwargs["preset"] = {"performance": nncf.QuantizationPreset.PERFORMANCE,
+                                "mixed": nncf.QuantizationPreset.MIXED}[config.preset]
+        if ignored_scope is not None:
+            kwargs["ignored_scope"] = ignored_scope
+        if config.smooth_quant_alpha is not None:
+            kwargs["advanced_parameters"] = AdvancedQuantizationParameters(
+                smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=config.smooth_quant_alpha)
+            )
+        data = [_engine.to_numpy(s) for s in samples]
+        return nncf.quantize(ov_model, nncf.Dataset(data), **kwargs)
+
+
+@register(OpenVinoConfig)
+class OpenVinoPass:
+    def applicable(self, config: OpenVinoConfig, state: ModelState, ctx: PassContext) -> str | None:
+        try:
+            require("openvino", "openvino")
+        except MissingDependency:
+            return "install dlperf[openvino] (openvino is not installed)"
+        if config.precision != "fp32" and (reason := _nncf_ready()):
+            return reason
+        if config.frontend == "onnx":
+            try:
+                require("onnx", "onnx")
+            except MissingDependency:
+                return "the ONNX frontend needs onnx: install dlperf[onnx]"
+        if ctx.device != "cpu":
+            return f"this pass targets the OpenVINO CPU device, not {ctx.device}"
+        return _engine.require_torch_model(state)
+
+    def apply(self, config: OpenVinoConfig, state: ModelState, ctx: PassContext) -> ModelState:
+        t0 = time.perf_counter()
+        model = state.model
+        assert model is not None
+        wl = state.workload
+        tmp = tempfile.TemporaryDirectory(prefix="dlperf-ov-")
+        workdir = Path(tmp.name)
+        example = wl.example_inputs(ctx.batch_size)
+        samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
+                   if config.precision == "int8-static" else [])
+        spec = _engine.io_spec(wl, model, [example, *samples[:4]])
+        fp32_model = _convert(config, model, example, spec, workdir)
+        threads = _engine.threads_for(ctx)
+        notes = [f"openvino CPU via the {config.frontend} frontend, {threads} threads, "
+                 f"inference precision {config.inference_precision}"]
+        ov_model = fp32_model
+        if config.precision != "fp32":
+
+            def build(kept: tuple[str, ...]) -> tuple[Any, Any]:
+                quantized = _quantize(config, fp32_model.clone(), samples, layer_ops(fp32_model, kept), wl)
+                return _predict_fn(_compile(quantized, threads, config.inference_precision), spec), quantized
+
+            if config.keep_fp32 == "auto":
+                from dlperf.passes import sensitivity
+
+                rank_samples = samples or _engine.calibration_samples(state, ctx, 64)
+                report = sensitivity.rank_layers(model, rank_samples)
+                notes.append(report.describe())
+                metric = sensitivity.workload_metric(state, ctx)
+                result = sensitivity.fallback_search(
+                    report.top(len(report.ranking)), build, metric, config.max_metric_drop, config.max_fallback_trials
+                )
+                notes.append(result.describe(metric.name))
+                ov_model, kept_fp32 = result.artifact, result.kept_fp32
+            else:
+                kept_fp32 = tuple(config.keep_fp32) if isinstance(config.keep_fp32, tuple) else ()
+                _, ov_model = build(kept_fp32)
+            if kept_fp32:
+                notes.append("kept fp32: " + ", ".join(kept_fp32))
+        compiled = _compile(ov_model, threads, config.inference_precision)
+        predict = _predict_fn(compiled, spec)
+        tmp.cleanup()
+        manifest = {
+            "engine": "openvino",
+            "precision": config.precision,
+            "threads": threads,
+            "inference_precision": config.inference_precision,
+            **spec.manifest(),
+        }
+        final_model = ov_model
+
+        def exporter(out_dir: Path) -> dict[str, Any]:
+            ov: Any = require("openvino", "openvino")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            ov.save_model(final_model, str(out_dir / "model.xml"), compress_to_fp16=False)
+            return {**manifest, "files": ["model.xml", "model.bin"]}
+
+        return ModelState(
+            workload=wl, model=None, predict=predict, engine="openvino",
+            precision="int8" if config.precision != "fp32" else "fp32",
+            applied=list(state.applied), notes=[*state.notes, *notes], exporter=exporter,
+            build_s=state.build_s + time.perf_counter() - t0,
+        )
+
+
+def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
+    """A callable over an exported OpenVINO IR: torch tensors in, torch tensors out."""
+    ov: Any = require("openvino", "openvino")
+    import torch
+
+    spec = _engine.IOSpec.from_manifest(manifest)
+    xml = Path(dir) / "model.xml"
+    if not xml.exists():
+        raise OptimizeError(f"no OpenVINO IR at {xml}")
+    ov_model = ov.Core().read_model(str(xml))
+    threads = int(manifest.get("threads") or torch.get_num_threads())
+    return _predict_fn(_compile(ov_model, threads, str(manifest.get("inference_precision", "f32"))), spec)
+

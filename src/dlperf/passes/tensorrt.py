@@ -1,0 +1,133 @@
+"""TensorRT engine pass through Torch-TensorRT (GPU only); the ONNX Runtime TensorRT provider is
+`OrtConfig(provider="tensorrt")` in `dlperf.passes.onnxruntime`.
+
+The artifact is Torch-TensorRT's serialized ExportedProgram (`model.ep`, TensorRT engines embedded).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.passes import _engine
+from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dlperf.workload.base import Workload
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class TensorRtConfig(PassConfig):
+    """Compile with Torch-TensorRT for the target CUDA device; `precision` is the widest kernels allowed."""
+
+    name: ClassVar[str] = "tensorrt"
+    stage: ClassVar[str] = "engine"
+
+    precision: str = "fp16"
+    max_batch_size: int = 0  # 0: the context's batch size (a static engine)
+    optimization_level: int = 3
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"tensorrt precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not 0 <= self.optimization_level <= 5:
+            raise ConfigError("tensorrt optimization_level must be in 0..5")
+        if self.max_batch_size < 0:
+            raise ConfigError("max_batch_size must be >= 0")
+
+    def label(self) -> str:
+        return _engine.short_label(self)
+
+
+def _why_not_here(ctx: PassContext) -> str | None:
+    if not ctx.device.startswith("cuda"):
+        return f"TensorRT needs a CUDA device (target device is {ctx.device})"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "TensorRT needs CUDA, and torch sees no CUDA device here"
+    try:
+        require("torch_tensorrt", "tensorrt")
+    except MissingDependency:
+        return "install torch-tensorrt (matching your torch build) for the TensorRT pass"
+    return None
+
+
+def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
+    if _why_not_here(ctx) is not None:
+        return []
+    return [TensorRtConfig(precision="fp16"), TensorRtConfig(precision="fp32")]
+
+
+@register(TensorRtConfig)
+class TensorRtPass:
+    def applicable(self, config: TensorRtConfig, state: ModelState, ctx: PassContext) -> str | None:
+        return _why_not_here(ctx) or _engine.require_torch_model(state)
+
+    def apply(self, config: TensorRtConfig, state: ModelState, ctx: PassContext) -> ModelState:
+        import torch
+
+        trt: Any = require("torch_tensorrt", "tensorrt")
+        t0 = time.perf_counter()
+        model = state.model
+        assert model is not None
+        wl = state.workload
+        example = tuple(x.to(ctx.device) for x in wl.example_inputs(ctx.batch_size))
+        spec = _engine.io_spec(wl, model.to(ctx.device), [example])
+        precisions = {"fp32": {torch.float32}, "fp16": {torch.float16, torch.float32},
+                      "bf16": {torch.bfloat16, torch.float32}}[config.precision]
+        max_b = config.max_batch_size or ctx.batch_size
+        inputs = []
+        for x in example:
+            if max_b > ctx.batch_size:
+                lo, hi = (1, *x.shape[1:]), (max_b, *x.shape[1:])
+                inputs.append(trt.Input(min_shape=lo, opt_shape=tuple(x.shape), max_shape=hi, dtype=x.dtype))
+            else:
+                inputs.append(trt.Input(shape=tuple(x.shape), dtype=x.dtype))
+        try:
+            compiled = trt.compile(model, ir="dynamo", inputs=inputs, enabled_precisions=precisions,
+                                   optimization_level=config.optimization_level)
+        except Exception as exc:
+            raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
+        device = ctx.device
+
+        def predict(*args: Any) -> Any:
+            with torch.inference_mode():
+                return compiled(*(a.to(device) for a in args))
+
+        manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest()}
+
+        def exporter(out_dir: Path) -> dict[str, Any]:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            trt.save(compiled, str(out_dir / "model.ep"), inputs=list(example))
+            return {**manifest, "files": ["model.ep"]}
+
+        return ModelState(
+            workload=wl, model=None, predict=predict, engine="tensorrt", precision=config.precision,
+            applied=list(state.applied), notes=[*state.notes, f"Torch-TensorRT {config.precision} on {device}"],
+            exporter=exporter, build_s=state.build_s + time.perf_counter() - t0,
+        )
+
+
+def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
+    """A callable over a saved Torch-TensorRT program (needs CUDA and torch-tensorrt)."""
+    import torch
+
+    require("torch_tensorrt", "tensorrt")  # registers the TensorRT runtime ops the program calls
+    if not torch.cuda.is_available():
+        raise OptimizeError("this artifact is a TensorRT engine: loading it needs a CUDA device")
+    device = str(manifest.get("device", "cuda"))
+    module = torch.export.load(str(Path(dir) / "model.ep")).module()
+
+    def predict(*args: Any) -> Any:
+        with torch.inference_mode():
+            return module(*(a.to(device) for a in args))
+
+    return predict

@@ -1,0 +1,143 @@
+"""Dynamic int8 for nn.Linear in plain torch: int8 weights (per output channel), activations quantized
+per row at run time, int8 x int8 -> int32 GEMM by `torch._int_mm`, then rescaled to fp32.
+
+The quantized layer keeps only plain tensors (int8 weight, fp32 scales, bias) as buffers, so its
+state_dict loads with `torch.load(weights_only=True)`. Whether it is faster depends on the CPU's int8
+dot-product units (VNNI/AMX) and on the batch: at batch 1 quantizing the activations can cost more than
+the GEMM saves; the search measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlperf.errors import ConfigError
+from dlperf.passes._torch_call import torch_reason
+from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+
+if TYPE_CHECKING:
+    import torch
+
+    from dlperf.workload.base import Workload
+
+
+@dataclass(frozen=True)
+class DynamicInt8Config(PassConfig):
+    """min_features: leave Linear layers with fewer input or output features in fp32 (tiny GEMMs)."""
+
+    name: ClassVar[str] = "dynamic_int8"
+    order: ClassVar[int] = 40
+
+    min_features: int = 16
+    skip: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.min_features < 1:
+            raise ConfigError(f"dynamic_int8: min_features must be >= 1, got {self.min_features}")
+
+
+def _int8_linear_class() -> type:
+    import torch
+    from torch import nn
+
+    class DynamicInt8Linear(nn.Module):
+        """y = (q(x) @ Wq^T) * sx * sw + b with per-row activation and per-channel weight scales."""
+
+        def __init__(self, in_features: int, out_features: int, has_bias: bool) -> None:
+            super().__init__()
+            self.in_features = in_features
+            self.out_features = out_features
+            self.register_buffer("weight_int8", torch.zeros(out_features, in_features, dtype=torch.int8))
+            self.register_buffer("weight_scale", torch.ones(1, out_features))
+            self.register_buffer("bias", torch.zeros(out_features) if has_bias else None)
+
+        @classmethod
+        def from_linear(cls, linear: nn.Linear) -> nn.Module:
+            w = linear.weight.detach().float()
+            scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+            q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+            mod = cls(linear.in_features, linear.out_features, linear.bias is not None)
+            mod.weight_int8.copy_(q)
+            mod.weight_scale.copy_(scale[None, :])
+            if linear.bias is not None:
+                mod.bias.copy_(linear.bias.detach().float())
+            return mod
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            x2 = x.reshape(-1, shape[-1]).float()
+            sx = x2.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / 127.0
+            xq = torch.round(x2 / sx).clamp(-127, 127).to(torch.int8)
+            acc = torch._int_mm(xq, self.weight_int8.t())
+            y = acc.float() * (sx * self.weight_scale)
+            if self.bias is not None:
+                y = y + self.bias
+            return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+        def extra_repr(self) -> str:
+            return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+    return DynamicInt8Linear
+
+
+_CLASS: Any = None
+
+
+def int8_linear_class() -> Any:
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _int8_linear_class()
+    return _CLASS
+
+
+def quantize_linears(model: Any, config: DynamicInt8Config) -> list[str]:
+    """Replace eligible nn.Linear children in place; returns the names replaced."""
+    from torch import nn
+
+    cls = int8_linear_class()
+    replaced = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if type(child) is not nn.Linear or full in config.skip:
+                continue
+            if min(child.in_features, child.out_features) < config.min_features:
+                continue
+            setattr(module, child_name, cls.from_linear(child))
+            replaced.append(full)
+    return replaced
+
+
+@register(DynamicInt8Config)
+class DynamicInt8:
+    def applicable(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> str | None:
+        reason = torch_reason(state)
+        if reason:
+            return reason
+        if state.precision != "fp32":
+            return f"the model is already {state.precision}"
+        if ctx.device != "cpu":
+            return "torch dynamic int8 (torch._int_mm) is used on CPU here; on GPU use an engine's int8"
+        from torch import nn
+
+        assert state.model is not None
+        if not any(type(m) is nn.Linear and min(m.in_features, m.out_features) >= config.min_features
+                   for m in state.model.modules()):
+            return f"the model has no nn.Linear with at least {config.min_features} features"
+        return None
+
+    def apply(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> ModelState:
+        assert state.model is not None
+        replaced = quantize_linears(state.model, config)
+        if getattr(state.predict, "model", None) is not None:
+            state.predict.model = state.model  # type: ignore[attr-defined]
+        state.precision = "int8"
+        state.notes.append(f"{len(replaced)} Linear layers in dynamic int8")
+        return state
+
+
+def search_space(workload: Workload, ctx: PassContext) -> list[DynamicInt8Config]:
+    if ctx.device != "cpu":
+        return []
+    return [DynamicInt8Config()]

@@ -1,0 +1,90 @@
+"""Time breakdown of a step: waiting for data, host-to-device copies, forward, backward, optimizer,
+framework overhead (wall time not covered by any operator) and device idle time (CUDA only)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlperf.measure.stats import median
+from dlperf.profile.trace import ProfileTrace, StepWindow, merged_length
+
+
+@dataclass
+class TimeBreakdown:
+    """Median seconds per profiled step for each part; `step_s` is the profiled step's wall time."""
+
+    step_s: float
+    data_wait_s: float
+    h2d_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    other_s: float
+    """Inside the step but outside every phase range (e.g. the loss on a custom step)."""
+    operator_s: float
+    """Time covered by top-level operators outside the data phase."""
+    framework_overhead_s: float
+    """Step time outside the data phase not covered by any operator: Python, dispatch gaps, hooks."""
+    device_idle_s: float | None
+    """CUDA only: step time during which no kernel or copy ran on the device."""
+    unprofiled_step_s: float | None
+    profiling_overhead: float | None
+    """Profiled step time over unprofiled step time (1.0 = no overhead)."""
+
+    def share(self, part_s: float) -> float:
+        return part_s / self.step_s if self.step_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _per_step(trace: ProfileTrace, step: StepWindow) -> dict[str, float]:
+    ops = [o for o in trace.ops_in_step(step.index) if o.depth == 0 and o.phase != "data"]
+    covered_us = merged_length([(o.start_us, o.end_us) for o in ops])
+    # Profiler ranges are rescaled to the wall time dlperf measured around the same step.
+    scale = step.wall_s / (step.dur_us * 1e-6) if step.dur_us > 0 else 1.0
+    phase_s = {p: us * 1e-6 * scale for p, us in step.phase_us.items()}
+    data_s = max(step.data_wait_s, phase_s.get("data", 0.0))
+    in_phases = sum(phase_s.values()) - phase_s.get("data", 0.0)
+    busy_s = step.wall_s - data_s
+    values = {
+        "data_wait_s": data_s,
+        "h2d_s": phase_s.get("h2d", 0.0),
+        "forward_s": phase_s.get("forward", 0.0),
+        "backward_s": phase_s.get("backward", 0.0),
+        "optimizer_s": phase_s.get("optimizer", 0.0),
+        "other_s": max(0.0, busy_s - in_phases),
+        "operator_s": covered_us * 1e-6 * scale,
+        "framework_overhead_s": max(0.0, busy_s - covered_us * 1e-6 * scale),
+    }
+    if trace.device.startswith("cuda"):
+        kernels = [(k.start_us, k.start_us + k.dur_us) for k in trace.kernels if k.step == step.index]
+        values["device_idle_s"] = max(0.0, step.wall_s - merged_length(kernels) * 1e-6)
+    return values
+
+
+def analyze(trace: ProfileTrace) -> TimeBreakdown:
+    """The median breakdown over the profiled steps."""
+    trace.validate()
+    rows = [_per_step(trace, s) for s in trace.steps]
+
+    def med(key: str) -> float:
+        return median([r[key] for r in rows])
+
+    step_s = median(trace.step_wall_s)
+    unprofiled = median(trace.unprofiled_step_s) if trace.unprofiled_step_s else None
+    return TimeBreakdown(
+        step_s=step_s,
+        data_wait_s=med("data_wait_s"),
+        h2d_s=med("h2d_s"),
+        forward_s=med("forward_s"),
+        backward_s=med("backward_s"),
+        optimizer_s=med("optimizer_s"),
+        other_s=med("other_s"),
+        operator_s=med("operator_s"),
+        framework_overhead_s=med("framework_overhead_s"),
+        device_idle_s=med("device_idle_s") if "device_idle_s" in rows[0] else None,
+        unprofiled_step_s=unprofiled,
+        profiling_overhead=step_s / unprofiled if unprofiled else None,
+    )

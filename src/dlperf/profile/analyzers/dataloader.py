@@ -1,0 +1,75 @@
+"""The training input pipeline: the share of each step spent waiting for the next batch, and the data
+loader's settings (num_workers, pin_memory, prefetch_factor, persistent_workers) with better ones."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlperf.errors import ProfileError
+from dlperf.measure.stats import median
+from dlperf.profile.trace import TRAIN, ProfileTrace
+
+
+@dataclass
+class LoaderAnalysis:
+    data_wait_s: float
+    """Median wait for the next batch per step."""
+    step_s: float
+    wait_share: float
+    compute_s: float
+    """Median step time outside the wait: what workers can overlap the loading with."""
+    is_dataloader: bool
+    num_workers: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+    suggested: dict[str, Any] = field(default_factory=dict)
+    """DataLoader keyword arguments worth trying (empty when the settings look right)."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def suggested_workers(usable_cores: int, current: int | None) -> int:
+    """Workers to try: the usable cores (at least 2, at most 8), or double the current count."""
+    base = min(8, max(2, usable_cores))
+    if current:
+        return min(max(base, current * 2), 16)
+    return base
+
+
+def analyze(trace: ProfileTrace) -> LoaderAnalysis:
+    trace.validate()
+    if trace.mode != TRAIN:
+        raise ProfileError("the data loader analysis needs a training-step trace (profile with --train)")
+    waits = [s.data_wait_s for s in trace.steps]
+    walls = trace.step_wall_s
+    wait = median(waits)
+    step = median(walls)
+    compute = median([max(0.0, w - d) for w, d in zip(walls, waits, strict=True)])
+    info = trace.loader
+    suggested: dict[str, Any] = {}
+    notes: list[str] = []
+    cuda = trace.device.startswith("cuda")
+    if info is None or not info.is_dataloader:
+        name = info.type_name if info else "unknown"
+        notes.append(f"the loader is a {name}, not a torch DataLoader: its settings cannot be read or changed")
+        return LoaderAnalysis(wait, step, wait / step if step else 0.0, compute, False, None, None, None, None,
+                              suggested, notes)
+    if step > 0 and wait / step >= 0.1:
+        suggested["num_workers"] = suggested_workers(trace.threads.usable_cores, info.num_workers)
+        suggested["persistent_workers"] = True
+    if cuda and not info.pin_memory:
+        suggested["pin_memory"] = True
+        notes.append("pin_memory=False on CUDA: host-to-device copies cannot be asynchronous")
+    if info.num_workers and not info.persistent_workers:
+        notes.append("workers are re-created every epoch (persistent_workers=False)")
+        suggested["persistent_workers"] = True
+    return LoaderAnalysis(
+        data_wait_s=wait, step_s=step, wait_share=wait / step if step else 0.0, compute_s=compute,
+        is_dataloader=True, num_workers=info.num_workers, pin_memory=info.pin_memory,
+        prefetch_factor=info.prefetch_factor, persistent_workers=info.persistent_workers,
+        suggested=suggested, notes=notes,
+    )

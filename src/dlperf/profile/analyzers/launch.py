@@ -1,0 +1,80 @@
+"""Launch / dispatch overhead: how many operators a step runs, how long a typical one takes, and how much of
+the step goes to tiny operators and to the gaps between operators (Python and dispatcher time)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlperf.measure.stats import median
+from dlperf.profile.trace import ProfileTrace, merged_length
+
+TINY_OP_US = 20.0
+"""A top-level operator shorter than this is dominated by dispatch cost, not by its work (CPU or launch)."""
+TINY_KERNEL_US = 10.0
+
+
+@dataclass
+class LaunchAnalysis:
+    ops_per_step: float
+    """Top-level operators per step (what Python dispatched), outside the data phase."""
+    all_ops_per_step: float
+    """Every operator event per step, nested ones included."""
+    median_op_us: float
+    tiny_threshold_us: float
+    tiny_op_fraction: float
+    """Share of top-level operators shorter than the threshold."""
+    tiny_op_time_s: float
+    gap_time_s: float
+    """Step time (outside data loading) between operators: Python and framework overhead."""
+    busy_step_s: float
+    """Step time outside data loading."""
+    overhead_share: float
+    """(tiny-operator time + gaps) / busy step time: the share a fused or batched step could win back."""
+    kernels_per_step: float | None = None
+    median_kernel_us: float | None = None
+    tiny_kernel_fraction: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalysis:
+    trace.validate()
+    if tiny_op_us <= 0:
+        raise ValueError(f"tiny_op_us must be positive, got {tiny_op_us}")
+    counts, all_counts, tiny_s, gap_s, busy_s, shares = [], [], [], [], [], []
+    durations: list[float] = []
+    for step in trace.steps:
+        ops = trace.ops_in_step(step.index)
+        top = [o for o in ops if o.depth == 0 and o.phase != "data"]
+        counts.append(float(len(top)))
+        all_counts.append(float(len([o for o in ops if o.phase != "data"])))
+        durations += [o.dur_us for o in top]
+        scale = step.wall_s / (step.dur_us * 1e-6) if step.dur_us > 0 else 1.0
+        data_s = max(step.data_wait_s, step.phase_us.get("data", 0.0) * 1e-6 * scale)
+        busy = max(step.wall_s - data_s, 1e-12)
+        covered = merged_length([(o.start_us, o.end_us) for o in top]) * 1e-6 * scale
+        tiny = sum(o.dur_us for o in top if o.dur_us < tiny_op_us) * 1e-6 * scale
+        gap = max(0.0, busy - covered)
+        tiny_s.append(tiny)
+        gap_s.append(gap)
+        busy_s.append(busy)
+        shares.append(min(1.0, (tiny + gap) / busy))
+    result = LaunchAnalysis(
+        ops_per_step=median(counts),
+        all_ops_per_step=median(all_counts),
+        median_op_us=median(durations) if durations else 0.0,
+        tiny_threshold_us=tiny_op_us,
+        tiny_op_fraction=(sum(1 for d in durations if d < tiny_op_us) / len(durations)) if durations else 0.0,
+        tiny_op_time_s=median(tiny_s),
+        gap_time_s=median(gap_s),
+        busy_step_s=median(busy_s),
+        overhead_share=median(shares),
+    )
+    kernels = [k for k in trace.kernels if k.kind == "kernel" and k.step >= 0]
+    if kernels:
+        result.kernels_per_step = len(kernels) / len(trace.steps)
+        result.median_kernel_us = median([k.dur_us for k in kernels])
+        result.tiny_kernel_fraction = sum(1 for k in kernels if k.dur_us < TINY_KERNEL_US) / len(kernels)
+    return result

@@ -1,0 +1,220 @@
+"""Operators by self time, with FLOPs, bytes moved, arithmetic intensity and their place on this machine's
+roofline (compute- or bandwidth-bound, % of the ceiling), from calibrate's Ceilings.
+
+FLOPs come from torch.profiler (matmul, conv and a few elementwise ops); an elementwise op it does not
+count is taken as one FLOP per output element. Bytes moved are estimated from the input shapes and dtypes
+the profiler records: every tensor input is read once and the output (the largest input's size, or MxN
+for a matrix product) written once; view ops move nothing. These are estimates: caches make real traffic
+lower for small tensors, and the estimate says nothing of ops the profiler gives no shapes for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from dlperf.errors import ProfileError
+from dlperf.measure.stats import median
+from dlperf.profile.analyzers.launch import TINY_OP_US
+from dlperf.profile.trace import DTYPE_BYTES, OpEvent, ProfileTrace, dtype_kind
+
+COMPUTE = "compute"
+BANDWIDTH = "bandwidth"
+OVERHEAD = "overhead"
+"""Per call shorter than TINY_OP_US: dispatch cost dominates, the roofline does not apply."""
+CACHE_RESIDENT = "cache-resident"
+"""Low intensity but a working set small enough to stay in cache: DRAM bandwidth is not what limits it."""
+UNKNOWN = "unknown"
+
+CACHE_RESIDENT_BYTES = 2 << 20
+"""Bytes moved per call below which an op's data stays in the caches (about one core's L2)."""
+
+VIEW_OPS = frozenset({
+    "aten::view", "aten::reshape", "aten::t", "aten::transpose", "aten::permute", "aten::expand",
+    "aten::as_strided", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::detach",
+    "detach", "aten::alias", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg", "aten::empty",
+    "aten::empty_strided", "aten::empty_like", "aten::split", "aten::chunk", "aten::unbind", "aten::narrow",
+    "aten::flatten", "aten::lift_fresh", "aten::_reshape_alias", "aten::numpy_T", "aten::contiguous",
+})
+ELEMENTWISE_OPS = frozenset({
+    "aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::sub_", "aten::div", "aten::div_",
+    "aten::relu", "aten::relu_", "aten::clamp_min", "aten::clamp_min_", "aten::clamp", "aten::gelu",
+    "aten::sigmoid", "aten::tanh", "aten::silu", "aten::exp", "aten::neg", "aten::abs", "aten::threshold_backward",
+    "aten::addcmul_", "aten::addcdiv_", "aten::sqrt", "aten::rsqrt", "aten::pow", "aten::fill_", "aten::where",
+    "aten::maximum", "aten::minimum", "aten::sin", "aten::cos", "aten::hardtanh", "aten::leaky_relu",
+})
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::_int_mm"})
+
+
+class CeilingsLike(Protocol):
+    """What the roofline needs from dlperf.calibrate.Ceilings."""
+
+    gemm_flops: dict[str, float]
+    memory_bandwidth_bytes_s: float
+
+
+@dataclass
+class OperatorStat:
+    """One operator name, summed over its calls in the profiled steps, shown per step."""
+
+    name: str
+    calls_per_step: float
+    self_s: float
+    """Self time per step (excluding nested operators)."""
+    share: float
+    """Self time / profiled step time."""
+    flops: float
+    bytes_moved: float
+    dtype: str
+    intensity: float | None
+    """FLOPs per byte moved; None when no bytes are known."""
+    bound: str
+    """'compute' | 'bandwidth' | 'cache-resident' | 'overhead' | 'unknown'."""
+    achieved_flops_s: float | None
+    achieved_bytes_s: float | None
+    pct_of_peak: float | None
+    """Achieved over this op's roofline ceiling: the GEMM peak when compute-bound, bandwidth x intensity
+    when bandwidth-bound."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class OperatorAnalysis:
+    operators: list[OperatorStat]
+    """Sorted by self time, largest first."""
+    step_s: float
+    peak_flops: dict[str, float]
+    bandwidth_bytes_s: float
+    ridge_intensity: float
+    """FLOP/byte where fp32 GEMM peak and bandwidth meet: above it an op is compute-bound."""
+    share_by_bound: dict[str, float] = field(default_factory=dict)
+    """Share of the step's self time by bound category."""
+
+    def top(self, n: int = 10) -> list[OperatorStat]:
+        return self.operators[:n]
+
+    def efficiency(self, bound: str) -> float | None:
+        """Self-time-weighted % of peak of the ops of one bound category."""
+        ops = [o for o in self.operators if o.bound == bound and o.pct_of_peak is not None]
+        total = sum(o.self_s for o in ops)
+        if total <= 0:
+            return None
+        return sum(o.self_s * (o.pct_of_peak or 0.0) for o in ops) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operators": [o.to_dict() for o in self.operators],
+            "step_s": self.step_s,
+            "peak_flops": self.peak_flops,
+            "bandwidth_bytes_s": self.bandwidth_bytes_s,
+            "ridge_intensity": self.ridge_intensity,
+            "share_by_bound": self.share_by_bound,
+        }
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
+    """(bytes moved, FLOPs) estimated for one call; see the module docstring."""
+    if op.name in VIEW_OPS:
+        return 0.0, 0.0
+    tensors = [
+        (shape, DTYPE_BYTES[dtype])
+        for shape, dtype in zip(op.input_shapes, op.input_dtypes, strict=False)
+        if dtype in DTYPE_BYTES
+    ]
+    if not tensors:
+        return 0.0, float(op.flops)
+    read = sum(_numel(s) * size for s, size in tensors)
+    largest_shape, largest_size = max(tensors, key=lambda t: _numel(t[0]) * t[1])
+    out_elems = _numel(largest_shape)
+    if op.name in MATMUL_OPS:
+        mats = [s for s, _ in tensors if len(s) >= 2]
+        if len(mats) >= 2:
+            a, b = mats[-2], mats[-1]
+            out_elems = math.prod(a[:-1]) * b[-1]
+    write = out_elems * largest_size
+    flops = float(op.flops)
+    if "scaled_dot_product" in op.name and flops == 0 and len(tensors) >= 2:
+        q, k = tensors[0][0], tensors[1][0]
+        if len(q) == 4 and len(k) == 4:
+            # QK^T and attention x V: 2 x (2 * B * H * L * S * D)
+            flops = 4.0 * q[0] * q[1] * q[2] * k[2] * q[3]
+            out_elems = _numel(q)
+            write = out_elems * largest_size
+    if op.name == "aten::convolution_backward" and len(tensors) >= 3 and flops == 0:
+        grad_out, weight = tensors[0][0], tensors[2][0]
+        if len(grad_out) >= 3 and len(weight) >= 3:
+            # Gradients of input and of weight: each as many multiply-adds as the forward convolution.
+            flops = 2.0 * 2.0 * _numel(grad_out) * _numel(weight[1:])
+    if flops == 0 and op.name in ELEMENTWISE_OPS:
+        flops = float(out_elems)
+    return float(read + write), flops
+
+
+def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TINY_OP_US) -> OperatorAnalysis:
+    """Aggregate operators by name and place each on the roofline of `ceilings`."""
+    trace.validate()
+    fp32 = ceilings.gemm_flops.get("fp32")
+    bandwidth = ceilings.memory_bandwidth_bytes_s
+    if not fp32 or fp32 <= 0 or bandwidth <= 0:
+        raise ProfileError("the roofline needs positive fp32 GEMM FLOP/s and memory bandwidth in the ceilings")
+    n_steps = len(trace.steps)
+    # Medians over steps, not sums: on a shared machine one step can be descheduled in the middle of any op.
+    step_s = median(trace.step_wall_s)
+    scale_of = {s.index: s.wall_s / (s.dur_us * 1e-6) if s.dur_us > 0 else 1.0 for s in trace.steps}
+    groups: dict[str, dict[str, Any]] = {}
+    for op in trace.ops:
+        if op.step < 0 or op.phase == "data":
+            continue
+        g = groups.setdefault(op.name, {"calls": 0, "self_us": 0.0, "flops": 0.0, "bytes": 0.0, "dtypes": {},
+                                        "per_step_s": [0.0] * n_steps})
+        g["calls"] += 1
+        g["self_us"] += op.self_us
+        g["per_step_s"][op.step] += op.self_us * 1e-6 * scale_of.get(op.step, 1.0)
+        # Only ops that do their own work count FLOPs and bytes: a leaf, one the profiler gave FLOPs, or one
+        # that spends most of its time in itself rather than in nested ops.
+        if op.is_leaf or op.flops > 0 or op.self_us >= 0.5 * op.dur_us:
+            b, f = op_bytes_and_flops(op)
+            g["bytes"] += b
+            g["flops"] += f
+        kind = dtype_kind(op.input_dtypes)
+        g["dtypes"][kind] = g["dtypes"].get(kind, 0) + 1
+    stats: list[OperatorStat] = []
+    for name, g in groups.items():
+        self_s = median(g["per_step_s"])
+        flops = g["flops"] / n_steps
+        nbytes = g["bytes"] / n_steps
+        dtype = max(g["dtypes"], key=g["dtypes"].get)
+        peak = ceilings.gemm_flops.get(dtype) or fp32
+        per_call_us = g["self_us"] / g["calls"]
+        intensity = flops / nbytes if nbytes > 0 else None
+        achieved_f = flops / self_s if self_s > 0 and flops > 0 else None
+        achieved_b = nbytes / self_s if self_s > 0 and nbytes > 0 else None
+        if per_call_us < tiny_op_us:
+            bound, pct = OVERHEAD, None
+        elif intensity is None:
+            bound, pct = (COMPUTE, (achieved_f or 0.0) / peak) if flops > 0 else (UNKNOWN, None)
+        elif intensity >= peak / bandwidth:
+            bound, pct = COMPUTE, (achieved_f or 0.0) / peak
+        elif nbytes / (g["calls"] / n_steps) < CACHE_RESIDENT_BYTES:
+            bound, pct = CACHE_RESIDENT, None
+        else:
+            bound = BANDWIDTH
+            pct = (achieved_b or 0.0) / bandwidth
+        stats.append(OperatorStat(
+            name=name, calls_per_step=g["calls"] / n_steps, self_s=self_s, share=self_s / step_s if step_s else 0.0,
+            flops=flops, bytes_moved=nbytes, dtype=dtype, intensity=intensity, bound=bound,
+            achieved_flops_s=achieved_f, achieved_bytes_s=achieved_b, pct_of_peak=pct,
+        ))
+    stats.sort(key=lambda s: s.self_s, reverse=True)
+    shares: dict[str, float] = {}
+    for s in stats:
+        shares[s.bound] = shares.get(s.bound, 0.0) + s.share
+    return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
+                            bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares)

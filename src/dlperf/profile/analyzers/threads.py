@@ -1,0 +1,68 @@
+"""Host threads: torch's intra/inter-op settings against the cores this process may use, and contention
+(more busy threads than cores; the machine busy while this process is not)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlperf.profile.trace import ProfileTrace
+
+
+@dataclass
+class ThreadAnalysis:
+    intra_op_threads: int
+    inter_op_threads: int
+    usable_cores: int
+    physical_cores: int | None
+    oversubscription: float
+    """intra-op threads / usable cores; above 1 the threads of one op fight for cores."""
+    process_busy_cores: float
+    """Cores this process kept busy on average (process CPU time / wall time)."""
+    machine_busy_cores: float
+    """Cores busy on the whole machine on average."""
+    other_busy_cores: float
+    """Cores busy with other processes: machine minus this process, never negative."""
+    load_average_1m: float | None
+    busy_threads: int
+    other_python_threads_busy_cores: float
+    issues: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def analyze(trace: ProfileTrace) -> ThreadAnalysis:
+    trace.validate()
+    t = trace.threads
+    usable = max(1, t.usable_cores)
+    process_busy = t.process_cpu_percent / 100.0
+    machine_busy = t.system_cpu_percent / 100.0 * t.logical_cores
+    other = max(0.0, machine_busy - process_busy)
+    over = t.intra_op_threads / usable
+    issues = []
+    if over > 1.0:
+        issues.append(f"{t.intra_op_threads} intra-op threads on {usable} usable cores")
+    if t.physical_cores and t.intra_op_threads > t.physical_cores and over <= 1.0:
+        issues.append(f"{t.intra_op_threads} intra-op threads on {t.physical_cores} physical cores (SMT siblings)")
+    if other >= 0.5:
+        issues.append(f"other processes kept {other:.1f} of {t.logical_cores} cores busy")
+    if t.busy_threads > usable:
+        issues.append(f"{t.busy_threads} busy threads in this process on {usable} usable cores")
+    if t.other_python_threads_busy_cores >= 0.1:
+        issues.append(f"other Python threads of this process used {t.other_python_threads_busy_cores:.1f} cores "
+                      "(they share the GIL with the step)")
+    return ThreadAnalysis(
+        intra_op_threads=t.intra_op_threads,
+        inter_op_threads=t.inter_op_threads,
+        usable_cores=usable,
+        physical_cores=t.physical_cores,
+        oversubscription=over,
+        process_busy_cores=process_busy,
+        machine_busy_cores=machine_busy,
+        other_busy_cores=other,
+        load_average_1m=t.load_average_1m,
+        busy_threads=t.busy_threads,
+        other_python_threads_busy_cores=t.other_python_threads_busy_cores,
+        issues=issues,
+    )

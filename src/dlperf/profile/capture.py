@@ -1,0 +1,492 @@
+"""Capture: run a workload's inference call or training step under torch.profiler and build a ProfileTrace.
+
+A step is marked with record_function ranges ('dlperf/step' around it, 'dlperf/data', 'dlperf/h2d',
+'dlperf/forward', 'dlperf/backward', 'dlperf/optimizer' inside), so the analyzers can split its time.
+The same step is first timed without the profiler (the measurement engine's timer), so the profiling
+overhead is stated next to the result. Profiler options stay lean: shapes and FLOPs on, memory on,
+Python stacks off, and only a few steps are profiled.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dlperf.errors import ConfigError, ProfileError, WorkloadError
+from dlperf.measure.bench import make_call, to_device, torch_threads
+from dlperf.measure.memory import PeakRssSampler, parameter_bytes
+from dlperf.measure.system import UtilizationSampler
+from dlperf.measure.timer import TimerConfig, time_callable
+from dlperf.profile.trace import (
+    INFERENCE,
+    PHASES,
+    TRAIN,
+    KernelEvent,
+    LoaderInfo,
+    MemoryInfo,
+    OpEvent,
+    ProfileTrace,
+    StepWindow,
+    ThreadInfo,
+)
+from dlperf.workload.base import Workload
+
+ProgressFn = Callable[[str], None]
+"""on_progress(what is happening now)."""
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How one step is built: the knobs that fixes change (batch, loader, threads, layout, precision, compile)."""
+
+    batch_size: int | None = None
+    loader_kwargs: tuple[tuple[str, Any], ...] = ()
+    threads: int | None = None
+    channels_last: bool = False
+    precision: str = "fp32"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ConfigError(f"unknown precision '{self.precision}': use fp32, bf16 or fp16")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    mode: str = INFERENCE
+    device: str = "cpu"
+    steps: int = 3
+    warmup_steps: int = 2
+    options: StepOptions = field(default_factory=StepOptions)
+    record_memory: bool = True
+    trace_path: str | None = None
+    memory_budget_bytes: int | None = None
+    unprofiled_min_duration_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.mode not in (INFERENCE, TRAIN):
+            raise ConfigError(f"unknown profile mode '{self.mode}': inference or train")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
+        if not 1 <= self.steps <= 50:
+            raise ConfigError(f"--steps must be between 1 and 50, got {self.steps}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warm-up steps must be >= 0, got {self.warmup_steps}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise ConfigError(f"--memory-budget must be positive, got {self.memory_budget_bytes}")
+
+
+class Step:
+    """One runnable step of a workload (inference call or training step), built per StepOptions.
+
+    Calling it runs one step; `last_data_wait_s` holds how long that step waited for its batch.
+    """
+
+    def __init__(self, workload: Workload, mode: str, device: str, options: StepOptions) -> None:
+        import torch
+
+        self.workload = workload
+        self.mode = mode
+        self.device = device
+        self.options = options
+        self.last_data_wait_s = 0.0
+        self.loader: Any = None
+        self._iter: Iterator[Any] | None = None
+        self._cuda = device.startswith("cuda")
+        if mode == TRAIN and workload.train is None:
+            raise WorkloadError(
+                f"workload '{workload.name}' has no training spec (Workload.train): profile its inference "
+                "without --train, or give it a TrainSpec(make_loader, loss_fn, make_optimizer)"
+            )
+        default_batch = workload.train.batch_size if (mode == TRAIN and workload.train) else workload.default_batch_size
+        self.batch_size = options.batch_size or default_batch
+        model = workload.build_model().to(device)
+        model = model.train() if mode == TRAIN else model.eval()
+        if options.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        self.model = model
+        self.model_bytes = parameter_bytes(model)
+        self._run_model: Any = torch.compile(model) if options.compile else model
+        self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+        if mode == INFERENCE:
+            inputs = to_device(workload.example_inputs(self.batch_size), device)
+            if options.channels_last:
+                inputs = tuple(_channels_last(x) for x in inputs)
+            workload.check(model, inputs)
+            self._call = make_call(self._run_model, inputs, device, options.precision)
+        else:
+            assert workload.train is not None
+            self.optimizer = workload.train.make_optimizer(model.parameters())
+            try:
+                self.loader = workload.train.make_loader(self.batch_size, **dict(options.loader_kwargs))
+            except TypeError as exc:
+                raise WorkloadError(
+                    f"workload '{workload.name}': make_loader(batch_size, **kwargs) rejected "
+                    f"{dict(options.loader_kwargs)}: {exc}; let make_loader pass its keyword arguments "
+                    "on to torch.utils.data.DataLoader"
+                ) from exc
+
+    def __call__(self) -> None:
+        import torch
+
+        if self.options.threads is not None and torch.get_num_threads() != self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        if self.mode == INFERENCE:
+            with torch.profiler.record_function("dlperf/forward"):
+                self._call()
+        else:
+            self._train_step()
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _next_batch(self) -> Any:
+        if self._iter is None:
+            self._iter = iter(self.loader)
+        try:
+            return next(self._iter)
+        except StopIteration:
+            self._iter = iter(self.loader)
+            try:
+                return next(self._iter)
+            except StopIteration as exc:
+                raise WorkloadError(
+                    f"workload '{self.workload.name}': its loader yields no batch at batch size {self.batch_size}"
+                ) from exc
+
+    def _train_step(self) -> None:
+        import torch
+
+        train = self.workload.train
+        assert train is not None
+        record = torch.profiler.record_function
+        t0 = time.perf_counter()
+        with record("dlperf/data"):
+            batch = self._next_batch()
+        self.last_data_wait_s = time.perf_counter() - t0
+        try:
+            inputs, target = batch
+        except (TypeError, ValueError) as exc:
+            raise WorkloadError(
+                f"workload '{self.workload.name}': its loader must yield (inputs, target) pairs, "
+                f"got {type(batch).__name__}"
+            ) from exc
+        with record("dlperf/h2d"):
+            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+            inputs = to_device(inputs, self.device)
+            target = to_device((target,), self.device)[0]
+            if self.options.channels_last:
+                inputs = tuple(_channels_last(x) for x in inputs)
+        autocast = (torch.autocast("cuda" if self._cuda else "cpu", dtype=self._autocast_dtype)
+                    if self._autocast_dtype is not None else _null())
+        with record("dlperf/forward"), autocast:
+            out = self._run_model(*inputs)
+            loss = train.loss_fn(out, target)
+        with record("dlperf/backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with record("dlperf/optimizer"):
+            self.optimizer.step()
+
+    def loader_info(self) -> LoaderInfo | None:
+        if self.loader is None:
+            return None
+        from torch.utils.data import DataLoader
+
+        if not isinstance(self.loader, DataLoader):
+            return LoaderInfo(type_name=type(self.loader).__name__, is_dataloader=False)
+        return LoaderInfo(
+            type_name="DataLoader", is_dataloader=True, num_workers=self.loader.num_workers,
+            pin_memory=bool(self.loader.pin_memory), prefetch_factor=self.loader.prefetch_factor,
+            persistent_workers=bool(self.loader.persistent_workers), batch_size=self.loader.batch_size,
+        )
+
+    def close(self) -> None:
+        """Stop loader workers (persistent ones otherwise live until the loader is collected)."""
+        it = self._iter
+        self._iter = None
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _channels_last(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn | None = None) -> ProfileTrace:
+    """Measure the step unprofiled, then profile `config.steps` steps; return the trace."""
+    import psutil
+    import torch
+
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    progress = on_progress or (lambda _msg: None)
+    vm = psutil.virtual_memory()
+    start_rss = int(psutil.Process().memory_info().rss)
+    budget = config.memory_budget_bytes or start_rss + int(vm.available)
+    budget_source = "--memory-budget" if config.memory_budget_bytes else "RSS at start + available RAM"
+    threads_before = torch.get_num_threads()
+    try:
+        trace, step, measurement, util, rss, busy_threads, other_python_busy, intra = _capture(
+            workload, config, progress)
+    finally:
+        # The workload's own code may change the thread count (a model factory calling set_num_threads).
+        torch.set_num_threads(threads_before)
+    cpu_count = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpu_count
+    trace.threads = ThreadInfo(
+        intra_op_threads=intra,
+        inter_op_threads=torch.get_num_interop_threads(),
+        logical_cores=cpu_count,
+        physical_cores=psutil.cpu_count(logical=False),
+        usable_cores=usable,
+        process_cpu_percent=util.result.process_cpu_percent,
+        system_cpu_percent=util.result.system_cpu_percent,
+        load_average_1m=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        busy_threads=busy_threads,
+        other_python_threads_busy_cores=other_python_busy,
+    )
+    trace.memory = replace(
+        trace.memory, start_rss_bytes=start_rss, peak_rss_bytes=rss.peak_rss_bytes,
+        available_bytes=int(vm.available), total_bytes=int(vm.total), budget_bytes=int(budget),
+        budget_source=budget_source, model_bytes=step.model_bytes,
+    )
+    trace.unprofiled_step_s = measurement.samples_s
+    trace.loader = step.loader_info()
+    trace.batch_size = step.batch_size
+    return trace.validate()
+
+
+def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) -> tuple[Any, ...]:
+    import torch
+
+    with torch_threads(config.options.threads):
+        progress("building the model and its inputs")
+        with PeakRssSampler() as rss:
+            step = Step(workload, config.mode, config.device, config.options)
+            try:
+                progress(f"warming up ({config.warmup_steps} steps)")
+                for _ in range(config.warmup_steps):
+                    step()
+                progress("timing the step without the profiler")
+                cpu_before = _thread_cpu_s()
+                with UtilizationSampler(interval_s=0.05) as util:
+                    measurement = time_callable(
+                        step,
+                        TimerConfig(warmup_iters=0, min_iters=max(3, config.steps),
+                                    min_duration_s=config.unprofiled_min_duration_s, max_duration_s=20.0),
+                        label=f"{workload.name} unprofiled step",
+                    )
+                busy_threads, other_python_busy = _busy_threads(cpu_before, measurement.total_s)
+            except WorkloadError:
+                step.close()
+                raise
+            except Exception as exc:
+                step.close()
+                raise ProfileError(f"workload '{workload.name}': the step raised {type(exc).__name__}: {exc}") from exc
+        intra = torch.get_num_threads()
+        try:
+            progress(f"profiling {config.steps} steps")
+            trace = _profile_steps(step, config)
+        finally:
+            step.close()
+    return trace, step, measurement, util, rss, busy_threads, other_python_busy, intra
+
+
+def _thread_cpu_s() -> dict[int, float]:
+    import psutil
+
+    return {t.id: t.user_time + t.system_time for t in psutil.Process().threads()}
+
+
+def _busy_threads(before: dict[int, float], wall_s: float) -> tuple[int, float]:
+    """(native threads that used >= 5% of a core, cores used by other Python threads) since `before`."""
+    after = _thread_cpu_s()
+    wall_s = max(wall_s, 1e-9)
+    used = {tid: (cpu - before.get(tid, 0.0)) / wall_s for tid, cpu in after.items()}
+    busy = sum(1 for u in used.values() if u >= 0.05)
+    others = [
+        t.native_id for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.name.startswith("dlperf-") and t.native_id is not None
+    ]
+    return busy, sum(used.get(tid, 0.0) for tid in others)
+
+
+def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    cuda = config.device.startswith("cuda")
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.reset_peak_memory_stats(config.device)
+    walls: list[float] = []
+    waits: list[float] = []
+    with profile(activities=activities, record_shapes=True, with_flops=True,
+                 profile_memory=config.record_memory, with_stack=False) as prof:
+        # One unmarked step first: the profiler's own start-up cost lands there, outside the analysed steps.
+        step()
+        for _ in range(config.steps):
+            t0 = time.perf_counter()
+            with record_function("dlperf/step"):
+                step()
+            walls.append(time.perf_counter() - t0)
+            waits.append(step.last_data_wait_s)
+    if config.trace_path:
+        try:
+            prof.export_chrome_trace(config.trace_path)
+        except OSError as exc:
+            raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
+    trace = events_to_trace(prof.events(), walls, waits, step.workload.name, config.mode, config.device,
+                            step.batch_size)
+    if cuda:
+        _free, total = torch.cuda.mem_get_info(config.device)
+        trace.memory.device_peak_allocated_bytes = int(torch.cuda.max_memory_allocated(config.device))
+        trace.memory.device_peak_reserved_bytes = int(torch.cuda.max_memory_reserved(config.device))
+        trace.memory.device_total_bytes = int(total)
+    return trace
+
+
+def events_to_trace(events: Any, walls: list[float], waits: list[float], workload: str, mode: str,
+                    device: str, batch_size: int) -> ProfileTrace:
+    """Turn torch.profiler FunctionEvents into a ProfileTrace (steps, phases, operators, kernels, memory)."""
+    from torch.autograd import DeviceType
+
+    step_ranges = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "dlperf/step")
+    if len(step_ranges) != len(walls):
+        raise ProfileError(
+            f"the profiler recorded {len(step_ranges)} step ranges for {len(walls)} steps: the trace is incomplete"
+        )
+    starts = [s for s, _ in step_ranges]
+
+    def step_of(t: float) -> int:
+        import bisect
+
+        i = bisect.bisect_right(starts, t) - 1
+        return i if i >= 0 and t <= step_ranges[i][1] else -1
+
+    phase_ranges: list[dict[str, tuple[float, float]]] = [{} for _ in step_ranges]
+    for e in events:
+        if e.name.startswith("dlperf/") and e.name[7:] in PHASES:
+            i = step_of(e.time_range.start)
+            if i >= 0:
+                phase_ranges[i][e.name[7:]] = (e.time_range.start, e.time_range.end)
+    steps = [
+        StepWindow(index=i, start_us=s, end_us=t, wall_s=walls[i], data_wait_s=waits[i],
+                   phase_us={p: b - a for p, (a, b) in phase_ranges[i].items()})
+        for i, (s, t) in enumerate(step_ranges)
+    ]
+
+    def is_op(e: Any) -> bool:
+        return (e.device_type == DeviceType.CPU and not e.is_user_annotation and not e.name.startswith("dlperf/")
+                and not e.name.startswith("ProfilerStep"))
+
+    flops_of = _moved_flops(events, is_op)
+    ops: list[OpEvent] = []
+    kernels: list[KernelEvent] = []
+    for e in events:
+        start = float(e.time_range.start)
+        if e.device_type == DeviceType.CUDA:
+            kernels.append(KernelEvent(e.name, start, float(e.time_range.end - start), step_of(start),
+                                       _kernel_kind(e.name)))
+            continue
+        if not is_op(e):
+            continue
+        depth = 0
+        parent = e.cpu_parent
+        while parent is not None:
+            if is_op(parent):
+                depth += 1
+            parent = parent.cpu_parent
+        i = step_of(start)
+        phase = "other"
+        if i >= 0:
+            for p, (a, b) in phase_ranges[i].items():
+                if a <= start <= b:
+                    phase = p
+                    break
+        ops.append(OpEvent(
+            name=e.name, start_us=start, dur_us=float(e.time_range.end - start),
+            self_us=float(e.self_cpu_time_total), thread=int(e.thread), depth=depth, step=i, phase=phase,
+            flops=flops_of.get(id(e), int(e.flops or 0)),
+            input_shapes=tuple(tuple(int(d) for d in s) if isinstance(s, (list, tuple)) else () for s in
+                               (e.input_shapes or ())),
+            input_dtypes=tuple(str(d) for d in (e.input_dtypes or ())),
+            self_memory_bytes=int(e.self_cpu_memory_usage or 0),
+            is_leaf=not any(is_op(c) for c in e.cpu_children),
+        ))
+    ops.sort(key=lambda o: o.start_us)
+    timeline: list[tuple[float, int]] = []
+    total = 0
+    for o in ops:
+        if o.self_memory_bytes and o.step >= 0:
+            total += o.self_memory_bytes
+            timeline.append((o.end_us, total))
+    memory = MemoryInfo(start_rss_bytes=0, peak_rss_bytes=0, available_bytes=0, total_bytes=0, budget_bytes=1,
+                        timeline=timeline)
+    threads = ThreadInfo(intra_op_threads=1, inter_op_threads=1, logical_cores=1, physical_cores=None,
+                         usable_cores=1, process_cpu_percent=0.0, system_cpu_percent=0.0)
+    return ProfileTrace(workload=workload, mode=mode, device=device, batch_size=batch_size, steps=steps, ops=ops,
+                        memory=memory, threads=threads, kernels=kernels)
+
+
+def _moved_flops(events: Any, is_op: Callable[[Any], bool]) -> dict[int, int]:
+    """FLOPs the profiler counts on a convolution wrapper (aten::conv2d) moved to the nested convolution op
+    that does the work (aten::mkldnn_convolution): the one with the most self time, if more than the wrapper's."""
+
+    def descendants(e: Any) -> Iterator[Any]:
+        for c in e.cpu_children:
+            if is_op(c):
+                yield c
+            yield from descendants(c)
+
+    moved: dict[int, int] = {}
+    for e in events:
+        if not is_op(e) or not e.flops or "conv" not in e.name:
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not (is_op(parent) and parent.flops):
+            parent = parent.cpu_parent
+        if parent is not None:
+            moved[id(e)] = 0  # counted with its outermost counted ancestor
+            continue
+        heavy = max((d for d in descendants(e) if "conv" in d.name), key=lambda d: d.self_cpu_time_total,
+                    default=None)
+        if heavy is not None and heavy.self_cpu_time_total > e.self_cpu_time_total:
+            moved[id(heavy)] = int(e.flops)
+            moved[id(e)] = 0
+    return moved
+
+
+def _kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    if "memcpy" in lowered:
+        if "htod" in lowered:
+            return "memcpy_h2d"
+        if "dtoh" in lowered:
+            return "memcpy_d2h"
+        return "memcpy"
+    if "memset" in lowered:
+        return "memset"
+    return "kernel"

@@ -1,0 +1,386 @@
+"""Diagnosis: turn the analyses into a ranked list of findings, each with its evidence in numbers, the fix in
+plain words, the dlperf setting or pass that applies it, an estimated gain and a confidence.
+
+A finding's `share` is the part of the step time its bottleneck explains (or, for memory capacity, the
+share of the budget in use). Settings that distort every other measurement (threads oversubscribed,
+memory nearly exhausted) are root causes and rank first; the rest rank by share x confidence. A finding
+below MIN_SHARE is not reported: "no clear bottleneck" is a valid verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
+from dlperf.profile.analyzers.breakdown import TimeBreakdown
+from dlperf.profile.analyzers.dataloader import LoaderAnalysis
+from dlperf.profile.analyzers.launch import LaunchAnalysis
+from dlperf.profile.analyzers.memory import MemoryAnalysis
+from dlperf.profile.analyzers.operators import BANDWIDTH, COMPUTE, CeilingsLike, OperatorAnalysis
+from dlperf.profile.analyzers.threads import ThreadAnalysis
+from dlperf.profile.fixes import (
+    Fix,
+    batch_fix,
+    bf16_fix,
+    channels_last_fix,
+    compile_fix,
+    loader_fix,
+    threads_fix,
+)
+from dlperf.profile.trace import TRAIN, ProfileTrace
+
+INPUT_PIPELINE = "input pipeline"
+COMPUTE_BOUND = "compute"
+MEMORY_BANDWIDTH = "memory bandwidth"
+LAUNCH_OVERHEAD = "framework/launch overhead"
+MEMORY_CAPACITY = "memory capacity"
+HOST_THREADS = "host threads/CPU contention"
+COMMUNICATION = "communication"
+CATEGORIES = (INPUT_PIPELINE, COMPUTE_BOUND, MEMORY_BANDWIDTH, LAUNCH_OVERHEAD, MEMORY_CAPACITY, HOST_THREADS,
+              COMMUNICATION)
+
+MIN_SHARE = 0.2
+"""A bottleneck explaining less than this share of the step is not reported."""
+CAPACITY_WARN = 0.85
+CAPACITY_ROOT = 0.9
+CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.8, "low": 0.5}
+COMM_MARKERS = ("nccl", "c10d::", "gloo", "allreduce", "all_reduce", "allgather", "broadcast_")
+
+
+@dataclass
+class Finding:
+    category: str
+    title: str
+    evidence: list[str]
+    fix: str
+    share: float
+    confidence: str
+    setting: str | None = None
+    estimated_speedup: float | None = None
+    """Step speedup expected from the fix (1.5 = 1.5x faster); None when the fix is about risk, not speed."""
+    estimated_gain: str = ""
+    root_cause: bool = False
+    fixes: list[Fix] = field(default_factory=list)
+    """The fixes dlperf can apply and measure itself (--verify), best first."""
+
+    @property
+    def score(self) -> float:
+        return (1.0 if self.root_cause else 0.0) + self.share * CONFIDENCE_WEIGHT[self.confidence]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k != "fixes"}
+        data["fixes"] = [f.to_dict() for f in self.fixes]
+        data["score"] = self.score
+        return data
+
+
+@dataclass
+class Analyses:
+    breakdown: TimeBreakdown
+    operators: OperatorAnalysis
+    launch: LaunchAnalysis
+    memory: MemoryAnalysis
+    threads: ThreadAnalysis
+    loader: LoaderAnalysis | None
+    mode: str
+    device: str
+    batch_size: int
+    has_conv: bool = False
+    comm_share: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "breakdown": self.breakdown.to_dict(),
+            "operators": self.operators.to_dict(),
+            "launch": self.launch.to_dict(),
+            "memory": self.memory.to_dict(),
+            "threads": self.threads.to_dict(),
+            "loader": self.loader.to_dict() if self.loader else None,
+        }
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    verdict: str
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+
+
+def analyze_all(trace: ProfileTrace, ceilings: CeilingsLike) -> Analyses:
+    """Run every analysis over one trace."""
+    trace.validate()
+    ops_in_steps = [o for o in trace.ops if o.step >= 0]
+    comm_us = sum(o.self_us for o in ops_in_steps if any(m in o.name.lower() for m in COMM_MARKERS))
+    step_us = sum(s.dur_us for s in trace.steps)
+    return Analyses(
+        breakdown=breakdown.analyze(trace),
+        operators=operators.analyze(trace, ceilings),
+        launch=launch.analyze(trace),
+        memory=memory.analyze(trace),
+        threads=threads.analyze(trace),
+        loader=dataloader.analyze(trace) if trace.mode == TRAIN else None,
+        mode=trace.mode,
+        device=trace.device,
+        batch_size=trace.batch_size,
+        has_conv=any("conv" in o.name for o in ops_in_steps),
+        comm_share=comm_us / step_us if step_us else 0.0,
+    )
+
+
+def _speedup(share: float, factor: float) -> float:
+    """Amdahl: a part taking `share` of the step made `factor` times faster."""
+    factor = max(factor, 1.0)
+    return 1.0 / max(1e-6, (1.0 - share) + share / factor)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _input_pipeline(a: Analyses) -> Finding | None:
+    ld = a.loader
+    if ld is None or ld.wait_share < MIN_SHARE:
+        return None
+    workers = ld.suggested.get("num_workers") or dataloader.suggested_workers(a.threads.usable_cores, ld.num_workers)
+    # With w workers a batch is ready every load/w seconds, overlapped with the compute of the step.
+    load_s = ld.data_wait_s * (ld.num_workers or 1)
+    new_step = max(ld.compute_s, load_s / workers)
+    evidence = [
+        f"{ld.wait_share:.0%} of each training step waits for the next batch "
+        f"({_ms(ld.data_wait_s)} of {_ms(ld.step_s)})",
+        f"the step computes for {_ms(ld.compute_s)}; loading overlaps none of it",
+    ]
+    if ld.is_dataloader:
+        evidence.append(f"DataLoader(num_workers={ld.num_workers}, pin_memory={ld.pin_memory}, "
+                        f"prefetch_factor={ld.prefetch_factor}, persistent_workers={ld.persistent_workers})")
+    fixes = [loader_fix(ld.suggested)] if ld.is_dataloader and ld.suggested else []
+    return Finding(
+        category=INPUT_PIPELINE,
+        title="the training step waits for its data",
+        evidence=evidence + ld.notes,
+        fix=(f"load batches in {workers} background worker processes that stay alive between epochs "
+             "(DataLoader num_workers, persistent_workers"
+             + (", pin_memory" if a.device.startswith("cuda") else "") + "); make __getitem__ cheaper"),
+        setting=fixes[0].setting if fixes else "DataLoader(num_workers=N, persistent_workers=True)",
+        share=ld.wait_share,
+        confidence="high" if ld.wait_share >= 0.4 else "medium",
+        estimated_speedup=ld.step_s / max(new_step, 1e-9),
+        # Compute that waits for data is idle: fix the feeding first, then judge the operators.
+        root_cause=ld.wait_share >= 0.3,
+        fixes=fixes,
+    )
+
+
+def _launch(a: Analyses) -> Finding | None:
+    la = a.launch
+    if la.overhead_share < MIN_SHARE or la.ops_per_step < 100:
+        return None
+    evidence = [
+        f"{la.ops_per_step:.0f} operators per step (median {la.median_op_us:.1f} µs each); "
+        f"{la.tiny_op_fraction:.0%} are shorter than {la.tiny_threshold_us:.0f} µs",
+        f"{la.overhead_share:.0%} of the step goes to tiny operators ({_ms(la.tiny_op_time_s)}) and gaps between "
+        f"operators ({_ms(la.gap_time_s)}): dispatch and Python cost, not arithmetic",
+    ]
+    if la.kernels_per_step is not None and la.median_kernel_us is not None:
+        evidence.append(f"{la.kernels_per_step:.0f} kernels per step, median {la.median_kernel_us:.1f} µs")
+    if a.breakdown.device_idle_s is not None:
+        evidence.append(f"the device is idle {a.breakdown.share(a.breakdown.device_idle_s):.0%} of the step")
+    fixes = [batch_fix(a.batch_size)] if a.mode != TRAIN else []
+    fixes.append(compile_fix())
+    return Finding(
+        category=LAUNCH_OVERHEAD,
+        title="the step is dominated by per-operator dispatch overhead",
+        evidence=evidence,
+        fix=("fuse the small operators with torch.compile"
+             + (" or CUDA graphs" if a.device.startswith("cuda") else "")
+             + "; give each operator more work with a larger batch; move Python loops over tensors into "
+             "vectorised operations"),
+        setting="pass compile, --batch-size",
+        share=la.overhead_share,
+        confidence="high" if la.overhead_share >= 0.5 and la.tiny_op_fraction >= 0.5 else "medium",
+        estimated_speedup=_speedup(la.overhead_share, 4.0),
+        fixes=fixes,
+    )
+
+
+def _top_ops_evidence(op: OperatorAnalysis, bound: str, n: int = 3) -> list[str]:
+    lines = []
+    for o in [o for o in op.operators if o.bound == bound][:n]:
+        pct = f"{o.pct_of_peak:.0%} of its roofline ceiling" if o.pct_of_peak is not None else "no ceiling"
+        ai = f"{o.intensity:.1f} FLOP/B" if o.intensity is not None else "no byte count"
+        lines.append(f"{o.name}: {o.share:.0%} of the step, {ai} ({'above' if bound == COMPUTE else 'below'} "
+                     f"the ridge {op.ridge_intensity:.1f}), {pct}")
+    return lines
+
+
+def _compute(a: Analyses) -> Finding | None:
+    op = a.operators
+    share = op.share_by_bound.get(COMPUTE, 0.0)
+    if share < MIN_SHARE:
+        return None
+    eff = op.efficiency(COMPUTE) or 0.0
+    fp32 = op.peak_flops.get("fp32", 0.0)
+    int8 = op.peak_flops.get("int8")
+    evidence = [f"{share:.0%} of the step is in compute-bound operators, running at {eff:.0%} of the "
+                f"{fp32 / 1e9:.0f} GFLOP/s fp32 GEMM peak", *_top_ops_evidence(op, COMPUTE)]
+    fixes: list[Fix] = []
+    if a.has_conv:
+        fixes.append(channels_last_fix())
+    fixes += [compile_fix(), bf16_fix()]
+    if eff < 0.5:
+        fix = ("the operators reach only a fraction of the peak: try torch.compile"
+               + (", channels_last for the convolutions" if a.has_conv else "")
+               + ", a larger batch; then lower precision")
+        speedup = _speedup(share, min(4.0, 0.7 / max(eff, 0.05)))
+    else:
+        fix = ("the arithmetic runs near the machine's peak: do less of it or do it cheaper, with int8 "
+               "quantization (dlperf optimize, within an accuracy budget), bf16/fp16 where the hardware "
+               "runs them faster, or a smaller model")
+        speedup = _speedup(share, (int8 / fp32) if int8 and fp32 else 1.0)
+    return Finding(
+        category=COMPUTE_BOUND, title="the step is compute-bound", evidence=evidence, fix=fix,
+        setting="dlperf optimize (int8 / precision / compile passes)", share=share,
+        confidence="high" if share >= 0.5 else "medium", estimated_speedup=speedup, fixes=fixes,
+    )
+
+
+def _bandwidth(a: Analyses) -> Finding | None:
+    op = a.operators
+    share = op.share_by_bound.get(BANDWIDTH, 0.0)
+    if share < MIN_SHARE:
+        return None
+    eff = op.efficiency(BANDWIDTH) or 0.0
+    evidence = [f"{share:.0%} of the step is in memory-bandwidth-bound operators (below the ridge), moving "
+                f"data at {eff:.0%} of the measured {op.bandwidth_bytes_s / 1e9:.1f} GB/s",
+                *_top_ops_evidence(op, BANDWIDTH)]
+    return Finding(
+        category=MEMORY_BANDWIDTH, title="the step is memory-bandwidth-bound", evidence=evidence,
+        fix=("read and write each tensor fewer times: fuse chains of elementwise operators (torch.compile), "
+             "use in-place operations, keep tensors in a smaller dtype"),
+        setting="pass compile (dlperf optimize)", share=share,
+        confidence="high" if share >= 0.5 else "medium",
+        # A fused chain reads its input and writes its output once: assume half the traffic goes away.
+        estimated_speedup=_speedup(share, 2.0), fixes=[compile_fix(), bf16_fix()],
+    )
+
+
+def _threads(a: Analyses) -> list[Finding]:
+    t = a.threads
+    found: list[Finding] = []
+    if t.oversubscription > 1.0:
+        f = t.oversubscription
+        share = min(0.8, 0.15 * (f - 1.0))
+        found.append(Finding(
+            category=HOST_THREADS, title="torch uses more threads than there are cores",
+            evidence=[f"{t.intra_op_threads} intra-op threads on {t.usable_cores} usable cores "
+                      f"({f:.1f}x oversubscribed); every parallel operator waits for threads that cannot run",
+                      f"{t.busy_threads} threads of this process were busy; together they kept "
+                      f"{t.process_busy_cores:.1f} cores busy"],
+            fix=f"set the intra-op threads to the {t.usable_cores} usable cores (torch.set_num_threads, "
+                "OMP_NUM_THREADS); leave cores for data-loading workers when training",
+            setting=f"--threads {t.usable_cores}", share=share,
+            confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
+            root_cause=f >= 2, fixes=[threads_fix(t.usable_cores)],
+        ))
+    if t.other_busy_cores >= 0.5:
+        share = min(0.5, t.other_busy_cores / t.usable_cores)
+        evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy while this one used "
+                    f"{t.process_busy_cores:.1f} of {t.usable_cores}"]
+        if t.load_average_1m is not None:
+            evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
+        fixes = [threads_fix(max(1, t.usable_cores - round(t.other_busy_cores)))] \
+            if t.usable_cores - round(t.other_busy_cores) >= 1 and t.intra_op_threads > 1 else []
+        found.append(Finding(
+            category=HOST_THREADS, title="the CPU is shared with other busy processes", evidence=evidence,
+            fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
+                "use fewer threads than the busy cores leave free",
+            setting="--threads N", share=share, confidence="low", estimated_speedup=_speedup(share, 2.0),
+            fixes=fixes,
+        ))
+    if t.other_python_threads_busy_cores >= 0.2:
+        share = min(0.8, t.other_python_threads_busy_cores / t.usable_cores)
+        found.append(Finding(
+            category=HOST_THREADS, title="another thread of this process competes with the step",
+            evidence=[f"other Python threads of this process used {t.other_python_threads_busy_cores:.1f} of "
+                      f"{t.usable_cores} cores while the step ran; they share the GIL and the cores with it",
+                      f"{t.busy_threads} threads of this process were busy"],
+            fix="move the background work to another process, or pause it while the model runs",
+            share=share, confidence="medium", estimated_speedup=_speedup(share, 10.0),
+            root_cause=t.other_python_threads_busy_cores >= 0.5,
+        ))
+    return found
+
+
+def _capacity(a: Analyses) -> list[Finding]:
+    m = a.memory
+    found = []
+    if m.used_fraction >= CAPACITY_WARN:
+        evidence = [f"peak host memory {m.peak_rss_bytes / 2**20:.0f} MiB is {m.used_fraction:.0%} of the "
+                    f"{m.budget_bytes / 2**20:.0f} MiB budget ({m.budget_source}); headroom "
+                    f"{m.headroom_bytes / 2**20:.0f} MiB"]
+        if m.step_allocated_peak_bytes:
+            evidence.append(f"operators hold up to {m.step_allocated_peak_bytes / 2**20:.0f} MiB at once "
+                            "within a step")
+        evidence += [f"largest allocation: {x.op} {x.bytes / 2**20:.0f} MiB ({x.phase})"
+                     for x in m.largest_allocations[:2]]
+        found.append(Finding(
+            category=MEMORY_CAPACITY, title="host memory is nearly exhausted", evidence=evidence,
+            fix=("lower the batch size or the activations kept (inference_mode, activation checkpointing when "
+                 "training, smaller dtype), or raise the budget; near the limit the process swaps or is killed"),
+            setting="--batch-size (smaller)", share=m.used_fraction,
+            confidence="high" if m.used_fraction >= CAPACITY_ROOT else "medium",
+            estimated_gain="avoids out-of-memory and swapping", root_cause=m.used_fraction >= CAPACITY_ROOT,
+        ))
+    if m.device_used_fraction is not None and m.device_used_fraction >= CAPACITY_WARN:
+        found.append(Finding(
+            category=MEMORY_CAPACITY, title="device memory is nearly exhausted",
+            evidence=[f"peak reserved {(m.device_peak_reserved_bytes or 0) / 2**20:.0f} MiB is "
+                      f"{m.device_used_fraction:.0%} of the device's {(m.device_total_bytes or 0) / 2**20:.0f} MiB"],
+            fix="lower the batch size, use bf16/fp16, activation checkpointing when training",
+            setting="--batch-size (smaller)", share=m.device_used_fraction,
+            confidence="high", estimated_gain="avoids CUDA out-of-memory",
+            root_cause=m.device_used_fraction >= CAPACITY_ROOT,
+        ))
+    return found
+
+
+def _communication(a: Analyses) -> Finding | None:
+    if a.comm_share < MIN_SHARE:
+        return None
+    return Finding(
+        category=COMMUNICATION, title="collective communication takes a large part of the step",
+        evidence=[f"{a.comm_share:.0%} of the step is in communication operators (NCCL/Gloo collectives)"],
+        fix="overlap communication with backward (DDP bucket size), use gradient accumulation, compress gradients",
+        share=a.comm_share, confidence="medium", estimated_speedup=_speedup(a.comm_share, 2.0),
+    )
+
+
+def diagnose(a: Analyses) -> Diagnosis:
+    """Rank the findings; the verdict names the top one, or says no clear bottleneck was found."""
+    findings: list[Finding] = []
+    for single in (_input_pipeline(a), _launch(a), _compute(a), _bandwidth(a), _communication(a)):
+        if single is not None:
+            findings.append(single)
+    findings += _threads(a) + _capacity(a)
+    for f in findings:
+        if f.estimated_speedup is not None and not f.estimated_gain:
+            f.estimated_gain = f"up to {f.estimated_speedup:.2f}x faster steps (estimate)"
+    findings.sort(key=lambda f: f.score, reverse=True)
+    if findings:
+        top = findings[0]
+        of = "budget" if top.category == MEMORY_CAPACITY else "step"
+        verdict = f"{top.category}: {top.title} ({top.share:.0%} of the {of})"
+    else:
+        b = a.breakdown
+        verdict = (f"no clear bottleneck: no category explains {MIN_SHARE:.0%} or more of the "
+                   f"{_ms(b.step_s)} step (operators {b.share(b.operator_s):.0%}, overhead "
+                   f"{b.share(b.framework_overhead_s):.0%})")
+    return Diagnosis(findings, verdict)

@@ -1,0 +1,87 @@
+"""The fixes dlperf can apply to a step by itself, each a frozen description of how the step changes.
+
+A Fix changes StepOptions (loader keyword arguments, thread count, batch size, channels_last, autocast
+precision, torch.compile); `verify.py` builds the step before and after and measures both. `setting` names
+the dlperf option or pass that applies the same change outside a profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dlperf.errors import ConfigError
+from dlperf.profile.capture import StepOptions
+
+FIX_IDS = ("loader", "threads", "batch", "compile", "channels_last", "bf16")
+
+
+@dataclass(frozen=True)
+class Fix:
+    id: str
+    label: str
+    setting: str
+    """The dlperf setting or pass that applies it, e.g. '--threads 2' or 'pass compile'."""
+    loader_kwargs: tuple[tuple[str, Any], ...] = ()
+    threads: int | None = None
+    batch_factor: int = 1
+    """For 'batch': the new batch is this many times the old one; A runs this many old steps per call."""
+    channels_last: bool = False
+    precision: str | None = None
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.id not in FIX_IDS:
+            raise ConfigError(f"unknown fix '{self.id}': one of {', '.join(FIX_IDS)}")
+        if self.batch_factor < 1:
+            raise ConfigError(f"batch_factor must be >= 1, got {self.batch_factor}")
+
+    def apply(self, options: StepOptions, batch_size: int) -> StepOptions:
+        """The step options with this fix applied (batch_size is the step's current batch)."""
+        new = options
+        if self.loader_kwargs:
+            new = replace(new, loader_kwargs=tuple({**dict(new.loader_kwargs), **dict(self.loader_kwargs)}.items()))
+        if self.threads is not None:
+            new = replace(new, threads=self.threads)
+        if self.batch_factor > 1:
+            new = replace(new, batch_size=batch_size * self.batch_factor)
+        if self.channels_last:
+            new = replace(new, channels_last=True)
+        if self.precision is not None:
+            new = replace(new, precision=self.precision)
+        if self.compile:
+            new = replace(new, compile=True)
+        return new
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label, "setting": self.setting}
+
+
+def loader_fix(suggested: dict[str, Any]) -> Fix:
+    kwargs = tuple(sorted(suggested.items()))
+    text = ", ".join(f"{k}={v}" for k, v in kwargs)
+    return Fix("loader", f"DataLoader({text})", f"make_loader(batch_size, {text}); dlperf train tunes it",
+               loader_kwargs=kwargs)
+
+
+def threads_fix(threads: int) -> Fix:
+    return Fix("threads", f"{threads} intra-op threads", f"--threads {threads} (torch.set_num_threads)",
+               threads=threads)
+
+
+def batch_fix(batch_size: int, factor: int = 4) -> Fix:
+    return Fix("batch", f"batch {batch_size * factor} instead of {batch_size}",
+               f"--batch-size {batch_size * factor}", batch_factor=factor)
+
+
+def compile_fix() -> Fix:
+    return Fix("compile", "torch.compile", "pass compile (dlperf optimize)", compile=True)
+
+
+def channels_last_fix() -> Fix:
+    return Fix("channels_last", "channels_last memory format", "pass channels_last (dlperf optimize)",
+               channels_last=True)
+
+
+def bf16_fix() -> Fix:
+    return Fix("bf16", "bf16 autocast", "--precision bf16 / pass precision (dlperf optimize)", precision="bf16")

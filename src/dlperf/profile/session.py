@@ -1,0 +1,78 @@
+"""One profile, end to end: capture -> analyses -> diagnosis -> (optionally) verified fixes, as a report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.profile.analyzers.operators import CeilingsLike
+from dlperf.profile.capture import CaptureConfig, capture
+from dlperf.profile.diagnose import Analyses, Diagnosis, analyze_all, diagnose
+from dlperf.profile.trace import ProfileTrace
+from dlperf.profile.verify import VerifyResult, verify
+from dlperf.workload.base import Workload
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    verify: bool = False
+    max_fixes: int = 2
+    quick_ceilings: bool = False
+    """Measure small-size ceilings when none are cached (a full `dlperf calibrate` result is used if cached)."""
+
+
+@dataclass
+class ProfileReport:
+    workload: str
+    trace: ProfileTrace
+    analyses: Analyses
+    diagnosis: Diagnosis
+    ceilings: dict[str, Any]
+    verified: list[VerifyResult] | None
+    elapsed_s: float
+    trace_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.analyses.breakdown
+        return {
+            "workload": self.workload,
+            "verdict": self.diagnosis.verdict,
+            "findings": [f.to_dict() for f in self.diagnosis.findings],
+            "overhead": {"profiled_step_s": b.step_s, "unprofiled_step_s": b.unprofiled_step_s,
+                         "ratio": b.profiling_overhead},
+            "analyses": self.analyses.to_dict(),
+            "trace": self.trace.summary(),
+            "ceilings": self.ceilings,
+            "verify": [v.to_dict() for v in self.verified] if self.verified is not None else None,
+            "elapsed_s": self.elapsed_s,
+            "trace_path": self.trace_path,
+        }
+
+
+def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], None] | None = None) -> Any:
+    from dlperf.calibrate import get_ceilings
+
+    return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
+
+
+def profile_workload(workload: Workload, config: ProfileConfig, ceilings: CeilingsLike | None = None,
+                     on_progress: Callable[[str], None] | None = None) -> ProfileReport:
+    """Profile `workload` per `config`; `ceilings` defaults to this machine's (dlperf.calibrate)."""
+    t0 = time.perf_counter()
+    if ceilings is None:
+        ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress)
+    trace = capture(workload, config.capture, on_progress)
+    analyses = analyze_all(trace, ceilings)
+    diagnosis = diagnose(analyses)
+    verified = None
+    if config.verify:
+        verified = verify(workload, config.capture, trace, diagnosis, config.max_fixes, on_progress=on_progress)
+    to_dict = getattr(ceilings, "to_dict", None)
+    ceil = to_dict() if callable(to_dict) else {"gemm_flops": dict(ceilings.gemm_flops),
+                                                "memory_bandwidth_bytes_s": ceilings.memory_bandwidth_bytes_s}
+    return ProfileReport(workload=workload.name, trace=trace, analyses=analyses, diagnosis=diagnosis,
+                         ceilings=ceil, verified=verified, elapsed_s=time.perf_counter() - t0,
+                         trace_path=config.capture.trace_path)

@@ -1,0 +1,39 @@
+"""Gather what a report shows from the store (runs, their child runs, a workload's history), then render."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dlperf.errors import ConfigError
+from dlperf.report.html import render_report
+from dlperf.store.db import Store
+from dlperf.store.records import RunRecord
+
+HISTORY_KINDS = ("bench", "check")
+HISTORY_METRICS = ("p50", "p90", "p99", "mean", "throughput")
+
+
+def history_runs(store: Store, workload: str, limit: int = 200) -> list[RunRecord]:
+    """Finished bench and check runs of `workload`, oldest first."""
+    runs = [r for kind in HISTORY_KINDS for r in store.list(kind=kind, workload=workload, limit=limit, status="ok")]
+    return sorted(runs, key=lambda r: r.created_at)[-limit:]
+
+
+def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str | None = None,
+                 history_metric: str = "p50", title: str | None = None) -> str:
+    """The HTML report of `run_ids` (child runs of optimize runs included) and an optional history."""
+    if not run_ids and not history_workload:
+        raise ConfigError("nothing to report: give run ids (`dlperf runs list`) and/or --history WORKLOAD")
+    if history_metric not in HISTORY_METRICS:
+        raise ConfigError(f"unknown history metric '{history_metric}': choose one of {', '.join(HISTORY_METRICS)}")
+    records = [store.get(run_id) for run_id in run_ids]
+    children = {r.id: store.list(parent_id=r.id, limit=500) for r in records if r.kind == "optimize"}
+    history = None
+    if history_workload:
+        history = history_runs(store, history_workload)
+        if not history:
+            known = sorted({r.workload for r in store.list(kind="bench", limit=500)})
+            raise ConfigError(f"no finished bench or check runs of workload '{history_workload}' in the store; "
+                              f"workloads with bench runs: {', '.join(known) or 'none'}")
+    return render_report(records, children=children, history=history, history_metric=history_metric,
+                         history_workload=history_workload or "", title=title)

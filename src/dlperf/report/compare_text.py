@@ -1,0 +1,115 @@
+"""Terminal renderings (rich) of A/B results, run comparisons, gate verdicts and baselines. No computing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from dlperf.compare.ab import ABRun
+    from dlperf.compare.gate import GateResult
+    from dlperf.compare.live import LiveComparison
+    from dlperf.compare.runs import RunComparison
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g}"
+
+
+def pct(fraction: float) -> str:
+    return f"{fraction * 100:+.1f}%"
+
+
+def _verdict_style(verdict: str) -> str:
+    if "faster" in verdict:
+        return "bold green"
+    if "slower" in verdict or "REGRESSION" in verdict:
+        return "bold red"
+    return "bold yellow"
+
+
+def ab_table(run: ABRun) -> Table:
+    res = run.result
+    unit = "per item" if run.per_item else "per call"
+    table = Table(title=f"A/B of {run.workload}: {len(res.block_ratios)} paired blocks of "
+                  f"{run.iters_per_block} calls, interleaved", title_justify="left")
+    for col in ("side", "settings", "batch", "p50 ms", "p90 ms", "p99 ms", "items/s", "n"):
+        table.add_column(col, justify="left" if col in ("side", "settings") else "right")
+    for side, settings, m, batch in (("A", run.a, res.a, run.batch_size_a), ("B", run.b, res.b, run.batch_size_b)):
+        table.add_row(side, settings.describe(), str(batch), ms(m.p50_s), ms(m.p90_s), ms(m.p99_s),
+                      f"{m.throughput:.4g}", str(m.n))
+    lo, hi = res.ci
+    table.caption = (f"time B/A {unit}: {res.ratio:.3f} ({res.confidence:.0%} CI {lo:.3f}-{hi:.3f}); "
+                     f"speedup {res.speedup:.3f}x")
+    return table
+
+
+def ab_verdict(run: ABRun) -> Text:
+    lo, hi = run.result.speedup_ci
+    verdict = run.result.verdict
+    said = verdict if verdict not in ("faster", "slower") else f"B is {verdict}"
+    return Text.assemble(("verdict: ", "bold"), (said, _verdict_style(verdict)),
+                         f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x)")
+
+
+def comparison_tables(cmp: RunComparison) -> list[Table]:
+    tables = []
+    for point in cmp.points:
+        table = Table(title=f"batch {point.batch_size}: A={cmp.a.id} ({cmp.a.created_at[:19]})  "
+                      f"B={cmp.b.id} ({cmp.b.created_at[:19]})", title_justify="left")
+        for col in ("KPI", "A", "B", "change"):
+            table.add_column(col, justify="left" if col == "KPI" else "right")
+        for kpi in point.kpis:
+            is_time = kpi.name.endswith("_s")
+            fmt = ms if is_time else (lambda v: f"{v:.4g}")
+            label = f"{kpi.label} ms" if is_time else f"{kpi.label} items/s"
+            style = "green" if kpi.better else "red"
+            table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(pct(kpi.change), style=style))
+        lo, hi = point.median_ratio.ci
+        table.caption = (f"Mann-Whitney U p={point.test.p_value:.3g}; median B/A {point.median_ratio.ratio:.3f} "
+                         f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}")
+        tables.append(table)
+    if cmp.other_deltas:
+        table = Table(title=f"A={cmp.a.id} ({cmp.a.kind})  B={cmp.b.id} ({cmp.b.kind})", title_justify="left")
+        for col in ("result", "A", "B"):
+            table.add_column(col, justify="left" if col == "result" else "right")
+        for key, a, b in cmp.other_deltas[:60]:
+            table.add_row(key, f"{a:.6g}", f"{b:.6g}")
+        tables.append(table)
+    return tables
+
+
+def gate_lines(result: GateResult) -> list[Text]:
+    lines = []
+    for point, reason in zip(result.points, result.reasons(), strict=False):
+        lines.append(Text(reason, style="red" if point.failed else ""))
+    for warning in result.warnings:
+        lines.append(Text(f"warning: {warning}", style="yellow"))
+    if result.failed:
+        lines.append(Text(f"FAIL: {result.config.metric} regressed significantly by more than "
+                          f"{result.config.max_regression:.1%}", style="bold red"))
+    else:
+        lines.append(Text("PASS: no significant regression above the threshold", style="bold green"))
+    return lines
+
+
+def baselines_table(rows: list[tuple[str, str, str, str]]) -> Table:
+    """Rows of (name, run id, run workload, set at)."""
+    table = Table(title="baselines", title_justify="left")
+    for col in ("name", "run", "workload", "set at"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def live_table(result: LiveComparison) -> Table:
+    table = Table(title="live variants (control first: the one with most requests)", title_justify="left")
+    for col in ("variant", "requests", "error rate", "p50 ms", "p90 ms", "p99 ms", "mean ms", "avg batch"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for v in result.variants:
+        table.add_row(v.name, f"{v.requests:.0f}", f"{v.error_rate:.2%}" if v.requests else "-", ms(v.p50_s),
+                      ms(v.p90_s), ms(v.p99_s), ms(v.mean_s), f"{v.average_batch_size:.2f}")
+    return table

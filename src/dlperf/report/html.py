@@ -1,0 +1,707 @@
+"""One self-contained HTML report of stored runs: environment, KPI tables and static SVG plots per kind.
+
+Views: bench/check (KPIs, latency histogram and CDF, throughput vs batch, the gate), ab (verdict, block
+ratios, A vs B distributions), optimize (Pareto frontier: latency vs metric), profile (time breakdown,
+roofline), load (latency vs throughput), a history trend; any other kind, or a record whose fields are
+missing, degrades to a table of its JSON. No network is needed to open the file: styles and the small
+self-check script are inline (the script counts drawn plots and errors for the rendering test).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from dlperf.report.svg import Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
+from dlperf.store.records import RunRecord
+
+KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
+               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate"}
+PLOTTED_KPIS = ("p50", "p90", "p99", "mean", "throughput")
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:22px}
+header p{margin:4px 0 0;color:#b9c0cc}main{padding:8px 28px 40px;max-width:1240px}
+section{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:14px 18px;margin:16px 0}
+h2{font-size:18px;margin:2px 0 8px}h3{font-size:15px;margin:14px 0 6px;color:#394150}
+table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}
+th,td{border-bottom:1px solid #e6e9ee;padding:4px 10px;text-align:left;vertical-align:top}
+th{background:#f0f2f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.diff td{background:#fff6e0}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{border:1px solid #e6e9ee;border-radius:6px}
+svg text{font:11px system-ui,sans-serif;fill:#394150}svg .t{font-size:13px;font-weight:600}
+svg .al{font-size:12px}svg .g{stroke:#eceff3;stroke-width:1}svg .frame{fill:none;stroke:#aab2bf}
+svg .ref{stroke:#555;stroke-dasharray:4 3;stroke-width:1}svg .reft{fill:#555}
+.tag{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e8ebf0;margin-right:4px}
+.good{color:#11733a;font-weight:600}.bad{color:#b3261e;font-weight:600}.warn{color:#8a5a00}
+.verdict{font-size:16px;margin:6px 0}.muted{color:#6b7383}code{background:#f0f2f5;padding:0 4px;border-radius:3px}
+pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-height:320px}
+"""
+
+HEAD_SCRIPT = """window.__dlperfErrors=[];
+window.addEventListener('error',function(e){window.__dlperfErrors.push(String(e.message||e))});
+(function(){var ce=console.error;console.error=function(){
+window.__dlperfErrors.push(Array.prototype.join.call(arguments,' '));ce.apply(console,arguments)}})();"""
+
+CHECK_SCRIPT = """(function(){var plots=document.querySelectorAll('svg.plot'),drawn=0;
+for(var i=0;i<plots.length;i++){var r=plots[i].getBoundingClientRect();
+var marks=plots[i].querySelectorAll('polyline,circle,g.series rect,rect[fill]:not([x="0"])').length;
+if(r.width>0&&r.height>0&&marks>0){drawn++}}
+var b=document.body;b.setAttribute('data-plots-total',plots.length);b.setAttribute('data-plots-drawn',drawn);
+b.setAttribute('data-errors',window.__dlperfErrors.length);
+b.setAttribute('data-selfcheck',(plots.length>0&&drawn===plots.length&&window.__dlperfErrors.length===0)?'ok':'fail');
+})();"""
+
+
+# --- small helpers ---------------------------------------------------------------------------------
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], row_classes: Sequence[str] = (),
+           numeric: bool = True) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if i < len(row_classes) and row_classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f'<td class="n">{_cell(v)}</td>' if numeric and _numeric(v)
+                                           else f"<td>{_cell(v)}</td>"
+                                           for v in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _numeric(value: Any) -> bool:
+    if isinstance(value, Raw):
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return True
+    text = str(value).strip().rstrip("%").split(" ")[0]
+    try:
+        float(text.replace("+", "", 1))
+    except ValueError:
+        return text == "-"
+    return True
+
+
+class Raw(str):
+    """Already-escaped HTML for a table cell."""
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, float):
+        return esc(fmt_number(value)) if math.isfinite(value) else "-"
+    if value is None:
+        return "-"
+    return esc(value)
+
+
+def _ms(seconds: Any) -> str:
+    return f"{float(seconds) * 1e3:.4g}" if isinstance(seconds, (int, float)) and math.isfinite(seconds) else "-"
+
+
+def _num(data: Any, *paths: str) -> float | None:
+    """The first number found at one of the dotted `paths` in nested dicts."""
+    for path in paths:
+        value: Any = data
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _json_table(data: Any, limit: int = 80) -> str:
+    flat: list[tuple[str, str]] = []
+
+    def walk(value: Any, prefix: str, depth: int) -> None:
+        if len(flat) >= limit:
+            return
+        if isinstance(value, Mapping) and depth < 3 and value:
+            for k, v in value.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+        elif isinstance(value, list) and value and depth < 3 and all(not isinstance(v, (dict, list)) for v in value):
+            text = json.dumps(value[:12], default=str) + (" ..." if len(value) > 12 else "")
+            flat.append((prefix, text))
+        else:
+            text = json.dumps(value, default=str)
+            flat.append((prefix, text if len(text) < 300 else text[:300] + " ..."))
+
+    walk(data, "", 0)
+    if not flat:
+        return '<p class="muted">(empty)</p>'
+    return _table(("field", "value"), [(k, Raw(f'<span style="font-family:monospace">{esc(v)}</span>'))
+                                       for k, v in flat])
+
+
+def _plots(*svgs: str) -> str:
+    drawn = [s for s in svgs if s]
+    return f'<div class="plots">{"".join(drawn)}</div>' if drawn else ""
+
+
+def _measurement(point: Mapping[str, Any]) -> tuple[list[float], int] | None:
+    m = point.get("measurement")
+    if not isinstance(m, Mapping) or not m.get("samples_ns"):
+        return None
+    return [float(s) / 1e9 for s in m["samples_ns"]], int(m.get("items_per_call", 1) or 1)
+
+
+# --- run header, environment -----------------------------------------------------------------------
+
+
+def _run_header(rec: RunRecord) -> str:
+    title = KIND_TITLES.get(rec.kind, rec.kind)
+    status_cls = "good" if rec.status == "ok" else "bad"
+    parts = [f'<h2 id="run-{esc(rec.id)}">{esc(title)}: {esc(rec.workload)}</h2><p>'
+             f'<span class="tag">run {esc(rec.id)}</span><span class="tag">{esc(rec.created_at[:19])}</span>'
+             f'<span class="tag {status_cls}">{esc(rec.status)}</span>'
+             + (f'<span class="tag">parent {esc(rec.parent_id)}</span>' if rec.parent_id else "") + "</p>"]
+    if rec.error:
+        parts.append(f'<p class="bad">error: {esc(rec.error)}</p>')
+    return "".join(parts)
+
+
+ENV_ROWS = (
+    ("dlperf", "dlperf_version"), ("python", "python_version"), ("torch", "torch_version"), ("OS", "os"),
+    ("CPU", "cpu_model"), ("CPU flags", "cpu_flags"), ("cores (physical/logical)", "cores"),
+    ("torch threads", "torch_threads"), ("memory", "total_memory_bytes"), ("GPU", "gpu_name"),
+    ("CUDA", "cuda_version"), ("GPU driver", "gpu_driver"), ("packages", "packages"),
+)
+
+
+def _env_value(env: Mapping[str, Any], key: str) -> str:
+    if key == "cores":
+        return f"{env.get('physical_cores', '?')}/{env.get('logical_cores', '?')}"
+    value = env.get(key)
+    if key == "total_memory_bytes" and isinstance(value, (int, float)):
+        return f"{value / 2**30:.1f} GiB"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) or "-"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    return "-" if value is None else str(value)
+
+
+def environment_section(records: Sequence[RunRecord]) -> str:
+    envs = [(r.id, r.environment) for r in records if isinstance(r.environment, Mapping) and r.environment]
+    if not envs:
+        return '<section><h2>Environment</h2><p class="muted">no environment recorded</p></section>'
+    distinct: list[tuple[list[str], Mapping[str, Any]]] = []
+    for run_id, env in envs:
+        for ids, seen in distinct:
+            if seen == env:
+                ids.append(run_id)
+                break
+        else:
+            distinct.append(([run_id], env))
+    headers = ["", *[", ".join(ids[:4]) + (" ..." if len(ids) > 4 else "") for ids, _ in distinct]]
+    rows, classes = [], []
+    for label, key in ENV_ROWS:
+        values = [_env_value(env, key) for _, env in distinct]
+        if all(v == "-" for v in values):
+            continue
+        rows.append([label, *values])
+        classes.append("diff" if len(set(values)) > 1 else "")
+    note = ""
+    if len(distinct) > 1:
+        from dlperf.measure.env import environment_differences
+
+        diffs = environment_differences(dict(distinct[0][1]), dict(distinct[1][1]))
+        note = ('<p class="warn">The runs were taken in different environments; timings are not directly '
+                "comparable" + (": " + esc("; ".join(diffs)) if diffs else "") + ".</p>")
+    return f"<section><h2>Environment</h2>{note}{_table(headers, rows, classes, numeric=False)}</section>"
+
+
+# --- bench / check --------------------------------------------------------------------------------
+
+
+def bench_view(rec: RunRecord) -> str:
+    points = [p for p in rec.result.get("points", []) if isinstance(p, Mapping)]
+    if not points:
+        raise ValueError("no points")
+    rows = []
+    for p in points:
+        s = p.get("summary") or {}
+        rss = p.get("peak_rss_bytes")
+        rows.append([p.get("batch_size"), s.get("n"), _ms(s.get("p50_s")), _ms(s.get("p90_s")), _ms(s.get("p99_s")),
+                     _ms(s.get("mean_s")), _fmt(s.get("throughput")),
+                     f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
+                     _fmt(p.get("process_cpu_percent")),
+                     Raw(f'<span class="warn">{esc(s["noise_warning"])}</span>') if s.get("noise_warning") else ""])
+    parts = [_config_line(rec), "<h3>Latency per call and throughput</h3>",
+             _table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
+                     "noise"), rows)]
+    sampled = [(p.get("batch_size"), m) for p in points if (m := _measurement(p)) is not None]
+    svgs = []
+    for batch, (samples, _) in sampled[:3]:
+        ms = [s * 1e3 for s in samples]
+        lo, hi = _trimmed_range(ms)
+        log = lo > 0 and hi / lo > 5
+        xs, ys = histogram_bins(ms, 40, lo, hi, log=log)
+        svgs.append(chart([Series(f"batch {batch}", xs, [y * 100 for y in ys], "bars")],
+                          Axis("latency per call (ms)", log=log), Axis("% of calls"),
+                          f"Latency histogram, batch {batch} (n={len(ms)}, 1% tails cut)", y_zero=True))
+    if sampled:
+        series = []
+        for batch, (samples, _) in sampled:
+            xs, ys = ecdf([s * 1e3 for s in samples])
+            series.append(Series(f"batch {batch}", xs, ys, "step"))
+        svgs.append(chart(series, Axis("latency per call (ms)", log=_wide(series)), Axis("fraction of calls"),
+                          "Latency CDF", hlines=[(0.5, "p50"), (0.99, "p99")]))
+    thr: list[tuple[float, float]] = []
+    for p in points:
+        b, t = p.get("batch_size"), (p.get("summary") or {}).get("throughput")
+        if isinstance(b, (int, float)) and isinstance(t, (int, float)):
+            thr.append((float(b), float(t)))
+    if len(thr) > 1:
+        svgs.append(chart([Series("throughput", [b for b, _ in thr], [t for _, t in thr], "line+points")],
+                          Axis("batch size", log=True), Axis("items/s"), "Throughput vs batch size", y_zero=True))
+    parts.append(_plots(*svgs))
+    gate = rec.result.get("gate")
+    if isinstance(gate, Mapping):
+        parts.append(_gate_view(gate))
+    return "".join(parts)
+
+
+def _gate_view(gate: Mapping[str, Any]) -> str:
+    failed = bool(gate.get("failed"))
+    verdict = ('<p class="verdict bad">FAIL: significant regression above the threshold</p>' if failed
+               else '<p class="verdict good">PASS: no significant regression above the threshold</p>')
+    rows = []
+    for p in gate.get("points", []):
+        ci = p.get("regression_ci") or [math.nan, math.nan]
+        rows.append([p.get("batch_size"), p.get("metric"), _fmt_metric(p.get("metric"), p.get("baseline_value")),
+                     _fmt_metric(p.get("metric"), p.get("current_value")), _pct(p.get("regression")),
+                     f"{_pct(ci[0])} to {_pct(ci[1])}", _fmt((p.get("mann_whitney") or {}).get("p_value")),
+                     Raw('<span class="bad">regression</span>' if p.get("failed")
+                         else '<span class="good">pass</span>')])
+    warnings = "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in gate.get("warnings", []))
+    return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
+            f"{_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"
+            + _table(("batch", "metric", "baseline", "now", "regression", "CI", "Mann-Whitney p", "verdict"), rows)
+            + warnings)
+
+
+def comparison_section(records: Sequence[RunRecord]) -> str:
+    """Overlaid CDFs of several sampled runs at their first common batch size."""
+    sampled = []
+    for rec in records:
+        pts = {p.get("batch_size"): p for p in rec.result.get("points", []) if isinstance(p, Mapping)}
+        if any(_measurement(p) for p in pts.values()):
+            sampled.append((rec, pts))
+    if len(sampled) < 2:
+        return ""
+    common = set.intersection(*(set(p) for _, p in sampled))
+    if not common:
+        return ""
+    batch = min(common, key=lambda b: (not isinstance(b, (int, float)), b if isinstance(b, (int, float)) else 0))
+    series, rows = [], []
+    for rec, pts in sampled:
+        m = _measurement(pts[batch])
+        if m is None:
+            continue
+        xs, ys = ecdf([s * 1e3 for s in m[0]])
+        series.append(Series(f"{rec.id} {rec.created_at[5:16]}", xs, ys, "step"))
+        s = pts[batch].get("summary") or {}
+        rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.created_at[:19],
+                     _ms(s.get("p50_s")), _ms(s.get("p90_s")), _ms(s.get("p99_s")), _fmt(s.get("throughput"))])
+    return (f"<section><h2>Comparison at batch {batch}</h2>"
+            + _table(("run", "kind", "when", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows)
+            + _plots(chart(series, Axis("latency per call (ms)", log=_wide(series)), Axis("fraction of calls"),
+                           f"Latency CDF, batch {batch}", hlines=[(0.5, "p50"), (0.99, "p99")]))
+            + '<p class="muted">Runs measured at different times are not interleaved: machine drift between '
+              "them looks like a difference. <code>dlperf compare A B</code> tests it; <code>dlperf ab</code> "
+              "measures two settings interleaved.</p></section>")
+
+
+# --- ab -------------------------------------------------------------------------------------------
+
+
+def ab_view(rec: RunRecord) -> str:
+    r = rec.result
+    ratio, ci, verdict = r["ratio"], r["ci"], r["verdict"]
+    settings = r.get("settings") or rec.config
+    cls = "good" if verdict == "faster" else "bad" if verdict == "slower" else "warn"
+    said = f"B is {verdict}" if verdict in ("faster", "slower") else verdict
+    parts = [f'<p class="verdict {cls}">{esc(said)}: time B/A {ratio:.3f} '
+             f"({float(r.get('confidence', 0.95)):.0%} CI {ci[0]:.3f} to {ci[1]:.3f}; speed {1 / ratio:.3f}x)</p>"]
+    rows = []
+    for side in ("a", "b"):
+        s = r.get(side) or {}
+        rows.append([side.upper(), _describe_settings(settings.get(side) if isinstance(settings, Mapping) else None),
+                     (r.get("batch_size") or {}).get(side), s.get("n"), _ms(s.get("p50_s")), _ms(s.get("p90_s")),
+                     _ms(s.get("p99_s")), _fmt(s.get("throughput"))])
+    parts.append(_table(("side", "settings", "batch", "n", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows))
+    svgs = []
+    blocks = r.get("block_ratios") or []
+    if blocks:
+        svgs.append(chart([Series("B/A per block", list(range(1, len(blocks) + 1)), blocks, "line+points")],
+                          Axis("paired block"), Axis("time ratio B/A"), "Per-block ratios (ABBA order)",
+                          hlines=[(1.0, "no change"), (ci[0], "CI low"), (ci[1], "CI high")]))
+    ms_ = r.get("measurements") or {}
+    sides = {k: [float(s) / 1e6 for s in v.get("samples_ns", [])] for k, v in ms_.items() if isinstance(v, Mapping)}
+    if sides.get("a") and sides.get("b"):
+        lo, hi = _trimmed_range(sides["a"] + sides["b"])
+        log = lo > 0 and hi / lo > 5
+        hist = []
+        for side in ("a", "b"):
+            xs, ys = histogram_bins(sides[side], 40, lo, hi, log=log)
+            hist.append(Series(side.upper(), xs, [y * 100 for y in ys], "bars"))
+        svgs.append(chart(hist, Axis("latency per call (ms)", log=log), Axis("% of calls"),
+                          "A vs B latency (1% tails cut)", y_zero=True))
+        cdf = [Series(side.upper(), *ecdf(sides[side]), mode="step") for side in ("a", "b")]
+        svgs.append(chart(cdf, Axis("latency per call (ms)", log=_wide(cdf)), Axis("fraction of calls"),
+                          "A vs B latency CDF", hlines=[(0.5, "p50")]))
+    parts.append(_plots(*svgs))
+    return "".join(parts)
+
+
+def _describe_settings(settings: Any) -> str:
+    if not isinstance(settings, Mapping):
+        return "-"
+    parts = [f"{k}={v}" for k, v in settings.items() if v not in (None, False, {}, "fp32", "cpu")]
+    opts = settings.get("options")
+    if isinstance(opts, Mapping):
+        parts = [p for p in parts if not p.startswith("options=")] + [f"option.{k}={v}" for k, v in opts.items()]
+    return ",".join(parts) or "defaults"
+
+
+# --- optimize -------------------------------------------------------------------------------------
+
+LATENCY_KEYS = ("latency_s", "p50_s", "median_s", "summary.p50_s", "latency.p50_s", "measurement.p50_s",
+                "result.latency_s", "result.p50_s", "result.summary.p50_s", "kpis.p50_s", "p90_s", "mean_s")
+METRIC_KEYS = ("metric", "metric_value", "accuracy", "score", "eval.metric", "result.metric", "kpis.metric",
+               "quality")
+
+
+def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    lists = [v for k, v in rec.result.items() if isinstance(v, list) and k in ("candidates", "trials", "results")]
+    items: list[tuple[str, Any]] = [(str(i), c) for lst in lists for i, c in enumerate(lst) if isinstance(c, Mapping)]
+    items += [(c.id, {**c.result, **{"name": c.result.get("name") or c.workload}}) for c in children]
+    for key, c in items:
+        latency = _num(c, *LATENCY_KEYS)
+        metric = _num(c, *METRIC_KEYS)
+        if latency is None:
+            continue
+        name = c.get("name") or c.get("label") or c.get("passes") or key
+        if isinstance(name, list):
+            name = "+".join(str(n) for n in name) or "baseline"
+        rows.append({"name": str(name), "latency_s": latency, "metric": metric,
+                     "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
+                     "selected": bool(c.get("selected")), "status": c.get("status")})
+    return rows
+
+
+def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
+    """Pareto set (lower latency, better metric); uses the record's own flags when present."""
+    flagged = [r for r in rows if r["pareto"]]
+    if flagged:
+        return sorted(flagged, key=lambda r: r["latency_s"])
+    sign = 1.0 if higher_is_better else -1.0
+    frontier, best = [], -math.inf
+    for r in sorted((r for r in rows if r["metric"] is not None), key=lambda r: (r["latency_s"], -sign * r["metric"])):
+        if sign * r["metric"] > best:
+            frontier.append(r)
+            best = sign * r["metric"]
+    return frontier
+
+
+def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
+    rows = _candidates(rec, children)
+    if not rows:
+        raise ValueError("no candidates with a latency")
+    higher = rec.result.get("higher_is_better", rec.config.get("higher_is_better", True))
+    metric_name = str(rec.result.get("metric_name") or rec.config.get("metric_name") or "metric")
+    frontier = _frontier(rows, bool(higher))
+    table_rows = [[r["name"], _ms(r["latency_s"]), _fmt(r["metric"]),
+                   "yes" if r in frontier else "", "selected" if r["selected"] else (r["status"] or "")]
+                  for r in sorted(rows, key=lambda r: r["latency_s"])]
+    parts = [_config_line(rec),
+             _table(("candidate", "latency ms", metric_name, "on frontier", ""), table_rows)]
+    with_metric = [r for r in rows if r["metric"] is not None]
+    if with_metric:
+        series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
+                         "points", color="#9aa3b1", labels=[r["name"] for r in with_metric]),
+                  Series("Pareto frontier", [r["latency_s"] * 1e3 for r in frontier],
+                         [r["metric"] for r in frontier], "line+points", color="#d62728",
+                         labels=[r["name"] for r in frontier])]
+        selected = [r for r in with_metric if r["selected"]]
+        if selected:
+            series.append(Series("selected", [r["latency_s"] * 1e3 for r in selected],
+                                 [r["metric"] for r in selected], "points", color="#2ca02c"))
+        parts.append(_plots(chart(series, Axis("latency (ms)"), Axis(metric_name), "Pareto frontier: latency vs "
+                                  + metric_name)))
+    else:
+        parts.append(_plots(hbars([r["name"] for r in rows], [r["latency_s"] * 1e3 for r in rows],
+                                  "Candidate latency", " ms")))
+    return "".join(parts)
+
+
+# --- profile --------------------------------------------------------------------------------------
+
+BREAKDOWN_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
+                   ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other"),
+                   ("framework_overhead_s", "framework overhead"), ("device_idle_s", "device idle"))
+
+
+def profile_view(rec: RunRecord) -> str:
+    r = rec.result
+    analyses = r.get("analyses") if isinstance(r.get("analyses"), Mapping) else r
+    parts = []
+    if r.get("verdict"):
+        parts.append(f'<p class="verdict">{esc(r["verdict"])}</p>')
+    svgs = []
+    breakdown = analyses.get("breakdown") if isinstance(analyses, Mapping) else None
+    if isinstance(breakdown, Mapping):
+        items = [(label, float(breakdown[k]) * 1e3) for k, label in BREAKDOWN_PARTS
+                 if isinstance(breakdown.get(k), (int, float)) and breakdown[k] > 0]
+        if items:
+            step = breakdown.get("step_s")
+            title = "Time per step" + (f" ({float(step) * 1e3:.3g} ms)" if isinstance(step, (int, float)) else "")
+            svgs.append(hbars([i[0] for i in items], [i[1] for i in items], title, " ms"))
+    ops_data = analyses.get("operators") if isinstance(analyses, Mapping) else None
+    if isinstance(ops_data, Mapping):
+        svgs.append(_roofline(ops_data))
+        ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)][:12]
+        if ops:
+            parts.append("<h3>Top operators by self time</h3>" + _table(
+                ("operator", "self ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
+                [[o.get("name"), _ms(o.get("self_s")), _pct(o.get("share"), sign=False), _fmt(o.get("intensity")),
+                  _fmt((o.get("achieved_flops_s") or 0) / 1e9 if o.get("achieved_flops_s") else None),
+                  o.get("bound"), _pct(o.get("pct_of_peak"), sign=False)] for o in ops]))
+    if not svgs and not parts:
+        raise ValueError("no breakdown or operators")
+    parts.insert(0, _plots(*svgs))
+    findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
+    if findings:
+        parts.append("<h3>Findings</h3><ol>" + "".join(
+            f"<li><b>{esc(f.get('title') or f.get('kind') or f.get('name') or 'finding')}</b> "
+            f"{esc(f.get('summary') or f.get('message') or f.get('detail') or '')}</li>"
+            for f in findings[:8]) + "</ol>")
+    return "".join(parts)
+
+
+def _roofline(ops_data: Mapping[str, Any]) -> str:
+    ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)
+           and isinstance(o.get("intensity"), (int, float)) and isinstance(o.get("achieved_flops_s"), (int, float))
+           and o["intensity"] > 0 and o["achieved_flops_s"] > 0]
+    peak_data = ops_data.get("peak_flops")
+    peaks: Mapping[str, Any] = peak_data if isinstance(peak_data, Mapping) else {}
+    bandwidth = ops_data.get("bandwidth_bytes_s")
+    if not ops and not peaks:
+        return ""
+    xs = [float(o["intensity"]) for o in ops] or [1.0]
+    lo_x, hi_x = min(min(xs) / 4, 0.05), max(max(xs) * 4, 100.0)
+    series = []
+    for dtype, peak in peaks.items():
+        if not isinstance(peak, (int, float)) or peak <= 0:
+            continue
+        if isinstance(bandwidth, (int, float)) and bandwidth > 0:
+            ridge = peak / bandwidth
+            grid = [lo_x, *([ridge] if lo_x < ridge < hi_x else []), hi_x]
+            series.append(Series(f"{dtype} roof", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
+                                 dashed=dtype != "fp32"))
+        else:
+            series.append(Series(f"{dtype} peak", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
+    if ops:
+        series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
+                             color="#ff7f0e", labels=[f"{o.get('name')}: {_pct(o.get('share'), sign=False)} of step"
+                                                      for o in ops]))
+    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True), "Roofline")
+
+
+# --- load -----------------------------------------------------------------------------------------
+
+THROUGHPUT_KEYS = ("throughput_rps", "achieved_rps", "throughput", "rps", "requests_per_s", "summary.throughput_rps",
+                   "summary.throughput")
+P50_KEYS = ("p50_s", "latency_p50_s", "latency.p50_s", "summary.p50_s", "latency_s.p50")
+P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency_s.p99")
+
+
+def load_view(rec: RunRecord) -> str:
+    r = rec.result
+    lists = [v for k, v in r.items() if isinstance(v, list) and k in ("steps", "levels", "points", "results", "stages")]
+    rows: list[tuple[float | None, float, float | None, float | None, float | None]] = []
+    for item in (lists[0] if lists else [r]):
+        if not isinstance(item, Mapping):
+            continue
+        thr = _num(item, *THROUGHPUT_KEYS)
+        p50, p99 = _num(item, *P50_KEYS), _num(item, *P99_KEYS)
+        if thr is None or (p50 is None and p99 is None):
+            continue
+        offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
+        errors = _num(item, "error_rate", "errors", "failures")
+        rows.append((offered, thr, p50, p99, errors))
+    if not rows:
+        raise ValueError("no load steps with throughput and latency")
+    table = _table(("offered (concurrency or rate)", "throughput req/s", "p50 ms", "p99 ms", "errors"),
+                   [[_fmt(o), _fmt(t), _ms(a), _ms(b), _fmt(e)] for o, t, a, b, e in rows])
+    series = []
+    for idx, name in ((2, "p50"), (3, "p99")):
+        pts = [(row[1], v) for row in rows if (v := row[idx]) is not None]
+        if pts:
+            series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points"))
+    return _config_line(rec) + table + _plots(chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"),
+                                                    "Latency vs throughput", y_zero=True))
+
+
+# --- history --------------------------------------------------------------------------------------
+
+
+def history_section(records: Sequence[RunRecord], metric: str = "p50", workload: str = "") -> str:
+    """Trend of `metric` (p50, p90, p99, mean or throughput) over bench/check runs, oldest first."""
+    ordered = sorted(records, key=lambda r: r.created_at)
+    per_batch: dict[Any, list[tuple[int, float, tuple[float, float] | None, str]]] = {}
+    for i, rec in enumerate(ordered):
+        for p in rec.result.get("points", []) if isinstance(rec.result, Mapping) else []:
+            s = p.get("summary") if isinstance(p, Mapping) else None
+            if not isinstance(s, Mapping):
+                continue
+            value = s.get("throughput") if metric == "throughput" else s.get(f"{metric}_s")
+            if not isinstance(value, (int, float)):
+                continue
+            ci = s.get("median_ci_s") if metric == "p50" else None
+            err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
+            shown = float(value) if metric == "throughput" else float(value) * 1e3
+            per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
+    title = f"History of {workload or 'the workload'}: {metric}"
+    if not per_batch:
+        return f'<section><h2>{esc(title)}</h2><p class="muted">no bench or check runs with {esc(metric)}</p></section>'
+    series = []
+    for batch, pts in sorted(per_batch.items(), key=lambda kv: str(kv[0])):
+        errs = [e if e is not None else (v, v) for _, v, e, _ in pts]
+        series.append(Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
+                             labels=[p[3] for p in pts], y_err=errs if any(p[2] for p in pts) else ()))
+    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+    rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status] for i, r in enumerate(ordered)]
+    return (f"<section><h2>{esc(title)}</h2>"
+            + _plots(chart(series, Axis("run (oldest to newest)"), Axis(unit), title, y_zero=True, width=760))
+            + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
+            + _table(("#", "run", "kind", "when", "status"), rows) + "</section>")
+
+
+# --- the page ---------------------------------------------------------------------------------------
+
+View = Callable[[RunRecord], str]
+
+
+def run_section(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
+    views: dict[str, View] = {"bench": bench_view, "check": bench_view, "ab": ab_view, "profile": profile_view,
+                              "load": load_view, "optimize": lambda r: optimize_view(r, children)}
+    view = views.get(rec.kind)
+    body = ""
+    if view is not None:
+        try:
+            body = view(rec)
+        except Exception as exc:  # a record from another version or a partial run: degrade, don't fail
+            body = (f'<p class="warn">the {esc(rec.kind)} view could not be drawn from this record '
+                    f"({esc(type(exc).__name__)}: {esc(exc)}); its fields follow.</p>")
+            body += _json_table(rec.result)
+    else:
+        body = _config_line(rec) + _json_table(rec.result)
+    if view is not None and not body.startswith('<p class="warn">the'):
+        body += f"<details><summary>raw result fields</summary>{_json_table(rec.result)}</details>"
+    return f"<section>{_run_header(rec)}{body}</section>"
+
+
+def render_report(
+    records: Sequence[RunRecord],
+    *,
+    children: Mapping[str, Sequence[RunRecord]] | None = None,
+    history: Sequence[RunRecord] | None = None,
+    history_metric: str = "p50",
+    history_workload: str = "",
+    title: str | None = None,
+    generated_at: str | None = None,
+) -> str:
+    """The whole HTML document for `records` (plus child runs by parent id, plus an optional history)."""
+    children = children or {}
+    generated_at = generated_at or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    shown = list(records)
+    title = title or ("dlperf report: " + ", ".join(sorted({r.workload for r in shown}))[:120] if shown
+                      else f"dlperf history: {history_workload}")
+    summary = _table(("run", "kind", "workload", "when", "status", "headline"), [
+        [Raw(f'<a href="#run-{esc(r.id)}">{esc(r.id)}</a>'), r.kind, r.workload, r.created_at[:19], r.status,
+         _headline(r)] for r in shown]) if shown else ""
+    sections = [f"<section><h2>Runs</h2>{summary}</section>" if shown else ""]
+    all_for_env = [*shown, *(history or [])]
+    sections.append(environment_section(all_for_env))
+    sections.append(comparison_section(shown))
+    sections += [run_section(r, children.get(r.id, ())) for r in shown]
+    if history is not None:
+        sections.append(history_section(history, history_metric, history_workload))
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style><script>{HEAD_SCRIPT}</script></head><body>"
+        f"<header><h1>{esc(title)}</h1><p>generated {esc(generated_at)} by dlperf; "
+        "profile, don't guess; measure every change</p></header>"
+        f"<main>{''.join(s for s in sections if s)}</main><script>{CHECK_SCRIPT}</script></body></html>"
+    )
+
+
+# --- formatting -----------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    return fmt_number(float(value)) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def _pct(value: Any, sign: bool = True) -> str:
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value * 100:+.1f}%" if sign else f"{value * 100:.1f}%"
+
+
+def _fmt_metric(metric: Any, value: Any) -> str:
+    return _fmt(value) + " items/s" if metric == "throughput" else _ms(value) + " ms"
+
+
+def _headline(rec: RunRecord) -> str:
+    r = rec.result if isinstance(rec.result, Mapping) else {}
+    head = r.get("headline")
+    if isinstance(head, Mapping) and isinstance(head.get("value"), (int, float)):
+        kpi = str(head.get("kpi"))
+        value = float(head["value"])
+        shown = f"{value:.4g} items/s" if kpi == "throughput" else f"{kpi.replace('_s', '')} {value * 1e3:.4g} ms"
+        return f"{shown} (batch {head.get('batch_size')})"
+    if rec.kind == "ab" and isinstance(r.get("ratio"), (int, float)):
+        return f"B/A {r['ratio']:.3f}: {r.get('verdict')}"
+    if isinstance(r.get("gate"), Mapping):
+        return "gate " + ("FAIL" if r["gate"].get("failed") else "PASS")
+    if isinstance(r.get("verdict"), str):
+        return r["verdict"][:80]
+    return ""
+
+
+def _config_line(rec: RunRecord) -> str:
+    cfg = rec.config if isinstance(rec.config, Mapping) else {}
+    keep = [(k, v) for k, v in cfg.items() if not isinstance(v, (dict, list)) and v is not None and k != "version"]
+    if isinstance(cfg.get("batch_sizes"), list):
+        keep.insert(0, ("batch_sizes", ",".join(str(b) for b in cfg["batch_sizes"])))
+    timer = cfg.get("timer")
+    if isinstance(timer, Mapping):
+        keep += [(k, timer[k]) for k in ("min_duration_s", "min_iters", "warmup_iters") if k in timer]
+    if not keep:
+        return ""
+    return "<p>" + "".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in keep[:14]) + "</p>"
+
+
+def _trimmed_range(values: Sequence[float]) -> tuple[float, float]:
+    """1st..99th percentile, so a few outliers do not squash a histogram into one bar."""
+    data = sorted(values)
+    if not data:
+        return 0.0, 1.0
+    lo = data[int(0.01 * (len(data) - 1))]
+    hi = data[math.ceil(0.99 * (len(data) - 1))]
+    return (lo, hi) if hi > lo else (data[0], data[-1])
+
+
+def _wide(series: Sequence[Series]) -> bool:
+    """Log axis when the values span more than 20x."""
+    xs = [float(v) for s in series for v in s.xs if float(v) > 0]
+    return bool(xs) and max(xs) / min(xs) > 20

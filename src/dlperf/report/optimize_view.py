@@ -1,0 +1,144 @@
+"""Terminal rendering of an optimize result (the dict of OptimizeResult.to_dict()); computes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 1e3:.3f}"
+
+
+def _mib(value: Any) -> str:
+    return "-" if value is None else f"{float(value) / 2**20:.1f}"
+
+
+def _metric(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.4f}"
+
+
+def _drop(row: dict[str, Any]) -> str:
+    rel = row.get("metric_drop_rel")
+    if rel is None or rel != rel:
+        return "-"
+    return f"{float(rel):+.2%}"
+
+
+def _why(row: dict[str, Any]) -> str:
+    if row.get("status") != "ok":
+        prefix = "not applicable" if row.get("status") == "not_applicable" else f"failed in {row.get('phase')}"
+        return f"{prefix}: {row.get('error')}"
+    if row.get("violations"):
+        return "; ".join(row["violations"])
+    if row.get("slower_reasons"):
+        return "slower: " + row["slower_reasons"][0]
+    if row.get("confirm_error"):
+        return f"A/B failed: {row['confirm_error']}"
+    return ""
+
+
+def candidates_table(data: dict[str, Any]) -> Table:
+    table = Table(title=f"candidates for {data['workload']} (batch {data['batch_size']}, {data['device']})",
+                  show_lines=False, expand=False)
+    for name in ("#", "passes", "p50 ms", "p99 ms", "items/s", "metric", "drop", "MiB", "peak MiB", "build s",
+                 "gain"):
+        table.add_column(name, justify="left" if name == "passes" else "right",
+                         overflow="fold" if name == "passes" else "ellipsis", no_wrap=name != "passes")
+    winner = data.get("winner")
+    front = set(data.get("pareto_front") or [])
+    for i, row in enumerate(data.get("candidates") or []):
+        mark = "✓" if row["key"] == winner else ("*" if row["key"] in front else "")
+        style = "bold green" if row["key"] == winner else ("dim" if row.get("status") != "ok" else "")
+        ok = row.get("status") == "ok"
+        table.add_row(
+            f"{i}{mark}", row["label"],
+            _ms(row.get("p50_s")) if ok else "-", _ms(row.get("p99_s")) if ok else "-",
+            f"{row['throughput']:.0f}" if ok and row.get("throughput") else "-",
+            _metric(row.get("metric")) if ok else "-", _drop(row) if ok else "-",
+            _mib(row.get("size_bytes")) if ok else "-", _mib(row.get("peak_rss_bytes")) if ok else "-",
+            f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
+            f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else row.get("status", "-"),
+            style=style,
+        )
+    return table
+
+
+def why_lines(data: dict[str, Any]) -> list[str]:
+    """One line per candidate that failed, broke a constraint or was slower: why."""
+    lines = []
+    for i, row in enumerate(data.get("candidates") or []):
+        why = _why(row)
+        if why:
+            lines.append(f"  {i} {row['label']}: {why}")
+    return lines
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if data.get("metric_is_fidelity"):
+        lines.append("metric: the workload has no eval metric, so fidelity is the metric: mean cosine similarity "
+                     "of each candidate's outputs to the original model's on the example inputs")
+    else:
+        lines.append(f"metric: {data.get('metric_name')} on the workload's eval data")
+    constraints = data.get("constraints") or {}
+    parts = []
+    if constraints.get("max_metric_drop_abs") is not None:
+        parts.append(f"metric drop <= {constraints['max_metric_drop_abs']:g}")
+    elif constraints.get("max_metric_drop") is not None:
+        parts.append(f"metric drop <= {constraints['max_metric_drop']:.2%}")
+    if constraints.get("latency_budget_s") is not None:
+        parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
+    lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
+                 "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
+    by_key = {r["key"]: r for r in data.get("candidates") or []}
+    winner = data.get("winner")
+    conf = data.get("confirmation") or {}
+    if winner:
+        row = by_key[winner]
+        lines.append(f"winner: {row['label']}")
+        if conf.get("describe"):
+            lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
+    else:
+        lines.append("no winner: no candidate was confirmed better than the baseline")
+        if conf.get("describe"):
+            lines.append(f"  best candidate's A/B: {conf['describe']}")
+    for note in data.get("notes") or []:
+        lines.append(f"note: {note}")
+    for key in data.get("closest") or []:
+        row = by_key.get(key)
+        if row:
+            lines.append(f"closest: {row['label']}: {_why(row) or 'did not beat the baseline'}")
+    not_tried = data.get("not_tried") or []
+    if not_tried:
+        lines.append(f"not tried ({len(not_tried)}): " + "; ".join(f"{n['label']} ({n['reason']})"
+                                                                 for n in not_tried[:5])
+                     + (" ..." if len(not_tried) > 5 else ""))
+    for skipped in data.get("skipped_passes") or []:
+        lines.append(f"skipped pass: {skipped}")
+    compile_s = sum(float(r.get("build_s") or 0.0) for r in data.get("candidates") or [])
+    lines.append(f"searched {len(data.get('candidates') or [])} candidates in {data['elapsed_s']:.0f} s of a "
+                 f"{data['time_budget_s']:.0f} s budget (build/compile time {compile_s:.0f} s included)"
+                 + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else ""))
+    if data.get("export_dir"):
+        lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
+    if data.get("run_id"):
+        lines.append(f"run {data['run_id']} (dlperf runs show {data['run_id']})")
+    return lines
+
+
+def render(data: dict[str, Any]) -> RenderableType:
+    why = why_lines(data)
+    parts: list[RenderableType] = [candidates_table(data)]
+    if why:
+        parts.append(Text("why:"))
+        parts.extend(Text(line) for line in why)
+    parts.extend(Text(line) for line in summary_lines(data))
+    return Group(*parts)
+
+
+def print_result(data: dict[str, Any], console: Console) -> None:
+    console.print(render(data))

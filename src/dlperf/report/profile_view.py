@@ -1,0 +1,167 @@
+"""Pure terminal renderer of a profile result (the dict `ProfileReport.to_dict()` returns, as stored):
+verdict first, then the ranked findings with evidence, fix and gain, verified fixes, and the analyses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+
+BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
+               "unknown": "-"}
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    ms = seconds * 1e3
+    return f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms" if ms >= 0.1 else f"{ms * 1e3:.0f} µs"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _speed(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _findings(result: dict[str, Any]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for i, f in enumerate(result.get("findings", []), 1):
+        head = Text(f"{i}. ", style="bold")
+        head.append(f"[{f['category']}] ", style="bold magenta")
+        head.append(f["title"], style="bold")
+        head.append(f"   explains {_pct(f['share'])} · confidence {f['confidence']}", style="dim")
+        out.append(head)
+        for line in f["evidence"]:
+            out.append(Text(f"   • {line}"))
+        out.append(Text.assemble(("   fix: ", "green bold"), f["fix"]))
+        if f.get("setting"):
+            out.append(Text.assemble(("   apply with: ", "green"), f["setting"]))
+        if f.get("estimated_gain"):
+            out.append(Text.assemble(("   estimated gain: ", "green"), f["estimated_gain"]))
+    return out
+
+
+def _verify(result: dict[str, Any]) -> RenderableType | None:
+    rows = result.get("verify")
+    if rows is None:
+        return None
+    if not rows:
+        return Text("--verify: no finding has a fix dlperf can apply itself", style="yellow")
+    t = Table(title="Verified fixes: interleaved A/B against the profiled step", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("fix", "for", "estimated", "measured", "95% CI", "verdict", "setup"):
+        t.add_column(col, justify="left" if col in ("fix", "for", "verdict") else "right")
+    for v in rows:
+        ci = v.get("speedup_ci")
+        verdict = v.get("error") or v.get("verdict") or "-"
+        style = "red" if v.get("error") else "green" if v.get("verdict") == "faster" else \
+            "yellow" if v.get("verdict") == "slower" else ""
+        t.add_row(v["fix"]["label"], v["category"], _speed(v.get("estimated_speedup")), _speed(v.get("speedup")),
+                  f"{ci[0]:.2f}-{ci[1]:.2f}x" if ci else "-", Text(verdict[:80], style=style),
+                  f"{v.get('setup_s', 0.0):.1f} s")
+    return t
+
+
+def _breakdown(b: dict[str, Any]) -> RenderableType:
+    t = Table(title="Where a step's time goes (median profiled step)", box=box.SIMPLE_HEAD, title_justify="left")
+    t.add_column("part")
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    step = b["step_s"] or 1e-12
+    parts = [("waiting for data", "data_wait_s"), ("host-to-device copies", "h2d_s"), ("forward", "forward_s"),
+             ("backward", "backward_s"), ("optimizer", "optimizer_s"), ("other (outside phases)", "other_s"),
+             ("  of which operators", "operator_s"), ("  of which framework overhead", "framework_overhead_s"),
+             ("device idle", "device_idle_s")]
+    for label, key in parts:
+        value = b.get(key)
+        if value is None or (value == 0 and key in ("data_wait_s", "h2d_s", "backward_s", "optimizer_s")):
+            continue
+        t.add_row(label, _ms(value), _pct(value / step))
+    t.add_row(Text("step", style="bold"), Text(_ms(b["step_s"]), style="bold"), "")
+    return t
+
+
+def _operators(op: dict[str, Any], n: int = 8) -> RenderableType:
+    t = Table(title=f"Top operators by self time, on this machine's roofline: fp32 peak "
+                    f"{op['peak_flops'].get('fp32', 0) / 1e9:.0f} GFLOP/s, {op['bandwidth_bytes_s'] / 1e9:.1f} GB/s, "
+                    f"ridge {op['ridge_intensity']:.1f} FLOP/B", box=box.SIMPLE_HEAD, title_justify="left",
+              show_edge=False, padding=(0, 1))
+    t.add_column("operator", no_wrap=True, max_width=26)
+    for col in ("self", "share", "FLOP/B", "achieved"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("bound", no_wrap=True)
+    t.add_column("%peak", justify="right", no_wrap=True)
+    for o in op["operators"][:n]:
+        if o["bound"] == "compute" and o.get("achieved_flops_s"):
+            achieved = f"{o['achieved_flops_s'] / 1e9:.1f} GF/s"  # GFLOP/s
+        elif o.get("achieved_bytes_s"):
+            achieved = f"{o['achieved_bytes_s'] / 1e9:.2f} GB/s"
+        else:
+            achieved = "-"
+        t.add_row(o["name"].removeprefix("aten::"), _ms(o["self_s"]), _pct(o["share"]),
+                  f"{o['intensity']:.1f}" if o.get("intensity") is not None else "-",
+                  achieved, BOUND_LABEL.get(o["bound"], o["bound"]), _pct(o.get("pct_of_peak")))
+    return t
+
+
+def _facts(result: dict[str, Any]) -> list[RenderableType]:
+    a = result["analyses"]
+    la, m, th = a["launch"], a["memory"], a["threads"]
+    lines: list[RenderableType] = [
+        Text(f"dispatch: {la['ops_per_step']:.0f} top-level operators per step ({la['all_ops_per_step']:.0f} with "
+             f"nested), median {la['median_op_us']:.1f} µs; tiny ops + gaps = {_pct(la['overhead_share'])} of "
+             "the step"),
+        Text(f"memory: peak RSS {_mib(m['peak_rss_bytes'])} of a {_mib(m['budget_bytes'])} budget "
+             f"({m['budget_source']}; {_pct(m['used_fraction'])} used, headroom {_mib(m['headroom_bytes'])}); "
+             f"model {_mib(m['model_bytes'])}; operators hold up to {_mib(m['step_allocated_peak_bytes'])} "
+             "within a step"),
+        Text(f"threads: {th['intra_op_threads']} intra-op / {th['inter_op_threads']} inter-op on "
+             f"{th['usable_cores']} usable cores; {th['busy_threads']} busy threads kept "
+             f"{th['process_busy_cores']:.1f} cores busy, the machine {th['machine_busy_cores']:.1f}"),
+    ]
+    if m.get("device_total_bytes"):
+        lines.append(Text(f"device memory: peak reserved {_mib(m['device_peak_reserved_bytes'])} of "
+                          f"{_mib(m['device_total_bytes'])}"))
+    ld = a.get("loader")
+    if ld:
+        lines.append(Text(f"data loader: waits {_ms(ld['data_wait_s'])} per step ({_pct(ld['wait_share'])}); "
+                          f"num_workers={ld['num_workers']}, pin_memory={ld['pin_memory']}, "
+                          f"prefetch_factor={ld['prefetch_factor']}, persistent_workers={ld['persistent_workers']}"))
+    o = result["overhead"]
+    lines.append(Text(f"profiling overhead: profiled step {_ms(o['profiled_step_s'])} vs unprofiled "
+                      f"{_ms(o['unprofiled_step_s'])} ({_speed(o['ratio'])}); the analyses describe the "
+                      "profiled steps", style="dim"))
+    return lines
+
+
+def profile_report(result: dict[str, Any], run_id: str | None = None, store_url: str | None = None
+                   ) -> RenderableType:
+    tr = result["trace"]
+    head = Text(f"dlperf profile {result['workload']}", style="bold")
+    head.append(f"  ({tr['mode']}, {tr['device']}, batch {tr['batch_size']}, {tr['steps']} profiled steps)",
+                style="dim")
+    parts: list[RenderableType] = [head, Text.assemble(("verdict: ", "bold"), (result["verdict"], "bold cyan")), ""]
+    parts += _findings(result)
+    verify = _verify(result)
+    if verify is not None:
+        parts += ["", verify]
+    parts += ["", _breakdown(result["analyses"]["breakdown"]), _operators(result["analyses"]["operators"])]
+    parts += _facts(result)
+    if result.get("trace_path"):
+        parts.append(Text(f"trace: {result['trace_path']} (open in https://ui.perfetto.dev or chrome://tracing)"))
+    if run_id:
+        parts.append(Text(f"run {run_id} in {store_url} · took {result.get('elapsed_s', 0):.1f} s", style="dim"))
+    return Group(*parts)

@@ -1,0 +1,319 @@
+"""Static SVG charts as strings: line/step/scatter charts on linear or log axes, horizontal bars.
+
+Pure functions, no dependencies; the SVG is embedded in the HTML report so it opens without a network.
+Every chart is an `<svg class="plot">` with `data-series` (number of drawn series) for the report's
+self-check.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#7f7f7f", "#bcbd22")
+
+WIDTH = 560
+HEIGHT = 320
+MARGIN_LEFT = 64
+MARGIN_RIGHT = 16
+MARGIN_TOP = 28
+MARGIN_BOTTOM = 46
+_CLIP_IDS = itertools.count(1)
+LEGEND_ROW = 16
+
+
+@dataclass
+class Series:
+    """One set of points. `mode`: 'line', 'step' (an ECDF), 'points', 'line+points' or 'bars'."""
+
+    name: str
+    xs: Sequence[float]
+    ys: Sequence[float]
+    mode: str = "line"
+    color: str | None = None
+    dashed: bool = False
+    labels: Sequence[str] = field(default_factory=tuple)
+    """Per-point tooltips (title elements), optional."""
+    y_err: Sequence[tuple[float, float]] = field(default_factory=tuple)
+    """Per-point (low, high) whiskers, optional."""
+
+
+@dataclass
+class Axis:
+    label: str
+    log: bool = False
+    lo: float | None = None
+    hi: float | None = None
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def fmt_number(value: float) -> str:
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e6 or magnitude < 1e-3:
+        return f"{value:.1e}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] (1, 2, 5 x 10^k steps)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(count, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next((m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw), 10 * power)
+    start = math.ceil(lo / step - 1e-9) * step
+    ticks: list[float] = []
+    value = start
+    while value <= hi + step * 1e-9 and len(ticks) < 50:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Powers of ten in [lo, hi]; 1-2-5 multiples when the range spans fewer than two decades."""
+    if lo <= 0 or hi <= 0:
+        return []
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mults = (1, 2, 5) if last - first <= 2 else (1,)
+    ticks = [m * 10.0**e for e in range(first, last + 1) for m in mults]
+    return [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+
+
+class _Scale:
+    def __init__(self, lo: float, hi: float, start: float, end: float, log: bool) -> None:
+        self.log = log
+        if log:
+            lo, hi = math.log10(lo), math.log10(hi)
+        if hi == lo:
+            pad = abs(lo) * 0.05 or 1.0
+            lo, hi = lo - pad, hi + pad
+        self.lo, self.hi, self.start, self.end = lo, hi, start, end
+
+    def __call__(self, value: float) -> float:
+        v = math.log10(value) if self.log else value
+        return self.start + (v - self.lo) / (self.hi - self.lo) * (self.end - self.start)
+
+
+def _range(values: list[float], axis: Axis, pad_fraction: float, include_zero: bool) -> tuple[float, float]:
+    finite = [v for v in values if math.isfinite(v) and (v > 0 or not axis.log)]
+    if not finite:
+        return (1.0, 10.0) if axis.log else (0.0, 1.0)
+    lo, hi = min(finite), max(finite)
+    if axis.log:
+        lo, hi = lo / 1.3, hi * 1.3
+    else:
+        if include_zero:
+            lo = min(lo, 0.0)
+        span = hi - lo or abs(hi) or 1.0
+        lo = lo - span * pad_fraction if lo != 0.0 else lo
+        hi = hi + span * pad_fraction
+    if axis.lo is not None:
+        lo = axis.lo
+    if axis.hi is not None:
+        hi = axis.hi
+    return lo, hi
+
+
+def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width: int = WIDTH,
+          height: int = HEIGHT, y_zero: bool = False, hlines: Sequence[tuple[float, str]] = (),
+          chart_id: str = "") -> str:
+    """An SVG chart of `series` with axes, ticks, grid, legend and optional horizontal reference lines."""
+    xs = [float(v) for s in series for v in s.xs]
+    ys = [float(v) for s in series for v in s.ys]
+    ys += [float(v) for s in series for pair in s.y_err for v in pair]
+    ys += [v for v, _ in hlines]
+    legend_h = LEGEND_ROW * legend_rows(series, width)
+    height += legend_h
+    x_lo, x_hi = _range(xs, x, 0.02, False)
+    y_lo, y_hi = _range(ys, y, 0.05, y_zero)
+    left, right = MARGIN_LEFT, width - MARGIN_RIGHT
+    top, bottom = MARGIN_TOP, height - MARGIN_BOTTOM - legend_h
+    sx = _Scale(x_lo, x_hi, left, right, x.log)
+    sy = _Scale(y_lo, y_hi, bottom, top, y.log)
+    out = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" data-series="{len(series)}"'
+           + (f' id="{esc(chart_id)}"' if chart_id else "") + f'><title>{esc(title)}</title>',
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+    if title:
+        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">{esc(title)}</text>')
+    for tick in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi)):
+        px = sx(tick)
+        out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
+                   f'<text x="{px:.1f}" y="{bottom + 14}" text-anchor="middle">{fmt_number(tick)}</text>')
+    for tick in (log_ticks(y_lo, y_hi) if y.log else nice_ticks(y_lo, y_hi)):
+        py = sy(tick)
+        out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" class="g"/>'
+                   f'<text x="{left - 5}" y="{py + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" class="frame"/>')
+    out.append(f'<text x="{(left + right) / 2:.1f}" y="{bottom + 32}" text-anchor="middle" class="al">'
+               f'{esc(x.label)}</text>')
+    out.append(f'<text transform="translate(14 {(top + bottom) / 2:.1f}) rotate(-90)" text-anchor="middle" '
+               f'class="al">{esc(y.label)}</text>')
+    for value, label in hlines:
+        if not (y_lo <= value <= y_hi) or (y.log and value <= 0):
+            continue
+        py = sy(value)
+        out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" class="ref"/>'
+                   f'<text x="{right - 4}" y="{py - 4:.1f}" text-anchor="end" class="reft">{esc(label)}</text>')
+    clip = f"clip{next(_CLIP_IDS)}"
+    out.append(f'<clipPath id="{clip}"><rect x="{left}" y="{top}" width="{right - left}" '
+               f'height="{bottom - top}"/></clipPath><g clip-path="url(#{clip})">')
+    for i, s in enumerate(series):
+        out.append(_draw(s, s.color or PALETTE[i % len(PALETTE)], sx, sy, x, y, bottom))
+    out.append("</g>")
+    out.append(_legend(series, left, right, bottom + 52))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _ok(v: float, log: bool) -> bool:
+    return math.isfinite(v) and (v > 0 or not log)
+
+
+def _draw(s: Series, color: str, sx: _Scale, sy: _Scale, x: Axis, y: Axis, bottom: float) -> str:
+    pts = [(float(a), float(b)) for a, b in zip(s.xs, s.ys, strict=False)
+           if _ok(float(a), x.log) and _ok(float(b), y.log)]
+    if not pts:
+        return ""
+    dash = ' stroke-dasharray="5 3"' if s.dashed else ""
+    parts = [f'<g class="series" data-name="{esc(s.name)}">']
+    if s.mode == "bars":
+        width = max(1.0, (sx(pts[-1][0]) - sx(pts[0][0])) / max(len(pts), 1) * 0.9) if len(pts) > 1 else 8.0
+        for a, b in pts:
+            px, py = sx(a), sy(b)
+            parts.append(f'<rect x="{px - width / 2:.1f}" y="{py:.1f}" width="{width:.1f}" '
+                         f'height="{max(bottom - py, 0):.1f}" fill="{color}" fill-opacity="0.45" stroke="{color}"/>')
+    if s.mode in ("line", "line+points", "step") and len(pts) > 1:
+        coords = []
+        for j, (a, b) in enumerate(pts):
+            if s.mode == "step" and j > 0:
+                coords.append(f"{sx(a):.1f},{sy(pts[j - 1][1]):.1f}")
+            coords.append(f"{sx(a):.1f},{sy(b):.1f}")
+        parts.append(f'<polyline points="{" ".join(coords)}" fill="none" stroke="{color}" '
+                     f'stroke-width="1.8"{dash}/>')
+    for j, (a, b) in enumerate(zip(s.xs, s.ys, strict=False)):
+        a, b = float(a), float(b)
+        if j < len(s.y_err) and _ok(a, x.log):
+            lo, hi = s.y_err[j]
+            if _ok(lo, y.log) and _ok(hi, y.log):
+                parts.append(f'<line x1="{sx(a):.1f}" y1="{sy(lo):.1f}" x2="{sx(a):.1f}" y2="{sy(hi):.1f}" '
+                             f'stroke="{color}" stroke-width="1.2"/>')
+    if s.mode in ("points", "line+points") or (s.mode == "line" and len(pts) == 1):
+        for j, (a, b) in enumerate(zip(s.xs, s.ys, strict=False)):
+            a, b = float(a), float(b)
+            if not (_ok(a, x.log) and _ok(b, y.log)):
+                continue
+            tip = f"<title>{esc(s.labels[j])}</title>" if j < len(s.labels) else ""
+            parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="3.6" fill="{color}">{tip}</circle>')
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _legend(series: Sequence[Series], left: float, right: float, y: float) -> str:
+    """Legend entries in rows under the x-axis label (so they never hide data)."""
+    named = [(i, s) for i, s in enumerate(series) if s.name]
+    if len(named) < 2:
+        return ""
+    parts = ['<g class="legend">']
+    x = left
+    for i, s in named:
+        label = s.name[:40]
+        item_w = 22 + 6.2 * len(label)
+        if x + item_w > right and x > left:
+            x, y = left, y + LEGEND_ROW
+        color = s.color or PALETTE[i % len(PALETTE)]
+        parts.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{color}"/>'
+                     f'<text x="{x + 14:.1f}" y="{y:.1f}">{esc(label)}</text>')
+        x += item_w
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def legend_rows(series: Sequence[Series], width: int) -> int:
+    named = [s for s in series if s.name]
+    if len(named) < 2:
+        return 0
+    rows, x = 1, float(MARGIN_LEFT)
+    for s in named:
+        item_w = 22 + 6.2 * len(s.name[:40])
+        if x + item_w > width - MARGIN_RIGHT and x > MARGIN_LEFT:
+            rows, x = rows + 1, float(MARGIN_LEFT)
+        x += item_w
+    return rows
+
+
+def hbars(labels: Sequence[str], values: Sequence[float], title: str = "", unit: str = "",
+          *, width: int = WIDTH, colors: Sequence[str] = ()) -> str:
+    """Horizontal bars with value labels, e.g. a time breakdown."""
+    row_h = 22
+    label_w = 170
+    height = MARGIN_TOP + row_h * max(len(labels), 1) + 16
+    top_value = max([v for v in values if math.isfinite(v)] or [1.0]) or 1.0
+    span = width - label_w - 90
+    out = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" data-series="{len(labels)}"><title>{esc(title)}</title>',
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
+    if title:
+        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">{esc(title)}</text>')
+    for i, (label, value) in enumerate(zip(labels, values, strict=False)):
+        y = MARGIN_TOP + i * row_h
+        bar = max(0.0, value) / top_value * span if math.isfinite(value) else 0.0
+        color = colors[i] if i < len(colors) else PALETTE[i % len(PALETTE)]
+        out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{esc(label)}</text>'
+                   f'<rect x="{label_w}" y="{y + 3}" width="{max(bar, 0.5):.1f}" height="{row_h - 7}" '
+                   f'fill="{color}"/><text x="{label_w + bar + 5:.1f}" y="{y + 14}">'
+                   f'{esc(fmt_number(value))}{esc(unit)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def histogram_bins(values: Sequence[float], bins: int = 40, lo: float | None = None,
+                   hi: float | None = None, log: bool = False) -> tuple[list[float], list[float]]:
+    """Bin centers and the fraction of values in each bin: equal-width bins over [lo, hi], or equal in
+    log space with `log` (for a log-scaled axis; needs lo > 0)."""
+    data = [v for v in values if math.isfinite(v)]
+    if not data:
+        return [], []
+    lo = min(data) if lo is None else lo
+    hi = max(data) if hi is None else hi
+    if hi <= lo:
+        return [lo], [1.0]
+    if log and lo > 0:
+        f: Callable[[float], float] = math.log10
+        inv: Callable[[float], float] = lambda t: 10.0**t  # noqa: E731
+    else:
+        f = inv = lambda t: t
+    a, b = f(lo), f(hi)
+    width = (b - a) / bins
+    counts = [0] * bins
+    for v in data:
+        if lo <= v <= hi:
+            counts[min(int((f(v) - a) / width), bins - 1)] += 1
+    return [inv(a + (i + 0.5) * width) for i in range(bins)], [c / len(data) for c in counts]
+
+
+def ecdf(values: Sequence[float], max_points: int = 400) -> tuple[list[float], list[float]]:
+    """The empirical CDF as (sorted values, cumulative fraction), thinned to at most `max_points` steps."""
+    data = sorted(v for v in values if math.isfinite(v))
+    n = len(data)
+    if n == 0:
+        return [], []
+    step = max(1, n // max_points)
+    idx = list(range(0, n, step))
+    if idx[-1] != n - 1:
+        idx.append(n - 1)
+    return [data[i] for i in idx], [(i + 1) / n for i in idx]

@@ -1,0 +1,271 @@
+"""Pure terminal renderers: rich tables and lines built from results and run records (no computing here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from dlperf.store.query import History
+from dlperf.store.records import RunRecord
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+STATUS_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
+
+
+# --- units ---------------------------------------------------------------------------------------
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    if ms >= 100:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.4f}"
+
+
+def fmt_mib(num_bytes: float | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / 2**20:.1f}"
+
+
+def fmt_count(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def fmt_si(value: float, unit: str) -> str:
+    """12.3e9, 'FLOP/s' -> '12.3 GFLOP/s'."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {prefix}{unit}"
+    return f"{value:.1f} {unit}"
+
+
+def fmt_value(value: float, unit: str) -> str:
+    """A KPI in its display unit: seconds as ms, items/s as a count."""
+    return f"{fmt_ms(value)} ms" if unit == "s" else f"{fmt_count(value)} {unit}"
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1'."""
+    if not env:
+        return "environment: not recorded"
+    parts = [f"torch {env.get('torch_version', '?')}", f"Python {env.get('python_version', '?')}"]
+    threads = env.get("torch_threads", "?")
+    parts.append(f"{env.get('cpu_model', '?')} ({env.get('logical_cores', '?')} cores, {threads} threads)")
+    if env.get("gpu_name"):
+        parts.append(f"{env['gpu_name']} (CUDA {env.get('cuda_version') or '?'})")
+    if env.get("os"):
+        parts.append(str(env["os"]))
+    return "environment: " + " · ".join(parts)
+
+
+# --- calibrate -----------------------------------------------------------------------------------
+
+
+def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> RenderableType:
+    """The table `dlperf calibrate` prints, from `Ceilings.to_dict()`."""
+    details = ceilings.get("details", {})
+    title = f"ceilings on {ceilings.get('device', '?')} ({ceilings.get('threads', '?')} threads)"
+    table = Table(title=title, title_justify="left")
+    table.add_column("what")
+    table.add_column("ceiling", justify="right")
+    table.add_column("measured with")
+    for dtype, flops in ceilings.get("gemm_flops", {}).items():
+        how = details.get(f"gemm_{dtype}", {})
+        unit = "OP/s" if dtype == "int8" else "FLOP/s"
+        table.add_row(f"GEMM {dtype}", fmt_si(float(flops), unit),
+                      f"{how.get('n', '?')}³ matmul, {how.get('samples', '?')} calls")
+    for dtype, why in details.get("skipped", {}).items():
+        table.add_row(f"GEMM {dtype}", "not measured", Text(why, style="dim"))
+    copy = details.get("copy", {})
+    table.add_row("memory bandwidth", fmt_si(float(ceilings.get("memory_bandwidth_bytes_s", 0.0)), "B/s"),
+                  f"copy of {fmt_mib(copy.get('bytes'))} MiB (read + write), {copy.get('samples', '?')} calls")
+    source = "cached" if cached else "measured"
+    quick = " (quick mode: small sizes, not a real ceiling)" if ceilings.get("quick") else ""
+    footer = Text(f"{source} at {ceilings.get('measured_at', '?')}{quick}; key {ceilings.get('machine_key', '?')}",
+                  style="dim")
+    warnings = [Text(f"warning: {k}: {v['noise_warning']}", style="yellow")
+                for k, v in details.items() if isinstance(v, dict) and v.get("noise_warning")]
+    return Group(table, footer, *warnings)
+
+
+# --- bench ---------------------------------------------------------------------------------------
+
+
+def fmt_ci(median_s: float, ci: Sequence[float] | None) -> str:
+    """A median's CI relative to it: '-1.2/+0.8%'."""
+    if not ci or len(ci) != 2 or not median_s:
+        return "-"
+    lo, hi = ci
+    below, above = (median_s - lo) / median_s * 100, (hi - median_s) / median_s * 100
+    return f"-{below:.{1 if below < 10 else 0}f}/+{above:.{1 if above < 10 else 0}f}%"
+
+
+def bench_table(result: dict[str, Any]) -> Table:
+    """The KPIs per batch size, from `BenchResult.to_dict()` (live or stored)."""
+    table = Table(title=f"bench {result.get('workload', '?')}: latency in ms", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
+                  caption="p50 CI: bootstrap 95% interval of the median; RSS: peak; IQR/p50 > 10% = noisy",
+                  caption_justify="left")
+    for name in ("batch", "iters", "p50", "p90", "p99", "p50 CI", "items/s", "RSS MiB", "CPU%", "IQR/p50"):
+        table.add_column(name, justify="right", no_wrap=True)
+    has_cuda = any(p.get("cuda_max_allocated_bytes") is not None for p in result.get("points", []))
+    if has_cuda:
+        table.add_column("CUDA MiB", justify="right", no_wrap=True)
+    for point in result.get("points", []):
+        s = point["summary"]
+        noisy = bool(s.get("noise_warning"))
+        ratio = s.get("noise_ratio")
+        row: list[RenderableType] = [
+            str(point["batch_size"]), str(s["n"]), fmt_ms(s["p50_s"]), fmt_ms(s["p90_s"]), fmt_ms(s["p99_s"]),
+            fmt_ci(s["p50_s"], s.get("median_ci_s")), fmt_count(s["throughput"]),
+            fmt_mib(point.get("peak_rss_bytes")), f"{point.get('process_cpu_percent', 0.0):.0f}",
+            Text(f"{ratio:.0%}" if ratio is not None else ("noisy" if noisy else "ok"),
+                 style="yellow" if noisy else "green"),
+        ]
+        if has_cuda:
+            row.append(fmt_mib(point.get("cuda_max_allocated_bytes")))
+        table.add_row(*row)
+    return table
+
+
+def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: str | None = None,
+                 store_url: str | None = None, config: dict[str, Any] | None = None) -> RenderableType:
+    """Table, headline, model size, noise warnings, environment and where the run was saved."""
+    parts: list[RenderableType] = [bench_table(result)]
+    headline = result.get("headline")
+    if headline:
+        kpi = headline["kpi"]
+        value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
+        parts.append(Text(f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"))
+    if config:
+        parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
+                          f"precision {config.get('precision', '?')}"
+                          + (f" · threads {config['threads']}" if config.get("threads") else "")))
+    if "model_bytes" in result:
+        parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
+    for point in result.get("points", []):
+        noise = point["summary"].get("noise_warning")
+        if noise:
+            parts.append(Text(f"warning: batch {point['batch_size']}: {noise}", style="yellow"))
+    parts.append(Text(environment_line(environment), style="dim"))
+    if run_id:
+        parts.append(Text(f"run {run_id} saved to {store_url or 'the store'}", no_wrap=True, overflow="ignore"))
+    return Group(*parts)
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def headline_text(record: RunRecord) -> str:
+    headline = record.result.get("headline") if isinstance(record.result, dict) else None
+    if not isinstance(headline, dict) or "value" not in headline:
+        return ""
+    kpi = str(headline.get("kpi", ""))
+    batch = f" @ bs{headline['batch_size']}" if "batch_size" in headline else ""
+    if kpi == "throughput":
+        return f"{fmt_value(float(headline['value']), 'items/s')}{batch}"
+    return f"{kpi.removesuffix('_s')} {fmt_value(float(headline['value']), 's')}{batch}"
+
+
+def runs_table(records: Sequence[RunRecord], store_url: str = "") -> RenderableType:
+    if not records:
+        return Text(f"no runs in {store_url or 'the store'}")
+    table = Table(title=f"runs in {store_url}" if store_url else None, title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
+    for name in ("id", "kind", "workload", "status", "created (UTC)", "headline"):
+        table.add_column(name, no_wrap=name not in ("workload", "headline"))
+    for r in records:
+        table.add_row(r.id, r.kind, Text(r.workload), Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                      r.created_at[:16].replace("T", " "), headline_text(r))
+    return table
+
+
+def record_view(record: RunRecord) -> RenderableType:
+    """`dlperf runs show`: the header, config, and the bench table or the result as JSON."""
+    parts: list[RenderableType] = []
+    header = Table.grid(padding=(0, 2))
+    header.add_column(style="bold")
+    header.add_column()
+    header.add_row("run", record.id)
+    header.add_row("kind", record.kind)
+    header.add_row("workload", Text(record.workload))
+    header.add_row("status", Text(record.status, style=STATUS_STYLE.get(record.status, "")))
+    header.add_row("created", record.created_at)
+    header.add_row("finished", record.finished_at or "-")
+    if record.parent_id:
+        header.add_row("parent", record.parent_id)
+    if record.error:
+        header.add_row("error", Text(record.error, style="red"))
+    if record.config:
+        header.add_row("config", Text(json.dumps(record.config, default=str, sort_keys=True)))
+    parts.append(header)
+    if isinstance(record.result, dict) and record.result.get("points"):
+        parts.append(bench_table(record.result))
+        if "model_bytes" in record.result:
+            parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
+    elif record.result:
+        parts.append(Text(json.dumps(record.result, indent=2, default=str)))
+    else:
+        parts.append(Text("no result recorded", style="dim"))
+    parts.append(Text(environment_line(record.environment), style="dim"))
+    return Group(*parts)
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One block character per value, scaled between the series' min and max."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARK_CHARS[len(SPARK_CHARS) // 2] * len(values)
+    top = len(SPARK_CHARS) - 1
+    return "".join(SPARK_CHARS[round((v - lo) / (hi - lo) * top)] for v in values)
+
+
+def history_view(history: History) -> RenderableType:
+    """`dlperf runs history`: a sparkline of the KPI over runs, then each value."""
+    title = (f"{history.metric} of {history.workload} at batch {history.batch_size} over {len(history.points)} runs "
+             f"({'higher' if history.higher_is_better else 'lower'} is better)")
+    if not history.points:
+        return Text(f"{title}: no finished runs with that batch size")
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    values = history.values
+    lo, hi = min(values), max(values)
+    parts.append(Text(f"{sparkline(values)}   min {fmt_value(lo, history.unit)} · max {fmt_value(hi, history.unit)}"))
+    if history.change is not None:
+        better = (history.change > 0) == history.higher_is_better
+        style = "green" if better else "red"
+        if history.change == 0:
+            style = ""
+        parts.append(Text(f"last vs first: {history.change:+.1%}", style=style))
+    table = Table(box=None, padding=(0, 2))
+    for name in ("", "run", "created (UTC)", history.metric, "note"):
+        table.add_column(name, justify="right" if name == history.metric else "left")
+    spark = sparkline(values)
+    best = history.best
+    for char, p in zip(spark, history.points, strict=True):
+        note = "best" if best is not None and p.run_id == best.run_id else ""
+        if p.noise_warning:
+            note = (note + ", noisy").lstrip(", ")
+        table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), fmt_value(p.value, history.unit), note)
+    parts.append(table)
+    if history.skipped:
+        parts.append(Text(f"{history.skipped} run(s) skipped: not ok, or no point at batch {history.batch_size}",
+                          style="dim"))
+    return Group(*parts)

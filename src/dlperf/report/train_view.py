@@ -1,0 +1,160 @@
+"""Pure terminal renderers for `dlperf train`: a step measurement, a tuning result, a DDP scaling result.
+
+Each takes the result's `to_dict()` (as stored in the run record) and returns a rich renderable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from dlperf.report.terminal import fmt_count, fmt_mib, fmt_ms, fmt_si
+
+PHASE_LABELS = {"data": "data wait", "h2d": "host-to-device", "forward": "forward + loss",
+                "backward": "backward", "optimizer": "optimizer", "other": "other"}
+STATUS_STYLE = {"accepted": "green", "not faster": "yellow", "parity failed": "red", "failed": "red",
+                "skipped": "dim"}
+
+
+def fmt_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def config_line(config: dict[str, Any]) -> str:
+    parts = [f"batch {config['batch_size']}"]
+    if config.get("accumulation_steps", 1) > 1:
+        parts[0] += f" x {config['accumulation_steps']} accumulation"
+    parts.append(config.get("precision", "fp32"))
+    if config.get("num_workers"):
+        parts.append(f"{config['num_workers']} workers")
+    for key, label in (("prefetch_factor", "prefetch"), ("threads", "threads")):
+        if config.get(key) is not None:
+            parts.append(f"{label} {config[key]}")
+    for key in ("persistent_workers", "pin_memory", "compile", "channels_last", "checkpointing"):
+        if config.get(key):
+            parts.append(key.replace("_", " "))
+    if config.get("optimizer_impl", "default") != "default":
+        parts.append(f"{config['optimizer_impl']} optimizer")
+    if config.get("lr_scale", 1.0) != 1.0:
+        parts.append(f"lr x{config['lr_scale']:g}")
+    return ", ".join(parts)
+
+
+def breakdown_table(m: dict[str, Any], title: str = "step breakdown") -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("phase")
+    table.add_column("ms / step", justify="right")
+    table.add_column("share", justify="right")
+    for phase, seconds in m["breakdown_s"].items():
+        table.add_row(PHASE_LABELS.get(phase, phase), fmt_ms(seconds), f"{m['breakdown_share'][phase]:.0%}")
+    return table
+
+
+def measurement_view(m: dict[str, Any], title: str = "training step") -> RenderableType:
+    summary = m["summary"]
+    lines = Text()
+    lines.append(f"{title}: {m['workload']} ({config_line(m['config'])})\n", style="bold")
+    lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms, "
+                 f"{summary['n']} steps)\n")
+    lines.append(f"  samples/s {fmt_count(m['samples_per_s'])}\n")
+    memory = f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
+    if m.get("cuda_max_allocated_bytes") is not None:
+        memory += f", CUDA max allocated {fmt_mib(m['cuda_max_allocated_bytes'])} MiB"
+    lines.append(memory + "\n")
+    if m.get("flops_per_step"):
+        flops = f"  FLOPs     {fmt_si(m['flops_per_step'], 'FLOP')} / step"
+        if m.get("achieved_flops"):
+            flops += f", {fmt_si(m['achieved_flops'], 'FLOP/s')}"
+        if m.get("mfu") is not None:
+            flops += (f", MFU {m['mfu']:.1%} of the {m['ceiling_dtype']} GEMM ceiling "
+                      f"{fmt_si(m['ceiling_flops'], 'FLOP/s')}")
+        lines.append(flops + "\n")
+    parts: list[RenderableType] = [lines, breakdown_table(m)]
+    for note in m.get("notes", []):
+        parts.append(Text(f"note: {note}", style="yellow"))
+    return Group(*parts)
+
+
+def trials_table(trials: list[dict[str, Any]]) -> Table:
+    table = Table(title="trials (each A/B against the best so far)", box=box.SIMPLE_HEAD, title_justify="left")
+    for column, justify in (("knob", "left"), ("change", "left"), ("loss", "right"), ("samples/s", "right"),
+                            ("speedup (95% CI)", "right"), ("result", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for t in trials:
+        if t["status"] == "skipped":
+            continue
+        change = ", ".join(f"{k}={v}" for k, v in t["change"].items()) or "-"
+        parity = t.get("parity")
+        ci = t.get("speedup_ci")
+        speedup = fmt_speedup(t.get("speedup")) + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        table.add_row(t["knob"], change, "-" if not parity else f"{parity['relative_difference']:+.1%}",
+                      fmt_count(t.get("samples_per_s")), speedup,
+                      Text(t["status"], style=STATUS_STYLE.get(t["status"], "")))
+    return table
+
+
+def trial_notes(trials: list[dict[str, Any]]) -> Text:
+    """Why each knob was skipped, failed or rejected, one line each."""
+    text = Text()
+    for t in trials:
+        if t["status"] in ("skipped", "failed", "parity failed") and t.get("reason"):
+            text.append(f"  {t['knob']}: {t['status']}: {t['reason']}\n",
+                        style=STATUS_STYLE.get(t["status"], ""))
+    return text
+
+
+def tune_view(result: dict[str, Any]) -> RenderableType:
+    head = Text()
+    head.append(f"tuned {result['workload']}\n", style="bold")
+    head.append(f"  baseline  {config_line(result['baseline'])}: "
+                f"{fmt_count(result['baseline_samples_per_s'])} samples/s\n")
+    head.append(f"  best      {config_line(result['best'])}: {fmt_count(result['best_samples_per_s'])} samples/s\n")
+    ab = result.get("final_ab")
+    if ab:
+        lo, hi = ab["speedup_ci"]
+        head.append(f"  gain      {result['speedup']:.2f}x samples/s (interleaved A/B, step-time CI "
+                    f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green")
+    else:
+        head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
+    parts: list[RenderableType] = [head]
+    if result["settings"]:
+        settings = Table(title="put this into your training code", box=box.SIMPLE_HEAD, title_justify="left")
+        settings.add_column("setting")
+        settings.add_column("code")
+        settings.add_column("gain", justify="right")
+        for s in result["settings"]:
+            settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
+        parts.append(settings)
+    parts.append(trials_table(result["trials"]))
+    parts.append(trial_notes(result["trials"]))
+    parts.append(breakdown_table(result["baseline_measurement"], "baseline step breakdown"))
+    if result["best"] != result["baseline"]:
+        parts.append(breakdown_table(result["best_measurement"], "best step breakdown"))
+    return Group(*parts)
+
+
+def ddp_view(result: dict[str, Any]) -> RenderableType:
+    text = Text()
+    text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
+                f"batch {result['batch_size']} per process\n", style="bold")
+    text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
+                f"(step {fmt_ms(result['single_step_s'])} ms)\n")
+    text.append(f"  {result['nproc']} processes {fmt_count(result['samples_per_s'])} samples/s "
+                f"(step {fmt_ms(result['step_s'])} ms)\n")
+    text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}\n", style="bold")
+    text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
+                f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "
+                f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")
+    overlap = result.get("overlap")
+    if overlap is not None:
+        text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; "
+                    f"{result['buckets']} gradient bucket(s) of {result['bucket_cap_mb']} MiB for "
+                    f"{fmt_mib(result['gradient_bytes'])} MiB of gradients\n")
+    parts: list[RenderableType] = [text]
+    for finding in result.get("findings", []):
+        parts.append(Text(f"finding: {finding}", style="yellow"))
+    return Group(*parts)

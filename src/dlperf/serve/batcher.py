@@ -1,0 +1,309 @@
+"""Dynamic batching: a pure `collate` decision against monotonic deadlines, and the thread-safe queue around it.
+
+`collate(pending, now_ns, policy, signals)` decides, for an idle model instance, which queued requests
+to run now (in arrival order, compatible with the oldest, a request's own batch dimension counting
+towards `max_batch_size`), which have timed out, and until when to wait otherwise. It is a pure
+function of its arguments, so it is tested with a fake clock. `Batcher` holds the queue, calls
+`collate` under a lock from each instance thread, and tracks the load signals the adaptive wait uses.
+
+The wait: a partial batch waits at most `max_queue_delay` after its oldest request arrived (Triton's
+`max_queue_delay_microseconds`). With `adaptive=True` (the default) it is dispatched earlier when the
+measured traffic says waiting cannot pay off: every request the clients currently have outstanding is
+already in the server (closed-loop clients, e.g. concurrency 1), or fewer than one more compatible
+arrival is expected before the deadline (open-loop traffic at a low rate). See docs/serve.md.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dlperf.errors import ConfigError, ServingError
+
+
+class Queued(Protocol):
+    """What `collate` needs of a queued request."""
+
+    @property
+    def arrival_ns(self) -> int: ...
+
+    @property
+    def items(self) -> int: ...
+
+    @property
+    def key(self) -> Hashable: ...
+
+    @property
+    def deadline_ns(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How requests are joined into batches. `max_batch_size` 0 or 1 disables batching."""
+
+    max_batch_size: int = 32
+    max_queue_delay_s: float = 0.005
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 0:
+            raise ConfigError(f"max batch size must be >= 0, got {self.max_batch_size}")
+        if self.max_queue_delay_s < 0:
+            raise ConfigError(f"max queue delay must be >= 0, got {self.max_queue_delay_s}")
+
+    @property
+    def batch_limit(self) -> int:
+        return max(1, self.max_batch_size)
+
+    @property
+    def max_queue_delay_ns(self) -> int:
+        return int(self.max_queue_delay_s * 1e9)
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Measured traffic that lets the adaptive wait end early."""
+
+    in_system: int = 0
+    """Requests now queued or executing."""
+    peak_in_system: int = 0
+    """The most requests in the system recently (about the clients' concurrency in a closed loop)."""
+    busy_arrival_rate: float = math.inf
+    """Arrivals per second while the system held at least one request (inf: unknown yet)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    take: list[int]
+    """Indices into `pending` to run now as one batch (empty: run nothing now)."""
+    expired: list[int]
+    """Indices of requests whose own deadline has passed: fail them (503)."""
+    wait_until_ns: int | None
+    """When to decide again if nothing new arrives (None: wait for an arrival)."""
+    reason: str = ""
+    """Why the batch went now: full, delay, closed-loop, low-rate, unbatched (for tests and debugging)."""
+
+
+def collate(pending: Sequence[Queued], now_ns: int, policy: BatchPolicy, signals: Signals = Signals()) -> Decision:
+    """Decide what an idle instance runs now. Pure: depends only on its arguments."""
+    expired = [i for i, p in enumerate(pending) if p.deadline_ns is not None and p.deadline_ns <= now_ns]
+    dead = set(expired)
+    live = [i for i in range(len(pending)) if i not in dead]
+    if not live:
+        return Decision([], expired, None)
+    head = pending[live[0]]
+    limit = policy.batch_limit
+    take: list[int] = []
+    items = 0
+    blocked = False
+    for i in live:
+        p = pending[i]
+        if p.key != head.key:
+            continue
+        if take and items + p.items > limit:
+            blocked = True
+            break
+        take.append(i)
+        items += p.items
+    deadline = head.arrival_ns + policy.max_queue_delay_ns
+    reason = ""
+    if policy.max_batch_size <= 1:
+        reason = "unbatched"
+    elif items >= limit or blocked:
+        reason = "full"
+    elif now_ns >= deadline:
+        reason = "delay"
+    elif policy.adaptive:
+        if signals.peak_in_system > 0 and signals.in_system >= signals.peak_in_system:
+            reason = "closed-loop"
+        elif signals.busy_arrival_rate * (deadline - now_ns) / 1e9 < 1.0:
+            reason = "low-rate"
+    if reason:
+        return Decision(take, expired, None, reason)
+    wake = min([deadline] + [p.deadline_ns for p in (pending[i] for i in live) if p.deadline_ns is not None])
+    return Decision([], expired, wake)
+
+
+class QueueFull(ServingError):
+    """The queue holds max_queue_size requests: rejected at once (503)."""
+
+
+class ShuttingDown(ServingError):
+    """The server is draining for shutdown and accepts no new requests (503)."""
+
+
+class RequestTimeout(ServingError):
+    """The request waited in the queue past its timeout (503)."""
+
+
+@dataclass
+class Work:
+    """One request in the queue: its input arrays, how many items it carries, and where its result goes."""
+
+    arrays: list[Any]
+    items: int
+    key: Hashable
+    arrival_ns: int
+    deadline_ns: int | None = None
+    on_done: Callable[[Work], None] | None = None
+    result: list[Any] | None = None
+    error: BaseException | None = None
+    error_reason: str = ""
+    timings_ns: dict[str, int] = field(default_factory=dict)
+    batch_size: int = 0
+    context: Any = None
+
+    def finish(self) -> None:
+        if self.on_done is not None:
+            self.on_done(self)
+
+
+_DECAY_S = 1.0
+"""Time constant of the decayed arrival-rate estimate, and the window of the peak in-system count."""
+
+
+class _Tracker:
+    """Arrival rate while busy (exponentially decayed) and the recent peak of requests in the system."""
+
+    def __init__(self, now_ns: int) -> None:
+        self.in_system = 0
+        self.last_ns = now_ns
+        self.busy_s = 0.0
+        self.busy_arrivals = 0.0
+        self.window_start_ns = now_ns
+        self.peak_now = 0
+        self.peak_prev = 0
+
+    def _advance(self, now_ns: int) -> None:
+        dt = max(0, now_ns - self.last_ns) / 1e9
+        if dt > 0:
+            decay = math.exp(-dt / _DECAY_S)
+            self.busy_arrivals *= decay
+            if self.in_system > 0:
+                # busy time decays as the integral of the weight over [last, now]
+                self.busy_s = self.busy_s * decay + _DECAY_S * (1 - decay)
+            else:
+                self.busy_s *= decay
+        self.last_ns = now_ns
+        if now_ns - self.window_start_ns >= _DECAY_S * 1e9:
+            self.peak_prev = self.peak_now if now_ns - self.window_start_ns < 2 * _DECAY_S * 1e9 else 0
+            self.peak_now = self.in_system
+            self.window_start_ns = now_ns
+
+    def arrive(self, now_ns: int) -> None:
+        self._advance(now_ns)
+        if self.in_system > 0:
+            self.busy_arrivals += 1
+        self.in_system += 1
+        self.peak_now = max(self.peak_now, self.in_system)
+
+    def leave(self, now_ns: int, n: int) -> None:
+        self._advance(now_ns)
+        self.in_system = max(0, self.in_system - n)
+
+    def signals(self, now_ns: int) -> Signals:
+        self._advance(now_ns)
+        rate = self.busy_arrivals / self.busy_s if self.busy_s > 1e-3 else math.inf
+        return Signals(self.in_system, max(self.peak_now, self.peak_prev), rate)
+
+
+class Batcher:
+    """The request queue shared by the model instances; `next_batch()` blocks an idle instance."""
+
+    def __init__(self, policy: BatchPolicy, max_queue_size: int = 0,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        if max_queue_size < 0:
+            raise ConfigError(f"max queue size must be >= 0 (0 = unbounded), got {max_queue_size}")
+        self.policy = policy
+        self.max_queue_size = max_queue_size
+        self.clock = clock
+        self._pending: list[Work] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._tracker = _Tracker(clock())
+        self.last_reason = ""
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def in_system(self) -> int:
+        return self._tracker.in_system
+
+    def submit(self, work: Work) -> None:
+        """Queue `work`, or raise QueueFull / ShuttingDown at once."""
+        with self._cond:
+            if self._closed:
+                raise ShuttingDown("the server is shutting down and accepts no new requests")
+            if self.max_queue_size and len(self._pending) >= self.max_queue_size:
+                raise QueueFull(
+                    f"Exceeds maximum queue size: {len(self._pending)} requests are queued "
+                    f"(--max-queue-size {self.max_queue_size}); retry later or add capacity"
+                )
+            self._pending.append(work)
+            self._tracker.arrive(self.clock())
+            self._cond.notify()
+
+    def next_batch(self) -> list[Work] | None:
+        """Block until a batch is due and return it; None once closed and drained."""
+        while True:
+            expired: list[Work] = []
+            batch: list[Work] = []
+            with self._cond:
+                while True:
+                    if not self._pending:
+                        if self._closed:
+                            return None
+                        self._cond.wait()
+                        continue
+                    now = self.clock()
+                    decision = collate(self._pending, now, self.policy, self._tracker.signals(now))
+                    if decision.expired or decision.take:
+                        chosen = set(decision.take)
+                        gone = set(decision.expired)
+                        expired = [self._pending[i] for i in decision.expired]
+                        batch = [self._pending[i] for i in decision.take]
+                        self._pending = [w for i, w in enumerate(self._pending) if i not in chosen and i not in gone]
+                        if expired:
+                            self._tracker.leave(now, len(expired))
+                        self.last_reason = decision.reason
+                        if self._pending:
+                            self._cond.notify()
+                        break
+                    if self._closed:
+                        # draining: no more arrivals will come, so waiting cannot fill the batch
+                        forced = collate(self._pending, now, BatchPolicy(self.policy.max_batch_size, 0.0, False))
+                        batch = [self._pending[i] for i in forced.take]
+                        chosen = set(forced.take)
+                        self._pending = [w for i, w in enumerate(self._pending) if i not in chosen]
+                        break
+                    timeout = None if decision.wait_until_ns is None else max(0, decision.wait_until_ns - now) / 1e9
+                    self._cond.wait(timeout)
+            for work in expired:
+                work.error = RequestTimeout(
+                    f"Request timeout expired: waited {(self.clock() - work.arrival_ns) / 1e6:.1f} ms in the queue"
+                )
+                work.error_reason = "TIMEOUT"
+                work.finish()
+            if batch:
+                return batch
+
+    def release(self, n: int) -> None:
+        """`n` requests of a batch are finished (their results delivered)."""
+        with self._cond:
+            self._tracker.leave(self.clock(), n)
+
+    def close(self) -> None:
+        """Accept nothing more; instances drain the queue, then next_batch() returns None."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,383 @@
+"""What is served: a model (workload or exported artifact) with its tensor signature, and the instance threads.
+
+Each instance is a thread with its own copy of the model, looping: take a batch from the Batcher,
+join the inputs (numpy), run the model (torch, under inference_mode), split the outputs back per
+request. Threads, not processes: torch releases the GIL inside its kernels, so two instances overlap,
+and a batch's tensors never cross a process boundary (docs/serve.md has the measurement).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import ConfigError, ServingError
+from dlperf.serve.batcher import Batcher, Work
+from dlperf.serve.metrics import Recorder
+from dlperf.serve.protocol import ProtocolError, Tensor, datatype_of_name, random_array
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+"""One instance's model call: input arrays in signature order -> output arrays in signature order."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    """Full shape; -1 marks the batch dimension (first) and any variable dimension."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((s for s in self.inputs if s.name == name), None)
+
+
+@dataclass
+class ServedModel:
+    """A model ready to serve: its name, signature and a factory of per-instance runners."""
+
+    name: str
+    signature: Signature
+    make_runner: Callable[[int], Runner]
+    """make_runner(instance_index) -> a runner owning its own model copy."""
+    source: str = ""
+    platform: str = "pytorch"
+    version: str = "1"
+    batched: bool = True
+    """False when the model has no batch dimension (then max batch size is forced to 0)."""
+
+    def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [random_array(s.datatype, _concrete(s.shape, batch), rng) for s in self.signature.inputs]
+
+
+def _concrete(shape: Sequence[int], batch: int) -> tuple[int, ...]:
+    return tuple(batch if i == 0 and d == -1 else (1 if d == -1 else d) for i, d in enumerate(shape))
+
+
+def load_served_model(spec: str, name: str | None = None, device: str = "cpu") -> ServedModel:
+    """A workload spec (zoo:NAME, file.py[:name]) or a directory exported by `dlperf optimize --export`."""
+    path = Path(spec)
+    if path.is_dir():
+        if not (path / "manifest.json").exists():
+            raise ConfigError(
+                f"'{spec}' is a directory without manifest.json: point at a directory written by "
+                "`dlperf optimize --export DIR`, or give a workload spec such as zoo:resnet18"
+            )
+        return _from_artifact(path, name, device)
+    return _from_workload(spec, name, device)
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ConfigError(f"unknown device '{device}': use cpu, cuda or cuda:N")
+
+
+def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
+    import torch
+
+    from dlperf.workload.loader import load_workload
+
+    _check_device(device)
+    workload = load_workload(spec)
+    model = workload.build_model().eval().to(device)
+    one = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in workload.example_inputs(1))
+    two = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in workload.example_inputs(2))
+    out_one = _flatten_outputs(workload.check(model, one))
+    out_two = _flatten_outputs(workload.check(model, two))
+    in_names = list(workload.input_names) or [f"input__{i}" for i in range(len(one))]
+    out_names = _output_names(out_one, workload.output_names)
+    inputs = tuple(_spec(n, a, b) for n, a, b in zip(in_names, one, two, strict=False))
+    outputs = tuple(_spec(n, a, b) for n, (_, a), (_, b) in zip(out_names, out_one, out_two, strict=False))
+    batched = all(s.shape and s.shape[0] == -1 for s in inputs)
+    models: dict[int, Any] = {0: model}
+    lock = threading.Lock()
+
+    def make_runner(index: int) -> Runner:
+        with lock:
+            m = models.get(index)
+            if m is None:
+                m = models[index] = copy.deepcopy(model)
+        return _torch_runner(m, device)
+
+    # a URL path segment: 'minilm?seq_len=64' -> 'minilm'
+    return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner,
+                       source=workload.source or spec, batched=batched)
+
+
+def _output_names(outputs: list[tuple[str | None, Any]], declared: Sequence[str]) -> list[str]:
+    names = []
+    for i, (key, _) in enumerate(outputs):
+        if i < len(declared):
+            names.append(declared[i])
+        elif key is not None:
+            names.append(key)
+        else:
+            names.append(f"output__{i}")
+    return names
+
+
+def _spec(name: str, a: Any, b: Any) -> TensorSpec:
+    """The spec of a tensor seen at batch 1 (`a`) and batch 2 (`b`): dimensions that differ are -1."""
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    if len(shape_a) != len(shape_b):
+        raise ServingError(f"tensor '{name}' changes rank with the batch size ({shape_a} vs {shape_b})")
+    shape = tuple(-1 if x != y else int(x) for x, y in zip(shape_a, shape_b, strict=False))
+    return TensorSpec(name, datatype_of_name(str(a.dtype)), shape)
+
+
+def _flatten_outputs(out: Any) -> list[tuple[str | None, Any]]:
+    """Model outputs as (key or None, tensor): a tensor, a tuple/list, or a mapping (incl. HF ModelOutput)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [(None, out)]
+    if isinstance(out, dict) or (hasattr(out, "items") and hasattr(out, "keys")):
+        return [(str(k), v) for k, v in out.items() if isinstance(v, torch.Tensor)]
+    if isinstance(out, (tuple, list)):
+        return [(None, v) for v in out if isinstance(v, torch.Tensor)]
+    raise ServingError(f"the model returned {type(out).__name__}; serve models that return tensors, "
+                       "tuples of tensors or dicts of tensors")
+
+
+def _torch_runner(model: Any, device: str) -> Runner:
+    import torch
+
+    def to_numpy(t: Any) -> np.ndarray:
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        array: np.ndarray = t.cpu().numpy()
+        return array
+
+    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        tensors = [torch.from_numpy(a) for a in arrays]
+        if device != "cpu":
+            tensors = [t.to(device, non_blocking=True) for t in tensors]
+        with torch.inference_mode():
+            out = model(*tensors)
+        return [to_numpy(t) for _, t in _flatten_outputs(out)]
+
+    return run
+
+
+def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path / 'manifest.json'}: {exc}") from exc
+
+    def specs(key: str) -> tuple[TensorSpec, ...]:
+        entries = manifest.get(key)
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError(f"{path / 'manifest.json'} has no '{key}' list of {{name, dtype, shape}}")
+        out = []
+        for i, e in enumerate(entries):
+            dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in e.get("shape", []))
+            if dims and dims[0] != -1:
+                dims = (-1, *dims[1:])  # exported artifacts take any batch size
+            out.append(TensorSpec(str(e.get("name", f"{key[:-1]}__{i}")),
+                                  datatype_of_name(str(e.get("dtype", "float32"))), dims))
+        return tuple(out)
+
+    signature = Signature(specs("inputs"), specs("outputs"))
+    _check_device(device)
+
+    def make_runner(index: int) -> Runner:
+        import torch
+
+        from dlperf.api import load
+
+        fn = load(path)
+
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            tensors = [torch.from_numpy(a) for a in arrays]
+            if device != "cpu":
+                tensors = [t.to(device) for t in tensors]
+            with torch.inference_mode():
+                out = fn(*tensors)
+            return [np.asarray(t.detach().cpu().numpy()) for _, t in _flatten_outputs(out)]
+
+        return run
+
+    model_name = name or str(manifest.get("name") or manifest.get("workload") or path.name)
+    model_name = Path(model_name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
+    return ServedModel(model_name, signature, make_runner, source=str(path),
+                       platform=str(manifest.get("engine") or "dlperf_artifact"))
+
+
+# --- validation of one request against the signature ---------------------------------------------
+
+
+def validate_inputs(model: ServedModel, inputs: list[Tensor],
+                    max_batch: int) -> tuple[list[np.ndarray], int, tuple[Any, ...]]:
+    """Arrays in signature order, the request's batch size, and its batching key; ProtocolError (400) if wrong."""
+    by_name = {t.name: t for t in inputs}
+    if len(by_name) != len(inputs):
+        raise ProtocolError("the request names an input twice")
+    unknown = [n for n in by_name if model.signature.input(n) is None]
+    if unknown:
+        expected = ", ".join(s.name for s in model.signature.inputs)
+        raise ProtocolError(f"unknown input '{unknown[0]}' for model '{model.name}': its inputs are {expected}")
+    arrays = []
+    batch = None
+    key: list[Any] = []
+    for spec in model.signature.inputs:
+        tensor = by_name.get(spec.name)
+        if tensor is None:
+            raise ProtocolError(f"input '{spec.name}' of model '{model.name}' is missing from the request")
+        if tensor.datatype != spec.datatype:
+            raise ProtocolError(
+                f"input '{spec.name}' has datatype {tensor.datatype}, model '{model.name}' expects {spec.datatype}"
+            )
+        shape = tensor.shape
+        if len(shape) != len(spec.shape) or any(e != -1 and e != d for e, d in zip(spec.shape, shape, strict=False)):
+            raise ProtocolError(
+                f"input '{spec.name}' has shape {shape}, model '{model.name}' expects {list(spec.shape)} "
+                "(-1 = any size)"
+            )
+        if model.batched:
+            if batch is None:
+                batch = shape[0]
+            elif shape[0] != batch:
+                raise ProtocolError(f"inputs disagree on the batch size: '{spec.name}' has {shape[0]}, "
+                                    f"an earlier input has {batch}")
+            key.append((spec.name, tuple(shape[1:])))
+        else:
+            key.append((spec.name, tuple(shape)))
+        arrays.append(tensor.data)
+    items = batch if batch is not None else 1
+    if items < 1:
+        raise ProtocolError("the request's batch dimension is 0: send at least one item")
+    if model.batched and max_batch > 0 and items > max_batch:
+        raise ProtocolError(
+            f"the request carries a batch of {items} items, above the server's max batch size {max_batch}: "
+            "split it or restart the server with a larger --max-batch-size"
+        )
+    return arrays, items, tuple(key)
+
+
+# --- instance threads --------------------------------------------------------------------------------
+
+
+class InstancePool:
+    """`count` threads, each with its own runner, taking batches from `batcher` until it is closed."""
+
+    def __init__(self, model: ServedModel, batcher: Batcher, recorder: Recorder, count: int = 1) -> None:
+        if count < 1:
+            raise ConfigError(f"--instances must be >= 1, got {count}")
+        self.model = model
+        self.batcher = batcher
+        self.recorder = recorder
+        self.count = count
+        self._threads: list[threading.Thread] = []
+        self._runners: list[Runner] = []
+
+    def start(self, warmup_batches: Sequence[int] = (1,)) -> None:
+        """Build the runners, run each once per warm-up batch size, then start the threads."""
+        for i in range(self.count):
+            runner = self.model.make_runner(i)
+            for b in warmup_batches:
+                try:
+                    runner([np.array(a) for a in self.model.example_arrays(b)])
+                except Exception as exc:
+                    raise ServingError(
+                        f"model '{self.model.name}' failed its warm-up call at batch {b}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+            self._runners.append(runner)
+        for i, runner in enumerate(self._runners):
+            t = threading.Thread(target=self._loop, args=(runner,), name=f"dlperf-instance-{self.model.name}-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+        self.recorder.set_instances(self.count)
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the threads to end (after batcher.close()); True if all ended."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def _loop(self, runner: Runner) -> None:
+        while True:
+            batch = self.batcher.next_batch()
+            if batch is None:
+                return
+            try:
+                run_batch(runner, batch, self.model, self.recorder)
+            finally:
+                self.batcher.release(len(batch))
+
+
+def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None = None) -> None:
+    """Join, run, split; each request gets its slice or, if the batch fails, the error. Never raises."""
+    clock = time.monotonic_ns
+    t0 = clock()
+    items = sum(w.items for w in batch)
+    try:
+        n_inputs = len(batch[0].arrays)
+        if len(batch) == 1:
+            arrays = [np.array(a) for a in batch[0].arrays]  # a writable copy: torch refuses read-only memory
+        else:
+            arrays = [np.concatenate([w.arrays[i] for w in batch]) for i in range(n_inputs)]
+        t1 = clock()
+        outputs = runner(arrays)
+        t2 = clock()
+        if len(outputs) != len(model.signature.outputs):
+            raise ServingError(f"the model returned {len(outputs)} outputs, its signature has "
+                               f"{len(model.signature.outputs)}")
+        slices: list[list[np.ndarray]] = [[] for _ in batch]
+        for spec, out in zip(model.signature.outputs, outputs, strict=False):
+            if model.batched and (out.ndim == 0 or out.shape[0] != items):
+                raise ServingError(
+                    f"output '{spec.name}' has shape {list(out.shape)}, not a first dimension of {items} "
+                    "(the batch size): the model must keep the batch dimension"
+                )
+            start = 0
+            for j, w in enumerate(batch):
+                slices[j].append(out[start:start + w.items] if model.batched else out)
+                start += w.items
+        t3 = clock()
+    except Exception as exc:
+        specs = model.signature.inputs
+        shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
+        error = ServingError(
+            f"model '{model.name}' failed on a batch of {items} items ({len(batch)} requests; first request: "
+            f"{shapes}): {type(exc).__name__}: {exc}"
+        )
+        for w in batch:
+            w.error = error
+            w.error_reason = "BACKEND"
+            w.batch_size = items
+            w.timings_ns = {"start": t0, "end": clock()}
+            w.finish()
+        return
+    if recorder is not None:
+        recorder.batch(items, t1 - t0, t2 - t1, t3 - t2)
+    for w, result in zip(batch, slices, strict=False):
+        w.result = result
+        w.batch_size = items
+        w.timings_ns = {"start": t0, "input": t1 - t0, "infer": t2 - t1, "output": t3 - t2}
+        w.finish()

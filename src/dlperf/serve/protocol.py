@@ -1,0 +1,418 @@
+"""The Open Inference Protocol (KServe v2) codec, with Triton's binary tensor data extension.
+
+Pure functions from bytes to dataclasses and back; no HTTP, no torch. Tensors are numpy arrays (BYTES
+tensors are object arrays of `bytes`). Both the server (decode requests, encode responses) and the load
+generator (encode requests, decode responses) use this module.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import ServingError
+
+HEADER_LENGTH = "inference-header-content-length"
+"""Triton's header giving the JSON part's length in a binary-extension body."""
+
+NUMPY_DTYPES: dict[str, Any] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+}
+"""OIP datatype -> numpy dtype (little-endian, as the binary extension requires)."""
+
+_DATATYPE_OF_KIND: dict[tuple[str, int], str] = {
+    ("b", 1): "BOOL", ("u", 1): "UINT8", ("u", 2): "UINT16", ("u", 4): "UINT32", ("u", 8): "UINT64",
+    ("i", 1): "INT8", ("i", 2): "INT16", ("i", 4): "INT32", ("i", 8): "INT64",
+    ("f", 2): "FP16", ("f", 4): "FP32", ("f", 8): "FP64",
+}
+
+TORCH_DATATYPES: dict[str, str] = {
+    "torch.bool": "BOOL", "torch.uint8": "UINT8", "torch.int8": "INT8", "torch.int16": "INT16",
+    "torch.int32": "INT32", "torch.int64": "INT64", "torch.float16": "FP16", "torch.float32": "FP32",
+    "torch.float64": "FP64",
+}
+"""str(torch dtype) -> OIP datatype, for model metadata."""
+
+
+class ProtocolError(ServingError):
+    """A request that does not follow the protocol or the model's signature; `status` is the HTTP code."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The OIP datatype of a numpy array; object and bytes/str arrays are BYTES."""
+    kind = array.dtype.kind
+    if kind in "OSU":
+        return "BYTES"
+    name = _DATATYPE_OF_KIND.get((kind, array.dtype.itemsize))
+    if name is None:
+        raise ProtocolError(f"numpy dtype {array.dtype} has no Open Inference Protocol datatype", 500)
+    return name
+
+
+def datatype_of_name(text: str) -> str:
+    """'float32', 'torch.float32', 'FP32', 'int64' -> the OIP datatype."""
+    if text.upper() in NUMPY_DTYPES:
+        return text.upper()
+    if text in TORCH_DATATYPES:
+        return TORCH_DATATYPES[text]
+    if f"torch.{text}" in TORCH_DATATYPES:
+        return TORCH_DATATYPES[f"torch.{text}"]
+    try:
+        return datatype_of(np.empty(0, dtype=np.dtype(text)))
+    except TypeError as exc:
+        raise ProtocolError(f"unknown datatype '{text}'", 500) from exc
+
+
+# --- dataclasses ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tensor:
+    """A named tensor: `data` is a numpy array of `shape` (object dtype of bytes for BYTES)."""
+
+    name: str
+    datatype: str
+    data: np.ndarray
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> list[int]:
+        return [int(d) for d in self.data.shape]
+
+
+@dataclass
+class RequestedOutput:
+    name: str
+    binary: bool | None = None
+    """True/False when the request says so; None means the request's default."""
+
+
+@dataclass
+class InferRequest:
+    inputs: list[Tensor]
+    id: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: list[RequestedOutput] | None = None
+    """The outputs asked for; None = all."""
+
+    @property
+    def binary_output_default(self) -> bool:
+        return bool(self.parameters.get("binary_data_output", False))
+
+
+@dataclass
+class InferResponse:
+    model_name: str
+    outputs: list[Tensor]
+    model_version: str | None = None
+    id: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+# --- decoding ---------------------------------------------------------------------------------------
+
+
+def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:
+    """Parse an infer request body: JSON, or JSON plus binary tensors when `header_length` is given."""
+    header, binary = _split_body(body, header_length)
+    obj = _parse_json(header, "request")
+    raw_inputs = obj.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise ProtocolError("the request has no 'inputs' list: send at least one input tensor")
+    offset = 0
+    inputs = []
+    for i, raw in enumerate(raw_inputs):
+        tensor, offset = _decode_tensor(raw, binary, offset, f"input {i}")
+        inputs.append(tensor)
+    if offset != len(binary):
+        raise ProtocolError(
+            f"the request carries {len(binary)} bytes of binary data but its inputs' binary_data_size "
+            f"add up to {offset}"
+        )
+    outputs = None
+    if obj.get("outputs") is not None:
+        raw_outputs = obj["outputs"]
+        if not isinstance(raw_outputs, list):
+            raise ProtocolError("'outputs' must be a list of {\"name\": ...} objects")
+        outputs = []
+        for raw in raw_outputs:
+            if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+                raise ProtocolError("each requested output needs a 'name'")
+            params = raw.get("parameters") or {}
+            binary_flag = params.get("binary_data")
+            outputs.append(RequestedOutput(raw["name"], None if binary_flag is None else bool(binary_flag)))
+    parameters = obj.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise ProtocolError("'parameters' must be an object")
+    request_id = obj.get("id")
+    return InferRequest(inputs=inputs, id=None if request_id is None else str(request_id),
+                        parameters=parameters, outputs=outputs)
+
+
+def decode_response(body: bytes, header_length: int | None = None) -> InferResponse:
+    """Parse an infer response (used by the load generator and tests)."""
+    header, binary = _split_body(body, header_length)
+    obj = _parse_json(header, "response")
+    if "error" in obj:
+        raise ProtocolError(str(obj["error"]), 500)
+    offset = 0
+    outputs = []
+    for i, raw in enumerate(obj.get("outputs") or []):
+        tensor, offset = _decode_tensor(raw, binary, offset, f"output {i}")
+        outputs.append(tensor)
+    return InferResponse(model_name=str(obj.get("model_name", "")), outputs=outputs,
+                         model_version=obj.get("model_version"), id=obj.get("id"),
+                         parameters=obj.get("parameters") or {})
+
+
+def _split_body(body: bytes, header_length: int | None) -> tuple[bytes, bytes]:
+    if header_length is None:
+        return body, b""
+    if header_length < 0 or header_length > len(body):
+        raise ProtocolError(
+            f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes"
+        )
+    view = memoryview(body)
+    return bytes(view[:header_length]), view[header_length:]  # type: ignore[return-value]
+
+
+def _parse_json(header: bytes, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(header)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"the {what} is not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"the {what} must be a JSON object")
+    return obj
+
+
+def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tensor, int]:
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where} must be an object with name, shape, datatype and data")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise ProtocolError(f"{where} has no 'name'")
+    where = f"{where} '{name}'"
+    datatype = raw.get("datatype")
+    if datatype not in NUMPY_DTYPES:
+        raise ProtocolError(
+            f"{where} has datatype {datatype!r}: use one of {', '.join(NUMPY_DTYPES)}"
+        )
+    shape = raw.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                               for d in shape):
+        raise ProtocolError(f"{where} has shape {shape!r}: give a list of non-negative integers")
+    count = 1
+    for d in shape:
+        count *= d
+    params = raw.get("parameters") or {}
+    size = params.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+            raise ProtocolError(
+                f"{where} says binary_data_size={size!r} but only {len(binary) - offset} bytes of binary "
+                "data remain in the body"
+            )
+        chunk = binary[offset:offset + size]
+        array = _from_bytes(chunk, datatype, count, where)
+        offset += size
+    else:
+        if "data" not in raw:
+            raise ProtocolError(f"{where} has neither 'data' nor a binary_data_size parameter")
+        array = _from_json(raw["data"], datatype, count, where)
+    params = {k: v for k, v in params.items() if k != "binary_data_size"}
+    return Tensor(name, datatype, array.reshape(shape), params), offset
+
+
+def _from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.ndarray:
+    if datatype == "BYTES":
+        items: list[bytes] = []
+        pos = 0
+        view = memoryview(chunk)
+        while pos < len(view):
+            if pos + 4 > len(view):
+                raise ProtocolError(f"{where}: truncated BYTES element length at byte {pos}")
+            (n,) = struct.unpack_from("<I", view, pos)
+            pos += 4
+            if pos + n > len(view):
+                raise ProtocolError(f"{where}: BYTES element of {n} bytes runs past the tensor's data")
+            items.append(bytes(view[pos:pos + n]))
+            pos += n
+        if len(items) != count:
+            raise ProtocolError(f"{where}: {len(items)} BYTES elements for a shape of {count} elements")
+        out = np.empty(count, dtype=object)
+        out[:] = items
+        return out
+    dtype = NUMPY_DTYPES[datatype]
+    expected = count * dtype.itemsize
+    if len(chunk) != expected:
+        raise ProtocolError(
+            f"{where}: {len(chunk)} bytes of binary data for {count} {datatype} elements "
+            f"(expected {expected})"
+        )
+    return np.frombuffer(chunk, dtype=dtype, count=count)
+
+
+def _from_json(data: Any, datatype: str, count: int, where: str) -> np.ndarray:
+    flat = _flatten(data)
+    if len(flat) != count:
+        raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")
+    if datatype == "BYTES":
+        out = np.empty(count, dtype=object)
+        out[:] = [v.encode() if isinstance(v, str) else bytes(v) if isinstance(v, (bytes, list)) else
+                  str(v).encode() for v in flat]
+        return out
+    if datatype == "BOOL":
+        if not all(isinstance(v, bool) for v in flat):
+            raise ProtocolError(f"{where}: BOOL data must be true/false")
+    elif any(isinstance(v, (str, bool, dict, type(None))) for v in flat):
+        raise ProtocolError(f"{where}: {datatype} data must be numbers")
+    try:
+        return np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"{where}: data does not fit {datatype}: {exc}") from exc
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    if not data or not isinstance(data[0], list):
+        return data
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+# --- encoding ---------------------------------------------------------------------------------------
+
+
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """The binary extension's encoding of a tensor: little-endian raw data; BYTES as length + bytes."""
+    if datatype == "BYTES":
+        parts = []
+        for item in array.reshape(-1):
+            b = item if isinstance(item, bytes) else str(item).encode()
+            parts.append(struct.pack("<I", len(b)))
+            parts.append(b)
+        return b"".join(parts)
+    dtype = NUMPY_DTYPES[datatype]
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
+    flat = array.reshape(-1)
+    if datatype == "BYTES":
+        return [(v if isinstance(v, bytes) else str(v).encode()).decode("utf-8", "replace") for v in flat]
+    if datatype in ("FP16", "FP32", "FP64"):
+        return [float(v) for v in flat.astype(np.float64)]
+    values: list[Any] = flat.tolist()
+    return values
+
+
+def encode_tensors(tensors: Sequence[Tensor], binary: Sequence[bool]) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """JSON descriptions of `tensors` plus the binary chunks for those with binary=True, in order."""
+    described = []
+    chunks = []
+    for tensor, as_binary in zip(tensors, binary, strict=False):
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
+        params = dict(tensor.parameters)
+        if as_binary:
+            chunk = tensor_bytes(tensor.data, tensor.datatype)
+            params["binary_data_size"] = len(chunk)
+            chunks.append(chunk)
+        else:
+            entry["data"] = _json_data(tensor.data, tensor.datatype)
+        if params:
+            entry["parameters"] = params
+        described.append(entry)
+    return described, chunks
+
+
+def _assemble(obj: dict[str, Any], chunks: list[bytes]) -> tuple[bytes, int | None]:
+    header = json.dumps(obj, separators=(",", ":")).encode()
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def encode_response(response: InferResponse, binary: Sequence[bool]) -> tuple[bytes, int | None]:
+    """(body, header length or None when all JSON); `binary[i]` says how output i is sent."""
+    described, chunks = encode_tensors(response.outputs, binary)
+    obj: dict[str, Any] = {"model_name": response.model_name}
+    if response.model_version is not None:
+        obj["model_version"] = response.model_version
+    if response.id is not None:
+        obj["id"] = response.id
+    if response.parameters:
+        obj["parameters"] = response.parameters
+    obj["outputs"] = described
+    return _assemble(obj, chunks)
+
+
+def encode_request(inputs: Sequence[Tensor], *, binary: bool = True, request_id: str | None = None,
+                   parameters: dict[str, Any] | None = None, outputs: Sequence[str] | None = None,
+                   binary_outputs: bool = True) -> tuple[bytes, int | None]:
+    """An infer request body as tritonclient would send it: (body, header length or None)."""
+    described, chunks = encode_tensors(inputs, [binary] * len(inputs))
+    obj: dict[str, Any] = {}
+    if request_id is not None:
+        obj["id"] = request_id
+    params = dict(parameters or {})
+    if outputs is None:
+        if binary_outputs:
+            params["binary_data_output"] = True
+    else:
+        obj["outputs"] = [{"name": n, "parameters": {"binary_data": binary_outputs}} for n in outputs]
+    if params:
+        obj["parameters"] = params
+    obj["inputs"] = described
+    return _assemble(obj, chunks)
+
+
+def error_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
+def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """A random tensor of an OIP datatype: normal floats, small non-negative integers, random bools/bytes."""
+    shape = tuple(int(d) for d in shape)
+    if datatype in ("FP16", "FP32", "FP64"):
+        return rng.standard_normal(shape).astype(NUMPY_DTYPES[datatype])
+    if datatype == "BOOL":
+        return rng.random(shape) < 0.5
+    if datatype == "BYTES":
+        out = np.empty(shape, dtype=object)
+        flat = out.reshape(-1)
+        for i in range(flat.size):
+            flat[i] = bytes(rng.integers(97, 123, size=8, dtype=np.uint8))
+        return out
+    return rng.integers(0, 100, size=shape).astype(NUMPY_DTYPES[datatype])

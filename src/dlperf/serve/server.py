@@ -1,0 +1,143 @@
+"""Run the server: uvicorn on the app, graceful shutdown on SIGTERM/SIGINT, or a server in a thread for tests.
+
+Shutdown (first SIGTERM or Ctrl-C): readiness turns false and new inference requests get 503; requests
+already in the server finish, for at most `exit_timeout_s`; then uvicorn closes its connections and the
+instances stop. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from dlperf.errors import ServingError
+from dlperf.serve.service import ServeConfig, ServerState, build_state
+
+
+def _uvicorn_config(app: Any, config: ServeConfig) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=config.log_level, access_log=False,
+        loop="auto", http="auto", lifespan="off", timeout_keep_alive=30,
+        timeout_graceful_shutdown=max(1, int(config.exit_timeout_s)),
+        limit_concurrency=None, server_header=False, date_header=False,
+    )
+
+
+def _make_server_class() -> Any:
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """uvicorn.Server whose first exit signal drains in-flight requests before stopping."""
+
+        state: ServerState
+        exit_timeout_s: float = 30.0
+        on_drain: Callable[[], None] | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.state.draining:
+                self.should_exit = True
+                self.force_exit = True
+                return
+            self.begin_shutdown()
+
+        def begin_shutdown(self) -> None:
+            self.state.begin_drain()
+            threading.Thread(target=self._drain, name="dlperf-drain", daemon=True).start()
+
+        def _drain(self) -> None:
+            deadline = time.monotonic() + self.exit_timeout_s
+            while time.monotonic() < deadline and self.state.in_flight > 0:
+                time.sleep(0.01)
+            self.should_exit = True
+
+    return DrainingServer
+
+
+@dataclass
+class Running:
+    """A server running in a background thread (tests, benchmarks): `url` is host:port, no scheme."""
+
+    state: ServerState
+    server: Any
+    thread: threading.Thread
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self.server.begin_shutdown()
+        self.thread.join(timeout_s)
+        self.state.close(timeout_s)
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready_timeout_s: float = 60.0) -> Running:
+    """Start the server in a thread (port 0 picks a free port); returns when it accepts connections."""
+    from dlperf.serve.app import create_app
+
+    state = state or build_state(config)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    port = sock.getsockname()[1]
+    server = _make_server_class()(_uvicorn_config(create_app(state), config))
+    server.state = state
+    server.exit_timeout_s = config.exit_timeout_s
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dlperf-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + ready_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            state.close(1.0)
+            raise ServingError(f"the server did not start on {config.host}:{port}")
+        time.sleep(0.01)
+    return Running(state, server, thread, config.host, port)
+
+
+def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | None = None) -> int:
+    """Load, warm up, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (0 after a clean drain)."""
+    from dlperf.serve.app import create_app
+
+    state = build_state(config)
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.host, config.port))
+        except OSError as exc:
+            raise ServingError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}; pick another "
+                               "--port or stop what uses it") from exc
+        server = _make_server_class()(_uvicorn_config(create_app(state), config))
+        server.state = state
+        server.exit_timeout_s = config.exit_timeout_s
+        if on_ready is not None:
+            port = sock.getsockname()[1]
+            threading.Thread(target=_notify_when_started, args=(server, on_ready, state, f"{config.host}:{port}"),
+                             daemon=True).start()
+        server.run(sockets=[sock])
+    finally:
+        stopped = state.close(config.exit_timeout_s)
+    return 0 if stopped else 1
+
+
+def _notify_when_started(server: Any, on_ready: Callable[[ServerState, str], None], state: ServerState,
+                         url: str) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.01)
+    if server.started:
+        on_ready(state, url)

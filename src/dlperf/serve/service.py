@@ -1,0 +1,460 @@
+"""The serving logic behind the HTTP glue: models and their A/B variants, infer as decode -> batch -> encode.
+
+`ServerState.infer()` takes a request body and headers and returns a `Reply`; `app.py` only moves bytes
+between it and Starlette. Each variant has its own Batcher, InstancePool and metric Recorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hmac
+import json
+import random
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.errors import ConfigError, ServingError
+from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Work
+from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
+from dlperf.serve.metrics import Metrics, Recorder
+from dlperf.serve.protocol import (
+    HEADER_LENGTH,
+    InferResponse,
+    ProtocolError,
+    Tensor,
+    decode_request,
+    encode_response,
+    error_body,
+)
+
+MiB = 1024 * 1024
+SERVER_NAME = "dlperf"
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration")
+ROUTING_HEADER = "x-routing-key"
+ROUTING_PARAMETER = "routing_key"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything `dlperf serve` takes. Exactly one of `model` and `variants` is set."""
+
+    model: str | None = None
+    variants: tuple[tuple[str, str], ...] = ()
+    """(variant name, workload spec or artifact dir) for A/B serving."""
+    split: tuple[int, ...] = ()
+    """Traffic weights of the variants, e.g. (90, 10); default equal."""
+    model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch_size: int = 32
+    max_queue_delay_s: float = 0.005
+    adaptive_wait: bool = True
+    instances: int = 1
+    max_queue_size: int = 0
+    timeout_s: float | None = None
+    token: str | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    max_request_bytes: int = 64 * MiB
+    exit_timeout_s: float = 30.0
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (not self.variants):
+            raise ConfigError("serve either one model (WORKLOAD_OR_ARTIFACT) or --variant NAME=DIR twice or more, "
+                              "not both and not neither")
+        if self.variants:
+            names = [n for n, _ in self.variants]
+            if len(self.variants) < 2:
+                raise ConfigError("A/B serving needs at least two --variant NAME=DIR")
+            if len(set(names)) != len(names):
+                raise ConfigError(f"variant names must be distinct, got {names}")
+            if self.split and len(self.split) != len(self.variants):
+                raise ConfigError(f"--split has {len(self.split)} weights for {len(self.variants)} variants: "
+                                  "give one weight per variant, e.g. --split 90:10")
+            if self.split and (any(w < 0 for w in self.split) or sum(self.split) <= 0):
+                raise ConfigError(f"--split weights must be >= 0 and not all 0, got {self.split}")
+        elif self.split:
+            raise ConfigError("--split only applies with --variant")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"--port must be in 0-65535, got {self.port}")
+        if self.instances < 1:
+            raise ConfigError(f"--instances must be >= 1, got {self.instances}")
+        if self.max_queue_size < 0:
+            raise ConfigError(f"--max-queue-size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ConfigError(f"--timeout-ms must be positive, got {self.timeout_s * 1000:g}")
+        if self.max_request_bytes < 1024:
+            raise ConfigError(f"--max-request-mb is too small ({self.max_request_bytes} bytes)")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        BatchPolicy(self.max_batch_size, self.max_queue_delay_s)  # validates
+
+    def to_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        data = dataclasses.asdict(self)
+        data["token"] = "***" if self.token else None
+        data["version"] = 1
+        return data
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+
+def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, error_body(message), headers or {})
+
+
+@dataclass
+class Variant:
+    name: str
+    model: ServedModel
+    batcher: Batcher
+    pool: InstancePool
+    recorder: Recorder
+    policy: BatchPolicy
+
+
+class ModelEntry:
+    """One served model name: one variant, or several with traffic weights (sticky by routing key)."""
+
+    def __init__(self, name: str, variants: list[Variant], weights: list[int]) -> None:
+        self.name = name
+        self.variants = variants
+        self.weights = weights
+        self._total = sum(weights)
+        self._rng = random.Random()
+
+    @property
+    def signature(self) -> Signature:
+        return self.variants[0].model.signature
+
+    @property
+    def model(self) -> ServedModel:
+        return self.variants[0].model
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return self.variants[0].policy
+
+    def choose(self, key: str | None) -> Variant:
+        if len(self.variants) == 1:
+            return self.variants[0]
+        # a key always lands on the same variant (sticky); no key: a weighted draw
+        point = zlib.crc32(key.encode()) % self._total if key is not None else int(self._rng.random() * self._total)
+        for variant, weight in zip(self.variants, self.weights, strict=False):
+            if point < weight:
+                return variant
+            point -= weight
+        return self.variants[-1]
+
+
+class ServerState:
+    """Models, metrics and the server's lifecycle (ready, draining, in-flight requests)."""
+
+    def __init__(self, config: ServeConfig, models: dict[str, ModelEntry], metrics: Metrics) -> None:
+        self.config = config
+        self.models = models
+        self.metrics = metrics
+        self.ready = False
+        self.draining = False
+        self.in_flight = 0
+        self._set_ready(False)
+
+    def _set_ready(self, value: bool) -> None:
+        self.ready = value
+        self.metrics.ready.set(1 if value else 0)
+
+    def mark_ready(self) -> None:
+        self._set_ready(True)
+
+    def begin_drain(self) -> None:
+        """Readiness turns false; new inference requests get 503; in-flight ones finish."""
+        self.draining = True
+        self._set_ready(False)
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Stop the batchers and wait for the instances to finish what is queued; True if all stopped."""
+        for entry in self.models.values():
+            for v in entry.variants:
+                v.batcher.close()
+        deadline = time.monotonic() + timeout_s
+        ok = True
+        for entry in self.models.values():
+            for v in entry.variants:
+                ok = v.pool.join(max(0.0, deadline - time.monotonic())) and ok
+        return ok
+
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        if not self.config.token:
+            return True
+        value = headers.get("authorization", "")
+        scheme, _, token = value.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.config.token.encode())
+
+    # --- metadata ---------------------------------------------------------------------------------
+
+    def entry(self, name: str, version: str | None) -> ModelEntry:
+        entry = self.models.get(name)
+        if entry is None:
+            raise ProtocolError(f"unknown model '{name}': this server serves {', '.join(self.models)}", 404)
+        if version not in (None, "", entry.model.version):
+            raise ProtocolError(f"unknown version '{version}' of model '{name}': it has version "
+                                f"{entry.model.version}", 404)
+        return entry
+
+    def server_metadata(self) -> dict[str, Any]:
+        from dlperf import __version__
+
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_metadata(self, entry: ModelEntry) -> dict[str, Any]:
+        sig = entry.signature
+        meta: dict[str, Any] = {
+            "name": entry.name, "versions": [entry.model.version], "platform": entry.model.platform,
+            "inputs": [s.to_dict() for s in sig.inputs], "outputs": [s.to_dict() for s in sig.outputs],
+        }
+        if len(entry.variants) > 1:
+            meta["parameters"] = {"variants": [v.name for v in entry.variants], "split": entry.weights}
+        return meta
+
+    def model_config(self, entry: ModelEntry) -> dict[str, Any]:
+        policy = entry.policy
+        batched = entry.model.batched and policy.max_batch_size > 0
+
+        def dims(shape: tuple[int, ...]) -> list[int]:
+            return list(shape[1:] if batched else shape)
+
+        config: dict[str, Any] = {
+            "name": entry.name,
+            "platform": entry.model.platform,
+            "backend": "dlperf",
+            "max_batch_size": policy.max_batch_size if batched else 0,
+            "input": [{"name": s.name, "data_type": f"TYPE_{_config_type(s.datatype)}", "dims": dims(s.shape)}
+                      for s in entry.signature.inputs],
+            "output": [{"name": s.name, "data_type": f"TYPE_{_config_type(s.datatype)}", "dims": dims(s.shape)}
+                       for s in entry.signature.outputs],
+            "instance_group": [{"count": self.config.instances,
+                                "kind": "KIND_GPU" if self.config.device.startswith("cuda") else "KIND_CPU"}],
+            "model_transaction_policy": {"decoupled": False},
+        }
+        if batched:
+            config["dynamic_batching"] = {
+                "max_queue_delay_microseconds": int(policy.max_queue_delay_s * 1e6),
+                "default_queue_policy": {
+                    "max_queue_size": self.config.max_queue_size,
+                    "default_timeout_microseconds": int((self.config.timeout_s or 0) * 1e6),
+                    "timeout_action": "REJECT",
+                    "allow_timeout_override": True,
+                },
+                "parameters": {"adaptive_wait": self.config.adaptive_wait},
+            }
+        return config
+
+    def stats(self, name: str | None, version: str | None) -> dict[str, Any]:
+        names = [self.entry(name, version).name] if name else list(self.models)
+        return {"model_stats": [self.metrics.stats_dict(n, self.models[n].model.version) for n in names]}
+
+    # --- infer ------------------------------------------------------------------------------------
+
+    def pick_variant(self, name: str, version: str | None, headers: Mapping[str, str]) -> tuple[ModelEntry, Variant]:
+        entry = self.entry(name, version)
+        return entry, entry.choose(headers.get(ROUTING_HEADER))
+
+    async def infer(self, entry: ModelEntry, variant: Variant, body: bytes, headers: Mapping[str, str],
+                    start_ns: int) -> Reply:
+        """Decode, validate, queue, await the batch, encode. Every failure becomes an error reply."""
+        try:
+            body = _decompress(body, headers.get("content-encoding"), self.config.max_request_bytes)
+            length_text = headers.get(HEADER_LENGTH)
+            header_length = None
+            if length_text is not None:
+                try:
+                    header_length = int(length_text)
+                except ValueError as exc:
+                    raise ProtocolError(f"Inference-Header-Content-Length is not an integer: {length_text!r}") from exc
+            request = decode_request(body, header_length)
+            key = request.parameters.get(ROUTING_PARAMETER)
+            if key is not None and headers.get(ROUTING_HEADER) is None:
+                variant = entry.choose(str(key))
+            model = variant.model
+            arrays, items, batch_key = validate_inputs(model, request.inputs, variant.policy.max_batch_size)
+            outputs = _requested_outputs(entry, request.outputs, request.binary_output_default)
+            timeout_s = _timeout(request.parameters, self.config.timeout_s)
+        except ProtocolError as exc:
+            variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
+            return error_reply(exc.status, str(exc))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Work] = loop.create_future()
+
+        def on_done(work: Work) -> None:
+            loop.call_soon_threadsafe(_resolve, future, work)
+
+        now = time.monotonic_ns()
+        work = Work(arrays, items, batch_key, now, None if timeout_s is None else now + int(timeout_s * 1e9),
+                    on_done)
+        try:
+            variant.batcher.submit(work)
+        except QueueFull as exc:
+            variant.recorder.failure("REJECTED", time.monotonic_ns() - start_ns)
+            return error_reply(503, str(exc), {"Retry-After": "1"})
+        except ShuttingDown as exc:
+            variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
+            return error_reply(503, str(exc))
+        done = await future
+        if done.error is not None:
+            variant.recorder.failure(done.error_reason or "OTHER", time.monotonic_ns() - start_ns)
+            status = 503 if done.error_reason in ("TIMEOUT", "REJECTED", "UNAVAILABLE") else 500
+            return error_reply(status, str(done.error))
+        assert done.result is not None
+        sig = model.signature.outputs
+        tensors = [Tensor(sig[i].name, sig[i].datatype, done.result[i]) for i, _ in outputs]
+        response = InferResponse(entry.name, tensors, model.version, request.id)
+        body_out, json_length = encode_response(response, [b for _, b in outputs])
+        reply = Reply(200, body_out)
+        if json_length is not None:
+            reply.headers["Inference-Header-Content-Length"] = str(json_length)
+            reply.content_type = "application/octet-stream"
+        _compress(reply, headers.get("accept-encoding"))
+        t = done.timings_ns
+        variant.recorder.success(time.monotonic_ns() - start_ns, t["start"] - done.arrival_ns,
+                                 (t["input"], t["infer"], t["output"]))
+        return reply
+
+
+def _resolve(future: asyncio.Future[Work], work: Work) -> None:
+    if not future.done():
+        future.set_result(work)
+
+
+def _config_type(datatype: str) -> str:
+    return "STRING" if datatype == "BYTES" else datatype
+
+
+def _requested_outputs(entry: ModelEntry, requested: Any, default_binary: bool) -> list[tuple[int, bool]]:
+    names = [s.name for s in entry.signature.outputs]
+    if requested is None:
+        return [(i, default_binary) for i in range(len(names))]
+    out = []
+    for r in requested:
+        if r.name not in names:
+            raise ProtocolError(f"unknown output '{r.name}' of model '{entry.name}': "
+                                f"its outputs are {', '.join(names)}")
+        out.append((names.index(r.name), default_binary if r.binary is None else r.binary))
+    return out
+
+
+def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None) -> float | None:
+    """The request's timeout: its `timeout` parameter (µs, Triton's) may only shorten the server's."""
+    value = parameters.get("timeout")
+    if value is None or value == 0:
+        return server_timeout_s
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ProtocolError(f"parameter 'timeout' must be a non-negative number of microseconds, got {value!r}")
+    requested = value / 1e6
+    return requested if server_timeout_s is None else min(requested, server_timeout_s)
+
+
+def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+    if not encoding or encoding == "identity":
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise ProtocolError(f"unsupported Content-Encoding '{encoding}': send gzip, deflate or none", 415)
+    d = zlib.decompressobj(zlib.MAX_WBITS | 32)  # accepts gzip and zlib headers
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ProtocolError(f"the {encoding} body does not decompress: {exc}") from exc
+    if len(out) > limit or d.unconsumed_tail:
+        raise ProtocolError(f"the request decompresses to more than {limit} bytes", 413)
+    return out
+
+
+def _compress(reply: Reply, accept: str | None) -> None:
+    if not accept:
+        return
+    accepted = [a.split(";")[0].strip() for a in accept.split(",")]
+    if "gzip" in accepted:
+        reply.body = gzip.compress(reply.body, compresslevel=1)
+        reply.headers["Content-Encoding"] = "gzip"
+    elif "deflate" in accepted:
+        reply.body = zlib.compress(reply.body, 1)
+        reply.headers["Content-Encoding"] = "deflate"
+
+
+# --- building ---------------------------------------------------------------------------------------
+
+
+def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = None) -> ServerState:
+    """Load the model(s), start their instances (warmed up), and return the state, marked ready.
+
+    `served` maps a spec to an already built ServedModel (tests, embedding), used instead of loading it.
+    """
+    if config.threads is not None:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    metrics = Metrics()
+    specs = list(config.variants) if config.variants else [("default", config.model or "")]
+    weights = list(config.split) if config.split else [1] * len(specs)
+    variants: list[Variant] = []
+    started: list[Variant] = []
+    try:
+        for vname, spec in specs:
+            model = (served or {}).get(spec) or load_served_model(spec, config.model_name, config.device)
+            if variants and not _same_signature(variants[0].model, model):
+                raise ConfigError(
+                    f"variant '{vname}' ({spec}) has another signature than variant '{variants[0].name}': "
+                    "A/B variants must be artifacts of the same model"
+                )
+            if variants:
+                model.name = variants[0].model.name
+            max_batch = config.max_batch_size if model.batched else 0
+            policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait)
+            batcher = Batcher(policy, config.max_queue_size)
+            recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher))
+            recorder.set_queue_capacity(config.max_queue_size)
+            pool = InstancePool(model, batcher, recorder, config.instances)
+            variant = Variant(vname, model, batcher, pool, recorder, policy)
+            variants.append(variant)
+        for variant in variants:
+            warm = (1, variant.policy.max_batch_size) if variant.policy.max_batch_size > 1 else (1,)
+            variant.pool.start(warm)
+            started.append(variant)
+    except BaseException:
+        for v in started:
+            v.batcher.close()
+        raise
+    name = variants[0].model.name
+    state = ServerState(config, {name: ModelEntry(name, variants, weights)}, metrics)
+    state.mark_ready()
+    return state
+
+
+def _pending_of(batcher: Batcher) -> Any:
+    return lambda: float(batcher.pending_count)
+
+
+def _same_signature(a: ServedModel, b: ServedModel) -> bool:
+    def key(sig: Signature) -> Any:
+        return ([(s.name, s.datatype, s.shape[1:]) for s in sig.inputs],
+                [(s.name, s.datatype) for s in sig.outputs])
+
+    return bool(key(a.signature) == key(b.signature))
+
+
+def json_reply(obj: Any, status: int = 200) -> Reply:
+    return Reply(status, json.dumps(obj).encode())
+
+
+__all__ = ["Reply", "ServeConfig", "ServerState", "ServingError", "build_state", "error_reply", "json_reply"]

@@ -1,0 +1,121 @@
+"""Questions asked of stored runs: a KPI's series over time for one workload, a bench run's point at a batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dlperf.errors import ConfigError, StoreError
+from dlperf.store.records import OK, RunRecord
+
+# CLI metric name -> (key in a bench point's summary, unit, higher is better)
+METRICS: dict[str, tuple[str, str, bool]] = {
+    "p50": ("p50_s", "s", False),
+    "p90": ("p90_s", "s", False),
+    "p99": ("p99_s", "s", False),
+    "mean": ("mean_s", "s", False),
+    "throughput": ("throughput", "items/s", True),
+}
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    run_id: str
+    created_at: str
+    value: float
+    noise_warning: str | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """One KPI of one workload at one batch size, oldest run first."""
+
+    workload: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    batch_size: int
+    points: list[HistoryPoint]
+    skipped: int = 0
+    """Runs of the workload that had no point at this batch size, or were not ok."""
+
+    @property
+    def values(self) -> list[float]:
+        return [p.value for p in self.points]
+
+    @property
+    def change(self) -> float | None:
+        """Last value relative to the first (0.05 = 5% higher), None with fewer than two points."""
+        if len(self.points) < 2 or self.points[0].value == 0:
+            return None
+        return self.points[-1].value / self.points[0].value - 1.0
+
+    @property
+    def best(self) -> HistoryPoint | None:
+        if not self.points:
+            return None
+        pick = max if self.higher_is_better else min
+        return pick(self.points, key=lambda p: p.value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "metric": self.metric,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "batch_size": self.batch_size,
+            "change": self.change,
+            "skipped": self.skipped,
+            "points": [
+                {"run_id": p.run_id, "created_at": p.created_at, "value": p.value, "noise_warning": p.noise_warning}
+                for p in self.points
+            ],
+        }
+
+
+def bench_points(record: RunRecord) -> list[dict[str, Any]]:
+    """The per-batch-size points of a bench-like record's result (empty when it has none)."""
+    points = record.result.get("points") if isinstance(record.result, dict) else None
+    return [p for p in points or [] if isinstance(p, dict) and isinstance(p.get("summary"), dict)]
+
+
+def point_at(record: RunRecord, batch_size: int) -> dict[str, Any] | None:
+    for point in bench_points(record):
+        if point.get("batch_size") == batch_size:
+            return point
+    return None
+
+
+def metric_spec(metric: str) -> tuple[str, str, bool]:
+    spec = METRICS.get(metric)
+    if spec is None:
+        raise ConfigError(f"unknown metric '{metric}': choose one of {', '.join(METRICS)}")
+    return spec
+
+
+def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: int | None = None,
+                workload: str = "") -> History:
+    """The series of `metric` at `batch_size` over `records` (any order in; oldest first out).
+
+    Only finished ('ok') runs count. Without `batch_size`, the newest run's first batch size is used.
+    """
+    key, unit, higher = metric_spec(metric)
+    ordered = sorted(records, key=lambda r: r.created_at)
+    usable = [r for r in ordered if r.status == OK and bench_points(r)]
+    if batch_size is None:
+        if not usable:
+            name = workload or "WORKLOAD"
+            raise StoreError(f"no finished bench runs of '{name}' in the store: run `dlperf bench {name}` first")
+        batch_size = int(bench_points(usable[-1])[0]["batch_size"])
+    points: list[HistoryPoint] = []
+    for record in usable:
+        point = point_at(record, batch_size)
+        if point is None:
+            continue
+        value = point["summary"].get(key)
+        if not isinstance(value, (int, float)):
+            continue
+        points.append(HistoryPoint(record.id, record.created_at, float(value), point["summary"].get("noise_warning")))
+    return History(workload or (ordered[0].workload if ordered else ""), metric, unit, higher, batch_size, points,
+                   skipped=len(ordered) - len(points))

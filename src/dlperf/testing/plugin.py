@@ -1,0 +1,34 @@
+"""pytest plugin: the `dlperf_check` fixture and the `--dlperf-store` option.
+
+Enable it with `pytest_plugins = ["dlperf.testing.plugin"]` in your conftest.py, or `-p dlperf.testing.plugin`.
+
+    def test_speed(dlperf_check):
+        dlperf_check("zoo:mlp", baseline="main", max_regression=0.05)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dlperf")
+    group.addoption("--dlperf-store", default=None,
+                    help="dlperf run store for dlperf_check (default $DLPERF_STORE or .dlperf/runs.db)")
+
+
+@pytest.fixture
+def dlperf_check(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """A callable like dlperf.testing.assert_no_regression, using the --dlperf-store store by default."""
+    from dlperf.testing import assert_no_regression
+
+    default_store = request.config.getoption("--dlperf-store", default=None)
+
+    def check(workload: Any, baseline: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("store", default_store)
+        return assert_no_regression(workload, baseline, **kwargs)
+
+    return check

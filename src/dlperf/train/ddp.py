@@ -1,0 +1,315 @@
+"""The same training-step measurement under DistributedDataParallel, launched with torchrun.
+
+`run_ddp` launches `torch.distributed.run` twice, with 1 and with N processes (gloo on CPU, NCCL on CUDA),
+each rank running this module's `main`. Every rank measures (1) normal DDP steps, (2) the same steps under
+`no_sync()` (no gradient all-reduce: compute only) and (3) the gradient all-reduce alone, in buckets of
+DDP's size. Then: scaling efficiency = samples/s on N / (N x samples/s on 1); exposed communication =
+step time - no-sync step time (its share of the step is what communication costs); overlap = the part of
+the standalone all-reduce that is hidden behind backward. Each rank trains on its own loader (weak
+scaling: the per-process batch stays the user's); the slowest rank's median step time counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import ConfigError, TrainError
+from dlperf.train.knobs import usable_cpus
+from dlperf.train.loop import StepConfig
+
+FIRST_BUCKET_MB = 1.0
+"""DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
+
+
+@dataclass(frozen=True)
+class DdpConfig:
+    nproc: int
+    steps: int = 20
+    warmup_steps: int = 3
+    backend: str | None = None
+    """gloo or nccl; default gloo on CPU, nccl on CUDA."""
+    threads_per_process: int | None = None
+    """CPU: torch threads per rank, the same for the 1- and N-process runs (default: usable CPUs // N)."""
+    bucket_cap_mb: float = 25.0
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.nproc < 1:
+            raise ConfigError(f"--nproc must be >= 1, got {self.nproc}")
+        if self.steps < 2:
+            raise ConfigError(f"DDP measurement needs at least 2 steps, got {self.steps}")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ConfigError(f"unknown backend '{self.backend}': use gloo or nccl")
+
+    def backend_for(self, device: str) -> str:
+        return self.backend or ("nccl" if device.startswith("cuda") else "gloo")
+
+    def threads_for(self) -> int:
+        return self.threads_per_process or max(1, usable_cpus() // self.nproc)
+
+
+@dataclass
+class RankStats:
+    """What one launch measured (rank 0 gathers every rank's medians; the slowest rank counts)."""
+
+    world_size: int
+    batch_size: int
+    step_s: float
+    nosync_step_s: float
+    allreduce_s: float
+    gradient_bytes: int
+    buckets: int
+    per_rank_step_s: list[float] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.world_size * self.batch_size / self.step_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "batch_size": self.batch_size, "step_s": self.step_s,
+                "nosync_step_s": self.nosync_step_s, "allreduce_s": self.allreduce_s,
+                "gradient_bytes": self.gradient_bytes, "buckets": self.buckets,
+                "per_rank_step_s": self.per_rank_step_s, "samples_per_s": self.samples_per_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankStats:
+        return cls(int(data["world_size"]), int(data["batch_size"]), float(data["step_s"]),
+                   float(data["nosync_step_s"]), float(data["allreduce_s"]), int(data["gradient_bytes"]),
+                   int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])])
+
+
+@dataclass
+class DdpResult:
+    workload: str
+    backend: str
+    threads_per_process: int
+    bucket_cap_mb: float
+    single: RankStats
+    multi: RankStats
+    findings: list[str] = field(default_factory=list)
+
+    @property
+    def scaling_efficiency(self) -> float:
+        return self.multi.samples_per_s / (self.multi.world_size * self.single.samples_per_s)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return max(self.multi.step_s - self.multi.nosync_step_s, 0.0)
+
+    @property
+    def comm_share(self) -> float:
+        return self.exposed_comm_s / self.multi.step_s
+
+    @property
+    def overlap(self) -> float | None:
+        """Share of the standalone all-reduce hidden behind compute (None with one process)."""
+        if self.multi.world_size < 2 or self.multi.allreduce_s <= 0:
+            return None
+        return min(max(1.0 - self.exposed_comm_s / self.multi.allreduce_s, 0.0), 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "nproc": self.multi.world_size, "backend": self.backend,
+            "threads_per_process": self.threads_per_process, "batch_size": self.multi.batch_size,
+            "single_samples_per_s": self.single.samples_per_s, "single_step_s": self.single.step_s,
+            "samples_per_s": self.multi.samples_per_s, "step_s": self.multi.step_s,
+            "nosync_step_s": self.multi.nosync_step_s, "scaling_efficiency": self.scaling_efficiency,
+            "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
+            "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
+            "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
+            "findings": self.findings, "single": self.single.to_dict(), "multi": self.multi.to_dict(),
+        }
+
+
+def expected_buckets(gradient_bytes: int, bucket_cap_mb: float) -> int:
+    """DDP's bucket count for this much gradient: a 1 MiB first bucket, then buckets of bucket_cap_mb."""
+    first = int(FIRST_BUCKET_MB * 2**20)
+    if gradient_bytes <= first:
+        return 1
+    return 1 + math.ceil((gradient_bytes - first) / (bucket_cap_mb * 2**20))
+
+
+def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
+    out = []
+    n = result.multi.world_size
+    if not device.startswith("cuda") and n * result.threads_per_process > cpus:
+        out.append(f"{n} processes x {result.threads_per_process} threads on {cpus} usable CPUs: ranks compete "
+                   "for cores, so the efficiency measures this machine, not DDP")
+    if result.multi.buckets == 1 and n > 1:
+        out.append(f"all {result.multi.gradient_bytes / 2**20:.2f} MiB of gradients fit one bucket: the all-reduce "
+                   "starts only after the whole backward, so nothing overlaps; lower bucket_cap_mb to overlap")
+    overlap = result.overlap
+    if overlap is not None and result.comm_share > 0.1 and overlap < 0.3:
+        out.append(f"bucketing/overlap is not effective: {overlap:.0%} of the all-reduce is hidden and it costs "
+                   f"{result.comm_share:.0%} of the step; larger per-process batches or gradient accumulation with "
+                   "no_sync() amortize it")
+    elif overlap is not None and overlap >= 0.5:
+        out.append(f"overlap is effective: {overlap:.0%} of the all-reduce is hidden behind backward")
+    if result.scaling_efficiency < 0.8 and result.comm_share > 0.2:
+        out.append(f"communication-bound: {result.comm_share:.0%} of the step is exposed all-reduce")
+    return out
+
+
+def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig) -> DdpResult:
+    """Launch 1 then N processes under torchrun and compare them (see the module docstring)."""
+    if config.compile:
+        raise ConfigError("--nproc measures eager DDP; drop torch.compile for the scaling run")
+    if config.device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.device_count() < ddp.nproc:
+            raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
+                              f"{torch.cuda.device_count()} are visible")
+    threads = ddp.threads_for()
+    single = launch(workload_spec, config, ddp, 1, threads)
+    multi = launch(workload_spec, config, ddp, ddp.nproc, threads) if ddp.nproc > 1 else single
+    name = workload_spec
+    result = DdpResult(name, ddp.backend_for(config.device), threads, ddp.bucket_cap_mb, single, multi)
+    result.findings = findings_for(result, usable_cpus(), config.device)
+    return result
+
+
+def launch(workload_spec: str, config: StepConfig, ddp: DdpConfig, nproc: int, threads: int) -> RankStats:
+    """One torchrun launch of `nproc` ranks; returns rank 0's gathered statistics."""
+    with tempfile.TemporaryDirectory(prefix="dlperf-ddp-") as tmp:
+        out = Path(tmp) / "result.json"
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc_per_node", str(nproc), "-m", "dlperf.train.ddp",
+            "--workload", workload_spec, "--config", json.dumps(config.to_dict()), "--out", str(out),
+            "--steps", str(ddp.steps), "--warmup", str(ddp.warmup_steps),
+            "--backend", ddp.backend_for(config.device), "--threads", str(threads),
+            "--bucket-cap-mb", str(ddp.bucket_cap_mb),
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=ddp.timeout_s, env=env,
+                                  check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TrainError(f"torchrun with {nproc} process(es) did not finish in {ddp.timeout_s:.0f} s: "
+                             "raise --timeout or lower --steps") from exc
+        if proc.returncode != 0 or not out.exists():
+            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
+            raise TrainError(f"torchrun with {nproc} process(es) failed (exit {proc.returncode}):\n{tail}")
+        return RankStats.from_dict(json.loads(out.read_text()))
+
+
+# --- the rank's side (run by torchrun as `python -m dlperf.train.ddp`) --------------------------------
+
+
+def _median_step_s(loop: Any, steps: int, warmup: int) -> float:
+    from dlperf.train.step import measure_loop
+
+    return measure_loop(loop, steps, warmup, count_flops=False).step_s
+
+
+def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10) -> float:
+    """Median time of all-reducing the gradients in DDP-sized buckets, without compute."""
+    import torch
+    import torch.distributed as dist
+
+    from dlperf.measure.stats import median
+
+    flat = torch.cat([g.detach().reshape(-1).clone() for g in grads]) if grads else torch.zeros(1)
+    first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
+    cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
+    chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
+    times = []
+    for i in range(iters + 2):
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        works = [dist.all_reduce(c, async_op=True) for c in chunks]
+        for w in works:
+            if w is not None:
+                w.wait()
+        if flat.is_cuda:
+            torch.cuda.synchronize()
+        if i >= 2:
+            times.append(float(time.perf_counter_ns() - t0))
+    return median(times) / 1e9
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlperf.train.ddp")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from dlperf.train.loop import TrainLoop
+    from dlperf.workload.loader import load_workload
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group(args.backend)
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        config = StepConfig.from_dict(json.loads(args.config))
+        if config.device.startswith("cuda"):
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+            config = config.replace(device=f"cuda:{local}")
+        config = config.replace(threads=args.threads)
+        loop = TrainLoop(load_workload(args.workload), config, seed=0)
+        device_ids = [torch.cuda.current_device()] if config.device.startswith("cuda") else None
+        ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
+        loop.forward_model = ddp_model
+        dist.barrier()
+        step_s = _median_step_s(loop, args.steps, args.warmup)
+        dist.barrier()
+        with ddp_model.no_sync():
+            nosync_s = _median_step_s(loop, args.steps, args.warmup)
+        dist.barrier()
+        params = [p for p in loop.model.parameters() if p.requires_grad]
+        grads = [torch.zeros_like(p) for p in params]
+        gradient_bytes = sum(g.numel() * g.element_size() for g in grads)
+        allreduce_s = _allreduce_s(grads, args.bucket_cap_mb) if world > 1 else 0.0
+        logging = ddp_model._get_ddp_logging_data()
+        buckets = _bucket_count(logging, gradient_bytes, args.bucket_cap_mb)
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, (step_s, nosync_s, allreduce_s))
+        loop.close()
+        if rank == 0:
+            stats = RankStats(
+                world_size=world, batch_size=config.batch_size * config.accumulation_steps,
+                step_s=max(g[0] for g in gathered), nosync_step_s=max(g[1] for g in gathered),
+                allreduce_s=max(g[2] for g in gathered), gradient_bytes=gradient_bytes, buckets=buckets,
+                per_rank_step_s=[g[0] for g in gathered],
+            )
+            Path(args.out).write_text(json.dumps(stats.to_dict()))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _bucket_count(logging: dict[str, Any], gradient_bytes: int, bucket_cap_mb: float) -> int:
+    """DDP's own bucket count when its logging data has one, else the count its sizing rule gives."""
+    sizes = logging.get("bucket_sizes")
+    if isinstance(sizes, str) and sizes.strip():
+        return len([s for s in sizes.split(",") if s.strip()])
+    if isinstance(sizes, (list, tuple)) and sizes:
+        return len(sizes)
+    return expected_buckets(gradient_bytes, bucket_cap_mb)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

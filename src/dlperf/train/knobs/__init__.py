@@ -1,0 +1,84 @@
+"""Tuning knobs: one module per knob; each proposes changes to a StepConfig that the tuner measures.
+
+A knob only proposes (`changes`) and says when it does not apply (`skip_reason`); the tuner measures every
+proposal against the current best configuration and checks loss parity. A `sweep` knob's proposals are
+tried in order and the sweep stops at the first one that does not help.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dlperf.train.loop import StepConfig
+from dlperf.workload.base import Workload
+
+
+@dataclass(frozen=True)
+class TuneContext:
+    """What knobs may look at: the workload, the device, the machine and the user's constraints."""
+
+    workload: Workload
+    device: str = "cpu"
+    cpu_count: int = 1
+    memory_budget_bytes: int | None = None
+    """CPU: the host memory one training step may use (the batch search's limit); CUDA: None = device memory."""
+    safety_margin: float = 0.1
+    conv_model: bool = False
+    bf16_supported: bool = False
+    compiler_available: bool = True
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One proposal: the StepConfig fields to change, and why (shown in the trial table)."""
+
+    change: dict[str, Any]
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Knob(Protocol):
+    name: str
+    sweep: bool
+
+    def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
+        """Why this knob does not apply now, or None."""
+        ...
+
+    def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
+        """The proposals to try, in order, relative to `current`."""
+        ...
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def registry() -> dict[str, Knob]:
+    """Every knob by name, in the order the tuner tries them (the DataLoader first: it is usually the fix)."""
+    from dlperf.train.knobs import (
+        batch,
+        channels_last,
+        checkpointing,
+        compile,
+        dataloader,
+        optimizer,
+        precision,
+        threads,
+    )
+
+    knobs: list[Knob] = [
+        dataloader.Workers(), dataloader.Prefetch(), dataloader.Persistent(), dataloader.PinMemory(),
+        batch.LargestBatch(), checkpointing.Checkpointing(), precision.MixedPrecision(),
+        channels_last.ChannelsLast(), optimizer.OptimizerImpl(), threads.Threads(), compile.Compile(),
+    ]
+    return {k.name: k for k in knobs}
+
+
+DEFAULT_KNOBS = ("workers", "prefetch", "persistent", "pin_memory", "batch", "checkpointing", "precision",
+                 "channels_last", "optimizer", "threads", "compile")

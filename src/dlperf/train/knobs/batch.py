@@ -1,0 +1,189 @@
+"""Largest micro-batch that fits, then gradient accumulation to keep the effective batch the user asked for.
+
+On CUDA a trial step runs for real: an out-of-memory error, or a peak allocation (plus the safety margin)
+above the budget, means "does not fit". On CPU nothing fails before the machine swaps, so the step's
+footprint is counted from its tensors: parameters, gradients, optimizer state, the batch and every tensor
+saved for backward (deduplicated by storage). RSS is not used for the search because the allocator keeps
+freed memory, so it only grows from one trial to the next. The search is Lightning's: the user's batch is
+tried first; if it does not fit, a binary search finds the largest that does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.errors import TrainError
+from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.loop import StepConfig, TrainLoop
+from dlperf.workload.base import Workload
+
+FitFn = Callable[[int], tuple[bool, int]]
+"""fits(batch) -> (fits, footprint bytes); the footprint is 0 when unknown (an OOM)."""
+
+
+@dataclass
+class BatchSearch:
+    """The search's probes and its answer."""
+
+    budget_bytes: int
+    margin: float
+    probes: list[tuple[int, int, bool]] = field(default_factory=list)
+    """(batch, footprint bytes, fits) in the order tried."""
+    largest_fitting: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget_bytes": self.budget_bytes, "margin": self.margin, "largest_fitting": self.largest_fitting,
+                "probes": [list(p) for p in self.probes]}
+
+
+def step_footprint_bytes(workload: Workload, config: StepConfig, seed: int = 0) -> int:
+    """Bytes one training step holds at its peak, counted from tensors (CPU; see the module docstring)."""
+    import torch
+
+    loop = TrainLoop(workload, config.replace(accumulation_steps=1, num_workers=0, prefetch_factor=None,
+                                              persistent_workers=False, compile=False), seed=seed)
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    batch = loop.next_batch()
+    batch_bytes = _tensor_bytes(batch)
+    loop._iter = None  # the step below fetches its own batch
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loop.step()
+    params = [p for p in loop.model.parameters()]
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    state_bytes = sum(_tensor_bytes(s) for s in loop.optimizer.state.values())
+    loop.close()
+    return param_bytes + grad_bytes + state_bytes + batch_bytes + sum(storages.values())
+
+
+def _tensor_bytes(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin: float) -> FitFn:
+    """A CUDA probe: run two steps at the batch; an OOM or a peak above budget / (1 + margin) does not fit."""
+    import torch
+
+    def fits(batch: int) -> tuple[bool, int]:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(config.device)
+        loop = None
+        try:
+            loop = TrainLoop(workload, config.replace(batch_size=batch, accumulation_steps=1), seed=0)
+            for _ in range(2):
+                loop.step()
+            torch.cuda.synchronize(config.device)
+            peak = int(torch.cuda.max_memory_allocated(config.device))
+        except torch.cuda.OutOfMemoryError:
+            return False, 0
+        finally:
+            if loop is not None:
+                loop.close()
+            del loop
+            torch.cuda.empty_cache()
+        return peak * (1 + margin) <= budget_bytes, peak
+
+    return fits
+
+
+def cpu_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin: float) -> FitFn:
+    def fits(batch: int) -> tuple[bool, int]:
+        footprint = step_footprint_bytes(workload, config.replace(batch_size=batch))
+        return footprint * (1 + margin) <= budget_bytes, footprint
+
+    return fits
+
+
+def search_largest_batch(fits: FitFn, wanted: int, budget_bytes: int, margin: float) -> BatchSearch:
+    """Try `wanted`; if it does not fit, binary-search [1, wanted) for the largest batch that does."""
+    search = BatchSearch(budget_bytes, margin)
+
+    def probe(batch: int) -> bool:
+        ok, footprint = fits(batch)
+        search.probes.append((batch, footprint, ok))
+        return ok
+
+    if probe(wanted):
+        search.largest_fitting = wanted
+        return search
+    lo, hi = 0, wanted  # lo fits (0 = nothing known to fit), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    search.largest_fitting = lo
+    return search
+
+
+def split_batch(effective: int, largest: int) -> tuple[int, int]:
+    """(micro-batch, accumulation steps) with micro * steps == effective and micro <= largest, micro largest."""
+    if largest < 1:
+        raise TrainError("not even a batch of 1 fits in the memory budget: raise --memory-budget")
+    for steps in range(math.ceil(effective / largest), effective + 1):
+        if effective % steps == 0:
+            return effective // steps, steps
+    return 1, effective
+
+
+def default_budget_bytes(device: str, fraction: float = 0.5) -> int:
+    """CPU: `fraction` of the available host memory. CUDA: the device's total memory."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().available * fraction)
+
+
+def fit_function(ctx: TuneContext, config: StepConfig) -> tuple[FitFn, int]:
+    budget = ctx.memory_budget_bytes or default_budget_bytes(ctx.device)
+    maker = cuda_fits if ctx.device.startswith("cuda") else cpu_fits
+    return maker(ctx.workload, config, budget, ctx.safety_margin), budget
+
+
+class LargestBatch:
+    """Keeps the user's effective batch; splits it into micro-batches with accumulation when it does not fit."""
+
+    name = "batch"
+    sweep = False
+
+    def __init__(self) -> None:
+        self.last_search: BatchSearch | None = None
+
+    def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
+        return None
+
+    def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
+        fits, budget = fit_function(ctx, current)
+        wanted = current.effective_batch_size
+        search = search_largest_batch(fits, wanted, budget, ctx.safety_margin)
+        self.last_search = search
+        if search.largest_fitting >= wanted:
+            if current.accumulation_steps == 1:
+                return []
+            return [Candidate({"batch_size": wanted, "accumulation_steps": 1},
+                              f"the whole batch of {wanted} fits: no accumulation", search.to_dict())]
+        micro, steps = split_batch(wanted, search.largest_fitting)
+        return [Candidate({"batch_size": micro, "accumulation_steps": steps},
+                          f"batch {wanted} does not fit in {budget / 2**20:.0f} MiB: {micro} x {steps} "
+                          "accumulation steps", search.to_dict())]

@@ -1,0 +1,341 @@
+"""One training configuration (`StepConfig`) and the loop that runs it the way a user's loop does (`TrainLoop`).
+
+A step is one optimizer step: `accumulation_steps` micro-batches, each fetched from the user's loader, copied
+to the device, run forward (loss included) and backward, then the optimizer step and `zero_grad`. Each phase
+is timed by a `PhaseTimer`: host `perf_counter_ns` on CPU; on CUDA, events on the current stream for the
+device phases (read after the step's final synchronization) and host time for the data wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import ConfigError, TrainError
+from dlperf.measure.bench import torch_threads
+from dlperf.workload.base import TrainSpec, Workload, _user_frame
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZER_IMPLS = ("default", "foreach", "fused")
+PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+"""Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """Every setting of a training step that dlperf measures or tunes. Validates only."""
+
+    batch_size: int
+    """Micro-batch size: what the loader yields per call."""
+    accumulation_steps: int = 1
+    device: str = "cpu"
+    precision: str = "fp32"
+    """'fp32', 'bf16' (autocast) or 'fp16' (autocast + GradScaler, CUDA only)."""
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    compile: bool = False
+    channels_last: bool = False
+    optimizer_impl: str = "default"
+    """'default' (what the user's optimizer factory builds), 'foreach' or 'fused'."""
+    checkpointing: bool = False
+    """Activation checkpointing of each top-level child module (recompute in backward to save memory)."""
+    threads: int | None = None
+    """torch intra-op threads on CPU; None keeps the process's setting."""
+    lr_scale: float = 1.0
+    """Multiplies every parameter group's learning rate (the linear scaling rule when the batch changes)."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.accumulation_steps < 1:
+            raise ConfigError(f"accumulation steps must be >= 1, got {self.accumulation_steps}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
+        if self.precision == "fp16" and not self.device.startswith("cuda"):
+            raise ConfigError("fp16 training (autocast + GradScaler) needs a CUDA device; use bf16 on CPU")
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            raise ConfigError("prefetch_factor and persistent_workers need num_workers > 0")
+        if self.prefetch_factor is not None and self.prefetch_factor < 1:
+            raise ConfigError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise ConfigError(
+                f"unknown optimizer implementation '{self.optimizer_impl}': choose one of "
+                f"{', '.join(OPTIMIZER_IMPLS)}"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if self.lr_scale <= 0:
+            raise ConfigError(f"lr_scale must be > 0, got {self.lr_scale}")
+
+    @property
+    def effective_batch_size(self) -> int:
+        return self.batch_size * self.accumulation_steps
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The DataLoader keyword arguments this config sets (only those that differ from the defaults)."""
+        kwargs: dict[str, Any] = {}
+        if self.num_workers:
+            kwargs["num_workers"] = self.num_workers
+            if self.prefetch_factor is not None:
+                kwargs["prefetch_factor"] = self.prefetch_factor
+            if self.persistent_workers:
+                kwargs["persistent_workers"] = True
+        if self.pin_memory:
+            kwargs["pin_memory"] = True
+        return kwargs
+
+    def replace(self, **changes: Any) -> StepConfig:
+        return dataclasses.replace(self, **changes)
+
+    def diff(self, other: StepConfig) -> dict[str, Any]:
+        """Fields whose value in `other` differs from this one: {name: other's value}."""
+        return {f.name: getattr(other, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def train_spec(workload: Workload) -> TrainSpec:
+    """The workload's TrainSpec, or a TrainError saying how to add one."""
+    if workload.train is None:
+        raise TrainError(
+            f"workload '{workload.name}' has no training spec: give its Workload a "
+            "`train=dlperf.TrainSpec(make_loader=..., loss_fn=..., make_optimizer=...)`"
+        )
+    return workload.train
+
+
+def base_config(workload: Workload, batch_size: int | None = None, device: str = "cpu",
+                **settings: Any) -> StepConfig:
+    """The user's own configuration: the TrainSpec's batch size (or `batch_size`), eager fp32, no workers."""
+    spec = train_spec(workload)
+    return StepConfig(batch_size=batch_size or spec.batch_size, device=device, **settings)
+
+
+class PhaseTimer:
+    """Times the phases of one step. CPU: host clock at each mark. CUDA: events, read by `finish()`."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.totals_ns: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._events: list[tuple[str, Any, Any]] = []
+        self._phase: str | None = None
+        self._t0 = 0
+        self._begin: Any = None
+
+    def start(self, phase: str) -> None:
+        self._phase = phase
+        if self.cuda and phase != "data":
+            import torch
+
+            self._begin = torch.cuda.Event(enable_timing=True)
+            self._begin.record()
+        else:
+            self._t0 = time.perf_counter_ns()
+
+    def stop(self) -> None:
+        phase = self._phase
+        if phase is None:
+            return
+        if self.cuda and phase != "data":
+            import torch
+
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((phase, self._begin, end))
+        else:
+            self.totals_ns[phase] += time.perf_counter_ns() - self._t0
+        self._phase = None
+
+    def finish(self) -> dict[str, int]:
+        """Per-phase nanoseconds of the step (synchronizes on CUDA)."""
+        for phase, begin, end in self._events:
+            end.synchronize()
+            self.totals_ns[phase] += int(begin.elapsed_time(end) * 1e6)
+        self._events.clear()
+        return dict(self.totals_ns)
+
+
+class TrainLoop:
+    """A model, optimizer and loader built from a workload under one StepConfig; `step()` runs one step."""
+
+    def __init__(self, workload: Workload, config: StepConfig, seed: int = 0) -> None:
+        import torch
+
+        self.workload = workload
+        self.config = config
+        self.spec = train_spec(workload)
+        if config.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError("--device cuda asked for, but no CUDA device is available")
+        self.threads = config.threads or torch.get_num_threads()
+        self.seed = seed
+        with torch_threads(self.threads):
+            torch.manual_seed(seed)
+            model = workload.build_model().to(config.device)
+            model.train()
+            if config.channels_last:
+                model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            if config.checkpointing:
+                apply_checkpointing(model)
+            self.model: nn.Module = model
+            self.optimizer = self._build_optimizer(model)
+            self.forward_model: Any = torch.compile(model) if config.compile else model
+            self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+            torch.manual_seed(seed)
+            self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
+                                          **config.loader_kwargs())
+        self._iter: Iterator[Any] | None = None
+        self.steps_done = 0
+
+    def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            raise TrainError(
+                f"workload '{self.workload.name}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
+            ) from exc
+
+    def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        optimizer = self._call_user("its optimizer factory", self.spec.make_optimizer, model.parameters())
+        if self.config.optimizer_impl != "default":
+            flags = {"foreach": self.config.optimizer_impl == "foreach",
+                     "fused": self.config.optimizer_impl == "fused"}
+            defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
+            try:
+                optimizer = type(optimizer)(optimizer.param_groups, **defaults, **flags)
+            except (TypeError, RuntimeError, ValueError) as exc:
+                raise TrainError(
+                    f"{type(optimizer).__name__} has no {self.config.optimizer_impl} implementation here: {exc}"
+                ) from exc
+        if self.config.lr_scale != 1.0:
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] * self.config.lr_scale
+        return optimizer
+
+    def next_batch(self) -> Any:
+        """The next (inputs, target) batch; a new epoch starts when the loader is exhausted."""
+        if self._iter is None:
+            self._iter = iter(self.loader)
+        try:
+            return next(self._iter)
+        except StopIteration:
+            self._iter = iter(self.loader)
+            try:
+                return next(self._iter)
+            except StopIteration:
+                raise TrainError(
+                    f"workload '{self.workload.name}': its loader yields no batch at batch size "
+                    f"{self.config.batch_size} (a drop_last loader over fewer samples?)"
+                ) from None
+
+    def _to_device(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            value = value.to(self.config.device, non_blocking=self.config.pin_memory)
+            if self.config.channels_last and value.dim() == 4:
+                value = value.contiguous(memory_format=torch.channels_last)
+            return value
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._to_device(v) for v in value)
+        return value
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        if self.config.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.config.precision == "bf16" else torch.float16
+        return torch.autocast("cuda" if self.config.device.startswith("cuda") else "cpu", dtype=dtype)
+
+    def step(self, timer: PhaseTimer | None = None, eager: bool = False) -> torch.Tensor:
+        """One optimizer step; returns the (detached) mean loss of its micro-batches.
+
+        `eager=True` runs the uncompiled model (used to count FLOPs).
+        """
+        timer = timer or PhaseTimer(self.config.device)
+        model = self.model if eager else self.forward_model
+        accumulation = self.config.accumulation_steps
+        total_loss: Any = 0.0
+        with torch_threads(self.threads):
+            for _ in range(accumulation):
+                timer.start("data")
+                inputs, target = self.next_batch()
+                timer.stop()
+                timer.start("h2d")
+                inputs, target = self._to_device(inputs), self._to_device(target)
+                timer.stop()
+                timer.start("forward")
+                with self._autocast():
+                    out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
+                    loss = self.spec.loss_fn(out, target)
+                timer.stop()
+                timer.start("backward")
+                scaled = loss / accumulation if accumulation > 1 else loss
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+                timer.stop()
+                total_loss = total_loss + loss.detach()
+            timer.start("optimizer")
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            timer.stop()
+        self.steps_done += 1
+        result: torch.Tensor = total_loss / accumulation
+        return result
+
+    def close(self) -> None:
+        """Stop the loader's workers (persistent ones live as long as their iterator)."""
+        self._iter = None
+
+
+def apply_checkpointing(model: nn.Module) -> int:
+    """Wrap each top-level child's forward in non-reentrant activation checkpointing; returns how many."""
+    from torch.utils.checkpoint import checkpoint
+
+    children = [c for c in model.children() if any(True for _ in c.parameters())]
+    if len(children) < 2:
+        raise TrainError(
+            f"activation checkpointing needs a model with at least two top-level children holding parameters; "
+            f"{type(model).__name__} has {len(children)}"
+        )
+    for child in children:
+        original = child.forward
+
+        def forward(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        child.forward = forward
+    return len(children)
+
+
+def has_conv(model: nn.Module) -> bool:
+    from torch import nn
+
+    return any(isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)) for m in model.modules())

@@ -1,0 +1,208 @@
+"""Measure training steps as the user's loop runs them: step time, its phase breakdown, samples/s, memory, MFU.
+
+Each measured step is timed end to end by the device's clock (host `perf_counter_ns` on CPU; CUDA events
+synchronized on the end event) through `dlperf.measure.timer.time_callable`, and split into phases by a
+`PhaseTimer` (see loop.py). Training FLOPs are counted once, on one eager step, with
+`torch.utils.flop_counter.FlopCounterMode` (matmuls and convolutions, forward and backward; the optimizer's
+elementwise work is not counted), and MFU = FLOPs per step x steps per second / the calibrated GEMM
+ceiling for the dtype in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import MeasurementError, TrainError
+from dlperf.measure.clock import clock_for
+from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak
+from dlperf.measure.stats import Measurement, median
+from dlperf.measure.timer import TimerConfig, time_callable
+from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop
+from dlperf.workload.base import Workload
+
+if TYPE_CHECKING:
+    from dlperf.calibrate import Ceilings
+
+CEILING_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+
+
+@dataclass
+class TrainMeasurement:
+    """Measured training steps of one configuration. Times in seconds, memory in bytes."""
+
+    workload: str
+    config: StepConfig
+    measurement: Measurement
+    """One sample per optimizer step; items_per_call = the effective batch."""
+    phases_ns: dict[str, list[int]]
+    """Per measured step, the nanoseconds of each phase (data, h2d, forward, backward, optimizer)."""
+    peak_rss_bytes: int
+    cuda_max_allocated_bytes: int | None = None
+    flops_per_step: float | None = None
+    ceiling_flops: float | None = None
+    ceiling_dtype: str | None = None
+    losses: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.measurement.throughput
+
+    @property
+    def step_s(self) -> float:
+        """Median step time."""
+        return self.measurement.median_s
+
+    def breakdown_s(self) -> dict[str, float]:
+        """Mean seconds per step of each phase, plus 'other' (the step time no phase accounts for)."""
+        n = self.measurement.n
+        out = {phase: sum(self.phases_ns[phase]) / n / 1e9 for phase in PHASES}
+        out["other"] = max(self.measurement.mean_s - sum(out.values()), 0.0)
+        return out
+
+    def breakdown_share(self) -> dict[str, float]:
+        mean = self.measurement.mean_s
+        return {k: (v / mean if mean > 0 else 0.0) for k, v in self.breakdown_s().items()}
+
+    @property
+    def achieved_flops(self) -> float | None:
+        if self.flops_per_step is None:
+            return None
+        return self.flops_per_step * self.measurement.n / self.measurement.total_s
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilization: achieved FLOP/s over the calibrated ceiling for the dtype in use."""
+        achieved = self.achieved_flops
+        if achieved is None or not self.ceiling_flops:
+            return None
+        return achieved / self.ceiling_flops
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "config": self.config.to_dict(),
+            "samples_per_s": self.samples_per_s,
+            "step_s": self.step_s,
+            "summary": self.measurement.summary(),
+            "breakdown_s": self.breakdown_s(),
+            "breakdown_share": self.breakdown_share(),
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "cuda_max_allocated_bytes": self.cuda_max_allocated_bytes,
+            "flops_per_step": self.flops_per_step,
+            "achieved_flops": self.achieved_flops,
+            "ceiling_flops": self.ceiling_flops,
+            "ceiling_dtype": self.ceiling_dtype,
+            "mfu": self.mfu,
+            "losses": self.losses,
+            "notes": self.notes,
+            "measurement": self.measurement.to_dict(),
+            "phases_ns": self.phases_ns,
+        }
+
+
+def count_step_flops(loop: TrainLoop) -> float:
+    """FLOPs of one optimizer step (forward + backward of every micro-batch), counted on an eager step.
+
+    The step is a real training step (it updates the model), so call it during warm-up.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loop.step(eager=True)
+    return float(counter.get_total_flops())
+
+
+def ceiling_for(ceilings: Ceilings | None, precision: str) -> tuple[float | None, str]:
+    dtype = CEILING_DTYPE[precision]
+    if ceilings is None:
+        return None, dtype
+    return ceilings.peak_flops(dtype), dtype
+
+
+def measure_loop(
+    loop: TrainLoop,
+    steps: int = 20,
+    warmup_steps: int = 3,
+    min_duration_s: float = 0.0,
+    ceilings: Ceilings | None = None,
+    count_flops: bool = True,
+    on_progress: Callable[[int, float], None] | None = None,
+) -> TrainMeasurement:
+    """Measure `steps` steps (at least; more if `min_duration_s` asks) of an already built loop."""
+    if steps < 1:
+        raise TrainError(f"steps must be >= 1, got {steps}")
+    config = loop.config
+    notes: list[str] = []
+    flops: float | None = None
+    warmup = warmup_steps
+    if count_flops:
+        try:
+            flops = count_step_flops(loop)
+            warmup = max(warmup - 1, 0)
+        except Exception as exc:  # a model the counter cannot trace still trains: report, don't fail
+            notes.append(f"FLOPs not counted ({type(exc).__name__}: {exc})")
+    clock = clock_for(config.device)
+    recorded: dict[str, list[int]] = {p: [] for p in PHASES}
+    losses: list[Any] = []
+
+    def one_step() -> None:
+        timer = PhaseTimer(config.device)
+        losses.append(loop.step(timer))
+        for phase, ns in timer.finish().items():
+            recorded[phase].append(ns)
+
+    timer_config = TimerConfig(warmup_iters=warmup, min_iters=steps, max_iters=max(steps, 1_000_000)
+                               if min_duration_s > 0 else steps, min_duration_s=min_duration_s,
+                               max_duration_s=max(min_duration_s * 4, 3600.0))
+    cuda = config.device.startswith("cuda")
+    if cuda:
+        cuda_reset_peak(config.device)
+    try:
+        with PeakRssSampler() as rss:
+            m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
+                              label=f"{loop.workload.name} train", on_progress=on_progress)
+    except MeasurementError as exc:
+        raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
+    phases = {p: v[warmup:] for p, v in recorded.items()}
+    loss_values = [float(x) for x in losses[warmup:]]
+    ceiling, dtype = ceiling_for(ceilings, config.precision)
+    if ceilings is not None and ceiling is None:
+        notes.append(f"no {dtype} GEMM ceiling calibrated on this machine: MFU not computed")
+    result = TrainMeasurement(
+        workload=loop.workload.name, config=config, measurement=m, phases_ns=phases,
+        peak_rss_bytes=rss.peak_rss_bytes, flops_per_step=flops, ceiling_flops=ceiling, ceiling_dtype=dtype,
+        losses=loss_values, notes=notes,
+    )
+    if cuda:
+        result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes
+    if m.noise_warning:
+        notes.append(m.noise_warning)
+    return result
+
+
+def measure_training(
+    workload: Workload,
+    config: StepConfig,
+    steps: int = 20,
+    warmup_steps: int = 3,
+    min_duration_s: float = 0.0,
+    ceilings: Ceilings | None = None,
+    seed: int = 0,
+    on_progress: Callable[[int, float], None] | None = None,
+) -> TrainMeasurement:
+    """Build the loop for `config` and measure it (see `measure_loop`)."""
+    loop = TrainLoop(workload, config, seed=seed)
+    try:
+        return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, on_progress=on_progress)
+    finally:
+        loop.close()
+
+
+def median_phase_s(result: TrainMeasurement, phase: str) -> float:
+    """Median seconds of one phase over the measured steps."""
+    values = result.phases_ns[phase]
+    return median([float(v) for v in values]) / 1e9 if values else 0.0

@@ -1,0 +1,387 @@
+"""Tune a training loop: try each knob against the current best, keep what is faster AND trains the same.
+
+For each proposal of each knob (knobs/), in order: (1) loss parity against the baseline from the same
+seed (parity.py), so speed is never bought with broken training; (2) an interleaved A/B of the current
+best loop against the candidate loop in one process (dlperf.measure.ab: ABBA blocks, bootstrap CI of the
+ratio). A candidate is kept only when parity holds and the A/B calls it faster; the next proposal is
+measured against it. At the end the baseline and the best are measured in full (breakdown, memory, MFU)
+and against each other, interleaved, for the headline gain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import ConfigError
+from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test
+from dlperf.measure.clock import clock_for
+from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry, usable_cpus
+from dlperf.train.loop import StepConfig, TrainLoop, has_conv
+from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
+from dlperf.train.step import TrainMeasurement, measure_loop
+from dlperf.workload.base import Workload
+
+if TYPE_CHECKING:
+    from dlperf.calibrate import Ceilings
+
+ACCEPTED = "accepted"
+NOT_FASTER = "not faster"
+PARITY_FAILED = "parity failed"
+FAILED = "failed"
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    knobs: tuple[str, ...] = DEFAULT_KNOBS
+    parity: ParityConfig = field(default_factory=ParityConfig)
+    ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=6, iters_per_block=2, warmup_iters=1))
+    final_ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=10, iters_per_block=2, warmup_iters=1))
+    steps_per_call: int = 4
+    """Optimizer steps per timed A/B call (see ab_loops)."""
+    measure_steps: int = 20
+    memory_budget_bytes: int | None = None
+    safety_margin: float = 0.1
+
+    def __post_init__(self) -> None:
+        known = set(DEFAULT_KNOBS)
+        unknown = [k for k in self.knobs if k not in known]
+        if unknown:
+            raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
+        if not 0 <= self.safety_margin < 1:
+            raise ConfigError(f"safety margin must be in [0, 1), got {self.safety_margin}")
+        if self.steps_per_call < 1:
+            raise ConfigError(f"steps per A/B call must be >= 1, got {self.steps_per_call}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise ConfigError(f"memory budget must be positive, got {self.memory_budget_bytes}")
+
+
+@dataclass
+class Trial:
+    """One proposal measured: its change, parity, A/B against the then-best, and what was decided."""
+
+    knob: str
+    change: dict[str, Any]
+    note: str
+    status: str
+    reason: str = ""
+    config: StepConfig | None = None
+    parity: ParityResult | None = None
+    speedup: float | None = None
+    """Samples/s of the candidate over the then-best (interleaved A/B); > 1 is faster."""
+    speedup_ci: tuple[float, float] | None = None
+    verdict: str | None = None
+    samples_per_s: float | None = None
+    reference_samples_per_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob, "change": self.change, "note": self.note, "status": self.status,
+            "reason": self.reason, "config": self.config.to_dict() if self.config else None,
+            "parity": self.parity.to_dict() if self.parity else None, "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "verdict": self.verdict,
+            "samples_per_s": self.samples_per_s, "reference_samples_per_s": self.reference_samples_per_s,
+            "details": self.details, "duration_s": self.duration_s,
+        }
+
+
+@dataclass
+class Setting:
+    """One setting to put into the user's code, with the measured gain of the trial that chose it."""
+
+    what: str
+    code: str
+    speedup: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "code": self.code, "speedup": self.speedup}
+
+
+@dataclass
+class TuneResult:
+    workload: str
+    baseline: StepConfig
+    best: StepConfig
+    trials: list[Trial]
+    baseline_measurement: TrainMeasurement
+    best_measurement: TrainMeasurement
+    final_ab: ABResult | None
+    settings: list[Setting]
+    steps_per_call: int = 1
+
+    @property
+    def speedup(self) -> float:
+        """Best over baseline in samples/s, from the final interleaved A/B (1.0 when nothing changed)."""
+        if self.final_ab is None:
+            return 1.0
+        return throughput_speedup(self.final_ab, self.baseline, self.best)
+
+    @property
+    def baseline_samples_per_s(self) -> float:
+        """From the final interleaved A/B (total samples / total time), else the baseline's measurement."""
+        ab = self.final_ab
+        if ab is None:
+            return self.baseline_measurement.samples_per_s
+        return self.baseline.effective_batch_size * self.steps_per_call * ab.a.n / ab.a.total_s
+
+    @property
+    def best_samples_per_s(self) -> float:
+        ab = self.final_ab
+        if ab is None:
+            return self.best_measurement.samples_per_s
+        return self.best.effective_batch_size * self.steps_per_call * ab.b.n / ab.b.total_s
+
+    def to_dict(self) -> dict[str, Any]:
+        ab = self.final_ab
+        return {
+            "workload": self.workload,
+            "baseline": self.baseline.to_dict(),
+            "best": self.best.to_dict(),
+            "speedup": self.speedup,
+            "final_ab": ab.to_dict() if ab else None,
+            "baseline_samples_per_s": self.baseline_samples_per_s,
+            "best_samples_per_s": self.best_samples_per_s,
+            "settings": [s.to_dict() for s in self.settings],
+            "trials": [t.to_dict() for t in self.trials],
+            "baseline_measurement": self.baseline_measurement.to_dict(),
+            "best_measurement": self.best_measurement.to_dict(),
+        }
+
+
+def throughput_speedup(ab: ABResult, a: StepConfig, b: StepConfig) -> float:
+    """Samples/s of B over A from an A/B of their steps (steps may carry different numbers of samples)."""
+    return ab.speedup * b.effective_batch_size / a.effective_batch_size
+
+
+def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int = 1) -> ABResult:
+    """Interleaved A/B of the two loops; each timed call runs `steps_per_call` optimizer steps.
+
+    Several steps per call make a sample a throughput over a short window: with loader workers, steps are
+    bursty (most find a batch ready, some wait for one), and the median of single steps would miss the waits.
+    """
+    items = a.config.effective_batch_size * steps_per_call
+    if a.config.effective_batch_size != b.config.effective_batch_size:
+        items = steps_per_call
+
+    def run_a() -> None:
+        for _ in range(steps_per_call):
+            a.step()
+
+    def run_b() -> None:
+        for _ in range(steps_per_call):
+            b.step()
+
+    return ab_test(run_a, run_b, config, clock_for(a.config.device), items_per_call=items)
+
+
+def make_context(workload: Workload, device: str, config: TuneConfig) -> TuneContext:
+    from dlperf.train.knobs.compile import compiler_available
+    from dlperf.train.knobs.precision import bf16_supported
+
+    return TuneContext(
+        workload=workload, device=device, cpu_count=usable_cpus(),
+        memory_budget_bytes=config.memory_budget_bytes, safety_margin=config.safety_margin,
+        conv_model=has_conv(workload.build_model()), bf16_supported=bf16_supported(device),
+        compiler_available=compiler_available(device),
+    )
+
+
+class Tuner:
+    """Runs the knobs in order against a baseline. `on_event(text)` reports progress; `on_trial` each trial."""
+
+    def __init__(self, workload: Workload, baseline: StepConfig, config: TuneConfig | None = None,
+                 knobs: dict[str, Knob] | None = None, ceilings: Ceilings | None = None,
+                 on_event: Callable[[str], None] | None = None,
+                 on_trial: Callable[[Trial], object] | None = None) -> None:
+        self.workload = workload
+        self.baseline = baseline
+        self.config = config or TuneConfig()
+        all_knobs = knobs if knobs is not None else registry()
+        self.knobs = [all_knobs[name] for name in all_knobs if knobs is not None or name in self.config.knobs]
+        self.ceilings = ceilings
+        self.on_event = on_event or (lambda text: None)
+        self.on_trial = on_trial or (lambda trial: None)
+        self.trials: list[Trial] = []
+
+    def _record(self, trial: Trial) -> None:
+        self.trials.append(trial)
+        self.on_trial(trial)
+
+    def run(self) -> TuneResult:
+        ctx = make_context(self.workload, self.baseline.device, self.config)
+        parity_config = self.config.parity
+        self.on_event(f"baseline loss curve ({parity_config.steps} steps)")
+        baseline_losses = loss_curve(self.workload, self.baseline, parity_config.steps, parity_config.seed)
+        best = self.baseline
+        best_loop = TrainLoop(self.workload, best)
+        try:
+            for knob in self.knobs:
+                best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
+            return self._finish(best, best_loop)
+        finally:
+            best_loop.close()
+
+    def _try_knob(self, knob: Knob, ctx: TuneContext, best: StepConfig, best_loop: TrainLoop,
+                  baseline_losses: list[float]) -> tuple[StepConfig, TrainLoop]:
+        reason = knob.skip_reason(best, ctx)
+        if reason:
+            self._record(Trial(knob.name, {}, "", SKIPPED, reason))
+            return best, best_loop
+        self.on_event(f"{knob.name}: proposing")
+        started = time.perf_counter()
+        try:
+            candidates = knob.candidates(best, ctx)
+        except Exception as exc:  # a knob that cannot propose must not stop the others
+            self._record(Trial(knob.name, {}, "", FAILED, f"{type(exc).__name__}: {exc}",
+                               duration_s=time.perf_counter() - started))
+            return best, best_loop
+        if not candidates:
+            details: dict[str, Any] = getattr(getattr(knob, "last_search", None), "to_dict", dict)()
+            self._record(Trial(knob.name, {}, "", SKIPPED, "nothing to change here", details=details,
+                               duration_s=time.perf_counter() - started))
+            return best, best_loop
+        for candidate in candidates:
+            trial, loop = self._try_candidate(knob, candidate, best, best_loop, baseline_losses)
+            self._record(trial)
+            if trial.status == ACCEPTED and loop is not None and trial.config is not None:
+                best_loop.close()
+                best, best_loop = trial.config, loop
+            else:
+                if loop is not None:
+                    loop.close()
+                if knob.sweep and trial.status != FAILED:
+                    break
+        return best, best_loop
+
+    def _try_candidate(self, knob: Knob, candidate: Candidate, best: StepConfig, best_loop: TrainLoop,
+                       baseline_losses: list[float]) -> tuple[Trial, TrainLoop | None]:
+        started = time.perf_counter()
+        trial = Trial(knob.name, dict(candidate.change), candidate.note, FAILED, details=dict(candidate.details))
+        loop: TrainLoop | None = None
+        try:
+            config = best.replace(**candidate.change)
+            trial.config = config
+            self.on_event(f"{knob.name}: {candidate.note or candidate.change}: loss parity")
+            losses = loss_curve(self.workload, config, self.config.parity.steps, self.config.parity.seed)
+            trial.parity = compare_losses(baseline_losses, losses, self.config.parity.rtol, self.config.parity.atol)
+            if not trial.parity.ok:
+                trial.status, trial.reason = PARITY_FAILED, trial.parity.describe()
+                return trial, None
+            self.on_event(f"{knob.name}: {candidate.note or candidate.change}: interleaved A/B")
+            loop = TrainLoop(self.workload, config)
+            ab = ab_loops(best_loop, loop, self.config.ab, self.config.steps_per_call)
+            trial.speedup = throughput_speedup(ab, best, config)
+            lo, hi = ab.speedup_ci
+            scale = config.effective_batch_size / best.effective_batch_size
+            trial.speedup_ci = (lo * scale, hi * scale)
+            trial.verdict = ab.verdict
+            calls = self.config.steps_per_call
+            trial.reference_samples_per_s = best.effective_batch_size * calls * ab.a.n / ab.a.total_s
+            trial.samples_per_s = config.effective_batch_size * calls * ab.b.n / ab.b.total_s
+            if ab.verdict == FASTER:
+                trial.status = ACCEPTED
+            else:
+                trial.status, trial.reason = NOT_FASTER, f"A/B: {ab.verdict}"
+        except Exception as exc:  # a broken knob is a finding, not a crash of the tuner
+            trial.status, trial.reason = FAILED, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            if loop is not None:
+                loop.close()
+            loop = None
+        finally:
+            trial.duration_s = time.perf_counter() - started
+        return trial, loop
+
+    def _finish(self, best: StepConfig, best_loop: TrainLoop) -> TuneResult:
+        steps = self.config.measure_steps
+        self.on_event("measuring the baseline")
+        base_loop = TrainLoop(self.workload, self.baseline)
+        try:
+            base_m = measure_loop(base_loop, steps, ceilings=self.ceilings)
+            if best == self.baseline:
+                best_m, final = base_m, None
+            else:
+                self.on_event("measuring the best configuration")
+                best_m = measure_loop(best_loop, steps, ceilings=self.ceilings)
+                self.on_event("baseline vs best, interleaved")
+                final = ab_loops(base_loop, best_loop, self.config.final_ab, self.config.steps_per_call)
+        finally:
+            base_loop.close()
+        return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
+                          code_settings(self.baseline, best, self.trials), self.config.steps_per_call)
+
+
+def tune(workload: Workload, baseline: StepConfig, config: TuneConfig | None = None, **kwargs: Any) -> TuneResult:
+    """Tune `workload` from `baseline` (see Tuner)."""
+    return Tuner(workload, baseline, config, **kwargs).run()
+
+
+def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -> list[Setting]:
+    """The best configuration as the exact settings for the user's code, each with its measured gain."""
+    gains: dict[str, float | None] = {}
+    for t in trials:
+        if t.status == ACCEPTED:
+            for key in t.change:
+                previous = gains.get(key)
+                gains[key] = t.speedup if previous is None or t.speedup is None else previous * t.speedup
+    diff = baseline.diff(best)
+    out: list[Setting] = []
+    loader = {k: diff[k] for k in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
+              if k in diff}
+    if loader:
+        args = ", ".join(f"{k}={v!r}" for k, v in loader.items())
+        gain = _product(gains.get(k) for k in loader)
+        out.append(Setting("DataLoader", f"DataLoader(dataset, batch_size={best.batch_size}, ..., {args})", gain))
+    if "batch_size" in diff or "accumulation_steps" in diff:
+        code = (f"batch_size={best.batch_size}; accumulate {best.accumulation_steps} micro-batches: "
+                f"(loss / {best.accumulation_steps}).backward() each, optimizer.step() + zero_grad() "
+                f"every {best.accumulation_steps} (effective batch {best.effective_batch_size})")
+        out.append(Setting("batch and accumulation", code, gains.get("batch_size") or gains.get("accumulation_steps")))
+    if "precision" in diff:
+        device = "cuda" if best.device.startswith("cuda") else "cpu"
+        dtype = "torch.bfloat16" if best.precision == "bf16" else "torch.float16"
+        code = f"with torch.autocast('{device}', dtype={dtype}): loss = loss_fn(model(x), y)"
+        if best.precision == "fp16":
+            code += "; scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss).backward(); scaler.step(opt); " \
+                    "scaler.update()"
+        out.append(Setting("mixed precision", code, gains.get("precision")))
+    if "channels_last" in diff:
+        out.append(Setting("memory format", "model = model.to(memory_format=torch.channels_last); "
+                           "x = x.contiguous(memory_format=torch.channels_last)", gains.get("channels_last")))
+    if "optimizer_impl" in diff:
+        out.append(Setting("optimizer", f"make the optimizer with {best.optimizer_impl}=True",
+                           gains.get("optimizer_impl")))
+    if "checkpointing" in diff:
+        out.append(Setting("activation checkpointing", "out = torch.utils.checkpoint.checkpoint(block, x, "
+                           "use_reentrant=False) for each top-level block", gains.get("checkpointing")))
+    if "threads" in diff:
+        out.append(Setting("threads", f"torch.set_num_threads({best.threads})", gains.get("threads")))
+    if "compile" in diff:
+        out.append(Setting("compile", "model = torch.compile(model)", gains.get("compile")))
+    return out
+
+
+def _product(values: Any) -> float | None:
+    result = 1.0
+    seen = False
+    for v in values:
+        if v is not None:
+            result *= v
+            seen = True
+    return result if seen else None
+
+
+def record_trial(store: Any, parent_id: str, workload: str, trial: Trial) -> str:
+    """Save one trial as a child run ('train-trial') of the tuning run; returns its id."""
+    from dlperf.store.records import FAILED as RUN_FAILED
+
+    config = {"knob": trial.knob, "change": trial.change, "step": trial.config.to_dict() if trial.config else None}
+    with store.recording("train-trial", workload, config, parent_id=parent_id) as run:
+        run.result = trial.to_dict()
+        if trial.status == FAILED:
+            run.status, run.error = RUN_FAILED, trial.reason
+    return str(run.id)

@@ -1,0 +1,236 @@
+"""`zoo:digits-cnn`: a small CNN trained on scikit-learn's bundled 8x8 digits, with a real accuracy metric.
+
+The weights are trained once (seeded, a few seconds on a CPU) and cached under the user cache dir
+(`DLPERF_CACHE_DIR` overrides it); the file is written to a temporary name and renamed, so a concurrent
+process never reads half a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import WorkloadError
+from dlperf.workload.base import EvalSpec, Inputs, Predict, TrainSpec, Workload
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+SUMMARY = "small CNN on scikit-learn's 8x8 digits (10 classes), trained and cached on first use; accuracy"
+
+WEIGHTS_VERSION = 1
+"""Bumped when the architecture or the training recipe changes, so an old cached file is not reused."""
+
+SPLIT_SEED = 0
+TRAIN_SEED = 0
+HELD_OUT_FRACTION = 0.2
+TRAIN_EPOCHS = 8
+TRAIN_BATCH_SIZE = 64
+EVAL_BATCH_SIZE = 128
+CALIBRATION_BATCH_SIZE = 64
+
+
+def cache_dir() -> Path:
+    """Where dlperf caches built artifacts: $DLPERF_CACHE_DIR, else the platform's user cache dir."""
+    override = os.environ.get("DLPERF_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("dlperf"))
+
+
+def weights_path() -> Path:
+    return cache_dir() / "zoo" / f"digits_cnn-v{WEIGHTS_VERSION}.pt"
+
+
+def build() -> nn.Module:
+    """The untrained architecture: two 3x3 convs, a 2x2 max-pool, two linear layers (about 40k params)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64), nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+@dataclass(frozen=True)
+class DigitsData:
+    """The digits split once with a fixed seed: images float32 [N, 1, 8, 8] in [0, 1], labels int64 [N]."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+
+@functools.lru_cache(maxsize=1)
+def data() -> DigitsData:
+    import torch
+
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:
+        raise WorkloadError(
+            "zoo:digits-cnn needs scikit-learn (its digits data set is bundled with it): "
+            "install it with `pip install dlperf[zoo]`"
+        ) from exc
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
+    n_test = round(len(y) * HELD_OUT_FRACTION)
+    test, train = order[:n_test], order[n_test:]
+    return DigitsData(x[train].contiguous(), y[train].contiguous(), x[test].contiguous(), y[test].contiguous())
+
+
+def train_weights() -> dict[str, torch.Tensor]:
+    """Train the CNN from a fixed seed on the train split; returns its state_dict."""
+    import torch
+
+    d = data()
+    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
+        torch.manual_seed(TRAIN_SEED)
+        model = build()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(TRAIN_SEED)
+    model.train()
+    for _ in range(TRAIN_EPOCHS):
+        order = torch.randperm(len(d.train_y), generator=g)
+        for start in range(0, len(order), TRAIN_BATCH_SIZE):
+            idx = order[start : start + TRAIN_BATCH_SIZE]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(d.train_x[idx]), d.train_y[idx])
+            loss.backward()
+            optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def load_or_train_weights() -> dict[str, torch.Tensor]:
+    """The cached state_dict, or train it and write the cache (atomically) when it is absent or unreadable."""
+
+    path = weights_path()
+    state = _read_cached(path)
+    if state is not None:
+        return state
+    state = train_weights()
+    _save_atomic(state, path)
+    return state
+
+
+def _read_cached(path: Path) -> dict[str, torch.Tensor] | None:
+    """The cached state_dict, or None when there is none or it cannot be used (truncated, stale)."""
+    import torch
+
+    if not path.exists():
+        return None
+    try:
+        state: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)
+        build().load_state_dict(state)
+    except Exception:
+        return None
+    return state
+
+
+def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
+    import torch
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(state, f)
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise WorkloadError(
+            f"zoo:digits-cnn could not write its weights to '{path}': {exc}; "
+            "set DLPERF_CACHE_DIR to a writable folder"
+        ) from exc
+
+
+def make_model() -> nn.Module:
+    model = build()
+    model.load_state_dict(load_or_train_weights())
+    return model.eval()
+
+
+def evaluate(predict: Predict) -> float:
+    """Held-out accuracy of `predict` (any callable taking a float32 [B, 1, 8, 8] tensor, returning logits)."""
+    import torch
+
+    d = data()
+    correct = 0
+    with torch.inference_mode():
+        for start in range(0, len(d.test_y), EVAL_BATCH_SIZE):
+            logits = torch.as_tensor(predict(d.test_x[start : start + EVAL_BATCH_SIZE]))
+            correct += int((logits.argmax(dim=-1) == d.test_y[start : start + EVAL_BATCH_SIZE]).sum())
+    return correct / len(d.test_y)
+
+
+def calibration_inputs() -> Iterator[Inputs]:
+    """Batches of train-split images, as model inputs, for passes that calibrate (static int8)."""
+    d = data()
+    for start in range(0, len(d.train_y), CALIBRATION_BATCH_SIZE):
+        yield (d.train_x[start : start + CALIBRATION_BATCH_SIZE],)
+
+
+def make_inputs(batch_size: int) -> Inputs:
+    """Real held-out images, repeated when the batch is larger than the held-out split."""
+    test_x = data().test_x
+    reps = -(-batch_size // len(test_x))
+    x = test_x.repeat(reps, 1, 1, 1)[:batch_size] if reps > 1 else test_x[:batch_size]
+    return (x.contiguous(),)
+
+
+def make_loader(batch_size: int, **dataloader_kwargs: Any) -> Any:
+    """A DataLoader of (images, labels) over the train split, shuffled with a fixed seed by default."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    d = data()
+    kwargs: dict[str, Any] = {"shuffle": True, "drop_last": True}
+    kwargs.update(dataloader_kwargs)
+    if kwargs.get("shuffle") and "generator" not in kwargs and "sampler" not in kwargs:
+        kwargs["generator"] = torch.Generator().manual_seed(TRAIN_SEED)
+    return DataLoader(TensorDataset(d.train_x, d.train_y), batch_size=batch_size, **kwargs)
+
+
+def workload() -> Workload:
+    import torch
+
+    return Workload(
+        name="digits-cnn",
+        make_model=make_model,
+        make_inputs=make_inputs,
+        eval=EvalSpec(
+            evaluate=evaluate,
+            metric_name="accuracy",
+            higher_is_better=True,
+            calibration_inputs=calibration_inputs,
+        ),
+        train=TrainSpec(
+            make_loader=make_loader,
+            loss_fn=torch.nn.functional.cross_entropy,
+            make_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+            batch_size=64,
+        ),
+        description=SUMMARY,
+        source="zoo:digits-cnn",
+        kind="cnn",
+        input_names=("image",),
+        output_names=("logits",),
+    )

@@ -1,0 +1,55 @@
+"""The CUDA paths of `dlperf profile`: kernel events, device idle time, device memory. Skipped without CUDA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "bottlenecks"
+
+
+@dataclass
+class Ceilings:
+    gemm_flops: dict[str, float]
+    memory_bandwidth_bytes_s: float
+
+
+def test_cuda_inference_profile_has_kernels_idle_time_and_device_memory() -> None:
+    from dlperf.profile.capture import CaptureConfig
+    from dlperf.profile.session import ProfileConfig, profile_workload
+    from dlperf.workload.loader import load_workload
+
+    workload = load_workload(str(EXAMPLES / "compute_bound.py"))
+    report = profile_workload(
+        workload, ProfileConfig(capture=CaptureConfig(device="cuda", steps=2, unprofiled_min_duration_s=0.2)),
+        ceilings=Ceilings({"fp32": 50e12}, 3e12),
+    )
+    assert report.trace.kernels, "no CUDA kernel events captured"
+    assert report.analyses.launch.kernels_per_step is not None and report.analyses.launch.kernels_per_step > 0
+    b = report.analyses.breakdown
+    assert b.device_idle_s is not None and 0 <= b.device_idle_s <= b.step_s
+    m = report.analyses.memory
+    assert m.device_peak_allocated_bytes and m.device_total_bytes and m.device_used_fraction is not None
+    assert m.device_peak_allocated_bytes >= 4 * 512 * 512 * 4  # the weights at least
+
+
+def test_cuda_training_profile_with_h2d_copies() -> None:
+    from dlperf.profile.capture import CaptureConfig
+    from dlperf.profile.session import ProfileConfig, profile_workload
+    from dlperf.workload.loader import load_workload
+
+    workload = load_workload("zoo:mlp")
+    report = profile_workload(
+        workload, ProfileConfig(capture=CaptureConfig(mode="train", device="cuda", steps=2,
+                                                      unprofiled_min_duration_s=0.2)),
+        ceilings=Ceilings({"fp32": 50e12}, 3e12),
+    )
+    assert any(k.kind == "memcpy_h2d" for k in report.trace.kernels)
+    assert report.analyses.breakdown.backward_s > 0
+    assert report.analyses.loader is not None

@@ -1,0 +1,51 @@
+"""`dlperf ab` on a real model: recorded run, JSON verdict, per-item ratios, and setting errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlperf.cli.main import main
+from dlperf.compare.ab import run_ab
+from dlperf.compare.settings import parse_settings
+from dlperf.errors import ConfigError
+from dlperf.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+def test_ab_records_a_run_with_a_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    rc = main(["ab", "zoo:mlp", "--a", "threads=1", "--b", "threads=1,option.hidden=1024", "--batch-size", "16",
+               "--blocks", "6", "--iters-per-block", "5", "--json", "--store", str(store)])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    # B has a 16x larger hidden layer: it is much slower, whatever else runs on the machine.
+    assert data["verdict"] == "slower" and data["ratio"] > 1.5
+    assert data["ci"][0] <= data["ratio"] <= data["ci"][1]
+    assert len(data["block_ratios"]) == 6
+    record = Store(store).get(data["run_id"])
+    assert record.kind == "ab" and record.status == "ok"
+    assert len(record.result["measurements"]["a"]["samples_ns"]) == 30
+    assert record.config["b"]["options"] == {"hidden": 1024}
+
+
+def test_different_batch_sizes_compare_per_item() -> None:
+    run = run_ab("zoo:mlp", parse_settings("batch_size=1"), parse_settings("batch_size=64"), blocks=4,
+                 iters_per_block=3)
+    assert run.per_item and run.batch_size_a == 1 and run.batch_size_b == 64
+    # Per item, a batch of 64 costs far less than 64 single calls.
+    assert run.result.ratio < 0.5
+    assert run.result.b.items_per_call == 64
+
+
+def test_channels_last_on_a_2d_input_is_refused() -> None:
+    with pytest.raises(ConfigError, match="channels_last=1 needs a 4-D"):
+        run_ab("zoo:mlp", parse_settings(""), parse_settings("channels_last=1"), blocks=4, iters_per_block=1)
+
+
+def test_unknown_setting_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["ab", "zoo:mlp", "--b", "thread=2", "--store", str(tmp_path / "r.db")]) == 2
+    assert "unknown key 'thread'" in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""`dlperf check` end to end: a workload made 20% slower by a test-only knob fails against its baseline;
+the unchanged one passes. Also the baseline commands, `dlperf compare`, and the pytest helpers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dlperf
+from dlperf.cli.main import main
+from dlperf.store import Store
+from dlperf.testing import PerformanceRegression, assert_no_regression
+
+pytestmark = pytest.mark.integration
+
+WORKLOAD = str(Path(__file__).with_name("sleepy_workload.py")) + ":workload"
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("check") / "runs.db"
+    dlperf.bench(WORKLOAD, batch_sizes=(1,), min_duration_s=0.4, min_iters=40, store=str(path))
+    run_id = Store(path).list(kind="bench")[0].id
+    assert main(["baseline", "set", "main", run_id, "--store", str(path)]) == 0
+    return path
+
+
+def test_unchanged_workload_passes(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", WORKLOAD, "--baseline", "main", "--max-regression", "5%", "--duration", "0.4",
+               "--store", str(store_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "PASS" in out
+
+
+def test_twenty_percent_slower_fails_and_says_why(store_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DLPERF_TEST_SLOWDOWN", "1.2")
+    rc = main(["check", WORKLOAD, "--baseline", "main", "--max-regression", "5%", "--duration", "0.4",
+               "--store", str(store_path), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    point = data["points"][0]
+    assert point["failed"] and point["significant"] and point["exceeds"]
+    assert 0.12 < point["regression"] < 0.35
+    assert "REGRESSION" in data["reasons"][0]
+    check_run = Store(store_path).get(data["run_id"])
+    assert check_run.kind == "check" and check_run.result["gate"]["failed"]
+
+
+def test_assert_no_regression_raises_with_the_numbers(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not assert_no_regression(WORKLOAD, "main", store=str(store_path), min_duration_s=0.3).failed
+    monkeypatch.setenv("DLPERF_TEST_SLOWDOWN", "1.25")
+    with pytest.raises(PerformanceRegression, match=r"REGRESSION, significantly above the 5.0% threshold"):
+        assert_no_regression(WORKLOAD, "main", store=str(store_path), min_duration_s=0.3)
+
+
+def test_baseline_list_and_compare_json(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["baseline", "list", "--json", "--store", str(store_path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed[0]["name"] == "main" and listed[0]["workload"].endswith("sleepy_workload.py:workload")
+    runs = Store(store_path).list(kind="check", limit=2)
+    assert main(["compare", listed[0]["run_id"], runs[0].id, "--json", "--store", str(store_path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["points"][0]["test"]["test"] == "mann-whitney-u"
+
+
+def test_unknown_baseline_is_a_clear_error(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", WORKLOAD, "--baseline", "nope", "--store", str(store_path)]) == 2
+    assert "no baseline named 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> None:
+    test_file = tmp_path / "test_speed.py"
+    test_file.write_text(
+        "def test_speed(dlperf_check):\n"
+        f"    dlperf_check({WORKLOAD!r}, baseline='main', min_duration_s=0.3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "dlperf.testing.plugin",
+         "--dlperf-store", str(store_path), str(test_file)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout

@@ -1,0 +1,46 @@
+"""The search on zoo:digits-cnn with its real accuracy metric: the int8 model it picks stays in budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from dlperf.optimize.constraints import Constraints
+from dlperf.optimize.search import OptimizeConfig, optimize
+from dlperf.workload.loader import load_workload
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAST = {"warmup_iters": 2, "min_duration_s": 0.1, "min_iters": 5, "max_duration_s": 2.0, "ab_blocks": 6,
+        "ab_iters_per_block": 3}
+
+
+def test_size_objective_picks_int8_within_the_accuracy_budget(tmp_path: Path) -> None:
+    config = OptimizeConfig(
+        objective="size", passes=("dynamic_int8", "channels_last"), constraints=Constraints(max_metric_drop=0.01),
+        max_depth=2, time_budget_s=240, workdir=str(tmp_path / "work"), **FAST,  # type: ignore[arg-type]
+    )
+    result = optimize("zoo:digits-cnn", config, export_dir=tmp_path / "out")
+    assert not result.metric_is_fidelity
+    assert result.metric_name.lower().startswith("acc")
+    base_acc = result.baseline["metric"]
+    assert base_acc > 0.9  # a trained model on real data
+    winner = result.winner_row
+    assert winner is not None and winner["precision"] == "int8"
+    assert winner["size_bytes"] < result.baseline["size_bytes"]
+    assert winner["metric"] >= base_acc * 0.99
+    for row in result.rows:
+        if row.get("feasible"):
+            assert row["metric"] >= base_acc * 0.99
+
+    # The exported int8 model, loaded back, scores the same accuracy on the held-out digits.
+    workload = load_workload("zoo:digits-cnn")
+    loaded = dlperf.load(tmp_path / "out")
+    assert workload.eval is not None
+    with torch.no_grad():
+        acc = workload.eval.evaluate(loaded)
+    assert acc == pytest.approx(winner["metric"], abs=1e-9)
+    assert acc >= base_acc * 0.99

@@ -1,0 +1,72 @@
+"""The search on zoo:mlp end to end: isolation of a crash, a hang and a memory hog; store; export; load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from dlperf.optimize.search import OptimizeConfig, optimize
+from dlperf.store.db import Store
+from dlperf.workload.loader import load_workload
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAULTY = str(Path(__file__).with_name("faulty_passes.py"))
+FAST = {"warmup_iters": 2, "min_duration_s": 0.1, "min_iters": 5, "max_duration_s": 2.0, "ab_blocks": 6,
+        "ab_iters_per_block": 3}
+
+
+def test_search_survives_crash_hang_and_oom_then_exports_a_loadable_artifact(tmp_path: Path) -> None:
+    store = Store(tmp_path / "runs.db")
+    config = OptimizeConfig(
+        passes=("hygiene", "dynamic_int8", "crash", "hang", "hog"), extra_modules=(FAULTY,), max_depth=2,
+        candidate_timeout_s=8.0, memory_limit_bytes=1 * 2**30, time_budget_s=240, workdir=str(tmp_path / "work"),
+        **FAST,  # type: ignore[arg-type]
+    )
+    events: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, export_dir=tmp_path / "out",
+                      on_event=lambda kind, data: events.append(kind))
+    rows = {r["label"]: r for r in result.rows}
+
+    crash = rows["crash"]
+    assert crash["status"] == "failed" and "SIGSEGV" in crash["error"] and crash["phase"] == "apply"
+    hang = rows["hang"]
+    assert hang["status"] == "failed" and hang.get("timed_out") and "timed out after 8 s during 'apply'" in hang["error"]
+    hog = rows["hog"]
+    assert hog["status"] == "failed" and hog["error"].startswith("out of memory")
+    # The search went on after them and measured the real passes.
+    assert rows["dynamic_int8"]["status"] == "ok"
+    assert rows["hygiene"]["status"] == "ok"
+    # Failed passes are never extended.
+    assert not any("crash" in label and "+" in label for label in rows)
+
+    assert result.metric_is_fidelity
+    assert result.baseline["metric"] == pytest.approx(1.0, abs=1e-6)
+    assert rows["dynamic_int8"]["metric"] < 1.0  # int8 really changes the outputs
+    assert rows["dynamic_int8"]["precision"] == "int8"
+    assert rows["dynamic_int8"]["size_bytes"] < result.baseline["size_bytes"]
+    for key in result.front:
+        assert result.row(key)["feasible"]
+
+    # Everything was streamed to the store: one parent, one child per measured candidate.
+    parent = store.get(result.run_id)  # type: ignore[arg-type]
+    assert parent.kind == "optimize" and parent.status == "ok"
+    children = store.list(kind="candidate", parent_id=parent.id, limit=None)
+    assert len(children) == len(result.rows)
+    assert {c.status for c in children if c.result["label"] == "crash"} == {"failed"}
+
+    # The exported artifact loads and behaves like the original model.
+    assert result.export_dir is not None
+    loaded = dlperf.load(result.export_dir)
+    workload = load_workload("zoo:mlp")
+    model = workload.build_model().eval()
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        expected = model(x)
+        got = loaded(x)
+    assert got.shape == expected.shape
+    assert float(torch.nn.functional.cosine_similarity(got, expected).min()) > 0.99
+    assert "candidate_done" in events and "done" in events

@@ -1,0 +1,105 @@
+"""Each example in examples/bottlenecks/ is built to have one known bottleneck: the top finding must name it.
+
+Ceilings are fixed (this machine kind's measured figures) so the roofline's ridge does not move with the
+load on the machine; the steps run single-threaded except where threads are the point, so other processes
+on a shared machine stall no OpenMP barrier of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dlperf.profile import diagnose as dg
+from dlperf.profile.capture import CaptureConfig, StepOptions
+from dlperf.profile.session import ProfileConfig, ProfileReport, profile_workload
+from dlperf.workload.loader import load_workload
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "bottlenecks"
+
+
+@dataclass
+class Ceilings:
+    gemm_flops: dict[str, float]
+    memory_bandwidth_bytes_s: float
+
+
+CEILINGS = Ceilings({"fp32": 310e9}, 15e9)
+
+
+def _profile(name: str, *, mode: str = "inference", threads: int | None = 1, verify: bool = False,
+             budget: int | None = None, batch: int | None = None) -> ProfileReport:
+    workload = load_workload(str(EXAMPLES / f"{name}.py"))
+    capture = CaptureConfig(mode=mode, steps=3, warmup_steps=1, unprofiled_min_duration_s=0.2,
+                            options=StepOptions(threads=threads, batch_size=batch), memory_budget_bytes=budget)
+    return profile_workload(workload, ProfileConfig(capture=capture, verify=verify, max_fixes=1), ceilings=CEILINGS)
+
+
+@pytest.mark.slow
+def test_slow_input_pipeline_and_workers_measured_faster() -> None:
+    report = _profile("slow_input", mode="train", verify=True)
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert report.analyses.loader is not None and report.analyses.loader.num_workers == 0
+    assert report.verified is not None and len(report.verified) == 1
+    v = report.verified[0]
+    assert v.error is None and v.fix.id == "loader"
+    assert v.ab is not None and len(v.ab["block_ratios"]) == 8
+    # 80 ms of sleeping per batch split over 2 workers: a large, robust gain
+    assert v.verdict == "faster" and v.speedup is not None and v.speedup > 1.3
+
+
+def test_launch_overhead_and_larger_batch_measured() -> None:
+    report = _profile("launch_overhead", verify=True)
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.LAUNCH_OVERHEAD
+    assert report.analyses.launch.ops_per_step >= 900
+    assert report.verified is not None and len(report.verified) == 1
+    v = report.verified[0]
+    assert v.error is None and v.fix.id == "batch"
+    assert v.ab is not None and v.ab["a"]["items_per_call"] == 4 and len(v.ab["block_ratios"]) == 8
+    # 4 items per call either way; per-op cost does not grow with a [4, 8] tensor: far faster
+    assert v.speedup is not None and v.speedup > 1.5
+
+
+def test_compute_bound_gemms() -> None:
+    report = _profile("compute_bound")
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.COMPUTE_BOUND
+    assert report.analyses.operators.operators[0].name == "aten::addmm"
+    assert report.analyses.operators.operators[0].flops == pytest.approx(4 * 2 * 256 * 512 * 512)
+
+
+def test_bandwidth_bound_elementwise_chain() -> None:
+    report = _profile("bandwidth_bound", batch=2)
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.MEMORY_BANDWIDTH
+    assert all(f.category != dg.COMPUTE_BOUND for f in report.diagnosis.findings)
+
+
+@pytest.mark.slow
+def test_oversubscribed_threads() -> None:
+    report = _profile("oversubscribed", threads=None, verify=True)
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.HOST_THREADS and top.root_cause
+    assert report.analyses.threads.intra_op_threads == 8 * (psutil.cpu_count() or 1)
+    assert report.verified is not None and report.verified[0].fix.id == "threads"
+    assert report.verified[0].error is None and report.verified[0].speedup is not None
+    import torch
+
+    assert torch.get_num_threads() != report.analyses.threads.intra_op_threads  # restored
+
+
+def test_memory_pressure_against_a_budget() -> None:
+    budget = int(psutil.Process().memory_info().rss) + 256 * 2**20  # the step's intermediate alone is 256 MiB
+    report = _profile("memory_pressure", batch=2, budget=budget)
+    top = report.diagnosis.top
+    assert top is not None and top.category == dg.MEMORY_CAPACITY
+    assert report.analyses.memory.used_fraction >= 0.9
+    assert report.analyses.memory.budget_source == "--memory-budget"
+    assert report.analyses.memory.step_allocated_peak_bytes >= 256 * 2**20

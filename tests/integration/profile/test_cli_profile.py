@@ -1,0 +1,59 @@
+"""`dlperf profile` end to end in-process: JSON on stdout, the Chrome trace file, the run in the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlperf.calibrate import Ceilings, machine_key
+from dlperf.calibrate.ceilings import write_cache
+from dlperf.cli.main import main
+from dlperf.store import Store
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "bottlenecks"
+
+
+@pytest.fixture
+def seeded_ceilings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ceilings cache for this machine in a private cache dir, so the command does not calibrate."""
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    write_cache(Ceilings(device="cpu", machine_key=machine_key("cpu"), gemm_flops={"fp32": 310e9},
+                         memory_bandwidth_bytes_s=15e9, measured_at="test", threads=0))
+
+
+def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    trace_file = tmp_path / "trace.json"
+    store = tmp_path / "runs.db"
+    code = main(["profile", str(EXAMPLES / "compute_bound.py"), "--steps", "3", "--threads", "1",
+                 "--trace", str(trace_file), "--json", "--store", str(store)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    result = out["result"]
+    assert result["verdict"].startswith("compute")
+    assert result["findings"][0]["category"] == "compute"
+    assert result["findings"][0]["evidence"]
+    assert result["ceilings"]["gemm_flops"]["fp32"] == 310e9
+    assert result["overhead"]["unprofiled_step_s"] > 0 and result["overhead"]["ratio"] > 0
+    assert result["trace"]["steps"] == 3
+    events = json.loads(trace_file.read_text())["traceEvents"]
+    assert any(e.get("name") == "dlperf/step" for e in events)
+    record = Store(str(store)).get(out["run_id"])
+    assert record.kind == "profile" and record.status == "ok"
+    assert record.result["verdict"] == result["verdict"]
+
+
+def test_profile_terminal_output_and_bad_option(tmp_path: Path, seeded_ceilings: None,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["profile", str(EXAMPLES / "compute_bound.py"), "--steps", "1", "--threads", "1",
+                 "--store", str(tmp_path / "runs.db")])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "verdict: compute" in text and "fix:" in text and "profiling overhead" in text
+    assert main(["profile", str(EXAMPLES / "compute_bound.py"), "--memory-budget", "lots",
+                 "--store", str(tmp_path / "runs.db")]) == 2
+    assert main(["profile", "zoo:mlp", "--train", "--steps", "0", "--store", str(tmp_path / "runs.db")]) == 2

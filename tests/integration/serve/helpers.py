@@ -1,0 +1,73 @@
+"""Shared pieces of the serving integration tests: a gated model the test releases, free ports, polling."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+import numpy as np
+
+from dlperf.serve.instances import ServedModel, Signature, TensorSpec
+
+SIG = Signature((TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),))
+
+
+class Gate:
+    """A model y = 2x that blocks each batch until the test opens the gate (or raises on a marker value)."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.batches: list[int] = []
+        self.armed = False
+        """False during the warm-up: the poisoned marker value only fails once the test arms the gate."""
+
+    def runner(self, index: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            x = arrays[0]
+            if self.armed and x[0, 0] == -1.0:
+                raise ValueError("poisoned input")
+            self.batches.append(int(x.shape[0]))
+            self.entered.release()
+            if not self.open.wait(30):
+                raise TimeoutError("gate never opened")
+            return [x * 2]
+
+        return run
+
+    def model(self) -> ServedModel:
+        return ServedModel("gated", SIG, self.runner)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def http_status(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return -1
+
+
+def get_text(url: str, headers: dict[str, str] | None = None) -> str:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return str(response.read().decode())

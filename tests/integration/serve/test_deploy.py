@@ -1,0 +1,68 @@
+"""deploy/: the Grafana dashboard and the Prometheus alert rules name only metrics a real server exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.serve.metrics import GPU_METRIC_NAMES
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig
+
+from .helpers import get_text
+
+pytestmark = pytest.mark.integration
+
+yaml = pytest.importorskip("yaml")
+httpclient = pytest.importorskip("tritonclient.http")
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+METRIC = re.compile(r"\b((?:dlperf|process)_[a-z0-9_]+)")
+
+
+@pytest.fixture(scope="module")
+def exported() -> Iterator[set[str]]:
+    running: Running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_queue_size=8))
+    try:
+        x = np.zeros((1, 64), np.float32)
+        inp = httpclient.InferInput("x", [1, 64], "FP32")
+        inp.set_data_from_numpy(x)
+        httpclient.InferenceServerClient(running.url).infer("mlp", [inp])
+        text = get_text(f"http://{running.url}/metrics")
+    finally:
+        running.stop()
+    yield {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def _check(names: set[str], exported: set[str], where: str) -> None:
+    assert names, f"{where} names no metric"
+    missing = sorted(n for n in names if n not in exported and n not in GPU_METRIC_NAMES)
+    assert not missing, f"{where} uses metrics the server does not export: {missing}"
+
+
+def test_alert_rules_cover_the_four_alerts_and_use_real_metrics(exported: set[str]) -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text())
+    alerts = [r for g in rules["groups"] for r in g["rules"]]
+    assert {a["alert"] for a in alerts} == {
+        "DlperfP99LatencyOverSLO", "DlperfErrorRatioHigh", "DlperfQueueSaturated", "DlperfNoTraffic"}
+    for alert in alerts:
+        assert alert["labels"]["severity"] and alert["annotations"]["summary"] and alert["for"]
+        _check(set(METRIC.findall(alert["expr"])), exported, f"alert {alert['alert']}")
+
+
+def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    names = {n for e in exprs for n in METRIC.findall(e)}
+    _check(names, exported, "the dashboard")
+    # every dlperf serving family appears somewhere on the dashboard
+    for family in ("request_success_total", "request_failure_total", "count_total", "exec_count_total",
+                   "pending_requests", "request_duration_seconds_bucket", "queue_duration_seconds_bucket",
+                   "compute_duration_seconds_bucket", "batch_size_bucket"):
+        assert f"dlperf_inference_{family}" in names

@@ -1,0 +1,76 @@
+"""`dlperf load` against a real dlperf server on 127.0.0.1: levels, bounds, errors, server times, the store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlperf.cli.main import main
+from dlperf.load.generator import LoadConfig, oip_target, run_level
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig
+from dlperf.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Running]:
+    running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=16))
+    yield running
+    running.stop()
+
+
+def test_concurrency_levels_are_bounded_measured_and_recorded(server: Running, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "1,4", "--requests", "60",
+                 "--duration", "20s", "--window-s", "0.5", "--warmup-s", "0.2", "--batch-size", "2", "--json",
+                 "--store", str(store)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    levels = out["levels"]
+    assert [lv["level"] for lv in levels] == [1.0, 4.0]
+    for lv in levels:
+        sent = sum(lv["statuses"].values())
+        assert 0 < sent <= 60  # the request bound holds (warm-up requests are not reported)
+        assert lv["errors"] == 0 and lv["statuses"] == {"200": lv["requests_ok"]}
+        assert lv["throughput_items_per_s"] == pytest.approx(2 * lv["throughput_rps"])
+        assert lv["p50_s"] <= lv["p90_s"] <= lv["p99_s"] <= lv["p999_s"]
+        assert lv["server"] is not None and lv["server"]["requests"] >= lv["requests_ok"] - 4
+        assert lv["server"]["queue_s"] >= 0 and lv["server"]["compute_s"] > 0
+    record = Store(store).get(out["run_id"])
+    assert record.kind == "load" and record.status == "ok"
+    assert record.config["model"] == "mlp" and len(record.result["levels"]) == 2
+    assert len(record.result["levels"][0]["latencies_ns"]) == levels[0]["requests_ok"]
+
+
+def test_rate_mode_sends_about_the_asked_rate(server: Running) -> None:
+    target = oip_target(server.url, "mlp")
+    config = LoadConfig(rate=40, arrivals="poisson", duration_s=3.0, window_s=1.0, warmup_s=0.3)
+    result = run_level(target, config, 40.0)
+    assert result.errors == 0 and result.ok > 0
+    assert result.send_rate is not None and 20 < result.send_rate < 60
+    assert result.scheduled >= result.ok
+
+
+def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", server.url, "--model", "nope", "--requests", "1"]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
+    assert main(["load", server.url, "--model", "mlp", "--shape", "x=1,3", "--requests", "1"]) == 2
+    assert "expects [-1, 64]" in capsys.readouterr().err
+
+
+def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "20",
+                 "--duration", "2s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
+                 str(tmp_path / "r.db")])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"][0]["level"] == 20.0
+    passed = [s["level"] for s in out["steps"] if s["passed"]]
+    assert out["peak_rate"] == max(passed)

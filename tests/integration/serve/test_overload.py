@@ -1,0 +1,101 @@
+"""Overload, timeouts and model failures on a real server whose model the test holds at a gate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig, build_state
+
+from .helpers import Gate, get_text, wait_until
+
+pytestmark = pytest.mark.integration
+
+httpclient = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+
+def _input(value: float, rows: int = 1) -> Any:
+    x = np.full((rows, 4), value, np.float32)
+    inp = httpclient.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return inp
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[Running, Gate]]:
+    gate = Gate()
+    gate.open.set()  # warm-up passes
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=2, instances=1)
+    state = build_state(config, {"gated": gate.model()})
+    gate.open.clear()
+    gate.batches.clear()
+    gate.armed = True
+    running = start_in_thread(config, state)
+    yield running, gate
+    gate.open.set()
+    running.stop()
+
+
+def _metrics(running: Running) -> Any:
+    return parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"]
+
+
+def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Running, Gate]) -> None:
+    running, gate = gated
+    c = httpclient.InferenceServerClient(running.url, concurrency=4)
+    first = c.async_infer("gated", [_input(1.0)])
+    assert gate.entered.acquire(timeout=30)  # request 1 is executing, held at the gate
+    queued = [c.async_infer("gated", [_input(2.0 + i)]) for i in range(2)]
+    wait_until(lambda: _metrics(running).pending_requests == 2, what="two queued requests")
+    # the queue is full: the next request is refused while the model is still blocked
+    with pytest.raises(InferenceServerException) as info:
+        httpclient.InferenceServerClient(running.url).infer("gated", [_input(9.0)])
+    assert info.value.status() == "503"
+    assert "Exceeds maximum queue size" in info.value.message()
+    gate.open.set()
+    values = [float(r.get_result().as_numpy("y")[0, 0]) for r in [first, *queued]]
+    assert values == [2.0, 4.0, 6.0]
+    m = _metrics(running)
+    assert m.success_total == 3
+    assert m.failure_total["REJECTED"] == 1
+    assert m.requests_total == 4
+    assert m.pending_requests == 0
+    c.close()
+
+
+def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(gated: tuple[Running, Gate]) -> None:
+    running, gate = gated
+    gate.open.set()
+    c = httpclient.InferenceServerClient(running.url)
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("gated", [_input(-1.0)])
+    assert info.value.status() == "500"
+    assert "model 'gated' failed on a batch of 1 items" in info.value.message()
+    assert "ValueError: poisoned input" in info.value.message()
+    assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0
+    m = _metrics(running)
+    assert m.failure_total["BACKEND"] == 1 and m.success_total == 1
+
+
+def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gate]) -> None:
+    running, gate = gated
+    c = httpclient.InferenceServerClient(running.url, concurrency=2)
+    first = c.async_infer("gated", [_input(1.0)])
+    assert gate.entered.acquire(timeout=30)
+    late = c.async_infer("gated", [_input(2.0)], timeout=1000)  # 1 ms, in µs as Triton's parameter
+    wait_until(lambda: _metrics(running).pending_requests == 1, what="the queued request")
+    # the request expires while the instance is busy; it is failed when the instance next looks at the queue
+    gate.open.set()
+    assert float(first.get_result().as_numpy("y")[0, 0]) == 2.0
+    with pytest.raises(InferenceServerException) as info:
+        late.get_result()
+    assert info.value.status() == "503"
+    assert "Request timeout expired" in info.value.message()
+    assert _metrics(running).failure_total["TIMEOUT"] == 1
+    c.close()

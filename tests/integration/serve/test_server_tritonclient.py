@@ -1,0 +1,208 @@
+"""A real dlperf server on 127.0.0.1 (uvicorn in a thread), driven by tritonclient[http]."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig, build_state
+
+from .helpers import get_text, http_status
+
+pytestmark = pytest.mark.integration
+
+httpclient = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+MAX_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Running]:
+    # a long fixed wait makes concurrent requests meet in one batch whatever the machine's load
+    config = ServeConfig(model="zoo:mlp", port=0, max_batch_size=MAX_BATCH, max_queue_delay_s=0.05,
+                         adaptive_wait=False)
+    running = start_in_thread(config)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Any:
+    import torch
+
+    from dlperf.workload import zoo
+
+    model = zoo.get("mlp").build_model().eval()
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model(torch.from_numpy(x)).numpy()
+
+    return predict
+
+
+def _input(x: np.ndarray, binary: bool = True, name: str = "x", datatype: str = "FP32") -> Any:
+    inp = httpclient.InferInput(name, list(x.shape), datatype)
+    inp.set_data_from_numpy(x, binary_data=binary)
+    return inp
+
+
+def test_health_and_metadata(server: Running) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_model_ready("mlp") and c.is_model_ready("mlp", "1")
+    assert not c.is_model_ready("nope")
+    meta = c.get_server_metadata()
+    assert meta["name"] == "dlperf"
+    assert {"binary_tensor_data", "statistics", "model_configuration"} <= set(meta["extensions"])
+    model = c.get_model_metadata("mlp")
+    assert model["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 64]}]
+    assert model["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]
+    config = c.get_model_config("mlp")
+    assert config["max_batch_size"] == MAX_BATCH
+    assert config["input"][0]["dims"] == [64]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 50_000
+    with pytest.raises(InferenceServerException) as info:
+        c.get_model_metadata("nope")
+    assert info.value.status() == "404"
+
+
+@pytest.mark.parametrize(("binary_in", "binary_out"), [(True, True), (False, False), (True, False), (False, True)])
+def test_binary_and_json_inference_give_the_models_outputs(server: Running, reference: Any, binary_in: bool,
+                                                           binary_out: bool) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    out = httpclient.InferRequestedOutput("logits", binary_data=binary_out)
+    result = c.infer("mlp", [_input(x, binary_in)], outputs=[out], request_id="req-1", model_version="1")
+    assert result.get_response()["id"] == "req-1"
+    np.testing.assert_allclose(result.as_numpy("logits"), reference(x), rtol=1e-5, atol=1e-6)
+
+
+def test_gzip_and_deflate_both_ways(server: Running, reference: Any) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.random.default_rng(2).standard_normal((2, 64)).astype(np.float32)
+    for algorithm in ("gzip", "deflate"):
+        result = c.infer("mlp", [_input(x)], request_compression_algorithm=algorithm,
+                         response_compression_algorithm=algorithm)
+        np.testing.assert_allclose(result.as_numpy("logits"), reference(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "datatype", "message"),
+    [
+        ("nope", (1, 64), "FP32", "unknown input 'nope'"),
+        ("x", (1, 63), "FP32", "expects [-1, 64]"),
+        ("x", (1, 64), "INT64", "expects FP32"),
+        ("x", (MAX_BATCH + 1, 64), "FP32", "above the server's max batch size"),
+    ],
+)
+def test_bad_requests_are_400_with_an_error_message(server: Running, name: str, shape: tuple[int, ...],
+                                                    datatype: str, message: str) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.zeros(shape, dtype=np.int64 if datatype == "INT64" else np.float32)
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("mlp", [_input(x, name=name, datatype=datatype)])
+    assert info.value.status() == "400"
+    assert message in info.value.message()
+
+
+def test_unknown_model_and_version_are_404(server: Running) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.zeros((1, 64), np.float32)
+    for kwargs in ({"model_name": "nope"}, {"model_name": "mlp", "model_version": "7"}):
+        with pytest.raises(InferenceServerException) as info:
+            c.infer(inputs=[_input(x)], **kwargs)
+        assert info.value.status() == "404"
+
+
+def test_concurrent_distinct_requests_are_batched_and_routed_back(server: Running, reference: Any) -> None:
+    before = httpclient.InferenceServerClient(server.url).get_inference_statistics("mlp")["model_stats"][0]
+    n = 24
+    c = httpclient.InferenceServerClient(server.url, concurrency=n)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1 + i % 3, 64)).astype(np.float32) for i in range(n)]
+    pending = [c.async_infer("mlp", [_input(x)], request_id=str(i)) for i, x in enumerate(xs)]
+    results = [p.get_result() for p in pending]
+    for i, (x, r) in enumerate(zip(xs, results, strict=False)):
+        assert r.get_response()["id"] == str(i)
+        np.testing.assert_allclose(r.as_numpy("logits"), reference(x), rtol=1e-5, atol=1e-6)
+    after = c.get_inference_statistics("mlp")["model_stats"][0]
+    items = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    assert items == sum(x.shape[0] for x in xs)
+    assert executions < n  # requests shared batches
+    assert max(b["batch_size"] for b in after["batch_stats"]) <= MAX_BATCH
+    c.close()
+
+
+def test_metrics_parse_and_add_up(server: Running) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    before = parse_variant_metrics(get_text(f"http://{server.url}/metrics"))["default"]
+    x = np.zeros((2, 64), np.float32)
+    for _ in range(3):
+        c.infer("mlp", [_input(x)])
+    with pytest.raises(InferenceServerException):
+        c.infer("mlp", [_input(np.zeros((1, 5), np.float32))])
+    after = parse_variant_metrics(get_text(f"http://{server.url}/metrics"))["default"]
+    assert after.success_total - before.success_total == 3
+    assert after.failure_total["INVALID"] - before.failure_total["INVALID"] == 1
+    assert after.requests_total - before.requests_total == 4
+    assert after.inference_count_total - before.inference_count_total == 6
+    assert after.request_duration.count - before.request_duration.count == 4
+    assert after.queue_duration.count - before.queue_duration.count == 3
+    assert after.batch_size.count == after.exec_count_total
+    stats = c.get_inference_statistics("mlp")["model_stats"][0]["inference_stats"]
+    assert stats["success"]["count"] == after.success_total
+    assert stats["fail"]["count"] == sum(after.failure_total.values())
+
+
+def test_request_too_large_is_413_before_it_is_read() -> None:
+    config = ServeConfig(model="zoo:mlp", port=0, max_request_bytes=4096)
+    state = build_state(config)
+    with start_in_thread(config, state) as running:
+        c = httpclient.InferenceServerClient(running.url)
+        big = np.zeros((32, 64), np.float32)  # 8 KiB of binary data
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(big)])
+        assert info.value.status() == "413"
+        small = np.zeros((1, 64), np.float32)
+        assert c.infer("mlp", [_input(small)]).as_numpy("logits").shape == (1, 10)
+
+
+def test_bearer_token_protects_all_but_health() -> None:
+    config = ServeConfig(model="zoo:mlp", port=0, token="s3cret")
+    with start_in_thread(config) as running:
+        base = f"http://{running.url}"
+        assert http_status(f"{base}/v2/health/ready") == 200
+        assert http_status(f"{base}/v2/health/live") == 200
+        assert http_status(f"{base}/v2/models/mlp") == 401
+        assert http_status(f"{base}/metrics") == 401
+        assert http_status(f"{base}/v2/models/mlp", {"Authorization": "Bearer wrong"}) == 401
+        assert http_status(f"{base}/v2/models/mlp", {"Authorization": "Bearer s3cret"}) == 200
+        c = httpclient.InferenceServerClient(running.url)
+        x = np.zeros((1, 64), np.float32)
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(x)])
+        assert info.value.status() == "401"
+        r = c.infer("mlp", [_input(x)], headers={"Authorization": "Bearer s3cret"})
+        assert r.as_numpy("logits").shape == (1, 10)
+
+
+def test_json_request_without_content_type_from_plain_http(server: Running) -> None:
+    body = json.dumps({"id": "plain", "inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32",
+                                                   "data": [0.5] * 64}]}).encode()
+    request = urllib.request.Request(f"http://{server.url}/v2/models/mlp/infer", data=body, method="POST")
+    request.remove_header("Content-type")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        reply = json.loads(response.read())
+        assert response.headers["Content-Type"].startswith("application/json")
+    assert reply["id"] == "plain" and reply["model_name"] == "mlp"
+    assert reply["outputs"][0]["shape"] == [1, 10] and len(reply["outputs"][0]["data"]) == 10

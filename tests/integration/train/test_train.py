@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlperf.calibrate import get_ceilings
+from dlperf.cli.main import main
+from dlperf.measure.ab import ABConfig
+from dlperf.store import Store
+from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.loop import StepConfig, base_config
+from dlperf.train.parity import ParityConfig
+from dlperf.train.step import measure_training
+from dlperf.train.tune import ACCEPTED, PARITY_FAILED, TuneConfig, Tuner, tune
+from dlperf.workload.loader import load_workload
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+SLOW_LOADER = str(ROOT / "examples" / "slow_loader.py")
+QUICK_AB = ABConfig(blocks=4, iters_per_block=2, warmup_iters=1)
+
+
+class LearningRateKnob:
+    """A deliberately broken knob: it 'speeds up' training by changing the learning rate."""
+
+    name = "lr"
+    sweep = False
+
+    def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
+        return None
+
+    def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
+        return [Candidate({"lr_scale": 10.0}, "10x the learning rate")]
+
+
+def test_cli_measures_a_step_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store_path = tmp_path / "runs.db"
+    code = main(["train", "zoo:mlp", "--steps", "4", "--warmup", "1", "--threads", "1", "--no-mfu", "--json",
+                 "--store", str(store_path)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    result = out["result"]
+    assert result["summary"]["n"] == 4
+    assert set(result["breakdown_s"]) == {"data", "h2d", "forward", "backward", "optimizer", "other"}
+    assert result["samples_per_s"] > 0 and result["flops_per_step"] > 0
+    record = Store(store_path).get(out["run_id"])
+    assert record.kind == "train" and record.status == "ok"
+    assert record.result["config"]["batch_size"] == 64
+
+
+def test_digits_cnn_mfu_uses_the_calibrated_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    ceilings = get_ceilings("cpu", quick=True)
+    w = load_workload("zoo:digits-cnn")
+    result = measure_training(w, base_config(w, threads=1), steps=3, warmup_steps=1, ceilings=ceilings)
+    assert result.flops_per_step is not None and result.flops_per_step > 0
+    assert result.ceiling_flops == ceilings.gemm_flops["fp32"]
+    assert result.mfu == pytest.approx(result.flops_per_step * 3 / result.measurement.total_s
+                                       / ceilings.gemm_flops["fp32"])
+
+
+def test_tuner_finds_the_dataloader_fix_on_a_slow_input_pipeline() -> None:
+    w = load_workload(SLOW_LOADER)
+    config = TuneConfig(knobs=("workers", "batch"), parity=ParityConfig(steps=6), ab=QUICK_AB, final_ab=QUICK_AB,
+                        measure_steps=4)
+    result = tune(w, base_config(w, threads=1), config)
+    workers = [t for t in result.trials if t.knob == "workers"]
+    assert workers[0].status == ACCEPTED, workers[0].reason
+    assert result.best.num_workers >= 2
+    assert result.speedup > 1.0
+    assert result.baseline_measurement.breakdown_share()["data"] > 0.5  # the breakdown shows why
+    setting = next(s for s in result.settings if s.what == "DataLoader")
+    assert f"num_workers={result.best.num_workers}" in setting.code
+
+
+def test_loss_parity_catches_a_broken_knob_on_real_data() -> None:
+    w = load_workload("zoo:digits-cnn")
+    config = TuneConfig(parity=ParityConfig(steps=8), ab=QUICK_AB, final_ab=QUICK_AB, measure_steps=2)
+    result = Tuner(w, base_config(w, threads=1), config, knobs={"lr": LearningRateKnob()}).run()
+    (trial,) = result.trials
+    assert trial.status == PARITY_FAILED
+    assert trial.parity is not None and trial.parity.relative_difference > config.parity.rtol
+    assert result.best == result.baseline
+    assert result.settings == []

@@ -1,0 +1,90 @@
+"""zoo:digits-cnn: trains from a seed into the cache, reloads from it, and scores a real held-out accuracy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.workload import load_workload
+from dlperf.workload.zoo import digits_cnn
+
+pytestmark = pytest.mark.integration
+
+
+def test_trains_into_the_cache_and_is_accurate(zoo_cache_dir: Path) -> None:
+    w = load_workload("zoo:digits-cnn")
+    model = w.build_model()
+    path = digits_cnn.weights_path()
+    assert path.parent.parent == zoo_cache_dir
+    assert path.exists()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+    assert w.eval is not None and w.eval.metric_name == "accuracy" and w.eval.higher_is_better
+    accuracy = w.eval.evaluate(model)
+    assert 0.9 < accuracy <= 1.0
+
+
+def test_second_load_reads_the_cached_file() -> None:
+    digits_cnn.make_model()  # make sure the cache exists
+    path = digits_cnn.weights_path()
+    original = path.read_bytes()
+    state = torch.load(path, weights_only=True)
+    # A file whose last layer always votes for class 3: a model built from it must show that.
+    last_bias = [k for k in state if k.endswith(".bias")][-1]
+    state[last_bias] = torch.full_like(state[last_bias], -100.0)
+    state[last_bias][3] = 100.0
+    torch.save(state, path)
+    try:
+        model = digits_cnn.make_model()
+        (x,) = digits_cnn.make_inputs(16)
+        with torch.inference_mode():
+            assert model(x).argmax(dim=1).tolist() == [3] * 16
+    finally:
+        path.write_bytes(original)
+    assert torch.equal(digits_cnn.make_model()[0].weight, torch.load(path, weights_only=True)["0.weight"])
+
+
+def test_unreadable_cache_file_is_ignored(tmp_path: Path) -> None:
+    bad = tmp_path / "digits_cnn-v1.pt"
+    bad.write_bytes(b"half a file")
+    assert digits_cnn._read_cached(bad) is None
+    assert digits_cnn._read_cached(tmp_path / "absent.pt") is None
+
+
+def test_eval_takes_any_callable_and_counts_correct_answers() -> None:
+    w = digits_cnn.workload()
+    assert w.eval is not None
+    labels = digits_cnn.data().test_y
+
+    def always_zero(x: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(x.shape[0], 10)
+        logits[:, 0] = 1.0
+        return logits
+
+    assert w.eval.evaluate(always_zero) == pytest.approx(float((labels == 0).float().mean()))
+
+
+def test_split_inputs_loader_and_calibration() -> None:
+    d = digits_cnn.data()
+    assert len(d.train_y) + len(d.test_y) == 1797
+    assert len(d.test_y) == 359
+    assert d.test_x.dtype == torch.float32 and 0.0 <= float(d.test_x.min()) and float(d.test_x.max()) <= 1.0
+    w = digits_cnn.workload()
+    assert w.kind == "cnn" and tuple(w.input_names) == ("image",)
+    (x,) = w.example_inputs(400)  # more than the held-out split: repeated
+    assert x.shape == (400, 1, 8, 8) and x.dtype == torch.float32
+    assert torch.equal(x[359], x[0])
+    assert w.eval is not None and w.eval.calibration_inputs is not None
+    batches = list(w.eval.calibration_inputs())
+    assert sum(b[0].shape[0] for b in batches) == len(d.train_y)
+    assert torch.equal(batches[0][0], d.train_x[: batches[0][0].shape[0]])
+    assert w.train is not None
+    loader = w.train.make_loader(32, num_workers=0)
+    images, labels = next(iter(loader))
+    assert images.shape == (32, 1, 8, 8) and labels.dtype == torch.int64
+    assert len(loader) == len(d.train_y) // 32  # drop_last
+    model = digits_cnn.build()
+    loss = w.train.loss_fn(model(images), labels)
+    assert loss.ndim == 0 and float(loss) > 0
+    assert isinstance(w.train.make_optimizer(model.parameters()), torch.optim.Optimizer)

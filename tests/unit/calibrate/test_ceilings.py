@@ -1,0 +1,151 @@
+"""Ceilings: quick measurement gives positive numbers, is cached per machine key, and the cache is respected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dlperf.calibrate.kernels as kernels
+from dlperf.calibrate import CACHE_ENV_VAR, Ceilings, cache_dir, cache_path, get_ceilings, machine_key
+from dlperf.calibrate.ceilings import lookup_or_measure, read_cache
+from dlperf.errors import CalibrationError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def fake_measure(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Replace the real micro-benchmarks; records each call."""
+    calls: list[dict[str, Any]] = []
+
+    def measure(device: str, key: str, *, quick: bool = False, on_progress: Any = None) -> Ceilings:
+        calls.append({"device": device, "quick": quick})
+        return Ceilings(device, key, {"fp32": 1e11 * len(calls)}, 1e10, f"t{len(calls)}", 2, quick=quick)
+
+    monkeypatch.setattr(kernels, "measure_ceilings", measure)
+    return calls
+
+
+def test_quick_measurement_is_positive_and_cached(cache: Path) -> None:
+    import torch
+
+    steps: list[str] = []
+    c = get_ceilings("cpu", quick=True, on_progress=steps.append)
+    assert c.quick and c.device == "cpu"
+    assert c.gemm_flops["fp32"] > 1e6
+    assert all(v > 0 for v in c.gemm_flops.values())
+    assert set(c.gemm_flops) <= {"fp32", "bf16", "fp16", "int8"}
+    assert c.memory_bandwidth_bytes_s > 1e6
+    assert c.threads == torch.get_num_threads()
+    assert c.machine_key == machine_key("cpu")
+    assert steps[0] == "gemm fp32 256x256" and steps[-1] == "memory bandwidth (copy)"
+    path = cache_path(c.machine_key, quick=True)
+    assert path.is_file() and path.parent.parent == cache
+    assert Ceilings.from_dict(json.loads(path.read_text())) == c
+    again, cached = lookup_or_measure("cpu", quick=True)
+    assert cached and again == c
+    # what was skipped says why; what was measured says how
+    for dtype in {"bf16", "fp16", "int8"} - set(c.gemm_flops):
+        assert c.details["skipped"][dtype]
+    assert c.details["gemm_fp32"]["n"] == 256 and c.details["gemm_fp32"]["samples"] >= 3
+
+
+def test_machine_key_names_what_ceilings_depend_on() -> None:
+    import torch
+
+    key = machine_key("cpu")
+    assert key.startswith("cpu|cpu=")
+    assert f"threads={torch.get_num_threads()}" in key and f"torch={torch.__version__}" in key
+    assert key.endswith("gpu=-")
+
+
+def test_cache_hit_does_not_measure(cache: Path, fake_measure: list[dict[str, Any]]) -> None:
+    first = get_ceilings("cpu")
+    second = get_ceilings("cpu")
+    assert len(fake_measure) == 1 and first == second
+    third = get_ceilings("cpu", force=True)
+    assert len(fake_measure) == 2 and third.measured_at == "t2"
+    assert get_ceilings("cpu").measured_at == "t2"
+
+
+def test_quick_request_is_served_by_a_full_cache_but_not_the_reverse(
+        cache: Path, fake_measure: list[dict[str, Any]]) -> None:
+    quick = get_ceilings("cpu", quick=True)
+    assert quick.quick
+    full = get_ceilings("cpu")
+    assert not full.quick and len(fake_measure) == 2
+    assert get_ceilings("cpu", quick=True) == full
+    assert len(fake_measure) == 2
+
+
+def test_missing_cache_without_measuring_raises(cache: Path, fake_measure: list[dict[str, Any]]) -> None:
+    with pytest.raises(CalibrationError, match="dlperf calibrate"):
+        get_ceilings("cpu", measure_if_missing=False)
+    assert fake_measure == []
+
+
+def test_corrupt_or_foreign_cache_is_ignored(cache: Path, fake_measure: list[dict[str, Any]]) -> None:
+    key = machine_key("cpu")
+    path = cache_path(key, quick=False)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert read_cache(key, quick=False) is None
+    other = Ceilings("cpu", "another machine", {"fp32": 1.0}, 1.0, "x", 1).to_dict()
+    path.write_text(json.dumps(other))
+    assert read_cache(key, quick=False) is None
+    get_ceilings("cpu")
+    assert len(fake_measure) == 1
+
+
+def test_cache_dir_follows_env_var(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cache_dir() == cache
+    monkeypatch.delenv(CACHE_ENV_VAR)
+    assert cache_dir().name == "dlperf"
+
+
+def test_round_trip_and_malformed() -> None:
+    c = Ceilings("cpu", "k", {"fp32": 3e11, "int8": 1e12}, 2e10, "2026-01-01", 2, details={"copy": {"bytes": 1}})
+    data = c.to_dict()
+    assert data["format_version"] == 1
+    assert Ceilings.from_dict(data) == c
+    assert c.peak_flops("int8") == 1e12 and c.peak_flops("bf16") is None
+    with pytest.raises(CalibrationError, match="malformed"):
+        Ceilings.from_dict({"device": "cpu"})
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x"])
+def test_bad_device(device: str) -> None:
+    with pytest.raises(CalibrationError, match="unknown device"):
+        get_ceilings(device)
+
+
+def test_cuda_without_cuda_is_a_clear_error() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(CalibrationError, match="no CUDA device"):
+        get_ceilings("cuda")
+
+
+def test_supported_dtypes_always_has_fp32() -> None:
+    found, skipped = kernels.supported_dtypes("cpu")
+    assert found[0] == "fp32"
+    assert set(found).isdisjoint(skipped)
+    assert set(found) | set(skipped) == {"fp32", "bf16", "fp16", "int8"}
+
+
+def test_gemm_size_shrinks_on_a_slow_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "MAX_CALL_S", 1e-12)
+    assert kernels._affordable_n("fp32", 2048, "cpu") == kernels.QUICK_GEMM_N
+    monkeypatch.setattr(kernels, "MAX_CALL_S", 1e6)
+    assert kernels._affordable_n("fp32", 2048, "cpu") == 2048

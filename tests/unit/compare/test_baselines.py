@@ -1,0 +1,38 @@
+"""Named baselines: only finished runs with samples; listing shows the run's workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlperf.compare.baselines import baseline_rows, set_baseline
+from dlperf.errors import StoreError
+from dlperf.store import Store
+from .helpers import add_run, bench_result
+
+pytestmark = pytest.mark.unit
+
+
+def test_set_list_replace_remove(tmp_path: Path) -> None:
+    store = Store(tmp_path / "runs.db")
+    first = add_run(store, "bench", bench_result({1: 0.01}), workload="zoo:mlp")
+    second = add_run(store, "bench", bench_result({1: 0.01}), workload="zoo:resnet18")
+    assert set_baseline(store, "main", first[:6]).id == first
+    set_baseline(store, "main", second)
+    rows = baseline_rows(store)
+    assert [(r[0], r[1], r[2]) for r in rows] == [("main", second, "zoo:resnet18")]
+    store.remove_baseline("main")
+    assert baseline_rows(store) == []
+    with pytest.raises(StoreError, match="no baseline named 'main'"):
+        store.remove_baseline("main")
+
+
+def test_failed_runs_and_runs_without_samples_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path / "runs.db")
+    failed = add_run(store, "bench", bench_result({1: 0.01}), status="failed")
+    with pytest.raises(StoreError, match="status 'failed'"):
+        set_baseline(store, "x", failed)
+    profile = add_run(store, "profile", {"verdict": "compute-bound"})
+    with pytest.raises(StoreError, match="holds no latency samples"):
+        set_baseline(store, "x", profile)

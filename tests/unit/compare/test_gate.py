@@ -1,0 +1,103 @@
+"""The regression gate on synthetic latency distributions: no false alarms, real regressions fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlperf.compare.gate import GateConfig, gate
+from dlperf.errors import ConfigError
+from dlperf.measure.stats import Measurement
+
+pytestmark = pytest.mark.unit
+
+
+def _m(rng: np.random.Generator, median_s: float, n: int, sigma: float = 0.08, batch: int = 1) -> Measurement:
+    samples = rng.lognormal(np.log(median_s), sigma, n) * 1e9
+    return Measurement([int(s) for s in samples], items_per_call=batch)
+
+
+def test_same_distribution_passes_in_at_least_95_of_100_trials() -> None:
+    passed = 0
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        result = gate({1: _m(rng, 0.01, 200)}, {1: _m(rng, 0.01, 200)},
+                      GateConfig(max_regression=0.0, resamples=300, seed=seed))
+        passed += result.exit_code == 0
+    # max_regression=0 makes significance alone decide: this is the false-alarm rate of the test itself.
+    assert passed >= 95
+
+
+def test_twenty_percent_slower_fails_with_reasons() -> None:
+    rng = np.random.default_rng(1)
+    result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.012, 300)}, GateConfig(max_regression=0.05))
+    assert result.failed and result.exit_code == 1
+    point = result.points[0]
+    assert point.regression == pytest.approx(0.2, abs=0.03)
+    assert point.significant and point.exceeds
+    assert "REGRESSION" in result.reasons()[0] and "Mann-Whitney" in result.reasons()[0]
+
+
+def test_five_percent_shift_is_detected_with_enough_samples() -> None:
+    detected = 0
+    for seed in range(20):
+        rng = np.random.default_rng(100 + seed)
+        result = gate({1: _m(rng, 0.01, 800)}, {1: _m(rng, 0.0105, 800)},
+                      GateConfig(max_regression=0.0, resamples=300, seed=seed))
+        detected += result.points[0].significant
+    assert detected >= 19
+
+
+def test_significant_but_below_threshold_passes() -> None:
+    rng = np.random.default_rng(2)
+    result = gate({1: _m(rng, 0.01, 3000, 0.02)}, {1: _m(rng, 0.0102, 3000, 0.02)}, GateConfig(max_regression=0.05))
+    point = result.points[0]
+    assert point.significant and not point.exceeds
+    assert result.exit_code == 0
+
+
+def test_estimate_above_threshold_with_interval_reaching_below_is_inconclusive_and_passes() -> None:
+    rng = np.random.default_rng(7)
+    base = _m(rng, 0.01, 100, 0.1)
+    shifted = Measurement([int(s * 1.06) for s in base.samples_ns])  # exactly 6% slower, same shape
+    result = gate({1: base}, {1: shifted}, GateConfig(max_regression=0.05))
+    point = result.points[0]
+    assert point.regression == pytest.approx(0.06, abs=0.002)
+    assert point.exceeds and point.significant
+    assert point.regression_ci[0] < 0.05 and not point.failed
+    assert result.exit_code == 0 and "inconclusive" in result.reasons()[0]
+
+
+def test_large_but_noisy_difference_is_not_significant_and_passes() -> None:
+    rng = np.random.default_rng(3)
+    result = gate({1: _m(rng, 0.01, 5, 0.6)}, {1: _m(rng, 0.012, 5, 0.6)}, GateConfig(max_regression=0.05))
+    assert not result.points[0].significant
+    assert result.exit_code == 0
+    assert "not significant" in result.reasons()[0] or "within" in result.reasons()[0]
+
+
+def test_throughput_regression_is_the_lost_fraction() -> None:
+    rng = np.random.default_rng(4)
+    base, cur = _m(rng, 0.01, 500, 0.01, batch=8), _m(rng, 0.0125, 500, 0.01, batch=8)
+    result = gate({8: base}, {8: cur}, GateConfig(metric="throughput", max_regression=0.1))
+    point = result.points[0]
+    assert point.regression == pytest.approx(0.2, abs=0.01)  # 25% more time = 20% less throughput
+    assert point.baseline_value == pytest.approx(base.throughput)
+    assert result.failed
+
+
+def test_faster_never_fails() -> None:
+    rng = np.random.default_rng(5)
+    result = gate({1: _m(rng, 0.012, 300)}, {1: _m(rng, 0.01, 300)}, GateConfig(metric="p99"))
+    assert result.points[0].regression < 0 and result.exit_code == 0
+
+
+def test_no_common_batch_size_is_a_config_error() -> None:
+    rng = np.random.default_rng(6)
+    with pytest.raises(ConfigError, match="nothing to compare"):
+        gate({1: _m(rng, 0.01, 10)}, {8: _m(rng, 0.01, 10)})
+
+
+def test_bad_metric_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="unknown metric 'p42'"):
+        GateConfig(metric="p42")

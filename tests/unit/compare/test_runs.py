@@ -1,0 +1,60 @@
+"""`compare` of two stored runs: KPI deltas, the Mann-Whitney test, environment warnings, other kinds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlperf.compare.runs import compare_records
+from dlperf.store import Store
+from .helpers import ENV, add_run, bench_result
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "runs.db")
+
+
+def test_slower_run_is_flagged_with_deltas_per_common_batch(store: Store) -> None:
+    a = add_run(store, "bench", bench_result({1: 0.010, 8: 0.040}, seed=1))
+    b = add_run(store, "bench", bench_result({1: 0.012, 32: 0.1}, seed=2))
+    cmp = compare_records(store.get(a), store.get(b))
+    assert [p.batch_size for p in cmp.points] == [1]
+    point = cmp.points[0]
+    p50 = next(k for k in point.kpis if k.name == "p50_s")
+    assert p50.change == pytest.approx(0.2, abs=0.02)
+    assert not p50.better
+    thr = next(k for k in point.kpis if k.name == "throughput")
+    assert thr.change < 0 and not thr.better
+    assert point.test.p_value < 1e-6 and point.verdict == "B slower"
+    assert point.median_ratio.ci[0] > 1.15
+    assert any("[8, 32]" in note for note in cmp.notes)
+    assert cmp.environment_differences == []
+
+
+def test_same_distribution_is_no_significant_difference(store: Store) -> None:
+    a = add_run(store, "bench", bench_result({1: 0.010}, seed=3))
+    b = add_run(store, "bench", bench_result({1: 0.010}, seed=4))
+    assert compare_records(store.get(a), store.get(b)).points[0].verdict == "no significant difference"
+
+
+def test_different_environments_are_reported(store: Store) -> None:
+    a = add_run(store, "bench", bench_result({1: 0.01}))
+    b = add_run(store, "bench", bench_result({1: 0.01}), env={**ENV, "torch_threads": 8, "torch_version": "2.12"})
+    diffs = compare_records(store.get(a), store.get(b)).environment_differences
+    assert "torch_threads: 2 vs 8" in diffs
+    assert "torch_version: 2.13.0+cpu vs 2.12" in diffs
+
+
+def test_runs_without_samples_compare_their_numbers(store: Store) -> None:
+    a = add_run(store, "load", {"peak_rps": 100.0, "p99_s": 0.05})
+    b = add_run(store, "load", {"peak_rps": 120.0, "p99_s": 0.05})
+    cmp = compare_records(store.get(a), store.get(b))
+    assert cmp.points == []
+    assert cmp.other_deltas == [("peak_rps", 100.0, 120.0)]
+    data = cmp.to_dict()
+    assert data["other_deltas"] == [{"key": "peak_rps", "a": 100.0, "b": 120.0}]
+    assert "Mann-Whitney" in data["test_method"]

@@ -1,0 +1,67 @@
+"""Mann-Whitney U (raw and bucketed), the bootstrap ratio CI and the two-proportion test, against scipy."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from dlperf.compare.stats import mann_whitney_grouped, mann_whitney_u, ratio_ci, two_proportion_test
+
+pytestmark = pytest.mark.unit
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mann_whitney_matches_scipy_asymptotic(seed: int) -> None:
+    rng = random.Random(seed)
+    x = [rng.lognormvariate(0.0, 0.3) for _ in range(40)]
+    y = [rng.lognormvariate(0.1, 0.3) for _ in range(55)]
+    ours = mann_whitney_u(x, y)
+    ref = scipy_stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic")
+    assert ours.u == pytest.approx(ref.statistic)
+    assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+
+
+def test_mann_whitney_with_ties_matches_scipy() -> None:
+    x = [1, 2, 2, 3, 3, 3, 4, 5]
+    y = [2, 3, 4, 4, 5, 5, 6, 6, 7]
+    ours = mann_whitney_u(x, y)
+    ref = scipy_stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic")
+    assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+    assert ours.prob_greater < 0.5  # x tends to be smaller
+
+
+def test_bucketed_test_equals_the_raw_test_on_bucket_values() -> None:
+    # Values that all sit on bucket indices: the grouped test must be the raw test with ties.
+    counts_x = [5, 10, 20, 10, 5, 0]
+    counts_y = [1, 4, 10, 20, 12, 3]
+    raw_x = [i for i, c in enumerate(counts_x) for _ in range(c)]
+    raw_y = [i for i, c in enumerate(counts_y) for _ in range(c)]
+    grouped = mann_whitney_grouped(counts_x, counts_y)
+    raw = mann_whitney_u(raw_x, raw_y)
+    assert grouped.u == pytest.approx(raw.u)
+    assert grouped.p_value == pytest.approx(raw.p_value)
+
+
+def test_identical_samples_give_p_one() -> None:
+    assert mann_whitney_u([1.0] * 5, [1.0] * 7).p_value == 1.0
+
+
+def test_ratio_ci_brackets_a_known_shift() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.lognormal(np.log(0.010), 0.05, 800)
+    new = rng.lognormal(np.log(0.012), 0.05, 800)
+    est = ratio_ci(base, new, "p50", resamples=500)
+    assert est.ci[0] < 1.2 < est.ci[1] or abs(est.ratio - 1.2) < 0.01
+    assert 1.15 < est.ci[0] <= est.ratio <= est.ci[1] < 1.25
+
+
+def test_two_proportion_test_matches_the_formula() -> None:
+    t = two_proportion_test(30, 1000, 10, 1000)
+    pooled = 40 / 2000
+    z = (0.03 - 0.01) / np.sqrt(pooled * (1 - pooled) * (2 / 1000))
+    assert t.z == pytest.approx(z)
+    assert t.p_value == pytest.approx(2 * scipy_stats.norm.sf(z))
+    assert two_proportion_test(0, 10, 0, 10).p_value == 1.0

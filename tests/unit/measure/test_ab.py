@@ -1,0 +1,108 @@
+"""A/B verdicts on synthetic block ratios (ab.decide) and on an exact fake-clock A/B (ab.ab_test)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from dlperf.errors import ConfigError
+from dlperf.measure.ab import FASTER, SAME, SLOWER, ABConfig, ab_test, decide
+
+pytestmark = pytest.mark.unit
+
+
+def _ratios(rng: random.Random, true_ratio: float, sigma: float, blocks: int) -> list[float]:
+    return [math.exp(rng.gauss(math.log(true_ratio), sigma)) for _ in range(blocks)]
+
+
+def test_same_distribution_is_no_difference_in_at_least_95_of_100() -> None:
+    same = 0
+    for trial in range(100):
+        rng = random.Random(trial)
+        _, _, verdict = decide(_ratios(rng, 1.0, 0.05, 20), seed=trial, resamples=500)
+        same += verdict == SAME
+    assert same >= 95
+
+
+@pytest.mark.parametrize(("true_ratio", "expected"), [(0.95, FASTER), (1.05, SLOWER)])
+def test_five_percent_shift_is_detected_with_enough_blocks(true_ratio: float, expected: str) -> None:
+    detected = 0
+    for trial in range(20):
+        rng = random.Random(500 + trial)
+        ratio, (lo, hi), verdict = decide(_ratios(rng, true_ratio, 0.03, 30), seed=trial, resamples=500)
+        detected += verdict == expected
+        assert lo <= ratio <= hi
+    assert detected == 20
+
+
+def test_too_few_noisy_blocks_do_not_claim_a_shift() -> None:
+    claims = 0
+    for trial in range(20):
+        rng = random.Random(900 + trial)
+        _, _, verdict = decide(_ratios(rng, 0.95, 0.30, 4), seed=trial, resamples=500)
+        claims += verdict != SAME
+    assert claims <= 5
+
+
+def test_min_effect_hides_a_tiny_but_certain_shift() -> None:
+    ratios = [0.995] * 10  # 0.5% faster with no noise: the CI is a point, inside the 1% dead zone
+    ratio, ci, verdict = decide(ratios, min_effect=0.01)
+    assert ratio == pytest.approx(0.995)
+    assert ci == (pytest.approx(0.995), pytest.approx(0.995))
+    assert verdict == SAME
+    assert decide(ratios, min_effect=0.001)[2] == FASTER
+
+
+def test_decide_is_seeded() -> None:
+    ratios = _ratios(random.Random(1), 1.0, 0.1, 12)
+    assert decide(ratios, seed=3) == decide(ratios, seed=3)
+    with pytest.raises(ValueError):
+        decide([1.0])
+
+
+class _SideClock:
+    """A clock whose duration depends on which side ran last (set by the callables)."""
+
+    name = "fake-ab"
+
+    def __init__(self, a_ns: int, b_ns: int, noise_ns: int, seed: int) -> None:
+        self.side = "a"
+        self.ns = {"a": a_ns, "b": b_ns}
+        self.noise = noise_ns
+        self.rng = random.Random(seed)
+
+    def start(self) -> Any:
+        return None
+
+    def stop(self, token: Any) -> int:
+        return self.ns[self.side] + self.rng.randint(-self.noise, self.noise)
+
+
+def test_ab_test_detects_a_ten_percent_faster_b() -> None:
+    clock = _SideClock(a_ns=100_000, b_ns=90_000, noise_ns=2_000, seed=0)
+
+    def fn_a() -> None:
+        clock.side = "a"
+
+    def fn_b() -> None:
+        clock.side = "b"
+
+    result = ab_test(fn_a, fn_b, ABConfig(blocks=10, iters_per_block=5, warmup_iters=1), clock)
+    assert result.verdict == FASTER
+    assert result.ratio == pytest.approx(0.9, abs=0.01)
+    assert result.speedup == pytest.approx(1 / result.ratio)
+    assert len(result.block_ratios) == 10
+    assert result.a.n == 50 and result.b.n == 50
+    assert "faster" in result.describe("eager", "compiled")
+
+
+def test_ab_config_validation() -> None:
+    with pytest.raises(ConfigError):
+        ABConfig(blocks=3)
+    with pytest.raises(ConfigError):
+        ABConfig(confidence=0.4)
+    with pytest.raises(ConfigError):
+        ABConfig(iters_per_block=0)

@@ -1,0 +1,119 @@
+"""Statistics of a Measurement, checked exactly against numpy on known data."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from dlperf.measure.stats import NOISE_IQR_RATIO, Measurement, bootstrap_ci, median, percentile
+
+pytestmark = pytest.mark.unit
+
+QUANTILES = (0, 1, 5, 25, 50, 75, 90, 95, 99, 99.9, 100)
+
+
+@pytest.fixture(scope="module")
+def data_ns() -> list[int]:
+    rng = np.random.default_rng(42)
+    return [int(v) for v in rng.lognormal(mean=13.0, sigma=0.3, size=1001)]
+
+
+def test_percentiles_match_numpy_linear(data_ns: list[int]) -> None:
+    m = Measurement(data_ns)
+    expected = np.percentile(np.array(data_ns) / 1e9, QUANTILES, method="linear")
+    got = [m.percentile_s(q) for q in QUANTILES]
+    assert got == pytest.approx(list(expected), rel=1e-12)
+    assert m.p50_s == pytest.approx(float(np.median(np.array(data_ns) / 1e9)), rel=1e-12)
+    assert (m.p90_s, m.p99_s, m.p999_s) == pytest.approx(tuple(expected[[6, 8, 9]]), rel=1e-12)
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    # 4 values: position of q=50 is 1.5 -> halfway between 20 and 30
+    assert percentile([10.0, 20.0, 30.0, 40.0], 50) == 25.0
+    assert percentile([10.0, 20.0, 30.0, 40.0], 90) == pytest.approx(37.0)
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_spread_statistics(data_ns: list[int]) -> None:
+    m = Measurement(data_ns)
+    arr = np.array(data_ns) / 1e9
+    q25, q75 = np.percentile(arr, [25, 75])
+    assert m.iqr_s == pytest.approx(q75 - q25, rel=1e-12)
+    assert m.std_s == pytest.approx(float(np.std(arr, ddof=1)), rel=1e-9)
+    assert m.mean_s == pytest.approx(float(np.mean(arr)), rel=1e-12)
+    assert m.cv == pytest.approx(float(np.std(arr, ddof=1) / np.mean(arr)), rel=1e-9)
+    assert m.min_s == arr.min() and m.max_s == arr.max()
+    assert m.noise_ratio == pytest.approx((q75 - q25) / np.median(arr), rel=1e-12)
+
+
+def test_throughput_is_items_over_total_time() -> None:
+    m = Measurement([1_000_000, 3_000_000], items_per_call=8)  # 2 calls, 4 ms total, 16 items
+    assert m.total_s == pytest.approx(0.004)
+    assert m.throughput == pytest.approx(16 / 0.004)
+    assert Measurement([5]).std_s == 0.0
+
+
+def test_noise_warning_flag() -> None:
+    quiet = Measurement([1000, 1010, 1020, 1030, 990, 1000, 1005, 1015])
+    assert quiet.noise_ratio < NOISE_IQR_RATIO
+    assert quiet.noise_warning is None
+    noisy = Measurement([1000, 1500, 700, 2000, 1000, 600, 1800, 900])
+    assert noisy.noise_ratio > NOISE_IQR_RATIO
+    assert noisy.noise_warning is not None and "noisy" in noisy.noise_warning
+    few = Measurement([1000, 1000, 1000])
+    assert few.noise_warning is not None and "only 3 samples" in few.noise_warning
+
+
+def test_summary_and_round_trip(data_ns: list[int]) -> None:
+    m = Measurement(data_ns[:50], items_per_call=4, warmup_iters=3, label="x")
+    s = m.summary()
+    assert s["n"] == 50 and s["items_per_call"] == 4
+    assert s["p50_s"] == m.p50_s and s["throughput"] == m.throughput
+    assert s["noise_ratio"] == m.noise_ratio
+    lo, hi = s["median_ci_s"]
+    assert lo <= m.p50_s <= hi
+    back = Measurement.from_dict(m.to_dict())
+    assert back.samples_ns == m.samples_ns and back.items_per_call == 4 and back.warmup_iters == 3
+
+
+def test_measurement_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        Measurement([])
+    with pytest.raises(ValueError):
+        Measurement([1], items_per_call=0)
+
+
+def test_bootstrap_ci_is_seeded_and_contains_true_median() -> None:
+    rng = random.Random(7)
+    true_median = math.exp(1.0)  # lognormal(mu=1, sigma) has median e^mu
+    values = [rng.lognormvariate(1.0, 0.25) for _ in range(301)]
+    a = bootstrap_ci(values, median, 0.95, resamples=500, seed=3)
+    b = bootstrap_ci(values, median, 0.95, resamples=500, seed=3)
+    c = bootstrap_ci(values, median, 0.95, resamples=500, seed=4)
+    assert a == b
+    assert a != c
+    assert a[0] < true_median < a[1]
+    assert a[0] <= median(values) <= a[1]
+
+
+def test_bootstrap_ci_coverage_over_seeded_datasets() -> None:
+    """The 95% CI of the median covers the true median in most of 30 independent datasets."""
+    covered = 0
+    for trial in range(30):
+        rng = random.Random(1000 + trial)
+        values = [rng.lognormvariate(0.0, 0.5) for _ in range(101)]
+        lo, hi = bootstrap_ci(values, median, 0.95, resamples=300, seed=trial)
+        covered += lo <= 1.0 <= hi  # true median of lognormal(0, s) is 1
+    assert covered >= 25  # expected ~28.5; P(< 25) is about 1% for 95% coverage
+
+
+def test_bootstrap_ci_needs_values() -> None:
+    with pytest.raises(ValueError):
+        bootstrap_ci([])

@@ -1,0 +1,46 @@
+"""torch.compile pass: compiles, counts compile time, keeps outputs. Slow: Inductor compiles C++ here."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from dlperf.passes.base import PassContext, apply_pass, initial_state, why_not
+from dlperf.passes.compile import CompileConfig, search_space
+from dlperf.passes.hygiene import HygieneConfig
+
+from .torch_models import mlp_workload
+
+pytestmark = [pytest.mark.unit]
+
+needs_compiler = pytest.mark.skipif(shutil.which("g++") is None, reason="Inductor on CPU needs g++")
+
+
+def test_compile_config_validation_and_space() -> None:
+    with pytest.raises(Exception, match="mode must be one of"):
+        CompileConfig(mode="fast")
+    space = search_space(mlp_workload(), PassContext())
+    if shutil.which("g++"):
+        assert CompileConfig(freezing=True) in space
+    state = initial_state(mlp_workload())
+    assert "GPU only" in (why_not(CompileConfig(mode="reduce-overhead"), state, PassContext()) or "")
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_compile_keeps_outputs_and_counts_compile_time() -> None:
+    torch._dynamo.reset()
+    state = initial_state(mlp_workload())
+    inputs = state.workload.example_inputs(2)
+    with torch.no_grad():
+        ref = state.model(*inputs)  # type: ignore[misc]
+    state = apply_pass(HygieneConfig(), state, PassContext(batch_size=2))
+    state = apply_pass(CompileConfig(), state, PassContext(batch_size=2))
+    assert state.build_s > 0
+    assert any("compile (default) took" in n for n in state.notes)
+    out = state.predict(*inputs)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    assert "already compiled" in (why_not(CompileConfig(), state, PassContext()) or "")
+    torch._dynamo.reset()

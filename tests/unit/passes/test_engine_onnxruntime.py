@@ -1,0 +1,153 @@
+"""ONNX Runtime engine pass: fp32 matches torch, int8 stays close, export -> load round trip, applicability."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from dlperf.errors import ConfigError, PassNotApplicable
+from dlperf.passes import _engine
+from dlperf.passes.base import ModelState, PassContext, apply_pass, initial_state, why_not
+from dlperf.passes.onnxruntime import OrtConfig, load_artifact, search_space
+from dlperf.passes.sensitivity import cosine_rows
+from dlperf.workload.zoo import get
+
+from .engine_models import tiny_cnn, tiny_transformer, two_heads
+
+pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+CTX = PassContext(threads=1)
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(cosine_rows(a, b).min())
+
+
+def test_fp32_matches_torch_at_other_batch_sizes_and_round_trips(tmp_path: Path) -> None:
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(), state, CTX)
+    assert new.engine == "onnxruntime" and new.precision == "fp32" and new.model is None
+    for b in (1, 7):
+        x = wl.example_inputs(b)
+        torch.testing.assert_close(new.predict(*x), state.predict(*x).detach(), atol=1e-5, rtol=1e-4)
+    assert new.exporter is not None
+    manifest = new.exporter(tmp_path)
+    assert manifest["engine"] == "onnxruntime" and manifest["files"] == ["model.onnx"]
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 64]}]
+    assert manifest["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 10]}]
+    loaded = load_artifact(tmp_path, manifest)
+    x = wl.example_inputs(3)
+    torch.testing.assert_close(loaded(*x), new.predict(*x), atol=0, rtol=0)
+
+
+def test_tuple_outputs_keep_their_structure() -> None:
+    wl = two_heads()
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(), state, CTX)
+    x = wl.example_inputs(2)
+    out, ref = new.predict(*x), state.predict(*x)
+    assert isinstance(out, tuple) and len(out) == 2
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r.detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_static_int8_conv_is_close_and_quantized(tmp_path: Path) -> None:
+    wl = tiny_cnn()
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(precision="int8-static", calibration_samples=16), state, CTX)
+    assert new.precision == "int8"
+    x = wl.example_inputs(4)
+    assert _cos(new.predict(*x), state.predict(*x)) > 0.98
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "model.onnx")).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops
+    torch.testing.assert_close(load_artifact(tmp_path, manifest)(*x), new.predict(*x), atol=0, rtol=0)
+
+
+def test_dynamic_int8_is_close() -> None:
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(precision="int8-dynamic"), state, CTX)
+    x = wl.example_inputs(8)
+    assert 0.95 < _cos(new.predict(*x), state.predict(*x)) < 1.0
+
+
+def _fp32_nodes(path: Path) -> set[str]:
+    """Weighted nodes whose weight (input 1) is a plain fp32 initializer, not dequantized int8."""
+    graph = onnx.load(str(path)).graph
+    dq_outputs = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return {n.name for n in graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and n.input[1] not in dq_outputs}
+
+
+def test_keep_fp32_names_leave_those_layers_unquantized(tmp_path: Path) -> None:
+    wl = tiny_cnn()
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(precision="int8-static", calibration_samples=8, keep_fp32=("conv2",)), state, CTX)
+    new.exporter(tmp_path)  # type: ignore[misc]
+    fp32 = _fp32_nodes(tmp_path / "model.onnx")
+    assert {_engine.onnx_scope_to_module(n) for n in fp32} == {"conv2"}
+    assert any("kept fp32: conv2" in n for n in new.notes)
+
+
+def test_keep_fp32_auto_meets_a_tight_budget() -> None:
+    wl = tiny_transformer()
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.0005), state, CTX)
+    assert wl.eval is not None
+    assert wl.eval.evaluate(new.predict) >= 1.0 - 0.0005 - 1e-6
+    assert any("budget met" in n for n in new.notes)
+    assert any(n.startswith("int8 sensitivity") for n in new.notes)
+
+
+def test_transformer_optimizer_applies_only_to_transformers_and_matches() -> None:
+    state = initial_state(get("mlp"))
+    assert "transformer" in (why_not(OrtConfig(transformer_optimizer=True), state, CTX) or "")
+    wl = tiny_transformer()
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(transformer_optimizer=True), state, CTX)
+    x = wl.example_inputs(2)
+    torch.testing.assert_close(new.predict(*x), state.predict(*x), atol=1e-4, rtol=1e-3)
+
+
+def test_not_applicable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = initial_state(get("mlp"))
+    converted = ModelState(workload=state.workload, model=None, predict=state.predict, engine="openvino")
+    assert "already converted to openvino" in (why_not(OrtConfig(), converted, CTX) or "")
+    assert "TensorrtExecutionProvider" in (why_not(OrtConfig(provider="tensorrt"), state, CTX) or "")
+    with pytest.raises(PassNotApplicable, match="not applicable: .*already converted"):
+        apply_pass(OrtConfig(), converted, CTX)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    assert why_not(OrtConfig(), state, CTX) == "install dlperf[onnx] (onnxruntime and onnx are not installed)"
+    assert search_space(state.workload, CTX) == []
+
+
+def test_config_validation_and_label() -> None:
+    with pytest.raises(ConfigError):
+        OrtConfig(precision="int4")
+    with pytest.raises(ConfigError):
+        OrtConfig(keep_fp32="auto")  # fp32 has nothing to keep
+    with pytest.raises(ConfigError):
+        OrtConfig(precision="int8-static", keep_fp32="some")
+    assert OrtConfig().label() == "onnxruntime"
+    assert OrtConfig(precision="int8-static", keep_fp32="auto").label() == "onnxruntime(precision=int8-static,keep_fp32=auto)"
+
+
+def test_search_space_on_cpu() -> None:
+    labels = [c.label() for c in search_space(tiny_transformer(), CTX)]
+    assert labels == ["onnxruntime", "onnxruntime(transformer_optimizer=True)", "onnxruntime(precision=int8-dynamic)",
+                      "onnxruntime(precision=int8-static,keep_fp32=auto)"]
+
+
+@pytest.mark.parametrize(("node", "module"), [
+    ("/0/Gemm", "0"),
+    ("/layer1/layer1.0/conv1/Conv", "layer1.0.conv1"),
+    ("/layer2/layer2.0/downsample/downsample.0/Conv", "layer2.0.downsample.0"),
+    ("/encoder/encoder/layer.0/output/dense/MatMul", "encoder.encoder.layer.0.output.dense"),
+])
+def test_onnx_scope_to_module(node: str, module: str) -> None:
+    assert _engine.onnx_scope_to_module(node) == module

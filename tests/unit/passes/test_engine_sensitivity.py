@@ -1,0 +1,109 @@
+"""Sensitivity ranking (simulated int8) and the fp32 fallback search."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.errors import PassError
+from dlperf.passes import sensitivity as sens
+
+pytestmark = pytest.mark.unit
+
+
+class OutlierNet(nn.Module):
+    """`mid` sees inputs with one huge channel, so per-tensor int8 of its input loses the small ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = nn.Linear(16, 32)
+        self.mid = nn.Linear(32, 32)
+        self.last = nn.Linear(32, 8)
+        scale = torch.ones(32)
+        scale[3] = 2000.0
+        self.register_buffer("scale", scale)
+        with torch.no_grad():
+            self.mid.weight[:, 3] /= 2000.0  # the outlier channel contributes like the others
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x)) * self.scale
+        return self.last(torch.relu(self.mid(h)))
+
+
+def _samples(n: int = 24) -> list[tuple[torch.Tensor, ...]]:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(1, 16, generator=g),) for _ in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["leave-one-out", "one-at-a-time"])
+def test_rank_layers_puts_the_outlier_layer_first(mode: str) -> None:
+    model = OutlierNet().eval()
+    report = sens.rank_layers(model, _samples(), mode=mode)
+    assert [s.layer for s in report.ranking][0] == "mid"
+    assert sorted(s.layer for s in report.ranking) == ["first", "last", "mid"]
+    assert report.all_int8_fidelity < 0.999
+    # The simulation restores the model: fp32 outputs are unchanged afterwards.
+    x = _samples(1)[0]
+    torch.testing.assert_close(model(*x), OutlierNet().eval()(*x))
+
+
+def test_rank_layers_rejects_unknown_mode() -> None:
+    with pytest.raises(PassError, match="leave-one-out"):
+        sens.rank_layers(OutlierNet(), _samples(), mode="random")
+
+
+def test_fallback_schedule() -> None:
+    assert sens.fallback_schedule(0, 5) == [0]
+    assert sens.fallback_schedule(3, 5) == [0, 1, 2, 3]
+    assert sens.fallback_schedule(36, 5) == [0, 1, 2, 4, 8]
+    assert sens.fallback_schedule(6, 8) == [0, 1, 2, 4, 6]
+
+
+def _simulated_build(model: nn.Module, samples: list[tuple[torch.Tensor, ...]]):  # type: ignore[no-untyped-def]
+    layers = sens.quantizable_layers(model)
+    ranges = sens.activation_ranges(model, layers, samples)
+
+    def build(kept: tuple[str, ...]):  # type: ignore[no-untyped-def]
+        def predict(*x: torch.Tensor) -> torch.Tensor:
+            with sens.simulated_int8(model, [n for n in layers if n not in kept], ranges):
+                return model(*x)
+
+        return predict, kept
+
+    return build
+
+
+def test_fallback_search_stops_at_first_trial_within_budget() -> None:
+    model = OutlierNet().eval()
+    samples = _samples()
+    metric = sens.Metric("fidelity", sens.output_fidelity(model, samples), 1.0)
+    ranking = sens.rank_layers(model, samples).top(3)
+    result = sens.fallback_search(ranking, _simulated_build(model, samples), metric, max_drop=1e-3)
+    assert result.met and result.kept_fp32 == ("mid",) and result.artifact == ("mid",)
+    assert [k for k, _ in result.trials] == [0, 1]
+    assert result.trials[0][1] < 1 - 1e-3 <= result.trials[1][1]
+    assert "1 layer(s) kept fp32" in result.describe("fidelity")
+
+
+def test_fallback_search_reports_unmet_budget_with_best_trial() -> None:
+    model = OutlierNet().eval()
+    samples = _samples()
+    metric = sens.Metric("fidelity", sens.output_fidelity(model, samples), 2.0)  # unreachable baseline
+    result = sens.fallback_search(("mid", "first", "last"), _simulated_build(model, samples), metric, max_drop=0.0)
+    assert not result.met and "budget NOT met" in result.describe("fidelity")
+    assert result.kept_fp32 == ("mid", "first", "last")  # all fp32: the best fidelity
+    assert [k for k, _ in result.trials] == [0, 1, 2, 3]
+
+
+def test_metric_drop_direction() -> None:
+    up = sens.Metric("acc", lambda p: 0.0, 0.9, higher_is_better=True)
+    down = sens.Metric("loss", lambda p: 0.0, 0.5, higher_is_better=False)
+    assert up.drop(0.85) == pytest.approx(0.05) and up.within(0.895, 0.01) and not up.within(0.85, 0.01)
+    assert down.drop(0.6) == pytest.approx(0.1) and down.within(0.45, 0.0) and not down.within(float("nan"), 1.0)
+
+
+def test_layer_group() -> None:
+    assert sens.layer_group("encoder.layer.3.output.dense") == "encoder.layer.*.output.dense"
+    assert sens.layer_group("0") == "*"

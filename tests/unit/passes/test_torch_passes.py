@@ -1,0 +1,158 @@
+"""Torch-side passes: applicability (with the reason) and outputs that still match the original model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dlperf.errors import ConfigError, PassNotApplicable
+from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state, why_not
+from dlperf.passes.channels_last import ChannelsLastConfig
+from dlperf.passes.channels_last import search_space as channels_last_space
+from dlperf.passes.cuda_graphs import CudaGraphsConfig
+from dlperf.passes.cuda_graphs import search_space as cuda_graphs_space
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.precision import PrecisionConfig, hardware_reason
+from dlperf.passes.precision import search_space as precision_space
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config, int8_linear_class
+
+from .torch_models import cnn_workload, cosine, mlp_workload
+
+pytestmark = pytest.mark.unit
+
+CPU = PassContext()
+
+
+def _reference(state: ModelState, batch: int = 4) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    inputs = state.workload.example_inputs(batch)
+    with torch.no_grad():
+        return inputs, state.model(*inputs)  # type: ignore[misc]
+
+
+def test_hygiene_turns_off_autograd_and_keeps_outputs() -> None:
+    state = initial_state(mlp_workload())
+    inputs, ref = _reference(state)
+    state = apply_pass(HygieneConfig(), state, CPU)
+    out = state.predict(*inputs)
+    assert torch.equal(out, ref)
+    assert out.is_inference()
+    assert not any(p.requires_grad for p in state.model.parameters())  # type: ignore[union-attr]
+    assert [c.name for c in state.applied] == ["hygiene"]
+
+
+def test_hygiene_threads_are_set_and_validated() -> None:
+    old = torch.get_num_threads()
+    try:
+        state = apply_pass(HygieneConfig(threads=1), initial_state(mlp_workload()), CPU)
+        assert torch.get_num_threads() == 1
+        assert "torch threads set to 1" in state.notes
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
+        HygieneConfig(threads=0)
+
+
+def test_channels_last_applies_to_conv_models_only() -> None:
+    mlp_state = initial_state(mlp_workload())
+    assert "no 2-D convolution" in (why_not(ChannelsLastConfig(), mlp_state, CPU) or "")
+    with pytest.raises(PassNotApplicable, match="no 2-D convolution"):
+        apply_pass(ChannelsLastConfig(), mlp_state, CPU)
+    assert channels_last_space(mlp_workload(), CPU) == []
+    assert channels_last_space(cnn_workload(), CPU) == [ChannelsLastConfig()]
+
+    state = initial_state(cnn_workload())
+    inputs, ref = _reference(state)
+    state = apply_pass(ChannelsLastConfig(), state, CPU)
+    conv = state.model[0]  # type: ignore[index]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = state.predict(*inputs)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_int8_replaces_linears_and_stays_close() -> None:
+    state = initial_state(mlp_workload())
+    inputs, ref = _reference(state, batch=16)
+    state = apply_pass(DynamicInt8Config(), state, CPU)
+    cls = int8_linear_class()
+    kinds = [type(m) for m in state.model.modules()]  # type: ignore[union-attr]
+    # 32->64 and 64->8 are quantized... except 64->8 and 8->4 fall under min_features=16.
+    assert kinds.count(cls) == 1
+    assert state.precision == "int8"
+    with torch.no_grad():
+        out = state.predict(*inputs)
+    assert out.shape == ref.shape
+    assert cosine(out, ref) > 0.99
+    assert not torch.equal(out, ref)  # it really is quantized
+
+
+def test_dynamic_int8_state_dict_is_plain_tensors_and_weights_only_loadable(tmp_path) -> None:  # noqa: ANN001
+    state = apply_pass(DynamicInt8Config(min_features=1), initial_state(mlp_workload()), CPU)
+    sd = state.model.state_dict()  # type: ignore[union-attr]
+    assert sd["0.weight_int8"].dtype == torch.int8
+    torch.save(sd, tmp_path / "w.pt")
+    loaded = torch.load(tmp_path / "w.pt", weights_only=True)
+    assert set(loaded) == set(sd)
+
+
+def test_dynamic_int8_not_applicable_without_big_linears_or_twice() -> None:
+    state = initial_state(mlp_workload())
+    assert "no nn.Linear with at least 1000" in (why_not(DynamicInt8Config(min_features=1000), state, CPU) or "")
+    state = apply_pass(DynamicInt8Config(), state, CPU)
+    assert "already int8" in (why_not(DynamicInt8Config(), state, CPU) or "")
+    assert "already int8" in (why_not(PrecisionConfig(), state, PassContext(cpu_flags=("avx512_bf16",))) or "")
+    with pytest.raises(ConfigError):
+        DynamicInt8Config(min_features=0)
+
+
+def test_precision_needs_hardware_support() -> None:
+    assert "no native bf16" in (hardware_reason("bf16", "cpu", ()) or "")
+    assert hardware_reason("bf16", "cpu", ("avx512_bf16",)) is None
+    assert "no native fp16" in (hardware_reason("fp16", "cpu", ("avx2",)) or "")
+    assert precision_space(mlp_workload(), PassContext(cpu_flags=("avx2",))) == []
+    with pytest.raises(ConfigError):
+        PrecisionConfig(dtype="int4")
+
+
+@pytest.mark.parametrize("mode", ["autocast", "cast"])
+def test_precision_bf16_outputs_fp32_close_to_original(mode: str) -> None:
+    ctx = PassContext(cpu_flags=("avx512_bf16",))  # capability asserted; the kernels run everywhere
+    state = initial_state(mlp_workload())
+    inputs, ref = _reference(state)
+    state = apply_pass(PrecisionConfig(dtype="bf16", mode=mode), state, ctx)
+    with torch.no_grad():
+        out = state.predict(*inputs)
+    assert out.dtype == torch.float32
+    assert state.precision == "bf16"
+    assert cosine(out, ref) > 0.98
+
+
+def test_passes_compose_in_one_torch_call() -> None:
+    state = initial_state(cnn_workload())
+    inputs, ref = _reference(state)
+    state = apply_pipeline([HygieneConfig(), ChannelsLastConfig(), DynamicInt8Config(min_features=4)], state, CPU)
+    call = state.predict
+    assert call.inference_mode and call.channels_last  # type: ignore[attr-defined]
+    out = state.predict(*inputs)
+    assert cosine(out, ref) > 0.99
+
+
+def test_cuda_graphs_not_applicable_on_cpu() -> None:
+    state = initial_state(mlp_workload())
+    assert "CUDA" in (why_not(CudaGraphsConfig(), state, CPU) or "")
+    assert cuda_graphs_space(mlp_workload(), CPU) == []
+
+
+def test_torch_passes_refuse_an_engine_state() -> None:
+    state = initial_state(mlp_workload())
+    engine_state = dataclasses.replace(state, engine="onnxruntime", model=None)
+    for config in (HygieneConfig(), DynamicInt8Config(), ChannelsLastConfig()):
+        assert "already converted to onnxruntime" in (why_not(config, engine_state, CPU) or "")
+
+
+def test_labels_show_only_non_default_fields() -> None:
+    assert HygieneConfig().label() == "hygiene"
+    assert HygieneConfig(threads=2).label() == "hygiene(threads=2)"
+    assert DynamicInt8Config().to_dict() == {"pass": "dynamic_int8", "version": 1, "min_features": 16, "skip": ()}

@@ -1,0 +1,37 @@
+"""Tiny in-memory workloads for the torch-side pass tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dlperf.workload.base import Workload
+
+
+def mlp_workload() -> Workload:
+    def make_model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8), nn.ReLU(), nn.Linear(8, 4))
+
+    def make_inputs(batch: int) -> tuple[Any, ...]:
+        return (torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch)),)
+
+    return Workload(name="tiny-mlp", make_model=make_model, make_inputs=make_inputs, kind="mlp")
+
+
+def cnn_workload() -> Workload:
+    def make_model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def make_inputs(batch: int) -> tuple[Any, ...]:
+        return (torch.randn(batch, 3, 12, 12, generator=torch.Generator().manual_seed(batch)),)
+
+    return Workload(name="tiny-cnn", make_model=make_model, make_inputs=make_inputs, kind="cnn")
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a.flatten(1).float(), b.flatten(1).float()).min())

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import pytest
+from tests.unit.profile.builders import (
+    CEILINGS,
+    FakeCeilings,
+    elementwise,
+    gemm,
+    op,
+    trace,
+)
+from tests.unit.profile.builders import (
+    memory as mem_info,
+)
+from tests.unit.profile.builders import (
+    threads as thread_info,
+)
+
+from dlperf.errors import ProfileError
+from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
+from dlperf.profile.trace import TRAIN, LoaderInfo
+
+pytestmark = pytest.mark.unit
+
+
+def test_breakdown_splits_phases_and_framework_overhead() -> None:
+    # 10 ms training step: 4 ms data, 2 ms forward, 3 ms backward, 1 ms optimizer; operators cover 5 ms.
+    ops = [op("aten::addmm", 4000, 1500, phase="forward"), op("aten::mm", 6000, 2500, phase="backward"),
+           op("aten::add_", 9000, 1000, phase="optimizer"), op("aten::stack", 100, 3000, phase="data")]
+    t = trace(ops, mode=TRAIN, data_wait_s=0.004,
+              phase_us={"data": 4000, "forward": 2000, "backward": 3000, "optimizer": 1000}, unprofiled_s=0.005)
+    b = breakdown.analyze(t)
+    assert b.step_s == pytest.approx(0.010)
+    assert b.data_wait_s == pytest.approx(0.004)
+    assert (b.forward_s, b.backward_s, b.optimizer_s) == pytest.approx((0.002, 0.003, 0.001))
+    assert b.operator_s == pytest.approx(0.005)  # the data phase's stack is not an operator of the step
+    assert b.framework_overhead_s == pytest.approx(0.001)  # 6 ms outside data, 5 ms covered
+    assert b.profiling_overhead == pytest.approx(2.0)
+    assert b.device_idle_s is None
+
+
+def test_launch_counts_tiny_ops_and_gaps() -> None:
+    # 200 ops of 5 µs every 10 µs over a 2 ms step: 1 ms tiny-op time, 1 ms of gaps.
+    ops = [op("aten::add", i * 10.0, 5.0) for i in range(200)]
+    la = launch.analyze(trace(ops, step_us=2000.0))
+    assert la.ops_per_step == 200
+    assert la.median_op_us == pytest.approx(5.0)
+    assert la.tiny_op_fraction == 1.0
+    assert la.tiny_op_time_s == pytest.approx(0.001)
+    assert la.gap_time_s == pytest.approx(0.001)
+    assert la.overhead_share == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        launch.analyze(trace(ops), tiny_op_us=0)
+
+
+def test_bytes_and_flops_of_a_gemm_and_a_view() -> None:
+    b, f = operators.op_bytes_and_flops(gemm(0, 100, m=256, k=512, n=512))
+    assert f == 2 * 256 * 512 * 512
+    assert b == (512 + 256 * 512 + 512 * 512 + 256 * 512) * 4
+    assert operators.op_bytes_and_flops(op("aten::view", 0, 1, shapes=((4, 4), (2,)), dtypes=("float", ""))) == (0, 0)
+    # an elementwise op the profiler gives no FLOPs: one per output element; read + write
+    b, f = operators.op_bytes_and_flops(elementwise(0, 100, numel=1000))
+    assert (b, f) == (8000, 1000)
+
+
+def test_roofline_classifies_compute_bandwidth_and_overhead() -> None:
+    ops = [gemm(0, 4000), elementwise(4000, 5000), op("aten::add", 9000, 5, shapes=((8,), (8,)),
+                                                       dtypes=("float", "float"))]
+    a = operators.analyze(trace(ops), CEILINGS)
+    by = {o.name: o for o in a.operators}
+    assert a.operators[0].name == "aten::mul"  # sorted by self time
+    assert a.ridge_intensity == pytest.approx(10.0)
+    assert by["aten::addmm"].bound == operators.COMPUTE
+    # 134 MFLOP in 4 ms = 33.5 GFLOP/s of a 100 GFLOP/s peak
+    assert by["aten::addmm"].pct_of_peak == pytest.approx(2 * 256 * 512 * 512 / 0.004 / 100e9)
+    assert by["aten::mul"].bound == operators.BANDWIDTH
+    assert by["aten::mul"].pct_of_peak == pytest.approx(2 * 4 * (4 << 20) / 0.005 / 10e9)
+    assert by["aten::add"].bound == operators.OVERHEAD
+    assert a.share_by_bound[operators.COMPUTE] == pytest.approx(0.4)
+    assert a.share_by_bound[operators.BANDWIDTH] == pytest.approx(0.5)
+
+
+def test_small_low_intensity_op_is_cache_resident() -> None:
+    a = operators.analyze(trace([elementwise(0, 500, numel=1024)]), CEILINGS)
+    assert a.operators[0].bound == operators.CACHE_RESIDENT
+
+
+def test_roofline_rejects_bad_ceilings() -> None:
+    with pytest.raises(ProfileError, match="ceilings"):
+        operators.analyze(trace([gemm(0, 10)]), FakeCeilings({"fp32": 0.0}, 1e9))
+
+
+def test_memory_headroom_and_step_peak() -> None:
+    t = trace([op("aten::empty", 0, 10, mem=300), op("aten::mul", 20, 10, mem=200),
+               op("aten::add", 40, 10, mem=-400)], mem=mem_info(peak=900, budget=1000))
+    t.memory.timeline = [(10.0, 300), (30.0, 500), (50.0, 100)]
+    m = memory.analyze(t)
+    assert m.used_fraction == pytest.approx(0.9)
+    assert m.headroom_bytes == 100
+    assert m.step_allocated_peak_bytes == 500
+    assert [x.bytes for x in m.largest_allocations] == [300, 200]
+
+
+def test_threads_oversubscription_and_other_load() -> None:
+    th = threads.analyze(trace([op("aten::add", 0, 10)], thread_info=thread_info(intra=16, usable=2,
+                                                                                 process_pct=50, system_pct=100)))
+    assert th.oversubscription == 8.0
+    assert th.other_busy_cores == pytest.approx(1.5)
+    assert any("16 intra-op threads" in i for i in th.issues)
+    calm = threads.analyze(trace([op("aten::add", 0, 10)]))
+    assert calm.oversubscription == 1.0 and calm.issues == []
+
+
+def test_loader_analysis_needs_a_training_trace_and_suggests_workers() -> None:
+    with pytest.raises(ProfileError, match="--train"):
+        dataloader.analyze(trace([op("aten::add", 0, 10)]))
+    info = LoaderInfo("DataLoader", True, num_workers=0, pin_memory=False, prefetch_factor=None,
+                      persistent_workers=False, batch_size=16)
+    t = trace([op("aten::add", 0, 10)], mode=TRAIN, data_wait_s=0.006, loader=info)
+    ld = dataloader.analyze(t)
+    assert ld.wait_share == pytest.approx(0.6)
+    assert ld.compute_s == pytest.approx(0.004)
+    assert ld.suggested == {"num_workers": 2, "persistent_workers": True}
+    assert dataloader.suggested_workers(2, 4) == 8

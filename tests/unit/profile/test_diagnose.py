@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import pytest
+from tests.unit.profile.builders import (
+    CEILINGS,
+    elementwise,
+    gemm,
+    memory,
+    op,
+    threads,
+    trace,
+)
+
+from dlperf.profile import diagnose as dg
+from dlperf.profile.capture import StepOptions
+from dlperf.profile.fixes import batch_fix, loader_fix, threads_fix
+from dlperf.profile.trace import TRAIN, LoaderInfo
+from dlperf.profile.verify import choose_fixes
+
+pytestmark = pytest.mark.unit
+
+
+def _diagnose(t: object) -> dg.Diagnosis:
+    return dg.diagnose(dg.analyze_all(t, CEILINGS))  # type: ignore[arg-type]
+
+
+def test_gemm_step_is_compute_bound_with_evidence() -> None:
+    d = _diagnose(trace([gemm(0, 9000)]))
+    top = d.top
+    assert top is not None and top.category == dg.COMPUTE_BOUND
+    assert top.share == pytest.approx(0.9)
+    assert any("aten::addmm" in e for e in top.evidence)
+    assert d.verdict.startswith("compute")
+    assert [f.id for f in top.fixes] == ["compile", "bf16"]
+
+
+def test_elementwise_step_is_bandwidth_bound() -> None:
+    d = _diagnose(trace([elementwise(i * 2000.0, 1900.0) for i in range(5)]))
+    assert d.top is not None and d.top.category == dg.MEMORY_BANDWIDTH
+    assert d.top.fixes[0].id == "compile"
+
+
+def test_many_tiny_ops_are_launch_overhead() -> None:
+    d = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0))
+    assert d.top is not None and d.top.category == dg.LAUNCH_OVERHEAD
+    assert [f.id for f in d.top.fixes] == ["batch", "compile"]
+    assert d.top.estimated_speedup is not None and d.top.estimated_speedup > 1
+
+
+def test_waiting_for_data_ranks_first_as_root_cause() -> None:
+    info = LoaderInfo("DataLoader", True, num_workers=0, pin_memory=False, prefetch_factor=None,
+                      persistent_workers=False, batch_size=16)
+    # Even a step whose remaining time is all GEMM: the data wait comes first.
+    t = trace([gemm(5000, 4900)], mode=TRAIN, data_wait_s=0.005, loader=info,
+              phase_us={"data": 5000, "forward": 5000})
+    d = _diagnose(t)
+    assert [f.category for f in d.findings][:2] == [dg.INPUT_PIPELINE, dg.COMPUTE_BOUND]
+    top = d.findings[0]
+    assert top.root_cause and top.fixes[0].id == "loader"
+    # 5 ms load over 2 workers overlaps a 5 ms compute: the step could take 5 ms instead of 10
+    assert top.estimated_speedup == pytest.approx(2.0)
+
+
+def test_oversubscribed_threads_outrank_the_compute_they_slow_down() -> None:
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=16, usable=2)))
+    assert d.top is not None and d.top.category == dg.HOST_THREADS and d.top.root_cause
+    assert d.top.fixes[0].threads == 2
+    assert d.findings[1].category == dg.COMPUTE_BOUND
+
+
+def test_memory_near_the_budget_ranks_first() -> None:
+    d = _diagnose(trace([elementwise(0, 9000)], mem=memory(peak=950, budget=1000)))
+    assert d.top is not None and d.top.category == dg.MEMORY_CAPACITY
+    assert d.top.estimated_speedup is None and "out-of-memory" in d.top.estimated_gain
+
+
+def test_another_busy_python_thread_is_reported() -> None:
+    d = _diagnose(trace([op("aten::add", 0, 100)], thread_info=threads(other_python=0.9)))
+    assert d.top is not None and d.top.category == dg.HOST_THREADS
+    assert "another thread" in d.top.title
+
+
+def test_no_clear_bottleneck_is_a_verdict() -> None:
+    # 10 top-level medium ops in cache, covering the step: nothing explains 20% of it.
+    ops = [op(f"aten::op{i}", i * 1000.0, 1000.0, shapes=((64,),), dtypes=("float",)) for i in range(10)]
+    d = _diagnose(trace(ops))
+    assert d.findings == []
+    assert d.verdict.startswith("no clear bottleneck")
+
+
+def test_fixes_change_step_options() -> None:
+    base = StepOptions(threads=16)
+    assert threads_fix(2).apply(base, 8).threads == 2
+    assert batch_fix(8, 4).apply(base, 8).batch_size == 32
+    fixed = loader_fix({"num_workers": 2, "persistent_workers": True}).apply(base, 8)
+    assert dict(fixed.loader_kwargs) == {"num_workers": 2, "persistent_workers": True}
+
+
+def test_choose_fixes_skips_batch_in_training_and_dedups() -> None:
+    d = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0))
+    t = trace([op("aten::add", 0, 1)])
+    assert [f.id for _, _, f in choose_fixes(d, t, 2)] == ["batch", "compile"]
+    t.mode = TRAIN
+    assert [f.id for _, _, f in choose_fixes(d, t, 2)] == ["compile"]

@@ -1,0 +1,132 @@
+"""The HTML report: a view per kind, drawn plots, graceful fallback, history, and no external resources."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.measure.stats import Measurement
+from dlperf.report.html import render_report
+from dlperf.store.records import RunRecord
+
+pytestmark = pytest.mark.unit
+
+ENV = {"dlperf_version": "0.1.0", "python_version": "3.11.7", "torch_version": "2.13.0+cpu", "os": "Linux",
+       "cpu_model": "Test CPU", "cpu_flags": ["avx2"], "physical_cores": 2, "logical_cores": 2, "torch_threads": 2,
+       "total_memory_bytes": 8 * 2**30}
+
+
+def _point(batch: int, median_s: float, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    m = Measurement([int(v) for v in rng.lognormal(np.log(median_s), 0.1, 150) * 1e9], items_per_call=batch)
+    return {"batch_size": batch, "summary": m.summary(), "measurement": m.to_dict(), "peak_rss_bytes": 2**28,
+            "process_cpu_percent": 90.0}
+
+
+def _rec(run_id: str, kind: str, result: dict[str, Any], created: str = "2026-11-29T10:00:00",
+         env: dict[str, Any] | None = None, **kw: Any) -> RunRecord:
+    return RunRecord(id=run_id, kind=kind, workload="zoo:mlp", status=kw.pop("status", "ok"), created_at=created,
+                     config=kw.pop("config", {"batch_sizes": [1, 8], "scenario": "offline"}),
+                     environment=ENV if env is None else env, result=result, **kw)
+
+
+@pytest.fixture(scope="module")
+def bench_points() -> list[dict[str, Any]]:
+    return [_point(1, 0.002, 1), _point(8, 0.009, 2)]
+
+
+def _plots(html: str) -> list[str]:
+    return re.findall(r'<svg class="plot".*?</svg>', html, flags=re.S)
+
+
+def test_bench_report_has_kpis_histograms_cdf_and_environment(bench_points: list[dict[str, Any]]) -> None:
+    html = render_report([_rec("r1", "bench", {"points": bench_points,
+                                               "headline": {"kpi": "throughput", "value": 900.0, "batch_size": 8}})])
+    assert html.startswith("<!DOCTYPE html>") and html.endswith("</html>")
+    p50_ms = bench_points[0]["summary"]["p50_s"] * 1e3
+    assert f"{p50_ms:.4g}" in html
+    titles = re.findall(r"<svg class=\"plot\"[^>]*><title>([^<]*)</title>", html)
+    assert "Latency histogram, batch 1 (n=150, 1% tails cut)" in titles
+    assert "Latency CDF" in titles and "Throughput vs batch size" in titles
+    assert "Test CPU" in html and "900 items/s (batch 8)" in html
+    for svg in _plots(html):
+        assert "<polyline" in svg or "<rect x=\"" in svg.split("</title>", 1)[1]
+
+
+def test_report_is_self_contained() -> None:
+    html = render_report([_rec("r1", "custom", {"x": 1})])
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+    assert "<link" not in html
+    assert "data-selfcheck" in html  # the in-page check the browser test reads
+
+
+def test_ab_view_shows_verdict_blocks_and_both_sides(bench_points: list[dict[str, Any]]) -> None:
+    a, b = bench_points[0], bench_points[0]
+    result = {"ratio": 0.8, "ci": [0.75, 0.85], "confidence": 0.95, "verdict": "faster",
+              "block_ratios": [0.78, 0.82, 0.8, 0.79], "a": a["summary"], "b": b["summary"],
+              "settings": {"a": {"threads": 1}, "b": {"threads": 2}}, "batch_size": {"a": 1, "b": 1},
+              "measurements": {"a": a["measurement"], "b": b["measurement"]}}
+    html = render_report([_rec("ab1", "ab", result)])
+    assert "B is faster: time B/A 0.800" in html and "threads=2" in html
+    titles = re.findall(r"<title>([^<]*)</title>", html)
+    assert {"Per-block ratios (ABBA order)", "A vs B latency (1% tails cut)", "A vs B latency CDF"} <= set(titles)
+
+
+def test_optimize_view_draws_the_pareto_frontier_from_child_runs() -> None:
+    parent = _rec("opt1", "optimize", {"metric_name": "accuracy", "higher_is_better": True})
+    kids = [_rec(f"c{i}", "candidate", {"name": n, "latency_s": lat, "metric": acc}, parent_id="opt1")
+            for i, (n, lat, acc) in enumerate([("fp32", 0.010, 0.95), ("bf16", 0.006, 0.949),
+                                               ("int8", 0.004, 0.90), ("bad", 0.012, 0.80)])]
+    html = render_report([parent], children={"opt1": kids})
+    assert "Pareto frontier: latency vs accuracy" in html
+    frontier = re.search(r'data-name="Pareto frontier">(.*?)</g>', html, flags=re.S)
+    assert frontier is not None and frontier.group(1).count("<circle") == 3  # "bad" is dominated
+    assert html.count("<td>yes</td>") == 3
+
+
+def test_profile_view_has_breakdown_and_roofline() -> None:
+    result = {"verdict": "compute-bound in aten::addmm", "analyses": {
+        "breakdown": {"step_s": 0.01, "forward_s": 0.008, "framework_overhead_s": 0.002, "data_wait_s": 0.0},
+        "operators": {"operators": [{"name": "aten::addmm", "self_s": 0.006, "share": 0.6, "intensity": 40.0,
+                                     "achieved_flops_s": 5e10, "bound": "compute", "pct_of_peak": 0.5}],
+                      "peak_flops": {"fp32": 1e11, "bf16": 2e11}, "bandwidth_bytes_s": 2e10}},
+        "findings": [{"title": "GEMM-bound", "summary": "try bf16"}]}
+    html = render_report([_rec("p1", "profile", result)])
+    assert "Time per step (10 ms)" in html and "Roofline" in html
+    assert "framework overhead" in html and "GEMM-bound" in html
+    roof = next(s for s in _plots(html) if "<title>Roofline</title>" in s)
+    assert roof.count("<polyline") == 2 and roof.count("<circle") == 1
+
+
+def test_load_view_plots_latency_against_throughput() -> None:
+    steps = [{"concurrency": c, "throughput_rps": t, "p50_s": p50, "p99_s": p99}
+             for c, t, p50, p99 in [(1, 90, 0.010, 0.02), (4, 300, 0.012, 0.03), (16, 380, 0.04, 0.09)]]
+    html = render_report([_rec("l1", "load", {"steps": steps})])
+    svg = next(s for s in _plots(html) if "Latency vs throughput" in s)
+    assert svg.count("<circle") == 6
+
+
+def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:
+    html = render_report([_rec("x1", "train", {"best": {"batch_size": 64}}),
+                          _rec("x2", "bench", {"points": "not a list"}, status="failed", error="boom")])
+    assert "best.batch_size" in html
+    assert "the bench view could not be drawn" in html and "error: boom" in html
+
+
+def test_different_environments_are_highlighted(bench_points: list[dict[str, Any]]) -> None:
+    other = {**ENV, "torch_threads": 8}
+    html = render_report([_rec("r1", "bench", {"points": bench_points}),
+                          _rec("r2", "bench", {"points": bench_points}, env=other)])
+    assert "torch_threads: 2 vs 8" in html and 'class="diff"' in html
+    assert "Comparison at batch 1" in html
+
+
+def test_history_trend_has_one_point_per_run(bench_points: list[dict[str, Any]]) -> None:
+    runs = [_rec(f"h{i}", "bench", {"points": bench_points[:1]}, created=f"2026-11-2{i}T10:00:00") for i in range(5)]
+    html = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    svg = next(s for s in _plots(html) if "History of zoo:mlp: p50" in s)
+    assert svg.count("<circle") == 5
+    assert "95% bootstrap CI of the median" in html

@@ -1,0 +1,49 @@
+"""SVG chart helpers: ticks, bins, ECDF, and what a chart draws."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.report.svg import Axis, Series, chart, ecdf, hbars, histogram_bins, log_ticks, nice_ticks
+
+pytestmark = pytest.mark.unit
+
+
+def test_nice_ticks_are_round_and_cover_the_range() -> None:
+    assert nice_ticks(0.0, 1.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert nice_ticks(3.2, 97.0) == [20.0, 40.0, 60.0, 80.0]
+
+
+def test_log_ticks_are_decades_or_1_2_5() -> None:
+    assert log_ticks(0.05, 200.0) == [0.1, 1.0, 10.0, 100.0]
+    assert log_ticks(1.0, 20.0) == [1.0, 2.0, 5.0, 10.0, 20.0]
+
+
+def test_histogram_fractions_sum_to_one_and_log_bins_are_geometric() -> None:
+    xs, ys = histogram_bins([1, 2, 2, 3, 10], bins=3)
+    assert sum(ys) == pytest.approx(1.0) and len(xs) == 3
+    xs, ys = histogram_bins([1, 10, 100], bins=2, lo=1, hi=100, log=True)
+    assert xs == pytest.approx([10**0.5, 10**1.5]) and ys == pytest.approx([1 / 3, 2 / 3])
+
+
+def test_ecdf_ends_at_one_and_thins() -> None:
+    xs, ys = ecdf(list(range(1000)), max_points=100)
+    assert ys[-1] == 1.0 and xs[-1] == 999 and len(xs) <= 101
+    assert all(a <= b for a, b in zip(ys, ys[1:], strict=False))
+
+
+def test_chart_draws_each_series_and_a_legend() -> None:
+    svg = chart([Series("a", [1, 2, 3], [1, 4, 9], "line+points"), Series("b", [1, 2], [2, 3], "step")],
+                Axis("x"), Axis("y", log=True), "t")
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 3
+    assert 'data-series="2"' in svg and ">a</text>" in svg and ">b</text>" in svg
+
+
+def test_non_positive_values_are_skipped_on_log_axes() -> None:
+    svg = chart([Series("s", [0, 1, 10], [1, 2, 3], "points")], Axis("x", log=True), Axis("y"))
+    assert svg.count("<circle") == 2
+
+
+def test_hbars_label_each_value() -> None:
+    svg = hbars(["forward", "overhead"], [8.0, 2.0], "Time", " ms")
+    assert "forward" in svg and "8 ms" in svg and "2 ms" in svg

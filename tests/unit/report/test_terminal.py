@@ -1,0 +1,108 @@
+"""Terminal renderers: units, sparkline, and the tables rendered from stored dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rich.console import Console, RenderableType
+
+from dlperf.report.terminal import (
+    bench_report,
+    ceilings_table,
+    environment_line,
+    fmt_ci,
+    fmt_ms,
+    fmt_si,
+    headline_text,
+    history_view,
+    record_view,
+    runs_table,
+    sparkline,
+)
+from dlperf.store.query import History, HistoryPoint
+from dlperf.store.records import RunRecord
+
+pytestmark = pytest.mark.unit
+
+
+def _text(renderable: RenderableType) -> str:
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(renderable)
+    text = console.export_text()
+    console.file.close()
+    return text
+
+
+RESULT: dict[str, Any] = {
+    "workload": "mlp",
+    "model_bytes": 3 * 2**20,
+    "headline": {"kpi": "throughput", "value": 12345.6, "batch_size": 8},
+    "points": [{
+        "batch_size": 8, "peak_rss_bytes": 200 * 2**20, "process_cpu_percent": 190.4,
+        "summary": {"n": 123, "p50_s": 0.00125, "p90_s": 0.0015, "p99_s": 0.002, "median_ci_s": [0.00120, 0.00130],
+                    "throughput": 12345.6, "noise_ratio": 0.04, "noise_warning": None},
+    }],
+}
+
+
+def test_units() -> None:
+    assert fmt_ms(0.00125) == "1.25"
+    assert fmt_ms(0.2) == "200.0"
+    assert fmt_ms(0.00001234) == "0.0123"
+    assert fmt_si(3.1e11, "FLOP/s") == "310.0 GFLOP/s"
+    assert fmt_si(2.5e9, "B/s") == "2.5 GB/s"
+    assert fmt_ci(0.00125, [0.00120, 0.00130]) == "-4.0/+4.0%"
+    assert fmt_ci(1.0, [0.5, 3.0]) == "-50/+200%"
+
+
+def test_sparkline() -> None:
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([3.0, 1.0]) == "█▁"
+    assert sparkline([2.0, 2.0, 2.0]) == "▅▅▅"
+    assert sparkline([]) == ""
+
+
+def test_bench_report_shows_kpis() -> None:
+    text = _text(bench_report(RESULT, {"torch_version": "2.13", "python_version": "3.11", "cpu_model": "EPYC",
+                                       "logical_cores": 2, "torch_threads": 2}, "abc123", "sqlite:///x.db"))
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("8 "))
+    assert row.split() == ["8", "123", "1.25", "1.50", "2.00", "-4.0/+4.0%", "12,346", "200.0", "190", "4%"]
+    assert "headline: throughput 12,346 items/s at batch 8" in text
+    assert "model size: 3.0 MiB" in text
+    assert "torch 2.13 · Python 3.11 · EPYC (2 cores, 2 threads)" in text
+    assert "run abc123 saved to sqlite:///x.db" in text
+
+
+def test_record_and_runs_views() -> None:
+    record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
+    assert headline_text(record) == "12,346 items/s @ bs8"
+    text = _text(runs_table([record], "sqlite:///x.db"))
+    assert "abc123" in text and "zoo:mlp" in text and "2026-01-01 10:00" in text
+    shown = _text(record_view(record))
+    assert "1.25" in shown and '{"k": 1}' in shown
+    failed = RunRecord("f", "calibrate", "cpu", "failed", "2026-01-01", error="boom")
+    assert "boom" in _text(record_view(failed)) and headline_text(failed) == ""
+    assert "no runs" in _text(runs_table([], "s"))
+
+
+def test_history_view() -> None:
+    h = History("zoo:mlp", "p50", "s", False, 1, [HistoryPoint("a", "2026-01-01T00:00", 0.001),
+                                                   HistoryPoint("b", "2026-01-02T00:00", 0.002, "noisy")])
+    text = _text(history_view(h))
+    assert "▁█" in text
+    assert "last vs first: +100.0%" in text
+    assert "best" in text and "noisy" in text
+
+
+def test_ceilings_table() -> None:
+    data = {"device": "cpu", "threads": 2, "machine_key": "k", "measured_at": "t", "quick": False,
+            "gemm_flops": {"fp32": 3.1e11}, "memory_bandwidth_bytes_s": 2e10,
+            "details": {"gemm_fp32": {"n": 2048, "samples": 5}, "copy": {"bytes": 2**28, "samples": 5},
+                        "skipped": {"int8": "no VNNI"}}}
+    text = _text(ceilings_table(data))
+    assert "310.0 GFLOP/s" in text and "20.0 GB/s" in text and "no VNNI" in text and "2048³" in text
+
+
+def test_environment_line_without_env() -> None:
+    assert environment_line({}) == "environment: not recorded"

@@ -1,0 +1,166 @@
+"""collate() with a fake clock; the Batcher's queue bound, drain and signals; run_batch's split and failure."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Signals, Work, collate
+from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+
+
+@dataclass
+class Q:
+    arrival_ns: int
+    items: int = 1
+    key: Any = "a"
+    deadline_ns: int | None = None
+
+
+FIXED = BatchPolicy(max_batch_size=8, max_queue_delay_s=0.005, adaptive=False)
+BUSY = Signals(in_system=3, peak_in_system=16, busy_arrival_rate=10_000.0)
+
+
+def test_partial_batch_waits_until_the_oldest_request_has_waited_the_delay() -> None:
+    pending = [Q(0), Q(1 * MS), Q(2 * MS)]
+    d = collate(pending, 3 * MS, FIXED)
+    assert d.take == [] and d.wait_until_ns == 5 * MS
+    d = collate(pending, 5 * MS, FIXED)
+    assert d.take == [0, 1, 2] and d.reason == "delay"
+
+
+def test_full_batch_goes_at_once_and_own_batch_dimension_counts() -> None:
+    pending = [Q(0, items=3), Q(0, items=4), Q(0, items=2), Q(0, items=1)]
+    d = collate(pending, 0, FIXED)
+    # 3 + 4 = 7; the next (2) would pass 8, so the batch is as full as it gets and never exceeds the max
+    assert d.take == [0, 1] and d.reason == "full"
+    d = collate([Q(0, items=8)], 0, FIXED)
+    assert d.take == [0] and d.reason == "full"
+
+
+def test_incompatible_shapes_are_not_joined_and_keep_their_place() -> None:
+    pending = [Q(0, key="s64"), Q(1, key="s128"), Q(2, key="s64")]
+    d = collate(pending, 10 * MS, FIXED)
+    assert d.take == [0, 2]
+
+
+def test_expired_requests_are_reported_and_the_wake_up_honours_deadlines() -> None:
+    pending = [Q(0, deadline_ns=2 * MS), Q(1 * MS, deadline_ns=3 * MS), Q(1 * MS)]
+    d = collate(pending, 2 * MS, FIXED)
+    assert d.expired == [0]
+    assert d.take == []
+    # the oldest live request arrived at 1 ms -> delay deadline 6 ms; a request times out at 3 ms first
+    assert d.wait_until_ns == 3 * MS
+
+
+def test_unbatched_policy_sends_one_request_at_a_time() -> None:
+    d = collate([Q(0), Q(0)], 0, BatchPolicy(0, 0.005))
+    assert d.take == [0] and d.reason == "unbatched"
+
+
+@pytest.mark.parametrize(
+    ("signals", "reason"),
+    [
+        (Signals(in_system=1, peak_in_system=1, busy_arrival_rate=math.inf), "closed-loop"),
+        (Signals(in_system=2, peak_in_system=16, busy_arrival_rate=50.0), "low-rate"),
+        (BUSY, ""),
+    ],
+)
+def test_adaptive_wait_ends_early_only_when_waiting_cannot_help(signals: Signals, reason: str) -> None:
+    policy = BatchPolicy(8, 0.005, adaptive=True)
+    d = collate([Q(0), Q(0)], 1 * MS, policy, signals)
+    assert d.reason == reason
+    assert (d.take == [0, 1]) == bool(reason)
+
+
+def _work(key: str = "a", items: int = 1, arrival: int = 0) -> Work:
+    return Work([np.zeros((items, 2), np.float32)], items, key, arrival)
+
+
+def test_bounded_queue_rejects_at_once_and_close_refuses_new_work() -> None:
+    b = Batcher(BatchPolicy(4, 0.005), max_queue_size=2, clock=lambda: 0)
+    b.submit(_work())
+    b.submit(_work())
+    with pytest.raises(QueueFull, match="Exceeds maximum queue size"):
+        b.submit(_work())
+    assert b.pending_count == 2
+    b.close()
+    with pytest.raises(ShuttingDown):
+        b.submit(_work())
+    # draining: what is queued still runs (the wait is cut short), then None
+    batch = b.next_batch()
+    assert batch is not None and len(batch) == 2
+    assert b.next_batch() is None
+
+
+def test_next_batch_fails_expired_requests_through_their_callbacks() -> None:
+    now = [10 * MS]
+    done: list[Work] = []
+    b = Batcher(BatchPolicy(1, 0.0), clock=lambda: now[0])
+    late = _work(arrival=0)
+    late.deadline_ns = 5 * MS
+    late.on_done = done.append
+    ok = _work(arrival=1)
+    b.submit(late)
+    b.submit(ok)
+    batch = b.next_batch()
+    assert batch == [ok]
+    assert done == [late] and late.error_reason == "TIMEOUT"
+    assert "Request timeout expired" in str(late.error)
+
+
+def test_closed_loop_signal_tracks_requests_in_the_system() -> None:
+    now = [0]
+    b = Batcher(BatchPolicy(8, 1.0), clock=lambda: now[0])
+    for _ in range(3):
+        b.submit(_work())
+    assert b.in_system == 3
+    batch = b.next_batch()  # 3 in the system = the peak: nobody else is coming
+    assert batch is not None and len(batch) == 3 and b.last_reason == "closed-loop"
+    b.release(3)
+    assert b.in_system == 0
+
+
+SIG = Signature((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),))
+
+
+def _model(runner: Any) -> ServedModel:
+    return ServedModel("m", SIG, lambda i: runner)
+
+
+def test_run_batch_splits_outputs_back_to_each_request() -> None:
+    works = [Work([np.full((n, 2), float(n), np.float32)], n, "a", 0) for n in (1, 3, 2)]
+    finished: list[Work] = []
+    for w in works:
+        w.on_done = finished.append
+    run_batch(lambda arrays: [arrays[0] * 10], works, _model(None))
+    assert finished == works
+    for w in works:
+        assert w.error is None and w.batch_size == 6
+        np.testing.assert_array_equal(w.result[0], np.full((w.items, 2), 10.0 * w.items))  # type: ignore[index]
+
+
+def test_a_failing_batch_fails_each_request_with_a_useful_message() -> None:
+    def boom(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        raise RuntimeError("shape mismatch in layer 3")
+
+    works = [_work(), _work()]
+    run_batch(boom, works, _model(boom))
+    for w in works:
+        assert w.error_reason == "BACKEND"
+        assert "model 'm' failed on a batch of 2 items" in str(w.error)
+        assert "RuntimeError: shape mismatch in layer 3" in str(w.error)
+
+
+def test_a_model_that_drops_the_batch_dimension_is_an_error() -> None:
+    works = [_work(), _work()]
+    run_batch(lambda arrays: [np.zeros((1, 2), np.float32)], works, _model(None))
+    assert all("first dimension of 2" in str(w.error) for w in works)

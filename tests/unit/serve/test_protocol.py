@@ -1,0 +1,163 @@
+"""The OIP codec against tritonclient's own request encoder and response decoder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dlperf.serve.protocol import (
+    InferResponse,
+    ProtocolError,
+    Tensor,
+    datatype_of,
+    datatype_of_name,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    random_array,
+)
+
+pytestmark = pytest.mark.unit
+
+httpclient = pytest.importorskip("tritonclient.http")
+
+ARRAYS = {
+    "FP32": np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
+    "FP16": (np.arange(6, dtype=np.float16).reshape(2, 3) / 3).astype(np.float16),
+    "FP64": np.linspace(-1, 1, 6).reshape(3, 2),
+    "INT64": np.array([[1, -2, 3], [2**40, 5, -6]], dtype=np.int64),
+    "INT32": np.array([[7, 8, -9]], dtype=np.int32),
+    "INT8": np.array([-128, 0, 127], dtype=np.int8),
+    "UINT8": np.array([0, 200, 255], dtype=np.uint8),
+    "BOOL": np.array([[True, False], [False, True]]),
+    "BYTES": np.array([b"hello", b"", "wörld".encode()], dtype=object),
+}
+
+
+def _client_body(arrays: dict[str, np.ndarray], binary: bool, **kwargs: object) -> tuple[bytes, int | None]:
+    inputs = []
+    for name, a in arrays.items():
+        inp = httpclient.InferInput(name, list(a.shape), name)
+        inp.set_data_from_numpy(a, binary_data=binary)
+        inputs.append(inp)
+    return httpclient.InferenceServerClient.generate_request_body(inputs, **kwargs)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_decodes_every_datatype_as_tritonclient_sends_it(binary: bool) -> None:
+    body, header_length = _client_body(ARRAYS, binary, request_id="r1")
+    assert (header_length is None) == (not binary)
+    request = decode_request(body, header_length)
+    assert request.id == "r1"
+    assert request.binary_output_default is True
+    assert [t.name for t in request.inputs] == list(ARRAYS)
+    for tensor in request.inputs:
+        expected = ARRAYS[tensor.name]
+        assert tensor.datatype == tensor.name
+        assert tensor.shape == list(expected.shape)
+        if tensor.datatype == "BYTES":
+            assert list(tensor.data.reshape(-1)) == list(expected.reshape(-1))
+        else:
+            np.testing.assert_array_equal(tensor.data, expected)
+            assert tensor.data.dtype == expected.dtype
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_tritonclient_decodes_our_response(binary: bool) -> None:
+    tensors = [Tensor(name, name, a) for name, a in ARRAYS.items()]
+    body, header_length = encode_response(InferResponse("m", tensors, "1", "id-7"), [binary] * len(tensors))
+    result = httpclient.InferenceServerClient.parse_response_body(body, header_length=header_length)
+    assert result.get_response()["id"] == "id-7"
+    for name, expected in ARRAYS.items():
+        got = result.as_numpy(name)
+        if name == "BYTES":  # tritonclient gives JSON BYTES back as str, binary ones as bytes
+            assert [g if isinstance(g, bytes) else g.encode() for g in got.reshape(-1)] == list(expected)
+        elif name in ("FP16",) and not binary:
+            np.testing.assert_allclose(got, expected, rtol=1e-3)
+        else:
+            np.testing.assert_array_equal(got, expected)
+
+
+def test_requested_outputs_and_parameters_are_read() -> None:
+    x = np.ones((1, 2), np.float32)
+    inp = httpclient.InferInput("x", [1, 2], "FP32")
+    inp.set_data_from_numpy(x)
+    outputs = [httpclient.InferRequestedOutput("b", binary_data=False), httpclient.InferRequestedOutput("a")]
+    body, n = httpclient.InferenceServerClient.generate_request_body(
+        [inp], outputs=outputs, timeout=1500, parameters={"routing_key": "user-3"})
+    request = decode_request(body, n)
+    assert [(o.name, o.binary) for o in request.outputs or []] == [("b", False), ("a", True)]
+    assert request.parameters["timeout"] == 1500
+    assert request.parameters["routing_key"] == "user-3"
+    assert request.binary_output_default is False
+
+
+def test_own_request_encoder_round_trips() -> None:
+    tensors = [Tensor("a", "FP32", ARRAYS["FP32"]), Tensor("s", "BYTES", ARRAYS["BYTES"])]
+    body, n = encode_request(tensors, binary=True, request_id="q")
+    back = decode_request(body, n)
+    np.testing.assert_array_equal(back.inputs[0].data, ARRAYS["FP32"])
+    assert list(back.inputs[1].data) == list(ARRAYS["BYTES"])
+    body, n = encode_response(InferResponse("m", tensors, id="q"), [True, False])
+    resp = decode_response(body, n)
+    assert resp.id == "q" and resp.model_name == "m"
+    np.testing.assert_array_equal(resp.outputs[0].data, ARRAYS["FP32"])
+
+
+def test_nested_and_flat_json_data_agree() -> None:
+    for data in ([[1, 2, 3], [4, 5, 6]], [1, 2, 3, 4, 5, 6]):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "INT32", "data": data}]})
+        t = decode_request(body.encode()).inputs[0]
+        np.testing.assert_array_equal(t.data, np.arange(1, 7, dtype=np.int32).reshape(2, 3))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ([{"name": "x", "shape": [2], "datatype": "FP33", "data": [1, 2]}], "datatype 'FP33'"),
+        ([{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2]}], "2 data elements"),
+        ([{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}], "non-negative"),
+        ([{"name": "x", "shape": [1], "datatype": "BOOL", "data": [1]}], "true/false"),
+        ([{"name": "x", "shape": [1], "datatype": "INT64", "data": ["a"]}], "must be numbers"),
+        ([{"shape": [1], "datatype": "INT64", "data": [1]}], "no 'name'"),
+        ([], "no 'inputs'"),
+    ],
+)
+def test_bad_requests_say_what_is_wrong(inputs: list[object], message: str) -> None:
+    with pytest.raises(ProtocolError, match=message) as info:
+        decode_request(json.dumps({"inputs": inputs}).encode())
+    assert info.value.status == 400
+
+
+def test_binary_size_mismatches_are_400() -> None:
+    header = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 8}}]}).encode()
+    with pytest.raises(ProtocolError, match="only 4 bytes"):
+        decode_request(header + b"\0" * 4, len(header))
+    with pytest.raises(ProtocolError, match="add up to 8"):
+        decode_request(header + b"\0" * 12, len(header))
+    with pytest.raises(ProtocolError, match="Header-Content-Length"):
+        decode_request(header, len(header) + 5)
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        decode_request(b"{nope")
+
+
+def test_datatype_names() -> None:
+    assert datatype_of(np.zeros(1, np.float32)) == "FP32"
+    assert datatype_of(np.array([b"x"], dtype=object)) == "BYTES"
+    assert datatype_of_name("torch.int64") == "INT64"
+    assert datatype_of_name("float16") == "FP16"
+    assert datatype_of_name("bool") == "BOOL"
+    with pytest.raises(ProtocolError):
+        datatype_of_name("complex64")
+
+
+def test_random_array_has_the_asked_type_and_shape() -> None:
+    rng = np.random.default_rng(0)
+    for dt in ("FP32", "INT64", "BOOL", "BYTES", "FP16"):
+        a = random_array(dt, (2, 3), rng)
+        assert a.shape == (2, 3)
+        assert datatype_of(a) == dt

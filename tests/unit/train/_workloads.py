@@ -1,0 +1,52 @@
+"""A tiny learnable training workload for the train tests (a few ms per step on one thread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dlperf.workload.base import TrainSpec, Workload
+
+FEATURES = 16
+HIDDEN = 32
+CLASSES = 4
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
+
+
+def _loader(batch_size: int, **kwargs: Any) -> Any:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, FEATURES, generator=g)
+    y = x[:, :CLASSES].argmax(dim=1)
+    kwargs.setdefault("generator", torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True, drop_last=True, **kwargs)
+
+
+def tiny(lr: float = 0.1, optimizer: str = "sgd", batch_size: int = 32) -> Workload:
+    def make_optimizer(params: Any) -> torch.optim.Optimizer:
+        if optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr)
+
+    return Workload(
+        name="tiny",
+        make_model=_model,
+        make_inputs=lambda b: (torch.randn(b, FEATURES),),
+        train=TrainSpec(make_loader=_loader, loss_fn=nn.functional.cross_entropy, make_optimizer=make_optimizer,
+                        batch_size=batch_size),
+        kind="mlp",
+    )
+
+
+def forward_flops(batch: int) -> int:
+    """FLOPs FlopCounterMode counts for one training step of the tiny model (no input gradient)."""
+    first = 2 * batch * FEATURES * HIDDEN
+    second = 2 * batch * HIDDEN * CLASSES
+    return first * 2 + second * 3

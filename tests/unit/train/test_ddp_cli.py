@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from dlperf.cli.main import main
+from dlperf.cli.train import parse_bytes
+from dlperf.errors import ConfigError
+from dlperf.report.train_view import ddp_view
+from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, expected_buckets, findings_for
+
+pytestmark = pytest.mark.unit
+
+
+def _result(step_1: float, step_n: float, nosync_n: float, allreduce: float, buckets: int = 3) -> DdpResult:
+    single = RankStats(1, 32, step_1, step_1, 0.0, 4 * 2**20, buckets)
+    multi = RankStats(2, 32, step_n, nosync_n, allreduce, 4 * 2**20, buckets)
+    return DdpResult("w", "gloo", 1, 25.0, single, multi)
+
+
+def test_scaling_efficiency_communication_share_and_overlap() -> None:
+    r = _result(step_1=0.010, step_n=0.0125, nosync_n=0.010, allreduce=0.005)
+    assert r.single.samples_per_s == pytest.approx(3200)
+    assert r.multi.samples_per_s == pytest.approx(2 * 32 / 0.0125)
+    assert r.scaling_efficiency == pytest.approx(0.8)
+    assert r.exposed_comm_s == pytest.approx(0.0025)
+    assert r.comm_share == pytest.approx(0.2)
+    assert r.overlap == pytest.approx(0.5)
+    d = r.to_dict()
+    assert d["nproc"] == 2 and d["scaling_efficiency"] == pytest.approx(0.8)
+
+
+def test_findings_name_a_single_bucket_and_ineffective_overlap() -> None:
+    r = _result(step_1=0.010, step_n=0.020, nosync_n=0.010, allreduce=0.010, buckets=1)
+    found = " ".join(findings_for(r, cpus=8, device="cpu"))
+    assert "one bucket" in found
+    assert "not effective" in found
+    assert "communication-bound" in found
+    crowded = " ".join(findings_for(r, cpus=1, device="cpu"))
+    assert "compete for cores" in crowded
+
+
+@pytest.mark.parametrize(("nbytes", "cap", "expected"),
+                         [(2**19, 25, 1), (2**20, 25, 1), (2**20 + 1, 25, 2), (51 * 2**20, 25, 3)])
+def test_expected_buckets(nbytes: int, cap: float, expected: int) -> None:
+    assert expected_buckets(nbytes, cap) == expected
+
+
+def test_ddp_config_validates() -> None:
+    with pytest.raises(ConfigError, match="backend"):
+        DdpConfig(nproc=2, backend="mpi")
+    assert DdpConfig(nproc=2).backend_for("cpu") == "gloo"
+    assert DdpConfig(nproc=2).backend_for("cuda:0") == "nccl"
+
+
+def test_ddp_view_renders_the_numbers() -> None:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(_result(0.010, 0.0125, 0.010, 0.005).to_dict()))
+    text = console.export_text()
+    assert "scaling efficiency 80%" in text
+    assert "20% of the step" in text and "50% of the all-reduce is hidden" in text
+
+
+@pytest.mark.parametrize(("text", "expected"), [("512MiB", 512 * 2**20), ("2g", 2 * 2**30), ("1000", 1000),
+                                                ("1.5GB", 1_500_000_000)])
+def test_parse_bytes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+def test_parse_bytes_rejects_garbage() -> None:
+    with pytest.raises(ConfigError, match="512MiB"):
+        parse_bytes("lots")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--tune", "--knobs", "warp"], "unknown knob"),
+    (["--parity-steps", "1"], "--parity-steps must be >= 2"),
+])
+def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(["train", "zoo:mlp", "--store", str(tmp_path / "s.db"), "--no-mfu", *argv])
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import pytest
+
+from dlperf.errors import TrainError
+from dlperf.train.knobs import DEFAULT_KNOBS, TuneContext, registry
+from dlperf.train.knobs.batch import LargestBatch, search_largest_batch, split_batch, step_footprint_bytes
+from dlperf.train.knobs.dataloader import Persistent, Prefetch, Workers
+from dlperf.train.knobs.precision import MixedPrecision
+from dlperf.train.loop import StepConfig
+
+from ._workloads import tiny
+
+pytestmark = pytest.mark.unit
+
+
+def test_registry_holds_every_default_knob_in_order() -> None:
+    assert tuple(registry()) == DEFAULT_KNOBS
+    assert DEFAULT_KNOBS[0] == "workers"
+
+
+@pytest.mark.parametrize(("cpus", "counts"), [(1, [1]), (2, [2]), (6, [2, 4, 6]), (8, [2, 4, 8])])
+def test_worker_counts_double_up_to_the_cpus(cpus: int, counts: list[int]) -> None:
+    ctx = TuneContext(workload=tiny(), cpu_count=cpus)
+    assert [c.change["num_workers"] for c in Workers().candidates(StepConfig(batch_size=4), ctx)] == counts
+
+
+def test_loader_knobs_need_workers() -> None:
+    ctx = TuneContext(workload=tiny(), cpu_count=4)
+    none = StepConfig(batch_size=4)
+    assert Prefetch().skip_reason(none, ctx) is not None
+    assert Persistent().skip_reason(none, ctx) is not None
+    two = none.replace(num_workers=2)
+    assert Prefetch().skip_reason(two, ctx) is None
+    assert [c.change for c in Prefetch().candidates(two.replace(prefetch_factor=4), ctx)] == [{"prefetch_factor": 8}]
+
+
+def test_precision_is_skipped_without_bf16_on_cpu() -> None:
+    ctx = TuneContext(workload=tiny(), bf16_supported=False)
+    assert "bf16" in (MixedPrecision().skip_reason(StepConfig(batch_size=4), ctx) or "")
+    ctx = TuneContext(workload=tiny(), bf16_supported=True)
+    assert [c.change for c in MixedPrecision().candidates(StepConfig(batch_size=4), ctx)] == [{"precision": "bf16"}]
+
+
+def test_binary_search_finds_the_largest_fitting_batch() -> None:
+    calls: list[int] = []
+
+    def fits(batch: int) -> tuple[bool, int]:
+        calls.append(batch)
+        return batch * 1000 * 1.1 <= 22_000, batch * 1000
+
+    search = search_largest_batch(fits, wanted=64, budget_bytes=22_000, margin=0.1)
+    assert search.largest_fitting == 20
+    assert calls[0] == 64
+    assert len(calls) <= 1 + 7  # the wanted batch, then log2(64) halvings
+    assert search.probes[0] == (64, 64_000, False)
+
+
+def test_search_stops_at_the_wanted_batch_when_it_fits() -> None:
+    search = search_largest_batch(lambda b: (True, b), wanted=32, budget_bytes=10**9, margin=0.1)
+    assert search.largest_fitting == 32 and len(search.probes) == 1
+
+
+@pytest.mark.parametrize(("effective", "largest", "expected"),
+                         [(64, 20, (16, 4)), (64, 64, (64, 1)), (60, 7, (6, 10)), (7, 3, (1, 7))])
+def test_split_batch_keeps_the_effective_batch(effective: int, largest: int, expected: tuple[int, int]) -> None:
+    assert split_batch(effective, largest) == expected
+
+
+def test_split_batch_with_nothing_fitting_says_how_to_fix() -> None:
+    with pytest.raises(TrainError, match="memory-budget"):
+        split_batch(8, 0)
+
+
+def test_footprint_grows_with_the_batch() -> None:
+    w = tiny()
+    small = step_footprint_bytes(w, StepConfig(batch_size=8, threads=1))
+    large = step_footprint_bytes(w, StepConfig(batch_size=64, threads=1))
+    params = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    assert small > 2 * params
+    assert large > small
+
+
+def test_largest_batch_knob_splits_a_batch_over_the_budget() -> None:
+    w = tiny(batch_size=64)
+    current = StepConfig(batch_size=64, threads=1)
+    footprint_16 = step_footprint_bytes(w, current.replace(batch_size=16))
+    footprint_17 = step_footprint_bytes(w, current.replace(batch_size=17))
+    budget = int((footprint_16 + footprint_17) / 2 * 1.1)  # 16 fits with the 10% margin, 17 does not
+    ctx = TuneContext(workload=w, memory_budget_bytes=budget, safety_margin=0.1)
+    knob = LargestBatch()
+    (candidate,) = knob.candidates(current, ctx)
+    assert candidate.change == {"batch_size": 16, "accumulation_steps": 4}
+    assert knob.last_search is not None and knob.last_search.largest_fitting == 16
+    roomy = TuneContext(workload=w, memory_budget_bytes=10 * budget)
+    assert knob.candidates(current, roomy) == []

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlperf.errors import ConfigError, TrainError
+from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, apply_checkpointing, base_config
+from dlperf.workload.base import Workload
+
+from ._workloads import tiny
+
+pytestmark = pytest.mark.unit
+
+
+def _params(loop: TrainLoop) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in loop.model.parameters()]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch size"),
+        ({"batch_size": 4, "accumulation_steps": 0}, "accumulation"),
+        ({"batch_size": 4, "precision": "int4"}, "unknown precision"),
+        ({"batch_size": 4, "precision": "fp16"}, "needs a CUDA device"),
+        ({"batch_size": 4, "prefetch_factor": 4}, "num_workers > 0"),
+        ({"batch_size": 4, "optimizer_impl": "magic"}, "optimizer implementation"),
+        ({"batch_size": 4, "device": "tpu"}, "unknown device"),
+        ({"batch_size": 4, "lr_scale": 0}, "lr_scale"),
+    ],
+)
+def test_step_config_rejects_bad_values(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        StepConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_loader_kwargs_and_diff() -> None:
+    base = StepConfig(batch_size=8)
+    tuned = base.replace(num_workers=2, prefetch_factor=4, persistent_workers=True, accumulation_steps=2)
+    assert base.loader_kwargs() == {}
+    assert tuned.loader_kwargs() == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
+    assert base.diff(tuned) == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True,
+                                "accumulation_steps": 2}
+    assert tuned.effective_batch_size == 16
+    assert StepConfig.from_dict({**tuned.to_dict(), "unknown": 1}) == tuned
+
+
+def test_workload_without_training_spec_is_a_train_error() -> None:
+    w = Workload(name="x", make_model=lambda: torch.nn.Linear(2, 2), make_inputs=lambda b: (torch.zeros(b, 2),))
+    with pytest.raises(TrainError, match="no training spec"):
+        base_config(w)
+
+
+def test_accumulation_gives_the_same_update_as_the_whole_batch() -> None:
+    w = tiny()
+    whole = TrainLoop(w, StepConfig(batch_size=32, threads=1))
+    split = TrainLoop(w, StepConfig(batch_size=8, accumulation_steps=4, threads=1))
+    loss_whole = whole.step()
+    loss_split = split.step()
+    assert float(loss_split) == pytest.approx(float(loss_whole), rel=1e-5)
+    for a, b in zip(_params(whole), _params(split), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lr_scale_scales_the_sgd_update() -> None:
+    w = tiny(lr=0.1)
+    plain = TrainLoop(w, StepConfig(batch_size=32, threads=1))
+    scaled = TrainLoop(w, StepConfig(batch_size=32, threads=1, lr_scale=3.0))
+    before = _params(plain)
+    plain.step()
+    scaled.step()
+    for b, p, s in zip(before, _params(plain), _params(scaled), strict=True):
+        torch.testing.assert_close(s - b, 3.0 * (p - b), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_optimizer_implementations_match_the_default(impl: str) -> None:
+    w = tiny(optimizer="adam", lr=0.01)
+    default = TrainLoop(w, StepConfig(batch_size=32, threads=1))
+    other = TrainLoop(w, StepConfig(batch_size=32, threads=1, optimizer_impl=impl))
+    assert other.optimizer.defaults[impl] is True
+    for _ in range(3):
+        default.step()
+        other.step()
+    for a, b in zip(_params(default), _params(other), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpointing_keeps_the_gradients() -> None:
+    w = tiny()
+    plain = TrainLoop(w, StepConfig(batch_size=32, threads=1))
+    checkpointed = TrainLoop(w, StepConfig(batch_size=32, threads=1, checkpointing=True))
+    plain.step()
+    checkpointed.step()
+    for a, b in zip(_params(plain), _params(checkpointed), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_checkpointing_needs_two_children() -> None:
+    with pytest.raises(TrainError, match="at least two"):
+        apply_checkpointing(torch.nn.Linear(2, 2))
+
+
+def test_loop_restarts_the_loader_at_the_end_of_an_epoch() -> None:
+    loop = TrainLoop(tiny(), StepConfig(batch_size=256, threads=1))  # 512 samples: two steps per epoch
+    losses = [float(loop.step()) for _ in range(5)]
+    assert loop.steps_done == 5
+    assert all(loss > 0 for loss in losses)
+
+
+def test_phase_timer_sums_each_phase() -> None:
+    loop = TrainLoop(tiny(), StepConfig(batch_size=8, accumulation_steps=3, threads=1))
+    timer = PhaseTimer("cpu")
+    loop.step(timer)
+    phases = timer.finish()
+    assert set(phases) == set(PHASES)
+    assert all(ns > 0 for ns in phases.values())

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlperf.calibrate import Ceilings
+from dlperf.errors import ConfigError
+from dlperf.train.loop import PHASES, StepConfig, TrainLoop
+from dlperf.train.parity import ParityConfig, check_parity, compare_losses, loss_curve, tail_mean
+from dlperf.train.step import count_step_flops, measure_loop, measure_training
+
+from ._workloads import forward_flops, tiny
+
+pytestmark = pytest.mark.unit
+
+
+def _ceilings(fp32: float) -> Ceilings:
+    return Ceilings(device="cpu", machine_key="test", gemm_flops={"fp32": fp32}, memory_bandwidth_bytes_s=1e10,
+                    measured_at="now", threads=1)
+
+
+def test_step_flops_are_the_analytic_count() -> None:
+    loop = TrainLoop(tiny(), StepConfig(batch_size=16, accumulation_steps=2, threads=1))
+    assert count_step_flops(loop) == 2 * forward_flops(16)
+
+
+def test_measure_keeps_every_step_and_its_phases() -> None:
+    result = measure_training(tiny(), StepConfig(batch_size=16, threads=1), steps=6, warmup_steps=2,
+                              ceilings=_ceilings(1e9))
+    m = result.measurement
+    assert m.n == 6
+    assert m.items_per_call == 16
+    assert all(len(result.phases_ns[p]) == 6 for p in PHASES)
+    assert len(result.losses) == 6
+    phases = result.breakdown_s()
+    assert sum(phases[p] for p in PHASES) <= m.mean_s  # the phases are timed inside the step
+    assert sum(result.breakdown_share().values()) == pytest.approx(1.0)
+    assert result.flops_per_step == forward_flops(16)
+    expected_mfu = forward_flops(16) * 6 / m.total_s / 1e9
+    assert result.mfu == pytest.approx(expected_mfu)
+    assert result.samples_per_s == pytest.approx(16 * 6 / m.total_s)
+    data = result.to_dict()
+    assert data["mfu"] == result.mfu and set(data["breakdown_s"]) == {*PHASES, "other"}
+
+
+def test_mfu_needs_the_dtype_ceiling() -> None:
+    loop = TrainLoop(tiny(), StepConfig(batch_size=16, threads=1, precision="bf16"))
+    result = measure_loop(loop, steps=2, warmup_steps=1, ceilings=_ceilings(1e9))
+    assert result.mfu is None
+    assert any("no bf16 GEMM ceiling" in n for n in result.notes)
+
+
+def test_compare_losses_uses_the_tail_mean() -> None:
+    base = [4.0, 3.0, 2.0, 2.0]
+    assert tail_mean(base) == 2.0
+    ok = compare_losses(base, [9.0, 9.0, 2.05, 2.05], rtol=0.05)
+    assert ok.ok and ok.relative_difference == pytest.approx(0.025)
+    bad = compare_losses(base, [4.0, 3.0, 2.2, 2.2], rtol=0.05)
+    assert not bad.ok and bad.tolerance == pytest.approx(0.1)
+    nan = compare_losses(base, [4.0, 3.0, math.nan, 2.0])
+    assert not nan.ok
+    with pytest.raises(ConfigError, match="different lengths"):
+        compare_losses(base, [1.0])
+
+
+def test_same_seed_gives_the_same_curve_and_a_learning_rate_change_is_caught() -> None:
+    w = tiny(lr=0.1)
+    base = StepConfig(batch_size=32, threads=1)
+    curve = loss_curve(w, base, steps=10)
+    assert loss_curve(w, base, steps=10) == curve
+    assert curve[-1] < curve[0]  # it learns
+    parity = ParityConfig(steps=10)
+    assert check_parity(w, base, base.replace(batch_size=8, accumulation_steps=4), parity, curve).ok
+    broken = check_parity(w, base, base.replace(lr_scale=5.0), parity, curve)
+    assert not broken.ok
+    assert "FAILED" in broken.describe()
+
+
+def test_parity_needs_the_same_effective_batch() -> None:
+    base = StepConfig(batch_size=32, threads=1)
+    with pytest.raises(ConfigError, match="same effective batch"):
+        check_parity(tiny(), base, base.replace(batch_size=16), ParityConfig(steps=2))

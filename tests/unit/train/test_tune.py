@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rich.console import Console
+
+from dlperf.errors import ConfigError
+from dlperf.measure.ab import ABConfig
+from dlperf.report.train_view import measurement_view, tune_view
+from dlperf.store import Store
+from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.loop import StepConfig
+from dlperf.train.parity import ParityConfig
+from dlperf.train.tune import (
+    ACCEPTED,
+    PARITY_FAILED,
+    SKIPPED,
+    Trial,
+    TuneConfig,
+    Tuner,
+    code_settings,
+    record_trial,
+)
+
+from ._workloads import tiny
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class FixedKnob:
+    """A test knob proposing fixed changes."""
+
+    name: str
+    changes: tuple[dict[str, object], ...]
+    sweep: bool = False
+    skip: str | None = None
+
+    def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
+        return self.skip
+
+    def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
+        return [Candidate(dict(c), f"test {c}") for c in self.changes]
+
+
+def test_unknown_knob_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown knob"):
+        TuneConfig(knobs=("warp-drive",))
+
+
+def test_code_settings_are_the_exact_settings_with_their_gains() -> None:
+    base = StepConfig(batch_size=64)
+    best = base.replace(num_workers=2, persistent_workers=True, batch_size=16, accumulation_steps=4,
+                        compile=True, threads=1)
+    trials = [
+        Trial("workers", {"num_workers": 2}, "", ACCEPTED, speedup=2.0),
+        Trial("persistent", {"persistent_workers": True}, "", ACCEPTED, speedup=1.5),
+        Trial("batch", {"batch_size": 16, "accumulation_steps": 4}, "", ACCEPTED, speedup=1.1),
+        Trial("compile", {"compile": True}, "", ACCEPTED, speedup=1.2),
+        Trial("threads", {"threads": 1}, "", ACCEPTED, speedup=1.3),
+        Trial("precision", {"precision": "bf16"}, "", PARITY_FAILED),
+    ]
+    settings = {s.what: s for s in code_settings(base, best, trials)}
+    assert set(settings) == {"DataLoader", "batch and accumulation", "compile", "threads"}
+    assert "num_workers=2, persistent_workers=True" in settings["DataLoader"].code
+    assert settings["DataLoader"].speedup == pytest.approx(3.0)
+    assert "batch_size=16" in settings["batch and accumulation"].code
+    assert "effective batch 64" in settings["batch and accumulation"].code
+    assert settings["compile"].code == "model = torch.compile(model)"
+    assert settings["threads"].code == "torch.set_num_threads(1)"
+
+
+def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = Store(tmp_path / "runs.db")
+    parent = store.create_run("train", "tiny")
+    knobs = {
+        "lr": FixedKnob("lr", ({"lr_scale": 5.0},)),
+        "split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},)),
+        "off": FixedKnob("off", (), skip="not here"),
+    }
+    config = TuneConfig(parity=ParityConfig(steps=8), ab=ABConfig(blocks=4, iters_per_block=1, warmup_iters=1),
+                        final_ab=ABConfig(blocks=4, iters_per_block=1, warmup_iters=1), measure_steps=3,
+                        steps_per_call=1)
+    baseline = StepConfig(batch_size=32, threads=1)
+    events: list[str] = []
+    tuner = Tuner(tiny(), baseline, config, knobs=knobs, on_event=events.append,
+                  on_trial=lambda t: record_trial(store, parent.id, "tiny", t))
+    result = tuner.run()
+    by_knob = {t.knob: t for t in result.trials}
+    assert by_knob["lr"].status == PARITY_FAILED
+    assert by_knob["lr"].parity is not None and not by_knob["lr"].parity.ok
+    assert by_knob["lr"].speedup is None  # never timed: parity comes first
+    assert by_knob["off"].status == SKIPPED and by_knob["off"].reason == "not here"
+    assert by_knob["split"].parity is not None and by_knob["split"].parity.ok
+    assert by_knob["split"].speedup is not None
+    assert result.best.lr_scale == 1.0
+    assert result.best.effective_batch_size == 32
+    children = store.list(parent_id=parent.id)
+    assert sorted(r.result["knob"] for r in children) == ["lr", "off", "split"]
+    assert all(r.kind == "train-trial" for r in children)
+    assert events[0].startswith("baseline loss curve")
+    text = _render(tune_view(result.to_dict()))
+    assert "lr_scale=5.0" in text and "parity failed" in text
+    assert "off: skipped: not here" in text
+
+
+def test_measurement_view_shows_the_breakdown() -> None:
+    from dlperf.train.step import measure_training
+
+    result = measure_training(tiny(), StepConfig(batch_size=16, threads=1), steps=3, warmup_steps=1)
+    text = _render(measurement_view(result.to_dict()))
+    for label in ("data wait", "host-to-device", "forward + loss", "backward", "optimizer", "samples/s"):
+        assert label in text
+
+
+def _render(renderable: object) -> str:
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(renderable)
+    return console.export_text()

@@ -1,0 +1,283 @@
+"""load_workload: the three user-file forms, nn.Modules, the zoo, and the error messages users see."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.errors import WorkloadError
+from dlperf.workload import Workload, describe_inputs, from_module, load_workload
+
+pytestmark = pytest.mark.unit
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+WORKLOAD_VARIABLE = """
+    import torch
+    from torch import nn
+    from dlperf import Workload
+
+    workload = Workload(
+        name="tiny",
+        make_model=lambda: nn.Linear(4, 2),
+        make_inputs=lambda b: (torch.ones(b, 4),),
+        kind="mlp",
+    )
+"""
+
+
+def test_file_with_workload_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
+    w = load_workload(str(path))
+    assert w.name == "tiny"
+    assert w.kind == "mlp"
+    assert w.source == f"{path}:workload"
+    (x,) = w.example_inputs(3)
+    assert x.shape == (3, 4)
+    assert w.check(w.build_model(), (x,)).shape == (3, 2)
+
+
+def test_function_annotated_to_return_workload_gets_options(tmp_path: Path) -> None:
+    path = write(tmp_path, "fn.py", """
+        from __future__ import annotations
+        import torch
+        from torch import nn
+        import dlperf
+
+        def make(width: int = 4) -> dlperf.Workload:
+            return dlperf.Workload(name=f"w{width}", make_model=lambda: nn.Linear(width, 1),
+                                   make_inputs=lambda b: torch.zeros(b, width))
+
+        def helper() -> int:
+            return 1
+    """)
+    w = load_workload(str(path), width=6)
+    assert w.name == "w6"
+    # make_inputs returned a bare tensor: example_inputs wraps it in a tuple
+    inputs = w.example_inputs(2)
+    assert isinstance(inputs, tuple) and inputs[0].shape == (2, 6)
+
+
+def test_model_and_inputs_functions(tmp_path: Path) -> None:
+    path = write(tmp_path, "funcs.py", """
+        import torch
+        from torch import nn
+
+        METRIC = "neg_mse"
+        KIND = "mlp"
+
+        def model():
+            torch.manual_seed(0)
+            return nn.Linear(3, 1)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 3),)
+
+        def evaluate(predict):
+            with torch.no_grad():
+                return -float(predict(torch.ones(2, 3)).pow(2).mean())
+    """)
+    w = load_workload(str(path))
+    assert w.name == "funcs"
+    assert w.kind == "mlp"
+    assert w.eval is not None and w.eval.metric_name == "neg_mse"
+    model = w.build_model()
+    with torch.no_grad():
+        expected = -float(model(torch.ones(2, 3)).pow(2).mean())
+    assert w.eval.evaluate(model) == pytest.approx(expected)
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.py"
+    with pytest.raises(WorkloadError, match="nowhere.py' does not exist"):
+        load_workload(str(missing))
+
+
+def test_bare_name_suggests_the_zoo() -> None:
+    with pytest.raises(WorkloadError, match=r"zoo:NAME"):
+        load_workload("resnet18")
+
+
+def test_unknown_attribute_lists_the_workloads_found(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(f"{path}:nosuch")
+    assert "defines no 'nosuch'" in str(info.value)
+    assert "workloads found there: workload" in str(info.value)
+
+
+def test_two_workloads_ask_to_pick(tmp_path: Path) -> None:
+    path = write(tmp_path, "two.py", WORKLOAD_VARIABLE + "\n    small = workload\n")
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    message = str(info.value)
+    assert "several workloads (workload, small)" in message
+    assert f"{path}:NAME" in message
+    assert load_workload(f"{path}:small").name == "tiny"
+
+
+def test_file_without_workload_says_how_to_write_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "empty.py", "x = 1\n")
+    with pytest.raises(WorkloadError, match=r"defines no workload: define `workload = dlperf.Workload"):
+        load_workload(str(path))
+
+
+def test_import_error_shows_the_users_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.py", "import torch\nvalue = 1 / 0\n")
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    message = str(info.value)
+    assert "ZeroDivisionError" in message
+    assert f'File "{path}", line 2' in message
+    assert "value = 1 / 0" in message
+
+
+def test_syntax_error_shows_the_users_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "typo.py", "import torch\nworkload = (\n")
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    message = str(info.value)
+    assert "raised SyntaxError while importing" in message
+    assert f'File "{path}", line 2' in message
+
+
+def test_model_factory_raising_shows_the_users_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad_factory.py", """
+        import torch
+        from dlperf import Workload
+
+        def build():
+            raise RuntimeError("weights file missing")
+
+        workload = Workload(name="bad", make_model=build, make_inputs=lambda b: (torch.ones(b, 2),))
+    """)
+    w = load_workload(str(path))
+    with pytest.raises(WorkloadError) as info:
+        w.build_model()
+    message = str(info.value)
+    assert "its model factory raised RuntimeError: weights file missing" in message
+    assert f'File "{path}", line 6, in build' in message
+
+
+def test_workload_function_raising_shows_the_users_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad_fn.py", """
+        from dlperf import Workload
+
+        def make() -> Workload:
+            raise ValueError("no data folder")
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    message = str(info.value)
+    assert "raised ValueError: no data folder" in message
+    assert f'File "{path}", line 5, in make' in message
+
+
+def test_user_frame_is_found_in_a_project_folder_named_dlperf(tmp_path: Path) -> None:
+    project = tmp_path / "dlperf"
+    project.mkdir()
+    path = write(project, "bad.py", """
+        import torch
+        from dlperf import Workload
+
+        def build():
+            raise RuntimeError("boom")
+
+        workload = Workload(name="bad", make_model=build, make_inputs=lambda b: (torch.ones(b, 2),))
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path)).build_model()
+    assert f'File "{path}", line 6, in build' in str(info.value)
+
+
+def test_factory_returning_a_non_module_is_rejected() -> None:
+    w = Workload(name="odd", make_model=lambda: "not a model", make_inputs=lambda b: ())  # type: ignore[arg-type,return-value]
+    with pytest.raises(WorkloadError, match="returned str, not a torch.nn.Module"):
+        w.build_model()
+
+
+def test_check_names_each_input_and_its_shape() -> None:
+    w = load_workload("zoo:mlp")
+    model = w.build_model()
+    bad = (torch.ones(2, 5),)
+    with pytest.raises(WorkloadError) as info:
+        w.check(model, bad)
+    message = str(info.value)
+    assert "rejected its example inputs (input 0 (x): float32[2, 5])" in message
+    assert "RuntimeError" in message
+
+
+def test_describe_inputs_names_dtypes_and_shapes() -> None:
+    text = describe_inputs((torch.zeros(2, 3, dtype=torch.int64), 7), ("ids", "n"))
+    assert text == "input 0 (ids): int64[2, 3], input 1 (n): int"
+
+
+def test_batch_size_must_be_positive() -> None:
+    with pytest.raises(WorkloadError, match="batch size must be >= 1, got 0"):
+        load_workload("zoo:mlp").example_inputs(0)
+
+
+def test_zoo_typo_lists_the_names() -> None:
+    with pytest.raises(WorkloadError) as info:
+        load_workload("zoo:resnet")
+    assert "no zoo workload 'resnet': choose one of mlp, digits-cnn, resnet18, minilm" in str(info.value)
+
+
+def test_bad_zoo_option_names_it() -> None:
+    with pytest.raises(WorkloadError, match=r"does not take options \['depth'\]"):
+        load_workload("zoo:mlp?depth=3")
+
+
+def test_zoo_option_without_value() -> None:
+    with pytest.raises(WorkloadError, match="has no value: write key=value"):
+        load_workload("zoo:mlp?hidden")
+
+
+def test_zoo_options_are_parsed_as_numbers() -> None:
+    w = load_workload("zoo:mlp?hidden=32&in_features=8")
+    model = w.build_model()
+    (x,) = w.example_inputs(2)
+    assert x.shape == (2, 8)
+    assert model[0].out_features == 32
+
+
+def test_module_without_inputs_is_rejected() -> None:
+    with pytest.raises(WorkloadError, match="without example inputs"):
+        load_workload(nn.Linear(2, 2))
+
+
+def test_from_module_resizes_the_batch() -> None:
+    model = nn.Linear(3, 1)
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    w = from_module(model, x, name="lin")
+    assert w.name == "lin" and w.default_batch_size == 2
+    assert w.build_model() is model
+    (same,) = w.example_inputs(2)
+    assert same is x
+    (bigger,) = w.example_inputs(5)
+    assert bigger.shape == (5, 3)
+    # rows cycle through the example batch
+    assert torch.equal(bigger[2], x[0]) and torch.equal(bigger[3], x[1]) and torch.equal(bigger[4], x[0])
+    (smaller,) = w.example_inputs(1)
+    assert torch.equal(smaller, x[:1])
+
+
+def test_load_workload_passes_a_workload_through_and_wraps_modules() -> None:
+    w = load_workload("zoo:mlp")
+    assert load_workload(w) is w
+    wrapped = load_workload(nn.Linear(4, 2), (torch.ones(3, 4),))
+    assert wrapped.name == "Linear" and wrapped.example_inputs(6)[0].shape == (6, 4)
+
+
+def test_unsupported_spec_type() -> None:
+    with pytest.raises(WorkloadError, match="cannot make a workload from int"):
+        load_workload(42)
