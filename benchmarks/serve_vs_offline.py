@@ -104,10 +104,12 @@ def litserve_target(port: int, arrays: list[np.ndarray]) -> Any:
 
 
 def level(target: Any, concurrency: int, args: argparse.Namespace, duration_s: float | None = None) -> Any:
+    """One closed-loop level: until stable (or the level bound), or for exactly `duration_s`."""
     from dlperf.load.generator import LoadConfig, run_level
 
     config = LoadConfig(concurrency=(concurrency,), duration_s=duration_s or args.level_duration,
-                        window_s=args.window_s, warmup_s=args.warmup_s)
+                        window_s=args.window_s, warmup_s=args.warmup_s,
+                        stable_windows=10**9 if duration_s else 3)
     return run_level(target, config, float(concurrency))
 
 
@@ -166,11 +168,13 @@ def main() -> int:
         print(row("dlperf", ours_c1), flush=True)
         ours_sat = level(target, sat, args)
         print(row("dlperf", ours_sat), flush=True)
+        # memory: a quarter of the soak warms up (every batch size, allocator caches), then the rest
+        warm = level(target, sat, args, duration_s=max(args.window_s * 2, args.rss_duration / 4))
         rss_warm = rss_of(proc.pid)
         soak = level(target, sat, args, duration_s=args.rss_duration)
-        soak_note = f"{soak.item_throughput:.1f} items/s, {soak.ok} requests, errors {soak.errors}"
+        soak_note = f"{soak.item_throughput:.1f} items/s, {soak.ok} requests, errors {soak.errors + warm.errors}"
         rss_after = rss_of(proc.pid)
-        print(f"  RSS after warm-up {rss_warm / 2**20:.1f} MiB, after {args.rss_duration:g} s of load "
+        print(f"  RSS after warm-up load {rss_warm / 2**20:.1f} MiB, after {args.rss_duration:g} s more load "
               f"({soak_note}) {rss_after / 2**20:.1f} MiB", flush=True)
     finally:
         stop(proc)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import dlperf
 
-SAMPLES = 1024
+SAMPLES = 4096
 FEATURES = 32
 CLASSES = 4
 DECODE_S = 0.001

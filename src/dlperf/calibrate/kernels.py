@@ -31,8 +31,9 @@ QUICK_TIMER = TimerConfig(warmup_iters=1, min_duration_s=0.02, min_iters=3, max_
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 AVX-512/AMX, aarch64 'bf16'
 _CPU_FP16_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")  # x86 AVX512-FP16/AMX-FP16, aarch64 'fphp'
 _CPU_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")  # int8 dot-product units
-MAX_CALL_S = 0.25
-"""The GEMM size is lowered (down to QUICK_GEMM_N) until one call is projected to take at most this long."""
+MAX_CALL_S = 1.0
+MIN_FULL_GEMM_N = 1024  # smaller GEMMs stay in cache and pay fixed overheads: not a ceiling any more
+"""The GEMM size is lowered (down to MIN_FULL_GEMM_N) until one call is projected to take at most MAX_CALL_S."""
 
 
 def supported_dtypes(device: str) -> tuple[list[str], dict[str, str]]:
@@ -129,7 +130,7 @@ def measure_gemm(dtype: str, device: str = "cpu", n: int = FULL_GEMM_N,
 
 
 def _affordable_n(dtype: str, n_max: int, device: str) -> int:
-    """The largest power-of-two n <= n_max whose GEMM is projected (from one small call) to fit MAX_CALL_S."""
+    """The largest power-of-two n in [MIN_FULL_GEMM_N, n_max] whose GEMM is projected to fit MAX_CALL_S."""
     if n_max <= QUICK_GEMM_N:
         return n_max
     probe = _gemm_call(dtype, QUICK_GEMM_N, device)
@@ -137,7 +138,7 @@ def _affordable_n(dtype: str, n_max: int, device: str) -> int:
     probe_s = _time(probe, TimerConfig(warmup_iters=1, min_duration_s=0.0, min_iters=5), device,
                     f"probe {dtype}").min_s
     n = n_max
-    while n > QUICK_GEMM_N and probe_s * (n / QUICK_GEMM_N) ** 3 > MAX_CALL_S:
+    while n > MIN_FULL_GEMM_N and probe_s * (n / QUICK_GEMM_N) ** 3 > MAX_CALL_S:
         n //= 2
     return n
 
@@ -167,6 +168,21 @@ def _time(call: Callable[[], Any], timer: TimerConfig, device: str, label: str) 
         raise CalibrationError(f"calibration step '{label}' on {device} failed: {exc}") from exc
 
 
+def busy_warnings() -> list[str]:
+    """A warning when the machine is busy: other load makes every ceiling an underestimate."""
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return []
+    cores = os.cpu_count() or 1
+    if load < cores:
+        return []
+    return [f"the machine is busy (load average {load:.1f} on {cores} cores): these ceilings are likely "
+            "underestimates; run `dlperf calibrate --force` again when it is idle"]
+
+
 def measure_ceilings(device: str, key: str, *, quick: bool = False,
                      on_progress: ProgressFn | None = None) -> Ceilings:
     """Measure every supported GEMM dtype and the copy bandwidth on `device` now."""
@@ -177,6 +193,7 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
     flops: dict[str, float] = {}
     details: dict[str, Any] = {"timer": "cuda_events" if device.startswith("cuda") else "perf_counter_ns",
                                "statistic": f"p{CEILING_PERCENTILE:g} of per-call time"}
+    details["warnings"] = busy_warnings()
     dtypes, details["skipped"] = supported_dtypes(device)
     for dtype in dtypes:
         if on_progress is not None:

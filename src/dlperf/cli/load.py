@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--find-peak", action="store_true",
                         help="search the highest request rate whose p99 stays within --p99-ms")
     parser.add_argument("--p99-ms", type=float, default=None, help="the latency SLO for --find-peak")
+    parser.add_argument("--max-steps", type=int, default=10, help="the most rates --find-peak tries (default 10)")
     parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                         help="full shape of an input with variable dimensions")
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
-            peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate,
+            peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,
                              on_step=lambda s, ok: err.print(
                                  f"  {s.level:.1f} req/s: p99 {s.percentile_s(99) * 1e3:.2f} ms "
                                  f"{'pass' if ok else 'fail'}", markup=False))

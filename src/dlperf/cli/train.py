@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tune = parser.add_argument_group("tuning (--tune)")
     tune.add_argument("--tune", action="store_true", help="try every knob, keep what is faster within loss parity")
     tune.add_argument("--knobs", default=None, metavar="LIST",
-                      help="comma-separated knobs to try (default all): workers, prefetch, persistent, pin_memory, "
-                           "batch, checkpointing, precision, channels_last, optimizer, threads, compile")
+                      help="comma-separated knobs to try (default all): threads, workers, prefetch, persistent, "
+                           "pin_memory, batch, checkpointing, precision, channels_last, optimizer, compile")
     tune.add_argument("--skip", default=None, metavar="LIST", help="comma-separated knobs not to try")
     tune.add_argument("--memory-budget", default=None, metavar="SIZE",
                       help="memory one step may use, e.g. 2GiB (default: half the available RAM on CPU, "
@@ -151,7 +151,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
     return TuneConfig(
         knobs=tuple(k for k in DEFAULT_KNOBS if k in chosen and k not in skipped),
         parity=ParityConfig(steps=args.parity_steps, rtol=_fraction("--parity-tolerance", args.parity_tolerance)),
-        ab=ABConfig(blocks=args.ab_blocks, iters_per_block=2, warmup_iters=1),
+        ab=ABConfig(blocks=args.ab_blocks, iters_per_block=2, warmup_iters=2),
         measure_steps=args.steps,
         memory_budget_bytes=parse_bytes(args.memory_budget) if args.memory_budget else None,
         safety_margin=_fraction("--margin", args.margin),

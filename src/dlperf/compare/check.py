@@ -77,10 +77,11 @@ def check_against_baseline(
                                     max_duration_s=max(bench_config.timer.max_duration_s, min_duration_s))
         bench_config = dataclasses.replace(bench_config, timer=timer)
     workload = load_workload(workload_spec)
-    name = workload.source or workload.name
+    # Recorded under the name the user gave, as `dlperf bench` records it, so histories line up.
+    name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
     environment = capture_environment().to_dict()
     warnings = []
-    if name != baseline.workload:
+    if baseline.workload not in (name, workload.source, workload.name):
         warnings.append(f"the baseline measured workload '{baseline.workload}', this check '{name}'")
     differences = environment_differences(baseline.environment, environment)
     if differences:

@@ -85,7 +85,8 @@ class PointVerdict:
             "batch_size": self.batch_size, "metric": self.metric, "baseline_value": self.baseline_value,
             "current_value": self.current_value, "regression": self.regression,
             "regression_ci": list(self.regression_ci), "significant": self.significant,
-            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold, "mann_whitney": self.mann_whitney.to_dict(),
+            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold,
+            "mann_whitney": self.mann_whitney.to_dict(),
             "estimate": self.estimate.to_dict(),
         }
 

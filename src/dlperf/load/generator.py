@@ -52,7 +52,7 @@ class LoadConfig:
     duration_s: float = 30.0
     """The most one level may run (warm-up included)."""
     requests: int | None = None
-    """The most requests one level may send."""
+    """The most requests one level sends after its warm-up (the measured ones)."""
     window_s: float = 2.0
     stable_windows: int = 3
     stability: float = 0.10
@@ -322,9 +322,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     stop = asyncio.Event()
     sent = 0
     limit = config.requests
+    measuring = False
 
     def may_send() -> bool:
-        return not stop.is_set() and (limit is None or sent < limit)
+        return not stop.is_set() and (limit is None or not measuring or sent < limit)
 
     async def one(conn: Connection) -> None:
         t0 = clock()
@@ -397,6 +398,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     warm_end = start + int(config.warmup_s * 1e9)
     end_bound = start + int(config.duration_s * 1e9)
     await _sleep_until(min(warm_end, end_bound), clock, drivers)
+    sent = 0  # the request bound counts from the end of the warm-up
+    measuring = True
     before = await _server_stats(target)
     window_ns = int(config.window_s * 1e9)
     measure_start = clock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.workload.base import Inputs, Workload
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+CONTENTION_PERCENT = 50.0
+"""CPU (in % of one core) used by other processes during a measurement above which it is flagged."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,21 @@ class BenchPoint:
     cuda_max_reserved_bytes: int | None = None
     gpu_util_percent: float | None = None
 
+    @property
+    def other_load_percent(self) -> float:
+        """CPU used by other processes while this point was measured, in % of one core (100 = a core)."""
+        cores = os.cpu_count() or 1
+        return max(0.0, self.system_cpu_percent * cores - self.process_cpu_percent)
+
+    @property
+    def contention_warning(self) -> str | None:
+        """Other processes kept at least half a core busy: the numbers are slower and noisier than alone."""
+        others = self.other_load_percent
+        if others < CONTENTION_PERCENT:
+            return None
+        return (f"other processes kept {others / 100:.1f} cores busy while measuring (this process: "
+                f"{self.process_cpu_percent / 100:.1f}): expect slower, noisier numbers; compare with `dlperf ab`")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "batch_size": self.batch_size,
@@ -66,6 +84,8 @@ class BenchPoint:
             "cuda_max_allocated_bytes": self.cuda_max_allocated_bytes,
             "cuda_max_reserved_bytes": self.cuda_max_reserved_bytes,
             "gpu_util_percent": self.gpu_util_percent,
+            "other_load_percent": self.other_load_percent,
+            "contention_warning": self.contention_warning,
         }
 
 

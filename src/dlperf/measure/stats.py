@@ -31,14 +31,46 @@ def median(values: list[float]) -> float:
 
 def bootstrap_ci(values: list[float], stat: Any = median, confidence: float = 0.95,
                  resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of `stat` (default the median), seeded for reproducibility."""
+    """Percentile bootstrap confidence interval of `stat` (default the median), seeded for reproducibility.
+
+    For the median the resamples are drawn through order statistics (`_bootstrap_medians`): the same
+    distribution as resampling n values, at O(resamples) instead of O(resamples x n) cost, so a 50,000-sample
+    measurement gets its CI in milliseconds. Any other `stat` resamples the values.
+    """
     if not values:
         raise ValueError("bootstrap of no values")
     rng = random.Random(seed)
     n = len(values)
-    estimates = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    if stat is median:
+        estimates = sorted(_bootstrap_medians(sorted(values), resamples, rng))
+    else:
+        estimates = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
     alpha = (1.0 - confidence) / 2.0
     return percentile(estimates, 100 * alpha), percentile(estimates, 100 * (1 - alpha))
+
+
+def _bootstrap_medians(sorted_values: list[float], resamples: int, rng: random.Random) -> list[float]:
+    """Medians of `resamples` bootstrap resamples of sorted values, drawn without building the resamples.
+
+    A resample is n indices drawn uniformly from 0..n-1; as the values are sorted, its median is the value
+    at the median of those indices. The k-th smallest of n uniform(0,1) draws is Beta(k, n-k+1), and
+    floor(u·n) of a uniform u is a uniform index, so the k-th smallest index is floor(n·Beta(k, n-k+1)).
+    For even n the next order statistic follows as U(k+1) = U(k) + (1 - U(k))·Beta(1, n-k).
+    """
+    n = len(sorted_values)
+    if n == 1:
+        return [sorted_values[0]] * resamples
+    k = (n + 1) // 2  # 1-based rank of the (lower) middle value
+    out = []
+    for _ in range(resamples):
+        u = rng.betavariate(k, n - k + 1)
+        lo = sorted_values[min(int(u * n), n - 1)]
+        if n % 2:
+            out.append(lo)
+        else:
+            u_next = u + (1.0 - u) * rng.betavariate(1, n - k)
+            out.append((lo + sorted_values[min(int(u_next * n), n - 1)]) / 2.0)
+    return out
 
 
 @dataclass

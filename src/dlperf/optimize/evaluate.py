@@ -300,7 +300,7 @@ def fidelity_of(outputs: list[Any], reference: list[Any], batch_size: int) -> di
     cosines: list[float] = []
     rel_errors: list[float] = []
     max_abs = 0.0
-    for out, ref in zip(outputs, reference):
+    for out, ref in zip(outputs, reference, strict=False):
         out = out.detach().float().cpu()
         ref = ref.detach().float().cpu()
         if out.shape != ref.shape:

@@ -24,7 +24,7 @@ def dominates(a: dict[str, Any], b: dict[str, Any], axes: Sequence[tuple[str, bo
               higher_is_better_metric: bool = True) -> bool:
     va = [_value(a, k, lb, higher_is_better_metric) for k, lb in axes]
     vb = [_value(b, k, lb, higher_is_better_metric) for k, lb in axes]
-    return all(x <= y for x, y in zip(va, vb)) and any(x < y for x, y in zip(va, vb))
+    return all(x <= y for x, y in zip(va, vb, strict=False)) and any(x < y for x, y in zip(va, vb, strict=False))
 
 
 def pareto_front(rows: Sequence[dict[str, Any]], axes: Sequence[tuple[str, bool]] = AXES,

@@ -84,9 +84,8 @@ def pass_module_names() -> list[str]:
     """Every module of dlperf.passes except the interface."""
     import dlperf.passes as pkg
 
-    return sorted(
-        f"dlperf.passes.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if m.name != "base" and not m.name.startswith("_")
-    )
+    names = (m.name for m in pkgutil.iter_modules(pkg.__path__))
+    return sorted(f"dlperf.passes.{n}" for n in names if n != "base" and not n.startswith("_"))
 
 
 def import_module(name: str) -> Any:
@@ -163,7 +162,7 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
             skipped.append(f"{short}: its search space failed: {type(exc).__name__}: {exc}")
             continue
         if not configs:
-            reason = getattr(module, "UNAVAILABLE_REASON", None)
+            reason = getattr(module, "UNAVAILABLE_REASON", None) or missing_library(short)
             skipped.append(f"{short}: not applicable" + (f": {reason}" if reason else ""))
             continue
         for config in configs:
@@ -180,6 +179,24 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         options = [o for o in options if o.config.name in wanted]
     options.sort(key=lambda o: sort_key(o.config))
     return SearchSpace(options, skipped)
+
+
+# pass module -> (the library it needs, the dlperf extra that installs it)
+LIBRARIES: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("onnxruntime", "onnx"),
+    "openvino": ("openvino", "openvino"),
+    "tensorrt": ("tensorrt", "gpu"),
+}
+
+
+def missing_library(module_short_name: str) -> str | None:
+    """'install dlperf[openvino]' when the library a pass module needs is not installed."""
+    lib = LIBRARIES.get(module_short_name)
+    if lib is None:
+        return None
+    if importlib.util.find_spec(lib[0]) is None:
+        return f"{lib[0]} is not installed: install dlperf[{lib[1]}]"
+    return None
 
 
 def sort_key(config: PassConfig) -> tuple[int, int]:

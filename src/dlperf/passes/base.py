@@ -34,6 +34,8 @@ class PassConfig:
     # Pipelines are ordered by stage: "prepare" (eval mode, threads, layout) -> "transform" (quantize,
     # prune, compile, precision) -> "engine" (convert to ONNX Runtime / OpenVINO / TensorRT; last).
     stage: ClassVar[str] = "transform"
+    # True for passes that train (fine-tune, distill, QAT): a torch artifact then saves the trained weights.
+    trains: ClassVar[bool] = False
     # Order inside a stage (lower first): weight-changing passes (distill, prune, QAT) before quantize and
     # precision, which come before compile. Ties keep discovery order.
     order: ClassVar[int] = 50
@@ -59,6 +61,9 @@ class PassContext:
     cpu_flags: tuple[str, ...] = ()
     calibration_inputs: Callable[[], Iterable[Inputs]] | None = None
     workdir: Path | None = None
+    # True when a saved artifact is being rebuilt: passes redo their structural changes but skip training
+    # (fine-tuning, distillation, QAT), whose resulting weights the artifact loads afterwards.
+    replay: bool = False
 
 
 @dataclass

@@ -48,10 +48,10 @@ class GraphedCall:
 
         if len(inputs) != len(self.static_inputs) or any(
             not isinstance(x, torch.Tensor) or x.shape != s.shape or x.dtype != s.dtype or x.device != s.device
-            for x, s in zip(inputs, self.static_inputs)
+            for x, s in zip(inputs, self.static_inputs, strict=False)
         ):
             return self.fallback(*inputs)
-        for dst, src in zip(self.static_inputs, inputs):
+        for dst, src in zip(self.static_inputs, inputs, strict=False):
             dst.copy_(src)
         self.graph.replay()
         return _clone(self.static_output)

@@ -67,7 +67,7 @@ class OrtConfig(PassConfig):
             raise ConfigError("keep_fp32 must be 'auto' or a tuple of module names")
         if self.keep_fp32 and self.precision == "fp32":
             raise ConfigError("keep_fp32 only makes sense with an int8 precision")
-        if not 0 <= self.max_metric_drop:
+        if not self.max_metric_drop >= 0:
             raise ConfigError(f"max_metric_drop must be >= 0, got {self.max_metric_drop}")
         if self.calibration_samples < 1:
             raise ConfigError("calibration_samples must be >= 1")
@@ -124,7 +124,7 @@ def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
 
     def predict(*inputs: Any) -> Any:
         arrays = _engine.to_numpy(inputs)
-        return _engine.to_torch(sess.run(None, dict(zip(names, arrays))), spec)
+        return _engine.to_torch(sess.run(None, dict(zip(names, arrays, strict=False))), spec)
 
     return predict
 
@@ -133,7 +133,7 @@ class _Reader:
     """onnxruntime.quantization CalibrationDataReader over single-sample inputs."""
 
     def __init__(self, samples: list[Inputs], names: list[str]) -> None:
-        self._it = iter([dict(zip(names, _engine.to_numpy(s))) for s in samples])
+        self._it = iter([dict(zip(names, _engine.to_numpy(s), strict=False)) for s in samples])
 
     def get_next(self) -> dict[str, Any] | None:
         return next(self._it, None)
@@ -220,7 +220,8 @@ class OrtPass:
             tmp = tempfile.TemporaryDirectory(prefix="dlperf-ort-")
             workdir = Path(tmp.name)
         example = wl.example_inputs(ctx.batch_size)
-        samples = _engine.calibration_samples(state, ctx, config.calibration_samples) if config.precision != "fp32" else []
+        samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
+                   if config.precision != "fp32" else [])
         spec = _engine.io_spec(wl, model, [example, *samples[:4]])
         path = _engine.export_onnx(model, samples[0] if samples else example, spec, workdir / "model.onnx")
         if config.transformer_optimizer:

@@ -116,18 +116,38 @@ def _compile(ov_model: Any, threads: int, inference_precision: str) -> Any:
         raise OptimizeError(f"OpenVINO could not compile the model: {type(exc).__name__}: {exc}") from exc
 
 
-def _predict_fn(compiled: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
+def _predict_fn(compiled: Any, spec: _engine.IOSpec, static: Any = None,
+                static_shapes: list[tuple[int, ...]] | None = None) -> Callable[..., Any]:
+    """Run `static` (compiled for exactly `static_shapes`) when the inputs match, else the dynamic model."""
     local = threading.local()  # an infer request is not thread-safe: one per calling thread
     n_out = len(spec.outputs)
+    shapes = [tuple(s) for s in static_shapes] if static_shapes else None
 
     def predict(*inputs: Any) -> Any:
-        req = getattr(local, "req", None)
+        arrays = _engine.to_numpy(inputs)
+        use_static = static is not None and [a.shape for a in arrays] == shapes
+        key = "static_req" if use_static else "req"
+        req = getattr(local, key, None)
         if req is None:
-            req = local.req = compiled.create_infer_request()
-        req.infer(_engine.to_numpy(inputs))
+            req = (static if use_static else compiled).create_infer_request()
+            setattr(local, key, req)
+        req.infer(arrays)
         return _engine.to_torch([req.get_output_tensor(i).data.copy() for i in range(n_out)], spec)
 
     return predict
+
+
+def _compiled_predict(ov_model: Any, spec: _engine.IOSpec, threads: int, inference_precision: str,
+                      static_shapes: list[tuple[int, ...]] | None) -> Callable[..., Any]:
+    """Compile the (dynamic-batch) model, plus a copy reshaped to `static_shapes` when given."""
+    static = None
+    if static_shapes:
+        ov: Any = require("openvino", "openvino")
+        fixed = ov_model.clone()
+        ports = zip(fixed.inputs, static_shapes, strict=False)
+        fixed.reshape({port: ov.PartialShape(list(shape)) for port, shape in ports})
+        static = _compile(fixed, threads, inference_precision)
+    return _predict_fn(_compile(ov_model, threads, inference_precision), spec, static, static_shapes)
 
 
 def _op_module(name: str) -> str:
@@ -158,12 +178,11 @@ def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.
             with torch.no_grad():
                 ov_model = ov.convert_model(model, example_input=tuple(example))
     # Name the inputs like the workload does and free the batch dimension (and any varying one).
-    for port, s in zip(ov_model.inputs, spec.inputs):
+    for port, s in zip(ov_model.inputs, spec.inputs, strict=False):
         port.get_tensor().set_names({s.name})
     shapes = {}
-    for port, s, x in zip(ov_model.inputs, spec.inputs, example):
-        dims = list(x.shape) if config.static_shape else list(s.shape)
-        shapes[port] = ov.PartialShape([ov.Dimension(-1) if d == -1 else ov.Dimension(int(d)) for d in dims])
+    for port, s in zip(ov_model.inputs, spec.inputs, strict=False):
+        shapes[port] = ov.PartialShape([ov.Dimension(-1) if d == -1 else ov.Dimension(int(d)) for d in s.shape])
     ov_model.reshape(shapes)
     return ov_model
 
@@ -178,7 +197,9 @@ def _quantize(config: OpenVinoConfig, ov_model: Any, samples: list[Inputs], igno
         if config.precision == "int8-weights":
             mode = nncf.CompressWeightsMode(config.weights_mode)
             return nncf.compress_weights(ov_model, mode=mode, ignored_scope=ignored_scope)
-        transformer = config.model_type == "transformer" or (config.model_type == "auto" and workload.kind == "transformer")
+        transformer = config.model_type == "transformer" or (
+            config.model_type == "auto" and workload.kind == "transformer"
+        )
         kwargs: dict[str, Any] = {"subset_size": len(samples), "fast_bias_correction": config.fast_bias_correction}
         if transformer:
             kwargs["model_type"] = nncf.ModelType.TRANSFORMER
@@ -226,6 +247,7 @@ class OpenVinoPass:
         spec = _engine.io_spec(wl, model, [example, *samples[:4]])
         fp32_model = _convert(config, model, example, spec, workdir)
         threads = _engine.threads_for(ctx)
+        static_shapes = [tuple(int(d) for d in x.shape) for x in example] if config.static_shape else None
         notes = [f"openvino CPU via the {config.frontend} frontend, {threads} threads, "
                  f"inference precision {config.inference_precision}"]
         ov_model = fp32_model
@@ -233,7 +255,7 @@ class OpenVinoPass:
 
             def build(kept: tuple[str, ...]) -> tuple[Any, Any]:
                 quantized = _quantize(config, fp32_model.clone(), samples, layer_ops(fp32_model, kept), wl)
-                return _predict_fn(_compile(quantized, threads, config.inference_precision), spec), quantized
+                return _compiled_predict(quantized, spec, threads, config.inference_precision, None), quantized
 
             if config.keep_fp32 == "auto":
                 from dlperf.passes import sensitivity
@@ -252,14 +274,14 @@ class OpenVinoPass:
                 _, ov_model = build(kept_fp32)
             if kept_fp32:
                 notes.append("kept fp32: " + ", ".join(kept_fp32))
-        compiled = _compile(ov_model, threads, config.inference_precision)
-        predict = _predict_fn(compiled, spec)
+        predict = _compiled_predict(ov_model, spec, threads, config.inference_precision, static_shapes)
         tmp.cleanup()
         manifest = {
             "engine": "openvino",
             "precision": config.precision,
             "threads": threads,
             "inference_precision": config.inference_precision,
+            "static_shapes": [list(x) for x in static_shapes] if static_shapes else None,
             **spec.manifest(),
         }
         final_model = ov_model
@@ -289,5 +311,7 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         raise OptimizeError(f"no OpenVINO IR at {xml}")
     ov_model = ov.Core().read_model(str(xml))
     threads = int(manifest.get("threads") or torch.get_num_threads())
-    return _predict_fn(_compile(ov_model, threads, str(manifest.get("inference_precision", "f32"))), spec)
+    static = manifest.get("static_shapes")
+    return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
+                             [tuple(int(d) for d in s) for s in static] if static else None)
 

@@ -79,7 +79,8 @@ class FallbackResult:
     def describe(self, metric_name: str) -> str:
         tried = ", ".join(f"{k} fp32 -> {m:.4f}" for k, m in self.trials)
         verdict = "budget met" if self.met else "budget NOT met"
-        return f"mixed precision: {len(self.kept_fp32)} layer(s) kept fp32, {metric_name} {self.metric:.4f} ({verdict}; tried {tried})"
+        return (f"mixed precision: {len(self.kept_fp32)} layer(s) kept fp32, {metric_name} {self.metric:.4f} "
+                f"({verdict}; tried {tried})")
 
 
 # ----------------------------------------------------------------------------------------------- metrics
@@ -109,7 +110,7 @@ def output_fidelity(reference: Predict, samples: Sequence[Inputs], batch: int = 
     def evaluate(predict: Predict) -> float:
         sims = []
         with torch.inference_mode():
-            for b, r in zip(batches, refs):
+            for b, r in zip(batches, refs, strict=False):
                 sims.append(cosine_rows(_first(predict(*b)).float(), r))
         return float(torch.cat(sims).mean())
 
@@ -153,7 +154,7 @@ def quantizable_layers(model: nn.Module) -> list[str]:
 
 def layer_group(name: str) -> str:
     """'encoder.layer.3.output.dense' -> 'encoder.layer.*.output.dense' (the layer's role in each block)."""
-    return re.sub(r"\.\d+(?=\.|$)", ".*", name)
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", name)
 
 
 def _fake_quant_weight(w: torch.Tensor) -> torch.Tensor:
@@ -175,7 +176,9 @@ def _fake_quant_act(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     return (q - zp) * scale
 
 
-def activation_ranges(model: nn.Module, layers: Sequence[str], samples: Sequence[Inputs]) -> dict[str, tuple[float, float]]:
+def activation_ranges(
+    model: nn.Module, layers: Sequence[str], samples: Sequence[Inputs]
+) -> dict[str, tuple[float, float]]:
     """Min/max of each layer's input over the calibration samples."""
     import torch
 
@@ -207,7 +210,6 @@ def activation_ranges(model: nn.Module, layers: Sequence[str], samples: Sequence
 @contextlib.contextmanager
 def simulated_int8(model: nn.Module, layers: Sequence[str], ranges: dict[str, tuple[float, float]]) -> Iterator[None]:
     """Within the block, `layers` compute with int8-rounded weights and input activations."""
-    import torch
 
     mods = dict(model.named_modules())
     saved: list[tuple[Any, torch.Tensor]] = []
@@ -215,9 +217,9 @@ def simulated_int8(model: nn.Module, layers: Sequence[str], ranges: dict[str, tu
     try:
         for name in layers:
             m = mods[name]
-            w = m.weight  # type: ignore[union-attr]
+            w = m.weight
             saved.append((m, w.data))
-            w.data = _fake_quant_weight(w.data)  # type: ignore[union-attr]
+            w.data = _fake_quant_weight(w.data)
             lo, hi = ranges.get(name, (-1.0, 1.0))
             handles.append(m.register_forward_pre_hook(
                 lambda _m, args, lo=lo, hi=hi: (_fake_quant_act(args[0], lo, hi), *args[1:])
@@ -227,7 +229,7 @@ def simulated_int8(model: nn.Module, layers: Sequence[str], ranges: dict[str, tu
         for h in handles:
             h.remove()
         for m, data in saved:
-            m.weight.data = data  # type: ignore[union-attr]
+            m.weight.data = data
 
 
 def rank_layers(

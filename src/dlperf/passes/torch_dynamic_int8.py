@@ -44,6 +44,10 @@ def _int8_linear_class() -> type:
     class DynamicInt8Linear(nn.Module):
         """y = (q(x) @ Wq^T) * sx * sw + b with per-row activation and per-channel weight scales."""
 
+        weight_int8: torch.Tensor
+        weight_scale: torch.Tensor
+        bias: torch.Tensor | None
+
         def __init__(self, in_features: int, out_features: int, has_bias: bool) -> None:
             super().__init__()
             self.in_features = in_features
@@ -57,7 +61,7 @@ def _int8_linear_class() -> type:
             w = linear.weight.detach().float()
             scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
             q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-            mod = cls(linear.in_features, linear.out_features, linear.bias is not None)
+            mod: Any = cls(linear.in_features, linear.out_features, linear.bias is not None)
             mod.weight_int8.copy_(q)
             mod.weight_scale.copy_(scale[None, :])
             if linear.bias is not None:

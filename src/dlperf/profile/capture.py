@@ -430,8 +430,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             name=e.name, start_us=start, dur_us=float(e.time_range.end - start),
             self_us=float(e.self_cpu_time_total), thread=int(e.thread), depth=depth, step=i, phase=phase,
             flops=flops_of.get(id(e), int(e.flops or 0)),
-            input_shapes=tuple(tuple(int(d) for d in s) if isinstance(s, (list, tuple)) else () for s in
-                               (e.input_shapes or ())),
+            input_shapes=tuple(_shape(s) for s in (e.input_shapes or ())),
             input_dtypes=tuple(str(d) for d in (e.input_dtypes or ())),
             self_memory_bytes=int(e.self_cpu_memory_usage or 0),
             is_leaf=not any(is_op(c) for c in e.cpu_children),
@@ -449,6 +448,13 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
                          usable_cores=1, process_cpu_percent=0.0, system_cpu_percent=0.0)
     return ProfileTrace(workload=workload, mode=mode, device=device, batch_size=batch_size, steps=steps, ops=ops,
                         memory=memory, threads=threads, kernels=kernels)
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """A tensor's shape; () for a scalar, a list of tensors (aten::cat) or anything else."""
+    if isinstance(value, (list, tuple)) and all(isinstance(d, int) for d in value):
+        return tuple(value)
+    return ()
 
 
 def _moved_flops(events: Any, is_op: Callable[[Any], bool]) -> dict[int, int]:

@@ -10,6 +10,7 @@ below MIN_SHARE is not reported: "no clear bottleneck" is a valid verdict.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,13 +106,15 @@ class Analyses:
 class Diagnosis:
     findings: list[Finding]
     verdict: str
+    caveats: list[str] = field(default_factory=list)
+    """Conditions that distort the measurements themselves (a busy machine, heavy profiling overhead)."""
 
     @property
     def top(self) -> Finding | None:
         return self.findings[0] if self.findings else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "findings": [f.to_dict() for f in self.findings]}
+        return {"verdict": self.verdict, "caveats": self.caveats, "findings": [f.to_dict() for f in self.findings]}
 
 
 def analyze_all(trace: ProfileTrace, ceilings: CeilingsLike) -> Analyses:
@@ -290,14 +293,18 @@ def _threads(a: Analyses) -> list[Finding]:
             confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
             root_cause=f >= 2, fixes=[threads_fix(t.usable_cores)],
         ))
-    if t.other_busy_cores >= 0.5:
-        share = min(0.5, t.other_busy_cores / t.usable_cores)
-        evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy while this one used "
-                    f"{t.process_busy_cores:.1f} of {t.usable_cores}"]
+    expected = min(t.intra_op_threads, t.usable_cores)
+    starved = max(0.0, 1.0 - t.process_busy_cores / expected)
+    if t.other_busy_cores >= 0.5 and starved >= 0.2:
+        # The operators asked for `expected` cores and got fewer: the missing part of their time was spent
+        # waiting to be scheduled (or, for a parallel op, waiting for a descheduled sibling thread).
+        share = min(0.9, starved) * min(1.0, a.breakdown.share(a.breakdown.operator_s))
+        evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
+                    f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"]
         if t.load_average_1m is not None:
             evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
-        fixes = [threads_fix(max(1, t.usable_cores - round(t.other_busy_cores)))] \
-            if t.usable_cores - round(t.other_busy_cores) >= 1 and t.intra_op_threads > 1 else []
+        free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
+        fixes = [threads_fix(free)] if free < t.intra_op_threads else []
         found.append(Finding(
             category=HOST_THREADS, title="the CPU is shared with other busy processes", evidence=evidence,
             fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
@@ -383,4 +390,19 @@ def diagnose(a: Analyses) -> Diagnosis:
         verdict = (f"no clear bottleneck: no category explains {MIN_SHARE:.0%} or more of the "
                    f"{_ms(b.step_s)} step (operators {b.share(b.operator_s):.0%}, overhead "
                    f"{b.share(b.framework_overhead_s):.0%})")
-    return Diagnosis(findings, verdict)
+    return Diagnosis(findings, verdict, _caveats(a))
+
+
+def _caveats(a: Analyses) -> list[str]:
+    out = []
+    t = a.threads
+    expected = min(t.intra_op_threads, t.usable_cores)
+    if t.other_busy_cores >= 0.5 and t.process_busy_cores < 0.5 * expected:
+        load = f", load average {t.load_average_1m:.1f}" if t.load_average_1m is not None else ""
+        out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {expected} cores its "
+                   f"threads asked for ({t.other_busy_cores:.1f} cores busy elsewhere{load}); times are inflated "
+                   "and percentages of peak understated: re-run on an idle machine before trusting them")
+    ratio = a.breakdown.profiling_overhead
+    if ratio is not None and ratio >= 3.0:
+        out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
+    return out

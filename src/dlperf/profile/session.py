@@ -40,6 +40,7 @@ class ProfileReport:
         return {
             "workload": self.workload,
             "verdict": self.diagnosis.verdict,
+            "caveats": self.diagnosis.caveats,
             "findings": [f.to_dict() for f in self.diagnosis.findings],
             "overhead": {"profiled_step_s": b.step_s, "unprofiled_step_s": b.unprofiled_step_s,
                          "ratio": b.profiling_overhead},

@@ -25,6 +25,12 @@ from dlperf.workload.base import Workload
 
 BLOCK_TARGET_S = 0.15
 """Aim for A/B blocks of about this long: long enough to cover a step, short enough to track drift."""
+BUDGET_S = 10.0
+"""Aim for about this much measuring per fix; blocks are added or removed to fit (at least 4, at most 12)."""
+PREFETCH_BLOCKS = 4
+"""A loader with workers keeps fetching while the other side's block runs, so B's first `workers x
+prefetch_factor` steps of a block find their batches ready. Blocks hold at least this many times that
+depth, so the head start is at most 1/PREFETCH_BLOCKS of a block's waits."""
 
 
 @dataclass
@@ -108,9 +114,14 @@ def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, 
             for _ in range(factor):
                 step_a()
 
-        per_call_s = step_s * factor
-        iters = max(1, min(20, round(BLOCK_TARGET_S / max(per_call_s, 1e-6))))
-        cfg = ab_config or ABConfig(blocks=8, iters_per_block=iters, warmup_iters=2)
+        per_call_s = max(step_s * factor, 1e-6)
+        iters = max(1, min(20, round(BLOCK_TARGET_S / per_call_s)))
+        workers = dict(fix.loader_kwargs).get("num_workers", 0)
+        if workers:
+            depth = workers * (dict(fix.loader_kwargs).get("prefetch_factor") or 2)
+            iters = max(iters, PREFETCH_BLOCKS * depth)
+        blocks = max(4, min(12, round(BUDGET_S / (2 * iters * per_call_s))))
+        cfg = ab_config or ABConfig(blocks=blocks, iters_per_block=iters, warmup_iters=2)
         ab = ab_test(fn_a, b, cfg, items_per_call=base.batch_size * factor)
         result.speedup = ab.speedup
         result.speedup_ci = ab.speedup_ci

@@ -378,21 +378,26 @@ METRIC_KEYS = ("metric", "metric_value", "accuracy", "score", "eval.metric", "re
 
 
 def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """Candidate rows from the optimize record (`candidates`), else from its child `candidate` runs."""
     rows: list[dict[str, Any]] = []
     lists = [v for k, v in rec.result.items() if isinstance(v, list) and k in ("candidates", "trials", "results")]
     items: list[tuple[str, Any]] = [(str(i), c) for lst in lists for i, c in enumerate(lst) if isinstance(c, Mapping)]
-    items += [(c.id, {**c.result, **{"name": c.result.get("name") or c.workload}}) for c in children]
+    if not items:
+        items = [(c.id, {**c.result, "name": c.result.get("name") or c.result.get("label") or c.config.get("label")
+                         or c.id}) for c in children if isinstance(c.result, Mapping)]
+    winner = rec.result.get("winner")
     for key, c in items:
         latency = _num(c, *LATENCY_KEYS)
         metric = _num(c, *METRIC_KEYS)
         if latency is None:
             continue
-        name = c.get("name") or c.get("label") or c.get("passes") or key
+        name = c.get("name") or c.get("label") or c.get("passes") or c.get("pipeline") or key
         if isinstance(name, list):
-            name = "+".join(str(n) for n in name) or "baseline"
+            name = "+".join(str(n if not isinstance(n, Mapping) else n.get("name", n)) for n in name) or "baseline"
+        selected = bool(c.get("selected")) or (winner is not None and c.get("key") == winner)
         rows.append({"name": str(name), "latency_s": latency, "metric": metric,
                      "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
-                     "selected": bool(c.get("selected")), "status": c.get("status")})
+                     "selected": selected, "status": c.get("status")})
     return rows
 
 
@@ -478,10 +483,15 @@ def profile_view(rec: RunRecord) -> str:
     parts.insert(0, _plots(*svgs))
     findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
     if findings:
-        parts.append("<h3>Findings</h3><ol>" + "".join(
-            f"<li><b>{esc(f.get('title') or f.get('kind') or f.get('name') or 'finding')}</b> "
-            f"{esc(f.get('summary') or f.get('message') or f.get('detail') or '')}</li>"
-            for f in findings[:8]) + "</ol>")
+        items = []
+        for f in findings[:8]:
+            evidence = f.get("evidence") if isinstance(f.get("evidence"), list) else []
+            share = f" ({_pct(f.get('share'), sign=False)} of the step)" if isinstance(f.get("share"), float) else ""
+            items.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)} "
+                         f"{esc(f.get('summary') or '')}"
+                         + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence[:3])
+                         + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "") + "</li>")
+        parts.append("<h3>Findings</h3><ol>" + "".join(items) + "</ol>")
     return "".join(parts)
 
 
@@ -524,8 +534,9 @@ P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency
 
 def load_view(rec: RunRecord) -> str:
     r = rec.result
-    lists = [v for k, v in r.items() if isinstance(v, list) and k in ("steps", "levels", "points", "results", "stages")]
-    rows: list[tuple[float | None, float, float | None, float | None, float | None]] = []
+    lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
+    rows: list[tuple[str, float, float | None, float | None, float | None]] = []
+    cdfs: list[Series] = []
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
             continue
@@ -534,19 +545,30 @@ def load_view(rec: RunRecord) -> str:
         if thr is None or (p50 is None and p99 is None):
             continue
         offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
-        errors = _num(item, "error_rate", "errors", "failures")
-        rows.append((offered, thr, p50, p99, errors))
+        label = f"{item.get('mode', '')} {_fmt(offered)}".strip()
+        rows.append((label, thr, p50, p99, _num(item, "error_rate", "errors", "failures")))
+        lat = item.get("latencies_ns")
+        if isinstance(lat, list) and lat and len(cdfs) < 8:
+            cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
-        raise ValueError("no load steps with throughput and latency")
-    table = _table(("offered (concurrency or rate)", "throughput req/s", "p50 ms", "p99 ms", "errors"),
-                   [[_fmt(o), _fmt(t), _ms(a), _ms(b), _fmt(e)] for o, t, a, b, e in rows])
+        raise ValueError("no load levels with throughput and latency")
+    table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors"),
+                   [[o, _fmt(t), _ms(a), _ms(b), _fmt(e)] for o, t, a, b, e in rows])
     series = []
     for idx, name in ((2, "p50"), (3, "p99")):
-        pts = [(row[1], v) for row in rows if (v := row[idx]) is not None]
+        pts: list[tuple[float, float, str]] = []
+        for row in rows:
+            value = row[idx]
+            if isinstance(value, float):
+                pts.append((row[1], value, row[0]))
         if pts:
-            series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points"))
-    return _config_line(rec) + table + _plots(chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"),
-                                                    "Latency vs throughput", y_zero=True))
+            series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points",
+                                 labels=[p[2] for p in pts]))
+    svgs = [chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"), "Latency vs throughput", y_zero=True)]
+    if cdfs:
+        svgs.append(chart(cdfs, Axis("request latency (ms)", log=_wide(cdfs)), Axis("fraction of requests"),
+                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")]))
+    return _config_line(rec) + table + _plots(*svgs)
 
 
 # --- history --------------------------------------------------------------------------------------

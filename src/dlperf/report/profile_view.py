@@ -10,7 +10,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-
 BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
                "unknown": "-"}
 
@@ -29,7 +28,9 @@ def _pct(x: float | None) -> str:
 
 
 def _mib(n: float | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+    if n is None:
+        return "-"
+    return f"{n / 2**10:,.0f} KiB" if abs(n) < 2**20 else f"{n / 2**20:,.0f} MiB"
 
 
 def _speed(x: float | None) -> str:
@@ -153,7 +154,9 @@ def profile_report(result: dict[str, Any], run_id: str | None = None, store_url:
     head = Text(f"dlperf profile {result['workload']}", style="bold")
     head.append(f"  ({tr['mode']}, {tr['device']}, batch {tr['batch_size']}, {tr['steps']} profiled steps)",
                 style="dim")
-    parts: list[RenderableType] = [head, Text.assemble(("verdict: ", "bold"), (result["verdict"], "bold cyan")), ""]
+    parts: list[RenderableType] = [head, Text.assemble(("verdict: ", "bold"), (result["verdict"], "bold cyan"))]
+    parts += [Text.assemble(("caveat: ", "bold yellow"), c) for c in result.get("caveats", [])]
+    parts.append("")
     parts += _findings(result)
     verify = _verify(result)
     if verify is not None:

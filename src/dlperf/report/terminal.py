@@ -99,8 +99,9 @@ def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> Renderable
     quick = " (quick mode: small sizes, not a real ceiling)" if ceilings.get("quick") else ""
     footer = Text(f"{source} at {ceilings.get('measured_at', '?')}{quick}; key {ceilings.get('machine_key', '?')}",
                   style="dim")
-    warnings = [Text(f"warning: {k}: {v['noise_warning']}", style="yellow")
-                for k, v in details.items() if isinstance(v, dict) and v.get("noise_warning")]
+    warnings = [Text(f"warning: {w}", style="yellow") for w in details.get("warnings", [])]
+    warnings += [Text(f"warning: {k}: {v['noise_warning']}", style="yellow")
+                 for k, v in details.items() if isinstance(v, dict) and v.get("noise_warning")]
     return Group(table, footer, *warnings)
 
 
@@ -160,9 +161,9 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
     if "model_bytes" in result:
         parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
     for point in result.get("points", []):
-        noise = point["summary"].get("noise_warning")
-        if noise:
-            parts.append(Text(f"warning: batch {point['batch_size']}: {noise}", style="yellow"))
+        for warning in (point["summary"].get("noise_warning"), point.get("contention_warning")):
+            if warning:
+                parts.append(Text(f"warning: batch {point['batch_size']}: {warning}", style="yellow"))
     parts.append(Text(environment_line(environment), style="dim"))
     if run_id:
         parts.append(Text(f"run {run_id} saved to {store_url or 'the store'}", no_wrap=True, overflow="ignore"))

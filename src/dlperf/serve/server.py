@@ -7,7 +7,9 @@ instances stop. A second signal exits at once.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -113,6 +115,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     """Load, warm up, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (0 after a clean drain)."""
     from dlperf.serve.app import create_app
 
+    set_switch_interval()
     state = build_state(config)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
@@ -133,6 +136,16 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     finally:
         stopped = state.close(config.exit_timeout_s)
     return 0 if stopped else 1
+
+
+SWITCH_INTERVAL_S = float(os.environ.get("DLPERF_SWITCH_INTERVAL_S", "0.0005"))
+
+
+def set_switch_interval() -> None:
+    """Shorten the GIL switch interval (default 5 ms): the event loop thread and the instance threads hand
+    the GIL back and forth at every torch op, and each handoff to a waiting thread can take a whole
+    interval (the convoy effect), which on small models multiplies the batch time."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def _notify_when_started(server: Any, on_ready: Callable[[ServerState, str], None], state: ServerState,

@@ -428,8 +428,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)
         for variant in variants:
-            warm = (1, variant.policy.max_batch_size) if variant.policy.max_batch_size > 1 else (1,)
-            variant.pool.start(warm)
+            variant.pool.start(warmup_sizes(variant.policy.max_batch_size))
             started.append(variant)
     except BaseException:
         for v in started:
@@ -439,6 +438,18 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     state = ServerState(config, {name: ModelEntry(name, variants, weights)}, metrics)
     state.mark_ready()
     return state
+
+
+def warmup_sizes(max_batch: int) -> tuple[int, ...]:
+    """1, 2, 4, ... and the max: the first batches of each size allocate; do it before readiness, not in
+    the first user requests (and so memory is flat afterwards)."""
+    sizes = []
+    b = 1
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    sizes.append(max(1, max_batch))
+    return tuple(sizes)
 
 
 def _pending_of(batcher: Batcher) -> Any:

@@ -38,8 +38,8 @@ SKIPPED = "skipped"
 class TuneConfig:
     knobs: tuple[str, ...] = DEFAULT_KNOBS
     parity: ParityConfig = field(default_factory=ParityConfig)
-    ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=6, iters_per_block=2, warmup_iters=1))
-    final_ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=10, iters_per_block=2, warmup_iters=1))
+    ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=6, iters_per_block=2, warmup_iters=2))
+    final_ab: ABConfig = field(default_factory=lambda: ABConfig(blocks=10, iters_per_block=2, warmup_iters=2))
     steps_per_call: int = 4
     """Optimizer steps per timed A/B call (see ab_loops)."""
     measure_steps: int = 20
@@ -297,20 +297,26 @@ class Tuner:
         return trial, loop
 
     def _finish(self, best: StepConfig, best_loop: TrainLoop) -> TuneResult:
+        """Measure baseline and best in full, then A/B them on fresh loops (same epoch position, same warm-up)."""
         steps = self.config.measure_steps
         self.on_event("measuring the baseline")
         base_loop = TrainLoop(self.workload, self.baseline)
         try:
             base_m = measure_loop(base_loop, steps, ceilings=self.ceilings)
-            if best == self.baseline:
-                best_m, final = base_m, None
-            else:
-                self.on_event("measuring the best configuration")
-                best_m = measure_loop(best_loop, steps, ceilings=self.ceilings)
-                self.on_event("baseline vs best, interleaved")
-                final = ab_loops(base_loop, best_loop, self.config.final_ab, self.config.steps_per_call)
         finally:
             base_loop.close()
+        if best == self.baseline:
+            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
+                              self.config.steps_per_call)
+        self.on_event("measuring the best configuration")
+        best_m = measure_loop(best_loop, steps, ceilings=self.ceilings)
+        self.on_event("baseline vs best, interleaved")
+        fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
+        try:
+            final = ab_loops(fresh_base, fresh_best, self.config.final_ab, self.config.steps_per_call)
+        finally:
+            fresh_base.close()
+            fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
                           code_settings(self.baseline, best, self.trials), self.config.steps_per_call)
 

@@ -49,7 +49,8 @@ def test_slow_input_pipeline_and_workers_measured_faster() -> None:
     assert report.verified is not None and len(report.verified) == 1
     v = report.verified[0]
     assert v.error is None and v.fix.id == "loader"
-    assert v.ab is not None and len(v.ab["block_ratios"]) == 8
+    assert v.ab is not None and len(v.ab["block_ratios"]) >= 4
+    assert v.ab["a"]["n"] >= 4 * 16  # blocks of at least 4 x (2 workers x prefetch 2) steps
     # 80 ms of sleeping per batch split over 2 workers: a large, robust gain
     assert v.verdict == "faster" and v.speedup is not None and v.speedup > 1.3
 
@@ -62,7 +63,7 @@ def test_launch_overhead_and_larger_batch_measured() -> None:
     assert report.verified is not None and len(report.verified) == 1
     v = report.verified[0]
     assert v.error is None and v.fix.id == "batch"
-    assert v.ab is not None and v.ab["a"]["items_per_call"] == 4 and len(v.ab["block_ratios"]) == 8
+    assert v.ab is not None and v.ab["a"]["items_per_call"] == 4 and len(v.ab["block_ratios"]) >= 4
     # 4 items per call either way; per-op cost does not grow with a [4, 8] tensor: far faster
     assert v.speedup is not None and v.speedup > 1.5
 

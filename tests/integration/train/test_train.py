@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 SLOW_LOADER = str(ROOT / "examples" / "slow_loader.py")
-QUICK_AB = ABConfig(blocks=4, iters_per_block=2, warmup_iters=1)
+QUICK_AB = ABConfig(blocks=4, iters_per_block=2, warmup_iters=2)
 
 
 class LearningRateKnob:

@@ -14,3 +14,14 @@ def zoo_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DLPERF_CACHE_DIR", str(path))
         yield path
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """These tests check values, not speed; one thread avoids spin-waiting on a shared, busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

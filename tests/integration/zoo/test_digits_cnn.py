@@ -69,7 +69,7 @@ def test_split_inputs_loader_and_calibration() -> None:
     d = digits_cnn.data()
     assert len(d.train_y) + len(d.test_y) == 1797
     assert len(d.test_y) == 359
-    assert d.test_x.dtype == torch.float32 and 0.0 <= float(d.test_x.min()) and float(d.test_x.max()) <= 1.0
+    assert d.test_x.dtype == torch.float32 and float(d.test_x.min()) >= 0.0 and float(d.test_x.max()) <= 1.0
     w = digits_cnn.workload()
     assert w.kind == "cnn" and tuple(w.input_names) == ("image",)
     (x,) = w.example_inputs(400)  # more than the held-out split: repeated
@@ -86,5 +86,5 @@ def test_split_inputs_loader_and_calibration() -> None:
     assert len(loader) == len(d.train_y) // 32  # drop_last
     model = digits_cnn.build()
     loss = w.train.loss_fn(model(images), labels)
-    assert loss.ndim == 0 and float(loss) > 0
+    assert loss.ndim == 0 and float(loss.detach()) > 0
     assert isinstance(w.train.make_optimizer(model.parameters()), torch.optim.Optimizer)

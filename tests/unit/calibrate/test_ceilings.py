@@ -112,6 +112,16 @@ def test_cache_dir_follows_env_var(cache: Path, monkeypatch: pytest.MonkeyPatch)
     assert cache_dir().name == "dlperf"
 
 
+def test_busy_machine_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 1.0, 1.0))
+    (warning,) = kernels.busy_warnings()
+    assert "load average 64.0" in warning and "--force" in warning
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert kernels.busy_warnings() == []
+
+
 def test_round_trip_and_malformed() -> None:
     c = Ceilings("cpu", "k", {"fp32": 3e11, "int8": 1e12}, 2e10, "2026-01-01", 2, details={"copy": {"bytes": 1}})
     data = c.to_dict()
@@ -146,6 +156,6 @@ def test_supported_dtypes_always_has_fp32() -> None:
 
 def test_gemm_size_shrinks_on_a_slow_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "MAX_CALL_S", 1e-12)
-    assert kernels._affordable_n("fp32", 2048, "cpu") == kernels.QUICK_GEMM_N
+    assert kernels._affordable_n("fp32", 2048, "cpu") == kernels.MIN_FULL_GEMM_N == 1024
     monkeypatch.setattr(kernels, "MAX_CALL_S", 1e6)
     assert kernels._affordable_n("fp32", 2048, "cpu") == 2048

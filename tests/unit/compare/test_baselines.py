@@ -9,6 +9,7 @@ import pytest
 from dlperf.compare.baselines import baseline_rows, set_baseline
 from dlperf.errors import StoreError
 from dlperf.store import Store
+
 from .helpers import add_run, bench_result
 
 pytestmark = pytest.mark.unit

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from dlperf.compare.live import compare_live, metrics_url  # noqa: E402
-from dlperf.errors import ConfigError  # noqa: E402
-from dlperf.serve.metrics import Metrics  # noqa: E402
+from dlperf.compare.live import compare_live, metrics_url
+from dlperf.errors import ConfigError
+from dlperf.serve.metrics import Metrics
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +71,7 @@ def test_window_compares_only_new_requests() -> None:
 def test_a_single_variant_is_a_clear_error() -> None:
     metrics = Metrics()
     _traffic(metrics, "only", 10, 0.01, 0, seed=9)
-    with pytest.raises(ConfigError, match="at least two variants.*--variant a=DIR_A"):
+    with pytest.raises(ConfigError, match=r"at least two variants.*--variant a=DIR_A"):
         compare_live(_page(metrics))
 
 

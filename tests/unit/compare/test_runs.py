@@ -8,6 +8,7 @@ import pytest
 
 from dlperf.compare.runs import compare_records
 from dlperf.store import Store
+
 from .helpers import ENV, add_run, bench_result
 
 pytestmark = pytest.mark.unit

@@ -117,3 +117,23 @@ def test_bootstrap_ci_coverage_over_seeded_datasets() -> None:
 def test_bootstrap_ci_needs_values() -> None:
     with pytest.raises(ValueError):
         bootstrap_ci([])
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 100, 101])
+def test_fast_median_bootstrap_matches_resampling(n: int) -> None:
+    """The order-statistic draw of bootstrap medians has the distribution of resampling the values."""
+    rng = random.Random(n)
+    values = [rng.lognormvariate(0.0, 0.5) for _ in range(n)]
+    fast = bootstrap_ci(values, median, 0.95, resamples=4000, seed=1)
+    slow = bootstrap_ci(values, lambda v: median(v), 0.95, resamples=4000, seed=1)  # resamples the values
+    width = max(values) - min(values)
+    assert fast == pytest.approx(slow, abs=0.08 * width + 1e-12)
+    assert min(values) <= fast[0] <= fast[1] <= max(values)
+
+
+def test_median_ci_of_many_samples_is_cheap_and_tight() -> None:
+    rng = random.Random(3)
+    m = Measurement([int(rng.gauss(1_000_000, 50_000)) for _ in range(50_000)])
+    lo, hi = m.median_ci_s()
+    assert lo <= m.p50_s <= hi
+    assert (hi - lo) / m.p50_s < 0.01  # ~0.25% expected for 50,000 samples at 5% spread

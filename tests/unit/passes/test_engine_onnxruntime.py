@@ -52,7 +52,7 @@ def test_tuple_outputs_keep_their_structure() -> None:
     x = wl.example_inputs(2)
     out, ref = new.predict(*x), state.predict(*x)
     assert isinstance(out, tuple) and len(out) == 2
-    for o, r in zip(out, ref):
+    for o, r in zip(out, ref, strict=False):
         torch.testing.assert_close(o, r.detach(), atol=1e-5, rtol=1e-4)
 
 
@@ -119,7 +119,7 @@ def test_not_applicable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     converted = ModelState(workload=state.workload, model=None, predict=state.predict, engine="openvino")
     assert "already converted to openvino" in (why_not(OrtConfig(), converted, CTX) or "")
     assert "TensorrtExecutionProvider" in (why_not(OrtConfig(provider="tensorrt"), state, CTX) or "")
-    with pytest.raises(PassNotApplicable, match="not applicable: .*already converted"):
+    with pytest.raises(PassNotApplicable, match=r"not applicable: .*already converted"):
         apply_pass(OrtConfig(), converted, CTX)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
     assert why_not(OrtConfig(), state, CTX) == "install dlperf[onnx] (onnxruntime and onnx are not installed)"
@@ -134,7 +134,8 @@ def test_config_validation_and_label() -> None:
     with pytest.raises(ConfigError):
         OrtConfig(precision="int8-static", keep_fp32="some")
     assert OrtConfig().label() == "onnxruntime"
-    assert OrtConfig(precision="int8-static", keep_fp32="auto").label() == "onnxruntime(precision=int8-static,keep_fp32=auto)"
+    label = OrtConfig(precision="int8-static", keep_fp32="auto").label()
+    assert label == "onnxruntime(precision=int8-static,keep_fp32=auto)"
 
 
 def test_search_space_on_cpu() -> None:

@@ -108,7 +108,8 @@ def test_not_applicable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "already converted to onnxruntime" in (why_not(OpenVinoConfig(), converted, CTX) or "")
     assert "CPU" in (why_not(OpenVinoConfig(), state, PassContext(device="cuda")) or "")
     monkeypatch.setitem(sys.modules, "nncf", None)
-    assert why_not(OpenVinoConfig(precision="int8-static"), state, CTX) == "install dlperf[openvino] (nncf is not installed)"
+    reason = why_not(OpenVinoConfig(precision="int8-static"), state, CTX)
+    assert reason == "install dlperf[openvino] (nncf is not installed)"
     assert why_not(OpenVinoConfig(), state, CTX) is None
     monkeypatch.setitem(sys.modules, "openvino", None)
     assert why_not(OpenVinoConfig(), state, CTX) == "install dlperf[openvino] (openvino is not installed)"

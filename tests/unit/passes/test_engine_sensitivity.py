@@ -41,7 +41,7 @@ def _samples(n: int = 24) -> list[tuple[torch.Tensor, ...]]:
 def test_rank_layers_puts_the_outlier_layer_first(mode: str) -> None:
     model = OutlierNet().eval()
     report = sens.rank_layers(model, _samples(), mode=mode)
-    assert [s.layer for s in report.ranking][0] == "mid"
+    assert report.ranking[0].layer == "mid"
     assert sorted(s.layer for s in report.ranking) == ["first", "last", "mid"]
     assert report.all_int8_fidelity < 0.999
     # The simulation restores the model: fp32 outputs are unchanged afterwards.

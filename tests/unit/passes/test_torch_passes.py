@@ -88,7 +88,7 @@ def test_dynamic_int8_replaces_linears_and_stays_close() -> None:
     assert not torch.equal(out, ref)  # it really is quantized
 
 
-def test_dynamic_int8_state_dict_is_plain_tensors_and_weights_only_loadable(tmp_path) -> None:  # noqa: ANN001
+def test_dynamic_int8_state_dict_is_plain_tensors_and_weights_only_loadable(tmp_path) -> None:
     state = apply_pass(DynamicInt8Config(min_features=1), initial_state(mlp_workload()), CPU)
     sd = state.model.state_dict()  # type: ignore[union-attr]
     assert sd["0.weight_int8"].dtype == torch.int8

@@ -102,3 +102,17 @@ def test_choose_fixes_skips_batch_in_training_and_dedups() -> None:
     assert [f.id for _, _, f in choose_fixes(d, t, 2)] == ["batch", "compile"]
     t.mode = TRAIN
     assert [f.id for _, _, f in choose_fixes(d, t, 2)] == ["compile"]
+
+
+def test_a_busy_machine_is_a_low_confidence_finding_and_a_caveat() -> None:
+    starved = threads(intra=2, usable=2, process_pct=30.0, system_pct=100.0)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=starved))
+    assert d.top is not None and d.top.category == dg.COMPUTE_BOUND
+    busy = [f for f in d.findings if f.category == dg.HOST_THREADS]
+    assert len(busy) == 1 and busy[0].confidence == "low"
+    # got 0.3 of 2 cores: 85% of the operators' 90% of the step was waiting to run
+    assert busy[0].share == pytest.approx(0.85 * 0.9)
+    assert busy[0].fixes[0].threads == 1
+    assert len(d.caveats) == 1 and "machine was busy" in d.caveats[0]
+    calm = _diagnose(trace([gemm(0, 9000)]))
+    assert calm.caveats == [] and all(f.category != dg.HOST_THREADS for f in calm.findings)

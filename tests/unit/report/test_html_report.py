@@ -87,6 +87,20 @@ def test_optimize_view_draws_the_pareto_frontier_from_child_runs() -> None:
     assert html.count("<td>yes</td>") == 3
 
 
+def test_optimize_view_reads_the_optimize_result_rows() -> None:
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95, "pareto": True},
+            {"key": "k1", "label": "bf16", "status": "ok", "p50_s": 0.006, "metric": 0.949, "pareto": True},
+            {"key": "k2", "label": "int8", "status": "ok", "p50_s": 0.007, "metric": 0.90, "pareto": False},
+            {"key": "k3", "label": "onnx", "status": "failed", "error": "boom"}]
+    result = {"metric_name": "accuracy", "higher_is_better": True, "candidates": rows, "winner": "k1"}
+    html = render_report([_rec("opt2", "optimize", result)], children={"opt2": []})
+    frontier = re.search(r'data-name="Pareto frontier">(.*?)</g>', html, flags=re.S)
+    assert frontier is not None and frontier.group(1).count("<circle") == 2
+    selected = re.search(r'data-name="selected">(.*?)</g>', html, flags=re.S)
+    assert selected is not None and selected.group(1).count("<circle") == 1
+    assert "<td>selected</td>" in html and "onnx" not in re.sub(r"<details>.*?</details>", "", html, flags=re.S)
+
+
 def test_profile_view_has_breakdown_and_roofline() -> None:
     result = {"verdict": "compute-bound in aten::addmm", "analyses": {
         "breakdown": {"step_s": 0.01, "forward_s": 0.008, "framework_overhead_s": 0.002, "data_wait_s": 0.0},
@@ -107,6 +121,16 @@ def test_load_view_plots_latency_against_throughput() -> None:
     html = render_report([_rec("l1", "load", {"steps": steps})])
     svg = next(s for s in _plots(html) if "Latency vs throughput" in s)
     assert svg.count("<circle") == 6
+
+
+def test_load_view_reads_levels_with_raw_latencies() -> None:
+    levels = [{"mode": "concurrency", "level": c, "throughput_rps": t, "p50_s": a, "p99_s": b, "errors": 0,
+               "latencies_ns": [int(a * 1e9)] * 50 + [int(b * 1e9)] * 2} for c, t, a, b in
+              [(1, 90, 0.010, 0.02), (8, 400, 0.02, 0.05)]]
+    html = render_report([_rec("l2", "load", {"levels": levels})])
+    assert "concurrency 8" in html
+    titles = re.findall(r"<title>([^<]*)</title>", html)
+    assert "Latency vs throughput" in titles and "Latency CDF per level" in titles
 
 
 def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 def test_registry_holds_every_default_knob_in_order() -> None:
     assert tuple(registry()) == DEFAULT_KNOBS
-    assert DEFAULT_KNOBS[0] == "workers"
+    assert DEFAULT_KNOBS[:2] == ("threads", "workers")
 
 
 @pytest.mark.parametrize(("cpus", "counts"), [(1, [1]), (2, [2]), (6, [2, 4, 6]), (8, [2, 4, 8])])

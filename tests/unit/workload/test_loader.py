@@ -98,7 +98,7 @@ def test_model_and_inputs_functions(tmp_path: Path) -> None:
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.py"
-    with pytest.raises(WorkloadError, match="nowhere.py' does not exist"):
+    with pytest.raises(WorkloadError, match=r"nowhere\.py' does not exist"):
         load_workload(str(missing))
 
 
@@ -201,7 +201,7 @@ def test_user_frame_is_found_in_a_project_folder_named_dlperf(tmp_path: Path) ->
 
 def test_factory_returning_a_non_module_is_rejected() -> None:
     w = Workload(name="odd", make_model=lambda: "not a model", make_inputs=lambda b: ())  # type: ignore[arg-type,return-value]
-    with pytest.raises(WorkloadError, match="returned str, not a torch.nn.Module"):
+    with pytest.raises(WorkloadError, match=r"returned str, not a torch\.nn\.Module"):
         w.build_model()
 
 

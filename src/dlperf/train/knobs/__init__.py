@@ -60,7 +60,12 @@ def usable_cpus() -> int:
 
 
 def registry() -> dict[str, Knob]:
-    """Every knob by name, in the order the tuner tries them (the DataLoader first: it is usually the fix)."""
+    """Every knob by name, in the order the tuner tries them.
+
+    Threads come first: on a CPU, oversubscribed intra-op threads (OpenMP spinning against loader workers or
+    other processes) can slow every step several-fold and hide what the other knobs do. The DataLoader
+    knobs come next: a starved input pipeline is the most common training bottleneck.
+    """
     from dlperf.train.knobs import (
         batch,
         channels_last,
@@ -73,12 +78,12 @@ def registry() -> dict[str, Knob]:
     )
 
     knobs: list[Knob] = [
-        dataloader.Workers(), dataloader.Prefetch(), dataloader.Persistent(), dataloader.PinMemory(),
+        threads.Threads(), dataloader.Workers(), dataloader.Prefetch(), dataloader.Persistent(), dataloader.PinMemory(),
         batch.LargestBatch(), checkpointing.Checkpointing(), precision.MixedPrecision(),
-        channels_last.ChannelsLast(), optimizer.OptimizerImpl(), threads.Threads(), compile.Compile(),
+        channels_last.ChannelsLast(), optimizer.OptimizerImpl(), compile.Compile(),
     ]
     return {k.name: k for k in knobs}
 
 
-DEFAULT_KNOBS = ("workers", "prefetch", "persistent", "pin_memory", "batch", "checkpointing", "precision",
-                 "channels_last", "optimizer", "threads", "compile")
+DEFAULT_KNOBS = ("threads", "workers", "prefetch", "persistent", "pin_memory", "batch", "checkpointing",
+                 "precision", "channels_last", "optimizer", "compile")

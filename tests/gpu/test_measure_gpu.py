@@ -1,0 +1,88 @@
+"""Measurement on CUDA: the event clock, allocator peaks, calibration and bench with fp16/bf16."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.cli.main import main
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def test_cuda_event_clock_times_device_work() -> None:
+    from dlperf.measure.clock import CudaEventClock, clock_for
+    from dlperf.measure.timer import TimerConfig, time_callable
+
+    clock = clock_for("cuda")
+    assert isinstance(clock, CudaEventClock) and clock.name == "cuda_events"
+    x = torch.randn(4096, 4096, device="cuda")
+    m_small = time_callable(lambda: x[:256, :256] @ x[:256, :256], TimerConfig(warmup_iters=3, min_duration_s=0.05,
+                                                                                min_iters=10), clock)
+    m_big = time_callable(lambda: x @ x, TimerConfig(warmup_iters=3, min_duration_s=0.05, min_iters=10), clock)
+    assert m_small.clock == "cuda_events"
+    assert 0 < m_small.p50_s < m_big.p50_s
+    # device time of the enqueued work, not the host time of enqueuing it: a 4096³ matmul (137 GFLOP)
+    # cannot be faster than ~1 PFLOP/s
+    assert m_big.p50_s > 2 * 4096**3 / 1e15
+
+
+def test_cuda_event_clock_sees_a_sleep_kernel() -> None:
+    from dlperf.measure.clock import CudaEventClock
+
+    clock = CudaEventClock()
+    token = clock.start()
+    torch.cuda._sleep(50_000_000)  # tens of ms on any GPU clocked below 5 GHz
+    elapsed_ns = clock.stop(token)
+    assert elapsed_ns > 5_000_000
+
+
+def test_cuda_memory_peaks() -> None:
+    from dlperf.measure.memory import cuda_peak, cuda_reset_peak
+
+    cuda_reset_peak("cuda")
+    before = cuda_peak("cuda").max_allocated_bytes
+    block = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    del block
+    peak = cuda_peak("cuda")
+    assert peak.max_allocated_bytes >= before + 256 * 2**20
+    assert peak.max_reserved_bytes >= peak.max_allocated_bytes
+    cuda_reset_peak("cuda")
+    assert cuda_peak("cuda").max_allocated_bytes < peak.max_allocated_bytes
+
+
+def test_calibrate_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.calibrate import get_ceilings
+
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path))
+    c = get_ceilings("cuda", quick=True)
+    assert c.device == "cuda:0"
+    assert torch.cuda.get_device_name(0) in c.machine_key
+    assert c.gemm_flops["fp32"] > 1e11
+    assert c.gemm_flops["fp16"] > 1e11
+    assert c.memory_bandwidth_bytes_s > 1e10
+    assert c.details["timer"] == "cuda_events"
+    assert get_ceilings("cuda", measure_if_missing=False) == c
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_bench_on_cuda(precision: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("bf16 not supported on this GPU")
+    code = main(["bench", "zoo:mlp", "--device", "cuda", "--precision", precision, "--batch-sizes", "1,64",
+                 "--min-duration", "50ms", "--min-iters", "5", "--warmup", "2", "--json",
+                 "--store", str(tmp_path / "runs.db")])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["precision"] == precision and data["config"]["device"] == "cuda"
+    assert data["environment"]["gpu_name"] == torch.cuda.get_device_name(0)
+    for point in data["result"]["points"]:
+        assert point["measurement"]["clock"] == "cuda_events"
+        assert point["cuda_max_allocated_bytes"] > 0
+        assert point["summary"]["p50_s"] > 0

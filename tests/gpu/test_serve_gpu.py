@@ -1,0 +1,43 @@
+"""Serving on CUDA: correct results from a GPU instance, and the NVML gauges on /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+httpclient = pytest.importorskip("tritonclient.http")
+
+
+def test_serves_on_cuda_and_exports_gpu_gauges() -> None:
+    from dlperf.serve.metrics import GPU_METRIC_NAMES, parse_variant_metrics
+    from dlperf.serve.server import start_in_thread
+    from dlperf.serve.service import ServeConfig
+    from dlperf.workload import zoo
+
+    config = ServeConfig(model="zoo:mlp", port=0, device="cuda", max_batch_size=8)
+    with start_in_thread(config) as running:
+        c = httpclient.InferenceServerClient(running.url)
+        assert c.get_model_config("mlp")["instance_group"][0]["kind"] == "KIND_GPU"
+        x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+        inp = httpclient.InferInput("x", [4, 64], "FP32")
+        inp.set_data_from_numpy(x)
+        got = c.infer("mlp", [inp]).as_numpy("logits")
+        model = zoo.get("mlp").build_model().eval()
+        with torch.inference_mode():
+            expected = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+        with urllib.request.urlopen(f"http://{running.url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for name in GPU_METRIC_NAMES:
+            assert f"\n{name}{{" in text, name
+        used = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("dlperf_gpu_memory_used_bytes{")]
+        assert used and all(u > 0 for u in used)
+        assert parse_variant_metrics(text)["default"].success_total == 1

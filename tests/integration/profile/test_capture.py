@@ -1,0 +1,53 @@
+"""Capture with the real torch.profiler: phases, data wait, loader settings, shapes, restored threads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dlperf.errors import WorkloadError
+from dlperf.profile.capture import CaptureConfig, StepOptions, capture
+from dlperf.workload.base import Workload
+from dlperf.workload.loader import load_workload
+
+pytestmark = pytest.mark.integration
+
+
+def test_training_step_capture_has_every_phase() -> None:
+    before = torch.get_num_threads()
+    trace = capture(load_workload("zoo:mlp"), CaptureConfig(mode="train", steps=2, warmup_steps=1,
+                                                           unprofiled_min_duration_s=0.1))
+    assert len(trace.steps) == 2 and len(trace.unprofiled_step_s) >= 3
+    for step in trace.steps:
+        assert {"data", "h2d", "forward", "backward", "optimizer"} <= set(step.phase_us)
+        assert step.data_wait_s > 0 and step.wall_s > step.data_wait_s
+    phases = {o.phase for o in trace.ops if o.step >= 0}
+    assert {"forward", "backward", "optimizer"} <= phases
+    addmm = [o for o in trace.ops if o.name == "aten::addmm" and o.step == 0]
+    assert len(addmm) == 3 and addmm[0].flops == 2 * 64 * 64 * 256  # batch 64, 64 -> 256
+    assert addmm[0].input_shapes[1] == (64, 64)
+    assert trace.loader is not None and trace.loader.is_dataloader and trace.loader.num_workers == 0
+    assert trace.batch_size == 64
+    assert trace.memory.peak_rss_bytes >= trace.memory.start_rss_bytes > 0
+    assert torch.get_num_threads() == before
+
+
+def test_tensor_list_inputs_and_thread_option() -> None:
+    class Cat(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, x, x], dim=1).sum(dim=1)
+
+    workload = Workload(name="cat", make_model=Cat, make_inputs=lambda b: (torch.randn(b, 16),))
+    trace = capture(workload, CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05,
+                                            options=StepOptions(threads=1, batch_size=4)))
+    cat = [o for o in trace.ops if o.name == "aten::cat" and o.step == 0]
+    assert cat and cat[0].input_shapes[0] == ()  # a list of tensors has no single shape
+    assert trace.threads.intra_op_threads == 1
+    assert trace.batch_size == 4
+
+
+def test_train_without_a_train_spec_is_a_workload_error() -> None:
+    workload = Workload(name="no-train", make_model=lambda: torch.nn.Linear(2, 2),
+                        make_inputs=lambda b: (torch.randn(b, 2),))
+    with pytest.raises(WorkloadError, match="no training spec"):
+        capture(workload, CaptureConfig(mode="train", steps=1))

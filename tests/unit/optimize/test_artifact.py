@@ -1,0 +1,76 @@
+"""Artifacts: manifest checks, safe torch recipe round trip, engine dispatch errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from dlperf.errors import OptimizeError
+from dlperf.optimize.artifact import copy_artifact, io_spec, load_artifact, read_manifest
+from dlperf.optimize.evaluate import EvalSettings, evaluate_here
+from dlperf.optimize.space import Candidate
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from dlperf.workload.zoo import get
+
+pytestmark = pytest.mark.unit
+
+
+def _export(tmp_path: Path, cand: Candidate) -> Path:
+    settings = EvalSettings(source="zoo:mlp", batch_size=1, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(), "out_dir": str(tmp_path)},
+                  lambda phase: None)
+    return tmp_path / "artifact"
+
+
+def test_torch_recipe_round_trip_matches_the_candidate(tmp_path: Path) -> None:
+    folder = _export(tmp_path, Candidate((HygieneConfig(), DynamicInt8Config())))
+    manifest = read_manifest(folder)
+    assert manifest["engine"] == "torch" and manifest["files"] == ["weights.pt"]
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 64]}]
+    assert manifest["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 10]}]
+    predict = dlperf.load(folder)
+    model = get("mlp").build_model().eval()
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        ref = model(x)
+    out = predict(x)
+    assert out.shape == (5, 10)
+    assert float(torch.nn.functional.cosine_similarity(out, ref).min()) > 0.99
+    # The weights file holds only tensors: it loads with weights_only=True.
+    assert all(isinstance(v, torch.Tensor) for v in torch.load(folder / "weights.pt", weights_only=True).values())
+
+
+def test_copy_artifact_merges_manifest_and_refuses_foreign_folders(tmp_path: Path) -> None:
+    folder = _export(tmp_path / "a", Candidate((HygieneConfig(),)))
+    out = copy_artifact(folder, tmp_path / "out", {"passes": ["hygiene"], "dlperf_version": dlperf.__version__})
+    manifest = read_manifest(out)
+    assert manifest["passes"] == ["hygiene"] and manifest["engine"] == "torch"
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("keep me")
+    with pytest.raises(OptimizeError, match="not a dlperf artifact"):
+        copy_artifact(folder, foreign, {})
+    assert (foreign / "thesis.tex").exists()
+
+
+def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(OptimizeError, match=r"no manifest\.json"):
+        load_artifact(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "warp", "files": []}))
+    with pytest.raises(OptimizeError, match="engine 'warp'"):
+        load_artifact(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format_version": 99}))
+    with pytest.raises(OptimizeError, match="upgrade dlperf"):
+        load_artifact(tmp_path)
+
+
+def test_io_spec_marks_batch_dynamic() -> None:
+    spec = io_spec((torch.zeros(4, 3, dtype=torch.int64),), ("ids",))
+    assert spec == [{"name": "ids", "dtype": "int64", "shape": [-1, 3]}]

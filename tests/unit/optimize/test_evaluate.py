@@ -1,0 +1,54 @@
+"""Fidelity of outputs against the original, and the candidate evaluation run in this process."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.errors import OptimizeError
+from dlperf.optimize.evaluate import EvalSettings, _flatten, evaluate_here, fidelity_of
+from dlperf.optimize.space import Candidate
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+
+pytestmark = pytest.mark.unit
+
+
+def test_flatten_nested_outputs() -> None:
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    assert [t.shape[0] for t in _flatten({"x": a, "y": (b, [c]), "n": None})] == [1, 2, 3]
+
+
+def test_fidelity_identical_scaled_and_opposite() -> None:
+    ref = [torch.tensor([[1.0, 0.0], [0.0, 2.0]])]
+    same = fidelity_of([ref[0].clone()], ref, batch_size=2)
+    assert same["mean_cosine"] == pytest.approx(1.0) and same["rel_error"] == 0.0
+    flipped = fidelity_of([torch.tensor([[1.0, 0.0], [0.0, -2.0]])], ref, batch_size=2)
+    assert flipped["mean_cosine"] == pytest.approx(0.0) and flipped["min_cosine"] == pytest.approx(-1.0)
+    assert flipped["rel_error"] == pytest.approx(4 / 5**0.5)  # |diff| = 4, |ref| = sqrt(5)
+    zeros = fidelity_of([torch.zeros(2, 2)], [torch.zeros(2, 2)], batch_size=2)
+    assert zeros["mean_cosine"] == 1.0
+    nan = fidelity_of([torch.full((2, 2), float("nan"))], ref, batch_size=2)
+    assert nan["nan_outputs"]
+    with pytest.raises(OptimizeError, match="shape"):
+        fidelity_of([torch.zeros(3, 2)], ref, batch_size=2)
+    with pytest.raises(OptimizeError, match="2 output tensors"):
+        fidelity_of([torch.zeros(2, 2), torch.zeros(2, 2)], ref, batch_size=2)
+
+
+def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
+    settings = EvalSettings(source="zoo:mlp", batch_size=2, warmup_iters=1, min_duration_s=0.01, min_iters=3,
+                            max_duration_s=1.0)
+    phases: list[str] = []
+    cand = Candidate((HygieneConfig(), DynamicInt8Config()))
+    row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(),
+                         "out_dir": str(tmp_path)}, phases.append)
+    assert phases == ["load", "build", "apply", "check", "time", "export", "done"]
+    assert row["status"] == "ok" and row["precision"] == "int8" and row["engine"] == "torch"
+    assert row["metric_is_fidelity"] and 0.99 < row["metric"] < 1.0
+    assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
+    assert row["artifact"]["fields"]["recipe"] == cand.to_list()
+    assert (tmp_path / "artifact" / "manifest.json").exists()

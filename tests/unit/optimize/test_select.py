@@ -1,0 +1,83 @@
+"""Constraints, Pareto frontier, ranking by objective, and the explanations of slow candidates."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlperf.errors import ConfigError
+from dlperf.optimize.constraints import Constraints, metric_drop, violations
+from dlperf.optimize.explain import slower_reasons
+from dlperf.optimize.pareto import dominates, pareto_front
+from dlperf.optimize.select import gain, rank
+
+pytestmark = pytest.mark.unit
+
+
+def _row(p50: float, metric: float, size: int = 100, mem: int = 100, **extra: object) -> dict[str, object]:
+    return {"p50_s": p50, "p99_s": p50 * 2, "throughput": 1 / p50, "metric": metric, "size_bytes": size,
+            "peak_rss_bytes": mem, "pipeline": [], **extra}
+
+
+BASE = {**_row(1.0, 0.90), "higher_is_better": True}
+
+
+def test_metric_drop_both_directions() -> None:
+    assert metric_drop(0.89, 0.90) == pytest.approx((0.01, 0.01 / 0.90))
+    assert metric_drop(0.91, 0.90)[0] == pytest.approx(-0.01)
+    assert metric_drop(2.2, 2.0, higher_is_better=False) == pytest.approx((0.2, 0.1))
+    assert metric_drop(0.0, 0.0) == (0.0, 0.0)
+    assert math.isinf(metric_drop(-1.0, 0.0)[1])
+
+
+def test_violations_relative_absolute_latency_and_nan() -> None:
+    c = Constraints(max_metric_drop=0.01)
+    assert violations(_row(0.5, 0.895), BASE, c) == []
+    assert "exceeds the allowed 1.00%" in violations(_row(0.5, 0.88), BASE, c)[0]
+    c_abs = Constraints(max_metric_drop=None, max_metric_drop_abs=0.02)
+    assert violations(_row(0.5, 0.885), BASE, c_abs) == []
+    assert "exceeds the allowed 0.02" in violations(_row(0.5, 0.87), BASE, c_abs)[0]
+    c_lat = Constraints(latency_budget_s=0.5)
+    assert "p99 latency 600.00 ms exceeds the budget 500 ms" in violations(_row(0.3, 0.9), BASE, c_lat)[0]
+    assert violations(_row(0.3, float("nan")), BASE, c) == ["its metric is NaN or missing"]
+    with pytest.raises(ConfigError):
+        Constraints(max_metric_drop=1.5)
+    with pytest.raises(ConfigError):
+        Constraints(latency_budget_s=0)
+
+
+def test_pareto_front_keeps_only_non_dominated() -> None:
+    rows = [_row(1.0, 0.90), _row(0.5, 0.89), _row(0.6, 0.88), _row(0.5, 0.89, size=50), _row(2.0, 0.95)]
+    assert dominates(rows[3], rows[1])
+    assert not dominates(rows[1], rows[0]) and not dominates(rows[0], rows[1])
+    assert pareto_front(rows) == [0, 3, 4]
+    # For a metric where lower is better the direction flips.
+    assert pareto_front([_row(1.0, 0.1), _row(1.0, 0.2)], higher_is_better_metric=False) == [0]
+
+
+def test_rank_by_objective_with_metric_tiebreak() -> None:
+    rows = [_row(1.0, 0.9, size=400), _row(0.5, 0.89, size=100), _row(0.5, 0.895, size=200, mem=10)]
+    assert rank(rows, "latency") == [2, 1, 0]
+    assert rank(rows, "throughput") == [2, 1, 0]
+    assert rank(rows, "size") == [1, 2, 0]
+    assert rank(rows, "memory")[0] == 2
+    assert gain(rows[1], rows[0], "latency") == pytest.approx(2.0)
+    assert gain(rows[1], rows[0], "size") == pytest.approx(4.0)
+    with pytest.raises(ConfigError, match="unknown objective"):
+        rank(rows, "vibes")
+
+
+def test_slower_reasons_use_cpu_flags_and_batch() -> None:
+    int8 = _row(2.0, 0.9, precision="int8", pipeline=[{"pass": "dynamic_int8"}])
+    no_vnni = slower_reasons(int8, BASE, ["avx2"], batch_size=1)
+    assert "no int8 hardware support" in no_vnni[0]
+    assert any("at batch 1" in r for r in no_vnni)
+    with_vnni = slower_reasons(int8, BASE, ["avx2", "avx512_vnni"], batch_size=64)
+    assert not any("hardware" in r for r in with_vnni)
+    bf16 = slower_reasons(_row(2.0, 0.9, precision="bf16"), BASE, ["avx512_bf16"], batch_size=8)
+    assert "no AMX" in bf16[0]
+    ort = slower_reasons(_row(2.0, 0.9, engine="onnxruntime"), BASE, [], batch_size=1)
+    assert "conversion overhead" in ort[0]
+    assert slower_reasons(_row(2.0, 0.9), BASE, [], batch_size=1) == [
+        "the passes add work per call that this model and batch size do not repay"]

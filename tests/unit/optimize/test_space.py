@@ -1,0 +1,90 @@
+"""Search space: discovery, canonical order, extension rules, configs saved and rebuilt."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.errors import ConfigError, OptimizeError
+from dlperf.optimize.space import (
+    Candidate,
+    PassOption,
+    SearchSpace,
+    build_space,
+    can_extend,
+    candidate_from_list,
+    config_from_dict,
+    extensions,
+    load_pass_modules,
+    pass_module_names,
+)
+from dlperf.passes.base import PassContext
+from dlperf.passes.compile import CompileConfig
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from dlperf.workload.zoo import get
+
+pytestmark = pytest.mark.unit
+
+
+class _Engine:
+    pass
+
+
+def test_discovery_lists_pass_modules_but_not_private_ones() -> None:
+    names = pass_module_names()
+    assert "dlperf.passes.hygiene" in names and "dlperf.passes.compile" in names
+    assert "dlperf.passes.base" not in names
+    assert not any(n.rsplit(".", 1)[-1].startswith("_") for n in names)
+
+
+def test_candidate_key_is_stable_and_label_readable() -> None:
+    a = Candidate((HygieneConfig(), CompileConfig()))
+    b = Candidate((HygieneConfig(), CompileConfig()))
+    assert a.key == b.key and len(a.key) == 12
+    assert a.key != Candidate((HygieneConfig(), CompileConfig(freezing=True))).key
+    assert a.label == "hygiene + compile"
+    assert Candidate().label == "baseline" and Candidate().is_baseline
+    assert a.prefix == Candidate((HygieneConfig(),))
+
+
+def test_config_round_trip_and_version_check() -> None:
+    load_pass_modules()
+    config = DynamicInt8Config(min_features=8, skip=("fc",))
+    assert config_from_dict(config.to_dict()) == config
+    cand = Candidate((HygieneConfig(threads=2), config))
+    assert candidate_from_list(cand.to_list()) == cand
+    with pytest.raises(OptimizeError, match="version 99"):
+        config_from_dict({**config.to_dict(), "version": 99})
+    with pytest.raises(OptimizeError, match="not known"):
+        config_from_dict({"pass": "warp-drive", "version": 1})
+
+
+def test_extension_follows_stage_order_and_one_config_per_pass() -> None:
+    hyg, int8, comp = HygieneConfig(), DynamicInt8Config(), CompileConfig()
+    assert can_extend(Candidate(), comp)
+    assert can_extend(Candidate((hyg,)), int8)
+    assert can_extend(Candidate((hyg, int8)), comp)
+    assert not can_extend(Candidate((comp,)), int8)  # compile comes last among torch transforms
+    assert not can_extend(Candidate((int8,)), hyg)  # prepare before transform
+    assert not can_extend(Candidate((comp,)), CompileConfig(freezing=True))  # one config per pass
+    space = SearchSpace([PassOption(c, "m") for c in (hyg, int8, comp)], [])
+    assert [c.label for c in extensions(Candidate((hyg,)), space)] == ["hygiene + dynamic_int8", "hygiene + compile"]
+
+
+def test_nothing_follows_an_engine_pass() -> None:
+    load_pass_modules()
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    engine = OrtConfig()
+    assert can_extend(Candidate((HygieneConfig(),)), engine)
+    assert not can_extend(Candidate((engine,)), CompileConfig())
+
+
+def test_build_space_restricts_to_named_passes_and_rejects_unknown() -> None:
+    workload = get("mlp")
+    space = build_space(workload, PassContext(), only=("hygiene", "dynamic_int8"))
+    assert {c.name for c in space.configs} == {"hygiene", "dynamic_int8"}
+    assert next(c.name for c in space.configs) == "hygiene"  # prepare stage first
+    assert any(s.startswith("channels_last: not applicable") for s in space.skipped)
+    with pytest.raises(ConfigError, match="unknown passes warp"):
+        build_space(workload, PassContext(), only=("warp",))
