@@ -123,6 +123,12 @@ def peak_rss(spec: str, batch: int) -> bool:
 def main() -> int:
     # The RSS checks run first, before this process imports torch: a child's ru_maxrss starts at its
     # parent's RSS at fork/exec time (Linux carries the old image's peak over), which would inflate it.
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    print(f"dlperf harness accuracy · {cores} cores · load average {load:.1f} · latency checks on 1 thread")
+    if load > cores:
+        print(f"note: the machine is oversubscribed (load {load:.1f} on {cores} cores): calls shorter than a "
+              "scheduler slice are timed without the preemptions that a block mean includes")
     rss_results = [peak_rss("zoo:mlp", 32), peak_rss("zoo:resnet18", 8)]
 
     import torch
@@ -132,12 +138,7 @@ def main() -> int:
     from dlperf.workload.loader import load_workload
 
     env = capture_environment()
-    load = os.getloadavg()[0]
-    print(f"dlperf harness accuracy · torch {env.torch_version} · {env.cpu_model} · {env.logical_cores} cores · "
-          f"latency checks on 1 thread · load average {load:.1f}")
-    if load > env.logical_cores:
-        print(f"note: the machine is oversubscribed (load {load:.1f} on {env.logical_cores} cores): calls shorter "
-              "than a scheduler slice are timed without the preemptions that a block mean includes")
+    print(f"torch {env.torch_version} · {env.cpu_model} · load average now {os.getloadavg()[0]:.1f}")
     workload = load_workload("zoo:mlp")
     model = workload.build_model().eval()
     mlp_call = make_call(model, workload.example_inputs(8), "cpu", "fp32")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -55,13 +56,17 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 300.0
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """SIGTERM the server's process group (LitServe's workers are child processes), then SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+        time.sleep(1.0)  # children exit with their leader
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def offline(workload: Any, batch: int, seconds: float) -> tuple[float, float]:
@@ -160,7 +165,8 @@ def main() -> int:
     cmd = [sys.executable, "-m", "dlperf.cli.main", "serve", args.workload, "--port", str(port),
            "--max-batch-size", str(args.max_batch_size), "--max-queue-delay-ms", str(args.queue_delay_ms),
            "--threads", str(threads)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", proc)
         target = oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1))
@@ -184,7 +190,8 @@ def main() -> int:
         port = free_port()
         lcmd = [sys.executable, str(HERE / "litserve_server.py"), args.workload, str(port), str(args.max_batch_size),
                 str(args.queue_delay_ms / 1000.0), str(threads)]
-        lproc = subprocess.Popen(lcmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        lproc = subprocess.Popen(lcmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
         try:
             wait_ready(f"http://127.0.0.1:{port}/health", lproc)
             arrays = [t.numpy() for t in workload.example_inputs(1)]

@@ -1,4 +1,4 @@
-"""A training workload whose input pipeline is the bottleneck: each sample costs ~1 ms to "decode".
+"""A training workload whose input pipeline is the bottleneck: each sample costs ~2 ms to "decode".
 
     dlperf train examples/slow_loader.py --tune
 
@@ -20,7 +20,7 @@ import dlperf
 SAMPLES = 4096
 FEATURES = 32
 CLASSES = 4
-DECODE_S = 0.001
+DECODE_S = 0.002
 
 
 class SlowDataset(Dataset):  # type: ignore[type-arg]
@@ -67,6 +67,6 @@ workload = dlperf.Workload(
         make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
         batch_size=16,
     ),
-    description="small MLP behind a loader that spends ~1 ms per sample",
+    description="small MLP behind a loader that spends ~2 ms per sample",
     kind="mlp",
 )

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers of the baseline (default 0)")
     parser.add_argument("--no-mfu", action="store_true",
-                        help="skip model FLOPs utilization (it needs the calibrated ceilings: `dlperf calibrate`)")
+                        help="skip FLOP counting and model FLOPs utilization (MFU needs the calibrated ceilings: "
+                             "`dlperf calibrate`)")
     tune = parser.add_argument_group("tuning (--tune)")
     tune.add_argument("--tune", action="store_true", help="try every knob, keep what is faster within loss parity")
     tune.add_argument("--knobs", default=None, metavar="LIST",
@@ -118,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
             with step_progress(1, "measuring") as on_step:
                 on_step(f"{args.steps} steps")
-                measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings)
+                measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings,
+                                            count_flops=not args.no_mfu)
             recording.result = measured.to_dict()
             view = measurement_view(recording.result)
     if args.json:
@@ -155,6 +157,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
         measure_steps=args.steps,
         memory_budget_bytes=parse_bytes(args.memory_budget) if args.memory_budget else None,
         safety_margin=_fraction("--margin", args.margin),
+        count_flops=not args.no_mfu,
     )
 
 

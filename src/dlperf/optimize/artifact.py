@@ -48,14 +48,20 @@ def io_spec(values: Any, names: Any = ()) -> list[dict[str, Any]]:
     return spec
 
 
+def last_training_step(candidate: Candidate) -> int:
+    """Index of the last pass that trains in the pipeline, or -1."""
+    return max((i for i, c in enumerate(candidate.configs) if type(c).trains), default=-1)
+
+
 def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings,
-                 original_weights: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
+                 original_weights: dict[str, Any] | None, out_dir: Path,
+                 trained_weights: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the candidate's artifact into `out_dir` (its engine's exporter, or a torch recipe)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if state.exporter is not None:
         fields = dict(state.exporter(out_dir))
     elif state.engine == "torch":
-        fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir)
+        fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir, trained_weights)
     else:
         raise OptimizeError(f"engine '{state.engine}' set no exporter: its candidates cannot be exported")
     for key in ("engine", "files"):
@@ -68,7 +74,8 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
 
 
 def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalSettings,
-                        original_weights: dict[str, Any] | None, out_dir: Path) -> dict[str, Any]:
+                        original_weights: dict[str, Any] | None, out_dir: Path,
+                        trained_weights: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
 
     workload = state.workload
@@ -81,6 +88,15 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
     if original_weights is None:
         raise OptimizeError("the original weights were not kept: export needs settings.export=True")
     torch.save(original_weights, out_dir / "weights.pt")
+    files = ["weights.pt"]
+    trained_after = last_training_step(candidate)
+    if trained_after >= 0:
+        if trained_weights is None:
+            raise OptimizeError("the weights after training were not kept: cannot export this candidate")
+        # Trained weights (fine-tune, distillation, QAT) cannot be replayed: they are saved as they were right
+        # after the last training pass, plain tensors only, and loaded there when the recipe is replayed.
+        torch.save(trained_weights, out_dir / "trained.pt")
+        files.append("trained.pt")
     inputs = workload.example_inputs(settings.batch_size)
     model = workload.build_model().eval()
     with torch.no_grad():
@@ -90,7 +106,8 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
     return {
         "engine": "torch",
         "format": TORCH_FORMAT,
-        "files": ["weights.pt"],
+        "files": files,
+        "trained_after": trained_after,
         "workload": source,
         "recipe": candidate.to_list(),
         "inputs": io_spec(inputs, tuple(workload.input_names)),
@@ -153,7 +170,7 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
 
     from dlperf.measure.env import cpu_flags
     from dlperf.optimize.space import candidate_from_list, load_pass_modules
-    from dlperf.passes.base import ModelState, PassContext, apply_pipeline
+    from dlperf.passes.base import ModelState, PassContext, apply_pass
     from dlperf.workload.loader import load_workload
 
     if manifest.get("format") != TORCH_FORMAT:
@@ -176,8 +193,17 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     model = model.to(device)
     state = ModelState(workload=workload, model=model, predict=model)
     ctx = PassContext(device=device, batch_size=int(manifest.get("batch_size", 1)), cpu_flags=tuple(cpu_flags()),
-                      workdir=folder)
-    state = apply_pipeline(candidate_from_list(manifest.get("recipe", [])).configs, state, ctx)
+                      workdir=folder, replay=True)
+    trained_after = int(manifest.get("trained_after", -1))
+    for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
+        state = apply_pass(config, state, ctx)
+        if i == trained_after and state.model is not None:
+            trained = torch.load(folder / "trained.pt", map_location=device, weights_only=True)
+            try:
+                state.model.load_state_dict(trained)
+            except RuntimeError as exc:
+                raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
+                                    f"{exc}") from exc
     return state.predict
 
 

@@ -116,9 +116,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     from dlperf.measure.env import cpu_flags
     from dlperf.measure.memory import PeakRssSampler, parameter_bytes
     from dlperf.measure.timer import TimerConfig, time_callable
-    from dlperf.optimize.artifact import artifact_size, export_state
+    from dlperf.optimize.artifact import artifact_size, export_state, last_training_step
     from dlperf.optimize.space import candidate_from_list, load_pass_modules
-    from dlperf.passes.base import ModelState, PassContext, apply_pipeline
+    from dlperf.passes.base import ModelState, PassContext, apply_pass
     from dlperf.workload.loader import load_workload
 
     settings = _settings(payload)
@@ -150,7 +150,12 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
 
     phase("apply")
     apply_start = time.perf_counter()
-    state = apply_pipeline(candidate.configs, state, ctx)
+    trained_after = last_training_step(candidate)
+    trained_weights = None
+    for i, config in enumerate(candidate.configs):
+        state = apply_pass(config, state, ctx)
+        if i == trained_after and settings.export and state.model is not None:
+            trained_weights = {k: v.detach().clone() for k, v in state.model.state_dict().items()}
     apply_s = time.perf_counter() - apply_start
     predict = state.predict
 
@@ -195,7 +200,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     if settings.export:
         phase("export")
         artifact_dir = out_dir / "artifact"
-        fields = export_state(state, candidate, settings, original_weights, artifact_dir)
+        fields = export_state(state, candidate, settings, original_weights, artifact_dir, trained_weights)
         artifact = {"dir": str(artifact_dir), "fields": fields}
         if state.engine != "torch":
             size_bytes = artifact_size(artifact_dir)

@@ -92,7 +92,7 @@ def verify(
     results = []
     with torch_threads(base.threads):
         for category, estimate, fix in choose_fixes(diagnosis, trace, max_fixes):
-            progress(f"verifying: {fix.label}")
+            progress(f"verifying: {fix.label}" + (" (compiling takes a while on a busy CPU)" if fix.compile else ""))
             results.append(_verify_one(workload, config, base, fix, category, estimate, step_s, ab_config))
     return results
 

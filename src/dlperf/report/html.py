@@ -389,26 +389,22 @@ def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str,
     for key, c in items:
         latency = _num(c, *LATENCY_KEYS)
         metric = _num(c, *METRIC_KEYS)
-        if latency is None:
-            continue
         name = c.get("name") or c.get("label") or c.get("passes") or c.get("pipeline") or key
         if isinstance(name, list):
             name = "+".join(str(n if not isinstance(n, Mapping) else n.get("name", n)) for n in name) or "baseline"
         selected = bool(c.get("selected")) or (winner is not None and c.get("key") == winner)
         rows.append({"name": str(name), "latency_s": latency, "metric": metric,
                      "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
-                     "selected": selected, "status": c.get("status")})
+                     "selected": selected, "status": c.get("status"), "error": c.get("error")})
     return rows
 
 
 def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
-    """Pareto set (lower latency, better metric); uses the record's own flags when present."""
-    flagged = [r for r in rows if r["pareto"]]
-    if flagged:
-        return sorted(flagged, key=lambda r: r["latency_s"])
+    """The 2-D Pareto set of (lower latency, better metric), fastest first."""
     sign = 1.0 if higher_is_better else -1.0
     frontier, best = [], -math.inf
-    for r in sorted((r for r in rows if r["metric"] is not None), key=lambda r: (r["latency_s"], -sign * r["metric"])):
+    usable = [r for r in rows if r["metric"] is not None and r["latency_s"] is not None]
+    for r in sorted(usable, key=lambda r: (r["latency_s"], -sign * r["metric"])):
         if sign * r["metric"] > best:
             frontier.append(r)
             best = sign * r["metric"]
@@ -417,17 +413,26 @@ def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[s
 
 def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     rows = _candidates(rec, children)
-    if not rows:
+    measured = [r for r in rows if r["latency_s"] is not None]
+    if not measured:
         raise ValueError("no candidates with a latency")
     higher = rec.result.get("higher_is_better", rec.config.get("higher_is_better", True))
     metric_name = str(rec.result.get("metric_name") or rec.config.get("metric_name") or "metric")
-    frontier = _frontier(rows, bool(higher))
-    table_rows = [[r["name"], _ms(r["latency_s"]), _fmt(r["metric"]),
-                   "yes" if r in frontier else "", "selected" if r["selected"] else (r["status"] or "")]
-                  for r in sorted(rows, key=lambda r: r["latency_s"])]
-    parts = [_config_line(rec),
-             _table(("candidate", "latency ms", metric_name, "on frontier", ""), table_rows)]
-    with_metric = [r for r in rows if r["metric"] is not None]
+    frontier = _frontier(measured, bool(higher))
+    flagged = any(r["pareto"] is not None for r in rows)
+
+    def on_front(r: dict[str, Any]) -> str:
+        if flagged:
+            return "yes" if r["pareto"] else ""
+        return "yes" if r in frontier else ""
+
+    order = sorted(rows, key=lambda r: (r["latency_s"] is None, r["latency_s"] or 0.0))
+    table_rows = [[r["name"], _ms(r["latency_s"]), _fmt(r["metric"]), on_front(r),
+                   "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
+    front_label = "on the record's Pareto front" if flagged else "on the Pareto front"
+    parts = [_config_line(rec), _table(("candidate", "latency ms", metric_name, front_label, "status", "error"),
+                                       table_rows)]
+    with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
                          "points", color="#9aa3b1", labels=[r["name"] for r in with_metric]),
@@ -441,7 +446,7 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         parts.append(_plots(chart(series, Axis("latency (ms)"), Axis(metric_name), "Pareto frontier: latency vs "
                                   + metric_name)))
     else:
-        parts.append(_plots(hbars([r["name"] for r in rows], [r["latency_s"] * 1e3 for r in rows],
+        parts.append(_plots(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
                                   "Candidate latency", " ms")))
     return "".join(parts)
 
@@ -483,15 +488,16 @@ def profile_view(rec: RunRecord) -> str:
     parts.insert(0, _plots(*svgs))
     findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
     if findings:
-        items = []
+        entries: list[str] = []
         for f in findings[:8]:
-            evidence = f.get("evidence") if isinstance(f.get("evidence"), list) else []
+            raw_evidence = f.get("evidence")
+            evidence: list[Any] = raw_evidence if isinstance(raw_evidence, list) else []
             share = f" ({_pct(f.get('share'), sign=False)} of the step)" if isinstance(f.get("share"), float) else ""
-            items.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)} "
+            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)} "
                          f"{esc(f.get('summary') or '')}"
                          + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence[:3])
                          + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "") + "</li>")
-        parts.append("<h3>Findings</h3><ol>" + "".join(items) + "</ol>")
+        parts.append("<h3>Findings</h3><ol>" + "".join(entries) + "</ol>")
     return "".join(parts)
 
 
@@ -695,6 +701,10 @@ def _headline(rec: RunRecord) -> str:
         return f"B/A {r['ratio']:.3f}: {r.get('verdict')}"
     if isinstance(r.get("gate"), Mapping):
         return "gate " + ("FAIL" if r["gate"].get("failed") else "PASS")
+    if rec.kind == "optimize" and "winner" in r:
+        winner = next((c for c in r.get("candidates", []) if isinstance(c, Mapping) and c.get("key") == r["winner"]),
+                      None)
+        return f"winner: {winner.get('label') or r['winner']}" if winner else "no winner"
     if isinstance(r.get("verdict"), str):
         return r["verdict"][:80]
     return ""

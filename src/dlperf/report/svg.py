@@ -88,7 +88,7 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     if lo <= 0 or hi <= 0:
         return []
     first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    mults = (1, 2, 5) if last - first <= 2 else (1,)
+    mults = (1, 2, 5) if last - first <= 3 else (1,)
     ticks = [m * 10.0**e for e in range(first, last + 1) for m in mults]
     return [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
 

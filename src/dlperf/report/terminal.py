@@ -29,7 +29,7 @@ def fmt_ms(seconds: float | None) -> str:
         return f"{ms:.1f}"
     if ms >= 1:
         return f"{ms:.2f}"
-    return f"{ms:.4f}"
+    return f"{ms:.3g}"
 
 
 def fmt_mib(num_bytes: float | None) -> str:
@@ -145,6 +145,22 @@ def bench_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
+    """The points' noise and contention warnings, one line per kind rather than one per batch size."""
+    lines: list[str] = []
+    noisy = [p for p in points if (p["summary"].get("noise_warning") or "").startswith("noisy")]
+    if noisy:
+        lines.append(f"noisy at batch {', '.join(str(p['batch_size']) for p in noisy)} (IQR/p50 > 10%): other load "
+                     "on the machine, frequency scaling or too few samples")
+    lines += [f"batch {p['batch_size']}: {p['summary']['noise_warning']}" for p in points
+              if p["summary"].get("noise_warning") and p not in noisy]
+    contended = [p for p in points if p.get("contention_warning")]
+    if contended:
+        worst = max(contended, key=lambda p: float(p.get("other_load_percent") or 0.0))
+        lines.append(f"batch {', '.join(str(p['batch_size']) for p in contended)}: {worst['contention_warning']}")
+    return lines
+
+
 def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: str | None = None,
                  store_url: str | None = None, config: dict[str, Any] | None = None) -> RenderableType:
     """Table, headline, model size, noise warnings, environment and where the run was saved."""
@@ -160,10 +176,7 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
                           + (f" · threads {config['threads']}" if config.get("threads") else "")))
     if "model_bytes" in result:
         parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
-    for point in result.get("points", []):
-        for warning in (point["summary"].get("noise_warning"), point.get("contention_warning")):
-            if warning:
-                parts.append(Text(f"warning: batch {point['batch_size']}: {warning}", style="yellow"))
+    parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result.get("points", []))]
     parts.append(Text(environment_line(environment), style="dim"))
     if run_id:
         parts.append(Text(f"run {run_id} saved to {store_url or 'the store'}", no_wrap=True, overflow="ignore"))

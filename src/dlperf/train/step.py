@@ -132,7 +132,11 @@ def measure_loop(
     count_flops: bool = True,
     on_progress: Callable[[int, float], None] | None = None,
 ) -> TrainMeasurement:
-    """Measure `steps` steps (at least; more if `min_duration_s` asks) of an already built loop."""
+    """Measure `steps` steps (at least; more if `min_duration_s` asks) of an already built loop.
+
+    `count_flops=False` skips the FLOP count (and so MFU): FlopCounterMode's first use in a process costs
+    seconds of imports.
+    """
     if steps < 1:
         raise TrainError(f"steps must be >= 1, got {steps}")
     config = loop.config
@@ -192,12 +196,13 @@ def measure_training(
     min_duration_s: float = 0.0,
     ceilings: Ceilings | None = None,
     seed: int = 0,
+    count_flops: bool = True,
     on_progress: Callable[[int, float], None] | None = None,
 ) -> TrainMeasurement:
     """Build the loop for `config` and measure it (see `measure_loop`)."""
     loop = TrainLoop(workload, config, seed=seed)
     try:
-        return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, on_progress=on_progress)
+        return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, count_flops, on_progress)
     finally:
         loop.close()
 

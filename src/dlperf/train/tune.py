@@ -45,6 +45,8 @@ class TuneConfig:
     measure_steps: int = 20
     memory_budget_bytes: int | None = None
     safety_margin: float = 0.1
+    count_flops: bool = True
+    """Count FLOPs (for MFU) in the final measurements of the baseline and the best."""
 
     def __post_init__(self) -> None:
         known = set(DEFAULT_KNOBS)
@@ -302,14 +304,14 @@ class Tuner:
         self.on_event("measuring the baseline")
         base_loop = TrainLoop(self.workload, self.baseline)
         try:
-            base_m = measure_loop(base_loop, steps, ceilings=self.ceilings)
+            base_m = measure_loop(base_loop, steps, ceilings=self.ceilings, count_flops=self.config.count_flops)
         finally:
             base_loop.close()
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
                               self.config.steps_per_call)
         self.on_event("measuring the best configuration")
-        best_m = measure_loop(best_loop, steps, ceilings=self.ceilings)
+        best_m = measure_loop(best_loop, steps, ceilings=self.ceilings, count_flops=self.config.count_flops)
         self.on_event("baseline vs best, interleaved")
         fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
         try:

@@ -71,3 +71,20 @@ def test_search_survives_crash_hang_and_oom_then_exports_a_loadable_artifact(tmp
     assert got.shape == expected.shape
     assert float(torch.nn.functional.cosine_similarity(got, expected).min()) > 0.99
     assert "candidate_done" in events and "done" in events
+
+
+def test_when_nothing_meets_the_budget_the_closest_are_kept_with_reasons(tmp_path: Path) -> None:
+    from dlperf.optimize.constraints import Constraints
+
+    store = Store(tmp_path / "runs.db")
+    config = OptimizeConfig(passes=("dynamic_int8",), max_depth=1, time_budget_s=120,
+                            constraints=Constraints(max_metric_drop=None, max_metric_drop_abs=0.0),
+                            workdir=str(tmp_path / "work"), **FAST)  # type: ignore[arg-type]
+    result = optimize("zoo:mlp", config, store=store)
+    int8 = result.rows[1]
+    assert int8["label"] == "dynamic_int8" and not int8["feasible"]
+    assert "metric drop" in int8["violations"][0] and "exceeds the allowed 0" in int8["violations"][0]
+    assert result.winner is None
+    assert result.closest == [int8["key"]]
+    stored = store.list(kind="candidate", parent_id=result.run_id, limit=None)
+    assert any(c.result.get("key") == int8["key"] for c in stored)  # kept in the store

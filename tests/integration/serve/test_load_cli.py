@@ -67,8 +67,8 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
 
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "20", "--max-steps", "3",
-                 "--duration", "2s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "20",
+                 "--max-steps", "3", "--duration", "2s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
     assert code == 0
     out = json.loads(capsys.readouterr().out)

@@ -152,3 +152,14 @@ def test_search_space_on_cpu() -> None:
 ])
 def test_onnx_scope_to_module(node: str, module: str) -> None:
     assert _engine.onnx_scope_to_module(node) == module
+
+
+def test_tensorrt_pass_says_why_not_here() -> None:
+    from dlperf.passes.tensorrt import TensorRtConfig
+    from dlperf.passes.tensorrt import search_space as trt_space
+
+    state = initial_state(get("mlp"))
+    assert why_not(TensorRtConfig(), state, CTX) == "TensorRT needs a CUDA device (target device is cpu)"
+    assert trt_space(state.workload, CTX) == []
+    with pytest.raises(ConfigError):
+        TensorRtConfig(precision="int4")

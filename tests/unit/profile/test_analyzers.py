@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.unit.profile.builders import (
     CEILINGS,
@@ -122,3 +124,15 @@ def test_loader_analysis_needs_a_training_trace_and_suggests_workers() -> None:
     assert ld.compute_s == pytest.approx(0.004)
     assert ld.suggested == {"num_workers": 2, "persistent_workers": True}
     assert dataloader.suggested_workers(2, 4) == 8
+
+
+def test_breakdown_reports_the_median_step_whole() -> None:
+    t = trace([op("aten::mm", 0, 5000), op("aten::mm", 10_000, 5000, step=1), op("aten::mm", 20_000, 5000, step=2)],
+              steps=3)
+    t.steps = [replace(s, wall_s=wall) for s, wall in zip(t.steps, (0.010, 0.030, 0.020), strict=True)]
+    b = breakdown.analyze(t)
+    assert b.step_s == pytest.approx(0.020)  # the median step, not a mix of medians
+    # its profiler range (10 ms) is rescaled to its wall time (20 ms): operators 10 ms, overhead 10 ms
+    assert b.operator_s == pytest.approx(0.010)
+    assert b.framework_overhead_s == pytest.approx(0.010)
+    assert b.operator_s + b.framework_overhead_s == pytest.approx(b.step_s)

@@ -9,6 +9,7 @@ from rich.console import Console, RenderableType
 
 from dlperf.report.terminal import (
     bench_report,
+    bench_warnings,
     ceilings_table,
     environment_line,
     fmt_ci,
@@ -50,6 +51,7 @@ def test_units() -> None:
     assert fmt_ms(0.00125) == "1.25"
     assert fmt_ms(0.2) == "200.0"
     assert fmt_ms(0.00001234) == "0.0123"
+    assert fmt_ms(0.0004571) == "0.457"
     assert fmt_si(3.1e11, "FLOP/s") == "310.0 GFLOP/s"
     assert fmt_si(2.5e9, "B/s") == "2.5 GB/s"
     assert fmt_ci(0.00125, [0.00120, 0.00130]) == "-4.0/+4.0%"
@@ -106,3 +108,21 @@ def test_ceilings_table() -> None:
 
 def test_environment_line_without_env() -> None:
     assert environment_line({}) == "environment: not recorded"
+
+
+def test_bench_warnings_are_grouped() -> None:
+    def point(batch: int, noise: str | None, contention: str | None, others: float) -> dict[str, Any]:
+        return {"batch_size": batch, "summary": {"noise_warning": noise}, "contention_warning": contention,
+                "other_load_percent": others}
+
+    lines = bench_warnings([
+        point(1, "noisy: IQR is 38% ...", "other processes kept 1.2 cores busy", 120.0),
+        point(8, None, "other processes kept 1.7 cores busy", 170.0),
+        point(32, "noisy: IQR is 12% ...", None, 10.0),
+        point(64, "only 3 samples: percentiles and spread are unreliable", None, 0.0),
+    ])
+    assert lines == [
+        "noisy at batch 1, 32 (IQR/p50 > 10%): other load on the machine, frequency scaling or too few samples",
+        "batch 64: only 3 samples: percentiles and spread are unreliable",
+        "batch 1, 8: other processes kept 1.7 cores busy",
+    ]

@@ -81,7 +81,7 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
     }
     config = TuneConfig(parity=ParityConfig(steps=8), ab=ABConfig(blocks=4, iters_per_block=1, warmup_iters=1),
                         final_ab=ABConfig(blocks=4, iters_per_block=1, warmup_iters=1), measure_steps=3,
-                        steps_per_call=1)
+                        steps_per_call=1, count_flops=False)
     baseline = StepConfig(batch_size=32, threads=1)
     events: list[str] = []
     tuner = Tuner(tiny(), baseline, config, knobs=knobs, on_event=events.append,
@@ -108,7 +108,8 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
 def test_measurement_view_shows_the_breakdown() -> None:
     from dlperf.train.step import measure_training
 
-    result = measure_training(tiny(), StepConfig(batch_size=16, threads=1), steps=3, warmup_steps=1)
+    result = measure_training(tiny(), StepConfig(batch_size=16, threads=1), steps=3, warmup_steps=1,
+                              count_flops=False)
     text = _render(measurement_view(result.to_dict()))
     for label in ("data wait", "host-to-device", "forward + loss", "backward", "optimizer", "samples/s"):
         assert label in text

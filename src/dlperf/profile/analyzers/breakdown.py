@@ -65,26 +65,23 @@ def _per_step(trace: ProfileTrace, step: StepWindow) -> dict[str, float]:
 
 
 def analyze(trace: ProfileTrace) -> TimeBreakdown:
-    """The median breakdown over the profiled steps."""
+    """The breakdown of the median profiled step (by wall time; the lower one of two), so its parts add up."""
     trace.validate()
-    rows = [_per_step(trace, s) for s in trace.steps]
-
-    def med(key: str) -> float:
-        return median([r[key] for r in rows])
-
-    step_s = median(trace.step_wall_s)
+    ordered = sorted(trace.steps, key=lambda s: s.wall_s)
+    step = ordered[(len(ordered) - 1) // 2]
+    row = _per_step(trace, step)
     unprofiled = median(trace.unprofiled_step_s) if trace.unprofiled_step_s else None
     return TimeBreakdown(
-        step_s=step_s,
-        data_wait_s=med("data_wait_s"),
-        h2d_s=med("h2d_s"),
-        forward_s=med("forward_s"),
-        backward_s=med("backward_s"),
-        optimizer_s=med("optimizer_s"),
-        other_s=med("other_s"),
-        operator_s=med("operator_s"),
-        framework_overhead_s=med("framework_overhead_s"),
-        device_idle_s=med("device_idle_s") if "device_idle_s" in rows[0] else None,
+        step_s=step.wall_s,
+        data_wait_s=row["data_wait_s"],
+        h2d_s=row["h2d_s"],
+        forward_s=row["forward_s"],
+        backward_s=row["backward_s"],
+        optimizer_s=row["optimizer_s"],
+        other_s=row["other_s"],
+        operator_s=row["operator_s"],
+        framework_overhead_s=row["framework_overhead_s"],
+        device_idle_s=row.get("device_idle_s"),
         unprofiled_step_s=unprofiled,
-        profiling_overhead=step_s / unprofiled if unprofiled else None,
+        profiling_overhead=step.wall_s / unprofiled if unprofiled else None,
     )

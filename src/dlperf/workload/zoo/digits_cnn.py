@@ -182,7 +182,7 @@ def evaluate(predict: Predict) -> float:
     correct = 0
     with torch.inference_mode():
         for start in range(0, len(d.test_y), EVAL_BATCH_SIZE):
-            logits = torch.as_tensor(predict(d.test_x[start : start + EVAL_BATCH_SIZE]))
+            logits = torch.as_tensor(predict(d.test_x[start : start + EVAL_BATCH_SIZE].clone()))
             correct += int((logits.argmax(dim=-1) == d.test_y[start : start + EVAL_BATCH_SIZE]).sum())
     return correct / len(d.test_y)
 
@@ -191,15 +191,16 @@ def calibration_inputs() -> Iterator[Inputs]:
     """Batches of train-split images, as model inputs, for passes that calibrate (static int8)."""
     d = data()
     for start in range(0, len(d.train_y), CALIBRATION_BATCH_SIZE):
-        yield (d.train_x[start : start + CALIBRATION_BATCH_SIZE],)
+        yield (d.train_x[start : start + CALIBRATION_BATCH_SIZE].clone(),)
 
 
 def make_inputs(batch_size: int) -> Inputs:
     """Real held-out images, repeated when the batch is larger than the held-out split."""
     test_x = data().test_x
     reps = -(-batch_size // len(test_x))
+    # A copy, never a view of the cached data set: callers may modify their inputs in place.
     x = test_x.repeat(reps, 1, 1, 1)[:batch_size] if reps > 1 else test_x[:batch_size]
-    return (x.contiguous(),)
+    return (x.clone(),)
 
 
 def make_loader(batch_size: int, **dataloader_kwargs: Any) -> Any:

@@ -330,13 +330,14 @@ def make_inputs(batch_size: int, seq_len: int = 128) -> Inputs:
     reps = -(-batch_size // ids.shape[0])
     if reps > 1:
         ids, mask = ids.repeat(reps, 1), mask.repeat(reps, 1)
-    return (ids[:batch_size].contiguous(), mask[:batch_size].contiguous())
+    # Copies, never views of the per-process cache: callers may modify their inputs in place.
+    return (ids[:batch_size].clone(), mask[:batch_size].clone())
 
 
 def _batches(sentences: tuple[str, ...], seq_len: int, batch_size: int) -> Iterator[Inputs]:
     ids, mask = _tokenized(sentences, seq_len)
     for start in range(0, ids.shape[0], batch_size):
-        yield (ids[start : start + batch_size], mask[start : start + batch_size])
+        yield (ids[start : start + batch_size].clone(), mask[start : start + batch_size].clone())
 
 
 def calibration_inputs(seq_len: int = 128) -> Iterator[Inputs]:

@@ -1,0 +1,63 @@
+"""Engine passes on a CUDA GPU: Torch-TensorRT and the ONNX Runtime CUDA / TensorRT providers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.passes.base import PassContext, apply_pass, initial_state, why_not
+from dlperf.passes.onnxruntime import OrtConfig
+from dlperf.passes.onnxruntime import load_artifact as load_ort
+from dlperf.passes.tensorrt import TensorRtConfig
+from dlperf.passes.tensorrt import load_artifact as load_trt
+from dlperf.workload.zoo import get
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
+
+GPU = PassContext(device="cuda", threads=1)
+
+
+def _ort_has(provider: str) -> bool:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False
+    return provider in ort.get_available_providers()
+
+
+@pytest.mark.parametrize(("provider", "ep"), [("cuda", "CUDAExecutionProvider"),
+                                              ("tensorrt", "TensorrtExecutionProvider")])
+def test_ort_gpu_providers_match_torch(provider: str, ep: str, tmp_path: Path) -> None:
+    if not _ort_has(ep):
+        pytest.skip(f"onnxruntime here has no {ep}")
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(provider=provider), state, GPU)
+    x = wl.example_inputs(4)
+    ref = state.predict(*x).detach()
+    torch.testing.assert_close(new.predict(*x), ref, atol=2e-3, rtol=2e-3)
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    assert manifest["provider"] == provider
+    torch.testing.assert_close(load_ort(tmp_path, manifest)(*x), ref, atol=2e-3, rtol=2e-3)
+
+
+def test_torch_tensorrt_fp16_is_close_and_round_trips(tmp_path: Path) -> None:
+    pytest.importorskip("torch_tensorrt")
+    wl = get("mlp")
+    state = initial_state(wl, device="cuda")
+    assert why_not(TensorRtConfig(), state, GPU) is None
+    new = apply_pass(TensorRtConfig(precision="fp16"), state, GPU)
+    x = tuple(t.cuda() for t in wl.example_inputs(1))
+    ref = state.predict(*x).detach()
+    out = new.predict(*x)
+    cos = torch.nn.functional.cosine_similarity(out.float(), ref.float(), dim=1)
+    assert float(cos.min()) > 0.999
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    assert manifest["engine"] == "tensorrt" and (tmp_path / "model.ep").exists()
+    torch.testing.assert_close(load_trt(tmp_path, manifest)(*x).float(), out.float(), atol=1e-3, rtol=1e-3)

@@ -1,0 +1,55 @@
+"""`dlperf compare --live` against a real `dlperf serve` with two variants (one sleeps 3x longer)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette")
+httpx = pytest.importorskip("httpx")
+
+from dlperf.cli.main import main  # noqa: E402
+from dlperf.serve.instances import ServedModel, Signature, TensorSpec  # noqa: E402
+from dlperf.serve.server import start_in_thread  # noqa: E402
+from dlperf.serve.service import ServeConfig, build_state  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+SIG = Signature((TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),))
+
+
+def _sleepy(sleep_s: float) -> ServedModel:
+    def factory(index: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            time.sleep(sleep_s)
+            return [arrays[0] * 2]
+
+        return run
+
+    return ServedModel("sleepy", SIG, factory)
+
+
+def test_live_compare_finds_the_slower_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0)
+    state = build_state(config, {"A": _sleepy(0.002), "B": _sleepy(0.006)})
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    with start_in_thread(config, state) as running:
+        base = f"http://{running.url}"
+        with httpx.Client(timeout=30) as client:
+            for _ in range(160):
+                assert client.post(f"{base}/v2/models/sleepy/infer", json=body).status_code == 200
+        assert main(["compare", "--live", base, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    variants = {v["variant"]: v for v in data["variants"]}
+    assert set(variants) == {"fast", "slow"}
+    assert variants["fast"]["requests"] + variants["slow"]["requests"] == 160
+    assert variants["slow"]["p50_s"] > variants["fast"]["p50_s"]
+    test = data["tests"][0]
+    slower = test["variant"] == "slow"
+    assert test["latency_verdict"] == ("slower" if slower else "faster")
+    assert test["latency_test"]["p_value"] < 1e-3
+    assert test["errors_verdict"] == "no significant difference"

@@ -1,0 +1,43 @@
+"""verify() with real steps: each fix becomes an interleaved A/B against the profiled step."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.profile import diagnose as dg
+from dlperf.profile.capture import CaptureConfig, StepOptions, capture
+from dlperf.profile.fixes import batch_fix, bf16_fix, loader_fix, threads_fix
+from dlperf.profile.verify import verify
+from dlperf.workload.loader import load_workload
+
+pytestmark = pytest.mark.integration
+
+
+def test_each_fix_gets_an_ab_with_its_own_settings() -> None:
+    workload = load_workload("zoo:mlp")
+    config = CaptureConfig(steps=1, warmup_steps=1, unprofiled_min_duration_s=0.05, options=StepOptions(threads=1))
+    trace = capture(workload, config)
+    finding = dg.Finding(category=dg.LAUNCH_OVERHEAD, title="t", evidence=["e"], fix="f", share=0.5,
+                         confidence="high", estimated_speedup=1.5,
+                         fixes=[batch_fix(trace.batch_size, 4), threads_fix(2), bf16_fix()])
+    results = verify(workload, config, trace, dg.Diagnosis([finding], "v"), max_fixes=3)
+    assert [r.fix.id for r in results] == ["batch", "threads", "bf16"]
+    for r in results:
+        assert r.error is None, r.error
+        assert r.ab is not None and 4 <= len(r.ab["block_ratios"]) <= 12
+        assert r.speedup == pytest.approx(r.ab["speedup"])
+        assert r.verdict in ("faster", "slower", "no significant difference")
+        assert r.estimated_speedup == 1.5
+    batch = results[0].ab
+    assert batch is not None and batch["a"]["items_per_call"] == 4 == batch["b"]["items_per_call"]
+
+
+def test_a_fix_that_cannot_run_is_reported_not_raised() -> None:
+    workload = load_workload("zoo:mlp")
+    config = CaptureConfig(mode="train", steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05)
+    trace = capture(workload, config)
+    bad = dg.Finding(category=dg.INPUT_PIPELINE, title="t", evidence=["e"], fix="f", share=0.5,
+                     confidence="high", fixes=[loader_fix({"num_workers": -3})])
+    results = verify(workload, config, trace, dg.Diagnosis([bad], "v"))
+    assert len(results) == 1 and results[0].error is not None and "num_workers" in results[0].error
+    assert results[0].speedup is None

@@ -1,0 +1,47 @@
+"""`dlperf bench` arguments become a BenchConfig; bad values are ConfigErrors, not argparse exits."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from dlperf.cli import bench
+from dlperf.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(["zoo:mlp", *argv])
+
+
+def test_defaults() -> None:
+    config = bench.build_config(_args())
+    assert config.batch_sizes is None and config.scenario == "offline" and config.device == "cpu"
+    assert config.threads is None and config.precision == "fp32"
+    assert (config.timer.min_duration_s, config.timer.min_iters, config.timer.warmup_iters) == (1.0, 10, 5)
+
+
+def test_values() -> None:
+    config = bench.build_config(_args("--batch-sizes", "2,16", "--min-duration", "250ms", "--min-iters", "7",
+                                      "--warmup", "0", "--threads", "3", "--precision", "bf16",
+                                      "--scenario", "multi-stream"))
+    assert config.batch_sizes == (2, 16)
+    assert config.timer.min_duration_s == pytest.approx(0.25)
+    assert (config.timer.min_iters, config.timer.warmup_iters, config.threads) == (7, 0, 3)
+    assert config.precision == "bf16" and config.scenario == "multi-stream"
+    assert bench.build_config(_args("--min-duration", "5m")).timer.max_duration_s == 300.0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--batch-sizes", "0,1"), "positive integers"),
+    (("--warmup", "-1"), "--warmup must be >= 0"),
+    (("--threads", "0"), "--threads must be >= 1"),
+    (("--device", "tpu"), "unknown device 'tpu'"),
+])
+def test_bad_values(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        bench.build_config(_args(*argv))

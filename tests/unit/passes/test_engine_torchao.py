@@ -1,0 +1,55 @@
+"""torchao int8 pass: quantize_ configs and the PT2E static flow stay close to fp32; applicability."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from dlperf.errors import ConfigError
+from dlperf.passes.base import ModelState, PassContext, apply_pass, initial_state, why_not
+from dlperf.passes.sensitivity import cosine_rows
+from dlperf.passes.torchao_quant import TorchAoConfig, search_space
+from dlperf.workload.zoo import get
+
+pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+CTX = PassContext(threads=1)
+
+
+@pytest.mark.parametrize("method", ["int8-dynamic", "int8-weight-only"])
+def test_quantize_configs_are_close_and_leave_the_original_alone(method: str) -> None:
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(TorchAoConfig(method=method, compile=False, keep_fp32=("4",)), state, CTX)
+    assert new.precision == "int8" and new.engine == "torch"
+    assert type(new.model[4].weight) is torch.nn.Parameter  # type: ignore[index]  # kept fp32
+    assert type(new.model[0].weight) is not torch.nn.Parameter  # type: ignore[index]  # quantized tensor subclass
+    assert type(state.model[0].weight) is torch.nn.Parameter  # type: ignore[index]  # original untouched
+    x = wl.example_inputs(6)
+    with torch.no_grad():
+        assert 0.999 < float(cosine_rows(new.predict(*x), state.predict(*x)).min()) < 1.0
+
+
+@pytest.mark.slow
+def test_pt2e_static_int8_is_close_at_any_batch_size() -> None:
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(TorchAoConfig(compile=False, calibration_samples=16), state, CTX)
+    for b in (1, 5):
+        x = wl.example_inputs(b)
+        with torch.no_grad():
+            assert 0.995 < float(cosine_rows(new.predict(*x), state.predict(*x)).min()) < 1.0
+
+
+def test_applicability_and_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = initial_state(get("mlp"))
+    converted = ModelState(workload=state.workload, model=None, predict=state.predict, engine="openvino")
+    assert "already converted to openvino" in (why_not(TorchAoConfig(), converted, CTX) or "")
+    with pytest.raises(ConfigError):
+        TorchAoConfig(method="int3")
+    assert [c.label() for c in search_space(state.workload, CTX)] == ["torchao", "torchao(method=int8-dynamic)"]
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    assert why_not(TorchAoConfig(), state, CTX) == "install dlperf[quant] (torchao is not installed)"
+    assert search_space(state.workload, CTX) == []

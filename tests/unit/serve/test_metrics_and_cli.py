@@ -1,0 +1,111 @@
+"""Metric families and their parser; `dlperf serve` argument checks; the variant router."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from dlperf.cli import serve as serve_cli
+from dlperf.errors import ConfigError
+from dlperf.serve.metrics import FAILURE_REASONS, METRIC_NAMES, HistogramData, Metrics, parse_variant_metrics
+from dlperf.serve.service import ModelEntry, ServeConfig, warmup_sizes
+
+pytestmark = pytest.mark.unit
+
+
+def test_recorded_values_come_back_through_the_parser() -> None:
+    metrics = Metrics()
+    a = metrics.recorder("m", "a", pending=lambda: 3.0)
+    b = metrics.recorder("m", "b")
+    a.batch(4, 1000, 2_000_000, 1000)
+    for _ in range(4):
+        a.success(5_000_000, 1_000_000, (1000, 2_000_000, 1000))
+    a.failure("REJECTED", 100_000)
+    b.failure("BACKEND", 3_000_000)
+    b.failure("weird", 1)
+    text, content_type = metrics.exposition()
+    assert content_type.startswith("text/plain")
+    parsed = parse_variant_metrics(text.decode())
+    assert set(parsed) == {"a", "b"}
+    pa, pb = parsed["a"], parsed["b"]
+    assert pa.success_total == 4 and pa.inference_count_total == 4 and pa.exec_count_total == 1
+    assert pa.average_batch_size == 4.0 and pa.pending_requests == 3.0
+    assert pa.failure_total == {r: (1.0 if r == "REJECTED" else 0.0) for r in FAILURE_REASONS}
+    assert pa.request_duration.count == 5 and pa.queue_duration.count == 4
+    assert pa.request_duration.sum == pytest.approx(4 * 0.005 + 0.0001)
+    assert pb.failure_total["BACKEND"] == 1 and pb.failure_total["OTHER"] == 1 and pb.success_total == 0
+    stats = metrics.stats_dict("m", "1")
+    assert stats["inference_count"] == 4 and stats["execution_count"] == 1
+    assert stats["inference_stats"]["success"] == {"count": 4, "ns": 20_000_000}
+    assert stats["inference_stats"]["fail"]["count"] == 3
+    assert stats["batch_stats"][0]["batch_size"] == 4
+    names = {line.split("{")[0].split(" ")[0] for line in text.decode().splitlines() if not line.startswith("#")}
+    for family in METRIC_NAMES:
+        assert any(n == family or n.startswith(family + "_") for n in names), family
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    h = HistogramData([(0.1, 50.0), (0.2, 100.0), (float("inf"), 100.0)], sum=12.0, count=100.0)
+    assert h.quantile(0.5) == pytest.approx(0.1)
+    assert h.quantile(0.75) == pytest.approx(0.15)
+    earlier = HistogramData([(0.1, 40.0), (0.2, 40.0), (float("inf"), 40.0)], sum=2.0, count=40.0)
+    delta = h.minus(earlier)
+    assert delta.count == 60 and delta.buckets[0] == (0.1, 10.0) and delta.quantile(0.5) == pytest.approx(0.14)
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    serve_cli.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_serve_arguments_become_a_config() -> None:
+    config = serve_cli.config_from_args(_args("zoo:mlp", "--max-queue-delay-ms", "2", "--timeout-ms", "50",
+                                              "--fixed-wait", "--max-request-mb", "1"))
+    assert config.model == "zoo:mlp" and config.host == "127.0.0.1" and config.port == 8000
+    assert config.max_queue_delay_s == 0.002 and config.timeout_s == 0.05 and not config.adaptive_wait
+    assert config.max_request_bytes == 1024 * 1024
+    ab = serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2", "--split", "90:10"))
+    assert ab.variants == (("a", "d1"), ("b", "d2")) and ab.split == (90, 10)
+    assert ab.to_dict()["token"] is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ((), "nothing to serve"),
+        (("zoo:mlp", "--variant", "a=x"), "not both"),
+        (("--variant", "a=x"), "at least two"),
+        (("--variant", "a=x", "--variant", "a=y"), "distinct"),
+        (("--variant", "ax", "--variant", "b=y"), "is not NAME=DIR"),
+        (("--variant", "a=x", "--variant", "b=y", "--split", "90:5:5"), "3 weights for 2 variants"),
+        (("zoo:mlp", "--split", "1:1"), "only applies with --variant"),
+        (("zoo:mlp", "--instances", "0"), "--instances"),
+        (("zoo:mlp", "--max-batch-size", "-1"), "max batch size"),
+    ],
+)
+def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        serve_cli.config_from_args(_args(*argv))
+
+
+def test_router_is_sticky_and_follows_the_weights() -> None:
+    entry = ModelEntry("m", [object(), object()], [90, 10])  # type: ignore[list-item]
+    picks = [entry.choose(f"user-{i}") for i in range(2000)]
+    assert all(entry.choose(f"user-{i}") is picks[i] for i in range(50))
+    share = picks.count(entry.variants[0]) / len(picks)
+    assert 0.85 < share < 0.95
+
+
+def test_warmup_covers_powers_of_two_and_the_max() -> None:
+    assert warmup_sizes(32) == (1, 2, 4, 8, 16, 32)
+    assert warmup_sizes(12) == (1, 2, 4, 8, 12)
+    assert warmup_sizes(0) == (1,)
+
+
+def test_config_rejects_both_or_neither() -> None:
+    with pytest.raises(ConfigError):
+        ServeConfig()
+    with pytest.raises(ConfigError):
+        ServeConfig(model="zoo:mlp", variants=(("a", "x"), ("b", "y")))

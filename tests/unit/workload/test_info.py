@@ -1,0 +1,51 @@
+"""describe(): parameter counts, bytes and FLOPs per sample that can be checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.workload import Workload, load_workload
+from dlperf.workload.info import count_flops, describe
+
+pytestmark = pytest.mark.unit
+
+
+def test_describe_mlp_by_hand() -> None:
+    info = describe(load_workload("zoo:mlp"))
+    params = (64 * 256 + 256) + (256 * 256 + 256) + (256 * 10 + 10)
+    assert info.params == params
+    assert info.parameter_bytes == 4 * params
+    assert info.flops_per_sample == 2 * (64 * 256 + 256 * 256 + 256 * 10)
+    assert info.metric_name is None and info.higher_is_better is None
+    assert info.kind == "mlp" and info.source == "zoo:mlp"
+    assert info.to_dict()["input_names"] == ("x",)
+
+
+class Attention(nn.Module):
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return nn.functional.scaled_dot_product_attention(q, q, q)
+
+
+def test_sdpa_attention_flops_are_counted() -> None:
+    # batch 1, 2 heads, 16 tokens, 8 dims: QK^T and AV are each 2*heads*L*L*d FLOPs
+    flops = count_flops(Attention(), (torch.randn(1, 2, 16, 8),))
+    assert flops == 2 * (2 * 2 * 16 * 16 * 8)
+
+
+def test_describe_counts_buffers_in_bytes_and_reports_the_metric() -> None:
+    from dlperf.workload import EvalSpec
+
+    w = Workload(
+        name="bn",
+        make_model=lambda: nn.Sequential(nn.Linear(4, 4, bias=False), nn.BatchNorm1d(4)),
+        make_inputs=lambda b: (torch.ones(b, 4),),
+        eval=EvalSpec(evaluate=lambda predict: 0.0, metric_name="loss", higher_is_better=False),
+    )
+    info = describe(w)
+    assert info.params == 16 + 8  # weight, BN weight and bias
+    # buffers: running_mean, running_var (float32) and num_batches_tracked (int64)
+    assert info.parameter_bytes == 4 * (16 + 8) + 4 * 8 + 8
+    assert info.flops_per_sample == 2 * 16
+    assert info.metric_name == "loss" and info.higher_is_better is False
