@@ -160,6 +160,14 @@ def gate(baseline: dict[int, Measurement], current: dict[int, Measurement],
         )
     points = [gate_point(baseline[b], current[b], config, b) for b in common]
     warnings = []
+    tail = {"p90": 0.10, "p95": 0.05, "p99": 0.01}.get(config.metric)
+    if tail is not None:
+        needed = round(10 / tail)  # about ten samples beyond the percentile
+        for b in common:
+            n = min(baseline[b].n, current[b].n)
+            if n < needed:
+                warnings.append(f"batch {b}: {config.metric} from {n} samples is unreliable (about {needed} needed): "
+                                "measure longer (--duration) or gate on p50")
     missing = sorted(set(baseline) - set(current))
     if missing:
         warnings.append(f"batch sizes {missing} of the baseline were not re-measured")

@@ -1,1 +1,4 @@
-"""dlperf.load."""
+"""Load generation against an OIP server: concurrency and request-rate modes, stability windows, peak search.
+
+Entry points: `dlperf.load.generator.oip_target()`, `run_load()`, `run_level()`, `find_peak()`.
+"""

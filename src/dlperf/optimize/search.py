@@ -21,7 +21,8 @@ from typing import Any
 from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER
 from dlperf.optimize.constraints import Constraints, metric_drop, violations
-from dlperf.optimize.evaluate import EvalSettings, run_isolated
+from dlperf.optimize.evaluate import EvalSettings
+from dlperf.optimize.executor import Executor, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, check_objective, gain, rank
@@ -161,6 +162,7 @@ class _Search:
         self.cpu_flags: tuple[str, ...] = ()
         self.single_rows: dict[str, dict[str, Any]] = {}
         self.reused: dict[str, dict[str, Any]] = {}
+        self.executor: Executor = LocalExecutor()
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -200,12 +202,13 @@ class _Search:
                                                                  "label": candidate.label},
                                       parent_id=self.run.id) if self.store else None
         out_dir = self.workdir / key
-        timeout = min(self.config.candidate_timeout_s, max(self.remaining(), 5.0)) \
+        budget_left = max(self.remaining() - 0.5 * self.reserve_s(), 5.0)
+        timeout = min(self.config.candidate_timeout_s, budget_left) \
             if not candidate.is_baseline else self.config.candidate_timeout_s
         payload = {"settings": dataclasses.asdict(self.settings), "pipeline": candidate.to_list(),
                    "out_dir": str(out_dir)}
         try:
-            result = run_isolated("evaluate", payload, out_dir / "child.log", timeout,
+            result = self.executor.run("evaluate", payload, out_dir / "child.log", timeout,
                                   self.config.memory_limit_bytes or _default_memory_limit(),
                                   on_phase=lambda p: self.on_event("phase", {"label": candidate.label, "phase": p}))
         except KeyboardInterrupt:
@@ -215,6 +218,8 @@ class _Search:
                 self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
             raise
         row = {"key": key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
+        if row.get("timed_out") and timeout < self.config.candidate_timeout_s:
+            row["error"] = f"{row['error']}: the time budget had only {timeout:.0f} s left for it"
         if child is not None:
             row["run_id"] = child.id
         self._accept(candidate, row)
@@ -341,7 +346,7 @@ class _Search:
         self.on_event("confirm", {"label": row["label"]})
         payload = {"settings": dataclasses.asdict(self.settings), "artifact_dir": artifact["dir"]}
         timeout = max(60.0, min(self.config.candidate_timeout_s, self.remaining() + 30.0))
-        return run_isolated("confirm", payload, self.workdir / key / "confirm.log", timeout,
+        return self.executor.run("confirm", payload, self.workdir / key / "confirm.log", timeout,
                             self.config.memory_limit_bytes or _default_memory_limit())
 
 
@@ -408,6 +413,7 @@ def optimize(
     resume: str | None = None,
     auto_resume: bool = True,
     on_event: EventFn | None = None,
+    executor: Executor | None = None,
 ) -> OptimizeResult:
     """Search for the best pipeline of passes for `workload` (a spec such as 'zoo:mlp' or 'file.py:name').
 
@@ -432,6 +438,7 @@ def optimize(
     space = build_space(wl, ctx, config.passes, config.extra_modules)
 
     search = _Search(source, config, store, on_event)
+    search.executor = executor or LocalExecutor()
     search.batch_size = batch_size
     search.cpu_flags = cpu_flags
     search.settings = EvalSettings(
@@ -466,7 +473,9 @@ def optimize(
         for row in search.rows.values():
             row["gain"] = 1.0
         search.grow(space)
-        return _finish(search, space, export_dir, env.to_dict(), previous.id if previous else None)
+        result = _finish(search, space, export_dir, env.to_dict(), previous.id if previous else None)
+        result.notes.extend(search.executor.notes())
+        return result
 
     if store is None:
         return body(None)

@@ -1,5 +1,5 @@
 """Quantization-aware training to dynamic int8: torchao's QAT flow fake-quantizes the Linear layers
-(int8 weights per output channel, int8 activations per token, symmetric: the numerics of the
+(int8 weights per output channel, symmetric; int8 activations per token, asymmetric in training: close to the
 `dynamic_int8` pass), the workload's own training loop fine-tunes through the fake quantization, and
 the result is converted to `dynamic_int8`'s layers (plain int8 buffers, `torch._int_mm`).
 
@@ -70,7 +70,8 @@ class Qat:
             from torchao.quantization.qat import IntxFakeQuantizeConfig, QATConfig
             from torchao.quantization.qat.linear import FakeQuantizedLinear
 
-            activation = IntxFakeQuantizeConfig(torch.int8, "per_token", is_symmetric=True)
+            # torchao fake-quantizes per-token activations only asymmetrically; the int8 kernel is symmetric.
+            activation = IntxFakeQuantizeConfig(torch.int8, "per_token", is_symmetric=False)
             weight = IntxFakeQuantizeConfig(torch.int8, "per_channel", is_symmetric=True)
 
             def eligible(module: Any, fqn: str) -> bool:

@@ -356,7 +356,7 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
     if config.trace_path:
         try:
             prof.export_chrome_trace(config.trace_path)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
             raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
     trace = events_to_trace(prof.events(), walls, waits, step.workload.name, config.mode, config.device,
                             step.batch_size)

@@ -280,6 +280,7 @@ def _threads(a: Analyses) -> list[Finding]:
     found: list[Finding] = []
     if t.oversubscription > 1.0:
         f = t.oversubscription
+        # A rule of thumb, not a measurement (--verify measures it): 15% lost per extra multiple of the cores.
         share = min(0.8, 0.15 * (f - 1.0))
         found.append(Finding(
             category=HOST_THREADS, title="torch uses more threads than there are cores",

@@ -60,7 +60,7 @@ class Fix:
 def loader_fix(suggested: dict[str, Any]) -> Fix:
     kwargs = tuple(sorted(suggested.items()))
     text = ", ".join(f"{k}={v}" for k, v in kwargs)
-    return Fix("loader", f"DataLoader({text})", f"make_loader(batch_size, {text}); dlperf train tunes it",
+    return Fix("loader", f"DataLoader({text})", f"make_loader(batch_size, {text}); `dlperf train --tune` tunes it",
                loader_kwargs=kwargs)
 
 

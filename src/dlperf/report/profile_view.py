@@ -37,6 +37,20 @@ def _speed(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _spark(values: list[float], width: int = 40) -> str:
+    if not values:
+        return ""
+    if len(values) > width:
+        values = [max(values[int(i * len(values) / width):int((i + 1) * len(values) / width)] or [0.0])
+                  for i in range(width)]
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
+
+
 def _findings(result: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = []
     for i, f in enumerate(result.get("findings", []), 1):
@@ -133,6 +147,11 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
              f"{th['usable_cores']} usable cores; {th['busy_threads']} busy threads kept "
              f"{th['process_busy_cores']:.1f} cores busy, the machine {th['machine_busy_cores']:.1f}"),
     ]
+    timeline = [float(b) for _, b in m.get("timeline", [])]
+    if len(timeline) >= 2:
+        biggest = m["largest_allocations"][0] if m.get("largest_allocations") else None
+        lines.append(Text(f"memory held by operators over the profiled steps: {_spark(timeline)}"
+                          + (f"  largest allocation: {biggest['op']} {_mib(biggest['bytes'])}" if biggest else "")))
     if m.get("device_total_bytes"):
         lines.append(Text(f"device memory: peak reserved {_mib(m['device_peak_reserved_bytes'])} of "
                           f"{_mib(m['device_total_bytes'])}"))

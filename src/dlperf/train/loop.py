@@ -311,8 +311,18 @@ class TrainLoop:
         return result
 
     def close(self) -> None:
-        """Stop the loader's workers (persistent ones live as long as their iterator)."""
+        """Stop the loader's workers now rather than at garbage collection.
+
+        A DataLoader with persistent workers keeps its iterator (and so its worker processes) on itself.
+        """
+        iterators = [self._iter, getattr(self.loader, "_iterator", None)]
         self._iter = None
+        for it in iterators:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if callable(shutdown):
+                shutdown()
+        if getattr(self.loader, "_iterator", None) is not None:
+            self.loader._iterator = None
 
 
 def apply_checkpointing(model: nn.Module) -> int:

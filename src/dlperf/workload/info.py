@@ -70,9 +70,3 @@ def describe(workload: Workload) -> WorkloadInfo:
         output_names=tuple(workload.output_names),
     )
 
-
-def describe_zoo(names: list[str] | None = None) -> list[WorkloadInfo]:
-    """describe() of each built-in workload (all of them by default), with default options."""
-    from dlperf.workload import zoo
-
-    return [describe(zoo.get(name)) for name in (names if names is not None else zoo.names())]

@@ -41,3 +41,34 @@ def test_a_fix_that_cannot_run_is_reported_not_raised() -> None:
     results = verify(workload, config, trace, dg.Diagnosis([bad], "v"))
     assert len(results) == 1 and results[0].error is not None and "num_workers" in results[0].error
     assert results[0].speedup is None
+
+
+def test_channels_last_on_a_cnn_and_bf16_in_a_training_step() -> None:
+    import torch
+
+    from dlperf.profile.fixes import channels_last_fix
+    from dlperf.workload.base import Workload
+
+    def make_model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+
+    cnn = Workload(name="cnn", make_model=make_model, make_inputs=lambda b: (torch.randn(b, 3, 16, 16),),
+                   kind="cnn", default_batch_size=2)
+    config = CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05, options=StepOptions(threads=1))
+    trace = capture(cnn, config)
+    finding = dg.Finding(category=dg.COMPUTE_BOUND, title="t", evidence=["e"], fix="f", share=0.5,
+                         confidence="high", fixes=[channels_last_fix()])
+    (result,) = verify(cnn, config, trace, dg.Diagnosis([finding], "v"))
+    assert result.error is None and result.fix.id == "channels_last" and result.ab is not None
+
+    mlp = load_workload("zoo:mlp")
+    train = CaptureConfig(mode="train", steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05,
+                          options=StepOptions(threads=1))
+    trace = capture(mlp, train)
+    finding = dg.Finding(category=dg.COMPUTE_BOUND, title="t", evidence=["e"], fix="f", share=0.5,
+                         confidence="high", fixes=[bf16_fix(), batch_fix(64)])
+    results = verify(mlp, train, trace, dg.Diagnosis([finding], "v"))
+    assert [r.fix.id for r in results] == ["bf16"]  # a larger batch changes training itself: not verified
+    assert results[0].error is None and results[0].ab is not None

@@ -91,3 +91,23 @@ def test_loss_parity_catches_a_broken_knob_on_real_data() -> None:
     assert trial.parity is not None and trial.parity.relative_difference > config.parity.rtol
     assert result.best == result.baseline
     assert result.settings == []
+
+
+@pytest.mark.slow
+def test_cli_tune_prints_settings_and_records_each_trial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store_path = tmp_path / "runs.db"
+    code = main(["train", SLOW_LOADER, "--tune", "--knobs", "workers,persistent", "--threads", "1",
+                 "--parity-steps", "4", "--ab-blocks", "4", "--steps", "3", "--no-mfu", "--json",
+                 "--store", str(store_path)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    result = out["result"]
+    knobs = [t["knob"] for t in result["trials"]]
+    assert knobs[0] == "workers"
+    store = Store(store_path)
+    children = store.list(parent_id=out["run_id"])
+    assert sorted(r.result["knob"] for r in children) == sorted(knobs)
+    assert store.get(out["run_id"]).result["baseline"]["num_workers"] == 0
+    for trial in result["trials"]:
+        if trial["status"] != "skipped":
+            assert trial["parity"]["ok"] is True

@@ -86,10 +86,12 @@ def test_throughput_regression_is_the_lost_fraction() -> None:
     assert result.failed
 
 
-def test_faster_never_fails() -> None:
+def test_faster_never_fails_and_a_thin_tail_is_warned_about() -> None:
     rng = np.random.default_rng(5)
     result = gate({1: _m(rng, 0.012, 300)}, {1: _m(rng, 0.01, 300)}, GateConfig(metric="p99"))
     assert result.points[0].regression < 0 and result.exit_code == 0
+    assert result.warnings == ["batch 1: p99 from 300 samples is unreliable (about 1000 needed): measure longer "
+                               "(--duration) or gate on p50"]
 
 
 def test_no_common_batch_size_is_a_config_error() -> None:

@@ -4,7 +4,7 @@ import io
 
 import pytest
 from rich.console import Console
-from tests.unit.profile.builders import CEILINGS, gemm, trace
+from tests.unit.profile.builders import CEILINGS, gemm, op, trace
 
 from dlperf.cli.profile import parse_size
 from dlperf.errors import ConfigError
@@ -24,7 +24,8 @@ def test_parse_size() -> None:
 
 
 def test_terminal_view_puts_the_verdict_first() -> None:
-    t = trace([gemm(0, 9000)], steps=2)
+    t = trace([gemm(0, 9000), op("aten::empty", 9500, 10, mem=3 << 20)], steps=2)
+    t.memory.timeline = [(100.0, 1 << 20), (9000.0, 4 << 20), (12_000.0, 0)]
     analyses = dg.analyze_all(t, CEILINGS)
     report = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0)
     out = io.StringIO()
@@ -34,3 +35,4 @@ def test_terminal_view_puts_the_verdict_first() -> None:
     assert lines[1].startswith("verdict: compute")
     assert "fix:" in text and "estimated gain" in text and "addmm" in text
     assert "profiling overhead" in text
+    assert "largest allocation: aten::empty 3 MiB" in text

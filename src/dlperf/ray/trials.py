@@ -1,0 +1,407 @@
+"""Optimization trials on a Ray cluster: one timing trial per node at a time, retried elsewhere if a worker dies.
+
+Each trial runs in a fresh Ray worker process (max_calls=1), through the same entry as the local child
+process, and holds the node's `dlperf_timing` resource (1 per node) while it runs, so two timing trials never
+share a node. Before a node gets trials it is probed: its environment (`capture_environment` there) and
+whether it sees the search's work folder. Only nodes with the same hardware as the majority, and that see
+the work folder, get trials; the others are left out with a note. A trial whose worker or node dies is
+submitted again (to another node when one is free); what was measured already is in the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import ConfigError, OptimizeError, require
+from dlperf.optimize.executor import Job, PhaseFn
+
+TIMING_RESOURCE = "dlperf_timing"
+"""The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
+STARTUP_GRACE_S = 120.0
+"""Added to a trial's timeout: starting a worker and importing torch on a loaded node."""
+PROBE_TIMEOUT_S = 300.0
+RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "ActorDiedError", "LocalRayletDiedError",
+             "TaskUnschedulableError", "ObjectLostError", "OwnerDiedError", "RaySystemError")
+"""Ray exceptions that say the trial's process or node went away, not that the candidate failed."""
+
+
+def _ray() -> Any:
+    return require("ray", "ray")
+
+
+# --- the worker side ----------------------------------------------------------------------------
+
+
+def _node_identity() -> dict[str, Any]:
+    ray = _ray()
+    return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+            "worker_pid": os.getpid()}
+
+
+def probe_node(marker: str | None) -> dict[str, Any]:
+    """Runs on a node: what it is (environment, hardware key) and whether it sees the work folder."""
+    from dlperf.measure.env import capture_environment
+
+    env = capture_environment()
+    return {**_node_identity(), "hardware_key": env.hardware_key, "environment": env.to_dict(),
+            "sees_workdir": marker is None or Path(marker).exists()}
+
+
+def _memory_watchdog(limit_bytes: int, flag: Path, stop: threading.Event) -> None:
+    import psutil
+
+    me = psutil.Process()
+    while not stop.wait(0.05):
+        try:
+            rss = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+        except psutil.Error:
+            continue
+        if rss > limit_bytes:
+            with contextlib.suppress(OSError):
+                flag.write_text(f"{rss}")
+            os._exit(137)
+
+
+def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
+              memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
+    """Runs in a fresh Ray worker: the trial, as a local child would run it, plus where it ran."""
+    # Ray caps OMP_NUM_THREADS at the task's CPUs; a local child inherits the caller's value instead, and
+    # torch reads it when first imported (this worker has not imported it yet).
+    if omp_num_threads is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = omp_num_threads
+    from dlperf.measure.env import capture_environment
+    from dlperf.optimize.executor import run_in_this_process
+
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    identity = _node_identity()
+    # Lets an operator (or a test) see which worker process runs which trial.
+    (log.parent / f"ray-trial-{attempt}.json").write_text(json.dumps({**identity, "attempt": attempt}))
+    stop = threading.Event()
+    if memory_limit_bytes:
+        threading.Thread(target=_memory_watchdog, daemon=True,
+                         args=(memory_limit_bytes, log.parent / f"ray-trial-{attempt}.oom", stop)).start()
+    started = time.monotonic()
+    try:
+        result = run_in_this_process(target, payload, log)
+    finally:
+        stop.set()
+    env = capture_environment()
+    result["trial_wall_s"] = time.monotonic() - started
+    result["node"] = {**identity, "hardware_key": env.hardware_key}
+    result["environment"] = env.to_dict()
+    return result
+
+
+# --- the driver side ----------------------------------------------------------------------------
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    hostname: str
+    hardware_key: str
+    sees_workdir: bool
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    job: Job
+    node_id: str
+    attempt: int
+    first_submitted: float
+    deadline: float
+    errors: list[str]
+
+
+def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
+    """The hardware class trials run on: the one with the most timing slots; ties go to this node's class,
+    then to the first in name order. Timings from different hardware are never compared."""
+    per_class: dict[str, int] = {}
+    for node in nodes:
+        per_class[node.hardware_key] = per_class.get(node.hardware_key, 0) + slots.get(node.node_id, 1)
+    local_key = next((n.hardware_key for n in nodes if n.node_id == local_node), None)
+    return min(per_class, key=lambda k: (-per_class[k], k != local_key, k))
+
+
+class RayExecutor:
+    """Trials as Ray tasks: `address` None starts a local Ray instance with one timing slot."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
+                 trial_cpus: float = 1.0) -> None:
+        ray = _ray()
+        self.max_retries = max_retries
+        self._owns = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            try:
+                if address:
+                    ray.init(address=address, **kwargs)
+                else:
+                    ray.init(num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ConfigError(f"cannot start or reach Ray at '{address or 'a new local instance'}': {exc}; "
+                                  "check the address (ray:HOST:6379 or ray:auto) and that `ray start` ran there"
+                                  ) from exc
+            self._owns = True
+        # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
+        self._trial = ray.remote(max_calls=1, max_retries=0, num_cpus=trial_cpus,
+                                 resources={TIMING_RESOURCE: 1})(run_trial)
+        self._probe = ray.remote(max_calls=1, max_retries=0, num_cpus=0)(probe_node)
+        self.nodes: dict[str, NodeInfo] = {}
+        self.excluded: dict[str, str] = {}
+        self.hardware_key: str | None = None
+        self._notes: list[str] = []
+        self._in_flight: dict[str, int] = {}
+        self._turn = 0
+        self._last_eligible: dict[str, int] = {}
+        self._markers: dict[Path, Path] = {}
+        self._omp = os.environ.get("OMP_NUM_THREADS")
+
+    # --- nodes --------------------------------------------------------------------------------
+
+    def _alive(self) -> dict[str, int]:
+        """node id -> timing slots, for live nodes that offer the timing resource."""
+        out = {}
+        for node in _ray().nodes():
+            slots = int(node.get("Resources", {}).get(TIMING_RESOURCE, 0))
+            if node.get("Alive") and slots >= 1:
+                out[node["NodeID"]] = slots
+        return out
+
+    @property
+    def slots(self) -> int:
+        alive = self._alive()
+        return max(1, sum(s for n, s in alive.items() if n not in self.excluded))
+
+    def _marker(self, shared_dir: Path) -> Path:
+        marker = self._markers.get(shared_dir)
+        if marker is None:
+            shared_dir.mkdir(parents=True, exist_ok=True)
+            marker = shared_dir / f".dlperf-ray-{uuid.uuid4().hex[:12]}"
+            marker.write_text("a Ray node that sees this file shares the search's work folder\n")
+            self._markers[shared_dir] = marker
+        return marker
+
+    def _eligible(self, shared_dir: Path) -> dict[str, int]:
+        """Live nodes that may run trials (probing new ones first): node id -> slots."""
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = self._alive()
+        if not alive:
+            raise OptimizeError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
+                                f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
+        new = [n for n in alive if n not in self.nodes and n not in self.excluded]
+        if new:
+            marker = str(self._marker(shared_dir))
+            refs = {self._probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
+                    .remote(marker): n for n in new}
+            ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+            for ref in not_ready:
+                ray.cancel(ref, force=True)
+                self.excluded[refs[ref]] = "did not answer the probe in time"
+            for ref in ready:
+                try:
+                    info = ray.get(ref)
+                except Exception as exc:  # a node that fails its probe is left out, not fatal
+                    self.excluded[refs[ref]] = f"its probe failed: {type(exc).__name__}"
+                    continue
+                node = NodeInfo(info["node_id"], info["hostname"], info["hardware_key"], info["sees_workdir"],
+                                info["environment"])
+                if not node.sees_workdir:
+                    self.excluded[node.node_id] = (f"it cannot see the work folder {shared_dir}: put --workdir on "
+                                                   "a file system every node mounts at the same path")
+                    self._notes.append(f"Ray node {node.hostname} ({node.node_id[:8]}) left out: "
+                                       f"{self.excluded[node.node_id]}")
+                    continue
+                self.nodes[node.node_id] = node
+            if self.hardware_key is None and self.nodes:
+                local = ray.get_runtime_context().get_node_id()
+                self.hardware_key = choose_hardware(list(self.nodes.values()), alive, local)
+            for node in list(self.nodes.values()):
+                if node.hardware_key != self.hardware_key and node.node_id not in self.excluded:
+                    self.excluded[node.node_id] = (f"its hardware ({node.hardware_key}) differs from the "
+                                                   f"other nodes' ({self.hardware_key})")
+                    self._notes.append(f"Ray node {node.hostname} ({node.node_id[:8]}) left out: "
+                                       f"{self.excluded[node.node_id]}; timings are only compared on "
+                                       "identical hardware")
+        eligible = {n: s for n, s in alive.items() if n in self.nodes and n not in self.excluded}
+        self._last_eligible = eligible
+        if not eligible:
+            reasons = "; ".join(f"{n[:8]}: {why}" for n, why in self.excluded.items())
+            raise OptimizeError(f"no Ray node can run trials ({reasons or 'none probed'})")
+        return eligible
+
+    def _has_free_slot(self) -> bool:
+        return any(self._in_flight.get(n, 0) < s for n, s in self._last_eligible.items())
+
+    def _free_node(self, shared_dir: Path, avoid: str | None = None) -> str | None:
+        eligible = self._eligible(shared_dir)
+        free = [n for n in sorted(eligible) if self._in_flight.get(n, 0) < eligible[n]]
+        if not free:
+            return None
+        preferred = [n for n in free if n != avoid] or free
+        # Least busy first, then in turn, so that even one trial at a time visits every node.
+        self._turn += 1
+        return min(preferred, key=lambda n: (self._in_flight.get(n, 0),
+                                             (preferred.index(n) - self._turn) % len(preferred)))
+
+    # --- trials -------------------------------------------------------------------------------
+
+    def _submit(self, job: Job, node: str, attempt: int, first: float, errors: list[str]) -> tuple[Any, _Pending]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ref = self._trial.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+            job.target, job.payload, str(job.log_path), attempt, job.memory_limit_bytes, self._omp)
+        self._in_flight[node] = self._in_flight.get(node, 0) + 1
+        deadline = time.monotonic() + job.timeout_s + STARTUP_GRACE_S
+        return ref, _Pending(job, node, attempt, first, deadline, errors)
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: PhaseFn | None = None) -> dict[str, Any]:
+        job = Job(target, payload, Path(log_path), timeout_s, memory_limit_bytes)
+        for _, result in self.map([job]):
+            return result
+        raise OptimizeError("the Ray executor returned no result")  # unreachable: map yields once per job
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
+        """Submit jobs while timing slots are free; yield (job, result) as trials complete."""
+        ray = _ray()
+        source = iter(jobs)
+        pending: dict[Any, _Pending] = {}
+        waiting: list[tuple[Job, int, float, list[str], str | None]] = []
+        exhausted = False
+        try:
+            while True:
+                while True:  # fill the free slots: retries first, then new jobs
+                    if waiting:
+                        job, attempt, first, errors, avoid = waiting[0]
+                        node = self._free_node(job.log_path.parent.parent, avoid)
+                        if node is None:
+                            break
+                        waiting.pop(0)
+                    elif not exhausted and (not pending or self._has_free_slot()):
+                        next_job = next(source, None)
+                        if next_job is None:
+                            exhausted = True
+                            break
+                        job, attempt, first, errors = next_job, 1, time.monotonic(), []
+                        node = self._free_node(job.log_path.parent.parent)
+                        if node is None:
+                            waiting.insert(0, (job, attempt, first, errors, None))
+                            break
+                    else:
+                        break
+                    ref, entry = self._submit(job, node, attempt, first, errors)
+                    pending[ref] = entry
+                if not pending:
+                    if exhausted and not waiting:
+                        return
+                    time.sleep(0.5)  # no eligible node is free yet
+                    continue
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                now = time.monotonic()
+                for ref in [r for r, p in pending.items() if r not in ready and now > p.deadline]:
+                    p = pending.pop(ref)
+                    self._in_flight[p.node_id] -= 1
+                    ray.cancel(ref, force=True)
+                    limit = p.job.timeout_s + STARTUP_GRACE_S
+                    yield p.job, self._finish(p, {"status": "failed", "phase": "unknown", "timed_out": True,
+                                                  "error": f"timed out after {limit:.0f} s on Ray node "
+                                                           f"{p.node_id[:8]} (killed)"})
+                for ref in ready:
+                    p = pending.pop(ref)
+                    self._in_flight[p.node_id] -= 1
+                    result = self._collect(ref, p, waiting)
+                    if result is not None:
+                        yield p.job, result
+        except BaseException:
+            # Ctrl-C, or the caller stopped iterating: stop the trials still running.
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
+
+    def _collect(self, ref: Any, p: _Pending, waiting: list[Any]) -> dict[str, Any] | None:
+        """The trial's result; None when it was queued again because its worker or node died."""
+        ray = _ray()
+        try:
+            result: dict[str, Any] = ray.get(ref)
+        except Exception as exc:
+            kind = type(exc).__name__
+            oom = p.job.log_path.parent / f"ray-trial-{p.attempt}.oom"
+            if oom.exists():
+                rss = int(oom.read_text() or 0)
+                return self._finish(p, {"status": "failed", "phase": "unknown",
+                                        "error": f"out of memory: the trial's processes used {rss / 2**30:.2f} GiB, "
+                                                 f"over the limit of {(p.job.memory_limit_bytes or 0) / 2**30:.2f} "
+                                                 "GiB (killed)"})
+            retryable = isinstance(exc, tuple(getattr(ray.exceptions, n) for n in RETRYABLE
+                                              if hasattr(ray.exceptions, n)))
+            message = f"{kind} on node {p.node_id[:8]}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if retryable and p.attempt <= self.max_retries:
+                waiting.append((p.job, p.attempt + 1, p.first_submitted, [*p.errors, message], p.node_id))
+                return None
+            what = "the Ray worker or node running the trial died" if retryable else "the trial raised"
+            return self._finish(p, {"status": "failed", "phase": "unknown",
+                                    "error": f"{what} ({message}), after {p.attempt} attempt(s)"})
+        return self._finish(p, result)
+
+    def _finish(self, p: _Pending, result: dict[str, Any]) -> dict[str, Any]:
+        result["wall_s"] = time.monotonic() - p.first_submitted
+        result["executor"] = "ray"
+        result["attempts"] = p.attempt
+        if p.errors:
+            result["retried_after"] = p.errors
+        result.setdefault("log", str(p.job.log_path))
+        node = result.get("node") or {"node_id": p.node_id}
+        result["node"] = node
+        if node.get("hardware_key") and self.hardware_key and node["hardware_key"] != self.hardware_key:
+            warning = (f"measured on hardware {node['hardware_key']}, the other candidates on {self.hardware_key}: "
+                       "its timings are not comparable")
+            result["hardware_warning"] = warning
+            self._notes.append(f"{p.job.log_path.parent.name}: {warning}")
+        return result
+
+    def notes(self) -> list[str]:
+        return list(dict.fromkeys(self._notes))
+
+    def describe(self) -> dict[str, Any]:
+        """The nodes in use and those left out (for reports and tests)."""
+        return {"hardware_key": self.hardware_key,
+                "nodes": {n: {"hostname": i.hostname, "hardware_key": i.hardware_key} for n, i in self.nodes.items()},
+                "excluded": dict(self.excluded)}
+
+    def close(self) -> None:
+        for marker in self._markers.values():
+            with contextlib.suppress(OSError):
+                marker.unlink()
+        self._markers.clear()
+        if self._owns:
+            _ray().shutdown()
+            self._owns = False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "choose_hardware", "probe_node", "run_trial"]

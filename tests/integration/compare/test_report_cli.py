@@ -1,0 +1,64 @@
+"""`dlperf report` and `dlperf compare` from the command line on a store of synthetic records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.cli.main import main
+from dlperf.measure.stats import Measurement
+from dlperf.store import Store
+
+pytestmark = pytest.mark.integration
+
+ENV = {"torch_version": "2.13.0+cpu", "python_version": "3.11.7", "dlperf_version": "0.1.0", "cpu_model": "X",
+       "logical_cores": 2, "torch_threads": 2, "gpu_name": None, "cuda_version": None, "os": "Linux"}
+
+
+def _bench(store: Store, median_s: float, seed: int, env: dict[str, object]) -> str:
+    rng = np.random.default_rng(seed)
+    m = Measurement([int(v) for v in rng.lognormal(np.log(median_s), 0.05, 120) * 1e9])
+    rec = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]}, env)
+    store.finish_run(rec.id, {"points": [{"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+    return rec.id
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "runs.db"
+    store = Store(path)
+    _bench(store, 0.010, 1, ENV)
+    _bench(store, 0.013, 2, {**ENV, "torch_threads": 1})
+    return path
+
+
+def test_report_with_history_writes_one_file(store_path: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [r.id for r in Store(store_path).list()]
+    out = tmp_path / "r.html"
+    assert main(["report", *ids, "--history", "zoo:mlp", "-o", str(out), "--store", str(store_path)]) == 0
+    html = out.read_text()
+    assert "History of zoo:mlp: p50" in html and "Comparison at batch 1" in html
+    assert all(f'id="run-{i}"' in html for i in ids)
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_report_errors_are_clear(store_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "-o", str(tmp_path / "x.html"), "--store", str(store_path)]) == 2
+    assert "nothing to report" in capsys.readouterr().err
+    assert main(["report", "--history", "zoo:nope", "-o", str(tmp_path / "x.html"), "--store", str(store_path)]) == 2
+    assert "workloads with bench runs: zoo:mlp" in capsys.readouterr().err
+
+
+def test_compare_prints_deltas_the_test_and_the_environment_warning(store_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    newest, oldest = (r.id for r in Store(store_path).list())
+    assert main(["compare", oldest, newest, "--store", str(store_path)]) == 0
+    out = capsys.readouterr().out
+    assert "p50 latency ms" in out and "+30" in out
+    assert "B slower" in out and "Mann-Whitney" in out
+    assert "environments differ" in out and "torch_threads: 2 vs 1" in out
+    assert main(["compare", oldest, "--store", str(store_path)]) == 2
+    assert "compare needs two runs" in capsys.readouterr().err
