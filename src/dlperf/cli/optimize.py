@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-resume", action="store_true",
                         help="do not continue the last interrupted search of this workload automatically")
     parser.add_argument("--workdir", default=None, help="where candidate artifacts go (default next to the store)")
+    parser.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
+                        help="where candidates run: local child processes (default), or Ray: a local instance, "
+                             "or the cluster at ADDRESS (one timing trial per node; see docs/ray.md)")
     add_json_argument(parser)
     add_store_argument(parser)
 
@@ -65,10 +68,17 @@ def run(args: argparse.Namespace) -> int:
         passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes else None,
         max_depth=args.max_depth, min_duration_s=args.min_duration, workdir=args.workdir,
     )
+    from dlperf.optimize.executor import executor_from_spec, parse_executor
+
+    parse_executor(args.executor)  # a typo fails before the store is opened
     store = open_store(args)
     progress = _Progress()
-    result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
-                      auto_resume=not args.no_resume, on_event=progress)
+    executor = executor_from_spec(args.executor)
+    try:
+        result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
+                          auto_resume=not args.no_resume, on_event=progress, executor=executor)
+    finally:
+        executor.close()
     data = result.to_dict()
     if args.json:
         print_json(data)

@@ -16,31 +16,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.workload.info import describe
-    from dlperf.workload.loader import load_workload
-    from dlperf.workload.zoo import names
+    from dlperf.workload.info import describe_zoo
 
-    specs = [n if n.startswith("zoo:") else f"zoo:{n}" for n in (args.names or names())]
     out = console()
     status: contextlib.AbstractContextManager[Any] = (
         contextlib.nullcontext() if args.json else out.status("building the models (digits-cnn trains on first use)")
     )
     with status:
-        infos = [describe(load_workload(spec)) for spec in specs]
+        entries = describe_zoo(args.names or None)
     if args.json:
-        print_json([info.to_dict() for info in infos])
+        print_json([entry.to_dict() for entry in entries])
         return 0
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="dlperf zoo: FLOPs are one forward pass at batch 1", box=box.SIMPLE_HEAD)
     for column in ("workload", "kind", "params", "size", "FLOPs/sample", "metric"):
         table.add_column(column, no_wrap=True, justify="left" if column in ("workload", "kind", "metric") else "right")
     table.add_column("summary", ratio=1)
-    for info in infos:
+    for entry in entries:
+        info = entry.info
+        if info is None:
+            note = f"{escape(entry.summary)}\n[yellow]unavailable: {escape(entry.unavailable or '')}[/]"
+            table.add_row(escape(entry.spec), "-", "-", "-", "-", "-", note)
+            continue
         metric = "-" if info.metric_name is None else f"{info.metric_name} {'↑' if info.higher_is_better else '↓'}"
-        table.add_row(info.source or info.name, info.kind, _si(info.params), f"{info.parameter_bytes / 2**20:.1f} MiB",
-                      _si(info.flops_per_sample), metric, info.summary)
+        size = f"{info.parameter_bytes / 2**20:.1f} MiB"
+        table.add_row(escape(info.source or info.name), info.kind, _si(info.params), size,
+                      _si(info.flops_per_sample), metric, escape(info.summary))
     out.print(table)
     return 0
 

@@ -151,9 +151,16 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
     """Ask every pass module for the configs worth trying on this workload."""
     options: list[PassOption] = []
     skipped: list[str] = []
-    for name, module in load_pass_modules(extra_modules):
+    modules = load_pass_modules(extra_modules)
+    # pass names each module registered, so `only` skips the search spaces of the others (they can be slow)
+    names_by_module: dict[str, set[str]] = {}
+    for cls in registered():
+        names_by_module.setdefault(cls.__module__, set()).add(cls.name)
+    for name, module in modules:
         fn = getattr(module, "search_space", None)
         if fn is None:
+            continue
+        if only and not names_by_module.get(module.__name__, set()) & set(only):
             continue
         short = name.rsplit(".", 1)[-1].removesuffix(".py")
         try:

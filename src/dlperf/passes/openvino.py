@@ -150,20 +150,22 @@ def _compiled_predict(ov_model: Any, spec: _engine.IOSpec, threads: int, inferen
     return _predict_fn(_compile(ov_model, threads, inference_precision), spec, static, static_shapes)
 
 
-def _op_module(name: str) -> str:
-    """OpenVINO op friendly name -> torch module path ('__module.a.b/aten::linear/MatMul' -> 'a.b')."""
+def _op_modules(name: str) -> set[str]:
+    """Torch module paths an OpenVINO op may belong to, from its friendly name:
+    '__module.a.b/aten::linear/MatMul' -> {'a.b'}; '/conv1/Conv/WithoutBiases' (ONNX) -> {'conv1', 'conv1.Conv'}."""
     if name.startswith("__module."):
-        return name[len("__module."):].split("/", 1)[0]
+        return {name[len("__module."):].split("/", 1)[0]}
     if name.startswith("/"):
-        return _engine.onnx_scope_to_module(name)
-    return ""
+        parts = [p for p in name.split("/") if p]
+        return {_engine.onnx_scope_to_module("/" + "/".join(parts[:k]) + "/op") for k in range(1, len(parts))}
+    return set()
 
 
 def layer_ops(ov_model: Any, modules: Sequence[str]) -> list[str]:
     """Friendly names of the weighted ops (MatMul, Convolution) that belong to the torch `modules`."""
     wanted = set(modules)
     return [op.get_friendly_name() for op in ov_model.get_ops()
-            if op.get_type_name() in QUANTIZED_OP_TYPES and _op_module(op.get_friendly_name()) in wanted]
+            if op.get_type_name() in QUANTIZED_OP_TYPES and _op_modules(op.get_friendly_name()) & wanted]
 
 
 def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.IOSpec, workdir: Path) -> Any:

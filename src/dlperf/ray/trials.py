@@ -143,9 +143,10 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
-                 trial_cpus: float = 1.0) -> None:
+                 trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S) -> None:
         ray = _ray()
         self.max_retries = max_retries
+        self.startup_grace_s = startup_grace_s
         self._owns = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -270,7 +271,7 @@ class RayExecutor:
         ref = self._trial.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
             job.target, job.payload, str(job.log_path), attempt, job.memory_limit_bytes, self._omp)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        deadline = time.monotonic() + job.timeout_s + STARTUP_GRACE_S
+        deadline = time.monotonic() + job.timeout_s + self.startup_grace_s
         return ref, _Pending(job, node, attempt, first, deadline, errors)
 
     def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
@@ -321,7 +322,7 @@ class RayExecutor:
                     p = pending.pop(ref)
                     self._in_flight[p.node_id] -= 1
                     ray.cancel(ref, force=True)
-                    limit = p.job.timeout_s + STARTUP_GRACE_S
+                    limit = p.job.timeout_s + self.startup_grace_s
                     yield p.job, self._finish(p, {"status": "failed", "phase": "unknown", "timed_out": True,
                                                   "error": f"timed out after {limit:.0f} s on Ray node "
                                                            f"{p.node_id[:8]} (killed)"})

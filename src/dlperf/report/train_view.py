@@ -74,6 +74,8 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
                       f"{fmt_si(m['ceiling_flops'], 'FLOP/s')}")
         lines.append(flops + "\n")
     parts: list[RenderableType] = [lines, breakdown_table(m)]
+    for finding in m.get("findings", []):
+        parts.append(Text(f"finding: {finding}", style="bold yellow"))
     for note in m.get("notes", []):
         parts.append(Text(f"note: {note}", style="yellow"))
     return Group(*parts)

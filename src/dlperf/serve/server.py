@@ -116,6 +116,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     from dlperf.serve.app import create_app
 
     set_switch_interval()
+    start_memory_trimmer()
     state = build_state(config)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
@@ -146,6 +147,38 @@ def set_switch_interval() -> None:
     the GIL back and forth at every torch op, and each handoff to a waiting thread can take a whole
     interval (the convoy effect), which on small models multiplies the batch time."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+TRIM_INTERVAL_S = 10.0
+
+
+def start_memory_trimmer(interval_s: float = TRIM_INTERVAL_S) -> bool:
+    """Return freed heap memory to the OS every `interval_s` (glibc `malloc_trim`); False where unavailable.
+
+    Request bodies (hundreds of KiB, read in 64 KiB chunks on the event loop thread) and joined batches
+    (MiBs, on the instance threads) are freed in an order that leaves glibc's per-thread arenas holding
+    free pages, so RSS swings by 20-30% with what happened to be allocated last; trimming makes RSS
+    follow the live memory (benchmarks/serve_vs_offline.py checks it stays flat under load)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval_s)
+            trim(0)
+
+    threading.Thread(target=loop, name="dlperf-malloc-trim", daemon=True).start()
+    return True
 
 
 def _notify_when_started(server: Any, on_ready: Callable[[ServerState, str], None], state: ServerState,

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from dlperf.calibrate import Ceilings
 
 CEILING_DTYPE = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+INPUT_BOUND_SHARE = 0.3
+"""A phase (data wait, host-to-device copy) taking this share of the step or more is reported as the bottleneck."""
 
 
 @dataclass
@@ -80,10 +82,23 @@ class TrainMeasurement:
             return None
         return achieved / self.ceiling_flops
 
+    def findings(self) -> list[str]:
+        """What the breakdown says to do next (an input-bound or copy-bound step)."""
+        share = self.breakdown_share()
+        out = []
+        if share["data"] >= INPUT_BOUND_SHARE:
+            out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; more DataLoader "
+                       "workers or prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)")
+        if share["h2d"] >= INPUT_BOUND_SHARE:
+            out.append(f"copy-bound: {share['h2d']:.0%} of the step copies batches to the device; pin_memory=True "
+                       "with non_blocking copies overlaps them")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": self.workload,
             "config": self.config.to_dict(),
+            "findings": self.findings(),
             "samples_per_s": self.samples_per_s,
             "step_s": self.step_s,
             "summary": self.measurement.summary(),

@@ -70,3 +70,44 @@ def describe(workload: Workload) -> WorkloadInfo:
         output_names=tuple(workload.output_names),
     )
 
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One built-in workload for `dlperf zoo`: its info, or why it cannot be built here (a missing extra)."""
+
+    spec: str
+    summary: str
+    info: WorkloadInfo | None
+    unavailable: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.info is not None:
+            return {**self.info.to_dict(), "unavailable": None}
+        return {"name": self.spec.removeprefix("zoo:").split("?")[0], "source": self.spec, "summary": self.summary,
+                "unavailable": self.unavailable}
+
+
+def describe_zoo(names: list[str] | None = None) -> list[ZooEntry]:
+    """describe() each zoo workload (all by default; a name may carry options, 'minilm?seq_len=64').
+
+    A workload whose optional dependency is missing is listed as unavailable with the install hint, so the
+    listing works on a base install; any other error propagates.
+    """
+    import importlib
+
+    from dlperf.errors import MissingDependency
+    from dlperf.workload import zoo
+    from dlperf.workload.loader import load_workload
+
+    entries = []
+    for name in names if names is not None else zoo.names():
+        spec = name if name.startswith("zoo:") else f"zoo:{name}"
+        try:
+            workload = load_workload(spec)
+            entries.append(ZooEntry(spec, workload.description, describe(workload)))
+        except MissingDependency as exc:
+            module = zoo.ZOO[spec.removeprefix("zoo:").split("?")[0]]
+            summary = str(getattr(importlib.import_module(f"dlperf.workload.zoo.{module}"), "SUMMARY", ""))
+            entries.append(ZooEntry(spec, summary, None, str(exc)))
+    return entries

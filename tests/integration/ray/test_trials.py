@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import _thread
+import dataclasses
 import json
 import os
 import signal
@@ -10,15 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from dlperf.optimize.executor import LocalExecutor
+from dlperf.optimize.evaluate import EvalSettings
+from dlperf.optimize.executor import Job, LocalExecutor
 from dlperf.optimize.search import OptimizeConfig, OptimizeResult, optimize
 from dlperf.optimize.space import Candidate
 from dlperf.store.db import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+FAULTY = str(Path(__file__).parents[1] / "optimize" / "faulty_passes.py")
 # objective "size" makes the winner deterministic: dynamic int8 is the only pass that shrinks zoo:mlp
 FAST: dict[str, Any] = {"warmup_iters": 2, "min_duration_s": 0.1, "min_iters": 5, "max_duration_s": 2.0,
                         "ab_blocks": 4, "ab_iters_per_block": 3}
@@ -29,65 +34,118 @@ def _config(workdir: Path) -> OptimizeConfig:
                           candidate_timeout_s=120, workdir=str(workdir), **FAST)
 
 
-def test_trials_spread_over_both_nodes_and_pick_the_local_winner(ray_cluster: Any, tmp_path: Path) -> None:
+def _trial_started(folder: Path, attempt: int = 1, timeout_s: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    path = folder / f"ray-trial-{attempt}.json"
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no trial started in {folder}"
+        time.sleep(0.05)
+    time.sleep(0.05)  # written in one call, but let it land
+    info: dict[str, Any] = json.loads(path.read_text())
+    return info
+
+
+def _gone(pid: int, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner(ray_cluster: Any,
+                                                                                 tmp_path: Path) -> None:
     from dlperf.ray.trials import RayExecutor
 
     local = optimize("zoo:mlp", _config(tmp_path / "local"), executor=LocalExecutor())
-    executor = RayExecutor()
-    remote = optimize("zoo:mlp", _config(tmp_path / "ray"), store=Store(tmp_path / "runs.db"), executor=executor)
-
-    assert local.winner_row is not None and remote.winner_row is not None
-    assert remote.winner_row["label"] == local.winner_row["label"] == "dynamic_int8"
-    assert remote.winner_row["size_bytes"] == local.winner_row["size_bytes"]
-    assert remote.winner_row["confirmation"]["status"] == "ok"
-    assert [r["label"] for r in remote.rows] == [r["label"] for r in local.rows]
-    assert all(r["status"] == "ok" and r["executor"] == "ray" and r["attempts"] == 1 for r in remote.rows)
-    nodes = {r["node"]["node_id"] for r in remote.rows}
-    assert nodes == set(executor.nodes) and len(nodes) == 2
-    # every result carries the environment of the node that measured it, all on one hardware class
-    assert {r["node"]["hardware_key"] for r in remote.rows} == {executor.hardware_key}
-    assert all(r["environment"]["logical_cores"] == os.cpu_count() for r in remote.rows)
-    assert executor.excluded == {} and remote.notes == local.notes
-    executor.close()
-    assert not list((tmp_path / "ray").rglob(".dlperf-ray-*"))  # the shared-folder marker is removed
-
-
-def test_a_killed_worker_costs_only_its_trial_which_is_retried(ray_cluster: Any, tmp_path: Path) -> None:
-    from dlperf.ray.trials import RayExecutor
 
     store = Store(tmp_path / "runs.db")
     baseline_key = Candidate().key
     killed: list[dict[str, Any]] = []
     done = threading.Event()
 
-    def kill_first_candidate_trial() -> None:
+    def kill_the_first_candidate_trial() -> None:
         while not done.is_set():
-            for info in sorted((tmp_path / "work").glob("*/*/ray-trial-1.json")):
+            for info in sorted((tmp_path / "ray").glob("*/*/ray-trial-1.json")):
                 if info.parent.name != baseline_key:
-                    trial = json.loads(info.read_text())
+                    trial = _trial_started(info.parent)
                     time.sleep(0.5)  # let it get into its work
                     os.kill(trial["worker_pid"], signal.SIGKILL)
                     killed.append({**trial, "key": info.parent.name})
                     return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=kill_first_candidate_trial, daemon=True)
+    killer = threading.Thread(target=kill_the_first_candidate_trial, daemon=True)
     killer.start()
     result: OptimizeResult | None = None
-    with RayExecutor(max_retries=2) as executor:
-        try:
-            result = optimize("zoo:mlp", _config(tmp_path / "work"), store=store, executor=executor)
-        finally:
-            done.set()
-            killer.join(10)
+    executor = RayExecutor(max_retries=2)
+    try:
+        result = optimize("zoo:mlp", _config(tmp_path / "ray"), store=store, executor=executor)
+    finally:
+        done.set()
+        killer.join(10)
+        executor.close()
     assert result is not None and len(killed) == 1
+
+    # the killed trial was retried, in a new worker, and measured
     row = result.row(killed[0]["key"])
     assert row["status"] == "ok" and row["attempts"] == 2
     assert "WorkerCrashedError" in row["retried_after"][0]
-    # retried on the other node when it was free
     assert row["node"]["worker_pid"] != killed[0]["worker_pid"]
-    # the search completed and every candidate, measured before or after the kill, is in the store
-    assert result.winner_row is not None and result.winner_row["label"] == "dynamic_int8"
+    # the search completed, every candidate measured before or after the kill is in the store
     children = store.list(kind="candidate", parent_id=result.run_id, limit=None)
     assert {c.result["label"] for c in children} == {"baseline", "hygiene", "dynamic_int8"}
     assert {c.status for c in children} == {"ok"}
+
+    # same winner as the local executor on this deterministic workload
+    assert local.winner_row is not None and result.winner_row is not None
+    assert result.winner_row["label"] == local.winner_row["label"] == "dynamic_int8"
+    assert result.winner_row["size_bytes"] == local.winner_row["size_bytes"]
+    assert result.winner_row["confirmation"]["status"] == "ok"
+    assert [r["label"] for r in result.rows] == [r["label"] for r in local.rows]
+
+    # distributed: results from both nodes, each with the environment of the node that measured it
+    assert all(r["status"] == "ok" and r["executor"] == "ray" for r in result.rows)
+    assert {r["node"]["node_id"] for r in result.rows} == set(executor.nodes)
+    assert len(executor.nodes) == 2 and executor.excluded == {}
+    assert {r["node"]["hardware_key"] for r in result.rows} == {executor.hardware_key}
+    assert all(r["environment"]["logical_cores"] == os.cpu_count() for r in result.rows)
+    assert "hardware_warning" not in row and result.notes == local.notes
+    assert not list((tmp_path / "ray").glob(".dlperf-ray-*"))  # the shared-folder marker is removed on close
+
+
+def _hang_job(tmp_path: Path, name: str, timeout_s: float) -> Job:
+    settings = EvalSettings(source="zoo:mlp", extra_modules=(FAULTY,), export=False)
+    out_dir = tmp_path / "work" / name
+    payload = {"settings": dataclasses.asdict(settings), "pipeline": [{"pass": "hang", "version": 1}],
+               "out_dir": str(out_dir)}
+    return Job("evaluate", payload, out_dir / "child.log", timeout_s, tag=name)
+
+
+def test_map_runs_one_trial_per_node_at_once_and_kills_hung_or_cancelled_trials(ray_cluster: Any,
+                                                                                tmp_path: Path) -> None:
+    from dlperf.ray.trials import RayExecutor
+
+    with RayExecutor(startup_grace_s=20.0) as executor:
+        assert executor.slots == 2
+        # two hung trials at once: one per node; both killed at their deadline, recorded as timed out
+        jobs = [_hang_job(tmp_path, "a", 1.0), _hang_job(tmp_path, "b", 1.0)]
+        results = dict((job.tag, result) for job, result in executor.map(jobs))
+        assert set(results) == {"a", "b"}
+        assert all(r["status"] == "failed" and r.get("timed_out") for r in results.values())
+        assert results["a"]["node"]["node_id"] != results["b"]["node"]["node_id"]
+        for name in ("a", "b"):
+            assert _gone(json.loads((tmp_path / "work" / name / "ray-trial-1.json").read_text())["worker_pid"])
+
+        # Ctrl-C while a trial runs: the trial is cancelled (ray.cancel) and its worker process killed
+        started: list[dict[str, Any]] = []
+
+        def interrupt_once_started() -> None:
+            started.append(_trial_started(tmp_path / "work" / "c"))
+            _thread.interrupt_main()
+
+        threading.Thread(target=interrupt_once_started, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            list(executor.map([_hang_job(tmp_path, "c", 600.0)]))
+        assert started and _gone(started[0]["worker_pid"])

@@ -93,3 +93,15 @@ def test_calibration_set_differs_from_the_eval_set() -> None:
 def test_bad_options_are_explained(spec: str, message: str) -> None:
     with pytest.raises(WorkloadError, match=message):
         load_workload(spec)
+
+
+def test_the_model_pickles(model: torch.nn.Module) -> None:
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    restored = torch.load(buffer, weights_only=False)
+    inputs = minilm.make_inputs(2, SEQ_LEN)
+    with torch.inference_mode():
+        assert torch.equal(restored(*inputs), model(*inputs))

@@ -85,6 +85,20 @@ def test_build_space_restricts_to_named_passes_and_rejects_unknown() -> None:
     space = build_space(workload, PassContext(), only=("hygiene", "dynamic_int8"))
     assert {c.name for c in space.configs} == {"hygiene", "dynamic_int8"}
     assert next(c.name for c in space.configs) == "hygiene"  # prepare stage first
+    assert not any(s.startswith("channels_last") for s in space.skipped)  # not asked for: not consulted
+    space = build_space(workload, PassContext(), only=("channels_last", "hygiene"))
     assert any(s.startswith("channels_last: not applicable") for s in space.skipped)
     with pytest.raises(ConfigError, match="unknown passes warp"):
         build_space(workload, PassContext(), only=("warp",))
+
+
+def test_a_missing_engine_library_gets_an_install_hint() -> None:
+    import importlib.util
+
+    from dlperf.optimize.space import missing_library
+
+    assert missing_library("hygiene") is None  # not an engine
+    if importlib.util.find_spec("tensorrt") is None:
+        assert missing_library("tensorrt") == "tensorrt is not installed: install dlperf[gpu]"
+    if importlib.util.find_spec("onnxruntime") is not None:
+        assert missing_library("onnxruntime") is None

@@ -52,6 +52,7 @@ def test_shallow_student_keeps_first_and_last_blocks() -> None:
     torch.testing.assert_close(student.blocks[1].weight, teacher.blocks[3].weight)  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_narrow_distillation_moves_the_student_towards_the_teacher() -> None:
     workload = get("mlp")
     x = workload.example_inputs(64)

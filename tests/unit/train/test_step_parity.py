@@ -81,3 +81,19 @@ def test_parity_needs_the_same_effective_batch() -> None:
     base = StepConfig(batch_size=32, threads=1)
     with pytest.raises(ConfigError, match="same effective batch"):
         check_parity(tiny(), base, base.replace(batch_size=16), ParityConfig(steps=2))
+
+
+def test_an_input_bound_step_is_reported() -> None:
+    from dlperf.measure.stats import Measurement
+    from dlperf.train.step import TrainMeasurement
+
+    m = Measurement([10_000_000] * 4, items_per_call=8)
+    phases = {"data": [6_000_000] * 4, "h2d": [0] * 4, "forward": [1_000_000] * 4, "backward": [2_000_000] * 4,
+              "optimizer": [500_000] * 4}
+    result = TrainMeasurement("w", StepConfig(batch_size=8), m, phases, peak_rss_bytes=0)
+    assert result.breakdown_share()["data"] == pytest.approx(0.6)
+    assert result.breakdown_s()["other"] == pytest.approx(0.0005)
+    (finding,) = result.findings()
+    assert finding.startswith("input-bound: 60%")
+    phases["data"] = [1_000_000] * 4
+    assert result.findings() == []

@@ -49,3 +49,29 @@ def test_describe_counts_buffers_in_bytes_and_reports_the_metric() -> None:
     assert info.parameter_bytes == 4 * (16 + 8) + 4 * 8 + 8
     assert info.flops_per_sample == 2 * 16
     assert info.metric_name == "loss" and info.higher_is_better is False
+
+
+def test_zoo_listing_marks_a_workload_with_a_missing_extra_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from dlperf.errors import MissingDependency
+    from dlperf.workload import zoo
+    from dlperf.workload.info import describe_zoo
+
+    needs_extra = types.ModuleType("dlperf.workload.zoo.needs_extra")
+    needs_extra.SUMMARY = "a model whose package is not installed"  # type: ignore[attr-defined]
+
+    def workload() -> Workload:
+        raise MissingDependency("somepkg", "zoo")
+
+    needs_extra.workload = workload  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dlperf.workload.zoo.needs_extra", needs_extra)
+    monkeypatch.setitem(zoo.ZOO, "needs-extra", "needs_extra")
+    mlp, missing = describe_zoo(["mlp", "needs-extra"])
+    assert mlp.info is not None and mlp.info.params == 85002 and mlp.to_dict()["unavailable"] is None
+    assert missing.info is None
+    assert missing.to_dict() == {
+        "name": "needs-extra", "source": "zoo:needs-extra", "summary": "a model whose package is not installed",
+        "unavailable": "somepkg is not installed: install it with `pip install dlperf[zoo]`",
+    }

@@ -279,26 +279,12 @@ def _assets() -> _Assets:
 
 def build(attn: str = "sdpa") -> nn.Module:
     """A fresh fp32 encoder with the real weights; forward(input_ids, attention_mask) -> embedding [B, 384]."""
-    import torch
-    from torch import nn
     from transformers import AutoModel
+
+    from dlperf.workload.zoo.sentence_embedder import SentenceEmbedder
 
     _check_attn(attn)
     assets = _assets()
-
-    class SentenceEmbedder(nn.Module):
-        """BERT encoder, then mean pooling over non-padding tokens, then L2 normalization."""
-
-        def __init__(self, encoder: nn.Module) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            tokens = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-            mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
-            summed = (tokens * mask).sum(dim=1)
-            counts = mask.sum(dim=1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
 
     # from_config + load_state_dict (strict) rather than from_pretrained: no hub lookup, no progress bar.
     encoder = AutoModel.from_config(assets.config, attn_implementation=attn, add_pooling_layer=False)
