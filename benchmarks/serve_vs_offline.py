@@ -80,8 +80,8 @@ def rss_of(pid: int) -> int:
 
 
 def litserve_target(port: int, arrays: list[np.ndarray]) -> Any:
-    from dlperf.load.client import build_request, parse_url
-    from dlperf.load.generator import Target
+    from dlperf.loadgen.client import build_request, parse_url
+    from dlperf.loadgen.generator import Target
 
     endpoint = parse_url(f"127.0.0.1:{port}")
     body = json.dumps({"inputs": [{"b64": base64.b64encode(a.tobytes()).decode(), "dtype": str(a.dtype),
@@ -118,7 +118,7 @@ def main() -> int:
 
     import torch
 
-    from dlperf.load.generator import LoadConfig, oip_target, run_level
+    from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
     from dlperf.measure.timer import TimerConfig, time_callable
     from dlperf.workload.loader import load_workload
 

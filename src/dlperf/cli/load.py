@@ -56,8 +56,8 @@ def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
-    from dlperf.load.generator import LoadConfig, find_peak, oip_target, run_load
-    from dlperf.load.render import levels_table, peak_lines
+    from dlperf.loadgen.generator import LoadConfig, find_peak, oip_target, run_load
+    from dlperf.loadgen.render import levels_table, peak_lines
     from dlperf.measure.env import capture_environment
 
     if args.find_peak and args.p99_ms is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.cli.main import main
-from dlperf.load.generator import LoadConfig, oip_target, run_level
+from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
 from dlperf.store import Store

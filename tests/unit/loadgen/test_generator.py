@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.load import generator
-from dlperf.load.client import build_request, parse_url
-from dlperf.load.generator import LevelResult, LoadConfig, _agree, _rate_warnings, find_peak, passes
+from dlperf.loadgen import generator
+from dlperf.loadgen.client import build_request, parse_url
+from dlperf.loadgen.generator import LevelResult, LoadConfig, _agree, _rate_warnings, find_peak, passes
 
 pytestmark = pytest.mark.unit
 

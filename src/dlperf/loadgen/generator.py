@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.load.client import Connection, Endpoint, build_request, fetch, parse_url
+from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
 from dlperf.measure.stats import percentile
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 

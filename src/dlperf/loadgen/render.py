@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlperf.load.generator import LevelResult, PeakResult
+from dlperf.loadgen.generator import LevelResult, PeakResult
 
 
 def _ms(value: float | None) -> str:
