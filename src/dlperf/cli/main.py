@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from dlperf.errors import DlperfError
 
+    _quiet_third_party_logs()
     try:
         return int(args._run(args) or 0)
     except DlperfError as exc:
@@ -76,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# Import-time chatter of libraries the command does not use directly (torchao's optional CUDA kernels that
+# cannot load on a CPU build; torch's notices about torchao's pytree registrations). Errors still show.
+_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def _quiet_third_party_logs() -> None:
+    import logging
+
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":  # pragma: no cover

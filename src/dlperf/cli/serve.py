@@ -41,6 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer TOKEN' on everything but /v2/health/*")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    ray = parser.add_argument_group("Ray Serve (scale out over replicas; see docs/ray.md)")
+    ray.add_argument("--ray", action="store_true",
+                     help="serve as a Ray Serve deployment: each replica runs this same server (model, batching, "
+                          "protocol) and Ray's HTTP proxy listens on --host/--port")
+    ray.add_argument("--replicas", type=int, default=None, metavar="N", help="with --ray: N replicas (default 1)")
+    ray.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                     help="with --ray: let Ray Serve scale between MIN and MAX replicas with the load "
+                          "(instead of --replicas)")
+    ray.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="with --ray: the running cluster to deploy to (HOST:PORT or 'auto'; default: start a "
+                          "local Ray instance)")
 
 
 def _variants(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -81,12 +92,50 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def ray_options_from_args(args: argparse.Namespace) -> Any:
+    """The `RayServeOptions` of `--ray`, or None without it; Ray flags without `--ray` are errors."""
+    if not args.ray:
+        given = [flag for flag, value in (("--replicas", args.replicas), ("--autoscale", args.autoscale),
+                                          ("--ray-address", args.ray_address)) if value is not None]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} only apply with --ray: add --ray to serve on Ray Serve")
+        return None
+    from dlperf.ray.serve import RayServeOptions, parse_autoscale
+
+    if args.replicas is not None and args.autoscale is not None:
+        raise ConfigError("give either --replicas N (a fixed number) or --autoscale MIN:MAX, not both")
+    autoscale = None if args.autoscale is None else parse_autoscale(args.autoscale)
+    return RayServeOptions(replicas=1 if args.replicas is None else args.replicas, autoscale=autoscale,
+                           address=args.ray_address)
+
+
+def _run_on_ray(config: Any, options: Any, err: Any) -> int:
+    from dlperf.ray.serve import RunningOnRay, serve_on_ray
+
+    scale = (f"autoscaled {options.autoscale[0]}-{options.autoscale[1]} replicas" if options.autoscale
+             else f"{options.replicas} replica{'s' * (options.replicas != 1)}")
+    err.print(f"deploying on Ray Serve ({scale}, Ray at {options.address or 'a new local instance'}) ...",
+              markup=False)
+
+    def on_ready(running: RunningOnRay) -> None:
+        err.print(f"serving on Ray Serve at http://{running.url}/v2  [{running.replicas()} replica(s) running; "
+                  "/metrics and statistics are per replica]", markup=False)
+
+    return serve_on_ray(config, options, on_ready=on_ready)
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import error_console
     from dlperf.serve.server import serve
 
     config = config_from_args(args)
+    ray_options = ray_options_from_args(args)
     err = error_console()
+    if ray_options is not None:
+        from dlperf.ray.serve import check_config
+
+        check_config(config)
+        return _run_on_ray(config, ray_options, err)
     err.print(f"loading {config.model or ', '.join(f'{n}={t}' for n, t in config.variants)} ...", markup=False)
 
     def on_ready(state: Any, url: str) -> None:

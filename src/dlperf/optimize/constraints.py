@@ -32,6 +32,14 @@ class Constraints:
         return {"max_metric_drop": self.max_metric_drop, "max_metric_drop_abs": self.max_metric_drop_abs,
                 "latency_budget_s": self.latency_budget_s}
 
+    def absolute_drop(self, baseline_metric: float | None) -> float | None:
+        """The largest allowed drop in the metric's own units, given the baseline's metric; None: no limit."""
+        if self.max_metric_drop_abs is not None:
+            return float(self.max_metric_drop_abs)
+        if self.max_metric_drop is None or baseline_metric is None or not math.isfinite(float(baseline_metric)):
+            return None
+        return self.max_metric_drop * abs(float(baseline_metric))
+
     def describe(self) -> str:
         parts = []
         if self.max_metric_drop_abs is not None:

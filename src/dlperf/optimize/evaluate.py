@@ -47,6 +47,13 @@ class EvalSettings:
     ab_blocks: int = 16
     ab_iters_per_block: int = 5
     env: dict[str, str] = field(default_factory=dict)
+    # Without an eval metric, fidelity is scored on this many held-out inputs (not only the example batch).
+    heldout_samples: int = 32
+
+
+HELDOUT_FIRST_BATCH = 32
+"""Held-out inputs come from `example_inputs(n)` with n >= this: the zoo seeds inputs by batch size, and the
+engine passes' default calibration sets use batch sizes 1, 2, ... 24 (300 rows at most), so they differ."""
 
 
 # --- the child side -----------------------------------------------------------------------------
@@ -140,6 +147,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     original_weights = (
         {k: v.detach().clone() for k, v in model.state_dict().items()} if settings.export else None
     )
+    heldout = _heldout_batches(workload, settings) if workload.eval is None else []
+    with torch.no_grad():
+        heldout_reference = [[t.detach().float().clone() for t in _flatten(model(*b))] for b in heldout]
     state = ModelState(workload=workload, model=model, predict=model)
     ctx = PassContext(
         device=settings.device, batch_size=settings.batch_size, threads=settings.threads,
@@ -165,7 +175,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     fidelity = fidelity_of(outputs, reference, settings.batch_size)
 
     metric: float | None = None
-    metric_name = "fidelity (mean cosine vs the original model's outputs)"
+    metric_name = "fidelity (mean cosine vs the original model's outputs on the example inputs)"
     higher_is_better = True
     if workload.eval is not None:
         phase("eval")
@@ -177,6 +187,17 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         metric = float(workload.eval.evaluate(scored))
         metric_name = workload.eval.metric_name
         higher_is_better = workload.eval.higher_is_better
+    elif heldout:
+        phase("eval")
+        with torch.no_grad():
+            scores = [fidelity_of(_flatten(predict(*b)), ref, settings.batch_size)
+                      for b, ref in zip(heldout, heldout_reference, strict=True)]
+        rows = len(heldout) * settings.batch_size
+        fidelity["heldout_samples"] = rows
+        fidelity["heldout_mean_cosine"] = sum(f["mean_cosine"] for f in scores) / len(scores)
+        fidelity["heldout_min_cosine"] = min(f["min_cosine"] for f in scores)
+        metric = fidelity["heldout_mean_cosine"]
+        metric_name = f"fidelity (mean cosine vs the original model's outputs on {rows} held-out inputs)"
     else:
         metric = fidelity["mean_cosine"]
 
@@ -231,6 +252,25 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
     }
+
+
+def _heldout_batches(workload: Any, settings: EvalSettings) -> list[Any]:
+    """`settings.heldout_samples` inputs the candidate never saw (not its example batch, not the default
+    calibration rows), in batches of the candidate's batch size (no new shapes: compiled or graphed
+    candidates do not recompile). Empty when the workload's inputs cannot be split into rows."""
+    from dlperf.measure.bench import to_device
+
+    if settings.heldout_samples < 1:
+        return []
+    b = settings.batch_size
+    rows = b * math.ceil(settings.heldout_samples / b)
+    try:
+        big = workload.example_inputs(max(rows, HELDOUT_FIRST_BATCH))
+        if any(int(x.shape[0]) < rows for x in big):
+            return []
+        return [to_device(tuple(x[i : i + b] for x in big), settings.device) for i in range(0, rows, b)]
+    except (AttributeError, IndexError, TypeError):  # inputs that are not batch-first tensors
+        return []
 
 
 def confirm_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[str, Any]:

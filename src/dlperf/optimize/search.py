@@ -26,7 +26,7 @@ from dlperf.optimize.executor import Executor, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, check_objective, gain, rank
-from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions
+from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions, with_metric_budget
 from dlperf.passes.base import PassConfig, PassContext
 
 EventFn = Callable[[str, dict[str, Any]], None]
@@ -359,7 +359,8 @@ def _cost_rank(cand: Candidate) -> int:
     for c in cand.configs:
         if c.name == "compile":
             rank_ += 2 if getattr(c, "mode", "") == "max-autotune" else 1
-        elif c.name in ("distill", "qat", "pruning"):
+        elif c.name in ("distill", "qat", "pruning") or (c.name == "torchao" and getattr(c, "compile", False)):
+            # training, or minutes of inductor compile for torchao's int8 kernels on a small CPU
             rank_ += 2
         elif c.stage == "engine":
             rank_ += 1
@@ -472,7 +473,9 @@ def optimize(
         search.baseline = baseline
         for row in search.rows.values():
             row["gain"] = 1.0
-        search.grow(space)
+        budget = config.constraints.absolute_drop(baseline.get("metric"))
+        grown = with_metric_budget(space, budget) if budget is not None else space
+        search.grow(grown)
         result = _finish(search, space, export_dir, env.to_dict(), previous.id if previous else None)
         result.notes.extend(search.executor.notes())
         return result

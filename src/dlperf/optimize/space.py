@@ -188,6 +188,20 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
     return SearchSpace(options, skipped)
 
 
+def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:
+    """The space with the search's metric budget (`max_drop`, absolute, in the metric's units) handed to the
+    configs that search an fp32 fallback against a budget of their own (`keep_fp32="auto"`), so such a pass
+    keeps as many layers fp32 as the search's constraint needs: no more (slower), no fewer (rejected).
+    Rounded to 1e-6 so that candidate keys stay stable from one run to the next (resume)."""
+    options = []
+    for option in space.options:
+        config = option.config
+        if getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop"):
+            config = dataclasses.replace(config, max_metric_drop=round(max(max_drop, 0.0), 6))  # type: ignore[call-arg]
+        options.append(PassOption(config, option.module))
+    return SearchSpace(options, list(space.skipped))
+
+
 # pass module -> (the library it needs, the dlperf extra that installs it)
 LIBRARIES: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", "onnx"),
@@ -219,6 +233,9 @@ def can_extend(candidate: Candidate, config: PassConfig) -> bool:
         return True
     last = candidate.configs[-1]
     if last.stage == "engine":
+        return False
+    if config.stage == "engine" and any(c.before_engine() for c in candidate.configs):
+        # The engine would convert the same model as without that pass (or could not convert it at all).
         return False
     return (sort_key(config), config.name) > (sort_key(last), last.name)
 

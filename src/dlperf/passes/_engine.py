@@ -64,6 +64,20 @@ class IOSpec:
         )
 
 
+def installed(*modules: str) -> bool:
+    """Whether every module can be imported, without importing it: search spaces are built in the search's
+    parent process, where importing nncf, openvino or torchao would cost seconds and hundreds of MiB."""
+    import importlib.util
+
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except (ImportError, ValueError):
+            return False
+    return True
+
+
 def threads_for(ctx: PassContext) -> int:
     """The engine's intra-op thread count: the context's, else torch's (so comparisons are fair)."""
     if ctx.threads:
@@ -79,6 +93,8 @@ def require_torch_model(state: ModelState) -> str | None:
         return f"the model is already converted to {state.engine}; an engine pass must come last"
     if state.model is None:
         return "no torch model to convert"
+    if state.precision != "fp32":
+        return f"the model is already {state.precision} in torch; engine passes convert an fp32 model"
     return None
 
 

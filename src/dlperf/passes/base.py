@@ -43,6 +43,15 @@ class PassConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
 
+    def before_engine(self) -> str | None:
+        """Why an engine pass (ONNX Runtime, OpenVINO, TensorRT) is not worth building after this one; None
+        when it is. An engine converts the torch module itself: a pass that changes only how the module is
+        called (grad mode, threads, input layout, autocast, a compiled wrapper) gives the same engine model
+        as the engine alone, and one that leaves torch-only int8 or half-precision layers leaves nothing
+        the engine can convert. The search does not build such pipelines; weight-changing fp32 passes
+        (pruning, distillation) return None."""
+        return None
+
     def label(self) -> str:
         """Short human label, e.g. 'ort(int8-static)'."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}

@@ -20,6 +20,9 @@ class ChannelsLastConfig(PassConfig):
     stage: ClassVar[str] = "prepare"
     order: ClassVar[int] = 20
 
+    def before_engine(self) -> str | None:
+        return "an engine chooses its own memory layout"
+
 
 @register(ChannelsLastConfig)
 class ChannelsLast:

@@ -37,6 +37,9 @@ class CompileConfig(PassConfig):
         if self.mode not in MODES:
             raise ConfigError(f"compile: mode must be one of {', '.join(MODES)}, got '{self.mode}'")
 
+    def before_engine(self) -> str | None:
+        return "an engine converts the module, not its compiled wrapper"
+
 
 def compiler_reason(device: str) -> str | None:
     if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):

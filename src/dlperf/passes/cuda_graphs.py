@@ -31,6 +31,9 @@ class CudaGraphsConfig(PassConfig):
         if self.warmup_iters < 1:
             raise ConfigError(f"cuda_graphs: warmup_iters must be >= 1, got {self.warmup_iters}")
 
+    def before_engine(self) -> str | None:
+        return "an engine converts the module, not its captured graph"
+
 
 class GraphedCall:
     """Replays a captured CUDA graph when the inputs match the captured shapes, else calls eagerly."""

@@ -33,6 +33,10 @@ class HygieneConfig(PassConfig):
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"hygiene: threads must be >= 1, got {self.threads}")
 
+    def before_engine(self) -> str | None:
+        # Engines take their thread count from the context (the same as the baseline's), not from torch.
+        return "hygiene only changes how torch calls the model"
+
 
 @register(HygieneConfig)
 class Hygiene:

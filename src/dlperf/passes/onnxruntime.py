@@ -79,18 +79,19 @@ class OrtConfig(PassConfig):
 def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     """fp32, dynamic int8 and static int8 (with accuracy-driven fp32 fallback) on the CPU provider; the GPU
     providers when present."""
-    try:
-        ort = require("onnxruntime", "onnx")
-        require("onnx", "onnx")
-    except MissingDependency:
+    if not _engine.installed("onnxruntime", "onnx"):
         return []
     configs: list[PassConfig] = [OrtConfig()]
     if workload.kind == "transformer":
         configs.append(OrtConfig(transformer_optimizer=True))
     if ctx.device == "cpu":
         configs += [OrtConfig(precision="int8-dynamic"), OrtConfig(precision="int8-static", keep_fp32="auto")]
-    available = ort.get_available_providers()  # type: ignore[attr-defined]
     if ctx.device.startswith("cuda"):
+        try:
+            ort = require("onnxruntime", "onnx")
+        except MissingDependency:
+            return []
+        available = ort.get_available_providers()  # type: ignore[attr-defined]
         for p in ("cuda", "tensorrt"):
             if PROVIDERS[p] in available:
                 configs.append(OrtConfig(provider=p))

@@ -77,14 +77,10 @@ def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     """fp32, int8 weight compression and static int8 with accuracy-driven fp32 fallback (CPU only)."""
     if ctx.device != "cpu":
         return []
-    try:
-        require("openvino", "openvino")
-    except MissingDependency:
+    if not _engine.installed("openvino"):
         return []
     configs: list[PassConfig] = [OpenVinoConfig()]
-    try:
-        require("nncf", "openvino")
-    except MissingDependency:
+    if not _engine.installed("nncf"):
         return configs
     configs += [
         OpenVinoConfig(precision="int8-weights"),

@@ -37,6 +37,11 @@ class PrecisionConfig(PassConfig):
         if self.mode not in ("autocast", "cast"):
             raise ConfigError(f"precision: mode must be autocast or cast, got '{self.mode}'")
 
+    def before_engine(self) -> str | None:
+        if self.mode == "autocast":
+            return "autocast only changes how torch calls the model"
+        return f"the engine passes convert an fp32 model, not a {self.dtype} one (they have their own precisions)"
+
 
 def hardware_reason(dtype: str, device: str, cpu_flags: tuple[str, ...]) -> str | None:
     """Why `dtype` has no native support on `device`, or None when it has."""

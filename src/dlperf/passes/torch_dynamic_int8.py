@@ -36,6 +36,9 @@ class DynamicInt8Config(PassConfig):
         if self.min_features < 1:
             raise ConfigError(f"dynamic_int8: min_features must be >= 1, got {self.min_features}")
 
+    def before_engine(self) -> str | None:
+        return "its int8 layers are torch-only; the engine passes have their own int8"
+
 
 def _int8_linear_class() -> type:
     import torch

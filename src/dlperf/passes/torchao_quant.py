@@ -37,14 +37,15 @@ class TorchAoConfig(PassConfig):
         if self.calibration_samples < 1:
             raise ConfigError("calibration_samples must be >= 1")
 
+    def before_engine(self) -> str | None:
+        return "its int8 layers are torch-only; the engine passes have their own int8"
+
     def label(self) -> str:
         return _engine.short_label(self)
 
 
 def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
-    try:
-        require("torchao", "quant")
-    except MissingDependency:
+    if not _engine.installed("torchao"):
         return []
     if ctx.device != "cpu":
         return [TorchAoConfig(method="int8-weight-only")]

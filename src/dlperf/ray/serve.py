@@ -2,12 +2,14 @@
 
 Each replica builds its own `ServerState` from the same `ServeConfig` (model, batching, instances) and
 serves the same Starlette app as `dlperf serve`, as the deployment's ASGI ingress; Ray Serve's HTTP proxy
-spreads requests over the replicas, each of which batches its own share.
+spreads requests over the replicas, each of which batches its own share. The proxy prefers a replica on its
+own node while that one has room (`max_ongoing_requests`); the others take the overflow.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -52,6 +54,13 @@ def parse_autoscale(text: str) -> tuple[int, int]:
         return int(low), int(high)
     except ValueError as exc:
         raise ConfigError(f"--autoscale '{text}' is not MIN:MAX, e.g. 1:4") from exc
+
+
+def check_config(config: ServeConfig) -> None:
+    """What `dlperf serve` accepts but a Ray Serve deployment cannot do; checked before Ray starts."""
+    if config.port == 0:
+        raise ConfigError("--port 0 is not supported with --ray: Ray Serve's HTTP proxy needs a fixed port "
+                          "(give e.g. --port 8000)")
 
 
 def max_ongoing_requests(config: ServeConfig) -> int:
@@ -102,6 +111,22 @@ class _Replica:
         if not self.state.ready and not self.state.draining:
             raise ServingError("the replica's model is not ready")
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """This replica's own counters (Ray Serve's hook for per-replica load; also read by
+        `replica_stats`): requests in flight, and since start the requests, items and batches served."""
+        import ray
+
+        served = self.state.stats(None, None)["model_stats"]
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "in_flight": self.state.in_flight,
+            "requests": sum(s["inference_stats"]["success"]["count"] for s in served),
+            "failed": sum(s["inference_stats"]["fail"]["count"] for s in served),
+            "items": sum(s["inference_count"] for s in served),
+            "batches": sum(s["execution_count"] for s in served),
+        }
+
     def __del__(self) -> None:
         state = getattr(self, "state", None)
         if state is not None:
@@ -119,6 +144,50 @@ def build_application(config: ServeConfig, options: RayServeOptions) -> Any:
     serve = _serve()
     replica = serve.ingress()(_Replica)
     return serve.deployment(replica, **deployment_options(config, options)).bind(config)
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One replica's own counters, read through Ray (not through the HTTP proxy, which picks a replica)."""
+
+    replica: str
+    node_id: str
+    pid: int
+    in_flight: int
+    requests: int
+    failed: int
+    items: int
+    batches: int
+
+
+REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{APP_NAME}#{APP_NAME}#"
+"""How Ray Serve names a replica actor of this deployment (namespace 'serve')."""
+
+
+def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
+    """Every live replica's counters, asked of each replica actor through Ray, sorted by replica name.
+
+    Uses the actor names Ray Serve gives replicas and its `record_routing_stats` actor method, which calls
+    the replica's hook of that name: Ray Serve internals, so a Ray upgrade that changes them fails here,
+    with this message, rather than giving wrong numbers."""
+    import ray
+
+    names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                   if a["namespace"] == "serve" and a["name"].startswith(REPLICA_ACTOR_PREFIX))
+    out = []
+    for name in names:
+        try:
+            actor = ray.get_actor(name, namespace="serve")
+            raw = ray.get(actor.record_routing_stats.remote(), timeout=timeout_s)
+        except ValueError:  # the replica stopped between listing and asking
+            continue
+        except Exception as exc:
+            raise ServingError(f"cannot read the statistics of Ray Serve replica {name}: {type(exc).__name__}: "
+                               f"{exc} (this Ray version may name or call replicas differently)") from exc
+        out.append(ReplicaStats(name.removeprefix(REPLICA_ACTOR_PREFIX), str(raw["node_id"]), int(raw["pid"]),
+                                int(raw["in_flight"]), int(raw["requests"]), int(raw["failed"]),
+                                int(raw["items"]), int(raw["batches"])))
+    return out
 
 
 @dataclass
@@ -139,11 +208,20 @@ class RunningOnRay:
         status = serve.status().applications[APP_NAME].deployments[APP_NAME]
         return int(status.replica_states.get("RUNNING", 0))
 
+    def replica_stats(self) -> list[ReplicaStats]:
+        """Each replica's own counters (see `replica_stats`)."""
+        return replica_stats()
+
     def stop(self) -> None:
+        """Delete the deployment; shut Ray Serve down too unless other applications still run on it."""
         serve = _serve()
         with contextlib.suppress(Exception):
             serve.delete(APP_NAME)
-        serve.shutdown()
+        others: dict[str, Any] = {}
+        with contextlib.suppress(Exception):
+            others = dict(serve.status().applications)
+        if not others:
+            serve.shutdown()
         if self.owns_ray:
             import ray
 
@@ -162,8 +240,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None) ->
     serve = _serve()
     import ray
 
-    if config.port == 0:
-        raise ConfigError("--port 0 is not supported with --ray: Ray Serve's proxy needs a fixed port")
+    check_config(config)
     owns = False
     if not ray.is_initialized():
         try:
@@ -174,12 +251,18 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None) ->
         owns = True
     try:
         serve.start(http_options={"host": config.host, "port": config.port, "location": options.proxy_location})
+        if APP_NAME in serve.status().applications:
+            raise ServingError(f"an application named '{APP_NAME}' already runs on this Ray cluster: stop that "
+                               f"`dlperf serve --ray` first (or `serve.delete('{APP_NAME}')`)")
         serve.run(build_application(config, options), name=APP_NAME, route_prefix="/", blocking=False)
     except Exception as exc:
         with contextlib.suppress(Exception):
-            serve.shutdown()
+            if not serve.status().applications:
+                serve.shutdown()
         if owns:
             ray.shutdown()
+        if isinstance(exc, ServingError):
+            raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
                            f"{type(exc).__name__}: {exc}") from exc
     return RunningOnRay(config.host, config.port, owns)
@@ -207,5 +290,5 @@ def serve_on_ray(config: ServeConfig, options: RayServeOptions,
     return 0
 
 
-__all__ = ["RayServeOptions", "RunningOnRay", "build_application", "deployment_options", "parse_autoscale",
-           "serve_on_ray", "start_on_ray"]
+__all__ = ["RayServeOptions", "ReplicaStats", "RunningOnRay", "build_application", "check_config",
+           "deployment_options", "parse_autoscale", "replica_stats", "serve_on_ray", "start_on_ray"]

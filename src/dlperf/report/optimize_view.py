@@ -80,8 +80,8 @@ def why_lines(data: dict[str, Any]) -> list[str]:
 def summary_lines(data: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if data.get("metric_is_fidelity"):
-        lines.append("metric: the workload has no eval metric, so fidelity is the metric: mean cosine similarity "
-                     "of each candidate's outputs to the original model's on the example inputs")
+        lines.append("metric: the workload has no eval metric, so fidelity is the metric: "
+                     f"{data.get('metric_name') or 'mean cosine similarity to the original model outputs'}")
     else:
         lines.append(f"metric: {data.get('metric_name')} on the workload's eval data")
     constraints = data.get("constraints") or {}

@@ -1,6 +1,7 @@
 """pytest plugin: the `dlperf_check` fixture and the `--dlperf-store` option.
 
-Enable it with `pytest_plugins = ["dlperf.testing.plugin"]` in your conftest.py, or `-p dlperf.testing.plugin`.
+Installing dlperf registers it (entry point `pytest11`); without the install, enable it with
+`pytest_plugins = ["dlperf.testing.plugin"]` in your conftest.py, or `-p dlperf.testing.plugin`.
 
     def test_speed(dlperf_check):
         dlperf_check("zoo:mlp", baseline="main", max_regression=0.05)

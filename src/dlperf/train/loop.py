@@ -329,7 +329,7 @@ def apply_checkpointing(model: nn.Module) -> int:
     """Wrap each top-level child's forward in non-reentrant activation checkpointing; returns how many."""
     from torch.utils.checkpoint import checkpoint
 
-    children = [c for c in model.children() if any(True for _ in c.parameters())]
+    children = checkpointed_children(model)
     if len(children) < 2:
         raise TrainError(
             f"activation checkpointing needs a model with at least two top-level children holding parameters; "
@@ -343,6 +343,11 @@ def apply_checkpointing(model: nn.Module) -> int:
 
         child.forward = forward
     return len(children)
+
+
+def checkpointed_children(model: nn.Module) -> list[nn.Module]:
+    """The top-level children that activation checkpointing wraps: those holding parameters."""
+    return [c for c in model.children() if any(True for _ in c.parameters())]
 
 
 def has_conv(model: nn.Module) -> bool:

@@ -287,6 +287,8 @@ class Tuner:
             trial.samples_per_s = config.effective_batch_size * calls * ab.b.n / ab.b.total_s
             if ab.verdict == FASTER:
                 trial.status = ACCEPTED
+            elif candidate.required:
+                trial.status, trial.reason = ACCEPTED, f"required ({candidate.note}); A/B: {ab.verdict}"
             else:
                 trial.status, trial.reason = NOT_FASTER, f"A/B: {ab.verdict}"
         except Exception as exc:  # a broken knob is a finding, not a crash of the tuner

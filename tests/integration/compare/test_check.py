@@ -76,14 +76,14 @@ def test_unknown_baseline_is_a_clear_error(store_path: Path, capsys: pytest.Capt
 
 @pytest.mark.slow
 def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> None:
+    # no `-p`: installing dlperf registers the plugin through its pytest11 entry point
     test_file = tmp_path / "test_speed.py"
     test_file.write_text(
         "def test_speed(dlperf_check):\n"
         f"    dlperf_check({WORKLOAD!r}, baseline='main', min_duration_s=0.3)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "dlperf.testing.plugin",
-         "--dlperf-store", str(store_path), str(test_file)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dlperf-store", str(store_path), str(test_file)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,22 +1,33 @@
-"""A workload whose model takes `x[0, 0]` seconds per batch (zeros: instant), for the shutdown test."""
+"""A workload whose model holds every batch with `x[0, 0] >= HELD` until the test creates the file named by
+$DLPERF_TEST_GATE (other values, such as the warm-up's random normal ones, pass at once), for the shutdown test."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import dlperf
+
+GATE_ENV = "DLPERF_TEST_GATE"
+HELD = 100.0
 
 
 def _model() -> Any:
     import torch
 
-    class Slow(torch.nn.Module):
+    gate = Path(os.environ[GATE_ENV])
+
+    class Held(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            time.sleep(float(x[0, 0]))
+            if float(x[0, 0]) >= HELD:
+                deadline = time.monotonic() + 60  # a broken test must not hang the server forever
+                while not gate.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
             return x + 1
 
-    return Slow()
+    return Held()
 
 
 def _inputs(batch_size: int) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -206,3 +207,19 @@ def test_json_request_without_content_type_from_plain_http(server: Running) -> N
         assert response.headers["Content-Type"].startswith("application/json")
     assert reply["id"] == "plain" and reply["model_name"] == "mlp"
     assert reply["outputs"][0]["shape"] == [1, 10] and len(reply["outputs"][0]["data"]) == 10
+
+
+def test_streamed_body_is_refused_with_413_as_soon_as_it_passes_the_limit() -> None:
+    config = ServeConfig(model="zoo:mlp", port=0, max_request_bytes=4096)
+    with start_in_thread(config) as running, socket.create_connection((running.host, running.port), 10) as sock:
+        sock.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"{" + b" " * 5000
+        sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        # the terminating chunk is never sent: the server must answer from what it has read so far
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            data = sock.recv(65536)
+            if not data:
+                break
+            reply += data
+        assert reply.startswith(b"HTTP/1.1 413")

@@ -1,7 +1,9 @@
-"""SIGTERM to a `dlperf serve` subprocess: readiness turns false, in-flight requests finish, exit code 0."""
+"""SIGTERM to a `dlperf serve` subprocess: readiness turns false, new requests get 503, the requests already
+in the server (held by the model until the test lets them go) all finish, and the process exits with 0."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 from dlperf.serve.metrics import parse_variant_metrics
 
 from .helpers import free_port, get_text, http_status, wait_until
+from .slow_workload import GATE_ENV, HELD
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +26,8 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 WORKLOAD = Path(__file__).with_name("slow_workload.py")
 
 
-def _input(seconds: float) -> Any:
-    x = np.full((1, 2), seconds, np.float32)
+def _input(value: float) -> Any:
+    x = np.full((1, 2), value, np.float32)
     inp = httpclient.InferInput("x", [1, 2], "FP32")
     inp.set_data_from_numpy(x)
     return inp
@@ -33,29 +36,35 @@ def _input(seconds: float) -> Any:
 def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) -> None:
     port = free_port()
     base = f"127.0.0.1:{port}"
+    gate = tmp_path / "open"
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(port),
-         "--max-batch-size", "1", "--exit-timeout-s", "30"],
-        stdout=log, stderr=subprocess.STDOUT,
+         "--max-batch-size", "1", "--exit-timeout-s", "60"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, GATE_ENV: str(gate)},
     )
     try:
         wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
         c = httpclient.InferenceServerClient(base, concurrency=3)
-        in_flight = [c.async_infer("slow", [_input(0.6)]) for _ in range(3)]
+        in_flight = [c.async_infer("slow", [_input(HELD + i)]) for i in range(3)]
 
-        def queued() -> float:
-            return parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"].pending_requests
+        def metrics() -> Any:
+            return parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"]
 
-        wait_until(lambda: queued() == 2, 30, "one request executing and two queued")
+        wait_until(lambda: metrics().pending_requests == 2, 30, "one request held in the model and two queued")
         proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 10, "readiness to turn false")
+        wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 30, "readiness to turn false")
         with pytest.raises(InferenceServerException) as info:
             httpclient.InferenceServerClient(base).infer("slow", [_input(0.0)])
         assert info.value.status() == "503"
+        assert "shutting down" in info.value.message()
+        m = metrics()
+        assert m.failure_total["UNAVAILABLE"] == 1 and m.success_total == 0 and m.pending_requests == 2
+        assert proc.poll() is None  # still draining: nothing has finished yet
+        gate.touch()
         results = [r.get_result().as_numpy("y") for r in in_flight]
-        for y in results:
-            np.testing.assert_allclose(y, np.full((1, 2), 1.6, np.float32))
+        for i, y in enumerate(results):
+            np.testing.assert_array_equal(y, np.full((1, 2), HELD + 1 + i, np.float32))
         c.close()
         assert proc.wait(timeout=60) == 0
     finally:

@@ -10,6 +10,7 @@ from dlperf.cli.main import main
 from dlperf.measure.ab import ABConfig
 from dlperf.store import Store
 from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.knobs.batch import step_footprint_bytes
 from dlperf.train.loop import StepConfig, base_config
 from dlperf.train.parity import ParityConfig
 from dlperf.train.step import measure_training
@@ -92,6 +93,28 @@ def test_loss_parity_catches_a_broken_knob_on_real_data() -> None:
     assert trial.parity is not None and trial.parity.relative_difference > config.parity.rtol
     assert result.best == result.baseline
     assert result.settings == []
+
+
+def test_digits_cnn_under_a_memory_budget_splits_the_batch_and_sound_knobs_keep_parity() -> None:
+    w = load_workload("zoo:digits-cnn")
+    baseline = base_config(w, threads=1)
+    assert baseline.batch_size == 64
+    budget = int(step_footprint_bytes(w, baseline.replace(batch_size=32)) * 1.1) + 1  # 32 fits, 33 and up do not
+    config = TuneConfig(knobs=("batch", "channels_last", "optimizer"), memory_budget_bytes=budget,
+                        parity=ParityConfig(steps=8), ab=QUICK_AB, final_ab=QUICK_AB, measure_steps=2,
+                        count_flops=False)
+    result = tune(w, baseline, config)
+    by_knob = {t.knob: t for t in result.trials}
+    split = by_knob["batch"]
+    assert split.change == {"batch_size": 32, "accumulation_steps": 2}
+    assert split.status == ACCEPTED  # required: the user's batch breaks the budget, faster or not
+    assert split.details["largest_fitting"] == 32 and split.details["probes"][0][:3:2] == [64, False]
+    assert split.parity is not None and abs(split.parity.relative_difference) < 1e-3  # the same update
+    assert (result.best.batch_size, result.best.accumulation_steps) == (32, 2)
+    for trial in result.trials:  # layout and optimizer kernels change speed, not what is learned
+        assert trial.parity is not None and trial.parity.ok, (trial.knob, trial.reason)
+    assert [t.change for t in result.trials if t.knob == "optimizer"] == [{"optimizer_impl": "foreach"},
+                                                                          {"optimizer_impl": "fused"}]
 
 
 @pytest.mark.slow

@@ -46,9 +46,13 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     cand = Candidate((HygieneConfig(), DynamicInt8Config()))
     row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(),
                          "out_dir": str(tmp_path)}, phases.append)
-    assert phases == ["load", "build", "apply", "check", "time", "export", "done"]
+    assert phases == ["load", "build", "apply", "check", "eval", "time", "export", "done"]
     assert row["status"] == "ok" and row["precision"] == "int8" and row["engine"] == "torch"
+    # Without an eval metric the metric is fidelity on held-out inputs, not on the one example batch.
     assert row["metric_is_fidelity"] and 0.99 < row["metric"] < 1.0
+    assert row["fidelity"]["heldout_samples"] == 32 and row["metric"] == row["fidelity"]["heldout_mean_cosine"]
+    assert row["fidelity"]["heldout_min_cosine"] <= row["metric"]
+    assert "32 held-out inputs" in row["metric_name"]
     assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
     assert row["artifact"]["fields"]["recipe"] == cand.to_list()
     assert (tmp_path / "artifact" / "manifest.json").exists()

@@ -76,8 +76,30 @@ def test_nothing_follows_an_engine_pass() -> None:
     from dlperf.passes.onnxruntime import OrtConfig
 
     engine = OrtConfig()
-    assert can_extend(Candidate((HygieneConfig(),)), engine)
     assert not can_extend(Candidate((engine,)), CompileConfig())
+
+
+def test_an_engine_follows_only_passes_that_change_what_it_converts() -> None:
+    load_pass_modules()
+    from dlperf.passes.channels_last import ChannelsLastConfig
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.passes.openvino import OpenVinoConfig
+    from dlperf.passes.precision import PrecisionConfig
+    from dlperf.passes.pruning import PruneConfig
+
+    engine = OpenVinoConfig(precision="int8-static", keep_fp32="auto")
+    # Call-time-only passes: the engine converts the same module as without them (a duplicate candidate).
+    for prefix in (HygieneConfig(), ChannelsLastConfig(), CompileConfig(), PrecisionConfig(mode="autocast")):
+        assert not can_extend(Candidate((prefix,)), engine), prefix.label()
+    # Torch-only low-precision layers: nothing an engine can convert.
+    for prefix in (DynamicInt8Config(), PrecisionConfig(mode="cast")):
+        assert not can_extend(Candidate((prefix,)), OrtConfig()), prefix.label()
+    # Pruning changes the weights: pruned + engine is a different model.
+    pruned = PruneConfig(amount=0.25)
+    assert can_extend(Candidate((pruned,)), engine)
+    assert not can_extend(Candidate((HygieneConfig(), pruned)), engine)
+    space = SearchSpace([PassOption(c, "m") for c in (HygieneConfig(), DynamicInt8Config(), engine)], [])
+    assert [c.label for c in extensions(Candidate((HygieneConfig(),)), space)] == ["hygiene + dynamic_int8"]
 
 
 def test_build_space_restricts_to_named_passes_and_rejects_unknown() -> None:

@@ -50,3 +50,27 @@ def forward_flops(batch: int) -> int:
     first = 2 * batch * FEATURES * HIDDEN
     second = 2 * batch * HIDDEN * CLASSES
     return first * 2 + second * 3
+
+
+BLOCK_WIDTH = 128
+
+
+def _block(width_in: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(width_in, BLOCK_WIDTH), nn.ReLU(), nn.Linear(BLOCK_WIDTH, BLOCK_WIDTH), nn.ReLU())
+
+
+def blocks(batch_size: int = 64) -> Workload:
+    """Two multi-layer blocks and a head: the shape activation checkpointing saves memory on."""
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(_block(FEATURES), _block(BLOCK_WIDTH), nn.Linear(BLOCK_WIDTH, CLASSES))
+
+    return Workload(
+        name="blocks",
+        make_model=model,
+        make_inputs=lambda b: (torch.randn(b, FEATURES),),
+        train=TrainSpec(make_loader=_loader, loss_fn=nn.functional.cross_entropy,
+                        make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size),
+        kind="mlp",
+    )

@@ -5,11 +5,12 @@ import pytest
 from dlperf.errors import TrainError
 from dlperf.train.knobs import DEFAULT_KNOBS, TuneContext, registry
 from dlperf.train.knobs.batch import LargestBatch, search_largest_batch, split_batch, step_footprint_bytes
+from dlperf.train.knobs.checkpointing import Checkpointing
 from dlperf.train.knobs.dataloader import Persistent, Prefetch, Workers
 from dlperf.train.knobs.precision import MixedPrecision
 from dlperf.train.loop import StepConfig
 
-from ._workloads import tiny
+from ._workloads import BLOCK_WIDTH, blocks, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -94,3 +95,26 @@ def test_largest_batch_knob_splits_a_batch_over_the_budget() -> None:
     assert knob.last_search is not None and knob.last_search.largest_fitting == 16
     roomy = TuneContext(workload=w, memory_budget_bytes=10 * budget)
     assert knob.candidates(current, roomy) == []
+
+
+def test_checkpointed_footprint_keeps_block_inputs_and_one_recomputed_block() -> None:
+    w = blocks()
+    plain = step_footprint_bytes(w, StepConfig(batch_size=256, threads=1))
+    checkpointed = step_footprint_bytes(w, StepConfig(batch_size=256, threads=1, checkpointing=True))
+    activation = 256 * BLOCK_WIDTH * 4  # one [256, 128] fp32 activation
+    # each block saves two such activations; checkpointed, the second one of each is the next module's input
+    # (kept anyway) and only one block's first one is alive at a time, while backward recomputes that block
+    assert activation <= plain - checkpointed < 2 * activation
+
+
+def test_checkpointing_knob_proposes_a_larger_micro_batch_when_memory_is_the_limit() -> None:
+    w = blocks()
+    current = StepConfig(batch_size=16, accumulation_steps=4, threads=1)
+    ctx = TuneContext(workload=w, memory_budget_bytes=1, safety_margin=0.1)
+    assert Checkpointing().skip_reason(current.replace(accumulation_steps=1, batch_size=64), ctx) is not None
+    budget = int(step_footprint_bytes(w, current.replace(batch_size=32, checkpointing=True)) * 1.1) + 1
+    assert step_footprint_bytes(w, current.replace(batch_size=32)) * 1.1 > budget  # 32 fits only checkpointed
+    ctx = TuneContext(workload=w, memory_budget_bytes=budget, safety_margin=0.1)
+    assert Checkpointing().skip_reason(current, ctx) is None
+    (candidate,) = Checkpointing().candidates(current, ctx)
+    assert candidate.change == {"checkpointing": True, "batch_size": 32, "accumulation_steps": 2}

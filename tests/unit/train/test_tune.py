@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from dlperf.errors import ConfigError
-from dlperf.measure.ab import ABConfig
+from dlperf.measure.ab import FASTER, ABConfig
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
 from dlperf.train.knobs import Candidate, TuneContext
@@ -36,12 +36,13 @@ class FixedKnob:
     changes: tuple[dict[str, object], ...]
     sweep: bool = False
     skip: str | None = None
+    required: bool = False
 
     def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
         return self.skip
 
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
-        return [Candidate(dict(c), f"test {c}") for c in self.changes]
+        return [Candidate(dict(c), f"test {c}", required=self.required) for c in self.changes]
 
 
 def test_unknown_knob_is_a_config_error() -> None:
@@ -103,6 +104,24 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
     text = _render(tune_view(result.to_dict()))
     assert "lr_scale=5.0" in text and "parity failed" in text
     assert "off: skipped: not here" in text
+
+
+def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() -> None:
+    # a required change (the batch does not fit the budget) is kept whatever its A/B says, because the
+    # user's configuration breaks the constraint; a required change that trains differently is still rejected
+    knobs = {
+        "split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},), required=True),
+        "lr": FixedKnob("lr", ({"lr_scale": 5.0},), required=True),
+    }
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=6), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    split, lr = result.trials
+    assert split.status == ACCEPTED and split.speedup is not None
+    assert split.verdict == FASTER or split.reason.startswith("required")
+    assert lr.status == PARITY_FAILED
+    assert (result.best.batch_size, result.best.accumulation_steps, result.best.lr_scale) == (8, 4, 1.0)
 
 
 def test_measurement_view_shows_the_breakdown() -> None:

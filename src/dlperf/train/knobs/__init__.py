@@ -37,6 +37,9 @@ class Candidate:
     change: dict[str, Any]
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    required: bool = False
+    """The current configuration breaks a constraint (its batch does not fit the memory budget): the change is
+    kept when loss parity holds even if it is not faster; its A/B still reports what it costs."""
 
 
 class Knob(Protocol):

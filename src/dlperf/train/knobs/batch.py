@@ -17,7 +17,7 @@ from typing import Any
 
 from dlperf.errors import TrainError
 from dlperf.train.knobs import Candidate, TuneContext
-from dlperf.train.loop import StepConfig, TrainLoop
+from dlperf.train.loop import StepConfig, TrainLoop, checkpointed_children
 from dlperf.workload.base import Workload
 
 FitFn = Callable[[int], tuple[bool, int]]
@@ -40,29 +40,73 @@ class BatchSearch:
 
 
 def step_footprint_bytes(workload: Workload, config: StepConfig, seed: int = 0) -> int:
-    """Bytes one training step holds at its peak, counted from tensors (CPU; see the module docstring)."""
+    """Bytes one training step holds at its peak, counted from tensors (CPU; see the module docstring).
+
+    With activation checkpointing, each checkpointed block keeps only its inputs until backward, then
+    recomputes its activations there, one block at a time: the count is what the other modules save, plus
+    the blocks' inputs, plus the largest block's own activations. The step is run without checkpointing so
+    that every block's saved tensors can be attributed to it (checkpointing hides them from the hooks).
+    """
     import torch
 
     loop = TrainLoop(workload, config.replace(accumulation_steps=1, num_workers=0, prefetch_factor=None,
-                                              persistent_workers=False, compile=False), seed=seed)
-    storages: dict[int, int] = {}
+                                              persistent_workers=False, compile=False, checkpointing=False),
+                     seed=seed)
+    blocks = checkpointed_children(loop.model) if config.checkpointing else []
+    # outside: storages kept until backward (saved outside the blocks, and the blocks' inputs);
+    # inside[i]: what block i saves, which with checkpointing lives only while backward recomputes it
+    outside: dict[int, int] = {}
+    inside: list[dict[int, int]] = [{} for _ in blocks]
+    current: list[int | None] = [None]
+
+    def keep(t: torch.Tensor, into: dict[int, int]) -> None:
+        storage = t.untyped_storage()
+        into[storage.data_ptr()] = storage.nbytes()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        keep(t, outside if current[0] is None else inside[current[0]])
         return t
 
+    def enter(i: int) -> Callable[..., None]:
+        def hook(module: Any, args: Any) -> None:
+            for t in _tensors(args):
+                keep(t, outside)
+            current[0] = i
+        return hook
+
+    def leave(module: Any, args: Any, output: Any) -> None:
+        current[0] = None
+
+    handles = [h for i, block in enumerate(blocks)
+               for h in (block.register_forward_pre_hook(enter(i)), block.register_forward_hook(leave))]
     batch = loop.next_batch()
     batch_bytes = _tensor_bytes(batch)
     loop._iter = None  # the step below fetches its own batch
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loop.step()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loop.step()
+    finally:
+        for handle in handles:
+            handle.remove()
     params = [p for p in loop.model.parameters()]
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
     state_bytes = sum(_tensor_bytes(s) for s in loop.optimizer.state.values())
     loop.close()
-    return param_bytes + grad_bytes + state_bytes + batch_bytes + sum(storages.values())
+    recomputed = max((sum(n for ptr, n in block.items() if ptr not in outside) for block in inside), default=0)
+    return param_bytes + grad_bytes + state_bytes + batch_bytes + sum(outside.values()) + recomputed
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
 
 
 def _tensor_bytes(value: Any) -> int:
@@ -186,4 +230,4 @@ class LargestBatch:
         micro, steps = split_batch(wanted, search.largest_fitting)
         return [Candidate({"batch_size": micro, "accumulation_steps": steps},
                           f"batch {wanted} does not fit in {budget / 2**20:.0f} MiB: {micro} x {steps} "
-                          "accumulation steps", search.to_dict())]
+                          "accumulation steps", search.to_dict(), required=True)]
