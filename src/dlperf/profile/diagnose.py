@@ -38,6 +38,8 @@ MEMORY_BANDWIDTH = "memory bandwidth"
 LAUNCH_OVERHEAD = "framework/launch overhead"
 MEMORY_CAPACITY = "memory capacity"
 HOST_THREADS = "host threads/CPU contention"
+SHARED_MACHINE = "the CPU is shared with other busy processes"
+"""Title of the finding about other processes on the machine (not about the workload itself)."""
 COMMUNICATION = "communication"
 CATEGORIES = (INPUT_PIPELINE, COMPUTE_BOUND, MEMORY_BANDWIDTH, LAUNCH_OVERHEAD, MEMORY_CAPACITY, HOST_THREADS,
               COMMUNICATION)
@@ -307,7 +309,7 @@ def _threads(a: Analyses) -> list[Finding]:
         free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
         fixes = [threads_fix(free)] if free < t.intra_op_threads else []
         found.append(Finding(
-            category=HOST_THREADS, title="the CPU is shared with other busy processes", evidence=evidence,
+            category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,
             fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
                 "use fewer threads than the busy cores leave free",
             setting="--threads N", share=share, confidence="low", estimated_speedup=_speedup(share, 2.0),

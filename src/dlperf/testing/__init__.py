@@ -5,7 +5,7 @@
     def test_model_speed():
         assert_no_regression("zoo:mlp", baseline="main", max_regression=0.05)
 
-With pytest, `pytest_plugins = ["dlperf.testing.plugin"]` in conftest.py adds the `dlperf_check`
+With pytest, the plugin (registered on install; see plugin.py) adds the `dlperf_check`
 fixture and the `--dlperf-store` option.
 """
 

@@ -40,10 +40,17 @@ def _profile(name: str, *, mode: str = "inference", threads: int | None = 1, ver
     return profile_workload(workload, ProfileConfig(capture=capture, verify=verify, max_fixes=1), ceilings=CEILINGS)
 
 
+def _top(report: ProfileReport) -> dg.Finding | None:
+    """The top finding about the workload itself: on a shared machine (CI runners, this project's VM) the
+    finding that other processes took the cores can honestly rank first, but it says nothing about the
+    example's own bottleneck."""
+    return next((f for f in report.diagnosis.findings if f.title != dg.SHARED_MACHINE), None)
+
+
 @pytest.mark.slow
 def test_slow_input_pipeline_and_workers_measured_faster() -> None:
     report = _profile("slow_input", mode="train", verify=True)
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.INPUT_PIPELINE
     assert report.analyses.loader is not None and report.analyses.loader.num_workers == 0
     assert report.verified is not None and len(report.verified) == 1
@@ -57,7 +64,7 @@ def test_slow_input_pipeline_and_workers_measured_faster() -> None:
 
 def test_launch_overhead_and_larger_batch_measured() -> None:
     report = _profile("launch_overhead", verify=True)
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.LAUNCH_OVERHEAD
     assert report.analyses.launch.ops_per_step >= 900
     assert report.verified is not None and len(report.verified) == 1
@@ -70,7 +77,7 @@ def test_launch_overhead_and_larger_batch_measured() -> None:
 
 def test_compute_bound_gemms() -> None:
     report = _profile("compute_bound")
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.COMPUTE_BOUND
     assert report.analyses.operators.operators[0].name == "aten::addmm"
     assert report.analyses.operators.operators[0].flops == pytest.approx(4 * 2 * 256 * 512 * 512)
@@ -78,7 +85,7 @@ def test_compute_bound_gemms() -> None:
 
 def test_bandwidth_bound_elementwise_chain() -> None:
     report = _profile("bandwidth_bound", batch=2)
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.MEMORY_BANDWIDTH
     assert all(f.category != dg.COMPUTE_BOUND for f in report.diagnosis.findings)
 
@@ -86,7 +93,7 @@ def test_bandwidth_bound_elementwise_chain() -> None:
 @pytest.mark.slow
 def test_oversubscribed_threads() -> None:
     report = _profile("oversubscribed", threads=None, verify=True)
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.HOST_THREADS and top.root_cause
     assert report.analyses.threads.intra_op_threads == 8 * (psutil.cpu_count() or 1)
     assert report.verified is not None and report.verified[0].fix.id == "threads"
@@ -99,7 +106,7 @@ def test_oversubscribed_threads() -> None:
 def test_memory_pressure_against_a_budget() -> None:
     budget = int(psutil.Process().memory_info().rss) + 256 * 2**20  # the step's intermediate alone is 256 MiB
     report = _profile("memory_pressure", batch=2, budget=budget)
-    top = report.diagnosis.top
+    top = _top(report)
     assert top is not None and top.category == dg.MEMORY_CAPACITY
     assert report.analyses.memory.used_fraction >= 0.9
     assert report.analyses.memory.budget_source == "--memory-budget"
