@@ -10,6 +10,7 @@ against the best so far) is listed. Not a test: it measures this machine.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -38,10 +39,11 @@ def main() -> int:
         knobs=tuple(k for k in args.knobs.split(",") if k),
         parity=ParityConfig(steps=16),
         ab=ABConfig(blocks=6, iters_per_block=2, warmup_iters=2),
-        final_ab=ABConfig(blocks=12, iters_per_block=2, warmup_iters=2),
+        final_ab=ABConfig(blocks=20, iters_per_block=2, warmup_iters=2),
         measure_steps=12,
     )
     store = Store(args.store)
+    load_before = os.getloadavg()
     started = time.perf_counter()
     with store.recording("train", args.workload, {"mode": "tune", "benchmark": "train_tune"}) as run:
         tuner = Tuner(workload, baseline, config,
@@ -54,6 +56,8 @@ def main() -> int:
     print(f"dlperf train --tune benchmark: {args.workload}")
     print(f"machine: {platform.machine()}, {usable_cpus()} usable CPUs, torch {torch.__version__}, "
           f"default threads {torch.get_num_threads()}")
+    # other processes on the machine change what the knobs are worth (threads above all): say how busy it was
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(f"baseline: {_describe(result.baseline.to_dict())}")
     print(f"tuned:    {_describe(result.best.to_dict())}")
     print("trials (loss parity vs baseline, then interleaved A/B vs the best so far):")
@@ -62,7 +66,7 @@ def main() -> int:
         parity = f"loss {t.parity.relative_difference:+.2%}" if t.parity else ""
         speed = (f"{t.speedup:.2f}x (95% CI {t.speedup_ci[0]:.2f}-{t.speedup_ci[1]:.2f})"
                  if t.speedup is not None and t.speedup_ci else "")
-        reason = f" ({t.reason})" if t.reason and t.status in ("skipped", "failed", "parity failed") else ""
+        reason = f" ({t.reason})" if t.reason and t.status != "not faster" else ""
         print(f"  {t.knob:<13} {change:<40} {parity:<14} {speed:<28} {t.status}{reason}")
     if result.final_ab is None:
         print(f"baseline samples/s: {result.baseline_samples_per_s:,.0f} (no knob was kept: nothing to compare)")

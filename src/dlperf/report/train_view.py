@@ -100,10 +100,10 @@ def trials_table(trials: list[dict[str, Any]]) -> Table:
 
 
 def trial_notes(trials: list[dict[str, Any]]) -> Text:
-    """Why each knob was skipped, failed or rejected, one line each."""
+    """Why each knob was skipped, failed, rejected or kept without a speed-up (required), one line each."""
     text = Text()
     for t in trials:
-        if t["status"] in ("skipped", "failed", "parity failed") and t.get("reason"):
+        if t["status"] != "not faster" and t.get("reason"):
             text.append(f"  {t['knob']}: {t['status']}: {t['reason']}\n",
                         style=STATUS_STYLE.get(t["status"], ""))
     return text

@@ -112,9 +112,15 @@ class DdpResult:
 
     @property
     def overlap(self) -> float | None:
-        """Share of the standalone all-reduce hidden behind compute (None with one process)."""
+        """Share of the standalone all-reduce hidden behind compute (None with one process).
+
+        With one bucket the all-reduce can only start once backward has finished, so nothing is hidden: 0,
+        whatever the timings say (the standalone all-reduce also pays rank skew that the step hides).
+        """
         if self.multi.world_size < 2 or self.multi.allreduce_s <= 0:
             return None
+        if self.multi.buckets == 1:
+            return 0.0
         return min(max(1.0 - self.exposed_comm_s / self.multi.allreduce_s, 0.0), 1.0)
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 For each proposal of each knob (knobs/), in order: (1) loss parity against the baseline from the same
 seed (parity.py), so speed is never bought with broken training; (2) an interleaved A/B of the current
 best loop against the candidate loop in one process (dlperf.measure.ab: ABBA blocks, bootstrap CI of the
-ratio). A candidate is kept only when parity holds and the A/B calls it faster; the next proposal is
-measured against it. At the end the baseline and the best are measured in full (breakdown, memory, MFU)
+ratio). A candidate is kept only when parity holds and the A/B calls it faster (or, for a `required` one
+such as a batch split forced by the memory budget, whatever the A/B says); the next proposal is measured
+against it. At the end the baseline and the best are measured in full (breakdown, memory, MFU)
 and against each other, interleaved, for the headline gain.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test
 from dlperf.measure.clock import clock_for
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry, usable_cpus
@@ -218,7 +219,7 @@ class Tuner:
         ctx = make_context(self.workload, self.baseline.device, self.config)
         parity_config = self.config.parity
         self.on_event(f"baseline loss curve ({parity_config.steps} steps)")
-        baseline_losses = loss_curve(self.workload, self.baseline, parity_config.steps, parity_config.seed)
+        baseline_losses = self._baseline_losses()
         best = self.baseline
         best_loop = TrainLoop(self.workload, best)
         try:
@@ -227,6 +228,19 @@ class Tuner:
             return self._finish(best, best_loop)
         finally:
             best_loop.close()
+
+    def _baseline_losses(self) -> list[float]:
+        import torch
+
+        parity = self.config.parity
+        try:
+            return loss_curve(self.workload, self.baseline, parity.steps, parity.seed)
+        except torch.cuda.OutOfMemoryError as exc:
+            # every trial is measured against a running baseline, so the user's batch has to fit once
+            raise TrainError(
+                f"the baseline (batch {self.baseline.batch_size} x {self.baseline.accumulation_steps}) runs out "
+                f"of memory on {self.baseline.device}: pass a smaller --batch-size to tune from"
+            ) from exc
 
     def _try_knob(self, knob: Knob, ctx: TuneContext, best: StepConfig, best_loop: TrainLoop,
                   baseline_losses: list[float]) -> tuple[StepConfig, TrainLoop]:

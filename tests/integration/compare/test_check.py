@@ -83,7 +83,8 @@ def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> Non
         f"    dlperf_check({WORKLOAD!r}, baseline='main', min_duration_s=0.3)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dlperf-store", str(store_path), str(test_file)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dlperf-store", str(store_path),
+         str(test_file)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

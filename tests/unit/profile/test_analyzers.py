@@ -3,6 +3,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
+from dlperf.errors import ProfileError
+from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
+from dlperf.profile.trace import TRAIN, LoaderInfo
 from tests.unit.profile.builders import (
     CEILINGS,
     FakeCeilings,
@@ -17,10 +21,6 @@ from tests.unit.profile.builders import (
 from tests.unit.profile.builders import (
     threads as thread_info,
 )
-
-from dlperf.errors import ProfileError
-from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
-from dlperf.profile.trace import TRAIN, LoaderInfo
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
 import pytest
+
+from dlperf.profile import diagnose as dg
+from dlperf.profile.capture import StepOptions
+from dlperf.profile.fixes import batch_fix, loader_fix, threads_fix
+from dlperf.profile.trace import TRAIN, LoaderInfo
+from dlperf.profile.verify import choose_fixes
 from tests.unit.profile.builders import (
     CEILINGS,
     elementwise,
@@ -10,12 +16,6 @@ from tests.unit.profile.builders import (
     threads,
     trace,
 )
-
-from dlperf.profile import diagnose as dg
-from dlperf.profile.capture import StepOptions
-from dlperf.profile.fixes import batch_fix, loader_fix, threads_fix
-from dlperf.profile.trace import TRAIN, LoaderInfo
-from dlperf.profile.verify import choose_fixes
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.profile.builders import op, trace
 
 from dlperf.errors import ProfileError
 from dlperf.profile.trace import dtype_kind, merged_length
+from tests.unit.profile.builders import op, trace
 
 pytestmark = pytest.mark.unit
 

@@ -4,13 +4,13 @@ import io
 
 import pytest
 from rich.console import Console
-from tests.unit.profile.builders import CEILINGS, gemm, op, trace
 
 from dlperf.cli.profile import parse_size
 from dlperf.errors import ConfigError
 from dlperf.profile import diagnose as dg
 from dlperf.profile.session import ProfileReport
 from dlperf.report.profile_view import profile_report
+from tests.unit.profile.builders import CEILINGS, gemm, op, trace
 
 pytestmark = pytest.mark.unit
 
