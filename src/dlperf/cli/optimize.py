@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import open_store, require_positive
     from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
-    from dlperf.optimize.search import OptimizeConfig, optimize
+    from dlperf.optimize.search import OptimizeConfig, optimize, process_started_at
     from dlperf.report.optimize_view import print_result
 
     require_positive("--latency-budget-ms", args.latency_budget_ms)
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     executor = executor_from_spec(args.executor)
     try:
         result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
-                          auto_resume=not args.no_resume, on_event=progress, executor=executor)
+                          auto_resume=not args.no_resume, on_event=progress, executor=executor,
+                          started_at=process_started_at())
     finally:
         executor.close()
     data = result.to_dict()

@@ -33,6 +33,8 @@ EventFn = Callable[[str, dict[str, Any]], None]
 """on_event(kind, data): 'start', 'candidate_start', 'phase', 'candidate_done', 'skip', 'confirm', 'done'."""
 
 CONFIG_VERSION = 1
+# A pass not measured yet adds this many baseline wall times per cost class to the candidate's estimate.
+PRIOR_COST_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -178,12 +180,16 @@ class _Search:
         return min(0.25 * self.config.time_budget_s, 1.5 * base + 5.0)
 
     def estimate_s(self, candidate: Candidate) -> float:
+        """The baseline's wall time plus what each pass added when measured alone; a pass not measured yet
+        adds a prior from its cost class (a class-2 pass, a minute or two, adds 4x the baseline's wall time)."""
         base = float(self.baseline.get("wall_s", 10.0)) if self.baseline else 10.0
         extra = 0.0
         for cfg in candidate.configs:
             single = self.single_rows.get(_config_key(cfg))
             if single is not None:
                 extra += max(0.0, float(single.get("wall_s", base)) - base)
+            else:
+                extra += PRIOR_COST_FACTOR * cfg.relative_cost() * base
         return base + extra
 
     # --- evaluation ---------------------------------------------------------------------------
@@ -355,16 +361,8 @@ def _config_key(config: PassConfig) -> str:
 
 
 def _cost_rank(cand: Candidate) -> int:
-    rank_ = 0
-    for c in cand.configs:
-        if c.name == "compile":
-            rank_ += 2 if getattr(c, "mode", "") == "max-autotune" else 1
-        elif c.name in ("distill", "qat", "pruning") or (c.name == "torchao" and getattr(c, "compile", False)):
-            # training, or minutes of inductor compile for torchao's int8 kernels on a small CPU
-            rank_ += 2
-        elif c.stage == "engine":
-            rank_ += 1
-    return rank_
+    """The candidate's build cost before it is measured (PassConfig.relative_cost: 0 seconds ... 3 minutes)."""
+    return sum(c.relative_cost() for c in cand.configs)
 
 
 def _isnan(value: Any) -> bool:
@@ -415,11 +413,14 @@ def optimize(
     auto_resume: bool = True,
     on_event: EventFn | None = None,
     executor: Executor | None = None,
+    started_at: float | None = None,
 ) -> OptimizeResult:
     """Search for the best pipeline of passes for `workload` (a spec such as 'zoo:mlp' or 'file.py:name').
 
     With `store` every candidate is recorded as it is measured; `resume` (a run id) or, with
     `auto_resume`, the last interrupted search of the same workload and settings is continued.
+    `started_at` (a `time.monotonic()` value, default now) is when the time budget starts: the CLI passes
+    its process's start (`process_started_at()`), so the whole command fits the budget.
     """
     from dlperf.measure.env import capture_environment
     from dlperf.workload.loader import load_workload
@@ -439,6 +440,8 @@ def optimize(
     space = build_space(wl, ctx, config.passes, config.extra_modules)
 
     search = _Search(source, config, store, on_event)
+    if started_at is not None:
+        search.started = min(search.started, started_at)
     search.executor = executor or LocalExecutor()
     search.batch_size = batch_size
     search.cpu_flags = cpu_flags
@@ -486,6 +489,15 @@ def optimize(
         result = body(run)
         run.result = result.to_dict()
     return result
+
+
+def process_started_at(max_age_s: float = 60.0) -> float:
+    """The `time.monotonic()` value at which this process started (Python and torch imports included), but
+    at most `max_age_s` ago: a long-lived process that calls the CLI's `main` keeps its whole budget."""
+    import psutil
+
+    age = max(0.0, time.time() - psutil.Process().create_time())
+    return time.monotonic() - min(age, max_age_s)
 
 
 def _default_workdir(store: Any) -> Path:
@@ -587,4 +599,4 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     return result
 
 
-__all__ = ["OBJECTIVES", "OptimizeConfig", "OptimizeResult", "optimize"]
+__all__ = ["OBJECTIVES", "OptimizeConfig", "OptimizeResult", "optimize", "process_started_at"]

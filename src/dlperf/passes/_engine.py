@@ -78,6 +78,14 @@ def installed(*modules: str) -> bool:
     return True
 
 
+def quantize_cost(calibrated: bool, keep_fp32: Any) -> int:
+    """PassConfig.relative_cost of an engine config: a calibration costs tens of seconds; the fp32 fallback
+    search (`keep_fp32="auto"`) repeats it up to `max_fallback_trials` times."""
+    if keep_fp32 == "auto":
+        return 2
+    return 1 if calibrated else 0
+
+
 def threads_for(ctx: PassContext) -> int:
     """The engine's intra-op thread count: the context's, else torch's (so comparisons are fair)."""
     if ctx.threads:

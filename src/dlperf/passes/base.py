@@ -43,6 +43,13 @@ class PassConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
 
+    def relative_cost(self) -> int:
+        """How long building this config takes, before it was ever measured: 0 seconds (a conversion), 1 tens of
+        seconds (a compile, a calibration), 2 a minute or two (a calibration repeated by a fallback search,
+        training), 3 several minutes (max-autotune, inductor's int8 kernels on a small CPU). The search
+        tries cheap candidates first and skips what its time budget cannot fit."""
+        return 0
+
     def before_engine(self) -> str | None:
         """Why an engine pass (ONNX Runtime, OpenVINO, TensorRT) is not worth building after this one; None
         when it is. An engine converts the torch module itself: a pass that changes only how the module is

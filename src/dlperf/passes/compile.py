@@ -40,6 +40,9 @@ class CompileConfig(PassConfig):
     def before_engine(self) -> str | None:
         return "an engine converts the module, not its compiled wrapper"
 
+    def relative_cost(self) -> int:
+        return 3 if self.mode == "max-autotune" else 1
+
 
 def compiler_reason(device: str) -> str | None:
     if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):

@@ -52,6 +52,9 @@ class DistillConfig(PassConfig):
         if self.steps < 0 or self.lr <= 0:
             raise ConfigError("distill: steps must be >= 0 and lr > 0")
 
+    def relative_cost(self) -> int:
+        return 2 if self.steps else 0
+
 
 def block_stack(model: nn.Module) -> tuple[str, Any] | None:
     """The longest nn.ModuleList of >= 2 children of one type (a transformer's layers), with its name."""

@@ -75,6 +75,9 @@ class OrtConfig(PassConfig):
     def label(self) -> str:
         return _engine.short_label(self)
 
+    def relative_cost(self) -> int:
+        return _engine.quantize_cost(self.precision == "int8-static", self.keep_fp32)
+
 
 def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     """fp32, dynamic int8 and static int8 (with accuracy-driven fp32 fallback) on the CPU provider; the GPU

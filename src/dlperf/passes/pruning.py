@@ -50,6 +50,9 @@ class PruneConfig(PassConfig):
         if self.finetune_steps < 0:
             raise ConfigError(f"pruning: finetune_steps must be >= 0, got {self.finetune_steps}")
 
+    def relative_cost(self) -> int:
+        return 2 if self.finetune_steps else 0
+
 
 @dataclass
 class _Pair:

@@ -36,6 +36,9 @@ class QatConfig(PassConfig):
         if self.steps < 1:
             raise ConfigError(f"qat: steps must be >= 1, got {self.steps}")
 
+    def relative_cost(self) -> int:
+        return 2
+
     def before_engine(self) -> str | None:
         return "it ends in torch-only int8 layers; the engine passes have their own int8"
 

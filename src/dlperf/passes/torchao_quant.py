@@ -40,6 +40,9 @@ class TorchAoConfig(PassConfig):
     def before_engine(self) -> str | None:
         return "its int8 layers are torch-only; the engine passes have their own int8"
 
+    def relative_cost(self) -> int:
+        return 3 if self.compile else 1
+
     def label(self) -> str:
         return _engine.short_label(self)
 

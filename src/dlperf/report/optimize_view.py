@@ -41,11 +41,18 @@ def _why(row: dict[str, Any]) -> str:
     return ""
 
 
-def candidates_table(data: dict[str, Any]) -> Table:
+WIDE_COLUMNS = ("#", "passes", "p50 ms", "p99 ms", "items/s", "metric", "drop", "MiB", "peak MiB", "build s",
+                "gain")
+NARROW_COLUMNS = ("#", "passes", "p50 ms", "metric", "drop", "build s", "gain")
+NARROW_BELOW = 130
+"""Consoles narrower than this (80 columns when piped) get the narrow table, so the labels keep room."""
+
+
+def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
     table = Table(title=f"candidates for {data['workload']} (batch {data['batch_size']}, {data['device']})",
                   show_lines=False, expand=False)
-    for name in ("#", "passes", "p50 ms", "p99 ms", "items/s", "metric", "drop", "MiB", "peak MiB", "build s",
-                 "gain"):
+    columns = NARROW_COLUMNS if width is not None and width < NARROW_BELOW else WIDE_COLUMNS
+    for name in columns:
         table.add_column(name, justify="left" if name == "passes" else "right",
                          overflow="fold" if name == "passes" else "ellipsis", no_wrap=name != "passes")
     winner = data.get("winner")
@@ -54,16 +61,17 @@ def candidates_table(data: dict[str, Any]) -> Table:
         mark = "✓" if row["key"] == winner else ("*" if row["key"] in front else "")
         style = "bold green" if row["key"] == winner else ("dim" if row.get("status") != "ok" else "")
         ok = row.get("status") == "ok"
-        table.add_row(
-            f"{i}{mark}", row["label"],
-            _ms(row.get("p50_s")) if ok else "-", _ms(row.get("p99_s")) if ok else "-",
-            f"{row['throughput']:.0f}" if ok and row.get("throughput") else "-",
-            _metric(row.get("metric")) if ok else "-", _drop(row) if ok else "-",
-            _mib(row.get("size_bytes")) if ok else "-", _mib(row.get("peak_rss_bytes")) if ok else "-",
-            f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
-            f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else row.get("status", "-"),
-            style=style,
-        )
+        cells = {
+            "#": f"{i}{mark}", "passes": row["label"],
+            "p50 ms": _ms(row.get("p50_s")) if ok else "-", "p99 ms": _ms(row.get("p99_s")) if ok else "-",
+            "items/s": f"{row['throughput']:.0f}" if ok and row.get("throughput") else "-",
+            "metric": _metric(row.get("metric")) if ok else "-", "drop": _drop(row) if ok else "-",
+            "MiB": _mib(row.get("size_bytes")) if ok else "-",
+            "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
+            "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
+            "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else row.get("status", "-"),
+        }
+        table.add_row(*(cells[name] for name in columns), style=style)
     return table
 
 
@@ -130,9 +138,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(data: dict[str, Any]) -> RenderableType:
+def render(data: dict[str, Any], width: int | None = None) -> RenderableType:
     why = why_lines(data)
-    parts: list[RenderableType] = [candidates_table(data)]
+    parts: list[RenderableType] = [candidates_table(data, width)]
     if why:
         parts.append(Text("why:"))
         parts.extend(Text(line) for line in why)
@@ -141,4 +149,4 @@ def render(data: dict[str, Any]) -> RenderableType:
 
 
 def print_result(data: dict[str, Any], console: Console) -> None:
-    console.print(render(data))
+    console.print(render(data, console.width))

@@ -44,3 +44,29 @@ def test_size_objective_picks_int8_within_the_accuracy_budget(tmp_path: Path) ->
         acc = workload.eval.evaluate(loaded)
     assert acc == pytest.approx(winner["metric"], abs=1e-9)
     assert acc >= base_acc * 0.99
+
+
+def test_static_int8_engine_gets_the_search_budget_and_stays_within_it(tmp_path: Path) -> None:
+    config = OptimizeConfig(
+        objective="size", passes=("onnxruntime",), constraints=Constraints(max_metric_drop=0.01),
+        max_depth=1, time_budget_s=300, workdir=str(tmp_path / "work"), **FAST,  # type: ignore[arg-type]
+    )
+    result = optimize("zoo:digits-cnn", config, export_dir=tmp_path / "out")
+    base_acc = result.baseline["metric"]
+    static = next(r for r in result.rows if "int8-static" in r["label"])
+    assert static["status"] == "ok", static.get("error")
+    # The fp32 fallback searched against the search's own budget (1% of the baseline accuracy), not its default.
+    (cfg,) = static["pipeline"]
+    assert cfg["keep_fp32"] == "auto" and cfg["max_metric_drop"] == pytest.approx(round(0.01 * base_acc, 6))
+    for row in result.rows:
+        if row.get("feasible"):
+            assert row["metric"] >= base_acc * 0.99
+    winner = result.winner_row
+    assert winner is not None and winner["precision"] == "int8" and winner["engine"] == "onnxruntime"
+    assert winner["size_bytes"] < result.baseline["size_bytes"]
+
+    workload = load_workload("zoo:digits-cnn")
+    assert workload.eval is not None
+    acc = workload.eval.evaluate(dlperf.load(tmp_path / "out"))
+    assert acc == pytest.approx(winner["metric"], abs=1e-9)
+    assert acc >= base_acc * 0.99

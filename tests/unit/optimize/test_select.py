@@ -81,3 +81,11 @@ def test_slower_reasons_use_cpu_flags_and_batch() -> None:
     assert "conversion overhead" in ort[0]
     assert slower_reasons(_row(2.0, 0.9), BASE, [], batch_size=1) == [
         "the passes add work per call that this model and batch size do not repay"]
+
+
+def test_absolute_drop_from_relative_or_absolute_budget() -> None:
+    assert Constraints(max_metric_drop=0.01).absolute_drop(0.95) == pytest.approx(0.0095)
+    assert Constraints(max_metric_drop=0.01).absolute_drop(-2.0) == pytest.approx(0.02)  # |baseline|
+    assert Constraints(max_metric_drop=None, max_metric_drop_abs=0.003).absolute_drop(0.95) == 0.003
+    assert Constraints(max_metric_drop=None).absolute_drop(0.95) is None
+    assert Constraints().absolute_drop(None) is None and Constraints().absolute_drop(math.nan) is None

@@ -16,6 +16,7 @@ from dlperf.optimize.space import (
     extensions,
     load_pass_modules,
     pass_module_names,
+    with_metric_budget,
 )
 from dlperf.passes.base import PassContext
 from dlperf.passes.compile import CompileConfig
@@ -124,3 +125,32 @@ def test_a_missing_engine_library_gets_an_install_hint() -> None:
         assert missing_library("tensorrt") == "tensorrt is not installed: install dlperf[gpu]"
     if importlib.util.find_spec("onnxruntime") is not None:
         assert missing_library("onnxruntime") is None
+
+
+def test_the_search_budget_reaches_only_the_fallback_searching_configs() -> None:
+    load_pass_modules()
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.passes.openvino import OpenVinoConfig
+
+    auto = OrtConfig(precision="int8-static", keep_fp32="auto")
+    fixed = OpenVinoConfig(precision="int8-static")
+    space = SearchSpace([PassOption(c, "m") for c in (HygieneConfig(), auto, fixed)], ["x: not applicable"])
+    budgeted = with_metric_budget(space, 0.0097331234)
+    assert budgeted.configs[0] == HygieneConfig() and budgeted.configs[2] == fixed  # untouched
+    assert budgeted.configs[1] == OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.009733)
+    assert budgeted.skipped == ["x: not applicable"]
+    # Deterministic: the same baseline gives the same candidate keys (an interrupted search resumes).
+    assert Candidate((with_metric_budget(space, 0.0097331234).configs[1],)).key == Candidate((budgeted.configs[1],)).key
+
+
+def test_cost_classes_order_cheap_candidates_first() -> None:
+    load_pass_modules()
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.passes.pruning import PruneConfig
+
+    assert OrtConfig().relative_cost() == 0 and OrtConfig(precision="int8-dynamic").relative_cost() == 0
+    assert OrtConfig(precision="int8-static").relative_cost() == 1
+    assert OrtConfig(precision="int8-static", keep_fp32="auto").relative_cost() == 2
+    assert CompileConfig().relative_cost() == 1 and CompileConfig(mode="max-autotune").relative_cost() == 3
+    assert PruneConfig(finetune_steps=0).relative_cost() == 0 and PruneConfig().relative_cost() == 2
+    assert HygieneConfig().relative_cost() == 0

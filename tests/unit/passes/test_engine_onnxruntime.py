@@ -126,6 +126,16 @@ def test_not_applicable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     assert search_space(state.workload, CTX) == []
 
 
+def test_an_engine_refuses_a_model_already_quantized_in_torch() -> None:
+    from dlperf.passes.openvino import OpenVinoConfig
+    from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+
+    int8 = apply_pass(DynamicInt8Config(), initial_state(get("mlp")), CTX)
+    for config in (OrtConfig(), OpenVinoConfig()):
+        assert "already int8 in torch" in (why_not(config, int8, CTX) or ""), config.label()
+    assert DynamicInt8Config().before_engine()  # so the search never builds that pipeline
+
+
 def test_config_validation_and_label() -> None:
     with pytest.raises(ConfigError):
         OrtConfig(precision="int4")

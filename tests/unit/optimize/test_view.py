@@ -1,0 +1,35 @@
+"""The optimize report's candidate table: the labels stay readable on a narrow (piped) console."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from dlperf.report.optimize_view import print_result
+
+pytestmark = pytest.mark.unit
+
+LABEL = "openvino(precision=int8-static,keep_fp32=auto)"
+
+
+def _data() -> dict[str, object]:
+    row = {"key": "k1", "label": LABEL, "status": "ok", "p50_s": 0.02, "p99_s": 0.03, "throughput": 50.0,
+           "metric": 0.995, "metric_drop_rel": 0.005, "size_bytes": 2**24, "peak_rss_bytes": 2**30,
+           "build_s": 90.0, "gain": 2.0, "feasible": True}
+    base = {"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.04, "p99_s": 0.05, "throughput": 25.0,
+            "metric": 1.0, "size_bytes": 2**26, "peak_rss_bytes": 2**30, "build_s": 0.0, "gain": 1.0}
+    return {"workload": "zoo:minilm", "batch_size": 1, "device": "cpu", "candidates": [base, row],
+            "pareto_front": ["k1"], "winner": "k1", "objective": "latency", "constraints": {},
+            "metric_name": "fidelity", "elapsed_s": 100.0, "time_budget_s": 600.0}
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_labels_survive_any_console_width(width: int) -> None:
+    out = io.StringIO()
+    print_result(_data(), Console(file=out, width=width, color_system=None))
+    text = out.getvalue()
+    assert "openvino(precision" in text and "baseline" in text  # folded over lines, never cut to nothing
+    assert "20.000" in text and "2.00x" in text  # p50 ms and gain of the candidate
+    assert ("p99 ms" in text) == (width >= 130)  # the narrow table drops the secondary columns
