@@ -291,26 +291,27 @@ class InstancePool:
         self.recorder = recorder
         self.count = count
         self._threads: list[threading.Thread] = []
-        self._runners: list[Runner] = []
 
     def start(self, warmup_batches: Sequence[int] = (1,)) -> None:
-        """Build the runners, run each once per warm-up batch size, then start the threads."""
+        """Start the threads; each builds its runner and runs it once per warm-up batch size before it takes
+        requests. Returns when all are warmed up; raises ServingError (and stops them) if one failed.
+
+        The warm-up runs in the instance's own thread because that thread is the OpenMP master of the torch
+        ops it runs: its thread team is created on its first parallel region, not in a user request."""
+        ready = [threading.Event() for _ in range(self.count)]
+        errors: list[BaseException | None] = [None] * self.count
         for i in range(self.count):
-            runner = self.model.make_runner(i)
-            for b in warmup_batches:
-                try:
-                    runner([np.array(a) for a in self.model.example_arrays(b)])
-                except Exception as exc:
-                    raise ServingError(
-                        f"model '{self.model.name}' failed its warm-up call at batch {b}: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
-            self._runners.append(runner)
-        for i, runner in enumerate(self._runners):
-            t = threading.Thread(target=self._loop, args=(runner,), name=f"dlperf-instance-{self.model.name}-{i}",
-                                 daemon=True)
+            t = threading.Thread(target=self._run, args=(i, tuple(warmup_batches), ready[i], errors),
+                                 name=f"dlperf-instance-{self.model.name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        for event in ready:
+            event.wait()
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            self.batcher.close()
+            self.join()
+            raise failed
         self.recorder.set_instances(self.count)
 
     def join(self, timeout_s: float | None = None) -> bool:
@@ -319,6 +320,25 @@ class InstancePool:
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._threads)
+
+    def _run(self, index: int, warmup_batches: tuple[int, ...], ready: threading.Event,
+             errors: list[BaseException | None]) -> None:
+        try:
+            runner = self.model.make_runner(index)
+            for b in warmup_batches:
+                try:
+                    runner([np.array(a) for a in self.model.example_arrays(b)])
+                except Exception as exc:
+                    raise ServingError(
+                        f"model '{self.model.name}' failed its warm-up call at batch {b}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+        except BaseException as exc:
+            errors[index] = exc
+            ready.set()
+            return
+        ready.set()
+        self._loop(runner)
 
     def _loop(self, runner: Runner) -> None:
         while True:

@@ -7,15 +7,17 @@ between it and Starlette. Each variant has its own Batcher, InstancePool and met
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import hmac
 import json
 import random
+import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Work
@@ -36,6 +38,7 @@ SERVER_NAME = "dlperf"
 EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration")
 ROUTING_HEADER = "x-routing-key"
 ROUTING_PARAMETER = "routing_key"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     started: list[Variant] = []
     try:
         for vname, spec in specs:
-            model = (served or {}).get(spec) or load_served_model(spec, config.model_name, config.device)
+            model = (served or {}).get(spec) or _in_fresh_thread(
+                functools.partial(load_served_model, spec, config.model_name, config.device))
             if variants and not _same_signature(variants[0].model, model):
                 raise ConfigError(
                     f"variant '{vname}' ({spec}) has another signature than variant '{variants[0].name}': "
@@ -440,15 +444,53 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     return state
 
 
+def _in_fresh_thread(fn: Callable[[], T]) -> T:
+    """`fn()` in a short-lived thread (its exception re-raised here).
+
+    Loading a workload runs the model (its checks), which makes the calling thread an OpenMP master with a
+    team of torch threads that outlives the call. libgomp counts those threads: once a process has more of
+    them than CPUs, every team spins only ~100 iterations before sleeping on a futex, so each of the
+    model's parallel regions in the instance threads pays a wake-up (measured with
+    benchmarks/serve_vs_offline.py: ResNet-18 at batch 1 ran 10-30 ms slower in the server than the same
+    call in a process with one master). A thread that exits frees its team."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # re-raised in the caller, KeyboardInterrupt included
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="dlperf-load", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+FULL_WARMUP_MAX_BATCH = 64
+"""Up to this max batch size every batch size is warmed up; above it, powers of two and the max."""
+
+
 def warmup_sizes(max_batch: int) -> tuple[int, ...]:
-    """1, 2, 4, ... and the max: the first batches of each size allocate; do it before readiness, not in
-    the first user requests (and so memory is flat afterwards)."""
+    """The batch sizes each instance runs before the server is ready: every size from 1 to the max.
+
+    The first batch of each size allocates for good: oneDNN creates and caches its kernels (primitives) per
+    input shape, batch dimension included. Warming only 1, 2, 4, ... and the max let ResNet-18's RSS grow
+    by about 70 MiB during a 2-minute load (benchmarks/serve_vs_offline.py) as the other sizes turned up;
+    doing them all before readiness keeps that out of user requests and keeps memory flat afterwards.
+    Above FULL_WARMUP_MAX_BATCH that would take too long: powers of two and the max."""
+    limit = max(1, max_batch)
+    if limit <= FULL_WARMUP_MAX_BATCH:
+        return tuple(range(1, limit + 1))
     sizes = []
     b = 1
-    while b < max_batch:
+    while b < limit:
         sizes.append(b)
         b *= 2
-    sizes.append(max(1, max_batch))
+    sizes.append(limit)
     return tuple(sizes)
 
 

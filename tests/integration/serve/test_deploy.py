@@ -66,3 +66,39 @@ def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
                    "pending_requests", "request_duration_seconds_bucket", "queue_duration_seconds_bucket",
                    "compute_duration_seconds_bucket", "batch_size_bucket"):
         assert f"dlperf_inference_{family}" in names
+
+
+def _balanced(expr: str) -> bool:
+    pairs = {")": "(", "]": "[", "}": "{"}
+    stack: list[str] = []
+    quoted = False
+    for ch in expr:
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and (not stack or stack.pop() != pairs[ch]):
+            return False
+    return not stack and not quoted
+
+
+def test_dashboard_and_rules_are_well_formed() -> None:
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    assert dashboard["title"] and dashboard["uid"] and dashboard["schemaVersion"] >= 30
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for panel in panels:
+        assert panel["title"] and panel["type"] and {"x", "y", "w", "h"} <= set(panel["gridPos"])
+        assert panel["datasource"]["uid"] == "${datasource}"
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(set(refs)) == len(refs)
+        for target in panel["targets"]:
+            assert _balanced(target["expr"]), target["expr"]
+            assert set(re.findall(r"\$(\w+)", target["expr"])) <= variables | {"__rate_interval"}
+    rules = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text())
+    for rule in (r for g in rules["groups"] for r in g["rules"]):
+        assert _balanced(rule["expr"]), rule["alert"]
+        assert re.fullmatch(r"\d+[smh]", rule["for"])

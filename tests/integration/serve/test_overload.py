@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from dlperf.errors import ServingError
+from dlperf.serve.instances import ServedModel
 from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
-from .helpers import Gate, get_text, wait_until
+from .helpers import SIG, Gate, get_text, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,3 +102,22 @@ def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gat
     assert "Request timeout expired" in info.value.message()
     assert _metrics(running).failure_total["TIMEOUT"] == 1
     c.close()
+
+
+def test_instances_warm_up_in_their_own_threads_and_a_failed_warm_up_stops_the_start() -> None:
+    threads: list[str] = []
+
+    def runner(index: int) -> Any:
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            threads.append(threading.current_thread().name)
+            if arrays[0].shape[0] == 2:
+                raise RuntimeError("no batches of 2")
+            return [arrays[0] * 2]
+
+        return run
+
+    config = ServeConfig(model="m", port=0, max_batch_size=4, instances=2)
+    with pytest.raises(ServingError, match="failed its warm-up call at batch 2: RuntimeError: no batches of 2"):
+        build_state(config, {"m": ServedModel("m", SIG, runner)})
+    assert threads and all(name.startswith("dlperf-instance-m-") for name in threads)
+    assert not any(t.name.startswith("dlperf-instance-m-") for t in threading.enumerate())

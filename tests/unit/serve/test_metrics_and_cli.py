@@ -98,9 +98,10 @@ def test_router_is_sticky_and_follows_the_weights() -> None:
     assert 0.85 < share < 0.95
 
 
-def test_warmup_covers_powers_of_two_and_the_max() -> None:
-    assert warmup_sizes(32) == (1, 2, 4, 8, 16, 32)
-    assert warmup_sizes(12) == (1, 2, 4, 8, 12)
+def test_warmup_covers_every_batch_size_up_to_64_then_powers_of_two_and_the_max() -> None:
+    assert warmup_sizes(32) == tuple(range(1, 33))
+    assert warmup_sizes(64) == tuple(range(1, 65))
+    assert warmup_sizes(100) == (1, 2, 4, 8, 16, 32, 64, 100)
     assert warmup_sizes(0) == (1,)
 
 
