@@ -396,6 +396,10 @@ def diagnose(a: Analyses) -> Diagnosis:
     return Diagnosis(findings, verdict, _caveats(a))
 
 
+ABOVE_CEILING = 1.1
+"""An operator above 110% of its roofline ceiling means the ceilings, not the operator, are off."""
+
+
 def _caveats(a: Analyses) -> list[str]:
     out = []
     t = a.threads
@@ -405,6 +409,14 @@ def _caveats(a: Analyses) -> list[str]:
         out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {expected} cores its "
                    f"threads asked for ({t.other_busy_cores:.1f} cores busy elsewhere{load}); times are inflated "
                    "and percentages of peak understated: re-run on an idle machine before trusting them")
+    # compute-bound operators only: their FLOPs are counted exactly, while bytes moved are an estimate
+    above = [o for o in a.operators.operators
+             if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak > ABOVE_CEILING]
+    if above:
+        worst = max(above, key=lambda o: o.pct_of_peak or 0.0)
+        out.append(f"{worst.name} ran at {worst.pct_of_peak:.0%} of its roofline ceiling: the cached ceilings "
+                   "understate this machine (a quick calibration, or one taken while the machine was busy); run "
+                   "`dlperf calibrate --force` on an idle machine, and until then read % of peak as relative only")
     ratio = a.breakdown.profiling_overhead
     if ratio is not None and ratio >= 3.0:
         out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")

@@ -65,6 +65,17 @@ def test_bytes_and_flops_of_a_gemm_and_a_view() -> None:
     assert (b, f) == (8000, 1000)
 
 
+def test_a_row_lookup_moves_only_the_rows_it_selects() -> None:
+    # an embedding table of 30522 x 384 fp32 (47 MB), 128 token ids: 128 rows read and written
+    lookup = op("aten::index_select", 0, 10, shapes=((30522, 384), (), (128,)),
+                dtypes=("float", "Scalar", "long int"))
+    b, f = operators.op_bytes_and_flops(lookup)
+    assert b == 128 * 8 + 2 * 128 * 384 * 4 and f == 0
+    embedding = op("aten::embedding", 0, 10, shapes=((30522, 384), (1, 128), (), (), ()),
+                   dtypes=("float", "long int", "Scalar", "Scalar", "Scalar"))
+    assert operators.op_bytes_and_flops(embedding)[0] == b
+
+
 def test_roofline_classifies_compute_bandwidth_and_overhead() -> None:
     ops = [gemm(0, 4000), elementwise(4000, 5000), op("aten::add", 9000, 5, shapes=((8,), (8,)),
                                                        dtypes=("float", "float"))]

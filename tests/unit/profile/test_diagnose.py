@@ -116,3 +116,12 @@ def test_a_busy_machine_is_a_low_confidence_finding_and_a_caveat() -> None:
     assert len(d.caveats) == 1 and "machine was busy" in d.caveats[0]
     calm = _diagnose(trace([gemm(0, 9000)]))
     assert calm.caveats == [] and all(f.category != dg.HOST_THREADS for f in calm.findings)
+
+
+def test_operators_above_the_ceiling_blame_the_ceilings() -> None:
+    normal = _diagnose(trace([gemm(0, 9000)]))
+    assert not any("calibrate --force" in c for c in normal.caveats)
+    # the same GEMM (15% of the real peak) against ceilings a tenth of the real ones: "150% of peak"
+    low = type(CEILINGS)({"fp32": CEILINGS.gemm_flops["fp32"] / 10}, CEILINGS.memory_bandwidth_bytes_s / 10)
+    d = dg.diagnose(dg.analyze_all(trace([gemm(0, 9000)]), low))  # type: ignore[arg-type]
+    assert any("aten::addmm ran at" in c and "calibrate --force" in c for c in d.caveats)

@@ -4,7 +4,8 @@ roofline (compute- or bandwidth-bound, % of the ceiling), from calibrate's Ceili
 FLOPs come from torch.profiler (matmul, conv and a few elementwise ops); an elementwise op it does not
 count is taken as one FLOP per output element. Bytes moved are estimated from the input shapes and dtypes
 the profiler records: every tensor input is read once and the output (the largest input's size, or MxN
-for a matrix product) written once; view ops move nothing. These are estimates: caches make real traffic
+for a matrix product) written once; view ops move nothing; a row lookup (`index_select`, `embedding`) reads
+the indices and only the rows it selects. These are estimates: caches make real traffic
 lower for small tensors, and the estimate says nothing of ops the profiler gives no shapes for.
 """
 
@@ -44,6 +45,8 @@ ELEMENTWISE_OPS = frozenset({
     "aten::addcmul_", "aten::addcdiv_", "aten::sqrt", "aten::rsqrt", "aten::pow", "aten::fill_", "aten::where",
     "aten::maximum", "aten::minimum", "aten::sin", "aten::cos", "aten::hardtanh", "aten::leaky_relu",
 })
+GATHER_OPS = frozenset({"aten::index_select", "aten::embedding"})
+"""Row lookups (an embedding table): they read only the selected rows, not the whole table."""
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::_int_mm"})
 
 
@@ -130,6 +133,10 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     ]
     if not tensors:
         return 0.0, float(op.flops)
+    if op.name in GATHER_OPS and len(tensors) >= 2 and len(tensors[0][0]) >= 1:
+        (table, size), (index, index_size) = tensors[0], tensors[-1]
+        rows = _numel(index) * (_numel(table) // max(1, table[0]))
+        return float(_numel(index) * index_size + 2 * rows * size), 0.0
     read = sum(_numel(s) * size for s, size in tensors)
     largest_shape, largest_size = max(tensors, key=lambda t: _numel(t[0]) * t[1])
     out_elems = _numel(largest_shape)
