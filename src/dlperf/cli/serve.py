@@ -98,7 +98,8 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
         given = [flag for flag, value in (("--replicas", args.replicas), ("--autoscale", args.autoscale),
                                           ("--ray-address", args.ray_address)) if value is not None]
         if given:
-            raise ConfigError(f"{' and '.join(given)} only apply with --ray: add --ray to serve on Ray Serve")
+            raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --ray: add --ray to "
+                              "serve on Ray Serve")
         return None
     from dlperf.ray.serve import RayServeOptions, parse_autoscale
 

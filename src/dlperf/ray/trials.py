@@ -257,7 +257,13 @@ class RayExecutor:
         free = [n for n in sorted(eligible) if self._in_flight.get(n, 0) < eligible[n]]
         if not free:
             return None
-        preferred = [n for n in free if n != avoid] or free
+        preferred = [n for n in free if n != avoid]
+        if not preferred:
+            if any(n != avoid for n in eligible):
+                # A retry waits for another node rather than going back to the one its trial just died on,
+                # which may be leaving (Ray can still list it as alive for a few seconds).
+                return None
+            preferred = free
         # Least busy first, then in turn, so that even one trial at a time visits every node.
         self._turn += 1
         return min(preferred, key=lambda n: (self._in_flight.get(n, 0),

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from .gated_workload import gate_path
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 httpclient = pytest.importorskip("tritonclient.http")
+import gevent  # noqa: E402  (tritonclient's event loop)
 
 WORKLOAD = Path(__file__).with_name("gated_workload.py")
 MAX_BATCH = 8
@@ -98,8 +100,10 @@ def test_requests_spread_over_both_replicas_each_batching_its_share(cli_server: 
         xs = [np.stack([np.full(1 + i % 2, token), np.arange(1 + i % 2) + 10 * i], 1).astype(np.float32)
               for i in range(n)]
         pending = [c.async_infer("gated", [_input(x)], request_id=str(i)) for i, x in enumerate(xs)]
-        wait_until(lambda: sum(s.in_flight for s in replica_stats()) == n, 120,
-                   "every request to be held inside a replica")
+        deadline = time.monotonic() + 120
+        while sum(s.in_flight for s in replica_stats()) < n:
+            assert time.monotonic() < deadline, f"not every request reached a replica: {replica_stats()}"
+            gevent.sleep(0.05)  # lets the client's greenlets finish sending
         held = {s.replica: s.in_flight for s in replica_stats()}
     finally:
         gate.unlink(missing_ok=True)

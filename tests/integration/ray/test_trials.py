@@ -149,3 +149,58 @@ def test_map_runs_one_trial_per_node_at_once_and_kills_hung_or_cancelled_trials(
         with pytest.raises(KeyboardInterrupt):
             list(executor.map([_hang_job(tmp_path, "c", 600.0)]))
         assert started and _gone(started[0]["worker_pid"])
+
+
+def _baseline_job(tmp_path: Path, name: str) -> Job:
+    settings = EvalSettings(source="zoo:mlp", export=False, warmup_iters=2, min_duration_s=0.1, min_iters=5,
+                            max_duration_s=2.0)
+    out_dir = tmp_path / "work" / name
+    payload = {"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(out_dir)}
+    return Job("evaluate", payload, out_dir / "child.log", 300.0, tag=name)
+
+
+def test_a_node_that_leaves_costs_only_its_trial_which_is_retried_on_another(ray_cluster: Any,
+                                                                            tmp_path: Path) -> None:
+    from dlperf.ray.trials import RETRYABLE, RayExecutor
+
+    from .conftest import NODE_ARGS
+
+    worker = next(iter(ray_cluster.worker_nodes))
+    head_id = ray_cluster.head_node.node_id
+    removed: list[str] = []
+    done = threading.Event()
+
+    def remove_the_worker_node_once_its_trial_runs() -> None:
+        while not done.is_set() and not removed:
+            for name in ("a", "b"):
+                folder = tmp_path / "work" / name
+                if (folder / "ray-trial-1.json").exists() and _trial_started(folder)["node_id"] == worker.node_id:
+                    ray_cluster.remove_node(worker, allow_graceful=False)
+                    removed.append(name)
+                    return
+            time.sleep(0.05)
+
+    remover = threading.Thread(target=remove_the_worker_node_once_its_trial_runs, daemon=True)
+    try:
+        with RayExecutor(startup_grace_s=60.0) as executor:
+            assert executor.slots == 2
+            remover.start()
+            # two trials at once: one on each node
+            results = {job.tag: r for job, r in executor.map([_baseline_job(tmp_path, "a"),
+                                                              _baseline_job(tmp_path, "b")])}
+    finally:
+        done.set()
+        remover.join(30)
+        if removed:  # give the later tests their two-node cluster back
+            ray_cluster.add_node(**NODE_ARGS)
+            ray_cluster.wait_for_nodes()
+    assert len(removed) == 1
+    lost = results[removed[0]]
+    kept = results[({"a", "b"} - set(removed)).pop()]
+    # the other node's trial was not disturbed
+    assert kept["status"] == "ok" and kept["attempts"] == 1 and kept["node"]["node_id"] == head_id
+    # the trial on the node that left was measured again on the node that stayed
+    assert lost["status"] == "ok" and lost["attempts"] == 2, lost
+    assert lost["node"]["node_id"] == head_id
+    assert lost["retried_after"][0].split(" ")[0] in RETRYABLE
+    assert lost["p50_s"] > 0 and kept["p50_s"] > 0

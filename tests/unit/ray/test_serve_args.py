@@ -37,10 +37,10 @@ def test_ray_values() -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (("--replicas", "2"), "--replicas only apply with --ray"),
-    (("--autoscale", "1:2"), "--autoscale only apply with --ray"),
-    (("--ray-address", "auto"), "--ray-address only apply with --ray"),
-    (("--replicas", "2", "--ray-address", "auto"), "--replicas and --ray-address only apply with --ray"),
+    (("--replicas", "2"), "--replicas needs --ray"),
+    (("--autoscale", "1:2"), "--autoscale needs --ray"),
+    (("--ray-address", "auto"), "--ray-address needs --ray"),
+    (("--replicas", "2", "--ray-address", "auto"), "--replicas and --ray-address need --ray"),
     (("--ray", "--replicas", "2", "--autoscale", "1:4"), "either --replicas N .* or --autoscale MIN:MAX"),
     (("--ray", "--replicas", "0"), "--replicas must be >= 1, got 0"),
     (("--ray", "--autoscale", "4:1"), "--autoscale 4:1: give MIN:MAX"),
@@ -54,7 +54,7 @@ def test_bad_combinations(argv: tuple[str, ...], message: str) -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (("--replicas", "2"), "--replicas only apply with --ray"),
+    (("--replicas", "2"), "--replicas needs --ray"),
     (("--ray", "--port", "0"), "--port 0 is not supported with --ray"),
 ])
 def test_the_command_refuses_before_loading_anything(argv: tuple[str, ...], message: str,
