@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
 from dlperf.passes import _engine
+from dlperf.passes._sigstack import preserved_signal_stack
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
 if TYPE_CHECKING:
@@ -110,7 +111,8 @@ def _compile(ov_model: Any, threads: int, inference_precision: str) -> Any:
     if inference_precision != "auto":
         cfg["INFERENCE_PRECISION_HINT"] = inference_precision
     try:
-        return ov.Core().compile_model(ov_model, "CPU", cfg)
+        with preserved_signal_stack():  # the CPU plugin leaves a dangling alternate signal stack otherwise
+            return ov.Core().compile_model(ov_model, "CPU", cfg)
     except Exception as exc:
         raise OptimizeError(f"OpenVINO could not compile the model: {type(exc).__name__}: {exc}") from exc
 
@@ -194,7 +196,7 @@ def _quantize(config: OpenVinoConfig, ov_model: Any, samples: list[Inputs], igno
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
 
     ignored_scope = nncf.IgnoredScope(names=list(ignored), validate=False) if ignored else None
-    with _engine._quiet():
+    with _engine._quiet(), preserved_signal_stack():  # nncf compiles models for calibration
         if config.precision == "int8-weights":
             mode = nncf.CompressWeightsMode(config.weights_mode)
             return nncf.compress_weights(ov_model, mode=mode, ignored_scope=ignored_scope)

@@ -123,3 +123,31 @@ def test_config_validation_and_search_space() -> None:
         OpenVinoConfig(frontend="tflite")
     labels = [c.label() for c in search_space(get("mlp"), CTX)]
     assert labels == ["openvino", "openvino(precision=int8-weights)", "openvino(precision=int8-static,keep_fp32=auto)"]
+
+
+def test_signals_still_work_after_a_compiled_model_is_gone() -> None:
+    # OpenVINO's CPU plugin replaces the thread's alternate signal stack when it compiles and frees it
+    # with the compiled model; without the restore, the next Python signal handler (SIGINT, SIGCHLD ...)
+    # ran on freed memory and the kernel killed the process with SIGSEGV (seen in `dlperf serve DIR` and
+    # in this suite). Run in a fresh process so that a crash is a failed test, not a dead test run.
+    code = (
+        "import gc, os, signal\n"
+        "from dlperf.passes._sigstack import current_signal_stack\n"
+        "from dlperf.passes.base import PassContext, apply_pass, initial_state\n"
+        "from dlperf.passes.openvino import OpenVinoConfig\n"
+        "from dlperf.workload.zoo import get\n"
+        "got = []\n"
+        "signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))\n"
+        "before = current_signal_stack()\n"
+        "wl = get('mlp')\n"
+        "new = apply_pass(OpenVinoConfig(), initial_state(wl), PassContext(threads=1))\n"
+        "new.predict(*wl.example_inputs(2))\n"
+        "assert current_signal_stack() == before, (before, current_signal_stack())\n"
+        "del new; gc.collect()\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "assert got == [signal.SIGUSR1]\n"
+    )
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
