@@ -160,6 +160,30 @@ def load_exported(export_dir: Path) -> Exported:
                     loaded=dlperf.load(export_dir))
 
 
+def search_and_load(source: str, args: Any, passes: tuple[str, ...] | None, max_drop: float,
+                    tmp: str) -> Exported | None:
+    """The real search on `source` (latency at batch 1, the benchmark's threads, budget and passes) with
+    its winner exported under `tmp`, then loaded back; None (and says so) when nothing was exported."""
+    from dlperf.optimize.constraints import Constraints
+    from dlperf.optimize.search import OptimizeConfig
+
+    config = OptimizeConfig(
+        objective="latency", batch_size=1, threads=args.threads,
+        constraints=Constraints(max_metric_drop=None, max_metric_drop_abs=max_drop),
+        time_budget_s=args.time_budget, passes=passes, workdir=args.workdir or str(Path(tmp) / "work"),
+    )
+    export_dir = Path(tmp) / "export"
+    result, memory, wall_s = run_search(source, config, export_dir)
+    print_search_summary(result, memory, wall_s)
+    if result.export_dir is None:
+        print("nothing was exported")
+        return None
+    exported = load_exported(export_dir)
+    print(f"\nexported ({'confirmed winner' if exported.confirmed else 'not confirmed faster'}): "
+          f"{exported.label}; engine {exported.engine}; files {', '.join(exported.files)}")
+    return exported
+
+
 def measure_exported(eager: Callable[[], Any], exported: Callable[[], Any], blocks: int) -> Any:
     """Eager fp32 (A) against the exported winner (B), interleaved in this process."""
     from dlperf.measure.ab import ABConfig, ab_test

@@ -15,7 +15,6 @@ import argparse
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 from typing import Any
 
 import optimize_common as common
@@ -39,8 +38,6 @@ def main() -> int:
 
     import torch
 
-    from dlperf.optimize.constraints import Constraints
-    from dlperf.optimize.search import OptimizeConfig
     from dlperf.passes.sensitivity import cosine_rows
     from dlperf.workload.zoo import get
 
@@ -52,21 +49,9 @@ def main() -> int:
           f"metric drop <= {max_drop:g}; passes: {args.passes}")
 
     with tempfile.TemporaryDirectory(prefix="dlperf-bench-") as tmp:
-        config = OptimizeConfig(
-            objective="latency", batch_size=1, threads=args.threads,
-            constraints=Constraints(max_metric_drop=None, max_metric_drop_abs=max_drop),
-            time_budget_s=args.time_budget, passes=passes, workdir=args.workdir or str(Path(tmp) / "work"),
-        )
-        export_dir = Path(tmp) / "export"
-        result, memory, wall_s = common.run_search("zoo:resnet18", config, export_dir)
-        common.print_search_summary(result, memory, wall_s)
-        if result.export_dir is None:
-            print("nothing was exported")
+        exported = common.search_and_load("zoo:resnet18", args, passes, max_drop, tmp)
+        if exported is None:
             return 1
-
-        exported = common.load_exported(export_dir)
-        print(f"\nexported ({'confirmed winner' if exported.confirmed else 'not confirmed faster'}): "
-              f"{exported.label}; engine {exported.engine}; files {', '.join(exported.files)}")
         wl = get("resnet18")
         model = wl.build_model().eval()
         x = wl.example_inputs(1)
