@@ -2,8 +2,9 @@
 
 `run_search` runs the real search (dlperf.optimize.search.optimize, what `dlperf optimize` runs) with an
 export folder, printing one line per candidate as it is measured, and samples the peak memory of this
-process and every candidate process meanwhile. `measure_exported` loads the exported winner with
-`dlperf.load` and measures it against eager fp32 in this one process, interleaved (dlperf.measure.ab).
+process and every candidate process meanwhile. `search_and_load` adds loading the exported winner with
+`dlperf.load`; `measure_exported` measures it against eager fp32 in this one process, interleaved
+(dlperf.measure.ab).
 """
 
 from __future__ import annotations
@@ -184,11 +185,18 @@ def search_and_load(source: str, args: Any, passes: tuple[str, ...] | None, max_
     return exported
 
 
-def measure_exported(eager: Callable[[], Any], exported: Callable[[], Any], blocks: int) -> Any:
-    """Eager fp32 (A) against the exported winner (B), interleaved in this process."""
+def measure_exported(model: Any, loaded: Callable[..., Any], x: tuple[Any, ...], blocks: int) -> Any:
+    """Eager fp32 `model` under inference_mode (A) against the loaded winner (B) on inputs `x`, interleaved
+    in this process."""
+    import torch
+
     from dlperf.measure.ab import ABConfig, ab_test
 
-    return ab_test(eager, exported, ABConfig(blocks=blocks, iters_per_block=5))
+    def eager() -> None:
+        with torch.inference_mode():
+            model(*x)
+
+    return ab_test(eager, lambda: loaded(*x), ABConfig(blocks=blocks, iters_per_block=5))
 
 
 def print_side_by_side(result: Any, target_speedup: float, fidelity: float, worst: float, target_fidelity: float,

@@ -63,12 +63,7 @@ def main() -> int:
         loaded = exported.loaded
         fidelity = minilm.fidelity(loaded, args.seq_len)
         worst = minilm.min_fidelity(loaded, args.seq_len)
-
-        def eager() -> None:
-            with torch.inference_mode():
-                model(*x)
-
-        ab = common.measure_exported(eager, lambda: loaded(*x), args.blocks)
+        ab = common.measure_exported(model, loaded, x, args.blocks)
     common.print_side_by_side(ab, TARGET_SPEEDUP, fidelity, worst, args.min_fidelity,
                               f"the loaded artifact on the {len(minilm.EVAL_SENTENCES)} held-out sentences "
                               "(worst: the lowest single sentence)")

@@ -68,12 +68,7 @@ def main() -> int:
             return float(sims.mean()), float(sims.min())
 
         fid, worst = fidelity(loaded)
-
-        def eager() -> None:
-            with torch.inference_mode():
-                model(*x)
-
-        ab = common.measure_exported(eager, lambda: loaded(*x), args.blocks)
+        ab = common.measure_exported(model, loaded, x, args.blocks)
     common.print_side_by_side(ab, TARGET_SPEEDUP, fid, worst, args.min_fidelity,
                               f"the loaded artifact on {sum(len(b) for b in images)} random images no step of "
                               "the search saw (worst: the lowest single image)")
