@@ -8,7 +8,8 @@ offline and served back to back, and the summary gives the medians of the per-ro
   2. at concurrency 1, the server's p50 minus the raw model call's p50 at batch 1 (target < 1 ms), from
      blocks of raw calls and of requests alternating in ABBA order (median of the per-block differences),
   3. LitServe serving the same model with its own batching (same max batch and delay), at the same
-     concurrencies (target: dlperf at least as fast at equal or lower p99),
+     concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
+     loads alternate in slices (ABBA), so that both see the same machine,
   4. memory: the server's RSS after `--rss-duration` s of load (default 120) within 10% of its RSS after
      a warm-up load (medians of readings every 0.25 s over equal windows at the end of each; also the idle
      RSS after each, once the server's periodic malloc_trim has run).
@@ -187,6 +188,33 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
     return asyncio.run(run())
 
 
+def merged(parts: list[Any]) -> Any:
+    """One LevelResult from several slices of the same level: all latencies, summed time and statuses, and
+    the server-side averages weighted by requests."""
+    import dataclasses
+
+    from dlperf.loadgen.generator import ServerSide
+
+    statuses: dict[str, int] = {}
+    for r in parts:
+        for k, n in r.statuses.items():
+            statuses[k] = statuses.get(k, 0) + n
+    sides = [r.server for r in parts if r.server is not None and r.server.requests > 0]
+    server = None
+    if sides:
+        total = sum(x.requests for x in sides)
+
+        def avg(name: str) -> float:
+            return sum(getattr(x, name) * x.requests for x in sides) / total
+
+        server = ServerSide(total, avg("queue_s"), avg("compute_input_s"), avg("compute_infer_s"),
+                            avg("compute_output_s"), avg("average_batch_size"))
+    return dataclasses.replace(parts[0], latencies_ns=[v for r in parts for v in r.latencies_ns],
+                               statuses=statuses, measured_s=sum(r.measured_s for r in parts),
+                               window_throughputs=[w for r in parts for w in r.window_throughputs],
+                               server=server)
+
+
 def batch_sizes_seen(port: int, stats_path: str | None) -> list[int]:
     """The batch sizes the server has executed so far (its statistics' batch_stats)."""
     if stats_path is None:
@@ -213,9 +241,16 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads, same for all (default torch's)")
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds (offline, dlperf, LitServe)")
     parser.add_argument("--c1-s", type=float, default=8.0, help="seconds of concurrency-1 load per round")
-    parser.add_argument("--c1-blocks", type=int, default=12,
+    parser.add_argument("--slices", type=int, default=4,
+                        help="the concurrency-1 load is split into this many slices per server, run alternately "
+                             "(ABBA) between dlperf and LitServe, so that a slow spell of the machine hits both "
+                             "alike; the saturated load into 2 (A B B A): a window there holds only a few batches "
+                             "(one batch of 32 ResNet-18 items takes over a second), so its throughput is coarse "
+                             "to +-1 batch per window, and short windows would make that worse")
+    parser.add_argument("--c1-blocks", type=int, default=30,
                         help="interleaved blocks of 10 raw calls / 10 requests per round for the added latency")
-    parser.add_argument("--saturated-s", type=float, default=20.0, help="seconds of saturated load per round")
+    parser.add_argument("--saturated-s", type=float, default=30.0,
+                        help="seconds of saturated load per server and round")
     parser.add_argument("--warmup-s", type=float, default=4.0, help="unmeasured seconds before each load")
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
@@ -256,11 +291,32 @@ def main() -> int:
                                                               min_iters=2, max_duration_s=max(60.0, args.offline_s)),
                              items_per_call=batch)
 
-    def load(target: Any, concurrency: int, seconds: float) -> Any:
+    def load(target: Any, concurrency: int, seconds: float, warmup_s: float | None = None) -> Any:
         # one fixed window per level, not perf_analyzer's stop-when-stable: paired levels need equal durations
-        config = LoadConfig(concurrency=(concurrency,), duration_s=args.warmup_s + seconds, window_s=seconds,
-                            warmup_s=args.warmup_s, stable_windows=10**9)
+        warm = args.warmup_s if warmup_s is None else warmup_s
+        config = LoadConfig(concurrency=(concurrency,), duration_s=warm + seconds, window_s=seconds,
+                            warmup_s=warm, stable_windows=10**9)
         return run_level(target, config, float(concurrency))
+
+    def paired(ours: tuple[Any, Any], theirs: tuple[Any, Any] | None, concurrency: int,
+               seconds: float, slices: int) -> tuple[Any, Any]:
+        """dlperf's and LitServe's (target, process) at one concurrency: `seconds` of load each, in `slices`
+        slices alternating ABBA (each after a warm-up of its own, the first a full one), the other server
+        stopped meanwhile; returns the merged (ours, theirs) results."""
+        if theirs is None:
+            with paused(lproc):
+                return load(ours[0], concurrency, seconds), None
+        parts: dict[int, list[Any]] = {0: [], 1: []}
+        sides = (ours, theirs)
+        for k in range(slices):
+            order = (0, 1) if k % 2 == 0 else (1, 0)
+            for side in order:
+                target_i = sides[side][0]
+                other = sides[1 - side][1]
+                warm = args.warmup_s if k == 0 else min(1.0, args.warmup_s)
+                with paused(other):
+                    parts[side].append(load(target_i, concurrency, seconds / slices, warm))
+        return merged(parts[0]), merged(parts[1])
 
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -294,17 +350,11 @@ def main() -> int:
                 raw = timed(1)
             with paused(lproc):
                 added_s, raw_p50_s, served_p50_s = interleaved_added_s(offline_call(1), target, args.c1_blocks, 10)
-                ours_c1 = load(target, 1, args.c1_s)
-            if lit_target:
-                with paused(proc):
-                    lit_c1 = load(lit_target, 1, args.c1_s)
+            theirs = (lit_target, lproc) if lit_target else None
+            ours_c1, lit_c1 = paired((target, proc), theirs, 1, args.c1_s, args.slices)
             with paused(proc, lproc):
                 off = timed(args.max_batch_size)
-            with paused(lproc):
-                ours_sat = load(target, sat, args.saturated_s)
-            if lit_target:
-                with paused(proc):
-                    lit_sat = load(lit_target, sat, args.saturated_s)
+            ours_sat, lit_sat = paired((target, proc), theirs, sat, args.saturated_s, 2)
             ratios.append(ours_sat.item_throughput / off.throughput)
             added.append(added_s)
             print(f"round {i + 1}: offline {off.throughput:.1f} items/s at batch {args.max_batch_size}, raw call p50 "

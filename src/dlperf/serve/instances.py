@@ -359,7 +359,9 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
     try:
         n_inputs = len(batch[0].arrays)
         if len(batch) == 1:
-            arrays = [np.array(a) for a in batch[0].arrays]  # a writable copy: torch refuses read-only memory
+            # the request's own arrays (views of its body, see app._read_body) when writable and aligned, else
+            # a copy: torch refuses read-only memory
+            arrays = [a if a.flags.writeable and a.flags.aligned else np.array(a) for a in batch[0].arrays]
         else:
             arrays = [np.concatenate([w.arrays[i] for w in batch]) for i in range(n_inputs)]
         t1 = clock()

@@ -133,7 +133,7 @@ class InferResponse:
 # --- decoding ---------------------------------------------------------------------------------------
 
 
-def decode_request(body: bytes, header_length: int | None = None) -> InferRequest:
+def decode_request(body: bytes | memoryview, header_length: int | None = None) -> InferRequest:
     """Parse an infer request body: JSON, or JSON plus binary tensors when `header_length` is given."""
     header, binary = _split_body(body, header_length)
     obj = _parse_json(header, "request")
@@ -186,15 +186,15 @@ def decode_response(body: bytes, header_length: int | None = None) -> InferRespo
                          parameters=obj.get("parameters") or {})
 
 
-def _split_body(body: bytes, header_length: int | None) -> tuple[bytes, bytes]:
+def _split_body(body: bytes | memoryview, header_length: int | None) -> tuple[bytes, Any]:
     if header_length is None:
-        return body, b""
+        return (body if isinstance(body, bytes) else bytes(body)), b""
     if header_length < 0 or header_length > len(body):
         raise ProtocolError(
             f"Inference-Header-Content-Length is {header_length} but the body has {len(body)} bytes"
         )
     view = memoryview(body)
-    return bytes(view[:header_length]), view[header_length:]  # type: ignore[return-value]
+    return bytes(view[:header_length]), view[header_length:]
 
 
 def _parse_json(header: bytes, what: str) -> dict[str, Any]:

@@ -112,6 +112,9 @@ class Reply:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    after: Callable[[], None] | None = None
+    """Run once the reply is sent (bookkeeping kept off the request's latency); the HTTP layer calls it on
+    the event loop, right after writing the body and before it serves any other request."""
 
 
 def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
@@ -274,7 +277,7 @@ class ServerState:
         entry = self.entry(name, version)
         return entry, entry.choose(headers.get(ROUTING_HEADER))
 
-    async def infer(self, entry: ModelEntry, variant: Variant, body: bytes, headers: Mapping[str, str],
+    async def infer(self, entry: ModelEntry, variant: Variant, body: bytes | memoryview, headers: Mapping[str, str],
                     start_ns: int) -> Reply:
         """Decode, validate, queue, await the batch, encode. Every failure becomes an error reply."""
         try:
@@ -330,8 +333,8 @@ class ServerState:
             reply.content_type = "application/octet-stream"
         _compress(reply, headers.get("accept-encoding"))
         t = done.timings_ns
-        variant.recorder.success(time.monotonic_ns() - start_ns, t["start"] - done.arrival_ns,
-                                 (t["input"], t["infer"], t["output"]))
+        reply.after = functools.partial(variant.recorder.success, time.monotonic_ns() - start_ns,
+                                        t["start"] - done.arrival_ns, (t["input"], t["infer"], t["output"]))
         return reply
 
 
@@ -368,7 +371,7 @@ def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None) -> f
     return requested if server_timeout_s is None else min(requested, server_timeout_s)
 
 
-def _decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+def _decompress(body: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:
     if not encoding or encoding == "identity":
         return body
     if encoding not in ("gzip", "deflate"):

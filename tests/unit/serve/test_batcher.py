@@ -164,3 +164,21 @@ def test_a_model_that_drops_the_batch_dimension_is_an_error() -> None:
     works = [_work(), _work()]
     run_batch(lambda arrays: [np.zeros((1, 2), np.float32)], works, _model(None))
     assert all("first dimension of 2" in str(w.error) for w in works)
+
+
+def test_a_single_request_hands_its_own_writable_aligned_arrays_to_the_model() -> None:
+    seen: list[np.ndarray] = []
+
+    def runner(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        seen.extend(arrays)
+        return [arrays[0] + 1]
+
+    writable = np.ones((1, 2), np.float32)
+    run_batch(runner, [Work([writable], 1, "a", 0)], _model(runner))
+    assert seen[0] is writable  # no copy
+
+    read_only = np.frombuffer(np.ones(2, np.float32).tobytes(), np.float32).reshape(1, 2)
+    work = Work([read_only], 1, "a", 0)
+    run_batch(runner, [work], _model(runner))
+    assert seen[1] is not read_only and seen[1].flags.writeable  # torch refuses read-only memory: copied
+    np.testing.assert_array_equal(work.result[0], np.full((1, 2), 2.0))  # type: ignore[index]
