@@ -146,7 +146,7 @@ async def _read_body(request: Request, limit: int, binary_offset: int | None = N
             raise ProtocolError(f"the request body is {declared} bytes, above the server's limit of {limit} bytes "
                                 "(--max-request-mb)", 413)
     buffer = None
-    if declared is not None and binary_offset is not None and ALIGNED_MIN_BYTES <= declared >= binary_offset:
+    if declared is not None and binary_offset is not None and declared >= max(ALIGNED_MIN_BYTES, binary_offset):
         raw = np.empty(declared + ALIGNMENT, dtype=np.uint8)
         start = -(raw.ctypes.data + binary_offset) % ALIGNMENT
         buffer = raw[start:start + declared]

@@ -114,7 +114,8 @@ class Reply:
     content_type: str = "application/json"
     after: Callable[[], None] | None = None
     """Run once the reply is sent (bookkeeping kept off the request's latency); the HTTP layer calls it on
-    the event loop, right after writing the body and before it serves any other request."""
+    the event loop right after writing the body, so before it serves any other request unless that write
+    had to wait for a slow client. Not called when sending fails (the client went away)."""
 
 
 def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
