@@ -343,14 +343,13 @@ def main() -> int:
 
         ratios, added, lit_ratios = [], [], []
         pairs: list[tuple[Any, Any]] = []
-        lit_sat = lit_c1 = None
+        theirs = (lit_target, lproc) if lit_target else None
         for i in range(args.rounds):
             # only what is measured runs: the other server(s) are stopped meanwhile
             with paused(proc, lproc):
                 raw = timed(1)
             with paused(lproc):
                 added_s, raw_p50_s, served_p50_s = interleaved_added_s(offline_call(1), target, args.c1_blocks, 10)
-            theirs = (lit_target, lproc) if lit_target else None
             ours_c1, lit_c1 = paired((target, proc), theirs, 1, args.c1_s, args.slices)
             with paused(proc, lproc):
                 off = timed(args.max_batch_size)
