@@ -6,7 +6,10 @@ offline and served back to back, and the summary gives the medians of the per-ro
   1. dlperf serve's saturated throughput under the dlperf load generator over the model's offline
      throughput at the max batch size (target >= 85%),
   2. at concurrency 1, the server's p50 minus the raw model call's p50 at batch 1 (target < 1 ms), from
-     blocks of raw calls and of requests alternating in ABBA order (median of the per-block differences),
+     blocks of raw calls and of requests alternating in ABBA order (median of the per-block differences);
+     also split, from the server's statistics per block, into the server's own part (round trip - its own
+     model call) and its model call - the raw call here (two processes running the same model differ by
+     up to about +-1 ms on this machine, a draw made once per process),
   3. LitServe serving the same model with its own batching (same max batch and delay), at the same
      concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
      loads alternate in slices (ABBA), so that both see the same machine,
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -136,19 +140,28 @@ def litserve_target(port: int, arrays: list[np.ndarray]) -> Any:
     return Target(endpoint, "litserve", raw, int(arrays[0].shape[0]))
 
 
-def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> tuple[float, float, float]:
+def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> tuple[float, float, float, Any]:
     """At concurrency 1: blocks of `per_block` raw model calls alternating with blocks of as many sequential
     requests to the server (one keep-alive connection), so that both see the same machine state; returns the
-    median over blocks of (server block p50 - raw block p50), and the medians of the raw and served p50s."""
-    import asyncio
+    median over blocks of (server block p50 - raw block p50), the medians of the raw and served p50s, and
+    where the difference goes (`Split`, from block means and the server's own statistics)."""
     import statistics
 
     from dlperf.loadgen.client import Connection
+    from dlperf.loadgen.generator import run_sync
 
     def p50_of(times: list[float]) -> float:
         return float(statistics.median(times))
 
-    async def served(conn: Connection) -> float:
+    def server_ns() -> tuple[int, int, int]:
+        """(compute_infer ns, success ns, success count) so far, from the server's statistics."""
+        with urllib.request.urlopen(f"http://{target.endpoint.authority}{target.stats_path}", timeout=10) as r:
+            stats = json.loads(r.read())["model_stats"][0]["inference_stats"]
+        return stats["compute_infer"]["ns"], stats["success"]["ns"], stats["success"]["count"]
+
+    async def served(conn: Connection) -> tuple[float, float, tuple[float, float]]:
+        """(p50, mean) of the block, and the server's (model call, request) means for it."""
+        before = server_ns()
         times = []
         for _ in range(per_block):
             t0 = time.perf_counter()
@@ -156,17 +169,20 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
             times.append(time.perf_counter() - t0)
             if reply.status != 200:
                 raise SystemExit(f"the server answered {reply.status}: {reply.body[:200]!r}")
-        return p50_of(times)
+        after = server_ns()
+        n = max(1, after[2] - before[2])
+        return p50_of(times), statistics.fmean(times), ((after[0] - before[0]) / n / 1e9,
+                                                        (after[1] - before[1]) / n / 1e9)
 
-    def raw() -> float:
+    def raw() -> tuple[float, float]:
         times = []
         for _ in range(per_block):
             t0 = time.perf_counter()
             call()
             times.append(time.perf_counter() - t0)
-        return p50_of(times)
+        return p50_of(times), statistics.fmean(times)
 
-    async def run() -> tuple[float, float, float]:
+    async def run() -> tuple[float, float, float, Any]:
         conn = Connection(target.endpoint)
         try:
             await served(conn)  # connect and warm up
@@ -183,16 +199,42 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
                 pairs.append((r, s))
         finally:
             await conn.close()
-        return (p50_of([s - r for r, s in pairs]), p50_of([r for r, _ in pairs]), p50_of([s for _, s in pairs]))
+        split = Split(model_s=p50_of([s[2][0] - r[1] for r, s in pairs]),
+                      server_s=p50_of([s[2][1] - s[2][0] for _, s in pairs]),
+                      http_s=p50_of([s[1] - s[2][1] for _, s in pairs]),
+                      own_s=p50_of([s[1] - s[2][0] for _, s in pairs]))
+        return (p50_of([s[0] - r[0] for r, s in pairs]), p50_of([r[0] for r, _ in pairs]),
+                p50_of([s[0] for _, s in pairs]), split)
 
-    return asyncio.run(run())
+    return run_sync(run())  # the load generator's event loop (uvloop where installed), as in the loads
+
+
+@dataclasses.dataclass
+class Split:
+    """Where a served request's time beyond the raw call goes, medians over blocks of block means:
+    model_s: the server's own model call (its statistics' compute_infer) - the raw call here; two processes
+        running the same model differ by up to about +-1 ms on this machine (their memory layouts differ),
+        so this part carries that draw;
+    server_s: the server's request time (handler entered -> reply built) - its model call: decode, queue,
+        the hand-offs to and from the instance thread, split, encode;
+    http_s: the client's round trip - the server's request time: HTTP in and out, both event loops;
+    own_s: server_s + http_s measured directly, the client's round trip - the server's own model call:
+        what the server adds independent of how fast the model runs in which process."""
+
+    model_s: float
+    server_s: float
+    http_s: float
+    own_s: float
+
+    def text(self) -> str:
+        return (f"served - server's own model call {self.own_s * 1e3:+.2f} ms (server {self.server_s * 1e3:.2f}, "
+                f"HTTP and client {self.http_s * 1e3:.2f}); its model call - the raw call here "
+                f"{self.model_s * 1e3:+.2f} ms")
 
 
 def merged(parts: list[Any]) -> Any:
     """One LevelResult from several slices of the same level: all latencies, summed time and statuses, and
     the server-side averages weighted by requests."""
-    import dataclasses
-
     from dlperf.loadgen.generator import ServerSide
 
     statuses: dict[str, int] = {}
@@ -342,6 +384,7 @@ def main() -> int:
         target = oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1))
 
         ratios, added, lit_ratios = [], [], []
+        splits: list[Split] = []
         pairs: list[tuple[Any, Any]] = []
         theirs = (lit_target, lproc) if lit_target else None
         for i in range(args.rounds):
@@ -349,7 +392,9 @@ def main() -> int:
             with paused(proc, lproc):
                 raw = timed(1)
             with paused(lproc):
-                added_s, raw_p50_s, served_p50_s = interleaved_added_s(offline_call(1), target, args.c1_blocks, 10)
+                added_s, raw_p50_s, served_p50_s, split = interleaved_added_s(offline_call(1), target,
+                                                                              args.c1_blocks, 10)
+            splits.append(split)
             ours_c1, lit_c1 = paired((target, proc), theirs, 1, args.c1_s, args.slices)
             with paused(proc, lproc):
                 off = timed(args.max_batch_size)
@@ -358,8 +403,8 @@ def main() -> int:
             added.append(added_s)
             print(f"round {i + 1}: offline {off.throughput:.1f} items/s at batch {args.max_batch_size}, raw call p50 "
                   f"{raw.p50_s * 1e3:.2f} ms at batch 1; interleaved at c=1 ({args.c1_blocks} blocks of 10): raw "
-                  f"{raw_p50_s * 1e3:.2f} ms, served {served_p50_s * 1e3:.2f} ms, added {added_s * 1e3:+.2f} ms",
-                  flush=True)
+                  f"{raw_p50_s * 1e3:.2f} ms, served {served_p50_s * 1e3:.2f} ms, added {added_s * 1e3:+.2f} ms\n"
+                  f"  c=1 means: {split.text()}", flush=True)
             print(row("dlperf", ours_c1), flush=True)
             print(row("dlperf", ours_sat), flush=True)
             if lit_c1 is not None and lit_sat is not None:
@@ -417,6 +462,10 @@ def main() -> int:
           f"(rounds: {', '.join(f'{r:.0%}' for r in ratios)})  [target >= 85%: {verdict(ratio >= 0.85)}]")
     print(f"  concurrency 1: server p50 - raw call p50, interleaved blocks = {added_ms:+.2f} ms (rounds: "
           f"{', '.join(f'{a * 1e3:+.2f}' for a in added)})  [target < 1 ms: {verdict(added_ms < 1.0)}]")
+    own = [x.own_s * 1e3 for x in splits]
+    print(f"    of which the server's own part (round trip - its own model call, block means): "
+          f"{statistics.median(own):+.2f} ms (rounds: {', '.join(f'{a:+.2f}' for a in own)}); its model call - the "
+          f"raw call here: {statistics.median([x.model_s * 1e3 for x in splits]):+.2f} ms")
     if pairs:
         wins = [o.item_throughput >= t.item_throughput and o.percentile_s(99) <= t.percentile_s(99) for o, t in pairs]
         print(f"  LitServe saturated / offline: {statistics.median(lit_ratios):.0%} "

@@ -1,8 +1,11 @@
-"""A minimal keep-alive HTTP/1.1 client on asyncio streams: the load generator's transport.
+"""A minimal keep-alive HTTP/1.1 client on an asyncio Protocol: the load generator's transport.
 
 Why not httpx or tritonclient: on a 2-core machine the load generator shares the CPU with the server,
 and a general client spends several hundred µs of Python per request; this one sends a prebuilt
-request and reads a Content-Length (or chunked) response, which keeps the generator's share small.
+request and parses a Content-Length (or chunked, or until-close) response straight from the bytes the
+event loop hands it, with one timer per request. Against a bare uvicorn app answering a 2 KB POST at
+concurrency 1 (uvloop both sides, alternating blocks): 227 µs per round trip, against 247 µs for the
+asyncio-streams client it replaced (`StreamReader` + `wait_for`) and 166 µs for a blocking socket.
 """
 
 from __future__ import annotations
@@ -59,67 +62,157 @@ def build_request(endpoint: Endpoint, method: str, path: str, body: bytes = b"",
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def parse_reply(data: bytes | bytearray, closed: bool) -> tuple[Reply, int] | None:
+    """The first complete response in `data` and how many bytes it took, or None while it is incomplete.
+
+    `closed`: the server has closed the connection, so a response without Content-Length or chunked
+    encoding ends here. Raises ValueError on a response that is not HTTP/1.x."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        if closed and data:
+            raise ValueError(f"the connection closed inside a response head: {bytes(data[:80])!r}")
+        return None
+    lines = bytes(data[:end]).decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        k, sep, v = line.partition(":")
+        if sep:
+            headers[k.strip().lower()] = v.strip()
+    start = end + 4
+    if status < 200 or status in (204, 304):
+        return Reply(status, headers, b""), start
+    if "content-length" in headers:
+        stop = start + int(headers["content-length"])
+        if len(data) < stop:
+            return None
+        return Reply(status, headers, bytes(data[start:stop])), stop
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks: list[bytes] = []
+        pos = start
+        while True:
+            line_end = data.find(b"\r\n", pos)
+            if line_end < 0:
+                return None
+            size = int(bytes(data[pos:line_end]).split(b";")[0], 16)
+            if size == 0:
+                trailer_end = data.find(b"\r\n", line_end + 2)  # no trailers: an empty line follows
+                if trailer_end < 0:
+                    return None
+                return Reply(status, headers, b"".join(chunks)), trailer_end + 2
+            chunk_end = line_end + 2 + size
+            if len(data) < chunk_end + 2:
+                return None
+            chunks.append(bytes(data[line_end + 2:chunk_end]))
+            pos = chunk_end + 2
+    if not closed:
+        return None  # the body runs until the server closes the connection
+    return Reply(status, headers, bytes(data[start:])), len(data)
+
+
+class _ReplyReader(asyncio.Protocol):
+    """Buffers what arrives; completes `waiter` with the reply once `parse_reply` finds it whole."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.closed = False
+        self.waiter: asyncio.Future[Reply] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self.check()
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self.check()
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.check()
+
+    def check(self) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            found = parse_reply(self.buffer, self.closed)
+        except ValueError as exc:
+            waiter.set_exception(exc)
+            return
+        if found is not None:
+            reply, used = found
+            del self.buffer[:used]
+            waiter.set_result(reply)
+        elif self.closed:
+            waiter.set_exception(ConnectionResetError("the server closed the connection before its reply was whole"))
+
+
+def _expire(waiter: asyncio.Future[Reply], timeout_s: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError(f"no reply within {timeout_s:g} s"))
+
+
 class Connection:
     """One keep-alive connection; `send(raw)` writes a prebuilt request and reads the reply."""
 
     def __init__(self, endpoint: Endpoint, timeout_s: float = 60.0) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._reader: _ReplyReader | None = None
 
-    async def _connect(self) -> None:
-        self._reader, self._writer = await asyncio.open_connection(self.endpoint.host, self.endpoint.port)
+    async def _connect(self) -> _ReplyReader:
+        loop = asyncio.get_running_loop()
+        _, reader = await loop.create_connection(_ReplyReader, self.endpoint.host, self.endpoint.port)
+        self._reader = reader
+        return reader
 
     async def send(self, raw: bytes) -> Reply:
-        """Send; on a connection the server closed in between, reconnect once and resend."""
+        """Send; on a connection the server closed in between, reconnect once and resend. Raises OSError
+        (ConnectionError) when the connection fails, asyncio.TimeoutError after `timeout_s`, ValueError on
+        a reply that is not HTTP."""
+        loop = asyncio.get_running_loop()
         for attempt in (0, 1):
-            if self._writer is None:
-                await self._connect()
-            assert self._reader is not None and self._writer is not None
+            reader = self._reader
+            if reader is None or reader.closed:
+                await self.close()
+                reader = await self._connect()
+            assert reader.transport is not None
+            waiter: asyncio.Future[Reply] = loop.create_future()
+            reader.waiter = waiter
+            reader.transport.write(raw)
+            timer = loop.call_later(self.timeout_s, _expire, waiter, self.timeout_s)
             try:
-                self._writer.write(raw)
-                return await asyncio.wait_for(self._read(self._reader), self.timeout_s)
-            except (ConnectionError, asyncio.IncompleteReadError):
+                reply = await waiter
+            except ConnectionError:
                 await self.close()
                 if attempt:
                     raise
+                continue
+            except BaseException:
+                await self.close()  # a late reply must not be read as the next request's
+                raise
+            finally:
+                timer.cancel()
+                reader.waiter = None
+            if reader.closed or reply.headers.get("connection", "").lower() == "close":
+                await self.close()
+            return reply
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _read(self, reader: asyncio.StreamReader) -> Reply:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                headers[k.strip().lower()] = v.strip()
-        if "content-length" in headers:
-            body = await reader.readexactly(int(headers["content-length"]))
-        elif headers.get("transfer-encoding", "").lower() == "chunked":
-            chunks = []
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-                if size == 0:
-                    await reader.readuntil(b"\r\n")
-                    break
-                chunks.append(await reader.readexactly(size))
-                await reader.readexactly(2)
-            body = b"".join(chunks)
-        else:
-            body = await reader.read()
-            await self.close()
-        if headers.get("connection", "").lower() == "close":
-            await self.close()
-        return Reply(status, headers, body)
-
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        reader, self._reader = self._reader, None
+        if reader is not None and reader.transport is not None:
+            reader.transport.close()
             with contextlib.suppress(ConnectionError, OSError):
-                await self._writer.wait_closed()
-        self._reader = self._writer = None
+                await asyncio.sleep(0)  # let the transport finish closing
 
 
 async def fetch(endpoint: Endpoint, path: str, headers: dict[str, str] | None = None, method: str = "GET",

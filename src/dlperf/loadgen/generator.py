@@ -332,7 +332,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         try:
             reply = await conn.send(target.raw_request)
             status = str(reply.status)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+        except (OSError, asyncio.TimeoutError, ValueError):
             status = CONNECTION_ERROR
             await conn.close()
         t1 = clock()

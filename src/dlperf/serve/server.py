@@ -29,6 +29,7 @@ def _uvicorn_config(app: Any, config: ServeConfig) -> Any:
         loop="auto", http="auto", lifespan="off", timeout_keep_alive=30,
         timeout_graceful_shutdown=max(1, int(config.exit_timeout_s)),
         limit_concurrency=None, server_header=False, date_header=False,
+        proxy_headers=False,  # nothing here reads the client's address; one ASGI layer less per request
     )
 
 

@@ -223,3 +223,36 @@ def test_streamed_body_is_refused_with_413_as_soon_as_it_passes_the_limit() -> N
                 break
             reply += data
         assert reply.startswith(b"HTTP/1.1 413")
+
+
+def test_the_infer_route_answers_versions_and_leaves_other_methods_to_the_router(server: Running) -> None:
+    c = httpclient.InferenceServerClient(server.url)
+    version = c.get_model_metadata("mlp")["versions"][0]
+    x = np.ones((1, 64), np.float32)
+    assert c.infer("mlp", [_input(x)], model_version=version).as_numpy("logits").shape == (1, 10)
+    assert http_status(f"http://{server.url}/v2/models/mlp/infer") == 405  # a GET
+    assert http_status(f"http://{server.url}/v2/models/mlp/versions/{version}/infer") == 405
+    assert http_status(f"http://{server.url}/v2/models//infer") == 404
+
+
+def test_an_unexpected_error_while_inferring_is_a_500_with_its_reason_and_serving_goes_on() -> None:
+    config = ServeConfig(model="zoo:mlp", port=0)
+    state = build_state(config)
+    original = state.infer
+    calls: list[int] = []
+
+    async def first_call_breaks(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return await original(*args, **kwargs)
+
+    state.infer = first_call_breaks  # type: ignore[method-assign]
+    with start_in_thread(config, state) as running:
+        c = httpclient.InferenceServerClient(running.url)
+        x = np.zeros((1, 64), np.float32)
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(x)])
+        assert info.value.status() == "500"
+        assert "RuntimeError: boom" in info.value.message()
+        assert c.infer("mlp", [_input(x)]).as_numpy("logits").shape == (1, 10)
