@@ -349,6 +349,7 @@ class InstancePool:
                 run_batch(runner, batch, self.model, self.recorder)
             finally:
                 self.batcher.release(len(batch))
+                del batch  # not kept (with its input arrays) while waiting for the next one
 
 
 def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None = None) -> None:

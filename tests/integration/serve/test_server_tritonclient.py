@@ -15,7 +15,7 @@ from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
-from .helpers import get_text, http_status
+from .helpers import get_text, http_status, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -256,3 +256,35 @@ def test_an_unexpected_error_while_inferring_is_a_500_with_its_reason_and_servin
         assert info.value.status() == "500"
         assert "RuntimeError: boom" in info.value.message()
         assert c.infer("mlp", [_input(x)]).as_numpy("logits").shape == (1, 10)
+
+
+def test_answered_requests_are_freed_at_once_not_by_the_cyclic_gc() -> None:
+    """A queued request (with its input arrays, views of its body) must not sit in a reference cycle: with
+    the GC left to find it, a ResNet-18 server kept tens of bodies alive at c=1 and its RSS under load grew
+    by 20% (docs/serve.md, Memory)."""
+    import gc
+    import weakref
+
+    config = ServeConfig(model="zoo:mlp", port=0)
+    state = build_state(config)
+    batcher = state.models["mlp"].variants[0].batcher
+    refs: list[weakref.ref[Any]] = []
+    submit = batcher.submit
+
+    def tracked(work: Any) -> None:
+        refs.append(weakref.ref(work))
+        submit(work)
+
+    batcher.submit = tracked  # type: ignore[method-assign]
+    gc.disable()
+    try:
+        with start_in_thread(config, state) as running:
+            c = httpclient.InferenceServerClient(running.url, concurrency=4)
+            pending = [c.async_infer("mlp", [_input(np.full((1, 64), i, np.float32))]) for i in range(12)]
+            for p in pending:
+                p.get_result()
+            wait_until(lambda: all(r() is None for r in refs), 10.0, "the answered requests to be freed")
+            c.close()
+    finally:
+        gc.enable()
+    assert len(refs) == 12
