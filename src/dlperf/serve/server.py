@@ -156,10 +156,9 @@ TRIM_INTERVAL_S = 10.0
 def start_memory_trimmer(interval_s: float = TRIM_INTERVAL_S) -> bool:
     """Return freed heap memory to the OS every `interval_s` (glibc `malloc_trim`); False where unavailable.
 
-    Request bodies (hundreds of KiB, read in 64 KiB chunks on the event loop thread) and joined batches
-    (MiBs, on the instance threads) are freed in an order that leaves glibc's per-thread arenas holding
-    free pages, so RSS swings by 20-30% with what happened to be allocated last; trimming makes RSS
-    follow the live memory (benchmarks/serve_vs_offline.py checks it stays flat under load)."""
+    Request bodies (hundreds of KiB, on the event loop thread) and joined batches (MiBs, on the instance
+    threads) are freed into glibc's per-thread arenas, which keep the pages; trimming gives them back, so
+    an idle server's RSS follows its live memory (benchmarks/serve_vs_offline.py checks RSS stays flat)."""
     import ctypes
     import ctypes.util
 
