@@ -115,7 +115,8 @@ class Reply:
     after: Callable[[], None] | None = None
     """Run once the reply is sent (bookkeeping kept off the request's latency); the HTTP layer calls it on
     the event loop right after writing the body, so before it serves any other request unless that write
-    had to wait for a slow client. Not called when sending fails (the client went away)."""
+    had to wait for a slow client. Not called if sending raises; uvicorn's send to a client that has gone
+    away returns quietly, so such a request still counts as answered."""
 
 
 def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
