@@ -158,8 +158,12 @@ class Work:
     context: Any = None
 
     def finish(self) -> None:
-        if self.on_done is not None:
-            self.on_done(self)
+        """Hand the result (or error) over, once. The callback is dropped first: it typically holds what
+        will hold this Work (the server's future), and that cycle would keep the request and its input
+        arrays alive until Python's cyclic GC came round."""
+        on_done, self.on_done = self.on_done, None
+        if on_done is not None:
+            on_done(self)
 
 
 _DECAY_S = 1.0

@@ -341,7 +341,6 @@ class ServerState:
 
 
 def _resolve(future: asyncio.Future[Work], work: Work) -> None:
-    work.on_done = None  # it holds `future`, which is about to hold `work`: no cycle for the GC to find later
     if not future.done():
         future.set_result(work)
 
