@@ -9,7 +9,7 @@ offline and served back to back, and the summary gives the medians of the per-ro
      blocks of raw calls and of requests alternating in ABBA order (median of the per-block differences);
      also split, from the server's statistics per block, into the server's own part (round trip - its own
      model call) and its model call - the raw call here (two processes running the same model differ by
-     up to about +-1 ms on this machine, a draw made once per process),
+     up to about +-1 ms on this machine, and the difference moves over a process's life),
   3. LitServe serving the same model with its own batching (same max batch and delay), at the same
      concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
      loads alternate in slices (ABBA), so that both see the same machine,
@@ -148,20 +148,22 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
     import statistics
 
     from dlperf.loadgen.client import Connection
-    from dlperf.loadgen.generator import run_sync
+    from dlperf.loadgen.generator import _server_stats, run_sync
 
     def p50_of(times: list[float]) -> float:
         return float(statistics.median(times))
 
-    def server_ns() -> tuple[int, int, int]:
+    async def server_ns() -> tuple[int, int, int]:
         """(compute_infer ns, success ns, success count) so far, from the server's statistics."""
-        with urllib.request.urlopen(f"http://{target.endpoint.authority}{target.stats_path}", timeout=10) as r:
-            stats = json.loads(r.read())["model_stats"][0]["inference_stats"]
+        model_stats = await _server_stats(target)
+        if model_stats is None:
+            raise SystemExit(f"cannot read the server's statistics at {target.stats_path}")
+        stats = model_stats["inference_stats"]
         return stats["compute_infer"]["ns"], stats["success"]["ns"], stats["success"]["count"]
 
     async def served(conn: Connection) -> tuple[float, float, tuple[float, float]]:
         """(p50, mean) of the block, and the server's (model call, request) means for it."""
-        before = server_ns()
+        before = await server_ns()
         times = []
         for _ in range(per_block):
             t0 = time.perf_counter()
@@ -169,7 +171,7 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
             times.append(time.perf_counter() - t0)
             if reply.status != 200:
                 raise SystemExit(f"the server answered {reply.status}: {reply.body[:200]!r}")
-        after = server_ns()
+        after = await server_ns()
         n = max(1, after[2] - before[2])
         return p50_of(times), statistics.fmean(times), ((after[0] - before[0]) / n / 1e9,
                                                         (after[1] - before[1]) / n / 1e9)
@@ -213,8 +215,8 @@ def interleaved_added_s(call: Any, target: Any, blocks: int, per_block: int) -> 
 class Split:
     """Where a served request's time beyond the raw call goes, medians over blocks of block means:
     model_s: the server's own model call (its statistics' compute_infer) - the raw call here; two processes
-        running the same model differ by up to about +-1 ms on this machine (their memory layouts differ),
-        so this part carries that draw;
+        running the same model differ by up to about +-1 ms on this machine, and the difference moves
+        between rounds of one run, so this part is not the server's doing;
     server_s: the server's request time (handler entered -> reply built) - its model call: decode, queue,
         the hand-offs to and from the instance thread, split, encode;
     http_s: the client's round trip - the server's request time: HTTP in and out, both event loops;
