@@ -11,7 +11,6 @@ asyncio-streams client it replaced (`StreamReader` + `wait_for`) and 166 µs for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -211,8 +210,7 @@ class Connection:
         reader, self._reader = self._reader, None
         if reader is not None and reader.transport is not None:
             reader.transport.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await asyncio.sleep(0)  # let the transport finish closing
+            await asyncio.sleep(0)  # let the transport finish closing (connection_lost runs next)
 
 
 async def fetch(endpoint: Endpoint, path: str, headers: dict[str, str] | None = None, method: str = "GET",
