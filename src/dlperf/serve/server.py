@@ -26,11 +26,43 @@ def _uvicorn_config(app: Any, config: ServeConfig) -> Any:
 
     return uvicorn.Config(
         app, host=config.host, port=config.port, log_level=config.log_level, access_log=False,
-        loop="auto", http="auto", lifespan="off", timeout_keep_alive=30,
+        loop="auto", http=_http_protocol(config.max_request_bytes), lifespan="off", timeout_keep_alive=30,
         timeout_graceful_shutdown=max(1, int(config.exit_timeout_s)),
         limit_concurrency=None, server_header=False, date_header=False,
         proxy_headers=False,  # nothing here reads the client's address; one ASGI layer less per request
     )
+
+
+def _http_protocol(max_request_bytes: int) -> Any:
+    """uvicorn's httptools protocol, except that the body of an infer request which the app reads into an
+    aligned buffer anyway (`app.body_buffer_for`) is copied from the parser straight into that buffer, not
+    into uvicorn's bytearray, then a `bytes` per 64 KiB ASGI message (reading paused and resumed around each),
+    then the buffer. "auto" where httptools is missing."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return "auto"
+    from dlperf.serve.app import BODY_SCOPE_KEY, BodyBuffer, body_buffer_for
+
+    class InferBodyProtocol(HttpToolsProtocol):
+        into: BodyBuffer | None = None
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self.into = None
+            if self.cycle is not None and self.cycle.scope is self.scope:  # not an upgrade
+                scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
+                self.into = body_buffer_for(scope, max_request_bytes)
+                if self.into is not None:
+                    scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run
+
+        def on_body(self, body: bytes) -> None:
+            if self.into is None or self.cycle.response_complete:  # answered before its body (401, 503...)
+                super().on_body(body)
+            else:
+                self.into.write(body)
+
+    return InferBodyProtocol
 
 
 def _make_server_class() -> Any:

@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlperf.serve.app import ALIGNED_MIN_BYTES, ALIGNMENT, _binary_offset, _body_chunks, _headers, _read_body
+from dlperf.serve.app import (
+    ALIGNED_MIN_BYTES,
+    ALIGNMENT,
+    BodyBuffer,
+    _binary_offset,
+    _body_chunks,
+    _headers,
+    _read_body,
+    body_buffer_for,
+)
 from dlperf.serve.protocol import ProtocolError, Tensor, decode_request, encode_request
 
 pytestmark = pytest.mark.unit
@@ -91,3 +100,57 @@ def test_a_client_that_goes_away_mid_body_is_a_400() -> None:
 
 def test_repeated_headers_keep_the_first_value() -> None:
     assert _headers([(b"x-a", b"1"), (b"x-a", b"2"), (b"x-b", b"\xe9")]) == {"x-a": "1", "x-b": "\u00e9"}
+
+
+def _scope(method: str, path: str, headers: dict[str, str], root_path: str = "") -> dict[str, Any]:
+    return {"type": "http", "method": method, "path": path, "root_path": root_path,
+            "headers": [(k.encode(), v.encode()) for k, v in headers.items()]}
+
+
+def test_the_protocol_reads_into_a_buffer_only_what_the_app_would_align() -> None:
+    body, header_length = _infer_body(np.ones((1, 40000), np.float32))
+    headers = {"content-length": str(len(body)), "inference-header-content-length": str(header_length)}
+    into = body_buffer_for(_scope("POST", "/v2/models/m/infer", headers), 1 << 20)
+    assert into is not None and len(into.buffer) == len(body)
+    assert (into.buffer.ctypes.data + header_length) % ALIGNMENT == 0
+    assert body_buffer_for(_scope("POST", "/v2/models/m/versions/2/infer", headers), 1 << 20) is not None
+    assert body_buffer_for(_scope("POST", "/serve/v2/models/m/infer", headers, "/serve"), 1 << 20) is not None
+    # not an infer POST, over the limit, no binary data, too small, chunked, a bad length: the plain path
+    assert body_buffer_for(_scope("GET", "/v2/models/m/infer", headers), 1 << 20) is None
+    assert body_buffer_for(_scope("POST", "/v2/models/m/ready", headers), 1 << 20) is None
+    assert body_buffer_for(_scope("POST", "/v2/models/m/infer", headers), len(body) - 1) is None
+    no_binary = {"content-length": str(len(body))}
+    assert body_buffer_for(_scope("POST", "/v2/models/m/infer", no_binary), 1 << 20) is None
+    small = {"content-length": "1000", "inference-header-content-length": "100"}
+    assert body_buffer_for(_scope("POST", "/v2/models/m/infer", small), 1 << 20) is None
+    chunked = {**headers, "transfer-encoding": "chunked"}
+    assert body_buffer_for(_scope("POST", "/v2/models/m/infer", chunked), 1 << 20) is None
+    bad = {**headers, "content-length": "-5"}
+    assert body_buffer_for(_scope("POST", "/v2/models/m/infer", bad), 1 << 20) is None
+
+
+def test_a_body_the_protocol_wrote_is_read_as_aligned_writable_arrays() -> None:
+    array = np.arange(40000, dtype=np.float32).reshape(1, 40000)
+    body, header_length = _infer_body(array)
+    headers = {"content-length": str(len(body)), "inference-header-content-length": str(header_length)}
+    into = body_buffer_for(_scope("POST", "/v2/models/m/infer", headers), 1 << 20)
+    assert into is not None
+    for i in range(0, len(body), 65536):  # as the parser hands it over
+        into.write(body[i:i + 65536])
+    # the ASGI messages then carry no body, only its end
+    read = asyncio.run(_read_body(*_request(b"", 1, headers), 1 << 20, header_length, into))
+    assert isinstance(read, memoryview) and bytes(read) == body
+    decoded = decode_request(read, header_length).inputs[0].data
+    np.testing.assert_array_equal(decoded, array)
+    assert decoded.flags.writeable and decoded.ctypes.data % ALIGNMENT == 0
+    with pytest.raises(ValueError, match="longer than its Content-Length"):
+        into.write(b"x")
+
+
+def test_a_client_gone_before_the_protocol_had_the_whole_body_is_a_400() -> None:
+    headers = {"content-length": "100000", "inference-header-content-length": "10"}
+    into = BodyBuffer(np.empty(100000, np.uint8))
+    into.write(b"x" * 5000)
+    with pytest.raises(ProtocolError, match="disconnected") as gone:
+        asyncio.run(_read_body(*_request(b"", 1, headers, disconnect=True), 1 << 20, 10, into))
+    assert gone.value.status == 400
