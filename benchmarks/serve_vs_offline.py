@@ -420,7 +420,7 @@ def main() -> int:
             stop(procs.pop())  # LitServe is done; it would only take CPU from the memory check
 
         # memory: a quarter of the soak warms up (every batch size, allocator caches), then the soak itself
-        from dlperf.serve.server import TRIM_INTERVAL_S
+        from dlperf.serve.server import IDLE_TRIM_S
         from dlperf.serve.service import warmup_sizes
 
         warmed = list(warmup_sizes(args.max_batch_size))
@@ -432,12 +432,12 @@ def main() -> int:
             warm = load(target, sat, warm_s)
             rss_warm = sampler.median_since(time.monotonic() - window_s)
             sizes_warm = batch_sizes_seen(port, target.stats_path)
-            time.sleep(TRIM_INTERVAL_S + 1)  # idle, after the server's periodic malloc_trim
+            time.sleep(IDLE_TRIM_S + 2)  # idle, after the server's malloc_trim once idle (polled every second)
             idle_warm = rss_of(proc.pid)
             soak = load(target, sat, args.rss_duration)
             rss_after = sampler.median_since(time.monotonic() - window_s)
             sizes_after = batch_sizes_seen(port, target.stats_path)
-            time.sleep(TRIM_INTERVAL_S + 1)
+            time.sleep(IDLE_TRIM_S + 2)
             idle_after = rss_of(proc.pid)
         finally:
             sampler.stop()

@@ -97,6 +97,7 @@ def create_app(state: ServerState) -> _InferFirst:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
             return error_reply(503, "server is shutting down: send the request to another replica")
         state.in_flight += 1
+        state.received += 1
         try:
             body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers), into)
             return await state.infer(entry, variant, body, headers, start_ns)

@@ -177,6 +177,8 @@ class ServerState:
         self.ready = False
         self.draining = False
         self.in_flight = 0
+        self.received = 0
+        """Inference requests received so far (the memory trimmer's sign of activity)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
