@@ -15,7 +15,7 @@ offline and served back to back, and the summary gives the medians of the per-ro
      loads alternate in slices (ABBA), so that both see the same machine,
   4. memory: the server's RSS after `--rss-duration` s of load (default 120) within 10% of its RSS after
      a warm-up load (medians of readings every 0.25 s over equal windows at the end of each; also the idle
-     RSS after each, once the server's periodic malloc_trim has run).
+     RSS after each, once the server has trimmed its heap on going idle).
 Servers run as subprocesses on 127.0.0.1; the load generator and the offline model run here, one at a
 time. Not a test: speed goals are checked by reading this output.
 
