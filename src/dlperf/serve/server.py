@@ -192,7 +192,7 @@ class IdleTrimmer:
     periodically.
 
     Not on a fixed period under load: each trim hands back pages that the next batch faults in again. With
-    `malloc_trim` every 10 s regardless (before), a ResNet-18 server at c=1 took 40-51 minor page faults per
+    `malloc_trim` every 10 s regardless (before), a ResNet-18 server at c=1 took 37-51 minor page faults per
     request (about 9000 refaulted after each trim, paid by the request that came next); without trimming,
     0-7 (docs/serve.md, Memory)."""
 
