@@ -166,7 +166,11 @@ class _InferFirst:
             reply = error_reply(500, f"internal server error: {type(exc).__name__}: {exc}")
         await send({"type": "http.response.start", "status": reply.status, "headers": _raw_headers(reply)})
         await send({"type": "http.response.body", "body": reply.body})
-        if reply.after is not None:
+        client_gone = scope.get(CLIENT_GONE_KEY)
+        if client_gone is not None and client_gone():
+            if reply.gone is not None:
+                reply.gone()
+        elif reply.after is not None:
             reply.after()
 
 
@@ -237,6 +241,9 @@ def _binary_offset(headers: Mapping[str, str]) -> int | None:
 
 BODY_SCOPE_KEY = "dlperf.body"
 """Scope key of a `BodyBuffer` the HTTP protocol fills with the request body (`server.py`'s protocol)."""
+CLIENT_GONE_KEY = "dlperf.client_gone"
+"""Scope key of a function that says whether the client has closed its connection (`server.py`'s protocol;
+an ASGI app cannot tell otherwise: after a reply, `receive()` says "disconnect" either way)."""
 
 
 class BodyBuffer:

@@ -21,9 +21,10 @@ LATENCY_BUCKETS_S = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 
-FAILURE_REASONS = ("REJECTED", "TIMEOUT", "BACKEND", "INVALID", "UNAVAILABLE", "OTHER")
+FAILURE_REASONS = ("REJECTED", "TIMEOUT", "BACKEND", "INVALID", "UNAVAILABLE", "CANCELED", "OTHER")
 """failure `reason` label values: REJECTED queue full; TIMEOUT request timeout expired in the queue;
-BACKEND the model raised; INVALID a bad request (400); UNAVAILABLE shutting down; OTHER anything else."""
+BACKEND the model raised; INVALID a bad request (400); UNAVAILABLE shutting down; CANCELED the client went
+away before its reply was written (the work was done); OTHER anything else."""
 
 METRIC_NAMES = (
     "dlperf_inference_request_success_total",

@@ -7,6 +7,7 @@ instances stop. A second signal exits at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -37,12 +38,13 @@ def _http_protocol(max_request_bytes: int) -> Any:
     """uvicorn's httptools protocol, except that the body of an infer request which the app reads into an
     aligned buffer anyway (`app.body_buffer_for`) is copied from the parser straight into that buffer, not
     into uvicorn's bytearray, then a `bytes` per 64 KiB ASGI message (reading paused and resumed around each),
-    then the buffer. "auto" where httptools is missing."""
+    then the buffer; and that the app can ask whether the client has gone (`app.CLIENT_GONE_KEY`). "auto"
+    where httptools is missing."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
         return "auto"
-    from dlperf.serve.app import BODY_SCOPE_KEY, BodyBuffer, body_buffer_for
+    from dlperf.serve.app import BODY_SCOPE_KEY, CLIENT_GONE_KEY, BodyBuffer, body_buffer_for
 
     class InferBodyProtocol(HttpToolsProtocol):
         into: BodyBuffer | None = None
@@ -52,6 +54,7 @@ def _http_protocol(max_request_bytes: int) -> Any:
             self.into = None
             if self.cycle is not None and self.cycle.scope is self.scope:  # not an upgrade
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
+                scope[CLIENT_GONE_KEY] = functools.partial(getattr, self.cycle, "disconnected")
                 self.into = body_buffer_for(scope, max_request_bytes)
                 if self.into is not None:
                     scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run

@@ -115,8 +115,11 @@ class Reply:
     after: Callable[[], None] | None = None
     """Run once the reply is sent (bookkeeping kept off the request's latency); the HTTP layer calls it on
     the event loop right after writing the body, so before it serves any other request unless that write
-    had to wait for a slow client. Not called if sending raises; uvicorn's send to a client that has gone
-    away returns quietly, so such a request still counts as answered."""
+    had to wait for a slow client. Not called if sending raises."""
+    gone: Callable[[], None] | None = None
+    """Run instead of `after` when the client went away before the reply could be written (the HTTP layer
+    knows where its protocol says so: `app.CLIENT_GONE_KEY`; uvicorn's send to such a client returns
+    quietly)."""
 
 
 def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
@@ -339,6 +342,7 @@ class ServerState:
         t = done.timings_ns
         reply.after = functools.partial(variant.recorder.success, time.monotonic_ns() - start_ns,
                                         t["start"] - done.arrival_ns, (t["input"], t["infer"], t["output"]))
+        reply.gone = functools.partial(variant.recorder.failure, "CANCELED", time.monotonic_ns() - start_ns)
         return reply
 
 

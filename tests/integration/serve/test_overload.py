@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from dlperf.errors import ServingError
 from dlperf.serve.instances import ServedModel
 from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.protocol import Tensor, encode_request
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
@@ -84,6 +86,24 @@ def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(ga
     assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0
     m = _metrics(running)
     assert m.failure_total["BACKEND"] == 1 and m.success_total == 1
+
+
+def test_a_client_gone_before_its_reply_counts_as_canceled_not_as_a_success(gated: tuple[Running, Gate]) -> None:
+    running, gate = gated
+    connections = running.server.server_state.connections  # uvicorn's open connections
+    body, header_length = encode_request([Tensor("x", "FP32", np.ones((1, 4), np.float32))])
+    head = (f"POST /v2/models/gated/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: {header_length}"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((running.host, running.port), 10) as sock:
+        sock.sendall(head + body)
+        assert gate.entered.acquire(timeout=30)  # the model holds the request
+    wait_until(lambda: not connections, what="the server to see the client go")
+    gate.open.set()
+    wait_until(lambda: _metrics(running).failure_total["CANCELED"] == 1, what="the request counted as CANCELED")
+    c = httpclient.InferenceServerClient(running.url)
+    assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0  # and serving goes on
+    m = _metrics(running)
+    assert m.success_total == 1 and m.failure_total["CANCELED"] == 1 and m.requests_total == 2
 
 
 def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gate]) -> None:
