@@ -340,9 +340,10 @@ class ServerState:
             reply.content_type = "application/octet-stream"
         _compress(reply, headers.get("accept-encoding"))
         t = done.timings_ns
-        reply.after = functools.partial(variant.recorder.success, time.monotonic_ns() - start_ns,
-                                        t["start"] - done.arrival_ns, (t["input"], t["infer"], t["output"]))
-        reply.gone = functools.partial(variant.recorder.failure, "CANCELED", time.monotonic_ns() - start_ns)
+        request_ns = time.monotonic_ns() - start_ns
+        reply.after = functools.partial(variant.recorder.success, request_ns, t["start"] - done.arrival_ns,
+                                        (t["input"], t["infer"], t["output"]))
+        reply.gone = functools.partial(variant.recorder.failure, "CANCELED", request_ns)
         return reply
 
 
