@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
 import numpy as np
@@ -103,7 +102,7 @@ def main() -> int:
         return 0
 
     from dlperf.loadgen.client import Connection, parse_url
-    from dlperf.loadgen.generator import oip_target, run_sync
+    from dlperf.loadgen.generator import _server_stats, oip_target, run_sync
     from dlperf.workload.loader import load_workload
 
     name = load_workload(args.workload).name.split("?")[0]
@@ -123,11 +122,12 @@ def main() -> int:
         wait_ready(f"http://127.0.0.1:{dlperf_port}/v2/health/ready", ours)
         workload = load_workload(args.workload)
         target = oip_target(f"127.0.0.1:{dlperf_port}", name, inputs=workload.example_inputs(1))
-        stats_url = f"http://127.0.0.1:{dlperf_port}/v2/models/{name}/stats"
 
-        def compute_infer() -> tuple[int, int]:
-            with urllib.request.urlopen(stats_url) as f:
-                st = json.loads(f.read())["model_stats"][0]["inference_stats"]["compute_infer"]
+        async def compute_infer() -> tuple[int, int]:
+            model_stats = await _server_stats(target)
+            if model_stats is None:
+                raise SystemExit(f"cannot read dlperf's statistics at {target.stats_path}")
+            st = model_stats["inference_stats"]["compute_infer"]
             return int(st["ns"]), int(st["count"])
 
         async def run() -> tuple[list[float], list[float]]:
@@ -144,14 +144,14 @@ def main() -> int:
                 return statistics.mean(own)
 
             async def ours_block(n: int = 10) -> float:
-                ns0, count0 = compute_infer()
+                ns0, count0 = await compute_infer()
                 trips = []
                 for _ in range(n):
                     t0 = time.perf_counter_ns()
                     reply = await ours_conn.send(target.raw_request)
                     trips.append(time.perf_counter_ns() - t0)
                     assert reply.status == 200, reply.body
-                ns1, count1 = compute_infer()
+                ns1, count1 = await compute_infer()
                 return statistics.mean(trips) - (ns1 - ns0) / (count1 - count0)
 
             await floor_block(20)
