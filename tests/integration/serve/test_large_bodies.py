@@ -42,7 +42,7 @@ class Seen:
             x = arrays[0]
             with self.lock:
                 self.batches.append((x.shape[0], x.ctypes.data % app.ALIGNMENT == 0, x.flags.writeable))
-            return [np.stack([x[:, 0], x.sum(axis=1, dtype=np.float64).astype(np.float32)], axis=1)]
+            return [_expected(x)]
 
         return run
 
