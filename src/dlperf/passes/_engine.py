@@ -7,7 +7,6 @@ the original outputs (one tensor, or a tuple of them). The structure is recorded
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import logging
 import warnings
@@ -173,17 +172,6 @@ def _quiet() -> Iterator[None]:
             yield
     finally:
         logging.disable(previous)
-
-
-def short_label(config: Any) -> str:
-    """'onnxruntime(precision=int8-static,keep_fp32=auto)': only the fields that differ from their defaults."""
-    changed = []
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.default is not dataclasses.MISSING and value == f.default:
-            continue
-        changed.append(f"{f.name}={'+'.join(value) if isinstance(value, tuple) else value}")
-    return f"{config.name}({','.join(changed)})" if changed else str(config.name)
 
 
 def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opset: int = 17) -> Path:

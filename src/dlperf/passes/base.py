@@ -39,6 +39,10 @@ class PassConfig:
     # Order inside a stage (lower first): weight-changing passes (distill, prune, QAT) before quantize and
     # precision, which come before compile. Ties keep discovery order.
     order: ClassVar[int] = 50
+    # Fields the search fills in from its own settings (e.g. an int8 pass's metric budget, which is the
+    # search's constraint in the metric's units): left out of the label, which the report already heads
+    # with the constraints, but kept in `to_dict` and so in the candidate's key.
+    label_omits: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}
@@ -60,11 +64,15 @@ class PassConfig:
         return None
 
     def label(self) -> str:
-        """Short human label, e.g. 'ort(int8-static)'."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        fields = {k: v for k, v in dataclasses.asdict(self).items()
-                  if v not in (None, False, "", ()) and v != defaults.get(k)}
-        return self.name if not fields else f"{self.name}(" + ",".join(f"{k}={v}" for k, v in fields.items()) + ")"
+        """Short human label, e.g. 'onnxruntime(precision=int8-static,keep_fp32=auto)': the fields that differ
+        from their defaults, but for those in `label_omits`; tuples joined with '+'."""
+        changed = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in self.label_omits or (f.default is not dataclasses.MISSING and value == f.default):
+                continue
+            changed.append(f"{f.name}={'+'.join(map(str, value)) if isinstance(value, tuple) else value}")
+        return f"{self.name}({','.join(changed)})" if changed else self.name
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class OrtConfig(PassConfig):
 
     name: ClassVar[str] = "onnxruntime"
     stage: ClassVar[str] = "engine"
+    label_omits: ClassVar[tuple[str, ...]] = ("max_metric_drop",)
 
     precision: str = "fp32"
     provider: str = "cpu"
@@ -71,9 +72,6 @@ class OrtConfig(PassConfig):
             raise ConfigError(f"max_metric_drop must be >= 0, got {self.max_metric_drop}")
         if self.calibration_samples < 1:
             raise ConfigError("calibration_samples must be >= 1")
-
-    def label(self) -> str:
-        return _engine.short_label(self)
 
     def relative_cost(self) -> int:
         return _engine.quantize_cost(self.precision == "int8-static", self.keep_fp32)

@@ -35,6 +35,7 @@ class OpenVinoConfig(PassConfig):
 
     name: ClassVar[str] = "openvino"
     stage: ClassVar[str] = "engine"
+    label_omits: ClassVar[tuple[str, ...]] = ("max_metric_drop",)
 
     precision: str = "fp32"
     frontend: str = "pytorch"
@@ -69,9 +70,6 @@ class OpenVinoConfig(PassConfig):
             raise ConfigError("calibration_samples must be >= 1")
         if self.max_metric_drop < 0:
             raise ConfigError(f"max_metric_drop must be >= 0, got {self.max_metric_drop}")
-
-    def label(self) -> str:
-        return _engine.short_label(self)
 
     def relative_cost(self) -> int:
         return _engine.quantize_cost(self.precision == "int8-static", self.keep_fp32)

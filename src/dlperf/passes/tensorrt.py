@@ -42,9 +42,6 @@ class TensorRtConfig(PassConfig):
         if self.max_batch_size < 0:
             raise ConfigError("max_batch_size must be >= 0")
 
-    def label(self) -> str:
-        return _engine.short_label(self)
-
 
 def _why_not_here(ctx: PassContext) -> str | None:
     if not ctx.device.startswith("cuda"):

@@ -43,9 +43,6 @@ class TorchAoConfig(PassConfig):
     def relative_cost(self) -> int:
         return 3 if self.compile else 1
 
-    def label(self) -> str:
-        return _engine.short_label(self)
-
 
 def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     if not _engine.installed("torchao"):

@@ -141,6 +141,9 @@ def test_the_search_budget_reaches_only_the_fallback_searching_configs() -> None
     assert budgeted.skipped == ["x: not applicable"]
     # Deterministic: the same baseline gives the same candidate keys (an interrupted search resumes).
     assert Candidate((with_metric_budget(space, 0.0097331234).configs[1],)).key == Candidate((budgeted.configs[1],)).key
+    # The budget is the search's own constraint (the report heads with it): the label leaves it out, the key not.
+    assert budgeted.configs[1].label() == auto.label() == "onnxruntime(precision=int8-static,keep_fp32=auto)"
+    assert Candidate((budgeted.configs[1],)).key != Candidate((with_metric_budget(space, 0.02).configs[1],)).key
 
 
 def test_cost_classes_order_cheap_candidates_first() -> None:

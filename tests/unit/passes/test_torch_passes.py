@@ -155,4 +155,5 @@ def test_torch_passes_refuse_an_engine_state() -> None:
 def test_labels_show_only_non_default_fields() -> None:
     assert HygieneConfig().label() == "hygiene"
     assert HygieneConfig(threads=2).label() == "hygiene(threads=2)"
+    assert HygieneConfig(inference_mode=False).label() == "hygiene(inference_mode=False)"  # False, not the default
     assert DynamicInt8Config().to_dict() == {"pass": "dynamic_int8", "version": 1, "min_features": 16, "skip": ()}
