@@ -373,7 +373,11 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
     """Turn torch.profiler FunctionEvents into a ProfileTrace (steps, phases, operators, kernels, memory)."""
     from torch.autograd import DeviceType
 
-    step_ranges = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "dlperf/step")
+    # With CUDA activity on, the profiler also puts each record_function range on the GPU timeline (a CUDA
+    # event of the same name, is_user_annotation=True; pytorch/pytorch#144613): the steps and phases are
+    # the host ranges, and those GPU copies are not kernels.
+    host = [e for e in events if e.device_type == DeviceType.CPU]
+    step_ranges = sorted((e.time_range.start, e.time_range.end) for e in host if e.name == "dlperf/step")
     if len(step_ranges) != len(walls):
         raise ProfileError(
             f"the profiler recorded {len(step_ranges)} step ranges for {len(walls)} steps: the trace is incomplete"
@@ -387,7 +391,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
         return i if i >= 0 and t <= step_ranges[i][1] else -1
 
     phase_ranges: list[dict[str, tuple[float, float]]] = [{} for _ in step_ranges]
-    for e in events:
+    for e in host:
         if e.name.startswith("dlperf/") and e.name[7:] in PHASES:
             i = step_of(e.time_range.start)
             if i >= 0:
@@ -408,6 +412,8 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
     for e in events:
         start = float(e.time_range.start)
         if e.device_type == DeviceType.CUDA:
+            if e.is_user_annotation:
+                continue
             kernels.append(KernelEvent(e.name, start, float(e.time_range.end - start), step_of(start),
                                        _kernel_kind(e.name)))
             continue

@@ -40,3 +40,35 @@ def test_summary_has_no_event_lists() -> None:
     s = trace([op("aten::add", 0, 10)], steps=2).summary()
     assert s["steps"] == 2 and s["op_events"] == 1
     assert "timeline" not in s["memory"]
+
+
+def test_gpu_copies_of_record_function_ranges_are_neither_steps_nor_kernels() -> None:
+    """With CUDA activity on, torch.profiler also lists each record_function range as a CUDA event of the same
+    name (is_user_annotation=True, pytorch/pytorch#144613): the trace takes its steps and phases from the host
+    ranges and counts only real kernels. Built from torch's own FunctionEvent, as prof.events() returns them."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from dlperf.profile.capture import events_to_trace
+
+    ids = iter(range(1000))
+
+    def event(name: str, start: float, end: float, device: DeviceType = DeviceType.CPU,
+              annotation: bool = False) -> FunctionEvent:
+        return FunctionEvent(next(ids), name, thread=1, start_us=start, end_us=end, device_type=device,
+                             is_user_annotation=annotation)
+
+    events = []
+    for k in range(2):
+        t = k * 1000.0
+        events += [event("dlperf/step", t, t + 900, annotation=True),
+                   event("dlperf/forward", t + 10, t + 400, annotation=True),
+                   event("aten::mm", t + 20, t + 300),
+                   event("dlperf/step", t + 30, t + 950, DeviceType.CUDA, annotation=True),
+                   event("dlperf/forward", t + 30, t + 600, DeviceType.CUDA, annotation=True),
+                   event("ampere_sgemm_128x64_nn", t + 40, t + 500, DeviceType.CUDA)]
+    tr = events_to_trace(events, [0.001, 0.001], [0.0, 0.0], "w", "inference", "cuda", 8)
+    assert [(s.start_us, s.end_us) for s in tr.steps] == [(0.0, 900.0), (1000.0, 1900.0)]
+    assert [s.phase_us for s in tr.steps] == [{"forward": 390.0}, {"forward": 390.0}]  # the host ranges
+    assert [(k.name, k.step) for k in tr.kernels] == [("ampere_sgemm_128x64_nn", 0), ("ampere_sgemm_128x64_nn", 1)]
+    assert [(o.name, o.phase) for o in tr.ops] == [("aten::mm", "forward"), ("aten::mm", "forward")]
