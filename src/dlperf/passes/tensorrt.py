@@ -88,9 +88,13 @@ class TensorRtPass:
                 inputs.append(trt.Input(min_shape=lo, opt_shape=tuple(x.shape), max_shape=hi, dtype=x.dtype))
             else:
                 inputs.append(trt.Input(shape=tuple(x.shape), dtype=x.dtype))
+        # fp16/bf16 here means "TensorRT may pick these kernels" (weak typing): Torch-TensorRT 2.10 made strongly
+        # typed networks the default, which refuse enabled_precisions beyond fp32 (pytorch/TensorRT#4070), so
+        # the weak typing this config asks for is requested explicitly.
+        typing = {"use_explicit_typing": False} if config.precision != "fp32" else {}
         try:
             compiled = trt.compile(model, ir="dynamo", inputs=inputs, enabled_precisions=precisions,
-                                   optimization_level=config.optimization_level)
+                                   optimization_level=config.optimization_level, **typing)
         except Exception as exc:
             raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
         device = ctx.device
