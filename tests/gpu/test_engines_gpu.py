@@ -47,6 +47,21 @@ def test_ort_gpu_providers_match_torch(provider: str, ep: str, tmp_path: Path) -
     torch.testing.assert_close(load_ort(tmp_path, manifest)(*x), ref, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("provider", ["cpu", "cuda"])
+def test_ort_pass_takes_a_model_already_on_the_gpu(provider: str) -> None:
+    """In a CUDA search the candidate's torch model is on the GPU before the pass (optimize.evaluate moves it
+    there); the pass exports it from the CPU, and its outputs come back on the inputs' device."""
+    if provider == "cuda" and not _ort_has("CUDAExecutionProvider"):
+        pytest.skip("onnxruntime here has no CUDAExecutionProvider")
+    wl = get("mlp")
+    state = initial_state(wl, device="cuda")
+    new = apply_pass(OrtConfig(provider=provider), state, GPU)
+    x = tuple(t.cuda() for t in wl.example_inputs(4))
+    out = new.predict(*x)
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out, state.predict(*x).detach().cuda(), atol=2e-3, rtol=2e-3)
+
+
 def test_torch_tensorrt_fp16_is_close_and_round_trips(tmp_path: Path) -> None:
     pytest.importorskip("torch_tensorrt")
     wl = get("mlp")

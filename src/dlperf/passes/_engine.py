@@ -149,6 +149,18 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
     return IOSpec(tuple(in_specs), tuple(out_specs), is_tuple)
 
 
+def on_cpu(model: nn.Module) -> nn.Module:
+    """The model itself if it is on the CPU, else a CPU copy (the caller's model stays where it is): engines
+    export and calibrate on the CPU with the workload's CPU inputs, then run where their provider runs."""
+    import copy
+
+    import torch
+
+    if all(t.device.type == "cpu" for t in (*model.parameters(), *model.buffers())):
+        return model
+    return copy.deepcopy(model).to(torch.device("cpu"))
+
+
 def to_numpy(inputs: Inputs) -> list[np.ndarray]:
     return [x.detach().cpu().contiguous().numpy() for x in inputs]
 

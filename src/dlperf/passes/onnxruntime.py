@@ -112,13 +112,22 @@ def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    providers = [PROVIDERS[provider]]
-    if provider != "cpu":
-        providers.append(PROVIDERS["cpu"])
+    # TensorRT's provider hands what it cannot build to CUDA's, and both to the CPU's (ONNX Runtime's advice)
+    providers = {"cpu": ["cpu"], "cuda": ["cuda", "cpu"], "tensorrt": ["tensorrt", "cuda", "cpu"]}[provider]
     try:
-        return ort.InferenceSession(str(path), sess_options=so, providers=providers)
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=[PROVIDERS[p] for p in providers])
     except Exception as exc:
         raise OptimizeError(f"ONNX Runtime could not load {path}: {type(exc).__name__}: {exc}") from exc
+    # A provider that fails to initialise (CUDA or cuDNN libraries missing, a driver too old) only logs a
+    # warning, and the session runs on the next one: a "CUDA" candidate would be measured on the CPU.
+    got = sess.get_providers()
+    if not got or got[0] != PROVIDERS[provider]:
+        raise OptimizeError(
+            f"ONNX Runtime did not start its {PROVIDERS[provider]} for {path} (the session runs on "
+            f"{', '.join(got) or 'nothing'}; available here: {', '.join(ort.get_available_providers())}): check "
+            "that onnxruntime-gpu matches this machine's CUDA and cuDNN, or use provider 'cpu'"
+        )
+    return sess
 
 
 def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
@@ -126,7 +135,11 @@ def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
 
     def predict(*inputs: Any) -> Any:
         arrays = _engine.to_numpy(inputs)
-        return _engine.to_torch(sess.run(None, dict(zip(names, arrays, strict=False))), spec)
+        out = _engine.to_torch(sess.run(None, dict(zip(names, arrays, strict=False))), spec)
+        device = getattr(inputs[0], "device", None) if inputs else None
+        if device is None or device.type == "cpu":
+            return out
+        return tuple(t.to(device) for t in out) if isinstance(out, tuple) else out.to(device)  # like the original
 
     return predict
 
@@ -211,8 +224,8 @@ class OrtPass:
         import time
 
         t0 = time.perf_counter()
-        model = state.model
-        assert model is not None
+        assert state.model is not None
+        model = _engine.on_cpu(state.model)
         wl = state.workload
         tmp = None
         if ctx.workdir is not None:

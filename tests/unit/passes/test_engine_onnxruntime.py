@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from dlperf.errors import ConfigError, PassNotApplicable
+from dlperf.errors import ConfigError, OptimizeError, PassNotApplicable
 from dlperf.passes import _engine
 from dlperf.passes.base import ModelState, PassContext, apply_pass, initial_state, why_not
 from dlperf.passes.onnxruntime import OrtConfig, load_artifact, search_space
@@ -43,6 +43,22 @@ def test_fp32_matches_torch_at_other_batch_sizes_and_round_trips(tmp_path: Path)
     loaded = load_artifact(tmp_path, manifest)
     x = wl.example_inputs(3)
     torch.testing.assert_close(loaded(*x), new.predict(*x), atol=0, rtol=0)
+
+
+def test_an_artifact_whose_provider_does_not_start_is_refused_not_run_on_the_cpu(tmp_path: Path) -> None:
+    """ONNX Runtime runs a session on the next provider, with only a logged warning, when the asked one cannot
+    start (here: the CUDA provider in a CPU-only onnxruntime): dlperf says so instead of measuring the CPU."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has a CUDA provider")
+    wl = get("mlp")
+    new = apply_pass(OrtConfig(), initial_state(wl), CTX)
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    with pytest.raises(OptimizeError, match=r"did not start its CUDAExecutionProvider.*runs on CPUExecutionProvider"):
+        load_artifact(tmp_path, {**manifest, "provider": "cuda"})
+    x = wl.example_inputs(2)
+    assert load_artifact(tmp_path, manifest)(*x).shape == (2, 10)  # the CPU provider as exported
 
 
 def test_tuple_outputs_keep_their_structure() -> None:
