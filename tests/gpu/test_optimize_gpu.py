@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state
 from dlperf.passes.cuda_graphs import CudaGraphsConfig, GraphedCall
+from dlperf.passes.distill import DistillConfig
 from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.precision import PrecisionConfig
+from dlperf.passes.pruning import PruneConfig
 from dlperf.workload.zoo import get
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -52,13 +55,39 @@ def test_low_precision_on_cuda_returns_fp32_close(dtype: str, mode: str) -> None
     assert float(torch.nn.functional.cosine_similarity(out, ref).min()) > 0.99
 
 
+@pytest.mark.parametrize(("workload", "config"), [
+    ("mlp", PruneConfig(amount=0.5, finetune_steps=5)),
+    ("digits-cnn", PruneConfig(amount=0.5, finetune_steps=5)),  # conv -> conv, and conv -> flatten -> linear (blocks)
+    ("mlp", PruneConfig(method="magnitude", amount=0.5, finetune_steps=5)),
+    ("mlp", DistillConfig(steps=5)),
+], ids=["structured-mlp", "structured-cnn", "magnitude", "distill"])
+def test_weight_changing_passes_train_on_the_gpu(workload: str, config: Any) -> None:
+    """In a CUDA search the model is on the GPU (optimize.evaluate moves it there) and the training data on the
+    CPU: the new layers, the fine-tuning and the distillation batches must all end up on the model's device."""
+    wl = get(workload)
+    state = initial_state(wl, device="cuda")
+    x = tuple(t.cuda() for t in wl.example_inputs(4))
+    with torch.no_grad():
+        ref = state.model(*x)  # type: ignore[misc]
+    state = apply_pass(config, state, CUDA)
+    assert state.model is not None
+    assert {p.device.type for p in state.model.parameters()} == {"cuda"}
+    with torch.no_grad():
+        out = state.predict(*x)
+    assert out.shape == ref.shape and out.device.type == "cuda" and bool(torch.isfinite(out).all())
+
+
 @pytest.mark.slow
 def test_search_on_cuda_finds_and_exports(tmp_path: Path) -> None:
+    """A small search on cuda, each candidate in its own process with the model moved to the GPU there:
+    CUDA graphs, and pruning (new layers and fine-tuning on the GPU). Sized for scripts/gpu-check's limit."""
     from dlperf.optimize.search import OptimizeConfig, optimize
 
-    config = OptimizeConfig(device="cuda", batch_size=4, passes=("hygiene", "precision", "cuda_graphs"),
-                            max_depth=2, time_budget_s=300, min_duration_s=0.2, workdir=str(tmp_path / "w"))
+    config = OptimizeConfig(device="cuda", batch_size=4, passes=("cuda_graphs", "pruning"), max_depth=1,
+                            time_budget_s=100, min_duration_s=0.2, max_duration_s=2.0, ab_blocks=8,
+                            confirm_top=1, workdir=str(tmp_path / "w"))
     result = optimize("zoo:mlp", config, export_dir=tmp_path / "out")
     assert result.baseline["status"] == "ok"
-    assert any(r["label"].startswith("cuda_graphs") and r["status"] == "ok" for r in result.rows)
+    ok = {r["label"] for r in result.rows if r["status"] == "ok"}
+    assert "cuda_graphs" in ok and any(label.startswith("pruning") for label in ok), result.rows
     assert result.baseline.get("cuda_peak_bytes") is not None

@@ -147,10 +147,11 @@ def distill(teacher: nn.Module, student: nn.Module, batches: Iterator[tuple[Any,
     optimizer = torch.optim.Adam(student.parameters(), lr=lr)
     student.train()
     teacher.eval()
+    device = next(student.parameters()).device  # the batches come from CPU loaders
     last = float("nan")
     try:
         for _ in range(steps):
-            inputs = next(batches)
+            inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in next(batches))
             with torch.no_grad():
                 targets = _floats(teacher(*inputs))
             with torch.enable_grad():
@@ -159,7 +160,7 @@ def distill(teacher: nn.Module, student: nn.Module, batches: Iterator[tuple[Any,
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # type: ignore[union-attr]
                 optimizer.step()
-            last = float(loss)
+            last = float(loss.detach())  # type: ignore[union-attr]
     finally:
         student.eval()
     return last

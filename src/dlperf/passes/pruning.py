@@ -118,13 +118,14 @@ def _prune_pair(pair: _Pair, amount: float) -> tuple[int, int]:
         return units, units
     scores = weight.reshape(units, -1).norm(dim=1)
     keep = torch.sort(torch.topk(scores, keep_n).indices).values
+    where = {"device": weight.device, "dtype": weight.dtype}  # the new layers live where the old ones did
     with torch.no_grad():
         if isinstance(producer, nn.Linear):
-            new_p: Any = nn.Linear(producer.in_features, keep_n, bias=producer.bias is not None)
+            new_p: Any = nn.Linear(producer.in_features, keep_n, bias=producer.bias is not None, **where)
         else:
             new_p = nn.Conv2d(producer.in_channels, keep_n, producer.kernel_size, producer.stride,
                               producer.padding, producer.dilation, 1, producer.bias is not None,
-                              producer.padding_mode)
+                              producer.padding_mode, **where)
         new_p.weight.copy_(producer.weight[keep])
         if producer.bias is not None:
             new_p.bias.copy_(producer.bias[keep])
@@ -132,7 +133,7 @@ def _prune_pair(pair: _Pair, amount: float) -> tuple[int, int]:
             bn: Any = pair.container[j]
             if type(bn).__name__ in ("BatchNorm1d", "BatchNorm2d"):
                 new_bn: Any = type(bn)(keep_n, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
-                                      track_running_stats=bn.track_running_stats)
+                                      track_running_stats=bn.track_running_stats, device=weight.device)
                 if bn.affine:
                     new_bn.weight.copy_(bn.weight[keep])
                     new_bn.bias.copy_(bn.bias[keep])
@@ -140,13 +141,14 @@ def _prune_pair(pair: _Pair, amount: float) -> tuple[int, int]:
                     new_bn.running_mean.copy_(bn.running_mean[keep])
                     new_bn.running_var.copy_(bn.running_var[keep])
                 pair.container[j] = new_bn
-        cols = keep if pair.block == 1 else (keep[:, None] * pair.block + torch.arange(pair.block)).reshape(-1)
+        block = torch.arange(pair.block, device=keep.device)
+        cols = keep if pair.block == 1 else (keep[:, None] * pair.block + block).reshape(-1)
         if isinstance(consumer, nn.Linear):
-            new_c: Any = nn.Linear(len(cols), consumer.out_features, bias=consumer.bias is not None)
+            new_c: Any = nn.Linear(len(cols), consumer.out_features, bias=consumer.bias is not None, **where)
         else:
             new_c = nn.Conv2d(keep_n, consumer.out_channels, consumer.kernel_size, consumer.stride,
                               consumer.padding, consumer.dilation, 1, consumer.bias is not None,
-                              consumer.padding_mode)
+                              consumer.padding_mode, **where)
         new_c.weight.copy_(consumer.weight[:, cols])
         if consumer.bias is not None:
             new_c.bias.copy_(consumer.bias)
@@ -185,6 +187,7 @@ def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, 
     for p in model.parameters():
         p.requires_grad_(True)
     modules = dict(model.named_modules())
+    device = next(model.parameters()).device  # the loader's batches are on the CPU
     optimizer = train.make_optimizer(model.parameters())
     model.train()
     last = float("nan")
@@ -193,7 +196,8 @@ def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, 
             batches = itertools.cycle(train.make_loader(train.batch_size))
             for _ in range(steps):
                 inputs, target = next(batches)
-                inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+                inputs = tuple(x.to(device) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
+                target = target.to(device) if isinstance(target, torch.Tensor) else target
                 optimizer.zero_grad(set_to_none=True)
                 loss = train.loss_fn(model(*inputs), target)
                 loss.backward()
