@@ -43,6 +43,34 @@ def test_cuda_event_clock_sees_a_sleep_kernel() -> None:
     assert elapsed_ns > 5_000_000
 
 
+def test_synced_host_clock_counts_queued_gpu_work_the_plain_host_clock_misses() -> None:
+    from dlperf.measure.clock import Clock, CpuClock, CudaEventClock, SyncedHostClock
+
+    def time_sleep(clock: Clock) -> int:
+        token = clock.start()
+        torch.cuda._sleep(50_000_000)
+        elapsed = clock.stop(token)
+        torch.cuda.synchronize()
+        return elapsed
+
+    device_ns = time_sleep(CudaEventClock())
+    synced_ns = time_sleep(SyncedHostClock(["cuda"]))
+    queued_ns = time_sleep(CpuClock())  # returns once the kernel is queued
+    assert synced_ns >= 0.9 * device_ns > 5_000_000
+    assert queued_ns < 0.5 * device_ns
+
+
+def test_ab_with_a_cuda_side_uses_the_synced_clock() -> None:
+    """`dlperf ab ... device=cuda`: a CUDA call returns once its kernels are queued, so the A/B's clock syncs the
+    GPU at both ends of each call (the clock itself is checked against a sleep kernel above)."""
+    from dlperf.compare.ab import run_ab
+    from dlperf.compare.settings import parse_settings
+
+    run = run_ab("zoo:mlp", parse_settings("device=cpu"), parse_settings("device=cuda"), blocks=4, iters_per_block=3)
+    assert run.result.a.clock == run.result.b.clock == "perf_counter_ns+cuda_sync"
+    assert len(run.result.b.samples_ns) == 12 and min(run.result.b.samples_ns) > 0
+
+
 def test_cuda_memory_peaks() -> None:
     from dlperf.measure.memory import cuda_peak, cuda_reset_peak
 

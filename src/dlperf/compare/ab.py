@@ -14,6 +14,7 @@ from typing import Any
 from dlperf.compare.settings import ABSettings
 from dlperf.errors import ConfigError
 from dlperf.measure.ab import ABConfig, ABResult, ab_test, decide
+from dlperf.measure.clock import Clock
 from dlperf.workload.base import Inputs, Workload
 
 BLOCK_TARGET_S = 0.05
@@ -90,14 +91,21 @@ def _set_threads(n: int | None) -> Callable[[], None] | None:
     return apply
 
 
-def _auto_iters(calls: list[Callable[[], Any]]) -> int:
-    import time
+def _clock(a: ABSettings, b: ABSettings) -> Clock:
+    """The host clock, with the CUDA devices of either side synchronized at both ends of a block: a CUDA call
+    returns once its kernels are queued, and a host clock alone would time the queueing."""
+    from dlperf.measure.clock import CpuClock, SyncedHostClock
 
+    cuda = [s.device for s in (a, b) if s.device.startswith("cuda")]
+    return SyncedHostClock(cuda) if cuda else CpuClock()
+
+
+def _auto_iters(calls: list[Callable[[], Any]], clock: Clock) -> int:
     slowest = 0.0
     for call in calls:
-        start = time.perf_counter()
+        token = clock.start()
         call()
-        slowest = max(slowest, time.perf_counter() - start)
+        slowest = max(slowest, clock.stop(token) / 1e9)
     return max(3, min(200, math.ceil(BLOCK_TARGET_S / max(slowest, 1e-6))))
 
 
@@ -136,11 +144,12 @@ def run_ab(
         call_b = make_call(model_b, inputs_b, b.device, b.precision)
         before_a = _set_threads(a.threads or old_threads)
         before_b = _set_threads(b.threads or old_threads)
+        clock = _clock(a, b)
         if iters_per_block is None:
-            iters_per_block = _auto_iters([call_a, call_b])
+            iters_per_block = _auto_iters([call_a, call_b], clock)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, seed=seed)
-        result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b)
+        result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
     finally:
         torch.set_num_threads(old_threads)
     return ABRun(workload.source or workload.name, a, b, batch_a, batch_b, result, batch_a != batch_b,
@@ -149,10 +158,10 @@ def run_ab(
 
 def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, batch_a: int, batch_b: int,
         on_block: Callable[[int, int], None] | None, before_a: Callable[[], None] | None,
-        before_b: Callable[[], None] | None) -> ABResult:
+        before_b: Callable[[], None] | None, clock: Clock | None = None) -> ABResult:
     from dlperf.measure.clock import CpuClock
 
-    result = ab_test(call_a, call_b, config, CpuClock(), items_per_call=1, on_block=on_block,
+    result = ab_test(call_a, call_b, config, clock or CpuClock(), items_per_call=1, on_block=on_block,
                      before_a=before_a, before_b=before_b)
     result.a.items_per_call = batch_a
     result.b.items_per_call = batch_b

@@ -1,15 +1,17 @@
-"""Clocks that time one iteration: host `perf_counter_ns`, CUDA events, and a fake one for tests.
+"""Clocks that time one iteration: host `perf_counter_ns`, CUDA events, host time with CUDA synchronized, and a
+fake one for tests.
 
 A clock's `start()` returns a token and `stop(token)` returns the elapsed nanoseconds of what ran in
 between. The CPU clock reads `time.perf_counter_ns` (monotonic, ~tens of ns resolution). The CUDA clock
-records an event before and after on the current stream and synchronizes on the end event, so the time
-is the device time of the enqueued work, not the host time of enqueuing it.
+records an event before and after on the timed device's current stream and synchronizes on the end event,
+so the time is the device time of the enqueued work, not the host time of enqueuing it.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -51,16 +53,45 @@ class CudaEventClock:
     def start(self) -> Any:
         torch = self._torch
         torch.cuda.synchronize(self._device)
+        stream = torch.cuda.current_stream(self._device)  # the timed device's, not whichever is current
         begin = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        begin.record()
-        return begin, end
+        begin.record(stream)
+        return begin, end, stream
 
     def stop(self, token: Any) -> int:
-        begin, end = token
-        end.record()
+        begin, end, stream = token
+        end.record(stream)
         end.synchronize()
         return int(begin.elapsed_time(end) * 1e6)
+
+
+class SyncedHostClock:
+    """Host wall time with the given CUDA devices synchronized at both ends, so work a call only queued on a
+    GPU is counted. For timing on one clock what runs on different devices (a CPU side against a CUDA side in
+    an A/B); on one GPU alone, `CudaEventClock` leaves the host out."""
+
+    name = "perf_counter_ns+cuda_sync"
+
+    def __init__(self, devices: Sequence[str]) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            from dlperf.errors import MeasurementError
+
+            raise MeasurementError("CUDA timing asked for, but torch.cuda.is_available() is False")
+        self._sync = torch.cuda.synchronize
+        self._devices = tuple(dict.fromkeys(devices))
+
+    def start(self) -> int:
+        for d in self._devices:
+            self._sync(d)
+        return time.perf_counter_ns()
+
+    def stop(self, token: int) -> int:
+        for d in self._devices:
+            self._sync(d)
+        return time.perf_counter_ns() - token
 
 
 class FakeClock:
