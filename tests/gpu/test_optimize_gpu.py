@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state
+from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state, why_not
+from dlperf.passes.compile import CompileConfig
 from dlperf.passes.cuda_graphs import CudaGraphsConfig, GraphedCall
 from dlperf.passes.distill import DistillConfig
 from dlperf.passes.hygiene import HygieneConfig
@@ -38,6 +39,13 @@ def test_cuda_graphs_replay_matches_eager() -> None:
     y = torch.randn(3, 64, device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(state.predict(y), state.model(y), rtol=1e-4, atol=1e-5)  # type: ignore[misc]
+
+
+def test_cuda_graphs_are_not_captured_around_a_compile_mode_that_graphs_itself() -> None:
+    state = _state()
+    state.applied.append(CompileConfig(mode="max-autotune"))
+    assert "already runs the model as CUDA graphs" in (why_not(CudaGraphsConfig(), state, CUDA) or "")
+    assert why_not(CudaGraphsConfig(), _state(), CUDA) is None
 
 
 @pytest.mark.parametrize(("dtype", "mode"), [("fp16", "autocast"), ("fp16", "cast"), ("bf16", "autocast")])

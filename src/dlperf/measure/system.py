@@ -25,6 +25,7 @@ class UtilizationSampler:
     """Context manager sampling CPU (and GPU through NVML if available) every `interval_s`."""
 
     def __init__(self, interval_s: float = 0.1, gpu_index: int | None = None) -> None:
+        """`gpu_index`: torch's CUDA device index (mapped to NVML's through CUDA_VISIBLE_DEVICES)."""
         self.interval_s = interval_s
         self.result = Utilization()
         self._proc = psutil.Process()
@@ -68,12 +69,23 @@ class UtilizationSampler:
             self.result.gpu_memory_used_bytes = max(self._gpu_mem)
 
 
+def nvml_index(cuda_index: int) -> int:
+    """NVML's index of torch's CUDA device `cuda_index`: NVML counts every GPU in the machine, CUDA only those in
+    CUDA_VISIBLE_DEVICES (`CUDA_VISIBLE_DEVICES=2` makes NVML's GPU 2 torch's cuda:0)."""
+    try:
+        import torch
+
+        return int(torch.cuda._get_nvml_device_index(cuda_index))
+    except Exception:  # a torch without the helper, or a UUID list NVML cannot resolve: the plain numbering
+        return cuda_index
+
+
 def _nvml_handle(index: int) -> Any:
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
+        return pynvml.nvmlDeviceGetHandleByIndex(nvml_index(index))
     except Exception:
         return None
 

@@ -72,6 +72,10 @@ def _clone(value: Any) -> Any:
     return value
 
 
+GRAPHING_MODES = ("reduce-overhead", "max-autotune")
+"""torch.compile modes whose Inductor output replays CUDA graphs itself (its `triton.cudagraphs` option)."""
+
+
 @register(CudaGraphsConfig)
 class CudaGraphs:
     def applicable(self, config: CudaGraphsConfig, state: ModelState, ctx: PassContext) -> str | None:
@@ -86,6 +90,9 @@ class CudaGraphs:
             return "torch.cuda.is_available() is False"
         if isinstance(state.predict, GraphedCall):
             return "the model is already captured in a CUDA graph"
+        compiled = [c for c in state.applied if c.name == "compile" and getattr(c, "mode", "") in GRAPHING_MODES]
+        if compiled:
+            return f"torch.compile mode '{compiled[0].mode}' already runs the model as CUDA graphs"  # type: ignore[attr-defined]
         return None
 
     def apply(self, config: CudaGraphsConfig, state: ModelState, ctx: PassContext) -> ModelState:
@@ -97,16 +104,17 @@ class CudaGraphs:
         inputs = to_device(state.workload.example_inputs(ctx.batch_size), ctx.device)
         static_inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
         start = time.perf_counter()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(config.warmup_iters):
-                fallback(*static_inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.no_grad():
-            static_output = fallback(*static_inputs)
-        torch.cuda.synchronize()
+        with torch.cuda.device(torch.device(ctx.device)):  # streams and the capture on the model's GPU
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.no_grad():
+                for _ in range(config.warmup_iters):
+                    fallback(*static_inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph), torch.no_grad():
+                static_output = fallback(*static_inputs)
+            torch.cuda.synchronize()
         state.build_s += time.perf_counter() - start
         state.predict = GraphedCall(fallback, graph, static_inputs, static_output)
         state.notes.append(f"CUDA graph captured for batch {ctx.batch_size}")

@@ -137,6 +137,7 @@ class PhaseTimer:
 
     def __init__(self, device: str) -> None:
         self.cuda = device.startswith("cuda")
+        self._device = device
         self.totals_ns: dict[str, int] = dict.fromkeys(PHASES, 0)
         self._events: list[tuple[str, Any, Any]] = []
         self._phase: str | None = None
@@ -149,7 +150,7 @@ class PhaseTimer:
             import torch
 
             self._begin = torch.cuda.Event(enable_timing=True)
-            self._begin.record()
+            self._begin.record(torch.cuda.current_stream(self._device))  # the trained device's, not the current one
         else:
             self._t0 = time.perf_counter_ns()
 
@@ -161,7 +162,7 @@ class PhaseTimer:
             import torch
 
             end = torch.cuda.Event(enable_timing=True)
-            end.record()
+            end.record(torch.cuda.current_stream(self._device))
             self._events.append((phase, self._begin, end))
         else:
             self.totals_ns[phase] += time.perf_counter_ns() - self._t0
