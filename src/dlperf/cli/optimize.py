@@ -107,6 +107,8 @@ class _Progress:
             row = data["row"]
             if row.get("status") == "ok":
                 gain = f" {row['gain']:.2f}x" if row.get("gain") is not None else ""
+                if row.get("paired_gain") is not None:
+                    gain += f" (in its process against the original: {row['paired_gain']:.2f}x)"
                 mark = "" if row.get("feasible") else " (fails constraints)"
                 reused = " (from the interrupted run)" if row.get("reused") else ""
                 self.console.print(f"  {row['label']}: p50 {row['p50_s'] * 1e3:.3f} ms{gain}{mark}{reused}")

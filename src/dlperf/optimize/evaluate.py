@@ -49,6 +49,9 @@ class EvalSettings:
     env: dict[str, str] = field(default_factory=dict)
     # Without an eval metric, fidelity is scored on this many held-out inputs (not only the example batch).
     heldout_samples: int = 32
+    # Paired blocks (ABBA) of the original model against the candidate in the candidate's own process (0: none):
+    # the search's gate and order use that ratio, which the process's own speed cancels out of.
+    paired_blocks: int = 6
 
 
 HELDOUT_FIRST_BATCH = 32
@@ -215,6 +218,11 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     cuda_peak_bytes = None
     if settings.device.startswith("cuda"):
         cuda_peak_bytes = int(torch.cuda.max_memory_allocated(settings.device))
+    max_rss_bytes = _max_rss_bytes()  # before the original model is built beside the candidate for the pairing
+    paired = None
+    if settings.paired_blocks > 0 and not candidate.is_baseline:
+        phase("paired")
+        paired = _paired_with_original(workload, inputs, call, measurement.p50_s, settings)
 
     artifact: dict[str, Any] | None = None
     size_bytes = parameter_bytes(state.model) if state.model is not None else 0
@@ -247,11 +255,43 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "fidelity": fidelity,
         "size_bytes": int(size_bytes),
         "peak_rss_bytes": int(rss.peak_rss_bytes),
-        "process_max_rss_bytes": _max_rss_bytes(),
+        "process_max_rss_bytes": max_rss_bytes,
         "cuda_peak_bytes": cuda_peak_bytes,
+        "paired": paired,
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
     }
+
+
+PAIRED_BLOCK_S = 0.025
+"""Target length of one side of one paired block (the candidate's p50 sets the calls per block, 2 to 50)."""
+
+
+def _paired_with_original(workload: Any, inputs: Any, call: Callable[[], Any], p50_s: float,
+                          settings: EvalSettings) -> dict[str, Any]:
+    """The candidate's time per call over the original model's, both in this process, interleaved in ABBA
+    blocks. Two processes running the same model can differ by more than a pass's effect on this machine
+    (a small model's p50 0.14 ms in one, 0.19-0.25 ms in others): a ratio taken in one process does not
+    carry that. Never fails the candidate: an error is returned as such."""
+    import torch
+
+    from dlperf.measure.ab import ABConfig, ab_test
+    from dlperf.measure.clock import clock_for
+
+    try:
+        original = workload.build_model().eval().to(settings.device)
+
+        def base() -> Any:
+            with torch.no_grad():
+                return original(*inputs)
+
+        iters = max(2, min(50, math.ceil(PAIRED_BLOCK_S / max(p50_s, 1e-6))))
+        result = ab_test(base, call, ABConfig(blocks=settings.paired_blocks, iters_per_block=iters, warmup_iters=2),
+                         clock_for(settings.device))
+        return {"ratio": result.ratio, "ci": list(result.ci), "verdict": result.verdict,
+                "blocks": settings.paired_blocks, "iters_per_block": iters}
+    except Exception as exc:  # the candidate is measured; only this cross-check is missing
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _heldout_batches(workload: Any, settings: EvalSettings) -> list[Any]:

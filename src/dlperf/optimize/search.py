@@ -261,12 +261,15 @@ class _Search:
             row["violations"] = violations(row, self.baseline, self.config.constraints)
             row["feasible"] = not row["violations"]
             row["gain"] = gain(row, self.baseline, self.config.objective)
+            paired = row.get("paired") or {}
+            if self.config.objective in ("latency", "throughput") and paired.get("ratio"):
+                row["paired_gain"] = 1.0 / float(paired["ratio"])  # original's time / candidate's, one process
             drop, rel = metric_drop(float(row["metric"]), float(self.baseline["metric"]),
                                     bool(self.baseline.get("higher_is_better", True))) \
                 if row.get("metric") is not None and not _isnan(row["metric"]) else (math.nan, math.nan)
             row["metric_drop"] = drop
             row["metric_drop_rel"] = rel
-            if row["gain"] < 1.0:
+            if search_gain(row) < 1.0:
                 row["slower_reasons"] = slower_reasons(row, self.baseline, self.cpu_flags, self.batch_size,
                                                        self.config.device)
         else:
@@ -280,7 +283,7 @@ class _Search:
         self._save_progress()
 
     def extendable(self, row: dict[str, Any]) -> bool:
-        return bool(row.get("feasible")) and float(row.get("gain", 0.0)) >= 1.0 - self.config.extend_tolerance
+        return bool(row.get("feasible")) and search_gain(row) >= 1.0 - self.config.extend_tolerance
 
     def _save_progress(self) -> None:
         if self.store and self.run is not None:
@@ -335,10 +338,10 @@ class _Search:
         score = 1.0
         prefix = self.rows.get(cand.prefix.key) if cand.configs[:-1] else None
         if prefix is not None:
-            score *= float(prefix.get("gain", 1.0))
+            score *= search_gain(prefix, 1.0)
         single = self.single_rows.get(_config_key(cand.configs[-1]))
         if single is not None and single.get("gain"):
-            score *= float(single["gain"])
+            score *= search_gain(single)
         return -score, _cost_rank(cand), 0.0
 
     # --- selection ----------------------------------------------------------------------------
@@ -489,6 +492,12 @@ def optimize(
         result = body(run)
         run.result = result.to_dict()
     return result
+
+
+def search_gain(row: dict[str, Any], default: float = 0.0) -> float:
+    """The gain the search extends and orders by: the one paired with the original model in the candidate's own
+    process where there is one (latency and throughput), else the isolated one against the baseline's process."""
+    return float(row.get("paired_gain", row.get("gain", default)))
 
 
 def process_started_at(max_age_s: float = 60.0) -> float:

@@ -42,8 +42,8 @@ def _why(row: dict[str, Any]) -> str:
 
 
 WIDE_COLUMNS = ("#", "passes", "p50 ms", "p99 ms", "items/s", "metric", "drop", "MiB", "peak MiB", "build s",
-                "gain")
-NARROW_COLUMNS = ("#", "passes", "p50 ms", "metric", "drop", "build s", "gain")
+                "gain", "paired")
+NARROW_COLUMNS = ("#", "passes", "p50 ms", "metric", "drop", "build s", "gain", "paired")
 NARROW_BELOW = 130
 """Consoles narrower than this (80 columns when piped) get the narrow table, so the labels keep room."""
 
@@ -70,6 +70,7 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
             "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else row.get("status", "-"),
+            "paired": f"{row['paired_gain']:.2f}x" if ok and row.get("paired_gain") is not None else "-",
         }
         table.add_row(*(cells[name] for name in columns), style=style)
     return table
@@ -102,6 +103,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
     lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
                  "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
+    if any(r.get("paired_gain") is not None for r in data.get("candidates") or []):
+        lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
+                     "candidate against the original model in the candidate's process (ABBA blocks), which the "
+                     "search extends and orders by")
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     winner = data.get("winner")
     conf = data.get("confirmation") or {}

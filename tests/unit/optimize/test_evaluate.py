@@ -46,7 +46,7 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     cand = Candidate((HygieneConfig(), DynamicInt8Config()))
     row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(),
                          "out_dir": str(tmp_path)}, phases.append)
-    assert phases == ["load", "build", "apply", "check", "eval", "time", "export", "done"]
+    assert phases == ["load", "build", "apply", "check", "eval", "time", "paired", "export", "done"]
     assert row["status"] == "ok" and row["precision"] == "int8" and row["engine"] == "torch"
     # Without an eval metric the metric is fidelity on held-out inputs, not on the one example batch.
     assert row["metric_is_fidelity"] and 0.99 < row["metric"] < 1.0
@@ -54,5 +54,35 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     assert row["fidelity"]["heldout_min_cosine"] <= row["metric"]
     assert "32 held-out inputs" in row["metric_name"]
     assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
+    # The candidate against the original model, interleaved in this process: 6 ABBA blocks, a time ratio
+    # (int8 on this tiny model is within a few times of fp32 either way; a batch mix-up would not be).
+    paired = row["paired"]
+    assert paired["blocks"] == 6 and paired["iters_per_block"] >= 2 and 0.2 < paired["ratio"] < 5
+    assert paired["ci"][0] <= paired["ratio"] <= paired["ci"][1]
     assert row["artifact"]["fields"]["recipe"] == cand.to_list()
     assert (tmp_path / "artifact" / "manifest.json").exists()
+
+
+def test_the_search_gates_and_orders_by_the_paired_gain_where_there_is_one() -> None:
+    """A candidate whose own process ran slow (isolated gain 0.58x) but which is as fast as the original model
+    in that process (paired 1.01x) is extended; the paired gain also orders the next depth."""
+    from dlperf.optimize.search import OptimizeConfig, _Search, search_gain
+    from dlperf.optimize.space import Candidate
+
+    search = _Search("zoo:mlp", OptimizeConfig(), None, None)
+    search.baseline = {"key": "b", "status": "ok", "p50_s": 0.144e-3, "throughput": 6944.0, "metric": 0.97,
+                       "higher_is_better": True, "size_bytes": 100, "peak_rss_bytes": 100, "wall_s": 5.0}
+    row = {"key": "h", "status": "ok", "p50_s": 0.248e-3, "p99_s": 0.3e-3, "throughput": 4032.0, "metric": 0.97,
+           "size_bytes": 100, "peak_rss_bytes": 100, "paired": {"ratio": 0.99}}
+    search._accept(Candidate((HygieneConfig(),)), row)
+    assert round(row["gain"], 2) == 0.58 and round(row["paired_gain"], 2) == 1.01
+    assert search_gain(row) == row["paired_gain"] and search.extendable(row)
+    assert "slower_reasons" not in row  # not called slower: in its own process it was not
+    unpaired = {k: v for k, v in row.items() if k not in ("paired", "paired_gain", "feasible", "gain")}
+    search._accept(Candidate((DynamicInt8Config(),)), unpaired)
+    assert not search.extendable(unpaired)  # 0.58x isolated, nothing paired: not extended
+    size = _Search("zoo:mlp", OptimizeConfig(objective="size"), None, None)
+    size.baseline = search.baseline
+    sized = {k: v for k, v in row.items() if k not in ("feasible", "gain", "paired_gain")}
+    size._accept(Candidate((HygieneConfig(),)), sized)
+    assert "paired_gain" not in sized  # a time ratio says nothing about size
