@@ -134,3 +134,36 @@ def test_a_client_gone_halfway_through_its_body_is_counted_and_serving_goes_on(s
     wait_until(lambda: invalid() == 1.0, 10.0, "the abandoned request to be counted as INVALID")
     c = httpclient.InferenceServerClient(running.url)
     np.testing.assert_allclose(c.infer("wide", [_input(x)], headers=auth()).as_numpy("y"), _expected(x))
+
+
+def test_each_body_buffer_is_freed_when_uvicorn_moves_to_the_next_request(
+        served: tuple[Running, Seen], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol puts a client-gone check and the body buffer in the request's scope; nothing in the scope
+    may point back at uvicorn's request cycle (which holds the scope), or every body waits for the cyclic GC:
+    under load that is its oldest generation, and a ResNet-18 server's idle RSS after 2 minutes at c=64 was
+    1.76x its idle RSS after the warm-up. With the GC off, the buffers of all but the connection's last
+    request must be gone by reference counting alone."""
+    import gc
+    import weakref
+
+    running, _ = served
+    refs: list[weakref.ref[np.ndarray]] = []  # the buffers (a BodyBuffer has __slots__, no weak references)
+    init = app.BodyBuffer.__init__
+
+    def tracked(self: app.BodyBuffer, buffer: np.ndarray) -> None:
+        init(self, buffer)
+        refs.append(weakref.ref(buffer))
+
+    monkeypatch.setattr(app.BodyBuffer, "__init__", tracked)
+    c = httpclient.InferenceServerClient(running.url)  # one keep-alive connection
+    x = np.ones((1, WIDTH), np.float32)
+    gc.disable()
+    try:
+        for _ in range(4):
+            np.testing.assert_allclose(c.infer("wide", [_input(x)], headers=auth()).as_numpy("y"), _expected(x),
+                                       rtol=1e-5)
+        wait_until(lambda: sum(r() is None for r in refs) >= 3, 10.0, "the earlier requests' bodies to be freed")
+    finally:
+        gc.enable()
+        c.close()
+    assert len(refs) == 4
