@@ -113,7 +113,8 @@ def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
     # TensorRT's provider hands what it cannot build to CUDA's, and both to the CPU's (ONNX Runtime's advice)
-    providers = {"cpu": ["cpu"], "cuda": ["cuda", "cpu"], "tensorrt": ["tensorrt", "cuda", "cpu"]}[provider]
+    fallbacks = {"cpu": [], "tensorrt": ["cuda", "cpu"]}
+    providers = [provider, *fallbacks.get(provider, ["cpu"])]
     try:
         sess = ort.InferenceSession(str(path), sess_options=so, providers=[PROVIDERS[p] for p in providers])
     except Exception as exc:

@@ -12,7 +12,7 @@ import torch
 from dlperf.errors import ConfigError, OptimizeError, PassNotApplicable
 from dlperf.passes import _engine
 from dlperf.passes.base import ModelState, PassContext, apply_pass, initial_state, why_not
-from dlperf.passes.onnxruntime import OrtConfig, load_artifact, search_space
+from dlperf.passes.onnxruntime import PROVIDERS, OrtConfig, load_artifact, search_space
 from dlperf.passes.sensitivity import cosine_rows
 from dlperf.workload.zoo import get
 
@@ -59,6 +59,10 @@ def test_an_artifact_whose_provider_does_not_start_is_refused_not_run_on_the_cpu
         load_artifact(tmp_path, {**manifest, "provider": "cuda"})
     x = wl.example_inputs(2)
     assert load_artifact(tmp_path, manifest)(*x).shape == (2, 10)  # the CPU provider as exported
+    for provider in ("tensorrt", "openvino"):  # every provider name gets its fallback list and the check
+        if PROVIDERS[provider] not in ort.get_available_providers():
+            with pytest.raises(OptimizeError, match=f"did not start its {PROVIDERS[provider]}"):
+                load_artifact(tmp_path, {**manifest, "provider": provider})
 
 
 def test_tuple_outputs_keep_their_structure() -> None:
