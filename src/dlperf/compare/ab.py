@@ -158,10 +158,8 @@ def run_ab(
 
 def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, batch_a: int, batch_b: int,
         on_block: Callable[[int, int], None] | None, before_a: Callable[[], None] | None,
-        before_b: Callable[[], None] | None, clock: Clock | None = None) -> ABResult:
-    from dlperf.measure.clock import CpuClock
-
-    result = ab_test(call_a, call_b, config, clock or CpuClock(), items_per_call=1, on_block=on_block,
+        before_b: Callable[[], None] | None, clock: Clock) -> ABResult:
+    result = ab_test(call_a, call_b, config, clock, items_per_call=1, on_block=on_block,
                      before_a=before_a, before_b=before_b)
     result.a.items_per_call = batch_a
     result.b.items_per_call = batch_b

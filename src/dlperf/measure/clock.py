@@ -35,19 +35,24 @@ class CpuClock:
         return time.perf_counter_ns() - token
 
 
+def _cuda_torch() -> Any:
+    """torch, once it is known to see a CUDA device (the CUDA clocks' common check)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        from dlperf.errors import MeasurementError
+
+        raise MeasurementError("CUDA timing asked for, but torch.cuda.is_available() is False")
+    return torch
+
+
 class CudaEventClock:
     """Device time between two CUDA events on the current stream, synchronized on the end event."""
 
     name = "cuda_events"
 
     def __init__(self, device: Any = None) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            from dlperf.errors import MeasurementError
-
-            raise MeasurementError("CUDA timing asked for, but torch.cuda.is_available() is False")
-        self._torch = torch
+        self._torch = _cuda_torch()
         self._device = device
 
     def start(self) -> Any:
@@ -74,13 +79,7 @@ class SyncedHostClock:
     name = "perf_counter_ns+cuda_sync"
 
     def __init__(self, devices: Sequence[str]) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            from dlperf.errors import MeasurementError
-
-            raise MeasurementError("CUDA timing asked for, but torch.cuda.is_available() is False")
-        self._sync = torch.cuda.synchronize
+        self._sync = _cuda_torch().cuda.synchronize
         self._devices = tuple(dict.fromkeys(devices))
 
     def start(self) -> int:
