@@ -34,6 +34,13 @@ def test_cuda_inference_profile_has_kernels_idle_time_and_device_memory() -> Non
     assert report.analyses.launch.kernels_per_step is not None and report.analyses.launch.kernels_per_step > 0
     b = report.analyses.breakdown
     assert b.device_idle_s is not None and 0 <= b.device_idle_s <= b.step_s
+    assert b.device_sync_s is not None and 0 <= b.device_sync_s <= b.step_s
+    # runtime calls are not operators; the matrix products carry their kernels' time
+    assert not [o.name for o in report.trace.ops if o.name.startswith("cuda")]
+    assert any(o.device_us > 0 for o in report.trace.ops if o.name in ("aten::mm", "aten::addmm"))
+    op = report.analyses.operators
+    assert op.timed_by == "kernel time" and op.operators
+    assert all(o.self_s <= b.step_s for o in op.operators)
     m = report.analyses.memory
     assert m.device_peak_allocated_bytes and m.device_total_bytes and m.device_used_fraction is not None
     assert m.device_peak_allocated_bytes >= 4 * 512 * 512 * 4  # the weights at least

@@ -10,6 +10,7 @@ Python stacks off, and only a few steps are profiled.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -377,6 +378,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
     # event of the same name, is_user_annotation=True; pytorch/pytorch#144613): the steps and phases are
     # the host ranges, and those GPU copies are not kernels.
     host = [e for e in events if e.device_type == DeviceType.CPU]
+    cuda = device.startswith("cuda")
     step_ranges = sorted((e.time_range.start, e.time_range.end) for e in host if e.name == "dlperf/step")
     if len(step_ranges) != len(walls):
         raise ProfileError(
@@ -396,17 +398,27 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             i = step_of(e.time_range.start)
             if i >= 0:
                 phase_ranges[i][e.name[7:]] = (e.time_range.start, e.time_range.end)
-    steps = [
-        StepWindow(index=i, start_us=s, end_us=t, wall_s=walls[i], data_wait_s=waits[i],
-                   phase_us={p: b - a for p, (a, b) in phase_ranges[i].items()})
-        for i, (s, t) in enumerate(step_ranges)
-    ]
 
     def is_op(e: Any) -> bool:
         return (e.device_type == DeviceType.CPU and not e.is_user_annotation and not e.name.startswith("dlperf/")
-                and not e.name.startswith("ProfilerStep"))
+                and not e.name.startswith("ProfilerStep") and not _is_runtime_call(e))
 
-    flops_of = _moved_flops(events, is_op)
+    # CUDA runtime/driver calls (cudaLaunchKernel, cudaMemcpyAsync...) are host events too, but not operators:
+    # nested in an op they are its launch cost; outside every op, a synchronize is the host waiting for the
+    # device, which is neither operator time nor framework overhead.
+    sync_us = [0.0] * len(step_ranges)
+    for e in host:
+        if _is_runtime_call(e) and "Synchronize" in e.name and not _has_op_ancestor(e, is_op):
+            i = step_of(e.time_range.start)
+            if i >= 0:
+                sync_us[i] += float(e.time_range.end - e.time_range.start)
+    steps = [
+        StepWindow(index=i, start_us=s, end_us=t, wall_s=walls[i], data_wait_s=waits[i],
+                   phase_us={p: b - a for p, (a, b) in phase_ranges[i].items()}, device_sync_us=sync_us[i])
+        for i, (s, t) in enumerate(step_ranges)
+    ]
+
+    flops_of = _moved_flops(events, is_op, _self_device_us if cuda else _self_cpu_us)
     ops: list[OpEvent] = []
     kernels: list[KernelEvent] = []
     for e in events:
@@ -440,6 +452,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             input_dtypes=tuple(str(d) for d in (e.input_dtypes or ())),
             self_memory_bytes=int(e.self_cpu_memory_usage or 0),
             is_leaf=not any(is_op(c) for c in e.cpu_children),
+            device_us=_self_device_us(e) if cuda else 0.0,
         ))
     ops.sort(key=lambda o: o.start_us)
     timeline: list[tuple[float, int]] = []
@@ -463,9 +476,43 @@ def _shape(value: Any) -> tuple[int, ...]:
     return ()
 
 
-def _moved_flops(events: Any, is_op: Callable[[Any], bool]) -> dict[int, int]:
+RUNTIME_ACTIVITIES = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"})
+
+
+def _is_runtime_call(e: Any) -> bool:
+    """A CUDA runtime or driver API call recorded on the host (kineto's cuda_runtime / cuda_driver activity);
+    by name (cudaLaunchKernel, cuLaunchKernel) where this torch's FunctionEvent has no activity_type."""
+    activity = getattr(e, "activity_type", None)
+    if activity is not None:
+        return activity in RUNTIME_ACTIVITIES
+    return re.match(r"cu(da)?[A-Z]", e.name) is not None
+
+
+def _has_op_ancestor(e: Any, is_op: Callable[[Any], bool]) -> bool:
+    parent = e.cpu_parent
+    while parent is not None:
+        if is_op(parent):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _self_cpu_us(e: Any) -> float:
+    return float(e.self_cpu_time_total)
+
+
+def _self_device_us(e: Any) -> float:
+    """Time of the device kernels this host op launched itself (not those of its nested ops)."""
+    value = getattr(e, "self_device_time_total", None)
+    if value is None:  # torch before the device_* names
+        value = getattr(e, "self_cuda_time_total", 0)
+    return float(value or 0)
+
+
+def _moved_flops(events: Any, is_op: Callable[[Any], bool], self_us: Callable[[Any], float]) -> dict[int, int]:
     """FLOPs the profiler counts on a convolution wrapper (aten::conv2d) moved to the nested convolution op
-    that does the work (aten::mkldnn_convolution): the one with the most self time, if more than the wrapper's."""
+    that does the work (aten::mkldnn_convolution, aten::cudnn_convolution): the one with the most self time
+    (`self_us`: host time on the CPU, its kernels' time on CUDA), if more than the wrapper's."""
 
     def descendants(e: Any) -> Iterator[Any]:
         for c in e.cpu_children:
@@ -483,9 +530,8 @@ def _moved_flops(events: Any, is_op: Callable[[Any], bool]) -> dict[int, int]:
         if parent is not None:
             moved[id(e)] = 0  # counted with its outermost counted ancestor
             continue
-        heavy = max((d for d in descendants(e) if "conv" in d.name), key=lambda d: d.self_cpu_time_total,
-                    default=None)
-        if heavy is not None and heavy.self_cpu_time_total > e.self_cpu_time_total:
+        heavy = max((d for d in descendants(e) if "conv" in d.name), key=self_us, default=None)
+        if heavy is not None and self_us(heavy) > self_us(e):
             moved[id(heavy)] = int(e.flops)
             moved[id(e)] = 0
     return moved

@@ -124,6 +124,9 @@ def analyze_all(trace: ProfileTrace, ceilings: CeilingsLike) -> Analyses:
     trace.validate()
     ops_in_steps = [o for o in trace.ops if o.step >= 0]
     comm_us = sum(o.self_us for o in ops_in_steps if any(m in o.name.lower() for m in COMM_MARKERS))
+    # On CUDA the collectives are kernels (ncclDevKernel_AllReduce...) that the host only enqueues.
+    comm_us = max(comm_us, sum(k.dur_us for k in trace.kernels
+                               if k.step >= 0 and any(m in k.name.lower() for m in COMM_MARKERS)))
     step_us = sum(s.dur_us for s in trace.steps)
     return Analyses(
         breakdown=breakdown.analyze(trace),

@@ -52,6 +52,8 @@ class OpEvent:
     """Net host bytes allocated by this op itself (allocations minus frees), from profile_memory."""
     is_leaf: bool = True
     """True when no other operator ran inside it."""
+    device_us: float = 0.0
+    """CUDA: time of the device kernels this op launched itself (not those of nested ops); 0 on the CPU."""
 
     @property
     def end_us(self) -> float:
@@ -83,6 +85,8 @@ class StepWindow:
     """Time the step waited for its batch (next(loader)), measured by perf_counter."""
     phase_us: dict[str, float] = field(default_factory=dict)
     """Duration of each phase range in this step."""
+    device_sync_us: float = 0.0
+    """CUDA: host time in synchronize calls outside every operator (waiting for the device's queue)."""
 
     @property
     def dur_us(self) -> float:

@@ -455,7 +455,8 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
 
 BREAKDOWN_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
                    ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other"),
-                   ("framework_overhead_s", "framework overhead"), ("device_idle_s", "device idle"))
+                   ("framework_overhead_s", "framework overhead"), ("device_sync_s", "waiting for the device"),
+                   ("device_idle_s", "device idle"))
 
 
 def profile_view(rec: RunRecord) -> str:
@@ -478,8 +479,8 @@ def profile_view(rec: RunRecord) -> str:
         svgs.append(_roofline(ops_data))
         ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)][:12]
         if ops:
-            parts.append("<h3>Top operators by self time</h3>" + _table(
-                ("operator", "self ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
+            parts.append(f"<h3>Top operators by {esc(str(ops_data.get('timed_by', 'self time')))}</h3>" + _table(
+                ("operator", "ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
                 [[o.get("name"), _ms(o.get("self_s")), _pct(o.get("share"), sign=False), _fmt(o.get("intensity")),
                   _fmt((o.get("achieved_flops_s") or 0) / 1e9 if o.get("achieved_flops_s") else None),
                   o.get("bound"), _pct(o.get("pct_of_peak"), sign=False)] for o in ops]))

@@ -99,7 +99,7 @@ def _breakdown(b: dict[str, Any]) -> RenderableType:
     parts = [("waiting for data", "data_wait_s"), ("host-to-device copies", "h2d_s"), ("forward", "forward_s"),
              ("backward", "backward_s"), ("optimizer", "optimizer_s"), ("other (outside phases)", "other_s"),
              ("  of which operators", "operator_s"), ("  of which framework overhead", "framework_overhead_s"),
-             ("device idle", "device_idle_s")]
+             ("  of which waiting for the device", "device_sync_s"), ("device idle", "device_idle_s")]
     for label, key in parts:
         value = b.get(key)
         if value is None or (value == 0 and key in ("data_wait_s", "h2d_s", "backward_s", "optimizer_s")):
@@ -110,12 +110,13 @@ def _breakdown(b: dict[str, Any]) -> RenderableType:
 
 
 def _operators(op: dict[str, Any], n: int = 8) -> RenderableType:
-    t = Table(title=f"Top operators by self time, on this machine's roofline: fp32 peak "
+    timed_by = op.get("timed_by", "self time")
+    t = Table(title=f"Top operators by {timed_by}, on this machine's roofline: fp32 peak "
                     f"{op['peak_flops'].get('fp32', 0) / 1e9:.0f} GFLOP/s, {op['bandwidth_bytes_s'] / 1e9:.1f} GB/s, "
                     f"ridge {op['ridge_intensity']:.1f} FLOP/B", box=box.SIMPLE_HEAD, title_justify="left",
               show_edge=False, padding=(0, 1))
     t.add_column("operator", no_wrap=True, max_width=26)
-    for col in ("self", "share", "FLOP/B", "achieved"):
+    for col in ("kernels" if timed_by == "kernel time" else "self", "share", "FLOP/B", "achieved"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("bound", no_wrap=True)
     t.add_column("%peak", justify="right", no_wrap=True)

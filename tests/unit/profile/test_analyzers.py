@@ -147,3 +147,34 @@ def test_breakdown_reports_the_median_step_whole() -> None:
     assert b.operator_s == pytest.approx(0.010)
     assert b.framework_overhead_s == pytest.approx(0.010)
     assert b.operator_s + b.framework_overhead_s == pytest.approx(b.step_s)
+
+
+def test_cuda_operators_are_timed_by_their_kernels_and_the_sync_wait_is_not_overhead() -> None:
+    """A CUDA step of 10 ms: the host launches a GEMM (8 µs on the host, 4 ms of kernel), a view (no kernel) and an
+    add (6 µs host, 5 µs kernel), then waits 9 ms in cudaDeviceSynchronize. The roofline reads kernel time, the
+    wait is neither operator time nor framework overhead."""
+    from dataclasses import replace as dc_replace
+
+    ops = [dc_replace(gemm(0, 8), device_us=4000.0), op("aten::view", 10, 2),
+           dc_replace(op("aten::add", 20, 6, shapes=((8,), (8,)), dtypes=("float", "float")), device_us=5.0)]
+    t = trace(ops)
+    t.device = "cuda"
+    t.steps = [dc_replace(t.steps[0], device_sync_us=9000.0)]
+    a = operators.analyze(t, CEILINGS)
+    by = {o.name: o for o in a.operators}
+    assert set(by) == {"aten::addmm", "aten::add"}  # the view launched nothing
+    assert by["aten::addmm"].self_s == pytest.approx(0.004)
+    assert by["aten::addmm"].pct_of_peak == pytest.approx(2 * 256 * 512 * 512 / 0.004 / 100e9)
+    assert by["aten::add"].bound == operators.OVERHEAD  # a 5 µs kernel
+    assert a.share_by_bound[operators.COMPUTE] == pytest.approx(0.4)
+
+    b = breakdown.analyze(t)
+    assert b.device_sync_s == pytest.approx(0.009)
+    assert b.operator_s == pytest.approx(16e-6)
+    assert b.framework_overhead_s == pytest.approx(0.010 - 0.009 - 16e-6)
+    la = launch.analyze(t)
+    assert la.gap_time_s == pytest.approx(0.010 - 0.009 - 16e-6)
+    assert la.overhead_share < 0.15  # a device-bound step is not a launch-overhead one
+
+    cpu = breakdown.analyze(trace(ops))  # on the CPU there is no device wait to report
+    assert cpu.device_sync_s is None and cpu.framework_overhead_s == pytest.approx(0.010 - 16e-6)

@@ -125,3 +125,18 @@ def test_operators_above_the_ceiling_blame_the_ceilings() -> None:
     low = type(CEILINGS)({"fp32": CEILINGS.gemm_flops["fp32"] / 10}, CEILINGS.memory_bandwidth_bytes_s / 10)
     d = dg.diagnose(dg.analyze_all(trace([gemm(0, 9000)]), low))  # type: ignore[arg-type]
     assert any("aten::addmm ran at" in c and "calibrate --force" in c for c in d.caveats)
+
+
+def test_cuda_collectives_count_by_their_kernels() -> None:
+    """On CUDA the host only enqueues an all-reduce (a few µs of c10d op); its NCCL kernel is what the step waits on."""
+    from dataclasses import replace
+
+    from dlperf.profile.trace import KernelEvent
+
+    t = trace([op("c10d::allreduce_", 0, 5), replace(gemm(10, 8), device_us=5000.0)])
+    t.device = "cuda"
+    t.kernels = [KernelEvent("ampere_sgemm_128x64_nn", 20, 5000, 0),
+                 KernelEvent("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5100, 4000, 0)]
+    a = dg.analyze_all(t, CEILINGS)  # type: ignore[arg-type]
+    assert a.comm_share == pytest.approx(0.4)
+    assert any(f.category == dg.COMMUNICATION for f in dg.diagnose(a).findings)

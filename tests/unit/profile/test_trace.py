@@ -72,3 +72,45 @@ def test_gpu_copies_of_record_function_ranges_are_neither_steps_nor_kernels() ->
     assert [s.phase_us for s in tr.steps] == [{"forward": 390.0}, {"forward": 390.0}]  # the host ranges
     assert [(k.name, k.step) for k in tr.kernels] == [("ampere_sgemm_128x64_nn", 0), ("ampere_sgemm_128x64_nn", 1)]
     assert [(o.name, o.phase) for o in tr.ops] == [("aten::mm", "forward"), ("aten::mm", "forward")]
+
+
+def test_cuda_runtime_calls_are_not_operators_and_ops_carry_their_kernel_time() -> None:
+    """On CUDA the profiler records runtime API calls (cudaLaunchKernel, cudaDeviceSynchronize) as host events,
+    each kernel linked to the op that launched it. The trace keeps the ops only, gives each op the time of its
+    own kernels, and counts a synchronize outside every op as the host waiting for the device."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from dlperf.profile.capture import events_to_trace
+
+    ids = iter(range(1000))
+
+    def event(name: str, start: float, end: float, activity: str | None = None,
+              annotation: bool = False, parent: FunctionEvent | None = None) -> FunctionEvent:
+        e = FunctionEvent(next(ids), name, thread=1, start_us=start, end_us=end, device_type=DeviceType.CPU,
+                          is_user_annotation=annotation, use_device="cuda", activity_type=activity)
+        if parent is not None:
+            parent.append_cpu_child(e)
+            e.set_cpu_parent(parent)
+        return e
+
+    step = event("dlperf/step", 0, 1000, "user_annotation", annotation=True)
+    forward = event("dlperf/forward", 10, 200, "user_annotation", annotation=True, parent=step)
+    linear = event("aten::linear", 20, 120, "cpu_op", parent=forward)
+    addmm = event("aten::addmm", 30, 110, "cpu_op", parent=linear)
+    launch = event("cudaLaunchKernel", 40, 100, "cuda_runtime", parent=addmm)
+    addmm.append_kernel("ampere_sgemm_128x64_nn", 0, 700.0)
+    sync = event("cudaDeviceSynchronize", 210, 990, "cuda_runtime", parent=step)
+    events = [step, forward, linear, addmm, launch, sync]
+
+    tr = events_to_trace(events, [0.001], [0.0], "w", "inference", "cuda", 8)
+    assert [(o.name, o.depth, o.is_leaf) for o in tr.ops] == [("aten::linear", 0, False), ("aten::addmm", 1, True)]
+    assert [o.device_us for o in tr.ops] == [0.0, 700.0]
+    assert tr.steps[0].device_sync_us == 780.0
+    # The same events read as a CPU profile: no device time, no device wait (the runtime calls still not ops).
+    tr_cpu = events_to_trace(events, [0.001], [0.0], "w", "inference", "cpu", 8)
+    assert [o.device_us for o in tr_cpu.ops] == [0.0, 0.0]
+    # Without activity_type (older torch) the runtime calls are known by their names.
+    launch.activity_type = sync.activity_type = None
+    tr_old = events_to_trace(events, [0.001], [0.0], "w", "inference", "cuda", 8)
+    assert [o.name for o in tr_old.ops] == ["aten::linear", "aten::addmm"] and tr_old.steps[0].device_sync_us == 780.0

@@ -1,5 +1,6 @@
 """Time breakdown of a step: waiting for data, host-to-device copies, forward, backward, optimizer,
-framework overhead (wall time not covered by any operator) and device idle time (CUDA only)."""
+framework overhead (wall time not covered by any operator), and on CUDA the host's wait in synchronize calls
+and the device's idle time."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ class TimeBreakdown:
     operator_s: float
     """Time covered by top-level operators outside the data phase."""
     framework_overhead_s: float
-    """Step time outside the data phase not covered by any operator: Python, dispatch gaps, hooks."""
+    """Step time outside the data phase not covered by any operator or device wait: Python, dispatch gaps,
+    hooks."""
+    device_sync_s: float | None
+    """CUDA only: host time waiting in synchronize calls outside any operator (the device still working
+    through what the host queued)."""
     device_idle_s: float | None
     """CUDA only: step time during which no kernel or copy ran on the device."""
     unprofiled_step_s: float | None
@@ -48,6 +53,7 @@ def _per_step(trace: ProfileTrace, step: StepWindow) -> dict[str, float]:
     data_s = max(step.data_wait_s, phase_s.get("data", 0.0))
     in_phases = sum(phase_s.values()) - phase_s.get("data", 0.0)
     busy_s = step.wall_s - data_s
+    sync_s = step.device_sync_us * 1e-6 * scale
     values = {
         "data_wait_s": data_s,
         "h2d_s": phase_s.get("h2d", 0.0),
@@ -56,9 +62,10 @@ def _per_step(trace: ProfileTrace, step: StepWindow) -> dict[str, float]:
         "optimizer_s": phase_s.get("optimizer", 0.0),
         "other_s": max(0.0, busy_s - in_phases),
         "operator_s": covered_us * 1e-6 * scale,
-        "framework_overhead_s": max(0.0, busy_s - covered_us * 1e-6 * scale),
+        "framework_overhead_s": max(0.0, busy_s - covered_us * 1e-6 * scale - sync_s),
     }
     if trace.device.startswith("cuda"):
+        values["device_sync_s"] = sync_s
         kernels = [(k.start_us, k.start_us + k.dur_us) for k in trace.kernels if k.step == step.index]
         values["device_idle_s"] = max(0.0, step.wall_s - merged_length(kernels) * 1e-6)
     return values
@@ -81,6 +88,7 @@ def analyze(trace: ProfileTrace) -> TimeBreakdown:
         other_s=row["other_s"],
         operator_s=row["operator_s"],
         framework_overhead_s=row["framework_overhead_s"],
+        device_sync_s=row.get("device_sync_s"),
         device_idle_s=row.get("device_idle_s"),
         unprofiled_step_s=unprofiled,
         profiling_overhead=step.wall_s / unprofiled if unprofiled else None,

@@ -26,7 +26,8 @@ class LaunchAnalysis:
     """Share of top-level operators shorter than the threshold."""
     tiny_op_time_s: float
     gap_time_s: float
-    """Step time (outside data loading) between operators: Python and framework overhead."""
+    """Step time (outside data loading) between operators: Python and framework overhead (on CUDA, not the
+    host's wait in synchronize calls)."""
     busy_step_s: float
     """Step time outside data loading."""
     overhead_share: float
@@ -56,7 +57,7 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         busy = max(step.wall_s - data_s, 1e-12)
         covered = merged_length([(o.start_us, o.end_us) for o in top]) * 1e-6 * scale
         tiny = sum(o.dur_us for o in top if o.dur_us < tiny_op_us) * 1e-6 * scale
-        gap = max(0.0, busy - covered)
+        gap = max(0.0, busy - covered - step.device_sync_us * 1e-6 * scale)
         tiny_s.append(tiny)
         gap_s.append(gap)
         busy_s.append(busy)

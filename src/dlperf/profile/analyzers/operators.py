@@ -7,6 +7,10 @@ the profiler records: every tensor input is read once and the output (the larges
 for a matrix product) written once; view ops move nothing; a row lookup (`index_select`, `embedding`) reads
 the indices and only the rows it selects. These are estimates: caches make real traffic
 lower for small tensors, and the estimate says nothing of ops the profiler gives no shapes for.
+
+On CUDA an operator's time is the time of the kernels it launched itself (its host time is only the
+launch, which the launch analysis judges), an operator that launched none is left out, and the ceilings
+are the device's.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from typing import Any, Protocol
 
 from dlperf.errors import ProfileError
 from dlperf.measure.stats import median
-from dlperf.profile.analyzers.launch import TINY_OP_US
+from dlperf.profile.analyzers.launch import TINY_KERNEL_US, TINY_OP_US
 from dlperf.profile.trace import DTYPE_BYTES, OpEvent, ProfileTrace, dtype_kind
 
 COMPUTE = "compute"
 BANDWIDTH = "bandwidth"
 OVERHEAD = "overhead"
-"""Per call shorter than TINY_OP_US: dispatch cost dominates, the roofline does not apply."""
+"""Per call shorter than TINY_OP_US (CUDA: its kernels shorter than TINY_KERNEL_US): dispatch or launch cost
+dominates, the roofline does not apply."""
 CACHE_RESIDENT = "cache-resident"
 """Low intensity but a working set small enough to stay in cache: DRAM bandwidth is not what limits it."""
 UNKNOWN = "unknown"
@@ -95,6 +100,8 @@ class OperatorAnalysis:
     """FLOP/byte where fp32 GEMM peak and bandwidth meet: above it an op is compute-bound."""
     share_by_bound: dict[str, float] = field(default_factory=dict)
     """Share of the step's self time by bound category."""
+    timed_by: str = "self time"
+    """What an operator's time is: its host self time, or on CUDA the time of the kernels it launched."""
 
     def top(self, n: int = 10) -> list[OperatorStat]:
         return self.operators[:n]
@@ -115,6 +122,7 @@ class OperatorAnalysis:
             "bandwidth_bytes_s": self.bandwidth_bytes_s,
             "ridge_intensity": self.ridge_intensity,
             "share_by_bound": self.share_by_bound,
+            "timed_by": self.timed_by,
         }
 
 
@@ -175,18 +183,24 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
     # Medians over steps, not sums: on a shared machine one step can be descheduled in the middle of any op.
     step_s = median(trace.step_wall_s)
     scale_of = {s.index: s.wall_s / (s.dur_us * 1e-6) if s.dur_us > 0 else 1.0 for s in trace.steps}
+    cuda = trace.device.startswith("cuda")
+    if cuda:
+        tiny_op_us = min(tiny_op_us, TINY_KERNEL_US)
     groups: dict[str, dict[str, Any]] = {}
     for op in trace.ops:
         if op.step < 0 or op.phase == "data":
             continue
+        own_us = op.device_us if cuda else op.self_us
+        if cuda and own_us <= 0:
+            continue  # launched no kernel itself: a wrapper, a view or host-only work
         g = groups.setdefault(op.name, {"calls": 0, "self_us": 0.0, "flops": 0.0, "bytes": 0.0, "dtypes": {},
                                         "per_step_s": [0.0] * n_steps})
         g["calls"] += 1
-        g["self_us"] += op.self_us
-        g["per_step_s"][op.step] += op.self_us * 1e-6 * scale_of.get(op.step, 1.0)
-        # Only ops that do their own work count FLOPs and bytes: a leaf, one the profiler gave FLOPs, or one
-        # that spends most of its time in itself rather than in nested ops.
-        if op.is_leaf or op.flops > 0 or op.self_us >= 0.5 * op.dur_us:
+        g["self_us"] += own_us
+        g["per_step_s"][op.step] += own_us * 1e-6 * scale_of.get(op.step, 1.0)
+        # Only ops that do their own work count FLOPs and bytes: a leaf, one the profiler gave FLOPs, one
+        # that spends most of its time in itself rather than in nested ops, or on CUDA one that ran kernels.
+        if cuda or op.is_leaf or op.flops > 0 or op.self_us >= 0.5 * op.dur_us:
             b, f = op_bytes_and_flops(op)
             g["bytes"] += b
             g["flops"] += f
@@ -224,4 +238,5 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
     for s in stats:
         shares[s.bound] = shares.get(s.bound, 0.0) + s.share
     return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
-                            bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares)
+                            bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
+                           timed_by="kernel time" if cuda else "self time")
