@@ -132,14 +132,18 @@ def _prune_pair(pair: _Pair, amount: float) -> tuple[int, int]:
         for j in pair.between:
             bn: Any = pair.container[j]
             if type(bn).__name__ in ("BatchNorm1d", "BatchNorm2d"):
+                bn_dtype = (bn.weight.dtype if bn.affine
+                            else bn.running_mean.dtype if bn.track_running_stats else weight.dtype)
                 new_bn: Any = type(bn)(keep_n, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
-                                      track_running_stats=bn.track_running_stats, device=weight.device)
+                                      track_running_stats=bn.track_running_stats, device=weight.device,
+                                      dtype=bn_dtype)
                 if bn.affine:
                     new_bn.weight.copy_(bn.weight[keep])
                     new_bn.bias.copy_(bn.bias[keep])
                 if bn.track_running_stats:
                     new_bn.running_mean.copy_(bn.running_mean[keep])
                     new_bn.running_var.copy_(bn.running_var[keep])
+                    new_bn.num_batches_tracked.copy_(bn.num_batches_tracked)
                 pair.container[j] = new_bn
         block = torch.arange(pair.block, device=keep.device)
         cols = keep if pair.block == 1 else (keep[:, None] * pair.block + block).reshape(-1)

@@ -63,6 +63,30 @@ def test_structured_pruning_shrinks_layers_and_keeps_outputs_shape() -> None:
     assert any("structured pruning" in n for n in state.notes)
 
 
+def test_structured_pruning_keeps_each_layers_dtype_and_batch_norm_state() -> None:
+    """A double-precision CNN whose batch norm has seen batches: every new layer is float64 like the one it
+    replaces (the batch norm too), and the batch norm keeps its kept channels' statistics and its count."""
+    wl = _flatten_cnn()
+    base = wl.make_model
+    model = base().double()
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(16, 1, 8, 8, dtype=torch.float64))  # running statistics and num_batches_tracked move
+    model.eval()
+    bn_before = model[1]
+    wl = dataclasses.replace(wl, make_model=lambda: model,
+                             make_inputs=lambda b: (torch.randn(b, 1, 8, 8, dtype=torch.float64),))
+    state = apply_pass(PruneConfig(amount=0.5, finetune_steps=0), initial_state(wl), CPU)
+    pruned = state.model
+    assert {p.dtype for p in pruned.parameters()} == {torch.float64}  # type: ignore[union-attr]
+    bn = pruned[1]  # type: ignore[index]
+    assert bn.running_mean.dtype == torch.float64 and bn.num_batches_tracked.item() == 1
+    kept = torch.isin(bn_before.running_mean, bn.running_mean)
+    assert int(kept.sum()) == 4
+    with torch.no_grad():
+        assert state.predict(*wl.example_inputs(2)).dtype == torch.float64
+
+
 def test_structured_pruning_keeps_the_strongest_units() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
