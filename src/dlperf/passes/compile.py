@@ -6,6 +6,7 @@ that time to `state.build_s`: the search charges it against the time budget and 
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -45,8 +46,21 @@ class CompileConfig(PassConfig):
 
 
 def compiler_reason(device: str) -> str | None:
-    if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-        return "torch.compile on CPU needs a C++ compiler (g++ or clang++) on PATH"
+    """Why torch.compile's Inductor cannot build code for `device` here, or None. On the CPU it compiles C++;
+    on CUDA it generates Triton kernels, and Triton builds its launcher with a C compiler (CC, gcc or clang)."""
+    if not device.startswith("cuda"):
+        if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            return "torch.compile on CPU needs a C++ compiler (g++ or clang++) on PATH"
+        return None
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:  # a torch without this helper: let torch.compile report it
+        return None
+    if not has_triton():
+        return ("torch.compile on CUDA needs Triton (the 'triton' package that matches this torch) and a GPU of "
+                "compute capability 7.0 or newer")
+    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or shutil.which("cc")):
+        return "torch.compile on CUDA needs a C compiler for Triton's launcher: gcc or clang on PATH, or CC set"
     return None
 
 

@@ -183,14 +183,14 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
 
 def make_context(workload: Workload, device: str, config: TuneConfig) -> TuneContext:
-    from dlperf.train.knobs.compile import compiler_available
+    from dlperf.passes.compile import compiler_reason
     from dlperf.train.knobs.precision import bf16_supported
 
     return TuneContext(
         workload=workload, device=device, cpu_count=usable_cpus(),
         memory_budget_bytes=config.memory_budget_bytes, safety_margin=config.safety_margin,
         conv_model=has_conv(workload.build_model()), bf16_supported=bf16_supported(device),
-        compiler_available=compiler_available(device),
+        compiler_missing=compiler_reason(device),
     )
 
 

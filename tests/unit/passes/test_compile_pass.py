@@ -28,6 +28,24 @@ def test_compile_config_validation_and_space() -> None:
     assert "GPU only" in (why_not(CompileConfig(mode="reduce-overhead"), state, PassContext()) or "")
 
 
+def test_compile_on_cuda_needs_triton_and_a_c_compiler(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """Inductor on CUDA writes Triton kernels; Triton builds its launcher with CC, gcc or clang. The check reads
+    the environment: Triton's presence from torch's own helper (patched here: this machine has no GPU)."""
+    import torch.utils._triton as triton_helper
+
+    from dlperf.passes.compile import compiler_reason
+
+    monkeypatch.setattr(triton_helper, "has_triton", lambda: False)
+    assert "needs Triton" in (compiler_reason("cuda") or "")
+    monkeypatch.setattr(triton_helper, "has_triton", lambda: True)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler on it
+    assert "C compiler" in (compiler_reason("cuda:1") or "")
+    assert "C++ compiler" in (compiler_reason("cpu") or "")
+    monkeypatch.setenv("CC", "/opt/cc")
+    assert compiler_reason("cuda") is None
+
+
 @pytest.mark.slow
 @needs_compiler
 def test_compile_keeps_outputs_and_counts_compile_time() -> None:

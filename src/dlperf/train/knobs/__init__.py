@@ -27,7 +27,8 @@ class TuneContext:
     safety_margin: float = 0.1
     conv_model: bool = False
     bf16_supported: bool = False
-    compiler_available: bool = True
+    compiler_missing: str | None = None
+    """Why torch.compile cannot build code for the device here (passes.compile.compiler_reason), or None."""
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,7 @@ class Compile:
     def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
         if current.compile:
             return "already compiled"
-        if not ctx.compiler_available:
-            return "no C++ compiler found (torch.compile's CPU backend needs one: install gcc or clang)"
-        return None
+        return ctx.compiler_missing
 
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
         return [Candidate({"compile": True}, "torch.compile(model)")]
-
-
-def compiler_available(device: str) -> bool:
-    import shutil
-
-    return device.startswith("cuda") or any(shutil.which(c) for c in ("g++", "c++", "clang++"))
