@@ -41,7 +41,7 @@ def bench(
 
     st = store if isinstance(store, Store) else Store(store)
     with st.recording("bench", workload.source or workload.name, bench_config_dict(config),
-                      capture_environment().to_dict()) as run:
+                      capture_environment(device).to_dict()) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
     return result

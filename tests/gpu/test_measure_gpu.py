@@ -114,3 +114,11 @@ def test_bench_on_cuda(precision: str, tmp_path: Path, capsys: pytest.CaptureFix
         assert point["measurement"]["clock"] == "cuda_events"
         assert point["cuda_max_allocated_bytes"] > 0
         assert point["summary"]["p50_s"] > 0
+
+
+def test_environment_names_the_gpu_the_run_used() -> None:
+    from dlperf.measure.env import capture_environment
+
+    last = torch.cuda.device_count() - 1
+    assert capture_environment(f"cuda:{last}").gpu_name == torch.cuda.get_device_name(last)
+    assert capture_environment("cuda").gpu_name == torch.cuda.get_device_name(torch.cuda.current_device())

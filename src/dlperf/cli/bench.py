@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
     workload = load_workload(args.workload)
     store = open_store(args)
-    environment = capture_environment().to_dict()
+    environment = capture_environment(config.device).to_dict()
     if config.threads is not None:
         environment["torch_threads"] = config.threads
     config_dict = bench_config_dict(config)

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store(args)
     config = {"device": args.device, "force": args.force, "quick": args.quick, "version": 1}
-    with store.recording("calibrate", args.device, config, capture_environment().to_dict()) as run_handle:
+    with store.recording("calibrate", args.device, config, capture_environment(args.device).to_dict()) as run_handle:
         with step_progress(5, "calibrate") as on_step:
             ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick,
                                                  on_progress=on_step)

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
                            threads=args.threads, num_workers=args.num_workers)
     store = open_store(args)
-    environment = capture_environment().to_dict()
+    environment = capture_environment(args.device).to_dict()
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",
                               "step": baseline.to_dict(), "steps": args.steps, "warmup": args.warmup}
     tune_config = _tune_config(args) if args.tune and not args.nproc else None

@@ -180,7 +180,8 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}
-    with store.recording("ab", name, config, capture_environment().to_dict()) as run:
+    device = next((s.device for s in (a, b) if s.device.startswith("cuda")), None)
+    with store.recording("ab", name, config, capture_environment(device).to_dict()) as run:
         outcome = run_ab(workload_spec, a, b, **kwargs)
         run.result = outcome.to_dict()
     return outcome, run.id

@@ -79,7 +79,7 @@ def check_against_baseline(
     workload = load_workload(workload_spec)
     # Recorded under the name the user gave, as `dlperf bench` records it, so histories line up.
     name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
-    environment = capture_environment().to_dict()
+    environment = capture_environment(bench_config.device).to_dict()
     warnings = []
     if baseline.workload not in (name, workload.source, workload.name):
         warnings.append(f"the baseline measured workload '{baseline.workload}', this check '{name}'")

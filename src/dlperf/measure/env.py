@@ -79,7 +79,9 @@ def _version(module: str) -> str | None:
         return None
 
 
-def capture_environment() -> Environment:
+def capture_environment(device: str | None = None) -> Environment:
+    """The environment of this process; `device` ('cuda:1', 'cuda', 'cpu') names the GPU the run used (default:
+    torch's current CUDA device), so a result taken on the second GPU of a mixed machine carries its name."""
     import psutil
     import torch
 
@@ -89,7 +91,7 @@ def capture_environment() -> Environment:
     gpu_count = 0
     if torch.cuda.is_available():
         gpu_count = torch.cuda.device_count()
-        gpu_name = torch.cuda.get_device_name(0)
+        gpu_name = torch.cuda.get_device_name(gpu_index(device))
         cuda_version = torch.version.cuda
         try:
             import pynvml
@@ -122,6 +124,17 @@ def capture_environment() -> Environment:
         gpu_count=gpu_count,
         packages=packages,
     )
+
+
+def gpu_index(device: str | None) -> int:
+    """The CUDA device index `device` names ('cuda:1' -> 1); torch's current device for 'cuda', 'cpu' or None."""
+    import torch
+
+    if device and device.startswith("cuda"):
+        index = torch.device(device).index
+        if index is not None:
+            return int(index)
+    return int(torch.cuda.current_device())
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

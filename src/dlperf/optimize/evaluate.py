@@ -147,8 +147,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     with torch.no_grad():
         reference = _flatten(model(*inputs))
     reference = [t.detach().float().clone() for t in reference]
+    # Kept on the host: they are only saved, and on CUDA a device copy would count in the candidate's peak.
     original_weights = (
-        {k: v.detach().clone() for k, v in model.state_dict().items()} if settings.export else None
+        {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if settings.export else None
     )
     heldout = _heldout_batches(workload, settings) if workload.eval is None else []
     with torch.no_grad():
@@ -168,7 +169,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     for i, config in enumerate(candidate.configs):
         state = apply_pass(config, state, ctx)
         if i == trained_after and settings.export and state.model is not None:
-            trained_weights = {k: v.detach().clone() for k, v in state.model.state_dict().items()}
+            trained_weights = {k: v.detach().to("cpu", copy=True) for k, v in state.model.state_dict().items()}
     apply_s = time.perf_counter() - apply_start
     predict = state.predict
 
@@ -212,6 +213,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         with torch.no_grad():
             return predict(*inputs)
 
+    if settings.device.startswith("cuda"):
+        # The peak of serving the candidate, not of building it (TensorRT's builder, compile's autotuning).
+        torch.cuda.reset_peak_memory_stats(settings.device)
     with PeakRssSampler() as rss:
         measurement = time_callable(call, timer, clock_for(settings.device), items_per_call=settings.batch_size,
                                     label=candidate.label)

@@ -56,3 +56,10 @@ def test_environment_differences(env: Environment) -> None:
     diffs = environment_differences(a, b)
     assert diffs == [f"torch_version: {a['torch_version']} vs 9.9", f"torch_threads: {a['torch_threads']} vs 64"]
     assert environment_differences(a, dict(a)) == []
+
+
+def test_gpu_index_of_a_device_string() -> None:
+    from dlperf.measure.env import gpu_index
+
+    assert gpu_index("cuda:3") == 3
+    assert gpu_index("cuda:0") == 0
