@@ -6,6 +6,7 @@ The artifact is Torch-TensorRT's serialized ExportedProgram (`model.ep`, TensorR
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,38 +82,50 @@ class TensorRtPass:
         precisions = {"fp32": {torch.float32}, "fp16": {torch.float16, torch.float32},
                       "bf16": {torch.bfloat16, torch.float32}}[config.precision]
         max_b = config.max_batch_size or ctx.batch_size
-        inputs = []
-        for x in example:
-            if max_b > ctx.batch_size:
-                lo, hi = (1, *x.shape[1:]), (max_b, *x.shape[1:])
-                inputs.append(trt.Input(min_shape=lo, opt_shape=tuple(x.shape), max_shape=hi, dtype=x.dtype))
-            else:
-                inputs.append(trt.Input(shape=tuple(x.shape), dtype=x.dtype))
         # fp16/bf16 here means "TensorRT may pick these kernels" (weak typing): Torch-TensorRT 2.10 made strongly
         # typed networks the default, which refuse enabled_precisions beyond fp32 (pytorch/TensorRT#4070), so
         # the weak typing this config asks for is requested explicitly.
         typing = {"use_explicit_typing": False} if config.precision != "fp32" else {}
+        low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(config.precision)
+        cast: Any = None
         try:
-            compiled = trt.compile(model, ir="dynamo", inputs=inputs, enabled_precisions=precisions,
-                                   optimization_level=config.optimization_level, **typing)
+            compiled = trt.compile(model, ir="dynamo", inputs=_input_specs(trt, example, max_b, None),
+                                   enabled_precisions=precisions, optimization_level=config.optimization_level,
+                                   **typing)
         except Exception as exc:
-            raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
+            if low is None:
+                raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
+            # TensorRT 11 drops weak typing: a strongly typed network runs in the graph's own dtypes, so the
+            # graph itself is cast (weights and floating inputs), and outputs come back as float32.
+            try:
+                typed = copy.deepcopy(model).to(low)
+                compiled = trt.compile(typed, ir="dynamo", inputs=_input_specs(trt, example, max_b, low),
+                                       use_explicit_typing=True, optimization_level=config.optimization_level)
+                cast = low
+            except Exception as typed_exc:
+                raise OptimizeError(
+                    f"Torch-TensorRT could not compile the model: weakly typed with {config.precision} allowed: "
+                    f"{type(exc).__name__}: {exc}; strongly typed in {config.precision}: "
+                    f"{type(typed_exc).__name__}: {typed_exc}"
+                ) from typed_exc
         device = ctx.device
-
-        def predict(*args: Any) -> Any:
-            with torch.inference_mode():
-                return compiled(*(a.to(device) for a in args))
+        predict = _predictor(compiled, device, cast)
+        saved_example = [_cast_float(x, cast) for x in example]
 
         manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest()}
+        if cast is not None:
+            manifest["typed_as"] = config.precision  # inputs cast to it on the way in, outputs to fp32 on the way out
+        notes = [*state.notes, f"Torch-TensorRT {config.precision} on {device}"
+                 + (" (strongly typed: the model cast to it)" if cast is not None else "")]
 
         def exporter(out_dir: Path) -> dict[str, Any]:
             out_dir.mkdir(parents=True, exist_ok=True)
-            trt.save(compiled, str(out_dir / "model.ep"), inputs=list(example))
+            trt.save(compiled, str(out_dir / "model.ep"), inputs=saved_example)
             return {**manifest, "files": ["model.ep"]}
 
         return ModelState(
             workload=wl, model=None, predict=predict, engine="tensorrt", precision=config.precision,
-            applied=list(state.applied), notes=[*state.notes, f"Torch-TensorRT {config.precision} on {device}"],
+            applied=list(state.applied), notes=notes,
             exporter=exporter, build_s=state.build_s + time.perf_counter() - t0,
         )
 
@@ -126,9 +139,39 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         raise OptimizeError("this artifact is a TensorRT engine: loading it needs a CUDA device")
     device = str(manifest.get("device", "cuda"))
     module = torch.export.load(str(Path(dir) / "model.ep")).module()
+    typed_as = manifest.get("typed_as")
+    cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(str(typed_as)) if typed_as else None
+    return _predictor(module, device, cast)
+
+
+def _cast_float(x: Any, dtype: Any) -> Any:
+    return x.to(dtype) if dtype is not None and x.is_floating_point() else x
+
+
+def _input_specs(trt: Any, example: tuple[Any, ...], max_batch: int, cast: Any) -> list[Any]:
+    """Torch-TensorRT Input specs of the example inputs (floating ones in `cast` when given); a batch range
+    1..max_batch when max_batch is above the example's batch."""
+    specs = []
+    for x in example:
+        dtype = cast if cast is not None and x.is_floating_point() else x.dtype
+        if max_batch > x.shape[0]:
+            lo, hi = (1, *x.shape[1:]), (max_batch, *x.shape[1:])
+            specs.append(trt.Input(min_shape=lo, opt_shape=tuple(x.shape), max_shape=hi, dtype=dtype))
+        else:
+            specs.append(trt.Input(shape=tuple(x.shape), dtype=dtype))
+    return specs
+
+
+def _predictor(module: Any, device: str, cast: Any) -> Callable[..., Any]:
+    """predict(*inputs) on `device`; for a strongly typed engine (`cast`), floating inputs in its dtype and
+    floating outputs back in float32, as the original model returns them."""
+    import torch
+
+    from dlperf.passes._torch_call import cast_floats
 
     def predict(*args: Any) -> Any:
         with torch.inference_mode():
-            return module(*(a.to(device) for a in args))
+            out = module(*(_cast_float(a.to(device), cast) for a in args))
+        return cast_floats(out, torch.float32) if cast is not None else out
 
     return predict

@@ -1,0 +1,47 @@
+"""The parts of the Torch-TensorRT pass that run without TensorRT: how a strongly typed engine (TensorRT 11 has
+no weak typing, so an fp16/bf16 engine is built from the model cast to that dtype) is called and described.
+The compile itself is in tests/gpu/test_engines_gpu.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from dlperf.passes.tensorrt import _input_specs, _predictor
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_strongly_typed_engine_takes_fp32_inputs_and_returns_fp32() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 3)
+    typed = torch.nn.Linear(8, 3).to(torch.bfloat16)
+    typed.load_state_dict({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
+    seen: list[torch.dtype] = []
+
+    def engine(x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.extend([x.dtype, ids.dtype])
+        return typed(x.to(torch.bfloat16)), ids
+
+    x, ids = torch.randn(4, 8), torch.arange(4)
+    out, out_ids = _predictor(engine, "cpu", torch.bfloat16)(x, ids)
+    assert seen == [torch.bfloat16, torch.int64]  # floating inputs cast, integer ones untouched
+    assert out.dtype == torch.float32 and out_ids.dtype == torch.int64
+    torch.testing.assert_close(out, model(x).detach(), atol=0.05, rtol=0.05)
+    # a weakly typed engine (no cast) gets the inputs as they are
+    seen.clear()
+    _predictor(engine, "cpu", None)(x, ids)
+    assert seen == [torch.float32, torch.int64]
+
+
+def test_input_specs_cast_floating_inputs_and_span_the_batch_range() -> None:
+    trt: Any = SimpleNamespace(Input=lambda **kw: kw)
+    example = (torch.zeros(4, 3, 8, 8), torch.zeros(4, 5, dtype=torch.int64))
+    fixed = _input_specs(trt, example, 4, torch.float16)
+    assert fixed == [{"shape": (4, 3, 8, 8), "dtype": torch.float16}, {"shape": (4, 5), "dtype": torch.int64}]
+    ranged = _input_specs(trt, example, 16, None)
+    assert ranged[0] == {"min_shape": (1, 3, 8, 8), "opt_shape": (4, 3, 8, 8), "max_shape": (16, 3, 8, 8),
+                         "dtype": torch.float32}
