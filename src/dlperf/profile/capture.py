@@ -342,6 +342,11 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
     if cuda:
         activities.append(ProfilerActivity.CUDA)
         torch.cuda.reset_peak_memory_stats(config.device)
+    else:
+        # Kineto writes "USDT: ... profiler_start/stop" to stderr on every profile; only its level 6 (nothing)
+        # hides them. Kept on CUDA, where its messages (CUPTI errors, missing privileges) matter; read lazily
+        # at the first profile, and a level the user set wins.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     walls: list[float] = []
     waits: list[float] = []
     with profile(activities=activities, record_shapes=True, with_flops=True,

@@ -57,3 +57,19 @@ def test_profile_terminal_output_and_bad_option(tmp_path: Path, seeded_ceilings:
     assert main(["profile", str(EXAMPLES / "compute_bound.py"), "--memory-budget", "lots",
                  "--store", str(tmp_path / "runs.db")]) == 2
     assert main(["profile", "zoo:mlp", "--train", "--steps", "0", "--store", str(tmp_path / "runs.db")]) == 2
+
+
+def test_profile_on_cpu_keeps_stderr_free_of_kineto_lines(tmp_path: Path, seeded_ceilings: None) -> None:
+    """Kineto writes 'USDT: ... profiler_start' to the process's stderr (fd 2) on every profile: a fresh process,
+    as a user runs it, so no earlier profile in this test process has set kineto's log level already."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "profile", "zoo:mlp", "--steps", "1",
+                           "--store", f"sqlite:///{tmp_path / 'runs.db'}"],
+                          capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr, done.stderr
+    assert "Where a step's time goes" in done.stdout
