@@ -413,7 +413,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
     # device, which is neither operator time nor framework overhead.
     sync_us = [0.0] * len(step_ranges)
     for e in host:
-        if _is_runtime_call(e) and "Synchronize" in e.name and not _has_op_ancestor(e, is_op):
+        if _is_runtime_call(e) and "Synchronize" in e.name and _op_depth(e, is_op) == 0:
             i = step_of(e.time_range.start)
             if i >= 0:
                 sync_us[i] += float(e.time_range.end - e.time_range.start)
@@ -436,12 +436,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             continue
         if not is_op(e):
             continue
-        depth = 0
-        parent = e.cpu_parent
-        while parent is not None:
-            if is_op(parent):
-                depth += 1
-            parent = parent.cpu_parent
+        depth = _op_depth(e, is_op)
         i = step_of(start)
         phase = "other"
         if i >= 0:
@@ -493,13 +488,14 @@ def _is_runtime_call(e: Any) -> bool:
     return re.match(r"cu(da)?[A-Z]", e.name) is not None
 
 
-def _has_op_ancestor(e: Any, is_op: Callable[[Any], bool]) -> bool:
+def _op_depth(e: Any, is_op: Callable[[Any], bool]) -> int:
+    """How many operators the event runs inside (0: top level, under only user ranges)."""
+    depth = 0
     parent = e.cpu_parent
     while parent is not None:
-        if is_op(parent):
-            return True
+        depth += is_op(parent)
         parent = parent.cpu_parent
-    return False
+    return depth
 
 
 def _self_cpu_us(e: Any) -> float:
