@@ -12,7 +12,9 @@ offline and served back to back, and the summary gives the medians of the per-ro
      up to about +-1 ms on this machine, and the difference moves over a process's life),
   3. LitServe serving the same model with its own batching (same max batch and delay), at the same
      concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
-     loads alternate in slices (ABBA), so that both see the same machine,
+     loads alternate in slices (ABBA), so that both see the same machine; besides the strict count (items/s
+     and p99 both at least as good, per level and round), the slice pairs of all rounds give each level's
+     throughput ratio with a bootstrap 95% CI and a verdict (faster / no significant difference),
   4. memory: the server's RSS after `--rss-duration` s of load (default 120) within 10% of its RSS after
      a warm-up load (medians of readings every 0.25 s over equal windows at the end of each; also the idle
      RSS after each, once the server has trimmed its heap on going idle).
@@ -342,11 +344,14 @@ def main() -> int:
                             warmup_s=warm, stable_windows=10**9)
         return run_level(target, config, float(concurrency))
 
+    slice_ratios: dict[str, list[float]] = {}
+    """Per concurrency label: dlperf's items/s over LitServe's, one per pair of slices (the k-th of each)."""
+
     def paired(ours: tuple[Any, Any], theirs: tuple[Any, Any] | None, concurrency: int,
                seconds: float, slices: int) -> tuple[Any, Any]:
         """dlperf's and LitServe's (target, process) at one concurrency: `seconds` of load each, in `slices`
         slices alternating ABBA (each after a warm-up of its own, the first a full one), the other server
-        stopped meanwhile; returns the merged (ours, theirs) results."""
+        stopped meanwhile; returns the merged (ours, theirs) results and keeps each slice pair's ratio."""
         if theirs is None:
             with paused(lproc):
                 return load(ours[0], concurrency, seconds), None
@@ -360,6 +365,9 @@ def main() -> int:
                 warm = args.warmup_s if k == 0 else min(1.0, args.warmup_s)
                 with paused(other):
                     parts[side].append(load(target_i, concurrency, seconds / slices, warm))
+        slice_ratios.setdefault("c=1" if concurrency == 1 else "saturated", []).extend(
+            o.item_throughput / t.item_throughput for o, t in zip(parts[0], parts[1], strict=True)
+            if o.item_throughput > 0 and t.item_throughput > 0)
         return merged(parts[0]), merged(parts[1])
 
     procs: list[subprocess.Popen[bytes]] = []
@@ -474,6 +482,16 @@ def main() -> int:
               f"(rounds: {', '.join(f'{r:.0%}' for r in lit_ratios)})")
         print(f"  dlperf at least as fast as LitServe at <= p99, same concurrency: {sum(wins)} of {len(wins)} "
               f"paired levels  [target: {verdict(all(wins))}]")
+        from dlperf.measure.ab import FASTER, SLOWER, decide
+
+        for label, values in slice_ratios.items():
+            if len(values) >= 2:
+                # decide() reads ratios as B/A times, "faster" when below 1: here they are dlperf's items/s over
+                # LitServe's, so below 1 means LitServe faster
+                r, (lo, hi), v = decide(values)
+                word = {FASTER: "LitServe faster", SLOWER: "dlperf faster"}.get(v, "no significant difference")
+                print(f"    {label}: dlperf items/s over LitServe's, geometric mean of {len(values)} slice pairs "
+                      f"{r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
     print(f"  RSS after {args.rss_duration:g} s of load / after warm-up: {rss_ratio:.3f} under load, "
           f"{idle_after / idle_warm:.3f} idle  [target within 10%: {verdict(abs(rss_ratio - 1) <= 0.10)}]")
     return 0
