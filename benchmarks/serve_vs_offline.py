@@ -14,7 +14,8 @@ offline and served back to back, and the summary gives the medians of the per-ro
      concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
      loads alternate in slices (ABBA), so that both see the same machine; besides the strict count (items/s
      and p99 both at least as good, per level and round), the slice pairs of all rounds give each level's
-     throughput ratio with a bootstrap 95% CI and a verdict (faster / no significant difference),
+     throughput ratio with a bootstrap 95% CI and a verdict (faster / no significant difference), and each
+     level's p99 over all rounds' requests, dlperf's over LitServe's, with its bootstrap CI,
   4. memory: the server's RSS after `--rss-duration` s of load (default 120) within 10% of its RSS after
      a warm-up load (medians of readings every 0.25 s over equal windows at the end of each; also the idle
      RSS after each, once the server has trimmed its heap on going idle).
@@ -261,6 +262,19 @@ def merged(parts: list[Any]) -> Any:
                                server=server)
 
 
+def pooled_p99_ratio(ours: list[list[int]], theirs: list[list[int]], resamples: int = 2000
+                     ) -> tuple[float, float, tuple[float, float]]:
+    """p99 of each server's latencies pooled over rounds (ms), and a bootstrap 95% CI of their ratio (each side
+    resampled on its own: the requests are not paired)."""
+    a = np.concatenate([np.asarray(x, dtype=np.float64) for x in ours]) / 1e6
+    b = np.concatenate([np.asarray(x, dtype=np.float64) for x in theirs]) / 1e6
+    rng = np.random.default_rng(0)
+    ratios = [np.percentile(rng.choice(a, a.size), 99) / np.percentile(rng.choice(b, b.size), 99)
+              for _ in range(resamples)]
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(np.percentile(a, 99)), float(np.percentile(b, 99)), (float(lo), float(hi))
+
+
 def batch_sizes_seen(port: int, stats_path: str | None) -> list[int]:
     """The batch sizes the server has executed so far (its statistics' batch_stats)."""
     if stats_path is None:
@@ -492,6 +506,12 @@ def main() -> int:
                 word = {FASTER: "LitServe faster", SLOWER: "dlperf faster"}.get(v, "no significant difference")
                 print(f"    {label}: dlperf items/s over LitServe's, geometric mean of {len(values)} slice pairs "
                       f"{r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
+        for label, level_pairs in (("c=1", pairs[0::2]), ("saturated", pairs[1::2])):
+            ours_ms, theirs_ms, (lo, hi) = pooled_p99_ratio([o.latencies_ns for o, _ in level_pairs],
+                                                            [t.latencies_ns for _, t in level_pairs])
+            word = ("dlperf lower" if hi < 1 else "LitServe lower" if lo > 1 else "no significant difference")
+            print(f"    {label}: p99 over all rounds' requests, dlperf {ours_ms:.2f} ms / LitServe {theirs_ms:.2f} ms "
+                  f"= {ours_ms / theirs_ms:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
     print(f"  RSS after {args.rss_duration:g} s of load / after warm-up: {rss_ratio:.3f} under load, "
           f"{idle_after / idle_warm:.3f} idle  [target within 10%: {verdict(abs(rss_ratio - 1) <= 0.10)}]")
     return 0
