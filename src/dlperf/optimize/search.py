@@ -453,7 +453,7 @@ def optimize(
         warmup_iters=config.warmup_iters, min_duration_s=config.min_duration_s, min_iters=config.min_iters,
         max_duration_s=config.max_duration_s, extra_modules=tuple(config.extra_modules), export=True,
         ab_blocks=config.ab_blocks, ab_iters_per_block=config.ab_iters_per_block,
-        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"}, paired_gate=1.0 - config.extend_tolerance,
     )
     search_key = config.search_key(batch_size)
     previous = None
