@@ -59,7 +59,7 @@ def compiler_reason(device: str) -> str | None:
     if not has_triton():
         return ("torch.compile on CUDA needs Triton (the 'triton' package that matches this torch) and a GPU of "
                 "compute capability 7.0 or newer")
-    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or shutil.which("cc")):
+    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")):  # what Triton looks for
         return "torch.compile on CUDA needs a C compiler for Triton's launcher: gcc or clang on PATH, or CC set"
     return None
 
