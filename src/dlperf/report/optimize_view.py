@@ -106,7 +106,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     if any(r.get("paired_gain") is not None for r in data.get("candidates") or []):
         lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
-                     "search extends and orders by")
+                     "search extends, orders and ranks by")
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     winner = data.get("winner")
     conf = data.get("confirmation") or {}

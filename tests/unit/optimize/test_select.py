@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,24 @@ def test_rank_by_objective_with_metric_tiebreak() -> None:
     assert gain(rows[1], rows[0], "size") == pytest.approx(4.0)
     with pytest.raises(ConfigError, match="unknown objective"):
         rank(rows, "vibes")
+
+
+def test_speed_objectives_rank_by_the_gain_the_search_passes() -> None:
+    """The isolated p50s say A (0.088 ms) beats B (0.091 ms); the gains each measured against the original in its
+    own process say B (3.79x) beats A (2.92x): with that gain given, latency and throughput rank B first, size
+    is untouched."""
+    a = {**_row(0.088e-3, 0.97, size=300), "paired_gain": 2.92}
+    b = {**_row(0.091e-3, 0.97, size=200), "paired_gain": 3.79}
+    base = {**_row(0.19e-3, 0.97, size=400), "gain": 1.0}
+    rows = [base, a, b]
+    assert rank(rows, "latency") == [1, 2, 0]
+
+    def paired(r: dict[str, Any]) -> float:
+        return float(r.get("paired_gain", r.get("gain", 1.0)))
+
+    assert rank(rows, "latency", speed_gain=paired) == [2, 1, 0]
+    assert rank(rows, "throughput", speed_gain=paired) == [2, 1, 0]
+    assert rank(rows, "size", speed_gain=paired) == [2, 1, 0]  # by size, as before (200 < 300 < 400)
 
 
 def test_slower_reasons_use_cpu_flags_and_batch() -> None:
