@@ -145,11 +145,18 @@ def to_device(inputs: Inputs, device: str, dtype: Any = None) -> Inputs:
     return tuple(move(x) for x in inputs)
 
 
+def half_dtype(precision: str) -> Any:
+    """torch.bfloat16 for 'bf16', torch.float16 for 'fp16', None for anything else ('fp32')."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
 def make_call(model: Any, inputs: Inputs, device: str, precision: str) -> Callable[[], Any]:
     """A zero-argument call of the model under inference_mode (and autocast for bf16/fp16)."""
     import torch
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    dtype = half_dtype(precision)
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     if dtype is None:
         def call() -> Any:

@@ -128,7 +128,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     from dlperf.measure.bench import to_device
     from dlperf.measure.clock import clock_for
     from dlperf.measure.env import cpu_flags
-    from dlperf.measure.memory import PeakRssSampler, parameter_bytes
+    from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
     from dlperf.measure.timer import TimerConfig, time_callable
     from dlperf.optimize.artifact import artifact_size, export_state, last_training_step
     from dlperf.optimize.space import candidate_from_list, load_pass_modules
@@ -219,13 +219,13 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
 
     if settings.device.startswith("cuda"):
         # The peak of serving the candidate, not of building it (TensorRT's builder, compile's autotuning).
-        torch.cuda.reset_peak_memory_stats(settings.device)
+        cuda_reset_peak(settings.device)
     with PeakRssSampler() as rss:
         measurement = time_callable(call, timer, clock_for(settings.device), items_per_call=settings.batch_size,
                                     label=candidate.label)
     cuda_peak_bytes = None
     if settings.device.startswith("cuda"):
-        cuda_peak_bytes = int(torch.cuda.max_memory_allocated(settings.device))
+        cuda_peak_bytes = cuda_peak(settings.device).max_allocated_bytes
     max_rss_bytes = _max_rss_bytes()  # before the original model is built beside the candidate for the pairing
     paired = None
     if settings.paired_blocks > 0 and not candidate.is_baseline:
@@ -303,9 +303,10 @@ def _paired_with_original(workload: Any, inputs: Any, call: Callable[[], Any], p
 
         iters = max(2, min(50, math.ceil(PAIRED_BLOCK_S / max(p50_s, 1e-6))))
         config = ABConfig(blocks=settings.paired_blocks, iters_per_block=iters, warmup_iters=2)
+        clock = clock_for(settings.device)
         ratios: list[float] = []
         for _ in range(PAIRED_ROUNDS):
-            ratios += ab_test(base, call, config, clock_for(settings.device)).block_ratios
+            ratios += ab_test(base, call, config, clock).block_ratios
             ratio, (lo, hi), verdict = decide(ratios, config.confidence, config.min_effect, config.seed)
             gain_lo, gain_hi = 1.0 / hi, 1.0 / lo
             if hi <= lo * PAIRED_CI_SPAN or not gain_lo < settings.paired_gate < gain_hi:

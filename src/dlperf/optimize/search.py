@@ -25,7 +25,7 @@ from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import Executor, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
-from dlperf.optimize.select import OBJECTIVES, check_objective, gain, rank
+from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank
 from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions, with_metric_budget
 from dlperf.passes.base import PassConfig, PassContext
 
@@ -262,7 +262,7 @@ class _Search:
             row["feasible"] = not row["violations"]
             row["gain"] = gain(row, self.baseline, self.config.objective)
             paired = row.get("paired") or {}
-            if self.config.objective in ("latency", "throughput") and paired.get("ratio"):
+            if self.config.objective in SPEED_OBJECTIVES and paired.get("ratio"):
                 row["paired_gain"] = 1.0 / float(paired["ratio"])  # original's time / candidate's, one process
             drop, rel = metric_drop(float(row["metric"]), float(self.baseline["metric"]),
                                     bool(self.baseline.get("higher_is_better", True))) \
@@ -535,7 +535,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     winner: str | None = None
     confirmation: dict[str, Any] | None = None
     notes: list[str] = []
-    speed_objective = config.objective in ("latency", "throughput")
+    speed_objective = config.objective in SPEED_OBJECTIVES
     tried = 0
     for row in ranked:
         if row["key"] == baseline["key"]:

@@ -14,6 +14,8 @@ OBJECTIVES = {
     "size": ("size_bytes", True),
     "memory": ("peak_rss_bytes", True),
 }
+SPEED_OBJECTIVES = ("latency", "throughput")
+"""Objectives a time ratio speaks to (a paired gain applies to them, not to size or memory)."""
 
 
 def check_objective(objective: str) -> None:
@@ -46,11 +48,11 @@ def rank(rows: Sequence[dict[str, Any]], objective: str, higher_is_better_metric
     key, lower = OBJECTIVES[objective]
     sign = 1.0 if lower else -1.0
     msign = -1.0 if higher_is_better_metric else 1.0
-    by_gain = speed_gain is not None and objective in ("latency", "throughput")
+    gain_of = speed_gain if objective in SPEED_OBJECTIVES else None
 
     def sort_key(i: int) -> tuple[float, float, int]:
         row = rows[i]
-        primary = -speed_gain(row) if by_gain and speed_gain is not None else sign * float(row[key])
+        primary = -gain_of(row) if gain_of is not None else sign * float(row[key])
         return primary, msign * float(row.get("metric") or 0.0), len(row.get("pipeline", []))
 
     return sorted(range(len(rows)), key=sort_key)

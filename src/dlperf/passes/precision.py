@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlperf.errors import ConfigError
+from dlperf.measure.bench import half_dtype
 from dlperf.passes._torch_call import torch_call, torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
@@ -70,7 +71,7 @@ class Precision:
     def apply(self, config: PrecisionConfig, state: ModelState, ctx: PassContext) -> ModelState:
         import torch
 
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.dtype]
+        dtype = half_dtype(config.dtype)  # bf16 or fp16: the config checks
         assert state.model is not None
         call = torch_call(state)
         call.device_type = "cuda" if ctx.device.startswith("cuda") else "cpu"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.measure.bench import half_dtype
 from dlperf.passes import _engine
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
@@ -86,7 +87,7 @@ class TensorRtPass:
         # typed networks the default, which refuse enabled_precisions beyond fp32 (pytorch/TensorRT#4070), so
         # the weak typing this config asks for is requested explicitly.
         typing = {"use_explicit_typing": False} if config.precision != "fp32" else {}
-        low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(config.precision)
+        low = half_dtype(config.precision)
         cast: Any = None
         try:
             compiled = trt.compile(model, ir="dynamo", inputs=_input_specs(trt, example, max_b, None),
@@ -139,9 +140,7 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         raise OptimizeError("this artifact is a TensorRT engine: loading it needs a CUDA device")
     device = str(manifest.get("device", "cuda"))
     module = torch.export.load(str(Path(dir) / "model.ep")).module()
-    typed_as = manifest.get("typed_as")
-    cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(str(typed_as)) if typed_as else None
-    return _predictor(module, device, cast)
+    return _predictor(module, device, half_dtype(str(manifest.get("typed_as", "fp32"))))
 
 
 def _cast_float(x: Any, dtype: Any) -> Any:

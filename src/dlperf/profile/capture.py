@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlperf.errors import ConfigError, ProfileError, WorkloadError
-from dlperf.measure.bench import make_call, to_device, torch_threads
-from dlperf.measure.memory import PeakRssSampler, parameter_bytes
+from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
+from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.profile.trace import (
@@ -116,7 +116,7 @@ class Step:
         self.model = model
         self.model_bytes = parameter_bytes(model)
         self._run_model: Any = torch.compile(model) if options.compile else model
-        self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+        self._autocast_dtype = half_dtype(options.precision)
         if mode == INFERENCE:
             inputs = to_device(workload.example_inputs(self.batch_size), device)
             if options.channels_last:
@@ -341,7 +341,7 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
     cuda = config.device.startswith("cuda")
     if cuda:
         activities.append(ProfilerActivity.CUDA)
-        torch.cuda.reset_peak_memory_stats(config.device)
+        cuda_reset_peak(config.device)
     else:
         # Kineto writes "USDT: ... profiler_start/stop" to stderr on every profile; only its level 6 (nothing)
         # hides them. Kept on CUDA, where its messages (CUPTI errors, missing privileges) matter; read lazily
@@ -368,8 +368,9 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
                             step.batch_size)
     if cuda:
         _free, total = torch.cuda.mem_get_info(config.device)
-        trace.memory.device_peak_allocated_bytes = int(torch.cuda.max_memory_allocated(config.device))
-        trace.memory.device_peak_reserved_bytes = int(torch.cuda.max_memory_reserved(config.device))
+        peak = cuda_peak(config.device)
+        trace.memory.device_peak_allocated_bytes = peak.max_allocated_bytes
+        trace.memory.device_peak_reserved_bytes = peak.max_reserved_bytes
         trace.memory.device_total_bytes = int(total)
     return trace
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlperf.errors import TrainError
+from dlperf.measure.memory import cuda_peak, cuda_reset_peak
 from dlperf.train.knobs import Candidate, TuneContext
 from dlperf.train.loop import StepConfig, TrainLoop, checkpointed_children
 from dlperf.workload.base import Workload
@@ -127,14 +128,13 @@ def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin:
 
     def fits(batch: int) -> tuple[bool, int]:
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(config.device)
+        cuda_reset_peak(config.device)
         loop = None
         try:
             loop = TrainLoop(workload, config.replace(batch_size=batch, accumulation_steps=1), seed=0)
             for _ in range(2):
                 loop.step()
-            torch.cuda.synchronize(config.device)
-            peak = int(torch.cuda.max_memory_allocated(config.device))
+            peak = cuda_peak(config.device).max_allocated_bytes
         except torch.cuda.OutOfMemoryError:
             return False, 0
         finally:
