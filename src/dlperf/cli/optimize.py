@@ -118,3 +118,5 @@ class _Progress:
             self.console.print(f"  skipped {data['label']}: {data['reason']}", style="dim")
         elif kind == "confirm":
             self.console.print(f"confirming {data['label']} against the baseline (interleaved A/B) ...")
+        elif kind == "versus":
+            self.console.print(f"comparing {data['label']} with the runner-up {data['other']} (interleaved A/B) ...")

@@ -84,7 +84,7 @@ def _child_entry(conn: Any, target: str, payload: dict[str, Any], log_path: str)
 
     tracked("start")
     try:
-        fn = {"evaluate": evaluate_here, "confirm": confirm_here}[target]
+        fn = {"evaluate": evaluate_here, "confirm": confirm_here, "versus": versus_here}[target]
         result = fn(payload, tracked)
     except MemoryError as exc:
         result = _failure(current["phase"], "out of memory", exc)
@@ -339,40 +339,70 @@ def confirm_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[
     """Load the baseline and the exported winner in this one process and A/B them, interleaved."""
     import torch
 
-    from dlperf.measure.ab import ABConfig, ab_test
-    from dlperf.measure.bench import to_device
-    from dlperf.measure.clock import clock_for
     from dlperf.optimize.artifact import load_artifact
-    from dlperf.workload.loader import load_workload
 
-    settings = _settings(payload)
-    phase("load")
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
-    workload = load_workload(settings.source)
+    settings, workload, inputs = _ab_setup(payload, phase)
     baseline = workload.build_model().eval().to(settings.device)
     loaded = load_artifact(payload["artifact_dir"])
-    inputs = to_device(workload.example_inputs(settings.batch_size), settings.device)
     phase("check")
     with torch.no_grad():
         reference = [t.float() for t in _flatten(baseline(*inputs))]
         outputs = _flatten(loaded(*inputs))
     fidelity = fidelity_of(outputs, reference, settings.batch_size)
+    result = _ab_time(settings, baseline, loaded, inputs, phase)
+    return {"status": "ok", "ab": result.to_dict(), "describe": result.describe("baseline", "winner"),
+            "loaded_fidelity": fidelity}
+
+
+def versus_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[str, Any]:
+    """Load two exported candidates (`artifact_dir` the search's pick, `other_dir` the runner-up) in this one
+    process and A/B them, interleaved: B is the runner-up, so 'faster' means the runner-up is faster."""
+    from dlperf.optimize.artifact import load_artifact
+
+    settings, _, inputs = _ab_setup(payload, phase)
+    first = load_artifact(payload["artifact_dir"])
+    second = load_artifact(payload["other_dir"])
+    result = _ab_time(settings, first, second, inputs, phase)
+    names = payload.get("names") or ("A", "B")
+    return {"status": "ok", "ab": result.to_dict(), "describe": result.describe(names[0], names[1])}
+
+
+def _ab_setup(payload: dict[str, Any], phase: Callable[[str], None]) -> tuple[EvalSettings, Any, Any]:
+    import torch
+
+    from dlperf.measure.bench import to_device
+    from dlperf.optimize.space import load_pass_modules
+    from dlperf.workload.loader import load_workload
+
+    settings = _settings(payload)
+    phase("load")
+    load_pass_modules(settings.extra_modules)  # a torch recipe replays its passes: they must be registered
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    workload = load_workload(settings.source)
+    return settings, workload, to_device(workload.example_inputs(settings.batch_size), settings.device)
+
+
+def _ab_time(settings: EvalSettings, model_a: Any, model_b: Any, inputs: Any, phase: Callable[[str], None]) -> Any:
+    """The interleaved A/B (ABBA blocks, `settings.ab_blocks` of `ab_iters_per_block` calls) of two models."""
+    import torch
+
+    from dlperf.measure.ab import ABConfig, ab_test
+    from dlperf.measure.clock import clock_for
 
     def call_a() -> Any:
         with torch.no_grad():
-            return baseline(*inputs)
+            return model_a(*inputs)
 
     def call_b() -> Any:
         with torch.no_grad():
-            return loaded(*inputs)
+            return model_b(*inputs)
 
     phase("time")
     config = ABConfig(blocks=settings.ab_blocks, iters_per_block=settings.ab_iters_per_block)
     result = ab_test(call_a, call_b, config, clock_for(settings.device), items_per_call=settings.batch_size)
     phase("done")
-    return {"status": "ok", "ab": result.to_dict(), "describe": result.describe("baseline", "winner"),
-            "loaded_fidelity": fidelity}
+    return result
 
 
 def _max_rss_bytes() -> int:
@@ -458,7 +488,7 @@ STARTUP_TIMEOUT_S = 180.0
 def run_isolated(target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
                  memory_limit_bytes: int | None = None,
                  on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run `target` ('evaluate' or 'confirm') in a child process; always returns a result dict.
+    """Run `target` ('evaluate', 'confirm' or 'versus') in a child process; always returns a result dict.
 
     A child that exceeds `timeout_s` (counted from its first message, so starting the process server is
     not charged to it), or whose process tree exceeds `memory_limit_bytes` of RSS, is killed with its

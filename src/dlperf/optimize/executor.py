@@ -1,7 +1,7 @@
 """Where candidate trials run: `LocalExecutor` (a child process here, one at a time) or a Ray cluster.
 
-The search hands an executor a target ('evaluate' or 'confirm'), a plain-data payload and a log path, and
-gets back the same result dict `run_isolated` returns, wherever the trial ran. `map` takes a lazy
+The search hands an executor a target ('evaluate', 'confirm' or 'versus'), a plain-data payload and a log
+path, and gets back the same result dict `run_isolated` returns, wherever the trial ran. `map` takes a lazy
 iterable of jobs and yields results as they complete; it pulls the next job only when a slot is free, so
 with one slot (local) it behaves exactly like calling `run` in a loop.
 """
@@ -23,8 +23,8 @@ PhaseFn = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Job:
-    """One trial: `target` ('evaluate' or 'confirm') on `payload`, its output in `log_path`; `tag` is the
-    caller's, returned with the result."""
+    """One trial: `target` ('evaluate', 'confirm' or 'versus') on `payload`, its output in `log_path`; `tag`
+    is the caller's, returned with the result."""
 
     target: str
     payload: dict[str, Any]

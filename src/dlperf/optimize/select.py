@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dlperf.errors import ConfigError
+from dlperf.measure.ab import FASTER, SLOWER
 
 OBJECTIVES = {
     # objective -> (result key, lower is better)
@@ -56,3 +57,33 @@ def rank(rows: Sequence[dict[str, Any]], objective: str, higher_is_better_metric
         return primary, msign * float(row.get("metric") or 0.0), len(row.get("pipeline", []))
 
     return sorted(range(len(rows)), key=sort_key)
+
+
+def simpler(pick: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """Why `other` is the better choice than `pick` when the two are equally fast, or None: fewer passes (less
+    to go wrong, to load and to keep working); with as many passes, a smaller metric drop."""
+    n_pick, n_other = len(pick.get("pipeline", [])), len(other.get("pipeline", []))
+    if n_other != n_pick:
+        return f"fewer passes ({n_other} against {n_pick})" if n_other < n_pick else None
+    drop_pick, drop_other = _drop(pick), _drop(other)
+    if drop_other < drop_pick:
+        return f"a smaller metric drop ({drop_other:+.2%} against {drop_pick:+.2%})"
+    return None
+
+
+def _drop(row: dict[str, Any]) -> float:
+    value = row.get("metric_drop_rel")
+    return float(value) if value is not None and value == value else 0.0
+
+
+def settle(verdict: str, pick: dict[str, Any], runner_up: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the runner-up should replace the pick, from their A/B in one process (B = the runner-up, so
+    'faster' means the runner-up is), and why. Significantly faster wins; equally fast, the simpler one."""
+    if verdict == FASTER:
+        return True, f"{runner_up['label']} is faster"
+    if verdict == SLOWER:
+        return False, f"{pick['label']} is faster"
+    why = simpler(pick, runner_up)
+    if why is not None:
+        return True, f"no significant difference, and {runner_up['label']} has {why}"
+    return False, f"no significant difference, and {runner_up['label']} is not simpler"

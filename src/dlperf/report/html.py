@@ -448,6 +448,12 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     else:
         parts.append(_plots(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
                                   "Candidate latency", " ms")))
+    if isinstance(rec.result.get("candidates"), list) and "winner" in rec.result:
+        from dlperf.report.optimize_view import selection_lines
+
+        lines = selection_lines(dict(rec.result))
+        parts.append("<h3>Selection</h3><ul>" + "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
+                     + "</ul>")
     return "".join(parts)
 
 

@@ -107,20 +107,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
                      "search extends, orders and ranks by")
+    lines.extend(selection_lines(data))
     by_key = {r["key"]: r for r in data.get("candidates") or []}
-    winner = data.get("winner")
-    conf = data.get("confirmation") or {}
-    if winner:
-        row = by_key[winner]
-        lines.append(f"winner: {row['label']}")
-        if conf.get("describe"):
-            lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
-    else:
-        lines.append("no winner: no candidate was confirmed better than the baseline")
-        if conf.get("describe"):
-            lines.append(f"  best candidate's A/B: {conf['describe']}")
-    for note in data.get("notes") or []:
-        lines.append(f"note: {note}")
     for key in data.get("closest") or []:
         row = by_key.get(key)
         if row:
@@ -140,6 +128,41 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
     if data.get("run_id"):
         lines.append(f"run {data['run_id']} (dlperf runs show {data['run_id']})")
+    return lines
+
+
+def selection_lines(data: dict[str, Any]) -> list[str]:
+    """The winner, or why there is none, with the A/Bs that decided it, and the search's notes."""
+    lines = []
+    by_key = {r["key"]: r for r in data.get("candidates") or []}
+    winner = data.get("winner")
+    conf = data.get("confirmation") or {}
+    if winner:
+        lines.append(f"winner: {by_key[winner]['label'] if winner in by_key else winner}")
+        if conf.get("describe"):
+            lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
+        lines.extend(runner_up_lines(data))
+    else:
+        lines.append("no winner: no candidate was confirmed better than the baseline")
+        if conf.get("describe"):
+            lines.append(f"  best candidate's A/B: {conf['describe']}")
+    for note in data.get("notes") or []:
+        lines.append(f"note: {note}")
+    return lines
+
+
+def runner_up_lines(data: dict[str, Any]) -> list[str]:
+    """How the confirmed pick fared against the next-ranked candidate, and what was decided."""
+    found = data.get("runner_up") or {}
+    if not found:
+        return []
+    lines = []
+    if found.get("describe"):
+        lines.append(f"  A/B against the runner-up, both loaded in one process: {found['describe']}")
+    by_key = {r["key"]: r for r in data.get("candidates") or []}
+    winner = by_key.get(data.get("winner") or "", {}).get("label", "?")
+    action = f"picked {winner} over the first pick" if found.get("switched") else f"kept {winner}"
+    lines.append(f"  {action}: {found.get('reason')}")
     return lines
 
 

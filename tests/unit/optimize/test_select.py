@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from dlperf.errors import ConfigError
+from dlperf.measure.ab import FASTER, SAME, SLOWER
 from dlperf.optimize.constraints import Constraints, metric_drop, violations
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import dominates, pareto_front
-from dlperf.optimize.select import gain, rank
+from dlperf.optimize.select import gain, rank, settle, simpler
 
 pytestmark = pytest.mark.unit
 
@@ -108,3 +109,28 @@ def test_absolute_drop_from_relative_or_absolute_budget() -> None:
     assert Constraints(max_metric_drop=None, max_metric_drop_abs=0.003).absolute_drop(0.95) == 0.003
     assert Constraints(max_metric_drop=None).absolute_drop(0.95) is None
     assert Constraints().absolute_drop(None) is None and Constraints().absolute_drop(math.nan) is None
+
+
+def _cand(label: str, passes: int, drop: float | None = 0.0) -> dict[str, Any]:
+    return {"label": label, "pipeline": [{"pass": f"p{i}"} for i in range(passes)], "metric_drop_rel": drop}
+
+
+def test_simpler_means_fewer_passes_then_a_smaller_metric_drop() -> None:
+    one, two = _cand("one", 1), _cand("two", 2)
+    assert simpler(two, one) == "fewer passes (1 against 2)"
+    assert simpler(one, two) is None
+    lossy, exact = _cand("lossy", 1, 0.004), _cand("exact", 1, 0.0)
+    assert simpler(lossy, exact) == "a smaller metric drop (+0.00% against +0.40%)"
+    assert simpler(exact, lossy) is None
+    assert simpler(exact, _cand("same", 1, None)) is None  # an unknown drop counts as none, not as better
+
+
+def test_settle_keeps_the_pick_unless_the_runner_up_is_faster_or_equally_fast_and_simpler() -> None:
+    pick, runner = _cand("pruning + onnxruntime", 2), _cand("onnxruntime", 1)
+    assert settle(FASTER, pick, runner) == (True, "onnxruntime is faster")
+    assert settle(SLOWER, pick, runner) == (False, "pruning + onnxruntime is faster")
+    assert settle(SAME, pick, runner) == (
+        True, "no significant difference, and onnxruntime has fewer passes (1 against 2)")
+    # the other way round: equally fast, but the runner-up is the bigger pipeline
+    assert settle(SAME, runner, pick) == (False, "no significant difference, and pruning + onnxruntime is not simpler")
+    assert settle(FASTER, runner, pick)[0]  # faster wins even when it has more passes

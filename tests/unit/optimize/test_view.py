@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from dlperf.report.optimize_view import print_result
+from dlperf.report.optimize_view import print_result, summary_lines
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +33,20 @@ def test_labels_survive_any_console_width(width: int) -> None:
     assert "openvino(precision" in text and "baseline" in text  # folded over lines, never cut to nothing
     assert "20.000" in text and "2.00x" in text  # p50 ms and gain of the candidate
     assert ("p99 ms" in text) == (width >= 130)  # the narrow table drops the secondary columns
+
+
+def test_summary_says_how_the_pick_fared_against_the_runner_up() -> None:
+    data = _data()
+    data["confirmation"] = {"describe": "winner vs baseline: 2.00x speed (95% CI 1.90-2.10x, 16 paired blocks): faster"}
+    data["runner_up"] = {"key": "k0", "label": "baseline", "switched": False, "reason": f"{LABEL} is faster",
+                         "describe": f"r vs {LABEL}: 0.80x speed (95% CI 0.70-0.90x, 16 paired blocks): slower"}
+    lines = summary_lines(data)
+    at = lines.index(f"winner: {LABEL}")
+    assert lines[at + 1].startswith("  A/B against the baseline, both loaded in one process: winner vs baseline")
+    assert lines[at + 2] == ("  A/B against the runner-up, both loaded in one process: "
+                             f"r vs {LABEL}: 0.80x speed (95% CI 0.70-0.90x, 16 paired blocks): slower")
+    assert lines[at + 3] == f"  kept {LABEL}: {LABEL} is faster"
+    data["runner_up"] = {**data["runner_up"], "switched": True, "reason": "no significant difference, and ..."}
+    assert f"  picked {LABEL} over the first pick: no significant difference, and ..." in summary_lines(data)
+    del data["runner_up"]
+    assert not any("runner-up" in line for line in summary_lines(data))

@@ -100,6 +100,18 @@ def test_optimize_view_reads_the_optimize_result_rows() -> None:
     assert selected is not None and selected.group(1).count("<circle") == 1
     assert "<td>selected</td>" in html
     assert re.search(r"<td>onnx</td><td class=\"n\">-</td>.*?<td>failed</td><td>boom</td>", html)
+    # how the winner was chosen: its A/Bs and the search's notes
+    result.update(confirmation={"describe": "winner vs baseline: 1.60x speed (95% CI 1.50-1.70x): faster"},
+                  runner_up={"key": "k2", "label": "int8", "switched": False, "reason": "bf16 is faster",
+                             "describe": "int8 vs bf16: 0.90x speed: slower"}, notes=["a note & more"])
+    html = render_report([_rec("opt3", "optimize", result)], children={"opt3": []})
+    selection = re.search(r"<h3>Selection</h3><ul>(.*?)</ul>", html, flags=re.S)
+    assert selection is not None
+    items = re.findall(r"<li>(.*?)</li>", selection.group(1))
+    assert items == ["winner: bf16", "A/B against the baseline, both loaded in one process: winner vs baseline: "
+                     "1.60x speed (95% CI 1.50-1.70x): faster",
+                     "A/B against the runner-up, both loaded in one process: int8 vs bf16: 0.90x speed: slower",
+                     "kept bf16: bf16 is faster", "note: a note &amp; more"]
 
 
 def test_profile_view_has_breakdown_and_roofline() -> None:
