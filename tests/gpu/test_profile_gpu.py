@@ -40,6 +40,7 @@ def test_cuda_inference_profile_has_kernels_idle_time_and_device_memory() -> Non
     assert any(o.device_us > 0 for o in report.trace.ops if o.name in ("aten::mm", "aten::addmm"))
     op = report.analyses.operators
     assert op.timed_by == "kernel time" and op.operators
+    assert report.trace.cache_bytes and report.trace.cache_bytes > 2 << 20  # the device's L2, not a CPU core's
     assert all(o.self_s <= b.step_s for o in op.operators)
     m = report.analyses.memory
     assert m.device_peak_allocated_bytes and m.device_total_bytes and m.device_used_fraction is not None

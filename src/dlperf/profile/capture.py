@@ -372,6 +372,7 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
         trace.memory.device_peak_allocated_bytes = peak.max_allocated_bytes
         trace.memory.device_peak_reserved_bytes = peak.max_reserved_bytes
         trace.memory.device_total_bytes = int(total)
+        trace.cache_bytes = int(getattr(torch.cuda.get_device_properties(config.device), "L2_cache_size", 0)) or None
     return trace
 
 

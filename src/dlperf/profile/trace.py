@@ -164,6 +164,9 @@ class ProfileTrace:
     unprofiled_step_s: list[float] = field(default_factory=list)
     """Per-step wall times of the same step measured without the profiler."""
     notes: list[str] = field(default_factory=list)
+    cache_bytes: int | None = None
+    """The cache an operator's data may stay in between operators: on CUDA the device's L2 (an H100's is
+    50 MB); None: the CPU default of the roofline (operators.CACHE_RESIDENT_BYTES)."""
 
     def validate(self) -> ProfileTrace:
         """Raise ProfileError when the trace cannot be analysed (no steps, no operators, bad mode)."""
@@ -203,6 +206,7 @@ class ProfileTrace:
             "threads": dataclasses.asdict(self.threads),
             "loader": dataclasses.asdict(self.loader) if self.loader else None,
             "notes": self.notes,
+            "cache_bytes": self.cache_bytes,
         }
 
 

@@ -98,6 +98,21 @@ def test_small_low_intensity_op_is_cache_resident() -> None:
     assert a.operators[0].bound == operators.CACHE_RESIDENT
 
 
+def test_on_cuda_the_cache_is_the_devices_l2() -> None:
+    """An elementwise op moving 8 MiB per call: DRAM-bound against a CPU core's cache, in the L2 of a GPU that
+    has 50 MB of it (the capture records the device's L2 size in the trace)."""
+    from dataclasses import replace as dc_replace
+
+    mul = dc_replace(elementwise(0, 500, numel=1 << 20), device_us=500.0)  # 4 MiB in, 4 MiB out
+    t = trace([mul])
+    assert operators.analyze(t, CEILINGS).operators[0].bound == operators.BANDWIDTH
+    t.device = "cuda"
+    assert operators.analyze(t, CEILINGS).operators[0].bound == operators.BANDWIDTH  # L2 size not known
+    t.cache_bytes = 50_000_000
+    assert operators.analyze(t, CEILINGS).operators[0].bound == operators.CACHE_RESIDENT
+    assert t.summary()["cache_bytes"] == 50_000_000
+
+
 def test_roofline_rejects_bad_ceilings() -> None:
     with pytest.raises(ProfileError, match="ceilings"):
         operators.analyze(trace([gemm(0, 10)]), FakeCeilings({"fp32": 0.0}, 1e9))

@@ -34,7 +34,8 @@ CACHE_RESIDENT = "cache-resident"
 UNKNOWN = "unknown"
 
 CACHE_RESIDENT_BYTES = 2 << 20
-"""Bytes moved per call below which an op's data stays in the caches (about one core's L2)."""
+"""Bytes moved per call below which an op's data stays in the caches (about one core's L2); on CUDA the
+device's L2 size, which the capture records in the trace (`ProfileTrace.cache_bytes`)."""
 
 VIEW_OPS = frozenset({
     "aten::view", "aten::reshape", "aten::t", "aten::transpose", "aten::permute", "aten::expand",
@@ -186,6 +187,7 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
     cuda = trace.device.startswith("cuda")
     if cuda:
         tiny_op_us = min(tiny_op_us, TINY_KERNEL_US)
+    cache_bytes = trace.cache_bytes or CACHE_RESIDENT_BYTES
     groups: dict[str, dict[str, Any]] = {}
     for op in trace.ops:
         if op.step < 0 or op.phase == "data":
@@ -223,7 +225,7 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
             bound, pct = (COMPUTE, (achieved_f or 0.0) / peak) if flops > 0 else (UNKNOWN, None)
         elif intensity >= peak / bandwidth:
             bound, pct = COMPUTE, (achieved_f or 0.0) / peak
-        elif nbytes / (g["calls"] / n_steps) < CACHE_RESIDENT_BYTES:
+        elif nbytes / (g["calls"] / n_steps) < cache_bytes:
             bound, pct = CACHE_RESIDENT, None
         else:
             bound = BANDWIDTH
