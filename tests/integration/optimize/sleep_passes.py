@@ -28,7 +28,8 @@ class Shorten:
         return None if hasattr(state.model, "sleep_s") else "the model does not sleep"
 
     def apply(self, config: ShortenConfig, state: ModelState, ctx: PassContext) -> ModelState:
-        state.model.sleep_s *= config.factor  # type: ignore[union-attr]
+        model: Any = state.model
+        model.sleep_s *= config.factor
         return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -42,7 +43,8 @@ def test_second_load_reads_the_cached_file() -> None:
             assert model(x).argmax(dim=1).tolist() == [3] * 16
     finally:
         path.write_bytes(original)
-    assert torch.equal(digits_cnn.make_model()[0].weight, torch.load(path, weights_only=True)["0.weight"])
+    rebuilt: Any = digits_cnn.make_model()
+    assert torch.equal(rebuilt[0].weight, torch.load(path, weights_only=True)["0.weight"])
 
 
 def test_unreadable_cache_file_is_ignored(tmp_path: Path) -> None:
@@ -83,6 +85,7 @@ def test_split_inputs_loader_and_calibration() -> None:
     loader = w.train.make_loader(32, num_workers=0)
     images, labels = next(iter(loader))
     assert images.shape == (32, 1, 8, 8) and labels.dtype == torch.int64
+    assert isinstance(loader, torch.utils.data.DataLoader)
     assert len(loader) == len(d.train_y) // 32  # drop_last
     model = digits_cnn.build()
     loss = w.train.loss_fn(model(images), labels)

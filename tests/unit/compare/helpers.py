@@ -16,7 +16,7 @@ ENV = {"dlperf_version": "0.1.0", "python_version": "3.11.7", "torch_version": "
 
 def bench_result(medians_s: dict[int, float], n: int = 200, seed: int = 0, sigma: float = 0.05) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    points = []
+    points: list[dict[str, Any]] = []
     for batch, med in medians_s.items():
         m = Measurement([int(v) for v in rng.lognormal(np.log(med), sigma, n) * 1e9], items_per_call=batch)
         points.append({"batch_size": batch, "summary": m.summary(), "measurement": m.to_dict(),

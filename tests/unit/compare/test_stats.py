@@ -53,7 +53,7 @@ def test_ratio_ci_brackets_a_known_shift() -> None:
     rng = np.random.default_rng(0)
     base = rng.lognormal(np.log(0.010), 0.05, 800)
     new = rng.lognormal(np.log(0.012), 0.05, 800)
-    est = ratio_ci(base, new, "p50", resamples=500)
+    est = ratio_ci(base.tolist(), new.tolist(), "p50", resamples=500)
     assert est.ci[0] < 1.2 < est.ci[1] or abs(est.ratio - 1.2) < 0.01
     assert 1.15 < est.ci[0] <= est.ratio <= est.ci[1] < 1.25
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -76,8 +77,8 @@ def test_the_search_gates_and_orders_by_the_paired_gain_where_there_is_one() -> 
     search = _Search("zoo:mlp", OptimizeConfig(), None, None)
     search.baseline = {"key": "b", "status": "ok", "p50_s": 0.144e-3, "throughput": 6944.0, "metric": 0.97,
                        "higher_is_better": True, "size_bytes": 100, "peak_rss_bytes": 100, "wall_s": 5.0}
-    row = {"key": "h", "status": "ok", "p50_s": 0.248e-3, "p99_s": 0.3e-3, "throughput": 4032.0, "metric": 0.97,
-           "size_bytes": 100, "peak_rss_bytes": 100, "paired": {"ratio": 0.99}}
+    row: dict[str, Any] = {"key": "h", "status": "ok", "p50_s": 0.248e-3, "p99_s": 0.3e-3, "throughput": 4032.0,
+                           "metric": 0.97, "size_bytes": 100, "peak_rss_bytes": 100, "paired": {"ratio": 0.99}}
     search._accept(Candidate((HygieneConfig(),)), row)
     assert round(row["gain"], 2) == 0.58 and round(row["paired_gain"], 2) == 1.01
     assert search_gain(row) == row["paired_gain"] and search.extendable(row)

@@ -93,8 +93,8 @@ def test_an_engine_follows_only_passes_that_change_what_it_converts() -> None:
     for prefix in (HygieneConfig(), ChannelsLastConfig(), CompileConfig(), PrecisionConfig(mode="autocast")):
         assert not can_extend(Candidate((prefix,)), engine), prefix.label()
     # Torch-only low-precision layers: nothing an engine can convert.
-    for prefix in (DynamicInt8Config(), PrecisionConfig(mode="cast")):
-        assert not can_extend(Candidate((prefix,)), OrtConfig()), prefix.label()
+    for low in (DynamicInt8Config(), PrecisionConfig(mode="cast")):
+        assert not can_extend(Candidate((low,)), OrtConfig()), low.label()
     # Pruning changes the weights: pruned + engine is a different model.
     pruned = PruneConfig(amount=0.25)
     assert can_extend(Candidate((pruned,)), engine)

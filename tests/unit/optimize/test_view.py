@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.unit
 LABEL = "openvino(precision=int8-static,keep_fp32=auto)"
 
 
-def _data() -> dict[str, object]:
+def _data() -> dict[str, Any]:
     row = {"key": "k1", "label": LABEL, "status": "ok", "p50_s": 0.02, "p99_s": 0.03, "throughput": 50.0,
            "metric": 0.995, "metric_drop_rel": 0.005, "size_bytes": 2**24, "peak_rss_bytes": 2**30,
            "build_s": 90.0, "gain": 2.0, "feasible": True}

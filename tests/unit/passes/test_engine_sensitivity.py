@@ -15,6 +15,8 @@ pytestmark = pytest.mark.unit
 class OutlierNet(nn.Module):
     """`mid` sees inputs with one huge channel, so per-tensor int8 of its input loses the small ones."""
 
+    scale: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
@@ -61,11 +63,11 @@ def test_fallback_schedule() -> None:
     assert sens.fallback_schedule(6, 8) == [0, 1, 2, 4, 6]
 
 
-def _simulated_build(model: nn.Module, samples: list[tuple[torch.Tensor, ...]]):  # type: ignore[no-untyped-def]
+def _simulated_build(model: nn.Module, samples: list[tuple[torch.Tensor, ...]]):
     layers = sens.quantizable_layers(model)
     ranges = sens.activation_ranges(model, layers, samples)
 
-    def build(kept: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    def build(kept: tuple[str, ...]):
         def predict(*x: torch.Tensor) -> torch.Tensor:
             with sens.simulated_int8(model, [n for n in layers if n not in kept], ranges):
                 return model(*x)

@@ -90,8 +90,9 @@ def test_structured_pruning_keeps_each_layers_dtype_and_batch_norm_state() -> No
 def test_structured_pruning_keeps_the_strongest_units() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    first: Any = model[0]
     with torch.no_grad():
-        model[0].weight.copy_(torch.diag(torch.tensor([1.0, 5.0, 0.1, 3.0])))
+        first.weight.copy_(torch.diag(torch.tensor([1.0, 5.0, 0.1, 3.0])))
     wl = Workload(name="t", make_model=lambda: model, make_inputs=lambda b: (torch.randn(b, 4),))
     state = apply_pass(PruneConfig(amount=0.5, finetune_steps=0), initial_state(wl), CPU)
     kept = state.model[0].weight.detach()  # type: ignore[index]

@@ -123,7 +123,7 @@ def test_operators_above_the_ceiling_blame_the_ceilings() -> None:
     assert not any("calibrate --force" in c for c in normal.caveats)
     # the same GEMM (15% of the real peak) against ceilings a tenth of the real ones: "150% of peak"
     low = type(CEILINGS)({"fp32": CEILINGS.gemm_flops["fp32"] / 10}, CEILINGS.memory_bandwidth_bytes_s / 10)
-    d = dg.diagnose(dg.analyze_all(trace([gemm(0, 9000)]), low))  # type: ignore[arg-type]
+    d = dg.diagnose(dg.analyze_all(trace([gemm(0, 9000)]), low))
     assert any("aten::addmm ran at" in c and "calibrate --force" in c for c in d.caveats)
 
 
@@ -137,6 +137,6 @@ def test_cuda_collectives_count_by_their_kernels() -> None:
     t.device = "cuda"
     t.kernels = [KernelEvent("ampere_sgemm_128x64_nn", 20, 5000, 0),
                  KernelEvent("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5100, 4000, 0)]
-    a = dg.analyze_all(t, CEILINGS)  # type: ignore[arg-type]
+    a = dg.analyze_all(t, CEILINGS)
     assert a.comm_share == pytest.approx(0.4)
     assert any(f.category == dg.COMMUNICATION for f in dg.diagnose(a).findings)

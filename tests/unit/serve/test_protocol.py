@@ -24,7 +24,7 @@ pytestmark = pytest.mark.unit
 
 httpclient = pytest.importorskip("tritonclient.http")
 
-ARRAYS = {
+ARRAYS: dict[str, np.ndarray] = {
     "FP32": np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
     "FP16": (np.arange(6, dtype=np.float16).reshape(2, 3) / 3).astype(np.float16),
     "FP64": np.linspace(-1, 1, 6).reshape(3, 2),

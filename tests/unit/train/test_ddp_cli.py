@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
@@ -78,7 +80,8 @@ def test_parse_bytes_rejects_garbage() -> None:
     (["--tune", "--knobs", "warp"], "unknown knob"),
     (["--parity-steps", "1"], "--parity-steps must be >= 2"),
 ])
-def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["train", "zoo:mlp", "--store", str(tmp_path / "s.db"), "--no-mfu", *argv])
     assert code == 2
     assert message in capsys.readouterr().err

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -9,7 +10,7 @@ from dlperf.errors import ConfigError
 from dlperf.measure.ab import FASTER, ABConfig
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
-from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.knobs import Candidate, Knob, TuneContext
 from dlperf.train.loop import StepConfig
 from dlperf.train.parity import ParityConfig
 from dlperf.train.tune import (
@@ -72,10 +73,10 @@ def test_code_settings_are_the_exact_settings_with_their_gains() -> None:
     assert settings["threads"].code == "torch.set_num_threads(1)"
 
 
-def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.db")
     parent = store.create_run("train", "tiny")
-    knobs = {
+    knobs: dict[str, Knob] = {
         "lr": FixedKnob("lr", ({"lr_scale": 5.0},)),
         "split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},)),
         "off": FixedKnob("off", (), skip="not here"),
@@ -109,7 +110,7 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
 def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() -> None:
     # a required change (the batch does not fit the budget) is kept whatever its A/B says, because the
     # user's configuration breaks the constraint; a required change that trains differently is still rejected
-    knobs = {
+    knobs: dict[str, Knob] = {
         "split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},), required=True),
         "lr": FixedKnob("lr", ({"lr_scale": 5.0},), required=True),
     }

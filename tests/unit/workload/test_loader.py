@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -244,7 +245,7 @@ def test_zoo_option_without_value() -> None:
 
 def test_zoo_options_are_parsed_as_numbers() -> None:
     w = load_workload("zoo:mlp?hidden=32&in_features=8")
-    model = w.build_model()
+    model: Any = w.build_model()
     (x,) = w.example_inputs(2)
     assert x.shape == (2, 8)
     assert model[0].out_features == 32
