@@ -103,7 +103,7 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
         from dlperf.optimize.evaluate import _flatten
 
         outputs = _flatten(model(*inputs))
-    return {
+    fields = {
         "engine": "torch",
         "format": TORCH_FORMAT,
         "files": files,
@@ -113,6 +113,11 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
         "inputs": io_spec(inputs, tuple(workload.input_names)),
         "outputs": io_spec(outputs, tuple(workload.output_names)),
     }
+    if settings.extra_modules:
+        # The recipe may use passes of the search's own pass modules: a fresh process must import them to
+        # replay it (files by absolute path, as the workload file is).
+        fields["pass_modules"] = [str(Path(m).resolve()) if m.endswith(".py") else m for m in settings.extra_modules]
+    return fields
 
 
 def write_manifest(out_dir: Path, fields: dict[str, Any]) -> Path:
@@ -169,13 +174,19 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     import torch
 
     from dlperf.measure.env import cpu_flags
-    from dlperf.optimize.space import candidate_from_list, load_pass_modules
+    from dlperf.optimize.space import candidate_from_list, import_module, load_pass_modules
     from dlperf.passes.base import ModelState, PassContext, apply_pass
     from dlperf.workload.loader import load_workload
 
     if manifest.get("format") != TORCH_FORMAT:
         raise OptimizeError(f"artifact '{folder}': unknown torch format '{manifest.get('format')}'")
     load_pass_modules()
+    for name in manifest.get("pass_modules") or []:
+        try:
+            import_module(name)
+        except Exception as exc:
+            raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
+                                f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
     workload = load_workload(manifest["workload"])
     device = str(manifest.get("device", "cpu"))
     model = workload.build_model().eval()

@@ -69,6 +69,11 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format_version": 99}))
     with pytest.raises(OptimizeError, match="upgrade dlperf"):
         load_artifact(tmp_path)
+    gone = str(tmp_path / "moved_away.py")
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format": "dlperf-torch-recipe",
+                                                        "pass_modules": [gone], "workload": "zoo:mlp"}))
+    with pytest.raises(OptimizeError, match=f"replays passes of the module '{gone}', which cannot be imported here"):
+        load_artifact(tmp_path)
 
 
 def test_io_spec_marks_batch_dynamic() -> None:
