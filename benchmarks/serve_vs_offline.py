@@ -288,7 +288,7 @@ def row(name: str, r: Any) -> str:
     server = f"  server queue {r.server.queue_s * 1e3:.2f} ms compute {r.server.compute_s * 1e3:.2f} ms " \
              f"batch {r.server.average_batch_size:.1f}" if r.server else ""
     return (f"  {name:<8} c={r.level:<3g} {r.item_throughput:8.1f} items/s  p50 {r.percentile_s(50) * 1e3:8.2f} ms  "
-            f"p99 {r.percentile_s(99) * 1e3:8.2f} ms  errors {r.errors}{server}")
+            f"p99 {r.percentile_s(99) * 1e3:8.2f} ms  n {r.ok:4d}  errors {r.errors}{server}")
 
 
 def main() -> int:
@@ -300,7 +300,10 @@ def main() -> int:
                         help="closed-loop concurrency that saturates the server (default 2x max batch)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads, same for all (default torch's)")
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds (offline, dlperf, LitServe)")
-    parser.add_argument("--c1-s", type=float, default=8.0, help="seconds of concurrency-1 load per round")
+    parser.add_argument("--c1-s", type=float, default=30.0,
+                        help="seconds of concurrency-1 load per server and round: at about 20 requests/s, 30 s give "
+                             "some 600 requests, so a round's p99 rests on its 6 slowest (8 s gave 160: a p99 "
+                             "that was the second-slowest request, which decided the strict comparison)")
     parser.add_argument("--slices", type=int, default=4,
                         help="the concurrency-1 load is split into this many slices per server, run alternately "
                              "(ABBA) between dlperf and LitServe, so that a slow spell of the machine hits both "
