@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dlperf.serve.protocol import HEADER_LENGTH, ProtocolError
+from dlperf.serve.protocol import ProtocolError, header_length_of
 from dlperf.serve.service import Reply, ServerState, error_reply, json_reply
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -153,7 +153,7 @@ class _InferFirst:
         await self.app(scope, receive, send)
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None) -> None:
-        headers = _headers(scope["headers"])
+        headers = scope.get(HEADERS_SCOPE_KEY) or _headers(scope["headers"])
         try:
             if not self.state.authorized(headers):
                 reply = _unauthorized()
@@ -233,14 +233,16 @@ def _unauthorized() -> Reply:
 
 def _binary_offset(headers: Mapping[str, str]) -> int | None:
     """Where the binary tensor data starts in the body (its JSON header's length), if the request says."""
-    value = headers.get(HEADER_LENGTH)
-    if value is None or not value.isdigit():
-        return None  # a malformed value is reported by the decoder
-    return int(value)
+    try:
+        return header_length_of(headers)
+    except ProtocolError:
+        return None  # reported by the service, which reads the header again after any decompression
 
 
 BODY_SCOPE_KEY = "dlperf.body"
 """Scope key of a `BodyBuffer` the HTTP protocol fills with the request body (`server.py`'s protocol)."""
+HEADERS_SCOPE_KEY = "dlperf.headers"
+"""Scope key of the request's headers as a dict (`_headers`), when the HTTP protocol already made it."""
 CLIENT_GONE_KEY = "dlperf.client_gone"
 """Scope key of a function that says whether the client has closed its connection (`server.py`'s protocol;
 an ASGI app cannot tell otherwise: after a reply, `receive()` says "disconnect" either way)."""
@@ -278,9 +280,11 @@ def body_buffer_for(scope: Scope, limit: int) -> BodyBuffer | None:
     route, Content-Length within `limit` and at least ALIGNED_MIN_BYTES, binary tensor data), else None."""
     if scope.get("method") != "POST" or _infer_target(_route_path(scope)) is None:
         return None
-    headers = _headers(scope["headers"])
+    headers = scope[HEADERS_SCOPE_KEY] = _headers(scope["headers"])
     length = headers.get("content-length")
-    if length is None or not length.isdigit() or "transfer-encoding" in headers or int(length) > limit:
+    if length is None or not (length.isascii() and length.isdigit()) or "transfer-encoding" in headers:
+        return None
+    if int(length) > limit:
         return None
     buffer = _aligned(int(length), _binary_offset(headers))
     return None if buffer is None else BodyBuffer(buffer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,18 @@ class ProtocolError(ServingError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+def header_length_of(headers: Mapping[str, str]) -> int | None:
+    """The JSON part's length from a request's Inference-Header-Content-Length (lower-case header names), None
+    without one (a JSON-only body); ProtocolError when it is not a whole number of bytes."""
+    text = headers.get(HEADER_LENGTH)
+    if text is None:
+        return None
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):  # latin-1 header bytes: '²' is a digit to isdigit()
+        raise ProtocolError(f"Inference-Header-Content-Length is not a byte count: {text!r}")
+    return int(digits)
 
 
 def datatype_of(array: np.ndarray) -> str:

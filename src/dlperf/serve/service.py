@@ -24,13 +24,13 @@ from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, 
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import Metrics, Recorder
 from dlperf.serve.protocol import (
-    HEADER_LENGTH,
     InferResponse,
     ProtocolError,
     Tensor,
     decode_request,
     encode_response,
     error_body,
+    header_length_of,
 )
 
 MiB = 1024 * 1024
@@ -289,14 +289,7 @@ class ServerState:
         """Decode, validate, queue, await the batch, encode. Every failure becomes an error reply."""
         try:
             body = _decompress(body, headers.get("content-encoding"), self.config.max_request_bytes)
-            length_text = headers.get(HEADER_LENGTH)
-            header_length = None
-            if length_text is not None:
-                try:
-                    header_length = int(length_text)
-                except ValueError as exc:
-                    raise ProtocolError(f"Inference-Header-Content-Length is not an integer: {length_text!r}") from exc
-            request = decode_request(body, header_length)
+            request = decode_request(body, header_length_of(headers))
             key = request.parameters.get(ROUTING_PARAMETER)
             if key is not None and headers.get(ROUTING_HEADER) is None:
                 variant = entry.choose(str(key))

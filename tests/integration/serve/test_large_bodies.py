@@ -136,6 +136,32 @@ def test_a_client_gone_halfway_through_its_body_is_counted_and_serving_goes_on(s
     np.testing.assert_allclose(c.infer("wide", [_input(x)], headers=auth()).as_numpy("y"), _expected(x))
 
 
+@pytest.mark.parametrize("value", [b"12x", b"\xb2", b"-5"])
+def test_a_malformed_header_length_is_a_400_that_names_it(served: tuple[Running, Seen], value: bytes) -> None:
+    """Not a byte count (b'\\xb2' is '²' in latin-1, a digit to str.isdigit): the body takes the plain path,
+    the service answers 400 naming the header, and the connection serves the next request."""
+    running, seen = served
+    x = np.full((1, WIDTH), 2.0, np.float32)
+    body, _ = encode_request([Tensor("x", "FP32", x)])
+    head = (b"POST /v2/models/wide/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
+            b"Inference-Header-Content-Length: " + value + b"\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\n\r\n")
+    before = seen.protocol_bytes
+    with socket.create_connection((running.host, running.port), 10) as sock:
+        sock.sendall(head + body)
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert b"Inference-Header-Content-Length is not a byte count" in reply
+    assert seen.protocol_bytes == before  # no aligned buffer for a body whose layout is unknown
+    c = httpclient.InferenceServerClient(running.url)
+    np.testing.assert_allclose(c.infer("wide", [_input(x)], headers=auth()).as_numpy("y"), _expected(x))
+
+
 def test_each_body_buffer_is_freed_when_uvicorn_moves_to_the_next_request(
         served: tuple[Running, Seen], monkeypatch: pytest.MonkeyPatch) -> None:
     """The protocol puts a client-gone check and the body buffer in the request's scope; nothing in the scope

@@ -17,6 +17,7 @@ from dlperf.serve.protocol import (
     decode_response,
     encode_request,
     encode_response,
+    header_length_of,
     random_array,
 )
 
@@ -161,3 +162,13 @@ def test_random_array_has_the_asked_type_and_shape() -> None:
         a = random_array(dt, (2, 3), rng)
         assert a.shape == (2, 3)
         assert datatype_of(a) == dt
+
+
+def test_header_length_is_a_byte_count_or_absent() -> None:
+    assert header_length_of({}) is None
+    assert header_length_of({"inference-header-content-length": "123"}) == 123
+    assert header_length_of({"inference-header-content-length": " 7 "}) == 7
+    for bad in ("12x", "-5", "", "\u00b2", "1e3"):  # '\u00b2' (latin-1 byte 0xb2) is a digit to str.isdigit
+        with pytest.raises(ProtocolError, match="Inference-Header-Content-Length is not a byte count") as info:
+            header_length_of({"inference-header-content-length": bad})
+        assert info.value.status == 400
