@@ -119,7 +119,8 @@ class OptimizeResult:
     time_budget_s: float
     resumed_from: str | None = None
     notes: list[str] = field(default_factory=list)
-    # The confirmed pick against the next-ranked candidate: key, label, ab, describe, switched, reason.
+    # The confirmed pick against the next-ranked candidate: key, label (the runner-up's), pick (the pick's label),
+    # ab, describe, switched, reason.
     runner_up: dict[str, Any] | None = None
 
     def row(self, key: str) -> dict[str, Any]:
@@ -662,7 +663,7 @@ def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, 
         notes.append(f"time budget spent: {pick['label']} was not compared with the runner-up {runner['label']}")
         return winner, confirmation, None
     duel = search.versus(winner, runner["key"])
-    found: dict[str, Any] = {"key": runner["key"], "label": runner["label"], "switched": False}
+    found: dict[str, Any] = {"key": runner["key"], "label": runner["label"], "pick": pick["label"], "switched": False}
     if duel.get("status") != "ok":
         found["reason"] = f"the A/B failed: {duel.get('error')}"
         return winner, confirmation, found

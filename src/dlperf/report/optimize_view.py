@@ -161,7 +161,8 @@ def runner_up_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  A/B against the runner-up, both loaded in one process: {found['describe']}")
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     winner = by_key.get(data.get("winner") or "", {}).get("label", "?")
-    action = f"picked {winner} over the first pick" if found.get("switched") else f"kept {winner}"
+    first = found.get("pick") or "the first pick"
+    action = f"picked {winner} over {first}" if found.get("switched") else f"kept {winner}"
     lines.append(f"  {action}: {found.get('reason')}")
     return lines
 

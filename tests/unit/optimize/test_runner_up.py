@@ -103,5 +103,5 @@ def test_a_failed_ab_keeps_the_pick_and_says_why() -> None:
     trials = _Trials([_row("base", 0), _row("big", 2), _row("small", 1)],
                      {"status": "failed", "error": "RuntimeError: boom"})
     key, kept_conf, found, _ = _run(trials, ["big", "small", "base"])
-    assert key == "big" and kept_conf and found == {"key": "small", "label": "small", "switched": False,
+    assert key == "big" and kept_conf and found == {"key": "small", "label": "small", "pick": "big", "switched": False,
                                                      "reason": "the A/B failed: RuntimeError: boom"}

@@ -47,7 +47,9 @@ def test_summary_says_how_the_pick_fared_against_the_runner_up() -> None:
     assert lines[at + 2] == ("  A/B against the runner-up, both loaded in one process: "
                              f"r vs {LABEL}: 0.80x speed (95% CI 0.70-0.90x, 16 paired blocks): slower")
     assert lines[at + 3] == f"  kept {LABEL}: {LABEL} is faster"
-    data["runner_up"] = {**data["runner_up"], "switched": True, "reason": "no significant difference, and ..."}
-    assert f"  picked {LABEL} over the first pick: no significant difference, and ..." in summary_lines(data)
+    data["runner_up"] = {**data["runner_up"], "switched": True, "reason": "no significant difference, and ...",
+                         "pick": "pruning + onnxruntime"}
+    assert (f"  picked {LABEL} over pruning + onnxruntime: no significant difference, and ..."
+            in summary_lines(data))
     del data["runner_up"]
     assert not any("runner-up" in line for line in summary_lines(data))
