@@ -371,12 +371,10 @@ def _ab_setup(payload: dict[str, Any], phase: Callable[[str], None]) -> tuple[Ev
     import torch
 
     from dlperf.measure.bench import to_device
-    from dlperf.optimize.space import load_pass_modules
     from dlperf.workload.loader import load_workload
 
     settings = _settings(payload)
     phase("load")
-    load_pass_modules(settings.extra_modules)  # a torch recipe replays its passes: they must be registered
     if settings.threads:
         torch.set_num_threads(settings.threads)
     workload = load_workload(settings.source)
