@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
 from dlperf.measure.bench import half_dtype
 from dlperf.passes import _engine
+from dlperf.passes._torch_call import cast_floats
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class TensorRtPass:
                 ) from typed_exc
         device = ctx.device
         predict = _predictor(compiled, device, cast)
-        saved_example = [_cast_float(x, cast) for x in example]
+        saved_example = cast_floats(list(example), cast) if cast is not None else list(example)
 
         manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest()}
         if cast is not None:
@@ -143,10 +144,6 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     return _predictor(module, device, half_dtype(str(manifest.get("typed_as", "fp32"))))
 
 
-def _cast_float(x: Any, dtype: Any) -> Any:
-    return x.to(dtype) if dtype is not None and x.is_floating_point() else x
-
-
 def _input_specs(trt: Any, example: tuple[Any, ...], max_batch: int, cast: Any) -> list[Any]:
     """Torch-TensorRT Input specs of the example inputs (floating ones in `cast` when given); a batch range
     1..max_batch when max_batch is above the example's batch."""
@@ -166,11 +163,10 @@ def _predictor(module: Any, device: str, cast: Any) -> Callable[..., Any]:
     floating outputs back in float32, as the original model returns them."""
     import torch
 
-    from dlperf.passes._torch_call import cast_floats
-
     def predict(*args: Any) -> Any:
         with torch.inference_mode():
-            out = module(*(_cast_float(a.to(device), cast) for a in args))
+            inputs = tuple(a.to(device) for a in args)
+            out = module(*(cast_floats(inputs, cast) if cast is not None else inputs))
         return cast_floats(out, torch.float32) if cast is not None else out
 
     return predict

@@ -138,10 +138,11 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     winner = data.get("winner")
     conf = data.get("confirmation") or {}
     if winner:
-        lines.append(f"winner: {by_key[winner]['label'] if winner in by_key else winner}")
+        label = by_key[winner]["label"] if winner in by_key else winner
+        lines.append(f"winner: {label}")
         if conf.get("describe"):
             lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
-        lines.extend(runner_up_lines(data))
+        lines.extend(runner_up_lines(data.get("runner_up") or {}, label))
     else:
         lines.append("no winner: no candidate was confirmed better than the baseline")
         if conf.get("describe"):
@@ -151,16 +152,14 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def runner_up_lines(data: dict[str, Any]) -> list[str]:
-    """How the confirmed pick fared against the next-ranked candidate, and what was decided."""
-    found = data.get("runner_up") or {}
+def runner_up_lines(found: dict[str, Any], winner: str) -> list[str]:
+    """How the confirmed pick fared against the next-ranked candidate (`found`: the result's `runner_up`), and
+    what was decided; `winner` is the final winner's label."""
     if not found:
         return []
     lines = []
     if found.get("describe"):
         lines.append(f"  A/B against the runner-up, both loaded in one process: {found['describe']}")
-    by_key = {r["key"]: r for r in data.get("candidates") or []}
-    winner = by_key.get(data.get("winner") or "", {}).get("label", "?")
     first = found.get("pick") or "the first pick"
     action = f"picked {winner} over {first}" if found.get("switched") else f"kept {winner}"
     lines.append(f"  {action}: {found.get('reason')}")

@@ -284,9 +284,8 @@ def body_buffer_for(scope: Scope, limit: int) -> BodyBuffer | None:
     length = headers.get("content-length")
     if length is None or not (length.isascii() and length.isdigit()) or "transfer-encoding" in headers:
         return None
-    if int(length) > limit:
-        return None
-    buffer = _aligned(int(length), _binary_offset(headers))
+    declared = int(length)
+    buffer = _aligned(declared, _binary_offset(headers)) if declared <= limit else None
     return None if buffer is None else BodyBuffer(buffer)
 
 
