@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-ms", type=float, default=None,
                         help="per-request queue timeout; expired requests get 503 (a request's own "
                              "'timeout' parameter may shorten it)")
+    parser.add_argument("--priority-levels", type=int, default=0, metavar="N",
+                        help="queue levels 1 (highest) .. N chosen by a request's 'priority' parameter; batches "
+                             "are filled from the highest level down (default 0: one level, priority ignored)")
+    parser.add_argument("--default-priority-level", type=int, default=0, metavar="L",
+                        help="the level of a request without a priority in 1..N (default N, the lowest)")
     parser.add_argument("--max-request-mb", type=float, default=64.0,
                         help="larger request bodies are refused with 413 before they are read (default 64)")
     parser.add_argument("--exit-timeout-s", type=float, default=30.0,
@@ -85,7 +90,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         model=args.target, variants=_variants(args.variant), split=_split(args.split), model_name=args.model_name,
         host=args.host, port=args.port, max_batch_size=args.max_batch_size,
         max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
-        instances=args.instances, max_queue_size=args.max_queue_size,
+        instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
+        default_priority_level=args.default_priority_level,
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, token=args.token,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,

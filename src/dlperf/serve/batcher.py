@@ -11,10 +11,15 @@ The wait: a partial batch waits at most `max_queue_delay` after its oldest reque
 measured traffic says waiting cannot pay off: every request the clients currently have outstanding is
 already in the server (closed-loop clients, e.g. concurrency 1), or fewer than one more compatible
 arrival is expected before the deadline (open-loop traffic at a low rate). See docs/serve.md.
+
+Priority levels (Triton's `priority_levels`): with `BatchPolicy.priority_levels` N > 0 a request carries a
+level 1 (highest) .. N, and a batch is filled from the highest level down, in arrival order within a
+level; a request asking for priority 0 or one above N gets `default_priority_level`, as in Triton.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -40,6 +45,9 @@ class Queued(Protocol):
     @property
     def deadline_ns(self) -> int | None: ...
 
+    @property
+    def priority(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class BatchPolicy:
@@ -48,12 +56,35 @@ class BatchPolicy:
     max_batch_size: int = 32
     max_queue_delay_s: float = 0.005
     adaptive: bool = True
+    priority_levels: int = 0
+    """0: one level, a request's `priority` is ignored; N: levels 1 (highest) .. N."""
+    default_priority_level: int = 0
+    """The level of a request without a valid priority; 1..N when there are levels (default: N, the lowest)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
             raise ConfigError(f"max batch size must be >= 0, got {self.max_batch_size}")
         if self.max_queue_delay_s < 0:
             raise ConfigError(f"max queue delay must be >= 0, got {self.max_queue_delay_s}")
+        if self.priority_levels < 0:
+            raise ConfigError(f"--priority-levels must be >= 0 (0 = none), got {self.priority_levels}")
+        if self.priority_levels == 0 and self.default_priority_level != 0:
+            raise ConfigError(f"--default-priority-level {self.default_priority_level} needs --priority-levels")
+        if self.priority_levels and not 0 <= self.default_priority_level <= self.priority_levels:
+            raise ConfigError(f"--default-priority-level must be in 1..{self.priority_levels} "
+                              f"(--priority-levels), got {self.default_priority_level}")
+
+    @property
+    def default_level(self) -> int:
+        """The level given to requests without a valid priority (the lowest unless configured)."""
+        return self.default_priority_level or self.priority_levels
+
+    def level_of(self, priority: int) -> int:
+        """A request's queue level from its `priority` parameter, Triton's rule: 0, or a value above the
+        levels, gets the default level; without levels every request is level 0."""
+        if not self.priority_levels:
+            return 0
+        return priority if 1 <= priority <= self.priority_levels else self.default_level
 
     @property
     def batch_limit(self) -> int:
@@ -95,6 +126,8 @@ def collate(pending: Sequence[Queued], now_ns: int, policy: BatchPolicy, signals
     live = [i for i in range(len(pending)) if i not in dead]
     if not live:
         return Decision([], expired, None)
+    if policy.priority_levels:
+        live.sort(key=lambda i: pending[i].priority)  # stable: arrival order within a level
     head = pending[live[0]]
     limit = policy.batch_limit
     take: list[int] = []
@@ -109,7 +142,7 @@ def collate(pending: Sequence[Queued], now_ns: int, policy: BatchPolicy, signals
             break
         take.append(i)
         items += p.items
-    deadline = head.arrival_ns + policy.max_queue_delay_ns
+    deadline = min(pending[i].arrival_ns for i in take) + policy.max_queue_delay_ns
     reason = ""
     if policy.max_batch_size <= 1:
         reason = "unbatched"
@@ -156,6 +189,8 @@ class Work:
     timings_ns: dict[str, int] = field(default_factory=dict)
     batch_size: int = 0
     context: Any = None
+    priority: int = 0
+    """The queue level (1 highest; 0 when the server has no priority levels)."""
 
     def finish(self) -> None:
         """Hand the result (or error) over, once. The callback is dropped first: it typically holds what
@@ -281,7 +316,8 @@ class Batcher:
                         break
                     if self._closed:
                         # draining: no more arrivals will come, so waiting cannot fill the batch
-                        forced = collate(self._pending, now, BatchPolicy(self.policy.max_batch_size, 0.0, False))
+                        forced = collate(self._pending, now, dataclasses.replace(self.policy, max_queue_delay_s=0.0,
+                                                                                 adaptive=False))
                         batch = [self._pending[i] for i in forced.take]
                         chosen = set(forced.take)
                         self._pending = [w for i, w in enumerate(self._pending) if i not in chosen]

@@ -59,6 +59,8 @@ class ServeConfig:
     instances: int = 1
     max_queue_size: int = 0
     timeout_s: float | None = None
+    priority_levels: int = 0
+    default_priority_level: int = 0
     token: str | None = None
     device: str = "cpu"
     threads: int | None = None
@@ -95,7 +97,8 @@ class ServeConfig:
             raise ConfigError(f"--max-request-mb is too small ({self.max_request_bytes} bytes)")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {self.threads}")
-        BatchPolicy(self.max_batch_size, self.max_queue_delay_s)  # validates
+        BatchPolicy(self.max_batch_size, self.max_queue_delay_s, priority_levels=self.priority_levels,
+                    default_priority_level=self.default_priority_level)  # validates
 
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
@@ -272,6 +275,9 @@ class ServerState:
                 },
                 "parameters": {"adaptive_wait": self.config.adaptive_wait},
             }
+            if policy.priority_levels:
+                config["dynamic_batching"]["priority_levels"] = policy.priority_levels
+                config["dynamic_batching"]["default_priority_level"] = policy.default_level
         return config
 
     def stats(self, name: str | None, version: str | None) -> dict[str, Any]:
@@ -297,6 +303,7 @@ class ServerState:
             arrays, items, batch_key = validate_inputs(model, request.inputs, variant.policy.max_batch_size)
             outputs = _requested_outputs(entry, request.outputs, request.binary_output_default)
             timeout_s = _timeout(request.parameters, self.config.timeout_s)
+            level = variant.policy.level_of(_priority(request.parameters))
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
@@ -308,7 +315,7 @@ class ServerState:
 
         now = time.monotonic_ns()
         work = Work(arrays, items, batch_key, now, None if timeout_s is None else now + int(timeout_s * 1e9),
-                    on_done)
+                    on_done, priority=level)
         try:
             variant.batcher.submit(work)
         except QueueFull as exc:
@@ -373,6 +380,15 @@ def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None) -> f
     return requested if server_timeout_s is None else min(requested, server_timeout_s)
 
 
+def _priority(parameters: Mapping[str, Any]) -> int:
+    """The request's `priority` parameter (Triton's; tritonclient sends it only when non-zero), 0 if none."""
+    value = parameters.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ProtocolError(f"parameter 'priority' must be a non-negative integer (1 is the highest level), "
+                            f"got {value!r}")
+    return value
+
+
 def _decompress(body: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:
     if not encoding or encoding == "identity":
         return body
@@ -429,7 +445,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             if variants:
                 model.name = variants[0].model.name
             max_batch = config.max_batch_size if model.batched else 0
-            policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait)
+            policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait, config.priority_levels,
+                                 config.default_priority_level)
             batcher = Batcher(policy, config.max_queue_size)
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher))
             recorder.set_queue_capacity(config.max_queue_size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -22,6 +23,8 @@ class Gate:
         self.open = threading.Event()
         self.entered = threading.Semaphore(0)
         self.batches: list[int] = []
+        self.firsts: list[list[float]] = []
+        """Each batch's x[:, 0], in the order the batches ran."""
         self.armed = False
         """False during the warm-up: the poisoned marker value only fails once the test arms the gate."""
 
@@ -31,6 +34,7 @@ class Gate:
             if self.armed and x[0, 0] == -1.0:
                 raise ValueError("poisoned input")
             self.batches.append(int(x.shape[0]))
+            self.firsts.append([float(v) for v in x[:, 0]])
             self.entered.release()
             if not self.open.wait(30):
                 raise TimeoutError("gate never opened")
@@ -40,6 +44,38 @@ class Gate:
 
     def model(self) -> ServedModel:
         return ServedModel("gated", SIG, self.runner)
+
+    def arm(self) -> None:
+        """After the warm-up: close the gate, forget the warm-up's batches (and its passes through
+        `entered`), and let the poisoned marker fail."""
+        self.open.clear()
+        self.batches.clear()
+        self.firsts.clear()
+        while self.entered.acquire(blocking=False):
+            pass
+        self.armed = True
+
+    def wait_entered(self, timeout_s: float = 30.0) -> bool:
+        """Whether a batch reached the model within `timeout_s`, yielding to gevent meanwhile (see
+        `yield_to_clients`)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.entered.acquire(timeout=0.01):
+            if time.monotonic() > deadline:
+                return False
+            yield_to_clients(0.01)
+        return True
+
+
+def yield_to_clients(seconds: float) -> None:
+    """Sleep so that tritonclient's `async_infer` requests make progress: each runs in a gevent greenlet
+    that `async_infer` lets run for only 10 ms, and a request not sent whole by then (a new connection on
+    a busy machine) waits for this thread's next gevent switch. A plain `time.sleep` never makes one."""
+    if "gevent" in sys.modules:
+        import gevent
+
+        gevent.sleep(seconds)
+    else:
+        time.sleep(seconds)
 
 
 def free_port() -> int:
@@ -53,7 +89,7 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+        yield_to_clients(0.02)
 
 
 def http_status(url: str, headers: dict[str, str] | None = None) -> int:

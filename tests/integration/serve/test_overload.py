@@ -38,9 +38,7 @@ def gated() -> Iterator[tuple[Running, Gate]]:
     gate.open.set()  # warm-up passes
     config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=2, instances=1)
     state = build_state(config, {"gated": gate.model()})
-    gate.open.clear()
-    gate.batches.clear()
-    gate.armed = True
+    gate.arm()
     running = start_in_thread(config, state)
     yield running, gate
     gate.open.set()
@@ -55,7 +53,7 @@ def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Ru
     running, gate = gated
     c = httpclient.InferenceServerClient(running.url, concurrency=4)
     first = c.async_infer("gated", [_input(1.0)])
-    assert gate.entered.acquire(timeout=30)  # request 1 is executing, held at the gate
+    assert gate.wait_entered()  # request 1 is executing, held at the gate
     queued = [c.async_infer("gated", [_input(2.0 + i)]) for i in range(2)]
     wait_until(lambda: _metrics(running).pending_requests == 2, what="two queued requests")
     # the queue is full: the next request is refused while the model is still blocked
@@ -96,7 +94,7 @@ def test_a_client_gone_before_its_reply_counts_as_canceled_not_as_a_success(gate
             f"\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection((running.host, running.port), 10) as sock:
         sock.sendall(head + body)
-        assert gate.entered.acquire(timeout=30)  # the model holds the request
+        assert gate.wait_entered()  # the model holds the request
     wait_until(lambda: not connections, what="the server to see the client go")
     gate.open.set()
     wait_until(lambda: _metrics(running).failure_total["CANCELED"] == 1, what="the request counted as CANCELED")
@@ -110,7 +108,7 @@ def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gat
     running, gate = gated
     c = httpclient.InferenceServerClient(running.url, concurrency=2)
     first = c.async_infer("gated", [_input(1.0)])
-    assert gate.entered.acquire(timeout=30)
+    assert gate.wait_entered()
     late = c.async_infer("gated", [_input(2.0)], timeout=1000)  # 1 ms, in µs as Triton's parameter
     wait_until(lambda: _metrics(running).pending_requests == 1, what="the queued request")
     # the request expires while the instance is busy; it is failed when the instance next looks at the queue

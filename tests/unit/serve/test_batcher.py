@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dlperf.errors import ConfigError
 from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Signals, Work, collate
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
 
@@ -23,6 +25,7 @@ class Q:
     items: int = 1
     key: Any = "a"
     deadline_ns: int | None = None
+    priority: int = 0
 
 
 FIXED = BatchPolicy(max_batch_size=8, max_queue_delay_s=0.005, adaptive=False)
@@ -83,6 +86,60 @@ def test_adaptive_wait_ends_early_only_when_waiting_cannot_help(signals: Signals
 
 def _work(key: str = "a", items: int = 1, arrival: int = 0) -> Work:
     return Work([np.zeros((items, 2), np.float32)], items, key, arrival)
+
+
+LEVELS = BatchPolicy(max_batch_size=4, max_queue_delay_s=0.005, adaptive=False, priority_levels=3)
+
+
+def test_priority_levels_fill_a_batch_from_the_highest_level_down_fifo_within_a_level() -> None:
+    pending = [Q(0, priority=3), Q(1, priority=2), Q(2, priority=1), Q(3, priority=3), Q(4, priority=1)]
+    d = collate(pending, 5, LEVELS)
+    # full at 4: both level-1 requests, then level 2, then the oldest level 3; the newest level 3 waits
+    assert d.take == [2, 4, 1, 0] and d.reason == "full"
+    # without levels the same queue goes in arrival order
+    d = collate(pending, 5, dataclasses.replace(LEVELS, priority_levels=0))
+    assert d.take == [0, 1, 2, 3]
+
+
+def test_a_partial_batch_waits_for_its_oldest_member_whatever_its_level() -> None:
+    pending = [Q(0, priority=2), Q(3 * MS, priority=1)]
+    d = collate(pending, 4 * MS, LEVELS)
+    assert d.take == [] and d.wait_until_ns == 5 * MS  # the level-2 request arrived first
+    d = collate(pending, 5 * MS, LEVELS)
+    assert d.take == [1, 0] and d.reason == "delay"
+
+
+def test_a_high_level_request_of_another_shape_goes_first_alone() -> None:
+    pending = [Q(0, key="s64", priority=2), Q(1, key="s128", priority=1), Q(2, key="s64", priority=2)]
+    d = collate(pending, 10 * MS, LEVELS)
+    assert d.take == [1]
+
+
+@pytest.mark.parametrize(("priority", "level", "level_default_1"),
+                         [(0, 3, 1), (1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 3, 1), (2**64 - 1, 3, 1)])
+def test_priority_to_level_follows_triton_zero_or_too_high_gets_the_default(
+        priority: int, level: int, level_default_1: int) -> None:
+    assert LEVELS.level_of(priority) == level
+    assert dataclasses.replace(LEVELS, default_priority_level=1).level_of(priority) == level_default_1
+    assert BatchPolicy().level_of(priority) == 0
+
+
+@pytest.mark.parametrize(("levels", "default", "message"), [
+    (-1, 0, "priority-levels must be >= 0"), (0, 2, "needs --priority-levels"), (3, 4, "must be in 1..3"),
+])
+def test_bad_priority_configuration_is_refused(levels: int, default: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BatchPolicy(priority_levels=levels, default_priority_level=default)
+
+
+def test_draining_keeps_the_priority_order() -> None:
+    b = Batcher(LEVELS, clock=lambda: 0)
+    low, high = _work(), _work()
+    low.priority, high.priority = 3, 1
+    b.submit(low)
+    b.submit(high)
+    b.close()
+    assert b.next_batch() == [high, low]
 
 
 def test_bounded_queue_rejects_at_once_and_close_refuses_new_work() -> None:

@@ -62,10 +62,12 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_serve_arguments_become_a_config() -> None:
     config = serve_cli.config_from_args(_args("zoo:mlp", "--max-queue-delay-ms", "2", "--timeout-ms", "50",
-                                              "--fixed-wait", "--max-request-mb", "1"))
+                                              "--fixed-wait", "--max-request-mb", "1", "--priority-levels", "3",
+                                              "--default-priority-level", "2"))
     assert config.model == "zoo:mlp" and config.host == "127.0.0.1" and config.port == 8000
     assert config.max_queue_delay_s == 0.002 and config.timeout_s == 0.05 and not config.adaptive_wait
     assert config.max_request_bytes == 1024 * 1024
+    assert config.priority_levels == 3 and config.default_priority_level == 2
     ab = serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2", "--split", "90:10"))
     assert ab.variants == (("a", "d1"), ("b", "d2")) and ab.split == (90, 10)
     assert ab.to_dict()["token"] is None
@@ -83,6 +85,8 @@ def test_serve_arguments_become_a_config() -> None:
         (("zoo:mlp", "--split", "1:1"), "only applies with --variant"),
         (("zoo:mlp", "--instances", "0"), "--instances"),
         (("zoo:mlp", "--max-batch-size", "-1"), "max batch size"),
+        (("zoo:mlp", "--priority-levels", "2", "--default-priority-level", "3"), "must be in 1..2"),
+        (("zoo:mlp", "--default-priority-level", "1"), "needs --priority-levels"),
     ],
 )
 def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message: str) -> None:

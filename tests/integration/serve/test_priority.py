@@ -1,0 +1,77 @@
+"""Priority levels on a real server, through tritonclient's `priority` argument: a later high-priority request
+overtakes queued low-priority ones and fills the batch first; the model config shows the levels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig, build_state
+
+from .helpers import Gate, get_text, wait_until
+
+pytestmark = pytest.mark.integration
+
+httpclient = pytest.importorskip("tritonclient.http")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+
+def _input(value: float) -> Any:
+    inp = httpclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.full((1, 4), value, np.float32))
+    return inp
+
+
+@pytest.fixture
+def levels() -> Iterator[tuple[Running, Gate]]:
+    gate = Gate()
+    gate.open.set()  # warm-up passes
+    config = ServeConfig(model="gated", port=0, max_batch_size=2, max_queue_delay_s=0.0, instances=1,
+                         priority_levels=2)
+    state = build_state(config, {"gated": gate.model()})
+    gate.arm()
+    running = start_in_thread(config, state)
+    yield running, gate
+    gate.open.set()
+    running.stop()
+
+
+def _pending(running: Running) -> int:
+    return int(parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"].pending_requests)
+
+
+def test_a_high_priority_request_overtakes_queued_low_priority_ones(levels: tuple[Running, Gate]) -> None:
+    running, gate = levels
+    c = httpclient.InferenceServerClient(running.url, concurrency=5)
+    first = c.async_infer("gated", [_input(1.0)])
+    assert gate.wait_entered()  # the instance holds request 1 at the gate
+    # queued one at a time so that their arrival order is known: two without a priority (the default,
+    # level 2), then one at level 1, then one asking for level 7 (no such level: the default)
+    queued = []
+    for n, (value, priority) in enumerate([(2.0, 0), (3.0, 0), (4.0, 1), (5.0, 7)], start=1):
+        queued.append(c.async_infer("gated", [_input(value)], priority=priority))
+        wait_until(lambda n=n: _pending(running) == n, what=f"{n} queued requests")  # type: ignore[misc]
+    gate.open.set()
+    results = [float(r.get_result().as_numpy("y")[0, 0]) for r in [first, *queued]]
+    assert results == [2.0, 4.0, 6.0, 8.0, 10.0]  # every request got its own answer
+    # batches of at most 2: the level-1 request first, joined by the oldest default-level one; then FIFO
+    assert gate.firsts == [[1.0], [4.0, 2.0], [3.0, 5.0]]
+    c.close()
+
+
+def test_priority_levels_show_in_the_model_config_and_a_bad_priority_is_400(levels: tuple[Running, Gate]) -> None:
+    running, gate = levels
+    gate.open.set()
+    c = httpclient.InferenceServerClient(running.url)
+    batching = c.get_model_config("gated")["dynamic_batching"]
+    assert batching["priority_levels"] == 2 and batching["default_priority_level"] == 2
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("gated", [_input(1.0)], priority=-1)
+    assert info.value.status() == "400"
+    assert "parameter 'priority' must be a non-negative integer" in info.value.message()
+    assert float(c.infer("gated", [_input(1.0)], priority=1).as_numpy("y")[0, 0]) == 2.0
