@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="full shape of an input with variable dimensions")
     parser.add_argument("--workload", default=None, metavar="SPEC",
                         help="send this workload's example inputs instead of random tensors")
+    parser.add_argument("--priority", type=int, default=0, metavar="L",
+                        help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
+                             "highest on a server with --priority-levels; default 0: none)")
     parser.add_argument("--token", default=None, help="bearer token of a protected server")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
@@ -64,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.priority < 0:
+        raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
         duration_s=args.duration, requests=args.requests, window_s=args.window_s, warmup_s=args.warmup_s,
@@ -75,13 +80,14 @@ def run(args: argparse.Namespace) -> int:
 
         inputs = load_workload(args.workload).example_inputs(args.batch_size)
     target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
-                        shapes=_shapes(args.shape), seed=args.seed)
+                        shapes=_shapes(args.shape), seed=args.seed,
+                        parameters={"priority": args.priority} if args.priority else None)
     out = console()
     err = error_console()
     store = open_store(args)
     settings: dict[str, Any] = {**config.to_dict(), "url": args.url, "model": args.model,
                                 "batch_size": target.items_per_request, "workload": args.workload,
-                                "find_peak": args.find_peak, "p99_ms": args.p99_ms}
+                                "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
             peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,

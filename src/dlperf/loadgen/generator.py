@@ -193,9 +193,10 @@ def _error_of(body: bytes) -> str:
 
 def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
                inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
-               seed: int = 0, check: bool = True) -> Target:
+               seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
-    `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs)."""
+    `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs). `parameters` go into
+    every request's `parameters` (e.g. Triton's `priority`)."""
     endpoint = parse_url(url)
     headers = _auth(token)
     server = _get_json(endpoint, "/v2", headers)
@@ -230,7 +231,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                     )
             array = random_array(datatype, dims, rng)
         tensors.append(Tensor(name, datatype, array))
-    body, header_length = encode_request(tensors, binary=True, binary_outputs=True)
+    body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
     req_headers = dict(headers)
     req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
     if header_length is not None:

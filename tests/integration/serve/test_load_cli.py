@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.cli.main import main
+from dlperf.errors import LoadGenError
 from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
@@ -63,6 +64,21 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--shape", "x=1,3", "--requests", "1"]) == 2
     assert "expects [-1, 64]" in capsys.readouterr().err
+
+
+def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # the parameters reach the server: it refuses a priority that is not an integer
+    with pytest.raises(LoadGenError, match="parameter 'priority' must be a non-negative integer"):
+        oip_target(server.url, "mlp", parameters={"priority": "high"})
+    assert main(["load", server.url, "--model", "mlp", "--priority", "-1", "--requests", "1"]) == 2
+    assert "--priority must be >= 0" in capsys.readouterr().err
+    store = tmp_path / "runs.db"
+    assert main(["load", server.url, "--model", "mlp", "--priority", "1", "--requests", "10", "--duration", "10s",
+                 "--warmup-s", "0.1", "--json", "--store", str(store)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["levels"][0]["errors"] == 0 and out["levels"][0]["requests_ok"] > 0
+    assert Store(store).get(out["run_id"]).config["priority"] == 1
 
 
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
