@@ -312,8 +312,10 @@ def main() -> int:
                              "to +-1 batch per window, and short windows would make that worse")
     parser.add_argument("--c1-blocks", type=int, default=30,
                         help="interleaved blocks of 10 raw calls / 10 requests per round for the added latency")
-    parser.add_argument("--saturated-s", type=float, default=30.0,
-                        help="seconds of saturated load per server and round")
+    parser.add_argument("--saturated-s", type=float, default=60.0,
+                        help="seconds of saturated load per server and round: a batch of 32 ResNet-18 items takes "
+                             "1.5-2 s here, so 60 s give some 35 batches and a round's p99 is not its one slowest "
+                             "batch (30 s gave about 18)")
     parser.add_argument("--warmup-s", type=float, default=4.0, help="unmeasured seconds before each load")
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
