@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec
+from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig, build_state
 
 SIG = Signature((TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),))
 
@@ -76,6 +81,26 @@ def yield_to_clients(seconds: float) -> None:
         gevent.sleep(seconds)
     else:
         time.sleep(seconds)
+
+
+@contextlib.contextmanager
+def gated_server(config: ServeConfig) -> Iterator[tuple[Running, Gate]]:
+    """A real server on 127.0.0.1 serving a `Gate` model as "gated", the gate closed once warm-up is done."""
+    gate = Gate()
+    gate.open.set()  # warm-up passes
+    state = build_state(config, {"gated": gate.model()})
+    gate.arm()
+    running = start_in_thread(config, state)
+    try:
+        yield running, gate
+    finally:
+        gate.open.set()
+        running.stop()
+
+
+def server_metrics(running: Running) -> Any:
+    """The default variant's metrics, parsed from the server's /metrics."""
+    return parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"]
 
 
 def free_port() -> int:

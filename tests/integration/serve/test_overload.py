@@ -12,12 +12,11 @@ import pytest
 
 from dlperf.errors import ServingError
 from dlperf.serve.instances import ServedModel
-from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.protocol import Tensor, encode_request
-from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.server import Running
 from dlperf.serve.service import ServeConfig, build_state
 
-from .helpers import SIG, Gate, get_text, wait_until
+from .helpers import SIG, Gate, gated_server, server_metrics, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -34,19 +33,9 @@ def _input(value: float, rows: int = 1) -> Any:
 
 @pytest.fixture
 def gated() -> Iterator[tuple[Running, Gate]]:
-    gate = Gate()
-    gate.open.set()  # warm-up passes
-    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=2, instances=1)
-    state = build_state(config, {"gated": gate.model()})
-    gate.arm()
-    running = start_in_thread(config, state)
-    yield running, gate
-    gate.open.set()
-    running.stop()
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=2, instances=1)) as pair:
+        yield pair
 
-
-def _metrics(running: Running) -> Any:
-    return parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"]
 
 
 def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Running, Gate]) -> None:
@@ -55,7 +44,7 @@ def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Ru
     first = c.async_infer("gated", [_input(1.0)])
     assert gate.wait_entered()  # request 1 is executing, held at the gate
     queued = [c.async_infer("gated", [_input(2.0 + i)]) for i in range(2)]
-    wait_until(lambda: _metrics(running).pending_requests == 2, what="two queued requests")
+    wait_until(lambda: server_metrics(running).pending_requests == 2, what="two queued requests")
     # the queue is full: the next request is refused while the model is still blocked
     with pytest.raises(InferenceServerException) as info:
         httpclient.InferenceServerClient(running.url).infer("gated", [_input(9.0)])
@@ -64,7 +53,7 @@ def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Ru
     gate.open.set()
     values = [float(r.get_result().as_numpy("y")[0, 0]) for r in [first, *queued]]
     assert values == [2.0, 4.0, 6.0]
-    m = _metrics(running)
+    m = server_metrics(running)
     assert m.success_total == 3
     assert m.failure_total["REJECTED"] == 1
     assert m.requests_total == 4
@@ -82,7 +71,7 @@ def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(ga
     assert "model 'gated' failed on a batch of 1 items" in info.value.message()
     assert "ValueError: poisoned input" in info.value.message()
     assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0
-    m = _metrics(running)
+    m = server_metrics(running)
     assert m.failure_total["BACKEND"] == 1 and m.success_total == 1
 
 
@@ -97,10 +86,10 @@ def test_a_client_gone_before_its_reply_counts_as_canceled_not_as_a_success(gate
         assert gate.wait_entered()  # the model holds the request
     wait_until(lambda: not connections, what="the server to see the client go")
     gate.open.set()
-    wait_until(lambda: _metrics(running).failure_total["CANCELED"] == 1, what="the request counted as CANCELED")
+    wait_until(lambda: server_metrics(running).failure_total["CANCELED"] == 1, what="the request counted as CANCELED")
     c = httpclient.InferenceServerClient(running.url)
     assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0  # and serving goes on
-    m = _metrics(running)
+    m = server_metrics(running)
     assert m.success_total == 1 and m.failure_total["CANCELED"] == 1 and m.requests_total == 2
 
 
@@ -110,7 +99,7 @@ def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gat
     first = c.async_infer("gated", [_input(1.0)])
     assert gate.wait_entered()
     late = c.async_infer("gated", [_input(2.0)], timeout=1000)  # 1 ms, in µs as Triton's parameter
-    wait_until(lambda: _metrics(running).pending_requests == 1, what="the queued request")
+    wait_until(lambda: server_metrics(running).pending_requests == 1, what="the queued request")
     # the request expires while the instance is busy; it is failed when the instance next looks at the queue
     gate.open.set()
     assert float(first.get_result().as_numpy("y")[0, 0]) == 2.0
@@ -118,7 +107,7 @@ def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gat
         late.get_result()
     assert info.value.status() == "503"
     assert "Request timeout expired" in info.value.message()
-    assert _metrics(running).failure_total["TIMEOUT"] == 1
+    assert server_metrics(running).failure_total["TIMEOUT"] == 1
     c.close()
 
 

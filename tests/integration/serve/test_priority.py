@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlperf.serve.metrics import parse_variant_metrics
-from dlperf.serve.server import Running, start_in_thread
-from dlperf.serve.service import ServeConfig, build_state
+from dlperf.serve.server import Running
+from dlperf.serve.service import ServeConfig
 
-from .helpers import Gate, get_text, wait_until
+from .helpers import Gate, gated_server, server_metrics, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -29,20 +28,13 @@ def _input(value: float) -> Any:
 
 @pytest.fixture
 def levels() -> Iterator[tuple[Running, Gate]]:
-    gate = Gate()
-    gate.open.set()  # warm-up passes
-    config = ServeConfig(model="gated", port=0, max_batch_size=2, max_queue_delay_s=0.0, instances=1,
-                         priority_levels=2)
-    state = build_state(config, {"gated": gate.model()})
-    gate.arm()
-    running = start_in_thread(config, state)
-    yield running, gate
-    gate.open.set()
-    running.stop()
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=2, max_queue_delay_s=0.0, instances=1,
+                                  priority_levels=2)) as pair:
+        yield pair
 
 
 def _pending(running: Running) -> int:
-    return int(parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"].pending_requests)
+    return int(server_metrics(running).pending_requests)
 
 
 def test_a_high_priority_request_overtakes_queued_low_priority_ones(levels: tuple[Running, Gate]) -> None:
