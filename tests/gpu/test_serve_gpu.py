@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.request
 
 import numpy as np
@@ -16,7 +17,7 @@ httpclient = pytest.importorskip("tritonclient.http")
 
 
 def test_serves_on_cuda_and_exports_gpu_gauges() -> None:
-    from dlperf.serve.metrics import GPU_METRIC_NAMES, parse_variant_metrics
+    from dlperf.serve.metrics import GPU_METRIC_NAMES, TRITON_GPU_METRIC_NAMES, parse_variant_metrics
     from dlperf.serve.server import start_in_thread
     from dlperf.serve.service import ServeConfig
     from dlperf.workload import zoo
@@ -37,6 +38,9 @@ def test_serves_on_cuda_and_exports_gpu_gauges() -> None:
             text = r.read().decode()
         for name in GPU_METRIC_NAMES:
             assert f"\n{name}{{" in text, name
+        # Triton's names, in the exact form perf_analyzer --collect-metrics parses
+        for name in TRITON_GPU_METRIC_NAMES:
+            assert re.search(rf'^{name}\{{gpu_uuid="GPU-[^"]+"\}} \d+(\.\d+)?(e[+-]?\d+)?$', text, re.M), name
         used = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                 if line.startswith("dlperf_gpu_memory_used_bytes{")]
         assert used and all(u > 0 for u in used)

@@ -50,6 +50,16 @@ GPU_METRIC_NAMES = (
 )
 """NVML gauges, labelled gpu (index) and uuid; exported only where NVML finds a GPU."""
 
+TRITON_GPU_METRIC_NAMES = (
+    "nv_gpu_utilization",
+    "nv_gpu_memory_used_bytes",
+    "nv_gpu_memory_total_bytes",
+    "nv_gpu_power_usage",
+)
+"""The same four readings under Triton's names with its one label, `gpu_uuid`, in its units (utilization
+0-1, bytes, watts): `perf_analyzer --collect-metrics --metrics-url HOST:PORT/metrics` parses exactly
+`nv_gpu_...{gpu_uuid="..."} value` lines, and Triton's dashboards use them."""
+
 
 @dataclass
 class _Duration:
@@ -261,17 +271,21 @@ class GpuCollector:
         used = GaugeMetricFamily(names[1], "GPU memory used", labels=["gpu", "uuid"])
         total = GaugeMetricFamily(names[2], "GPU memory total", labels=["gpu", "uuid"])
         power = GaugeMetricFamily(names[3], "GPU power draw", labels=["gpu", "uuid"])
+        ours = (util, used, total, power)
+        triton = tuple(GaugeMetricFamily(name, f"{family.documentation} (Triton's name)", labels=["gpu_uuid"])
+                       for name, family in zip(TRITON_GPU_METRIC_NAMES, ours, strict=True))
         for index, uuid, handle in handles:
             try:
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-                util.add_metric([index, uuid], rates.gpu / 100.0)
-                used.add_metric([index, uuid], float(mem.used))
-                total.add_metric([index, uuid], float(mem.total))
-                power.add_metric([index, uuid], nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+                values = (rates.gpu / 100.0, float(mem.used), float(mem.total),
+                          nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
             except Exception:  # a GPU that fails to answer is skipped for this scrape
                 continue
-        return [util, used, total, power]
+            for family, twin, value in zip(ours, triton, values, strict=True):
+                family.add_metric([index, uuid], value)
+                twin.add_metric([uuid], value)
+        return [*ours, *triton]
 
     def describe(self) -> Iterable[Any]:
         return []
