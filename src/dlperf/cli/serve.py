@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instances", type=int, default=1, help="model instances (threads) running batches")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default torch's)")
     parser.add_argument("--max-queue-size", type=int, default=0,
-                        help="queued requests beyond which new ones get 503 at once (default 0 = unbounded)")
+                        help="queued requests beyond which new ones get 503 at once, per priority level with "
+                             "--priority-levels (default 0 = unbounded)")
     parser.add_argument("--timeout-ms", type=float, default=None,
                         help="per-request queue timeout; expired requests get 503 (a request's own "
                              "'timeout' parameter may shorten it)")

@@ -279,11 +279,19 @@ class Batcher:
         with self._cond:
             if self._closed:
                 raise ShuttingDown("the server is shutting down and accepts no new requests")
-            if self.max_queue_size and len(self._pending) >= self.max_queue_size:
-                raise QueueFull(
-                    f"Exceeds maximum queue size: {len(self._pending)} requests are queued "
-                    f"(--max-queue-size {self.max_queue_size}); retry later or add capacity"
-                )
+            if self.max_queue_size:
+                if self.policy.priority_levels:
+                    # as in Triton, the bound holds for each priority level: a flood at one level does not
+                    # lock the others out
+                    queued = sum(1 for w in self._pending if w.priority == work.priority)
+                    where = f" at priority level {work.priority}"
+                else:
+                    queued, where = len(self._pending), ""
+                if queued >= self.max_queue_size:
+                    raise QueueFull(
+                        f"Exceeds maximum queue size: {queued} requests are queued{where} "
+                        f"(--max-queue-size {self.max_queue_size}); retry later or add capacity"
+                    )
             self._pending.append(work)
             self._tracker.arrive(self.clock())
             self._cond.notify()

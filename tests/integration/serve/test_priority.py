@@ -67,3 +67,24 @@ def test_priority_levels_show_in_the_model_config_and_a_bad_priority_is_400(leve
     assert info.value.status() == "400"
     assert "parameter 'priority' must be a non-negative integer" in info.value.message()
     assert float(c.infer("gated", [_input(1.0)], priority=1).as_numpy("y")[0, 0]) == 2.0
+
+
+def test_the_queue_bound_holds_per_level_so_a_flood_does_not_lock_out_high_priority() -> None:
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=1, instances=1, priority_levels=2)
+    with gated_server(config) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url, concurrency=3)
+        first = c.async_infer("gated", [_input(1.0)])
+        assert gate.wait_entered()
+        low = c.async_infer("gated", [_input(2.0)])
+        wait_until(lambda: _pending(running) == 1, what="the queued default-level request")
+        with pytest.raises(InferenceServerException) as info:  # level 2 is full
+            httpclient.InferenceServerClient(running.url).infer("gated", [_input(3.0)])
+        assert info.value.status() == "503"
+        assert "1 requests are queued at priority level 2" in info.value.message()
+        high = c.async_infer("gated", [_input(4.0)], priority=1)  # level 1 has room
+        wait_until(lambda: _pending(running) == 2, what="the queued priority-1 request")
+        gate.open.set()
+        assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, low, high)] == [2.0, 4.0, 8.0]
+        assert gate.firsts == [[1.0], [4.0], [2.0]]
+        assert server_metrics(running).failure_total["REJECTED"] == 1
+        c.close()

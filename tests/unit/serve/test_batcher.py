@@ -132,6 +132,22 @@ def test_bad_priority_configuration_is_refused(levels: int, default: int, messag
         BatchPolicy(priority_levels=levels, default_priority_level=default)
 
 
+def test_with_priority_levels_the_queue_bound_holds_for_each_level() -> None:
+    b = Batcher(LEVELS, max_queue_size=2, clock=lambda: 0)
+    for _ in range(2):
+        low = _work()
+        low.priority = 3
+        b.submit(low)
+    extra = _work()
+    extra.priority = 3
+    with pytest.raises(QueueFull, match="2 requests are queued at priority level 3"):
+        b.submit(extra)
+    high = _work()
+    high.priority = 1
+    b.submit(high)  # the flood at level 3 does not lock level 1 out
+    assert b.pending_count == 3
+
+
 def test_draining_keeps_the_priority_order() -> None:
     b = Batcher(LEVELS, clock=lambda: 0)
     low, high = _work(), _work()
