@@ -214,7 +214,11 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
         name, datatype, shape = spec["name"], spec["datatype"], list(spec["shape"])
         if inputs is not None:
             value = inputs[i]
-            array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+            if hasattr(value, "detach"):  # a torch tensor; numpy has no bfloat16, so via float32 (cast below)
+                value = value.detach().cpu()
+                array = (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+            else:
+                array = np.asarray(value)
             if NUMPY_DTYPES.get(datatype) is not None and datatype != "BYTES":
                 array = array.astype(NUMPY_DTYPES[datatype], copy=False)
             items = int(array.shape[0]) if array.ndim else 1

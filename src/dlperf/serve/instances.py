@@ -22,7 +22,7 @@ import numpy as np
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import Batcher, Work
 from dlperf.serve.metrics import Recorder
-from dlperf.serve.protocol import ProtocolError, Tensor, datatype_of_name, random_array
+from dlperf.serve.protocol import BF16, ProtocolError, Tensor, datatype_of_name, random_array
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 """One instance's model call: input arrays in signature order -> output arrays in signature order."""
@@ -164,14 +164,18 @@ def _torch_runner(model: Any, device: str) -> Runner:
     import torch
 
     def to_numpy(t: Any) -> np.ndarray:
-        t = t.detach()
-        if t.dtype == torch.bfloat16:
-            t = t.float()
-        array: np.ndarray = t.cpu().numpy()
+        t = t.detach().cpu()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: the same bits as ml_dtypes' (BF16)
+            bits: np.ndarray = t.view(torch.int16).numpy()
+            return bits.view(BF16)
+        array: np.ndarray = t.numpy()
         return array
 
+    def to_tensor(a: np.ndarray) -> Any:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == BF16 else torch.from_numpy(a)
+
     def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        tensors = [torch.from_numpy(a) for a in arrays]
+        tensors = [to_tensor(a) for a in arrays]
         if device != "cpu":
             tensors = [t.to(device, non_blocking=True) for t in tensors]
         with torch.inference_mode():

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from dlperf.errors import ServingError
@@ -33,9 +34,13 @@ NUMPY_DTYPES: dict[str, Any] = {
     "FP16": np.dtype("<f2"),
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
     "BYTES": np.dtype(object),
 }
-"""OIP datatype -> numpy dtype (little-endian, as the binary extension requires)."""
+"""OIP datatype -> numpy dtype (little-endian, as the binary extension requires). BF16 (Triton's and
+tritonclient's, not in the KServe list) is ml_dtypes' bfloat16: 2 bytes, the upper half of a float32."""
+
+BF16 = NUMPY_DTYPES["BF16"]
 
 _DATATYPE_OF_KIND: dict[tuple[str, int], str] = {
     ("b", 1): "BOOL", ("u", 1): "UINT8", ("u", 2): "UINT16", ("u", 4): "UINT32", ("u", 8): "UINT64",
@@ -46,7 +51,7 @@ _DATATYPE_OF_KIND: dict[tuple[str, int], str] = {
 TORCH_DATATYPES: dict[str, str] = {
     "torch.bool": "BOOL", "torch.uint8": "UINT8", "torch.int8": "INT8", "torch.int16": "INT16",
     "torch.int32": "INT32", "torch.int64": "INT64", "torch.float16": "FP16", "torch.float32": "FP32",
-    "torch.float64": "FP64",
+    "torch.float64": "FP64", "torch.bfloat16": "BF16",
 }
 """str(torch dtype) -> OIP datatype, for model metadata."""
 
@@ -76,6 +81,8 @@ def datatype_of(array: np.ndarray) -> str:
     kind = array.dtype.kind
     if kind in "OSU":
         return "BYTES"
+    if array.dtype == BF16:
+        return "BF16"
     name = _DATATYPE_OF_KIND.get((kind, array.dtype.itemsize))
     if name is None:
         raise ProtocolError(f"numpy dtype {array.dtype} has no Open Inference Protocol datatype", 500)
@@ -344,7 +351,7 @@ def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
     flat = array.reshape(-1)
     if datatype == "BYTES":
         return [(v if isinstance(v, bytes) else str(v).encode()).decode("utf-8", "replace") for v in flat]
-    if datatype in ("FP16", "FP32", "FP64"):
+    if datatype in ("FP16", "FP32", "FP64", "BF16"):
         return [float(v) for v in flat.astype(np.float64)]
     values: list[Any] = flat.tolist()
     return values
@@ -417,7 +424,7 @@ def error_body(message: str) -> bytes:
 def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
     """A random tensor of an OIP datatype: normal floats, small non-negative integers, random bools/bytes."""
     shape = tuple(int(d) for d in shape)
-    if datatype in ("FP16", "FP32", "FP64"):
+    if datatype in ("FP16", "FP32", "FP64", "BF16"):
         return rng.standard_normal(shape).astype(NUMPY_DTYPES[datatype])
     if datatype == "BOOL":
         return rng.random(shape) < 0.5

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dlperf.serve.protocol import (
+    BF16,
     InferResponse,
     ProtocolError,
     Tensor,
@@ -144,6 +145,27 @@ def test_binary_size_mismatches_are_400() -> None:
         decode_request(header, len(header) + 5)
     with pytest.raises(ProtocolError, match="not valid JSON"):
         decode_request(b"{nope")
+
+
+BF16_VALUES = np.array([[1.5, -2.25, 3.0], [0.0, 0.375, 65280.0]], np.float32)  # exact in bfloat16
+
+
+def test_bf16_in_tritonclients_binary_form_and_as_json_and_back() -> None:
+    x = BF16_VALUES.astype(BF16)
+    inp = httpclient.InferInput("x", [2, 3], "BF16")
+    inp.set_data_from_numpy(x)  # tritonclient sends BF16 only as binary data (ml_dtypes' bfloat16)
+    body, n = httpclient.InferenceServerClient.generate_request_body([inp])
+    for request in (decode_request(body, n), decode_request(*encode_request([Tensor("x", "BF16", x)], binary=False))):
+        tensor = request.inputs[0]
+        assert tensor.datatype == "BF16" and tensor.data.dtype == BF16
+        np.testing.assert_array_equal(tensor.data.astype(np.float32), BF16_VALUES)
+    for binary in (True, False):
+        out, n = encode_response(InferResponse("m", [Tensor("y", "BF16", x)], "1", "i"), [binary])
+        got = httpclient.InferenceServerClient.parse_response_body(out, header_length=n).as_numpy("y")
+        np.testing.assert_array_equal(got.astype(np.float32), BF16_VALUES)
+    assert datatype_of(x) == "BF16" and datatype_of_name("torch.bfloat16") == "BF16"
+    assert datatype_of_name("bfloat16") == "BF16"
+    assert random_array("BF16", (2, 3), np.random.default_rng(0)).dtype == BF16
 
 
 def test_datatype_names() -> None:
