@@ -1,5 +1,6 @@
 """Priority levels on a real server, through tritonclient's `priority` argument: a later high-priority request
-overtakes queued low-priority ones and fills the batch first; the model config shows the levels."""
+overtakes queued low-priority ones and fills the batch first; the model config shows the levels; the queue
+bound holds per level."""
 
 from __future__ import annotations
 
