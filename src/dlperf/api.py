@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.measure.bench import BenchConfig, BenchResult, run_bench
+from dlperf.measure.scenarios import scenario as scenario_of
 from dlperf.measure.timer import TimerConfig
 from dlperf.workload.loader import load_workload
 
@@ -19,11 +20,14 @@ def bench(
     threads: int | None = None,
     precision: str = "fp32",
     min_duration_s: float = 1.0,
-    min_iters: int = 10,
+    min_iters: int | None = None,
     warmup_iters: int = 5,
     store: Any = None,
 ) -> BenchResult:
     """Benchmark a workload spec ('zoo:mlp', 'file.py:name'), a Workload, or an nn.Module with inputs.
+
+    `min_iters` defaults to the scenario's (`Scenario.default_min_iters`): 10, or 44 and 459 calls for the
+    single- and multi-stream scenarios, so their p90/p99 headline can be bounded at 99% confidence.
 
     With `store` (a path, URL or Store) the run is recorded there too.
     """
@@ -32,7 +36,8 @@ def bench(
         batch_sizes = (workload.default_batch_size,)
     config = BenchConfig(
         batch_sizes=batch_sizes, scenario=scenario, device=device, threads=threads, precision=precision,
-        timer=TimerConfig(warmup_iters=warmup_iters, min_duration_s=min_duration_s, min_iters=min_iters),
+        timer=TimerConfig(warmup_iters=warmup_iters, min_duration_s=min_duration_s,
+                          min_iters=min_iters if min_iters is not None else scenario_of(scenario).default_min_iters),
     )
     if store is None:
         return run_bench(workload, config)

@@ -62,6 +62,13 @@ def test_bench_table(store_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "bench mlp: latency in ms" in out
     assert "headline: p90" in out and "at batch 1" in out
+    record = Store(store_path).get(out.rsplit("run ", 1)[1].split()[0])
+    samples = sorted(record.result["points"][0]["measurement"]["samples_ns"])
+    bound = record.result["headline"]["bound_99"]
+    if len(samples) >= 44:  # MLPerf's early stopping bounds a p90 from 44 samples on
+        assert min(abs(bound * 1e9 - s) for s in samples) < 1 and bound >= record.result["headline"]["value"]
+    else:
+        assert bound is None
     assert "threads 1" in out and "saved to sqlite:///" in out
     run_id = out.rsplit("run ", 1)[1].split()[0]
     record = Store(store_path).get(run_id)

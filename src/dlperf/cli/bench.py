@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fp32 (default), bf16 or fp16 (autocast)")
     parser.add_argument("--min-duration", default="1s", metavar="S",
                         help="measure each batch size at least this long, e.g. 1s or 500ms (default 1s)")
-    parser.add_argument("--min-iters", default="10", metavar="N", help="and at least this many calls (default 10)")
+    parser.add_argument("--min-iters", default=None, metavar="N",
+                        help="and at least this many calls (default 10; single-stream 44, multi-stream 459: the "
+                             "fewest with which MLPerf's early stopping bounds its p90 or p99 at 99%% confidence)")
     parser.add_argument("--warmup", default="5", metavar="N", help="warm-up calls before measuring (default 5)")
     add_json_argument(parser)
     add_store_argument(parser)
@@ -65,11 +67,12 @@ def _parsed(option: str, parse: Callable[[str], T], text: str) -> T:
 def build_config(args: argparse.Namespace) -> BenchConfig:
     """The BenchConfig for the parsed arguments; bad values raise ConfigError (one line, exit code 2)."""
     from dlperf.measure.bench import BenchConfig
+    from dlperf.measure.scenarios import scenario
     from dlperf.measure.timer import TimerConfig
 
     batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes else None
     min_duration = _parsed("--min-duration", duration_s, args.min_duration)
-    min_iters = _int("--min-iters", args.min_iters, 1) or 1
+    min_iters = _int("--min-iters", args.min_iters, 1) or scenario(args.scenario).default_min_iters
     timer = TimerConfig(warmup_iters=_int("--warmup", args.warmup, 0) or 0, min_duration_s=min_duration,
                         min_iters=min_iters, max_duration_s=max(120.0, min_duration))
     return BenchConfig(batch_sizes=batch_sizes, scenario=args.scenario, device=args.device,

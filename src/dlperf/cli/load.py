@@ -9,6 +9,8 @@ from typing import Any
 from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, int_list
 from dlperf.errors import ConfigError
 
+DEFAULT_DURATION_S = 30.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", metavar="URL", help="the server, e.g. 127.0.0.1:8000 or http://127.0.0.1:8000")
@@ -20,15 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="open loop: send R requests per second")
     parser.add_argument("--arrivals", choices=["constant", "poisson"], default="constant",
                         help="request-rate schedule (default constant)")
-    parser.add_argument("--duration", type=duration_s, default=30.0,
-                        help="the most one level runs, e.g. 30s (default 30s)")
+    parser.add_argument("--duration", type=duration_s, default=None,
+                        help="the most one level runs, e.g. 30s (default 30s; with --find-peak, at least long "
+                             "enough for 459 requests at the tried rate)")
     parser.add_argument("--requests", type=int, default=None, help="the most requests one level sends")
     parser.add_argument("--window-s", type=float, default=2.0,
                         help="measurement window; a level ends when 3 windows agree within 10%% (default 2)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="unmeasured warm-up per level (default 1)")
     parser.add_argument("--find-peak", action="store_true",
                         help="search the highest request rate whose p99 stays within --p99-ms")
-    parser.add_argument("--p99-ms", type=float, default=None, help="the latency SLO for --find-peak")
+    parser.add_argument("--p99-ms", type=float, default=None,
+                        help="a p99 latency SLO: each level measures until MLPerf's early-stopping test decides it "
+                             "(or its bound) and gets a pass/FAIL verdict; required by --find-peak")
     parser.add_argument("--max-steps", type=int, default=10, help="the most rates --find-peak tries (default 10)")
     parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
@@ -59,8 +64,8 @@ def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
-    from dlperf.loadgen.generator import LoadConfig, find_peak, oip_target, run_load
-    from dlperf.loadgen.render import levels_table, peak_lines
+    from dlperf.loadgen.generator import LevelResult, LoadConfig, find_peak, oip_target, run_load, verdict_dict
+    from dlperf.loadgen.render import levels_table, peak_lines, verdict_line
     from dlperf.measure.env import capture_environment
 
     if args.find_peak and args.p99_ms is None:
@@ -71,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
-        duration_s=args.duration, requests=args.requests, window_s=args.window_s, warmup_s=args.warmup_s,
-        seed=args.seed,
+        duration_s=args.duration or DEFAULT_DURATION_S, requests=args.requests, window_s=args.window_s,
+        warmup_s=args.warmup_s, seed=args.seed, slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
     )
     inputs = None
     if args.workload:
@@ -87,13 +92,16 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     settings: dict[str, Any] = {**config.to_dict(), "url": args.url, "model": args.model,
                                 "batch_size": target.items_per_request, "workload": args.workload,
-                                "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority}
+                                "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
+                                "duration_fitted": args.find_peak and args.duration is None}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
             peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,
+                             fit_duration=args.duration is None,
+                             on_trial=lambda rate, bound_s: err.print(
+                                 f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
                              on_step=lambda s, ok: err.print(
-                                 f"  {s.level:.1f} req/s: p99 {s.percentile_s(99) * 1e3:.2f} ms "
-                                 f"{'pass' if ok else 'fail'}", markup=False))
+                                 f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
             run_.result = {"peak": peak.to_dict(), "levels": [s.to_dict() for s in peak.steps]}
             if args.json:
                 print_json({"run_id": run_.id, **peak.to_dict()})
@@ -106,11 +114,17 @@ def run(args: argparse.Namespace) -> int:
             results = run_load(target, config, on_level=lambda r: err.print(
                 f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
                 markup=False))
-            run_.result = {"levels": [r.to_dict() for r in results]}
+            def judged(r: LevelResult, data: dict[str, Any]) -> dict[str, Any]:
+                return {**data, **verdict_dict(r, config.slo_p99_s)} if config.slo_p99_s is not None else data
+
+            run_.result = {"levels": [judged(r, r.to_dict()) for r in results]}
             if args.json:
-                print_json({"run_id": run_.id, "levels": [r.summary() for r in results]})
+                print_json({"run_id": run_.id, "levels": [judged(r, r.summary()) for r in results]})
             else:
                 out.print(levels_table(results, f"{args.model} at {args.url}"))
+                if config.slo_p99_s is not None:
+                    for r in results:
+                        out.print(f"  {r.mode} {r.level:g}: {verdict_line(r, config.slo_p99_s)}", markup=False)
         for r in results:
             for warning in r.warnings:
                 err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")

@@ -17,13 +17,13 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
-from dlperf.measure.stats import percentile
+from dlperf.measure.stats import early_stopping_min_count, early_stopping_passes, percentile, percentile_upper_bound
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 ARRIVALS = ("constant", "poisson")
@@ -60,6 +60,9 @@ class LoadConfig:
     max_outstanding: int = 1024
     request_timeout_s: float = 60.0
     seed: int = 0
+    slo_p99_s: float | None = None
+    """A p99 latency bound: a level keeps measuring after its windows agree until MLPerf's early-stopping
+    test decides whether its p99 is within the bound (or the level's duration or request bound ends it)."""
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -74,6 +77,8 @@ class LoadConfig:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
         if self.stable_windows < 1 or not 0 < self.stability < 1:
             raise ConfigError("stable_windows must be >= 1 and stability in (0, 1)")
+        if self.slo_p99_s is not None and self.slo_p99_s <= 0:
+            raise ConfigError(f"--p99-ms must be positive, got {self.slo_p99_s * 1e3:g}")
 
     @property
     def mode(self) -> str:
@@ -142,13 +147,22 @@ class LevelResult:
     def item_throughput(self) -> float:
         return self.throughput * self.items_per_request
 
-    def percentile_s(self, q: float) -> float:
-        if not self.latencies_ns:
-            return float("nan")
+    def _sorted_s(self) -> list[float]:
         cached = self.__dict__.get("_sorted")
         if cached is None or len(cached) != len(self.latencies_ns):
             cached = self.__dict__["_sorted"] = sorted(v / 1e9 for v in self.latencies_ns)
-        return percentile(cached, q)
+        return cached
+
+    def percentile_s(self, q: float) -> float:
+        if not self.latencies_ns:
+            return float("nan")
+        return percentile(self._sorted_s(), q)
+
+    @property
+    def p99_bound_s(self) -> float | None:
+        """MLPerf's early-stopping p99 estimate: a latency that 99% of requests stay within, at 99%
+        confidence; None below 459 successful requests."""
+        return percentile_upper_bound(self._sorted_s(), 99)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -156,7 +170,7 @@ class LevelResult:
             "statuses": dict(self.statuses), "throughput_rps": self.throughput,
             "throughput_items_per_s": self.item_throughput, "measured_s": self.measured_s,
             "p50_s": self.percentile_s(50), "p90_s": self.percentile_s(90), "p95_s": self.percentile_s(95),
-            "p99_s": self.percentile_s(99), "p999_s": self.percentile_s(99.9),
+            "p99_s": self.percentile_s(99), "p999_s": self.percentile_s(99.9), "p99_bound_s": self.p99_bound_s,
             "mean_s": (sum(self.latencies_ns) / len(self.latencies_ns) / 1e9) if self.latencies_ns else None,
             "stable": self.stable, "window_throughputs": self.window_throughputs,
             "send_rate": self.send_rate, "scheduled": self.scheduled,
@@ -428,7 +442,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         w_start = now
         if len(windows) >= config.stable_windows and _agree(windows[-config.stable_windows:], config.stability):
             stable = True
-            break
+            if config.slo_p99_s is None or _slo_decided(records[first_record:], config.slo_p99_s):
+                break
         if now >= end_bound or done_all:
             break
     stop.set()
@@ -463,6 +478,16 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             + (f", {config.requests} requests" if config.requests else "") + "): results may be unstable"
         )
     return result
+
+
+def _slo_decided(records: Sequence[tuple[int, int, str]], slo_p99_s: float) -> bool:
+    """Whether the measured requests so far settle the p99 SLO (see `verdict`): one failed, more than 1% are
+    over the SLO, or MLPerf's early-stopping test passes."""
+    if any(r[2] != "200" for r in records):
+        return True
+    slo_ns = slo_p99_s * 1e9
+    over = sum(1 for r in records if r[1] > slo_ns)
+    return over > 0.01 * len(records) or early_stopping_passes(len(records), over, 99)
 
 
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:
@@ -530,23 +555,69 @@ class PeakResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"slo_p99_s": self.slo_p99_s, "peak_rate": self.peak_rate,
-                "steps": [{**s.summary(), "passed": self.passed(s)} for s in self.steps]}
+                "steps": [{**s.summary(), **verdict_dict(s, self.slo_p99_s)} for s in self.steps]}
+
+
+class Verdict(NamedTuple):
+    """A level judged against a p99 SLO: `status` 'pass', 'fail' or 'undecided' (too few requests for the
+    early-stopping test to say either), and why."""
+
+    status: str
+    reason: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+def verdict(step: LevelResult, slo_p99_s: float) -> Verdict:
+    """VALID in MLPerf's sense, and why: no errors, the rate really generated, and the p99 within the SLO
+    by MLPerf's early-stopping test (at 99% confidence, so at least 459 requests, more if any were over)."""
+    slo_ms = slo_p99_s * 1e3
+    if step.ok == 0:
+        return Verdict("fail", "no request succeeded")
+    if step.errors > 0:
+        return Verdict("fail", f"{step.errors} of {step.ok + step.errors} requests failed")
+    if step.send_rate is not None and step.send_rate < 0.95 * step.level:
+        return Verdict("fail", f"only {step.send_rate:.1f} of {step.level:g} req/s were sent")
+    over = sum(1 for v in step.latencies_ns if v > slo_p99_s * 1e9)
+    bound = step.p99_bound_s
+    if bound is not None and bound <= slo_p99_s:
+        return Verdict("pass", f"p99 <= {bound * 1e3:.3g} ms at 99% confidence "
+                               f"({over} of {step.ok} requests over {slo_ms:g} ms)")
+    if over > 0.01 * step.ok:
+        return Verdict("fail", f"p99 {step.percentile_s(99) * 1e3:.3g} ms > {slo_ms:g} ms "
+                               f"({over} of {step.ok} requests over)")
+    needed = early_stopping_min_count(99, over)
+    return Verdict("undecided", f"{step.ok} requests, {over} over {slo_ms:g} ms; MLPerf's early-stopping test "
+                                f"needs at least {needed} to say p99 <= {slo_ms:g} ms at 99% confidence "
+                                "(a longer --duration)")
+
+
+def verdict_dict(step: LevelResult, slo_p99_s: float) -> dict[str, Any]:
+    judged = verdict(step, slo_p99_s)
+    return {"passed": judged.passed, "verdict": judged.status, "verdict_reason": judged.reason}
 
 
 def passes(step: LevelResult, slo_p99_s: float) -> bool:
-    """VALID in MLPerf's sense: p99 within the SLO, no errors, and the rate was really generated."""
-    if step.ok == 0 or step.errors > 0:
-        return False
-    if step.send_rate is not None and step.send_rate < 0.95 * step.level:
-        return False
-    return step.percentile_s(99) <= slo_p99_s
+    return verdict(step, slo_p99_s).passed
+
+
+def decision_duration_s(config: LoadConfig, rate: float) -> float:
+    """A level long enough at `rate` for the early-stopping test to pass with a few requests over the SLO:
+    the warm-up, 1.5 x 459 requests, and two windows."""
+    return config.warmup_s + 1.5 * early_stopping_min_count(99) / rate + 2 * config.window_s
 
 
 def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: float | None = None,
               max_steps: int = 10, tolerance: float = 0.05,
-              on_step: Callable[[LevelResult, bool], None] | None = None) -> PeakResult:
-    """Highest passing rate: from `start_rate` (default: measured closed-loop throughput at concurrency 4),
-    double up or halve down to bracket the edge, then bisect until within `tolerance` or `max_steps`."""
+              on_step: Callable[[LevelResult, bool], None] | None = None, fit_duration: bool = False,
+              on_trial: Callable[[float, float], None] | None = None) -> PeakResult:
+    """Highest passing rate (`verdict`): from `start_rate` (default: measured closed-loop throughput at
+    concurrency 4), double up or halve down to bracket the edge, then bisect until within `tolerance` or
+    `max_steps`. Each trial measures until the SLO is decided or its bound; `fit_duration` raises a trial's
+    duration bound to `decision_duration_s` where `config.duration_s` is shorter. `on_trial(rate, bound_s)`
+    runs before each trial, `on_step(step, passed)` after."""
     import dataclasses
 
     if slo_p99_s <= 0:
@@ -554,7 +625,11 @@ def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: 
     steps: list[LevelResult] = []
 
     def trial(rate: float) -> bool:
-        cfg = dataclasses.replace(config, rate=rate)
+        cfg = dataclasses.replace(config, rate=rate, slo_p99_s=slo_p99_s)
+        if fit_duration:
+            cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate)))
+        if on_trial is not None:
+            on_trial(rate, cfg.duration_s)
         step = run_level(target, cfg, rate)
         steps.append(step)
         ok = passes(step, slo_p99_s)

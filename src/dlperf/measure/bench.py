@@ -12,7 +12,7 @@ from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.scenarios import Scenario, scenario
-from dlperf.measure.stats import Measurement
+from dlperf.measure.stats import Measurement, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.workload.base import Inputs, Workload
@@ -106,12 +106,25 @@ class BenchResult:
         point = self.points[0]
         return sc.headline, float(point.measurement.summary()[sc.headline]), point.batch_size
 
+    @property
+    def headline_bound(self) -> float | None:
+        """For a latency headline (p90/p99), MLPerf's early-stopping estimate of it: a latency that share
+        of calls stays within at 99% confidence (None: too few samples, or a throughput headline)."""
+        name = self.config.scenario_obj.headline
+        if name == "throughput":
+            return None
+        q = {"p90_s": 90.0, "p99_s": 99.0}[name]
+        return percentile_upper_bound(sorted(self.points[0].measurement.samples_s), q)
+
     def to_dict(self) -> dict[str, Any]:
         name, value, batch = self.headline
+        headline: dict[str, Any] = {"kpi": name, "value": value, "batch_size": batch}
+        if name != "throughput":
+            headline["bound_99"] = self.headline_bound
         return {
             "workload": self.workload,
             "model_bytes": self.model_bytes,
-            "headline": {"kpi": name, "value": value, "batch_size": batch},
+            "headline": headline,
             "points": [p.to_dict() for p in self.points],
         }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlperf.errors import ConfigError
+from dlperf.measure.stats import early_stopping_min_count
 
 SCENARIOS = ("single-stream", "multi-stream", "offline")
 
@@ -24,6 +25,14 @@ class Scenario:
     def __post_init__(self) -> None:
         if self.name not in SCENARIOS:
             raise ConfigError(f"unknown scenario '{self.name}': choose one of {', '.join(SCENARIOS)}")
+
+    @property
+    def default_min_iters(self) -> int:
+        """10 calls, or for a latency headline the fewest that let MLPerf's early stopping bound it at 99%
+        confidence: 44 for single-stream's p90, 459 for multi-stream's p99."""
+        if self.headline == "throughput":
+            return 10
+        return early_stopping_min_count({"p90_s": 90.0, "p99_s": 99.0}[self.headline])
 
     def batch_sizes(self, requested: tuple[int, ...] | None) -> tuple[int, ...]:
         if self.name == "single-stream":

@@ -11,6 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.measure.stats import early_stopping_min_count
 from dlperf.store.query import History
 from dlperf.store.records import RunRecord
 
@@ -169,7 +170,14 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
     if headline:
         kpi = headline["kpi"]
         value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
-        parts.append(Text(f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"))
+        line = f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"
+        if "bound_99" in headline:
+            q = kpi.removeprefix("p").removesuffix("_s")
+            line += (f" (<= {fmt_value(headline['bound_99'], 's')} at 99% confidence, MLPerf's early stopping)"
+                     if headline["bound_99"] is not None else
+                     f" (too few samples to bound the p{q} at 99% confidence: MLPerf's early stopping needs "
+                     f"{early_stopping_min_count(float(q))})")
+        parts.append(Text(line))
     if config:
         parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
                           f"precision {config.get('precision', '?')}"

@@ -83,12 +83,27 @@ def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
 
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "20",
-                 "--max-steps", "3", "--duration", "2s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
+    # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up).
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "200",
+                 "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["steps"][0]["level"] == 20.0
-    assert len(out["steps"]) == 3
-    passed = [s["level"] for s in out["steps"] if s["passed"]]
-    assert out["peak_rate"] == max(passed)
+    assert [s["level"] for s in out["steps"]] == [200.0, 400.0]
+    for step in out["steps"]:
+        assert step["passed"] and step["verdict"] == "pass", step["verdict_reason"]
+        assert step["requests_ok"] >= 459 and step["p99_bound_s"] <= 2.0
+        assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
+    assert out["peak_rate"] == 400.0
+
+
+def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Running, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["load", server.url, "--model", "mlp", "--rate", "20", "--p99-ms", "2000", "--duration", "2s",
+                 "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store", str(tmp_path / "r.db")])
+    assert code == 0
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    assert 0 < level["requests_ok"] < 459 and level["p99_s"] < 2.0 and level["p99_bound_s"] is None
+    assert not level["passed"] and level["verdict"] == "undecided"
+    assert level["verdict_reason"].startswith(f"{level['requests_ok']} requests, 0 over 2000 ms")
+    assert "at least 459" in level["verdict_reason"]

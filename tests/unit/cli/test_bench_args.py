@@ -25,6 +25,14 @@ def test_defaults() -> None:
     assert (config.timer.min_duration_s, config.timer.min_iters, config.timer.warmup_iters) == (1.0, 10, 5)
 
 
+def test_latency_scenarios_default_to_enough_calls_to_bound_their_headline() -> None:
+    assert bench.build_config(_args("--scenario", "single-stream")).timer.min_iters == 44  # p90
+    assert bench.build_config(_args("--scenario", "multi-stream")).timer.min_iters == 459  # p99
+    assert bench.build_config(_args("--scenario", "multi-stream", "--min-iters", "5")).timer.min_iters == 5
+    with pytest.raises(ConfigError, match="unknown scenario 'burst'"):
+        bench.build_config(_args("--scenario", "burst"))
+
+
 def test_values() -> None:
     config = bench.build_config(_args("--batch-sizes", "2,16", "--min-duration", "250ms", "--min-iters", "7",
                                       "--warmup", "0", "--threads", "3", "--precision", "bf16",

@@ -9,7 +9,17 @@ import pytest
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen import generator
 from dlperf.loadgen.client import build_request, parse_url
-from dlperf.loadgen.generator import LevelResult, LoadConfig, _agree, _rate_warnings, find_peak, passes
+from dlperf.loadgen.generator import (
+    LevelResult,
+    LoadConfig,
+    _agree,
+    _rate_warnings,
+    _slo_decided,
+    decision_duration_s,
+    find_peak,
+    passes,
+    verdict,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -46,11 +56,11 @@ def test_windows_agree_within_tolerance_on_throughput_and_latency() -> None:
     assert not _agree([(100, float("nan")), (100, 0.01), (100, 0.01)], 0.10)
 
 
-def _level(rate: float, p99_s: float, errors: int = 0, send_rate: float | None = None) -> LevelResult:
-    # 100 latencies whose 99th percentile (linear interpolation) is p99_s
-    latencies = [int(p99_s * 0.5e9)] * 98 + [int(p99_s * 1e9)] * 2
-    statuses = {"200": 100, **({"503": errors} if errors else {})}
-    return LevelResult("rate", rate, 1, latencies, statuses, 1.0, True, [100.0],
+def _level(rate: float, p99_s: float, errors: int = 0, send_rate: float | None = None, n: int = 1000) -> LevelResult:
+    # n latencies whose 99th percentile (linear interpolation) and early-stopping bound are p99_s
+    latencies = [int(p99_s * 0.5e9)] * (n - n // 50) + [int(p99_s * 1e9)] * (n // 50)
+    statuses = {"200": n, **({"503": errors} if errors else {})}
+    return LevelResult("rate", rate, 1, latencies, statuses, 1.0, True, [float(n)],
                        send_rate=rate if send_rate is None else send_rate)
 
 
@@ -59,6 +69,61 @@ def test_pass_rule_needs_slo_no_errors_and_the_rate_really_sent() -> None:
     assert not passes(_level(100, 0.2), 0.1)
     assert not passes(_level(100, 0.05, errors=1), 0.1)
     assert not passes(_level(100, 0.05, send_rate=80), 0.1)
+    assert verdict(_level(100, 0.05, errors=1), 0.1) == ("fail", "1 of 1001 requests failed")
+    assert verdict(_level(100, 0.05, send_rate=80), 0.1) == ("fail", "only 80.0 of 100 req/s were sent")
+
+
+def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
+    # 458 requests all well within the SLO: the sample p99 passes, but MLPerf's early stopping needs 459
+    few = _level(100, 0.05, n=458)
+    assert few.percentile_s(99) <= 0.1 and few.p99_bound_s is None
+    status, reason = verdict(few, 0.1)
+    assert status == "undecided" and reason.startswith("458 requests, 0 over 100 ms") and "at least 459" in reason
+    assert passes(_level(100, 0.05, n=459), 0.1)
+    # 1000 requests, 8 over the SLO: sample p99 within it, but 8 of 1000 is too many to say so confidently
+    def with_over(over: int) -> LevelResult:
+        level = _level(100, 0.05, n=1000)
+        return dataclasses.replace(level, latencies_ns=[int(0.2e9)] * over + level.latencies_ns[over:])
+
+    level = with_over(8)
+    assert level.percentile_s(99) <= 0.1
+    status, reason = verdict(level, 0.1)
+    assert status == "undecided" and "8 over 100 ms" in reason and "at least 1736" in reason
+    # 11 of 1000 over: more than 1%, failed whatever the confidence
+    level = with_over(11)
+    assert verdict(level, 0.1) == ("fail", "p99 200 ms > 100 ms (11 of 1000 requests over)")
+
+
+def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
+    def records(n: int, over: int, status: str = "200") -> list[tuple[int, int, str]]:
+        return [(0, int(0.2e9) if i < over else int(0.01e9), status) for i in range(n)]
+
+    assert not _slo_decided(records(458, 0), 0.1)
+    assert _slo_decided(records(459, 0), 0.1)
+    assert not _slo_decided(records(800, 2), 0.1)  # 2 over needs 838
+    assert _slo_decided(records(838, 2), 0.1)
+    assert _slo_decided(records(100, 2), 0.1)  # 2% over: failed already
+    assert _slo_decided(records(10, 0, "503"), 0.1)  # a failed request decides it
+
+
+def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds: dict[float, float] = {}
+
+    def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
+        assert config.slo_p99_s == 0.1
+        bounds[level] = config.duration_s
+        return _level(level, 0.02 if level <= 10 else 1.0)
+
+    monkeypatch.setattr(generator, "run_level", fake_run_level)
+    config = LoadConfig(duration_s=30.0, warmup_s=1.0, window_s=2.0)
+    find_peak(object(), config, 0.1, start_rate=20, max_steps=3, fit_duration=True)  # type: ignore[arg-type]
+    # warm-up 1 s + 1.5 x 459 requests at the rate + two 2 s windows, where that is over 30 s
+    assert bounds == {20: pytest.approx(1 + 1.5 * 459 / 20 + 4), 10: pytest.approx(1 + 1.5 * 459 / 10 + 4),
+                      15: pytest.approx(1 + 1.5 * 459 / 15 + 4)}
+    assert decision_duration_s(config, 100) < 30.0
+    bounds.clear()
+    find_peak(object(), config, 0.1, start_rate=20, max_steps=3)  # type: ignore[arg-type]
+    assert bounds == {20: 30.0, 10: 30.0, 15: 30.0}  # the user's --duration stands
 
 
 def test_find_peak_brackets_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,8 +162,10 @@ def test_rate_warnings_say_when_the_generator_cannot_keep_up() -> None:
 
 
 def test_level_summary_values() -> None:
-    r = dataclasses.replace(_level(10, 0.04), measured_s=2.0, items_per_request=4)
+    r = dataclasses.replace(_level(10, 0.04, n=100), measured_s=2.0, items_per_request=4)
     s = r.summary()
     assert s["throughput_rps"] == 50.0 and s["throughput_items_per_s"] == 200.0
     assert s["p99_s"] == pytest.approx(0.04)
     assert s["p50_s"] == pytest.approx(0.02)
+    assert s["p99_bound_s"] is None  # 100 requests say nothing about p99 at 99% confidence
+    assert _level(10, 0.04, n=1000).summary()["p99_bound_s"] == pytest.approx(0.04)

@@ -8,7 +8,16 @@ import random
 import numpy as np
 import pytest
 
-from dlperf.measure.stats import NOISE_IQR_RATIO, Measurement, bootstrap_ci, median, percentile
+from dlperf.measure.stats import (
+    NOISE_IQR_RATIO,
+    Measurement,
+    bootstrap_ci,
+    early_stopping_min_count,
+    early_stopping_passes,
+    median,
+    percentile,
+    percentile_upper_bound,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -137,3 +146,54 @@ def test_median_ci_of_many_samples_is_cheap_and_tight() -> None:
     lo, hi = m.median_ci_s()
     assert lo <= m.p50_s <= hi
     assert (hi - lo) / m.p50_s < 0.01  # ~0.25% expected for 50,000 samples at 5% spread
+
+
+def _binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k), X ~ Binomial(n, p), straight from the definition (exact integers, then one division)."""
+    scale = 10**12
+    q_num = round(p * scale)
+    total = sum(math.comb(n, x) * q_num**x * (scale - q_num) ** (n - x) for x in range(k + 1))
+    return total / scale**n
+
+
+def test_early_stopping_counts_match_mlperf_and_the_binomial_definition() -> None:
+    # MLPerf LoadGen's summaries: "Processed 21 queries. Would need to run at least 438 more queries" and
+    # "Processed 300 queries ... at least 159 more" for p99 with none over: 459 either way.
+    assert early_stopping_min_count(99) == 459
+    for over in (0, 1, 3):
+        n = early_stopping_min_count(99, over)
+        assert _binomial_cdf(over, n, 0.01) <= 0.01 < _binomial_cdf(over, n - 1, 0.01)
+    assert early_stopping_min_count(90) == math.ceil(math.log(0.01) / math.log(0.9))  # 44
+    assert early_stopping_passes(459, 0, 99) and not early_stopping_passes(458, 0, 99)
+    with pytest.raises(ValueError):
+        early_stopping_min_count(100)
+
+
+def test_percentile_upper_bound_is_the_sample_that_the_binomial_test_allows() -> None:
+    values = [float(v) for v in range(1, 2001)]
+    assert percentile_upper_bound(values[:458], 99) is None  # too few to say anything at 99% confidence
+    assert percentile_upper_bound(values[:459], 99) == 459.0  # the largest: no sample may lie above
+    assert percentile_upper_bound(values[:661], 99) == 661.0
+    assert percentile_upper_bound(values[:662], 99) == 661.0  # one may lie above from 662 on
+    for n in (700, 1000, 2000):
+        bound = percentile_upper_bound(values[:n], 99)
+        assert bound is not None
+        above = n - int(bound)  # samples above the bound
+        assert _binomial_cdf(above, n, 0.01) <= 0.01 < _binomial_cdf(above + 1, n, 0.01)
+        assert bound >= percentile(values[:n], 99)  # never below the sample percentile
+
+
+def test_percentile_upper_bound_covers_the_true_p99_of_a_known_distribution() -> None:
+    # Exponential latencies: true p99 = ln(100). The sample p99 falls below it about half the time; the
+    # 99%-confidence bound should almost never do so (seeded: 200 draws of 1000 samples).
+    rng = random.Random(7)
+    true_p99 = math.log(100)
+    below_sample = below_bound = 0
+    for _ in range(200):
+        values = sorted(rng.expovariate(1.0) for _ in range(1000))
+        below_sample += percentile(values, 99) < true_p99
+        bound = percentile_upper_bound(values, 99)
+        assert bound is not None
+        below_bound += bound < true_p99
+    assert below_sample > 50
+    assert below_bound <= 6

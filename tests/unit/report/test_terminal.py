@@ -76,6 +76,16 @@ def test_bench_report_shows_kpis() -> None:
     assert "run abc123 saved to sqlite:///x.db" in text
 
 
+def test_bench_report_bounds_a_latency_headline_or_says_why_not() -> None:
+    env = {"torch_version": "2.13", "python_version": "3.11", "cpu_model": "EPYC", "logical_cores": 2}
+    bounded = {**RESULT, "headline": {"kpi": "p90_s", "value": 0.0012, "batch_size": 1, "bound_99": 0.0013}}
+    assert "headline: p90 1.20 ms at batch 1 (<= 1.30 ms at 99% confidence, MLPerf's early stopping)" in \
+        " ".join(_text(bench_report(bounded, env)).split())
+    short = {**RESULT, "headline": {"kpi": "p99_s", "value": 0.0012, "batch_size": 8, "bound_99": None}}
+    assert "too few samples to bound the p99 at 99% confidence: MLPerf's early stopping needs 459" in \
+        " ".join(_text(bench_report(short, env)).split())
+
+
 def test_record_and_runs_views() -> None:
     record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
     assert headline_text(record) == "12,346 items/s @ bs8"
