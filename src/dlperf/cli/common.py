@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from typing import Any
@@ -22,8 +23,14 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+PIPED_WIDTH = 160
+"""Columns when stdout is not a terminal and COLUMNS is unset (a CI log, `| tee`): Rich's 80 would squeeze
+the wider tables (dlperf load's has 14 columns) into truncated headers."""
+
+
 def console() -> Console:
-    return Console(highlight=False)
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
 
 
 def error_console() -> Console:
