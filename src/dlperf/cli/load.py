@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                                  f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
                              on_step=lambda s, ok: err.print(
                                  f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
-            run_.result = {"peak": peak.to_dict(), "levels": [s.to_dict() for s in peak.steps]}
+            run_.result = {"peak": peak.to_dict(),
+                           "levels": [{**s.to_dict(), **verdict_dict(s, peak.slo_p99_s)} for s in peak.steps]}
             if args.json:
                 print_json({"run_id": run_.id, **peak.to_dict()})
             else:

@@ -549,6 +549,7 @@ def load_view(rec: RunRecord) -> str:
     r = rec.result
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
     rows: list[tuple[str, float, float | None, float | None, float | None]] = []
+    judged: list[list[Any]] = []  # p99 bound and SLO verdict, where the run had them
     cdfs: list[Series] = []
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
@@ -560,13 +561,25 @@ def load_view(rec: RunRecord) -> str:
         offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
         label = f"{item.get('mode', '')} {_fmt(offered)}".strip()
         rows.append((label, thr, p50, p99, _num(item, "error_rate", "errors", "failures")))
+        judged.append([_ms(_num(item, "p99_bound_s")),
+                       f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
+                       else "-"])
         lat = item.get("latencies_ns")
         if isinstance(lat, list) and lat and len(cdfs) < 8:
             cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with throughput and latency")
-    table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors"),
-                   [[o, _fmt(t), _ms(a), _ms(b), _fmt(e)] for o, t, a, b, e in rows])
+    shown = [i for i in (0, 1) if any(j[i] != "-" for j in judged)]  # p99 bound, SLO verdict: where present
+    table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors",
+                    *(("p99 bound ms", "p99 SLO")[i] for i in shown)),
+                   [[o, _fmt(t), _ms(a), _ms(b), _fmt(e)] + [j[i] for i in shown]
+                    for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
+    peak = r.get("peak")
+    if isinstance(peak, Mapping) and isinstance(peak.get("slo_p99_s"), (int, float)):
+        found = peak.get("peak_rate")
+        table = (f"<p>Peak search (MLPerf server scenario), p99 SLO {peak['slo_p99_s'] * 1e3:g} ms: "
+                 + (f"<b>{float(found):.1f} req/s</b>" if isinstance(found, (int, float)) else "no tried rate passed")
+                 + "</p>" + table)
     series = []
     for idx, name in ((2, "p50"), (3, "p99")):
         pts: list[tuple[float, float, str]] = []
@@ -712,6 +725,11 @@ def _headline(rec: RunRecord) -> str:
         winner = next((c for c in r.get("candidates", []) if isinstance(c, Mapping) and c.get("key") == r["winner"]),
                       None)
         return f"winner: {winner.get('label') or r['winner']}" if winner else "no winner"
+    peak = r.get("peak")
+    if rec.kind == "load" and isinstance(peak, Mapping) and isinstance(peak.get("slo_p99_s"), (int, float)):
+        found = peak.get("peak_rate")
+        return (f"peak {float(found):.1f} req/s" if isinstance(found, (int, float)) else "no passing rate") + \
+            f" at p99 <= {peak['slo_p99_s'] * 1e3:g} ms"
     if isinstance(r.get("verdict"), str):
         return r["verdict"][:80]
     return ""

@@ -146,6 +146,23 @@ def test_load_view_reads_levels_with_raw_latencies() -> None:
     assert "Latency vs throughput" in titles and "Latency CDF per level" in titles
 
 
+def test_load_view_shows_the_peak_search_with_each_rate_s_p99_bound_and_verdict() -> None:
+    levels = [{"mode": "rate", "level": rate, "throughput_rps": rate, "p50_s": 0.001, "p99_s": p99,
+               "p99_bound_s": bound, "errors": 0, "passed": status == "pass", "verdict": status,
+               "verdict_reason": reason}
+              for rate, p99, bound, status, reason in [
+                  (200, 0.0015, 0.0016, "pass", "p99 <= 1.6 ms at 99% confidence"),
+                  (400, 0.0062, 0.0083, "fail", "p99 6.2 ms > 5 ms (123 of 6401 requests over)")]]
+    rec = _rec("l3", "load", {"peak": {"slo_p99_s": 0.005, "peak_rate": 200.0}, "levels": levels})
+    html = render_report([rec])
+    assert "Peak search (MLPerf server scenario), p99 SLO 5 ms: <b>200.0 req/s</b>" in html
+    assert "p99 bound ms" in html and "class=\"n\">8.3</td>" in html
+    assert "fail: p99 6.2 ms &gt; 5 ms (123 of 6401 requests over)" in html
+    assert "peak 200.0 req/s at p99 &lt;= 5 ms" in html  # the summary table's headline
+    plain = render_report([_rec("l4", "load", {"levels": [{**lv, "verdict": None} for lv in levels]})])
+    assert "p99 SLO" not in plain and "p99 bound ms" in plain
+
+
 def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:
     html = render_report([_rec("x1", "train", {"best": {"batch_size": 64}}),
                           _rec("x2", "bench", {"points": "not a list"}, status="failed", error="boom")])
