@@ -112,6 +112,11 @@ class ServerSide:
                 "compute_input_s": self.compute_input_s, "compute_infer_s": self.compute_infer_s,
                 "compute_output_s": self.compute_output_s, "average_batch_size": self.average_batch_size}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerSide:
+        return cls(int(data["requests"]), float(data["queue_s"]), float(data["compute_input_s"]),
+                   float(data["compute_infer_s"]), float(data["compute_output_s"]), float(data["average_batch_size"]))
+
 
 @dataclass
 class LevelResult:
@@ -166,7 +171,8 @@ class LevelResult:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "mode": self.mode, "level": self.level, "requests_ok": self.ok, "errors": self.errors,
+            "mode": self.mode, "level": self.level, "items_per_request": self.items_per_request,
+            "requests_ok": self.ok, "errors": self.errors,
             "statuses": dict(self.statuses), "throughput_rps": self.throughput,
             "throughput_items_per_s": self.item_throughput, "measured_s": self.measured_s,
             "p50_s": self.percentile_s(50), "p90_s": self.percentile_s(90), "p95_s": self.percentile_s(95),
@@ -181,6 +187,26 @@ class LevelResult:
         data = self.summary()
         data["latencies_ns"] = list(self.latencies_ns)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LevelResult:
+        """A stored level back (`to_dict`'s output, as `dlperf load` records it)."""
+        server = data.get("server")
+        return cls(
+            mode=str(data["mode"]), level=float(data["level"]), items_per_request=_items_per_request(data),
+            latencies_ns=[int(v) for v in data["latencies_ns"]], statuses=dict(data["statuses"]),
+            measured_s=float(data["measured_s"]), stable=bool(data["stable"]),
+            window_throughputs=list(data.get("window_throughputs", [])), scheduled=int(data.get("scheduled", 0)),
+            send_rate=data.get("send_rate"), server=ServerSide.from_dict(server) if server else None,
+            warnings=list(data.get("warnings", [])),
+        )
+
+
+def _items_per_request(data: dict[str, Any]) -> int:
+    if "items_per_request" in data:
+        return int(data["items_per_request"])
+    rps = data.get("throughput_rps") or 0.0  # runs recorded before the key: from the two throughputs
+    return max(1, round(data.get("throughput_items_per_s", 0.0) / rps)) if rps else 1
 
 
 # --- target -----------------------------------------------------------------------------------------

@@ -39,6 +39,24 @@ def levels_table(results: list[LevelResult], title: str = "") -> Any:
     return table
 
 
+def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
+    """`dlperf runs show` of a load run: its levels table, the SLO verdicts or the peak search, and its
+    warnings, from the stored result (not the every-latency JSON). Raises KeyError/TypeError/ValueError on
+    a result that is not a `dlperf load` one."""
+    from rich.text import Text
+
+    levels = [LevelResult.from_dict(d) for d in result["levels"]]
+    parts: list[Any] = [levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}")]
+    peak = result.get("peak")
+    if isinstance(peak, dict):
+        parts += [Text(line) for line in peak_lines(PeakResult(float(peak["slo_p99_s"]), peak.get("peak_rate"),
+                                                               levels))]
+    elif config.get("p99_ms") is not None:
+        parts += [Text(f"  {r.mode} {r.level:g}: {verdict_line(r, float(config['p99_ms']) / 1e3)}") for r in levels]
+    parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
+    return parts
+
+
 def verdict_line(step: LevelResult, slo_p99_s: float) -> str:
     judged = verdict(step, slo_p99_s)
     return f"{judged.status.upper() if judged.status == 'fail' else judged.status}: {judged.reason}"

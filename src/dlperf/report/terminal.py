@@ -237,16 +237,31 @@ def record_view(record: RunRecord) -> RenderableType:
     if record.config:
         header.add_row("config", Text(json.dumps(record.config, default=str, sort_keys=True)))
     parts.append(header)
+    load_parts = _load_parts(record)
     if isinstance(record.result, dict) and record.result.get("points"):
         parts.append(bench_table(record.result))
         if "model_bytes" in record.result:
             parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
+    elif load_parts:
+        parts += load_parts
     elif record.result:
         parts.append(Text(json.dumps(record.result, indent=2, default=str)))
     else:
         parts.append(Text("no result recorded", style="dim"))
     parts.append(Text(environment_line(record.environment), style="dim"))
     return Group(*parts)
+
+
+def _load_parts(record: RunRecord) -> list[RenderableType]:
+    """A load run's table and verdicts (None of them for another kind, or a result of another shape)."""
+    if record.kind != "load" or not isinstance(record.result, dict) or not record.result.get("levels"):
+        return []
+    from dlperf.loadgen.render import stored_view
+
+    try:
+        return stored_view(record.result, record.config or {})
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def sparkline(values: Sequence[float]) -> str:

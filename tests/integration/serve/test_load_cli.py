@@ -99,11 +99,18 @@ def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path
 
 def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Running, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "r.db")
     code = main(["load", server.url, "--model", "mlp", "--rate", "20", "--p99-ms", "2000", "--duration", "2s",
-                 "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store", str(tmp_path / "r.db")])
+                 "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store", store])
     assert code == 0
-    level = json.loads(capsys.readouterr().out)["levels"][0]
+    out = json.loads(capsys.readouterr().out)
+    level = out["levels"][0]
     assert 0 < level["requests_ok"] < 459 and level["p99_s"] < 2.0 and level["p99_bound_s"] is None
     assert not level["passed"] and level["verdict"] == "undecided"
     assert level["verdict_reason"].startswith(f"{level['requests_ok']} requests, 0 over 2000 ms")
     assert "at least 459" in level["verdict_reason"]
+    # `dlperf runs show`: the levels table and the verdict from the stored run, not every latency as JSON
+    assert main(["runs", "show", out["run_id"], "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "p99 bound" in shown and "latencies_ns" not in shown
+    assert f"rate 20: undecided: {level['requests_ok']} requests, 0 over 2000 ms" in " ".join(shown.split())

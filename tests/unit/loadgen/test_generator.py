@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -169,3 +170,14 @@ def test_level_summary_values() -> None:
     assert s["p50_s"] == pytest.approx(0.02)
     assert s["p99_bound_s"] is None  # 100 requests say nothing about p99 at 99% confidence
     assert _level(10, 0.04, n=1000).summary()["p99_bound_s"] == pytest.approx(0.04)
+
+
+def test_a_stored_level_reads_back_as_it_was() -> None:
+    level = dataclasses.replace(_level(50, 0.04, n=600), items_per_request=4,
+                                server=generator.ServerSide(600, 0.001, 0.0001, 0.03, 0.0002, 3.5),
+                                warnings=["fell behind"])
+    back = LevelResult.from_dict(json.loads(json.dumps(level.to_dict())))
+    assert back.summary() == level.summary() and back.latencies_ns == level.latencies_ns
+    old = level.to_dict()
+    del old["items_per_request"]  # recorded before the key: from the two throughputs
+    assert LevelResult.from_dict(old).items_per_request == 4
