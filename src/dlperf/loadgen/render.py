@@ -39,6 +39,24 @@ def levels_table(results: list[LevelResult], title: str = "") -> Any:
     return table
 
 
+def load_headline(result: Any) -> str:
+    """One line for a stored load run (run lists): a peak search's peak, else its busiest level."""
+    if not isinstance(result, dict):
+        return ""
+    peak = result.get("peak")
+    if isinstance(peak, dict) and isinstance(peak.get("slo_p99_s"), (int, float)):
+        found = peak.get("peak_rate")
+        return (f"peak {float(found):.1f} req/s" if isinstance(found, (int, float)) else "no passing rate") + \
+            f" at p99 <= {peak['slo_p99_s'] * 1e3:g} ms"
+    levels = [lv for lv in result.get("levels") or [] if isinstance(lv, dict)
+              and isinstance(lv.get("throughput_rps"), (int, float)) and isinstance(lv.get("p99_s"), (int, float))]
+    if not levels:
+        return ""
+    best = max(levels, key=lambda lv: lv["throughput_rps"])
+    where = "concurrency" if best.get("mode") == "concurrency" else "rate"
+    return f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
+
+
 def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     """`dlperf runs show` of a load run: its levels table, the SLO verdicts or the peak search, and its
     warnings, from the stored result (not the every-latency JSON). Raises KeyError/TypeError/ValueError on

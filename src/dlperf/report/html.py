@@ -725,11 +725,10 @@ def _headline(rec: RunRecord) -> str:
         winner = next((c for c in r.get("candidates", []) if isinstance(c, Mapping) and c.get("key") == r["winner"]),
                       None)
         return f"winner: {winner.get('label') or r['winner']}" if winner else "no winner"
-    peak = r.get("peak")
-    if rec.kind == "load" and isinstance(peak, Mapping) and isinstance(peak.get("slo_p99_s"), (int, float)):
-        found = peak.get("peak_rate")
-        return (f"peak {float(found):.1f} req/s" if isinstance(found, (int, float)) else "no passing rate") + \
-            f" at p99 <= {peak['slo_p99_s'] * 1e3:g} ms"
+    if rec.kind == "load":
+        from dlperf.loadgen.render import load_headline
+
+        return load_headline(r)
     if isinstance(r.get("verdict"), str):
         return r["verdict"][:80]
     return ""

@@ -195,6 +195,10 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
 
 
 def headline_text(record: RunRecord) -> str:
+    if record.kind == "load":
+        from dlperf.loadgen.render import load_headline
+
+        return load_headline(record.result)
     headline = record.result.get("headline") if isinstance(record.result, dict) else None
     if not isinstance(headline, dict) or "value" not in headline:
         return ""

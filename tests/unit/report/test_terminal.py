@@ -86,6 +86,16 @@ def test_bench_report_bounds_a_latency_headline_or_says_why_not() -> None:
         " ".join(_text(bench_report(short, env)).split())
 
 
+def test_a_load_run_s_headline_is_its_peak_or_its_busiest_level() -> None:
+    levels = [{"mode": "concurrency", "level": c, "throughput_rps": t, "p99_s": p99}
+              for c, t, p99 in [(1, 90.0, 0.012), (8, 400.0, 0.031), (16, 390.0, 0.08)]]
+    plain = RunRecord("l1", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00", result={"levels": levels})
+    assert headline_text(plain) == "400.0 req/s, p99 31 ms at concurrency 8"
+    searched = RunRecord("l2", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00",
+                         result={"peak": {"slo_p99_s": 0.05, "peak_rate": None}, "levels": levels})
+    assert headline_text(searched) == "no passing rate at p99 <= 50 ms"
+
+
 def test_record_and_runs_views() -> None:
     record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
     assert headline_text(record) == "12,346 items/s @ bs8"
