@@ -178,6 +178,9 @@ def test_calibrate_quick_json_and_cache(tmp_path: Path, monkeypatch: pytest.Monk
     assert "GEMM fp32" in out and "cached at" in out and "quick mode" in out
     records = Store(store).list(kind="calibrate")
     assert [r.result["cached"] for r in records] == [True, False]
+    assert main(["runs", "show", records[0].id, "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "GEMM fp32" in shown and "cached at" in shown and '"gemm_flops"' not in shown
 
 
 def test_help_does_not_import_torch() -> None:

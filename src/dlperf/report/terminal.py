@@ -223,7 +223,8 @@ def runs_table(records: Sequence[RunRecord], store_url: str = "") -> RenderableT
 
 
 def record_view(record: RunRecord) -> RenderableType:
-    """`dlperf runs show`: the header, config, and the bench table or the result as JSON."""
+    """`dlperf runs show`: the header, config, and the result as its command printed it (bench, check, load,
+    profile, train, calibrate), else as JSON with long lists of numbers summarized."""
     parts: list[RenderableType] = []
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
@@ -241,31 +242,57 @@ def record_view(record: RunRecord) -> RenderableType:
     if record.config:
         header.add_row("config", Text(json.dumps(record.config, default=str, sort_keys=True)))
     parts.append(header)
-    load_parts = _load_parts(record)
+    view = _kind_view(record)
     if isinstance(record.result, dict) and record.result.get("points"):
         parts.append(bench_table(record.result))
         if "model_bytes" in record.result:
             parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
-    elif load_parts:
-        parts += load_parts
+    elif view is not None:
+        parts.append(view)
     elif record.result:
-        parts.append(Text(json.dumps(record.result, indent=2, default=str)))
+        parts.append(Text(json.dumps(_summarize_lists(record.result), indent=2, default=str)))
     else:
         parts.append(Text("no result recorded", style="dim"))
     parts.append(Text(environment_line(record.environment), style="dim"))
     return Group(*parts)
 
 
-def _load_parts(record: RunRecord) -> list[RenderableType]:
-    """A load run's table and verdicts (None of them for another kind, or a result of another shape)."""
-    if record.kind != "load" or not isinstance(record.result, dict) or not record.result.get("levels"):
-        return []
-    from dlperf.loadgen.render import stored_view
-
+def _kind_view(record: RunRecord) -> RenderableType | None:
+    """The view its command printed, rebuilt from the stored result; None for other kinds, or a result
+    that does not have that kind's shape (an older or a failed run: it falls back to JSON)."""
+    result, config = record.result, record.config or {}
+    if not isinstance(result, dict) or not result:
+        return None
     try:
-        return stored_view(record.result, record.config or {})
-    except (KeyError, TypeError, ValueError):
-        return []
+        if record.kind == "load" and result.get("levels"):
+            from dlperf.loadgen.render import stored_view
+
+            return Group(*stored_view(result, config))
+        if record.kind == "profile":
+            from dlperf.report.profile_view import profile_report
+
+            return profile_report(result)
+        if record.kind == "train":
+            from dlperf.report.train_view import ddp_view, measurement_view, tune_view
+
+            return {"ddp": ddp_view, "tune": tune_view}.get(config.get("mode", ""), measurement_view)(result)
+        if record.kind == "calibrate":
+            return ceilings_table(result, cached=bool(result.get("cached")))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return None
+
+
+def _summarize_lists(data: Any, longest: int = 16) -> Any:
+    """`data` with every list of more than `longest` numbers (raw samples) replaced by a one-line summary."""
+    if isinstance(data, dict):
+        return {k: _summarize_lists(v, longest) for k, v in data.items()}
+    if isinstance(data, list):
+        numbers = [v for v in data if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(data) > longest and len(numbers) == len(data):
+            return f"[{len(data)} numbers from {min(numbers):g} to {max(numbers):g}; `dlperf runs export` has them]"
+        return [_summarize_lists(v, longest) for v in data]
+    return data
 
 
 def sparkline(values: Sequence[float]) -> str:

@@ -45,6 +45,11 @@ def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, cap
     record = Store(str(store)).get(out["run_id"])
     assert record.kind == "profile" and record.status == "ok"
     assert record.result["verdict"] == result["verdict"]
+    # `dlperf runs show`: the report the command printed, rebuilt from the stored result, not its JSON
+    assert main(["runs", "show", out["run_id"], "--store", str(store)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"verdict: {result['verdict']}"[:60] in shown and "Top operators by self time" in shown
+    assert '"findings"' not in shown
 
 
 def test_profile_terminal_output_and_bad_option(tmp_path: Path, seeded_ceilings: None,

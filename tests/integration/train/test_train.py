@@ -51,6 +51,9 @@ def test_cli_measures_a_step_and_records_it(tmp_path: Path, capsys: pytest.Captu
     record = Store(store_path).get(out["run_id"])
     assert record.kind == "train" and record.status == "ok"
     assert record.result["config"]["batch_size"] == 64
+    assert main(["runs", "show", out["run_id"], "--store", str(store_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "samples/s" in shown and '"breakdown_s"' not in shown  # the step view, not the JSON
 
 
 @pytest.mark.slow  # FlopCounterMode's first use imports for seconds

@@ -96,6 +96,13 @@ def test_a_load_run_s_headline_is_its_peak_or_its_busiest_level() -> None:
     assert headline_text(searched) == "no passing rate at p99 <= 50 ms"
 
 
+def test_record_view_summarizes_raw_samples_in_the_json_fallback() -> None:
+    result = {"levels": [{"samples_ns": list(range(1000, 1100)), "shape": [1, 3, 224, 224]}], "ok": True}
+    text = _text(record_view(RunRecord("x1", "optimize", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=result)))
+    assert "[100 numbers from 1000 to 1099; `dlperf runs export` has them]" in text
+    assert "224" in text and "1050" not in text  # short lists stay as they are
+
+
 def test_record_and_runs_views() -> None:
     record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
     assert headline_text(record) == "12,346 items/s @ bs8"
