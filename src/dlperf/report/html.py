@@ -729,6 +729,10 @@ def _headline(rec: RunRecord) -> str:
         from dlperf.loadgen.render import load_headline
 
         return load_headline(r)
+    if rec.kind in ("profile", "train"):
+        from dlperf.report.terminal import profile_train_headline
+
+        return profile_train_headline(r)
     if isinstance(r.get("verdict"), str):
         return r["verdict"][:80]
     return ""

@@ -199,6 +199,8 @@ def headline_text(record: RunRecord) -> str:
         from dlperf.loadgen.render import load_headline
 
         return load_headline(record.result)
+    if record.kind in ("profile", "train"):
+        return profile_train_headline(record.result)
     headline = record.result.get("headline") if isinstance(record.result, dict) else None
     if not isinstance(headline, dict) or "value" not in headline:
         return ""
@@ -207,6 +209,25 @@ def headline_text(record: RunRecord) -> str:
     if kpi == "throughput":
         return f"{fmt_value(float(headline['value']), 'items/s')}{batch}"
     return f"{kpi.removesuffix('_s')} {fmt_value(float(headline['value']), 's')}{batch}"
+
+
+def profile_train_headline(result: Any) -> str:
+    """A profile's verdict; a training run's samples/s (measured, tuned with its gain, or DDP with its
+    scaling efficiency)."""
+    if not isinstance(result, dict):
+        return ""
+    if isinstance(result.get("verdict"), str) and "trace" in result:
+        return result["verdict"][:70]
+    if isinstance(result.get("best_samples_per_s"), (int, float)):
+        gain = result.get("speedup") if result.get("final_ab") else None
+        return f"tuned {fmt_count(result['best_samples_per_s'])} samples/s" + (
+            f" ({gain:.2f}x)" if isinstance(gain, (int, float)) else " (no gain)")
+    if isinstance(result.get("scaling_efficiency"), (int, float)):
+        return (f"{result.get('nproc')} processes {fmt_count(result['samples_per_s'])} samples/s, "
+                f"{result['scaling_efficiency']:.0%} scaling")
+    if isinstance(result.get("samples_per_s"), (int, float)):
+        return f"{fmt_count(result['samples_per_s'])} samples/s"
+    return ""
 
 
 def runs_table(records: Sequence[RunRecord], store_url: str = "") -> RenderableType:

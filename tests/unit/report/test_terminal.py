@@ -103,6 +103,21 @@ def test_record_view_summarizes_raw_samples_in_the_json_fallback() -> None:
     assert "224" in text and "1050" not in text  # short lists stay as they are
 
 
+def test_profile_and_train_headlines() -> None:
+    def headline(kind: str, result: dict[str, object]) -> str:
+        return headline_text(RunRecord("x", kind, "zoo:mlp", "ok", "2026-01-01T10:00:00", result=result))
+
+    assert headline("profile", {"verdict": "input pipeline: 61% of the step", "trace": {}}) == \
+        "input pipeline: 61% of the step"
+    assert headline("train", {"samples_per_s": 35646.2}) == "35,646 samples/s"
+    assert headline("train", {"best_samples_per_s": 1200.0, "speedup": 1.31, "final_ab": {"verdict": "faster"}}) \
+        == "tuned 1,200 samples/s (1.31x)"
+    assert headline("train", {"best_samples_per_s": 900.0, "speedup": 1.0, "final_ab": None}) == \
+        "tuned 900 samples/s (no gain)"
+    assert headline("train", {"nproc": 2, "samples_per_s": 1800.0, "scaling_efficiency": 0.9}) == \
+        "2 processes 1,800 samples/s, 90% scaling"
+
+
 def test_record_and_runs_views() -> None:
     record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
     assert headline_text(record) == "12,346 items/s @ bs8"
