@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
-        duration_s=args.duration or DEFAULT_DURATION_S, requests=args.requests, window_s=args.window_s,
-        warmup_s=args.warmup_s, seed=args.seed, slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
+        duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
+        window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed,
+        slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
     )
     inputs = None
     if args.workload:

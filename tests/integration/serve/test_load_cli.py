@@ -64,6 +64,8 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--shape", "x=1,3", "--requests", "1"]) == 2
     assert "expects [-1, 64]" in capsys.readouterr().err
+    assert main(["load", server.url, "--model", "mlp", "--duration", "0s"]) == 2  # not the 30 s default
+    assert "--duration and --window-s must be positive" in capsys.readouterr().err
 
 
 def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
