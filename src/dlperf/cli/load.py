@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--priority", type=int, default=0, metavar="L",
                         help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
                              "highest on a server with --priority-levels; default 0: none)")
+    parser.add_argument("--csv", default=None, metavar="FILE",
+                        help="also write the levels as perf_analyzer's -f CSV (same columns, microseconds)")
     parser.add_argument("--token", default=None, help="bearer token of a protected server")
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
@@ -62,10 +65,19 @@ def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
     return out
 
 
+def _write_csv(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise ConfigError(f"--csv {path}: cannot write it ({exc.strerror}); the run is in the store: "
+                          "`dlperf runs export`") from exc
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.loadgen.generator import LevelResult, LoadConfig, find_peak, oip_target, run_load, verdict_dict
-    from dlperf.loadgen.render import levels_table, peak_lines, verdict_line
+    from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line
     from dlperf.measure.env import capture_environment
 
     if args.find_peak and args.p99_ms is None:
@@ -74,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.priority < 0:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
+    if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
+        raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
@@ -132,4 +146,7 @@ def run(args: argparse.Namespace) -> int:
                 err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")
         if not args.json:
             out.print(f"recorded as run {run_.id}", markup=False)
+    if args.csv:  # after the run is stored: a file that cannot be written loses nothing
+        _write_csv(args.csv, perf_analyzer_csv(results))
+        err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
     return 0

@@ -11,6 +11,7 @@ asyncio-streams client it replaced (`StreamReader` + `wait_for`) and 166 µs for
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -120,6 +121,8 @@ class _ReplyReader(asyncio.Protocol):
         self.buffer = bytearray()
         self.closed = False
         self.waiter: asyncio.Future[Reply] | None = None
+        self.parse_ns = 0
+        """Time spent parsing the current reply's bytes (perf_analyzer's "Client Recv")."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -141,11 +144,14 @@ class _ReplyReader(asyncio.Protocol):
         waiter = self.waiter
         if waiter is None or waiter.done():
             return
+        start = time.perf_counter_ns()
         try:
             found = parse_reply(self.buffer, self.closed)
         except ValueError as exc:
             waiter.set_exception(exc)
             return
+        finally:
+            self.parse_ns += time.perf_counter_ns() - start
         if found is not None:
             reply, used = found
             del self.buffer[:used]
@@ -166,6 +172,10 @@ class Connection:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._reader: _ReplyReader | None = None
+        self.send_ns = 0
+        """The last `send`'s time handing the request to the transport (perf_analyzer's "Client Send")."""
+        self.recv_ns = 0
+        """The last `send`'s time parsing the reply (perf_analyzer's "Client Recv")."""
 
     async def _connect(self) -> _ReplyReader:
         loop = asyncio.get_running_loop()
@@ -186,7 +196,10 @@ class Connection:
             assert reader.transport is not None
             waiter: asyncio.Future[Reply] = loop.create_future()
             reader.waiter = waiter
+            reader.parse_ns = 0
+            start = time.perf_counter_ns()
             reader.transport.write(raw)
+            self.send_ns = time.perf_counter_ns() - start
             timer = loop.call_later(self.timeout_s, _expire, waiter, self.timeout_s)
             try:
                 reply = await waiter
@@ -201,6 +214,7 @@ class Connection:
             finally:
                 timer.cancel()
                 reader.waiter = None
+                self.recv_ns = reader.parse_ns
             if reader.closed or reply.headers.get("connection", "").lower() == "close":
                 await self.close()
             return reply

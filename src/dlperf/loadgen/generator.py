@@ -27,6 +27,9 @@ from dlperf.measure.stats import early_stopping_min_count, early_stopping_passes
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 ARRIVALS = ("constant", "poisson")
+Record = tuple[int, int, str, int, int]
+"""One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns)."""
+
 CONNECTION_ERROR = "conn"
 """The status key of requests that got no HTTP reply (refused, reset, timed out)."""
 
@@ -134,6 +137,10 @@ class LevelResult:
     send_rate: float | None = None
     server: ServerSide | None = None
     warnings: list[str] = field(default_factory=list)
+    client_send_s: float = 0.0
+    """Mean time the generator took to hand a request to the socket (prebuilt: a write call)."""
+    client_recv_s: float = 0.0
+    """Mean time the generator took to parse a reply."""
 
     @property
     def ok(self) -> int:
@@ -180,6 +187,7 @@ class LevelResult:
             "mean_s": (sum(self.latencies_ns) / len(self.latencies_ns) / 1e9) if self.latencies_ns else None,
             "stable": self.stable, "window_throughputs": self.window_throughputs,
             "send_rate": self.send_rate, "scheduled": self.scheduled,
+            "client_send_s": self.client_send_s, "client_recv_s": self.client_recv_s,
             "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
         }
 
@@ -198,7 +206,8 @@ class LevelResult:
             measured_s=float(data["measured_s"]), stable=bool(data["stable"]),
             window_throughputs=list(data.get("window_throughputs", [])), scheduled=int(data.get("scheduled", 0)),
             send_rate=data.get("send_rate"), server=ServerSide.from_dict(server) if server else None,
-            warnings=list(data.get("warnings", [])),
+            warnings=list(data.get("warnings", [])), client_send_s=float(data.get("client_send_s", 0.0)),
+            client_recv_s=float(data.get("client_recv_s", 0.0)),
         )
 
 
@@ -363,7 +372,7 @@ def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -
 async def _run_level(target: Target, config: LoadConfig, level: float,
                      on_window: Callable[[int, float], None] | None) -> LevelResult:
     clock = time.perf_counter_ns
-    records: list[tuple[int, int, str]] = []  # (end_ns, latency_ns, status)
+    records: list[Record] = []
     stop = asyncio.Event()
     sent = 0
     limit = config.requests
@@ -381,7 +390,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             status = CONNECTION_ERROR
             await conn.close()
         t1 = clock()
-        records.append((t1, t1 - t0, status))
+        records.append((t1, t1 - t0, status, conn.send_ns, conn.recv_ns))
 
     tasks: list[asyncio.Task[Any]] = []
     lags_s: list[float] = []
@@ -422,7 +431,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             lags_s.append(max(0.0, -delay))
             scheduled += 1
             if outstanding >= config.max_outstanding:
-                records.append((clock(), 0, "dropped"))
+                records.append((clock(), 0, "dropped", 0, 0))
                 continue
             conn = idle.pop() if idle else Connection(target.endpoint, config.request_timeout_s)
             if conn not in connections:
@@ -483,15 +492,18 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     for conn in connections:
         await conn.close()
     measured = [r for r in records[first_record:] if r[0] <= measure_end]
+    succeeded = [r for r in measured if r[2] == "200"]
     statuses: dict[str, int] = {}
     for r in measured:
         statuses[r[2]] = statuses.get(r[2], 0) + 1
     result = LevelResult(
         mode=config.mode, level=level, items_per_request=target.items_per_request,
-        latencies_ns=[r[1] for r in measured if r[2] == "200"], statuses=statuses,
+        latencies_ns=[r[1] for r in succeeded], statuses=statuses,
         measured_s=(measure_end - measure_start) / 1e9, stable=stable,
         window_throughputs=[w[0] for w in windows], scheduled=scheduled,
         server=_server_delta(before, after),
+        client_send_s=sum(r[3] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
+        client_recv_s=sum(r[4] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
     )
     if config.mode == "rate":
         elapsed = (measure_end - start) / 1e9
@@ -506,7 +518,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     return result
 
 
-def _slo_decided(records: Sequence[tuple[int, int, str]], slo_p99_s: float) -> bool:
+def _slo_decided(records: Sequence[Record], slo_p99_s: float) -> bool:
     """Whether the measured requests so far settle the p99 SLO (see `verdict`): one failed, more than 1% are
     over the SLO, or MLPerf's early-stopping test passes."""
     if any(r[2] != "200" for r in records):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from typing import Any
 
@@ -37,6 +39,38 @@ def levels_table(results: list[LevelResult], title: str = "") -> Any:
             f"{server.average_batch_size:.1f}" if server else "-", "yes" if r.stable else "no",
         )
     return table
+
+
+PERF_ANALYZER_COLUMNS = ("Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
+                         "Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
+                         "p50 latency", "p90 latency", "p95 latency", "p99 latency")
+
+
+def perf_analyzer_csv(results: list[LevelResult]) -> str:
+    """The levels as perf_analyzer's `-f` CSV writes them, for the spreadsheets and scripts that read it:
+    the same columns, times in whole microseconds, rows in increasing Inferences/Second (items/s).
+    Network+Server Send/Recv is the mean latency less the client's send and receive time and the server's
+    queue and compute time (floored at 0, as perf_analyzer does); without the server's statistics its
+    four columns are 0 and that one takes the rest."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    mode = results[0].mode if results else "concurrency"
+    writer.writerow(("Concurrency" if mode == "concurrency" else "Request Rate", *PERF_ANALYZER_COLUMNS))
+
+    def us(seconds: float) -> int:
+        return int(seconds * 1e6) if math.isfinite(seconds) else 0
+
+    for r in sorted((r for r in results if r.ok), key=lambda r: r.item_throughput):
+        server = r.server
+        queue, c_in, c_infer, c_out = ((server.queue_s, server.compute_input_s, server.compute_infer_s,
+                                        server.compute_output_s) if server else (0.0, 0.0, 0.0, 0.0))
+        mean = sum(r.latencies_ns) / len(r.latencies_ns) / 1e9
+        wait = mean - r.client_send_s - r.client_recv_s
+        network = max(0.0, wait - (queue + c_in + c_infer + c_out))
+        writer.writerow((f"{r.level:g}", f"{r.item_throughput:g}", us(r.client_send_s), us(network), us(queue),
+                         us(c_in), us(c_infer), us(c_out), us(r.client_recv_s),
+                         *(us(r.percentile_s(q)) for q in (50, 90, 95, 99))))
+    return out.getvalue()
 
 
 def load_headline(result: Any) -> str:

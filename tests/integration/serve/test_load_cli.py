@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,34 @@ def test_concurrency_levels_are_bounded_measured_and_recorded(server: Running, t
     assert record.kind == "load" and record.status == "ok"
     assert record.config["model"] == "mlp" and len(record.result["levels"]) == 2
     assert len(record.result["levels"][0]["latencies_ns"]) == levels[0]["requests_ok"]
+
+
+def test_csv_has_perf_analyzer_s_columns_and_adds_up(server: Running, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "perf.csv"
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "1,4", "--requests", "200",
+                 "--duration", "20s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--csv", str(path),
+                 "--store", str(tmp_path / "runs.db")])
+    assert code == 0
+    levels = {lv["level"]: lv for lv in json.loads(capsys.readouterr().out)["levels"]}
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv",
+                             "Server Queue", "Server Compute Input", "Server Compute Infer", "Server Compute Output",
+                             "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency"]
+    assert sorted(float(r["Concurrency"]) for r in rows) == [1.0, 4.0]
+    throughputs = [float(r["Inferences/Second"]) for r in rows]
+    assert throughputs == sorted(throughputs)
+    for row in rows:
+        level = levels[float(row["Concurrency"])]
+        assert float(row["Inferences/Second"]) == pytest.approx(level["throughput_items_per_s"], rel=1e-5)  # 6 digits
+        assert int(row["p99 latency"]) == int(level["p99_s"] * 1e6)
+        assert int(row["Server Queue"]) == int(level["server"]["queue_s"] * 1e6)
+        assert level["client_send_s"] > 0 and level["client_recv_s"] > 0
+        # the parts add up to the mean latency (each rounded down to a microsecond), unless floored
+        parts = sum(int(row[k]) for k in list(row)[2:9])
+        if int(row["Network+Server Send/Recv"]) > 0:
+            assert level["mean_s"] * 1e6 - 7 <= parts <= level["mean_s"] * 1e6
 
 
 def test_rate_mode_sends_about_the_asked_rate(server: Running) -> None:

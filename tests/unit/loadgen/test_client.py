@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -88,11 +89,18 @@ def test_connection_keeps_alive_and_reads_replies_split_in_pieces() -> None:
         endpoint = parse_url(f"127.0.0.1:{port}")
         conn = Connection(endpoint)
         raw = build_request(endpoint, "POST", "/x", b"payload")
-        bodies = [(await conn.send(raw)).body for _ in range(3)]
+        bodies = [(await conn.send(raw)).body for _ in range(2)]
+        start = time.perf_counter_ns()
+        bodies.append((await conn.send(raw)).body)
+        round_trip = time.perf_counter_ns() - start
         await conn.close()
         server.close()
         assert bodies == [b"reply 1", b"reply 2", b"reply 3"]
         assert len(connections) == 1
+        # perf_analyzer's client send / receive: the write call and the parsing, not the waiting between
+        # the reply's pieces (5 or more 1 ms sleeps)
+        assert conn.send_ns > 0 and conn.recv_ns > 0
+        assert conn.send_ns + conn.recv_ns < round_trip / 4
 
     asyncio.run(main())
 

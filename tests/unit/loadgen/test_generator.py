@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 
 import pytest
@@ -21,6 +23,7 @@ from dlperf.loadgen.generator import (
     passes,
     verdict,
 )
+from dlperf.loadgen.render import perf_analyzer_csv
 
 pytestmark = pytest.mark.unit
 
@@ -96,8 +99,8 @@ def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
 
 
 def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
-    def records(n: int, over: int, status: str = "200") -> list[tuple[int, int, str]]:
-        return [(0, int(0.2e9) if i < over else int(0.01e9), status) for i in range(n)]
+    def records(n: int, over: int, status: str = "200") -> list[generator.Record]:
+        return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0) for i in range(n)]
 
     assert not _slo_decided(records(458, 0), 0.1)
     assert _slo_decided(records(459, 0), 0.1)
@@ -181,3 +184,30 @@ def test_a_stored_level_reads_back_as_it_was() -> None:
     old = level.to_dict()
     del old["items_per_request"]  # recorded before the key: from the two throughputs
     assert LevelResult.from_dict(old).items_per_request == 4
+
+
+def test_perf_analyzer_csv_has_its_columns_in_microseconds_sorted_by_throughput() -> None:
+    # 98 requests of 20 ms and 2 of 40 ms: mean 20.4 ms; the server's queue + compute 17.3 ms of it
+    server = generator.ServerSide(100, 0.002, 0.0001, 0.015, 0.0002, 4.0)
+    slow = dataclasses.replace(_level(4, 0.04, n=100), mode="concurrency", level=4.0, items_per_request=2,
+                               measured_s=2.0, server=server, client_send_s=0.00002, client_recv_s=0.00001)
+    fast = dataclasses.replace(slow, level=8.0, measured_s=1.0, server=None)
+    late = dataclasses.replace(slow, level=2.0, measured_s=4.0,
+                               server=generator.ServerSide(100, 0.002, 0.0001, 0.030, 0.0002, 4.0))
+    rows = list(csv.reader(io.StringIO(perf_analyzer_csv([fast, slow, late]))))
+    assert rows[0] == ["Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
+                       "Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
+                       "p50 latency", "p90 latency", "p95 latency", "p99 latency"]
+    assert [r[0] for r in rows[1:]] == ["2", "4", "8"]  # increasing Inferences/Second: 50, 100, 200 items/s
+    row = {name: float(v) for name, v in zip(rows[0], rows[2], strict=True)}
+    assert row["Inferences/Second"] == 100.0  # 100 requests of 2 items in 2 s
+    assert (row["Client Send"], row["Client Recv"]) == (20, 10)
+    assert [row[f"Server {k}"] for k in ("Queue", "Compute Input", "Compute Infer", "Compute Output")] == \
+        [2000, 100, 15000, 200]
+    assert abs(row["Network+Server Send/Recv"] - (20400 - 20 - 10 - 17300)) <= 1  # what is left of the mean
+    assert (row["p50 latency"], row["p99 latency"]) == (20000, 40000)
+    late_row = [float(v) for v in rows[1]]
+    assert late_row[3] == 0  # the server's 32.3 ms exceed the 20.4 ms mean: floored at 0, as perf_analyzer does
+    no_stats = [float(v) for v in rows[3]]
+    assert no_stats[4:8] == [0, 0, 0, 0] and abs(no_stats[3] - (20400 - 30)) <= 1  # no server statistics
+    assert perf_analyzer_csv([dataclasses.replace(slow, mode="rate", level=40.0)]).startswith("Request Rate,")
