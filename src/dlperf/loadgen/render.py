@@ -92,19 +92,28 @@ def load_headline(result: Any) -> str:
 
 
 def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
-    """`dlperf runs show` of a load run: its levels table, the SLO verdicts or the peak search, and its
-    warnings, from the stored result (not the every-latency JSON). Raises KeyError/TypeError/ValueError on
-    a result that is not a `dlperf load` one."""
+    """`dlperf runs show` of a load run: its levels table, the verdicts as recorded (a run from before they
+    were recorded shows only pass/FAIL from its peak search), the peak, and the warnings; not the
+    every-latency JSON. Raises KeyError/TypeError/ValueError on a result that is not a `dlperf load` one."""
     from rich.text import Text
 
     levels = [LevelResult.from_dict(d) for d in result["levels"]]
     parts: list[Any] = [levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}")]
     peak = result.get("peak")
+    steps = peak.get("steps", []) if isinstance(peak, dict) else []
+    for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
+        where = f"  {level.mode} {level.level:g}: "
+        if isinstance(data.get("verdict"), str):
+            status = data["verdict"]
+            parts.append(Text(f"{where}{status.upper() if status == 'fail' else status}: "
+                              f"{data.get('verdict_reason', '')}"))
+        elif i < len(steps) and isinstance(steps[i], dict) and "passed" in steps[i]:
+            parts.append(Text(where + ("pass" if steps[i]["passed"] else "FAIL")))
     if isinstance(peak, dict):
-        parts += [Text(line) for line in peak_lines(PeakResult(float(peak["slo_p99_s"]), peak.get("peak_rate"),
-                                                               levels))]
-    elif config.get("p99_ms") is not None:
-        parts += [Text(f"  {r.mode} {r.level:g}: {verdict_line(r, float(config['p99_ms']) / 1e3)}") for r in levels]
+        slo_ms = float(peak["slo_p99_s"]) * 1e3
+        found = peak.get("peak_rate")
+        parts.append(Text(f"peak: {float(found):.1f} req/s with p99 <= {slo_ms:g} ms" if found is not None
+                          else f"no tried rate kept p99 within {slo_ms:g} ms"))
     parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
     return parts
 
