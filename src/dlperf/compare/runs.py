@@ -16,7 +16,7 @@ from typing import Any
 from dlperf.compare.records import has_samples, point_measurements
 from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
 from dlperf.measure.env import environment_differences
-from dlperf.measure.stats import Measurement
+from dlperf.measure.stats import Measurement, percentile
 from dlperf.store.records import RunRecord
 
 # (KPI key in Measurement.summary(), label, True if lower is better)
@@ -63,6 +63,8 @@ class PointComparison:
     test: MannWhitney
     median_ratio: RatioEstimate
     alpha: float = 0.05
+    title: str = ""
+    """What the point is when not a batch size: a load level, e.g. 'concurrency 4'."""
 
     @property
     def verdict(self) -> str:
@@ -71,9 +73,9 @@ class PointComparison:
         return "B faster" if self.median_ratio.ratio < 1.0 else "B slower"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "kpis": [k.to_dict() for k in self.kpis],
-                "test": self.test.to_dict(), "median_ratio": self.median_ratio.to_dict(),
-                "alpha": self.alpha, "verdict": self.verdict}
+        return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
+                "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
+                "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "verdict": self.verdict}
 
 
 @dataclass
@@ -108,6 +110,39 @@ def compare_points(a: Measurement, b: Measurement, batch_size: int, alpha: float
                            ratio_ci(per_a, per_b, "p50", 1 - alpha, 1000, seed), alpha)
 
 
+LOAD_NOTE = ("load runs: levels are matched by mode and level; latencies are per request, and requests of one "
+             "level queue behind each other, so they are not independent samples and the p-value is optimistic: "
+             "read it beside the throughput change")
+
+
+def load_levels(record: RunRecord) -> dict[str, tuple[list[float], float, int]]:
+    """'concurrency 4' / 'rate 50' -> (request latencies in s, items/s, items per request) of a load run."""
+    levels = record.result.get("levels") if isinstance(record.result, dict) else None
+    found: dict[str, tuple[list[float], float, int]] = {}
+    for level in levels or []:
+        try:
+            latencies = [v / 1e9 for v in level["latencies_ns"]]
+            if latencies:
+                found[f"{level['mode']} {float(level['level']):g}"] = (
+                    latencies, float(level["throughput_items_per_s"]), int(level.get("items_per_request", 1)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
+def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float], float, int], title: str,
+                        alpha: float = 0.05, seed: int = 0) -> PointComparison:
+    def kpis(latencies: list[float], items_per_s: float) -> dict[str, float]:
+        ordered = sorted(latencies)
+        return {"p50_s": percentile(ordered, 50), "p90_s": percentile(ordered, 90), "p99_s": percentile(ordered, 99),
+                "mean_s": sum(ordered) / len(ordered), "throughput": items_per_s}
+
+    sa, sb = kpis(a[0], a[1]), kpis(b[0], b[1])
+    deltas = [KpiDelta(key, label, sa[key], sb[key], lower) for key, label, lower in KPIS]
+    return PointComparison(a[2], deltas, mann_whitney_u(b[0], a[0]), ratio_ci(a[0], b[0], "p50", 1 - alpha, 1000, seed),
+                           alpha, title)
+
+
 def _kpis(m: Measurement) -> dict[str, float]:
     return {"p50_s": m.p50_s, "p90_s": m.p90_s, "p99_s": m.p99_s, "mean_s": m.mean_s, "throughput": m.throughput}
 
@@ -124,7 +159,17 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
             notes.append(f"run {rec.id} has status '{rec.status}': its result may be partial")
     points: list[PointComparison] = []
     other: list[tuple[str, float, float]] = []
-    if has_samples(a) and has_samples(b):
+    if a.kind == b.kind == "load" and load_levels(a) and load_levels(b):
+        la, lb = load_levels(a), load_levels(b)
+        shared = [key for key in la if key in lb]
+        if not shared:
+            notes.append(f"no load level in common: A has {', '.join(la)}, B has {', '.join(lb)}")
+        elif len(shared) < max(len(la), len(lb)):
+            notes.append(f"levels in only one of the runs are left out: "
+                         f"{', '.join(k for k in [*la, *lb] if k not in shared)}")
+        notes.append(LOAD_NOTE)
+        points = [compare_load_levels(la[key], lb[key], key, alpha) for key in shared]
+    elif has_samples(a) and has_samples(b):
         pa, pb = point_measurements(a), point_measurements(b)
         common = sorted(set(pa) & set(pb))
         if not common:

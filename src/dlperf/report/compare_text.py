@@ -57,7 +57,7 @@ def ab_verdict(run: ABRun) -> Text:
 def comparison_tables(cmp: RunComparison) -> list[Table]:
     tables = []
     for point in cmp.points:
-        table = Table(title=f"batch {point.batch_size}: A={cmp.a.id} ({cmp.a.created_at[:19]})  "
+        table = Table(title=f"{point.title or f'batch {point.batch_size}'}: A={cmp.a.id} ({cmp.a.created_at[:19]})  "
                       f"B={cmp.b.id} ({cmp.b.created_at[:19]})", title_justify="left")
         for col in ("KPI", "A", "B", "change"):
             table.add_column(col, justify="left" if col == "KPI" else "right")

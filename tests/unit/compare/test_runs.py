@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlperf.compare.runs import compare_records
@@ -59,3 +60,28 @@ def test_runs_without_samples_compare_their_numbers(store: Store) -> None:
     data = cmp.to_dict()
     assert data["other_deltas"] == [{"key": "peak_rps", "a": 100.0, "b": 120.0}]
     assert "Mann-Whitney" in data["test_method"]
+
+
+def _load_result(medians_s: dict[float, float], items_per_s: dict[float, float], seed: int) -> dict[str, object]:
+    rng = np.random.default_rng(seed)
+    return {"levels": [{"mode": "concurrency", "level": c, "items_per_request": 2,
+                        "throughput_items_per_s": items_per_s[c],
+                        "latencies_ns": [int(v) for v in rng.lognormal(np.log(med), 0.05, 300) * 1e9]}
+                       for c, med in medians_s.items()]}
+
+
+def test_load_runs_compare_level_by_level(store: Store) -> None:
+    # B: a server 20% slower per request at concurrency 4, same at 1; concurrency 16 only in A
+    a = add_run(store, "load", _load_result({1: 0.010, 4: 0.020, 16: 0.05}, {1: 200, 4: 400, 16: 640}, seed=1))
+    b = add_run(store, "load", _load_result({1: 0.010, 4: 0.024}, {1: 200, 4: 333}, seed=2))
+    cmp = compare_records(store.get(a), store.get(b))
+    assert [p.title for p in cmp.points] == ["concurrency 1", "concurrency 4"]
+    same, slower = cmp.points
+    assert same.verdict == "no significant difference"
+    assert slower.verdict == "B slower" and slower.median_ratio.ci[0] > 1.15
+    throughput = next(k for k in slower.kpis if k.name == "throughput")
+    assert (throughput.a, throughput.b) == (400, 333) and not throughput.better
+    assert slower.batch_size == 2  # items per request
+    assert any("concurrency 16" in note for note in cmp.notes)
+    assert any("not independent samples" in note for note in cmp.notes)
+    assert cmp.to_dict()["points"][1]["title"] == "concurrency 4"
