@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search the highest request rate whose p99 stays within --p99-ms")
     parser.add_argument("--p99-ms", type=float, default=None,
                         help="a p99 latency SLO: each level measures until MLPerf's early-stopping test decides it "
-                             "(or its bound) and gets a pass/FAIL verdict; required by --find-peak")
+                             "(or its bound) and gets a verdict; exit code 1 unless every level passes (with "
+                             "--find-peak, which needs it: unless some rate passes), so it gates CI")
     parser.add_argument("--max-steps", type=int, default=10, help="the most rates --find-peak tries (default 10)")
     parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
@@ -149,4 +150,15 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
+    if config.slo_p99_s is None:
+        return 0
+    if args.find_peak:
+        if run_.result["peak"]["peak_rate"] is not None:
+            return 0
+        err.print(f"SLO not met: no tried rate kept p99 within {args.p99_ms:g} ms", markup=False)
+        return 1
+    missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
+    if missed:
+        err.print(f"SLO p99 <= {args.p99_ms:g} ms not met at: {', '.join(missed)}", markup=False)
+        return 1
     return 0

@@ -126,6 +126,13 @@ def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path
         assert step["requests_ok"] >= 459 and step["p99_bound_s"] <= 2.0
         assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
     assert out["peak_rate"] == 400.0
+    # an SLO no rate can meet: exit code 1
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate", "50",
+                 "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
+                 str(tmp_path / "r.db")])
+    captured = capsys.readouterr()
+    assert code == 1 and json.loads(captured.out)["peak_rate"] is None
+    assert "no tried rate kept p99 within 0.001 ms" in captured.err
 
 
 def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Running, tmp_path: Path,
@@ -133,8 +140,10 @@ def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Runnin
     store = str(tmp_path / "r.db")
     code = main(["load", server.url, "--model", "mlp", "--rate", "20", "--p99-ms", "2000", "--duration", "2s",
                  "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store", store])
-    assert code == 0
-    out = json.loads(capsys.readouterr().out)
+    assert code == 1  # a CI gate does not pass without the evidence
+    captured = capsys.readouterr()
+    assert "SLO p99 <= 2000 ms not met at: rate 20 (undecided)" in captured.err
+    out = json.loads(captured.out)
     level = out["levels"][0]
     assert 0 < level["requests_ok"] < 459 and level["p99_s"] < 2.0 and level["p99_bound_s"] is None
     assert not level["passed"] and level["verdict"] == "undecided"
