@@ -77,6 +77,7 @@ def _write_csv(path: str, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
+    from dlperf.cli.progress import load_progress
     from dlperf.loadgen.generator import LevelResult, LoadConfig, find_peak, oip_target, run_load, verdict_dict
     from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line
     from dlperf.measure.env import capture_environment
@@ -112,12 +113,14 @@ def run(args: argparse.Namespace) -> int:
                                 "duration_fitted": args.find_peak and args.duration is None}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
-            peak = find_peak(target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,
-                             fit_duration=args.duration is None,
-                             on_trial=lambda rate, bound_s: err.print(
-                                 f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
-                             on_step=lambda s, ok: err.print(
-                                 f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
+            with load_progress("rate") as (on_window, shown):
+                peak = find_peak(
+                    target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,
+                    fit_duration=args.duration is None, on_window=on_window,
+                    on_trial=lambda rate, bound_s: shown.print(
+                        f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
+                    on_step=lambda s, ok: shown.print(
+                        f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
             run_.result = {"peak": peak.to_dict(),
                            "levels": [{**s.to_dict(), **verdict_dict(s, peak.slo_p99_s)} for s in peak.steps]}
             if args.json:
@@ -128,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
                     out.print(line, markup=False)
             results = peak.steps
         else:
-            results = run_load(target, config, on_level=lambda r: err.print(
-                f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
-                markup=False))
+            with load_progress(config.mode) as (on_window, shown):
+                results = run_load(target, config, on_window=on_window, on_level=lambda r: shown.print(
+                    f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
+                    markup=False))
+
             def judged(r: LevelResult, data: dict[str, Any]) -> dict[str, Any]:
                 return {**data, **verdict_dict(r, config.slo_p99_s)} if config.slo_p99_s is not None else data
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from dlperf.cli.common import error_console
@@ -49,3 +50,21 @@ def step_progress(total: int, description: str) -> Iterator[Callable[[str], None
             progress.update(task, description=f"{description}: {label}")
 
         yield on_step
+
+
+@contextlib.contextmanager
+def load_progress(mode: str) -> Iterator[tuple[Callable[[float, int, float], None], Console]]:
+    """Yield `(on_window(level, windows, req/s), console)`: one status line for dlperf load, redrawn once
+    per measurement window and never in between (`auto_refresh=False`: a refresh thread would take the GIL
+    from the load generator ten times a second while it times requests). Print through the yielded
+    console while it is shown, so that lines land above it."""
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=error_console(), transient=True, auto_refresh=False)
+    with progress:
+        task = progress.add_task(f"{mode}: warming up", total=None)
+
+        def on_window(level: float, windows: int, throughput: float) -> None:
+            progress.update(task, description=f"{mode} {level:g}: window {windows}, {throughput:.1f} req/s")
+            progress.refresh()
+
+        yield on_window, progress.console

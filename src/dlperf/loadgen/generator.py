@@ -568,13 +568,22 @@ async def _sleep_until(t_ns: int, clock: Callable[[], int], drivers: Sequence[as
 # --- sweeps and the peak ----------------------------------------------------------------------------------
 
 
+def _level_windows(on_window: Callable[[float, int, float], None] | None,
+                   level: float) -> Callable[[int, float], None] | None:
+    if on_window is None:
+        return None
+    return lambda n, throughput: on_window(level, n, throughput)
+
+
 def run_load(target: Target, config: LoadConfig,
-             on_level: Callable[[LevelResult], None] | None = None) -> list[LevelResult]:
-    """Every level of the config: each concurrency, or the one rate."""
+             on_level: Callable[[LevelResult], None] | None = None,
+             on_window: Callable[[float, int, float], None] | None = None) -> list[LevelResult]:
+    """Every level of the config: each concurrency, or the one rate. `on_window(level, windows, req/s)` after
+    each measurement window, `on_level(result)` after each level."""
     levels: list[float] = [config.rate] if config.rate is not None else [float(c) for c in config.concurrency]
     results = []
     for level in levels:
-        result = run_level(target, config, level)
+        result = run_level(target, config, level, _level_windows(on_window, level))
         results.append(result)
         if on_level is not None:
             on_level(result)
@@ -650,7 +659,8 @@ def decision_duration_s(config: LoadConfig, rate: float) -> float:
 def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: float | None = None,
               max_steps: int = 10, tolerance: float = 0.05,
               on_step: Callable[[LevelResult, bool], None] | None = None, fit_duration: bool = False,
-              on_trial: Callable[[float, float], None] | None = None) -> PeakResult:
+              on_trial: Callable[[float, float], None] | None = None,
+              on_window: Callable[[float, int, float], None] | None = None) -> PeakResult:
     """Highest passing rate (`verdict`): from `start_rate` (default: measured closed-loop throughput at
     concurrency 4), double up or halve down to bracket the edge, then bisect until within `tolerance` or
     `max_steps`. Each trial measures until the SLO is decided or its bound; `fit_duration` raises a trial's
@@ -668,7 +678,7 @@ def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: 
             cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate)))
         if on_trial is not None:
             on_trial(rate, cfg.duration_s)
-        step = run_level(target, cfg, rate)
+        step = run_level(target, cfg, rate, _level_windows(on_window, rate))
         steps.append(step)
         ok = passes(step, slo_p99_s)
         if on_step is not None:

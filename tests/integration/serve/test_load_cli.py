@@ -11,7 +11,7 @@ import pytest
 
 from dlperf.cli.main import main
 from dlperf.errors import LoadGenError
-from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
+from dlperf.loadgen.generator import LoadConfig, oip_target, run_level, run_load
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
 from dlperf.store import Store
@@ -77,6 +77,17 @@ def test_csv_has_perf_analyzer_s_columns_and_adds_up(server: Running, tmp_path: 
         parts = sum(int(row[k]) for k in list(row)[2:9])
         if int(row["Network+Server Send/Recv"]) > 0:
             assert level["mean_s"] * 1e6 - 7 <= parts <= level["mean_s"] * 1e6
+
+
+def test_every_measurement_window_is_reported_with_its_level(server: Running) -> None:
+    seen: list[tuple[float, int, float]] = []
+    config = LoadConfig(concurrency=(1, 2), duration_s=3.0, window_s=0.3, warmup_s=0.1)
+    results = run_load(oip_target(server.url, "mlp"), config, on_window=lambda *w: seen.append(w))
+    for result in results:
+        mine = [w for w in seen if w[0] == result.level]
+        assert [w[1] for w in mine] == list(range(1, len(mine) + 1))  # windows 1, 2, 3, ... of this level
+        assert mine[-1][2] == pytest.approx(result.window_throughputs[-1])
+    assert [w[0] for w in seen] == sorted(w[0] for w in seen)  # level 1's windows, then level 2's
 
 
 def test_rate_mode_sends_about_the_asked_rate(server: Running) -> None:
