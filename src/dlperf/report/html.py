@@ -722,9 +722,9 @@ def _headline(rec: RunRecord) -> str:
     if isinstance(r.get("gate"), Mapping):
         return "gate " + ("FAIL" if r["gate"].get("failed") else "PASS")
     if rec.kind == "optimize" and "winner" in r:
-        winner = next((c for c in r.get("candidates", []) if isinstance(c, Mapping) and c.get("key") == r["winner"]),
-                      None)
-        return f"winner: {winner.get('label') or r['winner']}" if winner else "no winner"
+        from dlperf.report.terminal import optimize_headline
+
+        return optimize_headline(r)
     if rec.kind == "load":
         from dlperf.loadgen.render import load_headline
 

@@ -201,6 +201,10 @@ def headline_text(record: RunRecord) -> str:
         return load_headline(record.result)
     if record.kind in ("profile", "train"):
         return profile_train_headline(record.result)
+    if record.kind == "candidate":
+        return candidate_headline(record.result)
+    if record.kind == "optimize":
+        return optimize_headline(record.result)
     headline = record.result.get("headline") if isinstance(record.result, dict) else None
     if not isinstance(headline, dict) or "value" not in headline:
         return ""
@@ -209,6 +213,26 @@ def headline_text(record: RunRecord) -> str:
     if kpi == "throughput":
         return f"{fmt_value(float(headline['value']), 'items/s')}{batch}"
     return f"{kpi.removesuffix('_s')} {fmt_value(float(headline['value']), 's')}{batch}"
+
+
+def optimize_headline(result: Any) -> str:
+    """An optimize run: its winner's passes, or that there was none."""
+    if not isinstance(result, dict) or "winner" not in result:
+        return ""
+    winner = next((c for c in result.get("candidates", []) if isinstance(c, dict) and c.get("key") == result["winner"]),
+                  None)
+    return f"winner: {winner.get('label') or result['winner']}" if winner else "no winner"
+
+
+def candidate_headline(result: Any) -> str:
+    """An optimize candidate: its passes, p50, and metric (or why it failed)."""
+    if not isinstance(result, dict) or not isinstance(result.get("label"), str):
+        return ""
+    if isinstance(result.get("p50_s"), (int, float)):
+        metric = result.get("metric")
+        return f"{result['label']}: p50 {fmt_ms(result['p50_s'])} ms" + (
+            f", {result.get('metric_name') or 'metric'} {metric:.4g}" if isinstance(metric, (int, float)) else "")
+    return f"{result['label']}: {result.get('status', '')}"
 
 
 def profile_train_headline(result: Any) -> str:
@@ -299,6 +323,10 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             return {"ddp": ddp_view, "tune": tune_view}.get(config.get("mode", ""), measurement_view)(result)
         if record.kind == "calibrate":
             return ceilings_table(result, cached=bool(result.get("cached")))
+        if record.kind == "optimize" and "candidates" in result:
+            from dlperf.report.optimize_view import render
+
+            return render(result)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

@@ -25,6 +25,16 @@ def test_optimize_cli_json_export_and_store(tmp_path: Path, capsys: pytest.Captu
     assert data["export_dir"] == str(tmp_path / "out")
     assert (tmp_path / "out" / "manifest.json").exists()
     assert "measuring hygiene" in captured.err  # progress goes to stderr
+    # the stored runs read back as the command printed them, with one-line headlines
+    store = str(tmp_path / "runs.db")
+    assert main(["runs", "show", data["run_id"], "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "candidates for zoo:mlp" in shown and '"candidates"' not in shown
+    assert main(["runs", "list", "--store", store]) == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    winner = next((c["label"] for c in data["candidates"] if c["key"] == data["winner"]), None)
+    assert (f"winner: {winner}" if winner else "no winner") in listed
+    assert "hygiene: p50" in listed  # the candidate run's headline
 
 
 def test_optimize_cli_rejects_unknown_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

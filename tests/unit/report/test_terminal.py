@@ -118,6 +118,18 @@ def test_profile_and_train_headlines() -> None:
         "2 processes 1,800 samples/s, 90% scaling"
 
 
+def test_optimize_and_candidate_headlines() -> None:
+    def headline(kind: str, result: dict[str, object]) -> str:
+        return headline_text(RunRecord("x", kind, "zoo:mlp", "ok", "2026-01-01T10:00:00", result=result))
+
+    candidates = [{"key": "k0", "label": "baseline"}, {"key": "k1", "label": "onnxruntime"}]
+    assert headline("optimize", {"winner": "k1", "candidates": candidates}) == "winner: onnxruntime"
+    assert headline("optimize", {"winner": None, "candidates": candidates}) == "no winner"
+    assert headline("candidate", {"label": "onnxruntime", "p50_s": 0.0012, "metric": 0.97512,
+                                  "metric_name": "accuracy"}) == "onnxruntime: p50 1.20 ms, accuracy 0.9751"
+    assert headline("candidate", {"label": "compile", "status": "failed"}) == "compile: failed"
+
+
 def test_record_and_runs_views() -> None:
     record = RunRecord("abc123", "bench", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=RESULT, config={"k": 1})
     assert headline_text(record) == "12,346 items/s @ bs8"
