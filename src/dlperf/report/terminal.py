@@ -205,6 +205,8 @@ def headline_text(record: RunRecord) -> str:
         return candidate_headline(record.result)
     if record.kind == "optimize":
         return optimize_headline(record.result)
+    if record.kind == "ab" and isinstance(record.result, dict) and isinstance(record.result.get("ratio"), (int, float)):
+        return f"B/A {record.result['ratio']:.3f}: {record.result.get('verdict')}"
     headline = record.result.get("headline") if isinstance(record.result, dict) else None
     if not isinstance(headline, dict) or "value" not in headline:
         return ""

@@ -128,6 +128,8 @@ def test_optimize_and_candidate_headlines() -> None:
     assert headline("candidate", {"label": "onnxruntime", "p50_s": 0.0012, "metric": 0.97512,
                                   "metric_name": "accuracy"}) == "onnxruntime: p50 1.20 ms, accuracy 0.9751"
     assert headline("candidate", {"label": "compile", "status": "failed"}) == "compile: failed"
+    assert headline("ab", {"ratio": 0.9931, "verdict": "no significant difference"}) == \
+        "B/A 0.993: no significant difference"
 
 
 def test_record_and_runs_views() -> None:
