@@ -96,6 +96,14 @@ def early_stopping_passes(n: int, over: int, q: float, confidence: float = EARLY
     return _log_binomial_cdf(over, n, 1.0 - q / 100.0) <= math.log(1.0 - confidence)
 
 
+def early_stopping_fails(n: int, over: int, q: float, confidence: float = EARLY_STOPPING_CONFIDENCE) -> bool:
+    """The mirror test: were the true share above the bound at most 1 - q/100, `over` or more of `n` samples
+    would exceed it with probability at most 1 - confidence; so the q-th percentile is over the bound."""
+    if over <= 0:
+        return False
+    return -math.expm1(_log_binomial_cdf(over - 1, n, 1.0 - q / 100.0)) <= 1.0 - confidence
+
+
 def early_stopping_min_count(q: float, over: int = 0, confidence: float = EARLY_STOPPING_CONFIDENCE) -> int:
     """The fewest samples that let a bound on the q-th percentile pass with `over` samples above it: 459 for
     p99 at 99% confidence with none above, 662 with one above (MLPerf's "would need N more queries")."""

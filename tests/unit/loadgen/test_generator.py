@@ -106,7 +106,8 @@ def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
     assert _slo_decided(records(459, 0), 0.1)
     assert not _slo_decided(records(800, 2), 0.1)  # 2 over needs 838
     assert _slo_decided(records(838, 2), 0.1)
-    assert _slo_decided(records(100, 2), 0.1)  # 2% over: failed already
+    assert not _slo_decided(records(100, 2), 0.1)  # 2% over, but 2 of 100 happen at a true 1% (26%)
+    assert _slo_decided(records(100, 5), 0.1)  # 5 of 100: under 1% of the time at a true 1%: failed
     assert _slo_decided(records(10, 0, "503"), 0.1)  # a failed request decides it
 
 

@@ -12,6 +12,7 @@ from dlperf.measure.stats import (
     NOISE_IQR_RATIO,
     Measurement,
     bootstrap_ci,
+    early_stopping_fails,
     early_stopping_min_count,
     early_stopping_passes,
     median,
@@ -165,6 +166,11 @@ def test_early_stopping_counts_match_mlperf_and_the_binomial_definition() -> Non
         assert _binomial_cdf(over, n, 0.01) <= 0.01 < _binomial_cdf(over, n - 1, 0.01)
     assert early_stopping_min_count(90) == math.ceil(math.log(0.01) / math.log(0.9))  # 44
     assert early_stopping_passes(459, 0, 99) and not early_stopping_passes(458, 0, 99)
+    # the mirror: confidently over the bound when `over` or more happen at most 1% of the time at a true 1%
+    for n, over in ((100, 5), (1000, 19), (100, 4), (1000, 17)):
+        assert early_stopping_fails(n, over, 99) == (1 - _binomial_cdf(over - 1, n, 0.01) <= 0.01)
+    assert early_stopping_fails(100, 5, 99) and not early_stopping_fails(100, 4, 99)
+    assert not early_stopping_fails(1000, 0, 99)
     with pytest.raises(ValueError):
         early_stopping_min_count(100)
 
