@@ -485,6 +485,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             stable = True
             if config.slo_p99_s is None or _slo_decided(records[first_record:], config.slo_p99_s):
                 break
+        elif config.slo_p99_s is not None and _slo_decided(records[first_record:], config.slo_p99_s) == "fail":
+            break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or done_all:
             break
     stop.set()
@@ -524,15 +526,18 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     return result
 
 
-def _slo_decided(records: Sequence[Record], slo_p99_s: float) -> bool:
-    """Whether the measured requests so far settle the p99 SLO at 99% confidence either way: one failed,
-    MLPerf's early-stopping test passes, or its mirror says more than 1% are over (`early_stopping_fails`).
-    A level in between measures on to its bound (where `verdict` fails it if its sample p99 is over)."""
+def _slo_decided(records: Sequence[Record], slo_p99_s: float) -> str | None:
+    """'pass' or 'fail' once the measured requests so far settle the p99 SLO at 99% confidence: 'fail' when
+    one failed or the mirror of the early-stopping test says more than 1% are over (`early_stopping_fails`),
+    'pass' when MLPerf's test passes; None in between (the level measures on to its bound, where `verdict`
+    fails it if its sample p99 is over)."""
     if any(r[2] != "200" for r in records):
-        return True
+        return "fail"
     slo_ns = slo_p99_s * 1e9
     over = sum(1 for r in records if r[1] > slo_ns)
-    return early_stopping_passes(len(records), over, 99) or early_stopping_fails(len(records), over, 99)
+    if early_stopping_fails(len(records), over, 99):
+        return "fail"
+    return "pass" if early_stopping_passes(len(records), over, 99) else None
 
 
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:

@@ -102,13 +102,13 @@ def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
     def records(n: int, over: int, status: str = "200") -> list[generator.Record]:
         return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0) for i in range(n)]
 
-    assert not _slo_decided(records(458, 0), 0.1)
-    assert _slo_decided(records(459, 0), 0.1)
-    assert not _slo_decided(records(800, 2), 0.1)  # 2 over needs 838
-    assert _slo_decided(records(838, 2), 0.1)
-    assert not _slo_decided(records(100, 2), 0.1)  # 2% over, but 2 of 100 happen at a true 1% (26%)
-    assert _slo_decided(records(100, 5), 0.1)  # 5 of 100: under 1% of the time at a true 1%: failed
-    assert _slo_decided(records(10, 0, "503"), 0.1)  # a failed request decides it
+    assert _slo_decided(records(458, 0), 0.1) is None
+    assert _slo_decided(records(459, 0), 0.1) == "pass"
+    assert _slo_decided(records(800, 2), 0.1) is None  # 2 over needs 838
+    assert _slo_decided(records(838, 2), 0.1) == "pass"
+    assert _slo_decided(records(100, 2), 0.1) is None  # 2% over, but 2 of 100 happen at a true 1% (26%)
+    assert _slo_decided(records(100, 5), 0.1) == "fail"  # 5 of 100: under 1% of the time at a true 1%
+    assert _slo_decided(records(10, 0, "503"), 0.1) == "fail"  # a failed request decides it
 
 
 def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch: pytest.MonkeyPatch) -> None:
