@@ -110,11 +110,8 @@ class BenchResult:
     def headline_bound(self) -> float | None:
         """For a latency headline (p90/p99), MLPerf's early-stopping estimate of it: a latency that share
         of calls stays within at 99% confidence (None: too few samples, or a throughput headline)."""
-        name = self.config.scenario_obj.headline
-        if name == "throughput":
-            return None
-        q = {"p90_s": 90.0, "p99_s": 99.0}[name]
-        return percentile_upper_bound(sorted(self.points[0].measurement.samples_s), q)
+        q = self.config.scenario_obj.headline_percentile
+        return None if q is None else percentile_upper_bound(sorted(self.points[0].measurement.samples_s), q)
 
     def to_dict(self) -> dict[str, Any]:
         name, value, batch = self.headline

@@ -27,12 +27,16 @@ class Scenario:
             raise ConfigError(f"unknown scenario '{self.name}': choose one of {', '.join(SCENARIOS)}")
 
     @property
+    def headline_percentile(self) -> float | None:
+        """90 or 99 for a p90/p99 headline, None for throughput."""
+        return {"p90_s": 90.0, "p99_s": 99.0}.get(self.headline)
+
+    @property
     def default_min_iters(self) -> int:
         """10 calls, or for a latency headline the fewest that let MLPerf's early stopping bound it at 99%
         confidence: 44 for single-stream's p90, 459 for multi-stream's p99."""
-        if self.headline == "throughput":
-            return 10
-        return early_stopping_min_count({"p90_s": 90.0, "p99_s": 99.0}[self.headline])
+        q = self.headline_percentile
+        return 10 if q is None else early_stopping_min_count(q)
 
     def batch_sizes(self, requested: tuple[int, ...] | None) -> tuple[int, ...]:
         if self.name == "single-stream":
