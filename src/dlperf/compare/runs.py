@@ -159,8 +159,8 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
             notes.append(f"run {rec.id} has status '{rec.status}': its result may be partial")
     points: list[PointComparison] = []
     other: list[tuple[str, float, float]] = []
-    if a.kind == b.kind == "load" and load_levels(a) and load_levels(b):
-        la, lb = load_levels(a), load_levels(b)
+    la, lb = (load_levels(a), load_levels(b)) if a.kind == b.kind == "load" else ({}, {})
+    if la and lb:
         shared = [key for key in la if key in lb]
         if not shared:
             notes.append(f"no load level in common: A has {', '.join(la)}, B has {', '.join(lb)}")
