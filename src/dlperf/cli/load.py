@@ -78,8 +78,8 @@ def _write_csv(path: str, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import LevelResult, LoadConfig, find_peak, oip_target, run_load, verdict_dict
-    from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line
+    from dlperf.loadgen.generator import LoadConfig, find_peak, oip_target, run_load, verdict_dict
+    from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line, verdict_text
     from dlperf.measure.env import capture_environment
 
     if args.find_peak and args.p99_ms is None:
@@ -121,10 +121,12 @@ def run(args: argparse.Namespace) -> int:
                         f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
                     on_step=lambda s, ok: shown.print(
                         f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
-            run_.result = {"peak": peak.to_dict(),
-                           "levels": [{**s.to_dict(), **verdict_dict(s, peak.slo_p99_s)} for s in peak.steps]}
+            peak_dict = peak.to_dict()  # each step's summary with its verdict
+            run_.result = {"peak": peak_dict,
+                           "levels": [{**s.to_dict(), **{k: d[k] for k in ("passed", "verdict", "verdict_reason")}}
+                                      for s, d in zip(peak.steps, peak_dict["steps"], strict=True)]}
             if args.json:
-                print_json({"run_id": run_.id, **peak.to_dict()})
+                print_json({"run_id": run_.id, **peak_dict})
             else:
                 out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search"))
                 for line in peak_lines(peak):
@@ -136,17 +138,18 @@ def run(args: argparse.Namespace) -> int:
                     f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
                     markup=False))
 
-            def judged(r: LevelResult, data: dict[str, Any]) -> dict[str, Any]:
-                return {**data, **verdict_dict(r, config.slo_p99_s)} if config.slo_p99_s is not None else data
-
-            run_.result = {"levels": [judged(r, r.to_dict()) for r in results]}
+            slo = config.slo_p99_s
+            marks = [verdict_dict(r, slo) if slo is not None else {} for r in results]  # judged once per level
+            run_.result = {"levels": [{**r.to_dict(), **m} for r, m in zip(results, marks, strict=True)]}
             if args.json:
-                print_json({"run_id": run_.id, "levels": [judged(r, r.summary()) for r in results]})
+                print_json({"run_id": run_.id,
+                            "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
             else:
                 out.print(levels_table(results, f"{args.model} at {args.url}"))
-                if config.slo_p99_s is not None:
-                    for r in results:
-                        out.print(f"  {r.mode} {r.level:g}: {verdict_line(r, config.slo_p99_s)}", markup=False)
+                for r, m in zip(results, marks, strict=True):
+                    if m:
+                        out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}",
+                                  markup=False)
         for r in results:
             for warning in r.warnings:
                 err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")

@@ -104,9 +104,7 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
         where = f"  {level.mode} {level.level:g}: "
         if isinstance(data.get("verdict"), str):
-            status = data["verdict"]
-            parts.append(Text(f"{where}{status.upper() if status == 'fail' else status}: "
-                              f"{data.get('verdict_reason', '')}"))
+            parts.append(Text(where + verdict_text(data["verdict"], data.get("verdict_reason", ""))))
         elif i < len(steps) and isinstance(steps[i], dict) and "passed" in steps[i]:
             parts.append(Text(where + ("pass" if steps[i]["passed"] else "FAIL")))
     if isinstance(peak, dict):
@@ -118,9 +116,13 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     return parts
 
 
+def verdict_text(status: str, reason: str) -> str:
+    """'pass: ...', 'FAIL: ...' or 'undecided: ...'."""
+    return f"{status.upper() if status == 'fail' else status}: {reason}"
+
+
 def verdict_line(step: LevelResult, slo_p99_s: float) -> str:
-    judged = verdict(step, slo_p99_s)
-    return f"{judged.status.upper() if judged.status == 'fail' else judged.status}: {judged.reason}"
+    return verdict_text(*verdict(step, slo_p99_s))
 
 
 def peak_lines(peak: PeakResult) -> list[str]:
