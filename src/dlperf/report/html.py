@@ -717,22 +717,13 @@ def _headline(rec: RunRecord) -> str:
         value = float(head["value"])
         shown = f"{value:.4g} items/s" if kpi == "throughput" else f"{kpi.replace('_s', '')} {value * 1e3:.4g} ms"
         return f"{shown} (batch {head.get('batch_size')})"
-    if rec.kind == "ab" and isinstance(r.get("ratio"), (int, float)):
-        return f"B/A {r['ratio']:.3f}: {r.get('verdict')}"
+    from dlperf.report.terminal import kind_headline
+
+    own = kind_headline(rec.kind, rec.result)
+    if own is not None:
+        return own
     if isinstance(r.get("gate"), Mapping):
         return "gate " + ("FAIL" if r["gate"].get("failed") else "PASS")
-    if rec.kind == "optimize" and "winner" in r:
-        from dlperf.report.terminal import optimize_headline
-
-        return optimize_headline(r)
-    if rec.kind == "load":
-        from dlperf.loadgen.render import load_headline
-
-        return load_headline(r)
-    if rec.kind in ("profile", "train"):
-        from dlperf.report.terminal import profile_train_headline
-
-        return profile_train_headline(r)
     if isinstance(r.get("verdict"), str):
         return r["verdict"][:80]
     return ""

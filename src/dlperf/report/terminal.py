@@ -194,19 +194,31 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
 # --- runs ----------------------------------------------------------------------------------------
 
 
-def headline_text(record: RunRecord) -> str:
-    if record.kind == "load":
+def kind_headline(kind: str, result: Any) -> str | None:
+    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab); None
+    for other kinds (and an optimize run without a winner field or an ab run without its ratio), which the
+    caller headlines its own way. `runs list` and the HTML report's summary both use it."""
+    if not isinstance(result, dict):
+        return None
+    if kind == "load":
         from dlperf.loadgen.render import load_headline
 
-        return load_headline(record.result)
-    if record.kind in ("profile", "train"):
-        return profile_train_headline(record.result)
-    if record.kind == "candidate":
-        return candidate_headline(record.result)
-    if record.kind == "optimize":
-        return optimize_headline(record.result)
-    if record.kind == "ab" and isinstance(record.result, dict) and isinstance(record.result.get("ratio"), (int, float)):
-        return f"B/A {record.result['ratio']:.3f}: {record.result.get('verdict')}"
+        return load_headline(result)
+    if kind in ("profile", "train"):
+        return profile_train_headline(result)
+    if kind == "candidate":
+        return candidate_headline(result)
+    if kind == "optimize" and "winner" in result:
+        return optimize_headline(result)
+    if kind == "ab" and isinstance(result.get("ratio"), (int, float)):
+        return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
+    return None
+
+
+def headline_text(record: RunRecord) -> str:
+    own = kind_headline(record.kind, record.result)
+    if own is not None:
+        return own
     headline = record.result.get("headline") if isinstance(record.result, dict) else None
     if not isinstance(headline, dict) or "value" not in headline:
         return ""
@@ -217,10 +229,8 @@ def headline_text(record: RunRecord) -> str:
     return f"{kpi.removesuffix('_s')} {fmt_value(float(headline['value']), 's')}{batch}"
 
 
-def optimize_headline(result: Any) -> str:
+def optimize_headline(result: dict[str, Any]) -> str:
     """An optimize run: its winner's passes, or that there was none."""
-    if not isinstance(result, dict) or "winner" not in result:
-        return ""
     winner = next((c for c in result.get("candidates", []) if isinstance(c, dict) and c.get("key") == result["winner"]),
                   None)
     return f"winner: {winner.get('label') or result['winner']}" if winner else "no winner"
