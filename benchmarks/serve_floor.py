@@ -102,7 +102,8 @@ def main() -> int:
         return 0
 
     from dlperf.loadgen.client import Connection, parse_url
-    from dlperf.loadgen.generator import _server_stats, oip_target, run_sync
+    from dlperf.loadgen.generator import _server_stats, run_sync
+    from dlperf.loadgen.target import oip_target
     from dlperf.workload.loader import load_workload
 
     name = load_workload(args.workload).name.split("?")[0]

@@ -33,7 +33,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
+    from dlperf.loadgen.generator import LoadConfig, run_level
+    from dlperf.loadgen.target import oip_target
     from dlperf.workload.loader import load_workload
 
     workload = load_workload(args.workload)

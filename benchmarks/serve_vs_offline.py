@@ -134,7 +134,7 @@ class RssSampler:
 
 def litserve_target(port: int, arrays: list[np.ndarray]) -> Any:
     from dlperf.loadgen.client import build_request, parse_url
-    from dlperf.loadgen.generator import Target
+    from dlperf.loadgen.target import Target
 
     endpoint = parse_url(f"127.0.0.1:{port}")
     body = json.dumps({"inputs": [{"b64": base64.b64encode(a.tobytes()).decode(), "dtype": str(a.dtype),
@@ -326,7 +326,8 @@ def main() -> int:
 
     import torch
 
-    from dlperf.loadgen.generator import LoadConfig, oip_target, run_level
+    from dlperf.loadgen.generator import LoadConfig, run_level
+    from dlperf.loadgen.target import oip_target
     from dlperf.measure.timer import TimerConfig, time_callable
     from dlperf.workload.loader import load_workload
 

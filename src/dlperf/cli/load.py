@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="full shape of an input with variable dimensions")
     parser.add_argument("--workload", default=None, metavar="SPEC",
                         help="send this workload's example inputs instead of random tensors")
+    parser.add_argument("--input-data", action="append", default=[], metavar="random|zero|DIR|FILE.json",
+                        help="perf_analyzer's input data: random (default), zero, a directory with one raw file "
+                             "per input, or a JSON file {\"data\": [...], \"validation_data\": [...]} (repeatable); "
+                             "entries are sent round-robin and replies checked against validation_data "
+                             "(docs/serve.md); exit code 1 if a reply does not match")
     parser.add_argument("--priority", type=int, default=0, metavar="L",
                         help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
                              "highest on a server with --priority-levels; default 0: none)")
@@ -78,8 +83,9 @@ def _write_csv(path: str, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import LoadConfig, find_peak, oip_target, run_load, verdict_dict
+    from dlperf.loadgen.generator import MISMATCH, LoadConfig, find_peak, run_load, verdict_dict
     from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line, verdict_text
+    from dlperf.loadgen.target import oip_target
     from dlperf.measure.env import capture_environment
 
     if args.find_peak and args.p99_ms is None:
@@ -97,18 +103,23 @@ def run(args: argparse.Namespace) -> int:
         slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
     )
     inputs = None
+    if args.workload and args.input_data:
+        raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
     if args.workload:
         from dlperf.workload.loader import load_workload
 
         inputs = load_workload(args.workload).example_inputs(args.batch_size)
     target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
                         shapes=_shapes(args.shape), seed=args.seed,
-                        parameters={"priority": args.priority} if args.priority else None)
+                        parameters={"priority": args.priority} if args.priority else None,
+                        input_data=args.input_data)
     out = console()
     err = error_console()
     store = open_store(args)
     settings: dict[str, Any] = {**config.to_dict(), "url": args.url, "model": args.model,
                                 "batch_size": target.items_per_request, "workload": args.workload,
+                                "input_data": args.input_data or ["random"],
+                                "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
                                 "duration_fitted": args.find_peak and args.duration is None}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
@@ -158,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
+    wrong = [f"{r.mode} {r.level:g} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
+    if wrong:
+        err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
+        return 1
     if config.slo_p99_s is None:
         return 0
     if args.find_peak:

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
+from dlperf.loadgen.client import Connection, fetch
+from dlperf.loadgen.inputs import mismatch
+from dlperf.loadgen.target import Target
 from dlperf.measure.stats import (
     early_stopping_fails,
     early_stopping_min_count,
@@ -30,7 +30,6 @@ from dlperf.measure.stats import (
     percentile,
     percentile_upper_bound,
 )
-from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 ARRIVALS = ("constant", "poisson")
 Record = tuple[int, int, str, int, int]
@@ -39,17 +38,8 @@ Record = tuple[int, int, str, int, int]
 CONNECTION_ERROR = "conn"
 """The status key of requests that got no HTTP reply (refused, reset, timed out)."""
 
-
-@dataclass(frozen=True)
-class Target:
-    """What one request is: a prebuilt raw HTTP request, and where to read the server's statistics."""
-
-    endpoint: Endpoint
-    model: str
-    raw_request: bytes
-    items_per_request: int = 1
-    stats_path: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+MISMATCH = "mismatch"
+"""The status key of 200 replies whose outputs differ from the validation data (`--input-data`)."""
 
 
 @dataclass(frozen=True)
@@ -224,98 +214,6 @@ def _items_per_request(data: dict[str, Any]) -> int:
     return max(1, round(data.get("throughput_items_per_s", 0.0) / rps)) if rps else 1
 
 
-# --- target -----------------------------------------------------------------------------------------
-
-
-def _auth(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
-    reply = asyncio.run(fetch(endpoint, path, headers))
-    if reply.status != 200:
-        message = _error_of(reply.body)
-        raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
-    return json.loads(reply.body)
-
-
-def _error_of(body: bytes) -> str:
-    try:
-        return str(json.loads(body).get("error", body[:200]))
-    except (ValueError, AttributeError):
-        return body[:200].decode("latin-1")
-
-
-def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
-               inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
-               seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None) -> Target:
-    """A target from the server's model metadata: random tensors of the right datatype and shape, or
-    `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs). `parameters` go into
-    every request's `parameters` (e.g. Triton's `priority`)."""
-    endpoint = parse_url(url)
-    headers = _auth(token)
-    server = _get_json(endpoint, "/v2", headers)
-    try:
-        meta = _get_json(endpoint, f"/v2/models/{model}", headers)
-    except LoadGenError as exc:
-        raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
-    specs = meta.get("inputs") or []
-    if inputs is not None and len(inputs) != len(specs):
-        raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
-    rng = np.random.default_rng(seed)
-    tensors = []
-    items = batch_size
-    for i, spec in enumerate(specs):
-        name, datatype, shape = spec["name"], spec["datatype"], list(spec["shape"])
-        if inputs is not None:
-            value = inputs[i]
-            if hasattr(value, "detach"):  # a torch tensor; numpy has no bfloat16, so via float32 (cast below)
-                value = value.detach().cpu()
-                array = (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
-            else:
-                array = np.asarray(value)
-            if NUMPY_DTYPES.get(datatype) is not None and datatype != "BYTES":
-                array = array.astype(NUMPY_DTYPES[datatype], copy=False)
-            items = int(array.shape[0]) if array.ndim else 1
-        else:
-            given = (shapes or {}).get(name)
-            if given is not None:
-                dims = [int(d) for d in given]
-            else:
-                dims = [batch_size if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
-                if any(d == -1 for d in dims):
-                    raise LoadGenError(
-                        f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
-                        f"with --shape {name}=D1,D2,... or use --workload SPEC for the workload's own inputs"
-                    )
-            array = random_array(datatype, dims, rng)
-        tensors.append(Tensor(name, datatype, array))
-    body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
-    req_headers = dict(headers)
-    req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
-    if header_length is not None:
-        req_headers[HEADER_LENGTH.title()] = str(header_length)
-    raw = build_request(endpoint, "POST", f"/v2/models/{model}/infer", body, req_headers)
-    stats = f"/v2/models/{model}/stats" if "statistics" in (server.get("extensions") or []) else None
-    target = Target(endpoint, model, raw, items, stats, headers)
-    if check:
-        reply = asyncio.run(_send_once(target))
-        if reply.status != 200:
-            raise LoadGenError(f"a test request to model '{model}' failed with {reply.status}: "
-                               f"{_error_of(reply.body)}")
-    return target
-
-
-async def _send_once(target: Target) -> Any:
-    conn = Connection(target.endpoint)
-    try:
-        return await conn.send(target.raw_request)
-    except OSError as exc:
-        raise LoadGenError(f"cannot reach {target.endpoint.authority}: {exc}") from exc
-    finally:
-        await conn.close()
-
-
 # --- one level ----------------------------------------------------------------------------------------
 
 
@@ -381,6 +279,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     records: list[Record] = []
     stop = asyncio.Event()
     sent = 0
+    issued = 0  # requests handed to a connection, warm-up included: picks each one's input data
+    mismatches: list[str] = []
     limit = config.requests
     measuring = False
 
@@ -388,14 +288,22 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         return not stop.is_set() and (limit is None or not measuring or sent < limit)
 
     async def one(conn: Connection) -> None:
+        nonlocal issued
+        raw, expected = target.request(issued)
+        issued += 1
         t0 = clock()
         try:
-            reply = await conn.send(target.raw_request)
+            reply = await conn.send(raw)
             status = str(reply.status)
         except (OSError, asyncio.TimeoutError, ValueError):
             status = CONNECTION_ERROR
             await conn.close()
         t1 = clock()
+        if expected is not None and status == "200":
+            why = mismatch(reply.status, reply.headers, reply.body, expected)
+            if why is not None:
+                status = MISMATCH
+                mismatches.append(why)
         records.append((t1, t1 - t0, status, conn.send_ns, conn.recv_ns))
 
     tasks: list[asyncio.Task[Any]] = []
@@ -517,6 +425,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         elapsed = (measure_end - start) / 1e9
         result.send_rate = scheduled / elapsed if elapsed > 0 else None
         _rate_warnings(result, level, lags_s, statuses)
+    if statuses.get(MISMATCH):
+        result.warnings.append(f"{statuses[MISMATCH]} replies did not match the validation data (counted as "
+                               f"errors); the first: {mismatches[0]}")
     if not stable:
         result.warnings.append(
             f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "

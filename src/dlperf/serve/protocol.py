@@ -257,17 +257,19 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tens
                 "data remain in the body"
             )
         chunk = binary[offset:offset + size]
-        array = _from_bytes(chunk, datatype, count, where)
+        array = array_from_bytes(chunk, datatype, count, where)
         offset += size
     else:
         if "data" not in raw:
             raise ProtocolError(f"{where} has neither 'data' nor a binary_data_size parameter")
-        array = _from_json(raw["data"], datatype, count, where)
+        array = array_from_json(raw["data"], datatype, count, where)
     params = {k: v for k, v in params.items() if k != "binary_data_size"}
     return Tensor(name, datatype, array.reshape(shape), params), offset
 
 
-def _from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.ndarray:
+def array_from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.ndarray:
+    """`count` elements of `datatype` from the binary extension's encoding (BYTES: 4-byte length + bytes each),
+    flat; ProtocolError naming `where` when the bytes do not hold exactly that."""
     if datatype == "BYTES":
         items: list[bytes] = []
         pos = 0
@@ -296,7 +298,9 @@ def _from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.ndarray
     return np.frombuffer(chunk, dtype=dtype, count=count)
 
 
-def _from_json(data: Any, datatype: str, count: int, where: str) -> np.ndarray:
+def array_from_json(data: Any, datatype: str, count: int, where: str) -> np.ndarray:
+    """`count` elements of `datatype` from JSON data (nested lists flattened in row-major order), flat;
+    ProtocolError naming `where` when the count or the element types do not fit."""
     flat = _flatten(data)
     if len(flat) != count:
         raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlperf.loadgen.generator import oip_target
+from dlperf.loadgen.target import oip_target
 from dlperf.serve.protocol import BF16
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig

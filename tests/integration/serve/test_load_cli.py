@@ -11,7 +11,8 @@ import pytest
 
 from dlperf.cli.main import main
 from dlperf.errors import LoadGenError
-from dlperf.loadgen.generator import LoadConfig, oip_target, run_level, run_load
+from dlperf.loadgen.generator import LoadConfig, run_level, run_load
+from dlperf.loadgen.target import oip_target
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
 from dlperf.store import Store

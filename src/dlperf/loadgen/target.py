@@ -1,0 +1,176 @@
+"""What `dlperf load` sends: a `Target` (prebuilt raw requests and where to read the server's statistics),
+built from the server's model metadata by `oip_target`, with random tensors, a workload's example inputs or
+real input data (`loadgen.inputs`), and checked with one test request before any load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import ConfigError, LoadGenError
+from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
+from dlperf.loadgen.inputs import TensorInfo, is_batched, mismatch, prepare, read_input_data
+from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one request is: a prebuilt raw HTTP request, and where to read the server's statistics."""
+
+    endpoint: Endpoint
+    model: str
+    raw_request: bytes
+    items_per_request: int = 1
+    stats_path: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    requests: tuple[bytes, ...] = ()
+    """Several distinct requests (`--input-data`), sent in turn: request k of a level sends requests[k % n];
+    raw_request is requests[0]. Empty: every request is raw_request."""
+    expected: tuple[dict[str, np.ndarray], ...] = ()
+    """Aligned with `requests`: the outputs each reply must hold (flat; an empty dict checks nothing)."""
+
+    def request(self, k: int) -> tuple[bytes, dict[str, np.ndarray] | None]:
+        """The k-th request to send and what its reply must hold (None: nothing to check)."""
+        if not self.requests:
+            return self.raw_request, None
+        i = k % len(self.requests)
+        return self.requests[i], (self.expected[i] or None) if self.expected else None
+
+
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
+    reply = asyncio.run(fetch(endpoint, path, headers))
+    if reply.status != 200:
+        message = _error_of(reply.body)
+        raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
+    return json.loads(reply.body)
+
+
+def _error_of(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("error", body[:200]))
+    except (ValueError, AttributeError):
+        return body[:200].decode("latin-1")
+
+
+def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
+               inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
+               seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
+               input_data: Sequence[str] = ()) -> Target:
+    """A target from the server's model metadata: random tensors of the right datatype and shape, or
+    `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
+    (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
+    into every request's `parameters` (e.g. Triton's `priority`)."""
+    endpoint = parse_url(url)
+    headers = _auth(token)
+    server = _get_json(endpoint, "/v2", headers)
+    try:
+        meta = _get_json(endpoint, f"/v2/models/{model}", headers)
+    except LoadGenError as exc:
+        raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
+    specs = meta.get("inputs") or []
+    if input_data and list(input_data) != ["random"]:
+        if inputs is not None:
+            raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
+        return _data_target(endpoint, model, server, meta, headers, batch_size=batch_size, shapes=shapes or {},
+                            parameters=parameters, input_data=input_data, check=check)
+    if inputs is not None and len(inputs) != len(specs):
+        raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
+    rng = np.random.default_rng(seed)
+    tensors = []
+    items = batch_size
+    for i, spec in enumerate(specs):
+        name, datatype, shape = spec["name"], spec["datatype"], list(spec["shape"])
+        if inputs is not None:
+            value = inputs[i]
+            if hasattr(value, "detach"):  # a torch tensor; numpy has no bfloat16, so via float32 (cast below)
+                value = value.detach().cpu()
+                array = (value.float() if str(value.dtype) == "torch.bfloat16" else value).numpy()
+            else:
+                array = np.asarray(value)
+            if NUMPY_DTYPES.get(datatype) is not None and datatype != "BYTES":
+                array = array.astype(NUMPY_DTYPES[datatype], copy=False)
+            items = int(array.shape[0]) if array.ndim else 1
+        else:
+            given = (shapes or {}).get(name)
+            if given is not None:
+                dims = [int(d) for d in given]
+            else:
+                dims = [batch_size if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
+                if any(d == -1 for d in dims):
+                    raise LoadGenError(
+                        f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
+                        f"with --shape {name}=D1,D2,... or use --workload SPEC for the workload's own inputs"
+                    )
+            array = random_array(datatype, dims, rng)
+        tensors.append(Tensor(name, datatype, array))
+    raw = _infer_request(endpoint, model, tensors, headers, parameters)
+    target = Target(endpoint, model, raw, items, _stats_path(server, model), headers)
+    if check:
+        _check(target)
+    return target
+
+
+def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], headers: dict[str, str],
+                   parameters: dict[str, Any] | None) -> bytes:
+    body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
+    req_headers = dict(headers)
+    req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
+    if header_length is not None:
+        req_headers[HEADER_LENGTH.title()] = str(header_length)
+    return build_request(endpoint, "POST", f"/v2/models/{model}/infer", body, req_headers)
+
+
+def _stats_path(server: dict[str, Any], model: str) -> str | None:
+    return f"/v2/models/{model}/stats" if "statistics" in (server.get("extensions") or []) else None
+
+
+def _check(target: Target) -> None:
+    """Send the target's first request once: LoadGenError unless it succeeds (and matches its validation data)."""
+    reply = asyncio.run(_send_once(target))
+    if reply.status != 200:
+        raise LoadGenError(f"a test request to model '{target.model}' failed with {reply.status}: "
+                           f"{_error_of(reply.body)}")
+    _, expected = target.request(0)
+    if expected:
+        why = mismatch(reply.status, reply.headers, reply.body, expected)
+        if why is not None:
+            raise LoadGenError(f"a test request to model '{target.model}' did not match its validation data "
+                               f"(entry 0): {why}")
+
+
+def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], meta: dict[str, Any],
+                 headers: dict[str, str], *, batch_size: int, shapes: dict[str, Sequence[int]],
+                 parameters: dict[str, Any] | None, input_data: Sequence[str], check: bool) -> Target:
+    def infos(key: str) -> list[TensorInfo]:
+        return [TensorInfo(s["name"], s["datatype"], tuple(int(d) for d in s["shape"])) for s in meta.get(key) or []]
+
+    ins = infos("inputs")
+    data = read_input_data(input_data, ins, infos("outputs"), shapes=shapes)
+    assert data is not None  # "random" alone is the caller's path
+    prepared = prepare(data, ins, batch_size)
+    requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters) for p in prepared)
+    items = batch_size if is_batched(ins) else 1
+    target = Target(endpoint, model, requests[0], items, _stats_path(server, model), headers, requests,
+                    tuple(p.expected for p in prepared) if data.validates else ())
+    if check:
+        _check(target)
+    return target
+
+
+async def _send_once(target: Target) -> Any:
+    conn = Connection(target.endpoint)
+    try:
+        return await conn.send(target.raw_request)
+    except OSError as exc:
+        raise LoadGenError(f"cannot reach {target.endpoint.authority}: {exc}") from exc
+    finally:
+        await conn.close()

@@ -1,0 +1,119 @@
+"""`dlperf load --input-data` against a real dlperf server on 127.0.0.1: real digits sent round-robin, every
+reply checked against the model's own outputs, a wrong expectation caught and failing the command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from dlperf.cli.main import main
+from dlperf.errors import LoadGenError
+from dlperf.loadgen.target import oip_target
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig
+from dlperf.store import Store
+from dlperf.workload.loader import load_workload
+
+pytestmark = pytest.mark.integration
+
+ENTRIES = 20
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Running]:
+    running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=16))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """The first digits of scikit-learn's set (64 pixels each, zoo:mlp's input) and the model's logits for
+    each alone, computed here in the test's process."""
+    x = load_digits().data[:ENTRIES].astype(np.float32)
+    model = load_workload("zoo:mlp").build_model().eval()
+    with torch.inference_mode():
+        logits = torch.cat([model(torch.from_numpy(row[None])) for row in x]).numpy()
+    return x, logits
+
+
+def data_file(tmp_path: Path, x: np.ndarray, logits: np.ndarray) -> str:
+    obj: dict[str, Any] = {"data": [{"x": row.tolist()} for row in x],
+                           "validation_data": [{"logits": row.tolist()} for row in logits]}
+    path = tmp_path / "digits.json"
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def run(server: Running, tmp_path: Path, *extra: str) -> tuple[int, Store]:
+    store = tmp_path / "runs.db"
+    code = main(["load", server.url, "--model", "mlp", "--requests", "120", "--duration", "20s",
+                 "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store", str(store), *extra])
+    return code, Store(store)
+
+
+def test_real_data_is_sent_round_robin_and_every_reply_matches(server: Running, tmp_path: Path,
+                                                              digits: tuple[np.ndarray, np.ndarray],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = data_file(tmp_path, *digits)
+    # batch 4 joins 4 consecutive digits per request (5 distinct requests); concurrency 3 lets the server
+    # batch requests together too: each reply must still hold its own digits' logits
+    code, store = run(server, tmp_path, "--input-data", path, "--batch-size", "4", "--concurrency", "1,3")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for level in out["levels"]:
+        assert level["statuses"] == {"200": level["requests_ok"]} and level["requests_ok"] > 0
+    assert max(lv["server"]["average_batch_size"] for lv in out["levels"]) > 4  # requests were joined
+    record = store.get(out["run_id"])
+    assert record.config["input_data"] == [path]
+    assert record.config["distinct_requests"] == 5 and record.config["validated"] is True
+
+
+def test_a_reply_that_does_not_match_is_an_error_and_fails_the_command(
+        server: Running, tmp_path: Path, digits: tuple[np.ndarray, np.ndarray],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    x, logits = digits
+    wrong = logits.copy()
+    wrong[7, 3] += 1.0  # one digit's expectation off: only the requests that carry it may fail
+    code, _ = run(server, tmp_path, "--input-data", data_file(tmp_path, x, wrong), "--concurrency", "2")
+    captured = capsys.readouterr()
+    assert code == 1
+    level = json.loads(captured.out)["levels"][0]
+    total = sum(level["statuses"].values())
+    # request k sends digit k mod 20: between a twentieth of the measured requests, rounded, and one more
+    assert total // ENTRIES <= level["statuses"]["mismatch"] <= total // ENTRIES + 2
+    assert level["statuses"]["200"] == total - level["statuses"]["mismatch"]
+    assert "output 'logits' differs from its validation data: element 3" in captured.err
+    wrong_count = level["statuses"]["mismatch"]
+    assert f"replies did not match the validation data at: concurrency 2 ({wrong_count})" in captured.err
+
+
+def test_the_test_request_is_checked_before_any_load(server: Running, tmp_path: Path,
+                                                     digits: tuple[np.ndarray, np.ndarray]) -> None:
+    x, logits = digits
+    wrong = logits.copy()
+    wrong[0, 0] += 1.0
+    with pytest.raises(LoadGenError, match=r"did not match its validation data \(entry 0\): output 'logits'"):
+        oip_target(server.url, "mlp", input_data=[data_file(tmp_path, x, wrong)])
+
+
+def test_a_directory_and_zero_inputs(server: Running, tmp_path: Path, digits: tuple[np.ndarray, np.ndarray],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    x, logits = digits
+    folder = tmp_path / "digit5"
+    folder.mkdir()
+    (folder / "x").write_bytes(x[5].astype("<f4").tobytes())
+    (folder / "logits").write_bytes(logits[5].astype("<f4").tobytes())
+    code, _ = run(server, tmp_path, "--input-data", str(folder), "--batch-size", "2")
+    assert code == 0
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    assert level["statuses"] == {"200": level["requests_ok"]}
+    target = oip_target(server.url, "mlp", input_data=["zero"], batch_size=3)
+    assert len(target.requests) == 1 and target.expected == () and target.items_per_request == 3

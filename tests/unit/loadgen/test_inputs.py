@@ -1,0 +1,181 @@
+"""`--input-data`: perf_analyzer's formats read into items, joined into requests, and replies checked."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.errors import ConfigError
+from dlperf.loadgen.inputs import ATOL, RTOL, InputData, TensorInfo, mismatch, prepare, read_input_data
+from dlperf.serve.protocol import HEADER_LENGTH, InferResponse, Tensor, encode_response
+
+INPUTS = [TensorInfo("x", "FP32", (-1, 4)), TensorInfo("ids", "INT64", (-1, -1))]
+OUTPUTS = [TensorInfo("y", "FP32", (-1, 2)), TensorInfo("label", "INT64", (-1,))]
+
+
+def write(tmp_path: Path, obj: Any, name: str = "data.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def entry(x: Any, ids: Any) -> dict[str, Any]:
+    return {"x": x, "ids": ids}
+
+
+def test_json_values_as_lists_b64_and_content_with_shape(tmp_path: Path) -> None:
+    x2 = np.array([5, 6, 7, 8], dtype="<f4")
+    path = write(tmp_path, {"data": [
+        entry([1, 2, 3, 4], {"content": [1, 2, 3], "shape": [3]}),
+        {"x": {"b64": base64.b64encode(x2.tobytes()).decode()},
+         "ids": {"content": {"b64": base64.b64encode(np.arange(6, dtype="<i8").tobytes()).decode()}, "shape": [2, 3]}},
+        entry([[0.5, 0.5], [0.5, 0.5]], {"content": [[9]], "shape": [1]}),
+    ]})
+    data = read_input_data([path], INPUTS, OUTPUTS)
+    assert data is not None and len(data.steps) == 3 and not data.validates
+    assert data.steps[0]["x"].dtype == np.float32 and data.steps[0]["x"].tolist() == [1, 2, 3, 4]
+    assert data.steps[0]["ids"].dtype == np.int64 and data.steps[0]["ids"].shape == (3,)
+    assert data.steps[1]["x"].tolist() == [5, 6, 7, 8]
+    assert data.steps[1]["ids"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert data.steps[2]["x"].shape == (4,) and data.steps[2]["ids"].tolist() == [9]
+
+
+def test_shape_flag_fills_variable_dimensions_and_files_concatenate(tmp_path: Path) -> None:
+    a = write(tmp_path, {"data": [entry([1, 2, 3, 4], [1, 2])]}, "a.json")
+    b = write(tmp_path, {"data": [entry([0, 0, 0, 0], [3, 4]), entry([1, 1, 1, 1], [[5, 6]])]}, "b.json")
+    data = read_input_data([a, b], INPUTS, OUTPUTS, shapes={"ids": (1, 2)})  # --shape is the full shape
+    assert data is not None
+    assert [s["ids"].tolist() for s in data.steps] == [[1, 2], [3, 4], [5, 6]]
+    assert data.source == f"{a}, {b}"
+
+
+def test_validation_data_is_flat_per_entry_and_bytes_count_themselves(tmp_path: Path) -> None:
+    labels = struct.pack("<q", 7)
+    path = write(tmp_path, {
+        "data": [entry([1, 2, 3, 4], {"content": [1], "shape": [1]})] * 2,
+        "validation_data": [{"y": [[0.25, 0.75]], "label": {"b64": base64.b64encode(labels).decode()}}, {}],
+    })
+    data = read_input_data([path], INPUTS, OUTPUTS)
+    assert data is not None and data.validates
+    assert data.expected[0]["y"].tolist() == [0.25, 0.75] and data.expected[0]["label"].tolist() == [7]
+    assert data.expected[1] == {}
+
+
+def test_zero_gives_one_item_of_zeros_and_random_gives_none() -> None:
+    inputs = [TensorInfo("x", "FP32", (-1, 4)), TensorInfo("s", "BYTES", (-1, 2))]
+    data = read_input_data(["zero"], inputs, [])
+    assert data is not None and len(data.steps) == 1
+    assert data.steps[0]["x"].tolist() == [0, 0, 0, 0] and data.steps[0]["s"].tolist() == [b"", b""]
+    assert read_input_data(["random"], inputs, []) is None
+    assert read_input_data([], inputs, []) is None
+
+
+def test_directory_holds_one_raw_file_per_input_and_optional_outputs(tmp_path: Path) -> None:
+    (tmp_path / "x").write_bytes(np.array([1, 2, 3, 4], dtype="<f4").tobytes())
+    (tmp_path / "ids").write_bytes(np.array([4, 5], dtype="<i8").tobytes())
+    (tmp_path / "y").write_bytes(np.array([0.5, 1.5], dtype="<f4").tobytes())
+    data = read_input_data([str(tmp_path)], INPUTS, OUTPUTS, shapes={"ids": (1, 2)})
+    assert data is not None and len(data.steps) == 1
+    assert data.steps[0]["x"].tolist() == [1, 2, 3, 4] and data.steps[0]["ids"].tolist() == [4, 5]
+    assert data.expected[0]["y"].tolist() == [0.5, 1.5] and "label" not in data.expected[0]
+
+
+@pytest.mark.parametrize("obj, message", [
+    ({"data": []}, "non-empty 'data' list"),
+    ([1, 2], "non-empty 'data' list"),
+    ({"data": [[entry([1, 2, 3, 4], [1])]]}, "streams of a sequence model"),
+    ({"data": [{"x": [1, 2, 3, 4]}]}, "data[0] has no value for input 'ids'"),
+    ({"data": [{"x": [1, 2, 3, 4], "ids": {"content": [1], "shape": [1]}, "z": [1]}]},
+     "data[0] names 'z', which is not an input of the model (its inputs: x, ids)"),
+    ({"data": [entry([1, 2, 3], {"content": [1], "shape": [1]})]},
+     "data[0] input 'x': 3 data elements for a shape of 4 elements"),
+    ({"data": [entry([1, 2, 3, 4], [1, 2])]}, "input 'ids' has variable dimensions [-1, -1]: give its shape"),
+    ({"data": [entry({"b64": "%%%"}, {"content": [1], "shape": [1]})]}, "'b64' is not valid base64"),
+    ({"data": [entry({"b64": "AAAA"}, {"content": [1], "shape": [1]})]},
+     "data[0] input 'x': 3 bytes of binary data for 4 FP32 elements"),
+    ({"data": [entry({"shape": [4]}, [1])]}, "holds 'content' (and optionally 'shape') or 'b64'"),
+    ({"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [-1]})]}, "'shape' must be a list of non-negative"),
+    ({"data": [entry(["a", 2, 3, 4], {"content": [1], "shape": [1]})]}, "FP32 data must be numbers"),
+    ({"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [1]})], "validation_data": []},
+     "'validation_data' must be a list aligned with 'data' (1 entries), got 0"),
+    ({"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [1]})], "validation_data": [{"q": [1]}]},
+     "validation_data[0] names 'q', which is not an output of the model (its outputs: y, label)"),
+])
+def test_bad_json_is_refused_naming_file_entry_and_tensor(tmp_path: Path, obj: Any, message: str) -> None:
+    path = write(tmp_path, obj)
+    with pytest.raises(ConfigError) as info:
+        read_input_data([path], INPUTS, OUTPUTS)
+    assert message in str(info.value) and path in str(info.value)
+
+
+def test_unreadable_arguments_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        read_input_data([str(tmp_path / "bad.json")], INPUTS, OUTPUTS)
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        read_input_data([str(tmp_path / "missing.json")], INPUTS, OUTPUTS)
+    with pytest.raises(ConfigError, match="zero cannot be combined"):
+        read_input_data(["zero", str(tmp_path / "bad.json")], INPUTS, OUTPUTS)
+    with pytest.raises(ConfigError, match="no file 'x' for input 'x'"):
+        read_input_data([str(tmp_path)], INPUTS, OUTPUTS)
+
+
+def items(n: int) -> InputData:
+    steps: tuple[dict[str, np.ndarray], ...] = tuple(
+        {"x": np.full(4, i, dtype=np.float32), "ids": np.array([i, i], dtype=np.int64)} for i in range(n))
+    return InputData(steps, tuple({"y": np.array([i, -i], dtype=np.float32)} for i in range(n)), "test")
+
+
+def test_requests_take_consecutive_items_round_robin() -> None:
+    prepared = prepare(items(5), INPUTS, batch_size=2)
+    assert len(prepared) == 5  # 5 / gcd(5, 2): request k holds items 2k, 2k+1 (mod 5)
+    firsts = [p.tensors[0].data[:, 0].tolist() for p in prepared]
+    assert firsts == [[0, 1], [2, 3], [4, 0], [1, 2], [3, 4]]
+    assert prepared[2].tensors[1].data.tolist() == [[4, 4], [0, 0]]
+    assert prepared[2].expected["y"].tolist() == [4, -4, 0, 0]
+    assert len(prepare(items(6), INPUTS, batch_size=4)) == 3  # 6 / gcd(6, 4)
+    assert [p.tensors[0].data.shape for p in prepare(items(3), INPUTS, batch_size=1)] == [(1, 4)] * 3
+
+
+def test_items_of_different_shapes_cannot_share_a_request() -> None:
+    data = items(2)
+    data.steps[1]["ids"] = np.array([1, 2, 3], dtype=np.int64)
+    assert len(prepare(data, INPUTS, batch_size=1)) == 2
+    with pytest.raises(ConfigError, match=r"entries 0 and 1 cannot share a request of --batch-size 2: input 'ids'"):
+        prepare(data, INPUTS, batch_size=2)
+    unbatched = [TensorInfo("x", "FP32", (4,)), TensorInfo("ids", "INT64", (2,))]
+    assert prepare(data, unbatched, batch_size=1)[0].tensors[0].data.shape == (4,)
+    with pytest.raises(ConfigError, match="no batch dimension"):
+        prepare(data, unbatched, batch_size=2)
+
+
+def reply(*tensors: Tensor) -> tuple[int, dict[str, str], bytes]:
+    body, length = encode_response(InferResponse("m", list(tensors)), [True] * len(tensors))
+    assert length is not None
+    return 200, {HEADER_LENGTH: str(length)}, body
+
+
+def test_replies_are_checked_within_tolerance_for_floats_and_exactly_otherwise() -> None:
+    want: dict[str, np.ndarray] = {"y": np.array([1.0, 2.0], dtype=np.float32),
+                                   "label": np.array([3], dtype=np.int64)}
+    label = Tensor("label", "INT64", np.array([[3]], dtype=np.int64))
+    assert mismatch(*reply(Tensor("y", "FP32", np.array([[1.0, 2.0]], np.float32)), label), want) is None
+    close = 2.0 * (1 + RTOL / 2)
+    assert mismatch(*reply(Tensor("y", "FP32", np.array([[1.0, close]], np.float32)), label), want) is None
+    far = 2.0 * (1 + 2 * RTOL) + ATOL
+    why = mismatch(*reply(Tensor("y", "FP32", np.array([[1.0, far]], np.float32)), label), want)
+    assert why is not None and "output 'y' differs from its validation data: element 1 is 2.00" in why
+    why = mismatch(*reply(Tensor("y", "FP32", np.array([[1.0, 2.0]], np.float32)),
+                          Tensor("label", "INT64", np.array([[4]], dtype=np.int64))), want)
+    assert why == "output 'label' differs from its validation data: element 0 is 4, expected 3"
+    why = mismatch(*reply(label), want)
+    assert why == "output 'y' is not in the reply (it has label)"
+    why = mismatch(*reply(Tensor("y", "FP32", np.zeros((1, 3), np.float32)), label), want)
+    assert why == "output 'y' has 3 elements, its validation data 2"
+    assert mismatch(200, {}, b"not json", want) is not None
