@@ -47,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
         out = console()
         out.print(f"check of {args.workload} against baseline '{args.baseline}' (run {outcome.baseline.id}); "
                   f"this run: {outcome.run_id}")
-        for line in gate_lines(outcome.gate):
+        for line in gate_lines(outcome.gate.to_dict()):
             out.print(line)
     return outcome.exit_code

@@ -15,6 +15,7 @@ from dlperf.compare.settings import ABSettings
 from dlperf.errors import ConfigError
 from dlperf.measure.ab import ABConfig, ABResult, ab_test, decide
 from dlperf.measure.clock import Clock
+from dlperf.measure.stats import Measurement
 from dlperf.workload.base import Inputs, Workload
 
 BLOCK_TARGET_S = 0.05
@@ -45,6 +46,16 @@ class ABRun:
             "batch_size": {"a": self.batch_size_a, "b": self.batch_size_b},
             "measurements": {"a": self.result.a.to_dict(), "b": self.result.b.to_dict()},
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ABRun:
+        """A stored A/B back (`to_dict`'s output, as `dlperf ab` records it)."""
+        sides = {side: Measurement.from_dict(data["measurements"][side]) for side in ("a", "b")}
+        result = ABResult(sides["a"], sides["b"], [float(r) for r in data["block_ratios"]], float(data["ratio"]),
+                          (float(data["ci"][0]), float(data["ci"][1])), float(data["confidence"]), str(data["verdict"]))
+        return cls(str(data["workload"]), ABSettings.from_dict(data["settings"]["a"]),
+                   ABSettings.from_dict(data["settings"]["b"]), int(data["batch_size"]["a"]),
+                   int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]))
 
     def describe(self) -> str:
         unit = " per item" if self.per_item else ""

@@ -55,6 +55,13 @@ class ABSettings:
             "options": dict(self.options),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ABSettings:
+        """`to_dict`'s output back (a stored A/B's settings)."""
+        return cls(threads=data.get("threads"), precision=str(data.get("precision", "fp32")),
+                   batch_size=data.get("batch_size"), channels_last=bool(data.get("channels_last", False)),
+                   device=str(data.get("device", "cpu")), options=tuple((data.get("options") or {}).items()))
+
     def describe(self) -> str:
         """The settings back in the parser's syntax, defaults left out ('defaults' when all are)."""
         parts = []

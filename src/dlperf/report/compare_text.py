@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
     from dlperf.compare.ab import ABRun
-    from dlperf.compare.gate import GateResult
     from dlperf.compare.live import LiveComparison
     from dlperf.compare.runs import RunComparison
 
@@ -81,15 +80,17 @@ def comparison_tables(cmp: RunComparison) -> list[Table]:
     return tables
 
 
-def gate_lines(result: GateResult) -> list[Text]:
+def gate_lines(result: dict[str, Any]) -> list[Text]:
+    """A regression gate's verdict (`GateResult.to_dict()`, also as `dlperf check` records it): each batch
+    size's reason, the warnings, PASS or FAIL."""
     lines = []
-    for point, reason in zip(result.points, result.reasons(), strict=False):
-        lines.append(Text(reason, style="red" if point.failed else ""))
-    for warning in result.warnings:
+    for point, reason in zip(result["points"], result["reasons"], strict=False):
+        lines.append(Text(reason, style="red" if point.get("failed") else ""))
+    for warning in result.get("warnings", []):
         lines.append(Text(f"warning: {warning}", style="yellow"))
-    if result.failed:
-        lines.append(Text(f"FAIL: {result.config.metric} regressed significantly by more than "
-                          f"{result.config.max_regression:.1%}", style="bold red"))
+    if result["failed"]:
+        lines.append(Text(f"FAIL: {result['metric']} regressed significantly by more than "
+                          f"{result['max_regression']:.1%}", style="bold red"))
     else:
         lines.append(Text("PASS: no significant regression above the threshold", style="bold green"))
     return lines

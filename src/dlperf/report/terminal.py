@@ -280,8 +280,9 @@ def runs_table(records: Sequence[RunRecord], store_url: str = "") -> RenderableT
 
 
 def record_view(record: RunRecord) -> RenderableType:
-    """`dlperf runs show`: the header, config, and the result as its command printed it (bench, check, load,
-    profile, train, calibrate), else as JSON with long lists of numbers summarized."""
+    """`dlperf runs show`: the header, config, and the result as its command printed it (bench, check with its
+    gate verdict, ab, load, profile, train, calibrate, optimize), else as JSON with long lists of numbers
+    summarized."""
     parts: list[RenderableType] = []
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
@@ -304,6 +305,8 @@ def record_view(record: RunRecord) -> RenderableType:
         parts.append(bench_table(record.result))
         if "model_bytes" in record.result:
             parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
+        if view is not None:  # a check run's gate verdict below its measurements
+            parts.append(view)
     elif view is not None:
         parts.append(view)
     elif record.result:
@@ -339,6 +342,16 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             from dlperf.report.optimize_view import render
 
             return render(result)
+        if record.kind == "check" and isinstance(result.get("gate"), dict):
+            from dlperf.report.compare_text import gate_lines
+
+            return Group(*gate_lines(result["gate"]))
+        if record.kind == "ab" and "measurements" in result:
+            from dlperf.compare.ab import ABRun
+            from dlperf.report.compare_text import ab_table, ab_verdict
+
+            run = ABRun.from_dict(result)
+            return Group(ab_table(run), ab_verdict(run))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from rich.console import Console, RenderableType
 
+from dlperf.measure.stats import Measurement
 from dlperf.report.terminal import (
     bench_report,
     bench_warnings,
@@ -182,3 +184,40 @@ def test_bench_warnings_are_grouped() -> None:
         "batch 64: only 3 samples: percentiles and spread are unreliable",
         "batch 1, 8: other processes kept 1.7 cores busy",
     ]
+
+
+def _measurement(scale: float, n: int = 200) -> Measurement:
+    rng = random.Random(int(scale * 1000))
+    return Measurement([int(scale * 1e6 * (1 + 0.05 * rng.random())) for _ in range(n)])
+
+
+def test_runs_show_of_an_ab_run_is_its_table_and_verdict() -> None:
+    from dlperf.compare.ab import ABRun
+    from dlperf.compare.settings import ABSettings
+    from dlperf.measure.ab import ABResult
+
+    result = ABResult(_measurement(2.0), _measurement(1.5), [0.74, 0.76, 0.75, 0.75], 0.75, (0.74, 0.76), 0.95,
+                      "faster")
+    run = ABRun("zoo:mlp", ABSettings(threads=1), ABSettings(threads=2, options=(("hidden", 64),)), 1, 1, result,
+                False, 50)
+    stored = run.to_dict()
+    assert ABRun.from_dict(stored).to_dict() == stored  # the stored dict is all the view needs
+    shown = _text(record_view(RunRecord("ab1", "ab", "zoo:mlp", "ok", "2026-01-01", result=stored)))
+    assert "A/B of zoo:mlp: 4 paired blocks of 50 calls" in shown
+    assert "threads=2,option.hidden=64" in shown and "verdict: B is faster (B speed 1.333x of A" in shown
+    assert "samples_ns" not in shown and "block_ratios" not in shown  # not the JSON
+
+
+def test_runs_show_of_a_check_run_adds_the_gate_verdict_to_its_measurements() -> None:
+    from dlperf.compare.gate import GateConfig, gate
+
+    verdict = gate({1: _measurement(1.0)}, {1: _measurement(1.5)}, GateConfig(max_regression=0.05)).to_dict()
+    result = {**RESULT, "gate": verdict}
+    shown = _text(record_view(RunRecord("c1", "check", "zoo:mlp", "ok", "2026-01-01", result=result)))
+    assert "1.25" in shown  # the bench table of the check's own measurements
+    assert "batch 1: p50" in shown and "REGRESSION" in shown
+    assert "FAIL: p50 regressed significantly by more than 5.0%" in shown
+    passing = gate({1: _measurement(1.0)}, {1: _measurement(1.0)}).to_dict()
+    shown = _text(record_view(RunRecord("c2", "check", "zoo:mlp", "ok", "2026-01-01",
+                                        result={**RESULT, "gate": passing})))
+    assert "PASS: no significant regression above the threshold" in shown
