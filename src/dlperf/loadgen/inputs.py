@@ -261,12 +261,7 @@ def _read_json(path: Path, inputs: Sequence[TensorInfo], outputs: Sequence[Tenso
     steps = []
     for i, entry in enumerate(data):
         at = f"{where}: data[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{at} is not an object mapping input names to values")
-        unknown = sorted(set(entry) - set(by_name))
-        if unknown:
-            raise ConfigError(f"{at} names '{unknown[0]}', which is not an input of the model "
-                              f"(its inputs: {', '.join(by_name)})")
+        _check_names(entry, by_name, "input", at)
         missing = [name for name in by_name if name not in entry]
         if missing:
             raise ConfigError(f"{at} has no value for input '{missing[0]}'; every entry gives every input")
@@ -281,15 +276,20 @@ def _read_json(path: Path, inputs: Sequence[TensorInfo], outputs: Sequence[Tenso
     expected = []
     for i, entry in enumerate(validation):
         at = f"{where}: validation_data[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{at} is not an object mapping output names to values")
-        unknown = sorted(set(entry) - set(out_by_name))
-        if unknown:
-            raise ConfigError(f"{at} names '{unknown[0]}', which is not an output of the model "
-                              f"(its outputs: {', '.join(out_by_name)})")
+        _check_names(entry, out_by_name, "output", at)
         expected.append({name: _expected(value, out_by_name[name].datatype, f"{at} output '{name}'")
                          for name, value in entry.items()})
     return steps, expected
+
+
+def _check_names(entry: Any, known: Mapping[str, TensorInfo], what: str, at: str) -> None:
+    """An entry is an object whose keys are all the model's inputs (or outputs)."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{at} is not an object mapping {what} names to values")
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise ConfigError(f"{at} names '{unknown[0]}', which is not an {what} of the model "
+                          f"(its {what}s: {', '.join(known)})")
 
 
 def _split_value(value: Any, where: str) -> tuple[Any, tuple[int, ...] | None]:
@@ -310,6 +310,12 @@ def _split_value(value: Any, where: str) -> tuple[Any, tuple[int, ...] | None]:
 
 def _item(value: Any, spec: TensorInfo, known: _StepShapes, where: str) -> np.ndarray:
     content, shape = _split_value(value, where)
+    if shape is not None:
+        model = known.default(spec)
+        if len(shape) != len(model) or any(m >= 0 and m != d for m, d in zip(model, shape, strict=True)):
+            raise ConfigError(
+                f"{where}: shape {list(shape)} does not fit the model's {list(spec.shape)}"
+                + (" (an entry is one item: leave the batch dimension out)" if known.batched else ""))
     dims = shape if shape is not None else known.of(spec, where)
     count = math.prod(dims)
     if isinstance(content, dict):

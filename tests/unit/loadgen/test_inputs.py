@@ -34,7 +34,7 @@ def test_json_values_as_lists_b64_and_content_with_shape(tmp_path: Path) -> None
     path = write(tmp_path, {"data": [
         entry([1, 2, 3, 4], {"content": [1, 2, 3], "shape": [3]}),
         {"x": {"b64": base64.b64encode(x2.tobytes()).decode()},
-         "ids": {"content": {"b64": base64.b64encode(np.arange(6, dtype="<i8").tobytes()).decode()}, "shape": [2, 3]}},
+         "ids": {"content": {"b64": base64.b64encode(np.arange(6, dtype="<i8").tobytes()).decode()}, "shape": [6]}},
         entry([[0.5, 0.5], [0.5, 0.5]], {"content": [[9]], "shape": [1]}),
     ]})
     data = read_input_data([path], INPUTS, OUTPUTS)
@@ -42,7 +42,7 @@ def test_json_values_as_lists_b64_and_content_with_shape(tmp_path: Path) -> None
     assert data.steps[0]["x"].dtype == np.float32 and data.steps[0]["x"].tolist() == [1, 2, 3, 4]
     assert data.steps[0]["ids"].dtype == np.int64 and data.steps[0]["ids"].shape == (3,)
     assert data.steps[1]["x"].tolist() == [5, 6, 7, 8]
-    assert data.steps[1]["ids"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert data.steps[1]["ids"].tolist() == [0, 1, 2, 3, 4, 5]
     assert data.steps[2]["x"].shape == (4,) and data.steps[2]["ids"].tolist() == [9]
 
 
@@ -100,6 +100,10 @@ def test_directory_holds_one_raw_file_per_input_and_optional_outputs(tmp_path: P
     ({"data": [entry({"b64": "AAAA"}, {"content": [1], "shape": [1]})]},
      "data[0] input 'x': 3 bytes of binary data for 4 FP32 elements"),
     ({"data": [entry({"shape": [4]}, [1])]}, "holds 'content' (and optionally 'shape') or 'b64'"),
+    ({"data": [entry({"content": [1, 2, 3, 4], "shape": [1, 4]}, {"content": [1], "shape": [1]})]},
+     "data[0] input 'x': shape [1, 4] does not fit the model's [-1, 4] (an entry is one item: leave the batch"),
+    ({"data": [entry({"content": [1, 2, 3, 4, 5], "shape": [5]}, {"content": [1], "shape": [1]})]},
+     "data[0] input 'x': shape [5] does not fit the model's [-1, 4]"),
     ({"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [-1]})]}, "'shape' must be a list of non-negative"),
     ({"data": [entry(["a", 2, 3, 4], {"content": [1], "shape": [1]})]}, "FP32 data must be numbers"),
     ({"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [1]})], "validation_data": []},
