@@ -21,8 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="closed loop: keep N requests outstanding, one level per value (default 1)")
     mode.add_argument("--rate", type=float, default=None, metavar="R",
                       help="open loop: send R requests per second")
-    parser.add_argument("--arrivals", choices=["constant", "poisson"], default="constant",
-                        help="request-rate schedule (default constant)")
+    parser.add_argument("--arrivals", choices=["constant", "poisson", "trace"], default=None,
+                        help="request-rate schedule (default constant; trace: with --request-intervals)")
+    parser.add_argument("--request-intervals", default=None, metavar="FILE",
+                        help="open loop on a recorded schedule (perf_analyzer's option): one gap between requests "
+                             "per line, in microseconds, looped; sent at the trace's own mean rate, or scaled to "
+                             "--rate (its bursts kept), or to each rate --find-peak tries")
     parser.add_argument("--duration", type=duration_s, default=None,
                         help="the most one level runs, e.g. 30s (default 30s; with --find-peak, at least long "
                              "enough for 459 requests at the tried rate)")
@@ -96,8 +100,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
+    intervals: tuple[float, ...] = ()
+    rate = args.rate
+    if args.request_intervals:
+        from dlperf.loadgen.generator import read_request_intervals
+
+        if args.concurrency:
+            raise ConfigError("--request-intervals is a request-rate schedule: drop --concurrency")
+        if args.arrivals not in (None, "trace"):
+            raise ConfigError(f"--request-intervals sets the arrivals to 'trace': drop --arrivals {args.arrivals}")
+        intervals = read_request_intervals(args.request_intervals)
+        if rate is None and not args.find_peak:
+            rate = len(intervals) / sum(intervals)  # the trace as recorded
     config = LoadConfig(
-        concurrency=args.concurrency or (1,), rate=None if args.find_peak else args.rate, arrivals=args.arrivals,
+        concurrency=args.concurrency or (1,), rate=None if args.find_peak else rate,
+        arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
         window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed,
         slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
@@ -121,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
                                 "input_data": args.input_data or ["random"],
                                 "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
+                                "request_intervals": args.request_intervals,
                                 "duration_fitted": args.find_peak and args.duration is None}
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:

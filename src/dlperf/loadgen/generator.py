@@ -12,10 +12,12 @@ when it cannot keep the schedule itself. `find_peak` searches the highest rate w
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -31,7 +33,7 @@ from dlperf.measure.stats import (
     percentile_upper_bound,
 )
 
-ARRIVALS = ("constant", "poisson")
+ARRIVALS = ("constant", "poisson", "trace")
 Record = tuple[int, int, str, int, int]
 """One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns)."""
 
@@ -48,6 +50,10 @@ class LoadConfig:
     rate: float | None = None
     """Requests per second (open loop); replaces concurrency mode when set."""
     arrivals: str = "constant"
+    """constant, poisson, or trace: the gaps of `intervals_s` in turn (looped), scaled to `rate`."""
+    intervals_s: tuple[float, ...] = ()
+    """With arrivals 'trace': gaps between requests, e.g. a production log's (perf_analyzer's
+    --request-intervals); their shape is kept and their mean rate (`trace_rate`) scaled to the level's."""
     duration_s: float = 30.0
     """The most one level may run (warm-up included)."""
     requests: int | None = None
@@ -66,6 +72,11 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
             raise ConfigError(f"--arrivals must be one of {', '.join(ARRIVALS)}, got '{self.arrivals}'")
+        if (self.arrivals == "trace") != bool(self.intervals_s):
+            raise ConfigError("arrivals 'trace' goes with the request intervals (--request-intervals FILE), and "
+                              "only with them")
+        if self.intervals_s and (min(self.intervals_s) < 0 or sum(self.intervals_s) <= 0):
+            raise ConfigError("request intervals must be >= 0 and not all 0")
         if self.rate is not None and self.rate <= 0:
             raise ConfigError(f"--rate must be positive, got {self.rate}")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
@@ -83,12 +94,64 @@ class LoadConfig:
     def mode(self) -> str:
         return "rate" if self.rate is not None else "concurrency"
 
+    @property
+    def trace_rate(self) -> float | None:
+        """The request intervals' own mean rate (requests per second), None without them."""
+        return len(self.intervals_s) / sum(self.intervals_s) if self.intervals_s else None
+
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
 
         data = dataclasses.asdict(self)
+        del data["intervals_s"]  # a trace may hold many thousands: its count and rate are kept
+        data["intervals"] = len(self.intervals_s)
+        data["trace_rate"] = self.trace_rate
         data["version"] = 1
         return data
+
+
+def arrival_gaps(config: LoadConfig, rate: float) -> Iterator[float]:
+    """The open loop's gaps (s) between scheduled requests at `rate` requests per second: constant,
+    exponential (Poisson arrivals, seeded), or the trace's intervals in turn, scaled to `rate`."""
+    if config.arrivals == "poisson":
+        rng = random.Random(config.seed)
+        while True:
+            yield rng.expovariate(rate)
+    elif config.arrivals == "trace":
+        scale = (config.trace_rate or rate) / rate
+        for gap in itertools.cycle(config.intervals_s):
+            yield gap * scale
+    else:
+        while True:
+            yield 1.0 / rate
+
+
+def read_request_intervals(path: str) -> tuple[float, ...]:
+    """perf_analyzer's --request-intervals file: one gap between requests per line, in microseconds
+    (blank lines and # comments skipped) -> seconds. ConfigError naming the file and line otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"--request-intervals {path}: cannot read it ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--request-intervals {path}: not a text file ({exc})") from exc
+    out = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"--request-intervals {path}, line {number}: {line.strip()!r} is not a gap in "
+                              "microseconds (one non-negative number per line)")
+        out.append(value / 1e6)
+    if not out or sum(out) <= 0:
+        raise ConfigError(f"--request-intervals {path}: no intervals, or all 0 (one gap in microseconds per line)")
+    return tuple(out)
 
 
 @dataclass
@@ -321,10 +384,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
 
     async def open_loop() -> None:
         nonlocal sent, scheduled
-        rng = random.Random(config.seed)
+        gaps = arrival_gaps(config, level)
         idle: list[Connection] = []
         outstanding = 0
-        gap = 1.0 / level
 
         async def fire(conn: Connection) -> None:
             nonlocal outstanding
@@ -336,7 +398,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
 
         t_next = time.perf_counter()
         while may_send():
-            t_next += rng.expovariate(level) if config.arrivals == "poisson" else gap
+            t_next += next(gaps)
             delay = t_next - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -6,6 +6,7 @@ import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,27 @@ def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Runnin
     shown = capsys.readouterr().out
     assert "p99 bound" in shown and "latencies_ns" not in shown
     assert f"rate 20: undecided: {level['requests_ok']} requests, 0 over 2000 ms" in " ".join(shown.split())
+
+
+def test_request_intervals_replay_a_bursty_schedule_at_its_rate_or_scaled(server: Running, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    gaps = tmp_path / "gaps.txt"
+    gaps.write_text("0\n0\n0\n0\n100000\n")  # bursts of 5 requests every 100 ms: 50 req/s
+    common = ["--duration", "3s", "--window-s", "0.5", "--warmup-s", "0.3", "--json", "--store", str(tmp_path / "r.db")]
+
+    def level(*args: str) -> dict[str, Any]:
+        assert main(["load", server.url, "--model", "mlp", *args, *common]) == 0
+        levels = json.loads(capsys.readouterr().out)["levels"]
+        assert len(levels) == 1 and levels[0]["errors"] == 0
+        return dict(levels[0])
+
+    burst = level("--request-intervals", str(gaps))
+    assert burst["level"] == pytest.approx(50) and burst["send_rate"] == pytest.approx(50, rel=0.1)
+    steady = level("--rate", "50")
+    # the same rate: alone, each request is its own batch; in bursts of 5, the server joins them
+    assert steady["server"]["average_batch_size"] < 1.1 < 1.3 < burst["server"]["average_batch_size"]
+    faster = level("--request-intervals", str(gaps), "--rate", "100")
+    assert faster["level"] == 100 and faster["send_rate"] == pytest.approx(100, rel=0.1)
+    assert faster["server"]["average_batch_size"] > 1.3
+    assert main(["load", server.url, "--model", "mlp", "--request-intervals", str(gaps), "--concurrency", "2"]) == 2
+    assert "--request-intervals is a request-rate schedule: drop --concurrency" in capsys.readouterr().err

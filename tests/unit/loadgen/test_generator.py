@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +19,11 @@ from dlperf.loadgen.generator import (
     _agree,
     _rate_warnings,
     _slo_decided,
+    arrival_gaps,
     decision_duration_s,
     find_peak,
     passes,
+    read_request_intervals,
     verdict,
 )
 from dlperf.loadgen.render import perf_analyzer_csv
@@ -212,3 +215,42 @@ def test_perf_analyzer_csv_has_its_columns_in_microseconds_sorted_by_throughput(
     no_stats = [float(v) for v in rows[3]]
     assert no_stats[4:8] == [0, 0, 0, 0] and abs(no_stats[3] - (20400 - 30)) <= 1  # no server statistics
     assert perf_analyzer_csv([dataclasses.replace(slow, mode="rate", level=40.0)]).startswith("Request Rate,")
+
+
+def test_arrival_gaps_constant_poisson_and_a_trace_scaled_to_the_rate() -> None:
+    def first(config: LoadConfig, rate: float, n: int) -> list[float]:
+        gaps = arrival_gaps(config, rate)
+        return [next(gaps) for _ in range(n)]
+
+    assert first(LoadConfig(rate=50), 50, 3) == [0.02, 0.02, 0.02]
+    poisson = first(LoadConfig(rate=50, arrivals="poisson", seed=3), 50, 4000)
+    assert poisson[:5] == first(LoadConfig(rate=50, arrivals="poisson", seed=3), 50, 5)  # seeded
+    assert len(set(poisson)) == 4000 and sum(poisson) / 4000 == pytest.approx(0.02, rel=0.05)
+    trace = LoadConfig(rate=60, arrivals="trace", intervals_s=(0.001, 0.001, 0.048))
+    assert trace.trace_rate == pytest.approx(60)
+    assert first(trace, 60, 7) == pytest.approx([0.001, 0.001, 0.048] * 2 + [0.001])  # as recorded, looped
+    assert first(trace, 120, 3) == pytest.approx([0.0005, 0.0005, 0.024])  # twice the rate, same bursts
+    summary = trace.to_dict()
+    assert "intervals_s" not in summary and summary["intervals"] == 3
+    assert summary["trace_rate"] == pytest.approx(60)
+
+
+def test_request_intervals_file_and_its_errors(tmp_path: Path) -> None:
+    path = tmp_path / "gaps.txt"
+    path.write_text("# from the access log\n1000\n\n  2500.5  \n0\n")
+    assert read_request_intervals(str(path)) == pytest.approx((0.001, 0.0025005, 0.0))
+    path.write_text("1000\n-5\n")
+    with pytest.raises(ConfigError, match=r"gaps.txt, line 2: '-5' is not a gap in microseconds"):
+        read_request_intervals(str(path))
+    path.write_text("1000\n2 ms\n")
+    with pytest.raises(ConfigError, match=r"line 2: '2 ms' is not a gap"):
+        read_request_intervals(str(path))
+    path.write_text("0\n# nothing else\n")
+    with pytest.raises(ConfigError, match="no intervals, or all 0"):
+        read_request_intervals(str(path))
+    with pytest.raises(ConfigError, match="cannot read it"):
+        read_request_intervals(str(tmp_path / "missing.txt"))
+    with pytest.raises(ConfigError, match="only with them"):
+        LoadConfig(rate=10, arrivals="trace")
+    with pytest.raises(ConfigError, match="only with them"):
+        LoadConfig(rate=10, intervals_s=(0.1,))
