@@ -20,7 +20,8 @@ from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_re
 
 @dataclass(frozen=True)
 class Target:
-    """What one request is: a prebuilt raw HTTP request, and where to read the server's statistics."""
+    """What is sent: a prebuilt raw HTTP request (or several, sent in turn, with the outputs their replies
+    must hold), and where to read the server's statistics."""
 
     endpoint: Endpoint
     model: str
