@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     intervals: tuple[float, ...] = ()
     rate = args.rate
     if args.request_intervals:
-        from dlperf.loadgen.generator import read_request_intervals
+        from dlperf.loadgen.generator import mean_rate, read_request_intervals
 
         if args.concurrency:
             raise ConfigError("--request-intervals is a request-rate schedule: drop --concurrency")
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--request-intervals sets the arrivals to 'trace': drop --arrivals {args.arrivals}")
         intervals = read_request_intervals(args.request_intervals)
         if rate is None and not args.find_peak:
-            rate = len(intervals) / sum(intervals)  # the trace as recorded
+            rate = mean_rate(intervals)  # the trace as recorded
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else rate,
         arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,

@@ -97,7 +97,7 @@ class LoadConfig:
     @property
     def trace_rate(self) -> float | None:
         """The request intervals' own mean rate (requests per second), None without them."""
-        return len(self.intervals_s) / sum(self.intervals_s) if self.intervals_s else None
+        return mean_rate(self.intervals_s) if self.intervals_s else None
 
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
@@ -108,6 +108,11 @@ class LoadConfig:
         data["trace_rate"] = self.trace_rate
         data["version"] = 1
         return data
+
+
+def mean_rate(intervals_s: Sequence[float]) -> float:
+    """Requests per second of a schedule of gaps between requests."""
+    return len(intervals_s) / sum(intervals_s)
 
 
 def arrival_gaps(config: LoadConfig, rate: float) -> Iterator[float]:
