@@ -368,7 +368,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             await conn.close()
         t1 = clock()
         if expected is not None and status == "200":
-            why = mismatch(reply.status, reply.headers, reply.body, expected)
+            why = mismatch(reply.headers, reply.body, expected)
             if why is not None:
                 status = MISMATCH
                 mismatches.append(why)

@@ -38,6 +38,7 @@ import numpy as np
 
 from dlperf.errors import ConfigError
 from dlperf.serve.protocol import (
+    FLOAT_DATATYPES,
     HEADER_LENGTH,
     NUMPY_DTYPES,
     ProtocolError,
@@ -52,7 +53,6 @@ ATOL = 1e-5
 """Tolerance of a floating-point output against its validation data (numpy.allclose)."""
 
 KEYWORDS = ("random", "zero")
-_FLOATS = ("FP16", "FP32", "FP64", "BF16")
 
 
 @dataclass(frozen=True)
@@ -144,14 +144,14 @@ def prepare(data: InputData, inputs: Sequence[TensorInfo], batch_size: int) -> l
                         f"{list(item.shape)} in the other; use --batch-size 1 or entries of one shape")
             tensors.append(Tensor(spec.name, spec.datatype, np.stack(items) if batched else items[0]))
         want = {}
-        for name in {name for i in idx for name in data.expected[i]}:
+        for name in dict.fromkeys(name for i in idx for name in data.expected[i]):  # in the file's order
             if all(name in data.expected[i] for i in idx):
                 want[name] = np.concatenate([data.expected[i][name] for i in idx])
         out.append(Prepared(tensors, want))
     return out
 
 
-def mismatch(status: int, headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
+def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
     """Why a 200 reply does not hold `expected` (flat outputs), or None when it does."""
     length = headers.get(HEADER_LENGTH)
     try:
@@ -166,14 +166,14 @@ def mismatch(status: int, headers: Mapping[str, str], body: bytes, expected: Map
         have = tensor.data.reshape(-1)
         if have.size != want.size:
             return f"output '{name}' has {have.size} elements, its validation data {want.size}"
-        if tensor.datatype in _FLOATS:
+        if tensor.datatype in FLOAT_DATATYPES:
             a, b = have.astype(np.float64), want.astype(np.float64)
             close = np.isclose(a, b, rtol=RTOL, atol=ATOL)
         else:
             close = have == want
         if not bool(np.all(close)):
             i = int(np.argmin(close))
-            if tensor.datatype in _FLOATS:
+            if tensor.datatype in FLOAT_DATATYPES:
                 return (f"output '{name}' differs from its validation data: element {i} is {float(have[i]):.7g}, "
                         f"expected {float(want[i]):.7g} (rtol {RTOL:g}, atol {ATOL:g})")
             return (f"output '{name}' differs from its validation data: element {i} is {_scalar(have[i])!r}, "

@@ -142,7 +142,7 @@ def _check(target: Target) -> None:
                            f"{_error_of(reply.body)}")
     _, expected = target.request(0)
     if expected:
-        why = mismatch(reply.status, reply.headers, reply.body, expected)
+        why = mismatch(reply.headers, reply.body, expected)
         if why is not None:
             raise LoadGenError(f"a test request to model '{target.model}' did not match its validation data "
                                f"(entry 0): {why}")

@@ -42,7 +42,7 @@ tritonclient's, not in the KServe list) is ml_dtypes' bfloat16: 2 bytes, the upp
 
 BF16 = NUMPY_DTYPES["BF16"]
 
-_FLOAT_DATATYPES = ("FP16", "FP32", "FP64", "BF16")
+FLOAT_DATATYPES = ("FP16", "FP32", "FP64", "BF16")
 """The floating-point datatypes: JSON numbers as floats, random tensors drawn from a normal distribution."""
 
 _DATATYPE_OF_KIND: dict[tuple[str, int], str] = {
@@ -358,7 +358,7 @@ def _json_data(array: np.ndarray, datatype: str) -> list[Any]:
     flat = array.reshape(-1)
     if datatype == "BYTES":
         return [(v if isinstance(v, bytes) else str(v).encode()).decode("utf-8", "replace") for v in flat]
-    if datatype in _FLOAT_DATATYPES:
+    if datatype in FLOAT_DATATYPES:
         return [float(v) for v in flat.astype(np.float64)]
     values: list[Any] = flat.tolist()
     return values
@@ -431,7 +431,7 @@ def error_body(message: str) -> bytes:
 def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
     """A random tensor of an OIP datatype: normal floats, small non-negative integers, random bools/bytes."""
     shape = tuple(int(d) for d in shape)
-    if datatype in _FLOAT_DATATYPES:
+    if datatype in FLOAT_DATATYPES:
         return rng.standard_normal(shape).astype(NUMPY_DTYPES[datatype])
     if datatype == "BOOL":
         return rng.random(shape) < 0.5

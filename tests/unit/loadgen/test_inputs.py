@@ -159,10 +159,10 @@ def test_items_of_different_shapes_cannot_share_a_request() -> None:
         prepare(data, unbatched, batch_size=2)
 
 
-def reply(*tensors: Tensor) -> tuple[int, dict[str, str], bytes]:
+def reply(*tensors: Tensor) -> tuple[dict[str, str], bytes]:
     body, length = encode_response(InferResponse("m", list(tensors)), [True] * len(tensors))
     assert length is not None
-    return 200, {HEADER_LENGTH: str(length)}, body
+    return {HEADER_LENGTH: str(length)}, body
 
 
 def test_replies_are_checked_within_tolerance_for_floats_and_exactly_otherwise() -> None:
@@ -182,4 +182,4 @@ def test_replies_are_checked_within_tolerance_for_floats_and_exactly_otherwise()
     assert why == "output 'y' is not in the reply (it has label)"
     why = mismatch(*reply(Tensor("y", "FP32", np.zeros((1, 3), np.float32)), label), want)
     assert why == "output 'y' has 3 elements, its validation data 2"
-    assert mismatch(200, {}, b"not json", want) is not None
+    assert mismatch({}, b"not json", want) is not None
