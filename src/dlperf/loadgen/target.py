@@ -145,7 +145,7 @@ def _check(target: Target) -> None:
         why = mismatch(reply.headers, reply.body, expected)
         if why is not None:
             raise LoadGenError(f"a test request to model '{target.model}' did not match its validation data "
-                               f"(entry 0): {why}")
+                               f"(the first request, from the first entries): {why}")
 
 
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], meta: dict[str, Any],
