@@ -100,7 +100,8 @@ def test_the_test_request_is_checked_before_any_load(server: Running, tmp_path: 
     x, logits = digits
     wrong = logits.copy()
     wrong[0, 0] += 1.0
-    with pytest.raises(LoadGenError, match=r"did not match its validation data \(the first request, from the first entries\): output 'logits'"):
+    with pytest.raises(LoadGenError, match=r"did not match its validation data \(the first request, from the "
+                                           r"first entries\): output 'logits'"):
         oip_target(server.url, "mlp", input_data=[data_file(tmp_path, x, wrong)])
 
 
