@@ -166,12 +166,12 @@ def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.
         have = tensor.data.reshape(-1)
         if have.size != want.size:
             return f"output '{name}' has {have.size} elements, its validation data {want.size}"
-        if tensor.datatype in FLOAT_DATATYPES:
-            a, b = have.astype(np.float64), want.astype(np.float64)
-            close = np.isclose(a, b, rtol=RTOL, atol=ATOL)
+        if tensor.datatype in FLOAT_DATATYPES:  # numpy.isclose's test, written out: a quarter of its time
+            b = want.astype(np.float64, copy=False)
+            close = np.abs(have.astype(np.float64) - b) <= ATOL + RTOL * np.abs(b)
         else:
             close = have == want
-        if not bool(np.all(close)):
+        if not close.all():
             i = int(np.argmin(close))
             if tensor.datatype in FLOAT_DATATYPES:
                 return (f"output '{name}' differs from its validation data: element {i} is {float(have[i]):.7g}, "
