@@ -102,7 +102,7 @@ def read_input_data(values: Sequence[str], inputs: Sequence[TensorInfo], outputs
     if not values or values == ["random"]:
         return None
     batched = is_batched(inputs)
-    known = _StepShapes(inputs, batched, shapes or {})
+    known = _StepShapes(batched, shapes or {})
     if values == ["zero"]:
         step = {spec.name: _zeros(spec.datatype, known.of(spec, "--input-data zero")) for spec in inputs}
         return InputData((step,), ({},), "zero")
@@ -193,10 +193,9 @@ class _StepShapes:
     """One item's shape of each input: its metadata shape without the batch dimension, variable dimensions
     filled from --shape (a full shape, batch dimension included, as for random data)."""
 
-    def __init__(self, inputs: Sequence[TensorInfo], batched: bool, shapes: Mapping[str, Sequence[int]]) -> None:
+    def __init__(self, batched: bool, shapes: Mapping[str, Sequence[int]]) -> None:
         self.batched = batched
         self.given = shapes
-        self.names = [spec.name for spec in inputs]
 
     def default(self, spec: TensorInfo) -> tuple[int, ...]:
         """The item shape, -1 where still variable."""
