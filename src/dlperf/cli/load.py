@@ -88,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
     from dlperf.loadgen.generator import MISMATCH, LoadConfig, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import levels_table, peak_lines, perf_analyzer_csv, verdict_line, verdict_text
+    from dlperf.loadgen.render import (
+        levels_table,
+        peak_lines,
+        perf_analyzer_csv,
+        setup_lines,
+        verdict_line,
+        verdict_text,
+    )
     from dlperf.loadgen.target import oip_target
     from dlperf.measure.env import capture_environment
 
@@ -140,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
                                 "request_intervals": args.request_intervals,
                                 "duration_fitted": args.find_peak and args.duration is None}
+    if not args.json:
+        for line in setup_lines(settings):
+            out.print(line, markup=False)
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
             with load_progress("rate") as (on_window, shown):

@@ -91,6 +91,26 @@ def load_headline(result: Any) -> str:
     return f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
 
 
+def setup_lines(config: dict[str, Any]) -> list[str]:
+    """What a load run sent and when, where not the defaults (random tensors, evenly spaced or closed loop),
+    from its recorded settings: the --input-data or --workload inputs and the --request-intervals schedule."""
+    lines = []
+    data = [v for v in config.get("input_data") or [] if v != "random"]
+    if data:
+        n = int(config.get("distinct_requests") or 1)
+        lines.append(f"inputs: {', '.join(data)} ({n} distinct request{'s' if n != 1 else ''} of batch "
+                     f"{config.get('batch_size', 1)}" + (", every reply checked against its validation data)"
+                                                          if config.get("validated") else ")"))
+    elif config.get("workload"):
+        lines.append(f"inputs: {config['workload']}'s example inputs")
+    if config.get("request_intervals"):
+        rate = config.get("trace_rate")
+        lines.append(f"schedule: {config['request_intervals']} ({config.get('intervals', '?')} gaps, looped; "
+                     + (f"{rate:.4g} req/s as recorded" if isinstance(rate, (int, float)) else "")
+                     + ", scaled to each level's rate)")
+    return lines
+
+
 def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     """`dlperf runs show` of a load run: its levels table, the verdicts as recorded (a run from before they
     were recorded shows only pass/FAIL from its peak search), the peak, and the warnings; not the
@@ -98,7 +118,8 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     from rich.text import Text
 
     levels = [LevelResult.from_dict(d) for d in result["levels"]]
-    parts: list[Any] = [levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}")]
+    parts: list[Any] = [Text(line) for line in setup_lines(config)]
+    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}"))
     peak = result.get("peak")
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):

@@ -254,3 +254,16 @@ def test_request_intervals_file_and_its_errors(tmp_path: Path) -> None:
         LoadConfig(rate=10, arrivals="trace")
     with pytest.raises(ConfigError, match="only with them"):
         LoadConfig(rate=10, intervals_s=(0.1,))
+
+
+def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> None:
+    from dlperf.loadgen.render import setup_lines
+
+    assert setup_lines({"input_data": ["random"], "workload": None, "request_intervals": None}) == []
+    assert setup_lines({"input_data": ["d.json"], "distinct_requests": 25, "batch_size": 4, "validated": True,
+                        "request_intervals": "gaps.txt", "intervals": 8, "trace_rate": 100.0}) == [
+        "inputs: d.json (25 distinct requests of batch 4, every reply checked against its validation data)",
+        "schedule: gaps.txt (8 gaps, looped; 100 req/s as recorded, scaled to each level's rate)"]
+    assert setup_lines({"input_data": ["zero"], "distinct_requests": 1, "batch_size": 1}) == [
+        "inputs: zero (1 distinct request of batch 1)"]
+    assert setup_lines({"workload": "zoo:mlp"}) == ["inputs: zoo:mlp's example inputs"]
