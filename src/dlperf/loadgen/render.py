@@ -105,9 +105,9 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         lines.append(f"inputs: {config['workload']}'s example inputs")
     if config.get("request_intervals"):
         rate = config.get("trace_rate")
+        recorded = f"{rate:.4g} req/s as recorded, " if isinstance(rate, (int, float)) else ""
         lines.append(f"schedule: {config['request_intervals']} ({config.get('intervals', '?')} gaps, looped; "
-                     + (f"{rate:.4g} req/s as recorded" if isinstance(rate, (int, float)) else "")
-                     + ", scaled to each level's rate)")
+                     f"{recorded}scaled to each level's rate)")
     return lines
 
 
