@@ -7,6 +7,7 @@ instances stop. A second signal exits at once.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -52,9 +53,10 @@ def _http_protocol(max_request_bytes: int) -> Any:
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             self.into = None
-            if self.cycle is not None and self.cycle.scope is self.scope:  # not an upgrade
+            cycle = _fitting_cycle(self)
+            if cycle is not None:
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
-                scope[CLIENT_GONE_KEY] = _gone_check(self.cycle)
+                scope[CLIENT_GONE_KEY] = _gone_check(cycle)
                 self.into = body_buffer_for(scope, max_request_bytes)
                 if self.into is not None:
                     scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run
@@ -66,6 +68,35 @@ def _http_protocol(max_request_bytes: int) -> Any:
                 self.into.write(body)
 
     return InferBodyProtocol
+
+
+log = logging.getLogger("dlperf.serve")
+
+_UVICORN_MISFIT: list[str] = []
+"""Set (once, with the reason) when uvicorn's protocol lacks what the fast path reads: the server then runs as
+plain uvicorn (bodies through ASGI messages, no client-gone check) instead of failing every request."""
+
+
+def _fitting_cycle(protocol: Any) -> Any:
+    """The request cycle of an HTTP (not upgrade) request when uvicorn's objects have every attribute the fast
+    path reads (the protocol's `cycle` and `scope`, the cycle's `scope`, `response_complete`, `disconnected`:
+    uvicorn internals, 0.54-0.55 here); else None, and the first misfit is logged once and turns it off."""
+    if _UVICORN_MISFIT:
+        return None
+    try:
+        cycle, scope = protocol.cycle, protocol.scope
+        if cycle is None or cycle.scope is not scope:  # an upgrade, or no request
+            return None
+        _ = (cycle.response_complete, cycle.disconnected)  # read now: on_body and the gone check read them later
+    except AttributeError as exc:
+        import uvicorn
+
+        _UVICORN_MISFIT.append(str(exc))
+        log.warning("uvicorn %s's HTTP protocol is not what dlperf's body fast path expects (%s): serving "
+                    "with uvicorn's own handling (bodies copied once more; no client-gone check)",
+                    getattr(uvicorn, "__version__", "?"), exc)
+        return None
+    return cycle
 
 
 def _gone_check(cycle: Any) -> Callable[[], bool]:

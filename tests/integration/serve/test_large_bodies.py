@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlperf.serve import app
+from dlperf.serve import app, server
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec
 from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.protocol import Tensor, encode_request
@@ -88,7 +88,8 @@ def test_concurrent_distinct_large_requests_get_their_own_answers(served: tuple[
         np.testing.assert_allclose(p.get_result().as_numpy("y"), _expected(x), rtol=1e-5)
     c.close()
     body_bytes = sum(x.nbytes for x in inputs)
-    assert seen.protocol_bytes >= body_bytes  # every body went through the protocol's buffer, not uvicorn's
+    # every body went through the protocol's buffer, not uvicorn's (unless this uvicorn does not fit the fast path)
+    assert seen.protocol_bytes >= body_bytes, f"uvicorn misfit: {server._UVICORN_MISFIT}"
     # one at a time, each request is a batch of its own: the model gets views of the body buffer itself
     with seen.lock:
         seen.batches.clear()

@@ -1,0 +1,45 @@
+"""The body fast path's guard on uvicorn's internals: it reads the protocol's request cycle only when every
+attribute it uses is there, and otherwise turns itself off once, with a warning, so the server keeps
+serving as plain uvicorn (objects shaped like uvicorn's, with one attribute missing as a new uvicorn might)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from dlperf.serve import server
+
+pytestmark = pytest.mark.unit
+
+
+def protocol(**cycle_attrs: object) -> SimpleNamespace:
+    scope: dict[str, object] = {"type": "http"}
+    cycle = SimpleNamespace(scope=scope, **cycle_attrs)
+    return SimpleNamespace(cycle=cycle, scope=scope)
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_UVICORN_MISFIT", [])
+
+
+def test_a_cycle_with_what_the_fast_path_reads_is_used() -> None:
+    p = protocol(response_complete=False, disconnected=False)
+    assert server._fitting_cycle(p) is p.cycle
+    upgrade = protocol(response_complete=False, disconnected=False)
+    upgrade.scope = {"type": "websocket"}  # uvicorn's cycle holds another scope: not a plain request
+    assert server._fitting_cycle(upgrade) is None
+    assert server._fitting_cycle(SimpleNamespace(cycle=None, scope={})) is None
+    assert server._UVICORN_MISFIT == []
+
+
+def test_a_missing_attribute_turns_the_fast_path_off_once_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="dlperf.serve"):
+        assert server._fitting_cycle(protocol(response_complete=False)) is None  # no 'disconnected'
+        assert server._fitting_cycle(protocol(response_complete=False, disconnected=False)) is None  # off now
+        assert server._fitting_cycle(SimpleNamespace(scope={})) is None
+    assert len(server._UVICORN_MISFIT) == 1 and "disconnected" in server._UVICORN_MISFIT[0]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "is not what dlperf's body fast path expects" in warnings[0]
