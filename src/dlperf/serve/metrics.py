@@ -42,6 +42,12 @@ METRIC_NAMES = (
 )
 """Every dlperf-specific metric family name the server exports (histograms add _bucket/_sum/_count)."""
 
+PRIORITY_METRIC_NAMES = (
+    "dlperf_inference_priority_request_duration_seconds",
+    "dlperf_inference_priority_queue_duration_seconds",
+)
+"""Exported too by a server with priority levels (`--priority-levels N`): one series per level 1..N."""
+
 GPU_METRIC_NAMES = (
     "dlperf_gpu_utilization_ratio",
     "dlperf_gpu_memory_used_bytes",
@@ -140,6 +146,13 @@ class Metrics:
                                           "output)", labels, buckets=LATENCY_BUCKETS_S, registry=r)
         self.batch_size = Histogram(PREFIX + "batch_size", "Items per model execution", labels,
                                     buckets=BATCH_BUCKETS, registry=r)
+        by_level = (*labels, "priority")
+        self.priority_request_duration = Histogram(
+            PREFIX + "priority_request_duration_seconds", "End-to-end time of answered requests by priority level "
+            "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
+        self.priority_queue_duration = Histogram(
+            PREFIX + "priority_queue_duration_seconds", "Queue time of answered requests by priority level "
+            "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
         self.instances = Gauge(PREFIX + "instances", "Model instances running", labels, registry=r)
         self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Queued requests beyond which new ones are "
                                     "rejected (--max-queue-size; 0 = unbounded)", labels, registry=r)
@@ -150,10 +163,11 @@ class Metrics:
         self._stats: dict[str, ModelStats] = {}
         self._lock = threading.Lock()
 
-    def recorder(self, model: str, variant: str, pending: Callable[[], float] | None = None) -> Recorder:
+    def recorder(self, model: str, variant: str, pending: Callable[[], float] | None = None,
+                 priority_levels: int = 0) -> Recorder:
         with self._lock:
             stats = self._stats.setdefault(model, ModelStats())
-        return Recorder(self, model, variant, stats, self._lock, pending)
+        return Recorder(self, model, variant, stats, self._lock, pending, priority_levels)
 
     def stats(self, model: str) -> ModelStats:
         with self._lock:
@@ -173,7 +187,7 @@ class Recorder:
     """Bound metric children for one (model, variant): cheap to call per request and per batch."""
 
     def __init__(self, metrics: Metrics, model: str, variant: str, stats: ModelStats, lock: threading.Lock,
-                 pending: Callable[[], float] | None) -> None:
+                 pending: Callable[[], float] | None, priority_levels: int = 0) -> None:
         self.model = model
         self.variant = variant
         self._m = metrics
@@ -190,6 +204,10 @@ class Recorder:
         self._capacity = metrics.queue_capacity.labels(model, variant)
         for reason in FAILURE_REASONS:  # export zeros so rates and ratios exist before the first failure
             metrics.failure.labels(model, variant, reason)
+        self._by_level = {level: (metrics.priority_request_duration.labels(model, variant, str(level)),
+                                  metrics.priority_queue_duration.labels(model, variant, str(level)))
+                          for level in range(1, priority_levels + 1)}
+        """Level -> its (request, queue) histograms; empty without priority levels (nothing exported)."""
         if pending is not None:
             metrics.pending.labels(model, variant).set_function(pending)
 
@@ -214,12 +232,16 @@ class Recorder:
             cf.add(infer_ns)
             co.add(output_ns)
 
-    def success(self, request_ns: int, queue_ns: int, compute: tuple[int, int, int]) -> None:
-        """One request answered; `compute` = its batch's (input, infer, output) ns."""
+    def success(self, request_ns: int, queue_ns: int, compute: tuple[int, int, int], priority: int = 0) -> None:
+        """One request answered; `compute` = its batch's (input, infer, output) ns; `priority` its queue level."""
         self._success.inc()
         self._request.observe(request_ns / 1e9)
         self._queue.observe(queue_ns / 1e9)
         self._compute.observe(sum(compute) / 1e9)
+        level = self._by_level.get(priority)
+        if level is not None:
+            level[0].observe(request_ns / 1e9)
+            level[1].observe(queue_ns / 1e9)
         with self._lock:
             s = self._stats
             s.success.add(request_ns)

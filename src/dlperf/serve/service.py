@@ -342,7 +342,7 @@ class ServerState:
         t = done.timings_ns
         request_ns = time.monotonic_ns() - start_ns
         reply.after = functools.partial(variant.recorder.success, request_ns, t["start"] - done.arrival_ns,
-                                        (t["input"], t["infer"], t["output"]))
+                                        (t["input"], t["infer"], t["output"]), done.priority)
         reply.gone = functools.partial(variant.recorder.failure, "CANCELED", request_ns)
         return reply
 
@@ -448,7 +448,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait, config.priority_levels,
                                  config.default_priority_level)
             batcher = Batcher(policy, config.max_queue_size)
-            recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher))
+            recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),
+                                        priority_levels=policy.priority_levels)
             recorder.set_queue_capacity(config.max_queue_size)
             pool = InstancePool(model, batcher, recorder, config.instances)
             variant = Variant(vname, model, batcher, pool, recorder, policy)

@@ -13,7 +13,7 @@ import pytest
 from dlperf.serve.server import Running
 from dlperf.serve.service import ServeConfig
 
-from .helpers import Gate, gated_server, server_metrics, wait_until
+from .helpers import Gate, gated_server, get_text, server_metrics, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +55,25 @@ def test_a_high_priority_request_overtakes_queued_low_priority_ones(levels: tupl
     # batches of at most 2: the level-1 request first, joined by the oldest default-level one; then FIFO
     assert gate.firsts == [[1.0], [4.0, 2.0], [3.0, 5.0]]
     c.close()
+    # the metrics by level: one answered request at level 1, four at the default level 2 (the one asking
+    # for level 7 included); the level-1 request waited less than the level-2 one queued before it and
+    # answered in the same batch, so less than all level-2 requests' queue time together
+    wait_until(lambda: _by_level(running, "request_duration_seconds_count") == {"1": 1.0, "2": 4.0},
+               what="every answer recorded")  # recorded after each reply is sent
+    counts = _by_level(running, "queue_duration_seconds_count")
+    sums = _by_level(running, "queue_duration_seconds_sum")
+    assert counts == {"1": 1.0, "2": 4.0}
+    assert 0 < sums["1"] < sums["2"]
+
+
+def _by_level(running: Running, series: str) -> dict[str, float]:
+    """{priority: value} of one dlperf_inference_priority_* series on /metrics."""
+    out = {}
+    for line in get_text(f"http://{running.url}/metrics").splitlines():
+        if line.startswith(f"dlperf_inference_priority_{series}{{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('priority="')[1].split('"')[0]] = float(value)
+    return out
 
 
 def test_priority_levels_show_in_the_model_config_and_a_bad_priority_is_400(levels: tuple[Running, Gate]) -> None:

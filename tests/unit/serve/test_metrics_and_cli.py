@@ -8,7 +8,14 @@ import pytest
 
 from dlperf.cli import serve as serve_cli
 from dlperf.errors import ConfigError
-from dlperf.serve.metrics import FAILURE_REASONS, METRIC_NAMES, HistogramData, Metrics, parse_variant_metrics
+from dlperf.serve.metrics import (
+    FAILURE_REASONS,
+    METRIC_NAMES,
+    PRIORITY_METRIC_NAMES,
+    HistogramData,
+    Metrics,
+    parse_variant_metrics,
+)
 from dlperf.serve.service import ModelEntry, ServeConfig, warmup_sizes
 
 pytestmark = pytest.mark.unit
@@ -43,6 +50,27 @@ def test_recorded_values_come_back_through_the_parser() -> None:
     names = {line.split("{")[0].split(" ")[0] for line in text.decode().splitlines() if not line.startswith("#")}
     for family in METRIC_NAMES:
         assert any(n == family or n.startswith(family + "_") for n in names), family
+
+
+def test_priority_levels_get_their_own_request_and_queue_histograms() -> None:
+    metrics = Metrics()
+    plain = metrics.recorder("m", "plain")
+    leveled = metrics.recorder("m", "leveled", priority_levels=2)
+    plain.success(5_000_000, 1_000_000, (0, 1, 0), priority=0)
+    leveled.success(3_000_000, 500_000, (0, 1, 0), priority=1)
+    leveled.success(9_000_000, 7_000_000, (0, 1, 0), priority=2)
+    leveled.success(8_000_000, 6_000_000, (0, 1, 0), priority=2)
+    lines = metrics.exposition()[0].decode().splitlines()
+
+    def value(family: str, variant: str, level: str) -> float:
+        prefix = f'{family}{{model="m",priority="{level}",variant="{variant}"}} '
+        return float(next(line for line in lines if line.startswith(prefix)).split(" ")[1])
+
+    request, queue = PRIORITY_METRIC_NAMES
+    assert value(request + "_count", "leveled", "1") == 1 and value(request + "_count", "leveled", "2") == 2
+    assert value(queue + "_sum", "leveled", "1") == pytest.approx(0.0005)
+    assert value(queue + "_sum", "leveled", "2") == pytest.approx(0.013)
+    assert not any('variant="plain"' in line for line in lines if line.startswith(request))  # no levels: none
 
 
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
