@@ -14,7 +14,7 @@ import numpy as np
 
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
-from dlperf.loadgen.inputs import TensorInfo, is_batched, mismatch, prepare, read_input_data
+from dlperf.loadgen.inputs import InputData, TensorInfo, is_batched, mismatch, prepare, read_input_data
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 
@@ -78,11 +78,13 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     except LoadGenError as exc:
         raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
     specs = meta.get("inputs") or []
-    if input_data and list(input_data) != ["random"]:
+    ins = _infos(meta, "inputs")
+    data = read_input_data(input_data, ins, _infos(meta, "outputs"), shapes=shapes) if input_data else None
+    if data is not None:  # None: random tensors, as without --input-data
         if inputs is not None:
             raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
-        return _data_target(endpoint, model, server, meta, headers, batch_size=batch_size, shapes=shapes or {},
-                            parameters=parameters, input_data=input_data, check=check)
+        return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
+                            parameters=parameters, check=check)
     if inputs is not None and len(inputs) != len(specs):
         raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -148,15 +150,14 @@ def _check(target: Target) -> None:
                                f"(the first request, from the first entries): {why}")
 
 
-def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], meta: dict[str, Any],
-                 headers: dict[str, str], *, batch_size: int, shapes: dict[str, Sequence[int]],
-                 parameters: dict[str, Any] | None, input_data: Sequence[str], check: bool) -> Target:
-    def infos(key: str) -> list[TensorInfo]:
-        return [TensorInfo(s["name"], s["datatype"], tuple(int(d) for d in s["shape"])) for s in meta.get(key) or []]
+def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
+    """The model metadata's inputs or outputs."""
+    return [TensorInfo(s["name"], s["datatype"], tuple(int(d) for d in s["shape"])) for s in meta.get(key) or []]
 
-    ins = infos("inputs")
-    data = read_input_data(input_data, ins, infos("outputs"), shapes=shapes)
-    assert data is not None  # "random" alone is the caller's path
+
+def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],
+                 ins: Sequence[TensorInfo], data: InputData, *, batch_size: int,
+                 parameters: dict[str, Any] | None, check: bool) -> Target:
     prepared = prepare(data, ins, batch_size)
     requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters) for p in prepared)
     items = batch_size if is_batched(ins) else 1
