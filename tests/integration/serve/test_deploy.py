@@ -27,7 +27,8 @@ METRIC = re.compile(r"\b((?:dlperf|process)_[a-z0-9_]+)")
 
 @pytest.fixture(scope="module")
 def exported() -> Iterator[set[str]]:
-    running: Running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_queue_size=8))
+    # with priority levels, so that the per-level histograms are exported too
+    running: Running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_queue_size=8, priority_levels=2))
     try:
         x = np.zeros((1, 64), np.float32)
         inp = httpclient.InferInput("x", [1, 64], "FP32")
@@ -64,7 +65,8 @@ def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
     # every dlperf serving family appears somewhere on the dashboard
     for family in ("request_success_total", "request_failure_total", "count_total", "exec_count_total",
                    "pending_requests", "request_duration_seconds_bucket", "queue_duration_seconds_bucket",
-                   "compute_duration_seconds_bucket", "batch_size_bucket"):
+                   "compute_duration_seconds_bucket", "batch_size_bucket",
+                   "priority_request_duration_seconds_bucket", "priority_queue_duration_seconds_bucket"):
         assert f"dlperf_inference_{family}" in names
 
 
