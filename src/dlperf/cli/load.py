@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per input, or a JSON file {\"data\": [...], \"validation_data\": [...]} (repeatable); "
                              "entries are sent round-robin and replies checked against validation_data "
                              "(docs/serve.md); exit code 1 if a reply does not match")
+    parser.add_argument("--string-length", type=int, default=None, metavar="N",
+                        help="characters in each random BYTES element (default 128, as perf_analyzer)")
+    parser.add_argument("--string-data", default=None, metavar="S",
+                        help="send S in every BYTES element instead of random strings")
     parser.add_argument("--priority", type=int, default=0, metavar="L",
                         help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
                              "highest on a server with --priority-levels; default 0: none)")
@@ -136,13 +140,15 @@ def run(args: argparse.Namespace) -> int:
     target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
                         shapes=_shapes(args.shape), seed=args.seed,
                         parameters={"priority": args.priority} if args.priority else None,
-                        input_data=args.input_data)
+                        input_data=args.input_data, string_length=args.string_length,
+                        string_data=args.string_data)
     out = console()
     err = error_console()
     store = open_store(args)
     settings: dict[str, Any] = {**config.to_dict(), "url": args.url, "model": args.model,
                                 "batch_size": target.items_per_request, "workload": args.workload,
                                 "input_data": args.input_data or ["random"],
+                                "string_length": args.string_length, "string_data": args.string_data,
                                 "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
                                 "request_intervals": args.request_intervals,

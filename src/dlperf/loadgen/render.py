@@ -103,6 +103,10 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
                                                           if config.get("validated") else ")"))
     elif config.get("workload"):
         lines.append(f"inputs: {config['workload']}'s example inputs")
+    elif config.get("string_data") is not None:
+        lines.append(f"inputs: random, every BYTES element {config['string_data']!r}")
+    elif config.get("string_length") is not None:
+        lines.append(f"inputs: random, BYTES elements of {config['string_length']} random characters")
     if config.get("request_intervals"):
         rate = config.get("trace_rate")
         recorded = f"{rate:.4g} req/s as recorded, " if isinstance(rate, (int, float)) else ""

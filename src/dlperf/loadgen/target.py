@@ -65,11 +65,13 @@ def _error_of(body: bytes) -> str:
 def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
                inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
                seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
-               input_data: Sequence[str] = ()) -> Target:
+               input_data: Sequence[str] = (), string_length: int | None = None,
+               string_data: str | None = None) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
     (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
-    into every request's `parameters` (e.g. Triton's `priority`)."""
+    into every request's `parameters` (e.g. Triton's `priority`). Random BYTES elements are `string_data`
+    (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's)."""
     endpoint = parse_url(url)
     headers = _auth(token)
     server = _get_json(endpoint, "/v2", headers)
@@ -80,9 +82,12 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     specs = meta.get("inputs") or []
     ins = _infos(meta, "inputs")
     data = read_input_data(input_data, ins, _infos(meta, "outputs"), shapes=shapes) if input_data else None
+    if data is not None and inputs is not None:
+        raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
+    source = ("--input-data " + " ".join(input_data) if data is not None
+              else "--workload" if inputs is not None else None)
+    strings = _string_options(model, ins, string_length, string_data, given=source)
     if data is not None:  # None: random tensors, as without --input-data
-        if inputs is not None:
-            raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
                             parameters=parameters, check=check)
     if inputs is not None and len(inputs) != len(specs):
@@ -113,13 +118,39 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                         f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
                         f"with --shape {name}=D1,D2,... or use --workload SPEC for the workload's own inputs"
                     )
-            array = random_array(datatype, dims, rng)
+            array = random_array(datatype, dims, rng, **strings)
         tensors.append(Tensor(name, datatype, array))
     raw = _infer_request(endpoint, model, tensors, headers, parameters)
     target = Target(endpoint, model, raw, items, _stats_path(server, model), headers)
     if check:
         _check(target)
     return target
+
+
+DEFAULT_STRING_LENGTH = 128
+"""Characters in each random BYTES element (perf_analyzer's --string-length default)."""
+
+
+def _string_options(model: str, inputs: Sequence[TensorInfo], length: int | None, data: str | None, *,
+                    given: str | None) -> dict[str, Any]:
+    """random_array's keywords for BYTES inputs from --string-length / --string-data, refused where they
+    would change nothing: with other inputs than random ones, or a model without BYTES inputs."""
+    if length is None and data is None:
+        return {"string_length": DEFAULT_STRING_LENGTH}
+    option = "--string-data" if data is not None else "--string-length"
+    if length is not None and data is not None:
+        raise ConfigError("give either --string-length (random strings of that length) or --string-data (this "
+                          "string in every BYTES element), not both")
+    if length is not None and length < 0:
+        raise ConfigError(f"--string-length must be >= 0, got {length}")
+    if given is not None:
+        raise ConfigError(f"{option} shapes random BYTES inputs; with {given} the inputs are given: drop one")
+    if not any(info.datatype == "BYTES" for info in inputs):
+        kinds = ", ".join(f"{info.name} {info.datatype}" for info in inputs)
+        raise ConfigError(f"{option} applies to BYTES inputs; model '{model}' has none ({kinds})")
+    if data is not None:
+        return {"string_data": data.encode()}
+    return {"string_length": length}
 
 
 def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], headers: dict[str, str],

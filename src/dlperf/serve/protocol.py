@@ -428,8 +428,13 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
-def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
-    """A random tensor of an OIP datatype: normal floats, small non-negative integers, random bools/bytes."""
+_STRING_ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", dtype=np.uint8)
+
+
+def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator, *, string_length: int = 8,
+                 string_data: bytes | None = None) -> np.ndarray:
+    """A random tensor of an OIP datatype: normal floats, small non-negative integers, random bools; BYTES
+    elements are `string_data` if given, else random letters and digits, `string_length` of them."""
     shape = tuple(int(d) for d in shape)
     if datatype in FLOAT_DATATYPES:
         return rng.standard_normal(shape).astype(NUMPY_DTYPES[datatype])
@@ -439,6 +444,7 @@ def random_array(datatype: str, shape: Sequence[int], rng: np.random.Generator) 
         out = np.empty(shape, dtype=object)
         flat = out.reshape(-1)
         for i in range(flat.size):
-            flat[i] = bytes(rng.integers(97, 123, size=8, dtype=np.uint8))
+            flat[i] = string_data if string_data is not None else (
+                _STRING_ALPHABET[rng.integers(0, _STRING_ALPHABET.size, size=string_length)].tobytes())
         return out
     return rng.integers(0, 100, size=shape).astype(NUMPY_DTYPES[datatype])

@@ -14,10 +14,11 @@ import torch
 from sklearn.datasets import load_digits
 
 from dlperf.cli.main import main
-from dlperf.errors import LoadGenError
+from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.target import oip_target
+from dlperf.serve.instances import ServedModel, Signature, TensorSpec
 from dlperf.serve.server import Running, start_in_thread
-from dlperf.serve.service import ServeConfig
+from dlperf.serve.service import ServeConfig, build_state
 from dlperf.store import Store
 from dlperf.workload.loader import load_workload
 
@@ -118,3 +119,64 @@ def test_a_directory_and_zero_inputs(server: Running, tmp_path: Path, digits: tu
     assert level["statuses"] == {"200": level["requests_ok"]}
     target = oip_target(server.url, "mlp", input_data=["zero"], batch_size=3)
     assert len(target.requests) == 1 and target.expected == () and target.items_per_request == 3
+
+
+@pytest.fixture(scope="module")
+def text_server() -> Iterator[tuple[Running, list[bytes]]]:
+    """A model with one BYTES input that answers each string's length and keeps what it was sent."""
+    seen: list[bytes] = []
+    signature = Signature((TensorSpec("text", "BYTES", (-1, 1)),), (TensorSpec("length", "INT64", (-1, 1)),))
+
+    def make_runner(index: int) -> Any:
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            strings = [bytes(v) for v in arrays[0].flat]
+            seen.extend(strings)
+            return [np.array([len(v) for v in strings], dtype=np.int64).reshape(-1, 1)]
+
+        return run
+
+    config = ServeConfig(model="strings", port=0, max_batch_size=8)
+    state = build_state(config, {"strings": ServedModel("strings", signature, make_runner)})
+    running = start_in_thread(config, state)
+    yield running, seen
+    running.stop()
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ((), None),  # perf_analyzer's default: random strings of 128 characters
+    (("--string-length", "5"), None),
+    (("--string-data", "héllo wörld"), "héllo wörld".encode()),
+])
+def test_random_bytes_inputs_follow_string_length_and_string_data(
+        text_server: tuple[Running, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        extra: tuple[str, ...], expected: bytes | None) -> None:
+    running, seen = text_server
+    seen.clear()
+    store = tmp_path / "runs.db"
+    code = main(["load", running.url, "--model", "strings", "--requests", "20", "--duration", "20s",
+                 "--window-s", "0.5", "--warmup-s", "0.1", "--concurrency", "2", "--json", "--store", str(store),
+                 *extra])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["levels"][0]["statuses"] == {"200": out["levels"][0]["requests_ok"]}
+    assert len(seen) >= 20
+    if expected is not None:
+        assert set(seen) == {expected}
+    else:
+        length = int(extra[1]) if extra else 128
+        assert {len(v) for v in seen} == {length} and all(v.isalnum() for v in seen)
+    config = Store(store).get(out["run_id"]).config
+    assert (config["string_length"], config["string_data"]) == (
+        (int(extra[1]), None) if extra[:1] == ("--string-length",) else (None, extra[1]) if extra else (None, None))
+
+
+def test_string_options_are_refused_where_they_would_change_nothing(
+        server: Running, text_server: tuple[Running, list[bytes]]) -> None:
+    running, _ = text_server
+    with pytest.raises(ConfigError, match=r"--string-data applies to BYTES inputs; model 'mlp' has none \(x FP32\)"):
+        oip_target(server.url, "mlp", string_data="x")
+    with pytest.raises(ConfigError, match="with --input-data zero the inputs are given"):
+        oip_target(running.url, "strings", input_data=["zero"], string_length=4)
+    with pytest.raises(ConfigError, match="not both"):
+        oip_target(running.url, "strings", string_length=4, string_data="x")
+    with pytest.raises(ConfigError, match="--string-length must be >= 0, got -1"):
+        oip_target(running.url, "strings", string_length=-1)

@@ -267,3 +267,7 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
     assert setup_lines({"input_data": ["zero"], "distinct_requests": 1, "batch_size": 1}) == [
         "inputs: zero (1 distinct request of batch 1)"]
     assert setup_lines({"workload": "zoo:mlp"}) == ["inputs: zoo:mlp's example inputs"]
+    assert setup_lines({"input_data": ["random"], "string_length": 16, "string_data": None}) == [
+        "inputs: random, BYTES elements of 16 random characters"]
+    assert setup_lines({"input_data": ["random"], "string_length": None, "string_data": "a b"}) == [
+        "inputs: random, every BYTES element 'a b'"]

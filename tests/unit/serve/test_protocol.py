@@ -186,6 +186,16 @@ def test_random_array_has_the_asked_type_and_shape() -> None:
         assert datatype_of(a) == dt
 
 
+def test_random_strings_have_the_asked_length_or_content() -> None:
+    rng = np.random.default_rng(0)
+    a = random_array("BYTES", (3, 4), rng, string_length=17)
+    assert {len(v) for v in a.flat} == {17} and all(bytes(v).isalnum() for v in a.flat)
+    assert len({bytes(v) for v in a.flat}) == 12  # drawn, not one string repeated
+    assert {len(v) for v in random_array("BYTES", (2,), rng, string_length=0).flat} == {0}
+    fixed = random_array("BYTES", (2, 2), rng, string_data="héllo".encode())
+    assert {bytes(v) for v in fixed.flat} == {"héllo".encode()}
+
+
 def test_header_length_is_a_byte_count_or_absent() -> None:
     assert header_length_of({}) is None
     assert header_length_of({"inference-header-content-length": "123"}) == 123
