@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "are filled from the highest level down (default 0: one level, priority ignored)")
     parser.add_argument("--default-priority-level", type=int, default=0, metavar="L",
                         help="the level of a request without a priority in 1..N (default N, the lowest)")
+    parser.add_argument("--priority-queue-policy", action="append", default=[],
+                        metavar="L:max_queue_size=N,timeout_ms=T",
+                        help="level L's own queue bound and/or queue timeout, overriding --max-queue-size and "
+                             "--timeout-ms there (Triton's priority_queue_policy; repeatable, one per level)")
     parser.add_argument("--max-request-mb", type=float, default=64.0,
                         help="larger request bodies are refused with 413 before they are read (default 64)")
     parser.add_argument("--exit-timeout-s", type=float, default=30.0,
@@ -79,6 +83,39 @@ def _split(text: str | None) -> tuple[int, ...]:
         raise ConfigError(f"--split '{text}' is not weights like 90:10") from exc
 
 
+_POLICY_KEYS = ("max_queue_size", "timeout_ms")
+
+
+def _level_policies(items: list[str]) -> tuple[Any, ...]:
+    """--priority-queue-policy values, `L:max_queue_size=N,timeout_ms=T` (either key or both)."""
+    from dlperf.serve.batcher import LevelPolicy
+
+    out = []
+    for item in items:
+        example = "write e.g. --priority-queue-policy 1:max_queue_size=4,timeout_ms=50"
+        level, sep, rest = item.partition(":")
+        if not sep or not level.strip().isdigit() or not rest:
+            raise ConfigError(f"--priority-queue-policy '{item}' is not LEVEL:KEY=VALUE[,KEY=VALUE]: {example}")
+        values: dict[str, float] = {}
+        for pair in rest.split(","):
+            key, eq, value = (part.strip() for part in pair.partition("="))
+            key = key.replace("-", "_")
+            if not eq or key not in _POLICY_KEYS:
+                raise ConfigError(f"--priority-queue-policy '{item}': '{pair}' is not one of "
+                                  f"{', '.join(k + '=VALUE' for k in _POLICY_KEYS)}; {example}")
+            if key in values:
+                raise ConfigError(f"--priority-queue-policy '{item}': {key} is given twice")
+            try:
+                values[key] = int(value) if key == "max_queue_size" else float(value)
+            except ValueError:
+                kind = "a whole number" if key == "max_queue_size" else "a number of milliseconds"
+                raise ConfigError(f"--priority-queue-policy '{item}': {key}={value} is not {kind}") from None
+        timeout_ms = values.get("timeout_ms")
+        out.append(LevelPolicy(int(level), None if "max_queue_size" not in values else int(values["max_queue_size"]),
+                               None if timeout_ms is None else timeout_ms / 1000.0))
+    return tuple(out)
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     from dlperf.serve.service import ServeConfig
 
@@ -93,6 +130,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
         instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
         default_priority_level=args.default_priority_level,
+        priority_queue_policy=_level_policies(args.priority_queue_policy),
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, token=args.token,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,

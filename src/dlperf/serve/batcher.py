@@ -14,7 +14,9 @@ arrival is expected before the deadline (open-loop traffic at a low rate). See d
 
 Priority levels (Triton's `priority_levels`): with `BatchPolicy.priority_levels` N > 0 a request carries a
 level 1 (highest) .. N, and a batch is filled from the highest level down, in arrival order within a
-level; a request asking for priority 0 or one above N gets `default_priority_level`, as in Triton.
+level; a request asking for priority 0 or one above N gets `default_priority_level`, as in Triton. The
+queue bound holds per level; `LevelPolicy` (Triton's `priority_queue_policy`) gives a level its own bound
+and timeout.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +49,27 @@ class Queued(Protocol):
 
     @property
     def priority(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class LevelPolicy:
+    """One priority level's own queue policy (an entry of Triton's `priority_queue_policy`): its queue bound
+    and its requests' queue timeout, each overriding `--max-queue-size` / `--timeout-ms` where set."""
+
+    level: int
+    max_queue_size: int | None = None
+    """Queued requests of this level beyond which new ones get 503 (0 = unbounded); None: --max-queue-size."""
+    timeout_s: float | None = None
+    """Queue timeout of this level's requests (a request's own may shorten it); None: --timeout-ms."""
+
+    def __post_init__(self) -> None:
+        where = f"--priority-queue-policy {self.level}"
+        if self.max_queue_size is None and self.timeout_s is None:
+            raise ConfigError(f"{where}: give max_queue_size=N and/or timeout_ms=T")
+        if self.max_queue_size is not None and self.max_queue_size < 0:
+            raise ConfigError(f"{where}: max_queue_size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(f"{where}: timeout_ms must be positive, got {self.timeout_s * 1000:g}")
 
 
 @dataclass(frozen=True)
@@ -254,11 +277,14 @@ class Batcher:
     """The request queue shared by the model instances; `next_batch()` blocks an idle instance."""
 
     def __init__(self, policy: BatchPolicy, max_queue_size: int = 0,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns,
+                 level_queue_sizes: Mapping[int, int] | None = None) -> None:
         if max_queue_size < 0:
             raise ConfigError(f"max queue size must be >= 0 (0 = unbounded), got {max_queue_size}")
         self.policy = policy
         self.max_queue_size = max_queue_size
+        self.level_queue_sizes = dict(level_queue_sizes or {})
+        """Priority levels with their own queue bound (`LevelPolicy.max_queue_size`); others: max_queue_size."""
         self.clock = clock
         self._pending: list[Work] = []
         self._cond = threading.Condition()
@@ -279,7 +305,11 @@ class Batcher:
         with self._cond:
             if self._closed:
                 raise ShuttingDown("the server is shutting down and accepts no new requests")
-            if self.max_queue_size:
+            limit, option = self.max_queue_size, f"--max-queue-size {self.max_queue_size}"
+            if work.priority in self.level_queue_sizes:
+                limit = self.level_queue_sizes[work.priority]
+                option = f"--priority-queue-policy {work.priority}:max_queue_size={limit}"
+            if limit:
                 if self.policy.priority_levels:
                     # as in Triton, the bound holds for each priority level: a flood at one level does not
                     # lock the others out
@@ -287,10 +317,10 @@ class Batcher:
                     where = f" at priority level {work.priority}"
                 else:
                     queued, where = len(self._pending), ""
-                if queued >= self.max_queue_size:
+                if queued >= limit:
                     raise QueueFull(
-                        f"Exceeds maximum queue size: {queued} requests are queued{where} "
-                        f"(--max-queue-size {self.max_queue_size}); retry later or add capacity"
+                        f"Exceeds maximum queue size: {queued} requests are queued{where} ({option}); "
+                        "retry later or add capacity"
                     )
             self._pending.append(work)
             self._tracker.arrive(self.clock())
@@ -333,13 +363,28 @@ class Batcher:
                     timeout = None if decision.wait_until_ns is None else max(0, decision.wait_until_ns - now) / 1e9
                     self._cond.wait(timeout)
             for work in expired:
-                work.error = RequestTimeout(
-                    f"Request timeout expired: waited {(self.clock() - work.arrival_ns) / 1e6:.1f} ms in the queue"
-                )
-                work.error_reason = "TIMEOUT"
-                work.finish()
+                self._time_out(work)
             if batch:
                 return batch
+
+    def expire(self, work: Work) -> bool:
+        """Fail `work` with a timeout if it is still queued, e.g. when its deadline passes while every instance
+        is busy (the instances look at deadlines only when one is idle); False if a batch took it already."""
+        with self._cond:
+            index = next((i for i, w in enumerate(self._pending) if w is work), None)
+            if index is None:
+                return False
+            del self._pending[index]
+            self._tracker.leave(self.clock(), 1)
+        self._time_out(work)
+        return True
+
+    def _time_out(self, work: Work) -> None:
+        work.error = RequestTimeout(
+            f"Request timeout expired: waited {(self.clock() - work.arrival_ns) / 1e6:.1f} ms in the queue"
+        )
+        work.error_reason = "TIMEOUT"
+        work.finish()
 
     def release(self, n: int) -> None:
         """`n` requests of a batch are finished (their results delivered)."""

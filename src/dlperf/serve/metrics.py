@@ -154,8 +154,8 @@ class Metrics:
             PREFIX + "priority_queue_duration_seconds", "Queue time of answered requests by priority level "
             "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
         self.instances = Gauge(PREFIX + "instances", "Model instances running", labels, registry=r)
-        self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Queued requests beyond which new ones are "
-                                    "rejected (--max-queue-size; 0 = unbounded)", labels, registry=r)
+        self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Requests the queue holds at most, all "
+                                    "priority levels together (--max-queue-size; 0 = unbounded)", labels, registry=r)
         self.ready = Gauge("dlperf_server_ready", "1 while the server is ready, 0 while starting or draining",
                            registry=r)
         ProcessCollector(registry=r)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dlperf.errors import ConfigError, ServingError
-from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Work
+from dlperf.serve.batcher import Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import Metrics, Recorder
 from dlperf.serve.protocol import (
@@ -61,6 +61,8 @@ class ServeConfig:
     timeout_s: float | None = None
     priority_levels: int = 0
     default_priority_level: int = 0
+    priority_queue_policy: tuple[LevelPolicy, ...] = ()
+    """Levels with their own queue bound and timeout (Triton's `priority_queue_policy`)."""
     token: str | None = None
     device: str = "cpu"
     threads: int | None = None
@@ -99,6 +101,35 @@ class ServeConfig:
             raise ConfigError(f"--threads must be >= 1, got {self.threads}")
         BatchPolicy(self.max_batch_size, self.max_queue_delay_s, priority_levels=self.priority_levels,
                     default_priority_level=self.default_priority_level)  # validates
+        levels = [p.level for p in self.priority_queue_policy]
+        if levels and not self.priority_levels:
+            raise ConfigError("--priority-queue-policy needs --priority-levels N (the levels it applies to)")
+        for level in levels:
+            if not 1 <= level <= self.priority_levels:
+                raise ConfigError(f"--priority-queue-policy {level}: the level must be in 1..{self.priority_levels} "
+                                  "(--priority-levels)")
+            if levels.count(level) > 1:
+                raise ConfigError(f"--priority-queue-policy {level} is given more than once: give each level once, "
+                                  "with all its settings (e.g. 1:max_queue_size=4,timeout_ms=50)")
+
+    def queue_size_of(self, level: int) -> int:
+        """The queue bound of a priority level (0 = unbounded): its own, else --max-queue-size."""
+        own = next((p.max_queue_size for p in self.priority_queue_policy if p.level == level), None)
+        return self.max_queue_size if own is None else own
+
+    def timeout_of(self, level: int) -> float | None:
+        """The queue timeout of a priority level's requests (None = none): its own, else --timeout-ms."""
+        own = next((p.timeout_s for p in self.priority_queue_policy if p.level == level), None)
+        return self.timeout_s if own is None else own
+
+    @property
+    def queue_capacity(self) -> int:
+        """Requests the queue holds at most, all levels together (0 = unbounded): the value of the
+        queue-capacity gauge, which the saturation alert compares with all pending requests."""
+        if not self.priority_levels:
+            return self.max_queue_size
+        sizes = [self.queue_size_of(level) for level in range(1, self.priority_levels + 1)]
+        return 0 if 0 in sizes else sum(sizes)
 
     def to_dict(self) -> dict[str, Any]:
         import dataclasses
@@ -267,18 +298,23 @@ class ServerState:
         if batched:
             config["dynamic_batching"] = {
                 "max_queue_delay_microseconds": int(policy.max_queue_delay_s * 1e6),
-                "default_queue_policy": {
-                    "max_queue_size": self.config.max_queue_size,
-                    "default_timeout_microseconds": int((self.config.timeout_s or 0) * 1e6),
-                    "timeout_action": "REJECT",
-                    "allow_timeout_override": True,
-                },
+                "default_queue_policy": self._queue_policy(None),
                 "parameters": {"adaptive_wait": self.config.adaptive_wait},
             }
             if policy.priority_levels:
                 config["dynamic_batching"]["priority_levels"] = policy.priority_levels
                 config["dynamic_batching"]["default_priority_level"] = policy.default_level
+                if self.config.priority_queue_policy:
+                    config["dynamic_batching"]["priority_queue_policy"] = {
+                        str(p.level): self._queue_policy(p.level) for p in self.config.priority_queue_policy}
         return config
+
+    def _queue_policy(self, level: int | None) -> dict[str, Any]:
+        """Triton's ModelQueuePolicy of a priority level (None: the default one)."""
+        size = self.config.max_queue_size if level is None else self.config.queue_size_of(level)
+        timeout_s = self.config.timeout_s if level is None else self.config.timeout_of(level)
+        return {"max_queue_size": size, "default_timeout_microseconds": int((timeout_s or 0) * 1e6),
+                "timeout_action": "REJECT", "allow_timeout_override": True}
 
     def stats(self, name: str | None, version: str | None) -> dict[str, Any]:
         names = [self.entry(name, version).name] if name else list(self.models)
@@ -302,8 +338,8 @@ class ServerState:
             model = variant.model
             arrays, items, batch_key = validate_inputs(model, request.inputs, variant.policy.max_batch_size)
             outputs = _requested_outputs(entry, request.outputs, request.binary_output_default)
-            timeout_s = _timeout(request.parameters, self.config.timeout_s)
             level = variant.policy.level_of(_priority(request.parameters))
+            timeout_s = _timeout(request.parameters, self.config.timeout_of(level))
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
@@ -324,7 +360,16 @@ class ServerState:
         except ShuttingDown as exc:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
             return error_reply(503, str(exc))
-        done = await future
+        timer = None
+        if work.deadline_ns is not None:
+            # the deadline holds even while every instance is busy: the batcher fails the request if still queued
+            timer = loop.call_later(max(0.0, (work.deadline_ns - time.monotonic_ns()) / 1e9),
+                                    variant.batcher.expire, work)
+        try:
+            done = await future
+        finally:
+            if timer is not None:
+                timer.cancel()
         if done.error is not None:
             variant.recorder.failure(done.error_reason or "OTHER", time.monotonic_ns() - start_ns)
             status = 503 if done.error_reason in ("TIMEOUT", "REJECTED", "UNAVAILABLE") else 500
@@ -447,10 +492,11 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             max_batch = config.max_batch_size if model.batched else 0
             policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait, config.priority_levels,
                                  config.default_priority_level)
-            batcher = Batcher(policy, config.max_queue_size)
+            batcher = Batcher(policy, config.max_queue_size, level_queue_sizes={
+                p.level: p.max_queue_size for p in config.priority_queue_policy if p.max_queue_size is not None})
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),
                                         priority_levels=policy.priority_levels)
-            recorder.set_queue_capacity(config.max_queue_size)
+            recorder.set_queue_capacity(config.queue_capacity)
             pool = InstancePool(model, batcher, recorder, config.instances)
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)

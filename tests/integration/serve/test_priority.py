@@ -1,15 +1,17 @@
 """Priority levels on a real server, through tritonclient's `priority` argument: a later high-priority request
 overtakes queued low-priority ones and fills the batch first; the model config shows the levels; the queue
-bound holds per level."""
+bound holds per level; a level's own queue policy bounds and times out that level only."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from dlperf.serve.batcher import LevelPolicy
 from dlperf.serve.server import Running
 from dlperf.serve.service import ServeConfig
 
@@ -107,4 +109,41 @@ def test_the_queue_bound_holds_per_level_so_a_flood_does_not_lock_out_high_prior
         assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, low, high)] == [2.0, 4.0, 8.0]
         assert gate.firsts == [[1.0], [4.0], [2.0]]
         assert server_metrics(running).failure_total["REJECTED"] == 1
+        c.close()
+
+
+def test_a_level_s_own_queue_policy_bounds_and_times_out_that_level_only() -> None:
+    """Level 1 queues up to 2 requests for at most 300 ms; level 2 keeps --max-queue-size 1 and no timeout."""
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=1, instances=1, priority_levels=2,
+                         priority_queue_policy=(LevelPolicy(1, max_queue_size=2, timeout_s=0.3),))
+    with gated_server(config) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url, concurrency=4)
+        batching = c.get_model_config("gated")["dynamic_batching"]
+        assert batching["priority_queue_policy"] == {"1": {
+            "max_queue_size": 2, "default_timeout_microseconds": 300_000, "timeout_action": "REJECT",
+            "allow_timeout_override": True}}
+        assert batching["default_queue_policy"]["max_queue_size"] == 1
+        capacity = re.search(r'^dlperf_inference_queue_capacity\{[^}]*\} (\S+)$',
+                             get_text(f"http://{running.url}/metrics"), re.M)
+        assert capacity is not None and float(capacity.group(1)) == 3.0  # 2 + 1: what pending can reach
+
+        first = c.async_infer("gated", [_input(1.0)])
+        assert gate.wait_entered()
+        low = c.async_infer("gated", [_input(2.0)])
+        highs = [c.async_infer("gated", [_input(v)], priority=1) for v in (3.0, 4.0)]
+        wait_until(lambda: _pending(running) == 3, what="one level-2 and two level-1 requests queued")
+        with pytest.raises(InferenceServerException) as info:  # level 1 is full at its own bound
+            httpclient.InferenceServerClient(running.url).infer("gated", [_input(5.0)], priority=1)
+        assert info.value.status() == "503"
+        assert "--priority-queue-policy 1:max_queue_size=2" in info.value.message()
+        # level 1's requests expire after 300 ms in the queue; level 2's has no timeout and waits on
+        for high in highs:
+            with pytest.raises(InferenceServerException) as info:
+                high.get_result()
+            assert info.value.status() == "503" and "Request timeout expired" in info.value.message()
+        assert _pending(running) == 1
+        gate.open.set()
+        assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, low)] == [2.0, 4.0]
+        failures = server_metrics(running).failure_total
+        assert failures["REJECTED"] == 1 and failures["TIMEOUT"] == 2
         c.close()

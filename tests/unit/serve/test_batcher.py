@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dlperf.errors import ConfigError
-from dlperf.serve.batcher import Batcher, BatchPolicy, QueueFull, ShuttingDown, Signals, Work, collate
+from dlperf.serve.batcher import Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Signals, Work, collate
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
 
 pytestmark = pytest.mark.unit
@@ -172,6 +172,54 @@ def test_bounded_queue_rejects_at_once_and_close_refuses_new_work() -> None:
     batch = b.next_batch()
     assert batch is not None and len(batch) == 2
     assert b.next_batch() is None
+
+
+def test_a_level_with_its_own_bound_rejects_at_it_and_the_others_keep_the_default() -> None:
+    b = Batcher(LEVELS, max_queue_size=2, clock=lambda: 0, level_queue_sizes={1: 1, 3: 0})
+
+    def at(level: int) -> Work:
+        w = _work()
+        w.priority = level
+        return w
+
+    b.submit(at(1))
+    with pytest.raises(QueueFull, match=r"1 requests are queued at priority level 1 "
+                                        r"\(--priority-queue-policy 1:max_queue_size=1\)"):
+        b.submit(at(1))
+    b.submit(at(2))
+    b.submit(at(2))
+    with pytest.raises(QueueFull, match=r"at priority level 2 \(--max-queue-size 2\)"):
+        b.submit(at(2))
+    for _ in range(5):  # level 3: 0 = unbounded, although --max-queue-size is 2
+        b.submit(at(3))
+    assert b.pending_count == 8
+
+
+def test_level_policies_refuse_what_cannot_work() -> None:
+    with pytest.raises(ConfigError, match="give max_queue_size=N and/or timeout_ms=T"):
+        LevelPolicy(1)
+    with pytest.raises(ConfigError, match="max_queue_size must be >= 0"):
+        LevelPolicy(1, max_queue_size=-1)
+    with pytest.raises(ConfigError, match="timeout_ms must be positive, got 0"):
+        LevelPolicy(2, timeout_s=0.0)
+
+
+def test_expire_fails_a_still_queued_request_once_and_leaves_a_taken_one_alone() -> None:
+    now = [0]
+    done: list[Work] = []
+    b = Batcher(BatchPolicy(1, 0.0), clock=lambda: now[0])
+    taken, queued = _work(), _work()
+    for w in (taken, queued):
+        w.on_done = done.append
+        b.submit(w)
+    assert b.next_batch() == [taken]
+    now[0] = 250 * MS
+    assert b.expire(queued) is True
+    assert done == [queued] and queued.error_reason == "TIMEOUT"
+    assert "waited 250.0 ms in the queue" in str(queued.error)
+    assert b.pending_count == 0 and b.in_system == 1  # the taken one is still running
+    assert b.expire(queued) is False and b.expire(taken) is False
+    assert done == [queued] and taken.error is None
 
 
 def test_next_batch_fails_expired_requests_through_their_callbacks() -> None:

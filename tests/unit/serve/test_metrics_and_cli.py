@@ -96,6 +96,15 @@ def test_serve_arguments_become_a_config() -> None:
     assert config.max_queue_delay_s == 0.002 and config.timeout_s == 0.05 and not config.adaptive_wait
     assert config.max_request_bytes == 1024 * 1024
     assert config.priority_levels == 3 and config.default_priority_level == 2
+    assert config.priority_queue_policy == () and config.queue_capacity == 0
+    leveled = serve_cli.config_from_args(_args(
+        "zoo:mlp", "--priority-levels", "3", "--max-queue-size", "8", "--timeout-ms", "50",
+        "--priority-queue-policy", "1:max_queue_size=2,timeout_ms=5", "--priority-queue-policy", "3:timeout-ms=500"))
+    assert [(p.level, p.max_queue_size, p.timeout_s) for p in leveled.priority_queue_policy] == [
+        (1, 2, 0.005), (3, None, 0.5)]
+    assert [leveled.queue_size_of(level) for level in (1, 2, 3)] == [2, 8, 8]
+    assert [leveled.timeout_of(level) for level in (1, 2, 3)] == [0.005, 0.05, 0.5]
+    assert leveled.queue_capacity == 18  # all levels together, as the pending gauge counts
     ab = serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2", "--split", "90:10"))
     assert ab.variants == (("a", "d1"), ("b", "d2")) and ab.split == (90, 10)
     assert ab.to_dict()["token"] is None
@@ -115,6 +124,19 @@ def test_serve_arguments_become_a_config() -> None:
         (("zoo:mlp", "--max-batch-size", "-1"), "max batch size"),
         (("zoo:mlp", "--priority-levels", "2", "--default-priority-level", "3"), "must be in 1..2"),
         (("zoo:mlp", "--default-priority-level", "1"), "needs --priority-levels"),
+        (("zoo:mlp", "--priority-queue-policy", "1:timeout_ms=5"), "needs --priority-levels N"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "3:timeout_ms=5"), "must be in 1..2"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_ms=5",
+          "--priority-queue-policy", "1:max_queue_size=1"), "given more than once"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "timeout_ms=5"), "is not LEVEL:KEY=VALUE"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:queue=5"),
+         "'queue=5' is not one of max_queue_size=VALUE, timeout_ms=VALUE"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2.5"),
+         "max_queue_size=2.5 is not a whole number"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_ms=5,timeout_ms=6"),
+         "timeout_ms is given twice"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "2:timeout_ms=-1"),
+         "timeout_ms must be positive"),
     ],
 )
 def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message: str) -> None:
