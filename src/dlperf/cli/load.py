@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, int_list
+from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
 from dlperf.errors import ConfigError
 
 DEFAULT_DURATION_S = 30.0
@@ -17,10 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", metavar="URL", help="the server, e.g. 127.0.0.1:8000 or http://127.0.0.1:8000")
     parser.add_argument("--model", required=True, help="the served model's name")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=int_list, default=None, metavar="N[,N...]",
-                      help="closed loop: keep N requests outstanding, one level per value (default 1)")
-    mode.add_argument("--rate", type=float, default=None, metavar="R",
-                      help="open loop: send R requests per second")
+    mode.add_argument("--concurrency", type=_concurrency_levels, default=None, metavar="N[,N...]|START:END[:STEP]",
+                      help="closed loop: keep N requests outstanding, one level per value; a range as "
+                           "perf_analyzer's --concurrency-range, END included (default 1)")
+    mode.add_argument("--rate", type=_rate_levels, default=None, metavar="R[,R...]|START:END[:STEP]",
+                      help="open loop: send R requests per second, one level per value or per step of a range "
+                           "(perf_analyzer's --request-rate-range)")
     parser.add_argument("--arrivals", choices=["constant", "poisson", "trace"], default=None,
                         help="request-rate schedule (default constant; trace: with --request-intervals)")
     parser.add_argument("--request-intervals", default=None, metavar="FILE",
@@ -64,6 +66,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     add_json_argument(parser)
     add_store_argument(parser)
+
+
+MAX_LEVELS = 64
+"""The most levels one --concurrency or --rate gives (a range without a step, e.g. 1:1000, is a mistake)."""
+
+
+def _levels(text: str, kind: str) -> tuple[float, ...]:
+    """'1,4,16', perf_analyzer's range 'START:END[:STEP]' (END included, STEP 1 by default), or both mixed:
+    the levels in the order given. `kind` 'concurrency' takes whole numbers >= 1, 'rate' numbers > 0."""
+    integer = kind == "concurrency"
+    example = "1,4,16 or 1:16:4" if integer else "50,100 or 100:500:100"
+
+    def number(part: str) -> float:
+        try:
+            value = float(int(part)) if integer else float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{part}' in '{text}' is not a {'whole ' if integer else ''}number; "
+                                             f"write e.g. {example}") from None
+        if value <= 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{kind} values must be positive, got '{part}' in '{text}'")
+        return value
+
+    levels: list[float] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        bounds = item.split(":")
+        if len(bounds) == 1:
+            levels.append(number(item))
+            continue
+        if len(bounds) > 3:
+            raise argparse.ArgumentTypeError(f"'{item}' is not START:END[:STEP]; write e.g. {example}")
+        start, end = number(bounds[0]), number(bounds[1])
+        step = number(bounds[2]) if len(bounds) == 3 else 1.0
+        if end < start:
+            raise argparse.ArgumentTypeError(f"'{item}': END {bounds[1]} is below START {bounds[0]}")
+        count = int((end - start) / step + 1e-9) + 1
+        if len(levels) + count > MAX_LEVELS:
+            raise argparse.ArgumentTypeError(f"'{text}' gives {len(levels) + count} levels, at most {MAX_LEVELS}: "
+                                             "give a larger STEP")
+        levels.extend(round(start + i * step, 9) for i in range(count))
+    if not levels:
+        raise argparse.ArgumentTypeError(f"no {kind} values in '{text}'; write e.g. {example}")
+    if len(levels) > MAX_LEVELS:
+        raise argparse.ArgumentTypeError(f"'{text}' gives {len(levels)} levels, at most {MAX_LEVELS}")
+    return tuple(levels)
+
+
+def _concurrency_levels(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in _levels(text, "concurrency"))
+
+
+def _rate_levels(text: str) -> tuple[float, ...]:
+    return _levels(text, "rate")
 
 
 def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
@@ -111,8 +167,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
+    if args.find_peak and args.rate is not None and len(args.rate) > 1:
+        raise ConfigError("with --find-peak, --rate is the one rate the search starts from; drop the others")
     intervals: tuple[float, ...] = ()
-    rate = args.rate
+    rate: float | tuple[float, ...] | None = (
+        args.rate[0] if args.rate and len(args.rate) == 1 else args.rate)  # one rate is recorded as a number
     if args.request_intervals:
         from dlperf.loadgen.generator import mean_rate, read_request_intervals
 
@@ -160,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
         if args.find_peak:
             with load_progress("rate") as (on_window, shown):
                 peak = find_peak(
-                    target, config, args.p99_ms / 1000.0, start_rate=args.rate, max_steps=args.max_steps,
+                    target, config, args.p99_ms / 1000.0, start_rate=args.rate[0] if args.rate else None,
+                    max_steps=args.max_steps,
                     fit_duration=args.duration is None, on_window=on_window,
                     on_trial=lambda rate, bound_s: shown.print(
                         f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),

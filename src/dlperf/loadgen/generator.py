@@ -47,8 +47,8 @@ MISMATCH = "mismatch"
 @dataclass(frozen=True)
 class LoadConfig:
     concurrency: tuple[int, ...] = (1,)
-    rate: float | None = None
-    """Requests per second (open loop); replaces concurrency mode when set."""
+    rate: float | tuple[float, ...] | None = None
+    """Requests per second (open loop), or several rates, one level each; replaces concurrency mode when set."""
     arrivals: str = "constant"
     """constant, poisson, or trace: the gaps of `intervals_s` in turn (looped), scaled to `rate`."""
     intervals_s: tuple[float, ...] = ()
@@ -77,8 +77,8 @@ class LoadConfig:
                               "only with them")
         if self.intervals_s and (min(self.intervals_s) < 0 or sum(self.intervals_s) <= 0):
             raise ConfigError("request intervals must be >= 0 and not all 0")
-        if self.rate is not None and self.rate <= 0:
-            raise ConfigError(f"--rate must be positive, got {self.rate}")
+        if self.rate is not None and (not self.rates or min(self.rates) <= 0):
+            raise ConfigError(f"--rate values must be positive, got {self.rate}")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ConfigError(f"--concurrency values must be >= 1, got {self.concurrency}")
         if self.duration_s <= 0 or self.window_s <= 0 or self.warmup_s < 0:
@@ -93,6 +93,13 @@ class LoadConfig:
     @property
     def mode(self) -> str:
         return "rate" if self.rate is not None else "concurrency"
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """The open-loop levels (empty in concurrency mode)."""
+        if self.rate is None:
+            return ()
+        return tuple(float(r) for r in self.rate) if isinstance(self.rate, tuple) else (float(self.rate),)
 
     @property
     def trace_rate(self) -> float | None:
@@ -568,9 +575,9 @@ def _level_windows(on_window: Callable[[float, int, float], None] | None,
 def run_load(target: Target, config: LoadConfig,
              on_level: Callable[[LevelResult], None] | None = None,
              on_window: Callable[[float, int, float], None] | None = None) -> list[LevelResult]:
-    """Every level of the config: each concurrency, or the one rate. `on_window(level, windows, req/s)` after
+    """Every level of the config: each concurrency, or each rate. `on_window(level, windows, req/s)` after
     each measurement window, `on_level(result)` after each level."""
-    levels: list[float] = [config.rate] if config.rate is not None else [float(c) for c in config.concurrency]
+    levels: list[float] = list(config.rates) if config.rate is not None else [float(c) for c in config.concurrency]
     results = []
     for level in levels:
         result = run_level(target, config, level, _level_windows(on_window, level))

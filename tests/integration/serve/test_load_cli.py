@@ -191,3 +191,21 @@ def test_request_intervals_replay_a_bursty_schedule_at_its_rate_or_scaled(server
     assert faster["server"]["average_batch_size"] > 1.3
     assert main(["load", server.url, "--model", "mlp", "--request-intervals", str(gaps), "--concurrency", "2"]) == 2
     assert "--request-intervals is a request-rate schedule: drop --concurrency" in capsys.readouterr().err
+
+
+def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "r.db")
+    code = main(["load", server.url, "--model", "mlp", "--rate", "20:60:20", "--duration", "2s", "--window-s",
+                 "0.5", "--warmup-s", "0.2", "--json", "--store", store])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    levels = out["levels"]
+    assert [lv["level"] for lv in levels] == [20.0, 40.0, 60.0]
+    for lv in levels:
+        assert lv["mode"] == "rate" and lv["errors"] == 0
+        assert lv["send_rate"] == pytest.approx(lv["level"], rel=0.15)
+    assert Store(store).get(out["run_id"]).config["rate"] == [20.0, 40.0, 60.0]
+    # --find-peak starts from one rate
+    assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--rate", "10,20"]) == 2
+    assert "--rate is the one rate the search starts from" in capsys.readouterr().err

@@ -1,0 +1,39 @@
+"""`dlperf load --concurrency/--rate`: lists and perf_analyzer's START:END[:STEP] ranges, refused clearly when
+they cannot be meant."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from dlperf.cli.load import MAX_LEVELS, _concurrency_levels, _rate_levels
+
+
+def test_lists_and_ranges_give_the_levels_in_order_with_the_end_included() -> None:
+    assert _concurrency_levels("1,4,16") == (1, 4, 16)
+    assert _concurrency_levels("1:4") == (1, 2, 3, 4)  # STEP 1 by default, as perf_analyzer
+    assert _concurrency_levels("1:16:4") == (1, 5, 9, 13)  # 17 would pass END
+    assert _concurrency_levels("1,2,4:8:2") == (1, 2, 4, 6, 8)
+    assert _rate_levels("100:500:100") == (100.0, 200.0, 300.0, 400.0, 500.0)
+    assert _rate_levels("0.1:0.3:0.1") == (0.1, 0.2, 0.3)  # no float drift past END
+    assert _rate_levels("12.5") == (12.5,)
+
+
+@pytest.mark.parametrize(("parse", "text", "message"), [
+    (_concurrency_levels, "0", "must be positive, got '0'"),
+    (_concurrency_levels, "2.5", "'2.5' in '2.5' is not a whole number; write e.g. 1,4,16 or 1:16:4"),
+    (_concurrency_levels, "1:4:0", "must be positive, got '0'"),
+    (_concurrency_levels, "8:1", "END 1 is below START 8"),
+    (_concurrency_levels, "1:2:3:4", "is not START:END[:STEP]"),
+    (_concurrency_levels, f"1:{MAX_LEVELS + 1}",
+     f"gives {MAX_LEVELS + 1} levels, at most {MAX_LEVELS}: give a larger STEP"),
+    (_concurrency_levels, ",", "no concurrency values"),
+    (_rate_levels, "fast", "'fast' in 'fast' is not a number; write e.g. 50,100 or 100:500:100"),
+    (_rate_levels, "-5", "rate values must be positive"),
+    (_rate_levels, "nan", "rate values must be positive"),
+])
+def test_bad_levels_say_what_is_wrong(parse: object, text: str, message: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse(text)  # type: ignore[operator]
+    assert message in str(info.value)
