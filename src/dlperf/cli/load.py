@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "per input, or a JSON file {\"data\": [...], \"validation_data\": [...]} (repeatable); "
                              "entries are sent round-robin and replies checked against validation_data "
                              "(docs/serve.md); exit code 1 if a reply does not match")
+    parser.add_argument("--rtol", type=float, default=None, metavar="R",
+                        help="relative tolerance of floating-point outputs against --input-data's validation data "
+                             "(default 1e-3)")
+    parser.add_argument("--atol", type=float, default=None, metavar="A",
+                        help="absolute tolerance of the same check (default 1e-5)")
     parser.add_argument("--string-length", type=int, default=None, metavar="N",
                         help="characters in each random BYTES element (default 128, as perf_analyzer)")
     parser.add_argument("--string-data", default=None, metavar="S",
@@ -200,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
                         shapes=_shapes(args.shape), seed=args.seed,
                         parameters={"priority": args.priority} if args.priority else None,
                         input_data=args.input_data, string_length=args.string_length,
-                        string_data=args.string_data)
+                        string_data=args.string_data, rtol=args.rtol, atol=args.atol)
     out = console()
     err = error_console()
     store = open_store(args)
@@ -209,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
                                 "input_data": args.input_data or ["random"],
                                 "string_length": args.string_length, "string_data": args.string_data,
                                 "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
+                                "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
                                 "request_intervals": args.request_intervals,
                                 "duration_fitted": args.find_peak and args.duration is None}

@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Connection, fetch
-from dlperf.loadgen.inputs import mismatch
 from dlperf.loadgen.target import Target
 from dlperf.measure.stats import (
     early_stopping_fails,
@@ -375,7 +374,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             await conn.close()
         t1 = clock()
         if expected is not None and status == "200":
-            why = mismatch(reply.headers, reply.body, expected)
+            why = target.mismatch(reply.headers, reply.body, expected)
             if why is not None:
                 status = MISMATCH
                 mismatches.append(why)

@@ -18,8 +18,9 @@ As in perf_analyzer, entries are used round-robin and a request of batch size B 
 entries (request k: entries kB .. kB+B-1, modulo their number), which must then have one shape. The
 requests are encoded here once, before any load, so sending costs no more than with random data.
 Validation decodes each reply, which costs client CPU: floating-point outputs are compared within
-`RTOL`/`ATOL` (a batch of 32 does not give bit-identical results to 32 batches of 1; perf_analyzer's
-byte comparison would fail on that), other datatypes exactly.
+`RTOL`/`ATOL` by default (a batch of 32 does not give bit-identical results to 32 batches of 1;
+perf_analyzer's byte comparison would fail on that; `--rtol`/`--atol` widen it, e.g. for an fp16 or int8
+model checked against fp32 outputs), other datatypes exactly.
 """
 
 from __future__ import annotations
@@ -151,8 +152,9 @@ def prepare(data: InputData, inputs: Sequence[TensorInfo], batch_size: int) -> l
     return out
 
 
-def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
-    """Why a 200 reply does not hold `expected` (flat outputs), or None when it does."""
+def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray], *, rtol: float = RTOL,
+             atol: float = ATOL) -> str | None:
+    """Why a 200 reply does not hold `expected` (flat outputs; floats within `rtol`/`atol`), or None when it does."""
     length = headers.get(HEADER_LENGTH)
     try:
         response = decode_response(body, int(length) if length is not None else None)
@@ -168,14 +170,14 @@ def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.
             return f"output '{name}' has {have.size} elements, its validation data {want.size}"
         if tensor.datatype in FLOAT_DATATYPES:  # numpy.isclose's test, written out: a quarter of its time
             b = want.astype(np.float64, copy=False)
-            close = np.abs(have.astype(np.float64) - b) <= ATOL + RTOL * np.abs(b)
+            close = np.abs(have.astype(np.float64) - b) <= atol + rtol * np.abs(b)
         else:
             close = have == want
         if not close.all():
             i = int(np.argmin(close))
             if tensor.datatype in FLOAT_DATATYPES:
                 return (f"output '{name}' differs from its validation data: element {i} is {float(have[i]):.7g}, "
-                        f"expected {float(want[i]):.7g} (rtol {RTOL:g}, atol {ATOL:g})")
+                        f"expected {float(want[i]):.7g} (rtol {rtol:g}, atol {atol:g})")
             return (f"output '{name}' differs from its validation data: element {i} is {_scalar(have[i])!r}, "
                     f"expected {_scalar(want[i])!r}")
     return None

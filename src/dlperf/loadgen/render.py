@@ -98,9 +98,14 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
     data = [v for v in config.get("input_data") or [] if v != "random"]
     if data:
         n = int(config.get("distinct_requests") or 1)
+        checked = ""
+        if config.get("validated"):
+            tolerance = config.get("tolerance")
+            within = (f" (rtol {tolerance[0]:g}, atol {tolerance[1]:g})"
+                      if isinstance(tolerance, list) and len(tolerance) == 2 else "")
+            checked = f", every reply checked against its validation data{within}"
         lines.append(f"inputs: {', '.join(data)} ({n} distinct request{'s' if n != 1 else ''} of batch "
-                     f"{config.get('batch_size', 1)}" + (", every reply checked against its validation data)"
-                                                          if config.get("validated") else ")"))
+                     f"{config.get('batch_size', 1)}{checked})")
     elif config.get("workload"):
         lines.append(f"inputs: {config['workload']}'s example inputs")
     elif config.get("string_data") is not None:

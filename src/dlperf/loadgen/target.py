@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,16 @@ import numpy as np
 
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
-from dlperf.loadgen.inputs import InputData, TensorInfo, is_batched, mismatch, prepare, read_input_data
+from dlperf.loadgen.inputs import (
+    ATOL,
+    RTOL,
+    InputData,
+    TensorInfo,
+    is_batched,
+    mismatch,
+    prepare,
+    read_input_data,
+)
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 
@@ -34,6 +43,12 @@ class Target:
     raw_request is requests[0]. Empty: every request is raw_request."""
     expected: tuple[dict[str, np.ndarray], ...] = ()
     """Aligned with `requests`: the outputs each reply must hold (flat; an empty dict checks nothing)."""
+    tolerance: tuple[float, float] = (RTOL, ATOL)
+    """(rtol, atol) within which floating-point outputs match `expected`."""
+
+    def mismatch(self, headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
+        """Why a 200 reply does not hold `expected`, or None (`loadgen.inputs.mismatch` at this tolerance)."""
+        return mismatch(headers, body, expected, rtol=self.tolerance[0], atol=self.tolerance[1])
 
     def request(self, k: int) -> tuple[bytes, dict[str, np.ndarray] | None]:
         """The k-th request to send and what its reply must hold (None: nothing to check)."""
@@ -66,12 +81,13 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
                seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
                input_data: Sequence[str] = (), string_length: int | None = None,
-               string_data: str | None = None) -> Target:
+               string_data: str | None = None, rtol: float | None = None, atol: float | None = None) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
     (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
     into every request's `parameters` (e.g. Triton's `priority`). Random BYTES elements are `string_data`
-    (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's)."""
+    (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's).
+    `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data."""
     endpoint = parse_url(url)
     headers = _auth(token)
     server = _get_json(endpoint, "/v2", headers)
@@ -87,9 +103,17 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     source = ("--input-data " + " ".join(input_data) if data is not None
               else "--workload" if inputs is not None else None)
     strings = _string_options(model, ins, string_length, string_data, given=source)
+    given_tolerance = [f"--{name} {value:g}" for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
+    if given_tolerance:
+        if any(v < 0 for v in (rtol, atol) if v is not None):
+            raise ConfigError(f"{' and '.join(given_tolerance)}: tolerances must be >= 0")
+        if data is None or not data.validates:
+            raise ConfigError(f"{' and '.join(given_tolerance)} apply to replies checked against validation data: "
+                              "give --input-data with validation_data (or output files), or drop them")
+    tolerance = (RTOL if rtol is None else rtol, ATOL if atol is None else atol)
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
-                            parameters=parameters, check=check)
+                            parameters=parameters, check=check, tolerance=tolerance)
     if inputs is not None and len(inputs) != len(specs):
         raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -175,7 +199,7 @@ def _check(target: Target) -> None:
                            f"{_error_of(reply.body)}")
     _, expected = target.request(0)
     if expected:
-        why = mismatch(reply.headers, reply.body, expected)
+        why = target.mismatch(reply.headers, reply.body, expected)
         if why is not None:
             raise LoadGenError(f"a test request to model '{target.model}' did not match its validation data "
                                f"(the first request, from the first entries): {why}")
@@ -188,12 +212,12 @@ def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
 
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],
                  ins: Sequence[TensorInfo], data: InputData, *, batch_size: int,
-                 parameters: dict[str, Any] | None, check: bool) -> Target:
+                 parameters: dict[str, Any] | None, check: bool, tolerance: tuple[float, float]) -> Target:
     prepared = prepare(data, ins, batch_size)
     requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters) for p in prepared)
     items = batch_size if is_batched(ins) else 1
     target = Target(endpoint, model, requests[0], items, _stats_path(server, model), headers, requests,
-                    tuple(p.expected for p in prepared) if data.validates else ())
+                    tuple(p.expected for p in prepared) if data.validates else (), tolerance)
     if check:
         _check(target)
     return target

@@ -96,6 +96,24 @@ def test_a_reply_that_does_not_match_is_an_error_and_fails_the_command(
     assert f"replies did not match the validation data at: concurrency 2 ({wrong_count})" in captured.err
 
 
+def test_a_wider_tolerance_accepts_outputs_that_the_default_refuses(
+        server: Running, tmp_path: Path, digits: tuple[np.ndarray, np.ndarray],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    x, logits = digits
+    off = logits * 1.01  # 1% off everywhere, as an fp16 or int8 model's outputs may be
+    path = data_file(tmp_path, x, off)
+    with pytest.raises(LoadGenError, match=r"\(rtol 0.001, atol 1e-05\)"):
+        oip_target(server.url, "mlp", input_data=[path])
+    code, store = run(server, tmp_path, "--input-data", path, "--rtol", "0.02", "--atol", "1e-4")
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and set(out["levels"][0]["statuses"]) == {"200"}
+    assert store.get(out["run_id"]).config["tolerance"] == [0.02, 1e-4]
+    with pytest.raises(ConfigError, match=r"--rtol 0\.02 apply to replies checked against validation data"):
+        oip_target(server.url, "mlp", rtol=0.02)
+    with pytest.raises(ConfigError, match="tolerances must be >= 0"):
+        oip_target(server.url, "mlp", input_data=[path], atol=-1.0)
+
+
 def test_the_test_request_is_checked_before_any_load(server: Running, tmp_path: Path,
                                                      digits: tuple[np.ndarray, np.ndarray]) -> None:
     x, logits = digits

@@ -264,6 +264,10 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
                         "request_intervals": "gaps.txt", "intervals": 8, "trace_rate": 100.0}) == [
         "inputs: d.json (25 distinct requests of batch 4, every reply checked against its validation data)",
         "schedule: gaps.txt (8 gaps, looped; 100 req/s as recorded, scaled to each level's rate)"]
+    assert setup_lines({"input_data": ["d.json"], "distinct_requests": 2, "batch_size": 1, "validated": True,
+                        "tolerance": [0.05, 0.001]}) == [
+        "inputs: d.json (2 distinct requests of batch 1, every reply checked against its validation data "
+        "(rtol 0.05, atol 0.001))"]
     assert setup_lines({"input_data": ["zero"], "distinct_requests": 1, "batch_size": 1}) == [
         "inputs: zero (1 distinct request of batch 1)"]
     assert setup_lines({"workload": "zoo:mlp"}) == ["inputs: zoo:mlp's example inputs"]

@@ -183,3 +183,9 @@ def test_replies_are_checked_within_tolerance_for_floats_and_exactly_otherwise()
     why = mismatch(*reply(Tensor("y", "FP32", np.zeros((1, 3), np.float32)), label), want)
     assert why == "output 'y' has 3 elements, its validation data 2"
     assert mismatch({}, b"not json", want) is not None
+    # a wider tolerance (--rtol/--atol) lets the far value pass, and is named when one still fails
+    far_reply = reply(Tensor("y", "FP32", np.array([[1.0, far]], np.float32)), label)
+    assert mismatch(*far_reply, want, rtol=10 * RTOL) is None
+    assert mismatch(*far_reply, want, rtol=0.0, atol=0.1) is None
+    why = mismatch(*far_reply, want, rtol=0.0, atol=1e-4)
+    assert why is not None and why.endswith("(rtol 0, atol 0.0001)")
