@@ -65,9 +65,10 @@ def check_config(config: ServeConfig) -> None:
 
 def max_ongoing_requests(config: ServeConfig) -> int:
     """Requests Ray Serve lets into one replica at once: enough to fill a batch on every instance, and the
-    queue behind them (Ray's default of 5 would cap every batch at 5)."""
+    queue behind them (Ray's default of 5 would cap every batch at 5): all priority levels' bounds together,
+    so that a full low level does not keep a high-priority request out of the replica."""
     batch = max(1, config.max_batch_size)
-    queue = config.max_queue_size or batch * config.instances
+    queue = config.queue_capacity or batch * config.instances
     return batch * config.instances + queue
 
 

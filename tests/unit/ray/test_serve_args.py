@@ -10,6 +10,7 @@ from dlperf.cli import serve
 from dlperf.cli.main import main
 from dlperf.errors import ConfigError
 from dlperf.ray.serve import RayServeOptions, deployment_options, max_ongoing_requests, parse_autoscale
+from dlperf.serve.batcher import LevelPolicy
 from dlperf.serve.service import ServeConfig
 
 pytestmark = pytest.mark.unit
@@ -77,6 +78,9 @@ def test_deployment_options_carry_the_serving_settings() -> None:
     assert max_ongoing_requests(config) == 8 * 2 + 8 * 2
     assert fixed["num_replicas"] == 4 and "autoscaling_config" not in fixed
     assert fixed["max_ongoing_requests"] == 32
+    leveled = ServeConfig(model="zoo:mlp", max_batch_size=8, instances=2, max_queue_size=4, priority_levels=3,
+                          priority_queue_policy=(LevelPolicy(1, max_queue_size=2),))
+    assert max_ongoing_requests(leveled) == 8 * 2 + (2 + 4 + 4)  # every level's queue fits
     assert fixed["ray_actor_options"] == {"num_cpus": 3.0}
     assert fixed["graceful_shutdown_timeout_s"] == 12.0
     scaled = deployment_options(config, RayServeOptions(autoscale=(0, 5)))
