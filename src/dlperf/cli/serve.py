@@ -170,6 +170,32 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
     return serve_on_ray(config, options, on_ready=on_ready)
 
 
+def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -> str:
+    """What the server runs with, in one line under its address: batching, instances and threads, the queue.
+    `max_batch_size` is the model's own (0 when it has no batch dimension); `torch_threads` None for a model
+    that torch does not run (an engine's artifact sets its own threads)."""
+    if max_batch_size > 1:
+        wait = "adaptive" if config.adaptive_wait else "fixed"
+        batching = f"max batch {max_batch_size}, queue delay {config.max_queue_delay_s * 1e3:g} ms ({wait})"
+    else:
+        batching = "off" if max_batch_size == 0 else "max batch 1"
+    instances = f"{config.instances} instance{'s' * (config.instances != 1)}"
+    if torch_threads is not None:
+        instances += f" x {torch_threads} torch thread{'s' * (torch_threads != 1)}"
+
+    def queue(size: int, timeout_s: float | None) -> str:
+        bound = f"at most {size} queued" if size else "unbounded"
+        return f"{bound}, {'timeout ' + format(timeout_s * 1e3, 'g') + ' ms' if timeout_s else 'no timeout'}"
+
+    text = f"batching: {batching}; {instances}; queue: {queue(config.max_queue_size, config.timeout_s)}"
+    if config.priority_levels:
+        per_level = "".join(f"; level {p.level}: {queue(config.queue_size_of(p.level), config.timeout_of(p.level))}"
+                            for p in config.priority_queue_policy)
+        text += (f" per level; priority levels 1-{config.priority_levels} "
+                 f"(default {config.default_priority_level or config.priority_levels}){per_level}")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import error_console
     from dlperf.serve.server import serve
@@ -185,9 +211,13 @@ def run(args: argparse.Namespace) -> int:
     err.print(f"loading {config.model or ', '.join(f'{n}={t}' for n, t in config.variants)} ...", markup=False)
 
     def on_ready(state: Any, url: str) -> None:
+        import torch
+
         for name, entry in state.models.items():
             variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
             err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
                       f"metrics at http://{url}/metrics", markup=False)
+            threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
+            err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)
 
     return serve(config, on_ready=on_ready)

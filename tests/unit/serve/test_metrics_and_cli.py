@@ -110,6 +110,22 @@ def test_serve_arguments_become_a_config() -> None:
     assert ab.to_dict()["token"] is None
 
 
+def test_the_startup_line_says_what_the_server_runs_with() -> None:
+    plain = serve_cli.config_from_args(_args("zoo:mlp"))
+    assert serve_cli.settings_line(plain, 32, 2) == (
+        "batching: max batch 32, queue delay 5 ms (adaptive); 1 instance x 2 torch threads; "
+        "queue: unbounded, no timeout")
+    assert serve_cli.settings_line(plain, 0, None) == (
+        "batching: off; 1 instance; queue: unbounded, no timeout")
+    leveled = serve_cli.config_from_args(_args(
+        "zoo:mlp", "--fixed-wait", "--instances", "2", "--max-queue-size", "8", "--timeout-ms", "50",
+        "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2,timeout_ms=5"))
+    assert serve_cli.settings_line(leveled, 16, 1) == (
+        "batching: max batch 16, queue delay 5 ms (fixed); 2 instances x 1 torch thread; "
+        "queue: at most 8 queued, timeout 50 ms per level; priority levels 1-2 (default 2); "
+        "level 1: at most 2 queued, timeout 5 ms")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
