@@ -214,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
                                 "input_data": args.input_data or ["random"],
                                 "string_length": args.string_length, "string_data": args.string_data,
                                 "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
+                                "request_bytes": sum(map(len, target.requests or (target.raw_request,))),
                                 "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
                                 "request_intervals": args.request_intervals,

@@ -91,6 +91,10 @@ def load_headline(result: Any) -> str:
     return f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
 
 
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:.1f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 2**10:.1f} KiB"
+
+
 def setup_lines(config: dict[str, Any]) -> list[str]:
     """What a load run sent and when, where not the defaults (random tensors, evenly spaced or closed loop),
     from its recorded settings: the --input-data or --workload inputs and the --request-intervals schedule."""
@@ -104,8 +108,10 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
             within = (f" (rtol {tolerance[0]:g}, atol {tolerance[1]:g})"
                       if isinstance(tolerance, list) and len(tolerance) == 2 else "")
             checked = f", every reply checked against its validation data{within}"
+        size = config.get("request_bytes")
+        held = f", {_size(size)} in memory" if isinstance(size, int) else ""
         lines.append(f"inputs: {', '.join(data)} ({n} distinct request{'s' if n != 1 else ''} of batch "
-                     f"{config.get('batch_size', 1)}{checked})")
+                     f"{config.get('batch_size', 1)}{held}{checked})")
     elif config.get("workload"):
         lines.append(f"inputs: {config['workload']}'s example inputs")
     elif config.get("string_data") is not None:

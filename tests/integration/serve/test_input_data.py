@@ -75,6 +75,8 @@ def test_real_data_is_sent_round_robin_and_every_reply_matches(server: Running, 
     record = store.get(out["run_id"])
     assert record.config["input_data"] == [path]
     assert record.config["distinct_requests"] == 5 and record.config["validated"] is True
+    # 5 bodies of 4 digits x 64 float32 pixels each, plus their HTTP and JSON headers
+    assert 5 * 4 * 64 * 4 < record.config["request_bytes"] < 5 * (4 * 64 * 4 + 1024)
 
 
 def test_a_reply_that_does_not_match_is_an_error_and_fails_the_command(

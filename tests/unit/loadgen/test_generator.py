@@ -268,6 +268,9 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
                         "tolerance": [0.05, 0.001]}) == [
         "inputs: d.json (2 distinct requests of batch 1, every reply checked against its validation data "
         "(rtol 0.05, atol 0.001))"]
+    assert setup_lines({"input_data": ["big.json"], "distinct_requests": 300, "batch_size": 8,
+                        "request_bytes": 3 * 2**29}) == [
+        "inputs: big.json (300 distinct requests of batch 8, 1536.0 MiB in memory)"]
     assert setup_lines({"input_data": ["zero"], "distinct_requests": 1, "batch_size": 1}) == [
         "inputs: zero (1 distinct request of batch 1)"]
     assert setup_lines({"workload": "zoo:mlp"}) == ["inputs: zoo:mlp's example inputs"]
