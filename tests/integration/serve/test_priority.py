@@ -113,14 +113,14 @@ def test_the_queue_bound_holds_per_level_so_a_flood_does_not_lock_out_high_prior
 
 
 def test_a_level_s_own_queue_policy_bounds_and_times_out_that_level_only() -> None:
-    """Level 1 queues up to 2 requests for at most 300 ms; level 2 keeps --max-queue-size 1 and no timeout."""
+    """Level 1 queues up to 2 requests for at most 1.5 s; level 2 keeps --max-queue-size 1 and no timeout."""
     config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=1, instances=1, priority_levels=2,
-                         priority_queue_policy=(LevelPolicy(1, max_queue_size=2, timeout_s=0.3),))
+                         priority_queue_policy=(LevelPolicy(1, max_queue_size=2, timeout_s=1.5),))
     with gated_server(config) as (running, gate):
         c = httpclient.InferenceServerClient(running.url, concurrency=4)
         batching = c.get_model_config("gated")["dynamic_batching"]
         assert batching["priority_queue_policy"] == {"1": {
-            "max_queue_size": 2, "default_timeout_microseconds": 300_000, "timeout_action": "REJECT",
+            "max_queue_size": 2, "default_timeout_microseconds": 1_500_000, "timeout_action": "REJECT",
             "allow_timeout_override": True}}
         assert batching["default_queue_policy"]["max_queue_size"] == 1
         capacity = re.search(r'^dlperf_inference_queue_capacity\{[^}]*\} (\S+)$',
@@ -136,7 +136,7 @@ def test_a_level_s_own_queue_policy_bounds_and_times_out_that_level_only() -> No
             httpclient.InferenceServerClient(running.url).infer("gated", [_input(5.0)], priority=1)
         assert info.value.status() == "503"
         assert "--priority-queue-policy 1:max_queue_size=2" in info.value.message()
-        # level 1's requests expire after 300 ms in the queue; level 2's has no timeout and waits on
+        # level 1's requests expire after 1.5 s in the queue; level 2's has no timeout and waits on
         for high in highs:
             with pytest.raises(InferenceServerException) as info:
                 high.get_result()
