@@ -363,7 +363,8 @@ class ServerState:
         timer = None
         if work.deadline_ns is not None:
             # the deadline holds even while every instance is busy: the batcher fails the request if still queued
-            timer = loop.call_later(max(0.0, (work.deadline_ns - time.monotonic_ns()) / 1e9),
+            # (1 ms late: uvloop's timers have millisecond resolution and would otherwise fire up to 1 ms early)
+            timer = loop.call_later(max(0.0, (work.deadline_ns - time.monotonic_ns()) / 1e9) + 0.001,
                                     variant.batcher.expire, work)
         try:
             done = await future
