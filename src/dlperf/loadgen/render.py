@@ -105,7 +105,7 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         checked = ""
         if config.get("validated"):
             tolerance = config.get("tolerance")
-            within = (f" (rtol {tolerance[0]:g}, atol {tolerance[1]:g})"
+            within = (f" within rtol {tolerance[0]:g}, atol {tolerance[1]:g}"
                       if isinstance(tolerance, list) and len(tolerance) == 2 else "")
             checked = f", every reply checked against its validation data{within}"
         size = config.get("request_bytes")

@@ -267,7 +267,7 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
     assert setup_lines({"input_data": ["d.json"], "distinct_requests": 2, "batch_size": 1, "validated": True,
                         "tolerance": [0.05, 0.001]}) == [
         "inputs: d.json (2 distinct requests of batch 1, every reply checked against its validation data "
-        "(rtol 0.05, atol 0.001))"]
+        "within rtol 0.05, atol 0.001)"]
     assert setup_lines({"input_data": ["big.json"], "distinct_requests": 300, "batch_size": 8,
                         "request_bytes": 3 * 2**29}) == [
         "inputs: big.json (300 distinct requests of batch 8, 1536.0 MiB in memory)"]
