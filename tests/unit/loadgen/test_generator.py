@@ -71,6 +71,16 @@ def _level(rate: float, p99_s: float, errors: int = 0, send_rate: float | None =
                        send_rate=rate if send_rate is None else send_rate)
 
 
+def test_a_level_summary_has_mlperf_s_latency_figures() -> None:
+    latencies = [i * 1_000_000 for i in range(1, 101)]  # 1 .. 100 ms
+    summary = LevelResult("rate", 10.0, 1, latencies, {"200": 100}, 1.0, True, [100.0]).summary()
+    assert (summary["min_s"], summary["max_s"], summary["mean_s"]) == (0.001, 0.1, 0.0505)
+    assert summary["p50_s"] < summary["p90_s"] < summary["p95_s"] < summary["p97_s"] < summary["p99_s"] < 0.1
+    assert summary["p97_s"] == pytest.approx(0.09703)
+    empty = LevelResult("rate", 10.0, 1, [], {"503": 3}, 1.0, False, [0.0]).summary()
+    assert empty["min_s"] is None and empty["max_s"] is None and empty["mean_s"] is None
+
+
 def test_pass_rule_needs_slo_no_errors_and_the_rate_really_sent() -> None:
     assert passes(_level(100, 0.05), 0.1)
     assert not passes(_level(100, 0.2), 0.1)
