@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-size", type=int, default=0,
                         help="queued requests beyond which new ones get 503 at once, per priority level with "
                              "--priority-levels (default 0 = unbounded)")
+    parser.add_argument("--reject-status", type=int, default=503, choices=[429, 503],
+                        help="HTTP status for a request refused by a full queue (default 503, as Triton; 429 Too "
+                             "Many Requests for clients and gateways that retry on it); with Retry-After: 1")
     parser.add_argument("--timeout-ms", type=float, default=None,
                         help="per-request queue timeout; expired requests get 503 (a request's own "
                              "'timeout' parameter may shorten it)")
@@ -130,7 +133,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
         instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
         default_priority_level=args.default_priority_level,
-        priority_queue_policy=_level_policies(args.priority_queue_policy),
+        priority_queue_policy=_level_policies(args.priority_queue_policy), reject_status=args.reject_status,
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, token=args.token,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,

@@ -63,6 +63,8 @@ class ServeConfig:
     default_priority_level: int = 0
     priority_queue_policy: tuple[LevelPolicy, ...] = ()
     """Levels with their own queue bound and timeout (Triton's `priority_queue_policy`)."""
+    reject_status: int = 503
+    """The HTTP status of a request refused by a full queue: 503 (Triton's) or 429 (Too Many Requests)."""
     token: str | None = None
     device: str = "cpu"
     threads: int | None = None
@@ -93,6 +95,8 @@ class ServeConfig:
             raise ConfigError(f"--instances must be >= 1, got {self.instances}")
         if self.max_queue_size < 0:
             raise ConfigError(f"--max-queue-size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
+        if self.reject_status not in (429, 503):
+            raise ConfigError(f"--reject-status must be 429 or 503, got {self.reject_status}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ConfigError(f"--timeout-ms must be positive, got {self.timeout_s * 1000:g}")
         if self.max_request_bytes < 1024:
@@ -356,7 +360,7 @@ class ServerState:
             variant.batcher.submit(work)
         except QueueFull as exc:
             variant.recorder.failure("REJECTED", time.monotonic_ns() - start_ns)
-            return error_reply(503, str(exc), {"Retry-After": "1"})
+            return error_reply(self.config.reject_status, str(exc), {"Retry-After": "1"})
         except ShuttingDown as exc:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
             return error_reply(503, str(exc))

@@ -93,6 +93,30 @@ def test_a_client_gone_before_its_reply_counts_as_canceled_not_as_a_success(gate
     assert m.success_total == 1 and m.failure_total["CANCELED"] == 1 and m.requests_total == 2
 
 
+def test_a_full_queue_can_answer_429_with_retry_after() -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=1, instances=1, reject_status=429)
+    with gated_server(config) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url, concurrency=2)
+        first = c.async_infer("gated", [_input(1.0)])
+        assert gate.wait_entered()
+        queued = c.async_infer("gated", [_input(2.0)])
+        wait_until(lambda: server_metrics(running).pending_requests == 1, what="the queued request")
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0, 0, 0, 0]}]})
+        request = urllib.request.Request(f"http://{running.url}/v2/models/gated/infer", data=body.encode())
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=10)
+        assert info.value.code == 429 and info.value.headers["Retry-After"] == "1"
+        assert "Exceeds maximum queue size" in json.loads(info.value.read())["error"]
+        gate.open.set()
+        assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, queued)] == [2.0, 4.0]
+        assert server_metrics(running).failure_total["REJECTED"] == 1
+        c.close()
+
+
 def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gate]) -> None:
     running, gate = gated
     c = httpclient.InferenceServerClient(running.url, concurrency=2)

@@ -96,7 +96,10 @@ def test_serve_arguments_become_a_config() -> None:
     assert config.max_queue_delay_s == 0.002 and config.timeout_s == 0.05 and not config.adaptive_wait
     assert config.max_request_bytes == 1024 * 1024
     assert config.priority_levels == 3 and config.default_priority_level == 2
-    assert config.priority_queue_policy == () and config.queue_capacity == 0
+    assert config.priority_queue_policy == () and config.queue_capacity == 0 and config.reject_status == 503
+    assert serve_cli.config_from_args(_args("zoo:mlp", "--reject-status", "429")).reject_status == 429
+    with pytest.raises(ConfigError, match="--reject-status must be 429 or 503, got 500"):
+        ServeConfig(model="zoo:mlp", reject_status=500)
     leveled = serve_cli.config_from_args(_args(
         "zoo:mlp", "--priority-levels", "3", "--max-queue-size", "8", "--timeout-ms", "50",
         "--priority-queue-policy", "1:max_queue_size=2,timeout_ms=5", "--priority-queue-policy", "3:timeout-ms=500"))
