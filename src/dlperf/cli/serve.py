@@ -196,6 +196,8 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
                             for p in config.priority_queue_policy)
         text += (f" per level; priority levels 1-{config.priority_levels} "
                  f"(default {config.default_priority_level or config.priority_levels}){per_level}")
+    if config.reject_status != 503:
+        text += f"; a full queue answers {config.reject_status}"
     return text
 
 

@@ -122,11 +122,12 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         "batching: off; 1 instance; queue: unbounded, no timeout")
     leveled = serve_cli.config_from_args(_args(
         "zoo:mlp", "--fixed-wait", "--instances", "2", "--max-queue-size", "8", "--timeout-ms", "50",
-        "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2,timeout_ms=5"))
+        "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2,timeout_ms=5",
+        "--reject-status", "429"))
     assert serve_cli.settings_line(leveled, 16, 1) == (
         "batching: max batch 16, queue delay 5 ms (fixed); 2 instances x 1 torch thread; "
         "queue: at most 8 queued, timeout 50 ms per level; priority levels 1-2 (default 2); "
-        "level 1: at most 2 queued, timeout 5 ms")
+        "level 1: at most 2 queued, timeout 5 ms; a full queue answers 429")
 
 
 @pytest.mark.parametrize(
