@@ -98,7 +98,9 @@ class LoadConfig:
         """The open-loop levels (empty in concurrency mode)."""
         if self.rate is None:
             return ()
-        return tuple(float(r) for r in self.rate) if isinstance(self.rate, tuple) else (float(self.rate),)
+        if isinstance(self.rate, (int, float)):
+            return (float(self.rate),)
+        return tuple(float(r) for r in self.rate)
 
     @property
     def trace_rate(self) -> float | None:

@@ -54,6 +54,10 @@ def test_config_rejects_nonsense() -> None:
     with pytest.raises(ConfigError, match="concurrency"):
         LoadConfig(concurrency=(0,))
     assert LoadConfig(rate=5).mode == "rate" and LoadConfig().mode == "concurrency"
+    assert LoadConfig(rate=5).rates == (5.0,) and LoadConfig(rate=(10, 20.5)).rates == (10.0, 20.5)
+    assert LoadConfig().rates == ()
+    with pytest.raises(ConfigError, match="--rate values must be positive"):
+        LoadConfig(rate=(10.0, 0.0))
 
 
 def test_windows_agree_within_tolerance_on_throughput_and_latency() -> None:
