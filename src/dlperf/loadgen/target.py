@@ -103,14 +103,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     source = ("--input-data " + " ".join(input_data) if data is not None
               else "--workload" if inputs is not None else None)
     strings = _string_options(model, ins, string_length, string_data, given=source)
-    given_tolerance = [f"--{name} {value:g}" for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
-    if given_tolerance:
-        if any(v < 0 for v in (rtol, atol) if v is not None):
-            raise ConfigError(f"{' and '.join(given_tolerance)}: tolerances must be >= 0")
-        if data is None or not data.validates:
-            raise ConfigError(f"{' and '.join(given_tolerance)} apply to replies checked against validation data: "
-                              "give --input-data with validation_data (or output files), or drop them")
-    tolerance = (RTOL if rtol is None else rtol, ATOL if atol is None else atol)
+    tolerance = _tolerance(rtol, atol, validates=data is not None and data.validates)
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
                             parameters=parameters, check=check, tolerance=tolerance)
@@ -149,6 +142,19 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     if check:
         _check(target)
     return target
+
+
+def _tolerance(rtol: float | None, atol: float | None, *, validates: bool) -> tuple[float, float]:
+    """(rtol, atol) of the validation check from --rtol / --atol (the defaults where not given), refused
+    without validation data, where they would change nothing."""
+    given = [f"--{name} {value:g}" for name, value in (("rtol", rtol), ("atol", atol)) if value is not None]
+    if given:
+        if any(v < 0 for v in (rtol, atol) if v is not None):
+            raise ConfigError(f"{' and '.join(given)}: tolerances must be >= 0")
+        if not validates:
+            raise ConfigError(f"{' and '.join(given)} apply to replies checked against validation data: "
+                              "give --input-data with validation_data (or output files), or drop them")
+    return (RTOL if rtol is None else rtol, ATOL if atol is None else atol)
 
 
 DEFAULT_STRING_LENGTH = 128
