@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-s", type=float, default=2.0,
                         help="measurement window; a level ends when 3 windows agree within 10%% (default 2)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="unmeasured warm-up per level (default 1)")
+    parser.add_argument("--max-outstanding", type=int, default=1024, metavar="N",
+                        help="open loop: requests in flight at most; a scheduled request beyond it is not sent "
+                             "and counted as 'dropped' (MLPerf's server_max_async_queries; default 1024)")
+    parser.add_argument("--request-timeout-s", type=float, default=60.0, metavar="S",
+                        help="a request without a reply after S seconds counts as status 'timeout' (default 60)")
     parser.add_argument("--find-peak", action="store_true",
                         help="search the highest request rate whose p99 stays within --p99-ms")
     parser.add_argument("--p99-ms", type=float, default=None,
@@ -191,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else rate,
         arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
-        window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed,
+        window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed, max_outstanding=args.max_outstanding,
+        request_timeout_s=args.request_timeout_s,
         slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
     )
     inputs = None

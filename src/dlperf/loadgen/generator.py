@@ -37,7 +37,10 @@ Record = tuple[int, int, str, int, int]
 """One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns)."""
 
 CONNECTION_ERROR = "conn"
-"""The status key of requests that got no HTTP reply (refused, reset, timed out)."""
+"""The status key of requests that got no HTTP reply (refused, reset, closed)."""
+
+CLIENT_TIMEOUT = "timeout"
+"""The status key of requests whose reply did not come within `LoadConfig.request_timeout_s`."""
 
 MISMATCH = "mismatch"
 """The status key of 200 replies whose outputs differ from the validation data (`--input-data`)."""
@@ -82,6 +85,9 @@ class LoadConfig:
             raise ConfigError(f"--concurrency values must be >= 1, got {self.concurrency}")
         if self.duration_s <= 0 or self.window_s <= 0 or self.warmup_s < 0:
             raise ConfigError("--duration and --window-s must be positive, --warmup-s >= 0")
+        if self.max_outstanding < 1 or not self.request_timeout_s > 0:
+            raise ConfigError(f"--max-outstanding must be >= 1 and --request-timeout-s positive, got "
+                              f"{self.max_outstanding} and {self.request_timeout_s:g}")
         if self.requests is not None and self.requests < 1:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
         if self.stable_windows < 1 or not 0 < self.stability < 1:
@@ -374,7 +380,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         try:
             reply = await conn.send(raw)
             status = str(reply.status)
-        except (OSError, asyncio.TimeoutError, ValueError):
+        except asyncio.TimeoutError:
+            status = CLIENT_TIMEOUT
+            await conn.close()
+        except (OSError, ValueError):
             status = CONNECTION_ERROR
             await conn.close()
         t1 = clock()
@@ -532,7 +541,8 @@ def _slo_decided(records: Sequence[Record], slo_p99_s: float) -> str | None:
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:
     if statuses.get("dropped"):
         result.warnings.append(f"{statuses['dropped']} requests were not sent: {len(lags_s)} scheduled but the "
-                               "outstanding-request cap was reached (the server is far behind)")
+                               "outstanding-request cap was reached (the server is far behind; "
+                               "--max-outstanding sets the cap)")
     lags = sorted(lags_s)
     if result.send_rate is not None and result.send_rate < 0.95 * rate:
         result.warnings.append(

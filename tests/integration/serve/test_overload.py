@@ -154,3 +154,22 @@ def test_instances_warm_up_in_their_own_threads_and_a_failed_warm_up_stops_the_s
         build_state(config, {"m": ServedModel("m", SIG, runner)})
     assert threads and all(name.startswith("dlperf-instance-m-") for name in threads)
     assert not any(t.name.startswith("dlperf-instance-m-") for t in threading.enumerate())
+
+
+def test_the_load_generator_caps_outstanding_requests_and_times_out_its_own(gated: tuple[Running, Gate]) -> None:
+    """Against a server held at its gate, an open loop sends until --max-outstanding requests are in flight,
+    counts the scheduled ones beyond as 'dropped', and each request without a reply after
+    --request-timeout-s as 'timeout' (not as a connection error)."""
+    from dlperf.loadgen.generator import CLIENT_TIMEOUT, LoadConfig, run_load
+    from dlperf.loadgen.target import oip_target
+
+    running, gate = gated
+    target = oip_target(running.url, "gated", check=False)  # a test request would wait at the gate
+    config = LoadConfig(rate=40.0, max_outstanding=3, request_timeout_s=0.4, duration_s=1.5, window_s=0.5,
+                        warmup_s=0.0)
+    (level,) = run_load(target, config)
+    gate.open.set()
+    assert level.statuses.get("200", 0) == 0
+    assert level.statuses[CLIENT_TIMEOUT] >= 3 and "conn" not in level.statuses
+    assert level.statuses["dropped"] > 0
+    assert any("--max-outstanding sets the cap" in w for w in level.warnings)

@@ -37,3 +37,15 @@ def test_bad_levels_say_what_is_wrong(parse: object, text: str, message: str) ->
     with pytest.raises(argparse.ArgumentTypeError) as info:
         parse(text)  # type: ignore[operator]
     assert message in str(info.value)
+
+
+def test_the_open_loop_cap_and_the_request_timeout_are_options() -> None:
+    from dlperf.cli.load import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = parser.parse_args(["127.0.0.1:8000", "--model", "m"])
+    assert (defaults.max_outstanding, defaults.request_timeout_s) == (1024, 60.0)
+    given = parser.parse_args(["127.0.0.1:8000", "--model", "m", "--max-outstanding", "8",
+                               "--request-timeout-s", "2.5"])
+    assert (given.max_outstanding, given.request_timeout_s) == (8, 2.5)

@@ -58,6 +58,10 @@ def test_config_rejects_nonsense() -> None:
     assert LoadConfig().rates == ()
     with pytest.raises(ConfigError, match="--rate values must be positive"):
         LoadConfig(rate=(10.0, 0.0))
+    with pytest.raises(ConfigError, match="--max-outstanding must be >= 1 and --request-timeout-s positive"):
+        LoadConfig(rate=10.0, max_outstanding=0)
+    with pytest.raises(ConfigError, match="got 4 and 0"):
+        LoadConfig(max_outstanding=4, request_timeout_s=0.0)
 
 
 def test_windows_agree_within_tolerance_on_throughput_and_latency() -> None:
