@@ -68,3 +68,25 @@ def load_progress(mode: str) -> Iterator[tuple[Callable[[float, int, float], Non
             progress.refresh()
 
         yield on_window, progress.console
+
+
+@contextlib.contextmanager
+def warmup_progress() -> Iterator[tuple[Callable[[str, int, int], None], Callable[[], None]]]:
+    """Yield `(on_warmup(variant, done, total), stop)` for `dlperf serve`: one bar over the instances' warm-up
+    calls (every batch size, each instance), which for a large model take a minute before the server
+    listens; `stop()` takes it away once the server is ready (it is also gone when the block ends)."""
+    console = error_console()
+    if not console.is_terminal:  # nothing to redraw in a log; a stopped bar would leave an empty line there
+        yield (lambda variant, done, total: None), (lambda: None)
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=console, transient=True)
+    with progress:
+        task = progress.add_task("loading", total=None)
+
+        def on_warmup(variant: str, done: int, total: int) -> None:
+            which = "" if variant == "default" else f" variant {variant}"
+            progress.update(task, completed=done, total=total,
+                            description=f"warming up{which}: every batch size on every instance, {done}/{total}")
+
+        yield on_warmup, progress.stop

@@ -203,6 +203,7 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import error_console
+    from dlperf.cli.progress import warmup_progress
     from dlperf.serve.server import serve
 
     config = config_from_args(args)
@@ -214,15 +215,22 @@ def run(args: argparse.Namespace) -> int:
         check_config(config)
         return _run_on_ray(config, ray_options, err)
     err.print(f"loading {config.model or ', '.join(f'{n}={t}' for n, t in config.variants)} ...", markup=False)
+    with warmup_progress() as (on_warmup, stop_progress):
 
-    def on_ready(state: Any, url: str) -> None:
-        import torch
+        def on_ready(state: Any, url: str) -> None:
+            stop_progress()
+            _print_ready(err, config, state, url)
 
-        for name, entry in state.models.items():
-            variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
-            err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
-                      f"metrics at http://{url}/metrics", markup=False)
-            threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
-            err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)
+        return serve(config, on_ready=on_ready, on_warmup=on_warmup)
 
-    return serve(config, on_ready=on_ready)
+
+def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
+    """Where the server listens, for each model, and the settings it runs with."""
+    import torch
+
+    for name, entry in state.models.items():
+        variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
+        err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
+                  f"metrics at http://{url}/metrics", markup=False)
+        threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
+        err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)

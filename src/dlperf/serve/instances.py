@@ -296,16 +296,29 @@ class InstancePool:
         self.count = count
         self._threads: list[threading.Thread] = []
 
-    def start(self, warmup_batches: Sequence[int] = (1,)) -> None:
+    def start(self, warmup_batches: Sequence[int] = (1,),
+              on_warmup: Callable[[int, int], None] | None = None) -> None:
         """Start the threads; each builds its runner and runs it once per warm-up batch size before it takes
         requests. Returns when all are warmed up; raises ServingError (and stops them) if one failed.
+        `on_warmup(done, total)` after each warm-up call of any instance (from its thread; total = sizes x
+        instances), for a progress display.
 
         The warm-up runs in the instance's own thread because that thread is the OpenMP master of the torch
         ops it runs: its thread team is created on its first parallel region, not in a user request."""
         ready = [threading.Event() for _ in range(self.count)]
         errors: list[BaseException | None] = [None] * self.count
+        total = len(warmup_batches) * self.count
+        done = [0]
+        lock = threading.Lock()
+
+        def warmed() -> None:
+            if on_warmup is not None:
+                with lock:
+                    done[0] += 1
+                    on_warmup(done[0], total)
+
         for i in range(self.count):
-            t = threading.Thread(target=self._run, args=(i, tuple(warmup_batches), ready[i], errors),
+            t = threading.Thread(target=self._run, args=(i, tuple(warmup_batches), ready[i], errors, warmed),
                                  name=f"dlperf-instance-{self.model.name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -326,7 +339,7 @@ class InstancePool:
         return not any(t.is_alive() for t in self._threads)
 
     def _run(self, index: int, warmup_batches: tuple[int, ...], ready: threading.Event,
-             errors: list[BaseException | None]) -> None:
+             errors: list[BaseException | None], warmed: Callable[[], None]) -> None:
         try:
             runner = self.model.make_runner(index)
             for b in warmup_batches:
@@ -337,6 +350,7 @@ class InstancePool:
                         f"model '{self.model.name}' failed its warm-up call at batch {b}: "
                         f"{type(exc).__name__}: {exc}"
                     ) from exc
+                warmed()
         except BaseException as exc:
             errors[index] = exc
             ready.set()

@@ -193,12 +193,14 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
     return Running(state, server, thread, config.host, port)
 
 
-def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | None = None) -> int:
-    """Load, warm up, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (0 after a clean drain)."""
+def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | None = None,
+          on_warmup: Callable[[str, int, int], None] | None = None) -> int:
+    """Load, warm up, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (0 after a clean drain).
+    `on_warmup(variant, done, total)` after each warm-up call, `on_ready(state, host:port)` once listening."""
     from dlperf.serve.app import create_app
 
     set_switch_interval()
-    state = build_state(config)
+    state = build_state(config, on_warmup=on_warmup)
     start_memory_trimmer(state)
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)

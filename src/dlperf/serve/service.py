@@ -469,10 +469,12 @@ def _compress(reply: Reply, accept: str | None) -> None:
 # --- building ---------------------------------------------------------------------------------------
 
 
-def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = None) -> ServerState:
+def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = None,
+                on_warmup: Callable[[str, int, int], None] | None = None) -> ServerState:
     """Load the model(s), start their instances (warmed up), and return the state, marked ready.
 
     `served` maps a spec to an already built ServedModel (tests, embedding), used instead of loading it.
+    `on_warmup(variant, done, total)` after each warm-up call (`InstancePool.start`), for a progress display.
     """
     if config.threads is not None:
         import torch
@@ -506,7 +508,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)
         for variant in variants:
-            variant.pool.start(warmup_sizes(variant.policy.max_batch_size))
+            variant.pool.start(warmup_sizes(variant.policy.max_batch_size),
+                               None if on_warmup is None else functools.partial(on_warmup, variant.name))
             started.append(variant)
     except BaseException:
         for v in started:

@@ -156,6 +156,22 @@ def test_instances_warm_up_in_their_own_threads_and_a_failed_warm_up_stops_the_s
     assert not any(t.name.startswith("dlperf-instance-m-") for t in threading.enumerate())
 
 
+def test_the_warm_up_reports_every_call_of_every_instance() -> None:
+    def runner(index: int) -> Any:
+        return lambda arrays: [arrays[0] * 2]
+
+    seen: list[tuple[str, int, int, str]] = []
+    config = ServeConfig(model="m", port=0, max_batch_size=4, instances=2)
+    state = build_state(config, {"m": ServedModel("m", SIG, runner)},
+                        on_warmup=lambda v, done, total: seen.append((v, done, total, threading.current_thread().name)))
+    try:
+        # batch sizes 1..4 on each of 2 instances, counted in order from their threads
+        assert [(v, done, total) for v, done, total, _ in seen] == [("default", i, 8) for i in range(1, 9)]
+        assert {name for *_, name in seen} == {"dlperf-instance-m-0", "dlperf-instance-m-1"}
+    finally:
+        state.close()
+
+
 def test_the_load_generator_caps_outstanding_requests_and_times_out_its_own(gated: tuple[Running, Gate]) -> None:
     """Against a server held at its gate, an open loop sends until --max-outstanding requests are in flight,
     counts the scheduled ones beyond as 'dropped', and each request without a reply after
