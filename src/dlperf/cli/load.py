@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
+    if args.find_peak and args.concurrency:
+        raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
+                          "and give --p99-ms to judge each concurrency level")
     if args.find_peak and args.rate is not None and len(args.rate) > 1:
         raise ConfigError("with --find-peak, --rate is the one rate the search starts from; drop the others")
     intervals: tuple[float, ...] = ()

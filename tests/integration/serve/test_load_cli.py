@@ -209,3 +209,5 @@ def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_pat
     # --find-peak starts from one rate
     assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--rate", "10,20"]) == 2
     assert "--rate is the one rate the search starts from" in capsys.readouterr().err
+    assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--concurrency", "4"]) == 2
+    assert "--find-peak searches request rates (open loop): drop --concurrency" in capsys.readouterr().err
