@@ -103,8 +103,24 @@ def test_oversubscribed_threads() -> None:
     assert torch.get_num_threads() != report.analyses.threads.intra_op_threads  # restored
 
 
+def _settled_rss() -> int:
+    """This process's RSS with earlier tests' garbage collected and glibc's free heap returned to the OS, so
+    that it does not fall during the profile below what a budget was computed from."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return int(psutil.Process().memory_info().rss)
+
+
 def test_memory_pressure_against_a_budget() -> None:
-    budget = int(psutil.Process().memory_info().rss) + 256 * 2**20  # the step's intermediate alone is 256 MiB
+    # headroom 192 MiB, less than the step's 256 MiB intermediate: the peak is about 1.1 budgets. With the
+    # headroom equal to the intermediate the peak was 1.00 budgets, and a peak under 0.93 of it loses to the
+    # step's memory bandwidth finding (93% of the step): once, in the full suite, bandwidth ranked first
+    budget = _settled_rss() + 192 * 2**20
     report = _profile("memory_pressure", batch=2, budget=budget)
     top = _top(report)
     assert top is not None and top.category == dg.MEMORY_CAPACITY
