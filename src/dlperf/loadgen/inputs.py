@@ -329,18 +329,7 @@ def _expected(value: Any, datatype: str, where: str) -> np.ndarray:
     count = math.prod(shape) if shape is not None else None
     if isinstance(content, dict):
         return _flat_bytes(_b64(content, where), datatype, count, where)
-    if count is None:
-        count = len(_flat(content))
     return _parsed(lambda: array_from_json(content, datatype, count, where))
-
-
-def _flat(content: Any) -> list[Any]:
-    if not isinstance(content, list):
-        return [content]
-    out: list[Any] = []
-    for item in content:
-        out.extend(_flat(item))
-    return out
 
 
 def _b64(content: dict[str, Any], where: str) -> bytes:

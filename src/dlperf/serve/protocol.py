@@ -298,14 +298,15 @@ def array_from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.nd
     return np.frombuffer(chunk, dtype=dtype, count=count)
 
 
-def array_from_json(data: Any, datatype: str, count: int, where: str) -> np.ndarray:
+def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> np.ndarray:
     """`count` elements of `datatype` from JSON data (nested lists flattened in row-major order), flat;
-    ProtocolError naming `where` when the count or the element types do not fit."""
+    ProtocolError naming `where` when the count or the element types do not fit. `count` None: as many
+    elements as the data holds."""
     flat = _flatten(data)
-    if len(flat) != count:
+    if count is not None and len(flat) != count:
         raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")
     if datatype == "BYTES":
-        out = np.empty(count, dtype=object)
+        out = np.empty(len(flat), dtype=object)
         out[:] = [v.encode() if isinstance(v, str) else bytes(v) if isinstance(v, (bytes, list)) else
                   str(v).encode() for v in flat]
         return out
