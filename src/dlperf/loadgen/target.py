@@ -95,7 +95,6 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
         meta = _get_json(endpoint, f"/v2/models/{model}", headers)
     except LoadGenError as exc:
         raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
-    specs = meta.get("inputs") or []
     ins = _infos(meta, "inputs")
     data = read_input_data(input_data, ins, _infos(meta, "outputs"), shapes=shapes) if input_data else None
     if data is not None and inputs is not None:
@@ -107,13 +106,13 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
                             parameters=parameters, check=check, tolerance=tolerance)
-    if inputs is not None and len(inputs) != len(specs):
-        raise LoadGenError(f"model '{model}' takes {len(specs)} inputs, the workload gives {len(inputs)}")
+    if inputs is not None and len(inputs) != len(ins):
+        raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
     tensors = []
     items = batch_size
-    for i, spec in enumerate(specs):
-        name, datatype, shape = spec["name"], spec["datatype"], list(spec["shape"])
+    for i, spec in enumerate(ins):
+        name, datatype, shape = spec.name, spec.datatype, list(spec.shape)
         if inputs is not None:
             value = inputs[i]
             if hasattr(value, "detach"):  # a torch tensor; numpy has no bfloat16, so via float32 (cast below)
