@@ -591,7 +591,7 @@ def run_load(target: Target, config: LoadConfig,
              on_window: Callable[[float, int, float], None] | None = None) -> list[LevelResult]:
     """Every level of the config: each concurrency, or each rate. `on_window(level, windows, req/s)` after
     each measurement window, `on_level(result)` after each level."""
-    levels: list[float] = list(config.rates) if config.rate is not None else [float(c) for c in config.concurrency]
+    levels: list[float] = list(config.rates) or [float(c) for c in config.concurrency]
     results = []
     for level in levels:
         result = run_level(target, config, level, _level_windows(on_window, level))

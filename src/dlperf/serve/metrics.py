@@ -148,10 +148,10 @@ class Metrics:
                                     buckets=BATCH_BUCKETS, registry=r)
         by_level = (*labels, "priority")
         self.priority_request_duration = Histogram(
-            PREFIX + "priority_request_duration_seconds", "End-to-end time of answered requests by priority level "
+            PRIORITY_METRIC_NAMES[0], "End-to-end time of answered requests by priority level "
             "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
         self.priority_queue_duration = Histogram(
-            PREFIX + "priority_queue_duration_seconds", "Queue time of answered requests by priority level "
+            PRIORITY_METRIC_NAMES[1], "Queue time of answered requests by priority level "
             "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
         self.instances = Gauge(PREFIX + "instances", "Model instances running", labels, registry=r)
         self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Requests the queue holds at most, all "
