@@ -29,7 +29,6 @@ import base64
 import binascii
 import json
 import math
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,20 +343,7 @@ def _b64(content: dict[str, Any], where: str) -> bytes:
 
 def _flat_bytes(raw: bytes, datatype: str, count: int | None, where: str) -> np.ndarray:
     """Raw tensor bytes -> a flat array; `count` None: as many elements as the bytes hold."""
-    if count is None:
-        if datatype == "BYTES":
-            count, pos = 0, 0
-            while pos + 4 <= len(raw):
-                pos += 4 + struct.unpack_from("<I", raw, pos)[0]
-                count += 1
-        else:
-            size = NUMPY_DTYPES[datatype].itemsize
-            if len(raw) % size:
-                raise ConfigError(f"{where}: {len(raw)} bytes are not a whole number of {datatype} elements "
-                                  f"({size} bytes each)")
-            count = len(raw) // size
-    n = count
-    return _parsed(lambda: array_from_bytes(raw, datatype, n, where))
+    return _parsed(lambda: array_from_bytes(raw, datatype, count, where))
 
 
 def _parsed(read: Any) -> np.ndarray:

@@ -267,9 +267,10 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tens
     return Tensor(name, datatype, array.reshape(shape), params), offset
 
 
-def array_from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.ndarray:
+def array_from_bytes(chunk: Any, datatype: str, count: int | None, where: str) -> np.ndarray:
     """`count` elements of `datatype` from the binary extension's encoding (BYTES: 4-byte length + bytes each),
-    flat; ProtocolError naming `where` when the bytes do not hold exactly that."""
+    flat; ProtocolError naming `where` when the bytes do not hold exactly that. `count` None: as many
+    elements as the bytes hold."""
     if datatype == "BYTES":
         items: list[bytes] = []
         pos = 0
@@ -283,12 +284,17 @@ def array_from_bytes(chunk: Any, datatype: str, count: int, where: str) -> np.nd
                 raise ProtocolError(f"{where}: BYTES element of {n} bytes runs past the tensor's data")
             items.append(bytes(view[pos:pos + n]))
             pos += n
-        if len(items) != count:
+        if count is not None and len(items) != count:
             raise ProtocolError(f"{where}: {len(items)} BYTES elements for a shape of {count} elements")
-        out = np.empty(count, dtype=object)
+        out = np.empty(len(items), dtype=object)
         out[:] = items
         return out
     dtype = NUMPY_DTYPES[datatype]
+    if count is None:
+        if len(chunk) % dtype.itemsize:
+            raise ProtocolError(f"{where}: {len(chunk)} bytes are not a whole number of {datatype} elements "
+                                f"({dtype.itemsize} bytes each)")
+        count = len(chunk) // dtype.itemsize
     expected = count * dtype.itemsize
     if len(chunk) != expected:
         raise ProtocolError(

@@ -12,6 +12,8 @@ from dlperf.serve.protocol import (
     InferResponse,
     ProtocolError,
     Tensor,
+    array_from_bytes,
+    array_from_json,
     datatype_of,
     datatype_of_name,
     decode_request,
@@ -204,3 +206,15 @@ def test_header_length_is_a_byte_count_or_absent() -> None:
         with pytest.raises(ProtocolError, match="Inference-Header-Content-Length is not a byte count") as info:
             header_length_of({"inference-header-content-length": bad})
         assert info.value.status == 400
+
+
+def test_arrays_of_unstated_length_take_what_the_data_holds() -> None:
+    np.testing.assert_array_equal(array_from_bytes(np.arange(3, dtype="<f4").tobytes(), "FP32", None, "w"),
+                                  np.arange(3, dtype=np.float32))
+    words = b"".join(len(w).to_bytes(4, "little") + w for w in (b"ab", b"", b"xyz"))
+    assert list(array_from_bytes(words, "BYTES", None, "w")) == [b"ab", b"", b"xyz"]
+    with pytest.raises(ProtocolError, match="w: 6 bytes are not a whole number of FP32 elements"):
+        array_from_bytes(b"\0" * 6, "FP32", None, "w")
+    np.testing.assert_array_equal(array_from_json([[1, 2], [3]], "INT64", None, "w"), [1, 2, 3])
+    with pytest.raises(ProtocolError, match="w: 3 data elements for a shape of 4 elements"):
+        array_from_json([1, 2, 3], "INT64", 4, "w")
