@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
 from dlperf.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dlperf.loadgen.generator import Slo
 
 DEFAULT_DURATION_S = 30.0
 
@@ -42,11 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-timeout-s", type=float, default=60.0, metavar="S",
                         help="a request without a reply after S seconds counts as status 'timeout' (default 60)")
     parser.add_argument("--find-peak", action="store_true",
-                        help="search the highest request rate whose p99 stays within --p99-ms")
-    parser.add_argument("--p99-ms", type=float, default=None,
+                        help="search the highest request rate whose p99 stays within --p99-ms (or the --slo-ms "
+                             "percentile)")
+    parser.add_argument("--p99-ms", type=float, default=None, metavar="X",
                         help="a p99 latency SLO: each level measures until MLPerf's early-stopping test decides it "
                              "(or its bound) and gets a verdict; exit code 1 unless every level passes (with "
                              "--find-peak, which needs it: unless some rate passes), so it gates CI")
+    parser.add_argument("--slo-ms", type=float, default=None, metavar="X",
+                        help="a latency SLO at another percentile than p99, with --slo-percentile (perf_analyzer's "
+                             "--latency-threshold); judged as --p99-ms is")
+    parser.add_argument("--slo-percentile", type=float, default=None, metavar="Q",
+                        help="the percentile --slo-ms bounds, e.g. 90, 95, 99.9 (perf_analyzer's --percentile; "
+                             "default 99). The early-stopping test needs more requests the higher Q: 459 for p99, "
+                             "4603 for p99.9")
     parser.add_argument("--max-steps", type=int, default=10, help="the most rates --find-peak tries (default 10)")
     parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
@@ -154,10 +166,31 @@ def _write_csv(path: str, text: str) -> None:
                           "`dlperf runs export`") from exc
 
 
+def _slo(args: argparse.Namespace) -> Slo | None:
+    """The SLO from --p99-ms, or from --slo-ms and --slo-percentile; None without either bound."""
+    from dlperf.loadgen.generator import Slo
+
+    if args.p99_ms is not None and args.slo_ms is not None:
+        raise ConfigError("give the latency SLO once: --p99-ms X, or --slo-ms X with --slo-percentile Q")
+    for option, value in (("--p99-ms", args.p99_ms), ("--slo-ms", args.slo_ms)):
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{option} must be a positive number of milliseconds, got {value:g}")
+    if args.p99_ms is not None:
+        if args.slo_percentile not in (None, 99.0):
+            raise ConfigError(f"--p99-ms bounds the p99: for the p{args.slo_percentile:g} write "
+                              f"--slo-ms {args.p99_ms:g} --slo-percentile {args.slo_percentile:g}")
+        return Slo(args.p99_ms / 1000.0)
+    if args.slo_ms is not None:
+        return Slo(args.slo_ms / 1000.0, 99.0 if args.slo_percentile is None else args.slo_percentile)
+    if args.slo_percentile is not None:
+        raise ConfigError("--slo-percentile needs the bound it applies to: add --slo-ms X")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import MISMATCH, LoadConfig, find_peak, run_load, verdict_dict
+    from dlperf.loadgen.generator import MISMATCH, VERDICT_KEYS, LoadConfig, find_peak, run_load, verdict_dict
     from dlperf.loadgen.render import (
         levels_table,
         peak_lines,
@@ -169,8 +202,9 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.loadgen.target import oip_target
     from dlperf.measure.env import capture_environment
 
-    if args.find_peak and args.p99_ms is None:
-        raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X")
+    slo = _slo(args)
+    if args.find_peak and slo is None:
+        raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.priority < 0:
@@ -179,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
-                          "and give --p99-ms to judge each concurrency level")
+                          "and give --p99-ms (or --slo-ms) to judge each concurrency level")
     if args.find_peak and args.rate is not None and len(args.rate) > 1:
         raise ConfigError("with --find-peak, --rate is the one rate the search starts from; drop the others")
     intervals: tuple[float, ...] = ()
@@ -201,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
         window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed, max_outstanding=args.max_outstanding,
         request_timeout_s=args.request_timeout_s,
-        slo_p99_s=args.p99_ms / 1000.0 if args.p99_ms is not None else None,
+        slo=slo,
     )
     inputs = None
     if args.workload and args.input_data:
@@ -225,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
                                 "distinct_requests": max(1, len(target.requests)), "validated": bool(target.expected),
                                 "request_bytes": sum(map(len, target.requests or (target.raw_request,))),
                                 "tolerance": list(target.tolerance) if target.expected else None,
-                                "find_peak": args.find_peak, "p99_ms": args.p99_ms, "priority": args.priority,
+                                "find_peak": args.find_peak, "priority": args.priority,
                                 "request_intervals": args.request_intervals,
                                 "duration_fitted": args.find_peak and args.duration is None}
     if not args.json:
@@ -233,40 +267,42 @@ def run(args: argparse.Namespace) -> int:
             out.print(line, markup=False)
     with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
         if args.find_peak:
+            assert slo is not None  # refused above without one
             with load_progress("rate") as (on_window, shown):
                 peak = find_peak(
-                    target, config, args.p99_ms / 1000.0, start_rate=args.rate[0] if args.rate else None,
+                    target, config, slo, start_rate=args.rate[0] if args.rate else None,
                     max_steps=args.max_steps,
                     fit_duration=args.duration is None, on_window=on_window,
                     on_trial=lambda rate, bound_s: shown.print(
                         f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
                     on_step=lambda s, ok: shown.print(
-                        f"  {s.level:.1f} req/s: {verdict_line(s, args.p99_ms / 1000.0)}", markup=False))
+                        f"  {s.level:.1f} req/s: {verdict_line(s, slo)}", markup=False))
             peak_dict = peak.to_dict()  # each step's summary with its verdict
             run_.result = {"peak": peak_dict,
-                           "levels": [{**s.to_dict(), **{k: d[k] for k in ("passed", "verdict", "verdict_reason")}}
+                           "levels": [{**s.to_dict(), **{k: d[k] for k in VERDICT_KEYS}}
                                       for s, d in zip(peak.steps, peak_dict["steps"], strict=True)]}
             if args.json:
                 print_json({"run_id": run_.id, **peak_dict})
             else:
-                out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search"))
+                out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search", slo))
                 for line in peak_lines(peak):
                     out.print(line, markup=False)
             results = peak.steps
         else:
+            q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
+            name = f"p{q:g}"
             with load_progress(config.mode) as (on_window, shown):
                 results = run_load(target, config, on_window=on_window, on_level=lambda r: shown.print(
-                    f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, p99 {r.percentile_s(99) * 1e3:.2f} ms",
-                    markup=False))
+                    f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {name} "
+                    f"{r.percentile_s(q) * 1e3:.2f} ms", markup=False))
 
-            slo = config.slo_p99_s
             marks = [verdict_dict(r, slo) if slo is not None else {} for r in results]  # judged once per level
             run_.result = {"levels": [{**r.to_dict(), **m} for r, m in zip(results, marks, strict=True)]}
             if args.json:
                 print_json({"run_id": run_.id,
                             "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
             else:
-                out.print(levels_table(results, f"{args.model} at {args.url}"))
+                out.print(levels_table(results, f"{args.model} at {args.url}", slo))
                 for r, m in zip(results, marks, strict=True):
                     if m:
                         out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}",
@@ -283,15 +319,15 @@ def run(args: argparse.Namespace) -> int:
     if wrong:
         err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
         return 1
-    if config.slo_p99_s is None:
+    if slo is None:
         return 0
     if args.find_peak:
         if run_.result["peak"]["peak_rate"] is not None:
             return 0
-        err.print(f"SLO not met: no tried rate kept p99 within {args.p99_ms:g} ms", markup=False)
+        err.print(f"SLO not met: no tried rate kept {slo}", markup=False)
         return 1
     missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
     if missed:
-        err.print(f"SLO p99 <= {args.p99_ms:g} ms not met at: {', '.join(missed)}", markup=False)
+        err.print(f"SLO {slo} not met at: {', '.join(missed)}", markup=False)
         return 1
     return 0

@@ -5,8 +5,8 @@ Like perf_analyzer: each level runs a warm-up, then measurement windows until th
 level's time or request bound; the report holds p50/p90/p95/p99/p99.9, throughput, errors by status,
 and the server's own queue and compute time per request from its statistics endpoint. Rate mode sends
 on a constant or Poisson schedule with no cap on outstanding requests but `max_outstanding`, and warns
-when it cannot keep the schedule itself. `find_peak` searches the highest rate whose p99 meets an SLO
-(MLPerf LoadGen's server scenario with FindPeakPerformance).
+when it cannot keep the schedule itself. `find_peak` searches the highest rate whose latency percentile
+(p99 by default) meets an SLO (MLPerf LoadGen's server scenario with FindPeakPerformance).
 """
 
 from __future__ import annotations
@@ -47,6 +47,55 @@ MISMATCH = "mismatch"
 
 
 @dataclass(frozen=True)
+class Slo:
+    """A latency SLO: the `percentile`-th percentile of the successful requests' latency within `bound_s`
+    (`--p99-ms X`, or `--slo-ms X --slo-percentile Q` as perf_analyzer's --latency-threshold/--percentile)."""
+
+    bound_s: float
+    percentile: float = 99.0
+
+    def __post_init__(self) -> None:
+        if not (self.bound_s > 0 and math.isfinite(self.bound_s)):
+            raise ConfigError(f"the latency SLO must be a positive number of ms, got {self.bound_s * 1e3:g}")
+        if not 0.0 < self.percentile < 100.0:
+            raise ConfigError(f"--slo-percentile must be above 0 and below 100 (e.g. 95, 99, 99.9), got "
+                              f"{self.percentile:g}")
+
+    @property
+    def name(self) -> str:
+        """'p99', 'p95', 'p99.9'."""
+        return f"p{self.percentile:g}"
+
+    @property
+    def share_over(self) -> float:
+        """The share of requests the SLO lets exceed its bound: 0.01 for p99."""
+        return 1.0 - self.percentile / 100.0
+
+    @property
+    def min_requests(self) -> int:
+        """The fewest successful requests that can show the SLO met at 99% confidence (459 for p99)."""
+        return early_stopping_min_count(self.percentile)
+
+    def __str__(self) -> str:
+        return f"{self.name} <= {self.bound_s * 1e3:g} ms"
+
+    def to_dict(self) -> dict[str, float]:
+        return {"bound_s": self.bound_s, "percentile": self.percentile}
+
+    @classmethod
+    def from_record(cls, data: Any) -> Slo | None:
+        """The SLO a stored config or peak search recorded: {"slo": {"bound_s", "percentile"}}, or the
+        "slo_p99_s" of runs recorded before SLOs had a percentile; None where it had none."""
+        if not isinstance(data, dict):
+            return None
+        slo = data.get("slo")
+        if isinstance(slo, dict) and isinstance(slo.get("bound_s"), (int, float)):
+            return cls(float(slo["bound_s"]), float(slo.get("percentile", 99.0)))
+        old = data.get("slo_p99_s")
+        return cls(float(old)) if isinstance(old, (int, float)) else None
+
+
+@dataclass(frozen=True)
 class LoadConfig:
     concurrency: tuple[int, ...] = (1,)
     rate: float | tuple[float, ...] | None = None
@@ -67,9 +116,9 @@ class LoadConfig:
     max_outstanding: int = 1024
     request_timeout_s: float = 60.0
     seed: int = 0
-    slo_p99_s: float | None = None
-    """A p99 latency bound: a level keeps measuring after its windows agree until MLPerf's early-stopping
-    test decides whether its p99 is within the bound (or the level's duration or request bound ends it)."""
+    slo: Slo | None = None
+    """A latency SLO: a level keeps measuring after its windows agree until MLPerf's early-stopping test
+    decides whether its percentile is within the bound (or the level's duration or request bound ends it)."""
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -92,8 +141,6 @@ class LoadConfig:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
         if self.stable_windows < 1 or not 0 < self.stability < 1:
             raise ConfigError("stable_windows must be >= 1 and stability in (0, 1)")
-        if self.slo_p99_s is not None and self.slo_p99_s <= 0:
-            raise ConfigError(f"--p99-ms must be positive, got {self.slo_p99_s * 1e3:g}")
 
     @property
     def mode(self) -> str:
@@ -248,11 +295,15 @@ class LevelResult:
             return float("nan")
         return percentile(self._sorted_s(), q)
 
+    def percentile_bound_s(self, q: float) -> float | None:
+        """MLPerf's early-stopping estimate of the q-th percentile: a latency that q% of requests stay
+        within, at 99% confidence; None below `early_stopping_min_count(q)` successful requests."""
+        return percentile_upper_bound(self._sorted_s(), q)
+
     @property
     def p99_bound_s(self) -> float | None:
-        """MLPerf's early-stopping p99 estimate: a latency that 99% of requests stay within, at 99%
-        confidence; None below 459 successful requests."""
-        return percentile_upper_bound(self._sorted_s(), 99)
+        """`percentile_bound_s(99)`: None below 459 successful requests."""
+        return self.percentile_bound_s(99)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -478,9 +529,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         w_start = now
         if len(windows) >= config.stable_windows and _agree(windows[-config.stable_windows:], config.stability):
             stable = True
-            if config.slo_p99_s is None or _slo_decided(records[first_record:], config.slo_p99_s):
+            if config.slo is None or _slo_decided(records[first_record:], config.slo):
                 break
-        elif config.slo_p99_s is not None and _slo_decided(records[first_record:], config.slo_p99_s) == "fail":
+        elif config.slo is not None and _slo_decided(records[first_record:], config.slo) == "fail":
             break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or done_all:
             break
@@ -524,18 +575,18 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     return result
 
 
-def _slo_decided(records: Sequence[Record], slo_p99_s: float) -> str | None:
-    """'pass' or 'fail' once the measured requests so far settle the p99 SLO at 99% confidence: 'fail' when
-    one failed or the mirror of the early-stopping test says more than 1% are over (`early_stopping_fails`),
-    'pass' when MLPerf's test passes; None in between (the level measures on to its bound, where `verdict`
-    fails it if its sample p99 is over)."""
+def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
+    """'pass' or 'fail' once the measured requests so far settle the SLO at 99% confidence: 'fail' when one
+    failed or the mirror of the early-stopping test says more than the SLO's share (1% for p99) are over
+    (`early_stopping_fails`), 'pass' when MLPerf's test passes; None in between (the level measures on to
+    its bound, where `verdict` fails it if its sample percentile is over)."""
     if any(r[2] != "200" for r in records):
         return "fail"
-    slo_ns = slo_p99_s * 1e9
+    slo_ns = slo.bound_s * 1e9
     over = sum(1 for r in records if r[1] > slo_ns)
-    if early_stopping_fails(len(records), over, 99):
+    if early_stopping_fails(len(records), over, slo.percentile):
         return "fail"
-    return "pass" if early_stopping_passes(len(records), over, 99) else None
+    return "pass" if early_stopping_passes(len(records), over, slo.percentile) else None
 
 
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:
@@ -603,22 +654,22 @@ def run_load(target: Target, config: LoadConfig,
 
 @dataclass
 class PeakResult:
-    slo_p99_s: float
+    slo: Slo
     peak_rate: float | None
     """The highest tried rate that passed (None: even the lowest failed)."""
     steps: list[LevelResult]
 
     def passed(self, step: LevelResult) -> bool:
-        return passes(step, self.slo_p99_s)
+        return passes(step, self.slo)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slo_p99_s": self.slo_p99_s, "peak_rate": self.peak_rate,
-                "steps": [{**s.summary(), **verdict_dict(s, self.slo_p99_s)} for s in self.steps]}
+        return {"slo": self.slo.to_dict(), "peak_rate": self.peak_rate,
+                "steps": [{**s.summary(), **verdict_dict(s, self.slo)} for s in self.steps]}
 
 
 class Verdict(NamedTuple):
-    """A level judged against a p99 SLO: `status` 'pass', 'fail' or 'undecided' (too few requests for the
-    early-stopping test to say either), and why."""
+    """A level judged against a latency SLO: `status` 'pass', 'fail' or 'undecided' (too few requests for
+    the early-stopping test to say either), and why."""
 
     status: str
     reason: str
@@ -628,46 +679,53 @@ class Verdict(NamedTuple):
         return self.status == "pass"
 
 
-def verdict(step: LevelResult, slo_p99_s: float) -> Verdict:
-    """VALID in MLPerf's sense, and why: no errors, the rate really generated, and the p99 within the SLO
-    by MLPerf's early-stopping test (at 99% confidence, so at least 459 requests, more if any were over)."""
-    slo_ms = slo_p99_s * 1e3
+def verdict(step: LevelResult, slo: Slo) -> Verdict:
+    """VALID in MLPerf's sense, and why: no errors, the rate really generated, and the SLO's percentile
+    within its bound by MLPerf's early-stopping test (at 99% confidence, so for p99 at least 459 requests,
+    more if any were over)."""
+    slo_ms, name = slo.bound_s * 1e3, slo.name
     if step.ok == 0:
         return Verdict("fail", "no request succeeded")
     if step.errors > 0:
         return Verdict("fail", f"{step.errors} of {step.ok + step.errors} requests failed")
     if step.send_rate is not None and step.send_rate < 0.95 * step.level:
         return Verdict("fail", f"only {step.send_rate:.1f} of {step.level:g} req/s were sent")
-    over = sum(1 for v in step.latencies_ns if v > slo_p99_s * 1e9)
-    bound = step.p99_bound_s
-    if bound is not None and bound <= slo_p99_s:
-        return Verdict("pass", f"p99 <= {bound * 1e3:.3g} ms at 99% confidence "
+    over = sum(1 for v in step.latencies_ns if v > slo.bound_s * 1e9)
+    bound = step.percentile_bound_s(slo.percentile)
+    if bound is not None and bound <= slo.bound_s:
+        return Verdict("pass", f"{name} <= {bound * 1e3:.3g} ms at 99% confidence "
                                f"({over} of {step.ok} requests over {slo_ms:g} ms)")
-    if over > 0.01 * step.ok:
-        return Verdict("fail", f"p99 {step.percentile_s(99) * 1e3:.3g} ms > {slo_ms:g} ms "
+    if over > slo.share_over * step.ok:
+        return Verdict("fail", f"{name} {step.percentile_s(slo.percentile) * 1e3:.3g} ms > {slo_ms:g} ms "
                                f"({over} of {step.ok} requests over)")
-    needed = early_stopping_min_count(99, over)
+    needed = early_stopping_min_count(slo.percentile, over)
     return Verdict("undecided", f"{step.ok} requests, {over} over {slo_ms:g} ms; MLPerf's early-stopping test "
-                                f"needs at least {needed} to say p99 <= {slo_ms:g} ms at 99% confidence "
+                                f"needs at least {needed} to say {name} <= {slo_ms:g} ms at 99% confidence "
                                 "(a longer --duration)")
 
 
-def verdict_dict(step: LevelResult, slo_p99_s: float) -> dict[str, Any]:
-    judged = verdict(step, slo_p99_s)
-    return {"passed": judged.passed, "verdict": judged.status, "verdict_reason": judged.reason}
+VERDICT_KEYS = ("passed", "verdict", "verdict_reason", "slo_bound_s")
+"""What `verdict_dict` adds to a level's stored summary."""
 
 
-def passes(step: LevelResult, slo_p99_s: float) -> bool:
-    return verdict(step, slo_p99_s).passed
+def verdict_dict(step: LevelResult, slo: Slo) -> dict[str, Any]:
+    """The verdict as stored, with the early-stopping estimate at the SLO's percentile (`slo_bound_s`)."""
+    judged = verdict(step, slo)
+    return dict(zip(VERDICT_KEYS, (judged.passed, judged.status, judged.reason,
+                                   step.percentile_bound_s(slo.percentile)), strict=True))
 
 
-def decision_duration_s(config: LoadConfig, rate: float) -> float:
+def passes(step: LevelResult, slo: Slo) -> bool:
+    return verdict(step, slo).passed
+
+
+def decision_duration_s(config: LoadConfig, rate: float, slo: Slo) -> float:
     """A level long enough at `rate` for the early-stopping test to pass with a few requests over the SLO:
-    the warm-up, 1.5 x 459 requests, and two windows."""
-    return config.warmup_s + 1.5 * early_stopping_min_count(99) / rate + 2 * config.window_s
+    the warm-up, 1.5 x the fewest requests that can pass (459 for p99), and two windows."""
+    return config.warmup_s + 1.5 * slo.min_requests / rate + 2 * config.window_s
 
 
-def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: float | None = None,
+def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | None = None,
               max_steps: int = 10, tolerance: float = 0.05,
               on_step: Callable[[LevelResult, bool], None] | None = None, fit_duration: bool = False,
               on_trial: Callable[[float, float], None] | None = None,
@@ -679,19 +737,17 @@ def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: 
     runs before each trial, `on_step(step, passed)` after."""
     import dataclasses
 
-    if slo_p99_s <= 0:
-        raise ConfigError(f"--p99-ms must be positive, got {slo_p99_s * 1e3:g}")
     steps: list[LevelResult] = []
 
     def trial(rate: float) -> bool:
-        cfg = dataclasses.replace(config, rate=rate, slo_p99_s=slo_p99_s)
+        cfg = dataclasses.replace(config, rate=rate, slo=slo)
         if fit_duration:
-            cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate)))
+            cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate, slo)))
         if on_trial is not None:
             on_trial(rate, cfg.duration_s)
         step = run_level(target, cfg, rate, _level_windows(on_window, rate))
         steps.append(step)
-        ok = passes(step, slo_p99_s)
+        ok = passes(step, slo)
         if on_step is not None:
             on_step(step, ok)
         return ok
@@ -721,4 +777,4 @@ def find_peak(target: Target, config: LoadConfig, slo_p99_s: float, start_rate: 
             lo = mid
         else:
             hi = mid
-    return PeakResult(slo_p99_s, lo, steps)
+    return PeakResult(slo, lo, steps)

@@ -7,7 +7,7 @@ import io
 import math
 from typing import Any
 
-from dlperf.loadgen.generator import LevelResult, PeakResult, verdict
+from dlperf.loadgen.generator import LevelResult, PeakResult, Slo, verdict
 
 
 def _ms(value: float | None) -> str:
@@ -16,24 +16,29 @@ def _ms(value: float | None) -> str:
     return f"{value * 1e3:.3g}" if value < 0.1 else f"{value * 1e3:.0f}"
 
 
-def levels_table(results: list[LevelResult], title: str = "") -> Any:
+def levels_table(results: list[LevelResult], title: str = "", slo: Slo | None = None) -> Any:
+    """One row per level; the bound column is MLPerf's early-stopping estimate at the SLO's percentile
+    (p99 without an SLO)."""
     from rich.table import Table
+
+    q = slo.percentile if slo is not None else 99.0
+    bound_name = f"p{q:g} bound"
 
     mode = results[0].mode if results else "concurrency"
     table = Table(title=(title + " (latencies in ms)") if title else None, padding=(0, 1), pad_edge=False)
     table.add_column("conc" if mode == "concurrency" else "rate", justify="right")
-    for name in ("req/s", "items/s", "p50", "p90", "p95", "p99", "p99 bound", "p99.9", "errors", "queue",
+    for name in ("req/s", "items/s", "p50", "p90", "p95", "p99", bound_name, "p99.9", "errors", "queue",
                  "compute", "batch", "stable"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.caption = ("p99 bound: MLPerf's early-stopping p99, within which 99% of requests stay at 99% confidence "
-                     "(- below 459 requests); queue, compute: the server's own per-request means from its "
-                     "statistics; batch: its mean batch")
+    table.caption = (f"{bound_name}: MLPerf's early-stopping p{q:g}, within which {q:g}% of requests stay at 99% "
+                     f"confidence (- below {Slo(1.0, q).min_requests} requests); queue, compute: the server's own "
+                     "per-request means from its statistics; batch: its mean batch")
     for r in results:
         errors = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") or "0"
         server = r.server
         table.add_row(
             f"{r.level:g}", f"{r.throughput:.0f}", f"{r.item_throughput:.0f}", _ms(r.percentile_s(50)),
-            _ms(r.percentile_s(90)), _ms(r.percentile_s(95)), _ms(r.percentile_s(99)), _ms(r.p99_bound_s),
+            _ms(r.percentile_s(90)), _ms(r.percentile_s(95)), _ms(r.percentile_s(99)), _ms(r.percentile_bound_s(q)),
             _ms(r.percentile_s(99.9)),
             errors, _ms(server.queue_s if server else None), _ms(server.compute_s if server else None),
             f"{server.average_batch_size:.1f}" if server else "-", "yes" if r.stable else "no",
@@ -78,10 +83,11 @@ def load_headline(result: Any) -> str:
     if not isinstance(result, dict):
         return ""
     peak = result.get("peak")
-    if isinstance(peak, dict) and isinstance(peak.get("slo_p99_s"), (int, float)):
+    slo = Slo.from_record(peak)
+    if isinstance(peak, dict) and slo is not None:
         found = peak.get("peak_rate")
         return (f"peak {float(found):.1f} req/s" if isinstance(found, (int, float)) else "no passing rate") + \
-            f" at p99 <= {peak['slo_p99_s'] * 1e3:g} ms"
+            f" at {slo}"
     levels = [lv for lv in result.get("levels") or [] if isinstance(lv, dict)
               and isinstance(lv.get("throughput_rps"), (int, float)) and isinstance(lv.get("p99_s"), (int, float))]
     if not levels:
@@ -133,9 +139,10 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     from rich.text import Text
 
     levels = [LevelResult.from_dict(d) for d in result["levels"]]
-    parts: list[Any] = [Text(line) for line in setup_lines(config)]
-    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}"))
     peak = result.get("peak")
+    slo = Slo.from_record(peak) or Slo.from_record(config)
+    parts: list[Any] = [Text(line) for line in setup_lines(config)]
+    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}", slo))
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
         where = f"  {level.mode} {level.level:g}: "
@@ -143,11 +150,10 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
             parts.append(Text(where + verdict_text(data["verdict"], data.get("verdict_reason", ""))))
         elif i < len(steps) and isinstance(steps[i], dict) and "passed" in steps[i]:
             parts.append(Text(where + ("pass" if steps[i]["passed"] else "FAIL")))
-    if isinstance(peak, dict):
-        slo_ms = float(peak["slo_p99_s"]) * 1e3
+    if isinstance(peak, dict) and slo is not None:
         found = peak.get("peak_rate")
-        parts.append(Text(f"peak: {float(found):.1f} req/s with p99 <= {slo_ms:g} ms" if found is not None
-                          else f"no tried rate kept p99 within {slo_ms:g} ms"))
+        parts.append(Text(f"peak: {float(found):.1f} req/s with {slo}" if found is not None
+                          else f"no tried rate kept {slo}"))
     parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
     return parts
 
@@ -157,17 +163,17 @@ def verdict_text(status: str, reason: str) -> str:
     return f"{status.upper() if status == 'fail' else status}: {reason}"
 
 
-def verdict_line(step: LevelResult, slo_p99_s: float) -> str:
-    return verdict_text(*verdict(step, slo_p99_s))
+def verdict_line(step: LevelResult, slo: Slo) -> str:
+    return verdict_text(*verdict(step, slo))
 
 
 def peak_lines(peak: PeakResult) -> list[str]:
     lines = []
     for step in peak.steps:
         lines.append(f"  {step.level:8.1f} req/s  sent {step.send_rate or 0:.1f} req/s  "
-                     f"{verdict_line(step, peak.slo_p99_s)}")
+                     f"{verdict_line(step, peak.slo)}")
     if peak.peak_rate is None:
-        lines.append(f"no tried rate kept p99 within {peak.slo_p99_s * 1e3:g} ms")
+        lines.append(f"no tried rate kept {peak.slo}")
     else:
-        lines.append(f"peak: {peak.peak_rate:.1f} req/s with p99 <= {peak.slo_p99_s * 1e3:g} ms")
+        lines.append(f"peak: {peak.peak_rate:.1f} req/s with {peak.slo}")
     return lines

@@ -546,10 +546,15 @@ P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency
 
 
 def load_view(rec: RunRecord) -> str:
+    from dlperf.loadgen.generator import Slo
+
     r = rec.result
+    peak = r.get("peak")
+    slo = Slo.from_record(peak) or Slo.from_record(rec.config)
+    name = slo.name if slo is not None else "p99"
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
     rows: list[tuple[str, float, float | None, float | None, float | None]] = []
-    judged: list[list[Any]] = []  # p99 bound and SLO verdict, where the run had them
+    judged: list[list[Any]] = []  # the bound at the SLO's percentile and the verdict, where the run had them
     cdfs: list[Series] = []
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
@@ -561,7 +566,7 @@ def load_view(rec: RunRecord) -> str:
         offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
         label = f"{item.get('mode', '')} {_fmt(offered)}".strip()
         rows.append((label, thr, p50, p99, _num(item, "error_rate", "errors", "failures")))
-        judged.append([_ms(_num(item, "p99_bound_s")),
+        judged.append([_ms(_num(item, "slo_bound_s", "p99_bound_s") if name == "p99" else _num(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
                        else "-"])
         lat = item.get("latencies_ns")
@@ -569,15 +574,14 @@ def load_view(rec: RunRecord) -> str:
             cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with throughput and latency")
-    shown = [i for i in (0, 1) if any(j[i] != "-" for j in judged)]  # p99 bound, SLO verdict: where present
+    shown = [i for i in (0, 1) if any(j[i] != "-" for j in judged)]  # bound, SLO verdict: where present
     table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors",
-                    *(("p99 bound ms", "p99 SLO")[i] for i in shown)),
+                    *((f"{name} bound ms", f"{name} SLO")[i] for i in shown)),
                    [[o, _fmt(t), _ms(a), _ms(b), _fmt(e)] + [j[i] for i in shown]
                     for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
-    peak = r.get("peak")
-    if isinstance(peak, Mapping) and isinstance(peak.get("slo_p99_s"), (int, float)):
+    if isinstance(peak, Mapping) and slo is not None:
         found = peak.get("peak_rate")
-        table = (f"<p>Peak search (MLPerf server scenario), p99 SLO {peak['slo_p99_s'] * 1e3:g} ms: "
+        table = (f"<p>Peak search (MLPerf server scenario), SLO {esc(str(slo))}: "
                  + (f"<b>{float(found):.1f} req/s</b>" if isinstance(found, (int, float)) else "no tried rate passed")
                  + "</p>" + table)
     series = []

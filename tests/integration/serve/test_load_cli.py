@@ -145,7 +145,7 @@ def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path
                  str(tmp_path / "r.db")])
     captured = capsys.readouterr()
     assert code == 1 and json.loads(captured.out)["peak_rate"] is None
-    assert "no tried rate kept p99 within 0.001 ms" in captured.err
+    assert "SLO not met: no tried rate kept p99 <= 0.001 ms" in captured.err
 
 
 def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Running, tmp_path: Path,
@@ -167,6 +167,47 @@ def test_an_slo_level_too_short_to_decide_is_undecided_not_passed(server: Runnin
     shown = capsys.readouterr().out
     assert "p99 bound" in shown and "latencies_ns" not in shown
     assert f"rate 20: undecided: {level['requests_ok']} requests, 0 over 2000 ms" in " ".join(shown.split())
+
+
+def test_an_slo_at_another_percentile_is_judged_and_stored_at_it(server: Running, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "r.db")
+    # p90 needs 44 requests to pass at 99% confidence (p99: 459), so a short level decides it
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "2", "--slo-ms", "2000",
+                 "--slo-percentile", "90", "--duration", "10s", "--window-s", "0.5", "--warmup-s", "0.2", "--json",
+                 "--store", store])
+    assert code == 0
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    assert level["passed"] and level["verdict"] == "pass" and level["requests_ok"] >= 44
+    assert level["slo_bound_s"] <= 2.0
+    assert level["verdict_reason"].startswith(f"p90 <= {level['slo_bound_s'] * 1e3:.3g} ms at 99% confidence")
+    runs = Store(store).list(kind="load")
+    assert runs[0].config["slo"] == {"bound_s": 2.0, "percentile": 90.0}
+    assert main(["runs", "show", runs[0].id, "--store", store]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "p90 bound" in shown and "concurrency 2: pass: p90 <=" in shown
+    # the same SLO unmet: the exit code says so, naming the percentile
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "1", "--slo-ms", "0.001",
+                 "--slo-percentile", "95", "--duration", "3s", "--window-s", "0.5", "--warmup-s", "0.2",
+                 "--store", store])
+    captured = capsys.readouterr()
+    assert code == 1 and "SLO p95 <= 0.001 ms not met at: concurrency 1 (fail)" in captured.err
+    assert "p95 bound" in captured.out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--p99-ms", "100", "--slo-ms", "50"], "give the latency SLO once"),
+    (["--slo-percentile", "95"], "--slo-percentile needs the bound it applies to: add --slo-ms X"),
+    (["--p99-ms", "100", "--slo-percentile", "95"], "for the p95 write --slo-ms 100 --slo-percentile 95"),
+    (["--slo-ms", "0"], "--slo-ms must be a positive number of milliseconds, got 0"),
+    (["--p99-ms", "-5"], "--p99-ms must be a positive number of milliseconds, got -5"),
+    (["--slo-ms", "50", "--slo-percentile", "100"], "--slo-percentile must be above 0 and below 100"),
+    (["--find-peak"], "--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)"),
+])
+def test_slo_options_that_do_not_fit_are_refused(server: Running, args: list[str], message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", server.url, "--model", "mlp", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_request_intervals_replay_a_bursty_schedule_at_its_rate_or_scaled(server: Running, tmp_path: Path,

@@ -16,6 +16,7 @@ from dlperf.loadgen.client import build_request, parse_url
 from dlperf.loadgen.generator import (
     LevelResult,
     LoadConfig,
+    Slo,
     _agree,
     _rate_warnings,
     _slo_decided,
@@ -29,6 +30,9 @@ from dlperf.loadgen.generator import (
 from dlperf.loadgen.render import perf_analyzer_csv
 
 pytestmark = pytest.mark.unit
+
+P99 = Slo(0.1)
+"""p99 <= 100 ms."""
 
 
 def test_parse_url_accepts_host_port_with_or_without_scheme() -> None:
@@ -90,21 +94,21 @@ def test_a_level_summary_has_mlperf_s_latency_figures() -> None:
 
 
 def test_pass_rule_needs_slo_no_errors_and_the_rate_really_sent() -> None:
-    assert passes(_level(100, 0.05), 0.1)
-    assert not passes(_level(100, 0.2), 0.1)
-    assert not passes(_level(100, 0.05, errors=1), 0.1)
-    assert not passes(_level(100, 0.05, send_rate=80), 0.1)
-    assert verdict(_level(100, 0.05, errors=1), 0.1) == ("fail", "1 of 1001 requests failed")
-    assert verdict(_level(100, 0.05, send_rate=80), 0.1) == ("fail", "only 80.0 of 100 req/s were sent")
+    assert passes(_level(100, 0.05), P99)
+    assert not passes(_level(100, 0.2), P99)
+    assert not passes(_level(100, 0.05, errors=1), P99)
+    assert not passes(_level(100, 0.05, send_rate=80), P99)
+    assert verdict(_level(100, 0.05, errors=1), P99) == ("fail", "1 of 1001 requests failed")
+    assert verdict(_level(100, 0.05, send_rate=80), P99) == ("fail", "only 80.0 of 100 req/s were sent")
 
 
 def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
     # 458 requests all well within the SLO: the sample p99 passes, but MLPerf's early stopping needs 459
     few = _level(100, 0.05, n=458)
     assert few.percentile_s(99) <= 0.1 and few.p99_bound_s is None
-    status, reason = verdict(few, 0.1)
+    status, reason = verdict(few, P99)
     assert status == "undecided" and reason.startswith("458 requests, 0 over 100 ms") and "at least 459" in reason
-    assert passes(_level(100, 0.05, n=459), 0.1)
+    assert passes(_level(100, 0.05, n=459), P99)
     # 1000 requests, 8 over the SLO: sample p99 within it, but 8 of 1000 is too many to say so confidently
     def with_over(over: int) -> LevelResult:
         level = _level(100, 0.05, n=1000)
@@ -112,43 +116,97 @@ def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
 
     level = with_over(8)
     assert level.percentile_s(99) <= 0.1
-    status, reason = verdict(level, 0.1)
+    status, reason = verdict(level, P99)
     assert status == "undecided" and "8 over 100 ms" in reason and "at least 1736" in reason
     # 11 of 1000 over: more than 1%, failed whatever the confidence
     level = with_over(11)
-    assert verdict(level, 0.1) == ("fail", "p99 200 ms > 100 ms (11 of 1000 requests over)")
+    assert verdict(level, P99) == ("fail", "p99 200 ms > 100 ms (11 of 1000 requests over)")
 
 
 def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
     def records(n: int, over: int, status: str = "200") -> list[generator.Record]:
         return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0) for i in range(n)]
 
-    assert _slo_decided(records(458, 0), 0.1) is None
-    assert _slo_decided(records(459, 0), 0.1) == "pass"
-    assert _slo_decided(records(800, 2), 0.1) is None  # 2 over needs 838
-    assert _slo_decided(records(838, 2), 0.1) == "pass"
-    assert _slo_decided(records(100, 2), 0.1) is None  # 2% over, but 2 of 100 happen at a true 1% (26%)
-    assert _slo_decided(records(100, 5), 0.1) == "fail"  # 5 of 100: under 1% of the time at a true 1%
-    assert _slo_decided(records(10, 0, "503"), 0.1) == "fail"  # a failed request decides it
+    assert _slo_decided(records(458, 0), P99) is None
+    assert _slo_decided(records(459, 0), P99) == "pass"
+    assert _slo_decided(records(800, 2), P99) is None  # 2 over needs 838
+    assert _slo_decided(records(838, 2), P99) == "pass"
+    assert _slo_decided(records(100, 2), P99) is None  # 2% over, but 2 of 100 happen at a true 1% (26%)
+    assert _slo_decided(records(100, 5), P99) == "fail"  # 5 of 100: under 1% of the time at a true 1%
+    assert _slo_decided(records(10, 0, "503"), P99) == "fail"  # a failed request decides it
+
+
+def test_an_slo_names_its_percentile_and_refuses_nonsense() -> None:
+    assert str(P99) == "p99 <= 100 ms" and P99.min_requests == 459 and P99.share_over == pytest.approx(0.01)
+    p999 = Slo(0.25, 99.9)
+    assert (p999.name, str(p999), p999.min_requests) == ("p99.9", "p99.9 <= 250 ms", 4603)
+    assert Slo(0.05, 90).min_requests == 44
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="positive"):
+            Slo(bad)
+    for q in (0.0, 100.0, 150.0):
+        with pytest.raises(ConfigError, match="--slo-percentile"):
+            Slo(0.1, q)
+
+
+def test_an_slo_reads_back_from_what_was_stored_then_and_now() -> None:
+    p95 = Slo(0.05, 95.0)
+    assert Slo.from_record(LoadConfig(slo=p95).to_dict()) == p95
+    assert Slo.from_record({"slo": p95.to_dict(), "peak_rate": 10.0}) == p95
+    assert Slo.from_record({"slo_p99_s": 0.05, "peak_rate": None}) == Slo(0.05)  # runs stored before percentiles
+    assert Slo.from_record(LoadConfig().to_dict()) is None and Slo.from_record(None) is None
+
+
+def test_the_verdict_judges_the_slo_s_own_percentile() -> None:
+    # 1000 requests, 5% at 200 ms and the rest at 10 ms: p99 over 100 ms, p90 and p95 well within it
+    level = LevelResult("rate", 100.0, 1, [int(0.2e9)] * 50 + [int(0.01e9)] * 950, {"200": 1000}, 1.0, True,
+                        [1000.0], send_rate=100.0)
+    assert verdict(level, P99) == ("fail", "p99 200 ms > 100 ms (50 of 1000 requests over)")
+    status, reason = verdict(level, Slo(0.1, 90))
+    assert status == "pass" and reason == "p90 <= 10 ms at 99% confidence (50 of 1000 requests over 100 ms)"
+    assert generator.verdict_dict(level, Slo(0.1, 90))["slo_bound_s"] == pytest.approx(0.01)
+    # p95: 50 of 1000 over is exactly the 5% it allows, too close to call at 99% confidence
+    status, reason = verdict(level, Slo(0.1, 95))
+    assert status == "undecided" and "p95 <= 100 ms" in reason and "50 over 100 ms" in reason
+    # p99.9 with nothing over: 1000 requests cannot show it, 4603 can
+    quiet = _level(100, 0.05, n=1000)
+    status, reason = verdict(quiet, Slo(0.1, 99.9))
+    assert status == "undecided" and "at least 4603" in reason
+    assert passes(_level(100, 0.05, n=4603), Slo(0.1, 99.9))
+
+
+def test_early_stopping_during_a_level_uses_the_slo_s_percentile() -> None:
+    def records(n: int, over: int) -> list[generator.Record]:
+        return [(0, int(0.2e9) if i < over else int(0.01e9), "200", 0, 0) for i in range(n)]
+
+    p90 = Slo(0.1, 90)
+    assert _slo_decided(records(43, 0), p90) is None and _slo_decided(records(44, 0), p90) == "pass"
+    assert _slo_decided(records(100, 14), p90) is None  # 14% over: happens at a true 10% often enough
+    assert _slo_decided(records(100, 20), p90) == "fail"
+    assert _slo_decided(records(100, 2), P99) is None  # the same records at p99: undecided
+    assert _slo_decided(records(100, 20), P99) == "fail"
+    config = LoadConfig(warmup_s=1.0, window_s=2.0)
+    assert decision_duration_s(config, 10, p90) == pytest.approx(1 + 1.5 * 44 / 10 + 4)
+    assert decision_duration_s(config, 10, Slo(0.1, 99.9)) == pytest.approx(1 + 1.5 * 4603 / 10 + 4)
 
 
 def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     bounds: dict[float, float] = {}
 
     def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
-        assert config.slo_p99_s == 0.1
+        assert config.slo == P99
         bounds[level] = config.duration_s
         return _level(level, 0.02 if level <= 10 else 1.0)
 
     monkeypatch.setattr(generator, "run_level", fake_run_level)
     config = LoadConfig(duration_s=30.0, warmup_s=1.0, window_s=2.0)
-    find_peak(object(), config, 0.1, start_rate=20, max_steps=3, fit_duration=True)  # type: ignore[arg-type]
+    find_peak(object(), config, P99, start_rate=20, max_steps=3, fit_duration=True)  # type: ignore[arg-type]
     # warm-up 1 s + 1.5 x 459 requests at the rate + two 2 s windows, where that is over 30 s
     assert bounds == {20: pytest.approx(1 + 1.5 * 459 / 20 + 4), 10: pytest.approx(1 + 1.5 * 459 / 10 + 4),
                       15: pytest.approx(1 + 1.5 * 459 / 15 + 4)}
-    assert decision_duration_s(config, 100) < 30.0
+    assert decision_duration_s(config, 100, P99) < 30.0
     bounds.clear()
-    find_peak(object(), config, 0.1, start_rate=20, max_steps=3)  # type: ignore[arg-type]
+    find_peak(object(), config, P99, start_rate=20, max_steps=3)  # type: ignore[arg-type]
     assert bounds == {20: 30.0, 10: 30.0, 15: 30.0}  # the user's --duration stands
 
 
@@ -161,7 +219,7 @@ def test_find_peak_brackets_then_bisects(monkeypatch: pytest.MonkeyPatch) -> Non
         return _level(level, 0.02 if level <= capacity else 1.0)
 
     monkeypatch.setattr(generator, "run_level", fake_run_level)
-    peak = find_peak(object(), LoadConfig(), 0.1, start_rate=100, max_steps=12, tolerance=0.05)  # type: ignore[arg-type]
+    peak = find_peak(object(), LoadConfig(), P99, start_rate=100, max_steps=12, tolerance=0.05)  # type: ignore[arg-type]
     assert tried[:3] == [100, 200, 400]  # doubled until the first failure
     assert peak.peak_rate is not None and 0.95 * capacity <= peak.peak_rate <= capacity
     assert all(peak.passed(s) == (s.level <= capacity) for s in peak.steps)
@@ -171,7 +229,7 @@ def test_find_peak_brackets_then_bisects(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_find_peak_halves_down_when_the_start_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(generator, "run_level",
                         lambda t, c, level, on_window=None: _level(level, 0.02 if level <= 30 else 1.0))
-    peak = find_peak(object(), LoadConfig(), 0.1, start_rate=100, max_steps=12)  # type: ignore[arg-type]
+    peak = find_peak(object(), LoadConfig(), P99, start_rate=100, max_steps=12)  # type: ignore[arg-type]
     assert [s.level for s in peak.steps][:3] == [100, 50, 25]
     assert peak.peak_rate is not None and 28.5 <= peak.peak_rate <= 30
 

@@ -155,12 +155,20 @@ def test_load_view_shows_the_peak_search_with_each_rate_s_p99_bound_and_verdict(
                   (400, 0.0062, 0.0083, "fail", "p99 6.2 ms > 5 ms (123 of 6401 requests over)")]]
     rec = _rec("l3", "load", {"peak": {"slo_p99_s": 0.005, "peak_rate": 200.0}, "levels": levels})
     html = render_report([rec])
-    assert "Peak search (MLPerf server scenario), p99 SLO 5 ms: <b>200.0 req/s</b>" in html
+    assert "Peak search (MLPerf server scenario), SLO p99 &lt;= 5 ms: <b>200.0 req/s</b>" in html  # as stored before
     assert "p99 bound ms" in html and "class=\"n\">8.3</td>" in html
     assert "fail: p99 6.2 ms &gt; 5 ms (123 of 6401 requests over)" in html
     assert "peak 200.0 req/s at p99 &lt;= 5 ms" in html  # the summary table's headline
     plain = render_report([_rec("l4", "load", {"levels": [{**lv, "verdict": None} for lv in levels]})])
     assert "p99 SLO" not in plain and "p99 bound ms" in plain
+    # an SLO at p95, as stored now: the bound column is the p95's (slo_bound_s), not the p99's
+    p95 = [{**lv, "slo_bound_s": bound / 2, "verdict_reason": str(lv["verdict_reason"]).replace("p99", "p95")}
+           for lv, bound in zip(levels, (0.0016, 0.0083), strict=True)]
+    html = render_report([_rec("l5", "load", {"peak": {"slo": {"bound_s": 0.005, "percentile": 95.0},
+                                                       "peak_rate": 200.0}, "levels": p95})])
+    assert "SLO p95 &lt;= 5 ms: <b>200.0 req/s</b>" in html and "p95 bound ms" in html and "p99 bound ms" not in html
+    assert "class=\"n\">4.15</td>" in html and "p95 SLO" in html
+    assert "peak 200.0 req/s at p95 &lt;= 5 ms" in html
 
 
 def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:

@@ -96,6 +96,9 @@ def test_a_load_run_s_headline_is_its_peak_or_its_busiest_level() -> None:
     searched = RunRecord("l2", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00",
                          result={"peak": {"slo_p99_s": 0.05, "peak_rate": None}, "levels": levels})
     assert headline_text(searched) == "no passing rate at p99 <= 50 ms"
+    p90 = RunRecord("l3", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00",
+                    result={"peak": {"slo": {"bound_s": 0.02, "percentile": 90.0}, "peak_rate": 180.0}})
+    assert headline_text(p90) == "peak 180.0 req/s at p90 <= 20 ms"
 
 
 def test_record_view_summarizes_raw_samples_in_the_json_fallback() -> None:
