@@ -37,15 +37,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-ms", type=float, default=None,
                         help="per-request queue timeout; expired requests get 503 (a request's own "
                              "'timeout' parameter may shorten it)")
+    parser.add_argument("--timeout-action", choices=["reject", "delay"], default="reject",
+                        help="what a queue timeout does: reject (503, default) or delay: the request is served "
+                             "after the queued requests of its level still within their timeout (Triton's "
+                             "timeout_action)")
+    parser.add_argument("--no-timeout-override", action="store_true",
+                        help="ignore a request's own 'timeout' parameter: every request keeps the server's "
+                             "(Triton's allow_timeout_override: false)")
     parser.add_argument("--priority-levels", type=int, default=0, metavar="N",
                         help="queue levels 1 (highest) .. N chosen by a request's 'priority' parameter; batches "
                              "are filled from the highest level down (default 0: one level, priority ignored)")
     parser.add_argument("--default-priority-level", type=int, default=0, metavar="L",
                         help="the level of a request without a priority in 1..N (default N, the lowest)")
     parser.add_argument("--priority-queue-policy", action="append", default=[],
-                        metavar="L:max_queue_size=N,timeout_ms=T",
-                        help="level L's own queue bound and/or queue timeout, overriding --max-queue-size and "
-                             "--timeout-ms there (Triton's priority_queue_policy; repeatable, one per level)")
+                        metavar="L:KEY=VALUE[,KEY=VALUE]",
+                        help="level L's own queue policy (Triton's priority_queue_policy; repeatable, one per "
+                             "level), overriding the server-wide option there: max_queue_size=N "
+                             "(--max-queue-size), timeout_ms=T (--timeout-ms), timeout_action=reject|delay "
+                             "(--timeout-action), allow_timeout_override=true|false (--no-timeout-override); "
+                             "e.g. 1:max_queue_size=4,timeout_ms=50")
     parser.add_argument("--max-request-mb", type=float, default=64.0,
                         help="larger request bodies are refused with 413 before they are read (default 64)")
     parser.add_argument("--exit-timeout-s", type=float, default=30.0,
@@ -86,11 +96,33 @@ def _split(text: str | None) -> tuple[int, ...]:
         raise ConfigError(f"--split '{text}' is not weights like 90:10") from exc
 
 
-_POLICY_KEYS = ("max_queue_size", "timeout_ms")
+_POLICY_KEYS = ("max_queue_size", "timeout_ms", "timeout_action", "allow_timeout_override")
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _policy_value(key: str, value: str) -> int | float | str | bool:
+    """One --priority-queue-policy value as its key takes it; ValueError naming what it should be."""
+    if key == "max_queue_size":
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError("a whole number") from None
+    if key == "timeout_ms":
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError("a number of milliseconds") from None
+    if key == "timeout_action":
+        if value.lower() not in ("reject", "delay"):
+            raise ValueError("reject or delay")
+        return value.lower()
+    if value.lower() not in _BOOLEANS:
+        raise ValueError("true or false")
+    return _BOOLEANS[value.lower()]
 
 
 def _level_policies(items: list[str]) -> tuple[Any, ...]:
-    """--priority-queue-policy values, `L:max_queue_size=N,timeout_ms=T` (either key or both)."""
+    """--priority-queue-policy values, `L:KEY=VALUE[,KEY=VALUE]` with the keys of `_POLICY_KEYS`."""
     from dlperf.serve.batcher import LevelPolicy
 
     out = []
@@ -99,7 +131,7 @@ def _level_policies(items: list[str]) -> tuple[Any, ...]:
         level, sep, rest = item.partition(":")
         if not sep or not level.strip().isdigit() or not rest:
             raise ConfigError(f"--priority-queue-policy '{item}' is not LEVEL:KEY=VALUE[,KEY=VALUE]: {example}")
-        values: dict[str, float] = {}
+        values: dict[str, Any] = {}
         for pair in rest.split(","):
             key, eq, value = (part.strip() for part in pair.partition("="))
             key = key.replace("-", "_")
@@ -109,13 +141,13 @@ def _level_policies(items: list[str]) -> tuple[Any, ...]:
             if key in values:
                 raise ConfigError(f"--priority-queue-policy '{item}': {key} is given twice")
             try:
-                values[key] = int(value) if key == "max_queue_size" else float(value)
-            except ValueError:
-                kind = "a whole number" if key == "max_queue_size" else "a number of milliseconds"
-                raise ConfigError(f"--priority-queue-policy '{item}': {key}={value} is not {kind}") from None
+                values[key] = _policy_value(key, value)
+            except ValueError as exc:
+                raise ConfigError(f"--priority-queue-policy '{item}': {key}={value} is not {exc}") from None
         timeout_ms = values.get("timeout_ms")
-        out.append(LevelPolicy(int(level), None if "max_queue_size" not in values else int(values["max_queue_size"]),
-                               None if timeout_ms is None else timeout_ms / 1000.0))
+        out.append(LevelPolicy(int(level), values.get("max_queue_size"),
+                               None if timeout_ms is None else timeout_ms / 1000.0, values.get("timeout_action"),
+                               values.get("allow_timeout_override")))
     return tuple(out)
 
 
@@ -134,7 +166,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
         default_priority_level=args.default_priority_level,
         priority_queue_policy=_level_policies(args.priority_queue_policy), reject_status=args.reject_status,
-        timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, token=args.token,
+        timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, timeout_action=args.timeout_action,
+        allow_timeout_override=not args.no_timeout_override, token=args.token,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,
     )
@@ -186,13 +219,19 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
     if torch_threads is not None:
         instances += f" x {torch_threads} torch thread{'s' * (torch_threads != 1)}"
 
-    def queue(size: int, timeout_s: float | None) -> str:
+    def queue(size: int, timeout_s: float | None, action: str, override: bool) -> str:
         bound = f"at most {size} queued" if size else "unbounded"
-        return f"{bound}, {'timeout ' + format(timeout_s * 1e3, 'g') + ' ms' if timeout_s else 'no timeout'}"
+        timeout = f"timeout {timeout_s * 1e3:g} ms" if timeout_s else "no timeout"
+        if action == "delay":
+            timeout += " (then delayed)"
+        return f"{bound}, {timeout}" + ("" if override else ", requests' own timeouts ignored")
 
-    text = f"batching: {batching}; {instances}; queue: {queue(config.max_queue_size, config.timeout_s)}"
+    text = (f"batching: {batching}; {instances}; queue: "
+            f"{queue(config.max_queue_size, config.timeout_s, config.timeout_action, config.allow_timeout_override)}")
     if config.priority_levels:
-        per_level = "".join(f"; level {p.level}: {queue(config.queue_size_of(p.level), config.timeout_of(p.level))}"
+        per_level = "".join(f"; level {p.level}: " + queue(config.queue_size_of(p.level), config.timeout_of(p.level),
+                                                          config.timeout_action_of(p.level),
+                                                          config.allows_timeout_override(p.level))
                             for p in config.priority_queue_policy)
         text += (f" per level; priority levels 1-{config.priority_levels} "
                  f"(default {config.default_priority_level or config.priority_levels}){per_level}")

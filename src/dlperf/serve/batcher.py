@@ -15,8 +15,12 @@ arrival is expected before the deadline (open-loop traffic at a low rate). See d
 Priority levels (Triton's `priority_levels`): with `BatchPolicy.priority_levels` N > 0 a request carries a
 level 1 (highest) .. N, and a batch is filled from the highest level down, in arrival order within a
 level; a request asking for priority 0 or one above N gets `default_priority_level`, as in Triton. The
-queue bound holds per level; `LevelPolicy` (Triton's `priority_queue_policy`) gives a level its own bound
-and timeout.
+queue bound holds per level; `LevelPolicy` (Triton's `priority_queue_policy`) gives a level its own bound,
+timeout and timeout action.
+
+Timeout actions (Triton's `timeout_action`): a queued request past its deadline is failed (REJECT, the
+default: `collate` lists it as expired), or, on a level in `BatchPolicy.delayed_levels` (DELAY), kept and
+served after every request of its level still within its deadline, before any lower level's.
 """
 
 from __future__ import annotations
@@ -51,21 +55,34 @@ class Queued(Protocol):
     def priority(self) -> int: ...
 
 
+TIMEOUT_ACTIONS = ("reject", "delay")
+"""What happens to a request still queued at its deadline: failed with 503, or served late (Triton's REJECT
+and DELAY)."""
+
+
 @dataclass(frozen=True)
 class LevelPolicy:
-    """One priority level's own queue policy (an entry of Triton's `priority_queue_policy`): its queue bound
-    and its requests' queue timeout, each overriding `--max-queue-size` / `--timeout-ms` where set."""
+    """One priority level's own queue policy (an entry of Triton's `priority_queue_policy`): its queue bound,
+    its requests' queue timeout, what a timeout does and whether a request's own timeout counts, each
+    overriding `--max-queue-size` / `--timeout-ms` / `--timeout-action` / `--no-timeout-override` where set."""
 
     level: int
     max_queue_size: int | None = None
     """Queued requests of this level beyond which new ones get 503 (0 = unbounded); None: --max-queue-size."""
     timeout_s: float | None = None
     """Queue timeout of this level's requests (a request's own may shorten it); None: --timeout-ms."""
+    timeout_action: str | None = None
+    """'reject' or 'delay' (`TIMEOUT_ACTIONS`); None: --timeout-action."""
+    allow_timeout_override: bool | None = None
+    """Whether a request's own 'timeout' parameter may shorten the level's; None: the server's setting."""
 
     def __post_init__(self) -> None:
         where = f"--priority-queue-policy {self.level}"
-        if self.max_queue_size is None and self.timeout_s is None:
-            raise ConfigError(f"{where}: give max_queue_size=N and/or timeout_ms=T")
+        if (self.max_queue_size, self.timeout_s, self.timeout_action, self.allow_timeout_override) == (None,) * 4:
+            raise ConfigError(f"{where}: give at least one of max_queue_size=N, timeout_ms=T, "
+                              "timeout_action=reject|delay, allow_timeout_override=true|false")
+        if self.timeout_action is not None and self.timeout_action not in TIMEOUT_ACTIONS:
+            raise ConfigError(f"{where}: timeout_action must be reject or delay, got '{self.timeout_action}'")
         if self.max_queue_size is not None and self.max_queue_size < 0:
             raise ConfigError(f"{where}: max_queue_size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
         if self.timeout_s is not None and not self.timeout_s > 0:
@@ -83,6 +100,9 @@ class BatchPolicy:
     """0: one level, a request's `priority` is ignored; N: levels 1 (highest) .. N."""
     default_priority_level: int = 0
     """The level of a request without a valid priority; 1..N when there are levels (default: N, the lowest)."""
+    delayed_levels: frozenset[int] = frozenset()
+    """Levels (0 without priority levels) whose requests past their deadline stay queued behind the level's
+    others instead of failing (Triton's timeout_action DELAY)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
@@ -144,13 +164,18 @@ class Decision:
 
 def collate(pending: Sequence[Queued], now_ns: int, policy: BatchPolicy, signals: Signals = Signals()) -> Decision:
     """Decide what an idle instance runs now. Pure: depends only on its arguments."""
-    expired = [i for i, p in enumerate(pending) if p.deadline_ns is not None and p.deadline_ns <= now_ns]
+
+    def late(p: Queued) -> bool:
+        return p.deadline_ns is not None and p.deadline_ns <= now_ns
+
+    expired = [i for i, p in enumerate(pending) if late(p) and p.priority not in policy.delayed_levels]
     dead = set(expired)
     live = [i for i in range(len(pending)) if i not in dead]
     if not live:
         return Decision([], expired, None)
-    if policy.priority_levels:
-        live.sort(key=lambda i: pending[i].priority)  # stable: arrival order within a level
+    if policy.priority_levels or policy.delayed_levels:
+        # stable: arrival order within a level, a level's delayed requests (late and kept) after its others
+        live.sort(key=lambda i: (pending[i].priority, late(pending[i])))
     head = pending[live[0]]
     limit = policy.batch_limit
     take: list[int] = []
@@ -180,7 +205,8 @@ def collate(pending: Sequence[Queued], now_ns: int, policy: BatchPolicy, signals
             reason = "low-rate"
     if reason:
         return Decision(take, expired, None, reason)
-    wake = min([deadline] + [p.deadline_ns for p in (pending[i] for i in live) if p.deadline_ns is not None])
+    wake = min([deadline] + [p.deadline_ns for p in (pending[i] for i in live)
+                             if p.deadline_ns is not None and p.deadline_ns > now_ns])
     return Decision([], expired, wake)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dlperf.errors import ConfigError, ServingError
-from dlperf.serve.batcher import Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
+from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import Metrics, Recorder
 from dlperf.serve.protocol import (
@@ -59,10 +59,14 @@ class ServeConfig:
     instances: int = 1
     max_queue_size: int = 0
     timeout_s: float | None = None
+    timeout_action: str = "reject"
+    """What a queue timeout does: 'reject' (503) or 'delay' (served after the level's requests still in time)."""
+    allow_timeout_override: bool = True
+    """Whether a request's own 'timeout' parameter may shorten the server's (Triton's allow_timeout_override)."""
     priority_levels: int = 0
     default_priority_level: int = 0
     priority_queue_policy: tuple[LevelPolicy, ...] = ()
-    """Levels with their own queue bound and timeout (Triton's `priority_queue_policy`)."""
+    """Levels with their own queue bound, timeout and timeout action (Triton's `priority_queue_policy`)."""
     reject_status: int = 503
     """The HTTP status of a request refused by a full queue: 503 (Triton's) or 429 (Too Many Requests)."""
     token: str | None = None
@@ -99,6 +103,8 @@ class ServeConfig:
             raise ConfigError(f"--reject-status must be 429 or 503, got {self.reject_status}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ConfigError(f"--timeout-ms must be positive, got {self.timeout_s * 1000:g}")
+        if self.timeout_action not in TIMEOUT_ACTIONS:
+            raise ConfigError(f"--timeout-action must be reject or delay, got '{self.timeout_action}'")
         if self.max_request_bytes < 1024:
             raise ConfigError(f"--max-request-mb is too small ({self.max_request_bytes} bytes)")
         if self.threads is not None and self.threads < 1:
@@ -125,6 +131,23 @@ class ServeConfig:
         """The queue timeout of a priority level's requests (None = none): its own, else --timeout-ms."""
         own = next((p.timeout_s for p in self.priority_queue_policy if p.level == level), None)
         return self.timeout_s if own is None else own
+
+    def timeout_action_of(self, level: int) -> str:
+        """'reject' or 'delay' for a priority level's timed-out requests: its own, else --timeout-action."""
+        own = next((p.timeout_action for p in self.priority_queue_policy if p.level == level), None)
+        return self.timeout_action if own is None else own
+
+    def allows_timeout_override(self, level: int) -> bool:
+        """Whether a request at `level` may shorten its queue timeout: the level's own setting, else the server's."""
+        own = next((p.allow_timeout_override for p in self.priority_queue_policy if p.level == level), None)
+        return self.allow_timeout_override if own is None else own
+
+    @property
+    def delayed_levels(self) -> frozenset[int]:
+        """The levels whose timed-out requests are delayed, not failed (0 stands for the one level without
+        --priority-levels)."""
+        levels = range(1, self.priority_levels + 1) if self.priority_levels else (0,)
+        return frozenset(level for level in levels if self.timeout_action_of(level) == "delay")
 
     @property
     def queue_capacity(self) -> int:
@@ -317,8 +340,11 @@ class ServerState:
         """Triton's ModelQueuePolicy of a priority level (None: the default one)."""
         size = self.config.max_queue_size if level is None else self.config.queue_size_of(level)
         timeout_s = self.config.timeout_s if level is None else self.config.timeout_of(level)
+        action = self.config.timeout_action if level is None else self.config.timeout_action_of(level)
+        override = (self.config.allow_timeout_override if level is None
+                    else self.config.allows_timeout_override(level))
         return {"max_queue_size": size, "default_timeout_microseconds": int((timeout_s or 0) * 1e6),
-                "timeout_action": "REJECT", "allow_timeout_override": True}
+                "timeout_action": action.upper(), "allow_timeout_override": override}
 
     def stats(self, name: str | None, version: str | None) -> dict[str, Any]:
         names = [self.entry(name, version).name] if name else list(self.models)
@@ -343,7 +369,8 @@ class ServerState:
             arrays, items, batch_key = validate_inputs(model, request.inputs, variant.policy.max_batch_size)
             outputs = _requested_outputs(entry, request.outputs, request.binary_output_default)
             level = variant.policy.level_of(_priority(request.parameters))
-            timeout_s = _timeout(request.parameters, self.config.timeout_of(level))
+            timeout_s = _timeout(request.parameters, self.config.timeout_of(level),
+                                 self.config.allows_timeout_override(level))
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
@@ -365,7 +392,7 @@ class ServerState:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
             return error_reply(503, str(exc))
         timer = None
-        if work.deadline_ns is not None:
+        if work.deadline_ns is not None and level not in variant.policy.delayed_levels:
             # the deadline holds even while every instance is busy: the batcher fails the request if still queued
             # (1 ms late: uvloop's timers have millisecond resolution and would otherwise fire up to 1 ms early)
             timer = loop.call_later(max(0.0, (work.deadline_ns - time.monotonic_ns()) / 1e9) + 0.001,
@@ -419,13 +446,17 @@ def _requested_outputs(entry: ModelEntry, requested: Any, default_binary: bool) 
     return out
 
 
-def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None) -> float | None:
-    """The request's timeout: its `timeout` parameter (µs, Triton's) may only shorten the server's."""
+def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None,
+             allow_override: bool = True) -> float | None:
+    """The request's timeout: its `timeout` parameter (µs, Triton's) may only shorten the server's, and is
+    checked but not used where the level does not allow the override (as Triton ignores it there)."""
     value = parameters.get("timeout")
     if value is None or value == 0:
         return server_timeout_s
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
         raise ProtocolError(f"parameter 'timeout' must be a non-negative number of microseconds, got {value!r}")
+    if not allow_override:
+        return server_timeout_s
     requested = value / 1e6
     return requested if server_timeout_s is None else min(requested, server_timeout_s)
 
@@ -498,7 +529,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
                 model.name = variants[0].model.name
             max_batch = config.max_batch_size if model.batched else 0
             policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait, config.priority_levels,
-                                 config.default_priority_level)
+                                 config.default_priority_level, config.delayed_levels)
             batcher = Batcher(policy, config.max_queue_size, level_queue_sizes={
                 p.level: p.max_queue_size for p in config.priority_queue_policy if p.max_queue_size is not None})
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),

@@ -1,10 +1,12 @@
 """Priority levels on a real server, through tritonclient's `priority` argument: a later high-priority request
 overtakes queued low-priority ones and fills the batch first; the model config shows the levels; the queue
-bound holds per level; a level's own queue policy bounds and times out that level only."""
+bound holds per level; a level's own queue policy bounds and times out that level only; a delayed request
+waits behind its level's others; a level may ignore a request's own timeout."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,4 +148,42 @@ def test_a_level_s_own_queue_policy_bounds_and_times_out_that_level_only() -> No
         assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, low)] == [2.0, 4.0]
         failures = server_metrics(running).failure_total
         assert failures["REJECTED"] == 1 and failures["TIMEOUT"] == 2
+        c.close()
+
+
+def test_a_delayed_request_is_served_after_its_level_s_others_and_a_level_can_ignore_request_timeouts() -> None:
+    """Timeouts delay (server-wide); level 1 times out after 2 s; level 2 rejects on timeout (after 30 s) and
+    ignores a request's own shorter timeout."""
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, instances=1, priority_levels=2, timeout_s=30.0,
+                         timeout_action="delay",
+                         priority_queue_policy=(LevelPolicy(1, timeout_s=2.0),
+                                                LevelPolicy(2, timeout_action="reject", allow_timeout_override=False)))
+    with gated_server(config) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url, concurrency=4)
+        batching = c.get_model_config("gated")["dynamic_batching"]
+        assert batching["default_queue_policy"]["timeout_action"] == "DELAY"
+        assert batching["priority_queue_policy"] == {
+            "1": {"max_queue_size": 0, "default_timeout_microseconds": 2_000_000, "timeout_action": "DELAY",
+                  "allow_timeout_override": True},
+            "2": {"max_queue_size": 0, "default_timeout_microseconds": 30_000_000, "timeout_action": "REJECT",
+                  "allow_timeout_override": False}}
+        first = c.async_infer("gated", [_input(1.0)])
+        assert gate.wait_entered()
+        late = c.async_infer("gated", [_input(2.0)], priority=1)
+        wait_until(lambda: _pending(running) == 1, what="the first level-1 request queued")
+        time.sleep(2.2)  # past its 2 s: delayed, still queued, not failed
+        assert _pending(running) == 1
+        fresh = c.async_infer("gated", [_input(3.0)], priority=1)
+        # level 2 ignores the request's 1 ms timeout: it keeps the level's 30 s and is served
+        low = c.async_infer("gated", [_input(4.0)], priority=2, timeout=1000)
+        wait_until(lambda: _pending(running) == 3, what="three requests queued")
+        time.sleep(0.1)  # a request 1 ms timeout, were it used, would have failed by now
+        assert _pending(running) == 3
+        gate.open.set()
+        results = [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, late, fresh, low)]
+        assert results == [2.0, 4.0, 6.0, 8.0]
+        # level 1's request still in time first, then level 1's delayed one, then level 2
+        assert gate.firsts == [[1.0], [3.0], [2.0], [4.0]]
+        counted = server_metrics(running)
+        assert counted.success_total == 4 and counted.failure_total["TIMEOUT"] == 0
         c.close()

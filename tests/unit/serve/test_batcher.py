@@ -64,6 +64,38 @@ def test_expired_requests_are_reported_and_the_wake_up_honours_deadlines() -> No
     assert d.wait_until_ns == 3 * MS
 
 
+def test_a_delayed_level_keeps_late_requests_and_serves_them_after_its_others() -> None:
+    # one level, DELAY: the late request is not expired; the two still in time go first, then it
+    delay = dataclasses.replace(FIXED, max_batch_size=2, delayed_levels=frozenset({0}))
+    pending = [Q(0, deadline_ns=2 * MS), Q(1 * MS, deadline_ns=50 * MS), Q(1 * MS)]
+    d = collate(pending, 10 * MS, delay)
+    assert d.expired == [] and d.take == [1, 2] and d.reason == "full"
+    # alone, it runs when an instance is free (its queue delay is long past)
+    d = collate(pending[:1], 10 * MS, delay)
+    assert d.take == [0] and d.reason == "delay"
+    # a deadline already passed does not make the instance wake at once and spin: only future ones count
+    d = collate([Q(0, key="b", deadline_ns=2 * MS), Q(9 * MS, deadline_ns=12 * MS)], 10 * MS,
+                dataclasses.replace(delay, max_batch_size=8))
+    assert d.take == [] and d.wait_until_ns == 12 * MS  # not 2 ms, the late one's (other shape) deadline
+    d = collate([Q(4 * MS, deadline_ns=8 * MS), Q(9 * MS, deadline_ns=12 * MS)], 10 * MS,
+                dataclasses.replace(delay, max_batch_size=8, max_queue_delay_s=0.1))
+    assert d.take == [] and d.wait_until_ns == 12 * MS
+    # the same queue under REJECT: the late one is expired
+    assert collate(pending, 10 * MS, dataclasses.replace(delay, delayed_levels=frozenset())).expired == [0]
+
+
+def test_a_delayed_request_waits_for_its_level_but_not_for_lower_ones() -> None:
+    # level 1 delays, level 2 rejects: a late level-1 request goes after level 1's others and before level 2
+    policy = dataclasses.replace(LEVELS, max_batch_size=1, delayed_levels=frozenset({1}))
+    late1, fresh1 = Q(0, priority=1, deadline_ns=1 * MS), Q(2 * MS, priority=1)
+    fresh2, late2 = Q(1 * MS, priority=2), Q(0, priority=2, deadline_ns=1 * MS)
+    pending = [late1, fresh2, fresh1, late2]
+    d = collate(pending, 10 * MS, policy)
+    assert d.expired == [3] and d.take == [2]
+    d = collate([late1, fresh2], 10 * MS, policy)
+    assert d.take == [0]
+
+
 def test_unbatched_policy_sends_one_request_at_a_time() -> None:
     d = collate([Q(0), Q(0)], 0, BatchPolicy(0, 0.005))
     assert d.take == [0] and d.reason == "unbatched"
@@ -196,8 +228,11 @@ def test_a_level_with_its_own_bound_rejects_at_it_and_the_others_keep_the_defaul
 
 
 def test_level_policies_refuse_what_cannot_work() -> None:
-    with pytest.raises(ConfigError, match="give max_queue_size=N and/or timeout_ms=T"):
+    with pytest.raises(ConfigError, match="give at least one of max_queue_size=N, timeout_ms=T, timeout_action"):
         LevelPolicy(1)
+    with pytest.raises(ConfigError, match="timeout_action must be reject or delay, got 'drop'"):
+        LevelPolicy(1, timeout_action="drop")
+    assert LevelPolicy(1, allow_timeout_override=False).timeout_action is None
     with pytest.raises(ConfigError, match="max_queue_size must be >= 0"):
         LevelPolicy(1, max_queue_size=-1)
     with pytest.raises(ConfigError, match="timeout_ms must be positive, got 0"):

@@ -108,6 +108,17 @@ def test_serve_arguments_become_a_config() -> None:
     assert [leveled.queue_size_of(level) for level in (1, 2, 3)] == [2, 8, 8]
     assert [leveled.timeout_of(level) for level in (1, 2, 3)] == [0.005, 0.05, 0.5]
     assert leveled.queue_capacity == 18  # all levels together, as the pending gauge counts
+    assert leveled.delayed_levels == frozenset() and leveled.allows_timeout_override(1)
+    delayed = serve_cli.config_from_args(_args(
+        "zoo:mlp", "--priority-levels", "3", "--timeout-ms", "50", "--timeout-action", "delay",
+        "--priority-queue-policy", "1:timeout_action=reject,allow_timeout_override=false",
+        "--priority-queue-policy", "2:timeout_action=DELAY"))
+    assert [p.timeout_action for p in delayed.priority_queue_policy] == ["reject", "delay"]
+    assert [delayed.timeout_action_of(level) for level in (1, 2, 3)] == ["reject", "delay", "delay"]
+    assert delayed.delayed_levels == frozenset({2, 3})
+    assert [delayed.allows_timeout_override(level) for level in (1, 2, 3)] == [False, True, True]
+    one = serve_cli.config_from_args(_args("zoo:mlp", "--timeout-action", "delay", "--no-timeout-override"))
+    assert one.delayed_levels == frozenset({0}) and not one.allow_timeout_override
     ab = serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2", "--split", "90:10"))
     assert ab.variants == (("a", "d1"), ("b", "d2")) and ab.split == (90, 10)
     assert ab.to_dict()["token"] is None
@@ -128,6 +139,12 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         "batching: max batch 16, queue delay 5 ms (fixed); 2 instances x 1 torch thread; "
         "queue: at most 8 queued, timeout 50 ms per level; priority levels 1-2 (default 2); "
         "level 1: at most 2 queued, timeout 5 ms; a full queue answers 429")
+    delayed = serve_cli.config_from_args(_args(
+        "zoo:mlp", "--timeout-ms", "50", "--timeout-action", "delay", "--priority-levels", "2",
+        "--priority-queue-policy", "1:timeout_action=reject,allow_timeout_override=false"))
+    assert serve_cli.settings_line(delayed, 8, 1).endswith(
+        "queue: unbounded, timeout 50 ms (then delayed) per level; priority levels 1-2 (default 2); "
+        "level 1: unbounded, timeout 50 ms, requests' own timeouts ignored")
 
 
 @pytest.mark.parametrize(
@@ -150,13 +167,17 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
           "--priority-queue-policy", "1:max_queue_size=1"), "given more than once"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "timeout_ms=5"), "is not LEVEL:KEY=VALUE"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:queue=5"),
-         "'queue=5' is not one of max_queue_size=VALUE, timeout_ms=VALUE"),
+         "'queue=5' is not one of max_queue_size=VALUE, timeout_ms=VALUE, timeout_action=VALUE"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2.5"),
          "max_queue_size=2.5 is not a whole number"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_ms=5,timeout_ms=6"),
          "timeout_ms is given twice"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "2:timeout_ms=-1"),
          "timeout_ms must be positive"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_action=drop"),
+         "timeout_action=drop is not reject or delay"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:allow_timeout_override=no"),
+         "allow_timeout_override=no is not true or false"),
     ],
 )
 def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message: str) -> None:
