@@ -45,3 +45,23 @@ def test_serves_on_cuda_and_exports_gpu_gauges() -> None:
                 if line.startswith("dlperf_gpu_memory_used_bytes{")]
         assert used and all(u > 0 for u in used)
         assert parse_variant_metrics(text)["default"].success_total == 1
+
+
+def test_load_with_collect_metrics_reports_each_gpu(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dlperf.cli.main import main
+    from dlperf.serve.server import start_in_thread
+    from dlperf.serve.service import ServeConfig
+
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, device="cuda", max_batch_size=8)) as running:
+        code = main(["load", running.url, "--model", "mlp", "--concurrency", "4", "--duration", "3s",
+                     "--window-s", "0.5", "--warmup-s", "0.2", "--collect-metrics", "--metrics-interval-ms", "250",
+                     "--json", "--store", f"{tmp_path}/r.db"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)["levels"][0]["resources"]
+    assert res["gpus"], "no nv_gpu_* readings"
+    for uuid, gpu in res["gpus"].items():
+        assert uuid.startswith("GPU-")
+        assert 0.0 <= gpu["utilization"] <= 1.0
+        assert 0 < gpu["memory_used_max_bytes"] <= gpu["memory_total_bytes"]

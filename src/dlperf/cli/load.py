@@ -82,6 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--priority", type=int, default=0, metavar="L",
                         help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
                              "highest on a server with --priority-levels; default 0: none)")
+    parser.add_argument("--collect-metrics", action="store_true",
+                        help="read the server's Prometheus page during each level and report what it used: the "
+                             "server process's CPU cores and peak RSS, and per GPU the mean utilization and power "
+                             "and peak memory (perf_analyzer's option; Triton's nv_gpu_* gauges)")
+    parser.add_argument("--metrics-url", default=None, metavar="URL",
+                        help="with --collect-metrics: where the page is (default: /metrics of URL; Triton: "
+                             "HOST:8002/metrics)")
+    parser.add_argument("--metrics-interval-ms", type=float, default=1000.0, metavar="MS",
+                        help="with --collect-metrics: time between readings (default 1000)")
     parser.add_argument("--csv", default=None, metavar="FILE",
                         help="also write the levels as perf_analyzer's -f CSV (same columns, microseconds)")
     parser.add_argument("--token", default=None, help="bearer token of a protected server")
@@ -195,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         levels_table,
         peak_lines,
         perf_analyzer_csv,
+        resource_lines,
         setup_lines,
         verdict_line,
         verdict_text,
@@ -211,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
+    if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
+        raise ConfigError("--metrics-url and --metrics-interval-ms go with --collect-metrics: add it")
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
                           "and give --p99-ms (or --slo-ms) to judge each concurrency level")
@@ -234,8 +246,8 @@ def run(args: argparse.Namespace) -> int:
         arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
         window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed, max_outstanding=args.max_outstanding,
-        request_timeout_s=args.request_timeout_s,
-        slo=slo,
+        request_timeout_s=args.request_timeout_s, collect_metrics=args.collect_metrics, metrics_url=args.metrics_url,
+        metrics_interval_s=args.metrics_interval_ms / 1000.0, slo=slo,
     )
     inputs = None
     if args.workload and args.input_data:
@@ -285,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
                 print_json({"run_id": run_.id, **peak_dict})
             else:
                 out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search", slo))
+                for line in resource_lines(peak.steps):
+                    out.print(line, markup=False)
                 for line in peak_lines(peak):
                     out.print(line, markup=False)
             results = peak.steps
@@ -303,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
                             "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
             else:
                 out.print(levels_table(results, f"{args.model} at {args.url}", slo))
+                for line in resource_lines(results):
+                    out.print(line, markup=False)
                 for r, m in zip(results, marks, strict=True):
                     if m:
                         out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}",

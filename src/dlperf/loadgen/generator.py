@@ -12,6 +12,7 @@ when it cannot keep the schedule itself. `find_peak` searches the highest rate w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.loadgen.client import Connection, fetch
+from dlperf.loadgen.client import Connection, Endpoint, fetch, parse_url
+from dlperf.loadgen.resources import Resources, Sample, parse_sample, summarize
 from dlperf.loadgen.target import Target
 from dlperf.measure.stats import (
     early_stopping_fails,
@@ -116,6 +118,11 @@ class LoadConfig:
     max_outstanding: int = 1024
     request_timeout_s: float = 60.0
     seed: int = 0
+    collect_metrics: bool = False
+    """Read the server's Prometheus page during each level (perf_analyzer's --collect-metrics)."""
+    metrics_url: str | None = None
+    """Where that page is (default: /metrics of the target server)."""
+    metrics_interval_s: float = 1.0
     slo: Slo | None = None
     """A latency SLO: a level keeps measuring after its windows agree until MLPerf's early-stopping test
     decides whether its percentile is within the bound (or the level's duration or request bound ends it)."""
@@ -139,6 +146,8 @@ class LoadConfig:
                               f"{self.max_outstanding} and {self.request_timeout_s:g}")
         if self.requests is not None and self.requests < 1:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
+        if not self.metrics_interval_s > 0:
+            raise ConfigError(f"--metrics-interval-ms must be positive, got {self.metrics_interval_s * 1e3:g}")
         if self.stable_windows < 1 or not 0 < self.stability < 1:
             raise ConfigError("stable_windows must be >= 1 and stability in (0, 1)")
 
@@ -266,6 +275,8 @@ class LevelResult:
     """Mean time the generator took to hand a request to the socket (prebuilt: a write call)."""
     client_recv_s: float = 0.0
     """Mean time the generator took to parse a reply."""
+    resources: Resources | None = None
+    """What the server used while the level measured (`LoadConfig.collect_metrics`)."""
 
     @property
     def ok(self) -> int:
@@ -321,6 +332,7 @@ class LevelResult:
             "send_rate": self.send_rate, "scheduled": self.scheduled,
             "client_send_s": self.client_send_s, "client_recv_s": self.client_recv_s,
             "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
+            "resources": self.resources.to_dict() if self.resources else None,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -340,6 +352,7 @@ class LevelResult:
             send_rate=data.get("send_rate"), server=ServerSide.from_dict(server) if server else None,
             warnings=list(data.get("warnings", [])), client_send_s=float(data.get("client_send_s", 0.0)),
             client_recv_s=float(data.get("client_recv_s", 0.0)),
+            resources=Resources.from_dict(data["resources"]) if data.get("resources") else None,
         )
 
 
@@ -407,6 +420,39 @@ def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     items = after["inference_count"] - before["inference_count"]
     return ServerSide(n, per["queue"], per["compute_input"], per["compute_infer"], per["compute_output"],
                       items / execs if execs else float("nan"))
+
+
+def metrics_source(target: Target, config: LoadConfig) -> tuple[Endpoint, str]:
+    """Where --collect-metrics reads: --metrics-url, or /metrics of the target server."""
+    if config.metrics_url:
+        return parse_url(config.metrics_url), ""
+    return target.endpoint, "/metrics"
+
+
+async def _sample_metrics(target: Target, config: LoadConfig, clock: Callable[[], int], done: asyncio.Event,
+                          samples: list[Sample], problems: list[str]) -> None:
+    """Read the metrics page now, then every interval until `done` is set, and once more then. Stops at the
+    first failure, saying why in `problems`."""
+    endpoint, path = metrics_source(target, config)
+    where = f"http://{endpoint.authority}{endpoint.base_path}{path}"
+    while True:
+        t0 = clock()
+        try:
+            reply = await fetch(endpoint, path, target.headers, timeout_s=max(5.0, 2 * config.metrics_interval_s))
+            if reply.status != 200:
+                problems.append(f"{where} answered {reply.status}; give the server's metrics page with --metrics-url")
+                return
+            samples.append(parse_sample(reply.body.decode("utf-8"), (t0 + clock()) / 2e9))
+        except LoadGenError as exc:
+            problems.append(str(exc))
+            return
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(f"{where} is not a Prometheus text page ({exc})")
+            return
+        if done.is_set():
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), config.metrics_interval_s)
 
 
 async def _run_level(target: Target, config: LoadConfig, level: float,
@@ -509,6 +555,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     before = await _server_stats(target)
     window_ns = int(config.window_s * 1e9)
     measure_start = clock()
+    metrics_done = asyncio.Event()
+    samples: list[Sample] = []
+    problems: list[str] = []
+    sampler = (asyncio.ensure_future(_sample_metrics(target, config, clock, metrics_done, samples, problems))
+               if config.collect_metrics else None)
     first_record = len(records)
     windows: list[tuple[float, float]] = []  # (throughput, mean latency s)
     stable = False
@@ -537,7 +588,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             break
     stop.set()
     measure_end = clock()
+    metrics_done.set()
     after = await _server_stats(target)
+    if sampler is not None:
+        await asyncio.wait([sampler], timeout=max(5.0, 2 * config.metrics_interval_s))
+        sampler.cancel()
     pending = [*drivers, *tasks]
     if pending:
         _, still = await asyncio.wait(pending, timeout=config.request_timeout_s)
@@ -563,6 +618,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         elapsed = (measure_end - start) / 1e9
         result.send_rate = scheduled / elapsed if elapsed > 0 else None
         _rate_warnings(result, level, lags_s, statuses)
+    if config.collect_metrics:
+        result.resources = summarize(samples, config.metrics_interval_s) if samples else None
+        result.warnings += [f"--collect-metrics: {p}" for p in problems]
     if statuses.get(MISMATCH):
         result.warnings.append(f"{statuses[MISMATCH]} replies did not match the validation data (counted as "
                                f"errors); the first: {mismatches[0]}")

@@ -46,6 +46,13 @@ def levels_table(results: list[LevelResult], title: str = "", slo: Slo | None = 
     return table
 
 
+def resource_lines(results: list[LevelResult]) -> list[str]:
+    """One line per level that read the server's metrics (--collect-metrics)."""
+    from dlperf.loadgen.resources import describe
+
+    return [f"  {r.mode} {r.level:g}: {describe(r.resources)}" for r in results if r.resources is not None]
+
+
 PERF_ANALYZER_COLUMNS = ("Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
                          "Server Compute Input", "Server Compute Infer", "Server Compute Output", "Client Recv",
                          "p50 latency", "p90 latency", "p95 latency", "p99 latency")
@@ -56,11 +63,15 @@ def perf_analyzer_csv(results: list[LevelResult]) -> str:
     the same columns, times in whole microseconds, rows in increasing Inferences/Second (items/s).
     Network+Server Send/Recv is the mean latency less the client's send and receive time and the server's
     queue and compute time (floored at 0, as perf_analyzer does); without the server's statistics its
-    four columns are 0 and that one takes the rest."""
+    four columns are 0 and that one takes the rest. Levels that read the server's metrics (--collect-metrics)
+    add perf_analyzer's four GPU columns, `UUID:value;` per GPU (utilization 0-1, watts, bytes), empty
+    where the server has no GPU."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     mode = results[0].mode if results else "concurrency"
-    writer.writerow(("Concurrency" if mode == "concurrency" else "Request Rate", *PERF_ANALYZER_COLUMNS))
+    gpu_columns = any(r.resources is not None for r in results)
+    writer.writerow(("Concurrency" if mode == "concurrency" else "Request Rate", *PERF_ANALYZER_COLUMNS,
+                     *(GPU_CSV_COLUMNS if gpu_columns else ())))
 
     def us(seconds: float) -> int:
         return int(seconds * 1e6) if math.isfinite(seconds) else 0
@@ -74,8 +85,22 @@ def perf_analyzer_csv(results: list[LevelResult]) -> str:
         network = max(0.0, wait - (queue + c_in + c_infer + c_out))
         writer.writerow((f"{r.level:g}", f"{r.item_throughput:g}", us(r.client_send_s), us(network), us(queue),
                          us(c_in), us(c_infer), us(c_out), us(r.client_recv_s),
-                         *(us(r.percentile_s(q)) for q in (50, 90, 95, 99))))
+                         *(us(r.percentile_s(q)) for q in (50, 90, 95, 99)),
+                         *(_gpu_cells(r) if gpu_columns else ())))
     return out.getvalue()
+
+
+GPU_CSV_COLUMNS = ("Avg GPU Utilization", "Avg GPU Power Usage", "Max GPU Memory Usage", "Total GPU Memory")
+
+
+def _gpu_cells(r: LevelResult) -> list[str]:
+    gpus = r.resources.gpus if r.resources is not None else {}
+    cells = []
+    for key in ("utilization", "power_w", "memory_used_max_bytes", "memory_total_bytes"):
+        values = [(uuid, getattr(g, key)) for uuid, g in gpus.items()]
+        cells.append("".join(f"{uuid}:{int(value) if key.endswith('bytes') else format(round(value, 4), 'g')};"
+                             for uuid, value in values if value is not None))
+    return cells
 
 
 def load_headline(result: Any) -> str:
@@ -154,6 +179,7 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
         found = peak.get("peak_rate")
         parts.append(Text(f"peak: {float(found):.1f} req/s with {slo}" if found is not None
                           else f"no tried rate kept {slo}"))
+    parts += [Text(line) for line in resource_lines(levels)]
     parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
     return parts
 

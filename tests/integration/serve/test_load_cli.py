@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,37 @@ def test_an_slo_at_another_percentile_is_judged_and_stored_at_it(server: Running
     assert "p95 bound" in captured.out
 
 
+def test_collect_metrics_reports_what_the_server_used_per_level(server: Running, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(tmp_path / "r.db")
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "1,4", "--duration", "3s", "--window-s", "0.5",
+                 "--warmup-s", "0.2", "--collect-metrics", "--metrics-interval-ms", "250", "--json", "--store", store])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    for level in out["levels"]:
+        res = level["resources"]
+        # a reading at the start, every 250 ms, one at the end
+        assert res["samples"] >= level["measured_s"] / 0.25 and res["interval_s"] == 0.25
+        # the server answered hundreds of requests meanwhile: it used CPU (at most the machine's cores)
+        assert 0.0 < res["cpu_cores"] <= (os.cpu_count() or 1) + 0.5
+        assert res["rss_max_bytes"] > 50 * 2**20
+        assert res["gpus"] == {}  # a CPU server exports no GPU gauges
+        assert not [w for w in level["warnings"] if "collect-metrics" in w]
+    # the busier level kept the server busier
+    assert out["levels"][1]["resources"]["cpu_cores"] > out["levels"][0]["resources"]["cpu_cores"] * 0.8
+    assert main(["runs", "show", out["run_id"], "--store", store]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "concurrency 4: server CPU" in shown and "RSS max" in shown
+    # a page that is not there: a warning, the level's results all the same
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "1", "--duration", "1s", "--window-s", "0.5",
+                 "--warmup-s", "0.1", "--collect-metrics", "--metrics-url", f"{server.url}/nothing", "--json",
+                 "--store", store])
+    assert code == 0
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    assert level["requests_ok"] > 0 and level["resources"] is None
+    assert any(w.startswith(f"--collect-metrics: http://{server.url}/nothing answered 404") for w in level["warnings"])
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--p99-ms", "100", "--slo-ms", "50"], "give the latency SLO once"),
     (["--slo-percentile", "95"], "--slo-percentile needs the bound it applies to: add --slo-ms X"),
@@ -203,6 +235,8 @@ def test_an_slo_at_another_percentile_is_judged_and_stored_at_it(server: Running
     (["--p99-ms", "-5"], "--p99-ms must be a positive number of milliseconds, got -5"),
     (["--slo-ms", "50", "--slo-percentile", "100"], "--slo-percentile must be above 0 and below 100"),
     (["--find-peak"], "--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)"),
+    (["--metrics-url", "127.0.0.1:8002/metrics"], "--metrics-url and --metrics-interval-ms go with --collect-metrics"),
+    (["--collect-metrics", "--metrics-interval-ms", "0"], "--metrics-interval-ms must be positive"),
 ])
 def test_slo_options_that_do_not_fit_are_refused(server: Running, args: list[str], message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
