@@ -551,10 +551,10 @@ def load_view(rec: RunRecord) -> str:
     r = rec.result
     peak = r.get("peak")
     slo = Slo.from_record(peak) or Slo.from_record(rec.config)
-    name = slo.name if slo is not None else "p99"
+    judged_at = slo.name if slo is not None else "p99"
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
     rows: list[tuple[str, float, float | None, float | None, float | None]] = []
-    judged: list[list[Any]] = []  # the bound at the SLO's percentile and the verdict, where the run had them
+    judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
     cdfs: list[Series] = []
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
@@ -566,17 +566,24 @@ def load_view(rec: RunRecord) -> str:
         offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
         label = f"{item.get('mode', '')} {_fmt(offered)}".strip()
         rows.append((label, thr, p50, p99, _num(item, "error_rate", "errors", "failures")))
-        judged.append([_ms(_num(item, "slo_bound_s", "p99_bound_s") if name == "p99" else _num(item, "slo_bound_s")),
+        rss = _num(item, "resources.rss_max_bytes")
+        gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
+        busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
+        judged.append([_ms(_num(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
+                           else _num(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
-                       else "-"])
+                       else "-",
+                       _fmt(_num(item, "resources.cpu_cores")),
+                       _fmt(rss / 2**20) if rss is not None else "-",
+                       ", ".join(f"{b:.0%}" for b in busy if isinstance(b, (int, float))) or "-"])
         lat = item.get("latencies_ns")
         if isinstance(lat, list) and lat and len(cdfs) < 8:
             cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with throughput and latency")
-    shown = [i for i in (0, 1) if any(j[i] != "-" for j in judged)]  # bound, SLO verdict: where present
-    table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors",
-                    *((f"{name} bound ms", f"{name} SLO")[i] for i in shown)),
+    extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
+    shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
+    table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
                    [[o, _fmt(t), _ms(a), _ms(b), _fmt(e)] + [j[i] for i in shown]
                     for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
     if isinstance(peak, Mapping) and slo is not None:

@@ -169,6 +169,15 @@ def test_load_view_shows_the_peak_search_with_each_rate_s_p99_bound_and_verdict(
     assert "SLO p95 &lt;= 5 ms: <b>200.0 req/s</b>" in html and "p95 bound ms" in html and "p99 bound ms" not in html
     assert "class=\"n\">4.15</td>" in html and "p95 SLO" in html
     assert "peak 200.0 req/s at p95 &lt;= 5 ms" in html
+    assert "server CPU cores" not in html  # a run without --collect-metrics has no resource columns
+    # with --collect-metrics: the server's CPU, RSS and GPU use per level
+    used = [{**lv, "resources": {"samples": 5, "interval_s": 1.0, "cpu_cores": cores, "rss_max_bytes": 300 * 2**20,
+                                 "gpus": {"GPU-a": {"utilization": busy, "power_w": 60.0,
+                                                    "memory_used_max_bytes": 1e9, "memory_total_bytes": 8e9}}}}
+            for lv, cores, busy in zip(levels, (0.8, 1.6), (0.25, 0.9), strict=True)]
+    html = render_report([_rec("l6", "load", {"levels": used})])
+    assert "server CPU cores" in html and "server RSS MiB" in html and "GPU busy" in html
+    assert "class=\"n\">1.6</td>" in html and "class=\"n\">300</td>" in html and ">90%<" in html
 
 
 def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:
