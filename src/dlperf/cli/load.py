@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="characters in each random BYTES element (default 128, as perf_analyzer)")
     parser.add_argument("--string-data", default=None, metavar="S",
                         help="send S in every BYTES element instead of random strings")
+    parser.add_argument("--shared-memory", choices=["none", "system"], default="none",
+                        help="system: put the inputs (and outputs) in POSIX shared memory registered with the server, "
+                             "so requests carry only tensor descriptions (perf_analyzer's option; the server must "
+                             "run on this host with --allow-client-shm; default none)")
+    parser.add_argument("--output-shared-memory-size", type=int, default=102400, metavar="BYTES",
+                        help="with --shared-memory system: bytes of each output's region (default 102400)")
     parser.add_argument("--priority", type=int, default=0, metavar="L",
                         help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
                              "highest on a server with --priority-levels; default 0: none)")
@@ -197,20 +203,8 @@ def _slo(args: argparse.Namespace) -> Slo | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, error_console, open_store, print_json
-    from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import MISMATCH, VERDICT_KEYS, LoadConfig, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import (
-        levels_table,
-        peak_lines,
-        perf_analyzer_csv,
-        resource_lines,
-        setup_lines,
-        verdict_line,
-        verdict_text,
-    )
+    from dlperf.loadgen.generator import LoadConfig
     from dlperf.loadgen.target import oip_target
-    from dlperf.measure.env import capture_environment
 
     slo = _slo(args)
     if args.find_peak and slo is None:
@@ -223,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
         raise ConfigError("--metrics-url and --metrics-interval-ms go with --collect-metrics: add it")
+    if args.shared_memory == "none" and args.output_shared_memory_size != 102400:
+        raise ConfigError("--output-shared-memory-size goes with --shared-memory system: add it")
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
                           "and give --p99-ms (or --slo-ms) to judge each concurrency level")
@@ -260,7 +256,30 @@ def run(args: argparse.Namespace) -> int:
                         shapes=_shapes(args.shape), seed=args.seed,
                         parameters={"priority": args.priority} if args.priority else None,
                         input_data=args.input_data, string_length=args.string_length,
-                        string_data=args.string_data, rtol=args.rtol, atol=args.atol)
+                        string_data=args.string_data, rtol=args.rtol, atol=args.atol,
+                        shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size)
+    try:
+        return _measure(args, config, target, slo)
+    finally:
+        target.close()
+
+
+def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None) -> int:
+    """Run the levels (or the peak search) against a ready target, record and print them; the exit code."""
+    from dlperf.cli.common import console, error_console, open_store, print_json
+    from dlperf.cli.progress import load_progress
+    from dlperf.loadgen.generator import MISMATCH, VERDICT_KEYS, find_peak, run_load, verdict_dict
+    from dlperf.loadgen.render import (
+        levels_table,
+        peak_lines,
+        perf_analyzer_csv,
+        resource_lines,
+        setup_lines,
+        verdict_line,
+        verdict_text,
+    )
+    from dlperf.measure.env import capture_environment
+
     out = console()
     err = error_console()
     store = open_store(args)
@@ -272,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
                                 "request_bytes": sum(map(len, target.requests or (target.raw_request,))),
                                 "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "priority": args.priority,
-                                "request_intervals": args.request_intervals,
+                                "request_intervals": args.request_intervals, "shared_memory": args.shared_memory,
                                 "duration_fitted": args.find_peak and args.duration is None}
     if not args.json:
         for line in setup_lines(settings):

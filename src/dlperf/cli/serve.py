@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM, how long in-flight requests may take to finish (default 30)")
     parser.add_argument("--token", default=None,
                         help="require 'Authorization: Bearer TOKEN' on everything but /v2/health/*")
+    parser.add_argument("--allow-client-shm", action="store_true",
+                        help="let clients on this host pass tensors in system shared memory (Triton's "
+                             "system_shared_memory extension and --allow-client-shm=true; tritonclient's "
+                             "register_system_shared_memory): no tensor data crosses HTTP")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     ray = parser.add_argument_group("Ray Serve (scale out over replicas; see docs/ray.md)")
@@ -167,7 +171,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         default_priority_level=args.default_priority_level,
         priority_queue_policy=_level_policies(args.priority_queue_policy), reject_status=args.reject_status,
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, timeout_action=args.timeout_action,
-        allow_timeout_override=not args.no_timeout_override, token=args.token,
+        allow_timeout_override=not args.no_timeout_override, token=args.token, allow_client_shm=args.allow_client_shm,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,
     )
@@ -237,6 +241,8 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
                  f"(default {config.default_priority_level or config.priority_levels}){per_level}")
     if config.reject_status != 503:
         text += f"; a full queue answers {config.reject_status}"
+    if config.allow_client_shm:
+        text += "; clients' system shared memory allowed"
     return text
 
 

@@ -149,6 +149,9 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         lines.append(f"inputs: random, every BYTES element {config['string_data']!r}")
     elif config.get("string_length") is not None:
         lines.append(f"inputs: random, BYTES elements of {config['string_length']} random characters")
+    if config.get("shared_memory") == "system":
+        lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
+                     "server, the outputs written to regions of their own; requests carry descriptions only)")
     if config.get("request_intervals"):
         rate = config.get("trace_rate")
         recorded = f"{rate:.4g} req/s as recorded, " if isinstance(rate, (int, float)) else ""

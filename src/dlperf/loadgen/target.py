@@ -24,6 +24,7 @@ from dlperf.loadgen.inputs import (
     prepare,
     read_input_data,
 )
+from dlperf.loadgen.shm import DEFAULT_OUTPUT_SIZE, ClientShm
 from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
 
 
@@ -45,6 +46,13 @@ class Target:
     """Aligned with `requests`: the outputs each reply must hold (flat; an empty dict checks nothing)."""
     tolerance: tuple[float, float] = (RTOL, ATOL)
     """(rtol, atol) within which floating-point outputs match `expected`."""
+    shm: ClientShm | None = None
+    """The shared memory the requests' tensors are in (--shared-memory system); `close()` releases it."""
+
+    def close(self) -> None:
+        """Release what the target holds on the server and the host (its shared memory); idempotent."""
+        if self.shm is not None:
+            self.shm.close()
 
     def mismatch(self, headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
         """Why a 200 reply does not hold `expected`, or None (`loadgen.inputs.mismatch` at this tolerance)."""
@@ -81,16 +89,29 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
                seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
                input_data: Sequence[str] = (), string_length: int | None = None,
-               string_data: str | None = None, rtol: float | None = None, atol: float | None = None) -> Target:
+               string_data: str | None = None, rtol: float | None = None, atol: float | None = None,
+               shared_memory: str = "none", output_shm_size: int = DEFAULT_OUTPUT_SIZE) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
     (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
     into every request's `parameters` (e.g. Triton's `priority`). Random BYTES elements are `string_data`
     (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's).
-    `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data."""
+    `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data.
+    `shared_memory` "system" puts the inputs (and, without validation data, the outputs) in shared memory
+    registered with the server (`loadgen.shm`); call the target's `close()` when done with it."""
     endpoint = parse_url(url)
     headers = _auth(token)
     server = _get_json(endpoint, "/v2", headers)
+    if shared_memory not in ("none", "system"):
+        raise ConfigError(f"--shared-memory must be none or system, got '{shared_memory}' (CUDA shared memory is "
+                          "not supported)")
+    shm = None
+    if shared_memory == "system":
+        if "system_shared_memory" not in (server.get("extensions") or []):
+            raise LoadGenError(f"the server at {endpoint.authority} does not take system shared memory (its "
+                               "extensions do not list system_shared_memory): start dlperf serve with "
+                               "--allow-client-shm, or drop --shared-memory")
+        shm = ClientShm(endpoint, headers, output_shm_size)
     try:
         meta = _get_json(endpoint, f"/v2/models/{model}", headers)
     except LoadGenError as exc:
@@ -105,7 +126,8 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     tolerance = _tolerance(rtol, atol, validates=data is not None and data.validates)
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
-                            parameters=parameters, check=check, tolerance=tolerance)
+                            parameters=parameters, check=check, tolerance=tolerance, shm=shm,
+                            outputs=[o.name for o in _infos(meta, "outputs")])
     if inputs is not None and len(inputs) != len(ins):
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -136,11 +158,22 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                     )
             array = random_array(datatype, dims, rng, **strings)
         tensors.append(Tensor(name, datatype, array))
-    raw = _infer_request(endpoint, model, tensors, headers, parameters)
-    target = Target(endpoint, model, raw, items, _stats_path(server, model), headers)
-    if check:
-        _check(target)
+    raw = _infer_request(endpoint, model, tensors, headers, parameters, shm, [o.name for o in _infos(meta, "outputs")])
+    target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm)
+    _ready(target, check)
     return target
+
+
+def _ready(target: Target, check: bool) -> None:
+    """Register the target's shared memory, then send one request if `check`; on failure release it."""
+    try:
+        if target.shm is not None:
+            target.shm.open()
+        if check:
+            _check(target)
+    except BaseException:
+        target.close()
+        raise
 
 
 def _tolerance(rtol: float | None, atol: float | None, *, validates: bool) -> tuple[float, float]:
@@ -183,8 +216,22 @@ def _string_options(model: str, inputs: Sequence[TensorInfo], length: int | None
 
 
 def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], headers: dict[str, str],
-                   parameters: dict[str, Any] | None) -> bytes:
-    body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
+                   parameters: dict[str, Any] | None, shm: ClientShm | None = None, outputs: Sequence[str] = (),
+                   outputs_in_reply: bool = False) -> bytes:
+    """The raw request: binary tensors in the body, or with `shm` their descriptions only (and the outputs
+    sent to its regions unless `outputs_in_reply`)."""
+    if shm is not None:
+        described = shm.describe_inputs(tensors)
+        body, header_length = encode_request(described, binary=True, binary_outputs=True, parameters=parameters)
+        if not outputs_in_reply:
+            obj = json.loads(body)
+            obj.get("parameters", {}).pop("binary_data_output", None)
+            if not obj.get("parameters"):
+                obj.pop("parameters", None)
+            obj["outputs"] = [{"name": name, "parameters": shm.output_parameters(name)} for name in outputs]
+            body, header_length = json.dumps(obj, separators=(",", ":")).encode(), None
+    else:
+        body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
     req_headers = dict(headers)
     req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
     if header_length is not None:
@@ -217,14 +264,15 @@ def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
 
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],
                  ins: Sequence[TensorInfo], data: InputData, *, batch_size: int,
-                 parameters: dict[str, Any] | None, check: bool, tolerance: tuple[float, float]) -> Target:
+                 parameters: dict[str, Any] | None, check: bool, tolerance: tuple[float, float],
+                 shm: ClientShm | None = None, outputs: Sequence[str] = ()) -> Target:
     prepared = prepare(data, ins, batch_size)
-    requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters) for p in prepared)
+    requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters, shm, outputs,
+                                    outputs_in_reply=data.validates) for p in prepared)
     items = batch_size if is_batched(ins) else 1
     target = Target(endpoint, model, requests[0], items, _stats_path(server, model), headers, requests,
-                    tuple(p.expected for p in prepared) if data.validates else (), tolerance)
-    if check:
-        _check(target)
+                    tuple(p.expected for p in prepared) if data.validates else (), tolerance, shm)
+    _ready(target, check)
     return target
 
 

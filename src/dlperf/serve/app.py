@@ -7,6 +7,7 @@ whose latency is measured); every other request, and a wrong method on an infer 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
@@ -89,6 +90,26 @@ def create_app(state: ServerState) -> _InferFirst:
         body, content_type = state.metrics.exposition()
         return Reply(200, body, content_type=content_type)
 
+    async def shm_status(request: Request) -> Reply:
+        return json_reply(state.shm_registry().status(request.path_params.get("region")))
+
+    async def shm_register(request: Request) -> Reply:
+        registry = state.shm_registry()
+        body = await request.body()
+        if len(body) > 65536:
+            raise ProtocolError("a register request's body is a small JSON object {\"key\", \"offset\", "
+                                "\"byte_size\"}", 413)
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"the register request is not valid JSON: {exc}") from None
+        registry.register(request.path_params["region"], parsed)
+        return Reply(200, b"")
+
+    async def shm_unregister(request: Request) -> Reply:
+        state.shm_registry().unregister(request.path_params.get("region"))
+        return Reply(200, b"")
+
     async def infer_reply(name: str, version: str | None, headers: Mapping[str, str],
                           chunks: AsyncIterator[bytes], into: BodyBuffer | None = None) -> Reply:
         start_ns = time.monotonic_ns()
@@ -118,6 +139,11 @@ def create_app(state: ServerState) -> _InferFirst:
         Route("/v2", guarded(server_metadata), methods=get),
         Route("/v2/models/stats", guarded(stats), methods=get),
         Route("/metrics", guarded(metrics), methods=get),
+        Route("/v2/systemsharedmemory/status", guarded(shm_status), methods=get),
+        Route("/v2/systemsharedmemory/region/{region}/status", guarded(shm_status), methods=get),
+        Route("/v2/systemsharedmemory/region/{region}/register", guarded(shm_register), methods=post),
+        Route("/v2/systemsharedmemory/unregister", guarded(shm_unregister), methods=post),
+        Route("/v2/systemsharedmemory/region/{region}/unregister", guarded(shm_unregister), methods=post),
     ]
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         routes += [

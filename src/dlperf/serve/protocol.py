@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,12 @@ class RequestedOutput:
     name: str
     binary: bool | None = None
     """True/False when the request says so; None means the request's default."""
+    shm: tuple[str, int, int] | None = None
+    """(region, offset, byte_size) to write the output to (the shared-memory extension); None: in the reply."""
+
+
+ShmView = Callable[[str, int, int, str], Any]
+"""(region, offset, byte_size, where) -> a writable buffer of that span of a registered region."""
 
 
 @dataclass
@@ -155,8 +161,10 @@ class InferResponse:
 # --- decoding ---------------------------------------------------------------------------------------
 
 
-def decode_request(body: bytes | memoryview, header_length: int | None = None) -> InferRequest:
-    """Parse an infer request body: JSON, or JSON plus binary tensors when `header_length` is given."""
+def decode_request(body: bytes | memoryview, header_length: int | None = None,
+                   shm: ShmView | None = None) -> InferRequest:
+    """Parse an infer request body: JSON, or JSON plus binary tensors when `header_length` is given; inputs
+    in shared memory are read through `shm` (None: the server takes none)."""
     header, binary = _split_body(body, header_length)
     obj = _parse_json(header, "request")
     raw_inputs = obj.get("inputs")
@@ -165,7 +173,7 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None) -
     offset = 0
     inputs = []
     for i, raw in enumerate(raw_inputs):
-        tensor, offset = _decode_tensor(raw, binary, offset, f"input {i}")
+        tensor, offset = _decode_tensor(raw, binary, offset, f"input {i}", shm)
         inputs.append(tensor)
     if offset != len(binary):
         raise ProtocolError(
@@ -183,7 +191,12 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None) -
                 raise ProtocolError("each requested output needs a 'name'")
             params = raw.get("parameters") or {}
             binary_flag = params.get("binary_data")
-            outputs.append(RequestedOutput(raw["name"], None if binary_flag is None else bool(binary_flag)))
+            span = shm_span(params, f"output '{raw['name']}'")
+            if span is not None:
+                if shm is None:
+                    raise ProtocolError(_NO_SHM)
+                shm(*span, f"output '{raw['name']}'")  # the region is registered and holds the span
+            outputs.append(RequestedOutput(raw["name"], None if binary_flag is None else bool(binary_flag), span))
     parameters = obj.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise ProtocolError("'parameters' must be an object")
@@ -229,7 +242,33 @@ def _parse_json(header: bytes, what: str) -> dict[str, Any]:
     return obj
 
 
-def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tensor, int]:
+_NO_SHM = ("this server takes no tensors in shared memory: start it with --allow-client-shm (Triton's "
+           "--allow-client-shm=true), or send the data in the request")
+
+
+def shm_span(params: dict[str, Any], where: str) -> tuple[str, int, int] | None:
+    """(region, offset, byte_size) from a tensor's shared-memory parameters, None without them;
+    ProtocolError when only one of region and byte size is given or a value has the wrong type."""
+    region, size = params.get("shared_memory_region"), params.get("shared_memory_byte_size")
+    if region is None and size is None:
+        return None
+    if region is None or size is None:
+        raise ProtocolError(f"{where}: give both shared_memory_region and shared_memory_byte_size "
+                            "(and optionally shared_memory_offset)")
+    offset = params.get("shared_memory_offset", 0)
+    if not isinstance(region, str):
+        raise ProtocolError(f"{where}: shared_memory_region must be a string, got {region!r}")
+    for key, value in (("shared_memory_byte_size", size), ("shared_memory_offset", offset)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ProtocolError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+    return region, offset, size
+
+
+SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+
+
+def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
+                   shm: ShmView | None = None) -> tuple[Tensor, int]:
     if not isinstance(raw, dict):
         raise ProtocolError(f"{where} must be an object with name, shape, datatype and data")
     name = raw.get("name")
@@ -250,7 +289,15 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tens
         count *= d
     params = raw.get("parameters") or {}
     size = params.get("binary_data_size")
-    if size is not None:
+    span = shm_span(params, where) if params else None
+    if span is not None:
+        if shm is None:
+            raise ProtocolError(_NO_SHM)
+        if size is not None or "data" in raw:
+            raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
+        array = array_from_bytes(shm(*span, where), datatype, count, where)
+        params = {k: v for k, v in params.items() if k not in SHM_PARAMETERS}
+    elif size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(binary):
             raise ProtocolError(
                 f"{where} says binary_data_size={size!r} but only {len(binary) - offset} bytes of binary "
@@ -263,7 +310,8 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str) -> tuple[Tens
         if "data" not in raw:
             raise ProtocolError(f"{where} has neither 'data' nor a binary_data_size parameter")
         array = array_from_json(raw["data"], datatype, count, where)
-    params = {k: v for k, v in params.items() if k != "binary_data_size"}
+    if size is not None:
+        params = {k: v for k, v in params.items() if k != "binary_data_size"}
     return Tensor(name, datatype, array.reshape(shape), params), offset
 
 
@@ -378,7 +426,9 @@ def encode_tensors(tensors: Sequence[Tensor], binary: Sequence[bool]) -> tuple[l
     for tensor, as_binary in zip(tensors, binary, strict=False):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         params = dict(tensor.parameters)
-        if as_binary:
+        if "shared_memory_region" in params:
+            pass  # written to the client's shared memory: the reply only describes it
+        elif as_binary:
             chunk = tensor_bytes(tensor.data, tensor.datatype)
             params["binary_data_size"] = len(chunk)
             chunks.append(chunk)

@@ -31,7 +31,9 @@ from dlperf.serve.protocol import (
     encode_response,
     error_body,
     header_length_of,
+    tensor_bytes,
 )
+from dlperf.serve.shm import SharedMemoryRegistry
 
 MiB = 1024 * 1024
 SERVER_NAME = "dlperf"
@@ -70,6 +72,8 @@ class ServeConfig:
     reject_status: int = 503
     """The HTTP status of a request refused by a full queue: 503 (Triton's) or 429 (Too Many Requests)."""
     token: str | None = None
+    allow_client_shm: bool = False
+    """Take tensors in the clients' system shared memory (Triton's --allow-client-shm; `serve.shm`)."""
     device: str = "cpu"
     threads: int | None = None
     max_request_bytes: int = 64 * MiB
@@ -243,6 +247,8 @@ class ServerState:
         self.in_flight = 0
         self.received = 0
         """Inference requests received so far (the memory trimmer's sign of activity)."""
+        self.shm = SharedMemoryRegistry() if config.allow_client_shm else None
+        """The clients' registered shared-memory regions (None: the extension is off)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
@@ -267,7 +273,29 @@ class ServerState:
         for entry in self.models.values():
             for v in entry.variants:
                 ok = v.pool.join(max(0.0, deadline - time.monotonic())) and ok
+        if self.shm is not None:
+            self.shm.close()
         return ok
+
+    def _to_shm(self, tensor: Tensor, span: tuple[str, int, int]) -> None:
+        """Write `tensor` into its requested span of shared memory; the reply then only describes it."""
+        region, offset, byte_size = span
+        where = f"output '{tensor.name}'"
+        data = tensor_bytes(tensor.data, tensor.datatype)
+        if len(data) > byte_size:
+            raise ProtocolError(f"{where}: shared_memory_byte_size {byte_size} is too small for the result, "
+                                f"{len(data)} bytes")
+        self.shm_registry().view(region, offset, len(data), where)[:] = data
+        tensor.parameters = {"shared_memory_region": region, "shared_memory_byte_size": len(data)}
+        if offset:
+            tensor.parameters["shared_memory_offset"] = offset
+
+    def shm_registry(self) -> SharedMemoryRegistry:
+        """The registry, or ProtocolError (400) naming the option when the extension is off."""
+        if self.shm is None:
+            raise ProtocolError("this server takes no shared memory: start it with --allow-client-shm (Triton's "
+                                "--allow-client-shm=true)")
+        return self.shm
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         if not self.config.token:
@@ -290,7 +318,8 @@ class ServerState:
     def server_metadata(self) -> dict[str, Any]:
         from dlperf import __version__
 
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = [*EXTENSIONS, *(["system_shared_memory"] if self.shm is not None else [])]
+        return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
     def model_metadata(self, entry: ModelEntry) -> dict[str, Any]:
         sig = entry.signature
@@ -361,7 +390,7 @@ class ServerState:
         """Decode, validate, queue, await the batch, encode. Every failure becomes an error reply."""
         try:
             body = _decompress(body, headers.get("content-encoding"), self.config.max_request_bytes)
-            request = decode_request(body, header_length_of(headers))
+            request = decode_request(body, header_length_of(headers), None if self.shm is None else self.shm.view)
             key = request.parameters.get(ROUTING_PARAMETER)
             if key is not None and headers.get(ROUTING_HEADER) is None:
                 variant = entry.choose(str(key))
@@ -408,9 +437,16 @@ class ServerState:
             return error_reply(status, str(done.error))
         assert done.result is not None
         sig = model.signature.outputs
-        tensors = [Tensor(sig[i].name, sig[i].datatype, done.result[i]) for i, _ in outputs]
+        tensors = [Tensor(sig[i].name, sig[i].datatype, done.result[i]) for i, _, _ in outputs]
+        try:
+            for tensor, (_, _, span) in zip(tensors, outputs, strict=True):
+                if span is not None:
+                    self._to_shm(tensor, span)
+        except ProtocolError as exc:
+            variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
+            return error_reply(exc.status, str(exc))
         response = InferResponse(entry.name, tensors, model.version, request.id)
-        body_out, json_length = encode_response(response, [b for _, b in outputs])
+        body_out, json_length = encode_response(response, [b for _, b, _ in outputs])
         reply = Reply(200, body_out)
         if json_length is not None:
             reply.headers["Inference-Header-Content-Length"] = str(json_length)
@@ -433,16 +469,18 @@ def _config_type(datatype: str) -> str:
     return "STRING" if datatype == "BYTES" else datatype
 
 
-def _requested_outputs(entry: ModelEntry, requested: Any, default_binary: bool) -> list[tuple[int, bool]]:
+def _requested_outputs(entry: ModelEntry, requested: Any,
+                       default_binary: bool) -> list[tuple[int, bool, tuple[str, int, int] | None]]:
+    """(output index, binary, shared-memory span or None) of each output the request asks for (all by default)."""
     names = [s.name for s in entry.signature.outputs]
     if requested is None:
-        return [(i, default_binary) for i in range(len(names))]
-    out = []
+        return [(i, default_binary, None) for i in range(len(names))]
+    out: list[tuple[int, bool, tuple[str, int, int] | None]] = []
     for r in requested:
         if r.name not in names:
             raise ProtocolError(f"unknown output '{r.name}' of model '{entry.name}': "
                                 f"its outputs are {', '.join(names)}")
-        out.append((names.index(r.name), default_binary if r.binary is None else r.binary))
+        out.append((names.index(r.name), default_binary if r.binary is None else r.binary, r.shm))
     return out
 
 

@@ -119,6 +119,10 @@ def test_serve_arguments_become_a_config() -> None:
     assert [delayed.allows_timeout_override(level) for level in (1, 2, 3)] == [False, True, True]
     one = serve_cli.config_from_args(_args("zoo:mlp", "--timeout-action", "delay", "--no-timeout-override"))
     assert one.delayed_levels == frozenset({0}) and not one.allow_timeout_override
+    assert not leveled.allow_client_shm
+    shm = serve_cli.config_from_args(_args("zoo:mlp", "--allow-client-shm"))
+    assert shm.allow_client_shm
+    assert serve_cli.settings_line(shm, 8, 1).endswith("; clients' system shared memory allowed")
     ab = serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2", "--split", "90:10"))
     assert ab.variants == (("a", "d1"), ("b", "d2")) and ab.split == (90, 10)
     assert ab.to_dict()["token"] is None
