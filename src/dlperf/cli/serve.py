@@ -188,6 +188,10 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
         return None
     from dlperf.ray.serve import RayServeOptions, parse_autoscale
 
+    if args.allow_client_shm:
+        raise ConfigError("--allow-client-shm does not go with --ray: Ray's proxy sends a region's registration "
+                          "and the requests that use it to any replica; serve without --ray on the clients' host")
+
     if args.replicas is not None and args.autoscale is not None:
         raise ConfigError("give either --replicas N (a fixed number) or --autoscale MIN:MAX, not both")
     autoscale = None if args.autoscale is None else parse_autoscale(args.autoscale)

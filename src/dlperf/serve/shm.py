@@ -14,6 +14,7 @@ import contextlib
 import mmap
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +62,16 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise ProtocolError(f"shared memory region '{name}' is already registered: unregister it first")
             path = os.path.join(SHM_DIR, key.lstrip("/"))
-            try:
-                fd = os.open(path, os.O_RDWR)
+            try:  # as shm_open does: no symlinks (a link in /dev/shm must not aim the server at another file)
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:
                 raise ProtocolError(f"Unable to open shared memory region '{name}': key '{key}' ({exc.strerror}); "
                                     "create it (shm_open) before registering it") from None
             try:
-                size = os.fstat(fd).st_size
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise ProtocolError(f"shared memory key '{key}' is not a shared-memory object")
+                size = info.st_size
                 if offset + byte_size > size or byte_size == 0:
                     raise ProtocolError(f"shared memory region '{name}': offset {offset} + byte_size {byte_size} "
                                         f"is beyond the {size} bytes of '{key}'")

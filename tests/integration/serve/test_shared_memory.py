@@ -109,6 +109,14 @@ def test_every_misuse_of_shared_memory_is_a_400_that_says_why(server: Running, r
     assert status == "400" and "Unable to open shared memory region 'r'" in message
     status, message = _status_and_message(lambda: c.register_system_shared_memory("r", "../../etc/passwd", 64))
     assert status == "400" and "is not the name of a shared-memory object" in message
+    link = f"/dev/shm/dlperf_test_{os.getpid()}_link"
+    os.symlink(f"/dev/shm/dlperf_test_{os.getpid()}_small", link)
+    try:  # a link in /dev/shm is not followed (it could aim the server's writes at any file)
+        status, message = _status_and_message(
+            lambda: c.register_system_shared_memory("r", f"/dlperf_test_{os.getpid()}_link", 64))
+        assert status == "400" and "Unable to open shared memory region 'r'" in message
+    finally:
+        os.unlink(link)
     status, message = _status_and_message(lambda: c.register_system_shared_memory("r", key, 512))
     assert status == "400" and "beyond the 256 bytes" in message
     c.register_system_shared_memory("small", key, 256)
