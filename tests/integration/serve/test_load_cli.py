@@ -205,8 +205,8 @@ def test_collect_metrics_reports_what_the_server_used_per_level(server: Running,
     out = json.loads(capsys.readouterr().out)
     for level in out["levels"]:
         res = level["resources"]
-        # a reading at the start, every 250 ms, one at the end
-        assert res["samples"] >= level["measured_s"] / 0.25 and res["interval_s"] == 0.25
+        # a reading at the start, every 250 ms (plus the time a reading takes), one at the end
+        assert res["samples"] >= max(3, level["measured_s"] / 0.25 / 2) and res["interval_s"] == 0.25
         # the server answered hundreds of requests meanwhile: it used CPU (at most the machine's cores)
         assert 0.0 < res["cpu_cores"] <= (os.cpu_count() or 1) + 0.5
         assert res["rss_max_bytes"] > 50 * 2**20
