@@ -25,6 +25,7 @@ GPU_GAUGES = {
 
 CPU_SECONDS = "process_cpu_seconds_total"
 RSS_BYTES = "process_resident_memory_bytes"
+START_TIME = "process_start_time_seconds"
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Sample:
     t_s: float
     cpu_s: float | None = None
     rss_bytes: float | None = None
+    started_s: float | None = None
+    """The answering process's start time: readings from different processes (replicas behind a proxy)
+    differ in it."""
     gpus: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
@@ -49,6 +53,8 @@ def parse_sample(text: str, t_s: float) -> Sample:
                 sample.cpu_s = float(s.value)
             elif s.name == RSS_BYTES:
                 sample.rss_bytes = float(s.value)
+            elif s.name == START_TIME:
+                sample.started_s = float(s.value)
             elif s.name in GPU_GAUGES and "gpu_uuid" in s.labels:
                 sample.gpus.setdefault(s.labels["gpu_uuid"], {})[GPU_GAUGES[s.name]] = float(s.value)
     return sample
@@ -84,15 +90,21 @@ class Resources:
     cores busy on average); None with fewer than two readings or no process metrics."""
     rss_max_bytes: float | None = None
     gpus: dict[str, GpuUsage] = field(default_factory=dict)
+    processes: int = 1
+    """Server processes that answered the readings: more than one (replicas behind a proxy, e.g. Ray Serve)
+    leaves `cpu_cores` None, as their CPU counters cannot be differenced, and `rss_max_bytes` is one
+    process's at a time."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"samples": self.samples, "interval_s": self.interval_s, "cpu_cores": self.cpu_cores,
-                "rss_max_bytes": self.rss_max_bytes, "gpus": {k: g.to_dict() for k, g in self.gpus.items()}}
+                "rss_max_bytes": self.rss_max_bytes, "gpus": {k: g.to_dict() for k, g in self.gpus.items()},
+                "processes": self.processes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Resources:
         return cls(int(data["samples"]), float(data["interval_s"]), data.get("cpu_cores"), data.get("rss_max_bytes"),
-                   {k: GpuUsage.from_dict(g) for k, g in (data.get("gpus") or {}).items()})
+                   {k: GpuUsage.from_dict(g) for k, g in (data.get("gpus") or {}).items()},
+                   int(data.get("processes", 1)))
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -103,8 +115,9 @@ def summarize(samples: Sequence[Sample], interval_s: float) -> Resources:
     """Reduce a level's readings: CPU from the first and last reading that have it, the peaks and means
     over all of them."""
     res = Resources(len(samples), interval_s)
+    res.processes = max(1, len({s.started_s for s in samples if s.started_s is not None}))
     cpu = [s for s in samples if s.cpu_s is not None]
-    if len(cpu) >= 2 and cpu[-1].t_s > cpu[0].t_s:
+    if res.processes == 1 and len(cpu) >= 2 and cpu[-1].t_s > cpu[0].t_s:
         assert cpu[0].cpu_s is not None and cpu[-1].cpu_s is not None
         res.cpu_cores = (cpu[-1].cpu_s - cpu[0].cpu_s) / (cpu[-1].t_s - cpu[0].t_s)
     rss = [s.rss_bytes for s in samples if s.rss_bytes is not None]
@@ -133,6 +146,8 @@ def describe(res: Resources) -> str:
         process.append(f"CPU {res.cpu_cores:.2f} cores")
     if res.rss_max_bytes is not None:
         process.append(f"RSS max {_gib(res.rss_max_bytes)}")
+    if res.processes > 1:
+        process.insert(0, f"{res.processes} processes answered (replicas?), so no CPU figure")
     if process:
         parts.append("server " + ", ".join(process))
     for uuid, gpu in res.gpus.items():

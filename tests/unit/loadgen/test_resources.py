@@ -67,6 +67,12 @@ def test_a_level_s_readings_reduce_to_cores_peaks_and_means() -> None:
     text = describe(res)
     assert text.startswith("server CPU 1.50 cores, RSS max 410 MiB; GPU-aaa: 30% busy, 65.0 W, 1.2 GiB of 14.9 GiB max")
     assert text.endswith("(4 readings)")
+    # readings from two processes (replicas behind a proxy): their CPU counters are not one series
+    replicas = [parse_sample(_page(5.0 * i, 4e8, (0.1, 0.1), 50.0, (1e9, 1e9)) +
+                             f"process_start_time_seconds {1000 + i % 2}\n", t_s=float(i)) for i in range(4)]
+    mixed = summarize(replicas, 1.0)
+    assert mixed.processes == 2 and mixed.cpu_cores is None and mixed.rss_max_bytes == 4e8
+    assert describe(mixed).startswith("server 2 processes answered (replicas?), so no CPU figure, RSS max")
     one = summarize(samples[:1], 1.0)
     assert one.cpu_cores is None and one.rss_max_bytes == 4e8  # one reading says nothing about CPU use
 
