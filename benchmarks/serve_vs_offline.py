@@ -320,6 +320,9 @@ def main() -> int:
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
     parser.add_argument("--no-litserve", action="store_true")
+    parser.add_argument("--no-shm", action="store_true",
+                        help="skip the extra c=1 blocks with the inputs in system shared memory (not a target: "
+                             "what the HTTP body costs)")
     args = parser.parse_args()
 
     import statistics
@@ -391,12 +394,13 @@ def main() -> int:
         return merged(parts[0]), merged(parts[1])
 
     procs: list[subprocess.Popen[bytes]] = []
+    shm_target: Any = None
     try:
         port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "dlperf.cli.main", "serve", args.workload, "--port", str(port),
              "--max-batch-size", str(args.max_batch_size), "--max-queue-delay-ms", str(args.queue_delay_ms),
-             "--threads", str(threads)],
+             "--threads", str(threads), *([] if args.no_shm else ["--allow-client-shm"])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(proc)
         lit_target = None
@@ -412,6 +416,10 @@ def main() -> int:
             lit_target = litserve_target(lport, [t.numpy() for t in workload.example_inputs(1)])
         wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", proc)
         target = oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1))
+        shm_target = None if args.no_shm else oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1),
+                                                         shared_memory="system", output_shm_size=1 << 20)
+        shm_added: list[float] = []
+        shm_own: list[float] = []
 
         ratios, added, lit_ratios = [], [], []
         splits: list[Split] = []
@@ -425,6 +433,14 @@ def main() -> int:
                 added_s, raw_p50_s, served_p50_s, split = interleaved_added_s(offline_call(1), target,
                                                                               args.c1_blocks, 10)
             splits.append(split)
+            shm_line = ""
+            if shm_target is not None:
+                with paused(lproc):
+                    shm_s, _, _, shm_split = interleaved_added_s(offline_call(1), shm_target, args.c1_blocks, 10)
+                shm_added.append(shm_s)
+                shm_own.append(shm_split.own_s)
+                shm_line = (f"\n  c=1 with the inputs in system shared memory (not a target): added {shm_s * 1e3:+.2f} "
+                            f"ms; {shm_split.text()}")
             ours_c1, lit_c1 = paired((target, proc), theirs, 1, args.c1_s, args.slices)
             with paused(proc, lproc):
                 off = timed(args.max_batch_size)
@@ -434,7 +450,7 @@ def main() -> int:
             print(f"round {i + 1}: offline {off.throughput:.1f} items/s at batch {args.max_batch_size}, raw call p50 "
                   f"{raw.p50_s * 1e3:.2f} ms at batch 1; interleaved at c=1 ({args.c1_blocks} blocks of 10): raw "
                   f"{raw_p50_s * 1e3:.2f} ms, served {served_p50_s * 1e3:.2f} ms, added {added_s * 1e3:+.2f} ms\n"
-                  f"  c=1 means: {split.text()}", flush=True)
+                  f"  c=1 means: {split.text()}{shm_line}", flush=True)
             print(row("dlperf", ours_c1), flush=True)
             print(row("dlperf", ours_sat), flush=True)
             if lit_c1 is not None and lit_sat is not None:
@@ -478,6 +494,8 @@ def main() -> int:
               f"served that the server's warm-up {warmed} did not run: {len(set(sizes_warm) - set(warmed))} after the "
               f"warm-up load, {len(set(sizes_after) - set(warmed))} after the soak", flush=True)
     finally:
+        if shm_target is not None:
+            shm_target.close()
         for p in procs:
             stop(p)
 
@@ -496,6 +514,11 @@ def main() -> int:
     print(f"    of which the server's own part (round trip - its own model call, block means): "
           f"{statistics.median(own):+.2f} ms (rounds: {', '.join(f'{a:+.2f}' for a in own)}); its model call - the "
           f"raw call here: {statistics.median([x.model_s * 1e3 for x in splits]):+.2f} ms")
+    if shm_added:
+        print(f"    the same with the inputs in system shared memory (--shared-memory system; not the target's "
+              f"figure): {statistics.median(shm_added) * 1e3:+.2f} ms (rounds: "
+              f"{', '.join(f'{a * 1e3:+.2f}' for a in shm_added)}), own part "
+              f"{statistics.median(shm_own) * 1e3:+.2f} ms")
     if pairs:
         wins = [o.item_throughput >= t.item_throughput and o.percentile_s(99) <= t.percentile_s(99) for o, t in pairs]
         print(f"  LitServe saturated / offline: {statistics.median(lit_ratios):.0%} "
