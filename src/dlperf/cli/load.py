@@ -217,6 +217,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
         raise ConfigError("--metrics-url and --metrics-interval-ms go with --collect-metrics: add it")
+    if args.metrics_url is not None:
+        from dlperf.loadgen.client import parse_url
+
+        parse_url(args.metrics_url)  # a URL it cannot read is refused before any load
     if args.shared_memory == "none" and args.output_shared_memory_size != 102400:
         raise ConfigError("--output-shared-memory-size goes with --shared-memory system: add it")
     if args.find_peak and args.concurrency:

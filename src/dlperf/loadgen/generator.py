@@ -433,7 +433,11 @@ async def _sample_metrics(target: Target, config: LoadConfig, clock: Callable[[]
                           samples: list[Sample], problems: list[str]) -> None:
     """Read the metrics page now, then every interval until `done` is set, and once more then. Stops at the
     first failure, saying why in `problems`."""
-    endpoint, path = metrics_source(target, config)
+    try:
+        endpoint, path = metrics_source(target, config)
+    except LoadGenError as exc:
+        problems.append(str(exc))
+        return
     where = f"http://{endpoint.authority}{endpoint.base_path}{path}"
     while True:
         t0 = clock()

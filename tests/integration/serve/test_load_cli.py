@@ -237,6 +237,7 @@ def test_collect_metrics_reports_what_the_server_used_per_level(server: Running,
     (["--find-peak"], "--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)"),
     (["--metrics-url", "127.0.0.1:8002/metrics"], "--metrics-url and --metrics-interval-ms go with --collect-metrics"),
     (["--collect-metrics", "--metrics-interval-ms", "0"], "--metrics-interval-ms must be positive"),
+    (["--collect-metrics", "--metrics-url", "https://127.0.0.1:8002/metrics"], "only http:// targets"),
 ])
 def test_slo_options_that_do_not_fit_are_refused(server: Running, args: list[str], message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
