@@ -32,6 +32,8 @@ class Region:
     offset: int
     byte_size: int
     mapping: mmap.mmap
+    fd: int
+    """Kept open to check the object's size before each use (see `SharedMemoryRegistry.view`)."""
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -58,6 +60,8 @@ class SharedMemoryRegistry:
                 raise ProtocolError(f"shared memory region '{name}': {field} must be a non-negative integer, "
                                     f"got {value!r}")
         assert isinstance(offset, int) and isinstance(byte_size, int)
+        if byte_size == 0:
+            raise ProtocolError(f"shared memory region '{name}': byte_size must be positive")
         with self._lock:
             if name in self._regions:
                 raise ProtocolError(f"shared memory region '{name}' is already registered: unregister it first")
@@ -72,13 +76,14 @@ class SharedMemoryRegistry:
                 if not stat.S_ISREG(info.st_mode):
                     raise ProtocolError(f"shared memory key '{key}' is not a shared-memory object")
                 size = info.st_size
-                if offset + byte_size > size or byte_size == 0:
+                if offset + byte_size > size:
                     raise ProtocolError(f"shared memory region '{name}': offset {offset} + byte_size {byte_size} "
                                         f"is beyond the {size} bytes of '{key}'")
                 mapping = mmap.mmap(fd, size)
-            finally:
+            except BaseException:
                 os.close(fd)
-            self._regions[name] = Region(name, key, offset, byte_size, mapping)
+                raise
+            self._regions[name] = Region(name, key, offset, byte_size, mapping, fd)
 
     def unregister(self, name: str | None = None) -> None:
         """Forget region `name` (every region when None); an unknown name is not an error, as in Triton."""
@@ -88,6 +93,7 @@ class SharedMemoryRegistry:
                 region = self._regions.pop(n, None)
                 if region is not None:
                     _close(region.mapping)
+                    os.close(region.fd)
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
@@ -102,14 +108,18 @@ class SharedMemoryRegistry:
         is not registered or the span leaves it."""
         with self._lock:
             region = self._regions.get(name)
-        if region is None:
-            raise ProtocolError(f"{where}: shared memory region '{name}' is not registered "
-                                "(POST /v2/systemsharedmemory/region/NAME/register first)")
-        if offset + byte_size > region.byte_size:
-            raise ProtocolError(f"{where}: offset {offset} + byte_size {byte_size} is beyond the "
-                                f"{region.byte_size} bytes of shared memory region '{name}'")
-        start = region.offset + offset
-        return memoryview(region.mapping)[start:start + byte_size]
+            if region is None:
+                raise ProtocolError(f"{where}: shared memory region '{name}' is not registered "
+                                    "(POST /v2/systemsharedmemory/region/NAME/register first)")
+            if offset + byte_size > region.byte_size:
+                raise ProtocolError(f"{where}: offset {offset} + byte_size {byte_size} is beyond the "
+                                    f"{region.byte_size} bytes of shared memory region '{name}'")
+            # a client that shrank the object after registering it would make reading its pages a SIGBUS
+            if os.fstat(region.fd).st_size < region.offset + region.byte_size:
+                raise ProtocolError(f"{where}: shared memory region '{name}' ('{region.key}') is now smaller than "
+                                    "when it was registered: register it again")
+            start = region.offset + offset
+            return memoryview(region.mapping)[start:start + byte_size]
 
     def close(self) -> None:
         self.unregister(None)

@@ -119,6 +119,8 @@ def test_every_misuse_of_shared_memory_is_a_400_that_says_why(server: Running, r
         os.unlink(link)
     status, message = _status_and_message(lambda: c.register_system_shared_memory("r", key, 512))
     assert status == "400" and "beyond the 256 bytes" in message
+    status, message = _status_and_message(lambda: c.register_system_shared_memory("r", key, 0))
+    assert status == "400" and "byte_size must be positive" in message
     c.register_system_shared_memory("small", key, 256)
     try:
         status, message = _status_and_message(lambda: c.register_system_shared_memory("small", key, 256))
@@ -141,6 +143,11 @@ def test_every_misuse_of_shared_memory_is_a_400_that_says_why(server: Running, r
         assert status == "400" and "shared_memory_byte_size 8 is too small for the result" in message
         status, message = _status_and_message(lambda: c.get_system_shared_memory_status("nothing"))
         assert status == "400" and "Unable to find system shared memory region: 'nothing'" in message
+        # the client shrinks the object after registering it: refused, not a crash of the server (SIGBUS)
+        os.truncate(f"/dev/shm/dlperf_test_{os.getpid()}_small", 64)
+        status, message = _status_and_message(infer("small", 256))
+        assert status == "400" and "is now smaller than when it was registered" in message
+        assert c.is_server_live()
     finally:
         c.unregister_system_shared_memory("small")
 
