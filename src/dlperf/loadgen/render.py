@@ -128,7 +128,8 @@ def _size(num_bytes: int) -> str:
 
 def setup_lines(config: dict[str, Any]) -> list[str]:
     """What a load run sent and when, where not the defaults (random tensors, evenly spaced or closed loop),
-    from its recorded settings: the --input-data or --workload inputs and the --request-intervals schedule."""
+    from its recorded settings: the --input-data or --workload inputs, the SLO, the shared-memory transport
+    and the --request-intervals schedule."""
     lines = []
     data = [v for v in config.get("input_data") or [] if v != "random"]
     if data:
@@ -149,6 +150,10 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         lines.append(f"inputs: random, every BYTES element {config['string_data']!r}")
     elif config.get("string_length") is not None:
         lines.append(f"inputs: random, BYTES elements of {config['string_length']} random characters")
+    slo = Slo.from_record(config)
+    if slo is not None:
+        lines.append(f"SLO: {slo} at 99% confidence, by MLPerf's early-stopping test (at least {slo.min_requests} "
+                     "requests per level to pass)")
     if config.get("shared_memory") == "system":
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
                      "server, the outputs written to regions of their own; requests carry descriptions only)")

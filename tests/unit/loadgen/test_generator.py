@@ -354,3 +354,9 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
         "inputs: random, BYTES elements of 16 random characters"]
     assert setup_lines({"input_data": ["random"], "string_length": None, "string_data": "a b"}) == [
         "inputs: random, every BYTES element 'a b'"]
+    assert setup_lines({"slo": {"bound_s": 0.05, "percentile": 95.0}, "shared_memory": "system"}) == [
+        "SLO: p95 <= 50 ms at 99% confidence, by MLPerf's early-stopping test (at least 90 requests per level to "
+        "pass)",
+        "transport: system shared memory (the inputs placed once in a region registered with the server, the "
+        "outputs written to regions of their own; requests carry descriptions only)"]
+    assert setup_lines({"slo_p99_s": 0.1})[0].startswith("SLO: p99 <= 100 ms")  # a run stored before percentiles
