@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from dlperf.loadgen.generator import LevelResult, PeakResult, Slo, verdict
+from dlperf.measure.stats import early_stopping_min_count
 
 
 def _ms(value: float | None) -> str:
@@ -31,7 +32,7 @@ def levels_table(results: list[LevelResult], title: str = "", slo: Slo | None = 
                  "compute", "batch", "stable"):
         table.add_column(name, justify="right", no_wrap=True)
     table.caption = (f"{bound_name}: MLPerf's early-stopping p{q:g}, within which {q:g}% of requests stay at 99% "
-                     f"confidence (- below {Slo(1.0, q).min_requests} requests); queue, compute: the server's own "
+                     f"confidence (- below {early_stopping_min_count(q)} requests); queue, compute: the server's own "
                      "per-request means from its statistics; batch: its mean batch")
     for r in results:
         errors = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") or "0"

@@ -116,8 +116,8 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
         meta = _get_json(endpoint, f"/v2/models/{model}", headers)
     except LoadGenError as exc:
         raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
-    ins = _infos(meta, "inputs")
-    data = read_input_data(input_data, ins, _infos(meta, "outputs"), shapes=shapes) if input_data else None
+    ins, outs = _infos(meta, "inputs"), _infos(meta, "outputs")
+    data = read_input_data(input_data, ins, outs, shapes=shapes) if input_data else None
     if data is not None and inputs is not None:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
     source = ("--input-data " + " ".join(input_data) if data is not None
@@ -127,7 +127,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
                             parameters=parameters, check=check, tolerance=tolerance, shm=shm,
-                            outputs=[o.name for o in _infos(meta, "outputs")])
+                            outputs=[o.name for o in outs])
     if inputs is not None and len(inputs) != len(ins):
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -158,7 +158,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                     )
             array = random_array(datatype, dims, rng, **strings)
         tensors.append(Tensor(name, datatype, array))
-    raw = _infer_request(endpoint, model, tensors, headers, parameters, shm, [o.name for o in _infos(meta, "outputs")])
+    raw = _infer_request(endpoint, model, tensors, headers, parameters, shm, [o.name for o in outs])
     target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm)
     _ready(target, check)
     return target
@@ -220,18 +220,12 @@ def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], he
                    outputs_in_reply: bool = False) -> bytes:
     """The raw request: binary tensors in the body, or with `shm` their descriptions only (and the outputs
     sent to its regions unless `outputs_in_reply`)."""
-    if shm is not None:
-        described = shm.describe_inputs(tensors)
-        body, header_length = encode_request(described, binary=True, binary_outputs=True, parameters=parameters)
-        if not outputs_in_reply:
-            obj = json.loads(body)
-            obj.get("parameters", {}).pop("binary_data_output", None)
-            if not obj.get("parameters"):
-                obj.pop("parameters", None)
-            obj["outputs"] = [{"name": name, "parameters": shm.output_parameters(name)} for name in outputs]
-            body, header_length = json.dumps(obj, separators=(",", ":")).encode(), None
+    if shm is not None and not outputs_in_reply:
+        body, header_length = encode_request(shm.describe_inputs(tensors), parameters=parameters, outputs=outputs,
+                                             output_parameters={n: shm.output_parameters(n) for n in outputs})
     else:
-        body, header_length = encode_request(tensors, binary=True, binary_outputs=True, parameters=parameters)
+        body, header_length = encode_request(tensors if shm is None else shm.describe_inputs(tensors), binary=True,
+                                             binary_outputs=True, parameters=parameters)
     req_headers = dict(headers)
     req_headers["Content-Type"] = "application/octet-stream" if header_length is not None else "application/json"
     if header_length is not None:

@@ -463,8 +463,10 @@ def encode_response(response: InferResponse, binary: Sequence[bool]) -> tuple[by
 
 def encode_request(inputs: Sequence[Tensor], *, binary: bool = True, request_id: str | None = None,
                    parameters: dict[str, Any] | None = None, outputs: Sequence[str] | None = None,
-                   binary_outputs: bool = True) -> tuple[bytes, int | None]:
-    """An infer request body as tritonclient would send it: (body, header length or None)."""
+                   binary_outputs: bool = True,
+                   output_parameters: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[bytes, int | None]:
+    """An infer request body as tritonclient would send it: (body, header length or None). A requested
+    output's `output_parameters` (e.g. shared memory) replace its `binary_data` flag."""
     described, chunks = encode_tensors(inputs, [binary] * len(inputs))
     obj: dict[str, Any] = {}
     if request_id is not None:
@@ -474,7 +476,9 @@ def encode_request(inputs: Sequence[Tensor], *, binary: bool = True, request_id:
         if binary_outputs:
             params["binary_data_output"] = True
     else:
-        obj["outputs"] = [{"name": n, "parameters": {"binary_data": binary_outputs}} for n in outputs]
+        given = output_parameters or {}
+        obj["outputs"] = [{"name": n, "parameters": dict(given.get(n, {"binary_data": binary_outputs}))}
+                          for n in outputs]
     if params:
         obj["parameters"] = params
     obj["inputs"] = described

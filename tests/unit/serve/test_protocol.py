@@ -218,3 +218,13 @@ def test_arrays_of_unstated_length_take_what_the_data_holds() -> None:
     np.testing.assert_array_equal(array_from_json([[1, 2], [3]], "INT64", None, "w"), [1, 2, 3])
     with pytest.raises(ProtocolError, match="w: 3 data elements for a shape of 4 elements"):
         array_from_json([1, 2, 3], "INT64", 4, "w")
+
+
+def test_a_requested_output_s_own_parameters_replace_its_binary_flag() -> None:
+    x = Tensor("x", "FP32", np.zeros((1, 4), np.float32))
+    spans = {"y": {"shared_memory_region": "out", "shared_memory_byte_size": 16}}
+    body, n = encode_request([x], outputs=["y", "z"], output_parameters=spans)
+    request = decode_request(body, n, shm=lambda region, offset, size, where: bytearray(size))
+    assert [(o.name, o.binary, o.shm) for o in request.outputs or []] == [("y", None, ("out", 0, 16)),
+                                                                           ("z", True, None)]
+    assert "binary_data_output" not in request.parameters
