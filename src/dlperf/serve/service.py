@@ -126,25 +126,29 @@ class ServeConfig:
                 raise ConfigError(f"--priority-queue-policy {level} is given more than once: give each level once, "
                                   "with all its settings (e.g. 1:max_queue_size=4,timeout_ms=50)")
 
+    def setting_of(self, level: int | None, name: str) -> Any:
+        """A queue setting (`max_queue_size`, `timeout_s`, `timeout_action`, `allow_timeout_override`) of a
+        priority level: its `--priority-queue-policy` value where it gives one, else the server-wide option's
+        (also for `level` None)."""
+        own = next((getattr(p, name) for p in self.priority_queue_policy if p.level == level), None)
+        return getattr(self, name) if own is None else own
+
     def queue_size_of(self, level: int) -> int:
         """The queue bound of a priority level (0 = unbounded): its own, else --max-queue-size."""
-        own = next((p.max_queue_size for p in self.priority_queue_policy if p.level == level), None)
-        return self.max_queue_size if own is None else own
+        return int(self.setting_of(level, "max_queue_size"))
 
     def timeout_of(self, level: int) -> float | None:
         """The queue timeout of a priority level's requests (None = none): its own, else --timeout-ms."""
-        own = next((p.timeout_s for p in self.priority_queue_policy if p.level == level), None)
-        return self.timeout_s if own is None else own
+        value: float | None = self.setting_of(level, "timeout_s")
+        return value
 
     def timeout_action_of(self, level: int) -> str:
         """'reject' or 'delay' for a priority level's timed-out requests: its own, else --timeout-action."""
-        own = next((p.timeout_action for p in self.priority_queue_policy if p.level == level), None)
-        return self.timeout_action if own is None else own
+        return str(self.setting_of(level, "timeout_action"))
 
     def allows_timeout_override(self, level: int) -> bool:
         """Whether a request at `level` may shorten its queue timeout: the level's own setting, else the server's."""
-        own = next((p.allow_timeout_override for p in self.priority_queue_policy if p.level == level), None)
-        return self.allow_timeout_override if own is None else own
+        return bool(self.setting_of(level, "allow_timeout_override"))
 
     @property
     def delayed_levels(self) -> frozenset[int]:
@@ -367,13 +371,11 @@ class ServerState:
 
     def _queue_policy(self, level: int | None) -> dict[str, Any]:
         """Triton's ModelQueuePolicy of a priority level (None: the default one)."""
-        size = self.config.max_queue_size if level is None else self.config.queue_size_of(level)
-        timeout_s = self.config.timeout_s if level is None else self.config.timeout_of(level)
-        action = self.config.timeout_action if level is None else self.config.timeout_action_of(level)
-        override = (self.config.allow_timeout_override if level is None
-                    else self.config.allows_timeout_override(level))
-        return {"max_queue_size": size, "default_timeout_microseconds": int((timeout_s or 0) * 1e6),
-                "timeout_action": action.upper(), "allow_timeout_override": override}
+        of = self.config.setting_of
+        return {"max_queue_size": of(level, "max_queue_size"),
+                "default_timeout_microseconds": int((of(level, "timeout_s") or 0) * 1e6),
+                "timeout_action": of(level, "timeout_action").upper(),
+                "allow_timeout_override": of(level, "allow_timeout_override")}
 
     def stats(self, name: str | None, version: str | None) -> dict[str, Any]:
         names = [self.entry(name, version).name] if name else list(self.models)
