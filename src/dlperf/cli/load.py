@@ -38,7 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "enough for 459 requests at the tried rate)")
     parser.add_argument("--requests", type=int, default=None, help="the most requests one level sends")
     parser.add_argument("--window-s", type=float, default=2.0,
-                        help="measurement window; a level ends when 3 windows agree within 10%% (default 2)")
+                        help="measurement window; a level ends when 3 windows agree within 10%% on throughput and "
+                             "mean latency (default 2)")
+    parser.add_argument("--stability-percentage", type=float, default=10.0, metavar="P",
+                        help="how closely the last 3 windows' throughput and latency must agree, in %% of their "
+                             "mean (perf_analyzer's option; default 10)")
+    parser.add_argument("--stability-percentile", type=float, default=None, metavar="Q",
+                        help="the windows agree on their Q-th percentile latency instead of the mean (perf_analyzer's "
+                             "--percentile for stability); with a high Q give windows enough requests (--window-s)")
     parser.add_argument("--warmup-s", type=float, default=1.0, help="unmeasured warm-up per level (default 1)")
     parser.add_argument("--max-outstanding", type=int, default=1024, metavar="N",
                         help="open loop: requests in flight at most; a scheduled request beyond it is not sent "
@@ -245,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else rate,
         arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
-        window_s=args.window_s, warmup_s=args.warmup_s, seed=args.seed, max_outstanding=args.max_outstanding,
+        window_s=args.window_s, warmup_s=args.warmup_s, stability=args.stability_percentage / 100.0,
+        stability_percentile=args.stability_percentile, seed=args.seed, max_outstanding=args.max_outstanding,
         request_timeout_s=args.request_timeout_s, collect_metrics=args.collect_metrics, metrics_url=args.metrics_url,
         metrics_interval_s=args.metrics_interval_ms / 1000.0, slo=slo,
     )

@@ -1,7 +1,8 @@
 """Load generation against an OIP server: concurrency mode (closed loop) and request-rate mode (open loop).
 
 Like perf_analyzer: each level runs a warm-up, then measurement windows until the last
-`stable_windows` windows agree within `stability` on throughput and mean latency, or until the
+`stable_windows` windows agree within `stability` on throughput and latency (the mean, or a percentile with
+`stability_percentile`, perf_analyzer's --percentile), or until the
 level's time or request bound; the report holds p50/p90/p95/p99/p99.9, throughput, errors by status,
 and the server's own queue and compute time per request from its statistics endpoint. Rate mode sends
 on a constant or Poisson schedule with no cap on outstanding requests but `max_outstanding`, and warns
@@ -35,6 +36,8 @@ from dlperf.measure.stats import (
 )
 
 ARRIVALS = ("constant", "poisson", "trace")
+DEFAULT_STABILITY = 0.10
+"""The last windows' throughputs and latencies agree when each is within this share of their mean."""
 Record = tuple[int, int, str, int, int]
 """One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns)."""
 
@@ -113,7 +116,10 @@ class LoadConfig:
     """The most requests one level sends after its warm-up (the measured ones)."""
     window_s: float = 2.0
     stable_windows: int = 3
-    stability: float = 0.10
+    stability: float = DEFAULT_STABILITY
+    stability_percentile: float | None = None
+    """The latency percentile the windows must agree on (perf_analyzer's --percentile); None: the mean. A
+    high percentile of a short window is its few slowest requests, so levels settle later (or not at all)."""
     warmup_s: float = 1.0
     max_outstanding: int = 1024
     request_timeout_s: float = 60.0
@@ -148,8 +154,12 @@ class LoadConfig:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
         if not self.metrics_interval_s > 0:
             raise ConfigError(f"--metrics-interval-ms must be positive, got {self.metrics_interval_s * 1e3:g}")
-        if self.stable_windows < 1 or not 0 < self.stability < 1:
-            raise ConfigError("stable_windows must be >= 1 and stability in (0, 1)")
+        if self.stable_windows < 1:
+            raise ConfigError(f"stable_windows must be >= 1, got {self.stable_windows}")
+        if not 0 < self.stability < 1:
+            raise ConfigError(f"--stability-percentage must be in (0, 100), got {self.stability * 100:g}")
+        if self.stability_percentile is not None and not 0 < self.stability_percentile < 100:
+            raise ConfigError(f"--stability-percentile must be in (0, 100), got {self.stability_percentile:g}")
 
     @property
     def mode(self) -> str:
@@ -565,7 +575,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     sampler = (asyncio.ensure_future(_sample_metrics(target, config, clock, metrics_done, samples, problems))
                if config.collect_metrics else None)
     first_record = len(records)
-    windows: list[tuple[float, float]] = []  # (throughput, mean latency s)
+    windows: list[tuple[float, float]] = []  # (throughput, latency s: mean or the stability percentile)
     stable = False
     cursor = first_record
     w_start = measure_start
@@ -577,8 +587,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         window = [r for r in records[cursor:] if r[2] == "200"]
         cursor = len(records)
         span = max(1, now - w_start) / 1e9
-        mean = sum(r[1] for r in window) / len(window) / 1e9 if window else float("nan")
-        windows.append((len(window) / span, mean))
+        windows.append((len(window) / span, _window_latency_s(window, config.stability_percentile)))
         if on_window is not None:
             on_window(len(windows), len(window) / span)
         w_start = now
@@ -631,7 +640,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     if not stable:
         result.warnings.append(
             f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "
-            f"{config.stability:.0%} before the level's bound ({config.duration_s:g} s"
+            f"{config.stability:.0%} on throughput and {_latency_name(config.stability_percentile)} latency "
+            f"before the level's bound ({config.duration_s:g} s"
             + (f", {config.requests} requests" if config.requests else "") + "): results may be unstable"
         )
     return result
@@ -667,6 +677,20 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
             f"the load generator fell behind its schedule (p99 send lag {percentile(lags, 99) * 1e3:.1f} ms): "
             "latencies include bursts it could not spread out"
         )
+
+
+def _window_latency_s(window: Sequence[Record], q: float | None) -> float:
+    """A window's latency for the stability rule: the mean of its requests' latencies, or their q-th
+    percentile; NaN for a window without completions."""
+    if not window:
+        return float("nan")
+    if q is None:
+        return sum(r[1] for r in window) / len(window) / 1e9
+    return percentile(sorted(r[1] for r in window), q) / 1e9
+
+
+def _latency_name(q: float | None) -> str:
+    return "mean" if q is None else f"p{q:g}"
 
 
 def _agree(windows: Sequence[tuple[float, float]], tolerance: float) -> bool:

@@ -7,7 +7,7 @@ import io
 import math
 from typing import Any
 
-from dlperf.loadgen.generator import LevelResult, PeakResult, Slo, verdict
+from dlperf.loadgen.generator import DEFAULT_STABILITY, LevelResult, PeakResult, Slo, verdict
 from dlperf.measure.stats import early_stopping_min_count
 
 
@@ -155,6 +155,12 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
     if slo is not None:
         lines.append(f"SLO: {slo} at 99% confidence, by MLPerf's early-stopping test (at least {slo.min_requests} "
                      "requests per level to pass)")
+    q, share = config.get("stability_percentile"), config.get("stability")
+    if q is not None or (isinstance(share, (int, float)) and share != DEFAULT_STABILITY):
+        share = share if isinstance(share, (int, float)) else DEFAULT_STABILITY
+        latency = "mean" if q is None else f"p{q:g}"
+        lines.append(f"stability: a level ends when {config.get('stable_windows', 3)} windows of "
+                     f"{config.get('window_s', 2.0):g} s agree within {share:.0%} on throughput and {latency} latency")
     if config.get("shared_memory") == "system":
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
                      "server, the outputs written to regions of their own; requests carry descriptions only)")

@@ -238,11 +238,38 @@ def test_collect_metrics_reports_what_the_server_used_per_level(server: Running,
     (["--metrics-url", "127.0.0.1:8002/metrics"], "--metrics-url and --metrics-interval-ms go with --collect-metrics"),
     (["--collect-metrics", "--metrics-interval-ms", "0"], "--metrics-interval-ms must be positive"),
     (["--collect-metrics", "--metrics-url", "https://127.0.0.1:8002/metrics"], "only http:// targets"),
+    (["--stability-percentile", "100"], "--stability-percentile must be in (0, 100), got 100"),
+    (["--stability-percentage", "0"], "--stability-percentage must be in (0, 100), got 0"),
 ])
-def test_slo_options_that_do_not_fit_are_refused(server: Running, args: list[str], message: str,
+def test_options_that_do_not_fit_are_refused(server: Running, args: list[str], message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["load", server.url, "--model", "mlp", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_stability_on_a_latency_percentile_is_used_said_and_stored(server: Running, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.loadgen import generator
+
+    asked: list[float | None] = []
+    window_latency_s = generator._window_latency_s
+
+    def spy(window: Any, q: float | None) -> float:
+        asked.append(q)
+        return window_latency_s(window, q)
+
+    monkeypatch.setattr(generator, "_window_latency_s", spy)
+    store = tmp_path / "runs.db"
+    code = main(["load", server.url, "--model", "mlp", "--concurrency", "2", "--duration", "4s", "--window-s", "0.5",
+                 "--warmup-s", "0.2", "--stability-percentile", "90", "--stability-percentage", "40",
+                 "--store", str(store)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "stability: a level ends when 3 windows of 0.5 s agree within 40% on throughput and p90 latency" in out
+    assert asked and set(asked) == {90.0}  # every window judged on its p90
+    record = Store(store).list()[0]
+    assert record.config["stability_percentile"] == 90.0 and record.config["stability"] == pytest.approx(0.4)
 
 
 def test_request_intervals_replay_a_bursty_schedule_at_its_rate_or_scaled(server: Running, tmp_path: Path,

@@ -75,6 +75,25 @@ def test_windows_agree_within_tolerance_on_throughput_and_latency() -> None:
     assert not _agree([(100, float("nan")), (100, 0.01), (100, 0.01)], 0.10)
 
 
+def test_a_window_s_latency_is_its_mean_or_the_stability_percentile() -> None:
+    def window(*ms: int) -> list[tuple[int, int, str, int, int]]:
+        return [(0, m * 1_000_000, "200", 0, 0) for m in ms]
+
+    slow = window(*[10] * 9, 110)  # one request of ten took 110 ms
+    even = window(*[10] * 10)
+    assert generator._window_latency_s(slow, None) == pytest.approx(0.020)
+    assert generator._window_latency_s(slow, 50) == pytest.approx(0.010)
+    assert generator._window_latency_s(slow, 95) == pytest.approx(0.065)  # between the 9th and 10th
+    assert generator._window_latency_s([], 90) != generator._window_latency_s([], 90)  # NaN: never agrees
+    # the same three windows: the mean moves with the one slow request, the median does not, the p95 does
+    for q, agree in ((None, False), (50, True), (95, False)):
+        assert _agree([(100.0, generator._window_latency_s(w, q)) for w in (slow, even, slow)], 0.10) is agree
+    with pytest.raises(ConfigError, match="--stability-percentile must be in"):
+        LoadConfig(stability_percentile=0)
+    with pytest.raises(ConfigError, match="--stability-percentage must be in"):
+        LoadConfig(stability=1.0)
+
+
 def _level(rate: float, p99_s: float, errors: int = 0, send_rate: float | None = None, n: int = 1000) -> LevelResult:
     # n latencies whose 99th percentile (linear interpolation) and early-stopping bound are p99_s
     latencies = [int(p99_s * 0.5e9)] * (n - n // 50) + [int(p99_s * 1e9)] * (n // 50)
@@ -360,3 +379,8 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
         "transport: system shared memory (the inputs placed once in a region registered with the server, the "
         "outputs written to regions of their own; requests carry descriptions only)"]
     assert setup_lines({"slo_p99_s": 0.1})[0].startswith("SLO: p99 <= 100 ms")  # a run stored before percentiles
+    assert setup_lines({"stability": 0.10, "stability_percentile": None, "stable_windows": 3, "window_s": 2.0}) == []
+    assert setup_lines({"stability": 0.05, "stability_percentile": None, "stable_windows": 3, "window_s": 1.0}) == [
+        "stability: a level ends when 3 windows of 1 s agree within 5% on throughput and mean latency"]
+    assert setup_lines({"stability": 0.10, "stability_percentile": 99.0, "stable_windows": 3, "window_s": 2.0}) == [
+        "stability: a level ends when 3 windows of 2 s agree within 10% on throughput and p99 latency"]
