@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-name", default=None, help="the name clients use (default: the workload's)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
+                        help="also serve the protocol over gRPC on PORT (Triton's 8001), for tritonclient.grpc and "
+                             "perf_analyzer -i grpc: same models, batching, metrics (default: HTTP only)")
     parser.add_argument("--max-batch-size", type=int, default=32,
                         help="largest batch of items the dynamic batcher forms (0 disables batching)")
     parser.add_argument("--max-queue-delay-ms", type=float, default=5.0,
@@ -165,7 +168,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
                           "or --variant a=DIR_A --variant b=DIR_B")
     return ServeConfig(
         model=args.target, variants=_variants(args.variant), split=_split(args.split), model_name=args.model_name,
-        host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+        host=args.host, port=args.port, grpc_port=args.grpc_port, max_batch_size=args.max_batch_size,
         max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
         instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
         default_priority_level=args.default_priority_level,
@@ -188,6 +191,9 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
         return None
     from dlperf.ray.serve import RayServeOptions, parse_autoscale
 
+    if args.grpc_port is not None:
+        raise ConfigError("--grpc-port does not go with --ray: Ray Serve's proxy here speaks HTTP; serve without "
+                          "--ray for gRPC")
     if args.allow_client_shm:
         raise ConfigError("--allow-client-shm does not go with --ray: Ray's proxy sends a region's registration "
                           "and the requests that use it to any replica; serve without --ray on the clients' host")
@@ -281,5 +287,7 @@ def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
         variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
         err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
                   f"metrics at http://{url}/metrics", markup=False)
+        if state.grpc_address is not None:
+            err.print(f"  and over gRPC at {state.grpc_address} (inference.GRPCInferenceService)", markup=False)
         threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
         err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)

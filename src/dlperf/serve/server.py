@@ -131,6 +131,28 @@ def _make_server_class() -> Any:
                 return
             self.begin_shutdown()
 
+        grpc_server: Any = None
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            """The gRPC endpoint first (on this event loop, so both protocols share the batchers' callbacks): a
+            port it cannot bind fails the start before HTTP says it is listening."""
+            config = self.state.config
+            if config.grpc_port is not None:
+                from dlperf.serve.grpc_service import available, create_server
+
+                missing = available()
+                if missing is not None:
+                    raise ServingError(missing)
+                self.grpc_server, port = create_server(self.state, config.host, config.grpc_port)
+                await self.grpc_server.start()
+                self.state.grpc_address = f"{config.host}:{port}"
+            await super().startup(sockets=sockets)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if self.grpc_server is not None:
+                await self.grpc_server.stop(grace=1.0)  # in-flight gRPC requests were drained with HTTP's
+            await super().shutdown(sockets=sockets)
+
         def begin_shutdown(self) -> None:
             self.state.begin_drain()
             threading.Thread(target=self._drain, name="dlperf-drain", daemon=True).start()
@@ -158,6 +180,11 @@ class Running:
     def url(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def grpc_url(self) -> str | None:
+        """host:port of the gRPC endpoint (`ServeConfig.grpc_port`), None without one."""
+        return self.state.grpc_address
+
     def stop(self, timeout_s: float = 30.0) -> None:
         self.server.begin_shutdown()
         self.thread.join(timeout_s)
@@ -182,13 +209,25 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
     server = _make_server_class()(_uvicorn_config(create_app(state), config))
     server.state = state
     server.exit_timeout_s = config.exit_timeout_s
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dlperf-server", daemon=True)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        except Exception as exc:  # e.g. the gRPC port: raised to the caller below, not lost in this thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="dlperf-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + ready_timeout_s
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             state.close(1.0)
-            raise ServingError(f"the server did not start on {config.host}:{port}")
+            sock.close()
+            if failed and isinstance(failed[0], ServingError):
+                raise failed[0]
+            raise ServingError(f"the server did not start on {config.host}:{port}"
+                               + (f": {failed[0]}" if failed else ""))
         time.sleep(0.01)
     return Running(state, server, thread, config.host, port)
 

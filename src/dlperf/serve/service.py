@@ -24,6 +24,7 @@ from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPol
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import Metrics, Recorder
 from dlperf.serve.protocol import (
+    InferRequest,
     InferResponse,
     ProtocolError,
     Tensor,
@@ -55,6 +56,8 @@ class ServeConfig:
     model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
+    grpc_port: int | None = None
+    """Also serve the Open Inference Protocol over gRPC on this port (`serve.grpc_service`); None: HTTP only."""
     max_batch_size: int = 32
     max_queue_delay_s: float = 0.005
     adaptive_wait: bool = True
@@ -99,6 +102,11 @@ class ServeConfig:
             raise ConfigError("--split only applies with --variant")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be in 0-65535, got {self.port}")
+        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
+            raise ConfigError(f"--grpc-port must be in 0-65535, got {self.grpc_port}")
+        if self.grpc_port is not None and self.grpc_port == self.port != 0:
+            raise ConfigError(f"--grpc-port {self.grpc_port} is also --port: give gRPC a port of its own (Triton: "
+                              "8001 beside HTTP's 8000)")
         if self.instances < 1:
             raise ConfigError(f"--instances must be >= 1, got {self.instances}")
         if self.max_queue_size < 0:
@@ -252,6 +260,8 @@ class ServerState:
         self.received = 0
         """Inference requests received so far (the memory trimmer's sign of activity)."""
         self.shm = SharedMemoryRegistry() if config.allow_client_shm else None
+        self.grpc_address: str | None = None
+        """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
         """The clients' registered shared-memory regions (None: the extension is off)."""
         self._set_ready(False)
 
@@ -389,12 +399,36 @@ class ServerState:
 
     async def infer(self, entry: ModelEntry, variant: Variant, body: bytes | memoryview, headers: Mapping[str, str],
                     start_ns: int) -> Reply:
-        """Decode, validate, queue, await the batch, encode. Every failure becomes an error reply."""
+        """HTTP: decode the body, `execute`, encode the reply. Every failure becomes an error reply."""
         try:
             body = _decompress(body, headers.get("content-encoding"), self.config.max_request_bytes)
             request = decode_request(body, header_length_of(headers), None if self.shm is None else self.shm.view)
+        except ProtocolError as exc:
+            variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
+            return error_reply(exc.status, str(exc))
+        outcome = await self.execute(entry, variant, request, start_ns, headers.get(ROUTING_HEADER) is not None)
+        if isinstance(outcome, Failed):
+            return error_reply(outcome.status, outcome.message, outcome.headers)
+        response = InferResponse(entry.name, outcome.tensors, outcome.variant.model.version, request.id)
+        body_out, json_length = encode_response(response, outcome.binary)
+        reply = Reply(200, body_out)
+        if json_length is not None:
+            reply.headers["Inference-Header-Content-Length"] = str(json_length)
+            reply.content_type = "application/octet-stream"
+        _compress(reply, headers.get("accept-encoding"))
+        request_ns = time.monotonic_ns() - start_ns
+        reply.after = functools.partial(outcome.record, request_ns)
+        reply.gone = functools.partial(outcome.variant.recorder.failure, "CANCELED", request_ns)
+        return reply
+
+    async def execute(self, entry: ModelEntry, variant: Variant, request: InferRequest, start_ns: int,
+                      routed: bool = False) -> Answered | Failed:
+        """Validate a decoded request, queue it, await its batch: its output tensors, or why it failed (counted
+        as a failure already). `routed`: the variant was chosen by the transport's routing key (HTTP's
+        x-routing-key header), which the request's own routing_key parameter does not override."""
+        try:
             key = request.parameters.get(ROUTING_PARAMETER)
-            if key is not None and headers.get(ROUTING_HEADER) is None:
+            if key is not None and not routed:
                 variant = entry.choose(str(key))
             model = variant.model
             arrays, items, batch_key = validate_inputs(model, request.inputs, variant.policy.max_batch_size)
@@ -404,7 +438,7 @@ class ServerState:
                                  self.config.allows_timeout_override(level))
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
-            return error_reply(exc.status, str(exc))
+            return Failed(exc.status, str(exc))
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Work] = loop.create_future()
 
@@ -418,10 +452,10 @@ class ServerState:
             variant.batcher.submit(work)
         except QueueFull as exc:
             variant.recorder.failure("REJECTED", time.monotonic_ns() - start_ns)
-            return error_reply(self.config.reject_status, str(exc), {"Retry-After": "1"})
+            return Failed(self.config.reject_status, str(exc), {"Retry-After": "1"})
         except ShuttingDown as exc:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
-            return error_reply(503, str(exc))
+            return Failed(503, str(exc))
         timer = None
         if work.deadline_ns is not None and level not in variant.policy.delayed_levels:
             # the deadline holds even while every instance is busy: the batcher fails the request if still queued
@@ -436,7 +470,7 @@ class ServerState:
         if done.error is not None:
             variant.recorder.failure(done.error_reason or "OTHER", time.monotonic_ns() - start_ns)
             status = 503 if done.error_reason in ("TIMEOUT", "REJECTED", "UNAVAILABLE") else 500
-            return error_reply(status, str(done.error))
+            return Failed(status, str(done.error))
         assert done.result is not None
         sig = model.signature.outputs
         tensors = [Tensor(sig[i].name, sig[i].datatype, done.result[i]) for i, _, _ in outputs]
@@ -446,20 +480,33 @@ class ServerState:
                     self._to_shm(tensor, span)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
-            return error_reply(exc.status, str(exc))
-        response = InferResponse(entry.name, tensors, model.version, request.id)
-        body_out, json_length = encode_response(response, [b for _, b, _ in outputs])
-        reply = Reply(200, body_out)
-        if json_length is not None:
-            reply.headers["Inference-Header-Content-Length"] = str(json_length)
-            reply.content_type = "application/octet-stream"
-        _compress(reply, headers.get("accept-encoding"))
-        t = done.timings_ns
-        request_ns = time.monotonic_ns() - start_ns
-        reply.after = functools.partial(variant.recorder.success, request_ns, t["start"] - done.arrival_ns,
-                                        (t["input"], t["infer"], t["output"]), done.priority)
-        reply.gone = functools.partial(variant.recorder.failure, "CANCELED", request_ns)
-        return reply
+            return Failed(exc.status, str(exc))
+        return Answered(variant, tensors, [b for _, b, _ in outputs], done)
+
+
+@dataclass
+class Answered:
+    """A request's batch ran: its output tensors (each with whether it goes as binary), for its protocol to
+    encode; `record(request_ns)` counts the success once the reply is out."""
+
+    variant: Variant
+    tensors: list[Tensor]
+    binary: list[bool]
+    work: Work
+
+    def record(self, request_ns: int) -> None:
+        t, work = self.work.timings_ns, self.work
+        self.variant.recorder.success(request_ns, t["start"] - work.arrival_ns, (t["input"], t["infer"], t["output"]),
+                                      work.priority)
+
+
+@dataclass
+class Failed:
+    """Why a request was not answered: the HTTP status (each protocol maps it), the message and extra headers."""
+
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _resolve(future: asyncio.Future[Work], work: Work) -> None:

@@ -49,6 +49,7 @@ def test_ray_values() -> None:
     (("--ray", "--autoscale", "3"), "--autoscale '3' is not MIN:MAX"),
     (("--ray", "--autoscale", "a:b"), "--autoscale 'a:b' is not MIN:MAX"),
     (("--ray", "--allow-client-shm"), "--allow-client-shm does not go with --ray"),
+    (("--ray", "--grpc-port", "8001"), "--grpc-port does not go with --ray"),
 ])
 def test_bad_combinations(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -1,0 +1,268 @@
+"""The Open Inference Protocol over gRPC (`inference.GRPCInferenceService`, Triton's port 8001) beside the HTTP
+server: same event loop, same `ServerState`; a request is decoded here, then runs through `ServerState.execute`
+as an HTTP one does. The messages are those tritonclient ships (docs/serve.md, *gRPC*)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import ServingError
+from dlperf.serve.protocol import (
+    NUMPY_DTYPES,
+    InferRequest,
+    ProtocolError,
+    RequestedOutput,
+    Tensor,
+    array_from_bytes,
+    shm_span,
+    tensor_bytes,
+)
+from dlperf.serve.service import ROUTING_HEADER, Failed, ServerState
+
+CONTENTS_FIELDS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+"""Where a datatype's elements go in `InferTensorContents` (FP16 and BF16 have no field: raw bytes only)."""
+
+STATUS_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED",
+                415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+
+def available() -> str | None:
+    """None when grpcio and tritonclient's gRPC messages import; else what to install."""
+    try:
+        import grpc  # noqa: F401
+        from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: F401
+    except ImportError as exc:
+        return f"the gRPC endpoint needs grpcio and tritonclient[grpc] ({exc}): pip install 'tritonclient[grpc]'"
+    return None
+
+
+def parameter_value(p: Any) -> Any:
+    """The Python value of an `InferParameter` (its oneof), None when unset."""
+    which = p.WhichOneof("parameter_choice")
+    return None if which is None else getattr(p, which)
+
+
+def parameters_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: parameter_value(v) for k, v in params.items()}
+
+
+def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | None) -> InferRequest:
+    """An `InferRequest` from a `ModelInferRequest`: each input from its `raw_input_contents` entry (in input
+    order, as tritonclient sends them), its typed `contents`, or its shared-memory span. ProtocolError (400)
+    naming the input when its data does not fit its datatype and shape."""
+    raw = list(msg.raw_input_contents)
+    if raw and len(raw) != len(msg.inputs):
+        raise ProtocolError(f"the request has {len(msg.inputs)} inputs but {len(raw)} raw_input_contents: give "
+                            "one per input, or none and the data in each input's contents")
+    if not msg.inputs:
+        raise ProtocolError("the request has no inputs: send at least one input tensor")
+    inputs = []
+    for i, t in enumerate(msg.inputs):
+        where = f"input {i} '{t.name}'"
+        if t.datatype not in NUMPY_DTYPES:
+            raise ProtocolError(f"{where} has datatype {t.datatype!r}: use one of {', '.join(NUMPY_DTYPES)}")
+        shape = [int(d) for d in t.shape]
+        if any(d < 0 for d in shape):
+            raise ProtocolError(f"{where} has shape {shape}: give non-negative sizes")
+        count = int(np.prod(shape)) if shape else 1
+        params = parameters_of(t.parameters)
+        span = shm_span(params, where)
+        if span is not None:
+            if shm is None:
+                raise ProtocolError("this server takes no shared memory: start it with --allow-client-shm")
+            if raw or t.HasField("contents"):
+                raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
+            array = array_from_bytes(shm(*span, where), t.datatype, count, where)
+        elif raw:
+            array = array_from_bytes(raw[i], t.datatype, count, where)
+        else:
+            array = _from_contents(t, count, where)
+        inputs.append(Tensor(t.name, t.datatype, array.reshape(shape)))
+    outputs = None
+    if msg.outputs:
+        outputs = []
+        for o in msg.outputs:
+            span = shm_span(parameters_of(o.parameters), f"output '{o.name}'")
+            if span is not None:
+                if shm is None:
+                    raise ProtocolError("this server takes no shared memory: start it with --allow-client-shm")
+                shm(*span, f"output '{o.name}'")  # the region is registered and holds the span
+            outputs.append(RequestedOutput(o.name, True, span))
+    return InferRequest(inputs=inputs, id=msg.id or None, parameters=parameters_of(msg.parameters), outputs=outputs)
+
+
+def _from_contents(t: Any, count: int, where: str) -> np.ndarray:
+    field = CONTENTS_FIELDS.get(t.datatype)
+    if field is None:
+        raise ProtocolError(f"{where}: {t.datatype} data goes in raw_input_contents (InferTensorContents has no "
+                            "field for it)")
+    values = list(getattr(t.contents, field))
+    if len(values) != count:
+        raise ProtocolError(f"{where}: {len(values)} elements in contents.{field} for a shape of {count} elements")
+    if t.datatype == "BYTES":
+        out = np.empty(count, dtype=object)
+        out[:] = values
+        return out
+    return np.asarray(values, dtype=NUMPY_DTYPES[t.datatype])
+
+
+def create_servicer(state: ServerState) -> Any:
+    """The `GRPCInferenceServiceServicer` (grpc.aio: every method a coroutine) for `state`."""
+    import grpc
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+    async def fail(context: Any, status: int, message: str) -> Any:
+        await context.abort(getattr(grpc.StatusCode, STATUS_CODES.get(status, "UNKNOWN")), message)
+
+    def checked(method: Callable[..., Awaitable[Any]], public: bool = False) -> Callable[..., Awaitable[Any]]:
+        async def handler(self: Any, request: Any, context: Any) -> Any:
+            if not public and not state.authorized(_metadata(context)):
+                await fail(context, 401, "this server wants a bearer token: send the metadata "
+                                         "'authorization: Bearer <token>'")
+            try:
+                return await method(request, context)
+            except ProtocolError as exc:
+                await fail(context, exc.status, str(exc))
+        return handler
+
+    async def server_live(request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=not state.draining)
+
+    async def server_ready(request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=state.ready)
+
+    async def model_ready(request: Any, context: Any) -> Any:
+        state.entry(request.name, request.version)
+        return service_pb2.ModelReadyResponse(ready=state.ready)
+
+    async def server_metadata(request: Any, context: Any) -> Any:
+        return json_format.ParseDict(state.server_metadata(), service_pb2.ServerMetadataResponse())
+
+    async def model_metadata(request: Any, context: Any) -> Any:
+        meta = state.model_metadata(state.entry(request.name, request.version))
+        meta.pop("parameters", None)  # the A/B split: HTTP's metadata only (the message has no parameters)
+        return json_format.ParseDict(meta, service_pb2.ModelMetadataResponse())
+
+    async def model_config(request: Any, context: Any) -> Any:
+        config = state.model_config(state.entry(request.name, request.version))
+        config.get("dynamic_batching", {}).pop("parameters", None)  # adaptive_wait: HTTP's /config only
+        return service_pb2.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
+
+    async def model_statistics(request: Any, context: Any) -> Any:
+        stats = state.stats(request.name or None, request.version or None)
+        return json_format.ParseDict(stats, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True)
+
+    async def model_infer(request: Any, context: Any) -> Any:
+        start_ns = time.monotonic_ns()
+        metadata = _metadata(context)
+        entry, variant = state.pick_variant(request.model_name, request.model_version, metadata)
+        if state.draining:
+            variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
+            await fail(context, 503, "server is shutting down: send the request to another replica")
+        state.in_flight += 1
+        state.received += 1
+        try:
+            try:
+                decoded = decode_infer_request(request, None if state.shm is None else state.shm.view)
+            except ProtocolError:
+                variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
+                raise
+            outcome = await state.execute(entry, variant, decoded, start_ns, metadata.get(ROUTING_HEADER) is not None)
+        finally:
+            state.in_flight -= 1
+        if isinstance(outcome, Failed):
+            await fail(context, outcome.status, outcome.message)
+            raise AssertionError("unreachable: abort raises")
+        reply = service_pb2.ModelInferResponse(model_name=entry.name, model_version=outcome.variant.model.version,
+                                               id=request.id)
+        for tensor in outcome.tensors:
+            out = reply.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+            for key, value in tensor.parameters.items():
+                _set_parameter(out.parameters[key], value)
+            # in shared memory: an empty entry keeps each output's raw contents at its own index
+            reply.raw_output_contents.append(b"" if tensor.parameters else tensor_bytes(tensor.data, tensor.datatype))
+        outcome.record(time.monotonic_ns() - start_ns)
+        return reply
+
+    async def shm_status(request: Any, context: Any) -> Any:
+        reply = service_pb2.SystemSharedMemoryStatusResponse()
+        for region in state.shm_registry().status(request.name or None):
+            reply.regions[region["name"]].CopyFrom(
+                service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return reply
+
+    async def shm_register(request: Any, context: Any) -> Any:
+        state.shm_registry().register(request.name, {"key": request.key, "offset": request.offset,
+                                                     "byte_size": request.byte_size})
+        return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    async def shm_unregister(request: Any, context: Any) -> Any:
+        state.shm_registry().unregister(request.name or None)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
+        """What is not here (streaming infer, the repository, CUDA shared memory, trace and log settings)
+        answers UNIMPLEMENTED, as a Triton built without it does."""
+
+        ServerLive = checked(server_live, public=True)
+        ServerReady = checked(server_ready, public=True)
+        ModelReady = checked(model_ready, public=True)
+        ServerMetadata = checked(server_metadata)
+        ModelMetadata = checked(model_metadata)
+        ModelConfig = checked(model_config)
+        ModelStatistics = checked(model_statistics)
+        ModelInfer = checked(model_infer)
+        SystemSharedMemoryStatus = checked(shm_status)
+        SystemSharedMemoryRegister = checked(shm_register)
+        SystemSharedMemoryUnregister = checked(shm_unregister)
+
+    return Service()
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _set_parameter(p: Any, value: Any) -> None:
+    if isinstance(value, bool):
+        p.bool_param = value
+    elif isinstance(value, int):
+        p.int64_param = value
+    elif isinstance(value, float):
+        p.double_param = value
+    else:
+        p.string_param = str(value)
+
+
+MAX_MESSAGE_BYTES_FLOOR = 4 * 1024 * 1024
+
+
+def create_server(state: ServerState, host: str, port: int) -> tuple[Any, int]:
+    """A grpc.aio server for `state` bound to host:port (0: a free port), not started; and its port. Call on
+    the event loop it will run on. Messages up to the server's --max-request-mb are taken (grpc's own
+    default is 4 MiB); a larger one is refused by grpc before it is read whole (RESOURCE_EXHAUSTED)."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    limit = max(MAX_MESSAGE_BYTES_FLOOR, state.config.max_request_bytes)
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", -1),
+                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(create_servicer(state), server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise ServingError(f"cannot listen for gRPC on {address}: {exc}; pick another --grpc-port") from exc
+    if not bound:
+        raise ServingError(f"cannot listen for gRPC on {address}: pick another --grpc-port or stop what uses it")
+    return server, bound

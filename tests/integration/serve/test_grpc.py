@@ -1,0 +1,268 @@
+"""The gRPC endpoint (`dlperf serve --grpc-port`) on 127.0.0.1, driven by tritonclient[grpc] (and, where
+tritonclient cannot send it, by the generated stub): the same models, batching, failures and counters as HTTP."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.errors import ServingError
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig
+
+from .helpers import gated_server, server_metrics, wait_until
+
+pytestmark = pytest.mark.integration
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+import grpc  # noqa: E402
+from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+MAX_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Running]:
+    # a long fixed wait makes concurrent requests meet in one batch whatever the machine's load
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, max_batch_size=MAX_BATCH, max_queue_delay_s=0.05,
+                         adaptive_wait=False)
+    running = start_in_thread(config)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Any:
+    import torch
+
+    from dlperf.workload import zoo
+
+    model = zoo.get("mlp").build_model().eval()
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model(torch.from_numpy(x)).numpy()
+
+    return predict
+
+
+def _client(running: Running) -> Any:
+    assert running.grpc_url is not None
+    return grpcclient.InferenceServerClient(running.grpc_url)
+
+
+def _input(x: np.ndarray, name: str = "x", datatype: str = "FP32") -> Any:
+    inp = grpcclient.InferInput(name, list(x.shape), datatype)
+    inp.set_data_from_numpy(x)
+    return inp
+
+
+def test_health_metadata_and_config(server: Running) -> None:
+    c = _client(server)
+    assert c.is_server_live() and c.is_server_ready()
+    assert c.is_model_ready("mlp") and c.is_model_ready("mlp", "1")
+    meta = c.get_server_metadata(as_json=True)
+    assert meta["name"] == "dlperf" and "binary_tensor_data" in meta["extensions"]
+    model = c.get_model_metadata("mlp", as_json=True)
+    assert model["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "64"]}]  # int64 as JSON strings
+    assert model["outputs"][0]["name"] == "logits" and model["platform"] == "pytorch"
+    config = c.get_model_config("mlp").config
+    assert config.max_batch_size == MAX_BATCH and list(config.input[0].dims) == [64]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 50_000
+    assert config.input[0].data_type == grpcclient.model_config_pb2.TYPE_FP32
+    for call in (lambda: c.get_model_metadata("nope"), lambda: c.is_model_ready("nope"),
+                 lambda: c.get_model_config("mlp", "7")):
+        with pytest.raises(InferenceServerException) as info:
+            call()
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert "unknown" in info.value.message()
+
+
+def test_inference_gives_the_model_s_outputs_and_echoes_the_id(server: Running, reference: Any) -> None:
+    c = _client(server)
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    result = c.infer("mlp", [_input(x)], outputs=[grpcclient.InferRequestedOutput("logits")], request_id="req-1",
+                     model_version="1")
+    assert result.get_response().id == "req-1"
+    np.testing.assert_allclose(result.as_numpy("logits"), reference(x), rtol=1e-5, atol=1e-6)
+
+
+def test_typed_contents_are_read_as_raw_bytes_are(server: Running, reference: Any) -> None:
+    """tritonclient always sends raw_input_contents; other clients put the values in `contents`."""
+    x = np.random.default_rng(2).standard_normal((2, 64)).astype(np.float32)
+    assert server.grpc_url is not None
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="mlp")
+        inp = request.inputs.add(name="x", datatype="FP32", shape=[2, 64])
+        inp.contents.fp32_contents.extend(x.reshape(-1).tolist())
+        reply = stub.ModelInfer(request)
+        out = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(list(reply.outputs[0].shape))
+        np.testing.assert_allclose(out, reference(x), rtol=1e-5, atol=1e-6)
+        inp.contents.fp32_contents.append(1.0)  # one element too many for the shape
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "129 elements in contents.fp32_contents for a shape of 128 elements" in str(info.value.details())
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "datatype", "message"),
+    [
+        ("nope", (1, 64), "FP32", "unknown input 'nope'"),
+        ("x", (1, 63), "FP32", "expects [-1, 64]"),
+        ("x", (1, 64), "INT64", "expects FP32"),
+        ("x", (MAX_BATCH + 1, 64), "FP32", "above the server's max batch size"),
+    ],
+)
+def test_bad_requests_are_invalid_argument_with_the_reason(server: Running, name: str, shape: tuple[int, ...],
+                                                           datatype: str, message: str) -> None:
+    x = np.zeros(shape, dtype=np.int64 if datatype == "INT64" else np.float32)
+    with pytest.raises(InferenceServerException) as info:
+        _client(server).infer("mlp", [_input(x, name=name, datatype=datatype)])
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert message in info.value.message()
+
+
+def test_concurrent_distinct_requests_are_batched_routed_back_and_counted(server: Running, reference: Any) -> None:
+    c = _client(server)
+    before = c.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
+    metrics_before = server_metrics(server)
+    n = 24
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1 + i % 3, 64)).astype(np.float32) for i in range(n)]
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    for i, x in enumerate(xs):
+        c.async_infer("mlp", [_input(x)], callback=lambda result, error: results.put((result, error)),
+                      request_id=str(i))
+    answers = [results.get(timeout=60) for _ in range(n)]
+    assert [e for _, e in answers if e is not None] == []
+    for result, _ in answers:
+        i = int(result.get_response().id)
+        np.testing.assert_allclose(result.as_numpy("logits"), reference(xs[i]), rtol=1e-5, atol=1e-6)
+    after = c.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
+    items = int(after["inference_count"]) - int(before.get("inference_count", 0))
+    executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+    assert items == sum(x.shape[0] for x in xs)
+    assert executions < n  # gRPC requests share batches as HTTP ones do
+    assert max(int(b["batch_size"]) for b in after["batch_stats"]) <= MAX_BATCH
+    m = server_metrics(server)  # the same counters as HTTP's
+    assert m.success_total - metrics_before.success_total == n
+    assert m.inference_count_total - metrics_before.inference_count_total == items
+
+
+def test_a_full_queue_is_unavailable_at_once_and_counted_as_rejected() -> None:
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_size=1)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+
+        def send(value: float) -> None:
+            c.async_infer("gated", [_input(np.full((1, 4), value, np.float32))],
+                          callback=lambda result, error: answers.put((result, error)))
+
+        send(1.0)
+        assert gate.wait_entered()  # the first request is in the model, held at the gate
+        send(2.0)
+        wait_until(lambda: server_metrics(running).pending_requests == 1, what="one queued request")
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("gated", [_input(np.full((1, 4), 9.0, np.float32))])
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        assert "Exceeds maximum queue size" in info.value.message()
+        gate.open.set()
+        values = sorted(float(answers.get(timeout=30)[0].as_numpy("y")[0, 0]) for _ in range(2))
+        assert values == [2.0, 4.0]
+        m = server_metrics(running)
+        assert m.success_total == 2 and m.failure_total["REJECTED"] == 1 and m.requests_total == 3
+
+
+def test_shutdown_drains_an_in_flight_grpc_request() -> None:
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, exit_timeout_s=30)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        c.async_infer("gated", [_input(np.full((1, 4), 5.0, np.float32))],
+                      callback=lambda result, error: answers.put((result, error)))
+        assert gate.wait_entered()
+        stopper = threading.Thread(target=running.stop)
+        stopper.start()
+        wait_until(lambda: running.state.draining, what="draining")
+        assert not c.is_server_ready()  # readiness turns false while the request is held
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("gated", [_input(np.full((1, 4), 1.0, np.float32))])
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        gate.open.set()
+        result, error = answers.get(timeout=30)
+        assert error is None and float(result.as_numpy("y")[0, 0]) == 10.0
+        stopper.join(30)
+        assert not stopper.is_alive()
+
+
+def test_token_protects_all_but_health_and_a_large_message_is_refused() -> None:
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, token="s3cret", max_request_bytes=64 * 1024)
+    with start_in_thread(config) as running:
+        c = _client(running)
+        assert c.is_server_live() and c.is_server_ready() and c.is_model_ready("mlp")
+        x = np.zeros((1, 64), np.float32)
+        for headers in (None, {"authorization": "Bearer wrong"}):
+            with pytest.raises(InferenceServerException) as info:
+                c.infer("mlp", [_input(x)], headers=headers)
+            assert info.value.status() == "StatusCode.UNAUTHENTICATED"
+        with pytest.raises(InferenceServerException):
+            c.get_model_metadata("mlp")
+        auth = {"authorization": "Bearer s3cret"}
+        assert c.infer("mlp", [_input(x)], headers=auth).as_numpy("logits").shape == (1, 10)
+        assert c.get_model_metadata("mlp", headers=auth).name == "mlp"
+        # gRPC's own message limit is 4 MiB at least; past it grpc refuses before the handler runs
+        big = np.zeros((1, 64 * 20_000), np.float32)  # 5 MiB
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(big)], headers=auth)
+        assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+
+
+def test_shared_memory_inputs_and_outputs_over_grpc(reference: Any) -> None:
+    import tritonclient.utils.shared_memory as shm
+
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, allow_client_shm=True)
+    with start_in_thread(config) as running:
+        c = _client(running)
+        x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+        key = f"/dlperf_grpc_test_{threading.get_ident()}"
+        handle = shm.create_shared_memory_region("grpc_in_out", key, x.nbytes + 2 * 10 * 4)
+        try:
+            shm.set_shared_memory_region(handle, [x])
+            c.register_system_shared_memory("grpc_in_out", key, x.nbytes + 80)
+            status = c.get_system_shared_memory_status(as_json=True)
+            assert status["regions"]["grpc_in_out"]["key"] == key
+            inp = grpcclient.InferInput("x", [2, 64], "FP32")
+            inp.set_shared_memory("grpc_in_out", x.nbytes)
+            out = grpcclient.InferRequestedOutput("logits")
+            out.set_shared_memory("grpc_in_out", 80, offset=x.nbytes)
+            result = c.infer("mlp", [inp], outputs=[out])
+            spec = result.get_output("logits")
+            assert spec.parameters["shared_memory_region"].string_param == "grpc_in_out"
+            y = shm.get_contents_as_numpy(handle, np.float32, [2, 10], offset=x.nbytes)
+            np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-6)
+            c.unregister_system_shared_memory("grpc_in_out")
+            assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+        finally:
+            shm.destroy_shared_memory_region(handle)
+
+
+def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused() -> None:
+    from dlperf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--grpc-port 8000 is also --port"):
+        ServeConfig(model="zoo:mlp", port=8000, grpc_port=8000)
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0)
+    with start_in_thread(config) as running:
+        assert running.grpc_url is not None
+        taken = int(running.grpc_url.rsplit(":", 1)[1])
+        with pytest.raises(ServingError, match=f"cannot listen for gRPC on 127.0.0.1:{taken}"):
+            start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=taken), ready_timeout_s=30)
