@@ -86,6 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="characters in each random BYTES element (default 128, as perf_analyzer)")
     parser.add_argument("--string-data", default=None, metavar="S",
                         help="send S in every BYTES element instead of random strings")
+    parser.add_argument("--protocol", "-i", choices=["http", "grpc"], default="http",
+                        help="grpc: send the requests to the server's gRPC endpoint (URL its host:port, e.g. dlperf "
+                             "serve --grpc-port or Triton's 8001; perf_analyzer's -i; default http)")
     parser.add_argument("--shared-memory", choices=["none", "system"], default="none",
                         help="system: put the inputs (and outputs) in POSIX shared memory registered with the server, "
                              "so requests carry only tensor descriptions (perf_analyzer's option; the server must "
@@ -224,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
         raise ConfigError("--metrics-url and --metrics-interval-ms go with --collect-metrics: add it")
+    if args.protocol == "grpc" and args.collect_metrics and args.metrics_url is None:
+        raise ConfigError("with --protocol grpc, --collect-metrics needs --metrics-url: the Prometheus page is on "
+                          "the server's HTTP port (e.g. --metrics-url 127.0.0.1:8000/metrics)")
     if args.metrics_url is not None:
         from dlperf.loadgen.client import parse_url
 
@@ -269,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
                         parameters={"priority": args.priority} if args.priority else None,
                         input_data=args.input_data, string_length=args.string_length,
                         string_data=args.string_data, rtol=args.rtol, atol=args.atol,
-                        shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size)
+                        shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size,
+                        protocol=args.protocol)
     try:
         return _measure(args, config, target, slo)
     finally:
@@ -304,6 +311,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                                 "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "priority": args.priority,
                                 "request_intervals": args.request_intervals, "shared_memory": args.shared_memory,
+                                "protocol": args.protocol,
                                 "duration_fitted": args.find_peak and args.duration is None}
     if not args.json:
         for line in setup_lines(settings):

@@ -13,9 +13,21 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from dlperf.errors import LoadGenError
+
+
+class Sender(Protocol):
+    """What the level loop sends on: `Connection` (HTTP/1.1) or `grpc_client.GrpcConnection`."""
+
+    send_ns: int
+    recv_ns: int
+
+    async def send(self, raw: bytes) -> Reply: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.loadgen.client import Connection, Endpoint, fetch, parse_url
+from dlperf.loadgen.client import Endpoint, Sender, fetch, parse_url
 from dlperf.loadgen.resources import Resources, Sample, parse_sample, summarize
 from dlperf.loadgen.target import Target
 from dlperf.measure.stats import (
@@ -403,6 +403,10 @@ def run_level(target: Target, config: LoadConfig, level: float,
 async def _server_stats(target: Target) -> dict[str, Any] | None:
     if target.stats_path is None:
         return None
+    if target.protocol == "grpc":
+        from dlperf.loadgen.grpc_client import model_stats
+
+        return await model_stats(target.endpoint, target.model, target.headers)
     try:
         reply = await fetch(target.endpoint, target.stats_path, target.headers)
     except LoadGenError:
@@ -483,7 +487,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     def may_send() -> bool:
         return not stop.is_set() and (limit is None or not measuring or sent < limit)
 
-    async def one(conn: Connection) -> None:
+    async def one(conn: Sender) -> None:
         nonlocal issued
         raw, expected = target.request(issued)
         issued += 1
@@ -508,11 +512,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     tasks: list[asyncio.Task[Any]] = []
     lags_s: list[float] = []
     scheduled = 0
-    connections: list[Connection] = []
+    connections: list[Sender] = []
 
     async def closed_loop_worker() -> None:
         nonlocal sent
-        conn = Connection(target.endpoint, config.request_timeout_s)
+        conn = target.connect(config.request_timeout_s)
         connections.append(conn)
         while may_send():
             sent += 1
@@ -521,10 +525,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     async def open_loop() -> None:
         nonlocal sent, scheduled
         gaps = arrival_gaps(config, level)
-        idle: list[Connection] = []
+        idle: list[Sender] = []
         outstanding = 0
 
-        async def fire(conn: Connection) -> None:
+        async def fire(conn: Sender) -> None:
             nonlocal outstanding
             try:
                 await one(conn)
@@ -545,7 +549,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if outstanding >= config.max_outstanding:
                 records.append((clock(), 0, "dropped", 0, 0))
                 continue
-            conn = idle.pop() if idle else Connection(target.endpoint, config.request_timeout_s)
+            conn = idle.pop() if idle else target.connect(config.request_timeout_s)
             if conn not in connections:
                 connections.append(conn)
             outstanding += 1

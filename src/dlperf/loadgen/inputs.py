@@ -159,7 +159,13 @@ def mismatch(headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.
         response = decode_response(body, int(length) if length is not None else None)
     except (ProtocolError, ValueError) as exc:
         return f"the reply could not be read: {exc}"
-    got = {t.name: t for t in response.outputs}
+    return mismatch_of(response.outputs, expected, rtol=rtol, atol=atol)
+
+
+def mismatch_of(outputs: Sequence[Tensor], expected: Mapping[str, np.ndarray], *, rtol: float = RTOL,
+                atol: float = ATOL) -> str | None:
+    """Why decoded output tensors do not hold `expected` (as `mismatch`), or None when they do."""
+    got = {t.name: t for t in outputs}
     for name, want in expected.items():
         tensor = got.get(name)
         if tensor is None:

@@ -161,6 +161,9 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         latency = "mean" if q is None else f"p{q:g}"
         lines.append(f"stability: a level ends when {config.get('stable_windows', 3)} windows of "
                      f"{config.get('window_s', 2.0):g} s agree within {share:.0%} on throughput and {latency} latency")
+    if config.get("protocol") == "grpc":
+        lines.append("transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors in raw_input_contents; "
+                     "a failed call counted under the HTTP status of its code)")
     if config.get("shared_memory") == "system":
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
                      "server, the outputs written to regions of their own; requests carry descriptions only)")

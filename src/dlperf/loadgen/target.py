@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dlperf.errors import ConfigError, LoadGenError
-from dlperf.loadgen.client import Connection, Endpoint, build_request, fetch, parse_url
+from dlperf.loadgen.client import Connection, Endpoint, Sender, build_request, fetch, parse_url
 from dlperf.loadgen.inputs import (
     ATOL,
     RTOL,
@@ -21,11 +21,12 @@ from dlperf.loadgen.inputs import (
     TensorInfo,
     is_batched,
     mismatch,
+    mismatch_of,
     prepare,
     read_input_data,
 )
 from dlperf.loadgen.shm import DEFAULT_OUTPUT_SIZE, ClientShm
-from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, Tensor, encode_request, random_array
+from dlperf.serve.protocol import HEADER_LENGTH, NUMPY_DTYPES, ProtocolError, Tensor, encode_request, random_array
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,16 @@ class Target:
     """(rtol, atol) within which floating-point outputs match `expected`."""
     shm: ClientShm | None = None
     """The shared memory the requests' tensors are in (--shared-memory system); `close()` releases it."""
+    protocol: str = "http"
+    """http: the requests are raw HTTP requests; grpc: serialized ModelInferRequests (`loadgen.grpc_client`)."""
+
+    def connect(self, timeout_s: float = 60.0) -> Sender:
+        """A new connection to send this target's requests on (not connected until its first send)."""
+        if self.protocol == "grpc":
+            from dlperf.loadgen.grpc_client import GrpcConnection
+
+            return GrpcConnection(self.endpoint, timeout_s, self.headers)
+        return Connection(self.endpoint, timeout_s)
 
     def close(self) -> None:
         """Release what the target holds on the server and the host (its shared memory); idempotent."""
@@ -56,6 +67,14 @@ class Target:
 
     def mismatch(self, headers: Mapping[str, str], body: bytes, expected: Mapping[str, np.ndarray]) -> str | None:
         """Why a 200 reply does not hold `expected`, or None (`loadgen.inputs.mismatch` at this tolerance)."""
+        if self.protocol == "grpc":
+            from dlperf.loadgen.grpc_client import decode_reply
+
+            try:
+                outputs = decode_reply(body)
+            except (ProtocolError, ValueError) as exc:
+                return f"the reply could not be read: {exc}"
+            return mismatch_of(outputs, expected, rtol=self.tolerance[0], atol=self.tolerance[1])
         return mismatch(headers, body, expected, rtol=self.tolerance[0], atol=self.tolerance[1])
 
     def request(self, k: int) -> tuple[bytes, dict[str, np.ndarray] | None]:
@@ -90,7 +109,8 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
                input_data: Sequence[str] = (), string_length: int | None = None,
                string_data: str | None = None, rtol: float | None = None, atol: float | None = None,
-               shared_memory: str = "none", output_shm_size: int = DEFAULT_OUTPUT_SIZE) -> Target:
+               shared_memory: str = "none", output_shm_size: int = DEFAULT_OUTPUT_SIZE,
+               protocol: str = "http") -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
     (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
@@ -98,10 +118,26 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's).
     `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data.
     `shared_memory` "system" puts the inputs (and, without validation data, the outputs) in shared memory
-    registered with the server (`loadgen.shm`); call the target's `close()` when done with it."""
+    registered with the server (`loadgen.shm`); call the target's `close()` when done with it. `protocol`
+    "grpc" sends the same requests over the server's gRPC endpoint (`url` its host:port)."""
+    if protocol not in ("http", "grpc"):
+        raise ConfigError(f"--protocol must be http or grpc, got '{protocol}'")
+    if protocol == "grpc" and shared_memory != "none":
+        raise ConfigError("--shared-memory goes with --protocol http here: the gRPC load sends its tensors in "
+                          "the requests")
     endpoint = parse_url(url)
     headers = _auth(token)
-    server = _get_json(endpoint, "/v2", headers)
+    grpc_meta = None
+    if protocol == "grpc":
+        from dlperf.loadgen.grpc_client import server_and_model
+
+        try:
+            server, grpc_meta = server_and_model(endpoint, model, headers)
+        except LoadGenError as exc:
+            raise LoadGenError(f"{exc} (is {endpoint.authority} the server's gRPC port, and '{model}' the served "
+                               "model's name?)") from exc
+    else:
+        server = _get_json(endpoint, "/v2", headers)
     if shared_memory not in ("none", "system"):
         raise ConfigError(f"--shared-memory must be none or system, got '{shared_memory}' (CUDA shared memory is "
                           "not supported)")
@@ -112,10 +148,13 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                                "extensions do not list system_shared_memory): start dlperf serve with "
                                "--allow-client-shm, or drop --shared-memory")
         shm = ClientShm(endpoint, headers, output_shm_size)
-    try:
-        meta = _get_json(endpoint, f"/v2/models/{model}", headers)
-    except LoadGenError as exc:
-        raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
+    if grpc_meta is not None:
+        meta = grpc_meta
+    else:
+        try:
+            meta = _get_json(endpoint, f"/v2/models/{model}", headers)
+        except LoadGenError as exc:
+            raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
     ins, outs = _infos(meta, "inputs"), _infos(meta, "outputs")
     data = read_input_data(input_data, ins, outs, shapes=shapes) if input_data else None
     if data is not None and inputs is not None:
@@ -127,7 +166,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     if data is not None:  # None: random tensors, as without --input-data
         return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
                             parameters=parameters, check=check, tolerance=tolerance, shm=shm,
-                            outputs=[o.name for o in outs])
+                            outputs=[o.name for o in outs], protocol=protocol)
     if inputs is not None and len(inputs) != len(ins):
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -158,8 +197,9 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                     )
             array = random_array(datatype, dims, rng, **strings)
         tensors.append(Tensor(name, datatype, array))
-    raw = _infer_request(endpoint, model, tensors, headers, parameters, shm, [o.name for o in outs])
-    target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm)
+    raw = _infer_request(endpoint, model, tensors, headers, parameters, shm, [o.name for o in outs],
+                         protocol=protocol)
+    target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm, protocol=protocol)
     _ready(target, check)
     return target
 
@@ -217,9 +257,13 @@ def _string_options(model: str, inputs: Sequence[TensorInfo], length: int | None
 
 def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], headers: dict[str, str],
                    parameters: dict[str, Any] | None, shm: ClientShm | None = None, outputs: Sequence[str] = (),
-                   outputs_in_reply: bool = False) -> bytes:
+                   outputs_in_reply: bool = False, protocol: str = "http") -> bytes:
     """The raw request: binary tensors in the body, or with `shm` their descriptions only (and the outputs
-    sent to its regions unless `outputs_in_reply`)."""
+    sent to its regions unless `outputs_in_reply`); over gRPC the serialized ModelInferRequest."""
+    if protocol == "grpc":
+        from dlperf.loadgen.grpc_client import encode_infer_request
+
+        return encode_infer_request(model, tensors, parameters)
     if shm is not None and not outputs_in_reply:
         body, header_length = encode_request(shm.describe_inputs(tensors), parameters=parameters, outputs=outputs,
                                              output_parameters={n: shm.output_parameters(n) for n in outputs})
@@ -259,19 +303,19 @@ def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],
                  ins: Sequence[TensorInfo], data: InputData, *, batch_size: int,
                  parameters: dict[str, Any] | None, check: bool, tolerance: tuple[float, float],
-                 shm: ClientShm | None = None, outputs: Sequence[str] = ()) -> Target:
+                 shm: ClientShm | None = None, outputs: Sequence[str] = (), protocol: str = "http") -> Target:
     prepared = prepare(data, ins, batch_size)
     requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters, shm, outputs,
-                                    outputs_in_reply=data.validates) for p in prepared)
+                                    outputs_in_reply=data.validates, protocol=protocol) for p in prepared)
     items = batch_size if is_batched(ins) else 1
     target = Target(endpoint, model, requests[0], items, _stats_path(server, model), headers, requests,
-                    tuple(p.expected for p in prepared) if data.validates else (), tolerance, shm)
+                    tuple(p.expected for p in prepared) if data.validates else (), tolerance, shm, protocol)
     _ready(target, check)
     return target
 
 
 async def _send_once(target: Target) -> Any:
-    conn = Connection(target.endpoint)
+    conn = target.connect()
     try:
         return await conn.send(target.raw_request)
     except OSError as exc:

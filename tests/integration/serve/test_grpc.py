@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -266,3 +267,56 @@ def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused() -
         taken = int(running.grpc_url.rsplit(":", 1)[1])
         with pytest.raises(ServingError, match=f"cannot listen for gRPC on 127.0.0.1:{taken}"):
             start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=taken), ready_timeout_s=30)
+
+
+def test_load_over_grpc_measures_levels_with_the_server_s_statistics(server: Running, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dlperf.cli.main import main
+    from dlperf.store import Store
+
+    assert server.grpc_url is not None
+    store = tmp_path / "runs.db"
+    code = main(["load", server.grpc_url, "--model", "mlp", "--protocol", "grpc", "--concurrency", "1,4",
+                 "--requests", "40", "--duration", "20s", "--window-s", "0.5", "--warmup-s", "0.2", "--batch-size",
+                 "2", "--json", "--store", str(store)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    for lv in out["levels"]:
+        assert lv["errors"] == 0 and lv["statuses"] == {"200": lv["requests_ok"]}
+        assert 0 < lv["requests_ok"] <= 40 + lv["level"]  # the bound, or fewer once the windows agree
+        assert lv["throughput_items_per_s"] == pytest.approx(2 * lv["throughput_rps"])
+        server_side = lv["server"]  # read through gRPC's ModelStatistics
+        assert server_side is not None and server_side["requests"] >= lv["requests_ok"] - 4
+        assert server_side["compute_s"] > 0 and server_side["average_batch_size"] >= 1
+    assert Store(store).get(out["run_id"]).config["protocol"] == "grpc"
+
+
+def test_load_over_grpc_checks_replies_and_counts_failures_by_status(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dlperf.cli.main import main
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"data": [{"x": [1, 2, 3, 4]}, {"x": [0, 0, 0, 1]}],
+                                "validation_data": [{"y": [2, 4, 6, 8]}, {"y": [0, 0, 0, 2]}]}))
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"data": [{"x": [1, 2, 3, 4]}], "validation_data": [{"y": [2, 4, 6, 9]}]}))
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=4, token="t0k")
+    with gated_server(config) as (running, gate):
+        gate.open.set()
+        assert running.grpc_url is not None
+        common = ["load", running.grpc_url, "--model", "gated", "-i", "grpc", "--requests", "20", "--duration",
+                  "10s", "--window-s", "0.5", "--warmup-s", "0.1", "--store", str(tmp_path / "runs.db")]
+        assert main([*common, "--input-data", str(good), "--token", "t0k", "--json"]) == 0
+        level = json.loads(capsys.readouterr().out)["levels"][0]
+        assert level["errors"] == 0 and 0 < level["requests_ok"] <= 21
+        # the first request is the check: a reply that does not match stops the run before any load
+        assert main([*common, "--input-data", str(wrong), "--token", "t0k"]) != 0
+        assert "element 3 is 8, expected 9" in capsys.readouterr().err
+        assert main([*common, "--token", "wrong"]) != 0  # the metadata call is refused first
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+        assert main([*common, "--collect-metrics"]) == 2
+        assert "--collect-metrics needs --metrics-url" in capsys.readouterr().err

@@ -1,0 +1,172 @@
+"""The load generator over gRPC (`dlperf load --protocol grpc`, perf_analyzer's `-i grpc`): a connection with
+the HTTP one's `send(raw) -> Reply` interface that sends a prebuilt, serialized `ModelInferRequest`, and the
+metadata, statistics and reply decoding a gRPC target needs. Messages are tritonclient's generated ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import LoadGenError
+from dlperf.loadgen.client import Endpoint, Reply
+from dlperf.serve.protocol import ProtocolError, Tensor, array_from_bytes, error_body, tensor_bytes
+
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+
+HTTP_STATUS_OF = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404,
+                  "RESOURCE_EXHAUSTED": 429, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "INTERNAL": 500}
+"""A failed call's gRPC code as the HTTP status the levels table counts it under (the server's own mapping,
+reversed; RESOURCE_EXHAUSTED is also a message over the server's limit); other codes count as 500."""
+
+
+def _modules() -> tuple[Any, Any]:
+    try:
+        import grpc
+        from tritonclient.grpc import service_pb2
+    except ImportError as exc:
+        raise LoadGenError(f"--protocol grpc needs grpcio and tritonclient's gRPC messages ({exc}): "
+                           "pip install 'tritonclient[grpc]'") from exc
+    return grpc, service_pb2
+
+
+def metadata_of(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """HTTP-style headers (the bearer token) as gRPC call metadata (lower-case keys)."""
+    return tuple((k.lower(), v) for k, v in headers.items())
+
+
+def _channel(endpoint: Endpoint) -> Any:
+    grpc, _ = _modules()
+    return grpc.aio.insecure_channel(endpoint.authority, options=[("grpc.max_receive_message_length", -1),
+                                                                  ("grpc.max_send_message_length", -1)])
+
+
+class GrpcConnection:
+    """One gRPC channel; `send(raw)` sends a serialized ModelInferRequest and returns a Reply: status 200 and
+    the serialized ModelInferResponse, or the HTTP status of the call's gRPC code and an `{"error"}` body.
+    A channel that cannot connect raises ConnectionError, a call past `timeout_s` asyncio.TimeoutError, as
+    the HTTP connection does. Client send and receive times are not separable here: both stay 0."""
+
+    def __init__(self, endpoint: Endpoint, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.metadata = metadata_of(headers or {})
+        self.send_ns = 0
+        self.recv_ns = 0
+        self._channel: Any = None
+        self._call: Any = None
+
+    async def send(self, raw: bytes) -> Reply:
+        grpc, _ = _modules()
+        if self._channel is None:
+            self._channel = _channel(self.endpoint)
+            self._call = self._channel.unary_unary(INFER_METHOD)  # no (de)serializers: bytes both ways
+        try:
+            body = await self._call(raw, timeout=self.timeout_s, metadata=self.metadata or None)
+        except grpc.aio.AioRpcError as exc:
+            code, details = exc.code(), exc.details() or ""
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from exc
+            if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
+                raise ConnectionError(details) from exc
+            return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
+        return Reply(200, {}, body)
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+
+def decode_reply(body: bytes) -> list[Tensor]:
+    """The output tensors of a serialized ModelInferResponse (raw_output_contents, or typed contents)."""
+    _, service_pb2 = _modules()
+    response = service_pb2.ModelInferResponse.FromString(body)
+    raw = list(response.raw_output_contents)
+    tensors = []
+    for i, out in enumerate(response.outputs):
+        shape = [int(d) for d in out.shape]
+        count = int(np.prod(shape)) if shape else 1
+        if i >= len(raw):
+            raise ProtocolError(f"output '{out.name}' has no raw_output_contents entry")
+        data = array_from_bytes(raw[i], out.datatype, count, f"output '{out.name}'")
+        tensors.append(Tensor(out.name, out.datatype, data.reshape(shape)))
+    return tensors
+
+
+def encode_infer_request(model: str, tensors: Sequence[Tensor], parameters: dict[str, Any] | None,
+                         outputs: Sequence[str] = ()) -> bytes:
+    """A serialized ModelInferRequest with every input in raw_input_contents (as tritonclient sends them)."""
+    _, service_pb2 = _modules()
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for key, value in (parameters or {}).items():
+        p = request.parameters[key]
+        if isinstance(value, bool):
+            p.bool_param = value
+        elif isinstance(value, int):
+            p.int64_param = value
+        else:
+            p.string_param = str(value)
+    for t in tensors:
+        request.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        request.raw_input_contents.append(tensor_bytes(t.data, t.datatype))
+    for name in outputs:
+        request.outputs.add(name=name)
+    return bytes(request.SerializeToString())
+
+
+async def _unary(endpoint: Endpoint, method: str, request: Any, response_type: Any, headers: dict[str, str],
+                 timeout_s: float = 30.0) -> Any:
+    grpc, _ = _modules()
+    channel = _channel(endpoint)
+    try:
+        call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}",
+                                   request_serializer=type(request).SerializeToString,
+                                   response_deserializer=response_type.FromString)
+        return await call(request, timeout=timeout_s, metadata=metadata_of(headers) or None)
+    except grpc.aio.AioRpcError as exc:
+        raise LoadGenError(f"gRPC {method} on {endpoint.authority} failed with {exc.code().name}: "
+                           f"{exc.details()}") from exc
+    finally:
+        await channel.close()
+
+
+def server_and_model(endpoint: Endpoint, model: str, headers: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The server's and the model's metadata, in the HTTP endpoints' JSON shapes (shapes as ints)."""
+    _, service_pb2 = _modules()
+
+    async def both() -> tuple[Any, Any]:
+        server = await _unary(endpoint, "ServerMetadata", service_pb2.ServerMetadataRequest(),
+                              service_pb2.ServerMetadataResponse, headers)
+        meta = await _unary(endpoint, "ModelMetadata", service_pb2.ModelMetadataRequest(name=model),
+                            service_pb2.ModelMetadataResponse, headers)
+        return server, meta
+
+    server, meta = asyncio.run(both())
+
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": t.datatype, "shape": [int(d) for d in t.shape]} for t in items]
+
+    return ({"name": server.name, "version": server.version, "extensions": list(server.extensions)},
+            {"name": meta.name, "platform": meta.platform, "inputs": tensors(meta.inputs),
+             "outputs": tensors(meta.outputs)})
+
+
+async def model_stats(endpoint: Endpoint, model: str, headers: dict[str, str]) -> dict[str, Any] | None:
+    """The model's statistics in the HTTP endpoint's shape (the parts the level report reads), None if the
+    server has none for it."""
+    _, service_pb2 = _modules()
+    try:
+        reply = await _unary(endpoint, "ModelStatistics", service_pb2.ModelStatisticsRequest(name=model),
+                             service_pb2.ModelStatisticsResponse, headers)
+    except LoadGenError:
+        return None
+    if not reply.model_stats:
+        return None
+    s = reply.model_stats[0]
+    keys = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+    return {"inference_count": int(s.inference_count), "execution_count": int(s.execution_count),
+            "inference_stats": {k: {"count": int(getattr(s.inference_stats, k).count),
+                                    "ns": int(getattr(s.inference_stats, k).ns)} for k in keys}}

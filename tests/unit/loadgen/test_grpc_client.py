@@ -1,0 +1,42 @@
+"""The gRPC load generator's messages: what it encodes is what the server decodes, and replies read back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlperf.serve.protocol import ProtocolError, Tensor
+
+pytestmark = pytest.mark.unit
+
+service_pb2 = pytest.importorskip("tritonclient.grpc.service_pb2")
+from dlperf.loadgen.grpc_client import HTTP_STATUS_OF, decode_reply, encode_infer_request  # noqa: E402
+from dlperf.serve.grpc_service import STATUS_CODES, decode_infer_request  # noqa: E402
+
+
+def test_a_request_encoded_by_the_generator_decodes_on_the_server_as_sent() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s = np.array([b"ab", b""], dtype=object)
+    raw = encode_infer_request("m", [Tensor("x", "FP32", x), Tensor("s", "BYTES", s)], {"priority": 1, "k": "v"})
+    decoded = decode_infer_request(service_pb2.ModelInferRequest.FromString(raw), None)
+    assert decoded.parameters == {"priority": 1, "k": "v"}
+    np.testing.assert_array_equal(decoded.inputs[0].data, x)
+    assert list(decoded.inputs[1].data) == [b"ab", b""] and decoded.outputs is None
+
+
+def test_replies_read_back_and_a_reply_without_its_data_is_an_error() -> None:
+    reply = service_pb2.ModelInferResponse(model_name="m")
+    reply.outputs.add(name="y", datatype="INT64", shape=[2, 2])
+    reply.raw_output_contents.append(np.array([1, 2, 3, 4], np.int64).tobytes())
+    (y,) = decode_reply(reply.SerializeToString())
+    assert y.name == "y" and y.data.tolist() == [[1, 2], [3, 4]]
+    reply.outputs.add(name="z", datatype="FP32", shape=[1])
+    with pytest.raises(ProtocolError, match="output 'z' has no raw_output_contents entry"):
+        decode_reply(reply.SerializeToString())
+
+
+def test_each_status_the_server_sends_counts_under_the_http_status_it_stands_for() -> None:
+    for status, code in STATUS_CODES.items():
+        if status in (413, 415):  # sent as RESOURCE_EXHAUSTED / INVALID_ARGUMENT, read back as 429 / 400
+            continue
+        assert HTTP_STATUS_OF[code] == status
