@@ -260,9 +260,9 @@ class ServerState:
         self.received = 0
         """Inference requests received so far (the memory trimmer's sign of activity)."""
         self.shm = SharedMemoryRegistry() if config.allow_client_shm else None
+        """The clients' registered shared-memory regions (None: the extension is off)."""
         self.grpc_address: str | None = None
         """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
-        """The clients' registered shared-memory regions (None: the extension is off)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
@@ -481,23 +481,27 @@ class ServerState:
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return Failed(exc.status, str(exc))
-        return Answered(variant, tensors, [b for _, b, _ in outputs], done)
+        t = done.timings_ns
+        return Answered(variant, tensors, [b for _, b, _ in outputs], t["start"] - done.arrival_ns,
+                        (t["input"], t["infer"], t["output"]), done.priority)
 
 
 @dataclass
 class Answered:
     """A request's batch ran: its output tensors (each with whether it goes as binary), for its protocol to
-    encode; `record(request_ns)` counts the success once the reply is out."""
+    encode; `record(request_ns)` counts the success once the reply is out. Holds the batch's timings, not
+    its `Work`, so a reply waiting to be sent keeps no input arrays (views of the request body) alive."""
 
     variant: Variant
     tensors: list[Tensor]
     binary: list[bool]
-    work: Work
+    queue_ns: int
+    compute_ns: tuple[int, int, int]
+    """Input, infer and output time of the batch."""
+    priority: int
 
     def record(self, request_ns: int) -> None:
-        t, work = self.work.timings_ns, self.work
-        self.variant.recorder.success(request_ns, t["start"] - work.arrival_ns, (t["input"], t["infer"], t["output"]),
-                                      work.priority)
+        self.variant.recorder.success(request_ns, self.queue_ns, self.compute_ns, self.priority)
 
 
 @dataclass
