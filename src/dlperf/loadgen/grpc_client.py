@@ -12,6 +12,7 @@ import numpy as np
 
 from dlperf.errors import LoadGenError
 from dlperf.loadgen.client import Endpoint, Reply
+from dlperf.serve.grpc_service import set_parameter
 from dlperf.serve.protocol import ProtocolError, Tensor, array_from_bytes, error_body, tensor_bytes
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
@@ -102,13 +103,7 @@ def encode_infer_request(model: str, tensors: Sequence[Tensor], parameters: dict
     _, service_pb2 = _modules()
     request = service_pb2.ModelInferRequest(model_name=model)
     for key, value in (parameters or {}).items():
-        p = request.parameters[key]
-        if isinstance(value, bool):
-            p.bool_param = value
-        elif isinstance(value, int):
-            p.int64_param = value
-        else:
-            p.string_param = str(value)
+        set_parameter(request.parameters[key], value)
     for t in tensors:
         request.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
         request.raw_input_contents.append(tensor_bytes(t.data, t.datatype))

@@ -187,7 +187,7 @@ def create_servicer(state: ServerState) -> Any:
         for tensor in outcome.tensors:
             out = reply.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
             for key, value in tensor.parameters.items():
-                _set_parameter(out.parameters[key], value)
+                set_parameter(out.parameters[key], value)
             # in shared memory: an empty entry keeps each output's raw contents at its own index
             reply.raw_output_contents.append(b"" if tensor.parameters else tensor_bytes(tensor.data, tensor.datatype))
         outcome.record(time.monotonic_ns() - start_ns)
@@ -232,7 +232,8 @@ def _metadata(context: Any) -> dict[str, str]:
     return {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-def _set_parameter(p: Any, value: Any) -> None:
+def set_parameter(p: Any, value: Any) -> None:
+    """Set an `InferParameter` to `value` in the field of its type (bool, int64, double, else string)."""
     if isinstance(value, bool):
         p.bool_param = value
     elif isinstance(value, int):

@@ -132,3 +132,37 @@ def get_text(url: str, headers: dict[str, str] | None = None) -> str:
     request = urllib.request.Request(url, headers=headers or {})
     with urllib.request.urlopen(request, timeout=10) as response:
         return str(response.read().decode())
+
+
+MLP_MAX_BATCH = 8
+
+
+def batching_mlp_server(**config: Any) -> Running:
+    """zoo:mlp with max batch `MLP_MAX_BATCH` and a long fixed wait (50 ms), so that concurrent requests meet in
+    one batch whatever the machine's load; `config` adds ServeConfig fields (e.g. grpc_port=0)."""
+    return start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=MLP_MAX_BATCH, max_queue_delay_s=0.05,
+                                       adaptive_wait=False, **config))
+
+
+def mlp_reference() -> Callable[[np.ndarray], np.ndarray]:
+    """zoo:mlp's own outputs, computed in the test's process."""
+    import torch
+
+    from dlperf.workload import zoo
+
+    model = zoo.get("mlp").build_model().eval()
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return np.asarray(model(torch.from_numpy(x)).numpy())
+
+    return predict
+
+
+BAD_MLP_INPUTS = [
+    ("nope", (1, 64), "FP32", "unknown input 'nope'"),
+    ("x", (1, 63), "FP32", "expects [-1, 64]"),
+    ("x", (1, 64), "INT64", "expects FP32"),
+    ("x", (MLP_MAX_BATCH + 1, 64), "FP32", "above the server's max batch size"),
+]
+"""(input name, shape, datatype, what the error says) of requests zoo:mlp's server refuses, over any protocol."""

@@ -16,7 +16,15 @@ from dlperf.errors import ServingError
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
 
-from .helpers import gated_server, server_metrics, wait_until
+from .helpers import (
+    BAD_MLP_INPUTS,
+    MLP_MAX_BATCH,
+    batching_mlp_server,
+    gated_server,
+    mlp_reference,
+    server_metrics,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -25,32 +33,19 @@ import grpc  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-MAX_BATCH = 8
+MAX_BATCH = MLP_MAX_BATCH
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Running]:
-    # a long fixed wait makes concurrent requests meet in one batch whatever the machine's load
-    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, max_batch_size=MAX_BATCH, max_queue_delay_s=0.05,
-                         adaptive_wait=False)
-    running = start_in_thread(config)
+    running = batching_mlp_server(grpc_port=0)
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
 def reference() -> Any:
-    import torch
-
-    from dlperf.workload import zoo
-
-    model = zoo.get("mlp").build_model().eval()
-
-    def predict(x: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return model(torch.from_numpy(x)).numpy()
-
-    return predict
+    return mlp_reference()
 
 
 def _client(running: Running) -> Any:
@@ -113,15 +108,7 @@ def test_typed_contents_are_read_as_raw_bytes_are(server: Running, reference: An
         assert "129 elements in contents.fp32_contents for a shape of 128 elements" in str(info.value.details())
 
 
-@pytest.mark.parametrize(
-    ("name", "shape", "datatype", "message"),
-    [
-        ("nope", (1, 64), "FP32", "unknown input 'nope'"),
-        ("x", (1, 63), "FP32", "expects [-1, 64]"),
-        ("x", (1, 64), "INT64", "expects FP32"),
-        ("x", (MAX_BATCH + 1, 64), "FP32", "above the server's max batch size"),
-    ],
-)
+@pytest.mark.parametrize(("name", "shape", "datatype", "message"), BAD_MLP_INPUTS)
 def test_bad_requests_are_invalid_argument_with_the_reason(server: Running, name: str, shape: tuple[int, ...],
                                                            datatype: str, message: str) -> None:
     x = np.zeros(shape, dtype=np.int64 if datatype == "INT64" else np.float32)

@@ -15,39 +15,34 @@ from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
-from .helpers import get_text, http_status, wait_until
+from .helpers import (
+    BAD_MLP_INPUTS,
+    MLP_MAX_BATCH,
+    batching_mlp_server,
+    get_text,
+    http_status,
+    mlp_reference,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-MAX_BATCH = 8
+MAX_BATCH = MLP_MAX_BATCH
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Running]:
-    # a long fixed wait makes concurrent requests meet in one batch whatever the machine's load
-    config = ServeConfig(model="zoo:mlp", port=0, max_batch_size=MAX_BATCH, max_queue_delay_s=0.05,
-                         adaptive_wait=False)
-    running = start_in_thread(config)
+    running = batching_mlp_server()
     yield running
     running.stop()
 
 
 @pytest.fixture(scope="module")
 def reference() -> Any:
-    import torch
-
-    from dlperf.workload import zoo
-
-    model = zoo.get("mlp").build_model().eval()
-
-    def predict(x: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return model(torch.from_numpy(x)).numpy()
-
-    return predict
+    return mlp_reference()
 
 
 def _input(x: np.ndarray, binary: bool = True, name: str = "x", datatype: str = "FP32") -> Any:
@@ -96,15 +91,7 @@ def test_gzip_and_deflate_both_ways(server: Running, reference: Any) -> None:
         np.testing.assert_allclose(result.as_numpy("logits"), reference(x), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("name", "shape", "datatype", "message"),
-    [
-        ("nope", (1, 64), "FP32", "unknown input 'nope'"),
-        ("x", (1, 63), "FP32", "expects [-1, 64]"),
-        ("x", (1, 64), "INT64", "expects FP32"),
-        ("x", (MAX_BATCH + 1, 64), "FP32", "above the server's max batch size"),
-    ],
-)
+@pytest.mark.parametrize(("name", "shape", "datatype", "message"), BAD_MLP_INPUTS)
 def test_bad_requests_are_400_with_an_error_message(server: Running, name: str, shape: tuple[int, ...],
                                                     datatype: str, message: str) -> None:
     c = httpclient.InferenceServerClient(server.url)
