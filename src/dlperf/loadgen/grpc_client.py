@@ -12,8 +12,7 @@ import numpy as np
 
 from dlperf.errors import LoadGenError
 from dlperf.loadgen.client import Endpoint, Reply
-from dlperf.serve.grpc_service import set_parameter
-from dlperf.serve.protocol import ProtocolError, Tensor, array_from_bytes, error_body, tensor_bytes
+from dlperf.serve.protocol import ProtocolError, Tensor, array_from_bytes, error_body, set_parameter, tensor_bytes
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -82,7 +81,8 @@ class GrpcConnection:
 
 
 def decode_reply(body: bytes) -> list[Tensor]:
-    """The output tensors of a serialized ModelInferResponse (raw_output_contents, or typed contents)."""
+    """The output tensors of a serialized ModelInferResponse, from its raw_output_contents (as dlperf and
+    Triton send them); ProtocolError for an output without its entry there."""
     _, service_pb2 = _modules()
     response = service_pb2.ModelInferResponse.FromString(body)
     raw = list(response.raw_output_contents)

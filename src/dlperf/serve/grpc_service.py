@@ -15,9 +15,11 @@ from dlperf.serve.protocol import (
     NUMPY_DTYPES,
     InferRequest,
     ProtocolError,
-    RequestedOutput,
     Tensor,
     array_from_bytes,
+    array_from_shm,
+    requested_output,
+    set_parameter,
     shm_span,
     tensor_bytes,
 )
@@ -76,11 +78,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
         params = parameters_of(t.parameters)
         span = shm_span(params, where)
         if span is not None:
-            if shm is None:
-                raise ProtocolError("this server takes no shared memory: start it with --allow-client-shm")
-            if raw or t.HasField("contents"):
-                raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
-            array = array_from_bytes(shm(*span, where), t.datatype, count, where)
+            array = array_from_shm(span, shm, bool(raw) or t.HasField("contents"), t.datatype, count, where)
         elif raw:
             array = array_from_bytes(raw[i], t.datatype, count, where)
         else:
@@ -88,14 +86,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
         inputs.append(Tensor(t.name, t.datatype, array.reshape(shape)))
     outputs = None
     if msg.outputs:
-        outputs = []
-        for o in msg.outputs:
-            span = shm_span(parameters_of(o.parameters), f"output '{o.name}'")
-            if span is not None:
-                if shm is None:
-                    raise ProtocolError("this server takes no shared memory: start it with --allow-client-shm")
-                shm(*span, f"output '{o.name}'")  # the region is registered and holds the span
-            outputs.append(RequestedOutput(o.name, True, span))
+        outputs = [requested_output(o.name, parameters_of(o.parameters), True, shm) for o in msg.outputs]
     return InferRequest(inputs=inputs, id=msg.id or None, parameters=parameters_of(msg.parameters), outputs=outputs)
 
 
@@ -230,18 +221,6 @@ def create_servicer(state: ServerState) -> Any:
 
 def _metadata(context: Any) -> dict[str, str]:
     return {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-
-
-def set_parameter(p: Any, value: Any) -> None:
-    """Set an `InferParameter` to `value` in the field of its type (bool, int64, double, else string)."""
-    if isinstance(value, bool):
-        p.bool_param = value
-    elif isinstance(value, int):
-        p.int64_param = value
-    elif isinstance(value, float):
-        p.double_param = value
-    else:
-        p.string_param = str(value)
 
 
 MAX_MESSAGE_BYTES_FLOOR = 4 * 1024 * 1024

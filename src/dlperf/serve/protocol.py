@@ -191,12 +191,8 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
                 raise ProtocolError("each requested output needs a 'name'")
             params = raw.get("parameters") or {}
             binary_flag = params.get("binary_data")
-            span = shm_span(params, f"output '{raw['name']}'")
-            if span is not None:
-                if shm is None:
-                    raise ProtocolError(_NO_SHM)
-                shm(*span, f"output '{raw['name']}'")  # the region is registered and holds the span
-            outputs.append(RequestedOutput(raw["name"], None if binary_flag is None else bool(binary_flag), span))
+            outputs.append(requested_output(raw["name"], params, None if binary_flag is None else bool(binary_flag),
+                                            shm))
     parameters = obj.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise ProtocolError("'parameters' must be an object")
@@ -246,6 +242,42 @@ _NO_SHM = ("this server takes no tensors in shared memory: start it with --allow
            "--allow-client-shm=true), or send the data in the request")
 
 
+def requested_output(name: str, params: dict[str, Any], binary: bool | None, shm: ShmView | None) -> RequestedOutput:
+    """A requested output (HTTP's or gRPC's), its shared-memory span, if any, checked through `shm`: the
+    region is registered and holds the span."""
+    where = f"output '{name}'"
+    span = shm_span(params, where)
+    if span is not None:
+        if shm is None:
+            raise ProtocolError(_NO_SHM)
+        shm(*span, where)
+    return RequestedOutput(name, binary, span)
+
+
+def array_from_shm(span: tuple[str, int, int], shm: ShmView | None, has_data: bool, datatype: str, count: int,
+                   where: str) -> np.ndarray:
+    """An input's elements read from its shared-memory span (HTTP's or gRPC's request); ProtocolError when
+    the server takes no shared memory or the request also carries the input's data."""
+    if shm is None:
+        raise ProtocolError(_NO_SHM)
+    if has_data:
+        raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
+    return array_from_bytes(shm(*span, where), datatype, count, where)
+
+
+def set_parameter(p: Any, value: Any) -> None:
+    """Set a gRPC `InferParameter` message to `value` in the field of its type (bool, int64, double, else
+    string); the server's replies and the load generator's requests both write them."""
+    if isinstance(value, bool):
+        p.bool_param = value
+    elif isinstance(value, int):
+        p.int64_param = value
+    elif isinstance(value, float):
+        p.double_param = value
+    else:
+        p.string_param = str(value)
+
+
 def shm_span(params: dict[str, Any], where: str) -> tuple[str, int, int] | None:
     """(region, offset, byte_size) from a tensor's shared-memory parameters, None without them;
     ProtocolError when only one of region and byte size is given or a value has the wrong type."""
@@ -291,11 +323,7 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
     size = params.get("binary_data_size")
     span = shm_span(params, where) if params else None
     if span is not None:
-        if shm is None:
-            raise ProtocolError(_NO_SHM)
-        if size is not None or "data" in raw:
-            raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
-        array = array_from_bytes(shm(*span, where), datatype, count, where)
+        array = array_from_shm(span, shm, size is not None or "data" in raw, datatype, count, where)
         params = {k: v for k, v in params.items() if k not in SHM_PARAMETERS}
     elif size is not None:
         if not isinstance(size, int) or size < 0 or offset + size > len(binary):

@@ -50,6 +50,10 @@ def test_raw_contents_typed_contents_and_parameters() -> None:
     (lambda m: m.inputs.add(name="x", datatype="FP32", shape=[1]).parameters["shared_memory_region"].CopyFrom(
         service_pb2.InferParameter(string_param="r")), "give both shared_memory_region and shared_memory_byte_size"),
     (lambda m: None, "no inputs"),
+    (lambda m: m.inputs.add(name="x", datatype="FP32", shape=[1], parameters={
+        "shared_memory_region": service_pb2.InferParameter(string_param="r"),
+        "shared_memory_byte_size": service_pb2.InferParameter(int64_param=4)}),
+     "this server takes no tensors in shared memory: start it with --allow-client-shm"),
 ])
 def test_what_does_not_fit_is_refused_naming_the_input(build: object, message: str) -> None:
     msg = service_pb2.ModelInferRequest(model_name="m")
