@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args._from_command_line = argv is None  # a command may restart itself (`serve --allocator`) only then
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0

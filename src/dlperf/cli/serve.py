@@ -70,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "system_shared_memory extension and --allow-client-shm=true; tritonclient's "
                              "register_system_shared_memory): no tensor data crosses HTTP")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--allocator", default="glibc", choices=["auto", "glibc", "jemalloc", "tcmalloc"],
+                        help="the heap allocator the server runs with, preloaded by restarting the command with "
+                             "LD_PRELOAD (default glibc; auto: tcmalloc where it is installed, else glibc); glibc's "
+                             "arenas let RSS creep under a long load, tcmalloc and jemalloc keep it flat "
+                             "(docs/serve.md, Memory)")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     ray = parser.add_argument_group("Ray Serve (scale out over replicas; see docs/ray.md)")
     ray.add_argument("--ray", action="store_true",
@@ -264,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     ray_options = ray_options_from_args(args)
     err = error_console()
+    _use_allocator(args, ray_options is not None)
     if ray_options is not None:
         from dlperf.ray.serve import check_config
 
@@ -279,6 +285,28 @@ def run(args: argparse.Namespace) -> int:
         return serve(config, on_ready=on_ready, on_warmup=on_warmup)
 
 
+def _use_allocator(args: argparse.Namespace, on_ray: bool) -> None:
+    """Run this process under `--allocator`'s choice, restarting the command with it preloaded if needed
+    (before the model is loaded). Called in-process (`main([...])`, not from the command line) or with
+    --ray, an explicit choice the process does not already run is refused: there is no command line to
+    restart, or the replicas are Ray's worker processes."""
+    from dlperf.measure.allocator import active_allocator, resolve, run_under
+
+    if args.allocator in ("auto", "glibc") and (on_ray or not getattr(args, "_from_command_line", False)):
+        return
+    name = resolve(args.allocator)
+    if name == active_allocator():
+        return
+    if on_ray:
+        raise ConfigError(f"--allocator {name} does not go with --ray: the replicas run in Ray's worker processes; "
+                          "set LD_PRELOAD in the Ray cluster's environment (runtime_env env_vars) instead")
+    if not getattr(args, "_from_command_line", False):
+        raise ConfigError(f"--allocator {name}: this process runs {active_allocator()} and was not started from "
+                          f"the command line, so it cannot restart itself; start Python with LD_PRELOAD set to "
+                          f"the {name} library, or run `dlperf serve` as a command")
+    run_under(name)
+
+
 def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
     """Where the server listens, for each model, and the settings it runs with."""
     import torch
@@ -291,3 +319,13 @@ def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
             err.print(f"  and over gRPC at {state.grpc_address} (inference.GRPCInferenceService)", markup=False)
         threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
         err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)
+    err.print("  " + memory_line(), markup=False)
+
+
+def memory_line() -> str:
+    """Which allocator the server runs with and when it returns freed memory."""
+    from dlperf.measure.allocator import active_allocator
+    from dlperf.serve.server import IDLE_TRIM_S
+
+    return (f"memory: {active_allocator()} malloc; freed memory goes back to the OS after {IDLE_TRIM_S:g} s "
+            "without requests")

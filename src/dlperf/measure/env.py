@@ -32,6 +32,9 @@ class Environment:
     cuda_version: str | None = None
     gpu_count: int = 0
     packages: dict[str, str] = field(default_factory=dict)
+    allocator: str | None = None
+    """The heap allocator the process ran with: glibc, jemalloc or tcmalloc (`measure.allocator`); None in
+    records from before it was recorded."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,6 +89,7 @@ def capture_environment(device: str | None = None) -> Environment:
     import torch
 
     import dlperf
+    from dlperf.measure.allocator import active_allocator
 
     gpu_name = gpu_driver = cuda_version = None
     gpu_count = 0
@@ -123,6 +127,7 @@ def capture_environment(device: str | None = None) -> Environment:
         cuda_version=cuda_version,
         gpu_count=gpu_count,
         packages=packages,
+        allocator=active_allocator(),
     )
 
 
@@ -138,7 +143,11 @@ def gpu_index(device: str | None) -> int:
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Human-readable differences that make two results not directly comparable."""
+    """Human-readable differences that make two results not directly comparable. The allocator counts only
+    where both records have it (older ones do not)."""
     keys = ("torch_version", "python_version", "dlperf_version", "cpu_model", "logical_cores",
             "torch_threads", "gpu_name", "cuda_version", "os")
-    return [f"{k}: {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+    diffs = [f"{k}: {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+    if a.get("allocator") and b.get("allocator") and a["allocator"] != b["allocator"]:
+        diffs.append(f"allocator: {a['allocator']} vs {b['allocator']}")
+    return diffs

@@ -62,7 +62,7 @@ def fmt_value(value: float, unit: str) -> str:
 
 
 def environment_line(env: dict[str, Any]) -> str:
-    """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1'."""
+    """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1 · glibc malloc'."""
     if not env:
         return "environment: not recorded"
     parts = [f"torch {env.get('torch_version', '?')}", f"Python {env.get('python_version', '?')}"]
@@ -72,6 +72,8 @@ def environment_line(env: dict[str, Any]) -> str:
         parts.append(f"{env['gpu_name']} (CUDA {env.get('cuda_version') or '?'})")
     if env.get("os"):
         parts.append(str(env["os"]))
+    if env.get("allocator"):
+        parts.append(f"{env['allocator']} malloc")
     return "environment: " + " · ".join(parts)
 
 

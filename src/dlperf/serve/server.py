@@ -313,25 +313,18 @@ class IdleTrimmer:
 
 
 def start_memory_trimmer(state: ServerState, idle_s: float = IDLE_TRIM_S, poll_s: float = 1.0) -> IdleTrimmer | None:
-    """Return freed heap memory to the OS (glibc `malloc_trim`) whenever the server has been idle for
+    """Return freed heap memory to the OS (glibc's `malloc_trim`, jemalloc's purge or tcmalloc's
+    `ReleaseFreeMemory`, whichever allocator runs: `measure.allocator`) whenever the server has been idle for
     `idle_s` (`IdleTrimmer`); None where unavailable.
 
     Request bodies (hundreds of KiB, on the event loop thread) and joined batches (MiBs, on the instance
-    threads) are freed into glibc's per-thread arenas, which keep the pages; trimming gives them back, so
-    an idle server's RSS follows its live memory (benchmarks/serve_vs_offline.py checks RSS stays flat)."""
-    import ctypes
-    import ctypes.util
+    threads) are freed into the allocator, which keeps the pages; releasing them gives them back, so an idle
+    server's RSS follows its live memory (benchmarks/serve_vs_offline.py checks RSS stays flat)."""
+    from dlperf.measure.allocator import active_allocator, release_free_memory
 
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
+    if active_allocator() == "system":
         return None
-    try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trimmer = IdleTrimmer(lambda: (state.received, state.in_flight), lambda: trim(0), idle_s)
+    trimmer = IdleTrimmer(lambda: (state.received, state.in_flight), release_free_memory, idle_s)
 
     def loop() -> None:
         while True:

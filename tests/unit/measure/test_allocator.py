@@ -1,0 +1,80 @@
+"""The allocator module against real processes: which allocator runs, releasing free memory, preloading."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dlperf.errors import ConfigError
+from dlperf.measure import allocator
+
+PROBE = "from dlperf.measure import allocator as a; print(a.active_allocator(), a.release_free_memory())"
+
+
+def test_maps_text_names_the_allocator() -> None:
+    assert allocator.active_allocator("7f00 r-xp 0 08:01 1 /usr/lib/libjemalloc.so.2\n") == "jemalloc"
+    assert allocator.active_allocator("7f00 r-xp 0 08:01 1 /usr/lib/libtcmalloc_minimal.so.4\n") == "tcmalloc"
+    assert allocator.active_allocator("7f00 r-xp 0 08:01 1 /usr/lib/libc.so.6\n") in ("glibc", "system")
+
+
+@pytest.mark.parametrize("name", ["glibc", "jemalloc", "tcmalloc"])
+def test_a_preloaded_allocator_runs_and_releases_memory(name: str) -> None:
+    if name != "glibc" and allocator.find_library(name) is None:
+        pytest.skip(f"no {name} library on this machine")
+    env = allocator.preload_environment(name)
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [name, "True"]
+
+
+def test_unknown_or_missing_allocators_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="choose auto"):
+        allocator.resolve("mimalloc")
+    monkeypatch.setattr(allocator, "find_library", lambda name: None)
+    with pytest.raises(ConfigError, match="apt-get install libtcmalloc-minimal4"):
+        allocator.preload_environment("tcmalloc")
+    assert allocator.resolve("auto") == "glibc"
+
+
+def test_glibc_drops_a_preloaded_allocator_and_keeps_other_preloads() -> None:
+    env = allocator.preload_environment("glibc", {"LD_PRELOAD": "/x/libjemalloc.so.2 /x/libfoo.so"})
+    assert env["LD_PRELOAD"] == "/x/libfoo.so"
+
+
+def test_serve_in_process_refuses_an_allocator_it_cannot_restart_into() -> None:
+    from dlperf.cli.main import main
+
+    if allocator.find_library("jemalloc") is None:
+        pytest.skip("no jemalloc library on this machine")
+    assert main(["serve", "zoo:mlp", "--allocator", "jemalloc", "--port", "0"]) != 0
+
+
+def test_serve_restarts_itself_under_the_allocator_asked_for() -> None:
+    import os
+    import signal
+    import time
+
+    if allocator.find_library("jemalloc") is None:
+        pytest.skip("no jemalloc library on this machine")
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", "0",
+                             "--allocator", "jemalloc"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        lines = []
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.strip().startswith("memory:"):
+                break
+        assert any("memory: jemalloc malloc" in line for line in lines), lines
+        from pathlib import Path
+
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()  # execve keeps the pid
+        assert "libjemalloc" in maps
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
