@@ -70,9 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "system_shared_memory extension and --allow-client-shm=true; tritonclient's "
                              "register_system_shared_memory): no tensor data crosses HTTP")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--allocator", default="glibc", choices=["auto", "glibc", "jemalloc", "tcmalloc"],
+    parser.add_argument("--allocator", default=None, choices=["auto", "glibc", "jemalloc", "tcmalloc"],
                         help="the heap allocator the server runs with, preloaded by restarting the command with "
-                             "LD_PRELOAD (default glibc; auto: tcmalloc where it is installed, else glibc); glibc's "
+                             "LD_PRELOAD (default: the one it started with, glibc unless your LD_PRELOAD names "
+                             "another; auto: tcmalloc where it is installed, else glibc); glibc's "
                              "arenas let RSS creep under a long load, tcmalloc and jemalloc keep it flat "
                              "(docs/serve.md, Memory)")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
@@ -292,16 +293,18 @@ def _use_allocator(args: argparse.Namespace, on_ray: bool) -> None:
     restart, or the replicas are Ray's worker processes."""
     from dlperf.measure.allocator import active_allocator, resolve, run_under
 
-    if args.allocator in ("auto", "glibc") and (on_ray or not getattr(args, "_from_command_line", False)):
+    if args.allocator is None or (args.allocator == "auto"
+                                  and (on_ray or not getattr(args, "_from_command_line", False))):
         return
     name = resolve(args.allocator)
-    if name == active_allocator():
+    current = active_allocator()
+    if name == current:
         return
     if on_ray:
         raise ConfigError(f"--allocator {name} does not go with --ray: the replicas run in Ray's worker processes; "
                           "set LD_PRELOAD in the Ray cluster's environment (runtime_env env_vars) instead")
     if not getattr(args, "_from_command_line", False):
-        raise ConfigError(f"--allocator {name}: this process runs {active_allocator()} and was not started from "
+        raise ConfigError(f"--allocator {name}: this process runs {current} and was not started from "
                           f"the command line, so it cannot restart itself; start Python with LD_PRELOAD set to "
                           f"the {name} library, or run `dlperf serve` as a command")
     run_under(name)

@@ -13,6 +13,7 @@ import ctypes.util
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from dlperf.errors import ConfigError
@@ -139,9 +140,10 @@ def run_under(name: str) -> None:
     os.execve(sys.executable, argv, env)
 
 
-def release_free_memory() -> bool:
-    """Give the heap's free pages back to the OS with whichever allocator runs: glibc's `malloc_trim(0)`,
-    jemalloc's purge of all arenas, tcmalloc's `ReleaseFreeMemory`. False where there is no such call."""
+def releaser() -> Callable[[], bool] | None:
+    """The call that gives the heap's free pages back to the OS with the allocator this process runs, looked
+    up once: glibc's `malloc_trim(0)`, jemalloc's purge of all arenas, tcmalloc's `ReleaseFreeMemory`; None
+    where there is no such call."""
     allocator = active_allocator()
     try:
         process = ctypes.CDLL(None)
@@ -149,18 +151,22 @@ def release_free_memory() -> bool:
             mallctl = process.mallctl
             mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
             # MALLCTL_ARENAS_ALL is 4096: every arena's dirty and muzzy pages
-            return int(mallctl(b"arena.4096.purge", None, None, None, 0)) == 0
+            return lambda: int(mallctl(b"arena.4096.purge", None, None, None, 0)) == 0
         if allocator == "tcmalloc":
             release = process.MallocExtension_ReleaseFreeMemory
             release.restype = None
-            release()
-            return True
+            return lambda: release() is None
         if allocator == "glibc":
             name = ctypes.util.find_library("c")
             trim = ctypes.CDLL(name).malloc_trim if name else process.malloc_trim
             trim.argtypes = [ctypes.c_size_t]
-            trim(0)
-            return True
+            return lambda: trim(0) is not None
     except (OSError, AttributeError):
-        return False
-    return False
+        return None
+    return None
+
+
+def release_free_memory() -> bool:
+    """Give the heap's free pages back to the OS once (`releaser`); False where there is no such call."""
+    release = releaser()
+    return release is not None and release()

@@ -320,11 +320,12 @@ def start_memory_trimmer(state: ServerState, idle_s: float = IDLE_TRIM_S, poll_s
     Request bodies (hundreds of KiB, on the event loop thread) and joined batches (MiBs, on the instance
     threads) are freed into the allocator, which keeps the pages; releasing them gives them back, so an idle
     server's RSS follows its live memory (benchmarks/serve_vs_offline.py checks RSS stays flat)."""
-    from dlperf.measure.allocator import active_allocator, release_free_memory
+    from dlperf.measure.allocator import releaser
 
-    if active_allocator() == "system":
+    release = releaser()
+    if release is None:
         return None
-    trimmer = IdleTrimmer(lambda: (state.received, state.in_flight), release_free_memory, idle_s)
+    trimmer = IdleTrimmer(lambda: (state.received, state.in_flight), release, idle_s)
 
     def loop() -> None:
         while True:
