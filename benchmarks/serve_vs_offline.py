@@ -321,10 +321,20 @@ def main() -> int:
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
     parser.add_argument("--no-litserve", action="store_true")
+    parser.add_argument("--allocator", default=None, choices=["auto", "glibc", "jemalloc", "tcmalloc"],
+                        help="heap allocator for everything measured: this process restarts under it (the offline "
+                             "and raw calls), and the servers inherit it (dlperf serve also gets --allocator); "
+                             "default: the one this process started with")
     parser.add_argument("--no-shm", action="store_true",
                         help="skip the extra c=1 blocks with the inputs in system shared memory (not a target: "
                              "what the HTTP body costs)")
     args = parser.parse_args()
+
+    from dlperf.measure.allocator import active_allocator, resolve, run_under
+
+    if args.allocator:
+        run_under(resolve(args.allocator))  # restarts this script with it preloaded, before torch is imported
+    allocator = active_allocator()
 
     import statistics
 
@@ -343,7 +353,8 @@ def main() -> int:
     name = workload.name.split("?")[0]
     print(f"dlperf serve vs offline: {args.workload}, max batch {args.max_batch_size}, queue delay "
           f"{args.queue_delay_ms:g} ms, {threads} torch threads (everywhere), saturation concurrency {sat}, "
-          f"{args.rounds} paired rounds, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{args.rounds} paired rounds, {allocator} malloc everywhere (offline, dlperf, LitServe), "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
     model = workload.build_model().eval()
 
@@ -401,7 +412,8 @@ def main() -> int:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dlperf.cli.main", "serve", args.workload, "--port", str(port),
              "--max-batch-size", str(args.max_batch_size), "--max-queue-delay-ms", str(args.queue_delay_ms),
-             "--threads", str(threads), *([] if args.no_shm else ["--allow-client-shm"])],
+             "--threads", str(threads), *([] if args.no_shm else ["--allow-client-shm"]),
+             *(["--allocator", allocator] if args.allocator else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(proc)
         lit_target = None

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from dlperf.cli.common import (
+    ALLOCATOR_CHOICES,
     add_json_argument,
     add_store_argument,
     console,
@@ -15,6 +16,7 @@ from dlperf.cli.common import (
     int_list,
     open_store,
     print_json,
+    use_allocator,
 )
 from dlperf.errors import ConfigError
 
@@ -41,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="and at least this many calls (default 10; single-stream 44, multi-stream 459: the "
                              "fewest with which MLPerf's early stopping bounds its p90 or p99 at 99%% confidence)")
     parser.add_argument("--warmup", default="5", metavar="N", help="warm-up calls before measuring (default 5)")
+    parser.add_argument("--allocator", default=None, choices=ALLOCATOR_CHOICES,
+                        help="measure under this heap allocator, preloaded by restarting the command with "
+                             "LD_PRELOAD (default: the one it started with; auto: tcmalloc where installed); it is "
+                             "recorded in the run's environment, so `dlperf compare` of two runs names it")
     add_json_argument(parser)
     add_store_argument(parser)
 
@@ -88,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.workload.loader import load_workload
 
     config = build_config(args)
+    use_allocator(args, "bench")
     if config.batch_sizes and config.scenario != "offline":
         error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
     workload = load_workload(args.workload)

@@ -79,3 +79,38 @@ def open_store(args: argparse.Namespace) -> Any:
 def require_positive(name: str, value: float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
+
+
+ALLOCATOR_CHOICES = ("auto", "glibc", "jemalloc", "tcmalloc")
+
+
+def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) -> None:
+    """Run this process under `args.allocator`'s choice, restarting the command with the library preloaded if
+    needed (call it before the model is loaded). Without the option, or with 'auto' where the command cannot
+    restart, the process keeps what it started with. Called in-process (`main([...])`, not from the command
+    line) or with --ray, an explicit choice the process does not already run is refused: there is no command
+    line to restart, or the replicas are Ray's worker processes."""
+    from dlperf.measure.allocator import REEXEC_MARK, active_allocator, resolve, run_under
+
+    choice = getattr(args, "allocator", None)
+    from_command_line = getattr(args, "_from_command_line", False)
+    if choice is None or (choice == "auto" and (on_ray or not from_command_line)):
+        return
+    name = resolve(choice)
+    current = active_allocator()
+    if name == current:
+        return
+    if choice == "auto" and os.environ.get(REEXEC_MARK) == name:
+        # the default must not stop a command that ran before it existed: say so and go on
+        error_console().print(f"note: --allocator auto: restarted with {name} preloaded, but this process still "
+                              f"runs {current} (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}); going on with "
+                              f"{current}", markup=False)
+        return
+    if on_ray:
+        raise ConfigError(f"--allocator {name} does not go with --ray: the replicas run in Ray's worker processes; "
+                          "set LD_PRELOAD in the Ray cluster's environment (runtime_env env_vars) instead")
+    if not from_command_line:
+        raise ConfigError(f"--allocator {name}: this process runs {current} and was not started from "
+                          f"the command line, so it cannot restart itself; start Python with LD_PRELOAD set to "
+                          f"the {name} library, or run `dlperf {command}` as a command")
+    run_under(name)

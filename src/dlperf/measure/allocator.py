@@ -86,9 +86,13 @@ def find_library(name: str) -> Path | None:
 
 
 def resolve(choice: str) -> str:
-    """The allocator `--allocator CHOICE` asks for: 'auto' is tcmalloc where it is installed, else glibc."""
+    """The allocator `--allocator CHOICE` asks for. 'auto' keeps jemalloc or tcmalloc where this process
+    already runs it (preloaded by the user), else is tcmalloc where it is installed (on Linux), else what runs."""
     if choice == "auto":
-        return "tcmalloc" if find_library("tcmalloc") is not None else "glibc"
+        current = active_allocator()
+        if current in ("jemalloc", "tcmalloc") or not sys.platform.startswith("linux"):
+            return current  # LD_PRELOAD is the Linux loader's
+        return "tcmalloc" if find_library("tcmalloc") is not None else current
     if choice not in ALLOCATORS:
         raise ConfigError(f"--allocator {choice!r}: choose auto, {', '.join(ALLOCATORS)}")
     return choice

@@ -46,11 +46,12 @@ def _check(names: set[str], exported: set[str], where: str) -> None:
     assert not missing, f"{where} uses metrics the server does not export: {missing}"
 
 
-def test_alert_rules_cover_the_four_alerts_and_use_real_metrics(exported: set[str]) -> None:
+def test_alert_rules_cover_the_five_alerts_and_use_real_metrics(exported: set[str]) -> None:
     rules = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text())
     alerts = [r for g in rules["groups"] for r in g["rules"]]
     assert {a["alert"] for a in alerts} == {
-        "DlperfP99LatencyOverSLO", "DlperfErrorRatioHigh", "DlperfQueueSaturated", "DlperfNoTraffic"}
+        "DlperfP99LatencyOverSLO", "DlperfErrorRatioHigh", "DlperfQueueSaturated", "DlperfNoTraffic",
+        "DlperfMemoryGrowing"}
     for alert in alerts:
         assert alert["labels"]["severity"] and alert["annotations"]["summary"] and alert["for"]
         _check(set(METRIC.findall(alert["expr"])), exported, f"alert {alert['alert']}")

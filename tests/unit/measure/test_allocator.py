@@ -37,6 +37,15 @@ def test_unknown_or_missing_allocators_are_refused_by_name(monkeypatch: pytest.M
     assert allocator.resolve("auto") == "glibc"
 
 
+def test_auto_keeps_an_allocator_the_user_preloaded() -> None:
+    if allocator.find_library("jemalloc") is None:
+        pytest.skip("no jemalloc library on this machine")
+    env = allocator.preload_environment("jemalloc")
+    probe = "from dlperf.measure import allocator as a; print(a.resolve('auto'))"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "jemalloc"
+
+
 def test_glibc_drops_a_preloaded_allocator_and_keeps_other_preloads() -> None:
     env = allocator.preload_environment("glibc", {"LD_PRELOAD": "/x/libjemalloc.so.2 /x/libfoo.so"})
     assert env["LD_PRELOAD"] == "/x/libfoo.so"
@@ -50,15 +59,26 @@ def test_serve_in_process_refuses_an_allocator_it_cannot_restart_into() -> None:
     assert main(["serve", "zoo:mlp", "--allocator", "jemalloc", "--port", "0"]) != 0
 
 
-def test_serve_restarts_itself_under_the_allocator_asked_for() -> None:
+@pytest.mark.parametrize(("options", "expected", "mark"), [
+    (["--allocator", "jemalloc"], "jemalloc", None),
+    ([], "tcmalloc", None),
+    # a restart under auto's choice that did not take (marked as done, still glibc): noted, and the server runs
+    ([], "glibc", "tcmalloc"),
+])
+def test_serve_restarts_itself_under_the_allocator_asked_for(options: list[str], expected: str,
+                                                             mark: str | None) -> None:
+    """An explicit choice, and the default (auto: tcmalloc where installed) for a server started with glibc."""
     import os
     import signal
     import time
 
-    if allocator.find_library("jemalloc") is None:
-        pytest.skip("no jemalloc library on this machine")
-    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", "0",
-                             "--allocator", "jemalloc"], stderr=subprocess.PIPE, text=True)
+    if allocator.find_library(mark or expected) is None:
+        pytest.skip(f"no {mark or expected} library on this machine")
+    env = allocator.preload_environment("glibc")
+    if mark:
+        env[allocator.REEXEC_MARK] = mark
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", "0", *options],
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
         lines = []
@@ -70,11 +90,33 @@ def test_serve_restarts_itself_under_the_allocator_asked_for() -> None:
             lines.append(line)
             if line.strip().startswith("memory:"):
                 break
-        assert any("memory: jemalloc malloc" in line for line in lines), lines
+        assert any(f"memory: {expected} malloc" in line for line in lines), lines
         from pathlib import Path
 
         maps = Path(f"/proc/{proc.pid}/maps").read_text()  # execve keeps the pid
-        assert "libjemalloc" in maps
+        assert allocator.active_allocator(maps) == expected
+        assert any("still runs glibc" in line for line in lines) == (mark is not None), lines
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_bench_measures_under_the_allocator_asked_for_and_records_it(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from dlperf.measure.env import environment_differences
+
+    if allocator.find_library("jemalloc") is None:
+        pytest.skip("no jemalloc library on this machine")
+    store = Path(str(tmp_path)) / "runs.db"
+    environments = []
+    for name in ("jemalloc", "glibc"):
+        out = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "bench", "zoo:mlp", "--batch-sizes", "1",
+                              "--min-duration", "10ms", "--min-iters", "3", "--warmup", "1", "--allocator", name,
+                              "--json", "--store", str(store)],
+                             capture_output=True, text=True, timeout=300, env=allocator.preload_environment("glibc"))
+        assert out.returncode == 0, out.stderr
+        environments.append(json.loads(out.stdout)["environment"])
+    assert [e["allocator"] for e in environments] == ["jemalloc", "glibc"]
+    assert any("allocator" in line and "jemalloc" in line for line in environment_differences(*environments))
