@@ -293,6 +293,8 @@ def row(name: str, r: Any) -> str:
 
 
 def main() -> int:
+    from dlperf.measure.allocator import CHOICES as ALLOCATOR_CHOICES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="zoo:resnet18")
     parser.add_argument("--max-batch-size", type=int, default=32)
@@ -321,7 +323,7 @@ def main() -> int:
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
     parser.add_argument("--no-litserve", action="store_true")
-    parser.add_argument("--allocator", default=None, choices=["auto", "glibc", "jemalloc", "tcmalloc"],
+    parser.add_argument("--allocator", default=None, choices=ALLOCATOR_CHOICES,
                         help="heap allocator for everything measured: this process restarts under it (the offline "
                              "and raw calls), and the servers inherit it (dlperf serve also gets --allocator); "
                              "default: the one this process started with")

@@ -12,6 +12,9 @@ from typing import Any
 from rich.console import Console
 
 from dlperf.errors import ConfigError
+from dlperf.measure.allocator import CHOICES as ALLOCATOR_CHOICES
+
+__all__ = ["ALLOCATOR_CHOICES"]  # what `--allocator` accepts, for the commands that take it
 
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
@@ -80,8 +83,6 @@ def require_positive(name: str, value: float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
 
-
-ALLOCATOR_CHOICES = ("auto", "glibc", "jemalloc", "tcmalloc")
 
 
 def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) -> None:

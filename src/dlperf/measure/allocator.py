@@ -19,7 +19,10 @@ from pathlib import Path
 from dlperf.errors import ConfigError
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc")
-"""What `--allocator` accepts (besides 'auto')."""
+"""What `--allocator` accepts besides 'auto'."""
+
+CHOICES = ("auto", *ALLOCATORS)
+"""What `--allocator` accepts."""
 
 REEXEC_MARK = "DLPERF_ALLOCATOR_REEXEC"
 """Set in the environment of a command restarted under an allocator, so it is restarted once at most."""
