@@ -396,13 +396,20 @@ class Batcher:
     def expire(self, work: Work) -> bool:
         """Fail `work` with a timeout if it is still queued, e.g. when its deadline passes while every instance
         is busy (the instances look at deadlines only when one is idle); False if a batch took it already."""
+        if not self.withdraw(work):
+            return False
+        self._time_out(work)
+        return True
+
+    def withdraw(self, work: Work) -> bool:
+        """Take `work` out of the queue unrun and unanswered (its client went away); False if a batch took it
+        already (the batch runs, and its result for `work` goes nowhere)."""
         with self._cond:
             index = next((i for i, w in enumerate(self._pending) if w is work), None)
             if index is None:
                 return False
             del self._pending[index]
             self._tracker.leave(self.clock(), 1)
-        self._time_out(work)
         return True
 
     def _time_out(self, work: Work) -> None:

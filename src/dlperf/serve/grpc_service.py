@@ -181,7 +181,17 @@ def create_servicer(state: ServerState) -> Any:
                 set_parameter(out.parameters[key], value)
             # in shared memory: an empty entry keeps each output's raw contents at its own index
             reply.raw_output_contents.append(b"" if tensor.parameters else tensor_bytes(tensor.data, tensor.datatype))
-        outcome.record(time.monotonic_ns() - start_ns)
+        request_ns = time.monotonic_ns() - start_ns
+
+        def finished(ctx: Any) -> None:
+            # counted once the call is over, as HTTP counts once the reply is written: a call the client cancels
+            # or lets time out before the reply goes out is CANCELED, not a success
+            if ctx.cancelled():
+                outcome.variant.recorder.failure("CANCELED", request_ns)
+            else:
+                outcome.record(request_ns)
+
+        context.add_done_callback(finished)
         return reply
 
     async def shm_status(request: Any, context: Any) -> Any:

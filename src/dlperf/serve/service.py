@@ -464,6 +464,12 @@ class ServerState:
                                     variant.batcher.expire, work)
         try:
             done = await future
+        except asyncio.CancelledError:
+            # the caller went away (a gRPC cancel or deadline; Ray Serve on a client disconnect): a request still
+            # queued leaves the queue unrun, one in a running batch has its result dropped
+            variant.batcher.withdraw(work)
+            variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
+            raise
         finally:
             if timer is not None:
                 timer.cancel()

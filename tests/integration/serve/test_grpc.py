@@ -140,8 +140,10 @@ def test_concurrent_distinct_requests_are_batched_routed_back_and_counted(server
     assert items == sum(x.shape[0] for x in xs)
     assert executions < n  # gRPC requests share batches as HTTP ones do
     assert max(int(b["batch_size"]) for b in after["batch_stats"]) <= MAX_BATCH
-    m = server_metrics(server)  # the same counters as HTTP's
-    assert m.success_total - metrics_before.success_total == n
+    # the same counters as HTTP's; a success is counted once its call is over, just after the client has the reply
+    wait_until(lambda: server_metrics(server).success_total - metrics_before.success_total == n,
+               what=f"{n} successes counted")
+    m = server_metrics(server)
     assert m.inference_count_total - metrics_before.inference_count_total == items
 
 
@@ -166,8 +168,36 @@ def test_a_full_queue_is_unavailable_at_once_and_counted_as_rejected() -> None:
         gate.open.set()
         values = sorted(float(answers.get(timeout=30)[0].as_numpy("y")[0, 0]) for _ in range(2))
         assert values == [2.0, 4.0]
+        wait_until(lambda: server_metrics(running).success_total == 2, what="two successes counted")
         m = server_metrics(running)
         assert m.success_total == 2 and m.failure_total["REJECTED"] == 1 and m.requests_total == 3
+
+
+def test_a_cancelled_call_is_counted_canceled_and_a_queued_one_never_runs() -> None:
+    """A client deadline while queued: the request leaves the queue unrun; while in the model: its batch finishes,
+    the reply is dropped. Both count as CANCELED, not as successes, and the counters add up."""
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_delay_s=0.0)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        c.async_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))], client_timeout=1.0,
+                      callback=lambda result, error: answers.put((result, error)))
+        assert gate.wait_entered()  # held in the model
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("gated", [_input(np.full((1, 4), 2.0, np.float32))], client_timeout=0.3)
+        assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        wait_until(lambda: server_metrics(running).failure_total.get("CANCELED") == 1, what="the queued one canceled")
+        assert server_metrics(running).pending_requests == 0  # out of the queue, not waiting for an instance
+        _, error = answers.get(timeout=30)  # the held one's deadline passes too
+        assert error is not None and error.status() == "StatusCode.DEADLINE_EXCEEDED"
+        gate.open.set()
+        wait_until(lambda: server_metrics(running).failure_total.get("CANCELED") == 2, what="the held one canceled")
+        result = c.infer("gated", [_input(np.full((1, 4), 3.0, np.float32))])
+        assert float(result.as_numpy("y")[0, 0]) == 6.0
+        wait_until(lambda: server_metrics(running).success_total == 1, what="the success counted")
+        assert gate.batches == [1, 1]  # the queued request never reached the model
+        m = server_metrics(running)
+        assert m.success_total == 1 and m.requests_total == 3 and m.exec_count_total == 2
 
 
 def test_shutdown_drains_an_in_flight_grpc_request() -> None:
