@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dlperf.serve.protocol import ProtocolError, header_length_of
-from dlperf.serve.service import Reply, ServerState, error_reply, json_reply
+from dlperf.serve.service import ClientWatch, Reply, ServerState, error_reply, json_reply
 
 Handler = Callable[[Request], Awaitable[Response]]
 Scope = MutableMapping[str, Any]
@@ -111,7 +111,8 @@ def create_app(state: ServerState) -> _InferFirst:
         return Reply(200, b"")
 
     async def infer_reply(name: str, version: str | None, headers: Mapping[str, str],
-                          chunks: AsyncIterator[bytes], into: BodyBuffer | None = None) -> Reply:
+                          chunks: AsyncIterator[bytes], into: BodyBuffer | None = None,
+                          watch: ClientWatch | None = None) -> Reply:
         start_ns = time.monotonic_ns()
         entry, variant = state.pick_variant(name, version, headers)
         if state.draining:
@@ -121,7 +122,7 @@ def create_app(state: ServerState) -> _InferFirst:
         state.received += 1
         try:
             body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers), into)
-            return await state.infer(entry, variant, body, headers, start_ns)
+            return await state.infer(entry, variant, body, headers, start_ns, watch)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
@@ -156,7 +157,8 @@ def create_app(state: ServerState) -> _InferFirst:
     return _InferFirst(Starlette(routes=routes), state, infer_reply)
 
 
-InferReply = Callable[[str, str | None, Mapping[str, str], AsyncIterator[bytes], "BodyBuffer | None"], Awaitable[Reply]]
+InferReply = Callable[[str, str | None, Mapping[str, str], AsyncIterator[bytes], "BodyBuffer | None",
+                       "ClientWatch | None"], Awaitable[Reply]]
 
 
 class _InferFirst:
@@ -180,11 +182,13 @@ class _InferFirst:
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str | None) -> None:
         headers = scope.get(HEADERS_SCOPE_KEY) or _headers(scope["headers"])
+        client_gone = scope.get(CLIENT_GONE_KEY)
         try:
             if not self.state.authorized(headers):
                 reply = _unauthorized()
             else:
-                reply = await self.infer_reply(name, version, headers, _body_chunks(receive), scope.get(BODY_SCOPE_KEY))
+                reply = await self.infer_reply(name, version, headers, _body_chunks(receive), scope.get(BODY_SCOPE_KEY),
+                                               client_gone)
         except ProtocolError as exc:
             reply = error_reply(exc.status, str(exc))
         except Exception as exc:  # what Starlette's ServerErrorMiddleware would do, with the reason in the body
@@ -192,7 +196,6 @@ class _InferFirst:
             reply = error_reply(500, f"internal server error: {type(exc).__name__}: {exc}")
         await send({"type": "http.response.start", "status": reply.status, "headers": _raw_headers(reply)})
         await send({"type": "http.response.body", "body": reply.body})
-        client_gone = scope.get(CLIENT_GONE_KEY)
         if client_gone is not None and client_gone():
             if reply.gone is not None:
                 reply.gone()
@@ -270,8 +273,9 @@ BODY_SCOPE_KEY = "dlperf.body"
 HEADERS_SCOPE_KEY = "dlperf.headers"
 """Scope key of the request's headers as a dict (`_headers`), when the HTTP protocol already made it."""
 CLIENT_GONE_KEY = "dlperf.client_gone"
-"""Scope key of a function that says whether the client has closed its connection (`server.py`'s protocol;
-an ASGI app cannot tell otherwise: after a reply, `receive()` says "disconnect" either way)."""
+"""Scope key of a `ClientWatch`, which says whether the client has closed its connection and acts the moment it
+does (`server.py`'s protocol; an ASGI app cannot tell otherwise: after a reply, `receive()` says "disconnect"
+either way, and while the request waits in the queue nothing reads `receive()`)."""
 
 
 class BodyBuffer:

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ServingError
-from dlperf.serve.service import ServeConfig, ServerState, build_state
+from dlperf.serve.service import ClientWatch, ServeConfig, ServerState, build_state
 
 
 def _uvicorn_config(app: Any, config: ServeConfig) -> Any:
@@ -49,14 +49,23 @@ def _http_protocol(max_request_bytes: int) -> Any:
 
     class InferBodyProtocol(HttpToolsProtocol):
         into: BodyBuffer | None = None
+        watch: ClientWatch | None = None
+        """The current request's, while it has no complete reply."""
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            watch, self.watch = self.watch, None
+            super().connection_lost(exc)
+            if watch is not None and watch():  # gone before its reply was complete: a queued request leaves
+                watch.lost()
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             self.into = None
+            self.watch = None
             cycle = _fitting_cycle(self)
             if cycle is not None:
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
-                scope[CLIENT_GONE_KEY] = _gone_check(cycle)
+                scope[CLIENT_GONE_KEY] = self.watch = ClientWatch(_gone_check(cycle))
                 self.into = body_buffer_for(scope, max_request_bytes)
                 if self.into is not None:
                     scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run

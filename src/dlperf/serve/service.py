@@ -398,7 +398,7 @@ class ServerState:
         return entry, entry.choose(headers.get(ROUTING_HEADER))
 
     async def infer(self, entry: ModelEntry, variant: Variant, body: bytes | memoryview, headers: Mapping[str, str],
-                    start_ns: int) -> Reply:
+                    start_ns: int, watch: ClientWatch | None = None) -> Reply:
         """HTTP: decode the body, `execute`, encode the reply. Every failure becomes an error reply."""
         try:
             body = _decompress(body, headers.get("content-encoding"), self.config.max_request_bytes)
@@ -406,7 +406,8 @@ class ServerState:
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
-        outcome = await self.execute(entry, variant, request, start_ns, headers.get(ROUTING_HEADER) is not None)
+        outcome = await self.execute(entry, variant, request, start_ns, headers.get(ROUTING_HEADER) is not None,
+                                     watch)
         if isinstance(outcome, Failed):
             return error_reply(outcome.status, outcome.message, outcome.headers)
         response = InferResponse(entry.name, outcome.tensors, outcome.variant.model.version, request.id)
@@ -422,10 +423,11 @@ class ServerState:
         return reply
 
     async def execute(self, entry: ModelEntry, variant: Variant, request: InferRequest, start_ns: int,
-                      routed: bool = False) -> Answered | Failed:
+                      routed: bool = False, watch: ClientWatch | None = None) -> Answered | Failed:
         """Validate a decoded request, queue it, await its batch: its output tensors, or why it failed (counted
         as a failure already). `routed`: the variant was chosen by the transport's routing key (HTTP's
-        x-routing-key header), which the request's own routing_key parameter does not override."""
+        x-routing-key header), which the request's own routing_key parameter does not override. `watch`: the
+        client's connection, whose loss takes a still-queued request out of the queue unrun (CANCELED)."""
         try:
             key = request.parameters.get(ROUTING_PARAMETER)
             if key is not None and not routed:
@@ -462,6 +464,8 @@ class ServerState:
             # (1 ms late: uvloop's timers have millisecond resolution and would otherwise fire up to 1 ms early)
             timer = loop.call_later(max(0.0, (work.deadline_ns - time.monotonic_ns()) / 1e9) + 0.001,
                                     variant.batcher.expire, work)
+        if watch is not None:
+            watch.on_gone = functools.partial(_abandon, variant.batcher, work)
         try:
             done = await future
         except asyncio.CancelledError:
@@ -473,6 +477,8 @@ class ServerState:
         finally:
             if timer is not None:
                 timer.cancel()
+            if watch is not None:
+                watch.on_gone = None  # it holds the request's arrays
         if done.error is not None:
             variant.recorder.failure(done.error_reason or "OTHER", time.monotonic_ns() - start_ns)
             status = 503 if done.error_reason in ("TIMEOUT", "REJECTED", "UNAVAILABLE") else 500
@@ -517,6 +523,39 @@ class Failed:
     status: int
     message: str
     headers: dict[str, str] = field(default_factory=dict)
+
+
+class ClientGone(ServingError):
+    """The client closed its connection while its request waited in the queue."""
+
+
+class ClientWatch:
+    """One HTTP request's view of its client's connection, made by the HTTP protocol (`server.py`): calling it
+    says whether the client has gone; `lost()`, called by the protocol the moment the connection closes before
+    the reply is complete, runs `on_gone` (set by `ServerState.execute` while the request waits) once."""
+
+    __slots__ = ("_gone", "on_gone")
+
+    def __init__(self, gone: Callable[[], bool]) -> None:
+        self._gone = gone
+        self.on_gone: Callable[[], object] | None = None
+
+    def __call__(self) -> bool:
+        return self._gone()
+
+    def lost(self) -> None:
+        on_gone, self.on_gone = self.on_gone, None
+        if on_gone is not None:
+            on_gone()
+
+
+def _abandon(batcher: Batcher, work: Work) -> None:
+    """The client of `work` has gone: if it is still queued, take it out unrun and fail it as CANCELED (a
+    batch that took it already runs; its reply then finds the client gone)."""
+    if batcher.withdraw(work):
+        work.error = ClientGone("the client closed its connection while the request was queued")
+        work.error_reason = "CANCELED"
+        work.finish()
 
 
 def _resolve(future: asyncio.Future[Work], work: Work) -> None:
