@@ -5,7 +5,7 @@ metadata, statistics and reply decoding a gRPC target needs. Messages are triton
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,18 +98,45 @@ def decode_reply(body: bytes) -> list[Tensor]:
 
 
 def encode_infer_request(model: str, tensors: Sequence[Tensor], parameters: dict[str, Any] | None,
-                         outputs: Sequence[str] = ()) -> bytes:
-    """A serialized ModelInferRequest with every input in raw_input_contents (as tritonclient sends them)."""
+                         outputs: Sequence[str] = (),
+                         output_parameters: Mapping[str, Mapping[str, Any]] | None = None) -> bytes:
+    """A serialized ModelInferRequest with every input in raw_input_contents (as tritonclient sends them), or,
+    where the tensors carry parameters (shared-memory descriptions, `ClientShm.describe_inputs`), with those
+    parameters and no data; `outputs` are requested with their `output_parameters`."""
     _, service_pb2 = _modules()
     request = service_pb2.ModelInferRequest(model_name=model)
     for key, value in (parameters or {}).items():
         set_parameter(request.parameters[key], value)
+    described = [bool(t.parameters) for t in tensors]
+    if any(described) and not all(described):
+        raise ValueError("every input in shared memory, or none: raw_input_contents has one entry per input")
     for t in tensors:
-        request.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
-        request.raw_input_contents.append(tensor_bytes(t.data, t.datatype))
+        spec = request.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        for key, value in t.parameters.items():
+            set_parameter(spec.parameters[key], value)
+        if not t.parameters:
+            request.raw_input_contents.append(tensor_bytes(t.data, t.datatype))
     for name in outputs:
-        request.outputs.add(name=name)
+        out = request.outputs.add(name=name)
+        for key, value in (output_parameters or {}).get(name, {}).items():
+            set_parameter(out.parameters[key], value)
     return bytes(request.SerializeToString())
+
+
+def register_shm(endpoint: Endpoint, headers: dict[str, str], region: str, key: str, byte_size: int) -> None:
+    """SystemSharedMemoryRegister: LoadGenError with the server's code and reason if it refuses."""
+    _, service_pb2 = _modules()
+    request = service_pb2.SystemSharedMemoryRegisterRequest(name=region, key=key, offset=0, byte_size=byte_size)
+    asyncio.run(_unary(endpoint, "SystemSharedMemoryRegister", request,
+                       service_pb2.SystemSharedMemoryRegisterResponse, headers))
+
+
+def unregister_shm(endpoint: Endpoint, headers: dict[str, str], region: str) -> None:
+    """SystemSharedMemoryUnregister (LoadGenError if it fails)."""
+    _, service_pb2 = _modules()
+    asyncio.run(_unary(endpoint, "SystemSharedMemoryUnregister",
+                       service_pb2.SystemSharedMemoryUnregisterRequest(name=region),
+                       service_pb2.SystemSharedMemoryUnregisterResponse, headers, timeout_s=5.0))
 
 
 async def _unary(endpoint: Endpoint, method: str, request: Any, response_type: Any, headers: dict[str, str],

@@ -162,7 +162,8 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         lines.append(f"stability: a level ends when {config.get('stable_windows', 3)} windows of "
                      f"{config.get('window_s', 2.0):g} s agree within {share:.0%} on throughput and {latency} latency")
     if config.get("protocol") == "grpc":
-        lines.append("transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors in raw_input_contents; "
+        where = "described, in shared memory" if config.get("shared_memory") == "system" else "in raw_input_contents"
+        lines.append(f"transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors {where}; "
                      "a failed call counted under the HTTP status of its code)")
     if config.get("shared_memory") == "system":
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "

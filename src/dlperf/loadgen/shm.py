@@ -28,9 +28,12 @@ DEFAULT_OUTPUT_SIZE = 102400
 class ClientShm:
     """The inputs of every distinct request in one shared-memory object, and one region per output."""
 
-    def __init__(self, endpoint: Endpoint, headers: dict[str, str], output_size: int = DEFAULT_OUTPUT_SIZE) -> None:
+    def __init__(self, endpoint: Endpoint, headers: dict[str, str], output_size: int = DEFAULT_OUTPUT_SIZE,
+                 protocol: str = "http") -> None:
         if output_size < 1:
             raise LoadGenError(f"--output-shared-memory-size must be positive, got {output_size}")
+        self.protocol = protocol
+        """How the regions are registered: http (`/v2/systemsharedmemory`) or grpc (SystemSharedMemory*)."""
         self.endpoint = endpoint
         self.headers = headers
         self.output_size = output_size
@@ -94,21 +97,34 @@ class ClientShm:
         self._chunks = []
 
     def _register(self, region: str, size: int) -> None:
-        body = json.dumps({"key": f"/{region}", "offset": 0, "byte_size": size}).encode()
-        reply = asyncio.run(fetch(self.endpoint, f"/v2/systemsharedmemory/region/{region}/register",
-                                  {**self.headers, "Content-Type": "application/json"}, "POST", body))
-        if reply.status != 200:
-            raise LoadGenError(f"the server at {self.endpoint.authority} refused to register shared memory "
-                               f"({reply.status}: {reply.body[:300].decode('utf-8', 'replace')}); it must run on "
-                               "this host and allow it (dlperf serve --allow-client-shm)")
+        refused = (f"the server at {self.endpoint.authority} refused to register shared memory (%s); it must run "
+                   "on this host and allow it (dlperf serve --allow-client-shm)")
+        if self.protocol == "grpc":
+            from dlperf.loadgen.grpc_client import register_shm
+
+            try:
+                register_shm(self.endpoint, self.headers, region, f"/{region}", size)
+            except LoadGenError as exc:
+                raise LoadGenError(refused % exc) from exc
+        else:
+            body = json.dumps({"key": f"/{region}", "offset": 0, "byte_size": size}).encode()
+            reply = asyncio.run(fetch(self.endpoint, f"/v2/systemsharedmemory/region/{region}/register",
+                                      {**self.headers, "Content-Type": "application/json"}, "POST", body))
+            if reply.status != 200:
+                raise LoadGenError(refused % f"{reply.status}: {reply.body[:300].decode('utf-8', 'replace')}")
         self._registered.append(region)
 
     def close(self) -> None:
         """Unregister what was registered (a server that is gone is no error) and unlink the objects."""
         for region in self._registered:
             with contextlib.suppress(LoadGenError):
-                asyncio.run(fetch(self.endpoint, f"/v2/systemsharedmemory/region/{region}/unregister",
-                                  self.headers, "POST", timeout_s=5.0))
+                if self.protocol == "grpc":
+                    from dlperf.loadgen.grpc_client import unregister_shm
+
+                    unregister_shm(self.endpoint, self.headers, region)
+                else:
+                    asyncio.run(fetch(self.endpoint, f"/v2/systemsharedmemory/region/{region}/unregister",
+                                      self.headers, "POST", timeout_s=5.0))
         self._registered = []
         for obj in self._made:
             obj.close()

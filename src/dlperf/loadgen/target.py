@@ -122,9 +122,6 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     "grpc" sends the same requests over the server's gRPC endpoint (`url` its host:port)."""
     if protocol not in ("http", "grpc"):
         raise ConfigError(f"--protocol must be http or grpc, got '{protocol}'")
-    if protocol == "grpc" and shared_memory != "none":
-        raise ConfigError("--shared-memory goes with --protocol http here: the gRPC load sends its tensors in "
-                          "the requests")
     endpoint = parse_url(url)
     headers = _auth(token)
     grpc_meta = None
@@ -147,7 +144,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
             raise LoadGenError(f"the server at {endpoint.authority} does not take system shared memory (its "
                                "extensions do not list system_shared_memory): start dlperf serve with "
                                "--allow-client-shm, or drop --shared-memory")
-        shm = ClientShm(endpoint, headers, output_shm_size)
+        shm = ClientShm(endpoint, headers, output_shm_size, protocol)
     if grpc_meta is not None:
         meta = grpc_meta
     else:
@@ -263,7 +260,12 @@ def _infer_request(endpoint: Endpoint, model: str, tensors: Sequence[Tensor], he
     if protocol == "grpc":
         from dlperf.loadgen.grpc_client import encode_infer_request
 
-        return encode_infer_request(model, tensors, parameters)
+        if shm is None:
+            return encode_infer_request(model, tensors, parameters)
+        if outputs_in_reply:
+            return encode_infer_request(model, shm.describe_inputs(tensors), parameters)
+        return encode_infer_request(model, shm.describe_inputs(tensors), parameters, outputs,
+                                    {n: shm.output_parameters(n) for n in outputs})
     if shm is not None and not outputs_in_reply:
         body, header_length = encode_request(shm.describe_inputs(tensors), parameters=parameters, outputs=outputs,
                                              output_parameters={n: shm.output_parameters(n) for n in outputs})

@@ -273,6 +273,67 @@ def test_shared_memory_inputs_and_outputs_over_grpc(reference: Any) -> None:
             shm.destroy_shared_memory_region(handle)
 
 
+def test_load_over_grpc_through_shared_memory_checks_replies_and_cleans_up(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import os
+
+    from sklearn.datasets import load_digits
+
+    from dlperf.cli.main import main
+    from dlperf.loadgen.target import oip_target
+
+    def leftovers() -> list[str]:
+        return [n for n in os.listdir("/dev/shm") if n.startswith(f"dlperf_load_{os.getpid()}_")]
+
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, allow_client_shm=True)
+    with start_in_thread(config) as running:
+        assert running.grpc_url is not None
+        c = _client(running)
+        # the requests carry descriptions only: no raw contents, the inputs and outputs named by region
+        target = oip_target(running.grpc_url, "mlp", batch_size=4, protocol="grpc", shared_memory="system")
+        try:
+            request = service_pb2.ModelInferRequest.FromString(target.raw_request)
+            assert len(request.raw_input_contents) == 0 and len(target.raw_request) < 4 * 64 * 4
+            assert request.inputs[0].parameters["shared_memory_region"].string_param.endswith("_in")
+            assert request.outputs[0].parameters["shared_memory_byte_size"].int64_param == 102400
+            assert len(c.get_system_shared_memory_status(as_json=True)["regions"]) == 2  # input, output
+        finally:
+            target.close()
+        assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {} and leftovers() == []
+        common = ["load", running.grpc_url, "--model", "mlp", "-i", "grpc", "--shared-memory", "system",
+                  "--duration", "10s", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
+                  str(tmp_path / "r.db")]
+        before = server_metrics(running).success_total
+        assert main([*common, "--concurrency", "1,4", "--requests", "40", "--batch-size", "2"]) == 0
+        levels = json.loads(capsys.readouterr().out)["levels"]
+        assert all(lv["errors"] == 0 and lv["requests_ok"] > 0 for lv in levels)
+        wait_until(lambda: server_metrics(running).success_total - before >= sum(lv["requests_ok"] for lv in levels),
+                   what="the server to count the load's requests")
+        assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {} and leftovers() == []
+        # validation data: the inputs still in shared memory, the outputs in the reply, each one checked
+        x = load_digits().data[:6].astype(np.float32)
+        expected = c.infer("mlp", [_input(x)]).as_numpy("logits")
+        data = tmp_path / "digits.json"
+        data.write_text(json.dumps({"data": [{"x": row.tolist()} for row in x],
+                                    "validation_data": [{"logits": row.tolist()} for row in expected]}))
+        assert main([*common, "--input-data", str(data), "--concurrency", "2", "--requests", "30"]) == 0
+        level = json.loads(capsys.readouterr().out)["levels"][0]
+        assert level["errors"] == 0 and level["statuses"] == {"200": level["requests_ok"]}
+        wrong = tmp_path / "wrong.json"
+        wrong.write_text(json.dumps({"data": [{"x": x[0].tolist()}], "validation_data": [{"logits": [0.0] * 10}]}))
+        assert main([*common, "--input-data", str(wrong)]) == 2
+        assert "did not match its validation data" in capsys.readouterr().err
+        # an output region too small: the test request says so, before any load, and nothing is left behind
+        assert main([*common, "--output-shared-memory-size", "8"]) == 2
+        assert "too small for the result" in capsys.readouterr().err
+        assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {} and leftovers() == []
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=0)) as plain:  # no --allow-client-shm
+        assert plain.grpc_url is not None
+        assert main(["load", plain.grpc_url, "--model", "mlp", "-i", "grpc", "--shared-memory", "system"]) == 2
+        assert "start dlperf serve with --allow-client-shm" in capsys.readouterr().err
+
+
 def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused() -> None:
     from dlperf.errors import ConfigError
 
