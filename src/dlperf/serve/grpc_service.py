@@ -4,6 +4,8 @@ as an HTTP one does. The messages are those tritonclient ships (docs/serve.md, *
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -23,7 +25,7 @@ from dlperf.serve.protocol import (
     shm_span,
     tensor_bytes,
 )
-from dlperf.serve.service import ROUTING_HEADER, Failed, ServerState
+from dlperf.serve.service import ROUTING_HEADER, Answered, Failed, ServerState
 
 CONTENTS_FIELDS = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -31,6 +33,8 @@ CONTENTS_FIELDS = {
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
 """Where a datatype's elements go in `InferTensorContents` (FP16 and BF16 have no field: raw bytes only)."""
+
+log = logging.getLogger("dlperf.serve")
 
 STATUS_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED",
                 415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -152,13 +156,14 @@ def create_servicer(state: ServerState) -> Any:
         stats = state.stats(request.name or None, request.version or None)
         return json_format.ParseDict(stats, service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
-    async def model_infer(request: Any, context: Any) -> Any:
+    async def answer(request: Any, metadata: Mapping[str, str]) -> tuple[Any, Answered, int]:
+        """Run one ModelInferRequest: its reply, its outcome (`record` it once the reply is delivered) and the
+        request's time in the server; or ProtocolError with the HTTP status of why not (counted already)."""
         start_ns = time.monotonic_ns()
-        metadata = _metadata(context)
         entry, variant = state.pick_variant(request.model_name, request.model_version, metadata)
         if state.draining:
             variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
-            await fail(context, 503, "server is shutting down: send the request to another replica")
+            raise ProtocolError("server is shutting down: send the request to another replica", 503)
         state.in_flight += 1
         state.received += 1
         try:
@@ -171,8 +176,7 @@ def create_servicer(state: ServerState) -> Any:
         finally:
             state.in_flight -= 1
         if isinstance(outcome, Failed):
-            await fail(context, outcome.status, outcome.message)
-            raise AssertionError("unreachable: abort raises")
+            raise ProtocolError(outcome.message, outcome.status)
         reply = service_pb2.ModelInferResponse(model_name=entry.name, model_version=outcome.variant.model.version,
                                                id=request.id)
         for tensor in outcome.tensors:
@@ -181,7 +185,10 @@ def create_servicer(state: ServerState) -> Any:
                 set_parameter(out.parameters[key], value)
             # in shared memory: an empty entry keeps each output's raw contents at its own index
             reply.raw_output_contents.append(b"" if tensor.parameters else tensor_bytes(tensor.data, tensor.datatype))
-        request_ns = time.monotonic_ns() - start_ns
+        return reply, outcome, time.monotonic_ns() - start_ns
+
+    async def model_infer(request: Any, context: Any) -> Any:
+        reply, outcome, request_ns = await answer(request, _metadata(context))
 
         def finished(ctx: Any) -> None:
             # counted once the call is over, as HTTP counts once the reply is written: a call the client cancels
@@ -193,6 +200,63 @@ def create_servicer(state: ServerState) -> Any:
 
         context.add_done_callback(finished)
         return reply
+
+    async def model_stream_infer(requests: Any, context: Any) -> None:
+        """Triton's ModelStreamInfer for models with one response per request: every request of the stream runs
+        as it arrives (so a stream's requests batch together, with each other and with unary ones), and its
+        response is written as soon as it is ready, in the order they finish, with the request's id; a
+        request that fails answers `error_message` and the stream goes on."""
+        metadata = _metadata(context)
+        ready: asyncio.Queue[tuple[Any, tuple[Answered, int] | None] | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(request: Any) -> None:
+            try:
+                reply, outcome, request_ns = await answer(request, metadata)
+            except ProtocolError as exc:
+                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=str(exc)), None))
+                return
+            except Exception as exc:  # a bug: said in the stream, which goes on, and logged, as a unary call's is
+                log.exception("a ModelStreamInfer request to model '%s' failed", request.model_name)
+                message = f"internal server error: {type(exc).__name__}: {exc}"
+                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=message), None))
+                return
+            ready.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=reply), (outcome, request_ns)))
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    task = asyncio.ensure_future(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                while running:  # the client has sent all: answer what is in flight, then end the stream
+                    await asyncio.wait(set(running))
+            finally:
+                ready.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await ready.get()) is not None:
+                message, done = item
+                try:
+                    await context.write(message)
+                except BaseException:
+                    if done is not None:
+                        done[0].variant.recorder.failure("CANCELED", done[1])
+                    raise
+                if done is not None:
+                    done[0].record(done[1])
+            await reader  # its error, if reading the stream failed
+        finally:
+            # the stream ended early (the client cancelled or went away): requests still queued leave the queue
+            # (CANCELED in `execute`), answers not yet written are CANCELED too
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+            while not ready.empty():
+                left = ready.get_nowait()
+                if left is not None and left[1] is not None:
+                    left[1][0].variant.recorder.failure("CANCELED", left[1][1])
 
     async def shm_status(request: Any, context: Any) -> Any:
         reply = service_pb2.SystemSharedMemoryStatusResponse()
@@ -211,8 +275,8 @@ def create_servicer(state: ServerState) -> Any:
         return service_pb2.SystemSharedMemoryUnregisterResponse()
 
     class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
-        """What is not here (streaming infer, the repository, CUDA shared memory, trace and log settings)
-        answers UNIMPLEMENTED, as a Triton built without it does."""
+        """What is not here (the repository, CUDA shared memory, trace and log settings) answers UNIMPLEMENTED,
+        as a Triton built without it does."""
 
         ServerLive = checked(server_live, public=True)
         ServerReady = checked(server_ready, public=True)
@@ -222,6 +286,7 @@ def create_servicer(state: ServerState) -> Any:
         ModelConfig = checked(model_config)
         ModelStatistics = checked(model_statistics)
         ModelInfer = checked(model_infer)
+        ModelStreamInfer = checked(model_stream_infer)
         SystemSharedMemoryStatus = checked(shm_status)
         SystemSharedMemoryRegister = checked(shm_register)
         SystemSharedMemoryUnregister = checked(shm_unregister)

@@ -147,6 +147,60 @@ def test_concurrent_distinct_requests_are_batched_routed_back_and_counted(server
     assert m.inference_count_total - metrics_before.inference_count_total == items
 
 
+def test_a_stream_of_requests_is_batched_answered_by_id_and_a_bad_one_does_not_end_it(server: Running,
+                                                                                       reference: Any) -> None:
+    c = _client(server)
+    before = c.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
+    metrics_before = server_metrics(server)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    rng = np.random.default_rng(5)
+    xs = {str(i): rng.standard_normal((1 + i % 2, 64)).astype(np.float32) for i in range(12)}
+    c.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i, (rid, x) in enumerate(xs.items()):
+            c.async_stream_infer("mlp", [_input(x)], request_id=rid)
+            if i == 5:  # a bad request in the middle: answered with an error, and the stream goes on
+                c.async_stream_infer("mlp", [_input(np.zeros((1, 63), np.float32))], request_id="bad")
+        got = [answers.get(timeout=60) for _ in range(len(xs) + 1)]
+    finally:
+        c.stop_stream()
+    errors = [e for _, e in got if e is not None]
+    assert len(errors) == 1 and "shape" in errors[0].message()
+    for result, error in got:
+        if error is None:
+            rid = result.get_response().id
+            np.testing.assert_allclose(result.as_numpy("logits"), reference(xs[rid]), rtol=1e-5, atol=1e-6)
+    assert sorted(r.get_response().id for r, e in got if e is None) == sorted(xs)
+    after = c.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
+    items = int(after["inference_count"]) - int(before.get("inference_count", 0))
+    executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+    assert items == sum(x.shape[0] for x in xs.values()) and executions < len(xs)  # a stream's requests batch
+    wait_until(lambda: server_metrics(server).success_total - metrics_before.success_total == len(xs),
+               what="the stream's successes counted")
+    m = server_metrics(server)
+    assert m.failure_total["INVALID"] - metrics_before.failure_total["INVALID"] == 1
+
+
+def test_a_cancelled_stream_cancels_its_requests() -> None:
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_delay_s=0.0)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        c.async_stream_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))])
+        assert gate.wait_entered()  # the first is in the model
+        c.async_stream_infer("gated", [_input(np.full((1, 4), 2.0, np.float32))])
+        wait_until(lambda: server_metrics(running).pending_requests == 1, what="the second queued")
+        c.stop_stream(cancel_requests=True)
+        wait_until(lambda: server_metrics(running).failure_total["CANCELED"] == 2, what="both canceled")
+        assert server_metrics(running).pending_requests == 0
+        gate.open.set()
+        assert float(c.infer("gated", [_input(np.full((1, 4), 3.0, np.float32))]).as_numpy("y")[0, 0]) == 6.0
+        assert [f[0] for f in gate.firsts] == [1.0, 3.0]  # the queued one never ran
+        wait_until(lambda: server_metrics(running).success_total == 1, what="the unary call counted")
+        assert server_metrics(running).requests_total == 3
+
+
 def test_a_full_queue_is_unavailable_at_once_and_counted_as_rejected() -> None:
     config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_size=1)
     with gated_server(config) as (running, gate):
