@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", "-i", choices=["http", "grpc"], default="http",
                         help="grpc: send the requests to the server's gRPC endpoint (URL its host:port, e.g. dlperf "
                              "serve --grpc-port or Triton's 8001; perf_analyzer's -i; default http)")
+    parser.add_argument("--streaming", action="store_true",
+                        help="with --protocol grpc: send the requests on ModelStreamInfer streams, one per "
+                             "connection, instead of unary ModelInfer calls (perf_analyzer's option)")
     parser.add_argument("--shared-memory", choices=["none", "system"], default="none",
                         help="system: put the inputs (and outputs) in POSIX shared memory registered with the server, "
                              "so requests carry only tensor descriptions (perf_analyzer's option; the server must "
@@ -234,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
         from dlperf.loadgen.client import parse_url
 
         parse_url(args.metrics_url)  # a URL it cannot read is refused before any load
+    if args.streaming and args.protocol != "grpc":
+        raise ConfigError("--streaming sends gRPC streams (ModelStreamInfer): add --protocol grpc (-i grpc)")
     if args.shared_memory == "none" and args.output_shared_memory_size != 102400:
         raise ConfigError("--output-shared-memory-size goes with --shared-memory system: add it")
     if args.find_peak and args.concurrency:
@@ -276,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
                         input_data=args.input_data, string_length=args.string_length,
                         string_data=args.string_data, rtol=args.rtol, atol=args.atol,
                         shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size,
-                        protocol=args.protocol)
+                        protocol=args.protocol, streaming=args.streaming)
     try:
         return _measure(args, config, target, slo)
     finally:
@@ -311,7 +316,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                                 "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "priority": args.priority,
                                 "request_intervals": args.request_intervals, "shared_memory": args.shared_memory,
-                                "protocol": args.protocol,
+                                "protocol": args.protocol, "streaming": args.streaming,
                                 "duration_fitted": args.find_peak and args.duration is None}
     if not args.json:
         for line in setup_lines(settings):

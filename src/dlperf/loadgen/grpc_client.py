@@ -80,6 +80,58 @@ class GrpcConnection:
             await channel.close()
 
 
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class GrpcStreamConnection:
+    """One gRPC channel with one ModelStreamInfer stream (perf_analyzer's --streaming); `send(raw)` writes a
+    serialized ModelInferRequest on it and reads the next response: status 200 and the serialized
+    ModelInferResponse, or 500 and the `error_message` (a stream's errors carry no code). One request is
+    in flight per stream; after a timeout the stream is closed, so a late response is never read as the next
+    request's."""
+
+    def __init__(self, endpoint: Endpoint, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.metadata = metadata_of(headers or {})
+        self.send_ns = 0
+        self.recv_ns = 0
+        self._channel: Any = None
+        self._stream: Any = None
+
+    async def send(self, raw: bytes) -> Reply:
+        grpc, service_pb2 = _modules()
+        if self._stream is None:
+            self._channel = _channel(self.endpoint)
+            self._stream = self._channel.stream_stream(STREAM_METHOD)(metadata=self.metadata or None)
+        try:
+            await self._stream.write(raw)
+            body = await asyncio.wait_for(self._stream.read(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from None
+        except grpc.aio.AioRpcError as exc:
+            code, details = exc.code(), exc.details() or ""
+            if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
+                raise ConnectionError(details) from exc
+            await self.close()  # the stream is over: the next send opens another
+            return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
+        if body is grpc.aio.EOF:
+            await self.close()
+            raise ConnectionError("the server ended the stream")
+        response = service_pb2.ModelStreamInferResponse.FromString(body)
+        if response.error_message:
+            return Reply(500, {}, error_body(response.error_message))
+        return Reply(200, {}, response.infer_response.SerializeToString())
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+
 def decode_reply(body: bytes) -> list[Tensor]:
     """The output tensors of a serialized ModelInferResponse, from its raw_output_contents (as dlperf and
     Triton send them); ProtocolError for an output without its entry there."""

@@ -163,8 +163,12 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
                      f"{config.get('window_s', 2.0):g} s agree within {share:.0%} on throughput and {latency} latency")
     if config.get("protocol") == "grpc":
         where = "described, in shared memory" if config.get("shared_memory") == "system" else "in raw_input_contents"
-        lines.append(f"transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors {where}; "
-                     "a failed call counted under the HTTP status of its code)")
+        if config.get("streaming"):
+            lines.append(f"transport: gRPC streams (inference.GRPCInferenceService/ModelStreamInfer, one stream per "
+                         f"connection, tensors {where}; a stream's error_message carries no code: counted as 500)")
+        else:
+            lines.append(f"transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors {where}; "
+                         "a failed call counted under the HTTP status of its code)")
     if config.get("shared_memory") == "system":
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
                      "server, the outputs written to regions of their own; requests carry descriptions only)")

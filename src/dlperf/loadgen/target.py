@@ -5,6 +5,7 @@ real input data (`loadgen.inputs`), and checked with one test request before any
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,12 +52,16 @@ class Target:
     """The shared memory the requests' tensors are in (--shared-memory system); `close()` releases it."""
     protocol: str = "http"
     """http: the requests are raw HTTP requests; grpc: serialized ModelInferRequests (`loadgen.grpc_client`)."""
+    streaming: bool = False
+    """grpc: send on ModelStreamInfer streams (one per connection) instead of unary calls."""
 
     def connect(self, timeout_s: float = 60.0) -> Sender:
         """A new connection to send this target's requests on (not connected until its first send)."""
         if self.protocol == "grpc":
-            from dlperf.loadgen.grpc_client import GrpcConnection
+            from dlperf.loadgen.grpc_client import GrpcConnection, GrpcStreamConnection
 
+            if self.streaming:
+                return GrpcStreamConnection(self.endpoint, timeout_s, self.headers)
             return GrpcConnection(self.endpoint, timeout_s, self.headers)
         return Connection(self.endpoint, timeout_s)
 
@@ -110,7 +115,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                input_data: Sequence[str] = (), string_length: int | None = None,
                string_data: str | None = None, rtol: float | None = None, atol: float | None = None,
                shared_memory: str = "none", output_shm_size: int = DEFAULT_OUTPUT_SIZE,
-               protocol: str = "http") -> Target:
+               protocol: str = "http", streaming: bool = False) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
     (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
@@ -119,9 +124,12 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data.
     `shared_memory` "system" puts the inputs (and, without validation data, the outputs) in shared memory
     registered with the server (`loadgen.shm`); call the target's `close()` when done with it. `protocol`
-    "grpc" sends the same requests over the server's gRPC endpoint (`url` its host:port)."""
+    "grpc" sends the same requests over the server's gRPC endpoint (`url` its host:port), with `streaming` on
+    ModelStreamInfer streams (the test request goes as a unary call)."""
     if protocol not in ("http", "grpc"):
         raise ConfigError(f"--protocol must be http or grpc, got '{protocol}'")
+    if streaming and protocol != "grpc":
+        raise ConfigError("--streaming sends gRPC streams (ModelStreamInfer): add --protocol grpc (-i grpc)")
     endpoint = parse_url(url)
     headers = _auth(token)
     grpc_meta = None
@@ -161,9 +169,10 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     strings = _string_options(model, ins, string_length, string_data, given=source)
     tolerance = _tolerance(rtol, atol, validates=data is not None and data.validates)
     if data is not None:  # None: random tensors, as without --input-data
-        return _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
-                            parameters=parameters, check=check, tolerance=tolerance, shm=shm,
-                            outputs=[o.name for o in outs], protocol=protocol)
+        target = _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
+                              parameters=parameters, check=check, tolerance=tolerance, shm=shm,
+                              outputs=[o.name for o in outs], protocol=protocol)
+        return dataclasses.replace(target, streaming=streaming)
     if inputs is not None and len(inputs) != len(ins):
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
@@ -198,7 +207,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                          protocol=protocol)
     target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm, protocol=protocol)
     _ready(target, check)
-    return target
+    return dataclasses.replace(target, streaming=streaming)
 
 
 def _ready(target: Target, check: bool) -> None:

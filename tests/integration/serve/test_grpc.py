@@ -425,6 +425,56 @@ def test_load_over_grpc_measures_levels_with_the_server_s_statistics(server: Run
     assert Store(store).get(out["run_id"]).config["protocol"] == "grpc"
 
 
+def test_load_over_grpc_streams_checks_replies_and_counts_a_stream_s_errors(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+    import json
+
+    from dlperf.cli.main import main
+    from dlperf.loadgen.target import oip_target
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"data": [{"x": [1, 2, 3, 4]}, {"x": [0, 0, 0, 1]}],
+                                "validation_data": [{"y": [2, 4, 6, 8]}, {"y": [0, 0, 0, 2]}]}))
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_size=1)
+    with gated_server(config) as (running, gate):
+        gate.open.set()
+        assert running.grpc_url is not None
+        common = ["load", running.grpc_url, "--model", "gated", "-i", "grpc", "--streaming", "--duration", "10s",
+                  "--window-s", "0.5", "--warmup-s", "0.1", "--store", str(tmp_path / "runs.db")]
+        before = server_metrics(running).success_total
+        assert main([*common, "--input-data", str(good), "--requests", "30", "--concurrency", "1,2"]) == 0
+        out = capsys.readouterr().out
+        assert "transport: gRPC streams (inference.GRPCInferenceService/ModelStreamInfer" in out
+        # every request went on a stream: the server counted them (as successes, once written)
+        stats = _client(running).get_inference_statistics("gated", as_json=True)["model_stats"][0]
+        assert int(stats["inference_count"]) >= 30
+        wait_until(lambda: server_metrics(running).success_total - before >= 30, what="the stream requests counted")
+        # a full queue under a held model: on a stream the refusal is an error_message, read as a 500 whose body
+        # says why, and the stream goes on
+        target = oip_target(running.grpc_url, "gated", protocol="grpc", streaming=True)
+        gate.open.clear()
+
+        async def four() -> list[Any]:
+            conns = [target.connect(30) for _ in range(4)]
+            first = asyncio.ensure_future(conns[0].send(target.raw_request))
+            await asyncio.to_thread(gate.wait_entered)
+            second = asyncio.ensure_future(conns[1].send(target.raw_request))
+            await asyncio.to_thread(wait_until, lambda: server_metrics(running).pending_requests == 1)
+            refused = [await c.send(target.raw_request) for c in conns[2:]]
+            gate.open.set()
+            replies = [await first, await second, *refused, await conns[2].send(target.raw_request)]
+            for c in conns:
+                await c.close()
+            return replies
+
+        replies = asyncio.run(four())
+        assert [r.status for r in replies] == [200, 200, 500, 500, 200]
+        assert b"Exceeds maximum queue size" in replies[2].body
+    assert main(["load", "127.0.0.1:1", "--model", "m", "--streaming"]) == 2
+    assert "--streaming sends gRPC streams (ModelStreamInfer): add --protocol grpc" in capsys.readouterr().err
+
+
 def test_load_over_grpc_checks_replies_and_counts_failures_by_status(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     import json
