@@ -276,6 +276,31 @@ def test_shutdown_drains_an_in_flight_grpc_request() -> None:
         assert not stopper.is_alive()
 
 
+def test_shutdown_answers_a_stream_s_in_flight_request_and_refuses_its_new_ones() -> None:
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, exit_timeout_s=30)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            c.async_stream_infer("gated", [_input(np.full((1, 4), 5.0, np.float32))], request_id="held")
+            assert gate.wait_entered()
+            stopper = threading.Thread(target=running.stop)
+            stopper.start()
+            wait_until(lambda: running.state.draining, what="draining")
+            c.async_stream_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))], request_id="late")
+            result, error = answers.get(timeout=30)  # the late one is refused on the stream at once
+            assert result is None and "shutting down" in error.message()
+            gate.open.set()
+            result, error = answers.get(timeout=30)
+            assert error is None and result.get_response().id == "held"
+            assert float(result.as_numpy("y")[0, 0]) == 10.0
+            stopper.join(30)
+            assert not stopper.is_alive()
+        finally:
+            c.stop_stream()
+
+
 def test_token_protects_all_but_health_and_a_large_message_is_refused() -> None:
     config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, token="s3cret", max_request_bytes=64 * 1024)
     with start_in_thread(config) as running:
