@@ -257,6 +257,21 @@ def test_expire_fails_a_still_queued_request_once_and_leaves_a_taken_one_alone()
     assert done == [queued] and taken.error is None
 
 
+def test_withdraw_takes_a_queued_request_out_unanswered_and_leaves_a_taken_one_alone() -> None:
+    done: list[Work] = []
+    b = Batcher(BatchPolicy(1, 0.0))
+    taken, queued, last = _work(), _work(), _work()
+    for w in (taken, queued, last):
+        w.on_done = done.append
+        b.submit(w)
+    assert b.next_batch() == [taken]
+    assert b.withdraw(queued) is True
+    assert done == [] and queued.error is None  # no answer: whoever withdraws it answers, if anyone
+    assert b.pending_count == 1 and b.in_system == 2  # `last` queued, `taken` running
+    assert b.withdraw(queued) is False and b.withdraw(taken) is False
+    assert b.next_batch() == [last]  # the queue goes on without it
+
+
 def test_next_batch_fails_expired_requests_through_their_callbacks() -> None:
     now = [10 * MS]
     done: list[Work] = []
