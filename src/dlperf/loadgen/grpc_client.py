@@ -43,11 +43,8 @@ def _channel(endpoint: Endpoint) -> Any:
                                                                   ("grpc.max_send_message_length", -1)])
 
 
-class GrpcConnection:
-    """One gRPC channel; `send(raw)` sends a serialized ModelInferRequest and returns a Reply: status 200 and
-    the serialized ModelInferResponse, or the HTTP status of the call's gRPC code and an `{"error"}` body.
-    A channel that cannot connect raises ConnectionError, a call past `timeout_s` asyncio.TimeoutError, as
-    the HTTP connection does. Client send and receive times are not separable here: both stay 0."""
+class _GrpcSender:
+    """What both gRPC senders share: the channel, the call metadata, and a failed call as a Reply."""
 
     def __init__(self, endpoint: Endpoint, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> None:
         self.endpoint = endpoint
@@ -55,24 +52,24 @@ class GrpcConnection:
         self.metadata = metadata_of(headers or {})
         self.send_ns = 0
         self.recv_ns = 0
+        """Client send and receive times are not separable in grpcio: both stay 0."""
         self._channel: Any = None
-        self._call: Any = None
 
-    async def send(self, raw: bytes) -> Reply:
-        grpc, _ = _modules()
+    def _open(self) -> Any:
         if self._channel is None:
             self._channel = _channel(self.endpoint)
-            self._call = self._channel.unary_unary(INFER_METHOD)  # no (de)serializers: bytes both ways
-        try:
-            body = await self._call(raw, timeout=self.timeout_s, metadata=self.metadata or None)
-        except grpc.aio.AioRpcError as exc:
-            code, details = exc.code(), exc.details() or ""
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from exc
-            if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
-                raise ConnectionError(details) from exc
-            return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
-        return Reply(200, {}, body)
+        return self._channel
+
+    def _failed(self, exc: Any) -> Reply:
+        """A failed call's Reply (the HTTP status of its code, its details as the error); ConnectionError when
+        the channel could not connect, asyncio.TimeoutError past the deadline, as the HTTP connection raises."""
+        grpc, _ = _modules()
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from exc
+        if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
+            raise ConnectionError(details) from exc
+        return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
@@ -80,41 +77,47 @@ class GrpcConnection:
             await channel.close()
 
 
+class GrpcConnection(_GrpcSender):
+    """One gRPC channel; `send(raw)` sends a serialized ModelInferRequest and returns a Reply: status 200 and
+    the serialized ModelInferResponse, or the HTTP status of the call's gRPC code and an `{"error"}` body."""
+
+    _call: Any = None
+
+    async def send(self, raw: bytes) -> Reply:
+        grpc, _ = _modules()
+        if self._channel is None:
+            self._call = self._open().unary_unary(INFER_METHOD)  # no (de)serializers: bytes both ways
+        try:
+            body = await self._call(raw, timeout=self.timeout_s, metadata=self.metadata or None)
+        except grpc.aio.AioRpcError as exc:
+            return self._failed(exc)
+        return Reply(200, {}, body)
+
+
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 
-class GrpcStreamConnection:
+class GrpcStreamConnection(_GrpcSender):
     """One gRPC channel with one ModelStreamInfer stream (perf_analyzer's --streaming); `send(raw)` writes a
     serialized ModelInferRequest on it and reads the next response: status 200 and the serialized
     ModelInferResponse, or 500 and the `error_message` (a stream's errors carry no code). One request is
     in flight per stream; after a timeout the stream is closed, so a late response is never read as the next
     request's."""
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> None:
-        self.endpoint = endpoint
-        self.timeout_s = timeout_s
-        self.metadata = metadata_of(headers or {})
-        self.send_ns = 0
-        self.recv_ns = 0
-        self._channel: Any = None
-        self._stream: Any = None
+    _stream: Any = None
 
     async def send(self, raw: bytes) -> Reply:
         grpc, service_pb2 = _modules()
         if self._stream is None:
-            self._channel = _channel(self.endpoint)
-            self._stream = self._channel.stream_stream(STREAM_METHOD)(metadata=self.metadata or None)
+            self._stream = self._open().stream_stream(STREAM_METHOD)(metadata=self.metadata or None)
         try:
             await self._stream.write(raw)
             body = await asyncio.wait_for(self._stream.read(), self.timeout_s)
         except asyncio.TimeoutError:
             raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from None
         except grpc.aio.AioRpcError as exc:
-            code, details = exc.code(), exc.details() or ""
-            if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
-                raise ConnectionError(details) from exc
             await self.close()  # the stream is over: the next send opens another
-            return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
+            return self._failed(exc)
         if body is grpc.aio.EOF:
             await self.close()
             raise ConnectionError("the server ended the stream")
@@ -127,9 +130,7 @@ class GrpcStreamConnection:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.cancel()
-        channel, self._channel = self._channel, None
-        if channel is not None:
-            await channel.close()
+        await super().close()
 
 
 def decode_reply(body: bytes) -> list[Tensor]:
