@@ -50,8 +50,8 @@ def _http_protocol(max_request_bytes: int) -> Any:
     class InferBodyProtocol(HttpToolsProtocol):
         into: BodyBuffer | None = None
         watch: ClientWatch | None = None
-        """The latest request's (once its reply is complete, the watch no longer says gone, so losing the
-        connection then withdraws nothing)."""
+        """The latest request's (kept after its reply; its `on_gone` is cleared once the request has left the
+        queue, so losing the connection later withdraws nothing)."""
 
         def connection_lost(self, exc: Exception | None) -> None:
             watch, self.watch = self.watch, None
