@@ -479,7 +479,7 @@ def test_load_over_grpc_streams_checks_replies_and_counts_a_stream_s_errors(tmp_
         # a full queue under a held model: on a stream the refusal is an error_message, read as a 500 whose body
         # says why, and the stream goes on
         target = oip_target(running.grpc_url, "gated", protocol="grpc", streaming=True)
-        gate.open.clear()
+        gate.arm()  # closed, and the load's passes through `entered` forgotten
 
         async def four() -> list[Any]:
             conns = [target.connect(30) for _ in range(4)]
