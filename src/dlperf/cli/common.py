@@ -84,7 +84,6 @@ def require_positive(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be positive, got {value}")
 
 
-
 def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) -> None:
     """Run this process under `args.allocator`'s choice, restarting the command with the library preloaded if
     needed (call it before the model is loaded). Without the option, or with 'auto' where the command cannot

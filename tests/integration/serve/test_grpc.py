@@ -53,6 +53,13 @@ def _client(running: Running) -> Any:
     return grpcclient.InferenceServerClient(running.grpc_url)
 
 
+def _open_stream(c: Any) -> queue.Queue[tuple[Any, Any]]:
+    """Start `c`'s ModelStreamInfer stream; its (result, error) pairs arrive on the queue returned."""
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    c.start_stream(callback=lambda result, error: answers.put((result, error)))
+    return answers
+
+
 def _input(x: np.ndarray, name: str = "x", datatype: str = "FP32") -> Any:
     inp = grpcclient.InferInput(name, list(x.shape), datatype)
     inp.set_data_from_numpy(x)
@@ -152,10 +159,9 @@ def test_a_stream_of_requests_is_batched_answered_by_id_and_a_bad_one_does_not_e
     c = _client(server)
     before = c.get_inference_statistics("mlp", as_json=True)["model_stats"][0]
     metrics_before = server_metrics(server)
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     rng = np.random.default_rng(5)
     xs = {str(i): rng.standard_normal((1 + i % 2, 64)).astype(np.float32) for i in range(12)}
-    c.start_stream(callback=lambda result, error: answers.put((result, error)))
+    answers = _open_stream(c)
     try:
         for i, (rid, x) in enumerate(xs.items()):
             c.async_stream_infer("mlp", [_input(x)], request_id=rid)
@@ -185,8 +191,7 @@ def test_a_cancelled_stream_cancels_its_requests() -> None:
     config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_delay_s=0.0)
     with gated_server(config) as (running, gate):
         c = _client(running)
-        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        _open_stream(c)  # the answers of a cancelled stream are not waited for
         c.async_stream_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))])
         assert gate.wait_entered()  # the first is in the model
         c.async_stream_infer("gated", [_input(np.full((1, 4), 2.0, np.float32))])
@@ -281,8 +286,7 @@ def test_shutdown_answers_a_stream_s_in_flight_request_and_refuses_its_new_ones(
     config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, exit_timeout_s=30)
     with gated_server(config) as (running, gate):
         c = _client(running)
-        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        c.start_stream(callback=lambda result, error: answers.put((result, error)))
+        answers = _open_stream(c)
         try:
             c.async_stream_infer("gated", [_input(np.full((1, 4), 5.0, np.float32))], request_id="held")
             assert gate.wait_entered()
