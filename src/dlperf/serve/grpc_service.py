@@ -205,10 +205,13 @@ def create_servicer(state: ServerState) -> Any:
         """Triton's ModelStreamInfer for models with one response per request: every request of the stream runs
         as it arrives (so a stream's requests batch together, with each other and with unary ones), and its
         response is written as soon as it is ready, in the order they finish, with the request's id; a
-        request that fails answers `error_message` and the stream goes on."""
+        request that fails answers `error_message` and the stream goes on. At most `grpc_stream_window`
+        requests of the stream are in the server, running or answered and not yet written: past that the stream
+        is not read until an answer has been written."""
         metadata = _metadata(context)
         ready: asyncio.Queue[tuple[Any, tuple[Answered, int] | None] | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        window = asyncio.Semaphore(state.config.grpc_stream_window)  # taken per request read, back once written
 
         async def one(request: Any) -> None:
             try:
@@ -225,7 +228,13 @@ def create_servicer(state: ServerState) -> Any:
 
         async def read() -> None:
             try:
-                async for request in requests:
+                incoming = requests.__aiter__()
+                while True:
+                    await window.acquire()  # the next request is read only when the stream has room for it
+                    try:
+                        request = await incoming.__anext__()
+                    except StopAsyncIteration:
+                        break
                     task = asyncio.ensure_future(one(request))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -244,6 +253,7 @@ def create_servicer(state: ServerState) -> Any:
                     if done is not None:
                         done[0].variant.recorder.failure("CANCELED", done[1])
                     raise
+                window.release()
                 if done is not None:
                     done[0].record(done[1])
             await reader  # its error, if reading the stream failed

@@ -58,6 +58,10 @@ class ServeConfig:
     port: int = 8000
     grpc_port: int | None = None
     """Also serve the Open Inference Protocol over gRPC on this port (`serve.grpc_service`); None: HTTP only."""
+    grpc_stream_window: int = 1024
+    """At most this many requests of one ModelStreamInfer stream are in the server at a time, running or answered
+    but not yet written; past it the server stops reading the stream until an answer is written (so a client that
+    sends faster than it reads is held back by HTTP/2 flow control instead of filling the server's memory)."""
     max_batch_size: int = 32
     max_queue_delay_s: float = 0.005
     adaptive_wait: bool = True
@@ -104,6 +108,8 @@ class ServeConfig:
             raise ConfigError(f"--port must be in 0-65535, got {self.port}")
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"--grpc-port must be in 0-65535, got {self.grpc_port}")
+        if self.grpc_stream_window < 1:
+            raise ConfigError(f"--grpc-stream-window must be at least 1, got {self.grpc_stream_window}")
         if self.grpc_port is not None and self.grpc_port == self.port != 0:
             raise ConfigError(f"--grpc-port {self.grpc_port} is also --port: give gRPC a port of its own (Triton: "
                               "8001 beside HTTP's 8000)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,32 @@ def test_a_cancelled_stream_cancels_its_requests() -> None:
         assert [f[0] for f in gate.firsts] == [1.0, 3.0]  # the queued one never ran
         wait_until(lambda: server_metrics(running).success_total == 1, what="the unary call counted")
         assert server_metrics(running).requests_total == 3
+
+
+def test_a_stream_is_read_no_further_than_its_window() -> None:
+    """With a window of 2, a stream whose first request is held in the model and second queued is not read on:
+    its other requests stay with the client until answers go out, then all are answered."""
+    config = ServeConfig(model="gated", port=0, grpc_port=0, max_batch_size=1, max_queue_delay_s=0.0,
+                         grpc_stream_window=2)
+    with gated_server(config) as (running, gate):
+        c = _client(running)
+        answers = _open_stream(c)
+        try:
+            for i in range(5):
+                c.async_stream_infer("gated", [_input(np.full((1, 4), float(i + 1), np.float32))], request_id=str(i))
+            assert gate.wait_entered()  # the first is in the model
+            wait_until(lambda: server_metrics(running).pending_requests >= 1, what="the second queued")
+            time.sleep(0.5)  # room for the server to read a third, which it must not
+            assert (running.state.received, server_metrics(running).pending_requests) == (2, 1)
+            gate.open.set()
+            got = [answers.get(timeout=30) for _ in range(5)]
+        finally:
+            gate.open.set()  # (a failed check above) before the stream is closed, which waits for its answers
+            c.stop_stream()
+        assert all(error is None for _, error in got)
+        assert {r.get_response().id: float(r.as_numpy("y")[0, 0]) for r, _ in got} == {
+            str(i): 2.0 * (i + 1) for i in range(5)}
+        assert running.state.received == 5
 
 
 def test_a_full_queue_is_unavailable_at_once_and_counted_as_rejected() -> None:
