@@ -538,18 +538,21 @@ class ClientGone(ServingError):
 class ClientWatch:
     """One HTTP request's view of its client's connection, made by the HTTP protocol (`server.py`): calling it
     says whether the client has gone; `lost()`, called by the protocol the moment the connection closes before
-    the reply is complete, runs `on_gone` (set by `ServerState.execute` while the request waits) once."""
+    the reply is complete, marks it gone and runs `on_gone` (set by `ServerState.execute` while the request
+    waits) once."""
 
-    __slots__ = ("_gone", "on_gone")
+    __slots__ = ("_gone", "closed", "on_gone")
 
     def __init__(self, gone: Callable[[], bool]) -> None:
         self._gone = gone
         self.on_gone: Callable[[], object] | None = None
+        self.closed = False
 
     def __call__(self) -> bool:
-        return self._gone()
+        return self.closed or self._gone()
 
     def lost(self) -> None:
+        self.closed = True
         on_gone, self.on_gone = self.on_gone, None
         if on_gone is not None:
             on_gone()
