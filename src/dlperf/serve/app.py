@@ -101,7 +101,7 @@ def create_app(state: ServerState) -> _InferFirst:
                                 "\"byte_size\"}", 413)
         try:
             parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ProtocolError(f"the register request is not valid JSON: {exc}") from None
         registry.register(request.path_params["region"], parsed)
         return Reply(200, b"")

@@ -233,6 +233,9 @@ def _parse_json(header: bytes, what: str) -> dict[str, Any]:
         obj = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"the {what} is not valid JSON: {exc}") from exc
+    except RecursionError:  # arrays or objects nested deeper than Python's recursion limit
+        raise ProtocolError(f"the {what} nests its JSON too deeply to be read: send tensor data as one flat list "
+                            "(or nested as deep as its shape)") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"the {what} must be a JSON object")
     return obj

@@ -147,6 +147,9 @@ def test_binary_size_mismatches_are_400() -> None:
         decode_request(header, len(header) + 5)
     with pytest.raises(ProtocolError, match="not valid JSON"):
         decode_request(b"{nope")
+    with pytest.raises(ProtocolError, match="nests its JSON too deeply") as info:  # a 400, not a RecursionError
+        decode_request(b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert info.value.status == 400
 
 
 BF16_VALUES = np.array([[1.5, -2.25, 3.0], [0.0, 0.375, 65280.0]], np.float32)  # exact in bfloat16
