@@ -5,10 +5,9 @@ metadata, statistics and reply decoding a gRPC target needs. Messages are triton
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from dlperf.errors import LoadGenError
 from dlperf.loadgen.client import Endpoint, Reply
@@ -142,7 +141,7 @@ def decode_reply(body: bytes) -> list[Tensor]:
     tensors = []
     for i, out in enumerate(response.outputs):
         shape = [int(d) for d in out.shape]
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)  # exact: np.prod wraps around int64 (2**32 x 2**32 gave 0)
         if i >= len(raw):
             raise ProtocolError(f"output '{out.name}' has no raw_output_contents entry")
         data = array_from_bytes(raw[i], out.datatype, count, f"output '{out.name}'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -78,7 +79,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
         shape = [int(d) for d in t.shape]
         if any(d < 0 for d in shape):
             raise ProtocolError(f"{where} has shape {shape}: give non-negative sizes")
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)  # exact: np.prod wraps around int64 (2**32 x 2**32 gave 0)
         params = parameters_of(t.parameters)
         span = shm_span(params, where)
         if span is not None:
@@ -127,6 +128,9 @@ def create_servicer(state: ServerState) -> Any:
                 return await method(request, context)
             except ProtocolError as exc:
                 await fail(context, exc.status, str(exc))
+            except Exception as exc:  # a bug: INTERNAL with the reason, and logged, as HTTP's 500 (grpc: UNKNOWN)
+                log.exception("gRPC %s failed", method.__name__)
+                await fail(context, 500, f"internal server error: {type(exc).__name__}: {exc}")
         return handler
 
     async def server_live(request: Any, context: Any) -> Any:

@@ -114,6 +114,23 @@ def test_typed_contents_are_read_as_raw_bytes_are(server: Running, reference: An
             stub.ModelInfer(request)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "129 elements in contents.fp32_contents for a shape of 128 elements" in str(info.value.details())
+        huge = service_pb2.ModelInferRequest(model_name="mlp", raw_input_contents=[b""])
+        huge.inputs.add(name="x", datatype="FP32", shape=[2**32, 2**32])  # 2**64 elements: wraps to 0 in int64
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(huge)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "for 18446744073709551616 FP32 elements" in str(info.value.details())
+
+
+def test_a_bug_in_a_call_is_internal_with_the_reason(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> Any:
+        raise ZeroDivisionError("injected")
+
+    monkeypatch.setattr(server.state, "stats", broken)
+    with pytest.raises(InferenceServerException) as info:
+        _client(server).get_inference_statistics("mlp")
+    assert info.value.status() == "StatusCode.INTERNAL"
+    assert "internal server error: ZeroDivisionError: injected" in info.value.message()
 
 
 @pytest.mark.parametrize(("name", "shape", "datatype", "message"), BAD_MLP_INPUTS)
