@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -154,7 +155,24 @@ def create_app(state: ServerState) -> _InferFirst:
             Route(base + "/stats", guarded(stats), methods=get),
             Route(base + "/infer", guarded(infer), methods=post),
         ]
-    return _InferFirst(Starlette(routes=routes), state, infer_reply)
+    return _InferFirst(Starlette(routes=routes, exception_handlers={HTTPException: _route_error}), state, infer_reply)
+
+
+async def _route_error(request: Request, exc: Exception) -> Response:
+    """The router's 404 (no such path) and 405 (wrong method) as `{"error"}` JSON like every other error, saying
+    what the server has instead."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
+    where = f"{request.method} {request.url.path}"
+    if status == 404:
+        message = (f"no endpoint at {where}: this server speaks KServe v2 under /v2 (e.g. /v2/health/ready, "
+                   "/v2/models/NAME, POST /v2/models/NAME/infer) and serves /metrics")
+    elif status == 405:
+        allowed = next((v for k, v in headers.items() if k.lower() == "allow"), "another method")
+        message = f"{where} is not allowed: use {allowed}"
+    else:
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    return _respond(error_reply(status, message, headers))
 
 
 InferReply = Callable[[str, str | None, Mapping[str, str], AsyncIterator[bytes], "BodyBuffer | None",

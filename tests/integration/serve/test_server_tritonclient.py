@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -220,6 +221,13 @@ def test_the_infer_route_answers_versions_and_leaves_other_methods_to_the_router
     assert http_status(f"http://{server.url}/v2/models/mlp/infer") == 405  # a GET
     assert http_status(f"http://{server.url}/v2/models/mlp/versions/{version}/infer") == 405
     assert http_status(f"http://{server.url}/v2/models//infer") == 404
+    # the router's errors are {"error"} JSON too, saying what to do instead
+    for path, status, says in (("/v2/models/mlp/infer", 405, "GET /v2/models/mlp/infer is not allowed: use POST"),
+                               ("/v3", 404, "no endpoint at GET /v3: this server speaks KServe v2 under /v2")):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"http://{server.url}{path}", timeout=10)
+        assert info.value.code == status and says in json.loads(info.value.read())["error"]
+        assert info.value.headers["content-type"] == "application/json"
 
 
 def test_an_unexpected_error_while_inferring_is_a_500_with_its_reason_and_serving_goes_on() -> None:
