@@ -114,7 +114,7 @@ class _Replica:
 
     def record_routing_stats(self) -> dict[str, Any]:
         """This replica's own counters (Ray Serve's hook for per-replica load; also read by
-        `replica_stats`): requests in flight, and since start the requests, items and batches served."""
+        `replica_stats`): requests in flight and queued, and since start the requests, items and batches served."""
         import ray
 
         served = self.state.stats(None, None)["model_stats"]
@@ -122,6 +122,7 @@ class _Replica:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "in_flight": self.state.in_flight,
+            "pending": sum(v.batcher.pending_count for e in self.state.models.values() for v in e.variants),
             "requests": sum(s["inference_stats"]["success"]["count"] for s in served),
             "failed": sum(s["inference_stats"]["fail"]["count"] for s in served),
             "items": sum(s["inference_count"] for s in served),
@@ -155,6 +156,8 @@ class ReplicaStats:
     node_id: str
     pid: int
     in_flight: int
+    pending: int
+    """Requests queued in the replica's batchers, not yet in a batch."""
     requests: int
     failed: int
     items: int
@@ -186,7 +189,7 @@ def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
             raise ServingError(f"cannot read the statistics of Ray Serve replica {name}: {type(exc).__name__}: "
                                f"{exc} (this Ray version may name or call replicas differently)") from exc
         out.append(ReplicaStats(name.removeprefix(REPLICA_ACTOR_PREFIX), str(raw["node_id"]), int(raw["pid"]),
-                                int(raw["in_flight"]), int(raw["requests"]), int(raw["failed"]),
+                                int(raw["in_flight"]), int(raw["pending"]), int(raw["requests"]), int(raw["failed"]),
                                 int(raw["items"]), int(raw["batches"])))
     return out
 

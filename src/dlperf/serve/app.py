@@ -7,6 +7,7 @@ whose latency is measured); every other request, and a wrong method on an infer 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -122,7 +123,12 @@ def create_app(state: ServerState) -> _InferFirst:
         state.in_flight += 1
         state.received += 1
         try:
-            body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers), into)
+            try:
+                body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers),
+                                        into)
+            except asyncio.CancelledError:  # Ray Serve cancels a request whose client went away, even mid-body
+                variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
+                raise
             return await state.infer(entry, variant, body, headers, start_ns, watch)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)

@@ -154,3 +154,44 @@ def test_a_client_gone_before_the_protocol_had_the_whole_body_is_a_400() -> None
     with pytest.raises(ProtocolError, match="disconnected") as gone:
         asyncio.run(_read_body(*_request(b"", 1, headers, disconnect=True), 1 << 20, 10, into))
     assert gone.value.status == 400
+
+
+def test_a_request_cancelled_while_its_body_is_read_counts_as_canceled() -> None:
+    """Ray Serve cancels a request whose client went away, also while the replica still reads its body: the
+    request is counted (CANCELED), so the counters add up, and it leaves the in-flight count."""
+    from dlperf.serve.app import create_app
+    from dlperf.serve.metrics import parse_variant_metrics
+    from dlperf.serve.service import ServeConfig, build_state
+
+    state = build_state(ServeConfig(model="zoo:mlp", port=0))
+    try:
+        app = create_app(state)
+        first = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            if not first.is_set():
+                first.set()
+                return {"type": "http.request", "body": b'{"inputs": [', "more_body": True}
+            await asyncio.Event().wait()  # the rest of the body never comes
+            raise AssertionError("unreachable")
+
+        async def send(message: Any) -> None:
+            raise AssertionError(f"nothing is sent for a cancelled request: {message}")
+
+        async def run() -> None:
+            scope = {"type": "http", "method": "POST", "path": "/v2/models/mlp/infer", "root_path": "",
+                     "headers": [(b"content-length", b"100")]}
+            task = asyncio.ensure_future(app(scope, receive, send))
+            await first.wait()
+            await asyncio.sleep(0.01)
+            assert state.in_flight == 1
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(run())
+        assert state.in_flight == 0
+        metrics = parse_variant_metrics(state.metrics.exposition()[0].decode())["default"]
+        assert metrics.failure_total["CANCELED"] == 1 and metrics.requests_total == 1
+    finally:
+        state.close(5.0)
