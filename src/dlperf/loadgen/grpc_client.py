@@ -96,10 +96,22 @@ class GrpcConnection(_GrpcSender):
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 
 
+STREAM_ERROR_STATUS = (("Exceeds maximum queue size", 503), ("Request timeout expired", 503),
+                       ("server is shutting down", 503), ("unknown model", 404), ("Request for unknown model", 404),
+                       ("unknown version", 404))
+"""A stream's `error_message` carries no code: these beginnings (Triton's and dlperf's words for a full queue, a
+queue timeout, a draining server, an unknown model or version) are counted under the status a unary call gets."""
+
+
+def stream_error_status(message: str) -> int:
+    """The HTTP status a ModelStreamInfer error counts under: by its message (`STREAM_ERROR_STATUS`), else 500."""
+    return next((status for start, status in STREAM_ERROR_STATUS if message.startswith(start)), 500)
+
+
 class GrpcStreamConnection(_GrpcSender):
     """One gRPC channel with one ModelStreamInfer stream (perf_analyzer's --streaming); `send(raw)` writes a
     serialized ModelInferRequest on it and reads the next response: status 200 and the serialized
-    ModelInferResponse, or 500 and the `error_message` (a stream's errors carry no code). One request is
+    ModelInferResponse, or an error status (`stream_error_status`) and the `error_message`. One request is
     in flight per stream; after a timeout the stream is closed, so a late response is never read as the next
     request's."""
 
@@ -122,7 +134,7 @@ class GrpcStreamConnection(_GrpcSender):
             raise ConnectionError("the server ended the stream")
         response = service_pb2.ModelStreamInferResponse.FromString(body)
         if response.error_message:
-            return Reply(500, {}, error_body(response.error_message))
+            return Reply(stream_error_status(response.error_message), {}, error_body(response.error_message))
         return Reply(200, {}, response.infer_response.SerializeToString())
 
     async def close(self) -> None:

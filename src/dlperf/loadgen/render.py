@@ -165,7 +165,9 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
         where = "described, in shared memory" if config.get("shared_memory") == "system" else "in raw_input_contents"
         if config.get("streaming"):
             lines.append(f"transport: gRPC streams (inference.GRPCInferenceService/ModelStreamInfer, one stream per "
-                         f"connection, tensors {where}; a stream's error_message carries no code: counted as 500)")
+                         f"connection, tensors {where}; a stream's error_message carries no code: counted by its "
+                         "words, 503 for a full queue, a timeout or a draining server, 404 for an unknown model, "
+                         "else 500)")
         else:
             lines.append(f"transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors {where}; "
                          "a failed call counted under the HTTP status of its code)")

@@ -524,8 +524,8 @@ def test_load_over_grpc_streams_checks_replies_and_counts_a_stream_s_errors(tmp_
         stats = _client(running).get_inference_statistics("gated", as_json=True)["model_stats"][0]
         assert int(stats["inference_count"]) >= 30
         wait_until(lambda: server_metrics(running).success_total - before >= 30, what="the stream requests counted")
-        # a full queue under a held model: on a stream the refusal is an error_message, read as a 500 whose body
-        # says why, and the stream goes on
+        # a full queue under a held model: on a stream the refusal is an error_message, counted as a 503 (its
+        # words are Triton's for a full queue), and the stream goes on
         target = oip_target(running.grpc_url, "gated", protocol="grpc", streaming=True)
         gate.arm()  # closed, and the load's passes through `entered` forgotten
 
@@ -543,7 +543,7 @@ def test_load_over_grpc_streams_checks_replies_and_counts_a_stream_s_errors(tmp_
             return replies
 
         replies = asyncio.run(four())
-        assert [r.status for r in replies] == [200, 200, 500, 500, 200]
+        assert [r.status for r in replies] == [200, 200, 503, 503, 200]
         assert b"Exceeds maximum queue size" in replies[2].body
     assert main(["load", "127.0.0.1:1", "--model", "m", "--streaming"]) == 2
     assert "--streaming sends gRPC streams (ModelStreamInfer): add --protocol grpc" in capsys.readouterr().err

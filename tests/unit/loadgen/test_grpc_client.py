@@ -10,7 +10,12 @@ from dlperf.serve.protocol import ProtocolError, Tensor
 pytestmark = pytest.mark.unit
 
 service_pb2 = pytest.importorskip("tritonclient.grpc.service_pb2")
-from dlperf.loadgen.grpc_client import HTTP_STATUS_OF, decode_reply, encode_infer_request  # noqa: E402
+from dlperf.loadgen.grpc_client import (  # noqa: E402
+    HTTP_STATUS_OF,
+    decode_reply,
+    encode_infer_request,
+    stream_error_status,
+)
 from dlperf.serve.grpc_service import STATUS_CODES, decode_infer_request  # noqa: E402
 
 
@@ -40,3 +45,15 @@ def test_each_status_the_server_sends_counts_under_the_http_status_it_stands_for
         if status in (413, 415):  # sent as RESOURCE_EXHAUSTED / INVALID_ARGUMENT, read back as 429 / 400
             continue
         assert HTTP_STATUS_OF[code] == status
+
+
+@pytest.mark.parametrize(("message", "status"), [
+    ("Exceeds maximum queue size: 1 requests are queued (--max-queue-size 1); retry later or add capacity", 503),
+    ("Request timeout expired: waited 1000.3 ms in the queue", 503),
+    ("server is shutting down: send the request to another replica", 503),
+    ("unknown model 'x': this server serves mlp", 404),
+    ("Request for unknown model: 'x' is not found", 404),  # Triton's words
+    ("input 0 'x' has shape [1, 63]: model 'mlp' expects [-1, 64]", 500),  # no code to tell: the rest are 500
+])
+def test_a_stream_error_counts_under_the_status_its_message_names(message: str, status: int) -> None:
+    assert stream_error_status(message) == status
