@@ -23,10 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
                         help="also serve the protocol over gRPC on PORT (Triton's 8001), for tritonclient.grpc and "
                              "perf_analyzer -i grpc: same models, batching, metrics (default: HTTP only)")
-    parser.add_argument("--grpc-stream-window", type=int, default=1024, metavar="N",
+    parser.add_argument("--grpc-stream-window", type=int, default=None, metavar="N",
                         help="at most N requests of one gRPC stream (ModelStreamInfer) in the server, running or "
                              "answered and not yet written; past it the stream is read only as answers go out "
-                             "(default: %(default)s)")
+                             "(default: 1024, ServeConfig.grpc_stream_window)")
     parser.add_argument("--max-batch-size", type=int, default=32,
                         help="largest batch of items the dynamic batcher forms (0 disables batching)")
     parser.add_argument("--max-queue-delay-ms", type=float, default=5.0,
@@ -177,10 +177,14 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if not args.target and not args.variant:
         raise ConfigError("nothing to serve: give zoo:NAME, file.py[:name] or an exported directory, "
                           "or --variant a=DIR_A --variant b=DIR_B")
+    if args.grpc_stream_window is not None and args.grpc_port is None:
+        raise ConfigError("--grpc-stream-window bounds the requests of a gRPC stream: add --grpc-port PORT, or drop it")
     return ServeConfig(
         model=args.target, variants=_variants(args.variant), split=_split(args.split), model_name=args.model_name,
         host=args.host, port=args.port, grpc_port=args.grpc_port,
-        grpc_stream_window=args.grpc_stream_window, max_batch_size=args.max_batch_size,
+        grpc_stream_window=(ServeConfig.grpc_stream_window if args.grpc_stream_window is None
+                            else args.grpc_stream_window),
+        max_batch_size=args.max_batch_size,
         max_queue_delay_s=args.max_queue_delay_ms / 1000.0, adaptive_wait=not args.fixed_wait,
         instances=args.instances, max_queue_size=args.max_queue_size, priority_levels=args.priority_levels,
         default_priority_level=args.default_priority_level,

@@ -162,6 +162,8 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         (("--variant", "a=x", "--variant", "b=y", "--split", "90:5:5"), "3 weights for 2 variants"),
         (("zoo:mlp", "--split", "1:1"), "only applies with --variant"),
         (("zoo:mlp", "--instances", "0"), "--instances"),
+        (("zoo:mlp", "--grpc-stream-window", "8"), "bounds the requests of a gRPC stream: add --grpc-port PORT"),
+        (("zoo:mlp", "--grpc-port", "0", "--grpc-stream-window", "0"), "--grpc-stream-window must be at least 1"),
         (("zoo:mlp", "--max-batch-size", "-1"), "max batch size"),
         (("zoo:mlp", "--priority-levels", "2", "--default-priority-level", "3"), "must be in 1..2"),
         (("zoo:mlp", "--default-priority-level", "1"), "needs --priority-levels"),
@@ -187,6 +189,12 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
 def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         serve_cli.config_from_args(_args(*argv))
+
+
+def test_the_grpc_stream_window_reaches_the_config() -> None:
+    assert serve_cli.config_from_args(_args("zoo:mlp", "--grpc-port", "0", "--grpc-stream-window", "8")
+                                      ).grpc_stream_window == 8
+    assert serve_cli.config_from_args(_args("zoo:mlp", "--grpc-port", "0")).grpc_stream_window == 1024
 
 
 def test_router_is_sticky_and_follows_the_weights() -> None:
