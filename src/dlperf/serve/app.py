@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dlperf.serve.protocol import ProtocolError, header_length_of
-from dlperf.serve.service import ClientWatch, Reply, ServerState, error_reply, json_reply
+from dlperf.serve.service import ClientWatch, Reply, ServerState, error_reply, internal_error, json_reply
 
 Handler = Callable[[Request], Awaitable[Response]]
 Scope = MutableMapping[str, Any]
@@ -217,7 +217,7 @@ class _InferFirst:
             reply = error_reply(exc.status, str(exc))
         except Exception as exc:  # what Starlette's ServerErrorMiddleware would do, with the reason in the body
             log.exception("infer request to model '%s' failed", name)
-            reply = error_reply(500, f"internal server error: {type(exc).__name__}: {exc}")
+            reply = error_reply(500, internal_error(exc))
         await send({"type": "http.response.start", "status": reply.status, "headers": _raw_headers(reply)})
         await send({"type": "http.response.body", "body": reply.body})
         if client_gone is not None and client_gone():

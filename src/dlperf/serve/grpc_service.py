@@ -26,7 +26,7 @@ from dlperf.serve.protocol import (
     shm_span,
     tensor_bytes,
 )
-from dlperf.serve.service import ROUTING_HEADER, Answered, Failed, ServerState
+from dlperf.serve.service import ROUTING_HEADER, Answered, Failed, ServerState, internal_error
 
 CONTENTS_FIELDS = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -130,7 +130,7 @@ def create_servicer(state: ServerState) -> Any:
                 await fail(context, exc.status, str(exc))
             except Exception as exc:  # a bug: INTERNAL with the reason, and logged, as HTTP's 500 (grpc: UNKNOWN)
                 log.exception("gRPC %s failed", method.__name__)
-                await fail(context, 500, f"internal server error: {type(exc).__name__}: {exc}")
+                await fail(context, 500, internal_error(exc))
         return handler
 
     async def server_live(request: Any, context: Any) -> Any:
@@ -225,8 +225,7 @@ def create_servicer(state: ServerState) -> Any:
                 return
             except Exception as exc:  # a bug: said in the stream, which goes on, and logged, as a unary call's is
                 log.exception("a ModelStreamInfer request to model '%s' failed", request.model_name)
-                message = f"internal server error: {type(exc).__name__}: {exc}"
-                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=message), None))
+                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=internal_error(exc)), None))
                 return
             ready.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=reply), (outcome, request_ns)))
 

@@ -209,6 +209,11 @@ def error_reply(status: int, message: str, headers: dict[str, str] | None = None
     return Reply(status, error_body(message), headers or {})
 
 
+def internal_error(exc: Exception) -> str:
+    """What a client is told of a fault in the server (HTTP's 500, gRPC's INTERNAL, a stream's error_message)."""
+    return f"internal server error: {type(exc).__name__}: {exc}"
+
+
 @dataclass
 class Variant:
     name: str
