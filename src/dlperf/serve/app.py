@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dlperf.serve.protocol import ProtocolError, header_length_of
-from dlperf.serve.service import ClientWatch, Reply, ServerState, error_reply, internal_error, json_reply
+from dlperf.serve.service import ClientGone, ClientWatch, Reply, ServerState, error_reply, internal_error, json_reply
 
 Handler = Callable[[Request], Awaitable[Response]]
 Scope = MutableMapping[str, Any]
@@ -129,10 +129,16 @@ def create_app(state: ServerState) -> _InferFirst:
             except asyncio.CancelledError:  # Ray Serve cancels a request whose client went away, even mid-body
                 variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
                 raise
+            except ClientGone as exc:  # no one reads this reply
+                variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
+                return error_reply(400, str(exc))
             return await state.infer(entry, variant, body, headers, start_ns, watch)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
             return error_reply(exc.status, str(exc))
+        except Exception:  # a fault in the server: answered 500 by the caller, counted here like every request
+            variant.recorder.failure("OTHER", time.monotonic_ns() - start_ns)
+            raise
         finally:
             state.in_flight -= 1
 
@@ -371,7 +377,7 @@ async def _read_body(headers: Mapping[str, str], stream: AsyncIterator[bytes], l
             async for chunk in stream:
                 into.write(chunk)
         except ClientDisconnect as exc:
-            raise ProtocolError("the client disconnected while sending the body", 400) from exc
+            raise ClientGone("the client disconnected while sending the body") from exc
         return into.buffer[:into.size].data
     buffer = _aligned(declared, binary_offset)
     chunks: list[bytes] = []
@@ -391,7 +397,7 @@ async def _read_body(headers: Mapping[str, str], stream: AsyncIterator[bytes], l
                 raise ProtocolError(f"the request body passed the server's limit of {limit} bytes "
                                     "(--max-request-mb)", 413)
     except ClientDisconnect as exc:
-        raise ProtocolError("the client disconnected while sending the body", 400) from exc
+        raise ClientGone("the client disconnected while sending the body") from exc
     if buffer is not None:
         return buffer[:size].data
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -21,6 +21,7 @@ from dlperf.serve.protocol import (
     Tensor,
     array_from_bytes,
     array_from_shm,
+    check_rank,
     requested_output,
     set_parameter,
     shm_span,
@@ -79,6 +80,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
         shape = [int(d) for d in t.shape]
         if any(d < 0 for d in shape):
             raise ProtocolError(f"{where} has shape {shape}: give non-negative sizes")
+        check_rank(shape, where)
         count = math.prod(shape)  # exact: np.prod wraps around int64 (2**32 x 2**32 gave 0)
         params = parameters_of(t.parameters)
         span = shm_span(params, where)

@@ -41,6 +41,7 @@ NUMPY_DTYPES: dict[str, Any] = {
 tritonclient's, not in the KServe list) is ml_dtypes' bfloat16: 2 bytes, the upper half of a float32."""
 
 BF16 = NUMPY_DTYPES["BF16"]
+_INTEGER_TYPES = frozenset(k for k, v in NUMPY_DTYPES.items() if v.kind in "iu")
 
 FLOAT_DATATYPES = ("FP16", "FP32", "FP64", "BF16")
 """The floating-point datatypes: JSON numbers as floats, random tensors drawn from a normal distribution."""
@@ -189,16 +190,34 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
         for raw in raw_outputs:
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
                 raise ProtocolError("each requested output needs a 'name'")
-            params = raw.get("parameters") or {}
-            binary_flag = params.get("binary_data")
-            outputs.append(requested_output(raw["name"], params, None if binary_flag is None else bool(binary_flag),
-                                            shm))
-    parameters = obj.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise ProtocolError("'parameters' must be an object")
+            where = f"output '{raw['name']}'"
+            params = _parameters(raw, where)
+            outputs.append(requested_output(raw["name"], params, _flag(params, "binary_data", where), shm))
+    parameters = _parameters(obj, "the request")
+    _flag(parameters, "binary_data_output", "the request")
     request_id = obj.get("id")
-    return InferRequest(inputs=inputs, id=None if request_id is None else str(request_id),
-                        parameters=parameters, outputs=outputs)
+    if request_id is not None and not isinstance(request_id, str):
+        raise ProtocolError(f"the request's 'id' must be a string, got {request_id!r}")
+    return InferRequest(inputs=inputs, id=request_id, parameters=parameters, outputs=outputs)
+
+
+def _parameters(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The `parameters` object of a request, input or output ({} when absent); ProtocolError when not an object."""
+    params = raw.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ProtocolError(f"{where}: 'parameters' must be an object, got {params!r}")
+    return params
+
+
+def _flag(params: dict[str, Any], name: str, where: str) -> bool | None:
+    """A boolean parameter (`binary_data`, `binary_data_output`), None when absent; ProtocolError when it is
+    not true/false (the string "false" would otherwise read as true)."""
+    value = params.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ProtocolError(f"{where}: parameter '{name}' must be true or false, got {value!r}")
+    return value
 
 
 def decode_response(body: bytes, header_length: int | None = None) -> InferResponse:
@@ -319,11 +338,14 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                for d in shape):
         raise ProtocolError(f"{where} has shape {shape!r}: give a list of non-negative integers")
+    check_rank(shape, where)
     count = 1
     for d in shape:
         count *= d
-    params = raw.get("parameters") or {}
+    params = _parameters(raw, where)
     size = params.get("binary_data_size")
+    if size is not None and "data" in raw:
+        raise ProtocolError(f"{where} has both 'data' and a binary_data_size parameter: give one")
     span = shm_span(params, where) if params else None
     if span is not None:
         array = array_from_shm(span, shm, size is not None or "data" in raw, datatype, count, where)
@@ -344,6 +366,16 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
     if size is not None:
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
     return Tensor(name, datatype, array.reshape(shape), params), offset
+
+
+MAX_RANK = 64
+"""The most dimensions a tensor may have: numpy's limit (a model may take fewer; its own error says so)."""
+
+
+def check_rank(shape: list[int], where: str) -> None:
+    """ProtocolError when `shape` has more than MAX_RANK dimensions."""
+    if len(shape) > MAX_RANK:
+        raise ProtocolError(f"{where} has {len(shape)} dimensions: at most {MAX_RANK} are taken")
 
 
 def array_from_bytes(chunk: Any, datatype: str, count: int | None, where: str) -> np.ndarray:
@@ -391,14 +423,18 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
     if count is not None and len(flat) != count:
         raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")
     if datatype == "BYTES":
+        if not all(type(v) is str for v in flat):
+            raise ProtocolError(f"{where}: BYTES data must be strings (or send the tensor as binary data)")
         out = np.empty(len(flat), dtype=object)
-        out[:] = [v.encode() if isinstance(v, str) else bytes(v) if isinstance(v, (bytes, list)) else
-                  str(v).encode() for v in flat]
+        out[:] = [v.encode() for v in flat]
         return out
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in flat):
             raise ProtocolError(f"{where}: BOOL data must be true/false")
-    elif any(isinstance(v, (str, bool, dict, type(None))) for v in flat):
+    elif datatype in _INTEGER_TYPES:
+        if not all(type(v) is int for v in flat):  # a float would be truncated, 1.7 -> 1
+            raise ProtocolError(f"{where}: {datatype} data must be integers")
+    elif not all(type(v) in (int, float) for v in flat):
         raise ProtocolError(f"{where}: {datatype} data must be numbers")
     try:
         return np.asarray(flat, dtype=NUMPY_DTYPES[datatype])

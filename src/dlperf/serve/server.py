@@ -52,14 +52,16 @@ def _http_protocol(max_request_bytes: int) -> Any:
         watches: Sequence[tuple[ClientWatch, weakref.ref[Any]]] = ()
         """The watches of this connection's requests not yet answered, with their request cycles (weakly): with
         pipelining, a request still in the app and those read behind it. uvicorn marks only the newest cycle
-        disconnected when the connection closes; every one here is told (`ClientWatch.lost`)."""
+        disconnected when the connection closes; every one here is marked and told (`ClientWatch.lost`)."""
 
         def connection_lost(self, exc: Exception | None) -> None:
             watches, self.watches = self.watches, ()
             super().connection_lost(exc)
-            for watch, cycle in watches:
-                if _unanswered(cycle):  # gone before its reply was complete: a queued request leaves
-                    watch.lost()
+            for watch, ref in watches:
+                cycle = ref()
+                if cycle is not None and not cycle.response_complete:  # gone before its reply was complete
+                    cycle.disconnected = True  # so its reply is dropped, not written to the closed transport
+                    watch.lost()  # a queued request leaves the queue
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()

@@ -614,37 +614,79 @@ def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None,
 def _priority(parameters: Mapping[str, Any]) -> int:
     """The request's `priority` parameter (Triton's; tritonclient sends it only when non-zero), 0 if none."""
     value = parameters.get("priority", 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ProtocolError(f"parameter 'priority' must be a non-negative integer (1 is the highest level), "
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:  # Triton's uint64
+        raise ProtocolError(f"parameter 'priority' must be an integer from 0 to 2**64-1 (1 is the highest level), "
                             f"got {value!r}")
     return value
 
 
 def _decompress(body: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:
-    if not encoding or encoding == "identity":
+    """The body under its Content-Encoding (gzip or deflate, names in any case; identity or none: as it is).
+    Every member of a gzip body is read (RFC 1952 allows several); a stream that ends early or bytes after a
+    deflate stream are refused with 400, a body that inflates past `limit` with 413 before it is inflated whole."""
+    codings = [c for c in (part.strip().lower() for part in (encoding or "").split(",")) if c and c != "identity"]
+    if not codings:
         return body
-    if encoding not in ("gzip", "deflate"):
-        raise ProtocolError(f"unsupported Content-Encoding '{encoding}': send gzip, deflate or none", 415)
-    d = zlib.decompressobj(zlib.MAX_WBITS | 32)  # accepts gzip and zlib headers
-    try:
-        out = d.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ProtocolError(f"the {encoding} body does not decompress: {exc}") from exc
-    if len(out) > limit or d.unconsumed_tail:
-        raise ProtocolError(f"the request decompresses to more than {limit} bytes", 413)
-    return out
+    if len(codings) > 1 or codings[0] not in ("gzip", "deflate"):
+        raise ProtocolError(f"unsupported Content-Encoding '{encoding}': send gzip, deflate or none (one coding)", 415)
+    coding = codings[0]
+    parts: list[bytes] = []
+    size = 0
+    data: bytes | memoryview = body
+    while True:
+        d = zlib.decompressobj(zlib.MAX_WBITS | 32)  # accepts gzip and zlib headers
+        try:
+            out = d.decompress(data, limit + 1 - size)
+        except zlib.error as exc:
+            raise ProtocolError(f"the {coding} body does not decompress: {exc}") from exc
+        size += len(out)
+        parts.append(out)
+        if size > limit or d.unconsumed_tail:
+            raise ProtocolError(f"the request decompresses to more than {limit} bytes", 413)
+        if not d.eof:
+            raise ProtocolError(f"the {coding} body is truncated: its compressed stream ends before its end marker")
+        data = d.unused_data.lstrip(b"\0") if coding == "gzip" else d.unused_data  # gzip may pad with zeros
+        if not data:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        if coding != "gzip":
+            raise ProtocolError(f"the deflate body has {len(data)} bytes after the end of its compressed stream")
 
 
 def _compress(reply: Reply, accept: str | None) -> None:
-    if not accept:
-        return
-    accepted = [a.split(";")[0].strip() for a in accept.split(",")]
-    if "gzip" in accepted:
+    """Compress the reply with the coding the client's Accept-Encoding weighs highest (gzip on a tie), none when
+    it accepts neither gzip nor deflate (a q of 0 refuses a coding, RFC 9110 12.5.3)."""
+    coding = _preferred_coding(accept)
+    if coding == "gzip":
         reply.body = gzip.compress(reply.body, compresslevel=1)
         reply.headers["Content-Encoding"] = "gzip"
-    elif "deflate" in accepted:
+    elif coding == "deflate":
         reply.body = zlib.compress(reply.body, 1)
         reply.headers["Content-Encoding"] = "deflate"
+
+
+def _preferred_coding(accept: str | None) -> str | None:
+    """gzip, deflate or None from an Accept-Encoding value with optional q-values (`*` stands for any coding
+    not named); an unreadable q counts as 0."""
+    if not accept:
+        return None
+    weights: dict[str, float] = {}
+    for entry in accept.split(","):
+        name, _, params = entry.partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+        weights[name.strip().lower()] = q
+    best, best_q = None, 0.0
+    for coding in ("gzip", "deflate"):
+        q = weights.get(coding, weights.get("*", 0.0))
+        if q > best_q:
+            best, best_q = coding, q
+    return best
 
 
 # --- building ---------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ def test_raw_contents_typed_contents_and_parameters() -> None:
     (lambda m: m.inputs.add(name="x", datatype="FP32", shape=[1]).parameters["shared_memory_region"].CopyFrom(
         service_pb2.InferParameter(string_param="r")), "give both shared_memory_region and shared_memory_byte_size"),
     (lambda m: None, "no inputs"),
+    (lambda m: (m.inputs.add(name="x", datatype="FP32", shape=[1] * 65), m.raw_input_contents.append(b"\0" * 4)),
+     "65 dimensions: at most 64"),
     (lambda m: m.inputs.add(name="x", datatype="FP32", shape=[1], parameters={
         "shared_memory_region": service_pb2.InferParameter(string_param="r"),
         "shared_memory_byte_size": service_pb2.InferParameter(int64_param=4)}),

@@ -125,7 +125,16 @@ def test_nested_and_flat_json_data_agree() -> None:
         ([{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2]}], "2 data elements"),
         ([{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}], "non-negative"),
         ([{"name": "x", "shape": [1], "datatype": "BOOL", "data": [1]}], "true/false"),
-        ([{"name": "x", "shape": [1], "datatype": "INT64", "data": ["a"]}], "must be numbers"),
+        ([{"name": "x", "shape": [1], "datatype": "INT64", "data": ["a"]}], "INT64 data must be integers"),
+        ([{"name": "x", "shape": [1], "datatype": "FP32", "data": ["a"]}], "FP32 data must be numbers"),
+        ([{"name": "x", "shape": [2, 2], "datatype": "INT64", "data": [1.7, 2, -3.9, 4]}], "must be integers"),
+        ([{"name": "x", "shape": [1], "datatype": "UINT8", "data": [1.0]}], "must be integers"),
+        ([{"name": "x", "shape": [2], "datatype": "BYTES", "data": ["a", [300]]}], "BYTES data must be strings"),
+        ([{"name": "x", "shape": [2], "datatype": "BYTES", "data": ["a", None]}], "BYTES data must be strings"),
+        ([{"name": "x", "shape": [1] * 65, "datatype": "FP32", "data": [1]}], "65 dimensions"),
+        ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": "p"}], "must be an object"),
+        ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"binary_data_size": 4}}],
+         "both 'data' and a binary_data_size"),
         ([{"shape": [1], "datatype": "INT64", "data": [1]}], "no 'name'"),
         ([], "no 'inputs'"),
     ],
@@ -134,6 +143,29 @@ def test_bad_requests_say_what_is_wrong(inputs: list[object], message: str) -> N
     with pytest.raises(ProtocolError, match=message) as info:
         decode_request(json.dumps({"inputs": inputs}).encode())
     assert info.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"id": 5}, "'id' must be a string"),
+        ({"parameters": {"binary_data_output": "false"}}, "'binary_data_output' must be true or false"),
+        ({"parameters": ["binary_data_output"]}, "'parameters' must be an object"),
+        ({"outputs": [{"name": "y", "parameters": {"binary_data": "no"}}]}, "'binary_data' must be true or false"),
+        ({"outputs": [{"name": "y", "parameters": "binary"}]}, "output 'y': 'parameters' must be an object"),
+    ],
+)
+def test_request_fields_of_the_wrong_type_are_400(extra: dict[str, object], message: str) -> None:
+    """Triton reads these typed: the string "false" as binary_data_output would otherwise mean true."""
+    request = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], **extra}
+    with pytest.raises(ProtocolError, match=message) as info:
+        decode_request(json.dumps(request).encode())
+    assert info.value.status == 400
+
+
+def test_integers_are_taken_for_float_inputs() -> None:
+    body = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2.5]}]})
+    np.testing.assert_array_equal(decode_request(body.encode()).inputs[0].data, np.array([1, 2.5], np.float32))
 
 
 def test_binary_size_mismatches_are_400() -> None:
