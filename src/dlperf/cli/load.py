@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
-from collections.abc import Sequence
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
 from dlperf.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dlperf.loadgen.generator import Slo
+    from rich.console import Console
+
+    from dlperf.loadgen.generator import LevelResult, Slo
 
 DEFAULT_DURATION_S = 30.0
 
@@ -66,10 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the percentile --slo-ms bounds, e.g. 90, 95, 99.9 (perf_analyzer's --percentile; "
                              "default 99). The early-stopping test needs more requests the higher Q: 459 for p99, "
                              "4603 for p99.9")
-    parser.add_argument("--max-steps", type=int, default=10, help="the most rates --find-peak tries (default 10)")
-    parser.add_argument("--batch-size", type=int, default=1, help="items per request (default 1)")
+    parser.add_argument("--max-steps", type=_max_steps, default=10,
+                        help="the most rates --find-peak tries, at least 1 (default 10)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="items per request (default 1, or the batch dimension --shape gives)")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
-                        help="full shape of an input with variable dimensions")
+                        help="full shape of an input with variable dimensions, batch dimension first for a model "
+                             "that batches (e.g. --shape input_ids=8,128 sends batches of 8; unlike perf_analyzer's "
+                             "--shape, which leaves it out)")
     parser.add_argument("--workload", default=None, metavar="SPEC",
                         help="send this workload's example inputs instead of random tensors")
     parser.add_argument("--input-data", action="append", default=[], metavar="random|zero|DIR|FILE.json",
@@ -99,8 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-shared-memory-size", type=int, default=102400, metavar="BYTES",
                         help="with --shared-memory system: bytes of each output's region (default 102400)")
     parser.add_argument("--priority", type=int, default=0, metavar="L",
-                        help="send every request at priority level L (Triton's 'priority' parameter; 1 is the "
-                             "highest on a server with --priority-levels; default 0: none)")
+                        help="send every request at priority level L, 0 to 2**64-1 (Triton's 'priority' parameter; "
+                             "1 is the highest on a server with --priority-levels; default 0: none)")
     parser.add_argument("--collect-metrics", action="store_true",
                         help="read the server's Prometheus page during each level and report what it used: the "
                              "server process's CPU cores and peak RSS, and per GPU the mean utilization and power "
@@ -113,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", default=None, metavar="FILE",
                         help="also write the levels as perf_analyzer's -f CSV (same columns, microseconds)")
     parser.add_argument("--token", default=None, help="bearer token of a protected server")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs, >= 0 (default 0)")
     add_json_argument(parser)
     add_store_argument(parser)
 
@@ -172,16 +183,45 @@ def _rate_levels(text: str) -> tuple[float, ...]:
     return _levels(text, "rate")
 
 
+def _whole_number(text: str, minimum: int, what: str) -> int:
+    """An argparse type: `text` as a whole number >= `minimum`; `what` says what the option is for."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number; give {what}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}; give {what}")
+    return value
+
+
+def _seed(text: str) -> int:
+    return _whole_number(text, 0, "a seed >= 0 for the random inputs, e.g. --seed 1")
+
+
+def _max_steps(text: str) -> int:
+    return _whole_number(text, 1, "how many rates --find-peak may try, e.g. --max-steps 10")
+
+
+MAX_PRIORITY = 2**64 - 1
+"""The highest --priority: a priority is an unsigned 64-bit integer (Triton's, and the server's check)."""
+
+
 def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
+    """--shape NAME=D1,D2,... values by input name; each input once. The dimensions are checked against the
+    model's inputs by `oip_target`."""
     out: dict[str, Sequence[int]] = {}
     for item in items:
         name, sep, dims = item.partition("=")
         try:
-            out[name] = tuple(int(d) for d in dims.split(","))
+            shape = tuple(int(d) for d in dims.split(","))
         except ValueError:
             sep = ""
         if not sep or not name:
             raise ConfigError(f"--shape '{item}' is not NAME=D1,D2,...: write e.g. --shape input_ids=1,128")
+        if name in out:
+            raise ConfigError(f"--shape gives input '{name}' twice ({name}={','.join(map(str, out[name]))} and "
+                              f"{item}): give each input's shape once")
+        out[name] = shape
     return out
 
 
@@ -222,10 +262,13 @@ def run(args: argparse.Namespace) -> int:
     slo = _slo(args)
     if args.find_peak and slo is None:
         raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)")
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.priority < 0:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
+    if args.priority > MAX_PRIORITY:
+        raise ConfigError(f"--priority must be at most 2**64-1 = {MAX_PRIORITY} (a priority is an unsigned 64-bit "
+                          f"integer; 1 is the highest level), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
     if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
@@ -274,34 +317,62 @@ def run(args: argparse.Namespace) -> int:
     if args.workload:
         from dlperf.workload.loader import load_workload
 
-        inputs = load_workload(args.workload).example_inputs(args.batch_size)
-    target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
-                        shapes=_shapes(args.shape), seed=args.seed,
-                        parameters={"priority": args.priority} if args.priority else None,
-                        input_data=args.input_data, string_length=args.string_length,
-                        string_data=args.string_data, rtol=args.rtol, atol=args.atol,
-                        shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size,
-                        protocol=args.protocol, streaming=args.streaming)
+        inputs = load_workload(args.workload).example_inputs(args.batch_size or 1)
+    shapes = _shapes(args.shape)
+    with _sigterm_interrupts():
+        try:
+            target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
+                                shapes=shapes, seed=args.seed,
+                                parameters={"priority": args.priority} if args.priority else None,
+                                input_data=args.input_data, string_length=args.string_length,
+                                string_data=args.string_data, rtol=args.rtol, atol=args.atol,
+                                shared_memory=args.shared_memory, output_shm_size=args.output_shared_memory_size,
+                                protocol=args.protocol, streaming=args.streaming)
+            try:
+                return _measure(args, config, target, slo)
+            finally:
+                target.close()  # unregisters and unlinks the shared memory, also when interrupted
+        except Terminated as exc:
+            print(exc, file=sys.stderr)
+            return SIGTERM_EXIT
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, a cancelled CI job) during `dlperf load`, raised in the main thread so that the run
+    ends as on Ctrl-C: recorded as interrupted with the levels finished so far, its shared memory released. A
+    KeyboardInterrupt, so that asyncio lets it out of a callback and the store records it as interrupted."""
+
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+"""The exit code after SIGTERM (143, as a shell reports a process ended by it); 130 after Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM raises `Terminated`, once: a second one while cleaning up is ignored, so the
+    shared-memory regions are still unregistered. The previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set in the main thread
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        return _measure(args, config, target, slo)
+        yield
     finally:
-        target.close()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None) -> int:
-    """Run the levels (or the peak search) against a ready target, record and print them; the exit code."""
+    """Run the levels (or the peak search) against a ready target, record and print them; the exit code.
+    Interrupted (Ctrl-C, SIGTERM), the levels finished so far are recorded, printed and written to --csv."""
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import MISMATCH, VERDICT_KEYS, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import (
-        levels_table,
-        peak_lines,
-        perf_analyzer_csv,
-        resource_lines,
-        setup_lines,
-        verdict_line,
-        verdict_text,
-    )
+    from dlperf.loadgen.generator import MISMATCH, find_peak, run_load, verdict_dict
+    from dlperf.loadgen.render import peak_lines, perf_analyzer_csv, setup_lines, verdict_line
     from dlperf.measure.env import capture_environment
 
     out = console()
@@ -321,63 +392,75 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     if not args.json:
         for line in setup_lines(settings):
             out.print(line, markup=False)
-    with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
-        if args.find_peak:
-            assert slo is not None  # refused above without one
-            with load_progress("rate") as (on_window, shown):
-                peak = find_peak(
-                    target, config, slo, start_rate=args.rate[0] if args.rate else None,
-                    max_steps=args.max_steps,
-                    fit_duration=args.duration is None, on_window=on_window,
-                    on_trial=lambda rate, bound_s: shown.print(
-                        f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
-                    on_step=lambda s, ok: shown.print(
-                        f"  {s.level:.1f} req/s: {verdict_line(s, slo)}", markup=False))
-            peak_dict = peak.to_dict()  # each step's summary with its verdict
-            run_.result = {"peak": peak_dict,
-                           "levels": [{**s.to_dict(), **{k: d[k] for k in VERDICT_KEYS}}
-                                      for s, d in zip(peak.steps, peak_dict["steps"], strict=True)]}
-            if args.json:
-                print_json({"run_id": run_.id, **peak_dict})
-            else:
-                out.print(levels_table(peak.steps, f"{args.model} at {args.url}: rate search", slo))
-                for line in resource_lines(peak.steps):
-                    out.print(line, markup=False)
-                for line in peak_lines(peak):
-                    out.print(line, markup=False)
-            results = peak.steps
-        else:
-            q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
-            name = f"p{q:g}"
-            with load_progress(config.mode) as (on_window, shown):
-                results = run_load(target, config, on_window=on_window, on_level=lambda r: shown.print(
-                    f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {name} "
-                    f"{r.percentile_s(q) * 1e3:.2f} ms", markup=False))
+    results: list[LevelResult] = []  # the levels (peak search: the steps) finished so far
+    marks: list[dict[str, Any]] = []  # their verdicts (empty without an SLO), judged once per level
+    run_: Any = None
+    title = f"{args.model} at {args.url}" + (": rate search" if args.find_peak else "")
+    try:
+        with store.recording("load", f"{args.url}/{args.model}", settings, capture_environment().to_dict()) as run_:
 
-            marks = [verdict_dict(r, slo) if slo is not None else {} for r in results]  # judged once per level
-            run_.result = {"levels": [{**r.to_dict(), **m} for r, m in zip(results, marks, strict=True)]}
-            if args.json:
-                print_json({"run_id": run_.id,
-                            "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
+            stored: list[dict[str, Any]] = []
+
+            def finished(r: LevelResult) -> None:  # kept in the run's result at once: an interruption keeps it
+                results.append(r)
+                marks.append(verdict_dict(r, slo) if slo is not None else {})
+                stored.append({**r.to_dict(), **marks[-1]})
+                run_.result = {"levels": stored}
+
+            if args.find_peak:
+                assert slo is not None  # refused above without one
+
+                with load_progress("rate") as (on_window, shown):
+                    def on_step(s: LevelResult, ok: bool) -> None:
+                        finished(s)
+                        shown.print(f"  {s.level:.1f} req/s: {verdict_line(s, slo)}", markup=False)
+
+                    peak = find_peak(
+                        target, config, slo, start_rate=args.rate[0] if args.rate else None,
+                        max_steps=args.max_steps, fit_duration=args.duration is None, on_window=on_window,
+                        on_trial=lambda rate, bound_s: shown.print(
+                            f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
+                        on_step=on_step)
+                peak_dict = peak.to_dict()  # each step's summary with its verdict
+                run_.result = {"peak": peak_dict, **run_.result}
+                if args.json:
+                    print_json({"run_id": run_.id, **peak_dict})
+                else:
+                    _print_levels(out, results, [{}] * len(results), title, slo)  # peak_lines give the verdicts
+                    for line in peak_lines(peak):
+                        out.print(line, markup=False)
             else:
-                out.print(levels_table(results, f"{args.model} at {args.url}", slo))
-                for line in resource_lines(results):
-                    out.print(line, markup=False)
-                for r, m in zip(results, marks, strict=True):
-                    if m:
-                        out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}",
-                                  markup=False)
-        for r in results:
-            for warning in r.warnings:
-                err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")
-        if not args.json:
-            out.print(f"recorded as run {run_.id}", markup=False)
+                q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
+                name = f"p{q:g}"
+                with load_progress(config.mode) as (on_window, shown):
+                    def on_level(r: LevelResult) -> None:
+                        finished(r)
+                        shown.print(f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {name} "
+                                    f"{r.percentile_s(q) * 1e3:.2f} ms", markup=False)
+
+                    run_load(target, config, on_window=on_window, on_level=on_level)
+                if args.json:
+                    print_json({"run_id": run_.id,
+                                "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
+                else:
+                    _print_levels(out, results, marks, title, slo)
+            _print_warnings(err, results)
+            if not args.json:
+                out.print(f"recorded as run {run_.id}", markup=False)
+    except KeyboardInterrupt:  # also Terminated (SIGTERM); the store has recorded the run as interrupted
+        if run_ is not None:
+            _interrupted(args, out, err, run_.id, results, marks, title, slo)
+        raise
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
     wrong = [f"{r.mode} {r.level:g} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
     if wrong:
         err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
+        return 1
+    empty = [f"{r.mode} {r.level:g}" for r in results if r.ok == 0]
+    if empty and not args.find_peak:  # a peak search fails rates on purpose; a sweep measured nothing there
+        err.print(f"no request succeeded at: {', '.join(empty)} (the warnings say what came back)", markup=False)
         return 1
     if slo is None:
         return 0
@@ -391,3 +474,48 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
         err.print(f"SLO {slo} not met at: {', '.join(missed)}", markup=False)
         return 1
     return 0
+
+
+def _print_levels(out: Console, results: Sequence[LevelResult], marks: Sequence[dict[str, Any]], title: str,
+                  slo: Slo | None) -> None:
+    """The levels table, what the server used, and each level's verdict where `marks` has one."""
+    from dlperf.loadgen.render import levels_table, resource_lines, verdict_text
+
+    out.print(levels_table(list(results), title, slo))
+    for line in resource_lines(list(results)):
+        out.print(line, markup=False)
+    for r, m in zip(results, marks, strict=True):
+        if m:
+            out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}", markup=False)
+
+
+def _print_warnings(err: Console, results: Sequence[LevelResult]) -> None:
+    for r in results:
+        for warning in r.warnings:
+            err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")
+
+
+def _interrupted(args: argparse.Namespace, out: Console, err: Console, run_id: str,
+                 results: Sequence[LevelResult], marks: Sequence[dict[str, Any]], title: str,
+                 slo: Slo | None) -> None:
+    """What an interrupted run shows: the levels it finished (table or --json, and --csv), and where it is."""
+    from dlperf.cli.common import print_json
+    from dlperf.loadgen.render import perf_analyzer_csv
+
+    finished = f"{len(results)} level{'s' if len(results) != 1 else ''} finished"
+    if results:
+        if args.json:
+            print_json({"run_id": run_id, "status": "interrupted",
+                        "steps" if args.find_peak else "levels":
+                            [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
+        else:
+            _print_levels(out, results, marks, f"{title} (interrupted, {finished})", slo)
+        _print_warnings(err, results)
+    err.print(f"interrupted: {finished}, recorded as run {run_id} (status interrupted)", markup=False)
+    if args.csv and results:
+        try:
+            _write_csv(args.csv, perf_analyzer_csv(list(results)))
+        except ConfigError as exc:
+            err.print(f"error: {exc}", markup=False)
+        else:
+            err.print(f"wrote {args.csv} (perf_analyzer's CSV columns) for the finished levels", markup=False)

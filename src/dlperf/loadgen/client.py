@@ -38,7 +38,8 @@ class Endpoint:
 
     @property
     def authority(self) -> str:
-        return f"{self.host}:{self.port}"
+        """host:port as a URL, a Host header and gRPC write it: an IPv6 address in brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def parse_url(url: str) -> Endpoint:
@@ -79,6 +80,9 @@ def parse_reply(data: bytes | bytearray, closed: bool) -> tuple[Reply, int] | No
 
     `closed`: the server has closed the connection, so a response without Content-Length or chunked
     encoding ends here. Raises ValueError on a response that is not HTTP/1.x."""
+    if _http2_frames(data):
+        raise ValueError("the server answered with HTTP/2 frames, not HTTP/1.1: is this a gRPC port? Use "
+                         "-i grpc for it, or give the server's HTTP port")
     end = data.find(b"\r\n\r\n")
     if end < 0:
         if closed and data:
@@ -123,6 +127,12 @@ def parse_reply(data: bytes | bytearray, closed: bool) -> tuple[Reply, int] | No
     if not closed:
         return None  # the body runs until the server closes the connection
     return Reply(status, headers, bytes(data[start:])), len(data)
+
+
+def _http2_frames(data: bytes | bytearray) -> bool:
+    """Whether `data` starts with an HTTP/2 SETTINGS frame (9-byte header, type 4, stream 0): what an HTTP/2-only
+    server such as a gRPC port sends first, also to an HTTP/1.1 request."""
+    return len(data) >= 9 and data[3] == 4 and data[5:9] == b"\0\0\0\0" and not data.startswith(b"HTTP/")
 
 
 class _ReplyReader(asyncio.Protocol):
@@ -248,5 +258,8 @@ async def fetch(endpoint: Endpoint, path: str, headers: dict[str, str] | None = 
     except (OSError, asyncio.TimeoutError) as exc:
         raise LoadGenError(f"cannot reach http://{endpoint.authority}{endpoint.base_path}{path}: {exc}; "
                            "is the server running?") from exc
+    except ValueError as exc:  # bytes that are not an HTTP/1.x reply
+        raise LoadGenError(f"http://{endpoint.authority}{endpoint.base_path}{path} did not answer in HTTP/1.1: "
+                           f"{exc}") from exc
     finally:
         await conn.close()

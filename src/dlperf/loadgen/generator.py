@@ -50,6 +50,16 @@ CLIENT_TIMEOUT = "timeout"
 MISMATCH = "mismatch"
 """The status key of 200 replies whose outputs differ from the validation data (`--input-data`)."""
 
+MAX_SECONDS = 1e6
+"""The longest duration, window or warm-up taken (11.6 days): past it the event loop's timers overflow."""
+
+STATS_TIMEOUT_S = 10.0
+"""How long a level waits for the server's statistics (read before and after it measures, beside the load)."""
+
+RECONNECT_DELAY_S = 0.05
+"""A sender's pause after a request got no reply at all (refused, reset, no file descriptor left): a server
+that is down is not hammered with reconnects, and a connect that fails at once still yields to the loop."""
+
 
 @dataclass(frozen=True)
 class Slo:
@@ -145,8 +155,16 @@ class LoadConfig:
             raise ConfigError(f"--rate values must be positive, got {self.rate}")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ConfigError(f"--concurrency values must be >= 1, got {self.concurrency}")
+        for flag, value in (("--duration", self.duration_s), ("--window-s", self.window_s),
+                            ("--warmup-s", self.warmup_s)):
+            if not (math.isfinite(value) and value <= MAX_SECONDS):
+                raise ConfigError(f"{flag} must be a number of seconds up to {MAX_SECONDS:g}, got {value:g}")
         if self.duration_s <= 0 or self.window_s <= 0 or self.warmup_s < 0:
             raise ConfigError("--duration and --window-s must be positive, --warmup-s >= 0")
+        if self.duration_s <= self.warmup_s:
+            raise ConfigError(f"--duration ({self.duration_s:g} s) must be longer than --warmup-s "
+                              f"({self.warmup_s:g} s): a level's warm-up is part of its duration, and nothing "
+                              "would be left to measure")
         if self.max_outstanding < 1 or not self.request_timeout_s > 0:
             raise ConfigError(f"--max-outstanding must be >= 1 and --request-timeout-s positive, got "
                               f"{self.max_outstanding} and {self.request_timeout_s:g}")
@@ -400,15 +418,19 @@ def run_level(target: Target, config: LoadConfig, level: float,
     return result
 
 
-async def _server_stats(target: Target) -> dict[str, Any] | None:
+async def _server_stats(target: Target, timeout_s: float = 30.0) -> dict[str, Any] | None:
+    """The model's statistics from the server, None when it has none or does not answer within `timeout_s`."""
     if target.stats_path is None:
         return None
     if target.protocol == "grpc":
         from dlperf.loadgen.grpc_client import model_stats
 
-        return await model_stats(target.endpoint, target.model, target.headers)
+        try:
+            return await asyncio.wait_for(model_stats(target.endpoint, target.model, target.headers), timeout_s)
+        except asyncio.TimeoutError:
+            return None
     try:
-        reply = await fetch(target.endpoint, target.stats_path, target.headers)
+        reply = await fetch(target.endpoint, target.stats_path, target.headers, timeout_s=timeout_s)
     except LoadGenError:
         return None
     if reply.status != 200:
@@ -508,10 +530,13 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 status = MISMATCH
                 mismatches.append(why)
         records.append((t1, t1 - t0, status, conn.send_ns, conn.recv_ns))
+        if status == CONNECTION_ERROR:
+            await asyncio.sleep(RECONNECT_DELAY_S)
 
     tasks: list[asyncio.Task[Any]] = []
     lags_s: list[float] = []
     scheduled = 0
+    last_slot_s: float | None = None  # the open loop's last scheduled send time (perf_counter s)
     connections: list[Sender] = []
 
     async def closed_loop_worker() -> None:
@@ -523,7 +548,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             await one(conn)
 
     async def open_loop() -> None:
-        nonlocal sent, scheduled
+        nonlocal sent, scheduled, last_slot_s
         gaps = arrival_gaps(config, level)
         idle: list[Sender] = []
         outstanding = 0
@@ -540,12 +565,16 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         while may_send():
             t_next += next(gaps)
             delay = t_next - time.perf_counter()
-            if delay > 0:
+            if delay > 0.05:  # a long gap (a low rate) ends with the level, not after it
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+            elif delay > 0:
                 await asyncio.sleep(delay)
-                if not may_send():
-                    break
-            lags_s.append(max(0.0, -delay))
+            if not may_send():
+                break
+            lags_s.append(max(0.0, -delay))  # how late the loop came to this request's time
             scheduled += 1
+            last_slot_s = t_next
             if outstanding >= config.max_outstanding:
                 records.append((clock(), 0, "dropped", 0, 0))
                 continue
@@ -570,7 +599,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     await _sleep_until(min(warm_end, end_bound), clock, drivers)
     sent = 0  # the request bound counts from the end of the warm-up
     measuring = True
-    before = await _server_stats(target)
+    # read beside the load: an overloaded server may take seconds to answer, which must not eat the level
+    before_task = asyncio.ensure_future(_server_stats(target, STATS_TIMEOUT_S))
     window_ns = int(config.window_s * 1e9)
     measure_start = clock()
     metrics_done = asyncio.Event()
@@ -581,6 +611,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     first_record = len(records)
     windows: list[tuple[float, float]] = []  # (throughput, latency s: mean or the stability percentile)
     stable = False
+    slo_failed = False
     cursor = first_record
     w_start = measure_start
     while True:
@@ -600,13 +631,15 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if config.slo is None or _slo_decided(records[first_record:], config.slo):
                 break
         elif config.slo is not None and _slo_decided(records[first_record:], config.slo) == "fail":
+            slo_failed = True
             break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or done_all:
             break
     stop.set()
     measure_end = clock()
     metrics_done.set()
-    after = await _server_stats(target)
+    before = await before_task
+    after = await _server_stats(target, STATS_TIMEOUT_S) if before is not None else None
     if sampler is not None:
         await asyncio.wait([sampler], timeout=max(5.0, 2 * config.metrics_interval_s))
         sampler.cancel()
@@ -631,17 +664,22 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         client_send_s=sum(r[3] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
         client_recv_s=sum(r[4] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
     )
+    if target.stats_path is not None and result.server is None and result.ok:
+        result.warnings.append(f"the server's statistics did not answer within {STATS_TIMEOUT_S:g} s (or have no "
+                               "requests of this level): no server-side queue and compute times for it")
     if config.mode == "rate":
-        elapsed = (measure_end - start) / 1e9
-        result.send_rate = scheduled / elapsed if elapsed > 0 else None
-        _rate_warnings(result, level, lags_s, statuses)
+        if last_slot_s is not None and last_slot_s > start / 1e9:
+            kept = last_slot_s - start / 1e9  # the schedule's span; its last request went out `lag` late
+            result.send_rate = level * kept / (kept + lags_s[-1])
+        _rate_warnings(result, level, lags_s, statuses, (measure_end - measure_start) / 1e9)
+    _error_warnings(result)
     if config.collect_metrics:
         result.resources = summarize(samples, config.metrics_interval_s) if samples else None
         result.warnings += [f"--collect-metrics: {p}" for p in problems]
     if statuses.get(MISMATCH):
         result.warnings.append(f"{statuses[MISMATCH]} replies did not match the validation data (counted as "
                                f"errors); the first: {mismatches[0]}")
-    if not stable:
+    if not stable and not slo_failed:  # a level the SLO failed early needs no stable windows
         result.warnings.append(
             f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "
             f"{config.stability:.0%} on throughput and {_latency_name(config.stability_percentile)} latency "
@@ -665,11 +703,17 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
     return "pass" if early_stopping_passes(len(records), over, slo.percentile) else None
 
 
-def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int]) -> None:
+def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int],
+                   measured_s: float) -> None:
     if statuses.get("dropped"):
         result.warnings.append(f"{statuses['dropped']} requests were not sent: {len(lags_s)} scheduled but the "
                                "outstanding-request cap was reached (the server is far behind; "
                                "--max-outstanding sets the cap)")
+    expected = rate * measured_s
+    if expected < 10:
+        result.warnings.append(f"at {rate:g} req/s, {measured_s:.3g} s of measurement hold about {expected:.1f} "
+                               "requests: too few to measure; give a longer --duration (or a higher --rate)")
+        return  # a sparse schedule says nothing about the generator keeping up
     lags = sorted(lags_s)
     if result.send_rate is not None and result.send_rate < 0.95 * rate:
         result.warnings.append(
@@ -681,6 +725,19 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
             f"the load generator fell behind its schedule (p99 send lag {percentile(lags, 99) * 1e3:.1f} ms): "
             "latencies include bursts it could not spread out"
         )
+
+
+def _error_warnings(result: LevelResult) -> None:
+    """Say so when a level measured failures more than answers: its latencies then describe few requests."""
+    failed = {s: n for s, n in result.statuses.items() if s not in ("200", "dropped")}
+    total = sum(failed.values())
+    if result.ok == 0:
+        seen = ", ".join(f"{s}: {n}" for s, n in sorted(result.statuses.items())) or "none ended in the windows"
+        result.warnings.append(f"no request succeeded while the level measured ({seen}): is the server up, and "
+                               "does it answer within --request-timeout-s?")
+    elif total > result.ok:
+        seen = ", ".join(f"{s}: {n}" for s, n in sorted(failed.items()))
+        result.warnings.append(f"most requests failed ({total} against {result.ok} answered; {seen})")
 
 
 def _window_latency_s(window: Sequence[Record], q: float | None) -> float:
@@ -727,11 +784,35 @@ def _level_windows(on_window: Callable[[float, int, float], None] | None,
     return lambda n, throughput: on_window(level, n, throughput)
 
 
+def ensure_open_files(config: LoadConfig) -> None:
+    """Make room for the connections the config opens: raise this process's soft limit on open files towards
+    its hard limit where needed; ConfigError when a concurrency level needs more than the hard limit allows (a
+    connect would fail with EMFILE on every try). Rate mode opens at most `max_outstanding` connections and
+    only as many as requests are outstanding, so it gets what the limit allows."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    spare = 64  # the event loop, the statistics and metrics fetches, the store
+    needed = spare + (config.max_outstanding if config.mode == "rate" else max(config.concurrency))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if config.mode != "rate" and soft < needed:
+        raise ConfigError(f"--concurrency {max(config.concurrency)} needs {needed} open files (a connection each), "
+                          f"but this process may open {soft} (ulimit -n): raise the limit or lower the concurrency")
+
+
 def run_load(target: Target, config: LoadConfig,
              on_level: Callable[[LevelResult], None] | None = None,
              on_window: Callable[[float, int, float], None] | None = None) -> list[LevelResult]:
     """Every level of the config: each concurrency, or each rate. `on_window(level, windows, req/s)` after
     each measurement window, `on_level(result)` after each level."""
+    ensure_open_files(config)
     levels: list[float] = list(config.rates) or [float(c) for c in config.concurrency]
     results = []
     for level in levels:
@@ -827,6 +908,7 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
     runs before each trial, `on_step(step, passed)` after."""
     import dataclasses
 
+    ensure_open_files(dataclasses.replace(config, rate=start_rate or 1.0))
     steps: list[LevelResult] = []
 
     def trial(rate: float) -> bool:

@@ -109,7 +109,7 @@ def _error_of(body: bytes) -> str:
         return body[:200].decode("latin-1")
 
 
-def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None = None,
+def oip_target(url: str, model: str, *, batch_size: int | None = None, token: str | None = None,
                inputs: Sequence[Any] | None = None, shapes: dict[str, Sequence[int]] | None = None,
                seed: int = 0, check: bool = True, parameters: dict[str, Any] | None = None,
                input_data: Sequence[str] = (), string_length: int | None = None,
@@ -118,7 +118,9 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
                protocol: str = "http", streaming: bool = False) -> Target:
     """A target from the server's model metadata: random tensors of the right datatype and shape, or
     `inputs` (arrays or tensors in metadata order, e.g. a workload's example inputs), or `input_data`
-    (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `parameters` go
+    (perf_analyzer's --input-data values: zero, a directory, JSON files; `loadgen.inputs`). `shapes` are full
+    shapes of inputs with variable dimensions, for a model that batches with the batch dimension first: it is
+    the batch size, which `batch_size` (default 1) must then agree with (`request_batch`). `parameters` go
     into every request's `parameters` (e.g. Triton's `priority`). Random BYTES elements are `string_data`
     (UTF-8) if given, else `string_length` random letters and digits (default 128, perf_analyzer's).
     `rtol`/`atol` replace the tolerance of the check against `input_data`'s validation data.
@@ -161,6 +163,11 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
         except LoadGenError as exc:
             raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
     ins, outs = _infos(meta, "inputs"), _infos(meta, "outputs")
+    if inputs is not None and shapes:
+        raise ConfigError(f"--shape {' '.join(shapes)}: --workload sends the workload's own example inputs, of "
+                          "their own shapes: drop --shape (or --workload, for random inputs of these shapes)")
+    if inputs is None:
+        batch_size = request_batch(model, ins, shapes or {}, batch_size)
     data = read_input_data(input_data, ins, outs, shapes=shapes) if input_data else None
     if data is not None and inputs is not None:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
@@ -169,7 +176,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     strings = _string_options(model, ins, string_length, string_data, given=source)
     tolerance = _tolerance(rtol, atol, validates=data is not None and data.validates)
     if data is not None:  # None: random tensors, as without --input-data
-        target = _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size,
+        target = _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size or 1,
                               parameters=parameters, check=check, tolerance=tolerance, shm=shm,
                               outputs=[o.name for o in outs], protocol=protocol)
         return dataclasses.replace(target, streaming=streaming)
@@ -177,7 +184,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
     rng = np.random.default_rng(seed)
     tensors = []
-    items = batch_size
+    items = batch_size or 1
     for i, spec in enumerate(ins):
         name, datatype, shape = spec.name, spec.datatype, list(spec.shape)
         if inputs is not None:
@@ -195,7 +202,7 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
             if given is not None:
                 dims = [int(d) for d in given]
             else:
-                dims = [batch_size if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
+                dims = [items if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
                 if any(d == -1 for d in dims):
                     raise LoadGenError(
                         f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
@@ -208,6 +215,54 @@ def oip_target(url: str, model: str, *, batch_size: int = 1, token: str | None =
     target = Target(endpoint, model, raw, items, _stats_path(server, model), headers, shm=shm, protocol=protocol)
     _ready(target, check)
     return dataclasses.replace(target, streaming=streaming)
+
+
+def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
+                  batch_size: int | None) -> int:
+    """The items each request holds, after checking --shape against the model's inputs: each a known input,
+    every dimension given and >= 1. For a model that batches (every input shape starts with -1, as Triton's
+    metadata says), --shape is the full shape with the batch dimension first, so the batch size is that
+    dimension: the same in every --shape, and the same as `batch_size` (--batch-size) if given, else
+    `batch_size` or 1. A model without a batch dimension takes one item per request."""
+    names = [spec.name for spec in inputs]
+    known = ", ".join(f"{spec.name} {list(spec.shape)}" for spec in inputs)
+    batched = is_batched(inputs)
+    batches: dict[str, int] = {}
+    for name, given in shapes.items():
+        dims = [int(d) for d in given]
+        text = f"--shape {name}={','.join(map(str, dims))}"
+        if name not in names:
+            raise ConfigError(f"{text}: model '{model}' has no input '{name}'; its inputs: {known}")
+        spec = inputs[names.index(name)]
+        example = ",".join(str(batch_size or 8) if j == 0 and batched else "16" if d == -1 else str(d)
+                           for j, d in enumerate(spec.shape))
+        first = (", the batch dimension first (unlike perf_analyzer's --shape, which leaves it out)" if batched
+                 else "")
+        bad = [d for d in dims if d < 1]
+        if bad:
+            raise ConfigError(f"{text}: {bad[0]} is not a size: give every dimension as a number >= 1 (in place of "
+                              f"each -1 of the model's shape {list(spec.shape)}{first}), e.g. --shape {name}={example}")
+        if len(dims) != len(spec.shape):
+            raise ConfigError(f"{text}: input '{name}' has {len(spec.shape)} dimensions {list(spec.shape)}, the "
+                              f"shape gives {len(dims)}: give the full shape{first}, e.g. --shape {name}={example}")
+        if batched:
+            batches[name] = dims[0]
+    if not batched:
+        if batch_size not in (None, 1):
+            raise ConfigError(f"model '{model}' has no batch dimension (its inputs' shapes do not all start with "
+                              f"-1: {known}), so each request holds one item: drop --batch-size {batch_size}")
+        return 1
+    if len(set(batches.values())) > 1:
+        each = ", ".join(f"{name} {b}" for name, b in batches.items())
+        raise ConfigError(f"--shape gives the inputs different batch dimensions ({each}): the first dimension "
+                          "of each --shape is the request's batch size, one for all its inputs")
+    if batches and batch_size is not None and batch_size not in batches.values():
+        name, batch = next(iter(batches.items()))
+        rest = "".join(f",{d}" for d in list(shapes[name])[1:])
+        raise ConfigError(f"--shape {name}={batch}{rest} sends batches of {batch} (its first dimension is the batch "
+                          f"dimension), --batch-size {batch_size} asks for {batch_size}: write --shape "
+                          f"{name}={batch_size}{rest}, or drop --batch-size")
+    return next(iter(batches.values())) if batches else batch_size or 1
 
 
 def _ready(target: Target, check: bool) -> None:

@@ -167,7 +167,7 @@ def _make_server_class() -> Any:
                     raise ServingError(missing)
                 self.grpc_server, port = create_server(self.state, config.host, config.grpc_port)
                 await self.grpc_server.start()
-                self.state.grpc_address = f"{config.host}:{port}"
+                self.state.grpc_address = host_port(config.host, port)
             await super().startup(sockets=sockets)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -188,6 +188,11 @@ def _make_server_class() -> Any:
     return DrainingServer
 
 
+def host_port(host: str, port: int) -> str:
+    """host:port as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass
 class Running:
     """A server running in a background thread (tests, benchmarks): `url` is host:port, no scheme."""
@@ -200,7 +205,7 @@ class Running:
 
     @property
     def url(self) -> str:
-        return f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
     @property
     def grpc_url(self) -> str | None:
@@ -224,7 +229,7 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
     from dlperf.serve.app import create_app
 
     state = state or build_state(config)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
     port = sock.getsockname()[1]
@@ -276,7 +281,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
         server.exit_timeout_s = config.exit_timeout_s
         if on_ready is not None:
             port = sock.getsockname()[1]
-            threading.Thread(target=_notify_when_started, args=(server, on_ready, state, f"{config.host}:{port}"),
+            threading.Thread(target=_notify_when_started, args=(server, on_ready, state, host_port(config.host, port)),
                              daemon=True).start()
         server.run(sockets=[sock])
     finally:

@@ -164,8 +164,8 @@ class Store:
         handle = RunHandle(self, record)
         try:
             yield handle
-        except KeyboardInterrupt:
-            self.finish_run(record.id, handle.result, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a command's own subclass with its reason (e.g. SIGTERM)
+            self.finish_run(record.id, handle.result, INTERRUPTED, str(exc) or "interrupted by the user (Ctrl-C)")
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")

@@ -89,7 +89,7 @@ def test_priority_levels_show_in_the_model_config_and_a_bad_priority_is_400(leve
     with pytest.raises(InferenceServerException) as info:
         c.infer("gated", [_input(1.0)], priority=-1)
     assert info.value.status() == "400"
-    assert "parameter 'priority' must be a non-negative integer" in info.value.message()
+    assert "parameter 'priority' must be an integer from 0 to 2**64-1" in info.value.message()
     assert float(c.infer("gated", [_input(1.0)], priority=1).as_numpy("y")[0, 0]) == 2.0
 
 

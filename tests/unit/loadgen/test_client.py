@@ -171,3 +171,29 @@ def test_connection_raises_when_the_server_closes_before_replying_twice() -> Non
         assert len(connections) == 2  # tried, reconnected once, gave up
 
     asyncio.run(main())
+
+
+def test_an_ipv6_host_is_bracketed_where_a_url_or_host_header_carries_it() -> None:
+    endpoint = parse_url("http://[::1]:8000/base")
+    assert (endpoint.host, endpoint.authority) == ("::1", "[::1]:8000")
+    assert b"Host: [::1]:8000\r\n" in build_request(endpoint, "GET", "/v2")
+    assert parse_url("127.0.0.1:8001").authority == "127.0.0.1:8001"
+
+
+def test_http2_frames_are_named_as_such() -> None:
+    """A gRPC port answers an HTTP/1.1 request with an HTTP/2 SETTINGS frame (and GOAWAY)."""
+    settings = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x64"
+    for closed in (False, True):
+        with pytest.raises(ValueError, match=r"HTTP/2 frames.*-i grpc"):
+            parse_reply(settings, closed)
+
+
+def test_json_output_has_null_where_a_figure_is_not_a_number(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from dlperf.cli.common import print_json
+
+    print_json({"p50_s": float("nan"), "levels": [{"max": float("inf"), "ok": 1.5}], "n": 3})
+    out = capsys.readouterr().out
+    assert json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}")) == {
+        "p50_s": None, "levels": [{"max": None, "ok": 1.5}], "n": 3}

@@ -255,13 +255,86 @@ def test_find_peak_halves_down_when_the_start_fails(monkeypatch: pytest.MonkeyPa
 
 def test_rate_warnings_say_when_the_generator_cannot_keep_up() -> None:
     r = _level(1000, 0.01, send_rate=700)
-    _rate_warnings(r, 1000, [0.0] * 10, r.statuses)
+    _rate_warnings(r, 1000, [0.0] * 10, r.statuses, 10.0)
     assert any("could not send 1000 req/s" in w for w in r.warnings)
     r = _level(100, 0.01)
-    _rate_warnings(r, 100, [0.0] * 99 + [0.5], r.statuses)
+    _rate_warnings(r, 100, [0.0] * 99 + [0.5], r.statuses, 10.0)
     assert r.warnings == []
-    _rate_warnings(r, 100, [0.5] * 100, r.statuses)
+    _rate_warnings(r, 100, [0.5] * 100, r.statuses, 10.0)
     assert any("fell behind" in w for w in r.warnings)
+
+
+def test_a_level_too_short_for_its_rate_says_so_not_that_the_generator_was_slow() -> None:
+    r = _level(0.05, 0.01, send_rate=0.0, n=0)
+    _rate_warnings(r, 0.05, [], r.statuses, 2.0)
+    assert len(r.warnings) == 1 and "too few to measure" in r.warnings[0] and "about 0.1 requests" in r.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window_s": float("nan")}, "--window-s must be a number of seconds"),
+        ({"window_s": float("inf")}, "--window-s must be a number of seconds"),
+        ({"warmup_s": 1e300}, "--warmup-s must be a number of seconds up to 1e\\+06"),
+        ({"duration_s": float("nan")}, "--duration must be a number"),
+        ({"duration_s": 0.5}, "--duration \\(0.5 s\\) must be longer than --warmup-s \\(1 s\\)"),
+        ({"duration_s": 2.0, "warmup_s": 2.0}, "must be longer than --warmup-s"),
+    ],
+)
+def test_config_refuses_times_that_leave_nothing_to_measure(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        LoadConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_level_that_mostly_failed_says_so() -> None:
+    from dlperf.loadgen.generator import _error_warnings
+
+    r = _level(10, 0.01, n=0)
+    r.statuses = {"conn": 40}
+    _error_warnings(r)
+    assert r.warnings == ["no request succeeded while the level measured (conn: 40): is the server up, and does "
+                          "it answer within --request-timeout-s?"]
+    r = _level(10, 0.01, n=5)
+    r.statuses = {"200": 5, "conn": 30, "503": 2}
+    _error_warnings(r)
+    assert r.warnings == ["most requests failed (32 against 5 answered; 503: 2, conn: 30)"]
+    r = _level(10, 0.01, n=50)
+    r.statuses = {"200": 50, "503": 2, "dropped": 100}  # dropped: the cap's own warning says it
+    _error_warnings(r)
+    assert r.warnings == []
+
+
+def test_concurrency_beyond_the_open_file_limit_is_refused_or_the_limit_raised() -> None:
+    """Past `ulimit -n` every connect fails at once (EMFILE); the soft limit is raised where the hard one allows,
+    else the concurrency is refused before any level runs. The hard limit is lowered in a child process only:
+    a process cannot raise it again."""
+    import resource
+    import subprocess
+    import sys
+
+    from dlperf.loadgen.generator import ensure_open_files
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"this process's hard limit on open files is {hard}")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        ensure_open_files(LoadConfig(concurrency=(100,)))  # fits: left as it is
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 256
+        ensure_open_files(LoadConfig(concurrency=(400,)))
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 464  # 400 connections and 64 spare
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    child = ("import resource\n"
+             "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
+             "from dlperf.errors import ConfigError\n"
+             "from dlperf.loadgen.generator import LoadConfig, ensure_open_files\n"
+             "try:\n"
+             "    ensure_open_files(LoadConfig(concurrency=(400,)))\n"
+             "except ConfigError as exc:\n"
+             "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=True)
+    assert "--concurrency 400 needs 464 open files" in out.stdout and "this process may open 256" in out.stdout
 
 
 def test_level_summary_values() -> None:

@@ -1,0 +1,108 @@
+"""How a load level behaves when things go wrong around it, against real servers on the loopback: a server
+whose statistics answer slowly, a server that has gone, a rate too low for the level, an SLO failed early, a
+gRPC port given as an HTTP one, an IPv6 address."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dlperf.cli.main import main
+from dlperf.loadgen import generator
+from dlperf.loadgen.generator import CONNECTION_ERROR, LoadConfig, Slo, run_level
+from dlperf.loadgen.target import oip_target
+from dlperf.serve.server import Running, start_in_thread
+from dlperf.serve.service import ServeConfig
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Running]:
+    running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=0))
+    yield running
+    running.stop()
+
+
+def test_slow_server_statistics_do_not_eat_the_level(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An overloaded server may take seconds to answer its statistics: the level measures its whole duration
+    beside that read (it read them first, and a level whose bound passed meanwhile measured nothing)."""
+    real = generator._server_stats
+    calls = 0
+
+    async def slow(target: Any, timeout_s: float = 30.0) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the read before the windows: answered after the level's bound
+            await asyncio.sleep(2.5)
+        return await real(target, timeout_s)
+
+    monkeypatch.setattr(generator, "_server_stats", slow)
+    config = LoadConfig(concurrency=(1,), duration_s=2.0, window_s=0.5, warmup_s=0.2)
+    result = run_level(oip_target(server.url, "mlp"), config, 1.0)
+    assert result.measured_s >= 1.5 and result.ok > 10 and result.errors == 0
+
+
+def test_a_server_that_is_gone_is_not_hammered_and_the_level_says_so() -> None:
+    running = start_in_thread(ServeConfig(model="zoo:mlp", port=0))
+    target = oip_target(running.url, "mlp")
+    running.stop()
+    config = LoadConfig(concurrency=(2,), duration_s=1.5, window_s=0.5, warmup_s=0.1)
+    result = run_level(target, config, 2.0)
+    refused = result.statuses[CONNECTION_ERROR]
+    # each sender pauses after a request that got no reply: 2 x 1.4 s / 0.05 s = 56 at most (was ~7000/s)
+    assert 0 < refused <= 2 * 1.4 / generator.RECONNECT_DELAY_S + 4
+    assert result.ok == 0
+    assert any(w.startswith("no request succeeded while the level measured (conn: ") for w in result.warnings)
+
+
+def test_a_rate_too_low_for_the_level_ends_with_it_and_says_so(server: Running) -> None:
+    config = LoadConfig(rate=0.05, duration_s=1.5, window_s=0.5, warmup_s=0.1, request_timeout_s=20.0)
+    result = run_level(oip_target(server.url, "mlp"), config, 0.05)
+    assert result.scheduled == 0  # the first request was due after 20 s: the level ended before it
+    assert any("too few to measure" in w for w in result.warnings)
+    assert not any("could not send" in w for w in result.warnings)
+
+
+def test_a_level_the_slo_fails_early_has_no_stability_warning(server: Running) -> None:
+    config = LoadConfig(rate=50.0, duration_s=30.0, window_s=0.5, warmup_s=0.1, slo=Slo(1e-6))
+    result = run_level(oip_target(server.url, "mlp"), config, 50.0)
+    assert result.measured_s < 10  # decided long before the bound
+    assert not any("did not agree" in w for w in result.warnings)
+
+
+def test_a_grpc_port_given_as_http_is_named(server: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    assert server.grpc_url is not None
+    assert main(["load", server.grpc_url, "--model", "mlp", "--requests", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "HTTP/2 frames" in err and "-i grpc" in err
+
+
+def test_an_ipv6_server_is_loaded_over_http_and_grpc(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    running = start_in_thread(ServeConfig(model="zoo:mlp", host="::1", port=0, grpc_port=0))
+    try:
+        assert running.url == f"[::1]:{running.port}" and running.grpc_url is not None
+        for url, protocol in ((running.url, "http"), (running.grpc_url, "grpc")):
+            code = main(["load", url, "--model", "mlp", "-i", protocol, "--requests", "20", "--duration", "5s",
+                         "--warmup-s", "0.1", "--window-s", "0.5", "--json", "--store", str(tmp_path / "runs.db")])
+            out = capsys.readouterr()
+            assert code == 0, out.err
+            (level,) = json.loads(out.out)["levels"]
+            assert level["requests_ok"] >= 10 and level["errors"] == 0, level
+    finally:
+        running.stop()
+
+
+def test_a_sweep_with_a_level_where_nothing_succeeded_exits_1(server: Running, tmp_path: Any,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Every request times out on the client (1 µs): the level measured no answer, which CI must not read as a
+    pass."""
+    code = main(["load", server.url, "--model", "mlp", "--duration", "1.5s", "--warmup-s", "0.1", "--window-s",
+                 "0.5", "--request-timeout-s", "0.000001", "--store", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "no request succeeded at: concurrency 1" in err
