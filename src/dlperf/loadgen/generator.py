@@ -651,6 +651,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     for conn in connections:
         await conn.close()
     measured = [r for r in records[first_record:] if r[0] <= measure_end]
+    if limit is not None:  # the N requests sent after the warm-up, not those the warm-up left in flight
+        measured = [r for r in measured if r[0] - r[1] >= measure_start]
     succeeded = [r for r in measured if r[2] == "200"]
     statuses: dict[str, int] = {}
     for r in measured:

@@ -106,3 +106,11 @@ def test_a_sweep_with_a_level_where_nothing_succeeded_exits_1(server: Running, t
     err = capsys.readouterr().err
     assert code == 1, err
     assert "no request succeeded at: concurrency 1" in err
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_request_bound_counts_the_requests_sent_after_the_warm_up(server: Running, concurrency: int) -> None:
+    """--requests N: N requests measured, not N plus those the warm-up left in flight (21 for 20 at c=1)."""
+    config = LoadConfig(concurrency=(concurrency,), requests=40, duration_s=20.0, window_s=0.5, warmup_s=0.2)
+    result = run_level(oip_target(server.url, "mlp"), config, float(concurrency))
+    assert result.ok == 40 and result.errors == 0
