@@ -24,6 +24,7 @@ from dlperf.serve.protocol import (
     check_rank,
     requested_output,
     set_parameter,
+    shaped,
     shm_span,
     tensor_bytes,
 )
@@ -90,7 +91,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
             array = array_from_bytes(raw[i], t.datatype, count, where)
         else:
             array = _from_contents(t, count, where)
-        inputs.append(Tensor(t.name, t.datatype, array.reshape(shape)))
+        inputs.append(Tensor(t.name, t.datatype, shaped(array, shape, where)))
     outputs = None
     if msg.outputs:
         outputs = [requested_output(o.name, parameters_of(o.parameters), True, shm) for o in msg.outputs]
@@ -109,7 +110,10 @@ def _from_contents(t: Any, count: int, where: str) -> np.ndarray:
         out = np.empty(count, dtype=object)
         out[:] = values
         return out
-    return np.asarray(values, dtype=NUMPY_DTYPES[t.datatype])
+    try:
+        return np.asarray(values, dtype=NUMPY_DTYPES[t.datatype])
+    except (OverflowError, ValueError) as exc:  # 300 in int_contents of an INT8 input
+        raise ProtocolError(f"{where}: contents.{field} do not fit {t.datatype}: {exc}") from exc
 
 
 def create_servicer(state: ServerState) -> Any:
@@ -142,7 +146,10 @@ def create_servicer(state: ServerState) -> Any:
         return service_pb2.ServerReadyResponse(ready=state.ready)
 
     async def model_ready(request: Any, context: Any) -> Any:
-        state.entry(request.name, request.version)
+        try:
+            state.entry(request.name, request.version)
+        except ProtocolError:  # as Triton: an unknown model or version is not ready, not an error
+            return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=state.ready)
 
     async def server_metadata(request: Any, context: Any) -> Any:
@@ -179,6 +186,11 @@ def create_servicer(state: ServerState) -> Any:
                 variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
                 raise
             outcome = await state.execute(entry, variant, decoded, start_ns, metadata.get(ROUTING_HEADER) is not None)
+        except ProtocolError:
+            raise
+        except Exception:  # a fault in the server: INTERNAL from the caller, counted here as HTTP counts its 500
+            variant.recorder.failure("OTHER", time.monotonic_ns() - start_ns)
+            raise
         finally:
             state.in_flight -= 1
         if isinstance(outcome, Failed):
@@ -219,15 +231,22 @@ def create_servicer(state: ServerState) -> Any:
         running: set[asyncio.Task[None]] = set()
         window = asyncio.Semaphore(state.config.grpc_stream_window)  # taken per request read, back once written
 
+        def failed(request: Any, message: str) -> Any:
+            # the request's id (and model) with the error, as Triton, so a client with several in flight knows
+            # which one failed
+            said = service_pb2.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
+                                                  id=request.id)
+            return service_pb2.ModelStreamInferResponse(error_message=message, infer_response=said)
+
         async def one(request: Any) -> None:
             try:
                 reply, outcome, request_ns = await answer(request, metadata)
             except ProtocolError as exc:
-                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=str(exc)), None))
+                ready.put_nowait((failed(request, str(exc)), None))
                 return
             except Exception as exc:  # a bug: said in the stream, which goes on, and logged, as a unary call's is
                 log.exception("a ModelStreamInfer request to model '%s' failed", request.model_name)
-                ready.put_nowait((service_pb2.ModelStreamInferResponse(error_message=internal_error(exc)), None))
+                ready.put_nowait((failed(request, internal_error(exc)), None))
                 return
             ready.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=reply), (outcome, request_ns)))
 

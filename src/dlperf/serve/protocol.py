@@ -365,7 +365,16 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
         array = array_from_json(raw["data"], datatype, count, where)
     if size is not None:
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
-    return Tensor(name, datatype, array.reshape(shape), params), offset
+    return Tensor(name, datatype, shaped(array, shape, where), params), offset
+
+
+def shaped(array: np.ndarray, shape: list[int], where: str) -> np.ndarray:
+    """`array` (flat, its element count already checked) in `shape`; ProtocolError where numpy cannot make the
+    shape (a zero dimension beside one of 2**62: no elements, but too big a shape)."""
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise ProtocolError(f"{where} has shape {shape}: {exc}") from exc
 
 
 MAX_RANK = 64

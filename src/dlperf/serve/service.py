@@ -11,6 +11,7 @@ import functools
 import gzip
 import hmac
 import json
+import math
 import random
 import threading
 import time
@@ -603,7 +604,7 @@ def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None,
     value = parameters.get("timeout")
     if value is None or value == 0:
         return server_timeout_s
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:  # no NaN
         raise ProtocolError(f"parameter 'timeout' must be a non-negative number of microseconds, got {value!r}")
     if not allow_override:
         return server_timeout_s

@@ -110,7 +110,8 @@ class SharedMemoryRegistry:
             region = self._regions.get(name)
             if region is None:
                 raise ProtocolError(f"{where}: shared memory region '{name}' is not registered "
-                                    "(POST /v2/systemsharedmemory/region/NAME/register first)")
+                                    "(register it first: POST /v2/systemsharedmemory/region/NAME/register, or "
+                                    "gRPC's SystemSharedMemoryRegister)")
             if offset + byte_size > region.byte_size:
                 raise ProtocolError(f"{where}: offset {offset} + byte_size {byte_size} is beyond the "
                                     f"{region.byte_size} bytes of shared memory region '{name}'")

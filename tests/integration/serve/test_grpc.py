@@ -80,8 +80,8 @@ def test_health_metadata_and_config(server: Running) -> None:
     assert config.max_batch_size == MAX_BATCH and list(config.input[0].dims) == [64]
     assert config.dynamic_batching.max_queue_delay_microseconds == 50_000
     assert config.input[0].data_type == grpcclient.model_config_pb2.TYPE_FP32
-    for call in (lambda: c.get_model_metadata("nope"), lambda: c.is_model_ready("nope"),
-                 lambda: c.get_model_config("mlp", "7")):
+    assert not c.is_model_ready("nope") and not c.is_model_ready("mlp", "7")  # as Triton: not ready, no error
+    for call in (lambda: c.get_model_metadata("nope"), lambda: c.get_model_config("mlp", "7")):
         with pytest.raises(InferenceServerException) as info:
             call()
         assert info.value.status() == "StatusCode.NOT_FOUND"
@@ -120,6 +120,45 @@ def test_typed_contents_are_read_as_raw_bytes_are(server: Running, reference: An
             stub.ModelInfer(huge)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "for 18446744073709551616 FP32 elements" in str(info.value.details())
+
+
+def test_a_fault_in_an_infer_call_is_internal_and_counted(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unary and in a stream: INTERNAL (a stream's error_message), and each request counted once, as OTHER."""
+    from dlperf.serve import grpc_service
+
+    def broken(*args: Any) -> Any:
+        raise KeyError("injected")
+
+    monkeypatch.setattr(grpc_service, "decode_infer_request", broken)
+    before = server_metrics(server).failure_total["OTHER"]
+    c = _client(server)
+    x = np.zeros((1, 64), np.float32)
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("mlp", [_input(x)])
+    assert info.value.status() == "StatusCode.INTERNAL" and "KeyError" in info.value.message()
+    answers = _open_stream(c)
+    try:
+        c.async_stream_infer("mlp", [_input(x)], request_id="s1")
+        _, error = answers.get(timeout=60)
+    finally:
+        c.stop_stream()
+    assert error is not None and "internal server error: KeyError" in error.message()
+    assert server_metrics(server).failure_total["OTHER"] - before == 2
+
+
+def test_a_failed_stream_request_is_answered_with_its_id(server: Running) -> None:
+    """Answers come in the order requests finish: an error must say which request it is (as Triton's does)."""
+    assert server.grpc_url is not None
+    good = service_pb2.ModelInferRequest(model_name="mlp", id="good-1", raw_input_contents=[b"\0" * 256])
+    good.inputs.add(name="x", datatype="FP32", shape=[1, 64])
+    bad = service_pb2.ModelInferRequest(model_name="mlp", id="bad-1", raw_input_contents=[b"\0" * 128])
+    bad.inputs.add(name="x", datatype="FP32", shape=[1, 32])
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        replies = list(service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([good, bad])))
+    by_id = {r.infer_response.id: r for r in replies}
+    assert set(by_id) == {"good-1", "bad-1"}
+    assert "shape" in by_id["bad-1"].error_message and by_id["bad-1"].infer_response.model_name == "mlp"
+    assert by_id["good-1"].error_message == "" and len(by_id["good-1"].infer_response.outputs) == 1
 
 
 def test_a_bug_in_a_call_is_internal_with_the_reason(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:

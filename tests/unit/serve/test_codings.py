@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from dlperf.serve.protocol import ProtocolError
-from dlperf.serve.service import Reply, _compress, _decompress, _preferred_coding, _priority
+from dlperf.serve.service import Reply, _compress, _decompress, _preferred_coding, _priority, _timeout
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,10 @@ def test_priority_is_an_unsigned_64_bit_integer() -> None:
     for bad in (-1, 2**64, 10**30, 1.0, "1", True):
         with pytest.raises(ProtocolError, match="priority"):
             _priority({"priority": bad})
+
+
+def test_a_timeout_is_a_finite_number_of_microseconds() -> None:
+    assert _timeout({"timeout": 2_000_000}, None) == 2.0 and _timeout({"timeout": 3_000_000}, 1.0) == 1.0
+    for bad in (float("inf"), float("nan"), -1, "5"):
+        with pytest.raises(ProtocolError, match="'timeout' must be a non-negative number of microseconds"):
+            _timeout({"timeout": bad}, None)

@@ -52,6 +52,10 @@ def test_raw_contents_typed_contents_and_parameters() -> None:
     (lambda m: None, "no inputs"),
     (lambda m: (m.inputs.add(name="x", datatype="FP32", shape=[1] * 65), m.raw_input_contents.append(b"\0" * 4)),
      "65 dimensions: at most 64"),
+    (lambda m: m.inputs.add(name="x", datatype="INT8", shape=[2]).contents.int_contents.extend([1, 300]),
+     "contents.int_contents do not fit INT8"),
+    (lambda m: (m.inputs.add(name="x", datatype="FP32", shape=[2**62, 0]), m.raw_input_contents.append(b"")),
+     "has shape \\[4611686018427387904, 0\\]"),
     (lambda m: m.inputs.add(name="x", datatype="FP32", shape=[1], parameters={
         "shared_memory_region": service_pb2.InferParameter(string_param="r"),
         "shared_memory_byte_size": service_pb2.InferParameter(int64_param=4)}),

@@ -132,6 +132,7 @@ def test_nested_and_flat_json_data_agree() -> None:
         ([{"name": "x", "shape": [2], "datatype": "BYTES", "data": ["a", [300]]}], "BYTES data must be strings"),
         ([{"name": "x", "shape": [2], "datatype": "BYTES", "data": ["a", None]}], "BYTES data must be strings"),
         ([{"name": "x", "shape": [1] * 65, "datatype": "FP32", "data": [1]}], "65 dimensions"),
+        ([{"name": "x", "shape": [2**62, 0], "datatype": "FP32", "data": []}], "too big"),
         ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": "p"}], "must be an object"),
         ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"binary_data_size": 4}}],
          "both 'data' and a binary_data_size"),
