@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from dlperf.cli.common import ALLOCATOR_CHOICES
@@ -177,6 +178,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if not args.target and not args.variant:
         raise ConfigError("nothing to serve: give zoo:NAME, file.py[:name] or an exported directory, "
                           "or --variant a=DIR_A --variant b=DIR_B")
+    if not 0 < args.max_request_mb < math.inf:
+        raise ConfigError(f"--max-request-mb must be a positive number, got {args.max_request_mb:g}")
     if args.grpc_stream_window is not None and args.grpc_port is None:
         raise ConfigError("--grpc-stream-window bounds the requests of a gRPC stream: add --grpc-port PORT, or drop it")
     return ServeConfig(
@@ -306,7 +309,8 @@ def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
                   f"metrics at http://{url}/metrics", markup=False)
         if state.grpc_address is not None:
             err.print(f"  and over gRPC at {state.grpc_address} (inference.GRPCInferenceService)", markup=False)
-        threads = torch.get_num_threads() if entry.model.platform == "pytorch" else None
+        # a workload, or an exported artifact that runs on torch: both take torch's threads
+        threads = torch.get_num_threads() if entry.model.platform in ("pytorch", "torch") else None
         err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)
     err.print("  " + memory_line(), markup=False)
 

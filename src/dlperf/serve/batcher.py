@@ -85,8 +85,8 @@ class LevelPolicy:
             raise ConfigError(f"{where}: timeout_action must be reject or delay, got '{self.timeout_action}'")
         if self.max_queue_size is not None and self.max_queue_size < 0:
             raise ConfigError(f"{where}: max_queue_size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ConfigError(f"{where}: timeout_ms must be positive, got {self.timeout_s * 1000:g}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
+            raise ConfigError(f"{where}: timeout_ms must be a positive number, got {self.timeout_s * 1000:g}")
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,9 @@ class BatchPolicy:
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
-            raise ConfigError(f"max batch size must be >= 0, got {self.max_batch_size}")
-        if self.max_queue_delay_s < 0:
-            raise ConfigError(f"max queue delay must be >= 0, got {self.max_queue_delay_s}")
+            raise ConfigError(f"--max-batch-size must be >= 0 (0 or 1: no batching), got {self.max_batch_size}")
+        if not 0 <= self.max_queue_delay_s < math.inf:  # NaN too: the batcher's wait would fail on every request
+            raise ConfigError(f"--max-queue-delay-ms must be a number >= 0, got {self.max_queue_delay_s * 1000:g}")
         if self.priority_levels < 0:
             raise ConfigError(f"--priority-levels must be >= 0 (0 = none), got {self.priority_levels}")
         if self.priority_levels == 0 and self.default_priority_level != 0:

@@ -190,10 +190,13 @@ def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {path / 'manifest.json'}: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"{path / 'manifest.json'} is not a JSON object: is this a directory written by "
+                          "`dlperf optimize --export`?")
 
     def specs(key: str) -> tuple[TensorSpec, ...]:
         entries = manifest.get(key)
-        if not isinstance(entries, list) or not entries:
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
             raise ConfigError(f"{path / 'manifest.json'} has no '{key}' list of {{name, dtype, shape}}")
         out = []
         for i, e in enumerate(entries):
@@ -224,8 +227,10 @@ def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
 
         return run
 
-    model_name = name or str(manifest.get("name") or manifest.get("workload") or path.name)
-    model_name = Path(model_name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
+    if name is None:  # a name from the manifest, made into one URL path segment; a given name is used as it is
+        name = str(manifest.get("name") or manifest.get("workload") or path.name)
+        name = Path(name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
+    model_name = name
     return ServedModel(model_name, signature, make_runner, source=str(path),
                        platform=str(manifest.get("engine") or "dlperf_artifact"))
 

@@ -7,6 +7,7 @@ instances stop. A second signal exits at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -145,9 +146,12 @@ def _make_server_class() -> Any:
         state: ServerState
         exit_timeout_s: float = 30.0
         on_drain: Callable[[], None] | None = None
+        dropped = 0
+        """Requests in flight when a second signal forced the exit (their clients get no reply)."""
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.state.draining:
+                self.dropped = self.state.in_flight
                 self.should_exit = True
                 self.force_exit = True
                 return
@@ -183,6 +187,10 @@ def _make_server_class() -> Any:
             deadline = time.monotonic() + self.exit_timeout_s
             while time.monotonic() < deadline and self.state.in_flight > 0:
                 time.sleep(0.01)
+            # uvicorn then waits for its request tasks once more: only for what is left of the exit timeout (it
+            # waited a whole one again, so a drain took up to twice --exit-timeout-s)
+            remaining = max(0.1, deadline - time.monotonic())  # a float, which uvicorn's wait_for takes
+            self.config.timeout_graceful_shutdown = remaining  # type: ignore[assignment]
             self.should_exit = True
 
     return DrainingServer
@@ -268,14 +276,17 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     set_switch_interval()
     state = build_state(config, on_warmup=on_warmup)
     start_memory_trimmer(state)
+    server: Any = None
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((config.host, config.port))
         except OSError as exc:
-            raise ServingError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}; pick another "
-                               "--port or stop what uses it") from exc
+            fix = ("pick another --port or stop what uses it" if exc.errno == errno.EADDRINUSE else
+                   "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, ::1)")
+            where = host_port(config.host, config.port)
+            raise ServingError(f"cannot listen on {where}: {exc.strerror}; {fix}") from exc
         server = _make_server_class()(_uvicorn_config(create_app(state), config))
         server.state = state
         server.exit_timeout_s = config.exit_timeout_s
@@ -285,7 +296,11 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
                              daemon=True).start()
         server.run(sockets=[sock])
     finally:
-        stopped = state.close(config.exit_timeout_s)
+        forced = server is not None and server.force_exit  # a second signal: exit now, not after the batches
+        stopped = state.close(0.0 if forced else config.exit_timeout_s)
+    if server.dropped:
+        log.warning("a second signal: exited without waiting for %d request(s) in flight", server.dropped)
+        return 1
     return 0 if stopped else 1
 
 

@@ -7,12 +7,14 @@ between it and Starlette. Each variant has its own Batcher, InstancePool and met
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gzip
 import hmac
 import json
 import math
 import random
+import re
 import threading
 import time
 import zlib
@@ -38,6 +40,7 @@ from dlperf.serve.protocol import (
 from dlperf.serve.shm import SharedMemoryRegistry
 
 MiB = 1024 * 1024
+_MODEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 SERVER_NAME = "dlperf"
 EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration")
 ROUTING_HEADER = "x-routing-key"
@@ -105,6 +108,10 @@ class ServeConfig:
                 raise ConfigError(f"--split weights must be >= 0 and not all 0, got {self.split}")
         elif self.split:
             raise ConfigError("--split only applies with --variant")
+        if self.model_name is not None and (not _MODEL_NAME.fullmatch(self.model_name)
+                                            or self.model_name in (".", "..")):
+            raise ConfigError(f"--model-name {self.model_name!r}: a model name is one URL path segment "
+                              "(/v2/models/NAME): letters, digits and . _ - only, e.g. encoder-v2")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be in 0-65535, got {self.port}")
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
@@ -120,8 +127,10 @@ class ServeConfig:
             raise ConfigError(f"--max-queue-size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
         if self.reject_status not in (429, 503):
             raise ConfigError(f"--reject-status must be 429 or 503, got {self.reject_status}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ConfigError(f"--timeout-ms must be positive, got {self.timeout_s * 1000:g}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
+            raise ConfigError(f"--timeout-ms must be a positive number, got {self.timeout_s * 1000:g}")
+        if not 0 <= self.exit_timeout_s < math.inf:
+            raise ConfigError(f"--exit-timeout-s must be a number >= 0, got {self.exit_timeout_s:g}")
         if self.timeout_action not in TIMEOUT_ACTIONS:
             raise ConfigError(f"--timeout-action must be reject or delay, got '{self.timeout_action}'")
         if self.max_request_bytes < 1024:
@@ -457,7 +466,8 @@ class ServerState:
         future: asyncio.Future[Work] = loop.create_future()
 
         def on_done(work: Work) -> None:
-            loop.call_soon_threadsafe(_resolve, future, work)
+            with contextlib.suppress(RuntimeError):  # the loop closed (a forced exit): no one waits for it
+                loop.call_soon_threadsafe(_resolve, future, work)
 
         now = time.monotonic_ns()
         work = Work(arrays, items, batch_key, now, None if timeout_s is None else now + int(timeout_s * 1e9),

@@ -72,3 +72,52 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
             proc.kill()
             proc.wait()
         log.close()
+
+
+def test_the_drain_leaves_uvicorn_only_what_is_left_of_the_exit_timeout() -> None:
+    """A request held past --exit-timeout-s: the drain gives up at the timeout, and uvicorn's own wait for its
+    request tasks gets only the remainder (it waited a whole timeout again: a drain took twice as long)."""
+    from dlperf.serve.service import ServeConfig
+
+    from .helpers import gated_server
+
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1, exit_timeout_s=1.0)) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url)
+        held = c.async_infer("gated", [httpclient.InferInput("x", [1, 4], "FP32").set_data_from_numpy(
+            np.ones((1, 4), np.float32))])
+        assert gate.wait_entered()
+        running.server.begin_shutdown()
+        wait_until(lambda: running.server.should_exit, 30, "the drain to give up")
+        assert running.server.config.timeout_graceful_shutdown < 0.5
+        gate.open.set()
+        held.get_result()  # answered: the loop still runs until uvicorn's remaining wait is over
+        c.close()
+
+
+def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"127.0.0.1:{port}"
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(port),
+             "--max-batch-size", "1", "--exit-timeout-s", "60"],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, GATE_ENV: str(tmp_path / "never")},
+        )
+        try:
+            wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
+            c = httpclient.InferenceServerClient(base)
+            c.async_infer("slow", [_input(HELD)])
+            wait_until(lambda: parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"].pending_requests
+                       == 0 and http_status(f"http://{base}/v2/health/ready") == 200, 30, "the request in the model")
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 30, "readiness to turn false")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 1  # a request was dropped: not a clean exit
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log_path.read_text()
+    assert "exited without waiting for 1 request(s) in flight" in text
+    assert "Event loop is closed" not in text

@@ -96,3 +96,19 @@ def test_serves_a_directory_exported_by_optimize(tmp_path: Path) -> None:
         with torch.inference_mode():
             expected = model(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(c.infer("mlp", [inp]).as_numpy("logits"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_artifact_is_served_under_the_name_given_and_a_malformed_manifest_is_refused(tmp_path: Path) -> None:
+    from dlperf.errors import ConfigError
+    from dlperf.serve.instances import load_served_model
+
+    manifest = {"engine": "torch", "workload": "zoo:mlp",
+                "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 64]}],
+                "outputs": [{"name": "logits", "dtype": "float32", "shape": [-1, 10]}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert load_served_model(str(tmp_path), None, "cpu").name == "mlp"  # from the manifest's workload
+    assert load_served_model(str(tmp_path), "encoder.v2", "cpu").name == "encoder.v2"  # was cut to "encoder"
+    for broken, message in (([1, 2], "is not a JSON object"), ({**manifest, "inputs": ["x"]}, "no 'inputs' list")):
+        (tmp_path / "manifest.json").write_text(json.dumps(broken))
+        with pytest.raises(ConfigError, match=message):
+            load_served_model(str(tmp_path), None, "cpu")

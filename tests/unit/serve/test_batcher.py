@@ -235,7 +235,7 @@ def test_level_policies_refuse_what_cannot_work() -> None:
     assert LevelPolicy(1, allow_timeout_override=False).timeout_action is None
     with pytest.raises(ConfigError, match="max_queue_size must be >= 0"):
         LevelPolicy(1, max_queue_size=-1)
-    with pytest.raises(ConfigError, match="timeout_ms must be positive, got 0"):
+    with pytest.raises(ConfigError, match="timeout_ms must be a positive number, got 0"):
         LevelPolicy(2, timeout_s=0.0)
 
 
