@@ -369,14 +369,18 @@ class InstancePool:
             if batch is None:
                 return
             try:
-                run_batch(runner, batch, self.model, self.recorder)
+                run_batch(runner, batch, self.model, self.recorder,
+                          unbatched=self.batcher.policy.max_batch_size == 0)
             finally:
                 self.batcher.release(len(batch))
                 del batch  # not kept (with its input arrays) while waiting for the next one
 
 
-def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None = None) -> None:
-    """Join, run, split; each request gets its slice or, if the batch fails, the error. Never raises."""
+def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None = None,
+              unbatched: bool = False) -> None:
+    """Join, run, split; each request gets its slice or, if the batch fails, the error. Never raises.
+    `unbatched` (--max-batch-size 0, Triton's max_batch_size 0: the first dimension is part of the tensor, not a
+    batch): each request counts as one inference in the statistics, as Triton counts it."""
     clock = time.monotonic_ns
     t0 = clock()
     items = sum(w.items for w in batch)
@@ -421,7 +425,7 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
             w.finish()
         return
     if recorder is not None:
-        recorder.batch(items, t1 - t0, t2 - t1, t3 - t2)
+        recorder.batch(len(batch) if unbatched else items, t1 - t0, t2 - t1, t3 - t2)
     for w, result in zip(batch, slices, strict=False):
         w.result = result
         w.batch_size = items

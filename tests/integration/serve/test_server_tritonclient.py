@@ -183,6 +183,9 @@ def test_bearer_token_protects_all_but_health() -> None:
         assert info.value.status() == "401"
         r = c.infer("mlp", [_input(x)], headers={"Authorization": "Bearer s3cret"})
         assert r.as_numpy("logits").shape == (1, 10)
+        # the refused inference request is counted like any 4xx: a client with a wrong token shows on /metrics
+        m = parse_variant_metrics(get_text(f"{base}/metrics", {"Authorization": "Bearer s3cret"}))["default"]
+        assert m.failure_total["INVALID"] == 1 and m.success_total == 1 and m.requests_total == 2
 
 
 def test_json_request_without_content_type_from_plain_http(server: Running) -> None:
@@ -283,3 +286,18 @@ def test_answered_requests_are_freed_at_once_not_by_the_cyclic_gc() -> None:
     finally:
         gc.enable()
     assert len(refs) == 12
+
+
+def test_without_batching_a_request_counts_as_one_inference_as_in_triton() -> None:
+    """--max-batch-size 0: /config says dims [-1, 64], the first dimension part of the tensor, so a [3, 64]
+    request is one inference (Triton's statistics), not three items of a batch."""
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=0)) as running:
+        c = httpclient.InferenceServerClient(running.url)
+        x = np.zeros((3, 64), np.float32)
+        inp = httpclient.InferInput("x", [3, 64], "FP32")
+        inp.set_data_from_numpy(x)
+        assert c.infer("mlp", [inp]).as_numpy("logits").shape == (3, 10)
+        stats = c.get_inference_statistics("mlp")["model_stats"][0]
+        assert (stats["inference_count"], stats["execution_count"]) == (1, 1)
+        assert [b["batch_size"] for b in stats["batch_stats"]] == [1]
+        assert parse_variant_metrics(get_text(f"http://{running.url}/metrics"))["default"].inference_count_total == 1
