@@ -298,9 +298,10 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     finally:
         forced = server is not None and server.force_exit  # a second signal: exit now, not after the batches
         stopped = state.close(0.0 if forced else config.exit_timeout_s)
-    if server.dropped:
-        log.warning("a second signal: exited without waiting for %d request(s) in flight", server.dropped)
-        return 1
+    if forced:  # the instances were not waited for: the status says whether requests were dropped
+        if server.dropped:
+            log.warning("a second signal: exited without waiting for %d request(s) in flight", server.dropped)
+        return 1 if server.dropped else 0
     return 0 if stopped else 1
 
 

@@ -121,3 +121,20 @@ def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(t
     text = log_path.read_text()
     assert "exited without waiting for 1 request(s) in flight" in text
     assert "Event loop is closed" not in text
+
+
+def test_a_second_signal_to_an_idle_server_still_exits_0(tmp_path: Path) -> None:
+    port = free_port()
+    with (tmp_path / "server.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") == 200, 90, "ready")
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") != 200, 30, "draining")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0  # nothing was dropped
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
