@@ -403,6 +403,9 @@ def test_token_protects_all_but_health_and_a_large_message_is_refused() -> None:
             c.get_model_metadata("mlp")
         auth = {"authorization": "Bearer s3cret"}
         assert c.infer("mlp", [_input(x)], headers=auth).as_numpy("logits").shape == (1, 10)
+        # the two refused inference calls are counted, as HTTP's 401s are
+        stats = c.get_inference_statistics("mlp", headers=auth, as_json=True)["model_stats"][0]["inference_stats"]
+        assert int(stats["fail"]["count"]) == 2  # (a success is counted once its call is over: not read here)
         assert c.get_model_metadata("mlp", headers=auth).name == "mlp"
         # gRPC's own message limit is 4 MiB at least; past it grpc refuses before the handler runs
         big = np.zeros((1, 64 * 20_000), np.float32)  # 5 MiB
