@@ -202,10 +202,6 @@ def _max_steps(text: str) -> int:
     return _whole_number(text, 1, "how many rates --find-peak may try, e.g. --max-steps 10")
 
 
-MAX_PRIORITY = 2**64 - 1
-"""The highest --priority: a priority is an unsigned 64-bit integer (Triton's, and the server's check)."""
-
-
 def _shapes(items: list[str]) -> dict[str, Sequence[int]]:
     """--shape NAME=D1,D2,... values by input name; each input once. The dimensions are checked against the
     model's inputs by `oip_target`."""
@@ -266,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.priority < 0:
         raise ConfigError(f"--priority must be >= 0 (1 is the highest level, 0 sends none), got {args.priority}")
+    from dlperf.serve.protocol import MAX_PRIORITY
+
     if args.priority > MAX_PRIORITY:
         raise ConfigError(f"--priority must be at most 2**64-1 = {MAX_PRIORITY} (a priority is an unsigned 64-bit "
                           f"integer; 1 is the highest level), got {args.priority}")

@@ -216,7 +216,7 @@ class _InferFirst:
         try:
             if not self.state.authorized(headers):
                 reply = _unauthorized()
-                self._count_unauthorized(name, version, headers)
+                self.state.count_unauthorized(name, version, headers)
             else:
                 reply = await self.infer_reply(name, version, headers, _body_chunks(receive), scope.get(BODY_SCOPE_KEY),
                                                client_gone)
@@ -232,15 +232,6 @@ class _InferFirst:
                 reply.gone()
         elif reply.after is not None:
             reply.after()
-
-    def _count_unauthorized(self, name: str, version: str | None, headers: Mapping[str, str]) -> None:
-        """A 401 to an inference request counts as INVALID under its model, as every other 4xx does, so a client
-        with a wrong token shows on /metrics; an unknown model has no series to count it in."""
-        try:
-            _, variant = self.state.pick_variant(name, version, headers)
-        except ProtocolError:
-            return
-        variant.recorder.failure("INVALID", 0)
 
 
 def _route_path(scope: Scope) -> str:

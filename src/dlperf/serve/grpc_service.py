@@ -129,8 +129,8 @@ def create_servicer(state: ServerState) -> Any:
                 inference: bool = False) -> Callable[..., Awaitable[Any]]:
         async def handler(self: Any, request: Any, context: Any) -> Any:
             if not public and not state.authorized(_metadata(context)):
-                if inference:  # counted as INVALID under its model, as HTTP's 401 is
-                    count_unauthorized(request, _metadata(context))
+                if inference:
+                    state.count_unauthorized(request.model_name, request.model_version, _metadata(context))
                 await fail(context, 401, "this server wants a bearer token: send the metadata "
                                          "'authorization: Bearer <token>'")
             try:
@@ -141,13 +141,6 @@ def create_servicer(state: ServerState) -> Any:
                 log.exception("gRPC %s failed", method.__name__)
                 await fail(context, 500, internal_error(exc))
         return handler
-
-    def count_unauthorized(request: Any, metadata: Mapping[str, str]) -> None:
-        try:
-            _, variant = state.pick_variant(request.model_name, request.model_version, metadata)
-        except ProtocolError:  # an unknown model has no series to count it in
-            return
-        variant.recorder.failure("INVALID", 0)
 
     async def server_live(request: Any, context: Any) -> Any:
         return service_pb2.ServerLiveResponse(live=not state.draining)

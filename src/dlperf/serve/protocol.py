@@ -377,6 +377,10 @@ def shaped(array: np.ndarray, shape: list[int], where: str) -> np.ndarray:
         raise ProtocolError(f"{where} has shape {shape}: {exc}") from exc
 
 
+MAX_PRIORITY = 2**64 - 1
+"""The highest request priority: Triton's `priority` is an unsigned 64-bit integer (the server's check and
+`dlperf load --priority` both use this bound)."""
+
 MAX_RANK = 64
 """The most dimensions a tensor may have: numpy's limit (a model may take fewer; its own error says so)."""
 

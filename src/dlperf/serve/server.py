@@ -196,6 +196,21 @@ def _make_server_class() -> Any:
     return DrainingServer
 
 
+def _listening_socket(config: ServeConfig) -> socket.socket:
+    """The HTTP socket bound to --host/--port (IPv4 or IPv6 by the host's form); ServingError saying what to
+    change when it cannot be bound."""
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        fix = ("pick another --port or stop what uses it" if exc.errno == errno.EADDRINUSE else
+               "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, ::1)")
+        raise ServingError(f"cannot listen on {host_port(config.host, config.port)}: {exc.strerror}; {fix}") from exc
+    return sock
+
+
 def host_port(host: str, port: int) -> str:
     """host:port as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -237,9 +252,7 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
     from dlperf.serve.app import create_app
 
     state = state or build_state(config)
-    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
+    sock = _listening_socket(config)
     port = sock.getsockname()[1]
     server = _make_server_class()(_uvicorn_config(create_app(state), config))
     server.state = state
@@ -278,15 +291,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     start_memory_trimmer(state)
     server: Any = None
     try:
-        sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((config.host, config.port))
-        except OSError as exc:
-            fix = ("pick another --port or stop what uses it" if exc.errno == errno.EADDRINUSE else
-                   "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, ::1)")
-            where = host_port(config.host, config.port)
-            raise ServingError(f"cannot listen on {where}: {exc.strerror}; {fix}") from exc
+        sock = _listening_socket(config)
         server = _make_server_class()(_uvicorn_config(create_app(state), config))
         server.state = state
         server.exit_timeout_s = config.exit_timeout_s

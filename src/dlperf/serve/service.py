@@ -27,6 +27,7 @@ from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPol
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import Metrics, Recorder
 from dlperf.serve.protocol import (
+    MAX_PRIORITY,
     InferRequest,
     InferResponse,
     ProtocolError,
@@ -418,6 +419,16 @@ class ServerState:
         entry = self.entry(name, version)
         return entry, entry.choose(headers.get(ROUTING_HEADER))
 
+    def count_unauthorized(self, name: str, version: str | None, headers: Mapping[str, str]) -> None:
+        """An inference request refused for its token (HTTP's 401, gRPC's UNAUTHENTICATED) counts as INVALID
+        under its model, as every other refused request does, so a client with a wrong token shows on /metrics;
+        an unknown model or version has no series to count it in."""
+        try:
+            _, variant = self.pick_variant(name, version, headers)
+        except ProtocolError:
+            return
+        variant.recorder.failure("INVALID", 0)
+
     async def infer(self, entry: ModelEntry, variant: Variant, body: bytes | memoryview, headers: Mapping[str, str],
                     start_ns: int, watch: ClientWatch | None = None) -> Reply:
         """HTTP: decode the body, `execute`, encode the reply. Every failure becomes an error reply."""
@@ -625,7 +636,7 @@ def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None,
 def _priority(parameters: Mapping[str, Any]) -> int:
     """The request's `priority` parameter (Triton's; tritonclient sends it only when non-zero), 0 if none."""
     value = parameters.get("priority", 0)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:  # Triton's uint64
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_PRIORITY:
         raise ProtocolError(f"parameter 'priority' must be an integer from 0 to 2**64-1 (1 is the highest level), "
                             f"got {value!r}")
     return value
