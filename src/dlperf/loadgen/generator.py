@@ -593,10 +593,15 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     else:
         drivers = [asyncio.ensure_future(closed_loop_worker()) for _ in range(int(level))]
 
+    def done_all() -> bool:
+        """Every request the level will send is sent and answered (a request bound was reached). In rate mode
+        the driver ends at its last send, before that request's reply: its task is waited for too."""
+        return all(d.done() for d in drivers) and (config.mode != "rate" or all(t.done() for t in tasks))
+
     # warm-up, then windows until stable or a bound is hit
     warm_end = start + int(config.warmup_s * 1e9)
     end_bound = start + int(config.duration_s * 1e9)
-    await _sleep_until(min(warm_end, end_bound), clock, drivers)
+    await _sleep_until(min(warm_end, end_bound), clock, done_all)
     sent = 0  # the request bound counts from the end of the warm-up
     measuring = True
     # read beside the load: an overloaded server may take seconds to answer, which must not eat the level
@@ -616,9 +621,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     w_start = measure_start
     while True:
         w_end = min(w_start + window_ns, end_bound)
-        await _sleep_until(w_end, clock, drivers)
+        await _sleep_until(w_end, clock, done_all)
         now = clock()
-        done_all = all(d.done() for d in drivers) and (config.mode != "rate" or all(t.done() for t in tasks))
+        finished = done_all()
         window = [r for r in records[cursor:] if r[2] == "200"]
         cursor = len(records)
         span = max(1, now - w_start) / 1e9
@@ -633,7 +638,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         elif config.slo is not None and _slo_decided(records[first_record:], config.slo) == "fail":
             slo_failed = True
             break  # a failure needs no stable windows (an overloaded level never settles)
-        if now >= end_bound or done_all:
+        if now >= end_bound or finished:
             break
     stop.set()
     measure_end = clock()
@@ -767,11 +772,13 @@ def _agree(windows: Sequence[tuple[float, float]], tolerance: float) -> bool:
     return True
 
 
-async def _sleep_until(t_ns: int, clock: Callable[[], int], drivers: Sequence[asyncio.Future[Any]]) -> None:
-    """Sleep until `t_ns`, or until every driver has finished (request bound reached)."""
+async def _sleep_until(t_ns: int, clock: Callable[[], int], finished: Callable[[], bool]) -> None:
+    """Sleep until `t_ns`, or until `finished()` (a request bound reached and every reply in). It returns at
+    once only when the caller's loop ends on it: returning early while a reply is still due made the
+    windows' loop spin without yielding, so the reply was never read and the level ran to its time bound."""
     while True:
         remaining = (t_ns - clock()) / 1e9
-        if remaining <= 0 or all(d.done() for d in drivers):
+        if remaining <= 0 or finished():
             return
         await asyncio.sleep(min(remaining, 0.05))
 

@@ -114,3 +114,35 @@ def test_a_request_bound_counts_the_requests_sent_after_the_warm_up(server: Runn
     config = LoadConfig(concurrency=(concurrency,), requests=40, duration_s=20.0, window_s=0.5, warmup_s=0.2)
     result = run_level(oip_target(server.url, "mlp"), config, float(concurrency))
     assert result.ok == 40 and result.errors == 0
+
+
+class _SlowReplies:
+    """A real connection whose replies reach the generator 0.3 s after they arrive."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def __getattr__(self, name: str) -> Any:  # send_ns, recv_ns
+        return getattr(self.conn, name)
+
+    async def send(self, raw: bytes) -> Any:
+        reply = await self.conn.send(raw)
+        await asyncio.sleep(0.3)
+        return reply
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+def test_a_request_bound_in_rate_mode_ends_when_its_last_replies_come(server: Running,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The open loop ends at its last send, before the replies: the level waited for them by spinning without
+    yielding, so they were never read and the level ran to its time bound (a CI run took 60 s per level for
+    40 requests, when the last reply was due as the windows' loop looked)."""
+    target = oip_target(server.url, "mlp")
+    connect = type(target).connect
+    monkeypatch.setattr(type(target), "connect", lambda self, timeout_s=60.0: _SlowReplies(connect(self, timeout_s)))
+    config = LoadConfig(rate=100.0, requests=5, duration_s=30.0, window_s=0.5, warmup_s=0.1)
+    result = run_level(target, config, 100.0)
+    assert result.ok == 5 and result.errors == 0
+    assert result.measured_s < 15.0  # about 0.35 s; the bug measured the whole 30 s
