@@ -240,6 +240,14 @@ def server_and_model(endpoint: Endpoint, model: str, headers: dict[str, str]) ->
              "outputs": tensors(meta.outputs)})
 
 
+def model_max_batch_size(endpoint: Endpoint, model: str, headers: dict[str, str]) -> int:
+    """The model config's max_batch_size (gRPC ModelConfig); LoadGenError when the server has no such call."""
+    _, service_pb2 = _modules()
+    reply = asyncio.run(_unary(endpoint, "ModelConfig", service_pb2.ModelConfigRequest(name=model),
+                               service_pb2.ModelConfigResponse, headers))
+    return int(reply.config.max_batch_size)
+
+
 async def model_stats(endpoint: Endpoint, model: str, headers: dict[str, str]) -> dict[str, Any] | None:
     """The model's statistics in the HTTP endpoint's shape (the parts the level report reads), None if the
     server has none for it."""

@@ -87,21 +87,26 @@ class Prepared:
 
 
 def is_batched(inputs: Sequence[TensorInfo]) -> bool:
-    """The model takes a batch dimension: every input's shape starts with -1 (as in Triton's metadata)."""
+    """The model takes a batch dimension, as far as its metadata shows: every input's shape starts with -1 (as
+    in Triton's metadata when max_batch_size > 0; with max_batch_size 0 a shape may also start with a variable
+    dimension, which only the model's config tells apart: `target.model_batches`)."""
     return bool(inputs) and all(spec.shape and spec.shape[0] == -1 for spec in inputs)
 
 
 def read_input_data(values: Sequence[str], inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo], *,
-                    shapes: Mapping[str, Sequence[int]] | None = None) -> InputData | None:
+                    shapes: Mapping[str, Sequence[int]] | None = None,
+                    batched: bool | None = None) -> InputData | None:
     """What `--input-data` names (given once or more): None for `random` (the caller draws tensors),
-    otherwise the items; ConfigError naming the file, entry and tensor for anything that does not fit."""
+    otherwise the items; ConfigError naming the file, entry and tensor for anything that does not fit.
+    `batched`: the model takes a batch dimension first (its config's max_batch_size > 0); None: read from
+    the metadata shapes (`is_batched`)."""
     values = list(values)
     keywords = [v for v in values if v in KEYWORDS]
     if keywords and len(values) > 1:
         raise ConfigError(f"--input-data {keywords[0]} cannot be combined with other --input-data values")
     if not values or values == ["random"]:
         return None
-    batched = is_batched(inputs)
+    batched = is_batched(inputs) if batched is None else batched
     known = _StepShapes(batched, shapes or {})
     if values == ["zero"]:
         step = {spec.name: _zeros(spec.datatype, known.of(spec, "--input-data zero")) for spec in inputs}
@@ -122,12 +127,15 @@ def read_input_data(values: Sequence[str], inputs: Sequence[TensorInfo], outputs
     return InputData(tuple(steps), tuple(expected), ", ".join(values))
 
 
-def prepare(data: InputData, inputs: Sequence[TensorInfo], batch_size: int) -> list[Prepared]:
+def prepare(data: InputData, inputs: Sequence[TensorInfo], batch_size: int,
+            batched: bool | None = None) -> list[Prepared]:
     """The distinct requests of batch size `batch_size` that cycling through `data` gives, in sending order:
-    request k joins items kB .. kB+B-1 (modulo their number), so there are n / gcd(n, B) of them."""
-    batched = is_batched(inputs)
+    request k joins items kB .. kB+B-1 (modulo their number), so there are n / gcd(n, B) of them. `batched`
+    as for `read_input_data`."""
+    batched = is_batched(inputs) if batched is None else batched
     if not batched and batch_size != 1:
-        raise ConfigError(f"the model has no batch dimension (its input shapes do not start with -1), so "
+        raise ConfigError(f"the model has no batch dimension (its max_batch_size is 0, or its input shapes do "
+                          f"not all start with -1), so "
                           f"--batch-size must be 1 with --input-data, got {batch_size}")
     n = len(data.steps)
     out = []

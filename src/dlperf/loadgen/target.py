@@ -163,12 +163,13 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
         except LoadGenError as exc:
             raise LoadGenError(f"{exc} (is '{model}' the served model's name? see GET /v2/models/NAME)") from exc
     ins, outs = _infos(meta, "inputs"), _infos(meta, "outputs")
+    batched = model_batches(endpoint, model, headers, ins, protocol)
     if inputs is not None and shapes:
         raise ConfigError(f"--shape {' '.join(shapes)}: --workload sends the workload's own example inputs, of "
                           "their own shapes: drop --shape (or --workload, for random inputs of these shapes)")
     if inputs is None:
-        batch_size = request_batch(model, ins, shapes or {}, batch_size)
-    data = read_input_data(input_data, ins, outs, shapes=shapes) if input_data else None
+        batch_size = request_batch(model, ins, shapes or {}, batch_size, batched)
+    data = read_input_data(input_data, ins, outs, shapes=shapes, batched=batched) if input_data else None
     if data is not None and inputs is not None:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
     source = ("--input-data " + " ".join(input_data) if data is not None
@@ -178,7 +179,7 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
     if data is not None:  # None: random tensors, as without --input-data
         target = _data_target(endpoint, model, server, headers, ins, data, batch_size=batch_size or 1,
                               parameters=parameters, check=check, tolerance=tolerance, shm=shm,
-                              outputs=[o.name for o in outs], protocol=protocol)
+                              outputs=[o.name for o in outs], protocol=protocol, batched=batched)
         return dataclasses.replace(target, streaming=streaming)
     if inputs is not None and len(inputs) != len(ins):
         raise LoadGenError(f"model '{model}' takes {len(ins)} inputs, the workload gives {len(inputs)}")
@@ -196,13 +197,13 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
                 array = np.asarray(value)
             if NUMPY_DTYPES.get(datatype) is not None and datatype != "BYTES":
                 array = array.astype(NUMPY_DTYPES[datatype], copy=False)
-            items = int(array.shape[0]) if array.ndim else 1
+            items = int(array.shape[0]) if batched and array.ndim else 1
         else:
             given = (shapes or {}).get(name)
             if given is not None:
                 dims = [int(d) for d in given]
             else:
-                dims = [items if (j == 0 and d == -1) else d for j, d in enumerate(shape)]
+                dims = [items if (j == 0 and batched) else d for j, d in enumerate(shape)]
                 if any(d == -1 for d in dims):
                     raise LoadGenError(
                         f"input '{name}' of model '{model}' has a variable dimension ({shape}): give its shape "
@@ -217,16 +218,42 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
     return dataclasses.replace(target, streaming=streaming)
 
 
+def model_batches(endpoint: Endpoint, model: str, headers: dict[str, str], inputs: Sequence[TensorInfo],
+                  protocol: str = "http") -> bool:
+    """Whether the model takes a batch dimension first, as perf_analyzer decides it: its config's
+    max_batch_size > 0 (GET /v2/models/NAME/config, gRPC ModelConfig). The metadata alone cannot tell: with
+    max_batch_size 0 a shape may start with a variable dimension too ([-1, 64]), and reading that as the batch
+    counted 4 items for a [4, 64] request the server ran as one inference. A server without the config
+    endpoint (plain KServe v2) is read from the shapes (`is_batched`)."""
+    shaped = is_batched(inputs)
+    if not shaped:
+        return False  # Triton's metadata of a batching model starts every input with -1
+    limit: Any
+    try:
+        if protocol == "grpc":
+            from dlperf.loadgen.grpc_client import model_max_batch_size
+
+            limit = model_max_batch_size(endpoint, model, headers)
+        else:
+            config = _get_json(endpoint, f"/v2/models/{model}/config", headers)
+            limit = config.get("max_batch_size") if isinstance(config, dict) else None
+    except (LoadGenError, ValueError):
+        return shaped
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        return shaped
+    return limit > 0
+
+
 def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
-                  batch_size: int | None) -> int:
+                  batch_size: int | None, batched: bool | None = None) -> int:
     """The items each request holds, after checking --shape against the model's inputs: each a known input,
-    every dimension given and >= 1. For a model that batches (every input shape starts with -1, as Triton's
-    metadata says), --shape is the full shape with the batch dimension first, so the batch size is that
-    dimension: the same in every --shape, and the same as `batch_size` (--batch-size) if given, else
+    every dimension given and >= 1. For a model that batches (`batched`, from `model_batches`; None: every
+    input shape starts with -1), --shape is the full shape with the batch dimension first, so the batch size
+    is that dimension: the same in every --shape, and the same as `batch_size` (--batch-size) if given, else
     `batch_size` or 1. A model without a batch dimension takes one item per request."""
     names = [spec.name for spec in inputs]
     known = ", ".join(f"{spec.name} {list(spec.shape)}" for spec in inputs)
-    batched = is_batched(inputs)
+    batched = is_batched(inputs) if batched is None else batched
     batches: dict[str, int] = {}
     for name, given in shapes.items():
         dims = [int(d) for d in given]
@@ -249,8 +276,9 @@ def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str,
             batches[name] = dims[0]
     if not batched:
         if batch_size not in (None, 1):
-            raise ConfigError(f"model '{model}' has no batch dimension (its inputs' shapes do not all start with "
-                              f"-1: {known}), so each request holds one item: drop --batch-size {batch_size}")
+            raise ConfigError(f"model '{model}' has no batch dimension (its config's max_batch_size is 0, or its "
+                              f"inputs' shapes do not all start with -1: {known}), so each request holds one "
+                              f"item: drop --batch-size {batch_size}")
         return 1
     if len(set(batches.values())) > 1:
         each = ", ".join(f"{name} {b}" for name, b in batches.items())
@@ -369,11 +397,12 @@ def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],
                  ins: Sequence[TensorInfo], data: InputData, *, batch_size: int,
                  parameters: dict[str, Any] | None, check: bool, tolerance: tuple[float, float],
-                 shm: ClientShm | None = None, outputs: Sequence[str] = (), protocol: str = "http") -> Target:
-    prepared = prepare(data, ins, batch_size)
+                 shm: ClientShm | None = None, outputs: Sequence[str] = (), protocol: str = "http",
+                 batched: bool = True) -> Target:
+    prepared = prepare(data, ins, batch_size, batched)
     requests = tuple(_infer_request(endpoint, model, p.tensors, headers, parameters, shm, outputs,
                                     outputs_in_reply=data.validates, protocol=protocol) for p in prepared)
-    items = batch_size if is_batched(ins) else 1
+    items = batch_size if batched else 1
     target = Target(endpoint, model, requests[0], items, _stats_path(server, model), headers, requests,
                     tuple(p.expected for p in prepared) if data.validates else (), tolerance, shm, protocol)
     _ready(target, check)

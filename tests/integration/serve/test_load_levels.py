@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from dlperf.cli.main import main
+from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen import generator
 from dlperf.loadgen.generator import CONNECTION_ERROR, LoadConfig, Slo, run_level
 from dlperf.loadgen.target import oip_target
@@ -146,3 +147,24 @@ def test_a_request_bound_in_rate_mode_ends_when_its_last_replies_come(server: Ru
     result = run_level(target, config, 100.0)
     assert result.ok == 5 and result.errors == 0
     assert result.measured_s < 15.0  # about 0.35 s; the bug measured the whole 30 s
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_model_without_batching_is_read_from_its_config_not_its_shapes(protocol: str) -> None:
+    """--max-batch-size 0: the metadata shape [-1, 64] starts with a variable dimension that is not a batch
+    (max_batch_size 0 in /config, as in Triton). A [4, 64] request is one item, as the server counts it; the
+    generator counted 4 from the shape."""
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=0, max_batch_size=0)) as running:
+        url = running.url if protocol == "http" else running.state.grpc_address
+        assert url is not None
+        target = oip_target(url, "mlp", shapes={"x": [4, 64]}, protocol=protocol)
+        assert target.items_per_request == 1
+        config = LoadConfig(concurrency=(1,), requests=20, duration_s=20.0, window_s=0.5, warmup_s=0.1)
+        result = run_level(target, config, 1.0)
+        assert result.ok == 20 and result.items_per_request == 1
+        with pytest.raises(ConfigError, match=r"no batch dimension .*max_batch_size is 0"):
+            oip_target(url, "mlp", shapes={"x": [4, 64]}, batch_size=4, protocol=protocol)
+        with pytest.raises(LoadGenError, match="variable dimension"):  # no batch to fill the -1 in
+            oip_target(url, "mlp", protocol=protocol)
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=8)) as running:  # a batching one
+        assert oip_target(running.url, "mlp", shapes={"x": [4, 64]}).items_per_request == 4
