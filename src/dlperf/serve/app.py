@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dlperf.serve.protocol import ProtocolError, header_length_of
+from dlperf.serve.protocol import NOT_OFFERED, ProtocolError, header_length_of
 from dlperf.serve.service import ClientGone, ClientWatch, Reply, ServerState, error_reply, internal_error, json_reply
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -176,7 +176,10 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
     where = f"{request.method} {request.url.path}"
-    if status == 404:
+    extension = request.url.path.split("/")[2] if request.url.path.startswith("/v2/") else ""
+    if status == 404 and extension in NOT_OFFERED:
+        message = f"no endpoint at {where}: {NOT_OFFERED[extension]}"
+    elif status == 404:
         message = (f"no endpoint at {where}: this server speaks KServe v2 under /v2 (e.g. /v2/health/ready, "
                    "/v2/models/NAME, POST /v2/models/NAME/infer) and serves /metrics")
     elif status == 405:

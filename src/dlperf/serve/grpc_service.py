@@ -15,6 +15,7 @@ import numpy as np
 
 from dlperf.errors import ServingError
 from dlperf.serve.protocol import (
+    NOT_OFFERED,
     NUMPY_DTYPES,
     InferRequest,
     ProtocolError,
@@ -40,7 +41,8 @@ CONTENTS_FIELDS = {
 log = logging.getLogger("dlperf.serve")
 
 STATUS_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED",
-                415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+                415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 501: "UNIMPLEMENTED",
+                503: "UNAVAILABLE"}
 
 
 def available() -> str | None:
@@ -311,9 +313,17 @@ def create_servicer(state: ServerState) -> Any:
         state.shm_registry().unregister(request.name or None)
         return service_pb2.SystemSharedMemoryUnregisterResponse()
 
+    def missing(what: str) -> Callable[..., Awaitable[Any]]:
+        """A call this server does not offer: UNIMPLEMENTED saying why and what to do instead, as a Triton built
+        without the feature answers UNIMPLEMENTED (grpcio's default said only "Unexpected <class
+        'NotImplementedError'>: Method not implemented!")."""
+        async def unimplemented(request: Any, context: Any) -> Any:
+            raise ProtocolError(what, 501)
+        return checked(unimplemented)
+
     class Service(service_pb2_grpc.GRPCInferenceServiceServicer):
-        """What is not here (the repository, CUDA shared memory, trace and log settings) answers UNIMPLEMENTED,
-        as a Triton built without it does."""
+        """What is not here (the repository, CUDA shared memory, trace and log settings) answers UNIMPLEMENTED
+        with what to do instead, as a Triton built without it answers UNIMPLEMENTED."""
 
         ServerLive = checked(server_live, public=True)
         ServerReady = checked(server_ready, public=True)
@@ -327,6 +337,11 @@ def create_servicer(state: ServerState) -> Any:
         SystemSharedMemoryStatus = checked(shm_status)
         SystemSharedMemoryRegister = checked(shm_register)
         SystemSharedMemoryUnregister = checked(shm_unregister)
+        RepositoryIndex = RepositoryModelLoad = RepositoryModelUnload = missing(NOT_OFFERED["repository"])
+        CudaSharedMemoryStatus = CudaSharedMemoryRegister = CudaSharedMemoryUnregister = missing(
+            NOT_OFFERED["cudasharedmemory"])
+        TraceSetting = missing(NOT_OFFERED["trace"])
+        LogSettings = missing(NOT_OFFERED["logging"])
 
     return Service()
 

@@ -381,6 +381,18 @@ MAX_PRIORITY = 2**64 - 1
 """The highest request priority: Triton's `priority` is an unsigned 64-bit integer (the server's check and
 `dlperf load --priority` both use this bound)."""
 
+NOT_OFFERED = {
+    "repository": "dlperf serve has no model repository to index, load or unload: it serves the models given "
+                  "when it started (dlperf serve WORKLOAD_OR_ARTIFACT); restart it to change them",
+    "cudasharedmemory": "dlperf serve takes system shared memory only (systemsharedmemory, with "
+                        "--allow-client-shm), not CUDA shared memory",
+    "trace": "dlperf serve has no request tracing: per-request queue and compute times are in the model's "
+             "statistics and /metrics; dlperf profile traces the model itself",
+    "logging": "dlperf serve's log settings are fixed when it starts: give --log-level there",
+}
+"""Triton's extensions this server does not offer, by their HTTP path under /v2, and what to do instead: the
+reason an HTTP request (404) or gRPC call (UNIMPLEMENTED) for one of them gets."""
+
 MAX_RANK = 64
 """The most dimensions a tensor may have: numpy's limit (a model may take fewer; its own error says so)."""
 

@@ -618,3 +618,18 @@ def test_load_over_grpc_checks_replies_and_counts_failures_by_status(tmp_path: P
         assert "UNAUTHENTICATED" in capsys.readouterr().err
         assert main([*common, "--collect-metrics"]) == 2
         assert "--collect-metrics needs --metrics-url" in capsys.readouterr().err
+
+
+def test_calls_it_does_not_offer_answer_unimplemented_saying_why(server: Running) -> None:
+    """grpcio's default said only "Unexpected <class 'NotImplementedError'>: Method not implemented!"."""
+    c = _client(server)
+    for call, says in ((c.get_model_repository_index, "no model repository to index, load or unload"),
+                       (lambda: c.load_model("mlp"), "restart it to change them"),
+                       (lambda: c.unload_model("mlp"), "restart it to change them"),
+                       (c.get_cuda_shared_memory_status, "system shared memory only"),
+                       (lambda: c.unregister_cuda_shared_memory("r"), "not CUDA shared memory"),
+                       (c.get_trace_settings, "no request tracing"),
+                       (c.get_log_settings, "give --log-level there")):
+        with pytest.raises(InferenceServerException) as info:
+            call()
+        assert info.value.status() == "StatusCode.UNIMPLEMENTED" and says in info.value.message()

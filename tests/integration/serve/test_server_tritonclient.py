@@ -226,7 +226,12 @@ def test_the_infer_route_answers_versions_and_leaves_other_methods_to_the_router
     assert http_status(f"http://{server.url}/v2/models//infer") == 404
     # the router's errors are {"error"} JSON too, saying what to do instead
     for path, status, says in (("/v2/models/mlp/infer", 405, "GET /v2/models/mlp/infer is not allowed: use POST"),
-                               ("/v3", 404, "no endpoint at GET /v3: this server speaks KServe v2 under /v2")):
+                               ("/v3", 404, "no endpoint at GET /v3: this server speaks KServe v2 under /v2"),
+                               # Triton's extensions it does not offer say why and what instead
+                               ("/v2/repository/index", 404, "no model repository to index, load or unload"),
+                               ("/v2/cudasharedmemory/status", 404, "system shared memory only"),
+                               ("/v2/trace/setting", 404, "no request tracing"),
+                               ("/v2/logging", 404, "give --log-level there")):
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(f"http://{server.url}{path}", timeout=10)
         assert info.value.code == status and says in json.loads(info.value.read())["error"]
