@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -127,3 +132,33 @@ def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) 
                           f"the command line, so it cannot restart itself; start Python with LD_PRELOAD set to "
                           f"the {name} library, or run `dlperf {command}` as a command")
     run_under(name)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, a cancelled CI job, an orchestrator) raised in the main thread so that a command ends
+    as on Ctrl-C: `dlperf load` records its run as interrupted with the levels finished so far and releases its
+    shared memory; `dlperf serve` says it was stopped during its warm-up. A KeyboardInterrupt, so that asyncio
+    lets it out of a callback and the store records it as interrupted."""
+
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+"""The exit code after SIGTERM (143, as a shell reports a process ended by it); 130 after Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM raises `Terminated`, once: a second one while cleaning up is ignored, so the
+    shared-memory regions are still unregistered. The previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set in the main thread
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

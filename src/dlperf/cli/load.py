@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from types import FrameType
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
+from dlperf.cli.common import (
+    SIGTERM_EXIT,
+    Terminated,
+    add_json_argument,
+    add_store_argument,
+    duration_s,
+    sigterm_interrupts,
+)
 from dlperf.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -317,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
 
         inputs = load_workload(args.workload).example_inputs(args.batch_size or 1)
     shapes = _shapes(args.shape)
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         try:
             target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
                                 shapes=shapes, seed=args.seed,
@@ -333,35 +336,6 @@ def run(args: argparse.Namespace) -> int:
         except Terminated as exc:
             print(exc, file=sys.stderr)
             return SIGTERM_EXIT
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (`timeout`, a cancelled CI job) during `dlperf load`, raised in the main thread so that the run
-    ends as on Ctrl-C: recorded as interrupted with the levels finished so far, its shared memory released. A
-    KeyboardInterrupt, so that asyncio lets it out of a callback and the store records it as interrupted."""
-
-
-SIGTERM_EXIT = 128 + signal.SIGTERM
-"""The exit code after SIGTERM (143, as a shell reports a process ended by it); 130 after Ctrl-C."""
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Within the block SIGTERM raises `Terminated`, once: a second one while cleaning up is ignored, so the
-    shared-memory regions are still unregistered. The previous handler is restored afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can only be set in the main thread
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated(f"terminated by {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None) -> int:

@@ -71,13 +71,13 @@ def load_progress(mode: str) -> Iterator[tuple[Callable[[float, int, float], Non
 
 
 @contextlib.contextmanager
-def warmup_progress() -> Iterator[tuple[Callable[[str, int, int], None], Callable[[], None]]]:
-    """Yield `(on_warmup(variant, done, total), stop)` for `dlperf serve`: one bar over the instances' warm-up
-    calls (every batch size, each instance), which for a large model take a minute before the server
-    listens; `stop()` takes it away once the server is ready (it is also gone when the block ends)."""
+def warmup_progress() -> Iterator[Callable[[str, int, int], None]]:
+    """Yield `on_warmup(variant, done, total)` for `dlperf serve`: one bar over the instances' warm-up calls
+    (every batch size, each instance), which for a large model take a minute before the server listens; it is
+    gone when the block ends, before the server says it is ready."""
     console = error_console()
     if not console.is_terminal:  # nothing to redraw in a log; a stopped bar would leave an empty line there
-        yield (lambda variant, done, total: None), (lambda: None)
+        yield lambda variant, done, total: None
         return
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                         console=console, transient=True)
@@ -89,4 +89,4 @@ def warmup_progress() -> Iterator[tuple[Callable[[str, int, int], None], Callabl
             progress.update(task, completed=done, total=total,
                             description=f"warming up{which}: every batch size on every instance, {done}/{total}")
 
-        yield on_warmup, progress.stop
+        yield on_warmup

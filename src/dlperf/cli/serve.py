@@ -276,9 +276,10 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import error_console, use_allocator
+    from dlperf.cli.common import SIGTERM_EXIT, Terminated, error_console, sigterm_interrupts, use_allocator
     from dlperf.cli.progress import warmup_progress
     from dlperf.serve.server import serve
+    from dlperf.serve.service import build_state
 
     config = config_from_args(args)
     ray_options = ray_options_from_args(args)
@@ -290,13 +291,15 @@ def run(args: argparse.Namespace) -> int:
         check_config(config)
         return _run_on_ray(config, ray_options, err)
     err.print(f"loading {config.model or ', '.join(f'{n}={t}' for n, t in config.variants)} ...", markup=False)
-    with warmup_progress() as (on_warmup, stop_progress):
-
-        def on_ready(state: Any, url: str) -> None:
-            stop_progress()
-            _print_ready(err, config, state, url)
-
-        return serve(config, on_ready=on_ready, on_warmup=on_warmup)
+    try:
+        # SIGTERM while loading and warming up, before the server takes the signal over to drain: say so and
+        # exit 143 (it ended the process without a word after "loading ...")
+        with sigterm_interrupts(), warmup_progress() as on_warmup:
+            state = build_state(config, on_warmup=on_warmup)
+    except Terminated as exc:
+        err.print(f"{exc} while loading and warming up the model: the server never listened", markup=False)
+        return SIGTERM_EXIT
+    return serve(config, on_ready=lambda state, url: _print_ready(err, config, state, url), state=state)
 
 
 def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:

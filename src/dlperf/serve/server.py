@@ -281,13 +281,15 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
 
 
 def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | None = None,
-          on_warmup: Callable[[str, int, int], None] | None = None) -> int:
+          on_warmup: Callable[[str, int, int], None] | None = None, state: ServerState | None = None) -> int:
     """Load, warm up, serve until SIGTERM/SIGINT, drain, stop. Returns the exit code (0 after a clean drain).
-    `on_warmup(variant, done, total)` after each warm-up call, `on_ready(state, host:port)` once listening."""
+    `on_warmup(variant, done, total)` after each warm-up call, `on_ready(state, host:port)` once listening.
+    `state`: one `build_state` made already (loaded and warmed up), served instead of building one."""
     from dlperf.serve.app import create_app
 
     set_switch_interval()
-    state = build_state(config, on_warmup=on_warmup)
+    if state is None:
+        state = build_state(config, on_warmup=on_warmup)
     start_memory_trimmer(state)
     server: Any = None
     try:

@@ -1,5 +1,6 @@
 """A workload whose model holds every batch with `x[0, 0] >= HELD` until the test creates the file named by
-$DLPERF_TEST_GATE (other values, such as the warm-up's random normal ones, pass at once), for the shutdown test."""
+$DLPERF_TEST_GATE (other values, such as the warm-up's random normal ones, pass at once), for the shutdown tests;
+with $DLPERF_TEST_LOADING its loading waits for the gate as well."""
 
 from __future__ import annotations
 
@@ -12,12 +13,21 @@ import dlperf
 
 GATE_ENV = "DLPERF_TEST_GATE"
 HELD = 100.0
+LOADING_ENV = "DLPERF_TEST_LOADING"
+"""When set, a file the model's loading creates, after which the loading waits for the gate too (a model that
+takes long to load, for a signal during the load)."""
 
 
 def _model() -> Any:
     import torch
 
     gate = Path(os.environ[GATE_ENV])
+    loading = os.environ.get(LOADING_ENV)
+    if loading:
+        Path(loading).touch()
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     class Held(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

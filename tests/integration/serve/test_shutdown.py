@@ -16,7 +16,7 @@ import pytest
 from dlperf.serve.metrics import parse_variant_metrics
 
 from .helpers import free_port, get_text, http_status, wait_until
-from .slow_workload import GATE_ENV, HELD
+from .slow_workload import GATE_ENV, HELD, LOADING_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +138,27 @@ def test_a_second_signal_to_an_idle_server_still_exits_0(tmp_path: Path) -> None
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_sigterm_while_the_model_loads_says_so_and_exits_143(tmp_path: Path) -> None:
+    """Before the server listens SIGTERM is not uvicorn's yet: the process ended without a word after
+    "loading ..."; now it says the server never listened (exit 143, as a shell reports SIGTERM)."""
+    loading = tmp_path / "loading"
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(free_port())],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, GATE_ENV: str(tmp_path / "never"), LOADING_ENV: str(loading)},
+        )
+        try:
+            wait_until(loading.exists, 90, "the model's loading to start")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log_path.read_text()
+    assert "terminated by SIGTERM while loading and warming up the model: the server never listened" in text
+    assert "Traceback" not in text

@@ -53,9 +53,9 @@ def test_the_batch_is_the_first_dimension_of_every_shape_of_a_batching_model() -
      "--shape gives the inputs different batch dimensions (ids 4, mask 2)"),
     ([TensorInfo("x", "FP32", (-1,))], {"x": (8,)}, 2, "--shape x=8 sends batches of 8"),
     ([TensorInfo("x", "FP32", (-1,))], {"x": (8,)}, 2, "write --shape x=2, or drop --batch-size"),
-    (UNBATCHED, {"image": (3, 224, 224)}, 4, "model 'm' has no batch dimension (its inputs' shapes do not all start "
-                                             "with -1: image [3, -1, -1]), so each request holds one item: drop "
-                                             "--batch-size 4"),
+    (UNBATCHED, {"image": (3, 224, 224)}, 4, "model 'm' has no batch dimension (its config's max_batch_size is 0, or "
+                                             "its inputs' shapes do not all start with -1: image [3, -1, -1]), so "
+                                             "each request holds one item: drop --batch-size 4"),
     (UNBATCHED, {"image": (224, 224)}, None, "give the full shape, e.g. --shape image=3,16,16"),
 ])
 def test_contradictions_are_refused(inputs: list[TensorInfo], shapes: dict[str, tuple[int, ...]],
