@@ -255,8 +255,10 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
     def queue(size: int, timeout_s: float | None, action: str, override: bool) -> str:
         bound = f"at most {size} queued" if size else "unbounded"
         timeout = f"timeout {timeout_s * 1e3:g} ms" if timeout_s else "no timeout"
-        if action == "delay":
+        if action == "delay" and timeout_s:
             timeout += " (then delayed)"
+        elif action == "delay" and override:  # only a request's own timeout can run out
+            timeout += " (a request's own timeout delays it)"
         return f"{bound}, {timeout}" + ("" if override else ", requests' own timeouts ignored")
 
     text = (f"batching: {batching}; {instances}; queue: "

@@ -149,6 +149,10 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
     assert serve_cli.settings_line(delayed, 8, 1).endswith(
         "queue: unbounded, timeout 50 ms (then delayed) per level; priority levels 1-2 (default 2); "
         "level 1: unbounded, timeout 50 ms, requests' own timeouts ignored")
+    # delay without a server timeout: only a request's own timeout delays it (it said "no timeout (then delayed)")
+    own = serve_cli.config_from_args(_args("zoo:mlp", "--timeout-action", "delay"))
+    assert serve_cli.settings_line(own, 8, 1).endswith(
+        "queue: unbounded, no timeout (a request's own timeout delays it)")
 
 
 @pytest.mark.parametrize(
