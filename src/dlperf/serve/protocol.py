@@ -284,7 +284,9 @@ def array_from_shm(span: tuple[str, int, int], shm: ShmView | None, has_data: bo
         raise ProtocolError(_NO_SHM)
     if has_data:
         raise ProtocolError(f"{where} is in shared memory and also has data in the request: give one")
-    return array_from_bytes(shm(*span, where), datatype, count, where)
+    # copied at once, right after the check that the object has not shrunk: a view read only when the batch runs
+    # (after the queue wait) let a client that shrank the object in between kill the server with SIGBUS
+    return array_from_bytes(bytes(shm(*span, where)), datatype, count, where)
 
 
 def set_parameter(p: Any, value: Any) -> None:

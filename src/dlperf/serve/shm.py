@@ -49,6 +49,9 @@ class SharedMemoryRegistry:
     def register(self, name: str, body: Any) -> None:
         """Map `body`'s {"key", "offset", "byte_size"} as region `name`. ProtocolError (400) on a bad body,
         a key that is not a shared-memory object, a region beyond the object's end, or a name in use."""
+        if not name:  # status and unregister read an empty name as "every region": it could not be named alone
+            raise ProtocolError("a shared memory region needs a name (the empty name stands for every region in "
+                                "status and unregister)")
         if not isinstance(body, dict):
             raise ProtocolError("a register request's body is a JSON object {\"key\", \"offset\", \"byte_size\"}")
         key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")

@@ -439,6 +439,12 @@ def test_shared_memory_inputs_and_outputs_over_grpc(reference: Any) -> None:
             np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-6)
             c.unregister_system_shared_memory("grpc_in_out")
             assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+            # an empty name stands for every region in status and unregister: it was registered, then could
+            # not be named alone
+            with pytest.raises(InferenceServerException) as info:
+                c.register_system_shared_memory("", key, x.nbytes)
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT" and "needs a name" in info.value.message()
+            assert c.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
         finally:
             shm.destroy_shared_memory_region(handle)
 

@@ -5,14 +5,19 @@ together, every misuse a 400 naming the fix, and a server without --allow-client
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
+from dlperf.serve.metrics import parse_variant_metrics
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
+
+from .helpers import free_port, get_text, http_status, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +220,44 @@ def test_dlperf_load_with_shared_memory_needs_a_server_that_takes_it(capsys: pyt
         assert "start dlperf serve with --allow-client-shm" in capsys.readouterr().err
     assert main(["load", "127.0.0.1:1", "--model", "mlp", "--output-shared-memory-size", "10"]) == 2
     assert "--output-shared-memory-size goes with --shared-memory system" in capsys.readouterr().err
+
+
+def test_an_object_shrunk_while_its_request_waits_does_not_kill_the_server(tmp_path: Any) -> None:
+    """The input was read from the mapping only when its batch ran: a client that truncated its object while the
+    request waited in the queue (here a 2 s fixed wait) killed the server with SIGBUS (exit 135). The server
+    keeps serving, and the request gets the data it had when it arrived."""
+    port = free_port()
+    with (tmp_path / "server.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", str(port),
+                                 "--allow-client-shm", "--max-queue-delay-ms", "2000", "--fixed-wait"],
+                                stdout=log, stderr=subprocess.STDOUT)
+    key = f"/dlperf_test_{os.getpid()}_shrunk"
+    handle = None
+    try:
+        url = f"127.0.0.1:{port}"
+        wait_until(lambda: http_status(f"http://{url}/v2/health/ready") == 200, 90, "the server to be ready")
+        x = np.random.default_rng(0).standard_normal((1, FEATURES)).astype(np.float32)
+        handle = shm.create_shared_memory_region("shrunk", key, x.nbytes)
+        shm.set_shared_memory_region(handle, [x])
+        c = httpclient.InferenceServerClient(url, network_timeout=30)
+        c.register_system_shared_memory("shrunk", key, x.nbytes)
+        inp = httpclient.InferInput("x", [1, FEATURES], "FP32")
+        inp.set_shared_memory("shrunk", x.nbytes)
+        pending = httpclient.InferenceServerClient(url, network_timeout=30).async_infer("mlp", [inp])
+        wait_until(lambda: parse_variant_metrics(get_text(f"http://{url}/metrics"))["default"].pending_requests == 1,
+                   10, "the request queued")
+        fd = os.open(f"/dev/shm{key}", os.O_RDWR)
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+        got = np.asarray(pending.get_result().as_numpy("logits"))
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        plain = httpclient.InferInput("x", [1, FEATURES], "FP32")
+        plain.set_data_from_numpy(x)
+        np.testing.assert_allclose(got, c.infer("mlp", [plain]).as_numpy("logits"), rtol=1e-5, atol=1e-6)
+    finally:
+        if handle is not None:
+            shm.destroy_shared_memory_region(handle)
+        proc.terminate()
+        proc.wait(timeout=60)
