@@ -148,17 +148,43 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """Within the block SIGTERM raises `Terminated`, once: a second one while cleaning up is ignored, so the
-    shared-memory regions are still unregistered. The previous handler is restored afterwards."""
+    shared-memory regions are still unregistered. The previous handler is restored afterwards. While an event
+    loop runs, it is raised from a loop callback, not wherever the signal landed."""
     if threading.current_thread() is not threading.main_thread():
         yield  # handlers can only be set in the main thread
         return
+    pending: list[Terminated] = []  # raised from the loop: kept until it is, in case the loop ends first
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+        exc = Terminated(f"terminated by {signal.Signals(signum).name}")
+        loop = asyncio_loop()
+        if loop is None:
+            raise exc
+        # raised here, inside a protocol's data_received, uvloop took it for the transport's fatal error: the
+        # run went on to the end and exited 0. A loop callback lets a KeyboardInterrupt out.
+        pending.append(exc)
+        loop.call_soon_threadsafe(_raise_pending, pending)
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
+        if pending:  # the loop ended before its callback ran
+            _raise_pending(pending)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def asyncio_loop() -> Any:
+    """The event loop running in this thread, or None."""
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _raise_pending(pending: list[Terminated]) -> None:
+    if pending:
+        raise pending.pop()

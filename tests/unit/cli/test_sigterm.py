@@ -1,0 +1,47 @@
+"""SIGTERM under `cli.common.sigterm_interrupts` (dlperf load, dlperf serve's warm-up) ends the command as
+Ctrl-C does, wherever it lands: in plain code, or inside an event loop's protocol callback, where uvloop took an
+exception for the transport's fatal error and the command went on to exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from dlperf.cli.common import Terminated, sigterm_interrupts
+
+uvloop = pytest.importorskip("uvloop")
+
+
+def test_sigterm_in_plain_code_raises_terminated() -> None:
+    with pytest.raises(Terminated, match="terminated by SIGTERM"), sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs between bytecodes
+            pass
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+
+
+def test_sigterm_inside_a_protocol_callback_ends_the_loop() -> None:
+    seen: list[bytes] = []
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, inside uvloop's read callback
+            seen.append(data)
+
+    async def main() -> str:
+        def answer(reader: Any, writer: Any) -> None:
+            writer.write(b"reply")
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        await asyncio.get_running_loop().create_connection(Reader, "127.0.0.1", port)
+        await asyncio.sleep(3)
+        return "the loop went on"
+
+    with pytest.raises(Terminated), sigterm_interrupts():
+        uvloop.run(main())
+    assert seen == [b"reply"]
