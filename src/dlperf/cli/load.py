@@ -439,7 +439,9 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     if args.find_peak:
         if run_.result["peak"]["peak_rate"] is not None:
             return 0
-        err.print(f"SLO not met: no tried rate kept {slo}", markup=False)
+        decided = any(step.get("verdict") == "fail" for step in run_.result["peak"]["steps"])
+        err.print(f"SLO not met: no tried rate kept {slo}" if decided else
+                  f"SLO not shown: no tried rate was decided at 99% confidence ({slo})", markup=False)
         return 1
     missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
     if missed:

@@ -202,8 +202,10 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
             parts.append(Text(where + ("pass" if steps[i]["passed"] else "FAIL")))
     if isinstance(peak, dict) and slo is not None:
         found = peak.get("peak_rate")
-        parts.append(Text(f"peak: {float(found):.1f} req/s with {slo}" if found is not None
-                          else f"no tried rate kept {slo}"))
+        stopped = peak.get("undecided_at")
+        failed = any(isinstance(d, dict) and d.get("verdict") == "fail" for d in steps)
+        parts += [Text(line) for line in peak_outcome(None if found is None else float(found), slo,
+                                                      None if stopped is None else float(stopped), failed)]
     parts += [Text(line) for line in resource_lines(levels)]
     parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
     return parts
@@ -223,8 +225,23 @@ def peak_lines(peak: PeakResult) -> list[str]:
     for step in peak.steps:
         lines.append(f"  {step.level:8.1f} req/s  sent {step.send_rate or 0:.1f} req/s  "
                      f"{verdict_line(step, peak.slo)}")
-    if peak.peak_rate is None:
-        lines.append(f"no tried rate kept {peak.slo}")
+    failed = any(verdict(step, peak.slo).status == "fail" for step in peak.steps)
+    stopped = None if peak.undecided_at is None else peak.undecided_at.level
+    return lines + peak_outcome(peak.peak_rate, peak.slo, stopped, failed)
+
+
+def peak_outcome(peak_rate: float | None, slo: Slo, undecided_at: float | None, failed: bool) -> list[str]:
+    """What a peak search found: its peak, or that no rate passed (failed: one was shown to miss the SLO; else
+    none was decided), and where it stopped on an undecided trial it could not lengthen."""
+    lines = []
+    if undecided_at is not None:
+        lines.append(f"the search stopped at {undecided_at:g} req/s: undecided, and a lower rate would measure "
+                     "fewer requests in the same --duration/--requests; give a longer --duration or more --requests, "
+                     "or neither (the search then sizes each trial for the early-stopping test)")
+    if peak_rate is not None:
+        lines.append(f"peak: {'at least ' if undecided_at is not None else ''}{peak_rate:.1f} req/s with {slo}")
+    elif failed:
+        lines.append(f"no tried rate kept {slo}")
     else:
-        lines.append(f"peak: {peak.peak_rate:.1f} req/s with {peak.slo}")
+        lines.append(f"no tried rate was shown to keep {slo} (none was shown to miss it either: undecided)")
     return lines
