@@ -509,11 +509,13 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     def may_send() -> bool:
         return not stop.is_set() and (limit is None or not measuring or sent < limit)
 
-    async def one(conn: Sender) -> None:
+    async def one(conn: Sender, t0: int | None = None) -> None:
+        """Send one request and record it; `t0`: when the open loop issued it (its task starts later)."""
         nonlocal issued
         raw, expected = target.request(issued)
         issued += 1
-        t0 = clock()
+        if t0 is None:
+            t0 = clock()
         try:
             reply = await conn.send(raw)
             status = str(reply.status)
@@ -553,10 +555,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         idle: list[Sender] = []
         outstanding = 0
 
-        async def fire(conn: Sender) -> None:
+        async def fire(conn: Sender, t0: int) -> None:
             nonlocal outstanding
             try:
-                await one(conn)
+                await one(conn, t0)
             finally:
                 outstanding -= 1
                 idle.append(conn)
@@ -583,7 +585,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 connections.append(conn)
             outstanding += 1
             sent += 1
-            tasks.append(asyncio.ensure_future(fire(conn)))
+            # timed from here, where it is counted: a task started after the warm-up ended counted a warm-up
+            # request as measured (--requests 50 measured 51)
+            tasks.append(asyncio.ensure_future(fire(conn, clock())))
             if len(tasks) > 4096:
                 tasks[:] = [t for t in tasks if not t.done()]
 
@@ -678,7 +682,13 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         if last_slot_s is not None and last_slot_s > start / 1e9:
             kept = last_slot_s - start / 1e9  # the schedule's span; its last request went out `lag` late
             result.send_rate = level * kept / (kept + lags_s[-1])
-        _rate_warnings(result, level, lags_s, statuses, (measure_end - measure_start) / 1e9)
+        _rate_warnings(result, level, lags_s, statuses, (measure_end - measure_start) / 1e9, slo_failed)
+        backlog = sum(1 for r in succeeded if r[0] - r[1] < measure_start)
+        if backlog > 0.05 * len(succeeded):
+            result.warnings.append(
+                f"{backlog} of the {len(succeeded)} replies measured answered requests sent during the warm-up (a "
+                "backlog at the server): req/s counts them, so it can exceed the rate; a longer --duration dilutes "
+                "them")
     _error_warnings(result)
     if config.collect_metrics:
         result.resources = summarize(samples, config.metrics_interval_s) if samples else None
@@ -700,7 +710,7 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
     """'pass' or 'fail' once the measured requests so far settle the SLO at 99% confidence: 'fail' when one
     failed or the mirror of the early-stopping test says more than the SLO's share (1% for p99) are over
     (`early_stopping_fails`), 'pass' when MLPerf's test passes; None in between (the level measures on to
-    its bound, where `verdict` fails it if its sample percentile is over)."""
+    its bound, where `verdict` calls it undecided)."""
     if any(r[2] != "200" for r in records):
         return "fail"
     slo_ns = slo.bound_s * 1e9
@@ -711,12 +721,14 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
 
 
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int],
-                   measured_s: float) -> None:
+                   measured_s: float, slo_failed: bool = False) -> None:
     if statuses.get("dropped"):
         result.warnings.append(f"{statuses['dropped']} requests were not sent: {len(lags_s)} scheduled but the "
                                "outstanding-request cap was reached (the server is far behind; "
                                "--max-outstanding sets the cap)")
     expected = rate * measured_s
+    if expected < 10 and slo_failed:
+        return  # ended early, the SLO failed: not for want of a longer --duration
     if expected < 10:
         result.warnings.append(f"at {rate:g} req/s, {measured_s:.3g} s of measurement hold about {expected:.1f} "
                                "requests: too few to measure; give a longer --duration (or a higher --rate)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,8 @@ from dlperf.loadgen.generator import CONNECTION_ERROR, LoadConfig, Slo, run_leve
 from dlperf.loadgen.target import oip_target
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
+
+from .helpers import gated_server
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +120,19 @@ def test_a_request_bound_counts_the_requests_sent_after_the_warm_up(server: Runn
     assert result.ok == 40 and result.errors == 0
 
 
+def test_a_request_bound_in_rate_mode_counts_only_requests_issued_after_the_warm_up(server: Running) -> None:
+    """The open loop counts a request when it issues it, but its task took the send time when it started: one
+    issued just before the warm-up ended and started after was measured too (50 measured 51, now and then).
+    At 20 req/s the 10th send is due as the 0.5 s warm-up ends: both wake in the same loop iteration."""
+    target = oip_target(server.url, "mlp")
+    counts = []
+    for _ in range(4):
+        config = LoadConfig(rate=20.0, requests=10, duration_s=20.0, window_s=0.5, warmup_s=0.5)
+        result = run_level(target, config, 20.0)
+        counts.append(result.ok + result.errors)
+    assert counts == [10] * 4
+
+
 class _SlowReplies:
     """A real connection whose replies reach the generator 0.3 s after they arrive."""
 
@@ -168,3 +184,22 @@ def test_a_model_without_batching_is_read_from_its_config_not_its_shapes(protoco
             oip_target(url, "mlp", protocol=protocol)
     with start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=8)) as running:  # a batching one
         assert oip_target(running.url, "mlp", shapes={"x": [4, 64]}).items_per_request == 4
+
+
+def test_a_backlog_from_the_warm_up_answered_in_the_windows_is_named() -> None:
+    """Replies to requests the warm-up sent and an overloaded server answered during the windows count in req/s,
+    which then exceeds the rate (an audit saw 1473 req/s at rate 1178): the level says so."""
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=8)) as (running, gate):
+        gate.open.set()
+        target = oip_target(running.url, "gated")  # its test request passes
+        gate.open.clear()
+        opener = threading.Timer(0.8, gate.open.set)  # the warm-up's 0.5 s of requests wait for it
+        opener.start()
+        try:
+            config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.5)
+            result = run_level(target, config, 100.0)
+        finally:
+            opener.cancel()
+            gate.open.set()
+    assert result.errors == 0
+    assert any("answered requests sent during the warm-up (a backlog at the server)" in w for w in result.warnings)
