@@ -172,8 +172,11 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
             lines.append(f"transport: gRPC (inference.GRPCInferenceService/ModelInfer, tensors {where}; "
                          "a failed call counted under the HTTP status of its code)")
     if config.get("shared_memory") == "system":
+        # replies checked against validation data come back in the reply (`outputs_in_reply`)
+        outputs = ("the outputs in the reply, to check them against the validation data" if config.get("validated")
+                   else "the outputs written to regions of their own")
         lines.append("transport: system shared memory (the inputs placed once in a region registered with the "
-                     "server, the outputs written to regions of their own; requests carry descriptions only)")
+                     f"server, {outputs}; requests carry descriptions of what is in shared memory)")
     if config.get("request_intervals"):
         rate = config.get("trace_rate")
         recorded = f"{rate:.4g} req/s as recorded, " if isinstance(rate, (int, float)) else ""

@@ -272,6 +272,13 @@ def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str,
         if len(dims) != len(spec.shape):
             raise ConfigError(f"{text}: input '{name}' has {len(spec.shape)} dimensions {list(spec.shape)}, the "
                               f"shape gives {len(dims)}: give the full shape{first}, e.g. --shape {name}={example}")
+        fixed = [(j, d, m) for j, (d, m) in enumerate(zip(dims, spec.shape, strict=True))
+                 if m != -1 and d != m and not (batched and j == 0)]
+        if fixed:  # refused here, not by the server's 400 or as a fault of the --input-data file
+            j, d, m = fixed[0]
+            raise ConfigError(f"{text}: dimension {j} of input '{name}' is fixed at {m} (its shape "
+                              f"{list(spec.shape)}), the shape gives {d}: --shape sets only its -1 dimensions"
+                              f"{first}, e.g. --shape {name}={example}")
         if batched:
             batches[name] = dims[0]
     if not batched:

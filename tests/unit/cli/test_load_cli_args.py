@@ -57,6 +57,11 @@ def test_the_batch_is_the_first_dimension_of_every_shape_of_a_batching_model() -
                                              "its inputs' shapes do not all start with -1: image [3, -1, -1]), so "
                                              "each request holds one item: drop --batch-size 4"),
     (UNBATCHED, {"image": (224, 224)}, None, "give the full shape, e.g. --shape image=3,16,16"),
+    # a fixed dimension given otherwise: the server's 400 (or, with --input-data, a fault of the data file)
+    (UNBATCHED, {"image": (1, 224, 224)}, None, "--shape image=1,224,224: dimension 0 of input 'image' is fixed at 3"),
+    ([TensorInfo("x", "FP32", (-1, 64))], {"x": (2, 32)}, None,
+     "--shape x=2,32: dimension 1 of input 'x' is fixed at 64 (its shape [-1, 64]), the shape gives 32: --shape "
+     "sets only its -1 dimensions, the batch dimension first"),
 ])
 def test_contradictions_are_refused(inputs: list[TensorInfo], shapes: dict[str, tuple[int, ...]],
                                     batch_size: int | None, message: str) -> None:

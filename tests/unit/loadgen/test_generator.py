@@ -487,7 +487,13 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
         "SLO: p95 <= 50 ms at 99% confidence, by MLPerf's early-stopping test (at least 90 requests per level to "
         "pass)",
         "transport: system shared memory (the inputs placed once in a region registered with the server, the "
-        "outputs written to regions of their own; requests carry descriptions only)"]
+        "outputs written to regions of their own; requests carry descriptions of what is in shared memory)"]
+    # validated replies: the outputs come back in the reply (it said they went to regions of their own)
+    assert setup_lines({"shared_memory": "system", "validated": True, "input_data": ["v.json"],
+                        "distinct_requests": 5, "batch_size": 1})[-1] == (
+        "transport: system shared memory (the inputs placed once in a region registered with the server, the "
+        "outputs in the reply, to check them against the validation data; requests carry descriptions of what is "
+        "in shared memory)")
     assert setup_lines({"slo_p99_s": 0.1})[0].startswith("SLO: p99 <= 100 ms")  # a run stored before percentiles
     assert setup_lines({"stability": 0.10, "stability_percentile": None, "stable_windows": 3, "window_s": 2.0}) == []
     assert setup_lines({"stability": 0.05, "stability_percentile": None, "stable_windows": 3, "window_s": 1.0}) == [
