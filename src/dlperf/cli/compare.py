@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 0.5:
         raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     from dlperf.cli.common import open_store
-    from dlperf.compare.runs import TEST_NOTE, compare_records
+    from dlperf.compare.runs import compare_records
 
     store = open_store(args)
     result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha)
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         for diff in result.environment_differences:
             out.print(f"  {diff}")
     if result.points:
-        out.print(f"[dim]{TEST_NOTE}[/]")
+        out.print(f"[dim]{result.test_note}[/]")
     return 0
 
 

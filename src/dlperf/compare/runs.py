@@ -32,6 +32,8 @@ TEST_NOTE = (
     "The runs were not interleaved: drift of the machine between them looks like a change "
     "(use `dlperf ab` to compare settings)."
 )
+LOAD_TEST_NOTE = TEST_NOTE.replace("raw per-item latencies", "per-request latencies")
+"""The same for load runs, whose latencies are per request (a request of a batch of 8 is one latency)."""
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,15 @@ class RunComparison:
     notes: list[str] = field(default_factory=list)
     other_deltas: list[tuple[str, float, float]] = field(default_factory=list)
 
+    @property
+    def test_note(self) -> str:
+        return LOAD_TEST_NOTE if self.a.kind == self.b.kind == "load" else TEST_NOTE
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "a": {"id": self.a.id, "kind": self.a.kind, "workload": self.a.workload, "created_at": self.a.created_at},
             "b": {"id": self.b.id, "kind": self.b.kind, "workload": self.b.workload, "created_at": self.b.created_at},
-            "test_method": TEST_NOTE,
+            "test_method": self.test_note,
             "points": [p.to_dict() for p in self.points],
             "environment_differences": self.environment_differences,
             "notes": self.notes,
@@ -128,6 +134,59 @@ def load_levels(record: RunRecord) -> dict[str, tuple[list[float], float, int]]:
         except (KeyError, TypeError, ValueError):
             continue
     return found
+
+
+def _level_errors(record: RunRecord) -> dict[str, tuple[int, int]]:
+    """'rate 50' -> (failed requests, all requests) of a load run's levels."""
+    out: dict[str, tuple[int, int]] = {}
+    for level in (record.result.get("levels") if isinstance(record.result, dict) else None) or []:
+        try:
+            statuses = {str(k): int(v) for k, v in (level.get("statuses") or {}).items()}
+            out[f"{level['mode']} {float(level['level']):g}"] = (
+                sum(v for k, v in statuses.items() if k != "200"), sum(statuses.values()))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _load_notes(a: RunRecord, b: RunRecord, shared: list[str], la: dict[str, tuple[list[float], float, int]],
+                lb: dict[str, tuple[list[float], float, int]]) -> list[str]:
+    """What makes two load runs' levels differ besides the server: requests of other sizes, failed requests
+    (their latencies are not in the comparison: a B that timed out its slow requests looks faster), another
+    SLO, and the peak searches' own results."""
+    notes = []
+    for key in shared:
+        if la[key][2] != lb[key][2]:
+            notes.append(f"{key}: A sent {la[key][2]} items per request, B {lb[key][2]}: the latencies are per "
+                         "request, so they compare requests of different sizes (items/s compares the work done)")
+    ea, eb = _level_errors(a), _level_errors(b)
+    for key in shared:
+        (fa, na), (fb, nb) = ea.get(key, (0, 0)), eb.get(key, (0, 0))
+        if fa or fb:
+            notes.append(f"{key}: failed requests A {fa} of {na}, B {fb} of {nb}: their latencies are left out of "
+                         "the comparison (a run that failed its slow requests looks faster)")
+    pa = a.result.get("peak") if isinstance(a.result, dict) else None
+    pb = b.result.get("peak") if isinstance(b.result, dict) else None
+    sa = a.config.get("slo") if isinstance(a.config, dict) else None
+    sb = b.config.get("slo") if isinstance(b.config, dict) else None
+    if sa != sb:
+        notes.append(f"the runs judged different SLOs (A {_slo_text(sa)}, B {_slo_text(sb)}): a level's verdict, "
+                     "and a peak search's levels, are not comparable")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        notes.append(f"peak search: A {_peak_text(pa)}, B {_peak_text(pb)}"
+                     + ("" if sa == sb else " (against different SLOs)"))
+    return notes
+
+
+def _slo_text(slo: Any) -> str:
+    if not isinstance(slo, dict) or not isinstance(slo.get("bound_s"), (int, float)):
+        return "none"
+    return f"p{float(slo.get('percentile', 99.0)):g} <= {float(slo['bound_s']) * 1e3:g} ms"
+
+
+def _peak_text(peak: dict[str, Any]) -> str:
+    found = peak.get("peak_rate")
+    return f"{float(found):.1f} req/s" if isinstance(found, (int, float)) else "no passing rate"
 
 
 def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float], float, int], title: str,
@@ -168,6 +227,7 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
             notes.append(f"levels in only one of the runs are left out: "
                          f"{', '.join(k for k in [*la, *lb] if k not in shared)}")
         notes.append(LOAD_NOTE)
+        notes += _load_notes(a, b, shared, la, lb)
         points = [compare_load_levels(la[key], lb[key], key, alpha) for key in shared]
     elif has_samples(a) and has_samples(b):
         pa, pb = point_measurements(a), point_measurements(b)

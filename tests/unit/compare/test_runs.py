@@ -85,3 +85,29 @@ def test_load_runs_compare_level_by_level(store: Store) -> None:
     assert any("concurrency 16" in note for note in cmp.notes)
     assert any("not independent samples" in note for note in cmp.notes)
     assert cmp.to_dict()["points"][1]["title"] == "concurrency 4"
+
+
+def test_load_runs_say_what_makes_their_levels_unlike(store: Store) -> None:
+    """An audit compared a batch-1 run with a batch-16 one, a run whose slow requests timed out with one
+    without, and two peak searches against different SLOs: none of it was said, and the method note spoke of
+    per-item latencies."""
+    a_result = _load_result({1: 0.010}, {1: 100}, seed=1)
+    b_result = _load_result({1: 0.010}, {1: 1600}, seed=2)
+    a_result["levels"][0] |= {"statuses": {"200": 300}}  # type: ignore[index]
+    b_result["levels"][0] |= {"items_per_request": 16, "statuses": {"200": 300, "timeout": 18}}  # type: ignore[index]
+    a_result["peak"] = {"peak_rate": 600.0, "steps": []}
+    b_result["peak"] = {"peak_rate": None, "steps": []}
+    a = add_run(store, "load", a_result, config={"slo": {"bound_s": 0.05, "percentile": 99.0}})
+    b = add_run(store, "load", b_result, config={"slo": {"bound_s": 0.001, "percentile": 99.0}})
+    cmp = compare_records(store.get(a), store.get(b))
+    notes = "\n".join(cmp.notes)
+    assert "concurrency 1: A sent 2 items per request, B 16" in notes
+    assert "concurrency 1: failed requests A 0 of 300, B 18 of 318" in notes
+    assert "different SLOs (A p99 <= 50 ms, B p99 <= 1 ms)" in notes
+    assert "peak search: A 600.0 req/s, B no passing rate (against different SLOs)" in notes
+    assert "per-request latencies" in cmp.test_note and cmp.to_dict()["test_method"] == cmp.test_note
+    # like with like: none of it
+    c = add_run(store, "load", _load_result({1: 0.010}, {1: 100}, seed=3))
+    d = add_run(store, "load", _load_result({1: 0.011}, {1: 100}, seed=4))
+    plain = compare_records(store.get(c), store.get(d))
+    assert not any("items per request" in n or "failed requests" in n or "SLO" in n for n in plain.notes)
