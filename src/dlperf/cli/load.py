@@ -392,7 +392,9 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                         max_steps=args.max_steps, fit_duration=args.duration is None, on_window=on_window,
                         on_trial=lambda rate, bound_s: shown.print(
                             f"  trying {rate:.1f} req/s (at most {bound_s:.0f} s)", markup=False),
-                        on_step=on_step)
+                        on_step=on_step,
+                        on_probe=lambda rate: shown.print(
+                            f"  start: {rate:.1f} req/s, the closed-loop throughput at concurrency 4", markup=False))
                 peak_dict = peak.to_dict()  # each step's summary with its verdict
                 run_.result = {"peak": peak_dict, **run_.result}
                 if args.json:
@@ -407,8 +409,8 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                 with load_progress(config.mode) as (on_window, shown):
                     def on_level(r: LevelResult) -> None:
                         finished(r)
-                        shown.print(f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {name} "
-                                    f"{r.percentile_s(q) * 1e3:.2f} ms", markup=False)
+                        figure = f"{name} {r.percentile_s(q) * 1e3:.2f} ms" if r.ok else "no request succeeded"
+                        shown.print(f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}", markup=False)
 
                     run_load(target, config, on_window=on_window, on_level=on_level)
                 if args.json:

@@ -24,6 +24,11 @@ def point_measurements(record: RunRecord) -> dict[int, Measurement]:
             found[int(point["batch_size"])] = Measurement.from_dict(point["measurement"])
         except (KeyError, TypeError, ValueError):
             continue
+    if not found and record.kind not in SAMPLED_KINDS:  # a load run has samples, per level, not per batch size
+        raise StoreError(
+            f"run {record.id} is a '{record.kind}' run: this takes a bench or check run (per-batch-size latency "
+            "samples; `dlperf runs list --kind bench` lists them)"
+        )
     if not found:
         raise StoreError(
             f"run {record.id} (kind '{record.kind}', status {record.status}) holds no latency samples: "

@@ -723,7 +723,7 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int],
                    measured_s: float, slo_failed: bool = False) -> None:
     if statuses.get("dropped"):
-        result.warnings.append(f"{statuses['dropped']} requests were not sent: {len(lags_s)} scheduled but the "
+        result.warnings.append(f"{statuses['dropped']} requests due while the level measured were not sent: the "
                                "outstanding-request cap was reached (the server is far behind; "
                                "--max-outstanding sets the cap)")
     expected = rate * measured_s
@@ -930,12 +930,13 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
               max_steps: int = 10, tolerance: float = 0.05,
               on_step: Callable[[LevelResult, bool], None] | None = None, fit_duration: bool = False,
               on_trial: Callable[[float, float], None] | None = None,
-              on_window: Callable[[float, int, float], None] | None = None) -> PeakResult:
+              on_window: Callable[[float, int, float], None] | None = None,
+              on_probe: Callable[[float], None] | None = None) -> PeakResult:
     """Highest passing rate (`verdict`): from `start_rate` (default: measured closed-loop throughput at
     concurrency 4), double up or halve down to bracket the edge, then bisect until within `tolerance` or
     `max_steps`. Each trial measures until the SLO is decided or its bound; `fit_duration` raises a trial's
     duration bound to `decision_duration_s` where `config.duration_s` is shorter. `on_trial(rate, bound_s)`
-    runs before each trial, `on_step(step, passed)` after."""
+    runs before each trial, `on_step(step, passed)` after, `on_probe(start_rate)` after the probe."""
     import dataclasses
 
     ensure_open_files(dataclasses.replace(config, rate=start_rate or 1.0))
@@ -962,7 +963,13 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
 
     if start_rate is None:
         probe = run_level(target, dataclasses.replace(config, rate=None, concurrency=(4,)), 4.0)
+        if probe.ok == 0:  # it started at 1 req/s without a word, against a server failing every request
+            seen = ", ".join(f"{k}: {v}" for k, v in sorted(probe.statuses.items())) or "no reply"
+            raise LoadGenError(f"the start-rate probe (closed loop at concurrency 4) got no successful reply ({seen}): "
+                               "check the server, or give --rate to start the search there")
         start_rate = max(1.0, probe.throughput)
+        if on_probe is not None:
+            on_probe(start_rate)
     lo: float | None = None
     hi: float | None = None
     rate = start_rate

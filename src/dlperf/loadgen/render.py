@@ -120,7 +120,10 @@ def load_headline(result: Any) -> str:
         return ""
     best = max(levels, key=lambda lv: lv["throughput_rps"])
     where = "concurrency" if best.get("mode") == "concurrency" else "rate"
-    return f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
+    # its SLO verdict where it had one (an interrupted peak search's busiest step may have failed it)
+    judged = f" ({best['verdict']})" if isinstance(best.get("verdict"), str) else ""
+    return (f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
+            f"{judged}")
 
 
 def _size(num_bytes: int) -> str:

@@ -101,15 +101,15 @@ def test_sigterm_records_the_run_interrupted_and_releases_the_shared_memory(serv
 
 
 def test_an_interrupted_peak_search_keeps_its_steps_without_a_peak(server: Running, tmp_path: Path) -> None:
-    # 4 s trials at 50 req/s and below are undecided (too few requests for a p99), so the search halves down
+    # every request is over a 1 us SLO: each trial fails at its first window, and the search halves down
     store = tmp_path / "runs.db"
-    proc, out, err = _start(tmp_path, server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "50",
-                            "--duration", "4s", "--window-s", "0.5", "--warmup-s", "0.2", "--store", str(store))
-    assert _signal_after(proc, err, "25.0 req/s: undecided", signal.SIGINT) == 130
+    proc, out, err = _start(tmp_path, server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate",
+                            "50", "--duration", "20s", "--window-s", "0.5", "--warmup-s", "0.2", "--store", str(store))
+    assert _signal_after(proc, err, "25.0 req/s: FAIL", signal.SIGINT) == 130
     (record,) = Store(store).list(kind="load")
     assert record.status == "interrupted"
     assert "peak" not in record.result  # the search did not end: no peak is claimed
     steps = record.result["levels"]
-    assert [s["level"] for s in steps] == [50.0, 25.0]
-    assert [s["verdict"] for s in steps] == ["undecided", "undecided"]
-    assert "rate search (interrupted, 2 levels finished)" in out.read_text()
+    assert [s["level"] for s in steps][:2] == [50.0, 25.0]  # the signal may land in a later trial
+    assert {s["verdict"] for s in steps} == {"fail"}
+    assert f"rate search (interrupted, {len(steps)} levels finished)" in out.read_text()

@@ -110,6 +110,7 @@ def test_a_sweep_with_a_level_where_nothing_succeeded_exits_1(server: Running, t
     err = capsys.readouterr().err
     assert code == 1, err
     assert "no request succeeded at: concurrency 1" in err
+    assert "concurrency 1: 0.0 req/s, no request succeeded" in err and "nan" not in err  # it printed "p99 nan ms"
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])

@@ -35,5 +35,12 @@ def test_failed_runs_and_runs_without_samples_are_refused(tmp_path: Path) -> Non
     with pytest.raises(StoreError, match="status 'failed'"):
         set_baseline(store, "x", failed)
     profile = add_run(store, "profile", {"verdict": "compute-bound"})
-    with pytest.raises(StoreError, match="holds no latency samples"):
+    with pytest.raises(StoreError, match="is a 'profile' run: this takes a bench or check run"):
         set_baseline(store, "x", profile)
+    # a load run has samples, per level: the reason is its kind, not "no latency samples" (as it said)
+    load = add_run(store, "load", {"levels": [{"mode": "rate", "level": 10, "latencies_ns": [1000000] * 50}]})
+    with pytest.raises(StoreError, match="is a 'load' run: this takes a bench or check run"):
+        set_baseline(store, "x", load)
+    empty = add_run(store, "bench", {"points": []})
+    with pytest.raises(StoreError, match="holds no latency samples"):
+        set_baseline(store, "x", empty)

@@ -500,3 +500,21 @@ def test_setup_lines_say_what_was_sent_and_when_unless_it_was_the_default() -> N
         "stability: a level ends when 3 windows of 1 s agree within 5% on throughput and mean latency"]
     assert setup_lines({"stability": 0.10, "stability_percentile": 99.0, "stable_windows": 3, "window_s": 2.0}) == [
         "stability: a level ends when 3 windows of 2 s agree within 10% on throughput and p99 latency"]
+
+
+def test_find_peak_says_where_its_probe_started_it_and_stops_when_the_probe_got_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
+        if config.rate is None:  # the probe: a closed loop at concurrency 4
+            return LevelResult("concurrency", 4.0, 1, [int(0.01e9)] * 300, {"200": 300}, 1.0, True, [300.0])
+        return _level(level, 0.02)
+
+    monkeypatch.setattr(generator, "run_level", fake_run_level)
+    starts: list[float] = []
+    find_peak(object(), LoadConfig(), P99, max_steps=1, on_probe=starts.append)  # type: ignore[arg-type]
+    assert starts == [300.0]
+    # a server failing every request: the search started at 1 req/s without a word
+    monkeypatch.setattr(generator, "run_level", lambda t, c, level, on_window=None: LevelResult(
+        "concurrency", 4.0, 1, [], {"500": 40}, 1.0, True, [0.0]))
+    with pytest.raises(LoadGenError, match=r"start-rate probe .* no successful reply \(500: 40\)"):
+        find_peak(object(), LoadConfig(), P99, max_steps=3)  # type: ignore[arg-type]

@@ -93,6 +93,11 @@ def test_a_load_run_s_headline_is_its_peak_or_its_busiest_level() -> None:
               for c, t, p99 in [(1, 90.0, 0.012), (8, 400.0, 0.031), (16, 390.0, 0.08)]]
     plain = RunRecord("l1", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00", result={"levels": levels})
     assert headline_text(plain) == "400.0 req/s, p99 31 ms at concurrency 8"
+    # an interrupted peak search (levels, no peak): its busiest step with its verdict, which may be a FAIL
+    judged = [{**lv, "verdict": "fail" if lv["level"] == 8 else "pass"} for lv in levels]
+    stopped = RunRecord("l0", "load", "127.0.0.1:8000/m", "interrupted", "2026-01-01T10:00:00",
+                        result={"levels": judged})
+    assert headline_text(stopped) == "400.0 req/s, p99 31 ms at concurrency 8 (fail)"
     searched = RunRecord("l2", "load", "127.0.0.1:8000/m", "ok", "2026-01-01T10:00:00",
                          result={"peak": {"slo_p99_s": 0.05, "peak_rate": None}, "levels": levels})
     assert headline_text(searched) == "no passing rate at p99 <= 50 ms"
