@@ -301,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
     except Terminated as exc:
         err.print(f"{exc} while loading and warming up the model: the server never listened", markup=False)
         return SIGTERM_EXIT
-    return serve(config, on_ready=lambda state, url: _print_ready(err, config, state, url), state=state)
+    return serve(config, on_ready=lambda ready, url: _print_ready(err, config, ready, url), state=state)
 
 
 def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:

@@ -165,23 +165,18 @@ def _load_notes(a: RunRecord, b: RunRecord, shared: list[str], la: dict[str, tup
         if fa or fb:
             notes.append(f"{key}: failed requests A {fa} of {na}, B {fb} of {nb}: their latencies are left out of "
                          "the comparison (a run that failed its slow requests looks faster)")
+    from dlperf.loadgen.generator import Slo
+
     pa = a.result.get("peak") if isinstance(a.result, dict) else None
     pb = b.result.get("peak") if isinstance(b.result, dict) else None
-    sa = a.config.get("slo") if isinstance(a.config, dict) else None
-    sb = b.config.get("slo") if isinstance(b.config, dict) else None
+    sa, sb = Slo.from_record(a.config), Slo.from_record(b.config)
     if sa != sb:
-        notes.append(f"the runs judged different SLOs (A {_slo_text(sa)}, B {_slo_text(sb)}): a level's verdict, "
+        notes.append(f"the runs judged different SLOs (A {sa or 'none'}, B {sb or 'none'}): a level's verdict, "
                      "and a peak search's levels, are not comparable")
     if isinstance(pa, dict) and isinstance(pb, dict):
         notes.append(f"peak search: A {_peak_text(pa)}, B {_peak_text(pb)}"
                      + ("" if sa == sb else " (against different SLOs)"))
     return notes
-
-
-def _slo_text(slo: Any) -> str:
-    if not isinstance(slo, dict) or not isinstance(slo.get("bound_s"), (int, float)):
-        return "none"
-    return f"p{float(slo.get('percentile', 99.0)):g} <= {float(slo['bound_s']) * 1e3:g} ms"
 
 
 def _peak_text(peak: dict[str, Any]) -> str:
