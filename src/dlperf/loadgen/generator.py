@@ -458,6 +458,17 @@ def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -
                       items / execs if execs else float("nan"))
 
 
+def _one_source(before: dict[str, Any], after: dict[str, Any], requests: int, succeeded: int) -> bool:
+    """Whether two statistics reads can be one server's: no counter went back, and it counted at least most
+    of the `succeeded` requests answered between them. Behind Ray Serve's proxy the two reads may be answered
+    by different replicas, and their difference gave negative compute times and half the requests.
+    `requests`: the successes it counted between the reads."""
+    a, b = after["inference_stats"], before["inference_stats"]
+    back = any(a[k][f] < b[k][f] for k in a if k in b for f in ("count", "ns"))
+    back = back or after["execution_count"] < before["execution_count"]
+    return not back and requests >= 0.8 * succeeded - 2
+
+
 def metrics_source(target: Target, config: LoadConfig) -> tuple[Endpoint, str]:
     """Where --collect-metrics reads: --metrics-url, or /metrics of the target server."""
     if config.metrics_url:
@@ -610,6 +621,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     measuring = True
     # read beside the load: an overloaded server may take seconds to answer, which must not eat the level
     before_task = asyncio.ensure_future(_server_stats(target, STATS_TIMEOUT_S))
+    before_read: list[int] = []  # when that read came back: the replies after it, the server must count
+    before_task.add_done_callback(lambda _: before_read.append(clock()))
     window_ns = int(config.window_s * 1e9)
     measure_start = clock()
     metrics_done = asyncio.Event()
@@ -671,13 +684,22 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         latencies_ns=[r[1] for r in succeeded], statuses=statuses,
         measured_s=(measure_end - measure_start) / 1e9, stable=stable,
         window_throughputs=[w[0] for w in windows], scheduled=scheduled,
-        server=_server_delta(before, after),
         client_send_s=sum(r[3] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
         client_recv_s=sum(r[4] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
     )
-    if target.stats_path is not None and result.server is None and result.ok:
+    server = _server_delta(before, after)
+    since = sum(1 for r in succeeded if before_read and r[0] >= before_read[0])  # answered after the first read
+    counted = server.requests if server is not None else 0
+    if before and after and not _one_source(before, after, counted, since):
+        result.warnings.append(
+            "the server's statistics before and after the level do not come from one process (counters went "
+            f"back, or it counted {counted} requests where {since} succeeded here between its reads: a Ray "
+            "Serve deployment answers them per replica): no server-side queue and compute times for it")
+    elif target.stats_path is not None and server is None and result.ok:
         result.warnings.append(f"the server's statistics did not answer within {STATS_TIMEOUT_S:g} s (or have no "
                                "requests of this level): no server-side queue and compute times for it")
+    else:
+        result.server = server
     if config.mode == "rate":
         if last_slot_s is not None and last_slot_s > start / 1e9:
             kept = last_slot_s - start / 1e9  # the schedule's span; its last request went out `lag` late

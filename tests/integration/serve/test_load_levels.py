@@ -204,3 +204,42 @@ def test_a_backlog_from_the_warm_up_answered_in_the_windows_is_named() -> None:
             gate.open.set()
     assert result.errors == 0
     assert any("answered requests sent during the warm-up (a backlog at the server)" in w for w in result.warnings)
+
+
+def test_statistics_from_two_replicas_are_not_differenced(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind Ray Serve's proxy the reads before and after a level may be answered by different replicas: their
+    difference gave negative compute times and half the requests, printed as the server's. Here the read after
+    the level goes to a second real server that has served less than the first."""
+    fresh = start_in_thread(ServeConfig(model="zoo:mlp", port=0))
+    try:
+        other = oip_target(fresh.url, "mlp")
+        real = generator._server_stats
+        calls = 0
+
+        async def two_replicas(target: Any, timeout_s: float = 30.0) -> Any:
+            nonlocal calls
+            calls += 1
+            return await real(target if calls == 1 else other, timeout_s)
+
+        target = oip_target(server.url, "mlp")
+        run_level(target, LoadConfig(concurrency=(2,), requests=100, duration_s=20.0, window_s=0.5,
+                                     warmup_s=0.1), 2.0)  # the first replica has served more
+        monkeypatch.setattr(generator, "_server_stats", two_replicas)
+        result = run_level(target, LoadConfig(concurrency=(1,), requests=30, duration_s=20.0, window_s=0.5,
+                                              warmup_s=0.1), 1.0)
+    finally:
+        fresh.stop()
+    assert result.ok == 30 and result.server is None
+    assert any("do not come from one process" in w for w in result.warnings)
+
+
+def test_one_source_needs_counters_that_only_grow_and_count_the_replies() -> None:
+    def stats(n: int, ns: int, executions: int) -> dict[str, Any]:
+        keys = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+        return {"inference_count": n, "execution_count": executions,
+                "inference_stats": {k: {"count": n if k != "fail" else 0, "ns": ns} for k in keys}}
+
+    before = stats(100, 10**9, 100)
+    assert generator._one_source(before, stats(230, 2 * 10**9, 230), 130, 126)
+    assert not generator._one_source(before, stats(90, 2 * 10**9, 90), 0, 126)  # went back
+    assert not generator._one_source(before, stats(164, 2 * 10**9, 164), 64, 126)  # half the replies (an audit's)
