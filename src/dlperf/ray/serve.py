@@ -82,9 +82,14 @@ def deployment_options(config: ServeConfig, options: RayServeOptions) -> dict[st
                                           "target_ongoing_requests": max(1, config.max_batch_size) * config.instances}}
     else:
         scaling = {"num_replicas": options.replicas}
+    # a bounded queue bounds the proxy's too: Ray's proxy held requests beyond what the replicas admit with no
+    # limit, where --max-queue-size never answered 503 (6 at once to a 0.3 s model with --max-queue-size 1:
+    # 4 immediate 503s without Ray, none with it); past it Ray's proxy answers 503 itself
+    queued = {"max_queued_requests": config.queue_capacity} if config.queue_capacity else {}
     return {
         "name": APP_NAME,
         **scaling,
+        **queued,
         "max_ongoing_requests": max_ongoing_requests(config),
         "ray_actor_options": {"num_cpus": float(config.threads or 1)},
         "graceful_shutdown_timeout_s": config.exit_timeout_s,

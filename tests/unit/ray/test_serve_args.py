@@ -94,4 +94,7 @@ def test_deployment_options_carry_the_serving_settings() -> None:
 def test_a_bounded_queue_bounds_what_a_replica_admits() -> None:
     config = ServeConfig(model="zoo:mlp", max_batch_size=0, max_queue_size=5)
     assert max_ongoing_requests(config) == 1 + 5
+    # and what Ray's proxy holds for the replicas (it held them without limit); unbounded stays unbounded
+    assert deployment_options(config, RayServeOptions())["max_queued_requests"] == 5
+    assert "max_queued_requests" not in deployment_options(ServeConfig(model="zoo:mlp"), RayServeOptions())
     assert deployment_options(config, RayServeOptions())["ray_actor_options"] == {"num_cpus": 1.0}
