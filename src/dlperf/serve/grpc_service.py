@@ -221,6 +221,9 @@ def create_servicer(state: ServerState) -> Any:
             else:
                 outcome.record(request_ns)
 
+        if context.cancelled():  # the call ended while its batch ran: a done callback added now may never run
+            outcome.variant.recorder.failure("CANCELED", request_ns)
+            return reply
         context.add_done_callback(finished)
         return reply
 
