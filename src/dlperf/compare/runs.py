@@ -137,13 +137,12 @@ def load_levels(record: RunRecord) -> dict[str, tuple[list[float], float, int]]:
 
 
 def _level_errors(record: RunRecord) -> dict[str, tuple[int, int]]:
-    """'rate 50' -> (failed requests, all requests) of a load run's levels."""
+    """'rate 50' -> (failed requests, all requests) of a load run's levels, as `LevelResult.summary` stored them."""
     out: dict[str, tuple[int, int]] = {}
     for level in (record.result.get("levels") if isinstance(record.result, dict) else None) or []:
         try:
-            statuses = {str(k): int(v) for k, v in (level.get("statuses") or {}).items()}
-            out[f"{level['mode']} {float(level['level']):g}"] = (
-                sum(v for k, v in statuses.items() if k != "200"), sum(statuses.values()))
+            failed = int(level["errors"])
+            out[f"{level['mode']} {float(level['level']):g}"] = (failed, failed + int(level["requests_ok"]))
         except (AttributeError, KeyError, TypeError, ValueError):
             continue
     return out

@@ -64,8 +64,10 @@ def test_runs_without_samples_compare_their_numbers(store: Store) -> None:
 
 def _load_result(medians_s: dict[float, float], items_per_s: dict[float, float], seed: int) -> dict[str, object]:
     rng = np.random.default_rng(seed)
+    # the fields `LevelResult.summary` stores that compare reads
     return {"levels": [{"mode": "concurrency", "level": c, "items_per_request": 2,
-                        "throughput_items_per_s": items_per_s[c],
+                        "throughput_items_per_s": items_per_s[c], "requests_ok": 300, "errors": 0,
+                        "statuses": {"200": 300},
                         "latencies_ns": [int(v) for v in rng.lognormal(np.log(med), 0.05, 300) * 1e9]}
                        for c, med in medians_s.items()]}
 
@@ -93,8 +95,8 @@ def test_load_runs_say_what_makes_their_levels_unlike(store: Store) -> None:
     per-item latencies."""
     a_result = _load_result({1: 0.010}, {1: 100}, seed=1)
     b_result = _load_result({1: 0.010}, {1: 1600}, seed=2)
-    a_result["levels"][0] |= {"statuses": {"200": 300}}  # type: ignore[index]
-    b_result["levels"][0] |= {"items_per_request": 16, "statuses": {"200": 300, "timeout": 18}}  # type: ignore[index]
+    b_result["levels"][0] |= {"items_per_request": 16, "statuses": {"200": 300, "timeout": 18},  # type: ignore[index]
+                              "errors": 18}
     a_result["peak"] = {"peak_rate": 600.0, "steps": []}
     b_result["peak"] = {"peak_rate": None, "steps": []}
     a = add_run(store, "load", a_result, config={"slo": {"bound_s": 0.05, "percentile": 99.0}})
