@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import pytest
 
 from dlperf.serve.service import ServeConfig
 
-from ..serve.helpers import free_port, http_status, wait_until
+from ..serve.helpers import cli_process, free_port, http_status, wait_until
 from .gated_workload import gate_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,23 +40,13 @@ class CliServer:
 def cli_server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliServer]:
     port = free_port()
     log = tmp_path_factory.mktemp("cli") / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--ray", "--replicas", "2",
-             "--ray-address", ray_cluster.address, "--port", str(port), "--max-batch-size", str(MAX_BATCH),
-             "--max-queue-delay-ms", "50", "--fixed-wait"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    server = CliServer(proc, log, f"127.0.0.1:{port}")
-    try:
+    with cli_process(["serve", f"{WORKLOAD}:workload", "--ray", "--replicas", "2", "--ray-address",
+                      ray_cluster.address, "--port", str(port), "--max-batch-size", str(MAX_BATCH),
+                      "--max-queue-delay-ms", "50", "--fixed-wait"], log) as proc:
         wait_until(lambda: "serving on Ray Serve" in log.read_text() or proc.poll() is not None, 300,
                    "the deployment to be ready")
         assert proc.poll() is None, f"dlperf serve --ray exited early:\n{log.read_text()}"
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        yield CliServer(proc, log, f"127.0.0.1:{port}")
 
 
 def _input(x: np.ndarray) -> Any:

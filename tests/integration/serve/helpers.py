@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -96,6 +98,20 @@ def gated_server(config: ServeConfig) -> Iterator[tuple[Running, Gate]]:
     finally:
         gate.open.set()
         running.stop()
+
+
+@contextlib.contextmanager
+def cli_process(argv: list[str], log: Path, env: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`dlperf ARGV` in a subprocess, stdout and stderr into `log`; killed if the block leaves it running."""
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", *argv], stdout=out,
+                                stderr=subprocess.STDOUT, env=None if env is None else dict(env))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def server_metrics(running: Running) -> Any:

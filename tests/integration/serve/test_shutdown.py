@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 
 from dlperf.serve.metrics import parse_variant_metrics
 
-from .helpers import free_port, get_text, http_status, wait_until
+from .helpers import cli_process, free_port, get_text, http_status, wait_until
 from .slow_workload import GATE_ENV, HELD, LOADING_ENV
 
 pytestmark = pytest.mark.integration
@@ -37,13 +35,8 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
     port = free_port()
     base = f"127.0.0.1:{port}"
     gate = tmp_path / "open"
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(port),
-         "--max-batch-size", "1", "--exit-timeout-s", "60"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, GATE_ENV: str(gate)},
-    )
-    try:
+    with cli_process(["serve", f"{WORKLOAD}:workload", "--port", str(port), "--max-batch-size", "1",
+                      "--exit-timeout-s", "60"], tmp_path / "server.log", {**os.environ, GATE_ENV: str(gate)}) as proc:
         wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
         c = httpclient.InferenceServerClient(base, concurrency=3)
         in_flight = [c.async_infer("slow", [_input(HELD + i)]) for i in range(3)]
@@ -67,11 +60,6 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
             np.testing.assert_array_equal(y, np.full((1, 2), HELD + 1 + i, np.float32))
         c.close()
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_the_drain_leaves_uvicorn_only_what_is_left_of_the_exit_timeout() -> None:
@@ -98,26 +86,17 @@ def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(t
     port = free_port()
     base = f"127.0.0.1:{port}"
     log_path = tmp_path / "server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(port),
-             "--max-batch-size", "1", "--exit-timeout-s", "60"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, GATE_ENV: str(tmp_path / "never")},
-        )
-        try:
-            wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
-            c = httpclient.InferenceServerClient(base)
-            c.async_infer("slow", [_input(HELD)])
-            wait_until(lambda: parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"].pending_requests
-                       == 0 and http_status(f"http://{base}/v2/health/ready") == 200, 30, "the request in the model")
-            proc.send_signal(signal.SIGTERM)
-            wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 30, "readiness to turn false")
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=30) == 1  # a request was dropped: not a clean exit
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with cli_process(["serve", f"{WORKLOAD}:workload", "--port", str(port), "--max-batch-size", "1",
+                      "--exit-timeout-s", "60"], log_path, {**os.environ, GATE_ENV: str(tmp_path / "never")}) as proc:
+        wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
+        c = httpclient.InferenceServerClient(base)
+        c.async_infer("slow", [_input(HELD)])
+        wait_until(lambda: parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"].pending_requests
+                   == 0 and http_status(f"http://{base}/v2/health/ready") == 200, 30, "the request in the model")
+        proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 30, "readiness to turn false")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 1  # a request was dropped: not a clean exit
     text = log_path.read_text()
     assert "exited without waiting for 1 request(s) in flight" in text
     assert "Event loop is closed" not in text
@@ -125,19 +104,12 @@ def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(t
 
 def test_a_second_signal_to_an_idle_server_still_exits_0(tmp_path: Path) -> None:
     port = free_port()
-    with (tmp_path / "server.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "serve", "zoo:mlp", "--port", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") == 200, 90, "ready")
-            proc.send_signal(signal.SIGTERM)
-            wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") != 200, 30, "draining")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0  # nothing was dropped
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with cli_process(["serve", "zoo:mlp", "--port", str(port)], tmp_path / "server.log") as proc:
+        wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") == 200, 90, "ready")
+        proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: http_status(f"http://127.0.0.1:{port}/v2/health/ready") != 200, 30, "draining")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0  # nothing was dropped
 
 
 def test_sigterm_while_the_model_loads_says_so_and_exits_143(tmp_path: Path) -> None:
@@ -145,20 +117,11 @@ def test_sigterm_while_the_model_loads_says_so_and_exits_143(tmp_path: Path) -> 
     "loading ..."; now it says the server never listened (exit 143, as a shell reports SIGTERM)."""
     loading = tmp_path / "loading"
     log_path = tmp_path / "server.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dlperf.cli.main", "serve", f"{WORKLOAD}:workload", "--port", str(free_port())],
-            stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, GATE_ENV: str(tmp_path / "never"), LOADING_ENV: str(loading)},
-        )
-        try:
-            wait_until(loading.exists, 90, "the model's loading to start")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with cli_process(["serve", f"{WORKLOAD}:workload", "--port", str(free_port())], log_path,
+                     {**os.environ, GATE_ENV: str(tmp_path / "never"), LOADING_ENV: str(loading)}) as proc:
+        wait_until(loading.exists, 90, "the model's loading to start")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     text = log_path.read_text()
     assert "terminated by SIGTERM while loading and warming up the model: the server never listened" in text
     assert "Traceback" not in text
