@@ -94,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--ray-address", default=None, metavar="ADDR",
                      help="with --ray: the running cluster to deploy to (HOST:PORT or 'auto'; default: start a "
                           "local Ray instance)")
+    ray.add_argument("--deploy-timeout-s", type=float, default=None, metavar="S",
+                     help="with --ray: remove the deployment again when its replicas are not all running (loaded "
+                          "and warmed up) after S seconds (default 600)")
 
 
 def _variants(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -203,12 +206,13 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
     """The `RayServeOptions` of `--ray`, or None without it; Ray flags without `--ray` are errors."""
     if not args.ray:
         given = [flag for flag, value in (("--replicas", args.replicas), ("--autoscale", args.autoscale),
-                                          ("--ray-address", args.ray_address)) if value is not None]
+                                          ("--ray-address", args.ray_address),
+                                          ("--deploy-timeout-s", args.deploy_timeout_s)) if value is not None]
         if given:
             raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --ray: add --ray to "
                               "serve on Ray Serve")
         return None
-    from dlperf.ray.serve import RayServeOptions, parse_autoscale
+    from dlperf.ray.serve import DEPLOY_TIMEOUT_S, RayServeOptions, parse_autoscale
 
     if args.grpc_port is not None:
         raise ConfigError("--grpc-port does not go with --ray: Ray Serve's proxy here speaks HTTP; serve without "
@@ -220,12 +224,13 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
     if args.replicas is not None and args.autoscale is not None:
         raise ConfigError("give either --replicas N (a fixed number) or --autoscale MIN:MAX, not both")
     autoscale = None if args.autoscale is None else parse_autoscale(args.autoscale)
+    timeout = DEPLOY_TIMEOUT_S if args.deploy_timeout_s is None else args.deploy_timeout_s
     return RayServeOptions(replicas=1 if args.replicas is None else args.replicas, autoscale=autoscale,
-                           address=args.ray_address)
+                           address=args.ray_address, deploy_timeout_s=timeout)
 
 
 def _run_on_ray(config: Any, options: Any, err: Any) -> int:
-    from dlperf.ray.serve import RunningOnRay, serve_on_ray
+    from dlperf.ray.serve import DeployInterrupted, RunningOnRay, serve_on_ray
 
     scale = (f"autoscaled {options.autoscale[0]}-{options.autoscale[1]} replicas" if options.autoscale
              else f"{options.replicas} replica{'s' * (options.replicas != 1)}")
@@ -236,7 +241,12 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
         err.print(f"serving on Ray Serve at http://{running.url}/v2  [{running.replicas()} replica(s) running; "
                   "/metrics and statistics are per replica]", markup=False)
 
-    return serve_on_ray(config, options, on_ready=on_ready)
+    try:
+        return serve_on_ray(config, options, on_ready=on_ready,
+                            on_wait=lambda text: err.print(f"  {text}", markup=False))
+    except DeployInterrupted as exc:
+        err.print(str(exc), markup=False)
+        return 128 + exc.signum
 
 
 def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -> str:

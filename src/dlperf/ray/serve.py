@@ -9,18 +9,26 @@ own node while that one has room (`max_ongoing_requests`); the others take the o
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from dlperf.errors import ConfigError, ServingError, require
+from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
+DEPLOY_TIMEOUT_S = 600.0
+"""How long `start_on_ray` waits for every replica to run (load and warm up) by default."""
+REPORT_EVERY_S = 30.0
+"""While deploying, how often to say what Ray Serve is waiting for."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ class RayServeOptions:
     """None: start a local Ray instance; else the address of a running cluster (HOST:PORT or 'auto')."""
     proxy_location: str = "HeadOnly"
     """'HeadOnly' (one HTTP proxy, on the head node) or 'EveryNode' (one per node, same port)."""
+    deploy_timeout_s: float = DEPLOY_TIMEOUT_S
+    """How long to wait for every replica to run before removing the deployment again."""
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -43,6 +53,8 @@ class RayServeOptions:
                 raise ConfigError(f"--autoscale {low}:{high}: give MIN:MAX with 0 <= MIN <= MAX and MAX >= 1")
         if self.proxy_location not in ("HeadOnly", "EveryNode"):
             raise ConfigError(f"unknown proxy location '{self.proxy_location}': use HeadOnly or EveryNode")
+        if not self.deploy_timeout_s > 0:
+            raise ConfigError(f"--deploy-timeout-s must be > 0, got {self.deploy_timeout_s:g}")
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:
@@ -61,6 +73,62 @@ def check_config(config: ServeConfig) -> None:
     if config.port == 0:
         raise ConfigError("--port 0 is not supported with --ray: Ray Serve's HTTP proxy needs a fixed port "
                           "(give e.g. --port 8000)")
+
+
+def initial_replicas(options: RayServeOptions) -> int:
+    """The replicas Ray Serve starts the deployment with."""
+    return options.replicas if options.autoscale is None else max(options.autoscale[0], 1)
+
+
+def replica_cpus(config: ServeConfig) -> float:
+    """The CPUs each replica reserves in Ray (its torch threads, --threads)."""
+    return float(config.threads or 1)
+
+
+def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: float, local: bool) -> str | None:
+    """Whether the replicas fit the cluster's CPUs: a ConfigError for a local instance they do not fit (Ray
+    Serve would wait for them forever: 3 replicas on 2 CPUs sat at "deploying" without a word), a warning to
+    print for a cluster (its autoscaler may add nodes), else None."""
+    n, each = initial_replicas(options), replica_cpus(config)
+    need = n * each
+    if need <= cluster_cpus:
+        return None
+    asked = f"{n} replica{'s' * (n != 1)} x {each:g} CPU{'s' * (each != 1)} each (--threads) need {need:g} CPUs"
+    if not local:
+        return (f"{asked}; the Ray cluster has {cluster_cpus:g} now: the others wait for nodes to join (Ray's "
+                "autoscaler), --deploy-timeout-s bounds that wait")
+    fits = math.floor(cluster_cpus / each)
+    if fits:
+        fix = (f"give {'--autoscale with MIN' if options.autoscale else '--replicas'} {fits} or fewer"
+               + (", or fewer --threads" if each > 1 else ""))
+    else:
+        fix = f"give --threads {math.floor(cluster_cpus)} or fewer"
+    raise ConfigError(f"{asked}; the local Ray instance has {cluster_cpus:g} (this machine's): {fix}, or deploy to a "
+                      "larger cluster with --ray-address")
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT address answers TCP within `timeout_s` (Ray itself retried an unreachable one for minutes);
+    'auto', 'local' and ray:// client addresses are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = exc.strerror or f"no answer within {timeout_s:g} s"
+        raise ServingError(f"cannot reach Ray at {address}: {why}; give the head node's address as `ray start --head` "
+                           "prints it (port 6379 by default), or leave --ray-address out to start a local instance") \
+            from exc
+
+
+class DeployInterrupted(ServingError):
+    """SIGINT or SIGTERM while deploying: the deployment was removed again."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} while deploying on Ray Serve: the deployment "
+                         "was removed")
+        self.signum = signum
 
 
 def max_ongoing_requests(config: ServeConfig) -> int:
@@ -243,61 +311,182 @@ class RunningOnRay:
         self.stop()
 
 
-def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None) -> RunningOnRay:
-    """Deploy and return once every replica is ready (loaded and warmed up) and the proxy listens."""
+class _NoReconnectNotice(logging.Filter):
+    """Drops the line Ray Serve logs when `serve.run` finds the Serve instance `serve.start` started, that its
+    http_options "will not be applied": they were, by `serve.start`, and the line said otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Connecting to existing Serve app")
+
+
+def _quiet_serve_logs() -> None:
+    serve_log = logging.getLogger("ray.serve")
+    if not any(isinstance(f, _NoReconnectNotice) for f in serve_log.filters):
+        serve_log.addFilter(_NoReconnectNotice())
+
+
+def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
+                 on_wait: Callable[[str], None] | None = None,
+                 stop: Callable[[], int | None] | None = None,
+                 after_init: Callable[[], None] | None = None) -> RunningOnRay:
+    """Deploy and return once every replica is ready (loaded and warmed up) and the proxy listens.
+
+    `on_wait(text)` hears what the deployment waits for: CPUs a cluster lacks, and every `REPORT_EVERY_S` what
+    Ray Serve says. When `stop()` returns a signal number (a handler got it) the deployment is removed again and
+    `DeployInterrupted` raised; after `options.deploy_timeout_s` the same with a ServingError. `after_init` runs right
+    after this call starts or joins Ray (`ray.init` sets its own SIGTERM handler: put yours back there)."""
     options = options or RayServeOptions()
     serve = _serve()
     import ray
 
+    from dlperf.serve.server import listening_socket
+
     check_config(config)
     owns = False
     if not ray.is_initialized():
+        if options.address is None:
+            # the local instance's proxy listens here: a port in use came out as Ray's traceback
+            listening_socket(config).close()
+        else:
+            check_reachable(options.address)
         try:
-            ray.init(address=options.address, include_dashboard=False, log_to_driver=False)
+            # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
+            ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ServingError(f"cannot start or reach Ray at '{options.address or 'a new local instance'}': "
                                f"{exc}") from exc
         owns = True
+        if after_init is not None:
+            after_init()
+    _quiet_serve_logs()
+    started = deployed = False
     try:
+        warning = check_cpus(config, options, float(ray.cluster_resources().get("CPU", 0.0)),
+                             local=owns and options.address is None)
+        if warning is not None and on_wait is not None:
+            on_wait(warning)
         serve.start(http_options={"host": config.host, "port": config.port, "location": options.proxy_location})
+        started = True
         if APP_NAME in serve.status().applications:
             raise ServingError(f"an application named '{APP_NAME}' already runs on this Ray cluster: stop that "
                                f"`dlperf serve --ray` first (or `serve.delete('{APP_NAME}')`)")
-        serve.run(build_application(config, options), name=APP_NAME, route_prefix="/", blocking=False)
-    except Exception as exc:
+        deployed = True
+        _deploy(build_application(config, options), options.deploy_timeout_s, on_wait, stop)
+    except BaseException as exc:
         with contextlib.suppress(Exception):
-            if not serve.status().applications:
+            if deployed and APP_NAME in serve.status().applications:
+                serve.delete(APP_NAME)
+            if started and not serve.status().applications:
                 serve.shutdown()
         if owns:
             ray.shutdown()
-        if isinstance(exc, ServingError):
+        if isinstance(exc, DlperfError) or not isinstance(exc, Exception):
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
                            f"{type(exc).__name__}: {exc}") from exc
     return RunningOnRay(config.host, config.port, owns)
 
 
+def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,
+            stop: Callable[[], int | None] | None) -> None:
+    """Deploy `app` and wait, here, until it runs and the proxies serve it. `serve.run` waits for every replica
+    with no bound and no word (3 replicas on a 2-CPU instance waited forever), a signal could not end it
+    cleanly, and its wait never ends once the application is deleted (Ray 2.60), so the deployment is started
+    with Ray Serve's non-waiting `_run` (a developer API; `serve.run` calls it) and watched from this loop."""
+    from ray.serve.api import _run
+
+    serve = _serve()
+
+    def removed(exc: BaseException) -> BaseException:
+        with contextlib.suppress(Exception):
+            serve.delete(APP_NAME)
+        return exc
+
+    start = time.monotonic()
+    report_at = start + REPORT_EVERY_S
+    _run(app, _blocking=False, name=APP_NAME, route_prefix="/")
+    while True:
+        status = serve.status()
+        application = status.applications.get(APP_NAME)
+        state = "" if application is None else _status_name(application.status)
+        if state == "DEPLOY_FAILED":
+            raise RuntimeError(f"deploying application {APP_NAME} failed: {application.message}")
+        if state == "RUNNING" and status.proxies and all(_status_name(p) == "HEALTHY"
+                                                         for p in status.proxies.values()):
+            return
+        signum = None if stop is None else stop()
+        if signum is not None:
+            raise removed(DeployInterrupted(signum))
+        now = time.monotonic()
+        if now - start > timeout_s:
+            raise removed(ServingError(f"the deployment was not running after {timeout_s:g} s ({deploy_status()}), so "
+                                       "it was removed: give the replicas what they wait for, or more time with "
+                                       "--deploy-timeout-s"))
+        if on_wait is not None and now >= report_at:
+            on_wait(f"still deploying after {now - start:.0f} s: {deploy_status()}")
+            report_at += REPORT_EVERY_S
+        time.sleep(0.25)
+
+
+def _status_name(status: Any) -> str:
+    """'RUNNING' of a Ray Serve status enum (a str enum, or its str 'ApplicationStatus.RUNNING')."""
+    return str(getattr(status, "value", status)).rsplit(".", 1)[-1]
+
+
+def deploy_status() -> str:
+    """Where the deployment stands, in Ray Serve's words: replicas running of those asked, and its message."""
+    try:
+        app = _serve().status().applications.get(APP_NAME)
+    except Exception as exc:
+        return f"Ray Serve's status could not be read: {type(exc).__name__}: {exc}"
+    deployment = None if app is None else app.deployments.get(APP_NAME)
+    if deployment is None:
+        return "the application is not created yet"
+    states = {_status_name(k): int(v) for k, v in deployment.replica_states.items()}
+    text = f"{states.get('RUNNING', 0)} of {sum(states.values())} replicas running"
+    return text + (f"; Ray Serve says: {deployment.message}" if deployment.message else "")
+
+
 def serve_on_ray(config: ServeConfig, options: RayServeOptions,
-                 on_ready: Callable[[RunningOnRay], None] | None = None) -> int:
-    """Deploy, serve until SIGTERM/SIGINT, then delete the deployment (Ray Serve drains each replica)."""
-    running = start_on_ray(config, options)
-    stop = threading.Event()
+                 on_ready: Callable[[RunningOnRay], None] | None = None, *,
+                 on_wait: Callable[[str], None] | None = None) -> int:
+    """Deploy, serve until SIGTERM/SIGINT, then delete the deployment (Ray Serve drains each replica). A signal
+    while deploying removes the deployment and raises `DeployInterrupted`."""
+    received: list[int] = []
+    stopped = threading.Event()
 
     def handle(sig: int, frame: FrameType | None) -> None:
-        stop.set()
+        received.append(sig)
+        stopped.set()
 
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, handle) for s in signals}
+
+    def take_signals() -> None:  # again: ray.init set its own SIGTERM handler
+        for s in signals:
+            signal.signal(s, handle)
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    try:
+        running = start_on_ray(config, options, on_wait=on_wait,
+                               stop=lambda: received[0] if received else None, after_init=take_signals)
+    except BaseException:
+        restore()
+        raise
     try:
         if on_ready is not None:
             on_ready(running)
-        while not stop.wait(0.5):
+        while not stopped.wait(0.5):
             pass
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+        restore()
         running.stop()
     return 0
 
 
-__all__ = ["RayServeOptions", "ReplicaStats", "RunningOnRay", "build_application", "check_config",
-           "deployment_options", "parse_autoscale", "replica_stats", "serve_on_ray", "start_on_ray"]
+__all__ = ["DEPLOY_TIMEOUT_S", "DeployInterrupted", "RayServeOptions", "ReplicaStats", "RunningOnRay",
+           "build_application", "check_config", "check_cpus", "check_reachable", "deploy_status", "deployment_options",
+           "parse_autoscale", "replica_stats", "serve_on_ray", "start_on_ray"]

@@ -196,7 +196,7 @@ def _make_server_class() -> Any:
     return DrainingServer
 
 
-def _listening_socket(config: ServeConfig) -> socket.socket:
+def listening_socket(config: ServeConfig) -> socket.socket:
     """The HTTP socket bound to --host/--port (IPv4 or IPv6 by the host's form); ServingError saying what to
     change when it cannot be bound."""
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
@@ -252,7 +252,7 @@ def start_in_thread(config: ServeConfig, state: ServerState | None = None, ready
     from dlperf.serve.app import create_app
 
     state = state or build_state(config)
-    sock = _listening_socket(config)
+    sock = listening_socket(config)
     port = sock.getsockname()[1]
     server = _make_server_class()(_uvicorn_config(create_app(state), config))
     server.state = state
@@ -293,7 +293,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     start_memory_trimmer(state)
     server: Any = None
     try:
-        sock = _listening_socket(config)
+        sock = listening_socket(config)
         server = _make_server_class()(_uvicorn_config(create_app(state), config))
         server.state = state
         server.exit_timeout_s = config.exit_timeout_s

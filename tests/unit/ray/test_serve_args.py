@@ -8,8 +8,15 @@ import pytest
 
 from dlperf.cli import serve
 from dlperf.cli.main import main
-from dlperf.errors import ConfigError
-from dlperf.ray.serve import RayServeOptions, deployment_options, max_ongoing_requests, parse_autoscale
+from dlperf.errors import ConfigError, ServingError
+from dlperf.ray.serve import (
+    RayServeOptions,
+    check_cpus,
+    check_reachable,
+    deployment_options,
+    max_ongoing_requests,
+    parse_autoscale,
+)
 from dlperf.serve.batcher import LevelPolicy
 from dlperf.serve.service import ServeConfig
 
@@ -35,12 +42,15 @@ def test_ray_values() -> None:
     assert (options.replicas, options.autoscale, options.address) == (3, None, "10.0.0.5:6379")
     options = serve.ray_options_from_args(_args("--ray", "--autoscale", "0:4", "--ray-address", "auto"))
     assert (options.autoscale, options.address) == ((0, 4), "auto")
+    assert serve.ray_options_from_args(_args("--ray", "--deploy-timeout-s", "90")).deploy_timeout_s == 90
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("--replicas", "2"), "--replicas needs --ray"),
     (("--autoscale", "1:2"), "--autoscale needs --ray"),
     (("--ray-address", "auto"), "--ray-address needs --ray"),
+    (("--deploy-timeout-s", "60"), "--deploy-timeout-s needs --ray"),
+    (("--ray", "--deploy-timeout-s", "0"), "--deploy-timeout-s must be > 0, got 0"),
     (("--replicas", "2", "--ray-address", "auto"), "--replicas and --ray-address need --ray"),
     (("--ray", "--replicas", "2", "--autoscale", "1:4"), "either --replicas N .* or --autoscale MIN:MAX"),
     (("--ray", "--replicas", "0"), "--replicas must be >= 1, got 0"),
@@ -98,3 +108,42 @@ def test_a_bounded_queue_bounds_what_a_replica_admits() -> None:
     assert deployment_options(config, RayServeOptions())["max_queued_requests"] == 5
     assert "max_queued_requests" not in deployment_options(ServeConfig(model="zoo:mlp"), RayServeOptions())
     assert deployment_options(config, RayServeOptions())["ray_actor_options"] == {"num_cpus": 1.0}
+
+
+@pytest.mark.parametrize(("threads", "options", "cpus", "message"), [
+    (None, RayServeOptions(replicas=3), 2.0,
+     "3 replicas x 1 CPU each (--threads) need 3 CPUs; the local Ray instance has 2 (this machine's): give "
+     "--replicas 2 or fewer, or deploy"),
+    (2, RayServeOptions(replicas=2), 3.0, "2 replicas x 2 CPUs each (--threads) need 4 CPUs; the local Ray instance "
+     "has 3 (this machine's): give --replicas 1 or fewer, or fewer --threads, or deploy"),
+    (8, RayServeOptions(replicas=1), 2.0, "1 replica x 8 CPUs each (--threads) need 8 CPUs; the local Ray instance has "
+     "2 (this machine's): give --threads 2 or fewer, or deploy"),
+    (None, RayServeOptions(autoscale=(3, 6)), 2.0, "give --autoscale with MIN 2 or fewer"),
+])
+def test_replicas_that_do_not_fit_a_local_instance_are_refused(threads: int | None, options: RayServeOptions,
+                                                               cpus: float, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_cpus(ServeConfig(model="zoo:mlp", threads=threads), options, cpus, local=True)
+    assert message in str(caught.value)
+
+
+def test_replicas_that_fit_or_a_cluster_that_may_grow_are_not_refused() -> None:
+    config = ServeConfig(model="zoo:mlp")
+    assert check_cpus(config, RayServeOptions(replicas=2), 2.0, local=True) is None
+    assert check_cpus(config, RayServeOptions(autoscale=(0, 8)), 2.0, local=True) is None  # starts with one
+    warning = check_cpus(config, RayServeOptions(replicas=3), 2.0, local=False)
+    assert warning is not None and "need 3 CPUs; the Ray cluster has 2 now" in warning
+    assert "--deploy-timeout-s" in warning
+
+
+def test_an_address_nothing_answers_is_refused_at_once() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ServingError, match=f"cannot reach Ray at 127.0.0.1:{port}: Connection refused; give the "
+                                           "head node's address"):
+        check_reachable(f"127.0.0.1:{port}")
+    for left_to_ray in ("auto", "local", "ray://10.0.0.1:10001"):
+        check_reachable(left_to_ray)  # no check of its own
