@@ -175,6 +175,7 @@ class _Replica:
         set_switch_interval()
         self.config = config
         self.state = build_state(config)
+        threading.Thread(target=_drain_when_asked, args=(self.state,), name="dlperf-drain-watch", daemon=True).start()
 
     def __serve_build_asgi_app__(self) -> Any:
         from dlperf.serve.app import create_app
@@ -207,6 +208,60 @@ class _Replica:
         if state is not None:
             state.begin_drain()
             state.close(self.config.exit_timeout_s)
+
+
+CONTROL_NAME = f"{APP_NAME}-control"
+CONTROL_NAMESPACE = "dlperf"
+"""The named actor through which `RunningOnRay.stop` tells every replica to drain."""
+
+
+class _Control:
+    """Holds the deployment's drain flag; each replica waits on `wait_drain` (one pending call, no polling)."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self._drain = asyncio.Event()
+
+    async def wait_drain(self) -> None:
+        await self._drain.wait()
+
+    async def drain(self) -> None:
+        self._drain.set()
+
+    async def ready(self) -> bool:
+        return True
+
+
+def _drain_when_asked(state: Any) -> None:
+    """In a replica: turn to draining (readiness false, new requests 503 with dlperf's JSON error) when the
+    driver asks, before it deletes the deployment. A replica that cannot reach the control actor (the driver
+    is gone) is left to Ray Serve's own shutdown."""
+    import ray
+
+    try:
+        control = ray.get_actor(CONTROL_NAME, namespace=CONTROL_NAMESPACE)
+        ray.get(control.wait_drain.remote())
+    except Exception:
+        return
+    state.begin_drain()
+
+
+def _start_control() -> Any:
+    """The control actor, up and named before any replica looks for it."""
+    import ray
+
+    control: Any = ray.remote(_Control).options(name=CONTROL_NAME, namespace=CONTROL_NAMESPACE, num_cpus=0,
+                                                max_concurrency=1000).remote()
+    ray.get(control.ready.remote(), timeout=60)
+    return control
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.kill(actor)
 
 
 def _serve() -> Any:
@@ -274,6 +329,10 @@ class RunningOnRay:
     host: str
     port: int
     owns_ray: bool
+    control: Any = None
+    """The actor that tells the replicas to drain (`_Control`); None: delete without draining first."""
+    exit_timeout_s: float = 30.0
+    """How long `stop` waits for the replicas to finish what they hold before deleting the deployment."""
 
     @property
     def url(self) -> str:
@@ -290,10 +349,21 @@ class RunningOnRay:
         return replica_stats()
 
     def stop(self) -> None:
-        """Delete the deployment; shut Ray Serve down too unless other applications still run on it."""
+        """Drain the replicas, delete the deployment, and shut Ray Serve down too unless other applications
+        still run on it.
+
+        Deleting at once (as before) removed the route first: new requests got Ray's plain-text 404, and those
+        waiting in Ray's proxy for a replica had their connections closed unanswered. Now every replica first
+        turns to draining, as `dlperf serve` does on SIGTERM: readiness false, new requests 503 with dlperf's
+        JSON error (also those the proxy still held, as they reach a replica), while the requests a replica
+        already holds finish; the deployment is deleted once no replica holds any, or after the exit timeout."""
         serve = _serve()
+        if self.control is not None:
+            self._drain()
         with contextlib.suppress(Exception):
             serve.delete(APP_NAME)
+        if self.control is not None:
+            _kill(self.control)
         others: dict[str, Any] = {}
         with contextlib.suppress(Exception):
             others = dict(serve.status().applications)
@@ -303,6 +373,23 @@ class RunningOnRay:
             import ray
 
             ray.shutdown()
+
+    def _drain(self) -> None:
+        import ray
+
+        try:
+            ray.get(self.control.drain.remote(), timeout=10)
+        except Exception:
+            return  # no control actor: delete as Ray Serve would
+        deadline = time.monotonic() + self.exit_timeout_s
+        idle = 0
+        while idle < 2 and time.monotonic() < deadline:  # two reads in a row: the proxy may be handing one over
+            try:
+                held = sum(s.in_flight + s.pending for s in replica_stats(max(1.0, deadline - time.monotonic())))
+            except ServingError:
+                return
+            idle = idle + 1 if held == 0 else 0
+            time.sleep(0.1)
 
     def __enter__(self) -> RunningOnRay:
         return self
@@ -360,6 +447,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             after_init()
     _quiet_serve_logs()
     started = deployed = False
+    control = None
     try:
         warning = check_cpus(config, options, float(ray.cluster_resources().get("CPU", 0.0)),
                              local=owns and options.address is None)
@@ -370,9 +458,12 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
         if APP_NAME in serve.status().applications:
             raise ServingError(f"an application named '{APP_NAME}' already runs on this Ray cluster: stop that "
                                f"`dlperf serve --ray` first (or `serve.delete('{APP_NAME}')`)")
+        control = _start_control()
         deployed = True
         _deploy(build_application(config, options), options.deploy_timeout_s, on_wait, stop)
     except BaseException as exc:
+        if control is not None:
+            _kill(control)
         with contextlib.suppress(Exception):
             if deployed and APP_NAME in serve.status().applications:
                 serve.delete(APP_NAME)
@@ -384,7 +475,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
                            f"{type(exc).__name__}: {exc}") from exc
-    return RunningOnRay(config.host, config.port, owns)
+    return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s)
 
 
 def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,

@@ -1,13 +1,18 @@
-"""`dlperf serve --ray` while it deploys: replicas the cluster has no CPUs for, a deadline, a signal, and what is
-refused before Ray starts. Each leaves no deployment behind."""
+"""`dlperf serve --ray` while it deploys (replicas the cluster has no CPUs for, a deadline, a signal, and what is
+refused before Ray starts) and while it stops (drained before deleted). Each leaves no deployment behind."""
 
 from __future__ import annotations
 
+import json
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +22,11 @@ from dlperf.errors import ServingError
 from dlperf.serve.service import ServeConfig
 
 from ..serve.helpers import cli_process, free_port, wait_until
+from .gated_workload import gate_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+GATED = Path(__file__).with_name("gated_workload.py")
 
 
 def _gone() -> bool:
@@ -87,3 +95,73 @@ def test_a_port_in_use_is_refused_before_ray_starts() -> None:
     assert done.returncode == 2, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use; pick another --port" in done.stderr
     assert "Started a local Ray instance" not in done.stderr
+
+
+def _post(url: str, x: list[float]) -> tuple[int, Any]:
+    """One JSON inference request: (status, parsed body or text), or (-1, the error) when the connection was
+    dropped."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": x}]}).encode()
+    request = urllib.request.Request(f"http://{url}/v2/models/gated/infer", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            status, raw = reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except OSError as exc:
+        return -1, repr(exc)
+    try:
+        return status, json.loads(raw)
+    except ValueError:  # Ray's proxy answers in plain text
+        return status, raw.decode(errors="replace")
+
+
+def test_sigterm_drains_the_replicas_before_deleting(ray_cluster: Any, tmp_path: Path) -> None:
+    """One replica that admits two requests (batches of one, one queued), four held requests (two wait in Ray's
+    proxy), then SIGTERM and a fifth: the two in the replica finish, the rest get dlperf's 503 JSON. Deleting at
+    once closed the proxy's two connections unanswered and answered the fifth with Ray's plain-text 404."""
+    from dlperf.ray.serve import replica_stats
+
+    url = f"127.0.0.1:{free_port()}"
+    token = random.randrange(1, 2**20)
+    gate = gate_path(token)
+    gate.touch()
+    replies: dict[int, tuple[int, Any]] = {}
+
+    def send(i: int, first: float) -> None:
+        replies[i] = _post(url, [first, float(i)])
+
+    log = tmp_path / "serve.log"
+    with cli_process(["serve", f"{GATED}:workload", "--ray", "--ray-address", ray_cluster.address, "--port",
+                      url.rsplit(":", 1)[1], "--max-batch-size", "1", "--max-queue-delay-ms", "0"], log) as proc:
+        try:
+            wait_until(lambda: "serving on Ray Serve" in log.read_text() or proc.poll() is not None, 300,
+                       "the deployment to be ready")
+            assert proc.poll() is None, log.read_text()
+            held = [threading.Thread(target=send, args=(i, float(token))) for i in range(4)]
+            for t in held[:2]:
+                t.start()
+            wait_until(lambda: [(s.in_flight, s.pending) for s in replica_stats()] == [(2, 1)], 60,
+                       "one request in the model and one queued")
+            for t in held[2:]:
+                t.start()
+            time.sleep(1.0)  # the two the replica does not admit wait in the proxy (not observable from here)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            late = threading.Thread(target=send, args=(4, 0.0))
+            late.start()
+        finally:
+            gate.unlink(missing_ok=True)
+        for t in [*held, late]:
+            t.join(timeout=120)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+    assert sorted(replies) == [0, 1, 2, 3, 4]
+    answered = {i: r for i, r in replies.items() if r[0] == 200}
+    assert sorted(answered) == [0, 1]  # the two in the replica, in their order
+    for i, (_, body) in answered.items():
+        assert body["outputs"][0]["data"] == [2.0 * token, 2.0 * i]
+    for i in (2, 3, 4):
+        status, body = replies[i]
+        assert status == 503, replies[i]
+        assert body == {"error": "server is shutting down: send the request to another replica"}
+    wait_until(_gone, 60, "the deployment to be removed")
