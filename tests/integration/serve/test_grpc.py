@@ -322,12 +322,17 @@ def test_a_cancelled_call_is_counted_canceled_and_a_queued_one_never_runs() -> N
     with gated_server(config) as (running, gate):
         c = _client(running)
         answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        c.async_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))], client_timeout=3.0,
+        c.async_infer("gated", [_input(np.full((1, 4), 1.0, np.float32))], client_timeout=5.0,
                       callback=lambda result, error: answers.put((result, error)))
         assert gate.wait_entered()  # held in the model
-        with pytest.raises(InferenceServerException) as info:
-            c.infer("gated", [_input(np.full((1, 4), 2.0, np.float32))], client_timeout=0.3)
-        assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        queued: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        c.async_infer("gated", [_input(np.full((1, 4), 2.0, np.float32))], client_timeout=2.0,
+                      callback=lambda result, error: queued.put((result, error)))
+        # seen queued before its deadline: with a deadline of 0.3 s (and a blocking call) a loaded machine could
+        # let it pass before the server ever ran the call's handler, which then counted nothing (CI failed so)
+        wait_until(lambda: server_metrics(running).pending_requests == 1, what="the second one queued")
+        _, error = queued.get(timeout=30)
+        assert error is not None and error.status() == "StatusCode.DEADLINE_EXCEEDED"
         wait_until(lambda: server_metrics(running).failure_total.get("CANCELED", 0) >= 1,
                    what="the queued one canceled")
         assert server_metrics(running).pending_requests == 0  # out of the queue, not waiting for an instance
