@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -102,19 +102,22 @@ def require_positive(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be positive, got {value}")
 
 
-def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) -> None:
+def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False, specs: Sequence[str] = ()) -> None:
     """Run this process under `args.allocator`'s choice, restarting the command with the library preloaded if
     needed (call it before the model is loaded). Without the option, or with 'auto' where the command cannot
     restart, the process keeps what it started with. Called in-process (`main([...])`, not from the command
     line) or with --ray, an explicit choice the process does not already run is refused: there is no command
-    line to restart, or the replicas are Ray's worker processes."""
+    line to restart, or the replicas are Ray's worker processes. `specs`: the models the command loads, whose
+    artifacts' engines may need glibc (`allocator.GLIBC_ONLY_ENGINES`)."""
     from dlperf.measure.allocator import REEXEC_MARK, active_allocator, resolve, run_under
 
     choice = getattr(args, "allocator", None)
     from_command_line = getattr(args, "_from_command_line", False)
-    if choice is None or (choice == "auto" and (on_ray or not from_command_line)):
+    if choice is None:
         return
-    name = resolve(choice)
+    name = resolve(choice, artifact_engines(specs))  # refuses a choice such an engine cannot run under, also in-process
+    if choice == "auto" and (on_ray or not from_command_line):
+        return
     current = active_allocator()
     if name == current:
         return
@@ -132,6 +135,13 @@ def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False) 
                           f"the command line, so it cannot restart itself; start Python with LD_PRELOAD set to "
                           f"the {name} library, or run `dlperf {command}` as a command")
     run_under(name)
+
+
+def artifact_engines(specs: Sequence[str]) -> set[str]:
+    """The engines of the exported artifacts among `specs` (workloads and unreadable manifests left out)."""
+    from dlperf.optimize.artifact import peek_manifest
+
+    return {str(m["engine"]) for m in map(peek_manifest, specs) if m is not None and "engine" in m}
 
 
 class Terminated(KeyboardInterrupt):

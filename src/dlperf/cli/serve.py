@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dlperf.cli.common import ALLOCATOR_CHOICES
@@ -238,8 +239,11 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
               markup=False)
 
     def on_ready(running: RunningOnRay) -> None:
+        stats = running.replica_stats()
         err.print(f"serving on Ray Serve at http://{running.url}/v2  [{running.replicas()} replica(s) running; "
                   "/metrics and statistics are per replica]", markup=False)
+        for name, model in (stats[0].models if stats else {}).items():  # every replica serves the same
+            _print_model(err, config, running.url, name, model, grpc_address=None, per_replica=True)
 
     try:
         return serve_on_ray(config, options, on_ready=on_ready,
@@ -296,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     ray_options = ray_options_from_args(args)
     err = error_console()
-    use_allocator(args, "serve", on_ray=ray_options is not None)
+    use_allocator(args, "serve", on_ray=ray_options is not None, specs=_specs(config))
     if ray_options is not None:
         from dlperf.ray.serve import check_config
 
@@ -314,26 +318,61 @@ def run(args: argparse.Namespace) -> int:
     return serve(config, on_ready=lambda ready, url: _print_ready(err, config, ready, url), state=state)
 
 
+def _specs(config: Any) -> list[str]:
+    """The workloads or artifact folders the server loads."""
+    return [config.model] if config.model else [spec for _, spec in config.variants]
+
+
 def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
     """Where the server listens, for each model, and the settings it runs with."""
-    import torch
-
-    for name, entry in state.models.items():
-        variants = ", ".join(f"{v.name} ({w})" for v, w in zip(entry.variants, entry.weights, strict=False))
-        err.print(f"serving model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
-                  f"metrics at http://{url}/metrics", markup=False)
-        if state.grpc_address is not None:
-            err.print(f"  and over gRPC at {state.grpc_address} (inference.GRPCInferenceService)", markup=False)
-        # a workload, or an exported artifact that runs on torch: both take torch's threads
-        threads = torch.get_num_threads() if entry.model.platform in ("pytorch", "torch") else None
-        err.print("  " + settings_line(config, entry.policy.max_batch_size, threads), markup=False)
-    err.print("  " + memory_line(), markup=False)
+    for name, model in state.served_models().items():
+        _print_model(err, config, url, name, model, state.grpc_address, per_replica=False)
+        if model["max_batch_size"] > 1:
+            for note in batch_dependence_notes(_specs(config)):
+                err.print(f"  note: {note}", markup=False)
+    err.print("  " + memory_line(_specs(config)), markup=False)
 
 
-def memory_line() -> str:
-    """Which allocator the server runs with and when it returns freed memory."""
-    from dlperf.measure.allocator import active_allocator
+PER_BATCH_QUANTIZED = {("onnxruntime", "int8-dynamic")}
+"""(engine, precision) of artifacts whose activations are quantized with one scale over the whole batch."""
+
+
+def batch_dependence_notes(specs: Sequence[str]) -> list[str]:
+    """For artifacts whose outputs depend on the requests batched with them, what to know and do."""
+    from dlperf.optimize.artifact import peek_manifest
+
+    notes = []
+    for spec in specs:
+        manifest = peek_manifest(spec)
+        if manifest is not None and (manifest.get("engine"), manifest.get("precision")) in PER_BATCH_QUANTIZED:
+            notes.append(f"{spec} quantizes activations dynamically with one scale per batch, so a request's "
+                         "outputs depend on the requests batched with it (a digits-cnn logit moved by 1.9 when batched "
+                         "with an input 50 times larger); --max-batch-size 1 keeps each request's outputs its own")
+    return notes
+
+
+def _print_model(err: Any, config: Any, url: str, name: str, model: dict[str, Any], grpc_address: str | None,
+                 per_replica: bool) -> None:
+    """One served model's address and settings (`served_models` data): a workload, or an exported artifact
+    that runs on torch, takes torch's threads."""
+    variants = ", ".join(f"{v} ({w})" for v, w in model["variants"])
+    where = "each replica serves" if per_replica else "serving"
+    err.print(f"{'  ' * per_replica}{where} model '{name}' at http://{url}/v2/models/{name}  [variants: {variants}]  "
+              f"metrics at http://{url}/metrics", markup=False)
+    if grpc_address is not None:
+        err.print(f"  and over gRPC at {grpc_address} (inference.GRPCInferenceService)", markup=False)
+    err.print("  " + settings_line(config, model["max_batch_size"], model["torch_threads"]), markup=False)
+
+
+def memory_line(specs: Sequence[str] = ()) -> str:
+    """Which allocator the server runs with (and why, when an artifact's engine decided it) and when it returns
+    freed memory."""
+    from dlperf.cli.common import artifact_engines
+    from dlperf.measure.allocator import GLIBC_ONLY_ENGINES, active_allocator
     from dlperf.serve.server import IDLE_TRIM_S
 
-    return (f"memory: {active_allocator()} malloc; freed memory goes back to the OS after {IDLE_TRIM_S:g} s "
+    current = active_allocator()
+    why = "".join(f" ({e} artifact: {GLIBC_ONLY_ENGINES[e].split(' (')[0]})"
+                  for e in sorted(artifact_engines(specs)) if e in GLIBC_ONLY_ENGINES and current == "glibc")
+    return (f"memory: {current} malloc{why}; freed memory goes back to the OS after {IDLE_TRIM_S:g} s "
             "without requests")

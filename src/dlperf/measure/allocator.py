@@ -13,7 +13,7 @@ import ctypes.util
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dlperf.errors import ConfigError
@@ -88,9 +88,24 @@ def find_library(name: str) -> Path | None:
     return None
 
 
-def resolve(choice: str) -> str:
-    """The allocator `--allocator CHOICE` asks for. 'auto' keeps jemalloc or tcmalloc where this process
-    already runs it (preloaded by the user), else is tcmalloc where it is installed (on Linux), else what runs."""
+GLIBC_ONLY_ENGINES = {
+    "openvino": "OpenVINO aborts under a preloaded jemalloc or tcmalloc (free(): invalid pointer, double free or "
+                "corruption; OpenVINO 2026.4 here, already at ov.Core())",
+}
+"""Artifact engines that only run under glibc's malloc, and why."""
+
+
+def resolve(choice: str, engines: Iterable[str] = ()) -> str:
+    """The allocator `--allocator CHOICE` asks for, to run artifacts of `engines`. 'auto' is glibc for an engine
+    that only runs under it, keeps jemalloc or tcmalloc where this process already runs it (preloaded by the
+    user), else is tcmalloc where it is installed (on Linux), else what runs. Another choice for such an engine
+    is a ConfigError saying why."""
+    glibc_only = sorted(e for e in engines if e in GLIBC_ONLY_ENGINES)
+    if glibc_only:
+        if choice in ("auto", "glibc"):
+            return "glibc"
+        raise ConfigError(f"--allocator {choice} does not go with {glibc_only[0]} artifacts: "
+                          f"{GLIBC_ONLY_ENGINES[glibc_only[0]]}; use --allocator glibc (what auto picks for them)")
     if choice == "auto":
         current = active_allocator()
         if current in ("jemalloc", "tcmalloc") or not sys.platform.startswith("linux"):

@@ -60,6 +60,9 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
     out_dir.mkdir(parents=True, exist_ok=True)
     if state.exporter is not None:
         fields = dict(state.exporter(out_dir))
+        # the name `dlperf serve` serves it under, as a torch recipe's workload gives it (else the folder's name:
+        # every candidate of a search's workdir was served as 'artifact')
+        fields.setdefault("name", state.workload.name)
     elif state.engine == "torch":
         fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir, trained_weights)
     else:
@@ -144,6 +147,17 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise OptimizeError(f"'{file}' has format version {data['format_version']}, newer than this dlperf "
                             f"reads ({FORMAT_VERSION}): upgrade dlperf")
     return data
+
+
+def peek_manifest(spec: str | Path) -> dict[str, Any] | None:
+    """The manifest of `spec` when it is an artifact folder whose manifest reads, else None: for choices made
+    before loading (the allocator, notes); `read_manifest` judges a damaged one when the model loads."""
+    file = Path(spec) / MANIFEST
+    try:
+        data = json.loads(file.read_text()) if file.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def load_artifact(path: str | Path) -> Callable[..., Any]:

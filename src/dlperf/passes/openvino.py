@@ -310,9 +310,17 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     xml = Path(dir) / "model.xml"
     if not xml.exists():
         raise OptimizeError(f"no OpenVINO IR at {xml}")
-    ov_model = ov.Core().read_model(str(xml))
     threads = int(manifest.get("threads") or torch.get_num_threads())
     static = manifest.get("static_shapes")
-    return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
-                             [tuple(int(d) for d in s) for s in static] if static else None)
+    try:
+        ov_model = ov.Core().read_model(str(xml))
+        return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
+                                 [tuple(int(d) for d in s) for s in static] if static else None)
+    except RuntimeError as exc:  # a missing or damaged model.bin, a damaged model.xml: OpenVINO's page of text
+        # the message under OpenVINO's "Exception from ..." and "Check ... failed at ..." source lines
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        said = ([line for line in lines if not line.startswith(("Exception from", "Check '"))] or lines
+                or [type(exc).__name__])[-1]
+        raise OptimizeError(f"OpenVINO could not load the IR {xml} (weights {xml.with_suffix('.bin').name}): {said}; "
+                            "the artifact is damaged: export it again") from exc
 

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -193,6 +193,7 @@ class _Replica:
 
         served = self.state.stats(None, None)["model_stats"]
         return {
+            "models": self.state.served_models(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "in_flight": self.state.in_flight,
@@ -290,6 +291,8 @@ class ReplicaStats:
     failed: int
     items: int
     batches: int
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the replica serves (`ServerState.served_models`): its models' names, variants and batching."""
 
 
 REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{APP_NAME}#{APP_NAME}#"
@@ -318,7 +321,7 @@ def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
                                f"{exc} (this Ray version may name or call replicas differently)") from exc
         out.append(ReplicaStats(name.removeprefix(REPLICA_ACTOR_PREFIX), str(raw["node_id"]), int(raw["pid"]),
                                 int(raw["in_flight"]), int(raw["pending"]), int(raw["requests"]), int(raw["failed"]),
-                                int(raw["items"]), int(raw["batches"])))
+                                int(raw["items"]), int(raw["batches"]), dict(raw.get("models") or {})))
     return out
 
 

@@ -294,6 +294,18 @@ class ServerState:
     def mark_ready(self) -> None:
         self._set_ready(True)
 
+    def served_models(self) -> dict[str, dict[str, Any]]:
+        """The models as plain data, what `dlperf serve` prints once ready (also read from Ray replicas):
+        {name: {variants: [(variant, weight)], max_batch_size, torch_threads}}, torch_threads None for a model
+        torch does not run (an engine's artifact sets its own threads)."""
+        import torch
+
+        return {name: {"variants": [(v.name, w) for v, w in zip(entry.variants, entry.weights, strict=False)],
+                       "max_batch_size": entry.policy.max_batch_size,
+                       "torch_threads": (torch.get_num_threads() if entry.model.platform in ("pytorch", "torch")
+                                         else None)}
+                for name, entry in self.models.items()}
+
     def begin_drain(self) -> None:
         """Readiness turns false; new inference requests get 503; in-flight ones finish."""
         self.draining = True

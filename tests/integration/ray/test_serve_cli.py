@@ -43,7 +43,8 @@ def cli_server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     with cli_process(["serve", f"{WORKLOAD}:workload", "--ray", "--replicas", "2", "--ray-address",
                       ray_cluster.address, "--port", str(port), "--max-batch-size", str(MAX_BATCH),
                       "--max-queue-delay-ms", "50", "--fixed-wait"], log) as proc:
-        wait_until(lambda: "serving on Ray Serve" in log.read_text() or proc.poll() is not None, 300,
+        # the settings line comes last
+        wait_until(lambda: "  batching: " in log.read_text() or proc.poll() is not None, 300,
                    "the deployment to be ready")
         assert proc.poll() is None, f"dlperf serve --ray exited early:\n{log.read_text()}"
         yield CliServer(proc, log, f"127.0.0.1:{port}")
@@ -60,7 +61,11 @@ def test_the_cli_deploys_two_replicas_one_on_each_node(cli_server: CliServer) ->
 
     from dlperf.ray.serve import replica_stats
 
-    assert f"serving on Ray Serve at http://{cli_server.url}/v2  [2 replica(s) running" in cli_server.log.read_text()
+    log = cli_server.log.read_text()
+    assert f"serving on Ray Serve at http://{cli_server.url}/v2  [2 replica(s) running" in log
+    # what a replica serves and with which settings, as dlperf serve says it (the replicas told the driver)
+    assert f"  each replica serves model 'gated' at http://{cli_server.url}/v2/models/gated  [variants: " in log
+    assert f"  batching: max batch {MAX_BATCH}, queue delay 50 ms (fixed); 1 instance x " in log
     stats = replica_stats()
     assert {s.node_id for s in stats} == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(stats) == 2

@@ -120,3 +120,28 @@ def test_bench_measures_under_the_allocator_asked_for_and_records_it(tmp_path: o
         environments.append(json.loads(out.stdout)["environment"])
     assert [e["allocator"] for e in environments] == ["jemalloc", "glibc"]
     assert any("allocator" in line and "jemalloc" in line for line in environment_differences(*environments))
+
+
+def test_openvino_artifacts_run_under_glibc_only() -> None:
+    assert allocator.resolve("auto", {"openvino"}) == "glibc"
+    assert allocator.resolve("glibc", {"onnxruntime", "openvino"}) == "glibc"
+    for choice in ("tcmalloc", "jemalloc"):
+        with pytest.raises(ConfigError, match=f"--allocator {choice} does not go with openvino artifacts: "
+                                              "OpenVINO aborts under a preloaded jemalloc or tcmalloc"):
+            allocator.resolve(choice, {"openvino"})
+    assert allocator.resolve("glibc", {"onnxruntime"}) == "glibc"  # other engines: as before
+
+
+def test_the_engines_of_the_artifacts_among_the_models(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from dlperf.cli.common import artifact_engines
+
+    root = Path(str(tmp_path))
+    for name, text in (("ov", json.dumps({"engine": "openvino"})), ("broken", "{"), ("none", json.dumps([1]))):
+        (root / name).mkdir()
+        (root / name / "manifest.json").write_text(text)
+    (root / "empty").mkdir()
+    specs = [str(root / n) for n in ("ov", "broken", "none", "empty")]
+    assert artifact_engines([*specs, "zoo:mlp", str(root / "missing")]) == {"openvino"}

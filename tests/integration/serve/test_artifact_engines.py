@@ -1,0 +1,124 @@
+"""`dlperf serve` on artifacts exported by the optimizer's engines (found by an audit of serving artifacts):
+OpenVINO under the allocator it can run with, a damaged OpenVINO artifact, the served name, and the note on
+ONNX Runtime's dynamic int8, whose outputs depend on the batch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dlperf.cli.main import main
+from dlperf.measure import allocator
+from dlperf.optimize.artifact import export_state
+from dlperf.optimize.evaluate import EvalSettings
+from dlperf.optimize.space import Candidate
+from dlperf.passes.base import PassConfig, PassContext, apply_pass, initial_state
+from dlperf.workload.zoo import get
+
+from .helpers import cli_process, free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+httpclient = pytest.importorskip("tritonclient.http")
+
+
+def _export(config: PassConfig, out: Path) -> Path:
+    """What `dlperf optimize --export` writes for a candidate of this one pass on zoo:digits-cnn."""
+    state = apply_pass(config, initial_state(get("digits-cnn")), PassContext(threads=1))
+    export_state(state, Candidate((config,)), EvalSettings(source="zoo:digits-cnn"), None, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def openvino_artifact(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    pytest.importorskip("openvino")
+    from dlperf.passes.openvino import OpenVinoConfig
+
+    yield _export(OpenVinoConfig(frontend="onnx"), tmp_path_factory.mktemp("ov") / "artifact")
+
+
+def test_an_openvino_artifact_is_served_under_glibc_when_tcmalloc_is_preloaded(openvino_artifact: Path,
+                                                                               tmp_path: Path) -> None:
+    """OpenVINO aborts under a preloaded tcmalloc or jemalloc (free(): invalid pointer): the default allocator,
+    tcmalloc, crashed every OpenVINO artifact at start (exit 134). `auto` now restarts it without the preload."""
+    if allocator.find_library("tcmalloc") is None:
+        pytest.skip("no tcmalloc library on this machine")
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with cli_process(["serve", str(openvino_artifact), "--port", str(port)], log,
+                     allocator.preload_environment("tcmalloc")) as proc:
+        wait_until(lambda: "memory:" in log.read_text() or proc.poll() is not None, 120, "the server to be ready")
+        assert proc.poll() is None, log.read_text()
+        text = log.read_text()
+        assert ("memory: glibc malloc (openvino artifact: OpenVINO aborts under a preloaded jemalloc or tcmalloc)"
+                in text)
+        # served under the workload's name from the manifest, not the folder's ('artifact')
+        assert f"serving model 'digits-cnn' at http://127.0.0.1:{port}/v2/models/digits-cnn" in text
+        x = get("digits-cnn").example_inputs(3)[0].numpy()
+        inp = httpclient.InferInput("image", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = httpclient.InferenceServerClient(f"127.0.0.1:{port}").infer("digits-cnn", [inp]).as_numpy("logits")
+        from dlperf.optimize.artifact import load_artifact
+
+        want = load_artifact(openvino_artifact)(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_an_allocator_openvino_cannot_run_under_is_refused(openvino_artifact: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", str(openvino_artifact), "--allocator", "jemalloc", "--port", "0"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--allocator jemalloc does not go with openvino artifacts: OpenVINO aborts under a preloaded" in err
+    assert "use --allocator glibc" in err and "loading" not in err
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    ("delete", "Empty weights data in bin file or bin file cannot be found!"),
+    ("truncate", "Incorrect weights in bin file!"),
+])
+def test_a_damaged_openvino_artifact_is_a_one_line_error(openvino_artifact: Path, tmp_path: Path, damage: str,
+                                                        said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was OpenVINO's RuntimeError with a traceback (exit 1); ONNX Runtime's already said which file."""
+    broken = Path(shutil.copytree(openvino_artifact, tmp_path / "broken"))
+    weights = broken / "model.bin"
+    if damage == "delete":
+        weights.unlink()
+    else:
+        os.truncate(weights, 1000)
+    assert main(["serve", str(broken), "--allocator", "glibc", "--port", "0"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"OpenVINO could not load the IR {broken / 'model.xml'} (weights model.bin): {said}" in err
+    assert "export it again" in err and "Traceback" not in err
+
+
+def test_onnxruntime_dynamic_int8_is_noted_as_batch_dependent(tmp_path: Path) -> None:
+    """One activation scale per batch: a request batched with a larger input gets other outputs (the note
+    says so at start); static int8 and fp32 do not."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.cli.serve import batch_dependence_notes
+    from dlperf.optimize.artifact import load_artifact
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    dynamic = _export(OrtConfig(precision="int8-dynamic"), tmp_path / "dynamic")
+    fp32 = _export(OrtConfig(), tmp_path / "fp32")
+    x = get("digits-cnn").example_inputs(2)[0]
+    a, b = x[:1], x[1:] * 50
+
+    def shift(folder: Path) -> float:
+        run: Any = load_artifact(folder)
+        return float((run(a) - run(torch.cat([a, b]))[:1]).abs().max())
+
+    assert shift(dynamic) > 0.1 and shift(fp32) < 1e-5
+    (note,) = batch_dependence_notes([str(dynamic), str(fp32), "zoo:mlp"])
+    assert note.startswith(f"{dynamic} quantizes activations dynamically with one scale per batch")
+    assert "--max-batch-size 1" in note
