@@ -90,7 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="perf_analyzer's input data: random (default), zero, a directory with one raw file "
                              "per input, or a JSON file {\"data\": [...], \"validation_data\": [...]} (repeatable); "
                              "entries are sent round-robin and replies checked against validation_data "
-                             "(docs/serve.md); exit code 1 if a reply does not match")
+                             "(docs/serve.md); exit code 1 if a reply under load does not match, 2 if the test request "
+                             "sent before the load does not (nothing is measured)")
     parser.add_argument("--rtol", type=float, default=None, metavar="R",
                         help="relative tolerance of floating-point outputs against --input-data's validation data "
                              "(default 1e-3)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,22 @@ def peek_manifest(spec: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _load_weights(file: Path, device: str) -> Any:
+    """A torch artifact's saved tensors, read without unpickling code; a damaged file is an OptimizeError
+    naming it (torch's own message advised loading it with weights_only=False, which runs whatever it holds)."""
+    import torch
+
+    try:
+        return torch.load(file, map_location=device, weights_only=True)
+    except Exception as exc:
+        # an UnpicklingError's text is that advice; others (a missing file, a cut zip archive) say what is wrong
+        first = "" if isinstance(exc, pickle.UnpicklingError) else next(
+            (line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise OptimizeError(f"cannot load {file}: {type(exc).__name__}{': ' + first if first else ''}; it is damaged, "
+                            "or not written by dlperf (weights are read as plain tensors, never as code): export the "
+                            "artifact again") from exc
+
+
 def load_artifact(path: str | Path) -> Callable[..., Any]:
     """A callable with the original model's interface: torch tensors in, torch tensors out."""
     folder = Path(path)
@@ -185,7 +202,6 @@ def load_artifact(path: str | Path) -> Callable[..., Any]:
 
 def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     """Rebuild the model from its workload spec, load the weights (weights_only), re-apply the passes."""
-    import torch
 
     from dlperf.measure.env import cpu_flags
     from dlperf.optimize.space import candidate_from_list, import_module, load_pass_modules
@@ -204,10 +220,7 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     workload = load_workload(manifest["workload"])
     device = str(manifest.get("device", "cpu"))
     model = workload.build_model().eval()
-    try:
-        weights = torch.load(folder / "weights.pt", map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise OptimizeError(f"cannot load the weights of artifact '{folder}': {type(exc).__name__}: {exc}") from exc
+    weights = _load_weights(folder / "weights.pt", "cpu")
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
@@ -223,7 +236,7 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
         state = apply_pass(config, state, ctx)
         if i == trained_after and state.model is not None:
-            trained = torch.load(folder / "trained.pt", map_location=device, weights_only=True)
+            trained = _load_weights(folder / "trained.pt", device)
             try:
                 state.model.load_state_dict(trained)
             except RuntimeError as exc:

@@ -81,6 +81,10 @@ def load_served_model(spec: str, name: str | None = None, device: str = "cpu") -
                 "`dlperf optimize --export DIR`, or give a workload spec such as zoo:resnet18"
             )
         return _from_artifact(path, name, device)
+    if ":" not in spec and not spec.endswith(".py") and not path.exists():
+        # neither a workload spec nor a folder: the loader would say "workload file ... does not exist"
+        raise ConfigError(f"'{spec}' does not exist: give an artifact folder written by `dlperf optimize --export "
+                          "DIR`, or a workload (zoo:NAME, `dlperf zoo` lists them; file.py:NAME)")
     return _from_workload(spec, name, device)
 
 

@@ -79,3 +79,27 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
 def test_io_spec_marks_batch_dynamic() -> None:
     spec = io_spec((torch.zeros(4, 3, dtype=torch.int64),), ("ids",))
     assert spec == [{"name": "ids", "dtype": "int64", "shape": [-1, 3]}]
+
+
+def test_damaged_weights_are_named_without_torch_s_advice_to_unpickle_code(tmp_path: Path) -> None:
+    """torch's UnpicklingError text advises weights_only=False, which would run whatever the file holds."""
+    from dlperf.optimize.artifact import _load_weights
+
+    file = tmp_path / "weights.pt"
+    file.write_bytes(b"garbage")
+    with pytest.raises(OptimizeError) as caught:
+        _load_weights(file, "cpu")
+    message = str(caught.value)
+    assert message.startswith(f"cannot load {file}: UnpicklingError; it is damaged") and "export" in message
+    assert "weights_only" not in message
+    with pytest.raises(OptimizeError, match=f"cannot load {tmp_path / 'trained.pt'}: FileNotFoundError"):
+        _load_weights(tmp_path / "trained.pt", "cpu")
+
+
+def test_serving_a_path_that_does_not_exist_names_both_kinds_of_model(tmp_path: Path) -> None:
+    from dlperf.errors import ConfigError
+    from dlperf.serve.instances import load_served_model
+
+    with pytest.raises(ConfigError, match="does not exist: give an artifact folder written by `dlperf optimize "
+                                          "--export DIR`, or a workload"):
+        load_served_model(str(tmp_path / "gone"))
