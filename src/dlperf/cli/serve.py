@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="always wait the full queue delay for a partial batch (Triton's behaviour) "
                              "instead of ending the wait when traffic shows it cannot fill the batch")
     parser.add_argument("--instances", type=int, default=1, help="model instances (threads) running batches")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default torch's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default torch's); for an ONNX Runtime or OpenVINO artifact, its "
+                             "threads per instance (default those it was exported with)")
     parser.add_argument("--max-queue-size", type=int, default=0,
                         help="queued requests beyond which new ones get 503 at once, per priority level with "
                              "--priority-levels (default 0 = unbounded)")
@@ -253,10 +255,11 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
         return 128 + exc.signum
 
 
-def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -> str:
+def settings_line(config: Any, max_batch_size: int, torch_threads: int | None, engine: str | None = None,
+                  engine_threads: int | None = None) -> str:
     """What the server runs with, in one line under its address: batching, instances and threads, the queue.
     `max_batch_size` is the model's own (0 when it has no batch dimension); `torch_threads` None for a model
-    that torch does not run (an engine's artifact sets its own threads)."""
+    that torch does not run, `engine` and `engine_threads` (per instance) for an engine's artifact."""
     if max_batch_size > 1:
         wait = "adaptive" if config.adaptive_wait else "fixed"
         batching = f"max batch {max_batch_size}, queue delay {config.max_queue_delay_s * 1e3:g} ms ({wait})"
@@ -265,6 +268,9 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None) -
     instances = f"{config.instances} instance{'s' * (config.instances != 1)}"
     if torch_threads is not None:
         instances += f" x {torch_threads} torch thread{'s' * (torch_threads != 1)}"
+    elif engine is not None and engine_threads is not None:
+        whose = "--threads" if config.threads else "the artifact's; --threads sets others"
+        instances += f" x {engine_threads} {engine} thread{'s' * (engine_threads != 1)} ({whose})"
 
     def queue(size: int, timeout_s: float | None, action: str, override: bool) -> str:
         bound = f"at most {size} queued" if size else "unbounded"
@@ -361,7 +367,8 @@ def _print_model(err: Any, config: Any, url: str, name: str, model: dict[str, An
               f"metrics at http://{url}/metrics", markup=False)
     if grpc_address is not None:
         err.print(f"  and over gRPC at {grpc_address} (inference.GRPCInferenceService)", markup=False)
-    err.print("  " + settings_line(config, model["max_batch_size"], model["torch_threads"]), markup=False)
+    err.print("  " + settings_line(config, model["max_batch_size"], model["torch_threads"], model.get("engine"),
+                                   model.get("engine_threads")), markup=False)
 
 
 def memory_line(specs: Sequence[str] = ()) -> str:

@@ -177,10 +177,14 @@ def _load_weights(file: Path, device: str) -> Any:
                             "artifact again") from exc
 
 
-def load_artifact(path: str | Path) -> Callable[..., Any]:
-    """A callable with the original model's interface: torch tensors in, torch tensors out."""
+def load_artifact(path: str | Path, threads: int | None = None) -> Callable[..., Any]:
+    """A callable with the original model's interface: torch tensors in, torch tensors out. `threads`: an
+    engine artifact's intra-op threads instead of those it was exported with (a torch artifact runs with
+    torch's, which the caller sets)."""
     folder = Path(path)
     manifest = read_manifest(folder)
+    if threads is not None:
+        manifest = {**manifest, "threads": threads}
     engine = str(manifest["engine"])
     target = LOADERS.get(engine)
     if target is None:

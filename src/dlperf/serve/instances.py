@@ -61,6 +61,9 @@ class ServedModel:
     version: str = "1"
     batched: bool = True
     """False when the model has no batch dimension (then max batch size is forced to 0)."""
+    engine_threads: int | None = None
+    """An engine artifact's intra-op threads per instance (--threads, else the artifact's own); None for a
+    model torch runs."""
 
     def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -71,8 +74,10 @@ def _concrete(shape: Sequence[int], batch: int) -> tuple[int, ...]:
     return tuple(batch if i == 0 and d == -1 else (1 if d == -1 else d) for i, d in enumerate(shape))
 
 
-def load_served_model(spec: str, name: str | None = None, device: str = "cpu") -> ServedModel:
-    """A workload spec (zoo:NAME, file.py[:name]) or a directory exported by `dlperf optimize --export`."""
+def load_served_model(spec: str, name: str | None = None, device: str = "cpu",
+                      threads: int | None = None) -> ServedModel:
+    """A workload spec (zoo:NAME, file.py[:name]) or a directory exported by `dlperf optimize --export`.
+    `threads`: an engine artifact's threads per instance instead of the manifest's (--threads)."""
     path = Path(spec)
     if path.is_dir():
         if not (path / "manifest.json").exists():
@@ -80,7 +85,7 @@ def load_served_model(spec: str, name: str | None = None, device: str = "cpu") -
                 f"'{spec}' is a directory without manifest.json: point at a directory written by "
                 "`dlperf optimize --export DIR`, or give a workload spec such as zoo:resnet18"
             )
-        return _from_artifact(path, name, device)
+        return _from_artifact(path, name, device, threads)
     if ":" not in spec and not spec.endswith(".py") and not path.exists():
         # neither a workload spec nor a folder: the loader would say "workload file ... does not exist"
         raise ConfigError(f"'{spec}' does not exist: give an artifact folder written by `dlperf optimize --export "
@@ -189,7 +194,7 @@ def _torch_runner(model: Any, device: str) -> Runner:
     return run
 
 
-def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
+def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
     try:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError) as exc:
@@ -217,9 +222,9 @@ def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
     def make_runner(index: int) -> Runner:
         import torch
 
-        from dlperf.api import load
+        from dlperf.optimize.artifact import load_artifact
 
-        fn = load(path)
+        fn = load_artifact(path, threads)
 
         def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
             tensors = [torch.from_numpy(a) for a in arrays]
@@ -235,8 +240,10 @@ def _from_artifact(path: Path, name: str | None, device: str) -> ServedModel:
         name = str(manifest.get("name") or manifest.get("workload") or path.name)
         name = Path(name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
     model_name = name
-    return ServedModel(model_name, signature, make_runner, source=str(path),
-                       platform=str(manifest.get("engine") or "dlperf_artifact"))
+    engine = str(manifest.get("engine") or "dlperf_artifact")
+    own = manifest.get("threads") if engine != "torch" else None  # a torch artifact takes torch's threads
+    return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine,
+                       engine_threads=threads or (int(own) if isinstance(own, int) else None))
 
 
 # --- validation of one request against the signature ---------------------------------------------

@@ -296,14 +296,16 @@ class ServerState:
 
     def served_models(self) -> dict[str, dict[str, Any]]:
         """The models as plain data, what `dlperf serve` prints once ready (also read from Ray replicas):
-        {name: {variants: [(variant, weight)], max_batch_size, torch_threads}}, torch_threads None for a model
-        torch does not run (an engine's artifact sets its own threads)."""
+        {name: {variants: [(variant, weight)], max_batch_size, torch_threads, engine, engine_threads}}:
+        torch_threads for a model torch runs, else the engine and its threads per instance (None: unknown)."""
         import torch
 
         return {name: {"variants": [(v.name, w) for v, w in zip(entry.variants, entry.weights, strict=False)],
                        "max_batch_size": entry.policy.max_batch_size,
                        "torch_threads": (torch.get_num_threads() if entry.model.platform in ("pytorch", "torch")
-                                         else None)}
+                                         else None),
+                       "engine": None if entry.model.platform in ("pytorch", "torch") else entry.model.platform,
+                       "engine_threads": entry.model.engine_threads}
                 for name, entry in self.models.items()}
 
     def begin_drain(self) -> None:
@@ -745,7 +747,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     try:
         for vname, spec in specs:
             model = (served or {}).get(spec) or _in_fresh_thread(
-                functools.partial(load_served_model, spec, config.model_name, config.device))
+                functools.partial(load_served_model, spec, config.model_name, config.device, config.threads))
             if variants and not _same_signature(variants[0].model, model):
                 raise ConfigError(
                     f"variant '{vname}' ({spec}) has another signature than variant '{variants[0].name}': "

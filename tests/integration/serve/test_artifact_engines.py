@@ -122,3 +122,32 @@ def test_onnxruntime_dynamic_int8_is_noted_as_batch_dependent(tmp_path: Path) ->
     (note,) = batch_dependence_notes([str(dynamic), str(fp32), "zoo:mlp"])
     assert note.startswith(f"{dynamic} quantizes activations dynamically with one scale per batch")
     assert "--max-batch-size 1" in note
+
+
+def test_threads_set_an_engine_artifact_s_own_threads(tmp_path: Path) -> None:
+    """--threads reached torch only: an ONNX Runtime artifact ran with the threads it was exported with, per
+    instance, and the start-up line did not say how many."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.cli.serve import settings_line
+    from dlperf.optimize.artifact import load_artifact, read_manifest
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.serve.instances import load_served_model
+    from dlperf.serve.service import ServeConfig
+
+    folder = _export(OrtConfig(), tmp_path / "ort")
+
+    def threads_now() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads_now()
+    one = load_artifact(folder, threads=1)
+    with_one = threads_now()
+    four = load_artifact(folder, threads=4)
+    # ONNX Runtime's intra-op pool: threads - 1 workers beside the caller
+    assert (threads_now() - with_one) - (with_one - before) == 3
+    del one, four
+    assert load_served_model(str(folder), threads=3).engine_threads == 3
+    own = load_served_model(str(folder))
+    assert own.engine_threads == read_manifest(folder)["threads"]
+    line = settings_line(ServeConfig(model=str(folder), instances=2), 32, None, "onnxruntime", 2)
+    assert "; 2 instances x 2 onnxruntime threads (the artifact's; --threads sets others);" in line
