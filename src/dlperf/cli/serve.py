@@ -246,6 +246,7 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
                   "/metrics and statistics are per replica]", markup=False)
         for name, model in (stats[0].models if stats else {}).items():  # every replica serves the same
             _print_model(err, config, running.url, name, model, grpc_address=None, per_replica=True)
+            _print_notes(err, config, model)
 
     try:
         return serve_on_ray(config, options, on_ready=on_ready,
@@ -333,10 +334,14 @@ def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
     """Where the server listens, for each model, and the settings it runs with."""
     for name, model in state.served_models().items():
         _print_model(err, config, url, name, model, state.grpc_address, per_replica=False)
-        if model["max_batch_size"] > 1:
-            for note in batch_dependence_notes(_specs(config)):
-                err.print(f"  note: {note}", markup=False)
+        _print_notes(err, config, model)
     err.print("  " + memory_line(_specs(config)), markup=False)
+
+
+def _print_notes(err: Any, config: Any, model: dict[str, Any]) -> None:
+    if model["max_batch_size"] > 1:
+        for note in batch_dependence_notes(_specs(config)):
+            err.print(f"  note: {note}", markup=False)
 
 
 PER_BATCH_QUANTIZED = {("onnxruntime", "int8-dynamic")}
