@@ -25,14 +25,14 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, print_json
     from dlperf.errors import ConfigError
 
+    if not 0 < args.alpha < 0.5:  # for --live too (it took --alpha 5 and found differences everywhere)
+        raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     if args.live:
         if args.runs:
             raise ConfigError("give either two runs or --live URL, not both")
         return _live(args)
     if len(args.runs) != 2:
         raise ConfigError(f"compare needs two runs (A then B), got {len(args.runs)}: `dlperf runs list` shows ids")
-    if not 0 < args.alpha < 0.5:
-        raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     from dlperf.cli.common import open_store
     from dlperf.compare.runs import compare_records
 

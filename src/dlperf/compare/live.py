@@ -131,8 +131,12 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
     """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract)."""
     from dlperf.serve.metrics import parse_variant_metrics
 
-    parsed = parse_variant_metrics(text)
-    before = parse_variant_metrics(earlier) if earlier is not None else {}
+    try:
+        parsed = parse_variant_metrics(text)
+        before = parse_variant_metrics(earlier) if earlier is not None else {}
+    except ValueError as exc:  # prometheus_client's parser on a page that is not Prometheus text
+        raise ServingError(f"the metrics page is not Prometheus text ({exc}): is `dlperf serve` running there?") \
+            from exc
     if model is not None:
         parsed = {k: v for k, v in parsed.items() if v.model == model}
     if len(parsed) < 2:
@@ -143,12 +147,18 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
             + ": start it with `dlperf serve --variant a=DIR_A --variant b=DIR_B --split 90:10`"
         )
     summaries, hists = [], {}
+    notes: list[str] = []
+    # latencies of answered requests: with failures in, a variant that failed fast looked faster
+    by_outcome = all(vm.success_duration.count or not vm.success_total for vm in parsed.values())
+    if not by_outcome:
+        notes.append("this server's request histogram has no outcome label, so its latencies include failed "
+                     "requests (a variant that fails fast looks faster): compare with a newer dlperf serve")
     for key, vm in parsed.items():
-        hist = vm.request_duration
+        hist = vm.success_duration if by_outcome else vm.request_duration
         success, failures = vm.success_total, dict(vm.failure_total)
         if key in before:
             old = before[key]
-            hist = hist.minus(old.request_duration)
+            hist = hist.minus(old.success_duration if by_outcome else old.request_duration)
             success -= old.success_total
             failures = {r: c - old.failure_total.get(r, 0.0) for r, c in failures.items()}
         hists[key] = hist
@@ -160,7 +170,6 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
     summaries.sort(key=lambda s: (-s.requests, s.name))
     control = summaries[0]
     tests: list[VariantTest] = []
-    notes: list[str] = []
     for other in summaries[1:]:
         cx, cy = _bucket_counts(hists[other.name]), _bucket_counts(hists[control.name])
         usable = len(cx) == len(cy) and sum(cx) > 0 and sum(cy) > 0

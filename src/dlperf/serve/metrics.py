@@ -136,9 +136,12 @@ class Metrics:
         self.exec_count = Counter(PREFIX + "exec_count", "Model executions (batches); items / executions = "
                                   "average batch size", labels, registry=r)
         self.pending = Gauge(PREFIX + "pending_requests", "Requests queued, not yet executing", labels, registry=r)
+        # by outcome, so that a latency comparison can leave failures out (a variant failing fast looked faster
+        # in `dlperf compare --live`); summing over it gives every request, as before
         self.request_duration = Histogram(PREFIX + "request_duration_seconds",
-                                          "End-to-end request time in the server, receipt to response",
-                                          labels, buckets=LATENCY_BUCKETS_S, registry=r)
+                                          "End-to-end request time in the server, receipt to response, by outcome "
+                                          "(success, failure)", [*labels, "outcome"], buckets=LATENCY_BUCKETS_S,
+                                          registry=r)
         self.queue_duration = Histogram(PREFIX + "queue_duration_seconds", "Time a request waited in the queue",
                                         labels, buckets=LATENCY_BUCKETS_S, registry=r)
         self.compute_duration = Histogram(PREFIX + "compute_duration_seconds",
@@ -196,7 +199,8 @@ class Recorder:
         self._success = metrics.success.labels(model, variant)
         self._count = metrics.count.labels(model, variant)
         self._exec = metrics.exec_count.labels(model, variant)
-        self._request = metrics.request_duration.labels(model, variant)
+        self._request = metrics.request_duration.labels(model, variant, "success")
+        self._request_failed = metrics.request_duration.labels(model, variant, "failure")
         self._queue = metrics.queue_duration.labels(model, variant)
         self._compute = metrics.compute_duration.labels(model, variant)
         self._batch = metrics.batch_size.labels(model, variant)
@@ -252,7 +256,7 @@ class Recorder:
 
     def failure(self, reason: str, request_ns: int) -> None:
         self._m.failure.labels(self.model, self.variant, reason if reason in FAILURE_REASONS else "OTHER").inc()
-        self._request.observe(request_ns / 1e9)
+        self._request_failed.observe(request_ns / 1e9)
         with self._lock:
             self._stats.fail.add(request_ns)
 
@@ -340,6 +344,20 @@ class HistogramData:
             prev_bound, prev_count = bound, cumulative
         return prev_bound
 
+    def add(self, suffix: str, value: float, le: float | None = None) -> None:
+        """Add one sample of a series (`_bucket` with its `le`, `_sum`, `_count`): several series of one
+        histogram (its outcomes) add up."""
+        if suffix == "_bucket" and le is not None:
+            for i, (bound, cumulative) in enumerate(self.buckets):
+                if bound == le:
+                    self.buckets[i] = (bound, cumulative + value)
+                    return
+            self.buckets.append((le, value))
+        elif suffix == "_sum":
+            self.sum += value
+        elif suffix == "_count":
+            self.count += value
+
     def minus(self, earlier: HistogramData) -> HistogramData:
         """The observations between two scrapes of the same histogram."""
         before = dict(earlier.buckets)
@@ -357,6 +375,9 @@ class VariantMetrics:
     exec_count_total: float = 0.0
     pending_requests: float = 0.0
     request_duration: HistogramData = field(default_factory=HistogramData)
+    """Every request, answered or failed."""
+    success_duration: HistogramData = field(default_factory=HistogramData)
+    """Answered requests only (the `outcome="success"` series; empty from a server without the label)."""
     queue_duration: HistogramData = field(default_factory=HistogramData)
     compute_duration: HistogramData = field(default_factory=HistogramData)
     batch_size: HistogramData = field(default_factory=HistogramData)
@@ -411,16 +432,13 @@ def parse_variant_metrics(text: str) -> dict[str, VariantMetrics]:
                 for base, attr in _HISTOGRAMS.items():
                     if not name.startswith(base):
                         continue
-                    hist: HistogramData = getattr(entry(labels), attr)
                     suffix = name[len(base):]
-                    if suffix == "_bucket":
-                        hist.buckets.append((float(labels["le"]), value))
-                    elif suffix == "_sum":
-                        hist.sum = value
-                    elif suffix == "_count":
-                        hist.count = value
+                    le = float(labels["le"]) if "le" in labels else None
+                    getattr(entry(labels), attr).add(suffix, value, le)
+                    if attr == "request_duration" and labels.get("outcome") == "success":
+                        entry(labels).success_duration.add(suffix, value, le)
     for vm in out.values():
-        for attr in _HISTOGRAMS.values():
+        for attr in (*_HISTOGRAMS.values(), "success_duration"):
             getattr(vm, attr).buckets.sort()
     models = {m for m, _ in out}
     if len(models) <= 1:

@@ -78,3 +78,64 @@ def test_a_single_variant_is_a_clear_error() -> None:
 def test_metrics_url_accepts_the_base_url() -> None:
     assert metrics_url("http://h:8000") == "http://h:8000/metrics"
     assert metrics_url("http://h:8000/metrics") == "http://h:8000/metrics"
+
+
+def test_failed_requests_are_left_out_of_the_latency_comparison() -> None:
+    """An audit made variant b fail 44-64% of its requests fast (bad requests) while a and b ran the same
+    model: b was "faster" (p50 x0.53, p=5.6e-41), since the request histogram held failures too. Latencies now
+    come from the outcome="success" series; the failures still count in the error rates."""
+    metrics = Metrics()
+    _traffic(metrics, "a", 1500, 0.010, 0, seed=10)
+    _traffic(metrics, "b", 1500, 0.010, 1500, seed=11)  # as many fast (1 ms) failures as answers
+    result = compare_live(_page(metrics))
+    b = next(v for v in result.variants if v.name == "b")
+    assert b.requests == 3000 and b.error_rate == pytest.approx(0.5)
+    assert 0.0075 < b.p50_s < 0.015  # the answered requests' median, not dragged down to the failures' 1 ms
+    test = result.tests[0]
+    assert (test.control, test.variant) == ("b", "a")  # b has the most requests: the control
+    assert test.latency_verdict == "no significant difference"
+    assert test.errors_verdict == "fewer errors"
+    assert not any("outcome label" in n for n in result.notes)
+
+
+def test_a_server_without_the_outcome_label_is_compared_with_a_note() -> None:
+    """Pages of a server from before the label: every request in the latencies, and the note says so."""
+    metrics = Metrics()
+    _traffic(metrics, "a", 500, 0.010, 0, seed=12)
+    _traffic(metrics, "b", 500, 0.010, 0, seed=13)
+    old_page = "\n".join(line.replace(',outcome="success"', "") for line in _page(metrics).splitlines()
+                         if 'outcome="failure"' not in line) + "\n"
+    result = compare_live(old_page)
+    assert {v.name: v.requests for v in result.variants} == {"a": 500, "b": 500}
+    assert result.tests[0].latency_verdict == "no significant difference"
+    assert any("no outcome label, so its latencies include failed requests" in n for n in result.notes)
+
+
+def test_a_page_that_is_not_prometheus_text_is_a_clear_error() -> None:
+    from dlperf.errors import ServingError
+
+    with pytest.raises(ServingError, match="the metrics page is not Prometheus text"):
+        compare_live("hi\n")
+
+
+def test_the_request_histogram_adds_up_over_its_outcomes() -> None:
+    from dlperf.serve.metrics import parse_variant_metrics
+
+    metrics = Metrics()
+    _traffic(metrics, "a", 30, 0.010, 7, seed=14)
+    _traffic(metrics, "b", 5, 0.010, 0, seed=15)
+    a = parse_variant_metrics(_page(metrics))["a"]
+    assert a.request_duration.count == 37 and a.success_duration.count == 30
+    assert a.request_duration.buckets[-1] == (float("inf"), 37.0)  # one bucket per bound, both outcomes added
+    assert len({le for le, _ in a.request_duration.buckets}) == len(a.request_duration.buckets)
+
+
+@pytest.mark.parametrize("alpha", ["5", "-1", "0"])
+def test_live_takes_only_a_significance_level_in_range(alpha: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--alpha 5 was taken with --live, and every window "differed"; refused before anything is read."""
+    from dlperf.cli.main import main
+
+    assert main(["compare", "--live", "http://127.0.0.1:9", "--alpha", alpha]) == 2
+    err = capsys.readouterr().err
+    assert f"--alpha must be in (0, 0.5), got {float(alpha)}" in err
+    assert "cannot read metrics" not in err
