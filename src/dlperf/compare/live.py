@@ -141,6 +141,8 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         parsed = {k: v for k, v in parsed.items() if v.model == model}
     if len(parsed) < 2:
         found = ", ".join(sorted(parsed)) or "none"
+        if found == "default":  # the name of a model served without --variant
+            found = "one model without variants"
         raise ConfigError(
             f"a live comparison needs at least two variants, the server reports {found}"
             + (f" for model '{model}'" if model else "")

@@ -424,9 +424,11 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
     except Exception as exc:
         specs = model.signature.inputs
         shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
+        # the variant too, when the server has several (an A/B audit could not tell which one failed)
+        variant = f" (variant '{recorder.variant}')" if recorder is not None and recorder.variant != "default" else ""
         error = ServingError(
-            f"model '{model.name}' failed on a batch of {items} items ({len(batch)} requests; first request: "
-            f"{shapes}): {type(exc).__name__}: {exc}"
+            f"model '{model.name}'{variant} failed on a batch of {items} items ({len(batch)} requests; first "
+            f"request: {shapes}): {type(exc).__name__}: {exc}"
         )
         for w in batch:
             w.error = error

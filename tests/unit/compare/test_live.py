@@ -73,6 +73,10 @@ def test_a_single_variant_is_a_clear_error() -> None:
     _traffic(metrics, "only", 10, 0.01, 0, seed=9)
     with pytest.raises(ConfigError, match=r"at least two variants.*--variant a=DIR_A"):
         compare_live(_page(metrics))
+    plain = Metrics()
+    _traffic(plain, "default", 10, 0.01, 0, seed=9)  # a server without --variant
+    with pytest.raises(ConfigError, match="the server reports one model without variants"):
+        compare_live(_page(plain))
 
 
 def test_metrics_url_accepts_the_base_url() -> None:

@@ -329,6 +329,12 @@ def test_a_failing_batch_fails_each_request_with_a_useful_message() -> None:
         assert w.error_reason == "BACKEND"
         assert "model 'm' failed on a batch of 2 items" in str(w.error)
         assert "RuntimeError: shape mismatch in layer 3" in str(w.error)
+    # with variants, which one failed (an A/B audit could not tell)
+    from dlperf.serve.metrics import Metrics
+
+    works = [_work(), _work()]
+    run_batch(boom, works, _model(boom), Metrics().recorder("m", "b"))
+    assert "model 'm' (variant 'b') failed on a batch of 2 items" in str(works[0].error)
 
 
 def test_a_model_that_drops_the_batch_dimension_is_an_error() -> None:
