@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
     parser.add_argument("--live", metavar="URL", default=None,
                         help="compare the variants of a running `dlperf serve --variant ...` "
-                             "(its base URL or its /metrics URL)")
+                             "(its base URL, its /metrics URL, or HOST:PORT)")
     parser.add_argument("--model", default=None, help="with --live: only this model's metrics")
     parser.add_argument("--window", type=duration_s, default=None,
                         help="with --live: compare only the requests of this window (scrapes twice), e.g. 60s; "

@@ -102,6 +102,10 @@ class LiveComparison:
 
 
 def metrics_url(url: str) -> str:
+    """The /metrics URL of a server given by its base URL, its metrics URL, or HOST:PORT (as `dlperf load`
+    takes it: httpx refused a URL without a scheme)."""
+    if "://" not in url:
+        url = "http://" + url
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
@@ -181,8 +185,10 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
                   if other.requests and control.requests else None)
         ratio = other.p50_s / control.p50_s if control.p50_s and not math.isnan(control.p50_s) else math.nan
         tests.append(VariantTest(control.name, other.name, latency, errors, ratio, alpha))
-        if other.requests < 100:
-            notes.append(f"variant {other.name} has only {other.requests:.0f} requests: differences are hard to detect")
+    for summary in summaries:  # the control too: with an equal split it may have as few
+        if summary.requests < 100:
+            notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests: differences are hard to "
+                         "detect")
     return LiveComparison(summaries, tests, window_s, notes)
 
 

@@ -82,6 +82,16 @@ def test_a_single_variant_is_a_clear_error() -> None:
 def test_metrics_url_accepts_the_base_url() -> None:
     assert metrics_url("http://h:8000") == "http://h:8000/metrics"
     assert metrics_url("http://h:8000/metrics") == "http://h:8000/metrics"
+    assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"  # as `dlperf load` takes it
+
+
+def test_every_variant_with_few_requests_is_noted_the_control_too() -> None:
+    metrics = Metrics()
+    _traffic(metrics, "a", 40, 0.010, 0, seed=16)
+    _traffic(metrics, "b", 30, 0.010, 0, seed=17)
+    notes = compare_live(_page(metrics)).notes
+    assert "variant a has only 40 requests: differences are hard to detect" in notes
+    assert "variant b has only 30 requests: differences are hard to detect" in notes
 
 
 def test_failed_requests_are_left_out_of_the_latency_comparison() -> None:
