@@ -748,10 +748,11 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
         for vname, spec in specs:
             model = (served or {}).get(spec) or _in_fresh_thread(
                 functools.partial(load_served_model, spec, config.model_name, config.device, config.threads))
-            if variants and not _same_signature(variants[0].model, model):
+            differs = _signature_difference((variants[0].name, variants[0].model), (vname, model)) if variants else None
+            if differs is not None:
                 raise ConfigError(
-                    f"variant '{vname}' ({spec}) has another signature than variant '{variants[0].name}': "
-                    "A/B variants must be artifacts of the same model"
+                    f"variant '{vname}' ({spec}) has another signature than variant '{variants[0].name}' ({differs}; "
+                    "shapes past the batch dimension): A/B variants must be artifacts of the same model"
                 )
             if variants:
                 model.name = variants[0].model.name
@@ -834,12 +835,18 @@ def _pending_of(batcher: Batcher) -> Any:
     return lambda: float(batcher.pending_count)
 
 
-def _same_signature(a: ServedModel, b: ServedModel) -> bool:
-    def key(sig: Signature) -> Any:
-        return ([(s.name, s.datatype, s.shape[1:]) for s in sig.inputs],
-                [(s.name, s.datatype) for s in sig.outputs])
+def _signature_difference(a: tuple[str, ServedModel], b: tuple[str, ServedModel]) -> str | None:
+    """What differs between two (variant name, model) signatures (inputs: names, datatypes, shapes past the
+    batch dimension; outputs: names, datatypes), or None when they agree."""
+    def text(model: ServedModel, kind: str) -> str:
+        return ", ".join(f"{s.name} {s.datatype}" + (f" {list(s.shape[1:])}" if kind == "inputs" else "")
+                         for s in getattr(model.signature, kind))
 
-    return bool(key(a.signature) == key(b.signature))
+    for kind in ("inputs", "outputs"):
+        ta, tb = text(a[1], kind), text(b[1], kind)
+        if ta != tb:
+            return f"{kind}: '{a[0]}' {ta}; '{b[0]}' {tb}"
+    return None
 
 
 def json_reply(obj: Any, status: int = 200) -> Reply:

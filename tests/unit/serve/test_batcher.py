@@ -359,3 +359,18 @@ def test_a_single_request_hands_its_own_writable_aligned_arrays_to_the_model() -
     run_batch(runner, [work], _model(runner))
     assert seen[1] is not read_only and seen[1].flags.writeable  # torch refuses read-only memory: copied
     np.testing.assert_array_equal(work.result[0], np.full((1, 2), 2.0))  # type: ignore[index]
+
+
+def test_variants_with_other_signatures_are_refused_saying_what_differs() -> None:
+    """The A/B audit's two variants, 64 and 32 input features: the error did not say what differed."""
+    from dlperf.serve.service import ServeConfig, build_state
+
+    def model(features: int) -> ServedModel:
+        sig = Signature((TensorSpec("x", "FP32", (-1, features)),), (TensorSpec("y", "FP32", (-1, 4)),))
+        return ServedModel("m", sig, lambda i: (lambda arrays: arrays))
+
+    config = ServeConfig(variants=(("a", "wide"), ("b", "narrow")), port=0)
+    with pytest.raises(ConfigError) as caught:
+        build_state(config, {"wide": model(64), "narrow": model(32)})
+    assert ("variant 'b' (narrow) has another signature than variant 'a' (inputs: 'a' x FP32 [64]; "
+            "'b' x FP32 [32]; shapes past the batch dimension)") in str(caught.value)
