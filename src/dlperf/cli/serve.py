@@ -14,8 +14,9 @@ from dlperf.errors import ConfigError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="WORKLOAD_OR_ARTIFACT",
                         help="zoo:NAME, file.py[:name], or a directory from `dlperf optimize --export`")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
-                        help="A/B: serve this artifact as variant NAME (give two or more; replaces the target)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR|WORKLOAD",
+                        help="A/B: serve this artifact folder or workload (zoo:NAME, file.py:NAME) as variant NAME "
+                             "(give two or more; replaces the target)")
     parser.add_argument("--split", default=None, metavar="W1:W2",
                         help="traffic weights of the variants, e.g. 90:10 (default equal); sticky per "
                              "routing_key parameter or X-Routing-Key header")
