@@ -162,17 +162,20 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
     for key, vm in parsed.items():
         hist = vm.success_duration if by_outcome else vm.request_duration
         success, failures = vm.success_total, dict(vm.failure_total)
+        items, batches = vm.inference_count_total, vm.exec_count_total
         if key in before:
             old = before[key]
             hist = hist.minus(old.success_duration if by_outcome else old.request_duration)
             success -= old.success_total
             failures = {r: c - old.failure_total.get(r, 0.0) for r, c in failures.items()}
+            items, batches = items - old.inference_count_total, batches - old.exec_count_total
         hists[key] = hist
         q = {qq: hist.quantile(qq) for qq in QUANTILES}
         summaries.append(VariantSummary(
             name=key, model=vm.model, requests=success + sum(failures.values()), successes=success,
             failures={r: c for r, c in failures.items() if c}, p50_s=q[0.5], p90_s=q[0.9], p99_s=q[0.99],
-            mean_s=hist.sum / hist.count if hist.count else math.nan, average_batch_size=vm.average_batch_size))
+            mean_s=hist.sum / hist.count if hist.count else math.nan,
+            average_batch_size=items / batches if batches else math.nan))  # in the window, when there is one
     summaries.sort(key=lambda s: (-s.requests, s.name))
     control = summaries[0]
     tests: list[VariantTest] = []

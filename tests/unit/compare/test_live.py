@@ -62,8 +62,13 @@ def test_window_compares_only_new_requests() -> None:
     earlier = _page(metrics)
     _traffic(metrics, "a", 400, 0.010, 0, seed=7)
     _traffic(metrics, "b", 300, 0.030, 0, seed=8)
+    rec = metrics.recorder("m", "a")
+    for _ in range(10):  # ten batches of 4 in the window: its average batch, not the one since start (~1)
+        rec.batch(4, 0, 1000, 0)
     result = compare_live(_page(metrics), earlier=earlier, window_s=30)
     assert {v.name: v.requests for v in result.variants} == {"a": 400, "b": 300}
+    a = next(v for v in result.variants if v.name == "a")
+    assert a.average_batch_size == pytest.approx((400 + 40) / (400 + 10))
     assert result.tests[0].latency_verdict == "slower"
     assert "last 30 s" in result.findings()[-1]
 
