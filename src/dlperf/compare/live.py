@@ -133,7 +133,7 @@ def _bucket_counts(hist: Any) -> list[float]:
 def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, earlier: str | None = None,
                  window_s: float | None = None) -> LiveComparison:
     """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract)."""
-    from dlperf.serve.metrics import parse_variant_metrics
+    from dlperf.serve.metrics import DEFAULT_VARIANT, parse_variant_metrics
 
     try:
         parsed = parse_variant_metrics(text)
@@ -145,7 +145,7 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         parsed = {k: v for k, v in parsed.items() if v.model == model}
     if len(parsed) < 2:
         found = ", ".join(sorted(parsed)) or "none"
-        if found == "default":  # the name of a model served without --variant
+        if found == DEFAULT_VARIANT:
             found = "one model without variants"
         raise ConfigError(
             f"a live comparison needs at least two variants, the server reports {found}"
@@ -159,13 +159,14 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
     if not by_outcome:
         notes.append("this server's request histogram has no outcome label, so its latencies include failed "
                      "requests (a variant that fails fast looks faster): compare with a newer dlperf serve")
+    latencies = "success_duration" if by_outcome else "request_duration"
     for key, vm in parsed.items():
-        hist = vm.success_duration if by_outcome else vm.request_duration
+        hist = getattr(vm, latencies)
         success, failures = vm.success_total, dict(vm.failure_total)
         items, batches = vm.inference_count_total, vm.exec_count_total
         if key in before:
             old = before[key]
-            hist = hist.minus(old.success_duration if by_outcome else old.request_duration)
+            hist = hist.minus(getattr(old, latencies))
             success -= old.success_total
             failures = {r: c - old.failure_total.get(r, 0.0) for r, c in failures.items()}
             items, batches = items - old.inference_count_total, batches - old.exec_count_total

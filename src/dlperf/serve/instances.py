@@ -21,7 +21,7 @@ import numpy as np
 
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import Batcher, Work
-from dlperf.serve.metrics import Recorder
+from dlperf.serve.metrics import DEFAULT_VARIANT, Recorder
 from dlperf.serve.protocol import BF16, ProtocolError, Tensor, datatype_of_name, random_array
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
@@ -425,7 +425,7 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
         specs = model.signature.inputs
         shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
         # the variant too, when the server has several (an A/B audit could not tell which one failed)
-        variant = f" (variant '{recorder.variant}')" if recorder is not None and recorder.variant != "default" else ""
+        variant = "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
         error = ServingError(
             f"model '{model.name}'{variant} failed on a batch of {items} items ({len(batch)} requests; first "
             f"request: {shapes}): {type(exc).__name__}: {exc}"

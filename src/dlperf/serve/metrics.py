@@ -21,6 +21,9 @@ LATENCY_BUCKETS_S = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 
+DEFAULT_VARIANT = "default"
+"""The variant name of a model served without --variant (its metric series' `variant` label)."""
+
 FAILURE_REASONS = ("REJECTED", "TIMEOUT", "BACKEND", "INVALID", "UNAVAILABLE", "CANCELED", "OTHER")
 """failure `reason` label values: REJECTED queue full; TIMEOUT request timeout expired in the queue;
 BACKEND the model raised; INVALID a bad request (400); UNAVAILABLE shutting down; CANCELED the client went

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
-from dlperf.serve.metrics import Metrics, Recorder
+from dlperf.serve.metrics import DEFAULT_VARIANT, Metrics, Recorder
 from dlperf.serve.protocol import (
     MAX_PRIORITY,
     InferRequest,
@@ -740,7 +740,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
 
         torch.set_num_threads(config.threads)
     metrics = Metrics()
-    specs = list(config.variants) if config.variants else [("default", config.model or "")]
+    specs = list(config.variants) if config.variants else [(DEFAULT_VARIANT, config.model or "")]
     weights = list(config.split) if config.split else [1] * len(specs)
     variants: list[Variant] = []
     started: list[Variant] = []
