@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=duration_s, default=None,
                         help="with --live: compare only the requests of this window (scrapes twice), e.g. 60s; "
                              "default: everything since the server started")
+    parser.add_argument("--control", metavar="VARIANT", default=None,
+                        help="with --live: the variant the others are compared against (default: the one with most "
+                             "requests, which can change between runs when the split is even)")
     add_store_argument(parser)
     add_json_argument(parser)
 
@@ -27,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 0.5:  # for --live too (it took --alpha 5 and found differences everywhere)
         raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
+    if args.control is not None and not args.live:
+        raise ConfigError("--control names a variant of --live; two stored runs are compared as A then B")
     if args.live:
         if args.runs:
             raise ConfigError("give either two runs or --live URL, not both")
@@ -61,7 +66,8 @@ def _live(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, print_json
     from dlperf.compare.live import compare_live_url
 
-    result = compare_live_url(args.live, model=args.model, alpha=args.alpha, window_s=args.window)
+    result = compare_live_url(args.live, model=args.model, alpha=args.alpha, window_s=args.window,
+                             control=args.control)
     if args.json:
         print_json(result.to_dict())
         return 0

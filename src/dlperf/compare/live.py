@@ -2,8 +2,8 @@
 
 Everything comes from the server's own Prometheus metrics (dlperf.serve.metrics): per-variant latency
 percentiles from the request-duration histogram (Prometheus' histogram_quantile interpolation), error
-rates from the success and failure counters, and per variant against the control (the variant with most
-requests): Mann-Whitney U on the bucketed latencies and a two-proportion z-test on the error rates.
+rates from the success and failure counters, and per variant against the control (`--control`, or the
+variant with most requests): Mann-Whitney U on the bucketed latencies and a two-proportion z-test on the error rates.
 The counters are cumulative since the server started; `window_s` scrapes twice and compares only what
 happened in between.
 """
@@ -82,6 +82,8 @@ class LiveComparison:
     tests: list[VariantTest]
     window_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    control_rule: str = "the one with most requests"
+    """How the control was chosen, for the table's title."""
 
     def findings(self) -> list[str]:
         lines = []
@@ -89,7 +91,8 @@ class LiveComparison:
             lat = t.latency
             lat_p = f"Mann-Whitney p={lat.p_value:.2g}" if lat else "no test"
             err_p = f"z-test p={t.errors.p_value:.2g}" if t.errors else "no test"
-            lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} (p50 x{t.p50_ratio:.3f}, {lat_p}); "
+            ratio = f"p50 x{t.p50_ratio:.3f}, " if math.isfinite(t.p50_ratio) else ""
+            lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{lat_p}); "
                          f"error rate {t.errors_verdict} ({err_p})")
         scope = f"the last {self.window_s:g} s" if self.window_s else "everything since the server started"
         lines.append(f"(from the server's histograms and counters over {scope}; latency resolution is the "
@@ -131,8 +134,10 @@ def _bucket_counts(hist: Any) -> list[float]:
 
 
 def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, earlier: str | None = None,
-                 window_s: float | None = None) -> LiveComparison:
-    """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract)."""
+                 window_s: float | None = None, control: str | None = None) -> LiveComparison:
+    """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract) against `control`
+    (a variant's name; None: the variant with most requests, which may change between runs when the split
+    is even)."""
     from dlperf.serve.metrics import DEFAULT_VARIANT, parse_variant_metrics
 
     try:
@@ -178,26 +183,37 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
             mean_s=hist.sum / hist.count if hist.count else math.nan,
             average_batch_size=items / batches if batches else math.nan))  # in the window, when there is one
     summaries.sort(key=lambda s: (-s.requests, s.name))
-    control = summaries[0]
+    rule = "the one with most requests"
+    if control is not None:
+        if control not in hists:
+            raise ConfigError(f"--control {control}: the server has no variant of that name"
+                              + (f" for model '{model}'" if model else "")
+                              + f"; it has {', '.join(sorted(hists))}")
+        summaries.sort(key=lambda s: s.name != control)  # stable: the others stay by requests
+        rule = f"{control}, as --control asked"
+    reference = summaries[0]
+    if not any(s.requests for s in summaries):
+        notes.append("no variant answered or failed a request" + (" in the window" if window_s else "")
+                     + ": nothing to compare")
     tests: list[VariantTest] = []
     for other in summaries[1:]:
-        cx, cy = _bucket_counts(hists[other.name]), _bucket_counts(hists[control.name])
+        cx, cy = _bucket_counts(hists[other.name]), _bucket_counts(hists[reference.name])
         usable = len(cx) == len(cy) and sum(cx) > 0 and sum(cy) > 0
         latency = mann_whitney_grouped(cx, cy) if usable else None
         errors = (two_proportion_test(sum(other.failures.values()), other.requests,
-                                      sum(control.failures.values()), control.requests)
-                  if other.requests and control.requests else None)
-        ratio = other.p50_s / control.p50_s if control.p50_s and not math.isnan(control.p50_s) else math.nan
-        tests.append(VariantTest(control.name, other.name, latency, errors, ratio, alpha))
+                                      sum(reference.failures.values()), reference.requests)
+                  if other.requests and reference.requests else None)
+        ratio = other.p50_s / reference.p50_s if reference.p50_s and not math.isnan(reference.p50_s) else math.nan
+        tests.append(VariantTest(reference.name, other.name, latency, errors, ratio, alpha))
     for summary in summaries:  # the control too: with an equal split it may have as few
         if summary.requests < 100:
             notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests: differences are hard to "
                          "detect")
-    return LiveComparison(summaries, tests, window_s, notes)
+    return LiveComparison(summaries, tests, window_s, notes, rule)
 
 
 def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
-                     window_s: float | None = None) -> LiveComparison:
+                     window_s: float | None = None, control: str | None = None) -> LiveComparison:
     """Scrape `url` (twice, `window_s` apart, when given) and compare its variants."""
     if window_s is not None and window_s <= 0:
         raise ConfigError(f"the window must be positive, got {window_s}")
@@ -205,4 +221,5 @@ def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
     if window_s:
         earlier = fetch_metrics(url)
         time.sleep(window_s)
-    return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s)
+    return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s,
+                        control=control)

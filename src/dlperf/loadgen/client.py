@@ -17,6 +17,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from dlperf.errors import LoadGenError
+from dlperf.serve.protocol import host_port
 
 
 class Sender(Protocol):
@@ -39,7 +40,7 @@ class Endpoint:
     @property
     def authority(self) -> str:
         """host:port as a URL, a Host header and gRPC write it: an IPv6 address in brackets."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 def parse_url(url: str) -> Endpoint:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.4g}"
+    """Milliseconds for a table cell; '-' for a time of no requests (NaN), where 'nan' was printed."""
+    return f"{seconds * 1e3:.4g}" if math.isfinite(seconds) else "-"
 
 
 def pct(fraction: float) -> str:
@@ -107,10 +109,11 @@ def baselines_table(rows: list[tuple[str, str, str, str]]) -> Table:
 
 
 def live_table(result: LiveComparison) -> Table:
-    table = Table(title="live variants (control first: the one with most requests)", title_justify="left")
+    table = Table(title=f"live variants (control first: {result.control_rule})", title_justify="left")
     for col in ("variant", "requests", "error rate", "p50 ms", "p90 ms", "p99 ms", "mean ms", "avg batch"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for v in result.variants:
         table.add_row(v.name, f"{v.requests:.0f}", f"{v.error_rate:.2%}" if v.requests else "-", ms(v.p50_s),
-                      ms(v.p90_s), ms(v.p99_s), ms(v.mean_s), f"{v.average_batch_size:.2f}")
+                      ms(v.p90_s), ms(v.p99_s), ms(v.mean_s),
+                      f"{v.average_batch_size:.2f}" if math.isfinite(v.average_batch_size) else "-")
     return table

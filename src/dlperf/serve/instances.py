@@ -9,7 +9,6 @@ and a batch's tensors never cross a process boundary (docs/serve.md has the meas
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -195,13 +194,13 @@ def _torch_runner(model: Any, device: str) -> Runner:
 
 
 def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
+    from dlperf.errors import OptimizeError
+    from dlperf.optimize.artifact import read_manifest
+
     try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path / 'manifest.json'}: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise ConfigError(f"{path / 'manifest.json'} is not a JSON object: is this a directory written by "
-                          "`dlperf optimize --export`?")
+        manifest = read_manifest(path)  # the checks load_artifact makes again in each instance
+    except OptimizeError as exc:
+        raise ConfigError(str(exc)) from exc
 
     def specs(key: str) -> tuple[TensorSpec, ...]:
         entries = manifest.get(key)
@@ -240,7 +239,7 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
         name = str(manifest.get("name") or manifest.get("workload") or path.name)
         name = Path(name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
     model_name = name
-    engine = str(manifest.get("engine") or "dlperf_artifact")
+    engine = str(manifest["engine"])
     own = manifest.get("threads") if engine != "torch" else None  # a torch artifact takes torch's threads
     return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine,
                        engine_threads=threads or (int(own) if isinstance(own, int) else None))

@@ -68,6 +68,11 @@ class ProtocolError(ServingError):
         self.status = status
 
 
+def host_port(host: str, port: int) -> str:
+    """host:port as a URL, a Host header and gRPC write it: an IPv6 address in brackets ([::1]:8000)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def header_length_of(headers: Mapping[str, str]) -> int | None:
     """The JSON part's length from a request's Inference-Header-Content-Length (lower-case header names), None
     without one (a JSON-only body); ProtocolError when it is not a whole number of bytes."""

@@ -1,12 +1,15 @@
 """Run the server: uvicorn on the app, graceful shutdown on SIGTERM/SIGINT, or a server in a thread for tests.
 
 Shutdown (first SIGTERM or Ctrl-C): readiness turns false and new inference requests get 503; requests
-already in the server finish, for at most `exit_timeout_s`; then uvicorn closes its connections and the
-instances stop. A second signal exits at once.
+already in the server finish, for at most `exit_timeout_s`; those still waiting for their batch then get
+a 503 (`ServerState.cut_waiting`), uvicorn closes its connections and the instances stop. A second signal
+exits at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -21,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ServingError
+from dlperf.serve.protocol import host_port
 from dlperf.serve.service import ClientWatch, ServeConfig, ServerState, build_state
 
 
@@ -158,6 +162,7 @@ def _make_server_class() -> Any:
             self.begin_shutdown()
 
         grpc_server: Any = None
+        loop: asyncio.AbstractEventLoop | None = None
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             """The gRPC endpoint first (on this event loop, so both protocols share the batchers' callbacks): a
@@ -172,6 +177,7 @@ def _make_server_class() -> Any:
                 self.grpc_server, port = create_server(self.state, config.host, config.grpc_port)
                 await self.grpc_server.start()
                 self.state.grpc_address = host_port(config.host, port)
+            self.loop = asyncio.get_running_loop()
             await super().startup(sockets=sockets)
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -187,6 +193,14 @@ def _make_server_class() -> Any:
             deadline = time.monotonic() + self.exit_timeout_s
             while time.monotonic() < deadline and self.state.in_flight > 0:
                 time.sleep(0.01)
+            if self.state.in_flight > 0 and self.loop is not None:
+                # fail what still waits for its batch with dlperf's 503, and give the replies a moment to go out
+                # (uvicorn's own cut closes the connection or answers a plain-text 500)
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to answer
+                    self.loop.call_soon_threadsafe(self.state.cut_waiting)
+                    cut_end = time.monotonic() + 0.5
+                    while time.monotonic() < cut_end and self.state.in_flight > 0:
+                        time.sleep(0.01)
             # uvicorn then waits for its request tasks once more: only for what is left of the exit timeout (it
             # waited a whole one again, so a drain took up to twice --exit-timeout-s)
             remaining = max(0.1, deadline - time.monotonic())  # a float, which uvicorn's wait_for takes
@@ -209,11 +223,6 @@ def listening_socket(config: ServeConfig) -> socket.socket:
                "give --host an address of this machine (127.0.0.1, 0.0.0.0 for every interface, ::1)")
         raise ServingError(f"cannot listen on {host_port(config.host, config.port)}: {exc.strerror}; {fix}") from exc
     return sock
-
-
-def host_port(host: str, port: int) -> str:
-    """host:port as a URL writes it: an IPv6 address in brackets ([::1]:8000)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass

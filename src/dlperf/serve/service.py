@@ -285,6 +285,8 @@ class ServerState:
         """The clients' registered shared-memory regions (None: the extension is off)."""
         self.grpc_address: str | None = None
         """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
+        self._waiting: dict[asyncio.Future[Work], tuple[Batcher, Work]] = {}
+        """The requests queued or in a running batch, by the future their handler awaits (`cut_waiting`)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
@@ -312,6 +314,20 @@ class ServerState:
         """Readiness turns false; new inference requests get 503; in-flight ones finish."""
         self.draining = True
         self._set_ready(False)
+
+    def cut_waiting(self) -> int:
+        """The exit timeout is over: every request still queued or in a running batch fails now with 503
+        (UNAVAILABLE; a queued one leaves the queue unrun), so its client gets dlperf's JSON error rather than
+        uvicorn's plain-text 500 when uvicorn cancels the handler. Runs on the event loop; how many it cut."""
+        cut = 0
+        for future, (batcher, work) in list(self._waiting.items()):
+            if not future.done():
+                batcher.withdraw(work)
+                future.set_exception(ShuttingDown(
+                    "server is shutting down: the request did not finish within the exit timeout "
+                    f"(--exit-timeout-s {self.config.exit_timeout_s:g}); send it again to another replica"))
+                cut += 1
+        return cut
 
     def close(self, timeout_s: float = 30.0) -> bool:
         """Stop the batchers and wait for the instances to finish what is queued; True if all stopped."""
@@ -513,8 +529,12 @@ class ServerState:
                                     variant.batcher.expire, work)
         if watch is not None:
             watch.on_gone = functools.partial(_abandon, variant.batcher, work)
+        self._waiting[future] = (variant.batcher, work)
         try:
             done = await future
+        except ShuttingDown as exc:  # cut at the end of the exit timeout (`cut_waiting`)
+            variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
+            return Failed(503, str(exc))
         except asyncio.CancelledError:
             # the caller went away (a gRPC cancel or deadline; Ray Serve on a client disconnect): a request still
             # queued leaves the queue unrun, one in a running batch has its result dropped
@@ -522,6 +542,7 @@ class ServerState:
             variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
             raise
         finally:
+            del self._waiting[future]
             if timer is not None:
                 timer.cancel()
             if watch is not None:

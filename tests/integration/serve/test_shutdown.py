@@ -63,23 +63,34 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
 
 
 def test_the_drain_leaves_uvicorn_only_what_is_left_of_the_exit_timeout() -> None:
-    """A request held past --exit-timeout-s: the drain gives up at the timeout, and uvicorn's own wait for its
-    request tasks gets only the remainder (it waited a whole timeout again: a drain took twice as long)."""
+    """A request held past --exit-timeout-s: the drain gives up at the timeout, answers the held request with
+    dlperf's 503 (uvicorn's own cut answered a plain-text 500), and uvicorn's own wait for its request tasks
+    gets only the remainder (it waited a whole timeout again: a drain took twice as long)."""
     from dlperf.serve.service import ServeConfig
 
     from .helpers import gated_server
 
     with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1, exit_timeout_s=1.0)) as (running, gate):
-        c = httpclient.InferenceServerClient(running.url)
-        held = c.async_infer("gated", [httpclient.InferInput("x", [1, 4], "FP32").set_data_from_numpy(
-            np.ones((1, 4), np.float32))])
+        c = httpclient.InferenceServerClient(running.url, concurrency=2)
+        x = np.ones((1, 4), np.float32)
+        held = c.async_infer("gated", [httpclient.InferInput("x", [1, 4], "FP32").set_data_from_numpy(x)])
         assert gate.wait_entered()
+        queued = c.async_infer("gated", [httpclient.InferInput("x", [1, 4], "FP32").set_data_from_numpy(x)])
+        wait_until(lambda: running.state.in_flight == 2, 30, "a second request queued behind the held one")
         running.server.begin_shutdown()
+        for request in (held, queued):
+            with pytest.raises(InferenceServerException) as info:
+                request.get_result()
+            assert info.value.status() == "503"
+            assert "did not finish within the exit timeout (--exit-timeout-s 1)" in info.value.message()
         wait_until(lambda: running.server.should_exit, 30, "the drain to give up")
         assert running.server.config.timeout_graceful_shutdown < 0.5
+        assert running.state.in_flight == 0
+        counted = parse_variant_metrics(running.state.metrics.exposition()[0].decode())["default"]
+        assert counted.failure_total["UNAVAILABLE"] == 2 and counted.success_total == 0
         gate.open.set()
-        held.get_result()  # answered: the loop still runs until uvicorn's remaining wait is over
         c.close()
+    assert gate.batches == [1]  # the queued request left the queue unrun
 
 
 def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(tmp_path: Path) -> None:

@@ -158,3 +158,47 @@ def test_live_takes_only_a_significance_level_in_range(alpha: str, capsys: pytes
     err = capsys.readouterr().err
     assert f"--alpha must be in (0, 0.5), got {float(alpha)}" in err
     assert "cannot read metrics" not in err
+
+
+def test_control_names_the_reference_variant() -> None:
+    """With an even split the variant with most requests changed from run to run; --control fixes it."""
+    metrics = Metrics()
+    _traffic(metrics, "a", 300, 0.010, 0, seed=20)
+    _traffic(metrics, "b", 310, 0.020, 0, seed=21)
+    _traffic(metrics, "c", 305, 0.010, 0, seed=22)
+    by_requests = compare_live(_page(metrics))
+    assert [t.control for t in by_requests.tests] == ["b", "b"]
+    chosen = compare_live(_page(metrics), control="a")
+    assert [v.name for v in chosen.variants] == ["a", "b", "c"]  # the others still by requests
+    assert [(t.variant, t.control) for t in chosen.tests] == [("b", "a"), ("c", "a")]
+    assert chosen.tests[0].latency_verdict == "slower"
+    assert chosen.control_rule == "a, as --control asked"
+    with pytest.raises(ConfigError, match=r"--control d: the server has no variant of that name; it has a, b, c"):
+        compare_live(_page(metrics), control="d")
+
+
+def test_control_needs_live(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    assert main(["compare", "r1", "r2", "--control", "a"]) == 2
+    assert "--control names a variant of --live" in capsys.readouterr().err
+
+
+def test_an_empty_window_prints_dashes_not_nan() -> None:
+    from rich.console import Console
+
+    from dlperf.report.compare_text import live_table
+
+    metrics = Metrics()
+    _traffic(metrics, "a", 50, 0.010, 0, seed=23)
+    _traffic(metrics, "b", 50, 0.010, 0, seed=24)
+    page = _page(metrics)
+    result = compare_live(page, earlier=page, window_s=5)  # nothing happened in between
+    console = Console(record=True, width=120)
+    console.print(live_table(result))
+    for line in result.findings():
+        console.print(line)
+    text = console.export_text()
+    assert "nan" not in text
+    assert "no variant answered or failed a request in the window: nothing to compare" in text
+    assert "b vs a: latency not enough requests (no test)" in text
