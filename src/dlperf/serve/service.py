@@ -649,7 +649,10 @@ def _requested_outputs(entry: ModelEntry, requested: Any,
         if r.name not in names:
             raise ProtocolError(f"unknown output '{r.name}' of model '{entry.name}': "
                                 f"its outputs are {', '.join(names)}")
-        out.append((names.index(r.name), default_binary if r.binary is None else r.binary, r.shm))
+        index = names.index(r.name)
+        if any(i == index for i, _, _ in out):  # Triton: "output '...' already exists in request"
+            raise ProtocolError(f"the request names output '{r.name}' twice")
+        out.append((index, default_binary if r.binary is None else r.binary, r.shm))
     return out
 
 

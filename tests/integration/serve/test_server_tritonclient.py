@@ -103,6 +103,19 @@ def test_bad_requests_are_400_with_an_error_message(server: Running, name: str, 
     assert message in info.value.message()
 
 
+def test_an_output_requested_twice_or_unknown_is_400(server: Running) -> None:
+    """An output named twice was returned twice; Triton refuses it ("already exists in request")."""
+    c = httpclient.InferenceServerClient(server.url)
+    x = np.zeros((1, 64), np.float32)
+    for outputs, message in (([httpclient.InferRequestedOutput("logits"), httpclient.InferRequestedOutput("logits")],
+                              "the request names output 'logits' twice"),
+                             ([httpclient.InferRequestedOutput("probs")], "unknown output 'probs' of model 'mlp'")):
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(x)], outputs=outputs)
+        assert info.value.status() == "400"
+        assert message in info.value.message()
+
+
 def test_unknown_model_and_version_are_404(server: Running) -> None:
     c = httpclient.InferenceServerClient(server.url)
     x = np.zeros((1, 64), np.float32)
