@@ -7,6 +7,7 @@ library only inside `run`, so `dlperf --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -65,19 +66,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0
+    from dlperf.cli.common import SIGTERM_EXIT, Terminated, sigterm_interrupts
     from dlperf.errors import DlperfError
 
     _quiet_third_party_logs()
     try:
-        return int(args._run(args) or 0)
+        # SIGTERM (`timeout`, a cancelled CI job) ends a command as Ctrl-C does, so its run is recorded as
+        # interrupted with what it finished (it stayed "running" in the store); serve and load handle it themselves
+        with contextlib.nullcontext() if args.command in OWN_SIGTERM else sigterm_interrupts():
+            return int(args._run(args) or 0)
     except DlperfError as exc:
         from dlperf.cli.common import error_console
 
         error_console().print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(interrupted_message(exc), file=sys.stderr)
+        return SIGTERM_EXIT if isinstance(exc, Terminated) else 130
+
+
+OWN_SIGTERM = frozenset({"serve", "load"})
+"""Commands that handle SIGTERM themselves (a server's drain, a load run's partial levels)."""
+
+
+def interrupted_message(exc: KeyboardInterrupt) -> str:
+    """What an interrupted command says: by what, and the run the store kept with what was finished."""
+    what = str(exc) or "interrupted"
+    run = getattr(exc, "dlperf_run", None)
+    if run is None:
+        return what
+    return (f"{what}: run {run} is kept in the store as interrupted, with what it finished "
+            f"(`dlperf runs show {run[:8]}`)")
 
 
 # Import-time chatter of libraries the command does not use directly (torchao's optional CUDA kernels that

@@ -4,6 +4,7 @@ the fixes with an interleaved A/B, and record the run in the store."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
@@ -44,6 +45,18 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def _check_trace_path(path: str) -> None:
+    """--trace FILE must be a file that can be written, checked before profiling: the profiler's own export
+    fails silently (a trace into /proc or a missing folder was reported as written)."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise ConfigError(f"--trace {path} is a folder: give a file name, e.g. {os.path.join(path, 'trace.json')}")
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--trace {path}: its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ConfigError(f"--trace {path}: cannot write there (permission denied); give another path")
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
@@ -54,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_fixes < 1:
         raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
+    if args.trace:
+        _check_trace_path(args.trace)
     capture_config = CaptureConfig(
         mode="train" if args.train else "inference", device=args.device, steps=args.steps,
         options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,

@@ -28,7 +28,6 @@ class UtilizationSampler:
         """`gpu_index`: torch's CUDA device index (mapped to NVML's through CUDA_VISIBLE_DEVICES)."""
         self.interval_s = interval_s
         self.result = Utilization()
-        self._proc = psutil.Process()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gpu = _nvml_handle(gpu_index) if gpu_index is not None else None
@@ -44,10 +43,12 @@ class UtilizationSampler:
                 self._gpu_mem.append(mem)
 
     def __enter__(self) -> UtilizationSampler:
-        self._cpu0 = self._proc.cpu_times()
-        psutil.cpu_percent(None)
         import time
 
+        # the process's CPU time at nanosecond resolution: psutil's cpu_times() counts 10 ms clock ticks, which over
+        # a region of a few ms read as 482% on a 2-core machine
+        self._cpu0 = time.process_time()
+        psutil.cpu_percent(None)
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="dlperf-util", daemon=True)
         self._thread.start()
@@ -60,9 +61,9 @@ class UtilizationSampler:
         if self._thread is not None:
             self._thread.join()
         wall = max(time.perf_counter() - self._t0, 1e-9)
-        cpu1 = self._proc.cpu_times()
-        busy = (cpu1.user - self._cpu0.user) + (cpu1.system - self._cpu0.system)
-        self.result.process_cpu_percent = 100.0 * busy / wall
+        busy = time.process_time() - self._cpu0
+        cores = psutil.cpu_count() or 1  # no process is busier than every core (a rounding of the clocks could say so)
+        self.result.process_cpu_percent = min(100.0 * busy / wall, 100.0 * cores)
         self.result.system_cpu_percent = float(psutil.cpu_percent(None))
         if self._gpu_util:
             self.result.gpu_util_percent = sum(self._gpu_util) / len(self._gpu_util)

@@ -93,16 +93,28 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _without_password(url: str) -> str:
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:  # not a URL SQLAlchemy reads: create_engine says so
+        return url
+
+
 class Store:
     """Runs and baselines in one database. Safe to use from one process at a time per run."""
 
     def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
         self.url = resolve_url(location)
+        self.shown_url = _without_password(self.url)
+        """The URL for messages: a password in it shows as ***."""
         try:
             self.engine: Engine = sa.create_engine(self.url, future=True)
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the run store at {self.url}: {exc}") from exc
+            raise StoreError(f"cannot open the run store at {self.shown_url}: {exc}") from exc
+        except ImportError as exc:  # the URL's database driver (psycopg, pymysql, ...) is not installed
+            raise StoreError(f"cannot open the run store at {self.shown_url}: its database driver is not installed "
+                             f"({exc}); pip install it, or use the default SQLite store (no --store)") from exc
 
     def _migrate(self) -> None:
         with self.engine.begin() as conn:
@@ -166,6 +178,7 @@ class Store:
             yield handle
         except KeyboardInterrupt as exc:  # Ctrl-C, or a command's own subclass with its reason (e.g. SIGTERM)
             self.finish_run(record.id, handle.result, INTERRUPTED, str(exc) or "interrupted by the user (Ctrl-C)")
+            exc.dlperf_run = record.id  # type: ignore[attr-defined]  # the outermost run last: what `main` names
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")
@@ -245,7 +258,7 @@ class Store:
             with self.engine.begin() as conn:
                 yield conn
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"run store {self.url}: {exc}") from exc
+            raise StoreError(f"run store {self.shown_url}: {exc}") from exc
 
     def _write(self, statement: Any) -> None:
         with self._begin() as conn:

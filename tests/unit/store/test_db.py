@@ -160,3 +160,16 @@ def test_record_to_json(store: Store) -> None:
         run.result = {"r": 2}
     data = json.loads(store.get(run.id).to_json())
     assert data["id"] == run.id and data["config"] == {"k": 1} and data["result"] == {"r": 2}
+
+
+def test_a_store_whose_driver_is_missing_is_a_clear_error_without_the_password() -> None:
+    """postgresql:// without psycopg installed was a ModuleNotFoundError traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg2") is not None:
+        pytest.skip("psycopg2 is installed here")
+    with pytest.raises(StoreError) as info:
+        Store("postgresql+psycopg2://user:secret@127.0.0.1:1/db")
+    message = str(info.value)
+    assert "its database driver is not installed" in message and "pip install it" in message
+    assert "secret" not in message and "user:***@127.0.0.1:1/db" in message

@@ -251,6 +251,34 @@ def test_zoo_options_are_parsed_as_numbers() -> None:
     assert model[0].out_features == 32
 
 
+@pytest.mark.parametrize(("spec", "source"), [
+    ("zoo:mlp?hidden=32&in_features=8", "zoo:mlp?in_features=8&hidden=32"),
+    ("zoo:mlp?hidden=256", "zoo:mlp"),  # a default is left out
+    ("zoo:resnet18?image_size=64", "zoo:resnet18?image_size=64"),
+])
+def test_a_zoo_workloads_source_keeps_its_options(spec: str, source: str) -> None:
+    """mlp and resnet18 dropped their options from `source`, which stored runs and optimize's child processes
+    rebuild from: zoo:mlp?hidden=1024 was stored and re-measured as zoo:mlp."""
+    w = load_workload(spec)
+    assert w.source == source
+    again = load_workload(w.source)
+    assert again.source == source and again.description == w.description
+    assert [tuple(x.shape) for x in again.example_inputs(2)] == [tuple(x.shape) for x in w.example_inputs(2)]
+
+
+def test_a_zoo_workloads_summary_says_its_options() -> None:
+    assert "8 -> 32 -> 32 -> 10" in load_workload("zoo:mlp?hidden=32&in_features=8").description
+    assert "64x64 images" in load_workload("zoo:resnet18?image_size=64").description
+
+
+@pytest.mark.parametrize("spec", ["zoo:mlp?hidden=abc", "zoo:mlp?hidden=-5", "zoo:mlp?classes=2.5",
+                                  "zoo:resnet18?image_size=0"])
+def test_a_zoo_option_that_is_not_a_positive_integer_is_named(spec: str) -> None:
+    key, value = spec.split("?")[1].split("=")
+    with pytest.raises(WorkloadError, match=rf"option {key}=.*{value}.* is not a positive integer"):
+        load_workload(spec)
+
+
 def test_module_without_inputs_is_rejected() -> None:
     with pytest.raises(WorkloadError, match="without example inputs"):
         load_workload(nn.Linear(2, 2))

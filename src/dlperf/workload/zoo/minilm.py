@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import MissingDependency, WorkloadError
 from dlperf.workload.base import EvalSpec, Inputs, Predict, Workload
+from dlperf.workload.zoo.options import suffix
 
 if TYPE_CHECKING:
     import torch
@@ -387,10 +388,9 @@ def workload(seq_len: int = 128, attn: str = "sdpa") -> Workload:
         )
     _check_attn(attn)
     # Only non-default options, so that `source` reloads the same workload: load_workload(w.source).
-    options = [f"{k}={v}" for k, v, default in (("seq_len", seq_len, 128), ("attn", attn, "sdpa")) if v != default]
-    suffix = "?" + "&".join(options) if options else ""
+    options = suffix([("seq_len", seq_len, 128), ("attn", attn, "sdpa")])
     return Workload(
-        name="minilm" + suffix,
+        name="minilm" + options,
         make_model=lambda: build(attn),
         make_inputs=lambda batch_size: make_inputs(batch_size, seq_len),
         eval=EvalSpec(
@@ -400,7 +400,7 @@ def workload(seq_len: int = 128, attn: str = "sdpa") -> Workload:
             calibration_inputs=lambda: calibration_inputs(seq_len),
         ),
         description=SUMMARY + f"; seq_len={seq_len}, attn={attn}",
-        source="zoo:minilm" + suffix,
+        source="zoo:minilm" + options,
         kind="transformer",
         input_names=("input_ids", "attention_mask"),
         output_names=("embedding",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.workload.base import TrainSpec, Workload
+from dlperf.workload.zoo.options import positive_int, suffix
 
 SUMMARY = "tiny 3-layer MLP (64 -> 256 -> 256 -> 10), random weights; for fast tests"
 
@@ -24,6 +25,10 @@ def _model(in_features: int, hidden: int, classes: int) -> Any:
 def workload(in_features: int = 64, hidden: int = 256, classes: int = 10) -> Workload:
     import torch
 
+    for key, value, example in (("in_features", in_features, 64), ("hidden", hidden, 256), ("classes", classes, 10)):
+        positive_int("mlp", key, value, example)
+    options = suffix([("in_features", in_features, 64), ("hidden", hidden, 256), ("classes", classes, 10)])
+
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         g = torch.Generator().manual_seed(batch_size)
         return (torch.randn(batch_size, in_features, generator=g),)
@@ -38,7 +43,7 @@ def workload(in_features: int = 64, hidden: int = 256, classes: int = 10) -> Wor
                           **loader_kwargs)
 
     return Workload(
-        name="mlp",
+        name="mlp" + options,
         make_model=lambda: _model(in_features, hidden, classes),
         make_inputs=make_inputs,
         train=TrainSpec(
@@ -47,8 +52,8 @@ def workload(in_features: int = 64, hidden: int = 256, classes: int = 10) -> Wor
             make_optimizer=lambda params: torch.optim.SGD(params, lr=0.05),
             batch_size=64,
         ),
-        description=SUMMARY,
-        source="zoo:mlp",
+        description=SUMMARY.replace("64 -> 256 -> 256 -> 10", f"{in_features} -> {hidden} -> {hidden} -> {classes}"),
+        source="zoo:mlp" + options,
         kind="mlp",
         input_names=("x",),
         output_names=("logits",),

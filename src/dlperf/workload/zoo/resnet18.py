@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.workload.base import Workload
+from dlperf.workload.zoo.options import positive_int, suffix
 
 SUMMARY = "ResNet-18 (11.7M params), random weights, 224x224 images; performance only"
 
@@ -62,16 +63,21 @@ def build(num_classes: int = 1000) -> Any:
 def workload(image_size: int = 224, num_classes: int = 1000) -> Workload:
     import torch
 
+    positive_int("resnet18", "image_size", image_size, 224)
+    positive_int("resnet18", "num_classes", num_classes, 1000)
+    options = suffix([("image_size", image_size, 224), ("num_classes", num_classes, 1000)])
+
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         g = torch.Generator().manual_seed(batch_size)
         return (torch.randn(batch_size, 3, image_size, image_size, generator=g),)
 
     return Workload(
-        name="resnet18",
+        name="resnet18" + options,
         make_model=lambda: build(num_classes),
         make_inputs=make_inputs,
-        description=SUMMARY,
-        source="zoo:resnet18",
+        description=SUMMARY.replace("224x224", f"{image_size}x{image_size}")
+        + (f", {num_classes} classes" if num_classes != 1000 else ""),
+        source="zoo:resnet18" + options,
         kind="cnn",
         input_names=("image",),
         output_names=("logits",),

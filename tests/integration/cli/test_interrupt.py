@@ -1,0 +1,48 @@
+"""A command interrupted by SIGTERM (`timeout`, a cancelled CI job) ends as on Ctrl-C: its run is kept in the
+store as interrupted with what it finished, and the last line names the run. Before, SIGTERM killed `dlperf
+bench` without a word and its run stayed "running" in the store for good."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum: int, status: int) -> None:
+    db = tmp_path / "runs.db"
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "bench", "zoo:mlp", "--batch-sizes", "1,2",
+                             "--min-duration", "8s", "--store", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until batch 1 is measured and saved as a partial result
+            if db.exists():
+                runs = Store(db).list()
+                if runs and "points" in (runs[0].result or {}):
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("batch 1 was never recorded")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == status, err
+    record = Store(db).list()[0]
+    assert record.status == "interrupted"
+    assert [p["batch_size"] for p in (record.result or {})["points"]] == [1]
+    last = err.strip().splitlines()[-1]
+    assert f"run {record.id} is kept in the store as interrupted, with what it finished" in last
+    if signum == signal.SIGTERM:
+        assert record.error == "terminated by SIGTERM" and last.startswith("terminated by SIGTERM")

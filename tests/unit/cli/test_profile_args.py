@@ -1,0 +1,26 @@
+"""`dlperf profile --trace FILE` is checked before anything is profiled: the profiler's own export fails
+silently, and a trace into a missing folder was reported as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dlperf.cli.main import main
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("missing/sub/t.json", "its folder .*missing/sub does not exist"),
+    (".", "is a folder: give a file name, e.g. "),
+])
+def test_a_trace_path_that_cannot_be_written_is_refused_up_front(tmp_path: Path, where: str, message: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / where
+    assert main(["profile", "zoo:mlp", "--trace", str(path), "--store", str(tmp_path / "runs.db")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"--trace .*{message}", err), err
+    assert not (tmp_path / "runs.db").exists()  # refused before a run was recorded
