@@ -92,7 +92,17 @@ class Workload:
                 f"workload '{self.name}': its inputs factory raised {type(exc).__name__}: {exc}\n"
                 f"{_user_frame(exc)}"
             ) from exc
-        return inputs if isinstance(inputs, tuple) else (inputs,)
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        firsts = [shape[0] for shape in (getattr(v, "shape", None) for v in inputs) if shape is not None and len(shape)]
+        if firsts and batch_size not in firsts:
+            # every figure per item (throughput, items/s) counts batch_size items per call: a factory that ignored
+            # it made a batch-64 throughput 64 times too high
+            raise WorkloadError(
+                f"workload '{self.name}': its inputs for batch size {batch_size} have no batch dimension of "
+                f"{batch_size} ({describe_inputs(inputs, self.input_names)}): the inputs factory must return "
+                "tensors whose first dimension is the batch size it is given"
+            )
+        return inputs
 
     def check(self, model: Predict, inputs: Inputs) -> Any:
         """Run one call; a model that rejects its inputs raises WorkloadError naming each input's shape."""

@@ -310,3 +310,16 @@ def test_load_workload_passes_a_workload_through_and_wraps_modules() -> None:
 def test_unsupported_spec_type() -> None:
     with pytest.raises(WorkloadError, match="cannot make a workload from int"):
         load_workload(42)
+
+
+def test_inputs_that_ignore_the_batch_size_are_refused() -> None:
+    """A factory returning one row whatever the batch size made bench report a batch-64 throughput 64x too high."""
+    from dlperf.workload.base import Workload
+
+    w = Workload(name="fixed", make_model=lambda: nn.Linear(64, 10), make_inputs=lambda b: (torch.randn(1, 64),))
+    assert w.example_inputs(1)[0].shape == (1, 64)
+    with pytest.raises(WorkloadError, match=r"no batch dimension of 64 \(input 0: float32\[1, 64\]\)"):
+        w.example_inputs(64)
+    scalar_too = Workload(name="aux", make_model=lambda: nn.Linear(4, 1),
+                          make_inputs=lambda b: (torch.randn(b, 4), torch.tensor(0.5)))
+    assert len(scalar_too.example_inputs(8)) == 2  # an auxiliary input beside a batched one is fine
