@@ -37,12 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_size(text: str) -> int:
-    """'4GiB', '512MB', '1e9' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    """'4GiB', '512MB', '1e9', '1E9' -> bytes; ConfigError for anything else or less than one byte (0.5 read as 0)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
         raise ConfigError(f"--memory-budget: expected a size like 4GiB, 512MiB or 2GB, got '{text}'")
-    return int(float(match.group(1)) * _UNITS[unit])
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 1:
+        raise ConfigError(f"--memory-budget must be at least one byte, got '{text}'")
+    return size
 
 
 def _check_trace_path(path: str) -> None:

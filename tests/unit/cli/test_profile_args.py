@@ -24,3 +24,13 @@ def test_a_trace_path_that_cannot_be_written_is_refused_up_front(tmp_path: Path,
     err = capsys.readouterr().err
     assert re.search(rf"--trace .*{message}", err), err
     assert not (tmp_path / "runs.db").exists()  # refused before a run was recorded
+
+
+def test_memory_budget_takes_an_upper_case_exponent_and_refuses_less_than_a_byte() -> None:
+    from dlperf.cli.profile import parse_size
+    from dlperf.errors import ConfigError
+
+    assert parse_size("1E9") == parse_size("1e9") == 10**9  # 1E9 was refused
+    for text in ("0.5", "0"):  # 0.5 was reported as "must be positive, got 0"
+        with pytest.raises(ConfigError, match=f"at least one byte, got '{text}'"):
+            parse_size(text)
