@@ -85,6 +85,20 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
                        threads=_int("--threads", args.threads, 1), precision=args.precision, timer=timer)
 
 
+def emulated_precision_note(precision: str, device: str) -> str | None:
+    """For fp16/bf16 on a CPU without native arithmetic for it (as `dlperf calibrate` finds it): torch converts
+    to and from fp32 around each op, so expect it slower than fp32 here. None otherwise."""
+    if precision not in ("fp16", "bf16") or not device.startswith("cpu"):
+        return None
+    from dlperf.calibrate.kernels import supported_dtypes
+
+    _, skipped = supported_dtypes(device)
+    if precision not in skipped:
+        return None
+    return (f"{precision} on this CPU: {skipped[precision]}, so torch computes it through fp32 conversions; "
+            "expect it slower than fp32 here (`dlperf calibrate` lists what runs natively)")
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.api import bench_config_dict
     from dlperf.cli.progress import bench_progress
@@ -97,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     use_allocator(args, "bench")
     if config.batch_sizes and config.scenario != "offline":
         error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
+    note = emulated_precision_note(config.precision, config.device)
+    if note is not None:
+        error_console().print(f"note: {note}", markup=False)
     workload = load_workload(args.workload)
     store = open_store(args)
     environment = capture_environment(config.device).to_dict()

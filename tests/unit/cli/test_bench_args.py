@@ -53,3 +53,16 @@ def test_values() -> None:
 def test_bad_values(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         bench.build_config(_args(*argv))
+
+
+def test_fp16_on_a_cpu_without_native_fp16_gets_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.calibrate import kernels
+    from dlperf.cli.bench import emulated_precision_note
+
+    monkeypatch.setattr(kernels, "_cpu_flag_set", lambda: {"avx2", "fma"})
+    note = emulated_precision_note("fp16", "cpu")
+    assert note is not None and "no native support" in note and "slower than fp32" in note
+    assert emulated_precision_note("bf16", "cpu") is not None
+    assert emulated_precision_note("fp32", "cpu") is None
+    monkeypatch.setattr(kernels, "_cpu_flag_set", lambda: {"avx2", "avx512_fp16", "avx512_bf16"})
+    assert emulated_precision_note("fp16", "cpu") is None and emulated_precision_note("bf16", "cpu") is None
