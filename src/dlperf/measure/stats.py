@@ -246,7 +246,7 @@ class Measurement:
     @property
     def noise_warning(self) -> str | None:
         if self.n < 4:
-            return f"only {self.n} samples: percentiles and spread are unreliable"
+            return f"only {self.n} sample{'' if self.n == 1 else 's'}: percentiles and spread are unreliable"
         if self.noise_ratio > NOISE_IQR_RATIO:
             return (
                 f"noisy: IQR is {self.noise_ratio:.0%} of the median (> {NOISE_IQR_RATIO:.0%}); "

@@ -67,7 +67,8 @@ def environment_line(env: dict[str, Any]) -> str:
         return "environment: not recorded"
     parts = [f"torch {env.get('torch_version', '?')}", f"Python {env.get('python_version', '?')}"]
     threads = env.get("torch_threads", "?")
-    parts.append(f"{env.get('cpu_model', '?')} ({env.get('logical_cores', '?')} cores, {threads} threads)")
+    parts.append(f"{env.get('cpu_model', '?')} ({env.get('logical_cores', '?')} cores, {threads} "
+                 f"thread{'' if threads == 1 else 's'})")
     if env.get("gpu_name"):
         parts.append(f"{env['gpu_name']} (CUDA {env.get('cuda_version') or '?'})")
     if env.get("os"):
@@ -83,7 +84,8 @@ def environment_line(env: dict[str, Any]) -> str:
 def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> RenderableType:
     """The table `dlperf calibrate` prints, from `Ceilings.to_dict()`."""
     details = ceilings.get("details", {})
-    title = f"ceilings on {ceilings.get('device', '?')} ({ceilings.get('threads', '?')} threads)"
+    threads = ceilings.get("threads", "?")
+    title = f"ceilings on {ceilings.get('device', '?')} ({threads} thread{'' if threads == 1 else 's'})"
     table = Table(title=title, title_justify="left")
     table.add_column("what")
     table.add_column("ceiling", justify="right")
