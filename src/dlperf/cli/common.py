@@ -98,8 +98,10 @@ def open_store(args: argparse.Namespace) -> Any:
 
 
 def require_positive(name: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise ConfigError(f"{name} must be positive, got {value}")
+    """Refuse a value of option `name` that is not a positive finite number (NaN and inf included: every
+    comparison with NaN is False, so `value <= 0` let it through and it turned the limit off)."""
+    if value is not None and not 0 < value < math.inf:
+        raise ConfigError(f"{name} must be a positive number, got {value}")
 
 
 def use_allocator(args: argparse.Namespace, command: str, on_ray: bool = False, specs: Sequence[str] = ()) -> None:

@@ -52,8 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import open_store, require_positive
     from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
-    from dlperf.optimize.search import OptimizeConfig, optimize, process_started_at
-    from dlperf.report.optimize_view import print_result
+    from dlperf.optimize.search import ExportFailed, OptimizeConfig, optimize, process_started_at
 
     require_positive("--latency-budget-ms", args.latency_budget_ms)
     constraints = Constraints(
@@ -78,16 +77,24 @@ def run(args: argparse.Namespace) -> int:
         result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
                           auto_resume=not args.no_resume, on_event=progress, executor=executor,
                           started_at=process_started_at())
+    except ExportFailed as exc:
+        _print(exc.result.to_dict(), args.json)  # the search's results first, then the one-line error
+        raise
     finally:
         executor.close()
-    data = result.to_dict()
-    if args.json:
+    _print(result.to_dict(), args.json)
+    return 0
+
+
+def _print(data: dict[str, Any], as_json: bool) -> None:
+    from dlperf.report.optimize_view import print_result
+
+    if as_json:
         print_json(data)
     else:
         from dlperf.cli.common import console
 
         print_result(data, console())
-    return 0
 
 
 class _Progress:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import OptimizeError
+from dlperf.errors import OptimizeError, WorkloadError
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -221,7 +221,11 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         except Exception as exc:
             raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
                                 f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
-    workload = load_workload(manifest["workload"])
+    try:
+        workload = load_workload(manifest["workload"])
+    except WorkloadError as exc:
+        raise OptimizeError(f"artifact '{folder}': its recipe rebuilds the model from the workload "
+                            f"'{manifest['workload']}', which does not load here: {exc}") from exc
     device = str(manifest.get("device", "cpu"))
     model = workload.build_model().eval()
     weights = _load_weights(folder / "weights.pt", "cpu")
@@ -253,17 +257,77 @@ def artifact_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
+def not_an_artifact(folder: Path) -> str | None:
+    """Why `folder` is not a dlperf artifact (None when it is one): its manifest must read as one (a known engine,
+    a format version) and the folder hold nothing but the manifest and the files it lists, so that replacing it
+    can only delete what an export wrote."""
+    file = folder / MANIFEST
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        return f"it has no {MANIFEST}"
+    except (OSError, ValueError) as exc:
+        return f"its {MANIFEST} does not read as JSON ({type(exc).__name__})"
+    if not isinstance(data, dict) or data.get("engine") not in LOADERS or "format_version" not in data:
+        return f"its {MANIFEST} is not a dlperf manifest (a known engine and a format_version)"
+    files = data.get("files")
+    if not isinstance(files, list):
+        return f"its {MANIFEST} lists no files"
+    others = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST and p.name not in files)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        return f"it holds files an export does not write ({shown})"
+    return None
+
+
+def check_export_dir(dst: str | Path) -> Path:
+    """Refuse, before any work, an export folder that cannot be written or whose contents would be lost: `dst`
+    must be new, an empty folder, or a dlperf artifact (replaced by the export); its nearest existing parent
+    must be a folder this process can create folders in."""
+    dst = check_folder_path(dst, "--export")
+    if dst.is_dir() and any(dst.iterdir()):
+        why = not_an_artifact(dst)
+        if why is not None:
+            raise OptimizeError(f"--export folder '{dst}' is not empty and not a dlperf artifact ({why}), so "
+                                "exporting would delete its contents: choose a new or empty folder")
+    return dst
+
+
+def check_folder_path(path: str | Path, option: str) -> Path:
+    """`path` as a Path when it is a folder, or can be created as one (its nearest existing parent is a folder this
+    process can make folders in: tried, and undone); else an OptimizeError naming `option`."""
+    import tempfile
+
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise OptimizeError(f"{option} '{path}' is a file, not a folder: choose a new or empty folder")
+        return path
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OptimizeError(f"{option} '{path}': '{parent}' is a file, not a folder: choose another path")
+    try:
+        Path(tempfile.mkdtemp(prefix=".dlperf-check-", dir=parent)).rmdir()
+    except OSError as exc:
+        raise OptimizeError(f"{option} '{path}' cannot be created: no folder can be made in '{parent}' "
+                            f"({exc.strerror or exc}): choose another path") from exc
+    return path
+
+
 def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
-    """Copy a candidate's artifact folder to `dst` and merge `extra` (passes, metrics...) into its manifest."""
+    """Copy a candidate's artifact folder to `dst` and merge `extra` (passes, metrics...) into its manifest. `dst`
+    may be new, empty, or a dlperf artifact, which is replaced; anything else is refused (`check_export_dir`)."""
     import shutil
 
-    dst = Path(dst)
-    if dst.exists() and any(dst.iterdir()):
-        if not (dst / MANIFEST).exists():
-            raise OptimizeError(f"--export folder '{dst}' exists and is not a dlperf artifact: choose an empty "
-                                "or new folder")
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, dirs_exist_ok=True)
+    dst = check_export_dir(dst)
+    try:
+        if dst.is_dir() and any(dst.iterdir()):
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    except OSError as exc:
+        raise OptimizeError(f"cannot export to '{dst}': {exc.strerror or exc} ({exc.filename or dst})") from exc
     manifest = read_manifest(dst)
     manifest.update(extra)
     write_manifest(dst, {k: v for k, v in manifest.items() if k != "format_version"})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER
-from dlperf.optimize.constraints import Constraints, metric_drop, violations
+from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import Executor, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
@@ -70,13 +71,18 @@ class OptimizeConfig:
         check_objective(self.objective)
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads} (leave it out for torch's default)")
+        if self.passes is not None and not self.passes:
+            raise ConfigError("--passes names no pass: give pass names separated by commas, or leave it out to "
+                              "search every pass")
         if self.time_budget_s <= 0:
             raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
         if self.max_depth < 1:
-            raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
+            raise ConfigError(f"--max-depth must be >= 1, got {self.max_depth}")
         if self.candidate_timeout_s <= 0:
             raise ConfigError(f"candidate timeout must be positive, got {self.candidate_timeout_s}")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,6 +128,9 @@ class OptimizeResult:
     # The confirmed pick against the next-ranked candidate: key, label (the runner-up's), pick (the pick's label),
     # ab, describe, switched, reason.
     runner_up: dict[str, Any] | None = None
+    # Why the asked-for export was not written (a folder that cannot be written, nothing meeting the constraints);
+    # `optimize` raises it as an `ExportFailed` once the run is recorded.
+    export_error: str | None = None
 
     def row(self, key: str) -> dict[str, Any]:
         for r in self.rows:
@@ -144,6 +153,7 @@ class OptimizeResult:
             "skipped_passes": self.skipped_passes, "closest": self.closest, "export_dir": self.export_dir,
             "elapsed_s": self.elapsed_s, "time_budget_s": self.time_budget_s,
             "resumed_from": self.resumed_from, "notes": self.notes, "runner_up": self.runner_up,
+            "export_error": self.export_error,
         }
 
 
@@ -261,8 +271,9 @@ class _Search:
     def _accept(self, candidate: Candidate, row: dict[str, Any]) -> None:
         """Judge a measured row against the baseline and the constraints; keep it."""
         if candidate.is_baseline:
-            row["feasible"] = row["status"] == "ok"
-            row["violations"] = []
+            # its metric is the reference, but a latency budget it misses is missed: it is not "within the constraints"
+            row["violations"] = latency_violations(row, self.config.constraints) if row["status"] == "ok" else []
+            row["feasible"] = row["status"] == "ok" and not row["violations"]
             row["gain"] = 1.0
         elif row["status"] == "ok" and self.baseline:
             row["violations"] = violations(row, self.baseline, self.config.constraints)
@@ -276,7 +287,8 @@ class _Search:
                 if row.get("metric") is not None and not _isnan(row["metric"]) else (math.nan, math.nan)
             row["metric_drop"] = drop
             row["metric_drop_rel"] = rel
-            if search_gain(row) < 1.0:
+            if self.config.objective in SPEED_OBJECTIVES and search_gain(row) < 1.0:
+                # the explanations are of time; a candidate worse on size or memory is not "slower"
                 row["slower_reasons"] = slower_reasons(row, self.baseline, self.cpu_flags, self.batch_size,
                                                        self.config.device)
         else:
@@ -447,9 +459,16 @@ def optimize(
     its process's start (`process_started_at()`), so the whole command fits the budget.
     """
     from dlperf.measure.env import capture_environment
+    from dlperf.optimize.artifact import check_export_dir, check_folder_path
     from dlperf.workload.loader import load_workload
 
     config = config or OptimizeConfig()
+    # paths and the device are checked before the search spends its budget (a bad --export failed at the end)
+    if export_dir is not None:
+        check_export_dir(export_dir)
+    if config.workdir is not None:
+        check_folder_path(config.workdir, "--workdir")
+    _check_device(config.device)
     wl = load_workload(workload)
     source = wl.source or (workload if isinstance(workload, str) else "")
     if not source or source == "python":
@@ -508,11 +527,40 @@ def optimize(
         return result
 
     if store is None:
-        return body(None)
-    with store.recording("optimize", source, run_config, env.to_dict()) as run:
-        result = body(run)
-        run.result = result.to_dict()
+        result = body(None)
+    else:
+        with store.recording("optimize", source, run_config, env.to_dict()) as run:
+            result = body(run)
+            run.result = result.to_dict()
+    if result.export_error is not None:
+        raise ExportFailed(result.export_error, result)
     return result
+
+
+class ExportFailed(OptimizeError):
+    """The search ran and was recorded, but the asked-for export was not written; `result` is the search's result
+    (the CLI prints it before the error)."""
+
+    def __init__(self, message: str, result: OptimizeResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _check_device(device: str) -> None:
+    """Refuse a CUDA device this torch cannot use, in one line (it failed at the baseline, with torch's
+    AssertionError)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ConfigError(f"--device {device}: torch here ({torch.__version__}, {build}) sees no CUDA device: "
+                          "use --device cpu, or install a CUDA build of torch on a machine with a GPU")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices here (cuda:0 to "
+                          f"cuda:{torch.cuda.device_count() - 1})")
 
 
 def search_gain(row: dict[str, Any], default: float = 0.0) -> float:
@@ -545,6 +593,8 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     measured = [r for r in rows if r["status"] == "ok"]
     feasible = [r for r in measured if r.get("feasible")]
     hib = bool(baseline.get("higher_is_better", True))
+    for r in measured:
+        r["paired_p50_s"] = paired_p50_s(r, baseline)
     front_idx = pareto_front(feasible, higher_is_better_metric=hib)
     front = [feasible[i]["key"] for i in front_idx]
     for r in rows:
@@ -558,9 +608,19 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     notes: list[str] = []
     speed_objective = config.objective in SPEED_OBJECTIVES
     tried = 0
+    others = [r for r in rows if r["key"] != baseline["key"]]
+    if not others:
+        notes.append("no candidate besides the baseline was measured: " + (
+            "none fit in the time budget" if search.not_tried else
+            "no pass offered a configuration for this workload (see the skipped passes)"))
+    elif not any(r["status"] == "ok" for r in others):
+        notes.append("no candidate besides the baseline could be measured: every one failed or was not applicable "
+                     "(the reasons are listed above)")
+    elif not any(r["key"] != baseline["key"] for r in feasible):
+        notes.append(f"no candidate meets the constraints ({config.constraints.describe()})")
     for row in ranked:
         if row["key"] == baseline["key"]:
-            if speed_objective:
+            if speed_objective and len(ranked) > 1:
                 notes.append("the other candidates that meet the constraints measured no better than the baseline")
             break
         if tried >= config.confirm_top:
@@ -586,42 +646,32 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         winner, confirmation, runner_up = _meet_runner_up(search, ranked, winner, confirmation, notes)
     closest = []
     if not feasible or (len(feasible) == 1 and feasible[0]["key"] == baseline["key"]):
-        failing = [r for r in measured if not r.get("feasible")]
+        failing = [r for r in measured if not r.get("feasible") and r["key"] != baseline["key"]]
         failing.sort(key=lambda r: (abs(r.get("metric_drop_rel") or 0.0) if not _isnan(r.get("metric_drop_rel"))
                                     else math.inf, -float(r.get("gain") or 0.0)))
         closest = [r["key"] for r in failing[:3]]
     exported: str | None = None
-    export_key = winner or (ranked[0]["key"] if ranked and ranked[0]["key"] != baseline["key"] else None)
-    if export_dir is not None:
-        key = export_key or baseline["key"]
-        row = search.rows[key]
+    export_error: str | None = None
+    export_key = winner or (ranked[0]["key"] if ranked else None)
+    if export_dir is not None and export_key is None:
+        # the baseline too misses the constraints (a latency budget): exporting it "as the best within the
+        # constraints" would be false, and an older artifact left in the folder would be taken for this search's
+        export_error = (f"nothing measured meets the constraints ({config.constraints.describe()}), the baseline "
+                        f"included: nothing exported to '{export_dir}'")
+        notes.append(export_error)
+    elif export_dir is not None and export_key is not None:
+        row = search.rows[export_key]
         if row.get("artifact") and row["artifact"].get("dir"):
-            from dlperf.optimize.artifact import copy_artifact
-
-            extra = {
-                "passes": [c["pass"] for c in row["pipeline"]],
-                "configs": row["pipeline"],
-                "label": row["label"],
-                "objective": config.objective,
-                "confirmed": key == winner,
-                "metrics": {
-                    "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
-                    "metric": row.get("metric"), "metric_name": row.get("metric_name"),
-                    "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
-                    "peak_rss_bytes": row.get("peak_rss_bytes"),
-                    "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),
-                    "ab": (confirmation or {}).get("ab") if key == winner else None,
-                },
-                "environment": environment,
-                "dlperf_version": environment.get("dlperf_version"),
-            }
-            if extra["metrics"]["ab"]:
-                extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
-            exported = str(copy_artifact(Path(row["artifact"]["dir"]), Path(export_dir), extra))
-            if key == baseline["key"]:
+            try:
+                exported = str(_export(search, row, winner, confirmation, Path(export_dir), environment))
+            except OptimizeError as exc:
+                export_error = str(exc)
+            if exported and export_key == baseline["key"]:
                 notes.append("no candidate beat the baseline within the constraints: exported the baseline")
-            elif key != winner:
+            elif exported and export_key != winner:
                 notes.append(f"exported {row['label']}, which was not confirmed faster by the A/B")
+        else:
+            export_error = f"{row['label']} left no artifact to export to '{export_dir}'"
     result = OptimizeResult(
         run_id=search.run.id if search.run is not None else None, workload=search.source,
         objective=config.objective, batch_size=search.batch_size, device=config.device,
@@ -630,10 +680,50 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         baseline=baseline, rows=rows, front=front, winner=winner, confirmation=confirmation,
         not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
         elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
-        runner_up=runner_up,
+        runner_up=runner_up, export_error=export_error,
     )
     search.on_event("done", {"result": result})
     return result
+
+
+def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmation: dict[str, Any] | None,
+            export_dir: Path, environment: dict[str, Any]) -> Path:
+    """Copy `row`'s artifact to `export_dir` with what the search found about it in the manifest."""
+    from dlperf.optimize.artifact import copy_artifact
+
+    config, baseline, key = search.config, search.baseline, row["key"]
+    extra = {
+        "passes": [c["pass"] for c in row["pipeline"]],
+        "configs": row["pipeline"],
+        "label": row["label"],
+        "objective": config.objective,
+        "confirmed": key == winner,
+        "metrics": {
+            "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
+            "metric": row.get("metric"), "metric_name": row.get("metric_name"),
+            "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
+            "peak_rss_bytes": row.get("peak_rss_bytes"),
+            "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),
+            "ab": (confirmation or {}).get("ab") if key == winner else None,
+        },
+        "environment": environment,
+        "dlperf_version": environment.get("dlperf_version"),
+    }
+    if extra["metrics"]["ab"]:
+        extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
+    return copy_artifact(Path(row["artifact"]["dir"]), export_dir, extra)
+
+
+def paired_p50_s(row: dict[str, Any], baseline: dict[str, Any]) -> float:
+    """The row's p50 on the baseline's scale: the baseline's p50 times the candidate/original time ratio the candidate
+    measured in its own process (its paired gain, which the search ranks by), else its own p50. The Pareto
+    frontier's latency axis, so that the frontier and the ranking agree (isolated p50s from different processes
+    differ by more than many passes' effects: compile showed 50x isolated and 0.28x paired in one run)."""
+    ratio = (row.get("paired") or {}).get("ratio")
+    base = baseline.get("p50_s")
+    if ratio and base and row["key"] != baseline["key"]:
+        return float(base) * float(ratio)
+    return float(row["p50_s"])
 
 
 def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, confirmation: dict[str, Any] | None,
@@ -691,4 +781,4 @@ def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, 
     return runner["key"], conf, found
 
 
-__all__ = ["OBJECTIVES", "OptimizeConfig", "OptimizeResult", "optimize", "process_started_at"]
+__all__ = ["OBJECTIVES", "ExportFailed", "OptimizeConfig", "OptimizeResult", "optimize", "process_started_at"]

@@ -151,6 +151,7 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
     """Ask every pass module for the configs worth trying on this workload."""
     options: list[PassOption] = []
     skipped: list[str] = []
+    built: list[Any] = []  # the workload's initial state, built once if a reason needs it
     modules = load_pass_modules(extra_modules)
     # pass names each module registered, so `only` skips the search spaces of the others (they can be slow)
     names_by_module: dict[str, set[str]] = {}
@@ -170,7 +171,11 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
             continue
         if not configs:
             reason = getattr(module, "UNAVAILABLE_REASON", None) or missing_library(short)
-            skipped.append(f"{short}: not applicable" + (f": {reason}" if reason else ""))
+            if not reason and only:  # named in --passes: worth building the model to say why
+                reason = _why_nothing_offered(module.__name__, workload, ctx, built)
+            reason = reason or (f"it offers no configuration for this workload (kind '{workload.kind}') on "
+                                f"{ctx.device}")
+            skipped.append(f"{short}: not applicable: {reason}")
             continue
         for config in configs:
             options.append(PassOption(config, name))
@@ -186,6 +191,26 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         options = [o for o in options if o.config.name in wanted]
     options.sort(key=lambda o: sort_key(o.config))
     return SearchSpace(options, skipped)
+
+
+def _why_nothing_offered(module_name: str, workload: Workload, ctx: PassContext, built: list[Any]) -> str | None:
+    """Why a pass module's search space offered nothing: what its passes' `applicable` says of their default
+    configs on the workload's model (`built` caches that model's state), or None."""
+    from dlperf.passes.base import initial_state, why_not
+
+    for cls in registered():
+        if cls.__module__ != module_name:
+            continue
+        try:
+            config = cls()
+            if not built:
+                built.append(initial_state(workload))
+            reason = why_not(config, built[0], ctx)
+        except Exception:  # a config without defaults, a model that does not build: no reason from here
+            continue
+        if reason:
+            return reason
+    return None
 
 
 def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:

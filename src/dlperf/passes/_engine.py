@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -201,6 +202,7 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
             dynamic_axes[s.name] = dims
     errors = []
     for dynamo in (False, True):
+        exporter = "dynamo" if dynamo else "torchscript"
         try:
             with _quiet(), torch.inference_mode(False), torch.no_grad():
                 torch.onnx.export(
@@ -208,10 +210,36 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
                     dynamic_axes=dynamic_axes, opset_version=opset if not dynamo else max(opset, 18),
                     dynamo=dynamo, external_data=False,
                 )
-            return path
         except Exception as exc:  # try the other exporter, report both if neither works
-            errors.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {type(exc).__name__}: {exc}")
+            errors.append(f"{exporter} exporter: {type(exc).__name__}: {first_line(str(exc))}")
+            continue
+        missing = untraced_inputs(path, in_names)
+        if not missing:
+            return path
+        # a forward that leaves torch (numpy, .item(), .tolist()) is traced as constants: the graph ignores the input
+        errors.append(f"{exporter} exporter: the export traced no use of input(s) {', '.join(missing)} (the graph "
+                      "has no such input: does the forward go through numpy or Python values?)")
     raise PassError("ONNX export failed: " + " | ".join(errors))
+
+
+def untraced_inputs(onnx_path: Path, names: Sequence[str]) -> list[str]:
+    """The model inputs among `names` that the exported graph does not take (left out because nothing used them)."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    taken = {i.name for i in graph.input} - {i.name for i in graph.initializer}
+    return [n for n in names if n not in taken]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def first_line(message: str, limit: int = 300) -> str:
+    """The first meaningful line of a library's error, without ANSI colour codes and at most `limit` characters:
+    the exporters' errors run to hundreds of coloured lines (a report, a traceback) that would drown the table."""
+    lines = [line.strip() for line in _ANSI.sub("", message).splitlines()]
+    line = next((ln for ln in lines if ln.strip("#=-*_ ") and not ln.startswith("Traceback")), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def onnx_scope_to_module(node_name: str) -> str:
@@ -249,6 +277,25 @@ def onnx_weighted_nodes(onnx_path: Path) -> list[str]:
     weights |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     return [n.name for n in graph.node
             if n.op_type in ("MatMul", "Gemm", "Conv", "Attention") and len(n.input) > 1 and n.input[1] in weights]
+
+
+INTEGER_OPS = frozenset({
+    "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul",
+    "QLinearConv", "QGemm", "QAttention",
+})
+"""ONNX ops that compute a layer in int8 (dynamic quantization's and the QOperator format's)."""
+
+
+def onnx_int8_layers(onnx_path: Path) -> int:
+    """How many layers of a quantized graph compute in int8: integer ops, and (QDQ format) MatMul / Gemm / Conv
+    nodes whose weight comes out of a DequantizeLinear. 0 means the quantization changed nothing."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    dequantized = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return sum(1 for n in graph.node
+               if n.op_type in INTEGER_OPS
+               or (n.op_type in ("MatMul", "Gemm", "Conv") and len(n.input) > 1 and n.input[1] in dequantized))
 
 
 def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list[Inputs]:

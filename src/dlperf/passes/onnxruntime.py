@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.errors import ConfigError, MissingDependency, OptimizeError, PassError, PassNotApplicable, require
 from dlperf.passes import _engine
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
@@ -177,7 +177,7 @@ def _quantize(config: OrtConfig, src: Path, dst: Path, spec: _engine.IOSpec, sam
     with _engine._quiet():
         if config.precision == "int8-dynamic":
             q.quantize_dynamic(src, dst, per_channel=config.per_channel, weight_type=q.QuantType.QInt8,
-                               nodes_to_quantize=targets, extra_options=extra)
+                               nodes_to_quantize=_with_gemm_rewrites(src, targets), extra_options=extra)
         else:
             reader = _Reader(samples, [s.name for s in spec.inputs])
             method = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
@@ -188,6 +188,30 @@ def _quantize(config: OrtConfig, src: Path, dst: Path, spec: _engine.IOSpec, sam
                               activation_type=act, weight_type=q.QuantType.QInt8, nodes_to_quantize=targets,
                               calibrate_method=method, extra_options=extra)
     return dst
+
+
+def _with_gemm_rewrites(src: Path, targets: list[str]) -> list[str]:
+    """`targets` plus the names their Gemm nodes get inside `quantize_dynamic`: it first rewrites each Gemm as
+    MatMul + Add named '<gemm>_MatMul' and '<gemm>_Add' (onnxruntime.quantization.onnx_model's
+    replace_gemm_with_matmul), then matches `nodes_to_quantize` against the new names, so a list of the fp32
+    graph's Gemm names quantized no Linear layer. Should the names change, `onnx_int8_layers` catches it."""
+    import onnx
+
+    gemms = {n.name for n in onnx.load(str(src), load_external_data=False).graph.node if n.op_type == "Gemm"}
+    return [*targets, *(f"{n}_MatMul" for n in targets if n in gemms)]
+
+
+def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...]) -> str:
+    """A note on how many layers the quantized graph at `path` computes in int8; raises when none does, so a
+    candidate whose quantization changed nothing is never labelled int8."""
+    n_int8 = _engine.onnx_int8_layers(path)
+    if n_int8 == 0:
+        if kept_fp32:
+            raise PassNotApplicable(f"every weighted layer is kept fp32 ({', '.join(kept_fp32)}): no layer is left "
+                                    "int8, so this is the fp32 candidate")
+        raise PassError(f"ONNX Runtime's quantizer left all {n_weighted} weighted layers fp32 (the graph has no "
+                        "integer or dequantized-weight op): not labelled int8")
+    return f"int8: {n_int8} of {n_weighted} weighted layers"
 
 
 def _transformer_optimize(src: Path, dst: Path) -> Path:
@@ -246,6 +270,9 @@ class OrtPass:
         notes = [f"onnxruntime {config.provider} provider, opt level {config.opt_level}, {threads} threads"]
         if config.precision != "fp32":
             fp32_path = path
+            weighted = _engine.onnx_weighted_nodes(fp32_path)
+            if not weighted:
+                raise PassNotApplicable("the ONNX graph has no MatMul, Gemm or Conv with a weight to quantize")
 
             def build(kept: tuple[str, ...]) -> tuple[Any, Path]:
                 nodes = _engine.onnx_layer_nodes(fp32_path, kept)
@@ -271,6 +298,7 @@ class OrtPass:
                 _, path = build(kept_fp32)
             if kept_fp32:
                 notes.append("kept fp32: " + ", ".join(kept_fp32))
+            notes.append(_check_quantized(path, len(weighted), kept_fp32))
             final = workdir / "model.final.onnx"
             shutil.copyfile(path, final)
             path = final

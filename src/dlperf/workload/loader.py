@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -174,7 +175,7 @@ def _candidates(module: ModuleType) -> list[str]:
 
 def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
     if isinstance(value, Workload):
-        return value if value.source else _with_source(value, f"{path}:{attr}")
+        return value if value.source else _with_source(value, f"{_absolute(path)}:{attr}")
     if callable(value):
         try:
             result = value(**options)
@@ -183,12 +184,19 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                 f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
             ) from exc
         if isinstance(result, Workload):
-            return result if result.source else _with_source(result, f"{path}:{attr}")
+            return result if result.source else _with_source(result, f"{_absolute(path)}:{attr}")
         raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
     raise WorkloadError(f"'{path}:{attr}' is a {type(value).__name__}, not a dlperf.Workload or a function")
 
 
+def _absolute(path: Path) -> str:
+    """`path` made absolute and normalised, symlinks kept (what the user named, from anywhere)."""
+    return os.path.abspath(path)
+
+
 def _with_source(workload: Workload, source: str) -> Workload:
+    """`workload` with the spec it was loaded from, an absolute path: exported recipes and candidate processes
+    rebuild it from there, whatever their working directory."""
     import dataclasses
 
     return dataclasses.replace(workload, source=source)
@@ -212,6 +220,6 @@ def _from_functions(module: ModuleType, path: Path) -> Workload:
         make_model=module.model,
         make_inputs=module.inputs,
         eval=eval_spec,
-        source=str(path),
+        source=_absolute(path),
         kind=getattr(module, "KIND", "generic"),
     )

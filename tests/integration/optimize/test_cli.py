@@ -46,3 +46,52 @@ def test_optimize_cli_rejects_unknown_pass(tmp_path: Path, capsys: pytest.Captur
 def test_optimize_cli_rejects_bad_budget() -> None:
     with pytest.raises(SystemExit):
         main(["optimize", "zoo:mlp", "--time-budget", "soon"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--max-metric-drop-abs", "nan"], "--max-metric-drop-abs must be a number >= 0, got nan"),
+    (["--latency-budget-ms", "nan"], "--latency-budget-ms must be a positive number, got nan"),
+    (["--max-metric-drop", "nan"], "--max-metric-drop must be in [0, 100%), got nan"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--threads", "-3"], "--threads must be >= 1, got -3"),
+    (["--passes", ","], "--passes names no pass"),
+])
+def test_optimize_cli_refuses_bad_numbers_at_once(argv: list[str], message: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["optimize", "zoo:mlp", *argv, "--store", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "measuring" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_optimize_cli_refuses_bad_paths_before_the_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "manifest.json").write_text('{"engine": "mine"}')
+    (project / "data" / "keep.csv").write_text("x")
+    store = ["--store", str(tmp_path / "runs.db")]
+    for argv, message in [(["--export", str(a_file)], "is a file, not a folder"),
+                          (["--export", "/proc/nope/x"], "cannot be created: no folder can be made in '/proc'"),
+                          (["--export", str(project)], "is not empty and not a dlperf artifact"),
+                          (["--workdir", str(a_file)], "--workdir"),]:
+        code = main(["optimize", "zoo:mlp", *argv, *store])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and "measuring" not in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert (project / "data" / "keep.csv").read_text() == "x"
+
+
+def test_optimize_cli_prints_the_results_before_an_export_it_cannot_make(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A budget nothing meets, the baseline included: no export, said after the table, exit 2."""
+    code = main(["optimize", "zoo:mlp", "--passes", "hygiene", "--max-depth", "1", "--time-budget", "2m",
+                 "--min-duration", "0.05", "--latency-budget-ms", "0.0001", "--store", str(tmp_path / "runs.db"),
+                 "--export", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "candidates for zoo:mlp" in captured.out and "0* " not in captured.out
+    assert "0 baseline: p99 latency" in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith("error: nothing measured meets the constraints")
+    assert not (tmp_path / "out").exists()

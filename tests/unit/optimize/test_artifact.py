@@ -11,7 +11,7 @@ import torch
 
 import dlperf
 from dlperf.errors import OptimizeError
-from dlperf.optimize.artifact import copy_artifact, io_spec, load_artifact, read_manifest
+from dlperf.optimize.artifact import check_export_dir, copy_artifact, io_spec, load_artifact, read_manifest
 from dlperf.optimize.evaluate import EvalSettings, evaluate_here
 from dlperf.optimize.space import Candidate
 from dlperf.passes.hygiene import HygieneConfig
@@ -60,6 +60,45 @@ def test_copy_artifact_merges_manifest_and_refuses_foreign_folders(tmp_path: Pat
     assert (foreign / "thesis.tex").exists()
 
 
+def test_export_replaces_only_a_folder_that_is_a_dlperf_artifact(tmp_path: Path) -> None:
+    """A folder was deleted whole because it held some file named manifest.json."""
+    folder = _export(tmp_path / "a", Candidate((HygieneConfig(),)))
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "manifest.json").write_text('{"engine": "mine"}')
+    (project / "data" / "keep.csv").write_text("x")
+    with pytest.raises(OptimizeError, match=r"--export folder '.*project' is not empty and not a dlperf artifact "
+                                            r"\(its manifest.json is not a dlperf manifest"):
+        copy_artifact(folder, project, {})
+    assert (project / "data" / "keep.csv").read_text() == "x"
+    # an artifact someone added a file to is not replaced either
+    old = copy_artifact(folder, tmp_path / "old", {"label": "first"})
+    (old / "notes.txt").write_text("mine")
+    with pytest.raises(OptimizeError, match=r"holds files an export does not write \(notes.txt\)"):
+        copy_artifact(folder, old, {})
+    assert (old / "notes.txt").exists()
+    # a plain earlier export is replaced
+    (old / "notes.txt").unlink()
+    (old / "weights.pt").write_bytes(b"stale")
+    copy_artifact(folder, old, {"label": "second"})
+    assert read_manifest(old)["label"] == "second"
+    assert (old / "weights.pt").read_bytes() == (folder / "weights.pt").read_bytes()
+
+
+def test_export_paths_that_cannot_be_written_are_refused_up_front(tmp_path: Path) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    with pytest.raises(OptimizeError, match=r"--export '.*afile' is a file, not a folder"):
+        check_export_dir(a_file)
+    with pytest.raises(OptimizeError, match=r"'.*afile' is a file, not a folder: choose another path"):
+        check_export_dir(a_file / "sub" / "dir")
+    with pytest.raises(OptimizeError, match=r"--export '/proc/nope/x' cannot be created: no folder can be made in "
+                                            r"'/proc'"):
+        check_export_dir("/proc/nope/x")
+    assert check_export_dir(tmp_path / "new" / "dir") == tmp_path / "new" / "dir"
+    assert not (tmp_path / "new").exists()  # the check leaves nothing behind
+
+
 def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(OptimizeError, match=r"no manifest\.json"):
         load_artifact(tmp_path)
@@ -103,3 +142,46 @@ def test_serving_a_path_that_does_not_exist_names_both_kinds_of_model(tmp_path: 
     with pytest.raises(ConfigError, match="does not exist: give an artifact folder written by `dlperf optimize "
                                           "--export DIR`, or a workload"):
         load_served_model(str(tmp_path / "gone"))
+
+
+GOOD_WORKLOAD = """
+import torch
+import dlperf
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 4))
+
+def inputs(batch_size):
+    return (torch.randn(batch_size, 8, generator=torch.Generator().manual_seed(batch_size)),)
+
+def named():  # no annotation: not found without its name
+    return dlperf.Workload(name="named", make_model=model, make_inputs=inputs)
+"""
+
+
+def test_a_recipe_exported_from_a_relative_workload_loads_from_anywhere(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe recorded 'good.py' as given: loading it from another folder failed."""
+    from dlperf.workload.loader import load_workload
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "good.py").write_text(GOOD_WORKLOAD)
+    monkeypatch.chdir(project)
+    assert load_workload("good.py").source == str(project / "good.py")
+    assert load_workload("./good.py:named").source == f"{project / 'good.py'}:named"
+    settings = EvalSettings(source=load_workload("good.py").source, batch_size=1, warmup_iters=1, min_duration_s=0.0,
+                            min_iters=1, max_duration_s=1.0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(tmp_path / "cand")},
+                  lambda phase: None)
+    exported = copy_artifact(tmp_path / "cand" / "artifact", tmp_path / "exp", {})
+    monkeypatch.chdir(tmp_path)
+    assert read_manifest(exported)["workload"] == str(project / "good.py")
+    assert dlperf.load(exported)(torch.ones(2, 8)).shape == (2, 4)
+    # an artifact whose workload file is gone says which artifact, and why
+    manifest = json.loads((exported / "manifest.json").read_text())
+    (exported / "manifest.json").write_text(json.dumps({**manifest, "workload": "gone.py"}))
+    with pytest.raises(OptimizeError, match=r"artifact '.*exp': its recipe rebuilds the model from the workload "
+                                            r"'gone.py', which does not load here: workload file 'gone.py' does not"):
+        dlperf.load(exported)

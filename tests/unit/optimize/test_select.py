@@ -49,6 +49,25 @@ def test_violations_relative_absolute_latency_and_nan() -> None:
         Constraints(latency_budget_s=0)
 
 
+@pytest.mark.parametrize(("field", "flag"), [("max_metric_drop", "--max-metric-drop"),
+                                             ("max_metric_drop_abs", "--max-metric-drop-abs"),
+                                             ("latency_budget_s", "--latency-budget-ms")])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+def test_constraints_refuse_nan_and_infinite_limits(field: str, flag: str, value: float) -> None:
+    """NaN passed `x < 0` and `x <= 0` and turned the limit off ("metric drop <= nan")."""
+    with pytest.raises(ConfigError, match=f"^{flag} must be"):
+        Constraints(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -2.0])
+def test_require_positive_refuses_nan(value: float) -> None:
+    from dlperf.cli.common import require_positive
+
+    with pytest.raises(ConfigError, match="--latency-budget-ms must be a positive number"):
+        require_positive("--latency-budget-ms", value)
+    require_positive("--latency-budget-ms", 0.5)
+
+
 def test_pareto_front_keeps_only_non_dominated() -> None:
     rows = [_row(1.0, 0.90), _row(0.5, 0.89), _row(0.6, 0.88), _row(0.5, 0.89, size=50), _row(2.0, 0.95)]
     assert dominates(rows[3], rows[1])
@@ -56,6 +75,13 @@ def test_pareto_front_keeps_only_non_dominated() -> None:
     assert pareto_front(rows) == [0, 3, 4]
     # For a metric where lower is better the direction flips.
     assert pareto_front([_row(1.0, 0.1), _row(1.0, 0.2)], higher_is_better_metric=False) == [0]
+
+
+def test_pareto_latency_axis_is_the_paired_one_where_rows_have_it() -> None:
+    fast_alone = _row(0.02, 0.9, paired_p50_s=1.2)  # 50x isolated, 0.8x against the original in its process
+    paired_fast = _row(0.9, 0.9, paired_p50_s=0.8)
+    assert pareto_front([fast_alone, paired_fast]) == [1]
+    assert pareto_front([_row(0.5, 0.9), _row(0.6, 0.9)]) == [0]  # rows without it: their p50
 
 
 def test_rank_by_objective_with_metric_tiebreak() -> None:

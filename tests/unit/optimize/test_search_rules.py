@@ -1,0 +1,174 @@
+"""The search's judgement of measured rows, with trials answered by a fake executor: the latency budget holds for
+the baseline too, the frontier agrees with the ranking, export failures, explanations and notes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.errors import ConfigError, OptimizeError
+from dlperf.measure.ab import FASTER
+from dlperf.optimize.constraints import Constraints
+from dlperf.optimize.executor import Job
+from dlperf.optimize.search import ExportFailed, OptimizeConfig, OptimizeResult, optimize
+
+pytestmark = pytest.mark.unit
+
+# pipeline ("+"-joined pass names, "" = baseline) -> what its trial measured: p50 (s), metric, size (bytes),
+# and the time ratio candidate/original in its own process (None: not paired)
+Measured = tuple[float, float, int, float | None]
+MLP: dict[str, Measured] = {
+    "": (1.0e-3, 1.0, 1000, None),
+    "hygiene": (0.9e-3, 1.0, 1000, 0.8),
+    "dynamic_int8": (0.5e-3, 0.999, 400, 1.25),  # fast in its own process, slower than the original paired
+    "hygiene+dynamic_int8": (0.5e-3, 0.999, 400, 1.3),
+}
+
+
+class FakeTrials:
+    """An executor whose trials return `measured` at once, with a small artifact folder for each candidate."""
+
+    name = "fake"
+    slots = 1
+
+    def __init__(self, measured: dict[str, Measured]) -> None:
+        self.measured = measured
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target != "evaluate":
+            return {"status": "ok", "ab": {"verdict": FASTER, "speedup": 1.2},
+                    "describe": "B vs A: 1.20x speed: faster"}
+        names = "+".join(c["pass"] for c in payload["pipeline"])
+        p50, metric, size, ratio = self.measured[names]
+        artifact = Path(payload["out_dir"]) / "artifact"
+        artifact.mkdir(parents=True, exist_ok=True)
+        (artifact / "weights.pt").write_bytes(b"w")
+        (artifact / "manifest.json").write_text(json.dumps({"format_version": 1, "engine": "torch",
+                                                            "files": ["weights.pt"]}))
+        return {"status": "ok", "engine": "onnxruntime" if "int8" in names else "torch",
+                "precision": "int8" if "int8" in names else "fp32", "p50_s": p50, "p99_s": 2 * p50,
+                "throughput": 1 / p50, "metric": metric, "metric_name": "fidelity", "higher_is_better": True,
+                "size_bytes": size, "peak_rss_bytes": 100, "wall_s": 1.0,
+                "paired": {"ratio": ratio} if ratio else None, "artifact": {"dir": str(artifact)}}
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
+        for job in jobs:
+            yield job, self.run(job.target, job.payload, job.log_path, job.timeout_s)
+
+    def notes(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _search(tmp_path: Path, measured: dict[str, Measured] = MLP, export: Path | None = None,
+            **config: Any) -> OptimizeResult:
+    settings = {"passes": ("hygiene", "dynamic_int8"), "max_depth": 2, "time_budget_s": 600.0,
+                "workdir": str(tmp_path / "work"), **config}
+    return optimize("zoo:mlp", OptimizeConfig(**settings), export_dir=export,
+                    executor=FakeTrials(measured))  # type: ignore[arg-type]
+
+
+def test_the_baseline_that_misses_the_latency_budget_is_not_within_the_constraints(tmp_path: Path) -> None:
+    """The baseline was exempt from --latency-budget-ms, marked feasible, and exported 'within the constraints'."""
+    with pytest.raises(ExportFailed, match=r"nothing measured meets the constraints \(metric drop <= 1.00%, p99 <= "
+                                           r"0.01 ms\), the baseline included: nothing exported") as info:
+        _search(tmp_path, export=tmp_path / "out", constraints=Constraints(latency_budget_s=1e-5))
+    result = info.value.result
+    assert not result.baseline["feasible"]
+    assert result.baseline["violations"] == ["p99 latency 2.00 ms exceeds the budget 0.01 ms"]
+    assert result.front == [] and result.winner is None and result.export_dir is None
+    assert not (tmp_path / "out").exists()
+    assert result.baseline["key"] not in result.closest
+    assert "no candidate meets the constraints (metric drop <= 1.00%, p99 <= 0.01 ms)" in result.notes
+    # a budget the baseline meets keeps it feasible
+    met = _search(tmp_path, constraints=Constraints(latency_budget_s=5e-3))
+    assert met.baseline["feasible"] and met.baseline["violations"] == []
+
+
+def test_the_frontier_uses_the_paired_latency_the_ranking_uses(tmp_path: Path) -> None:
+    """dynamic_int8 was on the frontier by its isolated p50 (2x) while its paired gain said 0.8x, and the winner,
+    hygiene (paired 1.25x), was off it."""
+    result = _search(tmp_path, max_depth=1)
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["hygiene"]["paired_p50_s"] == pytest.approx(0.8e-3)
+    assert rows["dynamic_int8"]["paired_p50_s"] == pytest.approx(1.25e-3)
+    assert rows["baseline"]["paired_p50_s"] == pytest.approx(1.0e-3)
+    assert result.winner == rows["hygiene"]["key"]
+    # int8 is smaller: still on the frontier, but by size; without that advantage it is dominated
+    assert set(result.front) == {rows["hygiene"]["key"], rows["dynamic_int8"]["key"]}
+    same_size = {**MLP, "dynamic_int8": (0.5e-3, 1.0, 1000, 1.25)}
+    result = _search(tmp_path / "b", same_size, max_depth=1)
+    rows = {r["label"]: r for r in result.rows}
+    assert result.front == [rows["hygiene"]["key"]]
+
+
+def test_size_losses_are_not_explained_as_slowness(tmp_path: Path) -> None:
+    bigger = {**MLP, "hygiene": (0.9e-3, 1.0, 2000, 0.8)}
+    rows = {r["label"]: r for r in _search(tmp_path, bigger, objective="size", max_depth=1).rows}
+    assert rows["hygiene"]["gain"] == pytest.approx(0.5)
+    assert "slower_reasons" not in rows["hygiene"]
+    rows = {r["label"]: r for r in _search(tmp_path / "b", max_depth=1).rows}
+    assert rows["dynamic_int8"]["slower_reasons"]  # for latency they are given
+
+
+def test_a_search_with_no_candidate_says_so(tmp_path: Path) -> None:
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("channels_last",), workdir=str(tmp_path / "w")),
+                      executor=FakeTrials(MLP))  # type: ignore[arg-type]
+    assert result.notes == ["no candidate besides the baseline was measured: no pass offered a configuration for "
+                            "this workload (see the skipped passes)"]
+    assert result.skipped_passes == ["channels_last: not applicable: the model has no 2-D convolution; "
+                                     "channels_last only changes conv layouts"]
+
+
+def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import dlperf.optimize.artifact as artifact
+
+    def broken(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
+        raise OptimizeError(f"cannot export to '{dst}': No space left on device")
+
+    monkeypatch.setattr(artifact, "copy_artifact", broken)
+    with pytest.raises(ExportFailed, match="No space left on device") as info:
+        _search(tmp_path, export=tmp_path / "out", max_depth=1)
+    assert info.value.result.winner is not None and len(info.value.result.rows) == 3
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"threads": 0}, "--threads must be >= 1, got 0"),
+    ({"threads": -3}, "--threads must be >= 1, got -3"),
+    ({"passes": ()}, "--passes names no pass"),
+    ({"device": "cudax"}, "unknown device 'cudax'"),
+])
+def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        OptimizeConfig(**config)
+
+
+def test_bad_paths_and_devices_are_refused_before_the_search(tmp_path: Path) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    trials = FakeTrials({})  # any trial would fail: nothing may be measured
+    with pytest.raises(OptimizeError, match=r"--export '.*afile' is a file"):
+        optimize("zoo:mlp", OptimizeConfig(workdir=str(tmp_path / "w")), export_dir=a_file,
+                 executor=trials)  # type: ignore[arg-type]
+    with pytest.raises(OptimizeError, match=r"--workdir '.*afile' is a file"):
+        optimize("zoo:mlp", OptimizeConfig(workdir=str(a_file)), executor=trials)  # type: ignore[arg-type]
+    foreign = tmp_path / "project"
+    foreign.mkdir()
+    (foreign / "keep.csv").write_text("x")
+    with pytest.raises(OptimizeError, match="not a dlperf artifact"):
+        optimize("zoo:mlp", OptimizeConfig(workdir=str(tmp_path / "w")), export_dir=foreign,
+                 executor=trials)  # type: ignore[arg-type]
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"--device cuda: torch here .* sees no CUDA device"):
+            optimize("zoo:mlp", OptimizeConfig(device="cuda"), executor=trials)  # type: ignore[arg-type]
+    assert not (tmp_path / "w").exists()
