@@ -4,7 +4,8 @@ A step is marked with record_function ranges ('dlperf/step' around it, 'dlperf/d
 'dlperf/forward', 'dlperf/backward', 'dlperf/optimizer' inside), so the analyzers can split its time.
 The same step is first timed without the profiler (the measurement engine's timer), so the profiling
 overhead is stated next to the result. Profiler options stay lean: shapes and FLOPs on, memory on,
-Python stacks off, and only a few steps are profiled.
+Python stacks off, and only a few steps are profiled. The memory timeline comes from the profiler's own
+allocation and free records, so it shows memory held, not allocations summed.
 """
 
 from __future__ import annotations
@@ -365,7 +366,7 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
         except (OSError, RuntimeError) as exc:
             raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
     trace = events_to_trace(prof.events(), walls, waits, step.workload.name, config.mode, config.device,
-                            step.batch_size)
+                            step.batch_size, memory_records(prof, config.device))
     if cuda:
         _free, total = torch.cuda.mem_get_info(config.device)
         peak = cuda_peak(config.device)
@@ -376,9 +377,33 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
     return trace
 
 
+HOST_MEMORY_DEVICES = ("CPU", "MKLDNN", "IDEEP")
+
+
+def memory_records(prof: Any, device: str) -> list[tuple[float, int]] | None:
+    """(time_us, bytes) of every allocation (positive) and free (negative) the profiler recorded with
+    profile_memory, on the FunctionEvents' clock; host memory on the CPU, the device's on CUDA.
+
+    These are kineto's '[memory]' events (`prof.profiler.kineto_results`). `prof.events()` folds them into the
+    operators and ranges they fall in, so a free outside every operator (a tensor released when Python drops
+    it) is lost there. None when this torch does not expose them."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return None
+    wanted = ("CUDA",) if device.startswith("cuda") else HOST_MEMORY_DEVICES
+    start_ns = results.trace_start_ns()
+    records = [((e.start_ns() - start_ns) / 1e3, int(e.nbytes())) for e in results.events()
+               if e.name() == "[memory]" and str(e.device_type()).rsplit(".", 1)[-1] in wanted]
+    return sorted(records)
+
+
 def events_to_trace(events: Any, walls: list[float], waits: list[float], workload: str, mode: str,
-                    device: str, batch_size: int) -> ProfileTrace:
-    """Turn torch.profiler FunctionEvents into a ProfileTrace (steps, phases, operators, kernels, memory)."""
+                    device: str, batch_size: int,
+                    memory_events: list[tuple[float, int]] | None = None) -> ProfileTrace:
+    """Turn torch.profiler FunctionEvents into a ProfileTrace (steps, phases, operators, kernels, memory).
+
+    `memory_events` are the profiler's allocations and frees (`memory_records`); the memory timeline is built
+    from them, and is left empty without them."""
     from torch.autograd import DeviceType
 
     # With CUDA activity on, the profiler also puts each record_function range on the GPU timeline (a CUDA
@@ -457,12 +482,15 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             device_us=_self_device_us(e) if cuda else 0.0,
         ))
     ops.sort(key=lambda o: o.start_us)
+    # Memory held: allocations minus frees since the first profiled step began, frees outside operators
+    # included. (Summing operators' net allocations instead only ever rises: the frees of their outputs
+    # happen after them.)
     timeline: list[tuple[float, int]] = []
-    total = 0
-    for o in ops:
-        if o.self_memory_bytes and o.step >= 0:
-            total += o.self_memory_bytes
-            timeline.append((o.end_us, total))
+    held = 0
+    for t_us, nbytes in memory_events or ():
+        if step_ranges[0][0] <= t_us <= step_ranges[-1][1]:
+            held += nbytes
+            timeline.append((t_us, held))
     memory = MemoryInfo(start_rss_bytes=0, peak_rss_bytes=0, available_bytes=0, total_bytes=0, budget_bytes=1,
                         timeline=timeline)
     threads = ThreadInfo(intra_op_threads=1, inter_op_threads=1, logical_cores=1, physical_cores=None,

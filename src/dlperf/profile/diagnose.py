@@ -3,8 +3,9 @@ plain words, the dlperf setting or pass that applies it, an estimated gain and a
 
 A finding's `share` is the part of the step time its bottleneck explains (or, for memory capacity, the
 share of the budget in use). Settings that distort every other measurement (threads oversubscribed,
-memory nearly exhausted) are root causes and rank first; the rest rank by share x confidence. A finding
-below MIN_SHARE is not reported: "no clear bottleneck" is a valid verdict.
+memory nearly exhausted, cores taken by other processes when the stall is measured) are root causes and
+rank first; the rest rank by share x confidence. A finding below MIN_SHARE is not reported: "no clear
+bottleneck" is a valid verdict.
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ MIN_SHARE = 0.2
 CAPACITY_WARN = 0.85
 CAPACITY_ROOT = 0.9
 CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.8, "low": 0.5}
+FAR_BELOW_PEAK = 0.05
+"""Compute-bound operators below this share of their ceiling are not limited by the arithmetic: a 20x gap
+to the machine's own measured peak points at something else (stalled threads, too little work per call)."""
+FEW_OPS_PER_STEP = 100
+"""Below this many top-level operators a step's overhead is a fixed per-call cost (Python, module calls),
+not per-operator dispatch: fusing operators wins little, a larger batch amortizes it."""
+LOW_OVERHEAD_RATIO = 0.5
+"""A profiled step faster than half the unprofiled one: the profiler cannot speed a step up, so the
+unprofiled timing was disturbed."""
 COMM_MARKERS = ("nccl", "c10d::", "gloo", "allreduce", "all_reduce", "allgather", "broadcast_")
 
 
@@ -67,6 +77,9 @@ class Finding:
     root_cause: bool = False
     fixes: list[Fix] = field(default_factory=list)
     """The fixes dlperf can apply and measure itself (--verify), best first."""
+    verification: str | None = None
+    """After --verify: 'confirmed' (a fix measured faster), 'contradicted' (measured slower or no different,
+    the estimate outside the measured CI), 'inconclusive'; None when none of its fixes was measured."""
 
     @property
     def score(self) -> float:
@@ -189,8 +202,10 @@ def _input_pipeline(a: Analyses) -> Finding | None:
 
 def _launch(a: Analyses) -> Finding | None:
     la = a.launch
-    if la.overhead_share < MIN_SHARE or la.ops_per_step < 100:
+    if la.overhead_share < MIN_SHARE:
         return None
+    if la.ops_per_step < FEW_OPS_PER_STEP:
+        return _per_call_overhead(a)
     evidence = [
         f"{la.ops_per_step:.0f} operators per step (median {la.median_op_us:.1f} µs each); "
         f"{la.tiny_op_fraction:.0%} are shorter than {la.tiny_threshold_us:.0f} µs",
@@ -214,6 +229,33 @@ def _launch(a: Analyses) -> Finding | None:
         setting="pass compile, --batch-size",
         share=la.overhead_share,
         confidence="high" if la.overhead_share >= 0.5 and la.tiny_op_fraction >= 0.5 else "medium",
+        estimated_speedup=_speedup(la.overhead_share, 4.0),
+        fixes=fixes,
+    )
+
+
+def _per_call_overhead(a: Analyses) -> Finding:
+    """Overhead in a step of few operators: the fixed cost of one call (Python, module calls, dispatch)."""
+    la = a.launch
+    fixes = [batch_fix(a.batch_size)] if a.mode != TRAIN else []
+    fixes.append(compile_fix())
+    return Finding(
+        category=LAUNCH_OVERHEAD,
+        title="the step is dominated by its fixed per-call cost",
+        evidence=[
+            f"{la.overhead_share:.0%} of the step is outside the operators' work: tiny operators "
+            f"({_ms(la.tiny_op_time_s)}) and gaps between operators ({_ms(la.gap_time_s)})",
+            f"but only {la.ops_per_step:.0f} operators per step (median {la.median_op_us:.1f} µs each): the overhead "
+            "is a fixed cost per call (Python, module calls, dispatch), not many small operators; it does not grow "
+            "with the batch, so a larger batch amortizes it",
+        ],
+        fix=("process more items per call (a larger batch) so the fixed cost is shared; torch.compile removes "
+             "some of the Python cost"
+             + ("; CUDA graphs remove the launch cost" if a.device.startswith("cuda") else "")),
+        setting="--batch-size, pass compile",
+        share=la.overhead_share,
+        # The per-item gain of a larger batch is certain only when the operators' own time grows slower than it.
+        confidence="medium",
         estimated_speedup=_speedup(la.overhead_share, 4.0),
         fixes=fixes,
     )
@@ -243,6 +285,16 @@ def _compute(a: Analyses) -> Finding | None:
     if a.has_conv:
         fixes.append(channels_last_fix())
     fixes += [compile_fix(), bf16_fix()]
+    title = "the step is compute-bound"
+    confidence = "high" if share >= 0.5 else "medium"
+    if eff < FAR_BELOW_PEAK:
+        # Above the ridge by arithmetic intensity, yet 20x or more below the machine's measured peak: the
+        # arithmetic is not what limits them, so "compute-bound" is a label, not a diagnosis.
+        title = "the step's time is in compute-heavy operators that run far below the machine's peak"
+        confidence = "low"
+        evidence.append(f"at {eff:.0%} of the peak these operators are not limited by the arithmetic: look at "
+                        "what keeps them from running (threads waiting for cores other processes hold, too "
+                        "little work per call at this batch size, memory) before making the arithmetic cheaper")
     if eff < 0.5:
         fix = ("the operators reach only a fraction of the peak: try torch.compile"
                + (", channels_last for the convolutions" if a.has_conv else "")
@@ -254,9 +306,9 @@ def _compute(a: Analyses) -> Finding | None:
                "runs them faster, or a smaller model")
         speedup = _speedup(share, (int8 / fp32) if int8 and fp32 else 1.0)
     return Finding(
-        category=COMPUTE_BOUND, title="the step is compute-bound", evidence=evidence, fix=fix,
+        category=COMPUTE_BOUND, title=title, evidence=evidence, fix=fix,
         setting="dlperf optimize (int8 / precision / compile passes)", share=share,
-        confidence="high" if share >= 0.5 else "medium", estimated_speedup=speedup, fixes=fixes,
+        confidence=confidence, estimated_speedup=speedup, fixes=fixes,
     )
 
 
@@ -299,25 +351,9 @@ def _threads(a: Analyses) -> list[Finding]:
             confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
             root_cause=f >= 2, fixes=[threads_fix(t.usable_cores)],
         ))
-    expected = min(t.intra_op_threads, t.usable_cores)
-    starved = max(0.0, 1.0 - t.process_busy_cores / expected)
-    if t.other_busy_cores >= 0.5 and starved >= 0.2:
-        # The operators asked for `expected` cores and got fewer: the missing part of their time was spent
-        # waiting to be scheduled (or, for a parallel op, waiting for a descheduled sibling thread).
-        share = min(0.9, starved) * min(1.0, a.breakdown.share(a.breakdown.operator_s))
-        evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
-                    f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"]
-        if t.load_average_1m is not None:
-            evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
-        free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
-        fixes = [threads_fix(free)] if free < t.intra_op_threads else []
-        found.append(Finding(
-            category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,
-            fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
-                "use fewer threads than the busy cores leave free",
-            setting="--threads N", share=share, confidence="low", estimated_speedup=_speedup(share, 2.0),
-            fixes=fixes,
-        ))
+    shared = _shared_machine(a)
+    if shared is not None:
+        found.append(shared)
     if t.other_python_threads_busy_cores >= 0.2:
         share = min(0.8, t.other_python_threads_busy_cores / t.usable_cores)
         found.append(Finding(
@@ -330,6 +366,54 @@ def _threads(a: Analyses) -> list[Finding]:
             root_cause=t.other_python_threads_busy_cores >= 0.5,
         ))
     return found
+
+
+def _shared_machine(a: Analyses) -> Finding | None:
+    """Other processes hold cores this process's threads need. Two signals, each on its own evidence:
+    starved, the process got half or less of the cores its threads asked for (CPU time / wall time); and a
+    measured stall, more threads than the cores left free while the compute-heavy operators run far below
+    the machine's peak (a parallel operator waits for its descheduled threads). Both: high confidence and a
+    root cause (it distorts every other measurement); one: medium; neither strongly: low."""
+    t = a.threads
+    if t.other_busy_cores < 0.5:
+        return None
+    expected = min(t.intra_op_threads, t.usable_cores)
+    starved = max(0.0, 1.0 - t.process_busy_cores / expected)
+    free_cores = t.usable_cores - t.other_busy_cores
+    outnumbered = t.intra_op_threads > free_cores
+    stalled = [o for o in a.operators.operators
+               if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak < FAR_BELOW_PEAK]
+    stalled_share = sum(o.share for o in stalled) if outnumbered else 0.0
+    if starved < 0.2 and stalled_share < MIN_SHARE:
+        return None
+    # The operators asked for `expected` cores and got fewer: the missing part of their time was spent waiting
+    # to be scheduled; a measured stall is the time of the operators that ran far below the peak.
+    share = max(min(0.9, starved) * min(1.0, a.breakdown.share(a.breakdown.operator_s)), min(0.9, stalled_share))
+    evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
+                f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"]
+    signals = 0
+    if starved >= 0.5:
+        signals += 1
+    if stalled_share >= MIN_SHARE:
+        signals += 1
+        worst = stalled[0]
+        evidence.append(
+            f"{stalled_share:.0%} of the step is in compute-heavy operators running below {FAR_BELOW_PEAK:.0%} of the "
+            f"peak this machine measured ({worst.name} at {worst.pct_of_peak:.1%}) while {t.intra_op_threads} "
+            f"threads shared {max(0.0, free_cores):.1f} free cores: a parallel operator waits for its "
+            "descheduled threads")
+    if t.load_average_1m is not None:
+        evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
+    free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
+    fixes = [threads_fix(free)] if free < t.intra_op_threads else []
+    confidence = ("low", "medium", "high")[signals]
+    return Finding(
+        category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,
+        fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
+            "use fewer threads than the busy cores leave free",
+        setting=fixes[0].setting if fixes else "--threads N", share=share, confidence=confidence,
+        estimated_speedup=_speedup(share, 2.0), root_cause=confidence == "high", fixes=fixes,
+    )
 
 
 def _capacity(a: Analyses) -> list[Finding]:
@@ -388,15 +472,19 @@ def diagnose(a: Analyses) -> Diagnosis:
             f.estimated_gain = f"up to {f.estimated_speedup:.2f}x faster steps (estimate)"
     findings.sort(key=lambda f: f.score, reverse=True)
     if findings:
-        top = findings[0]
-        of = "budget" if top.category == MEMORY_CAPACITY else "step"
-        verdict = f"{top.category}: {top.title} ({top.share:.0%} of the {of})"
+        verdict = verdict_of(findings[0])
     else:
         b = a.breakdown
         verdict = (f"no clear bottleneck: no category explains {MIN_SHARE:.0%} or more of the "
                    f"{_ms(b.step_s)} step (operators {b.share(b.operator_s):.0%}, overhead "
                    f"{b.share(b.framework_overhead_s):.0%})")
     return Diagnosis(findings, verdict, _caveats(a))
+
+
+def verdict_of(top: Finding) -> str:
+    """The verdict line naming the top finding."""
+    of = "budget" if top.category == MEMORY_CAPACITY else "step"
+    return f"{top.category}: {top.title} ({top.share:.0%} of the {of})"
 
 
 ABOVE_CEILING = 1.1
@@ -423,4 +511,10 @@ def _caveats(a: Analyses) -> list[str]:
     ratio = a.breakdown.profiling_overhead
     if ratio is not None and ratio >= 3.0:
         out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
+    if ratio is not None and ratio < LOW_OVERHEAD_RATIO:
+        b = a.breakdown
+        out.append(f"the profiled step ({_ms(b.step_s)}) took {ratio:.2f}x the unprofiled one "
+                   f"({_ms(b.unprofiled_step_s or 0.0)}): the profiler cannot make a step faster, so the unprofiled "
+                   "timing was disturbed (another process, a one-off stall); these figures are not representative: "
+                   "re-run on an idle machine")
     return out

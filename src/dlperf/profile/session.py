@@ -11,7 +11,7 @@ from dlperf.profile.analyzers.operators import CeilingsLike
 from dlperf.profile.capture import CaptureConfig, capture
 from dlperf.profile.diagnose import Analyses, Diagnosis, analyze_all, diagnose
 from dlperf.profile.trace import ProfileTrace
-from dlperf.profile.verify import VerifyResult, verify
+from dlperf.profile.verify import VerifyResult, reconcile, verify
 from dlperf.workload.base import Workload
 
 
@@ -71,6 +71,8 @@ def profile_workload(workload: Workload, config: ProfileConfig, ceilings: Ceilin
     verified = None
     if config.verify:
         verified = verify(workload, config.capture, trace, diagnosis, config.max_fixes, on_progress=on_progress)
+        # A measured fix outweighs the estimate that chose it: the findings and the verdict say what was measured.
+        diagnosis = reconcile(diagnosis, verified)
     to_dict = getattr(ceilings, "to_dict", None)
     ceil = to_dict() if callable(to_dict) else {"gemm_flops": dict(ceilings.gemm_flops),
                                                 "memory_bandwidth_bytes_s": ceilings.memory_bandwidth_bytes_s}

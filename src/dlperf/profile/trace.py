@@ -106,7 +106,8 @@ class MemoryInfo:
     """What the process may use: --memory-budget, else RSS at start + RAM available."""
     budget_source: str = "available RAM"
     timeline: list[tuple[float, int]] = field(default_factory=list)
-    """(time_us, bytes allocated by operators since the first step began), from profile_memory."""
+    """(time_us, bytes held: allocated minus freed since the first profiled step began), one point per allocation
+    or free the profiler recorded (profile_memory); may go below 0 when the steps free what came before."""
     model_bytes: int = 0
     device_peak_allocated_bytes: int | None = None
     device_peak_reserved_bytes: int | None = None

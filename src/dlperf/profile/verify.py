@@ -1,6 +1,10 @@
 """--verify: apply the top fixes dlperf can apply itself, and measure each against the original step in an
 interleaved A/B (dlperf.measure.ab.ab_test), so the reported gain is measured, not assumed.
 
+The first fix of each finding is measured before the second fix of any (so --max-fixes 2 also measures
+the runner-up's fix, not only the top finding's), and `reconcile` feeds the results back: a finding whose
+fix measured slower or no different than its estimate loses its confidence and says so.
+
 A is the step as profiled, B the step with one fix. For a larger batch, A runs `factor` steps per call
 and B one step of `factor` times the batch, so both calls process the same number of items. A fix whose
 one-off cost is large (torch.compile) is warmed up before the A/B and its setup time is reported apart.
@@ -14,11 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlperf.errors import DlperfError
-from dlperf.measure.ab import ABConfig, ab_test
+from dlperf.measure.ab import FASTER, SAME, SLOWER, ABConfig, ab_test
 from dlperf.measure.bench import torch_threads
 from dlperf.measure.stats import median
 from dlperf.profile.capture import CaptureConfig, Step
-from dlperf.profile.diagnose import Diagnosis
+from dlperf.profile.diagnose import Diagnosis, Finding, verdict_of
 from dlperf.profile.fixes import Fix
 from dlperf.profile.trace import TRAIN, ProfileTrace
 from dlperf.workload.base import Workload
@@ -33,11 +37,18 @@ prefetch_factor` steps of a block find their batches ready. Blocks hold at least
 depth, so the head start is at most 1/PREFETCH_BLOCKS of a block's waits."""
 
 
+CONFIRMED = "confirmed"
+CONTRADICTED = "contradicted"
+INCONCLUSIVE = "inconclusive"
+
+
 @dataclass
 class VerifyResult:
     category: str
     fix: Fix
     estimated_speedup: float | None
+    finding: str = ""
+    """Title of the finding the fix was chosen for."""
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     verdict: str | None = None
@@ -49,29 +60,95 @@ class VerifyResult:
     def ok(self) -> bool:
         return self.error is None and self.speedup is not None
 
+    @property
+    def outcome(self) -> str | None:
+        """What the measurement says of the estimate: 'confirmed' (measured faster), 'contradicted' (slower, or
+        no significant difference with the estimate above the CI), 'inconclusive'; None if nothing measured."""
+        if not self.ok or self.speedup is None:
+            return None
+        if self.verdict == FASTER:
+            return CONFIRMED
+        upper = self.speedup_ci[1] if self.speedup_ci else self.speedup
+        if self.verdict == SLOWER or (self.verdict == SAME and self.estimated_speedup is not None
+                                      and self.estimated_speedup > upper):
+            return CONTRADICTED
+        return INCONCLUSIVE
+
+    def describe(self) -> str:
+        """One line on the measurement against the estimate, e.g. 'measured 0.45x (slower)...'."""
+        ci = f", 95% CI {self.speedup_ci[0]:.2f}-{self.speedup_ci[1]:.2f}x" if self.speedup_ci else ""
+        est = f" against an estimated {self.estimated_speedup:.2f}x" if self.estimated_speedup is not None else ""
+        line = f"{self.fix.label} was measured {self.speedup or 0.0:.2f}x ({self.verdict}{ci}){est}"
+        if self.outcome == CONTRADICTED:
+            line += ": the estimate did not hold"
+        return line
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "category": self.category, "fix": self.fix.to_dict(), "estimated_speedup": self.estimated_speedup,
-            "speedup": self.speedup, "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None,
-            "verdict": self.verdict, "setup_s": self.setup_s, "error": self.error, "ab": self.ab,
+            "category": self.category, "finding": self.finding, "fix": self.fix.to_dict(),
+            "estimated_speedup": self.estimated_speedup, "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "verdict": self.verdict,
+            "outcome": self.outcome, "summary": self.describe() if self.ok else None,
+            "setup_s": self.setup_s, "error": self.error, "ab": self.ab,
         }
 
 
-def choose_fixes(diagnosis: Diagnosis, trace: ProfileTrace, max_fixes: int = 2) -> list[tuple[str, float | None, Fix]]:
-    """(category, estimated speedup, fix) for the first `max_fixes` distinct applicable fixes, in rank order."""
-    chosen: list[tuple[str, float | None, Fix]] = []
-    seen: set[str] = set()
+def choose_fixes(diagnosis: Diagnosis, trace: ProfileTrace, max_fixes: int = 2) -> list[tuple[Finding, Fix]]:
+    """(finding, fix) for the first `max_fixes` distinct applicable fixes: each finding's best fix in rank order,
+    then each one's next, and so on. An estimate is least certain for the findings below the top, and the
+    runner-up's fix (often the thread count, cheap to measure) may be what the step needs."""
+    applicable: list[list[Fix]] = []
     for finding in diagnosis.findings:
-        for fix in finding.fixes:
-            if fix.id in seen or (fix.id == "batch" and trace.mode == TRAIN):
+        applicable.append([f for f in finding.fixes if not (f.id == "batch" and trace.mode == TRAIN)
+                           and not (f.id == "loader" and trace.mode != TRAIN)])
+    chosen: list[tuple[Finding, Fix]] = []
+    seen: set[str] = set()
+    for depth in range(max((len(fixes) for fixes in applicable), default=0)):
+        for finding, fixes in zip(diagnosis.findings, applicable, strict=True):
+            if depth >= len(fixes) or fixes[depth].id in seen:
                 continue
-            if fix.id == "loader" and trace.mode != TRAIN:
-                continue
-            seen.add(fix.id)
-            chosen.append((finding.category, finding.estimated_speedup, fix))
+            seen.add(fixes[depth].id)
+            chosen.append((finding, fixes[depth]))
             if len(chosen) >= max_fixes:
                 return chosen
     return chosen
+
+
+def reconcile(diagnosis: Diagnosis, results: list[VerifyResult]) -> Diagnosis:
+    """Feed the measured fixes back into the findings they were chosen for: a finding with a fix measured faster
+    is confirmed; one whose fixes all measured slower, or no different with the estimate above the CI, drops to
+    low confidence, says so in its evidence and its estimated gain, and the findings are ranked again."""
+    contradicted: dict[int, VerifyResult] = {}
+    for finding in diagnosis.findings:
+        measured = [r for r in results if r.finding == finding.title and r.category == finding.category and r.ok]
+        if not measured:
+            continue
+        outcomes = {r.outcome for r in measured}
+        best = max(measured, key=lambda r: r.speedup or 0.0)
+        if CONFIRMED in outcomes:
+            finding.verification = CONFIRMED
+            finding.evidence.append(f"--verify: {best.describe()}")
+            if finding.estimated_gain:
+                finding.estimated_gain += f"; measured {best.speedup or 0.0:.2f}x with {best.fix.label}"
+        elif outcomes == {CONTRADICTED}:
+            finding.verification = CONTRADICTED
+            finding.confidence = "low"
+            finding.evidence += [f"--verify: {r.describe()}" for r in measured]
+            finding.estimated_gain = (f"not confirmed: estimated up to {finding.estimated_speedup or 0.0:.2f}x, "
+                                      f"measured {best.speedup or 0.0:.2f}x ({best.verdict}) with {best.fix.label}")
+            contradicted[id(finding)] = best
+        else:
+            finding.verification = INCONCLUSIVE
+            finding.evidence += [f"--verify: {r.describe()}" for r in measured]
+    diagnosis.findings.sort(key=lambda f: f.score, reverse=True)
+    if diagnosis.findings:
+        top = diagnosis.findings[0]
+        diagnosis.verdict = verdict_of(top)
+        if id(top) in contradicted:
+            r = contradicted[id(top)]
+            diagnosis.verdict += (f"; but its fix was measured {r.speedup or 0.0:.2f}x ({r.verdict}) with "
+                                  f"{r.fix.label}: the estimate did not hold")
+    return diagnosis
 
 
 def verify(
@@ -91,15 +168,16 @@ def verify(
                    batch_size=trace.batch_size)
     results = []
     with torch_threads(base.threads):
-        for category, estimate, fix in choose_fixes(diagnosis, trace, max_fixes):
+        for finding, fix in choose_fixes(diagnosis, trace, max_fixes):
             progress(f"verifying: {fix.label}" + (" (compiling takes a while on a busy CPU)" if fix.compile else ""))
-            results.append(_verify_one(workload, config, base, fix, category, estimate, step_s, ab_config))
+            results.append(_verify_one(workload, config, base, fix, finding, step_s, ab_config))
     return results
 
 
-def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, category: str,
-                estimate: float | None, step_s: float, ab_config: ABConfig | None) -> VerifyResult:
-    result = VerifyResult(category=category, fix=fix, estimated_speedup=estimate)
+def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, finding: Finding,
+                step_s: float, ab_config: ABConfig | None) -> VerifyResult:
+    result = VerifyResult(category=finding.category, fix=fix, estimated_speedup=finding.estimated_speedup,
+                          finding=finding.title)
     a = b = None
     try:
         a = Step(workload, config.mode, config.device, base)

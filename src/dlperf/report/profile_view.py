@@ -38,6 +38,8 @@ def _speed(x: float | None) -> str:
 
 
 SPARK = "▁▂▃▄▅▆▇█"
+VERIFICATION_LABEL = {"confirmed": "fix measured faster", "contradicted": "estimate not confirmed by --verify",
+                      "inconclusive": "--verify inconclusive"}
 
 
 def _spark(values: list[float], width: int = 40) -> str:
@@ -58,6 +60,9 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
         head.append(f"[{f['category']}] ", style="bold magenta")
         head.append(f["title"], style="bold")
         head.append(f"   explains {_pct(f['share'])} · confidence {f['confidence']}", style="dim")
+        if f.get("verification"):
+            head.append(f" · {VERIFICATION_LABEL.get(f['verification'], f['verification'])}",
+                        style="yellow" if f["verification"] == "contradicted" else "dim")
         out.append(head)
         for line in f["evidence"]:
             out.append(Text(f"   • {line}"))
@@ -70,6 +75,18 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
 
 
 def _verify(result: dict[str, Any]) -> RenderableType | None:
+    table = _verify_table(result)
+    if table is None or isinstance(table, Text):
+        return table
+    # A measurement that contradicts its estimate is said in words, not only by the row's colour.
+    notes = [Text(f"the fix was measured {v['speedup']:.2f}x ({v['verdict']}) against an estimated "
+                  f"{_speed(v.get('estimated_speedup'))}: the estimate did not hold ({v['fix']['label']}, for "
+                  f"{v['category']})", style="yellow")
+             for v in result.get("verify") or [] if v.get("outcome") == "contradicted"]
+    return Group(table, *notes) if notes else table
+
+
+def _verify_table(result: dict[str, Any]) -> RenderableType | None:
     rows = result.get("verify")
     if rows is None:
         return None
@@ -151,7 +168,7 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
     timeline = [float(b) for _, b in m.get("timeline", [])]
     if len(timeline) >= 2:
         biggest = m["largest_allocations"][0] if m.get("largest_allocations") else None
-        lines.append(Text(f"memory held by operators over the profiled steps: {_spark(timeline)}"
+        lines.append(Text(f"memory held (allocated minus freed) over the profiled steps: {_spark(timeline)}"
                           + (f"  largest allocation: {biggest['op']} {_mib(biggest['bytes'])}" if biggest else "")))
     if m.get("device_total_bytes"):
         lines.append(Text(f"device memory: peak reserved {_mib(m['device_peak_reserved_bytes'])} of "

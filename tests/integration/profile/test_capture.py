@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -51,3 +53,12 @@ def test_train_without_a_train_spec_is_a_workload_error() -> None:
                         make_inputs=lambda b: (torch.randn(b, 2),))
     with pytest.raises(WorkloadError, match="no training spec"):
         capture(workload, CaptureConfig(mode="train", steps=1))
+
+
+def test_the_memory_timeline_shows_memory_held_not_allocations_summed() -> None:
+    """An inference step frees what it allocates: the memory held at the end of every profiled step is the same."""
+    trace = capture(load_workload("zoo:mlp"), CaptureConfig(steps=4, warmup_steps=1, unprofiled_min_duration_s=0.05))
+    timeline = trace.memory.timeline
+    assert timeline and any(b < a for (_, a), (_, b) in itertools.pairwise(timeline))  # frees
+    ends = [[b for t, b in timeline if t <= s.end_us][-1] for s in trace.steps]
+    assert max(ends) - min(ends) <= 4096, ends

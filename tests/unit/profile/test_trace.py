@@ -114,3 +114,30 @@ def test_cuda_runtime_calls_are_not_operators_and_ops_carry_their_kernel_time() 
     launch.activity_type = sync.activity_type = None
     tr_old = events_to_trace(events, [0.001], [0.0], "w", "inference", "cuda", 8)
     assert [o.name for o in tr_old.ops] == ["aten::linear", "aten::addmm"] and tr_old.steps[0].device_sync_us == 780.0
+
+
+def test_the_memory_timeline_subtracts_frees_outside_operators() -> None:
+    """Each step allocates 1 MiB in an op and frees it after the op (when Python drops the tensor): the memory
+    held returns to the same level after every step, so the line does not rise."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from dlperf.profile.analyzers import memory
+    from dlperf.profile.capture import events_to_trace
+    from dlperf.report.profile_view import _spark
+
+    events, records = [], []
+    for k in range(4):
+        t = k * 1000.0
+        events += [FunctionEvent(2 * k, "dlperf/step", thread=1, start_us=t, end_us=t + 900,
+                                 device_type=DeviceType.CPU, is_user_annotation=True),
+                   FunctionEvent(2 * k + 1, "aten::empty", thread=1, start_us=t + 10, end_us=t + 20,
+                                 device_type=DeviceType.CPU, cpu_memory_usage=1 << 20)]
+        records += [(t + 15, 1 << 20), (t + 500, -(1 << 20))]
+    tr = events_to_trace(events, [0.001] * 4, [0.0] * 4, "w", "inference", "cpu", 8, records)
+    tr.memory.budget_bytes = 1 << 30
+    held = [b for _, b in tr.memory.timeline]
+    assert held == [1 << 20, 0] * 4
+    assert memory.analyze(tr).step_allocated_peak_bytes == 1 << 20
+    assert _spark([float(b) for b in held]) == "█▁" * 4
+    assert events_to_trace(events, [0.001] * 4, [0.0] * 4, "w", "inference", "cpu", 8).memory.timeline == []

@@ -24,7 +24,7 @@ def test_parse_size() -> None:
 
 
 def test_terminal_view_puts_the_verdict_first() -> None:
-    t = trace([gemm(0, 9000), op("aten::empty", 9500, 10, mem=3 << 20)], steps=2)
+    t = trace([gemm(0, 9000), op("aten::empty", 9500, 10, mem=3 << 20), gemm(10_000, 9000, step=1)], steps=2)
     t.memory.timeline = [(100.0, 1 << 20), (9000.0, 4 << 20), (12_000.0, 0)]
     analyses = dg.analyze_all(t, CEILINGS)
     report = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0)

@@ -7,18 +7,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlperf.errors import ProfileError
-from dlperf.measure.stats import median
+from dlperf.profile.analyzers import breakdown
 from dlperf.profile.trace import TRAIN, ProfileTrace
 
 
 @dataclass
 class LoaderAnalysis:
     data_wait_s: float
-    """Median wait for the next batch per step."""
+    """Wait for the next batch in the median profiled step (the breakdown's `data_wait_s`)."""
     step_s: float
+    """The median profiled step (the breakdown's `step_s`)."""
     wait_share: float
     compute_s: float
-    """Median step time outside the wait: what workers can overlap the loading with."""
+    """Step time outside the wait: what workers can overlap the loading with."""
     is_dataloader: bool
     num_workers: int | None
     pin_memory: bool | None
@@ -44,11 +45,12 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
     trace.validate()
     if trace.mode != TRAIN:
         raise ProfileError("the data loader analysis needs a training-step trace (profile with --train)")
-    waits = [s.data_wait_s for s in trace.steps]
-    walls = trace.step_wall_s
-    wait = median(waits)
-    step = median(walls)
-    compute = median([max(0.0, w - d) for w, d in zip(walls, waits, strict=True)])
+    # The wait and the step are the breakdown's (its median step), so the finding, the breakdown table and the
+    # loader line of a report show one number.
+    b = breakdown.analyze(trace)
+    wait = b.data_wait_s
+    step = b.step_s
+    compute = max(0.0, step - wait)
     info = trace.loader
     suggested: dict[str, Any] = {}
     notes: list[str] = []

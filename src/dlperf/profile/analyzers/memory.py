@@ -32,10 +32,11 @@ class MemoryAnalysis:
     total_bytes: int
     model_bytes: int
     step_allocated_peak_bytes: int
-    """Largest amount operators held allocated at once within a profiled step (profile_memory)."""
+    """Most memory allocated within a profiled step and held at once (allocations minus frees, profile_memory)."""
     largest_allocations: list[Allocation] = field(default_factory=list)
     timeline: list[tuple[float, int]] = field(default_factory=list)
-    """(seconds since the first profiled step, bytes held by operators), at most 200 points."""
+    """(seconds since the first profiled step, bytes held: allocated minus freed since then), at most 200
+    points."""
     device_peak_allocated_bytes: int | None = None
     device_peak_reserved_bytes: int | None = None
     device_total_bytes: int | None = None

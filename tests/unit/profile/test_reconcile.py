@@ -1,0 +1,82 @@
+"""--verify results fed back into the findings: a measured fix outweighs the estimate that chose it."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from dlperf.measure.ab import FASTER, SAME, SLOWER
+from dlperf.profile import diagnose as dg
+from dlperf.profile.fixes import compile_fix, loader_fix
+from dlperf.profile.session import ProfileReport
+from dlperf.profile.verify import VerifyResult, reconcile
+from dlperf.report.profile_view import profile_report
+from tests.unit.profile.builders import CEILINGS, gemm, trace
+
+pytestmark = pytest.mark.unit
+
+
+def _finding(category: str, title: str, estimate: float, confidence: str = "high", share: float = 0.3,
+             root: bool = False) -> dg.Finding:
+    return dg.Finding(category, title, ["evidence"], "fix", share, confidence, estimated_speedup=estimate,
+                      estimated_gain=f"up to {estimate:.2f}x faster steps (estimate)", root_cause=root)
+
+
+def _result(f: dg.Finding, speedup: float, ci: tuple[float, float], verdict: str, fix_id: str = "loader"
+            ) -> VerifyResult:
+    fix = loader_fix({"num_workers": 2, "persistent_workers": True}) if fix_id == "loader" else compile_fix()
+    return VerifyResult(f.category, fix, f.estimated_speedup, finding=f.title, speedup=speedup, speedup_ci=ci,
+                        verdict=verdict)
+
+
+def test_a_fix_measured_slower_downgrades_its_finding_and_the_verdict_says_so() -> None:
+    loader = _finding(dg.INPUT_PIPELINE, "the training step waits for its data", 1.41, root=True)
+    d = dg.Diagnosis([loader], dg.verdict_of(loader))
+    r = _result(loader, 0.45, (0.42, 0.47), SLOWER)
+    reconcile(d, [r])
+    assert loader.verification == "contradicted" and loader.confidence == "low"
+    assert loader.estimated_gain.startswith("not confirmed: estimated up to 1.41x, measured 0.45x (slower)")
+    assert any("measured 0.45x (slower" in e and "the estimate did not hold" in e for e in loader.evidence)
+    assert "0.45x (slower)" in d.verdict and "the estimate did not hold" in d.verdict
+    assert r.to_dict()["outcome"] == "contradicted"
+
+
+def test_no_difference_contradicts_an_estimate_above_the_ci_and_reranks() -> None:
+    compute = _finding(dg.COMPUTE_BOUND, "the step is compute-bound", 2.19, share=0.6)
+    bandwidth = _finding(dg.MEMORY_BANDWIDTH, "the step is memory-bandwidth-bound", 1.3, "medium", share=0.4)
+    d = dg.Diagnosis([compute, bandwidth], dg.verdict_of(compute))
+    reconcile(d, [_result(compute, 0.71, (0.60, 1.05), SAME, "compile")])
+    assert compute.verification == "contradicted"
+    # 0.6 x 0.5 (low) now ranks below 0.4 x 0.8 (medium)
+    assert d.findings[0] is bandwidth and d.verdict.startswith(dg.MEMORY_BANDWIDTH)
+
+
+def test_a_fix_measured_faster_confirms_and_an_estimate_inside_the_ci_is_inconclusive() -> None:
+    fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11)
+    unsure = _finding(dg.COMPUTE_BOUND, "compute", 1.05, "medium")
+    d = dg.Diagnosis([fast, unsure], "v")
+    reconcile(d, [_result(fast, 2.37, (1.82, 3.52), FASTER), _result(unsure, 1.01, (0.97, 1.08), SAME, "compile")])
+    assert fast.verification == "confirmed" and fast.confidence == "high"
+    assert fast.estimated_gain.endswith("measured 2.37x with DataLoader(num_workers=2, persistent_workers=True)")
+    assert unsure.verification == "inconclusive" and unsure.confidence == "medium"
+
+
+def test_the_report_and_its_json_say_the_estimate_did_not_hold() -> None:
+    t = trace([gemm(0, 9000)])
+    analyses = dg.analyze_all(t, CEILINGS)
+    diagnosis = dg.diagnose(analyses)
+    assert diagnosis.top is not None
+    top = diagnosis.top
+    r = VerifyResult(top.category, compile_fix(), top.estimated_speedup, finding=top.title, speedup=0.71,
+                     speedup_ci=(0.66, 0.77), verdict=SLOWER)
+    report = ProfileReport("synthetic", t, analyses, reconcile(diagnosis, [r]), {"gemm_flops": {}}, [r], 1.0)
+    data = report.to_dict()
+    assert data["findings"][0]["verification"] == "contradicted" and data["findings"][0]["confidence"] == "low"
+    assert data["verify"][0]["outcome"] == "contradicted" and "did not hold" in data["verdict"]
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    text = out.getvalue()
+    assert "the fix was measured 0.71x (slower)" in text and "the estimate did not hold" in text
+    assert "estimate not confirmed by --verify" in text
