@@ -87,6 +87,19 @@ def test_optimize_view_draws_the_pareto_frontier_from_child_runs() -> None:
     assert html.count("<td>yes</td>") == 3
 
 
+def test_optimize_view_plots_the_paired_latency_the_frontier_uses() -> None:
+    """The search's frontier is on the paired axis; the report plotted the isolated p50 beside it (compile at 50x
+    isolated, 0.28x paired, drawn on the frontier)."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "paired_p50_s": 0.010, "metric": 0.95,
+             "pareto": True},
+            {"key": "k1", "label": "compile", "status": "ok", "p50_s": 0.0002, "paired_p50_s": 0.036, "metric": 0.95,
+             "pareto": False}]
+    result = {"metric_name": "accuracy", "higher_is_better": True, "candidates": rows, "winner": "k0"}
+    html = render_report([_rec("opt4", "optimize", result)], children={"opt4": []})
+    assert "paired p50 latency (ms)" in html
+    assert re.search(r"<td>compile</td><td class=\"n\">36", html), "the table shows the paired latency"
+
+
 def test_optimize_view_reads_the_optimize_result_rows() -> None:
     rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95, "pareto": True},
             {"key": "k1", "label": "bf16", "status": "ok", "p50_s": 0.006, "metric": 0.949, "pareto": True},
