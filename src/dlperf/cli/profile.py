@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
     from dlperf.profile.capture import CaptureConfig, StepOptions
-    from dlperf.profile.session import ProfileConfig, profile_workload
+    from dlperf.profile.session import ProfileConfig, ProfileReport, profile_workload
     from dlperf.report.profile_view import profile_report
     from dlperf.workload.loader import load_workload
 
@@ -89,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
     stages = 6 + (args.max_fixes if args.verify else 0)
     with store.recording("profile", workload.source or args.workload, config_dict, environment) as recording, \
             step_progress(stages, "profile") as on_step:
-        report = profile_workload(workload, config, on_progress=on_step)
+        def keep(diagnosed: ProfileReport) -> None:  # an interrupt during --verify keeps capture and diagnosis
+            recording.result = {**diagnosed.to_dict(), "partial": "interrupted before --verify finished"}
+            recording.save()
+
+        report = profile_workload(workload, config, on_progress=on_step, on_diagnosis=keep)
         recording.result = report.to_dict()
     if args.json:
         print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config_dict,

@@ -60,22 +60,31 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
 
 
 def profile_workload(workload: Workload, config: ProfileConfig, ceilings: CeilingsLike | None = None,
-                     on_progress: Callable[[str], None] | None = None) -> ProfileReport:
-    """Profile `workload` per `config`; `ceilings` defaults to this machine's (dlperf.calibrate)."""
+                     on_progress: Callable[[str], None] | None = None,
+                     on_diagnosis: Callable[[ProfileReport], None] | None = None) -> ProfileReport:
+    """Profile `workload` per `config`; `ceilings` defaults to this machine's (dlperf.calibrate). `on_diagnosis`
+    gets the report before --verify measures its fixes (the CLI saves it, so that an interrupt during the
+    verification keeps the capture and the diagnosis)."""
     t0 = time.perf_counter()
     if ceilings is None:
         ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress)
     trace = capture(workload, config.capture, on_progress)
     analyses = analyze_all(trace, ceilings)
     diagnosis = diagnose(analyses)
-    verified = None
-    if config.verify:
-        verified = verify(workload, config.capture, trace, diagnosis, config.max_fixes, on_progress=on_progress)
-        # A measured fix outweighs the estimate that chose it: the findings and the verdict say what was measured.
-        diagnosis = reconcile(diagnosis, verified)
     to_dict = getattr(ceilings, "to_dict", None)
     ceil = to_dict() if callable(to_dict) else {"gemm_flops": dict(ceilings.gemm_flops),
                                                 "memory_bandwidth_bytes_s": ceilings.memory_bandwidth_bytes_s}
-    return ProfileReport(workload=workload.name, trace=trace, analyses=analyses, diagnosis=diagnosis,
-                         ceilings=ceil, verified=verified, elapsed_s=time.perf_counter() - t0,
-                         trace_path=config.capture.trace_path)
+
+    def report(verified: Any) -> ProfileReport:
+        return ProfileReport(workload=workload.name, trace=trace, analyses=analyses, diagnosis=diagnosis,
+                             ceilings=ceil, verified=verified, elapsed_s=time.perf_counter() - t0,
+                             trace_path=config.capture.trace_path)
+
+    if not config.verify:
+        return report(None)
+    if on_diagnosis is not None:
+        on_diagnosis(report(None))
+    verified = verify(workload, config.capture, trace, diagnosis, config.max_fixes, on_progress=on_progress)
+    # A measured fix outweighs the estimate that chose it: the findings and the verdict say what was measured.
+    diagnosis = reconcile(diagnosis, verified)
+    return report(verified)

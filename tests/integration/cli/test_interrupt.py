@@ -46,3 +46,31 @@ def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum:
     assert f"run {record.id} is kept in the store as interrupted, with what it finished" in last
     if signum == signal.SIGTERM:
         assert record.error == "terminated by SIGTERM" and last.startswith("terminated by SIGTERM")
+
+
+def test_a_profile_interrupted_during_verify_keeps_its_capture_and_diagnosis(tmp_path: Path) -> None:
+    """The run was stored with an empty result: the capture and diagnosis (most of the work) were lost."""
+    db = tmp_path / "runs.db"
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "profile", "zoo:mlp", "--verify",
+                             "--max-fixes", "3", "--store", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until the diagnosis is saved and the fixes are being measured
+            if db.exists():
+                runs = Store(db).list()
+                if runs and (runs[0].result or {}).get("partial"):
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the diagnosis was never saved")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    record = Store(db).list()[0]
+    assert record.status == "interrupted"
+    assert record.result["verdict"] and record.result["findings"] and record.result["partial"] == "interrupted before --verify finished"
+    assert f"run {record.id} is kept in the store as interrupted" in err
