@@ -72,7 +72,7 @@ def _search(tmp_path: Path, measured: dict[str, Measured] = MLP, export: Path | 
     settings = {"passes": ("hygiene", "dynamic_int8"), "max_depth": 2, "time_budget_s": 600.0,
                 "workdir": str(tmp_path / "work"), **config}
     return optimize("zoo:mlp", OptimizeConfig(**settings), export_dir=export,
-                    executor=FakeTrials(measured))  # type: ignore[arg-type]
+                    executor=FakeTrials(measured))
 
 
 def test_the_baseline_that_misses_the_latency_budget_is_not_within_the_constraints(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_size_losses_are_not_explained_as_slowness(tmp_path: Path) -> None:
 
 def test_a_search_with_no_candidate_says_so(tmp_path: Path) -> None:
     result = optimize("zoo:mlp", OptimizeConfig(passes=("channels_last",), workdir=str(tmp_path / "w")),
-                      executor=FakeTrials(MLP))  # type: ignore[arg-type]
+                      executor=FakeTrials(MLP))
     assert result.notes == ["no candidate besides the baseline was measured: no pass offered a configuration for "
                             "this workload (see the skipped passes)"]
     assert result.skipped_passes == ["channels_last: not applicable: the model has no 2-D convolution; "
@@ -157,18 +157,18 @@ def test_bad_paths_and_devices_are_refused_before_the_search(tmp_path: Path) -> 
     trials = FakeTrials({})  # any trial would fail: nothing may be measured
     with pytest.raises(OptimizeError, match=r"--export '.*afile' is a file"):
         optimize("zoo:mlp", OptimizeConfig(workdir=str(tmp_path / "w")), export_dir=a_file,
-                 executor=trials)  # type: ignore[arg-type]
+                 executor=trials)
     with pytest.raises(OptimizeError, match=r"--workdir '.*afile' is a file"):
-        optimize("zoo:mlp", OptimizeConfig(workdir=str(a_file)), executor=trials)  # type: ignore[arg-type]
+        optimize("zoo:mlp", OptimizeConfig(workdir=str(a_file)), executor=trials)
     foreign = tmp_path / "project"
     foreign.mkdir()
     (foreign / "keep.csv").write_text("x")
     with pytest.raises(OptimizeError, match="not a dlperf artifact"):
         optimize("zoo:mlp", OptimizeConfig(workdir=str(tmp_path / "w")), export_dir=foreign,
-                 executor=trials)  # type: ignore[arg-type]
+                 executor=trials)
     import torch
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match=r"--device cuda: torch here .* sees no CUDA device"):
-            optimize("zoo:mlp", OptimizeConfig(device="cuda"), executor=trials)  # type: ignore[arg-type]
+            optimize("zoo:mlp", OptimizeConfig(device="cuda"), executor=trials)
     assert not (tmp_path / "w").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -252,11 +253,11 @@ def test_an_export_that_traces_no_input_fails_with_a_short_reason(monkeypatch: p
                   input_names=("x",))
     real_export = torch.onnx.export
 
-    def export(*args: object, dynamo: bool = False, **kwargs: object) -> object:
+    def export(*args: Any, dynamo: bool = False, **kwargs: Any) -> Any:
         if dynamo:
             raise RuntimeError("\x1b[31m\n====\nFailed to export the model with torch.export.\x1b[0m\n"
                                + "## Report\n" * 500)
-        return real_export(*args, dynamo=False, **kwargs)  # type: ignore[call-overload]
+        return real_export(*args, dynamo=False, **kwargs)
 
     monkeypatch.setattr(torch.onnx, "export", export)
     with pytest.raises(PassError) as info:
