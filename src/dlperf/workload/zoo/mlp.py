@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.workload.base import TrainSpec, Workload
-from dlperf.workload.zoo.options import positive_int, suffix
+from dlperf.workload.zoo.options import positive_ints
 
 SUMMARY = "tiny 3-layer MLP (64 -> 256 -> 256 -> 10), random weights; for fast tests"
 
@@ -25,9 +25,8 @@ def _model(in_features: int, hidden: int, classes: int) -> Any:
 def workload(in_features: int = 64, hidden: int = 256, classes: int = 10) -> Workload:
     import torch
 
-    for key, value, example in (("in_features", in_features, 64), ("hidden", hidden, 256), ("classes", classes, 10)):
-        positive_int("mlp", key, value, example)
-    options = suffix([("in_features", in_features, 64), ("hidden", hidden, 256), ("classes", classes, 10)])
+    options = positive_ints("mlp", [("in_features", in_features, 64), ("hidden", hidden, 256),
+                                    ("classes", classes, 10)])
 
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         g = torch.Generator().manual_seed(batch_size)

@@ -9,12 +9,14 @@ from typing import Any
 from dlperf.errors import WorkloadError
 
 
-def positive_int(workload: str, key: str, value: Any, example: int) -> int:
-    """`value` as the positive integer option `key` of `zoo:workload` must be; WorkloadError saying so."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise WorkloadError(f"zoo:{workload} option {key}={value!r} is not a positive integer "
-                            f"(e.g. zoo:{workload}?{key}={example})")
-    return value
+def positive_ints(workload: str, options: list[tuple[str, Any, int]]) -> str:
+    """The `suffix` of the (key, value, default) options of `zoo:workload`, each of which must be a positive
+    integer; WorkloadError naming the first that is not (the default as the example)."""
+    for key, value, default in options:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise WorkloadError(f"zoo:{workload} option {key}={value!r} is not a positive integer "
+                                f"(e.g. zoo:{workload}?{key}={default})")
+    return suffix(options)
 
 
 def suffix(options: list[tuple[str, Any, Any]]) -> str:

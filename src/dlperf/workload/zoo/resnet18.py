@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.workload.base import Workload
-from dlperf.workload.zoo.options import positive_int, suffix
+from dlperf.workload.zoo.options import positive_ints
 
 SUMMARY = "ResNet-18 (11.7M params), random weights, 224x224 images; performance only"
 
@@ -63,9 +63,7 @@ def build(num_classes: int = 1000) -> Any:
 def workload(image_size: int = 224, num_classes: int = 1000) -> Workload:
     import torch
 
-    positive_int("resnet18", "image_size", image_size, 224)
-    positive_int("resnet18", "num_classes", num_classes, 1000)
-    options = suffix([("image_size", image_size, 224), ("num_classes", num_classes, 1000)])
+    options = positive_ints("resnet18", [("image_size", image_size, 224), ("num_classes", num_classes, 1000)])
 
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         g = torch.Generator().manual_seed(batch_size)
