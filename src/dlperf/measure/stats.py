@@ -285,6 +285,7 @@ class Measurement:
             "median_ci_s": [lo, hi],
             "throughput": self.throughput,
             "noise_warning": self.noise_warning,
+            "stop_note": self.extra.get("stop_note"),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -68,19 +68,34 @@ def time_callable(
     try:
         warmup = _warm_up(fn, config, clock, now)
         if type(clock) is CpuClock:
-            samples = _measure_cpu(fn, config, on_progress)
+            samples, elapsed_ns = _measure_cpu(fn, config, on_progress)
         else:
-            samples = _measure(fn, config, clock, now, on_progress)
+            samples, elapsed_ns = _measure(fn, config, clock, now, on_progress)
     except MeasurementError:
         raise
     except Exception as exc:
         raise MeasurementError(f"the measured call raised {type(exc).__name__}: {exc}") from exc
+    extra: dict[str, Any] = {}
+    cut = stop_note(config, len(samples), elapsed_ns)
+    if cut is not None:
+        extra["stop_note"] = cut
     return Measurement(samples, items_per_call=items_per_call, warmup_iters=warmup, clock=clock.name,
-                       label=label)
+                       label=label, extra=extra)
+
+
+def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
+    """Why the loop stopped before BOTH minimums were met (a cap cut it), or None when they were."""
+    if n >= config.min_iters and elapsed_ns >= int(config.min_duration_s * 1e9):
+        return None
+    if n >= config.max_iters:
+        return (f"stopped at the {config.max_iters:,}-iteration cap after {elapsed_ns / 1e9:.2f} s, before the "
+                f"minimum duration of {config.min_duration_s:g} s; each call is short, the samples suffice")
+    return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iterations, under the minimum of "
+            f"{config.min_iters:,}; lower the minimum iterations or expect wider intervals")
 
 
 def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int],
-             on_progress: ProgressFn | None) -> list[int]:
+             on_progress: ProgressFn | None) -> tuple[list[int], int]:
     samples: list[int] = []
     append = samples.append
     start = now()
@@ -100,10 +115,11 @@ def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Call
             next_report = elapsed + 100_000_000
     if on_progress is not None:
         on_progress(len(samples), (now() - start) / 1e9)
-    return samples
+    return samples, elapsed
 
 
-def _measure_cpu(fn: Callable[[], Any], config: TimerConfig, on_progress: ProgressFn | None) -> list[int]:
+def _measure_cpu(fn: Callable[[], Any], config: TimerConfig,
+                 on_progress: ProgressFn | None) -> tuple[list[int], int]:
     """The same loop for the host clock, inlined: two perf_counter_ns reads per iteration and no method
     calls, the end of one call's timing doubling as the loop's 'now'."""
     pc = time.perf_counter_ns
@@ -129,7 +145,7 @@ def _measure_cpu(fn: Callable[[], Any], config: TimerConfig, on_progress: Progre
             next_report = elapsed + 100_000_000
     if on_progress is not None:
         on_progress(n, (pc() - start) / 1e9)
-    return samples
+    return samples, elapsed
 
 
 def _warm_up(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int]) -> int:

@@ -159,6 +159,8 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
                      "on the machine, frequency scaling or too few samples")
     lines += [f"batch {p['batch_size']}: {p['summary']['noise_warning']}" for p in points
               if p["summary"].get("noise_warning") and p not in noisy]
+    lines += [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points
+              if p["summary"].get("stop_note")]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:
         worst = max(contended, key=lambda p: float(p.get("other_load_percent") or 0.0))

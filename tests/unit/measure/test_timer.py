@@ -42,6 +42,9 @@ def test_max_iters_caps() -> None:
     clock = FakeClock(base_ns=1_000)
     m = time_callable(_noop, TimerConfig(warmup_iters=0, min_duration_s=10.0, min_iters=5, max_iters=50), clock)
     assert m.n == 50
+    # the cap cut the run short of --min-duration: the measurement says so rather than stopping silently
+    assert m.summary()["stop_note"] == ("stopped at the 50-iteration cap after 0.00 s, before the minimum "
+                                        "duration of 10 s; each call is short, the samples suffice")
 
 
 def test_max_duration_caps() -> None:
@@ -49,6 +52,14 @@ def test_max_duration_caps() -> None:
     config = TimerConfig(warmup_iters=0, min_duration_s=0.0, min_iters=100_000, max_duration_s=0.002)
     m = time_callable(_noop, config, clock)
     assert m.n == 2000
+    assert m.summary()["stop_note"] == ("stopped at the 0.002 s cap after 2,000 iterations, under the minimum "
+                                        "of 100,000; lower the minimum iterations or expect wider intervals")
+
+
+def test_no_stop_note_when_both_minimums_are_met() -> None:
+    m = time_callable(_noop, TimerConfig(warmup_iters=0, min_duration_s=0.001, min_iters=10), FakeClock(base_ns=1_000))
+    assert m.summary()["stop_note"] is None
+    assert "stop_note" not in m.to_dict()["extra"]
 
 
 def test_fixed_warmup_is_not_measured() -> None:
