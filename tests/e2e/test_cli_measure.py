@@ -183,6 +183,29 @@ def test_calibrate_quick_json_and_cache(tmp_path: Path, monkeypatch: pytest.Monk
     assert "GEMM fp32" in shown and "cached at" in shown and '"gemm_flops"' not in shown
 
 
+def test_calibrate_threads_measures_at_that_count_and_a_corrupt_cache_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from dlperf.calibrate import cache_path, machine_key
+
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    store = str(tmp_path / "runs.db")
+    before = torch.get_num_threads()
+    assert main(["calibrate", "--quick", "--threads", "1", "--json", "--store", store]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["threads"] == 1 and "|threads=1|" in result["machine_key"]
+    assert torch.get_num_threads() == before
+    (record,) = Store(store).list(kind="calibrate")
+    assert record.config["threads"] == 1 and record.environment["torch_threads"] == 1
+    broken = cache_path(machine_key("cpu"), quick=False)
+    broken.write_text("{not json")
+    assert main(["calibrate", "--quick", "--json", "--store", store]) == 0
+    err = capsys.readouterr().err
+    assert f"note: the ceilings cache '{broken}' could not be read (JSONDecodeError" in err
+    assert err.rstrip().endswith("measuring again")  # a quick run writes the -quick file, not over the broken one
+
+
 def test_help_does_not_import_torch() -> None:
     code = (
         "import sys\n"

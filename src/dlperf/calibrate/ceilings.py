@@ -120,18 +120,34 @@ def cache_path(key: str, quick: bool) -> Path:
 
 def read_cache(key: str, quick: bool) -> Ceilings | None:
     """The cached ceilings for `key`, or None when absent, unreadable or for another key/format."""
+    return _read_cache(key, quick)[0]
+
+
+def cache_problem(key: str, quick: bool = False) -> str | None:
+    """Why the cache file for `key` exists but cannot be used (corrupt, another format or machine), else None:
+    such a file is measured again and overwritten, and the user should hear why."""
+    return _read_cache(key, quick)[1]
+
+
+def _read_cache(key: str, quick: bool) -> tuple[Ceilings | None, str | None]:
     path = cache_path(key, quick)
+    if not path.exists():
+        return None, None
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        return None, f"the ceilings cache '{path}' could not be read ({type(exc).__name__}: {exc})"
     if not isinstance(data, dict) or data.get("format_version") != CACHE_FORMAT_VERSION:
-        return None
+        found = data.get("format_version") if isinstance(data, dict) else None
+        return None, (f"the ceilings cache '{path}' has format version {found!r}, this dlperf reads "
+                      f"{CACHE_FORMAT_VERSION}")
     try:
         ceilings = Ceilings.from_dict(data)
-    except CalibrationError:
-        return None
-    return ceilings if ceilings.machine_key == key else None
+    except CalibrationError as exc:
+        return None, f"the ceilings cache '{path}' is damaged: {exc}"
+    if ceilings.machine_key != key:
+        return None, f"the ceilings cache '{path}' was measured for another machine ({ceilings.machine_key})"
+    return ceilings, None
 
 
 def write_cache(ceilings: Ceilings) -> Path:

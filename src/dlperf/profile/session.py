@@ -53,10 +53,15 @@ class ProfileReport:
         }
 
 
-def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], None] | None = None) -> Any:
+def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], None] | None = None,
+                  threads: int | None = None) -> Any:
+    """This machine's ceilings at the thread count the profile runs with (`threads`, or torch's): a step on 1
+    thread held against 2-thread peaks would look half as efficient as it is."""
     from dlperf.calibrate import get_ceilings
+    from dlperf.measure.bench import torch_threads
 
-    return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
+    with torch_threads(threads):
+        return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
 
 
 def profile_workload(workload: Workload, config: ProfileConfig, ceilings: CeilingsLike | None = None,
@@ -67,7 +72,8 @@ def profile_workload(workload: Workload, config: ProfileConfig, ceilings: Ceilin
     verification keeps the capture and the diagnosis)."""
     t0 = time.perf_counter()
     if ceilings is None:
-        ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress)
+        ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress,
+                                 config.capture.options.threads)
     trace = capture(workload, config.capture, on_progress)
     analyses = analyze_all(trace, ceilings)
     diagnosis = diagnose(analyses)

@@ -10,7 +10,7 @@ import pytest
 
 import dlperf.calibrate.kernels as kernels
 from dlperf.calibrate import CACHE_ENV_VAR, Ceilings, cache_dir, cache_path, get_ceilings, machine_key
-from dlperf.calibrate.ceilings import lookup_or_measure, read_cache
+from dlperf.calibrate.ceilings import cache_problem, lookup_or_measure, read_cache
 from dlperf.errors import CalibrationError
 
 pytestmark = pytest.mark.unit
@@ -97,13 +97,19 @@ def test_corrupt_or_foreign_cache_is_ignored(cache: Path, fake_measure: list[dic
     key = machine_key("cpu")
     path = cache_path(key, quick=False)
     path.parent.mkdir(parents=True)
+    assert cache_problem(key) is None  # no file is no problem
     path.write_text("{not json")
     assert read_cache(key, quick=False) is None
+    assert f"the ceilings cache '{path}' could not be read (JSONDecodeError" in (cache_problem(key) or "")
     other = Ceilings("cpu", "another machine", {"fp32": 1.0}, 1.0, "x", 1).to_dict()
     path.write_text(json.dumps(other))
     assert read_cache(key, quick=False) is None
+    assert cache_problem(key) == f"the ceilings cache '{path}' was measured for another machine (another machine)"
+    path.write_text(json.dumps({**other, "format_version": 0}))
+    assert cache_problem(key) == f"the ceilings cache '{path}' has format version 0, this dlperf reads 1"
     get_ceilings("cpu")
     assert len(fake_measure) == 1
+    assert cache_problem(key) is None  # measured again and replaced
 
 
 def test_cache_dir_follows_env_var(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
