@@ -112,9 +112,11 @@ class Workload:
             with torch.inference_mode():
                 return model(*inputs)
         except Exception as exc:
+            hint = ("; its inputs factory returned a list, which is passed as ONE argument: return a tuple to pass "
+                    "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
             raise WorkloadError(
                 f"workload '{self.name}': the model rejected its example inputs "
-                f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}\n"
+                f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}{hint}\n"
                 f"{_user_frame(exc)}"
             ) from exc
 

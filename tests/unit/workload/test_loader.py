@@ -215,6 +215,19 @@ def test_check_names_each_input_and_its_shape() -> None:
     message = str(info.value)
     assert "rejected its example inputs (input 0 (x): float32[2, 5])" in message
     assert "RuntimeError" in message
+    assert "returned a list" not in message
+
+
+def test_a_list_of_inputs_is_one_argument_and_the_error_says_so() -> None:
+    class TwoArgs(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a + b
+
+    w = Workload(name="pair", make_model=TwoArgs, make_inputs=lambda b: [torch.ones(b, 2), torch.ones(b, 2)])  # type: ignore[arg-type,return-value]
+    inputs = w.example_inputs(2)
+    assert len(inputs) == 1 and isinstance(inputs[0], list)
+    with pytest.raises(WorkloadError, match="returned a list, which is passed as ONE argument: return a tuple"):
+        w.check(w.build_model(), inputs)
 
 
 def test_describe_inputs_names_dtypes_and_shapes() -> None:
