@@ -59,6 +59,9 @@ not per-operator dispatch: fusing operators wins little, a larger batch amortize
 LOW_OVERHEAD_RATIO = 0.5
 """A profiled step faster than half the unprofiled one: the profiler cannot speed a step up, so the
 unprofiled timing was disturbed."""
+PLAUSIBLE_PROFILER_COST = 30.0
+"""torch.profiler adds some microseconds per operator: even a step of nothing but the tiniest operators is not
+slowed much past this; a larger ratio means the profiled steps were disturbed."""
 COMM_MARKERS = ("nccl", "c10d::", "gloo", "allreduce", "all_reduce", "allgather", "broadcast_")
 
 
@@ -509,7 +512,13 @@ def _caveats(a: Analyses) -> list[str]:
                    "understate this machine (a quick calibration, or one taken while the machine was busy); run "
                    "`dlperf calibrate --force` on an idle machine, and until then read % of peak as relative only")
     ratio = a.breakdown.profiling_overhead
-    if ratio is not None and ratio >= 3.0:
+    busy = bool(out) and out[0].startswith("the machine was busy")
+    if ratio is not None and ratio >= 3.0 and (busy or ratio > PLAUSIBLE_PROFILER_COST):
+        why = "the busy machine above" if busy else "another process or a stall during the profiled steps"
+        out.append(f"the profiled step took {ratio:.1f}x the unprofiled one, more than the profiler's own cost "
+                   f"explains ({why} is the likelier cause): per-operator times are inflated; re-run on an idle "
+                   "machine")
+    elif ratio is not None and ratio >= 3.0:
         out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
     if ratio is not None and ratio < LOW_OVERHEAD_RATIO:
         b = a.breakdown

@@ -206,6 +206,21 @@ def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
     assert not any("unprofiled one" in c for c in _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.008)).caveats)
 
 
+def test_a_profiled_step_far_slower_than_the_profiler_explains_is_not_blamed_on_the_profiler() -> None:
+    # profiled 10 ms: 5x the unprofiled 2 ms is the profiler's cost; 100x (0.1 ms) is more than it explains
+    slow = _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.002)).caveats
+    assert any(c.startswith("the profiler slowed the step 5.0x") for c in slow)
+    stalled = _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.0001)).caveats
+    assert not any("the profiler slowed" in c for c in stalled)
+    assert any(c.startswith("the profiled step took 100.0x the unprofiled one, more than the profiler's own cost "
+                            "explains (another process or a stall during the profiled steps") for c in stalled)
+    # on a busy machine even a few-fold slowdown points at the contention the caveat above names
+    starved = threads(intra=2, usable=2, process_pct=30.0, system_pct=100.0)
+    busy = _diagnose(trace([gemm(0, 9000)], thread_info=starved, unprofiled_s=0.002)).caveats
+    assert busy[0].startswith("the machine was busy")
+    assert busy[1].startswith("the profiled step took 5.0x the unprofiled one") and "the busy machine above" in busy[1]
+
+
 def test_the_data_wait_is_the_breakdowns_number() -> None:
     from dataclasses import replace
 
