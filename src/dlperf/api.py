@@ -41,15 +41,24 @@ def bench(
     )
     if store is None:
         return run_bench(workload, config)
-    from dlperf.measure.env import capture_environment
     from dlperf.store.db import Store
 
     st = store if isinstance(store, Store) else Store(store)
     with st.recording("bench", workload.source or workload.name, bench_config_dict(config),
-                      capture_environment(device).to_dict()) as run:
+                      bench_environment(config)) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
     return result
+
+
+def bench_environment(config: BenchConfig) -> dict[str, Any]:
+    """The environment a bench run is recorded with: the thread count it ran at, not torch's default."""
+    from dlperf.measure.env import capture_environment
+
+    environment = capture_environment(config.device).to_dict()
+    if config.threads is not None:
+        environment["torch_threads"] = config.threads
+    return environment
 
 
 def bench_config_dict(config: BenchConfig) -> dict[str, Any]:

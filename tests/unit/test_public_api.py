@@ -31,3 +31,18 @@ def test_load_stays_the_artifact_loader_after_every_subpackage_is_imported() -> 
 def test_import_dlperf_does_not_import_torch() -> None:
     code = "import sys, dlperf; dlperf.__all__; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bench_records_the_thread_count_it_ran_at(tmp_path: object) -> None:
+    import torch
+
+    from dlperf.store.db import Store
+
+    store = f"{tmp_path}/runs.db"
+    before = torch.get_num_threads()
+    target = 1 if before > 1 else 2
+    dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), threads=target, min_duration_s=0.0, min_iters=3,
+                 warmup_iters=0, store=store)
+    (record,) = Store(store).list()
+    assert record.environment["torch_threads"] == target and record.config["threads"] == target
+    assert torch.get_num_threads() == before

@@ -100,10 +100,9 @@ def emulated_precision_note(precision: str, device: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.api import bench_config_dict
+    from dlperf.api import bench_config_dict, bench_environment
     from dlperf.cli.progress import bench_progress
     from dlperf.measure.bench import BenchPoint, run_bench
-    from dlperf.measure.env import capture_environment
     from dlperf.report.terminal import bench_report
     from dlperf.workload.loader import load_workload
 
@@ -116,9 +115,7 @@ def run(args: argparse.Namespace) -> int:
         error_console().print(f"note: {note}", markup=False)
     workload = load_workload(args.workload)
     store = open_store(args)
-    environment = capture_environment(config.device).to_dict()
-    if config.threads is not None:
-        environment["torch_threads"] = config.threads
+    environment = bench_environment(config)
     config_dict = bench_config_dict(config)
     with store.recording("bench", args.workload, config_dict, environment) as recording:
         partial: list[dict[str, object]] = []
