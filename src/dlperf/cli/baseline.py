@@ -21,10 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, open_store, print_json
+    from dlperf.cli.common import console, print_json
     from dlperf.compare.baselines import baseline_rows, set_baseline
+    from dlperf.store import Store
 
-    store = open_store(args)
+    store = Store(args.store, create=False)  # a baseline names a stored run: a missing store is a mistyped path
     out = console()
     if args.action == "set":
         record = set_baseline(store, args.name, args.run)

@@ -24,13 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, error_console, open_store, print_json
+    from dlperf.cli.common import console, error_console, print_json
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.report.compare_text import gate_lines
+    from dlperf.store import Store
 
     config = GateConfig(metric=args.metric, max_regression=args.max_regression, confidence=args.confidence)
-    store = open_store(args)
+    store = Store(args.store, create=False)  # the baseline is in it: a missing store is a mistyped path
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=error_console(),

@@ -21,11 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dlperf.cli.common import console, open_store
+    from dlperf.cli.common import console
     from dlperf.errors import ConfigError
     from dlperf.report.build import build_report
+    from dlperf.store import Store
 
-    text = build_report(open_store(args), args.runs, history_workload=args.history, history_metric=args.metric,
+    store = Store(args.store, create=False)  # the runs are in it: a missing store is a mistyped path
+    text = build_report(store, args.runs, history_workload=args.history, history_metric=args.metric,
                         title=args.title)
     path = Path(args.output)
     try:

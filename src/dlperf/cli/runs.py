@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
+from dlperf.cli.common import add_json_argument, add_store_argument, console, print_json
 from dlperf.errors import ConfigError
 
 
@@ -54,6 +55,13 @@ def _positive_int(option: str, text: str | None) -> int | None:
     return value
 
 
+def _open_store(args: argparse.Namespace) -> Any:
+    """The store the runs are in: a path that holds none is an error, not a new empty store."""
+    from dlperf.store import Store
+
+    return Store(args.store, create=False)
+
+
 def run(args: argparse.Namespace) -> int:
     command = getattr(args, "runs_command", None)
     if command is None:
@@ -64,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import runs_table
 
-    store = open_store(args)
+    store = _open_store(args)
     records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
     if args.json:
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
@@ -77,7 +85,7 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import record_view
 
-    record = open_store(args).get(args.id)
+    record = _open_store(args).get(args.id)
     if args.json:
         print_json(record.to_dict())
         return 0
@@ -86,7 +94,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    record = open_store(args).get(args.id)
+    record = _open_store(args).get(args.id)
     text = json.dumps(record.to_dict(), indent=2, default=str) + "\n"
     if args.output is None:
         print(text, end="")
@@ -105,7 +113,7 @@ def _history(args: argparse.Namespace) -> int:
     from dlperf.store.query import kpi_history, metric_spec
 
     metric_spec(args.metric)
-    store = open_store(args)
+    store = _open_store(args)
     records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
     history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload)
     if args.json:

@@ -20,6 +20,8 @@ from dlperf.store.records import FAILED, INTERRUPTED, OK, RUNNING, RunRecord
 
 ENV_VAR = "DLPERF_STORE"
 DEFAULT_PATH = Path(".dlperf") / "runs.db"
+AMBIGUOUS_SHOWN = 5
+"""Runs an ambiguous id prefix names in its error."""
 
 metadata = sa.MetaData()
 meta_table = sa.Table(
@@ -66,17 +68,51 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def resolve_url(location: str | os.PathLike[str] | None = None) -> str:
-    """--store value, else $DLPERF_STORE, else ./.dlperf/runs.db. A path becomes a sqlite URL."""
+def resolve_url(location: str | os.PathLike[str] | None = None, create_folder: bool = True) -> str:
+    """--store value, else $DLPERF_STORE, else ./.dlperf/runs.db. A path becomes a sqlite URL (its folder is
+    made unless `create_folder` is false)."""
     text = str(location) if location is not None else os.environ.get(ENV_VAR) or str(DEFAULT_PATH)
     if "://" in text:
         return text
     path = Path(text).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the store's folder '{path.parent}': {exc}") from exc
+    if create_folder:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store's folder '{path.parent}': {exc}") from exc
     return f"sqlite:///{path}"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL; None for another database, an in-memory one or a `file:` URI."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def store_error(exc: sa.exc.SQLAlchemyError, shown_url: str, doing: str = "run store") -> StoreError:
+    """The database's error said in one line with what to do: SQLAlchemy's own text adds the SQL statement and
+    a link to its docs, and SQLite's 'database is locked' says nothing about how to get out of it."""
+    message = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    low = message.lower()
+    if "locked" in low or "busy" in low:
+        hint = ("it is locked by another process (another dlperf command writing to it, or an open sqlite3 "
+                "shell): retry when that has finished, or use another --store")
+    elif "not a database" in low or "malformed" in low or "file is encrypted" in low:
+        hint = ("the file is not a dlperf run store or is damaged: point --store (or $DLPERF_STORE) at your store, "
+                "or move this file aside to start a new one")
+    elif "readonly" in low or "read-only" in low:
+        hint = "it is read-only: make the file and its folder writable, or use another --store"
+    elif "unable to open database file" in low:
+        hint = "SQLite cannot open the file: check that its folder exists and is writable, or use another --store"
+    else:
+        return StoreError(f"{doing} at {shown_url}: {message}")
+    return StoreError(f"{doing} at {shown_url}: {hint} ({message})")
 
 
 def _dumps(value: Any) -> str:
@@ -103,27 +139,43 @@ def _without_password(url: str) -> str:
 class Store:
     """Runs and baselines in one database. Safe to use from one process at a time per run."""
 
-    def __init__(self, location: str | os.PathLike[str] | None = None) -> None:
-        self.url = resolve_url(location)
+    def __init__(self, location: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        """Open the store at `location` (see `resolve_url`). With `create=False` a SQLite file that does not
+        exist is an error instead of a new empty store: the commands that only read runs (`runs`, `report`,
+        `baseline`, `check`) would otherwise answer "no runs" for a mistyped path, and leave a file there."""
+        self.url = resolve_url(location, create_folder=create)
         self.shown_url = _without_password(self.url)
         """The URL for messages: a password in it shows as ***."""
+        path = sqlite_path(self.url)
+        if not create and path is not None and not path.exists():
+            raise StoreError(
+                f"no run store at '{path}': nothing has been recorded there. Give the store your runs are in with "
+                f"--store PATH or ${ENV_VAR}, or record a run first (e.g. `dlperf bench zoo:mlp`)"
+            )
         try:
             self.engine: Engine = sa.create_engine(self.url, future=True)
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"cannot open the run store at {self.shown_url}: {exc}") from exc
+            raise store_error(exc, self.shown_url, "cannot open the run store") from exc
         except ImportError as exc:  # the URL's database driver (psycopg, pymysql, ...) is not installed
             raise StoreError(f"cannot open the run store at {self.shown_url}: its database driver is not installed "
                              f"({exc}); pip install it, or use the default SQLite store (no --store)") from exc
 
     def _migrate(self) -> None:
         with self.engine.begin() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+            if tables and meta_table.name not in tables:
+                # Another program's database: adding dlperf's tables to it would change a file that is not ours.
+                raise StoreError(
+                    f"{self.shown_url} is a database of something else, not a dlperf run store (it has the tables "
+                    f"{', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store or a new file"
+                )
             metadata.create_all(conn, tables=[meta_table])
             row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
             current = int(row.scalar() or 0)
             if current > SCHEMA_VERSION:
                 raise StoreError(
-                    f"the store at {self.url} has schema version {current}, newer than this dlperf "
+                    f"the store at {self.shown_url} has schema version {current}, newer than this dlperf "
                     f"understands ({SCHEMA_VERSION}): upgrade dlperf or use another --store"
                 )
             for version in range(current, SCHEMA_VERSION):
@@ -136,7 +188,7 @@ class Store:
 
     @property
     def schema_version(self) -> int:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
             return int(row.scalar() or 0)
 
@@ -190,14 +242,22 @@ class Store:
         """A run by id or unique id prefix."""
         if not run_id:
             raise StoreError("no run id given")
-        with self.engine.connect() as conn:
+        # The prefix is matched literally: '%' and '_' are LIKE's wildcards, not characters of an id.
+        escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with self._connect() as conn:
             rows = conn.execute(
-                sa.select(runs_table).where(runs_table.c.id.like(f"{run_id}%")).limit(2)
+                sa.select(runs_table).where(runs_table.c.id.like(f"{escaped}%", escape="\\"))
+                .order_by(runs_table.c.created_at.desc()).limit(AMBIGUOUS_SHOWN + 1)
             ).mappings().all()
+        exact = [r for r in rows if r["id"] == run_id]
+        if exact:
+            return _to_record(exact[0])
         if not rows:
-            raise StoreError(f"no run '{run_id}' in the store at {self.url} (`dlperf runs list` shows them)")
+            raise StoreError(f"no run '{run_id}' in the store at {self.shown_url} (`dlperf runs list` shows them)")
         if len(rows) > 1:
-            raise StoreError(f"run id prefix '{run_id}' is ambiguous: give more characters")
+            shown = ", ".join(f"{r['id']} ({r['kind']} of {r['workload']})" for r in rows[:AMBIGUOUS_SHOWN])
+            more = ", ..." if len(rows) > AMBIGUOUS_SHOWN else ""
+            raise StoreError(f"run id prefix '{run_id}' is ambiguous: it matches {shown}{more}; give more characters")
         return _to_record(rows[0])
 
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
@@ -214,7 +274,7 @@ class Store:
             query = query.where(runs_table.c.status == status)
         if limit:
             query = query.limit(limit)
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return [_to_record(r) for r in conn.execute(query).mappings().all()]
 
     def delete(self, run_id: str) -> None:
@@ -231,7 +291,7 @@ class Store:
         return record
 
     def get_baseline(self, name: str) -> RunRecord:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             run_id = conn.execute(
                 sa.select(baselines_table.c.run_id).where(baselines_table.c.name == name)
             ).scalar()
@@ -240,7 +300,7 @@ class Store:
         return self.get(run_id)
 
     def list_baselines(self) -> builtins.list[tuple[str, str, str]]:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             rows = conn.execute(sa.select(baselines_table).order_by(baselines_table.c.name)).all()
         return [(r.name, r.run_id, r.created_at) for r in rows]
 
@@ -258,7 +318,15 @@ class Store:
             with self.engine.begin() as conn:
                 yield conn
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"run store {self.shown_url}: {exc}") from exc
+            raise store_error(exc, self.shown_url) from exc
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            raise store_error(exc, self.shown_url) from exc
 
     def _write(self, statement: Any) -> None:
         with self._begin() as conn:

@@ -173,3 +173,84 @@ def test_a_store_whose_driver_is_missing_is_a_clear_error_without_the_password()
     message = str(info.value)
     assert "its database driver is not installed" in message and "pip install it" in message
     assert "secret" not in message and "user:***@127.0.0.1:1/db" in message
+
+
+def test_a_missing_store_is_an_error_for_readers_and_is_not_created(tmp_path: Path) -> None:
+    path = tmp_path / "typo" / "runs.db"
+    with pytest.raises(StoreError, match=r"no run store at .*runs\.db.*--store PATH or \$DLPERF_STORE"):
+        Store(path, create=False)
+    assert not path.parent.exists()  # neither the file nor its folder was made
+    Store(path)  # a command that records creates it
+    assert Store(path, create=False).list() == []
+
+
+def test_the_cli_readers_refuse_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runz.db"
+    for argv in (["runs", "list"], ["runs", "show", "abc"], ["baseline", "list"],
+                 ["report", "abc", "-o", str(tmp_path / "r.html")]):
+        assert main([*argv, "--store", str(path)]) == 2
+        assert "no run store at" in capsys.readouterr().err
+    assert not path.exists()
+
+
+def test_a_file_that_is_no_database_says_so_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    path.write_text("this is not sqlite, it is a text file\n" * 40)
+    with pytest.raises(StoreError) as info:
+        Store(path)
+    message = str(info.value)
+    assert "not a dlperf run store or is damaged" in message and "move this file aside" in message
+    assert "\n" not in message and "sqlalche.me" not in message and "[SQL" not in message
+    assert path.read_text().startswith("this is not sqlite")  # untouched
+
+
+def test_another_programs_database_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE users (id INTEGER)"))
+    engine.dispose()
+    with pytest.raises(StoreError, match=r"not a dlperf run store .*tables users"):
+        Store(path)
+    assert sa.inspect(sa.create_engine(f"sqlite:///{path}")).get_table_names() == ["users"]
+
+
+def test_a_locked_store_says_what_to_do(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "runs.db"
+    run_id = Store(path).create_run("bench", "w").id
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
+        store_url = f"sqlite:///{path}?timeout=0.05"
+        with pytest.raises(StoreError, match=r"locked by another process.*retry when that has finished"):
+            Store(store_url).get(run_id)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert Store(path).get(run_id).id == run_id
+
+
+def test_a_read_only_store_reads_and_explains_a_write(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    run_id = Store(path).create_run("bench", "w").id
+    read_only = Store(f"sqlite:///file:{path}?mode=ro&uri=true")
+    assert read_only.get(run_id[:4]).id == run_id
+    with pytest.raises(StoreError, match="read-only: make the file and its folder writable"):
+        read_only.set_baseline("main", run_id)
+
+
+def test_id_prefix_is_literal_and_an_ambiguous_one_names_the_runs(store: Store) -> None:
+    ids = [store.create_run("bench", f"w{i}").id for i in range(20)]
+    for wildcard in ("%", "_", "_" * 12):
+        with pytest.raises(StoreError, match="no run"):
+            store.get(wildcard)
+    first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
+    with pytest.raises(StoreError, match="ambiguous") as info:
+        store.get(first)
+    named = [i for i in ids if i.startswith(first)]
+    assert named[0] in str(info.value) or named[1] in str(info.value)
+    assert "(bench of w" in str(info.value)
