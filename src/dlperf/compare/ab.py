@@ -138,6 +138,7 @@ def run_ab(
 
     `iters_per_block=None` picks enough calls for ~50 ms per block (3 to 200).
     """
+    _check_options(blocks, iters_per_block, confidence, min_effect)
     import torch
 
     from dlperf.measure.bench import make_call
@@ -167,6 +168,16 @@ def run_ab(
                  iters_per_block)
 
 
+def _check_options(blocks: int, iters_per_block: int | None, confidence: float, min_effect: float) -> None:
+    """Refuse bad options before the two models are built (which can take a while) and before a run is recorded."""
+    if not 0.0 <= min_effect < 1.0:
+        # decide() calls B faster when the interval lies below 1 - min_effect: a negative one called a B that
+        # was 15% slower "faster", and one of 1 or more can never call B faster.
+        raise ConfigError(f"--min-effect must be a fraction in [0, 1), e.g. 1% or 0.01; got {min_effect:g}")
+    ABConfig(blocks=blocks, iters_per_block=1 if iters_per_block is None else iters_per_block,
+             confidence=confidence, min_effect=min_effect)
+
+
 def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, batch_a: int, batch_b: int,
         on_block: Callable[[int, int], None] | None, before_a: Callable[[], None] | None,
         before_b: Callable[[], None] | None, clock: Clock) -> ABResult:
@@ -188,6 +199,8 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
     """run_ab, recorded in `store` as a run of kind 'ab' (failed or interrupted runs are recorded too)."""
     from dlperf.measure.env import capture_environment
 
+    _check_options(kwargs.get("blocks", 20), kwargs.get("iters_per_block"), kwargs.get("confidence", 0.95),
+                   kwargs.get("min_effect", 0.01))
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}

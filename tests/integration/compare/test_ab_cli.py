@@ -50,3 +50,19 @@ def test_channels_last_on_a_2d_input_is_refused() -> None:
 def test_unknown_setting_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["ab", "zoo:mlp", "--b", "thread=2", "--store", str(tmp_path / "r.db")]) == 2
     assert "unknown key 'thread'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("min_effect", ["-1", "-5%", "100%", "1.5"])
+def test_a_min_effect_outside_0_to_1_is_refused(min_effect: str, capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    # With --min-effect -1 a B measured 15% slower (interval 0.99-1.54) was called "faster".
+    store = tmp_path / "r.db"
+    assert main(["ab", "zoo:mlp", "--blocks", "4", "--iters-per-block", "1", f"--min-effect={min_effect}",
+                 "--store", str(store)]) == 2
+    assert "--min-effect must be a fraction in [0, 1)" in capsys.readouterr().err
+    assert Store(store).list(kind="ab") == []  # refused before anything was measured
+
+
+def test_a_bad_block_count_is_refused_before_the_models_are_built() -> None:
+    with pytest.raises(ConfigError, match="at least 4 blocks"):
+        run_ab("zoo:nosuchmodel", parse_settings(""), parse_settings(""), blocks=2)
