@@ -12,9 +12,11 @@ scaling: the per-process batch stays the user's); the slowest rank's median step
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,8 @@ from dlperf.errors import ConfigError, TrainError
 from dlperf.train.knobs import usable_cpus
 from dlperf.train.loop import StepConfig
 
+STOP_GRACE_S = 5.0
+"""Seconds torchrun and its ranks get to exit after SIGTERM before the group is killed."""
 FIRST_BUCKET_MB = 1.0
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
 
@@ -199,15 +203,59 @@ def launch(workload_spec: str, config: StepConfig, ddp: DdpConfig, nproc: int, t
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
         try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=ddp.timeout_s, env=env,
-                                  check=False)
+            returncode, stdout, stderr = run_process_group(command, env, ddp.timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise TrainError(f"torchrun with {nproc} process(es) did not finish in {ddp.timeout_s:.0f} s: "
+            raise TrainError(f"torchrun with {nproc} process(es) did not finish in {ddp.timeout_s:g} s: "
                              "raise --timeout or lower --steps") from exc
-        if proc.returncode != 0 or not out.exists():
-            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-            raise TrainError(f"torchrun with {nproc} process(es) failed (exit {proc.returncode}):\n{tail}")
+        if returncode != 0 or not out.exists():
+            raise TrainError(f"torchrun with {nproc} process(es) failed (exit {returncode}):\n"
+                             f"{rank_error(stderr or stdout or '')}")
         return RankStats.from_dict(json.loads(out.read_text()))
+
+
+def rank_error(output: str, max_lines: int = 15) -> str:
+    """What a failed launch's ranks raised: the exception lines of the last traceback they printed.
+
+    torchrun prefixes each rank's output with `[rankN]: ` and ends with its own summary of exit codes, which
+    says nothing about why; without rank lines (torchrun itself failed) the output's last lines are returned.
+    """
+    lines = [line.split("]: ", 1)[1] for line in output.splitlines()
+             if line.startswith("[rank") and "]: " in line]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return "\n".join((lines or output.strip().splitlines())[-max_lines:])
+    # frames and their source lines are indented; the exception (and its message's lines) are not
+    raised = [line for line in lines[starts[-1] + 1:] if line.strip() and not line.startswith(" ")]
+    return "\n".join(raised[-max_lines:])
+
+
+def run_process_group(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+    """Run `command` in its own process group; (exit code, stdout, stderr).
+
+    On a timeout, Ctrl-C or SIGTERM the whole group is stopped before the exception goes on: killing only
+    torchrun (what `subprocess.run` does) leaves its rank processes running, training, with no parent.
+    """
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        stop_process_group(proc)
+        raise
+    return proc.returncode, stdout, stderr
+
+
+def stop_process_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the group `proc` leads (torchrun passes it on to its ranks), then SIGKILL whatever is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=STOP_GRACE_S)
+    # ranks that outlived torchrun are still in the group (a group id is not reused while it has members)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=STOP_GRACE_S)
 
 
 # --- the rank's side (run by torchrun as `python -m dlperf.train.ddp`) --------------------------------

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import psutil
 import pytest
 
-from dlperf.train.ddp import DdpConfig, run_ddp
+from dlperf.errors import TrainError
+from dlperf.train.ddp import DdpConfig, launch, run_ddp
 from dlperf.train.loop import StepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -24,3 +29,55 @@ def test_two_gloo_processes_report_scaling_communication_and_buckets() -> None:
     assert result.multi.allreduce_s > 0
     assert 0.0 <= result.comm_share < 1.0
     assert any("one bucket" in f for f in result.findings)
+
+
+HANGING_RANK = '''
+"""A workload whose ranks hang while building it; each writes its pid first."""
+import os
+import time
+from pathlib import Path
+
+from dlperf.workload.zoo import mlp
+
+Path(__file__).with_name(f"rank-{os.getpid()}.pid").write_text(str(os.getpid()))
+
+
+def workload():
+    time.sleep(600)
+    return mlp.workload()
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_launch_that_times_out_leaves_no_rank_running(tmp_path: Path) -> None:
+    """Killing torchrun alone (subprocess.run's timeout) left its ranks training with no parent."""
+    workload = tmp_path / "hanging.py"
+    workload.write_text(HANGING_RANK)
+    with pytest.raises(TrainError, match="did not finish in 15 s: raise --timeout"):
+        launch(f"{workload}:workload", StepConfig(batch_size=8), DdpConfig(nproc=2, timeout_s=15), 2, threads=1)
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank-*.pid")]
+    assert len(pids) == 2, "the ranks did not start within the timeout: nothing was checked"
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in pids if _alive(pid)]
+    for pid in left:  # don't leave them running when the test fails
+        psutil.Process(pid).kill()
+    assert not left
+
+
+def test_a_failing_rank_reports_its_error_not_torchruns_summary(tmp_path: Path) -> None:
+    workload = tmp_path / "empty.py"
+    workload.write_text("x = 1\n")
+    with pytest.raises(TrainError) as raised:
+        launch(str(workload), StepConfig(batch_size=8), DdpConfig(nproc=2, timeout_s=120), 1, threads=1)
+    message = str(raised.value)
+    assert message.startswith("torchrun with 1 process(es) failed (exit 1):\n")
+    assert f"WorkloadError: workload file '{workload}' defines no workload" in message
+    assert "Traceback" not in message and "error_file" not in message
