@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
+from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, p_text, ratio_ci
 from dlperf.errors import ConfigError
 from dlperf.measure.stats import Measurement
 
@@ -56,6 +56,8 @@ class PointVerdict:
     mann_whitney: MannWhitney
     estimate: RatioEstimate
     threshold: float = 0.0
+    per_item: bool = False
+    """The latencies are per item (calls of a batch larger than 1, divided by its size), not per call."""
 
     @property
     def failed(self) -> bool:
@@ -63,12 +65,12 @@ class PointVerdict:
 
     def reason(self, max_regression: float, confidence: float) -> str:
         lo, hi = self.regression_ci
-        unit = "items/s" if self.metric == "throughput" else "ms"
+        unit = "items/s" if self.metric == "throughput" else ("ms per item" if self.per_item else "ms")
         scale = 1.0 if self.metric == "throughput" else 1e3
         head = (f"batch {self.batch_size}: {self.metric} {self.baseline_value * scale:.4g} -> "
                 f"{self.current_value * scale:.4g} {unit}: {_signed(self.regression)} "
                 f"({confidence:.0%} CI {_signed(lo)} to {_signed(hi)}; "
-                f"Mann-Whitney p={self.mann_whitney.p_value:.2g})")
+                f"Mann-Whitney {p_text(self.mann_whitney.p_value)})")
         if self.failed:
             return f"{head}: REGRESSION, significantly above the {max_regression:.1%} threshold"
         if self.exceeds and self.significant:
@@ -85,7 +87,7 @@ class PointVerdict:
             "batch_size": self.batch_size, "metric": self.metric, "baseline_value": self.baseline_value,
             "current_value": self.current_value, "regression": self.regression,
             "regression_ci": list(self.regression_ci), "significant": self.significant,
-            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold,
+            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold, "per_item": self.per_item,
             "mann_whitney": self.mann_whitney.to_dict(),
             "estimate": self.estimate.to_dict(),
         }
@@ -145,6 +147,7 @@ def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
         regression=regression, regression_ci=ci, significant=ci[0] > 0.0,
         exceeds=regression > config.max_regression, mann_whitney=mw, estimate=est,
         threshold=config.max_regression,
+        per_item=baseline.items_per_call != 1 or current.items_per_call != 1,
     )
 
 

@@ -35,6 +35,17 @@ class MannWhitney:
                 "prob_greater": self.prob_greater, "n_x": self.n_x, "n_y": self.n_y}
 
 
+SMALLEST_P = 1e-300
+"""Below this a p-value is printed as a bound: the normal tail underflows to 0.0, and "p=0" claims certainty."""
+
+
+def p_text(p_value: float, digits: int = 2) -> str:
+    """'p=3e-07', or 'p<1e-300' where the computed value underflowed to (almost) zero."""
+    if p_value < SMALLEST_P:
+        return f"p<{SMALLEST_P:.0e}"
+    return f"p={p_value:.{digits}g}"
+
+
 def _ranks(values: Sequence[float]) -> tuple[list[float], float]:
     """Average ranks (1-based) and the tie term sum(t^3 - t) over groups of equal values."""
     order = sorted(range(len(values)), key=values.__getitem__)

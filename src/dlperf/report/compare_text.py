@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.compare.stats import p_text
+
 if TYPE_CHECKING:
     from dlperf.compare.ab import ABRun
     from dlperf.compare.live import LiveComparison
@@ -69,7 +71,7 @@ def comparison_tables(cmp: RunComparison) -> list[Table]:
             style = "green" if kpi.better else "red"
             table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(pct(kpi.change), style=style))
         lo, hi = point.median_ratio.ci
-        table.caption = (f"Mann-Whitney U p={point.test.p_value:.3g}; median B/A {point.median_ratio.ratio:.3f} "
+        table.caption = (f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
                          f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}")
         tables.append(table)
     if cmp.other_deltas:

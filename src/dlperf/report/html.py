@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dlperf.compare.stats import SMALLEST_P
 from dlperf.report.svg import Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
 from dlperf.store.records import RunRecord
 
@@ -273,15 +274,19 @@ def _gate_view(gate: Mapping[str, Any]) -> str:
     rows = []
     for p in gate.get("points", []):
         ci = p.get("regression_ci") or [math.nan, math.nan]
-        rows.append([p.get("batch_size"), p.get("metric"), _fmt_metric(p.get("metric"), p.get("baseline_value")),
-                     _fmt_metric(p.get("metric"), p.get("current_value")), _pct(p.get("regression")),
-                     f"{_pct(ci[0])} to {_pct(ci[1])}", _fmt((p.get("mann_whitney") or {}).get("p_value")),
+        # The gate compares per-item times: at a batch of 8 its p50 is an eighth of the per-call table's.
+        per_item = " per item" if p.get("metric") != "throughput" and p.get("per_item", p.get("batch_size") != 1) else ""
+        rows.append([p.get("batch_size"), p.get("metric"),
+                     _fmt_metric(p.get("metric"), p.get("baseline_value")) + per_item,
+                     _fmt_metric(p.get("metric"), p.get("current_value")) + per_item, _pct(p.get("regression")),
+                     f"{_pct(ci[0])} to {_pct(ci[1])}", _p_value((p.get("mann_whitney") or {}).get("p_value")),
                      Raw('<span class="bad">regression</span>' if p.get("failed")
                          else '<span class="good">pass</span>')])
     warnings = "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in gate.get("warnings", []))
     return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
             f"{_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"
-            + _table(("batch", "metric", "baseline", "now", "regression", "CI", "Mann-Whitney p", "verdict"), rows)
+            + _table(("batch", "metric", "baseline", "now", "regression", _ci_header(gate.get("confidence")),
+                      "Mann-Whitney p", "verdict"), rows)
             + warnings)
 
 
@@ -711,6 +716,17 @@ def render_report(
 
 def _fmt(value: Any) -> str:
     return fmt_number(float(value)) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def _p_value(value: Any) -> str:
+    """A p-value that underflowed to zero is shown as a bound, not as a certain 0."""
+    if isinstance(value, (int, float)) and 0 <= value < SMALLEST_P:
+        return f"<{SMALLEST_P:.0e}"
+    return _fmt(value)
+
+
+def _ci_header(confidence: Any) -> str:
+    return f"{confidence:.0%} CI" if isinstance(confidence, (int, float)) else "CI"
 
 
 def _pct(value: Any, sign: bool = True) -> str:

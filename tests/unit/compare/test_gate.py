@@ -103,3 +103,28 @@ def test_no_common_batch_size_is_a_config_error() -> None:
 def test_bad_metric_is_rejected() -> None:
     with pytest.raises(ConfigError, match="unknown metric 'p42'"):
         GateConfig(metric="p42")
+
+
+def test_a_batch_larger_than_1_says_its_times_are_per_item() -> None:
+    # bench and `runs show` print per-call times; the gate compares per item (a p50 of 12.4 ms per call at
+    # batch 8 was printed as "p50 1.548 -> 1.548 ms", next to a table saying 12.39 ms).
+    rng = np.random.default_rng(3)
+    result = gate({1: _m(rng, 0.001, 200), 8: _m(rng, 0.008, 200, batch=8)},
+                  {1: _m(rng, 0.001, 200), 8: _m(rng, 0.008, 200, batch=8)}, GateConfig())
+    one, eight = result.reasons()
+    assert one.startswith("batch 1: p50 ") and " ms: " in one and "per item" not in one
+    assert eight.startswith("batch 8: p50 ") and " ms per item: " in eight
+    assert eight.split()[3] == f"{result.points[1].baseline_value * 1e3:.4g}"
+    assert result.points[1].baseline_value == pytest.approx(0.001, rel=0.05)  # 8 ms a call / 8 items
+    assert [p["per_item"] for p in result.to_dict()["points"]] == [False, True]
+    throughput = gate({8: _m(rng, 0.008, 200, batch=8)}, {8: _m(rng, 0.008, 200, batch=8)},
+                      GateConfig(metric="throughput")).reasons()[0]
+    assert " items/s: " in throughput and "per item" not in throughput
+
+
+def test_a_p_value_that_underflowed_is_printed_as_a_bound() -> None:
+    # Two far-apart samples of 2000: the normal tail underflows to 0.0, which was printed as "p=0".
+    rng = np.random.default_rng(4)
+    result = gate({1: _m(rng, 0.001, 2000, 0.01)}, {1: _m(rng, 0.002, 2000, 0.01)}, GateConfig())
+    assert result.points[0].mann_whitney.p_value == 0.0
+    assert "Mann-Whitney p<1e-300)" in result.reasons()[0] and "p=0" not in result.reasons()[0]

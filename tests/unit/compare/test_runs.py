@@ -113,3 +113,15 @@ def test_load_runs_say_what_makes_their_levels_unlike(store: Store) -> None:
     d = add_run(store, "load", _load_result({1: 0.011}, {1: 100}, seed=4))
     plain = compare_records(store.get(c), store.get(d))
     assert not any("items per request" in n or "failed requests" in n or "SLO" in n for n in plain.notes)
+
+
+def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
+    from dlperf.report.compare_text import comparison_tables
+
+    store = Store(tmp_path / "runs.db")
+    a = add_run(store, "bench", bench_result({1: 0.001}, n=2000, seed=1, sigma=0.01))
+    b = add_run(store, "bench", bench_result({1: 0.002}, n=2000, seed=2, sigma=0.01))
+    cmp = compare_records(store.get(a), store.get(b))
+    assert cmp.points[0].test.p_value == 0.0  # the normal tail underflowed
+    caption = str(comparison_tables(cmp)[0].caption)
+    assert "Mann-Whitney U p<1e-300;" in caption and "B slower" in caption

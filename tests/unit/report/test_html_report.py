@@ -214,3 +214,28 @@ def test_history_trend_has_one_point_per_run(bench_points: list[dict[str, Any]])
     svg = next(s for s in _plots(html) if "History of zoo:mlp: p50" in s)
     assert svg.count("<circle") == 5
     assert "95% bootstrap CI of the median" in html
+
+
+def test_check_view_says_the_gate_compares_per_item(bench_points: list[dict[str, Any]]) -> None:
+    from dlperf.compare.gate import GateConfig, gate
+
+    measurements = {p["batch_size"]: Measurement.from_dict(p["measurement"]) for p in bench_points}
+    verdict = gate(measurements, measurements, GateConfig()).to_dict()
+    html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict})])
+    gate_table = html.split("Gate against baseline run", 1)[1]
+    per_item_8 = verdict["points"][1]["baseline_value"] * 1e3
+    assert f"{per_item_8:.4g} ms per item" in gate_table  # an eighth of the per-call p50 in the KPI table
+    assert f"{verdict['points'][0]['baseline_value'] * 1e3:.4g} ms<" in gate_table  # batch 1: per call = per item
+
+
+def test_check_view_shows_an_underflowed_p_value_as_a_bound_and_the_ci_level(
+        bench_points: list[dict[str, Any]]) -> None:
+    from dlperf.compare.gate import GateConfig, gate
+
+    rng = np.random.default_rng(5)
+    base = Measurement([int(v) for v in rng.lognormal(np.log(0.001), 0.01, 2000) * 1e9])
+    slow = Measurement([int(v) for v in rng.lognormal(np.log(0.002), 0.01, 2000) * 1e9])
+    verdict = gate({1: base}, {1: slow}, GateConfig(confidence=0.9)).to_dict()
+    html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict})])
+    gate_table = html.split("Gate against baseline run", 1)[1]
+    assert "&lt;1e-300" in gate_table and "<th>90% CI</th>" in gate_table
