@@ -275,7 +275,8 @@ def _gate_view(gate: Mapping[str, Any]) -> str:
     for p in gate.get("points", []):
         ci = p.get("regression_ci") or [math.nan, math.nan]
         # The gate compares per-item times: at a batch of 8 its p50 is an eighth of the per-call table's.
-        per_item = " per item" if p.get("metric") != "throughput" and p.get("per_item", p.get("batch_size") != 1) else ""
+        per_item = (" per item" if p.get("metric") != "throughput" and p.get("per_item", p.get("batch_size") != 1)
+                    else "")
         rows.append([p.get("batch_size"), p.get("metric"),
                      _fmt_metric(p.get("metric"), p.get("baseline_value")) + per_item,
                      _fmt_metric(p.get("metric"), p.get("current_value")) + per_item, _pct(p.get("regression")),
