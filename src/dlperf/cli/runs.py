@@ -1,4 +1,4 @@
-"""`dlperf runs list|show|export|history`: browse the run store, export a run, chart a KPI over runs."""
+"""`dlperf runs list|show|delete|export|history`: browse the run store, delete or export a run, chart a KPI."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("show", help="one run: config, result, environment", description="one run in full")
     p.add_argument("id", help="run id or a unique prefix of it")
     add_json_argument(p)
+    add_store_argument(p)
+
+    p = sub.add_parser("delete", help="delete a run (and an optimize run's candidates)",
+                       description="delete a run from the store, with its child runs (an optimize run's candidates)")
+    p.add_argument("id", help="run id or a unique prefix of it")
+    p.add_argument("--force", action="store_true",
+                   help="also when a baseline names the run (the baseline is removed with it)")
     add_store_argument(p)
 
     p = sub.add_parser("export", help="write one run as JSON", description="write one run as JSON")
@@ -65,8 +72,8 @@ def _open_store(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     command = getattr(args, "runs_command", None)
     if command is None:
-        raise ConfigError("`dlperf runs` needs a subcommand: list, show ID, export ID or history WORKLOAD")
-    return {"list": _list, "show": _show, "export": _export, "history": _history}[command](args)
+        raise ConfigError("`dlperf runs` needs a subcommand: list, show ID, delete ID, export ID or history WORKLOAD")
+    return {"list": _list, "show": _show, "delete": _delete, "export": _export, "history": _history}[command](args)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -78,8 +85,22 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
                     | {"headline": r.result.get("headline")} for r in records])
         return 0
+    if not records and (args.kind or args.workload):
+        # "no runs in the store" for a filter that matches nothing reads as if the store had lost them.
+        console().print(_no_match(store, args.kind, args.workload), markup=False, soft_wrap=True)
+        return 0
     console().print(runs_table(records, store.url))
     return 0
+
+
+def _no_match(store: Any, kind: str | None, workload: str | None) -> str:
+    filters = " and ".join(f"{name} '{value}'" for name, value in (("kind", kind), ("workload", workload)) if value)
+    have = []
+    if kind:
+        have.append(f"kinds: {', '.join(store.distinct('kind')) or 'none'}")
+    if workload:
+        have.append(f"workloads: {', '.join(store.distinct('workload')) or 'none'}")
+    return f"no runs of {filters} in {store.shown_url}; the store has {'; '.join(have)}"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -90,6 +111,15 @@ def _show(args: argparse.Namespace) -> int:
         print_json(record.to_dict())
         return 0
     console().print(record_view(record))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    deleted = _open_store(args).delete(args.id, force=args.force)
+    run = deleted[0]
+    children = f" and its {len(deleted) - 1} child runs" if len(deleted) > 1 else ""
+    console().print(f"deleted run {run.id} ({run.kind} of {run.workload}, {run.created_at[:19]}){children}",
+                    markup=False, soft_wrap=True)
     return 0
 
 

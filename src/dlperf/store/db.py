@@ -277,9 +277,36 @@ class Store:
         with self._connect() as conn:
             return [_to_record(r) for r in conn.execute(query).mappings().all()]
 
-    def delete(self, run_id: str) -> None:
+    def distinct(self, column: str) -> builtins.list[str]:
+        """The different values of a run column ('kind', 'workload', 'status') in the store, sorted."""
+        if column not in ("kind", "workload", "status"):
+            raise ValueError(f"no run column '{column}' to list")
+        col = runs_table.c[column]
+        with self._connect() as conn:
+            return [str(v) for v in conn.execute(sa.select(col).distinct().order_by(col)).scalars().all()]
+
+    def delete(self, run_id: str, force: bool = False) -> builtins.list[RunRecord]:
+        """Delete a run and its child runs (an optimize run's candidates); the deleted records, the run first.
+
+        A run that a baseline names is kept unless `force` (which removes those baselines too): deleting it would
+        leave `dlperf check` pointing at nothing.
+        """
         record = self.get(run_id)
-        self._write(sa.delete(runs_table).where(runs_table.c.id == record.id))
+        children = self.list(parent_id=record.id, limit=None)
+        ids = [record.id, *(c.id for c in children)]
+        with self._connect() as conn:
+            named = conn.execute(sa.select(baselines_table.c.name).where(baselines_table.c.run_id.in_(ids))
+                                 .order_by(baselines_table.c.name)).scalars().all()
+        if named and not force:
+            raise StoreError(
+                f"run {record.id} is the baseline {', '.join(repr(n) for n in named)}: remove the baseline first "
+                f"(`dlperf baseline rm {named[0]}`) or point it at another run, or delete with --force (which "
+                "removes the baseline too)"
+            )
+        with self._begin() as conn:
+            conn.execute(sa.delete(baselines_table).where(baselines_table.c.run_id.in_(ids)))
+            conn.execute(sa.delete(runs_table).where(runs_table.c.id.in_(ids)))
+        return [record, *children]
 
     # --- baselines --------------------------------------------------------------------------------
 
@@ -297,7 +324,11 @@ class Store:
             ).scalar()
         if run_id is None:
             raise StoreError(f"no baseline named '{name}' (`dlperf baseline list` shows them)")
-        return self.get(run_id)
+        try:
+            return self.get(run_id)
+        except StoreError as exc:
+            raise StoreError(f"baseline '{name}' names run {run_id}, which is no longer in the store: point it at "
+                             f"another run (`dlperf baseline set {name} RUN`)") from exc
 
     def list_baselines(self) -> builtins.list[tuple[str, str, str]]:
         with self._connect() as conn:

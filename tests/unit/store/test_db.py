@@ -254,3 +254,73 @@ def test_id_prefix_is_literal_and_an_ambiguous_one_names_the_runs(store: Store) 
     named = [i for i in ids if i.startswith(first)]
     assert named[0] in str(info.value) or named[1] in str(info.value)
     assert "(bench of w" in str(info.value)
+
+
+def test_runs_list_with_a_filter_that_matches_nothing_names_what_the_store_has(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    store.create_run("bench", "zoo:mlp")
+    store.create_run("ab", "zoo:resnet18")
+    assert main(["runs", "list", "--kind", "benchs", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "no runs of kind 'benchs'" in out and "kinds: ab, bench" in out
+    assert main(["runs", "list", "--kind", "bench", "--workload", "zoo:mlpp", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "no runs of kind 'bench' and workload 'zoo:mlpp'" in out and "workloads: zoo:mlp, zoo:resnet18" in out
+    assert store.distinct("status") == ["running"]
+
+
+def test_delete_keeps_a_baseline_s_run_unless_forced(store: Store) -> None:
+    base = store.create_run("bench", "zoo:mlp")
+    store.finish_run(base.id, {})
+    store.set_baseline("main", base.id)
+    other = store.create_run("bench", "zoo:mlp")
+    with pytest.raises(StoreError, match=r"is the baseline 'main'.*baseline rm main.*--force"):
+        store.delete(base.id[:6])
+    assert store.get_baseline("main").id == base.id  # nothing was lost
+    assert [r.id for r in store.delete(base.id, force=True)] == [base.id]
+    assert store.list_baselines() == []  # no baseline left pointing at nothing
+    assert [r.id for r in store.list()] == [other.id]
+
+
+def test_delete_takes_the_child_runs_with_it(store: Store) -> None:
+    parent = store.create_run("optimize", "zoo:mlp")
+    store.finish_run(parent.id, {})
+    children = [store.create_run("candidate", "zoo:mlp", parent_id=parent.id).id for _ in range(3)]
+    other = store.create_run("bench", "zoo:mlp").id
+    deleted = [r.id for r in store.delete(parent.id)]
+    assert deleted[0] == parent.id and sorted(deleted[1:]) == sorted(children)
+    assert [r.id for r in store.list()] == [other]
+
+
+def test_a_baseline_whose_run_is_gone_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    run = store.create_run("bench", "w")
+    store.set_baseline("main", run.id)
+    engine = sa.create_engine(f"sqlite:///{path}")  # as an older dlperf's delete left it
+    with engine.begin() as conn:
+        conn.execute(sa.delete(runs_table))
+    engine.dispose()
+    with pytest.raises(StoreError, match=f"baseline 'main' names run {run.id}, which is no longer in the store"):
+        store.get_baseline("main")
+
+
+def test_runs_delete_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    run = store.create_run("bench", "zoo:mlp")
+    store.finish_run(run.id, {})
+    store.set_baseline("main", run.id)
+    assert main(["runs", "delete", run.id[:5], "--store", str(path)]) == 2
+    assert "is the baseline 'main'" in capsys.readouterr().err
+    assert main(["runs", "delete", "nosuch", "--store", str(path)]) == 2
+    assert "no run 'nosuch'" in capsys.readouterr().err
+    assert main(["runs", "delete", run.id[:5], "--force", "--store", str(path)]) == 0
+    assert f"deleted run {run.id} (bench of zoo:mlp" in capsys.readouterr().out
+    assert store.list() == [] and store.list_baselines() == []
