@@ -26,7 +26,9 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
         raise ConfigError("nothing to report: give run ids (`dlperf runs list`) and/or --history WORKLOAD")
     if history_metric not in HISTORY_METRICS:
         raise ConfigError(f"unknown history metric '{history_metric}': choose one of {', '.join(HISTORY_METRICS)}")
-    records = [store.get(run_id) for run_id in run_ids]
+    # One section per run: a run named twice (its id and a prefix, or a shell glob) was rendered twice, with
+    # the same element ids.
+    records = list({r.id: r for r in (store.get(run_id) for run_id in run_ids)}.values())
     children = {r.id: store.list(parent_id=r.id, limit=500) for r in records if r.kind == "optimize"}
     history = None
     if history_workload:

@@ -62,3 +62,11 @@ def test_compare_prints_deltas_the_test_and_the_environment_warning(store_path: 
     assert "environments differ" in out and "torch_threads: 2 vs 1" in out
     assert main(["compare", oldest, "--store", str(store_path)]) == 2
     assert "compare needs two runs" in capsys.readouterr().err
+
+
+def test_a_run_named_twice_is_reported_once(store_path: Path, tmp_path: Path) -> None:
+    first = Store(store_path).list()[-1].id
+    out = tmp_path / "r.html"
+    assert main(["report", first, first[:6], "-o", str(out), "--store", str(store_path)]) == 0
+    html = out.read_text()
+    assert html.count(f'id="run-{first}"') == 1
