@@ -67,6 +67,16 @@ def check_against_baseline(
     config = config or GateConfig()
     baseline = store.get_baseline(baseline_name)
     base_points = point_measurements(baseline)
+    if batch_sizes is not None:
+        # Checked before measuring: a batch size the baseline lacks was measured, then the check failed with
+        # "nothing to compare" (or it was silently left out), and a failed check run was recorded.
+        extra = sorted(set(batch_sizes) - set(base_points))
+        if extra:
+            raise ConfigError(
+                f"batch size{'s' if len(extra) > 1 else ''} {', '.join(map(str, extra))} not in baseline "
+                f"'{baseline_name}' (run {baseline.id} measured {', '.join(map(str, sorted(base_points)))}): "
+                "--batch-size picks among those"
+            )
     bench_config = bench_config_from_dict(baseline.config)
     if bench_config.batch_sizes is None or batch_sizes is not None:
         bench_config = dataclasses.replace(bench_config, batch_sizes=batch_sizes or tuple(sorted(base_points)))

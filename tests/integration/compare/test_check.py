@@ -74,6 +74,14 @@ def test_unknown_baseline_is_a_clear_error(store_path: Path, capsys: pytest.Capt
     assert "no baseline named 'nope'" in capsys.readouterr().err
 
 
+def test_a_batch_size_the_baseline_lacks_is_refused_before_measuring(store_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    before = len(Store(store_path).list(kind="check", limit=None))
+    assert main(["check", WORKLOAD, "--baseline", "main", "--batch-size", "1,4", "--store", str(store_path)]) == 2
+    assert "batch size 4 not in baseline 'main'" in capsys.readouterr().err
+    assert len(Store(store_path).list(kind="check", limit=None)) == before  # no failed check run recorded
+
+
 @pytest.mark.slow
 def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> None:
     # no `-p`: installing dlperf registers the plugin through its pytest11 entry point
