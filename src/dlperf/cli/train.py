@@ -14,9 +14,14 @@ from dlperf.cli.common import (
     open_store,
     percent_or_float,
     print_json,
+    require_positive,
 )
 from dlperf.errors import ConfigError
 
+TUNE_OPTIONS = {"--knobs": "knobs", "--skip": "skip", "--memory-budget": "memory_budget", "--margin": "margin",
+                "--parity-steps": "parity_steps", "--parity-tolerance": "parity_tolerance", "--ab-blocks": "ab_blocks"}
+"""The options that only --tune reads, by their attribute name."""
+DDP_TIMEOUT_S = 600.0
 SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
               "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
@@ -43,15 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--memory-budget", default=None, metavar="SIZE",
                       help="memory one step may use, e.g. 2GiB (default: half the available RAM on CPU, "
                            "the device's memory on CUDA)")
-    tune.add_argument("--margin", default="10%", help="safety margin kept free under the budget (default 10%%)")
-    tune.add_argument("--parity-steps", type=int, default=16, help="steps of the loss-parity check (default 16)")
-    tune.add_argument("--parity-tolerance", default="5%",
+    tune.add_argument("--margin", default=None, help="safety margin kept free under the budget (default 10%%)")
+    tune.add_argument("--parity-steps", type=int, default=None, help="steps of the loss-parity check (default 16)")
+    tune.add_argument("--parity-tolerance", default=None,
                       help="allowed relative difference of the late-steps mean loss (default 5%%)")
-    tune.add_argument("--ab-blocks", type=int, default=6, help="paired A/B blocks per trial (default 6)")
+    tune.add_argument("--ab-blocks", type=int, default=None, help="paired A/B blocks per trial (default 6)")
     dist = parser.add_argument_group("distributed (--nproc)")
     dist.add_argument("--nproc", type=int, default=None,
-                      help="run under torchrun with DistributedDataParallel on N processes and report scaling")
-    dist.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per torchrun launch")
+                      help="run under torchrun with DistributedDataParallel on N processes and report scaling "
+                           "against 1 process")
+    dist.add_argument("--timeout", type=float, default=None,
+                      help="seconds allowed per torchrun launch (default 600)")
     add_json_argument(parser)
     add_store_argument(parser)
 
@@ -81,6 +88,24 @@ def _positive(option: str, value: int | None, minimum: int = 1) -> None:
         raise ConfigError(f"{option} must be >= {minimum}, got {value}")
 
 
+def _check_modes(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen mode would silently ignore."""
+    if args.tune and args.nproc:
+        raise ConfigError("--tune and --nproc do not combine: tune on one process first, then measure the "
+                          "tuned settings' scaling with --nproc")
+    if not args.tune:
+        given = [option for option, value in TUNE_OPTIONS.items() if getattr(args, value) is not None]
+        if given:
+            verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+            raise ConfigError(f"{', '.join(given)} only {verb} with --tune: add --tune, or drop {them}")
+    if not args.nproc and args.timeout is not None:
+        raise ConfigError("--timeout only applies with --nproc: add --nproc N, or drop it")
+    if args.nproc:
+        _positive("--steps (with --nproc)", args.steps, 2)
+        if args.timeout is not None:
+            require_positive("--timeout", args.timeout)
+
+
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
@@ -93,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
                                    ("--num-workers", args.num_workers, 0), ("--nproc", args.nproc, 1),
                                    ("--parity-steps", args.parity_steps, 2), ("--ab-blocks", args.ab_blocks, 4)):
         _positive(option, value, minimum)
+    _check_modes(args)
     workload = load_workload(args.workload)
     baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
                            threads=args.threads, num_workers=args.num_workers)
@@ -107,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc:
             from dlperf.train.ddp import DdpConfig, run_ddp
 
-            ddp = DdpConfig(nproc=args.nproc, steps=args.steps, warmup_steps=args.warmup, timeout_s=args.timeout)
+            ddp = DdpConfig(nproc=args.nproc, steps=args.steps, warmup_steps=args.warmup,
+                            threads_per_process=args.threads,
+                            timeout_s=args.timeout if args.timeout is not None else DDP_TIMEOUT_S)
             recording.result = run_ddp(args.workload, baseline, ddp).to_dict()
             view = ddp_view(recording.result)
         elif tune_config is not None:
@@ -146,17 +174,31 @@ def _tune_config(args: argparse.Namespace) -> Any:
     from dlperf.train.tune import TuneConfig
 
     chosen = _names(args.knobs) or list(DEFAULT_KNOBS)
+    defaults = TuneConfig()
+    margin = _fraction("--margin", args.margin) if args.margin is not None else defaults.safety_margin
+    if not 0 <= margin < 1:
+        raise ConfigError(f"--margin must be at least 0% and below 100%, got {args.margin}")
+    tolerance = (_fraction("--parity-tolerance", args.parity_tolerance) if args.parity_tolerance is not None
+                 else defaults.parity.rtol)
+    if tolerance < 0:
+        raise ConfigError(f"--parity-tolerance must be >= 0, got {args.parity_tolerance}")
+    budget = parse_bytes(args.memory_budget) if args.memory_budget is not None else None
+    if budget is not None and budget <= 0:
+        raise ConfigError(f"--memory-budget must be positive, got '{args.memory_budget}'")
     skipped = set(_names(args.skip))
     unknown = sorted((set(chosen) | skipped) - set(DEFAULT_KNOBS))
     if unknown:
         raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
+    knobs = tuple(k for k in DEFAULT_KNOBS if k in chosen and k not in skipped)
+    if not knobs:
+        raise ConfigError(f"--skip {args.skip} leaves no knob to try: skip fewer, or drop --tune")
     return TuneConfig(
-        knobs=tuple(k for k in DEFAULT_KNOBS if k in chosen and k not in skipped),
-        parity=ParityConfig(steps=args.parity_steps, rtol=_fraction("--parity-tolerance", args.parity_tolerance)),
-        ab=ABConfig(blocks=args.ab_blocks, iters_per_block=2, warmup_iters=2),
+        knobs=knobs,
+        parity=ParityConfig(steps=args.parity_steps or defaults.parity.steps, rtol=tolerance),
+        ab=ABConfig(blocks=args.ab_blocks or defaults.ab.blocks, iters_per_block=2, warmup_iters=2),
         measure_steps=args.steps,
-        memory_budget_bytes=parse_bytes(args.memory_budget) if args.memory_budget else None,
-        safety_margin=_fraction("--margin", args.margin),
+        memory_budget_bytes=budget,
+        safety_margin=margin,
         count_flops=not args.no_mfu,
     )
 

@@ -141,6 +141,14 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
 
 def ddp_view(result: dict[str, Any]) -> RenderableType:
     text = Text()
+    if result["nproc"] < 2:
+        text.append(f"DDP {result['workload']}: 1 process ({result['backend']}), batch {result['batch_size']}\n",
+                    style="bold")
+        text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
+                    f"(step {fmt_ms(result['single_step_s'])} ms)\n")
+        text.append("  one process has nothing to scale against or all-reduce with: pass --nproc 2 or more to "
+                    "measure scaling and communication\n", style="yellow")
+        return Group(text, *(Text(f"finding: {f}", style="yellow") for f in result.get("findings", [])))
     text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
                 f"batch {result['batch_size']} per process\n", style="bold")
     text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "

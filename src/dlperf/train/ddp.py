@@ -103,11 +103,18 @@ class DdpResult:
     findings: list[str] = field(default_factory=list)
 
     @property
-    def scaling_efficiency(self) -> float:
+    def scaling_efficiency(self) -> float | None:
+        """Samples/s on N over N x samples/s on 1; None with one process (nothing was scaled)."""
+        if self.multi.world_size < 2:
+            return None
         return self.multi.samples_per_s / (self.multi.world_size * self.single.samples_per_s)
 
     @property
     def exposed_comm_s(self) -> float:
+        """DDP step minus no-sync step. One process has no other rank to all-reduce with: 0, whatever the two
+        separately measured medians differ by."""
+        if self.multi.world_size < 2:
+            return 0.0
         return max(self.multi.step_s - self.multi.nosync_step_s, 0.0)
 
     @property
@@ -165,7 +172,8 @@ def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
                    "no_sync() amortize it")
     elif overlap is not None and overlap >= 0.5:
         out.append(f"overlap is effective: {overlap:.0%} of the all-reduce is hidden behind backward")
-    if result.scaling_efficiency < 0.8 and result.comm_share > 0.2:
+    efficiency = result.scaling_efficiency
+    if efficiency is not None and efficiency < 0.8 and result.comm_share > 0.2:
         out.append(f"communication-bound: {result.comm_share:.0%} of the step is exposed all-reduce")
     return out
 

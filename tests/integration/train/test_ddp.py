@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from dlperf.cli.main import main
 from dlperf.errors import TrainError
 from dlperf.train.ddp import DdpConfig, launch, run_ddp
+from dlperf.train.knobs import usable_cpus
 from dlperf.train.loop import StepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -81,3 +84,12 @@ def test_a_failing_rank_reports_its_error_not_torchruns_summary(tmp_path: Path) 
     assert message.startswith("torchrun with 1 process(es) failed (exit 1):\n")
     assert f"WorkloadError: workload file '{workload}' defines no workload" in message
     assert "Traceback" not in message and "error_file" not in message
+
+
+def test_cli_runs_the_ranks_with_the_threads_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    threads = usable_cpus() // 2 + 1  # never the default (usable CPUs // nproc)
+    code = main(["train", "zoo:mlp", "--nproc", "2", "--threads", str(threads), "--steps", "2", "--warmup", "0",
+                 "--json", "--store", str(tmp_path / "s.db")])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)["result"]
+    assert result["threads_per_process"] == threads

@@ -75,10 +75,37 @@ def test_parse_bytes_rejects_garbage() -> None:
         parse_bytes("lots")
 
 
+def test_one_process_reports_no_scaling_and_no_communication() -> None:
+    """With one rank there is nothing to scale or all-reduce: the two medians' difference is noise."""
+    step = RankStats(1, 64, 0.0100, 0.0091, 0.0, 4 * 2**20, 1)
+    r = DdpResult("w", "gloo", 1, 25.0, step, step)
+    assert r.scaling_efficiency is None
+    assert r.exposed_comm_s == 0.0 and r.comm_share == 0.0
+    assert r.overlap is None
+    assert not [f for f in findings_for(r, cpus=8, device="cpu") if "communication" in f]
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(r.to_dict()))
+    text = console.export_text()
+    assert "1 processes" not in text and "scaling efficiency" not in text and "exposed" not in text
+    assert "pass --nproc 2 or more" in text
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--steps", "0"], "--steps must be >= 1"),
     (["--tune", "--knobs", "warp"], "unknown knob"),
-    (["--parity-steps", "1"], "--parity-steps must be >= 2"),
+    (["--tune", "--parity-steps", "1"], "--parity-steps must be >= 2"),
+    # options another mode reads are refused, not silently ignored
+    (["--knobs", "threads"], "--knobs only applies with --tune: add --tune"),
+    (["--margin", "5%", "--ab-blocks", "8"], "--margin, --ab-blocks only apply with --tune"),
+    (["--timeout", "60"], "--timeout only applies with --nproc"),
+    (["--tune", "--nproc", "2"], "--tune and --nproc do not combine"),
+    (["--nproc", "2", "--steps", "1"], "--steps (with --nproc) must be >= 2"),
+    (["--nproc", "2", "--timeout", "0"], "--timeout must be a positive number"),
+    # the message names the option, not the library field behind it
+    (["--tune", "--memory-budget", "0"], "--memory-budget must be positive"),
+    (["--tune", "--margin", "100%"], "--margin must be at least 0% and below 100%"),
+    (["--tune", "--parity-tolerance=-5%"], "--parity-tolerance must be >= 0"),
+    (["--tune", "--knobs", "threads", "--skip", "threads"], "leaves no knob to try"),
 ])
 def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
