@@ -15,8 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(its base URL, its /metrics URL, or HOST:PORT)")
     parser.add_argument("--model", default=None, help="with --live: only this model's metrics")
     parser.add_argument("--window", type=duration_s, default=None,
-                        help="with --live: compare only the requests of this window (scrapes twice), e.g. 60s; "
-                             "default: everything since the server started")
+                        help="with --live: compare only the requests of this window, e.g. 60s, scraped in 6-20 "
+                             "slices; the latency verdict is a sign test over the slices (requests close in time "
+                             "are not independent); default: everything since the server started")
     parser.add_argument("--control", metavar="VARIANT", default=None,
                         help="with --live: the variant the others are compared against (default: the one with most "
                              "requests, which can change between runs when the split is even)")

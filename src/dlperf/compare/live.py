@@ -3,15 +3,27 @@
 Everything comes from the server's own Prometheus metrics (dlperf.serve.metrics): per-variant latency
 percentiles from the request-duration histogram (Prometheus' histogram_quantile interpolation), error
 rates from the success and failure counters, and per variant against the control (`--control`, or the
-variant with most requests): Mann-Whitney U on the bucketed latencies and a two-proportion z-test on the error rates.
-The counters are cumulative since the server started; `window_s` scrapes twice and compares only what
-happened in between.
+variant with most requests): the latency verdict, and a two-proportion z-test on the error rates.
+The counters are cumulative since the server started; `window_s` compares only what happened in the window.
+
+The latency verdict. Requests close in time are not independent: each variant has its own queue and
+instance threads, so a stall (another process on the CPU, a slow batch) delays a run of one variant's
+requests together, and a test that counts requests as independent finds "differences" between identical
+variants far more often than its level says (Mann-Whitney on 3 s windows of an A/A pair: 6 of 30 windows
+at 5%). So a window is scraped in `slice_count(window_s)` slices and the unit of evidence is the slice: in
+each slice where both variants answered requests, is the variant's mean latency above the control's? Under
+no difference that is a fair coin in every slice, whatever the stalls inside a slice did, and an exact
+two-sided sign test over the slices gives the p-value. Without a window (everything since the server
+started) there are no slices and the verdict comes from Mann-Whitney U on the bucketed latencies, with
+that caveat.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +31,47 @@ from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_group
 from dlperf.errors import ConfigError, ServingError
 
 QUANTILES = (0.5, 0.9, 0.99)
+SLICE_S = 0.5
+"""The target slice length; a window has between MIN_SLICES and MAX_SLICES slices."""
+MIN_SLICES, MAX_SLICES = 6, 20
+
+
+def slice_count(window_s: float) -> int:
+    """How many slices a window is scraped in: one per SLICE_S, at least 6 (the fewest whose exact sign
+    test can reach p < 0.05) and at most 20."""
+    return max(MIN_SLICES, min(MAX_SLICES, int(window_s / SLICE_S)))
+
+
+@dataclass(frozen=True)
+class SliceTest:
+    """The exact two-sided sign test over a window's slices: in how many of the `slices` (those where both
+    variants answered requests) the variant's mean latency was above the control's."""
+
+    slices: int
+    above: int
+    p_value: float
+    geomean_ratio: float
+    """The geometric mean over the slices of (the variant's mean latency / the control's)."""
+
+    @property
+    def decidable(self) -> bool:
+        """Whether this many slices can reach p < 0.05 at all (6 or more)."""
+        return self.slices >= MIN_SLICES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test": "sign-test-over-slices", "slices": self.slices, "above": self.above,
+                "p_value": self.p_value, "geomean_ratio": self.geomean_ratio}
+
+
+def sign_test(ratios: list[float]) -> SliceTest:
+    """Exact two-sided sign test of `ratios` against 1 (ties dropped)."""
+    signs = [r for r in ratios if r != 1.0]
+    n = len(signs)
+    above = sum(r > 1.0 for r in signs)
+    tail = sum(math.comb(n, k) for k in range(min(above, n - above) + 1)) / 2.0**n if n else 1.0
+    logs = [math.log(r) for r in ratios if r > 0]
+    geomean = math.exp(sum(logs) / len(logs)) if logs else math.nan
+    return SliceTest(n, above, min(1.0, 2.0 * tail), geomean)
 
 
 @dataclass
@@ -52,14 +105,30 @@ class VariantTest:
     errors: ProportionTest | None
     p50_ratio: float
     alpha: float
+    slices: SliceTest | None = None
+    """The sign test over the window's slices, which decides the latency verdict when there is a window."""
 
     @property
     def latency_verdict(self) -> str:
+        if self.slices is not None:
+            if not self.slices.decidable:
+                return "not enough requests"
+            if self.slices.p_value >= self.alpha:
+                return "no significant difference"
+            return "slower" if self.slices.above * 2 > self.slices.slices else "faster"
         if self.latency is None:
             return "not enough requests"
         if self.latency.p_value >= self.alpha:
             return "no significant difference"
         return "slower" if self.latency.prob_greater > 0.5 else "faster"
+
+    def latency_evidence(self) -> str:
+        """The test behind the verdict, in words."""
+        if self.slices is not None:
+            s = self.slices
+            return (f"mean above the control's in {s.above} of {s.slices} slices, sign test p={s.p_value:.2g}"
+                    if s.slices else "no slice with requests of both")
+        return f"Mann-Whitney p={self.latency.p_value:.2g}" if self.latency else "no test"
 
     @property
     def errors_verdict(self) -> str:
@@ -72,6 +141,7 @@ class VariantTest:
     def to_dict(self) -> dict[str, Any]:
         return {"control": self.control, "variant": self.variant, "p50_ratio": self.p50_ratio, "alpha": self.alpha,
                 "latency_test": self.latency.to_dict() if self.latency else None,
+                "slice_test": self.slices.to_dict() if self.slices else None,
                 "latency_verdict": self.latency_verdict,
                 "error_test": self.errors.to_dict() if self.errors else None, "errors_verdict": self.errors_verdict}
 
@@ -84,23 +154,28 @@ class LiveComparison:
     notes: list[str] = field(default_factory=list)
     control_rule: str = "the one with most requests"
     """How the control was chosen, for the table's title."""
+    slice_count: int = 0
+    """Slices the window was scraped in (0 without a window)."""
 
     def findings(self) -> list[str]:
         lines = []
         for t in self.tests:
-            lat = t.latency
-            lat_p = f"Mann-Whitney p={lat.p_value:.2g}" if lat else "no test"
             err_p = f"z-test p={t.errors.p_value:.2g}" if t.errors else "no test"
             ratio = f"p50 x{t.p50_ratio:.3f}, " if math.isfinite(t.p50_ratio) else ""
-            lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{lat_p}); "
+            lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{t.latency_evidence()}); "
                          f"error rate {t.errors_verdict} ({err_p})")
-        scope = f"the last {self.window_s:g} s" if self.window_s else "everything since the server started"
+        if self.window_s:
+            scope = (f"the last {self.window_s:g} s, in {self.slice_count} slices (the latency verdict counts "
+                     "slices, not requests, which a stall delays together)")
+        else:
+            scope = ("everything since the server started (requests counted as independent, which a stall makes "
+                     "them not: give --window for a verdict over time slices)")
         lines.append(f"(from the server's histograms and counters over {scope}; latency resolution is the "
                      "histogram's buckets)")
         return [*lines, *self.notes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_s": self.window_s, "variants": [v.to_dict() for v in self.variants],
+        return {"window_s": self.window_s, "slices": self.slice_count, "variants": [v.to_dict() for v in self.variants],
                 "tests": [t.to_dict() for t in self.tests], "notes": self.notes}
 
 
@@ -134,15 +209,18 @@ def _bucket_counts(hist: Any) -> list[float]:
 
 
 def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, earlier: str | None = None,
-                 window_s: float | None = None, control: str | None = None) -> LiveComparison:
+                 window_s: float | None = None, control: str | None = None,
+                 between: Sequence[str] = ()) -> LiveComparison:
     """Compare the variants on a /metrics page (`earlier`: a previous scrape to subtract) against `control`
     (a variant's name; None: the variant with most requests, which may change between runs when the split
-    is even)."""
+    is even). `between`: the scrapes taken between `earlier` and `text`, in order; with `earlier`, the
+    latency verdict is a sign test over the slices they cut the window into."""
     from dlperf.serve.metrics import DEFAULT_VARIANT, parse_variant_metrics
 
     try:
         parsed = parse_variant_metrics(text)
         before = parse_variant_metrics(earlier) if earlier is not None else {}
+        middle = [parse_variant_metrics(page) for page in between]
     except ValueError as exc:  # prometheus_client's parser on a page that is not Prometheus text
         raise ServingError(f"the metrics page is not Prometheus text ({exc}): is `dlperf serve` running there?") \
             from exc
@@ -204,12 +282,38 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
                                       sum(reference.failures.values()), reference.requests)
                   if other.requests and reference.requests else None)
         ratio = other.p50_s / reference.p50_s if reference.p50_s and not math.isnan(reference.p50_s) else math.nan
-        tests.append(VariantTest(reference.name, other.name, latency, errors, ratio, alpha))
+        slices = (sign_test(_slice_ratios([before, *middle, parsed], other.name, reference.name, latencies))
+                  if earlier is not None else None)
+        tests.append(VariantTest(reference.name, other.name, latency, errors, ratio, alpha, slices))
     for summary in summaries:  # the control too: with an equal split it may have as few
         if summary.requests < 100:
             notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests: differences are hard to "
                          "detect")
-    return LiveComparison(summaries, tests, window_s, notes, rule)
+    if (earlier is not None and any(s.requests for s in summaries)
+            and any(t.slices is not None and not t.slices.decidable for t in tests)):
+        notes.append(f"fewer than {MIN_SLICES} slices had requests of both variants: no latency verdict; a longer "
+                     "window or more traffic gives one")
+    return LiveComparison(summaries, tests, window_s, notes, rule, len(between) + 1 if earlier is not None else 0)
+
+
+def _slice_ratios(pages: list[dict[str, Any]], variant: str, control: str, latencies: str) -> list[float]:
+    """Per slice between consecutive scrapes where both answered requests: the variant's mean latency over the
+    control's."""
+    ratios = []
+    for old, new in itertools.pairwise(pages):
+        means = []
+        for name in (variant, control):
+            if name not in new:
+                break
+            hist = getattr(new[name], latencies)
+            if name in old:
+                hist = hist.minus(getattr(old[name], latencies))
+            if hist.count <= 0 or hist.sum <= 0:
+                break
+            means.append(hist.sum / hist.count)
+        if len(means) == 2:
+            ratios.append(means[0] / means[1])
+    return ratios
 
 
 def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
@@ -218,8 +322,14 @@ def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
     if window_s is not None and window_s <= 0:
         raise ConfigError(f"the window must be positive, got {window_s}")
     earlier = None
+    between: list[str] = []
     if window_s:
+        n = slice_count(window_s)
         earlier = fetch_metrics(url)
-        time.sleep(window_s)
+        start = time.monotonic()
+        for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
+            time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
+            between.append(fetch_metrics(url))
+        time.sleep(max(0.0, start + window_s - time.monotonic()))
     return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s,
-                        control=control)
+                        control=control, between=between)

@@ -53,3 +53,34 @@ def test_live_compare_finds_the_slower_variant(capsys: pytest.CaptureFixture[str
     assert test["latency_verdict"] == ("slower" if slower else "faster")
     assert test["latency_test"]["p_value"] < 1e-3
     assert test["errors_verdict"] == "no significant difference"
+
+
+def test_a_window_is_decided_over_time_slices(capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0)
+    state = build_state(config, {"A": _sleepy(0.002), "B": _sleepy(0.006)})
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    stop = threading.Event()
+    with start_in_thread(config, state) as running:
+        base = f"http://{running.url}"
+
+        def traffic() -> None:
+            with httpx.Client(timeout=30) as client:
+                while not stop.is_set():
+                    assert client.post(f"{base}/v2/models/sleepy/infer", json=body).status_code == 200
+
+        sender = threading.Thread(target=traffic)
+        sender.start()
+        try:
+            assert main(["compare", "--live", base, "--window", "3s", "--control", "fast", "--json"]) == 0
+        finally:
+            stop.set()
+            sender.join()
+    data = json.loads(capsys.readouterr().out)
+    assert data["window_s"] == 3 and data["slices"] == 6
+    test = data["tests"][0]
+    assert test["variant"] == "slow" and test["slice_test"]["slices"] == 6
+    # 3x the model time in every slice: slower in all six, the exact sign test's smallest p-value
+    assert test["slice_test"]["above"] == 6 and test["slice_test"]["p_value"] == pytest.approx(2 / 64)
+    assert test["latency_verdict"] == "slower"

@@ -60,17 +60,24 @@ def test_window_compares_only_new_requests() -> None:
     _traffic(metrics, "a", 500, 0.010, 0, seed=5)
     _traffic(metrics, "b", 500, 0.010, 0, seed=6)
     earlier = _page(metrics)
-    _traffic(metrics, "a", 400, 0.010, 0, seed=7)
-    _traffic(metrics, "b", 300, 0.030, 0, seed=8)
+    pages = []
+    for i in range(6):  # the window, scraped in 6 slices
+        _traffic(metrics, "a", 70, 0.010, 0, seed=7 + i)
+        _traffic(metrics, "b", 50, 0.030, 0, seed=17 + i)
+        pages.append(_page(metrics))
     rec = metrics.recorder("m", "a")
     for _ in range(10):  # ten batches of 4 in the window: its average batch, not the one since start (~1)
         rec.batch(4, 0, 1000, 0)
-    result = compare_live(_page(metrics), earlier=earlier, window_s=30)
-    assert {v.name: v.requests for v in result.variants} == {"a": 400, "b": 300}
+    result = compare_live(_page(metrics), earlier=earlier, window_s=30, between=pages[:-1])
+    assert {v.name: v.requests for v in result.variants} == {"a": 420, "b": 300}
     a = next(v for v in result.variants if v.name == "a")
-    assert a.average_batch_size == pytest.approx((400 + 40) / (400 + 10))
-    assert result.tests[0].latency_verdict == "slower"
-    assert "last 30 s" in result.findings()[-1]
+    assert a.average_batch_size == pytest.approx((420 + 40) / (420 + 10))
+    test = result.tests[0]
+    assert test.latency_verdict == "slower"
+    assert test.slices is not None and (test.slices.slices, test.slices.above) == (6, 6)
+    assert test.slices.p_value == pytest.approx(2 / 64) and 2.5 < test.slices.geomean_ratio < 3.5
+    assert "mean above the control's in 6 of 6 slices, sign test p=0.031" in result.findings()[0]
+    assert "last 30 s, in 6 slices" in result.findings()[-1]
 
 
 def test_a_single_variant_is_a_clear_error() -> None:
@@ -201,4 +208,6 @@ def test_an_empty_window_prints_dashes_not_nan() -> None:
     text = console.export_text()
     assert "nan" not in text
     assert "no variant answered or failed a request in the window: nothing to compare" in text
-    assert "b vs a: latency not enough requests (no test)" in text
+    assert "b vs a: latency not enough requests (p50" not in text
+    assert "b vs a: latency not enough requests (no slice with requests of both)" in text
+    assert "fewer than 6 slices" not in text  # nothing happened: the note above says so
