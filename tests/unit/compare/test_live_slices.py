@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from dlperf.compare.live import compare_live, sign_test, slice_count  # noqa: E402
-from dlperf.serve.metrics import Metrics  # noqa: E402
+from dlperf.compare.live import compare_live, sign_test, slice_count
+from dlperf.serve.metrics import Metrics
 
 pytestmark = pytest.mark.unit
 
