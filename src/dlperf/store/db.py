@@ -383,11 +383,27 @@ class RunHandle:
 
 
 def _to_record(row: Any) -> RunRecord:
+    problems: list[str] = []
+    fields = {name: _load_field(row[f"{name}_json"], name, problems)
+              for name in ("config", "environment", "result", "tags")}
+    error = "; ".join([*([row["error"]] if row["error"] else []), *problems]) or None
     return RunRecord(
         id=row["id"], kind=row["kind"], workload=row["workload"], status=row["status"],
         created_at=row["created_at"], finished_at=row["finished_at"], parent_id=row["parent_id"],
-        config=json.loads(row["config_json"] or "{}"),
-        environment=json.loads(row["environment_json"] or "{}"),
-        result=json.loads(row["result_json"] or "{}"), error=row["error"],
-        tags=json.loads(row["tags_json"] or "{}"),
+        config=fields["config"], environment=fields["environment"], result=fields["result"], error=error,
+        tags=fields["tags"],
     )
+
+
+def _load_field(text: str | None, name: str, problems: builtins.list[str]) -> dict[str, Any]:
+    """A stored JSON object; a damaged one (a truncated write, an edit by hand) reads as empty with a note in the
+    record's error, so that one bad row does not stop `runs list`, a report or a history of every other run."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError as exc:
+        problems.append(f"its stored {name} is not readable JSON ({exc}); the text is left in the store as it was")
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"its stored {name} is a JSON {type(value).__name__}, not an object; left in the store")
+        return {}
+    return value

@@ -324,3 +324,23 @@ def test_runs_delete_from_the_command_line(tmp_path: Path, capsys: pytest.Captur
     assert main(["runs", "delete", run.id[:5], "--force", "--store", str(path)]) == 0
     assert f"deleted run {run.id} (bench of zoo:mlp" in capsys.readouterr().out
     assert store.list() == [] and store.list_baselines() == []
+
+
+def test_a_damaged_row_does_not_hide_the_other_runs(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    good = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]})
+    bad = store.create_run("bench", "zoo:mlp", {"batch_sizes": [8]})
+    truncated = '{"points": [1, 2'
+    engine = sa.create_engine(f"sqlite:///{path}")  # a write cut short, or an edit by hand
+    with engine.begin() as conn:
+        conn.execute(sa.update(runs_table).where(runs_table.c.id == bad.id).values(result_json=truncated))
+        conn.execute(sa.update(runs_table).where(runs_table.c.id == good.id).values(tags_json="[1]"))
+    engine.dispose()
+    assert {r.id for r in store.list()} == {good.id, bad.id}
+    record = store.get(bad.id)
+    assert record.result == {} and record.config == {"batch_sizes": [8]}
+    assert record.error is not None and "stored result is not readable JSON" in record.error
+    assert store.get(good.id).tags == {} and "JSON list, not an object" in (store.get(good.id).error or "")
+    with engine.connect() as conn:  # the text itself is kept
+        assert conn.execute(sa.select(runs_table.c.result_json).where(runs_table.c.id == bad.id)).scalar() == truncated
