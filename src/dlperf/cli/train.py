@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
     from dlperf.report.train_view import ddp_view, measurement_view, tune_view
-    from dlperf.train.loop import base_config
+    from dlperf.train.loop import base_config, check_device
     from dlperf.workload.loader import load_workload
 
     for option, value, minimum in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
                            threads=args.threads, num_workers=args.num_workers)
+    check_device(baseline.device)  # before the run is recorded: a missing GPU is the user's option, not a failure
     store = open_store(args)
     environment = capture_environment(args.device).to_dict()
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",

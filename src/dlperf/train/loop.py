@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class StepConfig:
             raise ConfigError(f"accumulation steps must be >= 1, got {self.accumulation_steps}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
+        if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device):
             raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise ConfigError("fp16 training (autocast + GradScaler) needs a CUDA device; use bf16 on CPU")
@@ -113,6 +114,20 @@ class StepConfig:
     def from_dict(cls, data: dict[str, Any]) -> StepConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def check_device(device: str) -> None:
+    """A ConfigError unless `device` is here: 'cuda' needs CUDA, 'cuda:N' the Nth visible GPU."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {device} asked for, but no CUDA device is available: use --device cpu")
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if index and not (index.isdigit() and int(index) < count):
+        raise ConfigError(f"--device {device}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
 
 
 def train_spec(workload: Workload) -> TrainSpec:
@@ -186,8 +201,7 @@ class TrainLoop:
         self.workload = workload
         self.config = config
         self.spec = train_spec(workload)
-        if config.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError("--device cuda asked for, but no CUDA device is available")
+        check_device(config.device)
         self.threads = config.threads or torch.get_num_threads()
         self.seed = seed
         with torch_threads(self.threads):
@@ -246,7 +260,8 @@ class TrainLoop:
             except StopIteration:
                 raise TrainError(
                     f"workload '{self.workload.name}': its loader yields no batch at batch size "
-                    f"{self.config.batch_size} (a drop_last loader over fewer samples?)"
+                    f"{self.config.batch_size} (a drop_last loader over fewer samples?): pass a smaller "
+                    "batch size (--batch-size)"
                 ) from None
 
     def _to_device(self, value: Any) -> Any:

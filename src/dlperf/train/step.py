@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import MeasurementError, TrainError
+from dlperf.errors import DlperfError, MeasurementError, TrainError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak
 from dlperf.measure.stats import Measurement, median
@@ -185,6 +185,8 @@ def measure_loop(
             m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
                               label=f"{loop.workload.name} train", on_progress=on_progress)
     except MeasurementError as exc:
+        if isinstance(exc.__cause__, DlperfError):  # already says what is wrong and how to fix it
+            raise exc.__cause__ from None
         raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
     phases = {p: v[warmup:] for p, v in recorded.items()}
     loss_values = [float(x) for x in losses[warmup:]]

@@ -3,12 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from dlperf.cli.main import main
 from dlperf.cli.train import parse_bytes
 from dlperf.errors import ConfigError
 from dlperf.report.train_view import ddp_view
+from dlperf.store import Store
 from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, expected_buckets, findings_for
 
 pytestmark = pytest.mark.unit
@@ -112,3 +114,12 @@ def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path:
     code = main(["train", "zoo:mlp", "--store", str(tmp_path / "s.db"), "--no-mfu", *argv])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_missing_gpu_is_refused_before_a_run_is_recorded(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s.db"
+    assert main(["train", "zoo:mlp", "--device", "cuda:1", "--no-mfu", "--store", str(store)]) == 2
+    assert "--device cuda:1 asked for, but no CUDA device is available: use --device cpu" in capsys.readouterr().err
+    assert Store(store).list() == []  # a bad option is not a failed training run

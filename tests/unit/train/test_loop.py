@@ -26,6 +26,8 @@ def _params(loop: TrainLoop) -> list[torch.Tensor]:
         ({"batch_size": 4, "prefetch_factor": 4}, "num_workers > 0"),
         ({"batch_size": 4, "optimizer_impl": "magic"}, "optimizer implementation"),
         ({"batch_size": 4, "device": "tpu"}, "unknown device"),
+        ({"batch_size": 4, "device": "cudax"}, "unknown device 'cudax'"),
+        ({"batch_size": 4, "device": "cuda:one"}, "unknown device"),
         ({"batch_size": 4, "lr_scale": 0}, "lr_scale"),
     ],
 )

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from dlperf.calibrate import Ceilings
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, TrainError
 from dlperf.train.loop import PHASES, StepConfig, TrainLoop
 from dlperf.train.parity import ParityConfig, check_parity, compare_losses, loss_curve, tail_mean
 from dlperf.train.step import count_step_flops, measure_loop, measure_training
@@ -97,3 +97,13 @@ def test_an_input_bound_step_is_reported() -> None:
     assert finding.startswith("input-bound: 60%")
     phases["data"] = [1_000_000] * 4
     assert result.findings() == []
+
+
+def test_a_batch_larger_than_the_data_says_so_once_with_the_fix() -> None:
+    """The loader's own message came wrapped twice ('a training step failed: the measured call raised ...')."""
+    with pytest.raises(TrainError) as raised:
+        measure_training(tiny(), StepConfig(batch_size=1000, threads=1), steps=2, warmup_steps=0, count_flops=False)
+    assert str(raised.value) == (
+        "workload 'tiny': its loader yields no batch at batch size 1000 (a drop_last loader over fewer samples?): "
+        "pass a smaller batch size (--batch-size)"
+    )
