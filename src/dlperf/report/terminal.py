@@ -201,7 +201,7 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
 
 
 def kind_headline(kind: str, result: Any) -> str | None:
-    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab); None
+    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab, check); None
     for other kinds (and an optimize run without a winner field or an ab run without its ratio), which the
     caller headlines its own way. `runs list` and the HTML report's summary both use it."""
     if not isinstance(result, dict):
@@ -218,7 +218,20 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return optimize_headline(result)
     if kind == "ab" and isinstance(result.get("ratio"), (int, float)):
         return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
+    if kind == "check" and isinstance(result.get("gate"), dict):
+        return check_headline(result["gate"])
     return None
+
+
+def check_headline(gate: dict[str, Any]) -> str | None:
+    """A check run: the gate's verdict and each batch size's regression (its throughput hid whether it failed)."""
+    points = [p for p in gate.get("points", [])
+              if isinstance(p, dict) and isinstance(p.get("regression"), (int, float))]
+    if "failed" not in gate or not points:
+        return None
+    changes = ", ".join(f"{p['regression'] * 100:+.1f}% @ bs{p.get('batch_size')}" for p in points[:3])
+    more = ", ..." if len(points) > 3 else ""
+    return f"{'FAIL' if gate['failed'] else 'PASS'}: {gate.get('metric', '')} {changes}{more}"
 
 
 def headline_text(record: RunRecord) -> str:

@@ -229,3 +229,20 @@ def test_runs_show_of_a_check_run_adds_the_gate_verdict_to_its_measurements() ->
     shown = _text(record_view(RunRecord("c2", "check", "zoo:mlp", "ok", "2026-01-01",
                                         result={**RESULT, "gate": passing})))
     assert "PASS: no significant regression above the threshold" in shown
+
+
+def test_a_check_run_s_headline_is_its_verdict() -> None:
+    # `runs list` showed a check run's throughput, which hid whether it failed the gate.
+    from dlperf.compare.gate import GateConfig, gate
+
+    failing = gate({1: _measurement(1.0)}, {1: _measurement(1.5)}, GateConfig(max_regression=0.05)).to_dict()
+    record = RunRecord("c1", "check", "zoo:mlp", "ok", "2026-01-01", result={**RESULT, "gate": failing})
+    headline = headline_text(record)
+    regression = failing["points"][0]["regression"]
+    assert headline == f"FAIL: p50 {regression * 100:+.1f}% @ bs1" and regression > 0.05
+    passing = gate({1: _measurement(1.0)}, {1: _measurement(1.0)}).to_dict()
+    assert headline_text(RunRecord("c2", "check", "zoo:mlp", "ok", "2026-01-01",
+                                   result={**RESULT, "gate": passing})).startswith("PASS: p50 ")
+    # a check that stopped before its verdict keeps the bench headline
+    assert headline_text(RunRecord("c3", "check", "zoo:mlp", "failed", "2026-01-01", result=RESULT)) == \
+        headline_text(RunRecord("b", "bench", "zoo:mlp", "ok", "2026-01-01", result=RESULT))
