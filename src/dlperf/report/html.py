@@ -741,7 +741,13 @@ def _fmt_metric(metric: Any, value: Any) -> str:
 
 
 def _headline(rec: RunRecord) -> str:
+    from dlperf.report.terminal import check_headline
+
     r = rec.result if isinstance(rec.result, Mapping) else {}
+    if rec.kind == "check" and isinstance(r.get("gate"), dict):  # its verdict, not the throughput it also has
+        verdict = check_headline(r["gate"])
+        if verdict is not None:
+            return verdict
     head = r.get("headline")
     if isinstance(head, Mapping) and isinstance(head.get("value"), (int, float)):
         kpi = str(head.get("kpi"))

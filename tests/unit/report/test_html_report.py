@@ -239,3 +239,15 @@ def test_check_view_shows_an_underflowed_p_value_as_a_bound_and_the_ci_level(
     html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict})])
     gate_table = html.split("Gate against baseline run", 1)[1]
     assert "&lt;1e-300" in gate_table and "<th>90% CI</th>" in gate_table
+
+
+def test_a_check_run_s_summary_row_is_its_verdict(bench_points: list[dict[str, Any]]) -> None:
+    from dlperf.compare.gate import GateConfig, gate
+
+    base = {p["batch_size"]: Measurement.from_dict(p["measurement"]) for p in bench_points}
+    slow = {b: Measurement([s * 2 for s in m.samples_ns], items_per_call=m.items_per_call) for b, m in base.items()}
+    verdict = gate(base, slow, GateConfig()).to_dict()
+    html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict,
+                                               "headline": {"kpi": "throughput", "value": 900.0, "batch_size": 8}})])
+    summary = html.split("<h2>Environment", 1)[0]
+    assert "FAIL: p50 +100.0% @ bs1, +100.0% @ bs8" in summary and "900 items/s" not in summary
