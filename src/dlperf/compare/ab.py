@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlperf.compare.settings import ABSettings
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.ab import ABConfig, ABResult, ab_test, decide
 from dlperf.measure.clock import Clock
 from dlperf.measure.stats import Measurement
@@ -168,6 +168,17 @@ def run_ab(
                  iters_per_block)
 
 
+def _where(exc: BaseException) -> str:
+    """' (at FILE:LINE in FUNCTION)': the innermost frame of the exception, most often in the user's model."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {last.filename}:{last.lineno} in {last.name})"
+
+
 def _check_options(blocks: int, iters_per_block: int | None, confidence: float, min_effect: float) -> None:
     """Refuse bad options before the two models are built (which can take a while) and before a run is recorded."""
     if not 0.0 <= min_effect < 1.0:
@@ -181,8 +192,13 @@ def _check_options(blocks: int, iters_per_block: int | None, confidence: float, 
 def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, batch_a: int, batch_b: int,
         on_block: Callable[[int, int], None] | None, before_a: Callable[[], None] | None,
         before_b: Callable[[], None] | None, clock: Clock) -> ABResult:
-    result = ab_test(call_a, call_b, config, clock, items_per_call=1, on_block=on_block,
-                     before_a=before_a, before_b=before_b)
+    try:
+        result = ab_test(call_a, call_b, config, clock, items_per_call=1, on_block=on_block,
+                         before_a=before_a, before_b=before_b)
+    except MeasurementError:
+        raise
+    except Exception as exc:  # the model's own error (an OOM at some call, a bad input): said once, not a traceback
+        raise MeasurementError(f"a measured call raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
     result.a.items_per_call = batch_a
     result.b.items_per_call = batch_b
     if batch_a != batch_b:

@@ -66,3 +66,38 @@ def test_a_min_effect_outside_0_to_1_is_refused(min_effect: str, capsys: pytest.
 def test_a_bad_block_count_is_refused_before_the_models_are_built() -> None:
     with pytest.raises(ConfigError, match="at least 4 blocks"):
         run_ab("zoo:nosuchmodel", parse_settings(""), parse_settings(""), blocks=2)
+
+
+FAILS_LATER = '''
+import torch
+import dlperf
+
+
+class FailsLater(torch.nn.Module):
+    calls = 0
+
+    def forward(self, x):
+        FailsLater.calls += 1
+        if FailsLater.calls > 30:
+            raise ValueError("out of memory at call 30")
+        return x * 2
+
+
+def workload():
+    return dlperf.Workload(name="fails-later", make_model=FailsLater, make_inputs=lambda b: (torch.zeros(b, 4),))
+'''
+
+
+def test_a_model_that_raises_while_measured_is_one_error_line_and_a_failed_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was a raw traceback with exit 1, which a CI job reads as a regression.
+    model_file = tmp_path / "fails_later.py"
+    model_file.write_text(FAILS_LATER)
+    store = tmp_path / "r.db"
+    assert main(["ab", f"{model_file}:workload", "--blocks", "4", "--iters-per-block", "10",
+                 "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "error: a measured call raised ValueError: out of memory at call 30" in err
+    assert f"{model_file}:12 in forward" in err and "Traceback" not in err
+    (run,) = Store(store).list(kind="ab")
+    assert run.status == "failed" and "out of memory at call 30" in (run.error or "")
