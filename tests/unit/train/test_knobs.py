@@ -4,7 +4,13 @@ import pytest
 
 from dlperf.errors import TrainError
 from dlperf.train.knobs import DEFAULT_KNOBS, TuneContext, registry
-from dlperf.train.knobs.batch import LargestBatch, search_largest_batch, split_batch, step_footprint_bytes
+from dlperf.train.knobs.batch import (
+    LargestBatch,
+    nearby_split,
+    search_largest_batch,
+    split_batch,
+    step_footprint_bytes,
+)
 from dlperf.train.knobs.checkpointing import Checkpointing
 from dlperf.train.knobs.dataloader import Persistent, Prefetch, Workers
 from dlperf.train.knobs.precision import MixedPrecision
@@ -95,6 +101,26 @@ def test_largest_batch_knob_splits_a_batch_over_the_budget() -> None:
     assert knob.last_search is not None and knob.last_search.largest_fitting == 16
     roomy = TuneContext(workload=w, memory_budget_bytes=10 * budget)
     assert knob.candidates(current, roomy) == []
+
+
+@pytest.mark.parametrize(("effective", "largest", "expected"),
+                         [(61, 36, (30, 2)), (61, 60, (60, 1)), (97, 10, (10, 10)), (64, 36, None), (7, 1, None)])
+def test_nearby_split_offers_a_batch_that_splits_into_larger_micro_batches(
+        effective: int, largest: int, expected: tuple[int, int] | None) -> None:
+    assert nearby_split(effective, largest) == expected
+
+
+def test_a_prime_batch_over_the_budget_names_a_batch_that_splits_better() -> None:
+    """61 only splits as 1 x 61 (ten times slower here); the note now says which batch near it would not."""
+    w = tiny(batch_size=61)
+    current = StepConfig(batch_size=61, threads=1)
+    footprint_40 = step_footprint_bytes(w, current.replace(batch_size=40))
+    footprint_41 = step_footprint_bytes(w, current.replace(batch_size=41))
+    budget = int((footprint_40 + footprint_41) / 2 * 1.1)  # 40 fits with the 10% margin, 41 does not
+    (candidate,) = LargestBatch().candidates(current, TuneContext(workload=w, memory_budget_bytes=budget))
+    assert candidate.change == {"batch_size": 1, "accumulation_steps": 61} and candidate.required
+    assert candidate.note.endswith("61 has no divisor between 2 and 40, so its micro-batches are small: an "
+                                   "effective batch of 60 would split into 30 x 2 (--batch-size 60 tunes that)")
 
 
 def test_checkpointed_footprint_keeps_block_inputs_and_one_recomputed_block() -> None:

@@ -188,6 +188,21 @@ def split_batch(effective: int, largest: int) -> tuple[int, int]:
     return 1, effective
 
 
+def nearby_split(effective: int, largest: int) -> tuple[int, int] | None:
+    """(micro-batch, steps) of an effective batch near `effective` that splits into as few micro-batches as
+    the memory allows, when `effective` itself only splits into micro-batches under half of `largest` (a
+    prime like 61 with at most 36 fitting: 1 x 61); None when its own split is good enough."""
+    micro, _ = split_batch(effective, largest)
+    if micro * 2 > largest:
+        return None
+    steps = math.ceil(effective / largest)
+    options = {(min(largest, m), steps) for m in (effective // steps, -(-effective // steps))}
+    options.add((largest, steps - 1))
+    options = {(m, n) for m, n in options if m >= 1 and n >= 1 and m * n != effective}
+    # the nearest effective batch; between equally near ones, fewer micro-batches, then the smaller batch
+    return min(options, key=lambda o: (abs(o[0] * o[1] - effective), o[1], o[0] * o[1]), default=None)
+
+
 def default_budget_bytes(device: str, fraction: float = 0.5) -> int:
     """CPU: `fraction` of the available host memory. CUDA: the device's total memory."""
     if device.startswith("cuda"):
@@ -228,6 +243,12 @@ class LargestBatch:
             return [Candidate({"batch_size": wanted, "accumulation_steps": 1},
                               f"the whole batch of {wanted} fits: no accumulation", search.to_dict())]
         micro, steps = split_batch(wanted, search.largest_fitting)
-        return [Candidate({"batch_size": micro, "accumulation_steps": steps},
-                          f"batch {wanted} does not fit in {budget / 2**20:.0f} MiB: {micro} x {steps} "
-                          "accumulation steps", search.to_dict(), required=True)]
+        note = f"batch {wanted} does not fit in {budget / 2**20:.4g} MiB: {micro} x {steps} accumulation steps"
+        nearby = nearby_split(wanted, search.largest_fitting)
+        if nearby is not None:
+            near_micro, near_steps = nearby
+            near = near_micro * near_steps
+            note += (f"; {wanted} has no divisor between {micro + 1} and {search.largest_fitting}, so its "
+                     f"micro-batches are small: an effective batch of {near} would split into {near_micro} x "
+                     f"{near_steps} (--batch-size {near} tunes that)")
+        return [Candidate({"batch_size": micro, "accumulation_steps": steps}, note, search.to_dict(), required=True)]
