@@ -28,9 +28,12 @@ def run(args: argparse.Namespace) -> int:
     store = Store(args.store, create=False)  # a baseline names a stored run: a missing store is a mistyped path
     out = console()
     if args.action == "set":
+        previous = next((run for name, run, _ in store.list_baselines() if name == args.name), None)
         record = set_baseline(store, args.name, args.run)
+        # The run it pointed at before is named, so a replaced baseline can be set back.
+        was = f"; it was run {previous}" if previous not in (None, record.id) else ""
         out.print(f"baseline '{args.name}' -> run {record.id} ({record.kind} of {record.workload}, "
-                  f"{record.created_at[:19]})")
+                  f"{record.created_at[:19]}){was}", markup=False, soft_wrap=True)
         return 0
     if args.action == "rm":
         store.remove_baseline(args.name)

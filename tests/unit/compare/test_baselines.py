@@ -44,3 +44,20 @@ def test_failed_runs_and_runs_without_samples_are_refused(tmp_path: Path) -> Non
     empty = add_run(store, "bench", {"points": []})
     with pytest.raises(StoreError, match="holds no latency samples"):
         set_baseline(store, "x", empty)
+
+
+def test_replacing_a_baseline_names_the_run_it_pointed_at(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    first = add_run(store, "bench", bench_result({1: 0.01}))
+    second = add_run(store, "bench", bench_result({1: 0.01}))
+    assert main(["baseline", "set", "main", first, "--store", str(path)]) == 0
+    assert "it was run" not in capsys.readouterr().out
+    assert main(["baseline", "set", "main", second, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"baseline 'main' -> run {second}" in out and f"it was run {first}" in out
+    assert main(["baseline", "set", "main", second, "--store", str(path)]) == 0
+    assert "it was run" not in capsys.readouterr().out  # set again to the same run: nothing replaced
