@@ -94,6 +94,8 @@ def parse_settings(text: str, where: str = "settings") -> ABSettings:
             raise ConfigError(f"{where}: '{part}' has no value: write key=value, e.g. threads=1")
         key, value = (s.strip() for s in part.split("=", 1))
         if key.startswith(OPTION_PREFIX) and len(key) > len(OPTION_PREFIX):
+            if key[len(OPTION_PREFIX):] in options:  # the last one silently won, unlike a setting given twice
+                raise ConfigError(f"{where}: '{key}' is given twice")
             options[key[len(OPTION_PREFIX):]] = _option_value(value)
             continue
         if key not in KEYS:

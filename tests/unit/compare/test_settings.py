@@ -31,6 +31,7 @@ def test_empty_means_defaults() -> None:
     ("channels_last=maybe", "channels_last must be 0 or 1"),
     ("device=tpu", "unknown device 'tpu'"),
     ("threads=1,threads=2", "'threads' is given twice"),
+    ("option.hidden=64,option.hidden=128", "'option.hidden' is given twice"),  # the last one silently won
 ])
 def test_mistakes_name_the_option_and_the_fix(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match="--b") as info:
