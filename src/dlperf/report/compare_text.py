@@ -25,6 +25,11 @@ def pct(fraction: float) -> str:
     return f"{fraction * 100:+.1f}%"
 
 
+def _count(value: float) -> str:
+    """items/s as `dlperf bench` prints them (48,041, not 4.804e+04)."""
+    return f"{value:,.0f}" if math.isfinite(value) and value >= 100 else f"{value:.3g}"
+
+
 def _verdict_style(verdict: str) -> str:
     if "faster" in verdict:
         return "bold green"
@@ -42,7 +47,7 @@ def ab_table(run: ABRun) -> Table:
         table.add_column(col, justify="left" if col in ("side", "settings") else "right")
     for side, settings, m, batch in (("A", run.a, res.a, run.batch_size_a), ("B", run.b, res.b, run.batch_size_b)):
         table.add_row(side, settings.describe(), str(batch), ms(m.p50_s), ms(m.p90_s), ms(m.p99_s),
-                      f"{m.throughput:.4g}", str(m.n))
+                      _count(m.throughput), str(m.n))
     lo, hi = res.ci
     table.caption = (f"time B/A {unit}: {res.ratio:.3f} ({res.confidence:.0%} CI {lo:.3f}-{hi:.3f}); "
                      f"speedup {res.speedup:.3f}x")
@@ -66,7 +71,7 @@ def comparison_tables(cmp: RunComparison) -> list[Table]:
             table.add_column(col, justify="left" if col == "KPI" else "right")
         for kpi in point.kpis:
             is_time = kpi.name.endswith("_s")
-            fmt = ms if is_time else (lambda v: f"{v:.4g}")
+            fmt = ms if is_time else _count
             label = f"{kpi.label} ms" if is_time else f"{kpi.label} items/s"
             style = "green" if kpi.better else "red"
             table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(pct(kpi.change), style=style))

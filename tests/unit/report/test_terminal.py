@@ -246,3 +246,17 @@ def test_a_check_run_s_headline_is_its_verdict() -> None:
     # a check that stopped before its verdict keeps the bench headline
     assert headline_text(RunRecord("c3", "check", "zoo:mlp", "failed", "2026-01-01", result=RESULT)) == \
         headline_text(RunRecord("b", "bench", "zoo:mlp", "ok", "2026-01-01", result=RESULT))
+
+
+def test_ab_and_compare_tables_print_items_per_s_as_bench_does() -> None:
+    # They printed 4.804e+04 where `dlperf bench` prints 48,041.
+    from dlperf.compare.ab import ABRun
+    from dlperf.compare.settings import ABSettings
+    from dlperf.measure.ab import ABResult
+    from dlperf.report.compare_text import ab_table
+
+    fast, slow = _measurement(0.02), _measurement(20.0)  # about 48,000 and 48 calls a second
+    result = ABResult(fast, slow, [1000.0] * 4, 1000.0, (990.0, 1010.0), 0.95, "slower")
+    shown = _text(ab_table(ABRun("zoo:mlp", ABSettings(), ABSettings(), 1, 1, result, False, 5)))
+    assert f"{fast.throughput:,.0f}" in shown and "e+0" not in shown
+    assert f" {slow.throughput:.3g} " in shown
