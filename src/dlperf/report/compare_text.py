@@ -26,8 +26,8 @@ def pct(fraction: float) -> str:
 
 
 def _count(value: float) -> str:
-    """items/s as `dlperf bench` prints them (48,041, not 4.804e+04)."""
-    return f"{value:,.0f}" if math.isfinite(value) and value >= 100 else f"{value:.3g}"
+    """items/s: 48,041 where '.4g' printed 4.804e+04; four significant digits below 10,000 (175.7)."""
+    return f"{value:,.0f}" if math.isfinite(value) and value >= 10_000 else f"{value:.4g}"
 
 
 def _verdict_style(verdict: str) -> str:

@@ -259,4 +259,4 @@ def test_ab_and_compare_tables_print_items_per_s_as_bench_does() -> None:
     result = ABResult(fast, slow, [1000.0] * 4, 1000.0, (990.0, 1010.0), 0.95, "slower")
     shown = _text(ab_table(ABRun("zoo:mlp", ABSettings(), ABSettings(), 1, 1, result, False, 5)))
     assert f"{fast.throughput:,.0f}" in shown and "e+0" not in shown
-    assert f" {slow.throughput:.3g} " in shown
+    assert f" {slow.throughput:.4g} " in shown
