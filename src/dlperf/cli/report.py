@@ -22,17 +22,14 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dlperf.cli.common import console
-    from dlperf.errors import ConfigError
-    from dlperf.report.build import build_report
+    from dlperf.report.build import build_report, check_output, write_report
     from dlperf.store import Store
 
+    path = Path(args.output)
+    check_output(path)
     store = Store(args.store, create=False)  # the runs are in it: a missing store is a mistyped path
     text = build_report(store, args.runs, history_workload=args.history, history_metric=args.metric,
                         title=args.title)
-    path = Path(args.output)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the report to '{path}': {exc}") from exc
+    write_report(path, text)
     console().print(f"wrote {path} ({len(text) / 1024:.0f} KiB); open it in a browser")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from dlperf.errors import ConfigError
 from dlperf.report.html import render_report
@@ -39,3 +40,20 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
                               f"workloads with bench runs: {', '.join(known) or 'none'}")
     return render_report(records, children=children, history=history, history_metric=history_metric,
                          history_workload=history_workload or "", title=title)
+
+
+def check_output(path: Path) -> None:
+    """Refuse an output path that cannot take the report, before the report is built (which reads the store)."""
+    if path.is_dir():
+        raise ConfigError(f"'{path}' is a folder: give the report a file name, e.g. -o {path / 'report.html'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"cannot write the report to '{path}': the folder '{path.parent}' does not exist; "
+                          "create it or give another -o")
+
+
+def write_report(path: Path, text: str) -> None:
+    check_output(path)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to '{path}': {exc.strerror or exc}; give another -o") from exc

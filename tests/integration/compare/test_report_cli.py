@@ -70,3 +70,17 @@ def test_a_run_named_twice_is_reported_once(store_path: Path, tmp_path: Path) ->
     assert main(["report", first, first[:6], "-o", str(out), "--store", str(store_path)]) == 0
     html = out.read_text()
     assert html.count(f'id="run-{first}"') == 1
+
+
+def test_an_output_path_that_cannot_take_the_report_says_why(store_path: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    run = Store(store_path).list()[-1].id
+    assert main(["report", run, "-o", str(tmp_path), "--store", str(store_path)]) == 2
+    assert f"'{tmp_path}' is a folder: give the report a file name, e.g. -o {tmp_path / 'report.html'}" in \
+        capsys.readouterr().err
+    missing = tmp_path / "no-such-folder" / "r.html"
+    assert main(["report", run, "-o", str(missing), "--store", str(store_path)]) == 2
+    assert f"the folder '{missing.parent}' does not exist; create it" in capsys.readouterr().err
+    # checked before the store is read: a bad -o with a bad run id names the -o
+    assert main(["report", "nosuchrun", "-o", str(missing), "--store", str(store_path)]) == 2
+    assert "does not exist; create it" in capsys.readouterr().err
