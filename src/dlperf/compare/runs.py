@@ -233,9 +233,19 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
             notes.append(f"batch sizes {only} are in only one of the runs and are left out")
         points = [compare_points(pa[bs], pb[bs], bs, alpha) for bs in common]
     else:
-        notes.append("one of the runs holds no raw latency samples: only its numeric results are compared")
+        # Say which run and why: "one of the runs holds no raw latency samples" was printed for a bench run
+        # against an ab run (which holds samples, per side, not per batch size), and then nothing else.
+        if a.kind != b.kind:
+            notes.append(f"A is a '{a.kind}' run and B a '{b.kind}' run: only the numeric results they share are "
+                         "compared (latency samples are compared between two bench or check runs, or two load runs)")
+        else:
+            lacking = [r.id for r in (a, b) if not (has_samples(r) or load_levels(r))]
+            who = f"run {lacking[0]} holds no" if len(lacking) == 1 else "neither run holds"
+            notes.append(f"{who} raw latency samples: only the numeric results are compared")
         flat_a, flat_b = _flatten(a.result), _flatten(b.result)
         other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
+        if not other:
+            notes.append("the two runs share no numeric result that differs: nothing else to compare")
     return RunComparison(a, b, points, env_diff, notes, other)
 
 

@@ -125,3 +125,19 @@ def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
     assert cmp.points[0].test.p_value == 0.0  # the normal tail underflowed
     caption = str(comparison_tables(cmp)[0].caption)
     assert "Mann-Whitney U p<1e-300;" in caption and "B slower" in caption
+
+
+def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_path: Path) -> None:
+    # A bench run against an ab run said "one of the runs holds no raw latency samples", then nothing.
+    store = Store(tmp_path / "runs.db")
+    bench = add_run(store, "bench", bench_result({1: 0.001}))
+    ab = add_run(store, "ab", {"ratio": 1.02, "verdict": "no significant difference"})
+    cmp = compare_records(store.get(bench), store.get(ab))
+    assert cmp.points == [] and cmp.other_deltas == []
+    assert any("A is a 'bench' run and B a 'ab' run" in n for n in cmp.notes)
+    assert any("share no numeric result that differs" in n for n in cmp.notes)
+    first = add_run(store, "profile", {"step_s": 0.010})
+    second = add_run(store, "profile", {"step_s": 0.012})
+    cmp = compare_records(store.get(first), store.get(second))
+    assert "neither run holds raw latency samples: only the numeric results are compared" in cmp.notes
+    assert cmp.other_deltas == [("step_s", 0.010, 0.012)]
