@@ -33,6 +33,10 @@ class GateConfig:
             raise ConfigError(f"unknown metric '{self.metric}': choose one of {', '.join(METRICS)}")
         if not 0.0 <= self.max_regression < 10.0:
             raise ConfigError(f"max_regression must be a fraction >= 0 (5% = 0.05), got {self.max_regression}")
+        if self.metric == "throughput" and self.max_regression >= 1.0:
+            # A throughput regression is the lost fraction, below 100%: such a threshold could never fail.
+            raise ConfigError(f"a throughput regression is the fraction lost (at most 100%), so max_regression "
+                              f"{self.max_regression:.0%} could never fail: give less than 100%, e.g. 5%")
         if not 0.5 < self.confidence < 1.0:
             raise ConfigError(f"confidence must be in (0.5, 1), got {self.confidence}")
 

@@ -128,3 +128,14 @@ def test_a_p_value_that_underflowed_is_printed_as_a_bound() -> None:
     result = gate({1: _m(rng, 0.001, 2000, 0.01)}, {1: _m(rng, 0.002, 2000, 0.01)}, GateConfig())
     assert result.points[0].mann_whitney.p_value == 0.0
     assert "Mann-Whitney p<1e-300)" in result.reasons()[0] and "p=0" not in result.reasons()[0]
+
+
+def test_a_throughput_threshold_that_could_never_fail_is_refused() -> None:
+    # Throughput can lose at most 100%: with --max-regression 150% a run at a tenth of the baseline passed.
+    with pytest.raises(ConfigError, match="could never fail"):
+        GateConfig(metric="throughput", max_regression=1.5)
+    GateConfig(metric="p50", max_regression=1.5)  # a latency can more than double
+    rng = np.random.default_rng(6)
+    result = gate({1: _m(rng, 0.001, 200)}, {1: _m(rng, 0.010, 200)}, GateConfig(metric="throughput",
+                                                                                max_regression=0.5))
+    assert result.failed and result.points[0].regression == pytest.approx(0.9, abs=0.02)
