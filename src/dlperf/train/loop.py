@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import ConfigError, TrainError
+from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
 from dlperf.workload.base import TrainSpec, Workload, _user_frame
 
@@ -287,8 +287,33 @@ class TrainLoop:
     def step(self, timer: PhaseTimer | None = None, eager: bool = False) -> torch.Tensor:
         """One optimizer step; returns the (detached) mean loss of its micro-batches.
 
-        `eager=True` runs the uncompiled model (used to count FLOPs).
+        `eager=True` runs the uncompiled model (used to count FLOPs). What the user's code raises (model, loss,
+        loader) comes back as a TrainError naming the line in their code; an out-of-memory error is left as is,
+        since the batch search and the tuner act on it.
         """
+        import torch
+
+        try:
+            return self._step(timer, eager)
+        except (DlperfError, torch.cuda.OutOfMemoryError):
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise TrainError(f"workload '{self.workload.name}': a training step raised {type(exc).__name__}: "
+                             f"{first}\n{_user_frame(exc)}") from exc
+
+    def _pair(self, batch: Any) -> tuple[Any, Any]:
+        if isinstance(batch, (tuple, list)) and len(batch) == 2:
+            return batch[0], batch[1]
+        what = (f"a dict with keys {sorted(map(str, batch))}" if isinstance(batch, dict)
+                else f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list))
+                else f"a {type(batch).__name__}")
+        raise TrainError(f"workload '{self.workload.name}': its loader must yield (inputs, target) pairs, got {what}: "
+                         "make make_loader (or its collate_fn) return (inputs, target)")
+
+    def _step(self, timer: PhaseTimer | None, eager: bool) -> torch.Tensor:
+        import torch
+
         timer = timer or PhaseTimer(self.config.device)
         model = self.model if eager else self.forward_model
         accumulation = self.config.accumulation_steps
@@ -296,7 +321,7 @@ class TrainLoop:
         with torch_threads(self.threads):
             for _ in range(accumulation):
                 timer.start("data")
-                inputs, target = self.next_batch()
+                inputs, target = self._pair(self.next_batch())
                 timer.stop()
                 timer.start("h2d")
                 inputs, target = self._to_device(inputs), self._to_device(target)
@@ -305,6 +330,11 @@ class TrainLoop:
                 with self._autocast():
                     out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
                     loss = self.spec.loss_fn(out, target)
+                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                    got = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
+                           else f"a {type(loss).__name__}")
+                    raise TrainError(f"workload '{self.workload.name}': its loss_fn returned {got}, not a scalar "
+                                     "tensor: reduce it (e.g. `.mean()`) so backward() has one value to start from")
                 timer.stop()
                 timer.start("backward")
                 scaled = loss / accumulation if accumulation > 1 else loss

@@ -123,3 +123,34 @@ def test_a_missing_gpu_is_refused_before_a_run_is_recorded(tmp_path: Path,
     assert main(["train", "zoo:mlp", "--device", "cuda:1", "--no-mfu", "--store", str(store)]) == 2
     assert "--device cuda:1 asked for, but no CUDA device is available: use --device cpu" in capsys.readouterr().err
     assert Store(store).list() == []  # a bad option is not a failed training run
+
+
+BROKEN_STEP = """
+import torch
+from torch import nn
+
+import dlperf
+
+
+def loader(batch_size, **kwargs):
+    return [(torch.randn(batch_size, 4), torch.zeros(batch_size, dtype=torch.long))]
+
+
+workload = dlperf.Workload(
+    name="broken", make_model=lambda: nn.Linear(4, 2), make_inputs=lambda b: (torch.randn(b, 4),),
+    train=dlperf.TrainSpec(make_loader=loader, loss_fn=lambda out, y: out.sum(dim=1),
+                           make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=8),
+)
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--tune", "--knobs", "threads"]])
+def test_a_broken_training_step_is_an_error_with_the_fix_not_a_traceback(
+        mode: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text(BROKEN_STEP)
+    code = main(["train", str(path), "--steps", "2", "--no-mfu", "--store", str(tmp_path / "s.db"), *mode])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "workload 'broken': its loss_fn returned a tensor of shape [8], not a scalar tensor" in err
+    assert "Traceback" not in err

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 import torch
 
@@ -117,3 +120,39 @@ def test_phase_timer_sums_each_phase() -> None:
     phases = timer.finish()
     assert set(phases) == set(PHASES)
     assert all(ns > 0 for ns in phases.values())
+
+
+def _with(w: Workload, **changes: Any) -> Workload:
+    assert w.train is not None
+    return dataclasses.replace(w, train=dataclasses.replace(w.train, **changes))
+
+
+def test_a_loader_of_dicts_is_named_not_unpacked_into_its_keys() -> None:
+    """`inputs, target = {'x': ..., 'y': ...}` unpacked the keys, and the model failed on the string 'x'."""
+    def dict_loader(batch_size: int, **kwargs: object) -> list[dict[str, torch.Tensor]]:
+        return [{"x": torch.randn(batch_size, 16), "y": torch.zeros(batch_size, dtype=torch.long)}]
+
+    loop = TrainLoop(_with(tiny(), make_loader=dict_loader), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError, match=r"its loader must yield \(inputs, target\) pairs, got a dict with keys "
+                                         r"\['x', 'y'\]: make make_loader \(or its collate_fn\) return"):
+        loop.step()
+
+
+def test_a_loss_that_is_not_a_scalar_says_how_to_reduce_it() -> None:
+    loop = TrainLoop(_with(tiny(), loss_fn=lambda out, target: (out - 1) ** 2), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError, match=r"its loss_fn returned a tensor of shape \[8, 4\], not a scalar tensor: "
+                                         r"reduce it \(e.g. `.mean\(\)`\)"):
+        loop.step()
+
+
+def test_what_the_users_code_raises_in_a_step_names_the_workload_and_the_line() -> None:
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise ValueError("labels out of range")
+
+    loop = TrainLoop(_with(tiny(), loss_fn=loss_fn), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError) as raised:
+        loop.step()
+    message = str(raised.value)
+    assert message.startswith("workload 'tiny': a training step raised ValueError: labels out of range\n")
+    assert 'raise ValueError("labels out of range")' in message  # the user's line
+    assert isinstance(raised.value.__cause__, ValueError)
