@@ -251,3 +251,19 @@ def test_a_check_run_s_summary_row_is_its_verdict(bench_points: list[dict[str, A
                                                "headline": {"kpi": "throughput", "value": 900.0, "batch_size": 8}})])
     summary = html.split("<h2>Environment", 1)[0]
     assert "FAIL: p50 +100.0% @ bs1, +100.0% @ bs8" in summary and "900 items/s" not in summary
+
+
+def test_the_optimize_table_names_the_axes_of_its_front() -> None:
+    # The search's front is over latency, metric, size and memory: a small, slow candidate is on it, off the
+    # plot's 2-D frontier; the column said "on the record's Pareto front" beside that plot.
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 1.0, "pareto": True},
+            {"key": "k1", "label": "int8", "status": "ok", "p50_s": 0.090, "metric": 0.9999, "pareto": True,
+             "size_bytes": 10}]
+    html = render_report([_rec("o", "optimize", {"metric_name": "fidelity", "candidates": rows})], children={"o": []})
+    assert "<th>on the Pareto front (latency, metric, size, memory)</th>" in html
+    frontier = re.search(r'data-name="Pareto frontier">(.*?)</g>', html, flags=re.S)
+    assert frontier is not None and frontier.group(1).count("<circle") == 1  # int8 is not on the 2-D one
+    unflagged = [{k: v for k, v in r.items() if k != "pareto"} for r in rows]
+    html = render_report([_rec("o", "optimize", {"metric_name": "fidelity", "candidates": unflagged})],
+                         children={"o": []})
+    assert "<th>on the Pareto front (latency, metric)</th>" in html
