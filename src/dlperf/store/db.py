@@ -147,6 +147,9 @@ class Store:
         self.shown_url = _without_password(self.url)
         """The URL for messages: a password in it shows as ***."""
         path = sqlite_path(self.url)
+        if path is not None and path.is_dir():
+            raise StoreError(f"the run store '{path}' is a folder: give the store's file, e.g. "
+                             f"--store {path / 'runs.db'}")
         if not create and path is not None and not path.exists():
             raise StoreError(
                 f"no run store at '{path}': nothing has been recorded there. Give the store your runs are in with "

@@ -344,3 +344,10 @@ def test_a_damaged_row_does_not_hide_the_other_runs(tmp_path: Path) -> None:
     assert store.get(good.id).tags == {} and "JSON list, not an object" in (store.get(good.id).error or "")
     with engine.connect() as conn:  # the text itself is kept
         assert conn.execute(sa.select(runs_table.c.result_json).where(runs_table.c.id == bad.id)).scalar() == truncated
+
+
+def test_a_folder_given_as_the_store_names_a_file_to_give(tmp_path: Path) -> None:
+    # SQLite's "unable to open database file" said nothing about the path being a folder.
+    for create in (True, False):
+        with pytest.raises(StoreError, match=r"is a folder: give the store's file, e.g. --store .*runs\.db"):
+            Store(tmp_path, create=create)
