@@ -10,6 +10,7 @@ ceiling for the dtype in use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -190,6 +191,10 @@ def measure_loop(
         raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
     phases = {p: v[warmup:] for p, v in recorded.items()}
     loss_values = [float(x) for x in losses[warmup:]]
+    bad = next((i for i, loss in enumerate(loss_values) if not math.isfinite(loss)), None)
+    if bad is not None:
+        notes.append(f"the loss is {loss_values[bad]} from measured step {bad + 1}: the training diverges, and a "
+                     "diverged step (nan/inf everywhere) may not run at the speed of a healthy one")
     ceiling, dtype = ceiling_for(ceilings, config.precision)
     if ceilings is not None and ceiling is None:
         notes.append(f"no {dtype} GEMM ceiling calibrated on this machine: MFU not computed")

@@ -11,6 +11,7 @@ and against each other, interleaved, for the headline gain.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -234,13 +235,22 @@ class Tuner:
 
         parity = self.config.parity
         try:
-            return loss_curve(self.workload, self.baseline, parity.steps, parity.seed)
+            losses = loss_curve(self.workload, self.baseline, parity.steps, parity.seed)
         except torch.cuda.OutOfMemoryError as exc:
             # every trial is measured against a running baseline, so the user's batch has to fit once
             raise TrainError(
                 f"the baseline (batch {self.baseline.batch_size} x {self.baseline.accumulation_steps}) runs out "
                 f"of memory on {self.baseline.device}: pass a smaller --batch-size to tune from"
             ) from exc
+        bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+        if bad is not None:
+            # every candidate's loss is compared with this curve: against nan, each would fail parity
+            raise TrainError(
+                f"workload '{self.workload.name}': the baseline's loss is {losses[bad]} at step {bad + 1} of "
+                f"{len(losses)}: its training diverges, so no candidate can be checked against it; fix the "
+                "training first (learning rate, loss, data)"
+            )
+        return losses
 
     def _try_knob(self, knob: Knob, ctx: TuneContext, best: StepConfig, best_loop: TrainLoop,
                   baseline_losses: list[float]) -> tuple[StepConfig, TrainLoop]:

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
@@ -139,3 +140,21 @@ def _render(renderable: object) -> str:
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
+
+
+def test_a_diverging_baseline_stops_the_tuner_with_the_reason() -> None:
+    """Against a nan loss curve every candidate failed parity ('+nan%'), which blamed the knobs."""
+    knobs: dict[str, Knob] = {"split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},))}
+    config = TuneConfig(parity=ParityConfig(steps=4), measure_steps=2, count_flops=False)
+    with pytest.raises(TrainError, match=r"workload 'tiny': the baseline's loss is (nan|inf) at step \d of 4: its "
+                                         r"training diverges, so no candidate can be checked against it"):
+        Tuner(tiny(lr=1e30), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+
+
+def test_a_diverging_measurement_says_so() -> None:
+    from dlperf.train.step import measure_training
+
+    result = measure_training(tiny(lr=1e30), StepConfig(batch_size=16, threads=1), steps=3, warmup_steps=1,
+                              count_flops=False)
+    diverged = r"the loss is (nan|inf) from measured step \d: the training diverges"
+    assert [n for n in result.notes if re.match(diverged, n)]
