@@ -120,6 +120,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
         lo, hi = ab["speedup_ci"]
         head.append(f"  gain      {result['speedup']:.2f}x samples/s (interleaved A/B, step-time CI "
                     f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green")
+    elif all(t["status"] == "skipped" for t in result["trials"]):
+        head.append("  gain      none: every knob was skipped (why below), nothing was tried\n", style="yellow")
     else:
         head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
     parts: list[RenderableType] = [head]
@@ -131,7 +133,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
         for s in result["settings"]:
             settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
         parts.append(settings)
-    parts.append(trials_table(result["trials"]))
+    if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
+        parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))
     parts.append(breakdown_table(result["baseline_measurement"], "baseline step breakdown"))
     if result["best"] != result["baseline"]:
