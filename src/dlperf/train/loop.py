@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+TRAINABLE_ZOO = ("zoo:mlp", "zoo:digits-cnn")
+"""The zoo workloads with a TrainSpec (named in the error for one without; checked by a test)."""
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
@@ -134,8 +136,9 @@ def train_spec(workload: Workload) -> TrainSpec:
     """The workload's TrainSpec, or a TrainError saying how to add one."""
     if workload.train is None:
         raise TrainError(
-            f"workload '{workload.name}' has no training spec: give its Workload a "
-            "`train=dlperf.TrainSpec(make_loader=..., loss_fn=..., make_optimizer=...)`"
+            f"workload '{workload.name}' has no training spec, which training needs: give its Workload a "
+            "`train=dlperf.TrainSpec(make_loader=..., loss_fn=..., make_optimizer=...)`, or pick a workload "
+            f"that has one (in the zoo: {', '.join(TRAINABLE_ZOO)})"
         )
     return workload.train
 

@@ -1,14 +1,26 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 from typing import Any
 
 import pytest
 import torch
 
 from dlperf.errors import ConfigError, TrainError
-from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, apply_checkpointing, base_config
+from dlperf.train.loop import (
+    PHASES,
+    TRAINABLE_ZOO,
+    PhaseTimer,
+    StepConfig,
+    TrainLoop,
+    apply_checkpointing,
+    base_config,
+)
 from dlperf.workload.base import Workload
+from dlperf.workload.loader import load_workload
+from dlperf.workload.zoo import ZOO
 
 from ._workloads import tiny
 
@@ -156,3 +168,12 @@ def test_what_the_users_code_raises_in_a_step_names_the_workload_and_the_line() 
     assert message.startswith("workload 'tiny': a training step raised ValueError: labels out of range\n")
     assert 'raise ValueError("labels out of range")' in message  # the user's line
     assert isinstance(raised.value.__cause__, ValueError)
+
+
+def test_a_zoo_workload_without_training_spec_names_the_zoo_workloads_that_have_one() -> None:
+    with pytest.raises(TrainError, match=r"workload 'resnet18' has no training spec, which training needs: .*"
+                                         r"or pick a workload that has one \(in the zoo: zoo:mlp, zoo:digits-cnn\)"):
+        base_config(load_workload("zoo:resnet18"))
+    for name, module in ZOO.items():  # the names in the message are the zoo's trainable workloads
+        source = inspect.getsource(importlib.import_module(f"dlperf.workload.zoo.{module}"))
+        assert (f"zoo:{name}" in TRAINABLE_ZOO) == ("train=TrainSpec(" in source), name
