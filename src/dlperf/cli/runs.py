@@ -124,8 +124,12 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from dlperf.cli.common import _finite
+
     record = _open_store(args).get(args.id)
-    text = json.dumps(record.to_dict(), indent=2, default=str) + "\n"
+    # NaN and Infinity (a percentile of no requests) as null, as `runs show --json` prints them: they are not
+    # JSON, and jq or a strict parser refuses the whole file.
+    text = json.dumps(_finite(record.to_dict()), indent=2, default=str, allow_nan=False) + "\n"
     if args.output is None:
         print(text, end="")
         return 0

@@ -351,3 +351,24 @@ def test_a_folder_given_as_the_store_names_a_file_to_give(tmp_path: Path) -> Non
     for create in (True, False):
         with pytest.raises(StoreError, match=r"is a folder: give the store's file, e.g. --store .*runs\.db"):
             Store(tmp_path, create=create)
+
+
+def test_runs_export_writes_strict_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A non-finite value was exported as NaN / Infinity, which strict parsers (jq) refuse.
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    with store.recording("load", "http://x") as run:
+        run.result = {"p50_s": float("nan"), "peak": float("inf"), "levels": [{"p99_s": float("-inf")}], "n": 3}
+
+    def strict(text: str) -> object:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+    assert main(["runs", "export", run.id, "--store", str(path)]) == 0
+    exported = strict(capsys.readouterr().out)
+    assert isinstance(exported, dict)
+    assert exported["result"] == {"p50_s": None, "peak": None, "levels": [{"p99_s": None}], "n": 3}
+    target = tmp_path / "run.json"
+    assert main(["runs", "export", run.id, "-o", str(target), "--store", str(path)]) == 0
+    assert strict(target.read_text()) == exported
