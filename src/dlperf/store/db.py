@@ -166,9 +166,10 @@ class Store:
 
     def _migrate(self) -> None:
         with self.engine.begin() as conn:
-            tables = set(sa.inspect(conn).get_table_names())
+            tables = set(sa.inspect(conn).get_table_names()) if conn.dialect.name == "sqlite" else set()
             if tables and meta_table.name not in tables:
-                # Another program's database: adding dlperf's tables to it would change a file that is not ours.
+                # Another program's SQLite file: adding dlperf's tables to it would change a file that is not ours.
+                # (A server database is shared by design: dlperf's tables sit beside the others there.)
                 raise StoreError(
                     f"{self.shown_url} is a database of something else, not a dlperf run store (it has the tables "
                     f"{', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store or a new file"
