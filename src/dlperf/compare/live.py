@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_grouped, two_proportion_test
+from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_grouped, proportion_test
 from dlperf.errors import ConfigError, ServingError
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -160,7 +160,7 @@ class LiveComparison:
     def findings(self) -> list[str]:
         lines = []
         for t in self.tests:
-            err_p = f"z-test p={t.errors.p_value:.2g}" if t.errors else "no test"
+            err_p = f"{t.errors.label} p={t.errors.p_value:.2g}" if t.errors else "no test"
             ratio = f"p50 x{t.p50_ratio:.3f}, " if math.isfinite(t.p50_ratio) else ""
             lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{t.latency_evidence()}); "
                          f"error rate {t.errors_verdict} ({err_p})")
@@ -278,7 +278,7 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         cx, cy = _bucket_counts(hists[other.name]), _bucket_counts(hists[reference.name])
         usable = len(cx) == len(cy) and sum(cx) > 0 and sum(cy) > 0
         latency = mann_whitney_grouped(cx, cy) if usable else None
-        errors = (two_proportion_test(sum(other.failures.values()), other.requests,
+        errors = (proportion_test(sum(other.failures.values()), other.requests,
                                       sum(reference.failures.values()), reference.requests)
                   if other.requests and reference.requests else None)
         ratio = other.p50_s / reference.p50_s if reference.p50_s and not math.isnan(reference.p50_s) else math.nan

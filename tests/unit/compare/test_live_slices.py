@@ -71,3 +71,16 @@ def test_too_few_slices_with_both_variants_give_no_verdict() -> None:
     assert test.latency_verdict == "not enough requests"
     assert any(n.startswith("fewer than 6 slices had requests of both variants") for n in result.notes)
     assert result.to_dict()["tests"][0]["slice_test"]["slices"] == 3 and result.to_dict()["slices"] == 6
+
+
+def test_an_error_rate_from_a_handful_of_requests_gets_an_exact_p_value() -> None:
+    rng = random.Random(11)
+    metrics = Metrics()
+    _traffic(metrics, "a", 1000, 0.010, rng)
+    _traffic(metrics, "b", 2, 0.010, rng)
+    metrics.recorder("m", "b").failure("BACKEND", 1_000_000)
+    result = compare_live(metrics.exposition()[0].decode(), control="a")
+    test = result.tests[0]
+    assert test.errors is not None and test.errors.test == "fisher-exact"
+    assert test.errors.p_value == pytest.approx(3 / 1003)  # the one failure of 1003 requests fell among b's 3
+    assert "error rate more errors (Fisher exact p=0.003)" in result.findings()[0]
