@@ -138,7 +138,7 @@ def run_ab(
 
     `iters_per_block=None` picks enough calls for ~50 ms per block (3 to 200).
     """
-    _check_options(blocks, iters_per_block, confidence, min_effect)
+    _check_options(blocks, iters_per_block, confidence, min_effect, batch_size)
     import torch
 
     from dlperf.measure.bench import make_call
@@ -179,8 +179,11 @@ def _where(exc: BaseException) -> str:
     return f" (at {last.filename}:{last.lineno} in {last.name})"
 
 
-def _check_options(blocks: int, iters_per_block: int | None, confidence: float, min_effect: float) -> None:
+def _check_options(blocks: int, iters_per_block: int | None, confidence: float, min_effect: float,
+                   batch_size: int | None = None) -> None:
     """Refuse bad options before the two models are built (which can take a while) and before a run is recorded."""
+    if batch_size is not None and batch_size < 1:  # 0 was falsy: the workload's default batch was measured instead
+        raise ConfigError(f"--batch-size must be an integer >= 1, got {batch_size}")
     if not 0.0 <= min_effect < 1.0:
         # decide() calls B faster when the interval lies below 1 - min_effect: a negative one called a B that
         # was 15% slower "faster", and one of 1 or more can never call B faster.
@@ -216,7 +219,7 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
     from dlperf.measure.env import capture_environment
 
     _check_options(kwargs.get("blocks", 20), kwargs.get("iters_per_block"), kwargs.get("confidence", 0.95),
-                   kwargs.get("min_effect", 0.01))
+                   kwargs.get("min_effect", 0.01), kwargs.get("batch_size"))
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}

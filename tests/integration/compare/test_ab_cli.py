@@ -63,6 +63,17 @@ def test_a_min_effect_outside_0_to_1_is_refused(min_effect: str, capsys: pytest.
     assert Store(store).list(kind="ab") == []  # refused before anything was measured
 
 
+@pytest.mark.parametrize("batch_size", ["0", "-3"])
+def test_a_batch_size_below_1_is_refused_before_anything_is_recorded(batch_size: str, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # 0 measured the workload's default batch instead; -3 recorded a failed run.
+    store = tmp_path / "r.db"
+    assert main(["ab", "zoo:mlp", "--blocks", "4", "--iters-per-block", "1", f"--batch-size={batch_size}",
+                 "--store", str(store)]) == 2
+    assert f"--batch-size must be an integer >= 1, got {batch_size}" in capsys.readouterr().err
+    assert Store(store).list(kind="ab") == []
+
+
 def test_a_bad_block_count_is_refused_before_the_models_are_built() -> None:
     with pytest.raises(ConfigError, match="at least 4 blocks"):
         run_ab("zoo:nosuchmodel", parse_settings(""), parse_settings(""), blocks=2)
