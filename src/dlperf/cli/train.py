@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             recording.result = run_ddp(args.workload, baseline, ddp).to_dict()
             view = ddp_view(recording.result)
         elif tune_config is not None:
-            tuned = _tune(args, tune_config, workload, baseline, ceilings, store, recording.id, step_progress)
+            tuned = _tune(args, tune_config, workload, baseline, ceilings, store, recording, step_progress)
             recording.result = tuned.to_dict()
             view = tune_view(recording.result)
         else:
@@ -205,10 +205,13 @@ def _tune_config(args: argparse.Namespace) -> Any:
 
 
 def _tune(args: argparse.Namespace, tune_config: Any, workload: Any, baseline: Any, ceilings: Any, store: Any,
-          parent_id: str, step_progress: Any) -> Any:
-    from dlperf.train.tune import Tuner, record_trial
+          recording: Any, step_progress: Any) -> Any:
+    from dlperf.train.tune import Tuner, partial_result, record_trial
+
+    def on_trial(trial: Any) -> None:
+        record_trial(store, recording.id, args.workload, trial)
+        recording.result = partial_result(workload.name, baseline, tuner.trials)  # what an interrupt keeps
 
     with step_progress(len(tune_config.knobs) + 3, "tuning") as on_step:
-        tuner = Tuner(workload, baseline, tune_config, ceilings=ceilings, on_event=on_step,
-                      on_trial=lambda trial: record_trial(store, parent_id, args.workload, trial))
+        tuner = Tuner(workload, baseline, tune_config, ceilings=ceilings, on_event=on_step, on_trial=on_trial)
         return tuner.run()

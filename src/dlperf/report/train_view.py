@@ -110,6 +110,8 @@ def trial_notes(trials: list[dict[str, Any]]) -> Text:
 
 
 def tune_view(result: dict[str, Any]) -> RenderableType:
+    if "best" not in result:  # stopped before the end (Ctrl-C, SIGTERM): only the finished trials
+        return partial_tune_view(result)
     head = Text()
     head.append(f"tuned {result['workload']}\n", style="bold")
     head.append(f"  baseline  {config_line(result['baseline'])}: "
@@ -139,6 +141,19 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     parts.append(breakdown_table(result["baseline_measurement"], "baseline step breakdown"))
     if result["best"] != result["baseline"]:
         parts.append(breakdown_table(result["best_measurement"], "best step breakdown"))
+    return Group(*parts)
+
+
+def partial_tune_view(result: dict[str, Any]) -> RenderableType:
+    trials = result.get("trials", [])
+    head = Text()
+    head.append(f"tuning {result['workload']} stopped after {len(trials)} trial(s), before the baseline and "
+                "the best were measured\n", style="bold yellow")
+    head.append(f"  baseline  {config_line(result['baseline'])}\n")
+    parts: list[RenderableType] = [head]
+    if any(t["status"] != "skipped" for t in trials):
+        parts.append(trials_table(trials))
+    parts.append(trial_notes(trials))
     return Group(*parts)
 
 

@@ -409,6 +409,11 @@ def _product(values: Any) -> float | None:
     return result if seen else None
 
 
+def partial_result(workload: str, baseline: StepConfig, trials: list[Trial]) -> dict[str, Any]:
+    """What a tuning stopped before its end has: the baseline and the trials it finished (no 'best')."""
+    return {"workload": workload, "baseline": baseline.to_dict(), "trials": [t.to_dict() for t in trials]}
+
+
 def record_trial(store: Any, parent_id: str, workload: str, trial: Trial) -> str:
     """Save one trial as a child run ('train-trial') of the tuning run; returns its id."""
     from dlperf.store.records import FAILED as RUN_FAILED

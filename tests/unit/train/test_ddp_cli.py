@@ -12,6 +12,8 @@ from dlperf.errors import ConfigError
 from dlperf.report.train_view import ddp_view
 from dlperf.store import Store
 from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, expected_buckets, findings_for
+from dlperf.train.knobs import Candidate, TuneContext
+from dlperf.train.loop import StepConfig
 
 pytestmark = pytest.mark.unit
 
@@ -154,3 +156,39 @@ def test_a_broken_training_step_is_an_error_with_the_fix_not_a_traceback(
     assert code == 2
     assert "workload 'broken': its loss_fn returned a tensor of shape [8], not a scalar tensor" in err
     assert "Traceback" not in err
+
+
+class _Knob:
+    sweep = False
+
+    def __init__(self, name: str, change: dict[str, object] | None) -> None:
+        self.name = name
+        self.change = change
+
+    def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
+        return None
+
+    def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
+        if self.change is None:
+            raise KeyboardInterrupt  # Ctrl-C while the second knob proposes
+        return [Candidate(self.change, "fixed")]
+
+
+@pytest.mark.slow  # a whole (one-trial) tuning through the CLI: 12-20 s on 2 busy cores
+def test_an_interrupted_tuning_keeps_the_trials_it_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    knobs = {"threads": _Knob("threads", {"threads": 1}), "workers": _Knob("workers", None)}
+    monkeypatch.setattr("dlperf.train.tune.registry", lambda: knobs)
+    store = tmp_path / "s.db"
+    code = main(["train", "zoo:mlp", "--tune", "--knobs", "threads,workers", "--parity-steps", "2", "--ab-blocks",
+                 "4", "--steps", "2", "--no-mfu", "--store", str(store)])
+    assert code == 130
+    (run,) = Store(store).list(kind="train")
+    assert run.status == "interrupted"
+    assert [t["knob"] for t in run.result["trials"]] == ["threads"]
+    assert run.result["trials"][0]["change"] == {"threads": 1} and "best" not in run.result
+    capsys.readouterr()
+    assert main(["runs", "show", run.id, "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    assert "tuning mlp stopped after 1 trial(s), before the baseline and the best were measured" in shown
+    assert "threads=1" in shown
