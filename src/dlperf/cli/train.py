@@ -198,6 +198,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
         parity=ParityConfig(steps=args.parity_steps or defaults.parity.steps, rtol=tolerance),
         ab=ABConfig(blocks=args.ab_blocks or defaults.ab.blocks, iters_per_block=2, warmup_iters=2),
         measure_steps=args.steps,
+        measure_warmup=args.warmup,
         memory_budget_bytes=budget,
         safety_margin=margin,
         count_flops=not args.no_mfu,

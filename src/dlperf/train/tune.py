@@ -45,6 +45,8 @@ class TuneConfig:
     steps_per_call: int = 4
     """Optimizer steps per timed A/B call (see ab_loops)."""
     measure_steps: int = 20
+    measure_warmup: int = 3
+    """Warm-up steps before the final measurements of the baseline and the best."""
     memory_budget_bytes: int | None = None
     safety_margin: float = 0.1
     count_flops: bool = True
@@ -57,6 +59,8 @@ class TuneConfig:
             raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
         if not 0 <= self.safety_margin < 1:
             raise ConfigError(f"safety margin must be in [0, 1), got {self.safety_margin}")
+        if self.measure_warmup < 0:
+            raise ConfigError(f"warm-up steps must be >= 0, got {self.measure_warmup}")
         if self.steps_per_call < 1:
             raise ConfigError(f"steps per A/B call must be >= 1, got {self.steps_per_call}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
@@ -330,14 +334,16 @@ class Tuner:
         self.on_event("measuring the baseline")
         base_loop = TrainLoop(self.workload, self.baseline)
         try:
-            base_m = measure_loop(base_loop, steps, ceilings=self.ceilings, count_flops=self.config.count_flops)
+            base_m = measure_loop(base_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
+                                  count_flops=self.config.count_flops)
         finally:
             base_loop.close()
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
                               self.config.steps_per_call)
         self.on_event("measuring the best configuration")
-        best_m = measure_loop(best_loop, steps, ceilings=self.ceilings, count_flops=self.config.count_flops)
+        best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
+                              count_flops=self.config.count_flops)
         self.on_event("baseline vs best, interleaved")
         fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
         try:

@@ -162,8 +162,9 @@ def test_a_diverging_measurement_says_so() -> None:
 
 def test_a_tuning_where_every_knob_was_skipped_says_so_without_an_empty_table() -> None:
     knobs: dict[str, Knob] = {"off": FixedKnob("off", (), skip="not here")}
-    config = TuneConfig(parity=ParityConfig(steps=2), measure_steps=2, count_flops=False)
+    config = TuneConfig(parity=ParityConfig(steps=2), measure_steps=2, measure_warmup=5, count_flops=False)
     result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    assert result.baseline_measurement.measurement.warmup_iters == 5  # --warmup reaches the final measurements
     text = _render(tune_view(result.to_dict()))
     assert "gain      none: every knob was skipped (why below), nothing was tried" in text
     assert "trials (each A/B" not in text and "speedup (95% CI)" not in text
