@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import tempfile
 import time
@@ -418,13 +419,34 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
         record = store.get(resume)
         if record.kind != "optimize":
             raise OptimizeError(f"run {record.id} is a '{record.kind}' run, not an optimize run: nothing to resume")
-        if record.workload != source:
+        if not _same_workload(record.workload, source):
             raise OptimizeError(f"run {record.id} optimized '{record.workload}', not '{source}'")
         return record
-    for record in store.list(kind="optimize", workload=source, status=INTERRUPTED, limit=20):
-        if record.config.get("search_key") == search_key:
-            return record
+    for spelling in _spellings(source):
+        for record in store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20):
+            if record.config.get("search_key") == search_key:
+                return record
     return None
+
+
+def _spellings(source: str) -> list[str]:
+    """`source` and, for a file workload, the path relative to this folder, which runs recorded before
+    workload paths were made absolute carry (`model.py:NAME`)."""
+    path, sep, name = source.rpartition(":")
+    if not sep or not os.path.isabs(path):
+        return [source]
+    relative = f"{os.path.relpath(path)}:{name}"
+    return [source] if relative == source else [source, relative]
+
+
+def _same_workload(recorded: str, source: str) -> bool:
+    """Whether a recorded workload spec names `source`: equal, or a relative path that resolves to it here."""
+    if recorded == source:
+        return True
+    path, sep, name = recorded.rpartition(":")
+    spath, ssep, sname = source.rpartition(":")
+    return bool(sep and ssep and name == sname and not recorded.startswith("zoo:")
+                and os.path.abspath(path) == os.path.abspath(spath))
 
 
 def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
