@@ -88,8 +88,9 @@ def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
     if n >= config.min_iters and elapsed_ns >= int(config.min_duration_s * 1e9):
         return None
     if n >= config.max_iters:
+        enough = "; each call is short and this many samples suffice" if n >= 10_000 else ""
         return (f"stopped at the {config.max_iters:,}-iteration cap after {elapsed_ns / 1e9:.2f} s, before the "
-                f"minimum duration of {config.min_duration_s:g} s; each call is short, the samples suffice")
+                f"minimum duration of {config.min_duration_s:g} s{enough}")
     return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iterations, under the minimum of "
             f"{config.min_iters:,}; lower the minimum iterations or expect wider intervals")
 

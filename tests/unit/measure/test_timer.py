@@ -44,7 +44,7 @@ def test_max_iters_caps() -> None:
     assert m.n == 50
     # the cap cut the run short of --min-duration: the measurement says so rather than stopping silently
     assert m.summary()["stop_note"] == ("stopped at the 50-iteration cap after 0.00 s, before the minimum "
-                                        "duration of 10 s; each call is short, the samples suffice")
+                                        "duration of 10 s")
 
 
 def test_max_duration_caps() -> None:
