@@ -181,7 +181,7 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
     if overlap is not None:
         text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; "
                     f"{result['buckets']} gradient bucket(s) of {result['bucket_cap_mb']} MiB for "
-                    f"{fmt_mib(result['gradient_bytes'])} MiB of gradients\n")
+                    f"{result['gradient_bytes'] / 2**20:.2f} MiB of gradients\n")
     parts: list[RenderableType] = [text]
     for finding in result.get("findings", []):
         parts.append(Text(f"finding: {finding}", style="yellow"))

@@ -192,3 +192,14 @@ def test_an_interrupted_tuning_keeps_the_trials_it_finished(tmp_path: Path, monk
     shown = capsys.readouterr().out
     assert "tuning mlp stopped after 1 trial(s), before the baseline and the best were measured" in shown
     assert "threads=1" in shown
+
+
+def test_the_overlap_line_and_the_bucket_finding_give_the_same_gradient_size() -> None:
+    single = RankStats(1, 64, 0.010, 0.010, 0.0, 335_000, 1)
+    multi = RankStats(2, 64, 0.013, 0.011, 0.003, 335_000, 1)
+    result = DdpResult("w", "gloo", 1, 25.0, single, multi)
+    result.findings = findings_for(result, cpus=8, device="cpu")
+    console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(result.to_dict()))
+    text = console.export_text()
+    assert "for 0.32 MiB of gradients" in text and "all 0.32 MiB of gradients fit one bucket" in text
