@@ -98,3 +98,20 @@ def test_report_renders_without_errors_and_draws_every_plot(tmp_path: Path) -> N
     assert (width, height) == (1280, 2400)
     assert len(data) > 50_000  # text, tables and plots, not a blank page
     assert [line for line in result.stderr.splitlines() if ":CONSOLE" in line] == []
+
+
+def test_a_report_without_plots_passes_its_self_check(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    run = store.create_run("calibrate", "cpu")
+    store.finish_run(run.id, {"gemm_flops": {"fp32": 5e10}, "memory_bandwidth_bytes_s": 1e10, "threads": 2})
+    html_path = tmp_path / "report.html"
+    assert main(["report", run.id, "-o", str(html_path), "--store", str(db)]) == 0
+    assert '<svg class="plot"' not in html_path.read_text()
+    dom = _chromium(tmp_path, "dom", "--dump-dom", html_path.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body is not None, dom.stdout[:500]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+    # nothing to draw is not a failure: the check failed every report of only train or calibrate runs
+    assert attrs.get("data-plots-total") == "0" and attrs.get("data-selfcheck") == "ok"

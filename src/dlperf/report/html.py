@@ -54,7 +54,7 @@ var marks=plots[i].querySelectorAll('polyline,circle,g.series rect,rect[fill]:no
 if(r.width>0&&r.height>0&&marks>0){drawn++}}
 var b=document.body;b.setAttribute('data-plots-total',plots.length);b.setAttribute('data-plots-drawn',drawn);
 b.setAttribute('data-errors',window.__dlperfErrors.length);
-b.setAttribute('data-selfcheck',(plots.length>0&&drawn===plots.length&&window.__dlperfErrors.length===0)?'ok':'fail');
+b.setAttribute('data-selfcheck',(drawn===plots.length&&window.__dlperfErrors.length===0)?'ok':'fail');
 })();"""
 
 
