@@ -39,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
         return _live(args)
     if len(args.runs) != 2:
         raise ConfigError(f"compare needs two runs (A then B), got {len(args.runs)}: `dlperf runs list` shows ids")
-    from dlperf.cli.common import open_store
     from dlperf.compare.runs import compare_records
+    from dlperf.store import Store
 
-    store = open_store(args)
+    store = Store(args.store, create=False)  # the runs are in it: a missing store is a mistyped path
     result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha)
     if args.json:
         print_json(result.to_dict())

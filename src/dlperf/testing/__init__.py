@@ -44,7 +44,8 @@ def assert_no_regression(
     from dlperf.compare.gate import GateConfig
     from dlperf.store.db import Store
 
-    st = store if isinstance(store, Store) else Store(store)
+    # the baseline is in it: a store that does not exist is a mistyped path, not one to create empty
+    st = store if isinstance(store, Store) else Store(store, create=False)
     config = GateConfig(metric=metric, max_regression=max_regression, confidence=confidence)
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,
                                      batch_sizes=batch_sizes)
