@@ -31,6 +31,8 @@ from dlperf.train.loop import StepConfig
 
 STOP_GRACE_S = 5.0
 """Seconds torchrun and its ranks get to exit after SIGTERM before the group is killed."""
+EXPOSED_OVER_ALLREDUCE = 1.5
+"""Exposed communication above this multiple of the standalone all-reduce is mostly not the all-reduce."""
 FIRST_BUCKET_MB = 1.0
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
 
@@ -172,6 +174,11 @@ def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
                    "no_sync() amortize it")
     elif overlap is not None and overlap >= 0.5:
         out.append(f"overlap is effective: {overlap:.0%} of the all-reduce is hidden behind backward")
+    exposed, alone = result.exposed_comm_s, result.multi.allreduce_s
+    if n > 1 and alone > 0 and exposed > EXPOSED_OVER_ALLREDUCE * alone:
+        out.append(f"the DDP step costs {exposed * 1e3:.3g} ms more than the no-sync step, but the all-reduce alone "
+                   f"takes {alone * 1e3:.3g} ms: the rest is DDP's own work (copying gradients into buckets, autograd "
+                   "hooks) and waiting for the slowest rank, which a faster interconnect would not remove")
     efficiency = result.scaling_efficiency
     if efficiency is not None and efficiency < 0.8 and result.comm_share > 0.2:
         out.append(f"communication-bound: {result.comm_share:.0%} of the step is exposed all-reduce")
