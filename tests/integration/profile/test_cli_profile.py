@@ -19,10 +19,16 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "bottlenecks"
 
 @pytest.fixture
 def seeded_ceilings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ceilings cache for this machine in a private cache dir, so the command does not calibrate."""
+    """A ceilings cache for this machine in a private cache dir, so the command does not calibrate: at torch's
+    default thread count and, with other figures, at 1 thread (what `--threads 1` must be held to)."""
+    from dlperf.measure.bench import torch_threads
+
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
     write_cache(Ceilings(device="cpu", machine_key=machine_key("cpu"), gemm_flops={"fp32": 310e9},
                          memory_bandwidth_bytes_s=15e9, measured_at="test", threads=0))
+    with torch_threads(1):
+        write_cache(Ceilings(device="cpu", machine_key=machine_key("cpu"), gemm_flops={"fp32": 155e9},
+                             memory_bandwidth_bytes_s=15e9, measured_at="test", threads=1))
 
 
 def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, capsys: pytest.CaptureFixture[str]
@@ -37,7 +43,7 @@ def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, cap
     assert result["verdict"].startswith("compute")
     assert result["findings"][0]["category"] == "compute"
     assert result["findings"][0]["evidence"]
-    assert result["ceilings"]["gemm_flops"]["fp32"] == 310e9
+    assert result["ceilings"]["gemm_flops"]["fp32"] == 155e9  # --threads 1: the 1-thread ceilings
     assert result["overhead"]["unprofiled_step_s"] > 0 and result["overhead"]["ratio"] > 0
     assert result["trace"]["steps"] == 3
     events = json.loads(trace_file.read_text())["traceEvents"]
