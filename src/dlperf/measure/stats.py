@@ -77,6 +77,51 @@ EARLY_STOPPING_CONFIDENCE = 0.99
 """MLPerf LoadGen's confidence for its early-stopping percentile estimates (`min_query_count` aside)."""
 
 
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only on this side
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * f
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (bisection on its CDF, to 1e-10)."""
+    if not 0.0 < p < 1.0 or df < 1:
+        raise ValueError(f"need 0 < p < 1 and df >= 1, got p={p}, df={df}")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+
+    def cdf(t: float) -> float:
+        return 1.0 - 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2.0
+    while hi - lo > 1e-10 * max(1.0, hi):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2.0
+
+
 def _log_binomial_cdf(k: int, n: int, p: float) -> float:
     """log P(X <= k) for X ~ Binomial(n, p), 0 < p < 1, summed term by term in log space (no underflow at
     large n: 0.99**100000 is 1e-437)."""
