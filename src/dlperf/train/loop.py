@@ -224,6 +224,8 @@ class TrainLoop:
                                           **config.loader_kwargs())
         self._iter: Iterator[Any] | None = None
         self.steps_done = 0
+        self.last_step_samples = 0
+        """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
 
     def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -321,11 +323,13 @@ class TrainLoop:
         model = self.model if eager else self.forward_model
         accumulation = self.config.accumulation_steps
         total_loss: Any = 0.0
+        samples = 0
         with torch_threads(self.threads):
             for _ in range(accumulation):
                 timer.start("data")
                 inputs, target = self._pair(self.next_batch())
                 timer.stop()
+                samples += batch_length(target, inputs, self.config.batch_size)
                 timer.start("h2d")
                 inputs, target = self._to_device(inputs), self._to_device(target)
                 timer.stop()
@@ -356,6 +360,7 @@ class TrainLoop:
             self.optimizer.zero_grad(set_to_none=True)
             timer.stop()
         self.steps_done += 1
+        self.last_step_samples = samples
         result: torch.Tensor = total_loss / accumulation
         return result
 
@@ -372,6 +377,21 @@ class TrainLoop:
                 shutdown()
         if getattr(self.loader, "_iterator", None) is not None:
             self.loader._iterator = None
+
+
+def batch_length(target: Any, inputs: Any, default: int) -> int:
+    """Samples in a batch: the first dimension of its target (or of its first input tensor), else `default`.
+
+    A loader without drop_last ends each epoch with a shorter batch; counting it as a full one overstates
+    samples/s (100 samples at batch 64 train 64, then 36).
+    """
+    for value in (target, inputs):
+        while isinstance(value, (tuple, list)) and value:
+            value = value[0]
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return default
 
 
 def apply_checkpointing(model: nn.Module) -> int:

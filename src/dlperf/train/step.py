@@ -48,10 +48,18 @@ class TrainMeasurement:
     ceiling_dtype: str | None = None
     losses: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    samples_per_step: list[int] = field(default_factory=list)
+    """Samples each measured step trained on (less than the effective batch at a short last batch); empty
+    when unknown, and then every step counts as the effective batch."""
+    flops_step_samples: int | None = None
+    """Samples of the step whose FLOPs were counted (FLOPs scale with the samples of a step)."""
 
     @property
     def samples_per_s(self) -> float:
-        return self.measurement.throughput
+        """Samples trained on over the measured time (the samples each step really had)."""
+        if not self.samples_per_step or self.measurement.total_s <= 0:
+            return self.measurement.throughput
+        return sum(self.samples_per_step) / self.measurement.total_s
 
     @property
     def step_s(self) -> float:
@@ -73,6 +81,8 @@ class TrainMeasurement:
     def achieved_flops(self) -> float | None:
         if self.flops_per_step is None:
             return None
+        if self.samples_per_step and self.flops_step_samples:
+            return self.flops_per_step / self.flops_step_samples * self.samples_per_s
         return self.flops_per_step * self.measurement.n / self.measurement.total_s
 
     @property
@@ -116,6 +126,7 @@ class TrainMeasurement:
             "notes": self.notes,
             "measurement": self.measurement.to_dict(),
             "phases_ns": self.phases_ns,
+            "samples_per_step": self.samples_per_step,
         }
 
 
@@ -158,20 +169,24 @@ def measure_loop(
     config = loop.config
     notes: list[str] = []
     flops: float | None = None
+    flops_samples: int | None = None
     warmup = warmup_steps
     if count_flops:
         try:
             flops = count_step_flops(loop)
+            flops_samples = loop.last_step_samples
             warmup = max(warmup - 1, 0)
         except Exception as exc:  # a model the counter cannot trace still trains: report, don't fail
             notes.append(f"FLOPs not counted ({type(exc).__name__}: {exc})")
     clock = clock_for(config.device)
     recorded: dict[str, list[int]] = {p: [] for p in PHASES}
     losses: list[Any] = []
+    step_samples: list[int] = []
 
     def one_step() -> None:
         timer = PhaseTimer(config.device)
         losses.append(loop.step(timer))
+        step_samples.append(loop.last_step_samples)
         for phase, ns in timer.finish().items():
             recorded[phase].append(ns)
 
@@ -191,6 +206,12 @@ def measure_loop(
         raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
     phases = {p: v[warmup:] for p, v in recorded.items()}
     loss_values = [float(x) for x in losses[warmup:]]
+    samples = step_samples[warmup:]
+    short = [n for n in samples if n < config.effective_batch_size]
+    if short:
+        notes.append(f"{len(short)} of {len(samples)} measured steps trained on fewer samples than the batch of "
+                     f"{config.effective_batch_size} (down to {min(short)}: the loader's last batch of an epoch); "
+                     "samples/s counts the samples trained on, and drop_last=True keeps every step full")
     bad = next((i for i, loss in enumerate(loss_values) if not math.isfinite(loss)), None)
     if bad is not None:
         notes.append(f"the loss is {loss_values[bad]} from measured step {bad + 1}: the training diverges, and a "
@@ -201,7 +222,7 @@ def measure_loop(
     result = TrainMeasurement(
         workload=loop.workload.name, config=config, measurement=m, phases_ns=phases,
         peak_rss_bytes=rss.peak_rss_bytes, flops_per_step=flops, ceiling_flops=ceiling, ceiling_dtype=dtype,
-        losses=loss_values, notes=notes,
+        losses=loss_values, notes=notes, samples_per_step=samples, flops_step_samples=flops_samples,
     )
     if cuda:
         result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes

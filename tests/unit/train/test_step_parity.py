@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from dlperf.calibrate import Ceilings
 from dlperf.errors import ConfigError, TrainError
@@ -107,3 +110,24 @@ def test_a_batch_larger_than_the_data_says_so_once_with_the_fix() -> None:
         "workload 'tiny': its loader yields no batch at batch size 1000 (a drop_last loader over fewer samples?): "
         "pass a smaller batch size (--batch-size)"
     )
+
+
+def test_samples_per_s_counts_the_short_last_batch_of_an_epoch() -> None:
+    """Without drop_last, 100 samples at batch 64 train 64 then 36 per epoch; every step counted as 64."""
+    def loader(batch_size: int, **kwargs: object) -> DataLoader[tuple[torch.Tensor, ...]]:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(100, 16, generator=g)
+        return DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=batch_size)
+
+    spec = tiny().train
+    assert spec is not None
+    w = dataclasses.replace(tiny(), train=dataclasses.replace(spec, make_loader=loader))
+    result = measure_training(w, StepConfig(batch_size=64, threads=1), steps=4, warmup_steps=1,
+                              ceilings=_ceilings(1e9))
+    assert result.samples_per_step == [36, 64, 36, 64]  # after the FLOP-counted step (the warm-up step)
+    total_s = result.measurement.total_s
+    assert result.samples_per_s == pytest.approx(200 / total_s)
+    assert result.flops_per_step == forward_flops(64)  # counted on a full step...
+    assert result.achieved_flops == pytest.approx(forward_flops(64) / 64 * 200 / total_s)  # ...scaled per sample
+    assert [n for n in result.notes if n.startswith("2 of 4 measured steps trained on fewer samples than the batch "
+                                                    "of 64 (down to 36")]
