@@ -231,6 +231,14 @@ class TrainLoop:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
+            tb = exc.__traceback__
+            if isinstance(exc, TypeError) and kwargs and tb is not None and tb.tb_next is None:
+                # raised by the call itself: the factory's signature has no room for the keyword arguments
+                raise TrainError(
+                    f"workload '{self.workload.name}': {what} does not take {', '.join(sorted(kwargs))} ({exc}): "
+                    "give it **kwargs and pass them on to torch.utils.data.DataLoader; that is how "
+                    "--num-workers and the tuner's loader knobs reach it"
+                ) from exc
             raise TrainError(
                 f"workload '{self.workload.name}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
             ) from exc

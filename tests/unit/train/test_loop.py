@@ -177,3 +177,15 @@ def test_a_zoo_workload_without_training_spec_names_the_zoo_workloads_that_have_
     for name, module in ZOO.items():  # the names in the message are the zoo's trainable workloads
         source = inspect.getsource(importlib.import_module(f"dlperf.workload.zoo.{module}"))
         assert (f"zoo:{name}" in TRAINABLE_ZOO) == ("train=TrainSpec(" in source), name
+
+
+def test_a_loader_factory_without_keyword_arguments_says_to_pass_them_on() -> None:
+    spec = tiny().train
+    assert spec is not None
+
+    def plain_loader(batch_size: int) -> Any:  # no **kwargs: num_workers cannot reach its DataLoader
+        return spec.make_loader(batch_size)
+
+    with pytest.raises(TrainError, match=r"its loader factory does not take num_workers \(.*\): give it \*\*kwargs "
+                                         r"and pass them on to torch.utils.data.DataLoader"):
+        TrainLoop(_with(tiny(), make_loader=plain_loader), StepConfig(batch_size=8, num_workers=2, threads=1))
