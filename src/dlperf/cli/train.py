@@ -181,7 +181,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--margin must be at least 0% and below 100%, got {args.margin}")
     tolerance = (_fraction("--parity-tolerance", args.parity_tolerance) if args.parity_tolerance is not None
                  else defaults.parity.rtol)
-    if tolerance < 0:
+    if not tolerance >= 0:  # NaN too: no loss would ever be within it
         raise ConfigError(f"--parity-tolerance must be >= 0, got {args.parity_tolerance}")
     budget = parse_bytes(args.memory_budget) if args.memory_budget is not None else None
     if budget is not None and budget <= 0:

@@ -109,6 +109,8 @@ def test_one_process_reports_no_scaling_and_no_communication() -> None:
     (["--tune", "--memory-budget", "0"], "--memory-budget must be positive"),
     (["--tune", "--margin", "100%"], "--margin must be at least 0% and below 100%"),
     (["--tune", "--parity-tolerance=-5%"], "--parity-tolerance must be >= 0"),
+    (["--tune", "--parity-tolerance", "nan"], "--parity-tolerance must be >= 0"),
+    (["--tune", "--margin", "nan"], "--margin must be at least 0% and below 100%"),
     (["--tune", "--knobs", "threads", "--skip", "threads"], "leaves no knob to try"),
 ])
 def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path: Path,
