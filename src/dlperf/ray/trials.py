@@ -4,15 +4,19 @@ Each trial runs in a fresh Ray worker process (max_calls=1), through the same en
 process, and holds the node's `dlperf_timing` resource (1 per node) while it runs, so two timing trials never
 share a node. Before a node gets trials it is probed: its environment (`capture_environment` there) and
 whether it sees the search's work folder. Only nodes with the same hardware as the majority, and that see
-the work folder, get trials; the others are left out with a note. A trial whose worker or node dies is
-submitted again (to another node when one is free); what was measured already is in the store.
+the work folder, and have a CPU for a trial, get trials; the others are left out with a note. A trial whose
+worker or node dies is submitted again (to another node when one is free), unless the candidate crashed the
+worker itself (its fault handler's report says so); what was measured already is in the store.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
+import math
 import os
+import signal
 import socket
 import threading
 import time
@@ -33,6 +37,24 @@ PROBE_TIMEOUT_S = 300.0
 RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "ActorDiedError", "LocalRayletDiedError",
              "TaskUnschedulableError", "ObjectLostError", "OwnerDiedError", "RaySystemError")
 """Ray exceptions that say the trial's process or node went away, not that the candidate failed."""
+FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
+                 "Floating point exception": "SIGFPE", "Aborted": "SIGABRT"}
+"""faulthandler's name for each fatal signal it reports ('Fatal Python error: Segmentation fault')."""
+
+
+def candidate_crash(folder: Path, attempt: int) -> tuple[str, str] | None:
+    """(signal, phase) when the trial's own process crashed on a fatal signal, from what its fault handler wrote;
+    None when it did not (a worker killed from outside, a node that left)."""
+    try:
+        report = (folder / f"ray-trial-{attempt}.crash").read_text(errors="replace")
+    except OSError:
+        return None
+    for words, name in FATAL_SIGNALS.items():
+        if f"Fatal Python error: {words}" in report:
+            with contextlib.suppress(OSError):
+                return name, (folder / f"ray-trial-{attempt}.phase").read_text().strip() or "start"
+            return name, "start"
+    return None
 
 
 def _ray() -> Any:
@@ -72,6 +94,10 @@ def _memory_watchdog(limit_bytes: int, flag: Path, stop: threading.Event) -> Non
             os._exit(137)
 
 
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
 def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
               memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
     """Runs in a fresh Ray worker: the trial, as a local child would run it, plus where it ran."""
@@ -94,10 +120,19 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
         threading.Thread(target=_memory_watchdog, daemon=True,
                          args=(memory_limit_bytes, log.parent / f"ray-trial-{attempt}.oom", stop)).start()
     started = time.monotonic()
-    try:
-        result = run_in_this_process(target, payload, log)
-    finally:
-        stop.set()
+    # The candidate runs in this worker: a crash of its own (a native SIGSEGV in a backend) took the worker down and
+    # looked like a lost worker, so it was run three times and reported as 'the Ray worker or node ... died'. The
+    # fault handler's report and the phase reached tell the driver it was the candidate, as a local child's exit
+    # signal does.
+    crash = log.parent / f"ray-trial-{attempt}.crash"
+    phase = log.parent / f"ray-trial-{attempt}.phase"
+    with crash.open("w") as crash_file:
+        faulthandler.enable(file=crash_file)
+        try:
+            result = run_in_this_process(target, payload, log, on_phase=lambda name: _write(phase, name))
+        finally:
+            faulthandler.disable()
+            stop.set()
     env = capture_environment()
     result["trial_wall_s"] = time.monotonic() - started
     result["node"] = {**identity, "hardware_key": env.hardware_key}
@@ -106,6 +141,19 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
 
 
 # --- the driver side ----------------------------------------------------------------------------
+
+
+def _wait(refs: list[Any], num_returns: int, timeout_s: float) -> tuple[list[Any], list[Any]]:
+    """`ray.wait`, but the waiting is done here, in Python: a signal that lands inside Ray's own blocking wait comes
+    out as a plain KeyboardInterrupt (Ray's signal check re-raises it), so the CLI's SIGTERM (`Terminated`) ended
+    the search as Ctrl-C did (exit 130, 'interrupted'); a Python sleep lets the handler's exception through."""
+    ray = _ray()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready, not_ready = ray.wait(refs, num_returns=num_returns, timeout=0)
+        if len(ready) >= num_returns or time.monotonic() >= deadline:
+            return ready, not_ready
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
 @dataclass
@@ -125,6 +173,21 @@ class _Pending:
     first_submitted: float
     deadline: float
     errors: list[str]
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT address answers TCP within `timeout_s` (ray.init retried an unreachable one for minutes, printing
+    a warning every few seconds); 'auto' and ray:// client addresses are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = exc.strerror or f"no answer within {timeout_s:g} s"
+        raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {address}: {why}; give the head node's "
+                          "address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster this "
+                          "machine joined, or plain ray for a new local instance") from exc
 
 
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
@@ -147,18 +210,31 @@ class RayExecutor:
         ray = _ray()
         self.max_retries = max_retries
         self.startup_grace_s = startup_grace_s
+        self.trial_cpus = trial_cpus
         self._owns = False
         if not ray.is_initialized():
+            if address:
+                check_reachable(address)
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            # ray.init replaces the SIGTERM handler with its own sys.exit: the search's run was stored as failed and
+            # its candidate left running, exit 1 or an abort. The caller's handler (the CLI's) is put back.
+            on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
+                else None
             try:
                 if address:
                     ray.init(address=address, **kwargs)
                 else:
-                    ray.init(num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+                    # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start` left
+                    # on this machine (ray.init() joined those, then refused the timing resource given here)
+                    ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ConfigError(f"cannot start or reach Ray at '{address or 'a new local instance'}': {exc}; "
-                                  "check the address (ray:HOST:6379 or ray:auto) and that `ray start` ran there"
-                                  ) from exc
+                where = f"ray:{address}" if address else "ray (a new local Ray instance)"
+                raise ConfigError(f"--executor {where}: cannot start or reach Ray: {str(exc).strip()}; check the "
+                                  "address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for the "
+                                  "cluster this machine joined) and that `ray start` ran there") from exc
+            finally:
+                if on_sigterm is not None:
+                    signal.signal(signal.SIGTERM, on_sigterm)
             self._owns = True
         # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
         self._trial = ray.remote(max_calls=1, max_retries=0, num_cpus=trial_cpus,
@@ -173,16 +249,46 @@ class RayExecutor:
         self._last_eligible: dict[str, int] = {}
         self._markers: dict[Path, Path] = {}
         self._omp = os.environ.get("OMP_NUM_THREADS")
+        try:
+            self._check_nodes()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_nodes(self) -> None:
+        """Refuse, before the search opens its run, a cluster where no node can take a trial."""
+        if self._alive():
+            return
+        if not self.excluded:
+            raise ConfigError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
+                              f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
+        reasons = "; ".join(f"{n[:8]}: {why}" for n, why in self.excluded.items())
+        raise ConfigError(f"no node of the Ray cluster can run a trial ({reasons})")
 
     # --- nodes --------------------------------------------------------------------------------
 
     def _alive(self) -> dict[str, int]:
-        """node id -> timing slots, for live nodes that offer the timing resource."""
+        """node id -> the trials it can hold at once, for live nodes that offer the timing resource: its timing slots,
+        bounded by its CPUs over a trial's. A node whose CPUs cannot hold one trial is left out with a note (its trials
+        were unschedulable: 'the Ray worker or node running the trial died', three times)."""
         out = {}
         for node in _ray().nodes():
-            slots = int(node.get("Resources", {}).get(TIMING_RESOURCE, 0))
-            if node.get("Alive") and slots >= 1:
-                out[node["NodeID"]] = slots
+            resources = node.get("Resources", {})
+            slots = int(resources.get(TIMING_RESOURCE, 0))
+            if not node.get("Alive") or slots < 1:
+                continue
+            cpus = float(resources.get("CPU", 0.0))
+            if self.trial_cpus > 0:
+                slots = min(slots, int(cpus / self.trial_cpus + 1e-9))
+            node_id = node["NodeID"]
+            if slots < 1:
+                if node_id not in self.excluded:
+                    self.excluded[node_id] = (f"it offers {cpus:g} CPUs and a trial needs {self.trial_cpus:g}: start "
+                                              f"it with `ray start --num-cpus {math.ceil(self.trial_cpus)}` or more")
+                    self._notes.append(f"Ray node {node.get('NodeManagerHostname', '?')} ({node_id[:8]}) left out: "
+                                       f"{self.excluded[node_id]}")
+                continue
+            out[node_id] = slots
         return out
 
     @property
@@ -205,7 +311,7 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = self._alive()
-        if not alive:
+        if not alive and not self.excluded:
             raise OptimizeError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
                                 f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
         new = [n for n in alive if n not in self.nodes and n not in self.excluded]
@@ -213,7 +319,7 @@ class RayExecutor:
             marker = str(self._marker(shared_dir))
             refs = {self._probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
                     .remote(marker): n for n in new}
-            ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
+            ready, not_ready = _wait(list(refs), len(refs), PROBE_TIMEOUT_S)
             for ref in not_ready:
                 ray.cancel(ref, force=True)
                 self.excluded[refs[ref]] = "did not answer the probe in time"
@@ -322,7 +428,7 @@ class RayExecutor:
                         return
                     time.sleep(0.5)  # no eligible node is free yet
                     continue
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                ready, _ = _wait(list(pending), 1, 0.5)
                 now = time.monotonic()
                 for ref in [r for r, p in pending.items() if r not in ready and now > p.deadline]:
                     p = pending.pop(ref)
@@ -359,6 +465,16 @@ class RayExecutor:
                                         "error": f"out of memory: the trial's processes used {rss / 2**30:.2f} GiB, "
                                                  f"over the limit of {(p.job.memory_limit_bytes or 0) / 2**30:.2f} "
                                                  "GiB (killed)"})
+            crash = candidate_crash(p.job.log_path.parent, p.attempt)
+            if crash is not None:  # the candidate's own crash, as a local child reports it: not retried
+                from dlperf.optimize.evaluate import _tail  # the local child's log tail, the same way
+
+                sig, phase = crash
+                tail = _tail(p.job.log_path)
+                return self._finish(p, {"status": "failed", "phase": phase,
+                                        "error": f"the candidate's process died with {sig} during '{phase}' (the Ray "
+                                                 f"worker running it, on node {p.node_id[:8]})"
+                                                 + (f"; log: {tail}" if tail else "")})
             retryable = isinstance(exc, tuple(getattr(ray.exceptions, n) for n in RETRYABLE
                                               if hasattr(ray.exceptions, n)))
             message = f"{kind} on node {p.node_id[:8]}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -411,4 +527,5 @@ class RayExecutor:
         self.close()
 
 
-__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "choose_hardware", "probe_node", "run_trial"]
+__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "candidate_crash", "check_reachable", "choose_hardware",
+           "probe_node", "run_trial"]

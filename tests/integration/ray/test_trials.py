@@ -220,3 +220,43 @@ def test_a_node_that_leaves_costs_only_its_trial_which_is_retried_on_another(ray
     assert lost["node"]["node_id"] == head_id
     assert lost["retried_after"][0].split(" ")[0] in RETRYABLE
     assert lost["p50_s"] > 0 and kept["p50_s"] > 0
+
+
+def test_a_timing_node_without_a_cpu_for_a_trial_is_left_out_with_the_fix(ray_cluster: Any, tmp_path: Path) -> None:
+    """Its trials were unschedulable: each failed as 'the Ray worker or node running the trial died', after three
+    attempts, and a cluster of only such nodes could measure nothing."""
+    from dlperf.ray.trials import TIMING_RESOURCE, RayExecutor
+
+    cpuless = ray_cluster.add_node(num_cpus=0, resources={TIMING_RESOURCE: 1}, object_store_memory=80 * 2**20)
+    try:
+        ray_cluster.wait_for_nodes()
+        with RayExecutor(startup_grace_s=60.0) as executor:
+            assert executor.slots == 2
+            assert executor.excluded == {
+                cpuless.node_id: "it offers 0 CPUs and a trial needs 1: start it with `ray start --num-cpus 1` or more"}
+            assert any(cpuless.node_id[:8] in note and "left out" in note for note in executor.notes())
+            results = [r for _, r in executor.map([_baseline_job(tmp_path, "a"), _baseline_job(tmp_path, "b")])]
+    finally:
+        ray_cluster.remove_node(cpuless)
+    assert [r["status"] for r in results] == ["ok", "ok"] and all(r["attempts"] == 1 for r in results)
+    assert cpuless.node_id not in {r["node"]["node_id"] for r in results}
+
+
+def test_a_candidate_that_crashes_costs_one_attempt_and_says_how_it_died(ray_cluster: Any, tmp_path: Path) -> None:
+    """As the local child reports it (signal and phase), not as a lost worker: a segfault took the Ray worker down and
+    was run three times, then reported as 'the Ray worker or node running the trial died'."""
+    from dlperf.ray.trials import RayExecutor
+
+    settings = EvalSettings(source="zoo:mlp", extra_modules=(FAULTY,), export=False)
+    out_dir = tmp_path / "work" / "crash"
+    payload = {"settings": dataclasses.asdict(settings), "pipeline": [{"pass": "crash", "version": 1}],
+               "out_dir": str(out_dir)}
+    with RayExecutor(startup_grace_s=60.0) as executor:
+        result = executor.run("evaluate", payload, out_dir / "child.log", 120.0)
+    assert result["status"] == "failed" and result["attempts"] == 1, result
+    assert result["error"].startswith("the candidate's process died with SIGSEGV during 'apply' (the Ray worker "
+                                      "running it, on node "), result["error"]
+    assert result["phase"] == "apply" and "retried_after" not in result
+    local = LocalExecutor().run("evaluate", {**payload, "out_dir": str(tmp_path / "local")},
+                                tmp_path / "local" / "child.log", 120.0)
+    assert local["error"].startswith("the candidate's process died with SIGSEGV during 'apply'")

@@ -1,0 +1,87 @@
+"""`dlperf optimize W --executor ray[:ADDRESS]` as a user runs it: refused in one line when Ray cannot be reached, and
+ended by SIGTERM as every other command is (exit 143, the run kept as interrupted, no Ray process left behind)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from dlperf.optimize.space import Candidate
+from dlperf.store.db import Store
+
+from ..serve.helpers import cli_process, free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_an_address_nothing_answers_at_is_refused_in_one_line(tmp_path: Path) -> None:
+    """ray.init retried such an address for minutes, printing a warning every few seconds."""
+    port = free_port()
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:mlp", "--executor",
+                           f"ray:127.0.0.1:{port}", "--store", str(tmp_path / "runs.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"error: --executor ray:127.0.0.1:{port}: cannot reach Ray at 127.0.0.1:{port}: "
+                               "Connection refused; give the head node's address as `ray start --head` prints it")
+    assert "Connecting to existing Ray cluster" not in done.stderr
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _all_gone(processes: list[psutil.Process]) -> bool:
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no_ray_process(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    """`--executor ray` starts a new local instance even where RAY_ADDRESS names a cluster (ray.init joined it, then
+    refused the local instance's timing resource). SIGTERM while a candidate's trial runs: ray.init had replaced the
+    CLI's SIGTERM handler with its own sys.exit (the run stored as failed, its candidate left running, exit 1 or an
+    abort); and a SIGTERM landing in Ray's blocking wait came out as Ctrl-C (exit 130)."""
+    store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
+    argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
+            "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "0.5s", "--time-budget", "10m"]
+    with cli_process(argv, log, env=env) as proc:
+        # the baseline measured, then the first candidate's trial running in its Ray worker
+        baseline = Candidate().key
+        wait_until(lambda: proc.poll() is not None or any(
+            f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
+        assert proc.poll() is None, log.read_text()
+        ray_processes = _descendants(proc.pid)  # the local instance: its GCS, raylet, and the trial's worker
+        trial_workers = [p for p in ray_processes if "default_worker" in " ".join(p.cmdline())
+                         or p.name().startswith("ray::")]
+        assert ray_processes and trial_workers, [p.cmdline() for p in ray_processes]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM, log.read_text()
+    text = log.read_text()
+    assert "Traceback" not in text and "SIGTERM received" not in text, text
+    assert "Connecting to existing Ray cluster" not in text, text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("terminated by SIGTERM: run ") and "is kept in the store as interrupted" in last, text
+    store = Store(store_path)
+    (search,) = store.list(kind="optimize", limit=None)
+    assert search.status == "interrupted"
+    candidates = {c.config["label"]: c.status for c in store.list(kind="candidate", parent_id=search.id, limit=None)}
+    assert candidates == {"baseline": "ok", "hygiene": "interrupted"}
+    wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
