@@ -59,7 +59,7 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     lines = Text()
     lines.append(f"{title}: {m['workload']} ({config_line(m['config'])})\n", style="bold")
     lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms, "
-                 f"{summary['n']} steps)\n")
+                 f"{summary['n']} step{'' if summary['n'] == 1 else 's'})\n")
     lines.append(f"  samples/s {fmt_count(m['samples_per_s'])}\n")
     memory = f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
     if m.get("cuda_max_allocated_bytes") is not None:

@@ -134,6 +134,9 @@ def test_measurement_view_shows_the_breakdown() -> None:
     text = _render(measurement_view(result.to_dict()))
     for label in ("data wait", "host-to-device", "forward + loss", "backward", "optimizer", "samples/s"):
         assert label in text
+    assert "3 steps)" in text
+    one = measure_training(tiny(), StepConfig(batch_size=16, threads=1), steps=1, warmup_steps=0, count_flops=False)
+    assert "p90" in (text := _render(measurement_view(one.to_dict()))) and "1 step)" in text
 
 
 def _render(renderable: object) -> str:
