@@ -31,8 +31,12 @@ from dlperf.optimize.executor import Job, PhaseFn
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
-STARTUP_GRACE_S = 120.0
-"""Added to a trial's timeout: starting a worker and importing torch on a loaded node."""
+STARTUP_GRACE_S = 180.0
+"""How long a trial may take to start (a Ray worker, torch imported, on a loaded node), as the local child's
+STARTUP_TIMEOUT_S: not charged to the candidate, whose timeout counts from its first phase."""
+TRIAL_FILES = ("json", "phase", "crash", "oom")
+"""What a trial's worker writes beside its log (`ray-trial-ATTEMPT.EXT`): where it runs, the phase it reached, its
+fault handler's report, the memory watchdog's flag."""
 PROBE_TIMEOUT_S = 300.0
 RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "ActorDiedError", "LocalRayletDiedError",
              "TaskUnschedulableError", "ObjectLostError", "OwnerDiedError", "RaySystemError")
@@ -171,8 +175,22 @@ class _Pending:
     node_id: str
     attempt: int
     first_submitted: float
-    deadline: float
+    submitted: float
     errors: list[str]
+    started: float | None = None
+    """When the driver first saw the trial's phase file: its timeout counts from there, as a local child's from its
+    first phase message (it counted from submission, plus a 120 s grace: a hung candidate ran two minutes past
+    --candidate-timeout, and past the search's --time-budget)."""
+
+    def trial_file(self, ext: str) -> Path:
+        return self.job.log_path.parent / f"ray-trial-{self.attempt}.{ext}"
+
+    def overdue(self, now: float, startup_grace_s: float) -> bool:
+        if self.started is None and self.trial_file("phase").exists():
+            self.started = now
+        if self.started is None:
+            return now > self.submitted + startup_grace_s
+        return now > self.started + self.job.timeout_s
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -380,11 +398,14 @@ class RayExecutor:
     def _submit(self, job: Job, node: str, attempt: int, first: float, errors: list[str]) -> tuple[Any, _Pending]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        pending = _Pending(job, node, attempt, first, time.monotonic(), errors)
+        for ext in TRIAL_FILES:  # an earlier trial's in the same folder (the candidate's, before its confirmation)
+            with contextlib.suppress(OSError):
+                pending.trial_file(ext).unlink()
         ref = self._trial.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
             job.target, job.payload, str(job.log_path), attempt, job.memory_limit_bytes, self._omp)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
-        deadline = time.monotonic() + job.timeout_s + self.startup_grace_s
-        return ref, _Pending(job, node, attempt, first, deadline, errors)
+        return ref, pending
 
     def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
             memory_limit_bytes: int | None = None, on_phase: PhaseFn | None = None) -> dict[str, Any]:
@@ -430,14 +451,19 @@ class RayExecutor:
                     continue
                 ready, _ = _wait(list(pending), 1, 0.5)
                 now = time.monotonic()
-                for ref in [r for r, p in pending.items() if r not in ready and now > p.deadline]:
+                for ref in [r for r, p in pending.items() if r not in ready and p.overdue(now, self.startup_grace_s)]:
                     p = pending.pop(ref)
                     self._in_flight[p.node_id] -= 1
                     ray.cancel(ref, force=True)
-                    limit = p.job.timeout_s + self.startup_grace_s
-                    yield p.job, self._finish(p, {"status": "failed", "phase": "unknown", "timed_out": True,
-                                                  "error": f"timed out after {limit:.0f} s on Ray node "
-                                                           f"{p.node_id[:8]} (killed)"})
+                    if p.started is None:
+                        what, phase = f"did not start within {self.startup_grace_s:.0f} s", "start"
+                    else:
+                        phase = "start"
+                        with contextlib.suppress(OSError):
+                            phase = p.trial_file("phase").read_text().strip() or phase
+                        what = f"timed out after {p.job.timeout_s:.0f} s during '{phase}'"
+                    yield p.job, self._finish(p, {"status": "failed", "phase": phase, "timed_out": True,
+                                                  "error": f"{what} on Ray node {p.node_id[:8]} (killed)"})
                 for ref in ready:
                     p = pending.pop(ref)
                     self._in_flight[p.node_id] -= 1
@@ -458,7 +484,7 @@ class RayExecutor:
             result: dict[str, Any] = ray.get(ref)
         except Exception as exc:
             kind = type(exc).__name__
-            oom = p.job.log_path.parent / f"ray-trial-{p.attempt}.oom"
+            oom = p.trial_file("oom")
             if oom.exists():
                 rss = int(oom.read_text() or 0)
                 return self._finish(p, {"status": "failed", "phase": "unknown",

@@ -260,3 +260,21 @@ def test_a_candidate_that_crashes_costs_one_attempt_and_says_how_it_died(ray_clu
     local = LocalExecutor().run("evaluate", {**payload, "out_dir": str(tmp_path / "local")},
                                 tmp_path / "local" / "child.log", 120.0)
     assert local["error"].startswith("the candidate's process died with SIGSEGV during 'apply'")
+
+
+def test_a_hung_candidate_is_killed_at_its_own_timeout_counted_from_its_start(ray_cluster: Any,
+                                                                              tmp_path: Path) -> None:
+    """As a local child's: the timeout counts from the trial's first phase, and the error names the phase. It counted
+    from submission plus the startup grace (here 60 s), so a hung candidate ran that long past its timeout."""
+    from dlperf.ray.trials import RayExecutor
+
+    with RayExecutor(startup_grace_s=60.0) as executor:
+        job = _hang_job(tmp_path, "hung", 3.0)
+        result = executor.run(job.target, job.payload, job.log_path, job.timeout_s)
+    assert result["status"] == "failed" and result["timed_out"] and result["attempts"] == 1, result
+    assert result["phase"] == "apply"
+    assert result["error"].startswith("timed out after 3 s during 'apply' on Ray node "), result["error"]
+    assert _gone(json.loads((tmp_path / "work" / "hung" / "ray-trial-1.json").read_text())["worker_pid"])
+    local_job = _hang_job(tmp_path, "hung-local", 3.0)
+    local = LocalExecutor().run(local_job.target, local_job.payload, local_job.log_path, local_job.timeout_s)
+    assert local["error"] == "timed out after 3 s during 'apply' (killed)"
