@@ -36,8 +36,14 @@ class ABConfig:
     confidence: float = 0.95
     min_effect: float = 0.01
     seed: int = 0
+    block_statistic: str = "median"
+    """How a block is summed up for its ratio: 'median' of its calls (robust to a stray slow call), or 'mean'
+    (its total time: for calls whose times are bimodal by design, such as training steps fed by loader
+    workers, where most find a batch ready and some wait, the median flips between the two modes)."""
 
     def __post_init__(self) -> None:
+        if self.block_statistic not in ("median", "mean"):
+            raise ConfigError(f"block_statistic must be 'median' or 'mean', got {self.block_statistic!r}")
         if self.blocks < 4:
             raise ConfigError(f"an A/B needs at least 4 blocks, got {self.blocks}")
         if self.iters_per_block < 1:
@@ -85,6 +91,10 @@ class ABResult:
             "a": self.a.summary(),
             "b": self.b.summary(),
         }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def decide(block_ratios: list[float], confidence: float = 0.95, min_effect: float = 0.01,
@@ -157,7 +167,8 @@ def ab_test(
         a_block, b_block = per
         a_samples += a_block
         b_samples += b_block
-        ratios.append(median([float(t) for t in b_block]) / max(median([float(t) for t in a_block]), 1.0))
+        stat = median if config.block_statistic == "median" else _mean
+        ratios.append(stat([float(t) for t in b_block]) / max(stat([float(t) for t in a_block]), 1.0))
         if on_block is not None:
             on_block(block + 1, config.blocks)
     ratio, ci, verdict = decide(ratios, config.confidence, config.min_effect, config.seed)

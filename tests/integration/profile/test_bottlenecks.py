@@ -60,6 +60,9 @@ def test_slow_input_pipeline_and_workers_measured_faster() -> None:
     assert v.ab["a"]["n"] >= 4 * 16  # blocks of at least 4 x (2 workers x prefetch 2) steps
     # 80 ms of sleeping per batch split over 2 workers: a large, robust gain
     assert v.verdict == "faster" and v.speedup is not None and v.speedup > 1.3
+    # 2 workers for a 5 ms-a-sample loader: about 2x. Blocks compared by their median step read 4-5x: a fed step
+    # is bimodal (a batch ready or a wait) and the median of a block flipped between the two
+    assert v.speedup < 4.0
 
 
 def test_launch_overhead_and_larger_batch_measured() -> None:

@@ -136,3 +136,21 @@ def test_student_t_quantile_matches_scipy() -> None:
     for df in (1, 3, 5, 9, 30, 200):
         for p in (0.6, 0.95, 0.975, 0.995, 0.025):
             assert student_t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-8)
+
+
+def test_block_mean_for_calls_bimodal_by_design() -> None:
+    # A: 9 us a call; B: two of three calls find their batch ready (1 us), one waits (25 us): the same 27 us a block
+    from dlperf.measure.clock import FakeClock
+
+    a_block, b_block = [9_000] * 3, [1_000, 1_000, 25_000]
+    planned: list[int] = []
+    for block in range(6):
+        planned += a_block + b_block if block % 2 == 0 else b_block + a_block
+    for statistic, expected in (("median", 1 / 9), ("mean", 1.0)):
+        result = ab_test(lambda: None, lambda: None,
+                         ABConfig(blocks=6, iters_per_block=3, warmup_iters=0, block_statistic=statistic),
+                         FakeClock(durations_ns=list(planned)))
+        assert result.block_ratios == [pytest.approx(expected)] * 6
+    assert result.verdict == SAME
+    with pytest.raises(ConfigError, match="block_statistic"):
+        ABConfig(block_statistic="p90")
