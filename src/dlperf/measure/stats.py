@@ -293,8 +293,11 @@ class Measurement:
         if self.n < 4:
             return f"only {self.n} sample{'' if self.n == 1 else 's'}: percentiles and spread are unreliable"
         if self.noise_ratio > NOISE_IQR_RATIO:
+            shown = f"{self.noise_ratio:.0%}"
+            if shown == f"{NOISE_IQR_RATIO:.0%}":  # 10.3% read "IQR is 10% of the median (> 10%)"
+                shown = f"{self.noise_ratio:.1%}"
             return (
-                f"noisy: IQR is {self.noise_ratio:.0%} of the median (> {NOISE_IQR_RATIO:.0%}); "
+                f"noisy: IQR is {shown} of the median (> {NOISE_IQR_RATIO:.0%}); "
                 "other load on the machine, frequency scaling or too few samples"
             )
         return None

@@ -79,6 +79,10 @@ def test_noise_warning_flag() -> None:
     assert noisy.noise_warning is not None and "noisy" in noisy.noise_warning
     few = Measurement([1000, 1000, 1000])
     assert few.noise_warning is not None and "only 3 samples" in few.noise_warning
+    # just over the threshold: shown to a decimal, not as "10% of the median (> 10%)"
+    edge = Measurement([1_000_000 + k * 2_060 for k in range(-50, 51)])
+    assert edge.noise_ratio == pytest.approx(0.103)
+    assert edge.noise_warning is not None and edge.noise_warning.startswith("noisy: IQR is 10.3% of the median (> 10%)")
 
 
 def test_summary_and_round_trip(data_ns: list[int]) -> None:
