@@ -220,7 +220,20 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
     if kind == "check" and isinstance(result.get("gate"), dict):
         return check_headline(result["gate"])
+    if kind == "train-trial" and result.get("knob"):
+        return trial_headline(result)
     return None
+
+
+def trial_headline(result: dict[str, Any]) -> str:
+    """A `train --tune` trial: its knob and change, and the measured speedup or why it was not kept."""
+    change = result.get("change")
+    text = (", ".join(f"{k}={v}" for k, v in change.items()) if isinstance(change, dict) else str(change or "")) or "-"
+    what = f"{result['knob']}: {text}"
+    speedup = result.get("speedup")
+    if isinstance(speedup, (int, float)):
+        return f"{what} {speedup:.2f}x ({result.get('verdict') or result.get('status')})"
+    return f"{what} ({result.get('status')}{': ' + str(result['reason']) if result.get('reason') else ''})"
 
 
 def check_headline(gate: dict[str, Any]) -> str | None:
