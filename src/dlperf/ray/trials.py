@@ -193,6 +193,39 @@ class _Pending:
         return now > self.started + self.job.timeout_s
 
 
+def _descendants() -> set[int]:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    return set()
+
+
+def _stop_started(before: set[int]) -> None:
+    """Stop what a failed or interrupted `ray.init` started under this process (not in `before`): each process is
+    frozen as it is found, so none can start another that would outlive it (the raylet starts its agents), then
+    all are killed, then Ray's own state is reset."""
+    import psutil
+
+    frozen: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid not in frozen]
+        except psutil.Error:
+            new = []
+        if not new:
+            break
+        for process in new:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            frozen[process.pid] = process
+    for process in frozen.values():
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    with contextlib.suppress(Exception):
+        _ray().shutdown()
+
+
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address answers TCP within `timeout_s` (ray.init retried an unreachable one for minutes, printing
     a warning every few seconds); 'auto' and ray:// client addresses are left to Ray."""
@@ -238,6 +271,7 @@ class RayExecutor:
             # its candidate left running, exit 1 or an abort. The caller's handler (the CLI's) is put back.
             on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
                 else None
+            before = _descendants()
             try:
                 if address:
                     ray.init(address=address, **kwargs)
@@ -245,11 +279,19 @@ class RayExecutor:
                     # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start` left
                     # on this machine (ray.init() joined those, then refused the timing resource given here)
                     ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                where = f"ray:{address}" if address else "ray (a new local Ray instance)"
-                raise ConfigError(f"--executor {where}: cannot start or reach Ray: {str(exc).strip()}; check the "
-                                  "address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for the "
-                                  "cluster this machine joined) and that `ray start` ran there") from exc
+            except BaseException as exc:
+                # Ctrl-C or SIGTERM while a local instance starts left its agents running, orphaned; and SIGTERM
+                # there was Ray's sys.exit (exit 15), not the caller's handler
+                _stop_started(before)
+                if isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
+                    where = f"ray:{address}" if address else "ray (a new local Ray instance)"
+                    raise ConfigError(f"--executor {where}: cannot start or reach Ray: {str(exc).strip()}; check the "
+                                      "address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for the "
+                                      "cluster this machine joined) and that `ray start` ran there") from exc
+                if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(on_sigterm):
+                    signal.signal(signal.SIGTERM, on_sigterm)
+                    on_sigterm(signal.SIGTERM, None)  # the CLI's raises its `Terminated`
+                raise
             finally:
                 if on_sigterm is not None:
                     signal.signal(signal.SIGTERM, on_sigterm)

@@ -3,6 +3,7 @@ ended by SIGTERM as every other command is (exit 143, the run kept as interrupte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,3 +86,31 @@ def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no
     candidates = {c.config["label"]: c.status for c in store.list(kind="candidate", parent_id=search.id, limit=None)}
     assert candidates == {"baseline": "ok", "hygiene": "interrupted"}
     wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+
+
+def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path: Path) -> None:
+    """Ray's own SIGTERM handler, set at the start of ray.init, made it exit 15, and the instance's agents were left
+    running (orphaned) after both SIGTERM and Ctrl-C there."""
+    log = tmp_path / "optimize.log"
+    seen: dict[int, psutil.Process] = {}
+    names: dict[int, str] = {}
+
+    def collect() -> bool:
+        for p in _descendants(proc.pid):
+            if p.pid not in seen:
+                seen[p.pid] = p
+                with contextlib.suppress(psutil.Error):
+                    names[p.pid] = p.name()
+        return proc.poll() is not None
+
+    with cli_process(["optimize", "zoo:mlp", "--executor", "ray", "--store", str(tmp_path / "runs.db")], log) as proc:
+        wait_until(lambda: collect() or "raylet" in names.values(), 120,
+                   "the local instance to start its raylet")
+        assert proc.poll() is None, log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        wait_until(collect, 120, "the command to exit")
+    text = log.read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, text
+    assert text.strip().splitlines()[-1] == "terminated by SIGTERM" and "Traceback" not in text, text
+    assert {"gcs_server", "raylet"} <= set(names.values()), names
+    wait_until(lambda: _all_gone(list(seen.values())), 60, "the local instance's processes to exit")
