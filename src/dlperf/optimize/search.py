@@ -26,7 +26,7 @@ from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
-from dlperf.optimize.executor import Executor, LocalExecutor
+from dlperf.optimize.executor import Executor, Job, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank, settle
@@ -213,14 +213,54 @@ class _Search:
     # --- evaluation ---------------------------------------------------------------------------
 
     def evaluate(self, candidate: Candidate) -> dict[str, Any]:
+        return self.evaluate_all([candidate])[0]
+
+    def evaluate_all(self, candidates: list[Candidate]) -> list[dict[str, Any]]:
+        """Measure `candidates` (rows in their order); an executor with several slots (Ray: one timing trial per
+        node) runs them at once, the local one after each other."""
+        rows: dict[str, dict[str, Any]] = {}
+        jobs: list[Job] = []
+        for candidate in candidates:
+            if candidate.key in self.reused:
+                row = dict(self.reused[candidate.key])
+                row["reused"] = True
+                self._record_child(candidate, row)
+                self._accept(candidate, row)
+                rows[candidate.key] = row
+            else:
+                jobs.append(self._job(candidate))
+        open_children = {id(job): job.tag[1] for job in jobs if job.tag[1] is not None}
+        first_new = len(self.order)
+        try:
+            if len(jobs) == 1:  # one trial: with its phases reported as they come
+                job = jobs[0]
+                label = job.tag[0].label
+                result = self.executor.run(job.target, job.payload, job.log_path, job.timeout_s,
+                                           job.memory_limit_bytes,
+                                           on_phase=lambda p: self.on_event("phase", {"label": label, "phase": p}))
+                finished = iter([(job, result)])
+            else:
+                finished = self.executor.map(jobs)
+            for job, result in finished:
+                open_children.pop(id(job), None)
+                candidate, child = job.tag
+                rows[candidate.key] = self._finish(candidate, child, result, job.timeout_s)
+        except KeyboardInterrupt:
+            from dlperf.store.records import INTERRUPTED
+
+            for child in open_children.values():
+                self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+            raise
+        # the table lists candidates in the order they were chosen, not the order their trials happened to finish
+        place = {c.key: i for i, c in enumerate(candidates)}
+        self.order[first_new:] = sorted(self.order[first_new:], key=lambda k: place.get(k, len(place)))
+        self._save_progress()
+        return [rows[c.key] for c in candidates]
+
+    def _job(self, candidate: Candidate) -> Job:
+        """The trial that measures `candidate`, its child run opened; `tag` is (candidate, child run or None)."""
         key = candidate.key
         assert self.settings is not None
-        if key in self.reused:
-            row = dict(self.reused[key])
-            row["reused"] = True
-            self._record_child(candidate, row)
-            self._accept(candidate, row)
-            return row
         self.on_event("candidate_start", {"label": candidate.label, "key": key})
         child = self.store.create_run("candidate", self.source, {"pipeline": candidate.to_list(), "key": key,
                                                                  "label": candidate.label},
@@ -231,17 +271,11 @@ class _Search:
             if not candidate.is_baseline else self.config.candidate_timeout_s
         payload = {"settings": dataclasses.asdict(self.settings), "pipeline": candidate.to_list(),
                    "out_dir": str(out_dir)}
-        try:
-            result = self.executor.run("evaluate", payload, out_dir / "child.log", timeout,
-                                  self.config.memory_limit_bytes or _default_memory_limit(),
-                                  on_phase=lambda p: self.on_event("phase", {"label": candidate.label, "phase": p}))
-        except KeyboardInterrupt:
-            if child is not None:
-                from dlperf.store.records import INTERRUPTED
+        return Job("evaluate", payload, out_dir / "child.log", timeout,
+                   self.config.memory_limit_bytes or _default_memory_limit(), tag=(candidate, child))
 
-                self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
-            raise
-        row = {"key": key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
+    def _finish(self, candidate: Candidate, child: Any, result: dict[str, Any], timeout: float) -> dict[str, Any]:
+        row = {"key": candidate.key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
         if row.get("timed_out") and timeout < self.config.candidate_timeout_s:
             row["error"] = f"{row['error']}: the time budget had only {timeout:.0f} s left for it"
         if child is not None:
@@ -329,17 +363,23 @@ class _Search:
                     candidates.append(cand)
             candidates.sort(key=self._priority)
             next_frontier = []
-            for cand in candidates:
-                estimate = self.estimate_s(cand)
-                if self.remaining() - self.reserve_s() < estimate:
-                    self.not_tried.append({"label": cand.label, "key": cand.key, "pipeline": cand.to_list(),
-                                           "reason": f"time budget: about {estimate:.0f} s needed, "
-                                                     f"{max(self.remaining() - self.reserve_s(), 0):.0f} s left"})
-                    self.on_event("skip", {"label": cand.label, "reason": "time budget"})
-                    continue
-                row = self.evaluate(cand)
-                if self.extendable(row):
-                    next_frontier.append(cand)
+            slots = max(1, int(getattr(self.executor, "slots", 1)))
+            for start in range(0, len(candidates), slots):
+                # as many at once as the executor has slots (they run side by side, so each must fit the time
+                # left on its own), in priority order; what the first measured tells the budget of the next
+                chunk = []
+                for cand in candidates[start:start + slots]:
+                    estimate = self.estimate_s(cand)
+                    if self.remaining() - self.reserve_s() < estimate:
+                        self.not_tried.append({"label": cand.label, "key": cand.key, "pipeline": cand.to_list(),
+                                               "reason": f"time budget: about {estimate:.0f} s needed, "
+                                                         f"{max(self.remaining() - self.reserve_s(), 0):.0f} s left"})
+                        self.on_event("skip", {"label": cand.label, "reason": "time budget"})
+                        continue
+                    chunk.append(cand)
+                for cand, row in zip(chunk, self.evaluate_all(chunk), strict=True):
+                    if self.extendable(row):
+                        next_frontier.append(cand)
             if not next_frontier:
                 break
             frontier = next_frontier

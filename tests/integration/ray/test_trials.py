@@ -97,6 +97,9 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
     children = store.list(kind="candidate", parent_id=result.run_id, limit=None)
     assert {c.result["label"] for c in children} == {"baseline", "hygiene", "dynamic_int8"}
     assert {c.status for c in children} == {"ok"}
+    # the two candidates of the first level ran side by side, one per node: each was started before either ended
+    level = [c for c in children if c.result["label"] != "baseline"]
+    assert max(c.created_at for c in level) < min(c.finished_at for c in level if c.finished_at)
 
     # same winner as the local executor on this deterministic workload
     assert local.winner_row is not None and result.winner_row is not None

@@ -172,3 +172,41 @@ def test_bad_paths_and_devices_are_refused_before_the_search(tmp_path: Path) -> 
         with pytest.raises(ConfigError, match=r"--device cuda: torch here .* sees no CUDA device"):
             optimize("zoo:mlp", OptimizeConfig(device="cuda"), executor=trials)
     assert not (tmp_path / "w").exists()
+
+
+class TwoSlotTrials(FakeTrials):
+    """A fake executor with two slots (as Ray with two timing nodes): records what it was given at once."""
+
+    slots = 2
+
+    def __init__(self, measured: dict[str, Measured]) -> None:
+        super().__init__(measured)
+        self.batches: list[list[str]] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate":
+            self.batches.append(["+".join(c["pass"] for c in payload["pipeline"])])
+        return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
+        given = list(jobs)
+        self.batches.append(["+".join(c["pass"] for c in job.payload["pipeline"]) for job in given])
+        for job in reversed(given):  # finished in another order than submitted
+            yield job, FakeTrials.run(self, job.target, job.payload, job.log_path, job.timeout_s)
+
+
+def test_an_executor_with_several_slots_gets_a_levels_candidates_at_once(tmp_path: Path) -> None:
+    """The search handed Ray one trial at a time, so a cluster's nodes measured nothing side by side."""
+    trials = TwoSlotTrials(MLP)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=2, time_budget_s=600.0,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    assert trials.batches[0] == [""]  # the baseline first, alone
+    assert sorted(trials.batches[1]) == ["dynamic_int8", "hygiene"]  # the first level side by side
+    # every candidate measured once, its row complete whatever the order the trials finished in
+    labels = [c["label"] for c in result.rows]
+    assert len(labels) == len(set(labels)) and {"hygiene", "dynamic_int8"} <= set(labels)
+    # listed in the order they were chosen (the one-slot search's), not the order their trials finished in
+    one_slot = _search(tmp_path / "one")
+    assert labels == [c["label"] for c in one_slot.rows]
+    assert all(c["status"] == "ok" and "gain" in c for c in result.rows)
