@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
+from dlperf.ray.address import why_unreachable
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
@@ -110,16 +110,10 @@ def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: floa
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address answers TCP within `timeout_s` (Ray itself retried an unreachable one for minutes);
     'auto', 'local' and ray:// client addresses are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        why = exc.strerror or f"no answer within {timeout_s:g} s"
+    why = why_unreachable(address, timeout_s)
+    if why is not None:
         raise ServingError(f"cannot reach Ray at {address}: {why}; give the head node's address as `ray start --head` "
-                           "prints it (port 6379 by default), or leave --ray-address out to start a local instance") \
-            from exc
+                           "prints it (port 6379 by default), or leave --ray-address out to start a local instance")
 
 
 class DeployInterrupted(ServingError):

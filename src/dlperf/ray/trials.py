@@ -28,6 +28,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
+from dlperf.ray.address import why_unreachable
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
@@ -229,16 +230,11 @@ def _stop_started(before: set[int]) -> None:
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address answers TCP within `timeout_s` (ray.init retried an unreachable one for minutes, printing
     a warning every few seconds); 'auto' and ray:// client addresses are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        why = exc.strerror or f"no answer within {timeout_s:g} s"
+    why = why_unreachable(address, timeout_s)
+    if why is not None:
         raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {address}: {why}; give the head node's "
                           "address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster this "
-                          "machine joined, or plain ray for a new local instance") from exc
+                          "machine joined, or plain ray for a new local instance")
 
 
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
