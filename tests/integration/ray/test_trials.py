@@ -110,7 +110,9 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
 
     # distributed: results from both nodes, each with the environment of the node that measured it
     assert all(r["status"] == "ok" and r["executor"] == "ray" for r in result.rows)
-    assert {r["node"]["node_id"] for r in result.rows} == set(executor.nodes)
+    # (the killed trial's retry avoids its node, so with the first depth's two trials side by side every row
+    # can come from one node: the killed attempt counts as the other node's)
+    assert {r["node"]["node_id"] for r in result.rows} | {killed[0]["node_id"]} == set(executor.nodes)
     assert len(executor.nodes) == 2 and executor.excluded == {}
     assert {r["node"]["hardware_key"] for r in result.rows} == {executor.hardware_key}
     assert all(r["environment"]["logical_cores"] == os.cpu_count() for r in result.rows)
