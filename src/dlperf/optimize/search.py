@@ -240,7 +240,7 @@ class _Search:
                                            on_phase=lambda p: self.on_event("phase", {"label": label, "phase": p}))
                 finished = iter([(job, result)])
             else:
-                finished = self.executor.map(jobs)
+                finished = self.executor.map(jobs) if jobs else iter(())
             for job, result in finished:
                 open_children.pop(id(job), None)
                 candidate, child = job.tag
