@@ -3,7 +3,8 @@
 Everything comes from the server's own Prometheus metrics (dlperf.serve.metrics): per-variant latency
 percentiles from the request-duration histogram (Prometheus' histogram_quantile interpolation), error
 rates from the success and failure counters, and per variant against the control (`--control`, or the
-variant with most requests): the latency verdict, and a two-proportion z-test on the error rates.
+variant with most requests): the latency verdict, and a test of the error rates (two-proportion z, or Fisher's
+exact test for few events).
 The counters are cumulative since the server started; `window_s` compares only what happened in the window.
 
 The latency verdict. Requests close in time are not independent: each variant has its own queue and
