@@ -47,18 +47,28 @@ FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illega
 """faulthandler's name for each fatal signal it reports ('Fatal Python error: Segmentation fault')."""
 
 
+def trial_file(folder: Path, attempt: int, ext: str) -> Path:
+    """One of TRIAL_FILES of a trial's attempt, beside its log."""
+    return folder / f"ray-trial-{attempt}.{ext}"
+
+
+def reached_phase(folder: Path, attempt: int) -> str:
+    """The last phase the trial's attempt wrote ('start' before its first)."""
+    with contextlib.suppress(OSError):
+        return trial_file(folder, attempt, "phase").read_text().strip() or "start"
+    return "start"
+
+
 def candidate_crash(folder: Path, attempt: int) -> tuple[str, str] | None:
     """(signal, phase) when the trial's own process crashed on a fatal signal, from what its fault handler wrote;
     None when it did not (a worker killed from outside, a node that left)."""
     try:
-        report = (folder / f"ray-trial-{attempt}.crash").read_text(errors="replace")
+        report = trial_file(folder, attempt, "crash").read_text(errors="replace")
     except OSError:
         return None
     for words, name in FATAL_SIGNALS.items():
         if f"Fatal Python error: {words}" in report:
-            with contextlib.suppress(OSError):
-                return name, (folder / f"ray-trial-{attempt}.phase").read_text().strip() or "start"
-            return name, "start"
+            return name, reached_phase(folder, attempt)
     return None
 
 
@@ -119,18 +129,18 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
     log.parent.mkdir(parents=True, exist_ok=True)
     identity = _node_identity()
     # Lets an operator (or a test) see which worker process runs which trial.
-    (log.parent / f"ray-trial-{attempt}.json").write_text(json.dumps({**identity, "attempt": attempt}))
+    trial_file(log.parent, attempt, "json").write_text(json.dumps({**identity, "attempt": attempt}))
     stop = threading.Event()
     if memory_limit_bytes:
         threading.Thread(target=_memory_watchdog, daemon=True,
-                         args=(memory_limit_bytes, log.parent / f"ray-trial-{attempt}.oom", stop)).start()
+                         args=(memory_limit_bytes, trial_file(log.parent, attempt, "oom"), stop)).start()
     started = time.monotonic()
     # The candidate runs in this worker: a crash of its own (a native SIGSEGV in a backend) took the worker down and
     # looked like a lost worker, so it was run three times and reported as 'the Ray worker or node ... died'. The
     # fault handler's report and the phase reached tell the driver it was the candidate, as a local child's exit
     # signal does.
-    crash = log.parent / f"ray-trial-{attempt}.crash"
-    phase = log.parent / f"ray-trial-{attempt}.phase"
+    crash = trial_file(log.parent, attempt, "crash")
+    phase = trial_file(log.parent, attempt, "phase")
     with crash.open("w") as crash_file:
         faulthandler.enable(file=crash_file)
         try:
@@ -184,7 +194,7 @@ class _Pending:
     --candidate-timeout, and past the search's --time-budget)."""
 
     def trial_file(self, ext: str) -> Path:
-        return self.job.log_path.parent / f"ray-trial-{self.attempt}.{ext}"
+        return trial_file(self.job.log_path.parent, self.attempt, ext)
 
     def overdue(self, now: float, startup_grace_s: float) -> bool:
         if self.started is None and self.trial_file("phase").exists():
@@ -496,9 +506,7 @@ class RayExecutor:
                     if p.started is None:
                         what, phase = f"did not start within {self.startup_grace_s:.0f} s", "start"
                     else:
-                        phase = "start"
-                        with contextlib.suppress(OSError):
-                            phase = p.trial_file("phase").read_text().strip() or phase
+                        phase = reached_phase(p.job.log_path.parent, p.attempt)
                         what = f"timed out after {p.job.timeout_s:.0f} s during '{phase}'"
                     yield p.job, self._finish(p, {"status": "failed", "phase": phase, "timed_out": True,
                                                   "error": f"{what} on Ray node {p.node_id[:8]} (killed)"})
