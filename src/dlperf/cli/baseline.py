@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument
+from dlperf.cli.common import add_json_argument, add_store_argument, open_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, print_json
     from dlperf.compare.baselines import baseline_rows, set_baseline
-    from dlperf.store import Store
 
-    store = Store(args.store, create=False)  # a baseline names a stored run: a missing store is a mistyped path
+    store = open_store(args, create=False)  # a baseline names a stored run
     out = console()
     if args.action == "set":
         previous = next((run for name, run, _ in store.list_baselines() if name == args.name), None)

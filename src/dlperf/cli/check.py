@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, int_list, percent_or_float
+from dlperf.cli.common import (
+    add_json_argument,
+    add_store_argument,
+    duration_s,
+    int_list,
+    open_store,
+    percent_or_float,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +35,9 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.report.compare_text import gate_lines
-    from dlperf.store import Store
 
     config = GateConfig(metric=args.metric, max_regression=args.max_regression, confidence=args.confidence)
-    store = Store(args.store, create=False)  # the baseline is in it: a missing store is a mistyped path
+    store = open_store(args, create=False)  # the baseline is in it
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=error_console(),

@@ -91,10 +91,12 @@ def percent_or_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a fraction or a percentage like 1%, got '{text}'") from exc
 
 
-def open_store(args: argparse.Namespace) -> Any:
+def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:
+    """The `--store` of `args`. `create=False` for commands that only read what is stored (runs, report, baseline,
+    check, compare): a store that does not exist is a mistyped path, an error, not a new empty store."""
     from dlperf.store import Store
 
-    return Store(getattr(args, "store", None))
+    return Store(getattr(args, "store", None), create=create)
 
 
 def require_positive(name: str, value: float | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s
+from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, open_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if len(args.runs) != 2:
         raise ConfigError(f"compare needs two runs (A then B), got {len(args.runs)}: `dlperf runs list` shows ids")
     from dlperf.compare.runs import compare_records
-    from dlperf.store import Store
 
-    store = Store(args.store, create=False)  # the runs are in it: a missing store is a mistyped path
+    store = open_store(args, create=False)  # the runs are in it
     result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha)
     if args.json:
         print_json(result.to_dict())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_store_argument
+from dlperf.cli.common import add_store_argument, open_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     from dlperf.cli.common import console
     from dlperf.report.build import build_report, check_output, write_report
-    from dlperf.store import Store
 
     path = Path(args.output)
     check_output(path)
-    store = Store(args.store, create=False)  # the runs are in it: a missing store is a mistyped path
+    store = open_store(args, create=False)  # the runs are in it
     text = build_report(store, args.runs, history_workload=args.history, history_metric=args.metric,
                         title=args.title)
     write_report(path, text)

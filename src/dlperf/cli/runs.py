@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dlperf.cli.common import add_json_argument, add_store_argument, console, print_json
+from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
 from dlperf.errors import ConfigError
 
 
@@ -62,13 +62,6 @@ def _positive_int(option: str, text: str | None) -> int | None:
     return value
 
 
-def _open_store(args: argparse.Namespace) -> Any:
-    """The store the runs are in: a path that holds none is an error, not a new empty store."""
-    from dlperf.store import Store
-
-    return Store(args.store, create=False)
-
-
 def run(args: argparse.Namespace) -> int:
     command = getattr(args, "runs_command", None)
     if command is None:
@@ -79,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import runs_table
 
-    store = _open_store(args)
+    store = open_store(args, create=False)
     records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
     if args.json:
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
@@ -106,7 +99,7 @@ def _no_match(store: Any, kind: str | None, workload: str | None) -> str:
 def _show(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import record_view
 
-    record = _open_store(args).get(args.id)
+    record = open_store(args, create=False).get(args.id)
     if args.json:
         print_json(record.to_dict())
         return 0
@@ -115,7 +108,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    deleted = _open_store(args).delete(args.id, force=args.force)
+    deleted = open_store(args, create=False).delete(args.id, force=args.force)
     run = deleted[0]
     children = f" and its {len(deleted) - 1} child runs" if len(deleted) > 1 else ""
     console().print(f"deleted run {run.id} ({run.kind} of {run.workload}, {run.created_at[:19]}){children}",
@@ -126,7 +119,7 @@ def _delete(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from dlperf.cli.common import _finite
 
-    record = _open_store(args).get(args.id)
+    record = open_store(args, create=False).get(args.id)
     # NaN and Infinity (a percentile of no requests) as null, as `runs show --json` prints them: they are not
     # JSON, and jq or a strict parser refuses the whole file.
     text = json.dumps(_finite(record.to_dict()), indent=2, default=str, allow_nan=False) + "\n"
@@ -147,7 +140,7 @@ def _history(args: argparse.Namespace) -> int:
     from dlperf.store.query import kpi_history, metric_spec
 
     metric_spec(args.metric)
-    store = _open_store(args)
+    store = open_store(args, create=False)
     records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
     history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload)
     if args.json:
