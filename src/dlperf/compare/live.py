@@ -30,6 +30,7 @@ from typing import Any
 
 from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_grouped, proportion_test
 from dlperf.errors import ConfigError, ServingError
+from dlperf.measure.stats import log_binomial_cdf
 
 QUANTILES = (0.5, 0.9, 0.99)
 SLICE_S = 0.5
@@ -69,7 +70,7 @@ def sign_test(ratios: list[float]) -> SliceTest:
     signs = [r for r in ratios if r != 1.0]
     n = len(signs)
     above = sum(r > 1.0 for r in signs)
-    tail = sum(math.comb(n, k) for k in range(min(above, n - above) + 1)) / 2.0**n if n else 1.0
+    tail = math.exp(log_binomial_cdf(min(above, n - above), n, 0.5)) if n else 1.0
     logs = [math.log(r) for r in ratios if r > 0]
     geomean = math.exp(sum(logs) / len(logs)) if logs else math.nan
     return SliceTest(n, above, min(1.0, 2.0 * tail), geomean)

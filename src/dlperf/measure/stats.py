@@ -122,7 +122,7 @@ def student_t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2.0
 
 
-def _log_binomial_cdf(k: int, n: int, p: float) -> float:
+def log_binomial_cdf(k: int, n: int, p: float) -> float:
     """log P(X <= k) for X ~ Binomial(n, p), 0 < p < 1, summed term by term in log space (no underflow at
     large n: 0.99**100000 is 1e-437)."""
     log_term = n * math.log1p(-p)  # x = 0
@@ -138,7 +138,7 @@ def _log_binomial_cdf(k: int, n: int, p: float) -> float:
 def early_stopping_passes(n: int, over: int, q: float, confidence: float = EARLY_STOPPING_CONFIDENCE) -> bool:
     """MLPerf's test: were the true share of samples above the q-th percentile's bound 1 - q/100 or more,
     `over` or fewer of `n` samples would exceed it with probability at most 1 - confidence."""
-    return _log_binomial_cdf(over, n, 1.0 - q / 100.0) <= math.log(1.0 - confidence)
+    return log_binomial_cdf(over, n, 1.0 - q / 100.0) <= math.log(1.0 - confidence)
 
 
 def early_stopping_fails(n: int, over: int, q: float, confidence: float = EARLY_STOPPING_CONFIDENCE) -> bool:
@@ -146,7 +146,7 @@ def early_stopping_fails(n: int, over: int, q: float, confidence: float = EARLY_
     would exceed it with probability at most 1 - confidence; so the q-th percentile is over the bound."""
     if over <= 0:
         return False
-    return -math.expm1(_log_binomial_cdf(over - 1, n, 1.0 - q / 100.0)) <= 1.0 - confidence
+    return -math.expm1(log_binomial_cdf(over - 1, n, 1.0 - q / 100.0)) <= 1.0 - confidence
 
 
 def early_stopping_min_count(q: float, over: int = 0, confidence: float = EARLY_STOPPING_CONFIDENCE) -> int:
