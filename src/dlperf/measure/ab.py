@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,10 +94,6 @@ class ABResult:
         }
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def decide(block_ratios: list[float], confidence: float = 0.95, min_effect: float = 0.01,
            seed: int = 0, resamples: int = 2000) -> tuple[float, tuple[float, float], str]:
     """Geometric-mean ratio, its bootstrap CI, and the verdict, from per-block ratios B/A."""
@@ -153,6 +150,7 @@ def ab_test(
     a_samples: list[int] = []
     b_samples: list[int] = []
     ratios: list[float] = []
+    stat = median if config.block_statistic == "median" else statistics.fmean
     for block in range(config.blocks):
         order = ((0, fn_a), (1, fn_b)) if block % 2 == 0 else ((1, fn_b), (0, fn_a))
         per: list[list[int]] = [[], []]
@@ -167,7 +165,6 @@ def ab_test(
         a_block, b_block = per
         a_samples += a_block
         b_samples += b_block
-        stat = median if config.block_statistic == "median" else _mean
         ratios.append(stat([float(t) for t in b_block]) / max(stat([float(t) for t in a_block]), 1.0))
         if on_block is not None:
             on_block(block + 1, config.blocks)
