@@ -184,9 +184,7 @@ def _check_options(blocks: int, iters_per_block: int | None, confidence: float, 
     """Refuse bad options before the two models are built (which can take a while) and before a run is recorded."""
     if batch_size is not None and batch_size < 1:  # 0 was falsy: the workload's default batch was measured instead
         raise ConfigError(f"--batch-size must be an integer >= 1, got {batch_size}")
-    if not 0.0 <= min_effect < 1.0:
-        # decide() calls B faster when the interval lies below 1 - min_effect: a negative one called a B that
-        # was 15% slower "faster", and one of 1 or more can never call B faster.
+    if not 0.0 <= min_effect < 1.0:  # ABConfig refuses it too; this names the option in the CLI's spelling
         raise ConfigError(f"--min-effect must be a fraction in [0, 1), e.g. 1% or 0.01; got {min_effect:g}")
     ABConfig(blocks=blocks, iters_per_block=1 if iters_per_block is None else iters_per_block,
              confidence=confidence, min_effect=min_effect)

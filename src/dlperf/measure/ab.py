@@ -51,6 +51,10 @@ class ABConfig:
             raise ConfigError("iters_per_block must be >= 1")
         if not 0.5 < self.confidence < 1.0:
             raise ConfigError(f"confidence must be in (0.5, 1), got {self.confidence}")
+        if not 0.0 <= self.min_effect < 1.0:
+            # decide() calls B faster when the interval lies below 1 - min_effect: a negative one calls a slower B
+            # "faster", and one of 1 or more can never call B faster.
+            raise ConfigError(f"min_effect must be a fraction in [0, 1), e.g. 0.01 for 1%; got {self.min_effect:g}")
 
 
 @dataclass

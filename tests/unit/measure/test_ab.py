@@ -154,3 +154,11 @@ def test_block_mean_for_calls_bimodal_by_design() -> None:
     assert result.verdict == SAME
     with pytest.raises(ConfigError, match="block_statistic"):
         ABConfig(block_statistic="p90")
+
+
+@pytest.mark.parametrize("min_effect", [-0.2, 1.0, 1.5])
+def test_abconfig_refuses_a_min_effect_outside_zero_to_one(min_effect: float) -> None:
+    # A negative one let the library's ab_test call a B 15% slower "faster" (only the CLI checked it).
+    with pytest.raises(ConfigError, match=r"min_effect must be a fraction in \[0, 1\)"):
+        ABConfig(min_effect=min_effect)
+    ABConfig(min_effect=0.0)
