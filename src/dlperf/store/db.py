@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ ENV_VAR = "DLPERF_STORE"
 DEFAULT_PATH = Path(".dlperf") / "runs.db"
 AMBIGUOUS_SHOWN = 5
 """Runs an ambiguous id prefix names in its error."""
+FINISH_LOCK_WAIT_S = 60.0
+"""How long a run's last write waits for a store another process keeps locked, beyond SQLite's own 5 s."""
 
 metadata = sa.MetaData()
 meta_table = sa.Table(
@@ -218,10 +221,42 @@ class Store:
 
     def finish_run(self, run_id: str, result: dict[str, Any] | None = None, status: str = OK,
                    error: str | None = None) -> None:
+        """The run's last write, which carries its whole result. A store locked by another process longer than
+        SQLite's own wait is waited for up to FINISH_LOCK_WAIT_S more; if the write still fails, the result is
+        written to a JSON file beside the store (named in the error) instead of being lost with the run left
+        "running"."""
         values: dict[str, Any] = {"status": status, "error": error, "finished_at": now_iso()}
         if result is not None:
             values["result_json"] = _dumps(result)
-        self._write(sa.update(runs_table).where(runs_table.c.id == run_id).values(**values))
+        statement = sa.update(runs_table).where(runs_table.c.id == run_id).values(**values)
+        deadline = time.monotonic() + FINISH_LOCK_WAIT_S
+        while True:
+            try:
+                self._write(statement)
+                return
+            except StoreError as exc:
+                if isinstance(exc.__cause__, sa.exc.OperationalError) and "locked" in str(exc) \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                aside = self._set_aside(run_id, {"id": run_id, "status": status, "error": error,
+                                                  "finished_at": values["finished_at"], "result": result})
+                if aside is None:
+                    raise
+                raise StoreError(f"{exc}; run {run_id} stays 'running' there, and what it measured is saved in "
+                                 f"{aside}") from exc
+
+    def _set_aside(self, run_id: str, content: dict[str, Any]) -> Path | None:
+        """Write a run's end that the store refused to a JSON file beside the store (or in the current folder)."""
+        path = sqlite_path(self.url)
+        for folder in ([path.parent] if path is not None else []) + [Path.cwd()]:
+            target = folder / f"dlperf-run-{run_id}.json"
+            try:
+                target.write_text(_dumps(content) + "\n")
+            except OSError:
+                continue
+            return target
+        return None
 
     @contextlib.contextmanager
     def recording(self, kind: str, workload: str, config: dict[str, Any] | None = None,

@@ -234,6 +234,51 @@ def test_a_locked_store_says_what_to_do(tmp_path: Path) -> None:
     assert Store(path).get(run_id).id == run_id
 
 
+def test_a_run_end_waits_for_a_lock_longer_than_sqlites_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+    import threading
+
+    from dlperf.store import db
+
+    path = tmp_path / "runs.db"
+    store = Store(f"sqlite:///{path}?timeout=0.05")
+    run_id = store.create_run("bench", "w").id
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.5, lambda: holder.execute("ROLLBACK"))
+    monkeypatch.setattr(db, "FINISH_LOCK_WAIT_S", 30.0)
+    release.start()
+    try:
+        store.finish_run(run_id, {"p50_ms": 1.5})  # SQLite alone gave up after 0.05 s and the run stayed 'running'
+    finally:
+        release.join()
+        holder.close()
+    record = Store(path).get(run_id)
+    assert (record.status, record.result) == ("ok", {"p50_ms": 1.5})
+
+
+def test_a_run_end_the_store_refuses_is_saved_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    from dlperf.store import db
+
+    path = tmp_path / "runs.db"
+    store = Store(f"sqlite:///{path}?timeout=0.05")
+    run_id = store.create_run("bench", "w").id
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(db, "FINISH_LOCK_WAIT_S", 0.2)
+    try:
+        with pytest.raises(StoreError, match=rf"stays 'running' there, and what it measured is saved in .*{run_id}"):
+            store.finish_run(run_id, {"p50_ms": 1.5})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    saved = json.loads((tmp_path / f"dlperf-run-{run_id}.json").read_text())
+    assert (saved["status"], saved["result"]) == ("ok", {"p50_ms": 1.5})
+    assert Store(path).get(run_id).status == "running"
+
+
 def test_a_read_only_store_reads_and_explains_a_write(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     run_id = Store(path).create_run("bench", "w").id
