@@ -245,11 +245,17 @@ class _Search:
                 open_children.pop(id(job), None)
                 candidate, child = job.tag
                 rows[candidate.key] = self._finish(candidate, child, result, job.timeout_s)
-        except KeyboardInterrupt:
-            from dlperf.store.records import INTERRUPTED
+        except BaseException as exc:
+            # the trials not yet answered end with the search (Ctrl-C, or the executor failing: a Ray cluster lost)
+            # rather than stay "running" in the store
+            from dlperf.store.records import FAILED, INTERRUPTED
 
             for child in open_children.values():
-                self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+                if isinstance(exc, KeyboardInterrupt):
+                    self.store.finish_run(child.id, None, INTERRUPTED, "interrupted by the user (Ctrl-C)")
+                else:
+                    self.store.finish_run(child.id, None, FAILED,
+                                          f"not measured: the search stopped ({type(exc).__name__}: {exc})")
             raise
         # the table lists candidates in the order they were chosen, not the order their trials happened to finish
         place = {c.key: i for i, c in enumerate(candidates)}

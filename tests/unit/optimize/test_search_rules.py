@@ -210,3 +210,30 @@ def test_an_executor_with_several_slots_gets_a_levels_candidates_at_once(tmp_pat
     one_slot = _search(tmp_path / "one")
     assert labels == [c["label"] for c in one_slot.rows]
     assert all(c["status"] == "ok" and "gain" in c for c in result.rows)
+
+
+class ClusterLost(TwoSlotTrials):
+    """A two-slot executor whose cluster goes away after answering the first trial of a level."""
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
+        given = list(jobs)
+        yield given[0], FakeTrials.run(self, given[0].target, given[0].payload, given[0].log_path, given[0].timeout_s)
+        raise OptimizeError("the Ray cluster at 10.0.0.1:6379 went away")
+
+
+def test_trials_a_failed_executor_leaves_unanswered_are_not_left_running(tmp_path: Path) -> None:
+    """Only Ctrl-C ended the open candidate runs: an executor error left them 'running' in the store for good."""
+    from dlperf.store import Store
+
+    store = Store(tmp_path / "runs.db")
+    with pytest.raises(OptimizeError, match="went away"):
+        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                                           workdir=str(tmp_path / "work")), store=store,
+                 executor=ClusterLost(MLP))
+    candidates = store.list(kind="candidate", limit=None)
+    assert len(candidates) == 3  # the baseline and the first level's two
+    assert [c.status for c in candidates].count("running") == 0
+    unanswered = [c for c in candidates if c.status == "failed"]
+    assert len(unanswered) == 1
+    assert unanswered[0].error == ("not measured: the search stopped (OptimizeError: the Ray cluster at "
+                                   "10.0.0.1:6379 went away)")
