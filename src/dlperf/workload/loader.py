@@ -106,11 +106,13 @@ def _parse_value(value: str) -> Any:
 
 
 def _load_from_file(spec: str, **options: Any) -> Workload:
-    path_text, _, attr = spec.partition(":") if not _is_windows_drive(spec) else (spec, "", "")
+    path_text, attr = _split_file_spec(spec)
     path = Path(path_text)
     if not path.exists():
         hint = " (built-in workloads are named zoo:NAME; `dlperf zoo` lists them)" if "/" not in spec else ""
         raise WorkloadError(f"workload file '{path}' does not exist{hint}")
+    if path.is_dir():
+        raise WorkloadError(f"workload file '{path}' is a folder, not a file: point at a .py file")
     if path.suffix != ".py":
         raise WorkloadError(f"workload file '{path}' is not a Python file: point at a .py file")
     module = _import_file(path)
@@ -137,8 +139,15 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     )
 
 
-def _is_windows_drive(spec: str) -> bool:
-    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
+def _split_file_spec(spec: str) -> tuple[str, str]:
+    """(path, attribute) of 'file.py[:NAME]'. The name follows the last colon and holds no path separator, so a
+    folder or a Windows drive with a colon in it ('runs:v2/wl.py', 'C:\\wl.py:small') stays in the path."""
+    if Path(spec).exists():
+        return spec, ""
+    head, sep, tail = spec.rpartition(":")
+    if not sep or not head or "/" in tail or "\\" in tail:
+        return spec, ""
+    return head, tail
 
 
 def _import_file(path: Path) -> ModuleType:

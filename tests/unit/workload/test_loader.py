@@ -108,6 +108,22 @@ def test_bare_name_suggests_the_zoo() -> None:
         load_workload("resnet18")
 
 
+def test_a_folder_with_a_colon_stays_in_the_path(tmp_path: Path) -> None:
+    folder = tmp_path / "runs:v2"
+    folder.mkdir()
+    path = write(folder, "wl.py", WORKLOAD_VARIABLE)
+    assert load_workload(str(path)).name == "tiny"
+    w = load_workload(f"{path}:workload")
+    assert w.source == f"{path}:workload"
+    assert load_workload(w.source).name == "tiny"
+
+
+def test_a_folder_named_like_a_python_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "wl.py").mkdir()
+    with pytest.raises(WorkloadError, match=r"wl\.py' is a folder, not a file: point at a \.py file"):
+        load_workload(str(tmp_path / "wl.py"))
+
+
 def test_unknown_attribute_lists_the_workloads_found(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
     with pytest.raises(WorkloadError) as info:
