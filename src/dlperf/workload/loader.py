@@ -19,7 +19,8 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
 
     `spec` is a Workload, an `nn.Module` (then `example_inputs` is required and is reused for every
     batch size), `'zoo:NAME'` (options such as `zoo:minilm?seq_len=64` or keyword `options`), a path
-    `'file.py'` holding one workload, or `'file.py:name'`.
+    `'file.py'` holding one workload, or `'file.py:name'` (a function's options as `'file.py:name?width=8'`
+    or keyword `options`).
     """
     if isinstance(spec, Workload):
         return spec
@@ -90,7 +91,7 @@ def _split_options(text: str) -> tuple[str, dict[str, Any]]:
         if not part:
             continue
         if "=" not in part:
-            raise WorkloadError(f"zoo option '{part}' in '{text}' has no value: write key=value")
+            raise WorkloadError(f"option '{part}' in '{text}' has no value: write key=value")
         key, value = part.split("=", 1)
         options[key] = _parse_value(value)
     return name, options
@@ -105,8 +106,22 @@ def _parse_value(value: str) -> Any:
     return value
 
 
+def _query(options: dict[str, Any]) -> str | None:
+    """'?key=value&...' that _split_options parses back to `options` ('' for none); None when a value would not
+    come back the same (a list, a bool, a string that reads as a number or holds '&')."""
+    parts = []
+    for key, value in options.items():
+        text = str(value)
+        back = _parse_value(text)
+        if type(back) is not type(value) or back != value or "&" in text or "&" in key or "=" in key:
+            return None
+        parts.append(f"{key}={text}")
+    return "?" + "&".join(parts) if parts else ""
+
+
 def _load_from_file(spec: str, **options: Any) -> Workload:
-    path_text, attr = _split_file_spec(spec)
+    path_text, attr, query_options = _split_file_spec(spec)
+    options = {**query_options, **options}
     path = Path(path_text)
     if not path.exists():
         hint = " (built-in workloads are named zoo:NAME; `dlperf zoo` lists them)" if "/" not in spec else ""
@@ -132,6 +147,9 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
             f"pick one as {path}:NAME"
         )
     if hasattr(module, "model") and hasattr(module, "inputs"):
+        if options:
+            raise WorkloadError(f"workload file '{path}' defines model() and inputs(), which take no options "
+                                f"({', '.join(options)}): write a function returning a dlperf.Workload for options")
         return _from_functions(module, path)
     raise WorkloadError(
         f"workload file '{path}' defines no workload: define `workload = dlperf.Workload(...)`, or "
@@ -139,15 +157,17 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     )
 
 
-def _split_file_spec(spec: str) -> tuple[str, str]:
-    """(path, attribute) of 'file.py[:NAME]'. The name follows the last colon and holds no path separator, so a
-    folder or a Windows drive with a colon in it ('runs:v2/wl.py', 'C:\\wl.py:small') stays in the path."""
+def _split_file_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
+    """(path, attribute, options) of 'file.py[:NAME][?key=value&...]'. The name follows the last colon and holds
+    no path separator, so a folder or a Windows drive with a colon in it ('runs:v2/wl.py', 'C:\\wl.py:small')
+    stays in the path."""
     if Path(spec).exists():
-        return spec, ""
-    head, sep, tail = spec.rpartition(":")
+        return spec, "", {}
+    rest, options = _split_options(spec)
+    head, sep, tail = rest.rpartition(":")
     if not sep or not head or "/" in tail or "\\" in tail:
-        return spec, ""
-    return head, tail
+        return rest, "", options
+    return head, tail, options
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -184,6 +204,9 @@ def _candidates(module: ModuleType) -> list[str]:
 
 def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
     if isinstance(value, Workload):
+        if options:
+            raise WorkloadError(f"'{path}:{attr}' is a dlperf.Workload value, which takes no options "
+                                f"({', '.join(options)}): write a function returning one for options")
         return value if value.source else _with_source(value, f"{_absolute(path)}:{attr}")
     if callable(value):
         try:
@@ -193,7 +216,12 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                 f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
             ) from exc
         if isinstance(result, Workload):
-            return result if result.source else _with_source(result, f"{_absolute(path)}:{attr}")
+            if result.source:
+                return result
+            # the options go into the source, so that a candidate process rebuilds this workload, not the
+            # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
+            query = _query(options)
+            return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
         raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
     raise WorkloadError(f"'{path}:{attr}' is a {type(value).__name__}, not a dlperf.Workload or a function")
 

@@ -68,6 +68,45 @@ def test_function_annotated_to_return_workload_gets_options(tmp_path: Path) -> N
     assert isinstance(inputs, tuple) and inputs[0].shape == (2, 6)
 
 
+FUNCTION_WITH_OPTIONS = """
+    import torch
+    from torch import nn
+    import dlperf
+
+    def make(width: int = 4, scale: float = 1.0, act: str = "relu") -> dlperf.Workload:
+        return dlperf.Workload(name=f"w{width}-{scale}-{act}", make_model=lambda: nn.Linear(width, 1),
+                               make_inputs=lambda b: torch.zeros(b, width))
+"""
+
+
+def test_a_functions_options_are_kept_in_its_source(tmp_path: Path) -> None:
+    """A candidate process rebuilds the workload from its source: it must get the same options, not the defaults."""
+    path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
+    w = load_workload(f"{path}:make", width=6, scale=0.5, act="gelu")
+    assert w.name == "w6-0.5-gelu"
+    assert w.source == f"{path}:make?width=6&scale=0.5&act=gelu"
+    assert load_workload(w.source).name == "w6-0.5-gelu"
+    assert load_workload(str(path), width=8).source == f"{path}:make?width=8"
+    assert load_workload(f"{path}?width=3").name == "w3-1.0-relu"
+    # a value a spec string cannot carry leaves no source: optimize refuses it rather than rebuild the defaults
+    assert load_workload(str(path), act="7").source == ""
+
+
+def test_options_for_a_workload_that_takes_none_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
+    with pytest.raises(WorkloadError, match=r"is a dlperf.Workload value, which takes no options \(width\)"):
+        load_workload(f"{path}?width=3")
+    funcs = write(tmp_path, "funcs.py", """
+        import torch
+        def model():
+            return torch.nn.Linear(4, 2)
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+    """)
+    with pytest.raises(WorkloadError, match=r"defines model\(\) and inputs\(\), which take no options \(width\)"):
+        load_workload(str(funcs), width=3)
+
+
 def test_model_and_inputs_functions(tmp_path: Path) -> None:
     path = write(tmp_path, "funcs.py", """
         import torch
