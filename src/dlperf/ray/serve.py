@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
-from dlperf.ray.address import why_unreachable
+from dlperf.ray.address import init_error, why_unreachable
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
@@ -437,8 +437,8 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
             ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ServingError(f"cannot start or reach Ray at '{options.address or 'a new local instance'}': "
-                               f"{exc}") from exc
+            option = f"--ray-address {options.address}" if options.address else "--ray (a new local Ray instance)"
+            raise ServingError(init_error(exc, option, "leave out --ray-address for a new local instance")) from exc
         owns = True
         if after_init is not None:
             after_init()

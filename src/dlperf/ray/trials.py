@@ -28,7 +28,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
-from dlperf.ray.address import why_unreachable
+from dlperf.ray.address import init_error, why_unreachable
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
@@ -291,9 +291,11 @@ class RayExecutor:
                 _stop_started(before)
                 if isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
                     where = f"ray:{address}" if address else "ray (a new local Ray instance)"
-                    raise ConfigError(f"--executor {where}: cannot start or reach Ray: {str(exc).strip()}; check the "
-                                      "address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for the "
-                                      "cluster this machine joined) and that `ray start` ran there") from exc
+                    message = init_error(exc, f"--executor {where}", "use --executor ray for a new local instance")
+                    if "no Ray cluster is running" not in message:
+                        message += ("; check the address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto "
+                                    "for the cluster this machine joined) and that `ray start` ran there")
+                    raise ConfigError(message) from exc
                 if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(on_sigterm):
                     signal.signal(signal.SIGTERM, on_sigterm)
                     on_sigterm(signal.SIGTERM, None)  # the CLI's raises its `Terminated`
