@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -93,8 +95,31 @@ def _split_options(text: str) -> tuple[str, dict[str, Any]]:
         if "=" not in part:
             raise WorkloadError(f"option '{part}' in '{text}' has no value: write key=value")
         key, value = part.split("=", 1)
+        if not key:
+            raise WorkloadError(f"option '{part}' in '{text}' has no name: write key=value")
+        if key in options:
+            raise WorkloadError(f"option '{key}' is given twice in '{text}': give it once")
         options[key] = _parse_value(value)
     return name, options
+
+
+def check_option_names(function: Callable[..., Any], options: dict[str, Any], what: str) -> None:
+    """WorkloadError when `function` takes no keyword named like one of `options`: it names the option, the
+    closest one taken, and all of them (a TypeError from the call would name none, and point at dlperf's code)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call itself will say
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    taken = [p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                     inspect.Parameter.KEYWORD_ONLY)]
+    for key in options:
+        if key not in taken:
+            close = difflib.get_close_matches(key, taken, n=1)
+            guess = f"did you mean '{close[0]}'? " if close else ""
+            listed = f"its options are {', '.join(taken)}" if taken else "it takes none"
+            raise WorkloadError(f"{what} has no option '{key}': {guess}{listed}")
 
 
 def _parse_value(value: str) -> Any:
@@ -209,6 +234,7 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                                 f"({', '.join(options)}): write a function returning one for options")
         return value if value.source else _with_source(value, f"{_absolute(path)}:{attr}")
     if callable(value):
+        check_option_names(value, options, f"workload '{path}:{attr}'")
         try:
             result = value(**options)
         except Exception as exc:

@@ -301,9 +301,28 @@ def test_zoo_typo_lists_the_names() -> None:
     assert "no zoo workload 'resnet': choose one of mlp, digits-cnn, resnet18, minilm" in str(info.value)
 
 
-def test_bad_zoo_option_names_it() -> None:
-    with pytest.raises(WorkloadError, match=r"does not take options \['depth'\]"):
-        load_workload("zoo:mlp?depth=3")
+def test_bad_zoo_option_names_it_and_the_options_taken() -> None:
+    with pytest.raises(WorkloadError) as info:
+        load_workload("zoo:mlp?hiden=3")
+    assert str(info.value) == ("zoo:mlp has no option 'hiden': did you mean 'hidden'? "
+                               "its options are in_features, hidden, classes")
+    with pytest.raises(WorkloadError, match=r"^zoo:digits-cnn has no option 'x': it takes none$"):
+        load_workload("zoo:digits-cnn", x=1)
+
+
+def test_a_zoo_option_given_twice_or_without_a_name_is_refused() -> None:
+    with pytest.raises(WorkloadError, match=r"option 'hidden' is given twice in 'mlp\?hidden=8&hidden=9'"):
+        load_workload("zoo:mlp?hidden=8&hidden=9")
+    with pytest.raises(WorkloadError, match=r"option '=3' in 'mlp\?=3' has no name: write key=value"):
+        load_workload("zoo:mlp?=3")
+
+
+def test_a_functions_unknown_option_is_named_before_it_is_called(tmp_path: Path) -> None:
+    path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(f"{path}?widht=3")
+    assert str(info.value) == (f"workload '{path}:make' has no option 'widht': did you mean 'width'? "
+                               "its options are width, scale, act")
 
 
 def test_zoo_option_without_value() -> None:

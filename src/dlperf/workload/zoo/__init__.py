@@ -7,6 +7,7 @@ from typing import Any
 
 from dlperf.errors import WorkloadError
 from dlperf.workload.base import Workload
+from dlperf.workload.loader import check_option_names
 
 # zoo name -> module under dlperf.workload.zoo
 ZOO: dict[str, str] = {
@@ -27,8 +28,6 @@ def get(name: str, **options: Any) -> Workload:
     if module_name is None:
         raise WorkloadError(f"no zoo workload '{name}': choose one of {', '.join(ZOO)} (`dlperf zoo` lists them)")
     module = importlib.import_module(f"dlperf.workload.zoo.{module_name}")
-    try:
-        workload: Workload = module.workload(**options)
-    except TypeError as exc:
-        raise WorkloadError(f"zoo workload '{name}' does not take options {sorted(options)}: {exc}") from exc
+    check_option_names(module.workload, options, f"zoo:{name}")
+    workload: Workload = module.workload(**options)
     return workload
