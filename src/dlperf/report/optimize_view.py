@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -74,6 +74,17 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
         }
         table.add_row(*(cells[name] for name in columns), style=style)
     return table
+
+
+class _FittedTable:
+    """The candidates table with its columns chosen for the width it is drawn at: `dlperf runs show` builds the
+    view without knowing its console, and the wide table on 80 columns cut the passes column to nothing."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield candidates_table(self.data, options.max_width)
 
 
 def why_lines(data: dict[str, Any]) -> list[str]:
@@ -167,8 +178,9 @@ def runner_up_lines(found: dict[str, Any], winner: str) -> list[str]:
 
 
 def render(data: dict[str, Any], width: int | None = None) -> RenderableType:
+    """The table, why each candidate lost, and the summary; without `width`, the table fits where it is drawn."""
     why = why_lines(data)
-    parts: list[RenderableType] = [candidates_table(data, width)]
+    parts: list[RenderableType] = [candidates_table(data, width) if width is not None else _FittedTable(data)]
     if why:
         parts.append(Text("why:"))
         parts.extend(Text(line) for line in why)

@@ -53,3 +53,16 @@ def test_summary_says_how_the_pick_fared_against_the_runner_up() -> None:
             in summary_lines(data))
     del data["runner_up"]
     assert not any("runner-up" in line for line in summary_lines(data))
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_runs_show_fits_the_table_to_its_console(width: int) -> None:
+    from dlperf.report.terminal import record_view
+    from dlperf.store.records import RunRecord
+
+    out = io.StringIO()
+    record = RunRecord("o1", "optimize", "zoo:minilm", "ok", "2026-01-01T10:00:00", result=_data())
+    Console(file=out, width=width, color_system=None).print(record_view(record))
+    text = out.getvalue()
+    assert "openvino(precision" in text and "baseline" in text  # the wide table on 80 columns cut them to ''
+    assert ("p99 ms" in text) == (width >= 130)
