@@ -1,7 +1,7 @@
 """An example workload file: a small classifier with an accuracy metric, the way a user would write one.
 
     dlperf bench examples/custom_workload.py
-    dlperf optimize examples/custom_workload.py --max-drop 1%
+    dlperf optimize examples/custom_workload.py --max-metric-drop 1%
 
 dlperf finds the module-level `workload` (a dlperf.Workload). The model is defined and fitted here; in a
 real project `make_model` would load your checkpoint instead (fast, deterministic, no network).
