@@ -101,7 +101,11 @@ def _cell(value: Any) -> str:
 
 
 def _ms(seconds: Any) -> str:
-    return f"{float(seconds) * 1e3:.4g}" if isinstance(seconds, (int, float)) and math.isfinite(seconds) else "-"
+    """Milliseconds to four digits; whole ones from 10 s up, where '.4g' wrote 1.235e+04."""
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        return "-"
+    ms = float(seconds) * 1e3
+    return f"{ms:.0f}" if abs(ms) >= 1e4 else f"{ms:.4g}"
 
 
 def _num(data: Any, *paths: str) -> float | None:
@@ -744,7 +748,7 @@ def _fmt_metric(metric: Any, value: Any) -> str:
 
 
 def _headline(rec: RunRecord) -> str:
-    from dlperf.report.terminal import check_headline
+    from dlperf.report.terminal import check_headline, fmt_value
 
     r = rec.result if isinstance(rec.result, Mapping) else {}
     if rec.kind == "check" and isinstance(r.get("gate"), dict):  # its verdict, not the throughput it also has
@@ -755,7 +759,8 @@ def _headline(rec: RunRecord) -> str:
     if isinstance(head, Mapping) and isinstance(head.get("value"), (int, float)):
         kpi = str(head.get("kpi"))
         value = float(head["value"])
-        shown = f"{value:.4g} items/s" if kpi == "throughput" else f"{kpi.replace('_s', '')} {value * 1e3:.4g} ms"
+        shown = (fmt_value(value, "items/s") if kpi == "throughput"
+                 else f"{kpi.removesuffix('_s')} {_ms(value)} ms")
         return f"{shown} (batch {head.get('batch_size')})"
     from dlperf.report.terminal import kind_headline
 

@@ -267,3 +267,15 @@ def test_the_optimize_table_names_the_axes_of_its_front() -> None:
     html = render_report([_rec("o", "optimize", {"metric_name": "fidelity", "candidates": unflagged})],
                          children={"o": []})
     assert "<th>on the Pareto front (latency, metric)</th>" in html
+
+
+def test_numbers_are_never_in_scientific_notation(bench_points: list[dict[str, Any]]) -> None:
+    fast = _rec("f1", "bench", {"points": bench_points,
+                                "headline": {"kpi": "throughput", "value": 33087.86, "batch_size": 1}})
+    slow = _rec("l7", "load", {"levels": [{"mode": "concurrency", "level": 64, "throughput_rps": 5.0,
+                                           "p50_s": 12.3456, "p99_s": 59.9}]})
+    html = render_report([fast, slow])
+    assert "33,088 items/s (batch 1)" in html  # was 3.309e+04 items/s
+    assert re.search(r"<td>concurrency 64</td><td class=\"n\">5</td><td class=\"n\">12346</td>"
+                     r"<td class=\"n\">59900</td>", html)
+    assert "e+0" not in html
