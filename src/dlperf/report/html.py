@@ -669,6 +669,9 @@ def run_section(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
                               "load": load_view, "optimize": lambda r: optimize_view(r, children)}
     view = views.get(rec.kind)
     body = ""
+    if not rec.result:  # a run that failed or was stopped before it measured anything: nothing to draw
+        return (f'<section>{_run_header(rec)}{_config_line(rec)}<p class="muted">no result recorded</p>'
+                "</section>")
     if view is not None:
         try:
             body = view(rec)

@@ -279,3 +279,11 @@ def test_numbers_are_never_in_scientific_notation(bench_points: list[dict[str, A
     assert re.search(r"<td>concurrency 64</td><td class=\"n\">5</td><td class=\"n\">12346</td>"
                      r"<td class=\"n\">59900</td>", html)
     assert "e+0" not in html
+
+
+def test_a_run_that_failed_before_measuring_says_it_has_no_result() -> None:
+    html = render_report([_rec("x3", "bench", {}, status="failed", error="WorkloadError: <b>no</b> model & more")])
+    section = html.split('id="run-x3"', 1)[1]
+    assert "error: WorkloadError: &lt;b&gt;no&lt;/b&gt; model &amp; more" in section
+    assert "no result recorded" in section
+    assert "could not be drawn" not in section and "{}" not in section  # was a ValueError and a table of '{}'
