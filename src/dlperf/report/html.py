@@ -475,10 +475,12 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
 
 # --- profile --------------------------------------------------------------------------------------
 
-BREAKDOWN_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
-                   ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other"),
-                   ("framework_overhead_s", "framework overhead"), ("device_sync_s", "waiting for the device"),
-                   ("device_idle_s", "device idle"))
+# Two ways of cutting the same step, each adding up to it, drawn apart: by phase, and (outside the data wait) by
+# what the host was doing. One chart of both summed to more than the step.
+PHASE_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
+               ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other (outside phases)"))
+ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framework overhead"),
+                  ("device_sync_s", "waiting for the device"))
 
 
 def profile_view(rec: RunRecord) -> str:
@@ -490,12 +492,17 @@ def profile_view(rec: RunRecord) -> str:
     svgs = []
     breakdown = analyses.get("breakdown") if isinstance(analyses, Mapping) else None
     if isinstance(breakdown, Mapping):
-        items = [(label, float(breakdown[k]) * 1e3) for k, label in BREAKDOWN_PARTS
-                 if isinstance(breakdown.get(k), (int, float)) and breakdown[k] > 0]
-        if items:
-            step = breakdown.get("step_s")
-            title = "Time per step" + (f" ({float(step) * 1e3:.3g} ms)" if isinstance(step, (int, float)) else "")
-            svgs.append(hbars([i[0] for i in items], [i[1] for i in items], title, " ms"))
+        step = breakdown.get("step_s")
+        step_title = "Time per step" + (f" ({float(step) * 1e3:.3g} ms)" if isinstance(step, (int, float)) else "")
+        for cut, title in ((PHASE_PARTS, step_title), (ACTIVITY_PARTS, "The step outside the data wait, by activity")):
+            items = [(label, float(breakdown[k]) * 1e3) for k, label in cut
+                     if isinstance(breakdown.get(k), (int, float)) and breakdown[k] > 0]
+            if items:
+                svgs.append(hbars([i[0] for i in items], [i[1] for i in items], title, " ms"))
+        idle = breakdown.get("device_idle_s")
+        if isinstance(idle, (int, float)) and isinstance(step, (int, float)) and step > 0:
+            parts.append(f'<p class="muted">device idle {_ms(idle)} ms of the step ({_pct(idle / step, sign=False)})'
+                         "</p>")
     ops_data = analyses.get("operators") if isinstance(analyses, Mapping) else None
     if isinstance(ops_data, Mapping):
         svgs.append(_roofline(ops_data))

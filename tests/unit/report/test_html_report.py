@@ -287,3 +287,15 @@ def test_a_run_that_failed_before_measuring_says_it_has_no_result() -> None:
     assert "error: WorkloadError: &lt;b&gt;no&lt;/b&gt; model &amp; more" in section
     assert "no result recorded" in section
     assert "could not be drawn" not in section and "{}" not in section  # was a ValueError and a table of '{}'
+
+
+def test_profile_breakdown_draws_each_cut_of_the_step_apart() -> None:
+    breakdown = {"step_s": 0.00025, "forward_s": 0.000225, "other_s": 0.000025, "operator_s": 0.00012,
+                 "framework_overhead_s": 0.00013, "device_sync_s": None, "device_idle_s": 0.0001}
+    html = render_report([_rec("p2", "profile", {"verdict": "overhead", "analyses": {"breakdown": breakdown}})])
+    bars = {svg.split("<title>", 1)[1].split("</title>", 1)[0]: re.findall(r'text-anchor="end">([^<]*)</text>', svg)
+            for svg in _plots(html)}
+    # by phase, adding up to the step; framework overhead is a part of forward, not a phase beside it
+    assert bars["Time per step (0.25 ms)"] == ["forward", "other (outside phases)"]
+    assert bars["The step outside the data wait, by activity"] == ["operators", "framework overhead"]
+    assert "device idle 0.1 ms of the step (40.0%)" in html
