@@ -260,3 +260,15 @@ def test_ab_and_compare_tables_print_items_per_s_as_bench_does() -> None:
     shown = _text(ab_table(ABRun("zoo:mlp", ABSettings(), ABSettings(), 1, 1, result, False, 5)))
     assert f"{fast.throughput:,.0f}" in shown and "e+0" not in shown
     assert f" {slow.throughput:.4g} " in shown
+
+
+def test_profile_breakdown_puts_the_of_which_rows_under_the_step() -> None:
+    from dlperf.report.profile_view import _breakdown
+
+    text = _text(_breakdown({"step_s": 0.0601, "forward_s": 0.060, "other_s": 0.000082, "operator_s": 0.0591,
+                             "framework_overhead_s": 0.00099, "device_sync_s": None, "device_idle_s": None}))
+    lines = [line.strip() for line in text.splitlines()]
+    at = {name: next(i for i, line in enumerate(lines) if line.startswith(name))
+          for name in ("forward", "other (outside", "step ", "of which operators", "of which framework")}
+    # 59.1 ms of operators is a part of the 60.1 ms step, not of the 82 µs 'other' row it followed
+    assert at["forward"] < at["other (outside"] < at["step "] < at["of which operators"] < at["of which framework"]
