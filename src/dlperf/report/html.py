@@ -445,8 +445,10 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # the plot's 2-D frontier (latency vs metric) passes it by, so the column says which front it is.
     front_label = ("on the Pareto front (latency, metric, size, memory)" if flagged
                    else "on the Pareto front (latency, metric)")
-    parts = [_config_line(rec), _table(("candidate", "latency ms", metric_name, front_label, "status", "error"),
-                                       table_rows)]
+    # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
+    paired = any(r["paired"] for r in rows)
+    parts = [_config_line(rec), _table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
+                                        front_label, "status", "error"), table_rows)]
     with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
@@ -458,7 +460,7 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         if selected:
             series.append(Series("selected", [r["latency_s"] * 1e3 for r in selected],
                                  [r["metric"] for r in selected], "points", color="#2ca02c"))
-        axis = "paired p50 latency (ms)" if any(r["paired"] for r in rows) else "latency (ms)"
+        axis = "paired p50 latency (ms)" if paired else "latency (ms)"
         parts.append(_plots(chart(series, Axis(axis), Axis(metric_name), "Pareto frontier: latency vs "
                                   + metric_name)))
     else:

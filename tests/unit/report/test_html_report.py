@@ -96,8 +96,11 @@ def test_optimize_view_plots_the_paired_latency_the_frontier_uses() -> None:
              "pareto": False}]
     result = {"metric_name": "accuracy", "higher_is_better": True, "candidates": rows, "winner": "k0"}
     html = render_report([_rec("opt4", "optimize", result)], children={"opt4": []})
-    assert "paired p50 latency (ms)" in html
+    assert "paired p50 latency (ms)" in html and "<th>paired p50 ms</th>" in html  # the column said 'latency ms'
     assert re.search(r"<td>compile</td><td class=\"n\">36", html), "the table shows the paired latency"
+    unpaired = [{k: v for k, v in r.items() if k != "paired_p50_s"} for r in rows]
+    html = render_report([_rec("opt5", "optimize", {**result, "candidates": unpaired})], children={"opt5": []})
+    assert "<th>latency ms</th>" in html and "paired p50" not in html
 
 
 def test_optimize_view_reads_the_optimize_result_rows() -> None:
