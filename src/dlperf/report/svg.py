@@ -212,7 +212,9 @@ def _draw(s: Series, color: str, sx: _Scale, sy: _Scale, x: Axis, y: Axis, botto
             if _ok(lo, y.log) and _ok(hi, y.log):
                 parts.append(f'<line x1="{sx(a):.1f}" y1="{sy(lo):.1f}" x2="{sx(a):.1f}" y2="{sy(hi):.1f}" '
                              f'stroke="{color}" stroke-width="1.2"/>')
-    if s.mode in ("points", "line+points") or (s.mode == "line" and len(pts) == 1):
+    # A line or an ECDF of one point has no segment to draw: the point itself (a bench of one sample left its
+    # CDF empty).
+    if s.mode in ("points", "line+points") or (s.mode in ("line", "step") and len(pts) == 1):
         for j, (a, b) in enumerate(zip(s.xs, s.ys, strict=False)):
             a, b = float(a), float(b)
             if not (_ok(a, x.log) and _ok(b, y.log)):

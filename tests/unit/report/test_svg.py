@@ -49,3 +49,9 @@ def test_non_positive_values_are_skipped_on_log_axes() -> None:
 def test_hbars_label_each_value() -> None:
     svg = hbars(["forward", "overhead"], [8.0, 2.0], "Time", " ms")
     assert "forward" in svg and "8 ms" in svg and "2 ms" in svg
+
+
+@pytest.mark.parametrize("mode", ["line", "step"])
+def test_a_series_of_one_point_is_drawn_as_that_point(mode: str) -> None:
+    svg = chart([Series("one sample", *ecdf([0.123]), mode=mode)], Axis("x"), Axis("y"))
+    assert svg.count("<circle") == 1 and "<polyline" not in svg  # the step ECDF drew nothing at all
