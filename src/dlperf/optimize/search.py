@@ -32,6 +32,7 @@ from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank, settle
 from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions, with_metric_budget
 from dlperf.passes.base import PassConfig, PassContext
+from dlperf.workload.base import Workload
 
 EventFn = Callable[[str, dict[str, Any]], None]
 """on_event(kind, data): 'start', 'candidate_start', 'phase', 'candidate_done', 'skip', 'confirm', 'versus',
@@ -448,6 +449,18 @@ def _cost_rank(cand: Candidate) -> int:
     return sum(c.relative_cost() for c in cand.configs)
 
 
+def _check_baseline_metric(metric: Any, wl: Workload, source: str) -> None:
+    """OptimizeError when the original model scores no finite metric: every candidate would be measured, then
+    refused for a drop against NaN ('its metric is NaN or missing'), and the search end with no winner."""
+    if metric is not None and math.isfinite(float(metric)):
+        return
+    if wl.eval is not None:
+        raise OptimizeError(f"the baseline of '{source}' scores its metric '{wl.eval.metric_name}' as {metric}: the "
+                            "workload's evaluate(predict) must return a finite number for the original model")
+    raise OptimizeError(f"the baseline of '{source}' has NaN or infinite outputs on its inputs: the original model "
+                        "must compute finite outputs from them (check the inputs factory and the weights)")
+
+
 def _isnan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
@@ -584,6 +597,7 @@ def optimize(
         baseline = search.evaluate(Candidate())
         if baseline["status"] != "ok":
             raise OptimizeError(f"the baseline of '{source}' could not be measured: {baseline.get('error')}")
+        _check_baseline_metric(baseline.get("metric"), wl, source)
         search.baseline = baseline
         for row in search.rows.values():
             row["gain"] = 1.0

@@ -120,6 +120,28 @@ class Workload:
                 f"{_user_frame(exc)}"
             ) from exc
 
+    def score(self, predict: Predict) -> float:
+        """`eval.evaluate(predict)` as a float; an evaluate that raises, or returns what is not a number, becomes a
+        WorkloadError showing the user's own frame. NaN is returned as such: a candidate may well score NaN."""
+        if self.eval is None:
+            raise WorkloadError(f"workload '{self.name}' has no eval metric: give it eval=dlperf.EvalSpec(...)")
+        try:
+            value = self.eval.evaluate(predict)
+        except Exception as exc:
+            raise WorkloadError(
+                f"workload '{self.name}': its evaluate function raised {type(exc).__name__}: {exc}\n"
+                f"{_user_frame(exc)}"
+            ) from exc
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError("a string is not a metric")
+            return float(value)
+        except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor of more than one element
+            raise WorkloadError(
+                f"workload '{self.name}': its evaluate function returned {_describe_value(value)}, not a number: "
+                f"return the metric '{self.eval.metric_name}' as a float"
+            ) from exc
+
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
@@ -134,6 +156,15 @@ def describe_inputs(inputs: Inputs, names: Sequence[str] = ()) -> str:
         dtype = str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
         parts.append(f"{label}: {dtype}{list(shape)}" if shape is not None else f"{label}: {dtype}")
     return ", ".join(parts) if parts else "no inputs"
+
+
+def _describe_value(value: Any) -> str:
+    """'str 'good'', 'Tensor float32[2]', 'NoneType': what a user function returned, for an error message."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} {str(getattr(value, 'dtype', '')).replace('torch.', '')}{list(shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}" if value is not None else "None"
 
 
 def _user_frame(exc: BaseException) -> str:

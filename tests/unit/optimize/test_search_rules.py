@@ -92,6 +92,23 @@ def test_the_baseline_that_misses_the_latency_budget_is_not_within_the_constrain
     assert met.baseline["feasible"] and met.baseline["violations"] == []
 
 
+def test_a_baseline_without_a_finite_metric_stops_the_search(tmp_path: Path) -> None:
+    """Every candidate was measured, then refused for 'its metric is NaN or missing', and the search ended with
+    no winner and exit 0; the workload's evaluate (or its model) is what is wrong."""
+    nan = float("nan")
+    with pytest.raises(OptimizeError, match=r"^the baseline of 'zoo:mlp' has NaN or infinite outputs on its inputs"):
+        _search(tmp_path, {**MLP, "": (1.0e-3, nan, 1000, None)})
+    path = tmp_path / "scored.py"
+    path.write_text("import torch, dlperf\n"
+                    "workload = dlperf.Workload(name='scored', make_model=lambda: torch.nn.Linear(4, 2),\n"
+                    "    make_inputs=lambda b: (torch.ones(b, 4),),\n"
+                    "    eval=dlperf.EvalSpec(evaluate=lambda predict: float('nan'), metric_name='accuracy'))\n")
+    with pytest.raises(OptimizeError, match=r"scores its metric 'accuracy' as nan: the workload's "
+                                            r"evaluate\(predict\) must return a finite number for the original model$"):
+        optimize(str(path), OptimizeConfig(passes=("hygiene",), max_depth=1, workdir=str(tmp_path / "w")),
+                 executor=FakeTrials({"": (1.0e-3, nan, 1000, None), "hygiene": MLP["hygiene"]}))
+
+
 def test_the_frontier_uses_the_paired_latency_the_ranking_uses(tmp_path: Path) -> None:
     """dynamic_int8 was on the frontier by its isolated p50 (2x) while its paired gain said 0.8x, and the winner,
     hygiene (paired 1.25x), was off it."""

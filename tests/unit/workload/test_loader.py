@@ -261,6 +261,48 @@ def test_factory_returning_a_non_module_is_rejected() -> None:
         w.build_model()
 
 
+def _scored(evaluate: Any) -> Workload:
+    from dlperf.workload import EvalSpec
+
+    return Workload(name="scored", make_model=lambda: nn.Linear(2, 2), make_inputs=lambda b: (torch.ones(b, 2),),
+                    eval=EvalSpec(evaluate=evaluate, metric_name="accuracy"))
+
+
+def test_score_turns_the_metric_into_a_float() -> None:
+    assert _scored(lambda predict: torch.tensor(0.75)).score(nn.Identity()) == 0.75
+    assert _scored(lambda predict: 1).score(nn.Identity()) == 1.0
+    assert torch.isnan(torch.tensor(_scored(lambda predict: float("nan")).score(nn.Identity())))  # a candidate's
+
+
+@pytest.mark.parametrize(("returned", "shown"), [("0.9", "str '0.9'"), (None, "None"),
+                                                 (torch.ones(3), "Tensor float32[3]"), ([1, 2], "list [1, 2]")])
+def test_score_refuses_what_is_not_a_number(returned: Any, shown: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        _scored(lambda predict: returned).score(nn.Identity())
+    assert str(info.value) == (f"workload 'scored': its evaluate function returned {shown}, not a number: "
+                               "return the metric 'accuracy' as a float")
+
+
+def test_an_evaluate_that_raises_shows_the_users_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "ev.py", """
+        import torch
+
+        def model():
+            return torch.nn.Linear(4, 2)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+
+        def evaluate(predict):
+            raise KeyError("labels")
+    """)
+    w = load_workload(str(path))
+    with pytest.raises(WorkloadError) as info:
+        w.score(w.build_model())
+    assert str(info.value).splitlines()[:2] == ["workload 'ev': its evaluate function raised KeyError: 'labels'",
+                                                f'  File "{path}", line 11, in evaluate']
+
+
 def test_check_names_each_input_and_its_shape() -> None:
     w = load_workload("zoo:mlp")
     model = w.build_model()
