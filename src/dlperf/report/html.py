@@ -426,8 +426,8 @@ def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[s
 def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     rows = _candidates(rec, children)
     measured = [r for r in rows if r["latency_s"] is not None]
-    if not measured:
-        raise ValueError("no candidates with a latency")
+    if not rows:  # stopped before its first candidate finished
+        return _config_line(rec) + '<p class="muted">no candidate finished</p>'
     higher = rec.result.get("higher_is_better", rec.config.get("higher_is_better", True))
     metric_name = str(rec.result.get("metric_name") or rec.config.get("metric_name") or "metric")
     frontier = _frontier(measured, bool(higher))
@@ -463,9 +463,11 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         axis = "paired p50 latency (ms)" if paired else "latency (ms)"
         parts.append(_plots(chart(series, Axis(axis), Axis(metric_name), "Pareto frontier: latency vs "
                                   + metric_name)))
-    else:
+    elif measured:
         parts.append(_plots(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
                                   "Candidate latency", " ms")))
+    else:  # every candidate failed: the table says why, and there is nothing to plot
+        parts.append('<p class="muted">no candidate was measured: nothing to plot</p>')
     if isinstance(rec.result.get("candidates"), list) and "winner" in rec.result:
         from dlperf.report.optimize_view import selection_lines
 

@@ -302,3 +302,16 @@ def test_profile_breakdown_draws_each_cut_of_the_step_apart() -> None:
     assert bars["Time per step (0.25 ms)"] == ["forward", "other (outside phases)"]
     assert bars["The step outside the data wait, by activity"] == ["operators", "framework overhead"]
     assert "device idle 0.1 ms of the step (40.0%)" in html
+
+
+def test_an_optimize_run_whose_candidates_all_failed_shows_them() -> None:
+    rows = [{"key": "k0", "label": "baseline", "status": "failed", "phase": "measure", "error": "boom <x>"},
+            {"key": "k1", "label": "compile", "status": "failed", "phase": "apply", "error": "inductor & more"}]
+    html = render_report([_rec("o6", "optimize", {"metric_name": "accuracy", "candidates": rows, "winner": None})],
+                         children={"o6": []})
+    assert "could not be drawn" not in html  # was 'no candidates with a latency' and a JSON dump
+    assert re.search(r"<td>baseline</td><td class=\"n\">-</td>.*?<td>failed</td><td>boom &lt;x&gt;</td>", html)
+    assert "<td>inductor &amp; more</td>" in html and "nothing to plot" in html and not _plots(html)
+    assert "no winner: no candidate was confirmed better than the baseline" in html
+    stopped = render_report([_rec("o7", "optimize", {"candidates": []}, status="interrupted")], children={"o7": []})
+    assert "no candidate finished" in stopped and "could not be drawn" not in stopped
