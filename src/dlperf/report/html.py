@@ -588,7 +588,7 @@ def load_view(rec: RunRecord) -> str:
             continue
         thr = _num(item, *THROUGHPUT_KEYS)
         p50, p99 = _num(item, *P50_KEYS), _num(item, *P99_KEYS)
-        if thr is None or (p50 is None and p99 is None):
+        if thr is None:
             continue
         offered = _num(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
         label = f"{item.get('mode', '')} {_fmt(offered)}".strip()
@@ -607,7 +607,7 @@ def load_view(rec: RunRecord) -> str:
         if isinstance(lat, list) and lat and len(cdfs) < 8:
             cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
-        raise ValueError("no load levels with throughput and latency")
+        raise ValueError("no load levels with a throughput")
     extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
     table = _table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
@@ -628,7 +628,9 @@ def load_view(rec: RunRecord) -> str:
         if pts:
             series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points",
                                  labels=[p[2] for p in pts]))
-    svgs = [chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"), "Latency vs throughput", y_zero=True)]
+    # A level whose every request failed has no latency: it stays in the table (with its errors), off the plot.
+    svgs = [chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"), "Latency vs throughput",
+                  y_zero=True) if series else ""]
     if cdfs:
         svgs.append(chart(cdfs, Axis("request latency (ms)", log=_wide(cdfs)), Axis("fraction of requests"),
                           "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")]))

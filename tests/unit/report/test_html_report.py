@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -315,3 +316,16 @@ def test_an_optimize_run_whose_candidates_all_failed_shows_them() -> None:
     assert "no winner: no candidate was confirmed better than the baseline" in html
     stopped = render_report([_rec("o7", "optimize", {"candidates": []}, status="interrupted")], children={"o7": []})
     assert "no candidate finished" in stopped and "could not be drawn" not in stopped
+
+
+def test_a_load_level_whose_requests_all_failed_stays_in_the_table() -> None:
+    levels = [{"mode": "concurrency", "level": 1, "throughput_rps": 90.0, "p50_s": 0.01, "p99_s": 0.02, "errors": 0},
+              {"mode": "concurrency", "level": 64, "throughput_rps": 0.0, "p50_s": math.nan, "p99_s": math.nan,
+               "errors": 30}]
+    html = render_report([_rec("l8", "load", {"levels": levels})])
+    assert re.search(r"<td>concurrency 64</td><td class=\"n\">0</td><td class=\"n\">-</td><td class=\"n\">-</td>"
+                     r"<td class=\"n\">30</td>", html)
+    assert next(s for s in _plots(html) if "Latency vs throughput" in s).count("<circle") == 2  # the level with one
+    dead = render_report([_rec("l9", "load", {"levels": levels[1:]})])
+    assert "could not be drawn" not in dead and "<td>concurrency 64</td>" in dead and not _plots(dead)
+    assert "NaN" not in dead.split("raw result fields")[0]
