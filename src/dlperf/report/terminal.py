@@ -159,8 +159,12 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
                      "on the machine, frequency scaling or too few samples")
     lines += [f"batch {p['batch_size']}: {p['summary']['noise_warning']}" for p in points
               if p["summary"].get("noise_warning") and p not in noisy]
-    lines += [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points
-              if p["summary"].get("stop_note")]
+    return lines + bench_notes(points)
+
+
+def bench_notes(points: Sequence[dict[str, Any]]) -> list[str]:
+    """The warnings other than noise: a batch size a cap cut short of its minimums, other load on the machine."""
+    lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:
         worst = max(contended, key=lambda p: float(p.get("other_load_percent") or 0.0))
@@ -337,6 +341,8 @@ def record_view(record: RunRecord) -> RenderableType:
         parts.append(bench_table(record.result))
         if "model_bytes" in record.result:
             parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
+        # as bench printed them: what makes the numbers less trustworthy (noise, a cap, other load)
+        parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(record.result["points"])]
         if view is not None:  # a check run's gate verdict below its measurements
             parts.append(view)
     elif view is not None:

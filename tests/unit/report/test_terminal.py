@@ -272,3 +272,12 @@ def test_profile_breakdown_puts_the_of_which_rows_under_the_step() -> None:
           for name in ("forward", "other (outside", "step ", "of which operators", "of which framework")}
     # 59.1 ms of operators is a part of the 60.1 ms step, not of the 82 µs 'other' row it followed
     assert at["forward"] < at["other (outside"] < at["step "] < at["of which operators"] < at["of which framework"]
+
+
+def test_runs_show_prints_bench_s_warnings() -> None:
+    point = {**RESULT["points"][0], "contention_warning": "other processes kept 1.1 cores busy while measuring",
+             "other_load_percent": 110.0}
+    point["summary"] = {**point["summary"], "stop_note": "stopped at the 1,000-iteration cap after 0.2 s"}
+    shown = _text(record_view(RunRecord("b1", "bench", "zoo:mlp", "ok", "2026-01-01", result={"points": [point]})))
+    assert "warning: batch 8: stopped at the 1,000-iteration cap after 0.2 s" in shown  # bench printed them; runs
+    assert "warning: batch 8: other processes kept 1.1 cores busy" in shown  # show dropped them
