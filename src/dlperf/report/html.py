@@ -236,9 +236,13 @@ def bench_view(rec: RunRecord) -> str:
                      f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
                      _fmt(p.get("process_cpu_percent")),
                      Raw(f'<span class="warn">{esc(s["noise_warning"])}</span>') if s.get("noise_warning") else ""])
+    from dlperf.report.terminal import bench_notes
+
     parts = [_config_line(rec), "<h3>Latency per call and throughput</h3>",
              _table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
                      "noise"), rows)]
+    # what else bench warned of (the noise is in its column): a batch size cut short by a cap, other load
+    parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in bench_notes(points)]
     sampled = [(p.get("batch_size"), m) for p in points if (m := _measurement(p)) is not None]
     svgs = []
     for batch, (samples, _) in sampled[:3]:

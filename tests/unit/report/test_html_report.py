@@ -329,3 +329,13 @@ def test_a_load_level_whose_requests_all_failed_stays_in_the_table() -> None:
     dead = render_report([_rec("l9", "load", {"levels": levels[1:]})])
     assert "could not be drawn" not in dead and "<td>concurrency 64</td>" in dead and not _plots(dead)
     assert "NaN" not in dead.split("raw result fields")[0]
+
+
+def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points: list[dict[str, Any]]) -> None:
+    point = {**bench_points[0], "contention_warning": "other processes kept 1.1 cores busy & more",
+             "other_load_percent": 110.0}
+    point["summary"] = {**point["summary"], "stop_note": "stopped at the 1,000-iteration cap after 0.2 s"}
+    html = render_report([_rec("b9", "bench", {"points": [point, bench_points[1]]})])
+    body = html.split("raw result fields")[0]
+    assert '<p class="warn">warning: batch 1: stopped at the 1,000-iteration cap after 0.2 s</p>' in body
+    assert '<p class="warn">warning: batch 1: other processes kept 1.1 cores busy &amp; more</p>' in body
