@@ -57,20 +57,26 @@ class TrainError(DlperfError):
     """The training loop could not be measured or tuned."""
 
 
-class MissingDependency(DlperfError):
-    """An optional dependency is not installed; the message names the extra that brings it."""
+# torch-tensorrt is no dlperf extra: its wheel has to match the installed torch build (dlperf[gpu] is NVML only)
+TORCH_TENSORRT_INSTALL = "torch-tensorrt (the build that matches your torch; no dlperf extra brings it)"
 
-    def __init__(self, module: str, extra: str) -> None:
-        super().__init__(f"{module} is not installed: install it with `pip install dlperf[{extra}]`")
+
+class MissingDependency(DlperfError):
+    """An optional dependency is not installed; the message names the extra that brings it, or, for a
+    library no extra brings, what to install (`install`)."""
+
+    def __init__(self, module: str, extra: str, install: str | None = None) -> None:
+        how = install if install is not None else f"it with `pip install dlperf[{extra}]`"
+        super().__init__(f"{module} is not installed: install {how}")
         self.module = module
         self.extra = extra
 
 
-def require(module: str, extra: str) -> object:
+def require(module: str, extra: str, install: str | None = None) -> object:
     """Import an optional dependency, or raise MissingDependency with the install hint."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency(module, extra) from exc
+        raise MissingDependency(module, extra, install) from exc

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import OptimizeError, WorkloadError
+from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, WorkloadError
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -33,7 +33,9 @@ LOADERS: dict[str, str] = {
     "openvino": "dlperf.passes.openvino:load_artifact",
     "tensorrt": "dlperf.passes.tensorrt:load_artifact",
 }
-ENGINE_EXTRAS = {"onnxruntime": "onnx", "openvino": "openvino", "tensorrt": "gpu"}
+# what to install for an engine's artifact
+ENGINE_INSTALL = {"onnxruntime": "it with `pip install dlperf[onnx]`",
+                  "openvino": "it with `pip install dlperf[openvino]`", "tensorrt": TORCH_TENSORRT_INSTALL}
 
 
 def io_spec(values: Any, names: Any = ()) -> list[dict[str, Any]]:
@@ -194,9 +196,8 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        extra = ENGINE_EXTRAS.get(engine, "all")
-        raise OptimizeError(f"artifact '{folder}' needs {engine}: install it with `pip install dlperf[{extra}]` "
-                            f"({exc})") from exc
+        how = ENGINE_INSTALL.get(engine, "it with `pip install dlperf[all]`")
+        raise OptimizeError(f"artifact '{folder}' needs {engine}: install {how} ({exc})") from exc
     loader = getattr(module, func_name, None)
     if loader is None:
         raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import ConfigError, OptimizeError
+from dlperf.errors import TORCH_TENSORRT_INSTALL, ConfigError, OptimizeError
 from dlperf.passes.base import PassConfig, PassContext, registered
 
 if TYPE_CHECKING:
@@ -227,11 +227,11 @@ def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:
     return SearchSpace(options, list(space.skipped))
 
 
-# pass module -> (the library it needs, the dlperf extra that installs it)
+# pass module -> (the library it needs, what installs it)
 LIBRARIES: dict[str, tuple[str, str]] = {
-    "onnxruntime": ("onnxruntime", "onnx"),
-    "openvino": ("openvino", "openvino"),
-    "tensorrt": ("tensorrt", "gpu"),
+    "onnxruntime": ("onnxruntime", "dlperf[onnx]"),
+    "openvino": ("openvino", "dlperf[openvino]"),
+    "tensorrt": ("torch_tensorrt", TORCH_TENSORRT_INSTALL),
 }
 
 
@@ -241,7 +241,7 @@ def missing_library(module_short_name: str) -> str | None:
     if lib is None:
         return None
     if importlib.util.find_spec(lib[0]) is None:
-        return f"{lib[0]} is not installed: install dlperf[{lib[1]}]"
+        return f"{lib[0]} is not installed: install {lib[1]}"
     return None
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.errors import TORCH_TENSORRT_INSTALL, ConfigError, MissingDependency, OptimizeError, require
 from dlperf.measure.bench import half_dtype
 from dlperf.passes import _engine
 from dlperf.passes._torch_call import cast_floats
@@ -54,9 +54,9 @@ def _why_not_here(ctx: PassContext) -> str | None:
     if not torch.cuda.is_available():
         return "TensorRT needs CUDA, and torch sees no CUDA device here"
     try:
-        require("torch_tensorrt", "tensorrt")
+        require("torch_tensorrt", "tensorrt", TORCH_TENSORRT_INSTALL)
     except MissingDependency:
-        return "install torch-tensorrt (matching your torch build) for the TensorRT pass"
+        return f"torch_tensorrt is not installed: install {TORCH_TENSORRT_INSTALL}"
     return None
 
 
@@ -74,7 +74,7 @@ class TensorRtPass:
     def apply(self, config: TensorRtConfig, state: ModelState, ctx: PassContext) -> ModelState:
         import torch
 
-        trt: Any = require("torch_tensorrt", "tensorrt")
+        trt: Any = require("torch_tensorrt", "tensorrt", TORCH_TENSORRT_INSTALL)
         t0 = time.perf_counter()
         model = state.model
         assert model is not None
@@ -136,7 +136,8 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     """A callable over a saved Torch-TensorRT program (needs CUDA and torch-tensorrt)."""
     import torch
 
-    require("torch_tensorrt", "tensorrt")  # registers the TensorRT runtime ops the program calls
+    # importing it registers the TensorRT runtime ops the program calls
+    require("torch_tensorrt", "tensorrt", TORCH_TENSORRT_INSTALL)
     if not torch.cuda.is_available():
         raise OptimizeError("this artifact is a TensorRT engine: loading it needs a CUDA device")
     device = str(manifest.get("device", "cuda"))

@@ -115,6 +115,21 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
         load_artifact(tmp_path)
 
 
+def test_a_tensorrt_artifact_without_torch_tensorrt_names_what_to_install(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dlperf.errors import MissingDependency
+
+    monkeypatch.setitem(sys.modules, "torch_tensorrt", None)  # importing it raises ImportError
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "tensorrt", "files": ["model.ep"]}))
+    with pytest.raises(MissingDependency) as info:
+        load_artifact(tmp_path)
+    # no dlperf extra installs torch-tensorrt: it was "pip install dlperf[tensorrt]", an extra that does not exist
+    assert str(info.value) == ("torch_tensorrt is not installed: install torch-tensorrt (the build that matches "
+                               "your torch; no dlperf extra brings it)")
+
+
 def test_io_spec_marks_batch_dynamic() -> None:
     spec = io_spec((torch.zeros(4, 3, dtype=torch.int64),), ("ids",))
     assert spec == [{"name": "ids", "dtype": "int64", "shape": [-1, 3]}]

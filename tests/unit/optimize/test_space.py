@@ -115,16 +115,19 @@ def test_build_space_restricts_to_named_passes_and_rejects_unknown() -> None:
         build_space(workload, PassContext(), only=("warp",))
 
 
-def test_a_missing_engine_library_gets_an_install_hint() -> None:
+def test_a_missing_engine_library_gets_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     from dlperf.optimize.space import missing_library
 
     assert missing_library("hygiene") is None  # not an engine
-    if importlib.util.find_spec("tensorrt") is None:
-        assert missing_library("tensorrt") == "tensorrt is not installed: install dlperf[gpu]"
     if importlib.util.find_spec("onnxruntime") is not None:
         assert missing_library("onnxruntime") is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None)
+    assert missing_library("openvino") == "openvino is not installed: install dlperf[openvino]"
+    # the pass runs on torch_tensorrt, which no dlperf extra installs (dlperf[gpu] is only NVML)
+    assert missing_library("tensorrt") == ("torch_tensorrt is not installed: install torch-tensorrt (the build "
+                                           "that matches your torch; no dlperf extra brings it)")
 
 
 def test_the_search_budget_reaches_only_the_fallback_searching_configs() -> None:
