@@ -20,6 +20,9 @@ Inputs = tuple[Any, ...]
 Predict = Callable[..., Any]
 """Anything called like the model: predict(*inputs) -> outputs (an nn.Module, an ORT session wrapper...)."""
 
+KINDS = ("cnn", "transformer", "mlp", "generic")
+"""What `Workload.kind` may be: passes judge applicability by it (channels_last for cnn, ORT's transformer fusions)."""
+
 
 @dataclass(frozen=True)
 class EvalSpec:
@@ -31,6 +34,14 @@ class EvalSpec:
     # Eval data as batches of inputs, for passes that calibrate (static int8) or fine-tune.
     calibration_inputs: Callable[[], Iterable[Inputs]] | None = None
 
+    def __post_init__(self) -> None:
+        _check_callable("EvalSpec", "evaluate", self.evaluate, "a function evaluate(predict) -> float")
+        if not isinstance(self.metric_name, str) or not self.metric_name:
+            raise WorkloadError(f"EvalSpec: metric_name must be a non-empty string, got {self.metric_name!r}")
+        if self.calibration_inputs is not None:
+            _check_callable("EvalSpec", "calibration_inputs", self.calibration_inputs,
+                            "a function returning an iterable of input tuples, or None")
+
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -41,6 +52,14 @@ class TrainSpec:
     loss_fn: Callable[[Any, Any], torch.Tensor]
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        _check_callable("TrainSpec", "make_loader", self.make_loader,
+                        "a function make_loader(batch_size, **dataloader_kwargs) returning (inputs, target) batches")
+        _check_callable("TrainSpec", "loss_fn", self.loss_fn, "a function loss_fn(output, target) -> tensor")
+        _check_callable("TrainSpec", "make_optimizer", self.make_optimizer,
+                        "a function make_optimizer(params) -> torch.optim.Optimizer")
+        _check_positive("TrainSpec", "batch_size", self.batch_size)
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,25 @@ class Workload:
     default_batch_size: int = 1
     input_names: Sequence[str] = field(default_factory=tuple)
     output_names: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        what = f"Workload {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise WorkloadError(f"Workload: name must be a non-empty string, got {self.name!r}")
+        _check_callable(what, "make_model", self.make_model, "a function returning a fresh nn.Module", factory=True)
+        _check_callable(what, "make_inputs", self.make_inputs,
+                        "a function make_inputs(batch_size) returning the positional inputs of one call", factory=True)
+        if self.eval is not None and not isinstance(self.eval, EvalSpec):
+            raise WorkloadError(f"{what}: eval must be a dlperf.EvalSpec or None, got {type(self.eval).__name__}")
+        if self.train is not None and not isinstance(self.train, TrainSpec):
+            raise WorkloadError(f"{what}: train must be a dlperf.TrainSpec or None, got {type(self.train).__name__}")
+        if self.kind not in KINDS:
+            raise WorkloadError(f"{what}: kind {self.kind!r} is unknown: choose one of {', '.join(KINDS)}")
+        _check_positive(what, "default_batch_size", self.default_batch_size)
+        for key in ("input_names", "output_names"):
+            names = getattr(self, key)
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                raise WorkloadError(f"{what}: {key} must be a tuple of strings, e.g. ('x',), got {names!r}")
 
     def build_model(self) -> nn.Module:
         """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
@@ -145,6 +183,24 @@ class Workload:
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
+
+
+def _check_callable(what: str, key: str, value: Any, expected: str, factory: bool = False) -> None:
+    """WorkloadError unless `value` can be called; a `factory` is not an nn.Module either (callable, but the model
+    itself: make_model=model instead of make_model=lambda: model)."""
+    if factory and not isinstance(value, type):
+        from torch import nn
+
+        if isinstance(value, nn.Module):
+            raise WorkloadError(f"{what}: {key} must be {expected}, got the module {type(value).__name__} itself: "
+                                "give a function that builds and returns it")
+    if not callable(value):
+        raise WorkloadError(f"{what}: {key} must be {expected}, got {_describe_value(value)}")
+
+
+def _check_positive(what: str, key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise WorkloadError(f"{what}: {key} must be a positive integer, got {value!r}")
 
 
 def describe_inputs(inputs: Inputs, names: Sequence[str] = ()) -> str:

@@ -266,8 +266,13 @@ def _with_source(workload: Workload, source: str) -> Workload:
 
 
 def _from_functions(module: ModuleType, path: Path) -> Workload:
-    from dlperf.workload.base import EvalSpec
+    from dlperf.workload.base import EvalSpec, _check_callable
 
+    # named as the file names them (`model`, not make_model): a module or tensor there is the usual slip
+    _check_callable(f"workload file '{path}'", "`model`", module.model, "a function model() returning the model",
+                    factory=True)
+    _check_callable(f"workload file '{path}'", "`inputs`", module.inputs,
+                    "a function inputs(batch_size) returning the positional inputs of one call", factory=True)
     evaluate = getattr(module, "evaluate", None)
     eval_spec = (
         EvalSpec(

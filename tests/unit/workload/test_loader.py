@@ -303,6 +303,64 @@ def test_an_evaluate_that_raises_shows_the_users_line(tmp_path: Path) -> None:
                                                 f'  File "{path}", line 11, in evaluate']
 
 
+def _linear() -> nn.Module:
+    return nn.Linear(2, 2)
+
+
+def _ones(batch_size: int) -> tuple[torch.Tensor, ...]:
+    return (torch.ones(batch_size, 2),)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kind": "transfomer"},
+     "Workload 'w': kind 'transfomer' is unknown: choose one of cnn, transformer, mlp, generic"),
+    ({"default_batch_size": 0}, "Workload 'w': default_batch_size must be a positive integer, got 0"),
+    ({"make_model": nn.Linear(2, 2)}, "Workload 'w': make_model must be a function returning a fresh nn.Module, got "
+                                      "the module Linear itself: give a function that builds and returns it"),
+    ({"make_inputs": torch.ones(1, 2)}, "Workload 'w': make_inputs must be a function make_inputs(batch_size) "
+                                        "returning the positional inputs of one call, got Tensor float32[1, 2]"),
+    ({"input_names": "image"}, "Workload 'w': input_names must be a tuple of strings, e.g. ('x',), got 'image'"),
+    ({"eval": lambda predict: 1.0}, "Workload 'w': eval must be a dlperf.EvalSpec or None, got function"),
+    ({"name": ""}, "Workload: name must be a non-empty string, got ''"),
+])
+def test_a_workloads_fields_are_checked_when_it_is_made(fields: dict[str, Any], message: str) -> None:
+    """A typo in kind skipped passes silently (channels_last, ORT's transformer fusions); the others failed later,
+    far from the line that made them."""
+    with pytest.raises(WorkloadError) as info:
+        Workload(**{"name": "w", "make_model": _linear, "make_inputs": _ones, **fields})
+    assert str(info.value) == message
+
+
+def test_eval_and_train_specs_are_checked_when_they_are_made() -> None:
+    from dlperf.workload import EvalSpec, TrainSpec
+
+    with pytest.raises(WorkloadError, match=r"^EvalSpec: evaluate must be a function evaluate\(predict\) -> float, "
+                                            r"got float 0.9$"):
+        EvalSpec(evaluate=0.9, metric_name="accuracy")  # type: ignore[arg-type]
+    with pytest.raises(WorkloadError, match=r"^EvalSpec: metric_name must be a non-empty string, got ''$"):
+        EvalSpec(evaluate=lambda predict: 1.0, metric_name="")
+    with pytest.raises(WorkloadError, match=r"^TrainSpec: batch_size must be a positive integer, got 0$"):
+        TrainSpec(make_loader=lambda b: [], loss_fn=nn.CrossEntropyLoss(),
+                  make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=0)
+    # a loss module is a function of (output, target): callable, and fine
+    assert TrainSpec(make_loader=lambda b: [], loss_fn=nn.CrossEntropyLoss(),
+                     make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1)).batch_size == 32
+
+
+def test_a_file_whose_model_is_a_module_not_a_function_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, "inst.py", """
+        import torch
+        model = torch.nn.Linear(4, 2)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    assert str(info.value) == (f"workload file '{path}': `model` must be a function model() returning the model, "
+                               "got the module Linear itself: give a function that builds and returns it")
+
+
 def test_check_names_each_input_and_its_shape() -> None:
     w = load_workload("zoo:mlp")
     model = w.build_model()
