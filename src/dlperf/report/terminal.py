@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -162,7 +162,7 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
     return lines + bench_notes(points)
 
 
-def bench_notes(points: Sequence[dict[str, Any]]) -> list[str]:
+def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """The warnings other than noise: a batch size a cap cut short of its minimums, other load on the machine."""
     lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
     contended = [p for p in points if p.get("contention_warning")]
