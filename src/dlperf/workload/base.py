@@ -130,7 +130,16 @@ class Workload:
                 f"workload '{self.name}': its inputs factory raised {type(exc).__name__}: {exc}\n"
                 f"{_user_frame(exc)}"
             ) from exc
+        if inputs is None:
+            raise WorkloadError(f"workload '{self.name}': its inputs factory returned None: return the positional "
+                                "inputs of one call, e.g. (torch.randn(batch_size, 4),)")
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        meta = [i for i, v in enumerate(inputs) if getattr(v, "is_meta", False) is True]
+        if meta:  # moving one to the measured device fails deep in dlperf with 'Cannot copy out of meta tensor'
+            raise WorkloadError(
+                f"workload '{self.name}': its input {meta[0]} is on the 'meta' device, which holds no data "
+                f"({describe_inputs(inputs, self.input_names)}): create the inputs on the CPU"
+            )
         firsts = [shape[0] for shape in (getattr(v, "shape", None) for v in inputs) if shape is not None and len(shape)]
         if firsts and batch_size not in firsts:
             # every figure per item (throughput, items/s) counts batch_size items per call: a factory that ignored

@@ -361,6 +361,18 @@ def test_a_file_whose_model_is_a_module_not_a_function_says_so(tmp_path: Path) -
                                "got the module Linear itself: give a function that builds and returns it")
 
 
+def test_inputs_that_are_none_or_hold_no_data_are_refused() -> None:
+    """A meta tensor failed deep in the benchmark ('Cannot copy out of meta tensor', a traceback, exit 1)."""
+    with pytest.raises(WorkloadError, match=r"^workload 'w': its inputs factory returned None: return the "):
+        Workload(name="w", make_model=_linear, make_inputs=lambda b: None).example_inputs(2)  # type: ignore[arg-type,return-value]
+    meta = Workload(name="w", make_model=_linear,
+                    make_inputs=lambda b: (torch.ones(b, 2), torch.ones(b, 2, device="meta")))
+    with pytest.raises(WorkloadError) as info:
+        meta.example_inputs(2)
+    assert str(info.value) == ("workload 'w': its input 1 is on the 'meta' device, which holds no data "
+                               "(input 0: float32[2, 2], input 1: float32[2, 2]): create the inputs on the CPU")
+
+
 def test_check_names_each_input_and_its_shape() -> None:
     w = load_workload("zoo:mlp")
     model = w.build_model()
