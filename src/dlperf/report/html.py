@@ -2,9 +2,10 @@
 
 Views: bench/check (KPIs, latency histogram and CDF, throughput vs batch, the gate), ab (verdict, block
 ratios, A vs B distributions), optimize (Pareto frontier: latency vs metric), profile (time breakdown,
-roofline), load (latency vs throughput), a history trend; any other kind, or a record whose fields are
-missing, degrades to a table of its JSON. No network is needed to open the file: styles and the small
-self-check script are inline (the script counts drawn plots and errors for the rendering test).
+roofline), load (latency vs throughput), train (the step and its phases, a tuning's trials, DDP scaling), a
+history trend; any other kind, or a record whose fields are missing, degrades to a table of its JSON. No network
+is needed to open the file: styles and the small self-check script are inline (the script counts drawn plots and
+errors for the rendering test).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dlperf.report.svg import Axis, Series, chart, ecdf, esc, fmt_number, hbars,
 from dlperf.store.records import RunRecord
 
 KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
-               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate"}
+               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training"}
 PLOTTED_KPIS = ("p50", "p90", "p99", "mean", "throughput")
 
 CSS = """
@@ -568,6 +569,84 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
     return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True), "Roofline")
 
 
+# --- train ----------------------------------------------------------------------------------------
+
+
+def train_view(rec: RunRecord) -> str:
+    """A training step's measurement, a `--tune` result (baseline against best, the settings, each trial), or
+    a DDP scaling result, as `dlperf train` printed it."""
+    r = rec.result
+    if "scaling_efficiency" in r or "single_samples_per_s" in r:
+        return _config_line(rec) + _table(
+            ("processes", "samples/s", "step ms", "scaling efficiency", "exposed all-reduce"),
+            [[1, _fmt(r.get("single_samples_per_s")), _ms(r.get("single_step_s")), "-", "-"],
+             [r.get("nproc"), _fmt(r.get("samples_per_s")), _ms(r.get("step_s")),
+              _pct(r.get("scaling_efficiency"), sign=False), _pct(r.get("comm_share"), sign=False)]])
+    if "trials" in r:
+        return _config_line(rec) + _tune_view(r)
+    return _config_line(rec) + _step_view(r)
+
+
+def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
+    from dlperf.report.train_view import PHASE_LABELS
+
+    s = m["summary"]
+    rss = m.get("peak_rss_bytes")
+    parts = [f"<h3>{esc(title)}</h3>", _table(
+        ("steps", "median step ms", "p90 ms", "samples/s", "peak RSS MiB", "MFU"),
+        [[s.get("n"), _ms(m.get("step_s")), _ms(s.get("p90_s")), _fmt(m.get("samples_per_s")),
+          f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-", _pct(m.get("mfu"), sign=False)]])]
+    phases = [(PHASE_LABELS.get(k, k), float(v) * 1e3) for k, v in (m.get("breakdown_s") or {}).items()
+              if isinstance(v, (int, float)) and v > 0]
+    svgs = [hbars([p[0] for p in phases], [p[1] for p in phases], f"{title}: time per step by phase", " ms")
+            if phases else ""]
+    steps = [float(v) / 1e6 for v in ((m.get("measurement") or {}).get("samples_ns") or [])]
+    if len(steps) > 1:
+        svgs.append(chart([Series("step time", list(range(1, len(steps) + 1)), steps, "line+points")],
+                          Axis("measured step"), Axis("step time (ms)"), f"{title}: each step", y_zero=True))
+    parts.append(_plots(*svgs))
+    parts += [f'<p class="warn">{esc(line)}</p>' for line in [*m.get("findings", []), *m.get("notes", [])]]
+    return "".join(parts)
+
+
+def _tune_view(r: Mapping[str, Any]) -> str:
+    from dlperf.report.train_view import config_line
+
+    parts = []
+    if "best" in r:
+        ab = r.get("final_ab")
+        gain = (f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab
+                else "none: no knob was both faster and within loss parity")
+        parts.append(f'<p class="verdict {"good" if ab else "warn"}">gain: {esc(gain)}</p>' + _table(
+            ("", "settings", "samples/s"),
+            [["baseline", config_line(r["baseline"]), _fmt(r.get("baseline_samples_per_s"))],
+             ["best", config_line(r["best"]), _fmt(r.get("best_samples_per_s"))]]))
+        if r.get("settings"):
+            parts.append("<h3>Put this into your training code</h3>" + _table(
+                ("setting", "code", "gain"),
+                [[x.get("what"), Raw(f"<code>{esc(x.get('code'))}</code>"),
+                  f"{x['speedup']:.2f}x" if isinstance(x.get("speedup"), (int, float)) else "-"]
+                 for x in r["settings"]]))
+    else:  # stopped before the end: only the trials it finished
+        parts.append('<p class="warn">tuning stopped before the baseline and the best were measured</p>')
+    rows = []
+    for t in r["trials"]:
+        parity, ci, change, speedup = t.get("parity"), t.get("speedup_ci"), t.get("change"), t.get("speedup")
+        rows.append([t.get("knob"), ", ".join(f"{k}={v}" for k, v in change.items()) if change else "-",
+                     _pct(parity.get("relative_difference")) if isinstance(parity, Mapping) else "-",
+                     _fmt(t.get("samples_per_s")),
+                     (f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-")
+                     + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if isinstance(ci, list) and len(ci) == 2 else ""),
+                     t.get("status"), t.get("reason") or ""])
+    if rows:
+        parts.append("<h3>Trials, each an A/B against the best so far</h3>" + _table(
+            ("knob", "change", "loss", "samples/s", "speedup (95% CI)", "result", "why"), rows))
+    for key, title in (("baseline_measurement", "Baseline step"), ("best_measurement", "Best step")):
+        if isinstance(r.get(key), Mapping) and (key == "baseline_measurement" or r.get("best") != r.get("baseline")):
+            parts.append(_step_view(r[key], title))
+    return "".join(parts)
+
+
 # --- load -----------------------------------------------------------------------------------------
 
 THROUGHPUT_KEYS = ("throughput_rps", "achieved_rps", "throughput", "rps", "requests_per_s", "summary.throughput_rps",
@@ -683,7 +762,8 @@ View = Callable[[RunRecord], str]
 
 def run_section(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     views: dict[str, View] = {"bench": bench_view, "check": bench_view, "ab": ab_view, "profile": profile_view,
-                              "load": load_view, "optimize": lambda r: optimize_view(r, children)}
+                              "load": load_view, "train": train_view,
+                              "optimize": lambda r: optimize_view(r, children)}
     view = views.get(rec.kind)
     body = ""
     if not rec.result:  # a run that failed or was stopped before it measured anything: nothing to draw

@@ -198,7 +198,7 @@ def test_load_view_shows_the_peak_search_with_each_rate_s_p99_bound_and_verdict(
 
 
 def test_unknown_kinds_and_broken_records_degrade_to_a_json_table() -> None:
-    html = render_report([_rec("x1", "train", {"best": {"batch_size": 64}}),
+    html = render_report([_rec("x1", "custom", {"best": {"batch_size": 64}}),
                           _rec("x2", "bench", {"points": "not a list"}, status="failed", error="boom")])
     assert "best.batch_size" in html
     assert "the bench view could not be drawn" in html and "error: boom" in html
@@ -339,3 +339,40 @@ def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points:
     body = html.split("raw result fields")[0]
     assert '<p class="warn">warning: batch 1: stopped at the 1,000-iteration cap after 0.2 s</p>' in body
     assert '<p class="warn">warning: batch 1: other processes kept 1.1 cores busy &amp; more</p>' in body
+
+
+def _step(step_s: float, samples_per_s: float) -> dict[str, Any]:
+    m = Measurement([int(step_s * 1e9), int(step_s * 1.1e9), int(step_s * 0.9e9)], items_per_call=64)
+    return {"workload": "mlp", "config": {"batch_size": 64, "precision": "fp32"}, "step_s": step_s,
+            "samples_per_s": samples_per_s, "summary": m.summary(), "measurement": m.to_dict(),
+            "breakdown_s": {"data": 0.0004, "forward": 0.014, "backward": 0.025, "optimizer": 0.0035},
+            "peak_rss_bytes": 326 * 2**20, "mfu": None, "findings": [], "notes": ["noisy: IQR & more"]}
+
+
+def test_train_runs_have_their_own_view() -> None:
+    measured = _rec("t1", "train", _step(0.0306, 1469.0), config={"mode": "measure", "steps": 5})
+    trials = [{"knob": "threads", "change": {"threads": 1}, "status": "accepted", "reason": "",
+               "parity": {"relative_difference": 0.0}, "speedup": 4.89, "speedup_ci": [2.79, 8.57],
+               "samples_per_s": 10557.0},
+              {"knob": "precision", "change": {}, "status": "skipped", "reason": "this CPU has no bf16 <b>"}]
+    tuned = _rec("t2", "train", {
+        "workload": "mlp", "baseline": {"batch_size": 64}, "best": {"batch_size": 64, "threads": 1}, "speedup": 2.84,
+        "final_ab": {"verdict": "faster"}, "baseline_samples_per_s": 3125.0, "best_samples_per_s": 10603.0,
+        "settings": [{"what": "threads", "code": "torch.set_num_threads(1)", "speedup": 4.89}], "trials": trials,
+        "baseline_measurement": _step(0.0143, 3542.0), "best_measurement": _step(0.0024, 14606.0)},
+        config={"mode": "tune"})
+    ddp = _rec("t3", "train", {"workload": "mlp", "nproc": 2, "single_samples_per_s": 1000.0, "single_step_s": 0.064,
+                               "samples_per_s": 1800.0, "step_s": 0.071, "scaling_efficiency": 0.9,
+                               "comm_share": 0.12}, config={"mode": "ddp"})
+    html = render_report([measured, tuned, ddp])
+    assert "could not be drawn" not in html and "<h2 id=\"run-t1\">Training: zoo:mlp</h2>" in html
+    assert re.search(r"<td class=\"n\">3</td><td class=\"n\">30.6</td><td class=\"n\">[0-9.]+</td>"
+                     r"<td class=\"n\">1469</td><td class=\"n\">326</td>", html)  # steps, median ms, p90, samples/s
+    titles = re.findall(r"<svg class=\"plot\"[^>]*><title>([^<]*)</title>", html)
+    assert {"Training step: time per step by phase", "Training step: each step", "Baseline step: each step",
+            "Best step: time per step by phase"} <= set(titles)
+    assert "gain: 2.84x samples/s (faster in an interleaved A/B)" in html and "noisy: IQR &amp; more" in html
+    assert "<code>torch.set_num_threads(1)</code>" in html and "4.89x (2.79-8.57)" in html
+    assert "<td>precision</td><td class=\"n\">-</td>" in html and "no bf16 &lt;b&gt;" in html
+    assert re.search(r"<td class=\"n\">2</td><td class=\"n\">1800</td><td class=\"n\">71</td>"
+                     r"<td class=\"n\">90.0%</td>", html)
