@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ class Workload:
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its model factory raised {type(exc).__name__}: {exc}\n"
-                f"{_user_frame(exc)}"
+                f"{_user_frame(exc, self.make_model)}"
             ) from exc
         from torch import nn
 
@@ -128,7 +129,7 @@ class Workload:
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its inputs factory raised {type(exc).__name__}: {exc}\n"
-                f"{_user_frame(exc)}"
+                f"{_user_frame(exc, self.make_inputs)}"
             ) from exc
         if inputs is None:
             raise WorkloadError(f"workload '{self.name}': its inputs factory returned None: return the positional "
@@ -164,7 +165,7 @@ class Workload:
             raise WorkloadError(
                 f"workload '{self.name}': the model rejected its example inputs "
                 f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}{hint}\n"
-                f"{_user_frame(exc)}"
+                f"{_user_frame(exc, getattr(type(model), 'forward', None))}"
             ) from exc
 
     def score(self, predict: Predict) -> float:
@@ -177,7 +178,7 @@ class Workload:
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its evaluate function raised {type(exc).__name__}: {exc}\n"
-                f"{_user_frame(exc)}"
+                f"{_user_frame(exc, self.eval.evaluate)}"
             ) from exc
         try:
             if isinstance(value, (str, bytes)):
@@ -232,11 +233,13 @@ def _describe_value(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}" if value is not None else "None"
 
 
-def _user_frame(exc: BaseException) -> str:
+def _user_frame(exc: BaseException, function: Any = None) -> str:
     """The innermost traceback frame outside dlperf, torch and installed packages: where the user's code went wrong.
 
     dlperf's own frames are recognised by the package folder (not by a '/dlperf/' path part), so a user's
-    project that lives in a folder named dlperf still gets its frames shown.
+    project that lives in a folder named dlperf still gets its frames shown. With no such frame (the call itself
+    failed: `inputs()` takes no batch size), the user's `function` that dlperf called is shown where it is defined;
+    failing that, the innermost frame outside dlperf (torch's, for a torch module), never dlperf's own.
     """
     if isinstance(exc, SyntaxError) and exc.filename:  # the traceback holds only importlib's frames
         return f'  File "{exc.filename}", line {exc.lineno}\n    {(exc.text or "").strip()}'
@@ -245,8 +248,13 @@ def _user_frame(exc: BaseException) -> str:
         if _is_library_frame(frame.filename):
             continue
         return f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line or ""}'
-    if frames:
-        last = frames[-1]
+    code = getattr(function, "__code__", None)
+    if code is not None and not _is_library_frame(code.co_filename):
+        line = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+        return f'  File "{code.co_filename}", line {code.co_firstlineno}, in {code.co_name}\n    {line}'
+    outside = [frame for frame in frames if not _is_dlperf_file(frame.filename)]
+    if outside:
+        last = outside[-1]
         return f'  File "{last.filename}", line {last.lineno}, in {last.name}\n    {last.line or ""}'
     return ""
 
@@ -258,10 +266,14 @@ def _is_library_frame(filename: str) -> bool:
     path = filename.replace("\\", "/")
     if path.startswith("<"):  # <frozen importlib._bootstrap> and the like
         return True
+    if _is_dlperf_file(filename):
+        return True
+    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path
+
+
+def _is_dlperf_file(filename: str) -> bool:
     try:
         resolved = str(Path(filename).resolve()).replace("\\", "/")
     except OSError:
-        resolved = path
-    if resolved.startswith(_PACKAGE_DIR):
-        return True
-    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path
+        resolved = filename.replace("\\", "/")
+    return resolved.startswith(_PACKAGE_DIR)

@@ -239,7 +239,7 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
             result = value(**options)
         except Exception as exc:
             raise WorkloadError(
-                f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
+                f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc, value)}"
             ) from exc
         if isinstance(result, Workload):
             if result.source:

@@ -238,6 +238,32 @@ def test_workload_function_raising_shows_the_users_line(tmp_path: Path) -> None:
     assert f'File "{path}", line 5, in make' in message
 
 
+def test_a_call_that_fails_at_the_call_points_at_the_users_definition_not_at_dlperf(tmp_path: Path) -> None:
+    """A factory or forward called with the wrong arguments has no frame of its own: the error showed the line in
+    dlperf's base.py that called it."""
+    path = write(tmp_path, "arity.py", """
+        import torch
+
+        class Net(torch.nn.Module):
+            def forward(self, x, mask):
+                return x
+
+        def model():
+            return Net()
+
+        def inputs():
+            return (torch.ones(1, 4),)
+    """)
+    w = load_workload(str(path))
+    with pytest.raises(WorkloadError) as info:
+        w.example_inputs(2)
+    assert str(info.value).splitlines()[1:] == [f'  File "{path}", line 11, in inputs', "    def inputs():"]
+    with pytest.raises(WorkloadError) as info:
+        w.check(w.build_model(), (torch.ones(2, 4),))
+    assert str(info.value).splitlines()[1:] == [f'  File "{path}", line 5, in forward',
+                                                "    def forward(self, x, mask):"]
+
+
 def test_user_frame_is_found_in_a_project_folder_named_dlperf(tmp_path: Path) -> None:
     project = tmp_path / "dlperf"
     project.mkdir()
