@@ -801,7 +801,7 @@ def render_report(
                       else f"dlperf history: {history_workload}")
     summary = _table(("run", "kind", "workload", "when", "status", "headline"), [
         [Raw(f'<a href="#run-{esc(r.id)}">{esc(r.id)}</a>'), r.kind, r.workload, r.created_at[:19], r.status,
-         _headline(r)] for r in shown]) if shown else ""
+         _headline(r)] for r in shown], numeric=False) if shown else ""  # text: '100.0 req/s, ...' stays left
     sections = [f"<section><h2>Runs</h2>{summary}</section>" if shown else ""]
     all_for_env = [*shown, *(history or [])]
     sections.append(environment_section(all_for_env))

@@ -376,3 +376,12 @@ def test_train_runs_have_their_own_view() -> None:
     assert "<td>precision</td><td class=\"n\">-</td>" in html and "no bf16 &lt;b&gt;" in html
     assert re.search(r"<td class=\"n\">2</td><td class=\"n\">1800</td><td class=\"n\">71</td>"
                      r"<td class=\"n\">90.0%</td>", html)
+
+
+def test_the_summary_s_headlines_are_text_aligned_alike(bench_points: list[dict[str, Any]]) -> None:
+    load = _rec("l10", "load", {"levels": [{"mode": "rate", "level": 100, "throughput_rps": 100.0, "p50_s": 0.002,
+                                            "p99_s": 0.003}]})
+    html = render_report([load, _rec("b10", "bench", {"points": bench_points})])
+    summary = html.split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    assert 'class="n"' not in summary  # '100.0 req/s, p99 3 ms at rate 100' was right-aligned as a number
+    assert "<td>100.0 req/s, p99 3 ms at rate 100</td>" in summary
