@@ -24,6 +24,11 @@ MARGIN_TOP = 28
 MARGIN_BOTTOM = 46
 _CLIP_IDS = itertools.count(1)
 LEGEND_ROW = 16
+# Average character widths (px) of the chart's fonts (system-ui: 13px bold titles, 12px axis labels, 11px text),
+# to cut text that would run past the chart's edge.
+TITLE_CHAR_PX = 7.6
+LABEL_CHAR_PX = 6.8
+TEXT_CHAR_PX = 6.2
 
 
 @dataclass
@@ -52,6 +57,13 @@ class Axis:
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def fit(text: str, width_px: float, char_px: float) -> str:
+    """`text` cut with an ellipsis to about `width_px` at `char_px` per character, so a long title or axis label
+    stays inside the chart instead of running past its edge (the whole text stays in the chart's <title>)."""
+    most = max(int(width_px / char_px), 2)
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
 
 
 def fmt_number(value: float) -> str:
@@ -149,7 +161,8 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
            + (f' id="{esc(chart_id)}"' if chart_id else "") + f'><title>{esc(title)}</title>',
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
     if title:
-        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">{esc(title)}</text>')
+        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">'
+                   f'{esc(fit(title, width - 16, TITLE_CHAR_PX))}</text>')
     for tick in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi)):
         px = sx(tick)
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
@@ -160,9 +173,9 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
                    f'<text x="{left - 5}" y="{py + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>')
     out.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" class="frame"/>')
     out.append(f'<text x="{(left + right) / 2:.1f}" y="{bottom + 32}" text-anchor="middle" class="al">'
-               f'{esc(x.label)}</text>')
+               f'{esc(fit(x.label, right - left, LABEL_CHAR_PX))}</text>')
     out.append(f'<text transform="translate(14 {(top + bottom) / 2:.1f}) rotate(-90)" text-anchor="middle" '
-               f'class="al">{esc(y.label)}</text>')
+               f'class="al">{esc(fit(y.label, bottom - top, LABEL_CHAR_PX))}</text>')
     for value, label in hlines:
         if not (y_lo <= value <= y_hi) or (y.log and value <= 0):
             continue
@@ -270,12 +283,15 @@ def hbars(labels: Sequence[str], values: Sequence[float], title: str = "", unit:
            f'viewBox="0 0 {width} {height}" role="img" data-series="{len(labels)}"><title>{esc(title)}</title>',
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
     if title:
-        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">{esc(title)}</text>')
+        out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">'
+                   f'{esc(fit(title, width - 16, TITLE_CHAR_PX))}</text>')
     for i, (label, value) in enumerate(zip(labels, values, strict=False)):
         y = MARGIN_TOP + i * row_h
         bar = max(0.0, value) / top_value * span if math.isfinite(value) else 0.0
         color = colors[i] if i < len(colors) else PALETTE[i % len(PALETTE)]
-        out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{esc(label)}</text>'
+        shown = fit(label, label_w - 10, TEXT_CHAR_PX)
+        tip = f"<title>{esc(label)}</title>" if shown != label else ""
+        out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{tip}{esc(shown)}</text>'
                    f'<rect x="{label_w}" y="{y + 3}" width="{max(bar, 0.5):.1f}" height="{row_h - 7}" '
                    f'fill="{color}"/><text x="{label_w + bar + 5:.1f}" y="{y + 14}">'
                    f'{esc(fmt_number(value))}{esc(unit)}</text>')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -55,3 +56,16 @@ def test_hbars_label_each_value() -> None:
 def test_a_series_of_one_point_is_drawn_as_that_point(mode: str) -> None:
     svg = chart([Series("one sample", *ecdf([0.123]), mode=mode)], Axis("x"), Axis("y"))
     assert svg.count("<circle") == 1 and "<polyline" not in svg  # the step ECDF drew nothing at all
+
+
+def test_long_titles_and_labels_are_cut_to_fit_the_chart() -> None:
+    metric = "fidelity (mean cosine vs the original model's outputs on 32 held-out inputs)"
+    svg = chart([Series("s", [1, 2], [0.99, 1.0], "points")], Axis("paired p50 latency (ms)"), Axis(metric),
+                "Pareto frontier: latency vs " + metric)
+    title = re.search(r'class="t">([^<]*)</text>', svg)
+    ylabel = re.findall(r'class="al">([^<]*)</text>', svg)[1]
+    assert title is not None and title.group(1).endswith("…") and len(title.group(1)) * 7.6 <= 560
+    assert ylabel.endswith("…") and len(ylabel) * 6.8 <= 320  # it ran past the top and bottom of the chart
+    assert f"<title>Pareto frontier: latency vs {metric.replace(chr(39), '&#x27;')}</title>" in svg  # all of it
+    bars = hbars(["aten::scaled_dot_product_flash_attention_for_cpu", "mm"], [2.0, 1.0])
+    assert "<title>aten::scaled_dot_product_flash_attention_for_cpu</title>" in bars and "…</text>" in bars
