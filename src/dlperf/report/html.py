@@ -524,7 +524,7 @@ def profile_view(rec: RunRecord) -> str:
                   o.get("bound"), _pct(o.get("pct_of_peak"), sign=False)] for o in ops]))
     if not svgs and not parts:
         raise ValueError("no breakdown or operators")
-    parts.insert(0, _plots(*svgs))
+    parts.insert(1 if r.get("verdict") else 0, _plots(*svgs))  # the verdict first, as `dlperf profile` prints it
     findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
     if findings:
         entries: list[str] = []

@@ -385,3 +385,10 @@ def test_the_summary_s_headlines_are_text_aligned_alike(bench_points: list[dict[
     summary = html.split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
     assert 'class="n"' not in summary  # '100.0 req/s, p99 3 ms at rate 100' was right-aligned as a number
     assert "<td>100.0 req/s, p99 3 ms at rate 100</td>" in summary
+
+
+def test_a_profile_s_verdict_comes_before_its_plots() -> None:
+    result = {"verdict": "framework/launch overhead: 56% of the step",
+              "analyses": {"breakdown": {"step_s": 0.01, "forward_s": 0.01}}}
+    html = render_report([_rec("p3", "profile", result)]).split('id="run-p3"', 1)[1]
+    assert html.index('<p class="verdict">framework/launch overhead') < html.index('<svg class="plot"')
