@@ -141,7 +141,7 @@ class Workload:
                 f"workload '{self.name}': its input {meta[0]} is on the 'meta' device, which holds no data "
                 f"({describe_inputs(inputs, self.input_names)}): create the inputs on the CPU"
             )
-        firsts = [shape[0] for shape in (getattr(v, "shape", None) for v in inputs) if shape is not None and len(shape)]
+        firsts = _batch_candidates(inputs)
         if firsts and batch_size not in firsts:
             # every figure per item (throughput, items/s) counts batch_size items per call: a factory that ignored
             # it made a batch-64 throughput 64 times too high
@@ -193,6 +193,30 @@ class Workload:
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
+
+
+def _batch_candidates(inputs: Inputs) -> set[int]:
+    """What may be the batch of `inputs`: each tensor's first dimension, also inside lists, tuples and dicts, and
+    the length of each list or tuple among them (a model taking a list of per-item tensors)."""
+    found: set[int] = set()
+
+    def visit(value: Any, top: bool = False) -> None:
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            if len(shape):
+                found.add(int(shape[0]))
+            return
+        if isinstance(value, (list, tuple)):
+            if not top and value:
+                found.add(len(value))
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+
+    visit(inputs, top=True)
+    return found
 
 
 def _check_callable(what: str, key: str, value: Any, expected: str, factory: bool = False) -> None:

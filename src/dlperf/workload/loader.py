@@ -50,14 +50,18 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
 
 
 def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Workload:
-    """A Workload around an existing module; its inputs are the given example inputs at any batch size."""
+    """A Workload around an existing module; its inputs are the given example inputs at any batch size.
+
+    The batch is the first dimension of the first tensor found, also inside lists and dicts (a model taking a
+    list or a dict of tensors); every tensor with that many rows is repeated or cut to the batch size asked for.
+    """
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     batch = _batch_of(inputs)
 
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         if batch is None or batch_size == batch:
             return inputs
-        return tuple(_resize_batch(t, batch_size) for t in inputs)
+        return tuple(_resize(v, batch, batch_size) for v in inputs)
 
     return Workload(
         name=name or type(model).__name__,
@@ -68,20 +72,35 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
     )
 
 
-def _batch_of(inputs: tuple[Any, ...]) -> int | None:
-    for t in inputs:
-        shape = getattr(t, "shape", None)
-        if shape is not None and len(shape) > 0:
-            return int(shape[0])
+def _batch_of(value: Any) -> int | None:
+    """The first dimension of the first tensor in `value`, looking inside tuples, lists and dicts."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) > 0 else None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    for item in items:
+        batch = _batch_of(item)
+        if batch is not None:
+            return batch
     return None
 
 
-def _resize_batch(t: Any, batch_size: int) -> Any:
-    shape = getattr(t, "shape", None)
-    if shape is None or len(shape) == 0:
-        return t
-    reps = -(-batch_size // shape[0])
-    return t.repeat(reps, *([1] * (len(shape) - 1)))[:batch_size].contiguous()
+def _resize(value: Any, batch: int, batch_size: int) -> Any:
+    """`value` with every tensor of `batch` rows repeated or cut to `batch_size` rows (inside tuples, lists, dicts)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        if len(shape) == 0 or shape[0] != batch:  # not batched: a scalar, a mask shared by every row
+            return value
+        reps = -(-batch_size // batch)
+        return value.repeat(reps, *([1] * (len(shape) - 1)))[:batch_size].contiguous()
+    if isinstance(value, dict):
+        return {k: _resize(v, batch, batch_size) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resize(v, batch, batch_size) for v in value]
+    if isinstance(value, tuple):
+        items = [_resize(v, batch, batch_size) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple takes fields
+    return value
 
 
 def _split_options(text: str) -> tuple[str, dict[str, Any]]:

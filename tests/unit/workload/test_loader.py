@@ -525,6 +525,30 @@ def test_from_module_resizes_the_batch() -> None:
     assert torch.equal(smaller, x[:1])
 
 
+def test_from_module_resizes_tensors_inside_lists_and_dicts() -> None:
+    """A model taking a list or a dict got its example batch at every batch size: bench at batch 8 ran batch-2
+    calls and counted 8 items each (throughput 4x too high)."""
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    shared = torch.ones(4)  # not batched: left as it is
+    listed = from_module(nn.Identity(), [x, x + 1])
+    assert listed.default_batch_size == 2
+    ((a, b),) = listed.example_inputs(5)
+    assert a.shape == b.shape == (5, 4) and torch.equal(b[2], x[0] + 1)
+    keyed = from_module(nn.Identity(), {"ids": x, "scale": shared})
+    (d,) = keyed.example_inputs(3)
+    assert d["ids"].shape == (3, 4) and d["scale"] is shared
+
+
+def test_inputs_inside_a_list_that_ignore_the_batch_size_are_refused() -> None:
+    fixed = Workload(name="fixed", make_model=lambda: nn.Identity(), make_inputs=lambda b: ([torch.ones(2, 4)],))
+    with pytest.raises(WorkloadError, match=r"inputs for batch size 8 have no batch dimension of 8"):
+        fixed.example_inputs(8)
+    # a list of per-item tensors (torchvision's detection models take one): its length is the batch
+    items = Workload(name="items", make_model=lambda: nn.Identity(),
+                     make_inputs=lambda b: ([torch.ones(3, 5, 7) for _ in range(b)],))
+    assert len(items.example_inputs(8)[0]) == 8
+
+
 def test_load_workload_passes_a_workload_through_and_wraps_modules() -> None:
     w = load_workload("zoo:mlp")
     assert load_workload(w) is w
