@@ -13,19 +13,21 @@ from types import ModuleType
 from typing import Any
 
 from dlperf.errors import WorkloadError
-from dlperf.workload.base import Workload, _user_frame
+from dlperf.workload.base import Workload, _describe_value, _user_frame
 
 
 def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Workload:
     """Return the Workload for `spec`.
 
-    `spec` is a Workload, an `nn.Module` (then `example_inputs` is required and is reused for every
-    batch size), `'zoo:NAME'` (options such as `zoo:minilm?seq_len=64` or keyword `options`), a path
-    `'file.py'` holding one workload, or `'file.py:name'` (a function's options as `'file.py:name?width=8'`
-    or keyword `options`).
+    `spec` is a Workload, an `nn.Module` (then `example_inputs` is required and is resized to every batch
+    size), `'zoo:NAME'` (options such as `zoo:minilm?seq_len=64` or keyword `options`), a path `'file.py'`
+    (or a pathlib.Path) holding one workload, or `'file.py:name'` (a function's options as
+    `'file.py:name?width=8'` or keyword `options`).
     """
     if isinstance(spec, Workload):
         return spec
+    if isinstance(spec, os.PathLike):  # a pathlib.Path to the file
+        spec = os.fspath(spec)
     if isinstance(spec, str):
         if spec.startswith("zoo:"):
             from dlperf.workload import zoo
@@ -268,7 +270,8 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
             query = _query(options)
             return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
         raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
-    raise WorkloadError(f"'{path}:{attr}' is a {type(value).__name__}, not a dlperf.Workload or a function")
+    raise WorkloadError(f"'{path}:{attr}' is {_describe_value(value)}, not a dlperf.Workload or a function "
+                        "returning one")
 
 
 def _absolute(path: Path) -> str:

@@ -147,6 +147,13 @@ def test_bare_name_suggests_the_zoo() -> None:
         load_workload("resnet18")
 
 
+def test_a_path_object_is_a_spec(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE + "\n    answer = 42\n")
+    assert load_workload(path).name == "tiny"
+    with pytest.raises(WorkloadError, match=r"wl\.py:answer' is int 42, not a dlperf.Workload or a function "):
+        load_workload(f"{path}:answer")
+
+
 def test_a_folder_with_a_colon_stays_in_the_path(tmp_path: Path) -> None:
     folder = tmp_path / "runs:v2"
     folder.mkdir()
