@@ -115,3 +115,18 @@ def test_a_report_without_plots_passes_its_self_check(tmp_path: Path) -> None:
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
     # nothing to draw is not a failure: the check failed every report of only train or calibrate runs
     assert attrs.get("data-plots-total") == "0" and attrs.get("data-selfcheck") == "ok"
+
+
+def test_a_long_workload_name_wraps_instead_of_widening_the_page(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    run = store.create_run("calibrate", "zoo:" + "x" * 200 + "?option=" + "y" * 60)
+    store.finish_run(run.id, {"gemm_flops": {"fp32": 5e10}, "memory_bandwidth_bytes_s": 1e10, "threads": 2})
+    html_path = tmp_path / "report.html"
+    assert main(["report", run.id, "-o", str(html_path), "--store", str(db)]) == 0
+    dom = _chromium(tmp_path, "dom", "--window-size=1280,1000", "--dump-dom", html_path.resolve().as_uri())
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body is not None, dom.stdout[:500]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
+    # the name (one unbroken word) made the Runs table and the header ~1900 px wide, the other columns off-page
+    assert int(attrs["data-page-width"]) <= 1280

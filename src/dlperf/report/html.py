@@ -42,6 +42,7 @@ svg .ref{stroke:#555;stroke-dasharray:4 3;stroke-width:1}svg .reft{fill:#555}
 .good{color:#11733a;font-weight:600}.bad{color:#b3261e;font-weight:600}.warn{color:#8a5a00}
 .verdict{font-size:16px;margin:6px 0}.muted{color:#6b7383}code{background:#f0f2f5;padding:0 4px;border-radius:3px}
 pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-height:320px}
+h1,h2,.tag,.wrap{overflow-wrap:anywhere}
 """
 
 HEAD_SCRIPT = """window.__dlperfErrors=[];
@@ -55,6 +56,7 @@ var marks=plots[i].querySelectorAll('polyline,circle,g.series rect,rect[fill]:no
 if(r.width>0&&r.height>0&&marks>0){drawn++}}
 var b=document.body;b.setAttribute('data-plots-total',plots.length);b.setAttribute('data-plots-drawn',drawn);
 b.setAttribute('data-errors',window.__dlperfErrors.length);
+b.setAttribute('data-page-width',document.documentElement.scrollWidth);
 b.setAttribute('data-selfcheck',(drawn===plots.length&&window.__dlperfErrors.length===0)?'ok':'fail');
 })();"""
 
@@ -799,9 +801,11 @@ def render_report(
     shown = list(records)
     title = title or ("dlperf report: " + ", ".join(sorted({r.workload for r in shown}))[:120] if shown
                       else f"dlperf history: {history_workload}")
+    # text, so '100.0 req/s, ...' stays left
     summary = _table(("run", "kind", "workload", "when", "status", "headline"), [
-        [Raw(f'<a href="#run-{esc(r.id)}">{esc(r.id)}</a>'), r.kind, r.workload, r.created_at[:19], r.status,
-         _headline(r)] for r in shown], numeric=False) if shown else ""  # text: '100.0 req/s, ...' stays left
+        [Raw(f'<a href="#run-{esc(r.id)}">{esc(r.id)}</a>'), r.kind,
+         Raw(f'<span class="wrap">{esc(r.workload)}</span>'),  # a long name wraps, not the whole table
+         r.created_at[:19], r.status, _headline(r)] for r in shown], numeric=False) if shown else ""
     sections = [f"<section><h2>Runs</h2>{summary}</section>" if shown else ""]
     all_for_env = [*shown, *(history or [])]
     sections.append(environment_section(all_for_env))
