@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     config = OptimizeConfig(
         objective=args.objective, batch_size=args.batch_size, device=args.device, threads=args.threads,
         constraints=constraints, time_budget_s=args.time_budget, candidate_timeout_s=args.candidate_timeout,
-        passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes else None,
+        # `--passes ""` (an empty variable in a script) names no pass too: refused, not read as "every pass"
+        passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes is not None else None,
         max_depth=args.max_depth, min_duration_s=args.min_duration, workdir=args.workdir,
     )
     from dlperf.optimize.executor import executor_from_spec, parse_executor

@@ -55,6 +55,7 @@ def test_optimize_cli_rejects_bad_budget() -> None:
     (["--threads", "0"], "--threads must be >= 1, got 0"),
     (["--threads", "-3"], "--threads must be >= 1, got -3"),
     (["--passes", ","], "--passes names no pass"),
+    (["--passes", ""], "--passes names no pass"),  # it searched every pass for the whole time budget
 ])
 def test_optimize_cli_refuses_bad_numbers_at_once(argv: list[str], message: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
