@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.stats import SMALLEST_P
-from dlperf.report.svg import Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
+from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
 from dlperf.store.records import RunRecord
 
 KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
@@ -325,10 +325,15 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
         s = pts[batch].get("summary") or {}
         rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.created_at[:19],
                      _ms(s.get("p50_s")), _ms(s.get("p90_s")), _ms(s.get("p99_s")), _fmt(s.get("throughput"))])
+    # One colour a run: past the palette, two runs' curves share a colour and cannot be told apart.
+    shown, cut = series[:len(PALETTE)], len(series) - len(PALETTE)
     return (f"<section><h2>Comparison at batch {batch}</h2>"
             + _table(("run", "kind", "when", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows)
-            + _plots(chart(series, Axis("latency per call (ms)", log=_wide(series)), Axis("fraction of calls"),
-                           f"Latency CDF, batch {batch}", hlines=[(0.5, "p50"), (0.99, "p99")]))
+            + _plots(chart(shown, Axis("latency per call (ms)", log=_wide(shown)), Axis("fraction of calls"),
+                           f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
+                           hlines=[(0.5, "p50"), (0.99, "p99")]))
+            + (f'<p class="muted">The plot leaves out the last {cut} run(s) of the table: one colour a run.</p>'
+               if cut > 0 else "")
             + '<p class="muted">Runs measured at different times are not interleaved: machine drift between '
               "them looks like a difference. <code>dlperf compare A B</code> tests it; <code>dlperf ab</code> "
               "measures two settings interleaved.</p></section>")

@@ -392,3 +392,13 @@ def test_a_profile_s_verdict_comes_before_its_plots() -> None:
               "analyses": {"breakdown": {"step_s": 0.01, "forward_s": 0.01}}}
     html = render_report([_rec("p3", "profile", result)]).split('id="run-p3"', 1)[1]
     assert html.index('<p class="verdict">framework/launch overhead') < html.index('<svg class="plot"')
+
+
+def test_the_comparison_overlays_no_more_runs_than_it_has_colours(bench_points: list[dict[str, Any]]) -> None:
+    runs = [_rec(f"m{i:02d}", "bench", {"points": bench_points}, created=f"2026-11-29T10:{i:02d}:00")
+            for i in range(14)]
+    section = render_report(runs).split("<h2>Comparison at batch 1</h2>", 1)[1].split("</section>", 1)[0]
+    assert section.count('<a href="#run-m') == 14  # the table has every run
+    cdf = _plots(section)[0]
+    assert 'data-series="10"' in cdf and "Latency CDF, batch 1 (the first 10 runs)" in cdf  # 14 lines, 10 colours
+    assert "leaves out the last 4 run(s)" in section
