@@ -223,6 +223,13 @@ def _import_file(path: Path) -> ModuleType:
         raise WorkloadError(f"workload file '{path}' cannot be imported")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[mod_name] = module
+    # The file's folder is importable, as for `python file.py`: a workload file importing its model from a module
+    # beside it ('from mynet import MyNet') failed with ModuleNotFoundError from any working directory. Last on the
+    # path, so that a user's profile.py or logging.py never hides the module dlperf or torch imports; and it stays
+    # there: factories may import lazily, when dlperf calls them.
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:

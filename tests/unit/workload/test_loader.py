@@ -147,6 +147,34 @@ def test_bare_name_suggests_the_zoo() -> None:
         load_workload("resnet18")
 
 
+def test_a_workload_file_imports_a_module_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `python wl.py` would: the file's folder is importable (ModuleNotFoundError from any working directory)."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "dlperf_test_sibling_net", raising=False)
+    monkeypatch.chdir(tmp_path.parent)
+    write(tmp_path, "dlperf_test_sibling_net.py", """
+        import torch
+
+        def build():
+            return torch.nn.Linear(4, 2)
+    """)
+    write(tmp_path, "wl.py", """
+        import torch
+        from dlperf_test_sibling_net import build
+
+        def model():
+            return build()
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+    """)
+    w = load_workload(f"{tmp_path.name}/wl.py")
+    assert w.check(w.build_model(), w.example_inputs(2)).shape == (2, 2)
+    monkeypatch.delitem(sys.modules, "dlperf_test_sibling_net", raising=False)
+
+
 def test_a_path_object_is_a_spec(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE + "\n    answer = 42\n")
     assert load_workload(path).name == "tiny"
