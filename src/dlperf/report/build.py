@@ -35,9 +35,11 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
     if history_workload:
         history = history_runs(store, history_workload)
         if not history:
-            known = sorted({r.workload for r in store.list(kind="bench", limit=500)})
+            # the workloads --history would find (a failed run's workload was offered, and found nothing)
+            known = sorted({r.workload for kind in HISTORY_KINDS
+                            for r in store.list(kind=kind, limit=500, status="ok")})
             raise ConfigError(f"no finished bench or check runs of workload '{history_workload}' in the store; "
-                              f"workloads with bench runs: {', '.join(known) or 'none'}")
+                              f"workloads with finished ones: {', '.join(known) or 'none'}")
     return render_report(records, children=children, history=history, history_metric=history_metric,
                          history_workload=history_workload or "", title=title)
 

@@ -49,7 +49,7 @@ def test_report_errors_are_clear(store_path: Path, tmp_path: Path, capsys: pytes
     assert main(["report", "-o", str(tmp_path / "x.html"), "--store", str(store_path)]) == 2
     assert "nothing to report" in capsys.readouterr().err
     assert main(["report", "--history", "zoo:nope", "-o", str(tmp_path / "x.html"), "--store", str(store_path)]) == 2
-    assert "workloads with bench runs: zoo:mlp" in capsys.readouterr().err
+    assert "workloads with finished ones: zoo:mlp" in capsys.readouterr().err
 
 
 def test_compare_prints_deltas_the_test_and_the_environment_warning(store_path: Path,
