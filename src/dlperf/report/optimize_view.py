@@ -17,7 +17,7 @@ def _mib(value: Any) -> str:
     return "-" if value is None else f"{float(value) / 2**20:.1f}"
 
 
-def _metric(value: Any) -> str:
+def fmt_metric(value: Any) -> str:
     return "-" if value is None else f"{float(value):.4f}"
 
 
@@ -65,7 +65,7 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
             "#": f"{i}{mark}", "passes": row["label"],
             "p50 ms": _ms(row.get("p50_s")) if ok else "-", "p99 ms": _ms(row.get("p99_s")) if ok else "-",
             "items/s": f"{row['throughput']:.0f}" if ok and row.get("throughput") else "-",
-            "metric": _metric(row.get("metric")) if ok else "-", "drop": _drop(row) if ok else "-",
+            "metric": fmt_metric(row.get("metric")) if ok else "-", "drop": _drop(row) if ok else "-",
             "MiB": _mib(row.get("size_bytes")) if ok else "-",
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",

@@ -402,3 +402,11 @@ def test_the_comparison_overlays_no_more_runs_than_it_has_colours(bench_points: 
     cdf = _plots(section)[0]
     assert 'data-series="10"' in cdf and "Latency CDF, batch 1 (the first 10 runs)" in cdf  # 14 lines, 10 colours
     assert "leaves out the last 4 run(s)" in section
+
+
+def test_the_optimize_table_shows_the_metric_to_four_decimals() -> None:
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 1.0},
+            {"key": "k1", "label": "int8", "status": "ok", "p50_s": 0.006, "metric": 0.99962}]
+    html = render_report([_rec("o8", "optimize", {"metric_name": "fidelity", "candidates": rows})], children={"o8": []})
+    assert re.search(r"<td>int8</td><td class=\"n\">6</td><td class=\"n\">0.9996</td>", html)  # was '1', as baseline
+    assert re.search(r"<td>baseline</td><td class=\"n\">10</td><td class=\"n\">1.0000</td>", html)
