@@ -278,8 +278,11 @@ def candidate_headline(result: Any) -> str:
         return ""
     if isinstance(result.get("p50_s"), (int, float)):
         metric = result.get("metric")
+        # the metric's name without its explanation ('fidelity (mean cosine vs the original model's outputs on 32
+        # held-out inputs)' took most of the line), its value as optimize prints it (.4g showed 0.9996 as 1)
+        name = str(result.get("metric_name") or "metric").split(" (")[0]
         return f"{result['label']}: p50 {fmt_ms(result['p50_s'])} ms" + (
-            f", {result.get('metric_name') or 'metric'} {metric:.4g}" if isinstance(metric, (int, float)) else "")
+            f", {name} {metric:.4f}" if isinstance(metric, (int, float)) else "")
     return f"{result['label']}: {result.get('status', '')}"
 
 

@@ -138,6 +138,9 @@ def test_optimize_and_candidate_headlines() -> None:
     assert headline("candidate", {"label": "onnxruntime", "p50_s": 0.0012, "metric": 0.97512,
                                   "metric_name": "accuracy"}) == "onnxruntime: p50 1.20 ms, accuracy 0.9751"
     assert headline("candidate", {"label": "compile", "status": "failed"}) == "compile: failed"
+    assert headline("candidate", {"label": "hygiene", "p50_s": 0.0000651, "metric": 0.99962, "metric_name":
+                                  "fidelity (mean cosine vs the original model's outputs on 32 held-out inputs)"}) \
+        == "hygiene: p50 0.0651 ms, fidelity 0.9996"
     assert headline("ab", {"ratio": 0.9931, "verdict": "no significant difference"}) == \
         "B/A 0.993: no significant difference"
 
