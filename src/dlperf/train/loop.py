@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
-from dlperf.workload.base import TrainSpec, Workload, _user_frame
+from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame
 
 if TYPE_CHECKING:
     import torch
@@ -222,6 +222,11 @@ class TrainLoop:
             torch.manual_seed(seed)
             self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
                                           **config.loader_kwargs())
+            if not hasattr(self.loader, "__iter__"):  # else the first step failed: "'int' object is not iterable"
+                raise TrainError(
+                    f"workload '{workload.name}': its loader factory returned {_describe_value(self.loader)}, not an "
+                    "iterable of (inputs, target) batches: return a torch.utils.data.DataLoader"
+                )
         self._iter: Iterator[Any] | None = None
         self.steps_done = 0
         self.last_step_samples = 0

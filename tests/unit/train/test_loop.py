@@ -150,6 +150,13 @@ def test_a_loader_of_dicts_is_named_not_unpacked_into_its_keys() -> None:
         loop.step()
 
 
+def test_a_loader_factory_returning_no_iterable_is_named() -> None:
+    """It failed at the first step as "a training step raised TypeError: 'int' object is not iterable"."""
+    with pytest.raises(TrainError, match=r"^workload 'tiny': its loader factory returned int 5, not an iterable of "
+                                         r"\(inputs, target\) batches: return a torch.utils.data.DataLoader$"):
+        TrainLoop(_with(tiny(), make_loader=lambda batch_size, **kwargs: 5), StepConfig(batch_size=8, threads=1))
+
+
 def test_a_loss_that_is_not_a_scalar_says_how_to_reduce_it() -> None:
     loop = TrainLoop(_with(tiny(), loss_fn=lambda out, target: (out - 1) ** 2), StepConfig(batch_size=8, threads=1))
     with pytest.raises(TrainError, match=r"its loss_fn returned a tensor of shape \[8, 4\], not a scalar tensor: "
