@@ -170,7 +170,11 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     options = {**query_options, **options}
     path = Path(path_text)
     if not path.exists():
+        from dlperf.workload import zoo
+
         hint = " (built-in workloads are named zoo:NAME; `dlperf zoo` lists them)" if "/" not in spec else ""
+        if path_text in zoo.ZOO:
+            hint = f": did you mean zoo:{spec}? (`dlperf zoo` lists the built-in workloads)"
         raise WorkloadError(f"workload file '{path}' does not exist{hint}")
     if path.is_dir():
         raise WorkloadError(f"workload file '{path}' is a folder, not a file: point at a .py file")

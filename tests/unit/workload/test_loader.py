@@ -144,7 +144,10 @@ def test_missing_file_names_the_file(tmp_path: Path) -> None:
 
 def test_bare_name_suggests_the_zoo() -> None:
     with pytest.raises(WorkloadError, match=r"zoo:NAME"):
-        load_workload("resnet18")
+        load_workload("resnet")
+    with pytest.raises(WorkloadError, match=r"^workload file 'minilm' does not exist: did you mean "
+                                            r"zoo:minilm\?seq_len=64\? \(`dlperf zoo` lists the built-in workloads\)$"):
+        load_workload("minilm?seq_len=64")
 
 
 def test_a_workload_file_imports_a_module_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
