@@ -340,12 +340,9 @@ def record_view(record: RunRecord) -> RenderableType:
         header.add_row("config", Text(json.dumps(record.config, default=str, sort_keys=True)))
     parts.append(header)
     view = _kind_view(record)
-    if isinstance(record.result, dict) and record.result.get("points"):
-        parts.append(bench_table(record.result))
-        if "model_bytes" in record.result:
-            parts.append(Text(f"model size: {fmt_mib(record.result['model_bytes'])} MiB (parameters + buffers)"))
-        # as bench printed them: what makes the numbers less trustworthy (noise, a cap, other load)
-        parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(record.result["points"])]
+    measured = _points_view(record.result)
+    if measured is not None:
+        parts.append(measured)
         if view is not None:  # a check run's gate verdict below its measurements
             parts.append(view)
     elif view is not None:
@@ -355,6 +352,22 @@ def record_view(record: RunRecord) -> RenderableType:
     else:
         parts.append(Text("no result recorded", style="dim"))
     parts.append(Text(environment_line(record.environment), style="dim"))
+    return Group(*parts)
+
+
+def _points_view(result: Any) -> RenderableType | None:
+    """A bench or check run's measurements as bench printed them: the table, the model's size, and what makes the
+    numbers less trustworthy (noise, a cap, other load); None for a result without points, or whose points lack a
+    field (an older run: it falls back to JSON, where `runs show` raised a KeyError)."""
+    if not isinstance(result, dict) or not result.get("points"):
+        return None
+    try:
+        parts: list[RenderableType] = [bench_table(result)]
+        if "model_bytes" in result:
+            parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
+        parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result["points"])]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
     return Group(*parts)
 
 

@@ -284,3 +284,10 @@ def test_runs_show_prints_bench_s_warnings() -> None:
     shown = _text(record_view(RunRecord("b1", "bench", "zoo:mlp", "ok", "2026-01-01", result={"points": [point]})))
     assert "warning: batch 8: stopped at the 1,000-iteration cap after 0.2 s" in shown  # bench printed them; runs
     assert "warning: batch 8: other processes kept 1.1 cores busy" in shown  # show dropped them
+
+
+@pytest.mark.parametrize("points", [[{"batch_size": 1, "summary": {"n": 3, "p50_s": 0.001}}], [{"batch_size": 1}],
+                                    "not a list"])
+def test_runs_show_of_a_bench_run_with_missing_fields_falls_back_to_json(points: Any) -> None:
+    shown = _text(record_view(RunRecord("old", "bench", "zoo:mlp", "ok", "2026-01-01", result={"points": points})))
+    assert '"points"' in shown and "environment: not recorded" in shown  # it raised KeyError or AttributeError
