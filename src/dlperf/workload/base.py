@@ -39,6 +39,8 @@ class EvalSpec:
         _check_callable("EvalSpec", "evaluate", self.evaluate, "a function evaluate(predict) -> float")
         if not isinstance(self.metric_name, str) or not self.metric_name:
             raise WorkloadError(f"EvalSpec: metric_name must be a non-empty string, got {self.metric_name!r}")
+        if not isinstance(self.higher_is_better, bool):  # "False" would be true: a loss ranked as an accuracy
+            raise WorkloadError(f"EvalSpec: higher_is_better must be True or False, got {self.higher_is_better!r}")
         if self.calibration_inputs is not None:
             _check_callable("EvalSpec", "calibration_inputs", self.calibration_inputs,
                             "a function returning an iterable of input tuples, or None")

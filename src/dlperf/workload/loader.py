@@ -125,22 +125,28 @@ def _split_options(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def check_option_names(function: Callable[..., Any], options: dict[str, Any], what: str) -> None:
-    """WorkloadError when `function` takes no keyword named like one of `options`: it names the option, the
-    closest one taken, and all of them (a TypeError from the call would name none, and point at dlperf's code)."""
+    """WorkloadError when `function` takes no keyword named like one of `options` (naming the closest one taken, and
+    all of them), or needs one that is not given: a TypeError from the call would name none of them."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # no signature to read (a builtin): the call itself will say
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
-    taken = [p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                     inspect.Parameter.KEYWORD_ONLY)]
+    named = [p for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                 inspect.Parameter.KEYWORD_ONLY)]
+    taken = [p.name for p in named]
     for key in options:
         if key not in taken:
             close = difflib.get_close_matches(key, taken, n=1)
             guess = f"did you mean '{close[0]}'? " if close else ""
             listed = f"its options are {', '.join(taken)}" if taken else "it takes none"
             raise WorkloadError(f"{what} has no option '{key}': {guess}{listed}")
+    missing = [p.name for p in named if p.default is inspect.Parameter.empty and p.name not in options]
+    if missing:
+        raise WorkloadError(f"{what} needs the option{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
+                            f"which {'have' if len(missing) > 1 else 'has'} no default: give "
+                            f"{'them' if len(missing) > 1 else 'it'} as ?{'&'.join(f'{m}=VALUE' for m in missing)}")
 
 
 def _parse_value(value: str) -> Any:

@@ -493,6 +493,29 @@ def test_a_zoo_option_given_twice_or_without_a_name_is_refused() -> None:
         load_workload("zoo:mlp?=3")
 
 
+def test_an_option_without_a_default_must_be_given(tmp_path: Path) -> None:
+    path = write(tmp_path, "need.py", """
+        import torch
+        import dlperf
+
+        def make(width: int, depth: int = 2) -> dlperf.Workload:
+            return dlperf.Workload(name=f"w{width}", make_model=lambda: torch.nn.Linear(width, 1),
+                                   make_inputs=lambda b: (torch.zeros(b, width),))
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    assert str(info.value) == (f"workload '{path}:make' needs the option width, which has no default: "
+                               "give it as ?width=VALUE")
+    assert load_workload(f"{path}?width=3").name == "w3"
+
+
+def test_higher_is_better_must_be_a_bool() -> None:
+    from dlperf.workload import EvalSpec
+
+    with pytest.raises(WorkloadError, match=r"^EvalSpec: higher_is_better must be True or False, got 'False'$"):
+        EvalSpec(evaluate=lambda predict: 1.0, metric_name="loss", higher_is_better="False")  # type: ignore[arg-type]
+
+
 def test_a_functions_unknown_option_is_named_before_it_is_called(tmp_path: Path) -> None:
     path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
     with pytest.raises(WorkloadError) as info:
