@@ -25,7 +25,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("check", "check", "regression gate: re-measure against a baseline, exit 1 on a real regression"),
     ("baseline", "baseline", "manage named baselines (set, list, rm)"),
     ("report", "report", "write a self-contained HTML report of runs"),
-    ("runs", "runs", "list, show, export, chart and delete stored runs"),
+    ("runs", "runs", "list, show, export and delete stored runs, and a KPI's history"),
     ("calibrate", "calibrate", "measure this machine's ceilings (GEMM FLOP/s, memory bandwidth)"),
     ("zoo", "zoo", "list the built-in workloads"),
 ]

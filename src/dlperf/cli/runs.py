@@ -1,4 +1,4 @@
-"""`dlperf runs list|show|delete|export|history`: browse the run store, delete or export a run, chart a KPI."""
+"""`dlperf runs list|show|delete|export|history`: browse the run store, delete or export a run, a KPI's history."""
 
 from __future__ import annotations
 

@@ -174,6 +174,9 @@ def _tune_config(args: argparse.Namespace) -> Any:
     from dlperf.train.parity import ParityConfig
     from dlperf.train.tune import TuneConfig
 
+    if args.knobs is not None and not _names(args.knobs):  # '' (an unset variable in a script) meant every knob
+        raise ConfigError(f"--knobs {args.knobs!r} names no knob: give some of {', '.join(DEFAULT_KNOBS)}, or leave "
+                          "--knobs out for all of them")
     chosen = _names(args.knobs) or list(DEFAULT_KNOBS)
     defaults = TuneConfig()
     margin = _fraction("--margin", args.margin) if args.margin is not None else defaults.safety_margin

@@ -112,6 +112,9 @@ def test_one_process_reports_no_scaling_and_no_communication() -> None:
     (["--tune", "--parity-tolerance", "nan"], "--parity-tolerance must be >= 0"),
     (["--tune", "--margin", "nan"], "--margin must be at least 0% and below 100%"),
     (["--tune", "--knobs", "threads", "--skip", "threads"], "leaves no knob to try"),
+    # an empty list (an unset variable in a script) tried every knob
+    (["--tune", "--knobs", ""], "--knobs '' names no knob: give some of threads"),
+    (["--tune", "--knobs", " , "], "--knobs ' , ' names no knob"),
 ])
 def test_cli_errors_exit_2_with_the_fix(argv: list[str], message: str, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
