@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -294,7 +295,11 @@ def _is_library_frame(filename: str) -> bool:
         return True
     if _is_dlperf_file(filename):
         return True
-    return "/site-packages/" in path or "/dist-packages/" in path or "/torch/" in path
+    if "/site-packages/" in path or "/dist-packages/" in path:
+        return True
+    # torch from a source checkout: its package folder, not any '/torch/' part (a user's project may be in one)
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    return torch_file is not None and path.startswith(str(Path(torch_file).parent).replace("\\", "/") + "/")
 
 
 def _is_dlperf_file(filename: str) -> bool:

@@ -319,6 +319,24 @@ def test_user_frame_is_found_in_a_project_folder_named_dlperf(tmp_path: Path) ->
     assert f'File "{path}", line 6, in build' in str(info.value)
 
 
+def test_user_frame_is_found_in_a_project_folder_named_torch(tmp_path: Path) -> None:
+    """Any '/torch/' in a path counted as torch's own code: the error showed torch's linear.py, not the user's line."""
+    project = tmp_path / "torch"
+    project.mkdir()
+    path = write(project, "bad.py", """
+        import torch
+        from dlperf import Workload
+
+        def build():
+            return torch.nn.Linear(4, 2)(torch.ones(3))
+
+        workload = Workload(name="bad", make_model=build, make_inputs=lambda b: (torch.ones(b, 2),))
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path)).build_model()
+    assert str(info.value).splitlines()[1] == f'  File "{path}", line 6, in build'
+
+
 def test_factory_returning_a_non_module_is_rejected() -> None:
     w = Workload(name="odd", make_model=lambda: "not a model", make_inputs=lambda b: ())  # type: ignore[arg-type,return-value]
     with pytest.raises(WorkloadError, match=r"returned str, not a torch\.nn\.Module"):
