@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument, percent_or_float
+from dlperf.cli.common import WORKLOAD_HELP, add_json_argument, add_store_argument, percent_or_float
 
 SETTINGS_HELP = (
     "comma-separated key=value: threads=N, precision=fp32|bf16|fp16, batch_size=N, channels_last=0|1, "
@@ -13,7 +13,7 @@ SETTINGS_HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:NAME")
+    parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("--a", dest="a", default="", metavar="SETTINGS", help="settings of A: " + SETTINGS_HELP)
     parser.add_argument("--b", dest="b", default="", metavar="SETTINGS", help="settings of B (same keys)")
     parser.add_argument("--batch-size", type=int, default=None,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from dlperf.cli.common import (
     ALLOCATOR_CHOICES,
+    WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
     console,
@@ -27,7 +28,7 @@ T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name")
+    parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("--batch-sizes", default=None, metavar="LIST",
                         help="comma-separated batch sizes for the offline scenario (default 1,8,32)")
     parser.add_argument("--scenario", default="offline", metavar="NAME",

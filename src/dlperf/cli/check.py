@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dlperf.cli.common import (
+    WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
     duration_s,
@@ -15,7 +16,7 @@ from dlperf.cli.common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:NAME")
+    parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("--baseline", required=True, help="baseline name (`dlperf baseline list`)")
     parser.add_argument("--max-regression", type=percent_or_float, default=0.05,
                         help="largest tolerated regression, e.g. 5%% (default) or 0.05")

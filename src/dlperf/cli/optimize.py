@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from dlperf.cli.common import (
+    WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
     duration_s,
@@ -16,7 +17,7 @@ from dlperf.cli.common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME, file.py or file.py:NAME")
+    parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("--objective", default="latency", choices=("latency", "throughput", "size", "memory"),
                         help="what the winner is best at (default latency)")
     parser.add_argument("--batch-size", type=int, default=None, help="batch size measured (default: the workload's)")

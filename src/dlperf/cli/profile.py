@@ -7,7 +7,7 @@ import argparse
 import os
 import re
 
-from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
+from dlperf.cli.common import WORKLOAD_HELP, add_json_argument, add_store_argument, console, open_store, print_json
 from dlperf.errors import ConfigError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
@@ -15,7 +15,7 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name")
+    parser.add_argument("workload", help=WORKLOAD_HELP)
     parser.add_argument("--train", action="store_true",
                         help="profile a training step (data loading, forward, backward, optimizer) "
                              "instead of inference")

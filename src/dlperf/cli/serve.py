@@ -7,13 +7,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from dlperf.cli.common import ALLOCATOR_CHOICES
+from dlperf.cli.common import ALLOCATOR_CHOICES, WORKLOAD_HELP
 from dlperf.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="WORKLOAD_OR_ARTIFACT",
-                        help="zoo:NAME, file.py[:name], or a directory from `dlperf optimize --export`")
+                        help=f"{WORKLOAD_HELP}, or a directory from `dlperf optimize --export`")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR|WORKLOAD",
                         help="A/B: serve this artifact folder or workload (zoo:NAME, file.py:NAME) as variant NAME "
                              "(give two or more; replaces the target)")

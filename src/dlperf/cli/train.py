@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from dlperf.cli.common import (
+    WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
     console,
@@ -27,7 +28,7 @@ SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help="zoo:NAME[?k=v], file.py or file.py:name (with a training spec)")
+    parser.add_argument("workload", help=f"{WORKLOAD_HELP} (with a training spec)")
     parser.add_argument("--steps", type=int, default=20, help="measured optimizer steps (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps before measuring (default 3)")
     parser.add_argument("--batch-size", type=int, default=None,
