@@ -216,10 +216,12 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
 def _split_file_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     """(path, attribute, options) of 'file.py[:NAME][?key=value&...]'. The name follows the last colon and holds
     no path separator, so a folder or a Windows drive with a colon in it ('runs:v2/wl.py', 'C:\\wl.py:small')
-    stays in the path."""
+    stays in the path; so does a '?' in a folder's name (the options follow the file's name)."""
     if Path(spec).exists():
         return spec, "", {}
-    rest, options = _split_options(spec)
+    start = max(spec.rfind("/"), spec.rfind("\\")) + 1
+    folder, (rest, options) = spec[:start], _split_options(spec[start:])
+    rest = folder + rest
     head, sep, tail = rest.rpartition(":")
     if not sep or not head or "/" in tail or "\\" in tail:
         return rest, "", options

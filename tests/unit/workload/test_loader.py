@@ -193,6 +193,13 @@ def test_a_folder_with_a_colon_stays_in_the_path(tmp_path: Path) -> None:
     w = load_workload(f"{path}:workload")
     assert w.source == f"{path}:workload"
     assert load_workload(w.source).name == "tiny"
+    # and a '?' in a folder's name: the options follow the file's name
+    odd = tmp_path / "what?v=1"
+    odd.mkdir()
+    fn = write(odd, "fn.py", FUNCTION_WITH_OPTIONS)
+    made = load_workload(f"{fn}:make?width=5")
+    assert made.name == "w5-1.0-relu" and made.source == f"{fn}:make?width=5"
+    assert load_workload(made.source).name == "w5-1.0-relu"
 
 
 def test_a_folder_named_like_a_python_file_is_refused(tmp_path: Path) -> None:
