@@ -55,10 +55,11 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     assert row["fidelity"]["heldout_min_cosine"] <= row["metric"]
     assert "32 held-out inputs" in row["metric_name"]
     assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
-    # The candidate against the original model, interleaved in this process: 6 ABBA blocks, a time ratio
-    # (int8 on this tiny model is within a few times of fp32 either way; a batch mix-up would not be).
+    # The candidate against the original model, interleaved in this process: 6 ABBA blocks, a time ratio.
+    # Dynamic int8 on this tiny model pays its (de)quantization on every call: 2.3-4.7x fp32's time in six runs
+    # on an idle machine, 7.5x once on a busy one; the bound only catches a ratio that is no ratio of the two.
     paired = row["paired"]
-    assert paired["blocks"] in (6, 12, 18) and paired["iters_per_block"] >= 2 and 0.2 < paired["ratio"] < 5
+    assert paired["blocks"] in (6, 12, 18) and paired["iters_per_block"] >= 2 and 0.05 < paired["ratio"] < 20
     assert paired["ci"][0] <= paired["ratio"] <= paired["ci"][1]
     # more rounds only while the CI is wide and holds the gate
     gain_ci = (1 / paired["ci"][1], 1 / paired["ci"][0])
