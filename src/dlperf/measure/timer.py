@@ -9,6 +9,7 @@ iterations are run until two consecutive window medians agree within `stable_tol
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ class TimerConfig:
     max_duration_s: float = 120.0
 
     def __post_init__(self) -> None:
+        for name in ("min_duration_s", "max_duration_s", "warmup_max_s", "stable_tolerance"):
+            # NaN passes every comparison below, and NaN or inf seconds fail later as the measured call's error
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)}")
         if self.warmup_iters < 0:
             raise ConfigError(f"warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.min_iters < 1:

@@ -122,6 +122,8 @@ def test_a_raising_call_becomes_measurement_error() -> None:
 @pytest.mark.parametrize("kwargs", [
     {"warmup_iters": -1}, {"min_iters": 0}, {"min_duration_s": -1.0}, {"min_iters": 10, "max_iters": 5},
     {"min_duration_s": 5.0, "max_duration_s": 1.0}, {"stable_window": 1},
+    {"min_duration_s": float("nan")}, {"min_duration_s": float("inf"), "max_duration_s": float("inf")},
+    {"max_duration_s": float("nan")}, {"warmup_max_s": float("nan")}, {"stable_tolerance": float("nan")},
 ])
 def test_bad_timer_config(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
