@@ -7,6 +7,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import dlperf
 
 
@@ -46,3 +48,17 @@ def test_bench_records_the_thread_count_it_ran_at(tmp_path: object) -> None:
     (record,) = Store(store).list()
     assert record.environment["torch_threads"] == target and record.config["threads"] == target
     assert torch.get_num_threads() == before
+
+
+def test_bench_with_a_minimum_duration_over_the_default_cap_raises_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # as `dlperf bench --min-duration 5m`; it was a ConfigError about max_duration_s, which bench() does not take
+    import torch
+
+    from dlperf import api
+
+    seen = []
+    monkeypatch.setattr(api, "run_bench", lambda workload, config: seen.append(config))
+    dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), min_duration_s=300.0)
+    assert seen[0].timer.min_duration_s == 300.0 and seen[0].timer.max_duration_s == 300.0
+    dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), min_duration_s=0.5)
+    assert seen[1].timer.max_duration_s == 120.0
