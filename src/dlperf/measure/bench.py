@@ -40,6 +40,10 @@ class BenchConfig:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
         if self.batch_sizes is not None and any(b < 1 for b in self.batch_sizes):
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+        if self.batch_sizes is not None and len(set(self.batch_sizes)) < len(self.batch_sizes):
+            repeated = sorted({b for b in self.batch_sizes if self.batch_sizes.count(b) > 1})
+            raise ConfigError(f"batch sizes {', '.join(map(str, repeated))} given more than once: give each once "
+                              "(each is measured once; compare repeated runs with `dlperf ab`)")
         scenario(self.scenario)  # raises ConfigError for an unknown name, before anything runs
 
     @property

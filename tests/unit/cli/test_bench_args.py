@@ -46,6 +46,7 @@ def test_values() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("--batch-sizes", "0,1"), "positive integers"),
+    (("--batch-sizes", "1,8,1,8,32"), "batch sizes 1, 8 given more than once"),  # were measured twice each
     (("--warmup", "-1"), "--warmup must be >= 0"),
     (("--threads", "0"), "--threads must be >= 1"),
     (("--device", "tpu"), "unknown device 'tpu'"),
