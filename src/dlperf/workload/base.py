@@ -241,14 +241,25 @@ def _check_positive(what: str, key: str, value: Any) -> None:
 
 
 def describe_inputs(inputs: Inputs, names: Sequence[str] = ()) -> str:
-    """'input 0 (x): float32[8, 1, 8, 8]' for each input, for error messages and reports."""
+    """'input 0 (x): float32[8, 1, 8, 8]' for each input, for error messages and reports; a list or dict input shows
+    what it holds ('input 0: list of 2 (float32[8, 4], float32[8, 4])')."""
     parts = []
     for i, value in enumerate(inputs):
         label = f"input {i}" + (f" ({names[i]})" if i < len(names) else "")
-        shape = getattr(value, "shape", None)
-        dtype = str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
-        parts.append(f"{label}: {dtype}{list(shape)}" if shape is not None else f"{label}: {dtype}")
+        parts.append(f"{label}: {_describe_input(value)}")
     return ", ".join(parts) if parts else "no inputs"
+
+
+def _describe_input(value: Any, depth: int = 0) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{str(getattr(value, 'dtype', type(value).__name__)).replace('torch.', '')}{list(shape)}"
+    if isinstance(value, (list, tuple, dict)) and value and depth < 2:
+        items = [f"{k}: {_describe_input(v, depth + 1)}" for k, v in value.items()] if isinstance(value, dict) \
+            else [_describe_input(v, depth + 1) for v in value]
+        shown = ", ".join(items[:4]) + (", ..." if len(items) > 4 else "")
+        return f"{type(value).__name__} of {len(value)} ({shown})"
+    return str(getattr(value, "dtype", type(value).__name__)).replace("torch.", "")
 
 
 def _describe_value(value: Any) -> str:

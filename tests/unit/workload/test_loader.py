@@ -491,6 +491,12 @@ def test_describe_inputs_names_dtypes_and_shapes() -> None:
     assert text == "input 0 (ids): int64[2, 3], input 1 (n): int"
 
 
+def test_describe_inputs_shows_what_a_list_or_dict_holds() -> None:
+    """A list input read 'input 0: list', so the batch-size error did not show the shapes it was about."""
+    text = describe_inputs(([torch.ones(2, 4), torch.ones(1, 4)], {"ids": torch.ones(2, 3, dtype=torch.int64)}))
+    assert text == "input 0: list of 2 (float32[2, 4], float32[1, 4]), input 1: dict of 1 (ids: int64[2, 3])"
+
+
 def test_batch_size_must_be_positive() -> None:
     with pytest.raises(WorkloadError, match="batch size must be >= 1, got 0"):
         load_workload("zoo:mlp").example_inputs(0)
