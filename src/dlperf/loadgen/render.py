@@ -17,33 +17,63 @@ def _ms(value: float | None) -> str:
     return f"{value * 1e3:.3g}" if value < 0.1 else f"{value * 1e3:.0f}"
 
 
+LEVEL_COLUMNS = ("req/s", "items/s", "p50", "p90", "p95", "p99", "BOUND", "p99.9", "errors", "queue", "compute",
+                 "batch", "stable")
+"""The levels table's columns after the level's own ('conc' or 'rate'); BOUND stands for the early-stopping bound's."""
+NARROW_DROPS = (("p95", "p99.9"), ("p95", "p99.9", "queue", "compute"))
+"""What a console too narrow for every column loses, in turn: the in-between and the extreme percentiles (the
+bound is the tail estimate that decides), then the server's own queue and compute means."""
+
+
 def levels_table(results: list[LevelResult], title: str = "", slo: Slo | None = None) -> Any:
     """One row per level; the bound column is MLPerf's early-stopping estimate at the SLO's percentile
-    (p99 without an SLO)."""
+    (p99 without an SLO). Drawn where every column fits, the table has its full box; on a narrower console
+    (80 columns) a compact one (two spaces between columns, then one), then without the columns of NARROW_DROPS,
+    which its caption names, where rich squeezed every column to '…'."""
+    from dlperf.report.fit import FirstThatFits
+
+    return FirstThatFits([_levels_table(results, title, slo, (), compact=False),
+                          *(_levels_table(results, title, slo, drop, compact=True, gap=gap)
+                            for drop in ((), *NARROW_DROPS) for gap in (2, 1))])
+
+
+def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop: tuple[str, ...],
+                  compact: bool, gap: int = 2) -> Any:
+    from rich import box
     from rich.table import Table
 
     q = slo.percentile if slo is not None else 99.0
     bound_name = f"p{q:g} bound"
 
     mode = results[0].mode if results else "concurrency"
-    table = Table(title=(title + " (latencies in ms)") if title else None, padding=(0, 1), pad_edge=False)
-    table.add_column("conc" if mode == "concurrency" else "rate", justify="right")
-    for name in ("req/s", "items/s", "p50", "p90", "p95", "p99", bound_name, "p99.9", "errors", "queue",
-                 "compute", "batch", "stable"):
-        table.add_column(name, justify="right", no_wrap=True)
+    table = Table(title=(title + " (latencies in ms)") if title else None, title_justify="left",
+                  caption_justify="left", padding=(0, 1), pad_edge=False)
+    if compact:
+        table.box, table.collapse_padding, table.show_edge = box.SIMPLE_HEAD, True, False
+        table.padding = (0, 1 if gap == 2 else 0)  # with the box's blank divider: 2 or 1 spaces between columns
+    table.add_column("conc" if mode == "concurrency" else "rate", justify="right", no_wrap=True)
+    columns = [name for name in LEVEL_COLUMNS if name not in drop]
+    for name in columns:
+        # errors is the one column that wraps ('timeout: 3003'), should even the narrowest layout not fit
+        table.add_column(bound_name if name == "BOUND" else name, justify="right", no_wrap=name != "errors")
+    shown = [c for c in ("queue", "compute") if c in columns]
     table.caption = (f"{bound_name}: MLPerf's early-stopping p{q:g}, within which {q:g}% of requests stay at 99% "
-                     f"confidence (- below {early_stopping_min_count(q)} requests); queue, compute: the server's own "
-                     "per-request means from its statistics; batch: its mean batch")
+                     f"confidence (- below {early_stopping_min_count(q)} requests); "
+                     + (f"{', '.join(shown)}: the server's own per-request mean{'s' if len(shown) > 1 else ''} "
+                        "from its statistics; " if shown else "")
+                     + "batch: its mean batch"
+                     + (f"; not shown at this width: {', '.join(drop)} (--json has them)" if drop else ""))
     for r in results:
         errors = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") or "0"
         server = r.server
-        table.add_row(
-            f"{r.level:g}", f"{r.throughput:.0f}", f"{r.item_throughput:.0f}", _ms(r.percentile_s(50)),
-            _ms(r.percentile_s(90)), _ms(r.percentile_s(95)), _ms(r.percentile_s(99)), _ms(r.percentile_bound_s(q)),
-            _ms(r.percentile_s(99.9)),
-            errors, _ms(server.queue_s if server else None), _ms(server.compute_s if server else None),
-            f"{server.average_batch_size:.1f}" if server else "-", "yes" if r.stable else "no",
-        )
+        cells = {
+            "req/s": f"{r.throughput:.0f}", "items/s": f"{r.item_throughput:.0f}", "p50": _ms(r.percentile_s(50)),
+            "p90": _ms(r.percentile_s(90)), "p95": _ms(r.percentile_s(95)), "p99": _ms(r.percentile_s(99)),
+            "BOUND": _ms(r.percentile_bound_s(q)), "p99.9": _ms(r.percentile_s(99.9)), "errors": errors,
+            "queue": _ms(server.queue_s if server else None), "compute": _ms(server.compute_s if server else None),
+            "batch": f"{server.average_batch_size:.1f}" if server else "-", "stable": "yes" if r.stable else "no",
+        }
+        table.add_row(f"{r.level:g}", *(cells[name] for name in columns))
     return table
 
 

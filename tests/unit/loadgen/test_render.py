@@ -1,0 +1,63 @@
+"""The load results table and headline as a console of a given width shows them."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from dlperf.loadgen.generator import LevelResult, ServerSide
+from dlperf.loadgen.render import levels_table
+
+pytestmark = pytest.mark.unit
+
+
+def _lines(renderable: Any, width: int) -> list[str]:
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(renderable)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def _level(level: float, rps: int, latency_ms: float, statuses: dict[str, int] | None = None) -> LevelResult:
+    ok = [int(latency_ms * 1e6)] * rps + [int(latency_ms * 3e6)] * (rps // 50)
+    server = ServerSide(rps, 0.000129, 0.00001, 0.000158, 0.00001, 1.0)
+    return LevelResult("concurrency", level, 1, ok if statuses is None else [], statuses or {"200": len(ok)},
+                       1.0, statuses is None, [float(rps)], server=server)
+
+
+LEVELS = [_level(1, 1217, 0.718), _level(4, 1964, 1.78)]
+
+
+def test_the_levels_table_keeps_its_numbers_whole_on_80_columns() -> None:
+    lines = _lines(levels_table(LEVELS, "mlp at 127.0.0.1:37173"), 80)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    assert "…" not in text  # rich squeezed every column ('r…', 'p9…', an empty p50 column)
+    header = next(line for line in lines if line.lstrip().startswith("conc"))
+    assert header.split() == ["conc", "req/s", "items/s", "p50", "p90", "p99", "p99", "bound", "errors", "queue",
+                              "compute", "batch", "stable"]
+    row = next(line for line in lines if line.split()[:1] == ["4"])
+    assert row.split()[3:6] == ["1.78", "1.78", "5.34"]  # p50, p90, p99
+    assert lines[0].startswith("mlp at 127.0.0.1:37173 (latencies in ms)")
+    assert "not shown at this width: p95, p99.9 (--json has them)" in " ".join(text.split())
+
+
+def test_the_levels_table_has_every_column_where_they_fit() -> None:
+    lines = _lines(levels_table(LEVELS, "mlp"), 160)
+    header = next(line for line in lines if "req/s" in line)
+    assert [c for c in header.replace("┃", " ").split()] == [
+        "conc", "req/s", "items/s", "p50", "p90", "p95", "p99", "p99", "bound", "p99.9", "errors", "queue", "compute",
+        "batch", "stable"]
+    assert "not shown" not in "\n".join(lines)
+
+
+def test_a_level_where_every_request_failed_keeps_its_errors_readable_on_80_columns() -> None:
+    failed = _level(2, 0, 1.0, statuses={"timeout": 3003})
+    lines = _lines(levels_table([failed], "mlp"), 80)
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if line.split()[:1] == ["2"])
+    assert "timeout: 3003" in row and row.split()[-1] == "no"
+
