@@ -1,4 +1,5 @@
-"""The environment a result was taken in: versions, CPU model and flags, cores, threads, GPU, OS."""
+"""The environment a result was taken in: versions, CPU model and flags, cores, threads, GPU, OS, allocator,
+CPU governor and load."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ class Environment:
     allocator: str | None = None
     """The heap allocator the process ran with: glibc, jemalloc or tcmalloc (`measure.allocator`); None in
     records from before it was recorded."""
+    usable_cores: int | None = None
+    """CPUs this process may run on (its affinity: `taskset`, a container's cpuset); fewer than
+    `logical_cores` when it was pinned. None in older records."""
+    cpu_governor: str | None = None
+    """cpufreq's scaling governor of CPU 0 ('performance', 'powersave', ...); None where the OS does not expose
+    it (most VMs) or in older records."""
+    load_average: list[float] | None = None
+    """The 1, 5 and 15-minute load averages when the environment was captured, before the measurement: the
+    machine's load from before the run (bench's points carry the load during each measurement)."""
+    thread_env: dict[str, str] = field(default_factory=dict)
+    """The environment variables that set thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, ...), where set."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +83,35 @@ def cpu_flags() -> list[str]:
     except OSError:
         pass
     return []
+
+
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND",
+                   "GOMP_CPU_AFFINITY", "KMP_BLOCKTIME")
+"""Environment variables that change how many threads torch's CPU kernels run and where."""
+
+
+def cpu_governor() -> str | None:
+    """cpufreq's scaling governor of CPU 0, or None where it is not exposed (VMs, containers, macOS)."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask), or the machine's count where the OS has no mask."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def _version(module: str) -> str | None:
@@ -128,6 +169,10 @@ def capture_environment(device: str | None = None) -> Environment:
         gpu_count=gpu_count,
         packages=packages,
         allocator=active_allocator(),
+        usable_cores=usable_cores(),
+        cpu_governor=cpu_governor(),
+        load_average=load_average(),
+        thread_env={k: v for k in THREAD_ENV_VARS if (v := os.environ.get(k)) is not None},
     )
 
 
@@ -143,11 +188,18 @@ def gpu_index(device: str | None) -> int:
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Human-readable differences that make two results not directly comparable. The allocator counts only
-    where both records have it (older ones do not)."""
+    """Human-readable differences that make two results not directly comparable. The allocator, usable cores,
+    CPU governor and thread variables count only where both records have them (older ones do not)."""
     keys = ("torch_version", "python_version", "dlperf_version", "cpu_model", "logical_cores",
             "torch_threads", "gpu_name", "cuda_version", "os")
     diffs = [f"{k}: {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
-    if a.get("allocator") and b.get("allocator") and a["allocator"] != b["allocator"]:
-        diffs.append(f"allocator: {a['allocator']} vs {b['allocator']}")
+    for k in ("allocator", "usable_cores", "cpu_governor"):
+        if a.get(k) and b.get(k) and a[k] != b[k]:
+            diffs.append(f"{k}: {a[k]} vs {b[k]}")
+    if "thread_env" in a and "thread_env" in b and a["thread_env"] != b["thread_env"]:
+        diffs.append(f"thread_env: {_env_text(a['thread_env'])} vs {_env_text(b['thread_env'])}")
     return diffs
+
+
+def _env_text(variables: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(variables.items())) or "none set"

@@ -63,3 +63,46 @@ def test_gpu_index_of_a_device_string() -> None:
 
     assert gpu_index("cuda:3") == 3
     assert gpu_index("cuda:0") == 0
+
+
+def test_governor_load_affinity_and_thread_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.measure import env as env_module
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr(env_module, "cpu_governor", lambda: "powersave")
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.456, 2.0, 1.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    captured = capture_environment()
+    assert captured.cpu_governor == "powersave"
+    assert captured.load_average == [3.46, 2.0, 1.0]
+    assert captured.usable_cores == 1  # pinned to one CPU of the machine's logical_cores
+    assert captured.thread_env == {"OMP_NUM_THREADS": "1"}
+    assert Environment.from_dict(captured.to_dict()) == captured
+
+
+def test_governor_affinity_and_thread_variables_are_differences_where_both_records_have_them(
+        env: Environment) -> None:
+    a = env.to_dict() | {"cpu_governor": "performance", "usable_cores": 2, "thread_env": {}}
+    b = a | {"cpu_governor": "powersave", "usable_cores": 1, "thread_env": {"OMP_NUM_THREADS": "1"}}
+    assert environment_differences(a, b) == ["usable_cores: 2 vs 1", "cpu_governor: performance vs powersave",
+                                             "thread_env: none set vs OMP_NUM_THREADS=1"]
+    older = {k: v for k, v in a.items() if k not in ("cpu_governor", "usable_cores", "thread_env")}
+    assert environment_differences(older, b) == []  # a record from before they were captured
+    assert environment_differences(a, a | {"load_average": [9.0, 9.0, 9.0]}) == []  # load is no setting
+
+
+def test_cpu_governor_is_none_where_cpufreq_is_not_exposed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from dlperf.measure.env import cpu_governor
+
+    real_open = builtins.open
+
+    def fake_open(path: str, *args: object, **kwargs: object) -> object:
+        if "scaling_governor" in str(path):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert cpu_governor() is None
