@@ -152,8 +152,9 @@ def load_headline(result: Any) -> str:
     where = "concurrency" if best.get("mode") == "concurrency" else "rate"
     # its SLO verdict where it had one (an interrupted peak search's busiest step may have failed it)
     judged = f" ({best['verdict']})" if isinstance(best.get("verdict"), str) else ""
-    return (f"{best['throughput_rps']:.1f} req/s, p99 {_ms(best['p99_s'])} ms at {where} {best.get('level', 0):g}"
-            f"{judged}")
+    # a level where every request failed has no p99 (NaN): 'p99 - ms' read as a number left out
+    p99 = f"p99 {_ms(best['p99_s'])} ms" if math.isfinite(best["p99_s"]) else "no request succeeded"
+    return f"{best['throughput_rps']:.1f} req/s, {p99} at {where} {best.get('level', 0):g}{judged}"
 
 
 def _size(num_bytes: int) -> str:

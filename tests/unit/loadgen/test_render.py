@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from dlperf.loadgen.generator import LevelResult, ServerSide
-from dlperf.loadgen.render import levels_table
+from dlperf.loadgen.render import levels_table, load_headline
 
 pytestmark = pytest.mark.unit
 
@@ -61,3 +61,10 @@ def test_a_level_where_every_request_failed_keeps_its_errors_readable_on_80_colu
     row = next(line for line in lines if line.split()[:1] == ["2"])
     assert "timeout: 3003" in row and row.split()[-1] == "no"
 
+
+def test_the_headline_of_a_level_where_every_request_failed_says_so() -> None:
+    levels = [{"mode": "concurrency", "level": 2.0, "throughput_rps": 0.0, "p99_s": float("nan")}]
+    assert load_headline({"levels": levels}) == "0.0 req/s, no request succeeded at concurrency 2"
+    # a run with a level that answered picks that one
+    levels.append({"mode": "concurrency", "level": 4.0, "throughput_rps": 12.5, "p99_s": 0.02})
+    assert load_headline({"levels": levels}) == "12.5 req/s, p99 20 ms at concurrency 4"
