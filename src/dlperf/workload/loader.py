@@ -244,6 +244,13 @@ def _import_file(path: Path) -> ModuleType:
         sys.path.append(folder)
     try:
         module_spec.loader.exec_module(module)
+    except SystemExit as exc:  # argparse's parse_args() reading dlperf's own arguments, a sys.exit()
+        sys.modules.pop(mod_name, None)
+        raise WorkloadError(
+            f"workload file '{path}' exited while importing (SystemExit: {exc.code}): dlperf imports the file, it does "
+            "not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`\n"
+            f"{_user_frame(exc)}"
+        ) from exc
     except Exception as exc:
         sys.modules.pop(mod_name, None)
         raise WorkloadError(

@@ -242,6 +242,20 @@ def test_import_error_shows_the_users_line(tmp_path: Path) -> None:
     assert "value = 1 / 0" in message
 
 
+def test_a_file_that_exits_while_importing_is_named(tmp_path: Path) -> None:
+    """sys.exit() at module level ended dlperf with the user's message and exit 1, naming no file."""
+    path = write(tmp_path, "exits.py", """
+        import sys
+        sys.exit("needs a GPU")
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    assert str(info.value).splitlines() == [
+        f"workload file '{path}' exited while importing (SystemExit: needs a GPU): dlperf imports the file, it does "
+        "not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`",
+        f'  File "{path}", line 3, in <module>', '    sys.exit("needs a GPU")']
+
+
 def test_syntax_error_shows_the_users_line(tmp_path: Path) -> None:
     path = write(tmp_path, "typo.py", "import torch\nworkload = (\n")
     with pytest.raises(WorkloadError) as info:
