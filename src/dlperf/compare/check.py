@@ -59,9 +59,9 @@ def check_against_baseline(
     `min_duration_s` / `batch_sizes` override the baseline's (the comparison is per batch size present in
     both).
     """
-    from dlperf.api import bench_config_dict
+    from dlperf.api import bench_config_dict, bench_environment
     from dlperf.measure.bench import run_bench
-    from dlperf.measure.env import capture_environment, environment_differences
+    from dlperf.measure.env import environment_differences
     from dlperf.workload.loader import load_workload
 
     config = config or GateConfig()
@@ -89,7 +89,7 @@ def check_against_baseline(
     workload = load_workload(workload_spec)
     # Recorded under the name the user gave, as `dlperf bench` records it, so histories line up.
     name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
-    environment = capture_environment(bench_config.device).to_dict()
+    environment = bench_environment(bench_config)  # at the baseline's --threads, as bench records it
     warnings = []
     if baseline.workload not in (name, workload.source, workload.name):
         warnings.append(f"the baseline measured workload '{baseline.workload}', this check '{name}'")
