@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import linecache
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -298,6 +299,9 @@ def _user_frame(exc: BaseException, function: Any = None) -> str:
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent).replace("\\", "/") + "/"
+# Python's standard library: pathlib raising the FileNotFoundError of the user's missing checkpoint, argparse
+# exiting, json failing to parse: the user's line that called it is the one to show.
+_STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve()).replace("\\", "/") + "/"
 
 
 def _is_library_frame(filename: str) -> bool:
@@ -306,7 +310,7 @@ def _is_library_frame(filename: str) -> bool:
         return True
     if _is_dlperf_file(filename):
         return True
-    if "/site-packages/" in path or "/dist-packages/" in path:
+    if "/site-packages/" in path or "/dist-packages/" in path or path.startswith(_STDLIB_DIR):
         return True
     # torch from a source checkout: its package folder, not any '/torch/' part (a user's project may be in one)
     torch_file = getattr(sys.modules.get("torch"), "__file__", None)

@@ -340,6 +340,25 @@ def test_user_frame_is_found_in_a_project_folder_named_dlperf(tmp_path: Path) ->
     assert f'File "{path}", line 6, in build' in str(info.value)
 
 
+def test_the_users_line_is_shown_when_the_standard_library_raises(tmp_path: Path) -> None:
+    """A missing checkpoint read with pathlib showed pathlib.py's io.open line, not the user's."""
+    path = write(tmp_path, "ckpt.py", """
+        from pathlib import Path
+        import torch
+
+        def model():
+            Path("checkpoints/missing.pt").read_bytes()
+            return torch.nn.Linear(4, 2)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path)).build_model()
+    assert str(info.value).splitlines()[1:] == [f'  File "{path}", line 6, in model',
+                                                '    Path("checkpoints/missing.pt").read_bytes()']
+
+
 def test_user_frame_is_found_in_a_project_folder_named_torch(tmp_path: Path) -> None:
     """Any '/torch/' in a path counted as torch's own code: the error showed torch's linear.py, not the user's line."""
     project = tmp_path / "torch"
