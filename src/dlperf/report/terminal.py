@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -305,17 +307,61 @@ def profile_train_headline(result: Any) -> str:
     return ""
 
 
+RUNS_HEADLINE_MIN = 32
+"""The fewest columns `runs list` leaves a run's headline where the console is narrower than the whole table."""
+RUNS_WORKLOAD_MIN = 10
+RUNS_DROPPED_NOTE = "created (UTC) not shown at this width: `dlperf runs show ID` has it"
+
+
 def runs_table(records: Sequence[RunRecord], store_url: str = "") -> RenderableType:
     if not records:
         return Text(f"no runs in {store_url or 'the store'}")
-    table = Table(title=f"runs in {store_url}" if store_url else None, title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
-    for name in ("id", "kind", "workload", "status", "created (UTC)", "headline"):
-        table.add_column(name, no_wrap=name not in ("workload", "headline"))
-    for r in records:
-        table.add_row(r.id, r.kind, Text(r.workload), Text(r.status, style=STATUS_STYLE.get(r.status, "")),
-                      r.created_at[:16].replace("T", " "), headline_text(r))
-    return table
+    return _RunsTable(records, store_url)
+
+
+class _RunsTable:
+    """`runs list`'s table laid out for the width it is drawn at. Where the headline would get fewer than
+    RUNS_HEADLINE_MIN columns (on 80 columns it got 11, and a row wrapped over up to 8 lines), the created
+    column goes (the list is newest first; `runs show` has the time), and then a long workload folds to leave
+    the headline that many."""
+
+    def __init__(self, records: Sequence[RunRecord], store_url: str) -> None:
+        self.store_url = store_url
+        self.rows = [{"id": r.id, "kind": r.kind, "workload": r.workload, "status": r.status,
+                      "created (UTC)": r.created_at[:16].replace("T", " "), "headline": headline_text(r)}
+                     for r in records]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.table(options.max_width))
+
+    def table(self, width: int) -> Table:
+        natural = {name: max(cell_len(name), *(cell_len(row[name]) for row in self.rows)) for name in self.rows[0]}
+        wanted = min(natural["headline"], RUNS_HEADLINE_MIN)
+
+        def room(names: Sequence[str]) -> int:  # what is left for the headline, with 2 spaces between columns
+            return width - sum(natural[n] for n in names if n != "headline") - 2 * (len(names) - 1)
+
+        names = list(natural)
+        if room(names) < wanted:
+            names.remove("created (UTC)")
+        workload_width = None
+        if room(names) < wanted:
+            workload_width = max(RUNS_WORKLOAD_MIN, natural["workload"] - (wanted - room(names)))
+        dropped = "created (UTC)" not in names
+        table = Table(title=f"runs in {self.store_url}" if self.store_url else None, title_justify="left",
+                      box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
+                      caption=RUNS_DROPPED_NOTE if dropped else None, caption_justify="left")
+        for name in names:
+            table.add_column(name, no_wrap=name not in ("workload", "headline"),
+                             overflow="fold" if name == "workload" else "ellipsis",
+                             max_width=workload_width if name == "workload" else None)
+        for row in self.rows:
+            table.add_row(*(Text(row[n], style=STATUS_STYLE.get(row[n], "")) if n == "status" else Text(row[n])
+                            for n in names))
+        return table
 
 
 def record_view(record: RunRecord) -> RenderableType:

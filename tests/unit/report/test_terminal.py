@@ -291,3 +291,53 @@ def test_runs_show_prints_bench_s_warnings() -> None:
 def test_runs_show_of_a_bench_run_with_missing_fields_falls_back_to_json(points: Any) -> None:
     shown = _text(record_view(RunRecord("old", "bench", "zoo:mlp", "ok", "2026-01-01", result={"points": points})))
     assert '"points"' in shown and "environment: not recorded" in shown  # it raised KeyError or AttributeError
+
+
+def _lines(renderable: RenderableType, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(renderable)
+    text = console.export_text()
+    console.file.close()
+    return [line.rstrip() for line in text.splitlines()]
+
+
+RUNS = [
+    RunRecord("bc937ed2d874", "candidate", "zoo:mlp", "ok", "2026-12-04T07:31:20",
+              result={"label": "hygiene", "p50_s": 0.0000585, "metric": 1.0, "metric_name": "fidelity"}),
+    RunRecord("8ceb2ba13d86", "bench", "zoo:mlp", "interrupted", "2026-12-04T07:33:14"),
+    RunRecord("33eedbe92e28", "load", "127.0.0.1:37173/mlp", "ok", "2026-12-04T07:30:00", result={"levels": [
+        {"mode": "concurrency", "level": 4, "throughput_rps": 1964.5, "p99_s": 0.00843}]}),
+    RunRecord("6bc3cceb96a6", "train-trial", "zoo:mlp", "ok", "2026-12-04T07:34:00",
+              result={"knob": "threads", "change": {"threads": 1}, "speedup": 1.59, "verdict": "faster"}),
+]
+
+
+def test_runs_list_on_80_columns_leaves_the_headline_room() -> None:
+    lines = _lines(runs_table(RUNS, "sqlite:///runs.db"), 80)
+    assert max(len(line) for line in lines) <= 80
+    assert lines[1].split() == ["id", "kind", "workload", "status", "headline"]  # created went; the caption says so
+    assert lines[-1] == "created (UTC) not shown at this width: `dlperf runs show ID` has it"
+    start = lines[1].index("headline")
+    rows: dict[str, list[str]] = {}
+    for line in lines[3:-1]:
+        if line[:12].strip():
+            rows[line[:12]] = [line]
+        else:
+            rows[list(rows)[-1]].append(line)
+    assert set(rows) == {r.id for r in RUNS}
+    # the headline was 11 columns wide: 'hygiene: p50' / '0.0585 ms,' / 'fidelity' / '1.0000'
+    assert all(len(row) <= 2 for row in rows.values())
+    headlines = {run_id: " ".join(line[start:].strip() for line in row) for run_id, row in rows.items()}
+    assert headlines["bc937ed2d874"] == "hygiene: p50 0.0585 ms, fidelity 1.0000"
+    assert headlines["6bc3cceb96a6"] == "threads: threads=1 1.59x (faster)"
+    assert headlines["33eedbe92e28"] == "1964.5 req/s, p99 8.43 ms at concurrency 4"
+    load = rows["33eedbe92e28"]
+    assert load[0].split()[1:4] == ["load", "127.0.0.1:", "ok"] and load[1].split()[0] == "37173/mlp"  # folded
+
+
+def test_runs_list_keeps_every_column_where_they_fit() -> None:
+    lines = _lines(runs_table(RUNS, "sqlite:///runs.db"), 130)
+    assert lines[1].split() == ["id", "kind", "workload", "status", "created", "(UTC)", "headline"]
+    assert any(line.startswith("33eedbe92e28  load         127.0.0.1:37173/mlp  ok           2026-12-04 07:30  "
+                               "1964.5 req/s") for line in lines)
+    assert "not shown" not in "\n".join(lines)
