@@ -24,10 +24,17 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
     (or a pathlib.Path) holding one workload, or `'file.py:name'` (a function's options as
     `'file.py:name?width=8'` or keyword `options`).
     """
-    if isinstance(spec, Workload):
-        return spec
     if isinstance(spec, os.PathLike):  # a pathlib.Path to the file
         spec = os.fspath(spec)
+    if isinstance(spec, (Workload, str)) and example_inputs is not None:  # they would be ignored
+        what = f"workload '{spec.name}'" if isinstance(spec, Workload) else f"'{spec}'"
+        raise WorkloadError(f"{what} makes its own inputs: example inputs are for an nn.Module only, "
+                            "e.g. dlperf.bench(model, (x,))")
+    if isinstance(spec, Workload):
+        if options:
+            raise WorkloadError(f"workload '{spec.name}' is a dlperf.Workload already: it takes no options "
+                                f"({', '.join(options)})")
+        return spec
     if isinstance(spec, str):
         if spec.startswith("zoo:"):
             from dlperf.workload import zoo
@@ -44,6 +51,9 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
             raise WorkloadError(
                 "an nn.Module was given without example inputs: pass them, e.g. dlperf.bench(model, (x,))"
             )
+        if options:
+            raise WorkloadError(f"an nn.Module takes no options ({', '.join(options)}): options are for zoo and "
+                                "file workloads")
         return from_module(spec, example_inputs)
     raise WorkloadError(
         f"cannot make a workload from {type(spec).__name__}: give 'zoo:NAME', 'file.py[:name]', "

@@ -681,6 +681,21 @@ def test_load_workload_passes_a_workload_through_and_wraps_modules() -> None:
     assert wrapped.name == "Linear" and wrapped.example_inputs(6)[0].shape == (6, 4)
 
 
+def test_example_inputs_or_options_that_would_be_ignored_are_refused() -> None:
+    """dlperf.bench('zoo:mlp', x) measured the zoo's inputs and dropped x without a word."""
+    x = torch.ones(2, 64)
+    with pytest.raises(WorkloadError, match=r"^'zoo:mlp' makes its own inputs: example inputs are for an nn.Module "):
+        load_workload("zoo:mlp", x)
+    w = load_workload("zoo:mlp")
+    with pytest.raises(WorkloadError, match=r"^workload 'mlp' makes its own inputs"):
+        load_workload(w, x)
+    with pytest.raises(WorkloadError, match=r"^workload 'mlp' is a dlperf.Workload already: it takes no options "
+                                            r"\(hidden\)$"):
+        load_workload(w, hidden=8)
+    with pytest.raises(WorkloadError, match=r"^an nn.Module takes no options \(hidden\)"):
+        load_workload(nn.Linear(64, 2), x, hidden=8)
+
+
 def test_unsupported_spec_type() -> None:
     with pytest.raises(WorkloadError, match="cannot make a workload from int"):
         load_workload(42)
