@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from dlperf.compare.stats import p_text
+from dlperf.report.fit import FirstThatFits
 
 if TYPE_CHECKING:
     from dlperf.compare.ab import ABRun
@@ -62,11 +64,17 @@ def ab_verdict(run: ABRun) -> Text:
                          f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x)")
 
 
-def comparison_tables(cmp: RunComparison) -> list[Table]:
-    tables = []
+def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
+    """Per batch size (or load level): a title line naming the runs, the KPI table, and the test's line. The title
+    and the test's line are lines of their own, as wide as the console, not a table's title and caption: those
+    wrapped at the table's 48 columns, mid-sentence. A title too long for the console puts B under A."""
+    parts: list[RenderableType] = []
+    a, b = f"A={cmp.a.id} ({cmp.a.created_at[:19]})", f"B={cmp.b.id} ({cmp.b.created_at[:19]})"
     for point in cmp.points:
-        table = Table(title=f"{point.title or f'batch {point.batch_size}'}: A={cmp.a.id} ({cmp.a.created_at[:19]})  "
-                      f"B={cmp.b.id} ({cmp.b.created_at[:19]})", title_justify="left")
+        head = f"{point.title or f'batch {point.batch_size}'}:"
+        title = FirstThatFits([Text(f"{head} {a}  {b}", style="table.title"),
+                               Text(f"{head} {a}\n{' ' * len(head)} {b}", style="table.title")])
+        table = Table()
         for col in ("KPI", "A", "B", "change"):
             table.add_column(col, justify="left" if col == "KPI" else "right")
         for kpi in point.kpis:
@@ -76,17 +84,18 @@ def comparison_tables(cmp: RunComparison) -> list[Table]:
             style = "green" if kpi.better else "red"
             table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(pct(kpi.change), style=style))
         lo, hi = point.median_ratio.ci
-        table.caption = (f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
-                         f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}")
-        tables.append(table)
+        test = Text(f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
+                    f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}", style="table.caption")
+        parts.append(Group(title, table, test))
     if cmp.other_deltas:
-        table = Table(title=f"A={cmp.a.id} ({cmp.a.kind})  B={cmp.b.id} ({cmp.b.kind})", title_justify="left")
+        table = Table()
         for col in ("result", "A", "B"):
             table.add_column(col, justify="left" if col == "result" else "right")
-        for key, a, b in cmp.other_deltas[:60]:
-            table.add_row(key, f"{a:.6g}", f"{b:.6g}")
-        tables.append(table)
-    return tables
+        for key, a_value, b_value in cmp.other_deltas[:60]:
+            table.add_row(key, f"{a_value:.6g}", f"{b_value:.6g}")
+        parts.append(Group(Text(f"A={cmp.a.id} ({cmp.a.kind})  B={cmp.b.id} ({cmp.b.kind})", style="table.title"),
+                           table))
+    return parts
 
 
 def gate_lines(result: dict[str, Any]) -> list[Text]:

@@ -123,8 +123,39 @@ def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
     b = add_run(store, "bench", bench_result({1: 0.002}, n=2000, seed=2, sigma=0.01))
     cmp = compare_records(store.get(a), store.get(b))
     assert cmp.points[0].test.p_value == 0.0  # the normal tail underflowed
-    caption = str(comparison_tables(cmp)[0].caption)
+    caption = _lines(comparison_tables(cmp)[0], 120)[-1]
     assert "Mann-Whitney U p<1e-300;" in caption and "B slower" in caption
+
+
+def _lines(renderable: object, width: int) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(renderable)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+
+
+def test_the_comparison_s_title_and_test_line_are_as_wide_as_the_console_not_the_table(tmp_path: Path) -> None:
+    # They were the table's title and caption, wrapped at its 48 columns: 'batch 1: A=... (...)' / 'B=... (...)',
+    # and 'Mann-Whitney U p=...; median B/A 1.154 (CI' / '1.032-1.426): B slower', centred.
+    from dlperf.report.compare_text import comparison_tables
+
+    store = Store(tmp_path / "runs.db")
+    a = add_run(store, "bench", bench_result({1: 0.001, 32: 0.004}, n=200, seed=1))
+    b = add_run(store, "bench", bench_result({1: 0.0011, 32: 0.004}, n=200, seed=2))
+    cmp = compare_records(store.get(a), store.get(b))
+    title = f"batch 1: A={cmp.a.id} ({cmp.a.created_at[:19]})  B={cmp.b.id} ({cmp.b.created_at[:19]})"
+    for width in (80, 100):
+        first, second = (_lines(part, width) for part in comparison_tables(cmp))
+        assert first[-1].startswith("Mann-Whitney U p") and first[-1].endswith("B slower")  # one line
+        assert first[-2].startswith("└")  # right under the table
+        if width >= len(title):
+            assert first[0] == title
+        else:  # B under A, never a break inside '(2026-...)'
+            assert first[:2] == [title.split("  ")[0], " " * len("batch 1:") + " " + title.split("  ")[1]]
+        assert second[0].startswith("batch 32: A=")
 
 
 def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_path: Path) -> None:
