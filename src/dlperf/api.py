@@ -57,10 +57,7 @@ def bench_environment(config: BenchConfig) -> dict[str, Any]:
     """The environment a bench run is recorded with: the thread count it ran at, not torch's default."""
     from dlperf.measure.env import capture_environment
 
-    environment = capture_environment(config.device).to_dict()
-    if config.threads is not None:
-        environment["torch_threads"] = config.threads
-    return environment
+    return capture_environment(config.device, config.threads).to_dict()
 
 
 def bench_config_dict(config: BenchConfig) -> dict[str, Any]:

@@ -39,9 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     store = open_store(args)
     config = {"device": args.device, "force": args.force, "quick": args.quick, "threads": args.threads, "version": 1}
-    environment = capture_environment(args.device).to_dict()
-    if args.threads is not None:
-        environment["torch_threads"] = args.threads
+    environment = capture_environment(args.device, args.threads).to_dict()
     with torch_threads(args.threads):
         key = machine_key(args.device)
     problem = None if args.force else cache_problem(key)

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
     workload = load_workload(args.workload)
     store = open_store(args)
-    environment = capture_environment(args.device).to_dict()
+    environment = capture_environment(args.device, args.threads).to_dict()
     config_dict = {
         "mode": capture_config.mode, "device": args.device, "batch_size": args.batch_size, "steps": args.steps,
         "threads": args.threads, "trace": args.trace, "memory_budget_bytes": capture_config.memory_budget_bytes,

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                            threads=args.threads, num_workers=args.num_workers)
     check_device(baseline.device)  # before the run is recorded: a missing GPU is the user's option, not a failure
     store = open_store(args)
-    environment = capture_environment(args.device).to_dict()
+    environment = capture_environment(args.device, args.threads).to_dict()
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",
                               "step": baseline.to_dict(), "steps": args.steps, "warmup": args.warmup}
     tune_config = _tune_config(args) if args.tune and not args.nproc else None

@@ -123,9 +123,11 @@ def _version(module: str) -> str | None:
         return None
 
 
-def capture_environment(device: str | None = None) -> Environment:
+def capture_environment(device: str | None = None, threads: int | None = None) -> Environment:
     """The environment of this process; `device` ('cuda:1', 'cuda', 'cpu') names the GPU the run used (default:
-    torch's current CUDA device), so a result taken on the second GPU of a mixed machine carries its name."""
+    torch's current CUDA device), so a result taken on the second GPU of a mixed machine carries its name.
+    `threads`: the intra-op thread count the run sets (a command's --threads), recorded instead of torch's
+    current one, as the environment is captured before the run sets it."""
     import psutil
     import torch
 
@@ -160,7 +162,7 @@ def capture_environment(device: str | None = None) -> Environment:
         cpu_flags=cpu_flags(),
         physical_cores=psutil.cpu_count(logical=False),
         logical_cores=os.cpu_count() or 1,
-        torch_threads=torch.get_num_threads(),
+        torch_threads=threads if threads is not None else torch.get_num_threads(),
         torch_interop_threads=torch.get_num_interop_threads(),
         total_memory_bytes=int(psutil.virtual_memory().total),
         gpu_name=gpu_name,

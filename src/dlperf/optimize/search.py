@@ -558,7 +558,7 @@ def optimize(
             "pass 'file.py:NAME' (or a zoo:NAME)"
         )
     batch_size = config.batch_size or wl.default_batch_size
-    env = capture_environment(config.device)
+    env = capture_environment(config.device, config.threads)
     cpu_flags = tuple(env.cpu_flags)
     ctx = PassContext(device=config.device, batch_size=batch_size, threads=config.threads, cpu_flags=cpu_flags)
     space = build_space(wl, ctx, config.passes, config.extra_modules)

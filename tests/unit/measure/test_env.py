@@ -106,3 +106,34 @@ def test_cpu_governor_is_none_where_cpufreq_is_not_exposed(monkeypatch: pytest.M
 
     monkeypatch.setattr(builtins, "open", fake_open)
     assert cpu_governor() is None
+
+
+def test_threads_records_the_count_the_run_sets_not_torchs_current_one() -> None:
+    import torch
+
+    assert capture_environment(threads=7).torch_threads == 7
+    assert capture_environment().torch_threads == torch.get_num_threads()
+
+
+class _Captured(Exception):
+    pass
+
+
+@pytest.mark.parametrize("argv", [
+    ["profile", "zoo:mlp", "--threads", "1"],
+    ["train", "zoo:mlp", "--threads", "1", "--no-mfu"],
+    ["calibrate", "--threads", "1", "--quick"],
+])
+def test_commands_record_their_threads_option(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: object) -> None:
+    # each took the environment before setting --threads, and recorded torch's default thread count
+    from dlperf.cli.main import main
+    from dlperf.measure import env as env_module
+
+    def capture(device: str | None = None, threads: int | None = None) -> Environment:
+        raise _Captured(threads)
+
+    monkeypatch.setattr(env_module, "capture_environment", capture)
+    with pytest.raises(_Captured) as caught:
+        main([*argv, "--store", f"sqlite:///{tmp_path}/runs.db"])
+    assert caught.value.args == (1,)
