@@ -480,9 +480,13 @@ def sparkline(values: Sequence[float]) -> str:
     return "".join(SPARK_CHARS[round((v - lo) / (hi - lo) * top)] for v in values)
 
 
+def _runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
 def history_view(history: History) -> RenderableType:
     """`dlperf runs history`: a sparkline of the KPI over runs, then each value."""
-    title = (f"{history.metric} of {history.workload} at batch {history.batch_size} over {len(history.points)} runs "
+    title = (f"{history.metric} of {history.workload} at batch {history.batch_size} over {_runs(len(history.points))} "
              f"({'higher' if history.higher_is_better else 'lower'} is better)")
     if not history.points:
         return Text(f"{title}: no finished runs with that batch size")
@@ -508,6 +512,6 @@ def history_view(history: History) -> RenderableType:
         table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), fmt_value(p.value, history.unit), note)
     parts.append(table)
     if history.skipped:
-        parts.append(Text(f"{history.skipped} run(s) skipped: not ok, or no point at batch {history.batch_size}",
+        parts.append(Text(f"{_runs(history.skipped)} skipped: not ok, or no point at batch {history.batch_size}",
                           style="dim"))
     return Group(*parts)

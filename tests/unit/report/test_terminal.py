@@ -166,6 +166,18 @@ def test_history_view() -> None:
     assert "best" in text and "noisy" in text
 
 
+def test_history_view_counts_runs_in_the_singular_and_plural() -> None:
+    one = History("zoo:mlp", "p50", "s", False, 8, [HistoryPoint("a", "2026-01-01T00:00", 0.001)], skipped=1)
+    text = " ".join(_text(history_view(one)).split())
+    assert "p50 of zoo:mlp at batch 8 over 1 run (lower is better)" in text  # 'over 1 runs'
+    assert "1 run skipped: not ok, or no point at batch 8" in text  # '1 run(s) skipped'
+    two = History("zoo:mlp", "p50", "s", False, 8, one.points * 2, skipped=2)
+    text = " ".join(_text(history_view(two)).split())
+    assert "over 2 runs (lower is better)" in text and "2 runs skipped:" in text
+    assert "over 0 runs (lower is better): no finished runs" in _text(history_view(History(
+        "zoo:mlp", "p50", "s", False, 8, [])))
+
+
 def test_ceilings_table() -> None:
     data = {"device": "cpu", "threads": 2, "machine_key": "k", "measured_at": "t", "quick": False,
             "gemm_flops": {"fp32": 3.1e11}, "memory_bandwidth_bytes_s": 2e10,
