@@ -105,3 +105,25 @@ def test_the_model_pickles(model: torch.nn.Module) -> None:
     inputs = minilm.make_inputs(2, SEQ_LEN)
     with torch.inference_mode():
         assert torch.equal(restored(*inputs), model(*inputs))
+
+
+def test_loading_it_leaves_the_hub_on_and_touches_no_network() -> None:
+    """It set HF_HUB_OFFLINE=1 in the process, which turned the hub off for the user's own from_pretrained calls."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, socket\n"
+        "def refuse(self, address):\n"
+        "    raise OSError(f'network use: {address}')\n"
+        "socket.socket.connect = refuse\n"
+        "from dlperf.workload import load_workload\n"
+        "w = load_workload('zoo:minilm?seq_len=8')\n"
+        "w.check(w.build_model(), w.example_inputs(2))\n"
+        "print('HF_HUB_OFFLINE' in os.environ)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"

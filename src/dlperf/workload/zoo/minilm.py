@@ -8,7 +8,6 @@ similarity to the fp32 eager model's embeddings on a fixed set of sentences (1.0
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,8 +261,11 @@ class _Assets:
 
 @functools.lru_cache(maxsize=1)
 def _assets() -> _Assets:
-    """Config, tokenizer and weights, read once per process from the package folder (never the network)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: no hub calls, ever
+    """Config, tokenizer and weights, read once per process from the package folder (never the network).
+
+    local_files_only keeps the hub out; HF_HUB_OFFLINE is left alone: set before transformers is imported, it
+    would turn the hub off for the whole process, the user's own from_pretrained calls included.
+    """
     try:
         from safetensors.torch import load_file
         from transformers import AutoConfig, AutoTokenizer
