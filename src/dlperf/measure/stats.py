@@ -10,6 +10,13 @@ from typing import Any
 NOISE_IQR_RATIO = 0.10
 """IQR/median above which a measurement is flagged as noisy (torch.utils.benchmark uses 10%)."""
 
+CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
+"""What a clock adds to one sample or cannot resolve in it: an empty call's `perf_counter_ns` sample reads
+80-140 ns (docs/measure.md); CUDA's event timer resolves about 0.5 µs (cudaEventElapsedTime)."""
+
+SHORT_CALL_FACTOR = 20
+"""A median under this many times its clock's overhead gets a note: the clock is then over 5% of each sample."""
+
 
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default 'linear' method) of already sorted values."""
@@ -292,6 +299,12 @@ class Measurement:
     def noise_warning(self) -> str | None:
         if self.n < 4:
             return f"only {self.n} sample{'' if self.n == 1 else 's'}: percentiles and spread are unreliable"
+        overhead_ns = CLOCK_OVERHEAD_NS.get(self.clock)
+        if overhead_ns is not None and self.p50_s * 1e9 < SHORT_CALL_FACTOR * overhead_ns:
+            # before the IQR test: at this length the spread is the clock's steps, not other load
+            return (f"calls of {self.p50_s * 1e9:,.0f} ns are under {SHORT_CALL_FACTOR}x the {self.clock} clock's "
+                    f"own ~{overhead_ns} ns a sample: its overhead and resolution are a large share of each "
+                    "sample and of their spread; time a loop of many calls as one call")
         if self.noise_ratio > NOISE_IQR_RATIO:
             shown = f"{self.noise_ratio:.0%}"
             if shown == f"{NOISE_IQR_RATIO:.0%}":  # 10.3% read "IQR is 10% of the median (> 10%)"
