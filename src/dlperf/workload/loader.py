@@ -197,12 +197,17 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     if path.suffix != ".py":
         raise WorkloadError(f"workload file '{path}' is not a Python file: point at a .py file")
     module = _import_file(path)
+    functions = not _candidates(module) and hasattr(module, "model") and hasattr(module, "inputs")
     if attr:
         if not hasattr(module, attr):
             listed = ", ".join(_candidates(module)) or "none"
+            hint = f"; it defines model() and inputs(): pass {path} alone" if functions else ""
             raise WorkloadError(
-                f"workload file '{path}' defines no '{attr}' (workloads found there: {listed})"
+                f"workload file '{path}' defines no '{attr}' (workloads found there: {listed}){hint}"
             )
+        if functions and attr in ("model", "inputs"):  # `model` returns a module, never a Workload
+            raise WorkloadError(f"workload file '{path}' defines model() and inputs(), which make one workload: "
+                                f"pass {path} alone, not {path}:{attr}")
         return _to_workload(getattr(module, attr), path, attr, **options)
     found = _candidates(module)
     if len(found) == 1:

@@ -216,6 +216,26 @@ def test_unknown_attribute_lists_the_workloads_found(tmp_path: Path) -> None:
     assert "workloads found there: workload" in str(info.value)
 
 
+def test_a_model_and_inputs_file_named_with_a_workload_says_to_pass_the_file_alone(tmp_path: Path) -> None:
+    """'wl.py:model' read "returned Linear, not a dlperf.Workload", and 'wl.py:nope' "workloads found there: none"."""
+    path = write(tmp_path, "funcs.py", """
+        import torch
+
+        def model():
+            return torch.nn.Linear(4, 2)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 4),)
+    """)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(f"{path}:model")
+    assert str(info.value) == (f"workload file '{path}' defines model() and inputs(), which make one workload: "
+                               f"pass {path} alone, not {path}:model")
+    with pytest.raises(WorkloadError, match=r"\(workloads found there: none\); it defines model\(\) and inputs\(\): "
+                                            r"pass .*funcs\.py alone$"):
+        load_workload(f"{path}:nope")
+
+
 def test_two_workloads_ask_to_pick(tmp_path: Path) -> None:
     path = write(tmp_path, "two.py", WORKLOAD_VARIABLE + "\n    small = workload\n")
     with pytest.raises(WorkloadError) as info:
