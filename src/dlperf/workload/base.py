@@ -103,7 +103,7 @@ class Workload:
         _check_positive(what, "default_batch_size", self.default_batch_size)
         for key in ("input_names", "output_names"):
             names = getattr(self, key)
-            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
                 raise WorkloadError(f"{what}: {key} must be a tuple of strings, e.g. ('x',), got {names!r}")
 
     def build_model(self) -> nn.Module:

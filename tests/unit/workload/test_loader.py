@@ -462,6 +462,7 @@ def _ones(batch_size: int) -> tuple[torch.Tensor, ...]:
     ({"make_inputs": torch.ones(1, 2)}, "Workload 'w': make_inputs must be a function make_inputs(batch_size) "
                                         "returning the positional inputs of one call, got Tensor float32[1, 2]"),
     ({"input_names": "image"}, "Workload 'w': input_names must be a tuple of strings, e.g. ('x',), got 'image'"),
+    ({"output_names": None}, "Workload 'w': output_names must be a tuple of strings, e.g. ('x',), got None"),
     ({"eval": lambda predict: 1.0}, "Workload 'w': eval must be a dlperf.EvalSpec or None, got function"),
     ({"name": ""}, "Workload: name must be a non-empty string, got ''"),
 ])
