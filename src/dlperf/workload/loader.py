@@ -181,6 +181,25 @@ def _query(options: dict[str, Any]) -> str | None:
     return "?" + "&".join(parts) if parts else ""
 
 
+def _canonical(function: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """`options` in the order of `function`'s parameters, less those equal to their default (as the zoo names
+    only non-default options): one workload, one source, whichever way its options were written."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return options
+    order = [k for k in parameters if k in options] + [k for k in options if k not in parameters]
+    return {k: options[k] for k in order
+            if k not in parameters or not _same(options[k], parameters[k].default)}
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except Exception:  # an array-like default compares element-wise
+        return False
+
+
 def _load_from_file(spec: str, **options: Any) -> Workload:
     path_text, attr, query_options = _split_file_spec(spec)
     options = {**query_options, **options}
@@ -308,7 +327,7 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                 return result
             # the options go into the source, so that a candidate process rebuilds this workload, not the
             # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
-            query = _query(options)
+            query = _query(_canonical(value, options))
             return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
         raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
     raise WorkloadError(f"'{path}:{attr}' is {_describe_value(value)}, not a dlperf.Workload or a function "

@@ -88,6 +88,8 @@ def test_a_functions_options_are_kept_in_its_source(tmp_path: Path) -> None:
     assert load_workload(w.source).name == "w6-0.5-gelu"
     assert load_workload(str(path), width=8).source == f"{path}:make?width=8"
     assert load_workload(f"{path}?width=3").name == "w3-1.0-relu"
+    # one source whichever way the options were written: in the function's order, defaults left out
+    assert load_workload(f"{path}:make?act=gelu&width=4&scale=0.5").source == f"{path}:make?scale=0.5&act=gelu"
     # a value a spec string cannot carry leaves no source: optimize refuses it rather than rebuild the defaults
     assert load_workload(str(path), act="7").source == ""
 
