@@ -34,7 +34,8 @@ class Scenario:
     @property
     def default_min_iters(self) -> int:
         """10 calls, or for a latency headline the fewest that let MLPerf's early stopping bound it at 99%
-        confidence: 44 for single-stream's p90, 459 for multi-stream's p99."""
+        confidence: 44 for single-stream's p90, 459 for multi-stream's p99 (LoadGen's own estimate, one sample
+        higher, needs 64 and 662: docs/measure.md)."""
         q = self.headline_percentile
         return 10 if q is None else early_stopping_min_count(q)
 

@@ -221,3 +221,40 @@ def test_percentile_upper_bound_covers_the_true_p99_of_a_known_distribution() ->
         below_bound += bound < true_p99
     assert below_sample > 50
     assert below_bound <= 6
+
+
+def _loadgen_estimate_index(n: int, q: float) -> int | None:
+    """MLPerf LoadGen's single-stream early-stopping estimate, transcribed from results.cc / early_stopping.cc:
+    h(t) = the fewest queries under the bound such that P(Binomial(h + t, 1 - q) <= t) < 1 - 0.99; too few
+    queries when n < h(1) + 1; else t = the largest t >= 1 with n >= h(t) + t, and the estimate is
+    sorted[n - t] (0-based)."""
+    def min_passing(t: int, h: int) -> int:  # from h(t - 1): h grows with t
+        while not _binomial_cdf(t, h + t, 1.0 - q / 100.0) < 0.01:
+            h += 1
+        return h
+
+    h = min_passing(1, 0)
+    if n < h + 1:
+        return None
+    t = 1
+    for i in range(2, n + 1):
+        h = min_passing(i, h)
+        if n < h + i:
+            t = i - 1
+            break
+    return n - t
+
+
+@pytest.mark.parametrize(("q", "counts"), [(90, (44, 63, 64, 100, 500)), (99, (459, 661, 662, 800))])
+def test_percentile_upper_bound_is_one_sample_below_loadgens_estimate(q: float, counts: tuple[int, ...]) -> None:
+    # as docs/measure.md says: the same test, but LoadGen counts its estimate as over, so it needs 64 (p90) or
+    # 662 (p99) samples and reports the next larger one
+    for n in counts:
+        values = [float(v) for v in range(n)]
+        loadgen = _loadgen_estimate_index(n, q)
+        bound = percentile_upper_bound(values, q)
+        assert bound is not None
+        if n < (64 if q == 90 else 662):
+            assert loadgen is None
+        else:
+            assert loadgen == int(bound) + 1
