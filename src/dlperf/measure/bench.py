@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,31 +103,45 @@ class BenchResult:
     @property
     def headline(self) -> tuple[str, float, int]:
         """(KPI name, value, batch size) per the scenario: p90/p99 latency (s) or best throughput."""
-        sc = self.config.scenario_obj
-        if sc.headline == "throughput":
-            best = max(self.points, key=lambda p: p.measurement.throughput)
-            return "throughput", best.measurement.throughput, best.batch_size
-        point = self.points[0]
-        return sc.headline, float(point.measurement.summary()[sc.headline]), point.batch_size
+        return _headline(self.config, self.points)
 
     @property
     def headline_bound(self) -> float | None:
         """For a latency headline (p90/p99), MLPerf's early-stopping estimate of it: a latency that share
         of calls stays within at 99% confidence (None: too few samples, or a throughput headline)."""
-        q = self.config.scenario_obj.headline_percentile
-        return None if q is None else percentile_upper_bound(sorted(self.points[0].measurement.samples_s), q)
+        return _headline_bound(self.config, self.points)
 
     def to_dict(self) -> dict[str, Any]:
-        name, value, batch = self.headline
-        headline: dict[str, Any] = {"kpi": name, "value": value, "batch_size": batch}
-        if name != "throughput":
-            headline["bound_99"] = self.headline_bound
         return {
             "workload": self.workload,
             "model_bytes": self.model_bytes,
-            "headline": headline,
+            "headline": headline_record(self.config, self.points),
             "points": [p.to_dict() for p in self.points],
         }
+
+
+def _headline(config: BenchConfig, points: Sequence[BenchPoint]) -> tuple[str, float, int]:
+    sc = config.scenario_obj
+    if sc.headline == "throughput":
+        best = max(points, key=lambda p: p.measurement.throughput)
+        return "throughput", best.measurement.throughput, best.batch_size
+    point = points[0]
+    return sc.headline, float(point.measurement.summary()[sc.headline]), point.batch_size
+
+
+def _headline_bound(config: BenchConfig, points: Sequence[BenchPoint]) -> float | None:
+    q = config.scenario_obj.headline_percentile
+    return None if q is None else percentile_upper_bound(sorted(points[0].measurement.samples_s), q)
+
+
+def headline_record(config: BenchConfig, points: Sequence[BenchPoint]) -> dict[str, Any]:
+    """The headline as a run records it, {kpi, value, batch_size} and a latency headline's bound_99, of these
+    points: all of a run's, or those an interrupted run measured (its record had no headline)."""
+    name, value, batch = _headline(config, points)
+    headline: dict[str, Any] = {"kpi": name, "value": value, "batch_size": batch}
+    if name != "throughput":
+        headline["bound_99"] = _headline_bound(config, points)
+    return headline
 
 
 @contextlib.contextmanager

@@ -174,22 +174,34 @@ def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def bench_headline_line(result: dict[str, Any]) -> str | None:
+    """'headline: throughput 9,371 items/s at batch 1', with a latency headline's early-stopping bound; an
+    interrupted run's says it is of the batch sizes it measured. None for a result without a headline."""
+    headline = result.get("headline")
+    if not headline:
+        return None
+    kpi = headline["kpi"]
+    value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
+    line = f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"
+    if "bound_99" in headline:
+        q = kpi.removeprefix("p").removesuffix("_s")
+        line += (f" (<= {fmt_value(headline['bound_99'], 's')} at 99% confidence, MLPerf's early stopping)"
+                 if headline["bound_99"] is not None else
+                 f" (too few samples to bound the p{q} at 99% confidence: MLPerf's early stopping needs "
+                 f"{early_stopping_min_count(float(q))})")
+    if result.get("partial"):
+        measured = ", ".join(str(p["batch_size"]) for p in result.get("points", []))
+        line += f" (of the batch sizes measured before the run stopped: {measured})"
+    return line
+
+
 def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: str | None = None,
                  store_url: str | None = None, config: dict[str, Any] | None = None) -> RenderableType:
     """Table, headline, model size, noise warnings, environment and where the run was saved."""
     parts: list[RenderableType] = [bench_table(result)]
-    headline = result.get("headline")
+    headline = bench_headline_line(result)
     if headline:
-        kpi = headline["kpi"]
-        value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
-        line = f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"
-        if "bound_99" in headline:
-            q = kpi.removeprefix("p").removesuffix("_s")
-            line += (f" (<= {fmt_value(headline['bound_99'], 's')} at 99% confidence, MLPerf's early stopping)"
-                     if headline["bound_99"] is not None else
-                     f" (too few samples to bound the p{q} at 99% confidence: MLPerf's early stopping needs "
-                     f"{early_stopping_min_count(float(q))})")
-        parts.append(Text(line))
+        parts.append(Text(headline))
     if config:
         parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
                           f"precision {config.get('precision', '?')}"
@@ -409,6 +421,9 @@ def _points_view(result: Any) -> RenderableType | None:
         return None
     try:
         parts: list[RenderableType] = [bench_table(result)]
+        headline = bench_headline_line(result)  # as bench printed it
+        if headline:
+            parts.append(Text(headline))
         if "model_bytes" in result:
             parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
         parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result["points"])]

@@ -42,6 +42,7 @@ def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum:
     record = Store(db).list()[0]
     assert record.status == "interrupted"
     assert [p["batch_size"] for p in (record.result or {})["points"]] == [1]
+    assert record.result["headline"]["batch_size"] == 1  # of what it measured: `runs list` and `runs show` had none
     last = err.strip().splitlines()[-1]
     assert f"run {record.id} is kept in the store as interrupted, with what it finished" in last
     if signum == signal.SIGTERM:

@@ -353,3 +353,22 @@ def test_runs_list_keeps_every_column_where_they_fit() -> None:
     assert any(line.startswith("33eedbe92e28  load         127.0.0.1:37173/mlp  ok           2026-12-04 07:30  "
                                "1964.5 req/s") for line in lines)
     assert "not shown" not in "\n".join(lines)
+
+
+def test_runs_show_of_a_bench_run_has_its_headline_an_interrupted_one_that_of_what_it_measured() -> None:
+    from dlperf.measure.bench import BenchConfig, BenchPoint, headline_record
+
+    shown = " ".join(_text(record_view(RunRecord("b", "bench", "zoo:mlp", "ok", "2026-01-01", result=RESULT)))
+                     .split())
+    assert "headline: throughput 12,346 items/s at batch 8 model size" in shown  # bench printed it; runs show not
+    # an interrupted run recorded its points and no headline: `runs list` and `runs show` had none
+    points = [BenchPoint(1, Measurement([100_000] * 50), 2**20, 100.0, 50.0),
+              BenchPoint(8, Measurement([400_000] * 50, items_per_call=8), 2**20, 100.0, 50.0)]
+    result = {"workload": "mlp", "points": [p.to_dict() for p in points], "partial": True,
+              "headline": headline_record(BenchConfig(batch_sizes=(1, 8, 32)), points)}
+    stopped = RunRecord("i", "bench", "zoo:mlp", "interrupted", "2026-01-01", result=result, error="terminated")
+    assert headline_text(stopped) == "20,000 items/s @ bs8"
+    assert ("headline: throughput 20,000 items/s at batch 8 (of the batch sizes measured before the run stopped: "
+            "1, 8)") in " ".join(_text(record_view(stopped)).split())
+    single = headline_record(BenchConfig(scenario="single-stream"), points[:1])
+    assert single == {"kpi": "p90_s", "value": 0.0001, "batch_size": 1, "bound_99": 0.0001}  # 50 calls >= 44
