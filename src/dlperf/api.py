@@ -34,12 +34,11 @@ def bench(
     workload = load_workload(model, example_inputs)
     if batch_sizes is None and example_inputs is not None:
         batch_sizes = (workload.default_batch_size,)
+    if min_iters is None:
+        min_iters = scenario_of(scenario).default_min_iters
     config = BenchConfig(
         batch_sizes=batch_sizes, scenario=scenario, device=device, threads=threads, precision=precision,
-        timer=TimerConfig(warmup_iters=warmup_iters, min_duration_s=min_duration_s,
-                          min_iters=min_iters if min_iters is not None else scenario_of(scenario).default_min_iters,
-                          # as `dlperf bench --min-duration`: a longer minimum raises the 120 s cap to it
-                          max_duration_s=max(TimerConfig.max_duration_s, min_duration_s)),
+        timer=TimerConfig.at_least(min_duration_s, min_iters, warmup_iters),
     )
     if store is None:
         return run_bench(workload, config)

@@ -62,3 +62,5 @@ def test_bench_with_a_minimum_duration_over_the_default_cap_raises_the_cap(monke
     assert seen[0].timer.min_duration_s == 300.0 and seen[0].timer.max_duration_s == 300.0
     dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), min_duration_s=0.5)
     assert seen[1].timer.max_duration_s == 120.0
+    dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), min_iters=2_000_000)  # over the 1,000,000-call cap
+    assert seen[2].timer.min_iters == 2_000_000 and seen[2].timer.max_iters == 2_000_000

@@ -80,8 +80,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes else None
     min_duration = _parsed("--min-duration", duration_s, args.min_duration)
     min_iters = _int("--min-iters", args.min_iters, 1) or scenario(args.scenario).default_min_iters
-    timer = TimerConfig(warmup_iters=_int("--warmup", args.warmup, 0) or 0, min_duration_s=min_duration,
-                        min_iters=min_iters, max_duration_s=max(120.0, min_duration))
+    timer = TimerConfig.at_least(min_duration, min_iters, _int("--warmup", args.warmup, 0) or 0)
     return BenchConfig(batch_sizes=batch_sizes, scenario=args.scenario, device=args.device,
                        threads=_int("--threads", args.threads, 1), precision=args.precision, timer=timer)
 

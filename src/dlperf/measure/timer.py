@@ -57,6 +57,13 @@ class TimerConfig:
         if self.stable_window < 2:
             raise ConfigError("stable_window must be >= 2")
 
+    @classmethod
+    def at_least(cls, min_duration_s: float, min_iters: int, warmup_iters: int) -> TimerConfig:
+        """The default caps, each raised to a minimum asked above it: `dlperf bench --min-duration 5m` or
+        `--min-iters 2000000` measure that long or that many calls instead of failing on a cap they cannot set."""
+        return cls(warmup_iters=warmup_iters, min_duration_s=min_duration_s, min_iters=min_iters,
+                   max_iters=max(cls.max_iters, min_iters), max_duration_s=max(cls.max_duration_s, min_duration_s))
+
 
 def time_callable(
     fn: Callable[[], Any],

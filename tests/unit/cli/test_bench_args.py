@@ -42,6 +42,10 @@ def test_values() -> None:
     assert (config.timer.min_iters, config.timer.warmup_iters, config.threads) == (7, 0, 3)
     assert config.precision == "bf16" and config.scenario == "multi-stream"
     assert bench.build_config(_args("--min-duration", "5m")).timer.max_duration_s == 300.0
+    # above the 1,000,000-call cap: it failed with 'max_iters (1000000) is below min_iters', an option bench lacks
+    many = bench.build_config(_args("--min-iters", "2000000")).timer
+    assert (many.min_iters, many.max_iters) == (2_000_000, 2_000_000)
+    assert bench.build_config(_args()).timer.max_iters == 1_000_000
 
 
 @pytest.mark.parametrize(("argv", "message"), [

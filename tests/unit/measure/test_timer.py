@@ -130,6 +130,15 @@ def test_bad_timer_config(kwargs: dict[str, float]) -> None:
         TimerConfig(**kwargs)  # type: ignore[arg-type]
 
 
+def test_at_least_raises_only_the_caps_a_minimum_is_above() -> None:
+    config = TimerConfig.at_least(min_duration_s=300.0, min_iters=2_000_000, warmup_iters=2)
+    assert (config.max_duration_s, config.max_iters, config.warmup_iters) == (300.0, 2_000_000, 2)
+    default = TimerConfig()
+    assert TimerConfig.at_least(1.0, 10, 5) == default
+    with pytest.raises(ConfigError, match="finite"):
+        TimerConfig.at_least(float("nan"), 10, 5)
+
+
 def test_fake_clock_noise_is_seeded() -> None:
     a = [FakeClock(base_ns=1000, noise_ns=100, seed=5).stop(0) for _ in range(1)]
     c1, c2 = FakeClock(base_ns=1000, noise_ns=100, seed=5), FakeClock(base_ns=1000, noise_ns=100, seed=5)
