@@ -87,6 +87,51 @@ class _FittedTable:
         yield candidates_table(self.data, options.max_width)
 
 
+def candidate_view(row: dict[str, Any]) -> RenderableType:
+    """`dlperf runs show` of one optimize candidate (a child run of the optimize run): its passes, timing, metric,
+    gains and why it lost, in lines, where it printed the whole result as JSON. Raises KeyError on a result that
+    is not a candidate's."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("passes", Text(row["label"]))
+    grid.add_row("engine", f"{row.get('engine', '?')}, {row.get('precision', '?')}")
+    if row.get("status") != "ok":
+        grid.add_row("result", Text(_why(row), style="red"))
+        return grid
+    latency = row.get("latency") or {}
+    calls = f", {latency['n']:,} calls" if isinstance(latency.get("n"), int) else ""
+    items = f", {row['throughput']:,.0f} items/s" if row.get("throughput") else ""
+    grid.add_row("latency", f"p50 {_ms(row.get('p50_s'))} ms, p99 {_ms(row.get('p99_s'))} ms{items}{calls}")
+    if row.get("noise_warning"):
+        grid.add_row("", Text(str(row["noise_warning"]), style="yellow"))
+    name = str(row.get("metric_name") or "metric")
+    drop = _drop(row)
+    grid.add_row("metric", f"{name}: {fmt_metric(row.get('metric'))}" + (f" (drop {drop})" if drop != "-" else ""))
+    gains = [f"{row['gain']:.2f}x (the baseline's p50 / this one's, each in its own process)"
+             if row.get("gain") is not None else ""]
+    paired = row.get("paired") or {}
+    if row.get("paired_gain") is not None:
+        blocks = f", {paired['blocks']} ABBA blocks" if paired.get("blocks") else ""
+        gains.append(f"paired {row['paired_gain']:.2f}x (against the original model in this process{blocks}: "
+                     f"{paired.get('verdict', '?')})")
+    grid.add_row("gain", "; ".join(g for g in gains if g) or "-")
+    grid.add_row("size", f"{_mib(row.get('size_bytes'))} MiB; peak RSS {_mib(row.get('peak_rss_bytes'))} MiB")
+    build = f"{row['build_s']:.1f} s" if row.get("build_s") is not None else "-"
+    grid.add_row("build", build + (f" (compile {row['compile_s']:.1f} s)" if row.get("compile_s") else ""))
+    why = _why(row)
+    if why:
+        grid.add_row("why", Text(why, style="yellow"))
+    for note in row.get("notes") or []:
+        grid.add_row("note", Text(str(note)))
+    artifact = row.get("artifact") or {}
+    if artifact.get("dir"):
+        grid.add_row("artifact", Text(str(artifact["dir"])))
+    if row.get("log"):
+        grid.add_row("log", Text(str(row["log"])))
+    return grid
+
+
 def why_lines(data: dict[str, Any]) -> list[str]:
     """One line per candidate that failed, broke a constraint or was slower: why."""
     lines = []

@@ -378,8 +378,8 @@ class _RunsTable:
 
 def record_view(record: RunRecord) -> RenderableType:
     """`dlperf runs show`: the header, config, and the result as its command printed it (bench, check with its
-    gate verdict, ab, load, profile, train, calibrate, optimize), else as JSON with long lists of numbers
-    summarized."""
+    gate verdict, ab, load, profile, train, calibrate, optimize; an optimize candidate and a tuning trial in a few
+    lines), else as JSON with long lists of numbers summarized."""
     parts: list[RenderableType] = []
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
@@ -451,6 +451,14 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             from dlperf.report.train_view import ddp_view, measurement_view, tune_view
 
             return {"ddp": ddp_view, "tune": tune_view}.get(config.get("mode", ""), measurement_view)(result)
+        if record.kind == "train-trial" and result.get("knob"):
+            from dlperf.report.train_view import trial_view
+
+            return trial_view(result)
+        if record.kind == "candidate" and isinstance(result.get("label"), str):
+            from dlperf.report.optimize_view import candidate_view
+
+            return candidate_view(result)
         if record.kind == "calibrate":
             return ceilings_table(result, cached=bool(result.get("cached")))
         if record.kind == "optimize" and "candidates" in result:

@@ -81,8 +81,8 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     return Group(*parts)
 
 
-def trials_table(trials: list[dict[str, Any]]) -> Table:
-    table = Table(title="trials (each A/B against the best so far)", box=box.SIMPLE_HEAD, title_justify="left")
+def trials_table(trials: list[dict[str, Any]], title: str = "trials (each A/B against the best so far)") -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for column, justify in (("knob", "left"), ("change", "left"), ("loss", "right"), ("samples/s", "right"),
                             ("speedup (95% CI)", "right"), ("result", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -107,6 +107,26 @@ def trial_notes(trials: list[dict[str, Any]]) -> Text:
             text.append(f"  {t['knob']}: {t['status']}: {t['reason']}\n",
                         style=STATUS_STYLE.get(t["status"], ""))
     return text
+
+
+def trial_view(trial: dict[str, Any]) -> RenderableType:
+    """`dlperf runs show` of one `train --tune` trial (a child run of the tuning run): its row of the trials table
+    and why it was skipped, failed or not kept, the step it measured and the code it stands for, where it printed
+    the whole result, every loss of the parity check included, as JSON."""
+    parts: list[RenderableType] = []
+    if trial["status"] != "skipped":
+        parts.append(trials_table([trial], "trial (an A/B against the best so far)"))
+    notes = trial_notes([trial])
+    notes.rstrip()
+    if notes.plain:
+        parts.append(notes)
+    if isinstance(trial.get("reference_samples_per_s"), (int, float)):
+        parts.append(Text(f"  the best so far: {fmt_count(trial['reference_samples_per_s'])} samples/s"))
+    if trial.get("config"):
+        parts.append(Text(f"  step: {config_line(trial['config'])}"))
+    if trial.get("note"):
+        parts.append(Text(f"  code: {trial['note']}"))
+    return Group(*parts)
 
 
 def tune_view(result: dict[str, Any]) -> RenderableType:

@@ -372,3 +372,46 @@ def test_runs_show_of_a_bench_run_has_its_headline_an_interrupted_one_that_of_wh
             "1, 8)") in " ".join(_text(record_view(stopped)).split())
     single = headline_record(BenchConfig(scenario="single-stream"), points[:1])
     assert single == {"kpi": "p90_s", "value": 0.0001, "batch_size": 1, "bound_99": 0.0001}  # 50 calls >= 44
+
+
+def test_runs_show_of_an_optimize_candidate_is_a_few_lines_not_its_json() -> None:
+    row = {"key": "94d5", "label": "hygiene", "status": "ok", "engine": "torch", "precision": "fp32",
+           "latency": {"n": 10706, "p50_s": 0.0000585}, "p50_s": 0.0000585, "p99_s": 0.000325, "throughput": 10799.4,
+           "samples_ns": list(range(1000, 2000)), "metric": 0.99999, "metric_name": "fidelity (mean cosine)",
+           "metric_drop_rel": 0.0, "gain": 0.877, "paired_gain": 0.890,
+           "paired": {"ratio": 1.124, "verdict": "slower", "blocks": 18}, "size_bytes": 340008,
+           "peak_rss_bytes": 186388480, "build_s": 0.0003, "compile_s": 0.0,
+           "slower_reasons": ["the measurement is noisy (noisy): the difference may not be real"],
+           "artifact": {"dir": "/tmp/o/94d5/artifact"}, "log": "/tmp/o/94d5/child.log"}
+    shown = " ".join(_text(record_view(RunRecord("c1", "candidate", "zoo:mlp", "ok", "2026-01-01", result=row,
+                                                 parent_id="p1"))).split())
+    assert '"samples_ns"' not in shown and '"latency"' not in shown  # it was the whole result as JSON
+    for part in ("passes hygiene", "engine torch, fp32", "latency p50 0.058 ms, p99 0.325 ms, 10,799 items/s, "
+                 "10,706 calls", "metric fidelity (mean cosine): 1.0000 (drop +0.00%)",
+                 "gain 0.88x (the baseline's p50 / this one's, each in its own process); paired 0.89x (against "
+                 "the original model in this process, 18 ABBA blocks: slower)", "size 0.3 MiB; peak RSS 177.8 MiB",
+                 "why slower: the measurement is noisy", "artifact /tmp/o/94d5/artifact", "log /tmp/o/94d5/child.log"):
+        assert part in shown, part
+    failed = {"key": "k", "label": "compile", "status": "failed", "phase": "apply", "error": "boom"}
+    shown = " ".join(_text(record_view(RunRecord("c2", "candidate", "zoo:mlp", "failed", "2026-01-01",
+                                                 result=failed))).split())
+    assert "passes compile" in shown and "result failed in apply: boom" in shown and '"phase"' not in shown
+
+
+def test_runs_show_of_a_tuning_trial_is_its_row_not_its_json() -> None:
+    trial = {"knob": "threads", "change": {"threads": 1}, "note": "torch.set_num_threads(1)", "status": "accepted",
+             "reason": "", "config": {"batch_size": 64, "precision": "fp32", "threads": 1},
+             "parity": {"ok": True, "relative_difference": 0.0, "baseline_losses": [2.3] * 16},
+             "speedup": 1.59, "speedup_ci": [1.2, 2.1], "verdict": "faster", "samples_per_s": 34532.0,
+             "reference_samples_per_s": 21700.0, "details": {}, "duration_s": 3.0}
+    shown = " ".join(_text(record_view(RunRecord("t1", "train-trial", "zoo:mlp", "ok", "2026-01-01",
+                                                 result=trial))).split())
+    assert '"baseline_losses"' not in shown and '"knob"' not in shown
+    assert "threads threads=1 +0.0% 34,532 1.59x (1.20-2.10) accepted" in shown
+    assert "the best so far: 21,700 samples/s step: batch 64, fp32, threads 1 code: torch.set_num_threads(1)" in shown
+    skipped = {**trial, "knob": "precision", "change": {}, "status": "skipped", "config": None, "parity": None,
+               "speedup": None, "speedup_ci": None, "samples_per_s": None, "reference_samples_per_s": None,
+               "note": "", "reason": "this CPU has no bf16 instructions"}
+    shown = " ".join(_text(record_view(RunRecord("t2", "train-trial", "zoo:mlp", "ok", "2026-01-01",
+                                                 result=skipped))).split())
+    assert "precision: skipped: this CPU has no bf16 instructions environment: not recorded" in shown
