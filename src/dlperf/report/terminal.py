@@ -344,7 +344,13 @@ class _RunsTable:
                      for r in records]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.table(options.max_width)
+        # the title and the note are lines of their own: a table's title and caption wrap at the table's width
+        table = self.table(options.max_width)
+        if self.store_url:
+            yield Text(f"runs in {self.store_url}", style="table.title")
+        yield table
+        if "created (UTC)" not in [column.header for column in table.columns]:
+            yield Text(RUNS_DROPPED_NOTE, style="table.caption")
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement.get(console, options, self.table(options.max_width))
@@ -362,10 +368,7 @@ class _RunsTable:
         workload_width = None
         if room(names) < wanted:
             workload_width = max(RUNS_WORKLOAD_MIN, natural["workload"] - (wanted - room(names)))
-        dropped = "created (UTC)" not in names
-        table = Table(title=f"runs in {self.store_url}" if self.store_url else None, title_justify="left",
-                      box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-                      caption=RUNS_DROPPED_NOTE if dropped else None, caption_justify="left")
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
         for name in names:
             table.add_column(name, no_wrap=name not in ("workload", "headline"),
                              overflow="fold" if name == "workload" else "ellipsis",

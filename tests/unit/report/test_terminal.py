@@ -415,3 +415,13 @@ def test_runs_show_of_a_tuning_trial_is_its_row_not_its_json() -> None:
     shown = " ".join(_text(record_view(RunRecord("t2", "train-trial", "zoo:mlp", "ok", "2026-01-01",
                                                  result=skipped))).split())
     assert "precision: skipped: this CPU has no bf16 instructions environment: not recorded" in shown
+
+
+def test_runs_list_s_title_and_note_are_as_wide_as_the_console_not_the_table() -> None:
+    # a store of short rows: the table is 65 columns wide and its caption wrapped there, '... has' / 'it'
+    short = [RunRecord("fd51ffae0d95", "bench", "zoo:mlp", "ok", "2026-12-04T07:40:00", result=RESULT),
+             RunRecord("8ceb2ba13d86", "bench", "zoo:mlp", "interrupted", "2026-12-04T07:33:00")]
+    lines = _lines(runs_table(short, "sqlite:////tmp/a/long/path/to/the/store/runs.db"), 72)
+    assert lines[0] == "runs in sqlite:////tmp/a/long/path/to/the/store/runs.db"
+    assert lines[-1] == "created (UTC) not shown at this width: `dlperf runs show ID` has it"
+    assert max(len(line) for line in lines[1:-1]) < 72
