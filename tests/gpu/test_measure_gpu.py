@@ -122,3 +122,17 @@ def test_environment_names_the_gpu_the_run_used() -> None:
     last = torch.cuda.device_count() - 1
     assert capture_environment(f"cuda:{last}").gpu_name == torch.cuda.get_device_name(last)
     assert capture_environment("cuda").gpu_name == torch.cuda.get_device_name(torch.cuda.current_device())
+
+
+def test_a_batch_after_a_larger_one_has_its_own_reserved_peak() -> None:
+    # reset_peak_memory_stats restarts the reserved peak at what is reserved: batch 1 after batch 4096 read at
+    # least the blocks 4096's activations left cached
+    import dlperf
+
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 1024))
+    result = dlperf.bench(model, (torch.randn(1, 1024),), batch_sizes=(4096, 1), device="cuda", min_duration_s=0.0,
+                          min_iters=3, warmup_iters=1)
+    big, small = result.points
+    assert big.cuda_max_reserved_bytes is not None and small.cuda_max_reserved_bytes is not None
+    activations = 4096 * 8192 * 4  # 128 MiB: the hidden layer's output at batch 4096
+    assert small.cuda_max_reserved_bytes < big.cuda_max_reserved_bytes - activations // 2

@@ -222,7 +222,8 @@ def run_bench(
             workload.check(model, inputs)
             call = make_call(model, inputs, config.device, config.precision)
             if gpu_index is not None:
-                cuda_reset_peak(config.device)
+                # a batch after a larger one: its reserved peak was at least what the larger one left cached
+                cuda_reset_peak(config.device, release_cached=True)
             progress = (lambda n, s, b=batch: on_progress(b, n, s)) if on_progress else None
             with PeakRssSampler() as rss, UtilizationSampler(gpu_index=gpu_index) as util:
                 try:

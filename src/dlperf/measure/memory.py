@@ -54,10 +54,17 @@ class CudaMemory:
     max_reserved_bytes: int
 
 
-def cuda_reset_peak(device: Any = None) -> None:
+def cuda_reset_peak(device: Any = None, release_cached: bool = False) -> None:
+    """Start the allocator's peaks afresh (they restart at what is allocated and reserved now). `release_cached`
+    first returns cached blocks no tensor uses to the driver, so the reserved peak is the region's own, not what
+    an earlier, larger region left cached; for a region warmed up before it is timed, as its first allocations
+    are the driver's again."""
     import torch
 
     torch.cuda.synchronize(device)
+    if release_cached:
+        with torch.cuda.device(device):  # empty_cache acts on the current device
+            torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
 
 
