@@ -36,6 +36,6 @@ def test_release_cached_empties_the_cache_of_that_device_before_the_peaks_restar
 
 
 def test_by_default_the_cache_is_kept(calls: list[str]) -> None:
-    # profile and train reset right before their measured steps: emptying would put cudaMalloc into them
+    # profile resets right before the steps it profiles: emptying would put cudaMalloc calls into them
     cuda_reset_peak("cuda")
     assert calls == ["synchronize cuda", "reset cuda"]
