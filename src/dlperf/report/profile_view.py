@@ -53,24 +53,32 @@ def _spark(values: list[float], width: int = 40) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
 
 
+def _hanging(indent: str | Text, body: Text) -> Table:
+    """`body` after `indent`, its wrapped lines under its first (a Text alone wraps them to column 0)."""
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(indent, body)
+    return grid
+
+
 def _findings(result: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = []
     for i, f in enumerate(result.get("findings", []), 1):
-        head = Text(f"{i}. ", style="bold")
-        head.append(f"[{f['category']}] ", style="bold magenta")
+        head = Text(f"[{f['category']}] ", style="bold magenta")
         head.append(f["title"], style="bold")
         head.append(f"   explains {_pct(f['share'])} · confidence {f['confidence']}", style="dim")
         if f.get("verification"):
             head.append(f" · {VERIFICATION_LABEL.get(f['verification'], f['verification'])}",
                         style="yellow" if f["verification"] == "contradicted" else "dim")
-        out.append(head)
+        out.append(_hanging(Text(f"{i}. ", style="bold"), head))
         for line in f["evidence"]:
-            out.append(Text(f"   • {line}"))
-        out.append(Text.assemble(("   fix: ", "green bold"), f["fix"]))
+            out.append(_hanging("   • ", Text(line)))
+        out.append(_hanging("   ", Text.assemble(("fix: ", "green bold"), f["fix"])))
         if f.get("setting"):
-            out.append(Text.assemble(("   apply with: ", "green"), f["setting"]))
+            out.append(_hanging("   ", Text.assemble(("apply with: ", "green"), f["setting"])))
         if f.get("estimated_gain"):
-            out.append(Text.assemble(("   estimated gain: ", "green"), f["estimated_gain"]))
+            out.append(_hanging("   ", Text.assemble(("estimated gain: ", "green"), f["estimated_gain"])))
     return out
 
 
@@ -135,10 +143,11 @@ def _breakdown(b: dict[str, Any]) -> RenderableType:
 
 def _operators(op: dict[str, Any], n: int = 8) -> RenderableType:
     timed_by = op.get("timed_by", "self time")
-    t = Table(title=f"Top operators by {timed_by}, on this machine's roofline: fp32 peak "
-                    f"{op['peak_flops'].get('fp32', 0) / 1e9:.0f} GFLOP/s, {op['bandwidth_bytes_s'] / 1e9:.1f} GB/s, "
-                    f"ridge {op['ridge_intensity']:.1f} FLOP/B", box=box.SIMPLE_HEAD, title_justify="left",
-              show_edge=False, padding=(0, 1))
+    # the title is a line of its own, as wide as the console: as the table's title it wrapped at the table's width
+    title = Text(f"Top operators by {timed_by}, on this machine's roofline: fp32 peak "
+                 f"{op['peak_flops'].get('fp32', 0) / 1e9:.0f} GFLOP/s, {op['bandwidth_bytes_s'] / 1e9:.1f} GB/s, "
+                 f"ridge {op['ridge_intensity']:.1f} FLOP/B", style="table.title")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     t.add_column("operator", no_wrap=True, max_width=26)
     for col in ("kernels" if timed_by == "kernel time" else "self", "share", "FLOP/B", "achieved"):
         t.add_column(col, justify="right", no_wrap=True)
@@ -154,7 +163,7 @@ def _operators(op: dict[str, Any], n: int = 8) -> RenderableType:
         t.add_row(o["name"].removeprefix("aten::"), _ms(o["self_s"]), _pct(o["share"]),
                   f"{o['intensity']:.1f}" if o.get("intensity") is not None else "-",
                   achieved, BOUND_LABEL.get(o["bound"], o["bound"]), _pct(o.get("pct_of_peak")))
-    return t
+    return Group(title, t)
 
 
 def _facts(result: dict[str, Any]) -> list[RenderableType]:

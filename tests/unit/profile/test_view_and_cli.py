@@ -36,3 +36,20 @@ def test_terminal_view_puts_the_verdict_first() -> None:
     assert "fix:" in text and "estimated gain" in text and "addmm" in text
     assert "profiling overhead" in text
     assert "largest allocation: aten::empty 3 MiB" in text
+
+
+def test_on_80_columns_findings_wrap_under_their_text_and_the_operators_title_is_as_wide_as_the_console() -> None:
+    t = trace([gemm(0, 9000), op("aten::empty", 9500, 10, mem=3 << 20), gemm(10_000, 9000, step=1)], steps=2)
+    analyses = dg.analyze_all(t, CEILINGS)
+    report = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(profile_report(report.to_dict()))
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("1. ["))
+    block = lines[first:next(i for i in range(first, len(lines)) if not lines[i].strip())]
+    assert len(block) > 3 and all(line.startswith("   ") for line in block[1:])  # wrapped lines went to column 0
+    bullets = [i for i, line in enumerate(block) if line.startswith("   • ")]
+    assert bullets and all(block[i + 1].startswith(("     ", "   • ", "   fix: ")) for i in bullets)
+    title = next(i for i, line in enumerate(lines) if line.startswith("Top operators by"))
+    # it wrapped at the operators table's width (about 70 columns), 'fp32 peak 71' / 'GFLOP/s, ...'
+    assert len(lines[title]) > 72 and lines[title + 2].split()[0] == "operator"
