@@ -160,6 +160,8 @@ def check_option_names(function: Callable[..., Any], options: dict[str, Any], wh
 
 
 def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):  # else '?pretrained=false' passed the string "false", which is true
+        return value.lower() == "true"
     for cast in (int, float):
         try:
             return cast(value)
@@ -170,7 +172,7 @@ def _parse_value(value: str) -> Any:
 
 def _query(options: dict[str, Any]) -> str | None:
     """'?key=value&...' that _split_options parses back to `options` ('' for none); None when a value would not
-    come back the same (a list, a bool, a string that reads as a number or holds '&')."""
+    come back the same (a list, None, a string that reads as a number or a bool, or holds '&')."""
     parts = []
     for key, value in options.items():
         text = str(value)

@@ -94,6 +94,24 @@ def test_a_functions_options_are_kept_in_its_source(tmp_path: Path) -> None:
     assert load_workload(str(path), act="7").source == ""
 
 
+def test_true_and_false_options_are_booleans(tmp_path: Path) -> None:
+    """'?pretrained=false' passed the string "false", which is true."""
+    path = write(tmp_path, "flag.py", """
+        import torch
+        import dlperf
+
+        def make(pretrained: bool = True) -> dlperf.Workload:
+            return dlperf.Workload(name=f"p{pretrained!r}", make_model=lambda: torch.nn.Linear(4, 1),
+                                   make_inputs=lambda b: (torch.zeros(b, 4),))
+    """)
+    w = load_workload(f"{path}?pretrained=false")
+    assert w.name == "pFalse" and w.source == f"{path}:make?pretrained=False"
+    assert load_workload(w.source).name == "pFalse"
+    assert load_workload(f"{path}?pretrained=True").source == f"{path}:make"
+    with pytest.raises(WorkloadError, match=r"zoo:mlp option hidden=True is not a positive integer"):
+        load_workload("zoo:mlp?hidden=true")
+
+
 def test_options_for_a_workload_that_takes_none_are_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
     with pytest.raises(WorkloadError, match=r"is a dlperf.Workload value, which takes no options \(width\)"):
