@@ -57,6 +57,10 @@ class TimerConfig:
             )
         if self.stable_window < 2:
             raise ConfigError("stable_window must be >= 2")
+        if self.warmup_max_s < 0 or self.stable_tolerance < 0:
+            # a negative time ran no window; a negative tolerance never agreed, so warm-up ran to warmup_max_s
+            raise ConfigError(f"warmup_max_s and stable_tolerance must be >= 0, got {self.warmup_max_s} and "
+                              f"{self.stable_tolerance}")
 
     @classmethod
     def at_least(cls, min_duration_s: float, min_iters: int, warmup_iters: int) -> TimerConfig:

@@ -124,6 +124,7 @@ def test_a_raising_call_becomes_measurement_error() -> None:
     {"min_duration_s": 5.0, "max_duration_s": 1.0}, {"stable_window": 1},
     {"min_duration_s": float("nan")}, {"min_duration_s": float("inf"), "max_duration_s": float("inf")},
     {"max_duration_s": float("nan")}, {"warmup_max_s": float("nan")}, {"stable_tolerance": float("nan")},
+    {"warmup_max_s": -1.0}, {"stable_tolerance": -0.05},
 ])
 def test_bad_timer_config(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
