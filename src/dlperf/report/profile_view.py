@@ -33,6 +33,11 @@ def _mib(n: float | None) -> str:
     return f"{n / 2**10:,.0f} KiB" if abs(n) < 2**20 else f"{n / 2**20:,.0f} MiB"
 
 
+def _count(n: int, thing: str) -> str:
+    """'1 busy thread', '2 busy threads'."""
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
 def _speed(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -178,7 +183,7 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
              f"model {_mib(m['model_bytes'])}; operators hold up to {_mib(m['step_allocated_peak_bytes'])} "
              "within a step"),
         Text(f"threads: {th['intra_op_threads']} intra-op / {th['inter_op_threads']} inter-op on "
-             f"{th['usable_cores']} usable cores; {th['busy_threads']} busy threads kept "
+             f"{_count(th['usable_cores'], 'usable core')}; {_count(th['busy_threads'], 'busy thread')} kept "
              f"{th['process_busy_cores']:.1f} cores busy, the machine {th['machine_busy_cores']:.1f}"),
     ]
     timeline = [float(b) for _, b in m.get("timeline", [])]
@@ -205,7 +210,7 @@ def profile_report(result: dict[str, Any], run_id: str | None = None, store_url:
                    ) -> RenderableType:
     tr = result["trace"]
     head = Text(f"dlperf profile {result['workload']}", style="bold")
-    head.append(f"  ({tr['mode']}, {tr['device']}, batch {tr['batch_size']}, {tr['steps']} profiled steps)",
+    head.append(f"  ({tr['mode']}, {tr['device']}, batch {tr['batch_size']}, {_count(tr['steps'], 'profiled step')})",
                 style="dim")
     parts: list[RenderableType] = [head, Text.assemble(("verdict: ", "bold"), (result["verdict"], "bold cyan"))]
     parts += [Text.assemble(("caveat: ", "bold yellow"), c) for c in result.get("caveats", [])]

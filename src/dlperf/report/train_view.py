@@ -167,8 +167,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
 def partial_tune_view(result: dict[str, Any]) -> RenderableType:
     trials = result.get("trials", [])
     head = Text()
-    head.append(f"tuning {result['workload']} stopped after {len(trials)} trial(s), before the baseline and "
-                "the best were measured\n", style="bold yellow")
+    head.append(f"tuning {result['workload']} stopped after {len(trials)} trial{'' if len(trials) == 1 else 's'}, "
+                "before the baseline and the best were measured\n", style="bold yellow")
     head.append(f"  baseline  {config_line(result['baseline'])}\n")
     parts: list[RenderableType] = [head]
     if any(t["status"] != "skipped" for t in trials):
@@ -200,7 +200,8 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
     overlap = result.get("overlap")
     if overlap is not None:
         text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; "
-                    f"{result['buckets']} gradient bucket(s) of {result['bucket_cap_mb']} MiB for "
+                    f"{result['buckets']} gradient bucket{'' if result['buckets'] == 1 else 's'} of "
+                    f"{result['bucket_cap_mb']} MiB for "
                     f"{result['gradient_bytes'] / 2**20:.2f} MiB of gradients\n")
     parts: list[RenderableType] = [text]
     for finding in result.get("findings", []):

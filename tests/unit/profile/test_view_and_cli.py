@@ -53,3 +53,16 @@ def test_on_80_columns_findings_wrap_under_their_text_and_the_operators_title_is
     title = next(i for i, line in enumerate(lines) if line.startswith("Top operators by"))
     # it wrapped at the operators table's width (about 70 columns), 'fp32 peak 71' / 'GFLOP/s, ...'
     assert len(lines[title]) > 72 and lines[title + 2].split()[0] == "operator"
+
+
+def test_the_view_counts_one_step_one_core_one_thread_in_the_singular() -> None:
+    t = trace([gemm(0, 9000), gemm(10_000, 9000, step=1)], steps=2)
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    data["trace"]["steps"] = 1
+    data["analyses"]["threads"].update(usable_cores=1, busy_threads=1)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    text = out.getvalue()
+    assert "batch 8, 1 profiled step)" in text  # it said "1 profiled steps"
+    assert "on 1 usable core; 1 busy thread kept" in text  # '1 usable cores; 1 busy threads'
