@@ -15,7 +15,7 @@ from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.workload.base import Inputs, Workload
+from dlperf.workload.base import Inputs, Workload, _user_frame
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 CONTENTION_PERCENT = 50.0
@@ -230,7 +230,10 @@ def run_bench(
                     m = time_callable(call, config.timer, clock, items_per_call=batch,
                                       label=f"{workload.name} bs={batch}", on_progress=progress)
                 except MeasurementError as exc:
-                    raise MeasurementError(f"workload '{workload.name}' at batch {batch}: {exc}") from exc
+                    # a call that fails after the first (checked) one, e.g. every 1000th: where, in the user's code
+                    where = _user_frame(exc.__cause__) if exc.__cause__ is not None else ""
+                    raise MeasurementError(f"workload '{workload.name}' at batch {batch}: {exc}"
+                                           + (f"\n{where}" if where else "")) from exc
             point = BenchPoint(batch, m, rss.peak_rss_bytes, util.result.process_cpu_percent,
                                util.result.system_cpu_percent, gpu_util_percent=util.result.gpu_util_percent)
             if gpu_index is not None:
