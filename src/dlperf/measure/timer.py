@@ -108,8 +108,8 @@ def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
         enough = "; each call is short and this many samples suffice" if n >= 10_000 else ""
         return (f"stopped at the {config.max_iters:,}-iteration cap after {elapsed_ns / 1e9:.2f} s, before the "
                 f"minimum duration of {config.min_duration_s:g} s{enough}")
-    return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iterations, under the minimum of "
-            f"{config.min_iters:,}; lower the minimum iterations or expect wider intervals")
+    return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iteration{'' if n == 1 else 's'}, under the "
+            f"minimum of {config.min_iters:,}; lower the minimum iterations or expect wider intervals")
 
 
 def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int],

@@ -56,6 +56,14 @@ def test_max_duration_caps() -> None:
                                         "of 100,000; lower the minimum iterations or expect wider intervals")
 
 
+def test_one_call_longer_than_the_duration_cap_is_measured_once_and_said_so() -> None:
+    # a 150 s call under the default 120 s cap and 10-call minimum: one sample, and the note says why
+    m = time_callable(_noop, TimerConfig(warmup_iters=0), FakeClock(base_ns=150_000_000_000))
+    assert m.n == 1
+    assert m.summary()["stop_note"] == ("stopped at the 120 s cap after 1 iteration, under the minimum of 10; "
+                                        "lower the minimum iterations or expect wider intervals")
+
+
 def test_no_stop_note_when_both_minimums_are_met() -> None:
     m = time_callable(_noop, TimerConfig(warmup_iters=0, min_duration_s=0.001, min_iters=10), FakeClock(base_ns=1_000))
     assert m.summary()["stop_note"] is None
