@@ -1,4 +1,4 @@
-"""A renderable that picks, where it is drawn, the first of several layouts that fits the console's width."""
+"""Layouts for narrow consoles: the first of several that fits the console's width, and hanging indents."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 
 _UNBOUNDED = 100_000
 """The width a layout is measured at, so its measurement is its natural width, not one squeezed to the console."""
@@ -33,3 +35,19 @@ class FirstThatFits:
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         return Measurement.get(console, options, self.pick(console, options.max_width))
+
+
+def hanging(indent: str | Text, body: str | Text) -> Table:
+    """`body` after `indent`, its wrapped lines under its first; a Text alone wraps them to column 0."""
+    grid = Table.grid()
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(indent, body)
+    return grid
+
+
+def indented_line(line: str) -> RenderableType:
+    """A line of text whose leading spaces its wrapped lines keep (`hanging`); a line without any as it is."""
+    body = line.lstrip(" ")
+    indent = len(line) - len(body)
+    return hanging(" " * indent, Text(body)) if indent else Text(line)

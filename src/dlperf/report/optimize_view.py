@@ -8,6 +8,8 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.report.fit import indented_line
+
 
 def _ms(value: Any) -> str:
     return "-" if value is None else f"{float(value) * 1e3:.3f}"
@@ -228,8 +230,8 @@ def render(data: dict[str, Any], width: int | None = None) -> RenderableType:
     parts: list[RenderableType] = [candidates_table(data, width) if width is not None else _FittedTable(data)]
     if why:
         parts.append(Text("why:"))
-        parts.extend(Text(line) for line in why)
-    parts.extend(Text(line) for line in summary_lines(data))
+    # an indented line's wrapped lines keep its indent: on 80 columns they went to column 0
+    parts.extend(indented_line(line) for line in [*why, *summary_lines(data)])
     return Group(*parts)
 
 

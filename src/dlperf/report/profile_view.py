@@ -10,6 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.report.fit import hanging
+
 BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
                "unknown": "-"}
 
@@ -58,15 +60,6 @@ def _spark(values: list[float], width: int = 40) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
 
 
-def _hanging(indent: str | Text, body: Text) -> Table:
-    """`body` after `indent`, its wrapped lines under its first (a Text alone wraps them to column 0)."""
-    grid = Table.grid()
-    grid.add_column(no_wrap=True)
-    grid.add_column()
-    grid.add_row(indent, body)
-    return grid
-
-
 def _findings(result: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = []
     for i, f in enumerate(result.get("findings", []), 1):
@@ -76,14 +69,14 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
         if f.get("verification"):
             head.append(f" · {VERIFICATION_LABEL.get(f['verification'], f['verification'])}",
                         style="yellow" if f["verification"] == "contradicted" else "dim")
-        out.append(_hanging(Text(f"{i}. ", style="bold"), head))
+        out.append(hanging(Text(f"{i}. ", style="bold"), head))
         for line in f["evidence"]:
-            out.append(_hanging("   • ", Text(line)))
-        out.append(_hanging("   ", Text.assemble(("fix: ", "green bold"), f["fix"])))
+            out.append(hanging("   • ", Text(line)))
+        out.append(hanging("   ", Text.assemble(("fix: ", "green bold"), f["fix"])))
         if f.get("setting"):
-            out.append(_hanging("   ", Text.assemble(("apply with: ", "green"), f["setting"])))
+            out.append(hanging("   ", Text.assemble(("apply with: ", "green"), f["setting"])))
         if f.get("estimated_gain"):
-            out.append(_hanging("   ", Text.assemble(("estimated gain: ", "green"), f["estimated_gain"])))
+            out.append(hanging("   ", Text.assemble(("estimated gain: ", "green"), f["estimated_gain"])))
     return out
 
 

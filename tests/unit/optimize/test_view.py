@@ -66,3 +66,19 @@ def test_runs_show_fits_the_table_to_its_console(width: int) -> None:
     text = out.getvalue()
     assert "openvino(precision" in text and "baseline" in text  # the wide table on 80 columns cut them to ''
     assert ("p99 ms" in text) == (width >= 130)
+
+
+def test_an_indented_line_keeps_its_indent_when_it_wraps() -> None:
+    data = _data()
+    data["candidates"][1] = {**data["candidates"][1], "slower_reasons": [
+        "the measurement is noisy (noisy): the difference may not be real, measure it again with a longer budget"]}
+    data["runner_up"] = {"describe": "B/A 0.950 (95% CI 0.930-0.970), faster over 20 paired ABBA blocks in one "
+                         "process", "pick": LABEL, "switched": False, "reason": "no other candidate was faster"}
+    out = io.StringIO()
+    print_result(data, Console(file=out, width=80, color_system=None))
+    lines = out.getvalue().splitlines()
+    why = lines.index("why:")
+    assert lines[why + 1].startswith(f"  1 {LABEL}: slower: the measurement is")
+    assert lines[why + 2].startswith("  ") and lines[why + 2].strip()  # it went to column 0
+    runner_up = next(i for i, line in enumerate(lines) if line.startswith("  A/B against the runner-up"))
+    assert lines[runner_up + 1].startswith("  ") and not lines[runner_up + 1].startswith("  kept")
