@@ -275,6 +275,9 @@ def test_ab_and_compare_tables_print_items_per_s_as_bench_does() -> None:
     shown = _text(ab_table(ABRun("zoo:mlp", ABSettings(), ABSettings(), 1, 1, result, False, 5)))
     assert f"{fast.throughput:,.0f}" in shown and "e+0" not in shown
     assert f" {slow.throughput:.4g} " in shown
+    from dlperf.report.compare_text import _count
+
+    assert [_count(v) for v in (9371.2, 17537.4, 999.94, 175.66)] == ["9,371", "17,537", "999.9", "175.7"]  # 9371
 
 
 def test_profile_breakdown_puts_the_of_which_rows_under_the_step() -> None:
