@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlperf.errors import ConfigError
 from dlperf.measure.bench import BenchConfig, BenchResult, run_bench
 from dlperf.measure.scenarios import scenario as scenario_of
 from dlperf.measure.timer import TimerConfig
@@ -29,8 +30,15 @@ def bench(
     `min_iters` defaults to the scenario's (`Scenario.default_min_iters`): 10, or 44 and 459 calls for the
     single- and multi-stream scenarios, so their p90/p99 headline can be bounded at 99% confidence.
 
+    `batch_sizes` is the offline scenario's sweep; single-stream runs batch 1 and multi-stream batch 8, so giving
+    it with either is a ConfigError (`dlperf bench` prints a note and goes on; here nothing would be printed).
+
     With `store` (a path, URL or Store) the run is recorded there too.
     """
+    fixed = scenario_of(scenario).batch_sizes(None)
+    if batch_sizes is not None and scenario != "offline":
+        raise ConfigError(f"batch_sizes {tuple(batch_sizes)} is for the offline scenario; {scenario} runs batch "
+                          f"{fixed[0]}: leave batch_sizes out, or use scenario='offline'")
     workload = load_workload(model, example_inputs)
     if batch_sizes is None and example_inputs is not None:
         batch_sizes = (workload.default_batch_size,)

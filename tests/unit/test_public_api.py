@@ -64,3 +64,17 @@ def test_bench_with_a_minimum_duration_over_the_default_cap_raises_the_cap(monke
     assert seen[1].timer.max_duration_s == 120.0
     dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), min_iters=2_000_000)  # over the 1,000,000-call cap
     assert seen[2].timer.min_iters == 2_000_000 and seen[2].timer.max_iters == 2_000_000
+
+
+def test_bench_refuses_batch_sizes_a_latency_scenario_would_ignore() -> None:
+    # single-stream ran batch 1 and returned it as if batch 8 had been measured, with nothing said
+    import torch
+
+    from dlperf.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"batch_sizes \(8,\) is for the offline scenario; single-stream runs"):
+        dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), scenario="single-stream", batch_sizes=(8,))
+    with pytest.raises(ConfigError, match="multi-stream runs batch 8"):
+        dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), scenario="multi-stream", batch_sizes=(8,))
+    with pytest.raises(ConfigError, match="unknown scenario 'burst'"):
+        dlperf.bench(torch.nn.Linear(4, 2), scenario="burst")
