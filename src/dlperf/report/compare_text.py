@@ -41,20 +41,23 @@ def _verdict_style(verdict: str) -> str:
     return "bold yellow"
 
 
-def ab_table(run: ABRun) -> Table:
+def ab_table(run: ABRun) -> RenderableType:
+    """The title line, the two sides' table and the ratio's line; the title and the ratio are lines of their own,
+    as wide as the console (as the table's title and caption they wrapped at the table's width)."""
     res = run.result
     unit = "per item" if run.per_item else "per call"
-    table = Table(title=f"A/B of {run.workload}: {len(res.block_ratios)} paired blocks of "
-                  f"{run.iters_per_block} calls, interleaved", title_justify="left")
+    title = Text(f"A/B of {run.workload}: {len(res.block_ratios)} paired blocks of {run.iters_per_block} calls, "
+                 "interleaved", style="table.title")
+    table = Table()
     for col in ("side", "settings", "batch", "p50 ms", "p90 ms", "p99 ms", "items/s", "n"):
         table.add_column(col, justify="left" if col in ("side", "settings") else "right")
     for side, settings, m, batch in (("A", run.a, res.a, run.batch_size_a), ("B", run.b, res.b, run.batch_size_b)):
         table.add_row(side, settings.describe(), str(batch), ms(m.p50_s), ms(m.p90_s), ms(m.p99_s),
                       _count(m.throughput), str(m.n))
     lo, hi = res.ci
-    table.caption = (f"time B/A {unit}: {res.ratio:.3f} ({res.confidence:.0%} CI {lo:.3f}-{hi:.3f}); "
-                     f"speedup {res.speedup:.3f}x")
-    return table
+    ratio = Text(f"time B/A {unit}: {res.ratio:.3f} ({res.confidence:.0%} CI {lo:.3f}-{hi:.3f}); "
+                 f"speedup {res.speedup:.3f}x", style="table.caption")
+    return Group(title, table, ratio)
 
 
 def ab_verdict(run: ABRun) -> Text:

@@ -280,6 +280,20 @@ def test_ab_and_compare_tables_print_items_per_s_as_bench_does() -> None:
     assert [_count(v) for v in (9371.2, 17537.4, 999.94, 175.66)] == ["9,371", "17,537", "999.9", "175.7"]  # 9371
 
 
+def test_ab_s_title_and_ratio_are_lines_as_wide_as_the_console() -> None:
+    from dlperf.compare.ab import ABRun
+    from dlperf.compare.settings import ABSettings
+    from dlperf.measure.ab import ABResult
+    from dlperf.report.compare_text import ab_table
+
+    result = ABResult(_measurement(0.05), _measurement(0.06), [1.2] * 4, 1.2, (1.1, 1.3), 0.95, "slower")
+    run = ABRun("examples/models/resnet.py:make?width=3", ABSettings(), ABSettings(), 1, 1, result, False, 200)
+    lines = [line.rstrip() for line in _text(ab_table(run)).splitlines()]
+    # they were the table's title and caption, wrapped at its 60 columns and centred
+    assert lines[0] == "A/B of examples/models/resnet.py:make?width=3: 4 paired blocks of 200 calls, interleaved"
+    assert lines[-1] == "time B/A per call: 1.200 (95% CI 1.100-1.300); speedup 0.833x"
+
+
 def test_profile_breakdown_puts_the_of_which_rows_under_the_step() -> None:
     from dlperf.report.profile_view import _breakdown
 
