@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib.util
 import inspect
+import keyword
 import os
 import sys
 from collections.abc import Callable
@@ -265,12 +267,6 @@ def _split_file_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
 
 
 def _import_file(path: Path) -> ModuleType:
-    mod_name = f"dlperf_user_{abs(hash(str(path.resolve())))}"
-    module_spec = importlib.util.spec_from_file_location(mod_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise WorkloadError(f"workload file '{path}' cannot be imported")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[mod_name] = module
     # The file's folder is importable, as for `python file.py`: a workload file importing its model from a module
     # beside it ('from mynet import MyNet') failed with ModuleNotFoundError from any working directory. Last on the
     # path, so that a user's profile.py or logging.py never hides the module dlperf or torch imports; and it stays
@@ -278,6 +274,12 @@ def _import_file(path: Path) -> ModuleType:
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.append(folder)
+    mod_name = _module_name(path)
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise WorkloadError(f"workload file '{path}' cannot be imported")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module
     try:
         module_spec.loader.exec_module(module)
     except SystemExit as exc:  # argparse's parse_args() reading dlperf's own arguments, a sys.exit()
@@ -293,6 +295,22 @@ def _import_file(path: Path) -> ModuleType:
             f"workload file '{path}' raised {type(exc).__name__} while importing: {exc}\n{_user_frame(exc)}"
         ) from exc
     return module
+
+
+def _module_name(path: Path) -> str:
+    """The file's own name when `import NAME` finds this very file, so that a process started with spawn or
+    forkserver (DataLoader workers on macOS, and on Linux from Python 3.14) can unpickle the classes it defines: a
+    Dataset of a private module name killed every loader worker. Else (a name taken by another module) a private
+    name, the same in every process."""
+    stem = path.stem
+    if stem.isidentifier() and not keyword.iskeyword(stem):
+        try:
+            found = importlib.util.find_spec(stem)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin and Path(found.origin).resolve() == path.resolve():
+            return stem
+    return "dlperf_user_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
 
 
 def _candidates(module: ModuleType) -> list[str]:

@@ -198,6 +198,21 @@ def test_a_workload_file_imports_a_module_beside_it(tmp_path: Path, monkeypatch:
     monkeypatch.delitem(sys.modules, "dlperf_test_sibling_net", raising=False)
 
 
+def test_a_file_is_imported_under_its_own_name_unless_that_name_is_taken(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own name lets a spawned process unpickle what it defines; a taken name (json) keeps a private one."""
+    import json
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    own = load_workload(write(tmp_path, "dlperf_test_own_name.py", WORKLOAD_VARIABLE))
+    assert own.make_model.__module__ == "dlperf_test_own_name"
+    taken = load_workload(write(tmp_path, "json.py", WORKLOAD_VARIABLE))
+    assert taken.make_model.__module__.startswith("dlperf_user_")
+    assert sys.modules["json"] is json
+
+
 def test_a_path_object_is_a_spec(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE + "\n    answer = 42\n")
     assert load_workload(path).name == "tiny"
