@@ -205,9 +205,10 @@ def test_a_file_is_imported_under_its_own_name_unless_that_name_is_taken(tmp_pat
     import sys
 
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    monkeypatch.delitem(sys.modules, "dlperf_test_own_name", raising=False)
     own = load_workload(write(tmp_path, "dlperf_test_own_name.py", WORKLOAD_VARIABLE))
     assert own.make_model.__module__ == "dlperf_test_own_name"
+    monkeypatch.delitem(sys.modules, "dlperf_test_own_name")
     taken = load_workload(write(tmp_path, "json.py", WORKLOAD_VARIABLE))
     assert taken.make_model.__module__.startswith("dlperf_user_")
     assert sys.modules["json"] is json
