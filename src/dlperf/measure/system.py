@@ -38,7 +38,12 @@ class UtilizationSampler:
         while not self._stop.wait(self.interval_s):
             self.result.samples += 1
             if self._gpu is not None:
-                util, mem = _nvml_read(self._gpu)
+                try:
+                    util, mem = _nvml_read(self._gpu)
+                except Exception as exc:  # NVML's NotSupported on a MIG instance, a GPU lost: no GPU numbers
+                    self.result.extra["gpu_util_error"] = f"{type(exc).__name__}: {exc}"
+                    self._gpu = None
+                    continue
                 self._gpu_util.append(util)
                 self._gpu_mem.append(mem)
 

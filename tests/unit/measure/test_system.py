@@ -56,3 +56,24 @@ def test_cpu_percent_is_process_time_over_wall_time_capped_at_the_machine(monkey
         clocks["cpu"] += 1.0  # a clock's rounding that reads more CPU time than the cores had
         clocks["wall"] += 0.003
     assert over.result.process_cpu_percent == 100.0 * (psutil.cpu_count() or 1)
+
+
+def test_a_gpu_reading_that_fails_leaves_the_gpu_numbers_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVML refuses utilization on a MIG instance (NotSupported): the sampling thread died with a traceback on
+    # stderr at every batch size (an unhandled thread exception, an error under pytest's filterwarnings)
+    import threading
+
+    from dlperf.measure import system
+
+    read = threading.Event()
+
+    def refuse(handle: object) -> tuple[float, int]:
+        read.set()
+        raise RuntimeError("Not Supported")
+
+    monkeypatch.setattr(system, "_nvml_handle", lambda index: object())
+    monkeypatch.setattr(system, "_nvml_read", refuse)
+    with system.UtilizationSampler(interval_s=0.001, gpu_index=0) as sampler:
+        assert read.wait(5.0)
+    assert sampler.result.gpu_util_percent is None and sampler.result.gpu_memory_used_bytes is None
+    assert sampler.result.extra["gpu_util_error"] == "RuntimeError: Not Supported"
