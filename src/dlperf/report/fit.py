@@ -18,15 +18,19 @@ class FirstThatFits:
     width it is drawn at; the last one where none does. Renderers that do not know their console (`dlperf runs
     show`, a Group) use it to offer a narrower layout instead of letting rich squeeze a table's columns to '…'."""
 
-    def __init__(self, layouts: Sequence[RenderableType]) -> None:
+    def __init__(self, layouts: Sequence[RenderableType], wrapping: bool = False) -> None:
+        """wrapping: a layout fits where its minimum width does, its wrapping columns wrapped (a table whose
+        wrapping column has a min_width, so it wraps no narrower than that)."""
         if not layouts:
             raise ValueError("FirstThatFits needs at least one layout")
         self.layouts = list(layouts)
+        self.wrapping = wrapping
 
     def pick(self, console: Console, width: int) -> RenderableType:
         options = console.options.update_width(_UNBOUNDED)
         for layout in self.layouts[:-1]:
-            if Measurement.get(console, options, layout).maximum <= width:
+            measured = Measurement.get(console, options, layout)
+            if (measured.minimum if self.wrapping else measured.maximum) <= width:
                 return layout
         return self.layouts[-1]
 
