@@ -347,6 +347,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     from dlperf.loadgen.generator import MISMATCH, find_peak, run_load, verdict_dict
     from dlperf.loadgen.render import peak_lines, perf_analyzer_csv, setup_lines, verdict_line
     from dlperf.measure.env import capture_environment
+    from dlperf.report.fit import indented_line
 
     out = console()
     err = error_console()
@@ -403,7 +404,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                 else:
                     _print_levels(out, results, [{}] * len(results), title, slo)  # peak_lines give the verdicts
                     for line in peak_lines(peak):
-                        out.print(line, markup=False)
+                        out.print(indented_line(line))
             else:
                 q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
                 name = f"p{q:g}"
@@ -457,13 +458,15 @@ def _print_levels(out: Console, results: Sequence[LevelResult], marks: Sequence[
                   slo: Slo | None) -> None:
     """The levels table, what the server used, and each level's verdict where `marks` has one."""
     from dlperf.loadgen.render import levels_table, resource_lines, verdict_text
+    from dlperf.report.fit import indented_line
 
     out.print(levels_table(list(results), title, slo))
+    # indented lines keep their indent where they wrap (on 80 columns a verdict's end went to column 0)
     for line in resource_lines(list(results)):
-        out.print(line, markup=False)
+        out.print(indented_line(line))
     for r, m in zip(results, marks, strict=True):
         if m:
-            out.print(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}", markup=False)
+            out.print(indented_line(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}"))
 
 
 def _print_warnings(err: Console, results: Sequence[LevelResult]) -> None:

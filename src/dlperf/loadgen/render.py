@@ -228,22 +228,24 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     levels = [LevelResult.from_dict(d) for d in result["levels"]]
     peak = result.get("peak")
     slo = Slo.from_record(peak) or Slo.from_record(config)
+    from dlperf.report.fit import indented_line
+
     parts: list[Any] = [Text(line) for line in setup_lines(config)]
     parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}", slo))
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
         where = f"  {level.mode} {level.level:g}: "
         if isinstance(data.get("verdict"), str):
-            parts.append(Text(where + verdict_text(data["verdict"], data.get("verdict_reason", ""))))
+            parts.append(indented_line(where + verdict_text(data["verdict"], data.get("verdict_reason", ""))))
         elif i < len(steps) and isinstance(steps[i], dict) and "passed" in steps[i]:
-            parts.append(Text(where + ("pass" if steps[i]["passed"] else "FAIL")))
+            parts.append(indented_line(where + ("pass" if steps[i]["passed"] else "FAIL")))
     if isinstance(peak, dict) and slo is not None:
         found = peak.get("peak_rate")
         stopped = peak.get("undecided_at")
         failed = any(isinstance(d, dict) and d.get("verdict") == "fail" for d in steps)
         parts += [Text(line) for line in peak_outcome(None if found is None else float(found), slo,
                                                       None if stopped is None else float(stopped), failed)]
-    parts += [Text(line) for line in resource_lines(levels)]
+    parts += [indented_line(line) for line in resource_lines(levels)]
     parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
     return parts
 

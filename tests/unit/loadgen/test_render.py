@@ -68,3 +68,15 @@ def test_the_headline_of_a_level_where_every_request_failed_says_so() -> None:
     # a run with a level that answered picks that one
     levels.append({"mode": "concurrency", "level": 4.0, "throughput_rps": 12.5, "p99_s": 0.02})
     assert load_headline({"levels": levels}) == "12.5 req/s, p99 20 ms at concurrency 4"
+
+
+def test_a_level_s_verdict_keeps_its_indent_where_it_wraps() -> None:
+    from rich.console import Group
+
+    from dlperf.loadgen.render import stored_view
+
+    level = {**LEVELS[0].to_dict(), "verdict": "pass",
+             "verdict_reason": "p99 <= 8.78 ms at 99% confidence (0 of 2912 requests over 50 ms)"}
+    lines = _lines(Group(*stored_view({"levels": [level]}, {"model": "mlp", "url": "127.0.0.1:8000"})), 80)
+    at = next(i for i, line in enumerate(lines) if line.startswith("  concurrency 1: pass: p99 <= 8.78 ms"))
+    assert lines[at + 1].startswith("  ") and "50 ms)" in lines[at + 1]  # it went to column 0
