@@ -306,7 +306,8 @@ def profile_train_headline(result: Any) -> str:
     if not isinstance(result, dict):
         return ""
     if isinstance(result.get("verdict"), str) and "trace" in result:
-        return result["verdict"][:70]
+        verdict = result["verdict"]  # cut with a mark, at a word: 'dominated by its fixed per-call' read as whole
+        return verdict if len(verdict) <= 70 else verdict[:70].rsplit(" ", 1)[0] + " …"
     if isinstance(result.get("best_samples_per_s"), (int, float)):
         gain = result.get("speedup") if result.get("final_ab") else None
         return f"tuned {fmt_count(result['best_samples_per_s'])} samples/s" + (

@@ -119,6 +119,9 @@ def test_profile_and_train_headlines() -> None:
 
     assert headline("profile", {"verdict": "input pipeline: 61% of the step", "trace": {}}) == \
         "input pipeline: 61% of the step"
+    long = "framework/launch overhead: the step is dominated by its fixed per-call cost (68% of the step)"
+    assert headline("profile", {"verdict": long, "trace": {}}) == \
+        "framework/launch overhead: the step is dominated by its fixed …"  # '... per-call', cut with no mark
     assert headline("train", {"samples_per_s": 35646.2}) == "35,646 samples/s"
     assert headline("train", {"best_samples_per_s": 1200.0, "speedup": 1.31, "final_ab": {"verdict": "faster"}}) \
         == "tuned 1,200 samples/s (1.31x)"
