@@ -91,7 +91,7 @@ def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> Renderable
     table = Table(title=title, title_justify="left")
     table.add_column("what")
     table.add_column("ceiling", justify="right")
-    table.add_column("measured with")
+    table.add_column("measured with", overflow="fold")  # a long flag list was cut to ".../i8m…"
     for dtype, flops in ceilings.get("gemm_flops", {}).items():
         how = details.get(f"gemm_{dtype}", {})
         unit = "OP/s" if dtype == "int8" else "FLOP/s"

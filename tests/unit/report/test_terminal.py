@@ -182,12 +182,18 @@ def test_history_view_counts_runs_in_the_singular_and_plural() -> None:
 
 
 def test_ceilings_table() -> None:
-    data = {"device": "cpu", "threads": 2, "machine_key": "k", "measured_at": "t", "quick": False,
+    data: dict[str, Any] = {"device": "cpu", "threads": 2, "machine_key": "k", "measured_at": "t", "quick": False,
             "gemm_flops": {"fp32": 3.1e11}, "memory_bandwidth_bytes_s": 2e10,
             "details": {"gemm_fp32": {"n": 2048, "samples": 5}, "copy": {"bytes": 2**28, "samples": 5},
                         "skipped": {"int8": "no VNNI"}}}
     text = _text(ceilings_table(data))
     assert "310.0 GFLOP/s" in text and "20.0 GB/s" in text and "no VNNI" in text and "2048³" in text
+    flags = "no int8 dot-product unit (CPU flags lack avx512_vnni/avx_vnni/amx_int8/asimddp/i8mm)"
+    data["details"]["skipped"] = {"int8": flags}
+    narrow = _lines(ceilings_table(data), 80)
+    assert "…" not in "\n".join(narrow)  # the unbreakable flag list was cut to '.../asimddp/i8m…'
+    column = "".join(line.split("│")[3].strip() for line in narrow if line.count("│") == 4)
+    assert "avx512_vnni/avx_vnni/amx_int8/asimddp/i8mm)" in column
 
 
 def test_environment_line_without_env() -> None:
