@@ -345,7 +345,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
     from dlperf.loadgen.generator import MISMATCH, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import peak_lines, perf_analyzer_csv, setup_lines, verdict_line
+    from dlperf.loadgen.render import level_line, peak_lines, perf_analyzer_csv, setup_lines, verdict_line
     from dlperf.measure.env import capture_environment
     from dlperf.report.fit import indented_line
 
@@ -407,12 +407,10 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                         out.print(indented_line(line))
             else:
                 q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
-                name = f"p{q:g}"
                 with load_progress(config.mode) as (on_window, shown):
                     def on_level(r: LevelResult) -> None:
                         finished(r)
-                        figure = f"{name} {r.percentile_s(q) * 1e3:.2f} ms" if r.ok else "no request succeeded"
-                        shown.print(f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}", markup=False)
+                        shown.print(level_line(r, q), markup=False)
 
                     run_load(target, config, on_window=on_window, on_level=on_level)
                 if args.json:

@@ -77,6 +77,13 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
     return table
 
 
+def level_line(r: LevelResult, q: float = 99.0) -> str:
+    """The line `dlperf load` prints as a level finishes: '  rate 800: 888.0 req/s, p99 1523 ms', the latency as
+    the table gives it (it printed 'p99 1523.28 ms' above a table reading 1523, and a 0.0512 ms p99 as 0.05)."""
+    figure = f"p{q:g} {_ms(r.percentile_s(q))} ms" if r.ok else "no request succeeded"
+    return f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}"
+
+
 def resource_lines(results: list[LevelResult]) -> list[str]:
     """One line per level that read the server's metrics (--collect-metrics)."""
     from dlperf.loadgen.resources import describe

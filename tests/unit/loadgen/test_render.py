@@ -80,3 +80,14 @@ def test_a_level_s_verdict_keeps_its_indent_where_it_wraps() -> None:
     lines = _lines(Group(*stored_view({"levels": [level]}, {"model": "mlp", "url": "127.0.0.1:8000"})), 80)
     at = next(i for i, line in enumerate(lines) if line.startswith("  concurrency 1: pass: p99 <= 8.78 ms"))
     assert lines[at + 1].startswith("  ") and "50 ms)" in lines[at + 1]  # it went to column 0
+
+
+def test_the_line_a_finished_level_prints_gives_the_latency_as_the_table_does() -> None:
+    from dlperf.loadgen.render import level_line
+
+    slow = LevelResult("rate", 800.0, 1, [int(1.52328e9)] * 100, {"200": 100}, 1.0, False, [100.0])
+    assert level_line(slow) == "  rate 800: 100.0 req/s, p99 1523 ms"  # 'p99 1523.28 ms'
+    fast = LevelResult("concurrency", 1.0, 1, [51_200] * 100, {"200": 100}, 0.01, True, [100.0])
+    assert level_line(fast, 90.0) == "  concurrency 1: 10000.0 req/s, p90 0.0512 ms"  # 'p90 0.05 ms'
+    failed = LevelResult("concurrency", 2.0, 1, [], {"timeout": 30}, 1.0, False, [0.0])
+    assert level_line(failed) == "  concurrency 2: 0.0 req/s, no request succeeded"
