@@ -14,6 +14,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -353,23 +354,27 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     walls: list[float] = []
     waits: list[float] = []
-    with profile(activities=activities, record_shapes=True, with_flops=True,
-                 profile_memory=config.record_memory, with_stack=False) as prof:
-        # One unmarked step first: the profiler's own start-up cost lands there, outside the analysed steps.
-        step()
-        for _ in range(config.steps):
-            t0 = time.perf_counter()
-            with record_function("dlperf/step"):
-                step()
-            walls.append(time.perf_counter() - t0)
-            waits.append(step.last_data_wait_s)
+    with warnings.catch_warnings():
+        # torch 2.11 with CUDA activity warns, as the profile starts, that events are cleared at the end of each
+        # cycle (acc_events): this profile has one cycle, so nothing is lost, and the warning would only alarm.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        with profile(activities=activities, record_shapes=True, with_flops=True,
+                     profile_memory=config.record_memory, with_stack=False) as prof:
+            # One unmarked step first: the profiler's own start-up cost lands there, outside the analysed steps.
+            step()
+            for _ in range(config.steps):
+                t0 = time.perf_counter()
+                with record_function("dlperf/step"):
+                    step()
+                walls.append(time.perf_counter() - t0)
+                waits.append(step.last_data_wait_s)
     if config.trace_path:
         try:
             prof.export_chrome_trace(config.trace_path)
         except (OSError, RuntimeError) as exc:
             raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
     trace = events_to_trace(prof.events(), walls, waits, step.workload.name, config.mode, config.device,
-                            step.batch_size, memory_records(prof, config.device))
+                            step.batch_size, memory_records(prof, config.device), host_input_dtypes(prof))
     if cuda:
         _free, total = torch.cuda.mem_get_info(config.device)
         peak = cuda_peak(config.device)
@@ -400,13 +405,32 @@ def memory_records(prof: Any, device: str) -> list[tuple[float, int]] | None:
     return sorted(records)
 
 
+def host_input_dtypes(prof: Any) -> dict[int, tuple[str, ...]]:
+    """The input dtypes of each host operator, by its FunctionEvent id, read from kineto's events: a torch
+    whose FunctionEvents lack `input_dtypes` (2.11 has none) still records them there. Empty when this torch
+    exposes no kineto results."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return {}
+    found: dict[int, tuple[str, ...]] = {}
+    for e in results.events():
+        if str(e.device_type()).rsplit(".", 1)[-1] != "CPU":
+            continue
+        dtypes = tuple(str(d) for d in (e.dtypes() or ()))
+        if dtypes:
+            found[int(e.correlation_id())] = dtypes
+    return found
+
+
 def events_to_trace(events: Any, walls: list[float], waits: list[float], workload: str, mode: str,
                     device: str, batch_size: int,
-                    memory_events: list[tuple[float, int]] | None = None) -> ProfileTrace:
+                    memory_events: list[tuple[float, int]] | None = None,
+                    input_dtypes: dict[int, tuple[str, ...]] | None = None) -> ProfileTrace:
     """Turn torch.profiler FunctionEvents into a ProfileTrace (steps, phases, operators, kernels, memory).
 
     `memory_events` are the profiler's allocations and frees (`memory_records`); the memory timeline is built
-    from them, and is left empty without them."""
+    from them, and is left empty without them. `input_dtypes` (`host_input_dtypes`) gives the operators' input
+    dtypes where the FunctionEvents do not carry them (torch 2.11)."""
     from torch.autograd import DeviceType
 
     # With CUDA activity on, the profiler also puts each record_function range on the GPU timeline (a CUDA
@@ -479,7 +503,8 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             self_us=float(e.self_cpu_time_total), thread=int(e.thread), depth=depth, step=i, phase=phase,
             flops=flops_of.get(id(e), int(e.flops or 0)),
             input_shapes=tuple(_shape(s) for s in (e.input_shapes or ())),
-            input_dtypes=tuple(str(d) for d in (e.input_dtypes or ())),
+            input_dtypes=tuple(str(d) for d in (getattr(e, "input_dtypes", None)
+                                                or (input_dtypes or {}).get(int(e.id), ()))),
             self_memory_bytes=int(e.self_cpu_memory_usage or 0),
             is_leaf=not any(is_op(c) for c in e.cpu_children),
             device_us=_self_device_us(e) if cuda else 0.0,

@@ -141,3 +141,31 @@ def test_the_memory_timeline_subtracts_frees_outside_operators() -> None:
     assert memory.analyze(tr).step_allocated_peak_bytes == 1 << 20
     assert _spark([float(b) for b in held]) == "█▁" * 4
     assert events_to_trace(events, [0.001] * 4, [0.0] * 4, "w", "inference", "cpu", 8).memory.timeline == []
+
+
+def test_input_dtypes_come_from_kineto_where_function_events_lack_them() -> None:
+    """torch 2.11's FunctionEvents have no input_dtypes; kineto's events of the same ids do (2.13 carries both,
+    so here they must agree), and an operator without them gets them from there."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+    from torch.profiler import ProfilerActivity, profile
+
+    from dlperf.profile.capture import events_to_trace, host_input_dtypes
+
+    a = torch.ones(8, 8, dtype=torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.mm(a, a)
+    mms = [e for e in prof.events() if e.name == "aten::mm"]
+    assert mms and all(e.input_dtypes for e in mms)
+    by_id = host_input_dtypes(prof)
+    assert all(by_id[e.id] == tuple(str(d) for d in e.input_dtypes) for e in mms)
+
+    events = [FunctionEvent(1, "dlperf/step", thread=1, start_us=0, end_us=900, device_type=DeviceType.CPU,
+                            is_user_annotation=True),
+              FunctionEvent(2, "aten::mm", thread=1, start_us=10, end_us=20, device_type=DeviceType.CPU)]
+    assert not events[1].input_dtypes
+    tr = events_to_trace(events, [0.001], [0.0], "w", "inference", "cpu", 8,
+                         input_dtypes={2: ("c10::BFloat16", "c10::BFloat16")})
+    assert [o.input_dtypes for o in tr.ops] == [("c10::BFloat16", "c10::BFloat16")]
+    assert dtype_kind(tr.ops[0].input_dtypes) == "bf16"
