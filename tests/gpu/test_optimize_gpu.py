@@ -85,6 +85,20 @@ def test_weight_changing_passes_train_on_the_gpu(workload: str, config: Any) -> 
     assert out.shape == ref.shape and out.device.type == "cuda" and bool(torch.isfinite(out).all())
 
 
+def test_a_workload_with_host_eval_data_scores_a_model_on_the_gpu() -> None:
+    """zoo:digits-cnn's evaluate holds its images and labels on the host, as a user's would: scored on cuda, the
+    predict it is given takes them to the GPU and gives the logits back (an optimize on cuda failed at its
+    baseline without this)."""
+    from dlperf.errors import WorkloadError
+    from dlperf.workload.loader import load_workload
+
+    wl = load_workload("zoo:digits-cnn")
+    model = wl.build_model().to("cuda").eval()
+    assert wl.score(model, "cuda") > 0.9
+    with pytest.raises(WorkloadError, match="evaluate function raised"):
+        wl.score(model)
+
+
 @pytest.mark.slow
 def test_search_on_cuda_finds_and_exports(tmp_path: Path) -> None:
     """A small search on cuda, each candidate in its own process with the model moved to the GPU there:

@@ -192,7 +192,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
             with torch.no_grad():
                 return predict(*args)
 
-        metric = workload.score(scored)
+        metric = workload.score(scored, settings.device)
         metric_name = workload.eval.metric_name
         higher_is_better = workload.eval.higher_is_better
     elif heldout:

@@ -27,9 +27,33 @@ KINDS = ("cnn", "transformer", "mlp", "generic")
 """What `Workload.kind` may be: passes judge applicability by it (channels_last for cnn, ORT's transformer fusions)."""
 
 
+def _host_side(predict: Predict, device: str) -> Predict:
+    """`predict` called with host tensors: they are moved to `device`, and the tensors of its outputs (in
+    tuples, lists and dicts too) come back to the host."""
+    import torch
+
+    def back(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.cpu()
+        if isinstance(value, (tuple, list)):
+            return type(value)(back(v) for v in value)
+        if isinstance(value, dict):
+            return {k: back(v) for k, v in value.items()}
+        return value
+
+    def called(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        return back(predict(*args, **kwargs))
+
+    return called
+
+
 @dataclass(frozen=True)
 class EvalSpec:
-    """How to score a model: `evaluate(predict)` runs the eval data through `predict` and returns the metric."""
+    """How to score a model: `evaluate(predict)` runs the eval data through `predict` and returns the metric.
+    The data stays on the host: on a GPU, dlperf's `predict` moves its tensor arguments there and its outputs
+    back."""
 
     evaluate: Callable[[Predict], float]
     metric_name: str
@@ -172,11 +196,17 @@ class Workload:
                 f"{_user_frame(exc, getattr(type(model), 'forward', None))}"
             ) from exc
 
-    def score(self, predict: Predict) -> float:
+    def score(self, predict: Predict, device: str = "cpu") -> float:
         """`eval.evaluate(predict)` as a float; an evaluate that raises, or returns what is not a number, becomes a
-        WorkloadError showing the user's own frame. NaN is returned as such: a candidate may well score NaN."""
+        WorkloadError showing the user's own frame. NaN is returned as such: a candidate may well score NaN.
+
+        `device`: where `predict` takes its inputs. An evaluate function holds its data on the host, as the zoo's
+        do, so on a GPU the predict it is given moves the tensors it is called with there and its outputs back
+        (an evaluate comparing logits with host labels would fail otherwise)."""
         if self.eval is None:
             raise WorkloadError(f"workload '{self.name}' has no eval metric: give it eval=dlperf.EvalSpec(...)")
+        if device != "cpu":
+            predict = _host_side(predict, device)
         try:
             value = self.eval.evaluate(predict)
         except Exception as exc:
