@@ -40,7 +40,10 @@ def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Seq
         reasons.append("the thread count chosen is not better here (other load on the machine?)")
     noise = row.get("noise_warning") or baseline.get("noise_warning")
     if noise:
-        reasons.append(f"the measurement is noisy ({noise.split(':')[0]}): the difference may not be real")
+        # "noisy: IQR is 34% of the median (> 10%); ..." or "only 3 samples: ..."; it read "noisy (noisy)"
+        first = noise.split(";")[0]
+        reasons.append(f"the measurement is noisy, its {first.removeprefix('noisy: ')}: the difference may not be real"
+                       if first.startswith("noisy: ") else f"the measurement may mislead ({first})")
     if not reasons:
         reasons.append("the passes add work per call that this model and batch size do not repay")
     return reasons

@@ -160,3 +160,15 @@ def test_settle_keeps_the_pick_unless_the_runner_up_is_faster_or_equally_fast_an
     # the other way round: equally fast, but the runner-up is the bigger pipeline
     assert settle(SAME, runner, pick) == (False, "no significant difference, and pruning + onnxruntime is not simpler")
     assert settle(FASTER, runner, pick)[0]  # faster wins even when it has more passes
+
+
+def test_a_noisy_measurement_is_named_with_its_spread() -> None:
+    from dlperf.optimize.explain import slower_reasons
+
+    noisy = {"pipeline": [{"pass": "cuda_graphs"}],
+             "noise_warning": "noisy: IQR is 34% of the median (> 10%); other load on the machine"}
+    assert slower_reasons(noisy, {}, [], 1, "cuda")[-1] == (
+        "the measurement is noisy, its IQR is 34% of the median (> 10%): the difference may not be real")
+    few = {"pipeline": [], "noise_warning": "only 3 samples: percentiles and spread are unreliable"}
+    assert slower_reasons(few, {}, [], 1)[-1] == (
+        "the measurement may mislead (only 3 samples: percentiles and spread are unreliable)")

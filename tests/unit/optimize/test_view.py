@@ -71,7 +71,8 @@ def test_runs_show_fits_the_table_to_its_console(width: int) -> None:
 def test_an_indented_line_keeps_its_indent_when_it_wraps() -> None:
     data = _data()
     data["candidates"][1] = {**data["candidates"][1], "slower_reasons": [
-        "the measurement is noisy (noisy): the difference may not be real, measure it again with a longer budget"]}
+        "the measurement is noisy, its IQR is 31% of the median (> 10%): the difference may not be real, "
+        "measure it again with a longer budget"]}
     data["runner_up"] = {"describe": "B/A 0.950 (95% CI 0.930-0.970), faster over 20 paired ABBA blocks in one "
                          "process", "pick": LABEL, "switched": False, "reason": "no other candidate was faster"}
     out = io.StringIO()

@@ -407,7 +407,8 @@ def test_runs_show_of_an_optimize_candidate_is_a_few_lines_not_its_json() -> Non
            "metric_drop_rel": 0.0, "gain": 0.877, "paired_gain": 0.890,
            "paired": {"ratio": 1.124, "verdict": "slower", "blocks": 18}, "size_bytes": 340008,
            "peak_rss_bytes": 186388480, "build_s": 0.0003, "compile_s": 0.0,
-           "slower_reasons": ["the measurement is noisy (noisy): the difference may not be real"],
+           "slower_reasons": ["the measurement is noisy, its IQR is 31% of the median (> 10%): the difference may "
+                              "not be real"],
            "artifact": {"dir": "/tmp/o/94d5/artifact"}, "log": "/tmp/o/94d5/child.log"}
     shown = " ".join(_text(record_view(RunRecord("c1", "candidate", "zoo:mlp", "ok", "2026-01-01", result=row,
                                                  parent_id="p1"))).split())
