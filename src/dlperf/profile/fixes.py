@@ -65,7 +65,8 @@ def loader_fix(suggested: dict[str, Any]) -> Fix:
 
 
 def threads_fix(threads: int) -> Fix:
-    return Fix("threads", f"{threads} intra-op threads", f"--threads {threads} (torch.set_num_threads)",
+    return Fix("threads", f"{threads} intra-op thread{'' if threads == 1 else 's'}",
+               f"--threads {threads} (torch.set_num_threads)",
                threads=threads)
 
 

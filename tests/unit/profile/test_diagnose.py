@@ -98,6 +98,7 @@ def test_no_clear_bottleneck_is_a_verdict() -> None:
 def test_fixes_change_step_options() -> None:
     base = StepOptions(threads=16)
     assert threads_fix(2).apply(base, 8).threads == 2
+    assert (threads_fix(1).label, threads_fix(2).label) == ("1 intra-op thread", "2 intra-op threads")
     assert batch_fix(8, 4).apply(base, 8).batch_size == 32
     fixed = loader_fix({"num_workers": 2, "persistent_workers": True}).apply(base, 8)
     assert dict(fixed.loader_kwargs) == {"num_workers": 2, "persistent_workers": True}
