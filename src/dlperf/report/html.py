@@ -175,7 +175,9 @@ def _run_header(rec: RunRecord) -> str:
 ENV_ROWS = (
     ("dlperf", "dlperf_version"), ("python", "python_version"), ("torch", "torch_version"), ("OS", "os"),
     ("CPU", "cpu_model"), ("CPU flags", "cpu_flags"), ("cores (physical/logical)", "cores"),
-    ("torch threads", "torch_threads"), ("memory", "total_memory_bytes"), ("GPU", "gpu_name"),
+    ("usable cores (affinity)", "usable_cores"), ("torch threads", "torch_threads"),
+    ("thread variables", "thread_env"), ("CPU governor", "cpu_governor"), ("allocator", "allocator"),
+    ("memory", "total_memory_bytes"), ("GPU", "gpu_name"),
     ("CUDA", "cuda_version"), ("GPU driver", "gpu_driver"), ("packages", "packages"),
 )
 
@@ -188,9 +190,19 @@ def _env_value(env: Mapping[str, Any], key: str) -> str:
         return f"{value / 2**30:.1f} GiB"
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "-"
+    if key == "thread_env" and isinstance(value, Mapping):
+        return " ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none set"
     if isinstance(value, Mapping):
         return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
     return "-" if value is None else str(value)
+
+
+MOMENT_KEYS = ("load_average",)
+"""Environment fields of the moment a run started, not of the machine: runs differing only there share a column."""
+
+
+def _same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return {k: v for k, v in a.items() if k not in MOMENT_KEYS} == {k: v for k, v in b.items() if k not in MOMENT_KEYS}
 
 
 def environment_section(records: Sequence[RunRecord]) -> str:
@@ -200,7 +212,7 @@ def environment_section(records: Sequence[RunRecord]) -> str:
     distinct: list[tuple[list[str], Mapping[str, Any]]] = []
     for run_id, env in envs:
         for ids, seen in distinct:
-            if seen == env:
+            if _same_machine(seen, env):
                 ids.append(run_id)
                 break
         else:

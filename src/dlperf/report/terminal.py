@@ -64,12 +64,15 @@ def fmt_value(value: float, unit: str) -> str:
 
 
 def environment_line(env: dict[str, Any]) -> str:
-    """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1 · glibc malloc'."""
+    """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1 · glibc malloc', and where
+    recorded the cores a pinned process could use, the CPU governor and the thread variables set."""
     if not env:
         return "environment: not recorded"
     parts = [f"torch {env.get('torch_version', '?')}", f"Python {env.get('python_version', '?')}"]
     threads = env.get("torch_threads", "?")
-    parts.append(f"{env.get('cpu_model', '?')} ({env.get('logical_cores', '?')} cores, {threads} "
+    logical, usable = env.get("logical_cores", "?"), env.get("usable_cores")
+    pinned = f", {usable} usable" if isinstance(usable, int) and isinstance(logical, int) and usable < logical else ""
+    parts.append(f"{env.get('cpu_model', '?')} ({logical} cores{pinned}, {threads} "
                  f"thread{'' if threads == 1 else 's'})")
     if env.get("gpu_name"):
         parts.append(f"{env['gpu_name']} (CUDA {env.get('cuda_version') or '?'})")
@@ -77,6 +80,10 @@ def environment_line(env: dict[str, Any]) -> str:
         parts.append(str(env["os"]))
     if env.get("allocator"):
         parts.append(f"{env['allocator']} malloc")
+    if env.get("cpu_governor"):
+        parts.append(f"governor {env['cpu_governor']}")
+    if env.get("thread_env"):  # OMP_NUM_THREADS and the like, where set: they change what was measured
+        parts.append(" ".join(f"{k}={v}" for k, v in sorted(env["thread_env"].items())))
     return "environment: " + " · ".join(parts)
 
 

@@ -410,3 +410,16 @@ def test_the_optimize_table_shows_the_metric_to_four_decimals() -> None:
     html = render_report([_rec("o8", "optimize", {"metric_name": "fidelity", "candidates": rows})], children={"o8": []})
     assert re.search(r"<td>int8</td><td class=\"n\">6</td><td class=\"n\">0.9996</td>", html)  # was '1', as baseline
     assert re.search(r"<td>baseline</td><td class=\"n\">10</td><td class=\"n\">1.0000</td>", html)
+
+
+def test_environment_table_shows_affinity_governor_load_and_thread_variables(
+        bench_points: list[dict[str, Any]]) -> None:
+    env = {**ENV, "usable_cores": 1, "cpu_governor": "powersave", "load_average": [1.5, 0.8, 0.4],
+           "thread_env": {"OMP_NUM_THREADS": "1"}, "allocator": "jemalloc"}
+    later = {**env, "load_average": [0.2, 0.5, 0.4]}  # the same machine at another moment: one column
+    html = render_report([_rec("r1", "bench", {"points": bench_points}, env=env),
+                          _rec("r2", "bench", {"points": bench_points}, env=later)])
+    for row in ("<th>r1, r2</th>", "usable cores (affinity)</td><td>1<", "CPU governor</td><td>powersave<",
+                "thread variables</td><td>OMP_NUM_THREADS=1<", "allocator</td><td>jemalloc<"):
+        assert row in html, row
+    assert "different environments" not in html

@@ -200,6 +200,19 @@ def test_environment_line_without_env() -> None:
     assert environment_line({}) == "environment: not recorded"
 
 
+def test_environment_line_names_pinning_governor_and_thread_variables() -> None:
+    env = {"torch_version": "2.13.0", "python_version": "3.12.3", "cpu_model": "EPYC", "logical_cores": 16,
+           "torch_threads": 4, "os": "Linux 6.1", "allocator": "glibc"}
+    plain = "environment: torch 2.13.0 · Python 3.12.3 · EPYC (16 cores, 4 threads) · Linux 6.1 · glibc malloc"
+    assert environment_line(env) == plain
+    assert environment_line({**env, "usable_cores": 16, "thread_env": {}}) == plain
+    pinned = {**env, "usable_cores": 4, "cpu_governor": "powersave",
+              "thread_env": {"OMP_NUM_THREADS": "4", "KMP_AFFINITY": "compact"}}
+    assert environment_line(pinned) == (
+        "environment: torch 2.13.0 · Python 3.12.3 · EPYC (16 cores, 4 usable, 4 threads) · Linux 6.1 · glibc malloc"
+        " · governor powersave · KMP_AFFINITY=compact OMP_NUM_THREADS=4")
+
+
 def test_bench_warnings_are_grouped() -> None:
     def point(batch: int, noise: str | None, contention: str | None, others: float) -> dict[str, Any]:
         return {"batch_size": batch, "summary": {"noise_warning": noise}, "contention_warning": contention,
