@@ -272,7 +272,9 @@ class Tuner:
             return best, best_loop
         if not candidates:
             details: dict[str, Any] = getattr(getattr(knob, "last_search", None), "to_dict", dict)()
-            self._record(Trial(knob.name, {}, "", SKIPPED, "nothing to change here", details=details,
+            unchanged = getattr(knob, "unchanged_reason", None)
+            why = unchanged(best) if unchanged is not None else "nothing to change here"
+            self._record(Trial(knob.name, {}, "", SKIPPED, why, details=details,
                                duration_s=time.perf_counter() - started))
             return best, best_loop
         for candidate in candidates:

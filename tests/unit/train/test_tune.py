@@ -172,3 +172,17 @@ def test_a_tuning_where_every_knob_was_skipped_says_so_without_an_empty_table() 
     assert "gain      none: every knob was skipped (why below), nothing was tried" in text
     assert "trials (each A/B" not in text and "speedup (95% CI)" not in text
     assert "off: skipped: not here" in text
+
+
+def test_the_batch_knob_says_why_it_changes_nothing() -> None:
+    """A batch that fits whole is kept: the trial says so (it said 'nothing to change here', which on a large GPU
+    read as if a larger batch had been overlooked)."""
+    from dlperf.train.knobs.batch import LargestBatch
+
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs={"batch": LargestBatch()}).run()
+    (trial,) = result.trials
+    assert trial.status == SKIPPED
+    assert trial.reason == "batch 32 fits in memory: kept (--batch-size tries another)"

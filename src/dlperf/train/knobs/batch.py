@@ -232,6 +232,10 @@ class LargestBatch:
     def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
         return None
 
+    def unchanged_reason(self, current: StepConfig) -> str:
+        """Why no candidate: the batch fits whole, and a larger one would change the training, not speed it up."""
+        return f"batch {current.effective_batch_size} fits in memory: kept (--batch-size tries another)"
+
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
         fits, budget = fit_function(ctx, current)
         wanted = current.effective_batch_size
