@@ -63,6 +63,24 @@ def test_low_precision_on_cuda_returns_fp32_close(dtype: str, mode: str) -> None
     assert float(torch.nn.functional.cosine_similarity(out, ref).min()) > 0.99
 
 
+def test_tf32_on_cuda_is_close_to_fp32_and_offered_on_ampere_or_newer() -> None:
+    from dlperf.passes.precision import search_space
+
+    state = _state()
+    x = torch.randn(4, 64, device="cuda")
+    with torch.no_grad():
+        ref = state.model(x)  # type: ignore[misc]
+    before = torch.get_float32_matmul_precision()
+    state = apply_pass(PrecisionConfig(dtype="tf32"), state, CUDA)
+    with torch.no_grad():
+        out = state.predict(x)
+    assert state.precision == "tf32" and out.dtype == torch.float32
+    assert float(torch.nn.functional.cosine_similarity(out, ref).min()) > 0.999
+    assert torch.get_float32_matmul_precision() == before
+    offered = PrecisionConfig(dtype="tf32") in search_space(get("mlp"), CUDA)
+    assert offered == (torch.cuda.get_device_capability()[0] >= 8)
+
+
 @pytest.mark.parametrize(("workload", "config"), [
     ("mlp", PruneConfig(amount=0.5, finetune_steps=5)),
     ("digits-cnn", PruneConfig(amount=0.5, finetune_steps=5)),  # conv -> conv, and conv -> flatten -> linear (blocks)

@@ -25,6 +25,9 @@ class TorchCall:
         self.device_type = "cpu"
         self.input_dtype: Any = None
         self.output_dtype: Any = None
+        # fp32 matmuls on TF32 tensor cores (torch.set_float32_matmul_precision('high')) during the call only:
+        # the setting is global, and an A/B runs this model beside the original in one process
+        self.tf32 = False
 
     @property
     def target(self) -> Any:
@@ -46,6 +49,18 @@ class TorchCall:
         return tuple(out)
 
     def __call__(self, *inputs: Any) -> Any:
+        import torch
+
+        if self.tf32:
+            previous = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision("high")
+            try:
+                return self._call(inputs)
+            finally:
+                torch.set_float32_matmul_precision(previous)
+        return self._call(inputs)
+
+    def _call(self, inputs: tuple[Any, ...]) -> Any:
         import torch
 
         # Kept lean: at batch 1 a small model runs in ~100 µs, where an ExitStack alone would show.

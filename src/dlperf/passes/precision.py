@@ -1,4 +1,5 @@
-"""Lower precision (bf16 / fp16), by autocast or by casting the weights, only where the hardware has it.
+"""Lower precision (bf16 / fp16), by autocast or by casting the weights, only where the hardware has it; on an
+Ampere or newer GPU also TF32, fp32 matmuls on tensor cores (convolutions use TF32 there by torch's default).
 
 Whether it helps is decided by measuring: the search space offers a dtype only when the device has
 native support (CPU flags, CUDA capability) and, when this machine's calibrated ceilings are cached,
@@ -24,7 +25,8 @@ UNAVAILABLE_REASON = ""
 
 @dataclass(frozen=True)
 class PrecisionConfig(PassConfig):
-    """dtype: 'bf16' | 'fp16'; mode: 'autocast' (per-op, keeps fp32 where unsafe) | 'cast' (all weights)."""
+    """dtype: 'bf16' | 'fp16' | 'tf32' (CUDA only: fp32 weights and activations, matmuls on TF32 tensor cores);
+    mode: 'autocast' (per-op, keeps fp32 where unsafe) | 'cast' (all weights; not for tf32)."""
 
     name: ClassVar[str] = "precision"
     order: ClassVar[int] = 60
@@ -33,10 +35,13 @@ class PrecisionConfig(PassConfig):
     mode: str = "autocast"
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("bf16", "fp16"):
-            raise ConfigError(f"precision: dtype must be bf16 or fp16, got '{self.dtype}'")
+        if self.dtype not in ("bf16", "fp16", "tf32"):
+            raise ConfigError(f"precision: dtype must be bf16, fp16 or tf32, got '{self.dtype}'")
         if self.mode not in ("autocast", "cast"):
             raise ConfigError(f"precision: mode must be autocast or cast, got '{self.mode}'")
+        if self.dtype == "tf32" and self.mode == "cast":
+            raise ConfigError("precision: tf32 keeps fp32 tensors (only matmuls run on TF32 tensor cores): it has no "
+                              "cast mode; leave mode out")
 
     def before_engine(self) -> str | None:
         if self.mode == "autocast":
@@ -51,7 +56,11 @@ def hardware_reason(dtype: str, device: str, cpu_flags: tuple[str, ...]) -> str 
 
         if dtype == "bf16" and not torch.cuda.is_bf16_supported():
             return "this GPU has no bf16 support"
+        if dtype == "tf32" and torch.cuda.get_device_capability(device)[0] < 8:
+            return "TF32 tensor cores need an Ampere or newer GPU (compute capability 8.0)"
         return None
+    if dtype == "tf32":
+        return "TF32 is a mode of NVIDIA GPUs' tensor cores (Ampere or newer), not of a CPU"
     wanted = CPU_FLAGS[dtype]
     if not set(wanted) & set(cpu_flags):
         return f"no native {dtype} on this CPU (flags lack {'/'.join(wanted)})"
@@ -71,10 +80,14 @@ class Precision:
     def apply(self, config: PrecisionConfig, state: ModelState, ctx: PassContext) -> ModelState:
         import torch
 
-        dtype = half_dtype(config.dtype)  # bf16 or fp16: the config checks
         assert state.model is not None
         call = torch_call(state)
         call.device_type = "cuda" if ctx.device.startswith("cuda") else "cpu"
+        if config.dtype == "tf32":
+            call.tf32 = True
+            state.precision = "tf32"
+            return state
+        dtype = half_dtype(config.dtype)  # bf16 or fp16: the config checks
         if config.mode == "autocast":
             call.autocast_dtype = dtype
         else:
@@ -114,5 +127,11 @@ def search_space(workload: Workload, ctx: PassContext) -> list[PrecisionConfig]:
         configs.append(PrecisionConfig(dtype=dtype, mode="autocast"))
         if ctx.device.startswith("cuda"):
             configs.append(PrecisionConfig(dtype=dtype, mode="cast"))
+    if ctx.device.startswith("cuda"):
+        reason = hardware_reason("tf32", ctx.device, ctx.cpu_flags)
+        if reason:
+            reasons.append(reason)
+        else:
+            configs.append(PrecisionConfig(dtype="tf32"))
     UNAVAILABLE_REASON = "; ".join(reasons)
     return configs

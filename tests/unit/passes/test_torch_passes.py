@@ -116,6 +116,40 @@ def test_precision_needs_hardware_support() -> None:
         PrecisionConfig(dtype="int4")
 
 
+def test_tf32_is_a_gpu_mode_without_a_cast() -> None:
+    assert "not of a CPU" in (hardware_reason("tf32", "cpu", ("avx512_bf16", "amx_bf16")) or "")
+    assert all(c.dtype != "tf32" for c in precision_space(mlp_workload(), PassContext(cpu_flags=("amx_bf16",))))
+    with pytest.raises(ConfigError, match="no cast mode"):
+        PrecisionConfig(dtype="tf32", mode="cast")
+
+
+def test_tf32_holds_for_the_call_only() -> None:
+    """The matmul precision is process-wide: set for the call, and put back after it, also when it raises (an A/B
+    runs the original model in the same process)."""
+    from dlperf.passes._torch_call import TorchCall
+
+    seen: list[str] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.get_float32_matmul_precision())
+            if not bool(x.all()):
+                raise ValueError("zero input")
+            return x
+
+    call = TorchCall(Probe())
+    call.tf32 = True
+    before = torch.get_float32_matmul_precision()
+    assert before != "high"
+    call(torch.ones(2))
+    with pytest.raises(ValueError):
+        call(torch.zeros(2))
+    assert seen == ["high", "high"] and torch.get_float32_matmul_precision() == before
+    call.tf32 = False
+    call(torch.ones(2))
+    assert seen[-1] == before
+
+
 @pytest.mark.parametrize("mode", ["autocast", "cast"])
 def test_precision_bf16_outputs_fp32_close_to_original(mode: str) -> None:
     ctx = PassContext(cpu_flags=("avx512_bf16",))  # capability asserted; the kernels run everywhere
