@@ -146,21 +146,36 @@ def test_keep_fp32_names_leave_those_layers_unquantized(tmp_path: Path) -> None:
     assert any("kept fp32: conv2" in n for n in new.notes)
 
 
-def test_keep_fp32_auto_meets_a_tight_budget() -> None:
+def _drop(config: OrtConfig) -> float:
+    """The fidelity drop of the tiny transformer through ORT with `config`, measured here: int8's depends on the
+    CPU (about 0.003 with AVX2's saturating u8s8 kernels, about 1e-5 with VNNI), so budgets are set from it."""
     wl = tiny_transformer()
-    state = initial_state(wl)
-    new = apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.002), state, CTX)
     assert wl.eval is not None
-    assert wl.eval.evaluate(new.predict) >= 1.0 - 0.002 - 1e-6
+    return 1.0 - wl.eval.evaluate(apply_pass(config, initial_state(wl), CTX).predict)
+
+
+def test_keep_fp32_auto_meets_a_tight_budget() -> None:
+    """A budget just under all-int8's drop: the most sensitive layer goes back to fp32, the others stay int8."""
+    budget = 0.9 * _drop(OrtConfig(precision="int8-static", keep_fp32=()))
+    assert budget > 0
+    wl = tiny_transformer()
+    new = apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=budget), initial_state(wl),
+                     CTX)
+    assert wl.eval is not None
+    assert wl.eval.evaluate(new.predict) >= 1.0 - budget * 1.001
     assert any("budget met" in n for n in new.notes)
     assert any(n.startswith("int8 sensitivity") for n in new.notes)
-    assert new.precision == "int8" and "int8: 3 of 4 weighted layers" in new.notes
+    assert new.precision == "int8"
+    assert {"int8: 1 of 4 weighted layers", "int8: 2 of 4 weighted layers", "int8: 3 of 4 weighted layers"} & set(
+        new.notes), new.notes
 
 
 def test_keep_fp32_auto_that_keeps_every_layer_is_not_an_int8_candidate() -> None:
-    """A budget only met with all four layers fp32 gave the fp32 model, labelled int8."""
+    """A budget only met with all four layers fp32 (fp32 ORT's own drop, and no more) gave the fp32 model,
+    labelled int8."""
+    budget = max(0.0, _drop(OrtConfig())) + 1e-7
     with pytest.raises(PassNotApplicable, match=r"every weighted layer is kept fp32 .*this is the fp32 candidate"):
-        apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.0005),
+        apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=budget),
                    initial_state(tiny_transformer()), CTX)
 
 
