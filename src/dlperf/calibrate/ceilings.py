@@ -93,10 +93,12 @@ def normalize_device(device: str) -> str:
 
 
 def machine_key(device: str = "cpu") -> str:
-    """What the ceilings depend on: device, CPU model, cores, torch threads, torch version, GPU name."""
+    """What the ceilings depend on: device, CPU model and the flags that matter to kernels (a VM's model name can
+    hide another generation: 'AMD EPYC' with AVX2 only, or with AVX-512 VNNI and bf16), cores, torch threads,
+    torch version, GPU name."""
     import torch
 
-    from dlperf.measure.env import cpu_model
+    from dlperf.measure.env import cpu_flags, cpu_model
 
     device = normalize_device(device)
     gpu = "-"
@@ -108,7 +110,8 @@ def machine_key(device: str = "cpu") -> str:
             )
         gpu = torch.cuda.get_device_name(torch.device(device))
     return (
-        f"{device}|cpu={cpu_model()}|cores={os.cpu_count() or 1}|threads={torch.get_num_threads()}"
+        f"{device}|cpu={cpu_model()}|isa={','.join(cpu_flags()) or '-'}|cores={os.cpu_count() or 1}"
+        f"|threads={torch.get_num_threads()}"
         f"|torch={torch.__version__}|gpu={gpu}"
     )
 

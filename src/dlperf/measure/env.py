@@ -191,13 +191,21 @@ def gpu_index(device: str | None) -> int:
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Human-readable differences that make two results not directly comparable. The allocator, usable cores,
-    CPU governor and thread variables count only where both records have them (older ones do not)."""
+    CPU governor, thread variables and the CPU flags that matter to kernels count only where both records have
+    them (older ones do not)."""
     keys = ("torch_version", "python_version", "dlperf_version", "cpu_model", "logical_cores",
             "torch_threads", "gpu_name", "cuda_version", "os")
     diffs = [f"{k}: {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
     for k in ("allocator", "usable_cores", "cpu_governor"):
         if a.get(k) and b.get(k) and a[k] != b[k]:
             diffs.append(f"{k}: {a[k]} vs {b[k]}")
+    # A cloud VM's model name ('AMD EPYC') can hide another generation behind it: AVX2 only one day, AVX-512 with
+    # VNNI and bf16 the next, which changes what int8 and bf16 kernels cost.
+    flags_a, flags_b = a.get("cpu_flags"), b.get("cpu_flags")
+    if isinstance(flags_a, list) and isinstance(flags_b, list) and set(flags_a) != set(flags_b):
+        only_a, only_b = sorted(set(flags_a) - set(flags_b)), sorted(set(flags_b) - set(flags_a))
+        diffs.append(f"cpu_flags: {' '.join(only_a) or '-'} only in the first, {' '.join(only_b) or '-'} only in "
+                     "the second")
     if "thread_env" in a and "thread_env" in b and a["thread_env"] != b["thread_env"]:
         diffs.append(f"thread_env: {_env_text(a['thread_env'])} vs {_env_text(b['thread_env'])}")
     return diffs

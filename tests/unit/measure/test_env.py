@@ -137,3 +137,16 @@ def test_commands_record_their_threads_option(argv: list[str], monkeypatch: pyte
     with pytest.raises(_Captured) as caught:
         main([*argv, "--store", f"sqlite:///{tmp_path}/runs.db"])
     assert caught.value.args == (1,)
+
+
+def test_cpu_flags_are_a_difference_and_part_of_the_calibration_key(env: Environment) -> None:
+    """One VM model name, two generations: 'AMD EPYC' with AVX2 only, then with AVX-512 VNNI (seen here)."""
+    from dlperf.calibrate.ceilings import machine_key
+    from dlperf.measure.env import cpu_flags
+
+    avx2 = env.to_dict() | {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"]}
+    vnni = avx2 | {"cpu_flags": ["avx2", "avx512_vnni", "fma"]}
+    assert environment_differences(avx2, vnni) == ["cpu_flags: - only in the first, avx512_vnni only in the second"]
+    assert environment_differences(avx2, avx2 | {"cpu_flags": ["fma", "avx2"]}) == []
+    assert environment_differences(avx2, {k: v for k, v in avx2.items() if k != "cpu_flags"}) == []
+    assert f"|isa={','.join(cpu_flags()) or '-'}|" in machine_key("cpu")
