@@ -262,6 +262,9 @@ def can_extend(candidate: Candidate, config: PassConfig) -> bool:
     if config.stage == "engine" and any(c.before_engine() for c in candidate.configs):
         # The engine would convert the same model as without that pass (or could not convert it at all).
         return False
+    if config.sets_precision and any(c.sets_precision for c in candidate.configs):
+        # each takes an fp32 model: 'dynamic_int8 + precision' was built to be refused ('already int8')
+        return False
     return (sort_key(config), config.name) > (sort_key(last), last.name)
 
 

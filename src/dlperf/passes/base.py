@@ -36,6 +36,9 @@ class PassConfig:
     stage: ClassVar[str] = "transform"
     # True for passes that train (fine-tune, distill, QAT): a torch artifact then saves the trained weights.
     trains: ClassVar[bool] = False
+    # True for passes that set the model's numeric precision (int8, bf16/fp16/tf32): each takes an fp32 model, so
+    # the search puts at most one in a pipeline.
+    sets_precision: ClassVar[bool] = False
     # Order inside a stage (lower first): weight-changing passes (distill, prune, QAT) before quantize and
     # precision, which come before compile. Ties keep discovery order.
     order: ClassVar[int] = 50

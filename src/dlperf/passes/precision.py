@@ -30,6 +30,7 @@ class PrecisionConfig(PassConfig):
 
     name: ClassVar[str] = "precision"
     order: ClassVar[int] = 60
+    sets_precision: ClassVar[bool] = True
 
     dtype: str = "bf16"
     mode: str = "autocast"

@@ -28,6 +28,7 @@ class QatConfig(PassConfig):
     name: ClassVar[str] = "qat"
     order: ClassVar[int] = 30
     trains: ClassVar[bool] = True
+    sets_precision: ClassVar[bool] = True
 
     steps: int = 100
     min_features: int = 16

@@ -28,6 +28,7 @@ class DynamicInt8Config(PassConfig):
 
     name: ClassVar[str] = "dynamic_int8"
     order: ClassVar[int] = 40
+    sets_precision: ClassVar[bool] = True
 
     min_features: int = 16
     skip: tuple[str, ...] = ()

@@ -25,6 +25,7 @@ METHODS = ("int8-static-pt2e", "int8-weight-only", "int8-dynamic")
 class TorchAoConfig(PassConfig):
     name: ClassVar[str] = "torchao"
     stage: ClassVar[str] = "transform"
+    sets_precision: ClassVar[bool] = True
 
     method: str = "int8-static-pt2e"
     compile: bool = True

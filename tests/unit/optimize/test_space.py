@@ -72,6 +72,20 @@ def test_extension_follows_stage_order_and_one_config_per_pass() -> None:
     assert [c.label for c in extensions(Candidate((hyg,)), space)] == ["hygiene + dynamic_int8", "hygiene + compile"]
 
 
+def test_one_precision_setting_pass_per_pipeline() -> None:
+    """int8 and bf16/fp16/tf32 passes each take an fp32 model: 'dynamic_int8 + precision' was built and
+    recorded as not applicable ('the model is already int8'), on a CPU with bf16."""
+    from dlperf.passes.precision import PrecisionConfig
+    from dlperf.passes.qat import QatConfig
+    from dlperf.passes.torchao_quant import TorchAoConfig
+
+    int8, bf16 = DynamicInt8Config(), PrecisionConfig()
+    assert not can_extend(Candidate((int8,)), bf16)
+    assert not can_extend(Candidate((HygieneConfig(), int8)), bf16)
+    assert not can_extend(Candidate((QatConfig(),)), TorchAoConfig())
+    assert can_extend(Candidate((bf16,)), CompileConfig()) and can_extend(Candidate((int8,)), CompileConfig())
+
+
 def test_nothing_follows_an_engine_pass() -> None:
     load_pass_modules()
     from dlperf.passes.onnxruntime import OrtConfig
