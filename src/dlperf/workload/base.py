@@ -35,10 +35,14 @@ def _host_side(predict: Predict, device: str) -> Predict:
     def back(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.cpu()
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes its fields
+            return type(value)(*(back(v) for v in value))
         if isinstance(value, (tuple, list)):
             return type(value)(back(v) for v in value)
-        if isinstance(value, dict):
-            return {k: back(v) for k, v in value.items()}
+        if isinstance(value, dict):  # in place, so a dict subclass (transformers' ModelOutput) keeps its type
+            for k in list(value):
+                value[k] = back(value[k])
+            return value
         return value
 
     def called(*args: Any, **kwargs: Any) -> Any:

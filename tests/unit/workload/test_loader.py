@@ -769,3 +769,18 @@ def test_inputs_that_ignore_the_batch_size_are_refused() -> None:
     scalar_too = Workload(name="aux", make_model=lambda: nn.Linear(4, 1),
                           make_inputs=lambda b: (torch.randn(b, 4), torch.tensor(0.5)))
     assert len(scalar_too.example_inputs(8)) == 2  # an auxiliary input beside a batched one is fine
+
+
+def test_host_side_predict_brings_nested_outputs_back_keeping_their_types() -> None:
+    """What an evaluate gets on a GPU (here the device is the host itself, so the structure is what is tested):
+    a namedtuple stays one (it was rebuilt from one generator argument), a dict subclass keeps its type."""
+    from collections import OrderedDict, namedtuple
+
+    from dlperf.workload.base import _host_side
+
+    Out = namedtuple("Out", "logits hidden")
+    outputs = Out(torch.ones(2), [torch.zeros(1), {"a": torch.ones(1)}])
+    got = _host_side(lambda x: outputs, "cpu")(torch.ones(1))
+    assert isinstance(got, Out) and isinstance(got.hidden, list) and torch.equal(got.logits, torch.ones(2))
+    ordered = OrderedDict(x=torch.ones(1))
+    assert type(_host_side(lambda: ordered, "cpu")()) is OrderedDict
