@@ -66,10 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0
+    from dlperf._thirdparty import quiet_third_party_logs
     from dlperf.cli.common import SIGTERM_EXIT, Terminated, sigterm_interrupts
     from dlperf.errors import DlperfError
 
-    _quiet_third_party_logs()
+    quiet_third_party_logs()
     try:
         # SIGTERM (`timeout`, a cancelled CI job) ends a command as Ctrl-C does, so its run is recorded as
         # interrupted with what it finished (it stayed "running" in the store); serve and load handle it themselves
@@ -97,18 +98,6 @@ def interrupted_message(exc: KeyboardInterrupt) -> str:
         return what
     return (f"{what}: run {run} is kept in the store as interrupted, with what it finished "
             f"(`dlperf runs show {run[:8]}`)")
-
-
-# Import-time chatter of libraries the command does not use directly (torchao's optional CUDA kernels that
-# cannot load on a CPU build; torch's notices about torchao's pytree registrations). Errors still show.
-_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
-def _quiet_third_party_logs() -> None:
-    import logging
-
-    for name in _NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -284,13 +284,16 @@ def build(attn: str = "sdpa") -> nn.Module:
     """A fresh fp32 encoder with the real weights; forward(input_ids, attention_mask) -> embedding [B, 384]."""
     from transformers import AutoModel
 
+    from dlperf._thirdparty import quiet_imports
     from dlperf.workload.zoo.sentence_embedder import SentenceEmbedder
 
     _check_attn(attn)
     assets = _assets()
 
-    # from_config + load_state_dict (strict) rather than from_pretrained: no hub lookup, no progress bar.
-    encoder = AutoModel.from_config(assets.config, attn_implementation=attn, add_pooling_layer=False)
+    # from_config + load_state_dict (strict) rather than from_pretrained: no hub lookup, no progress bar. The
+    # model class's import pulls torchao in where it is installed, with its log lines (dlperf._thirdparty).
+    with quiet_imports():
+        encoder = AutoModel.from_config(assets.config, attn_implementation=attn, add_pooling_layer=False)
     encoder.load_state_dict(assets.state_dict, strict=True)
     return SentenceEmbedder(encoder).eval()
 
