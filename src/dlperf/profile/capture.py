@@ -373,8 +373,11 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
             prof.export_chrome_trace(config.trace_path)
         except (OSError, RuntimeError) as exc:
             raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
-    trace = events_to_trace(prof.events(), walls, waits, step.workload.name, config.mode, config.device,
-                            step.batch_size, memory_records(prof, config.device), host_input_dtypes(prof))
+    events = prof.events()
+    # kineto's own events are read for the dtypes only where FunctionEvents lack them (torch 2.11)
+    dtypes = None if not events or hasattr(events[0], "input_dtypes") else host_input_dtypes(prof)
+    trace = events_to_trace(events, walls, waits, step.workload.name, config.mode, config.device,
+                            step.batch_size, memory_records(prof, config.device), dtypes)
     if cuda:
         _free, total = torch.cuda.mem_get_info(config.device)
         peak = cuda_peak(config.device)
