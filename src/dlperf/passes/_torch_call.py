@@ -86,19 +86,9 @@ class TorchCall:
 
 def cast_floats(value: Any, dtype: Any) -> Any:
     """Cast every floating tensor inside a (nested) output to `dtype`."""
-    import torch
+    from dlperf.workload.base import map_tensors
 
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(cast_floats(v, dtype) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(cast_floats(v, dtype) for v in value)
-    if isinstance(value, dict):
-        for k in list(value):
-            value[k] = cast_floats(value[k], dtype)
-        return value
-    return value
+    return map_tensors(value, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
 
 def torch_call(state: ModelState) -> TorchCall:

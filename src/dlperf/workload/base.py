@@ -27,28 +27,34 @@ KINDS = ("cnn", "transformer", "mlp", "generic")
 """What `Workload.kind` may be: passes judge applicability by it (channels_last for cnn, ORT's transformer fusions)."""
 
 
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """`value` with `fn` applied to every tensor in it, inside tuples (namedtuples too), lists and dicts; a dict
+    is changed in place, so a dict subclass (transformers' ModelOutput) keeps its type."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes its fields
+        return type(value)(*(map_tensors(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        for k in list(value):
+            value[k] = map_tensors(value[k], fn)
+        return value
+    return value
+
+
 def _host_side(predict: Predict, device: str) -> Predict:
     """`predict` called with host tensors: they are moved to `device`, and the tensors of its outputs (in
     tuples, lists and dicts too) come back to the host."""
-    import torch
 
-    def back(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return value.cpu()
-        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes its fields
-            return type(value)(*(back(v) for v in value))
-        if isinstance(value, (tuple, list)):
-            return type(value)(back(v) for v in value)
-        if isinstance(value, dict):  # in place, so a dict subclass (transformers' ModelOutput) keeps its type
-            for k in list(value):
-                value[k] = back(value[k])
-            return value
-        return value
+    import torch
 
     def called(*args: Any, **kwargs: Any) -> Any:
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
         kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        return back(predict(*args, **kwargs))
+        return map_tensors(predict(*args, **kwargs), lambda t: t.cpu())
 
     return called
 
