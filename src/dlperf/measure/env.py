@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -207,9 +208,10 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         diffs.append(f"cpu_flags: {' '.join(only_a) or '-'} only in the first, {' '.join(only_b) or '-'} only in "
                      "the second")
     if "thread_env" in a and "thread_env" in b and a["thread_env"] != b["thread_env"]:
-        diffs.append(f"thread_env: {_env_text(a['thread_env'])} vs {_env_text(b['thread_env'])}")
+        diffs.append(f"thread_env: {thread_env_text(a['thread_env'])} vs {thread_env_text(b['thread_env'])}")
     return diffs
 
 
-def _env_text(variables: dict[str, str]) -> str:
+def thread_env_text(variables: Mapping[str, str]) -> str:
+    """'KMP_AFFINITY=compact OMP_NUM_THREADS=4', or 'none set'."""
     return " ".join(f"{k}={v}" for k, v in sorted(variables.items())) or "none set"

@@ -191,7 +191,9 @@ def _env_value(env: Mapping[str, Any], key: str) -> str:
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "-"
     if key == "thread_env" and isinstance(value, Mapping):
-        return " ".join(f"{k}={v}" for k, v in sorted(value.items())) or "none set"
+        from dlperf.measure.env import thread_env_text
+
+        return thread_env_text(value)
     if isinstance(value, Mapping):
         return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
     return "-" if value is None else str(value)

@@ -83,7 +83,9 @@ def environment_line(env: dict[str, Any]) -> str:
     if env.get("cpu_governor"):
         parts.append(f"governor {env['cpu_governor']}")
     if env.get("thread_env"):  # OMP_NUM_THREADS and the like, where set: they change what was measured
-        parts.append(" ".join(f"{k}={v}" for k, v in sorted(env["thread_env"].items())))
+        from dlperf.measure.env import thread_env_text
+
+        parts.append(thread_env_text(env["thread_env"]))
     return "environment: " + " · ".join(parts)
 
 
