@@ -97,10 +97,10 @@ def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path
 
     def collect() -> bool:
         for p in _descendants(proc.pid):
-            if p.pid not in seen:
-                seen[p.pid] = p
-                with contextlib.suppress(psutil.Error):
-                    names[p.pid] = p.name()
+            seen.setdefault(p.pid, p)
+            # read again each time: a child caught between fork and exec is still named 'python'
+            with contextlib.suppress(psutil.Error):
+                names[p.pid] = p.name()
         return proc.poll() is not None
 
     with cli_process(["optimize", "zoo:mlp", "--executor", "ray", "--store", str(tmp_path / "runs.db")], log) as proc:
