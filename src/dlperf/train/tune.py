@@ -121,6 +121,9 @@ class TuneResult:
     final_ab: ABResult | None
     settings: list[Setting]
     steps_per_call: int = 1
+    final_samples: tuple[int, int] | None = None
+    """Samples trained in the final A/B's timed calls, baseline and best (a loader without drop_last ends each
+    epoch with a shorter batch); None: full batches assumed."""
 
     @property
     def speedup(self) -> float:
@@ -135,6 +138,8 @@ class TuneResult:
         ab = self.final_ab
         if ab is None:
             return self.baseline_measurement.samples_per_s
+        if self.final_samples is not None:
+            return self.final_samples[0] / ab.a.total_s
         return self.baseline.effective_batch_size * self.steps_per_call * ab.a.n / ab.a.total_s
 
     @property
@@ -142,6 +147,8 @@ class TuneResult:
         ab = self.final_ab
         if ab is None:
             return self.best_measurement.samples_per_s
+        if self.final_samples is not None:
+            return self.final_samples[1] / ab.b.total_s
         return self.best.effective_batch_size * self.steps_per_call * ab.b.n / ab.b.total_s
 
     def to_dict(self) -> dict[str, Any]:
@@ -166,8 +173,10 @@ def throughput_speedup(ab: ABResult, a: StepConfig, b: StepConfig) -> float:
     return ab.speedup * b.effective_batch_size / a.effective_batch_size
 
 
-def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int = 1) -> ABResult:
-    """Interleaved A/B of the two loops; each timed call runs `steps_per_call` optimizer steps.
+def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int = 1) -> tuple[ABResult, tuple[int, int]]:
+    """Interleaved A/B of the two loops; each timed call runs `steps_per_call` optimizer steps. Returns the A/B
+    and the samples A and B trained in its timed calls (a loader without drop_last ends each epoch with a
+    shorter batch, so steps x batch size would overstate samples/s).
 
     Several steps per call make a sample a throughput over a short window: with loader workers, steps are
     bursty (most find a batch ready, some wait for one), and the median of single steps would miss the waits.
@@ -175,16 +184,20 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
     items = a.config.effective_batch_size * steps_per_call
     if a.config.effective_batch_size != b.config.effective_batch_size:
         items = steps_per_call
+    trained: tuple[list[int], list[int]] = ([], [])  # samples per call, the warm-up calls first
 
-    def run_a() -> None:
-        for _ in range(steps_per_call):
-            a.step()
+    def calls(loop: TrainLoop, out: list[int]) -> Callable[[], None]:
+        def run() -> None:
+            samples = 0
+            for _ in range(steps_per_call):
+                loop.step()
+                samples += loop.last_step_samples
+            out.append(samples)
 
-    def run_b() -> None:
-        for _ in range(steps_per_call):
-            b.step()
+        return run
 
-    return ab_test(run_a, run_b, config, clock_for(a.config.device), items_per_call=items)
+    ab = ab_test(calls(a, trained[0]), calls(b, trained[1]), config, clock_for(a.config.device), items_per_call=items)
+    return ab, (sum(trained[0][config.warmup_iters:]), sum(trained[1][config.warmup_iters:]))
 
 
 def make_context(workload: Workload, device: str, config: TuneConfig) -> TuneContext:
@@ -306,15 +319,14 @@ class Tuner:
                 return trial, None
             self.on_event(f"{knob.name}: {candidate.note or candidate.change}: interleaved A/B")
             loop = TrainLoop(self.workload, config)
-            ab = ab_loops(best_loop, loop, self.config.ab, self.config.steps_per_call)
+            ab, (samples_a, samples_b) = ab_loops(best_loop, loop, self.config.ab, self.config.steps_per_call)
             trial.speedup = throughput_speedup(ab, best, config)
             lo, hi = ab.speedup_ci
             scale = config.effective_batch_size / best.effective_batch_size
             trial.speedup_ci = (lo * scale, hi * scale)
             trial.verdict = ab.verdict
-            calls = self.config.steps_per_call
-            trial.reference_samples_per_s = best.effective_batch_size * calls * ab.a.n / ab.a.total_s
-            trial.samples_per_s = config.effective_batch_size * calls * ab.b.n / ab.b.total_s
+            trial.reference_samples_per_s = samples_a / ab.a.total_s
+            trial.samples_per_s = samples_b / ab.b.total_s
             if ab.verdict == FASTER:
                 trial.status = ACCEPTED
             elif candidate.required:
@@ -349,12 +361,12 @@ class Tuner:
         self.on_event("baseline vs best, interleaved")
         fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
         try:
-            final = ab_loops(fresh_base, fresh_best, self.config.final_ab, self.config.steps_per_call)
+            final, final_samples = ab_loops(fresh_base, fresh_best, self.config.final_ab, self.config.steps_per_call)
         finally:
             fresh_base.close()
             fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
-                          code_settings(self.baseline, best, self.trials), self.config.steps_per_call)
+                          code_settings(self.baseline, best, self.trials), self.config.steps_per_call, final_samples)
 
 
 def tune(workload: Workload, baseline: StepConfig, config: TuneConfig | None = None, **kwargs: Any) -> TuneResult:

@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from rich.console import Console
+from torch.utils.data import DataLoader, TensorDataset
 
 from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
 from dlperf.train.knobs import Candidate, Knob, TuneContext
-from dlperf.train.loop import StepConfig
+from dlperf.train.loop import StepConfig, TrainLoop
 from dlperf.train.parity import ParityConfig
 from dlperf.train.tune import (
     ACCEPTED,
@@ -21,6 +25,7 @@ from dlperf.train.tune import (
     Trial,
     TuneConfig,
     Tuner,
+    ab_loops,
     code_settings,
     record_trial,
 )
@@ -186,3 +191,38 @@ def test_the_batch_knob_says_why_it_changes_nothing() -> None:
     (trial,) = result.trials
     assert trial.status == SKIPPED
     assert trial.reason == "batch 32 fits in memory: kept (--batch-size tries another)"
+
+
+def _without_drop_last(samples: int = 100) -> Any:
+    """The tiny workload over `samples` samples, its loader without drop_last (an epoch ends with a short batch)."""
+    def loader(batch_size: int, **kwargs: object) -> DataLoader[tuple[torch.Tensor, ...]]:
+        x = torch.randn(samples, 16, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=batch_size)
+
+    spec = tiny().train
+    assert spec is not None
+    return dataclasses.replace(tiny(), train=dataclasses.replace(spec, make_loader=loader))
+
+
+def test_the_ab_of_two_loops_counts_the_samples_they_trained() -> None:
+    """Samples/s of a trial took every step as a full batch: 100 samples at batch 64 train 64, then 36."""
+    w = _without_drop_last()
+    a, b = TrainLoop(w, StepConfig(batch_size=64, threads=1)), TrainLoop(w, StepConfig(batch_size=32, threads=1))
+    ab, trained = ab_loops(a, b, ABConfig(blocks=4, iters_per_block=1, warmup_iters=1), steps_per_call=1)
+    # one warm-up call each, then 4 timed: A 64 | 36 64 36 64; B 32 | 32 32 4 32
+    assert trained == (200, 100)
+    assert (ab.a.n, ab.b.n) == (4, 4)
+
+
+def test_the_tuning_result_gives_the_samples_per_second_trained() -> None:
+    knobs: dict[str, Knob] = {"impl": FixedKnob("impl", ({"optimizer_impl": "foreach"},), required=True)}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(_without_drop_last(), StepConfig(batch_size=64, threads=1), config, knobs=knobs).run()
+    (trial,) = result.trials
+    assert trial.status == ACCEPTED and result.final_ab is not None
+    assert result.final_samples == (200, 200)  # fresh loops: 64 | 36 64 36 64 each
+    assert result.baseline_samples_per_s == pytest.approx(200 / result.final_ab.a.total_s)
+    assert result.best_samples_per_s == pytest.approx(200 / result.final_ab.b.total_s)
+    assert trial.samples_per_s is not None and trial.reference_samples_per_s is not None
