@@ -101,6 +101,12 @@ def main() -> int:
         floor_server(args.workload, args.floor_server, args.threads)
         return 0
 
+    from dlperf.measure.allocator import active_allocator, resolve, run_under
+
+    # the allocator dlperf serve picks by default, in this process and so in the floor server it starts
+    run_under(resolve("auto"))
+    print(f"heap allocator in both servers: {active_allocator()}", flush=True)
+
     from dlperf.loadgen.client import Connection, parse_url
     from dlperf.loadgen.generator import _server_stats, run_sync
     from dlperf.loadgen.target import oip_target

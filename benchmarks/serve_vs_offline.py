@@ -23,7 +23,9 @@ offline and served back to back, and the summary gives the medians of the per-ro
      readings every 0.25 s over equal windows ending at each point); also the idle RSS after the warm-up load
      and after the long one, once the server has trimmed its heap on going idle.
 Servers run as subprocesses on 127.0.0.1; the load generator and the offline model run here, one at a
-time. Not a test: speed goals are checked by reading this output.
+time. Every process runs one heap allocator (`--allocator`, default the one dlperf serve picks by default:
+tcmalloc where installed), which each one's memory map confirms in the output. Not a test: speed goals are
+checked by reading this output.
 
     python benchmarks/serve_vs_offline.py [--workload zoo:resnet18] [--threads 1] [--rss-duration 120]
 """
@@ -98,6 +100,13 @@ def paused(*procs: subprocess.Popen[bytes] | None) -> Any:
     finally:
         for pid in groups:
             os.killpg(pid, signal.SIGCONT)
+
+
+def allocator_of(pid: int) -> str:
+    """The heap allocator process `pid` runs (read from its memory map, as `active_allocator` reads its own)."""
+    from dlperf.measure.allocator import active_allocator
+
+    return active_allocator(Path(f"/proc/{pid}/maps").read_text())
 
 
 def rss_of(pid: int) -> int:
@@ -325,10 +334,12 @@ def main() -> int:
     parser.add_argument("--offline-s", type=float, default=3.0, help="seconds per offline measurement")
     parser.add_argument("--rss-duration", type=float, default=120.0, help="seconds of load for the RSS check")
     parser.add_argument("--no-litserve", action="store_true")
-    parser.add_argument("--allocator", default=None, choices=ALLOCATOR_CHOICES,
+    parser.add_argument("--allocator", default="auto", choices=ALLOCATOR_CHOICES,
                         help="heap allocator for everything measured: this process restarts under it (the offline "
-                             "and raw calls), and the servers inherit it (dlperf serve also gets --allocator); "
-                             "default: the one this process started with")
+                             "and raw calls), the servers inherit it and dlperf serve gets it as --allocator; each "
+                             "process's is read back from its memory map and printed. Default auto: the one dlperf "
+                             "serve picks by default (tcmalloc where installed), so the server runs as shipped and "
+                             "the raw call and LitServe under the same allocator")
     parser.add_argument("--no-shm", action="store_true",
                         help="skip the extra c=1 blocks with the inputs in system shared memory (not a target: "
                              "what the HTTP body costs)")
@@ -336,8 +347,7 @@ def main() -> int:
 
     from dlperf.measure.allocator import active_allocator, resolve, run_under
 
-    if args.allocator:
-        run_under(resolve(args.allocator))  # restarts this script with it preloaded, before torch is imported
+    run_under(resolve(args.allocator))  # restarts this script with it preloaded, before torch is imported
     allocator = active_allocator()
 
     import statistics
@@ -357,7 +367,7 @@ def main() -> int:
     name = workload.name.split("?")[0]
     print(f"dlperf serve vs offline: {args.workload}, max batch {args.max_batch_size}, queue delay "
           f"{args.queue_delay_ms:g} ms, {threads} torch threads (everywhere), saturation concurrency {sat}, "
-          f"{args.rounds} paired rounds, {allocator} malloc everywhere (offline, dlperf, LitServe), "
+          f"{args.rounds} paired rounds, {allocator} malloc here (offline and raw calls), "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
 
     model = workload.build_model().eval()
@@ -417,7 +427,7 @@ def main() -> int:
             [sys.executable, "-m", "dlperf.cli.main", "serve", args.workload, "--port", str(port),
              "--max-batch-size", str(args.max_batch_size), "--max-queue-delay-ms", str(args.queue_delay_ms),
              "--threads", str(threads), *([] if args.no_shm else ["--allow-client-shm"]),
-             *(["--allocator", allocator] if args.allocator else [])],
+             "--allocator", allocator],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(proc)
         lit_target = None
@@ -432,6 +442,9 @@ def main() -> int:
             wait_ready(f"http://127.0.0.1:{lport}/health", lproc)
             lit_target = litserve_target(lport, [t.numpy() for t in workload.example_inputs(1)])
         wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", proc)
+        servers = [("dlperf serve", proc), ("LitServe", lproc)]
+        print("allocators, from each process's memory map: this process " + allocator + "".join(
+            f", {who} {allocator_of(p.pid)}" for who, p in servers if p is not None), flush=True)
         target = oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1))
         shm_target = None if args.no_shm else oip_target(f"127.0.0.1:{port}", name, inputs=workload.example_inputs(1),
                                                          shared_memory="system", output_shm_size=1 << 20)
