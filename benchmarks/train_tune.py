@@ -15,7 +15,7 @@ import platform
 import sys
 import time
 
-from dlperf.measure.ab import ABConfig
+from dlperf.measure.ab import FASTER, ABConfig
 from dlperf.store import Store
 from dlperf.train.knobs import DEFAULT_KNOBS, usable_cpus
 from dlperf.train.loop import base_config
@@ -77,9 +77,12 @@ def main() -> int:
         print(f"  baseline samples/s: {result.baseline_samples_per_s:,.0f}")
         print(f"  tuned    samples/s: {result.best_samples_per_s:,.0f}")
         print(f"  speedup: {result.speedup:.2f}x (step-time 95% CI {lo:.2f}-{hi:.2f}x): {result.final_ab.verdict}")
+    confirmed = result.final_ab is not None and result.final_ab.verdict == FASTER
+    if result.settings and not confirmed:
+        print("  what the trials accepted, unconfirmed by the final A/B (keep the code as it is):")
     for s in result.settings:
         gain = f" [{s.speedup:.2f}x]" if s.speedup else ""
-        print(f"  set {s.what}: {s.code}{gain}")
+        print(f"  {'set' if confirmed else '  '} {s.what}: {s.code}{gain}")
     print(f"run {run.id} in {store.url}; {elapsed:.0f} s")
     return 0
 

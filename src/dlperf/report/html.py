@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.stats import SMALLEST_P
+from dlperf.measure.ab import FASTER
 from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
 from dlperf.store.records import RunRecord
 
@@ -639,14 +640,19 @@ def _tune_view(r: Mapping[str, Any]) -> str:
     parts = []
     if "best" in r:
         ab = r.get("final_ab")
+        confirmed = ab is not None and ab["verdict"] == FASTER
         gain = (f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab
                 else "none: no knob was both faster and within loss parity")
-        parts.append(f'<p class="verdict {"good" if ab else "warn"}">gain: {esc(gain)}</p>' + _table(
+        parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + _table(
             ("", "settings", "samples/s"),
             [["baseline", config_line(r["baseline"]), _fmt(r.get("baseline_samples_per_s"))],
              ["best", config_line(r["best"]), _fmt(r.get("best_samples_per_s"))]]))
         if r.get("settings"):
-            parts.append("<h3>Put this into your training code</h3>" + _table(
+            # as in the terminal view (train_view.tune_view): a trial's short A/B is not advice the final one refutes
+            parts.append(("<h3>Put this into your training code</h3>" if confirmed else
+                          "<h3>What the trials accepted, unconfirmed by the final A/B</h3><p class=\"warn\">The gains "
+                          "are each trial's short A/B, which the final one did not confirm: keep your code as it is, "
+                          "or tune again on a quieter machine.</p>") + _table(
                 ("setting", "code", "gain"),
                 [[x.get("what"), Raw(f"<code>{esc(x.get('code'))}</code>"),
                   f"{x['speedup']:.2f}x" if isinstance(x.get("speedup"), (int, float)) else "-"]

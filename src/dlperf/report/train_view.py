@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.measure.ab import FASTER
 from dlperf.report.terminal import fmt_count, fmt_mib, fmt_ms, fmt_si
 
 PHASE_LABELS = {"data": "data wait", "h2d": "host-to-device", "forward": "forward + loss",
@@ -138,23 +139,31 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
                 f"{fmt_count(result['baseline_samples_per_s'])} samples/s\n")
     head.append(f"  best      {config_line(result['best'])}: {fmt_count(result['best_samples_per_s'])} samples/s\n")
     ab = result.get("final_ab")
+    confirmed = ab is not None and ab["verdict"] == FASTER
     if ab:
         lo, hi = ab["speedup_ci"]
         head.append(f"  gain      {result['speedup']:.2f}x samples/s (interleaved A/B, step-time CI "
-                    f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green")
+                    f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green" if confirmed else "bold yellow")
     elif all(t["status"] == "skipped" for t in result["trials"]):
         head.append("  gain      none: every knob was skipped (why below), nothing was tried\n", style="yellow")
     else:
         head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
     parts: list[RenderableType] = [head]
     if result["settings"]:
-        settings = Table(title="put this into your training code", box=box.SIMPLE_HEAD, title_justify="left")
+        # a trial's A/B is short: on a busy machine it can accept a knob that the final, longer A/B of baseline
+        # against best then finds no faster; its settings are not then advice
+        title = ("put this into your training code" if confirmed
+                 else "what the trials accepted, unconfirmed by the final A/B")
+        settings = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
         settings.add_column("setting")
         settings.add_column("code")
         settings.add_column("gain", justify="right")
         for s in result["settings"]:
             settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
         parts.append(settings)
+        if not confirmed:
+            parts.append(Text("  the gains are each trial's short A/B, which the final one did not confirm: keep your "
+                              "code as it is, or tune again on a quieter machine\n", style="yellow"))
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
         parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))

@@ -378,6 +378,24 @@ def test_train_runs_have_their_own_view() -> None:
                      r"<td class=\"n\">90.0%</td>", html)
 
 
+
+def test_settings_the_final_ab_did_not_confirm_are_not_given_as_advice() -> None:
+    """A trial accepted channels_last at 1.08x; the final A/B found no significant difference (1.03x, CI
+    0.95-1.10x), and the report still said 'Put this into your training code'."""
+    result = {
+        "workload": "digits-cnn", "baseline": {"batch_size": 64}, "best": {"batch_size": 64, "channels_last": True},
+        "speedup": 1.03, "final_ab": {"verdict": "no significant difference"}, "baseline_samples_per_s": 36266.0,
+        "best_samples_per_s": 37208.0, "trials": [],
+        "settings": [{"what": "memory format", "code": "model.to(memory_format=torch.channels_last)", "speedup": 1.08}],
+        "baseline_measurement": _step(0.0018, 36266.0), "best_measurement": _step(0.0017, 37208.0)}
+    html = render_report([_rec("t4", "train", result, config={"mode": "tune"})]).split("raw result fields")[0]
+    assert "Put this into your training code" not in html
+    assert "<h3>What the trials accepted, unconfirmed by the final A/B</h3>" in html
+    assert '<p class="verdict warn">gain: 1.03x samples/s (no significant difference' in html
+    confirmed = render_report([_rec("t5", "train", {**result, "final_ab": {"verdict": "faster"}},
+                                    config={"mode": "tune"})])
+    assert "<h3>Put this into your training code</h3>" in confirmed and "unconfirmed" not in confirmed
+
 def test_the_summary_s_headlines_are_text_aligned_alike(bench_points: list[dict[str, Any]]) -> None:
     load = _rec("l10", "load", {"levels": [{"mode": "rate", "level": 100, "throughput_rps": 100.0, "p50_s": 0.002,
                                             "p99_s": 0.003}]})

@@ -226,3 +226,20 @@ def test_the_tuning_result_gives_the_samples_per_second_trained() -> None:
     assert result.baseline_samples_per_s == pytest.approx(200 / result.final_ab.a.total_s)
     assert result.best_samples_per_s == pytest.approx(200 / result.final_ab.b.total_s)
     assert trial.samples_per_s is not None and trial.reference_samples_per_s is not None
+
+
+
+def test_the_view_gives_settings_as_advice_only_when_the_final_ab_confirms_them() -> None:
+    knobs: dict[str, Knob] = {"impl": FixedKnob("impl", ({"optimizer_impl": "foreach"},), required=True)}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run().to_dict()
+    assert result["settings"] and result["final_ab"] is not None
+    for verdict in ("no significant difference", "slower"):
+        text = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": verdict}}))
+        assert "put this into your training code" not in text
+        assert "what the trials accepted, unconfirmed by the final A/B" in text
+        assert "which the final one did not confirm: keep your code as it is" in text
+    text = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "faster"}}))
+    assert "put this into your training code" in text and "unconfirmed" not in text
