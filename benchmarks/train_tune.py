@@ -16,6 +16,7 @@ import sys
 import time
 
 from dlperf.measure.ab import FASTER, ABConfig
+from dlperf.report.train_view import UNCONFIRMED_TITLE
 from dlperf.store import Store
 from dlperf.train.knobs import DEFAULT_KNOBS, usable_cpus
 from dlperf.train.loop import base_config
@@ -79,7 +80,7 @@ def main() -> int:
         print(f"  speedup: {result.speedup:.2f}x (step-time 95% CI {lo:.2f}-{hi:.2f}x): {result.final_ab.verdict}")
     confirmed = result.final_ab is not None and result.final_ab.verdict == FASTER
     if result.settings and not confirmed:
-        print("  what the trials accepted, unconfirmed by the final A/B (keep the code as it is):")
+        print(f"  {UNCONFIRMED_TITLE} (keep the code as it is):")
     for s in result.settings:
         gain = f" [{s.speedup:.2f}x]" if s.speedup else ""
         print(f"  {'set' if confirmed else '  '} {s.what}: {s.code}{gain}")

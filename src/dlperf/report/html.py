@@ -634,8 +634,14 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     return "".join(parts)
 
 
+
+def _sentence(text: str) -> str:
+    """`text` with its first letter capitalized (a terminal line as an HTML heading or paragraph)."""
+    return text[:1].upper() + text[1:]
+
+
 def _tune_view(r: Mapping[str, Any]) -> str:
-    from dlperf.report.train_view import config_line
+    from dlperf.report.train_view import SETTINGS_TITLE, UNCONFIRMED_ADVICE, UNCONFIRMED_TITLE, config_line
 
     parts = []
     if "best" in r:
@@ -648,11 +654,10 @@ def _tune_view(r: Mapping[str, Any]) -> str:
             [["baseline", config_line(r["baseline"]), _fmt(r.get("baseline_samples_per_s"))],
              ["best", config_line(r["best"]), _fmt(r.get("best_samples_per_s"))]]))
         if r.get("settings"):
-            # as in the terminal view (train_view.tune_view): a trial's short A/B is not advice the final one refutes
-            parts.append(("<h3>Put this into your training code</h3>" if confirmed else
-                          "<h3>What the trials accepted, unconfirmed by the final A/B</h3><p class=\"warn\">The gains "
-                          "are each trial's short A/B, which the final one did not confirm: keep your code as it is, "
-                          "or tune again on a quieter machine.</p>") + _table(
+            head = f"<h3>{esc(_sentence(SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE))}</h3>"
+            if not confirmed:
+                head += f'<p class="warn">{esc(_sentence(UNCONFIRMED_ADVICE))}.</p>'
+            parts.append(head + _table(
                 ("setting", "code", "gain"),
                 [[x.get("what"), Raw(f"<code>{esc(x.get('code'))}</code>"),
                   f"{x['speedup']:.2f}x" if isinstance(x.get("speedup"), (int, float)) else "-"]

@@ -15,6 +15,13 @@ from rich.text import Text
 from dlperf.measure.ab import FASTER
 from dlperf.report.terminal import fmt_count, fmt_mib, fmt_ms, fmt_si
 
+SETTINGS_TITLE = "put this into your training code"
+UNCONFIRMED_TITLE = "what the trials accepted, unconfirmed by the final A/B"
+UNCONFIRMED_ADVICE = ("the gains are each trial's short A/B, which the final one did not confirm: keep your code as it "
+                      "is, or tune again on a quieter machine")
+"""How a tuning's settings are headed: advice only when the final A/B of baseline against best finds the best
+faster (a trial's A/B is short: on a busy machine it can accept a knob the final one then finds no faster)."""
+
 PHASE_LABELS = {"data": "data wait", "h2d": "host-to-device", "forward": "forward + loss",
                 "backward": "backward", "optimizer": "optimizer", "other": "other"}
 STATUS_STYLE = {"accepted": "green", "not faster": "yellow", "parity failed": "red", "failed": "red",
@@ -150,11 +157,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
         head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
     parts: list[RenderableType] = [head]
     if result["settings"]:
-        # a trial's A/B is short: on a busy machine it can accept a knob that the final, longer A/B of baseline
-        # against best then finds no faster; its settings are not then advice
-        title = ("put this into your training code" if confirmed
-                 else "what the trials accepted, unconfirmed by the final A/B")
-        settings = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+        settings = Table(title=SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE, box=box.SIMPLE_HEAD,
+                         title_justify="left")
         settings.add_column("setting")
         settings.add_column("code")
         settings.add_column("gain", justify="right")
@@ -162,8 +166,7 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
             settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
         parts.append(settings)
         if not confirmed:
-            parts.append(Text("  the gains are each trial's short A/B, which the final one did not confirm: keep your "
-                              "code as it is, or tune again on a quieter machine\n", style="yellow"))
+            parts.append(Text(f"  {UNCONFIRMED_ADVICE}\n", style="yellow"))
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
         parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))
