@@ -168,30 +168,54 @@ class Store:
                              f"({exc}); pip install it, or use the default SQLite store (no --store)") from exc
 
     def _migrate(self) -> None:
+        if self.engine.dialect.name == "sqlite":
+            if self._sqlite_current():
+                return
+            # Two commands opening a new store at once each created the tables and wrote the schema version
+            # ("table runs already exists", "UNIQUE constraint failed: dlperf_meta.key"). The migration holds
+            # SQLite's write lock from its first look at the tables: a second command waits (SQLite's 5 s), then
+            # finds the store made. Only a store that needs it takes the lock: readers of a current store never do.
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                self._migrate_in(conn)
+                conn.commit()
+            return
         with self.engine.begin() as conn:
-            tables = set(sa.inspect(conn).get_table_names()) if conn.dialect.name == "sqlite" else set()
-            if tables and meta_table.name not in tables:
-                # Another program's SQLite file: adding dlperf's tables to it would change a file that is not ours.
-                # (A server database is shared by design: dlperf's tables sit beside the others there.)
-                raise StoreError(
-                    f"{self.shown_url} is a database of something else, not a dlperf run store (it has the tables "
-                    f"{', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store or a new file"
-                )
-            metadata.create_all(conn, tables=[meta_table])
+            self._migrate_in(conn)
+
+    def _sqlite_current(self) -> bool:
+        """Whether this SQLite store is a dlperf store at this dlperf's schema version (nothing to migrate)."""
+        with self.engine.connect() as conn:
+            if meta_table.name not in set(sa.inspect(conn).get_table_names()):
+                return False
             row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
-            current = int(row.scalar() or 0)
-            if current > SCHEMA_VERSION:
-                raise StoreError(
-                    f"the store at {self.shown_url} has schema version {current}, newer than this dlperf "
-                    f"understands ({SCHEMA_VERSION}): upgrade dlperf or use another --store"
-                )
-            for version in range(current, SCHEMA_VERSION):
-                MIGRATIONS[version](conn)
-            if current == 0:
-                conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif current < SCHEMA_VERSION:
-                conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version")
-                             .values(value=str(SCHEMA_VERSION)))
+            return int(row.scalar() or 0) == SCHEMA_VERSION
+
+    def _migrate_in(self, conn: sa.Connection) -> None:
+        """Create or upgrade dlperf's tables on `conn`, inside the caller's transaction."""
+        tables = set(sa.inspect(conn).get_table_names()) if conn.dialect.name == "sqlite" else set()
+        if tables and meta_table.name not in tables:
+            # Another program's SQLite file: adding dlperf's tables to it would change a file that is not ours.
+            # (A server database is shared by design: dlperf's tables sit beside the others there.)
+            raise StoreError(
+                f"{self.shown_url} is a database of something else, not a dlperf run store (it has the tables "
+                f"{', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store or a new file"
+            )
+        metadata.create_all(conn, tables=[meta_table])
+        row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+        current = int(row.scalar() or 0)
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"the store at {self.shown_url} has schema version {current}, newer than this dlperf "
+                f"understands ({SCHEMA_VERSION}): upgrade dlperf or use another --store"
+            )
+        for version in range(current, SCHEMA_VERSION):
+            MIGRATIONS[version](conn)
+        if current == 0:
+            conn.execute(sa.insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        elif current < SCHEMA_VERSION:
+            conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version")
+                         .values(value=str(SCHEMA_VERSION)))
 
     @property
     def schema_version(self) -> int:

@@ -58,6 +58,9 @@ def test_a_profile_interrupted_during_verify_keeps_its_capture_and_diagnosis(tmp
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # until the diagnosis is saved and the fixes are being measured
+            if proc.poll() is not None:  # say why at once, not after the deadline
+                pytest.fail(f"the command ended (exit {proc.returncode}) before its diagnosis was seen in the store: "
+                            f"{proc.communicate()[1][-2000:]}")
             if db.exists():
                 runs = Store(db).list()
                 if runs and (runs[0].result or {}).get("partial"):

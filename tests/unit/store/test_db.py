@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -216,6 +217,37 @@ def test_another_programs_database_is_left_alone(tmp_path: Path) -> None:
         Store(path)
     assert sa.inspect(sa.create_engine(f"sqlite:///{path}")).get_table_names() == ["users"]
 
+
+
+def _open_when_released(path: str, start: Any, results: Any) -> None:
+    start.wait()
+    try:
+        Store(path).list()
+        results.put("ok")
+    except Exception as exc:  # what the test reports
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_commands_opening_a_new_store_at_once_all_open_it(tmp_path: Path) -> None:
+    """Each made the tables and wrote the schema version: one in four rounds of three failed here with 'table
+    runs already exists' or 'UNIQUE constraint failed: dlperf_meta.key' (a profile's CLI beside a test polling
+    its store)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for round_ in range(12):
+        path = str(tmp_path / f"runs{round_}.db")
+        start, results = ctx.Barrier(3), ctx.Queue()
+        procs = [ctx.Process(target=_open_when_released, args=(path, start, results)) for _ in range(3)]
+        for proc in procs:
+            proc.start()
+        outcomes = [results.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(60)
+        failures += [o for o in outcomes if o != "ok"]
+        assert Store(path).schema_version == SCHEMA_VERSION
+    assert failures == []
 
 def test_a_locked_store_says_what_to_do(tmp_path: Path) -> None:
     import sqlite3
