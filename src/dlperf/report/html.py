@@ -634,7 +634,6 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     return "".join(parts)
 
 
-
 def _sentence(text: str) -> str:
     """`text` with its first letter capitalized (a terminal line as an HTML heading or paragraph)."""
     return text[:1].upper() + text[1:]

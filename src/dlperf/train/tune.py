@@ -120,10 +120,9 @@ class TuneResult:
     best_measurement: TrainMeasurement
     final_ab: ABResult | None
     settings: list[Setting]
-    steps_per_call: int = 1
     final_samples: tuple[int, int] | None = None
     """Samples trained in the final A/B's timed calls, baseline and best (a loader without drop_last ends each
-    epoch with a shorter batch); None: full batches assumed."""
+    epoch with a shorter batch); None with no final A/B."""
 
     @property
     def speedup(self) -> float:
@@ -135,21 +134,17 @@ class TuneResult:
     @property
     def baseline_samples_per_s(self) -> float:
         """From the final interleaved A/B (total samples / total time), else the baseline's measurement."""
-        ab = self.final_ab
-        if ab is None:
+        ab, samples = self.final_ab, self.final_samples
+        if ab is None or samples is None:
             return self.baseline_measurement.samples_per_s
-        if self.final_samples is not None:
-            return self.final_samples[0] / ab.a.total_s
-        return self.baseline.effective_batch_size * self.steps_per_call * ab.a.n / ab.a.total_s
+        return samples[0] / ab.a.total_s
 
     @property
     def best_samples_per_s(self) -> float:
-        ab = self.final_ab
-        if ab is None:
+        ab, samples = self.final_ab, self.final_samples
+        if ab is None or samples is None:
             return self.best_measurement.samples_per_s
-        if self.final_samples is not None:
-            return self.final_samples[1] / ab.b.total_s
-        return self.best.effective_batch_size * self.steps_per_call * ab.b.n / ab.b.total_s
+        return samples[1] / ab.b.total_s
 
     def to_dict(self) -> dict[str, Any]:
         ab = self.final_ab
@@ -353,8 +348,7 @@ class Tuner:
         finally:
             base_loop.close()
         if best == self.baseline:
-            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
-                              self.config.steps_per_call)
+            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [])
         self.on_event("measuring the best configuration")
         best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
                               count_flops=self.config.count_flops)
@@ -366,7 +360,7 @@ class Tuner:
             fresh_base.close()
             fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
-                          code_settings(self.baseline, best, self.trials), self.config.steps_per_call, final_samples)
+                          code_settings(self.baseline, best, self.trials), final_samples)
 
 
 def tune(workload: Workload, baseline: StepConfig, config: TuneConfig | None = None, **kwargs: Any) -> TuneResult:
