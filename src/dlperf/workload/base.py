@@ -144,6 +144,8 @@ class Workload:
         """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
         try:
             model = self.make_model()
+        except WorkloadError:  # says what is wrong already (a module that cannot be copied, `from_module`)
+            raise
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its model factory raised {type(exc).__name__}: {exc}\n"

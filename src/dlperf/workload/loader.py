@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import importlib.util
@@ -68,9 +69,24 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
 
     The batch is the first dimension of the first tensor found, also inside lists and dicts (a model taking a
     list or a dict of tensors); every tensor with that many rows is repeated or cut to the batch size asked for.
+
+    Each build is a deep copy of `model` as it is then, as a workload's factory builds a fresh model: measuring
+    puts a model in eval mode, passes change it in place (pruning, fusion), and none of that may reach the
+    caller's model. The copy costs the model's memory once more while it is in use.
     """
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     batch = _batch_of(inputs)
+    label = name or type(model).__name__
+
+    def make_model() -> Any:
+        try:
+            return copy.deepcopy(model)
+        except Exception as exc:
+            raise WorkloadError(
+                f"model '{label}' cannot be copied ({type(exc).__name__}: {exc}); dlperf runs a copy so that "
+                "measuring and optimizing never change your model: give a dlperf.Workload whose make_model builds "
+                "a fresh one"
+            ) from exc
 
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
         if batch is None or batch_size == batch:
@@ -78,8 +94,8 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
         return tuple(_resize(v, batch, batch_size) for v in inputs)
 
     return Workload(
-        name=name or type(model).__name__,
-        make_model=lambda: model,
+        name=label,
+        make_model=make_model,
         make_inputs=make_inputs,
         source="python",
         default_batch_size=batch or 1,

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import dlperf
 from dlperf.errors import WorkloadError
 from dlperf.workload import Workload, describe_inputs, from_module, load_workload
 
@@ -696,7 +697,8 @@ def test_from_module_resizes_the_batch() -> None:
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     w = from_module(model, x, name="lin")
     assert w.name == "lin" and w.default_batch_size == 2
-    assert w.build_model() is model
+    built = w.build_model()
+    assert isinstance(built, nn.Linear) and built is not model and torch.equal(built.weight, model.weight)
     (same,) = w.example_inputs(2)
     assert same is x
     (bigger,) = w.example_inputs(5)
@@ -705,6 +707,43 @@ def test_from_module_resizes_the_batch() -> None:
     assert torch.equal(bigger[2], x[0]) and torch.equal(bigger[3], x[1]) and torch.equal(bigger[4], x[0])
     (smaller,) = w.example_inputs(1)
     assert torch.equal(smaller, x[:1])
+
+
+def test_measuring_and_optimizing_a_module_leave_the_callers_model_as_it_was() -> None:
+    """from_module's factory returned the caller's own model: dlperf.bench(model, x) left it in eval mode (in the
+    middle of a notebook's training: no more dropout, batch norm statistics frozen), and a pass that changes a
+    model in place (pruning) would have changed the caller's weights."""
+    from dlperf.passes.base import PassContext, apply_pass, initial_state
+    from dlperf.passes.pruning import PruneConfig
+
+    torch.manual_seed(0)
+    first = nn.Linear(8, 16)
+    model = nn.Sequential(first, nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(4, 8)
+    dlperf.bench(model, x, min_duration_s=0.0, min_iters=3, warmup_iters=1)
+    assert model.training
+    state = apply_pass(PruneConfig(amount=0.5, finetune_steps=0), initial_state(from_module(model, x)), PassContext())
+    assert state.model[0].out_features == 8  # type: ignore[index]  # the copy was pruned
+    assert first.out_features == 16 and model.training
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    # each build copies the model as it is then
+    with torch.no_grad():
+        first.bias.add_(1.0)
+    rebuilt = from_module(model, x).build_model()
+    assert isinstance(rebuilt, nn.Sequential) and isinstance(rebuilt[0], nn.Linear)
+    assert torch.equal(rebuilt[0].bias, first.bias)
+
+
+def test_a_module_that_cannot_be_copied_is_refused_with_the_way_out() -> None:
+    class Uncopyable(nn.Linear):
+        def __deepcopy__(self, memo: dict[int, object]) -> Uncopyable:
+            raise TypeError("cannot pickle '_thread.lock' object")
+
+    w = from_module(Uncopyable(3, 1), torch.ones(2, 3), name="locked")
+    with pytest.raises(WorkloadError, match=r"^model 'locked' cannot be copied \(TypeError: cannot pickle "
+                                            r"'_thread.lock' object\); .* give a dlperf.Workload whose make_model"):
+        w.build_model()
 
 
 def test_from_module_resizes_tensors_inside_lists_and_dicts() -> None:
