@@ -88,7 +88,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def paused(*procs: subprocess.Popen[bytes] | None) -> Any:
+def paused(*procs: subprocess.Popen[Any] | None) -> Any:
     """SIGSTOP the process groups of the servers not being measured, SIGCONT them after: an idle server
     is not idle (LitServe's worker polls its queue, about 15% of a core here), and on 2 cores that is
     enough to make torch's OpenMP threads wait on each other."""

@@ -23,7 +23,7 @@ CLASSES = 4
 DECODE_S = 0.002
 
 
-class SlowDataset(Dataset):  # type: ignore[type-arg]
+class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Fixed random features and labels, each read costing DECODE_S seconds."""
 
     def __init__(self, decode_s: float = DECODE_S) -> None:
@@ -45,7 +45,7 @@ def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def make_loader(batch_size: int, **dataloader_kwargs: Any) -> DataLoader:  # type: ignore[type-arg]
+def make_loader(batch_size: int, **dataloader_kwargs: Any) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
     kwargs: dict[str, Any] = {"shuffle": True, "drop_last": True}
     kwargs.update(dataloader_kwargs)
     if "generator" not in kwargs:

@@ -23,7 +23,7 @@ CLASSES = 8
 DECODE_S = 0.005
 
 
-class SlowDataset(Dataset):  # type: ignore[type-arg]
+class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def __init__(self) -> None:
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(SAMPLES, FEATURES, generator=g)
@@ -42,7 +42,7 @@ def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def make_loader(batch_size: int, **dataloader_kwargs: Any) -> DataLoader:  # type: ignore[type-arg]
+def make_loader(batch_size: int, **dataloader_kwargs: Any) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
     return DataLoader(SlowDataset(), batch_size=batch_size, shuffle=True, drop_last=True, **dataloader_kwargs)
 
 
