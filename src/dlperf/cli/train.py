@@ -149,8 +149,14 @@ def run(args: argparse.Namespace) -> int:
 
             with step_progress(1, "measuring") as on_step:
                 on_step(f"{args.steps} steps")
-                measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings,
-                                            count_flops=not args.no_mfu)
+                try:
+                    measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings,
+                                                count_flops=not args.no_mfu)
+                except KeyboardInterrupt as exc:  # the run keeps the steps measured before it
+                    partial = getattr(exc, "dlperf_partial", None)
+                    if partial is not None:
+                        recording.result = partial.to_dict()
+                    raise
             recording.result = measured.to_dict()
             view = measurement_view(recording.result)
     if args.json:

@@ -78,16 +78,28 @@ def time_callable(
     label: str = "",
     on_progress: ProgressFn | None = None,
 ) -> Measurement:
-    """Warm `fn` up, then time it per `config`; returns every sample. Exceptions become MeasurementError."""
+    """Warm `fn` up, then time it per `config`; returns every sample. Exceptions become MeasurementError.
+
+    Interrupted (Ctrl-C, or a KeyboardInterrupt subclass) after at least one timed call, the interrupt goes on
+    with the calls timed so far as its `dlperf_measured` Measurement, for a caller to keep.
+    """
     config = config or TimerConfig()
     clock = clock or CpuClock()
     now: Callable[[], int] = getattr(clock, "now_ns", time.perf_counter_ns)
+    samples: list[int] = []
+    warmup = 0
     try:
         warmup = _warm_up(fn, config, clock, now)
         if type(clock) is CpuClock:
-            samples, elapsed_ns = _measure_cpu(fn, config, on_progress)
+            elapsed_ns = _measure_cpu(fn, config, on_progress, samples)
         else:
-            samples, elapsed_ns = _measure(fn, config, clock, now, on_progress)
+            elapsed_ns = _measure(fn, config, clock, now, on_progress, samples)
+    except KeyboardInterrupt as exc:
+        if samples:
+            exc.dlperf_measured = Measurement(  # type: ignore[attr-defined]
+                list(samples), items_per_call=items_per_call, warmup_iters=warmup, clock=clock.name, label=label,
+                extra={"stop_note": f"interrupted after {len(samples):,} timed call{'' if len(samples) == 1 else 's'}"})
+        raise
     except MeasurementError:
         raise
     except Exception as exc:
@@ -113,8 +125,8 @@ def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
 
 
 def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int],
-             on_progress: ProgressFn | None) -> tuple[list[int], int]:
-    samples: list[int] = []
+             on_progress: ProgressFn | None, samples: list[int]) -> int:
+    """Time calls into `samples` until `config` is met; the elapsed nanoseconds."""
     append = samples.append
     start = now()
     min_ns = int(config.min_duration_s * 1e9)
@@ -133,15 +145,14 @@ def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Call
             next_report = elapsed + 100_000_000
     if on_progress is not None:
         on_progress(len(samples), (now() - start) / 1e9)
-    return samples, elapsed
+    return elapsed
 
 
-def _measure_cpu(fn: Callable[[], Any], config: TimerConfig,
-                 on_progress: ProgressFn | None) -> tuple[list[int], int]:
+def _measure_cpu(fn: Callable[[], Any], config: TimerConfig, on_progress: ProgressFn | None,
+                 samples: list[int]) -> int:
     """The same loop for the host clock, inlined: two perf_counter_ns reads per iteration and no method
     calls, the end of one call's timing doubling as the loop's 'now'."""
     pc = time.perf_counter_ns
-    samples: list[int] = []
     append = samples.append
     min_iters, max_iters = config.min_iters, config.max_iters
     min_ns = int(config.min_duration_s * 1e9)
@@ -163,7 +174,7 @@ def _measure_cpu(fn: Callable[[], Any], config: TimerConfig,
             next_report = elapsed + 100_000_000
     if on_progress is not None:
         on_progress(n, (pc() - start) / 1e9)
-    return samples, elapsed
+    return elapsed
 
 
 def _warm_up(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int]) -> int:

@@ -196,17 +196,29 @@ def measure_loop(
     cuda = config.device.startswith("cuda")
     if cuda:
         cuda_reset_peak(config.device)
+    interrupted: KeyboardInterrupt | None = None
     try:
         with PeakRssSampler() as rss:
-            m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
-                              label=f"{loop.workload.name} train", on_progress=on_progress)
+            try:
+                m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
+                                  label=f"{loop.workload.name} train", on_progress=on_progress)
+            except KeyboardInterrupt as exc:
+                partial = getattr(exc, "dlperf_measured", None)
+                if partial is None:  # nothing timed yet
+                    raise
+                m, interrupted = partial, exc
     except MeasurementError as exc:
         if isinstance(exc.__cause__, DlperfError):  # already says what is wrong and how to fix it
             raise exc.__cause__ from None
         raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
-    phases = {p: v[warmup:] for p, v in recorded.items()}
-    loss_values = [float(x) for x in losses[warmup:]]
-    samples = step_samples[warmup:]
+    if interrupted is not None:
+        notes.append(f"interrupted after {len(m.samples_ns)} of {steps} measured steps: every figure here is from "
+                     "those steps")
+    # the steps the timer counted (an interrupt can fall between a step's end and its sample being kept)
+    counted = slice(warmup, warmup + len(m.samples_ns))
+    phases = {p: v[counted] for p, v in recorded.items()}
+    loss_values = [float(x) for x in losses[counted]]
+    samples = step_samples[counted]
     short = [n for n in samples if n < config.effective_batch_size]
     if short:
         notes.append(f"{len(short)} of {len(samples)} measured steps trained on fewer samples than the batch of "
@@ -228,6 +240,9 @@ def measure_loop(
         result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes
     if m.noise_warning:
         notes.append(m.noise_warning)
+    if interrupted is not None:  # the interrupt goes on, carrying what was measured
+        interrupted.dlperf_partial = result  # type: ignore[attr-defined]
+        raise interrupted
     return result
 
 

@@ -56,6 +56,38 @@ def test_cli_measures_a_step_and_records_it(tmp_path: Path, capsys: pytest.Captu
     assert "samples/s" in shown and '"breakdown_s"' not in shown  # the step view, not the JSON
 
 
+def test_an_interrupted_measurement_keeps_the_steps_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in the middle of `dlperf train` kept only the run's config: every step measured was lost."""
+    from dlperf.train.loop import TrainLoop
+
+    real_step = TrainLoop.step
+    calls = 0
+
+    def step(self: TrainLoop, timer: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1 + 6 + 1:  # the warm-up step and six measured ones, then Ctrl-C in the next
+            raise KeyboardInterrupt
+        return real_step(self, timer)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TrainLoop, "step", step)
+    store_path = tmp_path / "runs.db"
+    code = main(["train", "zoo:mlp", "--steps", "50", "--warmup", "1", "--threads", "1", "--no-mfu",
+                 "--store", str(store_path)])
+    assert code == 130
+    assert "is kept in the store as interrupted" in capsys.readouterr().err
+    (record,) = Store(store_path).list(kind="train")
+    assert record.status == "interrupted"
+    result = record.result
+    assert result["summary"]["n"] == 6 and len(result["losses"]) == 6 and result["samples_per_s"] > 0
+    assert all(len(v) == 6 for v in result["phases_ns"].values())
+    assert "interrupted after 6 of 50 measured steps: every figure here is from those steps" in result["notes"]
+    assert main(["runs", "show", record.id, "--store", str(store_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "6 steps" in shown and "interrupted after 6 of 50" in shown
+
+
 @pytest.mark.slow  # FlopCounterMode's first use imports for seconds
 def test_digits_cnn_mfu_uses_the_calibrated_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as patched:  # quick ceilings in a private cache; digits' weights stay cached

@@ -127,6 +127,28 @@ def test_a_raising_call_becomes_measurement_error() -> None:
         time_callable(boom, TimerConfig(warmup_iters=0, min_duration_s=0.0, min_iters=1), FakeClock())
 
 
+@pytest.mark.parametrize("clock", [FakeClock(base_ns=2_000), None])  # the generic loop and the host clock's own
+def test_an_interrupt_carries_the_calls_timed_before_it(clock: FakeClock | None) -> None:
+    calls = 0
+
+    def interrupted_at_the_ninth() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 9:
+            raise KeyboardInterrupt
+
+    config = TimerConfig(warmup_iters=2, min_duration_s=0.0, min_iters=100)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        time_callable(interrupted_at_the_ninth, config, clock, items_per_call=4, label="bs=4")
+    m = caught.value.dlperf_measured  # type: ignore[attr-defined]
+    assert m.n == 6 and m.warmup_iters == 2 and m.items_per_call == 4 and m.label == "bs=4"
+    assert m.extra["stop_note"] == "interrupted after 6 timed calls"
+    calls = 0
+    with pytest.raises(KeyboardInterrupt) as in_warmup:  # during the warm-up: nothing to carry
+        time_callable(interrupted_at_the_ninth, TimerConfig(warmup_iters=20), clock)
+    assert not hasattr(in_warmup.value, "dlperf_measured")
+
+
 @pytest.mark.parametrize("kwargs", [
     {"warmup_iters": -1}, {"min_iters": 0}, {"min_duration_s": -1.0}, {"min_iters": 10, "max_iters": 5},
     {"min_duration_s": 5.0, "max_duration_s": 1.0}, {"stable_window": 1},
