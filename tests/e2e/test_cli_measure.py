@@ -165,6 +165,39 @@ def test_interrupted_bench_is_recorded_with_partial_result(tmp_path: Path, monke
     assert [p["batch_size"] for p in record.result["points"]] == [1]
 
 
+def test_an_interrupt_during_a_batch_size_keeps_the_calls_it_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in the middle of a batch size lost every call timed at it: a single-stream run (one batch size)
+    interrupted after minutes kept nothing."""
+    import dlperf.measure.bench as bench
+
+    real = bench.make_call
+
+    def make_call(model: Any, inputs: Any, device: str, precision: str) -> Any:
+        call, calls = real(model, inputs, device, precision), [0]
+
+        def interrupted_at_the_thirtieth() -> Any:
+            calls[0] += 1
+            if calls[0] == 30:
+                raise KeyboardInterrupt
+            return call()
+        return interrupted_at_the_thirtieth
+
+    monkeypatch.setattr(bench, "make_call", make_call)
+    store = tmp_path / "runs.db"
+    assert main(["bench", "zoo:mlp", "--scenario", "single-stream", "--warmup", "4", "--min-iters", "1000",
+                 "--store", str(store)]) == 130
+    (record,) = Store(store).list()
+    assert record.status == "interrupted"
+    (point,) = record.result["points"]
+    assert point["batch_size"] == 1 and point["summary"]["n"] == 25  # 4 warm-up calls and 25 timed before the 30th
+    assert point["summary"]["stop_note"] == "interrupted after 25 timed calls"
+    assert record.result["headline"]["batch_size"] == 1
+    capsys.readouterr()
+    assert main(["runs", "show", record.id, "--store", str(store)]) == 0
+    assert "batch 1: interrupted after 25 timed calls" in capsys.readouterr().out
+
+
 def test_calibrate_quick_json_and_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))

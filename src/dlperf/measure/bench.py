@@ -204,7 +204,9 @@ def run_bench(
     on_point: Callable[[BenchPoint], None] | None = None,
 ) -> BenchResult:
     """Measure the workload at each batch size. on_progress(batch_size, iterations, seconds);
-    on_point(point) after each batch size is done (so a caller can save partial results)."""
+    on_point(point) after each batch size is done (so a caller can save partial results), and for the batch size
+    an interrupt (Ctrl-C) stops, with the calls timed before it (its stop note says so), before the interrupt
+    goes on."""
     import torch
 
     if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -225,10 +227,16 @@ def run_bench(
                 # a batch after a larger one: its reserved peak was at least what the larger one left cached
                 cuda_reset_peak(config.device, release_cached=True)
             progress = (lambda n, s, b=batch: on_progress(b, n, s)) if on_progress else None
+            interrupted: KeyboardInterrupt | None = None
             with PeakRssSampler() as rss, UtilizationSampler(gpu_index=gpu_index) as util:
                 try:
                     m = time_callable(call, config.timer, clock, items_per_call=batch,
                                       label=f"{workload.name} bs={batch}", on_progress=progress)
+                except KeyboardInterrupt as exc:  # the calls timed before it become this batch size's point
+                    partial = getattr(exc, "dlperf_measured", None)
+                    if partial is None or on_point is None:
+                        raise
+                    m, interrupted = partial, exc
                 except MeasurementError as exc:
                     # a call that fails after the first (checked) one, e.g. every 1000th: where, in the user's code
                     where = _user_frame(exc.__cause__) if exc.__cause__ is not None else ""
@@ -243,6 +251,8 @@ def run_bench(
             points.append(point)
             if on_point is not None:
                 on_point(point)
+            if interrupted is not None:
+                raise interrupted
     return BenchResult(workload.name, config, points, model_bytes)
 
 
