@@ -134,8 +134,9 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
 
     wl = state.workload
     if wl.eval is not None:
-        ev = wl.eval
-        return Metric(ev.metric_name, ev.evaluate, float(ev.evaluate(state.predict)), ev.higher_is_better)
+        # through Workload.score, as every other metric: an evaluate that raises or returns no number is named
+        # with the user's frame (these passes build CPU engines: inputs stay on the host)
+        return Metric(wl.eval.metric_name, wl.score, wl.score(state.predict), wl.eval.higher_is_better)
     # Held out from the calibration rows (which start at batch size 1): start at a larger batch size.
     samples: list[Inputs] = []
     for b in synthetic_batches(wl, heldout, first_batch_size=9):

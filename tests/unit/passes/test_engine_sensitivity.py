@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
 
-from dlperf.errors import PassError
+from dlperf.errors import PassError, WorkloadError
 from dlperf.passes import sensitivity as sens
 
 pytestmark = pytest.mark.unit
@@ -109,3 +111,20 @@ def test_metric_drop_direction() -> None:
 def test_layer_group() -> None:
     assert sens.layer_group("encoder.layer.3.output.dense") == "encoder.layer.*.output.dense"
     assert sens.layer_group("0") == "*"
+
+
+def test_the_workload_metric_scores_through_the_workload_and_names_a_bad_evaluate() -> None:
+    """workload_metric called the user's evaluate directly: one returning a tensor of several values failed
+    as float(...)'s bare "a Tensor with 2 elements cannot be converted to Scalar", naming no workload."""
+    from dlperf.passes.base import PassContext, initial_state
+    from dlperf.workload.base import EvalSpec, Workload
+
+    def make(evaluate: Any) -> Workload:
+        return Workload(name="scored", make_model=lambda: nn.Linear(4, 2),
+                        make_inputs=lambda b: (torch.ones(b, 4),), eval=EvalSpec(evaluate, "acc"))
+
+    good = sens.workload_metric(initial_state(make(lambda predict: 0.75)), PassContext())
+    assert good.name == "acc" and good.baseline == 0.75 and good.evaluate(lambda *x: x) == 0.75
+    with pytest.raises(WorkloadError, match=r"^workload 'scored': its evaluate function returned Tensor float32\[2\], "
+                                            r"not a number: return the metric 'acc' as a float"):
+        sens.workload_metric(initial_state(make(lambda predict: torch.ones(2))), PassContext())
