@@ -36,7 +36,7 @@ from dlperf.profile.trace import (
     StepWindow,
     ThreadInfo,
 )
-from dlperf.workload.base import Workload
+from dlperf.workload.base import Workload, call_user_factory
 
 ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
@@ -127,15 +127,10 @@ class Step:
             self._call = make_call(self._run_model, inputs, device, options.precision)
         else:
             assert workload.train is not None
-            self.optimizer = workload.train.make_optimizer(model.parameters())
-            try:
-                self.loader = workload.train.make_loader(self.batch_size, **dict(options.loader_kwargs))
-            except TypeError as exc:
-                raise WorkloadError(
-                    f"workload '{workload.name}': make_loader(batch_size, **kwargs) rejected "
-                    f"{dict(options.loader_kwargs)}: {exc}; let make_loader pass its keyword arguments "
-                    "on to torch.utils.data.DataLoader"
-                ) from exc
+            self.optimizer = call_user_factory(workload.name, "its optimizer factory", workload.train.make_optimizer,
+                                               model.parameters())
+            self.loader = call_user_factory(workload.name, "its loader factory", workload.train.make_loader,
+                                            self.batch_size, **dict(options.loader_kwargs))
 
     def __call__(self) -> None:
         import torch

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
-from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame
+from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame, call_user_factory
 
 if TYPE_CHECKING:
     import torch
@@ -233,20 +233,7 @@ class TrainLoop:
         """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
 
     def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            tb = exc.__traceback__
-            if isinstance(exc, TypeError) and kwargs and tb is not None and tb.tb_next is None:
-                # raised by the call itself: the factory's signature has no room for the keyword arguments
-                raise TrainError(
-                    f"workload '{self.workload.name}': {what} does not take {', '.join(sorted(kwargs))} ({exc}): "
-                    "give it **kwargs and pass them on to torch.utils.data.DataLoader; that is how "
-                    "--num-workers and the tuner's loader knobs reach it"
-                ) from exc
-            raise TrainError(
-                f"workload '{self.workload.name}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}"
-            ) from exc
+        return call_user_factory(self.workload.name, what, fn, *args, error=TrainError, **kwargs)
 
     def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         optimizer = self._call_user("its optimizer factory", self.spec.make_optimizer, model.parameters())

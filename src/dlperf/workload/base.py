@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import WorkloadError
+from dlperf.errors import DlperfError, WorkloadError
 
 if TYPE_CHECKING:
     import torch
@@ -312,6 +312,24 @@ def _describe_value(value: Any) -> str:
         return f"{type(value).__name__} {str(getattr(value, 'dtype', '')).replace('torch.', '')}{list(shape)}"
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}" if value is not None else "None"
+
+
+def call_user_factory(workload: str, what: str, fn: Any, *args: Any, error: type[DlperfError] = WorkloadError,
+                      **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` for a workload's factory (its loader or optimizer factory); what it raises becomes
+    `error` naming the workload and the user's own frame. A TypeError raised by the call itself, with keyword
+    arguments given, says the factory's signature has no room for them (dlperf passes DataLoader options so)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        tb = exc.__traceback__
+        if isinstance(exc, TypeError) and kwargs and tb is not None and tb.tb_next is None:
+            raise error(
+                f"workload '{workload}': {what} does not take {', '.join(sorted(kwargs))} ({exc}): give it **kwargs "
+                "and pass them on to torch.utils.data.DataLoader; that is how --num-workers and the tuner's loader "
+                "knobs reach it"
+            ) from exc
+        raise error(f"workload '{workload}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}") from exc
 
 
 def _user_frame(exc: BaseException, function: Any = None) -> str:

@@ -9,7 +9,7 @@ import torch
 
 from dlperf.errors import WorkloadError
 from dlperf.profile.capture import CaptureConfig, StepOptions, capture
-from dlperf.workload.base import Workload
+from dlperf.workload.base import TrainSpec, Workload
 from dlperf.workload.loader import load_workload
 
 pytestmark = pytest.mark.integration
@@ -53,6 +53,41 @@ def test_train_without_a_train_spec_is_a_workload_error() -> None:
                         make_inputs=lambda b: (torch.randn(b, 2),))
     with pytest.raises(WorkloadError, match="no training spec"):
         capture(workload, CaptureConfig(mode="train", steps=1))
+
+
+def test_a_failing_loader_or_optimizer_factory_is_named_with_the_users_frame() -> None:
+    """Profile called the training factories bare: a loader factory raising inside reached the user as 'make_loader
+    rejected {}' (any TypeError was taken for a signature without **kwargs), an optimizer factory's error as a
+    traceback without the workload's name."""
+    def make(make_loader: object, make_optimizer: object) -> Workload:
+        return Workload(name="factories", make_model=lambda: torch.nn.Linear(2, 2),
+                        make_inputs=lambda b: (torch.randn(b, 2),),
+                        train=TrainSpec(make_loader=make_loader, loss_fn=torch.nn.functional.mse_loss,  # type: ignore[arg-type]
+                                        make_optimizer=make_optimizer))  # type: ignore[arg-type]
+
+    def sgd(params: object) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=0.1)  # type: ignore[arg-type]
+
+    def broken_loader(batch_size: int, **kwargs: object) -> object:
+        return [(torch.randn(batch_size, 2), None)] + 1  # type: ignore[operator]
+
+    with pytest.raises(WorkloadError, match=r"^workload 'factories': its loader factory raised TypeError: can only "
+                                            r"concatenate list .*\n.*test_capture.py.*line \d+, in broken_loader"):
+        capture(make(broken_loader, sgd), CaptureConfig(mode="train", steps=1))
+
+    def narrow_loader(batch_size: int) -> object:
+        return [(torch.randn(batch_size, 2), torch.randn(batch_size, 2))]
+
+    with pytest.raises(WorkloadError, match=r"^workload 'factories': its loader factory does not take num_workers "):
+        capture(make(narrow_loader, sgd), CaptureConfig(mode="train", steps=1,
+                                                        options=StepOptions(loader_kwargs=(("num_workers", 1),))))
+
+    def no_optimizer(params: object) -> torch.optim.Optimizer:
+        raise ValueError("lr missing")
+
+    with pytest.raises(WorkloadError, match=r"^workload 'factories': its optimizer factory raised ValueError: "
+                                            r"lr missing"):
+        capture(make(narrow_loader, no_optimizer), CaptureConfig(mode="train", steps=1))
 
 
 def test_the_memory_timeline_shows_memory_held_not_allocations_summed() -> None:
