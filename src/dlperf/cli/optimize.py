@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import open_store, require_positive
     from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
     from dlperf.optimize.search import ExportFailed, OptimizeConfig, optimize, process_started_at
+    from dlperf.workload.loader import load_workload
 
     require_positive("--latency-budget-ms", args.latency_budget_ms)
     constraints = Constraints(
@@ -74,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
     parse_executor(args.executor)  # a typo fails before the store is opened
     store = open_store(args)
     progress = _Progress()
+    # before `--executor ray` starts Ray (seconds): a misspelt workload or a broken file is refused at once
+    workload = load_workload(args.workload)
     executor = executor_from_spec(args.executor)
     try:
-        result = optimize(args.workload, config, store=store, export_dir=args.export, resume=args.resume,
+        result = optimize(workload, config, store=store, export_dir=args.export, resume=args.resume,
                           auto_resume=not args.no_resume, on_event=progress, executor=executor,
                           started_at=process_started_at())
     except ExportFailed as exc:

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
-from dlperf.ray.address import init_error, why_unreachable
+from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
@@ -367,9 +367,7 @@ class RunningOnRay:
         if not others:
             serve.shutdown()
         if self.owns_ray:
-            import ray
-
-            ray.shutdown()
+            shutdown_ray()
 
     def _drain(self) -> None:
         import ray
@@ -427,6 +425,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
 
     check_config(config)
     owns = False
+    held: list[int] = []
     if not ray.is_initialized():
         if options.address is None:
             # the local instance's proxy listens here: a port in use came out as Ray's traceback
@@ -434,8 +433,10 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
         else:
             check_reachable(options.address)
         try:
-            # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
-            ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
+            # held until Ray has started: one inside its core worker's construction left it half made (SIGSEGV at exit)
+            with signals_held_while_ray_starts() as held:
+                # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
+                ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             option = f"--ray-address {options.address}" if options.address else "--ray (a new local Ray instance)"
             raise ServingError(init_error(exc, option, "leave out --ray-address for a new local instance")) from exc
@@ -446,6 +447,8 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     started = deployed = False
     control = None
     try:
+        for signum in held:  # Ctrl-C or SIGTERM while Ray started: to the caller's handlers, as if they came now
+            signal.raise_signal(signum)
         warning = check_cpus(config, options, float(ray.cluster_resources().get("CPU", 0.0)),
                              local=owns and options.address is None)
         if warning is not None and on_wait is not None:
@@ -467,7 +470,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             if started and not serve.status().applications:
                 serve.shutdown()
         if owns:
-            ray.shutdown()
+            shutdown_ray()
         if isinstance(exc, DlperfError) or not isinstance(exc, Exception):
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "

@@ -28,7 +28,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
-from dlperf.ray.address import init_error, why_unreachable
+from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
@@ -234,7 +234,7 @@ def _stop_started(before: set[int]) -> None:
         with contextlib.suppress(psutil.Error):
             process.kill()
     with contextlib.suppress(Exception):
-        _ray().shutdown()
+        shutdown_ray()
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -278,17 +278,26 @@ class RayExecutor:
             on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
                 else None
             before = _descendants()
+            held: list[int] = []
             try:
-                if address:
-                    ray.init(address=address, **kwargs)
-                else:
-                    # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start` left
-                    # on this machine (ray.init() joined those, then refused the timing resource given here)
-                    ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+                with signals_held_while_ray_starts() as held:
+                    if address:
+                        ray.init(address=address, **kwargs)
+                    else:
+                        # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start`
+                        # left on this machine (ray.init() joined those, then refused the timing resource given here)
+                        ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+                if held:  # Ctrl-C or SIGTERM while Ray started: stop it whole, then take the signal as the caller would
+                    shutdown_ray()
+                    _stop_started(before)
+                    signal.raise_signal(held[0])
             except BaseException as exc:
                 # Ctrl-C or SIGTERM while a local instance starts left its agents running, orphaned; and SIGTERM
                 # there was Ray's sys.exit (exit 15), not the caller's handler
                 _stop_started(before)
+                if held and not isinstance(exc, KeyboardInterrupt):  # a signal held while ray.init failed comes first
+                    held_signal, held[:] = held[0], []
+                    signal.raise_signal(held_signal)
                 if isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
                     where = f"ray:{address}" if address else "ray (a new local Ray instance)"
                     message = init_error(exc, f"--executor {where}", "use --executor ray for a new local instance")
@@ -591,7 +600,7 @@ class RayExecutor:
                 marker.unlink()
         self._markers.clear()
         if self._owns:
-            _ray().shutdown()
+            shutdown_ray()
             self._owns = False
 
     def __enter__(self) -> RayExecutor:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,29 @@ def _all_gone(processes: list[psutil.Process]) -> bool:
         except psutil.NoSuchProcess:
             continue
     return True
+
+
+@pytest.mark.parametrize("delay_s", [0.1, 0.3, 0.6])
+def test_ctrl_c_as_the_local_instance_connects_exits_130_without_a_crash(tmp_path: Path, delay_s: float) -> None:
+    """Ctrl-C a few hundred ms after 'Started a local Ray instance' landed in the construction of Ray's core worker
+    and left it half made: 'interrupted' was printed, then the process died of SIGSEGV at exit (-11; 6 of 12 tries
+    at 0.3 s here). Now the signal is held until ray.init returns, Ray is shut down, and the command ends as
+    interrupted."""
+    log = tmp_path / "optimize.log"
+    seen: dict[int, psutil.Process] = {}
+    with cli_process(["optimize", "zoo:mlp", "--executor", "ray", "--store", str(tmp_path / "runs.db"),
+                      "--workdir", str(tmp_path / "work")], log) as proc:
+        wait_until(lambda: proc.poll() is not None or "Started a local Ray instance" in log.read_text(), 120,
+                   "the local instance to start")
+        assert proc.poll() is None, log.read_text()
+        seen.update((p.pid, p) for p in _descendants(proc.pid))
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    text = log.read_text()
+    assert code == 130, text
+    assert text.strip().splitlines()[-1].startswith("interrupted") and "Traceback" not in text, text
+    wait_until(lambda: _all_gone(list(seen.values())), 60, "the local instance's processes to exit")
 
 
 def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no_ray_process(
@@ -114,3 +138,21 @@ def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path
     assert text.strip().splitlines()[-1] == "terminated by SIGTERM" and "Traceback" not in text, text
     assert {"gcs_server", "raylet"} <= set(names.values()), names
     wait_until(lambda: _all_gone(list(seen.values())), 60, "the local instance's processes to exit")
+
+
+def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) -> None:
+    """ray.shutdown() resets SIGTERM to its default disposition underneath Python (signal.getsignal still named the
+    handler): a SIGTERM after a search's Ray executor closed killed the process outright (-15). shutdown_ray
+    installs the handlers again."""
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import os, signal, ray\n"
+        "from dlperf.ray.address import shutdown_ray\n"
+        "ray.init(address='local', include_dashboard=False, log_to_driver=False)\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: print('handled', flush=True))  # after: ray.init sets its own\n"
+        "shutdown_ray()\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('alive', flush=True)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["handled", "alive"], done.stdout + done.stderr

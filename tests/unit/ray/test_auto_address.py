@@ -44,3 +44,13 @@ def test_serve_on_ray_auto(tmp_path: Path) -> None:
         "error: --ray-address auto: no Ray cluster is running on this machine for 'auto' to join: start one with "
         "`ray start --head`, give another's address as HOST:6379, or leave out --ray-address for a new local "
         "instance")
+
+
+def test_a_misspelt_workload_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    """`--executor ray` started a local Ray instance (seconds, and its processes) before the workload was loaded, so
+    `zoo:nosuch` was refused only after that; now it is refused first, with no Ray line before the error."""
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:nosuch", "--executor", "ray",
+                           "--store", str(tmp_path / "runs.db")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: no zoo workload 'nosuch': choose one of mlp, digits-cnn, resnet18, minilm (`dlperf zoo` lists them)"]
