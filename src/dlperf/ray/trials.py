@@ -544,7 +544,7 @@ class RayExecutor:
             oom = p.trial_file("oom")
             if oom.exists():
                 rss = int(oom.read_text() or 0)
-                return self._finish(p, {"status": "failed", "phase": "unknown",
+                return self._finish(p, {"status": "failed", "phase": reached_phase(p.job.log_path.parent, p.attempt),
                                         "error": f"out of memory: the trial's processes used {rss / 2**30:.2f} GiB, "
                                                  f"over the limit of {(p.job.memory_limit_bytes or 0) / 2**30:.2f} "
                                                  "GiB (killed)"})

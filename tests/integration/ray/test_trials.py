@@ -267,6 +267,23 @@ def test_a_candidate_that_crashes_costs_one_attempt_and_says_how_it_died(ray_clu
     assert local["error"].startswith("the candidate's process died with SIGSEGV during 'apply'")
 
 
+def test_a_candidate_over_its_memory_limit_is_killed_and_named_with_its_phase(ray_cluster: Any,
+                                                                              tmp_path: Path) -> None:
+    """As a local child's: the error says out of memory and the phase is where it was (it was 'unknown')."""
+    from dlperf.ray.trials import RayExecutor
+
+    settings = EvalSettings(source="zoo:mlp", extra_modules=(FAULTY,), export=False)
+    out_dir = tmp_path / "work" / "hog"
+    payload = {"settings": dataclasses.asdict(settings), "pipeline": [{"pass": "hog", "version": 1}],
+               "out_dir": str(out_dir)}
+    limit = int(0.9 * 2**30)  # the hog touches 2 GiB, 64 MiB at a time
+    with RayExecutor(startup_grace_s=60.0) as executor:
+        result = executor.run("evaluate", payload, out_dir / "child.log", 60.0, limit)
+    assert result["status"] == "failed" and result["attempts"] == 1, result
+    assert result["error"].startswith("out of memory: the trial's processes used "), result["error"]
+    assert result["phase"] == "apply"
+
+
 def test_a_hung_candidate_is_killed_at_its_own_timeout_counted_from_its_start(ray_cluster: Any,
                                                                               tmp_path: Path) -> None:
     """As a local child's: the timeout counts from the trial's first phase, and the error names the phase. It counted
