@@ -21,6 +21,7 @@ from dlperf.errors import ConfigError, PassError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 from dlperf.passes.pruning import _prune_pair, prunable_pairs
+from dlperf.workload.base import call_user_factory
 
 if TYPE_CHECKING:
     from torch import nn
@@ -114,7 +115,8 @@ def input_batches(workload: Workload) -> Iterator[tuple[Any, ...]] | None:
 
         def from_train() -> Iterator[tuple[Any, ...]]:
             while True:
-                for inputs, _ in train.make_loader(train.batch_size):
+                for inputs, _ in call_user_factory(workload.name, "its loader factory", train.make_loader,
+                                                   train.batch_size):
                     yield tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
 
         return from_train()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlperf.errors import ConfigError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
+from dlperf.workload.base import call_user_factory
 
 if TYPE_CHECKING:
     from torch import nn
@@ -192,12 +193,13 @@ def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, 
         p.requires_grad_(True)
     modules = dict(model.named_modules())
     device = next(model.parameters()).device  # the loader's batches are on the CPU
-    optimizer = train.make_optimizer(model.parameters())
+    optimizer = call_user_factory(workload.name, "its optimizer factory", train.make_optimizer, model.parameters())
     model.train()
     last = float("nan")
     try:
         with torch.enable_grad():
-            batches = itertools.cycle(train.make_loader(train.batch_size))
+            batches = itertools.cycle(call_user_factory(workload.name, "its loader factory", train.make_loader,
+                                                        train.batch_size))
             for _ in range(steps):
                 inputs, target = next(batches)
                 inputs = tuple(x.to(device) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))

@@ -163,3 +163,19 @@ def test_pruned_finetuned_artifact_loads_to_identical_outputs(tmp_path: Path) ->
         ref = get("mlp").build_model().eval()(*x)
     # Same inputs as the candidate process used: the reloaded model reproduces the candidate's fidelity.
     assert fidelity_of([out], [ref], 2)["mean_cosine"] == pytest.approx(row["fidelity"]["mean_cosine"], abs=1e-6)
+
+
+def test_a_failing_loader_factory_in_the_fine_tune_is_named_with_the_users_frame() -> None:
+    """The fine-tune called the training factories bare: the pass failed with the loader's own words only."""
+    from dlperf.errors import PassError
+
+    def broken_loader(batch_size: int, **kwargs: Any) -> Any:
+        raise FileNotFoundError("no such file: /data/train.npz")
+
+    base = _flatten_cnn()
+    workload = dataclasses.replace(base, train=TrainSpec(
+        make_loader=broken_loader, loss_fn=nn.functional.cross_entropy,
+        make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01)))
+    with pytest.raises(PassError, match=r"its loader factory raised FileNotFoundError: no such file: /data/train.npz"
+                                        r"\n.*test_pruning.py.*in broken_loader"):
+        apply_pass(PruneConfig(amount=0.5, finetune_steps=2), initial_state(workload), CPU)
