@@ -468,8 +468,17 @@ def fidelity_of(outputs: list[Any], reference: list[Any], batch_size: int) -> di
 # --- the parent side ----------------------------------------------------------------------------
 
 
+TRACKER_WARNING = "ignore::UserWarning:multiprocessing.resource_tracker"
+"""A -W filter for multiprocessing's resource tracker process, which the children share (its UserWarnings only): a
+candidate killed at its timeout (or memory limit) while holding a named semaphore (a multiprocessing lock its
+libraries made) cannot unlink it, and the tracker, which unlinks it at exit, said so in a 'leaked semaphore objects'
+UserWarning after the search's last line. The kill is reported with the candidate; the tracker still cleans up."""
+
+
 def mp_context() -> Any:
     """forkserver (torch preloaded in the server) where available, else spawn; never fork."""
+    if TRACKER_WARNING not in sys.warnoptions:  # the tracker process takes this process's -W options when it starts
+        sys.warnoptions.append(TRACKER_WARNING)
     methods = mp.get_all_start_methods()
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")

@@ -7,6 +7,7 @@ never sees them.
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class CrashConfig(PassConfig):
 @dataclass(frozen=True)
 class HangConfig(PassConfig):
     name: ClassVar[str] = "hang"
+    hold_lock: bool = False  # a multiprocessing lock: a named semaphore the kill leaves behind
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,9 @@ class Hang:
         return None
 
     def apply(self, config: HangConfig, state: ModelState, ctx: PassContext) -> ModelState:
+        lock = multiprocessing.Lock() if config.hold_lock else None
         time.sleep(3600)
+        del lock
         return state
 
 
