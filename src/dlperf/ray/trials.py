@@ -287,9 +287,8 @@ class RayExecutor:
                         # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start`
                         # left on this machine (ray.init() joined those, then refused the timing resource given here)
                         ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
-                if held:  # Ctrl-C or SIGTERM while Ray started: stop it whole, then take the signal as the caller would
-                    shutdown_ray()
-                    _stop_started(before)
+                if held:  # Ctrl-C or SIGTERM while Ray started: stop it, then take the signal as the caller would
+                    shutdown_ray()  # a whole start: Ray stops what it started (the handler's exception, below, checks)
                     signal.raise_signal(held[0])
             except BaseException as exc:
                 # Ctrl-C or SIGTERM while a local instance starts left its agents running, orphaned; and SIGTERM
