@@ -15,8 +15,8 @@ import platform
 import sys
 import time
 
-from dlperf.measure.ab import FASTER, ABConfig
-from dlperf.report.train_view import UNCONFIRMED_TITLE
+from dlperf.measure.ab import ABConfig
+from dlperf.report.train_view import UNCONFIRMED_TITLE, settings_confirmed
 from dlperf.store import Store
 from dlperf.train.knobs import DEFAULT_KNOBS, usable_cpus
 from dlperf.train.loop import base_config
@@ -78,7 +78,7 @@ def main() -> int:
         print(f"  baseline samples/s: {result.baseline_samples_per_s:,.0f}")
         print(f"  tuned    samples/s: {result.best_samples_per_s:,.0f}")
         print(f"  speedup: {result.speedup:.2f}x (step-time 95% CI {lo:.2f}-{hi:.2f}x): {result.final_ab.verdict}")
-    confirmed = result.final_ab is not None and result.final_ab.verdict == FASTER
+    confirmed = settings_confirmed(result.to_dict())
     if result.settings and not confirmed:
         print(f"  {UNCONFIRMED_TITLE} (keep the code as it is):")
     for s in result.settings:

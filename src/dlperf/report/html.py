@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.stats import SMALLEST_P
-from dlperf.measure.ab import FASTER
 from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, fmt_number, hbars, histogram_bins
 from dlperf.store.records import RunRecord
 
@@ -640,12 +639,18 @@ def _sentence(text: str) -> str:
 
 
 def _tune_view(r: Mapping[str, Any]) -> str:
-    from dlperf.report.train_view import SETTINGS_TITLE, UNCONFIRMED_ADVICE, UNCONFIRMED_TITLE, config_line
+    from dlperf.report.train_view import (
+        SETTINGS_TITLE,
+        UNCONFIRMED_ADVICE,
+        UNCONFIRMED_TITLE,
+        config_line,
+        settings_confirmed,
+    )
 
     parts = []
     if "best" in r:
         ab = r.get("final_ab")
-        confirmed = ab is not None and ab["verdict"] == FASTER
+        confirmed = settings_confirmed(r)
         gain = (f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab
                 else "none: no knob was both faster and within loss parity")
         parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + _table(

@@ -5,6 +5,7 @@ Each takes the result's `to_dict()` (as stored in the run record) and returns a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich import box
@@ -21,6 +22,13 @@ UNCONFIRMED_ADVICE = ("the gains are each trial's short A/B, which the final one
                       "is, or tune again on a quieter machine")
 """How a tuning's settings are headed: advice only when the final A/B of baseline against best finds the best
 faster (a trial's A/B is short: on a busy machine it can accept a knob the final one then finds no faster)."""
+
+
+def settings_confirmed(result: Mapping[str, Any]) -> bool:
+    """Whether a tuning's settings are advice (SETTINGS_TITLE): the final A/B of baseline against best found the best
+    faster. Otherwise they are what the trials accepted (UNCONFIRMED_TITLE, UNCONFIRMED_ADVICE)."""
+    ab = result.get("final_ab")
+    return ab is not None and ab["verdict"] == FASTER
 
 PHASE_LABELS = {"data": "data wait", "h2d": "host-to-device", "forward": "forward + loss",
                 "backward": "backward", "optimizer": "optimizer", "other": "other"}
@@ -146,7 +154,7 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
                 f"{fmt_count(result['baseline_samples_per_s'])} samples/s\n")
     head.append(f"  best      {config_line(result['best'])}: {fmt_count(result['best_samples_per_s'])} samples/s\n")
     ab = result.get("final_ab")
-    confirmed = ab is not None and ab["verdict"] == FASTER
+    confirmed = settings_confirmed(result)
     if ab:
         lo, hi = ab["speedup_ci"]
         head.append(f"  gain      {result['speedup']:.2f}x samples/s (interleaved A/B, step-time CI "
