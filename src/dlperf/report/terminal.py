@@ -185,7 +185,8 @@ def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def bench_headline_line(result: dict[str, Any]) -> str | None:
     """'headline: throughput 9,371 items/s at batch 1', with a latency headline's early-stopping bound; an
-    interrupted run's says it is of the batch sizes it measured. None for a result without a headline."""
+    interrupted run's says it is of the batch sizes it measured, and when its batch size is the one the interrupt
+    cut short, after how many calls. None for a result without a headline."""
     headline = result.get("headline")
     if not headline:
         return None
@@ -199,8 +200,12 @@ def bench_headline_line(result: dict[str, Any]) -> str | None:
                  f" (too few samples to bound the p{q} at 99% confidence: MLPerf's early stopping needs "
                  f"{early_stopping_min_count(float(q))})")
     if result.get("partial"):
-        measured = ", ".join(str(p["batch_size"]) for p in result.get("points", []))
+        points = result.get("points", [])
+        measured = ", ".join(str(p["batch_size"]) for p in points)
         line += f" (of the batch sizes measured before the run stopped: {measured})"
+        cut = next((p["summary"].get("stop_note") for p in points if p["batch_size"] == headline["batch_size"]), None)
+        if cut and cut.startswith("interrupted"):  # a figure from a few calls reads like any other otherwise
+            line += f"; batch {headline['batch_size']} was {cut}"
     return line
 
 
