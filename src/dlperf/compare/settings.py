@@ -17,6 +17,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError
 from dlperf.measure.bench import PRECISIONS
+from dlperf.workload.loader import parse_option_value
 
 KEYS = ("threads", "precision", "batch_size", "channels_last", "device")
 OPTION_PREFIX = "option."
@@ -96,7 +97,7 @@ def parse_settings(text: str, where: str = "settings") -> ABSettings:
         if key.startswith(OPTION_PREFIX) and len(key) > len(OPTION_PREFIX):
             if key[len(OPTION_PREFIX):] in options:  # the last one silently won, unlike a setting given twice
                 raise ConfigError(f"{where}: '{key}' is given twice")
-            options[key[len(OPTION_PREFIX):]] = _option_value(value)
+            options[key[len(OPTION_PREFIX):]] = parse_option_value(value)  # as in a spec's ?NAME=VALUE
             continue
         if key not in KEYS:
             raise ConfigError(
@@ -131,11 +132,3 @@ def _convert(key: str, value: str, where: str) -> Any:
         raise ConfigError(f"{where}: unknown device '{value}': use cpu, cuda or cuda:N")
     return value
 
-
-def _option_value(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value

@@ -148,7 +148,7 @@ def _split_options(text: str) -> tuple[str, dict[str, Any]]:
             raise WorkloadError(f"option '{part}' in '{text}' has no name: write key=value")
         if key in options:
             raise WorkloadError(f"option '{key}' is given twice in '{text}': give it once")
-        options[key] = _parse_value(value)
+        options[key] = parse_option_value(value)
     return name, options
 
 
@@ -177,7 +177,9 @@ def check_option_names(function: Callable[..., Any], options: dict[str, Any], wh
                             f"{'them' if len(missing) > 1 else 'it'} as ?{'&'.join(f'{m}=VALUE' for m in missing)}")
 
 
-def _parse_value(value: str) -> Any:
+def parse_option_value(value: str) -> Any:
+    """A workload option's text as the factory gets it: true/false as a bool, then int, then float, else the text
+    (`?hidden=512` in a spec, `option.hidden=512` in `dlperf ab`'s settings)."""
     if value.lower() in ("true", "false"):  # else '?pretrained=false' passed the string "false", which is true
         return value.lower() == "true"
     for cast in (int, float):
@@ -194,7 +196,7 @@ def _query(options: dict[str, Any]) -> str | None:
     parts = []
     for key, value in options.items():
         text = str(value)
-        back = _parse_value(text)
+        back = parse_option_value(text)
         if type(back) is not type(value) or back != value or "&" in text or "&" in key or "=" in key:
             return None
         parts.append(f"{key}={text}")

@@ -42,3 +42,11 @@ def test_mistakes_name_the_option_and_the_fix(text: str, message: str) -> None:
 def test_option_values_are_typed() -> None:
     s = parse_settings("option.seq_len=64,option.scale=1.5,option.mode=fast")
     assert dict(s.options) == {"seq_len": 64, "scale": 1.5, "mode": "fast"}
+
+
+def test_a_boolean_option_is_a_bool_as_in_a_workload_spec() -> None:
+    """`option.pretrained=false` reached the factory as the string 'false', which is true; `?pretrained=false` in a
+    spec was already a bool."""
+    s = parse_settings("option.pretrained=false,option.fused=True")
+    assert dict(s.options) == {"pretrained": False, "fused": True}
+    assert parse_settings(s.describe()) == s  # 'option.pretrained=False' reads back the same
