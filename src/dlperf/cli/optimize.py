@@ -39,8 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-duration", type=duration_s, default=1.0,
                         help="minimum measured time per candidate (default 1s)")
     parser.add_argument("--export", default=None, metavar="DIR", help="write the winning artifact here")
-    parser.add_argument("--resume", default=None, metavar="RUN_ID", help="continue an interrupted search")
-    parser.add_argument("--no-resume", action="store_true",
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", default=None, metavar="RUN_ID",
+                        help="continue this interrupted search (same workload, code and options)")
+    resume.add_argument("--no-resume", action="store_true",
                         help="do not continue the last interrupted search of this workload automatically")
     parser.add_argument("--workdir", default=None, help="where candidate artifacts go (default next to the store)")
     parser.add_argument("--executor", default="local", metavar="local|ray[:ADDRESS]",
@@ -107,12 +109,16 @@ class _Progress:
 
     def __init__(self) -> None:
         self.console = error_console()
+        self.resumed_from: str | None = None
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
+            self.resumed_from = data.get("resumed_from")
             self.console.print(f"optimizing {data['workload']} at batch {data['batch_size']}: "
                                f"{len(data['space'])} pass configs to combine"
-                               + (f", resuming run {data['resumed_from']}" if data.get("resumed_from") else ""))
+                               + (f", resuming run {self.resumed_from}" if self.resumed_from else ""))
+            if data.get("not_resumed"):
+                self.console.print(f"  {data['not_resumed']}", style="dim")
         elif kind == "candidate_start":
             self.console.print(f"  measuring {data['label']} ...", style="dim")
         elif kind == "candidate_done":
@@ -122,7 +128,7 @@ class _Progress:
                 if row.get("paired_gain") is not None:
                     gain += f" (in its process against the original: {row['paired_gain']:.2f}x)"
                 mark = "" if row.get("feasible") else " (fails constraints)"
-                reused = " (from the interrupted run)" if row.get("reused") else ""
+                reused = f" (measured in run {self.resumed_from})" if row.get("reused") else ""
                 self.console.print(f"  {row['label']}: p50 {row['p50_s'] * 1e3:.3f} ms{gain}{mark}{reused}")
             else:
                 self.console.print(f"  {row['label']}: {row['status']}: {row.get('error')}", style="yellow")

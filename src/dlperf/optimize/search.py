@@ -12,6 +12,7 @@ is faster, or equally fast and simpler, and confirmed against the baseline itsel
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -93,13 +94,17 @@ class OptimizeConfig:
         data["version"] = CONFIG_VERSION
         return data
 
-    def search_key(self, batch_size: int) -> dict[str, Any]:
-        """What must match for an interrupted search to be resumed by this one."""
+    def search_key(self, batch_size: int, workload_code: str | None = None) -> dict[str, Any]:
+        """What must match for an interrupted search to be resumed by this one: the search's settings, how each
+        candidate is measured, and the workload's code (`workload.loader.code_fingerprint`)."""
         return {
             "objective": self.objective, "batch_size": batch_size, "device": self.device,
             "threads": self.threads, "constraints": self.constraints.to_dict(),
             "passes": list(self.passes) if self.passes else None, "max_depth": self.max_depth,
             "extra_modules": list(self.extra_modules),
+            "measurement": {"warmup_iters": self.warmup_iters, "min_duration_s": self.min_duration_s,
+                            "min_iters": self.min_iters, "max_duration_s": self.max_duration_s},
+            "workload_code": workload_code,
         }
 
 
@@ -471,8 +476,11 @@ def _default_memory_limit() -> int:
     return int(psutil.virtual_memory().total * 0.75)
 
 
-def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume: str | None) -> Any:
-    from dlperf.store.records import INTERRUPTED
+def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume: str | None) -> tuple[Any, str | None]:
+    """The search to resume, and why the last interrupted one of the same settings is not (its workload's code
+    changed), if so. `resume` (a run id) must name an unfinished optimize run of this workload and settings: its
+    candidates' figures would otherwise stand in a table of another search (another batch size, another model)."""
+    from dlperf.store.records import INTERRUPTED, OK
 
     if resume:
         record = store.get(resume)
@@ -480,12 +488,41 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
             raise OptimizeError(f"run {record.id} is a '{record.kind}' run, not an optimize run: nothing to resume")
         if not _same_workload(record.workload, source):
             raise OptimizeError(f"run {record.id} optimized '{record.workload}', not '{source}'")
-        return record
+        if record.status == OK:
+            raise OptimizeError(f"run {record.id} finished: only an interrupted or failed search can be resumed "
+                                f"(its results: dlperf runs show {record.id}); leave out --resume to search afresh")
+        differs = _key_differences(record.config.get("search_key") or {}, search_key)
+        if differs:
+            raise OptimizeError(f"run {record.id} searched with other settings than this search ({'; '.join(differs)})"
+                                ": give the options it ran with, or leave out --resume to search afresh")
+        return record, None
+    changed = None
     for spelling in _spellings(source):
         for record in store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20):
-            if record.config.get("search_key") == search_key:
-                return record
-    return None
+            recorded = record.config.get("search_key")
+            if recorded == search_key:
+                return record, changed
+            if changed is None and isinstance(recorded, dict) and _key_differences(recorded, search_key) == [
+                    _CODE_CHANGED]:
+                changed = f"not resuming run {record.id}: {_CODE_CHANGED}"
+    return None, changed
+
+
+_CODE_CHANGED = "the workload's code changed since (its files hash differently)"
+
+
+def _key_differences(recorded: dict[str, Any], key: dict[str, Any]) -> list[str]:
+    """How a recorded search key differs from `key`, one phrase per setting ('batch_size 1 there, 16 here')."""
+    out = []
+    for name in key:
+        if recorded.get(name) == key[name]:
+            continue
+        if name == "workload_code" and recorded.get(name) is not None:
+            out.append(_CODE_CHANGED)
+        else:
+            there = "not recorded" if name not in recorded else json.dumps(recorded[name])
+            out.append(f"{name} {there} there, {json.dumps(key[name])} here")
+    return out
 
 
 def _spellings(source: str) -> list[str]:
@@ -541,7 +578,7 @@ def optimize(
     """
     from dlperf.measure.env import capture_environment
     from dlperf.optimize.artifact import check_export_dir, check_folder_path
-    from dlperf.workload.loader import load_workload
+    from dlperf.workload.loader import code_fingerprint, load_workload
 
     config = config or OptimizeConfig()
     # paths and the device are checked before the search spends its budget (a bad --export failed at the end)
@@ -576,10 +613,10 @@ def optimize(
         ab_blocks=config.ab_blocks, ab_iters_per_block=config.ab_iters_per_block,
         env={"TORCHINDUCTOR_COMPILE_THREADS": "1"}, paired_gate=1.0 - config.extend_tolerance,
     )
-    search_key = config.search_key(batch_size)
-    previous = None
+    search_key = config.search_key(batch_size, code_fingerprint(source))
+    previous, not_resumed = None, None
     if store is not None and (resume or auto_resume):
-        previous = _find_resumable(store, source, search_key, resume)
+        previous, not_resumed = _find_resumable(store, source, search_key, resume)
         if previous is not None:
             search.reused = _previous_rows(store, previous.id)
     run_config = {**config.to_dict(), "search_key": search_key, "workload": source,
@@ -593,7 +630,8 @@ def optimize(
         search.workdir.mkdir(parents=True, exist_ok=True)
         on = search.on_event
         on("start", {"workload": source, "batch_size": batch_size, "space": [c.label() for c in space.configs],
-                     "skipped": space.skipped, "resumed_from": previous.id if previous else None})
+                     "skipped": space.skipped, "resumed_from": previous.id if previous else None,
+                     "not_resumed": not_resumed})
         baseline = search.evaluate(Candidate())
         if baseline["status"] != "ok":
             raise OptimizeError(f"the baseline of '{source}' could not be measured: {baseline.get('error')}")

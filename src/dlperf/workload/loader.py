@@ -177,6 +177,36 @@ def check_option_names(function: Callable[..., Any], options: dict[str, Any], wh
                             f"{'them' if len(missing) > 1 else 'it'} as ?{'&'.join(f'{m}=VALUE' for m in missing)}")
 
 
+def code_fingerprint(source: str) -> str:
+    """What a resumed search must find unchanged of a workload's code: for a file workload, a hash of its file and of
+    every module imported so far from its folder or below (a model defined beside it), leaving out installed
+    packages; for a built-in one, dlperf's version. Data the code reads (a checkpoint) is not covered."""
+    if source.startswith("zoo:") or not source:
+        from dlperf import __version__
+
+        return f"dlperf {__version__}"
+    path = os.path.abspath(_split_file_spec(source)[0])
+    folder = os.path.dirname(path) + os.sep
+    installed = tuple({os.path.join(p, "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    files = {path}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file.endswith(".py"):
+            continue
+        file = os.path.abspath(file)
+        if file.startswith(folder) and not file.startswith(installed) and not {"site-packages", "dist-packages"} & set(
+                Path(file).parts):
+            files.add(file)
+    digest = hashlib.sha256()
+    for file in sorted(files):
+        digest.update(os.path.relpath(file, folder).encode() + b"\0")
+        try:
+            digest.update(Path(file).read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return digest.hexdigest()[:16]
+
+
 def parse_option_value(value: str) -> Any:
     """A workload option's text as the factory gets it: true/false as a bool, then int, then float, else the text
     (`?hidden=512` in a spec, `option.hidden=512` in `dlperf ab`'s settings)."""

@@ -26,13 +26,70 @@ def test_a_relative_recorded_path_is_the_same_workload(tmp_path: Path, monkeypat
     store = Store(str(tmp_path / "runs.db"))
     old = _interrupted(store, "model.py:workload")
     source = f"{tmp_path / 'model.py'}:workload"
-    found = _find_resumable(store, source, KEY, None)
+    found, _ = _find_resumable(store, source, KEY, None)
     assert found is not None and found.id == old
-    assert _find_resumable(store, source, KEY, old).id == old  # --resume ID says the same
-    assert _find_resumable(store, source, {**KEY, "batch_size": 8}, None) is None  # other settings: no
+    assert _find_resumable(store, source, KEY, old)[0].id == old  # --resume ID says the same
+    assert _find_resumable(store, source, {**KEY, "batch_size": 8}, None) == (None, None)  # other settings: no
     other = f"{tmp_path / 'other.py'}:workload"
-    assert _find_resumable(store, other, KEY, None) is None
+    assert _find_resumable(store, other, KEY, None) == (None, None)
     with pytest.raises(OptimizeError, match=r"optimized 'model\.py:workload', not"):
         _find_resumable(store, other, KEY, old)
     with pytest.raises(OptimizeError, match=r"optimized 'model\.py:workload', not"):
         _find_resumable(store, f"{tmp_path / 'model.py'}:other_name", KEY, old)
+
+
+def test_resume_by_id_refuses_a_finished_search_or_other_settings(tmp_path: Path) -> None:
+    """`--resume ID` checked only the workload: a finished batch-1 search resumed at batch 16 showed its batch-1 rows
+    under a batch-16 title, as if measured there."""
+    store = Store(str(tmp_path / "runs.db"))
+    key = {**KEY, "workload_code": "abc", "measurement": {"min_duration_s": 1.0}}
+    with store.recording("optimize", "zoo:mlp", {"search_key": key}) as done:
+        pass
+    with pytest.raises(OptimizeError, match=rf"run {done.id} finished: only an interrupted or failed search"):
+        _find_resumable(store, "zoo:mlp", key, done.id)
+    stopped = _interrupted(store, "zoo:mlp")  # recorded with KEY: no code hash, no measurement settings
+    with pytest.raises(OptimizeError, match=r"other settings than this search \(workload_code not recorded there, "
+                                            r'"abc" here; measurement not recorded there'):
+        _find_resumable(store, "zoo:mlp", key, stopped)
+    with pytest.raises(OptimizeError, match=r"batch_size 1 there, 16 here\): give the options it ran with"):
+        _find_resumable(store, "zoo:mlp", {**KEY, "batch_size": 16}, stopped)
+
+
+def test_an_interrupted_search_of_edited_code_is_not_resumed_and_says_why(tmp_path: Path) -> None:
+    """Resuming after the workload file was edited mixed two models' rows in one table."""
+    store = Store(str(tmp_path / "runs.db"))
+    key = {**KEY, "workload_code": "before"}
+    with pytest.raises(KeyboardInterrupt), store.recording("optimize", "/w/model.py", {"search_key": key}) as run:
+        raise KeyboardInterrupt
+    assert _find_resumable(store, "/w/model.py", key, None)[0].id == run.id
+    found, note = _find_resumable(store, "/w/model.py", {**key, "workload_code": "after"}, None)
+    assert found is None and note == f"not resuming run {run.id}: the workload's code changed since (its files hash " \
+                                     "differently)"
+    with pytest.raises(OptimizeError, match="the workload's code changed since"):
+        _find_resumable(store, "/w/model.py", {**key, "workload_code": "after"}, run.id)
+
+
+def test_the_code_fingerprint_covers_the_file_and_the_modules_it_imports_beside_it(tmp_path: Path) -> None:
+    import sys
+
+    from dlperf.workload.loader import code_fingerprint, load_workload
+
+    (tmp_path / "mynet_fp.py").write_text("import torch\nNet = lambda: torch.nn.Linear(4, 2)\n")
+    (tmp_path / "unrelated_fp.py").write_text("X = 1\n")
+    wl = tmp_path / "wl.py"
+    wl.write_text("import torch\nfrom mynet_fp import Net\ndef model():\n    return Net()\n"
+                  "def inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+    try:
+        source = load_workload(str(wl)).source
+        first = code_fingerprint(source)
+        assert code_fingerprint(source) == first
+        (tmp_path / "unrelated_fp.py").write_text("X = 2\n")  # not imported: not the workload's code
+        assert code_fingerprint(source) == first
+        (tmp_path / "mynet_fp.py").write_text("import torch\nNet = lambda: torch.nn.Linear(4, 3)\n")
+        second = code_fingerprint(source)
+        assert second != first
+        wl.write_text(wl.read_text() + "# edited\n")
+        assert code_fingerprint(source) not in (first, second)
+        assert code_fingerprint("zoo:mlp").startswith("dlperf ")
+    finally:
+        sys.modules.pop("mynet_fp", None)

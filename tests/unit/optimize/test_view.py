@@ -83,3 +83,12 @@ def test_an_indented_line_keeps_its_indent_when_it_wraps() -> None:
     assert lines[why + 2].startswith("  ") and lines[why + 2].strip()  # it went to column 0
     runner_up = next(i for i, line in enumerate(lines) if line.startswith("  A/B against the runner-up"))
     assert lines[runner_up + 1].startswith("  ") and not lines[runner_up + 1].startswith("  kept")
+
+
+def test_a_resumed_search_counts_only_its_own_build_time() -> None:
+    """Reused candidates were built in the run they come from: a resumed 52 s search said 60 s of build time."""
+    data = _data()
+    assert any("(build/compile time 90 s included)" in line for line in summary_lines(data))
+    data["candidates"][1]["reused"] = True
+    data["resumed_from"] = "abc123"
+    assert any("(build/compile time 0 s included); resumed from run abc123" in line for line in summary_lines(data))
