@@ -50,9 +50,14 @@ def error_console() -> Console:
 
 
 def print_json(data: Any) -> None:
-    """`data` as JSON on stdout; a float that is not finite (a percentile of no requests) as null, since NaN
-    and Infinity are not JSON and strict parsers refuse them."""
-    sys.stdout.write(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
+    """`data` as JSON on stdout (the real one while `main` sends everything else to stderr, `_stdio`); a float that
+    is not finite (a percentile of no requests) as null, since NaN and Infinity are not JSON and strict parsers
+    refuse them."""
+    from dlperf._stdio import json_stream
+
+    out = json_stream()
+    out.write(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
+    out.flush()
 
 
 def _finite(data: Any) -> Any:

@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0
+    from dlperf._stdio import stdout_to_stderr
     from dlperf._thirdparty import quiet_third_party_logs
     from dlperf.cli.common import SIGTERM_EXIT, Terminated, sigterm_interrupts
     from dlperf.errors import DlperfError
@@ -74,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # SIGTERM (`timeout`, a cancelled CI job) ends a command as Ctrl-C does, so its run is recorded as
         # interrupted with what it finished (it stayed "running" in the store); serve and load handle it themselves
-        with contextlib.nullcontext() if args.command in OWN_SIGTERM else sigterm_interrupts():
+        with contextlib.nullcontext() if args.command in OWN_SIGTERM else sigterm_interrupts(), \
+                stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext():
+            # with --json, what the workload (or anything else) prints goes to stderr: stdout is the JSON alone
             return int(args._run(args) or 0)
     except DlperfError as exc:
         from dlperf.cli.common import error_console

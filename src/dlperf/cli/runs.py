@@ -117,21 +117,23 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from dlperf._stdio import json_stream
     from dlperf.cli.common import _finite
 
     record = open_store(args, create=False).get(args.id)
     # NaN and Infinity (a percentile of no requests) as null, as `runs show --json` prints them: they are not
     # JSON, and jq or a strict parser refuses the whole file.
     text = json.dumps(_finite(record.to_dict()), indent=2, default=str, allow_nan=False) + "\n"
+    out = json_stream()  # stdout: `main` sends everything else to stderr under --json, which export always is
     if args.output is None:
-        print(text, end="")
+        out.write(text)
         return 0
     path = Path(args.output)
     try:
         path.write_text(text)
     except OSError as exc:
         raise ConfigError(f"cannot write '{path}': {exc}") from exc
-    console().print(f"run {record.id} written to {path}", markup=False, soft_wrap=True)
+    out.write(f"run {record.id} written to {path}\n")
     return 0
 
 

@@ -159,6 +159,9 @@ def run_under(name: str) -> None:
     argv = [sys.executable, *sys.orig_argv[1:]]
     sys.stdout.flush()
     sys.stderr.flush()
+    from dlperf._stdio import restore_for_exec
+
+    restore_for_exec()  # a --json command's stdout, moved to stderr (`cli.main`), is the restarted one's again
     os.execve(sys.executable, argv, env)
 
 

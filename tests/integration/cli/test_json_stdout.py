@@ -1,0 +1,51 @@
+"""With --json, stdout is the JSON document alone: a workload that prints (at import, in its factory) or writes to
+file descriptor 1 had its lines before the JSON, and `json.load` of the output (the CI recipe in compare.md)
+failed. They go to stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CHATTY = '''import os
+import torch
+print("loading my model...")
+os.write(1, b"a write to descriptor 1\\n")
+
+def model():
+    print("building model")
+    return torch.nn.Linear(4, 2)
+
+def inputs(batch_size):
+    return (torch.randn(batch_size, 4),)
+'''
+
+
+def test_json_output_stays_parseable_when_the_workload_prints(tmp_path: Path) -> None:
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    proc = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "bench", str(tmp_path / "chatty.py"),
+                           "--batch-sizes", "1", "--min-duration", "0.05", "--min-iters", "5", "--json",
+                           "--store", str(tmp_path / "runs.db")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)  # the whole of stdout
+    assert [p["batch_size"] for p in document["result"]["points"]] == [1]
+    for line in ("loading my model...", "a write to descriptor 1", "building model"):
+        assert line in proc.stderr
+
+
+def test_in_process_the_workload_prints_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`main()` called from Python (no descriptor to move): print() still goes to stderr, the JSON to stdout."""
+    from dlperf.cli.main import main
+
+    (tmp_path / "chatty.py").write_text(CHATTY.replace('os.write(1, b"a write to descriptor 1\\n")\n', ""))
+    assert main(["bench", str(tmp_path / "chatty.py"), "--batch-sizes", "1", "--min-duration", "0.05",
+                 "--min-iters", "5", "--json", "--store", str(tmp_path / "runs.db")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["workload"] == str(tmp_path / "chatty.py")
+    assert "loading my model..." in err and "building model" in err
