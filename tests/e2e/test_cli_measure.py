@@ -237,6 +237,18 @@ def test_calibrate_threads_measures_at_that_count_and_a_corrupt_cache_is_named(
     err = capsys.readouterr().err
     assert f"note: the ceilings cache '{broken}' could not be read (JSONDecodeError" in err
     assert err.rstrip().endswith("measuring again")  # a quick run writes the -quick file, not over the broken one
+    # the quick file now serves --quick: the broken full one is named, and no measuring is announced
+    assert main(["calibrate", "--quick", "--json", "--store", store]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["cached"] is True
+    assert err.rstrip().endswith("using the quick measurement cached beside it")
+    # a broken quick file was never named: the note spoke of the full one only
+    quick = cache_path(machine_key("cpu"), quick=True)
+    quick.write_text("{not json")
+    assert main(["calibrate", "--quick", "--json", "--store", store]) == 0
+    err = capsys.readouterr().err
+    assert f"note: the ceilings cache '{quick}' could not be read (JSONDecodeError" in err
+    assert err.count("note:") == 2 and err.rstrip().endswith("measuring again")
 
 
 def test_help_does_not_import_torch() -> None:

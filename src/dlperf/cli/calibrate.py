@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.calibrate import cache_path, lookup_or_measure
-    from dlperf.calibrate.ceilings import cache_problem, machine_key
+    from dlperf.calibrate.ceilings import machine_key
     from dlperf.cli.progress import step_progress
     from dlperf.measure.bench import torch_threads
     from dlperf.measure.env import capture_environment
@@ -42,10 +42,9 @@ def run(args: argparse.Namespace) -> int:
     environment = capture_environment(args.device, args.threads).to_dict()
     with torch_threads(args.threads):
         key = machine_key(args.device)
-    problem = None if args.force else cache_problem(key)
-    if problem is not None:
-        error_console().print(f"note: {problem}; measuring again{'' if args.quick else ' and replacing it'}",
-                              markup=False)
+    if not args.force:
+        for note in _cache_notes(key, args.quick):
+            error_console().print(f"note: {note}", markup=False)
     with store.recording("calibrate", args.device, config, environment) as run_handle:
         with step_progress(5, "calibrate") as on_step, torch_threads(args.threads):
             ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick,
@@ -59,3 +58,22 @@ def run(args: argparse.Namespace) -> int:
     out.print(ceilings_table(ceilings.to_dict(), cached=cached))
     out.print(f"run {run_handle.id} saved to {store.url}", markup=False, soft_wrap=True)
     return 0
+
+
+def _cache_notes(key: str, quick: bool) -> list[str]:
+    """What the user should hear of unusable cache files before the lookup: the full measurement's file (read
+    first), and with --quick the quick one's, which serves when the full one cannot (`lookup_or_measure`)."""
+    from dlperf.calibrate.ceilings import cache_problem, read_cache
+
+    full = cache_problem(key)
+    if not quick:
+        return [] if full is None else [f"{full}; measuring again and replacing it"]
+    if full is None and read_cache(key, quick=False) is not None:
+        return []
+    quick_problem = cache_problem(key, quick=True)
+    if quick_problem is None and read_cache(key, quick=True) is not None:
+        return [] if full is None else [f"{full}; using the quick measurement cached beside it"]
+    notes = [n for n in (full, quick_problem) if n is not None]
+    if notes:
+        notes[-1] += "; measuring again"
+    return notes

@@ -9,6 +9,7 @@ from typing import Any
 
 from dlperf.cli.common import add_json_argument, add_store_argument, console, open_store, print_json
 from dlperf.errors import ConfigError
+from dlperf.store.records import SAMPLED_KINDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="a KPI of one workload over its stored runs, oldest first")
     p.add_argument("workload", help="the workload as it was given to the command, e.g. zoo:mlp")
     p.add_argument("--metric", default="p50", help="p50 (default), p90, p99, mean or throughput")
-    p.add_argument("--kind", default="bench", help="runs of this kind (default bench)")
+    p.add_argument("--kind", default="bench", choices=SAMPLED_KINDS,
+                   help="runs of this kind (default bench; check runs re-measure per batch size too)")
     p.add_argument("--batch-size", default=None, metavar="N",
                    help="the batch size to follow (default: the newest run's first batch size)")
     p.add_argument("--limit", default="50", metavar="N", help="the newest N runs (default 50)")
@@ -144,7 +146,8 @@ def _history(args: argparse.Namespace) -> int:
     metric_spec(args.metric)
     store = open_store(args, create=False)
     records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
-    history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload)
+    history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload,
+                          args.kind)
     if args.json:
         print_json(history.to_dict())
         return 0

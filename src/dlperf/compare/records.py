@@ -10,9 +10,7 @@ from typing import Any
 
 from dlperf.errors import StoreError
 from dlperf.measure.stats import Measurement
-from dlperf.store.records import RunRecord
-
-SAMPLED_KINDS = ("bench", "check")
+from dlperf.store.records import SAMPLED_KINDS, RunRecord
 
 
 def point_measurements(record: RunRecord) -> dict[int, Measurement]:

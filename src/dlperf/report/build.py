@@ -8,15 +8,14 @@ from pathlib import Path
 from dlperf.errors import ConfigError
 from dlperf.report.html import render_report
 from dlperf.store.db import Store
-from dlperf.store.records import RunRecord
+from dlperf.store.records import SAMPLED_KINDS, RunRecord
 
-HISTORY_KINDS = ("bench", "check")
 HISTORY_METRICS = ("p50", "p90", "p99", "mean", "throughput")
 
 
 def history_runs(store: Store, workload: str, limit: int = 200) -> list[RunRecord]:
     """Finished bench and check runs of `workload`, oldest first."""
-    runs = [r for kind in HISTORY_KINDS for r in store.list(kind=kind, workload=workload, limit=limit, status="ok")]
+    runs = [r for kind in SAMPLED_KINDS for r in store.list(kind=kind, workload=workload, limit=limit, status="ok")]
     return sorted(runs, key=lambda r: r.created_at)[-limit:]
 
 
@@ -36,7 +35,7 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
         history = history_runs(store, history_workload)
         if not history:
             # the workloads --history would find (a failed run's workload was offered, and found nothing)
-            known = sorted({r.workload for kind in HISTORY_KINDS
+            known = sorted({r.workload for kind in SAMPLED_KINDS
                             for r in store.list(kind=kind, limit=500, status="ok")})
             raise ConfigError(f"no finished bench or check runs of workload '{history_workload}' in the store; "
                               f"workloads with finished ones: {', '.join(known) or 'none'}")

@@ -95,7 +95,7 @@ def metric_spec(metric: str) -> tuple[str, str, bool]:
 
 
 def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: int | None = None,
-                workload: str = "") -> History:
+                workload: str = "", kind: str = "bench") -> History:
     """The series of `metric` at `batch_size` over `records` (any order in; oldest first out).
 
     Only finished ('ok') runs count. Without `batch_size`, the newest run's first batch size is used.
@@ -106,7 +106,8 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
     if batch_size is None:
         if not usable:
             name = workload or "WORKLOAD"
-            raise StoreError(f"no finished bench runs of '{name}' in the store: run `dlperf bench {name}` first")
+            raise StoreError(f"no finished {kind} runs of '{name}' in the store: run `dlperf {kind} {name}` first"
+                             + (" (with --baseline NAME)" if kind == "check" else ""))
         batch_size = int(bench_points(usable[-1])[0]["batch_size"])
     points: list[HistoryPoint] = []
     for record in usable:

@@ -11,6 +11,8 @@ OK = "ok"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
 STATUSES = (RUNNING, OK, FAILED, INTERRUPTED)
+SAMPLED_KINDS = ("bench", "check")
+"""Kinds of run whose result holds per-batch-size points with their samples (a KPI's history, compare by batch)."""
 
 
 @dataclass

@@ -62,6 +62,9 @@ def test_errors() -> None:
         kpi_history(RECORDS, "p42")
     with pytest.raises(StoreError, match="no finished bench runs of 'zoo:x'"):
         kpi_history([], "p50", workload="zoo:x")
+    # `runs history --kind check` said "no finished bench runs" of a store full of them
+    with pytest.raises(StoreError, match=r"no finished check runs of 'zoo:x' in the store: run `dlperf check zoo:x`"):
+        kpi_history([], "p50", workload="zoo:x", kind="check")
     empty = kpi_history([], "p50", batch_size=4, workload="zoo:x")
     assert empty.points == [] and empty.change is None and empty.best is None
 
