@@ -17,7 +17,13 @@ def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Seq
     engine = row.get("engine", "torch")
     flags = set(cpu_flags)
     on_cpu = device == "cpu"
-    if precision == "int8" and on_cpu:
+    weights_only = any(c.get("precision") == "int8-weights" for c in row.get("pipeline", []))
+    if precision == "int8" and weights_only:
+        # OpenVINO's weight compression: int8 weights turned back into floats for float GEMMs, no int8 arithmetic
+        reasons.append("weight-only int8 computes in float: it turns the int8 weights back into floats on each "
+                       "call, which pays off only where reading the weights dominates (large layers, small batches "
+                       "on a memory-bound model)")
+    elif precision == "int8" and on_cpu:
         if not flags & set(INT8_FLAGS):
             reasons.append("no int8 hardware support: this CPU lacks VNNI/AMX-INT8, so int8 GEMMs are not faster")
         if batch_size <= 4:

@@ -162,7 +162,13 @@ def on_cpu(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).to(torch.device("cpu"))
 
 
-def to_numpy(inputs: Inputs) -> list[np.ndarray]:
+def to_numpy(inputs: Inputs, spec: IOSpec | None = None) -> list[np.ndarray]:
+    """The inputs as numpy arrays; with `spec`, as many as the model takes or a TypeError, as the original model's
+    forward raises (an engine would drop an extra input, or fail on a missing one with its own message)."""
+    if spec is not None and len(inputs) != len(spec.inputs):
+        names = ", ".join(s.name for s in spec.inputs)
+        raise TypeError(f"the model takes {len(spec.inputs)} positional input{'s' if len(spec.inputs) != 1 else ''} "
+                        f"({names}), got {len(inputs)}")
     return [x.detach().cpu().contiguous().numpy() for x in inputs]
 
 
@@ -300,12 +306,25 @@ def onnx_int8_layers(onnx_path: Path) -> int:
 
 def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list[Inputs]:
     """Up to `limit` single-sample inputs for calibration: the context's data, else the workload's eval data,
-    else the workload's own example inputs (random for zoo models) split into rows."""
+    else the workload's own example inputs (random for zoo models) split into rows. What the workload's own
+    calibration data raises (called or iterated) names the workload and the user's line."""
     wl = state.workload
     source: Callable[[], Any] | None = ctx.calibration_inputs
     if source is None and wl.eval is not None:
         source = wl.eval.calibration_inputs
-    batches: Any = source() if source is not None else synthetic_batches(wl, limit)
+    if source is None:
+        out = _rows(synthetic_batches(wl, limit), limit)
+    else:
+        from dlperf.workload.base import call_user_factory
+
+        user = source
+        out = call_user_factory(wl.name, "its calibration_inputs", lambda: _rows(user(), limit), error=PassError)
+    if not out:
+        raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
+    return out
+
+
+def _rows(batches: Any, limit: int) -> list[Inputs]:
     out: list[Inputs] = []
     for batch in batches:
         batch = batch if isinstance(batch, tuple) else (batch,)
@@ -314,8 +333,6 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
             out.append(tuple(x[r : r + 1] for x in batch))
             if len(out) >= limit:
                 return out
-    if not out:
-        raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
     return out
 
 

@@ -135,7 +135,7 @@ def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
     names = [s.name for s in spec.inputs]
 
     def predict(*inputs: Any) -> Any:
-        arrays = _engine.to_numpy(inputs)
+        arrays = _engine.to_numpy(inputs, spec)
         out = _engine.to_torch(sess.run(None, dict(zip(names, arrays, strict=False))), spec)
         device = getattr(inputs[0], "device", None) if inputs else None
         if device is None or device.type == "cpu":
@@ -260,8 +260,10 @@ class OrtPass:
             tmp = tempfile.TemporaryDirectory(prefix="dlperf-ort-")
             workdir = Path(tmp.name)
         example = wl.example_inputs(ctx.batch_size)
+        # dynamic quantization computes its scales at run time: only static quantization and the sensitivity
+        # ranking of keep_fp32="auto" need calibration data (a workload's calibration_inputs that raised failed it)
         samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
-                   if config.precision != "fp32" else [])
+                   if config.precision == "int8-static" or config.keep_fp32 == "auto" else [])
         spec = _engine.io_spec(wl, model, [example, *samples[:4]])
         path = _engine.export_onnx(model, samples[0] if samples else example, spec, workdir / "model.onnx")
         if config.transformer_optimizer:

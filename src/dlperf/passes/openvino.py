@@ -123,7 +123,7 @@ def _predict_fn(compiled: Any, spec: _engine.IOSpec, static: Any = None,
     shapes = [tuple(s) for s in static_shapes] if static_shapes else None
 
     def predict(*inputs: Any) -> Any:
-        arrays = _engine.to_numpy(inputs)
+        arrays = _engine.to_numpy(inputs, spec)
         use_static = static is not None and [a.shape for a in arrays] == shapes
         key = "static_req" if use_static else "req"
         req = getattr(local, key, None)

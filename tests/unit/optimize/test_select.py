@@ -127,6 +127,12 @@ def test_slower_reasons_use_cpu_flags_and_batch() -> None:
     assert "conversion overhead" in ort[0]
     assert slower_reasons(_row(2.0, 0.9), BASE, [], batch_size=1) == [
         "the passes add work per call that this model and batch size do not repay"]
+    # weight-only int8 quantizes no activation: the activation reason was given for it
+    weights = _row(2.0, 0.9, precision="int8", engine="openvino",
+                   pipeline=[{"pass": "openvino", "precision": "int8-weights"}])
+    why = slower_reasons(weights, BASE, ["avx2"], batch_size=1)
+    assert why[0].startswith("weight-only int8 computes in float")
+    assert not any("activations" in r or "hardware support" in r for r in why)
 
 
 def test_absolute_drop_from_relative_or_absolute_budget() -> None:

@@ -287,3 +287,40 @@ def test_an_export_that_traces_no_input_fails_with_a_short_reason(monkeypatch: p
 def test_first_line_strips_colour_and_cuts_long_lines() -> None:
     assert _engine.first_line("\x1b[1m\x1b[31m\n  \n=====\nboom: \x1b[0mbad\nmore") == "boom: bad"
     assert len(_engine.first_line("x" * 1000)) == 300
+
+
+def _broken_calibration() -> Any:
+    import dataclasses
+
+    from dlperf.workload.base import EvalSpec
+
+    def calibration() -> Any:
+        yield get("mlp").example_inputs(2)
+        raise RuntimeError("calibration data missing")
+
+    wl = get("mlp")
+    spec = EvalSpec(lambda predict: 1.0, "score", calibration_inputs=calibration)
+    return dataclasses.replace(wl, eval=spec)
+
+
+def test_dynamic_int8_needs_no_calibration_data_and_static_names_the_workloads_line() -> None:
+    """int8-dynamic called the workload's calibration_inputs, so one that raised failed a candidate that needs no
+    calibration; and the error did not say the workload's own code raised, nor where."""
+    wl = _broken_calibration()
+    new = apply_pass(OrtConfig(precision="int8-dynamic"), initial_state(wl), CTX)
+    assert new.precision == "int8"
+    with pytest.raises(PassError, match=r"workload 'mlp': its calibration_inputs raised RuntimeError: calibration "
+                                        r"data missing\n  File .*test_engine_onnxruntime.py\", line \d+"):
+        apply_pass(OrtConfig(precision="int8-static", calibration_samples=8), initial_state(wl), CTX)
+
+
+def test_a_loaded_artifact_refuses_extra_or_missing_inputs_as_the_model_does(tmp_path: Path) -> None:
+    """An extra positional input was dropped without a word (zip of names and arrays); the model raises."""
+    wl = get("mlp")
+    new = apply_pass(OrtConfig(), initial_state(wl), CTX)
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    x = wl.example_inputs(2)
+    with pytest.raises(TypeError, match=r"the model takes 1 positional input \(.+\), got 2"):
+        load_artifact(tmp_path, manifest)(*x, *x)
+    with pytest.raises(TypeError, match="got 0"):
+        new.predict()
