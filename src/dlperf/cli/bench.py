@@ -102,7 +102,7 @@ def emulated_precision_note(precision: str, device: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.api import bench_config_dict, bench_environment
     from dlperf.cli.progress import bench_progress
-    from dlperf.measure.bench import BenchPoint, headline_record, run_bench
+    from dlperf.measure.bench import point_saver, run_bench
     from dlperf.report.terminal import bench_report
     from dlperf.workload.loader import load_workload
 
@@ -118,16 +118,7 @@ def run(args: argparse.Namespace) -> int:
     environment = bench_environment(config)
     config_dict = bench_config_dict(config)
     with store.recording("bench", args.workload, config_dict, environment) as recording:
-        measured: list[BenchPoint] = []
-        partial: list[dict[str, object]] = []
-
-        def on_point(point: BenchPoint) -> None:
-            measured.append(point)
-            partial.append(point.to_dict())
-            # with the headline of the batch sizes measured so far: an interrupted run's had none
-            recording.result = {"workload": workload.name, "points": partial, "partial": True,
-                                "headline": headline_record(config, measured)}
-            recording.save()
+        on_point = point_saver(recording, workload.name, config)
 
         batch_sizes = config.scenario_obj.batch_sizes(config.batch_sizes)
         with bench_progress(batch_sizes, config.timer.min_duration_s, config.timer.min_iters) as on_progress:

@@ -161,7 +161,14 @@ def run_ab(
             iters_per_block = _auto_iters([call_a, call_b], clock)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, seed=seed)
-        result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
+        try:
+            result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
+        except KeyboardInterrupt as exc:  # the blocks finished so far, as a run, for the caller to keep
+            partial = getattr(exc, "dlperf_measured", None)
+            if partial is not None:
+                exc.dlperf_partial = ABRun(workload.source or workload.name, a, b,  # type: ignore[attr-defined]
+                                           batch_a, batch_b, partial, batch_a != batch_b, iters_per_block)
+            raise
     finally:
         torch.set_num_threads(old_threads)
     return ABRun(workload.source or workload.name, a, b, batch_a, batch_b, result, batch_a != batch_b,
@@ -196,10 +203,19 @@ def _ab(call_a: Callable[[], Any], call_b: Callable[[], Any], config: ABConfig, 
     try:
         result = ab_test(call_a, call_b, config, clock, items_per_call=1, on_block=on_block,
                          before_a=before_a, before_b=before_b)
+    except KeyboardInterrupt as exc:
+        partial = getattr(exc, "dlperf_measured", None)
+        if partial is not None:
+            exc.dlperf_measured = _per_item(partial, batch_a, batch_b, config)  # type: ignore[attr-defined]
+        raise
     except MeasurementError:
         raise
     except Exception as exc:  # the model's own error (an OOM at some call, a bad input): said once, not a traceback
         raise MeasurementError(f"a measured call raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
+    return _per_item(result, batch_a, batch_b, config)
+
+
+def _per_item(result: ABResult, batch_a: int, batch_b: int, config: ABConfig) -> ABResult:
     result.a.items_per_call = batch_a
     result.b.items_per_call = batch_b
     if batch_a != batch_b:
@@ -223,6 +239,14 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
               **{k: v for k, v in kwargs.items() if k != "on_block"}}
     device = next((s.device for s in (a, b) if s.device.startswith("cuda")), None)
     with store.recording("ab", name, config, capture_environment(device).to_dict()) as run:
-        outcome = run_ab(workload_spec, a, b, **kwargs)
+        try:
+            outcome = run_ab(workload_spec, a, b, **kwargs)
+        except KeyboardInterrupt as exc:
+            partial = getattr(exc, "dlperf_partial", None)
+            if partial is not None:  # kept with the interrupted run: its verdict is of the blocks it finished
+                blocks = len(partial.result.block_ratios)
+                run.result = {**partial.to_dict(), "partial": f"interrupted after {blocks} of "
+                              f"{kwargs.get('blocks', 20)} paired blocks: the verdict is of those"}
+            raise
         run.result = outcome.to_dict()
     return outcome, run.id

@@ -60,7 +60,7 @@ def check_against_baseline(
     both).
     """
     from dlperf.api import bench_config_dict, bench_environment
-    from dlperf.measure.bench import run_bench
+    from dlperf.measure.bench import point_saver, run_bench
     from dlperf.measure.env import environment_differences
     from dlperf.workload.loader import load_workload
 
@@ -99,7 +99,9 @@ def check_against_baseline(
     run_config = {**bench_config_dict(bench_config), "gate": dataclasses.asdict(config),
                   "baseline": baseline_name, "baseline_run_id": baseline.id}
     with store.recording("check", name, run_config, environment) as run:
-        result = run_bench(workload, bench_config, on_progress=on_progress)
+        # the batch sizes measured are kept if a later one fails or the check is interrupted
+        result = run_bench(workload, bench_config, on_progress=on_progress,
+                           on_point=point_saver(run, workload.name, bench_config))
         bench = result.to_dict()
         run.result = bench
         run.save()

@@ -155,6 +155,22 @@ def ab_test(
     b_samples: list[int] = []
     ratios: list[float] = []
     stat = median if config.block_statistic == "median" else statistics.fmean
+    try:
+        _blocks(fn_a, fn_b, config, clock, befores, stat, on_block, a_samples, b_samples, ratios)
+    except KeyboardInterrupt as exc:
+        # the paired blocks finished so far go on with the interrupt (`dlperf_measured`), for a caller to keep
+        if len(ratios) >= 2:
+            partial = _result(a_samples, b_samples, ratios, items_per_call, config, clock)
+            exc.dlperf_measured = partial  # type: ignore[attr-defined]
+        raise
+    return _result(a_samples, b_samples, ratios, items_per_call, config, clock)
+
+
+def _blocks(fn_a: Callable[[], Any], fn_b: Callable[[], Any], config: ABConfig, clock: Clock,
+            befores: tuple[Callable[[], Any] | None, Callable[[], Any] | None], stat: Callable[[list[float]], float],
+            on_block: Callable[[int, int], None] | None, a_samples: list[int], b_samples: list[int],
+            ratios: list[float]) -> None:
+    """The paired blocks, appended to the three lists as each block completes."""
     for block in range(config.blocks):
         order = ((0, fn_a), (1, fn_b)) if block % 2 == 0 else ((1, fn_b), (0, fn_a))
         per: list[list[int]] = [[], []]
@@ -172,6 +188,10 @@ def ab_test(
         ratios.append(stat([float(t) for t in b_block]) / max(stat([float(t) for t in a_block]), 1.0))
         if on_block is not None:
             on_block(block + 1, config.blocks)
+
+
+def _result(a_samples: list[int], b_samples: list[int], ratios: list[float], items_per_call: int, config: ABConfig,
+            clock: Clock) -> ABResult:
     ratio, ci, verdict = decide(ratios, config.confidence, config.min_effect, config.seed)
     return ABResult(
         a=Measurement(a_samples, items_per_call, config.warmup_iters, clock.name, "A"),

@@ -144,6 +144,21 @@ def headline_record(config: BenchConfig, points: Sequence[BenchPoint]) -> dict[s
     return headline
 
 
+def point_saver(handle: Any, workload_name: str, config: BenchConfig) -> Callable[[BenchPoint], None]:
+    """An `on_point` for `run_bench` that keeps the points measured so far in `handle` (a store's run handle: its
+    `result` and `save()`), marked partial with the headline of those points, so a run interrupted or failing at
+    a later batch size keeps the batch sizes it finished (bench and check)."""
+    measured: list[BenchPoint] = []
+
+    def on_point(point: BenchPoint) -> None:
+        measured.append(point)
+        handle.result = {"workload": workload_name, "points": [p.to_dict() for p in measured], "partial": True,
+                         "headline": headline_record(config, measured)}
+        handle.save()
+
+    return on_point
+
+
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """Set torch's intra-op thread count for the block, and restore it after."""

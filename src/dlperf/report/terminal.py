@@ -492,7 +492,8 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             from dlperf.report.compare_text import ab_table, ab_verdict
 
             run = ABRun.from_dict(result)
-            return Group(ab_table(run), ab_verdict(run))
+            partial = [Text(f"note: {result['partial']}")] if isinstance(result.get("partial"), str) else []
+            return Group(ab_table(run), ab_verdict(run), *partial)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

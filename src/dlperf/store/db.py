@@ -7,6 +7,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -436,13 +437,23 @@ class RunHandle:
         self.result: dict[str, Any] = {}
         self.status = OK
         self.error: str | None = None
+        self._save_failed = False
 
     @property
     def id(self) -> str:
         return self.record.id
 
     def save(self) -> None:
-        self.store.update_result(self.record.id, self.result)
+        """Save the partial result; a store that cannot take it now (locked by another process longer than SQLite's
+        wait) is warned of once and the command goes on: the run's last write (`finish_run`) waits longer and has
+        a fallback file, while a failed progress save ended a bench before its other batch sizes were measured."""
+        try:
+            self.store.update_result(self.record.id, self.result)
+        except StoreError as exc:
+            if not self._save_failed:
+                self._save_failed = True
+                print(f"warning: run {self.record.id}: the partial result could not be saved now ({exc}); going on, "
+                      "it is saved when the run ends", file=sys.stderr)
 
 
 def _to_record(row: Any) -> RunRecord:

@@ -112,3 +112,36 @@ def test_a_model_that_raises_while_measured_is_one_error_line_and_a_failed_run(
     assert f"{model_file}:12 in forward" in err and "Traceback" not in err
     (run,) = Store(store).list(kind="ab")
     assert run.status == "failed" and "out of memory at call 30" in (run.error or "")
+
+
+def test_an_interrupted_ab_keeps_the_blocks_it_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An interrupted `dlperf ab` said it was kept "with what it finished" and kept nothing."""
+    from typing import Any
+
+    import dlperf.measure.bench as bench
+
+    real, calls = bench.make_call, [0]
+
+    def make_call(*args: Any) -> Any:
+        call = real(*args)
+
+        def counted() -> Any:
+            calls[0] += 1
+            if calls[0] == 60:  # past both warm-ups and the first paired blocks of 3 + 3 calls
+                raise KeyboardInterrupt
+            return call()
+        return counted
+
+    monkeypatch.setattr(bench, "make_call", make_call)
+    store = tmp_path / "runs.db"
+    assert main(["ab", "zoo:mlp", "--a", "threads=1", "--b", "threads=1,option.hidden=1024", "--blocks", "40",
+                 "--iters-per-block", "3", "--store", str(store)]) == 130
+    (record,) = Store(store).list(kind="ab")
+    assert record.status == "interrupted"
+    blocks = len(record.result["block_ratios"])
+    assert 2 <= blocks < 40 and len(record.result["measurements"]["a"]["samples_ns"]) == 3 * blocks
+    assert record.result["partial"] == f"interrupted after {blocks} of 40 paired blocks: the verdict is of those"
+    capsys.readouterr()
+    assert main(["runs", "show", record.id, "--store", str(store)]) == 0
+    assert f"note: interrupted after {blocks} of 40 paired blocks" in " ".join(capsys.readouterr().out.split())

@@ -97,3 +97,27 @@ def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
+
+
+def test_a_check_failing_at_a_later_batch_size_keeps_the_ones_it_measured(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A check that failed (or was interrupted) at its second batch size recorded no result at all."""
+    store = tmp_path / "runs.db"
+    (tmp_path / "raises.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.shape[0] == 8:\n"
+        "            raise RuntimeError('boom at batch 8')\n"
+        "        return x * 2\n"
+        "def model():\n    return M()\n"
+        "def inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+    workload = str(tmp_path / "raises.py")
+    dlperf.bench("zoo:mlp", batch_sizes=(1, 8), min_duration_s=0.05, min_iters=5, store=str(store))
+    assert main(["baseline", "set", "b", Store(store).list(kind="bench")[0].id, "--store", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["check", workload, "--baseline", "b", "--duration", "0.05", "--store", str(store)]) == 2
+    assert "boom at batch 8" in capsys.readouterr().err
+    (run,) = Store(store).list(kind="check")
+    assert run.status == "failed"
+    assert [p["batch_size"] for p in run.result["points"]] == [1] and run.result["partial"] is True

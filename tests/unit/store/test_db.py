@@ -449,3 +449,23 @@ def test_runs_export_writes_strict_json(tmp_path: Path, capsys: pytest.CaptureFi
     target = tmp_path / "run.json"
     assert main(["runs", "export", run.id, "-o", str(target), "--store", str(path)]) == 0
     assert strict(target.read_text()) == exported
+
+
+def test_a_progress_save_the_store_cannot_take_now_warns_once_and_goes_on(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A store locked by another process during a bench's mid-run save ended the bench (its other batch sizes never
+    measured); the run's last write waits longer and has a fallback, so a progress save may be skipped."""
+    store = Store(str(tmp_path / "runs.db"))
+
+    def locked(run_id: str, result: dict[str, object]) -> None:
+        raise StoreError("run store at sqlite:///x: it is locked by another process")
+
+    with store.recording("bench", "zoo:mlp") as run:
+        monkeypatch.setattr(store, "update_result", locked)
+        for n in (1, 2):
+            run.result = {"points": n}
+            run.save()
+        monkeypatch.undo()
+    assert capsys.readouterr().err.count("the partial result could not be saved now") == 1
+    assert store.get(run.id).result == {"points": 2} and store.get(run.id).status == "ok"
