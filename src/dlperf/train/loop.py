@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
-from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame, call_user_factory
+from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame, call_user_factory, error_text
 
 if TYPE_CHECKING:
     import torch
@@ -228,6 +228,7 @@ class TrainLoop:
                     "iterable of (inputs, target) batches: return a torch.utils.data.DataLoader"
                 )
         self._iter: Iterator[Any] | None = None
+        self._batches_read = 0
         self.steps_done = 0
         self.last_step_samples = 0
         """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
@@ -257,17 +258,26 @@ class TrainLoop:
         if self._iter is None:
             self._iter = iter(self.loader)
         try:
-            return next(self._iter)
+            batch = next(self._iter)
         except StopIteration:
             self._iter = iter(self.loader)
             try:
-                return next(self._iter)
+                batch = next(self._iter)
             except StopIteration:
+                if self._batches_read:  # it gave batches before: the loader object itself was used up
+                    raise TrainError(
+                        f"workload '{self.workload.name}': its loader gave {self._batches_read} batches, then none "
+                        "when iterated again for the next epoch: make_loader returned a one-shot iterator (a "
+                        "generator?); return something iterable anew each time, such as a DataLoader or an object "
+                        "with __iter__"
+                    ) from None
                 raise TrainError(
                     f"workload '{self.workload.name}': its loader yields no batch at batch size "
                     f"{self.config.batch_size} (a drop_last loader over fewer samples?): pass a smaller "
                     "batch size (--batch-size)"
                 ) from None
+        self._batches_read += 1
+        return batch
 
     def _to_device(self, value: Any) -> Any:
         import torch
@@ -303,9 +313,8 @@ class TrainLoop:
         except (DlperfError, torch.cuda.OutOfMemoryError):
             raise
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise TrainError(f"workload '{self.workload.name}': a training step raised {type(exc).__name__}: "
-                             f"{first}\n{_user_frame(exc)}") from exc
+            raise TrainError(f"workload '{self.workload.name}': a training step raised {error_text(exc)}\n"
+                             f"{_user_frame(exc)}") from exc
 
     def _pair(self, batch: Any) -> tuple[Any, Any]:
         if isinstance(batch, (tuple, list)) and len(batch) == 2:

@@ -24,7 +24,7 @@ from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, regi
 from dlperf.train.loop import StepConfig, TrainLoop, has_conv
 from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
 from dlperf.train.step import TrainMeasurement, measure_loop
-from dlperf.workload.base import Workload
+from dlperf.workload.base import Workload, error_text
 
 if TYPE_CHECKING:
     from dlperf.calibrate import Ceilings
@@ -329,7 +329,7 @@ class Tuner:
             else:
                 trial.status, trial.reason = NOT_FASTER, f"A/B: {ab.verdict}"
         except Exception as exc:  # a broken knob is a finding, not a crash of the tuner
-            trial.status, trial.reason = FAILED, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            trial.status, trial.reason = FAILED, error_text(exc)[:300]
             if loop is not None:
                 loop.close()
             loop = None

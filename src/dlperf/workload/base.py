@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import re
 import sys
 import sysconfig
 import traceback
@@ -332,6 +333,34 @@ def call_user_factory(workload: str, what: str, fn: Any, *args: Any, error: type
         raise error(f"workload '{workload}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}") from exc
 
 
+_WORKER_TRACEBACK = "Original Traceback (most recent call last):"
+_TEXT_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)\n(?:    (?P<code>.*))?$',
+                         re.MULTILINE)
+
+
+def error_text(exc: BaseException) -> str:
+    """'OSError: corrupt record 200': the exception's type and the first line of its message; for an error torch
+    re-raised from a DataLoader worker, whose message is 'Caught OSError in DataLoader worker process 0.' and the
+    worker's traceback as text, the worker's own last line, and where it was caught."""
+    text = str(exc).strip()
+    if _WORKER_TRACEBACK in text:
+        head, _, trace = text.partition(_WORKER_TRACEBACK)
+        last = next((line.strip() for line in reversed(trace.strip().splitlines()) if line.strip()), "")
+        where = head.strip().removeprefix("Caught ").partition(" in ")[2].rstrip(".")
+        if last:
+            return f"{last} (in {where})" if where else last
+    return f"{type(exc).__name__}: {(text.splitlines() or [''])[0]}"
+
+
+def _worker_frame(exc: BaseException) -> str:
+    """The user's frame in a DataLoader worker's traceback, which torch passes on as text in the message."""
+    trace = str(exc).partition(_WORKER_TRACEBACK)[2]
+    for m in reversed(list(_TEXT_FRAME.finditer(trace))):
+        if not _is_library_frame(m["file"]):
+            return f'  File "{m["file"]}", line {m["line"]}, in {m["name"]}\n    {(m["code"] or "").strip()}'
+    return ""
+
+
 def _user_frame(exc: BaseException, function: Any = None) -> str:
     """The innermost traceback frame outside dlperf, torch and installed packages: where the user's code went wrong.
 
@@ -342,6 +371,8 @@ def _user_frame(exc: BaseException, function: Any = None) -> str:
     """
     if isinstance(exc, SyntaxError) and exc.filename:  # the traceback holds only importlib's frames
         return f'  File "{exc.filename}", line {exc.lineno}\n    {(exc.text or "").strip()}'
+    if _WORKER_TRACEBACK in str(exc) and (worker := _worker_frame(exc)):  # raised in a DataLoader worker
+        return worker
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
         if _is_library_frame(frame.filename):

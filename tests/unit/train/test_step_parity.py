@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -110,6 +111,48 @@ def test_a_batch_larger_than_the_data_says_so_once_with_the_fix() -> None:
         "workload 'tiny': its loader yields no batch at batch size 1000 (a drop_last loader over fewer samples?): "
         "pass a smaller batch size (--batch-size)"
     )
+
+
+def _with_loader(loader: Any) -> Any:
+    spec = tiny().train
+    assert spec is not None
+    return dataclasses.replace(tiny(), train=dataclasses.replace(spec, make_loader=loader))
+
+
+def test_a_one_shot_loader_is_named_as_such() -> None:
+    """A generator gave its batches, then none for the next epoch: the advice was a smaller batch size, which cannot
+    help."""
+    def loader(batch_size: int, **kwargs: object) -> object:
+        return ((torch.randn(batch_size, 16), torch.randint(0, 4, (batch_size,))) for _ in range(3))
+
+    with pytest.raises(TrainError, match=r"its loader gave 3 batches, then none when iterated again for the next "
+                                         r"epoch: make_loader returned a one-shot iterator"):
+        measure_training(_with_loader(loader), StepConfig(batch_size=8, threads=1), steps=6,
+                         warmup_steps=0, count_flops=False)
+
+
+class _Corrupt(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if i >= 40:
+            raise OSError(f"corrupt record {i}")
+        return torch.randn(16), torch.tensor(i % 4)
+
+
+def test_an_error_in_a_loader_worker_gives_its_own_message_and_line() -> None:
+    """torch re-raises a worker's error as 'Caught OSError in DataLoader worker process 0.' with the worker's
+    traceback as text: the first line was all that was shown, without the message or the user's line."""
+    def loader(batch_size: int, **kwargs: object) -> object:
+        return DataLoader(_Corrupt(), batch_size=batch_size, num_workers=1)
+
+    with pytest.raises(TrainError) as raised:
+        measure_training(_with_loader(loader), StepConfig(batch_size=8, threads=1), steps=8,
+                         warmup_steps=0, count_flops=False)
+    message = str(raised.value)
+    assert "a training step raised OSError: corrupt record 40 (in DataLoader worker process 0)" in message
+    assert f'File "{__file__}"' in message and 'raise OSError(f"corrupt record {i}")' in message
 
 
 def test_samples_per_s_counts_the_short_last_batch_of_an_epoch() -> None:
