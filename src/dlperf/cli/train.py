@@ -138,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
             ddp = DdpConfig(nproc=args.nproc, steps=args.steps, warmup_steps=args.warmup,
                             threads_per_process=args.threads,
                             timeout_s=args.timeout if args.timeout is not None else DDP_TIMEOUT_S)
-            recording.result = run_ddp(args.workload, baseline, ddp).to_dict()
+
+            def keep(partial: dict[str, Any]) -> None:  # kept if the N-process launch fails or is interrupted
+                recording.result = partial
+                recording.save()
+
+            with step_progress(2 if args.nproc > 1 else 1, "DDP") as on_launch:
+                recording.result = run_ddp(args.workload, baseline, ddp, on_launch, keep).to_dict()
             view = ddp_view(recording.result)
         elif tune_config is not None:
             tuned = _tune(args, tune_config, workload, baseline, ceilings, store, recording, step_progress)
@@ -225,4 +231,9 @@ def _tune(args: argparse.Namespace, tune_config: Any, workload: Any, baseline: A
 
     with step_progress(len(tune_config.knobs) + 3, "tuning") as on_step:
         tuner = Tuner(workload, baseline, tune_config, ceilings=ceilings, on_event=on_step, on_trial=on_trial)
-        return tuner.run()
+        try:
+            return tuner.run()
+        except KeyboardInterrupt:  # stopped in the final measurements: they are kept too
+            recording.result = partial_result(workload.name, baseline, tuner.trials, tuner.best,
+                                              tuner.baseline_measurement, tuner.best_measurement)
+            raise

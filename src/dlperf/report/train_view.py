@@ -186,19 +186,37 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
 
 def partial_tune_view(result: dict[str, Any]) -> RenderableType:
     trials = result.get("trials", [])
+    ran = sum(1 for t in trials if t["status"] != "skipped")  # a skipped knob ran no trial
+    base_m, best_m = result.get("baseline_measurement"), result.get("best_measurement")
+    stage = ("while the best configuration was measured" if best_m is not None else
+             "after the baseline was measured, before the best was" if base_m is not None
+             else "before the baseline and the best were measured")
     head = Text()
-    head.append(f"tuning {result['workload']} stopped after {len(trials)} trial{'' if len(trials) == 1 else 's'}, "
-                "before the baseline and the best were measured\n", style="bold yellow")
+    head.append(f"tuning {result['workload']} stopped after {ran} trial{'' if ran == 1 else 's'}, {stage}\n",
+                style="bold yellow")
     head.append(f"  baseline  {config_line(result['baseline'])}\n")
+    if result.get("best_so_far"):
+        head.append(f"  best so far {config_line(result['best_so_far'])} (not confirmed by the final A/B)\n")
     parts: list[RenderableType] = [head]
-    if any(t["status"] != "skipped" for t in trials):
+    if ran:
         parts.append(trials_table(trials))
     parts.append(trial_notes(trials))
+    for measured, title in ((base_m, "baseline step breakdown"), (best_m, "best step breakdown")):
+        if measured is not None:
+            parts.append(breakdown_table(measured, title))
+            parts += [Text(f"  note: {n}", style="yellow") for n in measured.get("notes", []) if "interrupted" in n]
     return Group(*parts)
 
 
 def ddp_view(result: dict[str, Any]) -> RenderableType:
     text = Text()
+    if result.get("partial"):  # the N-process launch failed or was interrupted
+        text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
+                    f"batch {result['batch_size']} per process\n", style="bold")
+        text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
+                    f"(step {fmt_ms(result['single_step_s'])} ms)\n")
+        text.append(f"  {result['partial']}\n", style="yellow")
+        return text
     if result["nproc"] < 2:
         text.append(f"DDP {result['workload']}: 1 process ({result['backend']}), batch {result['batch_size']}\n",
                     style="bold")

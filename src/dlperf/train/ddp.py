@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,8 +186,13 @@ def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
     return out
 
 
-def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig) -> DdpResult:
-    """Launch 1 then N processes under torchrun and compare them (see the module docstring)."""
+def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
+            on_launch: Callable[[str], None] | None = None,
+            on_single: Callable[[dict[str, Any]], None] | None = None) -> DdpResult:
+    """Launch 1 then N processes under torchrun and compare them (see the module docstring).
+
+    `on_launch(label)` before each launch (progress); `on_single(partial)` once the 1-process launch is done, with
+    its figures as a result to keep should the N-process launch fail, time out or be interrupted."""
     if config.compile:
         raise ConfigError("--nproc measures eager DDP; drop torch.compile for the scaling run")
     if config.device.startswith("cuda"):
@@ -196,7 +202,17 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig) -> DdpResult
             raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")
     threads = ddp.threads_for()
+    if on_launch is not None:
+        on_launch("1 process")
     single = launch(workload_spec, config, ddp, 1, threads)
+    if ddp.nproc > 1 and on_single is not None:
+        on_single({"workload": workload_spec, "nproc": ddp.nproc, "backend": ddp.backend_for(config.device),
+                   "threads_per_process": threads, "batch_size": single.batch_size,
+                   "single_samples_per_s": single.samples_per_s, "single_step_s": single.step_s,
+                   "single": single.to_dict(),
+                   "partial": f"stopped before the {ddp.nproc}-process launch finished: the 1-process figures only"})
+    if ddp.nproc > 1 and on_launch is not None:
+        on_launch(f"{ddp.nproc} processes")
     multi = launch(workload_spec, config, ddp, ddp.nproc, threads) if ddp.nproc > 1 else single
     name = workload_spec
     result = DdpResult(name, ddp.backend_for(config.device), threads, ddp.bucket_cap_mb, single, multi)

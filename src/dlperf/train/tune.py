@@ -223,6 +223,10 @@ class Tuner:
         self.on_event = on_event or (lambda text: None)
         self.on_trial = on_trial or (lambda trial: None)
         self.trials: list[Trial] = []
+        # how far it got, for a tuning stopped before its end (`partial_result`)
+        self.best = baseline
+        self.baseline_measurement: TrainMeasurement | None = None
+        self.best_measurement: TrainMeasurement | None = None
 
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -238,6 +242,7 @@ class Tuner:
         try:
             for knob in self.knobs:
                 best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
+                self.best = best
             return self._finish(best, best_loop)
         finally:
             best_loop.close()
@@ -333,6 +338,10 @@ class Tuner:
             if loop is not None:
                 loop.close()
             loop = None
+        except BaseException:  # Ctrl-C, SIGTERM: its loader workers stop now, not in a 5 s join each at exit
+            if loop is not None:
+                loop.close()
+            raise
         finally:
             trial.duration_s = time.perf_counter() - started
         return trial, loop
@@ -345,13 +354,22 @@ class Tuner:
         try:
             base_m = measure_loop(base_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
                                   count_flops=self.config.count_flops)
+        except KeyboardInterrupt as exc:
+            self.baseline_measurement = getattr(exc, "dlperf_partial", None)  # the steps timed before it
+            raise
         finally:
             base_loop.close()
+        self.baseline_measurement = base_m
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [])
         self.on_event("measuring the best configuration")
-        best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
-                              count_flops=self.config.count_flops)
+        try:
+            best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
+                                  count_flops=self.config.count_flops)
+        except KeyboardInterrupt as exc:
+            self.best_measurement = getattr(exc, "dlperf_partial", None)
+            raise
+        self.best_measurement = best_m
         self.on_event("baseline vs best, interleaved")
         fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
         try:
@@ -423,9 +441,20 @@ def _product(values: Any) -> float | None:
     return result if seen else None
 
 
-def partial_result(workload: str, baseline: StepConfig, trials: list[Trial]) -> dict[str, Any]:
-    """What a tuning stopped before its end has: the baseline and the trials it finished (no 'best')."""
-    return {"workload": workload, "baseline": baseline.to_dict(), "trials": [t.to_dict() for t in trials]}
+def partial_result(workload: str, baseline: StepConfig, trials: list[Trial], best: StepConfig | None = None,
+                   baseline_measurement: TrainMeasurement | None = None,
+                   best_measurement: TrainMeasurement | None = None) -> dict[str, Any]:
+    """What a tuning stopped before its end has: the baseline and the trials it finished, and, stopped in its last
+    phase, the best configuration so far and the measurements done (whole or up to the interrupt); no verdict."""
+    out: dict[str, Any] = {"workload": workload, "baseline": baseline.to_dict(),
+                           "trials": [t.to_dict() for t in trials]}
+    if best is not None and best != baseline:
+        out["best_so_far"] = best.to_dict()
+    if baseline_measurement is not None:
+        out["baseline_measurement"] = baseline_measurement.to_dict()
+    if best_measurement is not None:
+        out["best_measurement"] = best_measurement.to_dict()
+    return out
 
 
 def record_trial(store: Any, parent_id: str, workload: str, trial: Trial) -> str:

@@ -93,3 +93,27 @@ def test_cli_runs_the_ranks_with_the_threads_asked_for(tmp_path: Path, capsys: p
     assert code == 0
     result = json.loads(capsys.readouterr().out)["result"]
     assert result["threads_per_process"] == threads
+
+
+def test_a_failed_scaling_launch_keeps_the_one_process_figures(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The 1-process launch finished, the N-process one failed (or was interrupted, or timed out): the run kept
+    nothing ("no result recorded")."""
+    workload = tmp_path / "fails_on_two.py"
+    workload.write_text(
+        "import os\nimport dlperf\n"
+        "from dlperf.workload.zoo import get\n"
+        "if os.environ.get('WORLD_SIZE') == '2':\n"
+        "    raise RuntimeError('no room for a second rank')\n"
+        "workload = get('mlp')\n")
+    store = tmp_path / "s.db"
+    assert main(["train", str(workload), "--nproc", "2", "--threads", "1", "--steps", "2", "--warmup", "0",
+                 "--store", str(store)]) == 2
+    assert "no room for a second rank" in capsys.readouterr().err
+    from dlperf.store import Store
+
+    (run,) = Store(store).list(kind="train")
+    assert run.status == "failed" and run.result["single_samples_per_s"] > 0
+    assert run.result["partial"] == "stopped before the 2-process launch finished: the 1-process figures only"
+    assert main(["runs", "show", run.id, "--store", str(store)]) == 0
+    assert "the 1-process figures only" in " ".join(capsys.readouterr().out.split())

@@ -243,3 +243,39 @@ def test_the_view_gives_settings_as_advice_only_when_the_final_ab_confirms_them(
         assert "which the final one did not confirm: keep your code as it is" in text
     text = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "faster"}}))
     assert "put this into your training code" in text and "unconfirmed" not in text
+
+
+def test_a_tuning_stopped_in_its_final_measurements_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupted while the best was measured, the run kept only its trials and said the baseline was never
+    measured, though its full measurement had finished."""
+    import dlperf.train.tune as tune_module
+    from dlperf.report.train_view import partial_tune_view
+    from dlperf.train.tune import partial_result
+
+    real, calls = tune_module.measure_loop, [0]
+
+    def measure_loop(loop: Any, steps: int, warmup: int, **kwargs: Any) -> Any:
+        calls[0] += 1
+        measured = real(loop, steps, warmup, **kwargs)
+        if calls[0] == 2:  # the best's measurement, cut short after what it timed
+            exc = KeyboardInterrupt()
+            exc.dlperf_partial = measured  # type: ignore[attr-defined]
+            raise exc
+        return measured
+
+    monkeypatch.setattr(tune_module, "measure_loop", measure_loop)
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=3, steps_per_call=1,
+                        count_flops=False)
+    knobs: dict[str, Knob] = {"split": FixedKnob("split", ({"batch_size": 8, "accumulation_steps": 4},),
+                                                 required=True)}
+    tuner = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs)
+    with pytest.raises(KeyboardInterrupt):
+        tuner.run()
+    assert tuner.baseline_measurement is not None and tuner.best_measurement is not None
+    result = partial_result("tiny", tuner.baseline, tuner.trials, tuner.best, tuner.baseline_measurement,
+                            tuner.best_measurement)
+    assert result["best_so_far"]["accumulation_steps"] == 4
+    text = _render(partial_tune_view(result))
+    assert "tuning tiny stopped after 1 trial, while the best configuration was measured" in text
+    assert "best so far" in text and "baseline step breakdown" in text and "best step breakdown" in text
