@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
@@ -187,13 +188,42 @@ def sigterm_interrupts() -> Iterator[None]:
         pending.append(exc)
         loop.call_soon_threadsafe(_raise_pending, pending)
 
+    previous_hook = sys.unraisablehook
+
+    def delivered_again(info: Any) -> None:
+        # Raised where Python only reports an exception and goes on (an os.fork callback such as logging's,
+        # a __del__, a weakref callback): the command would have run to its end and exited 0. The signal is
+        # delivered again, to be raised at the next line of ordinary code; Ctrl-C's KeyboardInterrupt too.
+        # (From another thread: raised here, at once, it would be swallowed again.)
+        exc = info.exc_value
+        if isinstance(exc, Terminated):
+            signal.signal(signal.SIGTERM, interrupt)
+            _signal_soon(signal.SIGTERM)
+        elif isinstance(exc, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            _signal_soon(signal.SIGINT)
+        else:
+            previous_hook(info)
+
     previous = signal.signal(signal.SIGTERM, interrupt)
+    sys.unraisablehook = delivered_again
     try:
         yield
         if pending:  # the loop ended before its callback ran
             _raise_pending(pending)
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _signal_soon(signum: int, delay_s: float = 0.01) -> None:
+    """Send this process `signum` from a short-lived thread, `delay_s` from now: its handler then runs in the main
+    thread wherever that has got to, not inside the code asking for it (an exception raised in an unraisable hook
+    is not handed to the hook again: it would be lost)."""
+    def send() -> None:
+        time.sleep(delay_s)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, name="dlperf-signal-again", daemon=True).start()
 
 
 def asyncio_loop() -> Any:
