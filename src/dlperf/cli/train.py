@@ -17,7 +17,7 @@ from dlperf.cli.common import (
     print_json,
     require_positive,
 )
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, DlperfError
 
 TUNE_OPTIONS = {"--knobs": "knobs", "--skip": "skip", "--memory-budget": "memory_budget", "--margin": "margin",
                 "--parity-steps": "parity_steps", "--parity-tolerance": "parity_tolerance", "--ab-blocks": "ab_blocks"}
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     measured = measure_training(workload, baseline, args.steps, args.warmup, ceilings=ceilings,
                                                 count_flops=not args.no_mfu)
-                except KeyboardInterrupt as exc:  # the run keeps the steps measured before it
+                except (KeyboardInterrupt, DlperfError) as exc:  # the run keeps the steps measured before it
                     partial = getattr(exc, "dlperf_partial", None)
                     if partial is not None:
                         recording.result = partial.to_dict()

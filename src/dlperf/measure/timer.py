@@ -81,7 +81,8 @@ def time_callable(
     """Warm `fn` up, then time it per `config`; returns every sample. Exceptions become MeasurementError.
 
     Interrupted (Ctrl-C, or a KeyboardInterrupt subclass) after at least one timed call, the interrupt goes on
-    with the calls timed so far as its `dlperf_measured` Measurement, for a caller to keep.
+    with the calls timed so far as its `dlperf_measured` Measurement, for a caller to keep; so does the
+    MeasurementError of a call that raised after some were timed.
     """
     config = config or TimerConfig()
     clock = clock or CpuClock()
@@ -103,7 +104,12 @@ def time_callable(
     except MeasurementError:
         raise
     except Exception as exc:
-        raise MeasurementError(f"the measured call raised {type(exc).__name__}: {exc}") from exc
+        error = MeasurementError(f"the measured call raised {type(exc).__name__}: {exc}")
+        if samples:  # the calls timed before it, for a caller to keep (as on an interrupt)
+            error.dlperf_measured = Measurement(  # type: ignore[attr-defined]
+                list(samples), items_per_call=items_per_call, warmup_iters=warmup, clock=clock.name, label=label,
+                extra={"stop_note": f"failed after {len(samples):,} timed call{'' if len(samples) == 1 else 's'}"})
+        raise error from exc
     extra: dict[str, Any] = {}
     cut = stop_note(config, len(samples), elapsed_ns)
     if cut is not None:

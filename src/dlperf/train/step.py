@@ -197,22 +197,27 @@ def measure_loop(
     if cuda:
         cuda_reset_peak(config.device)
     interrupted: KeyboardInterrupt | None = None
-    try:
-        with PeakRssSampler() as rss:
-            try:
-                m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
-                                  label=f"{loop.workload.name} train", on_progress=on_progress)
-            except KeyboardInterrupt as exc:
-                partial = getattr(exc, "dlperf_measured", None)
-                if partial is None:  # nothing timed yet
-                    raise
-                m, interrupted = partial, exc
-    except MeasurementError as exc:
-        if isinstance(exc.__cause__, DlperfError):  # already says what is wrong and how to fix it
-            raise exc.__cause__ from None
-        raise TrainError(f"workload '{loop.workload.name}': a training step failed: {exc}") from exc
-    if interrupted is not None:
-        notes.append(f"interrupted after {len(m.samples_ns)} of {steps} measured steps: every figure here is from "
+    failed: DlperfError | None = None
+    with PeakRssSampler() as rss:
+        try:
+            m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
+                              label=f"{loop.workload.name} train", on_progress=on_progress)
+        except KeyboardInterrupt as exc:
+            partial = getattr(exc, "dlperf_measured", None)
+            if partial is None:  # nothing timed yet
+                raise
+            m, interrupted = partial, exc
+        except MeasurementError as exc:
+            # the cause already says what is wrong and how to fix it when it is one of ours
+            error = exc.__cause__ if isinstance(exc.__cause__, DlperfError) else TrainError(
+                f"workload '{loop.workload.name}': a training step failed: {exc}")
+            partial = getattr(exc, "dlperf_measured", None)
+            if partial is None:
+                raise error from (None if error is exc.__cause__ else exc)
+            m, failed = partial, error
+    if interrupted is not None or failed is not None:
+        what = "interrupted" if interrupted is not None else "failed"
+        notes.append(f"{what} after {len(m.samples_ns)} of {steps} measured steps: every figure here is from "
                      "those steps")
     # the steps the timer counted (an interrupt can fall between a step's end and its sample being kept)
     counted = slice(warmup, warmup + len(m.samples_ns))
@@ -243,6 +248,9 @@ def measure_loop(
     if interrupted is not None:  # the interrupt goes on, carrying what was measured
         interrupted.dlperf_partial = result  # type: ignore[attr-defined]
         raise interrupted
+    if failed is not None:  # so does the error
+        failed.dlperf_partial = result  # type: ignore[attr-defined]
+        raise failed from None
     return result
 
 

@@ -174,3 +174,16 @@ def test_samples_per_s_counts_the_short_last_batch_of_an_epoch() -> None:
     assert result.achieved_flops == pytest.approx(forward_flops(64) / 64 * 200 / total_s)  # ...scaled per sample
     assert [n for n in result.notes if n.startswith("2 of 4 measured steps trained on fewer samples than the batch "
                                                     "of 64 (down to 36")]
+
+
+def test_a_measurement_failing_partway_carries_the_steps_it_timed() -> None:
+    """A loader that raised at step 6 of 10 left the run with nothing; an interrupt already kept its steps."""
+    def loader(batch_size: int, **kwargs: object) -> object:
+        return DataLoader(_Corrupt(), batch_size=batch_size)
+
+    with pytest.raises(TrainError, match="corrupt record 40") as raised:
+        measure_training(_with_loader(loader), StepConfig(batch_size=8, threads=1), steps=10, warmup_steps=0,
+                         count_flops=False)
+    partial = raised.value.dlperf_partial  # type: ignore[attr-defined]
+    assert len(partial.measurement.samples_ns) == 5  # 5 batches of 8 before record 40
+    assert "failed after 5 of 10 measured steps: every figure here is from those steps" in partial.notes
