@@ -136,6 +136,10 @@ def write_manifest(out_dir: Path, fields: dict[str, Any]) -> Path:
 def read_manifest(path: str | Path) -> dict[str, Any]:
     folder = Path(path)
     file = folder / MANIFEST
+    if not folder.exists():
+        raise OptimizeError(f"artifact folder '{folder}' does not exist (dlperf optimize --export DIR writes one)")
+    if not folder.is_dir():
+        raise OptimizeError(f"'{folder}' is a file, not an artifact folder: give the folder that holds {MANIFEST}")
     if not file.exists():
         raise OptimizeError(
             f"'{folder}' is not a dlperf artifact: it has no {MANIFEST} (write one with dlperf optimize --export)"
@@ -146,10 +150,56 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise OptimizeError(f"cannot read '{file}': {exc}") from exc
     if not isinstance(data, dict) or "engine" not in data:
         raise OptimizeError(f"'{file}' names no engine: the artifact is damaged; export it again")
-    if int(data.get("format_version", 1)) > FORMAT_VERSION:
+    if _is_int(data.get("format_version", 1)) and int(data.get("format_version", 1)) > FORMAT_VERSION:
         raise OptimizeError(f"'{file}' has format version {data['format_version']}, newer than this dlperf "
                             f"reads ({FORMAT_VERSION}): upgrade dlperf")
+    _check_fields(file, data)
     return data
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
+
+
+def _tensor_specs(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("dtype"), str)
+        and isinstance(d.get("shape"), list) and all(_is_int(n) for n in d["shape"]) for d in value)
+
+
+def _check_fields(file: Path, data: dict[str, Any]) -> None:
+    """Refuse a manifest whose fields the loaders read are missing or of the wrong kind, naming the field: a damaged
+    or hand-edited file came out as a KeyError or TypeError from deep inside a loader."""
+    problems: list[str] = []
+
+    def need(name: str, ok: Callable[[Any], bool], what: str, required: bool = True) -> None:
+        if name not in data:
+            if required:
+                problems.append(f"field '{name}' is missing")
+        elif not ok(data[name]):
+            problems.append(f"field '{name}' is {json.dumps(data[name])}, not {what}")
+
+    need("format_version", _is_int, "an integer", required=False)
+    need("threads", lambda v: v is None or (_is_int(v) and int(v) >= 1), "a thread count >= 1", required=False)
+    need("device", lambda v: isinstance(v, str), "a device name", required=False)
+    if data["engine"] == "torch":
+        need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
+        need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
+             required=False)
+        need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
+    elif data["engine"] in ("onnxruntime", "openvino"):  # their loaders rebuild the model's interface from these
+        need("inputs", _tensor_specs, "a list of {name, dtype, shape}")
+        need("outputs", _tensor_specs, "a list of {name, dtype, shape}")
+    if data["engine"] == "onnxruntime":
+        from dlperf.passes.onnxruntime import OPT_LEVELS
+
+        need("opt_level", lambda v: v in OPT_LEVELS, f"one of {', '.join(OPT_LEVELS)}", required=False)
+    if problems:
+        raise OptimizeError(f"'{file}': {'; '.join(problems)}: the artifact is damaged or edited; export it again")
 
 
 def peek_manifest(spec: str | Path) -> dict[str, Any] | None:
@@ -228,6 +278,12 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         raise OptimizeError(f"artifact '{folder}': its recipe rebuilds the model from the workload "
                             f"'{manifest['workload']}', which does not load here: {exc}") from exc
     device = str(manifest.get("device", "cpu"))
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise OptimizeError(f"artifact '{folder}' was exported for {device}, and this torch sees no CUDA device: "
+                                "load it on a GPU machine, or export it again with --device cpu")
     model = workload.build_model().eval()
     weights = _load_weights(folder / "weights.pt", "cpu")
     try:

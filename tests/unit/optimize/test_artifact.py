@@ -200,3 +200,42 @@ def test_a_recipe_exported_from_a_relative_workload_loads_from_anywhere(tmp_path
     with pytest.raises(OptimizeError, match=r"artifact '.*exp': its recipe rebuilds the model from the workload "
                                             r"'gone.py', which does not load here: workload file 'gone.py' does not"):
         dlperf.load(exported)
+
+
+def test_a_damaged_manifest_is_named_field_by_field(tmp_path: Path) -> None:
+    """A missing or edited field came out of dlperf.load as KeyError: 'inputs', TypeError, ValueError or an
+    AssertionError from torch (a CUDA export on a CPU-only machine)."""
+    folder = _export(tmp_path, Candidate((HygieneConfig(),)))
+    good = json.loads((folder / "manifest.json").read_text())
+
+    def loaded_with(**fields: object) -> None:
+        data = {k: v for k, v in {**good, **fields}.items() if v is not _GONE}
+        (folder / "manifest.json").write_text(json.dumps(data))
+        dlperf.load(folder)
+
+    with pytest.raises(OptimizeError, match=r"field 'workload' is missing: the artifact is damaged or edited"):
+        loaded_with(workload=_GONE)
+    with pytest.raises(OptimizeError, match=r"field 'recipe' is \"hygiene\", not a list of passes"):
+        loaded_with(recipe="hygiene")
+    with pytest.raises(OptimizeError, match=r"field 'batch_size' is \"x\", not a batch size >= 1"):
+        loaded_with(batch_size="x")
+    with pytest.raises(OptimizeError, match=r"field 'format_version' is \"two\", not an integer"):
+        loaded_with(format_version="two")
+    if not torch.cuda.is_available():
+        with pytest.raises(OptimizeError, match=r"exported for cuda, and this torch sees no CUDA device"):
+            loaded_with(device="cuda")
+    onnx_like: dict[str, object] = {"engine": "onnxruntime", "inputs": None, "outputs": [], "threads": "two",
+                                    "opt_level": "bogus"}
+    (folder / "manifest.json").write_text(json.dumps(onnx_like))
+    with pytest.raises(OptimizeError) as raised:
+        dlperf.load(folder)
+    assert ("field 'threads' is \"two\", not a thread count >= 1; field 'inputs' is null, not a list of "
+            "{name, dtype, shape}; field 'opt_level' is \"bogus\", not one of disable, basic, extended, all") in str(
+        raised.value)
+    with pytest.raises(OptimizeError, match="does not exist"):
+        dlperf.load(tmp_path / "nope")
+    with pytest.raises(OptimizeError, match="is a file, not an artifact folder"):
+        dlperf.load(folder / "manifest.json")
+
+
+_GONE = object()
