@@ -341,6 +341,9 @@ def check_export_dir(dst: str | Path) -> Path:
     """Refuse, before any work, an export folder that cannot be written or whose contents would be lost: `dst`
     must be new, an empty folder, or a dlperf artifact (replaced by the export); its nearest existing parent
     must be a folder this process can create folders in."""
+    if Path(dst).is_symlink():  # replacing an artifact would remove the link's target folder through it
+        raise OptimizeError(f"--export '{dst}' is a symbolic link (to '{Path(dst).resolve()}'): give the folder it "
+                            "points to, or a new path")
     dst = check_folder_path(dst, "--export")
     if dst.is_dir() and any(dst.iterdir()):
         why = not_an_artifact(dst)
@@ -348,6 +351,16 @@ def check_export_dir(dst: str | Path) -> Path:
             raise OptimizeError(f"--export folder '{dst}' is not empty and not a dlperf artifact ({why}), so "
                                 "exporting would delete its contents: choose a new or empty folder")
     return dst
+
+
+def check_apart(export_dir: str | Path, workdir: Path) -> None:
+    """Refuse an export folder that is the search's working folder, or inside it, or holds it: the export replaces
+    its folder's contents, and candidates are built and kept in the working folder."""
+    export, work = Path(export_dir).resolve(), workdir.resolve()
+    if export == work or work in export.parents or export in work.parents:
+        raise OptimizeError(f"--export '{export_dir}' overlaps the search's working folder '{workdir}', where the "
+                            "candidates are built: export to a folder outside it (or move the working folder with "
+                            "--workdir)")
 
 
 def check_folder_path(path: str | Path, option: str) -> Path:

@@ -577,13 +577,14 @@ def optimize(
     its process's start (`process_started_at()`), so the whole command fits the budget.
     """
     from dlperf.measure.env import capture_environment
-    from dlperf.optimize.artifact import check_export_dir, check_folder_path
+    from dlperf.optimize.artifact import check_apart, check_export_dir, check_folder_path
     from dlperf.workload.loader import code_fingerprint, load_workload
 
     config = config or OptimizeConfig()
     # paths and the device are checked before the search spends its budget (a bad --export failed at the end)
     if export_dir is not None:
         check_export_dir(export_dir)
+        check_apart(export_dir, Path(config.workdir) if config.workdir else _default_workdir(store))
     if config.workdir is not None:
         check_folder_path(config.workdir, "--workdir")
     _check_device(config.device)

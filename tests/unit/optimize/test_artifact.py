@@ -99,6 +99,24 @@ def test_export_paths_that_cannot_be_written_are_refused_up_front(tmp_path: Path
     assert not (tmp_path / "new").exists()  # the check leaves nothing behind
 
 
+def test_an_export_folder_through_a_link_or_over_the_working_folder_is_refused_up_front(tmp_path: Path) -> None:
+    """Both failed only after the whole search: 'Cannot call rmtree on a symbolic link', and the working folder
+    (full of candidates) 'is not empty and not a dlperf artifact'."""
+    from dlperf.optimize.artifact import check_apart
+
+    target = tmp_path / "v3"
+    target.mkdir()
+    (tmp_path / "current").symlink_to(target)
+    with pytest.raises(OptimizeError, match=r"--export '.*current' is a symbolic link \(to '.*v3'\): give the "
+                                            r"folder it points to"):
+        check_export_dir(tmp_path / "current")
+    work = tmp_path / "optimize"
+    for export in (work, work / "best", tmp_path):
+        with pytest.raises(OptimizeError, match="overlaps the search's working folder"):
+            check_apart(export, work)
+    check_apart(tmp_path / "exported", work)
+
+
 def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(OptimizeError, match=r"no manifest\.json"):
         load_artifact(tmp_path)
