@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
     if args.trace:
         _check_trace_path(args.trace)
+    from dlperf.train.loop import check_device
+
+    check_device(args.device)  # else the first word came from the calibration: "calibration on 'cuda:0' asked for"
     capture_config = CaptureConfig(
         mode="train" if args.train else "inference", device=args.device, steps=args.steps,
         options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,

@@ -243,7 +243,13 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def first_line(message: str, limit: int = 300) -> str:
     """The first meaningful line of a library's error, without ANSI colour codes and at most `limit` characters:
     the exporters' errors run to hundreds of coloured lines (a report, a traceback) that would drown the table."""
-    lines = [line.strip() for line in _ANSI.sub("", message).splitlines()]
+    text = _ANSI.sub("", message)
+    # torch.onnx's dynamo exporter opens with advice ('... This is step 3/3 ... Next steps:'); the cause follows its
+    # '## Exception summary' as "<class 'torch.onnx..._errors.DispatchError'>: No ONNX function found for ..."
+    summary = text.partition("## Exception summary")[2]
+    if summary.strip():
+        text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>:", r"\1:", summary)
+    lines = [line.strip() for line in text.splitlines()]
     line = next((ln for ln in lines if ln.strip("#=-*_ ") and not ln.startswith("Traceback")), "")
     return line if len(line) <= limit else line[: limit - 3] + "..."
 

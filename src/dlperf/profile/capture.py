@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlperf.errors import ConfigError, ProfileError, WorkloadError
+from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileError, WorkloadError
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.system import UtilizationSampler
@@ -36,7 +36,7 @@ from dlperf.profile.trace import (
     StepWindow,
     ThreadInfo,
 )
-from dlperf.workload.base import Workload, call_user_factory
+from dlperf.workload.base import Workload, _user_frame, call_user_factory, error_text
 
 ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
@@ -304,7 +304,11 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
                 raise
             except Exception as exc:
                 step.close()
-                raise ProfileError(f"workload '{workload.name}': the step raised {type(exc).__name__}: {exc}") from exc
+                cause = exc.__cause__ if isinstance(exc, MeasurementError) and exc.__cause__ is not None else exc
+                if isinstance(cause, DlperfError):  # a TrainError of the step: it names the user's line already
+                    raise cause from None
+                raise ProfileError(f"workload '{workload.name}': the step raised {error_text(cause)}\n"
+                                   f"{_user_frame(cause)}") from exc
         intra = torch.get_num_threads()
         try:
             progress(f"profiling {config.steps} steps")
@@ -368,6 +372,10 @@ def _profile_steps(step: Step, config: CaptureConfig) -> ProfileTrace:
             prof.export_chrome_trace(config.trace_path)
         except (OSError, RuntimeError) as exc:
             raise ProfileError(f"cannot write the trace to '{config.trace_path}': {exc}") from exc
+        if not os.path.isfile(config.trace_path) or os.path.getsize(config.trace_path) == 0:
+            # the profiler's export fails without a word (a path under /sys, a file system that took nothing)
+            raise ProfileError(f"the profiler wrote no trace to '{config.trace_path}': give --trace a path on a "
+                               "writable file system")
     events = prof.events()
     # kineto's own events are read for the dtypes only where FunctionEvents lack them (torch 2.11)
     dtypes = None if not events or hasattr(events[0], "input_dtypes") else host_input_dtypes(prof)

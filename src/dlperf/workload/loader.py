@@ -424,15 +424,20 @@ def _from_functions(module: ModuleType, path: Path) -> Workload:
     _check_callable(f"workload file '{path}'", "`inputs`", module.inputs,
                     "a function inputs(batch_size) returning the positional inputs of one call", factory=True)
     evaluate = getattr(module, "evaluate", None)
-    eval_spec = (
-        EvalSpec(
-            evaluate=evaluate,
-            metric_name=getattr(module, "METRIC", "metric"),
-            higher_is_better=getattr(module, "HIGHER_IS_BETTER", True),
-        )
-        if callable(evaluate)
-        else None
-    )
+    eval_spec = None
+    if evaluate is not None:  # not callable was silently no metric: fidelity stood in for the user's accuracy
+        _check_callable(f"workload file '{path}'", "`evaluate`", evaluate, "a function evaluate(predict) returning "
+                        "the metric")
+        metric, higher = getattr(module, "METRIC", "metric"), getattr(module, "HIGHER_IS_BETTER", True)
+        if not isinstance(metric, str) or not metric:
+            raise WorkloadError(f"workload file '{path}': `METRIC` must be the metric's name as a non-empty string, "
+                                f"got {metric!r}")
+        if not isinstance(higher, bool):
+            raise WorkloadError(f"workload file '{path}': `HIGHER_IS_BETTER` must be True or False, got {higher!r}")
+        eval_spec = EvalSpec(evaluate=evaluate, metric_name=metric, higher_is_better=higher)
+    elif hasattr(module, "METRIC") or hasattr(module, "HIGHER_IS_BETTER"):
+        raise WorkloadError(f"workload file '{path}' sets METRIC or HIGHER_IS_BETTER but defines no evaluate"
+                            "(predict): define it, or the metric cannot be measured")
     return Workload(
         name=path.stem,
         make_model=module.model,

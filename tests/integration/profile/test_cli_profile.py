@@ -98,3 +98,37 @@ def test_profile_train_keeps_stderr_free_of_the_allocator_warning(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert "Memory block of unknown size" not in done.stderr, done.stderr
     assert "(train, cpu" in done.stdout
+
+
+def test_a_trace_the_profiler_did_not_write_is_an_error(tmp_path: Path, seeded_ceilings: None,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The profiler's export fails without a word (as root, a path under /sys passes every check first): the
+    report said 'trace: FILE' for a file that was never written."""
+    import torch.profiler
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", lambda self, path: None)
+    trace = tmp_path / "trace.json"
+    assert main(["profile", "zoo:mlp", "--steps", "3", "--trace", str(trace), "--store", str(tmp_path / "r.db")]) == 2
+    assert f"the profiler wrote no trace to '{trace}'" in capsys.readouterr().err
+
+
+def test_a_raising_loss_and_a_missing_gpu_are_named_in_the_users_terms(tmp_path: Path, seeded_ceilings: None,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    workload = tmp_path / "badloss.py"
+    workload.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nimport dlperf\n"
+        "def loss(out, y):\n    raise ValueError('loss exploded')\n"
+        "def loader(batch_size, **kw):\n    x = torch.randn(64, 8)\n"
+        "    return DataLoader(TensorDataset(x, x[:, :3].argmax(1)), batch_size=batch_size, **kw)\n"
+        "workload = dlperf.Workload(name='badloss', make_model=lambda: torch.nn.Linear(8, 3),\n"
+        "    make_inputs=lambda b: (torch.randn(b, 8),), train=dlperf.TrainSpec(make_loader=loader, loss_fn=loss,\n"
+        "    make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=16))\n")
+    assert main(["profile", str(workload), "--train", "--steps", "3", "--store", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert "ValueError: loss exploded" in err and f'File "{workload}", line 5, in loss' in err
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["profile", "zoo:mlp", "--device", "cuda:0", "--store", str(tmp_path / "r.db")]) == 2
+        assert "--device cuda:0 asked for, but no CUDA device is available" in capsys.readouterr().err

@@ -287,6 +287,13 @@ def test_an_export_that_traces_no_input_fails_with_a_short_reason(monkeypatch: p
 def test_first_line_strips_colour_and_cuts_long_lines() -> None:
     assert _engine.first_line("\x1b[1m\x1b[31m\n  \n=====\nboom: \x1b[0mbad\nmore") == "boom: bad"
     assert len(_engine.first_line("x" * 1000)) == 300
+    # the dynamo exporter's advice first, its cause after '## Exception summary' (torch 2.13, an op it cannot convert)
+    dynamo = ("Failed to convert the exported program to an ONNX model. \x1b[96mThis is step 3/3\x1b[0m of exporting "
+              "the model to ONNX. Next steps:\n- If there is a missing ONNX function, implement it.\n\n"
+              "## Exception summary\n\n<class 'torch.onnx._internal.exporter._errors.DispatchError'>: No ONNX "
+              "function found for <OpOverload(op='prims.bessel_j0', overload='default')>.\n\u2b06\ufe0f\n")
+    assert _engine.first_line(dynamo) == ("DispatchError: No ONNX function found for <OpOverload(op='prims.bessel_j0', "
+                                          "overload='default')>.")
 
 
 def _broken_calibration() -> Any:

@@ -128,6 +128,24 @@ def test_options_for_a_workload_that_takes_none_are_refused(tmp_path: Path) -> N
         load_workload(str(funcs), width=3)
 
 
+@pytest.mark.parametrize(("extra", "message"), [
+    ("evaluate = 3", r"`evaluate` must be a function evaluate\(predict\) returning the metric, got"),
+    ("def evaluate(predict):\n    return 1.0\nMETRIC = 5", r"`METRIC` must be the metric's name as a non-empty "
+                                                          r"string, got 5"),
+    ("def evaluate(predict):\n    return 1.0\nHIGHER_IS_BETTER = 'no'", r"`HIGHER_IS_BETTER` must be True or False, "
+                                                                     r"got 'no'"),
+    ("METRIC = 'accuracy'", r"sets METRIC or HIGHER_IS_BETTER but defines no evaluate\(predict\)"),
+])
+def test_a_functions_files_metric_settings_are_checked_by_name(tmp_path: Path, extra: str, message: str) -> None:
+    """A non-callable evaluate was silently no metric (fidelity then stood in for the user's accuracy), and a bad
+    METRIC came out as 'EvalSpec: metric_name must be ...', naming neither the file nor its variable."""
+    path = tmp_path / "funcs.py"
+    path.write_text("import torch\ndef model():\n    return torch.nn.Linear(3, 1)\n"
+                    "def inputs(batch_size):\n    return (torch.ones(batch_size, 3),)\n" + extra + "\n")
+    with pytest.raises(WorkloadError, match=rf"workload file '.*funcs\.py'.*{message}"):
+        load_workload(str(path))
+
+
 def test_model_and_inputs_functions(tmp_path: Path) -> None:
     path = write(tmp_path, "funcs.py", """
         import torch
