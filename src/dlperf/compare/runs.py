@@ -207,6 +207,10 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
     notes: list[str] = []
     if a.workload != b.workload:
         notes.append(f"different workloads: '{a.workload}' vs '{b.workload}'")
+    settings = config_differences(a.config or {}, b.config or {})
+    if settings:
+        notes.append(f"measured with different settings ({'; '.join(settings)}): the comparison is of those as much "
+                     "as of the code")
     for rec in (a, b):
         if rec.status != "ok":
             notes.append(f"run {rec.id} has status '{rec.status}': its result may be partial")
@@ -247,6 +251,28 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
         if not other:
             notes.append("the two runs share no numeric result that differs: nothing else to compare")
     return RunComparison(a, b, points, env_diff, notes, other)
+
+
+SETTING_KEYS = ("precision", "device", "threads", "scenario", "timer.warmup_iters", "timer.min_iters",
+                "timer.min_duration_s", "timer.max_duration_s")
+"""What a bench or check run was measured with that changes its figures (run config keys; `timer.` nested)."""
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """'precision: A fp32, B bf16' for each measuring setting the two run configs record differently (a setting one
+    of them lacks is left out: another kind of run, or an older record)."""
+    out = []
+    for key in SETTING_KEYS:
+        head, _, sub = key.partition(".")
+        va, vb = a.get(head), b.get(head)
+        if sub:
+            va = va.get(sub) if isinstance(va, dict) else None
+            vb = vb.get(sub) if isinstance(vb, dict) else None
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{key.removeprefix('timer.')}: A {va}, B {vb}")
+        elif (va is None) != (vb is None) and head == "threads" and head in a and head in b:
+            out.append(f"threads: A {va or 'default'}, B {vb or 'default'}")
+    return out
 
 
 def _flatten(data: Any, prefix: str = "", depth: int = 0) -> dict[str, float]:

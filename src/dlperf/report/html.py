@@ -337,12 +337,22 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
         xs, ys = ecdf([s * 1e3 for s in m[0]])
         series.append(Series(f"{rec.id} {rec.created_at[5:16]}", xs, ys, "step"))
         s = pts[batch].get("summary") or {}
-        rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.created_at[:19],
-                     _ms(s.get("p50_s")), _ms(s.get("p90_s")), _ms(s.get("p99_s")), _fmt(s.get("throughput"))])
+        rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.workload,
+                     rec.created_at[:19], _ms(s.get("p50_s")), _ms(s.get("p90_s")), _ms(s.get("p99_s")),
+                     _fmt(s.get("throughput"))])
+    from dlperf.compare.runs import config_differences
+
+    first = sampled[0][0]
+    # runs of other workloads or settings in one table read as a change of the code (one of them: fp32 vs bf16)
+    differ = [f"{rec.id} against {first.id}: {'; '.join(d)}" for rec, _ in sampled[1:]
+              if (d := ([f"workload {rec.workload}"] if rec.workload != first.workload else [])
+                  + config_differences(first.config or {}, rec.config or {}))]
     # One colour a run: past the palette, two runs' curves share a colour and cannot be told apart.
     shown, cut = series[:len(PALETTE)], len(series) - len(PALETTE)
     return (f"<section><h2>Comparison at batch {batch}</h2>"
-            + _table(("run", "kind", "when", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows)
+            + _table(("run", "kind", "workload", "when", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows)
+            + (f'<p class="warn">Measured differently (A is the first run, B the other): {esc(" | ".join(differ))}'
+               "</p>" if differ else "")
             + _plots(chart(shown, Axis("latency per call (ms)", log=_wide(shown)), Axis("fraction of calls"),
                            f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
                            hlines=[(0.5, "p50"), (0.99, "p99")]))

@@ -172,3 +172,17 @@ def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_
     cmp = compare_records(store.get(first), store.get(second))
     assert "neither run holds raw latency samples: only the numeric results are compared" in cmp.notes
     assert cmp.other_deltas == [("step_s", 0.010, 0.012)]
+
+
+def test_runs_measured_with_other_settings_say_so(store: Store) -> None:
+    """fp32 against bf16 read as a plain 'B slower', with no word of the settings (nor of device or timer)."""
+    base = {"scenario": "offline", "precision": "fp32", "device": "cpu", "threads": None,
+            "timer": {"min_duration_s": 1.0, "warmup_iters": 5}}
+    a = add_run(store, "bench", bench_result({8: 0.010}, seed=1), config=base)
+    b = add_run(store, "bench", bench_result({8: 0.020}, seed=2),
+                config={**base, "precision": "bf16", "threads": 1, "timer": {"min_duration_s": 0.2, "warmup_iters": 5}})
+    (note,) = [n for n in compare_records(store.get(a), store.get(b)).notes if "different settings" in n]
+    assert note == ("measured with different settings (precision: A fp32, B bf16; threads: A default, B 1; "
+                    "min_duration_s: A 1.0, B 0.2): the comparison is of those as much as of the code")
+    same = add_run(store, "bench", bench_result({8: 0.010}, seed=3), config=base)
+    assert not any("different settings" in n for n in compare_records(store.get(a), store.get(same)).notes)

@@ -441,3 +441,19 @@ def test_environment_table_shows_affinity_governor_load_and_thread_variables(
                 "thread variables</td><td>OMP_NUM_THREADS=1<", "allocator</td><td>jemalloc<"):
         assert row in html, row
     assert "different environments" not in html
+
+
+def test_the_comparison_names_other_workloads_and_settings(bench_points: list[dict[str, Any]]) -> None:
+    """Runs of two workloads, or fp32 beside bf16, stood in one table and one CDF with no word of it."""
+    import dataclasses
+
+    config = {"batch_sizes": [1, 8], "scenario": "offline", "precision": "fp32"}
+    first = _rec("a1", "bench", {"points": bench_points}, config=config)
+    other = dataclasses.replace(_rec("b2", "bench", {"points": bench_points}, config={**config, "precision": "bf16"}),
+                                workload="raises.py")
+    section = render_report([first, other]).split("<h2>Comparison at batch 1</h2>", 1)[1].split("</section>", 1)[0]
+    assert "<th>workload</th>" in section and "raises.py" in section
+    assert ("Measured differently (A is the first run, B the other): b2 against a1: workload raises.py; precision: "
+            "A fp32, B bf16") in section
+    same = render_report([first, _rec("c3", "bench", {"points": bench_points}, config=config)])
+    assert "Measured differently" not in same
