@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dlperf.cli.common import (
+    ALLOCATOR_CHOICES,
     WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
@@ -27,8 +28,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="minimum measuring time per batch size (default: the baseline's)")
     parser.add_argument("--batch-size", type=int_list, default=None,
                         help="batch sizes to re-measure (default: the baseline's)")
+    parser.add_argument("--allocator", default="baseline", choices=("baseline", *ALLOCATOR_CHOICES),
+                        help="measure under this heap allocator (default: the one the baseline was measured under, "
+                             "preloaded by restarting the command as `dlperf bench --allocator` does)")
     add_store_argument(parser)
     add_json_argument(parser)
+
+
+def _use_baseline_allocator(args: argparse.Namespace, store: object) -> None:
+    """Measure under the allocator the baseline ran (or the one asked for): a baseline taken under tcmalloc and
+    checked under glibc failed the gate on the allocator's 8%, not the code's."""
+    from dlperf.cli.common import error_console, use_allocator
+    from dlperf.errors import ConfigError
+    from dlperf.measure.allocator import ALLOCATORS, active_allocator
+
+    if args.allocator != "baseline":
+        use_allocator(args, "check")
+        return
+    name = (store.get_baseline(args.baseline).environment or {}).get("allocator")  # type: ignore[attr-defined]
+    current = active_allocator()
+    if name not in ALLOCATORS or name == current:
+        return
+    if not getattr(args, "_from_command_line", False):
+        error_console().print(f"note: the baseline ran under {name}, this process runs {current} and cannot "
+                              "restart itself (not started as a command): the figures include that difference",
+                              markup=False)
+        return
+    try:
+        use_allocator(argparse.Namespace(**{**vars(args), "allocator": name}), "check")
+    except ConfigError as exc:
+        error_console().print(f"note: the baseline ran under {name}, which cannot be used here ({exc}); measuring "
+                              f"under {current}", markup=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = GateConfig(metric=args.metric, max_regression=args.max_regression, confidence=args.confidence)
     store = open_store(args, create=False)  # the baseline is in it
+    _use_baseline_allocator(args, store)
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=error_console(),

@@ -121,3 +121,27 @@ def test_a_check_failing_at_a_later_batch_size_keeps_the_ones_it_measured(tmp_pa
     (run,) = Store(store).list(kind="check")
     assert run.status == "failed"
     assert [p["batch_size"] for p in run.result["points"]] == [1] and run.result["partial"] is True
+
+
+def test_check_measures_under_the_baseline_s_allocator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline taken under tcmalloc and checked under glibc failed the gate (+8%) on the allocator alone."""
+    from dlperf.measure.allocator import active_allocator, find_library
+
+    other = "tcmalloc" if active_allocator() != "tcmalloc" else "glibc"
+    if other != "glibc" and find_library(other) is None:
+        pytest.skip(f"no {other} library on this machine")
+    store = str(tmp_path / "runs.db")
+    command = [sys.executable, "-m", "dlperf.cli.main"]
+    subprocess.run([*command, "bench", "zoo:mlp", "--allocator", other, "--batch-sizes", "1", "--min-duration",
+                    "0.05", "--store", store], check=True, capture_output=True, timeout=300)
+    run_id = Store(store).list(kind="bench")[0].id
+    assert Store(store).get(run_id).environment["allocator"] == other
+    assert main(["baseline", "set", "b", run_id, "--store", store]) == 0
+    done = subprocess.run([*command, "check", "zoo:mlp", "--baseline", "b", "--duration", "0.05", "--json",
+                           "--store", store], capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    current = Store(store).get(json.loads(done.stdout)["current_run_id"])
+    assert current.environment["allocator"] == other and "allocator" not in done.stderr
+    capsys.readouterr()
+    main(["check", "zoo:mlp", "--baseline", "b", "--duration", "0.05", "--store", store])  # in-process: no restart
+    assert f"note: the baseline ran under {other}, this process runs {active_allocator()}" in capsys.readouterr().err
