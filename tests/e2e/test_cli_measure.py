@@ -127,6 +127,12 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
     (["runs", "list", "--limit", "-3"], "--limit expects a positive integer"),
     (["runs"], "needs a subcommand"),
     (["calibrate", "--device", "tpu"], "unknown device 'tpu'"),
+    # options named as the user typed them, and options that only go with another one (they were ignored)
+    (["ab", "zoo:mlp", "--a", "", "--b", "", "--iters-per-block", "0"], "--iters-per-block must be >= 1"),
+    (["ab", "zoo:mlp", "--a", "", "--b", "", "--confidence", "2"], "--confidence must be in (0.5, 1)"),
+    (["check", "zoo:mlp", "--baseline", "b", "--max-regression", "-1"], "--max-regression must be a fraction >= 0"),
+    (["report", "--metric", "p99"], "--metric sets the metric of the --history trend"),
+    (["compare", "a", "b", "--window", "60s"], "--window goes with --live URL"),
 ])
 def test_bad_inputs_give_one_error_line_and_exit_2(argv: list[str], message: str, store_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calls per block (default: enough for ~50 ms)")
     parser.add_argument("--min-effect", type=percent_or_float, default=0.01,
                         help="smallest difference called faster/slower (default 1%%)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    parser.add_argument("--confidence", type=percent_or_float, default=0.95,
+                        help="confidence level, e.g. 95%% or 0.95 (default)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     add_store_argument(parser)
     add_json_argument(parser)

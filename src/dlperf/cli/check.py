@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest tolerated regression, e.g. 5%% (default) or 0.05")
     parser.add_argument("--metric", default="p50", choices=("p50", "p90", "p95", "p99", "mean", "throughput"),
                         help="what is compared (default p50 latency)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    parser.add_argument("--confidence", type=percent_or_float, default=0.95,
+                        help="confidence level, e.g. 95%% or 0.95 (default)")
     parser.add_argument("--duration", type=duration_s, default=None,
                         help="minimum measuring time per batch size (default: the baseline's)")
     parser.add_argument("--batch-size", type=int_list, default=None,
@@ -65,8 +66,14 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console, error_console, print_json
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
+    from dlperf.errors import ConfigError
     from dlperf.report.compare_text import gate_lines
 
+    # named as the options are (GateConfig names its fields: "max_regression must be a fraction >= 0")
+    if not 0.0 <= args.max_regression < 10.0:
+        raise ConfigError(f"--max-regression must be a fraction >= 0, e.g. 5% or 0.05; got {args.max_regression:g}")
+    if not 0.5 < args.confidence < 1.0:
+        raise ConfigError(f"--confidence must be in (0.5, 1), e.g. 0.95 or 95%; got {args.confidence:g}")
     config = GateConfig(metric=args.metric, max_regression=args.max_regression, confidence=args.confidence)
     store = open_store(args, create=False)  # the baseline is in it
     _use_baseline_allocator(args, store)

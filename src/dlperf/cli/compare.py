@@ -31,8 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 0.5:  # for --live too (it took --alpha 5 and found differences everywhere)
         raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
-    if args.control is not None and not args.live:
-        raise ConfigError("--control names a variant of --live; two stored runs are compared as A then B")
+    for option, value in (("--control", args.control), ("--window", args.window), ("--model", args.model)):
+        if value is not None and not args.live:  # --window and --model were ignored without a word
+            raise ConfigError(f"{option} goes with --live URL; two stored runs are compared as A then B")
     if args.live:
         if args.runs:
             raise ConfigError("give either two runs or --live URL, not both")

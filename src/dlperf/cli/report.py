@@ -12,8 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
     parser.add_argument("--history", metavar="WORKLOAD", default=None,
                         help="add the trend of a workload's bench and check runs (as recorded, e.g. zoo:mlp)")
-    parser.add_argument("--metric", default="p50", choices=("p50", "p90", "p99", "mean", "throughput"),
-                        help="metric of the history trend (default p50)")
+    parser.add_argument("--metric", default=None, choices=("p50", "p90", "p99", "mean", "throughput"),
+                        help="with --history: the metric of the trend (default p50)")
     parser.add_argument("--title", default=None, help="title of the report")
     add_store_argument(parser)
 
@@ -24,10 +24,14 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import console
     from dlperf.report.build import build_report, check_output, write_report
 
+    if args.metric is not None and args.history is None:  # it was ignored without a word
+        from dlperf.errors import ConfigError
+
+        raise ConfigError("--metric sets the metric of the --history trend: add --history WORKLOAD, or drop it")
     path = Path(args.output)
     check_output(path)
     store = open_store(args, create=False)  # the runs are in it
-    text = build_report(store, args.runs, history_workload=args.history, history_metric=args.metric,
+    text = build_report(store, args.runs, history_workload=args.history, history_metric=args.metric or "p50",
                         title=args.title)
     write_report(path, text)
     console().print(f"wrote {path} ({len(text) / 1024:.0f} KiB); open it in a browser")

@@ -110,10 +110,15 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    deleted = open_store(args, create=False).delete(args.id, force=args.force)
+    store = open_store(args, create=False)
+    before = store.list_baselines()
+    deleted = store.delete(args.id, force=args.force)
     run = deleted[0]
     children = f" and its {len(deleted) - 1} child runs" if len(deleted) > 1 else ""
-    console().print(f"deleted run {run.id} ({run.kind} of {run.workload}, {run.created_at[:19]}){children}",
+    gone = sorted({name for name, *_ in before} - {name for name, *_ in store.list_baselines()})
+    # --force removes the baselines that named it: said, not left to be found by the next `dlperf check`
+    removed = f"; removed the baseline{'s' if len(gone) > 1 else ''} {', '.join(gone)}" if gone else ""
+    console().print(f"deleted run {run.id} ({run.kind} of {run.workload}, {run.created_at[:19]}){children}{removed}",
                     markup=False, soft_wrap=True)
     return 0
 

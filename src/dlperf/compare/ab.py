@@ -63,13 +63,15 @@ class ABRun:
         return self.result.describe(f"A ({self.a.describe()})", f"B ({self.b.describe()})") + unit
 
 
-def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None) -> tuple[Workload, Any, Inputs, int]:
+def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
+          where: str = "settings") -> tuple[Workload, Any, Inputs, int]:
     import torch
 
     from dlperf.workload.loader import load_workload
 
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={settings.device} asked for, but no CUDA device is available")
+        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
+                          "device=cpu")
     workload = load_workload(workload_spec, **dict(settings.options))
     batch = settings.batch_size or batch_size or workload.default_batch_size
     model = workload.build_model().eval().to(settings.device)
@@ -153,10 +155,10 @@ def run_ab(
     try:
         if a.threads is not None:
             torch.set_num_threads(a.threads)
-        workload, model_a, inputs_a, batch_a = _side(workload_spec, a, batch_size)
+        workload, model_a, inputs_a, batch_a = _side(workload_spec, a, batch_size, "--a")
         workload.check(model_a, inputs_a)
         torch.set_num_threads(b.threads or old_threads)
-        _, model_b, inputs_b, batch_b = _side(workload_spec, b, batch_size)
+        _, model_b, inputs_b, batch_b = _side(workload_spec, b, batch_size, "--b")
         workload.check(model_b, inputs_b)
         call_a = make_call(model_a, inputs_a, a.device, a.precision)
         call_b = make_call(model_b, inputs_b, b.device, b.precision)
@@ -201,6 +203,10 @@ def _check_options(blocks: int, iters_per_block: int | None, confidence: float, 
         raise ConfigError(f"--batch-size must be an integer >= 1, got {batch_size}")
     if not 0.0 <= min_effect < 1.0:  # ABConfig refuses it too; this names the option in the CLI's spelling
         raise ConfigError(f"--min-effect must be a fraction in [0, 1), e.g. 1% or 0.01; got {min_effect:g}")
+    if iters_per_block is not None and iters_per_block < 1:
+        raise ConfigError(f"--iters-per-block must be >= 1 (none: about 50 ms a block), got {iters_per_block}")
+    if not 0.5 < confidence < 1.0:
+        raise ConfigError(f"--confidence must be in (0.5, 1), e.g. 0.95 or 95%; got {confidence:g}")
     ABConfig(blocks=blocks, iters_per_block=1 if iters_per_block is None else iters_per_block,
              confidence=confidence, min_effect=min_effect)
 

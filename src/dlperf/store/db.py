@@ -83,7 +83,11 @@ def resolve_url(location: str | os.PathLike[str] | None = None, create_folder: b
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create the store's folder '{path.parent}': {exc}") from exc
+            blocker = next((p for p in path.parent.parents if p.is_file()), path.parent if path.parent.is_file()
+                           else None)
+            why = f"'{blocker}' is a file, not a folder" if blocker is not None else str(exc)
+            raise StoreError(f"cannot create the store's folder '{path.parent}': {why}; give --store another "
+                             "path") from exc
     return f"sqlite:///{path}"
 
 

@@ -188,7 +188,7 @@ def test_control_needs_live(capsys: pytest.CaptureFixture[str]) -> None:
     from dlperf.cli.main import main
 
     assert main(["compare", "r1", "r2", "--control", "a"]) == 2
-    assert "--control names a variant of --live" in capsys.readouterr().err
+    assert "--control goes with --live URL" in capsys.readouterr().err
 
 
 def test_an_empty_window_prints_dashes_not_nan() -> None:

@@ -399,7 +399,9 @@ def test_runs_delete_from_the_command_line(tmp_path: Path, capsys: pytest.Captur
     assert main(["runs", "delete", "nosuch", "--store", str(path)]) == 2
     assert "no run 'nosuch'" in capsys.readouterr().err
     assert main(["runs", "delete", run.id[:5], "--force", "--store", str(path)]) == 0
-    assert f"deleted run {run.id} (bench of zoo:mlp" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"deleted run {run.id} (bench of zoo:mlp" in out
+    assert out.rstrip().endswith("; removed the baseline main")  # --force took the baseline too: said so
     assert store.list() == [] and store.list_baselines() == []
 
 
@@ -469,3 +471,9 @@ def test_a_progress_save_the_store_cannot_take_now_warns_once_and_goes_on(tmp_pa
         monkeypatch.undo()
     assert capsys.readouterr().err.count("the partial result could not be saved now") == 1
     assert store.get(run.id).result == {"points": 2} and store.get(run.id).status == "ok"
+
+
+def test_a_store_path_under_a_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match=r"'.*afile' is a file, not a folder; give --store another path"):
+        Store(str(tmp_path / "afile" / "runs.db"))
