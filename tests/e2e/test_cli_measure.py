@@ -133,6 +133,7 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
     (["check", "zoo:mlp", "--baseline", "b", "--max-regression", "-1"], "--max-regression must be a fraction >= 0"),
     (["report", "--metric", "p99"], "--metric sets the metric of the --history trend"),
     (["compare", "a", "b", "--window", "60s"], "--window goes with --live URL"),
+    (["bench", "zoo:mlp", "--batch-sizes", ""], "--batch-sizes: expected positive integers, got ''"),
 ])
 def test_bad_inputs_give_one_error_line_and_exit_2(argv: list[str], message: str, store_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

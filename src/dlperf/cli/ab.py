@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlperf.cli.bench import emulated_precision_note
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.compare.ab import run_ab_recorded
     from dlperf.compare.settings import parse_settings
@@ -38,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
 
     a = parse_settings(args.a, "--a")
     b = parse_settings(args.b, "--b")
+    for side, settings in (("--a", a), ("--b", b)):  # as bench says it: an emulated fp16 "slower" is no surprise
+        note = emulated_precision_note(settings.precision, settings.device)
+        if note is not None:
+            error_console().print(f"note: {side}: {note}", markup=False)
     store = open_store(args)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 

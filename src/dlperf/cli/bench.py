@@ -77,7 +77,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     from dlperf.measure.scenarios import scenario
     from dlperf.measure.timer import TimerConfig
 
-    batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes else None
+    # '' (an unset variable in a script) measured the defaults without a word: int_list refuses it
+    batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes is not None else None
     min_duration = _parsed("--min-duration", duration_s, args.min_duration)
     min_iters = _int("--min-iters", args.min_iters, 1) or scenario(args.scenario).default_min_iters
     timer = TimerConfig.at_least(min_duration, min_iters, _int("--warmup", args.warmup, 0) or 0)

@@ -34,8 +34,8 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_report_with_history_writes_one_file(store_path: Path, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_with_history_writes_one_file(store_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     ids = [r.id for r in Store(store_path).list()]
     out = tmp_path / "r.html"
     assert main(["report", *ids, "--history", "zoo:mlp", "-o", str(out), "--store", str(store_path)]) == 0
@@ -43,6 +43,10 @@ def test_report_with_history_writes_one_file(store_path: Path, tmp_path: Path,
     assert "History of zoo:mlp: p50" in html and "Comparison at batch 1" in html
     assert all(f'id="run-{i}"' in html for i in ids)
     assert f"wrote {out}" in capsys.readouterr().out
+    # -o - is stdout (it wrote a file named '-')
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", ids[0], "-o", "-", "--store", str(store_path)]) == 0
+    assert capsys.readouterr().out.startswith("<!DOCTYPE html>") and not (tmp_path / "-").exists()
 
 
 def test_report_errors_are_clear(store_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
