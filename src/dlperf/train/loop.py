@@ -347,10 +347,14 @@ class TrainLoop:
                     out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
                     loss = self.spec.loss_fn(out, target)
                 if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                    got = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
-                           else f"a {type(loss).__name__}")
-                    raise TrainError(f"workload '{self.workload.name}': its loss_fn returned {got}, not a scalar "
-                                     "tensor: reduce it (e.g. `.mean()`) so backward() has one value to start from")
+                    if isinstance(loss, torch.Tensor):
+                        raise TrainError(f"workload '{self.workload.name}': its loss_fn returned a tensor of shape "
+                                         f"{list(loss.shape)}, not a scalar tensor: reduce it (e.g. `.mean()`) so "
+                                         "backward() has one value to start from")
+                    # `.mean()` is no advice for a float: the graph was already dropped by .item() or float()
+                    raise TrainError(f"workload '{self.workload.name}': its loss_fn returned a {type(loss).__name__}, "
+                                     "not a scalar tensor: return the loss tensor itself (no .item() or float()), "
+                                     "which backward() starts from")
                 timer.stop()
                 timer.start("backward")
                 scaled = loss / accumulation if accumulation > 1 else loss

@@ -324,12 +324,16 @@ def call_user_factory(workload: str, what: str, fn: Any, *args: Any, error: type
         return fn(*args, **kwargs)
     except Exception as exc:
         tb = exc.__traceback__
-        if isinstance(exc, TypeError) and kwargs and tb is not None and tb.tb_next is None:
+        called_wrong = isinstance(exc, TypeError) and tb is not None and tb.tb_next is None  # the call itself failed
+        if called_wrong and kwargs:
             raise error(
                 f"workload '{workload}': {what} does not take {', '.join(sorted(kwargs))} ({exc}): give it **kwargs "
                 "and pass them on to torch.utils.data.DataLoader; that is how --num-workers and the tuner's loader "
                 "knobs reach it"
             ) from exc
+        if called_wrong:  # e.g. `def loader():` where dlperf passes the batch size: the def line, not dlperf's call
+            raise error(f"workload '{workload}': {what} cannot be called with {len(args)} positional argument"
+                        f"{'' if len(args) == 1 else 's'} as dlperf calls it ({exc})\n{_user_frame(exc, fn)}") from exc
         raise error(f"workload '{workload}': {what} raised {type(exc).__name__}: {exc}\n{_user_frame(exc)}") from exc
 
 

@@ -164,6 +164,27 @@ def test_a_loss_that_is_not_a_scalar_says_how_to_reduce_it() -> None:
         loop.step()
 
 
+def test_a_loss_returned_as_a_float_is_told_to_return_the_tensor() -> None:
+    """`.mean()` was the advice for a float, which has no graph left to reduce."""
+    loop = TrainLoop(_with(tiny(), loss_fn=lambda out, target: 1.5), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError, match=r"its loss_fn returned a float, not a scalar tensor: return the loss tensor "
+                                         r"itself \(no .item\(\) or float\(\)\)"):
+        loop.step()
+
+
+def test_a_loader_factory_that_takes_no_batch_size_shows_its_def_line() -> None:
+    """'loader() takes 0 positional arguments but 1 was given', with no file or line and no word of what dlperf
+    passes."""
+    def loader() -> Any:
+        return []
+
+    with pytest.raises(TrainError) as raised:
+        TrainLoop(_with(tiny(), make_loader=loader), StepConfig(batch_size=8, threads=1))
+    message = str(raised.value)
+    assert "its loader factory cannot be called with 1 positional argument as dlperf calls it" in message
+    assert f'File "{__file__}"' in message and "def loader() -> Any:" in message
+
+
 def test_what_the_users_code_raises_in_a_step_names_the_workload_and_the_line() -> None:
     def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise ValueError("labels out of range")
