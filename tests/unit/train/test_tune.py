@@ -236,6 +236,8 @@ def test_the_view_gives_settings_as_advice_only_when_the_final_ab_confirms_them(
                         count_flops=False)
     result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run().to_dict()
     assert result["settings"] and result["final_ab"] is not None
+    (trial,) = result["trials"]
+    result["trials"] = [{**trial, "status": "accepted", "reason": None}]  # accepted as faster by its own A/B
     for verdict in ("no significant difference", "slower"):
         text = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": verdict}}))
         assert "put this into your training code" not in text
@@ -243,6 +245,12 @@ def test_the_view_gives_settings_as_advice_only_when_the_final_ab_confirms_them(
         assert "which the final one did not confirm: keep your code as it is" in text
     text = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "faster"}}))
     assert "put this into your training code" in text and "unconfirmed" not in text
+    # a required change (the batch breaks the memory budget) is not "keep your code as it is"
+    result["trials"] = [{**trial, "status": "accepted",
+                         "reason": "required (batch 64 does not fit in 1.05 MiB); A/B: slower"}]
+    text = " ".join(_render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "slower"}})).split())
+    assert "required (batch 64 does not fit in 1.05 MiB): that change is needed whatever the final A/B says" in text
+    assert "keep your code as it is" not in text
 
 
 def test_a_tuning_stopped_in_its_final_measurements_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
