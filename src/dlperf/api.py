@@ -53,7 +53,7 @@ def bench(
     from dlperf.store.db import Store
 
     st = store if isinstance(store, Store) else Store(store)
-    with st.recording("bench", workload.source or workload.name, bench_config_dict(config),
+    with st.recording("bench", workload.source or workload.name, bench_config_dict(config, workload.source),
                       bench_environment(config)) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
@@ -67,11 +67,17 @@ def bench_environment(config: BenchConfig) -> dict[str, Any]:
     return capture_environment(config.device, config.threads).to_dict()
 
 
-def bench_config_dict(config: BenchConfig) -> dict[str, Any]:
+def bench_config_dict(config: BenchConfig, workload: str | None = None) -> dict[str, Any]:
+    """A bench or check run's config as stored; with `workload` (the spec measured), its `workload_key`: the spec as
+    it names the workload from any folder (`canonical_spec`), which histories and check match runs by."""
     import dataclasses
 
     data = dataclasses.asdict(config)
     data["version"] = 1
+    if workload:
+        from dlperf.workload.loader import canonical_spec
+
+        data["workload_key"] = canonical_spec(workload)
     return data
 
 

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     store = open_store(args)
     environment = bench_environment(config)
-    config_dict = bench_config_dict(config)
+    config_dict = bench_config_dict(config, args.workload)
     with store.recording("bench", args.workload, config_dict, environment) as recording:
         on_point = point_saver(recording, workload.name, config)
 

@@ -146,11 +146,11 @@ def _export(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import history_view
-    from dlperf.store.query import kpi_history, metric_spec
+    from dlperf.store.query import kpi_history, metric_spec, workload_runs
 
     metric_spec(args.metric)
     store = open_store(args, create=False)
-    records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
+    records = workload_runs(store, args.kind, args.workload, limit=_positive_int("--limit", args.limit))
     history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload,
                           args.kind)
     if args.json:

@@ -62,7 +62,7 @@ def check_against_baseline(
     from dlperf.api import bench_config_dict, bench_environment
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.measure.env import environment_differences
-    from dlperf.workload.loader import load_workload
+    from dlperf.workload.loader import canonical_spec, load_workload
 
     config = config or GateConfig()
     baseline = store.get_baseline(baseline_name)
@@ -91,12 +91,16 @@ def check_against_baseline(
     name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
     environment = bench_environment(bench_config)  # at the baseline's --threads, as bench records it
     warnings = []
-    if baseline.workload not in (name, workload.source, workload.name):
-        warnings.append(f"the baseline measured workload '{baseline.workload}', this check '{name}'")
+    key = canonical_spec(name)
+    recorded_key = baseline.config.get("workload_key")
+    # by the spec's meaning, not its spelling: 'wl.py' from its folder is the 'p/wl.py' of a baseline taken above it
+    # (a false warning), and 'wl.py' of another folder is not (no warning)
+    if (recorded_key != key) if recorded_key else baseline.workload not in (name, workload.source, workload.name):
+        warnings.append(f"the baseline measured workload '{recorded_key or baseline.workload}', this check '{key}'")
     differences = environment_differences(baseline.environment, environment)
     if differences:
         warnings.append("environment differs from the baseline's: " + "; ".join(differences))
-    run_config = {**bench_config_dict(bench_config), "gate": dataclasses.asdict(config),
+    run_config = {**bench_config_dict(bench_config, name), "gate": dataclasses.asdict(config),
                   "baseline": baseline_name, "baseline_run_id": baseline.id}
     with store.recording("check", name, run_config, environment) as run:
         # the batch sizes measured are kept if a later one fails or the check is interrupted

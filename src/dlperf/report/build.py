@@ -15,7 +15,9 @@ HISTORY_METRICS = ("p50", "p90", "p99", "mean", "throughput")
 
 def history_runs(store: Store, workload: str, limit: int = 200) -> list[RunRecord]:
     """Finished bench and check runs of `workload`, oldest first."""
-    runs = [r for kind in SAMPLED_KINDS for r in store.list(kind=kind, workload=workload, limit=limit, status="ok")]
+    from dlperf.store.query import workload_runs
+
+    runs = [r for kind in SAMPLED_KINDS for r in workload_runs(store, kind, workload, limit=limit, status="ok")]
     return sorted(runs, key=lambda r: r.created_at)[-limit:]
 
 

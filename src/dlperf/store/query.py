@@ -19,6 +19,19 @@ METRICS: dict[str, tuple[str, str, bool]] = {
 }
 
 
+def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None,
+                  status: str | None = None) -> list[RunRecord]:
+    """The runs of `kind` that measured `workload`, newest first: matched by the spec's meaning (`workload_key`, the
+    spec made absolute when recorded), so 'wl.py' typed in its folder and 'p/wl.py' typed above it are one history
+    and two 'wl.py' of two folders are two; runs recorded before the key by the spec as typed."""
+    from dlperf.workload.loader import canonical_spec
+
+    key = canonical_spec(workload)
+    found = [r for r in store.list(kind=kind, status=status, limit=None)
+             if (r.config.get("workload_key") == key if r.config.get("workload_key") else r.workload == workload)]
+    return found if limit is None else found[:limit]
+
+
 @dataclass(frozen=True)
 class HistoryPoint:
     run_id: str

@@ -177,6 +177,20 @@ def check_option_names(function: Callable[..., Any], options: dict[str, Any], wh
                             f"{'them' if len(missing) > 1 else 'it'} as ?{'&'.join(f'{m}=VALUE' for m in missing)}")
 
 
+def canonical_spec(spec: str) -> str:
+    """`spec` as it names the same workload from any folder, without importing anything: a file spec with its path
+    made absolute and its options sorted ('wl.py' typed in /p and 'p/wl.py' typed in / are one workload; two
+    'wl.py' in two folders are two); a zoo spec, or one that does not parse, as given."""
+    if spec.startswith("zoo:") or not spec:
+        return spec
+    try:
+        path, attr, options = _split_file_spec(spec)
+    except WorkloadError:
+        return spec
+    text = _absolute(Path(path)) + (f":{attr}" if attr else "")
+    return text + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options)) if options else "")
+
+
 def code_fingerprint(source: str) -> str:
     """What a resumed search must find unchanged of a workload's code: for a file workload, a hash of its file and of
     every module imported so far from its folder or below (a model defined beside it), leaving out installed

@@ -145,3 +145,29 @@ def test_check_measures_under_the_baseline_s_allocator(tmp_path: Path, capsys: p
     capsys.readouterr()
     main(["check", "zoo:mlp", "--baseline", "b", "--duration", "0.05", "--store", store])  # in-process: no restart
     assert f"note: the baseline ran under {other}, this process runs {active_allocator()}" in capsys.readouterr().err
+
+
+def test_one_workload_file_typed_from_two_folders_is_one_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline of 'proj/wl.py' checked as 'wl.py' from proj warned that the workloads differ, and `runs history`
+    split the one workload in two."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "wl.py").write_text("import torch\ndef model():\n    return torch.nn.Linear(4, 2)\n"
+                                   "def inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+    store = str(tmp_path / "runs.db")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "proj/wl.py", "--batch-sizes", "1", "--min-duration", "0.05", "--store", store]) == 0
+    assert main(["baseline", "set", "p", Store(store).list()[0].id, "--store", store]) == 0
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    assert main(["check", "wl.py", "--baseline", "p", "--duration", "0.05", "--store", store]) in (0, 1)
+    assert "the baseline measured workload" not in capsys.readouterr().out
+    assert main(["runs", "history", "wl.py", "--kind", "check", "--store", store]) == 0
+    assert main(["runs", "history", "wl.py", "--store", store]) == 0  # the bench run typed as proj/wl.py
+    capsys.readouterr()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "wl.py").write_text((project / "wl.py").read_text())
+    monkeypatch.chdir(tmp_path / "other")  # another file of the same name: not this history
+    assert main(["check", "wl.py", "--baseline", "p", "--duration", "0.05", "--store", store]) in (0, 1)
+    assert "the baseline measured workload" in capsys.readouterr().out

@@ -841,3 +841,16 @@ def test_host_side_predict_brings_nested_outputs_back_keeping_their_types() -> N
     assert isinstance(got, Out) and isinstance(got.hidden, list) and torch.equal(got.logits, torch.ones(2))
     ordered = OrderedDict(x=torch.ones(1))
     assert type(_host_side(lambda: ordered, "cpu")()) is OrderedDict
+
+
+def test_a_spec_names_one_workload_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.workload.loader import canonical_spec
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "wl.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    above = canonical_spec("p/wl.py:net?b=2&a=1")
+    monkeypatch.chdir(tmp_path / "p")
+    assert canonical_spec("wl.py:net?a=1&b=2") == above == f"{tmp_path / 'p' / 'wl.py'}:net?a=1&b=2"
+    assert canonical_spec("wl.py") == str(tmp_path / "p" / "wl.py")
+    assert canonical_spec("zoo:mlp?hidden=64") == "zoo:mlp?hidden=64"
