@@ -144,3 +144,9 @@ def test_checkpointing_knob_proposes_a_larger_micro_batch_when_memory_is_the_lim
     assert Checkpointing().skip_reason(current, ctx) is None
     (candidate,) = Checkpointing().candidates(current, ctx)
     assert candidate.change == {"checkpointing": True, "batch_size": 32, "accumulation_steps": 2}
+    # already at that micro-batch: no candidate, and the reason says what the search found ('nothing to change here')
+    knob = Checkpointing()
+    assert knob.candidates(current.replace(batch_size=32, accumulation_steps=2), ctx) == []
+    assert knob.unchanged_reason(current) == ("with checkpointing the largest micro-batch that fits is 32, no larger "
+                                              "than the 32 used now: recomputing activations would cost time for "
+                                              "nothing")
