@@ -39,8 +39,11 @@ def bench(
     if batch_sizes is not None and scenario != "offline":
         raise ConfigError(f"batch_sizes {tuple(batch_sizes)} is for the offline scenario; {scenario} runs batch "
                           f"{fixed[0]}: leave batch_sizes out, or use scenario='offline'")
+    if batch_sizes is not None and not tuple(batch_sizes):  # () measured the defaults 1, 8, 32 without a word
+        raise ConfigError("batch_sizes is empty: give at least one batch size, or leave it out")
     workload = load_workload(model, example_inputs)
-    if batch_sizes is None and example_inputs is not None:
+    if batch_sizes is None and example_inputs is not None and scenario == "offline":
+        # (the single- and multi-stream scenarios fix their own batch: recorded as this, they ran another)
         batch_sizes = (workload.default_batch_size,)
     if min_iters is None:
         min_iters = scenario_of(scenario).default_min_iters
@@ -53,10 +56,14 @@ def bench(
     from dlperf.store.db import Store
 
     st = store if isinstance(store, Store) else Store(store)
-    with st.recording("bench", workload.source or workload.name, bench_config_dict(config, workload.source),
+    # an in-memory module has no spec ('python' for every one mixed them in one history): its class name says more
+    in_memory = workload.source in (None, "", "python")
+    name = f"python:{workload.name}" if in_memory else str(workload.source)
+    with st.recording("bench", name, bench_config_dict(config, None if in_memory else workload.source),
                       bench_environment(config)) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
+    result.run_id = run.id  # for `dlperf baseline set` of the run just recorded
     return result
 
 

@@ -6,6 +6,7 @@ import importlib
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,63 @@ def test_bench_refuses_batch_sizes_a_latency_scenario_would_ignore() -> None:
         dlperf.bench(torch.nn.Linear(4, 2), (torch.ones(2, 4),), scenario="multi-stream", batch_sizes=(8,))
     with pytest.raises(ConfigError, match="unknown scenario 'burst'"):
         dlperf.bench(torch.nn.Linear(4, 2), scenario="burst")
+
+
+def test_bench_of_an_in_memory_module_from_a_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every in-memory module was recorded as workload 'python' (one history for unrelated models; the new
+    workload_key even made a path of it), the result had no run id to set a baseline with and printed every sample;
+    a model working in place changed the caller's inputs; the latency scenarios recorded the example's batch."""
+    import torch
+
+    from dlperf.errors import ConfigError, WorkloadError
+    from dlperf.store import Store
+
+    class InPlace(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.add_(1)
+
+    store = str(tmp_path / "runs.db")
+    x = torch.zeros(4, 3)
+    result = dlperf.bench(InPlace(), (x,), min_duration_s=0.01, min_iters=5, store=store)
+    assert torch.equal(x, torch.zeros(4, 3))  # the caller's tensor untouched
+    (record,) = Store(store).list()
+    assert record.workload == "python:InPlace" and "workload_key" not in record.config
+    assert result.run_id == record.id and len(repr(result)) < 200 and record.id in repr(result)
+    single = dlperf.bench(torch.nn.Linear(3, 3), (torch.randn(4, 3),), scenario="single-stream", min_duration_s=0.01)
+    assert [p.batch_size for p in single.points] == [1] and single.config.batch_sizes is None
+    with pytest.raises(ConfigError, match="batch_sizes is empty"):
+        dlperf.bench(torch.nn.Linear(3, 3), (torch.randn(4, 3),), batch_sizes=())
+    # inputs with no batch dimension at all: every figure per item would count batch_size items of one call
+    with pytest.raises(WorkloadError, match="have no batch dimension of 8"):
+        dlperf.bench(torch.nn.Identity(), (torch.tensor(1.0),), batch_sizes=(8,))
+
+
+def test_the_api_takes_a_workload_spec_and_a_store_path_where_bench_does(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """profile_workload and tune raised AttributeError on 'zoo:mlp'; optimize on a store path."""
+    import dlperf.profile.session as session
+    import dlperf.train.tune as tune_module
+
+    seen: list[object] = []
+
+    def stop(workload: object, *args: object, **kwargs: object) -> None:
+        seen.append(workload)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session, "capture", stop)
+    monkeypatch.setattr(tune_module.Tuner, "run", lambda self: stop(self.workload))
+    with pytest.raises(KeyboardInterrupt):
+        dlperf.profile_workload("zoo:mlp", dlperf.ProfileConfig(), ceilings=object())
+    with pytest.raises(KeyboardInterrupt):
+        dlperf.tune("zoo:mlp", dlperf.StepConfig(batch_size=8))
+    assert [getattr(w, "name", None) for w in seen] == ["mlp", "mlp"]
+    from dlperf.optimize.search import _find_resumable  # the first use of the store
+
+    monkeypatch.setattr("dlperf.optimize.search._find_resumable",
+                        lambda store, *a: stop(store) if not hasattr(store, "list") else _find_resumable(store, *a))
+    with pytest.raises(KeyboardInterrupt):
+        from dlperf.optimize.search import OptimizeConfig, optimize
+
+        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1), store=str(tmp_path / "o.db"),
+                 on_event=lambda kind, data: stop(kind) if kind == "start" else None)
+    assert seen[-1] == "start"  # reached the search with the path made a Store

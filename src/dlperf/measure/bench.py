@@ -99,6 +99,14 @@ class BenchResult:
     config: BenchConfig
     points: list[BenchPoint]
     model_bytes: int
+    run_id: str | None = None
+    """The stored run's id, when it was recorded (`dlperf.bench(..., store=...)`)."""
+
+    def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
+        kpi, value, batch = self.headline
+        shown = f"{value:,.1f} items/s" if kpi == "throughput" else f"{kpi.removesuffix('_s')} {value * 1e3:.4g} ms"
+        return (f"BenchResult({self.workload!r}, batch sizes {[p.batch_size for p in self.points]}, headline "
+                f"{shown} at batch {batch}" + (f", run {self.run_id}" if self.run_id else "") + ")")
 
     @property
     def headline(self) -> tuple[str, float, int]:

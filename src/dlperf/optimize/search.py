@@ -581,6 +581,10 @@ def optimize(
     from dlperf.workload.loader import code_fingerprint, load_workload
 
     config = config or OptimizeConfig()
+    if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
+        from dlperf.store.db import Store
+
+        store = Store(store)
     # paths and the device are checked before the search spends its budget (a bad --export failed at the end)
     if export_dir is not None:
         check_export_dir(export_dir)

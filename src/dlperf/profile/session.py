@@ -64,12 +64,16 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
         return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
 
 
-def profile_workload(workload: Workload, config: ProfileConfig, ceilings: CeilingsLike | None = None,
+def profile_workload(workload: Workload | str, config: ProfileConfig, ceilings: CeilingsLike | None = None,
                      on_progress: Callable[[str], None] | None = None,
                      on_diagnosis: Callable[[ProfileReport], None] | None = None) -> ProfileReport:
-    """Profile `workload` per `config`; `ceilings` defaults to this machine's (dlperf.calibrate). `on_diagnosis`
-    gets the report before --verify measures its fixes (the CLI saves it, so that an interrupt during the
-    verification keeps the capture and the diagnosis)."""
+    """Profile `workload` (a Workload or a spec such as 'zoo:mlp') per `config`; `ceilings` defaults to this
+    machine's (dlperf.calibrate). `on_diagnosis` gets the report before --verify measures its fixes (the CLI saves
+    it, so that an interrupt during the verification keeps the capture and the diagnosis)."""
+    if isinstance(workload, str):  # as dlperf.bench takes one
+        from dlperf.workload.loader import load_workload
+
+        workload = load_workload(workload)
     t0 = time.perf_counter()
     if ceilings is None:
         ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress,

@@ -381,8 +381,13 @@ class Tuner:
                           code_settings(self.baseline, best, self.trials), final_samples)
 
 
-def tune(workload: Workload, baseline: StepConfig, config: TuneConfig | None = None, **kwargs: Any) -> TuneResult:
-    """Tune `workload` from `baseline` (see Tuner)."""
+def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | None = None,
+         **kwargs: Any) -> TuneResult:
+    """Tune `workload` (a Workload or a spec such as 'zoo:mlp') from `baseline` (see Tuner)."""
+    if isinstance(workload, str):
+        from dlperf.workload.loader import load_workload
+
+        workload = load_workload(workload)
     return Tuner(workload, baseline, config, **kwargs).run()
 
 

@@ -89,9 +89,10 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
             ) from exc
 
     def make_inputs(batch_size: int) -> tuple[Any, ...]:
+        # a copy: a model working in place changed the caller's tensors (a smaller batch is a view of them)
         if batch is None or batch_size == batch:
-            return inputs
-        return tuple(_resize(v, batch, batch_size) for v in inputs)
+            return copy.deepcopy(inputs)
+        return copy.deepcopy(tuple(_resize(v, batch, batch_size) for v in inputs))
 
     return Workload(
         name=label,
@@ -186,6 +187,8 @@ def canonical_spec(spec: str) -> str:
     try:
         path, attr, options = _split_file_spec(spec)
     except WorkloadError:
+        return spec
+    if not path.endswith(".py"):  # not a file spec ('python', an in-memory module's): no path to make of it
         return spec
     text = _absolute(Path(path)) + (f":{attr}" if attr else "")
     return text + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options)) if options else "")

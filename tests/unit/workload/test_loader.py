@@ -718,7 +718,7 @@ def test_from_module_resizes_the_batch() -> None:
     built = w.build_model()
     assert isinstance(built, nn.Linear) and built is not model and torch.equal(built.weight, model.weight)
     (same,) = w.example_inputs(2)
-    assert same is x
+    assert same is not x and torch.equal(same, x)  # a copy: a model working in place changed the caller's
     (bigger,) = w.example_inputs(5)
     assert bigger.shape == (5, 3)
     # rows cycle through the example batch
@@ -775,7 +775,7 @@ def test_from_module_resizes_tensors_inside_lists_and_dicts() -> None:
     assert a.shape == b.shape == (5, 4) and torch.equal(b[2], x[0] + 1)
     keyed = from_module(nn.Identity(), {"ids": x, "scale": shared})
     (d,) = keyed.example_inputs(3)
-    assert d["ids"].shape == (3, 4) and d["scale"] is shared
+    assert d["ids"].shape == (3, 4) and torch.equal(d["scale"], shared)  # unbatched: kept as it is (a copy)
 
 
 def test_inputs_inside_a_list_that_ignore_the_batch_size_are_refused() -> None:
