@@ -273,3 +273,13 @@ def test_help_does_not_import_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "usage: dlperf" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "HEAVY="
+
+
+@pytest.mark.parametrize("argv", [["ab", "zoo:mlp", "--a", "", "--b", "", "--blocks", "3"],
+                                  ["check", "zoo:mlp", "--baseline", "nope"]])
+def test_an_error_is_the_first_line_not_after_a_blank_one(argv: list[str], store_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """ab and check printed a blank line (their progress display, stopped) before 'error:' where stderr is not a
+    terminal: a CI log's first line was empty."""
+    assert main([*argv, "--store", str(store_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(TextColumn("A/B blocks"), BarColumn(), MofNCompleteColumn(), console=error_console(),
-                  transient=True, disable=args.json) as progress:
+                  transient=True, disable=args.json or not error_console().is_terminal) as progress:
         task = progress.add_task("ab", total=args.blocks)
         outcome, run_id = run_ab_recorded(
             store, args.workload, a, b, batch_size=args.batch_size, blocks=args.blocks,

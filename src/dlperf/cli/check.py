@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=error_console(),
-                  transient=True, disable=args.json) as progress:
+                  transient=True, disable=args.json or not error_console().is_terminal) as progress:
         task = progress.add_task("measuring")
         outcome = check_against_baseline(
             args.workload, args.baseline, store, config, min_duration_s=args.duration,
