@@ -24,6 +24,7 @@ _API: dict[str, str] = {
     "TimerConfig": "dlperf.measure.timer",
     "time_callable": "dlperf.measure.timer",
     "ab_test": "dlperf.measure.ab",
+    "ABConfig": "dlperf.measure.ab",
     "profile_workload": "dlperf.profile.session",
     "ProfileConfig": "dlperf.profile.session",
     "OptimizeConfig": "dlperf.optimize.search",

@@ -39,7 +39,7 @@ def bench(
     if batch_sizes is not None and scenario != "offline":
         raise ConfigError(f"batch_sizes {tuple(batch_sizes)} is for the offline scenario; {scenario} runs batch "
                           f"{fixed[0]}: leave batch_sizes out, or use scenario='offline'")
-    if batch_sizes is not None and not tuple(batch_sizes):  # () measured the defaults 1, 8, 32 without a word
+    if isinstance(batch_sizes, (tuple, list)) and not batch_sizes:  # () measured the defaults 1, 8, 32 silently
         raise ConfigError("batch_sizes is empty: give at least one batch size, or leave it out")
     workload = load_workload(model, example_inputs)
     if batch_sizes is None and example_inputs is not None and scenario == "offline":

@@ -7,6 +7,7 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,34 @@ def test_the_api_takes_a_workload_spec_and_a_store_path_where_bench_does(tmp_pat
         optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1), store=str(tmp_path / "o.db"),
                  on_event=lambda kind, data: stop(kind) if kind == "start" else None)
     assert seen[-1] == "start"  # reached the search with the path made a Store
+
+
+def test_wrong_argument_types_are_dlperfs_errors_named_by_argument() -> None:
+    """None, '2', 8 or a dict where a number, a tuple or a config goes came out as TypeError/AttributeError from
+    deep inside (or, for ab_test's items_per_call, only after the whole A/B had run)."""
+    import torch
+
+    from dlperf.errors import ConfigError
+
+    model, x = torch.nn.Linear(8, 2), (torch.randn(2, 8),)
+    cases: list[tuple[dict[str, Any], str]] = [({"min_duration_s": None}, "min_duration_s must be a number, got None"),
+                            ({"threads": "2"}, "threads must be an integer >= 1 or None, got '2'"),
+                            ({"batch_sizes": 8}, r"batch sizes must be a tuple of integers, e.g. \(1, 8\), got 8"),
+                            ({"batch_sizes": (1.5,)}, "batch sizes must be a tuple of integers"),
+                            ({"device": None}, "device must be a string")]
+    for kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            dlperf.bench(model, x, **kwargs)
+    calls = [0]
+
+    def count() -> None:
+        calls[0] += 1
+
+    with pytest.raises(ConfigError, match="items_per_call must be an integer >= 1, got 0"):
+        dlperf.ab_test(count, count, items_per_call=0)
+    assert calls == [0]  # refused before anything ran
+    with pytest.raises(ConfigError, match=r"config must be a dlperf\.ABConfig, got dict"):
+        dlperf.ab_test(count, count, {"blocks": 4})
+    with pytest.raises(ConfigError, match="warmup_iters must be >= 0"):
+        dlperf.ABConfig(warmup_iters=-1)
+    assert dlperf.ab_test(count, count, dlperf.ABConfig(blocks=4, iters_per_block=2, warmup_iters=0)).a.n == 8

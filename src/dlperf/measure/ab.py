@@ -47,6 +47,8 @@ class ABConfig:
             raise ConfigError(f"block_statistic must be 'median' or 'mean', got {self.block_statistic!r}")
         if self.blocks < 4:
             raise ConfigError(f"an A/B needs at least 4 blocks, got {self.blocks}")
+        if self.warmup_iters < 0:
+            raise ConfigError(f"warmup_iters must be >= 0, got {self.warmup_iters}")
         if self.iters_per_block < 1:
             raise ConfigError("iters_per_block must be >= 1")
         if not 0.5 < self.confidence < 1.0:
@@ -143,6 +145,13 @@ def ab_test(
     for process-wide settings such as `torch.set_num_threads` that differ between the two sides.
     """
     config = config or ABConfig()
+    if not isinstance(config, ABConfig):  # a dict gave "'dict' object has no attribute 'warmup_iters'"
+        raise ConfigError(f"config must be a dlperf.ABConfig, got {type(config).__name__}")
+    for side, fn in (("A", fn_a), ("B", fn_b)):
+        if not callable(fn):
+            raise ConfigError(f"side {side} must be a function to call, got {type(fn).__name__}")
+    if not isinstance(items_per_call, int) or items_per_call < 1:  # it was refused only after the whole A/B
+        raise ConfigError(f"items_per_call must be an integer >= 1, got {items_per_call!r}")
     clock = clock or CpuClock()
     befores = (before_a, before_b)
     for which, fn in ((0, fn_a), (1, fn_b)):

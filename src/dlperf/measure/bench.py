@@ -32,6 +32,15 @@ class BenchConfig:
     timer: TimerConfig = field(default_factory=TimerConfig)
 
     def __post_init__(self) -> None:
+        # from Python (dlperf.bench) wrong types came out as TypeError/AttributeError from deep inside
+        if not isinstance(self.device, str):
+            raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)):
+            raise ConfigError(f"threads must be an integer >= 1 or None, got {self.threads!r}")
+        if self.batch_sizes is not None and (
+                isinstance(self.batch_sizes, (str, int)) or not hasattr(self.batch_sizes, "__iter__")
+                or not all(isinstance(b, int) and not isinstance(b, bool) for b in self.batch_sizes)):
+            raise ConfigError(f"batch sizes must be a tuple of integers, e.g. (1, 8), got {self.batch_sizes!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):

@@ -39,6 +39,11 @@ class TimerConfig:
     max_duration_s: float = 120.0
 
     def __post_init__(self) -> None:
+        for name in ("warmup_iters", "min_iters", "max_iters", "min_duration_s", "max_duration_s", "warmup_max_s",
+                     "stable_tolerance", "stable_window"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):  # None, '5': TypeError deep inside
+                raise ConfigError(f"{name} must be a number, got {value!r}")
         for name in ("min_duration_s", "max_duration_s", "warmup_max_s", "stable_tolerance"):
             # NaN passes every comparison below, and NaN or inf seconds fail later as the measured call's error
             if not math.isfinite(getattr(self, name)):
@@ -66,6 +71,10 @@ class TimerConfig:
     def at_least(cls, min_duration_s: float, min_iters: int, warmup_iters: int) -> TimerConfig:
         """The default caps, each raised to a minimum asked above it: `dlperf bench --min-duration 5m` or
         `--min-iters 2000000` measure that long or that many calls instead of failing on a cap they cannot set."""
+        for name, value in (("min_duration_s", min_duration_s), ("min_iters", min_iters),
+                            ("warmup_iters", warmup_iters)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):  # max() below would raise TypeError
+                raise ConfigError(f"{name} must be a number, got {value!r}")
         return cls(warmup_iters=warmup_iters, min_duration_s=min_duration_s, min_iters=min_iters,
                    max_iters=max(cls.max_iters, min_iters), max_duration_s=max(cls.max_duration_s, min_duration_s))
 
