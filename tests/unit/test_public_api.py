@@ -171,3 +171,14 @@ def test_wrong_argument_types_are_dlperfs_errors_named_by_argument() -> None:
     with pytest.raises(ConfigError, match="warmup_iters must be >= 0"):
         dlperf.ABConfig(warmup_iters=-1)
     assert dlperf.ab_test(count, count, dlperf.ABConfig(blocks=4, iters_per_block=2, warmup_iters=0)).a.n == 8
+
+
+def test_a_meta_model_and_a_path_that_is_not_one_are_named() -> None:
+    import torch
+
+    from dlperf.errors import OptimizeError, WorkloadError
+
+    with pytest.raises(WorkloadError, match="its model's weights are on the 'meta' device"):
+        dlperf.bench(torch.nn.Linear(4, 4).to("meta"), (torch.randn(2, 4),), min_duration_s=0.01)
+    with pytest.raises(OptimizeError, match=r"dlperf\.load takes the path of an artifact folder .*, got NoneType"):
+        dlperf.load(None)

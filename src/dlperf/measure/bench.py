@@ -247,7 +247,13 @@ def run_bench(
     batch_sizes = sc.batch_sizes(config.batch_sizes)
     points: list[BenchPoint] = []
     with torch_threads(config.threads):
-        model = workload.build_model().eval().to(config.device)
+        model = workload.build_model().eval()
+        if any(getattr(p, "is_meta", False) for p in model.parameters()):  # .to() failed: 'Cannot copy out of meta'
+            from dlperf.errors import WorkloadError
+
+            raise WorkloadError(f"workload '{workload.name}': its model's weights are on the 'meta' device, which "
+                                "holds no data: build it on the CPU (or load its weights) before measuring")
+        model = model.to(config.device)
         model_bytes = parameter_bytes(model)
         clock = clock_for(config.device)
         gpu_index = _gpu_index(config.device)

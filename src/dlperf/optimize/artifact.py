@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -233,6 +234,9 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     """A callable with the original model's interface: torch tensors in, torch tensors out. `threads`: an
     engine artifact's intra-op threads instead of those it was exported with (a torch artifact runs with
     torch's, which the caller sets)."""
+    if not isinstance(path, (str, os.PathLike)):  # None or a number gave Path's TypeError
+        raise OptimizeError(f"dlperf.load takes the path of an artifact folder (dlperf optimize --export DIR), got "
+                            f"{type(path).__name__}")
     folder = Path(path)
     manifest = read_manifest(folder)
     if threads is not None:
