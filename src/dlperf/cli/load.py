@@ -273,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
                           f"integer; 1 is the highest level), got {args.priority}")
     if args.csv and not os.path.isdir(os.path.dirname(os.path.abspath(args.csv))):
         raise ConfigError(f"--csv {args.csv}: its folder does not exist")
+    if args.csv and os.path.isdir(args.csv):  # found only after the whole measurement
+        raise ConfigError(f"--csv {args.csv} is a folder: give a file name, e.g. {os.path.join(args.csv, 'load.csv')}")
     if not args.collect_metrics and (args.metrics_url is not None or args.metrics_interval_ms != 1000.0):
         raise ConfigError("--metrics-url and --metrics-interval-ms go with --collect-metrics: add it")
     if args.protocol == "grpc" and args.collect_metrics and args.metrics_url is None:

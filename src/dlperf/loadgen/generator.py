@@ -159,8 +159,11 @@ class LoadConfig:
                             ("--warmup-s", self.warmup_s)):
             if not (math.isfinite(value) and value <= MAX_SECONDS):
                 raise ConfigError(f"{flag} must be a number of seconds up to {MAX_SECONDS:g}, got {value:g}")
-        if self.duration_s <= 0 or self.window_s <= 0 or self.warmup_s < 0:
-            raise ConfigError("--duration and --window-s must be positive, --warmup-s >= 0")
+        bounds = (("--duration", self.duration_s, "positive"), ("--window-s", self.window_s, "positive"),
+                  ("--warmup-s", self.warmup_s, ">= 0"))
+        for flag, value, least in bounds:
+            if value < 0 or (value == 0 and least == "positive"):  # the one message named all three options
+                raise ConfigError(f"{flag} must be {least}, got {value:g}")
         if self.duration_s <= self.warmup_s:
             raise ConfigError(f"--duration ({self.duration_s:g} s) must be longer than --warmup-s "
                               f"({self.warmup_s:g} s): a level's warm-up is part of its duration, and nothing "
@@ -718,7 +721,15 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     if statuses.get(MISMATCH):
         result.warnings.append(f"{statuses[MISMATCH]} replies did not match the validation data (counted as "
                                f"errors); the first: {mismatches[0]}")
-    if not stable and not slo_failed:  # a level the SLO failed early needs no stable windows
+    windows_possible = int((config.duration_s - config.warmup_s) // config.window_s)
+    if not stable and not slo_failed and windows_possible < config.stable_windows:
+        # fewer windows than the check compares: "did not agree" was said of a single one on every short run
+        needed = config.warmup_s + config.stable_windows * config.window_s
+        result.warnings.append(
+            f"the level was too short to check stability: {config.stable_windows} windows of {config.window_s:g} s "
+            f"after the {config.warmup_s:g} s warm-up need --duration {needed:g}s or more"
+        )
+    elif not stable and not slo_failed:  # a level the SLO failed early needs no stable windows
         result.warnings.append(
             f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "
             f"{config.stability:.0%} on throughput and {_latency_name(config.stability_percentile)} latency "

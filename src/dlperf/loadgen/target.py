@@ -94,19 +94,40 @@ def _auth(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+NOT_KSERVE = "is this a KServe v2 / Triton HTTP port? give its host:port"
+
+
 def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
     reply = asyncio.run(fetch(endpoint, path, headers))
     if reply.status != 200:
         message = _error_of(reply.body)
         raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
-    return json.loads(reply.body)
+    try:
+        data = json.loads(reply.body)
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):  # a proxy's HTML page with 200: a traceback and exit 1, read as a missed SLO
+        raise LoadGenError(f"GET {path} on {endpoint.authority} answered 200, but not with a KServe v2 JSON object "
+                           f"({_first_words(reply.body)}): {NOT_KSERVE}")
+    return data
+
+
+def _first_words(body: bytes, limit: int = 80) -> str:
+    """The start of a body on one line, tags and runs of spaces dropped (an HTML error page ran to ten lines)."""
+    import re
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]*>", " ", body[:2000].decode("utf-8", "replace"))).strip()
+    return (text[:limit] + "...") if len(text) > limit else (text or "an empty body")
 
 
 def _error_of(body: bytes) -> str:
     try:
-        return str(json.loads(body).get("error", body[:200]))
-    except (ValueError, AttributeError):
-        return body[:200].decode("latin-1")
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        error = None
+    if isinstance(error, str):
+        return error
+    return f"{_first_words(body)} ({NOT_KSERVE})"
 
 
 def oip_target(url: str, model: str, *, batch_size: int | None = None, token: str | None = None,
@@ -397,8 +418,15 @@ def _check(target: Target) -> None:
 
 
 def _infos(meta: dict[str, Any], key: str) -> list[TensorInfo]:
-    """The model metadata's inputs or outputs."""
-    return [TensorInfo(s["name"], s["datatype"], tuple(int(d) for d in s["shape"])) for s in meta.get(key) or []]
+    """The model metadata's inputs or outputs; metadata that is not KServe v2's is a LoadGenError naming the field."""
+    specs = meta.get(key) or []
+    try:
+        if not isinstance(specs, list):
+            raise TypeError(f"'{key}' is {type(specs).__name__}")
+        return [TensorInfo(str(s["name"]), str(s["datatype"]), tuple(int(d) for d in s["shape"])) for s in specs]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LoadGenError(f"the model metadata's '{key}' are not KServe v2 tensor metadata ({type(exc).__name__}: "
+                           f"{exc}; each needs name, datatype and shape): {NOT_KSERVE}") from exc
 
 
 def _data_target(endpoint: Endpoint, model: str, server: dict[str, Any], headers: dict[str, str],

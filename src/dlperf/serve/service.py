@@ -113,6 +113,13 @@ class ServeConfig:
                                             or self.model_name in (".", "..")):
             raise ConfigError(f"--model-name {self.model_name!r}: a model name is one URL path segment "
                               "(/v2/models/NAME): letters, digits and . _ - only, e.g. encoder-v2")
+        for name, _ in self.variants:  # a '/' made the metrics' model/variant keys ambiguous
+            if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
+                raise ConfigError(f"--variant {name!r}=...: a variant name is a label value and part of keys "
+                                  "(model/variant): letters, digits and . _ - only, e.g. fp32")
+        if self.token is not None and not self.token.strip():
+            # `--token "$TOKEN"` with the variable unset served every request without one
+            raise ConfigError("--token is empty: give the bearer token, or leave --token out for a server without one")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port must be in 0-65535, got {self.port}")
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:

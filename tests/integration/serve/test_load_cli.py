@@ -109,7 +109,7 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
     # refused before any request (it was the server's 400 to the test request, "expects [-1, 64]")
     assert "--shape x=1,3: dimension 1 of input 'x' is fixed at 64 (its shape [-1, 64])" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--duration", "0s"]) == 2  # not the 30 s default
-    assert "--duration and --window-s must be positive" in capsys.readouterr().err
+    assert "--duration must be positive, got 0" in capsys.readouterr().err
 
 
 def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
@@ -315,3 +315,67 @@ def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_pat
     assert "--rate is the one rate the search starts from" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--concurrency", "4"]) == 2
     assert "--find-peak searches request rates (open loop): drop --concurrency" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("v2", "model", "message"), [
+    (b"<html><body><h1>Welcome</h1>\n<p>nginx</p></body></html>", b"{}",
+     "GET /v2 on 127.0.0.1:{port} answered 200, but not with a KServe v2 JSON object (Welcome nginx)"),
+    (b"[1, 2]", b"{}", "answered 200, but not with a KServe v2 JSON object ([1, 2])"),
+    (b"{}", b'{"inputs": [{"name": "x"}], "outputs": []}',
+     "the model metadata's 'inputs' are not KServe v2 tensor metadata (KeyError: 'datatype'"),
+    (b"{}", b'{"inputs": "x"}', "the model metadata's 'inputs' are not KServe v2 tensor metadata (TypeError"),
+])
+def test_a_server_that_is_not_kserve_is_one_error_line(v2: bytes, model: bytes, message: str,
+                                                       capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A proxy's 200 page or foreign metadata gave a traceback and exit 1 (read by CI as a missed SLO)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = {"/v2": v2, "/v2/models/mlp": model}.get(self.path, b"{}")
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        assert main(["load", f"127.0.0.1:{port}", "--model", "mlp", "--requests", "1",
+                     "--store", str(tmp_path / "r.db")]) == 2
+    finally:
+        httpd.shutdown()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message.format(port=port) in lines[0], err
+    assert "is this a KServe v2 / Triton HTTP port?" in lines[0]
+
+
+def test_options_refused_before_anything_is_measured(server: Running, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A --csv folder was found only after the whole measurement; an empty --token served without one; a variant
+    name with '/' made the metrics' keys ambiguous; --window-s 0 was refused in one message for three options."""
+    from dlperf.errors import ConfigError
+
+    assert main(["load", server.url, "--model", "mlp", "--csv", str(tmp_path), "--requests", "1"]) == 2
+    assert f"--csv {tmp_path} is a folder" in capsys.readouterr().err
+    assert main(["load", server.url, "--model", "mlp", "--window-s", "0"]) == 2
+    assert "--window-s must be positive, got 0" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--token is empty"):
+        ServeConfig(model="zoo:mlp", token="")
+    with pytest.raises(ConfigError, match="--variant 'x/y'=...: a variant name"):
+        ServeConfig(variants=(("x/y", "a"), ("b", "b")))
+
+
+def test_a_level_too_short_for_the_stability_check_says_so(server: Running,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """'the last 3 windows ... did not agree' was said of a single window on every run of --duration 7s or less."""
+    assert main(["load", server.url, "--model", "mlp", "--duration", "2s", "--warmup-s", "1"]) == 0
+    out = " ".join(capsys.readouterr().err.split())
+    assert "the level was too short to check stability: 3 windows of 2 s after the 1 s warm-up need --duration 7s" \
+           in out and "did not agree" not in out
