@@ -368,7 +368,7 @@ def test_options_refused_before_anything_is_measured(server: Running, tmp_path: 
     assert "--window-s must be positive, got 0" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--token is empty"):
         ServeConfig(model="zoo:mlp", token="")
-    with pytest.raises(ConfigError, match="--variant 'x/y'=...: a variant name"):
+    with pytest.raises(ConfigError, match=r"--variant 'x/y'=\.\.\.: a variant name"):
         ServeConfig(variants=(("x/y", "a"), ("b", "b")))
 
 
