@@ -415,15 +415,16 @@ def test_runs_show_of_a_bench_run_has_its_headline_an_interrupted_one_that_of_wh
     cut = [points[0], BenchPoint(8, Measurement([400_000] * 3, items_per_call=8,
                                                 extra={"stop_note": "interrupted after 3 timed calls"}),
                                  2**20, 100.0, 50.0)]
-    result = {"workload": "mlp", "points": [p.to_dict() for p in cut], "partial": True,
-              "headline": headline_record(BenchConfig(batch_sizes=(1, 8, 32)), cut)}
+    cut_points = [p.to_dict() for p in cut]
+    cut_result = {"workload": "mlp", "points": cut_points, "partial": True,
+                  "headline": headline_record(BenchConfig(batch_sizes=(1, 8, 32)), cut)}
     shown = " ".join(_text(record_view(RunRecord("c", "bench", "zoo:mlp", "interrupted", "2026-01-01",
-                                                 result=result, error="interrupted"))).split())
+                                                 result=cut_result, error="interrupted"))).split())
     assert ("headline: throughput 20,000 items/s at batch 8 (of the batch sizes measured before the run stopped: "
             "1, 8); batch 8 was interrupted after 3 timed calls") in shown
-    result["points"][1]["summary"]["stop_note"] = None  # the headline's batch size complete: no such remark
+    cut_points[1]["summary"]["stop_note"] = None  # the headline's batch size complete: no such remark
     assert "was interrupted" not in " ".join(_text(record_view(RunRecord(
-        "c", "bench", "zoo:mlp", "interrupted", "2026-01-01", result=result, error="interrupted"))).split())
+        "c", "bench", "zoo:mlp", "interrupted", "2026-01-01", result=cut_result, error="interrupted"))).split())
 
 
 def test_runs_show_of_an_optimize_candidate_is_a_few_lines_not_its_json() -> None:
