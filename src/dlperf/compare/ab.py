@@ -160,6 +160,8 @@ def run_ab(
         torch.set_num_threads(b.threads or old_threads)
         _, model_b, inputs_b, batch_b = _side(workload_spec, b, batch_size, "--b")
         workload.check(model_b, inputs_b)
+        # the workload as given, not side A's (its options applied: the title named A's hidden=2048 for both sides)
+        name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
         call_a = make_call(model_a, inputs_a, a.device, a.precision)
         call_b = make_call(model_b, inputs_b, b.device, b.precision)
         before_a = _set_threads(a.threads or old_threads)
@@ -169,20 +171,19 @@ def run_ab(
             iters_per_block = _auto_iters([call_a, call_b], clock)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, seed=seed)
+        def run_of(result: ABResult) -> ABRun:
+            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block)
+
         try:
             result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
         except KeyboardInterrupt as exc:  # the blocks finished so far, as a run, for the caller to keep
             partial = getattr(exc, "dlperf_measured", None)
             if partial is not None:
-                name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
-                exc.dlperf_partial = ABRun(name, a, b, batch_a, batch_b, partial,  # type: ignore[attr-defined]
-                                           batch_a != batch_b, iters_per_block)
+                exc.dlperf_partial = run_of(partial)  # type: ignore[attr-defined]
             raise
     finally:
         torch.set_num_threads(old_threads)
-    # the workload as given, not side A's (its options applied: the title named A's hidden=2048 for both sides)
-    name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
-    return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block)
+    return run_of(result)
 
 
 def _where(exc: BaseException) -> str:
