@@ -3,7 +3,7 @@
 Shutdown (first SIGTERM or Ctrl-C): readiness turns false and new inference requests get 503; requests
 already in the server finish, for at most `exit_timeout_s`; those still waiting for their batch then get
 a 503 (`ServerState.cut_waiting`), uvicorn closes its connections and the instances stop. A second signal
-exits at once.
+exits at once, answering what is still in flight with that 503.
 """
 
 from __future__ import annotations
@@ -151,11 +151,15 @@ def _make_server_class() -> Any:
         exit_timeout_s: float = 30.0
         on_drain: Callable[[], None] | None = None
         dropped = 0
-        """Requests in flight when a second signal forced the exit (their clients get no reply)."""
+        """Requests in flight when a second signal forced the exit (their clients get a 503)."""
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.state.draining:
                 self.dropped = self.state.in_flight
+                if self.loop is not None:  # answer them with dlperf's 503 (uvicorn's cancel sent a plain-text 500
+                    # and logged a traceback per request); its shutdown gives the replies 0.1 s to go out
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to answer
+                        self.loop.call_soon_threadsafe(self.state.cut_waiting, "it exited at a second signal")
                 self.should_exit = True
                 self.force_exit = True
                 return
@@ -316,7 +320,8 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
         stopped = state.close(0.0 if forced else config.exit_timeout_s)
     if forced:  # the instances were not waited for: the status says whether requests were dropped
         if server.dropped:
-            log.warning("a second signal: exited without waiting for %d request(s) in flight", server.dropped)
+            log.warning("a second signal: exited without waiting for %d request(s) in flight (answered with a 503)",
+                        server.dropped)
         return 1 if server.dropped else 0
     return 0 if stopped else 1
 

@@ -322,17 +322,18 @@ class ServerState:
         self.draining = True
         self._set_ready(False)
 
-    def cut_waiting(self) -> int:
-        """The exit timeout is over: every request still queued or in a running batch fails now with 503
-        (UNAVAILABLE; a queued one leaves the queue unrun), so its client gets dlperf's JSON error rather than
-        uvicorn's plain-text 500 when uvicorn cancels the handler. Runs on the event loop; how many it cut."""
+    def cut_waiting(self, why: str | None = None) -> int:
+        """The exit timeout is over (or a second signal came): every request still queued or in a running batch
+        fails now with 503 (UNAVAILABLE; a queued one leaves the queue unrun), so its client gets dlperf's JSON
+        error rather than uvicorn's plain-text 500 when uvicorn cancels the handler. `why` replaces the exit
+        timeout's reason in the message. Runs on the event loop; how many it cut."""
+        why = why or ("the request did not finish within the exit timeout "
+                      f"(--exit-timeout-s {self.config.exit_timeout_s:g})")
         cut = 0
         for future, (batcher, work) in list(self._waiting.items()):
             if not future.done():
                 batcher.withdraw(work)
-                future.set_exception(ShuttingDown(
-                    "server is shutting down: the request did not finish within the exit timeout "
-                    f"(--exit-timeout-s {self.config.exit_timeout_s:g}); send it again to another replica"))
+                future.set_exception(ShuttingDown(f"server is shutting down: {why}; send it again to another replica"))
                 cut += 1
         return cut
 

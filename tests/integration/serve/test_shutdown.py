@@ -100,17 +100,25 @@ def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(t
     with cli_process(["serve", f"{WORKLOAD}:workload", "--port", str(port), "--max-batch-size", "1",
                       "--exit-timeout-s", "60"], log_path, {**os.environ, GATE_ENV: str(tmp_path / "never")}) as proc:
         wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
-        c = httpclient.InferenceServerClient(base)
-        c.async_infer("slow", [_input(HELD)])
+        c = httpclient.InferenceServerClient(base, concurrency=2)
+        held = c.async_infer("slow", [_input(HELD)])
+        queued = c.async_infer("slow", [_input(HELD)])
         wait_until(lambda: parse_variant_metrics(get_text(f"http://{base}/metrics"))["default"].pending_requests
-                   == 0 and http_status(f"http://{base}/v2/health/ready") == 200, 30, "the request in the model")
+                   == 1 and http_status(f"http://{base}/v2/health/ready") == 200, 30, "one request in the model")
         proc.send_signal(signal.SIGTERM)
         wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 400, 30, "readiness to turn false")
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 1  # a request was dropped: not a clean exit
+        assert proc.wait(timeout=30) == 1  # requests were dropped: not a clean exit
+        for request in (held, queued):  # dlperf's 503, not uvicorn's plain-text 500 from cancelling the handler
+            with pytest.raises(InferenceServerException) as info:
+                request.get_result()
+            assert info.value.status() == "503"
+            assert "exited at a second signal; send it again to another replica" in info.value.message()
+        c.close()
     text = log_path.read_text()
-    assert "exited without waiting for 1 request(s) in flight" in text
+    assert "exited without waiting for 2 request(s) in flight" in text
     assert "Event loop is closed" not in text
+    assert "Traceback" not in text
 
 
 def test_a_second_signal_to_an_idle_server_still_exits_0(tmp_path: Path) -> None:
