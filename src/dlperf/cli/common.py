@@ -72,9 +72,12 @@ def _finite(data: Any) -> Any:
 
 
 def int_list(text: str) -> tuple[int, ...]:
-    """'1,8,32' -> (1, 8, 32), with a clear error."""
+    """'1,8,32' -> (1, 8, 32), with a clear error. '1,,8' is refused (a number left out), '' too."""
+    items = [v.strip() for v in text.split(",")]
+    if text.strip() and "" in items:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,8,32, got '{text}' (an empty item)")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in items if v)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,8,32, got '{text}'") from exc
     if not values or any(v < 1 for v in values):

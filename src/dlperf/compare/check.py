@@ -82,7 +82,7 @@ def check_against_baseline(
         bench_config = dataclasses.replace(bench_config, batch_sizes=batch_sizes or tuple(sorted(base_points)))
     if min_duration_s is not None:
         if min_duration_s <= 0:
-            raise ConfigError(f"--duration must be positive, got {min_duration_s:g} s")
+            raise ConfigError(f"--duration (min_duration_s) must be positive, got {min_duration_s:g} s")
         timer = dataclasses.replace(bench_config.timer, min_duration_s=min_duration_s,
                                     max_duration_s=max(bench_config.timer.max_duration_s, min_duration_s))
         bench_config = dataclasses.replace(bench_config, timer=timer)

@@ -23,11 +23,13 @@ class Constraints:
     def __post_init__(self) -> None:
         # written so that NaN fails every check: a comparison with NaN is False, and NaN turned the limit off
         if self.max_metric_drop is not None and not 0 <= self.max_metric_drop < 1:
-            raise ConfigError(f"--max-metric-drop must be in [0, 100%), got {self.max_metric_drop}")
+            raise ConfigError(f"--max-metric-drop (max_metric_drop) must be in [0, 100%), got {self.max_metric_drop}")
         if self.max_metric_drop_abs is not None and not 0 <= self.max_metric_drop_abs < math.inf:
-            raise ConfigError(f"--max-metric-drop-abs must be a number >= 0, got {self.max_metric_drop_abs}")
+            raise ConfigError("--max-metric-drop-abs (max_metric_drop_abs) must be a number >= 0, "
+                              f"got {self.max_metric_drop_abs}")
         if self.latency_budget_s is not None and not 0 < self.latency_budget_s < math.inf:
-            raise ConfigError(f"--latency-budget-ms must be a positive number, got {self.latency_budget_s * 1e3}")
+            raise ConfigError(f"--latency-budget-ms (latency_budget_s, in seconds) must be a positive number, "
+                              f"got {self.latency_budget_s * 1e3} ms")
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_metric_drop": self.max_metric_drop, "max_metric_drop_abs": self.max_metric_drop_abs,

@@ -75,6 +75,9 @@ def now_iso() -> str:
 def resolve_url(location: str | os.PathLike[str] | None = None, create_folder: bool = True) -> str:
     """--store value, else $DLPERF_STORE, else ./.dlperf/runs.db. A path becomes a sqlite URL (its folder is
     made unless `create_folder` is false)."""
+    if location is not None and not isinstance(location, (str, os.PathLike)):  # store=5 made a store file named 5
+        raise StoreError(f"store must be a path, a database URL or a Store, got {type(location).__name__} "
+                         f"{location!r}")
     text = str(location) if location is not None else os.environ.get(ENV_VAR) or str(DEFAULT_PATH)
     if "://" in text:
         return text

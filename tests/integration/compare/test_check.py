@@ -12,6 +12,7 @@ import pytest
 
 import dlperf
 from dlperf.cli.main import main
+from dlperf.errors import ConfigError
 from dlperf.store import Store
 from dlperf.testing import PerformanceRegression, assert_no_regression
 
@@ -57,6 +58,9 @@ def test_assert_no_regression_raises_with_the_numbers(store_path: Path, monkeypa
     monkeypatch.setenv("DLPERF_TEST_SLOWDOWN", "1.25")
     with pytest.raises(PerformanceRegression, match=r"REGRESSION, significantly above the 5.0% threshold"):
         assert_no_regression(WORKLOAD, "main", store=str(store_path), min_duration_s=0.3)
+
+    with pytest.raises(ConfigError, match=r"^--duration \(min_duration_s\) must be positive, got -1 s$"):
+        assert_no_regression(WORKLOAD, "main", store=str(store_path), min_duration_s=-1)  # named for a Python caller
 
 
 def test_baseline_list_and_compare_json(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,9 +49,9 @@ def test_optimize_cli_rejects_bad_budget() -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--max-metric-drop-abs", "nan"], "--max-metric-drop-abs must be a number >= 0, got nan"),
+    (["--max-metric-drop-abs", "nan"], "--max-metric-drop-abs (max_metric_drop_abs) must be a number >= 0, got nan"),
     (["--latency-budget-ms", "nan"], "--latency-budget-ms must be a positive number, got nan"),
-    (["--max-metric-drop", "nan"], "--max-metric-drop must be in [0, 100%), got nan"),
+    (["--max-metric-drop", "nan"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got nan"),
     (["--threads", "0"], "--threads must be >= 1, got 0"),
     (["--threads", "-3"], "--threads must be >= 1, got -3"),
     (["--passes", ","], "--passes names no pass"),

@@ -50,6 +50,8 @@ def test_values() -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("--batch-sizes", "0,1"), "positive integers"),
+    (("--batch-sizes", "1,,8"), r"got '1,,8' \(an empty item\)"),  # measured 1 and 8 without a word
+    (("--batch-sizes", "1,8,"), r"got '1,8,' \(an empty item\)"),
     (("--batch-sizes", "1,8,1,8,32"), "batch sizes 1, 8 given more than once"),  # were measured twice each
     (("--warmup", "-1"), "--warmup must be >= 0"),
     (("--threads", "0"), "--threads must be >= 1"),

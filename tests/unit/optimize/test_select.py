@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -49,13 +50,15 @@ def test_violations_relative_absolute_latency_and_nan() -> None:
         Constraints(latency_budget_s=0)
 
 
-@pytest.mark.parametrize(("field", "flag"), [("max_metric_drop", "--max-metric-drop"),
-                                             ("max_metric_drop_abs", "--max-metric-drop-abs"),
-                                             ("latency_budget_s", "--latency-budget-ms")])
+@pytest.mark.parametrize(("field", "flag"), [("max_metric_drop", "--max-metric-drop (max_metric_drop)"),
+                                             ("max_metric_drop_abs", "--max-metric-drop-abs (max_metric_drop_abs)"),
+                                             ("latency_budget_s",
+                                              "--latency-budget-ms (latency_budget_s, in seconds)")])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
 def test_constraints_refuse_nan_and_infinite_limits(field: str, flag: str, value: float) -> None:
-    """NaN passed `x < 0` and `x <= 0` and turned the limit off ("metric drop <= nan")."""
-    with pytest.raises(ConfigError, match=f"^{flag} must be"):
+    """NaN passed `x < 0` and `x <= 0` and turned the limit off ("metric drop <= nan"). The message names the
+    option and the field (a Python caller of `Constraints` has no --max-metric-drop)."""
+    with pytest.raises(ConfigError, match=f"^{re.escape(flag)} must be"):
         Constraints(**{field: value})
 
 

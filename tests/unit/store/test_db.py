@@ -139,6 +139,15 @@ def test_env_var_and_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert resolve_url() == "sqlite:///.dlperf/runs.db"
 
 
+@pytest.mark.parametrize("location", [5, 1.5, b"runs.db", ["runs.db"]])
+def test_a_store_that_is_no_path_is_refused(location: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf.bench(..., store=5)` recorded into a new store file named '5' in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match=r"^store must be a path, a database URL or a Store, got "):
+        Store(location)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("url", ["nosuchdialect://host/db", "sqlite:////nonexistent-dir-dlperf/x/runs.db"])
 def test_bad_url_is_a_store_error(url: str) -> None:
     with pytest.raises(StoreError, match="cannot open the run store"):
