@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Endpoint, Sender, fetch, parse_url
 from dlperf.loadgen.resources import Resources, Sample, parse_sample, summarize
-from dlperf.loadgen.target import Target
+from dlperf.loadgen.target import Target, error_of
 from dlperf.measure.stats import (
     early_stopping_fails,
     early_stopping_min_count,
@@ -517,6 +517,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     sent = 0
     issued = 0  # requests handed to a connection, warm-up included: picks each one's input data
     mismatches: list[str] = []
+    first_errors: dict[str, str] = {}  # HTTP status -> the server's message in the first such reply
     limit = config.requests
     measuring = False
 
@@ -540,6 +541,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             status = CONNECTION_ERROR
             await conn.close()
         t1 = clock()
+        if status.isdigit() and status != "200" and status not in first_errors:
+            message = error_of(reply.body)
+            first_errors[status] = message if len(message) <= 200 else message[:200] + "..."
         if expected is not None and status == "200":
             why = target.mismatch(reply.headers, reply.body, expected)
             if why is not None:
@@ -714,7 +718,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 f"{backlog} of the {len(succeeded)} replies measured answered requests sent during the warm-up (a "
                 "backlog at the server): req/s counts them, so it can exceed the rate; a longer --duration dilutes "
                 "them")
-    _error_warnings(result)
+    _error_warnings(result, first_errors)
     if config.collect_metrics:
         result.resources = summarize(samples, config.metrics_interval_s) if samples else None
         result.warnings += [f"--collect-metrics: {p}" for p in problems]
@@ -779,17 +783,21 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
         )
 
 
-def _error_warnings(result: LevelResult) -> None:
-    """Say so when a level measured failures more than answers: its latencies then describe few requests."""
+def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = None) -> None:
+    """Say so when a level measured failures more than answers: its latencies then describe few requests. The
+    server's own message of the most frequent HTTP error status is quoted (`first_errors`: status -> message)."""
     failed = {s: n for s, n in result.statuses.items() if s not in ("200", "dropped")}
     total = sum(failed.values())
+    answered = sorted(((n, s) for s, n in failed.items() if s in (first_errors or {})), reverse=True)
+    said = f"; the server's {answered[0][1]} said: {(first_errors or {})[answered[0][1]]}" if answered else ""
     if result.ok == 0:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(result.statuses.items())) or "none ended in the windows"
-        result.warnings.append(f"no request succeeded while the level measured ({seen}): is the server up, and "
-                               "does it answer within --request-timeout-s?")
+        # a server answering every request with an error is up: the question is for connection errors and timeouts
+        why = said or ": is the server up, and does it answer within --request-timeout-s?"
+        result.warnings.append(f"no request succeeded while the level measured ({seen}){why}")
     elif total > result.ok:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(failed.items()))
-        result.warnings.append(f"most requests failed ({total} against {result.ok} answered; {seen})")
+        result.warnings.append(f"most requests failed ({total} against {result.ok} answered; {seen}){said}")
 
 
 def _window_latency_s(window: Sequence[Record], q: float | None) -> float:

@@ -100,7 +100,7 @@ NOT_KSERVE = "is this a KServe v2 / Triton HTTP port? give its host:port"
 def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
     reply = asyncio.run(fetch(endpoint, path, headers))
     if reply.status != 200:
-        message = _error_of(reply.body)
+        message = error_of(reply.body)
         raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
     try:
         data = json.loads(reply.body)
@@ -120,7 +120,9 @@ def _first_words(body: bytes, limit: int = 80) -> str:
     return (text[:limit] + "...") if len(text) > limit else (text or "an empty body")
 
 
-def _error_of(body: bytes) -> str:
+def error_of(body: bytes) -> str:
+    """The message of an error reply: a KServe `{"error": ...}` body's, else the start of the body, marked as not
+    KServe's."""
     try:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError, UnicodeDecodeError):
@@ -408,7 +410,7 @@ def _check(target: Target) -> None:
     reply = asyncio.run(_send_once(target))
     if reply.status != 200:
         raise LoadGenError(f"a test request to model '{target.model}' failed with {reply.status}: "
-                           f"{_error_of(reply.body)}")
+                           f"{error_of(reply.body)}")
     _, expected = target.request(0)
     if expected:
         why = target.mismatch(reply.headers, reply.body, expected)

@@ -379,3 +379,20 @@ def test_a_level_too_short_for_the_stability_check_says_so(server: Running,
     out = " ".join(capsys.readouterr().err.split())
     assert "the level was too short to check stability: 3 windows of 2 s after the 1 s warm-up need --duration 7s" \
            in out and "did not agree" not in out
+
+
+def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -> None:
+    """Every request answered 500: the warning asked "is the server up?"; it now quotes the server's message."""
+    import numpy as np
+
+    from .helpers import gated_server
+
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=4)) as (running, gate):
+        gate.open.set()
+        poisoned = [np.full((1, 4), -1.0, np.float32)]  # the gate's model raises on it
+        target = oip_target(running.url, "gated", inputs=poisoned, check=False)
+        level = run_level(target, LoadConfig(concurrency=(1,), duration_s=1.0, warmup_s=0.2, window_s=0.4), 1)
+    assert level.ok == 0 and level.statuses.get("500", 0) > 0
+    (warning,) = [w for w in level.warnings if w.startswith("no request succeeded")]
+    assert "the server's 500 said: " in warning and "poisoned input" in warning
+    assert "is the server up" not in warning

@@ -335,6 +335,17 @@ def test_a_level_that_mostly_failed_says_so() -> None:
     r.statuses = {"200": 5, "conn": 30, "503": 2}
     _error_warnings(r)
     assert r.warnings == ["most requests failed (32 against 5 answered; 503: 2, conn: 30)"]
+    # a server failing every request is up: its own message says why, not "is the server up"
+    r = _level(10, 0.01, n=0)
+    r.statuses = {"500": 40, "503": 1}
+    _error_warnings(r, {"500": "model 'm' failed: boom", "503": "queue full"})
+    assert r.warnings == ["no request succeeded while the level measured (500: 40, 503: 1); the server's 500 "
+                          "said: model 'm' failed: boom"]
+    r = _level(10, 0.01, n=5)
+    r.statuses = {"200": 5, "conn": 3, "400": 30}
+    _error_warnings(r, {"400": "input 'x': expected FP32"})
+    assert r.warnings == ["most requests failed (33 against 5 answered; 400: 30, conn: 3); the server's 400 said: "
+                          "input 'x': expected FP32"]
     r = _level(10, 0.01, n=50)
     r.statuses = {"200": 50, "503": 2, "dropped": 100}  # dropped: the cap's own warning says it
     _error_warnings(r)
