@@ -203,6 +203,14 @@ def unregister_shm(endpoint: Endpoint, headers: dict[str, str], region: str) -> 
                        service_pb2.SystemSharedMemoryUnregisterResponse, headers, timeout_s=5.0))
 
 
+class GrpcCallError(LoadGenError):
+    """A gRPC call the server answered with an error; `code` is its status code's name (UNAUTHENTICATED...)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 async def _unary(endpoint: Endpoint, method: str, request: Any, response_type: Any, headers: dict[str, str],
                  timeout_s: float = 30.0) -> Any:
     grpc, _ = _modules()
@@ -213,8 +221,8 @@ async def _unary(endpoint: Endpoint, method: str, request: Any, response_type: A
                                    response_deserializer=response_type.FromString)
         return await call(request, timeout=timeout_s, metadata=metadata_of(headers) or None)
     except grpc.aio.AioRpcError as exc:
-        raise LoadGenError(f"gRPC {method} on {endpoint.authority} failed with {exc.code().name}: "
-                           f"{exc.details()}") from exc
+        raise GrpcCallError(f"gRPC {method} on {endpoint.authority} failed with {exc.code().name}: "
+                            f"{exc.details()}", exc.code().name) from exc
     finally:
         await channel.close()
 

@@ -97,11 +97,25 @@ def _auth(token: str | None) -> dict[str, str]:
 NOT_KSERVE = "is this a KServe v2 / Triton HTTP port? give its host:port"
 
 
+class HttpStatusError(LoadGenError):
+    """A GET the server answered with another status than 200 (`status`)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _token_hint(token: str | None) -> str:
+    """What to change after a 401 / UNAUTHENTICATED, by whether --token was given."""
+    return ("; the --token given is not the server's" if token else
+            "; the server requires a token: give it with --token")
+
+
 def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
     reply = asyncio.run(fetch(endpoint, path, headers))
     if reply.status != 200:
         message = error_of(reply.body)
-        raise LoadGenError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}")
+        raise HttpStatusError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}", reply.status)
     try:
         data = json.loads(reply.body)
     except (ValueError, UnicodeDecodeError):
@@ -159,15 +173,22 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
     headers = _auth(token)
     grpc_meta = None
     if protocol == "grpc":
-        from dlperf.loadgen.grpc_client import server_and_model
+        from dlperf.loadgen.grpc_client import GrpcCallError, server_and_model
 
         try:
             server, grpc_meta = server_and_model(endpoint, model, headers)
-        except LoadGenError as exc:
-            raise LoadGenError(f"{exc} (is {endpoint.authority} the server's gRPC port, and '{model}' the served "
-                               "model's name?)") from exc
+        except GrpcCallError as exc:
+            # the server said what is wrong with the token or the model: the port is the right one
+            hint = {"UNAUTHENTICATED": _token_hint(token), "NOT_FOUND": ""}.get(
+                exc.code, f" (is {endpoint.authority} the server's gRPC port, and '{model}' the served model's name?)")
+            raise LoadGenError(f"{exc}{hint}") from exc
     else:
-        server = _get_json(endpoint, "/v2", headers)
+        try:
+            server = _get_json(endpoint, "/v2", headers)
+        except HttpStatusError as exc:
+            if exc.status != 401:
+                raise
+            raise LoadGenError(f"{exc}{_token_hint(token)}") from exc
     if shared_memory not in ("none", "system"):
         raise ConfigError(f"--shared-memory must be none or system, got '{shared_memory}' (CUDA shared memory is "
                           "not supported)")

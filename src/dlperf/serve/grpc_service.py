@@ -133,8 +133,8 @@ def create_servicer(state: ServerState) -> Any:
             if not public and not state.authorized(_metadata(context)):
                 if inference:
                     state.count_unauthorized(request.model_name, request.model_version, _metadata(context))
-                await fail(context, 401, "this server wants a bearer token: send the metadata "
-                                         "'authorization: Bearer <token>'")
+                await fail(context, 401, "missing or wrong bearer token: send the metadata "
+                                         "'authorization: Bearer TOKEN' (the server's --token)")
             try:
                 return await method(request, context)
             except ProtocolError as exc:
@@ -375,6 +375,8 @@ def create_server(state: ServerState, host: str, port: int) -> tuple[Any, int]:
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(create_servicer(state), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if port:
+        _check_bindable(host, port, address)
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as exc:
@@ -382,3 +384,21 @@ def create_server(state: ServerState, host: str, port: int) -> tuple[Any, int]:
     if not bound:
         raise ServingError(f"cannot listen for gRPC on {address}: pick another --grpc-port or stop what uses it")
     return server, bound
+
+
+def _check_bindable(host: str, port: int, address: str) -> None:
+    """ServingError when host:port cannot be bound (in use, not an address of this machine), said before grpc
+    tries: its own failure logs a C-core error line and asks for GRPC_VERBOSITY=debug to say why."""
+    import errno
+    import socket
+
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is no conflict
+        probe.bind((host, port))
+    except OSError as exc:
+        fix = ("pick another --grpc-port or stop what uses it" if exc.errno == errno.EADDRINUSE else
+               "give --host an address of this machine")
+        raise ServingError(f"cannot listen for gRPC on {address}: {exc.strerror}; {fix}") from exc
+    finally:
+        probe.close()

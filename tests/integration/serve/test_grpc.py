@@ -515,7 +515,8 @@ def test_load_over_grpc_through_shared_memory_checks_replies_and_cleans_up(tmp_p
         assert "start dlperf serve with --allow-client-shm" in capsys.readouterr().err
 
 
-def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused() -> None:
+def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused(
+        capfd: pytest.CaptureFixture[str]) -> None:
     from dlperf.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--grpc-port 8000 is also --port"):
@@ -524,8 +525,11 @@ def test_a_grpc_port_in_use_fails_the_start_and_one_port_for_both_is_refused() -
     with start_in_thread(config) as running:
         assert running.grpc_url is not None
         taken = int(running.grpc_url.rsplit(":", 1)[1])
-        with pytest.raises(ServingError, match=f"cannot listen for gRPC on 127.0.0.1:{taken}"):
+        capfd.readouterr()
+        with pytest.raises(ServingError, match=f"^cannot listen for gRPC on 127.0.0.1:{taken}: Address already in "
+                                               "use; pick another --grpc-port or stop what uses it$"):
             start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=taken), ready_timeout_s=30)
+        assert "Failed to add port" not in capfd.readouterr().err  # grpc's C-core line no longer comes first
 
 
 def test_load_over_grpc_measures_levels_with_the_server_s_statistics(server: Running, tmp_path: Path,
@@ -626,7 +630,19 @@ def test_load_over_grpc_checks_replies_and_counts_failures_by_status(tmp_path: P
         assert main([*common, "--input-data", str(wrong), "--token", "t0k"]) != 0
         assert "element 3 is 8, expected 9" in capsys.readouterr().err
         assert main([*common, "--token", "wrong"]) != 0  # the metadata call is refused first
-        assert "UNAUTHENTICATED" in capsys.readouterr().err
+        err = " ".join(capsys.readouterr().err.split())
+        # the server's message says a token was missing or wrong, the client's which; no port or model hint then
+        assert "UNAUTHENTICATED: missing or wrong bearer token" in err
+        assert "the --token given is not the server's" in err
+        assert "gRPC port" not in err
+        assert main(common) != 0  # no --token at all
+        assert "the server requires a token: give it with --token" in " ".join(capsys.readouterr().err.split())
+        assert main(["load", running.url, "--model", "gated", "--token", "wrong"]) != 0  # HTTP says it too
+        err = " ".join(capsys.readouterr().err.split())
+        assert "answered 401: missing or wrong bearer token" in err and "the --token given is not the server's" in err
+        assert main(["load", running.grpc_url, "--model", "nosuch", "-i", "grpc", "--token", "t0k"]) != 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert "NOT_FOUND: unknown model 'nosuch': this server serves gated" in err and "gRPC port" not in err
         assert main([*common, "--collect-metrics"]) == 2
         assert "--collect-metrics needs --metrics-url" in capsys.readouterr().err
 
