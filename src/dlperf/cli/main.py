@@ -87,10 +87,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(interrupted_message(exc), file=sys.stderr)
         return SIGTERM_EXIT if isinstance(exc, Terminated) else 130
+    except ImportError as exc:  # Ctrl-C inside `import torch` can surface as an ImportError with a traceback
+        interrupt = _interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        print(interrupted_message(interrupt), file=sys.stderr)
+        return SIGTERM_EXIT if isinstance(interrupt, Terminated) else 130
 
 
 OWN_SIGTERM = frozenset({"serve", "load"})
 """Commands that handle SIGTERM themselves (a server's drain, a load run's partial levels)."""
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM an exception was raised while handling (its __cause__/__context__ chain), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def interrupted_message(exc: KeyboardInterrupt) -> str:

@@ -83,3 +83,29 @@ def _lost_or_raised(signum: int, raised: type) -> None:
         while time.monotonic() < deadline:
             pass
         pytest.fail("the signal was lost")
+
+
+@pytest.mark.parametrize(("interrupt", "code"), [(KeyboardInterrupt(), 130), (Terminated("terminated"), 143)])
+def test_an_interrupt_turned_into_an_import_error_ends_as_the_interrupt(
+        interrupt: KeyboardInterrupt, code: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C inside `import torch` can come out as an ImportError raised while handling it: a traceback and exit
+    1. It ends as the interrupt would (130; SIGTERM's 143), and an ImportError of its own still propagates."""
+    from dlperf.cli import bench, main
+
+    def importing(args: Any) -> int:
+        try:
+            raise interrupt
+        except KeyboardInterrupt:
+            raise ImportError("cannot import name '_C' from partially initialized module 'torch'") from None
+
+    monkeypatch.setattr(bench, "run", importing)
+    assert main.main(["bench", "zoo:mlp"]) == code
+    assert capsys.readouterr().err.strip() == (str(interrupt) or "interrupted")
+
+    def broken(args: Any) -> int:
+        raise ImportError("no module named 'onnx'")
+
+    monkeypatch.setattr(bench, "run", broken)
+    with pytest.raises(ImportError, match="onnx"):
+        main.main(["bench", "zoo:mlp"])
