@@ -788,8 +788,8 @@ def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = N
     server's own message of the most frequent HTTP error status is quoted (`first_errors`: status -> message)."""
     failed = {s: n for s, n in result.statuses.items() if s not in ("200", "dropped")}
     total = sum(failed.values())
-    answered = sorted(((n, s) for s, n in failed.items() if s in (first_errors or {})), reverse=True)
-    said = f"; the server's {answered[0][1]} said: {(first_errors or {})[answered[0][1]]}" if answered else ""
+    quoted = sorted(((n, s) for s, n in failed.items() if s in (first_errors or {})), reverse=True)
+    said = f"; the server's {quoted[0][1]} said: {(first_errors or {})[quoted[0][1]]}" if quoted else ""
     if result.ok == 0:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(result.statuses.items())) or "none ended in the windows"
         # a server answering every request with an error is up: the question is for connection errors and timeouts
