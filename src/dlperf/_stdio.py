@@ -40,12 +40,14 @@ def stdout_to_stderr() -> Iterator[TextIO]:
     sys.stdout = sys.stderr
     try:
         yield out
+        out.flush()  # a reader gone away (`| head`) is a BrokenPipeError for `main` here, not lost in the close
     finally:
         sys.stderr.flush()
         sys.stdout = old
         _json_out.pop()
         if fd == 1:
-            out.close()
+            with contextlib.suppress(OSError):  # a reader that went away (`| head`): what is left goes nowhere
+                out.close()
             saved = _saved_fd.pop()
             os.dup2(saved, 1)
             os.close(saved)
@@ -61,3 +63,13 @@ def restore_for_exec() -> None:
     restarted command's JSON goes there; it moves its own stdout again."""
     if _saved_fd:
         os.dup2(_saved_fd[0], 1)
+
+
+def silence_stdout() -> None:
+    """The reader of stdout went away (`dlperf ... | head`): point file descriptor 1 at /dev/null, so that
+    flushing what is left at exit does not raise BrokenPipeError again (Python's documented recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+    finally:
+        os.close(devnull)

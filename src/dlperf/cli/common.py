@@ -40,9 +40,17 @@ WORKLOAD_HELP = "zoo:NAME[?k=v], file.py or file.py:NAME[?k=v]"
 the wider tables (dlperf load's has 14 columns) into truncated headers."""
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader of stdout went away (`| head`): rich's own handling exits 1, which a CI script reads as a
+        failed check; end as `main` ends any command whose reader went away (141, SIGPIPE's shell status)."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
-    return Console(highlight=False, width=PIPED_WIDTH if piped else None)
+    return _Console(highlight=False, width=PIPED_WIDTH if piped else None)
 
 
 def error_console() -> Console:

@@ -78,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.nullcontext() if args.command in OWN_SIGTERM else sigterm_interrupts(), \
                 stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext():
             # with --json, what the workload (or anything else) prints goes to stderr: stdout is the JSON alone
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            sys.stdout.flush()  # here, so that a reader gone away (`| head`) is a BrokenPipeError caught below
+            return code
     except DlperfError as exc:
         from dlperf.cli.common import error_console
 
@@ -87,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(interrupted_message(exc), file=sys.stderr)
         return SIGTERM_EXIT if isinstance(exc, Terminated) else 130
+    except BrokenPipeError:  # `dlperf runs show ID --json | head`: the reader has what it wanted
+        from dlperf._stdio import silence_stdout
+
+        silence_stdout()
+        return SIGPIPE_EXIT
     except ImportError as exc:  # Ctrl-C inside `import torch` can surface as an ImportError with a traceback
         interrupt = _interrupt_behind(exc)
         if interrupt is None:
@@ -94,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(interrupted_message(interrupt), file=sys.stderr)
         return SIGTERM_EXIT if isinstance(interrupt, Terminated) else 130
 
+
+SIGPIPE_EXIT = 128 + 13
+"""The status of a command whose stdout reader went away, as a shell reports a process ended by SIGPIPE."""
 
 OWN_SIGTERM = frozenset({"serve", "load"})
 """Commands that handle SIGTERM themselves (a server's drain, a load run's partial levels)."""

@@ -49,3 +49,21 @@ def test_in_process_the_workload_prints_go_to_stderr(tmp_path: Path, capsys: pyt
     out, err = capsys.readouterr()
     assert json.loads(out)["workload"] == str(tmp_path / "chatty.py")
     assert "loading my model..." in err and "building model" in err
+
+
+@pytest.mark.parametrize("argv", [["runs", "show", "RUN", "--json"], ["runs", "list"], ["runs", "export", "RUN"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str], tmp_path: Path) -> None:
+    """`dlperf runs show ID --json | head -1`: the write to the closed pipe raised BrokenPipeError, a traceback and
+    exit 1. Now no traceback and 141, the status a shell gives a process ended by SIGPIPE."""
+    from dlperf.store import Store
+
+    store = tmp_path / "runs.db"
+    handle = Store(store).create_run("bench", "zoo:mlp")
+    command = [sys.executable, "-m", "dlperf.cli.main", *[handle.id if a == "RUN" else a for a in argv],
+               "--store", str(store)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the first write
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err
