@@ -36,7 +36,16 @@ from dlperf.profile.trace import (
     StepWindow,
     ThreadInfo,
 )
-from dlperf.workload.base import Workload, _user_frame, call_user_factory, error_text
+from dlperf.workload.base import (
+    Workload,
+    _user_frame,
+    call_user_factory,
+    error_text,
+    loader_problem,
+    loss_problem,
+    optimizer_problem,
+    split_batch,
+)
 
 ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
@@ -131,6 +140,10 @@ class Step:
                                                model.parameters())
             self.loader = call_user_factory(workload.name, "its loader factory", workload.train.make_loader,
                                             self.batch_size, **dict(options.loader_kwargs))
+            # the checks and words of `dlperf train` (a step raised "'str' object has no attribute 'step'")
+            problem = optimizer_problem(self.optimizer) or loader_problem(self.loader)
+            if problem is not None:
+                raise WorkloadError(f"workload '{workload.name}': {problem}")
 
     def __call__(self) -> None:
         import torch
@@ -169,13 +182,10 @@ class Step:
         with record("dlperf/data"):
             batch = self._next_batch()
         self.last_data_wait_s = time.perf_counter() - t0
-        try:
-            inputs, target = batch
-        except (TypeError, ValueError) as exc:
-            raise WorkloadError(
-                f"workload '{self.workload.name}': its loader must yield (inputs, target) pairs, "
-                f"got {type(batch).__name__}"
-            ) from exc
+        pair = split_batch(batch)
+        if isinstance(pair, str):
+            raise WorkloadError(f"workload '{self.workload.name}': {pair}")
+        inputs, target = pair
         with record("dlperf/h2d"):
             inputs = inputs if isinstance(inputs, tuple) else (inputs,)
             inputs = to_device(inputs, self.device)
@@ -187,6 +197,9 @@ class Step:
         with record("dlperf/forward"), autocast:
             out = self._run_model(*inputs)
             loss = train.loss_fn(out, target)
+        problem = loss_problem(loss)
+        if problem is not None:  # backward() raised "grad can be implicitly created only for scalar outputs"
+            raise WorkloadError(f"workload '{self.workload.name}': {problem}")
         with record("dlperf/backward"):
             loss.backward()
         with record("dlperf/optimizer"):

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
-from dlperf.workload.base import TrainSpec, Workload, _describe_value, _user_frame, call_user_factory, error_text
+from dlperf.workload.base import (
+    TrainSpec,
+    Workload,
+    _user_frame,
+    call_user_factory,
+    error_text,
+    loader_problem,
+    loss_problem,
+    optimizer_problem,
+    split_batch,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -222,11 +232,9 @@ class TrainLoop:
             torch.manual_seed(seed)
             self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
                                           **config.loader_kwargs())
-            if not hasattr(self.loader, "__iter__"):  # else the first step failed: "'int' object is not iterable"
-                raise TrainError(
-                    f"workload '{workload.name}': its loader factory returned {_describe_value(self.loader)}, not an "
-                    "iterable of (inputs, target) batches: return a torch.utils.data.DataLoader"
-                )
+            problem = loader_problem(self.loader)
+            if problem is not None:
+                raise TrainError(f"workload '{workload.name}': {problem}")
         self._iter: Iterator[Any] | None = None
         self._batches_read = 0
         self.steps_done = 0
@@ -238,6 +246,9 @@ class TrainLoop:
 
     def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         optimizer = self._call_user("its optimizer factory", self.spec.make_optimizer, model.parameters())
+        problem = optimizer_problem(optimizer)
+        if problem is not None:  # a training step raised "'str' object has no attribute 'step'"
+            raise TrainError(f"workload '{self.workload.name}': {problem}")
         if self.config.optimizer_impl != "default":
             flags = {"foreach": self.config.optimizer_impl == "foreach",
                      "fused": self.config.optimizer_impl == "fused"}
@@ -317,16 +328,12 @@ class TrainLoop:
                              f"{_user_frame(exc)}") from exc
 
     def _pair(self, batch: Any) -> tuple[Any, Any]:
-        if isinstance(batch, (tuple, list)) and len(batch) == 2:
-            return batch[0], batch[1]
-        what = (f"a dict with keys {sorted(map(str, batch))}" if isinstance(batch, dict)
-                else f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list))
-                else f"a {type(batch).__name__}")
-        raise TrainError(f"workload '{self.workload.name}': its loader must yield (inputs, target) pairs, got {what}: "
-                         "make make_loader (or its collate_fn) return (inputs, target)")
+        pair = split_batch(batch)
+        if isinstance(pair, str):
+            raise TrainError(f"workload '{self.workload.name}': {pair}")
+        return pair
 
     def _step(self, timer: PhaseTimer | None, eager: bool) -> torch.Tensor:
-        import torch
 
         timer = timer or PhaseTimer(self.config.device)
         model = self.model if eager else self.forward_model
@@ -346,15 +353,9 @@ class TrainLoop:
                 with self._autocast():
                     out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
                     loss = self.spec.loss_fn(out, target)
-                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                    if isinstance(loss, torch.Tensor):
-                        raise TrainError(f"workload '{self.workload.name}': its loss_fn returned a tensor of shape "
-                                         f"{list(loss.shape)}, not a scalar tensor: reduce it (e.g. `.mean()`) so "
-                                         "backward() has one value to start from")
-                    # `.mean()` is no advice for a float: the graph was already dropped by .item() or float()
-                    raise TrainError(f"workload '{self.workload.name}': its loss_fn returned a {type(loss).__name__}, "
-                                     "not a scalar tensor: return the loss tensor itself (no .item() or float()), "
-                                     "which backward() starts from")
+                problem = loss_problem(loss)
+                if problem is not None:
+                    raise TrainError(f"workload '{self.workload.name}': {problem}")
                 timer.stop()
                 timer.start("backward")
                 scaled = loss / accumulation if accumulation > 1 else loss

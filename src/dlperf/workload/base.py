@@ -315,6 +315,48 @@ def _describe_value(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}" if value is not None else "None"
 
 
+def loader_problem(loader: Any) -> str | None:
+    """Why what a TrainSpec's loader factory returned cannot be a loader (None: it is iterable). `train` and
+    `profile --train` say the same."""
+    if hasattr(loader, "__iter__"):  # else the first step failed: "'int' object is not iterable"
+        return None
+    return (f"its loader factory returned {_describe_value(loader)}, not an iterable of (inputs, target) batches: "
+            "return a torch.utils.data.DataLoader")
+
+
+def optimizer_problem(optimizer: Any) -> str | None:
+    """Why what a TrainSpec's optimizer factory returned cannot step (None: it has step() and zero_grad())."""
+    if callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None)):
+        return None
+    return (f"its optimizer factory returned {_describe_value(optimizer)}, not a torch.optim.Optimizer: return one "
+            "built on the parameters it is given, e.g. torch.optim.SGD(params, lr=0.1)")
+
+
+def split_batch(batch: Any) -> tuple[Any, Any] | str:
+    """A loader's batch as (inputs, target), or why it is not such a pair."""
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    what = (f"a dict with keys {sorted(map(str, batch))}" if isinstance(batch, dict)
+            else f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list))
+            else f"a {type(batch).__name__}")
+    return (f"its loader must yield (inputs, target) pairs, got {what}: make make_loader (or its collate_fn) return "
+            "(inputs, target)")
+
+
+def loss_problem(loss: Any) -> str | None:
+    """Why what a TrainSpec's loss_fn returned cannot start backward() (None: a scalar tensor)."""
+    import torch
+
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        return None
+    if isinstance(loss, torch.Tensor):
+        return (f"its loss_fn returned a tensor of shape {list(loss.shape)}, not a scalar tensor: reduce it (e.g. "
+                "`.mean()`) so backward() has one value to start from")
+    # `.mean()` is no advice for a float: the graph was already dropped by .item() or float()
+    return (f"its loss_fn returned a {type(loss).__name__}, not a scalar tensor: return the loss tensor itself (no "
+            ".item() or float()), which backward() starts from")
+
+
 def call_user_factory(workload: str, what: str, fn: Any, *args: Any, error: type[DlperfError] = WorkloadError,
                       **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` for a workload's factory (its loader or optimizer factory); what it raises becomes
