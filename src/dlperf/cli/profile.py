@@ -63,7 +63,7 @@ def _check_trace_path(path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
-    from dlperf.profile.capture import CaptureConfig, StepOptions
+    from dlperf.profile.capture import CaptureConfig, StepOptions, require_train_spec
     from dlperf.profile.session import ProfileConfig, ProfileReport, profile_workload
     from dlperf.report.profile_view import profile_report
     from dlperf.workload.loader import load_workload
@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     )
     config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
     workload = load_workload(args.workload)
+    if args.train:
+        require_train_spec(workload)  # refused before a run is recorded, as a spec that does not load is
     store = open_store(args)
     environment = capture_environment(args.device, args.threads).to_dict()
     config_dict = {

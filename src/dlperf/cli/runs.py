@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="runs_command", metavar="SUBCOMMAND")
     p = sub.add_parser("list", help="the newest runs first", description="the newest runs first")
     p.add_argument("--kind", default=None, help="only runs of this kind (bench, calibrate, optimize, ...)")
-    p.add_argument("--workload", default=None, help="only runs of this workload, as it was given")
+    p.add_argument("--workload", default=None,
+                   help="only runs of this workload (a file workload however it was typed, from any folder)")
     p.add_argument("--limit", default="20", metavar="N", help="at most N runs (default 20)")
     add_json_argument(p)
     add_store_argument(p)
@@ -75,7 +76,13 @@ def _list(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import runs_table
 
     store = open_store(args, create=False)
-    records = store.list(kind=args.kind, workload=args.workload, limit=_positive_int("--limit", args.limit))
+    limit = _positive_int("--limit", args.limit)
+    if args.workload:  # by the spec's meaning: profile and optimize record a file workload by its absolute path
+        from dlperf.store.query import runs_of_workload
+
+        records = runs_of_workload(store, args.workload, args.kind, limit)
+    else:
+        records = store.list(kind=args.kind, limit=limit)
     if args.json:
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
                     | {"headline": r.result.get("headline")} for r in records])

@@ -51,6 +51,15 @@ ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
 
 
+def require_train_spec(workload: Workload) -> None:
+    """WorkloadError for `profile --train` of a workload without a TrainSpec (asked before a run is recorded)."""
+    if workload.train is None:
+        raise WorkloadError(
+            f"workload '{workload.name}' has no training spec (Workload.train): profile its inference "
+            "without --train, or give it a TrainSpec(make_loader, loss_fn, make_optimizer)"
+        )
+
+
 @dataclass(frozen=True)
 class StepOptions:
     """How one step is built: the knobs that fixes change (batch, loader, threads, layout, precision, compile)."""
@@ -113,11 +122,8 @@ class Step:
         self.loader: Any = None
         self._iter: Iterator[Any] | None = None
         self._cuda = device.startswith("cuda")
-        if mode == TRAIN and workload.train is None:
-            raise WorkloadError(
-                f"workload '{workload.name}' has no training spec (Workload.train): profile its inference "
-                "without --train, or give it a TrainSpec(make_loader, loss_fn, make_optimizer)"
-            )
+        if mode == TRAIN:
+            require_train_spec(workload)
         default_batch = workload.train.batch_size if (mode == TRAIN and workload.train) else workload.default_batch_size
         self.batch_size = options.batch_size or default_batch
         model = workload.build_model().to(device)

@@ -32,6 +32,28 @@ def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None
     return found if limit is None else found[:limit]
 
 
+def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: int | None = None) -> list[RunRecord]:
+    """Runs of every kind that measured `workload` as the user names it (`runs list --workload`), newest first:
+    recorded as typed (bench, train, ab, check), by its `workload_key`, or, as profile and optimize record a file
+    workload, by its absolute path with the workload's name after a colon ('wl.py' names the file's one workload,
+    so it matches 'ABS/wl.py:workload')."""
+    from dlperf.workload.loader import canonical_spec, split_canonical
+
+    given = split_canonical(canonical_spec(workload))
+
+    def matches(record: RunRecord) -> bool:
+        if record.workload == workload:
+            return True
+        recorded = split_canonical(record.config.get("workload_key") or canonical_spec(record.workload))
+        if given is None or recorded is None:
+            return False
+        (path, attr, options), (r_path, r_attr, r_options) = given, recorded
+        return path == r_path and options == r_options and (attr == r_attr or not attr)
+
+    found = [r for r in store.list(kind=kind, limit=None) if matches(r)]
+    return found if limit is None else found[:limit]
+
+
 @dataclass(frozen=True)
 class HistoryPoint:
     run_id: str

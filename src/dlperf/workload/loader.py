@@ -194,6 +194,18 @@ def canonical_spec(spec: str) -> str:
     return text + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options)) if options else "")
 
 
+def split_canonical(canonical: str) -> tuple[str, str, dict[str, Any]] | None:
+    """(absolute path, attribute, options) of a `canonical_spec` of a file workload; None for a zoo spec or one that
+    is no file spec."""
+    if canonical.startswith("zoo:") or not canonical:
+        return None
+    try:
+        path, attr, options = _split_file_spec(canonical)
+    except WorkloadError:
+        return None
+    return (path, attr, options) if path.endswith(".py") else None
+
+
 def code_fingerprint(source: str) -> str:
     """What a resumed search must find unchanged of a workload's code: for a file workload, a hash of its file and of
     every module imported so far from its folder or below (a model defined beside it), leaving out installed

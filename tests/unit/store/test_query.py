@@ -72,3 +72,32 @@ def test_errors() -> None:
 def test_point_at() -> None:
     assert point_at(RECORDS[0], 8) == RECORDS[0].result["points"][1]
     assert point_at(RECORDS[0], 32) is None
+
+
+def test_runs_of_a_workload_file_match_however_each_command_recorded_it(tmp_path: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runs list --workload wl/good.py` missed the profile and optimize runs, which record a file workload by its
+    absolute path and name ('ABS/wl/good.py:workload'); bench records the spec as typed, with its workload_key."""
+    from dlperf.store import Store
+    from dlperf.store.query import runs_of_workload
+
+    (tmp_path / "wl").mkdir()
+    for name in ("good.py", "other.py"):
+        (tmp_path / "wl" / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+    store = Store(tmp_path / "runs.db")
+    good = str(tmp_path / "wl" / "good.py")
+    ids = {
+        "bench": store.create_run("bench", "wl/good.py", {"workload_key": good}).id,
+        "profile": store.create_run("profile", f"{good}:workload").id,
+        "sized": store.create_run("bench", "wl/good.py?width=2", {"workload_key": f"{good}?width=2"}).id,
+        "other": store.create_run("profile", f"{tmp_path / 'wl' / 'other.py'}:workload").id,
+        "zoo": store.create_run("bench", "zoo:mlp").id,
+    }
+    assert {r.id for r in runs_of_workload(store, "wl/good.py")} == {ids["bench"], ids["profile"]}
+    assert {r.id for r in runs_of_workload(store, "wl/good.py", kind="profile")} == {ids["profile"]}
+    assert [r.id for r in runs_of_workload(store, f"{good}:workload")] == [ids["profile"]]  # a name given: that one
+    assert [r.id for r in runs_of_workload(store, "wl/good.py?width=2")] == [ids["sized"]]
+    assert [r.id for r in runs_of_workload(store, "zoo:mlp")] == [ids["zoo"]]
+    monkeypatch.chdir(tmp_path / "wl")  # typed from another folder: the same file
+    assert {r.id for r in runs_of_workload(store, "good.py")} == {ids["bench"], ids["profile"]}
