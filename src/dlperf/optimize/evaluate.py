@@ -100,10 +100,11 @@ def _child_entry(conn: Any, target: str, payload: dict[str, Any], log_path: str)
 
 def _failure(phase: str, what: str | None, exc: BaseException) -> dict[str, Any]:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
-    from dlperf.errors import PassNotApplicable
+    from dlperf.errors import DlperfError, PassNotApplicable
 
     status = "not_applicable" if isinstance(exc, PassNotApplicable) else "failed"
-    message = f"{what}: {exc}" if what else f"{type(exc).__name__}: {exc}"
+    # dlperf's own errors say what went wrong in words already ("workload 'w': the model rejected ..."): no class
+    message = f"{what}: {exc}" if what else str(exc) if isinstance(exc, DlperfError) else f"{type(exc).__name__}: {exc}"
     return {"status": status, "phase": phase, "error": message, "traceback": tb}
 
 
@@ -149,7 +150,11 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     model = workload.build_model().eval().to(settings.device)
     inputs = to_device(workload.example_inputs(settings.batch_size), settings.device)
     with torch.no_grad():
-        reference = _flatten(model(*inputs))
+        try:
+            reference = _flatten(model(*inputs))
+        except Exception:
+            workload.check(model, inputs)  # again, to raise what bench and profile say (the inputs, a hint)
+            raise
     reference = [t.detach().float().clone() for t in reference]
     # Kept on the host: they are only saved, and on CUDA a device copy would count in the candidate's peak.
     original_weights = (

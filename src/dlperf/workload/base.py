@@ -203,6 +203,8 @@ class Workload:
         except Exception as exc:
             hint = ("; its inputs factory returned a list, which is passed as ONE argument: return a tuple to pass "
                     "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
+            if any(type(x).__module__ == "numpy" for x in inputs):
+                hint += "; its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))"
             raise WorkloadError(
                 f"workload '{self.name}': the model rejected its example inputs "
                 f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}{hint}\n"

@@ -10,7 +10,7 @@ import inspect
 import keyword
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,8 +75,12 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
     caller's model. The copy costs the model's memory once more while it is in use.
     """
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    batch = _batch_of(inputs)
     label = name or type(model).__name__
+    where = _array_in(inputs)
+    if where is not None:  # resizing it to a batch size failed inside dlperf ("its inputs factory raised ...")
+        raise WorkloadError(f"example input {where} of '{label}' is a numpy array: give torch tensors, e.g. "
+                            "torch.from_numpy(x)")
+    batch = _batch_of(inputs)
 
     def make_model() -> Any:
         try:
@@ -101,6 +105,23 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
         source="python",
         default_batch_size=batch or 1,
     )
+
+
+def _array_in(value: Any, where: str = "") -> str | None:
+    """Where the first numpy array in `value` is ('0', '1[2]', "0['ids']"), looking inside tuples, lists and dicts."""
+    if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+        return where or "0"
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f"[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (tuple, list)):
+        items = ((f"[{i}]" if where else str(i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        found = _array_in(item, where + key)
+        if found is not None:
+            return found
+    return None
 
 
 def _batch_of(value: Any) -> int | None:

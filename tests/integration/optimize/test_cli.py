@@ -96,3 +96,18 @@ def test_optimize_cli_prints_the_results_before_an_export_it_cannot_make(tmp_pat
     assert "0 baseline: p99 latency" in captured.out
     assert captured.err.strip().splitlines()[-1].startswith("error: nothing measured meets the constraints")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_baseline_rejecting_its_inputs_is_named_as_bench_names_it(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """optimize said only "could not be measured: TypeError: linear(): argument 'input' ... must be Tensor, not
+    numpy.ndarray"; bench named the workload and its inputs and gave the fix."""
+    wl = tmp_path / "arrays.py"
+    wl.write_text("import numpy as np\nimport torch\n\ndef model():\n    return torch.nn.Linear(4, 2)\n\n"
+                  "def inputs(batch_size):\n    return (np.zeros((batch_size, 4), np.float32),)\n")
+    code = main(["optimize", str(wl), "--time-budget", "60s", "--store", str(tmp_path / "runs.db")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert (f"the baseline of '{wl}' could not be measured: workload 'arrays': the model rejected its example inputs "
+            "(input 0: float32[1, 4])") in err
+    assert "its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))" in err

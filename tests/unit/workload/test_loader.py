@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -854,3 +856,24 @@ def test_a_spec_names_one_workload_from_any_folder(tmp_path: Path, monkeypatch: 
     assert canonical_spec("wl.py:net?a=1&b=2") == above == f"{tmp_path / 'p' / 'wl.py'}:net?a=1&b=2"
     assert canonical_spec("wl.py") == str(tmp_path / "p" / "wl.py")
     assert canonical_spec("zoo:mlp?hidden=64") == "zoo:mlp?hidden=64"
+
+
+@pytest.mark.parametrize(("inputs", "where"), [
+    ((np.zeros((2, 4), np.float32),), "0"),
+    ((torch.zeros(2, 4), np.zeros((2, 4))), "1"),
+    (({"a": [torch.zeros(2, 4), np.zeros((2, 4))]},), "0['a'][1]"),
+])
+def test_numpy_example_inputs_are_refused_where_they_are(inputs: tuple[Any, ...], where: str) -> None:
+    """dlperf.bench(model, (array,)) failed inside dlperf's own batch resizing, blamed on an 'inputs factory
+    raised AttributeError: ... no attribute contiguous' the caller never wrote."""
+    with pytest.raises(WorkloadError, match=rf"^example input {re.escape(where)} of 'lin' is a numpy array: give "
+                                            r"torch tensors, e\.g\. torch\.from_numpy\(x\)$"):
+        from_module(torch.nn.Linear(4, 2), inputs, name="lin")
+
+
+def test_a_model_rejecting_numpy_inputs_from_a_factory_gets_the_hint() -> None:
+    w = Workload(name="arr", make_model=lambda: torch.nn.Linear(4, 2),
+                 make_inputs=lambda b: (np.zeros((b, 4), np.float32),))
+    with pytest.raises(WorkloadError, match=r"its inputs include numpy arrays: return torch tensors "
+                                            r"\(torch\.from_numpy\(x\)\)"):
+        w.check(w.build_model(), w.example_inputs(1))
