@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import hashlib
@@ -10,10 +11,10 @@ import inspect
 import keyword
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from dlperf.errors import WorkloadError
 from dlperf.workload.base import Workload, _describe_value, _user_frame
@@ -364,6 +365,31 @@ def _split_file_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     return head, tail, options
 
 
+class _ArgparseExit(SystemExit):
+    """argparse's error exit in a workload file being imported, with its message (`_argparse_errors_raised`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
+@contextlib.contextmanager
+def _argparse_errors_raised() -> Iterator[None]:
+    """While a workload file is imported, an argparse error raises `_ArgparseExit` instead of printing its usage
+    line: "dlperf: error: the following arguments are required: --data" read as dlperf's own usage error."""
+    import argparse
+
+    def error(self: argparse.ArgumentParser, message: str) -> NoReturn:
+        raise _ArgparseExit(message)
+
+    original = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+
+
 def _import_file(path: Path) -> ModuleType:
     # The file's folder is importable, as for `python file.py`: a workload file importing its model from a module
     # beside it ('from mynet import MyNet') failed with ModuleNotFoundError from any working directory. Last on the
@@ -379,12 +405,14 @@ def _import_file(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[mod_name] = module
     try:
-        module_spec.loader.exec_module(module)
+        with _argparse_errors_raised():
+            module_spec.loader.exec_module(module)
     except SystemExit as exc:  # argparse's parse_args() reading dlperf's own arguments, a sys.exit()
         sys.modules.pop(mod_name, None)
+        said = f", argparse: {exc.message}" if isinstance(exc, _ArgparseExit) else ""
         raise WorkloadError(
-            f"workload file '{path}' exited while importing (SystemExit: {exc.code}): dlperf imports the file, it does "
-            "not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`\n"
+            f"workload file '{path}' exited while importing (SystemExit: {exc.code}{said}): dlperf imports the file, "
+            "it does not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`\n"
             f"{_user_frame(exc)}"
         ) from exc
     except Exception as exc:

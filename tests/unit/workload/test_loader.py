@@ -328,9 +328,31 @@ def test_a_file_that_exits_while_importing_is_named(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError) as info:
         load_workload(str(path))
     assert str(info.value).splitlines() == [
-        f"workload file '{path}' exited while importing (SystemExit: needs a GPU): dlperf imports the file, it does "
-        "not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`",
+        f"workload file '{path}' exited while importing (SystemExit: needs a GPU): dlperf imports the file, it "
+        "does not run it; put command-line parsing and sys.exit() under `if __name__ == \"__main__\":`",
         f'  File "{path}", line 3, in <module>', '    sys.exit("needs a GPU")']
+
+
+def test_argparse_in_a_workload_file_is_folded_into_the_one_error(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse printed "dlperf: error: the following arguments are required: --data" (read as dlperf's own usage
+    error) before dlperf's message; its message is now part of that one error, and argparse is itself again."""
+    import argparse
+
+    path = write(tmp_path, "cli.py", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--data", required=True)
+        args = parser.parse_args()
+    """)
+    with pytest.raises(WorkloadError, match=r"exited while importing \(SystemExit: 2, argparse: the following "
+                                            r"arguments are required: --data\): dlperf imports the file"):
+        load_workload(str(path))
+    assert capsys.readouterr().err == ""
+    parser = argparse.ArgumentParser(prog="mine")
+    with pytest.raises(SystemExit):
+        parser.error("own")
+    assert "mine: error: own" in capsys.readouterr().err
 
 
 def test_syntax_error_shows_the_users_line(tmp_path: Path) -> None:
