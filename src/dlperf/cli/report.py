@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the HTML file to write (default report.html; - for stdout)")
     parser.add_argument("--history", metavar="WORKLOAD", default=None,
                         help="add the trend of a workload's bench and check runs (as recorded, e.g. zoo:mlp)")
-    parser.add_argument("--metric", default=None, choices=("p50", "p90", "p99", "mean", "throughput"),
+    parser.add_argument("--metric", default=None, choices=("p50", "p90", "p95", "p99", "mean", "throughput"),
                         help="with --history: the metric of the trend (default p50)")
     parser.add_argument("--title", default=None, help="title of the report")
     add_store_argument(parser)

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("history", help="a KPI of one workload over its runs, as a sparkline",
                        description="a KPI of one workload over its stored runs, oldest first")
     p.add_argument("workload", help="the workload as it was given to the command, e.g. zoo:mlp")
-    p.add_argument("--metric", default="p50", help="p50 (default), p90, p99, mean or throughput")
+    p.add_argument("--metric", default="p50", help="p50 (default), p90, p95, p99, mean or throughput")
     p.add_argument("--kind", default="bench", choices=SAMPLED_KINDS,
                    help="runs of this kind (default bench; check runs re-measure per batch size too)")
     p.add_argument("--batch-size", default=None, metavar="N",

@@ -10,7 +10,7 @@ from dlperf.report.html import render_report
 from dlperf.store.db import Store
 from dlperf.store.records import SAMPLED_KINDS, RunRecord
 
-HISTORY_METRICS = ("p50", "p90", "p99", "mean", "throughput")
+HISTORY_METRICS = ("p50", "p90", "p95", "p99", "mean", "throughput")
 
 
 def history_runs(store: Store, workload: str, limit: int = 200) -> list[RunRecord]:

@@ -773,7 +773,8 @@ def load_view(rec: RunRecord) -> str:
 
 
 def history_section(records: Sequence[RunRecord], metric: str = "p50", workload: str = "") -> str:
-    """Trend of `metric` (p50, p90, p99, mean or throughput) over bench/check runs, oldest first."""
+    """Trend of `metric` (p50, p90, p95, p99, mean or throughput) over bench/check runs, oldest first, with each
+    run's value per batch size in its table."""
     ordered = sorted(records, key=lambda r: r.created_at)
     per_batch: dict[Any, list[tuple[int, float, tuple[float, float] | None, str]]] = {}
     for i, rec in enumerate(ordered):
@@ -788,20 +789,29 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
             shown = float(value) if metric == "throughput" else float(value) * 1e3
             per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
-    title = f"History of {workload or 'the workload'}: {metric}"
+    title = f"History of {workload or 'the workload'}: {metric} at each batch size"
     if not per_batch:
         return f'<section><h2>{esc(title)}</h2><p class="muted">no bench or check runs with {esc(metric)}</p></section>'
+    # batch 8 before batch 32 (sorted as text, 32 came first); a batch size that is no number after them
+    batches = sorted(per_batch, key=lambda b: (0, b, "") if isinstance(b, int) else (1, 0, str(b)))
     series = []
-    for batch, pts in sorted(per_batch.items(), key=lambda kv: str(kv[0])):
+    for batch in batches:
+        pts = per_batch[batch]
         errs = [e if e is not None else (v, v) for _, v, e, _ in pts]
         series.append(Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
                              labels=[p[3] for p in pts], y_err=errs if any(p[2] for p in pts) else ()))
     unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
-    rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status] for i, r in enumerate(ordered)]
+    values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
+    rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
+             *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches)]
+            for i, r in enumerate(ordered)]
+    short = "items/s" if metric == "throughput" else f"{metric} ms"
     return (f"<section><h2>{esc(title)}</h2>"
-            + _plots(chart(series, Axis("run (oldest to newest)"), Axis(unit), title, y_zero=True, width=760))
+            + _plots(chart(series, Axis("run (oldest to newest)", integer=True), Axis(unit), title, y_zero=True,
+                           width=760))
             + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
-            + _table(("#", "run", "kind", "when", "status"), rows) + "</section>")
+            + _table(("#", "run", "kind", "when", "status", *(f"{short}, batch {b}" for b in batches)), rows)
+            + "</section>")
 
 
 # --- the page ---------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ class Axis:
     log: bool = False
     lo: float | None = None
     hi: float | None = None
+    integer: bool = False
+    """Ticks at whole numbers only (a run's index: '1.5' is no run)."""
 
 
 def esc(text: object) -> str:
@@ -164,6 +166,8 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
         out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">'
                    f'{esc(fit(title, width - 16, TITLE_CHAR_PX))}</text>')
     for tick in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi)):
+        if x.integer and not float(tick).is_integer():
+            continue
         px = sx(tick)
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
                    f'<text x="{px:.1f}" y="{bottom + 14}" text-anchor="middle">{fmt_number(tick)}</text>')

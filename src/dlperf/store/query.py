@@ -13,6 +13,7 @@ from dlperf.store.records import OK, RunRecord
 METRICS: dict[str, tuple[str, str, bool]] = {
     "p50": ("p50_s", "s", False),
     "p90": ("p90_s", "s", False),
+    "p95": ("p95_s", "s", False),
     "p99": ("p99_s", "s", False),
     "mean": ("mean_s", "s", False),
     "throughput": ("throughput", "items/s", True),
@@ -153,5 +154,10 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
         if not isinstance(value, (int, float)):
             continue
         points.append(HistoryPoint(record.id, record.created_at, float(value), point["summary"].get("noise_warning")))
+    if usable and not any(point_at(r, batch_size) for r in usable):  # an empty history read as "no change", exit 0
+        measured = sorted({int(p["batch_size"]) for r in usable for p in bench_points(r)})
+        raise StoreError(f"no finished {kind} run of '{workload or ordered[0].workload}' measured batch size "
+                         f"{batch_size}; they measured {', '.join(map(str, measured))}: give one of those with "
+                         "--batch-size")
     return History(workload or (ordered[0].workload if ordered else ""), metric, unit, higher, batch_size, points,
                    skipped=len(ordered) - len(points))

@@ -220,6 +220,26 @@ def test_history_trend_has_one_point_per_run(bench_points: list[dict[str, Any]])
     assert "95% bootstrap CI of the median" in html
 
 
+def test_history_shows_each_run_s_value_orders_batches_by_size_and_ticks_whole_runs() -> None:
+    """The table had no values (the trend could not be read as numbers), the legend read batch 1, 32, 8, and the
+    run axis had ticks at 1.5 and 2.5."""
+    runs = [_rec(f"h{i}", "bench", {"points": [_point(b, 0.001 * b * (1 + i / 10), 1) for b in (1, 32, 8)]},
+                 created=f"2026-11-2{i}T10:00:00") for i in range(3)]
+    html = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    section = html.split("History of zoo:mlp: p50 at each batch size", 1)[1]
+    svg = next(s for s in _plots(html) if "History of zoo:mlp: p50" in s)
+    legend = re.findall(r">batch (\d+)<", svg)
+    assert legend == ["1", "8", "32"]
+    ticks = re.findall(r'text-anchor="middle">([0-9.]+)</text>', svg)
+    assert ticks and all("." not in t for t in ticks)
+    table = section.split("<table", 1)[1].split("</table>", 1)[0]
+    assert "p50 ms, batch 1" in table and "p50 ms, batch 8" in table and "p50 ms, batch 32" in table
+    from dlperf.report.svg import fmt_number
+
+    p50_ms = runs[2].result["points"][1]["summary"]["p50_s"] * 1e3  # the newest run at batch 32
+    assert f'<td class="n">{fmt_number(p50_ms)}</td></tr></tbody>' in table
+
+
 def test_check_view_says_the_gate_compares_per_item(bench_points: list[dict[str, Any]]) -> None:
     from dlperf.compare.gate import GateConfig, gate
 

@@ -67,6 +67,20 @@ def test_errors() -> None:
         kpi_history([], "p50", workload="zoo:x", kind="check")
     empty = kpi_history([], "p50", batch_size=4, workload="zoo:x")
     assert empty.points == [] and empty.change is None and empty.best is None
+    # runs that never measured the batch size asked for: "over 0 runs ..." and exit 0 read as nothing changed
+    with pytest.raises(StoreError, match=r"^no finished bench run of 'zoo:mlp' measured batch size 7; they measured "
+                                         r"1, 8: give one of those with --batch-size$"):
+        kpi_history(RECORDS, "p50", batch_size=7, workload="zoo:mlp")
+
+
+def test_p95_is_a_history_metric_as_it_is_a_gate_metric() -> None:
+    from dlperf.compare.gate import METRICS as GATE_METRICS
+    from dlperf.report.build import HISTORY_METRICS
+    from dlperf.store.query import METRICS
+
+    assert set(GATE_METRICS) <= set(METRICS) and set(METRICS) == set(HISTORY_METRICS)
+    records = [_record("p", "2026-11-29T10:00:00", [{"batch_size": 1, "summary": {"p95_s": 0.003}}])]
+    assert kpi_history(records, "p95", batch_size=1).values == [0.003]
 
 
 def test_point_at() -> None:
