@@ -275,11 +275,18 @@ def test_help_does_not_import_torch() -> None:
     assert proc.stdout.strip().splitlines()[-1] == "HEAVY="
 
 
+RAISES = "import torch\n\ndef model():\n    raise RuntimeError('weights file missing')\n\n" \
+         "def inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n"
+
+
 @pytest.mark.parametrize("argv", [["ab", "zoo:mlp", "--a", "", "--b", "", "--blocks", "3"],
-                                  ["check", "zoo:mlp", "--baseline", "nope"]])
-def test_an_error_is_the_first_line_not_after_a_blank_one(argv: list[str], store_path: Path,
+                                  ["check", "zoo:mlp", "--baseline", "nope"],
+                                  ["bench", "RAISES"], ["profile", "RAISES"]])
+def test_an_error_is_the_first_line_not_after_a_blank_one(argv: list[str], store_path: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """ab and check printed a blank line (their progress display, stopped) before 'error:' where stderr is not a
-    terminal: a CI log's first line was empty."""
+    """ab, check, bench and profile printed a blank line (their progress display, stopped) before 'error:' where
+    stderr is not a terminal: a CI log's first line was empty."""
+    (tmp_path / "raises.py").write_text(RAISES)
+    argv = [str(tmp_path / "raises.py") if a == "RAISES" else a for a in argv]
     assert main([*argv, "--store", str(store_path)]) == 2
     assert capsys.readouterr().err.startswith("error: ")

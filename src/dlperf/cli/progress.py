@@ -20,7 +20,7 @@ def bench_progress(batch_sizes: tuple[int, ...], min_duration_s: float, min_iter
     """
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.fields[iters]} iters"), TimeElapsedColumn(),
-                        console=error_console(), transient=True)
+                        console=error_console(), transient=True, disable=_off())
     index = {b: i for i, b in enumerate(batch_sizes)}
     with progress:
         task = progress.add_task("bench", total=len(batch_sizes), iters=0)
@@ -38,7 +38,7 @@ def bench_progress(batch_sizes: tuple[int, ...], min_duration_s: float, min_iter
 def step_progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
     """Yield `on_step(label)`; each call finishes the previous step and shows the new label."""
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        console=error_console(), transient=True)
+                        console=error_console(), transient=True, disable=_off())
     with progress:
         task = progress.add_task(description, total=total)
         started = [False]
@@ -59,7 +59,7 @@ def load_progress(mode: str) -> Iterator[tuple[Callable[[float, int, float], Non
     from the load generator ten times a second while it times requests). Print through the yielded
     console while it is shown, so that lines land above it."""
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=error_console(), transient=True, auto_refresh=False)
+                        console=error_console(), transient=True, auto_refresh=False, disable=_off())
     with progress:
         task = progress.add_task(f"{mode}: warming up", total=None)
 
@@ -90,3 +90,9 @@ def warmup_progress() -> Iterator[Callable[[str, int, int], None]]:
                             description=f"warming up{which}: every batch size on every instance, {done}/{total}")
 
         yield on_warmup
+
+
+def _off() -> bool:
+    """Where stderr is no terminal (CI logs, `2> file`) a live display shows nothing but leaves a blank line, which
+    came before an `error:` line; it is off there, as ab's and check's are."""
+    return not error_console().is_terminal

@@ -475,7 +475,9 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
             # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
             query = _query(_canonical(value, options))
             return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
-        raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload")
+        fix = (": it builds one but does not return it? end it with `return` of the Workload" if result is None
+               else ": make it return a dlperf.Workload(...)")
+        raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload{fix}")
     raise WorkloadError(f"'{path}:{attr}' is {_describe_value(value)}, not a dlperf.Workload or a function "
                         "returning one")
 

@@ -899,3 +899,23 @@ def test_a_model_rejecting_numpy_inputs_from_a_factory_gets_the_hint() -> None:
     with pytest.raises(WorkloadError, match=r"its inputs include numpy arrays: return torch tensors "
                                             r"\(torch\.from_numpy\(x\)\)"):
         w.check(w.build_model(), w.example_inputs(1))
+
+
+def test_a_workload_function_that_forgets_to_return_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, "noreturn.py", """
+        import torch
+        import dlperf
+
+        def mynet(width: int = 8) -> dlperf.Workload:
+            w = dlperf.Workload(name="mynet", make_model=lambda: torch.nn.Linear(4, width),
+                                make_inputs=lambda b: (torch.randn(b, 4),))
+
+        def five() -> dlperf.Workload:
+            return 5
+    """)
+    with pytest.raises(WorkloadError, match=r"returned NoneType, not a dlperf\.Workload: it builds one but does not "
+                                            r"return it\? end it with `return` of the Workload$"):
+        load_workload(f"{path}:mynet")
+    with pytest.raises(WorkloadError, match=r"returned int, not a dlperf\.Workload: make it return a "
+                                            r"dlperf\.Workload\(\.\.\.\)$"):
+        load_workload(f"{path}:five")
