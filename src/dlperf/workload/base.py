@@ -205,6 +205,10 @@ class Workload:
                     "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
             if any(type(x).__module__ == "numpy" for x in inputs):
                 hint += "; its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))"
+            elif any(isinstance(x, torch.Tensor) and x.dim() == 1 for x in inputs):
+                # dlperf.bench(Linear(4, 2), (torch.randn(4),)) was cut to float32[1] "rows", a puzzling shape
+                hint += ("; dim 0 of each input is the batch, so a 1-D input is a batch of scalars: give one sample "
+                         "a batch dimension, e.g. x.unsqueeze(0)")
             raise WorkloadError(
                 f"workload '{self.name}': the model rejected its example inputs "
                 f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}{hint}\n"

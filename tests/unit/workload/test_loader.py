@@ -919,3 +919,12 @@ def test_a_workload_function_that_forgets_to_return_says_so(tmp_path: Path) -> N
     with pytest.raises(WorkloadError, match=r"returned int, not a dlperf\.Workload: make it return a "
                                             r"dlperf\.Workload\(\.\.\.\)$"):
         load_workload(f"{path}:five")
+
+
+def test_a_one_dimensional_example_the_model_rejects_gets_the_batch_hint() -> None:
+    """dlperf.bench(Linear(4, 2), (torch.randn(4),)) failed on 'input 0: float32[1]', a shape the caller never
+    gave: dim 0 was taken as the batch and cut to the batch size."""
+    w = from_module(torch.nn.Linear(4, 2), (torch.randn(4),), name="lin")
+    with pytest.raises(WorkloadError, match=r"input 0: float32\[1\].*a 1-D input is a batch of scalars: give one "
+                                            r"sample a batch dimension, e\.g\. x\.unsqueeze\(0\)"):
+        w.check(w.build_model(), w.example_inputs(1))
