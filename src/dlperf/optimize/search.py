@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError
-from dlperf.measure.ab import FASTER
+from dlperf.measure.ab import FASTER, SLOWER
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import Executor, Job, LocalExecutor
@@ -777,7 +777,9 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         closest = [r["key"] for r in failing[:3]]
     exported: str | None = None
     export_error: str | None = None
-    export_key = winner or (ranked[0]["key"] if ranked else None)
+    # without a confirmed winner, the best-ranked candidate whose A/B did not call it slower (the baseline where
+    # that is all that is left): a refuted one was exported with "not confirmed faster" and its A/B left out
+    export_key = winner or next((r["key"] for r in ranked if _ab_verdict(r) != SLOWER), None)
     if export_dir is not None and export_key is None:
         # the baseline too misses the constraints (a latency budget): exporting it "as the best within the
         # constraints" would be false, and an older artifact left in the folder would be taken for this search's
@@ -829,7 +831,8 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
             "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
             "peak_rss_bytes": row.get("peak_rss_bytes"),
             "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),
-            "ab": (confirmation or {}).get("ab") if key == winner else None,
+            # the A/B against the baseline that was run for this candidate, confirming it or not
+            "ab": (confirmation or {}).get("ab") if key == winner else (row.get("confirmation") or {}).get("ab"),
         },
         "environment": environment,
         "dlperf_version": environment.get("dlperf_version"),
@@ -837,6 +840,12 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
     if extra["metrics"]["ab"]:
         extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
     return copy_artifact(Path(row["artifact"]["dir"]), export_dir, extra)
+
+
+def _ab_verdict(row: dict[str, Any]) -> str | None:
+    """The verdict of the row's A/B against the baseline, None where none was run."""
+    ab = (row.get("confirmation") or {}).get("ab")
+    return ab.get("verdict") if isinstance(ab, dict) else None
 
 
 def paired_p50_s(row: dict[str, Any], baseline: dict[str, Any]) -> float:

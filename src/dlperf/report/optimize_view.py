@@ -205,7 +205,8 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     else:
         lines.append("no winner: no candidate was confirmed better than the baseline")
         if conf.get("describe"):
-            lines.append(f"  best candidate's A/B: {conf['describe']}")
+            # the A/B names its B side 'winner'; here there is none
+            lines.append(f"  best candidate's A/B: {conf['describe'].replace('winner vs', 'candidate vs', 1)}")
     for note in data.get("notes") or []:
         lines.append(f"note: {note}")
     return lines

@@ -49,7 +49,7 @@ class FakeTrials:
         artifact.mkdir(parents=True, exist_ok=True)
         (artifact / "weights.pt").write_bytes(b"w")
         (artifact / "manifest.json").write_text(json.dumps({"format_version": 1, "engine": "torch",
-                                                            "files": ["weights.pt"]}))
+                                                            "workload": "zoo:mlp", "files": ["weights.pt"]}))
         return {"status": "ok", "engine": "onnxruntime" if "int8" in names else "torch",
                 "precision": "int8" if "int8" in names else "fp32", "p50_s": p50, "p99_s": 2 * p50,
                 "throughput": 1 / p50, "metric": metric, "metric_name": "fidelity", "higher_is_better": True,
@@ -254,3 +254,29 @@ def test_trials_a_failed_executor_leaves_unanswered_are_not_left_running(tmp_pat
     assert len(unanswered) == 1
     assert unanswered[0].error == ("not measured: the search stopped (OptimizeError: the Ray cluster at "
                                    "10.0.0.1:6379 went away)")
+
+
+class RefutingTrials(FakeTrials):
+    """Every A/B against the baseline says 'slower' (the isolated and paired ranking said faster)."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target != "evaluate":
+            return {"status": "ok", "ab": {"verdict": "slower", "speedup": 0.89},
+                    "describe": "winner vs baseline: 0.89x speed: slower"}
+        return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+
+
+def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> None:
+    """With no confirmed winner the export took the best-ranked candidate even when its own A/B had called it
+    slower (compile at 0.89x), and the manifest's A/B was left empty; the baseline is exported instead."""
+    out = tmp_path / "out"
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
+                                                workdir=str(tmp_path / "work")),
+                      export_dir=out, executor=RefutingTrials(MLP))
+    assert result.winner is None
+    hygiene = next(r for r in result.rows if r["label"].startswith("hygiene"))
+    assert hygiene["confirmation"]["ab"]["verdict"] == "slower"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["label"] == result.baseline["label"] and manifest["confirmed"] is False
+    assert "no candidate beat the baseline within the constraints: exported the baseline" in result.notes
