@@ -169,7 +169,51 @@ def to_numpy(inputs: Inputs, spec: IOSpec | None = None) -> list[np.ndarray]:
         names = ", ".join(s.name for s in spec.inputs)
         raise TypeError(f"the model takes {len(spec.inputs)} positional input{'s' if len(spec.inputs) != 1 else ''} "
                         f"({names}), got {len(inputs)}")
+    if spec is not None:
+        for x, want in zip(inputs, spec.inputs, strict=True):
+            check_input(x, want)
     return [x.detach().cpu().contiguous().numpy() for x in inputs]
+
+
+def positional(inputs: tuple[Any, ...], named: dict[str, Any], spec: IOSpec) -> tuple[Any, ...]:
+    """The inputs in the model's order, those given by keyword placed by the names the manifest lists (the
+    original model takes `f(x=...)`; the engine's call refused it as an unexpected keyword argument)."""
+    if not named:
+        return inputs
+    names = [s.name for s in spec.inputs]
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        raise TypeError(f"the model has no input {', '.join(map(repr, unknown))}: its inputs are {', '.join(names)}")
+    given = dict(zip(names, inputs, strict=False))
+    twice = sorted(set(given) & set(named))
+    if twice:
+        raise TypeError(f"input {', '.join(map(repr, twice))} given by position and by name")
+    given.update(named)
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise TypeError(f"the model takes {len(names)} inputs ({', '.join(names)}), missing {', '.join(missing)}")
+    return tuple(given[n] for n in names)
+
+
+def check_input(x: Any, want: TensorSpec) -> None:
+    """A TypeError or ValueError naming the input when `x` is not a tensor of the dtype and shape the engine model
+    was exported with: the engines said "'numpy.ndarray' object has no attribute 'detach'", "unsupported ScalarType
+    BFloat16" or a page of C++ source lines, and OpenVINO cast an int64 or float64 input silently where
+    onnxruntime and the original model refuse it, and ran a wrong size to an empty output."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        fix = ", e.g. torch.from_numpy(x)" if type(x).__module__ == "numpy" else ""
+        kind = type(x).__name__ if type(x).__module__ == "builtins" else f"{type(x).__module__}.{type(x).__name__}"
+        raise TypeError(f"input '{want.name}' is a {kind}: pass a torch tensor{fix}")
+    dtype = str(x.dtype).replace("torch.", "")
+    if dtype != want.dtype:
+        raise TypeError(f"input '{want.name}' is {dtype}, the model takes {want.dtype}: convert it, e.g. "
+                        f"x.to(torch.{want.dtype})")
+    if x.dim() != len(want.shape) or any(d not in (-1, n) for d, n in zip(want.shape, x.shape, strict=False)):
+        # OpenVINO ran a [3, 65] input through a [-1, 64] model and answered an empty [0, 10] output
+        raise ValueError(f"input '{want.name}' has shape {list(x.shape)}, the model takes {list(want.shape)} "
+                         "(-1: any size; the first dimension is the batch)")
 
 
 def to_torch(arrays: Sequence[Any], spec: IOSpec) -> Any:

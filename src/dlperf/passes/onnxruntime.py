@@ -134,9 +134,20 @@ def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
 def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
     names = [s.name for s in spec.inputs]
 
-    def predict(*inputs: Any) -> Any:
+    def predict(*inputs: Any, **named: Any) -> Any:
+        inputs = _engine.positional(inputs, named, spec)
         arrays = _engine.to_numpy(inputs, spec)
-        out = _engine.to_torch(sess.run(None, dict(zip(names, arrays, strict=False))), spec)
+        try:
+            results = sess.run(None, dict(zip(names, arrays, strict=False)))
+        except Exception as exc:  # onnxruntime's InvalidArgument, on three lines
+            if "INVALID_ARGUMENT" not in str(exc):
+                raise
+            given = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(names, arrays, strict=False))
+            said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise ValueError(f"onnxruntime refused the inputs ({given}; the model takes "
+                             f"{', '.join(f'{s.name} {list(s.shape)}' for s in spec.inputs)}, -1: any size): "
+                             f"{said}") from exc
+        out = _engine.to_torch(results, spec)
         device = getattr(inputs[0], "device", None) if inputs else None
         if device is None or device.type == "cpu":
             return out

@@ -122,15 +122,21 @@ def _predict_fn(compiled: Any, spec: _engine.IOSpec, static: Any = None,
     n_out = len(spec.outputs)
     shapes = [tuple(s) for s in static_shapes] if static_shapes else None
 
-    def predict(*inputs: Any) -> Any:
-        arrays = _engine.to_numpy(inputs, spec)
+    def predict(*inputs: Any, **named: Any) -> Any:
+        arrays = _engine.to_numpy(_engine.positional(inputs, named, spec), spec)
         use_static = static is not None and [a.shape for a in arrays] == shapes
         key = "static_req" if use_static else "req"
         req = getattr(local, key, None)
         if req is None:
             req = (static if use_static else compiled).create_infer_request()
             setattr(local, key, req)
-        req.infer(arrays)
+        try:
+            req.infer(arrays)
+        except RuntimeError as exc:  # a shape it was not compiled for: a page of C++ source lines, the reason inside
+            given = ", ".join(f"{s.name} {list(a.shape)}" for s, a in zip(spec.inputs, arrays, strict=False))
+            raise ValueError(f"OpenVINO refused the inputs ({given}; the model takes "
+                             f"{', '.join(f'{s.name} {list(s.shape)}' for s in spec.inputs)}, -1: any size): "
+                             f"{ov_reason(exc)}") from exc
         return _engine.to_torch([req.get_output_tensor(i).data.copy() for i in range(n_out)], spec)
 
     return predict
@@ -317,10 +323,13 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
                                  [tuple(int(d) for d in s) for s in static] if static else None)
     except RuntimeError as exc:  # a missing or damaged model.bin, a damaged model.xml: OpenVINO's page of text
-        # the message under OpenVINO's "Exception from ..." and "Check ... failed at ..." source lines
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        said = ([line for line in lines if not line.startswith(("Exception from", "Check '"))] or lines
-                or [type(exc).__name__])[-1]
-        raise OptimizeError(f"OpenVINO could not load the IR {xml} (weights {xml.with_suffix('.bin').name}): {said}; "
-                            "the artifact is damaged: export it again") from exc
+        raise OptimizeError(f"OpenVINO could not load the IR {xml} (weights {xml.with_suffix('.bin').name}): "
+                            f"{ov_reason(exc)}; the artifact is damaged: export it again") from exc
+
+
+def ov_reason(exc: BaseException) -> str:
+    """The message under OpenVINO's "Exception from ..." and "Check ... failed at ..." source lines."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return ([line for line in lines if not line.startswith(("Exception from", "Check '"))] or lines
+            or [type(exc).__name__])[-1]
 
