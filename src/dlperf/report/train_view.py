@@ -185,10 +185,19 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
         parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))
-    parts.append(breakdown_table(result["baseline_measurement"], "baseline step breakdown"))
+    # the headline's samples/s are the final A/B's; these tables come from a separate full measurement each, whose
+    # own figure can differ by tens of percent on a busy machine: each title says so, with its figure
+    parts.append(breakdown_table(result["baseline_measurement"], _breakdown_title("baseline",
+                                                                                  result["baseline_measurement"])))
     if result["best"] != result["baseline"]:
-        parts.append(breakdown_table(result["best_measurement"], "best step breakdown"))
+        parts.append(breakdown_table(result["best_measurement"], _breakdown_title("best", result["best_measurement"])))
     return Group(*parts)
+
+
+def _breakdown_title(which: str, measured: dict[str, Any]) -> str:
+    rate = measured.get("samples_per_s")
+    own = f": {fmt_count(rate)} samples/s" if isinstance(rate, (int, float)) else ""
+    return f"{which} step breakdown (its own measurement{own}; the figures above are the final A/B's)"
 
 
 def partial_tune_view(result: dict[str, Any]) -> RenderableType:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig
+from dlperf.report.terminal import fmt_count
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
 from dlperf.train.knobs import Candidate, Knob, TuneContext
@@ -111,6 +112,10 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
     text = _render(tune_view(result.to_dict()))
     assert "lr_scale=5.0" in text and "parity failed" in text
     assert "off: skipped: not here" in text
+    # the breakdown is a separate measurement from the headline's A/B: its title says so, with its own figure
+    own = fmt_count(result.to_dict()["baseline_measurement"]["samples_per_s"])
+    assert (f"baseline step breakdown (its own measurement: {own} samples/s; the figures above are the final "
+            "A/B's)") in " ".join(text.split())
 
 
 def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() -> None:
