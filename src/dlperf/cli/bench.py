@@ -15,6 +15,7 @@ from dlperf.cli.common import (
     duration_s,
     error_console,
     int_list,
+    note_oversubscribed,
     open_store,
     print_json,
     use_allocator,
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     use_allocator(args, "bench")
+    note_oversubscribed(config.threads)
     if config.batch_sizes and config.scenario != "offline":
         error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
     note = emulated_precision_note(config.precision, config.device)

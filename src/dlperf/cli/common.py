@@ -250,3 +250,18 @@ def asyncio_loop() -> Any:
 def _raise_pending(pending: list[Terminated]) -> None:
     if pending:
         raise pending.pop()
+
+
+def note_oversubscribed(threads: int | None) -> None:
+    """A note on stderr when --threads asks for more intra-op threads than the CPUs this process may run on: every
+    parallel operator then waits for threads that cannot run (`train --threads 99` on 2 CPUs took 1.46 s a step
+    against 2 ms), and the figures measure that, not the model."""
+    if threads is None:
+        return
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    if threads > cpus:
+        error_console().print(f"note: --threads {threads} is more than the {cpus} CPUs this process may use: the "
+                              "threads contend for them, and every figure measures that", markup=False)

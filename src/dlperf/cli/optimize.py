@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import open_store, require_positive
+    from dlperf.cli.common import note_oversubscribed, open_store, require_positive
     from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
     from dlperf.optimize.search import ExportFailed, OptimizeConfig, optimize, process_started_at
     from dlperf.workload.loader import load_workload
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.optimize.executor import executor_from_spec, parse_executor
 
     parse_executor(args.executor)  # a typo fails before the store is opened
+    if not args.executor.startswith("ray"):  # a Ray node's CPUs are not this machine's
+        note_oversubscribed(args.threads)
     store = open_store(args)
     progress = _Progress()
     # before `--executor ray` starts Ray (seconds): a misspelt workload or a broken file is refused at once

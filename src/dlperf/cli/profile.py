@@ -7,7 +7,15 @@ import argparse
 import os
 import re
 
-from dlperf.cli.common import WORKLOAD_HELP, add_json_argument, add_store_argument, console, open_store, print_json
+from dlperf.cli.common import (
+    WORKLOAD_HELP,
+    add_json_argument,
+    add_store_argument,
+    console,
+    note_oversubscribed,
+    open_store,
+    print_json,
+)
 from dlperf.errors import ConfigError
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
@@ -74,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         _check_trace_path(args.trace)
     from dlperf.train.loop import check_device
 
+    note_oversubscribed(args.threads)
     check_device(args.device)  # else the first word came from the calibration: "calibration on 'cuda:0' asked for"
     capture_config = CaptureConfig(
         mode="train" if args.train else "inference", device=args.device, steps=args.steps,

@@ -12,6 +12,7 @@ from dlperf.cli.common import (
     add_store_argument,
     console,
     error_console,
+    note_oversubscribed,
     open_store,
     percent_or_float,
     print_json,
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
                                    ("--parity-steps", args.parity_steps, 2), ("--ab-blocks", args.ab_blocks, 4)):
         _positive(option, value, minimum)
     _check_modes(args)
+    note_oversubscribed(args.threads)
     workload = load_workload(args.workload)
     baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
                            threads=args.threads, num_workers=args.num_workers)

@@ -73,3 +73,18 @@ def test_fp16_on_a_cpu_without_native_fp16_gets_a_note(monkeypatch: pytest.Monke
     assert emulated_precision_note("fp32", "cpu") is None
     monkeypatch.setattr(kernels, "_cpu_flag_set", lambda: {"avx2", "avx512_fp16", "avx512_bf16"})
     assert emulated_precision_note("fp16", "cpu") is None and emulated_precision_note("bf16", "cpu") is None
+
+
+@pytest.mark.parametrize(("threads", "noted"), [(None, False), (2, False), (3, True), (99, True)])
+def test_threads_beyond_the_usable_cpus_get_a_note(threads: int | None, noted: bool, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --threads 99` on 2 CPUs measured 1.46 s steps (2 ms at 2 threads) with no word about it."""
+    import os
+
+    from dlperf.cli.common import note_oversubscribed
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    note_oversubscribed(threads)
+    err = capsys.readouterr().err
+    assert (f"note: --threads {threads} is more than the 2 CPUs this process may use" in err) is noted
+    assert noted or err == ""
