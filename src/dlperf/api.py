@@ -88,8 +88,10 @@ def bench_config_dict(config: BenchConfig, workload: str | None = None) -> dict[
     return data
 
 
-def load(path: Any) -> Any:
-    """Load an artifact exported by `dlperf optimize --export DIR` as a callable with the model's interface."""
+def load(path: Any, threads: int | None = None) -> Any:
+    """Load an artifact exported by `dlperf optimize --export DIR` as a callable with the model's interface.
+    `threads`: an engine artifact's (onnxruntime, OpenVINO) intra-op threads instead of those it was exported with,
+    as `dlperf serve --threads` sets them; a torch artifact runs with torch's, which the caller sets."""
     from dlperf.optimize.artifact import load_artifact
 
-    return load_artifact(path)
+    return load_artifact(path, threads=threads)

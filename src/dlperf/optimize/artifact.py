@@ -237,6 +237,8 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     if not isinstance(path, (str, os.PathLike)):  # None or a number gave Path's TypeError
         raise OptimizeError(f"dlperf.load takes the path of an artifact folder (dlperf optimize --export DIR), got "
                             f"{type(path).__name__}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise OptimizeError(f"threads must be an integer >= 1 (or None: the artifact's own), got {threads!r}")
     folder = Path(path)
     manifest = read_manifest(folder)
     if threads is not None:

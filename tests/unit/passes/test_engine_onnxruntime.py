@@ -369,3 +369,20 @@ def test_a_loaded_artifact_names_the_input_a_user_got_wrong(engine: str, tmp_pat
         assert "\n" not in str(info.value)
     with pytest.raises(TypeError, match=r"^the model has no input 'nope': its inputs are "):
         f(nope=x)
+
+
+def test_dlperf_load_takes_an_engine_artifact_s_threads(tmp_path: Path) -> None:
+    """dlperf.load ran an engine artifact with the threads it was exported with; load_artifact and serve --threads
+    could set them."""
+    import dlperf
+    from dlperf.errors import OptimizeError
+    from dlperf.optimize.artifact import write_manifest
+
+    wl = get("mlp")
+    state = apply_pass(OrtConfig(), initial_state(wl), CTX)
+    write_manifest(tmp_path / "art", state.exporter(tmp_path / "art"))  # type: ignore[misc]
+    (x,) = wl.example_inputs(2)
+    torch.testing.assert_close(dlperf.load(tmp_path / "art", threads=1)(x), dlperf.load(tmp_path / "art")(x))
+    for bad in (0, -2, 1.5, True, "2"):
+        with pytest.raises(OptimizeError, match=r"^threads must be an integer >= 1 \(or None: the artifact's own\)"):
+            dlperf.load(tmp_path / "art", threads=bad)
