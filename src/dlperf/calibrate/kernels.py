@@ -199,6 +199,12 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
         if on_progress is not None:
             on_progress(f"gemm {dtype} {n}x{n}")
         flops[dtype], details[f"gemm_{dtype}"] = measure_gemm(dtype, device, n, timer)
+        used = details[f"gemm_{dtype}"]["n"]
+        if used < n:  # a slow machine, or a busy moment the load average had not caught yet
+            details["warnings"].append(
+                f"the {dtype} GEMM ran at {used}x{used} instead of {n}x{n} (a {QUICK_GEMM_N}x{QUICK_GEMM_N} probe was "
+                "too slow for the full size): a slow or busy machine; if it was busy, this ceiling is an "
+                "underestimate: run `dlperf calibrate --force` when it is idle")
     if on_progress is not None:
         on_progress("memory bandwidth (copy)")
     bandwidth, details["copy"] = measure_bandwidth(

@@ -243,6 +243,11 @@ def measure_loop(
     )
     if cuda:
         result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes
+    if result.mfu is not None and result.mfu > IMPLAUSIBLE_MFU:
+        # 85-100% for a tiny CNN: its ceiling was measured while the machine was busy, and cached
+        notes.append(f"MFU {result.mfu:.0%} of the {dtype} GEMM ceiling is implausibly high for a whole training "
+                     "step: the cached ceiling is likely an underestimate (measured on a busy machine?): run "
+                     "`dlperf calibrate --force` when the machine is idle")
     if m.noise_warning:
         notes.append(m.noise_warning)
     if interrupted is not None:  # the interrupt goes on, carrying what was measured
@@ -252,6 +257,11 @@ def measure_loop(
         failed.dlperf_partial = result  # type: ignore[attr-defined]
         raise failed from None
     return result
+
+
+IMPLAUSIBLE_MFU = 0.8
+"""Above this a training step's MFU says more about its ceiling than about the step: a whole step (loss, backward,
+optimizer, small operators) does not keep the GEMM units as busy as one large GEMM does."""
 
 
 def measure_training(

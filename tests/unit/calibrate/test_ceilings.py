@@ -165,3 +165,17 @@ def test_gemm_size_shrinks_on_a_slow_device(monkeypatch: pytest.MonkeyPatch) -> 
     assert kernels._affordable_n("fp32", 2048, "cpu") == kernels.MIN_FULL_GEMM_N == 1024
     monkeypatch.setattr(kernels, "MAX_CALL_S", 1e6)
     assert kernels._affordable_n("fp32", 2048, "cpu") == 2048
+
+
+def test_a_gemm_measured_below_its_full_size_is_warned_of(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy moment made the 256^3 probe slow, the fp32 GEMM ran at 1024^3 (68 GFLOP/s against 215 at 2048^3), and
+    the ceilings were cached with no warning: every later MFU was 85-100%."""
+    monkeypatch.setattr(kernels, "busy_warnings", lambda: [])
+    monkeypatch.setattr(kernels, "supported_dtypes", lambda device: (["fp32", "bf16"], {}))
+    sizes = {"fp32": 1024, "bf16": kernels.FULL_GEMM_N}
+    monkeypatch.setattr(kernels, "measure_gemm", lambda dtype, device, n, timer: (1e9, {"n": sizes[dtype]}))
+    monkeypatch.setattr(kernels, "measure_bandwidth", lambda device, nbytes, timer: (1e9, {"bytes": nbytes}))
+    warnings = kernels.measure_ceilings("cpu", "key").details["warnings"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"the fp32 GEMM ran at 1024x1024 instead of {kernels.FULL_GEMM_N}x"
+                                  f"{kernels.FULL_GEMM_N}") and "dlperf calibrate --force" in warnings[0]

@@ -55,6 +55,17 @@ def test_mfu_needs_the_dtype_ceiling() -> None:
     assert any("no bf16 GEMM ceiling" in n for n in result.notes)
 
 
+def test_an_implausible_mfu_points_at_the_ceiling() -> None:
+    """A ceiling measured while the machine was busy, and cached, gave a tiny CNN 85-100% MFU without a word."""
+    loop = TrainLoop(tiny(), StepConfig(batch_size=16, threads=1))
+    low = measure_loop(loop, steps=2, warmup_steps=1, ceilings=_ceilings(1.0))  # 1 FLOP/s: any step beats it
+    assert low.mfu is not None and low.mfu > 1
+    assert any(n.startswith(f"MFU {low.mfu:.0%} of the fp32 GEMM ceiling is implausibly high") and
+               "dlperf calibrate --force" in n for n in low.notes)
+    fair = measure_loop(loop, steps=2, warmup_steps=1, ceilings=_ceilings(1e15))
+    assert not any("implausibly high" in n for n in fair.notes)
+
+
 def test_compare_losses_uses_the_tail_mean() -> None:
     base = [4.0, 3.0, 2.0, 2.0]
     assert tail_mean(base) == 2.0
