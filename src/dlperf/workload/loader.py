@@ -204,25 +204,21 @@ def canonical_spec(spec: str) -> str:
     """`spec` as it names the same workload from any folder, without importing anything: a file spec with its path
     made absolute and its options sorted ('wl.py' typed in /p and 'p/wl.py' typed in / are one workload; two
     'wl.py' in two folders are two); a zoo spec, or one that does not parse, as given."""
-    if spec.startswith("zoo:") or not spec:
+    parts = split_canonical(spec)
+    if parts is None:  # a zoo spec, or not a file spec ('python', an in-memory module's): no path to make of it
         return spec
-    try:
-        path, attr, options = _split_file_spec(spec)
-    except WorkloadError:
-        return spec
-    if not path.endswith(".py"):  # not a file spec ('python', an in-memory module's): no path to make of it
-        return spec
+    path, attr, options = parts
     text = _absolute(Path(path)) + (f":{attr}" if attr else "")
     return text + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options)) if options else "")
 
 
-def split_canonical(canonical: str) -> tuple[str, str, dict[str, Any]] | None:
-    """(absolute path, attribute, options) of a `canonical_spec` of a file workload; None for a zoo spec or one that
-    is no file spec."""
-    if canonical.startswith("zoo:") or not canonical:
+def split_canonical(spec: str) -> tuple[str, str, dict[str, Any]] | None:
+    """(path, attribute, options) of a file workload's spec (absolute in a `canonical_spec`); None for a zoo spec or
+    one that is no file spec."""
+    if spec.startswith("zoo:") or not spec:
         return None
     try:
-        path, attr, options = _split_file_spec(canonical)
+        path, attr, options = _split_file_spec(spec)
     except WorkloadError:
         return None
     return (path, attr, options) if path.endswith(".py") else None
