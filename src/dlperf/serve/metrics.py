@@ -162,6 +162,8 @@ class Metrics:
         self.instances = Gauge(PREFIX + "instances", "Model instances running", labels, registry=r)
         self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Requests the queue holds at most, all "
                                     "priority levels together (--max-queue-size; 0 = unbounded)", labels, registry=r)
+        self.traffic_weight = Gauge(PREFIX + "traffic_weight", "This variant's --split weight (1 without --split; 0: "
+                                    "kept warm, sent only requests that name it)", labels, registry=r)
         self.ready = Gauge("dlperf_server_ready", "1 while the server is ready, 0 while starting or draining",
                            registry=r)
         ProcessCollector(registry=r)
@@ -223,6 +225,10 @@ class Recorder:
 
     def set_queue_capacity(self, n: int) -> None:
         self._capacity.set(n)
+
+    def set_traffic_weight(self, weight: float) -> None:
+        # exported only once set: a 0 left by default would take a variant out of the no-traffic alert
+        self._m.traffic_weight.labels(self.model, self.variant).set(weight)
 
     def batch(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One model execution of `batch_size` items."""

@@ -777,7 +777,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     variants: list[Variant] = []
     started: list[Variant] = []
     try:
-        for vname, spec in specs:
+        for (vname, spec), weight in zip(specs, weights, strict=True):
             model = (served or {}).get(spec) or _in_fresh_thread(
                 functools.partial(load_served_model, spec, config.model_name, config.device, config.threads))
             differs = _signature_difference((variants[0].name, variants[0].model), (vname, model)) if variants else None
@@ -796,6 +796,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),
                                         priority_levels=policy.priority_levels)
             recorder.set_queue_capacity(config.queue_capacity)
+            recorder.set_traffic_weight(weight)  # the no-traffic alert leaves a 0-weight variant out
             pool = InstancePool(model, batcher, recorder, config.instances)
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)

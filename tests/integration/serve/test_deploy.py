@@ -105,3 +105,32 @@ def test_dashboard_and_rules_are_well_formed() -> None:
     for rule in (r for g in rules["groups"] for r in g["rules"]):
         assert _balanced(rule["expr"]), rule["alert"]
         assert re.fullmatch(r"\d+[smh]", rule["for"])
+
+
+def test_latency_quantiles_leave_failures_out_and_process_series_are_dlperf_s() -> None:
+    """An overloaded server answering 24,056 instant 503s beside 161 slow successes: the p99 over both outcomes was
+    0.5 ms, over the successes 700 ms, so the SLO alert stayed silent at 7x its threshold and the panel showed
+    sub-millisecond latency. The process panel showed every scraped target's processes."""
+    rules = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text())
+    dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    exprs += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    quantiles = [e for e in exprs if "dlperf_inference_request_duration_seconds_bucket" in e]
+    assert quantiles and all('outcome="success"' in e for e in quantiles)
+    for expr in (e for e in exprs if "process_" in e and "deriv(" not in e):
+        assert "on (instance) dlperf_server_ready" in expr, expr
+    no_traffic = next(r for g in rules["groups"] for r in g["rules"] if r["alert"] == "DlperfNoTraffic")
+    assert "request_failure_total" in no_traffic["expr"]
+    assert "dlperf_inference_traffic_weight == 0" in no_traffic["expr"]
+
+
+def test_the_traffic_weight_of_each_variant_is_exported() -> None:
+    """The no-traffic alert fired for good on a variant kept warm with --split 100:0."""
+    from dlperf.serve.metrics import parse_variant_metrics
+
+    config = ServeConfig(port=0, variants=(("main", "zoo:mlp"), ("warm", "zoo:mlp")), split=(100, 0))
+    with start_in_thread(config) as running:
+        text = get_text(f"http://{running.url}/metrics")
+    weights = dict(re.findall(r'dlperf_inference_traffic_weight\{model="mlp",variant="(\w+)"\} ([0-9.]+)', text))
+    assert weights == {"main": "100.0", "warm": "0.0"}
+    assert set(parse_variant_metrics(text)) == {"main", "warm"}
