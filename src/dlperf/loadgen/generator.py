@@ -733,6 +733,15 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             f"the level was too short to check stability: {config.stable_windows} windows of {config.window_s:g} s "
             f"after the {config.warmup_s:g} s warm-up need --duration {needed:g}s or more"
         )
+    elif not stable and not slo_failed and limit is not None and len(windows) < config.stable_windows:
+        # --requests ended the level first: "the last 3 windows did not agree" was said of the one it measured
+        per_s = len(measured) / result.measured_s if result.measured_s > 0 else 0.0
+        more = f" (about {math.ceil(per_s * config.stable_windows * config.window_s)} at this rate)" if per_s else ""
+        result.warnings.append(
+            f"the level was too short to check stability: its {limit} requests took {len(windows)} window"
+            f"{'' if len(windows) == 1 else 's'} of {config.window_s:g} s, and the check compares "
+            f"{config.stable_windows}: give more --requests{more}, or leave it out"
+        )
     elif not stable and not slo_failed:  # a level the SLO failed early needs no stable windows
         result.warnings.append(
             f"the last {config.stable_windows} windows of {config.window_s:g} s did not agree within "
@@ -798,6 +807,15 @@ def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = N
     elif total > result.ok:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(failed.items()))
         result.warnings.append(f"most requests failed ({total} against {result.ok} answered; {seen}){said}")
+    if result.ok and result.statuses.get(CONNECTION_ERROR):
+        # a server restarted mid-level: exit 0, a blended rate and 'stable', with 357 refused connections unsaid
+        result.warnings.append(f"{result.statuses[CONNECTION_ERROR]} requests could not connect or lost their "
+                               "connection (the server went away, restarted or refused them): the level's figures "
+                               "blend the time it answered with the time it did not")
+    empty = [i + 1 for i, w in enumerate(result.window_throughputs) if w == 0]
+    if result.ok and empty:
+        result.warnings.append(f"window{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} of "
+                               f"{len(result.window_throughputs)} had no replies: an outage inside the level")
 
 
 def _window_latency_s(window: Sequence[Record], q: float | None) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -379,6 +380,16 @@ def test_a_level_too_short_for_the_stability_check_says_so(server: Running,
     out = " ".join(capsys.readouterr().err.split())
     assert "the level was too short to check stability: 3 windows of 2 s after the 1 s warm-up need --duration 7s" \
            in out and "did not agree" not in out
+
+
+def test_a_level_ended_by_requests_before_three_windows_says_so(server: Running,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--requests 200 at 300 req/s measured one 2 s window and warned that 'the last 3 windows did not agree'."""
+    assert main(["load", server.url, "--model", "mlp", "--rate", "300", "--requests", "100", "--warmup-s", "0.5"]) == 0
+    out = " ".join(capsys.readouterr().err.split())
+    assert re.search(r"the level was too short to check stability: its 100 requests took [012] windows? of 2 s, and "
+                     r"the check compares 3: give more --requests \(about \d+ at this rate\), or leave it out", out)
+    assert "did not agree" not in out
 
 
 def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -> None:

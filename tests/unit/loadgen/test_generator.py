@@ -334,7 +334,16 @@ def test_a_level_that_mostly_failed_says_so() -> None:
     r = _level(10, 0.01, n=5)
     r.statuses = {"200": 5, "conn": 30, "503": 2}
     _error_warnings(r)
-    assert r.warnings == ["most requests failed (32 against 5 answered; 503: 2, conn: 30)"]
+    assert r.warnings == ["most requests failed (32 against 5 answered; 503: 2, conn: 30)",
+                          "30 requests could not connect or lost their connection (the server went away, restarted "
+                          "or refused them): the level's figures blend the time it answered with the time it did not"]
+    # a server restarted mid-level: exit 0, a blended rate and 'stable', the refused connections and the empty
+    # windows unsaid
+    r = _level(10, 0.01, n=1000)
+    r.statuses, r.window_throughputs = {"200": 1000, "conn": 3}, [100.0, 34.0, 0.0, 85.0, 100.0, 100.0, 100.0]
+    _error_warnings(r)
+    assert r.warnings[0].startswith("3 requests could not connect") and \
+        r.warnings[1] == "window 3 of 7 had no replies: an outage inside the level"
     # a server failing every request is up: its own message says why, not "is the server up"
     r = _level(10, 0.01, n=0)
     r.statuses = {"500": 40, "503": 1}
@@ -344,8 +353,8 @@ def test_a_level_that_mostly_failed_says_so() -> None:
     r = _level(10, 0.01, n=5)
     r.statuses = {"200": 5, "conn": 3, "400": 30}
     _error_warnings(r, {"400": "input 'x': expected FP32"})
-    assert r.warnings == ["most requests failed (33 against 5 answered; 400: 30, conn: 3); the server's 400 said: "
-                          "input 'x': expected FP32"]
+    assert r.warnings[0] == ("most requests failed (33 against 5 answered; 400: 30, conn: 3); the server's 400 "
+                             "said: input 'x': expected FP32")
     r = _level(10, 0.01, n=50)
     r.statuses = {"200": 50, "503": 2, "dropped": 100}  # dropped: the cap's own warning says it
     _error_warnings(r)
