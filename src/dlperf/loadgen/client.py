@@ -208,14 +208,19 @@ class Connection:
 
     async def send(self, raw: bytes) -> Reply:
         """Send; on a connection the server closed in between, reconnect once and resend. Raises OSError
-        (ConnectionError) when the connection fails, asyncio.TimeoutError after `timeout_s`, ValueError on
-        a reply that is not HTTP."""
+        (ConnectionError) when the connection fails, asyncio.TimeoutError after `timeout_s` (connecting
+        included: a connect waiting on SYN retransmits took 1 s under a 10 ms timeout), ValueError on a reply
+        that is not HTTP."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         for attempt in (0, 1):
             reader = self._reader
             if reader is None or reader.closed:
                 await self.close()
-                reader = await self._connect()
+                try:
+                    reader = await asyncio.wait_for(self._connect(), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    raise asyncio.TimeoutError(f"no connection within {self.timeout_s:g} s") from None
             assert reader.transport is not None
             waiter: asyncio.Future[Reply] = loop.create_future()
             reader.waiter = waiter
@@ -223,7 +228,7 @@ class Connection:
             start = time.perf_counter_ns()
             reader.transport.write(raw)
             self.send_ns = time.perf_counter_ns() - start
-            timer = loop.call_later(self.timeout_s, _expire, waiter, self.timeout_s)
+            timer = loop.call_later(max(0.0, deadline - loop.time()), _expire, waiter, self.timeout_s)
             try:
                 reply = await waiter
             except ConnectionError:

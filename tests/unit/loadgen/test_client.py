@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -197,3 +198,35 @@ def test_json_output_has_null_where_a_figure_is_not_a_number(capsys: pytest.Capt
     out = capsys.readouterr().out
     assert json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}")) == {
         "p50_s": None, "levels": [{"max": None, "ok": 1.5}], "n": 3}
+
+
+def test_the_request_timeout_covers_connecting() -> None:
+    """A connect waiting on SYN retransmits (a full accept backlog) was not under the timeout: successes came back
+    at 1.01 s under --request-timeout-s 0.01, and here the old client waited until the kernel gave up."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)  # never accepted: once the backlog is full, further SYNs are dropped
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", port))
+        fillers.append(s)
+    time.sleep(0.1)
+
+    async def send() -> float:
+        conn = Connection(parse_url(f"127.0.0.1:{port}"), timeout_s=0.2)
+        start = time.perf_counter()
+        with pytest.raises(asyncio.TimeoutError, match=r"no connection within 0\.2 s"):
+            await conn.send(build_request(parse_url(f"127.0.0.1:{port}"), "GET", "/v2"))
+        return time.perf_counter() - start
+
+    try:
+        assert asyncio.run(asyncio.wait_for(send(), 30)) < 10  # not a wall-clock assertion: the old client hung
+    finally:
+        for s in (*fillers, server):
+            s.close()
