@@ -1005,7 +1005,10 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
     fixed = not fit_duration or config.requests is not None
     stopped: list[LevelResult] = []
 
-    def trial(rate: float) -> bool:
+    def trial(rate: float) -> bool | None:
+        """True: passed; False: failed, or undecided where no other rate would decide (`stopped`); None:
+        undecided with no request over the SLO in a --duration-bound trial, where a higher rate measures more
+        requests in the same time (the search gave up at its first trial, which 300 requests left undecided)."""
         cfg = dataclasses.replace(config, rate=rate, slo=slo)
         if fit_duration:
             cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate, slo)))
@@ -1017,6 +1020,8 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
         if on_step is not None:
             on_step(step, judged.passed)
         if fixed and judged.status == "undecided":
+            if config.requests is None and not any(v > slo.bound_s * 1e9 for v in step.latencies_ns):
+                return None
             stopped.append(step)
         return judged.passed
 
@@ -1033,7 +1038,16 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
     hi: float | None = None
     rate = start_rate
     while len(steps) < max_steps:
-        if trial(rate):
+        passed = trial(rate)
+        if passed is None:  # undecided but clean: up while no rate failed, else no other rate decides it
+            if hi is not None:
+                stopped.append(steps[-1])
+                break
+            rate *= 2
+            if len(steps) == max_steps:
+                stopped.append(steps[-1])
+            continue
+        if passed:
             lo = rate
             if hi is not None:
                 break
@@ -1048,7 +1062,10 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
     while (lo is not None and hi is not None and not stopped and len(steps) < max_steps
            and (hi - lo) > tolerance * lo):
         mid = (lo + hi) / 2
-        if trial(mid):
+        passed = trial(mid)
+        if passed is None:  # between a passing and a failing rate: as undecided as any would be
+            stopped.append(steps[-1])
+        elif passed:
             lo = mid
         else:
             hi = mid

@@ -269,7 +269,8 @@ def test_find_peak_stops_at_an_undecided_trial_it_cannot_lengthen(monkeypatch: p
 
     def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
         tried.append(level)
-        return _level(level, 0.02, n=100 if level > 30 else 500)  # 100 requests cannot decide p99
+        # 100 requests cannot decide p99; 2 of them over the SLO
+        return _level(level, 0.15 if level > 30 else 0.02, n=100 if level > 30 else 500)
 
     monkeypatch.setattr(generator, "run_level", fake_run_level)
     peak = find_peak(object(), LoadConfig(duration_s=3.0), P99, start_rate=50, max_steps=10)  # type: ignore[arg-type]
@@ -288,6 +289,26 @@ def test_find_peak_stops_at_an_undecided_trial_it_cannot_lengthen(monkeypatch: p
     tried.clear()
     find_peak(object(), LoadConfig(), P99, start_rate=50, max_steps=3, fit_duration=True)  # type: ignore[arg-type]
     assert tried == [50, 25, 37.5]
+
+
+def test_find_peak_climbs_past_an_undecided_trial_with_no_request_over_the_slo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--find-peak --duration 4s gave up at its first trial (300 requests, none over the SLO, undecided) saying a
+    lower rate would measure fewer requests; a higher one measures more in the same --duration."""
+    tried: list[float] = []
+
+    def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
+        tried.append(level)
+        return _level(level, 0.02 if level <= 300 else 1.0, n=int(level * config.duration_s))
+
+    monkeypatch.setattr(generator, "run_level", fake_run_level)
+    peak = find_peak(object(), LoadConfig(duration_s=3.0), P99, start_rate=50, max_steps=12)  # type: ignore[arg-type]
+    assert tried[:4] == [50, 100, 200, 400]  # 150 and 300 requests: undecided, none over; 600: decided
+    assert peak.undecided_at is None and peak.peak_rate is not None and 285 <= peak.peak_rate <= 300
+    # undecided all the way up to max_steps: the last one is where it stopped
+    tried.clear()
+    monkeypatch.setattr(generator, "run_level", lambda t, c, level, on_window=None: _level(level, 0.02, n=100))
+    peak = find_peak(object(), LoadConfig(duration_s=3.0), P99, start_rate=10, max_steps=3)  # type: ignore[arg-type]
+    assert peak.peak_rate is None and peak.undecided_at is not None and peak.undecided_at.level == 40
 
 
 def test_rate_warnings_say_when_the_generator_cannot_keep_up() -> None:
