@@ -364,7 +364,12 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                                 "find_peak": args.find_peak, "priority": args.priority,
                                 "request_intervals": args.request_intervals, "shared_memory": args.shared_memory,
                                 "protocol": args.protocol, "streaming": args.streaming,
-                                "duration_fitted": args.find_peak and args.duration is None}
+                                "duration_fitted": args.find_peak and args.duration is None,
+                                # what the search started from and was allowed: its config could not be rerun
+                                "start_rate": (args.rate[0] if args.rate else None) if args.find_peak else None,
+                                "max_steps": args.max_steps if args.find_peak else None}
+    if args.find_peak or config.mode == "rate":  # the default concurrency (1) was stored, and read as a level
+        settings["concurrency"] = None
     if not args.json:
         for line in setup_lines(settings):
             out.print(line, markup=False)
