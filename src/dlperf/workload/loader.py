@@ -340,8 +340,11 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
             raise WorkloadError(f"workload file '{path}' defines model() and inputs(), which take no options "
                                 f"({', '.join(options)}): write a function returning a dlperf.Workload for options")
         return _from_functions(module, path)
+    # half of the functions form ('model' and 'make_inputs'): name the one that is missing
+    half = next((f" (it defines {have}() but no {lack}())" for have, lack in (("model", "inputs"), ("inputs", "model"))
+                 if callable(getattr(module, have, None)) and not hasattr(module, lack)), "")
     raise WorkloadError(
-        f"workload file '{path}' defines no workload: define `workload = dlperf.Workload(...)`, or "
+        f"workload file '{path}' defines no workload{half}: define `workload = dlperf.Workload(...)`, or "
         f"functions `model()` and `inputs(batch_size)`, or pass {path}:NAME"
     )
 

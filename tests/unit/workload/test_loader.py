@@ -307,6 +307,11 @@ def test_file_without_workload_says_how_to_write_one(tmp_path: Path) -> None:
     path = write(tmp_path, "empty.py", "x = 1\n")
     with pytest.raises(WorkloadError, match=r"defines no workload: define `workload = dlperf.Workload"):
         load_workload(str(path))
+    # half of the functions form: the missing one is named
+    path = write(tmp_path, "half.py", "import torch\n\ndef model():\n    return torch.nn.Linear(4, 2)\n\n"
+                                      "def make_inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+    with pytest.raises(WorkloadError, match=r"defines no workload \(it defines model\(\) but no inputs\(\)\): "):
+        load_workload(str(path))
 
 
 def test_import_error_shows_the_users_line(tmp_path: Path) -> None:
