@@ -29,6 +29,9 @@ LEGEND_ROW = 16
 TITLE_CHAR_PX = 7.6
 LABEL_CHAR_PX = 6.8
 TEXT_CHAR_PX = 6.2
+LEGEND_CHAR_PX = 7.0
+"""A legend entry's width per character: run ids and times are digits, wider than the average letter (entries
+like 'dde1cd115b4c 12-04T23:36' ran into the next one's swatch at 6.2)."""
 
 
 @dataclass
@@ -251,7 +254,7 @@ def _legend(series: Sequence[Series], left: float, right: float, y: float) -> st
     x = left
     for i, s in named:
         label = s.name[:40]
-        item_w = 22 + 6.2 * len(label)
+        item_w = 22 + LEGEND_CHAR_PX * len(label)
         if x + item_w > right and x > left:
             x, y = left, y + LEGEND_ROW
         color = s.color or PALETTE[i % len(PALETTE)]
@@ -268,7 +271,7 @@ def legend_rows(series: Sequence[Series], width: int) -> int:
         return 0
     rows, x = 1, float(MARGIN_LEFT)
     for s in named:
-        item_w = 22 + 6.2 * len(s.name[:40])
+        item_w = 22 + LEGEND_CHAR_PX * len(s.name[:40])
         if x + item_w > width - MARGIN_RIGHT and x > MARGIN_LEFT:
             rows, x = rows + 1, float(MARGIN_LEFT)
         x += item_w
