@@ -718,7 +718,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 f"{backlog} of the {len(succeeded)} replies measured answered requests sent during the warm-up (a "
                 "backlog at the server): req/s counts them, so it can exceed the rate; a longer --duration dilutes "
                 "them")
-    _error_warnings(result, first_errors)
+    _error_warnings(result, first_errors, config.window_s)
     if config.collect_metrics:
         result.resources = summarize(samples, config.metrics_interval_s) if samples else None
         result.warnings += [f"--collect-metrics: {p}" for p in problems]
@@ -792,7 +792,7 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
         )
 
 
-def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = None) -> None:
+def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = None, window_s: float = 2.0) -> None:
     """Say so when a level measured failures more than answers: its latencies then describe few requests. The
     server's own message of the most frequent HTTP error status is quoted (`first_errors`: status -> message)."""
     failed = {s: n for s, n in result.statuses.items() if s not in ("200", "dropped")}
@@ -813,7 +813,9 @@ def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = N
                                "connection (the server went away, restarted or refused them): the level's figures "
                                "blend the time it answered with the time it did not")
     empty = [i + 1 for i, w in enumerate(result.window_throughputs) if w == 0]
-    if result.ok and empty:
+    answered = [w for w in result.window_throughputs if w > 0]
+    # only where a window normally holds replies: at 0.3 req/s, or with calls longer than a window, most are empty
+    if result.ok and empty and answered and min(answered) * window_s >= 5:
         result.warnings.append(f"window{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} of "
                                f"{len(result.window_throughputs)} had no replies: an outage inside the level")
 

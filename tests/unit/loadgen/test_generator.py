@@ -365,6 +365,10 @@ def test_a_level_that_mostly_failed_says_so() -> None:
     _error_warnings(r)
     assert r.warnings[0].startswith("3 requests could not connect") and \
         r.warnings[1] == "window 3 of 7 had no replies: an outage inside the level"
+    r = _level(0.3, 0.01, n=3)  # 0.3 req/s: most 2 s windows hold no reply, and that is no outage
+    r.window_throughputs = [0.5, 0.0, 0.5, 0.0, 0.0]
+    _error_warnings(r, window_s=2.0)
+    assert r.warnings == []
     # a server failing every request is up: its own message says why, not "is the server up"
     r = _level(10, 0.01, n=0)
     r.statuses = {"500": 40, "503": 1}
