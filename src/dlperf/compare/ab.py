@@ -251,8 +251,10 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
                    kwargs.get("min_effect", 0.01), kwargs.get("batch_size"))
     from dlperf.workload.loader import load_workload
 
-    for side in (a, b):  # a spec that does not load (no such file, a syntax error, an unknown option) is no run
-        load_workload(workload_spec, **dict(side.options))
+    # a spec that does not load (no such file, a syntax error, an unknown option) is no run; once per distinct
+    # options, as a workload file runs its module code at each load
+    for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else []):
+        load_workload(workload_spec, **dict(options))
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}
