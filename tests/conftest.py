@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
-
-import pytest
 
 
 def pytest_configure() -> None:
@@ -15,13 +12,3 @@ def pytest_configure() -> None:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests that start a Ray driver in pytest's own process (tests/integration/ray) after all others.
-    `ray.shutdown()` leaves Ray's C++ threads running (seen in this process during the train tests: its core
-    worker's gcs_client_io_s, worker.io, client.poll0 and gRPC event_engine threads), and forking a process with
-    Ray's threads in it is unsupported; the train tests, which came after them, fork DataLoader workers in this
-    process, and one of those workers once died of a segmentation fault in a full run
-    (test_cli_tune_prints_settings_and_records_each_trial; not reproduced, so the cause is not proven)."""
-    ray_dir = Path(__file__).parent / "integration" / "ray"
-    items.sort(key=lambda item: ray_dir in Path(str(item.path)).parents)  # a stable sort: the order is kept
