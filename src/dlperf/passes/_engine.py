@@ -195,6 +195,13 @@ def positional(inputs: tuple[Any, ...], named: dict[str, Any], spec: IOSpec) -> 
     return tuple(given[n] for n in names)
 
 
+def refused(engine: str, spec: IOSpec, arrays: Sequence[Any], reason: str) -> ValueError:
+    """The one-line error for inputs an engine refused: what was given, what the model takes, the engine's reason."""
+    given = ", ".join(f"{s.name} {list(a.shape)}" for s, a in zip(spec.inputs, arrays, strict=False))
+    takes = ", ".join(f"{s.name} {list(s.shape)}" for s in spec.inputs)
+    return ValueError(f"{engine} refused the inputs ({given}; the model takes {takes}, -1: any size): {reason}")
+
+
 def check_input(x: Any, want: TensorSpec) -> None:
     """A TypeError or ValueError naming the input when `x` is not a tensor of the dtype and shape the engine model
     was exported with: the engines said "'numpy.ndarray' object has no attribute 'detach'", "unsupported ScalarType

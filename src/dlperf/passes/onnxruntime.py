@@ -142,11 +142,8 @@ def _predict_fn(sess: Any, spec: _engine.IOSpec) -> Callable[..., Any]:
         except Exception as exc:  # onnxruntime's InvalidArgument, on three lines
             if "INVALID_ARGUMENT" not in str(exc):
                 raise
-            given = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(names, arrays, strict=False))
             said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            raise ValueError(f"onnxruntime refused the inputs ({given}; the model takes "
-                             f"{', '.join(f'{s.name} {list(s.shape)}' for s in spec.inputs)}, -1: any size): "
-                             f"{said}") from exc
+            raise _engine.refused("onnxruntime", spec, arrays, said) from exc
         out = _engine.to_torch(results, spec)
         device = getattr(inputs[0], "device", None) if inputs else None
         if device is None or device.type == "cpu":

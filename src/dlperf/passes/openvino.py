@@ -133,10 +133,7 @@ def _predict_fn(compiled: Any, spec: _engine.IOSpec, static: Any = None,
         try:
             req.infer(arrays)
         except RuntimeError as exc:  # a shape it was not compiled for: a page of C++ source lines, the reason inside
-            given = ", ".join(f"{s.name} {list(a.shape)}" for s, a in zip(spec.inputs, arrays, strict=False))
-            raise ValueError(f"OpenVINO refused the inputs ({given}; the model takes "
-                             f"{', '.join(f'{s.name} {list(s.shape)}' for s in spec.inputs)}, -1: any size): "
-                             f"{ov_reason(exc)}") from exc
+            raise _engine.refused("OpenVINO", spec, arrays, ov_reason(exc)) from exc
         return _engine.to_torch([req.get_output_tensor(i).data.copy() for i in range(n_out)], spec)
 
     return predict
