@@ -261,7 +261,10 @@ async def fetch(endpoint: Endpoint, path: str, headers: dict[str, str] | None = 
     conn = Connection(endpoint, timeout_s)
     try:
         return await conn.send(build_request(endpoint, method, path, body, headers))
-    except (OSError, asyncio.TimeoutError) as exc:
+    except asyncio.TimeoutError as exc:
+        raise LoadGenError(f"http://{endpoint.authority}{endpoint.base_path}{path} did not answer within "
+                           f"{timeout_s:g} s") from exc
+    except OSError as exc:
         raise LoadGenError(f"cannot reach http://{endpoint.authority}{endpoint.base_path}{path}: {exc}; "
                            "is the server running?") from exc
     except ValueError as exc:  # bytes that are not an HTTP/1.x reply

@@ -421,25 +421,45 @@ def run_level(target: Target, config: LoadConfig, level: float,
     return result
 
 
-async def _server_stats(target: Target, timeout_s: float = 30.0) -> dict[str, Any] | None:
-    """The model's statistics from the server, None when it has none or does not answer within `timeout_s`."""
+async def _server_stats(target: Target, timeout_s: float = 30.0, why: list[str] | None = None) -> dict[str, Any] | None:
+    """The model's statistics from the server, None when it has none or does not answer within `timeout_s`;
+    then the reason, in words that follow "the server's statistics ...", is appended to `why`."""
     if target.stats_path is None:
         return None
-    if target.protocol == "grpc":
-        from dlperf.loadgen.grpc_client import model_stats
-
-        try:
-            return await asyncio.wait_for(model_stats(target.endpoint, target.model, target.headers), timeout_s)
-        except asyncio.TimeoutError:
-            return None
     try:
-        reply = await fetch(target.endpoint, target.stats_path, target.headers, timeout_s=timeout_s)
-    except LoadGenError:
+        if target.protocol == "grpc":
+            from dlperf.loadgen.grpc_client import model_stats
+
+            found = await asyncio.wait_for(model_stats(target.endpoint, target.model, target.headers), timeout_s)
+        else:
+            reply = await fetch(target.endpoint, target.stats_path, target.headers, timeout_s=timeout_s)
+            if reply.status != 200:
+                if why is not None:
+                    why.append(f"answered HTTP {reply.status} ({_excerpt(reply.body)})")
+                return None
+            parsed = json.loads(reply.body)
+            entries = parsed.get("model_stats") if isinstance(parsed, dict) else None
+            found = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
+    except asyncio.TimeoutError:
+        if why is not None:
+            why.append(f"did not answer within {timeout_s:g} s")
         return None
-    if reply.status != 200:
+    except LoadGenError as exc:  # refused, reset, not HTTP, a failed gRPC call
+        if why is not None:
+            why.append(f"could not be read: {exc}")
         return None
-    stats = json.loads(reply.body).get("model_stats") or []
-    return stats[0] if stats else None
+    except ValueError as exc:  # a 200 whose body is not the statistics' JSON
+        if why is not None:
+            why.append(f"are not the statistics extension's JSON: {exc}")
+        return None
+    if found is None and why is not None:
+        why.append(f"have no entry for model '{target.model}'")
+    return found
+
+
+def _excerpt(body: bytes, limit: int = 160) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSide | None:
@@ -627,7 +647,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     sent = 0  # the request bound counts from the end of the warm-up
     measuring = True
     # read beside the load: an overloaded server may take seconds to answer, which must not eat the level
-    before_task = asyncio.ensure_future(_server_stats(target, STATS_TIMEOUT_S))
+    stats_why: list[str] = []  # why a read of the server's statistics came back empty
+    before_task = asyncio.ensure_future(_server_stats(target, STATS_TIMEOUT_S, stats_why))
     before_read: list[int] = []  # when that read came back: the replies after it, the server must count
     before_task.add_done_callback(lambda _: before_read.append(clock()))
     window_ns = int(config.window_s * 1e9)
@@ -668,7 +689,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     measure_end = clock()
     metrics_done.set()
     before = await before_task
-    after = await _server_stats(target, STATS_TIMEOUT_S) if before is not None else None
+    after = await _server_stats(target, STATS_TIMEOUT_S, stats_why) if before is not None else None
     if sampler is not None:
         await asyncio.wait([sampler], timeout=max(5.0, 2 * config.metrics_interval_s))
         sampler.cancel()
@@ -703,8 +724,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             f"back, or it counted {counted} requests where {since} succeeded here between its reads: a Ray "
             "Serve deployment answers them per replica): no server-side queue and compute times for it")
     elif target.stats_path is not None and server is None and result.ok:
-        result.warnings.append(f"the server's statistics did not answer within {STATS_TIMEOUT_S:g} s (or have no "
-                               "requests of this level): no server-side queue and compute times for it")
+        when = "before" if before is None else "after"
+        what = (f"{when} the level {stats_why[0]}" if stats_why else
+                "counted no successful request between its reads before and after the level")
+        result.warnings.append(f"the server's statistics {what}: no server-side queue and compute times for it")
     else:
         result.server = server
     if config.mode == "rate":

@@ -258,13 +258,10 @@ def model_max_batch_size(endpoint: Endpoint, model: str, headers: dict[str, str]
 
 async def model_stats(endpoint: Endpoint, model: str, headers: dict[str, str]) -> dict[str, Any] | None:
     """The model's statistics in the HTTP endpoint's shape (the parts the level report reads), None if the
-    server has none for it."""
+    server has none for it; LoadGenError (GrpcCallError) when the call fails."""
     _, service_pb2 = _modules()
-    try:
-        reply = await _unary(endpoint, "ModelStatistics", service_pb2.ModelStatisticsRequest(name=model),
-                             service_pb2.ModelStatisticsResponse, headers)
-    except LoadGenError:
-        return None
+    reply = await _unary(endpoint, "ModelStatistics", service_pb2.ModelStatisticsRequest(name=model),
+                         service_pb2.ModelStatisticsResponse, headers)
     if not reply.model_stats:
         return None
     s = reply.model_stats[0]

@@ -38,12 +38,12 @@ def test_slow_server_statistics_do_not_eat_the_level(server: Running, monkeypatc
     real = generator._server_stats
     calls = 0
 
-    async def slow(target: Any, timeout_s: float = 30.0) -> Any:
+    async def slow(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:  # the read before the windows: answered after the level's bound
             await asyncio.sleep(2.5)
-        return await real(target, timeout_s)
+        return await real(target, timeout_s, why)
 
     monkeypatch.setattr(generator, "_server_stats", slow)
     config = LoadConfig(concurrency=(1,), duration_s=2.0, window_s=0.5, warmup_s=0.2)
@@ -216,10 +216,10 @@ def test_statistics_from_two_replicas_are_not_differenced(server: Running, monke
         real = generator._server_stats
         calls = 0
 
-        async def two_replicas(target: Any, timeout_s: float = 30.0) -> Any:
+        async def two_replicas(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
             nonlocal calls
             calls += 1
-            return await real(target if calls == 1 else other, timeout_s)
+            return await real(target if calls == 1 else other, timeout_s, why)
 
         target = oip_target(server.url, "mlp")
         run_level(target, LoadConfig(concurrency=(2,), requests=100, duration_s=20.0, window_s=0.5,
@@ -231,6 +231,34 @@ def test_statistics_from_two_replicas_are_not_differenced(server: Running, monke
         fresh.stop()
     assert result.ok == 30 and result.server is None
     assert any("do not come from one process" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_statistics_unread_after_the_level_say_why(server: Running, monkeypatch: pytest.MonkeyPatch,
+                                                   protocol: str) -> None:
+    """A server gone by the end of a level (here the read after it goes to a stopped server's port): the level
+    said the statistics "did not answer within 10 s" of a connection refused at once."""
+    gone = start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=0))
+    gone_target = oip_target(gone.url if protocol == "http" else gone.grpc_url or "", "mlp", protocol=protocol)
+    gone.stop()
+    real = generator._server_stats
+    calls = 0
+
+    async def refused_after(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
+        nonlocal calls
+        calls += 1
+        return await real(target if calls == 1 else gone_target, timeout_s, why)
+
+    monkeypatch.setattr(generator, "_server_stats", refused_after)
+    url = server.url if protocol == "http" else server.grpc_url or ""
+    result = run_level(oip_target(url, "mlp", protocol=protocol),
+                       LoadConfig(concurrency=(1,), requests=20, duration_s=20.0, window_s=0.5, warmup_s=0.1), 1.0)
+    assert result.ok == 20 and result.server is None
+    said = [w for w in result.warnings if w.startswith("the server's statistics")]
+    assert len(said) == 1, result.warnings
+    assert said[0].startswith("the server's statistics after the level could not be read: ")
+    assert "within" not in said[0]
+    assert ("is the server running?" if protocol == "http" else "UNAVAILABLE") in said[0]
 
 
 def test_one_source_needs_counters_that_only_grow_and_count_the_replies() -> None:
