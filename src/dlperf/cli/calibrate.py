@@ -12,7 +12,7 @@ from dlperf.cli.common import (
     open_store,
     print_json,
 )
-from dlperf.errors import ConfigError
+from dlperf.measure.env import check_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.measure.env import capture_environment
     from dlperf.report.terminal import ceilings_table
 
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    check_threads(args.threads, "--threads")
     store = open_store(args)
     config = {"device": args.device, "force": args.force, "quick": args.quick, "threads": args.threads, "version": 1}
     environment = capture_environment(args.device, args.threads).to_dict()

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from dlperf.errors import ConfigError
 from dlperf.measure.allocator import CHOICES as ALLOCATOR_CHOICES
+from dlperf.measure.env import thread_limit, usable_cores
 
 __all__ = ["ALLOCATOR_CHOICES"]  # what `--allocator` accepts, for the commands that take it
 
@@ -256,12 +257,9 @@ def note_oversubscribed(threads: int | None) -> None:
     """A note on stderr when --threads asks for more intra-op threads than the CPUs this process may run on: every
     parallel operator then waits for threads that cannot run (`train --threads 99` on 2 CPUs took 1.46 s a step
     against 2 ms), and the figures measure that, not the model."""
-    if threads is None:
+    if threads is None or threads > thread_limit():  # refused with its own error
         return
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = usable_cores()
     if threads > cpus:
         error_console().print(f"note: --threads {threads} is more than the {cpus} CPUs this process may use: the "
                               "threads contend for them, and every figure measures that", markup=False)

@@ -17,6 +17,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError
 from dlperf.measure.bench import PRECISIONS
+from dlperf.measure.env import check_threads
 from dlperf.workload.loader import parse_option_value
 
 KEYS = ("threads", "precision", "batch_size", "channels_last", "device")
@@ -37,8 +38,7 @@ class ABSettings:
     options: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        check_threads(self.threads)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
         if self.batch_size is not None and self.batch_size < 1:

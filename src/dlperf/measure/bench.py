@@ -10,6 +10,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
+from dlperf.measure.env import check_threads
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
@@ -37,6 +38,7 @@ class BenchConfig:
             raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)):
             raise ConfigError(f"threads must be an integer >= 1 or None, got {self.threads!r}")
+        check_threads(self.threads)
         if self.batch_sizes is not None and (
                 isinstance(self.batch_sizes, (str, int)) or not hasattr(self.batch_sizes, "__iter__")
                 or not all(isinstance(b, int) and not isinstance(b, bool) for b in self.batch_sizes)):
@@ -45,8 +47,6 @@ class BenchConfig:
             raise ConfigError(f"unknown precision '{self.precision}': choose one of {', '.join(PRECISIONS)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {self.threads}")
         if self.batch_sizes is not None and any(b < 1 for b in self.batch_sizes):
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_sizes}")
         if self.batch_sizes is not None and len(set(self.batch_sizes)) < len(self.batch_sizes):

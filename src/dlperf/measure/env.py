@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlperf.errors import ConfigError
+
 CPU_FLAGS_OF_INTEREST = (
     "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile",
     "amx_bf16", "amx_int8",
@@ -106,6 +108,32 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+THREADS_PER_CPU = 8
+"""The most torch intra-op threads a command accepts per usable CPU (at least MIN_THREAD_LIMIT in all)."""
+MIN_THREAD_LIMIT = 64
+
+
+def thread_limit() -> int:
+    """The most torch intra-op threads `check_threads` accepts on this machine."""
+    return max(MIN_THREAD_LIMIT, THREADS_PER_CPU * usable_cores())
+
+
+def check_threads(threads: int | None, name: str = "threads", hint: str = "") -> None:
+    """ConfigError unless `threads` (None: torch's default) is a thread count torch can start here: at least 1,
+    and at most `thread_limit()`. torch starts every thread asked for: `--threads 999999` started OpenMP threads
+    until the machine's process table was full, and every process on it failed to fork. `hint` follows the
+    message (e.g. how to leave the option out)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ConfigError(f"{name} must be >= 1, got {threads}{hint}")
+    limit = thread_limit()
+    if threads > limit:
+        raise ConfigError(f"{name} {threads} is more than {limit}, the most accepted on this machine "
+                          f"({THREADS_PER_CPU} per usable CPU, at least {MIN_THREAD_LIMIT}): torch would start every "
+                          f"one of them; an oversubscription experiment fits within {limit}{hint}")
 
 
 def load_average() -> list[float] | None:

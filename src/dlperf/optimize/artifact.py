@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, WorkloadError
+from dlperf.measure.env import check_threads
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -239,6 +240,7 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
                             f"{type(path).__name__}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise OptimizeError(f"threads must be an integer >= 1 (or None: the artifact's own), got {threads!r}")
+    check_threads(threads)
     folder = Path(path)
     manifest = read_manifest(folder)
     if threads is not None:

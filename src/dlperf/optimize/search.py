@@ -25,6 +25,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER, SLOWER
+from dlperf.measure.env import check_threads
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import Executor, Job, LocalExecutor
@@ -74,8 +75,7 @@ class OptimizeConfig:
         check_objective(self.objective)
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads} (leave it out for torch's default)")
+        check_threads(self.threads, "--threads", " (leave it out for torch's default)")
         if self.passes is not None and not self.passes:
             raise ConfigError("--passes names no pass: give pass names separated by commas, or leave it out to "
                               "search every pass")

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from dlperf.errors import ConfigError
+from dlperf.measure.env import check_threads
 from dlperf.passes._torch_call import torch_call, torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
@@ -30,8 +30,7 @@ class HygieneConfig(PassConfig):
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"hygiene: threads must be >= 1, got {self.threads}")
+        check_threads(self.threads, "hygiene: threads")
 
     def before_engine(self) -> str | None:
         # Engines take their thread count from the context (the same as the baseline's), not from torch.

@@ -21,6 +21,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileError, WorkloadError
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
+from dlperf.measure.env import check_threads
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
@@ -74,8 +75,7 @@ class StepOptions:
     def __post_init__(self) -> None:
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        check_threads(self.threads)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ConfigError(f"unknown precision '{self.precision}': use fp32, bf16 or fp16")
 

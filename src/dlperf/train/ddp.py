@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError, TrainError
+from dlperf.measure.env import check_threads
 from dlperf.train.knobs import usable_cpus
 from dlperf.train.loop import StepConfig
 
@@ -57,6 +58,7 @@ class DdpConfig:
             raise ConfigError(f"DDP measurement needs at least 2 steps, got {self.steps}")
         if self.backend not in (None, "gloo", "nccl"):
             raise ConfigError(f"unknown backend '{self.backend}': use gloo or nccl")
+        check_threads(self.threads_per_process, "--threads")
 
     def backend_for(self, device: str) -> str:
         return self.backend or ("nccl" if device.startswith("cuda") else "gloo")

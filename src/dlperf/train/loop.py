@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
+from dlperf.measure.env import check_threads
 from dlperf.workload.base import (
     TrainSpec,
     Workload,
@@ -89,8 +90,7 @@ class StepConfig:
                 f"unknown optimizer implementation '{self.optimizer_impl}': choose one of "
                 f"{', '.join(OPTIMIZER_IMPLS)}"
             )
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        check_threads(self.threads)
         if self.lr_scale <= 0:
             raise ConfigError(f"lr_scale must be > 0, got {self.lr_scale}")
 

@@ -75,10 +75,11 @@ def test_fp16_on_a_cpu_without_native_fp16_gets_a_note(monkeypatch: pytest.Monke
     assert emulated_precision_note("fp16", "cpu") is None and emulated_precision_note("bf16", "cpu") is None
 
 
-@pytest.mark.parametrize(("threads", "noted"), [(None, False), (2, False), (3, True), (99, True)])
+@pytest.mark.parametrize(("threads", "noted"), [(None, False), (2, False), (3, True), (64, True), (65, False)])
 def test_threads_beyond_the_usable_cpus_get_a_note(threads: int | None, noted: bool, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """`train --threads 99` on 2 CPUs measured 1.46 s steps (2 ms at 2 threads) with no word about it."""
+    """`train --threads 99` on 2 CPUs measured 1.46 s steps (2 ms at 2 threads) with no word about it. Above the
+    thread limit (64 here) the count is refused instead (`measure.env.check_threads`), with no note before it."""
     import os
 
     from dlperf.cli.common import note_oversubscribed
