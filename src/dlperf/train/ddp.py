@@ -39,6 +39,12 @@ FIRST_BUCKET_MB = 1.0
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
 
 
+RANKS_PER_CPU = 4
+"""The most CPU (gloo) ranks `run_ddp` starts per usable CPU (at least MIN_CPU_RANK_LIMIT): `--nproc 1000` would
+start a thousand processes, each importing torch and building the model."""
+MIN_CPU_RANK_LIMIT = 8
+
+
 @dataclass(frozen=True)
 class DdpConfig:
     nproc: int
@@ -203,6 +209,10 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
         if torch.cuda.device_count() < ddp.nproc:
             raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")
+    elif ddp.nproc > (limit := max(MIN_CPU_RANK_LIMIT, RANKS_PER_CPU * usable_cpus())):
+        raise ConfigError(f"--nproc {ddp.nproc} on CPU is more than {limit}, the most accepted on this machine "
+                          f"({RANKS_PER_CPU} per usable CPU, at least {MIN_CPU_RANK_LIMIT}): each rank is a process "
+                          "with its own torch and model copy; a CPU scaling measurement wants at most the usable CPUs")
     threads = ddp.threads_for()
     if on_launch is not None:
         on_launch("1 process")

@@ -219,3 +219,20 @@ def test_exposed_time_well_above_the_all_reduce_is_not_blamed_on_the_all_reduce_
             "rest is DDP's own work") in " ".join(found)
     close = _result(step_1=0.010, step_n=0.0125, nosync_n=0.010, allreduce=0.002)
     assert not [f for f in findings_for(close, cpus=8, device="cpu") if "DDP's own work" in f]
+
+
+def test_nproc_beyond_the_cpu_rank_limit_is_refused_before_any_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--nproc 1000` on CPU would start a thousand processes, each importing torch and building the model."""
+    from dlperf.train import ddp
+    from dlperf.train.loop import StepConfig
+
+    def no_launch(*args: object) -> None:
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(ddp, "launch", no_launch)
+    monkeypatch.setattr(ddp, "usable_cpus", lambda: 2)
+    with pytest.raises(ConfigError, match=r"^--nproc 9 on CPU is more than 8, the most accepted on this machine"):
+        ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8), ddp.DdpConfig(nproc=9))
+    monkeypatch.setattr(ddp, "usable_cpus", lambda: 4)
+    with pytest.raises(AssertionError, match="launched"):  # 16 ranks on 4 CPUs are allowed (and noted)
+        ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8), ddp.DdpConfig(nproc=16))
