@@ -110,6 +110,20 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def per_cpu_limit(per_cpu: int, at_least: int) -> int:
+    """`per_cpu` per usable CPU, and at least `at_least`: the most of a thing that costs a thread or a process
+    each (threads, instances, workers, ranks) a command accepts on this machine."""
+    return max(at_least, per_cpu * usable_cores())
+
+
+def check_per_cpu(value: int, name: str, per_cpu: int, at_least: int, why: str, hint: str = "") -> None:
+    """ConfigError when `value` is above `per_cpu_limit(per_cpu, at_least)`; `why` says what each one starts."""
+    limit = per_cpu_limit(per_cpu, at_least)
+    if value > limit:
+        raise ConfigError(f"{name} {value} is more than {limit}, the most accepted on this machine ({per_cpu} per "
+                          f"usable CPU, at least {at_least}): {why}{hint}")
+
+
 THREADS_PER_CPU = 8
 """The most torch intra-op threads a command accepts per usable CPU (at least MIN_THREAD_LIMIT in all)."""
 MIN_THREAD_LIMIT = 64
@@ -117,7 +131,7 @@ MIN_THREAD_LIMIT = 64
 
 def thread_limit() -> int:
     """The most torch intra-op threads `check_threads` accepts on this machine."""
-    return max(MIN_THREAD_LIMIT, THREADS_PER_CPU * usable_cores())
+    return per_cpu_limit(THREADS_PER_CPU, MIN_THREAD_LIMIT)
 
 
 def check_threads(threads: int | None, name: str = "threads", hint: str = "") -> None:
@@ -129,11 +143,8 @@ def check_threads(threads: int | None, name: str = "threads", hint: str = "") ->
         return
     if threads < 1:
         raise ConfigError(f"{name} must be >= 1, got {threads}{hint}")
-    limit = thread_limit()
-    if threads > limit:
-        raise ConfigError(f"{name} {threads} is more than {limit}, the most accepted on this machine "
-                          f"({THREADS_PER_CPU} per usable CPU, at least {MIN_THREAD_LIMIT}): torch would start every "
-                          f"one of them; an oversubscription experiment fits within {limit}{hint}")
+    check_per_cpu(threads, name, THREADS_PER_CPU, MIN_THREAD_LIMIT, "torch would start every one of them; an "
+                  f"oversubscription experiment fits within {thread_limit()}", hint)
 
 
 def load_average() -> list[float] | None:

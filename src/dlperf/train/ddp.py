@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError, TrainError
-from dlperf.measure.env import check_threads
+from dlperf.measure.env import check_per_cpu, check_threads
 from dlperf.train.knobs import usable_cpus
 from dlperf.train.loop import StepConfig
 
@@ -209,10 +209,9 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
         if torch.cuda.device_count() < ddp.nproc:
             raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")
-    elif ddp.nproc > (limit := max(MIN_CPU_RANK_LIMIT, RANKS_PER_CPU * usable_cpus())):
-        raise ConfigError(f"--nproc {ddp.nproc} on CPU is more than {limit}, the most accepted on this machine "
-                          f"({RANKS_PER_CPU} per usable CPU, at least {MIN_CPU_RANK_LIMIT}): each rank is a process "
-                          "with its own torch and model copy; a CPU scaling measurement wants at most the usable CPUs")
+    else:
+        check_per_cpu(ddp.nproc, "--nproc (on CPU)", RANKS_PER_CPU, MIN_CPU_RANK_LIMIT, "each rank is a process with "
+                      "its own torch and model; a CPU scaling measurement wants at most the usable CPUs")
     threads = ddp.threads_for()
     if on_launch is not None:
         on_launch("1 process")

@@ -78,3 +78,17 @@ def test_the_commands_refuse_it_before_starting_threads(argv: list[str], tmp_pat
     assert "999999 is more than" in err and "note: --threads" not in err
     assert torch.get_num_threads() == before
     assert "Traceback" not in err
+
+
+def test_workers_and_instances_have_limits_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--num-workers 1000` would fork a thousand DataLoader processes, `serve --instances 100000` start that many
+    model threads."""
+    from dlperf.serve.service import ServeConfig, build_state
+    from dlperf.train.loop import StepConfig
+
+    monkeypatch.setattr(env, "usable_cores", lambda: 2)
+    StepConfig(batch_size=8, num_workers=8)
+    with pytest.raises(DlperfError, match=r"^num_workers 9 is more than 8, .*: each DataLoader worker is a process"):
+        StepConfig(batch_size=8, num_workers=9)
+    with pytest.raises(DlperfError, match=r"^--instances 65 is more than 64, .*: each instance is a thread"):
+        build_state(ServeConfig(model="zoo:mlp", instances=65))

@@ -223,6 +223,7 @@ def test_exposed_time_well_above_the_all_reduce_is_not_blamed_on_the_all_reduce_
 
 def test_nproc_beyond_the_cpu_rank_limit_is_refused_before_any_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--nproc 1000` on CPU would start a thousand processes, each importing torch and building the model."""
+    from dlperf.measure import env
     from dlperf.train import ddp
     from dlperf.train.loop import StepConfig
 
@@ -230,9 +231,9 @@ def test_nproc_beyond_the_cpu_rank_limit_is_refused_before_any_launch(monkeypatc
         raise AssertionError("launched")
 
     monkeypatch.setattr(ddp, "launch", no_launch)
-    monkeypatch.setattr(ddp, "usable_cpus", lambda: 2)
-    with pytest.raises(ConfigError, match=r"^--nproc 9 on CPU is more than 8, the most accepted on this machine"):
+    monkeypatch.setattr(env, "usable_cores", lambda: 2)
+    with pytest.raises(ConfigError, match=r"^--nproc \(on CPU\) 9 is more than 8, the most accepted on this machine"):
         ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8), ddp.DdpConfig(nproc=9))
-    monkeypatch.setattr(ddp, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(env, "usable_cores", lambda: 4)
     with pytest.raises(AssertionError, match="launched"):  # 16 ranks on 4 CPUs are allowed (and noted)
         ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8), ddp.DdpConfig(nproc=16))
