@@ -347,7 +347,9 @@ def _threads(a: Analyses) -> list[Finding]:
             evidence=[f"{t.intra_op_threads} intra-op threads on {t.usable_cores} usable cores "
                       f"({f:.1f}x oversubscribed); every parallel operator waits for threads that cannot run",
                       f"{t.busy_threads} threads of this process were busy; together they kept "
-                      f"{t.process_busy_cores:.1f} cores busy"],
+                      f"{t.process_busy_cores:.1f} cores busy",
+                      f"the {share:.0%} it explains is a rule of thumb (15% of the step per extra multiple of the "
+                      "cores), not a measurement: --verify measures the fix"],
             fix=f"set the intra-op threads to the {t.usable_cores} usable cores (torch.set_num_threads, "
                 "OMP_NUM_THREADS); leave cores for data-loading workers when training",
             setting=f"--threads {t.usable_cores}", share=share,
@@ -357,8 +359,8 @@ def _threads(a: Analyses) -> list[Finding]:
     shared = _shared_machine(a)
     if shared is not None:
         found.append(shared)
-    if t.other_python_threads_busy_cores >= 0.2:
-        share = min(0.8, t.other_python_threads_busy_cores / t.usable_cores)
+    share = min(0.8, t.other_python_threads_busy_cores / t.usable_cores)
+    if t.other_python_threads_busy_cores >= 0.2 and share >= MIN_SHARE:
         found.append(Finding(
             category=HOST_THREADS, title="another thread of this process competes with the step",
             evidence=[f"other Python threads of this process used {t.other_python_threads_busy_cores:.1f} of "
@@ -392,6 +394,8 @@ def _shared_machine(a: Analyses) -> Finding | None:
     # The operators asked for `expected` cores and got fewer: the missing part of their time was spent waiting
     # to be scheduled; a measured stall is the time of the operators that ran far below the peak.
     share = max(min(0.9, starved) * min(1.0, a.breakdown.share(a.breakdown.operator_s)), min(0.9, stalled_share))
+    if share < MIN_SHARE:  # a step mostly outside parallel operators (waiting for data, Python) loses little
+        return None  # (the busy machine is still a caveat)
     evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
                 f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"]
     signals = 0
@@ -510,7 +514,8 @@ def _caveats(a: Analyses) -> list[str]:
         worst = max(above, key=lambda o: o.pct_of_peak or 0.0)
         out.append(f"{worst.name} ran at {worst.pct_of_peak:.0%} of its roofline ceiling: the cached ceilings "
                    "understate this machine (a quick calibration, or one taken while the machine was busy); run "
-                   "`dlperf calibrate --force` on an idle machine, and until then read % of peak as relative only")
+                   f"`dlperf calibrate --force --threads {min(t.intra_op_threads, t.usable_cores)}` (the thread "
+                   "count profiled here) on an idle machine, and until then read % of peak as relative only")
     ratio = a.breakdown.profiling_overhead
     busy = bool(out) and out[0].startswith("the machine was busy")
     if ratio is not None and ratio >= 3.0 and (busy or ratio > PLAUSIBLE_PROFILER_COST):

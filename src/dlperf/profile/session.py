@@ -56,11 +56,16 @@ class ProfileReport:
 def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], None] | None = None,
                   threads: int | None = None) -> Any:
     """This machine's ceilings at the thread count the profile runs with (`threads`, or torch's): a step on 1
-    thread held against 2-thread peaks would look half as efficient as it is."""
+    thread held against 2-thread peaks would look half as efficient as it is. At most the usable cores: threads
+    beyond them cannot raise the peak, and a calibration at `--threads 16` on 2 cores, cached as the machine's
+    16-thread peak, measured the oversubscription (84 against 165 GFLOP/s) and held the step to that."""
+    import torch
+
     from dlperf.calibrate import get_ceilings
     from dlperf.measure.bench import torch_threads
+    from dlperf.measure.env import usable_cores
 
-    with torch_threads(threads):
+    with torch_threads(min(threads or torch.get_num_threads(), usable_cores())):
         return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
 
 

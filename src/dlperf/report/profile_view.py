@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.profile.diagnose import MEMORY_CAPACITY
 from dlperf.report.fit import hanging
 
 BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
@@ -65,7 +66,7 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
     for i, f in enumerate(result.get("findings", []), 1):
         head = Text(f"[{f['category']}] ", style="bold magenta")
         head.append(f["title"], style="bold")
-        head.append(f"   explains {_pct(f['share'])} · confidence {f['confidence']}", style="dim")
+        head.append(f"   {_share_words(f)} · confidence {f['confidence']}", style="dim")
         if f.get("verification"):
             head.append(f" · {VERIFICATION_LABEL.get(f['verification'], f['verification'])}",
                         style="yellow" if f["verification"] == "contradicted" else "dim")
@@ -80,16 +81,43 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
     return out
 
 
+def _share_words(finding: dict[str, Any]) -> str:
+    """What a finding's share is: of the step, or for memory capacity of the memory it may use ("explains 248%"
+    was said of a peak at 248% of the budget)."""
+    share = _pct(finding["share"])
+    if finding["category"] != MEMORY_CAPACITY:
+        return f"explains {share}"
+    whose = "the device's memory" if finding["title"].startswith("device") else "the memory budget"
+    return f"{share} of {whose} in use"
+
+
 def _verify(result: dict[str, Any]) -> RenderableType | None:
     table = _verify_table(result)
     if table is None or isinstance(table, Text):
         return table
-    # A measurement that contradicts its estimate is said in words, not only by the row's colour.
-    notes = [Text(f"the fix was measured {v['speedup']:.2f}x ({v['verdict']}) against an estimated "
-                  f"{_speed(v.get('estimated_speedup'))}: the estimate did not hold ({v['fix']['label']}, for "
-                  f"{v['category']})", style="yellow")
-             for v in result.get("verify") or [] if v.get("outcome") == "contradicted"]
+    # A finding the measurements contradict is said in words, not only by the row's colour: when every fix
+    # measured for it contradicts its estimate (one fix short of the estimate, another measured faster, was
+    # printed as "the estimate did not hold" under a finding marked "fix measured faster").
+    contradicted = {(f.get("category"), f.get("title")) for f in result.get("findings", [])
+                    if f.get("verification") == "contradicted"}
+    notes: list[RenderableType] = [
+        Text(f"the fix was measured {v['speedup']:.2f}x ({v['verdict']}) against an estimated "
+             f"{_speed(v.get('estimated_speedup'))}: the estimate did not hold ({v['fix']['label']}, for "
+             f"{v['category']})", style="yellow")
+        for v in result.get("verify") or []
+        if v.get("outcome") == "contradicted" and (v.get("category"), v.get("finding")) in contradicted]
+    # A fix that could not be measured: its whole error (the table has room for its start only).
+    notes += [hanging(Text(f"{v['fix']['label']} could not be measured: ", style="red"), Text(v["error"]))
+              for v in result.get("verify") or [] if v.get("error") and len(v["error"]) > VERDICT_WIDTH]
     return Group(table, *notes) if notes else table
+
+
+VERDICT_WIDTH = 80
+"""Characters of a fix's error in the verified-fixes table; a longer one is printed whole under it."""
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _verify_table(result: dict[str, Any]) -> RenderableType | None:
@@ -100,7 +128,8 @@ def _verify_table(result: dict[str, Any]) -> RenderableType | None:
         return Text("--verify: no finding has a fix dlperf can apply itself", style="yellow")
     t = Table(title="Verified fixes: interleaved A/B against the profiled step", box=box.SIMPLE_HEAD,
               title_justify="left")
-    for col in ("fix", "for", "estimated", "measured", "95% CI", "verdict", "setup"):
+    # The estimate is the finding's (its bottleneck removed), the same for each of its fixes.
+    for col in ("fix", "for", "finding's estimate", "measured", "95% CI", "verdict", "setup"):
         t.add_column(col, justify="left" if col in ("fix", "for", "verdict") else "right")
     for v in rows:
         ci = v.get("speedup_ci")
@@ -108,7 +137,7 @@ def _verify_table(result: dict[str, Any]) -> RenderableType | None:
         style = "red" if v.get("error") else "green" if v.get("verdict") == "faster" else \
             "yellow" if v.get("verdict") == "slower" else ""
         t.add_row(v["fix"]["label"], v["category"], _speed(v.get("estimated_speedup")), _speed(v.get("speedup")),
-                  f"{ci[0]:.2f}-{ci[1]:.2f}x" if ci else "-", Text(verdict[:80], style=style),
+                  f"{ci[0]:.2f}-{ci[1]:.2f}x" if ci else "-", Text(_cut(verdict, VERDICT_WIDTH), style=style),
                   f"{v.get('setup_s', 0.0):.1f} s")
     return t
 

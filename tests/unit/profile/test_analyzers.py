@@ -55,6 +55,17 @@ def test_launch_counts_tiny_ops_and_gaps() -> None:
         launch.analyze(trace(ops), tiny_op_us=0)
 
 
+def test_launch_share_is_of_the_whole_step_when_it_waits_for_data() -> None:
+    """A training step waiting 18 of its 20 ms for data, with 2 ms of tiny operators and gaps: 10% of the step,
+    not 100% of the part outside the data wait (which read "68% of the step" for 0.44 of 18 ms, promising 2x)."""
+    ops = [op("aten::add", 18_000.0 + i * 10.0, 5.0, phase="forward") for i in range(200)]
+    la = launch.analyze(trace(ops, step_us=20_000.0, mode=TRAIN, data_wait_s=0.018,
+                              phase_us={"data": 18_000.0, "forward": 2_000.0}))
+    assert la.busy_step_s == pytest.approx(0.002)
+    assert la.tiny_op_time_s + la.gap_time_s == pytest.approx(0.002)
+    assert la.overhead_share == pytest.approx(0.1)
+
+
 def test_bytes_and_flops_of_a_gemm_and_a_view() -> None:
     b, f = operators.op_bytes_and_flops(gemm(0, 100, m=256, k=512, n=512))
     assert f == 2 * 256 * 512 * 512

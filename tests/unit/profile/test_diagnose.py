@@ -238,3 +238,21 @@ def test_the_data_wait_is_the_breakdowns_number() -> None:
     top = dg.diagnose(a).top
     assert top is not None and top.category == dg.INPUT_PIPELINE
     assert "(4.00 ms of 12.00 ms)" in top.evidence[0]
+
+
+def test_a_busy_machine_explaining_under_the_minimum_share_is_no_finding() -> None:
+    """A step mostly outside its operators (here 10% of it in one GEMM) on a busy machine: the starved process
+    loses at most that 10%; reported as "explains 1%" before, under the 20% every finding needs."""
+    starved = threads(intra=2, usable=2, process_pct=30.0, system_pct=100.0)
+    d = _diagnose(trace([gemm(0, 1000)], thread_info=starved))
+    assert all(f.category != dg.HOST_THREADS for f in d.findings)
+    assert any("machine was busy" in c for c in d.caveats)  # still said, as a caveat
+    quiet_thread = threads(other_python=0.3, usable=2)  # 0.3 of 2 cores: 15%
+    assert all("another thread" not in f.title for f in _diagnose(trace([gemm(0, 9000)],
+                                                                        thread_info=quiet_thread)).findings)
+
+
+def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=8, usable=2)))
+    over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
+    assert any("rule of thumb" in e and "--verify measures" in e for e in over.evidence)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from dlperf.measure.ab import FASTER, SAME, SLOWER
 from dlperf.profile import diagnose as dg
-from dlperf.profile.fixes import compile_fix, loader_fix
+from dlperf.profile.fixes import bf16_fix, compile_fix, loader_fix
 from dlperf.profile.session import ProfileReport
 from dlperf.profile.verify import VerifyResult, reconcile
 from dlperf.report.profile_view import profile_report
@@ -80,3 +80,53 @@ def test_the_report_and_its_json_say_the_estimate_did_not_hold() -> None:
     text = out.getvalue()
     assert "the fix was measured 0.71x (slower)" in text and "the estimate did not hold" in text
     assert "estimate not confirmed by --verify" in text
+
+
+def _render(data: dict[str, object]) -> str:
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    return out.getvalue()
+
+
+def test_a_finding_confirmed_by_one_fix_gets_no_did_not_hold_line_for_another() -> None:
+    """compile measured 1.00x against the compute finding's 8.93x while bf16 measured 2.85x: the finding was
+    'fix measured faster' and, under the table, 'the estimate did not hold' at once."""
+    t = trace([gemm(0, 9000)])
+    analyses = dg.analyze_all(t, CEILINGS)
+    diagnosis = dg.diagnose(analyses)
+    top = diagnosis.top
+    assert top is not None
+    same = VerifyResult(top.category, compile_fix(), 8.93, finding=top.title, speedup=1.0,
+                        speedup_ci=(0.97, 1.03), verdict=SAME)
+    faster = VerifyResult(top.category, bf16_fix(), 8.93, finding=top.title, speedup=2.85,
+                          speedup_ci=(2.6, 3.1), verdict=FASTER)
+    data = ProfileReport("synthetic", t, analyses, reconcile(diagnosis, [same, faster]), {"gemm_flops": {}},
+                         [same, faster], 1.0).to_dict()
+    assert data["findings"][0]["verification"] == "confirmed"
+    text = _render(data)
+    assert "the estimate did not hold" not in text and "finding's estimate" in text
+
+
+def test_a_fix_that_failed_is_shown_whole_under_the_table() -> None:
+    t = trace([gemm(0, 9000)])
+    analyses = dg.analyze_all(t, CEILINGS)
+    diagnosis = dg.diagnose(analyses)
+    top = diagnosis.top
+    assert top is not None
+    error = ("WorkloadError: workload 'input-nokw': its loader factory does not take num_workers: give it "
+             "**kwargs and pass them on to torch.utils.data.DataLoader")
+    failed = VerifyResult(top.category, compile_fix(), 2.0, finding=top.title, error=error)
+    data = ProfileReport("synthetic", t, analyses, reconcile(diagnosis, [failed]), {"gemm_flops": {}},
+                         [failed], 1.0).to_dict()
+    text = " ".join(_render(data).split())
+    assert "could not be measured: " + error in text
+
+
+def test_memory_capacity_says_how_much_of_the_budget_is_in_use() -> None:
+    from tests.unit.profile.builders import memory
+
+    t = trace([gemm(0, 9000)], mem=memory(peak=5 << 30, budget=2 << 30))
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    text = _render(data)
+    assert "of the memory budget in use" in text and "explains 2" not in text
