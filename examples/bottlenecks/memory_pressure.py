@@ -1,7 +1,7 @@
 """Bottleneck: memory capacity. The forward materialises a 512 MiB intermediate (batch 4) for a result that
 needs a few KiB, so the step's peak memory is far above what the model needs.
 
-    dlperf profile examples/bottlenecks/memory_pressure.py --memory-budget 1GiB
+    dlperf profile examples/bottlenecks/memory_pressure.py --memory-budget 768MiB
 
 With a budget (or a machine) that leaves less headroom than the intermediate, dlperf reports memory capacity
 first: lower the batch, or compute the reduction without materialising the expanded tensor.
