@@ -33,8 +33,8 @@ BUDGET_S = 10.0
 """Aim for about this much measuring per fix; blocks are added or removed to fit (at least MIN_BLOCKS, at most
 12)."""
 MIN_BLOCKS = 4
-"""The fewest blocks; below 10 the verdict's interval is widened to Student's t (measure.ab.decide), which
-holds its level."""
+"""The fewest blocks; the verdict's interval is widened to Student's t where that is wider (measure.ab.decide),
+which holds its level at so few."""
 PREFETCH_BLOCKS = 4
 """A loader with workers keeps fetching while the other side's block runs, so B's first `workers x
 prefetch_factor` steps of a block find their batches ready. Blocks hold at least this many times that
