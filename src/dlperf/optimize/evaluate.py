@@ -14,7 +14,6 @@ import dataclasses
 import math
 import multiprocessing as mp
 import os
-import resource
 import signal
 import sys
 import time
@@ -409,9 +408,9 @@ def _ab_time(settings: EvalSettings, model_a: Any, model_b: Any, inputs: Any, ph
 
 
 def _max_rss_bytes() -> int:
-    # Linux reports ru_maxrss in KiB, macOS in bytes.
-    value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(value if sys.platform == "darwin" else value * 1024)
+    from dlperf.measure.memory import lifetime_peak_rss_bytes
+
+    return lifetime_peak_rss_bytes()  # ru_maxrss, less what the timing's peak sampler reset of it
 
 
 def _flatten(value: Any) -> list[Any]:
