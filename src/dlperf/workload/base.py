@@ -121,6 +121,9 @@ class Workload:
     default_batch_size: int = 1
     input_names: Sequence[str] = field(default_factory=tuple)
     output_names: Sequence[str] = field(default_factory=tuple)
+    # set by `from_module`: the batch is dim 0 of the caller's example inputs, taken, not stated, so `check` makes sure
+    # the model's outputs have it too (a single sample x of shape [8] was measured as a batch of 8)
+    _batch_from_inputs: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         what = f"Workload {self.name!r}"
@@ -194,12 +197,14 @@ class Workload:
         return inputs
 
     def check(self, model: Predict, inputs: Inputs) -> Any:
-        """Run one call; a model that rejects its inputs raises WorkloadError naming each input's shape."""
+        """Run one call and return its outputs; a model that rejects its inputs raises WorkloadError naming each
+        input's shape, and so do inputs whose batch was taken from their first dimension (`from_module`) when no
+        output has that many rows: a single sample without a batch dimension."""
         import torch
 
         try:
             with torch.inference_mode():
-                return model(*inputs)
+                outputs = model(*inputs)
         except Exception as exc:
             hint = ("; its inputs factory returned a list, which is passed as ONE argument: return a tuple to pass "
                     "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
@@ -214,6 +219,19 @@ class Workload:
                 f"({describe_inputs(inputs, self.input_names)}): {type(exc).__name__}: {exc}{hint}\n"
                 f"{_user_frame(exc, getattr(type(model), 'forward', None))}"
             ) from exc
+        batch = _batch_of(inputs) if self._batch_from_inputs else None
+        rows = _batch_candidates(outputs if isinstance(outputs, tuple) else (outputs,))
+        if batch is not None and rows and batch not in rows:  # outputs with no rows (a scalar, None) tell nothing
+            # dlperf.bench(Linear(8, 2), (torch.randn(8),)) ran one sample a call, output [2], and counted 8 items
+            raise WorkloadError(
+                f"workload '{self.name}': its example inputs look unbatched "
+                f"({describe_inputs(inputs, self.input_names)}): their first dimension was taken as the batch "
+                f"({batch}), but no output of the model has {batch} rows (output: {_describe_input(outputs)}), so "
+                f"each call would count {batch} items for what looks like one sample: give one sample a batch "
+                "dimension, e.g. x.unsqueeze(0) for batch 1 (if dim 0 is the batch after all, give a dlperf.Workload "
+                "whose make_inputs(batch_size) builds the inputs)"
+            )
+        return outputs
 
     def score(self, predict: Predict, device: str = "cpu") -> float:
         """`eval.evaluate(predict)` as a float; an evaluate that raises, or returns what is not a number, becomes a
@@ -246,6 +264,19 @@ class Workload:
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
+
+
+def _batch_of(value: Any) -> int | None:
+    """The first dimension of the first tensor in `value`, looking inside tuples, lists and dicts."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) > 0 else None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    for item in items:
+        batch = _batch_of(item)
+        if batch is not None:
+            return batch
+    return None
 
 
 def _batch_candidates(inputs: Inputs) -> set[int]:

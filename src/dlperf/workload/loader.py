@@ -11,13 +11,14 @@ import inspect
 import keyword
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+import typing
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any, NoReturn
+from types import ModuleType, UnionType
+from typing import Any, NoReturn, Union
 
 from dlperf.errors import WorkloadError
-from dlperf.workload.base import Workload, _describe_value, _user_frame
+from dlperf.workload.base import Workload, _batch_of, _describe_value, _user_frame
 
 
 def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Workload:
@@ -43,8 +44,8 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
         if spec.startswith("zoo:"):
             from dlperf.workload import zoo
 
-            name, query_options = _split_options(spec[len("zoo:") :])
-            return zoo.get(name, **{**query_options, **options})
+            name, texts = _split_options(spec[len("zoo:") :])
+            return zoo.get(name, **{**{k: parse_option_value(v) for k, v in texts.items()}, **options})
         return _load_from_file(spec, **options)
     try:
         from torch import nn
@@ -70,6 +71,8 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
 
     The batch is the first dimension of the first tensor found, also inside lists and dicts (a model taking a
     list or a dict of tensors); every tensor with that many rows is repeated or cut to the batch size asked for.
+    The first call (`Workload.check`) refuses inputs that look unbatched: no output has that many rows (a sample
+    of shape [8] through Linear(8, 2) gives [2]).
 
     Each build is a deep copy of `model` as it is then, as a workload's factory builds a fresh model: measuring
     puts a model in eval mode, passes change it in place (pruning, fusion), and none of that may reach the
@@ -105,6 +108,7 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
         make_inputs=make_inputs,
         source="python",
         default_batch_size=batch or 1,
+        _batch_from_inputs=True,
     )
 
 
@@ -122,19 +126,6 @@ def _array_in(value: Any, where: str = "") -> str | None:
         found = _array_in(item, where + key)
         if found is not None:
             return found
-    return None
-
-
-def _batch_of(value: Any) -> int | None:
-    """The first dimension of the first tensor in `value`, looking inside tuples, lists and dicts."""
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) > 0 else None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    for item in items:
-        batch = _batch_of(item)
-        if batch is not None:
-            return batch
     return None
 
 
@@ -156,11 +147,13 @@ def _resize(value: Any, batch: int, batch_size: int) -> Any:
     return value
 
 
-def _split_options(text: str) -> tuple[str, dict[str, Any]]:
+def _split_options(text: str) -> tuple[str, dict[str, str]]:
+    """('NAME', {key: value as written}) of 'NAME?key=value&...': what a value means depends on the parameter it is
+    for (`_spec_options`)."""
     if "?" not in text:
         return text, {}
     name, query = text.split("?", 1)
-    options: dict[str, Any] = {}
+    options: dict[str, str] = {}
     for part in query.split("&"):
         if not part:
             continue
@@ -171,7 +164,7 @@ def _split_options(text: str) -> tuple[str, dict[str, Any]]:
             raise WorkloadError(f"option '{part}' in '{text}' has no name: write key=value")
         if key in options:
             raise WorkloadError(f"option '{key}' is given twice in '{text}': give it once")
-        options[key] = parse_option_value(value)
+        options[key] = value
     return name, options
 
 
@@ -218,10 +211,10 @@ def split_canonical(spec: str) -> tuple[str, str, dict[str, Any]] | None:
     if spec.startswith("zoo:") or not spec:
         return None
     try:
-        path, attr, options = _split_file_spec(spec)
+        path, attr, texts = _split_file_spec(spec)
     except WorkloadError:
         return None
-    return (path, attr, options) if path.endswith(".py") else None
+    return (path, attr, {k: parse_option_value(v) for k, v in texts.items()}) if path.endswith(".py") else None
 
 
 def code_fingerprint(source: str) -> str:
@@ -256,7 +249,8 @@ def code_fingerprint(source: str) -> str:
 
 def parse_option_value(value: str) -> Any:
     """A workload option's text as the factory gets it: true/false as a bool, then int, then float, else the text
-    (`?hidden=512` in a spec, `option.hidden=512` in `dlperf ab`'s settings)."""
+    (`?hidden=512` in a spec, `option.hidden=512` in `dlperf ab`'s settings). A file workload's parameter that
+    takes a string gets the text as written instead (`_spec_options`)."""
     if value.lower() in ("true", "false"):  # else '?pretrained=false' passed the string "false", which is true
         return value.lower() == "true"
     for cast in (int, float):
@@ -267,13 +261,49 @@ def parse_option_value(value: str) -> Any:
     return value
 
 
-def _query(options: dict[str, Any]) -> str | None:
-    """'?key=value&...' that _split_options parses back to `options` ('' for none); None when a value would not
-    come back the same (a list, None, a string that reads as a number or a bool, or holds '&')."""
+def _spec_options(function: Any, texts: dict[str, str]) -> dict[str, Any]:
+    """A spec's options, as written, as `function` gets them: the text itself for a parameter that takes a string
+    (`_string_parameters`: '?metric=nan' is the string 'nan', not a float NaN), else `parse_option_value`'s."""
+    strings = _string_parameters(function)
+    return {k: v if k in strings else parse_option_value(v) for k, v in texts.items()}
+
+
+def _string_parameters(function: Any) -> set[str]:
+    """The parameters of `function` annotated `str` (or `str | None`), or unannotated with a string default. String
+    annotations (`from __future__ import annotations`) are evaluated where they can be, else read as text; one that
+    cannot be read counts as no annotation, never as an error."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return set()
+    with contextlib.suppress(Exception):  # NameError for a name imported under TYPE_CHECKING only, or whatever
+        signature = inspect.signature(function, eval_str=True)  # an annotation's code raises: the text is read then
+    return {p.name for p in signature.parameters.values() if _takes_string(p.annotation, p.default)}
+
+
+_STRING_ANNOTATIONS = {"str", "builtins.str", "str|None", "None|str", "Optional[str]", "typing.Optional[str]"}
+
+
+def _takes_string(annotation: Any, default: Any) -> bool:
+    if annotation is inspect.Parameter.empty:
+        return isinstance(default, str)
+    if isinstance(annotation, str):  # left as text: not evaluable
+        return "".join(annotation.split()) in _STRING_ANNOTATIONS
+    if annotation is str:
+        return True
+    args = typing.get_args(annotation)  # Optional[str], str | None
+    return typing.get_origin(annotation) in (Union, UnionType) and len(args) == 2 and str in args \
+        and type(None) in args
+
+
+def _query(options: dict[str, Any], strings: Collection[str] = ()) -> str | None:
+    """'?key=value&...' that _split_options and `_spec_options` read back as `options` ('' for none), the keys in
+    `strings` being string parameters; None when a value would not come back the same (a list, None, a string that
+    reads as a number or a bool for a parameter that does not take a string, or holds '&')."""
     parts = []
     for key, value in options.items():
         text = str(value)
-        back = parse_option_value(text)
+        back = text if key in strings else parse_option_value(text)
         if type(back) is not type(value) or back != value or "&" in text or "&" in key or "=" in key:
             return None
         parts.append(f"{key}={text}")
@@ -299,9 +329,13 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-def _load_from_file(spec: str, **options: Any) -> Workload:
-    path_text, attr, query_options = _split_file_spec(spec)
-    options = {**query_options, **options}
+def _load_from_file(spec: str, **keywords: Any) -> Workload:
+    path_text, attr, texts = _split_file_spec(spec)
+    options = {**texts, **keywords}  # the names given; what a spec's value means depends on the function's parameter
+
+    def given(target: Any) -> dict[str, Any]:
+        return {**(_spec_options(target, texts) if callable(target) else texts), **keywords}
+
     path = Path(path_text)
     if not path.exists():
         from dlperf.workload import zoo
@@ -326,10 +360,10 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
         if functions and attr in ("model", "inputs"):  # `model` returns a module, never a Workload
             raise WorkloadError(f"workload file '{path}' defines model() and inputs(), which make one workload: "
                                 f"pass {path} alone, not {path}:{attr}")
-        return _to_workload(getattr(module, attr), path, attr, **options)
+        return _to_workload(getattr(module, attr), path, attr, **given(getattr(module, attr)))
     found = _candidates(module)
     if len(found) == 1:
-        return _to_workload(getattr(module, found[0]), path, found[0], **options)
+        return _to_workload(getattr(module, found[0]), path, found[0], **given(getattr(module, found[0])))
     if len(found) > 1:
         raise WorkloadError(
             f"workload file '{path}' defines several workloads ({', '.join(found)}): "
@@ -349,10 +383,10 @@ def _load_from_file(spec: str, **options: Any) -> Workload:
     )
 
 
-def _split_file_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
-    """(path, attribute, options) of 'file.py[:NAME][?key=value&...]'. The name follows the last colon and holds
-    no path separator, so a folder or a Windows drive with a colon in it ('runs:v2/wl.py', 'C:\\wl.py:small')
-    stays in the path; so does a '?' in a folder's name (the options follow the file's name)."""
+def _split_file_spec(spec: str) -> tuple[str, str, dict[str, str]]:
+    """(path, attribute, options as written) of 'file.py[:NAME][?key=value&...]'. The name follows the last colon
+    and holds no path separator, so a folder or a Windows drive with a colon in it ('runs:v2/wl.py',
+    'C:\\wl.py:small') stays in the path; so does a '?' in a folder's name (the options follow the file's name)."""
     if Path(spec).exists():
         return spec, "", {}
     start = max(spec.rfind("/"), spec.rfind("\\")) + 1
@@ -472,7 +506,7 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                 return result
             # the options go into the source, so that a candidate process rebuilds this workload, not the
             # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
-            query = _query(_canonical(value, options))
+            query = _query(_canonical(value, options), _string_parameters(value))
             return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
         fix = (": it builds one but does not return it? end it with `return` of the Workload" if result is None
                else ": make it return a dlperf.Workload(...)")

@@ -94,7 +94,10 @@ def test_a_functions_options_are_kept_in_its_source(tmp_path: Path) -> None:
     # one source whichever way the options were written: in the function's order, defaults left out
     assert load_workload(f"{path}:make?act=gelu&width=4&scale=0.5").source == f"{path}:make?scale=0.5&act=gelu"
     # a value a spec string cannot carry leaves no source: optimize refuses it rather than rebuild the defaults
-    assert load_workload(str(path), act="7").source == ""
+    assert load_workload(str(path), act="a&b").source == ""
+    assert load_workload(str(path), scale="7").source == ""  # it would come back as the int 7
+    # `act` takes a string: '?act=7' gives it the text "7" back
+    assert load_workload(str(path), act="7").source == f"{path}:make?act=7"
 
 
 def test_true_and_false_options_are_booleans(tmp_path: Path) -> None:
@@ -113,6 +116,49 @@ def test_true_and_false_options_are_booleans(tmp_path: Path) -> None:
     assert load_workload(f"{path}?pretrained=True").source == f"{path}:make"
     with pytest.raises(WorkloadError, match=r"zoo:mlp option hidden=True is not a positive integer"):
         load_workload("zoo:mlp?hidden=true")
+
+
+STRING_OPTIONS = """
+    import torch
+    import dlperf
+
+    def digits(metric: str = "acc", tag="t", note: str | None = None, width: int = 4, scale=1.0) -> dlperf.Workload:
+        seen = (metric, tag, note, width, scale)
+        return dlperf.Workload(name=repr(seen), make_model=lambda: torch.nn.Linear(4, 1),
+                               make_inputs=lambda b: (torch.zeros(b, 4),))
+"""
+
+
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations\n"])
+def test_a_string_parameter_gets_the_option_as_written(tmp_path: Path, future: str) -> None:
+    """'?metric=nan' passed float NaN to `metric: str` (the user's code failed with KeyError: nan), and '?metric=1e5'
+    the float 100000.0: a spec's value was read as a number whatever the parameter takes."""
+    path = write(tmp_path, "wl.py", future + textwrap.dedent(STRING_OPTIONS))
+    w = load_workload(f"{path}:digits?metric=nan&tag=1e5&note=inf&width=7&scale=2")
+    assert w.name == repr(("nan", "1e5", "inf", 7, 2))
+    # the source carries them back as strings (before, a string reading as a number left no source)
+    assert w.source == f"{path}:digits?metric=nan&tag=1e5&note=inf&width=7&scale=2"
+    assert load_workload(w.source).name == w.name
+    assert load_workload(f"{path}:digits?metric=true").name == repr(("true", "t", None, 4, 1.0))
+    # keyword options are Python values, passed as they are
+    assert load_workload(f"{path}:digits", metric=3).source == ""
+
+
+def test_an_annotation_that_cannot_be_evaluated_is_read_as_text(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl.py", """
+        from __future__ import annotations
+        from typing import TYPE_CHECKING
+        import torch
+        import dlperf
+
+        if TYPE_CHECKING:
+            from mypackage import Size
+
+        def make(metric: str = "acc", size: Size = 2, other: Missing = "x") -> dlperf.Workload:
+            return dlperf.Workload(name=repr((metric, size, other)), make_model=lambda: torch.nn.Linear(4, 1),
+                                   make_inputs=lambda b: (torch.zeros(b, 4),))
+    """)
+    assert load_workload(f"{path}?metric=nan&size=3&other=5").name == repr(("nan", 3, 5))
 
 
 def test_options_for_a_workload_that_takes_none_are_refused(tmp_path: Path) -> None:
@@ -780,6 +826,42 @@ def test_measuring_and_optimizing_a_module_leave_the_callers_model_as_it_was() -
     rebuilt = from_module(model, x).build_model()
     assert isinstance(rebuilt, nn.Sequential) and isinstance(rebuilt[0], nn.Linear)
     assert torch.equal(rebuilt[0].bias, first.bias)
+
+
+def test_a_single_sample_without_a_batch_dimension_is_refused() -> None:
+    """dlperf.bench(Linear(8, 2), (torch.randn(8),)) took dim 0 as a batch of 8: the model ran one sample a call
+    (output [2]) and items/s came out 8 times too high."""
+    with pytest.raises(WorkloadError, match=r"^workload 'Linear': its example inputs look unbatched \(input 0: "
+                                            r"float32\[8\]\): their first dimension was taken as the batch \(8\), "
+                                            r"but no output of the model has 8 rows \(output: float32\[2\]\).*"
+                                            r"x\.unsqueeze\(0\) for batch 1"):
+        dlperf.bench(nn.Linear(8, 2), (torch.randn(8),), min_duration_s=0.0, min_iters=3, warmup_iters=0)
+    image = from_module(nn.Conv2d(3, 4, 3), torch.randn(3, 8, 8), name="conv")  # torch runs an unbatched image
+    with pytest.raises(WorkloadError, match=r"input 0: float32\[3, 8, 8\]\).*output: float32\[4, 6, 6\]"):
+        image.check(image.build_model(), image.example_inputs(3))
+    listed = from_module(nn.Identity(), ([torch.randn(8)],), name="listed")
+    with pytest.raises(WorkloadError, match="look unbatched"):  # whatever the outputs are held in
+        listed.check(lambda xs: {"y": (xs[0][:2],)}, listed.example_inputs(8))
+
+
+class Halves(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sum(), x / 2
+
+
+@pytest.mark.parametrize(("model", "x"), [
+    (nn.Embedding(10, 3), torch.arange(6)),  # indices of shape [batch]: output [batch, 3]
+    (Halves(), torch.randn(5)),  # outputs [] and [batch]
+    (nn.Linear(8, 2), torch.randn(5, 8)),
+    (lambda x: x.sum(), torch.randn(4, 3)),  # no output with rows tells nothing
+])
+def test_one_dimensional_batches_and_outputs_without_rows_are_measured(model: Any, x: torch.Tensor) -> None:
+    w = from_module(model, (x,))
+    for batch in (len(x), 1, 3):
+        w.check(model, w.example_inputs(batch))
+    # a workload that states its batch is not second-guessed
+    stated = Workload(name="sum", make_model=lambda: nn.Linear(8, 2), make_inputs=lambda b: (torch.randn(b),))
+    stated.check(lambda v: v[:2], stated.example_inputs(8))
 
 
 def test_a_module_that_cannot_be_copied_is_refused_with_the_way_out() -> None:
