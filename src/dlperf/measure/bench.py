@@ -254,12 +254,14 @@ def run_bench(
             raise WorkloadError(f"workload '{workload.name}': its model's weights are on the 'meta' device, which "
                                 "holds no data: build it on the CPU (or load its weights) before measuring")
         model = model.to(config.device)
-        model_bytes = parameter_bytes(model)
+        model_bytes: int | None = None  # after the first call, which gives lazy layers (nn.LazyLinear) their weights
         clock = clock_for(config.device)
         gpu_index = _gpu_index(config.device)
         for batch in batch_sizes:
             inputs = to_device(workload.example_inputs(batch), config.device)
             workload.check(model, inputs)
+            if model_bytes is None:
+                model_bytes = parameter_bytes(model)
             call = make_call(model, inputs, config.device, config.precision)
             if gpu_index is not None:
                 # a batch after a larger one: its reserved peak was at least what the larger one left cached
@@ -291,7 +293,7 @@ def run_bench(
                 on_point(point)
             if interrupted is not None:
                 raise interrupted
-    return BenchResult(workload.name, config, points, model_bytes)
+    return BenchResult(workload.name, config, points, model_bytes or 0)
 
 
 def _gpu_index(device: str) -> int | None:

@@ -139,12 +139,17 @@ def cuda_peak(device: Any = None) -> CudaMemory:
 
 
 def parameter_bytes(model: Any) -> int:
-    """Bytes held by a module's parameters and buffers (0 for a non-module callable)."""
+    """Bytes held by a module's parameters and buffers (0 for a non-module callable). Lazy layers' parameters
+    hold nothing until the first call gives them a shape (`nn.LazyLinear`): they count 0 until then (their
+    numel() raised ValueError)."""
+    from torch.nn.parameter import is_lazy
+
     total = 0
     for getter in ("parameters", "buffers"):
         fn = getattr(model, getter, None)
         if fn is None:
             continue
         for t in fn():
-            total += t.numel() * t.element_size()
+            if not is_lazy(t):
+                total += t.numel() * t.element_size()
     return total

@@ -34,3 +34,22 @@ def test_a_call_failing_after_the_checked_one_names_the_users_line() -> None:
     assert message.startswith("workload 'flaky' at batch 1: the measured call raised RuntimeError: lost the cache")
     assert f'File "{__file__}"' in message and "in forward" in message
     assert 'raise RuntimeError("lost the cache on call 3")' in message
+
+
+def test_a_model_with_lazy_layers_is_measured_with_its_weights_counted_after_the_first_call() -> None:
+    """`nn.LazyLinear` has no weights until its first call: the model size was taken before it, and bench died
+    with 'ValueError: Attempted to use an uninitialized parameter' and a traceback."""
+    import torch
+
+    from dlperf.measure.bench import BenchConfig, run_bench
+    from dlperf.measure.memory import parameter_bytes
+    from dlperf.measure.timer import TimerConfig
+    from dlperf.workload.base import Workload
+
+    lazy = Workload(name="lazy", make_model=lambda: torch.nn.Sequential(torch.nn.LazyLinear(16), torch.nn.ReLU(),
+                                                                         torch.nn.Linear(16, 4)),
+                    make_inputs=lambda b: (torch.randn(b, 32),))
+    assert parameter_bytes(lazy.build_model()) == (16 * 4 + 4) * 4  # the lazy layer's counts 0 before a call
+    result = run_bench(lazy, BenchConfig(batch_sizes=(2,), timer=TimerConfig(warmup_iters=1, min_duration_s=0.01,
+                                                                             min_iters=3)))
+    assert result.model_bytes == (32 * 16 + 16 + 16 * 4 + 4) * 4
