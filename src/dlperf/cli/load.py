@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="open loop: send R requests per second, one level per value or per step of a range "
                            "(perf_analyzer's --request-rate-range)")
     parser.add_argument("--arrivals", choices=["constant", "poisson", "trace"], default=None,
-                        help="request-rate schedule (default constant; trace: with --request-intervals)")
+                        help="request-rate schedule (default constant, poisson with --find-peak as MLPerf's server "
+                             "scenario; trace: with --request-intervals)")
     parser.add_argument("--request-intervals", default=None, metavar="FILE",
                         help="open loop on a recorded schedule (perf_analyzer's option): one gap between requests "
                              "per line, in microseconds, looped; sent at the trace's own mean rate, or scaled to "
@@ -308,7 +309,9 @@ def run(args: argparse.Namespace) -> int:
             rate = mean_rate(intervals)  # the trace as recorded
     config = LoadConfig(
         concurrency=args.concurrency or (1,), rate=None if args.find_peak else rate,
-        arrivals="trace" if intervals else (args.arrivals or "constant"), intervals_s=intervals,
+        # --find-peak is MLPerf LoadGen's server scenario, whose queries arrive as a Poisson process
+        arrivals="trace" if intervals else (args.arrivals or ("poisson" if args.find_peak else "constant")),
+        intervals_s=intervals,
         duration_s=args.duration if args.duration is not None else DEFAULT_DURATION_S, requests=args.requests,
         window_s=args.window_s, warmup_s=args.warmup_s, stability=args.stability_percentage / 100.0,
         stability_percentile=args.stability_percentile, seed=args.seed, max_outstanding=args.max_outstanding,

@@ -145,6 +145,7 @@ def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path
     # the stored config says where the search started and how far it could go (it said rate null, concurrency [1])
     config = Store(tmp_path / "r.db").get(out["run_id"]).config
     assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (200.0, 2, None)
+    assert config["arrivals"] == "poisson"  # MLPerf's server scenario (it was constant, documented as MLPerf's)
     # an SLO no rate can meet: exit code 1
     code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate", "50",
                  "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
