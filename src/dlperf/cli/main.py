@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("calibrate", "calibrate", "measure this machine's ceilings (GEMM FLOP/s, memory bandwidth)"),
     ("zoo", "zoo", "list the built-in workloads"),
 ]
+
+
+NEGATIVE_VALUE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+(?:e-?\d+)?[a-zA-Z%µ]+$")
+"""What argparse reads as a value although it starts with '-': a number, also with a unit or a suffix."""
 
 
 def _load(module: str) -> object | None:
@@ -54,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         if module is None:
             continue
         p = sub.add_parser(name, help=help_text, description=help_text)
+        # a negative number with a unit ('--min-duration -1s', '--max-metric-drop -1%') is a value, not an
+        # option: argparse knew only bare numbers, answered "expected one argument" and never said it was negative
+        p._negative_number_matcher = NEGATIVE_VALUE
         module.add_arguments(p)  # type: ignore[attr-defined]
         p.set_defaults(_run=module.run)  # type: ignore[attr-defined]
     return parser

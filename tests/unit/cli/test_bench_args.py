@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import pytest
 
@@ -89,3 +90,20 @@ def test_threads_beyond_the_usable_cpus_get_a_note(threads: int | None, noted: b
     err = capsys.readouterr().err
     assert (f"note: --threads {threads} is more than the 2 CPUs this process may use" in err) is noted
     assert noted or err == ""
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["bench", "zoo:mlp", "--min-duration", "-1s"], "got '-1s'"),
+    (["ab", "zoo:mlp", "--min-effect", "-1%"], "got -0.01"),
+    (["optimize", "zoo:mlp", "--max-metric-drop", "-1%"], "got -0.01"),
+    (["bench", "zoo:mlp", "--warmup", "-3"], "--warmup must be >= 0, got -3"),
+])
+def test_a_negative_value_with_a_unit_is_read_as_a_value(argv: list[str], said: str, tmp_path: object,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse took '-1s' and '-1%' for options and answered "expected one argument", never saying why."""
+    from dlperf.cli.main import main
+
+    with contextlib.suppress(SystemExit):
+        assert main([*argv, "--store", f"{tmp_path}/runs.db"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "expected one argument" not in err
