@@ -249,8 +249,9 @@ def _per_call_overhead(a: Analyses) -> Finding:
             f"{la.overhead_share:.0%} of the step is outside the operators' work: tiny operators "
             f"({_ms(la.tiny_op_time_s)}) and gaps between operators ({_ms(la.gap_time_s)})",
             f"but only {la.ops_per_step:.0f} operators per step (median {la.median_op_us:.1f} µs each): the overhead "
-            "is a fixed cost per call (Python, module calls, dispatch), not many small operators; it does not grow "
-            "with the batch, so a larger batch amortizes it",
+            "is not many small operators but a cost per call (Python, module calls, dispatch, freeing large "
+            "tensors); where it stays flat as the batch grows, a larger batch amortizes it (one profile at one "
+            "batch cannot tell: --verify measures a 4x batch)",
         ],
         fix=("process more items per call (a larger batch) so the fixed cost is shared; torch.compile removes "
              "some of the Python cost"
