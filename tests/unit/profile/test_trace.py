@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 
 from dlperf.errors import ProfileError
@@ -169,3 +172,34 @@ def test_input_dtypes_come_from_kineto_where_function_events_lack_them() -> None
                          input_dtypes={2: ("c10::BFloat16", "c10::BFloat16")})
     assert [o.input_dtypes for o in tr.ops] == [("c10::BFloat16", "c10::BFloat16")]
     assert dtype_kind(tr.ops[0].input_dtypes) == "bf16"
+
+
+def test_convolution_flops_go_to_the_innermost_convolution_whatever_the_self_times() -> None:
+    """conv2d -> convolution -> _convolution -> mkldnn_convolution: the FLOPs the profiler puts on conv2d belong
+    to the innermost op. They moved only when its self time beat the wrapper's; a step where it did not (a
+    descheduled wrapper) left them on conv2d, whose microseconds then ran "at 268% of its roofline"."""
+    from dataclasses import dataclass, field
+
+    from dlperf.profile.capture import _moved_flops
+
+    @dataclass(eq=False)
+    class Ev:
+        name: str
+        self_us: float
+        flops: int = 0
+        cpu_parent: Any = None
+        cpu_children: list[Any] = field(default_factory=list)
+
+    def chain(wrapper_self_us: float, worker_self_us: float) -> list[Ev]:
+        names = ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution"]
+        events = [Ev(n, s) for n, s in zip(names, [wrapper_self_us, 1.0, 1.0, worker_self_us], strict=True)]
+        events[0].flops = 1_000_000
+        for parent, child in itertools.pairwise(events):
+            parent.cpu_children.append(child)
+            child.cpu_parent = parent
+        return events
+
+    for wrapper, worker in ((2.0, 50.0), (80.0, 50.0)):  # a normal step, and one whose wrapper was descheduled
+        events = chain(wrapper, worker)
+        moved = _moved_flops(events, lambda e: True, lambda e: e.self_us)
+        assert moved == {id(events[3]): 1_000_000, id(events[0]): 0}
