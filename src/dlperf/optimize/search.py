@@ -747,6 +747,9 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         if row["key"] == baseline["key"]:
             if speed_objective and len(ranked) > 1:
                 notes.append("the other candidates that meet the constraints measured no better than the baseline")
+            elif len(ranked) > 1:
+                # no A/B is run here: the baseline ranked first on its own figure
+                notes.append(_not_better_note(config.objective, baseline, ranked[1]))
             break
         if tried >= config.confirm_top:
             break
@@ -811,6 +814,25 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     )
     search.on_event("done", {"result": result})
     return result
+
+
+def _not_better_note(objective: str, baseline: dict[str, Any], best: dict[str, Any]) -> str:
+    """Why there is no winner on size or memory: the baseline measured no more than the best other candidate."""
+    key, _ = OBJECTIVES[objective]
+    what = {"size_bytes": "size", "peak_rss_bytes": "peak RSS"}.get(key, key)
+    return (f"no candidate that meets the constraints beats the baseline on {objective}: the baseline's {what} is "
+            f"{_size_text(baseline.get(key))}, the best other candidate's ({best['label']}) "
+            f"{_size_text(best.get(key))}")
+
+
+def _size_text(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    n = float(value)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmation: dict[str, Any] | None,

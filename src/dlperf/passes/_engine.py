@@ -364,20 +364,111 @@ def onnx_int8_layers(onnx_path: Path) -> int:
 def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list[Inputs]:
     """Up to `limit` single-sample inputs for calibration: the context's data, else the workload's eval data,
     else the workload's own example inputs (random for zoo models) split into rows. What the workload's own
-    calibration data raises (called or iterated) names the workload and the user's line."""
+    calibration data raises (called or iterated) names the workload and the user's line; batches that do not
+    fit the model's example inputs are refused by `check_calibration`, naming the batch and its shapes."""
     wl = state.workload
     source: Callable[[], Any] | None = ctx.calibration_inputs
     if source is None and wl.eval is not None:
         source = wl.eval.calibration_inputs
     if source is None:
         out = _rows(synthetic_batches(wl, limit), limit)
-    else:
-        from dlperf.workload.base import call_user_factory
+        if not out:
+            raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
+        return out
+    from dlperf.workload.base import call_user_factory
 
-        user = source
-        out = call_user_factory(wl.name, "its calibration_inputs", lambda: _rows(user(), limit), error=PassError)
+    user = source
+    batches = call_user_factory(wl.name, "its calibration_inputs", lambda: _batches(user(), limit), error=PassError)
+    if not batches:
+        # the workload has calibration_inputs: "give it calibration_inputs" sent the user looking for a typo
+        raise PassNotApplicable(f"workload '{wl.name}': its calibration_inputs() yielded no batches: return an "
+                                "iterable of input tuples (a generator made once is empty on its second use: make "
+                                "a new one in each call)")
+    check_calibration(wl, state.model, wl.example_inputs(ctx.batch_size), batches)
+    out = _rows(batches, limit)
     if not out:
-        raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
+        raise PassNotApplicable(f"workload '{wl.name}': its calibration_inputs() yielded {len(batches)} "
+                                f"batch{'es' if len(batches) != 1 else ''} with no rows")
+    return out
+
+
+def check_calibration(workload: Workload, model: nn.Module | None, example: Inputs, batches: Sequence[Inputs]) -> None:
+    """A PassError naming the workload's calibration_inputs, the batch and the shapes when a batch does not fit the
+    model's example inputs: as many inputs, each a tensor of the example's dtype and rank. A size past the batch
+    dimension that differs from the example's (another sequence length or image size) is tried on the model, once
+    per shape, and refused with the model's reason when it fails. Unchecked, a [3, 5] batch for a [B, 64] model
+    failed as "ONNX export failed: ... mat1 and mat2 shapes cannot be multiplied"."""
+    import torch
+
+    from dlperf.workload.base import describe_inputs
+
+    names = workload.input_names
+    tried: set[tuple[tuple[int, ...], ...]] = set()
+    cpu_model: nn.Module | None = None  # a CPU copy of a model on a GPU, made once when first needed
+    example_sizes = tuple(tuple(x.shape[1:]) if isinstance(x, torch.Tensor) else () for x in example)
+    for index, batch in enumerate(batches):
+        problem = _misfit(batch, example, names)
+        sizes = tuple(tuple(x.shape[1:]) if isinstance(x, torch.Tensor) else () for x in batch)
+        if problem is None and sizes != example_sizes and sizes not in tried:
+            tried.add(sizes)
+            if model is not None and cpu_model is None:
+                cpu_model = on_cpu(model)
+            problem = _refused_by(cpu_model, batch)
+        if problem is not None:
+            raise PassError(
+                f"workload '{workload.name}': its calibration_inputs yielded batch {index} as "
+                f"{describe_inputs(batch, names)}, which does not fit the model's example inputs "
+                f"({describe_inputs(example, names)}): {problem}; yield batches shaped like the example inputs "
+                "(any batch size)"
+            )
+
+
+def _misfit(batch: Inputs, example: Inputs, names: Sequence[str]) -> str | None:
+    """Why `batch` cannot be inputs like `example` (count, type, dtype, rank), or None."""
+    import torch
+
+    if len(batch) != len(example):
+        return f"{len(batch)} input{'s' if len(batch) != 1 else ''}, the model takes {len(example)}"
+    for i, (x, want) in enumerate(zip(batch, example, strict=True)):
+        if not isinstance(want, torch.Tensor):
+            continue
+        label = f"input {i}" + (f" ({names[i]})" if i < len(names) else "")
+        if not isinstance(x, torch.Tensor):
+            return f"{label} is a {type(x).__name__}, not a torch tensor"
+        if x.dtype != want.dtype:
+            return f"{label} is {str(x.dtype).replace('torch.', '')}, not {str(want.dtype).replace('torch.', '')}"
+        if x.dim() != want.dim():
+            return f"{label} has {x.dim()} dimensions, not {want.dim()} (the first is the batch)"
+    return None
+
+
+def _refused_by(model: nn.Module | None, batch: Inputs) -> str | None:
+    """The model's reason for refusing the first row of `batch` (a CPU model), or None when it runs."""
+    import torch
+
+    if model is None:
+        return "its sizes past the batch dimension differ"
+    row = tuple(x[:1] if isinstance(x, torch.Tensor) else x for x in batch)
+    try:
+        with torch.inference_mode():
+            model(*row)
+    except Exception as exc:  # the model's own error is the reason
+        return f"the model refuses its sizes past the batch dimension ({type(exc).__name__}: {first_line(str(exc))})"
+    return None
+
+
+def _batches(batches: Any, limit: int) -> list[Inputs]:
+    """The first batches of `batches`, each as a tuple, until they hold `limit` rows (a first input without a
+    shape counts as one row; `check_calibration` says what is wrong with it)."""
+    out: list[Inputs] = []
+    rows = 0
+    for batch in batches:
+        batch = batch if isinstance(batch, tuple) else (batch,)
+        out.append(batch)
+        shape = getattr(batch[0], "shape", None) if batch else None
+        rows += int(shape[0]) if shape is not None and len(shape) else 1
+        if rows >= limit:
+            break
     return out
 
 

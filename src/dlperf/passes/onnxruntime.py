@@ -272,8 +272,10 @@ class OrtPass:
         # ranking of keep_fp32="auto" need calibration data (a workload's calibration_inputs that raised failed it)
         samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
                    if config.precision == "int8-static" or config.keep_fp32 == "auto" else [])
-        spec = _engine.io_spec(wl, model, [example, *samples[:4]])
-        path = _engine.export_onnx(model, samples[0] if samples else example, spec, workdir / "model.onnx")
+        # every sample's sizes, so a dimension the calibration data varies is dynamic in the graph; the export traces
+        # the example inputs, as the other engine passes do (calibration_samples checked the samples against them)
+        spec = _engine.io_spec(wl, model, [example, *samples])
+        path = _engine.export_onnx(model, example, spec, workdir / "model.onnx")
         if config.transformer_optimizer:
             path = _transformer_optimize(path, workdir / "model.fused.onnx")
         threads = _engine.threads_for(ctx)

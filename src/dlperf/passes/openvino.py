@@ -248,7 +248,7 @@ class OpenVinoPass:
         example = wl.example_inputs(ctx.batch_size)
         samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
                    if config.precision == "int8-static" else [])
-        spec = _engine.io_spec(wl, model, [example, *samples[:4]])
+        spec = _engine.io_spec(wl, model, [example, *samples])  # a size the calibration data varies is dynamic
         fp32_model = _convert(config, model, example, spec, workdir)
         threads = _engine.threads_for(ctx)
         static_shapes = [tuple(int(d) for d in x.shape) for x in example] if config.static_shape else None

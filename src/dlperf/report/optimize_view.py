@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -20,14 +21,26 @@ def _mib(value: Any) -> str:
 
 
 def fmt_metric(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.4f}"
-
-
-def _drop(row: dict[str, Any]) -> str:
-    rel = row.get("metric_drop_rel")
-    if rel is None or rel != rel:
+    """4 decimals where they hold 4 significant digits (an accuracy of 0.9723, a fidelity of 1.0000), else 4
+    significant digits: a metric of 1.7e-06 showed as 0.0000 in every row."""
+    if value is None:
         return "-"
-    return f"{float(rel):+.2%}"
+    v = float(value)
+    return f"{v:.4f}" if v == 0 or not math.isfinite(v) or 0.1 <= abs(v) < 1e6 else f"{v:.4g}"
+
+
+def _drop(row: dict[str, Any], absolute: bool = False) -> str:
+    """The metric drop: relative, or with `absolute` (the search's constraint was --max-metric-drop-abs) in the
+    metric's units, the units the constraint line states."""
+    drop = row.get("metric_drop" if absolute else "metric_drop_rel")
+    if drop is None or drop != drop:
+        return "-"
+    return f"{float(drop):+.4g}" if absolute else f"{float(drop):+.2%}"
+
+
+def absolute_drop(data: dict[str, Any]) -> bool:
+    """Whether the result's metric constraint is in the metric's units (--max-metric-drop-abs)."""
+    return (data.get("constraints") or {}).get("max_metric_drop_abs") is not None
 
 
 def _why(row: dict[str, Any]) -> str:
@@ -59,15 +72,17 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
                          overflow="fold" if name == "passes" else "ellipsis", no_wrap=name != "passes")
     winner = data.get("winner")
     front = set(data.get("pareto_front") or [])
+    absolute = absolute_drop(data)
     for i, row in enumerate(data.get("candidates") or []):
-        mark = "✓" if row["key"] == winner else ("*" if row["key"] in front else "")
+        # both marks: a winner the runner-up rule picked may be off the frontier, and the table says so
+        mark = ("✓" if row["key"] == winner else "") + ("*" if row["key"] in front else "")
         style = "bold green" if row["key"] == winner else ("dim" if row.get("status") != "ok" else "")
         ok = row.get("status") == "ok"
         cells = {
             "#": f"{i}{mark}", "passes": row["label"],
             "p50 ms": _ms(row.get("p50_s")) if ok else "-", "p99 ms": _ms(row.get("p99_s")) if ok else "-",
             "items/s": f"{row['throughput']:.0f}" if ok and row.get("throughput") else "-",
-            "metric": fmt_metric(row.get("metric")) if ok else "-", "drop": _drop(row) if ok else "-",
+            "metric": fmt_metric(row.get("metric")) if ok else "-", "drop": _drop(row, absolute) if ok else "-",
             "MiB": _mib(row.get("size_bytes")) if ok else "-",
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
@@ -108,8 +123,9 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
     if row.get("noise_warning"):
         grid.add_row("", Text(str(row["noise_warning"]), style="yellow"))
     name = str(row.get("metric_name") or "metric")
-    drop = _drop(row)
-    grid.add_row("metric", f"{name}: {fmt_metric(row.get('metric'))}" + (f" (drop {drop})" if drop != "-" else ""))
+    # a candidate's record does not say which constraint its search had: both drops, relative and in the metric's units
+    drops = ", ".join(d for d in (_drop(row), _drop(row, absolute=True)) if d != "-")
+    grid.add_row("metric", f"{name}: {fmt_metric(row.get('metric'))}" + (f" (drop {drops})" if drops else ""))
     gains = [f"{row['gain']:.2f}x (the baseline's p50 / this one's, each in its own process)"
              if row.get("gain") is not None else ""]
     paired = row.get("paired") or {}
@@ -202,11 +218,14 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
         if conf.get("describe"):
             lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
         lines.extend(runner_up_lines(data.get("runner_up") or {}, label))
-    else:
+    elif conf or any(r.get("confirmation") or r.get("confirm_error") for r in by_key.values()):
         lines.append("no winner: no candidate was confirmed better than the baseline")
-        if conf.get("describe"):
-            # the A/B names its B side 'winner'; here there is none
-            lines.append(f"  best candidate's A/B: {conf['describe'].replace('winner vs', 'candidate vs', 1)}")
+    else:
+        # no A/B was run (the baseline ranked first, or nothing else was measured): the notes say why
+        lines.append("no winner: no candidate beat the baseline")
+    if not winner and conf.get("describe"):
+        # the A/B names its B side 'winner'; here there is none
+        lines.append(f"  best candidate's A/B: {conf['describe'].replace('winner vs', 'candidate vs', 1)}")
     for note in data.get("notes") or []:
         lines.append(f"note: {note}")
     return lines

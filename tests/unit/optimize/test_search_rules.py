@@ -282,3 +282,19 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     # docs/optimize.md: a compiled recipe compiles again on load, "its compile time is in the manifest"
     assert (manifest["metrics"]["build_s"], manifest["metrics"]["compile_s"]) == (2.5, 2.0)
     assert "no candidate beat the baseline within the constraints: exported the baseline" in result.notes
+
+
+def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b(tmp_path: Path) -> None:
+    """With --objective size or memory, the baseline ranked first ended the search with 'no candidate was confirmed
+    better than the baseline' and no reason, though no A/B was run."""
+    from dlperf.report.optimize_view import summary_lines
+
+    bigger = {**MLP, "hygiene": (0.9e-3, 1.0, 1536, 0.8), "dynamic_int8": (0.5e-3, 0.999, 2048, 1.25)}
+    result = _search(tmp_path, bigger, objective="size", max_depth=1)
+    assert result.winner is None and result.confirmation is None
+    assert not any(r.get("confirmation") for r in result.rows)
+    assert ("no candidate that meets the constraints beats the baseline on size: the baseline's size is 1000 B, the "
+            "best other candidate's (hygiene) 1.5 KiB") in result.notes
+    lines = summary_lines(result.to_dict())
+    assert "no winner: no candidate beat the baseline" in lines
+    assert not any("confirmed" in line for line in lines)

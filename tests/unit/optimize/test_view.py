@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dlperf.report.optimize_view import print_result, summary_lines
+from dlperf.report.optimize_view import candidate_view, candidates_table, fmt_metric, print_result, summary_lines
 
 pytestmark = pytest.mark.unit
 
 LABEL = "openvino(precision=int8-static,keep_fp32=auto)"
+WIDE = ("#", "passes", "p50 ms", "p99 ms", "items/s", "metric", "drop", "MiB", "peak MiB", "build s", "gain", "paired")
 
 
 def _data() -> dict[str, Any]:
@@ -92,3 +93,57 @@ def test_a_resumed_search_counts_only_its_own_build_time() -> None:
     data["candidates"][1]["reused"] = True
     data["resumed_from"] = "abc123"
     assert any("(build/compile time 0 s included); resumed from run abc123" in line for line in summary_lines(data))
+
+
+def _cells(data: dict[str, Any]) -> list[list[str]]:
+    """The candidates table's cells, row by row."""
+    table = candidates_table(data, width=160)
+    return [[str(c) for c in column.cells] for column in table.columns]
+
+
+def test_a_tiny_metric_keeps_its_digits_and_an_absolute_budget_shows_absolute_drops() -> None:
+    """A metric of ~1.7e-06 showed as 0.0000 in every row, and the drop column was relative under
+    --max-metric-drop-abs 2e-9, so the table could not show that the winner meets the constraint."""
+    assert [fmt_metric(v) for v in (0.9723, 1.0, 0.0, 23.45678, 0.05123, 1.7071e-06, None)] == [
+        "0.9723", "1.0000", "0.0000", "23.4568", "0.05123", "1.707e-06", "-"]
+    data = _data()
+    data["candidates"][0]["metric"] = 1.7071e-06
+    data["candidates"][1].update(metric=1.7061e-06, metric_drop=1.0e-09, metric_drop_rel=1.0e-09 / 1.7071e-06)
+    data["constraints"] = {"max_metric_drop": None, "max_metric_drop_abs": 2e-9}
+    columns = _cells(data)
+    metric, drop = columns[WIDE.index("metric")], columns[WIDE.index("drop")]
+    assert metric == ["1.707e-06", "1.706e-06"]
+    assert drop == ["-", "+1e-09"]
+    assert any("constraints: metric drop <= 2e-09" in line for line in summary_lines(data))
+    data["constraints"] = {"max_metric_drop": 0.01, "max_metric_drop_abs": None}
+    assert _cells(data)[WIDE.index("drop")] == ["-", "+0.06%"]  # a relative budget keeps the relative drop
+    # a candidate's own view does not know its search's constraint: both
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(candidate_view(data["candidates"][1]))
+    assert "metric: 1.706e-06 (drop +0.06%, +1e-09)" in out.getvalue()
+
+
+def test_the_winner_mark_does_not_hide_the_pareto_mark() -> None:
+    """`✓` replaced `*`: a winner the runner-up rule picked off the frontier looked like one on it."""
+    data = _data()
+    data["pareto_front"] = ["k0", "k1"]
+    assert _cells(data)[0] == ["0*", "1✓*"]
+    data["pareto_front"] = ["k0"]  # the winner off the frontier
+    assert _cells(data)[0] == ["0*", "1✓"]
+    assert any("* = Pareto frontier (latency, metric, size, memory), ✓ = winner" in line
+               for line in summary_lines(data))
+
+
+def test_no_winner_says_confirmed_only_where_an_a_b_was_run() -> None:
+    """With --objective memory the baseline ranked first, no A/B was run, and the line said 'confirmed'."""
+    data = {**_data(), "winner": None, "objective": "memory",
+            "notes": ["no candidate that meets the constraints beats the baseline on memory: ..."]}
+    lines = summary_lines(data)
+    assert "no winner: no candidate beat the baseline" in lines
+    assert not any("confirmed" in line for line in lines)
+    assert "note: no candidate that meets the constraints beats the baseline on memory: ..." in lines
+    data["candidates"][1]["confirmation"] = {"status": "ok", "describe": "winner vs baseline: 0.98x speed: slower"}
+    data["confirmation"] = data["candidates"][1]["confirmation"]
+    lines = summary_lines(data)
+    assert "no winner: no candidate was confirmed better than the baseline" in lines
+    assert "  best candidate's A/B: candidate vs baseline: 0.98x speed: slower" in lines

@@ -321,6 +321,67 @@ def test_dynamic_int8_needs_no_calibration_data_and_static_names_the_workloads_l
         apply_pass(OrtConfig(precision="int8-static", calibration_samples=8), initial_state(wl), CTX)
 
 
+def _with_calibration(wl: Any, calibration: Any) -> Any:
+    import dataclasses
+
+    from dlperf.workload.base import EvalSpec
+
+    return dataclasses.replace(wl, eval=EvalSpec(lambda predict: 1.0, "score", calibration_inputs=calibration))
+
+
+def test_calibration_data_the_model_cannot_take_is_named_not_reported_as_an_export_failure() -> None:
+    """A [3, 5] calibration batch for a [B, 64] model failed int8-static as "ONNX export failed: torchscript
+    exporter: RuntimeError: mat1 and mat2 shapes cannot be multiplied": the graph was exported with it."""
+    wl = _with_calibration(get("mlp"), lambda: [(torch.zeros(3, 5),)])
+    with pytest.raises(PassError, match=r"^workload 'mlp': its calibration_inputs yielded batch 0 as input 0 \(x\): "
+                                        r"float32\[3, 5\], which does not fit the model's example inputs \(input 0 "
+                                        r"\(x\): float32\[1, 64\]\): the model refuses its sizes past the batch "
+                                        r"dimension \(RuntimeError: mat1 and mat2 shapes cannot be multiplied"):
+        apply_pass(OrtConfig(precision="int8-static", calibration_samples=8), initial_state(wl), CTX)
+
+
+@pytest.mark.parametrize(("batches", "problem"), [
+    ([(torch.zeros(4, 64),), (torch.zeros(4, 64), torch.zeros(4, 64))], r"batch 1 as .*: 2 inputs, the model takes 1"),
+    ([(torch.zeros(4, 64, dtype=torch.float64),)], r"batch 0 as .*: input 0 \(x\) is float64, not float32"),
+    ([(torch.zeros(64),)], r"batch 0 as .*: input 0 \(x\) has 1 dimensions, not 2 \(the first is the batch\)"),
+    ([(np.zeros((4, 64), dtype=np.float32),)], r"batch 0 as .*: input 0 \(x\) is a ndarray, not a torch tensor"),
+])
+def test_calibration_batches_are_checked_against_the_example_inputs(batches: list[Any], problem: str) -> None:
+    state = initial_state(_with_calibration(get("mlp"), lambda: batches))
+    with pytest.raises(PassError, match=f"^workload 'mlp': its calibration_inputs yielded {problem}"):
+        _engine.calibration_samples(state, CTX, 16)
+
+
+def test_calibration_inputs_that_yield_nothing_are_told_so_not_to_add_calibration_inputs() -> None:
+    """`calibration_inputs=lambda: []` was told "no calibration inputs: give the workload an EvalSpec with
+    calibration_inputs", though it had one."""
+    state = initial_state(_with_calibration(get("mlp"), lambda: []))
+    with pytest.raises(PassNotApplicable, match=r"^workload 'mlp': its calibration_inputs\(\) yielded no batches"):
+        _engine.calibration_samples(state, CTX, 16)
+    state = initial_state(_with_calibration(get("mlp"), lambda: [(torch.zeros(0, 64),)]))
+    with pytest.raises(PassNotApplicable, match=r"yielded 1 batch with no rows$"):
+        _engine.calibration_samples(state, CTX, 16)
+    no_eval = initial_state(tiny_transformer(with_eval=False))  # without calibration_inputs: the example inputs
+    assert len(_engine.calibration_samples(no_eval, CTX, 5)) == 5
+
+
+def test_calibration_data_of_another_sequence_length_quantizes_with_that_dimension_dynamic(tmp_path: Path) -> None:
+    """Sizes past the batch that the model takes (another sequence length) are accepted, and the graph, exported
+    with the example inputs, leaves that dimension dynamic so the calibration runs."""
+    g = torch.Generator().manual_seed(7)
+
+    def calibration() -> Any:
+        return [(torch.randint(0, 100, (4, n), generator=g), torch.ones(4, n, dtype=torch.int64)) for n in (10, 12, 7)]
+
+    wl = _with_calibration(tiny_transformer(), calibration)
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(precision="int8-static", calibration_samples=12), state, CTX)
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    assert [i["shape"] for i in manifest["inputs"]] == [[-1, -1], [-1, -1]]
+    x = wl.example_inputs(3)
+    assert _cos(new.predict(*x), state.predict(*x)) > 0.95
+
+
 def test_a_loaded_artifact_refuses_extra_or_missing_inputs_as_the_model_does(tmp_path: Path) -> None:
     """An extra positional input was dropped without a word (zip of names and arrays); the model raises."""
     wl = get("mlp")

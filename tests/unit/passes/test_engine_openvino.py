@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, PassError
 from dlperf.passes.base import ModelState, PassContext, apply_pass, initial_state, why_not
 from dlperf.passes.openvino import OpenVinoConfig, layer_ops, load_artifact, search_space
 from dlperf.passes.sensitivity import cosine_rows
@@ -73,6 +73,19 @@ def test_static_int8_conv_is_close(tmp_path: Path) -> None:
     manifest = new.exporter(tmp_path)  # type: ignore[misc]
     assert "FakeQuantize" in (tmp_path / "model.xml").read_text()
     torch.testing.assert_close(load_artifact(tmp_path, manifest)(*x), y, atol=1e-5, rtol=1e-4)
+
+
+def test_calibration_data_the_model_cannot_take_is_named() -> None:
+    """The calibration batches are checked against the example inputs before OpenVINO converts or NNCF calibrates."""
+    import dataclasses
+
+    from dlperf.workload.base import EvalSpec
+
+    wl = dataclasses.replace(get("mlp"), eval=EvalSpec(lambda predict: 1.0, "score",
+                                                       calibration_inputs=lambda: [(torch.zeros(3, 5),)]))
+    with pytest.raises(PassError, match=r"^workload 'mlp': its calibration_inputs yielded batch 0 as input 0 \(x\): "
+                                        r"float32\[3, 5\], which does not fit the model's example inputs"):
+        apply_pass(OpenVinoConfig(precision="int8-static", calibration_samples=8), initial_state(wl), CTX)
 
 
 def test_keep_fp32_auto_finds_layers_and_meets_budget() -> None:

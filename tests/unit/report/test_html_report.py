@@ -333,7 +333,7 @@ def test_an_optimize_run_whose_candidates_all_failed_shows_them() -> None:
     assert "could not be drawn" not in html  # was 'no candidates with a latency' and a JSON dump
     assert re.search(r"<td>baseline</td><td class=\"n\">-</td>.*?<td>failed</td><td>boom &lt;x&gt;</td>", html)
     assert "<td>inductor &amp; more</td>" in html and "nothing to plot" in html and not _plots(html)
-    assert "no winner: no candidate was confirmed better than the baseline" in html
+    assert "no winner: no candidate beat the baseline" in html  # no A/B was run: nothing was 'confirmed'
     stopped = render_report([_rec("o7", "optimize", {"candidates": []}, status="interrupted")], children={"o7": []})
     assert "no candidate finished" in stopped and "could not be drawn" not in stopped
 
