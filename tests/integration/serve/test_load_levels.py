@@ -206,6 +206,19 @@ def test_a_backlog_from_the_warm_up_answered_in_the_windows_is_named() -> None:
     assert any("answered requests sent during the warm-up (a backlog at the server)" in w for w in result.warnings)
 
 
+def _read_after_from(monkeypatch: pytest.MonkeyPatch, other: Any) -> None:
+    """Every read of the server's statistics after the first goes to `other`'s server."""
+    real = generator._server_stats
+    calls = 0
+
+    async def read(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
+        nonlocal calls
+        calls += 1
+        return await real(target if calls == 1 else other, timeout_s, why)
+
+    monkeypatch.setattr(generator, "_server_stats", read)
+
+
 def test_statistics_from_two_replicas_are_not_differenced(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     """Behind Ray Serve's proxy the reads before and after a level may be answered by different replicas: their
     difference gave negative compute times and half the requests, printed as the server's. Here the read after
@@ -213,18 +226,10 @@ def test_statistics_from_two_replicas_are_not_differenced(server: Running, monke
     fresh = start_in_thread(ServeConfig(model="zoo:mlp", port=0))
     try:
         other = oip_target(fresh.url, "mlp")
-        real = generator._server_stats
-        calls = 0
-
-        async def two_replicas(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
-            nonlocal calls
-            calls += 1
-            return await real(target if calls == 1 else other, timeout_s, why)
-
         target = oip_target(server.url, "mlp")
         run_level(target, LoadConfig(concurrency=(2,), requests=100, duration_s=20.0, window_s=0.5,
                                      warmup_s=0.1), 2.0)  # the first replica has served more
-        monkeypatch.setattr(generator, "_server_stats", two_replicas)
+        _read_after_from(monkeypatch, other)
         result = run_level(target, LoadConfig(concurrency=(1,), requests=30, duration_s=20.0, window_s=0.5,
                                               warmup_s=0.1), 1.0)
     finally:
@@ -241,15 +246,7 @@ def test_statistics_unread_after_the_level_say_why(server: Running, monkeypatch:
     gone = start_in_thread(ServeConfig(model="zoo:mlp", port=0, grpc_port=0))
     gone_target = oip_target(gone.url if protocol == "http" else gone.grpc_url or "", "mlp", protocol=protocol)
     gone.stop()
-    real = generator._server_stats
-    calls = 0
-
-    async def refused_after(target: Any, timeout_s: float = 30.0, why: Any = None) -> Any:
-        nonlocal calls
-        calls += 1
-        return await real(target if calls == 1 else gone_target, timeout_s, why)
-
-    monkeypatch.setattr(generator, "_server_stats", refused_after)
+    _read_after_from(monkeypatch, gone_target)
     url = server.url if protocol == "http" else server.grpc_url or ""
     result = run_level(oip_target(url, "mlp", protocol=protocol),
                        LoadConfig(concurrency=(1,), requests=20, duration_s=20.0, window_s=0.5, warmup_s=0.1), 1.0)
