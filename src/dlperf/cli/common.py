@@ -104,11 +104,16 @@ def duration_s(text: str) -> float:
 
 
 def percent_or_float(text: str) -> float:
-    """'1%' -> 0.01; '0.01' -> 0.01."""
+    """'1%' -> 0.01; '0.01' -> 0.01. A bare number above 1 is refused: `--max-regression 5` meant 500% and let
+    a 97% slowdown pass; '500%' says it."""
     try:
-        return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a fraction or a percentage like 1%, got '{text}'") from exc
+    if not text.endswith("%") and value > 1.0:
+        raise argparse.ArgumentTypeError(f"'{text}' would be {value:.0%} (a bare number is a fraction): write "
+                                         f"{text}% for {value / 100:g}, or {value:.0%} if you mean it")
+    return value
 
 
 def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:

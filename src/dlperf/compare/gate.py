@@ -29,6 +29,10 @@ class GateConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("max_regression", "confidence"):  # from Python: "5%" raised TypeError from a comparison
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name} must be a number (a fraction: 5% = 0.05), got {value!r}")
         if self.metric not in METRICS:
             raise ConfigError(f"unknown metric '{self.metric}': choose one of {', '.join(METRICS)}")
         if not 0.0 <= self.max_regression < 10.0:

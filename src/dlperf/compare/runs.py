@@ -70,9 +70,18 @@ class PointComparison:
 
     @property
     def verdict(self) -> str:
+        """A direction only where the test and the median's interval agree on it: the direction of the test's
+        effect (B's times tend to be larger or smaller), with the median ratio's whole interval on that side of 1.
+        It came from the median ratio alone, so a significant test beside a median ratio of exactly 1.000 (CI
+        0.999-1.001) read "B slower" while B tended to be faster."""
         if self.test.p_value >= self.alpha:
             return "no significant difference"
-        return "B faster" if self.median_ratio.ratio < 1.0 else "B slower"
+        lo, hi = self.median_ratio.ci
+        if self.test.prob_greater > 0.5 and lo > 1.0:
+            return "B slower"
+        if self.test.prob_greater < 0.5 and hi < 1.0:
+            return "B faster"
+        return "no significant difference"
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",

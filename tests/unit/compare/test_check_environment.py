@@ -29,3 +29,91 @@ def test_a_check_records_the_baselines_thread_count_and_does_not_call_it_a_diffe
     assert check_run.environment["torch_threads"] == threads
     assert not [w for w in outcome.gate.warnings if "torch_threads" in w]
     assert torch.get_num_threads() == default
+
+
+def test_a_baseline_at_torchs_default_is_rechecked_at_the_threads_it_had(tmp_path: Path) -> None:
+    """Taken without --threads (torch's default, recorded as torch_threads), the baseline was re-measured at the
+    runner's default: under OMP_NUM_THREADS=1 unchanged code failed at +20.6%."""
+    store = Store(tmp_path / "runs.db")
+    default = torch.get_num_threads()
+    dlperf.bench("zoo:mlp", batch_sizes=(1,), min_duration_s=0.0, min_iters=5, warmup_iters=0, store=store)
+    store.set_baseline("main", store.list(kind="bench")[0].id)
+    try:
+        torch.set_num_threads(1 if default > 1 else 2)  # the runner's default differs from the baseline's
+        outcome = check_against_baseline("zoo:mlp", "main", store, min_duration_s=0.001)
+    finally:
+        torch.set_num_threads(default)
+    assert store.get(outcome.run_id).environment["torch_threads"] == default
+    assert not [w for w in outcome.gate.warnings if "torch_threads" in w]
+
+
+def test_what_the_bench_said_about_its_measurements_reaches_the_checks_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runs show` printed a check run's contention and noise warnings, its verdict and JSON did not: a FAIL
+    measured on a busy runner read as a regression of the code."""
+    from dlperf.measure.bench import BenchPoint
+
+    store = Store(tmp_path / "runs.db")
+    dlperf.bench("zoo:mlp", batch_sizes=(1,), min_duration_s=0.0, min_iters=20, warmup_iters=0, store=store)
+    store.set_baseline("main", store.list(kind="bench")[0].id)
+    busy = "other processes kept 1.0 cores busy while measuring (this process: 1.0)"
+    monkeypatch.setattr(BenchPoint, "contention_warning", property(lambda self: busy))
+    outcome = check_against_baseline("zoo:mlp", "main", store, min_duration_s=0.001)
+    assert f"batch 1: {busy}" in outcome.gate.warnings
+    assert f"batch 1: {busy}" in outcome.to_dict()["warnings"]
+
+
+def test_a_cuda_baseline_on_a_machine_without_cuda_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.errors import ConfigError
+
+    from .helpers import add_run, bench_result
+
+    store = Store(tmp_path / "runs.db")
+    run_id = add_run(store, "bench", bench_result({1: 0.001}),
+                     config={"batch_sizes": [1], "scenario": "offline", "device": "cuda"})
+    store.set_baseline("gpu", run_id)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"baseline 'gpu' \(run \w+\) was measured on cuda, and this machine has "
+                                          r"no CUDA device"):
+        check_against_baseline("zoo:mlp", "gpu", store)
+    assert store.list(kind="check") == []
+
+
+def test_a_fail_measured_beside_busy_processes_says_to_rerun() -> None:
+    from types import SimpleNamespace
+
+    from dlperf.compare.check import _measurement_warnings
+    from dlperf.measure.stats import Measurement
+
+    calm = Measurement([1_000_000 + i for i in range(50)])
+    points = [SimpleNamespace(batch_size=1, measurement=calm, contention_warning="other processes kept 1.0 cores "
+                                                                                 "busy while measuring"),
+              SimpleNamespace(batch_size=8, measurement=calm, contention_warning=None)]
+    verdict = SimpleNamespace(points=[SimpleNamespace(batch_size=1, failed=True),
+                                      SimpleNamespace(batch_size=8, failed=True)])
+    said = _measurement_warnings(points, {1: calm, 8: calm}, verdict)  # type: ignore[arg-type]
+    assert said[0] == "batch 1: other processes kept 1.0 cores busy while measuring"
+    assert said[-1].startswith("the failing batch size 1 was measured noisily or beside other busy processes")
+    verdict.points[0].failed = False
+    assert not any("failing" in w for w in _measurement_warnings(points, {1: calm, 8: calm}, verdict))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "value"), [("5%", 0.05), ("0.05", 0.05), ("1", 1.0), ("500%", 5.0)])
+def test_fractions_and_percentages(text: str, value: float) -> None:
+    from dlperf.cli.common import percent_or_float
+
+    assert percent_or_float(text) == pytest.approx(value)
+
+
+def test_a_bare_number_above_one_is_not_read_as_hundreds_of_percent() -> None:
+    """`--max-regression 5` meant 500% and passed a 97% slowdown."""
+    import argparse
+
+    from dlperf.cli.common import percent_or_float
+    from dlperf.compare.gate import GateConfig
+    from dlperf.errors import ConfigError
+
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'5' would be 500% .*write 5% for 0.05"):
+        percent_or_float("5")
+    with pytest.raises(ConfigError, match="max_regression must be a number"):
+        GateConfig(max_regression="5%")  # type: ignore[arg-type]

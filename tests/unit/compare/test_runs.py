@@ -186,3 +186,21 @@ def test_runs_measured_with_other_settings_say_so(store: Store) -> None:
                     "min_duration_s: A 1.0, B 0.2): the comparison is of those as much as of the code")
     same = add_run(store, "bench", bench_result({8: 0.010}, seed=3), config=base)
     assert not any("different settings" in n for n in compare_records(store.get(a), store.get(same)).notes)
+
+
+def test_the_direction_comes_from_the_test_and_the_median_interval_together() -> None:
+    """A significant test beside a median ratio of 1.000 (CI 0.999-1.001) read "B slower" whatever the test's
+    direction (ratio >= 1.0 meant slower): the test said B tended to be faster."""
+    from dlperf.compare.runs import PointComparison
+    from dlperf.compare.stats import MannWhitney, RatioEstimate
+
+    def point(prob_greater: float, ci: tuple[float, float]) -> PointComparison:
+        test = MannWhitney(u=0.0, p_value=0.007, z=-2.7 if prob_greater < 0.5 else 2.7, prob_greater=prob_greater,
+                           n_x=1000, n_y=1000)
+        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.0, (ci[0] + ci[1]) / 2, ci, 0.95))
+
+    assert point(0.49, (0.999, 1.001)).verdict == "no significant difference"
+    assert point(0.51, (0.999, 1.001)).verdict == "no significant difference"
+    assert point(0.45, (1.002, 1.01)).verdict == "no significant difference"  # the two disagree
+    assert point(0.45, (0.95, 0.99)).verdict == "B faster"
+    assert point(0.55, (1.01, 1.05)).verdict == "B slower"
