@@ -113,28 +113,38 @@ class RatioEstimate:
                 "ci": list(self.ci), "confidence": self.confidence}
 
 
+BOOTSTRAP_BLOCKS = 40
+"""A run's samples, in the order they were taken, are resampled in this many contiguous blocks, not one by one:
+samples taken close together are alike (another process's burst slows a stretch of them), and resampling them
+one by one treated a burst as independent draws, so the interval was too narrow for the run it came from."""
+
+
 def ratio_ci(base: Sequence[float], new: Sequence[float], stat: str = "p50", confidence: float = 0.95,
              resamples: int = 2000, seed: int = 0, max_points: int = 4000) -> RatioEstimate:
-    """Bootstrap CI of stat(new)/stat(base), each sample resampled on its own (they are independent).
+    """Bootstrap CI of stat(new)/stat(base), each run resampled on its own (the two are independent), in
+    BOOTSTRAP_BLOCKS contiguous blocks of its samples in the order they were taken (a moving-block bootstrap
+    with fixed blocks): it keeps what correlation there is between neighbouring samples; with independent
+    samples it is the ordinary bootstrap at block resolution. Samples must be in time order (as a Measurement
+    keeps them). The interval covers the noise within each run, not drift between two runs taken at other times.
 
-    Samples longer than `max_points` are thinned to that many evenly spaced order statistics first, which
-    keeps the cost bounded and barely changes a percentile's sampling spread.
+    Blocks longer than `max_points / BOOTSTRAP_BLOCKS` are thinned to that many evenly spaced order statistics of
+    the block first, which keeps the cost bounded and barely changes a percentile's sampling spread.
     """
     import numpy as np
 
     if len(base) == 0 or len(new) == 0:
         raise ValueError("ratio_ci needs values in both samples")
     rng = np.random.default_rng(seed)
-    b = _thin(np.asarray(base, dtype=float), max_points)
-    n = _thin(np.asarray(new, dtype=float), max_points)
-    base_value = float(statistic(np.asarray(base, dtype=float), stat))
-    new_value = float(statistic(np.asarray(new, dtype=float), stat))
+    base_a, new_a = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
+    b, n = _blocked(base_a, max_points), _blocked(new_a, max_points)
+    base_value = float(statistic(base_a, stat))
+    new_value = float(statistic(new_a, stat))
     ratios = np.empty(resamples)
-    chunk = max(1, 2_000_000 // max(len(b), len(n)))
+    chunk = max(1, 2_000_000 // max(b.size, n.size))
     for start in range(0, resamples, chunk):
         k = min(chunk, resamples - start)
-        rb = statistic(b[rng.integers(0, len(b), size=(k, len(b)))], stat)
-        rn = statistic(n[rng.integers(0, len(n), size=(k, len(n)))], stat)
+        rb = statistic(b[rng.integers(0, len(b), size=(k, len(b)))].reshape(k, -1), stat)
+        rn = statistic(n[rng.integers(0, len(n), size=(k, len(n)))].reshape(k, -1), stat)
         ratios[start:start + k] = rn / np.maximum(rb, 1e-300)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
@@ -142,14 +152,24 @@ def ratio_ci(base: Sequence[float], new: Sequence[float], stat: str = "p50", con
     return RatioEstimate(stat, base_value, new_value, ratio, (float(lo), float(hi)), confidence)
 
 
-def _thin(values: Any, max_points: int) -> Any:
+def _blocked(values: Any, max_points: int, blocks: int = BOOTSTRAP_BLOCKS) -> Any:
+    """`values` (in time order) as a (blocks x m) array of contiguous blocks of equal length, each thinned to at
+    most max_points / blocks order statistics, one at the middle of each of m equal shares of the block (so each
+    stands for as many samples: thinning that kept each block's minimum and maximum gave its extremes several times
+    their weight, and a p99 or mean resampled from them drifted off the run's own); fewer values than blocks: one
+    value a block."""
     import numpy as np
 
-    if len(values) <= max_points:
-        return values
-    ordered = np.sort(values)
-    idx = np.linspace(0, len(ordered) - 1, max_points).round().astype(int)
-    return ordered[idx]
+    count = len(values)
+    if count <= blocks:
+        return values.reshape(count, 1)
+    edges = np.linspace(0, count, blocks + 1).round().astype(int)
+    per = max(1, min(max_points // blocks, int(np.diff(edges).min())))
+    out = np.empty((blocks, per))
+    for i in range(blocks):
+        block = np.sort(values[edges[i]:edges[i + 1]])
+        out[i] = block[((np.arange(per) + 0.5) * len(block) / per).astype(int)]
+    return out
 
 
 def mann_whitney_grouped(counts_x: Sequence[float], counts_y: Sequence[float]) -> MannWhitney:

@@ -65,3 +65,31 @@ def test_two_proportion_test_matches_the_formula() -> None:
     assert t.z == pytest.approx(z)
     assert t.p_value == pytest.approx(2 * scipy_stats.norm.sf(z))
     assert two_proportion_test(0, 10, 0, 10).p_value == 1.0
+
+
+def _iid_ratio_ci(base: np.ndarray, new: np.ndarray, q: float, resamples: int = 1000) -> tuple[float, float]:
+    """The bootstrap that resamples samples one by one (the gate's until 2026-12-05)."""
+    rng = np.random.default_rng(0)
+    rb = np.percentile(base[rng.integers(0, len(base), (resamples, len(base)))], q, axis=1)
+    rn = np.percentile(new[rng.integers(0, len(new), (resamples, len(new)))], q, axis=1)
+    lo, hi = np.quantile(rn / rb, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def test_ratio_ci_resamples_blocks_of_neighbouring_samples() -> None:
+    """A run is not independent draws: a stretch of it slowed by another process's burst moved its p90 by
+    more than the one-by-one bootstrap allowed, and the gate failed unchanged code (p90 in 17% of same-code
+    checks). Blocks of neighbouring samples keep the burst together: a wider interval for such a run, about the
+    same one for independent samples."""
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(np.log(1e-3), 0.05, 4000)
+    calm = rng.lognormal(np.log(1e-3), 0.05, 4000)
+    est = ratio_ci(base.tolist(), calm.tolist(), "p90", resamples=1000)
+    iid = _iid_ratio_ci(base, calm, 90)
+    assert 0.6 < (est.ci[1] - est.ci[0]) / (iid[1] - iid[0]) < 1.6
+    burst = calm.copy()
+    burst[1000:1600] *= 1.4  # 15% of the run, one stretch
+    est = ratio_ci(base.tolist(), burst.tolist(), "p90", resamples=1000)
+    iid = _iid_ratio_ci(base, burst, 90)
+    assert (est.ci[1] - est.ci[0]) > 2 * (iid[1] - iid[0])
+    assert est.ci[0] < 1.02 < iid[0]  # the one-by-one interval called the burst a regression of the code
