@@ -763,6 +763,10 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
             row["confirm_error"] = conf.get("error")
             continue
         verdict = conf["ab"]["verdict"]
+        if speed_objective:
+            disagreement = _disagreement(row, conf)
+            if disagreement:
+                notes.append(disagreement)
         if verdict == FASTER or not speed_objective:
             winner, confirmation = row["key"], conf
             break
@@ -814,6 +818,24 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     )
     search.on_event("done", {"result": result})
     return result
+
+
+IMPLAUSIBLE_DISAGREEMENT = 3.0
+"""A confirming A/B and the candidate's own paired gain this many times apart: one of them was disturbed."""
+
+
+def _disagreement(row: dict[str, Any], conf: dict[str, Any]) -> str | None:
+    """A note when a candidate's confirming A/B and its paired gain (both the candidate against the original in
+    one process) are far apart: a confirmation measured 1425x (its baseline calls taking 19-44 ms against 0.025 ms,
+    another process busy) for a candidate whose paired gain was 1.8x, and was printed as confirmed."""
+    measured = (conf.get("ab") or {}).get("speedup")
+    paired = row.get("paired_gain")
+    if not isinstance(measured, (int, float)) or not isinstance(paired, (int, float)) or measured <= 0 or paired <= 0:
+        return None
+    if max(measured / paired, paired / measured) < IMPLAUSIBLE_DISAGREEMENT:
+        return None
+    return (f"{row['label']}: its confirming A/B measured {measured:.3g}x where its paired measurement gave "
+            f"{paired:.3g}x: one of the two was disturbed (another process, a stall); re-run before trusting either")
 
 
 def _not_better_note(objective: str, baseline: dict[str, Any], best: dict[str, Any]) -> str:

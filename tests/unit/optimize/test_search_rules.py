@@ -298,3 +298,24 @@ def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b
     lines = summary_lines(result.to_dict())
     assert "no winner: no candidate beat the baseline" in lines
     assert not any("confirmed" in line for line in lines)
+
+
+class DisturbedConfirmation(FakeTrials):
+    """A confirming A/B that measured 1425x, its baseline's calls slowed by another process."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target != "evaluate":
+            return {"status": "ok", "ab": {"verdict": FASTER, "speedup": 1425.2},
+                    "describe": "B vs A: 1425.22x speed: faster"}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_confirmation_far_from_the_paired_gain_is_doubted_in_a_note(tmp_path: Path) -> None:
+    """A confirming A/B measured 1425x for onnxruntime whose paired gain was 1.8x, and was printed as confirmed."""
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
+                                                workdir=str(tmp_path / "work")),
+                      executor=DisturbedConfirmation(MLP))
+    assert any("its confirming A/B measured 1.43e+03x where its paired measurement gave 1.25x: one of the two was "
+               "disturbed" in n for n in result.notes), result.notes
+    assert not any("paired measurement gave" in n for n in _search(tmp_path / "calm").notes)
