@@ -63,13 +63,14 @@ def _use_baseline_allocator(args: argparse.Namespace, store: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, error_console, print_json
+    from dlperf.cli.common import bare_above_one, console, error_console, print_json
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.errors import ConfigError
     from dlperf.report.compare_text import gate_lines
 
     # named as the options are (GateConfig names its fields: "max_regression must be a fraction >= 0")
+    bare_above_one("--max-regression", args.max_regression)
     if not 0.0 <= args.max_regression < 10.0:
         raise ConfigError(f"--max-regression must be a fraction >= 0, e.g. 5% or 0.05; got {args.max_regression:g}")
     if not 0.5 < args.confidence < 1.0:

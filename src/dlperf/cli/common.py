@@ -103,17 +103,35 @@ def duration_s(text: str) -> float:
     return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
 
 
+class WrittenFraction(float):
+    """A fraction option's value that remembers how it was written (`bare_above_one`)."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> WrittenFraction:
+        obj = super().__new__(cls, value)
+        obj.text = text
+        return obj
+
+    def __reduce__(self) -> tuple[Any, tuple[float, str]]:  # copy, deepcopy (dataclasses.asdict) and pickle
+        return WrittenFraction, (float(self), self.text)
+
+
 def percent_or_float(text: str) -> float:
-    """'1%' -> 0.01; '0.01' -> 0.01. A bare number above 1 is refused: `--max-regression 5` meant 500% and let
-    a 97% slowdown pass; '500%' says it."""
+    """'1%' -> 0.01; '0.01' -> 0.01 (a WrittenFraction: `bare_above_one` tells '5' from '500%')."""
     try:
-        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        return WrittenFraction(float(text[:-1]) / 100.0 if text.endswith("%") else float(text), text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a fraction or a percentage like 1%, got '{text}'") from exc
-    if not text.endswith("%") and value > 1.0:
-        raise argparse.ArgumentTypeError(f"'{text}' would be {value:.0%} (a bare number is a fraction): write "
-                                         f"{text}% for {value / 100:g}, or {value:.0%} if you mean it")
-    return value
+
+
+def bare_above_one(option: str, value: float) -> None:
+    """ConfigError for a fraction option written as a bare number above 1: `--max-regression 5` meant 500% and
+    let a 97% slowdown pass; '500%' says it."""
+    text = getattr(value, "text", None)
+    if text is not None and not text.endswith("%") and value > 1.0:
+        raise ConfigError(f"{option} '{text}' would be {value:.0%} (a bare number is a fraction): write {text}% for "
+                          f"{value / 100:g}, or {value:.0%} if you mean it")
 
 
 def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:

@@ -107,13 +107,13 @@ def test_fractions_and_percentages(text: str, value: float) -> None:
 
 def test_a_bare_number_above_one_is_not_read_as_hundreds_of_percent() -> None:
     """`--max-regression 5` meant 500% and passed a 97% slowdown."""
-    import argparse
-
-    from dlperf.cli.common import percent_or_float
+    from dlperf.cli.common import bare_above_one, percent_or_float
     from dlperf.compare.gate import GateConfig
     from dlperf.errors import ConfigError
 
-    with pytest.raises(argparse.ArgumentTypeError, match=r"'5' would be 500% .*write 5% for 0.05"):
-        percent_or_float("5")
+    with pytest.raises(ConfigError, match=r"^--max-regression '5' would be 500% .*write 5% for 0.05"):
+        bare_above_one("--max-regression", percent_or_float("5"))
+    bare_above_one("--max-regression", percent_or_float("500%"))
+    bare_above_one("--max-regression", percent_or_float("0.5"))
     with pytest.raises(ConfigError, match="max_regression must be a number"):
         GateConfig(max_regression="5%")  # type: ignore[arg-type]
