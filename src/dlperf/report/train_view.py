@@ -174,7 +174,7 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
             settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
         parts.append(settings)
         if not confirmed:
-            required = [str(t["reason"]).partition(";")[0] for t in result["trials"]
+            required = [_first_clause(str(t["reason"])) for t in result["trials"]
                         if t["status"] == "accepted" and str(t.get("reason") or "").startswith("required")]
             if required:  # "keep your code as it is" contradicted it: the user's batch breaks their own budget
                 parts.append(Text(f"  {'; '.join(required)}: that change is needed whatever the final A/B says; the "
@@ -187,17 +187,30 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     parts.append(trial_notes(result["trials"]))
     # the headline's samples/s are the final A/B's; these tables come from a separate full measurement each, whose
     # own figure can differ by tens of percent on a busy machine: each title says so, with its figure
+    final = bool(ab)
     parts.append(breakdown_table(result["baseline_measurement"], _breakdown_title("baseline",
-                                                                                  result["baseline_measurement"])))
+                                                                                  result["baseline_measurement"],
+                                                                                  final)))
     if result["best"] != result["baseline"]:
-        parts.append(breakdown_table(result["best_measurement"], _breakdown_title("best", result["best_measurement"])))
+        parts.append(breakdown_table(result["best_measurement"], _breakdown_title("best", result["best_measurement"],
+                                                                                  final)))
     return Group(*parts)
 
 
-def _breakdown_title(which: str, measured: dict[str, Any]) -> str:
+def _first_clause(reason: str) -> str:
+    """`reason` up to its first ';', with the parentheses it opened closed: 'required (batch 61 does not fit in
+    1.1 MiB: 1 x 61 accumulation steps' was printed with its '(' left open."""
+    first = reason.partition(";")[0]
+    return first + ")" * max(0, first.count("(") - first.count(")"))
+
+
+def _breakdown_title(which: str, measured: dict[str, Any], final_ab: bool = True) -> str:
+    """The table's own samples/s, and (when a final A/B ran) that the headline's are the A/B's: with nothing
+    accepted no final A/B runs, and the title referred to one."""
     rate = measured.get("samples_per_s")
     own = f": {fmt_count(rate)} samples/s" if isinstance(rate, (int, float)) else ""
-    return f"{which} step breakdown (its own measurement{own}; the figures above are the final A/B's)"
+    return f"{which} step breakdown (its own measurement{own}" + ("; the figures above are the final A/B's)"
+                                                                  if final_ab else ")")
 
 
 def partial_tune_view(result: dict[str, Any]) -> RenderableType:

@@ -384,6 +384,11 @@ def loss_problem(loss: Any) -> str | None:
     """Why what a TrainSpec's loss_fn returned cannot start backward() (None: a scalar tensor)."""
     import torch
 
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0 and not loss.requires_grad:
+        # backward() said "element 0 of tensors does not require grad and does not have a grad_fn", from torch
+        return ("its loss_fn returned a tensor that does not require grad (no grad_fn): compute the loss from the "
+                "model's output with differentiable operations (argmax, comparisons, .detach(), .item() or a no_grad "
+                "block cut the graph), and give the model trainable parameters")
     if isinstance(loss, torch.Tensor) and loss.dim() == 0:
         return None
     if isinstance(loss, torch.Tensor):

@@ -41,6 +41,9 @@ GOOD = {"LOADER": "loader", "LOSS": "torch.nn.functional.cross_entropy",
      "its optimizer factory returned str 'adam', not a torch.optim.Optimizer: return one built on the parameters"),
     ({"LOADER": "lambda b, **kw: 42"},
      "its loader factory returned int 42, not an iterable of (inputs, target) batches"),
+    # backward() said "element 0 of tensors does not require grad", with a frame inside torch
+    ({"LOSS": "lambda o, y: (o.argmax(1) != y).float().mean()"},
+     "its loss_fn returned a tensor that does not require grad (no grad_fn): compute the loss from the model's"),
 ])
 def test_train_and_profile_name_a_spec_mistake_alike(change: dict[str, str], message: str, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

@@ -112,10 +112,11 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
     text = _render(tune_view(result.to_dict()))
     assert "lr_scale=5.0" in text and "parity failed" in text
     assert "off: skipped: not here" in text
-    # the breakdown is a separate measurement from the headline's A/B: its title says so, with its own figure
+    # the breakdown is a separate measurement: its title gives its own figure, and names no final A/B, as none
+    # ran here (nothing was accepted)
+    assert result.final_ab is None
     own = fmt_count(result.to_dict()["baseline_measurement"]["samples_per_s"])
-    assert (f"baseline step breakdown (its own measurement: {own} samples/s; the figures above are the final "
-            "A/B's)") in " ".join(text.split())
+    assert f"baseline step breakdown (its own measurement: {own} samples/s)" in " ".join(text.split())
 
 
 def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() -> None:
@@ -292,3 +293,16 @@ def test_a_tuning_stopped_in_its_final_measurements_keeps_them(monkeypatch: pyte
     text = _render(partial_tune_view(result))
     assert "tuning tiny stopped after 1 trial, while the best configuration was measured" in text
     assert "best so far" in text and "baseline step breakdown" in text and "best step breakdown" in text
+
+
+def test_with_no_final_ab_the_breakdown_title_names_none_and_a_required_reason_keeps_its_parenthesis() -> None:
+    """Nothing accepted runs no final A/B, yet the titles said 'the figures above are the final A/B's'; and the
+    'required' line was cut at the ';' inside its parenthesis, left open."""
+    from dlperf.report.train_view import _breakdown_title, _first_clause
+
+    assert _breakdown_title("baseline", {"samples_per_s": 93535.0}, final_ab=False) == \
+        "baseline step breakdown (its own measurement: 93,535 samples/s)"
+    assert _breakdown_title("best", {"samples_per_s": 10.0}).endswith("; the figures above are the final A/B's)")
+    assert _first_clause("required (batch 61 does not fit in 1.1 MiB: 1 x 61 accumulation steps; 61 has no "
+                         "divisor)") == "required (batch 61 does not fit in 1.1 MiB: 1 x 61 accumulation steps)"
+    assert _first_clause("required; more") == "required"
