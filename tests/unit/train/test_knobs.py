@@ -159,3 +159,23 @@ def test_checkpointing_knob_proposes_a_larger_micro_batch_when_memory_is_the_lim
     assert knob.unchanged_reason(current) == ("with checkpointing the largest micro-batch that fits is 32, no larger "
                                               "than the 32 used now: recomputing activations would cost time for "
                                               "nothing")
+
+
+def test_checkpointing_is_not_tried_on_a_model_with_batchnorm() -> None:
+    """Checkpointing recomputes BatchNorm's training forward in backward: its running statistics were updated
+    twice a step (num_batches_tracked 8 for 4 steps), the losses identical, so loss parity passed a different
+    eval-mode model."""
+    import dataclasses
+
+    from torch import nn
+
+    from dlperf.train.knobs.checkpointing import running_stat_modules
+
+    base = blocks()
+    normed = dataclasses.replace(base, make_model=lambda: nn.Sequential(base.build_model(), nn.BatchNorm1d(4)))
+    current = StepConfig(batch_size=16, accumulation_steps=4, threads=1)
+    reason = Checkpointing().skip_reason(current, TuneContext(workload=normed, memory_budget_bytes=1 << 30,
+                                                              safety_margin=0.1))
+    assert reason is not None and "running statistics (BatchNorm1d)" in reason
+    assert running_stat_modules(nn.Sequential(nn.InstanceNorm1d(4), nn.Linear(4, 4))) == []  # tracks nothing
+    assert running_stat_modules(nn.InstanceNorm1d(4, track_running_stats=True)) == ["InstanceNorm1d"]
