@@ -316,6 +316,9 @@ class Tuner:
             trial.parity = compare_losses(baseline_losses, losses, self.config.parity.rtol, self.config.parity.atol)
             if not trial.parity.ok:
                 trial.status, trial.reason = PARITY_FAILED, trial.parity.describe()
+                hint = summed_loss_hint(self.baseline.batch_size, config.batch_size, trial.parity)
+                if hint:
+                    trial.reason += f"; {hint}"
                 return trial, None
             self.on_event(f"{knob.name}: {candidate.note or candidate.change}: interleaved A/B")
             loop = TrainLoop(self.workload, config)
@@ -389,6 +392,21 @@ def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | No
 
         workload = load_workload(workload)
     return Tuner(workload, baseline, config, **kwargs).run()
+
+
+def summed_loss_hint(base_micro: int, micro: int, parity: ParityResult) -> str | None:
+    """Why a split batch failed parity when the loss is summed over the batch, not averaged: each micro-batch's loss
+    then scales with its size (the reported loss is their mean), and dividing it by the accumulation steps halves
+    the gradient too. A sum loss at 32 x 2 read "parity failed: tail mean 74.04 vs baseline 147.8"."""
+    if micro == base_micro or parity.baseline_tail_mean == 0 or not math.isfinite(parity.candidate_tail_mean):
+        return None
+    expected = micro / base_micro  # the candidate's loss over the baseline's, were it a sum over the batch
+    ratio = parity.candidate_tail_mean / parity.baseline_tail_mean
+    if abs(ratio / expected - 1.0) > 0.2:
+        return None
+    return (f"the loss looks summed over the batch, not averaged (the candidate's is {ratio:.2f}x the baseline's at "
+            f"{micro} of {base_micro} items a step): batch and accumulation changes assume a mean-reduced loss "
+            "(reduction='mean'); with a sum, keep the batch or scale the learning rate yourself")
 
 
 def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -> list[Setting]:

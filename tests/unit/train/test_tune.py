@@ -306,3 +306,19 @@ def test_with_no_final_ab_the_breakdown_title_names_none_and_a_required_reason_k
     assert _first_clause("required (batch 61 does not fit in 1.1 MiB: 1 x 61 accumulation steps; 61 has no "
                          "divisor)") == "required (batch 61 does not fit in 1.1 MiB: 1 x 61 accumulation steps)"
     assert _first_clause("required; more") == "required"
+
+
+def test_a_split_that_fails_parity_on_a_summed_loss_says_the_loss_looks_summed() -> None:
+    """cross_entropy(reduction='sum') at 32 x 2 for 64: 'parity failed: tail mean 74.04 vs baseline 147.8' and
+    nothing on why (accumulation assumes a mean-reduced loss)."""
+    from dlperf.train.parity import compare_losses
+    from dlperf.train.tune import summed_loss_hint
+
+    summed = compare_losses([150.0, 148.0, 147.8, 147.8], [75.0, 74.5, 74.04, 74.04])
+    assert not summed.ok
+    hint = summed_loss_hint(64, 32, summed)
+    assert hint is not None and hint.startswith("the loss looks summed over the batch, not averaged (the "
+                                                "candidate's is 0.50x the baseline's at 32 of 64 items a step)")
+    assert summed_loss_hint(64, 64, summed) is None  # same micro-batch: not the cause
+    diverged = compare_losses([1.0, 0.9, 0.8, 0.8], [1.0, 1.2, 1.5, 1.5])
+    assert summed_loss_hint(64, 32, diverged) is None  # another failure: no such hint
