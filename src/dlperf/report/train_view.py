@@ -77,6 +77,13 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms, "
                  f"{summary['n']} step{'' if summary['n'] == 1 else 's'})\n")
     lines.append(f"  samples/s {fmt_count(m['samples_per_s'])}\n")
+    lines.append_text(_memory_and_flops(m))
+    return Group(lines, breakdown_table(m), *_findings_and_notes(m))
+
+
+def _memory_and_flops(m: dict[str, Any]) -> Text:
+    """A measurement's peak memory and FLOPs / MFU lines."""
+    lines = Text()
     memory = f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
     if m.get("cuda_max_allocated_bytes") is not None:
         memory += f", CUDA max allocated {fmt_mib(m['cuda_max_allocated_bytes'])} MiB"
@@ -89,12 +96,12 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
             flops += (f", MFU {m['mfu']:.1%} of the {m['ceiling_dtype']} GEMM ceiling "
                       f"{fmt_si(m['ceiling_flops'], 'FLOP/s')}")
         lines.append(flops + "\n")
-    parts: list[RenderableType] = [lines, breakdown_table(m)]
-    for finding in m.get("findings", []):
-        parts.append(Text(f"finding: {finding}", style="bold yellow"))
-    for note in m.get("notes", []):
-        parts.append(Text(f"note: {note}", style="yellow"))
-    return Group(*parts)
+    return lines
+
+
+def _findings_and_notes(m: dict[str, Any]) -> list[Text]:
+    return ([Text(f"finding: {f}", style="bold yellow") for f in m.get("findings", [])]
+            + [Text(f"note: {n}", style="yellow") for n in m.get("notes", [])])
 
 
 def trials_table(trials: list[dict[str, Any]], title: str = "trials (each A/B against the best so far)") -> Table:
@@ -187,13 +194,16 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     parts.append(trial_notes(result["trials"]))
     # the headline's samples/s are the final A/B's; these tables come from a separate full measurement each, whose
     # own figure can differ by tens of percent on a busy machine: each title says so, with its figure
+    # each full measurement with what it said of itself: its memory, MFU, findings and notes (a loss gone nan
+    # from step 16, an implausible MFU, an input-bound step) were in the JSON and printed nowhere
     final = bool(ab)
-    parts.append(breakdown_table(result["baseline_measurement"], _breakdown_title("baseline",
-                                                                                  result["baseline_measurement"],
-                                                                                  final)))
+    shown = [("baseline", result["baseline_measurement"])]
     if result["best"] != result["baseline"]:
-        parts.append(breakdown_table(result["best_measurement"], _breakdown_title("best", result["best_measurement"],
-                                                                                  final)))
+        shown.append(("best", result["best_measurement"]))
+    for which, measured in shown:
+        parts.append(breakdown_table(measured, _breakdown_title(which, measured, final)))
+        parts.append(_memory_and_flops(measured))
+        parts += _findings_and_notes(measured)
     return Group(*parts)
 
 

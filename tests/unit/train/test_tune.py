@@ -117,6 +117,13 @@ def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_p
     assert result.final_ab is None
     own = fmt_count(result.to_dict()["baseline_measurement"]["samples_per_s"])
     assert f"baseline step breakdown (its own measurement: {own} samples/s)" in " ".join(text.split())
+    # and what that measurement said of itself: memory, and its notes and findings (printed nowhere before)
+    assert "memory    peak RSS" in text
+    data = result.to_dict()
+    data["baseline_measurement"]["notes"] = ["the loss is nan from measured step 16: the training diverges"]
+    data["baseline_measurement"]["findings"] = ["input-bound: 98% of the step waits for data"]
+    text = _render(tune_view(data))
+    assert "note: the loss is nan from measured step 16" in text and "finding: input-bound" in text
 
 
 def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() -> None:
