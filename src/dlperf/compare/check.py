@@ -61,7 +61,7 @@ def check_against_baseline(
     """
     from dlperf.api import bench_config_dict, bench_environment
     from dlperf.measure.bench import point_saver, run_bench
-    from dlperf.measure.env import environment_differences
+    from dlperf.measure.env import environment_differences, usable_cores
     from dlperf.workload.loader import canonical_spec, load_workload
 
     config = config or GateConfig()
@@ -79,9 +79,11 @@ def check_against_baseline(
             )
     bench_config = bench_config_from_dict(baseline.config)
     recorded_threads = (baseline.environment or {}).get("torch_threads")
-    if bench_config.threads is None and isinstance(recorded_threads, int) and recorded_threads >= 1:
+    if (bench_config.threads is None and isinstance(recorded_threads, int)
+            and 1 <= recorded_threads <= usable_cores()):
         # a baseline taken at torch's default is re-measured at the threads it had, not the runner's default:
-        # under OMP_NUM_THREADS=1 unchanged code failed at +20.6% (the environment warning said why, after FAIL)
+        # under OMP_NUM_THREADS=1 unchanged code failed at +20.6% (the environment warning said why, after FAIL).
+        # Not above this machine's cores: a baseline from a larger machine is another machine's (warned below).
         bench_config = dataclasses.replace(bench_config, threads=recorded_threads)
     if bench_config.device.startswith("cuda"):
         import torch

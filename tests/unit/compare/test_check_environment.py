@@ -117,3 +117,19 @@ def test_a_bare_number_above_one_is_not_read_as_hundreds_of_percent() -> None:
     bare_above_one("--max-regression", percent_or_float("0.5"))
     with pytest.raises(ConfigError, match="max_regression must be a number"):
         GateConfig(max_regression="5%")  # type: ignore[arg-type]
+
+
+def test_a_baseline_from_a_machine_with_more_cores_is_not_pinned_to_its_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 threads recorded on a 64-core machine, checked on a smaller runner: oversubscribing the runner would
+    measure that, not the code; the runner's default is kept and the environment warning says it differs."""
+    from dlperf.measure import env
+
+    from .helpers import ENV, add_run, bench_result
+
+    store = Store(tmp_path / "runs.db")
+    store.set_baseline("big", add_run(store, "bench", bench_result({1: 0.001}), env={**ENV, "torch_threads": 64}))
+    monkeypatch.setattr(env, "usable_cores", lambda: 2)
+    outcome = check_against_baseline("zoo:mlp", "big", store, min_duration_s=0.001)
+    assert store.get(outcome.run_id).config.get("threads") in (None, torch.get_num_threads())
+    assert any("torch_threads: 64 vs" in w for w in outcome.gate.warnings)
