@@ -477,7 +477,8 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     order = sorted(rows, key=lambda r: (r["latency_s"] is None, r["latency_s"] or 0.0))
     from dlperf.report.optimize_view import fmt_metric
 
-    # the metric as optimize prints it, to 4 decimals: 3 digits showed a fidelity of 0.9996 as 1
+    # the metric as optimize prints it (4 decimals, 4 significant digits below 0.1): 3 digits showed a fidelity of
+    # 0.9996 as 1
     table_rows = [[r["name"], _ms(r["latency_s"]), fmt_metric(r["metric"]), on_front(r),
                    "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
     # The search's own front is over latency, metric, size and memory: a smaller, slower candidate is on it though
