@@ -45,9 +45,15 @@ MIB = 2**20
 
 
 def _spike(mib: int) -> None:
-    """Touch `mib` MiB and free it again (a temporary, as a forward's intermediate)."""
-    buffer = torch.ones(mib * MIB // 4)
-    del buffer
+    """Touch `mib` MiB of fresh pages and unmap them again (a temporary, as a forward's intermediate). Mapped
+    directly: a tensor of that size can reuse pages the allocator kept from earlier tests (in the full suite a 32
+    MiB one moved the process's RSS by 0), so it would test the allocator, not the peak."""
+    import mmap
+
+    region = mmap.mmap(-1, mib * MIB)
+    for offset in range(0, mib * MIB, mmap.PAGESIZE):
+        region[offset] = 1
+    region.close()
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux high-water mark")
@@ -77,9 +83,14 @@ def test_without_a_resettable_mark_a_thread_samples(monkeypatch: pytest.MonkeyPa
     from dlperf.measure import memory
 
     monkeypatch.setattr(memory, "HWM_RESET", "/nonexistent/clear_refs")
+    import mmap
+    import time
+
     with memory.PeakRssSampler(interval_s=0.001) as rss:
         assert rss.sampled
-        buffer = torch.ones(64 * MIB // 4)
-        __import__("time").sleep(0.05)
-        del buffer
+        region = mmap.mmap(-1, 64 * MIB)  # fresh pages (see _spike)
+        for offset in range(0, 64 * MIB, mmap.PAGESIZE):
+            region[offset] = 1
+        time.sleep(0.05)
+        region.close()
     assert rss.peak_rss_bytes - rss.start_rss_bytes >= 60 * MIB
