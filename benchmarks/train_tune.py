@@ -16,9 +16,10 @@ import sys
 import time
 
 from dlperf.measure.ab import ABConfig
+from dlperf.measure.env import usable_cores
 from dlperf.report.train_view import UNCONFIRMED_TITLE, settings_confirmed
 from dlperf.store import Store
-from dlperf.train.knobs import DEFAULT_KNOBS, usable_cpus
+from dlperf.train.knobs import DEFAULT_KNOBS
 from dlperf.train.loop import base_config
 from dlperf.train.parity import ParityConfig
 from dlperf.train.tune import TuneConfig, Tuner, record_trial
@@ -55,7 +56,7 @@ def main() -> int:
     elapsed = time.perf_counter() - started
 
     print(f"dlperf train --tune benchmark: {args.workload}")
-    print(f"machine: {platform.machine()}, {usable_cpus()} usable CPUs, torch {torch.__version__}, "
+    print(f"machine: {platform.machine()}, {usable_cores()} usable CPUs, torch {torch.__version__}, "
           f"default threads {torch.get_num_threads()}")
     # other processes on the machine change what the knobs are worth (threads above all): say how busy it was
     print(f"load average (1 min) before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")

@@ -426,6 +426,7 @@ async def _server_stats(target: Target, timeout_s: float = 30.0, why: list[str] 
     then the reason, in words that follow "the server's statistics ...", is appended to `why`."""
     if target.stats_path is None:
         return None
+    why = [] if why is None else why
     try:
         if target.protocol == "grpc":
             from dlperf.loadgen.grpc_client import model_stats
@@ -434,32 +435,23 @@ async def _server_stats(target: Target, timeout_s: float = 30.0, why: list[str] 
         else:
             reply = await fetch(target.endpoint, target.stats_path, target.headers, timeout_s=timeout_s)
             if reply.status != 200:
-                if why is not None:
-                    why.append(f"answered HTTP {reply.status} ({_excerpt(reply.body)})")
+                why.append(f"answered HTTP {reply.status} ({error_of(reply.body)})")
                 return None
             parsed = json.loads(reply.body)
             entries = parsed.get("model_stats") if isinstance(parsed, dict) else None
             found = entries[0] if isinstance(entries, list) and entries and isinstance(entries[0], dict) else None
     except asyncio.TimeoutError:
-        if why is not None:
-            why.append(f"did not answer within {timeout_s:g} s")
+        why.append(f"did not answer within {timeout_s:g} s")
         return None
     except LoadGenError as exc:  # refused, reset, not HTTP, a failed gRPC call
-        if why is not None:
-            why.append(f"could not be read: {exc}")
+        why.append(f"could not be read: {exc}")
         return None
     except ValueError as exc:  # a 200 whose body is not the statistics' JSON
-        if why is not None:
-            why.append(f"are not the statistics extension's JSON: {exc}")
+        why.append(f"are not the statistics extension's JSON: {exc}")
         return None
-    if found is None and why is not None:
+    if found is None:
         why.append(f"have no entry for model '{target.model}'")
     return found
-
-
-def _excerpt(body: bytes, limit: int = 160) -> str:
-    text = body.decode("utf-8", "replace").strip()
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _server_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> ServerSide | None:

@@ -125,8 +125,13 @@ def check_per_cpu(value: int, name: str, per_cpu: int, at_least: int, why: str, 
 
 
 THREADS_PER_CPU = 8
-"""The most torch intra-op threads a command accepts per usable CPU (at least MIN_THREAD_LIMIT in all)."""
+"""The most threads a command starts per usable CPU (torch intra-op threads, serve's model instances), at least
+MIN_THREAD_LIMIT in all."""
 MIN_THREAD_LIMIT = 64
+PROCESSES_PER_CPU = 4
+"""The most processes a command starts per usable CPU (DDP ranks on CPU, DataLoader workers), at least
+MIN_PROCESS_LIMIT in all: `--nproc 1000` would start a thousand processes, each importing torch."""
+MIN_PROCESS_LIMIT = 8
 
 
 def thread_limit() -> int:

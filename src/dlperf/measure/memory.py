@@ -14,7 +14,6 @@ peak over its whole life in spite of that.
 from __future__ import annotations
 
 import contextlib
-import resource
 import sys
 import threading
 from dataclasses import dataclass
@@ -62,6 +61,8 @@ def _reset_high_water_mark() -> bool:
 def lifetime_peak_rss_bytes() -> int:
     """The process's peak RSS over its whole life: getrusage's ru_maxrss, and what high-water-mark resets took
     from it."""
+    import resource  # not on Windows, where nothing resets the mark: the sampling thread measures
+
     value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     maxrss = int(value if sys.platform == "darwin" else value * 1024)  # Linux reports KiB, macOS bytes
     return max(maxrss, _peak_before_resets)

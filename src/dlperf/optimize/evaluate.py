@@ -128,7 +128,13 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     from dlperf.measure.bench import to_device
     from dlperf.measure.clock import clock_for
     from dlperf.measure.env import cpu_flags
-    from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
+    from dlperf.measure.memory import (
+        PeakRssSampler,
+        cuda_peak,
+        cuda_reset_peak,
+        lifetime_peak_rss_bytes,
+        parameter_bytes,
+    )
     from dlperf.measure.timer import TimerConfig, time_callable
     from dlperf.optimize.artifact import artifact_size, export_state, last_training_step
     from dlperf.optimize.space import candidate_from_list, load_pass_modules
@@ -230,7 +236,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     cuda_peak_bytes = None
     if settings.device.startswith("cuda"):
         cuda_peak_bytes = cuda_peak(settings.device).max_allocated_bytes
-    max_rss_bytes = _max_rss_bytes()  # before the original model is built beside the candidate for the pairing
+    # before the original model is built beside the candidate for the pairing; ru_maxrss, less what the timing's
+    # peak sampler reset of it
+    max_rss_bytes = lifetime_peak_rss_bytes()
     paired = None
     if settings.paired_blocks > 0 and not candidate.is_baseline:
         phase("paired")
@@ -405,12 +413,6 @@ def _ab_time(settings: EvalSettings, model_a: Any, model_b: Any, inputs: Any, ph
     result = ab_test(call_a, call_b, config, clock_for(settings.device), items_per_call=settings.batch_size)
     phase("done")
     return result
-
-
-def _max_rss_bytes() -> int:
-    from dlperf.measure.memory import lifetime_peak_rss_bytes
-
-    return lifetime_peak_rss_bytes()  # ru_maxrss, less what the timing's peak sampler reset of it
 
 
 def _flatten(value: Any) -> list[Any]:

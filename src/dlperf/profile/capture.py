@@ -21,7 +21,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileError, WorkloadError
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
-from dlperf.measure.env import check_threads
+from dlperf.measure.env import check_threads, usable_cores
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
@@ -273,7 +273,7 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
         # The workload's own code may change the thread count (a model factory calling set_num_threads).
         torch.set_num_threads(threads_before)
     cpu_count = os.cpu_count() or 1
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpu_count
+    usable = usable_cores()
     trace.threads = ThreadInfo(
         intra_op_threads=intra,
         inter_op_threads=torch.get_num_interop_threads(),

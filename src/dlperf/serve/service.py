@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dlperf.errors import ConfigError, ServingError
-from dlperf.measure.env import check_per_cpu, check_threads
+from dlperf.measure.env import MIN_THREAD_LIMIT, THREADS_PER_CPU, check_per_cpu, check_threads
 from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import DEFAULT_VARIANT, Metrics, Recorder
@@ -773,7 +773,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
 
         check_threads(config.threads, "--threads")  # here, on the machine that starts them (a Ray replica's node)
         torch.set_num_threads(config.threads)
-    check_per_cpu(config.instances, "--instances", 8, 64, "each instance is a thread running the model")
+    check_per_cpu(config.instances, "--instances", THREADS_PER_CPU, MIN_THREAD_LIMIT,
+                  "each instance is a thread running the model")
     metrics = Metrics()
     specs = list(config.variants) if config.variants else [(DEFAULT_VARIANT, config.model or "")]
     weights = list(config.split) if config.split else [1] * len(specs)

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError, TrainError
-from dlperf.measure.env import check_per_cpu, check_threads
-from dlperf.train.knobs import usable_cpus
+from dlperf.measure.env import MIN_PROCESS_LIMIT, PROCESSES_PER_CPU, check_per_cpu, check_threads, usable_cores
 from dlperf.train.loop import StepConfig
 
 STOP_GRACE_S = 5.0
@@ -37,12 +36,6 @@ EXPOSED_OVER_ALLREDUCE = 1.5
 """Exposed communication above this multiple of the standalone all-reduce is mostly not the all-reduce."""
 FIRST_BUCKET_MB = 1.0
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
-
-
-RANKS_PER_CPU = 4
-"""The most CPU (gloo) ranks `run_ddp` starts per usable CPU (at least MIN_CPU_RANK_LIMIT): `--nproc 1000` would
-start a thousand processes, each importing torch and building the model."""
-MIN_CPU_RANK_LIMIT = 8
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ class DdpConfig:
         return self.backend or ("nccl" if device.startswith("cuda") else "gloo")
 
     def threads_for(self) -> int:
-        return self.threads_per_process or max(1, usable_cpus() // self.nproc)
+        return self.threads_per_process or max(1, usable_cores() // self.nproc)
 
 
 @dataclass
@@ -210,8 +203,9 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
             raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")
     else:
-        check_per_cpu(ddp.nproc, "--nproc (on CPU)", RANKS_PER_CPU, MIN_CPU_RANK_LIMIT, "each rank is a process with "
-                      "its own torch and model; a CPU scaling measurement wants at most the usable CPUs")
+        check_per_cpu(ddp.nproc, "--nproc (on CPU)", PROCESSES_PER_CPU, MIN_PROCESS_LIMIT,
+                      "each rank is a process with its own torch and model; a CPU scaling measurement wants at most "
+                      "the usable CPUs")
     threads = ddp.threads_for()
     if on_launch is not None:
         on_launch("1 process")
@@ -227,7 +221,7 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
     multi = launch(workload_spec, config, ddp, ddp.nproc, threads) if ddp.nproc > 1 else single
     name = workload_spec
     result = DdpResult(name, ddp.backend_for(config.device), threads, ddp.bucket_cap_mb, single, multi)
-    result.findings = findings_for(result, usable_cpus(), config.device)
+    result.findings = findings_for(result, usable_cores(), config.device)
     return result
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
-from dlperf.measure.env import check_per_cpu, check_threads
+from dlperf.measure.env import MIN_PROCESS_LIMIT, PROCESSES_PER_CPU, check_per_cpu, check_threads
 from dlperf.workload.base import (
     TrainSpec,
     Workload,
@@ -81,8 +81,8 @@ class StepConfig:
             raise ConfigError("fp16 training (autocast + GradScaler) needs a CUDA device; use bf16 on CPU")
         if self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
-        check_per_cpu(self.num_workers, "num_workers", 4, 8, "each DataLoader worker is a process (PyTorch "
-                      "suggests at most the usable CPUs)")
+        check_per_cpu(self.num_workers, "num_workers", PROCESSES_PER_CPU, MIN_PROCESS_LIMIT,
+                      "each DataLoader worker is a process (PyTorch suggests at most the usable CPUs)")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             raise ConfigError("prefetch_factor and persistent_workers need num_workers > 0")
         if self.prefetch_factor is not None and self.prefetch_factor < 1:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test
 from dlperf.measure.clock import clock_for
-from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry, usable_cpus
+from dlperf.measure.env import usable_cores
+from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
 from dlperf.train.loop import StepConfig, TrainLoop, has_conv
 from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
 from dlperf.train.step import TrainMeasurement, measure_loop
@@ -200,7 +201,7 @@ def make_context(workload: Workload, device: str, config: TuneConfig) -> TuneCon
     from dlperf.train.knobs.precision import bf16_supported
 
     return TuneContext(
-        workload=workload, device=device, cpu_count=usable_cpus(),
+        workload=workload, device=device, cpu_count=usable_cores(),
         memory_budget_bytes=config.memory_budget_bytes, safety_margin=config.safety_margin,
         conv_model=has_conv(workload.build_model()), bf16_supported=bf16_supported(device),
         compiler_missing=compiler_reason(device),

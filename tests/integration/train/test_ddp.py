@@ -9,8 +9,8 @@ import pytest
 
 from dlperf.cli.main import main
 from dlperf.errors import TrainError
+from dlperf.measure.env import usable_cores
 from dlperf.train.ddp import DdpConfig, launch, run_ddp
-from dlperf.train.knobs import usable_cpus
 from dlperf.train.loop import StepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -87,7 +87,7 @@ def test_a_failing_rank_reports_its_error_not_torchruns_summary(tmp_path: Path) 
 
 
 def test_cli_runs_the_ranks_with_the_threads_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    threads = usable_cpus() // 2 + 1  # never the default (usable CPUs // nproc)
+    threads = usable_cores() // 2 + 1  # never the default (usable CPUs // nproc)
     code = main(["train", "zoo:mlp", "--nproc", "2", "--threads", str(threads), "--steps", "2", "--warmup", "0",
                  "--json", "--store", str(tmp_path / "s.db")])
     assert code == 0

@@ -7,7 +7,6 @@ tried in order and the sweep stops at the first one that does not help.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,13 +53,6 @@ class Knob(Protocol):
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
         """The proposals to try, in order, relative to `current`."""
         ...
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def registry() -> dict[str, Knob]:

@@ -100,8 +100,9 @@ def step_footprint_bytes(workload: Workload, config: StepConfig, seed: int = 0) 
     state_bytes = sum(_tensor_bytes(s) for s in loop.optimizer.state.values())
     # counted once: backward saves the weights and the batch too (a Linear saves its weight and its input), which
     # are counted above; counted again they made zoo:mlp's batch 61 need 1.11 MB where it needs 0.84
+    weights = {p.untyped_storage().data_ptr() for p in params}
     held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in params + _tensors(fetched)}
-    batch_bytes = sum(n for ptr, n in held.items() if ptr not in {p.untyped_storage().data_ptr() for p in params})
+    batch_bytes = sum(n for ptr, n in held.items() if ptr not in weights)
     loop.close()
     saved = {ptr: n for ptr, n in outside.items() if ptr not in held}
     recomputed = max((sum(n for ptr, n in block.items() if ptr not in outside and ptr not in held)
