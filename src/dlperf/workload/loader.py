@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import inspect
 import keyword
+import math
 import os
 import sys
 import typing
@@ -207,14 +208,22 @@ def canonical_spec(spec: str) -> str:
 
 def split_canonical(spec: str) -> tuple[str, str, dict[str, Any]] | None:
     """(path, attribute, options) of a file workload's spec (absolute in a `canonical_spec`); None for a zoo spec or
-    one that is no file spec."""
+    one that is no file spec. The options' values are for comparing two specs (`_matchable`)."""
     if spec.startswith("zoo:") or not spec:
         return None
     try:
         path, attr, texts = _split_file_spec(spec)
     except WorkloadError:
         return None
-    return (path, attr, {k: parse_option_value(v) for k, v in texts.items()}) if path.endswith(".py") else None
+    return (path, attr, {k: _matchable(v) for k, v in texts.items()}) if path.endswith(".py") else None
+
+
+def _matchable(text: str) -> Any:
+    """An option's value as two specs are compared: parsed, so that '?x=1.50' typed matches the '?x=1.5' that a
+    profile recorded, and a NaN as the text 'nan', which equals itself: a float NaN equals nothing, so a spec with
+    '?x=nan' matched no record of its own runs, not even one written the same way."""
+    value = parse_option_value(text)
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
 
 
 def code_fingerprint(source: str) -> str:

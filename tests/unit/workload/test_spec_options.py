@@ -1,0 +1,41 @@
+"""A spec's option values, as the workload function gets them and as two specs are matched."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlperf.workload.loader import canonical_spec, split_canonical
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_spec_with_a_nan_option_matches_itself(tmp_path):
+    """'?x=nan' was parsed to a float NaN, which equals nothing: `runs list --workload 'wl.py?metric=nan'` typed from
+    another folder (or a profile's record of it) found none of the workload's runs."""
+    (tmp_path / "wl.py").write_text("")
+    spec = f"{tmp_path / 'wl.py'}:make?metric=nan&lr=NaN&width=1.50"
+    parts = split_canonical(spec)
+    assert parts is not None
+    assert parts == split_canonical(spec)
+    assert parts == split_canonical(canonical_spec(spec))
+    assert parts[2]["width"] == 1.5  # still parsed: '1.50' typed matches the '1.5' a record wrote
+    assert not any(isinstance(v, float) and math.isnan(v) for v in parts[2].values())
+
+
+def test_runs_of_a_nan_option_workload_are_found_from_another_folder(tmp_path, monkeypatch):
+    from dlperf.store import Store
+    from dlperf.store.query import runs_of_workload
+
+    (tmp_path / "wl").mkdir()
+    (tmp_path / "wl" / "good.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    store = Store(tmp_path / "runs.db")
+    good = str(tmp_path / "wl" / "good.py")
+    bench = store.create_run("bench", "wl/good.py?metric=nan", {"workload_key": f"{good}?metric=nan"}).id
+    profile = store.create_run("profile", f"{good}:workload?metric=nan").id
+    store.create_run("bench", "wl/good.py?metric=acc", {"workload_key": f"{good}?metric=acc"})
+    monkeypatch.chdir(tmp_path / "wl")
+    assert {r.id for r in runs_of_workload(store, "good.py?metric=nan")} == {bench, profile}
+    assert [r.id for r in runs_of_workload(store, "good.py:workload?metric=nan")] == [profile]
