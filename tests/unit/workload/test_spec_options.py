@@ -39,3 +39,28 @@ def test_runs_of_a_nan_option_workload_are_found_from_another_folder(tmp_path, m
     monkeypatch.chdir(tmp_path / "wl")
     assert {r.id for r in runs_of_workload(store, "good.py?metric=nan")} == {bench, profile}
     assert [r.id for r in runs_of_workload(store, "good.py:workload?metric=nan")] == [profile]
+
+
+FACTORY = '''
+import torch
+import dlperf
+
+def make(metric: str = "acc", width: int = 4, scale=1.0) -> dlperf.Workload:
+    return dlperf.Workload(name=repr((metric, width, scale)), make_model=lambda: torch.nn.Linear(width, 1),
+                           make_inputs=lambda b: (torch.zeros(b, width),))
+'''
+
+
+def test_options_typed_outside_the_spec_are_read_by_the_parameter_they_are_for(tmp_path):
+    """`dlperf ab`'s option.NAME=VALUE reaches the loader as text (option_texts) and is read as the spec's
+    ?NAME=VALUE is: 'nan' for `metric: str` is the text, not a float NaN."""
+    from dlperf.workload.loader import load_workload
+
+    path = tmp_path / "wl.py"
+    path.write_text(FACTORY)
+    w = load_workload(f"{path}:make", option_texts={"metric": "nan", "width": "8", "scale": "1e-1"})
+    assert w.name == repr(("nan", 8, 0.1))
+    assert w.name == load_workload(f"{path}:make?metric=nan&width=8&scale=1e-1").name
+    # they win over the spec's, as keyword options do
+    assert load_workload(f"{path}:make?metric=acc&width=2", option_texts={"metric": "1"}).name == repr(("1", 2, 1.0))
+    assert load_workload("zoo:mlp", option_texts={"hidden": "16"}).name == load_workload("zoo:mlp?hidden=16").name
