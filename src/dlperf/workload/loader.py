@@ -227,7 +227,11 @@ def _matchable(text: str) -> Any:
     profile recorded, and a NaN as the text 'nan', which equals itself: a float NaN equals nothing, so a spec with
     '?x=nan' matched no record of its own runs, not even one written the same way."""
     value = parse_option_value(text)
-    return "nan" if isinstance(value, float) and math.isnan(value) else value
+    return "nan" if _is_nan(value) else value
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def code_fingerprint(source: str) -> str:
@@ -317,7 +321,8 @@ def _query(options: dict[str, Any], strings: Collection[str] = ()) -> str | None
     for key, value in options.items():
         text = str(value)
         back = text if key in strings else parse_option_value(text)
-        if type(back) is not type(value) or back != value or "&" in text or "&" in key or "=" in key:
+        same = back == value or (_is_nan(back) and _is_nan(value))  # '?scale=nan' left no source: nan != nan
+        if type(back) is not type(value) or not same or "&" in text or "&" in key or "=" in key:
             return None
         parts.append(f"{key}={text}")
     return "?" + "&".join(parts) if parts else ""

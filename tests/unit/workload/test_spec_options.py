@@ -64,3 +64,15 @@ def test_options_typed_outside_the_spec_are_read_by_the_parameter_they_are_for(t
     # they win over the spec's, as keyword options do
     assert load_workload(f"{path}:make?metric=acc&width=2", option_texts={"metric": "1"}).name == repr(("1", 2, 1.0))
     assert load_workload("zoo:mlp", option_texts={"hidden": "16"}).name == load_workload("zoo:mlp?hidden=16").name
+
+
+def test_a_nan_option_of_a_float_parameter_keeps_the_workloads_source(tmp_path):
+    """'?scale=nan' for `scale: float` left the workload no source (the round trip compared nan != nan), so profile
+    recorded the spec as typed, not the absolute one that optimize's candidates reload."""
+    from dlperf.workload.loader import load_workload
+
+    path = tmp_path / "wl.py"
+    path.write_text(FACTORY.replace("scale=1.0", "scale: float = 1.0"))
+    w = load_workload(f"{path}:make?scale=nan")
+    assert w.source == f"{path}:make?scale=nan"
+    assert load_workload(w.source).name == w.name == repr(("acc", 4, math.nan))
