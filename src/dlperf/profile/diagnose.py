@@ -376,17 +376,18 @@ def _threads(a: Analyses) -> list[Finding]:
 
 def _shared_machine(a: Analyses) -> Finding | None:
     """Other processes hold cores this process's threads need. Two signals, each on its own evidence:
-    starved, the process got half or less of the cores its threads asked for (CPU time / wall time); and a
+    starved, the process got half or less of the cores its threads could use (CPU time / wall time, against
+    `wanted_cores`: a one-thread step is not starved by getting one core of two); and a
     measured stall, more threads than the cores left free while the compute-heavy operators run far below
     the machine's peak (a parallel operator waits for its descheduled threads). Both: high confidence and a
     root cause (it distorts every other measurement); one: medium; neither strongly: low."""
     t = a.threads
     if t.other_busy_cores < 0.5:
         return None
-    expected = min(t.intra_op_threads, t.usable_cores)
+    expected = t.wanted_cores
     starved = max(0.0, 1.0 - t.process_busy_cores / expected)
     free_cores = t.usable_cores - t.other_busy_cores
-    outnumbered = t.intra_op_threads > free_cores
+    outnumbered = expected > free_cores  # a thread that never ran waits for no core
     stalled = [o for o in a.operators.operators
                if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak < FAR_BELOW_PEAK]
     stalled_share = sum(o.share for o in stalled) if outnumbered else 0.0
@@ -398,7 +399,11 @@ def _shared_machine(a: Analyses) -> Finding | None:
     if share < MIN_SHARE:  # a step mostly outside parallel operators (waiting for data, Python) loses little
         return None  # (the busy machine is still a caveat)
     evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
-                f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"]
+                f"{t.intra_op_threads} threads but got only {t.process_busy_cores:.1f} of {t.usable_cores} cores"
+                if expected == min(t.intra_op_threads, t.usable_cores) else
+                f"other processes kept {t.other_busy_cores:.1f} cores busy; the step ran on "
+                f"{_cores(t.busy_threads, 'busy thread')} (of {t.intra_op_threads} intra-op threads), which got "
+                f"only {t.process_busy_cores:.1f} of the {_cores(expected)} they could use"]
     signals = 0
     if starved >= 0.5:
         signals += 1
@@ -413,13 +418,13 @@ def _shared_machine(a: Analyses) -> Finding | None:
     if t.load_average_1m is not None:
         evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
     free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
-    fixes = [threads_fix(free)] if free < t.intra_op_threads else []
+    fixes = [threads_fix(free)] if free < expected else []  # fewer threads help only a step that uses more
     confidence = ("low", "medium", "high")[signals]
     return Finding(
         category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,
-        fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups); "
-            "use fewer threads than the busy cores leave free",
-        setting=fixes[0].setting if fixes else "--threads N", share=share, confidence=confidence,
+        fix="measure on an idle machine or give this process dedicated cores (taskset, cgroups)"
+            + ("; use fewer threads than the busy cores leave free" if fixes else ""),
+        setting=fixes[0].setting if fixes else None, share=share, confidence=confidence,
         estimated_speedup=_speedup(share, 2.0), root_cause=confidence == "high", fixes=fixes,
     )
 
@@ -499,14 +504,18 @@ ABOVE_CEILING = 1.1
 """An operator above 110% of its roofline ceiling means the ceilings, not the operator, are off."""
 
 
+def _cores(n: int, what: str = "core") -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _caveats(a: Analyses) -> list[str]:
     out = []
     t = a.threads
-    expected = min(t.intra_op_threads, t.usable_cores)
+    expected = t.wanted_cores
     if t.other_busy_cores >= 0.5 and t.process_busy_cores < 0.5 * expected:
         load = f", load average {t.load_average_1m:.1f}" if t.load_average_1m is not None else ""
-        out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {expected} cores its "
-                   f"threads asked for ({t.other_busy_cores:.1f} cores busy elsewhere{load}); times are inflated "
+        out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {_cores(expected)} "
+                   f"its threads could use ({t.other_busy_cores:.1f} cores busy elsewhere{load}); times are inflated "
                    "and percentages of peak understated: re-run on an idle machine before trusting them")
     # compute-bound operators only: their FLOPs are counted exactly, while bytes moved are an estimate
     above = [o for o in a.operators.operators

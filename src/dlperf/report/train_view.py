@@ -129,6 +129,8 @@ def trial_notes(trials: list[dict[str, Any]]) -> Text:
         if t["status"] != "not faster" and t.get("reason"):
             text.append(f"  {t['knob']}: {t['status']}: {t['reason']}\n",
                         style=STATUS_STYLE.get(t["status"], ""))
+        if t.get("disturbed"):
+            text.append(f"  {t['knob']}: {t['disturbed']}\n", style="yellow")
     return text
 
 
@@ -166,6 +168,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
         lo, hi = ab["speedup_ci"]
         head.append(f"  gain      {result['speedup']:.2f}x samples/s (interleaved A/B, step-time CI "
                     f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green" if confirmed else "bold yellow")
+        if result.get("disturbed"):
+            head.append(f"  {result['disturbed']}\n", style="yellow")
     elif all(t["status"] == "skipped" for t in result["trials"]):
         head.append("  gain      none: every knob was skipped (why below), nothing was tried\n", style="yellow")
     else:

@@ -12,6 +12,7 @@ and against each other, interleaved, for the headline gain.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from dlperf.errors import ConfigError, TrainError
 from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import usable_cores
+from dlperf.measure.stats import Measurement, median
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
 from dlperf.train.loop import StepConfig, TrainLoop, has_conv
 from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
@@ -84,7 +86,11 @@ class Trial:
     speedup_ci: tuple[float, float] | None = None
     verdict: str | None = None
     samples_per_s: float | None = None
+    """The candidate's, from the A/B's paired blocks as the speedup is (`paired_rates`)."""
     reference_samples_per_s: float | None = None
+    """The then-best's, from the same blocks."""
+    disturbed: str | None = None
+    """Why the A/B's totals disagree with its paired blocks (`disturbance`); None when they agree."""
     details: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
 
@@ -95,7 +101,7 @@ class Trial:
             "parity": self.parity.to_dict() if self.parity else None, "speedup": self.speedup,
             "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "verdict": self.verdict,
             "samples_per_s": self.samples_per_s, "reference_samples_per_s": self.reference_samples_per_s,
-            "details": self.details, "duration_s": self.duration_s,
+            "disturbed": self.disturbed, "details": self.details, "duration_s": self.duration_s,
         }
 
 
@@ -124,6 +130,8 @@ class TuneResult:
     final_samples: tuple[int, int] | None = None
     """Samples trained in the final A/B's timed calls, baseline and best (a loader without drop_last ends each
     epoch with a shorter batch); None with no final A/B."""
+    final_samples_per_s: tuple[float, float] | None = None
+    """Baseline's and best's samples/s from the final A/B's paired blocks (`paired_rates`); None with none."""
 
     @property
     def speedup(self) -> float:
@@ -134,18 +142,23 @@ class TuneResult:
 
     @property
     def baseline_samples_per_s(self) -> float:
-        """From the final interleaved A/B (total samples / total time), else the baseline's measurement."""
-        ab, samples = self.final_ab, self.final_samples
-        if ab is None or samples is None:
+        """From the final interleaved A/B's paired blocks, as its speedup is, else the baseline's measurement."""
+        if self.final_samples_per_s is None:
             return self.baseline_measurement.samples_per_s
-        return samples[0] / ab.a.total_s
+        return self.final_samples_per_s[0]
 
     @property
     def best_samples_per_s(self) -> float:
-        ab, samples = self.final_ab, self.final_samples
-        if ab is None or samples is None:
+        if self.final_samples_per_s is None:
             return self.best_measurement.samples_per_s
-        return samples[1] / ab.b.total_s
+        return self.final_samples_per_s[1]
+
+    @property
+    def disturbed(self) -> str | None:
+        """Why the final A/B's totals disagree with its paired blocks (`disturbance`); None when they agree."""
+        if self.final_ab is None or self.final_samples is None:
+            return None
+        return disturbance(self.final_ab, self.final_samples, "the best", "the baseline's")
 
     def to_dict(self) -> dict[str, Any]:
         ab = self.final_ab
@@ -157,6 +170,7 @@ class TuneResult:
             "final_ab": ab.to_dict() if ab else None,
             "baseline_samples_per_s": self.baseline_samples_per_s,
             "best_samples_per_s": self.best_samples_per_s,
+            "disturbed": self.disturbed,
             "settings": [s.to_dict() for s in self.settings],
             "trials": [t.to_dict() for t in self.trials],
             "baseline_measurement": self.baseline_measurement.to_dict(),
@@ -167,6 +181,42 @@ class TuneResult:
 def throughput_speedup(ab: ABResult, a: StepConfig, b: StepConfig) -> float:
     """Samples/s of B over A from an A/B of their steps (steps may carry different numbers of samples)."""
     return ab.speedup * b.effective_batch_size / a.effective_batch_size
+
+
+def paired_rates(ab: ABResult, samples: tuple[int, int], statistic: str = "median") -> tuple[float, float]:
+    """Samples/s of A and B from the paired blocks the A/B's speedup and verdict come from: the samples a side
+    trained per timed call over the geometric mean of its blocks' call times (each block summed up by
+    `statistic`, as the A/B did). B's over A's is the A/B's speedup (times their samples per call), so the
+    figures printed beside it agree with it. Total samples over total time would not: one slow block (a stall,
+    another process) weighs on the totals as much as all the others, where the speedup gives each block one
+    ratio (a trial of slow_loader's prefetch_factor printed 2.89x beside samples/s 1.40x its reference's)."""
+    stat = median if statistic == "median" else statistics.fmean
+    blocks = len(ab.block_ratios)
+
+    def rate(m: Measurement, trained: int) -> float:
+        per_block = m.n // blocks
+        times = [max(stat([t / 1e9 for t in m.samples_ns[k * per_block:(k + 1) * per_block]]), 1e-9)
+                 for k in range(blocks)]
+        return trained / m.n / math.exp(sum(math.log(t) for t in times) / blocks)
+
+    return rate(ab.a, samples[0]), rate(ab.b, samples[1])
+
+
+def disturbance(ab: ABResult, samples: tuple[int, int], b_name: str = "the candidate",
+                a_name: str = "the best so far's") -> str | None:
+    """What to say when the A/B's totals (samples / time over all its blocks) give B a speed over A outside the
+    interval its paired blocks give: a few blocks ran far slower than the rest, on one side (a stall, another
+    process, a cost paid once an epoch such as restarting loader workers), which the interval does not cover.
+    The speedup and verdict rest on the paired blocks; None when the totals agree with them."""
+    totals = (samples[1] / ab.b.total_s) / (samples[0] / ab.a.total_s)
+    per_call = (samples[1] / ab.b.n) / (samples[0] / ab.a.n)  # the paired speedup's samples per call
+    lo, hi = (x * per_call for x in ab.speedup_ci)
+    if lo <= totals <= hi:
+        return None
+    return (f"disturbed: over the whole A/B {b_name} trained {totals:.2f}x {a_name} samples/s (total samples / "
+            f"total time), outside the paired blocks' {ab.confidence:.0%} CI {lo:.2f}-{hi:.2f}x: a few blocks ran "
+            "far slower than the rest (another process, a stall, a cost paid once an epoch); the speedup and "
+            "verdict rest on the paired blocks: repeat on a quieter machine before trusting them")
 
 
 def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int = 1) -> tuple[ABResult, tuple[int, int]]:
@@ -329,8 +379,9 @@ class Tuner:
             scale = config.effective_batch_size / best.effective_batch_size
             trial.speedup_ci = (lo * scale, hi * scale)
             trial.verdict = ab.verdict
-            trial.reference_samples_per_s = samples_a / ab.a.total_s
-            trial.samples_per_s = samples_b / ab.b.total_s
+            trial.reference_samples_per_s, trial.samples_per_s = paired_rates(
+                ab, (samples_a, samples_b), self.config.ab.block_statistic)
+            trial.disturbed = disturbance(ab, (samples_a, samples_b))
             if ab.verdict == FASTER:
                 trial.status = ACCEPTED
             elif candidate.required:
@@ -382,7 +433,8 @@ class Tuner:
             fresh_base.close()
             fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
-                          code_settings(self.baseline, best, self.trials), final_samples)
+                          code_settings(self.baseline, best, self.trials), final_samples,
+                          paired_rates(final, final_samples, self.config.final_ab.block_statistic))
 
 
 def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | None = None,

@@ -9,10 +9,11 @@ import hashlib
 import importlib.util
 import inspect
 import keyword
+import math
 import os
 import sys
 import typing
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType, UnionType
 from typing import Any, NoReturn, Union
@@ -21,14 +22,18 @@ from dlperf.errors import WorkloadError
 from dlperf.workload.base import Workload, _batch_of, _describe_value, _user_frame
 
 
-def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Workload:
+def load_workload(spec: Any, example_inputs: Any = None, *, option_texts: Mapping[str, str] | None = None,
+                  **options: Any) -> Workload:
     """Return the Workload for `spec`.
 
     `spec` is a Workload, an `nn.Module` (then `example_inputs` is required and is resized to every batch
     size), `'zoo:NAME'` (options such as `zoo:minilm?seq_len=64` or keyword `options`), a path `'file.py'`
     (or a pathlib.Path) holding one workload, or `'file.py:name'` (a function's options as
-    `'file.py:name?width=8'` or keyword `options`).
+    `'file.py:name?width=8'` or keyword `options`). `option_texts` are options as a user typed them outside the
+    spec (`dlperf ab`'s option.NAME=VALUE): each is read as the spec's ?NAME=VALUE would be, by the parameter it
+    is for (`_spec_options`: 'nan' stays the text for a parameter annotated `str`), and wins over the spec's.
     """
+    texts = dict(option_texts or {})
     if isinstance(spec, os.PathLike):  # a pathlib.Path to the file
         spec = os.fspath(spec)
     if isinstance(spec, (Workload, str)) and example_inputs is not None:  # they would be ignored
@@ -36,17 +41,17 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
         raise WorkloadError(f"{what} makes its own inputs: example inputs are for an nn.Module only, "
                             "e.g. dlperf.bench(model, (x,))")
     if isinstance(spec, Workload):
-        if options:
+        if options or texts:
             raise WorkloadError(f"workload '{spec.name}' is a dlperf.Workload already: it takes no options "
-                                f"({', '.join(options)})")
+                                f"({', '.join({**texts, **options})})")
         return spec
     if isinstance(spec, str):
         if spec.startswith("zoo:"):
             from dlperf.workload import zoo
 
-            name, texts = _split_options(spec[len("zoo:") :])
-            return zoo.get(name, **{**{k: parse_option_value(v) for k, v in texts.items()}, **options})
-        return _load_from_file(spec, **options)
+            name, written = _split_options(spec[len("zoo:") :])
+            return zoo.get(name, **{**{k: parse_option_value(v) for k, v in {**written, **texts}.items()}, **options})
+        return _load_from_file(spec, texts, **options)
     try:
         from torch import nn
     except ImportError as exc:  # pragma: no cover - torch is a hard dependency
@@ -56,9 +61,9 @@ def load_workload(spec: Any, example_inputs: Any = None, **options: Any) -> Work
             raise WorkloadError(
                 "an nn.Module was given without example inputs: pass them, e.g. dlperf.bench(model, (x,))"
             )
-        if options:
-            raise WorkloadError(f"an nn.Module takes no options ({', '.join(options)}): options are for zoo and "
-                                "file workloads")
+        if options or texts:
+            raise WorkloadError(f"an nn.Module takes no options ({', '.join({**texts, **options})}): options are "
+                                "for zoo and file workloads")
         return from_module(spec, example_inputs)
     raise WorkloadError(
         f"cannot make a workload from {type(spec).__name__}: give 'zoo:NAME', 'file.py[:name]', "
@@ -207,14 +212,26 @@ def canonical_spec(spec: str) -> str:
 
 def split_canonical(spec: str) -> tuple[str, str, dict[str, Any]] | None:
     """(path, attribute, options) of a file workload's spec (absolute in a `canonical_spec`); None for a zoo spec or
-    one that is no file spec."""
+    one that is no file spec. The options' values are for comparing two specs (`_matchable`)."""
     if spec.startswith("zoo:") or not spec:
         return None
     try:
         path, attr, texts = _split_file_spec(spec)
     except WorkloadError:
         return None
-    return (path, attr, {k: parse_option_value(v) for k, v in texts.items()}) if path.endswith(".py") else None
+    return (path, attr, {k: _matchable(v) for k, v in texts.items()}) if path.endswith(".py") else None
+
+
+def _matchable(text: str) -> Any:
+    """An option's value as two specs are compared: parsed, so that '?x=1.50' typed matches the '?x=1.5' that a
+    profile recorded, and a NaN as the text 'nan', which equals itself: a float NaN equals nothing, so a spec with
+    '?x=nan' matched no record of its own runs, not even one written the same way."""
+    value = parse_option_value(text)
+    return "nan" if _is_nan(value) else value
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def code_fingerprint(source: str) -> str:
@@ -304,7 +321,8 @@ def _query(options: dict[str, Any], strings: Collection[str] = ()) -> str | None
     for key, value in options.items():
         text = str(value)
         back = text if key in strings else parse_option_value(text)
-        if type(back) is not type(value) or back != value or "&" in text or "&" in key or "=" in key:
+        same = back == value or (_is_nan(back) and _is_nan(value))  # '?scale=nan' left no source: nan != nan
+        if type(back) is not type(value) or not same or "&" in text or "&" in key or "=" in key:
             return None
         parts.append(f"{key}={text}")
     return "?" + "&".join(parts) if parts else ""
@@ -329,8 +347,9 @@ def _same(value: Any, default: Any) -> bool:
         return False
 
 
-def _load_from_file(spec: str, **keywords: Any) -> Workload:
+def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> Workload:
     path_text, attr, texts = _split_file_spec(spec)
+    texts = {**texts, **extra_texts}
     options = {**texts, **keywords}  # the names given; what a spec's value means depends on the function's parameter
 
     def given(target: Any) -> dict[str, Any]:

@@ -26,6 +26,10 @@ class ThreadAnalysis:
     load_average_1m: float | None
     busy_threads: int
     other_python_threads_busy_cores: float
+    wanted_cores: int
+    """Cores the step could keep busy: its intra-op threads, at most the usable cores and at most the threads of this
+    process that were busy. A step that only ever runs one thread (Python calling operators too small for torch to
+    split) can use one core however many intra-op threads it has: getting 0.9 of 2 cores does not starve it."""
     issues: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -40,6 +44,9 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
     machine_busy = t.system_cpu_percent / 100.0 * t.logical_cores
     other = max(0.0, machine_busy - process_busy)
     over = t.intra_op_threads / usable
+    wanted = min(t.intra_op_threads, usable)
+    if t.busy_threads > 0:  # 0: not measured (an older trace)
+        wanted = min(wanted, t.busy_threads)
     issues = []
     if over > 1.0:
         issues.append(f"{t.intra_op_threads} intra-op threads on {usable} usable cores")
@@ -64,5 +71,6 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
         load_average_1m=t.load_average_1m,
         busy_threads=t.busy_threads,
         other_python_threads_busy_cores=t.other_python_threads_busy_cores,
+        wanted_cores=max(1, wanted),
         issues=issues,
     )
