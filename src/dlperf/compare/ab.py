@@ -63,6 +63,17 @@ class ABRun:
         return self.result.describe(f"A ({self.a.describe()})", f"B ({self.b.describe()})") + unit
 
 
+def load_side(workload_spec: Any, options: Any) -> Workload:
+    """The workload of a side with its `option.NAME=VALUE`s: a text (as typed after `--a`/`--b`) is read as a
+    spec's ?NAME=VALUE is, by the parameter it is for ('nan' stays text for a `str` parameter), other values (the
+    Python API's, an older stored A/B's) are passed as they are."""
+    from dlperf.workload.loader import load_workload
+
+    pairs = list(options)
+    return load_workload(workload_spec, option_texts={k: v for k, v in pairs if isinstance(v, str)},
+                         **{k: v for k, v in pairs if not isinstance(v, str)})
+
+
 def _builds_alike(a: ABSettings, b: ABSettings) -> bool:
     """Whether both sides run the same model object: the same workload options, device and memory format (the
     threads, precision and batch size are how it is called). Two copies built alike still differ in speed by
@@ -78,8 +89,6 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
     shares (`_builds_alike`), and its inputs too at the same batch size."""
     import torch
 
-    from dlperf.workload.loader import load_workload
-
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
                           "device=cpu")
@@ -89,7 +98,7 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
         if own_batch == batch:
             return built
         return workload, model, _placed(workload.example_inputs(own_batch), settings), own_batch
-    workload = load_workload(workload_spec, **dict(settings.options))
+    workload = load_side(workload_spec, settings.options)
     batch = settings.batch_size or batch_size or workload.default_batch_size
     model = workload.build_model().eval().to(settings.device)
     inputs = workload.example_inputs(batch)
@@ -275,12 +284,10 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
 
     _check_options(kwargs.get("blocks", 20), kwargs.get("iters_per_block"), kwargs.get("confidence", 0.95),
                    kwargs.get("min_effect", 0.01), kwargs.get("batch_size"))
-    from dlperf.workload.loader import load_workload
-
     # a spec that does not load (no such file, a syntax error, an unknown option) is no run; once per distinct
     # options, as a workload file runs its module code at each load
     for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else []):
-        load_workload(workload_spec, **dict(options))
+        load_side(workload_spec, options)
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}

@@ -50,7 +50,8 @@ def load_workload(spec: Any, example_inputs: Any = None, *, option_texts: Mappin
             from dlperf.workload import zoo
 
             name, written = _split_options(spec[len("zoo:") :])
-            return zoo.get(name, **{**{k: parse_option_value(v) for k, v in {**written, **texts}.items()}, **options})
+            # read as a file function's options are: by the parameter ('?attn=1' is the text for minilm's attn: str)
+            return zoo.get(name, **{**_spec_options(zoo.factory(name), {**written, **texts}), **options})
         return _load_from_file(spec, texts, **options)
     try:
         from torch import nn

@@ -30,7 +30,7 @@ def test_ab_records_a_run_with_a_verdict(tmp_path: Path, capsys: pytest.CaptureF
     record = Store(store).get(data["run_id"])
     assert record.kind == "ab" and record.status == "ok"
     assert len(record.result["measurements"]["a"]["samples_ns"]) == 30
-    assert record.config["b"]["options"] == {"hidden": 1024}
+    assert record.config["b"]["options"] == {"hidden": "1024"}  # as typed; the loader reads it by the parameter
 
 
 def test_different_batch_sizes_compare_per_item() -> None:

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 def test_all_keys_parse_to_typed_values() -> None:
     s = parse_settings("threads=1, precision=bf16,batch_size=8,channels_last=1,device=cpu,option.hidden=512")
     assert s == ABSettings(threads=1, precision="bf16", batch_size=8, channels_last=True, device="cpu",
-                           options=(("hidden", 512),))
+                           options=(("hidden", "512"),))
     assert s.describe() == "threads=1,precision=bf16,batch_size=8,channels_last=1,option.hidden=512"
 
 
@@ -39,14 +39,38 @@ def test_mistakes_name_the_option_and_the_fix(text: str, message: str) -> None:
     assert message in str(info.value)
 
 
-def test_option_values_are_typed() -> None:
+def test_option_values_are_kept_as_typed() -> None:
+    """Only the workload knows what a value is for: 'nan' is a float for `scale: float` and a text for `metric:
+    str`, so the settings keep the text and the loader reads it (`compare.ab.load_side`)."""
     s = parse_settings("option.seq_len=64,option.scale=1.5,option.mode=fast")
-    assert dict(s.options) == {"seq_len": 64, "scale": 1.5, "mode": "fast"}
+    assert dict(s.options) == {"seq_len": "64", "scale": "1.5", "mode": "fast"}
+    assert parse_settings(s.describe()) == s
 
 
-def test_a_boolean_option_is_a_bool_as_in_a_workload_spec() -> None:
-    """`option.pretrained=false` reached the factory as the string 'false', which is true; `?pretrained=false` in a
-    spec was already a bool."""
-    s = parse_settings("option.pretrained=false,option.fused=True")
-    assert dict(s.options) == {"pretrained": False, "fused": True}
-    assert parse_settings(s.describe()) == s  # 'option.pretrained=False' reads back the same
+FACTORY = '''
+import torch
+import dlperf
+
+def make(metric: str = "acc", width: int = 4, scale: float = 1.0, pretrained=True) -> dlperf.Workload:
+    seen = (metric, width, scale, pretrained)
+    return dlperf.Workload(name=repr(seen), make_model=lambda: torch.nn.Linear(width, 1),
+                           make_inputs=lambda b: (torch.zeros(b, width),))
+'''
+
+
+def test_a_side_s_options_reach_the_factory_typed_by_its_parameters(tmp_path) -> None:
+    """`option.metric=nan` passed float NaN to `metric: str` (the value was parsed by its text before the workload
+    was known); `option.pretrained=false` must still be a bool and `option.width=8` an int, as in a spec."""
+    import math
+
+    from dlperf.compare.ab import load_side
+
+    (tmp_path / "wl.py").write_text(FACTORY)
+    spec = f"{tmp_path / 'wl.py'}:make"
+    s = parse_settings("option.metric=nan,option.width=8,option.scale=nan,option.pretrained=false")
+    metric, width, scale, pretrained = eval(load_side(spec, s.options).name, {"nan": float("nan")})
+    assert metric == "nan" and width == 8 and pretrained is False
+    assert isinstance(scale, float) and math.isnan(scale)
+    # values that are not text (the Python API's, a stored A/B from before) are passed as they are
+    metric, width, _, _ = eval(load_side(spec, (("width", 16), ("metric", "f1"))).name, {"nan": float("nan")})
+    assert (metric, width) == ("f1", 16)

@@ -76,3 +76,15 @@ def test_a_nan_option_of_a_float_parameter_keeps_the_workloads_source(tmp_path):
     w = load_workload(f"{path}:make?scale=nan")
     assert w.source == f"{path}:make?scale=nan"
     assert load_workload(w.source).name == w.name == repr(("acc", 4, math.nan))
+
+
+def test_a_zoo_option_for_a_string_parameter_stays_text() -> None:
+    """A zoo spec's options were all parsed by their text, so minilm's `attn: str` got the int 1 from '?attn=1'
+    (and a float NaN from '?attn=nan'); they are read by the zoo function's parameters as a file's are."""
+    from dlperf.errors import WorkloadError
+    from dlperf.workload.loader import load_workload
+
+    with pytest.raises(WorkloadError, match="attn='1' is unknown"):
+        load_workload("zoo:minilm?attn=1")
+    with pytest.raises(WorkloadError, match="attn='nan' is unknown"):
+        load_workload("zoo:minilm", option_texts={"attn": "nan"})

@@ -22,12 +22,17 @@ def names() -> list[str]:
     return list(ZOO)
 
 
-def get(name: str, **options: Any) -> Workload:
-    """The zoo workload `name`, built with `options` (e.g. seq_len=64 for minilm)."""
+def factory(name: str) -> Any:
+    """The function that builds the zoo workload `name` (its module's `workload`)."""
     module_name = ZOO.get(name)
     if module_name is None:
         raise WorkloadError(f"no zoo workload '{name}': choose one of {', '.join(ZOO)} (`dlperf zoo` lists them)")
-    module = importlib.import_module(f"dlperf.workload.zoo.{module_name}")
-    check_option_names(module.workload, options, f"zoo:{name}")
-    workload: Workload = module.workload(**options)
+    return importlib.import_module(f"dlperf.workload.zoo.{module_name}").workload
+
+
+def get(name: str, **options: Any) -> Workload:
+    """The zoo workload `name`, built with `options` (e.g. seq_len=64 for minilm)."""
+    make = factory(name)
+    check_option_names(make, options, f"zoo:{name}")
+    workload: Workload = make(**options)
     return workload
