@@ -23,6 +23,8 @@ from dlperf.store.records import RunRecord
 KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
                "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training"}
 PLOTTED_KPIS = ("p50", "p90", "p99", "mean", "throughput")
+HISTORY_PLOTS = 6
+"""Batch sizes a history draws a chart of (the first by size); its table has every one."""
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -208,7 +210,9 @@ def _same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def environment_section(records: Sequence[RunRecord]) -> str:
-    envs = [(r.id, r.environment) for r in records if isinstance(r.environment, Mapping) and r.environment]
+    # a run is one id in its column: a run named in the report and also in its --history was listed twice
+    envs = list({r.id: (r.id, r.environment) for r in records
+                 if isinstance(r.environment, Mapping) and r.environment}.values())
     if not envs:
         return '<section><h2>Environment</h2><p class="muted">no environment recorded</p></section>'
     distinct: list[tuple[list[str], Mapping[str, Any]]] = []
@@ -790,26 +794,35 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
             shown = float(value) if metric == "throughput" else float(value) * 1e3
             per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
-    title = f"History of {workload or 'the workload'}: {metric} at each batch size"
+    head = f"History of {workload or 'the workload'}"
+    title = f"{head}: {metric} at each batch size"
     if not per_batch:
         return f'<section><h2>{esc(title)}</h2><p class="muted">no bench or check runs with {esc(metric)}</p></section>'
     # batch 8 before batch 32 (sorted as text, 32 came first); a batch size that is no number after them
     batches = sorted(per_batch, key=lambda b: (0, b, "") if isinstance(b, int) else (1, 0, str(b)))
-    series = []
-    for batch in batches:
+    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+    # One chart a batch size, each on its own y-axis: on one axis a batch of 8 at 24 ms flattened batch 1's
+    # 0.02 ms trend onto the zero line. The run axis is the same in every chart, so run 3 is above run 3.
+    runs_axis = Axis("run (oldest to newest)", lo=0.5, hi=len(ordered) + 0.5, integer=True)
+    svgs = []
+    for i, batch in enumerate(batches[:HISTORY_PLOTS]):
         pts = per_batch[batch]
         errs = [e if e is not None else (v, v) for _, v, e, _ in pts]
-        series.append(Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
-                             labels=[p[3] for p in pts], y_err=errs if any(p[2] for p in pts) else ()))
-    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+        series = Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
+                        color=PALETTE[i % len(PALETTE)], labels=[p[3] for p in pts],
+                        y_err=errs if any(p[2] for p in pts) else ())
+        svgs.append(chart([series], runs_axis, Axis(unit), f"{head}: {metric} at batch {batch}",
+                          y_zero=True))
+    left_out = batches[HISTORY_PLOTS:]
     values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
     rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
              *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches)]
             for i, r in enumerate(ordered)]
     short = "items/s" if metric == "throughput" else f"{metric} ms"
     return (f"<section><h2>{esc(title)}</h2>"
-            + _plots(chart(series, Axis("run (oldest to newest)", integer=True), Axis(unit), title, y_zero=True,
-                           width=760))
+            + _plots(*svgs)
+            + (f'<p class="muted">Not plotted (the table has them): batch {esc(", ".join(map(str, left_out)))}.</p>'
+               if left_out else "")
             + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
             + _table(("#", "run", "kind", "when", "status", *(f"{short}, batch {b}" for b in batches)), rows)
             + "</section>")
