@@ -84,8 +84,12 @@ def _list(args: argparse.Namespace) -> int:
     else:
         records = store.list(kind=args.kind, limit=limit)
     if args.json:
+        from dlperf.report.terminal import headline_text
+
+        # headline_text: the table's line. 'headline' is the result's KPI record, which only bench-like runs have:
+        # a check run's was its throughput, not its FAIL, and ab, optimize, profile and train runs had null.
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
-                    | {"headline": r.result.get("headline")} for r in records])
+                    | {"headline": r.result.get("headline"), "headline_text": headline_text(r)} for r in records])
         return 0
     if not records and (args.kind or args.workload):
         # "no runs in the store" for a filter that matches nothing reads as if the store had lost them.
