@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="delete a run from the store, with its child runs (an optimize run's candidates)")
     p.add_argument("id", help="run id or a unique prefix of it")
     p.add_argument("--force", action="store_true",
-                   help="also when a baseline names the run (the baseline is removed with it)")
+                   help="also when a baseline names the run (the baseline is removed with it), or when it is still "
+                        "marked running (its process killed)")
     add_store_argument(p)
 
     p = sub.add_parser("export", help="write one run as JSON", description="write one run as JSON")
