@@ -83,11 +83,16 @@ def fmt_number(value: float) -> str:
 
 
 def tick_texts(ticks: Sequence[float]) -> list[str]:
-    """The ticks' labels: `fmt_number`'s, with more digits where its three made neighbours alike (an axis of
-    fidelities from 0.9998 to 1 was labelled 1, 1, 1, 1)."""
+    """The ticks' labels: `fmt_number`'s where they say each tick's value, else with the digits that do (an axis
+    of fidelities from 0.9998 to 1 was labelled 1, 1, 1, 1, and ticks at 282.5 and 287.5 read 282 and 288)."""
     texts = [fmt_number(t) for t in ticks]
+    step = min((abs(b - a) for a, b in itertools.pairwise(ticks) if b != a), default=0.0)
+
+    def faithful(labels: list[str]) -> bool:
+        return all(abs(float(text) - t) <= step * 1e-6 for text, t in zip(labels, ticks, strict=True))
+
     digits = 4
-    while len(set(texts)) < len(texts) and digits <= 15:
+    while step and not faithful(texts) and digits <= 15:
         texts = [fmt_number(t) if t == 0 else f"{t:.{digits}g}" for t in ticks]
         digits += 1
     return texts
