@@ -168,5 +168,8 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print_json(history.to_dict())
         return 0
-    console().print(history_view(history))
+    from dlperf.report.changes import history_changes
+
+    by_id = {r.id: r for r in records}
+    console().print(history_view(history, history_changes([by_id[p.run_id] for p in history.points])))
     return 0

@@ -815,8 +815,13 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
                           y_zero=True))
     left_out = batches[HISTORY_PLOTS:]
     values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
+    from dlperf.report.changes import history_changes
+
+    # a step in the trend that another runner or precision made, said where it happened
+    changes = history_changes(ordered)
     rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
-             *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches)]
+             *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches),
+             Raw(f'<span class="warn">{esc("; ".join(changes[r.id]))}</span>') if r.id in changes else ""]
             for i, r in enumerate(ordered)]
     short = "items/s" if metric == "throughput" else f"{metric} ms"
     return (f"<section><h2>{esc(title)}</h2>"
@@ -824,7 +829,10 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             + (f'<p class="muted">Not plotted (the table has them): batch {esc(", ".join(map(str, left_out)))}.</p>'
                if left_out else "")
             + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
-            + _table(("#", "run", "kind", "when", "status", *(f"{short}, batch {b}" for b in batches)), rows)
+            + ('<p class="warn">The settings or the machine changed between runs (last column): a step in the trend '
+               "there may come from that, not from the code.</p>" if changes else "")
+            + _table(("#", "run", "kind", "when (UTC)", "status", *(f"{short}, batch {b}" for b in batches),
+                      "changed from the run before"), rows)
             + "</section>")
 
 

@@ -526,8 +526,9 @@ def _runs(n: int) -> str:
     return f"{n} run{'' if n == 1 else 's'}"
 
 
-def history_view(history: History) -> RenderableType:
-    """`dlperf runs history`: a sparkline of the KPI over runs, then each value."""
+def history_view(history: History, changes: Mapping[str, Sequence[str]] | None = None) -> RenderableType:
+    """`dlperf runs history`: a sparkline of the KPI over runs, then each value; `changes` (run id -> what differs
+    from the run before it, `report.changes.history_changes`) marks the runs measured differently."""
     title = (f"{history.metric} of {history.workload} at batch {history.batch_size} over {_runs(len(history.points))} "
              f"({'higher' if history.higher_is_better else 'lower'} is better)")
     if not history.points:
@@ -551,8 +552,15 @@ def history_view(history: History) -> RenderableType:
         note = "best" if best is not None and p.run_id == best.run_id else ""
         if p.noise_warning:
             note = (note + ", noisy").lstrip(", ")
+        if changes and p.run_id in changes:
+            note = (note + ", changed").lstrip(", ")
         table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), fmt_value(p.value, history.unit), note)
     parts.append(table)
+    changed = [(p.run_id, changes[p.run_id]) for p in history.points if changes and p.run_id in changes]
+    if changed:
+        parts.append(Text("changed: measured with other settings or on another machine than the run before it, so a "
+                          "step there may come from that, not from the code:", style="yellow"))
+        parts += [Text(f"  {run_id}: {'; '.join(what)}", style="yellow") for run_id, what in changed]
     if history.skipped:
         parts.append(Text(f"{_runs(history.skipped)} skipped: not ok, or no point at batch {history.batch_size}",
                           style="dim"))

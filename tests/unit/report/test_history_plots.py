@@ -60,3 +60,20 @@ def test_a_run_both_reported_and_in_the_history_is_named_once_in_the_environment
     html = render_report([run], history=[run, other], history_workload="zoo:mlp")
     environment = html.split("<h2>Environment</h2>", 1)[1].split("</section>", 1)[0]
     assert "<th>aaaa11112222, bbbb11112222</th>" in environment
+
+
+def test_the_history_says_where_the_machine_or_the_settings_changed() -> None:
+    """A new runner (another CPU) or another precision moved the trend with nothing to tell it from a change of the
+    code."""
+    first = _run("aaaa00000001", [_point(1, 1e-3)], "2026-11-20T10:00:00")
+    same = _run("aaaa00000002", [_point(1, 1e-3)], "2026-11-21T10:00:00")
+    other_cpu = RunRecord(id="aaaa00000003", kind="bench", workload="zoo:mlp", status="ok",
+                          created_at="2026-11-22T10:00:00", config={"scenario": "offline", "precision": "bf16"},
+                          environment={**ENV, "cpu_model": "Other CPU"}, result={"points": [_point(1, 2e-3)]})
+    first.config["precision"] = same.config["precision"] = "fp32"
+    html = render_report([], history=[first, same, other_cpu], history_workload="zoo:mlp")
+    table = html.split("changed from the run before", 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tr>")[1:]
+    assert "precision fp32 -&gt; bf16" in rows[2] and "cpu_model: Test CPU vs Other CPU" in rows[2]
+    assert "warn" not in rows[0] + rows[1]  # the same settings and machine: nothing said
+    assert "a step in the trend there may come from that" in html
