@@ -2,10 +2,10 @@
 
 Views: bench/check (KPIs, latency histogram and CDF, throughput vs batch, the gate), ab (verdict, block
 ratios, A vs B distributions), optimize (Pareto frontier: latency vs metric), profile (time breakdown,
-roofline), load (latency vs throughput), train (the step and its phases, a tuning's trials, DDP scaling), a
-history trend; any other kind, or a record whose fields are missing, degrades to a table of its JSON. No network
-is needed to open the file: styles and the small self-check script are inline (the script counts drawn plots and
-errors for the rendering test).
+roofline), load (latency vs throughput), train (the step and its phases, a tuning's trials, DDP scaling),
+calibrate (the ceilings), a history trend; any other kind, or a record whose fields are missing, degrades to a
+table of its JSON. No network is needed to open the file: styles and the small self-check script are inline
+(the script counts drawn plots and errors for the rendering test).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, fmt_numbe
 from dlperf.store.records import RunRecord
 
 KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
-               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training"}
+               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training",
+               "train-trial": "Tuning trial", "calibrate": "Machine ceilings"}
 PLOTTED_KPIS = ("p50", "p90", "p99", "mean", "throughput")
 HISTORY_PLOTS = 6
 """Batch sizes a history draws a chart of (the first by size); its table has every one."""
@@ -774,6 +775,45 @@ def load_view(rec: RunRecord) -> str:
     return _config_line(rec) + table + _plots(*svgs)
 
 
+# --- calibrate ------------------------------------------------------------------------------------
+
+
+def calibrate_view(rec: RunRecord) -> str:
+    """The machine's ceilings as `dlperf calibrate` prints them (its JSON read 165272096103.7736, no unit)."""
+    from dlperf.report.terminal import fmt_si
+
+    r = rec.result
+    details = r.get("details") if isinstance(r.get("details"), Mapping) else {}
+    gemm = r.get("gemm_flops")
+    if not isinstance(gemm, Mapping) or not isinstance(r.get("memory_bandwidth_bytes_s"), (int, float)):
+        raise ValueError("no ceilings")
+    rows = []
+    for dtype, flops in gemm.items():
+        how = details.get(f"gemm_{dtype}") if isinstance(details.get(f"gemm_{dtype}"), Mapping) else {}
+        rows.append([f"GEMM {dtype}", fmt_si(float(flops), "OP/s" if dtype == "int8" else "FLOP/s"),
+                     f"{how.get('n', '?')}³ matmul, {how.get('samples', '?')} calls"])
+    skipped = details.get("skipped") if isinstance(details.get("skipped"), Mapping) else {}
+    rows += [[f"GEMM {dtype}", "not measured", why] for dtype, why in skipped.items()]
+    copy = details.get("copy") if isinstance(details.get("copy"), Mapping) else {}
+    copied = copy.get("bytes")
+    rows.append(["memory bandwidth", fmt_si(float(r["memory_bandwidth_bytes_s"]), "B/s"),
+                 f"copy of {copied / 2**20:.1f} MiB (read + write), {copy.get('samples', '?')} calls"
+                 if isinstance(copied, (int, float)) else "-"])
+    threads = r.get("threads", "?")
+    source = "cached" if r.get("cached") else "measured"
+    quick = " (quick mode: small sizes, not a real ceiling)" if r.get("quick") else ""
+    warnings = [str(w) for w in details.get("warnings", []) or []]
+    warnings += [f"{k}: {v['noise_warning']}" for k, v in details.items()
+                 if isinstance(v, Mapping) and v.get("noise_warning")]
+    return (_config_line(rec)
+            + f"<h3>Ceilings on {esc(r.get('device', rec.workload))} ({esc(threads)} thread"
+            + ("" if threads == 1 else "s") + ")</h3>"
+            + _table(("what", "ceiling", "measured with"), rows, numeric=False)
+            + f'<p class="muted">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
+              f'{esc(r.get("machine_key", "?"))}</p>'
+            + "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in warnings))
+
+
 # --- history --------------------------------------------------------------------------------------
 
 
@@ -843,7 +883,7 @@ View = Callable[[RunRecord], str]
 
 def run_section(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     views: dict[str, View] = {"bench": bench_view, "check": bench_view, "ab": ab_view, "profile": profile_view,
-                              "load": load_view, "train": train_view,
+                              "load": load_view, "train": train_view, "calibrate": calibrate_view,
                               "optimize": lambda r: optimize_view(r, children)}
     view = views.get(rec.kind)
     body = ""

@@ -233,9 +233,9 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
 
 
 def kind_headline(kind: str, result: Any) -> str | None:
-    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab, check); None
-    for other kinds (and an optimize run without a winner field or an ab run without its ratio), which the
-    caller headlines its own way. `runs list` and the HTML report's summary both use it."""
+    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab, check,
+    calibrate); None for other kinds (and an optimize run without a winner field or an ab run without its ratio),
+    which the caller headlines its own way. `runs list` and the HTML report's summary both use it."""
     if not isinstance(result, dict):
         return None
     if kind == "load":
@@ -254,7 +254,19 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return check_headline(result["gate"])
     if kind == "train-trial" and result.get("knob"):
         return trial_headline(result)
+    if kind == "calibrate":
+        return calibrate_headline(result)
     return None
+
+
+def calibrate_headline(result: dict[str, Any]) -> str | None:
+    """A calibrate run: its fp32 GEMM and memory ceilings ('runs list' had nothing for it)."""
+    gemm, bandwidth = result.get("gemm_flops"), result.get("memory_bandwidth_bytes_s")
+    if not isinstance(gemm, dict) or not isinstance(bandwidth, (int, float)):
+        return None
+    flops = gemm.get("fp32")
+    head = f"fp32 GEMM {fmt_si(float(flops), 'FLOP/s')}, " if isinstance(flops, (int, float)) else ""
+    return f"{head}memory {fmt_si(float(bandwidth), 'B/s')}" + (" (quick)" if result.get("quick") else "")
 
 
 def trial_headline(result: dict[str, Any]) -> str:
