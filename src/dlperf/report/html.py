@@ -783,18 +783,18 @@ def calibrate_view(rec: RunRecord) -> str:
     from dlperf.report.terminal import fmt_si
 
     r = rec.result
-    details = r.get("details") if isinstance(r.get("details"), Mapping) else {}
+    details = _mapping(r.get("details"))
     gemm = r.get("gemm_flops")
     if not isinstance(gemm, Mapping) or not isinstance(r.get("memory_bandwidth_bytes_s"), (int, float)):
         raise ValueError("no ceilings")
     rows = []
     for dtype, flops in gemm.items():
-        how = details.get(f"gemm_{dtype}") if isinstance(details.get(f"gemm_{dtype}"), Mapping) else {}
+        how = _mapping(details.get(f"gemm_{dtype}"))
         rows.append([f"GEMM {dtype}", fmt_si(float(flops), "OP/s" if dtype == "int8" else "FLOP/s"),
                      f"{how.get('n', '?')}³ matmul, {how.get('samples', '?')} calls"])
-    skipped = details.get("skipped") if isinstance(details.get("skipped"), Mapping) else {}
+    skipped = _mapping(details.get("skipped"))
     rows += [[f"GEMM {dtype}", "not measured", why] for dtype, why in skipped.items()]
-    copy = details.get("copy") if isinstance(details.get("copy"), Mapping) else {}
+    copy = _mapping(details.get("copy"))
     copied = copy.get("bytes")
     rows.append(["memory bandwidth", fmt_si(float(r["memory_bandwidth_bytes_s"]), "B/s"),
                  f"copy of {copied / 2**20:.1f} MiB (read + write), {copy.get('samples', '?')} calls"
@@ -812,6 +812,10 @@ def calibrate_view(rec: RunRecord) -> str:
             + f'<p class="muted">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
               f'{esc(r.get("machine_key", "?"))}</p>'
             + "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in warnings))
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 # --- history --------------------------------------------------------------------------------------
