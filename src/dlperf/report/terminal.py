@@ -248,6 +248,9 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return candidate_headline(result)
     if kind == "optimize" and "winner" in result:
         return optimize_headline(result)
+    if kind == "optimize" and isinstance(result.get("candidates"), list):  # stopped before it picked one
+        done = sum(1 for c in result["candidates"] if isinstance(c, dict))
+        return f"no winner picked: stopped after {done} candidate{'' if done == 1 else 's'}"
     if kind == "ab" and isinstance(result.get("ratio"), (int, float)):
         return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
     if kind == "check" and isinstance(result.get("gate"), dict):

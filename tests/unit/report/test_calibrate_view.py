@@ -1,5 +1,6 @@
-"""A calibrate run in the report and in `runs list`: its ceilings with their units, not a JSON dump of raw numbers
-(165272096103.7736) under a 'calibrate: cpu' title, and a headline (it had none)."""
+"""Headlines and views of runs that had none: a calibrate run in the report and in `runs list` (its ceilings with
+their units, not a JSON dump of raw numbers like 165272096103.7736 under a 'calibrate: cpu' title), an optimize run
+stopped before it picked a winner."""
 
 from __future__ import annotations
 
@@ -45,3 +46,10 @@ def test_the_report_shows_the_ceilings_with_their_units() -> None:
 def test_a_calibrate_run_has_a_headline() -> None:
     assert headline_text(_record()) == "fp32 GEMM 165.3 GFLOP/s, memory 32.5 GB/s"
     assert "fp32 GEMM 165.3 GFLOP/s, memory 32.5 GB/s" in render_report([_record()]).split("</table>", 1)[0]
+
+
+def test_an_optimize_run_stopped_before_its_pick_says_so() -> None:
+    """An interrupted optimize run (Ctrl-C after 8 candidates) had an empty headline in `runs list` and the report."""
+    stopped = RunRecord(id="0b7", kind="optimize", workload="zoo:mlp", status="interrupted", created_at="2026-12-05",
+                        result={"baseline": "k0", "candidates": [{"key": f"k{i}", "label": f"c{i}"} for i in range(8)]})
+    assert headline_text(stopped) == "no winner picked: stopped after 8 candidates"
