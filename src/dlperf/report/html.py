@@ -806,10 +806,10 @@ def calibrate_view(rec: RunRecord) -> str:
     warnings += [f"{k}: {v['noise_warning']}" for k, v in details.items()
                  if isinstance(v, Mapping) and v.get("noise_warning")]
     return (_config_line(rec)
-            + f"<h3>Ceilings on {esc(r.get('device', rec.workload))} ({esc(threads)} thread"
+            + f"<h3 class=\"wrap\">Ceilings on {esc(r.get('device', rec.workload))} ({esc(threads)} thread"
             + ("" if threads == 1 else "s") + ")</h3>"
             + _table(("what", "ceiling", "measured with"), rows, numeric=False)
-            + f'<p class="muted">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
+            + f'<p class="muted wrap">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
               f'{esc(r.get("machine_key", "?"))}</p>'
             + "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in warnings))
 
