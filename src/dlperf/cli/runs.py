@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="delete a run from the store, with its child runs (an optimize run's candidates)")
     p.add_argument("id", help="run id or a unique prefix of it")
     p.add_argument("--force", action="store_true",
-                   help="also when a baseline names the run (the baseline is removed with it)")
+                   help="also when a baseline names the run (the baseline is removed with it), or when it is still "
+                        "marked running (its process killed)")
     add_store_argument(p)
 
     p = sub.add_parser("export", help="write one run as JSON", description="write one run as JSON")
@@ -84,8 +85,12 @@ def _list(args: argparse.Namespace) -> int:
     else:
         records = store.list(kind=args.kind, limit=limit)
     if args.json:
+        from dlperf.report.terminal import headline_text
+
+        # headline_text: the table's line. 'headline' is the result's KPI record, which only bench-like runs have:
+        # a check run's was its throughput, not its FAIL, and ab, optimize, profile and train runs had null.
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
-                    | {"headline": r.result.get("headline")} for r in records])
+                    | {"headline": r.result.get("headline"), "headline_text": headline_text(r)} for r in records])
         return 0
     if not records and (args.kind or args.workload):
         # "no runs in the store" for a filter that matches nothing reads as if the store had lost them.
@@ -163,5 +168,8 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print_json(history.to_dict())
         return 0
-    console().print(history_view(history))
+    from dlperf.report.changes import history_changes
+
+    by_id = {r.id: r for r in records}
+    console().print(history_view(history, history_changes([by_id[p.run_id] for p in history.points])))
     return 0

@@ -2,10 +2,10 @@
 
 Views: bench/check (KPIs, latency histogram and CDF, throughput vs batch, the gate), ab (verdict, block
 ratios, A vs B distributions), optimize (Pareto frontier: latency vs metric), profile (time breakdown,
-roofline), load (latency vs throughput), train (the step and its phases, a tuning's trials, DDP scaling), a
-history trend; any other kind, or a record whose fields are missing, degrades to a table of its JSON. No network
-is needed to open the file: styles and the small self-check script are inline (the script counts drawn plots and
-errors for the rendering test).
+roofline), load (latency vs throughput), train (the step and its phases, a tuning's trials, DDP scaling),
+calibrate (the ceilings), a history trend; any other kind, or a record whose fields are missing, degrades to a
+table of its JSON. No network is needed to open the file: styles and the small self-check script are inline
+(the script counts drawn plots and errors for the rendering test).
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, fmt_numbe
 from dlperf.store.records import RunRecord
 
 KIND_TITLES = {"bench": "Benchmark", "check": "Regression check", "ab": "A/B", "optimize": "Optimization",
-               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training"}
+               "profile": "Profile", "load": "Load test", "candidate": "Optimization candidate", "train": "Training",
+               "train-trial": "Tuning trial", "calibrate": "Machine ceilings"}
 PLOTTED_KPIS = ("p50", "p90", "p99", "mean", "throughput")
+HISTORY_PLOTS = 6
+"""Batch sizes a history draws a chart of (the first by size); its table has every one."""
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -208,7 +211,9 @@ def _same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def environment_section(records: Sequence[RunRecord]) -> str:
-    envs = [(r.id, r.environment) for r in records if isinstance(r.environment, Mapping) and r.environment]
+    # a run is one id in its column: a run named in the report and also in its --history was listed twice
+    envs = list({r.id: (r.id, r.environment) for r in records
+                 if isinstance(r.environment, Mapping) and r.environment}.values())
     if not envs:
         return '<section><h2>Environment</h2><p class="muted">no environment recorded</p></section>'
     distinct: list[tuple[list[str], Mapping[str, Any]]] = []
@@ -770,6 +775,49 @@ def load_view(rec: RunRecord) -> str:
     return _config_line(rec) + table + _plots(*svgs)
 
 
+# --- calibrate ------------------------------------------------------------------------------------
+
+
+def calibrate_view(rec: RunRecord) -> str:
+    """The machine's ceilings as `dlperf calibrate` prints them (its JSON read 165272096103.7736, no unit)."""
+    from dlperf.report.terminal import fmt_si
+
+    r = rec.result
+    details = _mapping(r.get("details"))
+    gemm = r.get("gemm_flops")
+    if not isinstance(gemm, Mapping) or not isinstance(r.get("memory_bandwidth_bytes_s"), (int, float)):
+        raise ValueError("no ceilings")
+    rows = []
+    for dtype, flops in gemm.items():
+        how = _mapping(details.get(f"gemm_{dtype}"))
+        rows.append([f"GEMM {dtype}", fmt_si(float(flops), "OP/s" if dtype == "int8" else "FLOP/s"),
+                     f"{how.get('n', '?')}³ matmul, {how.get('samples', '?')} calls"])
+    skipped = _mapping(details.get("skipped"))
+    rows += [[f"GEMM {dtype}", "not measured", why] for dtype, why in skipped.items()]
+    copy = _mapping(details.get("copy"))
+    copied = copy.get("bytes")
+    rows.append(["memory bandwidth", fmt_si(float(r["memory_bandwidth_bytes_s"]), "B/s"),
+                 f"copy of {copied / 2**20:.1f} MiB (read + write), {copy.get('samples', '?')} calls"
+                 if isinstance(copied, (int, float)) else "-"])
+    threads = r.get("threads", "?")
+    source = "cached" if r.get("cached") else "measured"
+    quick = " (quick mode: small sizes, not a real ceiling)" if r.get("quick") else ""
+    warnings = [str(w) for w in details.get("warnings", []) or []]
+    warnings += [f"{k}: {v['noise_warning']}" for k, v in details.items()
+                 if isinstance(v, Mapping) and v.get("noise_warning")]
+    return (_config_line(rec)
+            + f"<h3 class=\"wrap\">Ceilings on {esc(r.get('device', rec.workload))} ({esc(threads)} thread"
+            + ("" if threads == 1 else "s") + ")</h3>"
+            + _table(("what", "ceiling", "measured with"), rows, numeric=False)
+            + f'<p class="muted wrap">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
+              f'{esc(r.get("machine_key", "?"))}</p>'
+            + "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in warnings))
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 # --- history --------------------------------------------------------------------------------------
 
 
@@ -790,28 +838,45 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
             shown = float(value) if metric == "throughput" else float(value) * 1e3
             per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
-    title = f"History of {workload or 'the workload'}: {metric} at each batch size"
+    head = f"History of {workload or 'the workload'}"
+    title = f"{head}: {metric} at each batch size"
     if not per_batch:
         return f'<section><h2>{esc(title)}</h2><p class="muted">no bench or check runs with {esc(metric)}</p></section>'
     # batch 8 before batch 32 (sorted as text, 32 came first); a batch size that is no number after them
     batches = sorted(per_batch, key=lambda b: (0, b, "") if isinstance(b, int) else (1, 0, str(b)))
-    series = []
-    for batch in batches:
+    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+    # One chart a batch size, each on its own y-axis: on one axis a batch of 8 at 24 ms flattened batch 1's
+    # 0.02 ms trend onto the zero line. The run axis is the same in every chart, so run 3 is above run 3.
+    runs_axis = Axis("run (oldest to newest)", lo=0.5, hi=len(ordered) + 0.5, integer=True)
+    svgs = []
+    for i, batch in enumerate(batches[:HISTORY_PLOTS]):
         pts = per_batch[batch]
         errs = [e if e is not None else (v, v) for _, v, e, _ in pts]
-        series.append(Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
-                             labels=[p[3] for p in pts], y_err=errs if any(p[2] for p in pts) else ()))
-    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+        series = Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
+                        color=PALETTE[i % len(PALETTE)], labels=[p[3] for p in pts],
+                        y_err=errs if any(p[2] for p in pts) else ())
+        svgs.append(chart([series], runs_axis, Axis(unit), f"{head}: {metric} at batch {batch}",
+                          y_zero=True))
+    left_out = batches[HISTORY_PLOTS:]
     values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
+    from dlperf.report.changes import history_changes
+
+    # a step in the trend that another runner or precision made, said where it happened
+    changes = history_changes(ordered)
     rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
-             *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches)]
+             *(_fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches),
+             Raw(f'<span class="warn">{esc("; ".join(changes[r.id]))}</span>') if r.id in changes else ""]
             for i, r in enumerate(ordered)]
     short = "items/s" if metric == "throughput" else f"{metric} ms"
     return (f"<section><h2>{esc(title)}</h2>"
-            + _plots(chart(series, Axis("run (oldest to newest)", integer=True), Axis(unit), title, y_zero=True,
-                           width=760))
+            + _plots(*svgs)
+            + (f'<p class="muted">Not plotted (the table has them): batch {esc(", ".join(map(str, left_out)))}.</p>'
+               if left_out else "")
             + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
-            + _table(("#", "run", "kind", "when", "status", *(f"{short}, batch {b}" for b in batches)), rows)
+            + ('<p class="warn">The settings or the machine changed between runs (last column): a step in the trend '
+               "there may come from that, not from the code.</p>" if changes else "")
+            + _table(("#", "run", "kind", "when (UTC)", "status", *(f"{short}, batch {b}" for b in batches),
+                      "changed from the run before"), rows)
             + "</section>")
 
 
@@ -822,7 +887,7 @@ View = Callable[[RunRecord], str]
 
 def run_section(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     views: dict[str, View] = {"bench": bench_view, "check": bench_view, "ab": ab_view, "profile": profile_view,
-                              "load": load_view, "train": train_view,
+                              "load": load_view, "train": train_view, "calibrate": calibrate_view,
                               "optimize": lambda r: optimize_view(r, children)}
     view = views.get(rec.kind)
     body = ""

@@ -82,6 +82,22 @@ def fmt_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def tick_texts(ticks: Sequence[float]) -> list[str]:
+    """The ticks' labels: `fmt_number`'s where they say each tick's value, else with the digits that do (an axis
+    of fidelities from 0.9998 to 1 was labelled 1, 1, 1, 1, and ticks at 282.5 and 287.5 read 282 and 288)."""
+    texts = [fmt_number(t) for t in ticks]
+    step = min((abs(b - a) for a, b in itertools.pairwise(ticks) if b != a), default=0.0)
+
+    def faithful(labels: list[str]) -> bool:
+        return all(abs(float(text) - t) <= step * 1e-6 for text, t in zip(labels, ticks, strict=True))
+
+    digits = 4
+    while step and not faithful(texts) and digits <= 15:
+        texts = [fmt_number(t) if t == 0 else f"{t:.{digits}g}" for t in ticks]
+        digits += 1
+    return texts
+
+
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round tick values covering [lo, hi] (1, 2, 5 x 10^k steps)."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -168,16 +184,17 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
     if title:
         out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">'
                    f'{esc(fit(title, width - 16, TITLE_CHAR_PX))}</text>')
-    for tick in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi)):
-        if x.integer and not float(tick).is_integer():
-            continue
+    x_ticks = [t for t in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi))
+               if not x.integer or float(t).is_integer()]
+    for tick, text in zip(x_ticks, tick_texts(x_ticks), strict=True):
         px = sx(tick)
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
-                   f'<text x="{px:.1f}" y="{bottom + 14}" text-anchor="middle">{fmt_number(tick)}</text>')
-    for tick in (log_ticks(y_lo, y_hi) if y.log else nice_ticks(y_lo, y_hi)):
+                   f'<text x="{px:.1f}" y="{bottom + 14}" text-anchor="middle">{text}</text>')
+    y_ticks = log_ticks(y_lo, y_hi) if y.log else nice_ticks(y_lo, y_hi)
+    for tick, text in zip(y_ticks, tick_texts(y_ticks), strict=True):
         py = sy(tick)
         out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" class="g"/>'
-                   f'<text x="{left - 5}" y="{py + 4:.1f}" text-anchor="end">{fmt_number(tick)}</text>')
+                   f'<text x="{left - 5}" y="{py + 4:.1f}" text-anchor="end">{text}</text>')
     out.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" class="frame"/>')
     out.append(f'<text x="{(left + right) / 2:.1f}" y="{bottom + 32}" text-anchor="middle" class="al">'
                f'{esc(fit(x.label, right - left, LABEL_CHAR_PX))}</text>')

@@ -233,9 +233,9 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
 
 
 def kind_headline(kind: str, result: Any) -> str | None:
-    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab, check); None
-    for other kinds (and an optimize run without a winner field or an ab run without its ratio), which the
-    caller headlines its own way. `runs list` and the HTML report's summary both use it."""
+    """The headline of a run whose kind has its own (load, profile, train, candidate, optimize, ab, check,
+    calibrate); None for other kinds (and an optimize run without a winner field or an ab run without its ratio),
+    which the caller headlines its own way. `runs list` and the HTML report's summary both use it."""
     if not isinstance(result, dict):
         return None
     if kind == "load":
@@ -248,13 +248,28 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return candidate_headline(result)
     if kind == "optimize" and "winner" in result:
         return optimize_headline(result)
+    if kind == "optimize" and isinstance(result.get("candidates"), list):  # stopped before it picked one
+        done = sum(1 for c in result["candidates"] if isinstance(c, dict))
+        return f"no winner picked: stopped after {done} candidate{'' if done == 1 else 's'}"
     if kind == "ab" and isinstance(result.get("ratio"), (int, float)):
         return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
     if kind == "check" and isinstance(result.get("gate"), dict):
         return check_headline(result["gate"])
     if kind == "train-trial" and result.get("knob"):
         return trial_headline(result)
+    if kind == "calibrate":
+        return calibrate_headline(result)
     return None
+
+
+def calibrate_headline(result: dict[str, Any]) -> str | None:
+    """A calibrate run: its fp32 GEMM and memory ceilings ('runs list' had nothing for it)."""
+    gemm, bandwidth = result.get("gemm_flops"), result.get("memory_bandwidth_bytes_s")
+    if not isinstance(gemm, dict) or not isinstance(bandwidth, (int, float)):
+        return None
+    flops = gemm.get("fp32")
+    head = f"fp32 GEMM {fmt_si(float(flops), 'FLOP/s')}, " if isinstance(flops, (int, float)) else ""
+    return f"{head}memory {fmt_si(float(bandwidth), 'B/s')}" + (" (quick)" if result.get("quick") else "")
 
 
 def trial_headline(result: dict[str, Any]) -> str:
@@ -526,8 +541,9 @@ def _runs(n: int) -> str:
     return f"{n} run{'' if n == 1 else 's'}"
 
 
-def history_view(history: History) -> RenderableType:
-    """`dlperf runs history`: a sparkline of the KPI over runs, then each value."""
+def history_view(history: History, changes: Mapping[str, Sequence[str]] | None = None) -> RenderableType:
+    """`dlperf runs history`: a sparkline of the KPI over runs, then each value; `changes` (run id -> what differs
+    from the run before it, `report.changes.history_changes`) marks the runs measured differently."""
     title = (f"{history.metric} of {history.workload} at batch {history.batch_size} over {_runs(len(history.points))} "
              f"({'higher' if history.higher_is_better else 'lower'} is better)")
     if not history.points:
@@ -551,8 +567,15 @@ def history_view(history: History) -> RenderableType:
         note = "best" if best is not None and p.run_id == best.run_id else ""
         if p.noise_warning:
             note = (note + ", noisy").lstrip(", ")
+        if changes and p.run_id in changes:
+            note = (note + ", changed").lstrip(", ")
         table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), fmt_value(p.value, history.unit), note)
     parts.append(table)
+    changed = [(p.run_id, changes[p.run_id]) for p in history.points if changes and p.run_id in changes]
+    if changed:
+        parts.append(Text("changed: measured with other settings or on another machine than the run before it, so a "
+                          "step there may come from that, not from the code:", style="yellow"))
+        parts += [Text(f"  {run_id}: {'; '.join(what)}", style="yellow") for run_id, what in changed]
     if history.skipped:
         parts.append(Text(f"{_runs(history.skipped)} skipped: not ok, or no point at batch {history.batch_size}",
                           style="dim"))

@@ -264,8 +264,7 @@ class Store:
         deadline = time.monotonic() + FINISH_LOCK_WAIT_S
         while True:
             try:
-                self._write(statement)
-                return
+                written = self._write(statement)
             except StoreError as exc:
                 if isinstance(exc.__cause__, sa.exc.OperationalError) and "locked" in str(exc) \
                         and time.monotonic() < deadline:
@@ -277,6 +276,15 @@ class Store:
                     raise
                 raise StoreError(f"{exc}; run {run_id} stays 'running' there, and what it measured is saved in "
                                  f"{aside}") from exc
+            if written:
+                return
+            # The row is gone (`dlperf runs delete` while the command ran): the update changed nothing, and the
+            # command said "run ... saved" of a run that was not there.
+            aside = self._set_aside(run_id, {"id": run_id, "status": status, "error": error,
+                                             "finished_at": values["finished_at"], "result": result})
+            kept = f"what it measured is saved in {aside}" if aside is not None else "what it measured is lost"
+            raise StoreError(f"run {run_id} is no longer in the store at {self.shown_url} (deleted while it ran?): "
+                             f"{kept}")
 
     def _set_aside(self, run_id: str, content: dict[str, Any]) -> Path | None:
         """Write a run's end that the store refused to a JSON file beside the store (or in the current folder)."""
@@ -360,9 +368,17 @@ class Store:
         """Delete a run and its child runs (an optimize run's candidates); the deleted records, the run first.
 
         A run that a baseline names is kept unless `force` (which removes those baselines too): deleting it would
-        leave `dlperf check` pointing at nothing.
+        leave `dlperf check` pointing at nothing. So is a run still marked running unless `force`: its command may
+        still be writing to it (a process killed with -9 leaves its run marked running for good).
         """
         record = self.get(run_id)
+        if record.status == RUNNING and not force:
+            # its command would go on and end with "run ... saved" of a run no longer there
+            raise StoreError(
+                f"run {record.id} ({record.kind} of {record.workload}, started {record.created_at[:19]}) is still "
+                "running: let it finish or stop it first; if its process is gone (killed, the machine restarted), "
+                "delete it with --force"
+            )
         children = self.list(parent_id=record.id, limit=None)
         ids = [record.id, *(c.id for c in children)]
         with self._connect() as conn:
@@ -430,9 +446,10 @@ class Store:
         except sa.exc.SQLAlchemyError as exc:
             raise store_error(exc, self.shown_url) from exc
 
-    def _write(self, statement: Any) -> None:
+    def _write(self, statement: Any) -> int:
+        """Execute `statement` in its own transaction; the rows it changed."""
         with self._begin() as conn:
-            conn.execute(statement)
+            return int(conn.execute(statement).rowcount or 0)
 
 
 class RunHandle:

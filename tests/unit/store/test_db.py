@@ -114,6 +114,7 @@ def test_list_filters_and_order(store: Store) -> None:
     assert [r.id for r in store.list(workload="zoo:mlp")] == [a.id]
     assert [r.id for r in store.list(status=OK)] == [c.id]
     assert len(store.list(limit=2)) == 2
+    store.finish_run(a.id, {})  # a running run is not deleted without --force
     store.delete(a.id)
     assert [r.id for r in store.list(kind="bench")] == [c.id]
 

@@ -1,0 +1,79 @@
+"""The report's history: each batch size's trend readable on its own axis, and the environment naming each run once."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dlperf.measure.stats import Measurement
+from dlperf.report.html import HISTORY_PLOTS, render_report
+from dlperf.store.records import RunRecord
+
+pytestmark = pytest.mark.unit
+
+ENV = {"dlperf_version": "0.1.0", "torch_version": "2.13.0+cpu", "cpu_model": "Test CPU", "physical_cores": 2,
+       "logical_cores": 2}
+
+
+def _point(batch: int, median_s: float) -> dict[str, Any]:
+    m = Measurement([int(median_s * 1e9 * (1 + k / 1000)) for k in range(50)], items_per_call=batch)
+    return {"batch_size": batch, "summary": m.summary(), "measurement": m.to_dict()}
+
+
+def _run(run_id: str, points: list[dict[str, Any]], created: str) -> RunRecord:
+    return RunRecord(id=run_id, kind="bench", workload="zoo:mlp", status="ok", created_at=created,
+                     config={"scenario": "offline"}, environment=ENV, result={"points": points})
+
+
+def _y_ticks(svg: str) -> list[float]:
+    return [float(t) for t in re.findall(r'text-anchor="end">([-0-9.e]+)</text>', svg)]
+
+
+def test_each_batch_size_has_its_own_axis_so_a_small_latency_trend_is_not_flattened() -> None:
+    """Batch 1 at 0.02 ms and batch 8 at 24 ms shared one y-axis from 0 to 25 ms: batch 1's trend (here +10%) was a
+    line on the zero tick."""
+    runs = [_run(f"h{i}", [_point(1, 20e-6 * (1 + i / 10)), _point(8, 24e-3)], f"2026-11-2{i}T10:00:00")
+            for i in range(3)]
+    html = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    plots = re.findall(r'<svg class="plot".*?</svg>', html, flags=re.S)
+    batch_1 = next(s for s in plots if "<title>History of zoo:mlp: p50 at batch 1</title>" in s)
+    batch_8 = next(s for s in plots if "<title>History of zoo:mlp: p50 at batch 8</title>" in s)
+    assert batch_1.count("<circle") == 3 and batch_8.count("<circle") == 3
+    assert max(_y_ticks(batch_1)) < 0.05  # ms: the axis spans batch 1's own values
+    assert max(_y_ticks(batch_8)) >= 20
+
+
+def test_batch_sizes_past_the_plotted_ones_are_named_and_stay_in_the_table() -> None:
+    batches = [2**k for k in range(HISTORY_PLOTS + 2)]
+    runs = [_run(f"h{i}", [_point(b, 1e-3 * b) for b in batches], f"2026-11-2{i}T10:00:00") for i in range(2)]
+    html = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    assert len(re.findall(r"<title>History of zoo:mlp: p50 at batch \d+</title>", html)) == HISTORY_PLOTS
+    assert f"Not plotted (the table has them): batch {batches[-2]}, {batches[-1]}." in html
+    assert f"p50 ms, batch {batches[-1]}" in html
+
+
+def test_a_run_both_reported_and_in_the_history_is_named_once_in_the_environment() -> None:
+    run = _run("aaaa11112222", [_point(1, 1e-3)], "2026-11-20T10:00:00")
+    other = _run("bbbb11112222", [_point(1, 1e-3)], "2026-11-21T10:00:00")
+    html = render_report([run], history=[run, other], history_workload="zoo:mlp")
+    environment = html.split("<h2>Environment</h2>", 1)[1].split("</section>", 1)[0]
+    assert "<th>aaaa11112222, bbbb11112222</th>" in environment
+
+
+def test_the_history_says_where_the_machine_or_the_settings_changed() -> None:
+    """A new runner (another CPU) or another precision moved the trend with nothing to tell it from a change of the
+    code."""
+    first = _run("aaaa00000001", [_point(1, 1e-3)], "2026-11-20T10:00:00")
+    same = _run("aaaa00000002", [_point(1, 1e-3)], "2026-11-21T10:00:00")
+    other_cpu = RunRecord(id="aaaa00000003", kind="bench", workload="zoo:mlp", status="ok",
+                          created_at="2026-11-22T10:00:00", config={"scenario": "offline", "precision": "bf16"},
+                          environment={**ENV, "cpu_model": "Other CPU"}, result={"points": [_point(1, 2e-3)]})
+    first.config["precision"] = same.config["precision"] = "fp32"
+    html = render_report([], history=[first, same, other_cpu], history_workload="zoo:mlp")
+    table = html.split("changed from the run before", 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tr>")[1:]
+    assert "precision fp32 -&gt; bf16" in rows[2] and "cpu_model: Test CPU vs Other CPU" in rows[2]
+    assert "warn" not in rows[0] + rows[1]  # the same settings and machine: nothing said
+    assert "a step in the trend there may come from that" in html

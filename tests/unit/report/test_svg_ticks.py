@@ -1,0 +1,37 @@
+"""Tick labels say their ticks' values: a Pareto plot of fidelities 0.9998 to 1 had a y-axis labelled 1, 1, 1, 1, and
+a load run's throughput axis labelled its ticks at 282.5 and 287.5 as 282 and 288."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dlperf.report.svg import Axis, Series, chart, tick_texts
+
+pytestmark = pytest.mark.unit
+
+
+def _y_labels(svg: str) -> list[str]:
+    return re.findall(r'text-anchor="end">([^<]+)</text>', svg)
+
+
+def test_close_metric_values_get_distinct_y_tick_labels() -> None:
+    svg = chart([Series("candidates", [0.013, 0.014, 0.058, 0.092], [1.0, 0.99991, 0.99987, 0.99999], "points")],
+                Axis("latency (ms)"), Axis("fidelity"), "Pareto frontier")
+    labels = _y_labels(svg)
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+    assert all(abs(float(text) - 1.0) < 1e-3 for text in labels)  # each label is its tick's value
+
+
+def test_labels_stay_short_where_three_digits_tell_them_apart() -> None:
+    assert tick_texts([0.0, 5.0, 10.0, 25.0]) == ["0", "5", "10", "25"]
+    assert tick_texts([0.6, 0.8, 1.0]) == ["0.6", "0.8", "1"]
+    assert tick_texts([1000.2, 1000.4, 1000.6]) == ["1000.2", "1000.4", "1000.6"]  # '{:.0f}' made them all 1000
+
+
+def test_a_half_step_tick_is_not_rounded_to_a_whole_number() -> None:
+    svg = chart([Series("p50", [284.5], [0.38], "line+points")], Axis("throughput (requests/s)"), Axis("latency (ms)"),
+                "Latency vs throughput")
+    x_labels = re.findall(r'text-anchor="middle">([0-9.]+)</text>', svg)
+    assert "282.5" in x_labels and "287.5" in x_labels and "282" not in x_labels and "288" not in x_labels
