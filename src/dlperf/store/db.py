@@ -340,9 +340,12 @@ class Store:
         return _to_record(rows[0])
 
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
-             parent_id: str | None = None, status: str | None = None) -> builtins.list[RunRecord]:
-        """Newest first."""
+             parent_id: str | None = None, status: str | None = None,
+             top_level: bool = False) -> builtins.list[RunRecord]:
+        """Newest first; `top_level`: only runs of no parent (not an optimize run's candidates or a tune's trials)."""
         query = sa.select(runs_table).order_by(runs_table.c.created_at.desc())
+        if top_level:
+            query = query.where(runs_table.c.parent_id.is_(None))
         if kind:
             query = query.where(runs_table.c.kind == kind)
         if workload:
@@ -355,6 +358,14 @@ class Store:
             query = query.limit(limit)
         with self._connect() as conn:
             return [_to_record(r) for r in conn.execute(query).mappings().all()]
+
+    def count_children(self, kind: str | None = None) -> int:
+        """How many runs (of `kind`) have a parent run: an optimize run's candidates, a tune's trials."""
+        query = sa.select(sa.func.count()).select_from(runs_table).where(runs_table.c.parent_id.is_not(None))
+        if kind:
+            query = query.where(runs_table.c.kind == kind)
+        with self._connect() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def distinct(self, column: str) -> builtins.list[str]:
         """The different values of a run column ('kind', 'workload', 'status') in the store, sorted."""

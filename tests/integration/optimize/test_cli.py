@@ -34,7 +34,9 @@ def test_optimize_cli_json_export_and_store(tmp_path: Path, capsys: pytest.Captu
     listed = " ".join(capsys.readouterr().out.split())
     winner = next((c["label"] for c in data["candidates"] if c["key"] == data["winner"]), None)
     assert (f"winner: {winner}" if winner else "no winner") in listed
-    assert "hygiene: p50" in listed  # the candidate run's headline
+    assert "hygiene: p50" not in listed and "2 runs that belong to another run" in listed  # candidates: --children
+    assert main(["runs", "list", "--children", "--store", store]) == 0
+    assert "hygiene: p50" in " ".join(capsys.readouterr().out.split())  # the candidate run's headline
 
 
 def test_optimize_cli_rejects_unknown_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
