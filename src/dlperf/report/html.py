@@ -673,6 +673,8 @@ def _tune_view(r: Mapping[str, Any]) -> str:
             ("", "settings", "samples/s"),
             [["baseline", config_line(r["baseline"]), _fmt(r.get("baseline_samples_per_s"))],
              ["best", config_line(r["best"]), _fmt(r.get("best_samples_per_s"))]]))
+        if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
+            parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
         if r.get("settings"):
             head = f"<h3>{esc(_sentence(SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE))}</h3>"
             if not confirmed:
@@ -692,7 +694,7 @@ def _tune_view(r: Mapping[str, Any]) -> str:
                      _fmt(t.get("samples_per_s")),
                      (f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-")
                      + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if isinstance(ci, list) and len(ci) == 2 else ""),
-                     t.get("status"), t.get("reason") or ""])
+                     t.get("status"), "; ".join(x for x in (t.get("reason"), t.get("disturbed")) if x)])
     if rows:
         parts.append("<h3>Trials, each an A/B against the best so far</h3>" + _table(
             ("knob", "change", "loss", "samples/s", "speedup (95% CI)", "result", "why"), rows))

@@ -477,3 +477,18 @@ def test_the_comparison_names_other_workloads_and_settings(bench_points: list[di
             "A fp32, B bf16") in section
     same = render_report([first, _rec("c3", "bench", {"points": bench_points}, config=config)])
     assert "Measured differently" not in same
+
+
+def test_a_disturbed_tuning_says_so_in_the_report() -> None:
+    """The terminal view printed a tune's and a trial's 'disturbed: ...' note (totals outside the paired blocks'
+    interval); the HTML report left both out, so its samples/s beside the speedup were unexplained."""
+    trials = [{"knob": "prefetch", "change": {"prefetch_factor": 4}, "status": "not faster", "reason": "",
+               "parity": {"relative_difference": 0.0}, "speedup": 2.89, "speedup_ci": [0.43, 19.6],
+               "samples_per_s": 1209.0, "disturbed": "disturbed: trial <totals> 1.40x"}]
+    tuned = _rec("t2", "train", {
+        "workload": "mlp", "baseline": {"batch_size": 64}, "best": {"batch_size": 64, "threads": 1}, "speedup": 2.84,
+        "final_ab": {"verdict": "faster"}, "baseline_samples_per_s": 3125.0, "best_samples_per_s": 10603.0,
+        "disturbed": "disturbed: final <totals> 2.62x", "settings": [], "trials": trials}, config={"mode": "tune"})
+    html = render_report([tuned])
+    assert '<p class="warn">disturbed: final &lt;totals&gt; 2.62x</p>' in html
+    assert "<td>disturbed: trial &lt;totals&gt; 1.40x</td>" in html
