@@ -63,7 +63,7 @@ def config_line(config: dict[str, Any]) -> str:
 def breakdown_table(m: dict[str, Any], title: str = "step breakdown") -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("phase")
-    table.add_column("ms / step", justify="right")
+    table.add_column("mean ms / step", justify="right")  # means: they add up to the step, as medians do not
     table.add_column("share", justify="right")
     for phase, seconds in m["breakdown_s"].items():
         table.add_row(PHASE_LABELS.get(phase, phase), fmt_ms(seconds), f"{m['breakdown_share'][phase]:.0%}")
@@ -74,9 +74,12 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     summary = m["summary"]
     lines = Text()
     lines.append(f"{title}: {m['workload']} ({config_line(m['config'])})\n", style="bold")
-    lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms, "
+    # the median is the typical step; samples/s and the breakdown below are over all the time measured (the mean
+    # step), which a few slow steps (a loader's epoch start, another process) pull away from the median: both shown
+    mean = f", mean {fmt_ms(summary['mean_s'])} ms" if isinstance(summary.get("mean_s"), (int, float)) else ""
+    lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms{mean}, "
                  f"{summary['n']} step{'' if summary['n'] == 1 else 's'})\n")
-    lines.append(f"  samples/s {fmt_count(m['samples_per_s'])}\n")
+    lines.append(f"  samples/s {fmt_count(m['samples_per_s'])} (samples over the time measured)\n")
     lines.append_text(_memory_and_flops(m))
     return Group(lines, breakdown_table(m), *_findings_and_notes(m))
 
