@@ -78,6 +78,9 @@ def resolve_url(location: str | os.PathLike[str] | None = None, create_folder: b
     if location is not None and not isinstance(location, (str, os.PathLike)):  # store=5 made a store file named 5
         raise StoreError(f"store must be a path, a database URL or a Store, got {type(location).__name__} "
                          f"{location!r}")
+    if location is not None and not str(location).strip():  # '' read as '.': "the run store '.' is a folder"
+        raise StoreError(f"the run store's path is empty: give the store's file, e.g. --store runs.db, or leave it "
+                         f"out for ${ENV_VAR} or the default {DEFAULT_PATH}")
     text = str(location) if location is not None else os.environ.get(ENV_VAR) or str(DEFAULT_PATH)
     if "://" in text:
         return text

@@ -487,3 +487,10 @@ def test_a_store_path_under_a_file_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(StoreError, match=r"'.*afile' is a file, not a folder; give --store another path"):
         Store(str(tmp_path / "afile" / "runs.db"))
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_store_path_is_refused_as_empty(given: str) -> None:
+    """`--store ""` was read as '.' and refused as "the run store '.' is a folder"."""
+    with pytest.raises(StoreError, match=r"the run store's path is empty: give the store's file"):
+        Store(given)
