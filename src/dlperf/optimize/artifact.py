@@ -396,17 +396,66 @@ def check_folder_path(path: str | Path, option: str) -> Path:
 
 def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
     """Copy a candidate's artifact folder to `dst` and merge `extra` (passes, metrics...) into its manifest. `dst`
-    may be new, empty, or a dlperf artifact, which is replaced; anything else is refused (`check_export_dir`)."""
+    may be new, empty, or a dlperf artifact, which is replaced; anything else is refused (`check_export_dir`).
+
+    The new artifact is written into a folder next to `dst` and swapped in whole, so an export that fails (the
+    candidate's folder gone with its work folder, a full disk) leaves what `dst` held as it was: `dst` used to be
+    emptied first, and a failed copy lost the earlier export and left part of the new one. Where no folder can be
+    made next to `dst` (it is writable, its parent is not), it is replaced in place, as before."""
     import shutil
 
     dst = check_export_dir(dst)
+    existed = dst.is_dir()
+    kept = "the artifact already there is unchanged" if existed and any(dst.iterdir()) else "nothing was written"
+    # the candidate's folder is checked before anything in `dst` is touched
+    if not Path(src).is_dir():
+        raise OptimizeError(f"cannot export to '{dst}': the candidate's artifact '{src}' is gone (was the search's "
+                            f"work folder removed?); {kept}")
     try:
-        if dst.is_dir() and any(dst.iterdir()):
-            shutil.rmtree(dst)
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        read_manifest(src)
+    except OptimizeError as exc:
+        raise OptimizeError(f"cannot export to '{dst}': the candidate's artifact is damaged ({exc}); {kept}") from exc
+    target = Path(os.path.abspath(dst))  # "." has no name; its absolute path has
+    staging = target.parent / f".{target.name}.dlperf-export-{os.getpid()}"
+    old = staging.with_name(staging.name + "-old")
+    try:
+        for leftover in (staging, old):  # from an export by a process of this id that was killed halfway
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            staging.mkdir()
+        except PermissionError:
+            staging = target
+        if staging == target:  # emptied, not removed: it could not be made again
+            for entry in target.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            shutil.copytree(src, target, dirs_exist_ok=True)
+        else:
+            shutil.copytree(src, staging, dirs_exist_ok=True)
+        manifest = read_manifest(staging)
+        manifest.update(extra)
+        write_manifest(staging, {k: v for k, v in manifest.items() if k != "format_version"})
+        if staging != target:
+            if existed:
+                target.rename(old)  # an empty folder or an earlier artifact (check_export_dir), kept until the swap
+            try:
+                staging.rename(target)
+            except OSError:
+                if existed:
+                    old.rename(target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
     except OSError as exc:
-        raise OptimizeError(f"cannot export to '{dst}': {exc.strerror or exc} ({exc.filename or dst})") from exc
-    manifest = read_manifest(dst)
-    manifest.update(extra)
-    write_manifest(dst, {k: v for k, v in manifest.items() if k != "format_version"})
+        if staging != target:
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            kept = "the folder may hold part of it: export again"
+        errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
+        # copytree's Error lists (source, destination, reason) for every file it could not copy
+        why = f"{errors[0][2]}" if errors else f"{exc.strerror or exc} ({exc.filename or dst})"
+        raise OptimizeError(f"cannot export to '{dst}': {why}; {kept}") from exc
     return dst

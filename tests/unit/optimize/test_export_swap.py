@@ -1,0 +1,93 @@
+"""Exporting over an earlier artifact: a failed export leaves it as it was; a good one replaces it whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dlperf.errors import OptimizeError
+from dlperf.optimize.artifact import copy_artifact, load_artifact, read_manifest
+from dlperf.optimize.evaluate import EvalSettings, evaluate_here
+from dlperf.optimize.space import Candidate
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+
+pytestmark = pytest.mark.unit
+
+
+def _candidate_artifact(out: Path, cand: Candidate) -> Path:
+    settings = EvalSettings(source="zoo:mlp", batch_size=1, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(), "out_dir": str(out)},
+                  lambda phase: None)
+    return out / "artifact"
+
+
+@pytest.fixture(scope="module")
+def candidates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("candidates")
+    return (_candidate_artifact(root / "a", Candidate((HygieneConfig(),))),
+            _candidate_artifact(root / "b", Candidate((DynamicInt8Config(),))))
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_an_export_whose_candidate_folder_is_gone_leaves_the_earlier_artifact(candidates: tuple[Path, Path],
+                                                                              tmp_path: Path) -> None:
+    """The earlier artifact was deleted first, then the copy failed: a resumed search whose reused winner's work
+    folder had been removed lost the user's deployed artifact and wrote nothing in its place."""
+    first, second = candidates
+    deployed = copy_artifact(first, tmp_path / "deployed", {"label": "first"})
+    before = _snapshot(deployed)
+    gone = tmp_path / "work" / "artifact"
+    shutil.copytree(second, gone)
+    shutil.rmtree(gone.parent)
+    with pytest.raises(OptimizeError, match=r"cannot export to '.*deployed': the candidate's artifact "
+                                            r"'.*work/artifact' is gone \(was the search's work folder removed\?\); "
+                                            r"the artifact already there is unchanged"):
+        copy_artifact(gone, deployed, {"label": "second"})
+    assert _snapshot(deployed) == before
+    assert read_manifest(deployed)["label"] == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deployed"]  # nothing left beside it
+
+
+def test_a_copy_that_fails_halfway_leaves_the_earlier_artifact_whole(candidates: tuple[Path, Path],
+                                                                     tmp_path: Path) -> None:
+    """A copy error (here a dangling link in the candidate's folder, as a full disk would) came after the earlier
+    artifact was emptied: the folder held part of the new artifact under no manifest of its own."""
+    first, second = candidates
+    deployed = copy_artifact(first, tmp_path / "deployed", {"label": "first"})
+    before = _snapshot(deployed)
+    broken = tmp_path / "broken"
+    shutil.copytree(second, broken)
+    (broken / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OptimizeError, match=r"cannot export to '.*deployed': .*; the artifact already there is "
+                                            r"unchanged"):
+        copy_artifact(broken, deployed, {"label": "second"})
+    assert _snapshot(deployed) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "deployed"]
+    assert load_artifact(deployed) is not None
+
+
+def test_exporting_twice_replaces_the_artifact_whole(candidates: tuple[Path, Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = candidates
+    monkeypatch.chdir(tmp_path)
+    out = copy_artifact(first, Path("out"), {"label": "first"})
+    assert out == Path("out") and read_manifest(out)["files"] == ["weights.pt"]
+    copy_artifact(second, Path("out"), {"label": "second"})
+    assert read_manifest("out")["label"] == "second"
+    manifest = (Path("out") / "manifest.json").read_bytes()
+    assert _snapshot(Path("out")) == {**_snapshot(second), "manifest.json": manifest}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # an empty folder and a new nested one take an export too
+    (tmp_path / "empty").mkdir()
+    copy_artifact(second, tmp_path / "empty", {})
+    copy_artifact(second, tmp_path / "new" / "nested", {})
+    assert read_manifest(tmp_path / "empty")["engine"] == "torch"
+    assert read_manifest(tmp_path / "new" / "nested")["engine"] == "torch"
