@@ -190,6 +190,7 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
     need("device", lambda v: isinstance(v, str), "a device name", required=False)
     if data["engine"] == "torch":
         need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
+        need("workload_relative", lambda v: isinstance(v, str), "a path", required=False)
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
@@ -280,11 +281,13 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         except Exception as exc:
             raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
                                 f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
+    spec, moved = _workload_spec(folder, manifest)
     try:
-        workload = load_workload(manifest["workload"])
+        workload = load_workload(spec)
     except WorkloadError as exc:
+        also = f" (nor is it at '{moved}', where it was relative to the artifact)" if moved else ""
         raise OptimizeError(f"artifact '{folder}': its recipe rebuilds the model from the workload "
-                            f"'{manifest['workload']}', which does not load here: {exc}") from exc
+                            f"'{manifest['workload']}', which does not load here: {exc}{also}") from exc
     device = str(manifest.get("device", "cpu"))
     if device.startswith("cuda"):
         import torch
@@ -316,6 +319,38 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                 raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
                                     f"{exc}") from exc
     return state.predict
+
+
+def relative_workload(spec: str, folder: Path) -> str | None:
+    """The path of a file workload's file relative to the artifact `folder` (None for a zoo workload): a recipe
+    records its workload by absolute path, so a project moved whole (cloned elsewhere, copied into a container at
+    /app) broke every torch artifact in it."""
+    from dlperf.workload.loader import split_canonical
+
+    parts = split_canonical(spec)
+    if parts is None or not os.path.isabs(parts[0]):
+        return None
+    try:
+        return os.path.relpath(parts[0], os.path.abspath(folder))
+    except ValueError:  # another drive (Windows)
+        return None
+
+
+def _workload_spec(folder: Path, manifest: dict[str, Any]) -> tuple[str, str | None]:
+    """The workload spec to rebuild a recipe from, and the moved file's path when one was tried: the recorded spec
+    while its file exists; else the file at the place relative to the artifact where it was at export (the project
+    moved together), when it is there."""
+    from dlperf.workload.loader import split_canonical
+
+    spec, relative = str(manifest["workload"]), manifest.get("workload_relative")
+    parts = split_canonical(spec)
+    if (parts is None or not isinstance(relative, str) or not os.path.isabs(parts[0]) or os.path.exists(parts[0])
+            or os.path.basename(relative) != os.path.basename(parts[0])):  # not this recipe's file: edited
+        return spec, None
+    moved = os.path.normpath(os.path.join(os.path.abspath(folder), relative))
+    if not os.path.isfile(moved):
+        return spec, moved
+    return moved + spec[len(parts[0]):], None
 
 
 def artifact_size(folder: Path) -> int:
@@ -438,6 +473,8 @@ def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
             shutil.copytree(src, staging, dirs_exist_ok=True)
         manifest = read_manifest(staging)
         manifest.update(extra)
+        if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
+            manifest["workload_relative"] = relative
         write_manifest(staging, {k: v for k, v in manifest.items() if k != "format_version"})
         if staging != target:
             if existed:
