@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, WorkloadError
+from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, PassError, PassNotApplicable, WorkloadError
 from dlperf.measure.env import check_threads
 
 if TYPE_CHECKING:
@@ -310,7 +310,10 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                       workdir=folder, replay=True)
     trained_after = int(manifest.get("trained_after", -1))
     for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
-        state = apply_pass(config, state, ctx)
+        try:
+            state = apply_pass(config, state, ctx)
+        except PassError as exc:  # PassNotApplicable too: said as "precision: not applicable: ...", naming no artifact
+            raise OptimizeError(_replay_error(folder, manifest, config.label(), exc)) from exc
         if i == trained_after and state.model is not None:
             trained = _load_weights(folder / "trained.pt", device)
             try:
@@ -319,6 +322,20 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                 raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
                                     f"{exc}") from exc
     return state.predict
+
+
+def _replay_error(folder: Path, manifest: dict[str, Any], label: str, exc: PassError) -> str:
+    """Why a recipe's pass does not replay here, naming the artifact and the machine it was exported on: a bf16
+    recipe loaded on a CPU without bf16 said only "precision: not applicable: no native bf16 on this CPU ..."."""
+    text = str(exc)
+    prefix = f"{label}: not applicable: "
+    reason = text[len(prefix):] if text.startswith(prefix) else text
+    env = manifest.get("environment") if isinstance(manifest.get("environment"), dict) else {}
+    cpu = env.get("cpu_model") or env.get("gpu_name") if env else None
+    where = f" ({cpu}, where it was exported)" if cpu else ""
+    what = "does not apply here" if isinstance(exc, PassNotApplicable) else "fails here"
+    return (f"artifact '{folder}': its recipe replays {label}, which {what}: {reason}; load it on a machine like "
+            f"the one it was measured on{where}, or run dlperf optimize on this one")
 
 
 def relative_workload(spec: str, folder: Path) -> str | None:
