@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, PassError, PassNotApplicable, WorkloadError
-from dlperf.measure.env import check_threads
+from dlperf.measure.env import check_threads, usable_cores
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -234,8 +234,9 @@ def _load_weights(file: Path, device: str) -> Any:
 
 def load_artifact(path: str | Path, threads: int | None = None) -> Callable[..., Any]:
     """A callable with the original model's interface: torch tensors in, torch tensors out. `threads`: an
-    engine artifact's intra-op threads instead of those it was exported with (a torch artifact runs with
-    torch's, which the caller sets)."""
+    engine artifact's intra-op threads instead of those it was exported with, which are capped at the CPUs this
+    process may use (a torch artifact runs with torch's, which the caller sets). An engine artifact's callable
+    has the threads it runs with as its `threads` attribute."""
     if not isinstance(path, (str, os.PathLike)):  # None or a number gave Path's TypeError
         raise OptimizeError(f"dlperf.load takes the path of an artifact folder (dlperf optimize --export DIR), got "
                             f"{type(path).__name__}")
@@ -246,6 +247,9 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     manifest = read_manifest(folder)
     if threads is not None:
         manifest = {**manifest, "threads": threads}
+    elif _is_int(manifest.get("threads")) and int(manifest["threads"]) > usable_cores():
+        # exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran zoo:digits-cnn 11x slower
+        manifest = {**manifest, "threads": usable_cores()}
     engine = str(manifest["engine"])
     target = LOADERS.get(engine)
     if target is None:

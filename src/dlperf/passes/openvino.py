@@ -329,11 +329,13 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     static = manifest.get("static_shapes")
     try:
         ov_model = ov.Core().read_model(str(xml))
-        return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
-                                 [tuple(int(d) for d in s) for s in static] if static else None)
+        predict = _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
+                                    [tuple(int(d) for d in s) for s in static] if static else None)
     except RuntimeError as exc:  # a missing or damaged model.bin, a damaged model.xml: OpenVINO's page of text
         raise OptimizeError(f"OpenVINO could not load the IR {xml} (weights {xml.with_suffix('.bin').name}): "
                             f"{ov_reason(exc)}; the artifact is damaged: export it again") from exc
+    predict.threads = threads  # type: ignore[attr-defined]  # what it runs with, for a caller to report
+    return predict
 
 
 def conversion_reason(exc: BaseException) -> str:
