@@ -68,6 +68,10 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
         # the name `dlperf serve` serves it under, as a torch recipe's workload gives it (else the folder's name:
         # every candidate of a search's workdir was served as 'artifact')
         fields.setdefault("name", state.workload.name)
+        if settings.source and settings.source != "python":
+            # which workload (and options: zoo:minilm?seq_len=64) it was made from, as a torch recipe says; informative
+            # only: an engine artifact is loaded from its own files
+            fields.setdefault("workload", settings.source)
     elif state.engine == "torch":
         fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir, trained_weights)
     else:

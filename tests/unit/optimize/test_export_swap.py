@@ -91,3 +91,16 @@ def test_exporting_twice_replaces_the_artifact_whole(candidates: tuple[Path, Pat
     copy_artifact(second, tmp_path / "new" / "nested", {})
     assert read_manifest(tmp_path / "empty")["engine"] == "torch"
     assert read_manifest(tmp_path / "new" / "nested")["engine"] == "torch"
+
+
+def test_an_engine_artifact_says_which_workload_it_was_made_from(tmp_path: Path) -> None:
+    """An engine artifact's manifest named the workload ('minilm') but not its spec: artifacts of
+    zoo:minilm?seq_len=64 and of a user's file could not be traced back to what to run dlperf optimize on."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    folder = _candidate_artifact(tmp_path / "cand", Candidate((OrtConfig(),)))
+    manifest = read_manifest(copy_artifact(folder, tmp_path / "out", {}))
+    assert manifest["engine"] == "onnxruntime" and manifest["workload"] == "zoo:mlp" and manifest["name"] == "mlp"
+    assert "workload_relative" not in manifest
+    assert load_artifact(tmp_path / "out").threads >= 1  # type: ignore[attr-defined]
