@@ -251,8 +251,9 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     manifest = read_manifest(folder)
     if threads is not None:
         manifest = {**manifest, "threads": threads}
-    elif _is_int(manifest.get("threads")) and int(manifest["threads"]) > usable_cores():
-        # exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran zoo:digits-cnn 11x slower
+    elif _is_int(manifest.get("threads")) and usable_cores() < int(manifest["threads"]) != _torch_threads():
+        # exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran zoo:digits-cnn 11x slower. Kept
+        # where torch here is set to as many (the search's A/Bs of a --threads oversubscription experiment)
         manifest = {**manifest, "threads": usable_cores()}
     engine = str(manifest["engine"])
     target = LOADERS.get(engine)
@@ -270,6 +271,12 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
         raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")
     result: Callable[..., Any] = loader(folder, manifest)
     return result
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:

@@ -45,3 +45,20 @@ def test_threads_from_a_larger_machine_are_capped_at_this_one_s_cpus(config: Pas
     assert dlperf.load(folder, threads=usable_cores() + 1).threads == usable_cores() + 1
     write_manifest(folder, {**json.loads((folder / "manifest.json").read_text()), "threads": 1})
     assert dlperf.load(folder).threads == 1
+
+
+def test_threads_past_the_cpus_are_kept_where_torch_is_set_to_as_many(tmp_path: Path) -> None:
+    """The search's A/Bs of a --threads oversubscription experiment (torch set to that many in the process) load
+    the candidate as it was measured."""
+    wl = get("mlp")
+    state = apply_pass(OrtConfig(), initial_state(wl), PassContext(threads=1))
+    folder = tmp_path / "art"
+    many = usable_cores() + 2
+    write_manifest(folder, {**state.exporter(folder), "threads": many})  # type: ignore[misc]
+    before = torch.get_num_threads()
+    torch.set_num_threads(many)
+    try:
+        assert dlperf.load(folder).threads == many
+    finally:
+        torch.set_num_threads(before)
+    assert dlperf.load(folder).threads == usable_cores()
