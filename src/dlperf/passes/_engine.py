@@ -392,6 +392,32 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
     return out
 
 
+CALIBRATION_SEED = 0
+
+
+@contextlib.contextmanager
+def reproducible_rng(seed: int = CALIBRATION_SEED) -> Iterator[None]:
+    """torch's, numpy's and Python's random generators seeded for the block and put back after it: calibration data
+    drawn at random (a workload's unseeded example inputs, a shuffled DataLoader) is then the same when a torch recipe
+    is replayed as when its candidate was measured. A recipe recalibrates on load: a torchao static int8 artifact of
+    a workload with torch.randn inputs gave other outputs at each load (0.02 apart), none of them the measured one's."""
+    import random
+
+    import numpy as np
+    import torch
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
 def check_calibration(workload: Workload, model: nn.Module | None, example: Inputs, batches: Sequence[Inputs]) -> None:
     """A PassError naming the workload's calibration_inputs, the batch and the shapes when a batch does not fit the
     model's example inputs: as many inputs, each a tensor of the example's dtype and rank. A size past the batch

@@ -112,7 +112,9 @@ class TorchAoPass:
         model = copy.deepcopy(state.model).eval()
         example = state.workload.example_inputs(max(2, ctx.batch_size))
         if config.method == "int8-static-pt2e":
-            samples = _engine.calibration_samples(state, ctx, config.calibration_samples)
+            # the recipe recalibrates when it is loaded: the same samples then, however they are drawn
+            with _engine.reproducible_rng():
+                samples = _engine.calibration_samples(state, ctx, config.calibration_samples)
             model = _pt2e(model, config, samples, example)
         else:
             model = _quantize_(model, config)
