@@ -467,8 +467,9 @@ def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
 
     The new artifact is written into a folder next to `dst` and swapped in whole, so an export that fails (the
     candidate's folder gone with its work folder, a full disk) leaves what `dst` held as it was: `dst` used to be
-    emptied first, and a failed copy lost the earlier export and left part of the new one. Where no folder can be
-    made next to `dst` (it is writable, its parent is not), it is replaced in place, as before."""
+    emptied first, and a failed copy lost the earlier export and left part of the new one. A `dst` that cannot be
+    renamed (a mount point: a container's volume) gets the finished copy's files in place; where no folder can be
+    made next to it (it is writable, its parent is not), it is filled from the candidate's folder in place."""
     import shutil
 
     dst = check_export_dir(dst)
@@ -485,46 +486,58 @@ def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
     target = Path(os.path.abspath(dst))  # "." has no name; its absolute path has
     staging = target.parent / f".{target.name}.dlperf-export-{os.getpid()}"
     old = staging.with_name(staging.name + "-old")
+    in_place = False
     try:
         for leftover in (staging, old):  # from an export by a process of this id that was killed halfway
             if leftover.is_dir():
                 shutil.rmtree(leftover)
-        staging.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             staging.mkdir()
         except PermissionError:
-            staging = target
-        if staging == target:  # emptied, not removed: it could not be made again
-            for entry in target.iterdir():
+            staging, in_place = src, True
+        if not in_place:
+            shutil.copytree(src, staging, dirs_exist_ok=True)
+            _finish_manifest(staging, target, extra)
+            try:
+                if existed:
+                    target.rename(old)  # an empty folder or an earlier artifact (check_export_dir), kept until the swap
+            except OSError:  # a mount point cannot be renamed (EBUSY)
+                in_place = True
+            else:
+                try:
+                    staging.rename(target)
+                except OSError:
+                    if existed:
+                        old.rename(target)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+        if in_place:
+            kept = "the folder may hold part of it: export again"
+            for entry in target.iterdir():  # emptied, not removed: it could not be made again, or renamed
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)
                 else:
                     entry.unlink()
-            shutil.copytree(src, target, dirs_exist_ok=True)
-        else:
-            shutil.copytree(src, staging, dirs_exist_ok=True)
-        manifest = read_manifest(staging)
-        manifest.update(extra)
-        if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
-            manifest["workload_relative"] = relative
-        write_manifest(staging, {k: v for k, v in manifest.items() if k != "format_version"})
-        if staging != target:
-            if existed:
-                target.rename(old)  # an empty folder or an earlier artifact (check_export_dir), kept until the swap
-            try:
-                staging.rename(target)
-            except OSError:
-                if existed:
-                    old.rename(target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.copytree(staging, target, dirs_exist_ok=True)
+            if staging == src:
+                _finish_manifest(target, target, extra)
+            else:
+                shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
-        if staging != target:
+        if staging not in (src, target):
             shutil.rmtree(staging, ignore_errors=True)
-        else:
-            kept = "the folder may hold part of it: export again"
         errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
         # copytree's Error lists (source, destination, reason) for every file it could not copy
         why = f"{errors[0][2]}" if errors else f"{exc.strerror or exc} ({exc.filename or dst})"
         raise OptimizeError(f"cannot export to '{dst}': {why}; {kept}") from exc
     return dst
+
+
+def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
+    """Merge `extra` into the manifest in `folder`, which will be the export `target`."""
+    manifest = read_manifest(folder)
+    manifest.update(extra)
+    if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
+        manifest["workload_relative"] = relative
+    write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})

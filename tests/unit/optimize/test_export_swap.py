@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,30 @@ def test_an_engine_artifact_says_which_workload_it_was_made_from(tmp_path: Path)
     assert manifest["engine"] == "onnxruntime" and manifest["workload"] == "zoo:mlp" and manifest["name"] == "mlp"
     assert "workload_relative" not in manifest
     assert load_artifact(tmp_path / "out").threads >= 1  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def mount_point(tmp_path: Path) -> Iterator[Path]:
+    """An empty tmpfs mounted on a folder, as a container's volume is (needs root; skipped elsewhere)."""
+    folder = tmp_path / "volume"
+    folder.mkdir()
+    if not shutil.which("mount") or subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(folder)],
+                                                   capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+def test_an_export_into_a_mount_point_fills_it_in_place(candidates: tuple[Path, Path], mount_point: Path) -> None:
+    """A mount point cannot be renamed (EBUSY): swapping the new artifact in refused an export to an empty mounted
+    volume ('cannot export to ...: Device or resource busy'), which writing into it had taken."""
+    first, second = candidates
+    copy_artifact(first, mount_point, {"label": "first"})
+    assert read_manifest(mount_point)["label"] == "first"
+    copy_artifact(second, mount_point, {"label": "second"})  # an earlier artifact in it is replaced
+    assert read_manifest(mount_point)["label"] == "second"
+    assert sorted(p.name for p in mount_point.iterdir()) == ["manifest.json", "weights.pt"]
+    assert sorted(p.name for p in mount_point.parent.iterdir()) == ["volume"]  # no staging folder left
+    assert load_artifact(mount_point) is not None
