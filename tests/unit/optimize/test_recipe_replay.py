@@ -46,3 +46,24 @@ def test_a_recipe_whose_pass_does_not_apply_here_says_which_artifact_and_what_to
     monkeypatch.setattr(dlperf.measure.env, "cpu_flags", lambda *args, **kwargs: ["avx512_bf16"])
     out = dlperf.load(folder)(torch.randn(3, 64))
     assert out.shape == (3, 10) and out.dtype == torch.float32
+
+
+def test_a_recipe_s_thread_count_from_a_larger_machine_is_capped_at_this_one_s_cpus(tmp_path: Path) -> None:
+    """hygiene(threads=N) is the export machine's physical cores, set process-wide when the recipe loads: a recipe
+    from a 16-core machine set 16 torch threads on a 2-CPU one."""
+    from dlperf.measure.env import usable_cores
+    from dlperf.passes.hygiene import HygieneConfig
+
+    folder = tmp_path / "hygiene"
+    folder.mkdir()
+    torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
+    many = usable_cores() + 6
+    write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "workload": "zoo:mlp", "recipe": Candidate((HygieneConfig(threads=many),)).to_list()})
+    before = torch.get_num_threads()
+    try:
+        out = dlperf.load(folder)(torch.randn(2, 64))
+        assert torch.get_num_threads() == usable_cores()
+    finally:
+        torch.set_num_threads(before)
+    assert out.shape == (2, 10)
