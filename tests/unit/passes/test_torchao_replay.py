@@ -54,3 +54,27 @@ def test_a_static_int8_recipe_loads_as_the_candidate_that_was_measured(tmp_path:
     candidate = apply_pass(config, state, PassContext())
     with torch.no_grad():
         torch.testing.assert_close(candidate.predict(x), first, atol=0, rtol=0)
+
+
+def test_loading_a_torchao_recipe_prints_nothing(tmp_path: Path) -> None:
+    """torchao's first import logged 'Failed to load .../_C_mxfp8...so: Could not load this library' per optional
+    kernel library its build lacks (and torch a pytree deprecation), on the console of every dlperf.load and
+    dlperf serve of a torchao recipe: read as errors, about nothing the recipe uses."""
+    import subprocess
+    import sys
+
+    from dlperf.optimize.artifact import TORCH_FORMAT, write_manifest
+    from dlperf.optimize.space import Candidate
+    from dlperf.workload.zoo import get
+
+    folder = tmp_path / "ao"
+    folder.mkdir()
+    torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
+    config = TorchAoConfig(method="int8-dynamic", compile=False)
+    write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "workload": "zoo:mlp", "recipe": Candidate((config,)).to_list()})
+    code = f"import dlperf, torch; print(tuple(dlperf.load({str(folder)!r})(torch.randn(2, 64)).shape))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(2, 10)"
+    assert done.stderr == ""
