@@ -407,8 +407,8 @@ def reproducible_rng(seed: int = CALIBRATION_SEED) -> Iterator[None]:
     import torch
 
     py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: a CUDA one is neither used here nor touched
+        torch.random.default_generator.manual_seed(seed)
         random.seed(seed)
         np.random.seed(seed)
         try:
