@@ -227,7 +227,8 @@ def to_torch(arrays: Sequence[Any], spec: IOSpec) -> Any:
     import numpy as np
     import torch
 
-    outs = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
+    # np.asarray(order="C"), not np.ascontiguousarray, which makes a 0-d output (a model's scalar) 1-d: shape [1]
+    outs = tuple(torch.from_numpy(np.asarray(a, order="C")) for a in arrays)
     return outs if spec.tuple_output else outs[0]
 
 
