@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, WorkloadError
-from dlperf.measure.env import check_threads
+from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, PassError, PassNotApplicable, WorkloadError
+from dlperf.measure.env import check_threads, usable_cores
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -68,6 +68,10 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
         # the name `dlperf serve` serves it under, as a torch recipe's workload gives it (else the folder's name:
         # every candidate of a search's workdir was served as 'artifact')
         fields.setdefault("name", state.workload.name)
+        if settings.source and settings.source != "python":
+            # which workload (and options: zoo:minilm?seq_len=64) it was made from, as a torch recipe says; informative
+            # only: an engine artifact is loaded from its own files
+            fields.setdefault("workload", settings.source)
     elif state.engine == "torch":
         fields = export_torch_recipe(state, candidate, settings, original_weights, out_dir, trained_weights)
     else:
@@ -190,6 +194,7 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
     need("device", lambda v: isinstance(v, str), "a device name", required=False)
     if data["engine"] == "torch":
         need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
+        need("workload_relative", lambda v: isinstance(v, str), "a path", required=False)
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
@@ -233,8 +238,9 @@ def _load_weights(file: Path, device: str) -> Any:
 
 def load_artifact(path: str | Path, threads: int | None = None) -> Callable[..., Any]:
     """A callable with the original model's interface: torch tensors in, torch tensors out. `threads`: an
-    engine artifact's intra-op threads instead of those it was exported with (a torch artifact runs with
-    torch's, which the caller sets)."""
+    engine artifact's intra-op threads instead of those it was exported with, which are capped at the CPUs this
+    process may use (a torch artifact runs with torch's, which the caller sets). An engine artifact's callable
+    has the threads it runs with as its `threads` attribute."""
     if not isinstance(path, (str, os.PathLike)):  # None or a number gave Path's TypeError
         raise OptimizeError(f"dlperf.load takes the path of an artifact folder (dlperf optimize --export DIR), got "
                             f"{type(path).__name__}")
@@ -245,6 +251,10 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     manifest = read_manifest(folder)
     if threads is not None:
         manifest = {**manifest, "threads": threads}
+    elif _is_int(manifest.get("threads")) and usable_cores() < int(manifest["threads"]) != _torch_threads():
+        # exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran zoo:digits-cnn 11x slower. Kept
+        # where torch here is set to as many (the search's A/Bs of a --threads oversubscription experiment)
+        manifest = {**manifest, "threads": usable_cores()}
     engine = str(manifest["engine"])
     target = LOADERS.get(engine)
     if target is None:
@@ -261,6 +271,12 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
         raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")
     result: Callable[..., Any] = loader(folder, manifest)
     return result
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
@@ -280,11 +296,13 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
         except Exception as exc:
             raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
                                 f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
+    spec, moved = _workload_spec(folder, manifest)
     try:
-        workload = load_workload(manifest["workload"])
+        workload = load_workload(spec)
     except WorkloadError as exc:
+        also = f" (nor is it at '{moved}', where it was relative to the artifact)" if moved else ""
         raise OptimizeError(f"artifact '{folder}': its recipe rebuilds the model from the workload "
-                            f"'{manifest['workload']}', which does not load here: {exc}") from exc
+                            f"'{manifest['workload']}', which does not load here: {exc}{also}") from exc
     device = str(manifest.get("device", "cpu"))
     if device.startswith("cuda"):
         import torch
@@ -307,7 +325,10 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                       workdir=folder, replay=True)
     trained_after = int(manifest.get("trained_after", -1))
     for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
-        state = apply_pass(config, state, ctx)
+        try:
+            state = apply_pass(config, state, ctx)
+        except PassError as exc:  # PassNotApplicable too: said as "precision: not applicable: ...", naming no artifact
+            raise OptimizeError(_replay_error(folder, manifest, config.label(), exc)) from exc
         if i == trained_after and state.model is not None:
             trained = _load_weights(folder / "trained.pt", device)
             try:
@@ -316,6 +337,52 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                 raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
                                     f"{exc}") from exc
     return state.predict
+
+
+def _replay_error(folder: Path, manifest: dict[str, Any], label: str, exc: PassError) -> str:
+    """Why a recipe's pass does not replay here, naming the artifact and the machine it was exported on: a bf16
+    recipe loaded on a CPU without bf16 said only "precision: not applicable: no native bf16 on this CPU ..."."""
+    text = str(exc)
+    prefix = f"{label}: not applicable: "
+    reason = text[len(prefix):] if text.startswith(prefix) else text
+    env = manifest.get("environment") if isinstance(manifest.get("environment"), dict) else {}
+    cpu = env.get("cpu_model") or env.get("gpu_name") if env else None
+    where = f" ({cpu}, where it was exported)" if cpu else ""
+    what = "does not apply here" if isinstance(exc, PassNotApplicable) else "fails here"
+    return (f"artifact '{folder}': its recipe replays {label}, which {what}: {reason}; load it on a machine like "
+            f"the one it was measured on{where}, or run dlperf optimize on this one")
+
+
+def relative_workload(spec: str, folder: Path) -> str | None:
+    """The path of a file workload's file relative to the artifact `folder` (None for a zoo workload): a recipe
+    records its workload by absolute path, so a project moved whole (cloned elsewhere, copied into a container at
+    /app) broke every torch artifact in it."""
+    from dlperf.workload.loader import split_canonical
+
+    parts = split_canonical(spec)
+    if parts is None or not os.path.isabs(parts[0]):
+        return None
+    try:
+        return os.path.relpath(parts[0], os.path.abspath(folder))
+    except ValueError:  # another drive (Windows)
+        return None
+
+
+def _workload_spec(folder: Path, manifest: dict[str, Any]) -> tuple[str, str | None]:
+    """The workload spec to rebuild a recipe from, and the moved file's path when one was tried: the recorded spec
+    while its file exists; else the file at the place relative to the artifact where it was at export (the project
+    moved together), when it is there."""
+    from dlperf.workload.loader import split_canonical
+
+    spec, relative = str(manifest["workload"]), manifest.get("workload_relative")
+    parts = split_canonical(spec)
+    if (parts is None or not isinstance(relative, str) or not os.path.isabs(parts[0]) or os.path.exists(parts[0])
+            or os.path.basename(relative) != os.path.basename(parts[0])):  # not this recipe's file: edited
+        return spec, None
+    moved = os.path.normpath(os.path.join(os.path.abspath(folder), relative))
+    if not os.path.isfile(moved):
+        return spec, moved
+    return moved + spec[len(parts[0]):], None
 
 
 def artifact_size(folder: Path) -> int:
@@ -396,17 +463,81 @@ def check_folder_path(path: str | Path, option: str) -> Path:
 
 def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
     """Copy a candidate's artifact folder to `dst` and merge `extra` (passes, metrics...) into its manifest. `dst`
-    may be new, empty, or a dlperf artifact, which is replaced; anything else is refused (`check_export_dir`)."""
+    may be new, empty, or a dlperf artifact, which is replaced; anything else is refused (`check_export_dir`).
+
+    The new artifact is written into a folder next to `dst` and swapped in whole, so an export that fails (the
+    candidate's folder gone with its work folder, a full disk) leaves what `dst` held as it was: `dst` used to be
+    emptied first, and a failed copy lost the earlier export and left part of the new one. A `dst` that cannot be
+    renamed (a mount point: a container's volume) gets the finished copy's files in place; where no folder can be
+    made next to it (it is writable, its parent is not), it is filled from the candidate's folder in place."""
     import shutil
 
     dst = check_export_dir(dst)
+    existed = dst.is_dir()
+    kept = "the artifact already there is unchanged" if existed and any(dst.iterdir()) else "nothing was written"
+    # the candidate's folder is checked before anything in `dst` is touched
+    if not Path(src).is_dir():
+        raise OptimizeError(f"cannot export to '{dst}': the candidate's artifact '{src}' is gone (was the search's "
+                            f"work folder removed?); {kept}")
     try:
-        if dst.is_dir() and any(dst.iterdir()):
-            shutil.rmtree(dst)
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        read_manifest(src)
+    except OptimizeError as exc:
+        raise OptimizeError(f"cannot export to '{dst}': the candidate's artifact is damaged ({exc}); {kept}") from exc
+    target = Path(os.path.abspath(dst))  # "." has no name; its absolute path has
+    staging = target.parent / f".{target.name}.dlperf-export-{os.getpid()}"
+    old = staging.with_name(staging.name + "-old")
+    in_place = False
+    try:
+        for leftover in (staging, old):  # from an export by a process of this id that was killed halfway
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            staging.mkdir()
+        except PermissionError:
+            staging, in_place = src, True
+        if not in_place:
+            shutil.copytree(src, staging, dirs_exist_ok=True)
+            _finish_manifest(staging, target, extra)
+            try:
+                if existed:
+                    target.rename(old)  # an empty folder or an earlier artifact (check_export_dir), kept until the swap
+            except OSError:  # a mount point cannot be renamed (EBUSY)
+                in_place = True
+            else:
+                try:
+                    staging.rename(target)
+                except OSError:
+                    if existed:
+                        old.rename(target)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+        if in_place:
+            kept = "the folder may hold part of it: export again"
+            for entry in target.iterdir():  # emptied, not removed: it could not be made again, or renamed
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            shutil.copytree(staging, target, dirs_exist_ok=True)
+            if staging == src:
+                _finish_manifest(target, target, extra)
+            else:
+                shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
-        raise OptimizeError(f"cannot export to '{dst}': {exc.strerror or exc} ({exc.filename or dst})") from exc
-    manifest = read_manifest(dst)
-    manifest.update(extra)
-    write_manifest(dst, {k: v for k, v in manifest.items() if k != "format_version"})
+        if staging not in (src, target):
+            shutil.rmtree(staging, ignore_errors=True)
+        errors = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
+        # copytree's Error lists (source, destination, reason) for every file it could not copy
+        why = f"{errors[0][2]}" if errors else f"{exc.strerror or exc} ({exc.filename or dst})"
+        raise OptimizeError(f"cannot export to '{dst}': {why}; {kept}") from exc
     return dst
+
+
+def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
+    """Merge `extra` into the manifest in `folder`, which will be the export `target`."""
+    manifest = read_manifest(folder)
+    manifest.update(extra)
+    if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
+        manifest["workload_relative"] = relative
+    write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})

@@ -227,7 +227,8 @@ def to_torch(arrays: Sequence[Any], spec: IOSpec) -> Any:
     import numpy as np
     import torch
 
-    outs = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
+    # np.asarray(order="C"), not np.ascontiguousarray, which makes a 0-d output (a model's scalar) 1-d: shape [1]
+    outs = tuple(torch.from_numpy(np.asarray(a, order="C")) for a in arrays)
     return outs if spec.tuple_output else outs[0]
 
 
@@ -390,6 +391,32 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
         raise PassNotApplicable(f"workload '{wl.name}': its calibration_inputs() yielded {len(batches)} "
                                 f"batch{'es' if len(batches) != 1 else ''} with no rows")
     return out
+
+
+CALIBRATION_SEED = 0
+
+
+@contextlib.contextmanager
+def reproducible_rng(seed: int = CALIBRATION_SEED) -> Iterator[None]:
+    """torch's, numpy's and Python's random generators seeded for the block and put back after it: calibration data
+    drawn at random (a workload's unseeded example inputs, a shuffled DataLoader) is then the same when a torch recipe
+    is replayed as when its candidate was measured. A recipe recalibrates on load: a torchao static int8 artifact of
+    a workload with torch.randn inputs gave other outputs at each load (0.02 apart), none of them the measured one's."""
+    import random
+
+    import numpy as np
+    import torch
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: a CUDA one is neither used here nor touched
+        torch.random.default_generator.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
 
 
 def check_calibration(workload: Workload, model: nn.Module | None, example: Inputs, batches: Sequence[Inputs]) -> None:

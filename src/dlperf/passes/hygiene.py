@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from dlperf.measure.env import check_threads
+from dlperf.measure.env import check_threads, usable_cores
 from dlperf.passes._torch_call import torch_call, torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
@@ -52,9 +52,14 @@ class Hygiene:
         call = torch_call(state)
         call.inference_mode = config.inference_mode
         if config.threads is not None:
-            # Process-wide: the candidate runs in its own process, and a loaded artifact sets it again.
-            torch.set_num_threads(config.threads)
-            state.notes.append(f"torch threads set to {config.threads}")
+            # Process-wide: the candidate runs in its own process, and a loaded artifact sets it again, at most to
+            # the CPUs of the machine it is loaded on (the physical cores of a 16-core build machine, set on a 2-CPU
+            # one, oversubscribed every call)
+            threads = min(config.threads, usable_cores()) if ctx.replay else config.threads
+            torch.set_num_threads(threads)
+            state.notes.append(f"torch threads set to {threads}"
+                               + (f" (the recipe's {config.threads}: more than this machine's CPUs)"
+                                  if threads != config.threads else ""))
         return state
 
 

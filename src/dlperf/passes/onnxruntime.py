@@ -349,4 +349,6 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     threads = int(manifest.get("threads") or torch.get_num_threads())
     provider = str(manifest.get("provider", "cpu"))
     sess = _session(Path(dir) / "model.onnx", provider, str(manifest.get("opt_level", "all")), threads)
-    return _predict_fn(sess, spec)
+    predict = _predict_fn(sess, spec)
+    predict.threads = threads  # type: ignore[attr-defined]  # what it runs with, for a caller to report
+    return predict

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlperf.errors import ConfigError, MissingDependency, OptimizeError, require
+from dlperf.errors import ConfigError, MissingDependency, OptimizeError, PassError, require
 from dlperf.passes import _engine
 from dlperf.passes._sigstack import preserved_signal_stack
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
@@ -175,15 +175,27 @@ def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.
     import torch
 
     with _engine._quiet():
-        if config.frontend == "onnx":
-            src: Any = _engine.export_onnx(model, example, spec, workdir / "model.onnx")
-            ov_model = ov.convert_model(str(src))
-        else:
-            with torch.no_grad():
-                ov_model = ov.convert_model(model, example_input=tuple(example))
-    # Name the inputs like the workload does and free the batch dimension (and any varying one).
-    for port, s in zip(ov_model.inputs, spec.inputs, strict=False):
-        port.get_tensor().set_names({s.name})
+        src: Any = (_engine.export_onnx(model, example, spec, workdir / "model.onnx") if config.frontend == "onnx"
+                    else None)
+        try:
+            if src is not None:
+                ov_model = ov.convert_model(str(src))
+            else:
+                with torch.no_grad():
+                    ov_model = ov.convert_model(model, example_input=tuple(example))
+        except Exception as exc:  # OpenVINO's OpConversionFailure: C++ source locations, then the ops, then the graph
+            frontend = "ONNX" if src is not None else "PyTorch"
+            raise PassError(f"OpenVINO's {frontend} frontend could not convert the model: {conversion_reason(exc)}") \
+                from exc
+    # Name the inputs and outputs like the workload does (the PyTorch frontend leaves the outputs unnamed, so the IR
+    # was unusable by name in OpenVINO itself, its model server or Triton; the ONNX frontend keeps the export's) and
+    # free the batch dimension (and any varying one).
+    named: set[str] = set()
+    for port, s in zip([*ov_model.inputs, *ov_model.outputs], [*spec.inputs, *spec.outputs], strict=False):
+        tensor = port.get_tensor()
+        if not named & set(tensor.get_names()):  # an output that is an input's (or an earlier output's) tensor
+            tensor.set_names({s.name})
+            named.add(s.name)
     shapes = {}
     for port, s in zip(ov_model.inputs, spec.inputs, strict=False):
         shapes[port] = ov.PartialShape([ov.Dimension(-1) if d == -1 else ov.Dimension(int(d)) for d in s.shape])
@@ -317,11 +329,25 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     static = manifest.get("static_shapes")
     try:
         ov_model = ov.Core().read_model(str(xml))
-        return _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
-                                 [tuple(int(d) for d in s) for s in static] if static else None)
+        predict = _compiled_predict(ov_model, spec, threads, str(manifest.get("inference_precision", "f32")),
+                                    [tuple(int(d) for d in s) for s in static] if static else None)
     except RuntimeError as exc:  # a missing or damaged model.bin, a damaged model.xml: OpenVINO's page of text
         raise OptimizeError(f"OpenVINO could not load the IR {xml} (weights {xml.with_suffix('.bin').name}): "
                             f"{ov_reason(exc)}; the artifact is damaged: export it again") from exc
+    predict.threads = threads  # type: ignore[attr-defined]  # what it runs with, for a caller to report
+    return predict
+
+
+def conversion_reason(exc: BaseException) -> str:
+    """The ops OpenVINO could not convert, from the summary of its OpConversionFailure ("-- No conversion rule found
+    for operations: aten::special_i0e"), on one line; else the first meaningful line of the error. The whole error
+    (C++ source locations, a log per op and the TorchScript graph) filled the optimizer's report."""
+    lines = [line.strip() for line in str(exc).split("Torch IR graph at exception")[0].splitlines()]
+    if "Summary:" in lines:
+        summary = [line.lstrip("- ").strip() for line in lines[lines.index("Summary:") + 1:] if line.startswith("--")]
+        if summary:
+            return "; ".join(summary)
+    return _engine.first_line(ov_reason(exc))
 
 
 def ov_reason(exc: BaseException) -> str:

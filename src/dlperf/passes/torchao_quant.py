@@ -91,7 +91,10 @@ def _quantize_(model: Any, config: TorchAoConfig) -> Any:
 class TorchAoPass:
     def applicable(self, config: TorchAoConfig, state: ModelState, ctx: PassContext) -> str | None:
         try:
-            require("torchao", "quant")
+            # torchao's import logs a warning for each optional kernel library its build cannot load ("Failed to load
+            # .../_C_mxfp8...so: Could not load this library"), printed by every dlperf.load of a torchao recipe
+            with _engine._quiet():
+                require("torchao", "quant")
         except MissingDependency:
             return "install dlperf[quant] (torchao is not installed)"
         if state.engine != "torch" or state.model is None:
@@ -112,7 +115,9 @@ class TorchAoPass:
         model = copy.deepcopy(state.model).eval()
         example = state.workload.example_inputs(max(2, ctx.batch_size))
         if config.method == "int8-static-pt2e":
-            samples = _engine.calibration_samples(state, ctx, config.calibration_samples)
+            # the recipe recalibrates when it is loaded: the same samples then, however they are drawn
+            with _engine.reproducible_rng():
+                samples = _engine.calibration_samples(state, ctx, config.calibration_samples)
             model = _pt2e(model, config, samples, example)
         else:
             model = _quantize_(model, config)

@@ -1,0 +1,69 @@
+"""A torch recipe whose pass does not replay on the loading machine names the artifact, the pass and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+import dlperf.measure.env
+from dlperf.errors import OptimizeError
+from dlperf.optimize.artifact import TORCH_FORMAT, write_manifest
+from dlperf.optimize.space import Candidate
+from dlperf.passes.precision import PrecisionConfig
+from dlperf.workload.zoo import get
+
+pytestmark = pytest.mark.unit
+
+
+def _bf16_recipe(folder: Path) -> Path:
+    """A zoo:mlp recipe with bf16 autocast, written as export_torch_recipe writes one."""
+    folder.mkdir()
+    torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
+    write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "workload": "zoo:mlp", "recipe": Candidate((PrecisionConfig(),)).to_list(),
+                            "batch_size": 1, "device": "cpu",
+                            "environment": {"cpu_model": "Intel Xeon 8480+"}})
+    return folder
+
+
+def test_a_recipe_whose_pass_does_not_apply_here_says_which_artifact_and_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loaded on a CPU without bf16 (this machine's flags, as measure.env reads them, stand for one), dlperf.load
+    raised the pass's own PassNotApplicable: 'precision: not applicable: no native bf16 on this CPU ...', naming
+    neither the artifact nor a way out."""
+    folder = _bf16_recipe(tmp_path / "bf16")
+    monkeypatch.setattr(dlperf.measure.env, "cpu_flags", lambda *args, **kwargs: ["avx2", "fma"])
+    with pytest.raises(OptimizeError) as info:
+        dlperf.load(folder)
+    assert str(info.value) == (
+        f"artifact '{folder}': its recipe replays precision, which does not apply here: no native bf16 on this CPU "
+        "(flags lack avx512_bf16/amx_bf16); load it on a machine like the one it was measured on (Intel Xeon 8480+, "
+        "where it was exported), or run dlperf optimize on this one")
+    # where the CPU has bf16 it replays, and returns fp32 like the original
+    monkeypatch.setattr(dlperf.measure.env, "cpu_flags", lambda *args, **kwargs: ["avx512_bf16"])
+    out = dlperf.load(folder)(torch.randn(3, 64))
+    assert out.shape == (3, 10) and out.dtype == torch.float32
+
+
+def test_a_recipe_s_thread_count_from_a_larger_machine_is_capped_at_this_one_s_cpus(tmp_path: Path) -> None:
+    """hygiene(threads=N) is the export machine's physical cores, set process-wide when the recipe loads: a recipe
+    from a 16-core machine set 16 torch threads on a 2-CPU one."""
+    from dlperf.measure.env import usable_cores
+    from dlperf.passes.hygiene import HygieneConfig
+
+    folder = tmp_path / "hygiene"
+    folder.mkdir()
+    torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
+    many = usable_cores() + 6
+    write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "workload": "zoo:mlp", "recipe": Candidate((HygieneConfig(threads=many),)).to_list()})
+    before = torch.get_num_threads()
+    try:
+        out = dlperf.load(folder)(torch.randn(2, 64))
+        assert torch.get_num_threads() == usable_cores()
+    finally:
+        torch.set_num_threads(before)
+    assert out.shape == (2, 10)
