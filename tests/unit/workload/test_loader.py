@@ -311,6 +311,15 @@ def test_a_folder_named_like_a_python_file_is_refused(tmp_path: Path) -> None:
         load_workload(str(tmp_path / "wl.py"))
 
 
+def test_an_artifact_folder_is_named_as_one_with_the_ways_to_measure_it(tmp_path: Path) -> None:
+    """`dlperf bench DIR` of an exported artifact said "is a folder, not a file: point at a .py file"."""
+    (tmp_path / "art").mkdir()
+    (tmp_path / "art" / "manifest.json").write_text("{}")
+    with pytest.raises(WorkloadError, match=r"art' is an artifact folder \(its manifest.json, written by dlperf "
+                                            r"optimize\), not a workload: measure the artifact served \(`dlperf serve"):
+        load_workload(str(tmp_path / "art"))
+
+
 def test_unknown_attribute_lists_the_workloads_found(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
     with pytest.raises(WorkloadError) as info:
