@@ -869,6 +869,9 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
         "label": row["label"],
         "objective": config.objective,
         "confirmed": key == winner,
+        # the stored runs it came from (`dlperf runs show ID`): the search and this candidate's own run
+        "run_id": search.run.id if search.run is not None else None,
+        "candidate_run_id": row.get("run_id"),
         "metrics": {
             "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
             "metric": row.get("metric"), "metric_name": row.get("metric_name"),

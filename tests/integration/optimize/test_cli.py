@@ -23,7 +23,11 @@ def test_optimize_cli_json_export_and_store(tmp_path: Path, capsys: pytest.Captu
     assert data["constraints"]["max_metric_drop"] == pytest.approx(0.005)
     assert [c["label"] for c in data["candidates"]] == ["baseline", "hygiene"]
     assert data["export_dir"] == str(tmp_path / "out")
-    assert (tmp_path / "out" / "manifest.json").exists()
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    # the artifact names the stored runs it came from (it named none: no way back to `dlperf runs show`)
+    assert manifest["run_id"] == data["run_id"]
+    exported = next(c for c in data["candidates"] if c["label"] == manifest["label"])
+    assert manifest["candidate_run_id"] == exported["run_id"]
     assert "measuring hygiene" in captured.err  # progress goes to stderr
     # the stored runs read back as the command printed them, with one-line headlines
     store = str(tmp_path / "runs.db")
