@@ -17,16 +17,9 @@ from dlperf.optimize.space import Candidate
 from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
 from dlperf.workload.zoo import get
+from tests.unit.optimize.artifacts import export_candidate as _export
 
 pytestmark = pytest.mark.unit
-
-
-def _export(tmp_path: Path, cand: Candidate) -> Path:
-    settings = EvalSettings(source="zoo:mlp", batch_size=1, warmup_iters=1, min_duration_s=0.0, min_iters=1,
-                            max_duration_s=1.0)
-    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(), "out_dir": str(tmp_path)},
-                  lambda phase: None)
-    return tmp_path / "artifact"
 
 
 def test_torch_recipe_round_trip_matches_the_candidate(tmp_path: Path) -> None:

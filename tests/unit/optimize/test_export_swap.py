@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -12,27 +11,19 @@ import pytest
 
 from dlperf.errors import OptimizeError
 from dlperf.optimize.artifact import copy_artifact, load_artifact, read_manifest
-from dlperf.optimize.evaluate import EvalSettings, evaluate_here
 from dlperf.optimize.space import Candidate
 from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from tests.unit.optimize.artifacts import export_candidate as _export
 
 pytestmark = pytest.mark.unit
-
-
-def _candidate_artifact(out: Path, cand: Candidate) -> Path:
-    settings = EvalSettings(source="zoo:mlp", batch_size=1, warmup_iters=1, min_duration_s=0.0, min_iters=1,
-                            max_duration_s=1.0)
-    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(), "out_dir": str(out)},
-                  lambda phase: None)
-    return out / "artifact"
 
 
 @pytest.fixture(scope="module")
 def candidates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("candidates")
-    return (_candidate_artifact(root / "a", Candidate((HygieneConfig(),))),
-            _candidate_artifact(root / "b", Candidate((DynamicInt8Config(),))))
+    return (_export(root / "a", Candidate((HygieneConfig(),))),
+            _export(root / "b", Candidate((DynamicInt8Config(),))))
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -101,7 +92,7 @@ def test_an_engine_artifact_says_which_workload_it_was_made_from(tmp_path: Path)
     pytest.importorskip("onnxruntime")
     from dlperf.passes.onnxruntime import OrtConfig
 
-    folder = _candidate_artifact(tmp_path / "cand", Candidate((OrtConfig(),)))
+    folder = _export(tmp_path / "cand", Candidate((OrtConfig(),)))
     manifest = read_manifest(copy_artifact(folder, tmp_path / "out", {}))
     assert manifest["engine"] == "onnxruntime" and manifest["workload"] == "zoo:mlp" and manifest["name"] == "mlp"
     assert "workload_relative" not in manifest
