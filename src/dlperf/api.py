@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from dlperf.errors import ConfigError
 from dlperf.measure.bench import BenchConfig, BenchResult, run_bench
 from dlperf.measure.scenarios import scenario as scenario_of
 from dlperf.measure.timer import TimerConfig
+from dlperf.workload.base import Workload
 from dlperf.workload.loader import load_workload
 
 
@@ -41,7 +43,7 @@ def bench(
                           f"{fixed[0]}: leave batch_sizes out, or use scenario='offline'")
     if isinstance(batch_sizes, (tuple, list)) and not batch_sizes:  # () measured the defaults 1, 8, 32 silently
         raise ConfigError("batch_sizes is empty: give at least one batch size, or leave it out")
-    workload = load_workload(model, example_inputs)
+    workload = bench_workload(model, example_inputs, threads=threads, precision=precision, device=device)
     if batch_sizes is None and example_inputs is not None and scenario == "offline":
         # (the single- and multi-stream scenarios fix their own batch: recorded as this, they ran another)
         batch_sizes = (workload.default_batch_size,)
@@ -65,6 +67,32 @@ def bench(
         run.result = result.to_dict()
     result.run_id = run.id  # for `dlperf baseline set` of the run just recorded
     return result
+
+
+def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None = None, precision: str = "fp32",
+                   device: str = "cpu") -> Workload:
+    """What `bench` measures: a workload (`load_workload`), or an artifact folder exported by `dlperf optimize`
+    (`artifact_workload`: the loaded artifact on its workload's inputs; an engine artifact runs at `threads` of
+    its own, in the precision and on the device it was exported for, so other ones are refused)."""
+    from pathlib import Path
+
+    if isinstance(spec, (str, os.PathLike)) and (Path(spec) / "manifest.json").is_file():
+        from dlperf.optimize.artifact import artifact_workload, read_manifest
+
+        folder = Path(spec)
+        manifest = read_manifest(folder)
+        provider = str(manifest.get("provider") or "")  # ONNX Runtime's names its device: cpu, cuda, tensorrt
+        engine = str(manifest["engine"])
+        made_for = str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu"))
+        if engine != "torch" and precision != "fp32":
+            raise ConfigError(f"--precision {precision}: the {engine} artifact '{spec}' runs in the precision it was "
+                              "exported in; leave --precision out (optimize's precision pass makes a bf16/fp16 one)")
+        if engine != "torch" and device.split(":")[0] != made_for.split(":")[0]:
+            raise ConfigError(f"--device {device}: the {engine} artifact '{spec}' was exported for {made_for}; "
+                              f"measure it with --device {made_for}")
+        workload: Workload = artifact_workload(folder, threads if engine != "torch" else None)
+        return workload
+    return load_workload(spec, example_inputs)
 
 
 def bench_environment(config: BenchConfig) -> dict[str, Any]:

@@ -29,14 +29,15 @@ T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("workload", help=WORKLOAD_HELP)
+    parser.add_argument("workload", help=WORKLOAD_HELP + "; or an artifact folder exported by dlperf optimize")
     parser.add_argument("--batch-sizes", default=None, metavar="LIST",
                         help="comma-separated batch sizes for the offline scenario (default 1,8,32)")
     parser.add_argument("--scenario", default="offline", metavar="NAME",
                         help="single-stream (p90, batch 1), multi-stream (p99, batch 8) or offline "
                              "(throughput over batch sizes; default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--threads", default=None, metavar="N", help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", default=None, metavar="N",
+                        help="torch intra-op threads (default: torch's); an engine artifact's own threads")
     parser.add_argument("--precision", default="fp32", metavar="P",
                         help="fp32 (default), bf16 or fp16 (autocast)")
     parser.add_argument("--min-duration", default="1s", metavar="S",
@@ -102,11 +103,10 @@ def emulated_precision_note(precision: str, device: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.api import bench_config_dict, bench_environment
+    from dlperf.api import bench_config_dict, bench_environment, bench_workload
     from dlperf.cli.progress import bench_progress
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.report.terminal import bench_report
-    from dlperf.workload.loader import load_workload
 
     config = build_config(args)
     use_allocator(args, "bench")
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     note = emulated_precision_note(config.precision, config.device)
     if note is not None:
         error_console().print(f"note: {note}", markup=False)
-    workload = load_workload(args.workload)
+    workload = bench_workload(args.workload, threads=config.threads, precision=config.precision, device=config.device)
     store = open_store(args)
     environment = bench_environment(config)
     config_dict = bench_config_dict(config, args.workload)

@@ -110,6 +110,8 @@ class BenchResult:
     model_bytes: int
     run_id: str | None = None
     """The stored run's id, when it was recorded (`dlperf.bench(..., store=...)`)."""
+    model_bytes_of: str = "parameters + buffers"
+    """What `model_bytes` counts: an exported artifact's are its files' (`optimize.artifact.artifact_workload`)."""
 
     def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
         kpi, value, batch = self.headline
@@ -132,6 +134,7 @@ class BenchResult:
         return {
             "workload": self.workload,
             "model_bytes": self.model_bytes,
+            "model_bytes_of": self.model_bytes_of,
             "headline": headline_record(self.config, self.points),
             "points": [p.to_dict() for p in self.points],
         }
@@ -293,7 +296,8 @@ def run_bench(
                 on_point(point)
             if interrupted is not None:
                 raise interrupted
-    return BenchResult(workload.name, config, points, model_bytes or 0)
+    size_of = "the artifact's files" if hasattr(model, "dlperf_size_bytes") else "parameters + buffers"
+    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of)
 
 
 def _gpu_index(device: str) -> int | None:

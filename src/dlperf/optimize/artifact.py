@@ -541,3 +541,70 @@ def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
     if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
         manifest["workload_relative"] = relative
     write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})
+
+
+def artifact_workload(folder: str | Path, threads: int | None = None) -> Any:
+    """An exported artifact as a `Workload` for `dlperf bench DIR`: its model is the loaded artifact (`dlperf.load`;
+    an engine artifact with `threads` intra-op threads, else its own capped at this machine's CPUs), its inputs those
+    of the workload it was made from (the manifest's `workload`), else zeros of the manifest's input shapes, and its
+    size the artifact's files. Profile, ab and optimize take the workload, not the artifact (`load_workload` says so):
+    an engine's operators are invisible to torch's profiler and its threads are not torch's."""
+    import torch
+    from torch import nn
+
+    from dlperf.workload.base import Workload
+    from dlperf.workload.loader import load_workload
+
+    path = Path(folder)
+    manifest = read_manifest(path)
+    engine = str(manifest["engine"])
+    size = artifact_size(path)
+
+    class Artifact(nn.Module):
+        """The loaded artifact behind nn.Module's interface; its size is its files' (it holds no torch weights)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fn = load_artifact(path, threads)
+            self.dlperf_size_bytes = size
+
+        def forward(self, *inputs: Any) -> Any:
+            return self.fn(*inputs)
+
+    spec = manifest.get("workload")
+    source: Any = None
+    if isinstance(spec, str) and spec:
+        try:
+            source = load_workload(_workload_spec(path, manifest)[0] if engine == "torch" else spec)
+        except WorkloadError:
+            source = None  # an engine artifact runs without its workload: zeros of its input shapes then
+        if source is None and engine == "torch":
+            load_torch(path, manifest)  # says why the recipe's workload does not load here
+    entries = manifest.get("inputs") or []
+
+    def zeros(batch: int) -> tuple[Any, ...]:
+        out = []
+        for e in entries:
+            dims = [int(d) for d in e.get("shape", [])]
+            if any(d < 0 for d in dims[1:]):
+                raise WorkloadError(f"artifact '{path}': input '{e.get('name')}' has a free dimension other than the "
+                                    f"batch ({dims}) and the workload it was made from does not load here, so there "
+                                    "are no inputs to measure it with: run it where its workload loads")
+            dtype = getattr(torch, str(e.get("dtype", "float32")), None)
+            if not isinstance(dtype, torch.dtype):
+                raise WorkloadError(f"artifact '{path}': input '{e.get('name')}' has dtype {e.get('dtype')!r}, which "
+                                    "torch does not know")
+            out.append(torch.zeros([batch, *dims[1:]], dtype=dtype))
+        return tuple(out)
+
+    if source is None and not entries:
+        raise WorkloadError(f"artifact '{path}': its manifest lists no inputs and names no workload to make them")
+    return Workload(
+        name=f"{manifest.get('name') or (source.name if source is not None else path.name)} ({engine} artifact)",
+        make_model=Artifact,
+        make_inputs=source.example_inputs if source is not None else zeros,
+        description=f"the artifact in {path}",
+        source=str(path.resolve()),
+        default_batch_size=int(manifest.get("batch_size") or (source.default_batch_size if source else 1)),
+        input_names=tuple(str(e.get("name")) for e in entries) if entries else (),
+    )

@@ -221,7 +221,8 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
                           f"precision {config.get('precision', '?')}"
                           + (f" · threads {config['threads']}" if config.get("threads") else "")))
     if "model_bytes" in result:
-        parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
+        parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
+                          f"({result.get('model_bytes_of', 'parameters + buffers')})"))
     parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result.get("points", []))]
     parts.append(Text(environment_line(environment), style="dim"))
     if run_id:
@@ -458,7 +459,8 @@ def _points_view(result: Any) -> RenderableType | None:
         if headline:
             parts.append(Text(headline))
         if "model_bytes" in result:
-            parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB (parameters + buffers)"))
+            parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
+                          f"({result.get('model_bytes_of', 'parameters + buffers')})"))
         parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result["points"])]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

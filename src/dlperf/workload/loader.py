@@ -368,8 +368,8 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
         if (path / "manifest.json").is_file():  # was "is a folder, not a file": true, and no help with an artifact
             raise WorkloadError(
                 f"'{path}' is an artifact folder (its manifest.json, written by dlperf optimize), not a workload: "
-                f"measure the artifact served (`dlperf serve {spec}` and `dlperf load`) or timed in Python around "
-                "dlperf.load (docs/optimize.md, 'Artifacts and dlperf.load')")
+                f"`dlperf bench {spec}` measures it, `dlperf serve {spec}` serves it; give this command the workload "
+                "it was made from (the manifest's 'workload')")
         raise WorkloadError(f"workload file '{path}' is a folder, not a file: point at a .py file")
     if path.suffix != ".py":
         raise WorkloadError(f"workload file '{path}' is not a Python file: point at a .py file")

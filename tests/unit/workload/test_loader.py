@@ -312,11 +312,11 @@ def test_a_folder_named_like_a_python_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_artifact_folder_is_named_as_one_with_the_ways_to_measure_it(tmp_path: Path) -> None:
-    """`dlperf bench DIR` of an exported artifact said "is a folder, not a file: point at a .py file"."""
+    """`dlperf profile DIR` of an exported artifact said "is a folder, not a file: point at a .py file"."""
     (tmp_path / "art").mkdir()
     (tmp_path / "art" / "manifest.json").write_text("{}")
     with pytest.raises(WorkloadError, match=r"art' is an artifact folder \(its manifest.json, written by dlperf "
-                                            r"optimize\), not a workload: measure the artifact served \(`dlperf serve"):
+                                            r"optimize\), not a workload: `dlperf bench .*art` measures it"):
         load_workload(str(tmp_path / "art"))
 
 

@@ -1,0 +1,65 @@
+"""`dlperf bench DIR` measures an artifact exported by `dlperf optimize`: it said "workload file 'DIR' is a folder,
+not a file: point at a .py file", so the exported model could only be measured served or by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from dlperf.cli.main import main
+from dlperf.errors import ConfigError, WorkloadError
+from dlperf.optimize.artifact import artifact_size, artifact_workload
+from dlperf.optimize.space import Candidate
+from dlperf.passes.hygiene import HygieneConfig
+from dlperf.passes.onnxruntime import OrtConfig
+from dlperf.workload.zoo import get
+from tests.unit.optimize.artifacts import export_candidate
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture(scope="module")
+def ort(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_candidate(tmp_path_factory.mktemp("ort"), Candidate((OrtConfig(),)))
+
+
+def test_an_engine_artifact_is_measured_on_its_workload_s_inputs(ort: Path) -> None:
+    result = dlperf.bench(str(ort), batch_sizes=(1, 4), min_duration_s=0.05, min_iters=5, warmup_iters=1)
+    assert [p.batch_size for p in result.points] == [1, 4]
+    assert result.workload == "mlp (onnxruntime artifact)"
+    assert result.model_bytes == artifact_size(ort) > 0 and result.model_bytes_of == "the artifact's files"
+    # the model measured is the artifact: its outputs are the eager model's on the workload's inputs
+    workload = artifact_workload(ort, threads=1)
+    model = workload.build_model()
+    assert model.fn.threads == 1  # --threads sets the engine's own threads
+    x = workload.example_inputs(4)
+    eager = get("mlp").build_model().eval()
+    with torch.inference_mode():
+        assert torch.allclose(model(*x), eager(*x), atol=1e-4)
+
+
+def test_an_engine_artifact_refuses_another_precision_or_device(ort: Path) -> None:
+    with pytest.raises(ConfigError, match="runs in the precision it was exported in"):
+        dlperf.bench(str(ort), precision="bf16", min_duration_s=0.01)
+    with pytest.raises(ConfigError, match="was exported for cpu; measure it with --device cpu"):
+        dlperf.bench(str(ort), device="cuda", min_duration_s=0.01)
+
+
+def test_the_cli_measures_a_torch_recipe_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = export_candidate(tmp_path / "cand", Candidate((HygieneConfig(),)))
+    store = str(tmp_path / "runs.db")
+    assert main(["bench", str(recipe), "--batch-sizes", "2", "--min-duration", "0.05s", "--json",
+                 "--store", store]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["result"]["workload"] == "mlp (torch artifact)"
+    assert data["result"]["model_bytes"] == artifact_size(recipe)
+    assert [p["batch_size"] for p in data["result"]["points"]] == [2]
+
+
+def test_other_commands_name_the_artifact_and_where_to_measure_it(ort: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"is an artifact folder .* `dlperf bench .*` measures it"):
+        dlperf.load_workload(str(ort))
