@@ -59,10 +59,10 @@ def check_against_baseline(
     `min_duration_s` / `batch_sizes` override the baseline's (the comparison is per batch size present in
     both).
     """
-    from dlperf.api import bench_config_dict, bench_environment
+    from dlperf.api import bench_config_dict, bench_environment, bench_workload
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.measure.env import environment_differences, usable_cores
-    from dlperf.workload.loader import canonical_spec, load_workload
+    from dlperf.workload.loader import canonical_spec
 
     config = config or GateConfig()
     baseline = store.get_baseline(baseline_name)
@@ -100,7 +100,9 @@ def check_against_baseline(
         timer = dataclasses.replace(bench_config.timer, min_duration_s=min_duration_s,
                                     max_duration_s=max(bench_config.timer.max_duration_s, min_duration_s))
         bench_config = dataclasses.replace(bench_config, timer=timer)
-    workload = load_workload(workload_spec)
+    # a workload, or an artifact folder (`dlperf bench DIR`'s baseline), measured as bench measured it
+    workload = bench_workload(workload_spec, threads=bench_config.threads, precision=bench_config.precision,
+                              device=bench_config.device)
     # Recorded under the name the user gave, as `dlperf bench` records it, so histories line up.
     name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
     environment = bench_environment(bench_config)  # at the baseline's --threads, as bench records it

@@ -63,3 +63,19 @@ def test_the_cli_measures_a_torch_recipe_and_records_it(tmp_path: Path, capsys: 
 def test_other_commands_name_the_artifact_and_where_to_measure_it(ort: Path) -> None:
     with pytest.raises(WorkloadError, match=r"is an artifact folder .* `dlperf bench .*` measures it"):
         dlperf.load_workload(str(ort))
+
+
+def test_an_artifact_s_bench_is_a_baseline_dlperf_check_re_measures(ort: Path, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf check` re-measures the baseline's workload: an artifact's baseline failed to load there."""
+    store = str(tmp_path / "runs.db")
+    assert main(["bench", str(ort), "--batch-sizes", "4", "--min-duration", "0.2s", "--json", "--store", store]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["baseline", "set", "art", run_id, "--store", store]) == 0
+    capsys.readouterr()
+    rc = main(["check", str(ort), "--baseline", "art", "--max-regression", "500%", "--duration", "0.2", "--json",
+               "--store", store])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    data = json.loads(out.out)
+    assert [p["batch_size"] for p in data["points"]] == [4] and not data["points"][0]["failed"]
