@@ -113,6 +113,17 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
     assert "--duration must be positive, got 0" in capsys.readouterr().err
 
 
+def test_a_url_with_the_protocol_s_path_says_to_give_the_server_s_root(server: Running,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """KServe's docs write URLs as http://HOST/v2/models/...; '127.0.0.1:8000/v2' as the target was told only
+    'GET /v2 on ... answered 404: no endpoint at GET /v2/v2', naming a path it did not ask for."""
+    assert main(["load", f"{server.url}/v2", "--model", "mlp", "--requests", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"GET /v2/v2 on {server.url} answered 404" in err
+    assert f"the URL's path /v2 goes before every endpoint's path: is it the server's root? the usual target is " \
+           f"HOST:PORT alone, e.g. {server.url}" in err
+
+
 def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     # the parameters reach the server: it refuses a priority that is not an integer
