@@ -733,7 +733,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         result.warnings.append(
             f"the server answered {counted} requests of model '{target.model}' between its statistics reads, this "
             f"load {between}: other clients share the model (a flood beside a --priority probe, another load "
-            "generator), and its queue and compute means are theirs as much as this load's: not shown for it")
+            "generator; or, behind Ray Serve, the two reads came from different replicas), and its queue and compute "
+            "means are not this load's: not shown for it")
     elif target.stats_path is not None and server is None and result.ok:
         when = "before" if before is None else "after"
         what = (f"{when} the level {stats_why[0]}" if stats_why else
