@@ -407,6 +407,17 @@ def test_a_level_ended_by_requests_before_three_windows_says_so(server: Running,
     assert "did not agree" not in out
 
 
+def test_the_sliver_after_the_last_whole_window_is_no_stability_window(server: Running) -> None:
+    """--requests 600 at 150 req/s ended 0.15 s into the third 2 s window, and 'stable: yes' was decided on two
+    windows and that sliver. Here 102 requests at 100 req/s end about 20 ms into the third window of 0.5 s."""
+    config = LoadConfig(rate=100.0, requests=102, duration_s=30.0, window_s=0.5, warmup_s=0.3)
+    result = run_level(oip_target(server.url, "mlp"), config, 100.0)
+    assert result.ok + result.errors >= 100  # the tail's replies are measured
+    assert len(result.window_throughputs) == 2 and not result.stable
+    assert any(w.startswith("the level was too short to check stability: its 102 requests took 2 windows")
+               for w in result.warnings)
+
+
 def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -> None:
     """Every request answered 500: the warning asked "is the server up?"; it now quotes the server's message."""
     import numpy as np
