@@ -299,6 +299,7 @@ class LevelResult:
     stable: bool
     window_throughputs: list[float]
     scheduled: int = 0
+    """Rate mode: the requests the open loop scheduled while the level measured, sent or dropped."""
     send_rate: float | None = None
     server: ServerSide | None = None
     warnings: list[str] = field(default_factory=list)
@@ -612,7 +613,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if not may_send():
                 break
             lags_s.append(max(0.0, -delay))  # how late the loop came to this request's time
-            scheduled += 1
+            if measuring:  # the warm-up's own were counted too: 690 'scheduled' beside 500 measured (--requests 500)
+                scheduled += 1
             last_slot_s = t_next
             if outstanding >= config.max_outstanding:
                 records.append((clock(), 0, "dropped", 0, 0))
