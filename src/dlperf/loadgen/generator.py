@@ -299,6 +299,7 @@ class LevelResult:
     stable: bool
     window_throughputs: list[float]
     scheduled: int = 0
+    """Rate mode: the requests the open loop scheduled while the level measured, sent or dropped."""
     send_rate: float | None = None
     server: ServerSide | None = None
     warnings: list[str] = field(default_factory=list)
@@ -484,6 +485,13 @@ def _one_source(before: dict[str, Any], after: dict[str, Any], requests: int, su
     return not back and requests >= 0.8 * succeeded - 2
 
 
+def _shared(counted: int, ours: int) -> bool:
+    """Whether the server answered clearly more of the model's requests between two statistics reads (`counted`)
+    than this load got replies in that time (`ours`): other clients' traffic is in its statistics. The margin
+    covers replies written by the server but not yet read here when the second read came back."""
+    return counted > 1.5 * ours + 10
+
+
 def metrics_source(target: Target, config: LoadConfig) -> tuple[Endpoint, str]:
     """Where --collect-metrics reads: --metrics-url, or /metrics of the target server."""
     if config.metrics_url:
@@ -605,7 +613,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if not may_send():
                 break
             lags_s.append(max(0.0, -delay))  # how late the loop came to this request's time
-            scheduled += 1
+            if measuring:  # the warm-up's own were counted too: 690 'scheduled' beside 500 measured (--requests 500)
+                scheduled += 1
             last_slot_s = t_next
             if outstanding >= config.max_outstanding:
                 records.append((clock(), 0, "dropped", 0, 0))
@@ -664,6 +673,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         window = [r for r in records[cursor:] if r[2] == "200"]
         cursor = len(records)
         span = max(1, now - w_start) / 1e9
+        if windows and (finished or now >= end_bound) and span < config.window_s / 2:
+            # the level's tail after its last whole window (--requests ended it 0.15 s into a 2 s window): its
+            # replies count, but a sliver of a window is no window, and it made "stable: yes" of two real ones
+            break
         windows.append((len(window) / span, _window_latency_s(window, config.stability_percentile)))
         if on_window is not None:
             on_window(len(windows), len(window) / span)
@@ -682,6 +695,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     metrics_done.set()
     before = await before_task
     after = await _server_stats(target, STATS_TIMEOUT_S, stats_why) if before is not None else None
+    after_read = clock()
     if sampler is not None:
         await asyncio.wait([sampler], timeout=max(5.0, 2 * config.metrics_interval_s))
         sampler.cancel()
@@ -710,11 +724,23 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     server = _server_delta(before, after)
     since = sum(1 for r in succeeded if before_read and r[0] >= before_read[0])  # answered after the first read
     counted = server.requests if server is not None else 0
+    # every answer this load got between the two reads, also after the windows (the server counted them too), and
+    # those that did not match their validation data (the server answered them)
+    between = sum(1 for r in records[first_record:] if r[2] in ("200", MISMATCH) and before_read
+                  and before_read[0] <= r[0] <= after_read)
     if before and after and not _one_source(before, after, counted, since):
         result.warnings.append(
             "the server's statistics before and after the level do not come from one process (counters went "
             f"back, or it counted {counted} requests where {since} succeeded here between its reads: a Ray "
             "Serve deployment answers them per replica): no server-side queue and compute times for it")
+    elif before and after and server is not None and _shared(counted, between):
+        # the statistics are the model's, every client's: a --priority 1 probe beside a flood showed the flood's
+        # 141 ms mean queue time as its own, above its own p99 of 102 ms
+        result.warnings.append(
+            f"the server answered {counted} requests of model '{target.model}' between its statistics reads, this "
+            f"load {between}: other clients share the model (a flood beside a --priority probe, another load "
+            "generator; or, behind Ray Serve, the two reads came from different replicas), and its queue and compute "
+            "means are not this load's: not shown for it")
     elif target.stats_path is not None and server is None and result.ok:
         when = "before" if before is None else "after"
         what = (f"{when} the level {stats_why[0]}" if stats_why else

@@ -334,7 +334,7 @@ def _item(value: Any, spec: TensorInfo, known: _StepShapes, where: str) -> np.nd
     count = math.prod(dims)
     if isinstance(content, dict):
         return _flat_bytes(_b64(content, where), spec.datatype, count, where).reshape(dims)
-    return _parsed(lambda: array_from_json(content, spec.datatype, count, where)).reshape(dims)
+    return _json_values(content, spec.datatype, count, where).reshape(dims)
 
 
 def _expected(value: Any, datatype: str, where: str) -> np.ndarray:
@@ -342,6 +342,21 @@ def _expected(value: Any, datatype: str, where: str) -> np.ndarray:
     count = math.prod(shape) if shape is not None else None
     if isinstance(content, dict):
         return _flat_bytes(_b64(content, where), datatype, count, where)
+    return _json_values(content, datatype, count, where)
+
+
+def _json_values(content: Any, datatype: str, count: int | None, where: str) -> np.ndarray:
+    """A (nested) list of values as a flat array. The server's advice for a BYTES value that is not a string, "send
+    the tensor as binary data", is no option in an --input-data file: its 'b64' form is."""
+    if datatype == "BYTES":
+        try:
+            return array_from_json(content, datatype, count, where)
+        except ProtocolError as exc:
+            if "must be strings" not in str(exc):
+                raise ConfigError(str(exc)) from exc
+            raise ConfigError(f"{where}: BYTES values are strings (their UTF-8 bytes are sent); for bytes that are "
+                              "not UTF-8 text give the whole tensor as {\"b64\": ...} of its binary form, each "
+                              "element a 4-byte little-endian length and its bytes") from exc
     return _parsed(lambda: array_from_json(content, datatype, count, where))
 
 

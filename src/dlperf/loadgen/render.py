@@ -81,7 +81,11 @@ def level_line(r: LevelResult, q: float = 99.0) -> str:
     """The line `dlperf load` prints as a level finishes: '  rate 800: 888.0 req/s, p99 1523 ms', the latency as
     the table gives it (it printed 'p99 1523.28 ms' above a table reading 1523, and a 0.0512 ms p99 as 0.05)."""
     figure = f"p{q:g} {_ms(r.percentile_s(q))} ms" if r.ok else "no request succeeded"
-    return f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}"
+    # the failures too, as the table's errors column gives them: with --json this line is all a terminal shows, and
+    # 'rate 150: 76.1 req/s, p99 151 ms' hid 284 of 600 requests timed out in the server's queue (the p99 of the
+    # answered ones is capped by that timeout); a level that mostly failed also gets a warning
+    failed = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") if r.ok else ""
+    return f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}" + (f", errors {failed}" if failed else "")
 
 
 def resource_lines(results: list[LevelResult]) -> list[str]:

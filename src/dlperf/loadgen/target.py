@@ -115,7 +115,13 @@ def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:
     reply = asyncio.run(fetch(endpoint, path, headers))
     if reply.status != 200:
         message = error_of(reply.body)
-        raise HttpStatusError(f"GET {path} on {endpoint.authority} answered {reply.status}: {message}", reply.status)
+        # the URL's own path goes before every endpoint's: '127.0.0.1:8000/v2' asked for /v2/v2 and was told
+        # only "GET /v2 ... answered 404: no endpoint at GET /v2/v2"
+        hint = (f" (the URL's path {endpoint.base_path} goes before every endpoint's path: is it the server's root? "
+                f"the usual target is HOST:PORT alone, e.g. {endpoint.authority})"
+                if reply.status == 404 and endpoint.base_path and path == "/v2" else "")
+        raise HttpStatusError(f"GET {endpoint.base_path}{path} on {endpoint.authority} answered {reply.status}: "
+                              f"{message}{hint}", reply.status)
     try:
         data = json.loads(reply.body)
     except (ValueError, UnicodeDecodeError):

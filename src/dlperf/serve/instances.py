@@ -409,15 +409,19 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
             raise ServingError(f"the model returned {len(outputs)} outputs, its signature has "
                                f"{len(model.signature.outputs)}")
         slices: list[list[np.ndarray]] = [[] for _ in batch]
+        # without batching (--max-batch-size 0) a batch is one request, whose outputs go whole whatever their first
+        # dimension, as under Triton's max_batch_size 0 (a detector's [boxes, 6] for a [1, 3, H, W] image)
+        split = model.batched and not unbatched
         for spec, out in zip(model.signature.outputs, outputs, strict=False):
-            if model.batched and (out.ndim == 0 or out.shape[0] != items):
+            if split and (out.ndim == 0 or out.shape[0] != items):
                 raise ServingError(
                     f"output '{spec.name}' has shape {list(out.shape)}, not a first dimension of {items} "
-                    "(the batch size): the model must keep the batch dimension"
+                    "(the batch size): the model must keep the batch dimension, or be served with "
+                    "--max-batch-size 0 (each request runs alone and gets its outputs whole)"
                 )
             start = 0
             for j, w in enumerate(batch):
-                slices[j].append(out[start:start + w.items] if model.batched else out)
+                slices[j].append(out[start:start + w.items] if split else out)
                 start += w.items
         t3 = clock()
     except Exception as exc:

@@ -358,11 +358,8 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
         array = array_from_shm(span, shm, size is not None or "data" in raw, datatype, count, where)
         params = {k: v for k, v in params.items() if k not in SHM_PARAMETERS}
     elif size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-            raise ProtocolError(
-                f"{where} says binary_data_size={size!r} but only {len(binary) - offset} bytes of binary "
-                "data remain in the body"
-            )
+        if type(size) is not int or size < 0 or offset + size > len(binary):
+            raise ProtocolError(_binary_size_error(size, len(binary) - offset, where))
         chunk = binary[offset:offset + size]
         array = array_from_bytes(chunk, datatype, count, where)
         offset += size
@@ -373,6 +370,16 @@ def _decode_tensor(raw: Any, binary: Any, offset: int, where: str,
     if size is not None:
         params = {k: v for k, v in params.items() if k != "binary_data_size"}
     return Tensor(name, datatype, shaped(array, shape, where), params), offset
+
+
+def _binary_size_error(size: Any, remaining: int, where: str) -> str:
+    """Why an input's binary_data_size cannot be taken: not a byte count (a string, a float, true, a negative
+    number: it said "binary_data_size='256' but only 256 bytes ... remain" of a quoted 256), or more bytes
+    than the body has left."""
+    if type(size) is not int or size < 0:
+        return (f"{where} has binary_data_size={size!r}: it must be the tensor's byte count in the binary part "
+                "of the body, a non-negative integer")
+    return f"{where} says binary_data_size={size} but only {remaining} bytes of binary data remain in the body"
 
 
 def shaped(array: np.ndarray, shape: list[int], where: str) -> np.ndarray:

@@ -100,7 +100,16 @@ def test_rate_mode_sends_about_the_asked_rate(server: Running) -> None:
     result = run_level(target, config, 40.0)
     assert result.errors == 0 and result.ok > 0
     assert result.send_rate is not None and 20 < result.send_rate < 60
-    assert result.scheduled >= result.ok
+    assert result.scheduled >= result.ok - 2  # a reply to a warm-up request may arrive in the first window
+
+
+def test_scheduled_counts_the_requests_due_while_the_level_measured(server: Running) -> None:
+    """It counted the warm-up's too: 'scheduled': 690 beside 500 measured requests (--rate 200 --requests 500), and
+    scheduled / measured_s read 276 req/s of a 200 req/s schedule."""
+    config = LoadConfig(rate=50.0, duration_s=3.0, window_s=1.0, warmup_s=1.0)
+    result = run_level(oip_target(server.url, "mlp"), config, 50.0)
+    assert result.measured_s == pytest.approx(2.0, abs=0.3)
+    assert abs(result.scheduled - 50 * result.measured_s) <= 5  # 150 with the warm-up's 50
 
 
 def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,6 +120,17 @@ def test_unknown_model_and_bad_shape_are_clear_errors(server: Running, capsys: p
     assert "--shape x=1,3: dimension 1 of input 'x' is fixed at 64 (its shape [-1, 64])" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--duration", "0s"]) == 2  # not the 30 s default
     assert "--duration must be positive, got 0" in capsys.readouterr().err
+
+
+def test_a_url_with_the_protocol_s_path_says_to_give_the_server_s_root(server: Running,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """KServe's docs write URLs as http://HOST/v2/models/...; '127.0.0.1:8000/v2' as the target was told only
+    'GET /v2 on ... answered 404: no endpoint at GET /v2/v2', naming a path it did not ask for."""
+    assert main(["load", f"{server.url}/v2", "--model", "mlp", "--requests", "1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"GET /v2/v2 on {server.url} answered 404" in err
+    assert f"the URL's path /v2 goes before every endpoint's path: is it the server's root? the usual target is " \
+           f"HOST:PORT alone, e.g. {server.url}" in err
 
 
 def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
@@ -394,6 +414,17 @@ def test_a_level_ended_by_requests_before_three_windows_says_so(server: Running,
     assert re.search(r"the level was too short to check stability: its 100 requests took [012] windows? of 2 s, and "
                      r"the check compares 3: give more --requests \(about \d+ at this rate\), or leave it out", out)
     assert "did not agree" not in out
+
+
+def test_the_sliver_after_the_last_whole_window_is_no_stability_window(server: Running) -> None:
+    """--requests 600 at 150 req/s ended 0.15 s into the third 2 s window, and 'stable: yes' was decided on two
+    windows and that sliver. Here 102 requests at 100 req/s end about 20 ms into the third window of 0.5 s."""
+    config = LoadConfig(rate=100.0, requests=102, duration_s=30.0, window_s=0.5, warmup_s=0.3)
+    result = run_level(oip_target(server.url, "mlp"), config, 100.0)
+    assert result.ok + result.errors >= 100  # the tail's replies are measured
+    assert len(result.window_throughputs) == 2 and not result.stable
+    assert any(w.startswith("the level was too short to check stability: its 102 requests took 2 windows")
+               for w in result.warnings)
 
 
 def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -> None:

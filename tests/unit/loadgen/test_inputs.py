@@ -76,6 +76,23 @@ def test_zero_gives_one_item_of_zeros_and_random_gives_none() -> None:
     assert read_input_data([], inputs, []) is None
 
 
+def test_a_bytes_value_that_is_not_a_string_is_pointed_to_b64(tmp_path: Path) -> None:
+    """The server's advice came through, "BYTES data must be strings (or send the tensor as binary data)", which an
+    --input-data file cannot do; its {"b64": ...} form carries any bytes."""
+    inputs = [TensorInfo("s", "BYTES", (-1, 2))]
+    outputs = [TensorInfo("o", "BYTES", (-1, 2))]
+    path = write(tmp_path, {"data": [{"s": ["ab", "cd"]}], "validation_data": [{"o": [{"b64": "qcM="}, "q"]}]})
+    with pytest.raises(ConfigError, match=r"validation_data\[0\] output 'o': BYTES values are strings .* give the "
+                                          r"whole tensor as \{\"b64\": \.\.\.\}") as info:
+        read_input_data([path], inputs, outputs)
+    assert "send the tensor as binary data" not in str(info.value)
+    raw = b"".join(struct.pack("<I", len(v)) + v for v in (b"\xa9\xc3", b"q"))
+    path = write(tmp_path, {"data": [{"s": ["ab", "cd"]}],
+                            "validation_data": [{"o": {"b64": base64.b64encode(raw).decode()}}]})
+    data = read_input_data([path], inputs, outputs)
+    assert data is not None and data.expected[0]["o"].tolist() == [b"\xa9\xc3", b"q"]
+
+
 def test_directory_holds_one_raw_file_per_input_and_optional_outputs(tmp_path: Path) -> None:
     (tmp_path / "x").write_bytes(np.array([1, 2, 3, 4], dtype="<f4").tobytes())
     (tmp_path / "ids").write_bytes(np.array([4, 5], dtype="<i8").tobytes())

@@ -91,3 +91,15 @@ def test_the_line_a_finished_level_prints_gives_the_latency_as_the_table_does() 
     assert level_line(fast, 90.0) == "  concurrency 1: 10000.0 req/s, p90 0.0512 ms"  # 'p90 0.05 ms'
     failed = LevelResult("concurrency", 2.0, 1, [], {"timeout": 30}, 1.0, False, [0.0])
     assert level_line(failed) == "  concurrency 2: 0.0 req/s, no request succeeded"
+
+
+def test_the_line_a_finished_level_prints_counts_its_errors() -> None:
+    """It said 'rate 150: 76.1 req/s, p99 151 ms' of a level where 284 of 600 requests timed out in the server's
+    queue: with --json that line is all a terminal shows, and the exit code was 0."""
+    from dlperf.loadgen.render import level_line
+
+    timed_out = LevelResult("rate", 150.0, 1, [int(0.151e9)] * 316, {"200": 316, "503": 284}, 4.15, True, [80.0])
+    assert level_line(timed_out) == "  rate 150: 76.1 req/s, p99 151 ms, errors 503: 284"
+    dropped = LevelResult("rate", 100.0, 1, [int(0.09e9)] * 119, {"200": 119, "dropped": 180, "503": 2}, 3.0, False,
+                          [40.0])
+    assert level_line(dropped) == "  rate 100: 39.7 req/s, p99 90 ms, errors 503: 2, dropped: 180"

@@ -185,6 +185,21 @@ def test_binary_size_mismatches_are_400() -> None:
     assert info.value.status == 400
 
 
+@pytest.mark.parametrize("size", ["8", 8.0, -4, True])
+def test_a_binary_data_size_that_is_not_a_byte_count_is_named_so(size: object) -> None:
+    """A quoted or negative size was answered 'says binary_data_size='8' but only 8 bytes of binary data remain',
+    which contradicts itself, and `true` was read as 1 byte."""
+    header = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": size}}]}).encode()
+    with pytest.raises(ProtocolError, match=r"binary_data_size=.*: it must be the tensor's byte count") as info:
+        decode_request(header + b"\0" * 8, len(header))
+    assert "remain" not in str(info.value) and info.value.status == 400
+    bool_header = json.dumps({"inputs": [{"name": "b", "shape": [1], "datatype": "BOOL",
+                                          "parameters": {"binary_data_size": True}}]}).encode()
+    with pytest.raises(ProtocolError, match="byte count"):
+        decode_request(bool_header + b"\1", len(bool_header))
+
+
 BF16_VALUES = np.array([[1.5, -2.25, 3.0], [0.0, 0.375, 65280.0]], np.float32)  # exact in bfloat16
 
 
