@@ -249,12 +249,8 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     check_threads(threads)
     folder = Path(path)
     manifest = read_manifest(folder)
-    if threads is not None:
-        manifest = {**manifest, "threads": threads}
-    elif _is_int(manifest.get("threads")) and usable_cores() < int(manifest["threads"]) != _torch_threads():
-        # exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran zoo:digits-cnn 11x slower. Kept
-        # where torch here is set to as many (the search's A/Bs of a --threads oversubscription experiment)
-        manifest = {**manifest, "threads": usable_cores()}
+    if threads is not None or _is_int(manifest.get("threads")):
+        manifest = {**manifest, "threads": threads if threads is not None else own_threads(manifest)}
     engine = str(manifest["engine"])
     target = LOADERS.get(engine)
     if target is None:
@@ -271,6 +267,17 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
         raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")
     result: Callable[..., Any] = loader(folder, manifest)
     return result
+
+
+def own_threads(manifest: dict[str, Any]) -> int | None:
+    """The intra-op threads an engine artifact runs with when none are given: those it was exported with, at most the
+    CPUs this process may use (exported on a larger machine: ONNX Runtime with 16 threads on 2 cores ran
+    zoo:digits-cnn 11x slower), unless torch here is set to as many (the search's A/Bs of a --threads
+    oversubscription experiment). None when the manifest records none."""
+    if not _is_int(manifest.get("threads")):
+        return None
+    recorded = int(manifest["threads"])
+    return usable_cores() if usable_cores() < recorded != _torch_threads() else recorded
 
 
 def _torch_threads() -> int:

@@ -195,7 +195,7 @@ def _torch_runner(model: Any, device: str) -> Runner:
 
 def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
     from dlperf.errors import OptimizeError
-    from dlperf.optimize.artifact import read_manifest
+    from dlperf.optimize.artifact import own_threads, read_manifest
 
     try:
         manifest = read_manifest(path)  # the checks load_artifact makes again in each instance
@@ -240,9 +240,10 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
         name = Path(name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
     model_name = name
     engine = str(manifest["engine"])
-    own = manifest.get("threads") if engine != "torch" else None  # a torch artifact takes torch's threads
+    # as load_artifact runs it (its own, capped at this machine's CPUs); a torch artifact takes torch's threads
+    own = own_threads(manifest) if engine != "torch" else None
     return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine,
-                       engine_threads=threads or (int(own) if isinstance(own, int) else None))
+                       engine_threads=threads or own)
 
 
 # --- validation of one request against the signature ---------------------------------------------
