@@ -167,7 +167,6 @@ def create_servicer(state: ServerState) -> Any:
 
     async def model_config(request: Any, context: Any) -> Any:
         config = state.model_config(state.entry(request.name, request.version))
-        config.get("dynamic_batching", {}).pop("parameters", None)  # adaptive_wait: HTTP's /config only
         return service_pb2.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
 
     async def model_statistics(request: Any, context: Any) -> Any:

@@ -430,8 +430,10 @@ class ServerState:
             config["dynamic_batching"] = {
                 "max_queue_delay_microseconds": int(policy.max_queue_delay_s * 1e6),
                 "default_queue_policy": self._queue_policy(None),
-                "parameters": {"adaptive_wait": self.config.adaptive_wait},
             }
+            # Triton's ModelConfig.parameters (name -> {string_value}); inside dynamic_batching, which has no such
+            # field, a client parsing the config into Triton's ModelConfig message was refused
+            config["parameters"] = {"adaptive_wait": {"string_value": str(self.config.adaptive_wait).lower()}}
             if policy.priority_levels:
                 config["dynamic_batching"]["priority_levels"] = policy.priority_levels
                 config["dynamic_batching"]["default_priority_level"] = policy.default_level

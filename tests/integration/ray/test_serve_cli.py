@@ -74,7 +74,7 @@ def test_the_cli_deploys_two_replicas_one_on_each_node(cli_server: CliServer) ->
     config = c.get_model_config("gated")  # the batching flags reached the replicas
     assert config["max_batch_size"] == MAX_BATCH
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 50_000
-    assert config["dynamic_batching"]["parameters"]["adaptive_wait"] is False
+    assert config["parameters"]["adaptive_wait"] == {"string_value": "false"}
 
 
 def test_requests_spread_over_both_replicas_each_batching_its_share(cli_server: CliServer) -> None:

@@ -67,6 +67,13 @@ def test_health_and_metadata(server: Running) -> None:
     assert config["max_batch_size"] == MAX_BATCH
     assert config["input"][0]["dims"] == [64]
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 50_000
+    # the HTTP config is Triton's ModelConfig message in JSON: adaptive_wait sat in dynamic_batching, which has no
+    # 'parameters' field, so a strict parse (what a client turning it into the protobuf does) refused it
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2
+
+    parsed = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    assert parsed.parameters["adaptive_wait"].string_value == "false"
     with pytest.raises(InferenceServerException) as info:
         c.get_model_metadata("nope")
     assert info.value.status() == "404"
