@@ -431,8 +431,9 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
         # the variant too, when the server has several (an A/B audit could not tell which one failed)
         variant = "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
         error = ServingError(
-            f"model '{model.name}'{variant} failed on a batch of {items} items ({len(batch)} requests; first "
-            f"request: {shapes}): {type(exc).__name__}: {exc}"
+            f"model '{model.name}'{variant} failed on a batch of {items} item{'' if items == 1 else 's'} "
+            f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
+            f"{type(exc).__name__}: {exc}"
         )
         for w in batch:
             w.error = error

@@ -458,6 +458,8 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
     """`count` elements of `datatype` from JSON data (nested lists flattened in row-major order), flat;
     ProtocolError naming `where` when the count or the element types do not fit. `count` None: as many
     elements as the data holds."""
+    if data is None:  # read as one element: "1 data elements for a shape of 64 elements"
+        raise ProtocolError(f"{where}: 'data' is null: give the tensor's elements as a (nested) list")
     flat = _flatten(data)
     if count is not None and len(flat) != count:
         raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")

@@ -69,7 +69,7 @@ def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(ga
     with pytest.raises(InferenceServerException) as info:
         c.infer("gated", [_input(-1.0)])
     assert info.value.status() == "500"
-    assert "model 'gated' failed on a batch of 1 items" in info.value.message()
+    assert "model 'gated' failed on a batch of 1 item (1 request;" in info.value.message()
     assert "ValueError: poisoned input" in info.value.message()
     assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0
     m = server_metrics(running)

@@ -279,3 +279,9 @@ def test_a_requested_output_s_own_parameters_replace_its_binary_flag() -> None:
     assert [(o.name, o.binary, o.shm) for o in request.outputs or []] == [("y", None, ("out", 0, 16)),
                                                                            ("z", True, None)]
     assert "binary_data_output" not in request.parameters
+
+
+def test_null_json_data_is_named_as_null() -> None:
+    """'data': null was flattened to one element: "1 data elements for a shape of 64 elements"."""
+    with pytest.raises(ProtocolError, match="w: 'data' is null: give the tensor's elements"):
+        array_from_json(None, "FP32", 64, "w")
