@@ -162,7 +162,9 @@ def create_app(state: ServerState) -> _InferFirst:
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         routes += [
             Route(base, guarded(model_metadata), methods=get),
-            Route(base + "/ready", guarded(model_ready), methods=get),
+            # model readiness is one of KServe's three health calls (Kubernetes probes send no token), public as
+            # gRPC's ModelReady is; it was 401 without the token over HTTP
+            Route(base + "/ready", guarded(model_ready, public=True), methods=get),
             Route(base + "/config", guarded(model_config), methods=get),
             Route(base + "/stats", guarded(stats), methods=get),
             Route(base + "/infer", guarded(infer), methods=post),

@@ -192,6 +192,8 @@ def test_bearer_token_protects_all_but_health() -> None:
         base = f"http://{running.url}"
         assert http_status(f"{base}/v2/health/ready") == 200
         assert http_status(f"{base}/v2/health/live") == 200
+        assert http_status(f"{base}/v2/models/mlp/ready") == 200  # the third health call, as over gRPC
+        assert http_status(f"{base}/v2/models/mlp/versions/1/ready") == 200
         assert http_status(f"{base}/v2/models/mlp") == 401
         assert http_status(f"{base}/metrics") == 401
         assert http_status(f"{base}/v2/models/mlp", {"Authorization": "Bearer wrong"}) == 401
