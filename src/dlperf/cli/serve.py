@@ -257,6 +257,17 @@ def _run_on_ray(config: Any, options: Any, err: Any) -> int:
         return 128 + exc.signum
 
 
+def instance_threads(config: Any, torch_threads: int | None, engine: str | None, engine_threads: int | None) -> str:
+    """'2 instances x 2 torch threads', or an engine artifact's threads and whose they are."""
+    instances = f"{config.instances} instance{'s' * (config.instances != 1)}"
+    if torch_threads is not None:
+        instances += f" x {torch_threads} torch thread{'s' * (torch_threads != 1)}"
+    elif engine is not None and engine_threads is not None:
+        whose = "--threads" if config.threads else "the artifact's; --threads sets others"
+        instances += f" x {engine_threads} {engine} thread{'s' * (engine_threads != 1)} ({whose})"
+    return instances
+
+
 def settings_line(config: Any, max_batch_size: int, torch_threads: int | None, engine: str | None = None,
                   engine_threads: int | None = None) -> str:
     """What the server runs with, in one line under its address: batching, instances and threads, the queue.
@@ -267,12 +278,7 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None, e
         batching = f"max batch {max_batch_size}, queue delay {config.max_queue_delay_s * 1e3:g} ms ({wait})"
     else:
         batching = "off" if max_batch_size == 0 else "max batch 1"
-    instances = f"{config.instances} instance{'s' * (config.instances != 1)}"
-    if torch_threads is not None:
-        instances += f" x {torch_threads} torch thread{'s' * (torch_threads != 1)}"
-    elif engine is not None and engine_threads is not None:
-        whose = "--threads" if config.threads else "the artifact's; --threads sets others"
-        instances += f" x {engine_threads} {engine} thread{'s' * (engine_threads != 1)} ({whose})"
+    instances = instance_threads(config, torch_threads, engine, engine_threads)
 
     def queue(size: int, timeout_s: float | None, action: str, override: bool) -> str:
         bound = f"at most {size} queued" if size else "unbounded"
@@ -375,6 +381,11 @@ def _print_model(err: Any, config: Any, url: str, name: str, model: dict[str, An
         err.print(f"  and over gRPC at {grpc_address} (inference.GRPCInferenceService)", markup=False)
     err.print("  " + settings_line(config, model["max_batch_size"], model["torch_threads"], model.get("engine"),
                                    model.get("engine_threads")), markup=False)
+    per_variant = [tuple(v) for v in model.get("variant_threads") or []]
+    if len({v[1:] for v in per_variant}) > 1:  # the line above is the first variant's: say each one's
+        err.print("  threads per variant: " + "; ".join(
+            f"{v}: {instance_threads(config, torch_threads, engine, engine_threads)}"
+            for v, torch_threads, engine, engine_threads in per_variant), markup=False)
 
 
 def memory_line(specs: Sequence[str] = ()) -> str:

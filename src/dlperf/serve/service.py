@@ -306,17 +306,25 @@ class ServerState:
 
     def served_models(self) -> dict[str, dict[str, Any]]:
         """The models as plain data, what `dlperf serve` prints once ready (also read from Ray replicas):
-        {name: {variants: [(variant, weight)], max_batch_size, torch_threads, engine, engine_threads}}:
-        torch_threads for a model torch runs, else the engine and its threads per instance (None: unknown)."""
+        {name: {variants: [(variant, weight)], max_batch_size, torch_threads, engine, engine_threads,
+        variant_threads}}: torch_threads for a model torch runs, else the engine and its threads per instance (None:
+        unknown), of the first variant; variant_threads: [(variant, torch_threads, engine, engine_threads)] of each
+        (a workload and an engine artifact as two variants run on different threads)."""
         import torch
 
-        return {name: {"variants": [(v.name, w) for v, w in zip(entry.variants, entry.weights, strict=False)],
-                       "max_batch_size": entry.policy.max_batch_size,
-                       "torch_threads": (torch.get_num_threads() if entry.model.platform in ("pytorch", "torch")
-                                         else None),
-                       "engine": None if entry.model.platform in ("pytorch", "torch") else entry.model.platform,
-                       "engine_threads": entry.model.engine_threads}
-                for name, entry in self.models.items()}
+        def threads(model: ServedModel) -> tuple[int | None, str | None, int | None]:
+            on_torch = model.platform in ("pytorch", "torch")
+            return (torch.get_num_threads() if on_torch else None, None if on_torch else model.platform,
+                    model.engine_threads)
+
+        out = {}
+        for name, entry in self.models.items():
+            torch_threads, engine, engine_threads = threads(entry.model)
+            out[name] = {"variants": [(v.name, w) for v, w in zip(entry.variants, entry.weights, strict=False)],
+                         "max_batch_size": entry.policy.max_batch_size, "torch_threads": torch_threads,
+                         "engine": engine, "engine_threads": engine_threads,
+                         "variant_threads": [(v.name, *threads(v.model)) for v in entry.variants]}
+        return out
 
     def begin_drain(self) -> None:
         """Readiness turns false; new inference requests get 503; in-flight ones finish."""

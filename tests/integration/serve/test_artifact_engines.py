@@ -159,3 +159,29 @@ def test_threads_set_an_engine_artifact_s_own_threads(tmp_path: Path) -> None:
     assert load_served_model(str(folder)).engine_threads == usable_cores()
     line = settings_line(ServeConfig(model=str(folder), instances=2), 32, None, "onnxruntime", 2)
     assert "; 2 instances x 2 onnxruntime threads (the artifact's; --threads sets others);" in line
+
+
+def test_variants_on_different_engines_each_show_their_threads(tmp_path: Path) -> None:
+    """`--variant a=zoo:mlp --variant b=ORT_ARTIFACT` printed '1 instance x 2 torch threads' for both: the settings
+    line is the first variant's, and the artifact runs on ONNX Runtime's threads, not torch's."""
+    pytest.importorskip("onnxruntime")
+    from rich.console import Console
+
+    from dlperf.cli.serve import _print_model
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.serve.service import ServeConfig, build_state
+
+    folder = _export(OrtConfig(), tmp_path / "ort")
+    config = ServeConfig(variants=(("a", "zoo:digits-cnn"), ("b", str(folder))), model_name="cnn", threads=1)
+    state = build_state(config)
+    try:
+        (model,) = state.served_models().values()
+        assert [tuple(v) for v in model["variant_threads"]] == [("a", torch.get_num_threads(), None, None),
+                                                                ("b", None, "onnxruntime", 1)]
+        console = Console(record=True, width=200, file=open(os.devnull, "w"))  # noqa: SIM115
+        _print_model(console, config, "127.0.0.1:8000", "cnn", model, None, False)
+        shown = console.export_text()
+        assert (f"threads per variant: a: 1 instance x {torch.get_num_threads()} torch thread"
+                in shown) and "b: 1 instance x 1 onnxruntime thread (--threads)" in shown
+    finally:
+        state.close(5.0)
