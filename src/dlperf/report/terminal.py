@@ -450,9 +450,12 @@ def record_view(record: RunRecord) -> RenderableType:
 def _points_view(result: Any) -> RenderableType | None:
     """A bench or check run's measurements as bench printed them: the table, the model's size, and what makes the
     numbers less trustworthy (noise, a cap, other load); None for a result without points, or whose points lack a
-    field (an older run: it falls back to JSON, where `runs show` raised a KeyError)."""
+    field (an older run: it falls back to JSON, where `runs show` raised a KeyError). A check's gate verdict, printed
+    below, says each batch size's noise and contention itself: those are left out here (they were printed twice)."""
     if not isinstance(result, dict) or not result.get("points"):
         return None
+    gate = result.get("gate")
+    said = set(gate.get("warnings") or []) if isinstance(gate, dict) else set()
     try:
         parts: list[RenderableType] = [bench_table(result)]
         headline = bench_headline_line(result)  # as bench printed it
@@ -461,10 +464,22 @@ def _points_view(result: Any) -> RenderableType | None:
         if "model_bytes" in result:
             parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
                           f"({result.get('model_bytes_of', 'parameters + buffers')})"))
-        parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(result["points"])]
+        points = [_unsaid(p, said) for p in result["points"]] if said else result["points"]
+        parts += [Text(f"warning: {w}", style="yellow") for w in bench_warnings(points)]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return Group(*parts)
+
+
+def _unsaid(point: dict[str, Any], said: set[str]) -> dict[str, Any]:
+    """`point` without the noise and contention warnings that the gate's warnings repeat ('batch 8: noisy: ...')."""
+    batch, noise = point["batch_size"], point["summary"].get("noise_warning")
+    out = dict(point)
+    if noise and f"batch {batch}: {noise}" in said:
+        out["summary"] = {**point["summary"], "noise_warning": None}
+    if point.get("contention_warning") and f"batch {batch}: {point['contention_warning']}" in said:
+        out["contention_warning"] = None
+    return out
 
 
 def _kind_view(record: RunRecord) -> RenderableType | None:

@@ -268,6 +268,26 @@ def test_runs_show_of_a_check_run_adds_the_gate_verdict_to_its_measurements() ->
     assert "PASS: no significant regression above the threshold" in shown
 
 
+def test_runs_show_of_a_check_run_says_each_measurement_warning_once() -> None:
+    """The check's gate warnings repeat its bench's noise and contention ('batch 8: noisy: ...'), and `runs show`
+    printed both: each warning twice. A stop note, which the gate does not repeat, stays."""
+    noise = "noisy: IQR is 22% of the median (> 10%); other load on the machine"
+    contention = "other processes used 1.2 of 2 cores while this ran"
+    point = {**RESULT["points"][0], "contention_warning": contention,
+             "summary": {**RESULT["points"][0]["summary"], "noise_warning": noise, "stop_note": "capped at 10 s"}}
+    gate = {"points": [{"batch_size": 8, "failed": False}], "reasons": ["batch 8: p50 +0.1%"], "failed": False,
+            "metric": "p50", "max_regression": 0.05, "warnings": [f"batch 8: {noise}", f"batch 8: {contention}"]}
+    shown = _text(record_view(RunRecord("c1", "check", "zoo:mlp", "ok", "2026-01-01",
+                                        result={**RESULT, "points": [point], "gate": gate})))
+    assert shown.count("IQR is 22%") == 1 and shown.count("used 1.2 of 2 cores") == 1
+    assert "noisy at batch 8" not in shown  # bench's own wording of the same noise
+    assert "batch 8: capped at 10 s" in shown
+    # a bench run (no gate) keeps its warnings
+    shown = _text(record_view(RunRecord("b1", "bench", "zoo:mlp", "ok", "2026-01-01",
+                                        result={**RESULT, "points": [point]})))
+    assert "noisy at batch 8" in shown and "used 1.2 of 2 cores" in shown
+
+
 def test_a_check_run_s_headline_is_its_verdict() -> None:
     # `runs list` showed a check run's throughput, which hid whether it failed the gate.
     from dlperf.compare.gate import GateConfig, gate
