@@ -299,6 +299,60 @@ def _string_parameters(function: Any) -> set[str]:
     return {p.name for p in signature.parameters.values() if _takes_string(p.annotation, p.default)}
 
 
+_SCALAR_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool}
+
+
+def _check_option_types(function: Any, values: Mapping[str, Any], texts: Mapping[str, str], what: str) -> None:
+    """WorkloadError when a value typed in a spec does not read as the type its parameter is annotated with
+    (`int`, `float`, `bool`, or one of them `| None`): `?width=abc` for `width: int` reached the factory as the text
+    'abc', and the user read "TypeError: not all arguments converted during string formatting" from inside torch
+    (`?width=2.5`: "out_channels must be divisible by groups")."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    with contextlib.suppress(Exception):  # as `_string_parameters`: an annotation that cannot be evaluated stays text
+        signature = inspect.signature(function, eval_str=True)
+    for name, value in values.items():
+        parameter = signature.parameters.get(name)
+        if parameter is None or name not in texts:
+            continue
+        wanted = _scalar_annotation(parameter.annotation)
+        if wanted is None or _reads_as(value, wanted):
+            continue
+        example = parameter.default if _reads_as(parameter.default, wanted) else {int: 8, float: 0.5, bool: True}[
+            wanted]
+        words = {int: "a whole number", float: "a number", bool: "true or false"}[wanted]
+        shown = str(example).lower() if wanted is bool else example
+        raise WorkloadError(f"{what} option {name}={texts[name]} is not {words} (the parameter is annotated "
+                            f"`{name}: {wanted.__name__}`): give e.g. ?{name}={shown}")
+
+
+def _scalar_annotation(annotation: Any) -> type | None:
+    """int, float or bool when `annotation` is one of them (or it `| None`, or its text); else None."""
+    if isinstance(annotation, str):  # left as text: not evaluable
+        text = "".join(annotation.split()).replace("builtins.", "").replace("typing.", "")
+        for found in (text, text.removesuffix("|None"), text.removeprefix("None|"),
+                      text[len("Optional["):-1] if text.startswith("Optional[") and text.endswith("]") else ""):
+            if found in _SCALAR_TYPES:
+                return _SCALAR_TYPES[found]
+        return None
+    if annotation in (int, float, bool):
+        return annotation
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (Union, UnionType) and len(args) == 2 and type(None) in args:
+        other = args[0] if args[1] is type(None) else args[1]
+        return other if other in (int, float, bool) else None
+    return None
+
+
+def _reads_as(value: Any, wanted: type) -> bool:
+    """`value` (as `parse_option_value` read it) is fit for a parameter of type `wanted` (an int for a float too)."""
+    if isinstance(value, bool) or wanted is bool:
+        return isinstance(value, bool) and wanted is bool
+    return isinstance(value, int) if wanted is int else isinstance(value, (int, float))
+
+
 _STRING_ANNOTATIONS = {"str", "builtins.str", "str|None", "None|str", "Optional[str]", "typing.Optional[str]"}
 
 
@@ -353,8 +407,13 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
     texts = {**texts, **extra_texts}
     options = {**texts, **keywords}  # the names given; what a spec's value means depends on the function's parameter
 
-    def given(target: Any) -> dict[str, Any]:
-        return {**(_spec_options(target, texts) if callable(target) else texts), **keywords}
+    def given(target: Any, attr: str) -> dict[str, Any]:
+        if not callable(target):
+            return {**texts, **keywords}
+        values = _spec_options(target, texts)
+        _check_option_types(target, {k: v for k, v in values.items() if k not in keywords}, texts,
+                            f"workload '{path}:{attr}'")
+        return {**values, **keywords}
 
     path = Path(path_text)
     if not path.exists():
@@ -385,10 +444,10 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
         if functions and attr in ("model", "inputs"):  # `model` returns a module, never a Workload
             raise WorkloadError(f"workload file '{path}' defines model() and inputs(), which make one workload: "
                                 f"pass {path} alone, not {path}:{attr}")
-        return _to_workload(getattr(module, attr), path, attr, **given(getattr(module, attr)))
+        return _to_workload(getattr(module, attr), path, attr, **given(getattr(module, attr), attr))
     found = _candidates(module)
     if len(found) == 1:
-        return _to_workload(getattr(module, found[0]), path, found[0], **given(getattr(module, found[0])))
+        return _to_workload(getattr(module, found[0]), path, found[0], **given(getattr(module, found[0]), found[0]))
     if len(found) > 1:
         raise WorkloadError(
             f"workload file '{path}' defines several workloads ({', '.join(found)}): "
