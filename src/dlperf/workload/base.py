@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import DlperfError, WorkloadError
+from dlperf.errors import DlperfError, MissingDependency, WorkloadError
 
 if TYPE_CHECKING:
     import torch
@@ -148,8 +148,8 @@ class Workload:
         """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
         try:
             model = self.make_model()
-        except WorkloadError:  # says what is wrong already (a module that cannot be copied, `from_module`)
-            raise
+        except (WorkloadError, MissingDependency):  # says what is wrong already (a module that cannot be copied,
+            raise  # `from_module`; a zoo workload's missing extra, which `dlperf zoo` lists as unavailable)
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its model factory raised {type(exc).__name__}: {exc}\n"
@@ -170,6 +170,8 @@ class Workload:
             raise WorkloadError(f"workload '{self.name}': batch size must be >= 1, got {batch_size}")
         try:
             inputs = self.make_inputs(batch_size)
+        except MissingDependency:  # its install hint is the message: "its inputs factory raised ..." hid it from
+            raise  # `dlperf zoo`, which lists such a workload as unavailable
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its inputs factory raised {type(exc).__name__}: {exc}\n"
@@ -246,6 +248,8 @@ class Workload:
             predict = _host_side(predict, device)
         try:
             value = self.eval.evaluate(predict)
+        except MissingDependency:
+            raise
         except Exception as exc:
             raise WorkloadError(
                 f"workload '{self.name}': its evaluate function raised {type(exc).__name__}: {exc}\n"
