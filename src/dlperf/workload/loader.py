@@ -592,11 +592,25 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
             # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
             query = _query(_canonical(value, options), _string_parameters(value))
             return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
-        fix = (": it builds one but does not return it? end it with `return` of the Workload" if result is None
-               else ": make it return a dlperf.Workload(...)")
+        if result is None:
+            fix = ": it builds one but does not return it? end it with `return` of the Workload"
+        elif _is_module(result):  # `wl.py:MyNet`, the model class itself: a workload also needs its inputs
+            fix = (f": a model is half a workload; wrap it with its inputs, e.g. `workload = dlperf.Workload("
+                   f"name=..., make_model={attr}, make_inputs=lambda b: (torch.randn(b, ...),))`, or define "
+                   "model() and inputs(batch_size)")
+        else:
+            fix = ": make it return a dlperf.Workload(...)"
         raise WorkloadError(f"'{path}:{attr}' returned {type(result).__name__}, not a dlperf.Workload{fix}")
     raise WorkloadError(f"'{path}:{attr}' is {_describe_value(value)}, not a dlperf.Workload or a function "
                         "returning one")
+
+
+def _is_module(value: Any) -> bool:
+    try:
+        from torch import nn
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        return False
+    return isinstance(value, nn.Module)
 
 
 def _absolute(path: Path) -> str:
