@@ -9,6 +9,7 @@ from dlperf.cli.common import (
     add_store_argument,
     console,
     error_console,
+    note_oversubscribed,
     open_store,
     print_json,
 )
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import ceilings_table
 
     check_threads(args.threads, "--threads")
+    # as bench, profile and train say it: ceilings of more threads than CPUs measure their contention, and
+    # `profile --threads N` holds a step to them
+    note_oversubscribed(args.threads)
     store = open_store(args)
     config = {"device": args.device, "force": args.force, "quick": args.quick, "threads": args.threads, "version": 1}
     environment = capture_environment(args.device, args.threads).to_dict()
