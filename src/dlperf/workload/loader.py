@@ -317,15 +317,19 @@ def _check_option_types(function: Any, values: Mapping[str, Any], texts: Mapping
         parameter = signature.parameters.get(name)
         if parameter is None or name not in texts:
             continue
-        wanted = _scalar_annotation(parameter.annotation)
+        annotated = parameter.annotation is not inspect.Parameter.empty
+        # unannotated, the default's type says it, as a string default makes a string parameter (`_takes_string`)
+        wanted = (_scalar_annotation(parameter.annotation) if annotated
+                  else type(parameter.default) if type(parameter.default) in (int, float, bool) else None)
         if wanted is None or _reads_as(value, wanted):
             continue
         example = parameter.default if _reads_as(parameter.default, wanted) else {int: 8, float: 0.5, bool: True}[
             wanted]
         words = {int: "a whole number", float: "a number", bool: "true or false"}[wanted]
         shown = str(example).lower() if wanted is bool else example
-        raise WorkloadError(f"{what} option {name}={texts[name]} is not {words} (the parameter is annotated "
-                            f"`{name}: {wanted.__name__}`): give e.g. ?{name}={shown}")
+        why = (f"the parameter is annotated `{name}: {wanted.__name__}`" if annotated
+               else f"the parameter's default is {shown}")
+        raise WorkloadError(f"{what} option {name}={texts[name]} is not {words} ({why}): give e.g. ?{name}={shown}")
 
 
 def _scalar_annotation(annotation: Any) -> type | None:

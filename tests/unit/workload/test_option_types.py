@@ -16,7 +16,7 @@ import torch
 import dlperf
 
 def mynet(width: int = 16, drop: float = 0.1, bias: bool = True, depth: int | None = None,
-          name: str = "net", raw=3) -> dlperf.Workload:
+          name: str = "net", raw=3, tag="t", anything=None) -> dlperf.Workload:
     def make_model():
         return torch.nn.Linear(8, width, bias=bias)  # 'abc' here raised "not all arguments converted ..."
     return dlperf.Workload(name=f"{name}-{width}-{drop}-{bias}-{depth}-{raw}", make_model=make_model,
@@ -38,6 +38,7 @@ def workload_file(tmp_path):
     ("width=true", "option width=true is not a whole number"),
     ("drop=high", "option drop=high is not a number (the parameter is annotated `drop: float`): give e.g. ?drop=0.1"),
     ("bias=1", "option bias=1 is not true or false (the parameter is annotated `bias: bool`): give e.g. ?bias=true"),
+    ("raw=x", "option raw=x is not a whole number (the parameter's default is 3): give e.g. ?raw=3"),
     ("depth=deep", "option depth=deep is not a whole number (the parameter is annotated `depth: int`): give e.g. "
                    "?depth=8"),
 ])
@@ -49,8 +50,8 @@ def test_a_value_that_does_not_fit_its_annotation_is_named(workload_file, option
 
 
 def test_values_that_fit_are_passed_as_before(workload_file):
-    workload = load_workload(f"{workload_file}:mynet?width=4&drop=1&bias=false&depth=3&name=7&raw=x")
-    assert workload.name == "7-4-1-False-3-x"  # an int for a float, a str as written, an unannotated one as parsed
+    workload = load_workload(f"{workload_file}:mynet?width=4&drop=1&bias=false&depth=3&name=7&raw=5&tag=1&anything=z")
+    assert workload.name == "7-4-1-False-3-5"  # an int for a float, a str as written
     assert workload.build_model().out_features == 4
 
 
