@@ -539,9 +539,31 @@ def _import_file(path: Path) -> ModuleType:
     except Exception as exc:
         sys.modules.pop(mod_name, None)
         raise WorkloadError(
-            f"workload file '{path}' raised {type(exc).__name__} while importing: {exc}\n{_user_frame(exc)}"
+            f"workload file '{path}' raised {type(exc).__name__} while importing: {exc}{_import_hint(exc, path)}\n"
+            f"{_user_frame(exc)}"
         ) from exc
     return module
+
+
+def _import_hint(exc: BaseException, path: Path) -> str:
+    """How to make a workload file that is part of a package import its siblings: dlperf imports it as a top-level
+    module (as `python file.py` runs it), so `from .net import Net` has no package, and `from proj.net import Net`
+    needs the folder above `proj` on the path, which a console script does not put there (`python -m` would)."""
+    if not isinstance(exc, ImportError):
+        return ""
+    folder = path.resolve().parent
+    if "relative import" in str(exc):
+        return (f": dlperf imports the file as a top-level module, as `python {path}` runs it, so relative imports "
+                f"have no package: import the module beside it by its name ('{folder}' is on the path), or import "
+                "absolutely from your package with the folder above it on PYTHONPATH")
+    top = (exc.name or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    above = next((p for p in folder.parents if (p / top / "__init__.py").is_file()), None) if top else None
+    if folder.name == top:
+        above = folder.parent
+    if above is None:
+        return ""
+    return (f": '{top}' is a folder in '{above}', which is not on the import path (a console script does not add the "
+            f"working directory): run with PYTHONPATH={above}, or install your project (pip install -e .)")
 
 
 def _module_name(path: Path) -> str:
