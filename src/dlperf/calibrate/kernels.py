@@ -124,9 +124,9 @@ def measure_gemm(dtype: str, device: str = "cpu", n: int = FULL_GEMM_N,
     with torch.inference_mode():
         n = _affordable_n(dtype, n, device)
         call = _gemm_call(dtype, n, device)
-        m = _time(call, timer, device, f"gemm {dtype} {n}")
+        m, others = _time_watched(call, timer, device, f"gemm {dtype} {n}")
     flops = 2.0 * n**3 / m.percentile_s(CEILING_PERCENTILE)
-    return flops, _how(m, n=n)
+    return flops, _how(m, others, n=n)
 
 
 def _affordable_n(dtype: str, n_max: int, device: str) -> int:
@@ -151,14 +151,14 @@ def measure_bandwidth(device: str = "cpu", nbytes: int = FULL_COPY_BYTES,
     numel = nbytes // 4
     src = torch.ones(numel, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    m = _time(lambda: dst.copy_(src), timer, device, f"copy {nbytes} B")
+    m, others = _time_watched(lambda: dst.copy_(src), timer, device, f"copy {nbytes} B")
     moved = 2.0 * numel * 4
-    return moved / m.percentile_s(CEILING_PERCENTILE), _how(m, bytes=numel * 4)
+    return moved / m.percentile_s(CEILING_PERCENTILE), _how(m, others, bytes=numel * 4)
 
 
-def _how(m: Measurement, **size: int) -> dict[str, Any]:
+def _how(m: Measurement, other_cores: float, **size: int) -> dict[str, Any]:
     return {**size, "p10_s": m.percentile_s(CEILING_PERCENTILE), "median_s": m.p50_s, "samples": m.n,
-            "noise_warning": m.noise_warning}
+            "noise_warning": m.noise_warning, "other_load_cores": round(other_cores, 2)}
 
 
 def _time(call: Callable[[], Any], timer: TimerConfig, device: str, label: str) -> Measurement:
@@ -166,6 +166,32 @@ def _time(call: Callable[[], Any], timer: TimerConfig, device: str, label: str) 
         return time_callable(call, timer, clock_for(device), label=label)
     except MeasurementError as exc:
         raise CalibrationError(f"calibration step '{label}' on {device} failed: {exc}") from exc
+
+
+def _time_watched(call: Callable[[], Any], timer: TimerConfig, device: str, label: str) -> tuple[Measurement, float]:
+    """`_time`, and how many cores other processes kept busy meanwhile (machine-wide busy CPU minus this process's,
+    as bench's contention warning reads it). The sampler's thread never wakes inside the region (its interval is
+    longer than any measurement): it only reads the CPU times at the start and the end."""
+    import os
+
+    from dlperf.measure.system import UtilizationSampler
+
+    with UtilizationSampler(interval_s=3600.0) as util:
+        m = _time(call, timer, device, label)
+    cores = os.cpu_count() or 1
+    others = max(0.0, util.result.system_cpu_percent * cores - util.result.process_cpu_percent) / 100.0
+    return m, others
+
+
+def contention_warning(what: str, other_cores: float) -> str | None:
+    """A warning when other processes kept at least half a core busy while `what` was measured: a burst the load
+    average (`busy_warnings`) has not caught yet makes this ceiling an underestimate all the same."""
+    from dlperf.measure.bench import CONTENTION_PERCENT
+
+    if other_cores * 100.0 < CONTENTION_PERCENT:
+        return None
+    return (f"{what}: other processes kept {other_cores:.1f} cores busy while it was measured: this ceiling is "
+            "likely an underestimate; run `dlperf calibrate --force` again when the machine is idle")
 
 
 def busy_warnings() -> list[str]:
@@ -194,11 +220,17 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
     details: dict[str, Any] = {"timer": "cuda_events" if device.startswith("cuda") else "perf_counter_ns",
                                "statistic": f"p{CEILING_PERCENTILE:g} of per-call time"}
     details["warnings"] = busy_warnings()
+    # per measurement, what the load average (a minute's mean) missed; the busy warning says it for all of them. Not
+    # in quick mode: a region of a few ms is a tick or two of the machine-wide CPU counters, too coarse to judge
+    watch = not device.startswith("cuda") and not quick and not details["warnings"]
     dtypes, details["skipped"] = supported_dtypes(device)
     for dtype in dtypes:
         if on_progress is not None:
             on_progress(f"gemm {dtype} {n}x{n}")
         flops[dtype], details[f"gemm_{dtype}"] = measure_gemm(dtype, device, n, timer)
+        said = contention_warning(f"the {dtype} GEMM", details[f"gemm_{dtype}"].get("other_load_cores", 0.0))
+        if said is not None and watch:
+            details["warnings"].append(said)
         used = details[f"gemm_{dtype}"]["n"]
         if used < n:  # a slow machine, or a busy moment the load average had not caught yet
             details["warnings"].append(
@@ -209,6 +241,9 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
         on_progress("memory bandwidth (copy)")
     bandwidth, details["copy"] = measure_bandwidth(
         device, QUICK_COPY_BYTES if quick else FULL_COPY_BYTES, timer)
+    said = contention_warning("the memory bandwidth", details["copy"].get("other_load_cores", 0.0))
+    if said is not None and watch:
+        details["warnings"].append(said)
     return Ceilings(
         device=device,
         machine_key=key,
