@@ -1,7 +1,9 @@
 """An example workload file: a small classifier with an accuracy metric, the way a user would write one.
 
     dlperf bench examples/custom_workload.py
-    dlperf optimize examples/custom_workload.py --max-metric-drop 1%    # a 10-minute search; --time-budget 90s
+    dlperf optimize examples/custom_workload.py --max-metric-drop 1% --time-budget 90s
+
+(without --time-budget the search runs up to its default 10 minutes)
 
 dlperf finds the module-level `workload` (a dlperf.Workload). The model is defined and fitted here; in a
 real project `make_model` would load your checkpoint instead (fast, deterministic, no network).

@@ -66,7 +66,7 @@ class MissingDependency(DlperfError):
     library no extra brings, what to install (`install`)."""
 
     def __init__(self, module: str, extra: str, install: str | None = None) -> None:
-        how = install if install is not None else f"it with `pip install dlperf[{extra}]`"
+        how = install if install is not None else f"it with `pip install 'dlperf[{extra}]'`"
         super().__init__(f"{module} is not installed: install {how}")
         self.module = module
         self.extra = extra

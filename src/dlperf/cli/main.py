@@ -90,9 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()  # here, so that a reader gone away (`| head`) is a BrokenPipeError caught below
             return code
     except DlperfError as exc:
+        from rich.markup import escape
+
         from dlperf.cli.common import error_console
 
-        error_console().print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
+        error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         print(interrupted_message(exc), file=sys.stderr)

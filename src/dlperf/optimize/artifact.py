@@ -36,8 +36,8 @@ LOADERS: dict[str, str] = {
     "tensorrt": "dlperf.passes.tensorrt:load_artifact",
 }
 # what to install for an engine's artifact
-ENGINE_INSTALL = {"onnxruntime": "it with `pip install dlperf[onnx]`",
-                  "openvino": "it with `pip install dlperf[openvino]`", "tensorrt": TORCH_TENSORRT_INSTALL}
+ENGINE_INSTALL = {"onnxruntime": "it with `pip install 'dlperf[onnx]'`",
+                  "openvino": "it with `pip install 'dlperf[openvino]'`", "tensorrt": TORCH_TENSORRT_INSTALL}
 
 
 def io_spec(values: Any, names: Any = ()) -> list[dict[str, Any]]:
@@ -260,7 +260,7 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        how = ENGINE_INSTALL.get(engine, "it with `pip install dlperf[all]`")
+        how = ENGINE_INSTALL.get(engine, "it with `pip install 'dlperf[all]'`")
         raise OptimizeError(f"artifact '{folder}' needs {engine}: install {how} ({exc})") from exc
     loader = getattr(module, func_name, None)
     if loader is None:

@@ -128,7 +128,7 @@ def config_from_dict(data: dict[str, Any]) -> PassConfig:
     cls = config_types().get(str(name))
     if cls is None:
         raise OptimizeError(
-            f"pass '{name}' is not known to this dlperf: it may need an extra (pip install dlperf[all]) "
+            f"pass '{name}' is not known to this dlperf: it may need an extra (pip install 'dlperf[all]') "
             "or a newer dlperf"
         )
     version = int(data.get("version", 1))

@@ -37,12 +37,12 @@ def test_dlperf_zoo_lists_digits_cnn_as_unavailable(no_sklearn):
     mlp, digits = describe_zoo(["mlp", "digits-cnn"])
     assert mlp.info is not None and mlp.unavailable is None
     assert digits.info is None
-    assert digits.unavailable == "scikit-learn is not installed: install it with `pip install dlperf[zoo]`"
+    assert digits.unavailable == "scikit-learn is not installed: install it with `pip install 'dlperf[zoo]'`"
 
 
 def test_a_missing_extra_is_raised_as_such(no_sklearn):
     workload = load_workload("zoo:digits-cnn")
-    with pytest.raises(MissingDependency, match=r"pip install dlperf\[zoo\]"):
+    with pytest.raises(MissingDependency, match=r"pip install 'dlperf\[zoo\]'"):
         workload.build_model()
 
 

@@ -33,3 +33,14 @@ def test_piped_output_is_not_squeezed_to_80_columns(monkeypatch: pytest.MonkeyPa
     assert "p99 bound" in out and "compute" in out and "…" not in out
     squeezed = _render_header(monkeypatch, "80")  # COLUMNS still decides when set
     assert "…" in squeezed
+
+
+def test_an_error_message_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """Errors were printed as Rich markup, so an install hint 'pip install dlperf[zoo]' lost its '[zoo]' (an unknown
+    tag) and a message naming '[bold]' would have been styled."""
+    from dlperf.cli.main import main
+
+    # a workload file that does not exist: its name comes back in the message, brackets and all
+    assert main(["bench", "nothere[zoo]/wl[bold].py"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothere[zoo]/wl[bold].py" in err

@@ -73,5 +73,5 @@ def test_zoo_listing_marks_a_workload_with_a_missing_extra_unavailable(monkeypat
     assert missing.info is None
     assert missing.to_dict() == {
         "name": "needs-extra", "source": "zoo:needs-extra", "summary": "a model whose package is not installed",
-        "unavailable": "somepkg is not installed: install it with `pip install dlperf[zoo]`",
+        "unavailable": "somepkg is not installed: install it with `pip install 'dlperf[zoo]'`",
     }
