@@ -72,6 +72,46 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def ray_processes_in_their_own_group() -> Iterator[None]:
+    """The processes a local Ray instance starts (GCS, raylet, and the agents the raylet starts) put in process groups
+    of their own, not this command's, while `ray.init` runs.
+
+    In this command's group they took every signal sent to the group along with it: `timeout 60 dlperf serve --ray`
+    (GNU timeout signals the whole group), `kill -TERM -- -PGID`, a supervisor stopping the group. The raylet and
+    agents died with the SIGTERM meant for the command, while the command began to drain its replicas through them:
+    its next call to the GCS hung until Ray's core worker gave up after 60 s and ended the process ('Failed to connect
+    to GCS within 60 seconds'), and the replicas and the proxy, orphaned, held the port for a minute or two more. Now
+    the command alone takes the signal, drains, and stops the instance as after a plain `kill`. Ray itself blocks
+    SIGINT in them (a terminal's Ctrl-C) and makes them die with this process (fate sharing), which a new group keeps.
+    Ray's worker processes already start groups of their own."""
+    services: Any = None
+    with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere the processes stay in this group
+        import ray._private.services as services
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or os.name != "posix":
+        yield
+        return
+
+    class OwnGroupPopen(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            inner = kwargs.get("preexec_fn")  # Ray's: SIGINT blocked, fate sharing
+
+            def own_group() -> None:  # Popen's process_group= is Python 3.11+
+                os.setpgid(0, 0)
+                if inner is not None:
+                    inner()
+
+            kwargs["preexec_fn"] = own_group
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
 def shutdown_ray() -> None:
     """`ray.shutdown()`, then this process's SIGINT and SIGTERM handlers made to work again: Ray's shutdown resets
     SIGTERM to the default disposition underneath Python (`signal.getsignal` still names the handler), so a SIGTERM

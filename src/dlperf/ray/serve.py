@@ -21,7 +21,13 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
-from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
+from dlperf.ray.address import (
+    init_error,
+    ray_processes_in_their_own_group,
+    shutdown_ray,
+    signals_held_while_ray_starts,
+    why_unreachable,
+)
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
@@ -434,7 +440,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             check_reachable(options.address)
         try:
             # held until Ray has started: one inside its core worker's construction left it half made (SIGSEGV at exit)
-            with signals_held_while_ray_starts() as held:
+            with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
                 # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
                 ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:

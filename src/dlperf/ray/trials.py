@@ -28,7 +28,13 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
-from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
+from dlperf.ray.address import (
+    init_error,
+    ray_processes_in_their_own_group,
+    shutdown_ray,
+    signals_held_while_ray_starts,
+    why_unreachable,
+)
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
@@ -280,7 +286,7 @@ class RayExecutor:
             before = _descendants()
             held: list[int] = []
             try:
-                with signals_held_while_ray_starts() as held:
+                with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
                     if address:
                         ray.init(address=address, **kwargs)
                     else:
