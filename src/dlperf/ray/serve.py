@@ -299,8 +299,28 @@ REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{APP_NAME}#{APP_NAME}#"
 """How Ray Serve names a replica actor of this deployment (namespace 'serve')."""
 
 
+STILL_STARTING = "`initialize_callable` must be called before"
+"""Ray Serve's error for a replica asked for its statistics before it has built the server (loading the model)."""
+
+
+def _started(names: list[str]) -> list[str]:
+    """Those of the replica actors `names` that have started (ALIVE). One that waits for resources (PENDING_CREATION:
+    an autoscaled replica the cluster has no CPU for) never answers: asking it held `replica_stats` until its timeout,
+    then failed it with a false 'this Ray version may name or call replicas differently', and a stop waited
+    --exit-timeout-s for it. Ray's actor table is Ray internals: where it cannot be read, every replica is asked."""
+    try:
+        from ray._private import state
+
+        alive = {a.get("Name") for a in state.actors(actor_state_name="ALIVE").values()}
+    except Exception:
+        return names
+    return [n for n in names if n in alive]
+
+
 def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
-    """Every live replica's counters, asked of each replica actor through Ray, sorted by replica name.
+    """Every running replica's counters, asked of each replica actor through Ray, sorted by replica name; replicas
+    still waiting for resources or loading their model (they hold no requests) and those that stopped meanwhile are
+    left out.
 
     Uses the actor names Ray Serve gives replicas and its `record_routing_stats` actor method, which calls
     the replica's hook of that name: Ray Serve internals, so a Ray upgrade that changes them fails here,
@@ -309,14 +329,25 @@ def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
 
     names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                    if a["namespace"] == "serve" and a["name"].startswith(REPLICA_ACTOR_PREFIX))
-    out = []
-    for name in names:
+    asked = {}
+    for name in _started(names):
         try:
-            actor = ray.get_actor(name, namespace="serve")
-            raw = ray.get(actor.record_routing_stats.remote(), timeout=timeout_s)
+            asked[name] = ray.get_actor(name, namespace="serve").record_routing_stats.remote()
         except ValueError:  # the replica stopped between listing and asking
             continue
+    deadline = time.monotonic() + timeout_s
+    out = []
+    for name, ref in asked.items():  # asked all at once, read in turn: one slow replica costs the timeout once
+        try:
+            raw = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:  # it stopped meanwhile (scaled down, or the deployment deleted)
+            continue
+        except ray.exceptions.GetTimeoutError as exc:
+            raise ServingError(f"Ray Serve replica {name} did not report its statistics within {timeout_s:g} s: it "
+                               "is busy or stuck") from exc
         except Exception as exc:
+            if STILL_STARTING in str(exc):
+                continue
             raise ServingError(f"cannot read the statistics of Ray Serve replica {name}: {type(exc).__name__}: "
                                f"{exc} (this Ray version may name or call replicas differently)") from exc
         out.append(ReplicaStats(name.removeprefix(REPLICA_ACTOR_PREFIX), str(raw["node_id"]), int(raw["pid"]),
