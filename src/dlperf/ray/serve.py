@@ -94,11 +94,12 @@ def replica_cpus(config: ServeConfig) -> float:
 def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: float, local: bool) -> str | None:
     """Whether the replicas fit the cluster's CPUs: a ConfigError for a local instance they do not fit (Ray
     Serve would wait for them forever: 3 replicas on 2 CPUs sat at "deploying" without a word), a warning to
-    print for a cluster (its autoscaler may add nodes), else None."""
+    print for a cluster (its autoscaler may add nodes), or for a local instance that `--autoscale`'s MAX
+    replicas do not fit, else None."""
     n, each = initial_replicas(options), replica_cpus(config)
     need = n * each
     if need <= cluster_cpus:
-        return None
+        return _autoscale_past_cpus(options, each, cluster_cpus) if local else None
     asked = f"{n} replica{'s' * (n != 1)} x {each:g} CPU{'s' * (each != 1)} each (--threads) need {need:g} CPUs"
     if not local:
         return (f"{asked}; the Ray cluster has {cluster_cpus:g} now: the others wait for nodes to join (Ray's "
@@ -111,6 +112,20 @@ def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: floa
         fix = f"give --threads {math.floor(cluster_cpus)} or fewer"
     raise ConfigError(f"{asked}; the local Ray instance has {cluster_cpus:g} (this machine's): {fix}, or deploy to a "
                       "larger cluster with --ray-address")
+
+
+def _autoscale_past_cpus(options: RayServeOptions, each: float, cpus: float) -> str | None:
+    """What to know when `--autoscale`'s MAX replicas do not fit a local instance, whose CPUs never grow: a replica
+    Ray Serve adds past them waits for a CPU forever (it did, without a word, and a stop waited for it)."""
+    if options.autoscale is None:
+        return None
+    low, high = options.autoscale
+    if high * each <= cpus:
+        return None
+    fits = math.floor(cpus / each)
+    return (f"--autoscale {low}:{high}: the local Ray instance's {cpus:g} CPUs hold {fits} replica{'s' * (fits != 1)} "
+            f"of {each:g} CPU{'s' * (each != 1)} (--threads), so at most {fits} run and those Ray Serve adds past them "
+            f"wait for a CPU: give --autoscale {low}:{fits}, or deploy to a larger cluster with --ray-address")
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
