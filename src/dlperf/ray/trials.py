@@ -291,6 +291,8 @@ class RayExecutor:
         self._turn = 0
         self._last_eligible: dict[str, int] = {}
         self._markers: dict[Path, Path] = {}
+        self._ran: dict[str, dict[str, Any]] = {}
+        """node id -> its host name, the trials that ended there and how many of them were retries."""
         self._omp = os.environ.get("OMP_NUM_THREADS")
         try:
             self._check_nodes()
@@ -532,6 +534,9 @@ class RayExecutor:
             result["error"] = f"{head}, on Ray node {p.node_id[:8]}{sep}{tail}"
         node = result.get("node") or {"node_id": p.node_id}
         result["node"] = node
+        where = self._ran.setdefault(p.node_id, {"host": node.get("hostname") or "?", "trials": 0, "retried": 0})
+        where["trials"] += 1
+        where["retried"] += p.attempt > 1
         if node.get("hardware_key") and self.hardware_key and node["hardware_key"] != self.hardware_key:
             warning = (f"measured on hardware {node['hardware_key']}, the other candidates on {self.hardware_key}: "
                        "its timings are not comparable")
@@ -540,7 +545,18 @@ class RayExecutor:
         return result
 
     def notes(self) -> list[str]:
-        return list(dict.fromkeys(self._notes))
+        """Nodes left out and results from other hardware, then where the trials ran (the terminal said nothing of
+        Ray beyond Ray's own start-up lines; each result's `node` has it in full)."""
+        return list(dict.fromkeys(self._notes)) + ([self._where_note()] if self._ran else [])
+
+    def _where_note(self) -> str:
+        total = sum(w["trials"] for w in self._ran.values())
+        retried = sum(w["retried"] for w in self._ran.values())
+        nodes = [f"{w['host']} ({n[:8]})" + (f" {w['trials']}" if len(self._ran) > 1 else "")
+                 for n, w in sorted(self._ran.items(), key=lambda item: (-item[1]["trials"], item[0]))]
+        where = (f"Ray node {nodes[0]}" if len(nodes) == 1 else f"{len(nodes)} Ray nodes: {', '.join(nodes)}")
+        again = (f", {retried} of them again after their worker or node died" if retried else "")
+        return f"ran {total} trial{'s' * (total != 1)} on {where}{again}"
 
     def describe(self) -> dict[str, Any]:
         """The nodes in use and those left out (for reports and tests)."""

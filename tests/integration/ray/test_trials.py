@@ -6,6 +6,7 @@ import _thread
 import dataclasses
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -116,7 +117,10 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
     assert len(executor.nodes) == 2 and executor.excluded == {}
     assert {r["node"]["hardware_key"] for r in result.rows} == {executor.hardware_key}
     assert all(r["environment"]["logical_cores"] == os.cpu_count() for r in result.rows)
-    assert "hardware_warning" not in row and result.notes == local.notes
+    assert "hardware_warning" not in row and result.notes[:-1] == local.notes
+    # and the output says where the trials ran (it said nothing of Ray), the retry included
+    assert re.fullmatch(r"ran \d+ trials on (Ray node \S+ \(\w{8}\)|2 Ray nodes: .+), 1 of them again after their "
+                        r"worker or node died", result.notes[-1]), result.notes
     assert not list((tmp_path / "ray").glob(".dlperf-ray-*"))  # the shared-folder marker is removed on close
 
 
