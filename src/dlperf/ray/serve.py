@@ -23,10 +23,11 @@ from typing import Any
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.ray.address import (
     init_error,
+    joined_by_auto,
     ray_processes_in_their_own_group,
     shutdown_ray,
     signals_held_while_ray_starts,
-    why_unreachable,
+    unreachable,
 )
 from dlperf.serve.service import ServeConfig
 
@@ -129,12 +130,19 @@ def _autoscale_past_cpus(options: RayServeOptions, each: float, cpus: float) -> 
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT address answers TCP within `timeout_s` (Ray itself retried an unreachable one for minutes);
-    'auto', 'local' and ray:// client addresses are left to Ray."""
-    why = why_unreachable(address, timeout_s)
-    if why is not None:
-        raise ServingError(f"cannot reach Ray at {address}: {why}; give the head node's address as `ray start --head` "
-                           "prints it (port 6379 by default), or leave --ray-address out to start a local instance")
+    """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (Ray itself retried an
+    unreachable one for minutes); 'local' and ray:// client addresses are left to Ray."""
+    found = unreachable(address, timeout_s)
+    if found is None:
+        return
+    where, why = found
+    if joined_by_auto(address):
+        fix = ("correct RAY_ADDRESS or unset it (auto then joins a cluster `ray start` started on this machine), or "
+               "leave --ray-address out to start a local instance")
+    else:
+        fix = ("give the head node's address as `ray start --head` prints it (port 6379 by default), or leave "
+               "--ray-address out to start a local instance")
+    raise ServingError(f"cannot reach Ray at {where}: {why}; {fix}")
 
 
 class DeployInterrupted(ServingError):

@@ -29,10 +29,11 @@ from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
 from dlperf.ray.address import (
     init_error,
+    joined_by_auto,
     ray_processes_in_their_own_group,
     shutdown_ray,
     signals_held_while_ray_starts,
-    why_unreachable,
+    unreachable,
 )
 
 TIMING_RESOURCE = "dlperf_timing"
@@ -205,13 +206,19 @@ def _stop_started(before: set[int]) -> None:
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT address answers TCP within `timeout_s` (ray.init retried an unreachable one for minutes, printing
-    a warning every few seconds); 'auto' and ray:// client addresses are left to Ray."""
-    why = why_unreachable(address, timeout_s)
-    if why is not None:
-        raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {address}: {why}; give the head node's "
-                          "address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster this "
-                          "machine joined, or plain ray for a new local instance")
+    """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (ray.init retried an
+    unreachable one for minutes, printing a warning every few seconds); ray:// client addresses are left to Ray."""
+    found = unreachable(address, timeout_s)
+    if found is None:
+        return
+    where, why = found
+    if joined_by_auto(address):
+        fix = ("correct RAY_ADDRESS or unset it (ray:auto then joins a cluster `ray start` started on this machine), "
+               "give ray:HOST:6379, or plain ray for a new local instance")
+    else:
+        fix = ("give the head node's address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster "
+               "this machine joined, or plain ray for a new local instance")
+    raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {where}: {why}; {fix}")
 
 
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
