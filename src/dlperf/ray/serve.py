@@ -424,7 +424,10 @@ class RunningOnRay:
         others: dict[str, Any] = {}
         with contextlib.suppress(Exception):
             others = dict(serve.status().applications)
-        if not others:
+        if not others and not self.owns_ray:
+            # on a local instance of its own, Ray's shutdown stops Serve's controller and proxy with every process:
+            # serve.shutdown() there only added Ray's '(raylet) Task ServeController.graceful_shutdown failed ...
+            # killed by `ray.kill`' line to every stop
             serve.shutdown()
         if self.owns_ray:
             shutdown_ray()
