@@ -390,6 +390,8 @@ class RunningOnRay:
     """The actor that tells the replicas to drain (`_Control`); None: delete without draining first."""
     exit_timeout_s: float = 30.0
     """How long `stop` waits for the replicas to finish what they hold before deleting the deployment."""
+    local_instance: bool = False
+    """Whether Ray is a local instance this process started (its shutdown stops every Ray process, Serve's too)."""
 
     @property
     def url(self) -> str:
@@ -424,7 +426,7 @@ class RunningOnRay:
         others: dict[str, Any] = {}
         with contextlib.suppress(Exception):
             others = dict(serve.status().applications)
-        if not others and not self.owns_ray:
+        if not others and not self.local_instance:
             # on a local instance of its own, Ray's shutdown stops Serve's controller and proxy with every process:
             # serve.shutdown() there only added Ray's '(raylet) Task ServeController.graceful_shutdown failed ...
             # killed by `ray.kill`' line to every stop
@@ -538,7 +540,8 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
                            f"{type(exc).__name__}: {exc}") from exc
-    return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s)
+    return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s,
+                        local_instance=owns and options.address is None)
 
 
 def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,
