@@ -8,9 +8,6 @@ with one slot (local) it behaves exactly like calling `run` in a loop.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,50 +107,4 @@ def executor_from_spec(spec: str) -> Executor:
     return RayExecutor(address)
 
 
-class _Collector:
-    """Stands in for the child's pipe when the trial runs in this very process (a Ray worker)."""
-
-    def __init__(self, on_phase: PhaseFn | None) -> None:
-        self.result: dict[str, Any] | None = None
-        self.phase = "start"
-        self.on_phase = on_phase
-
-    def send(self, message: dict[str, Any]) -> None:
-        if "phase" in message:
-            self.phase = message["phase"]
-            if self.on_phase is not None:
-                self.on_phase(self.phase)
-        else:
-            self.result = message["result"]
-
-    def close(self) -> None:
-        return None
-
-
-def run_in_this_process(target: str, payload: dict[str, Any], log_path: Path,
-                        on_phase: PhaseFn | None = None) -> dict[str, Any]:
-    """Run a trial in the calling process, exactly as the local child does (same entry, same failure
-    reports, output into `log_path`), then give stdout/stderr back. For a process that runs one trial and
-    exits, such as a Ray worker started for it: timeouts and memory limits are the caller's job."""
-    from dlperf.optimize.evaluate import _child_entry
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = (os.dup(1), os.dup(2))
-    collector = _Collector(on_phase)
-    try:
-        _child_entry(collector, target, payload, str(log_path))
-    finally:
-        with contextlib.suppress(OSError):
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-    result = collector.result or {"status": "failed", "phase": collector.phase,
-                                  "error": f"the trial returned no result during '{collector.phase}'"}
-    result["log"] = str(log_path)
-    return result
-
-
-__all__ = ["Executor", "Job", "LocalExecutor", "executor_from_spec", "parse_executor", "run_in_this_process"]
+__all__ = ["Executor", "Job", "LocalExecutor", "executor_from_spec", "parse_executor"]

@@ -4,10 +4,13 @@ minutes), what its failure means in dlperf's terms, and the signals held while i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import select
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +26,28 @@ def why_unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     except OSError as exc:
         return exc.strerror or f"no answer within {timeout_s:g} s"
     return None
+
+
+def joined_by_auto(address: str) -> str | None:
+    """The address 'auto' joins when the environment names one (`RAY_ADDRESS`, which Ray takes first), else None
+    (Ray then looks for a cluster started on this machine)."""
+    if address.strip().lower() != "auto":
+        return None
+    named = os.environ.get("RAY_ADDRESS", "").strip()
+    return named if named and named.lower() not in ("auto", "local") else None
+
+
+def unreachable(address: str, timeout_s: float = 5.0) -> tuple[str, str] | None:
+    """(where, why) when the cluster `address` leads to does not answer TCP within `timeout_s`: `where` is the
+    address itself, or for 'auto' the `RAY_ADDRESS` it joins ('127.0.0.1:6399 (RAY_ADDRESS, which auto joins)').
+    With RAY_ADDRESS naming nothing, 'auto' went to Ray, which retried for minutes with a warning every few seconds,
+    and held a Ctrl-C or SIGTERM all that time. None when it answers, or when Ray is left to find it."""
+    named = joined_by_auto(address)
+    target = named or address
+    why = why_unreachable(target, timeout_s)
+    if why is None:
+        return None
+    return (f"{target} (RAY_ADDRESS, which auto joins)" if named else target), why
 
 
 def init_error(exc: BaseException, option: str, local_hint: str) -> str:
@@ -49,11 +74,18 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
     received: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
-        if not received:
-            with contextlib.suppress(OSError):
-                os.write(2, b"stopping once Ray has finished starting (a few seconds)\n")
         received.append(signum)
 
+    # The handler above runs only when the main thread is back in Python; inside ray.init it can sit in Ray's C++
+    # for minutes (an address that answers TCP but is no Ray: its GCS client retries), so the signals are watched
+    # from a thread too, through the wakeup fd that Python's C-level handler writes to at once.
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_while_ray_starts, args=(read_end, done), name="dlperf-ray-start-signals",
+                               daemon=True)
+    watcher.start()
     utils: Any = None
     with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere its handler comes and is undone after
         import ray._private.utils as utils
@@ -66,10 +98,86 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
     try:
         yield received
     finally:
+        done.set()
+        watcher.join()
+        signal.set_wakeup_fd(previous_fd)
+        os.close(read_end)
+        os.close(write_end)
         if own_setter is not None:
             utils.set_sigterm_handler = own_setter
         for s, handler in saved.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+GIVE_UP_S = 30.0
+"""How long after a held SIGINT or SIGTERM the command still waits for Ray to finish starting."""
+
+
+def _watch_while_ray_starts(read_end: int, done: threading.Event) -> None:
+    """Say that a SIGINT or SIGTERM waits for Ray; at a second one, or GIVE_UP_S after the first, end the process now.
+    It said 'a few seconds', and waited as long as Ray retried (minutes), deaf to further Ctrl-Cs. What Ray started
+    here dies with this process (Ray's fate sharing); the search has opened no run yet."""
+    first: int | None = None
+    give_up_at = math.inf
+    while not done.is_set():
+        ready, _, _ = select.select([read_end], [], [], 0.1)
+        came = [b for b in (os.read(read_end, 64) if ready else b"") if b in (signal.SIGINT, signal.SIGTERM)]
+        for signum in came:
+            name = signal.Signals(signum).name
+            if first is None:
+                first, give_up_at = signum, time.monotonic() + GIVE_UP_S
+                _say(f"stopping once Ray has finished starting (a few seconds; {name} again to stop now)")
+            elif not done.is_set():
+                _say(f"{name} again: stopping now, without waiting for Ray")
+                os._exit(128 + signum)
+        if first is not None and time.monotonic() > give_up_at and not done.is_set():
+            _say(f"Ray has not finished starting {GIVE_UP_S:g} s after {signal.Signals(first).name}: stopping now")
+            os._exit(128 + first)
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"{line}\n".encode())
+
+
+@contextlib.contextmanager
+def ray_processes_in_their_own_group() -> Iterator[None]:
+    """The processes a local Ray instance starts (GCS, raylet, and the agents the raylet starts) put in process groups
+    of their own, not this command's, while `ray.init` runs.
+
+    In this command's group they took every signal sent to the group along with it: `timeout 60 dlperf serve --ray`
+    (GNU timeout signals the whole group), `kill -TERM -- -PGID`, a supervisor stopping the group. The raylet and
+    agents died with the SIGTERM meant for the command, while the command began to drain its replicas through them:
+    its next call to the GCS hung until Ray's core worker gave up after 60 s and ended the process ('Failed to connect
+    to GCS within 60 seconds'), and the replicas and the proxy, orphaned, held the port for a minute or two more. Now
+    the command alone takes the signal, drains, and stops the instance as after a plain `kill`. Ray itself blocks
+    SIGINT in them (a terminal's Ctrl-C) and makes them die with this process (fate sharing), which a new group keeps.
+    Ray's worker processes already start groups of their own."""
+    services: Any = None
+    with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere the processes stay in this group
+        import ray._private.services as services
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or os.name != "posix":
+        yield
+        return
+
+    class OwnGroupPopen(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            inner = kwargs.get("preexec_fn")  # Ray's: SIGINT blocked, fate sharing
+
+            def own_group() -> None:  # Popen's process_group= is Python 3.11+
+                os.setpgid(0, 0)
+                if inner is not None:
+                    inner()
+
+            kwargs["preexec_fn"] = own_group
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 def shutdown_ray() -> None:

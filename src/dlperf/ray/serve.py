@@ -21,7 +21,14 @@ from types import FrameType
 from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
-from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
+from dlperf.ray.address import (
+    init_error,
+    joined_by_auto,
+    ray_processes_in_their_own_group,
+    shutdown_ray,
+    signals_held_while_ray_starts,
+    unreachable,
+)
 from dlperf.serve.service import ServeConfig
 
 APP_NAME = "dlperf"
@@ -88,11 +95,12 @@ def replica_cpus(config: ServeConfig) -> float:
 def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: float, local: bool) -> str | None:
     """Whether the replicas fit the cluster's CPUs: a ConfigError for a local instance they do not fit (Ray
     Serve would wait for them forever: 3 replicas on 2 CPUs sat at "deploying" without a word), a warning to
-    print for a cluster (its autoscaler may add nodes), else None."""
+    print for a cluster (its autoscaler may add nodes), or for a local instance that `--autoscale`'s MAX
+    replicas do not fit, else None."""
     n, each = initial_replicas(options), replica_cpus(config)
     need = n * each
     if need <= cluster_cpus:
-        return None
+        return _autoscale_past_cpus(options, each, cluster_cpus) if local else None
     asked = f"{n} replica{'s' * (n != 1)} x {each:g} CPU{'s' * (each != 1)} each (--threads) need {need:g} CPUs"
     if not local:
         return (f"{asked}; the Ray cluster has {cluster_cpus:g} now: the others wait for nodes to join (Ray's "
@@ -107,13 +115,34 @@ def check_cpus(config: ServeConfig, options: RayServeOptions, cluster_cpus: floa
                       "larger cluster with --ray-address")
 
 
+def _autoscale_past_cpus(options: RayServeOptions, each: float, cpus: float) -> str | None:
+    """What to know when `--autoscale`'s MAX replicas do not fit a local instance, whose CPUs never grow: a replica
+    Ray Serve adds past them waits for a CPU forever (it did, without a word, and a stop waited for it)."""
+    if options.autoscale is None:
+        return None
+    low, high = options.autoscale
+    if high * each <= cpus:
+        return None
+    fits = math.floor(cpus / each)
+    return (f"--autoscale {low}:{high}: the local Ray instance's {cpus:g} CPUs hold {fits} replica{'s' * (fits != 1)} "
+            f"of {each:g} CPU{'s' * (each != 1)} (--threads), so at most {fits} run and those Ray Serve adds past them "
+            f"wait for a CPU: give --autoscale {low}:{fits}, or deploy to a larger cluster with --ray-address")
+
+
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT address answers TCP within `timeout_s` (Ray itself retried an unreachable one for minutes);
-    'auto', 'local' and ray:// client addresses are left to Ray."""
-    why = why_unreachable(address, timeout_s)
-    if why is not None:
-        raise ServingError(f"cannot reach Ray at {address}: {why}; give the head node's address as `ray start --head` "
-                           "prints it (port 6379 by default), or leave --ray-address out to start a local instance")
+    """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (Ray itself retried an
+    unreachable one for minutes); 'local' and ray:// client addresses are left to Ray."""
+    found = unreachable(address, timeout_s)
+    if found is None:
+        return
+    where, why = found
+    if joined_by_auto(address):
+        fix = ("correct RAY_ADDRESS or unset it (auto then joins a cluster `ray start` started on this machine), or "
+               "leave --ray-address out to start a local instance")
+    else:
+        fix = ("give the head node's address as `ray start --head` prints it (port 6379 by default), or leave "
+               "--ray-address out to start a local instance")
+    raise ServingError(f"cannot reach Ray at {where}: {why}; {fix}")
 
 
 class DeployInterrupted(ServingError):
@@ -293,8 +322,28 @@ REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{APP_NAME}#{APP_NAME}#"
 """How Ray Serve names a replica actor of this deployment (namespace 'serve')."""
 
 
+STILL_STARTING = "`initialize_callable` must be called before"
+"""Ray Serve's error for a replica asked for its statistics before it has built the server (loading the model)."""
+
+
+def _started(names: list[str]) -> list[str]:
+    """Those of the replica actors `names` that have started (ALIVE). One that waits for resources (PENDING_CREATION:
+    an autoscaled replica the cluster has no CPU for) never answers: asking it held `replica_stats` until its timeout,
+    then failed it with a false 'this Ray version may name or call replicas differently', and a stop waited
+    --exit-timeout-s for it. Ray's actor table is Ray internals: where it cannot be read, every replica is asked."""
+    try:
+        from ray._private import state
+
+        alive = {a.get("Name") for a in state.actors(actor_state_name="ALIVE").values()}
+    except Exception:
+        return names
+    return [n for n in names if n in alive]
+
+
 def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
-    """Every live replica's counters, asked of each replica actor through Ray, sorted by replica name.
+    """Every running replica's counters, asked of each replica actor through Ray, sorted by replica name; replicas
+    still waiting for resources or loading their model (they hold no requests) and those that stopped meanwhile are
+    left out.
 
     Uses the actor names Ray Serve gives replicas and its `record_routing_stats` actor method, which calls
     the replica's hook of that name: Ray Serve internals, so a Ray upgrade that changes them fails here,
@@ -303,14 +352,25 @@ def replica_stats(timeout_s: float = 30.0) -> list[ReplicaStats]:
 
     names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                    if a["namespace"] == "serve" and a["name"].startswith(REPLICA_ACTOR_PREFIX))
-    out = []
-    for name in names:
+    asked = {}
+    for name in _started(names):
         try:
-            actor = ray.get_actor(name, namespace="serve")
-            raw = ray.get(actor.record_routing_stats.remote(), timeout=timeout_s)
+            asked[name] = ray.get_actor(name, namespace="serve").record_routing_stats.remote()
         except ValueError:  # the replica stopped between listing and asking
             continue
+    deadline = time.monotonic() + timeout_s
+    out = []
+    for name, ref in asked.items():  # asked all at once, read in turn: one slow replica costs the timeout once
+        try:
+            raw = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:  # it stopped meanwhile (scaled down, or the deployment deleted)
+            continue
+        except ray.exceptions.GetTimeoutError as exc:
+            raise ServingError(f"Ray Serve replica {name} did not report its statistics within {timeout_s:g} s: it "
+                               "is busy or stuck") from exc
         except Exception as exc:
+            if STILL_STARTING in str(exc):
+                continue
             raise ServingError(f"cannot read the statistics of Ray Serve replica {name}: {type(exc).__name__}: "
                                f"{exc} (this Ray version may name or call replicas differently)") from exc
         out.append(ReplicaStats(name.removeprefix(REPLICA_ACTOR_PREFIX), str(raw["node_id"]), int(raw["pid"]),
@@ -330,6 +390,8 @@ class RunningOnRay:
     """The actor that tells the replicas to drain (`_Control`); None: delete without draining first."""
     exit_timeout_s: float = 30.0
     """How long `stop` waits for the replicas to finish what they hold before deleting the deployment."""
+    local_instance: bool = False
+    """Whether Ray is a local instance this process started (its shutdown stops every Ray process, Serve's too)."""
 
     @property
     def url(self) -> str:
@@ -364,7 +426,10 @@ class RunningOnRay:
         others: dict[str, Any] = {}
         with contextlib.suppress(Exception):
             others = dict(serve.status().applications)
-        if not others:
+        if not others and not self.local_instance:
+            # on a local instance of its own, Ray's shutdown stops Serve's controller and proxy with every process:
+            # serve.shutdown() there only added Ray's '(raylet) Task ServeController.graceful_shutdown failed ...
+            # killed by `ray.kill`' line to every stop
             serve.shutdown()
         if self.owns_ray:
             shutdown_ray()
@@ -434,7 +499,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             check_reachable(options.address)
         try:
             # held until Ray has started: one inside its core worker's construction left it half made (SIGSEGV at exit)
-            with signals_held_while_ray_starts() as held:
+            with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
                 # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
                 ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -475,7 +540,8 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
                            f"{type(exc).__name__}: {exc}") from exc
-    return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s)
+    return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s,
+                        local_instance=owns and options.address is None)
 
 
 def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,

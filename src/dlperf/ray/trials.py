@@ -1,18 +1,17 @@
 """Optimization trials on a Ray cluster: one timing trial per node at a time, retried elsewhere if a worker dies.
 
-Each trial runs in a fresh Ray worker process (max_calls=1), through the same entry as the local child
-process, and holds the node's `dlperf_timing` resource (1 per node) while it runs, so two timing trials never
-share a node. Before a node gets trials it is probed: its environment (`capture_environment` there) and
-whether it sees the search's work folder. Only nodes with the same hardware as the majority, and that see
-the work folder, and have a CPU for a trial, get trials; the others are left out with a note. A trial whose
-worker or node dies is submitted again (to another node when one is free), unless the candidate crashed the
-worker itself (its fault handler's report says so); what was measured already is in the store.
+Each trial runs in a fresh Ray worker process (max_calls=1), which runs it as the local executor does (a child
+process, with its timeout and memory limit), and holds the node's `dlperf_timing` resource (1 per node) while it
+runs, so two timing trials never share a node. Before a node gets trials it is probed: its environment
+(`capture_environment` there) and whether it sees the search's work folder. Only nodes with the same hardware as
+the majority, and that see the work folder, and have a CPU for a trial, get trials; the others are left out with a
+note. A trial whose worker or node dies is submitted again (to another node when one is free); what was measured
+already is in the store.
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import json
 import math
 import os
@@ -28,23 +27,29 @@ from typing import Any
 
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
-from dlperf.ray.address import init_error, shutdown_ray, signals_held_while_ray_starts, why_unreachable
+from dlperf.ray.address import (
+    init_error,
+    joined_by_auto,
+    ray_processes_in_their_own_group,
+    shutdown_ray,
+    signals_held_while_ray_starts,
+    unreachable,
+)
 
 TIMING_RESOURCE = "dlperf_timing"
 """The custom resource a node offers once (`ray start --resources '{"dlperf_timing": 1}'`)."""
 STARTUP_GRACE_S = 180.0
 """How long a trial may take to start (a Ray worker, torch imported, on a loaded node), as the local child's
 STARTUP_TIMEOUT_S: not charged to the candidate, whose timeout counts from its first phase."""
-TRIAL_FILES = ("json", "phase", "crash", "oom")
-"""What a trial's worker writes beside its log (`ray-trial-ATTEMPT.EXT`): where it runs, the phase it reached, its
-fault handler's report, the memory watchdog's flag."""
+TRIAL_FILES = ("json", "phase")
+"""What a trial's worker writes beside its log (`ray-trial-ATTEMPT.EXT`): where it runs, the phase it reached."""
+KILL_GRACE_S = 30.0
+"""How long past a trial's timeout the driver waits before it cancels the trial and kills its worker: the worker
+enforces the timeout itself (as the local executor does), so this only catches a worker that cannot."""
 PROBE_TIMEOUT_S = 300.0
 RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "ActorDiedError", "LocalRayletDiedError",
              "TaskUnschedulableError", "ObjectLostError", "OwnerDiedError", "RaySystemError")
 """Ray exceptions that say the trial's process or node went away, not that the candidate failed."""
-FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
-                 "Floating point exception": "SIGFPE", "Aborted": "SIGABRT"}
-"""faulthandler's name for each fatal signal it reports ('Fatal Python error: Segmentation fault')."""
 
 
 def trial_file(folder: Path, attempt: int, ext: str) -> Path:
@@ -57,19 +62,6 @@ def reached_phase(folder: Path, attempt: int) -> str:
     with contextlib.suppress(OSError):
         return trial_file(folder, attempt, "phase").read_text().strip() or "start"
     return "start"
-
-
-def candidate_crash(folder: Path, attempt: int) -> tuple[str, str] | None:
-    """(signal, phase) when the trial's own process crashed on a fatal signal, from what its fault handler wrote;
-    None when it did not (a worker killed from outside, a node that left)."""
-    try:
-        report = trial_file(folder, attempt, "crash").read_text(errors="replace")
-    except OSError:
-        return None
-    for words, name in FATAL_SIGNALS.items():
-        if f"Fatal Python error: {words}" in report:
-            return name, reached_phase(folder, attempt)
-    return None
 
 
 def _ray() -> Any:
@@ -94,60 +86,36 @@ def probe_node(marker: str | None) -> dict[str, Any]:
             "sees_workdir": marker is None or Path(marker).exists()}
 
 
-def _memory_watchdog(limit_bytes: int, flag: Path, stop: threading.Event) -> None:
-    import psutil
-
-    me = psutil.Process()
-    while not stop.wait(0.05):
-        try:
-            rss = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
-        except psutil.Error:
-            continue
-        if rss > limit_bytes:
-            with contextlib.suppress(OSError):
-                flag.write_text(f"{rss}")
-            os._exit(137)
-
-
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
+def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
               memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
-    """Runs in a fresh Ray worker: the trial, as a local child would run it, plus where it ran."""
-    # Ray caps OMP_NUM_THREADS at the task's CPUs; a local child inherits the caller's value instead, and
-    # torch reads it when first imported (this worker has not imported it yet).
+    """Runs in a fresh Ray worker: the trial exactly as the local executor runs it (`run_isolated`: a child process
+    forked from a server with torch imported, its timeout and memory limit, its failure reports), plus where it ran.
+
+    The trial ran in the Ray worker itself, whose process also holds Ray's core worker: every peak RSS came out about
+    118 MiB above the local executor's (zoo:mlp's baseline: 296 MiB on Ray, 178 MiB locally), its timing loop shared
+    the process with Ray's threads, and a crash of the candidate took the worker down."""
+    # Ray caps OMP_NUM_THREADS at the task's CPUs; a local child inherits the caller's value instead (the process
+    # server that forks the child starts from this environment, and torch reads it when imported there).
     if omp_num_threads is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp_num_threads
     from dlperf.measure.env import capture_environment
-    from dlperf.optimize.executor import run_in_this_process
+    from dlperf.optimize.evaluate import run_isolated
 
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     identity = _node_identity()
     # Lets an operator (or a test) see which worker process runs which trial.
     trial_file(log.parent, attempt, "json").write_text(json.dumps({**identity, "attempt": attempt}))
-    stop = threading.Event()
-    if memory_limit_bytes:
-        threading.Thread(target=_memory_watchdog, daemon=True,
-                         args=(memory_limit_bytes, trial_file(log.parent, attempt, "oom"), stop)).start()
-    started = time.monotonic()
-    # The candidate runs in this worker: a crash of its own (a native SIGSEGV in a backend) took the worker down and
-    # looked like a lost worker, so it was run three times and reported as 'the Ray worker or node ... died'. The
-    # fault handler's report and the phase reached tell the driver it was the candidate, as a local child's exit
-    # signal does.
-    crash = trial_file(log.parent, attempt, "crash")
     phase = trial_file(log.parent, attempt, "phase")
-    with crash.open("w") as crash_file:
-        faulthandler.enable(file=crash_file)
-        try:
-            result = run_in_this_process(target, payload, log, on_phase=lambda name: _write(phase, name))
-        finally:
-            faulthandler.disable()
-            stop.set()
+    started = time.monotonic()
+    result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,
+                          on_phase=lambda name: _write(phase, name))
     env = capture_environment()
     result["trial_wall_s"] = time.monotonic() - started
     result["node"] = {**identity, "hardware_key": env.hardware_key}
@@ -201,7 +169,7 @@ class _Pending:
             self.started = now
         if self.started is None:
             return now > self.submitted + startup_grace_s
-        return now > self.started + self.job.timeout_s
+        return now > self.started + self.job.timeout_s + KILL_GRACE_S
 
 
 def _descendants() -> set[int]:
@@ -238,13 +206,19 @@ def _stop_started(before: set[int]) -> None:
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A HOST:PORT address answers TCP within `timeout_s` (ray.init retried an unreachable one for minutes, printing
-    a warning every few seconds); 'auto' and ray:// client addresses are left to Ray."""
-    why = why_unreachable(address, timeout_s)
-    if why is not None:
-        raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {address}: {why}; give the head node's "
-                          "address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster this "
-                          "machine joined, or plain ray for a new local instance")
+    """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (ray.init retried an
+    unreachable one for minutes, printing a warning every few seconds); ray:// client addresses are left to Ray."""
+    found = unreachable(address, timeout_s)
+    if found is None:
+        return
+    where, why = found
+    if joined_by_auto(address):
+        fix = ("correct RAY_ADDRESS or unset it (ray:auto then joins a cluster `ray start` started on this machine), "
+               "give ray:HOST:6379, or plain ray for a new local instance")
+    else:
+        fix = ("give the head node's address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster "
+               "this machine joined, or plain ray for a new local instance")
+    raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {where}: {why}; {fix}")
 
 
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
@@ -280,7 +254,7 @@ class RayExecutor:
             before = _descendants()
             held: list[int] = []
             try:
-                with signals_held_while_ray_starts() as held:
+                with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
                     if address:
                         ray.init(address=address, **kwargs)
                     else:
@@ -324,6 +298,8 @@ class RayExecutor:
         self._turn = 0
         self._last_eligible: dict[str, int] = {}
         self._markers: dict[Path, Path] = {}
+        self._ran: dict[str, dict[str, Any]] = {}
+        """node id -> its host name, the trials that ended there and how many of them were retries."""
         self._omp = os.environ.get("OMP_NUM_THREADS")
         try:
             self._check_nodes()
@@ -461,7 +437,7 @@ class RayExecutor:
             with contextlib.suppress(OSError):
                 pending.trial_file(ext).unlink()
         ref = self._trial.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-            job.target, job.payload, str(job.log_path), attempt, job.memory_limit_bytes, self._omp)
+            job.target, job.payload, str(job.log_path), attempt, job.timeout_s, job.memory_limit_bytes, self._omp)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         return ref, pending
 
@@ -517,7 +493,7 @@ class RayExecutor:
                         what, phase = f"did not start within {self.startup_grace_s:.0f} s", "start"
                     else:
                         phase = reached_phase(p.job.log_path.parent, p.attempt)
-                        what = f"timed out after {p.job.timeout_s:.0f} s during '{phase}'"
+                        what = f"timed out after {p.job.timeout_s + KILL_GRACE_S:.0f} s during '{phase}'"
                     yield p.job, self._finish(p, {"status": "failed", "phase": phase, "timed_out": True,
                                                   "error": f"{what} on Ray node {p.node_id[:8]} (killed)"})
                 for ref in ready:
@@ -540,23 +516,6 @@ class RayExecutor:
             result: dict[str, Any] = ray.get(ref)
         except Exception as exc:
             kind = type(exc).__name__
-            oom = p.trial_file("oom")
-            if oom.exists():
-                rss = int(oom.read_text() or 0)
-                return self._finish(p, {"status": "failed", "phase": reached_phase(p.job.log_path.parent, p.attempt),
-                                        "error": f"out of memory: the trial's processes used {rss / 2**30:.2f} GiB, "
-                                                 f"over the limit of {(p.job.memory_limit_bytes or 0) / 2**30:.2f} "
-                                                 "GiB (killed)"})
-            crash = candidate_crash(p.job.log_path.parent, p.attempt)
-            if crash is not None:  # the candidate's own crash, as a local child reports it: not retried
-                from dlperf.optimize.evaluate import _tail  # the local child's log tail, the same way
-
-                sig, phase = crash
-                tail = _tail(p.job.log_path)
-                return self._finish(p, {"status": "failed", "phase": phase,
-                                        "error": f"the candidate's process died with {sig} during '{phase}' (the Ray "
-                                                 f"worker running it, on node {p.node_id[:8]})"
-                                                 + (f"; log: {tail}" if tail else "")})
             retryable = isinstance(exc, tuple(getattr(ray.exceptions, n) for n in RETRYABLE
                                               if hasattr(ray.exceptions, n)))
             message = f"{kind} on node {p.node_id[:8]}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -575,8 +534,16 @@ class RayExecutor:
         if p.errors:
             result["retried_after"] = p.errors
         result.setdefault("log", str(p.job.log_path))
+        error = result.get("error")
+        if result.get("status") != "ok" and isinstance(error, str) and "Ray node" not in error:
+            # the local executor's report, plus where it happened (before the log's tail, which can be long)
+            head, sep, tail = error.partition("; log: ")
+            result["error"] = f"{head}, on Ray node {p.node_id[:8]}{sep}{tail}"
         node = result.get("node") or {"node_id": p.node_id}
         result["node"] = node
+        where = self._ran.setdefault(p.node_id, {"host": node.get("hostname") or "?", "trials": 0, "retried": 0})
+        where["trials"] += 1
+        where["retried"] += p.attempt > 1
         if node.get("hardware_key") and self.hardware_key and node["hardware_key"] != self.hardware_key:
             warning = (f"measured on hardware {node['hardware_key']}, the other candidates on {self.hardware_key}: "
                        "its timings are not comparable")
@@ -585,7 +552,18 @@ class RayExecutor:
         return result
 
     def notes(self) -> list[str]:
-        return list(dict.fromkeys(self._notes))
+        """Nodes left out and results from other hardware, then where the trials ran (the terminal said nothing of
+        Ray beyond Ray's own start-up lines; each result's `node` has it in full)."""
+        return list(dict.fromkeys(self._notes)) + ([self._where_note()] if self._ran else [])
+
+    def _where_note(self) -> str:
+        total = sum(w["trials"] for w in self._ran.values())
+        retried = sum(w["retried"] for w in self._ran.values())
+        nodes = [f"{w['host']} ({n[:8]})" + (f" {w['trials']}" if len(self._ran) > 1 else "")
+                 for n, w in sorted(self._ran.items(), key=lambda item: (-item[1]["trials"], item[0]))]
+        where = (f"Ray node {nodes[0]}" if len(nodes) == 1 else f"{len(nodes)} Ray nodes: {', '.join(nodes)}")
+        again = (f", {retried} of them again after their worker or node died" if retried else "")
+        return f"ran {total} trial{'s' * (total != 1)} on {where}{again}"
 
     def describe(self) -> dict[str, Any]:
         """The nodes in use and those left out (for reports and tests)."""
@@ -609,5 +587,5 @@ class RayExecutor:
         self.close()
 
 
-__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "candidate_crash", "check_reachable", "choose_hardware",
-           "probe_node", "run_trial"]
+__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "check_reachable", "choose_hardware", "probe_node",
+           "run_trial"]

@@ -44,6 +44,14 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def _cmdline(process: psutil.Process) -> str:
+    """The process's command line, '' once it has exited (a trial's child process comes and goes)."""
+    try:
+        return " ".join(process.cmdline()) or process.name()
+    except psutil.Error:
+        return ""
+
+
 def _all_gone(processes: list[psutil.Process]) -> bool:
     for p in processes:
         try:
@@ -94,9 +102,8 @@ def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no
             f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
         assert proc.poll() is None, log.read_text()
         ray_processes = _descendants(proc.pid)  # the local instance: its GCS, raylet, and the trial's worker
-        trial_workers = [p for p in ray_processes if "default_worker" in " ".join(p.cmdline())
-                         or p.name().startswith("ray::")]
-        assert ray_processes and trial_workers, [p.cmdline() for p in ray_processes]
+        trial_workers = [p for p in ray_processes if "default_worker" in _cmdline(p) or _cmdline(p).startswith("ray::")]
+        assert ray_processes and trial_workers, [_cmdline(p) for p in ray_processes]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM, log.read_text()
     text = log.read_text()

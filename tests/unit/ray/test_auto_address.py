@@ -54,3 +54,27 @@ def test_a_misspelt_workload_is_refused_before_ray_starts(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "error: no zoo workload 'nosuch': choose one of mlp, digits-cnn, resnet18, minilm (`dlperf zoo` lists them)"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # free a moment ago: nothing answers there
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", ["optimize", "serve"])
+def test_auto_with_a_ray_address_nothing_answers_at_is_refused_at_once(tmp_path: Path, command: str) -> None:
+    """'auto' joins RAY_ADDRESS first: one nothing answers at went to ray.init, which retried it for minutes with a
+    warning every few seconds (and held a Ctrl-C all that time); it is checked as an address given directly is."""
+    port = _closed_port()
+    args = (["optimize", "zoo:mlp", "--executor", "ray:auto", "--store", str(tmp_path / "runs.db")]
+            if command == "optimize" else ["serve", "zoo:mlp", "--ray", "--ray-address", "auto", "--port", "8000"])
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"cannot reach Ray at 127.0.0.1:{port} (RAY_ADDRESS, which auto joins): Connection refused; correct " \
+           "RAY_ADDRESS or unset it" in last, done.stderr
+    assert "Connecting to existing Ray cluster" not in done.stderr

@@ -130,7 +130,8 @@ def test_replicas_that_do_not_fit_a_local_instance_are_refused(threads: int | No
 def test_replicas_that_fit_or_a_cluster_that_may_grow_are_not_refused() -> None:
     config = ServeConfig(model="zoo:mlp")
     assert check_cpus(config, RayServeOptions(replicas=2), 2.0, local=True) is None
-    assert check_cpus(config, RayServeOptions(autoscale=(0, 8)), 2.0, local=True) is None  # starts with one
+    assert check_cpus(config, RayServeOptions(autoscale=(0, 2)), 2.0, local=True) is None
+    assert check_cpus(config, RayServeOptions(autoscale=(0, 8)), 2.0, local=False) is None  # a cluster may grow
     warning = check_cpus(config, RayServeOptions(replicas=3), 2.0, local=False)
     assert warning is not None and "need 3 CPUs; the Ray cluster has 2 now" in warning
     assert "--deploy-timeout-s" in warning
@@ -147,3 +148,13 @@ def test_an_address_nothing_answers_is_refused_at_once() -> None:
         check_reachable(f"127.0.0.1:{port}")
     for left_to_ray in ("auto", "local", "ray://10.0.0.1:10001"):
         check_reachable(left_to_ray)  # no check of its own
+
+
+def test_autoscaling_past_a_local_instances_cpus_is_started_with_a_warning() -> None:
+    """A local instance never gets more CPUs: replicas Ray Serve adds past them waited for one forever, silently."""
+    warning = check_cpus(ServeConfig(model="zoo:mlp"), RayServeOptions(autoscale=(0, 8)), 2.0, local=True)
+    assert warning is not None  # it starts with one replica, which fits: not refused
+    assert warning.startswith("--autoscale 0:8: the local Ray instance's 2 CPUs hold 2 replicas of 1 CPU (--threads)")
+    assert "give --autoscale 0:2, or deploy to a larger cluster with --ray-address" in warning
+    warning = check_cpus(ServeConfig(model="zoo:mlp", threads=2), RayServeOptions(autoscale=(1, 3)), 5.0, local=True)
+    assert warning is not None and "hold 2 replicas of 2 CPUs" in warning and "give --autoscale 1:2," in warning
