@@ -30,9 +30,15 @@ def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Seq
             reasons.append(f"at batch {batch_size} quantizing activations and rescaling outputs costs about as "
                            "much as the small int8 GEMMs save")
     if precision in ("bf16", "fp16") and on_cpu:
-        amx = "amx_bf16" if precision == "bf16" else "amx_fp16"
-        if amx not in flags:
-            reasons.append(f"no AMX on this CPU: {precision} GEMMs run at or below fp32 speed, and casts add work")
+        amx, avx512 = f"amx_{precision}", f"avx512_{precision}"
+        if avx512 in flags and amx not in flags:
+            # an AVX512-BF16 CPU measured bf16 GEMMs at ~4x fp32 (dlperf calibrate): "at or below fp32 speed" was false
+            reasons.append(f"this CPU computes {precision} GEMMs with AVX512-{precision.upper()} (no AMX): faster "
+                           f"than fp32 for large matrices, but at this model's sizes the casts between {precision} "
+                           "and fp32 around the other operators cost more than the GEMMs save")
+        elif amx not in flags:
+            reasons.append(f"no native {precision} on this CPU (neither AMX nor AVX512-{precision.upper()}): "
+                           f"{precision} GEMMs run at or below fp32 speed, and casts add work")
     if engine != "torch":
         reasons.append(f"conversion overhead: inputs and outputs are copied between torch and {engine} on every "
                        f"call, which dominates at batch {batch_size}" if batch_size <= 2 else

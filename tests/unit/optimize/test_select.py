@@ -124,8 +124,13 @@ def test_slower_reasons_use_cpu_flags_and_batch() -> None:
     assert any("at batch 1" in r for r in no_vnni)
     with_vnni = slower_reasons(int8, BASE, ["avx2", "avx512_vnni"], batch_size=64)
     assert not any("hardware" in r for r in with_vnni)
+    bf16 = slower_reasons(_row(2.0, 0.9, precision="bf16"), BASE, ["avx2"], batch_size=8)
+    assert "no native bf16 on this CPU" in bf16[0] and "at or below fp32 speed" in bf16[0]
+    # AVX512-BF16 without AMX computes bf16 GEMMs faster than fp32 (~4x measured): it was told "at or below fp32"
     bf16 = slower_reasons(_row(2.0, 0.9, precision="bf16"), BASE, ["avx512_bf16"], batch_size=8)
-    assert "no AMX" in bf16[0]
+    assert "with AVX512-BF16 (no AMX): faster than fp32 for large matrices" in bf16[0]
+    assert not any("at or below fp32" in r for r in bf16)
+    assert not any("bf16" in r for r in slower_reasons(_row(2.0, 0.9, precision="bf16"), BASE, ["amx_bf16"], 8))
     ort = slower_reasons(_row(2.0, 0.9, engine="onnxruntime"), BASE, [], batch_size=1)
     assert "conversion overhead" in ort[0]
     assert slower_reasons(_row(2.0, 0.9), BASE, [], batch_size=1) == [
