@@ -133,7 +133,14 @@ class _Progress:
                 reused = f" (measured in run {self.resumed_from})" if row.get("reused") else ""
                 self.console.print(f"  {row['label']}: p50 {row['p50_s'] * 1e3:.3f} ms{gain}{mark}{reused}")
             else:
-                self.console.print(f"  {row['label']}: {row['status']}: {row.get('error')}", style="yellow")
+                # the pass's error names itself and says "not applicable" already: it read "dynamic_int8:
+                # not_applicable: dynamic_int8: not applicable: ..."; and it is printed as written (shapes in [])
+                label, error, status = row["label"], str(row.get("error")), str(row["status"]).replace("_", " ")
+                which, said, reason = error.partition(f": {status}: ")
+                if said:  # the pass that does not apply, when the candidate has others too
+                    status += f" ({which})" if which != label else ""
+                    error = reason
+                self.console.print(f"  {label}: {status}: {error}", style="yellow", markup=False)
         elif kind == "skip":
             self.console.print(f"  skipped {data['label']}: {data['reason']}", style="dim")
         elif kind == "confirm":
