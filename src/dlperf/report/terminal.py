@@ -36,7 +36,11 @@ def fmt_ms(seconds: float | None) -> str:
 
 
 def fmt_mib(num_bytes: float | None) -> str:
-    return "-" if num_bytes is None else f"{num_bytes / 2**20:.1f}"
+    """MiB with one decimal; below 0.1 MiB two significant digits (a 12 KiB model read 'model size: 0.0 MiB')."""
+    if num_bytes is None:
+        return "-"
+    mib = num_bytes / 2**20
+    return f"{mib:.1f}" if mib >= 0.1 or mib == 0 else f"{mib:.2g}"
 
 
 def fmt_count(value: float | None) -> str:

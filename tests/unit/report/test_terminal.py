@@ -15,6 +15,7 @@ from dlperf.report.terminal import (
     ceilings_table,
     environment_line,
     fmt_ci,
+    fmt_mib,
     fmt_ms,
     fmt_si,
     headline_text,
@@ -58,6 +59,8 @@ def test_units() -> None:
     assert fmt_si(2.5e9, "B/s") == "2.5 GB/s"
     assert fmt_ci(0.00125, [0.00120, 0.00130]) == "-4.0/+4.0%"
     assert fmt_ci(1.0, [0.5, 3.0]) == "-50/+200%"
+    # a 12 KiB model's size read 0.0 MiB
+    assert (fmt_mib(12 * 1024), fmt_mib(0), fmt_mib(3 * 2**20), fmt_mib(0.25 * 2**20)) == ("0.012", "0.0", "3.0", "0.2")
 
 
 def test_sparkline() -> None:
