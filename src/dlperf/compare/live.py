@@ -189,17 +189,29 @@ def metrics_url(url: str) -> str:
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
-def fetch_metrics(url: str, timeout_s: float = 10.0) -> str:
-    """GET the server's /metrics page (the URL may be the server's base URL)."""
+def fetch_metrics(url: str, timeout_s: float = 10.0, token: str | None = None) -> str:
+    """GET the server's /metrics page (the URL may be the server's base URL); `token`: the bearer token of a
+    server started with `--token`, which protects /metrics too."""
     import httpx
 
     target = metrics_url(url)
+    headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.get(target, timeout=timeout_s)
-        response.raise_for_status()
+        response = httpx.get(target, timeout=timeout_s, headers=headers)
     except httpx.HTTPError as exc:
         raise ServingError(f"cannot read metrics from {target}: {exc}; is `dlperf serve` running there?") from exc
-    return response.text
+    if response.status_code == 200:
+        return response.text
+    # httpx's raise_for_status said "Client error '401 Unauthorized' ... For more information check:
+    # https://developer.mozilla.org/..." and then asked whether dlperf serve was running, which it was
+    if response.status_code in (401, 403):
+        hint = ("the --token given is not the server's" if token else
+                "the server was started with --token: give the same one with --token")
+    elif response.status_code == 404:
+        hint = "no metrics page at that path: give the server's base URL (http://HOST:PORT) or HOST:PORT"
+    else:
+        hint = "is `dlperf serve` running there?"
+    raise ServingError(f"cannot read metrics from {target}: it answered HTTP {response.status_code}; {hint}")
 
 
 def _bucket_counts(hist: Any) -> list[float]:
@@ -227,7 +239,11 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         raise ServingError(f"the metrics page is not Prometheus text ({exc}): is `dlperf serve` running there?") \
             from exc
     if model is not None:
+        models = sorted({v.model for v in parsed.values()})
         parsed = {k: v for k, v in parsed.items() if v.model == model}
+        if not parsed and models:  # it said "the server reports none for model 'x': start it with --variant"
+            raise ConfigError(f"--model {model}: the server has no model of that name; it serves "
+                              f"{', '.join(repr(m) for m in models)}")
     if len(parsed) < 2:
         found = ", ".join(sorted(parsed)) or "none"
         if found == DEFAULT_VARIANT:
@@ -237,6 +253,8 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
             + (f" for model '{model}'" if model else "")
             + ": start it with `dlperf serve --variant a=DIR_A --variant b=DIR_B --split 90:10`"
         )
+    if earlier is not None:
+        _check_no_reset([before, *middle, parsed])
     summaries, hists = [], {}
     notes: list[str] = []
     # latencies of answered requests: with failures in, a variant that failed fast looked faster
@@ -287,15 +305,46 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         slices = (sign_test(_slice_ratios([before, *middle, parsed], other.name, reference.name, latencies))
                   if earlier is not None else None)
         tests.append(VariantTest(reference.name, other.name, latency, errors, ratio, alpha, slices))
+    in_window = " in the window" if earlier is not None else ""
+    idle = [s.name for s in summaries if not s.requests]
     for summary in summaries:  # the control too: with an equal split it may have as few
-        if summary.requests < 100:
-            notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests: differences are hard to "
-                         "detect")
+        if 0 < summary.requests < 100:
+            notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests{in_window}: differences "
+                         "are hard to detect")
+    if idle and len(idle) < len(summaries):
+        # "has only 0 requests: differences are hard to detect" and "more traffic gives one": nothing can be
+        # compared with a variant that gets no requests, and more traffic does not reach it
+        notes.append(f"variant{'s' if len(idle) > 1 else ''} {', '.join(idle)} had no requests{in_window}, so "
+                     f"{'they are' if len(idle) > 1 else 'it is'} not compared: does --split give "
+                     f"{'them' if len(idle) > 1 else 'it'} a weight above 0, and do the clients' routing keys reach "
+                     f"{'them' if len(idle) > 1 else 'it'}?")
     if (earlier is not None and any(s.requests for s in summaries)
-            and any(t.slices is not None and not t.slices.decidable for t in tests)):
+            and any(t.slices is not None and not t.slices.decidable and _has_requests(summaries, t)
+                    for t in tests)):
         notes.append(f"fewer than {MIN_SLICES} slices had requests of both variants: no latency verdict; a longer "
                      "window or more traffic gives one")
     return LiveComparison(summaries, tests, window_s, notes, rule, len(between) + 1 if earlier is not None else 0)
+
+
+def _has_requests(summaries: list[VariantSummary], test: VariantTest) -> bool:
+    requests = {s.name: s.requests for s in summaries}
+    return bool(requests.get(test.variant) and requests.get(test.control))
+
+
+def _check_no_reset(pages: list[dict[str, Any]]) -> None:
+    """Refuse a window over which a variant's cumulative counters went back: the differences of the scrapes
+    would be negative (they ended in a ValueError from the error-rate test, or in negative request counts)."""
+    for old, new in itertools.pairwise(pages):
+        for name, vm in new.items():
+            if name not in old:
+                continue
+            before, after = old[name].requests_total, vm.requests_total
+            if after < before or vm.request_duration.count < old[name].request_duration.count:
+                raise ServingError(
+                    f"the server's counters went back during the window (variant {name}: {before:.0f} requests "
+                    f"since the start, then {after:.0f}): it restarted, or the URL reaches more than one server "
+                    "(replicas behind a load balancer, each with its own counters); compare again once it has been "
+                    "up for the window, against one server's URL")
 
 
 def _slice_ratios(pages: list[dict[str, Any]], variant: str, control: str, latencies: str) -> list[float]:
@@ -319,19 +368,21 @@ def _slice_ratios(pages: list[dict[str, Any]], variant: str, control: str, laten
 
 
 def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
-                     window_s: float | None = None, control: str | None = None) -> LiveComparison:
-    """Scrape `url` (twice, `window_s` apart, when given) and compare its variants."""
+                     window_s: float | None = None, control: str | None = None,
+                     token: str | None = None) -> LiveComparison:
+    """Scrape `url` (in slices over `window_s`, when given) and compare its variants; `token`: the server's
+    bearer token, when it was started with `--token`."""
     if window_s is not None and window_s <= 0:
         raise ConfigError(f"the window must be positive, got {window_s}")
     earlier = None
     between: list[str] = []
     if window_s:
         n = slice_count(window_s)
-        earlier = fetch_metrics(url)
+        earlier = fetch_metrics(url, token=token)
         start = time.monotonic()
         for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
             time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
-            between.append(fetch_metrics(url))
+            between.append(fetch_metrics(url, token=token))
         time.sleep(max(0.0, start + window_s - time.monotonic()))
-    return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s,
-                        control=control, between=between)
+    return compare_live(fetch_metrics(url, token=token), model=model, alpha=alpha, earlier=earlier,
+                        window_s=window_s, control=control, between=between)
