@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from dlperf.compare.records import point_measurements
 from dlperf.errors import StoreError
 from dlperf.store.db import Store
 from dlperf.store.records import OK, RunRecord
 
 
-def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
-    """Point `name` at run `run_id`; the run must have finished ok and hold latency samples."""
+def check_baseline_name(name: str) -> None:
+    """Refuse a name that `dlperf check --baseline NAME` and the table cannot give back as typed: empty, with
+    spaces at an end (a quoting slip, the baseline then found only with the spaces), or with a control character
+    (a newline split the list's row in two)."""
     if not name.strip():
         raise StoreError("a baseline needs a non-empty name")
+    if name != name.strip():
+        raise StoreError(f"baseline name {name!r} has white space at an end, which `--baseline` would have to repeat "
+                         f"exactly: use {name.strip()!r}")
+    bad = sorted({c for c in name if unicodedata.category(c).startswith("C")})
+    if bad:
+        raise StoreError(f"baseline name {name!r} has control characters ({', '.join(repr(c) for c in bad)}): use "
+                         "letters, digits and punctuation, e.g. main or resnet18-cpu")
+
+
+def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
+    """Point `name` at run `run_id`; the run must have finished ok and hold latency samples."""
+    check_baseline_name(name)
     record = store.get(run_id)
     if record.status != OK:
         raise StoreError(f"run {record.id} has status '{record.status}': only a finished (ok) run can be a baseline")
