@@ -11,16 +11,29 @@ fixture and the `--dlperf-store` option.
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any
 
 from dlperf.compare.gate import GateResult
+from dlperf.errors import StoreError
 
 
 class PerformanceRegression(AssertionError):
     """A significant regression above the threshold; the message gives the numbers and the test used."""
 
-    def __init__(self, result: GateResult) -> None:
-        super().__init__("performance regression:\n" + result.describe())
+    def __init__(self, result: GateResult, *, workload: str = "", baseline: str = "", store_url: str = "") -> None:
+        # It gave only the verdict lines: not which runs to look at, nor how to accept an intended slowdown.
+        store = f" --store {store_url}" if store_url else ""
+        head = (f"performance regression of {workload} against baseline '{baseline}' (run {result.baseline_run_id}); "
+                f"this run: {result.current_run_id}" if workload and baseline else "performance regression:")
+        lines = [head, result.describe()]
+        if result.baseline_run_id and result.current_run_id:
+            lines.append(f"details: `dlperf compare {result.baseline_run_id} {result.current_run_id}{store}`")
+            if baseline:
+                lines.append(f"if the slowdown is intended, make this run the baseline: "
+                             f"`dlperf baseline set {shlex.quote(baseline)} {result.current_run_id}{store}`")
+        super().__init__("\n".join(lines))
         self.result = result
 
 
@@ -42,15 +55,25 @@ def assert_no_regression(
     """
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
-    from dlperf.store.db import Store
+    from dlperf.store.db import ENV_VAR, Store
 
     # the baseline is in it: a store that does not exist is a mistyped path, not one to create empty
-    st = store if isinstance(store, Store) else Store(store, create=False)
+    try:
+        st = store if isinstance(store, Store) else Store(store, create=False)
+    except StoreError as exc:
+        # the store's own message says "with --store PATH", an option no test function has
+        raise StoreError(f"{exc}".replace("with --store PATH or $DLPERF_STORE",
+                                          "with store=PATH (the dlperf_check fixture: pytest --dlperf-store PATH) "
+                                          "or $DLPERF_STORE")) from None  # the same error, reworded
     config = GateConfig(metric=metric, max_regression=max_regression, confidence=confidence)
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,
                                      batch_sizes=batch_sizes)
     if outcome.gate.failed:
-        raise PerformanceRegression(outcome.gate)
+        __tracebackhide__ = True  # pytest shows the test's line and this message, not dlperf's frames
+        name = workload if isinstance(workload, str) else outcome.baseline.workload
+        explicit = store is not None or os.environ.get(ENV_VAR)  # else the default, which needs no --store
+        raise PerformanceRegression(outcome.gate, workload=name, baseline=baseline,
+                                    store_url=shlex.quote(st.shown_url) if explicit else "")
     return outcome.gate
 
 
