@@ -50,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.report.compare_text import baselines_table
 
     # as text, not markup: a baseline named '[bold]x[/]' was listed as a bold 'x'
-    out.print(baselines_table([(escape(n), r, escape(w), c) for n, r, w, c in rows]))
+    out.print(baselines_table([(escape(n), r, "(run deleted)" if w is None else escape(w), c) for n, r, w, c in rows]))
     return 0

@@ -35,13 +35,14 @@ def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
     return store.set_baseline(name, record.id)
 
 
-def baseline_rows(store: Store) -> list[tuple[str, str, str, str]]:
-    """(name, run id, workload, set at) for each baseline; a missing run shows as '(deleted)'."""
+def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str]]:
+    """(name, run id, workload, set at) for each baseline; the workload of a run no longer in the store is None
+    (the list prints '(run deleted)'; `--json` printed that text as the workload's name)."""
     rows = []
     for name, run_id, created_at in store.list_baselines():
         try:
-            workload = store.get(run_id).workload
+            workload: str | None = store.get(run_id).workload
         except StoreError:
-            workload = "(run deleted)"
+            workload = None
         rows.append((name, run_id, workload, created_at[:19]))
     return rows

@@ -47,3 +47,24 @@ def test_odd_but_typeable_names_are_kept_and_listed_as_typed(tmp_path: Path,
     assert "[bold]red[/]" in out and "feat/x-1.2" in out and "ünï" in out
     assert main(["baseline", "rm", "[bold]red[/]", "--store", str(path)]) == 0
     assert "removed baseline '[bold]red[/]'" in capsys.readouterr().out
+
+
+def test_a_baseline_whose_run_is_gone_lists_no_workload_name(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import sqlalchemy as sa
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    run = add_run(store, "bench", bench_result({1: 0.01}))
+    set_baseline(store, "main", run)
+    with store.engine.begin() as conn:  # a run gone behind the store's back (`runs delete` refuses it)
+        conn.execute(sa.text("PRAGMA foreign_keys=OFF"))
+        conn.execute(sa.text("DELETE FROM runs WHERE id = :id"), {"id": run})
+    assert main(["baseline", "list", "--json", "--store", str(path)]) == 0
+    # --json gave the table's "(run deleted)" as the workload's name
+    assert json.loads(capsys.readouterr().out) == [
+        {"name": "main", "run_id": run, "workload": None, "created_at": store.list_baselines()[0][2][:19]}]
+    assert main(["baseline", "list", "--store", str(path)]) == 0
+    assert "(run deleted)" in capsys.readouterr().out
