@@ -42,7 +42,7 @@ def assert_no_regression(
     baseline: str,
     *,
     store: Any = None,
-    max_regression: float = 0.05,
+    max_regression: float | str = 0.05,
     metric: str = "p50",
     confidence: float = 0.95,
     min_duration_s: float | None = None,
@@ -51,12 +51,15 @@ def assert_no_regression(
     """Re-measure `workload` like baseline `baseline` was measured (recording a 'check' run) and raise
     PerformanceRegression when `metric` regressed by more than `max_regression` AND significantly.
 
-    `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). Returns the verdict.
+    `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). `max_regression` is a fraction
+    (0.05) or a percentage string ('5%'); a number above 1 is refused, as `dlperf check --max-regression 5` is
+    (it meant 500%, and no slowdown under 6x failed): give '500%' if you mean it. Returns the verdict.
     """
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.store.db import ENV_VAR, Store
 
+    config = GateConfig(metric=metric, max_regression=_fraction(max_regression), confidence=confidence)
     # the baseline is in it: a store that does not exist is a mistyped path, not one to create empty
     try:
         st = store if isinstance(store, Store) else Store(store, create=False)
@@ -65,7 +68,6 @@ def assert_no_regression(
         raise StoreError(f"{exc}".replace("with --store PATH or $DLPERF_STORE",
                                           "with store=PATH (the dlperf_check fixture: pytest --dlperf-store PATH) "
                                           "or $DLPERF_STORE")) from None  # the same error, reworded
-    config = GateConfig(metric=metric, max_regression=max_regression, confidence=confidence)
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,
                                      batch_sizes=batch_sizes)
     if outcome.gate.failed:
@@ -75,6 +77,25 @@ def assert_no_regression(
         raise PerformanceRegression(outcome.gate, workload=name, baseline=baseline,
                                     store_url=shlex.quote(st.shown_url) if explicit else "")
     return outcome.gate
+
+
+def _fraction(value: float | str) -> Any:
+    """max_regression as a fraction: '5%' -> 0.05; a bare number above 1 refused (5 is 500%, not 5%)."""
+    from dlperf.errors import ConfigError
+
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.endswith("%"):
+                return float(text[:-1]) / 100.0
+            value = float(text)  # a bare '5' is 500% too
+        except ValueError:
+            raise ConfigError(f"max_regression {text!r} is not a fraction or a percentage: give 0.05 or '5%'") \
+                from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1.0:
+        raise ConfigError(f"max_regression={value:g} would be {value:.0%} (it is a fraction): give {value / 100:g} "
+                          f"or '{value:g}%' for {value:g}%, or '{value:.0%}' if you mean it")
+    return value  # GateConfig says what is wrong with anything else
 
 
 __all__ = ["PerformanceRegression", "assert_no_regression"]
