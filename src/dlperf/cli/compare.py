@@ -74,11 +74,15 @@ def _live(args: argparse.Namespace) -> int:
                              control=args.control, token=args.token)
     if args.json:
         print_json(result.to_dict())
-        return 0
-    from dlperf.report.compare_text import live_table
+    else:
+        from dlperf.report.compare_text import live_table
 
-    out = console()
-    out.print(live_table(result))
-    for line in result.findings():
-        out.print(line)
+        out = console()
+        out.print(live_table(result))
+        for line in result.findings():
+            out.print(line)
+    if result.interrupted is not None:  # compared up to the interrupt, and still ended by it
+        from dlperf.cli.common import SIGTERM_EXIT, Terminated
+
+        return SIGTERM_EXIT if isinstance(result.interrupted, Terminated) else 130
     return 0

@@ -158,6 +158,8 @@ class LiveComparison:
     """How the control was chosen, for the table's title."""
     slice_count: int = 0
     """Slices the window was scraped in (0 without a window)."""
+    interrupted: KeyboardInterrupt | None = None
+    """The Ctrl-C or SIGTERM that cut the window short; the comparison covers what was scraped until then."""
 
     def findings(self) -> list[str]:
         lines = []
@@ -167,8 +169,8 @@ class LiveComparison:
             lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{t.latency_evidence()}); "
                          f"error rate {t.errors_verdict} ({err_p})")
         if self.window_s:
-            scope = (f"the last {self.window_s:g} s, in {self.slice_count} slices (the latency verdict counts "
-                     "slices, not requests, which a stall delays together)")
+            scope = (f"the last {round(self.window_s, 1):g} s, in {self.slice_count} slices (the latency verdict "
+                     "counts slices, not requests, which a stall delays together)")
         else:
             scope = ("everything since the server started (requests counted as independent, which a stall makes "
                      "them not: give --window for a verdict over time slices)")
@@ -177,7 +179,8 @@ class LiveComparison:
         return [*lines, *self.notes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_s": self.window_s, "slices": self.slice_count, "variants": [v.to_dict() for v in self.variants],
+        return {"window_s": self.window_s, "slices": self.slice_count, "interrupted": self.interrupted is not None,
+                "variants": [v.to_dict() for v in self.variants],
                 "tests": [t.to_dict() for t in self.tests], "notes": self.notes}
 
 
@@ -376,13 +379,29 @@ def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
         raise ConfigError(f"the window must be positive, got {window_s}")
     earlier = None
     between: list[str] = []
+    interrupted: KeyboardInterrupt | None = None
+    scraped_s = window_s
     if window_s:
         n = slice_count(window_s)
         earlier = fetch_metrics(url, token=token)
         start = time.monotonic()
-        for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
-            time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
-            between.append(fetch_metrics(url, token=token))
-        time.sleep(max(0.0, start + window_s - time.monotonic()))
-    return compare_live(fetch_metrics(url, token=token), model=model, alpha=alpha, earlier=earlier,
-                        window_s=window_s, control=control, between=between)
+        try:
+            for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
+                time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
+                between.append(fetch_metrics(url, token=token))
+            time.sleep(max(0.0, start + window_s - time.monotonic()))
+        except KeyboardInterrupt as exc:
+            # Ctrl-C in a long window threw away the minutes scraped so far; as bench and load keep the levels they
+            # finished, the comparison covers the window until the interrupt (and the command still exits 130/143)
+            if not between:
+                raise
+            interrupted = exc
+            scraped_s = time.monotonic() - start
+    result = compare_live(fetch_metrics(url, token=token), model=model, alpha=alpha, earlier=earlier,
+                          window_s=scraped_s, control=control, between=between)
+    if interrupted is not None and window_s and scraped_s is not None:
+        result.interrupted = interrupted
+        scraped = f"{round(scraped_s, 1):g} s"
+        result.notes.append(f"{str(interrupted) or 'interrupted'} after {scraped} of the {window_s:g} s window: this "
+                            f"compares the {scraped} scraped")
+    return result

@@ -1,4 +1,5 @@
-"""`dlperf compare --live` against a real `dlperf serve --token`: its /metrics wants the bearer token too."""
+"""`dlperf compare --live` against a real `dlperf serve`: a server with --token (its /metrics wants the token
+too), and Ctrl-C in a long window."""
 
 from __future__ import annotations
 
@@ -62,3 +63,41 @@ def test_a_server_with_a_token_is_compared_with_token(capsys: pytest.CaptureFixt
 def test_token_goes_with_live(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "a", "b", "--token", "x"]) == 2
     assert "--token goes with --live URL" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_long_window_compares_what_was_scraped(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+    import threading
+
+    config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0)
+    state = build_state(config, {"A": _sleepy(0.001), "B": _sleepy(0.004)})
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    stop = threading.Event()
+    with start_in_thread(config, state) as running:
+        base = f"http://{running.url}"
+
+        def traffic() -> None:
+            with httpx.Client(timeout=30) as client:
+                while not stop.is_set():
+                    client.post(f"{base}/v2/models/sleepy/infer", json=body)
+
+        sender = threading.Thread(target=traffic)
+        sender.start()
+        # a 60 s window is scraped every 3 s: Ctrl-C after the first two slices
+        ctrl_c = threading.Timer(7.0, os.kill, (os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        try:
+            # it printed "interrupted" and nothing else: the seconds scraped were thrown away
+            rc = main(["compare", "--live", base, "--window", "60s", "--json"])
+        finally:
+            ctrl_c.cancel()
+            stop.set()
+            sender.join()
+    assert rc == 130  # still ended by the Ctrl-C
+    data = json.loads(capsys.readouterr().out)
+    assert data["interrupted"] is True
+    assert 6.0 < data["window_s"] < 30.0 and data["slices"] >= 2
+    assert sum(v["requests"] for v in data["variants"]) > 0
+    assert any(n.startswith("interrupted after ") and "of the 60 s window: this compares the" in n
+               for n in data["notes"])
