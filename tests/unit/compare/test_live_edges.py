@@ -65,3 +65,13 @@ def test_a_variant_without_requests_is_named_not_called_hard_to_detect() -> None
     assert not any("more traffic gives one" in n for n in notes)  # more traffic does not reach b
     assert ("variant b had no requests in the window, so it is not compared: does --split give it a weight above 0, "
             "and do the clients' routing keys reach it?") in notes
+
+
+def test_a_p_value_below_a_float_s_range_prints_as_dlperf_check_prints_it() -> None:
+    from dlperf.compare.live import VariantTest
+    from dlperf.compare.stats import MannWhitney
+
+    test = VariantTest("a", "b", MannWhitney(0.0, 2.6e-317, -38.0, 0.1, 7000, 800), None, 1.6, 0.05)
+    assert test.latency_evidence() == "Mann-Whitney p<1e-300"  # it printed 'p=2.6e-317', a subnormal's digits
+    assert VariantTest("a", "b", MannWhitney(0.0, 0.012, -2.5, 0.4, 70, 80), None, 1.1,
+                       0.05).latency_evidence() == "Mann-Whitney p=0.012"
