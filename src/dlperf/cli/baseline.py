@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "rm":
         store.remove_baseline(args.name)
-        out.print(f"removed baseline '{args.name}'")
+        out.print(f"removed baseline '{args.name}'", markup=False)
         return 0
     rows = baseline_rows(store)
     if getattr(args, "json", False):
@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         out.print("no baselines yet: `dlperf baseline set NAME RUN`")
         return 0
+    from rich.markup import escape
+
     from dlperf.report.compare_text import baselines_table
 
-    out.print(baselines_table(rows))
+    # as text, not markup: a baseline named '[bold]x[/]' was listed as a bold 'x'
+    out.print(baselines_table([(escape(n), r, "(run deleted)" if w is None else escape(w), c) for n, r, w, c in rows]))
     return 0

@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control", metavar="VARIANT", default=None,
                         help="with --live: the variant the others are compared against (default: the one with most "
                              "requests, which can change between runs when the split is even)")
+    parser.add_argument("--token", default=None,
+                        help="with --live: the bearer token of a server started with --token (it protects /metrics)")
     add_store_argument(parser)
     add_json_argument(parser)
 
@@ -31,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 0.5:  # for --live too (it took --alpha 5 and found differences everywhere)
         raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
-    for option, value in (("--control", args.control), ("--window", args.window), ("--model", args.model)):
+    for option, value in (("--control", args.control), ("--window", args.window), ("--model", args.model),
+                          ("--token", args.token)):
         if value is not None and not args.live:  # --window and --model were ignored without a word
             raise ConfigError(f"{option} goes with --live URL; two stored runs are compared as A then B")
     if args.live:
@@ -68,14 +71,18 @@ def _live(args: argparse.Namespace) -> int:
     from dlperf.compare.live import compare_live_url
 
     result = compare_live_url(args.live, model=args.model, alpha=args.alpha, window_s=args.window,
-                             control=args.control)
+                             control=args.control, token=args.token)
     if args.json:
         print_json(result.to_dict())
-        return 0
-    from dlperf.report.compare_text import live_table
+    else:
+        from dlperf.report.compare_text import live_table
 
-    out = console()
-    out.print(live_table(result))
-    for line in result.findings():
-        out.print(line)
+        out = console()
+        out.print(live_table(result))
+        for line in result.findings():
+            out.print(line)
+    if result.interrupted is not None:  # compared up to the interrupt, and still ended by it
+        from dlperf.cli.common import SIGTERM_EXIT, Terminated
+
+        return SIGTERM_EXIT if isinstance(result.interrupted, Terminated) else 130
     return 0

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from dlperf.compare.records import point_measurements
 from dlperf.errors import StoreError
 from dlperf.store.db import Store
 from dlperf.store.records import OK, RunRecord
 
 
-def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
-    """Point `name` at run `run_id`; the run must have finished ok and hold latency samples."""
+def check_baseline_name(name: str) -> None:
+    """Refuse a name that `dlperf check --baseline NAME` and the table cannot give back as typed: empty, with
+    spaces at an end (a quoting slip, the baseline then found only with the spaces), or with a control character
+    (a newline split the list's row in two)."""
     if not name.strip():
         raise StoreError("a baseline needs a non-empty name")
+    if name != name.strip():
+        raise StoreError(f"baseline name {name!r} has white space at an end, which `--baseline` would have to repeat "
+                         f"exactly: use {name.strip()!r}")
+    bad = sorted({c for c in name if unicodedata.category(c).startswith("C")})
+    if bad:
+        raise StoreError(f"baseline name {name!r} has control characters ({', '.join(repr(c) for c in bad)}): use "
+                         "letters, digits and punctuation, e.g. main or resnet18-cpu")
+
+
+def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
+    """Point `name` at run `run_id`; the run must have finished ok and hold latency samples."""
+    check_baseline_name(name)
     record = store.get(run_id)
     if record.status != OK:
         raise StoreError(f"run {record.id} has status '{record.status}': only a finished (ok) run can be a baseline")
@@ -19,13 +35,14 @@ def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
     return store.set_baseline(name, record.id)
 
 
-def baseline_rows(store: Store) -> list[tuple[str, str, str, str]]:
-    """(name, run id, workload, set at) for each baseline; a missing run shows as '(deleted)'."""
+def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str]]:
+    """(name, run id, workload, set at) for each baseline; the workload of a run no longer in the store is None
+    (the list prints '(run deleted)'; `--json` printed that text as the workload's name)."""
     rows = []
     for name, run_id, created_at in store.list_baselines():
         try:
-            workload = store.get(run_id).workload
+            workload: str | None = store.get(run_id).workload
         except StoreError:
-            workload = "(run deleted)"
+            workload = None
         rows.append((name, run_id, workload, created_at[:19]))
     return rows

@@ -12,9 +12,14 @@ instance threads, so a stall (another process on the CPU, a slow batch) delays a
 requests together, and a test that counts requests as independent finds "differences" between identical
 variants far more often than its level says (Mann-Whitney on 3 s windows of an A/A pair: 6 of 30 windows
 at 5%). So a window is scraped in `slice_count(window_s)` slices and the unit of evidence is the slice: in
-each slice where both variants answered requests, is the variant's mean latency above the control's? Under
-no difference that is a fair coin in every slice, whatever the stalls inside a slice did, and an exact
-two-sided sign test over the slices gives the p-value. Without a window (everything since the server
+each slice where both variants answered requests, do the variant's latencies rank above the control's (the
+Mann-Whitney probability P(variant > control) from the slice's bucket counts, above or below one half)? Under
+no difference that is a fair coin in every slice, whatever the stalls inside a slice did and whatever the
+split, and an exact two-sided sign test over the slices gives the p-value. (The slice's mean latencies were
+compared until 2026-12-05: with an unequal split the few requests of the canary have a mean that, on skewed
+latencies, falls below the control's more often than not: in simulated windows with 45 control and 2 canary
+requests a slice, identical variants were called "faster" in 33% of windows, and a 30% slower canary was called
+faster more often than slower.) Without a window (everything since the server
 started) there are no slices and the verdict comes from Mann-Whitney U on the bucketed latencies, with
 that caveat.
 """
@@ -47,7 +52,8 @@ def slice_count(window_s: float) -> int:
 @dataclass(frozen=True)
 class SliceTest:
     """The exact two-sided sign test over a window's slices: in how many of the `slices` (those where both
-    variants answered requests) the variant's mean latency was above the control's."""
+    variants answered requests, less those where neither ranked above the other) the variant's latencies ranked
+    above the control's (P(variant > control) > 1/2 from the slice's bucket counts)."""
 
     slices: int
     above: int
@@ -65,13 +71,14 @@ class SliceTest:
                 "p_value": self.p_value, "geomean_ratio": self.geomean_ratio}
 
 
-def sign_test(ratios: list[float]) -> SliceTest:
-    """Exact two-sided sign test of `ratios` against 1 (ties dropped)."""
+def sign_test(ratios: list[float], effect_ratios: list[float] | None = None) -> SliceTest:
+    """Exact two-sided sign test of `ratios` against 1 (ties dropped); `geomean_ratio` is of `effect_ratios`
+    (default `ratios`)."""
     signs = [r for r in ratios if r != 1.0]
     n = len(signs)
     above = sum(r > 1.0 for r in signs)
     tail = math.exp(log_binomial_cdf(min(above, n - above), n, 0.5)) if n else 1.0
-    logs = [math.log(r) for r in ratios if r > 0]
+    logs = [math.log(r) for r in (ratios if effect_ratios is None else effect_ratios) if r > 0]
     geomean = math.exp(sum(logs) / len(logs)) if logs else math.nan
     return SliceTest(n, above, min(1.0, 2.0 * tail), geomean)
 
@@ -128,9 +135,12 @@ class VariantTest:
         """The test behind the verdict, in words."""
         if self.slices is not None:
             s = self.slices
-            return (f"mean above the control's in {s.above} of {s.slices} slices, sign test p={s.p_value:.2g}"
+            return (f"latencies above the control's in {s.above} of {s.slices} slices, sign test p={s.p_value:.2g}"
                     if s.slices else "no slice with requests of both")
-        return f"Mann-Whitney p={self.latency.p_value:.2g}" if self.latency else "no test"
+        if self.latency is None:
+            return "no test"
+        p = self.latency.p_value  # as `dlperf check` prints it: 'p=2.6e-317' was a subnormal float's digits
+        return "Mann-Whitney p<1e-300" if p < 1e-300 else f"Mann-Whitney p={p:.2g}"
 
     @property
     def errors_verdict(self) -> str:
@@ -158,6 +168,8 @@ class LiveComparison:
     """How the control was chosen, for the table's title."""
     slice_count: int = 0
     """Slices the window was scraped in (0 without a window)."""
+    interrupted: KeyboardInterrupt | None = None
+    """The Ctrl-C or SIGTERM that cut the window short; the comparison covers what was scraped until then."""
 
     def findings(self) -> list[str]:
         lines = []
@@ -167,8 +179,8 @@ class LiveComparison:
             lines.append(f"{t.variant} vs {t.control}: latency {t.latency_verdict} ({ratio}{t.latency_evidence()}); "
                          f"error rate {t.errors_verdict} ({err_p})")
         if self.window_s:
-            scope = (f"the last {self.window_s:g} s, in {self.slice_count} slices (the latency verdict counts "
-                     "slices, not requests, which a stall delays together)")
+            scope = (f"the last {round(self.window_s, 1):g} s, in {self.slice_count} slices (the latency verdict "
+                     "counts slices, not requests, which a stall delays together)")
         else:
             scope = ("everything since the server started (requests counted as independent, which a stall makes "
                      "them not: give --window for a verdict over time slices)")
@@ -177,7 +189,8 @@ class LiveComparison:
         return [*lines, *self.notes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_s": self.window_s, "slices": self.slice_count, "variants": [v.to_dict() for v in self.variants],
+        return {"window_s": self.window_s, "slices": self.slice_count, "interrupted": self.interrupted is not None,
+                "variants": [v.to_dict() for v in self.variants],
                 "tests": [t.to_dict() for t in self.tests], "notes": self.notes}
 
 
@@ -189,17 +202,29 @@ def metrics_url(url: str) -> str:
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
-def fetch_metrics(url: str, timeout_s: float = 10.0) -> str:
-    """GET the server's /metrics page (the URL may be the server's base URL)."""
+def fetch_metrics(url: str, timeout_s: float = 10.0, token: str | None = None) -> str:
+    """GET the server's /metrics page (the URL may be the server's base URL); `token`: the bearer token of a
+    server started with `--token`, which protects /metrics too."""
     import httpx
 
     target = metrics_url(url)
+    headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.get(target, timeout=timeout_s)
-        response.raise_for_status()
+        response = httpx.get(target, timeout=timeout_s, headers=headers)
     except httpx.HTTPError as exc:
         raise ServingError(f"cannot read metrics from {target}: {exc}; is `dlperf serve` running there?") from exc
-    return response.text
+    if response.status_code == 200:
+        return response.text
+    # httpx's raise_for_status said "Client error '401 Unauthorized' ... For more information check:
+    # https://developer.mozilla.org/..." and then asked whether dlperf serve was running, which it was
+    if response.status_code in (401, 403):
+        hint = ("the --token given is not the server's" if token else
+                "the server was started with --token: give the same one with --token")
+    elif response.status_code == 404:
+        hint = "no metrics page at that path: give the server's base URL (http://HOST:PORT) or HOST:PORT"
+    else:
+        hint = "is `dlperf serve` running there?"
+    raise ServingError(f"cannot read metrics from {target}: it answered HTTP {response.status_code}; {hint}")
 
 
 def _bucket_counts(hist: Any) -> list[float]:
@@ -227,7 +252,11 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
         raise ServingError(f"the metrics page is not Prometheus text ({exc}): is `dlperf serve` running there?") \
             from exc
     if model is not None:
+        models = sorted({v.model for v in parsed.values()})
         parsed = {k: v for k, v in parsed.items() if v.model == model}
+        if not parsed and models:  # it said "the server reports none for model 'x': start it with --variant"
+            raise ConfigError(f"--model {model}: the server has no model of that name; it serves "
+                              f"{', '.join(repr(m) for m in models)}")
     if len(parsed) < 2:
         found = ", ".join(sorted(parsed)) or "none"
         if found == DEFAULT_VARIANT:
@@ -237,6 +266,8 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
             + (f" for model '{model}'" if model else "")
             + ": start it with `dlperf serve --variant a=DIR_A --variant b=DIR_B --split 90:10`"
         )
+    if earlier is not None:
+        _check_no_reset([before, *middle, parsed])
     summaries, hists = [], {}
     notes: list[str] = []
     # latencies of answered requests: with failures in, a variant that failed fast looked faster
@@ -284,26 +315,62 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
                                       sum(reference.failures.values()), reference.requests)
                   if other.requests and reference.requests else None)
         ratio = other.p50_s / reference.p50_s if reference.p50_s and not math.isnan(reference.p50_s) else math.nan
-        slices = (sign_test(_slice_ratios([before, *middle, parsed], other.name, reference.name, latencies))
-                  if earlier is not None else None)
+        if earlier is not None:
+            per_slice = _slice_stats([before, *middle, parsed], other.name, reference.name, latencies)
+            # the sign of P(variant > control) - 1/2, as a ratio to 1; the means' ratio only for the effect size
+            slices = sign_test([2.0 * p for p, _ in per_slice], [r for _, r in per_slice])
+        else:
+            slices = None
         tests.append(VariantTest(reference.name, other.name, latency, errors, ratio, alpha, slices))
+    in_window = " in the window" if earlier is not None else ""
+    idle = [s.name for s in summaries if not s.requests]
     for summary in summaries:  # the control too: with an equal split it may have as few
-        if summary.requests < 100:
-            notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests: differences are hard to "
-                         "detect")
+        if 0 < summary.requests < 100:
+            notes.append(f"variant {summary.name} has only {summary.requests:.0f} requests{in_window}: differences "
+                         "are hard to detect")
+    if idle and len(idle) < len(summaries):
+        # "has only 0 requests: differences are hard to detect" and "more traffic gives one": nothing can be
+        # compared with a variant that gets no requests, and more traffic does not reach it
+        notes.append(f"variant{'s' if len(idle) > 1 else ''} {', '.join(idle)} had no requests{in_window}, so "
+                     f"{'they are' if len(idle) > 1 else 'it is'} not compared: does --split give "
+                     f"{'them' if len(idle) > 1 else 'it'} a weight above 0, and do the clients' routing keys reach "
+                     f"{'them' if len(idle) > 1 else 'it'}?")
     if (earlier is not None and any(s.requests for s in summaries)
-            and any(t.slices is not None and not t.slices.decidable for t in tests)):
+            and any(t.slices is not None and not t.slices.decidable and _has_requests(summaries, t)
+                    for t in tests)):
         notes.append(f"fewer than {MIN_SLICES} slices had requests of both variants: no latency verdict; a longer "
                      "window or more traffic gives one")
     return LiveComparison(summaries, tests, window_s, notes, rule, len(between) + 1 if earlier is not None else 0)
 
 
-def _slice_ratios(pages: list[dict[str, Any]], variant: str, control: str, latencies: str) -> list[float]:
-    """Per slice between consecutive scrapes where both answered requests: the variant's mean latency over the
-    control's."""
-    ratios = []
+def _has_requests(summaries: list[VariantSummary], test: VariantTest) -> bool:
+    requests = {s.name: s.requests for s in summaries}
+    return bool(requests.get(test.variant) and requests.get(test.control))
+
+
+def _check_no_reset(pages: list[dict[str, Any]]) -> None:
+    """Refuse a window over which a variant's cumulative counters went back: the differences of the scrapes
+    would be negative (they ended in a ValueError from the error-rate test, or in negative request counts)."""
     for old, new in itertools.pairwise(pages):
-        means = []
+        for name, vm in new.items():
+            if name not in old:
+                continue
+            before, after = old[name].requests_total, vm.requests_total
+            if after < before or vm.request_duration.count < old[name].request_duration.count:
+                raise ServingError(
+                    f"the server's counters went back during the window (variant {name}: {before:.0f} requests "
+                    f"since the start, then {after:.0f}): it restarted, or the URL reaches more than one server "
+                    "(replicas behind a load balancer, each with its own counters); compare again once it has been "
+                    "up for the window, against one server's URL")
+
+
+def _slice_stats(pages: list[dict[str, Any]], variant: str, control: str,
+                 latencies: str) -> list[tuple[float, float]]:
+    """Per slice between consecutive scrapes where both answered requests: P(variant's latency > control's)
+    (Mann-Whitney's, ties in a bucket counted half) and the variant's mean latency over the control's."""
+    out = []
+    for old, new in itertools.pairwise(pages):
+        hists = []
         for name in (variant, control):
             if name not in new:
                 break
@@ -312,26 +379,49 @@ def _slice_ratios(pages: list[dict[str, Any]], variant: str, control: str, laten
                 hist = hist.minus(getattr(old[name], latencies))
             if hist.count <= 0 or hist.sum <= 0:
                 break
-            means.append(hist.sum / hist.count)
-        if len(means) == 2:
-            ratios.append(means[0] / means[1])
-    return ratios
+            hists.append(hist)
+        if len(hists) < 2:
+            continue
+        cx, cy = _bucket_counts(hists[0]), _bucket_counts(hists[1])
+        if len(cx) != len(cy) or sum(cx) <= 0 or sum(cy) <= 0:
+            continue
+        ratio = (hists[0].sum / hists[0].count) / (hists[1].sum / hists[1].count)
+        out.append((mann_whitney_grouped(cx, cy).prob_greater, ratio))
+    return out
 
 
 def compare_live_url(url: str, *, model: str | None = None, alpha: float = 0.05,
-                     window_s: float | None = None, control: str | None = None) -> LiveComparison:
-    """Scrape `url` (twice, `window_s` apart, when given) and compare its variants."""
+                     window_s: float | None = None, control: str | None = None,
+                     token: str | None = None) -> LiveComparison:
+    """Scrape `url` (in slices over `window_s`, when given) and compare its variants; `token`: the server's
+    bearer token, when it was started with `--token`."""
     if window_s is not None and window_s <= 0:
         raise ConfigError(f"the window must be positive, got {window_s}")
     earlier = None
     between: list[str] = []
+    interrupted: KeyboardInterrupt | None = None
+    scraped_s = window_s
     if window_s:
         n = slice_count(window_s)
-        earlier = fetch_metrics(url)
+        earlier = fetch_metrics(url, token=token)
         start = time.monotonic()
-        for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
-            time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
-            between.append(fetch_metrics(url))
-        time.sleep(max(0.0, start + window_s - time.monotonic()))
-    return compare_live(fetch_metrics(url), model=model, alpha=alpha, earlier=earlier, window_s=window_s,
-                        control=control, between=between)
+        try:
+            for i in range(1, n):  # on a fixed schedule: a slow scrape does not stretch the window
+                time.sleep(max(0.0, start + window_s * i / n - time.monotonic()))
+                between.append(fetch_metrics(url, token=token))
+            time.sleep(max(0.0, start + window_s - time.monotonic()))
+        except KeyboardInterrupt as exc:
+            # Ctrl-C in a long window threw away the minutes scraped so far; as bench and load keep the levels they
+            # finished, the comparison covers the window until the interrupt (and the command still exits 130/143)
+            if not between:
+                raise
+            interrupted = exc
+            scraped_s = time.monotonic() - start
+    result = compare_live(fetch_metrics(url, token=token), model=model, alpha=alpha, earlier=earlier,
+                          window_s=scraped_s, control=control, between=between)
+    if interrupted is not None and window_s and scraped_s is not None:
+        result.interrupted = interrupted
+        scraped = f"{round(scraped_s, 1):g} s"
+        result.notes.append(f"{str(interrupted) or 'interrupted'} after {scraped} of the {window_s:g} s window: this "
+                            f"compares the {scraped} scraped")
+    return result

@@ -11,16 +11,29 @@ fixture and the `--dlperf-store` option.
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any
 
 from dlperf.compare.gate import GateResult
+from dlperf.errors import StoreError
 
 
 class PerformanceRegression(AssertionError):
     """A significant regression above the threshold; the message gives the numbers and the test used."""
 
-    def __init__(self, result: GateResult) -> None:
-        super().__init__("performance regression:\n" + result.describe())
+    def __init__(self, result: GateResult, *, workload: str = "", baseline: str = "", store_url: str = "") -> None:
+        # It gave only the verdict lines: not which runs to look at, nor how to accept an intended slowdown.
+        store = f" --store {store_url}" if store_url else ""
+        head = (f"performance regression of {workload} against baseline '{baseline}' (run {result.baseline_run_id}); "
+                f"this run: {result.current_run_id}" if workload and baseline else "performance regression:")
+        lines = [head, result.describe()]
+        if result.baseline_run_id and result.current_run_id:
+            lines.append(f"details: `dlperf compare {result.baseline_run_id} {result.current_run_id}{store}`")
+            if baseline:
+                lines.append(f"if the slowdown is intended, make this run the baseline: "
+                             f"`dlperf baseline set {shlex.quote(baseline)} {result.current_run_id}{store}`")
+        super().__init__("\n".join(lines))
         self.result = result
 
 
@@ -29,7 +42,7 @@ def assert_no_regression(
     baseline: str,
     *,
     store: Any = None,
-    max_regression: float = 0.05,
+    max_regression: float | str = 0.05,
     metric: str = "p50",
     confidence: float = 0.95,
     min_duration_s: float | None = None,
@@ -38,20 +51,51 @@ def assert_no_regression(
     """Re-measure `workload` like baseline `baseline` was measured (recording a 'check' run) and raise
     PerformanceRegression when `metric` regressed by more than `max_regression` AND significantly.
 
-    `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). Returns the verdict.
+    `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). `max_regression` is a fraction
+    (0.05) or a percentage string ('5%'); a number above 1 is refused, as `dlperf check --max-regression 5` is
+    (it meant 500%, and no slowdown under 6x failed): give '500%' if you mean it. Returns the verdict.
     """
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
-    from dlperf.store.db import Store
+    from dlperf.store.db import ENV_VAR, Store
 
+    config = GateConfig(metric=metric, max_regression=_fraction(max_regression), confidence=confidence)
     # the baseline is in it: a store that does not exist is a mistyped path, not one to create empty
-    st = store if isinstance(store, Store) else Store(store, create=False)
-    config = GateConfig(metric=metric, max_regression=max_regression, confidence=confidence)
+    try:
+        st = store if isinstance(store, Store) else Store(store, create=False)
+    except StoreError as exc:
+        # the store's own message says "with --store PATH", an option no test function has
+        raise StoreError(f"{exc}".replace("with --store PATH or $DLPERF_STORE",
+                                          "with store=PATH (the dlperf_check fixture: pytest --dlperf-store PATH) "
+                                          "or $DLPERF_STORE")) from None  # the same error, reworded
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,
                                      batch_sizes=batch_sizes)
     if outcome.gate.failed:
-        raise PerformanceRegression(outcome.gate)
+        __tracebackhide__ = True  # pytest shows the test's line and this message, not dlperf's frames
+        name = workload if isinstance(workload, str) else outcome.baseline.workload
+        explicit = store is not None or os.environ.get(ENV_VAR)  # else the default, which needs no --store
+        raise PerformanceRegression(outcome.gate, workload=name, baseline=baseline,
+                                    store_url=shlex.quote(st.shown_url) if explicit else "")
     return outcome.gate
+
+
+def _fraction(value: float | str) -> Any:
+    """max_regression as a fraction: '5%' -> 0.05; a bare number above 1 refused (5 is 500%, not 5%)."""
+    from dlperf.errors import ConfigError
+
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.endswith("%"):
+                return float(text[:-1]) / 100.0
+            value = float(text)  # a bare '5' is 500% too
+        except ValueError:
+            raise ConfigError(f"max_regression {text!r} is not a fraction or a percentage: give 0.05 or '5%'") \
+                from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1.0:
+        raise ConfigError(f"max_regression={value:g} would be {value:.0%} (it is a fraction): give {value / 100:g} "
+                          f"or '{value:g}%' for {value:g}%, or '{value:.0%}' if you mean it")
+    return value  # GateConfig says what is wrong with anything else
 
 
 __all__ = ["PerformanceRegression", "assert_no_regression"]

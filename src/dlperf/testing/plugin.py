@@ -1,7 +1,9 @@
 """pytest plugin: the `dlperf_check` fixture and the `--dlperf-store` option.
 
-Installing dlperf registers it (entry point `pytest11`); without the install, enable it with
-`pytest_plugins = ["dlperf.testing.plugin"]` in your conftest.py, or `-p dlperf.testing.plugin`.
+Installing dlperf registers it (entry point `pytest11`, under the name `dlperf`: `-p no:dlperf` turns it off).
+Only where dlperf is on the path without being installed, enable it with `-p dlperf.testing.plugin` or
+`pytest_plugins = ["dlperf.testing.plugin"]` in your conftest.py: with dlperf installed, naming the module again
+stops pytest ("Plugin already registered under a different name").
 
     def test_speed(dlperf_check):
         dlperf_check("zoo:mlp", baseline="main", max_regression=0.05)
@@ -29,6 +31,7 @@ def dlperf_check(request: pytest.FixtureRequest) -> Callable[..., Any]:
     default_store = request.config.getoption("--dlperf-store", default=None)
 
     def check(workload: Any, baseline: str, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         kwargs.setdefault("store", default_store)
         return assert_no_regression(workload, baseline, **kwargs)
 

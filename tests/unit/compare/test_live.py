@@ -76,7 +76,7 @@ def test_window_compares_only_new_requests() -> None:
     assert test.latency_verdict == "slower"
     assert test.slices is not None and (test.slices.slices, test.slices.above) == (6, 6)
     assert test.slices.p_value == pytest.approx(2 / 64) and 2.5 < test.slices.geomean_ratio < 3.5
-    assert "mean above the control's in 6 of 6 slices, sign test p=0.031" in result.findings()[0]
+    assert "latencies above the control's in 6 of 6 slices, sign test p=0.031" in result.findings()[0]
     assert "last 30 s, in 6 slices" in result.findings()[-1]
 
 
