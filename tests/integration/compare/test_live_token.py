@@ -4,34 +4,18 @@ too), and Ctrl-C in a long window."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
-import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
 from dlperf.cli.main import main  # noqa: E402
-from dlperf.serve.instances import ServedModel, Signature, TensorSpec  # noqa: E402
 from dlperf.serve.server import start_in_thread  # noqa: E402
 from dlperf.serve.service import ServeConfig, build_state  # noqa: E402
+from tests.integration.compare.sleepy_served import sleepy as _sleepy  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-SIG = Signature((TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),))
-
-
-def _sleepy(sleep_s: float) -> ServedModel:
-    def factory(index: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
-        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
-            time.sleep(sleep_s)
-            return [arrays[0] * 2]
-
-        return run
-
-    return ServedModel("sleepy", SIG, factory)
 
 
 def test_a_server_with_a_token_is_compared_with_token(capsys: pytest.CaptureFixture[str]) -> None:
