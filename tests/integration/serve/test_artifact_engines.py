@@ -173,6 +173,7 @@ def test_variants_on_different_engines_each_show_their_threads(tmp_path: Path) -
 
     folder = _export(OrtConfig(), tmp_path / "ort")
     config = ServeConfig(variants=(("a", "zoo:digits-cnn"), ("b", str(folder))), model_name="cnn", threads=1)
+    threads_before = torch.get_num_threads()  # the server sets torch's threads for its process: put back after
     state = build_state(config)
     try:
         (model,) = state.served_models().values()
@@ -185,3 +186,4 @@ def test_variants_on_different_engines_each_show_their_threads(tmp_path: Path) -
                 in shown) and "b: 1 instance x 1 onnxruntime thread (--threads)" in shown
     finally:
         state.close(5.0)
+        torch.set_num_threads(threads_before)

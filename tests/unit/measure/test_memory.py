@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,10 +80,11 @@ def test_the_peak_comes_from_the_kernel_high_water_mark_without_a_thread() -> No
     assert lifetime_peak_rss_bytes() - outer.start_rss_bytes >= 150 * MIB
 
 
-def test_without_a_resettable_mark_a_thread_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_resettable_mark_a_thread_samples(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from dlperf.measure import memory
 
-    monkeypatch.setattr(memory, "HWM_RESET", "/nonexistent/clear_refs")
+    # a folder cannot be opened for writing (a path under '/nonexistent' could be, once something made that folder)
+    monkeypatch.setattr(memory, "HWM_RESET", str(tmp_path))
     import mmap
     import time
 
