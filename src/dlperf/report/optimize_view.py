@@ -17,7 +17,9 @@ def _ms(value: Any) -> str:
 
 
 def _mib(value: Any) -> str:
-    return "-" if value is None else f"{float(value) / 2**20:.1f}"
+    from dlperf.report.terminal import fmt_mib
+
+    return fmt_mib(None if value is None else float(value))  # a 40 KiB artifact's size read 0.0
 
 
 def fmt_metric(value: Any) -> str:

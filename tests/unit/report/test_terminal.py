@@ -502,3 +502,10 @@ def test_runs_list_s_title_and_note_are_as_wide_as_the_console_not_the_table() -
     assert lines[0] == "runs in sqlite:////tmp/a/long/path/to/the/store/runs.db"
     assert lines[-1] == "created (UTC) not shown at this width: `dlperf runs show ID` has it"
     assert max(len(line) for line in lines[1:-1]) < 72
+
+
+def test_optimize_s_size_columns_keep_a_small_artifact_s_size() -> None:
+    """The demo's winner, a 40 KiB ONNX file, read 'MiB 0.0' in optimize's table."""
+    from dlperf.report.optimize_view import _mib
+
+    assert (_mib(40 * 1024), _mib(None), _mib(488.5 * 2**20)) == ("0.039", "-", "488.5")
