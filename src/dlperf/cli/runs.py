@@ -101,7 +101,7 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}
                     | {"headline": r.result.get("headline"), "headline_text": headline_text(r)} for r in records])
         return 0
-    if not records and (args.kind or args.workload):
+    if not records and not hidden and (args.kind or args.workload):
         # "no runs in the store" for a filter that matches nothing reads as if the store had lost them.
         console().print(_no_match(store, args.kind, args.workload), markup=False, soft_wrap=True)
         return 0
