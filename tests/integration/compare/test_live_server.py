@@ -13,6 +13,7 @@ from dlperf.cli.main import main  # noqa: E402
 from dlperf.serve.server import start_in_thread  # noqa: E402
 from dlperf.serve.service import ServeConfig, build_state  # noqa: E402
 from tests.integration.compare.sleepy_served import sleepy as _sleepy  # noqa: E402
+from tests.integration.compare.sleepy_served import two_variants_under_traffic  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -40,27 +41,9 @@ def test_live_compare_finds_the_slower_variant(capsys: pytest.CaptureFixture[str
 
 
 def test_a_window_is_decided_over_time_slices(capsys: pytest.CaptureFixture[str]) -> None:
-    import threading
-
-    config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0)
-    state = build_state(config, {"A": _sleepy(0.002), "B": _sleepy(0.006)})
-    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
-    stop = threading.Event()
-    with start_in_thread(config, state) as running:
-        base = f"http://{running.url}"
-
-        def traffic() -> None:
-            with httpx.Client(timeout=30) as client:
-                while not stop.is_set():
-                    assert client.post(f"{base}/v2/models/sleepy/infer", json=body).status_code == 200
-
-        sender = threading.Thread(target=traffic)
-        sender.start()
-        try:
-            assert main(["compare", "--live", base, "--window", "3s", "--control", "fast", "--json"]) == 0
-        finally:
-            stop.set()
-            sender.join()
+    with two_variants_under_traffic(0.002, 0.006) as (base, statuses):
+        assert main(["compare", "--live", base, "--window", "3s", "--control", "fast", "--json"]) == 0
+    assert statuses and set(statuses) == {200}
     data = json.loads(capsys.readouterr().out)
     assert data["window_s"] == 3 and data["slices"] == 6
     test = data["tests"][0]

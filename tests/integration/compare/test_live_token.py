@@ -14,6 +14,7 @@ from dlperf.cli.main import main  # noqa: E402
 from dlperf.serve.server import start_in_thread  # noqa: E402
 from dlperf.serve.service import ServeConfig, build_state  # noqa: E402
 from tests.integration.compare.sleepy_served import sleepy as _sleepy  # noqa: E402
+from tests.integration.compare.sleepy_served import two_variants_under_traffic  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -54,20 +55,7 @@ def test_ctrl_c_in_a_long_window_compares_what_was_scraped(capsys: pytest.Captur
     import signal
     import threading
 
-    config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0)
-    state = build_state(config, {"A": _sleepy(0.001), "B": _sleepy(0.004)})
-    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
-    stop = threading.Event()
-    with start_in_thread(config, state) as running:
-        base = f"http://{running.url}"
-
-        def traffic() -> None:
-            with httpx.Client(timeout=30) as client:
-                while not stop.is_set():
-                    client.post(f"{base}/v2/models/sleepy/infer", json=body)
-
-        sender = threading.Thread(target=traffic)
-        sender.start()
+    with two_variants_under_traffic(0.001, 0.004) as (base, _):
         # a 60 s window is scraped every 3 s: Ctrl-C after the first two slices
         ctrl_c = threading.Timer(7.0, os.kill, (os.getpid(), signal.SIGINT))
         ctrl_c.start()
@@ -76,8 +64,6 @@ def test_ctrl_c_in_a_long_window_compares_what_was_scraped(capsys: pytest.Captur
             rc = main(["compare", "--live", base, "--window", "60s", "--json"])
         finally:
             ctrl_c.cancel()
-            stop.set()
-            sender.join()
     assert rc == 130  # still ended by the Ctrl-C
     data = json.loads(capsys.readouterr().out)
     assert data["interrupted"] is True
