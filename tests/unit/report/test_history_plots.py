@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from dlperf.measure.stats import Measurement
-from dlperf.report.html import HISTORY_PLOTS, render_report
+from dlperf.report.html import render_report
+from dlperf.report.html_bench import HISTORY_PLOTS
 from dlperf.store.records import RunRecord
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,272 @@
+"""The HTML report's views of sampled latency runs: bench and check (with the gate), ab, the comparison of several
+runs, and a workload's history."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dlperf.report.html_parts import (
+    Raw,
+    ci_header,
+    config_tags,
+    fmt,
+    fmt_kpi,
+    fmt_ms,
+    fmt_p_value,
+    fmt_pct,
+    html_table,
+    plot_row,
+    sampled_seconds,
+    trimmed_range,
+    wide_range,
+)
+from dlperf.report.svg import PALETTE, Axis, Series, chart, ecdf, esc, histogram_bins
+from dlperf.store.records import RunRecord
+
+HISTORY_PLOTS = 6
+"""Batch sizes a history draws a chart of (the first by size); its table has every one."""
+
+
+# --- bench / check --------------------------------------------------------------------------------
+
+
+def bench_view(rec: RunRecord) -> str:
+    points = [p for p in rec.result.get("points", []) if isinstance(p, Mapping)]
+    if not points:
+        raise ValueError("no points")
+    rows = []
+    for p in points:
+        s = p.get("summary") or {}
+        rss = p.get("peak_rss_bytes")
+        rows.append([p.get("batch_size"), s.get("n"), fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")),
+                     fmt_ms(s.get("p99_s")), fmt_ms(s.get("mean_s")), fmt(s.get("throughput")),
+                     f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
+                     fmt(p.get("process_cpu_percent")),
+                     Raw(f'<span class="warn">{esc(s["noise_warning"])}</span>') if s.get("noise_warning") else ""])
+    from dlperf.report.terminal import bench_notes
+
+    parts = [config_tags(rec), "<h3>Latency per call and throughput</h3>",
+             html_table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
+                     "noise"), rows)]
+    # what else bench warned of (the noise is in its column): a batch size cut short by a cap, other load
+    parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in bench_notes(points)]
+    sampled = [(p.get("batch_size"), m) for p in points if (m := sampled_seconds(p)) is not None]
+    svgs = []
+    for batch, (samples, _) in sampled[:3]:
+        ms = [s * 1e3 for s in samples]
+        lo, hi = trimmed_range(ms)
+        log = lo > 0 and hi / lo > 5
+        xs, ys = histogram_bins(ms, 40, lo, hi, log=log)
+        svgs.append(chart([Series(f"batch {batch}", xs, [y * 100 for y in ys], "bars")],
+                          Axis("latency per call (ms)", log=log), Axis("% of calls"),
+                          f"Latency histogram, batch {batch} (n={len(ms)}, 1% tails cut)", y_zero=True))
+    if sampled:
+        series = []
+        for batch, (samples, _) in sampled:
+            xs, ys = ecdf([s * 1e3 for s in samples])
+            series.append(Series(f"batch {batch}", xs, ys, "step"))
+        svgs.append(chart(series, Axis("latency per call (ms)", log=wide_range(series)), Axis("fraction of calls"),
+                          "Latency CDF", hlines=[(0.5, "p50"), (0.99, "p99")]))
+    thr: list[tuple[float, float]] = []
+    for p in points:
+        b, t = p.get("batch_size"), (p.get("summary") or {}).get("throughput")
+        if isinstance(b, (int, float)) and isinstance(t, (int, float)):
+            thr.append((float(b), float(t)))
+    if len(thr) > 1:
+        svgs.append(chart([Series("throughput", [b for b, _ in thr], [t for _, t in thr], "line+points")],
+                          Axis("batch size", log=True), Axis("items/s"), "Throughput vs batch size", y_zero=True))
+    parts.append(plot_row(*svgs))
+    gate = rec.result.get("gate")
+    if isinstance(gate, Mapping):
+        parts.append(_gate_view(gate))
+    return "".join(parts)
+
+
+def _gate_view(gate: Mapping[str, Any]) -> str:
+    failed = bool(gate.get("failed"))
+    verdict = ('<p class="verdict bad">FAIL: significant regression above the threshold</p>' if failed
+               else '<p class="verdict good">PASS: no significant regression above the threshold</p>')
+    rows = []
+    for p in gate.get("points", []):
+        ci = p.get("regression_ci") or [math.nan, math.nan]
+        # The gate compares per-item times: at a batch of 8 its p50 is an eighth of the per-call table's.
+        per_item = (" per item" if p.get("metric") != "throughput" and p.get("per_item", p.get("batch_size") != 1)
+                    else "")
+        rows.append([p.get("batch_size"), p.get("metric"),
+                     fmt_kpi(p.get("metric"), p.get("baseline_value")) + per_item,
+                     fmt_kpi(p.get("metric"), p.get("current_value")) + per_item, fmt_pct(p.get("regression")),
+                     f"{fmt_pct(ci[0])} to {fmt_pct(ci[1])}", fmt_p_value((p.get("mann_whitney") or {}).get("p_value")),
+                     Raw('<span class="bad">regression</span>' if p.get("failed")
+                         else '<span class="good">pass</span>')])
+    warnings = "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in gate.get("warnings", []))
+    return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
+            f"{fmt_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"
+            + html_table(("batch", "metric", "baseline", "now", "regression", ci_header(gate.get("confidence")),
+                      "Mann-Whitney p", "verdict"), rows)
+            + warnings)
+
+
+def comparison_section(records: Sequence[RunRecord]) -> str:
+    """Overlaid CDFs of several sampled runs at their first common batch size."""
+    sampled = []
+    for rec in records:
+        pts = {p.get("batch_size"): p for p in rec.result.get("points", []) if isinstance(p, Mapping)}
+        if any(sampled_seconds(p) for p in pts.values()):
+            sampled.append((rec, pts))
+    if len(sampled) < 2:
+        return ""
+    common = set.intersection(*(set(p) for _, p in sampled))
+    if not common:
+        return ""
+    batch = min(common, key=lambda b: (not isinstance(b, (int, float)), b if isinstance(b, (int, float)) else 0))
+    series, rows = [], []
+    for rec, pts in sampled:
+        m = sampled_seconds(pts[batch])
+        if m is None:
+            continue
+        xs, ys = ecdf([s * 1e3 for s in m[0]])
+        series.append(Series(f"{rec.id} {rec.created_at[5:16]}", xs, ys, "step"))
+        s = pts[batch].get("summary") or {}
+        rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.workload,
+                     rec.created_at[:19], fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")), fmt_ms(s.get("p99_s")),
+                     fmt(s.get("throughput"))])
+    from dlperf.compare.runs import config_differences
+
+    first = sampled[0][0]
+    # runs of other workloads or settings in one table read as a change of the code (one of them: fp32 vs bf16)
+    differ = [f"{rec.id} against {first.id}: {'; '.join(d)}" for rec, _ in sampled[1:]
+              if (d := ([f"workload {rec.workload}"] if rec.workload != first.workload else [])
+                  + config_differences(first.config or {}, rec.config or {}))]
+    # One colour a run: past the palette, two runs' curves share a colour and cannot be told apart.
+    shown, cut = series[:len(PALETTE)], len(series) - len(PALETTE)
+    return (f"<section><h2>Comparison at batch {batch}</h2>"
+            + html_table(("run", "kind", "workload", "when", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows)
+            + (f'<p class="warn">Measured differently (A is the first run, B the other): {esc(" | ".join(differ))}'
+               "</p>" if differ else "")
+            + plot_row(chart(shown, Axis("latency per call (ms)", log=wide_range(shown)), Axis("fraction of calls"),
+                           f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
+                           hlines=[(0.5, "p50"), (0.99, "p99")]))
+            + (f'<p class="muted">The plot leaves out the last {cut} run(s) of the table: one colour a run.</p>'
+               if cut > 0 else "")
+            + '<p class="muted">Runs measured at different times are not interleaved: machine drift between '
+              "them looks like a difference. <code>dlperf compare A B</code> tests it; <code>dlperf ab</code> "
+              "measures two settings interleaved.</p></section>")
+
+
+# --- ab -------------------------------------------------------------------------------------------
+
+
+def ab_view(rec: RunRecord) -> str:
+    r = rec.result
+    ratio, ci, verdict = r["ratio"], r["ci"], r["verdict"]
+    settings = r.get("settings") or rec.config
+    cls = "good" if verdict == "faster" else "bad" if verdict == "slower" else "warn"
+    said = f"B is {verdict}" if verdict in ("faster", "slower") else verdict
+    parts = [f'<p class="verdict {cls}">{esc(said)}: time B/A {ratio:.3f} '
+             f"({float(r.get('confidence', 0.95)):.0%} CI {ci[0]:.3f} to {ci[1]:.3f}; speed {1 / ratio:.3f}x)</p>"]
+    rows = []
+    for side in ("a", "b"):
+        s = r.get(side) or {}
+        rows.append([side.upper(), _describe_settings(settings.get(side) if isinstance(settings, Mapping) else None),
+                     (r.get("batch_size") or {}).get(side), s.get("n"), fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")),
+                     fmt_ms(s.get("p99_s")), fmt(s.get("throughput"))])
+    parts.append(html_table(("side", "settings", "batch", "n", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows))
+    svgs = []
+    blocks = r.get("block_ratios") or []
+    if blocks:
+        svgs.append(chart([Series("B/A per block", list(range(1, len(blocks) + 1)), blocks, "line+points")],
+                          Axis("paired block"), Axis("time ratio B/A"), "Per-block ratios (ABBA order)",
+                          hlines=[(1.0, "no change"), (ci[0], "CI low"), (ci[1], "CI high")]))
+    ms_ = r.get("measurements") or {}
+    sides = {k: [float(s) / 1e6 for s in v.get("samples_ns", [])] for k, v in ms_.items() if isinstance(v, Mapping)}
+    if sides.get("a") and sides.get("b"):
+        lo, hi = trimmed_range(sides["a"] + sides["b"])
+        log = lo > 0 and hi / lo > 5
+        hist = []
+        for side in ("a", "b"):
+            xs, ys = histogram_bins(sides[side], 40, lo, hi, log=log)
+            hist.append(Series(side.upper(), xs, [y * 100 for y in ys], "bars"))
+        svgs.append(chart(hist, Axis("latency per call (ms)", log=log), Axis("% of calls"),
+                          "A vs B latency (1% tails cut)", y_zero=True))
+        cdf = [Series(side.upper(), *ecdf(sides[side]), mode="step") for side in ("a", "b")]
+        svgs.append(chart(cdf, Axis("latency per call (ms)", log=wide_range(cdf)), Axis("fraction of calls"),
+                          "A vs B latency CDF", hlines=[(0.5, "p50")]))
+    parts.append(plot_row(*svgs))
+    return "".join(parts)
+
+
+def _describe_settings(settings: Any) -> str:
+    if not isinstance(settings, Mapping):
+        return "-"
+    parts = [f"{k}={v}" for k, v in settings.items() if v not in (None, False, {}, "fp32", "cpu")]
+    opts = settings.get("options")
+    if isinstance(opts, Mapping):
+        parts = [p for p in parts if not p.startswith("options=")] + [f"option.{k}={v}" for k, v in opts.items()]
+    return ",".join(parts) or "defaults"
+
+
+
+# --- history --------------------------------------------------------------------------------------
+
+
+def history_section(records: Sequence[RunRecord], metric: str = "p50", workload: str = "") -> str:
+    """Trend of `metric` (p50, p90, p95, p99, mean or throughput) over bench/check runs, oldest first, with each
+    run's value per batch size in its table."""
+    ordered = sorted(records, key=lambda r: r.created_at)
+    per_batch: dict[Any, list[tuple[int, float, tuple[float, float] | None, str]]] = {}
+    for i, rec in enumerate(ordered):
+        for p in rec.result.get("points", []) if isinstance(rec.result, Mapping) else []:
+            s = p.get("summary") if isinstance(p, Mapping) else None
+            if not isinstance(s, Mapping):
+                continue
+            value = s.get("throughput") if metric == "throughput" else s.get(f"{metric}_s")
+            if not isinstance(value, (int, float)):
+                continue
+            ci = s.get("median_ci_s") if metric == "p50" else None
+            err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
+            shown = float(value) if metric == "throughput" else float(value) * 1e3
+            per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
+    head = f"History of {workload or 'the workload'}"
+    title = f"{head}: {metric} at each batch size"
+    if not per_batch:
+        return f'<section><h2>{esc(title)}</h2><p class="muted">no bench or check runs with {esc(metric)}</p></section>'
+    # batch 8 before batch 32 (sorted as text, 32 came first); a batch size that is no number after them
+    batches = sorted(per_batch, key=lambda b: (0, b, "") if isinstance(b, int) else (1, 0, str(b)))
+    unit = "items/s" if metric == "throughput" else f"{metric} latency (ms)"
+    # One chart a batch size, each on its own y-axis: on one axis a batch of 8 at 24 ms flattened batch 1's
+    # 0.02 ms trend onto the zero line. The run axis is the same in every chart, so run 3 is above run 3.
+    runs_axis = Axis("run (oldest to newest)", lo=0.5, hi=len(ordered) + 0.5, integer=True)
+    svgs = []
+    for i, batch in enumerate(batches[:HISTORY_PLOTS]):
+        pts = per_batch[batch]
+        errs = [e if e is not None else (v, v) for _, v, e, _ in pts]
+        series = Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
+                        color=PALETTE[i % len(PALETTE)], labels=[p[3] for p in pts],
+                        y_err=errs if any(p[2] for p in pts) else ())
+        svgs.append(chart([series], runs_axis, Axis(unit), f"{head}: {metric} at batch {batch}",
+                          y_zero=True))
+    left_out = batches[HISTORY_PLOTS:]
+    values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
+    from dlperf.report.changes import history_changes
+
+    # a step in the trend that another runner or precision made, said where it happened
+    changes = history_changes(ordered)
+    rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
+             *(fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches),
+             Raw(f'<span class="warn">{esc("; ".join(changes[r.id]))}</span>') if r.id in changes else ""]
+            for i, r in enumerate(ordered)]
+    short = "items/s" if metric == "throughput" else f"{metric} ms"
+    return (f"<section><h2>{esc(title)}</h2>"
+            + plot_row(*svgs)
+            + (f'<p class="muted">Not plotted (the table has them): batch {esc(", ".join(map(str, left_out)))}.</p>'
+               if left_out else "")
+            + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
+            + ('<p class="warn">The settings or the machine changed between runs (last column): a step in the trend '
+               "there may come from that, not from the code.</p>" if changes else "")
+            + html_table(("#", "run", "kind", "when (UTC)", "status", *(f"{short}, batch {b}" for b in batches),
+                      "changed from the run before"), rows)
+            + "</section>")
+
+

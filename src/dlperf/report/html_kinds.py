@@ -1,0 +1,420 @@
+"""The HTML report's views of optimize (the Pareto frontier), profile (breakdown, roofline), train (step,
+tuning, DDP scaling), load (latency vs throughput) and calibrate records."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dlperf.report.html_parts import (
+    Raw,
+    as_mapping,
+    config_tags,
+    first_number,
+    fmt,
+    fmt_ms,
+    fmt_pct,
+    html_table,
+    plot_row,
+    wide_range,
+)
+from dlperf.report.svg import Axis, Series, chart, ecdf, esc, hbars
+from dlperf.store.records import RunRecord
+
+# --- optimize -------------------------------------------------------------------------------------
+# A candidate's latency is its paired p50 where the search recorded one: the axis its Pareto frontier and
+# ranking use (the isolated p50s of different processes differ by more than many passes' effects).
+
+LATENCY_KEYS = ("paired_p50_s", "latency_s", "p50_s", "median_s", "summary.p50_s", "latency.p50_s", "measurement.p50_s",
+                "result.latency_s", "result.p50_s", "result.summary.p50_s", "kpis.p50_s", "p90_s", "mean_s")
+METRIC_KEYS = ("metric", "metric_value", "accuracy", "score", "eval.metric", "result.metric", "kpis.metric",
+               "quality")
+
+
+def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """Candidate rows from the optimize record (`candidates`), else from its child `candidate` runs."""
+    rows: list[dict[str, Any]] = []
+    lists = [v for k, v in rec.result.items() if isinstance(v, list) and k in ("candidates", "trials", "results")]
+    items: list[tuple[str, Any]] = [(str(i), c) for lst in lists for i, c in enumerate(lst) if isinstance(c, Mapping)]
+    if not items:
+        items = [(c.id, {**c.result, "name": c.result.get("name") or c.result.get("label") or c.config.get("label")
+                         or c.id}) for c in children if isinstance(c.result, Mapping)]
+    winner = rec.result.get("winner")
+    for key, c in items:
+        latency = first_number(c, *LATENCY_KEYS)
+        metric = first_number(c, *METRIC_KEYS)
+        name = c.get("name") or c.get("label") or c.get("passes") or c.get("pipeline") or key
+        if isinstance(name, list):
+            name = "+".join(str(n if not isinstance(n, Mapping) else n.get("name", n)) for n in name) or "baseline"
+        selected = bool(c.get("selected")) or (winner is not None and c.get("key") == winner)
+        rows.append({"name": str(name), "latency_s": latency, "metric": metric, "paired": "paired_p50_s" in c,
+                     "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
+                     "selected": selected, "status": c.get("status"), "error": c.get("error")})
+    return rows
+
+
+def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
+    """The 2-D Pareto set of (lower latency, better metric), fastest first."""
+    sign = 1.0 if higher_is_better else -1.0
+    frontier, best = [], -math.inf
+    usable = [r for r in rows if r["metric"] is not None and r["latency_s"] is not None]
+    for r in sorted(usable, key=lambda r: (r["latency_s"], -sign * r["metric"])):
+        if sign * r["metric"] > best:
+            frontier.append(r)
+            best = sign * r["metric"]
+    return frontier
+
+
+def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
+    rows = _candidates(rec, children)
+    measured = [r for r in rows if r["latency_s"] is not None]
+    if not rows:  # stopped before its first candidate finished
+        return config_tags(rec) + '<p class="muted">no candidate finished</p>'
+    higher = rec.result.get("higher_is_better", rec.config.get("higher_is_better", True))
+    metric_name = str(rec.result.get("metric_name") or rec.config.get("metric_name") or "metric")
+    frontier = _frontier(measured, bool(higher))
+    flagged = any(r["pareto"] is not None for r in rows)
+
+    def on_front(r: dict[str, Any]) -> str:
+        if flagged:
+            return "yes" if r["pareto"] else ""
+        return "yes" if r in frontier else ""
+
+    order = sorted(rows, key=lambda r: (r["latency_s"] is None, r["latency_s"] or 0.0))
+    from dlperf.report.optimize_view import fmt_metric
+
+    # the metric as optimize prints it (4 decimals, 4 significant digits below 0.1): 3 digits showed a fidelity of
+    # 0.9996 as 1
+    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]), on_front(r),
+                   "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
+    # The search's own front is over latency, metric, size and memory: a smaller, slower candidate is on it though
+    # the plot's 2-D frontier (latency vs metric) passes it by, so the column says which front it is.
+    front_label = ("on the Pareto front (latency, metric, size, memory)" if flagged
+                   else "on the Pareto front (latency, metric)")
+    # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
+    paired = any(r["paired"] for r in rows)
+    parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
+                                        front_label, "status", "error"), table_rows)]
+    with_metric = [r for r in measured if r["metric"] is not None]
+    if with_metric:
+        series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
+                         "points", color="#9aa3b1", labels=[r["name"] for r in with_metric]),
+                  Series("Pareto frontier", [r["latency_s"] * 1e3 for r in frontier],
+                         [r["metric"] for r in frontier], "line+points", color="#d62728",
+                         labels=[r["name"] for r in frontier])]
+        selected = [r for r in with_metric if r["selected"]]
+        if selected:
+            series.append(Series("selected", [r["latency_s"] * 1e3 for r in selected],
+                                 [r["metric"] for r in selected], "points", color="#2ca02c"))
+        axis = "paired p50 latency (ms)" if paired else "latency (ms)"
+        parts.append(plot_row(chart(series, Axis(axis), Axis(metric_name), "Pareto frontier: latency vs "
+                                  + metric_name)))
+    elif measured:
+        parts.append(plot_row(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
+                                  "Candidate latency", " ms")))
+    else:  # every candidate failed: the table says why, and there is nothing to plot
+        parts.append('<p class="muted">no candidate was measured: nothing to plot</p>')
+    if isinstance(rec.result.get("candidates"), list) and "winner" in rec.result:
+        from dlperf.report.optimize_view import selection_lines
+
+        lines = selection_lines(dict(rec.result))
+        parts.append("<h3>Selection</h3><ul>" + "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
+                     + "</ul>")
+    return "".join(parts)
+
+
+# --- profile --------------------------------------------------------------------------------------
+
+# Two ways of cutting the same step, each adding up to it, drawn apart: by phase, and (outside the data wait) by
+# what the host was doing. One chart of both summed to more than the step.
+PHASE_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
+               ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other (outside phases)"))
+ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framework overhead"),
+                  ("device_sync_s", "waiting for the device"))
+
+
+def profile_view(rec: RunRecord) -> str:
+    r = rec.result
+    analyses = r.get("analyses") if isinstance(r.get("analyses"), Mapping) else r
+    parts = []
+    if r.get("verdict"):
+        parts.append(f'<p class="verdict">{esc(r["verdict"])}</p>')
+    svgs = []
+    breakdown = analyses.get("breakdown") if isinstance(analyses, Mapping) else None
+    if isinstance(breakdown, Mapping):
+        step = breakdown.get("step_s")
+        step_title = "Time per step" + (f" ({float(step) * 1e3:.3g} ms)" if isinstance(step, (int, float)) else "")
+        for cut, title in ((PHASE_PARTS, step_title), (ACTIVITY_PARTS, "The step outside the data wait, by activity")):
+            items = [(label, float(breakdown[k]) * 1e3) for k, label in cut
+                     if isinstance(breakdown.get(k), (int, float)) and breakdown[k] > 0]
+            if items:
+                svgs.append(hbars([i[0] for i in items], [i[1] for i in items], title, " ms"))
+        idle = breakdown.get("device_idle_s")
+        if isinstance(idle, (int, float)) and isinstance(step, (int, float)) and step > 0:
+            parts.append(f'<p class="muted">device idle {fmt_ms(idle)} ms of the step '
+                         f"({fmt_pct(idle / step, sign=False)})</p>")
+    ops_data = analyses.get("operators") if isinstance(analyses, Mapping) else None
+    if isinstance(ops_data, Mapping):
+        svgs.append(_roofline(ops_data))
+        ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)][:12]
+        if ops:
+            parts.append(f"<h3>Top operators by {esc(str(ops_data.get('timed_by', 'self time')))}</h3>" + html_table(
+                ("operator", "ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
+                [[o.get("name"), fmt_ms(o.get("self_s")), fmt_pct(o.get("share"), sign=False), fmt(o.get("intensity")),
+                  fmt((o.get("achieved_flops_s") or 0) / 1e9 if o.get("achieved_flops_s") else None),
+                  o.get("bound"), fmt_pct(o.get("pct_of_peak"), sign=False)] for o in ops]))
+    if not svgs and not parts:
+        raise ValueError("no breakdown or operators")
+    parts.insert(1 if r.get("verdict") else 0, plot_row(*svgs))  # the verdict first, as `dlperf profile` prints it
+    findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
+    if findings:
+        entries: list[str] = []
+        for f in findings[:8]:
+            raw_evidence = f.get("evidence")
+            evidence: list[Any] = raw_evidence if isinstance(raw_evidence, list) else []
+            share = f" ({fmt_pct(f.get('share'), sign=False)} of the step)" if isinstance(f.get("share"), float) else ""
+            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)} "
+                         f"{esc(f.get('summary') or '')}"
+                         + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence[:3])
+                         + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "") + "</li>")
+        parts.append("<h3>Findings</h3><ol>" + "".join(entries) + "</ol>")
+    return "".join(parts)
+
+
+def _roofline(ops_data: Mapping[str, Any]) -> str:
+    ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)
+           and isinstance(o.get("intensity"), (int, float)) and isinstance(o.get("achieved_flops_s"), (int, float))
+           and o["intensity"] > 0 and o["achieved_flops_s"] > 0]
+    peak_data = ops_data.get("peak_flops")
+    peaks: Mapping[str, Any] = peak_data if isinstance(peak_data, Mapping) else {}
+    bandwidth = ops_data.get("bandwidth_bytes_s")
+    if not ops and not peaks:
+        return ""
+    xs = [float(o["intensity"]) for o in ops] or [1.0]
+    lo_x, hi_x = min(min(xs) / 4, 0.05), max(max(xs) * 4, 100.0)
+    series = []
+    for dtype, peak in peaks.items():
+        if not isinstance(peak, (int, float)) or peak <= 0:
+            continue
+        if isinstance(bandwidth, (int, float)) and bandwidth > 0:
+            ridge = peak / bandwidth
+            grid = [lo_x, *([ridge] if lo_x < ridge < hi_x else []), hi_x]
+            series.append(Series(f"{dtype} roof", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
+                                 dashed=dtype != "fp32"))
+        else:
+            series.append(Series(f"{dtype} peak", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
+    if ops:
+        series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
+                             color="#ff7f0e", labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step"
+                                                      for o in ops]))
+    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True), "Roofline")
+
+
+# --- train ----------------------------------------------------------------------------------------
+
+
+def train_view(rec: RunRecord) -> str:
+    """A training step's measurement, a `--tune` result (baseline against best, the settings, each trial), or
+    a DDP scaling result, as `dlperf train` printed it."""
+    r = rec.result
+    if "scaling_efficiency" in r or "single_samples_per_s" in r:
+        return config_tags(rec) + html_table(
+            ("processes", "samples/s", "step ms", "scaling efficiency", "exposed all-reduce"),
+            [[1, fmt(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-"],
+             [r.get("nproc"), fmt(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
+              fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(r.get("comm_share"), sign=False)]])
+    if "trials" in r:
+        return config_tags(rec) + _tune_view(r)
+    return config_tags(rec) + _step_view(r)
+
+
+def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
+    from dlperf.report.train_view import PHASE_LABELS
+
+    s = m["summary"]
+    rss = m.get("peak_rss_bytes")
+    parts = [f"<h3>{esc(title)}</h3>", html_table(
+        ("steps", "median step ms", "p90 ms", "samples/s", "peak RSS MiB", "MFU"),
+        [[s.get("n"), fmt_ms(m.get("step_s")), fmt_ms(s.get("p90_s")), fmt(m.get("samples_per_s")),
+          f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-", fmt_pct(m.get("mfu"), sign=False)]])]
+    phases = [(PHASE_LABELS.get(k, k), float(v) * 1e3) for k, v in (m.get("breakdown_s") or {}).items()
+              if isinstance(v, (int, float)) and v > 0]
+    svgs = [hbars([p[0] for p in phases], [p[1] for p in phases], f"{title}: time per step by phase", " ms")
+            if phases else ""]
+    steps = [float(v) / 1e6 for v in ((m.get("measurement") or {}).get("samples_ns") or [])]
+    if len(steps) > 1:
+        svgs.append(chart([Series("step time", list(range(1, len(steps) + 1)), steps, "line+points")],
+                          Axis("measured step"), Axis("step time (ms)"), f"{title}: each step", y_zero=True))
+    parts.append(plot_row(*svgs))
+    parts += [f'<p class="warn">{esc(line)}</p>' for line in [*m.get("findings", []), *m.get("notes", [])]]
+    return "".join(parts)
+
+
+def _sentence(text: str) -> str:
+    """`text` with its first letter capitalized (a terminal line as an HTML heading or paragraph)."""
+    return text[:1].upper() + text[1:]
+
+
+def _tune_view(r: Mapping[str, Any]) -> str:
+    from dlperf.report.train_view import (
+        SETTINGS_TITLE,
+        UNCONFIRMED_ADVICE,
+        UNCONFIRMED_TITLE,
+        config_line,
+        settings_confirmed,
+    )
+
+    parts = []
+    if "best" in r:
+        ab = r.get("final_ab")
+        confirmed = settings_confirmed(r)
+        gain = (f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab
+                else "none: no knob was both faster and within loss parity")
+        parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + html_table(
+            ("", "settings", "samples/s"),
+            [["baseline", config_line(r["baseline"]), fmt(r.get("baseline_samples_per_s"))],
+             ["best", config_line(r["best"]), fmt(r.get("best_samples_per_s"))]]))
+        if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
+            parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
+        if r.get("settings"):
+            head = f"<h3>{esc(_sentence(SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE))}</h3>"
+            if not confirmed:
+                head += f'<p class="warn">{esc(_sentence(UNCONFIRMED_ADVICE))}.</p>'
+            parts.append(head + html_table(
+                ("setting", "code", "gain"),
+                [[x.get("what"), Raw(f"<code>{esc(x.get('code'))}</code>"),
+                  f"{x['speedup']:.2f}x" if isinstance(x.get("speedup"), (int, float)) else "-"]
+                 for x in r["settings"]]))
+    else:  # stopped before the end: only the trials it finished
+        parts.append('<p class="warn">tuning stopped before the baseline and the best were measured</p>')
+    rows = []
+    for t in r["trials"]:
+        parity, ci, change, speedup = t.get("parity"), t.get("speedup_ci"), t.get("change"), t.get("speedup")
+        rows.append([t.get("knob"), ", ".join(f"{k}={v}" for k, v in change.items()) if change else "-",
+                     fmt_pct(parity.get("relative_difference")) if isinstance(parity, Mapping) else "-",
+                     fmt(t.get("samples_per_s")),
+                     (f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-")
+                     + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if isinstance(ci, list) and len(ci) == 2 else ""),
+                     t.get("status"), "; ".join(x for x in (t.get("reason"), t.get("disturbed")) if x)])
+    if rows:
+        parts.append("<h3>Trials, each an A/B against the best so far</h3>" + html_table(
+            ("knob", "change", "loss", "samples/s", "speedup (95% CI)", "result", "why"), rows))
+    for key, title in (("baseline_measurement", "Baseline step"), ("best_measurement", "Best step")):
+        if isinstance(r.get(key), Mapping) and (key == "baseline_measurement" or r.get("best") != r.get("baseline")):
+            parts.append(_step_view(r[key], title))
+    return "".join(parts)
+
+
+# --- load -----------------------------------------------------------------------------------------
+
+THROUGHPUT_KEYS = ("throughput_rps", "achieved_rps", "throughput", "rps", "requests_per_s", "summary.throughput_rps",
+                   "summary.throughput")
+P50_KEYS = ("p50_s", "latency_p50_s", "latency.p50_s", "summary.p50_s", "latency_s.p50")
+P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency_s.p99")
+
+
+def load_view(rec: RunRecord) -> str:
+    from dlperf.loadgen.generator import Slo
+
+    r = rec.result
+    peak = r.get("peak")
+    slo = Slo.from_record(peak) or Slo.from_record(rec.config)
+    judged_at = slo.name if slo is not None else "p99"
+    lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
+    rows: list[tuple[str, float, float | None, float | None, float | None]] = []
+    judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
+    cdfs: list[Series] = []
+    for item in (lists[0] if lists else [r]):
+        if not isinstance(item, Mapping):
+            continue
+        thr = first_number(item, *THROUGHPUT_KEYS)
+        p50, p99 = first_number(item, *P50_KEYS), first_number(item, *P99_KEYS)
+        if thr is None:
+            continue
+        offered = first_number(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
+        label = f"{item.get('mode', '')} {fmt(offered)}".strip()
+        rows.append((label, thr, p50, p99, first_number(item, "error_rate", "errors", "failures")))
+        rss = first_number(item, "resources.rss_max_bytes")
+        gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
+        busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
+        judged.append([fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
+                           else first_number(item, "slo_bound_s")),
+                       f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
+                       else "-",
+                       fmt(first_number(item, "resources.cpu_cores")),
+                       fmt(rss / 2**20) if rss is not None else "-",
+                       ", ".join(f"{b:.0%}" for b in busy if isinstance(b, (int, float))) or "-"])
+        lat = item.get("latencies_ns")
+        if isinstance(lat, list) and lat and len(cdfs) < 8:
+            cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
+    if not rows:
+        raise ValueError("no load levels with a throughput")
+    extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
+    shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
+    table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
+                   [[o, fmt(t), fmt_ms(a), fmt_ms(b), fmt(e)] + [j[i] for i in shown]
+                    for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
+    if isinstance(peak, Mapping) and slo is not None:
+        found = peak.get("peak_rate")
+        table = (f"<p>Peak search (MLPerf server scenario), SLO {esc(str(slo))}: "
+                 + (f"<b>{float(found):.1f} req/s</b>" if isinstance(found, (int, float)) else "no tried rate passed")
+                 + "</p>" + table)
+    series = []
+    for idx, name in ((2, "p50"), (3, "p99")):
+        pts: list[tuple[float, float, str]] = []
+        for row in rows:
+            value = row[idx]
+            if isinstance(value, float):
+                pts.append((row[1], value, row[0]))
+        if pts:
+            series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points",
+                                 labels=[p[2] for p in pts]))
+    # A level whose every request failed has no latency: it stays in the table (with its errors), off the plot.
+    svgs = [chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"), "Latency vs throughput",
+                  y_zero=True) if series else ""]
+    if cdfs:
+        svgs.append(chart(cdfs, Axis("request latency (ms)", log=wide_range(cdfs)), Axis("fraction of requests"),
+                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")]))
+    return config_tags(rec) + table + plot_row(*svgs)
+
+
+# --- calibrate ------------------------------------------------------------------------------------
+
+
+def calibrate_view(rec: RunRecord) -> str:
+    """The machine's ceilings as `dlperf calibrate` prints them (its JSON read 165272096103.7736, no unit)."""
+    from dlperf.report.terminal import fmt_si
+
+    r = rec.result
+    details = as_mapping(r.get("details"))
+    gemm = r.get("gemm_flops")
+    if not isinstance(gemm, Mapping) or not isinstance(r.get("memory_bandwidth_bytes_s"), (int, float)):
+        raise ValueError("no ceilings")
+    rows = []
+    for dtype, flops in gemm.items():
+        how = as_mapping(details.get(f"gemm_{dtype}"))
+        rows.append([f"GEMM {dtype}", fmt_si(float(flops), "OP/s" if dtype == "int8" else "FLOP/s"),
+                     f"{how.get('n', '?')}³ matmul, {how.get('samples', '?')} calls"])
+    skipped = as_mapping(details.get("skipped"))
+    rows += [[f"GEMM {dtype}", "not measured", why] for dtype, why in skipped.items()]
+    copy = as_mapping(details.get("copy"))
+    copied = copy.get("bytes")
+    rows.append(["memory bandwidth", fmt_si(float(r["memory_bandwidth_bytes_s"]), "B/s"),
+                 f"copy of {copied / 2**20:.1f} MiB (read + write), {copy.get('samples', '?')} calls"
+                 if isinstance(copied, (int, float)) else "-"])
+    threads = r.get("threads", "?")
+    source = "cached" if r.get("cached") else "measured"
+    quick = " (quick mode: small sizes, not a real ceiling)" if r.get("quick") else ""
+    warnings = [str(w) for w in details.get("warnings", []) or []]
+    warnings += [f"{k}: {v['noise_warning']}" for k, v in details.items()
+                 if isinstance(v, Mapping) and v.get("noise_warning")]
+    return (config_tags(rec)
+            + f"<h3 class=\"wrap\">Ceilings on {esc(r.get('device', rec.workload))} ({esc(threads)} thread"
+            + ("" if threads == 1 else "s") + ")</h3>"
+            + html_table(("what", "ceiling", "measured with"), rows, numeric=False)
+            + f'<p class="muted wrap">{esc(source)} at {esc(r.get("measured_at", "?"))}{esc(quick)}; key '
+              f'{esc(r.get("machine_key", "?"))}</p>'
+            + "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in warnings))
+
+
