@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.report.html_parts import (
     Raw,
@@ -21,6 +21,9 @@ from dlperf.report.html_parts import (
 )
 from dlperf.report.svg import Axis, Series, chart, ecdf, esc, hbars
 from dlperf.store.records import RunRecord
+
+if TYPE_CHECKING:
+    from dlperf.loadgen.generator import Slo
 
 # --- optimize -------------------------------------------------------------------------------------
 # A candidate's latency is its paired p50 where the search recorded one: the axis its Pareto frontier and
@@ -325,6 +328,7 @@ def load_view(rec: RunRecord) -> str:
     rows: list[tuple[str, float, float | None, float | None, float | None]] = []
     judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
     cdfs: list[Series] = []
+    warnings: list[str] = []  # a level's own: unstable windows, no request succeeded (and what came back)
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
             continue
@@ -345,6 +349,7 @@ def load_view(rec: RunRecord) -> str:
                        fmt(first_number(item, "resources.cpu_cores")),
                        fmt(rss / 2**20) if rss is not None else "-",
                        ", ".join(f"{b:.0%}" for b in busy if isinstance(b, (int, float))) or "-"])
+        warnings += [f"warning ({label}): {w}" for w in item.get("warnings") or [] if isinstance(w, str)]
         lat = item.get("latencies_ns")
         if isinstance(lat, list) and lat and len(cdfs) < 8:
             cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
@@ -353,13 +358,10 @@ def load_view(rec: RunRecord) -> str:
     extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
     table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
-                   [[o, fmt(t), fmt_ms(a), fmt_ms(b), fmt(e)] + [j[i] for i in shown]
-                    for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
+                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), fmt(e)] + [j[i] for i in shown]
+                        for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
     if isinstance(peak, Mapping) and slo is not None:
-        found = peak.get("peak_rate")
-        table = (f"<p>Peak search (MLPerf server scenario), SLO {esc(str(slo))}: "
-                 + (f"<b>{float(found):.1f} req/s</b>" if isinstance(found, (int, float)) else "no tried rate passed")
-                 + "</p>" + table)
+        table = _peak_outcome(peak, slo) + table
     series = []
     for idx, name in ((2, "p50"), (3, "p99")):
         pts: list[tuple[float, float, str]] = []
@@ -371,12 +373,35 @@ def load_view(rec: RunRecord) -> str:
             series.append(Series(name, [p[0] for p in pts], [p[1] * 1e3 for p in pts], "line+points",
                                  labels=[p[2] for p in pts]))
     # A level whose every request failed has no latency: it stays in the table (with its errors), off the plot.
+    # the SLO's bound, so a point above it reads as a miss without the table
+    bound = [(slo.bound_s * 1e3, f"SLO {slo}")] if slo is not None else []
     svgs = [chart(series, Axis("throughput (requests/s)"), Axis("latency (ms)"), "Latency vs throughput",
-                  y_zero=True) if series else ""]
+                  y_zero=True, hlines=bound) if series else ""]
     if cdfs:
         svgs.append(chart(cdfs, Axis("request latency (ms)", log=wide_range(cdfs)), Axis("fraction of requests"),
-                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")]))
-    return config_tags(rec) + table + plot_row(*svgs)
+                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
+    return (config_tags(rec) + table + plot_row(*svgs)
+            + "".join(f'<p class="warn">{esc(w)}</p>' for w in warnings))
+
+
+def _peak_outcome(peak: Mapping[str, Any], slo: Slo) -> str:
+    """What the peak search found, as `dlperf load` and `runs show` say it: a peak found before a search that
+    stopped on an undecided rate is a lower bound ('at least'), and no peak is either a shown miss or undecided."""
+    from dlperf.loadgen.render import peak_outcome
+
+    found, stopped = peak.get("peak_rate"), peak.get("undecided_at")
+    stopped_at = float(stopped) if isinstance(stopped, (int, float)) else None
+    steps = peak.get("steps")
+    failed = isinstance(steps, list) and any(isinstance(s, Mapping) and s.get("verdict") == "fail" for s in steps)
+    if isinstance(found, (int, float)):
+        outcome = f"<b>{'at least ' if stopped_at is not None else ''}{float(found):.1f} req/s</b>"
+    elif failed:  # a rate was shown to miss it
+        outcome = "no tried rate kept it"
+    else:
+        outcome = "no tried rate was shown to keep it (none was shown to miss it either: undecided)"
+    note = peak_outcome(None, slo, stopped_at, failed)[0] if stopped_at is not None else ""
+    return (f"<p>Peak search (MLPerf server scenario), SLO {esc(str(slo))}: {outcome}</p>"
+            + (f'<p class="warn">{esc(note)}</p>' if note else ""))
 
 
 # --- calibrate ------------------------------------------------------------------------------------
