@@ -4,6 +4,7 @@ runs, and a workload's history."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -109,7 +110,8 @@ def _gate_view(gate: Mapping[str, Any]) -> str:
 
 
 def comparison_section(records: Sequence[RunRecord]) -> str:
-    """Overlaid CDFs of several sampled runs at their first common batch size."""
+    """Overlaid CDFs of several sampled runs at the batch size most of them measured (the smallest of a tie),
+    naming the runs that did not measure it."""
     sampled = []
     for rec in records:
         pts = {p.get("batch_size"): p for p in rec.result.get("points", []) if isinstance(p, Mapping)}
@@ -117,10 +119,15 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
             sampled.append((rec, pts))
     if len(sampled) < 2:
         return ""
-    common = set.intersection(*(set(p) for _, p in sampled))
-    if not common:
+    # Not only a batch size common to all: one run of other batch sizes among three left the report without a
+    # comparison, and without a word of why.
+    shared = Counter(b for _, pts in sampled for b in pts)
+    batch = min(shared, key=lambda b: (-shared[b], not isinstance(b, (int, float)),
+                                       b if isinstance(b, (int, float)) else 0))
+    if shared[batch] < 2:
         return ""
-    batch = min(common, key=lambda b: (not isinstance(b, (int, float)), b if isinstance(b, (int, float)) else 0))
+    left_out = [rec.id for rec, pts in sampled if batch not in pts]
+    sampled = [(rec, pts) for rec, pts in sampled if batch in pts]
     series, rows = [], []
     for rec, pts in sampled:
         m = sampled_seconds(pts[batch])
@@ -150,6 +157,8 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
                            hlines=[(0.5, "p50"), (0.99, "p99")]))
             + (f'<p class="muted">The plot leaves out the last {cut} run(s) of the table: one colour a run.</p>'
                if cut > 0 else "")
+            + (f'<p class="muted">Not compared (no batch {esc(batch)}): {esc(", ".join(left_out))}.</p>'
+               if left_out else "")
             + '<p class="muted">Runs measured at different times are not interleaved: machine drift between '
               "them looks like a difference. <code>dlperf compare A B</code> tests it; <code>dlperf ab</code> "
               "measures two settings interleaved.</p></section>")

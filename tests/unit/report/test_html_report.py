@@ -492,3 +492,16 @@ def test_a_disturbed_tuning_says_so_in_the_report() -> None:
     html = render_report([tuned])
     assert '<p class="warn">disturbed: final &lt;totals&gt; 2.62x</p>' in html
     assert "<td>disturbed: trial &lt;totals&gt; 1.40x</td>" in html
+
+
+def test_the_comparison_leaves_out_only_the_runs_without_its_batch_size(bench_points: list[dict[str, Any]]) -> None:
+    """Three runs at batch 1 and 8 and one at batch 4 only: the report had no comparison at all, and no word of
+    why; now the three are compared at batch 1 and the fourth is named."""
+    runs = [_rec(f"r{i}", "bench", {"points": bench_points}) for i in range(3)]
+    other = _rec("cnn4", "bench", {"points": [_point(4, 0.004, 7)]})
+    html = render_report([*runs, other])
+    section = html.split("<h2>Comparison at batch 1</h2>", 1)[1].split("</section>", 1)[0]
+    assert section.count('<a href="#run-r') == 3 and "#run-cnn4" not in section
+    assert "Not compared (no batch 1): cnn4." in section
+    assert "Not compared" not in render_report(runs)
+    assert "<h2>Comparison" not in render_report([runs[0], other])  # no batch size two runs share
