@@ -69,7 +69,7 @@ def bench_view(rec: RunRecord) -> str:
             xs, ys = ecdf([s * 1e3 for s in samples])
             series.append(Series(f"batch {batch}", xs, ys, "step"))
         svgs.append(chart(series, Axis("latency per call (ms)", log=wide_range(series)), Axis("fraction of calls"),
-                          "Latency CDF", hlines=[(0.5, "p50"), (0.99, "p99")]))
+                          "Latency CDF", hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
     thr: list[tuple[float, float]] = []
     for p in points:
         b, t = p.get("batch_size"), (p.get("summary") or {}).get("throughput")
@@ -154,7 +154,7 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
                "</p>" if differ else "")
             + plot_row(chart(shown, Axis("latency per call (ms)", log=wide_range(shown)), Axis("fraction of calls"),
                            f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
-                           hlines=[(0.5, "p50"), (0.99, "p99")]))
+                           hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
             + (f'<p class="muted">The plot leaves out the last {cut} run(s) of the table: one colour a run.</p>'
                if cut > 0 else "")
             + (f'<p class="muted">Not compared (no batch {esc(batch)}): {esc(", ".join(left_out))}.</p>'
@@ -201,7 +201,7 @@ def ab_view(rec: RunRecord) -> str:
                           "A vs B latency (1% tails cut)", y_zero=True))
         cdf = [Series(side.upper(), *ecdf(sides[side]), mode="step") for side in ("a", "b")]
         svgs.append(chart(cdf, Axis("latency per call (ms)", log=wide_range(cdf)), Axis("fraction of calls"),
-                          "A vs B latency CDF", hlines=[(0.5, "p50")]))
+                          "A vs B latency CDF", hlines=[(0.5, "p50")], y_zero=True))
     parts.append(plot_row(*svgs))
     return "".join(parts)
 

@@ -200,12 +200,12 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
                f'{esc(fit(x.label, right - left, LABEL_CHAR_PX))}</text>')
     out.append(f'<text transform="translate(14 {(top + bottom) / 2:.1f}) rotate(-90)" text-anchor="middle" '
                f'class="al">{esc(fit(y.label, bottom - top, LABEL_CHAR_PX))}</text>')
-    for value, label in hlines:
-        if not (y_lo <= value <= y_hi) or (y.log and value <= 0):
-            continue
-        py = sy(value)
+    shown = [(sy(value), label) for value, label in hlines if y_lo <= value <= y_hi and not (y.log and value <= 0)]
+    labels = _ref_labels(shown)
+    for i, (py, _) in enumerate(shown):
         out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" class="ref"/>'
-                   f'<text x="{right - 4}" y="{py - 4:.1f}" text-anchor="end" class="reft">{esc(label)}</text>')
+                   + (f'<text x="{right - 4}" y="{py - 4:.1f}" text-anchor="end" class="reft">{esc(labels[i])}</text>'
+                      if i in labels else ""))
     clip = f"clip{next(_CLIP_IDS)}"
     out.append(f'<clipPath id="{clip}"><rect x="{left}" y="{top}" width="{right - left}" '
                f'height="{bottom - top}"/></clipPath><g clip-path="url(#{clip})">')
@@ -215,6 +215,24 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
     out.append(_legend(series, left, right, bottom + 52))
     out.append("</svg>")
     return "".join(out)
+
+
+REF_LABEL_GAP_PX = 12
+"""Reference lines closer than this share one label: an A/B's 'no change', 'CI low' and 'CI high' a few pixels
+apart wrote over one another."""
+
+
+def _ref_labels(lines: Sequence[tuple[float, str]]) -> dict[int, str]:
+    """The label each drawn reference line (pixel y, label) carries, by index: the top line of a group of close
+    lines carries the group's labels, top to bottom; the others none."""
+    order = sorted(range(len(lines)), key=lambda i: lines[i][0])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lines[i][0] - lines[groups[-1][-1]][0] < REF_LABEL_GAP_PX:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return {group[0]: " / ".join(dict.fromkeys(lines[i][1] for i in group)) for group in groups}
 
 
 def _ok(v: float, log: bool) -> bool:

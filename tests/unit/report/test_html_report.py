@@ -505,3 +505,14 @@ def test_the_comparison_leaves_out_only_the_runs_without_its_batch_size(bench_po
     assert "Not compared (no batch 1): cnn4." in section
     assert "Not compared" not in render_report(runs)
     assert "<h2>Comparison" not in render_report([runs[0], other])  # no batch size two runs share
+
+
+def test_a_cdf_of_one_sample_or_equal_samples_starts_at_zero() -> None:
+    """A bench of one sample drew its CDF on a fraction axis from 0.5 to 1, of five equal samples from 0.2: a
+    CDF's axis is 0 to 1 whatever the data."""
+    for samples in ([1_000_000], [1_000_000] * 5):
+        m = Measurement(samples, items_per_call=1)
+        point = {"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}
+        html = render_report([_rec("one", "bench", {"points": [point]})])
+        cdf = next(s for s in _plots(html) if "<title>Latency CDF</title>" in s)
+        assert 'text-anchor="end">0</text>' in cdf

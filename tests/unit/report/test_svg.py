@@ -69,3 +69,16 @@ def test_long_titles_and_labels_are_cut_to_fit_the_chart() -> None:
     assert f"<title>Pareto frontier: latency vs {metric.replace(chr(39), '&#x27;')}</title>" in svg  # all of it
     bars = hbars(["aten::scaled_dot_product_flash_attention_for_cpu", "mm"], [2.0, 1.0])
     assert "<title>aten::scaled_dot_product_flash_attention_for_cpu</title>" in bars and "…</text>" in bars
+
+
+def test_close_reference_lines_share_one_label_instead_of_overwriting_each_other() -> None:
+    # an A/B with a tight CI on an axis the block ratios spread: 'no change', 'CI low' and 'CI high' were drawn
+    # a few pixels apart, each label over the others ('no cCI high')
+    svg = chart([Series("B/A", [1, 2, 3, 4], [0.9, 1.1, 0.95, 1.05], "line+points")], Axis("block"), Axis("ratio"),
+                hlines=[(1.0, "no change"), (0.998, "CI low"), (1.002, "CI high")])
+    labels = re.findall(r'class="reft">([^<]*)</text>', svg)
+    assert labels == ["CI high / no change / CI low"]
+    assert svg.count('class="ref"/>') == 3  # every line is still drawn
+    apart = chart([Series("cdf", [1, 2, 3], [0.3, 0.6, 1.0], "step")], Axis("ms"), Axis("fraction"),
+                  hlines=[(0.5, "p50"), (0.99, "p99")])
+    assert re.findall(r'class="reft">([^<]*)</text>', apart) == ["p50", "p99"]
