@@ -238,12 +238,15 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     s = m["summary"]
     rss = m.get("peak_rss_bytes")
     parts = [f"<h3>{esc(title)}</h3>", html_table(
-        ("steps", "median step ms", "p90 ms", "samples/s", "peak RSS MiB", "MFU"),
-        [[s.get("n"), fmt_ms(m.get("step_s")), fmt_ms(s.get("p90_s")), fmt(m.get("samples_per_s")),
+        ("steps", "median step ms", "p90 ms", "mean ms", "samples/s", "peak RSS MiB", "MFU"),
+        [[s.get("n"), fmt_ms(m.get("step_s")), fmt_ms(s.get("p90_s")), fmt_ms(s.get("mean_s")),
+          fmt(m.get("samples_per_s")),
           f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-", fmt_pct(m.get("mfu"), sign=False)]])]
     phases = [(PHASE_LABELS.get(k, k), float(v) * 1e3) for k, v in (m.get("breakdown_s") or {}).items()
               if isinstance(v, (int, float)) and v > 0]
-    svgs = [hbars([p[0] for p in phases], [p[1] for p in phases], f"{title}: time per step by phase", " ms")
+    # The phases are means (as `dlperf train` says: 'mean ms / step'): on a noisy machine they summed to twice
+    # the median step above them, with nothing to say why.
+    svgs = [hbars([p[0] for p in phases], [p[1] for p in phases], f"{title}: mean time per step by phase", " ms")
             if phases else ""]
     steps = [float(v) / 1e6 for v in ((m.get("measurement") or {}).get("samples_ns") or [])]
     if len(steps) > 1:
