@@ -254,8 +254,11 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
         series = Series(f"batch {batch}", [p[0] for p in pts], [p[1] for p in pts], "line+points",
                         color=PALETTE[i % len(PALETTE)], labels=[p[3] for p in pts],
                         y_err=errs if any(p[2] for p in pts) else ())
-        svgs.append(chart([series], runs_axis, Axis(unit), f"{head}: {metric} at batch {batch}",
-                          y_zero=True))
+        # A log axis where the values span decades: on a linear one from 0, a jump from 0.05 ms to 23 ms (a noisy
+        # run's p95) flattened every run before it onto the zero line.
+        log = _spans_decades([p[1] for p in pts])
+        svgs.append(chart([series], runs_axis, Axis(unit + (", log scale" if log else ""), log=log),
+                          f"{head}: {metric} at batch {batch}", y_zero=not log))
     left_out = batches[HISTORY_PLOTS:]
     values = {(batch, index): value for batch in batches for index, value, _, _ in per_batch[batch]}
     from dlperf.report.changes import history_changes
@@ -279,3 +282,6 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             + "</section>")
 
 
+def _spans_decades(values: Sequence[float]) -> bool:
+    """More than 20x between the smallest and the largest value, all positive."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 20
