@@ -118,6 +118,16 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
                                   "Candidate latency", " ms")))
     else:  # every candidate failed: the table says why, and there is nothing to plot
         parts.append('<p class="muted">no candidate was measured: nothing to plot</p>')
+    if isinstance(rec.result.get("candidates"), list):
+        from dlperf.report.optimize_view import why_lines
+
+        # what `dlperf optimize` and `runs show` print under 'why:' (a constraint broken, slower and the likely
+        # cause): the table's status said 'ok' for a candidate that lost. Without the terminal's '#': this table
+        # has none.
+        why = [line.strip().split(" ", 1)[-1] for line in why_lines(dict(rec.result))]
+        if why:
+            parts.append("<h3>Why each of these lost</h3><ul>"
+                         + "".join(f"<li>{esc(line)}</li>" for line in why) + "</ul>")
     if isinstance(rec.result.get("candidates"), list) and "winner" in rec.result:
         from dlperf.report.optimize_view import selection_lines
 

@@ -518,3 +518,20 @@ def test_a_cdf_of_one_sample_or_equal_samples_starts_at_zero() -> None:
         html = render_report([_rec("one", "bench", {"points": [point]})])
         cdf = next(s for s in _plots(html) if "<title>Latency CDF</title>" in s)
         assert 'text-anchor="end">0</text>' in cdf
+
+
+def test_the_optimize_view_says_why_each_candidate_lost() -> None:
+    """`dlperf optimize` printed 'why:' under its table (a constraint broken, slower and the likely cause); the
+    report's status column said 'ok' for those and nothing more."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95, "pareto": True},
+            {"key": "k1", "label": "dynamic_int8", "status": "ok", "p50_s": 0.012, "metric": 0.95, "pareto": False,
+             "slower_reasons": ["at batch 1 quantizing activations costs about as much as the int8 GEMMs save"]},
+            {"key": "k2", "label": "pruning", "status": "ok", "p50_s": 0.009, "metric": 0.80, "pareto": True,
+             "violations": ["metric drop 15.8% > 1.0%"]},
+            {"key": "k3", "label": "onnx", "status": "failed", "phase": "build", "error": "boom <x>"}]
+    html = render_report([_rec("opt4", "optimize", {"metric_name": "accuracy", "candidates": rows, "winner": None})])
+    why = re.search(r"<h3>Why each of these lost</h3><ul>(.*?)</ul>", html, flags=re.S)
+    assert why is not None
+    assert re.findall(r"<li>(.*?)</li>", why.group(1)) == [
+        "dynamic_int8: slower: at batch 1 quantizing activations costs about as much as the int8 GEMMs save",
+        "pruning: metric drop 15.8% &gt; 1.0%", "onnx: failed in build: boom &lt;x&gt;"]
