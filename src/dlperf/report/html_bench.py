@@ -50,7 +50,7 @@ def bench_view(rec: RunRecord) -> str:
 
     parts = [config_tags(rec), "<h3>Latency per call and throughput</h3>",
              html_table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
-                     "noise"), rows)]
+                         "noise"), rows)]
     # what else bench warned of (the noise is in its column): a batch size cut short by a cap, other load
     parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in bench_notes(points)]
     sampled = [(p.get("batch_size"), m) for p in points if (m := sampled_seconds(p)) is not None]
@@ -105,7 +105,7 @@ def _gate_view(gate: Mapping[str, Any]) -> str:
     return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
             f"{fmt_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"
             + html_table(("batch", "metric", "baseline", "now", "regression", ci_header(gate.get("confidence")),
-                      "Mann-Whitney p", "verdict"), rows)
+                          "Mann-Whitney p", "verdict"), rows)
             + warnings)
 
 
@@ -153,8 +153,8 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
             + (f'<p class="warn">Measured differently (A is the first run, B the other): {esc(" | ".join(differ))}'
                "</p>" if differ else "")
             + plot_row(chart(shown, Axis("latency per call (ms)", log=wide_range(shown)), Axis("fraction of calls"),
-                           f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
-                           hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
+                             f"Latency CDF, batch {batch}" + (f" (the first {len(shown)} runs)" if cut > 0 else ""),
+                             hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
             + (f'<p class="muted">The plot leaves out the last {cut} run(s) of the table: one colour a run.</p>'
                if cut > 0 else "")
             + (f'<p class="muted">Not compared (no batch {esc(batch)}): {esc(", ".join(left_out))}.</p>'
@@ -278,7 +278,7 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             + ('<p class="warn">The settings or the machine changed between runs (last column): a step in the trend '
                "there may come from that, not from the code.</p>" if changes else "")
             + html_table(("#", "run", "kind", "when (UTC)", "status", *(f"{short}, batch {b}" for b in batches),
-                      "changed from the run before"), rows)
+                          "changed from the run before"), rows)
             + "</section>")
 
 

@@ -98,7 +98,7 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
     paired = any(r["paired"] for r in rows)
     parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
-                                        front_label, "status", "error"), table_rows)]
+                                           front_label, "status", "error"), table_rows)]
     with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
@@ -112,10 +112,10 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
                                  [r["metric"] for r in selected], "points", color="#2ca02c"))
         axis = "paired p50 latency (ms)" if paired else "latency (ms)"
         parts.append(plot_row(chart(series, Axis(axis), Axis(metric_name), "Pareto frontier: latency vs "
-                                  + metric_name)))
+                                    + metric_name)))
     elif measured:
         parts.append(plot_row(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
-                                  "Candidate latency", " ms")))
+                                    "Candidate latency", " ms")))
     else:  # every candidate failed: the table says why, and there is nothing to plot
         parts.append('<p class="muted">no candidate was measured: nothing to plot</p>')
     if isinstance(rec.result.get("candidates"), list):
@@ -356,7 +356,7 @@ def load_view(rec: RunRecord) -> str:
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
         judged.append([fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
-                           else first_number(item, "slo_bound_s")),
+                              else first_number(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
                        else "-",
                        fmt(first_number(item, "resources.cpu_cores")),

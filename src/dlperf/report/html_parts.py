@@ -16,7 +16,7 @@ from dlperf.store.records import RunRecord
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], row_classes: Sequence[str] = (),
-           numeric: bool = True) -> str:
+               numeric: bool = True) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
@@ -93,7 +93,7 @@ def json_table(data: Any, limit: int = 80) -> str:
     if not flat:
         return '<p class="muted">(empty)</p>'
     return html_table(("field", "value"), [(k, Raw(f'<span style="font-family:monospace">{esc(v)}</span>'))
-                                       for k, v in flat])
+                                           for k, v in flat])
 
 
 def plot_row(*svgs: str) -> str:
