@@ -216,7 +216,7 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
     notes: list[str] = []
     if a.workload != b.workload:
         notes.append(f"different workloads: '{a.workload}' vs '{b.workload}'")
-    settings = config_differences(a.config or {}, b.config or {})
+    settings = config_differences(a.config or {}, b.config or {}, a.environment, b.environment)
     if settings:
         notes.append(f"measured with different settings ({'; '.join(settings)}): the comparison is of those as much "
                      "as of the code")
@@ -267,9 +267,12 @@ SETTING_KEYS = ("precision", "device", "threads", "scenario", "timer.warmup_iter
 """What a bench or check run was measured with that changes its figures (run config keys; `timer.` nested)."""
 
 
-def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def config_differences(a: dict[str, Any], b: dict[str, Any], env_a: dict[str, Any] | None = None,
+                       env_b: dict[str, Any] | None = None) -> list[str]:
     """'precision: A fp32, B bf16' for each measuring setting the two run configs record differently (a setting one
-    of them lacks is left out: another kind of run, or an older record)."""
+    of them lacks is left out: another kind of run, or an older record). Threads left at torch's default count as
+    the number the run's environment recorded, where it did: a check records its baseline's 2 threads, and a bench
+    at the default on a 2-CPU machine ran 2 as well ('threads: A 2, B default' was no difference)."""
     out = []
     for key in SETTING_KEYS:
         head, _, sub = key.partition(".")
@@ -277,11 +280,24 @@ def config_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         if sub:
             va = va.get(sub) if isinstance(va, dict) else None
             vb = vb.get(sub) if isinstance(vb, dict) else None
-        if va is not None and vb is not None and va != vb:
+        if head == "threads" and head in a and head in b:
+            ra, rb = _threads_of(va, env_a), _threads_of(vb, env_b)
+            if (va, vb) != (None, None) and (ra is None or rb is None or ra != rb):
+                out.append(f"threads: A {_threads_text(va, ra)}, B {_threads_text(vb, rb)}")
+        elif va is not None and vb is not None and va != vb:
             out.append(f"{key.removeprefix('timer.')}: A {va}, B {vb}")
-        elif (va is None) != (vb is None) and head == "threads" and head in a and head in b:
-            out.append(f"threads: A {va or 'default'}, B {vb or 'default'}")
     return out
+
+
+def _threads_of(value: Any, env: dict[str, Any] | None) -> Any:
+    """The threads a run measured at: its setting, else the torch threads its environment recorded (None where
+    neither says)."""
+    recorded = (env or {}).get("torch_threads")
+    return value if value is not None else (recorded if isinstance(recorded, int) else None)
+
+
+def _threads_text(value: Any, resolved: Any) -> str:
+    return str(value) if value is not None else ("default" if resolved is None else f"default ({resolved})")
 
 
 def _flatten(data: Any, prefix: str = "", depth: int = 0) -> dict[str, float]:

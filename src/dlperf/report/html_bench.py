@@ -145,7 +145,8 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
     # runs of other workloads or settings in one table read as a change of the code (one of them: fp32 vs bf16)
     differ = [f"{rec.id} against {first.id}: {'; '.join(d)}" for rec, _ in sampled[1:]
               if (d := ([f"workload {rec.workload}"] if rec.workload != first.workload else [])
-                  + config_differences(first.config or {}, rec.config or {}))]
+                  + config_differences(first.config or {}, rec.config or {}, first.environment,
+                                     rec.environment))]
     # One colour a run: past the palette, two runs' curves share a colour and cannot be told apart.
     shown, cut = series[:len(PALETTE)], len(series) - len(PALETTE)
     return (f"<section><h2>Comparison at batch {batch}</h2>"

@@ -182,10 +182,23 @@ def test_runs_measured_with_other_settings_say_so(store: Store) -> None:
     b = add_run(store, "bench", bench_result({8: 0.020}, seed=2),
                 config={**base, "precision": "bf16", "threads": 1, "timer": {"min_duration_s": 0.2, "warmup_iters": 5}})
     (note,) = [n for n in compare_records(store.get(a), store.get(b)).notes if "different settings" in n]
-    assert note == ("measured with different settings (precision: A fp32, B bf16; threads: A default, B 1; "
+    assert note == ("measured with different settings (precision: A fp32, B bf16; threads: A default (2), B 1; "
                     "min_duration_s: A 1.0, B 0.2): the comparison is of those as much as of the code")
     same = add_run(store, "bench", bench_result({8: 0.010}, seed=3), config=base)
     assert not any("different settings" in n for n in compare_records(store.get(a), store.get(same)).notes)
+
+
+def test_threads_at_the_default_are_the_threads_the_environment_recorded(store: Store) -> None:
+    """A check records its baseline's threads (2), a bench at torch's default on the same 2-CPU machine ran 2 as
+    well: 'threads: A 2, B default' was reported as a difference."""
+    base = {"scenario": "offline", "precision": "fp32", "device": "cpu", "threads": 2}
+    check = add_run(store, "check", bench_result({8: 0.010}, seed=1), config=base)
+    bench = add_run(store, "bench", bench_result({8: 0.010}, seed=2), config={**base, "threads": None})
+    assert not any("different settings" in n for n in compare_records(store.get(check), store.get(bench)).notes)
+    other = add_run(store, "bench", bench_result({8: 0.010}, seed=3), config={**base, "threads": None},
+                    env={**ENV, "torch_threads": 16})
+    (note,) = [n for n in compare_records(store.get(check), store.get(other)).notes if "different settings" in n]
+    assert "threads: A 2, B default (16)" in note
 
 
 def test_the_direction_comes_from_the_test_and_the_median_interval_together() -> None:
