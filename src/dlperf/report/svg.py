@@ -106,7 +106,17 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
         return [lo]
     raw = (hi - lo) / max(count, 1)
     power = 10 ** math.floor(math.log10(raw))
-    step = next((m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw), 10 * power)
+    steps = [m * power for m in (0.5, 1, 2, 2.5, 5, 10)]
+    chosen = next((i for i, step in enumerate(steps) if step >= raw), len(steps) - 1)
+    ticks = _ticks_at(lo, hi, steps[chosen])
+    if len(ticks) < 3 and count >= 3:
+        # the first round step at or above the span's fifth can leave two ticks (0.0207 .. 0.048: 0.03 and 0.04
+        # only); the next finer one gives the axis enough labels to read a value off it
+        ticks = _ticks_at(lo, hi, steps[chosen - 1])
+    return ticks
+
+
+def _ticks_at(lo: float, hi: float, step: float) -> list[float]:
     start = math.ceil(lo / step - 1e-9) * step
     ticks: list[float] = []
     value = start
@@ -188,8 +198,10 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
                if not x.integer or float(t).is_integer()]
     for tick, text in zip(x_ticks, tick_texts(x_ticks), strict=True):
         px = sx(tick)
+        # a label centred on a tick near the right edge ran past the chart ('0.00102' showed as '0.0010')
+        anchor, tx = ("end", width - 2.0) if px + len(text) * TEXT_CHAR_PX / 2 > width - 2 else ("middle", px)
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
-                   f'<text x="{px:.1f}" y="{bottom + 14}" text-anchor="middle">{text}</text>')
+                   f'<text x="{tx:.1f}" y="{bottom + 14}" text-anchor="{anchor}">{text}</text>')
     y_ticks = log_ticks(y_lo, y_hi) if y.log else nice_ticks(y_lo, y_hi)
     for tick, text in zip(y_ticks, tick_texts(y_ticks), strict=True):
         py = sy(tick)

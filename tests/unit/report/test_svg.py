@@ -82,3 +82,20 @@ def test_close_reference_lines_share_one_label_instead_of_overwriting_each_other
     apart = chart([Series("cdf", [1, 2, 3], [0.3, 0.6, 1.0], "step")], Axis("ms"), Axis("fraction"),
                   hlines=[(0.5, "p50"), (0.99, "p99")])
     assert re.findall(r'class="reft">([^<]*)</text>', apart) == ["p50", "p99"]
+
+
+def test_an_axis_gets_at_least_three_ticks() -> None:
+    """0.0207 .. 0.048 ms was labelled with 0.03 and 0.04 only: the step at or above a fifth of the span (0.01)."""
+    assert nice_ticks(0.0207, 0.048) == [0.025, 0.03, 0.035, 0.04, 0.045]
+    assert all(len(nice_ticks(lo, lo + span)) >= 3 for lo in (0.0, 0.013, 7.7, 282.0)
+               for span in (0.0011, 0.027, 0.6, 1.0, 6.0, 55.0, 130.0))
+
+
+def test_a_tick_label_at_the_right_edge_stays_inside_the_chart() -> None:
+    """A label centred on a tick near the right edge ran past it: '0.00102' showed as '0.0010'."""
+    svg = chart([Series("s", [0.007, 0.0095], [1.0, 2.0])], Axis("x", lo=0.007, hi=0.0095), Axis("y"), width=300)
+    labels = re.findall(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="(\w+)">([\d.]+)</text>', svg)
+    right_most = max(labels, key=lambda t: float(t[0]))
+    x, anchor, text = float(right_most[0]), right_most[1], right_most[2]
+    right_edge = x if anchor == "end" else x + len(text) * 6.2 / 2
+    assert text == "0.0095" and right_edge <= 300
