@@ -17,8 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, PassError, PassNotApplicable, WorkloadError
-from dlperf.measure.env import check_threads, usable_cores
+from dlperf.errors import (
+    TORCH_TENSORRT_INSTALL,
+    ConfigError,
+    OptimizeError,
+    PassError,
+    PassNotApplicable,
+    WorkloadError,
+)
+from dlperf.measure.env import check_threads, thread_limit, usable_cores
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -331,7 +338,12 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     ctx = PassContext(device=device, batch_size=int(manifest.get("batch_size", 1)), cpu_flags=tuple(cpu_flags()),
                       workdir=folder, replay=True)
     trained_after = int(manifest.get("trained_after", -1))
-    for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
+    try:
+        configs = candidate_from_list(_replayable(item) for item in manifest.get("recipe", [])).configs
+    except ConfigError as exc:  # a value this dlperf refuses anywhere (an edited recipe: threads 0)
+        raise OptimizeError(f"artifact '{folder}': its recipe cannot be replayed: {exc}; export it again with "
+                            "dlperf optimize") from exc
+    for i, config in enumerate(configs):
         try:
             state = apply_pass(config, state, ctx)
         except PassError as exc:  # PassNotApplicable too: said as "precision: not applicable: ...", naming no artifact
@@ -344,6 +356,17 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                 raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
                                     f"{exc}") from exc
     return state.predict
+
+
+def _replayable(item: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's pass as this machine can build it: hygiene's threads, the physical cores of the machine it was
+    exported on, above what this one accepts (`thread_limit`: a recipe from a 128-core machine failed to load on a
+    2-CPU one, "hygiene: threads 128 is more than 64") become this machine's CPUs, at most what the replay sets
+    anyway (Hygiene.apply caps them there)."""
+    threads = item.get("threads")
+    if item.get("pass") == "hygiene" and isinstance(threads, int) and threads > thread_limit():
+        return {**item, "threads": usable_cores()}
+    return item
 
 
 def _replay_error(folder: Path, manifest: dict[str, Any], label: str, exc: PassError) -> str:
