@@ -202,6 +202,10 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
     if data["engine"] == "torch":
         need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
         need("workload_relative", lambda v: isinstance(v, str), "a path", required=False)
+        need("pass_modules", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+             "a list of module names or files", required=False)
+        need("pass_modules_relative", lambda v: isinstance(v, list) and all(x is None or isinstance(x, str) for x in v),
+             "a list of paths", required=False)
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
@@ -304,12 +308,16 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     if manifest.get("format") != TORCH_FORMAT:
         raise OptimizeError(f"artifact '{folder}': unknown torch format '{manifest.get('format')}'")
     load_pass_modules()
-    for name in manifest.get("pass_modules") or []:
+    modules = manifest.get("pass_modules") or []
+    relatives = manifest.get("pass_modules_relative") or [None] * len(modules)
+    for name, relative in zip(modules, relatives, strict=False):
+        moved = _moved_file(folder, name, relative)
         try:
-            import_module(name)
+            import_module(name if moved is None or not os.path.isfile(moved) else moved)
         except Exception as exc:
+            also = f" (nor is it at '{moved}', where it was relative to the artifact)" if moved else ""
             raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
-                                f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
+                                f"cannot be imported here ({type(exc).__name__}: {exc}){also}") from exc
     spec, moved = _workload_spec(folder, manifest)
     try:
         workload = load_workload(spec)
@@ -396,6 +404,26 @@ def relative_workload(spec: str, folder: Path) -> str | None:
         return os.path.relpath(parts[0], os.path.abspath(folder))
     except ValueError:  # another drive (Windows)
         return None
+
+
+def relative_file(path: str, folder: Path) -> str | None:
+    """A pass module file's path relative to the artifact `folder` (None for a dotted module name): the recipe
+    records it by absolute path, as its workload, so a project moved whole lost its own passes."""
+    if not path.endswith(".py") or not os.path.isabs(path):
+        return None
+    try:
+        return os.path.relpath(path, os.path.abspath(folder))
+    except ValueError:  # another drive (Windows)
+        return None
+
+
+def _moved_file(folder: Path, recorded: str, relative: Any) -> str | None:
+    """Where a recorded absolute file that is gone would be if it moved together with the artifact `folder` (None
+    while it is where it was recorded, or when nothing says where else: a dotted name, an edited entry)."""
+    if (not isinstance(relative, str) or not os.path.isabs(recorded) or os.path.exists(recorded)
+            or os.path.basename(relative) != os.path.basename(recorded)):
+        return None
+    return os.path.normpath(os.path.join(os.path.abspath(folder), relative))
 
 
 def _workload_spec(folder: Path, manifest: dict[str, Any]) -> tuple[str, str | None]:
@@ -570,6 +598,10 @@ def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
     manifest.update(extra)
     if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
         manifest["workload_relative"] = relative
+    modules = manifest.get("pass_modules")
+    if manifest.get("engine") == "torch" and isinstance(modules, list) and any(
+            relative_file(str(m), target) for m in modules):
+        manifest["pass_modules_relative"] = [relative_file(str(m), target) for m in modules]
     write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})
 
 
