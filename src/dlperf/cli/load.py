@@ -77,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the percentile --slo-ms bounds, e.g. 90, 95, 99.9 (perf_analyzer's --percentile; "
                              "default 99). The early-stopping test needs more requests the higher Q: 459 for p99, "
                              "4603 for p99.9")
+    parser.add_argument("--max-error-ratio", type=_error_ratio, default=None, metavar="R",
+                        help="the largest share of failed requests (error statuses, timeouts, lost connections; not "
+                             "'dropped') a level may have, 0 to 1: exit code 1 if a level has more (default 0: any "
+                             "failed request fails the run, as perf_analyzer stops on one; 1: only a level where none "
+                             "succeeded does)")
     parser.add_argument("--max-steps", type=_max_steps, default=10,
                         help="the most rates --find-peak tries, at least 1 (default 10)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -203,6 +208,17 @@ def _seed(text: str) -> int:
     return _whole_number(text, 0, "a seed >= 0 for the random inputs, e.g. --seed 1")
 
 
+def _error_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a share between 0 and 1; give e.g. --max-error-ratio 0.01 "
+                                         "to allow 1% of a level's requests to fail")
+    return value
+
+
 def _max_steps(text: str) -> int:
     return _whole_number(text, 1, "how many rates --find-peak may try, e.g. --max-steps 10")
 
@@ -292,6 +308,9 @@ def run(args: argparse.Namespace) -> int:
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
                           "and give --p99-ms (or --slo-ms) to judge each concurrency level")
+    if args.find_peak and args.max_error_ratio is not None:
+        raise ConfigError("--max-error-ratio bounds a sweep's levels; --find-peak fails any rate with a failed request "
+                          "on its own: drop --max-error-ratio")
     if args.find_peak and args.rate is not None and len(args.rate) > 1:
         raise ConfigError("with --find-peak, --rate is the one rate the search starts from; drop the others")
     intervals: tuple[float, ...] = ()
@@ -365,6 +384,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                                 "request_bytes": sum(map(len, target.requests or (target.raw_request,))),
                                 "tolerance": list(target.tolerance) if target.expected else None,
                                 "find_peak": args.find_peak, "priority": args.priority,
+                                "max_error_ratio": None if args.find_peak else _max_error_ratio(args),
                                 "request_intervals": args.request_intervals, "shared_memory": args.shared_memory,
                                 "protocol": args.protocol, "streaming": args.streaming,
                                 "duration_fitted": args.find_peak and args.duration is None,
@@ -442,24 +462,48 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     if wrong:
         err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
         return 1
+    if args.find_peak:  # the search fails rates with failed requests (or none answered) on purpose
+        return _peak_exit(err, run_, slo)
+    failed = False
     empty = [f"{r.mode} {r.level:g}" for r in results if r.ok == 0]
-    if empty and not args.find_peak:  # a peak search fails rates on purpose; a sweep measured nothing there
+    if empty:  # a sweep measured nothing there
         err.print(f"no request succeeded at: {', '.join(empty)} (the warnings say what came back)", markup=False)
-        return 1
-    if slo is None:
+        failed = True
+    bound = _max_error_ratio(args)
+    over = [r for r in results if r.ok > 0 and r.error_ratio > bound]
+    if over:
+        levels = ", ".join(f"{r.mode} {r.level:g} ({_share(r.error_ratio)} failed, {r.failed} of "
+                           f"{r.ok + r.failed} requests)" for r in over)
+        err.print(f"more requests failed than --max-error-ratio {bound:g} allows at: {levels}; the errors column "
+                  "says which statuses (--max-error-ratio R lets a share R of a level's requests fail)", markup=False)
+        failed = True
+    if slo is not None:
+        missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
+        if missed:
+            err.print(f"SLO {slo} not met at: {', '.join(missed)}", markup=False)
+            failed = True
+    return 1 if failed else 0
+
+
+def _max_error_ratio(args: argparse.Namespace) -> float:
+    return 0.0 if args.max_error_ratio is None else float(args.max_error_ratio)
+
+
+def _share(ratio: float) -> str:
+    """A failed share as a percentage that never reads 0% or 100% when it is not."""
+    text = f"{ratio * 100:.1f}%"
+    return f"{ratio * 100:.4g}%" if text in ("0.0%", "100.0%") and 0 < ratio < 1 else text
+
+
+def _peak_exit(err: Console, run_: Any, slo: Slo | None) -> int:
+    """A peak search's exit code: 0 when some tried rate kept the SLO."""
+    assert slo is not None  # --find-peak is refused without one
+    if run_.result["peak"]["peak_rate"] is not None:
         return 0
-    if args.find_peak:
-        if run_.result["peak"]["peak_rate"] is not None:
-            return 0
-        decided = any(step.get("verdict") == "fail" for step in run_.result["peak"]["steps"])
-        err.print(f"SLO not met: no tried rate kept {slo}" if decided else
-                  f"SLO not shown: no tried rate was decided at 99% confidence ({slo})", markup=False)
-        return 1
-    missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
-    if missed:
-        err.print(f"SLO {slo} not met at: {', '.join(missed)}", markup=False)
-        return 1
-    return 0
+    decided = any(step.get("verdict") == "fail" for step in run_.result["peak"]["steps"])
+    err.print(f"SLO not met: no tried rate kept {slo}" if decided else
+              f"SLO not shown: no tried rate was decided at 99% confidence ({slo})", markup=False)
+    return 1
 
 
 def _print_levels(out: Console, results: Sequence[LevelResult], marks: Sequence[dict[str, Any]], title: str,

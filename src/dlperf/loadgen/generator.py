@@ -319,6 +319,18 @@ class LevelResult:
         return sum(n for s, n in self.statuses.items() if s != "200")
 
     @property
+    def failed(self) -> int:
+        """Requests sent that did not succeed: error statuses, timeouts, lost connections, mismatches; not those
+        the open loop did not send ('dropped', which its own warning reports)."""
+        return sum(n for s, n in self.statuses.items() if s not in ("200", "dropped"))
+
+    @property
+    def error_ratio(self) -> float:
+        """The share of the level's sent requests that failed (0 where none ended)."""
+        sent = self.ok + self.failed
+        return self.failed / sent if sent else 0.0
+
+    @property
     def throughput(self) -> float:
         """Successful requests per second over the measured windows."""
         return self.ok / self.measured_s if self.measured_s > 0 else 0.0

@@ -17,8 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import TORCH_TENSORRT_INSTALL, OptimizeError, PassError, PassNotApplicable, WorkloadError
-from dlperf.measure.env import check_threads, usable_cores
+from dlperf.errors import (
+    TORCH_TENSORRT_INSTALL,
+    ConfigError,
+    OptimizeError,
+    PassError,
+    PassNotApplicable,
+    WorkloadError,
+)
+from dlperf.measure.env import check_threads, thread_limit, usable_cores
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -195,6 +202,10 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
     if data["engine"] == "torch":
         need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
         need("workload_relative", lambda v: isinstance(v, str), "a path", required=False)
+        need("pass_modules", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+             "a list of module names or files", required=False)
+        need("pass_modules_relative", lambda v: isinstance(v, list) and all(x is None or isinstance(x, str) for x in v),
+             "a list of paths", required=False)
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
@@ -297,12 +308,16 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     if manifest.get("format") != TORCH_FORMAT:
         raise OptimizeError(f"artifact '{folder}': unknown torch format '{manifest.get('format')}'")
     load_pass_modules()
-    for name in manifest.get("pass_modules") or []:
+    modules = manifest.get("pass_modules") or []
+    relatives = manifest.get("pass_modules_relative") or [None] * len(modules)
+    for name, relative in zip(modules, relatives, strict=False):
+        moved = _moved_file(folder, name, relative)
         try:
-            import_module(name)
+            import_module(name if moved is None or not os.path.isfile(moved) else moved)
         except Exception as exc:
+            also = f" (nor is it at '{moved}', where it was relative to the artifact)" if moved else ""
             raise OptimizeError(f"artifact '{folder}': its recipe replays passes of the module '{name}', which "
-                                f"cannot be imported here ({type(exc).__name__}: {exc})") from exc
+                                f"cannot be imported here ({type(exc).__name__}: {exc}){also}") from exc
     spec, moved = _workload_spec(folder, manifest)
     try:
         workload = load_workload(spec)
@@ -331,7 +346,12 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     ctx = PassContext(device=device, batch_size=int(manifest.get("batch_size", 1)), cpu_flags=tuple(cpu_flags()),
                       workdir=folder, replay=True)
     trained_after = int(manifest.get("trained_after", -1))
-    for i, config in enumerate(candidate_from_list(manifest.get("recipe", [])).configs):
+    try:
+        configs = candidate_from_list(_replayable(item) for item in manifest.get("recipe", [])).configs
+    except ConfigError as exc:  # a value this dlperf refuses anywhere (an edited recipe: threads 0)
+        raise OptimizeError(f"artifact '{folder}': its recipe cannot be replayed: {exc}; export it again with "
+                            "dlperf optimize") from exc
+    for i, config in enumerate(configs):
         try:
             state = apply_pass(config, state, ctx)
         except PassError as exc:  # PassNotApplicable too: said as "precision: not applicable: ...", naming no artifact
@@ -344,6 +364,17 @@ def load_torch(folder: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
                 raise OptimizeError(f"artifact '{folder}': the trained weights do not fit the rebuilt model: "
                                     f"{exc}") from exc
     return state.predict
+
+
+def _replayable(item: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's pass as this machine can build it: hygiene's threads, the physical cores of the machine it was
+    exported on, above what this one accepts (`thread_limit`: a recipe from a 128-core machine failed to load on a
+    2-CPU one, "hygiene: threads 128 is more than 64") become this machine's CPUs, at most what the replay sets
+    anyway (Hygiene.apply caps them there)."""
+    threads = item.get("threads")
+    if item.get("pass") == "hygiene" and isinstance(threads, int) and threads > thread_limit():
+        return {**item, "threads": usable_cores()}
+    return item
 
 
 def _replay_error(folder: Path, manifest: dict[str, Any], label: str, exc: PassError) -> str:
@@ -373,6 +404,26 @@ def relative_workload(spec: str, folder: Path) -> str | None:
         return os.path.relpath(parts[0], os.path.abspath(folder))
     except ValueError:  # another drive (Windows)
         return None
+
+
+def relative_file(path: str, folder: Path) -> str | None:
+    """A pass module file's path relative to the artifact `folder` (None for a dotted module name): the recipe
+    records it by absolute path, as its workload, so a project moved whole lost its own passes."""
+    if not path.endswith(".py") or not os.path.isabs(path):
+        return None
+    try:
+        return os.path.relpath(path, os.path.abspath(folder))
+    except ValueError:  # another drive (Windows)
+        return None
+
+
+def _moved_file(folder: Path, recorded: str, relative: Any) -> str | None:
+    """Where a recorded absolute file that is gone would be if it moved together with the artifact `folder` (None
+    while it is where it was recorded, or when nothing says where else: a dotted name, an edited entry)."""
+    if (not isinstance(relative, str) or not os.path.isabs(recorded) or os.path.exists(recorded)
+            or os.path.basename(relative) != os.path.basename(recorded)):
+        return None
+    return os.path.normpath(os.path.join(os.path.abspath(folder), relative))
 
 
 def _workload_spec(folder: Path, manifest: dict[str, Any]) -> tuple[str, str | None]:
@@ -547,6 +598,10 @@ def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
     manifest.update(extra)
     if manifest.get("engine") == "torch" and (relative := relative_workload(str(manifest["workload"]), target)):
         manifest["workload_relative"] = relative
+    modules = manifest.get("pass_modules")
+    if manifest.get("engine") == "torch" and isinstance(modules, list) and any(
+            relative_file(str(m), target) for m in modules):
+        manifest["pass_modules_relative"] = [relative_file(str(m), target) for m in modules]
     write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})
 
 

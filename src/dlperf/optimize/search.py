@@ -138,6 +138,9 @@ class OptimizeResult:
     # Why the asked-for export was not written (a folder that cannot be written, nothing meeting the constraints);
     # `optimize` raises it as an `ExportFailed` once the run is recorded.
     export_error: str | None = None
+    executor: str = "local"
+    """Where the trials ran: 'local' (child processes of this one) or 'ray' (Ray tasks; the notes and each row's
+    `node` say on which nodes)."""
 
     def row(self, key: str) -> dict[str, Any]:
         for r in self.rows:
@@ -160,7 +163,7 @@ class OptimizeResult:
             "skipped_passes": self.skipped_passes, "closest": self.closest, "export_dir": self.export_dir,
             "elapsed_s": self.elapsed_s, "time_budget_s": self.time_budget_s,
             "resumed_from": self.resumed_from, "notes": self.notes, "runner_up": self.runner_up,
-            "export_error": self.export_error,
+            "export_error": self.export_error, "executor": self.executor,
         }
 
 
@@ -625,7 +628,7 @@ def optimize(
         if previous is not None:
             search.reused = _previous_rows(store, previous.id)
     run_config = {**config.to_dict(), "search_key": search_key, "workload": source,
-                  "resumed_from": previous.id if previous else None}
+                  "resumed_from": previous.id if previous else None, "executor": executor_name(search.executor)}
 
     def body(run: Any) -> OptimizeResult:
         search.run = run
@@ -660,6 +663,11 @@ def optimize(
     if result.export_error is not None:
         raise ExportFailed(result.export_error, result)
     return result
+
+
+def executor_name(executor: Executor) -> str:
+    """'local', 'ray', or the name another executor gives itself (its class's without one)."""
+    return str(getattr(executor, "name", None) or type(executor).__name__)
 
 
 class ExportFailed(OptimizeError):
@@ -814,7 +822,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         baseline=baseline, rows=rows, front=front, winner=winner, confirmation=confirmation,
         not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
         elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
-        runner_up=runner_up, export_error=export_error,
+        runner_up=runner_up, export_error=export_error, executor=executor_name(search.executor),
     )
     search.on_event("done", {"result": result})
     return result

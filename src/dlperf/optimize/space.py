@@ -100,7 +100,12 @@ def import_module(name: str) -> Any:
             raise ConfigError(f"pass module file '{name}' cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            # else the half-run module stayed cached: the next import of the file "succeeded" without its passes
+            del sys.modules[mod_name]
+            raise
         return module
     return importlib.import_module(name)
 

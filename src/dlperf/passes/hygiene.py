@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from dlperf.errors import ConfigError
 from dlperf.measure.env import check_threads, usable_cores
 from dlperf.passes._torch_call import torch_call, torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
@@ -30,6 +31,10 @@ class HygieneConfig(PassConfig):
     threads: int | None = None
 
     def __post_init__(self) -> None:
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)):
+            # an edited recipe's "16" raised TypeError from the comparison below; 2.5 set 2 threads unsaid
+            raise ConfigError(f"hygiene: threads must be a whole number >= 1 (or null: torch's default), got "
+                              f"{self.threads!r}")
         check_threads(self.threads, "hygiene: threads")
 
     def before_engine(self) -> str | None:

@@ -68,6 +68,10 @@ MIGRATIONS: list[Callable[[Connection], None]] = [_migrate_1, _migrate_2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+_GIVE_STORE = (f"Give the store your runs are in with --store PATH or ${ENV_VAR}, or record a run first (e.g. "
+               "`dlperf bench zoo:mlp`)")
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -165,23 +169,26 @@ class Store:
             raise StoreError(f"the run store '{path}' is a folder: give the store's file, e.g. "
                              f"--store {path / 'runs.db'}")
         if not create and path is not None and not path.exists():
-            raise StoreError(
-                f"no run store at '{path}': nothing has been recorded there. Give the store your runs are in with "
-                f"--store PATH or ${ENV_VAR}, or record a run first (e.g. `dlperf bench zoo:mlp`)"
-            )
+            raise StoreError(f"no run store at '{path}': nothing has been recorded there. {_GIVE_STORE}")
+        if not create and path is not None and path.stat().st_size == 0:
+            # SQLite reads an empty file as an empty database: the migration made it a store (a 44 KiB file)
+            raise StoreError(f"'{path}' is an empty file, not a run store: nothing has been recorded there. "
+                             f"{_GIVE_STORE}")
         try:
             self.engine: Engine = sa.create_engine(self.url, future=True)
-            self._migrate()
+            self._migrate(create)
         except sa.exc.SQLAlchemyError as exc:
             raise store_error(exc, self.shown_url, "cannot open the run store") from exc
         except ImportError as exc:  # the URL's database driver (psycopg, pymysql, ...) is not installed
             raise StoreError(f"cannot open the run store at {self.shown_url}: its database driver is not installed "
                              f"({exc}); pip install it, or use the default SQLite store (no --store)") from exc
 
-    def _migrate(self) -> None:
+    def _migrate(self, create: bool = True) -> None:
         if self.engine.dialect.name == "sqlite":
             if self._sqlite_current():
                 return
+            if not create:
+                self._refuse_unless_store()
             # Two commands opening a new store at once each created the tables and wrote the schema version
             # ("table runs already exists", "UNIQUE constraint failed: dlperf_meta.key"). The migration holds
             # SQLite's write lock from its first look at the tables: a second command waits (SQLite's 5 s), then
@@ -193,6 +200,19 @@ class Store:
             return
         with self.engine.begin() as conn:
             self._migrate_in(conn)
+
+    def _refuse_unless_store(self) -> None:
+        """A command that only reads runs does not turn a SQLite file without dlperf's tables into a store (an
+        older dlperf store is upgraded: it is one)."""
+        with self.engine.connect() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+        if meta_table.name in tables:
+            return
+        if tables:
+            raise StoreError(f"{self.shown_url} is a database of something else, not a dlperf run store (it has the "
+                             f"tables {', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store")
+        raise StoreError(f"'{sqlite_path(self.url)}' is an empty SQLite database, not a run store: nothing has "
+                         f"been recorded there. {_GIVE_STORE}")
 
     def _sqlite_current(self) -> bool:
         """Whether this SQLite store is a dlperf store at this dlperf's schema version (nothing to migrate)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import warnings
 from typing import Any
 
 from dlperf.compare.gate import GateResult
@@ -37,6 +38,11 @@ class PerformanceRegression(AssertionError):
         self.result = result
 
 
+class PerformanceCheckWarning(UserWarning):
+    """A caveat of a check that passed (a noisy measurement, a baseline measured on another machine or workload):
+    pytest lists it in its warnings summary, as `dlperf check` prints its warnings beside PASS."""
+
+
 def assert_no_regression(
     workload: Any,
     baseline: str,
@@ -53,8 +59,19 @@ def assert_no_regression(
 
     `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). `max_regression` is a fraction
     (0.05) or a percentage string ('5%'); a number above 1 is refused, as `dlperf check --max-regression 5` is
-    (it meant 500%, and no slowdown under 6x failed): give '500%' if you mean it. Returns the verdict.
+    (it meant 500%, and no slowdown under 6x failed): give '500%' if you mean it. Returns the verdict; a passing
+    verdict's warnings are issued as PerformanceCheckWarning (a failing one's are in the exception's message).
     """
+    __tracebackhide__ = True
+    return _check(workload, baseline, store=store, max_regression=max_regression, metric=metric,
+                  confidence=confidence, min_duration_s=min_duration_s, batch_sizes=batch_sizes, stacklevel=3)
+
+
+def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | str, metric: str,
+           confidence: float, min_duration_s: float | None, batch_sizes: tuple[int, ...] | None,
+           stacklevel: int) -> GateResult:
+    """assert_no_regression, its warnings issued `stacklevel` frames up (the test function's line)."""
+    __tracebackhide__ = True
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.store.db import ENV_VAR, Store
@@ -76,6 +93,10 @@ def assert_no_regression(
         explicit = store is not None or os.environ.get(ENV_VAR)  # else the default, which needs no --store
         raise PerformanceRegression(outcome.gate, workload=name, baseline=baseline,
                                     store_url=shlex.quote(st.shown_url) if explicit else "")
+    name = workload if isinstance(workload, str) else outcome.baseline.workload
+    for said in outcome.gate.warnings:  # a passing check kept them to itself: a noisy or cross-machine PASS
+        warnings.warn(f"dlperf check of {name} against baseline '{baseline}' passed, but: {said}",
+                      PerformanceCheckWarning, stacklevel=stacklevel)
     return outcome.gate
 
 
@@ -98,4 +119,4 @@ def _fraction(value: float | str) -> Any:
     return value  # GateConfig says what is wrong with anything else
 
 
-__all__ = ["PerformanceRegression", "assert_no_regression"]
+__all__ = ["PerformanceCheckWarning", "PerformanceRegression", "assert_no_regression"]

@@ -25,14 +25,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def dlperf_check(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """A callable like dlperf.testing.assert_no_regression, using the --dlperf-store store by default."""
-    from dlperf.testing import assert_no_regression
+    """A callable like dlperf.testing.assert_no_regression, using the --dlperf-store store by default. A passing
+    check's warnings go to pytest's warnings summary (PerformanceCheckWarning), pointing at the test's line."""
+    import inspect
+
+    from dlperf.testing import _check, assert_no_regression
 
     default_store = request.config.getoption("--dlperf-store", default=None)
+    defaults = {name: p.default for name, p in inspect.signature(assert_no_regression).parameters.items()
+                if p.kind is p.KEYWORD_ONLY}
 
     def check(workload: Any, baseline: str, **kwargs: Any) -> Any:
         __tracebackhide__ = True
+        unknown = set(kwargs) - set(defaults)
+        if unknown:  # as assert_no_regression itself would say
+            raise TypeError(f"dlperf_check() got an unexpected keyword argument '{sorted(unknown)[0]}'")
         kwargs.setdefault("store", default_store)
-        return assert_no_regression(workload, baseline, **kwargs)
+        return _check(workload, baseline, **{**defaults, **kwargs}, stacklevel=3)
 
     return check

@@ -34,6 +34,8 @@ def test_optimize_cli_json_export_and_store(tmp_path: Path, capsys: pytest.Captu
     assert main(["runs", "show", data["run_id"], "--store", store]) == 0
     shown = capsys.readouterr().out
     assert "candidates for zoo:mlp" in shown and '"candidates"' not in shown
+    # where the trials ran: rows' `node` and the notes said so for Ray, the run's record did not
+    assert data["executor"] == "local" and '"executor": "local"' in " ".join(shown.split())
     assert main(["runs", "list", "--store", store]) == 0
     listed = " ".join(capsys.readouterr().out.split())
     winner = next((c["label"] for c in data["candidates"] if c["key"] == data["winner"]), None)

@@ -12,9 +12,10 @@ import torch
 
 import dlperf
 from dlperf.errors import OptimizeError
-from dlperf.optimize.artifact import copy_artifact, read_manifest
+from dlperf.optimize.artifact import TORCH_FORMAT, copy_artifact, read_manifest, write_manifest
 from dlperf.optimize.evaluate import EvalSettings, evaluate_here
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from dlperf.workload.zoo import get
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +82,54 @@ def test_a_recipe_whose_file_is_still_there_uses_it_and_an_edited_spec_is_not_re
     file.write_text(json.dumps({**manifest, "workload": str(tmp_path / "gone" / "other.py:workload")}))
     with pytest.raises(OptimizeError, match=r"workload file '.*gone/other.py' does not exist$"):
         dlperf.load(copy / "artifacts" / "int8")
+
+
+PASS_MODULE = '''
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dlperf.passes.base import PassConfig, register
+
+
+@dataclass(frozen=True)
+class MarkConfig(PassConfig):
+    name: ClassVar[str] = "{name}"
+
+
+@register(MarkConfig)
+class Mark:
+    def applicable(self, config, state, ctx):
+        return None
+
+    def apply(self, config, state, ctx):
+        state.model.marked = "{name}"
+        return state
+'''
+
+
+def test_a_recipe_s_own_pass_module_moved_with_its_project_is_found_beside_it(tmp_path: Path) -> None:
+    """The recipe records the search's pass module files by absolute path: a project moved whole (cloned elsewhere,
+    copied into a container) failed with 'replays passes of the module /old/place/passes.py, which cannot be
+    imported here'."""
+    name = f"mark_{tmp_path.name.replace('-', '_')}"  # a pass and file no other test has imported
+    project = tmp_path / "old" / "project"
+    (project / "build").mkdir(parents=True)
+    (project / "passes.py").write_text(PASS_MODULE.replace("{name}", name))
+    torch.save(get("mlp").build_model().state_dict(), project / "build" / "weights.pt")
+    write_manifest(project / "build", {
+        "engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1, "workload": "zoo:mlp",
+        "recipe": [{"pass": name, "version": 1}], "pass_modules": [str(project / "passes.py"), "json"]})
+    copy_artifact(project / "build", project / "artifacts" / "marked", {})  # as dlperf optimize --export does
+    manifest = read_manifest(project / "artifacts" / "marked")
+    assert manifest["pass_modules"] == [str(project / "passes.py"), "json"]
+    assert manifest["pass_modules_relative"] == ["../../passes.py", None]
+    moved = tmp_path / "elsewhere" / "app"
+    moved.parent.mkdir()
+    shutil.move(project, moved)
+    loaded = dlperf.load(moved / "artifacts" / "marked")
+    assert loaded.marked == name and loaded(torch.randn(2, 64)).shape == (2, 10)
+    (moved / "passes.py").unlink()  # gone from both places: the error names both
+    with pytest.raises(OptimizeError, match=r"replays passes of the module '.*old/project/passes.py', which cannot "
+                                            r"be imported here \(.*\) \(nor is it at '.*elsewhere/app/passes.py', "
+                                            r"where it was relative to the artifact\)$"):
+        dlperf.load(moved / "artifacts" / "marked")

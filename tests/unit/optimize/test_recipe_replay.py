@@ -67,3 +67,43 @@ def test_a_recipe_s_thread_count_from_a_larger_machine_is_capped_at_this_one_s_c
     finally:
         torch.set_num_threads(before)
     assert out.shape == (2, 10)
+
+
+def _hygiene_recipe(folder: Path, threads: object) -> Path:
+    """A zoo:mlp recipe whose hygiene pass has `threads` as written in its manifest (an edited one, or exported on a
+    large machine)."""
+    folder.mkdir()
+    torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
+    write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "workload": "zoo:mlp",
+                            "recipe": [{"pass": "hygiene", "version": 1, "inference_mode": True, "threads": threads}]})
+    return folder
+
+
+def test_a_recipe_with_more_threads_than_this_machine_accepts_loads_at_its_cpus(tmp_path: Path) -> None:
+    """A recipe exported on a 128-core machine (hygiene threads=128, its physical cores) failed to load on a small
+    one: 'hygiene: threads 128 is more than 64, the most accepted on this machine ...', from the config's own check,
+    before the replay that caps them."""
+    from dlperf.measure.env import thread_limit, usable_cores
+
+    folder = _hygiene_recipe(tmp_path / "big", thread_limit() * 2)
+    before = torch.get_num_threads()
+    try:
+        out = dlperf.load(folder)(torch.randn(2, 64))
+        assert torch.get_num_threads() == usable_cores()
+    finally:
+        torch.set_num_threads(before)
+    assert out.shape == (2, 10)
+
+
+@pytest.mark.parametrize(("threads", "said"), [(0, "threads must be >= 1, got 0"),
+                                               ("16", "threads must be a whole number >= 1 (or null: torch's "
+                                                      "default), got '16'"),
+                                               (2.5, "got 2.5"), (True, "got True")])
+def test_a_recipe_with_threads_no_machine_accepts_is_refused_naming_the_artifact(tmp_path: Path, threads: object,
+                                                                                 said: str) -> None:
+    folder = _hygiene_recipe(tmp_path / "bad", threads)
+    with pytest.raises(OptimizeError) as info:
+        dlperf.load(folder)
+    assert str(info.value).startswith(f"artifact '{folder}': its recipe cannot be replayed: hygiene: ")
+    assert said in str(info.value) and str(info.value).endswith("export it again with dlperf optimize")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dlperf.errors import ConfigError, OptimizeError
@@ -174,3 +176,17 @@ def test_cost_classes_order_cheap_candidates_first() -> None:
     assert CompileConfig().relative_cost() == 1 and CompileConfig(mode="max-autotune").relative_cost() == 3
     assert PruneConfig(finetune_steps=0).relative_cost() == 0 and PruneConfig().relative_cost() == 2
     assert HygieneConfig().relative_cost() == 0
+
+
+def test_a_pass_module_file_that_failed_to_import_is_not_cached_half_run(tmp_path: Path) -> None:
+    """The failed module stayed in sys.modules: the next import of the file returned it, without its passes and
+    without an error."""
+    from dlperf.optimize.space import import_module
+
+    file = tmp_path / "broken_passes.py"
+    file.write_text("VALUE = 1\nraise RuntimeError('half-way')\n")
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="half-way"):
+            import_module(str(file))
+    file.write_text("VALUE = 2\n")
+    assert import_module(str(file)).VALUE == 2

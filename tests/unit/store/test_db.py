@@ -206,6 +206,38 @@ def test_the_cli_readers_refuse_a_missing_store(tmp_path: Path, capsys: pytest.C
     assert not path.exists()
 
 
+def test_readers_do_not_turn_an_empty_file_or_database_into_a_store(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf runs list --store empty.db` on a 0-byte file answered 'No runs' and left a 44 KiB store there."""
+    from dlperf.cli.main import main
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(StoreError, match=r"'.*empty\.db' is an empty file, not a run store.*--store PATH"):
+        Store(empty, create=False)
+    assert main(["runs", "list", "--store", str(empty)]) == 2
+    assert "is an empty file, not a run store" in capsys.readouterr().err
+    assert empty.stat().st_size == 0
+    blank = tmp_path / "blank.db"  # a SQLite database without tables
+    with sa.create_engine(f"sqlite:///{blank}").connect() as conn:
+        conn.exec_driver_sql("VACUUM")
+    size = blank.stat().st_size
+    with pytest.raises(StoreError, match=r"is an empty SQLite database, not a run store"):
+        Store(blank, create=False)
+    assert blank.stat().st_size == size and sa.inspect(sa.create_engine(f"sqlite:///{blank}")).get_table_names() == []
+    Store(empty)  # a command that records makes it a store
+    assert Store(empty, create=False).list() == []
+
+
+def test_readers_refuse_another_programs_database_without_touching_it(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with sa.create_engine(f"sqlite:///{other}").begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    with pytest.raises(StoreError, match=r"a database of something else, not a dlperf run store \(it has the tables t"):
+        Store(other, create=False)
+    assert sa.inspect(sa.create_engine(f"sqlite:///{other}")).get_table_names() == ["t"]
+
+
 def test_a_file_that_is_no_database_says_so_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     path.write_text("this is not sqlite, it is a text file\n" * 40)
