@@ -162,6 +162,25 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+DISAGREEMENT = 2.0
+"""A gain this many times its paired gain (or its inverse) says the two processes ran at different speeds."""
+
+
+def _disagreement_lines(data: dict[str, Any]) -> list[str]:
+    """A note where the gain (two processes) and the paired gain (one process) disagree by more than 2x: a baseline
+    measured while the machine was busy gave 'gain 855.52x' beside 'paired 1.01x', with no word on which to trust."""
+    rows = [r for r in data.get("candidates") or [] if r.get("status") == "ok" and r.get("gain")
+            and r.get("paired_gain")]
+    off = [r for r in rows if max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]) > DISAGREEMENT]
+    if not off:
+        return []
+    worst = max(off, key=lambda r: max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]))
+    return [f"gain and paired disagree by more than {DISAGREEMENT:g}x for {len(off)} of {len(rows)} candidates "
+            f"(e.g. {worst['label']}: {worst['gain']:.2f}x, paired {worst['paired_gain']:.2f}x): the processes they "
+            "were measured in ran at different speeds (other load on the machine while one of them measured?); the "
+            "paired column, measured in one process, is the one the search ranks by"]
+
+
 def summary_lines(data: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if data.get("metric_is_fidelity"):
@@ -183,6 +202,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
                      "search extends, orders and ranks by")
+    lines.extend(_disagreement_lines(data))
     lines.extend(selection_lines(data))
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     for key in data.get("closest") or []:

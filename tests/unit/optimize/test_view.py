@@ -147,3 +147,14 @@ def test_no_winner_says_confirmed_only_where_an_a_b_was_run() -> None:
     lines = summary_lines(data)
     assert "no winner: no candidate was confirmed better than the baseline" in lines
     assert "  best candidate's A/B: candidate vs baseline: 0.98x speed: slower" in lines
+
+
+def test_a_gain_far_from_its_paired_gain_is_called_out() -> None:
+    """A baseline measured while the machine was busy (p50 40 ms for zoo:mlp) gave 'gain 855.52x' beside 'paired
+    1.01x', with no word on which to trust."""
+    data = _data()
+    data["candidates"][1].update(gain=855.52, paired_gain=1.01)
+    (line,) = [line for line in summary_lines(data) if "disagree" in line]
+    assert "1 of 1 candidates" in line and "855.52x, paired 1.01x" in line and "ranks by" in line
+    data["candidates"][1].update(gain=1.6, paired_gain=1.01)  # within 2x: two processes' usual spread
+    assert not any("disagree" in line for line in summary_lines(data))
