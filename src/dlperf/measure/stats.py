@@ -17,6 +17,13 @@ CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
 SHORT_CALL_FACTOR = 20
 """A median under this many times its clock's overhead gets a note: the clock is then over 5% of each sample."""
 
+SLOW_START_RATIO = 2.0
+"""A timed call over this many times the later calls' median counts as slow for the slow-start check."""
+
+SLOW_START_SHARE = 0.05
+"""The slow start is reported when its calls' excess over the later calls' median is this share of the measured time
+(it moves the mean and the throughput by that much)."""
+
 
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default 'linear' method) of already sorted values."""
@@ -199,6 +206,60 @@ def percentile_upper_bound(sorted_values: list[float], q: float,
     return float(sorted_values[n - lo - 1])
 
 
+@dataclass(frozen=True)
+class SlowStart:
+    """The leading timed calls that were much slower than the later ones: a warm-up that was not over."""
+
+    calls: int
+    median_s: float
+    """The median of those first calls."""
+    later_median_s: float
+    """The median of the last half of the samples (at least 3), the reference they are compared with."""
+    time_share: float
+    """Their time above `later_median_s`, as a share of the whole measured time."""
+
+
+def slow_start(samples_ns: list[int]) -> SlowStart | None:
+    """The leading segment of calls slower than `SLOW_START_RATIO` x the later calls' median, from the first call on
+    and at least half of them slow, when it holds two calls or more and its excess time is `SLOW_START_SHARE` of
+    the total or more; else None.
+
+    A warm-up that was too short for the model (a thread pool waking up, lazy initialization, a cache being
+    filled) shows as such a segment: zoo:mlp's batch 8 on a busy 2-core VM took 10-15 ms a call for its first
+    31 timed calls and 0.04 ms after, 70% of the measured time in those 31, and its throughput read a third of
+    the model's. Noise rarely starts a measurement with a long slow run; a burst of other load that ends just
+    after the start looks the same, and is reported the same: the numbers include it either way.
+    """
+    n = len(samples_ns)
+    if n < 4:
+        return None
+    reference = _median_ns(samples_ns[n - max(3, n // 2):])
+    limit = SLOW_START_RATIO * reference
+    if samples_ns[0] <= limit:
+        return None
+    slow = calls = 0
+    for i, sample in enumerate(samples_ns[: n - 3]):
+        if sample > limit:
+            slow += 1
+            if 2 * slow >= i + 1:
+                calls = i + 1
+        elif 2 * slow < i + 1 - 8:  # far below half slow: the leading segment is over
+            break
+    if calls < 2:  # one slow first call is as likely anywhere else in the run: no sign of a warm-up
+        return None
+    head = samples_ns[:calls]
+    share = (sum(head) - calls * reference) / sum(samples_ns)
+    if share < SLOW_START_SHARE:
+        return None
+    return SlowStart(calls, _median_ns(head) / 1e9, reference / 1e9, share)
+
+
+def _median_ns(values: list[int]) -> float:
+    ordered = sorted(values)
+    k = len(ordered)
+    return (ordered[(k - 1) // 2] + ordered[k // 2]) / 2.0
+
+
 @dataclass
 class Measurement:
     """Raw per-iteration times (ns) of a call that processed `items_per_call` items each time."""
@@ -317,6 +378,28 @@ class Measurement:
             )
         return None
 
+    @property
+    def slow_start(self) -> SlowStart | None:
+        """The leading timed calls much slower than the later ones (`slow_start`), or None."""
+        cached = self.__dict__.get("_slow_start_cache")
+        if cached is None or cached[0] != len(self.samples_ns):
+            cached = (len(self.samples_ns), slow_start(self.samples_ns))
+            self.__dict__["_slow_start_cache"] = cached
+        return cached[1]
+
+    @property
+    def slow_start_note(self) -> str | None:
+        """What `slow_start` found, in words, with the warm-up that would have left it out; None when nothing."""
+        found = self.slow_start
+        if found is None:
+            return None
+        k = found.calls
+        return (f"the first {k:,} timed call{'s' if k > 1 else ''} took {found.median_s * 1e3:.3g} ms"
+                f"{' at the median' if k > 1 else ''}, {found.median_s / found.later_median_s:,.0f}x the later calls' "
+                f"{found.later_median_s * 1e3:.3g} ms, and {found.time_share:.0%} of the measured time: the warm-up "
+                "was not over (or other load eased), and the mean and throughput include "
+                f"{'them' if k > 1 else 'it'}; warm up with more than {self.warmup_iters + k:,} calls")
+
     def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
         """Bootstrap confidence interval of the median latency, in seconds."""
         return bootstrap_ci(self._sorted_s, median, confidence, resamples=500 if self.n > 2000 else 1000,
@@ -349,6 +432,8 @@ class Measurement:
             "throughput": self.throughput,
             "noise_warning": self.noise_warning,
             "stop_note": self.extra.get("stop_note"),
+            "slow_start_calls": self.slow_start.calls if self.slow_start else 0,
+            "slow_start_note": self.slow_start_note,
         }
 
     def to_dict(self) -> dict[str, Any]:

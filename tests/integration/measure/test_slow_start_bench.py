@@ -1,0 +1,47 @@
+"""A real model whose first calls are slow (lazy set-up) gets the slow-start warning from bench, and not once its
+warm-up covers them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from rich.console import Console
+
+import dlperf
+from dlperf.report.terminal import bench_report
+
+pytestmark = pytest.mark.integration
+
+
+class SlowFirstCalls(torch.nn.Module):
+    """Sleeps 5 ms in each of its first `slow` calls, as a model that builds caches or wakes threads lazily."""
+
+    def __init__(self, slow: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.slow = slow
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls <= self.slow:
+            time.sleep(0.005)
+        return self.linear(x)
+
+
+def test_bench_warns_of_a_warm_up_that_was_not_over() -> None:
+    # the check call and 5 warm-up calls take 6 of the 30 slow calls: 24 are timed
+    result = dlperf.bench(SlowFirstCalls(slow=30), (torch.randn(1, 16),), min_duration_s=0.3, warmup_iters=5)
+    summary = result.points[0].measurement.summary()
+    assert summary["slow_start_calls"] >= 20
+    assert "the warm-up was not over" in summary["slow_start_note"]
+    console = Console(width=300, record=True)
+    console.print(bench_report(result.to_dict(), {}))
+    assert f"warning: batch 1: the first {summary['slow_start_calls']} timed calls took" in console.export_text()
+
+
+def test_no_warning_once_the_warm_up_covers_the_slow_calls() -> None:
+    result = dlperf.bench(SlowFirstCalls(slow=10), (torch.randn(1, 16),), min_duration_s=0.5, warmup_iters=12)
+    assert result.points[0].measurement.summary()["slow_start_note"] is None
