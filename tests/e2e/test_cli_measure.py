@@ -115,7 +115,8 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
 @pytest.mark.parametrize(("argv", "message"), [
     (["bench", "zoo:nope"], "no zoo workload 'nope'"),
     (["bench", "zoo:mlp", "--batch-sizes", "1,x"], "--batch-sizes"),
-    (["bench", "zoo:mlp", "--scenario", "server"], "unknown scenario 'server'"),
+    (["bench", "zoo:mlp", "--scenario", "server"], "the server scenario (Poisson arrivals against a latency bound) "
+     "is measured on a served model: `dlperf serve WORKLOAD`, then `dlperf load HOST:PORT --model NAME --find-peak"),
     (["bench", "zoo:mlp", "--precision", "int4"], "unknown precision 'int4'"),
     (["bench", "zoo:mlp", "--min-iters", "0"], "--min-iters must be >= 1"),
     (["bench", "zoo:mlp", "--threads", "two"], "--threads expects an integer"),
