@@ -11,7 +11,7 @@ from typing import Any
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import check_threads
-from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
+from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, current_rss_bytes, parameter_bytes
 from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
@@ -112,6 +112,9 @@ class BenchResult:
     """The stored run's id, when it was recorded (`dlperf.bench(..., store=...)`)."""
     model_bytes_of: str = "parameters + buffers"
     """What `model_bytes` counts: an exported artifact's are its files' (`optimize.artifact.artifact_workload`)."""
+    rss_before_model_bytes: int | None = None
+    """The process's RSS just before the model was built: what each point's `peak_rss_bytes` holds besides this
+    model (Python, torch and what the caller had loaded; ~230 MiB for `dlperf bench` on CPU torch)."""
 
     def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
         kpi, value, batch = self.headline
@@ -135,6 +138,7 @@ class BenchResult:
             "workload": self.workload,
             "model_bytes": self.model_bytes,
             "model_bytes_of": self.model_bytes_of,
+            "rss_before_model_bytes": self.rss_before_model_bytes,
             "headline": headline_record(self.config, self.points),
             "points": [p.to_dict() for p in self.points],
         }
@@ -250,6 +254,7 @@ def run_bench(
     batch_sizes = sc.batch_sizes(config.batch_sizes)
     points: list[BenchPoint] = []
     with torch_threads(config.threads):
+        rss_before_model = current_rss_bytes()
         model = workload.build_model().eval()
         if any(getattr(p, "is_meta", False) for p in model.parameters()):  # .to() failed: 'Cannot copy out of meta'
             from dlperf.errors import WorkloadError
@@ -297,7 +302,8 @@ def run_bench(
             if interrupted is not None:
                 raise interrupted
     size_of = "the artifact's files" if hasattr(model, "dlperf_size_bytes") else "parameters + buffers"
-    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of)
+    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of,
+                       rss_before_model_bytes=rss_before_model)
 
 
 def _gpu_index(device: str) -> int | None:
