@@ -47,7 +47,10 @@ def test_bench_json(bench_json: dict[str, Any], store_path: Path) -> None:
             point["measurement"]["samples_ns"]) / 1e9))
         assert point["peak_rss_bytes"] > 10 * 2**20
     assert result["model_bytes"] == (64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4
-    assert result["headline"]["kpi"] == "throughput"
+    assert result["headline"]["kpi"] == "throughput" and result["headline"]["unit"] == "items/s"
+    assert 0 < result["rss_before_model_bytes"] < min(p["peak_rss_bytes"] for p in result["points"])
+    for point in result["points"]:  # the slow-start check's figures are there whether it fired or not
+        assert point["summary"]["slow_start_calls"] >= 0 and "slow_start_note" in point["summary"]
     assert bench_json["config"]["timer"]["min_iters"] == 3
     record = Store(store_path).get(bench_json["run_id"])
     assert record.status == "ok" and record.kind == "bench" and record.workload == "zoo:mlp"

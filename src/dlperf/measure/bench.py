@@ -159,10 +159,12 @@ def _headline_bound(config: BenchConfig, points: Sequence[BenchPoint]) -> float 
 
 
 def headline_record(config: BenchConfig, points: Sequence[BenchPoint]) -> dict[str, Any]:
-    """The headline as a run records it, {kpi, value, batch_size} and a latency headline's bound_99, of these
+    """The headline as a run records it, {kpi, value, unit, batch_size} and a latency headline's bound_99, of these
     points: all of a run's, or those an interrupted run measured (its record had no headline)."""
     name, value, batch = _headline(config, points)
-    headline: dict[str, Any] = {"kpi": name, "value": value, "batch_size": batch}
+    # 'throughput' named no unit in --json (the latency KPIs carry theirs in the name: p90_s)
+    headline: dict[str, Any] = {"kpi": name, "value": value, "unit": "items/s" if name == "throughput" else "s",
+                                "batch_size": batch}
     if name != "throughput":
         headline["bound_99"] = _headline_bound(config, points)
     return headline
