@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -114,7 +115,8 @@ class BenchResult:
     """What `model_bytes` counts: an exported artifact's are its files' (`optimize.artifact.artifact_workload`)."""
     rss_before_model_bytes: int | None = None
     """The process's RSS just before the model was built: what each point's `peak_rss_bytes` holds besides this
-    model (Python, torch and what the caller had loaded; ~230 MiB for `dlperf bench` on CPU torch)."""
+    model (Python, torch and what the caller had loaded; ~240 MiB for `dlperf bench` on CPU torch). In a
+    long-lived process, memory it frees after this (an earlier model's) can leave a peak below it."""
 
     def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
         kpi, value, batch = self.headline
@@ -256,6 +258,7 @@ def run_bench(
     batch_sizes = sc.batch_sizes(config.batch_sizes)
     points: list[BenchPoint] = []
     with torch_threads(config.threads):
+        gc.collect()  # in a long-lived process (a notebook, a test run) garbage freed later made the peak read low
         rss_before_model = current_rss_bytes()
         model = workload.build_model().eval()
         if any(getattr(p, "is_meta", False) for p in model.parameters()):  # .to() failed: 'Cannot copy out of meta'

@@ -182,10 +182,10 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
 
 def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """The warnings other than noise: a batch size a cap cut short of its minimums, a slow start (a warm-up that was
-    not over), other load on the machine."""
+    not over), a mean far above the median (a few slow calls hold the time), other load on the machine."""
     lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
-    lines += [f"batch {p['batch_size']}: {p['summary']['slow_start_note']}" for p in points
-              if p["summary"].get("slow_start_note")]
+    lines += [f"batch {p['batch_size']}: {p['summary'][note]}" for note in ("slow_start_note", "heavy_tail_note")
+              for p in points if p["summary"].get(note)]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:
         worst = max(contended, key=lambda p: float(p.get("other_load_percent") or 0.0))

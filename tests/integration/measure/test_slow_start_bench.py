@@ -45,3 +45,29 @@ def test_bench_warns_of_a_warm_up_that_was_not_over() -> None:
 def test_no_warning_once_the_warm_up_covers_the_slow_calls() -> None:
     result = dlperf.bench(SlowFirstCalls(slow=10), (torch.randn(1, 16),), min_duration_s=0.5, warmup_iters=12)
     assert result.points[0].measurement.summary()["slow_start_note"] is None
+
+
+class StallsEvery8th(torch.nn.Module):
+    """Sleeps 5 ms in every 8th call: one call in eight stalls, as under a thread pool that misses its wake-up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls % 8 == 0:
+            time.sleep(0.005)
+        return self.linear(x)
+
+
+def test_bench_says_when_a_few_stalled_calls_hold_the_time() -> None:
+    result = dlperf.bench(StallsEvery8th(), (torch.randn(1, 16),), min_duration_s=0.3, min_iters=80)
+    m = result.points[0].measurement
+    note = m.summary()["heavy_tail_note"]
+    assert note is not None and "took" in note and "items/s counts them, the median does not" in note
+    assert m.mean_s > 20 * m.p50_s  # the median call is fast; the mean carries the stalls
+    console = Console(width=300, record=True)
+    console.print(bench_report(result.to_dict(), {}))
+    assert f"warning: batch 1: {note}" in " ".join(console.export_text().split())

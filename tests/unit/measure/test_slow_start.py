@@ -55,3 +55,21 @@ def test_stationary_noise_is_rarely_taken_for_a_slow_start(n: int) -> None:
         samples = [int(1e6 * math.exp(rng.gauss(0.0, 0.3))) * (10 if rng.random() < 0.03 else 1) for _ in range(n)]
         flagged += slow_start(samples) is not None
     assert flagged <= 4  # 2%
+
+
+def test_a_mean_far_above_the_median_is_said_even_when_the_iqr_is_quiet() -> None:
+    # 15% of calls stalled at 12 ms among 0.04 ms ones, spread through the run: the IQR sees only fast calls
+    samples = [12_000_000 if i % 20 in (3, 11, 17) else 40_000 + 500 * (i % 3) for i in range(400)]
+    m = Measurement(samples, items_per_call=8)
+    assert m.noise_warning is None and m.slow_start is None
+    note = m.summary()["heavy_tail_note"]
+    assert note is not None and note.startswith("the mean call took ")
+    assert "60 calls over 2x the median (15% of them, up to 12 ms) took 98% of the time" in note
+    assert f"batch 8: {note}" in bench_notes([{"batch_size": 8, "summary": m.summary()}])
+
+
+def test_the_mean_after_a_slow_start_is_judged_without_it() -> None:
+    samples = [12_000_000] * 20 + [40_000 + 500 * (i % 3) for i in range(400)]
+    m = Measurement(samples)
+    assert m.slow_start is not None and m.heavy_tail_note is None  # the slow start's note says it already
+    assert Measurement([40_000 + 500 * (i % 3) for i in range(400)]).heavy_tail_note is None
