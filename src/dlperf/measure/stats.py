@@ -483,9 +483,9 @@ class Measurement:
             return None
         slow = [x for x in rest if x > HEAVY_TAIL_RATIO * mid]
         after = " after the slow start" if head else ""
-        return (f"the mean call{after} took {mean / mid:,.1f}x the median ({mean / 1e6:.3g} vs {mid / 1e6:.3g} ms): "
-                f"{len(slow):,} call{'s' if len(slow) != 1 else ''} over {HEAVY_TAIL_RATIO:g}x the median "
-                f"({len(slow) / len(rest):.0%} of them, up to {max(rest) / 1e6:.3g} ms) took {sum(slow) / total:.0%} "
+        return (f"the mean call{after} is {mean / mid:,.1f}x the median ({mean / 1e6:.3g} vs {mid / 1e6:.3g} ms): "
+                f"{len(slow):,} call{'s' if len(slow) != 1 else ''} ({len(slow) / len(rest):.0%}) over "
+                f"{HEAVY_TAIL_RATIO:g}x the median, up to {max(rest) / 1e6:.3g} ms, took {sum(slow) / total:.0%} "
                 "of the time; items/s counts them, the median does not")
 
     def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:

@@ -63,8 +63,8 @@ def test_a_mean_far_above_the_median_is_said_even_when_the_iqr_is_quiet() -> Non
     m = Measurement(samples, items_per_call=8)
     assert m.noise_warning is None and m.slow_start is None
     note = m.summary()["heavy_tail_note"]
-    assert note is not None and note.startswith("the mean call took ")
-    assert "60 calls over 2x the median (15% of them, up to 12 ms) took 98% of the time" in note
+    assert note is not None and note.startswith("the mean call is ")
+    assert "60 calls (15%) over 2x the median, up to 12 ms, took 98% of the time" in note
     assert f"batch 8: {note}" in bench_notes([{"batch_size": 8, "summary": m.summary()}])
 
 
