@@ -47,7 +47,10 @@ def test_bench_json(bench_json: dict[str, Any], store_path: Path) -> None:
             point["measurement"]["samples_ns"]) / 1e9))
         assert point["peak_rss_bytes"] > 10 * 2**20
     assert result["model_bytes"] == (64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4
-    assert result["headline"]["kpi"] == "throughput"
+    assert result["headline"]["kpi"] == "throughput" and result["headline"]["unit"] == "items/s"
+    assert result["rss_before_model_bytes"] > 10 * 2**20  # (this process ran other benches: no order to the peaks)
+    for point in result["points"]:  # the slow-start check's figures are there whether it fired or not
+        assert point["summary"]["slow_start_calls"] >= 0 and "slow_start_note" in point["summary"]
     assert bench_json["config"]["timer"]["min_iters"] == 3
     record = Store(store_path).get(bench_json["run_id"])
     assert record.status == "ok" and record.kind == "bench" and record.workload == "zoo:mlp"
@@ -115,7 +118,8 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
 @pytest.mark.parametrize(("argv", "message"), [
     (["bench", "zoo:nope"], "no zoo workload 'nope'"),
     (["bench", "zoo:mlp", "--batch-sizes", "1,x"], "--batch-sizes"),
-    (["bench", "zoo:mlp", "--scenario", "server"], "unknown scenario 'server'"),
+    (["bench", "zoo:mlp", "--scenario", "server"], "the server scenario (Poisson arrivals against a latency bound) "
+     "is measured on a served model: `dlperf serve WORKLOAD`, then `dlperf load HOST:PORT --model NAME --find-peak"),
     (["bench", "zoo:mlp", "--precision", "int4"], "unknown precision 'int4'"),
     (["bench", "zoo:mlp", "--min-iters", "0"], "--min-iters must be >= 1"),
     (["bench", "zoo:mlp", "--threads", "two"], "--threads expects an integer"),

@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated batch sizes for the offline scenario (default 1,8,32)")
     parser.add_argument("--scenario", default="offline", metavar="NAME",
                         help="single-stream (p90, batch 1), multi-stream (p99, batch 8) or offline "
-                             "(throughput over batch sizes; default)")
+                             "(throughput over batch sizes; default); MLPerf's server scenario is `dlperf serve` "
+                             "with `dlperf load --find-peak`")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--threads", default=None, metavar="N",
                         help="torch intra-op threads (default: torch's); an engine artifact's own threads")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import Any
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import check_threads
-from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
+from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, current_rss_bytes, parameter_bytes
 from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
@@ -112,6 +113,10 @@ class BenchResult:
     """The stored run's id, when it was recorded (`dlperf.bench(..., store=...)`)."""
     model_bytes_of: str = "parameters + buffers"
     """What `model_bytes` counts: an exported artifact's are its files' (`optimize.artifact.artifact_workload`)."""
+    rss_before_model_bytes: int | None = None
+    """The process's RSS just before the model was built: what each point's `peak_rss_bytes` holds besides this
+    model (Python, torch and what the caller had loaded; ~240 MiB for `dlperf bench` on CPU torch). In a
+    long-lived process, memory it frees after this (an earlier model's) can leave a peak below it."""
 
     def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
         kpi, value, batch = self.headline
@@ -135,6 +140,7 @@ class BenchResult:
             "workload": self.workload,
             "model_bytes": self.model_bytes,
             "model_bytes_of": self.model_bytes_of,
+            "rss_before_model_bytes": self.rss_before_model_bytes,
             "headline": headline_record(self.config, self.points),
             "points": [p.to_dict() for p in self.points],
         }
@@ -155,10 +161,12 @@ def _headline_bound(config: BenchConfig, points: Sequence[BenchPoint]) -> float 
 
 
 def headline_record(config: BenchConfig, points: Sequence[BenchPoint]) -> dict[str, Any]:
-    """The headline as a run records it, {kpi, value, batch_size} and a latency headline's bound_99, of these
+    """The headline as a run records it, {kpi, value, unit, batch_size} and a latency headline's bound_99, of these
     points: all of a run's, or those an interrupted run measured (its record had no headline)."""
     name, value, batch = _headline(config, points)
-    headline: dict[str, Any] = {"kpi": name, "value": value, "batch_size": batch}
+    # 'throughput' named no unit in --json (the latency KPIs carry theirs in the name: p90_s)
+    headline: dict[str, Any] = {"kpi": name, "value": value, "unit": "items/s" if name == "throughput" else "s",
+                                "batch_size": batch}
     if name != "throughput":
         headline["bound_99"] = _headline_bound(config, points)
     return headline
@@ -250,6 +258,8 @@ def run_bench(
     batch_sizes = sc.batch_sizes(config.batch_sizes)
     points: list[BenchPoint] = []
     with torch_threads(config.threads):
+        gc.collect()  # in a long-lived process (a notebook, a test run) garbage freed later made the peak read low
+        rss_before_model = current_rss_bytes()
         model = workload.build_model().eval()
         if any(getattr(p, "is_meta", False) for p in model.parameters()):  # .to() failed: 'Cannot copy out of meta'
             from dlperf.errors import WorkloadError
@@ -297,7 +307,8 @@ def run_bench(
             if interrupted is not None:
                 raise interrupted
     size_of = "the artifact's files" if hasattr(model, "dlperf_size_bytes") else "parameters + buffers"
-    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of)
+    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of,
+                       rss_before_model_bytes=rss_before_model)
 
 
 def _gpu_index(device: str) -> int | None:

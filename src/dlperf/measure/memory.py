@@ -68,6 +68,11 @@ def lifetime_peak_rss_bytes() -> int:
     return max(maxrss, _peak_before_resets)
 
 
+def current_rss_bytes() -> int:
+    """This process's resident set size now."""
+    return int(psutil.Process().memory_info().rss)
+
+
 class PeakRssSampler:
     """Context manager: `peak_rss_bytes` of this process while the block ran (`start_rss_bytes` at its start);
     `sampled` says whether a thread sampled it (no resettable high-water mark here)."""

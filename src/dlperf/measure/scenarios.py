@@ -49,6 +49,10 @@ class Scenario:
 
 def scenario(name: str, samples_per_query: int = 8) -> Scenario:
     headline = {"single-stream": "p90_s", "multi-stream": "p99_s", "offline": "throughput"}.get(name)
+    if name == "server":  # MLPerf's fourth scenario: it needs a server and an arrival process, not a timed loop
+        raise ConfigError("the server scenario (Poisson arrivals against a latency bound) is measured on a served "
+                          "model: `dlperf serve WORKLOAD`, then `dlperf load HOST:PORT --model NAME --find-peak "
+                          f"--p99-ms X` (docs/serve.md); bench's scenarios are {', '.join(SCENARIOS)}")
     if headline is None:
         raise ConfigError(f"unknown scenario '{name}': choose one of {', '.join(SCENARIOS)}")
     return Scenario(name, headline, samples_per_query if name == "multi-stream" else 1)

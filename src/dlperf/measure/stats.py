@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,17 @@ CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
 
 SHORT_CALL_FACTOR = 20
 """A median under this many times its clock's overhead gets a note: the clock is then over 5% of each sample."""
+
+HEAVY_TAIL_RATIO = 2.0
+"""A mean call over this many times the median gets a note: the throughput (from the total time) and the median then
+tell different stories, and the IQR, which looks at the middle half, may not say so."""
+
+SLOW_START_RATIO = 2.0
+"""A timed call over this many times the later calls' median counts as slow for the slow-start check."""
+
+SLOW_START_SHARE = 0.05
+"""The slow start is reported when its calls' excess over the later calls' median is this share of the measured time
+(it moves the mean and the throughput by that much)."""
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -78,6 +90,60 @@ def _bootstrap_medians(sorted_values: list[float], resamples: int, rng: random.R
             u_next = u + (1.0 - u) * rng.betavariate(1, n - k)
             out.append((lo + sorted_values[min(int(u_next * n), n - 1)]) / 2.0)
     return out
+
+
+CI_BLOCKS = 40
+"""A measurement's median CI resamples its samples in this many contiguous blocks in time order, as `dlperf compare`
+does (`compare.stats.BOOTSTRAP_BLOCKS`): calls timed close together are alike (another process's burst slows a
+stretch of them), and resampling them one by one made the interval several times too narrow for the run."""
+
+CI_MAX_POINTS = 4000
+"""Blocks are thinned to this many order statistics in all, which bounds the CI's cost at any sample count."""
+
+
+def block_bootstrap_median_ci(samples: Sequence[float], confidence: float = 0.95, resamples: int = 1000,
+                              seed: int = 0, blocks: int = CI_BLOCKS,
+                              max_points: int = CI_MAX_POINTS) -> tuple[float, float]:
+    """Percentile bootstrap CI of the median of `samples` (in the order they were taken), resampled in blocks of
+    neighbouring samples, about `blocks` of them a resample: it keeps the correlation between calls timed close
+    together, and with independent samples it is the ordinary bootstrap at block resolution (with no more samples
+    than blocks, the ordinary bootstrap). Up to `max_points` samples, blocks of n/blocks samples start anywhere
+    (circularly: a moving-block bootstrap); above it, the samples are cut into `blocks` fixed blocks, each stood for
+    by max_points/blocks of its order statistics, evenly spaced, which bounds the cost. Seeded: the same samples
+    give the same interval. It covers the noise within the run, not a drift between this run and another."""
+    import numpy as np
+
+    if len(samples) == 0:
+        raise ValueError("bootstrap of no values")
+    values = np.asarray(samples, dtype=float)
+    count = len(values)
+    rng = np.random.default_rng(seed)
+    if count <= max_points:
+        length = max(1, count // blocks)
+        per_resample = -(-count // length)
+        offsets = np.arange(length)
+
+        def resample(k: int) -> Any:
+            starts = rng.integers(0, count, size=(k, per_resample, 1))
+            return values[(starts + offsets) % count].reshape(k, -1)[:, :count]
+    else:
+        edges = np.linspace(0, count, blocks + 1).round().astype(int)
+        per = max_points // blocks
+        blocked = np.empty((blocks, per))
+        for i in range(blocks):
+            block = np.sort(values[edges[i]:edges[i + 1]])
+            blocked[i] = block[((np.arange(per) + 0.5) * len(block) / per).astype(int)]
+
+        def resample(k: int) -> Any:
+            return blocked[rng.integers(0, blocks, size=(k, blocks))].reshape(k, -1)
+    medians = np.empty(resamples)
+    chunk = max(1, 2_000_000 // min(count, max_points))
+    for first in range(0, resamples, chunk):
+        k = min(chunk, resamples - first)
+        medians[first:first + k] = np.median(resample(k), axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(medians, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
 
 
 EARLY_STOPPING_CONFIDENCE = 0.99
@@ -199,6 +265,60 @@ def percentile_upper_bound(sorted_values: list[float], q: float,
     return float(sorted_values[n - lo - 1])
 
 
+@dataclass(frozen=True)
+class SlowStart:
+    """The leading timed calls that were much slower than the later ones: a warm-up that was not over."""
+
+    calls: int
+    median_s: float
+    """The median of those first calls."""
+    later_median_s: float
+    """The median of the last half of the samples (at least 3), the reference they are compared with."""
+    time_share: float
+    """Their time above `later_median_s`, as a share of the whole measured time."""
+
+
+def slow_start(samples_ns: list[int]) -> SlowStart | None:
+    """The leading segment of calls slower than `SLOW_START_RATIO` x the later calls' median, from the first call on
+    and at least half of them slow, when it holds two calls or more and its excess time is `SLOW_START_SHARE` of
+    the total or more; else None.
+
+    A warm-up that was too short for the model (a thread pool waking up, lazy initialization, a cache being
+    filled) shows as such a segment: zoo:mlp's batch 8 on a busy 2-core VM took 10-15 ms a call for its first
+    31 timed calls and 0.04 ms after, 70% of the measured time in those 31, and its throughput read a third of
+    the model's. Noise rarely starts a measurement with a long slow run; a burst of other load that ends just
+    after the start looks the same, and is reported the same: the numbers include it either way.
+    """
+    n = len(samples_ns)
+    if n < 4:
+        return None
+    reference = _median_ns(samples_ns[n - max(3, n // 2):])
+    limit = SLOW_START_RATIO * reference
+    if samples_ns[0] <= limit:
+        return None
+    slow = calls = 0
+    for i, sample in enumerate(samples_ns[: n - 3]):
+        if sample > limit:
+            slow += 1
+            if 2 * slow >= i + 1:
+                calls = i + 1
+        elif 2 * slow < i + 1 - 8:  # far below half slow: the leading segment is over
+            break
+    if calls < 2:  # one slow first call is as likely anywhere else in the run: no sign of a warm-up
+        return None
+    head = samples_ns[:calls]
+    share = (sum(head) - calls * reference) / sum(samples_ns)
+    if share < SLOW_START_SHARE:
+        return None
+    return SlowStart(calls, _median_ns(head) / 1e9, reference / 1e9, share)
+
+
+def _median_ns(values: list[int]) -> float:
+    ordered = sorted(values)
+    k = len(ordered)
+    return (ordered[(k - 1) // 2] + ordered[k // 2]) / 2.0
+
+
 @dataclass
 class Measurement:
     """Raw per-iteration times (ns) of a call that processed `items_per_call` items each time."""
@@ -317,10 +437,64 @@ class Measurement:
             )
         return None
 
+    @property
+    def slow_start(self) -> SlowStart | None:
+        """The leading timed calls much slower than the later ones (`slow_start`), or None."""
+        cached = self.__dict__.get("_slow_start_cache")
+        if cached is None or cached[0] != len(self.samples_ns):
+            cached = (len(self.samples_ns), slow_start(self.samples_ns))
+            self.__dict__["_slow_start_cache"] = cached
+        return cached[1]
+
+    @property
+    def slow_start_note(self) -> str | None:
+        """What `slow_start` found, in words, with the warm-up that would have left it out; None when nothing."""
+        found = self.slow_start
+        if found is None:
+            return None
+        k = found.calls
+        return (f"the first {k:,} timed call{'s' if k > 1 else ''} took {found.median_s * 1e3:.3g} ms"
+                f"{' at the median' if k > 1 else ''}, {found.median_s / found.later_median_s:,.0f}x the later calls' "
+                f"{found.later_median_s * 1e3:.3g} ms, and {found.time_share:.0%} of the measured time: the warm-up "
+                "was not over (or other load eased), and the mean and throughput include "
+                f"{'them' if k > 1 else 'it'}; warm up with more than {self.warmup_iters + k:,} calls")
+
+    @property
+    def heavy_tail_note(self) -> str | None:
+        """When the calls after any slow start average over `HEAVY_TAIL_RATIO` x their median: how much of the time
+        the slow calls took, since the throughput counts them and the percentiles below p90 or so do not. The IQR
+        test misses it when fewer than a quarter of the calls are slow: zoo:mlp's batch 8, 190 calls on a busy
+        VM, had a median of 0.034 ms, a mean 57x that, and no noise warning."""
+        cached = self.__dict__.get("_heavy_tail_cache")
+        if cached is None or cached[0] != len(self.samples_ns):
+            cached = (len(self.samples_ns), self._heavy_tail_note())
+            self.__dict__["_heavy_tail_cache"] = cached
+        return cached[1]
+
+    def _heavy_tail_note(self) -> str | None:
+        head = self.slow_start.calls if self.slow_start else 0
+        rest = self.samples_ns[head:]
+        if len(rest) < 10:
+            return None
+        total = sum(rest)
+        mid = _median_ns(rest)
+        mean = total / len(rest)
+        if mid <= 0 or mean <= HEAVY_TAIL_RATIO * mid:
+            return None
+        slow = [x for x in rest if x > HEAVY_TAIL_RATIO * mid]
+        after = " after the slow start" if head else ""
+        return (f"the mean call{after} is {mean / mid:,.1f}x the median ({mean / 1e6:.3g} vs {mid / 1e6:.3g} ms): "
+                f"{len(slow):,} call{'s' if len(slow) != 1 else ''} ({len(slow) / len(rest):.0%}) over "
+                f"{HEAVY_TAIL_RATIO:g}x the median, up to {max(rest) / 1e6:.3g} ms, took {sum(slow) / total:.0%} "
+                "of the time; items/s counts them, the median does not")
+
     def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
-        """Bootstrap confidence interval of the median latency, in seconds."""
-        return bootstrap_ci(self._sorted_s, median, confidence, resamples=500 if self.n > 2000 else 1000,
-                            seed=seed)
+        """Bootstrap confidence interval of the median latency, in seconds: the samples resampled in `CI_BLOCKS`
+        contiguous blocks in the order they were taken (`block_bootstrap_median_ci`). Resampled one by one, the
+        interval of a run on a shared machine was a fifth of this one's width at the median (226 stored runs), and
+        the interval of a run's first half held its second half's median 11% of the time."""
+        lo, hi = block_bootstrap_median_ci(self.samples_ns, confidence, seed=seed)
+        return lo / 1e9, hi / 1e9
 
     @property
     def throughput(self) -> float:
@@ -349,6 +523,9 @@ class Measurement:
             "throughput": self.throughput,
             "noise_warning": self.noise_warning,
             "stop_note": self.extra.get("stop_note"),
+            "slow_start_calls": self.slow_start.calls if self.slow_start else 0,
+            "slow_start_note": self.slow_start_note,
+            "heavy_tail_note": self.heavy_tail_note,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -139,9 +139,12 @@ def fmt_ci(median_s: float, ci: Sequence[float] | None) -> str:
 
 def bench_table(result: dict[str, Any]) -> Table:
     """The KPIs per batch size, from `BenchResult.to_dict()` (live or stored)."""
+    before = result.get("rss_before_model_bytes")
+    # the peak is the process's: a 0.3 MiB model read 'RSS MiB 245.9', nearly all of it Python and torch
+    rss = f"RSS: the process's peak ({fmt_mib(before)} MiB before the model was built)" if before else "RSS: peak"
     table = Table(title=f"bench {result.get('workload', '?')}: latency in ms", title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-                  caption="p50 CI: bootstrap 95% interval of the median; RSS: peak; IQR/p50 > 10% = noisy",
+                  caption=f"p50 CI: bootstrap 95% interval of the median; {rss}; IQR/p50 > 10% = noisy",
                   caption_justify="left")
     for name in ("batch", "iters", "p50", "p90", "p99", "p50 CI", "items/s", "RSS MiB", "CPU%", "IQR/p50"):
         table.add_column(name, justify="right", no_wrap=True)
@@ -178,8 +181,11 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The warnings other than noise: a batch size a cap cut short of its minimums, other load on the machine."""
+    """The warnings other than noise: a batch size a cap cut short of its minimums, a slow start (a warm-up that was
+    not over), a mean far above the median (a few slow calls hold the time), other load on the machine."""
     lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
+    lines += [f"batch {p['batch_size']}: {p['summary'][note]}" for note in ("slow_start_note", "heavy_tail_note")
+              for p in points if p["summary"].get(note)]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:
         worst = max(contended, key=lambda p: float(p.get("other_load_percent") or 0.0))

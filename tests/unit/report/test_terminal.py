@@ -433,7 +433,7 @@ def test_runs_show_of_a_bench_run_has_its_headline_an_interrupted_one_that_of_wh
     assert ("headline: throughput 20,000 items/s at batch 8 (of the batch sizes measured before the run stopped: "
             "1, 8)") in " ".join(_text(record_view(stopped)).split())
     single = headline_record(BenchConfig(scenario="single-stream"), points[:1])
-    assert single == {"kpi": "p90_s", "value": 0.0001, "batch_size": 1, "bound_99": 0.0001}  # 50 calls >= 44
+    assert single == {"kpi": "p90_s", "value": 0.0001, "unit": "s", "batch_size": 1, "bound_99": 0.0001}  # 50 >= 44
     # the best batch size was the one the interrupt cut short: its figure is from the calls timed before it
     cut = [points[0], BenchPoint(8, Measurement([400_000] * 3, items_per_call=8,
                                                 extra={"stop_note": "interrupted after 3 timed calls"}),

@@ -1,0 +1,75 @@
+"""The slow-start check: leading timed calls much slower than the rest (a warm-up that was not over)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from dlperf.measure.stats import Measurement, slow_start
+from dlperf.report.terminal import bench_notes
+
+pytestmark = pytest.mark.unit
+
+
+def test_leading_slow_calls_are_found_with_their_share_of_the_time() -> None:
+    # zoo:mlp's batch 8 as recorded on a busy 2-core VM: 31 calls of ~12 ms, then 0.04 ms a call
+    samples = [12_000_000 + 100_000 * (i % 7) for i in range(31)] + [40_000 + 1_000 * (i % 5) for i in range(500)]
+    m = Measurement(samples, items_per_call=8, warmup_iters=5)
+    found = m.slow_start
+    assert found is not None and found.calls == 31
+    assert found.later_median_s == pytest.approx(42e-6)
+    assert found.time_share == pytest.approx((sum(samples[:31]) - 31 * 42_000) / sum(samples))
+    s = m.summary()
+    assert s["slow_start_calls"] == 31
+    assert s["slow_start_note"].startswith("the first 31 timed calls took 12.3 ms at the median")
+    assert "warm up with more than 36 calls" in s["slow_start_note"]  # the 5 warm-up calls + the 31
+    point = {"batch_size": 8, "summary": s}
+    assert bench_notes([point]) == [f"batch 8: {s['slow_start_note']}"]
+
+
+def test_a_slow_start_with_some_fast_calls_in_it_counts_to_its_last_slow_call() -> None:
+    samples = [9_000_000, 40_000, 9_000_000, 9_000_000, 40_000, 9_000_000] + [40_000] * 100
+    found = slow_start(samples)
+    assert found is not None and found.calls == 6
+
+
+@pytest.mark.parametrize("samples", [
+    [12_000_000] + [40_000] * 200,  # one slow first call: as likely anywhere in the run
+    [40_000] * 100 + [12_000_000] * 100 + [40_000] * 300,  # slow in the middle: noise, which the IQR flags
+    [12_000_000, 12_000_000] + [40_000] * 100_000,  # slow start, but under 5% of the measured time
+    [40_000] * 3,
+], ids=["one-call", "middle", "small-share", "three-samples"])
+def test_no_slow_start(samples: list[int]) -> None:
+    assert slow_start(samples) is None
+    assert Measurement(samples).summary()["slow_start_note"] is None
+
+
+@pytest.mark.parametrize("n", [10, 44, 459])
+def test_stationary_noise_is_rarely_taken_for_a_slow_start(n: int) -> None:
+    # a noisy machine's calls: lognormal spread and 3% of calls 10x slower (descheduled), in no order
+    flagged = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        samples = [int(1e6 * math.exp(rng.gauss(0.0, 0.3))) * (10 if rng.random() < 0.03 else 1) for _ in range(n)]
+        flagged += slow_start(samples) is not None
+    assert flagged <= 4  # 2%
+
+
+def test_a_mean_far_above_the_median_is_said_even_when_the_iqr_is_quiet() -> None:
+    # 15% of calls stalled at 12 ms among 0.04 ms ones, spread through the run: the IQR sees only fast calls
+    samples = [12_000_000 if i % 20 in (3, 11, 17) else 40_000 + 500 * (i % 3) for i in range(400)]
+    m = Measurement(samples, items_per_call=8)
+    assert m.noise_warning is None and m.slow_start is None
+    note = m.summary()["heavy_tail_note"]
+    assert note is not None and note.startswith("the mean call is ")
+    assert "60 calls (15%) over 2x the median, up to 12 ms, took 98% of the time" in note
+    assert f"batch 8: {note}" in bench_notes([{"batch_size": 8, "summary": m.summary()}])
+
+
+def test_the_mean_after_a_slow_start_is_judged_without_it() -> None:
+    samples = [12_000_000] * 20 + [40_000 + 500 * (i % 3) for i in range(400)]
+    m = Measurement(samples)
+    assert m.slow_start is not None and m.heavy_tail_note is None  # the slow start's note says it already
+    assert Measurement([40_000 + 500 * (i % 3) for i in range(400)]).heavy_tail_note is None
