@@ -46,13 +46,16 @@ def bench_view(rec: RunRecord) -> str:
                      f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
                      fmt(p.get("process_cpu_percent")),
                      Raw(f'<span class="warn">{esc(s["noise_warning"])}</span>') if s.get("noise_warning") else ""])
-    from dlperf.report.terminal import bench_notes
+    from dlperf.report.terminal import bench_notes, fmt_mib
 
     parts = [config_tags(rec), "<h3>Latency per call and throughput</h3>",
              html_table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
                          "noise"), rows)]
     # what else bench warned of (the noise is in its column): a batch size cut short by a cap, other load
     parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in bench_notes(points)]
+    before = rec.result.get("rss_before_model_bytes")
+    if isinstance(before, (int, float)):  # the peak is the process's: a 0.3 MiB model read 247 MiB
+        parts.append(f"<p>Peak RSS is the process's; it held {fmt_mib(before)} MiB before the model was built.</p>")
     sampled = [(p.get("batch_size"), m) for p in points if (m := sampled_seconds(p)) is not None]
     svgs = []
     for batch, (samples, _) in sampled[:3]:

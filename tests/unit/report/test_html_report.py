@@ -361,6 +361,14 @@ def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points:
     assert '<p class="warn">warning: batch 1: other processes kept 1.1 cores busy &amp; more</p>' in body
 
 
+def test_bench_view_says_what_the_process_held_before_the_model(bench_points: list[dict[str, Any]]) -> None:
+    """The peak RSS column is the process's (a 0.3 MiB model read 247 MiB): the terminal names what it held before
+    the model was built, the report did not."""
+    html = render_report([_rec("b8", "bench", {"points": bench_points, "rss_before_model_bytes": 240.5 * 2**20})])
+    assert "it held 240.5 MiB before the model was built" in html.split("raw result fields")[0]
+    assert "before the model was built" not in render_report([_rec("b7", "bench", {"points": bench_points})])
+
+
 def _step(step_s: float, samples_per_s: float) -> dict[str, Any]:
     m = Measurement([int(step_s * 1e9), int(step_s * 1.1e9), int(step_s * 0.9e9)], items_per_call=64)
     return {"workload": "mlp", "config": {"batch_size": 64, "precision": "fp32"}, "step_s": step_s,
