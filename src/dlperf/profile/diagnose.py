@@ -526,6 +526,8 @@ def _caveats(a: Analyses) -> list[str]:
                    "understate this machine (a quick calibration, or one taken while the machine was busy); run "
                    f"`dlperf calibrate --force --threads {min(t.intra_op_threads, t.usable_cores)}` (the thread "
                    "count profiled here) on an idle machine, and until then read % of peak as relative only")
+    if a.operators.ceilings_caveat is not None:  # a cached calibration's busy-machine warning, passed on
+        out.append(a.operators.ceilings_caveat)
     ratio = a.breakdown.profiling_overhead
     busy = bool(out) and out[0].startswith("the machine was busy")
     if ratio is not None and ratio >= 3.0 and (busy or ratio > PLAUSIBLE_PROFILER_COST):
