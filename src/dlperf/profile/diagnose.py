@@ -429,23 +429,52 @@ def _shared_machine(a: Analyses) -> Finding | None:
     )
 
 
+def _size(nbytes: float) -> str:
+    """Bytes as MiB, or KiB under one MiB (a step holding 16 KiB read '0 MiB')."""
+    return f"{nbytes / 2**20:,.0f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:,.0f} KiB"
+
+
 def _capacity(a: Analyses) -> list[Finding]:
     m = a.memory
     found = []
     if m.used_fraction >= CAPACITY_WARN:
-        evidence = [f"peak host memory {m.peak_rss_bytes / 2**20:.0f} MiB is {m.used_fraction:.0%} of the "
-                    f"{m.budget_bytes / 2**20:.0f} MiB budget ({m.budget_source}); headroom "
-                    f"{m.headroom_bytes / 2**20:.0f} MiB"]
-        if m.step_allocated_peak_bytes:
-            evidence.append(f"operators hold up to {m.step_allocated_peak_bytes / 2**20:.0f} MiB at once "
-                            "within a step")
-        evidence += [f"largest allocation: {x.op} {x.bytes / 2**20:.0f} MiB ({x.phase})"
-                     for x in m.largest_allocations[:2]]
+        evidence = [f"peak host memory {_size(m.peak_rss_bytes)} is {m.used_fraction:.0%} of the "
+                    f"{_size(m.budget_bytes)} budget ({m.budget_source}); headroom "
+                    f"{m.headroom_bytes / 2**20:.0f} MiB",
+                    f"of it, {_size(m.start_rss_bytes)} were in use before the model was built (Python, torch, "
+                    f"what the workload's code loaded), the model's parameters take {_size(m.model_bytes)} and "
+                    f"the step's operators hold up to {_size(m.step_allocated_peak_bytes)} at once"]
+        # the same allocation in each profiled step is one line, not one a step
+        allocations = list(dict.fromkeys(f"largest allocation: {x.op} {_size(x.bytes)} ({x.phase})"
+                                         for x in m.largest_allocations))
+        evidence += allocations[:2]
+        # What the step holds can be cut (a smaller batch, fewer activations kept); what the process held before the
+        # model was built and the weights cannot. When the step holds under half of the overrun, the memory is the
+        # process's and the model's, and no batch brings it down.
+        excess = m.peak_rss_bytes - CAPACITY_WARN * m.budget_bytes
+        setting: str | None
+        if m.step_allocated_peak_bytes >= 0.5 * excess:
+            if a.batch_size > 1:
+                fix = "lower the batch size or the activations kept"
+                setting = "--batch-size (smaller)"
+            else:
+                fix = "keep fewer activations at once (already at batch 1)"
+                setting = None
+            fix += (" (inference_mode, activation checkpointing when training, smaller dtype), or raise the budget; "
+                    "near the limit the process swaps or is killed")
+        else:
+            evidence.append(f"the step holds {_size(m.step_allocated_peak_bytes)} (batch {a.batch_size}), against a "
+                            f"peak {_size(max(0.0, excess))} over {CAPACITY_WARN:.0%} of the budget: a smaller batch "
+                            "cannot bring it down")
+            fix = ("the memory is held outside the step: raise the budget, or hold less in the process (smaller "
+                   "weights: an int8 or bf16 model, a smaller model; fewer libraries and data loaded next to it); "
+                   "near the limit the process swaps or is killed")
+            # smaller weights help only where the weights are a real part of the peak
+            setting = "dlperf optimize (int8 / precision passes)" if m.model_bytes >= 0.1 * m.peak_rss_bytes else None
         found.append(Finding(
-            category=MEMORY_CAPACITY, title="host memory is nearly exhausted", evidence=evidence,
-            fix=("lower the batch size or the activations kept (inference_mode, activation checkpointing when "
-                 "training, smaller dtype), or raise the budget; near the limit the process swaps or is killed"),
-            setting="--batch-size (smaller)", share=m.used_fraction,
+            category=MEMORY_CAPACITY,
+            title="host memory exceeds the budget" if m.used_fraction >= 1 else "host memory is nearly exhausted",
+            evidence=evidence, fix=fix, setting=setting, share=m.used_fraction,
             confidence="high" if m.used_fraction >= CAPACITY_ROOT else "medium",
             estimated_gain="avoids out-of-memory and swapping", root_cause=m.used_fraction >= CAPACITY_ROOT,
         ))
