@@ -47,6 +47,19 @@ def test_elementwise_step_is_bandwidth_bound() -> None:
     assert d.top.fixes[0].id == "compile"
 
 
+def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
+    """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
+    and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""
+    slow = [elementwise(i * 20_000.0, 19_000.0, numel=1 << 20) for i in range(5)]  # 8 MiB in 19 ms: 4% of 10 GB/s
+    d = _diagnose(trace(slow, step_us=100_000.0))
+    found = [f for f in d.findings if f.category == dg.MEMORY_BANDWIDTH]
+    assert len(found) == 1 and found[0].confidence == "low" and "far below" in found[0].title
+    assert any("not limited by it" in e for e in found[0].evidence)
+    fast = _diagnose(trace([elementwise(i * 2000.0, 1900.0) for i in range(5)]))
+    assert fast.top is not None and fast.top.title == "the step is memory-bandwidth-bound"
+    assert fast.top.confidence == "high"
+
+
 def test_many_tiny_ops_are_launch_overhead() -> None:
     d = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0))
     assert d.top is not None and d.top.category == dg.LAUNCH_OVERHEAD
