@@ -273,3 +273,22 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=8, usable=2)))
     over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
     assert any("rule of thumb" in e and "--verify measures" in e for e in over.evidence)
+
+
+def test_a_loader_with_workers_that_cannot_keep_up() -> None:
+    """2 workers, a 40 ms step waiting 30 ms: each worker takes 2 steps (80 ms) a batch. It read 'loading overlaps
+    none of it' and, taking a batch to load in 2 waits (60 ms), promised 4 workers 2.67x instead of 2x."""
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=2, pin_memory=False, prefetch_factor=2,
+                      persistent_workers=True, batch_size=16)
+    t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
+              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
+    t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
+    top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert top.fixes[0].loader_kwargs == (("num_workers", 4), ("persistent_workers", True))
+    assert "loading overlaps none of it" not in " ".join(top.evidence)
+    assert "the step computes for 10.00 ms while its 2 workers load the next batches; a batch takes about 80.00 ms " \
+           "to load (2 x the step)" in top.evidence[1]
+    assert top.estimated_speedup == pytest.approx(2.0)
