@@ -363,7 +363,7 @@ def _threads(a: Analyses) -> list[Finding]:
             category=HOST_THREADS, title="torch uses more threads than there are cores",
             evidence=[f"{t.intra_op_threads} intra-op threads on {t.usable_cores} usable cores "
                       f"({f:.1f}x oversubscribed); every parallel operator waits for threads that cannot run",
-                      f"{t.busy_threads} threads of this process were busy; together they kept "
+                      f"{_busy(t.busy_threads)}; {'it' if t.busy_threads == 1 else 'together they'} kept "
                       f"{t.process_busy_cores:.1f} cores busy",
                       f"the {share:.0%} it explains is a rule of thumb (15% of the step per extra multiple of the "
                       "cores), not a measurement: --verify measures the fix"],
@@ -382,7 +382,7 @@ def _threads(a: Analyses) -> list[Finding]:
             category=HOST_THREADS, title="another thread of this process competes with the step",
             evidence=[f"other Python threads of this process used {t.other_python_threads_busy_cores:.1f} of "
                       f"{t.usable_cores} cores while the step ran; they share the GIL and the cores with it",
-                      f"{t.busy_threads} threads of this process were busy"],
+                      _busy(t.busy_threads)],
             fix="move the background work to another process, or pause it while the model runs",
             share=share, confidence="medium", estimated_speedup=_speedup(share, 10.0),
             root_cause=t.other_python_threads_busy_cores >= 0.5,
@@ -551,6 +551,11 @@ ABOVE_CEILING = 1.1
 
 def _cores(n: int, what: str = "core") -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _busy(threads: int) -> str:
+    """'1 thread of this process was busy' ('1 threads of this process were busy' was printed)."""
+    return f"{_cores(threads, 'thread')} of this process {'was' if threads == 1 else 'were'} busy"
 
 
 def _caveats(a: Analyses) -> list[str]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dlperf.profile import diagnose as dg
@@ -273,6 +275,11 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=8, usable=2)))
     over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
     assert any("rule of thumb" in e and "--verify measures" in e for e in over.evidence)
+    assert "8 threads of this process were busy; together they kept 1.9 cores busy" in over.evidence
+    one = dataclasses.replace(threads(intra=16, usable=2, process_pct=90.0), busy_threads=1)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
+    assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
 def test_a_loader_with_workers_that_cannot_keep_up() -> None:
