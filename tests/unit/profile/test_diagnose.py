@@ -218,6 +218,11 @@ def test_overhead_in_a_step_of_few_operators_is_a_per_call_finding() -> None:
     assert not any("it does not grow with the batch" in e for e in d.top.evidence)
     assert any("--verify measures a 4x batch" in e for e in d.top.evidence)
     assert [f.id for f in d.top.fixes] == ["batch", "compile"]
+    # in training --verify never measures a larger batch (choose_fixes skips it): the evidence does not promise it
+    train = _diagnose(trace(ops, mode=TRAIN))
+    assert train.top is not None and [f.id for f in train.top.fixes] == ["compile"]
+    assert not any("--verify measures a 4x batch" in e for e in train.top.evidence)
+    assert any("`dlperf train --batch-size N`" in e for e in train.top.evidence)
 
 
 def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
