@@ -304,3 +304,29 @@ def test_a_loader_with_workers_that_cannot_keep_up() -> None:
     assert "the step computes for 10.00 ms while its 2 workers load the next batches; a batch takes about 80.00 ms " \
            "to load (2 x the step)" in top.evidence[1]
     assert top.estimated_speedup == pytest.approx(2.0)
+
+
+def test_compute_near_the_peak_measures_only_cheaper_arithmetic_against_its_own_estimate() -> None:
+    """resnet18 at 1 thread, mkldnn_convolution at 67% of peak: the estimate was int8's (2.94x) while --verify measured
+    channels_last and torch.compile, which leave the arithmetic as it is, and marked the finding contradicted."""
+    from tests.unit.profile.builders import FakeCeilings
+
+    near = [gemm(i * 2000.0, 1700.0, step=0) for i in range(5)]  # 134 MFLOP in 1.7 ms: 79% of 100 GFLOP/s
+    with_bf16 = FakeCeilings({"fp32": 100e9, "bf16": 300e9, "int8": 400e9}, 10e9)
+    top = dg.diagnose(dg.analyze_all(trace(near), with_bf16)).top
+    assert top is not None and top.category == dg.COMPUTE_BOUND and "near the machine's peak" in top.fix
+    assert [f.id for f in top.fixes] == ["bf16"]
+    assert top.estimated_speedup == pytest.approx(1 / ((1 - top.share) + top.share / 3.0))  # bf16's ratio
+    assert "bf16's ceiling is 3.0x fp32's here" in top.fix and "int8's ceiling is 4.0x fp32's here" in top.fix
+    no_bf16 = _diagnose(trace(near)).top  # fp32 and int8 only: nothing dlperf applies itself; int8's estimate
+    assert no_bf16 is not None and no_bf16.fixes == []
+    assert no_bf16.estimated_speedup == pytest.approx(1 / ((1 - no_bf16.share) + no_bf16.share / 4.0))
+
+
+def test_a_one_thread_step_on_a_busy_machine_is_held_to_one_core() -> None:
+    """'this process ran 1 threads but got only 0.7 of 2 cores' (a 1-thread step can use 1 core)."""
+    one = dataclasses.replace(threads(intra=1, usable=2, process_pct=50.0, system_pct=95.0), busy_threads=1)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    shared = next(f for f in d.findings if f.title == dg.SHARED_MACHINE)
+    assert shared.evidence[0] == ("other processes kept 1.4 cores busy; this process ran 1 thread but got only 0.5 of "
+                                  "1 core")
