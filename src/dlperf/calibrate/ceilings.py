@@ -94,10 +94,11 @@ def ceilings_caveat(ceilings: Any, figure: str = "% of peak") -> str | None:
     if not warnings:
         return None
     get = ceilings.get if isinstance(ceilings, dict) else lambda name: getattr(ceilings, name, None)
-    when, threads = get("measured_at"), get("threads")
+    when, threads, device = get("measured_at"), get("threads"), get("device")
     # each warning's cause, without its own advice (said once below, with the thread count the cache is keyed by)
     causes = "; ".join(_ADVICE.split(w, maxsplit=1)[0] for w in warnings)
-    again = "`dlperf calibrate --force" + (f" --threads {threads}" if threads else "") + "`"
+    again = ("`dlperf calibrate --force" + (f" --device {device}" if device and device != "cpu" else "")
+             + (f" --threads {threads}" if threads else "") + "`")
     return (f"the ceilings behind {figure}{f' (measured at {when})' if when else ''} were recorded with a warning, "
             f"so they are likely underestimates and {figure} likely overstated: {causes}; run {again} on an idle "
             "machine before trusting it")

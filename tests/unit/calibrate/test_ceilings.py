@@ -205,4 +205,6 @@ def test_a_cached_busy_warning_becomes_a_caveat_for_the_figures_held_to_it(cache
            "calibrate --force --threads 2` on an idle machine" in said
     assert said.count("dlperf calibrate") == 1
     assert ceilings_caveat(Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "t", 2)) is None
+    gpu = ceilings_caveat(Ceilings("cuda:0", key, {"fp32": 1e13}, 1e12, "t", 2, details={"warnings": [busy]}))
+    assert gpu is not None and "`dlperf calibrate --force --device cuda:0 --threads 2`" in gpu
     assert ceilings_caveat(object()) is None  # hand-made ceilings carry no details
