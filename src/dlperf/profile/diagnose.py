@@ -388,6 +388,9 @@ def _threads(a: Analyses) -> list[Finding]:
             confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
             root_cause=f >= 2, fixes=[threads_fix(t.usable_cores)],
         ))
+    under = _undersubscribed(a)
+    if under is not None:
+        found.append(under)
     shared = _shared_machine(a)
     if shared is not None:
         found.append(shared)
@@ -403,6 +406,45 @@ def _threads(a: Analyses) -> list[Finding]:
             root_cause=t.other_python_threads_busy_cores >= 0.5,
         ))
     return found
+
+
+THREAD_SCALING = 0.8
+"""Rule of thumb for operators torch splits across its intra-op threads: each added thread gives 80% of a core."""
+
+
+def _undersubscribed(a: Analyses) -> Finding | None:
+    """Fewer intra-op threads than the cores other processes leave free, with the step's time in the operators torch
+    splits across them (compute- and memory-bound ones). `--threads 1`, OMP_NUM_THREADS=1 in a container or a
+    set_num_threads(1) in the workload's code left a core idle, and the profile said nothing: the ceilings are
+    calibrated at the profiled thread count, so % of peak looked fine."""
+    t = a.threads
+    free = t.usable_cores - round(t.other_busy_cores)
+    if t.intra_op_threads >= free:
+        return None
+    parallel = a.operators.share_by_bound.get(COMPUTE, 0.0) + a.operators.share_by_bound.get(BANDWIDTH, 0.0)
+    if parallel < MIN_SHARE:
+        return None
+    factor = 1.0 + THREAD_SCALING * (free / t.intra_op_threads - 1.0)
+    share = parallel * (1.0 - 1.0 / factor)
+    if share < MIN_SHARE:
+        return None
+    fix = threads_fix(free)
+    return Finding(
+        category=HOST_THREADS, title="torch uses fewer threads than there are free cores",
+        evidence=[f"{_cores(t.intra_op_threads, 'intra-op thread')} on {_cores(t.usable_cores, 'usable core')}, "
+                  f"{free} of them free of other processes",
+                  f"{parallel:.0%} of the step is in compute- and memory-bound operators, which torch splits across "
+                  "its intra-op threads",
+                  f"the {share:.0%} it explains is a rule of thumb ({THREAD_SCALING:.0%} of a core per added thread), "
+                  "not a measurement: --verify measures the fix",
+                  f"% of peak in the roofline is of the {_cores(t.intra_op_threads, 'thread')} profiled (the "
+                  "ceilings are calibrated at the profiled thread count), not of this machine"],
+        fix=(f"raise the intra-op threads to {free} (torch.set_num_threads; look for OMP_NUM_THREADS or "
+             "MKL_NUM_THREADS in the environment and set_num_threads calls in the code); leave cores for "
+             "data-loading workers when training"),
+        setting=fix.setting, share=share, confidence="medium", estimated_speedup=_speedup(parallel, factor),
+        fixes=[fix],
+    )
 
 
 def _shared_machine(a: Analyses) -> Finding | None:

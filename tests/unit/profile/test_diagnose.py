@@ -330,3 +330,20 @@ def test_a_one_thread_step_on_a_busy_machine_is_held_to_one_core() -> None:
     shared = next(f for f in d.findings if f.title == dg.SHARED_MACHINE)
     assert shared.evidence[0] == ("other processes kept 1.4 cores busy; this process ran 1 thread but got only 0.5 of "
                                   "1 core")
+
+
+def test_fewer_threads_than_free_cores_is_a_finding_with_a_threads_fix() -> None:
+    """`dlperf profile zoo:resnet18 --threads 1` on 2 idle cores: mkldnn_convolution, 75% of the step, ran at 67% of the
+    1-thread peak, and nothing said a core stayed idle (the ceilings are the profiled thread count's)."""
+    one = threads(intra=1, usable=2, process_pct=95.0, system_pct=47.5)  # nothing else busy
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    under = next(f for f in d.findings if f.title == "torch uses fewer threads than there are free cores")
+    assert under.category == dg.HOST_THREADS and under.setting == "--threads 2 (torch.set_num_threads)"
+    assert [f.id for f in under.fixes] == ["threads"] and under.fixes[0].threads == 2
+    assert under.estimated_speedup == pytest.approx(1 / (0.1 + 0.9 / 1.8))
+    assert under.share == pytest.approx(0.9 * (1 - 1 / 1.8))
+    assert any("rule of thumb" in e for e in under.evidence)
+    # not when the threads match the cores, nor when other processes hold the other core
+    assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)])).findings)
+    busy = threads(intra=1, usable=2, process_pct=95.0, system_pct=95.0)  # 0.95 cores busy elsewhere
+    assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)], thread_info=busy)).findings)
