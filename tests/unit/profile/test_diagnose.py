@@ -347,3 +347,34 @@ def test_fewer_threads_than_free_cores_is_a_finding_with_a_threads_fix() -> None
     assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)])).findings)
     busy = threads(intra=1, usable=2, process_pct=95.0, system_pct=95.0)  # 0.95 cores busy elsewhere
     assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)], thread_info=busy)).findings)
+
+
+def _loader_trace(profiled_wait_s: float, unprofiled_step_s: float, unprofiled_wait_s: float) -> object:
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=0, pin_memory=False, prefetch_factor=None,
+                      persistent_workers=False, batch_size=16)
+    t = trace([gemm(5000, 4000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
+              phase_us={"data": profiled_wait_s * 1e6, "forward": 10_000 - profiled_wait_s * 1e6},
+              unprofiled_s=unprofiled_step_s)
+    t.steps = [replace(s, data_wait_s=profiled_wait_s) for s in t.steps]
+    t.unprofiled_data_wait_s = [unprofiled_wait_s] * 3
+    return t
+
+
+def test_the_input_pipeline_share_is_the_unprofiled_steps_when_the_profiler_inflated_the_compute() -> None:
+    """slow_input on a busy machine: the unprofiled step waited ~87 of its 93 ms, the profiled one 87 of 168 ms, and
+    the finding said 52% with 'the step computes for 81.31 ms', its estimate taken from that compute."""
+    d = _diagnose(_loader_trace(0.003, 0.005, 0.0045))  # profiled: 3 of 10 ms; unprofiled: 4.5 of 5 ms
+    top = d.top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert top.share == pytest.approx(0.9) and top.confidence == "high"
+    assert top.evidence[0].startswith("30% of each training step waits")  # the breakdown's number, as before
+    assert "without the profiler it waits 4.50 ms of a 5.00 ms step (90%)" in top.evidence[2]
+    assert top.estimated_speedup == pytest.approx(5.0 / 2.25)  # 2 workers: max(0.5 compute, 4.5 / 2)
+    # a wait the profiled steps hid below the minimum share is found
+    hidden = _diagnose(_loader_trace(0.0015, 0.005, 0.003)).findings
+    assert [f.share for f in hidden if f.category == dg.INPUT_PIPELINE] == [pytest.approx(0.6)]
+    # close figures: the profiled steps' (one number in the finding, the breakdown and the loader line)
+    same = next(f for f in _diagnose(_loader_trace(0.005, 0.010, 0.0055)).findings if f.category == dg.INPUT_PIPELINE)
+    assert same.share == pytest.approx(0.5) and not any("without the profiler" in e for e in same.evidence)
