@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,40 @@ class Ceilings:
     def peak_flops(self, dtype: str = "fp32") -> float | None:
         """FLOP/s for `dtype`, or None when that dtype was not measured on this machine."""
         return self.gemm_flops.get(dtype)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the measurement said of itself (a busy machine, a GEMM run at a reduced size, other load during a
+        measurement): kept in the cache, so every figure computed against these ceilings later can pass it on."""
+        return ceiling_warnings(self)
+
+
+def ceiling_warnings(ceilings: Any) -> list[str]:
+    """The warnings recorded with `ceilings` (a Ceilings, its `to_dict()`, or any object with `details`); [] when
+    none were recorded or the object carries no details (hand-made ceilings)."""
+    details = ceilings.get("details") if isinstance(ceilings, dict) else getattr(ceilings, "details", None)
+    found = details.get("warnings") if isinstance(details, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []
+
+
+def ceilings_caveat(ceilings: Any, figure: str = "% of peak") -> str | None:
+    """One line for wherever a figure computed against `ceilings` (MFU, % of peak) is shown, when the ceilings were
+    recorded with a warning: they are likely underestimates, so the figure is likely overstated. None otherwise."""
+    warnings = ceiling_warnings(ceilings)
+    if not warnings:
+        return None
+    get = ceilings.get if isinstance(ceilings, dict) else lambda name: getattr(ceilings, name, None)
+    when, threads, device = get("measured_at"), get("threads"), get("device")
+    # each warning's cause, without its own advice (said once below, with the thread count the cache is keyed by)
+    causes = "; ".join(_ADVICE.split(w, maxsplit=1)[0] for w in warnings)
+    again = ("`dlperf calibrate --force" + (f" --device {device}" if device and device != "cpu" else "")
+             + (f" --threads {threads}" if threads else "") + "`")
+    return (f"the ceilings behind {figure}{f' (measured at {when})' if when else ''} were recorded with a warning, "
+            f"so they are likely underestimates and {figure} likely overstated: {causes}; run {again} on an idle "
+            "machine before trusting it")
+
+
+_ADVICE = re.compile(r": (?=these ceilings|this ceiling|a slow or busy machine)")
 
 
 def cache_dir() -> Path:

@@ -310,9 +310,15 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
                     step()
                 progress("timing the step without the profiler")
                 cpu_before = _thread_cpu_s()
+                waits: list[float] = []
+
+                def timed_step() -> None:  # keeps each unprofiled step's wait for its batch (training)
+                    step()
+                    waits.append(step.last_data_wait_s)
+
                 with UtilizationSampler(interval_s=0.05) as util:
                     measurement = time_callable(
-                        step,
+                        timed_step,
                         TimerConfig(warmup_iters=0, min_iters=max(3, config.steps),
                                     min_duration_s=config.unprofiled_min_duration_s, max_duration_s=20.0),
                         label=f"{workload.name} unprofiled step",
@@ -334,6 +340,8 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
             trace = _profile_steps(step, config)
         finally:
             step.close()
+    if config.mode == TRAIN:  # the timer's samples are the calls after its warm-up, if it has one: the last ones
+        trace.unprofiled_data_wait_s = waits[len(waits) - len(measurement.samples_s):]
     return trace, step, measurement, util, rss, busy_threads, other_python_busy, intra
 
 

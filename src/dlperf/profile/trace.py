@@ -164,6 +164,9 @@ class ProfileTrace:
     loader: LoaderInfo | None = None
     unprofiled_step_s: list[float] = field(default_factory=list)
     """Per-step wall times of the same step measured without the profiler."""
+    unprofiled_data_wait_s: list[float] = field(default_factory=list)
+    """Per-step waits for the next batch in those unprofiled steps (training; empty for inference or an older
+    trace)."""
     notes: list[str] = field(default_factory=list)
     cache_bytes: int | None = None
     """The cache an operator's data may stay in between operators: on CUDA the device's L2 (an H100's is
@@ -203,6 +206,7 @@ class ProfileTrace:
             "kernel_events": len(self.kernels),
             "profiled_step_s": self.step_wall_s,
             "unprofiled_step_s": self.unprofiled_step_s,
+            "unprofiled_data_wait_s": self.unprofiled_data_wait_s,
             "memory": {k: v for k, v in dataclasses.asdict(self.memory).items() if k != "timeline"},
             "threads": dataclasses.asdict(self.threads),
             "loader": dataclasses.asdict(self.loader) if self.loader else None,

@@ -173,7 +173,9 @@ def _operators(op: dict[str, Any], n: int = 8) -> RenderableType:
     # the title is a line of its own, as wide as the console: as the table's title it wrapped at the table's width
     title = Text(f"Top operators by {timed_by}, on this machine's roofline: fp32 peak "
                  f"{op['peak_flops'].get('fp32', 0) / 1e9:.0f} GFLOP/s, {op['bandwidth_bytes_s'] / 1e9:.1f} GB/s, "
-                 f"ridge {op['ridge_intensity']:.1f} FLOP/B", style="table.title")
+                 f"ridge {op['ridge_intensity']:.1f} FLOP/B"
+                 + (" (recorded with a warning: see the caveat above)" if op.get("ceilings_caveat") else ""),
+                 style="table.title")
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1))
     t.add_column("operator", no_wrap=True, max_width=26)
     for col in ("kernels" if timed_by == "kernel time" else "self", "share", "FLOP/B", "achieved"):

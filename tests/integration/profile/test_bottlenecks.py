@@ -130,3 +130,4 @@ def test_memory_pressure_against_a_budget() -> None:
     assert report.analyses.memory.used_fraction >= 0.9
     assert report.analyses.memory.budget_source == "--memory-budget"
     assert report.analyses.memory.step_allocated_peak_bytes >= 256 * 2**20
+    assert top.setting == "--batch-size (smaller)"  # the step's intermediate is the overrun: a batch of 1 halves it

@@ -20,6 +20,9 @@ def test_training_step_capture_has_every_phase() -> None:
     trace = capture(load_workload("zoo:mlp"), CaptureConfig(mode="train", steps=2, warmup_steps=1,
                                                            unprofiled_min_duration_s=0.1))
     assert len(trace.steps) == 2 and len(trace.unprofiled_step_s) >= 3
+    # each unprofiled step's wait for its batch, one per timed step (the input-pipeline finding's other figure)
+    assert len(trace.unprofiled_data_wait_s) == len(trace.unprofiled_step_s)
+    assert all(0 < w < s for w, s in zip(trace.unprofiled_data_wait_s, trace.unprofiled_step_s, strict=True))
     for step in trace.steps:
         assert {"data", "h2d", "forward", "backward", "optimizer"} <= set(step.phase_us)
         assert step.data_wait_s > 0 and step.wall_s > step.data_wait_s

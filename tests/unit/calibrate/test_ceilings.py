@@ -179,3 +179,32 @@ def test_a_gemm_measured_below_its_full_size_is_warned_of(monkeypatch: pytest.Mo
     assert len(warnings) == 1
     assert warnings[0].startswith(f"the fp32 GEMM ran at 1024x1024 instead of {kernels.FULL_GEMM_N}x"
                                   f"{kernels.FULL_GEMM_N}") and "dlperf calibrate --force" in warnings[0]
+
+
+def test_a_cached_busy_warning_becomes_a_caveat_for_the_figures_held_to_it(cache: Path) -> None:
+    """The warning calibrate recorded stays in the cache; `ceilings_caveat` passes it on to whatever shows a figure
+    computed against those ceilings (MFU, % of peak), from the Ceilings or its stored dict, without its own advice
+    repeated: one command to run, at the thread count the cache is keyed by."""
+    from dlperf.calibrate.ceilings import ceilings_caveat, write_cache
+
+    busy = ("the machine is busy (load average 2.2 on 2 cores): these ceilings are likely underestimates; run "
+            "`dlperf calibrate --force` again when it is idle")
+    smaller = ("the bf16 GEMM ran at 1024x1024 instead of 2048x2048 (a 256x256 probe was too slow for the full size): "
+               "a slow or busy machine; if it was busy, this ceiling is an underestimate: run `dlperf calibrate "
+               "--force` when it is idle")
+    key = machine_key("cpu")
+    write_cache(Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "2026-12-05T08:16:58+00:00", 2,
+                         details={"warnings": [busy, smaller]}))
+    cached = read_cache(key, quick=False)
+    assert cached is not None and cached.warnings == [busy, smaller]
+    said = ceilings_caveat(cached, "MFU")
+    assert said == ceilings_caveat(cached.to_dict(), "MFU")
+    assert said is not None and said.startswith("the ceilings behind MFU (measured at 2026-12-05T08:16:58+00:00)")
+    assert "MFU likely overstated: the machine is busy (load average 2.2 on 2 cores); the bf16 GEMM ran at " \
+           "1024x1024 instead of 2048x2048 (a 256x256 probe was too slow for the full size); run `dlperf " \
+           "calibrate --force --threads 2` on an idle machine" in said
+    assert said.count("dlperf calibrate") == 1
+    assert ceilings_caveat(Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "t", 2)) is None
+    gpu = ceilings_caveat(Ceilings("cuda:0", key, {"fp32": 1e13}, 1e12, "t", 2, details={"warnings": [busy]}))
+    assert gpu is not None and "`dlperf calibrate --force --device cuda:0 --threads 2`" in gpu
+    assert ceilings_caveat(object()) is None  # hand-made ceilings carry no details

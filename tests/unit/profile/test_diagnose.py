@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dlperf.profile import diagnose as dg
@@ -45,6 +47,19 @@ def test_elementwise_step_is_bandwidth_bound() -> None:
     d = _diagnose(trace([elementwise(i * 2000.0, 1900.0) for i in range(5)]))
     assert d.top is not None and d.top.category == dg.MEMORY_BANDWIDTH
     assert d.top.fixes[0].id == "compile"
+
+
+def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
+    """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
+    and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""
+    slow = [elementwise(i * 20_000.0, 19_000.0, numel=1 << 20) for i in range(5)]  # 8 MiB in 19 ms: 4% of 10 GB/s
+    d = _diagnose(trace(slow, step_us=100_000.0))
+    found = [f for f in d.findings if f.category == dg.MEMORY_BANDWIDTH]
+    assert len(found) == 1 and found[0].confidence == "low" and "far below" in found[0].title
+    assert any("not limited by it" in e for e in found[0].evidence)
+    fast = _diagnose(trace([elementwise(i * 2000.0, 1900.0) for i in range(5)]))
+    assert fast.top is not None and fast.top.title == "the step is memory-bandwidth-bound"
+    assert fast.top.confidence == "high"
 
 
 def test_many_tiny_ops_are_launch_overhead() -> None:
@@ -203,6 +218,11 @@ def test_overhead_in_a_step_of_few_operators_is_a_per_call_finding() -> None:
     assert not any("it does not grow with the batch" in e for e in d.top.evidence)
     assert any("--verify measures a 4x batch" in e for e in d.top.evidence)
     assert [f.id for f in d.top.fixes] == ["batch", "compile"]
+    # in training --verify never measures a larger batch (choose_fixes skips it): the evidence does not promise it
+    train = _diagnose(trace(ops, mode=TRAIN))
+    assert train.top is not None and [f.id for f in train.top.fixes] == ["compile"]
+    assert not any("--verify measures a 4x batch" in e for e in train.top.evidence)
+    assert any("`dlperf train --batch-size N`" in e for e in train.top.evidence)
 
 
 def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
@@ -260,3 +280,101 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=8, usable=2)))
     over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
     assert any("rule of thumb" in e and "--verify measures" in e for e in over.evidence)
+    assert "8 threads of this process were busy; together they kept 1.9 cores busy" in over.evidence
+    one = dataclasses.replace(threads(intra=16, usable=2, process_pct=90.0), busy_threads=1)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
+    assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
+
+
+def test_a_loader_with_workers_that_cannot_keep_up() -> None:
+    """2 workers, a 40 ms step waiting 30 ms: each worker takes 2 steps (80 ms) a batch. It read 'loading overlaps
+    none of it' and, taking a batch to load in 2 waits (60 ms), promised 4 workers 2.67x instead of 2x."""
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=2, pin_memory=False, prefetch_factor=2,
+                      persistent_workers=True, batch_size=16)
+    t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
+              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
+    t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
+    top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert top.fixes[0].loader_kwargs == (("num_workers", 4), ("persistent_workers", True))
+    assert "loading overlaps none of it" not in " ".join(top.evidence)
+    assert "the step computes for 10.00 ms while its 2 workers load the next batches; a batch takes about 80.00 ms " \
+           "to load (2 x the step)" in top.evidence[1]
+    assert top.estimated_speedup == pytest.approx(2.0)
+
+
+def test_compute_near_the_peak_measures_only_cheaper_arithmetic_against_its_own_estimate() -> None:
+    """resnet18 at 1 thread, mkldnn_convolution at 67% of peak: the estimate was int8's (2.94x) while --verify measured
+    channels_last and torch.compile, which leave the arithmetic as it is, and marked the finding contradicted."""
+    from tests.unit.profile.builders import FakeCeilings
+
+    near = [gemm(i * 2000.0, 1700.0, step=0) for i in range(5)]  # 134 MFLOP in 1.7 ms: 79% of 100 GFLOP/s
+    with_bf16 = FakeCeilings({"fp32": 100e9, "bf16": 300e9, "int8": 400e9}, 10e9)
+    top = dg.diagnose(dg.analyze_all(trace(near), with_bf16)).top
+    assert top is not None and top.category == dg.COMPUTE_BOUND and "near the machine's peak" in top.fix
+    assert [f.id for f in top.fixes] == ["bf16"]
+    assert top.estimated_speedup == pytest.approx(1 / ((1 - top.share) + top.share / 3.0))  # bf16's ratio
+    assert "bf16's ceiling is 3.0x fp32's here" in top.fix and "int8's ceiling is 4.0x fp32's here" in top.fix
+    no_bf16 = _diagnose(trace(near)).top  # fp32 and int8 only: nothing dlperf applies itself; int8's estimate
+    assert no_bf16 is not None and no_bf16.fixes == []
+    assert no_bf16.estimated_speedup == pytest.approx(1 / ((1 - no_bf16.share) + no_bf16.share / 4.0))
+
+
+def test_a_one_thread_step_on_a_busy_machine_is_held_to_one_core() -> None:
+    """'this process ran 1 threads but got only 0.7 of 2 cores' (a 1-thread step can use 1 core)."""
+    one = dataclasses.replace(threads(intra=1, usable=2, process_pct=50.0, system_pct=95.0), busy_threads=1)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    shared = next(f for f in d.findings if f.title == dg.SHARED_MACHINE)
+    assert shared.evidence[0] == ("other processes kept 1.4 cores busy; this process ran 1 thread but got only 0.5 of "
+                                  "1 core")
+
+
+def test_fewer_threads_than_free_cores_is_a_finding_with_a_threads_fix() -> None:
+    """`dlperf profile zoo:resnet18 --threads 1` on 2 idle cores: mkldnn_convolution, 75% of the step, ran at 67% of the
+    1-thread peak, and nothing said a core stayed idle (the ceilings are the profiled thread count's)."""
+    one = threads(intra=1, usable=2, process_pct=95.0, system_pct=47.5)  # nothing else busy
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=one))
+    under = next(f for f in d.findings if f.title == "torch uses fewer threads than there are free cores")
+    assert under.category == dg.HOST_THREADS and under.setting == "--threads 2 (torch.set_num_threads)"
+    assert [f.id for f in under.fixes] == ["threads"] and under.fixes[0].threads == 2
+    assert under.estimated_speedup == pytest.approx(1 / (0.1 + 0.9 / 1.8))
+    assert under.share == pytest.approx(0.9 * (1 - 1 / 1.8))
+    assert any("rule of thumb" in e for e in under.evidence)
+    # not when the threads match the cores, nor when other processes hold the other core
+    assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)])).findings)
+    busy = threads(intra=1, usable=2, process_pct=95.0, system_pct=95.0)  # 0.95 cores busy elsewhere
+    assert not any("fewer threads" in f.title for f in _diagnose(trace([gemm(0, 9000)], thread_info=busy)).findings)
+
+
+def _loader_trace(profiled_wait_s: float, unprofiled_step_s: float, unprofiled_wait_s: float) -> object:
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=0, pin_memory=False, prefetch_factor=None,
+                      persistent_workers=False, batch_size=16)
+    t = trace([gemm(5000, 4000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
+              phase_us={"data": profiled_wait_s * 1e6, "forward": 10_000 - profiled_wait_s * 1e6},
+              unprofiled_s=unprofiled_step_s)
+    t.steps = [replace(s, data_wait_s=profiled_wait_s) for s in t.steps]
+    t.unprofiled_data_wait_s = [unprofiled_wait_s] * 3
+    return t
+
+
+def test_the_input_pipeline_share_is_the_unprofiled_steps_when_the_profiler_inflated_the_compute() -> None:
+    """slow_input on a busy machine: the unprofiled step waited ~87 of its 93 ms, the profiled one 87 of 168 ms, and
+    the finding said 52% with 'the step computes for 81.31 ms', its estimate taken from that compute."""
+    d = _diagnose(_loader_trace(0.003, 0.005, 0.0045))  # profiled: 3 of 10 ms; unprofiled: 4.5 of 5 ms
+    top = d.top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert top.share == pytest.approx(0.9) and top.confidence == "high"
+    assert top.evidence[0].startswith("30% of each training step waits")  # the breakdown's number, as before
+    assert "without the profiler it waits 4.50 ms of a 5.00 ms step (90%)" in top.evidence[2]
+    assert top.estimated_speedup == pytest.approx(5.0 / 2.25)  # 2 workers: max(0.5 compute, 4.5 / 2)
+    # a wait the profiled steps hid below the minimum share is found
+    hidden = _diagnose(_loader_trace(0.0015, 0.005, 0.003)).findings
+    assert [f.share for f in hidden if f.category == dg.INPUT_PIPELINE] == [pytest.approx(0.6)]
+    # close figures: the profiled steps' (one number in the finding, the breakdown and the loader line)
+    same = next(f for f in _diagnose(_loader_trace(0.005, 0.010, 0.0055)).findings if f.category == dg.INPUT_PIPELINE)
+    assert same.share == pytest.approx(0.5) and not any("without the profiler" in e for e in same.evidence)

@@ -130,3 +130,23 @@ def test_memory_capacity_says_how_much_of_the_budget_is_in_use() -> None:
     data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
     text = _render(data)
     assert "of the memory budget in use" in text and "explains 2" not in text
+
+
+def test_a_fix_measured_far_faster_than_estimated_ranks_its_finding_first() -> None:
+    """A generator-fed training step: the per-call overhead finding (91%, medium) had torch.compile measured 0.27x,
+    the busy-machine finding (23%, medium) had 1 thread measured 6.78x (CI 3.19-14.42x); re-ranked by the estimated
+    shares, the contradicted finding stayed first and the verdict named it."""
+    overhead = _finding(dg.LAUNCH_OVERHEAD, "the step is dominated by its fixed per-call cost", 3.14, "medium",
+                        share=0.91)
+    shared = _finding(dg.HOST_THREADS, dg.SHARED_MACHINE, 1.13, "medium", share=0.23)
+    d = dg.Diagnosis([overhead, shared], dg.verdict_of(overhead))
+    reconcile(d, [_result(overhead, 0.27, (0.19, 0.39), SLOWER, "compile"),
+                  _result(shared, 6.78, (3.19, 14.42), FASTER)])
+    assert d.findings[0] is shared and shared.confidence == "high"
+    assert shared.share == pytest.approx(1 - 1 / 3.19)
+    assert shared.evidence[-1].endswith("; so it explains at least 69% of the step, not the 23% estimated")
+    assert d.verdict == f"{dg.HOST_THREADS}: {dg.SHARED_MACHINE} (69% of the step)"
+    # a measured gain that implies less than the estimate leaves the share alone
+    fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11, share=0.6)
+    reconcile(dg.Diagnosis([fast], "v"), [_result(fast, 1.3, (1.1, 1.5), FASTER)])
+    assert fast.share == 0.6 and "so it explains" not in fast.evidence[-1]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlperf.errors import ProfileError
+from dlperf.measure.stats import median
 from dlperf.profile.analyzers import breakdown
 from dlperf.profile.trace import TRAIN, ProfileTrace
 
@@ -28,6 +29,9 @@ class LoaderAnalysis:
     suggested: dict[str, Any] = field(default_factory=dict)
     """DataLoader keyword arguments worth trying (empty when the settings look right)."""
     notes: list[str] = field(default_factory=list)
+    unprofiled_wait_share: float | None = None
+    """Median wait over median step of the steps timed without the profiler; None when not recorded. The profiler
+    (and a busy machine during the profiled steps) inflates the compute and so understates the wait's share."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +56,9 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
     step = b.step_s
     compute = max(0.0, step - wait)
     info = trace.loader
+    unprofiled_share = None
+    if trace.unprofiled_data_wait_s and trace.unprofiled_step_s:
+        unprofiled_share = min(1.0, median(trace.unprofiled_data_wait_s) / max(median(trace.unprofiled_step_s), 1e-12))
     suggested: dict[str, Any] = {}
     notes: list[str] = []
     cuda = trace.device.startswith("cuda")
@@ -59,7 +66,7 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         name = info.type_name if info else "unknown"
         notes.append(f"the loader is a {name}, not a torch DataLoader: its settings cannot be read or changed")
         return LoaderAnalysis(wait, step, wait / step if step else 0.0, compute, False, None, None, None, None,
-                              suggested, notes)
+                              suggested, notes, unprofiled_share)
     if step > 0 and wait / step >= 0.1:
         suggested["num_workers"] = suggested_workers(trace.threads.usable_cores, info.num_workers)
         suggested["persistent_workers"] = True
@@ -73,5 +80,5 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         data_wait_s=wait, step_s=step, wait_share=wait / step if step else 0.0, compute_s=compute,
         is_dataloader=True, num_workers=info.num_workers, pin_memory=info.pin_memory,
         prefetch_factor=info.prefetch_factor, persistent_workers=info.persistent_workers,
-        suggested=suggested, notes=notes,
+        suggested=suggested, notes=notes, unprofiled_wait_share=unprofiled_share,
     )

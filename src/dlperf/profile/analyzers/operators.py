@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from dlperf.calibrate.ceilings import ceilings_caveat
 from dlperf.errors import ProfileError
 from dlperf.measure.stats import median
 from dlperf.profile.analyzers.launch import TINY_KERNEL_US, TINY_OP_US
@@ -103,6 +104,9 @@ class OperatorAnalysis:
     """Share of the step's self time by bound category."""
     timed_by: str = "self time"
     """What an operator's time is: its host self time, or on CUDA the time of the kernels it launched."""
+    ceilings_caveat: str | None = None
+    """Why the ceilings, and so every % of peak, are not to be trusted: the warning their calibration recorded (a
+    busy machine) and a cached ceiling carries to every later profile; None when they recorded none."""
 
     def top(self, n: int = 10) -> list[OperatorStat]:
         return self.operators[:n]
@@ -124,6 +128,7 @@ class OperatorAnalysis:
             "ridge_intensity": self.ridge_intensity,
             "share_by_bound": self.share_by_bound,
             "timed_by": self.timed_by,
+            "ceilings_caveat": self.ceilings_caveat,
         }
 
 
@@ -241,4 +246,4 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
         shares[s.bound] = shares.get(s.bound, 0.0) + s.share
     return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
                             bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
-                           timed_by="kernel time" if cuda else "self time")
+                           timed_by="kernel time" if cuda else "self time", ceilings_caveat=ceilings_caveat(ceilings))
