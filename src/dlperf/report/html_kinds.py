@@ -150,9 +150,14 @@ ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framewo
 def profile_view(rec: RunRecord) -> str:
     r = rec.result
     analyses = r.get("analyses") if isinstance(r.get("analyses"), Mapping) else r
+    from dlperf.report.profile_view import VERIFICATION_LABEL
+
     parts = []
     if r.get("verdict"):
         parts.append(f'<p class="verdict">{esc(r["verdict"])}</p>')
+    # as `dlperf profile` prints them: a busy machine, ceilings recorded with a warning (the report showed % of
+    # peak with no word of either)
+    caveats = [c for c in r.get("caveats") or [] if isinstance(c, str)]
     svgs = []
     breakdown = analyses.get("breakdown") if isinstance(analyses, Mapping) else None
     if isinstance(breakdown, Mapping):
@@ -179,20 +184,51 @@ def profile_view(rec: RunRecord) -> str:
                   o.get("bound"), fmt_pct(o.get("pct_of_peak"), sign=False)] for o in ops]))
     if not svgs and not parts:
         raise ValueError("no breakdown or operators")
-    parts.insert(1 if r.get("verdict") else 0, plot_row(*svgs))  # the verdict first, as `dlperf profile` prints it
+    # the verdict and its caveats first, as `dlperf profile` prints them
+    parts[1 if r.get("verdict") else 0:1 if r.get("verdict") else 0] = [
+        *(f'<p class="warn">caveat: {esc(c)}</p>' for c in caveats), plot_row(*svgs)]
     findings = [f for f in r.get("findings", []) if isinstance(f, Mapping)]
     if findings:
         entries: list[str] = []
         for f in findings[:8]:
             raw_evidence = f.get("evidence")
+            # every line: the last is often --verify's measurement, which the first three cut off
             evidence: list[Any] = raw_evidence if isinstance(raw_evidence, list) else []
             share = f" ({fmt_pct(f.get('share'), sign=False)} of the step)" if isinstance(f.get("share"), float) else ""
-            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)} "
+            checked = f.get("verification")
+            label = (f' <span class="{"warn" if checked == "contradicted" else "muted"}">'
+                     f"· {esc(VERIFICATION_LABEL.get(checked, checked))}</span>" if isinstance(checked, str) else "")
+            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)}{label} "
                          f"{esc(f.get('summary') or '')}"
-                         + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence[:3])
+                         + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence)
                          + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "") + "</li>")
         parts.append("<h3>Findings</h3><ol>" + "".join(entries) + "</ol>")
+    parts.append(_verified_fixes(r.get("verify")))
     return "".join(parts)
+
+
+def _verified_fixes(rows: Any) -> str:
+    """`--verify`'s table, as `dlperf profile` prints it (the report left it out: a finding whose fix was measured
+    slower than estimated showed its estimate alone)."""
+    if not isinstance(rows, list):
+        return ""
+    if not rows:
+        return '<p class="warn">--verify: no finding has a fix dlperf can apply itself</p>'
+
+    def speed(x: Any) -> str:
+        return f"{x:.2f}x" if isinstance(x, (int, float)) else "-"
+
+    table = []
+    for v in (v for v in rows if isinstance(v, Mapping)):
+        ci = v.get("speedup_ci")
+        verdict = v.get("error") or v.get("verdict") or "-"
+        if v.get("outcome") == "contradicted":
+            verdict = f"{verdict}: the estimate did not hold"
+        table.append([(v.get("fix") or {}).get("label", "-"), v.get("category", "-"), speed(v.get("estimated_speedup")),
+                      speed(v.get("speedup")), f"{ci[0]:.2f}-{ci[1]:.2f}x" if isinstance(ci, list) and len(ci) == 2
+                      else "-", verdict, f"{float(v.get('setup_s') or 0.0):.1f} s"])
+    return ("<h3>Verified fixes: interleaved A/B against the profiled step</h3>"
+            + html_table(("fix", "for", "finding's estimate", "measured", "95% CI", "verdict", "setup"), table))
 
 
 def _roofline(ops_data: Mapping[str, Any]) -> str:
@@ -221,7 +257,9 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
         series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
                              color="#ff7f0e", labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step"
                                                       for o in ops]))
-    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True), "Roofline")
+    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True),
+                 "Roofline" + (" (ceilings recorded with a warning: see the caveat above)"
+                               if ops_data.get("ceilings_caveat") else ""))
 
 
 # --- train ----------------------------------------------------------------------------------------

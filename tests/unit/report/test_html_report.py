@@ -442,6 +442,29 @@ def test_a_profile_s_verdict_comes_before_its_plots() -> None:
     assert html.index('<p class="verdict">framework/launch overhead') < html.index('<svg class="plot"')
 
 
+def test_a_profile_report_has_the_caveats_every_evidence_line_and_the_verified_fixes() -> None:
+    """The report dropped the caveats (a busy machine, ceilings recorded with a warning), cut each finding's
+    evidence to three lines (the fourth was --verify's measurement) and left out the verified-fixes table: a
+    finding whose fix measured slower than its estimate showed the estimate alone."""
+    evidence = ["one", "two", "three", "--verify: measured 0.80x against an estimated 2.00x"]
+    result = {"verdict": "input pipeline: 60% of the step",
+              "caveats": ["the ceilings were calibrated while the machine was busy"],
+              "analyses": {"breakdown": {"step_s": 0.01, "forward_s": 0.004, "data_wait_s": 0.006},
+                           "operators": {"operators": [], "peak_flops": {"fp32": 1e11}, "bandwidth_bytes_s": 2e10,
+                                         "ceilings_caveat": "the ceilings were calibrated while the machine was busy"}},
+              "findings": [{"title": "input pipeline", "summary": "waits", "evidence": evidence,
+                            "verification": "contradicted", "category": "input_pipeline"}],
+              "verify": [{"fix": {"label": "workers=2"}, "category": "input_pipeline", "estimated_speedup": 2.0,
+                          "speedup": 0.8, "speedup_ci": [0.7, 0.9], "verdict": "slower", "outcome": "contradicted",
+                          "setup_s": 1.5}]}
+    html = render_report([_rec("p4", "profile", result)]).split('id="run-p4"', 1)[1].split("raw result fields")[0]
+    assert html.index('<p class="verdict">') < html.index("caveat: the ceilings were calibrated") < html.index("<svg")
+    assert "--verify: measured 0.80x against an estimated 2.00x" in html
+    assert "estimate not confirmed by --verify" in html
+    assert "Verified fixes" in html and "slower: the estimate did not hold" in html and "0.70-0.90x" in html
+    assert "Roofline (ceilings recorded with a warning" in html
+
+
 def test_the_comparison_overlays_no_more_runs_than_it_has_colours(bench_points: list[dict[str, Any]]) -> None:
     runs = [_rec(f"m{i:02d}", "bench", {"points": bench_points}, created=f"2026-11-29T10:{i:02d}:00")
             for i in range(14)]
