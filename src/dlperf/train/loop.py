@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -238,6 +239,7 @@ class TrainLoop:
             if problem is not None:
                 raise TrainError(f"workload '{workload.name}': {problem}")
         self._iter: Iterator[Any] | None = None
+        self._paused_pids: list[int] = []
         self._batches_read = 0
         self.steps_done = 0
         self.last_step_samples = 0
@@ -380,11 +382,45 @@ class TrainLoop:
         result: torch.Tensor = total_loss / accumulation
         return result
 
+    def pause_loader(self) -> None:
+        """Stop the loader's worker processes (SIGSTOP) until `resume_loader`; nothing without workers.
+
+        For an A/B of two loops in one process: the idle side's workers would otherwise go on loading while the
+        other side is timed, taking CPU from it, and fill their prefetch queue (num_workers x prefetch_factor
+        batches), which the idle side's next block then trains on without waiting. A loader-bound candidate
+        with 2 workers and prefetch_factor 8 measured 25x its baseline that way, where each alone ran 2.1x.
+        Paused, each side starts a block with its loader as its previous block left it.
+        """
+        import signal
+
+        stop = getattr(signal, "SIGSTOP", None)
+        if stop is None:  # Windows: no way to stop a process; the comparison keeps the bias described above
+            return
+        workers = getattr(self._iter, "_workers", None) or []
+        for worker in workers:
+            pid = getattr(worker, "pid", None)
+            if pid is None or pid in self._paused_pids or not worker.is_alive():
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, stop)
+                self._paused_pids.append(pid)
+
+    def resume_loader(self) -> None:
+        """Continue the worker processes `pause_loader` stopped (those still running)."""
+        import signal
+
+        pids, self._paused_pids = self._paused_pids, []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def close(self) -> None:
         """Stop the loader's workers now rather than at garbage collection.
 
-        A DataLoader with persistent workers keeps its iterator (and so its worker processes) on itself.
+        A DataLoader with persistent workers keeps its iterator (and so its worker processes) on itself. Paused
+        workers are resumed first: a stopped process would not act on the shutdown until killed.
         """
+        self.resume_loader()
         iterators = [self._iter, getattr(self.loader, "_iterator", None)]
         self._iter = None
         for it in iterators:

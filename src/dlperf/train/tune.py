@@ -226,6 +226,8 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
     Several steps per call make a sample a throughput over a short window: with loader workers, steps are
     bursty (most find a batch ready, some wait for one), and the median of single steps would miss the waits.
+    While one side runs, the other's loader workers are paused (`TrainLoop.pause_loader`): left running, they
+    filled their prefetch queue during the other side's block and took CPU from it.
     """
     items = a.config.effective_batch_size * steps_per_call
     if a.config.effective_batch_size != b.config.effective_batch_size:
@@ -242,7 +244,19 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
         return run
 
-    ab = ab_test(calls(a, trained[0]), calls(b, trained[1]), config, clock_for(a.config.device), items_per_call=items)
+    def switch_to(running: TrainLoop, idle: TrainLoop) -> Callable[[], None]:
+        def before() -> None:  # the idle side's loader workers neither load nor take CPU while the other is timed
+            idle.pause_loader()
+            running.resume_loader()
+
+        return before
+
+    try:
+        ab = ab_test(calls(a, trained[0]), calls(b, trained[1]), config, clock_for(a.config.device),
+                     items_per_call=items, before_a=switch_to(a, b), before_b=switch_to(b, a))
+    finally:
+        a.resume_loader()
+        b.resume_loader()
     return ab, (sum(trained[0][config.warmup_iters:]), sum(trained[1][config.warmup_iters:]))
 
 
