@@ -199,6 +199,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
         parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))
+    if result.get("parity_blind"):
+        parts.append(Text(f"note: loss parity: {result['parity_blind']}\n", style="yellow"))
     # the headline's samples/s are the final A/B's; these tables come from a separate full measurement each, whose
     # own figure can differ by tens of percent on a busy machine: each title says so, with its figure
     # each full measurement with what it said of itself: its memory, MFU, findings and notes (a loss gone nan

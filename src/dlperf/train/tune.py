@@ -25,7 +25,14 @@ from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement, median
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
 from dlperf.train.loop import StepConfig, TrainLoop, has_conv
-from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
+from dlperf.train.parity import (
+    ParityConfig,
+    ParityResult,
+    blind_reason,
+    compare_losses,
+    frozen_curve,
+    loss_curve,
+)
 from dlperf.train.step import TrainMeasurement, measure_loop
 from dlperf.workload.base import Workload, error_text
 
@@ -132,6 +139,8 @@ class TuneResult:
     epoch with a shorter batch); None with no final A/B."""
     final_samples_per_s: tuple[float, float] | None = None
     """Baseline's and best's samples/s from the final A/B's paired blocks (`paired_rates`); None with none."""
+    parity_blind: str | None = None
+    """Why loss parity could not tell a candidate that stops training (`parity.blind_reason`); None when it can."""
 
     @property
     def speedup(self) -> float:
@@ -171,6 +180,7 @@ class TuneResult:
             "baseline_samples_per_s": self.baseline_samples_per_s,
             "best_samples_per_s": self.best_samples_per_s,
             "disturbed": self.disturbed,
+            "parity_blind": self.parity_blind,
             "settings": [s.to_dict() for s in self.settings],
             "trials": [t.to_dict() for t in self.trials],
             "baseline_measurement": self.baseline_measurement.to_dict(),
@@ -292,6 +302,7 @@ class Tuner:
         self.best = baseline
         self.baseline_measurement: TrainMeasurement | None = None
         self.best_measurement: TrainMeasurement | None = None
+        self.parity_blind: str | None = None
 
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -302,6 +313,9 @@ class Tuner:
         parity_config = self.config.parity
         self.on_event(f"baseline loss curve ({parity_config.steps} steps)")
         baseline_losses = self._baseline_losses()
+        self.on_event("a model that does not train: is loss parity able to tell?")
+        frozen = frozen_curve(self.workload, self.baseline, parity_config)
+        self.parity_blind = blind_reason(baseline_losses, frozen, parity_config.rtol, parity_config.atol)
         best = self.baseline
         best_loop = TrainLoop(self.workload, best)
         try:
@@ -430,7 +444,8 @@ class Tuner:
             base_loop.close()
         self.baseline_measurement = base_m
         if best == self.baseline:
-            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [])
+            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
+                              parity_blind=self.parity_blind)
         self.on_event("measuring the best configuration")
         try:
             best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
@@ -448,7 +463,8 @@ class Tuner:
             fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
                           code_settings(self.baseline, best, self.trials), final_samples,
-                          paired_rates(final, final_samples, self.config.final_ab.block_statistic))
+                          paired_rates(final, final_samples, self.config.final_ab.block_statistic),
+                          self.parity_blind)
 
 
 def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | None = None,
