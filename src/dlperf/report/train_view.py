@@ -279,7 +279,13 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
                 f"(step {fmt_ms(result['single_step_s'])} ms)\n")
     text.append(f"  {result['nproc']} processes {fmt_count(result['samples_per_s'])} samples/s "
                 f"(step {fmt_ms(result['step_s'])} ms)\n")
-    text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}\n", style="bold")
+    text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}", style="bold")
+    compute, comm = result.get("compute_scaling"), result.get("communication_scaling")
+    if compute is not None and comm is not None:  # efficiency = compute x communication (the same per-process batch)
+        text.append(f": compute {compute:.0%} (the no-sync step, {fmt_ms(result['nosync_step_s'])} ms per rank, "
+                    f"against {fmt_ms(result['single']['nosync_step_s'])} ms on 1 process) x communication "
+                    f"{comm:.0%} (the rest: the all-reduce and DDP's work with other ranks)")
+    text.append("\n")
     text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
                 f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "
                 f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")

@@ -6,7 +6,9 @@ each rank running this module's `main`. Every rank measures (1) normal DDP steps
 DDP's size. Then: scaling efficiency = samples/s on N / (N x samples/s on 1); exposed communication =
 step time - no-sync step time (its share of the step is what communication costs); overlap = the part of
 the standalone all-reduce that is hidden behind backward. Each rank trains on its own loader (weak
-scaling: the per-process batch stays the user's); the slowest rank's median step time counts.
+scaling: the per-process batch stays the user's); the slowest rank's median step time counts. The efficiency
+is the product of compute scaling (no-sync step on 1 process / on N: the ranks slowing each other's compute) and
+what is left, the all-reduce and DDP's work with other ranks.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ STOP_GRACE_S = 5.0
 EXPOSED_OVER_ALLREDUCE = 1.5
 """Exposed communication above this multiple of the standalone all-reduce is mostly not the all-reduce."""
 FIRST_BUCKET_MB = 1.0
+CONTENDED_COMPUTE = 0.8
+"""The ranks' no-sync step this much slower than the 1-process step (its inverse) is named as contention."""
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
 
 
@@ -114,6 +118,27 @@ class DdpResult:
         return self.multi.samples_per_s / (self.multi.world_size * self.single.samples_per_s)
 
     @property
+    def compute_scaling(self) -> float | None:
+        """The 1-process no-sync step over the N ranks' no-sync step (compute only, same batch and threads); None
+        with one process. Below 1 the ranks slow each other's compute down (shared cores, memory bandwidth, loader
+        workers); above 1 the machine changed between the two launches.
+
+        With the per-process batch the same, efficiency = 1-process step / N-process step = this x
+        `communication_scaling` (what is left: the all-reduce and DDP's work with other ranks).
+        """
+        if self.multi.world_size < 2 or self.multi.nosync_step_s <= 0:
+            return None
+        return self.single.nosync_step_s / self.multi.nosync_step_s
+
+    @property
+    def communication_scaling(self) -> float | None:
+        """Scaling efficiency over `compute_scaling`: what the all-reduce and DDP's work with other ranks leave."""
+        compute, efficiency = self.compute_scaling, self.scaling_efficiency
+        if compute is None or efficiency is None or compute <= 0:
+            return None
+        return efficiency / compute
+
+    @property
     def exposed_comm_s(self) -> float:
         """DDP step minus no-sync step. One process has no other rank to all-reduce with: 0, whatever the two
         separately measured medians differ by."""
@@ -145,6 +170,7 @@ class DdpResult:
             "single_samples_per_s": self.single.samples_per_s, "single_step_s": self.single.step_s,
             "samples_per_s": self.multi.samples_per_s, "step_s": self.multi.step_s,
             "nosync_step_s": self.multi.nosync_step_s, "scaling_efficiency": self.scaling_efficiency,
+            "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
             "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
             "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
@@ -160,12 +186,28 @@ def expected_buckets(gradient_bytes: int, bucket_cap_mb: float) -> int:
     return 1 + math.ceil((gradient_bytes - first) / (bucket_cap_mb * 2**20))
 
 
-def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
+def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int = 0) -> list[str]:
     out = []
     n = result.multi.world_size
-    if not device.startswith("cuda") and n * result.threads_per_process > cpus:
-        out.append(f"{n} processes x {result.threads_per_process} threads on {cpus} usable CPUs: ranks compete "
-                   "for cores, so the efficiency measures this machine, not DDP")
+    busy = result.threads_per_process + loader_workers  # each rank's DataLoader workers are processes too
+    if not device.startswith("cuda") and n > 1 and n * busy > cpus:
+        workers = f" and {loader_workers} loader worker{'s' if loader_workers > 1 else ''}" if loader_workers else ""
+        out.append(f"{n} processes x {result.threads_per_process} thread{'s' if result.threads_per_process > 1 else ''}"
+                   f"{workers} on {cpus} usable CPUs: ranks compete for cores, so the efficiency measures this "
+                   "machine, not DDP")
+    compute, comm = result.compute_scaling, result.communication_scaling
+    alone_n, alone_1 = result.multi.nosync_step_s * 1e3, result.single.nosync_step_s * 1e3
+    if compute is not None and comm is not None and compute < CONTENDED_COMPUTE:
+        blame = "more than communication does" if compute < comm else "though less than communication does"
+        out.append(f"the ranks slow each other down: their compute alone (the no-sync step, {alone_n:.3g} ms) takes "
+                   f"{1 / compute:.2f}x what it takes on 1 process ({alone_1:.3g} ms) at the same batch and threads, "
+                   f"which costs the efficiency {blame} ({compute:.0%} against {comm:.0%}); they share cores, caches "
+                   "and memory bandwidth, which communication tuning would not fix")
+    elif compute is not None and compute > 1 / CONTENDED_COMPUTE:
+        out.append(f"the ranks' compute alone (the no-sync step, {alone_n:.3g} ms) ran {compute:.2f}x as fast as on 1 "
+                   f"process ({alone_1:.3g} ms) at the same batch and threads: the machine was busier while the "
+                   "1-process launch ran (the two run one after the other), so the efficiency is off by about as "
+                   "much; repeat on a quieter machine")
     if result.multi.buckets == 1 and n > 1:
         out.append(f"all {result.multi.gradient_bytes / 2**20:.2f} MiB of gradients fit one bucket: the all-reduce "
                    "starts only after the whole backward, so nothing overlaps; lower bucket_cap_mb to overlap")
@@ -221,7 +263,7 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
     multi = launch(workload_spec, config, ddp, ddp.nproc, threads) if ddp.nproc > 1 else single
     name = workload_spec
     result = DdpResult(name, ddp.backend_for(config.device), threads, ddp.bucket_cap_mb, single, multi)
-    result.findings = findings_for(result, usable_cores(), config.device)
+    result.findings = findings_for(result, usable_cores(), config.device, config.num_workers)
     return result
 
 
