@@ -462,8 +462,22 @@ def apply_checkpointing(model: nn.Module) -> int:
         def forward(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
             return checkpoint(_original, *args, use_reentrant=False, **kwargs)
 
+        forward.dlperf_checkpointed = True  # type: ignore[attr-defined]  # for checkpointing_off
         child.forward = forward
     return len(children)
+
+
+@contextlib.contextmanager
+def checkpointing_off(model: nn.Module) -> Iterator[int]:
+    """Run the children `apply_checkpointing` wrapped with their own forward (no recomputation in backward) for
+    the duration; yields how many were wrapped."""
+    wrapped = [c for c in model.children() if getattr(c.__dict__.get("forward"), "dlperf_checkpointed", False)]
+    forwards = [c.__dict__.pop("forward") for c in wrapped]  # the class's forward shows through again
+    try:
+        yield len(wrapped)
+    finally:
+        for child, forward in zip(wrapped, forwards, strict=True):
+            child.forward = forward
 
 
 def checkpointed_children(model: nn.Module) -> list[nn.Module]:
