@@ -235,7 +235,7 @@ class TrainLoop:
             torch.manual_seed(seed)
             self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
                                           **config.loader_kwargs())
-            problem = loader_problem(self.loader)
+            problem = loader_problem(self.loader) or ignored_loader_kwargs(self.loader, config.loader_kwargs())
             if problem is not None:
                 raise TrainError(f"workload '{workload.name}': {problem}")
         self._iter: Iterator[Any] | None = None
@@ -429,6 +429,26 @@ class TrainLoop:
                 shutdown()
         if getattr(self.loader, "_iterator", None) is not None:
             self.loader._iterator = None
+
+
+def ignored_loader_kwargs(loader: Any, asked: dict[str, Any]) -> str | None:
+    """What is wrong when make_loader returned a DataLoader without the keyword arguments it was given, or None.
+
+    --num-workers and the tuner's loader knobs act only through them: a factory that dropped them trained with no
+    workers while the header said '2 workers', and the tuner timed num_workers=2 against itself, which a noisy A/B
+    could accept and advise.
+    """
+    from torch.utils.data import DataLoader
+
+    if not isinstance(loader, DataLoader):
+        return None
+    ignored = {k: getattr(loader, k, v) for k, v in asked.items() if getattr(loader, k, v) != v}
+    if not ignored:
+        return None
+    given = ", ".join(f"{k}={asked[k]!r}" for k in ignored)
+    got = ", ".join(f"{k}={v!r}" for k, v in ignored.items())
+    return (f"its make_loader was given {given}, but its DataLoader has {got}: pass make_loader's keyword "
+            "arguments on (DataLoader(..., **dataloader_kwargs)); --num-workers and the loader knobs act through them")
 
 
 def batch_length(target: Any, inputs: Any, default: int) -> int:
