@@ -99,8 +99,8 @@ class TrainMeasurement:
         share = self.breakdown_share()
         out = []
         if share["data"] >= INPUT_BOUND_SHARE:
-            out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; more DataLoader "
-                       "workers or prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)")
+            out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; "
+                       + _input_bound_advice(self.config))
         if share["h2d"] >= INPUT_BOUND_SHARE:
             out.append(f"copy-bound: {share['h2d']:.0%} of the step copies batches to the device; pin_memory=True "
                        "with non_blocking copies overlaps them")
@@ -129,6 +129,24 @@ class TrainMeasurement:
             "phases_ns": self.phases_ns,
             "samples_per_step": self.samples_per_step,
         }
+
+
+def _input_bound_advice(config: StepConfig) -> str:
+    """What to try for a step that waits for its loader, given the workers it already has. The advice to tune the
+    loader knobs was printed under the best configuration of a tuning that had just tried them (2 workers on the
+    2 usable CPUs, prefetch_factor 4: not faster)."""
+    from dlperf.measure.env import usable_cores
+
+    cpus = usable_cores()
+    if config.num_workers == 0:
+        return ("more DataLoader workers or prefetching should help (`dlperf train --tune --knobs "
+                "workers,prefetch,persistent`)")
+    if config.num_workers < cpus:
+        return (f"more DataLoader workers than its {config.num_workers} (up to the {cpus} usable CPUs) or deeper "
+                "prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)")
+    return (f"its {config.num_workers} DataLoader workers already match the {cpus} usable CPUs: more help only "
+            "where loading waits on I/O rather than the CPU; otherwise make each sample cheaper to load (decoding, "
+            "augmentation, a dataset cached in memory)")
 
 
 def count_step_flops(loop: TrainLoop, recompute: bool = False) -> float:
