@@ -291,9 +291,14 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
                 f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")
     overlap = result.get("overlap")
     if overlap is not None:
-        text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; "
-                    f"{result['buckets']} gradient bucket{'' if result['buckets'] == 1 else 's'} of "
-                    f"{result['bucket_cap_mb']} MiB for "
+        plural = "" if result["buckets"] == 1 else "s"
+        sizes = result.get("bucket_bytes")
+        if sizes:  # DDP's own buckets: its first is 1 MiB by default, not bucket_cap_mb
+            buckets = (f"{result['buckets']} gradient bucket{plural} ({' + '.join(f'{b / 2**20:.2f}' for b in sizes)}"
+                       f" MiB; bucket_cap_mb {result['bucket_cap_mb']:g})")
+        else:
+            buckets = f"{result['buckets']} gradient bucket{plural} of {result['bucket_cap_mb']} MiB"
+        text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; {buckets} for "
                     f"{result['gradient_bytes'] / 2**20:.2f} MiB of gradients\n")
     parts: list[RenderableType] = [text]
     for finding in result.get("findings", []):

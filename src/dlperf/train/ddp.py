@@ -37,6 +37,10 @@ STOP_GRACE_S = 5.0
 EXPOSED_OVER_ALLREDUCE = 1.5
 """Exposed communication above this multiple of the standalone all-reduce is mostly not the all-reduce."""
 FIRST_BUCKET_MB = 1.0
+DEFAULT_BUCKET_CAP_MB = 25.0
+"""DDP's own default bucket_cap_mb. Measured with it, DDP is built without the argument: given explicitly, torch
+(2.13) makes the first bucket that size too, where the DistributedDataParallel(model) of a user's code starts with a
+1 MiB one (a 4 MiB model: one bucket, where the user's DDP has two and overlaps the first)."""
 CONTENDED_COMPUTE = 0.8
 """The ranks' no-sync step this much slower than the 1-process step (its inverse) is named as contention."""
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
@@ -51,7 +55,7 @@ class DdpConfig:
     """gloo or nccl; default gloo on CPU, nccl on CUDA."""
     threads_per_process: int | None = None
     """CPU: torch threads per rank, the same for the 1- and N-process runs (default: usable CPUs // N)."""
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -82,6 +86,8 @@ class RankStats:
     gradient_bytes: int
     buckets: int
     per_rank_step_s: list[float] = field(default_factory=list)
+    bucket_bytes: list[int] = field(default_factory=list)
+    """The bytes of each of DDP's gradient buckets (`_bucket_bytes`); empty when its logging data had none."""
 
     @property
     def samples_per_s(self) -> float:
@@ -91,13 +97,15 @@ class RankStats:
         return {"world_size": self.world_size, "batch_size": self.batch_size, "step_s": self.step_s,
                 "nosync_step_s": self.nosync_step_s, "allreduce_s": self.allreduce_s,
                 "gradient_bytes": self.gradient_bytes, "buckets": self.buckets,
-                "per_rank_step_s": self.per_rank_step_s, "samples_per_s": self.samples_per_s}
+                "per_rank_step_s": self.per_rank_step_s, "bucket_bytes": self.bucket_bytes,
+                "samples_per_s": self.samples_per_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankStats:
         return cls(int(data["world_size"]), int(data["batch_size"]), float(data["step_s"]),
                    float(data["nosync_step_s"]), float(data["allreduce_s"]), int(data["gradient_bytes"]),
-                   int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])])
+                   int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])],
+                   [int(x) for x in data.get("bucket_bytes", [])])
 
 
 @dataclass
@@ -173,6 +181,7 @@ class DdpResult:
             "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
             "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
+            "bucket_bytes": self.multi.bucket_bytes,
             "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
             "findings": self.findings, "single": self.single.to_dict(), "multi": self.multi.to_dict(),
         }
@@ -345,17 +354,22 @@ def _median_step_s(loop: Any, steps: int, warmup: int) -> float:
     return measure_loop(loop, steps, warmup, count_flops=False).step_s
 
 
-def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10) -> float:
-    """Median time of all-reducing the gradients in DDP-sized buckets, without compute."""
+def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10,
+                 bucket_bytes: list[int] | None = None) -> float:
+    """Median time of all-reducing the gradients in DDP-sized buckets, without compute: `bucket_bytes` (DDP's own,
+    `_bucket_bytes`) when known, else a 1 MiB first bucket and then `bucket_cap_mb` ones."""
     import torch
     import torch.distributed as dist
 
     from dlperf.measure.stats import median
 
     flat = torch.cat([g.detach().reshape(-1).clone() for g in grads]) if grads else torch.zeros(1)
-    first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
-    cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
-    chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
+    if bucket_bytes and sum(bucket_bytes) == flat.numel() * flat.element_size():
+        chunks = list(flat.split([n // flat.element_size() for n in bucket_bytes]))
+    else:
+        first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
+        cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
+        chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
     times = []
     for i in range(iters + 2):
         dist.barrier()
@@ -402,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config.replace(threads=args.threads)
         loop = TrainLoop(load_workload(args.workload), config, seed=0)
         device_ids = [torch.cuda.current_device()] if config.device.startswith("cuda") else None
-        ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
+        cap = None if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else args.bucket_cap_mb  # see DEFAULT_BUCKET_CAP_MB
+        ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=cap)
         loop.forward_model = ddp_model
         dist.barrier()
         step_s = _median_step_s(loop, args.steps, args.warmup)
@@ -413,9 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         params = [p for p in loop.model.parameters() if p.requires_grad]
         grads = [torch.zeros_like(p) for p in params]
         gradient_bytes = sum(g.numel() * g.element_size() for g in grads)
-        allreduce_s = _allreduce_s(grads, args.bucket_cap_mb) if world > 1 else 0.0
         logging = ddp_model._get_ddp_logging_data()
-        buckets = _bucket_count(logging, gradient_bytes, args.bucket_cap_mb)
+        bucket_bytes = _bucket_bytes(logging)
+        allreduce_s = _allreduce_s(grads, args.bucket_cap_mb, bucket_bytes=bucket_bytes) if world > 1 else 0.0
+        buckets = len(bucket_bytes) if bucket_bytes else expected_buckets(gradient_bytes, args.bucket_cap_mb)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, (step_s, nosync_s, allreduce_s))
         loop.close()
@@ -424,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 world_size=world, batch_size=config.batch_size * config.accumulation_steps,
                 step_s=max(g[0] for g in gathered), nosync_step_s=max(g[1] for g in gathered),
                 allreduce_s=max(g[2] for g in gathered), gradient_bytes=gradient_bytes, buckets=buckets,
-                per_rank_step_s=[g[0] for g in gathered],
+                per_rank_step_s=[g[0] for g in gathered], bucket_bytes=bucket_bytes,
             )
             Path(args.out).write_text(json.dumps(stats.to_dict()))
         dist.barrier()
@@ -433,14 +449,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _bucket_count(logging: dict[str, Any], gradient_bytes: int, bucket_cap_mb: float) -> int:
-    """DDP's own bucket count when its logging data has one, else the count its sizing rule gives."""
-    sizes = logging.get("bucket_sizes")
-    if isinstance(sizes, str) and sizes.strip():
-        return len([s for s in sizes.split(",") if s.strip()])
-    if isinstance(sizes, (list, tuple)) and sizes:
-        return len(sizes)
-    return expected_buckets(gradient_bytes, bucket_cap_mb)
+def _bucket_bytes(logging: dict[str, Any]) -> list[int]:
+    """The bytes of each of DDP's gradient buckets from its logging data, [] when it has none. The buckets DDP
+    rebuilds after its first iteration (in the order gradients become ready), which it then uses, come first: the
+    initial assignment ('bucket_sizes') gave one 4.2 MB bucket for a model DDP then reduced in two (1.05 + 3.15 MB).
+    """
+    for key in ("rebuilt_bucket_sizes", "bucket_sizes"):
+        sizes = logging.get(key)
+        if isinstance(sizes, str) and sizes.strip():
+            return [int(s) for s in sizes.split(",") if s.strip()]
+        if isinstance(sizes, (list, tuple)) and sizes:
+            return [int(s) for s in sizes]
+    return []
 
 
 if __name__ == "__main__":

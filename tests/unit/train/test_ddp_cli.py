@@ -285,3 +285,20 @@ def test_loader_workers_count_towards_the_cores_the_ranks_compete_for() -> None:
     assert not [f for f in findings_for(r, cpus=2, device="cpu") if "compete for cores" in f]
     (crowded,) = [f for f in findings_for(r, cpus=2, device="cpu", loader_workers=1) if "compete for cores" in f]
     assert crowded.startswith("2 processes x 1 thread and 1 loader worker on 2 usable CPUs")
+
+
+def test_ddps_rebuilt_buckets_come_first_and_the_view_gives_their_sizes() -> None:
+    from dlperf.train.ddp import _bucket_bytes
+
+    # what DDP's logging data held after three steps of a model with 4 MiB of gradients
+    logging = {"bucket_sizes": "4202496", "rebuilt_bucket_sizes": "1050624, 3151872"}
+    assert _bucket_bytes(logging) == [1050624, 3151872]
+    assert _bucket_bytes({"bucket_sizes": "4202496"}) == [4202496]
+    assert _bucket_bytes({}) == []
+    single = RankStats(1, 32, 0.010, 0.010, 0.0, 4202496, 2, bucket_bytes=[1050624, 3151872])
+    multi = RankStats(2, 32, 0.014, 0.010, 0.002, 4202496, 2, [0.014, 0.013], [1050624, 3151872])
+    assert RankStats.from_dict(multi.to_dict()) == multi
+    result = DdpResult("w", "gloo", 1, 25.0, single, multi)
+    console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(result.to_dict()))
+    assert "2 gradient buckets (1.00 + 3.01 MiB; bucket_cap_mb 25) for 4.01 MiB of gradients" in console.export_text()
