@@ -507,7 +507,10 @@ def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -
     if loader:
         args = ", ".join(f"{k}={v!r}" for k, v in loader.items())
         gain = _product(gains.get(k) for k in loader)
-        out.append(Setting("DataLoader", f"DataLoader(dataset, batch_size={best.batch_size}, ..., {args})", gain))
+        code = f"DataLoader(dataset, batch_size={best.batch_size}, ..., {args})"
+        if best.pin_memory and "pin_memory" in loader:  # pinned batches only overlap copies made non-blocking
+            code += "; x = x.to(device, non_blocking=True) (and the target alike)"
+        out.append(Setting("DataLoader", code, gain))
     if "batch_size" in diff or "accumulation_steps" in diff:
         code = (f"batch_size={best.batch_size}; accumulate {best.accumulation_steps} micro-batches: "
                 f"(loss / {best.accumulation_steps}).backward() each, optimizer.step() + zero_grad() "
