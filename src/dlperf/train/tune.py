@@ -256,7 +256,8 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
     def switch_to(running: TrainLoop, idle: TrainLoop) -> Callable[[], None]:
         def before() -> None:  # the idle side's loader workers neither load nor take CPU while the other is timed
-            idle.pause_loader()
+            if idle.loader is not running.loader:  # one DataLoader for both (make_loader caches it): shared workers
+                idle.pause_loader()
             running.resume_loader()
 
         return before

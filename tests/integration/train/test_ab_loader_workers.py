@@ -103,3 +103,24 @@ def test_a_loop_without_workers_pauses_nothing() -> None:
         loop.step()
     finally:
         loop.close()
+
+
+@pytest.mark.timeout(60)  # pausing the shared workers hung the A/B for good
+def test_two_loops_sharing_one_loaders_persistent_workers_are_not_stopped_for_each_other() -> None:
+    """A make_loader that hands out one cached DataLoader with persistent workers gives both sides of the A/B the same
+    worker processes: pausing them for the idle side would stop the running side's loading for good."""
+    from torch.utils.data import TensorDataset
+
+    x = torch.randn(256, 16, generator=torch.Generator().manual_seed(0))
+    shared = DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=8, drop_last=True, num_workers=2,
+                        persistent_workers=True, timeout=10)  # a batch stopped workers never send: an error
+    w = tiny()
+    assert w.train is not None
+    w = dataclasses.replace(w, train=dataclasses.replace(w.train, make_loader=lambda batch_size, **kwargs: shared))
+    a, b = TrainLoop(w, StepConfig(batch_size=8, threads=1)), TrainLoop(w, StepConfig(batch_size=8, threads=1))
+    try:
+        _, trained = ab_loops(a, b, ABConfig(blocks=4, iters_per_block=1, warmup_iters=1), steps_per_call=2)
+    finally:
+        a.close()
+        b.close()
+    assert trained == (4 * 2 * 8, 4 * 2 * 8)
