@@ -199,6 +199,8 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows
         parts.append(trials_table(result["trials"]))
     parts.append(trial_notes(result["trials"]))
+    if result.get("parity_blind"):
+        parts.append(Text(f"note: loss parity: {result['parity_blind']}\n", style="yellow"))
     # the headline's samples/s are the final A/B's; these tables come from a separate full measurement each, whose
     # own figure can differ by tens of percent on a busy machine: each title says so, with its figure
     # each full measurement with what it said of itself: its memory, MFU, findings and notes (a loss gone nan
@@ -277,15 +279,26 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
                 f"(step {fmt_ms(result['single_step_s'])} ms)\n")
     text.append(f"  {result['nproc']} processes {fmt_count(result['samples_per_s'])} samples/s "
                 f"(step {fmt_ms(result['step_s'])} ms)\n")
-    text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}\n", style="bold")
+    text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}", style="bold")
+    compute, comm = result.get("compute_scaling"), result.get("communication_scaling")
+    if compute is not None and comm is not None:  # efficiency = compute x communication (the same per-process batch)
+        text.append(f": compute {compute:.0%} (the no-sync step, {fmt_ms(result['nosync_step_s'])} ms per rank, "
+                    f"against {fmt_ms(result['single']['nosync_step_s'])} ms on 1 process) x communication "
+                    f"{comm:.0%} (the rest: the all-reduce and DDP's work with other ranks)")
+    text.append("\n")
     text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
                 f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "
                 f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")
     overlap = result.get("overlap")
     if overlap is not None:
-        text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; "
-                    f"{result['buckets']} gradient bucket{'' if result['buckets'] == 1 else 's'} of "
-                    f"{result['bucket_cap_mb']} MiB for "
+        plural = "" if result["buckets"] == 1 else "s"
+        sizes = result.get("bucket_bytes")
+        if sizes:  # DDP's own buckets: its first is 1 MiB by default, not bucket_cap_mb
+            buckets = (f"{result['buckets']} gradient bucket{plural} ({' + '.join(f'{b / 2**20:.2f}' for b in sizes)}"
+                       f" MiB; bucket_cap_mb {result['bucket_cap_mb']:g})")
+        else:
+            buckets = f"{result['buckets']} gradient bucket{plural} of {result['bucket_cap_mb']} MiB"
+        text.append(f"  overlap: {overlap:.0%} of the all-reduce is hidden behind backward; {buckets} for "
                     f"{result['gradient_bytes'] / 2**20:.2f} MiB of gradients\n")
     parts: list[RenderableType] = [text]
     for finding in result.get("findings", []):

@@ -6,7 +6,9 @@ each rank running this module's `main`. Every rank measures (1) normal DDP steps
 DDP's size. Then: scaling efficiency = samples/s on N / (N x samples/s on 1); exposed communication =
 step time - no-sync step time (its share of the step is what communication costs); overlap = the part of
 the standalone all-reduce that is hidden behind backward. Each rank trains on its own loader (weak
-scaling: the per-process batch stays the user's); the slowest rank's median step time counts.
+scaling: the per-process batch stays the user's); the slowest rank's median step time counts. The efficiency
+is the product of compute scaling (no-sync step on 1 process / on N: the ranks slowing each other's compute) and
+what is left, the all-reduce and DDP's work with other ranks.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ STOP_GRACE_S = 5.0
 EXPOSED_OVER_ALLREDUCE = 1.5
 """Exposed communication above this multiple of the standalone all-reduce is mostly not the all-reduce."""
 FIRST_BUCKET_MB = 1.0
+DEFAULT_BUCKET_CAP_MB = 25.0
+"""DDP's own default bucket_cap_mb. Measured with it, DDP is built without the argument: given explicitly, torch
+(2.13) makes the first bucket that size too, where the DistributedDataParallel(model) of a user's code starts with a
+1 MiB one (a 4 MiB model: one bucket, where the user's DDP has two and overlaps the first)."""
+CONTENDED_COMPUTE = 0.8
+"""The ranks' no-sync step this much slower than the 1-process step (its inverse) is named as contention."""
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
 
 
@@ -47,7 +55,7 @@ class DdpConfig:
     """gloo or nccl; default gloo on CPU, nccl on CUDA."""
     threads_per_process: int | None = None
     """CPU: torch threads per rank, the same for the 1- and N-process runs (default: usable CPUs // N)."""
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -78,6 +86,8 @@ class RankStats:
     gradient_bytes: int
     buckets: int
     per_rank_step_s: list[float] = field(default_factory=list)
+    bucket_bytes: list[int] = field(default_factory=list)
+    """The bytes of each of DDP's gradient buckets (`_bucket_bytes`); empty when its logging data had none."""
 
     @property
     def samples_per_s(self) -> float:
@@ -87,13 +97,15 @@ class RankStats:
         return {"world_size": self.world_size, "batch_size": self.batch_size, "step_s": self.step_s,
                 "nosync_step_s": self.nosync_step_s, "allreduce_s": self.allreduce_s,
                 "gradient_bytes": self.gradient_bytes, "buckets": self.buckets,
-                "per_rank_step_s": self.per_rank_step_s, "samples_per_s": self.samples_per_s}
+                "per_rank_step_s": self.per_rank_step_s, "bucket_bytes": self.bucket_bytes,
+                "samples_per_s": self.samples_per_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankStats:
         return cls(int(data["world_size"]), int(data["batch_size"]), float(data["step_s"]),
                    float(data["nosync_step_s"]), float(data["allreduce_s"]), int(data["gradient_bytes"]),
-                   int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])])
+                   int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])],
+                   [int(x) for x in data.get("bucket_bytes", [])])
 
 
 @dataclass
@@ -112,6 +124,27 @@ class DdpResult:
         if self.multi.world_size < 2:
             return None
         return self.multi.samples_per_s / (self.multi.world_size * self.single.samples_per_s)
+
+    @property
+    def compute_scaling(self) -> float | None:
+        """The 1-process no-sync step over the N ranks' no-sync step (compute only, same batch and threads); None
+        with one process. Below 1 the ranks slow each other's compute down (shared cores, memory bandwidth, loader
+        workers); above 1 the machine changed between the two launches.
+
+        With the per-process batch the same, efficiency = 1-process step / N-process step = this x
+        `communication_scaling` (what is left: the all-reduce and DDP's work with other ranks).
+        """
+        if self.multi.world_size < 2 or self.multi.nosync_step_s <= 0:
+            return None
+        return self.single.nosync_step_s / self.multi.nosync_step_s
+
+    @property
+    def communication_scaling(self) -> float | None:
+        """Scaling efficiency over `compute_scaling`: what the all-reduce and DDP's work with other ranks leave."""
+        compute, efficiency = self.compute_scaling, self.scaling_efficiency
+        if compute is None or efficiency is None or compute <= 0:
+            return None
+        return efficiency / compute
 
     @property
     def exposed_comm_s(self) -> float:
@@ -145,8 +178,10 @@ class DdpResult:
             "single_samples_per_s": self.single.samples_per_s, "single_step_s": self.single.step_s,
             "samples_per_s": self.multi.samples_per_s, "step_s": self.multi.step_s,
             "nosync_step_s": self.multi.nosync_step_s, "scaling_efficiency": self.scaling_efficiency,
+            "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
             "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
+            "bucket_bytes": self.multi.bucket_bytes,
             "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
             "findings": self.findings, "single": self.single.to_dict(), "multi": self.multi.to_dict(),
         }
@@ -160,12 +195,28 @@ def expected_buckets(gradient_bytes: int, bucket_cap_mb: float) -> int:
     return 1 + math.ceil((gradient_bytes - first) / (bucket_cap_mb * 2**20))
 
 
-def findings_for(result: DdpResult, cpus: int, device: str) -> list[str]:
+def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int = 0) -> list[str]:
     out = []
     n = result.multi.world_size
-    if not device.startswith("cuda") and n * result.threads_per_process > cpus:
-        out.append(f"{n} processes x {result.threads_per_process} threads on {cpus} usable CPUs: ranks compete "
-                   "for cores, so the efficiency measures this machine, not DDP")
+    busy = result.threads_per_process + loader_workers  # each rank's DataLoader workers are processes too
+    if not device.startswith("cuda") and n > 1 and n * busy > cpus:
+        workers = f" and {loader_workers} loader worker{'s' if loader_workers > 1 else ''}" if loader_workers else ""
+        out.append(f"{n} processes x {result.threads_per_process} thread{'s' if result.threads_per_process > 1 else ''}"
+                   f"{workers} on {cpus} usable CPUs: ranks compete for cores, so the efficiency measures this "
+                   "machine, not DDP")
+    compute, comm = result.compute_scaling, result.communication_scaling
+    alone_n, alone_1 = result.multi.nosync_step_s * 1e3, result.single.nosync_step_s * 1e3
+    if compute is not None and comm is not None and compute < CONTENDED_COMPUTE:
+        blame = "more than communication does" if compute < comm else "though less than communication does"
+        out.append(f"the ranks slow each other down: their compute alone (the no-sync step, {alone_n:.3g} ms) takes "
+                   f"{1 / compute:.2f}x what it takes on 1 process ({alone_1:.3g} ms) at the same batch and threads, "
+                   f"which costs the efficiency {blame} ({compute:.0%} against {comm:.0%}); they share cores, caches "
+                   "and memory bandwidth, which communication tuning would not fix")
+    elif compute is not None and compute > 1 / CONTENDED_COMPUTE:
+        out.append(f"the ranks' compute alone (the no-sync step, {alone_n:.3g} ms) ran {compute:.2f}x as fast as on 1 "
+                   f"process ({alone_1:.3g} ms) at the same batch and threads: the machine was busier while the "
+                   "1-process launch ran (the two run one after the other), so the efficiency is off by about as "
+                   "much; repeat on a quieter machine")
     if result.multi.buckets == 1 and n > 1:
         out.append(f"all {result.multi.gradient_bytes / 2**20:.2f} MiB of gradients fit one bucket: the all-reduce "
                    "starts only after the whole backward, so nothing overlaps; lower bucket_cap_mb to overlap")
@@ -221,7 +272,7 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
     multi = launch(workload_spec, config, ddp, ddp.nproc, threads) if ddp.nproc > 1 else single
     name = workload_spec
     result = DdpResult(name, ddp.backend_for(config.device), threads, ddp.bucket_cap_mb, single, multi)
-    result.findings = findings_for(result, usable_cores(), config.device)
+    result.findings = findings_for(result, usable_cores(), config.device, config.num_workers)
     return result
 
 
@@ -303,17 +354,22 @@ def _median_step_s(loop: Any, steps: int, warmup: int) -> float:
     return measure_loop(loop, steps, warmup, count_flops=False).step_s
 
 
-def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10) -> float:
-    """Median time of all-reducing the gradients in DDP-sized buckets, without compute."""
+def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10,
+                 bucket_bytes: list[int] | None = None) -> float:
+    """Median time of all-reducing the gradients in DDP-sized buckets, without compute: `bucket_bytes` (DDP's own,
+    `_bucket_bytes`) when known, else a 1 MiB first bucket and then `bucket_cap_mb` ones."""
     import torch
     import torch.distributed as dist
 
     from dlperf.measure.stats import median
 
     flat = torch.cat([g.detach().reshape(-1).clone() for g in grads]) if grads else torch.zeros(1)
-    first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
-    cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
-    chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
+    if bucket_bytes and sum(bucket_bytes) == flat.numel() * flat.element_size():
+        chunks = list(flat.split([n // flat.element_size() for n in bucket_bytes]))
+    else:
+        first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
+        cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
+        chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
     times = []
     for i in range(iters + 2):
         dist.barrier()
@@ -360,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
         config = config.replace(threads=args.threads)
         loop = TrainLoop(load_workload(args.workload), config, seed=0)
         device_ids = [torch.cuda.current_device()] if config.device.startswith("cuda") else None
-        ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=args.bucket_cap_mb)
+        cap = None if args.bucket_cap_mb == DEFAULT_BUCKET_CAP_MB else args.bucket_cap_mb  # see DEFAULT_BUCKET_CAP_MB
+        ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=cap)
         loop.forward_model = ddp_model
         dist.barrier()
         step_s = _median_step_s(loop, args.steps, args.warmup)
@@ -371,9 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         params = [p for p in loop.model.parameters() if p.requires_grad]
         grads = [torch.zeros_like(p) for p in params]
         gradient_bytes = sum(g.numel() * g.element_size() for g in grads)
-        allreduce_s = _allreduce_s(grads, args.bucket_cap_mb) if world > 1 else 0.0
         logging = ddp_model._get_ddp_logging_data()
-        buckets = _bucket_count(logging, gradient_bytes, args.bucket_cap_mb)
+        bucket_bytes = _bucket_bytes(logging)
+        allreduce_s = _allreduce_s(grads, args.bucket_cap_mb, bucket_bytes=bucket_bytes) if world > 1 else 0.0
+        buckets = len(bucket_bytes) if bucket_bytes else expected_buckets(gradient_bytes, args.bucket_cap_mb)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, (step_s, nosync_s, allreduce_s))
         loop.close()
@@ -382,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 world_size=world, batch_size=config.batch_size * config.accumulation_steps,
                 step_s=max(g[0] for g in gathered), nosync_step_s=max(g[1] for g in gathered),
                 allreduce_s=max(g[2] for g in gathered), gradient_bytes=gradient_bytes, buckets=buckets,
-                per_rank_step_s=[g[0] for g in gathered],
+                per_rank_step_s=[g[0] for g in gathered], bucket_bytes=bucket_bytes,
             )
             Path(args.out).write_text(json.dumps(stats.to_dict()))
         dist.barrier()
@@ -391,14 +449,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _bucket_count(logging: dict[str, Any], gradient_bytes: int, bucket_cap_mb: float) -> int:
-    """DDP's own bucket count when its logging data has one, else the count its sizing rule gives."""
-    sizes = logging.get("bucket_sizes")
-    if isinstance(sizes, str) and sizes.strip():
-        return len([s for s in sizes.split(",") if s.strip()])
-    if isinstance(sizes, (list, tuple)) and sizes:
-        return len(sizes)
-    return expected_buckets(gradient_bytes, bucket_cap_mb)
+def _bucket_bytes(logging: dict[str, Any]) -> list[int]:
+    """The bytes of each of DDP's gradient buckets from its logging data, [] when it has none. The buckets DDP
+    rebuilds after its first iteration (in the order gradients become ready), which it then uses, come first: the
+    initial assignment ('bucket_sizes') gave one 4.2 MB bucket for a model DDP then reduced in two (1.05 + 3.15 MB).
+    """
+    for key in ("rebuilt_bucket_sizes", "bucket_sizes"):
+        sizes = logging.get(key)
+        if isinstance(sizes, str) and sizes.strip():
+            return [int(s) for s in sizes.split(",") if s.strip()]
+        if isinstance(sizes, (list, tuple)) and sizes:
+            return [int(s) for s in sizes]
+    return []
 
 
 if __name__ == "__main__":

@@ -79,6 +79,37 @@ def tail_mean(losses: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+FROZEN_LR_SCALE = 1e-9
+"""The learning-rate scale of the candidate that does not train, which `blind_reason` checks parity against."""
+
+
+def frozen_curve(workload: Workload, baseline: StepConfig, config: ParityConfig) -> list[float]:
+    """The loss curve of the baseline with its learning rate scaled by FROZEN_LR_SCALE: the same batches seen by a
+    model that does not train."""
+    frozen = baseline.replace(lr_scale=baseline.lr_scale * FROZEN_LR_SCALE)
+    return loss_curve(workload, frozen, config.steps, config.seed)
+
+
+def blind_reason(baseline: list[float], frozen: list[float], rtol: float = DEFAULT_RTOL,
+                 atol: float = 0.0) -> str | None:
+    """Why loss parity cannot tell a candidate that stops training from the baseline, or None.
+
+    `frozen` is the loss curve of a model that does not train (`frozen_curve`): when it passes parity against the
+    baseline, so would any candidate that broke training, and parity vouches for nothing (zoo:mlp's random labels:
+    the baseline's tail mean 2.304, the frozen model's 2.302, against a tolerance of 0.115).
+    """
+    if not all(math.isfinite(x) for x in baseline):
+        return None
+    check = compare_losses(baseline, frozen, rtol, atol)
+    if not check.ok:
+        return None
+    return (f"a model that does not train at all (learning rate x{FROZEN_LR_SCALE:g}) passes it too: tail mean "
+            f"{check.candidate_tail_mean:.4g} vs the baseline's {check.baseline_tail_mean:.4g} "
+            f"({check.relative_difference:+.1%}, allowed ±{check.tolerance:.3g}), as the baseline's loss hardly falls "
+            f"over the {len(baseline)} parity steps; so it vouches for no candidate here: raise --parity-steps, or "
+            "tune on data the model learns from")
+
+
 def compare_losses(baseline: list[float], candidate: list[float], rtol: float = DEFAULT_RTOL,
                    atol: float = 0.0) -> ParityResult:
     """Judge a candidate's loss curve against the baseline's (same length, same seed)."""

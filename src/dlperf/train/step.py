@@ -10,6 +10,7 @@ ceiling for the dtype in use.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak
 from dlperf.measure.stats import Measurement, median
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop
+from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off
 from dlperf.workload.base import Workload
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ class TrainMeasurement:
         share = self.breakdown_share()
         out = []
         if share["data"] >= INPUT_BOUND_SHARE:
-            out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; more DataLoader "
-                       "workers or prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)")
+            out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; "
+                       + _input_bound_advice(self.config))
         if share["h2d"] >= INPUT_BOUND_SHARE:
             out.append(f"copy-bound: {share['h2d']:.0%} of the step copies batches to the device; pin_memory=True "
                        "with non_blocking copies overlaps them")
@@ -130,15 +131,35 @@ class TrainMeasurement:
         }
 
 
-def count_step_flops(loop: TrainLoop) -> float:
+def _input_bound_advice(config: StepConfig) -> str:
+    """What to try for a step that waits for its loader, given the workers it already has. The advice to tune the
+    loader knobs was printed under the best configuration of a tuning that had just tried them (2 workers on the
+    2 usable CPUs, prefetch_factor 4: not faster)."""
+    from dlperf.measure.env import usable_cores
+
+    cpus = usable_cores()
+    if config.num_workers == 0:
+        return ("more DataLoader workers or prefetching should help (`dlperf train --tune --knobs "
+                "workers,prefetch,persistent`)")
+    if config.num_workers < cpus:
+        return (f"more DataLoader workers than its {config.num_workers} (up to the {cpus} usable CPUs) or deeper "
+                "prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)")
+    return (f"its {config.num_workers} DataLoader workers already match the {cpus} usable CPUs: more help only "
+            "where loading waits on I/O rather than the CPU; otherwise make each sample cheaper to load (decoding, "
+            "augmentation, a dataset cached in memory)")
+
+
+def count_step_flops(loop: TrainLoop, recompute: bool = False) -> float:
     """FLOPs of one optimizer step (forward + backward of every micro-batch), counted on an eager step.
 
-    The step is a real training step (it updates the model), so call it during warm-up.
+    The step is a real training step (it updates the model), so call it during warm-up. It runs without activation
+    checkpointing (`recompute=False`): the forward that checkpointing recomputes in backward is not model FLOPs,
+    and counted it made a checkpointed step's FLOPs a third larger (19.6 against 26.1 MFLOP), and its MFU with it.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with counter:
+    with counter, (contextlib.nullcontext(0) if recompute else checkpointing_off(loop.model)):
         loop.step(eager=True)
     return float(counter.get_total_flops())
 
@@ -172,8 +193,20 @@ def measure_loop(
     flops_samples: int | None = None
     warmup = warmup_steps
     if count_flops:
+        import torch
+
         try:
-            flops = count_step_flops(loop)
+            try:
+                flops = count_step_flops(loop)
+            except torch.cuda.OutOfMemoryError:
+                if not config.checkpointing:
+                    raise
+                # the batch fits only checkpointed: count with the recomputation, and say what that overstates
+                torch.cuda.empty_cache()
+                flops = count_step_flops(loop, recompute=True)
+                notes.append("FLOPs per step include the forward that activation checkpointing recomputes in "
+                             "backward (the step without checkpointing, which counts model FLOPs only, ran out of "
+                             "memory): the MFU is overstated by up to a third")
             flops_samples = loop.last_step_samples
             warmup = max(warmup - 1, 0)
         except Exception as exc:  # a model the counter cannot trace still trains: report, don't fail

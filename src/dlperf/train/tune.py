@@ -25,7 +25,14 @@ from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement, median
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
 from dlperf.train.loop import StepConfig, TrainLoop, has_conv
-from dlperf.train.parity import ParityConfig, ParityResult, compare_losses, loss_curve
+from dlperf.train.parity import (
+    ParityConfig,
+    ParityResult,
+    blind_reason,
+    compare_losses,
+    frozen_curve,
+    loss_curve,
+)
 from dlperf.train.step import TrainMeasurement, measure_loop
 from dlperf.workload.base import Workload, error_text
 
@@ -132,6 +139,8 @@ class TuneResult:
     epoch with a shorter batch); None with no final A/B."""
     final_samples_per_s: tuple[float, float] | None = None
     """Baseline's and best's samples/s from the final A/B's paired blocks (`paired_rates`); None with none."""
+    parity_blind: str | None = None
+    """Why loss parity could not tell a candidate that stops training (`parity.blind_reason`); None when it can."""
 
     @property
     def speedup(self) -> float:
@@ -171,6 +180,7 @@ class TuneResult:
             "baseline_samples_per_s": self.baseline_samples_per_s,
             "best_samples_per_s": self.best_samples_per_s,
             "disturbed": self.disturbed,
+            "parity_blind": self.parity_blind,
             "settings": [s.to_dict() for s in self.settings],
             "trials": [t.to_dict() for t in self.trials],
             "baseline_measurement": self.baseline_measurement.to_dict(),
@@ -226,6 +236,8 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
     Several steps per call make a sample a throughput over a short window: with loader workers, steps are
     bursty (most find a batch ready, some wait for one), and the median of single steps would miss the waits.
+    While one side runs, the other's loader workers are paused (`TrainLoop.pause_loader`): left running, they
+    filled their prefetch queue during the other side's block and took CPU from it.
     """
     items = a.config.effective_batch_size * steps_per_call
     if a.config.effective_batch_size != b.config.effective_batch_size:
@@ -242,7 +254,20 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
         return run
 
-    ab = ab_test(calls(a, trained[0]), calls(b, trained[1]), config, clock_for(a.config.device), items_per_call=items)
+    def switch_to(running: TrainLoop, idle: TrainLoop) -> Callable[[], None]:
+        def before() -> None:  # the idle side's loader workers neither load nor take CPU while the other is timed
+            if idle.loader is not running.loader:  # one DataLoader for both (make_loader caches it): shared workers
+                idle.pause_loader()
+            running.resume_loader()
+
+        return before
+
+    try:
+        ab = ab_test(calls(a, trained[0]), calls(b, trained[1]), config, clock_for(a.config.device),
+                     items_per_call=items, before_a=switch_to(a, b), before_b=switch_to(b, a))
+    finally:
+        a.resume_loader()
+        b.resume_loader()
     return ab, (sum(trained[0][config.warmup_iters:]), sum(trained[1][config.warmup_iters:]))
 
 
@@ -278,6 +303,7 @@ class Tuner:
         self.best = baseline
         self.baseline_measurement: TrainMeasurement | None = None
         self.best_measurement: TrainMeasurement | None = None
+        self.parity_blind: str | None = None
 
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -288,6 +314,9 @@ class Tuner:
         parity_config = self.config.parity
         self.on_event(f"baseline loss curve ({parity_config.steps} steps)")
         baseline_losses = self._baseline_losses()
+        self.on_event("a model that does not train: is loss parity able to tell?")
+        frozen = frozen_curve(self.workload, self.baseline, parity_config)
+        self.parity_blind = blind_reason(baseline_losses, frozen, parity_config.rtol, parity_config.atol)
         best = self.baseline
         best_loop = TrainLoop(self.workload, best)
         try:
@@ -416,7 +445,8 @@ class Tuner:
             base_loop.close()
         self.baseline_measurement = base_m
         if best == self.baseline:
-            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [])
+            return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
+                              parity_blind=self.parity_blind)
         self.on_event("measuring the best configuration")
         try:
             best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
@@ -434,7 +464,8 @@ class Tuner:
             fresh_best.close()
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
                           code_settings(self.baseline, best, self.trials), final_samples,
-                          paired_rates(final, final_samples, self.config.final_ab.block_statistic))
+                          paired_rates(final, final_samples, self.config.final_ab.block_statistic),
+                          self.parity_blind)
 
 
 def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | None = None,
@@ -477,7 +508,10 @@ def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -
     if loader:
         args = ", ".join(f"{k}={v!r}" for k, v in loader.items())
         gain = _product(gains.get(k) for k in loader)
-        out.append(Setting("DataLoader", f"DataLoader(dataset, batch_size={best.batch_size}, ..., {args})", gain))
+        code = f"DataLoader(dataset, batch_size={best.batch_size}, ..., {args})"
+        if best.pin_memory and "pin_memory" in loader:  # pinned batches only overlap copies made non-blocking
+            code += "; x = x.to(device, non_blocking=True) (and the target alike)"
+        out.append(Setting("DataLoader", code, gain))
     if "batch_size" in diff or "accumulation_steps" in diff:
         code = (f"batch_size={best.batch_size}; accumulate {best.accumulation_steps} micro-batches: "
                 f"(loss / {best.accumulation_steps}).backward() each, optimizer.step() + zero_grad() "

@@ -237,3 +237,68 @@ def test_nproc_beyond_the_cpu_rank_limit_is_refused_before_any_launch(monkeypatc
     monkeypatch.setattr(env, "usable_cores", lambda: 4)
     with pytest.raises(AssertionError, match="launched"):  # 16 ranks on 4 CPUs are allowed (and noted)
         ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8), ddp.DdpConfig(nproc=16))
+
+
+def test_the_efficiency_splits_into_compute_contention_and_communication() -> None:
+    """A 2-rank run with loader workers read 20% efficiency with findings that blamed communication alone (32% of the
+    step), where the ranks' compute alone (the no-sync step) took 3.4x the 1-process step: the ranks slowed each
+    other down. Same batch per process, so efficiency = (no-sync step on 1 / on N) x what is left."""
+    single = RankStats(1, 32, 0.012, 0.010, 0.0, 4 * 2**20, 3)  # DDP's reducer costs even one process 2 ms
+    multi = RankStats(2, 32, 0.050, 0.025, 0.005, 4 * 2**20, 3)
+    r = DdpResult("w", "gloo", 1, 25.0, single, multi)
+    assert r.scaling_efficiency == pytest.approx(0.24)
+    compute, comm = r.compute_scaling, r.communication_scaling
+    assert compute == pytest.approx(0.4) and comm == pytest.approx(0.6)
+    assert compute is not None and comm is not None and compute * comm == pytest.approx(r.scaling_efficiency)
+    data = r.to_dict()
+    assert data["compute_scaling"] == pytest.approx(0.4) and data["communication_scaling"] == pytest.approx(0.6)
+    found = findings_for(r, cpus=8, device="cpu")
+    (contention,) = [f for f in found if f.startswith("the ranks slow each other down")]
+    assert "(the no-sync step, 25 ms) takes 2.50x what it takes on 1 process (10 ms)" in contention
+    assert "more than communication does (40% against 60%)" in contention
+    calm = DdpResult("w", "gloo", 1, 25.0, single, RankStats(2, 32, 0.020, 0.0105, 0.005, 4 * 2**20, 3))
+    assert not [f for f in findings_for(calm, cpus=8, device="cpu") if "slow each other" in f or "busier" in f]
+    # the ranks' compute faster than one process's: the two launches saw different machines (a real run read the
+    # ranks' no-sync step 0.813 ms against 1.03 ms on 1 process)
+    drifted = DdpResult("w", "gloo", 1, 25.0, RankStats(1, 64, 0.0124, 0.0103, 0.0, 340_008, 1),
+                        RankStats(2, 64, 0.0322, 0.00813, 0.0005, 340_008, 1))
+    (busier,) = [f for f in findings_for(drifted, cpus=8, device="cpu") if "busier" in f]
+    assert busier.startswith("the ranks' compute alone (the no-sync step, 8.13 ms) ran 1.27x as fast as on 1 process "
+                             "(10.3 ms)")
+    alone = RankStats(1, 32, 0.01, 0.01, 0.0, 1, 1)
+    one = DdpResult("w", "gloo", 1, 25.0, alone, alone)
+    assert one.compute_scaling is None and one.communication_scaling is None
+    console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view({**data, "findings": found}))
+    text = console.export_text()
+    assert "scaling efficiency 24%: compute 40% (the no-sync step, 25.00 ms per rank, against 10.00 ms on 1 " \
+           "process) x communication 60%" in text
+    # a record from before the split renders as it did
+    old = {k: v for k, v in data.items() if k not in ("compute_scaling", "communication_scaling")}
+    console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(old))
+    assert "scaling efficiency 24%\n" in console.export_text()
+
+
+def test_loader_workers_count_towards_the_cores_the_ranks_compete_for() -> None:
+    r = _result(step_1=0.010, step_n=0.0125, nosync_n=0.010, allreduce=0.005)  # 2 ranks x 1 thread
+    assert not [f for f in findings_for(r, cpus=2, device="cpu") if "compete for cores" in f]
+    (crowded,) = [f for f in findings_for(r, cpus=2, device="cpu", loader_workers=1) if "compete for cores" in f]
+    assert crowded.startswith("2 processes x 1 thread and 1 loader worker on 2 usable CPUs")
+
+
+def test_ddps_rebuilt_buckets_come_first_and_the_view_gives_their_sizes() -> None:
+    from dlperf.train.ddp import _bucket_bytes
+
+    # what DDP's logging data held after three steps of a model with 4 MiB of gradients
+    logging = {"bucket_sizes": "4202496", "rebuilt_bucket_sizes": "1050624, 3151872"}
+    assert _bucket_bytes(logging) == [1050624, 3151872]
+    assert _bucket_bytes({"bucket_sizes": "4202496"}) == [4202496]
+    assert _bucket_bytes({}) == []
+    single = RankStats(1, 32, 0.010, 0.010, 0.0, 4202496, 2, bucket_bytes=[1050624, 3151872])
+    multi = RankStats(2, 32, 0.014, 0.010, 0.002, 4202496, 2, [0.014, 0.013], [1050624, 3151872])
+    assert RankStats.from_dict(multi.to_dict()) == multi
+    result = DdpResult("w", "gloo", 1, 25.0, single, multi)
+    console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(result.to_dict()))
+    assert "2 gradient buckets (1.00 + 3.01 MiB; bucket_cap_mb 25) for 4.01 MiB of gradients" in console.export_text()

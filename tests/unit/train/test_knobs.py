@@ -145,8 +145,9 @@ def test_checkpointed_footprint_keeps_block_inputs_and_one_recomputed_block() ->
 def test_checkpointing_knob_proposes_a_larger_micro_batch_when_memory_is_the_limit() -> None:
     w = blocks()
     current = StepConfig(batch_size=16, accumulation_steps=4, threads=1)
-    ctx = TuneContext(workload=w, memory_budget_bytes=1, safety_margin=0.1)
-    assert Checkpointing().skip_reason(current.replace(accumulation_steps=1, batch_size=64), ctx) is not None
+    ctx = TuneContext(workload=w, memory_budget_bytes=1 << 30, safety_margin=0.1)
+    assert Checkpointing().skip_reason(current.replace(accumulation_steps=1, batch_size=64), ctx) == (
+        "memory is not the limit (the whole batch fits without accumulation)")
     budget = int(step_footprint_bytes(w, current.replace(batch_size=32, checkpointing=True)) * 1.1) + 1
     assert step_footprint_bytes(w, current.replace(batch_size=32)) * 1.1 > budget  # 32 fits only checkpointed
     ctx = TuneContext(workload=w, memory_budget_bytes=budget, safety_margin=0.1)
@@ -159,6 +160,39 @@ def test_checkpointing_knob_proposes_a_larger_micro_batch_when_memory_is_the_lim
     assert knob.unchanged_reason(current) == ("with checkpointing the largest micro-batch that fits is 32, no larger "
                                               "than the 32 used now: recomputing activations would cost time for "
                                               "nothing")
+
+
+def test_checkpointing_is_tried_when_the_unsplit_batch_does_not_fit() -> None:
+    """Without a split (the batch knob did not run, or found no batch that fits) the knob said "memory is not the
+    limit (the whole batch fits without accumulation)" without looking: with --knobs checkpointing, or after
+    "not even a batch of 1 fits", where checkpointing was the one thing left to try."""
+    w = blocks()
+    current = StepConfig(batch_size=256, threads=1)
+    plain = step_footprint_bytes(w, current)
+    checkpointed = step_footprint_bytes(w, current.replace(checkpointing=True))
+    budget = int(checkpointed * 1.1) + 1
+    assert plain * 1.1 > budget  # 256 fits only checkpointed
+    ctx = TuneContext(workload=w, memory_budget_bytes=budget, safety_margin=0.1)
+    knob = Checkpointing()
+    assert knob.skip_reason(current, ctx) is None
+    (candidate,) = knob.candidates(current, ctx)
+    assert candidate.change == {"checkpointing": True}  # the whole batch fits checkpointed: no accumulation
+    assert candidate.required  # the unsplit batch breaks the budget: kept when parity holds, even if slower
+    assert candidate.note == (f"batch 256 does not fit in {budget / 2**20:.4g} MiB (a step needs {plain / 2**20:.4g} "
+                              "MiB) without checkpointing: checkpointed, 256 x 1 accumulation steps fit")
+    # a tighter budget: checkpointed micro-batches with accumulation
+    tight = TuneContext(workload=w, memory_budget_bytes=int(checkpointed * 0.8), safety_margin=0.1)
+    knob = Checkpointing()
+    assert knob.skip_reason(current, tight) is None
+    (candidate,) = knob.candidates(current, tight)
+    assert candidate.change["checkpointing"] and candidate.change["accumulation_steps"] > 1
+    assert candidate.change["batch_size"] * candidate.change["accumulation_steps"] == 256 and candidate.required
+    # not even a batch of 1 fits: the knob fails with that reason (the tuner records it as a failed trial)
+    knob = Checkpointing()
+    nothing = TuneContext(workload=w, memory_budget_bytes=1, safety_margin=0.1)
+    assert knob.skip_reason(current, nothing) is None
+    with pytest.raises(TrainError, match="not even a batch of 1 fits"):
+        knob.candidates(current, nothing)
 
 
 def test_checkpointing_is_not_tried_on_a_model_with_batchnorm() -> None:

@@ -217,3 +217,31 @@ def test_a_loader_factory_without_keyword_arguments_says_to_pass_them_on() -> No
     with pytest.raises(TrainError, match=r"its loader factory does not take num_workers \(.*\): give it \*\*kwargs "
                                          r"and pass them on to torch.utils.data.DataLoader"):
         TrainLoop(_with(tiny(), make_loader=plain_loader), StepConfig(batch_size=8, num_workers=2, threads=1))
+
+
+def _dropping_kwargs() -> Workload:
+    """The tiny workload whose make_loader takes **kwargs and drops them."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def loader(batch_size: int, **dataloader_kwargs: Any) -> Any:
+        x = torch.randn(128, 16, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=batch_size, drop_last=True)
+
+    w = tiny()
+    assert w.train is not None
+    return dataclasses.replace(w, train=dataclasses.replace(w.train, make_loader=loader))
+
+
+def test_a_loader_that_drops_the_dataloader_arguments_is_named() -> None:
+    """`dlperf train W --num-workers 2` printed '(batch 32, fp32, 2 workers)' over a loader with no workers, and the
+    tuner timed num_workers=2 against itself (a noisy A/B could accept it, and advise it)."""
+    w = _dropping_kwargs()
+    with pytest.raises(TrainError) as caught:
+        TrainLoop(w, StepConfig(batch_size=32, threads=1, num_workers=2, persistent_workers=True))
+    assert str(caught.value) == (
+        "workload 'tiny': its make_loader was given num_workers=2, persistent_workers=True, but its DataLoader has "
+        "num_workers=0, persistent_workers=False: pass make_loader's keyword arguments on (DataLoader(..., "
+        "**dataloader_kwargs)); --num-workers and the loader knobs act through them")
+    TrainLoop(w, StepConfig(batch_size=32, threads=1)).close()  # nothing asked, nothing dropped
+    loop = TrainLoop(tiny(), StepConfig(batch_size=32, threads=1, num_workers=2, prefetch_factor=4))  # passed on
+    loop.close()

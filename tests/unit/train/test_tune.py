@@ -82,6 +82,19 @@ def test_code_settings_are_the_exact_settings_with_their_gains() -> None:
     assert settings["threads"].code == "torch.set_num_threads(1)"
 
 
+def test_pinned_memory_comes_with_the_non_blocking_copy_it_was_measured_with() -> None:
+    """The trial copies pinned batches with non_blocking=True; the setting said only pin_memory=True, which without
+    non-blocking copies overlaps nothing."""
+    base = StepConfig(batch_size=64, device="cuda", num_workers=2)
+    trials = [Trial("pin_memory", {"pin_memory": True}, "", ACCEPTED, speedup=1.2)]
+    (setting,) = code_settings(base, base.replace(pin_memory=True), trials)
+    assert setting.code == ("DataLoader(dataset, batch_size=64, ..., pin_memory=True); "
+                            "x = x.to(device, non_blocking=True) (and the target alike)")
+    (workers,) = code_settings(StepConfig(batch_size=64), StepConfig(batch_size=64, num_workers=2),
+                               [Trial("workers", {"num_workers": 2}, "", ACCEPTED, speedup=2.0)])
+    assert "non_blocking" not in workers.code
+
+
 def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.db")
     parent = store.create_run("train", "tiny")

@@ -16,6 +16,7 @@ class Checkpointing:
     def __init__(self) -> None:
         self.last_search: object | None = None
         self._largest: tuple[int, int] | None = None  # (largest checkpointed micro-batch, the current one)
+        self._over_budget: str | None = None  # why the current batch, unsplit, does not fit (skip_reason's probe)
 
     def unchanged_reason(self, current: StepConfig) -> str:
         """Why no candidate: with checkpointing the micro-batch that fits is no larger than the current one."""
@@ -28,8 +29,17 @@ class Checkpointing:
     def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
         if current.checkpointing:
             return "already checkpointing"
+        self._over_budget = None
         if current.accumulation_steps == 1:
-            return "memory is not the limit (the whole batch fits without accumulation)"
+            # the batch knob splits a batch that does not fit; when it could not (not even a batch of 1 fits) or did
+            # not run (--knobs checkpointing), the unsplit batch is no proof that memory is not the limit: probe it
+            fits, budget = fit_function(ctx, current)
+            ok, footprint = fits(current.batch_size)
+            if ok:
+                return "memory is not the limit (the whole batch fits without accumulation)"
+            needs = f" (a step needs {footprint / 2**20:.4g} MiB)" if footprint else ""
+            self._over_budget = (f"batch {current.batch_size} does not fit in {budget / 2**20:.4g} MiB{needs} "
+                                 "without checkpointing")
         stats = running_stat_modules(ctx.workload.build_model())
         if stats:
             # the recomputation in backward runs their training-mode forward again: num_batches_tracked counted
@@ -47,6 +57,12 @@ class Checkpointing:
         search = search_largest_batch(fits, wanted, budget, ctx.safety_margin)
         self.last_search = search
         micro, steps = split_batch(wanted, search.largest_fitting)
+        if self._over_budget is not None:  # the current configuration breaks the budget: checkpointing is needed
+            change: dict[str, Any] = {"checkpointing": True}
+            if micro != current.batch_size:
+                change.update(batch_size=micro, accumulation_steps=steps)
+            return [Candidate(change, f"{self._over_budget}: checkpointed, {micro} x {steps} accumulation steps fit",
+                              search.to_dict(), required=True)]
         if micro <= current.batch_size:
             self._largest = (micro, current.batch_size)
             return []
