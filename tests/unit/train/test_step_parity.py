@@ -66,6 +66,21 @@ def test_an_implausible_mfu_points_at_the_ceiling() -> None:
     assert not any("implausibly high" in n for n in fair.notes)
 
 
+def test_mfu_from_ceilings_recorded_with_a_warning_says_so() -> None:
+    """`dlperf calibrate` on a busy machine caches its warning with the ceilings; `dlperf train` then printed 'MFU
+    2.2% of the fp32 GEMM ceiling' with no word of it (profile passed it on, train did not)."""
+    loop = TrainLoop(tiny(), StepConfig(batch_size=16, threads=1))
+    busy = dataclasses.replace(_ceilings(1e15), details={"warnings": [
+        "the machine was busy while measuring (load average 2.2 on 2 CPUs): these ceilings are likely low"]})
+    result = measure_loop(loop, steps=2, warmup_steps=1, ceilings=busy)
+    assert result.mfu is not None
+    (note,) = [n for n in result.notes if "recorded with a warning" in n]
+    assert note.startswith("the ceilings behind MFU (measured at now)") and "load average 2.2" in note
+    assert "dlperf calibrate --force --threads 1" in note
+    assert not any("recorded with a warning" in n for n in measure_loop(loop, steps=2, warmup_steps=1,
+                                                                        ceilings=_ceilings(1e15)).notes)
+
+
 def test_compare_losses_uses_the_tail_mean() -> None:
     base = [4.0, 3.0, 2.0, 2.0]
     assert tail_mean(base) == 2.0
