@@ -270,14 +270,41 @@ def train_view(rec: RunRecord) -> str:
     a DDP scaling result, as `dlperf train` printed it."""
     r = rec.result
     if "scaling_efficiency" in r or "single_samples_per_s" in r:
-        return config_tags(rec) + html_table(
-            ("processes", "samples/s", "step ms", "scaling efficiency", "exposed all-reduce"),
-            [[1, fmt(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-"],
-             [r.get("nproc"), fmt(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
-              fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(r.get("comm_share"), sign=False)]])
+        return config_tags(rec) + _ddp_view(r)
     if "trials" in r:
         return config_tags(rec) + _tune_view(r)
     return config_tags(rec) + _step_view(r)
+
+
+def _ddp_view(r: Mapping[str, Any]) -> str:
+    """The scaling table with the efficiency's two factors, the buckets and the findings, as `dlperf train --nproc`
+    prints them (the report had the efficiency alone, which read as communication's whatever slowed the ranks)."""
+    compute, comm = r.get("compute_scaling"), r.get("communication_scaling")
+    parts = [html_table(
+        ("processes", "samples/s", "step ms", "scaling efficiency", "of which compute", "of which communication",
+         "exposed all-reduce"),
+        [[1, fmt(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-", "-", "-"],
+         [r.get("nproc"), fmt(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
+          fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(compute, sign=False),
+          fmt_pct(comm, sign=False), fmt_pct(r.get("comm_share"), sign=False)]])]
+    if isinstance(compute, (int, float)) and isinstance(comm, (int, float)):
+        parts.append('<p class="muted">scaling efficiency = compute (the no-sync step on 1 process / on each rank) '
+                     "x communication (the rest: the all-reduce and DDP's work with other ranks)</p>")
+    sizes, overlap = r.get("bucket_bytes"), r.get("overlap")
+    if isinstance(overlap, (int, float)):
+        buckets = (" + ".join(f"{b / 2**20:.2f}" for b in sizes) + " MiB" if isinstance(sizes, list) and sizes
+                   else f"of {r.get('bucket_cap_mb')} MiB")
+        parts.append(f"<p>overlap: {fmt_pct(overlap, sign=False)} of the all-reduce is hidden behind backward; "
+                     f"{esc(r.get('buckets'))} gradient bucket(s) ({esc(buckets)}) for "
+                     f"{_mib_text(r.get('gradient_bytes'))} of gradients</p>")
+    if r.get("partial"):
+        parts.append(f'<p class="warn">{esc(r["partial"])}</p>')
+    parts += [f'<p class="warn">finding: {esc(f)}</p>' for f in r.get("findings") or [] if isinstance(f, str)]
+    return "".join(parts)
+
+
+def _mib_text(num_bytes: Any) -> str:
+    return f"{num_bytes / 2**20:.2f} MiB" if isinstance(num_bytes, (int, float)) else "-"
 
 
 def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
@@ -342,6 +369,8 @@ def _tune_view(r: Mapping[str, Any]) -> str:
                  for x in r["settings"]]))
     else:  # stopped before the end: only the trials it finished
         parts.append('<p class="warn">tuning stopped before the baseline and the best were measured</p>')
+    if r.get("parity_blind"):  # a model that does not train passes loss parity too: the check proved nothing
+        parts.append(f'<p class="warn">note: loss parity: {esc(r["parity_blind"])}</p>')
     rows = []
     for t in r["trials"]:
         parity, ci, change, speedup = t.get("parity"), t.get("speedup_ci"), t.get("change"), t.get("speedup")

@@ -408,6 +408,24 @@ def test_train_runs_have_their_own_view() -> None:
                      r"<td class=\"n\">90.0%</td>", html)
 
 
+def test_ddp_and_tune_reports_say_what_the_terminal_says() -> None:
+    """The DDP report had the efficiency alone (read as communication's, whatever slowed the ranks) and no buckets
+    or findings; a tune report left out that loss parity could not tell a model that does not train."""
+    ddp = _rec("t4", "train", {"workload": "mlp", "nproc": 2, "single_samples_per_s": 1000.0, "single_step_s": 0.064,
+                               "samples_per_s": 400.0, "step_s": 0.32, "scaling_efficiency": 0.2,
+                               "compute_scaling": 0.29, "communication_scaling": 0.69, "comm_share": 0.32,
+                               "overlap": 0.4, "buckets": 2, "bucket_bytes": [1.01 * 2**20, 3.01 * 2**20],
+                               "bucket_cap_mb": 25, "gradient_bytes": 4.02 * 2**20,
+                               "findings": ["ranks contend for the CPUs & more"]}, config={"mode": "ddp"})
+    tuned = _rec("t5", "train", {"workload": "mlp", "trials": [], "parity_blind": "a model that does not train <b>"},
+                 config={"mode": "tune"})
+    html = render_report([ddp, tuned])
+    assert re.search(r"<td class=\"n\">20.0%</td><td class=\"n\">29.0%</td><td class=\"n\">69.0%</td>", html)
+    assert "2 gradient bucket(s) (1.01 + 3.01 MiB) for 4.02 MiB of gradients" in html
+    assert "finding: ranks contend for the CPUs &amp; more" in html
+    assert "note: loss parity: a model that does not train &lt;b&gt;" in html
+
+
 
 def test_settings_the_final_ab_did_not_confirm_are_not_given_as_advice() -> None:
     """A trial accepted channels_last at 1.08x; the final A/B found no significant difference (1.03x, CI
