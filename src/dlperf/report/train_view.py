@@ -88,6 +88,13 @@ def _memory_and_flops(m: dict[str, Any]) -> Text:
     """A measurement's peak memory and FLOPs / MFU lines."""
     lines = Text()
     memory = f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
+    workers = m.get("workers_peak_uss_bytes")
+    if isinstance(workers, (int, float)):  # the workers' own memory: their RSS counts the main process's pages again
+        n = m.get("worker_processes") or 0
+        memory += (f" main process + {fmt_mib(workers)} MiB in its {n} loader worker{'' if n == 1 else 's'} "
+                   f"(their private memory, USS) = {fmt_mib(m['peak_rss_bytes'] + workers)} MiB")
+    elif (m.get("config") or {}).get("num_workers"):
+        memory += " (main process only: its loader workers' memory could not be read)"
     if m.get("cuda_max_allocated_bytes") is not None:
         memory += f", CUDA max allocated {fmt_mib(m['cuda_max_allocated_bytes'])} MiB"
     lines.append(memory + "\n")

@@ -382,6 +382,11 @@ class TrainLoop:
         result: torch.Tensor = total_loss / accumulation
         return result
 
+    def worker_pids(self) -> list[int]:
+        """The process ids of the loader's worker processes now (none before the first batch or without workers)."""
+        workers = getattr(self._iter, "_workers", None) or []
+        return [pid for pid in (getattr(w, "pid", None) for w in workers) if pid is not None]
+
     def pause_loader(self) -> None:
         """Stop the loader's worker processes (SIGSTOP) until `resume_loader`; nothing without workers.
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import DlperfError, MeasurementError, TrainError
 from dlperf.measure.clock import clock_for
-from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak
+from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_reset_peak
 from dlperf.measure.stats import Measurement, median
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off
@@ -43,6 +43,7 @@ class TrainMeasurement:
     phases_ns: dict[str, list[int]]
     """Per measured step, the nanoseconds of each phase (data, h2d, forward, backward, optimizer)."""
     peak_rss_bytes: int
+    """The main process's peak RSS (its loader workers are separate processes: `workers_peak_uss_bytes`)."""
     cuda_max_allocated_bytes: int | None = None
     flops_per_step: float | None = None
     ceiling_flops: float | None = None
@@ -54,6 +55,17 @@ class TrainMeasurement:
     when unknown, and then every step counts as the effective batch."""
     flops_step_samples: int | None = None
     """Samples of the step whose FLOPs were counted (FLOPs scale with the samples of a step)."""
+    workers_peak_uss_bytes: int | None = None
+    """The loader workers' memory: the peak of their summed USS (the memory private to each, which they add to the
+    main process's; their RSS counts the pages a forked worker shares with it), sampled every 0.5 s. None without
+    workers or where USS cannot be read."""
+    worker_processes: int = 0
+    """The most loader worker processes seen alive at one reading."""
+
+    @property
+    def job_peak_bytes(self) -> int:
+        """Main process peak RSS + the workers' peak USS: the job's memory (at most; the two peaks may not coincide)."""
+        return self.peak_rss_bytes + (self.workers_peak_uss_bytes or 0)
 
     @property
     def samples_per_s(self) -> float:
@@ -117,6 +129,9 @@ class TrainMeasurement:
             "breakdown_s": self.breakdown_s(),
             "breakdown_share": self.breakdown_share(),
             "peak_rss_bytes": self.peak_rss_bytes,
+            "workers_peak_uss_bytes": self.workers_peak_uss_bytes,
+            "worker_processes": self.worker_processes,
+            "job_peak_bytes": self.job_peak_bytes,
             "cuda_max_allocated_bytes": self.cuda_max_allocated_bytes,
             "flops_per_step": self.flops_per_step,
             "achieved_flops": self.achieved_flops,
@@ -231,7 +246,8 @@ def measure_loop(
         cuda_reset_peak(config.device)
     interrupted: KeyboardInterrupt | None = None
     failed: DlperfError | None = None
-    with PeakRssSampler() as rss:
+    workers = WorkerMemorySampler(loop.worker_pids) if config.num_workers else contextlib.nullcontext(None)
+    with PeakRssSampler() as rss, workers as worker_memory:
         try:
             m = time_callable(one_step, timer_config, clock, items_per_call=config.effective_batch_size,
                               label=f"{loop.workload.name} train", on_progress=on_progress)
@@ -274,6 +290,9 @@ def measure_loop(
         peak_rss_bytes=rss.peak_rss_bytes, flops_per_step=flops, ceiling_flops=ceiling, ceiling_dtype=dtype,
         losses=loss_values, notes=notes, samples_per_step=samples, flops_step_samples=flops_samples,
     )
+    if worker_memory is not None:
+        result.workers_peak_uss_bytes = worker_memory.peak_uss_bytes
+        result.worker_processes = worker_memory.processes
     if cuda:
         result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes
     from dlperf.calibrate.ceilings import ceilings_caveat

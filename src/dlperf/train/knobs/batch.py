@@ -3,9 +3,10 @@
 On CUDA a trial step runs for real: an out-of-memory error, or a peak allocation (plus the safety margin)
 above the budget, means "does not fit". On CPU nothing fails before the machine swaps, so the step's
 footprint is counted from its tensors: parameters, gradients, optimizer state, the batch and every tensor
-saved for backward (deduplicated by storage). RSS is not used for the search because the allocator keeps
-freed memory, so it only grows from one trial to the next. The search is Lightning's: the user's batch is
-tried first; if it does not fit, a binary search finds the largest that does.
+saved for backward (deduplicated by storage), and the batches a loader's workers hold queued. RSS is not used
+for the search because the allocator keeps freed memory, so it only grows from one trial to the next. The
+search is Lightning's: the user's batch is tried first; if it does not fit, a binary search finds the largest
+that does.
 """
 
 from __future__ import annotations
@@ -103,11 +104,23 @@ def step_footprint_bytes(workload: Workload, config: StepConfig, seed: int = 0) 
     weights = {p.untyped_storage().data_ptr() for p in params}
     held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in params + _tensors(fetched)}
     batch_bytes = sum(n for ptr, n in held.items() if ptr not in weights)
+    # with workers, up to num_workers x prefetch_factor more batches wait in the loader's queue (shared memory the
+    # main process maps): they grow with the batch, unlike the workers' own memory (see `queued_batches`)
+    batch_bytes *= 1 + queued_batches(config)
     loop.close()
     saved = {ptr: n for ptr, n in outside.items() if ptr not in held}
     recomputed = max((sum(n for ptr, n in block.items() if ptr not in outside and ptr not in held)
                       for block in inside), default=0)
     return param_bytes + grad_bytes + state_bytes + batch_bytes + sum(saved.values()) + recomputed
+
+
+def queued_batches(config: StepConfig) -> int:
+    """Batches a loader with workers holds ready besides the one being trained on: `prefetch_factor` (DataLoader's
+    default 2) per worker. The workers' own memory (a forked copy of the process, touched pages of the dataset)
+    does not depend on the batch, so it is not part of a step's footprint: `dlperf train` reports it."""
+    if not config.num_workers:
+        return 0
+    return config.num_workers * (config.prefetch_factor or 2)
 
 
 def _tensors(value: Any) -> list[Any]:
