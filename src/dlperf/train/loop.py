@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -233,8 +234,9 @@ class TrainLoop:
             self.forward_model: Any = torch.compile(model) if config.compile else model
             self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
             torch.manual_seed(seed)
-            self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
-                                          **config.loader_kwargs())
+            with quiet_worker_warning():
+                self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
+                                              **config.loader_kwargs())
             problem = loader_problem(self.loader) or ignored_loader_kwargs(self.loader, config.loader_kwargs())
             if problem is not None:
                 raise TrainError(f"workload '{workload.name}': {problem}")
@@ -271,11 +273,13 @@ class TrainLoop:
     def next_batch(self) -> Any:
         """The next (inputs, target) batch; a new epoch starts when the loader is exhausted."""
         if self._iter is None:
-            self._iter = iter(self.loader)
+            with quiet_worker_warning():
+                self._iter = iter(self.loader)
         try:
             batch = next(self._iter)
         except StopIteration:
-            self._iter = iter(self.loader)
+            with quiet_worker_warning():
+                self._iter = iter(self.loader)
             try:
                 batch = next(self._iter)
             except StopIteration:
@@ -434,6 +438,32 @@ class TrainLoop:
                 shutdown()
         if getattr(self.loader, "_iterator", None) is not None:
             self.loader._iterator = None
+
+
+TORCH_WORKER_WARNING = r"This DataLoader will create \d+ worker processes in total"
+"""The start of torch's UserWarning for more workers than the usable CPUs."""
+
+
+@contextlib.contextmanager
+def quiet_worker_warning() -> Iterator[None]:
+    """Hide torch's warning about more loader workers than it suggests: `--num-workers 3` on 2 CPUs printed it twice
+    (DataLoader() warns, and so does iter() on it, from another line); `too_many_workers` says it once, as a note."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
+        yield
+
+
+def too_many_workers(config: StepConfig) -> str | None:
+    """A note when the config has more loader workers than usable CPUs (torch's suggested maximum), or None."""
+    from dlperf.measure.env import usable_cores
+
+    cpus = usable_cores()
+    if config.num_workers <= cpus:
+        return None
+    plural = "" if cpus == 1 else "s"
+    return (f"{config.num_workers} DataLoader workers on {cpus} usable CPU{plural}: more than PyTorch suggests (one "
+            "per usable CPU). More help only where loading waits on I/O (disk, network, a sleep) rather than on the "
+            "CPU; otherwise the extra processes compete with each other and with the training step for the CPUs")
 
 
 def ignored_loader_kwargs(loader: Any, asked: dict[str, Any]) -> str | None:

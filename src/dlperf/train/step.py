@@ -21,7 +21,7 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_reset_peak
 from dlperf.measure.stats import Measurement, median
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off
+from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off, too_many_workers
 from dlperf.workload.base import Workload
 
 if TYPE_CHECKING:
@@ -204,6 +204,9 @@ def measure_loop(
         raise TrainError(f"steps must be >= 1, got {steps}")
     config = loop.config
     notes: list[str] = []
+    crowded = too_many_workers(config)
+    if crowded is not None:  # said once, here, rather than torch's warning twice (see loop.quiet_worker_warning)
+        notes.append(crowded)
     flops: float | None = None
     flops_samples: int | None = None
     warmup = warmup_steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from rich.console import Console
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from dlperf.measure.env import usable_cores
 from dlperf.report.train_view import measurement_view
 from dlperf.train.knobs.batch import step_footprint_bytes
 from dlperf.train.loop import StepConfig
@@ -88,3 +90,19 @@ def test_the_batch_footprint_counts_the_batches_queued_by_the_workers() -> None:
     assert step_footprint_bytes(w, StepConfig(batch_size=8, threads=1, num_workers=2)) == alone + 4 * batch_bytes
     assert (step_footprint_bytes(w, StepConfig(batch_size=8, threads=1, num_workers=2, prefetch_factor=4))
             == alone + 8 * batch_bytes)
+
+
+def test_more_workers_than_cpus_is_said_once_in_dlperfs_words() -> None:
+    """`--num-workers 3` on 2 CPUs printed torch's UserWarning twice (from DataLoader() and from iter() on it)."""
+    workers = usable_cores() + 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = measure_training(_hoarding(), StepConfig(batch_size=8, num_workers=workers, threads=1), steps=2,
+                                  warmup_steps=1, count_flops=False)
+    torch_warnings = [w for w in caught if "worker processes in total" in str(w.message)]
+    assert torch_warnings == []
+    notes = [n for n in result.notes if "more than PyTorch suggests" in n]
+    assert len(notes) == 1 and notes[0].startswith(f"{workers} DataLoader workers on {workers - 1} usable CPU")
+    fits = measure_training(_hoarding(), StepConfig(batch_size=8, num_workers=1, threads=1), steps=2,
+                            warmup_steps=1, count_flops=False)
+    assert not any("more than PyTorch suggests" in n for n in fits.notes)
