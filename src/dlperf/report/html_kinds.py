@@ -327,6 +327,11 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     if len(steps) > 1:
         svgs.append(chart([Series("step time", list(range(1, len(steps) + 1)), steps, "line+points")],
                           Axis("measured step"), Axis("step time (ms)"), f"{title}: each step", y_zero=True))
+    workers = m.get("workers_peak_uss_bytes")
+    if isinstance(workers, (int, float)) and isinstance(rss, (int, float)):  # the RSS column is the main process's
+        parts.append(f"<p>memory: peak RSS {rss / 2**20:.1f} MiB main process + {workers / 2**20:.1f} MiB in its "
+                     f"{esc(m.get('worker_processes') or '')} loader workers (their private memory, USS) = "
+                     f"{(rss + workers) / 2**20:.1f} MiB</p>")
     parts.append(plot_row(*svgs))
     parts += [f'<p class="warn">{esc(line)}</p>' for line in [*m.get("findings", []), *m.get("notes", [])]]
     return "".join(parts)

@@ -426,6 +426,13 @@ def test_ddp_and_tune_reports_say_what_the_terminal_says() -> None:
     assert "note: loss parity: a model that does not train &lt;b&gt;" in html
 
 
+def test_a_train_report_adds_the_loader_workers_memory() -> None:
+    """The peak RSS column is the main process's; the workers' private memory was in the terminal view only."""
+    step = {**_step(0.0306, 1469.0), "workers_peak_uss_bytes": 16.5 * 2**20, "worker_processes": 2}
+    html = render_report([_rec("t6", "train", step, config={"mode": "measure", "steps": 5})])
+    assert "peak RSS 326.0 MiB main process + 16.5 MiB in its 2 loader workers" in html and "= 342.5 MiB" in html
+
+
 
 def test_settings_the_final_ab_did_not_confirm_are_not_given_as_advice() -> None:
     """A trial accepted channels_last at 1.08x; the final A/B found no significant difference (1.03x, CI
