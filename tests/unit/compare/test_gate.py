@@ -177,3 +177,16 @@ def test_throughput_is_printed_as_bench_prints_it() -> None:
     assert "e+" not in reason  # was `throughput 4.531e+04 -> 3.394e+04 items/s`
     base, now = result.points[0].baseline_value, result.points[0].current_value
     assert f"throughput {base:,.0f} -> {now:,.0f} items/s" in reason
+
+
+def test_an_interval_reaching_above_the_threshold_is_not_called_within_it() -> None:
+    """A noisy check printed `+1.6% (95% CI -1.3% to +47.7%; ...): within the threshold: pass`, though a regression
+    of 47% was not ruled out; an interval wholly below the threshold still reads `within`."""
+    rng = np.random.default_rng(1)
+    noisy = gate({1: _m(rng, 0.01, 60, sigma=0.4)}, {1: _m(rng, 0.0101, 60, sigma=0.4)}, GateConfig())
+    point = noisy.points[0]
+    assert not point.exceeds and point.regression_ci[1] > 0.05 and not noisy.failed
+    assert "inconclusive" in noisy.reasons()[0] and "within" not in noisy.reasons()[0]
+    calm = gate({1: _m(rng, 0.01, 2000, sigma=0.02)}, {1: _m(rng, 0.0101, 2000, sigma=0.02)}, GateConfig())
+    assert calm.points[0].regression_ci[1] < 0.05
+    assert "within the 5.0% threshold: pass" in calm.reasons()[0]
