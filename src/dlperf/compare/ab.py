@@ -36,6 +36,8 @@ class ABRun:
     result: ABResult
     per_item: bool
     iters_per_block: int
+    min_effect: float | None = None
+    """The smallest change called faster or slower (None: an A/B recorded before it was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class ABRun:
             **self.result.to_dict(),
             "per_item": self.per_item,
             "iters_per_block": self.iters_per_block,
+            "min_effect": self.min_effect,
             "settings": {"a": self.a.to_dict(), "b": self.b.to_dict()},
             "batch_size": {"a": self.batch_size_a, "b": self.batch_size_b},
             "measurements": {"a": self.result.a.to_dict(), "b": self.result.b.to_dict()},
@@ -56,7 +59,8 @@ class ABRun:
                           (float(data["ci"][0]), float(data["ci"][1])), float(data["confidence"]), str(data["verdict"]))
         return cls(str(data["workload"]), ABSettings.from_dict(data["settings"]["a"]),
                    ABSettings.from_dict(data["settings"]["b"]), int(data["batch_size"]["a"]),
-                   int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]))
+                   int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]),
+                   float(data["min_effect"]) if isinstance(data.get("min_effect"), (int, float)) else None)
 
     def describe(self) -> str:
         unit = " per item" if self.per_item else ""
@@ -207,7 +211,7 @@ def run_ab(
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, seed=seed)
         def run_of(result: ABResult) -> ABRun:
-            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block)
+            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect)
 
         try:
             result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
