@@ -93,9 +93,7 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
     shares (`_builds_alike`), and its inputs too at the same batch size."""
     import torch
 
-    if settings.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
-                          "device=cpu")
+    _refuse_device(settings, where)
     if built is not None:
         workload, model, inputs, batch = built
         own_batch = settings.batch_size or batch_size or workload.default_batch_size
@@ -107,15 +105,29 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
     model = workload.build_model().eval().to(settings.device)
     inputs = workload.example_inputs(batch)
     if settings.channels_last:
-        if not any(isinstance(x, torch.Tensor) and x.dim() == 4 for x in inputs):
-            from dlperf.workload.base import describe_inputs
-
-            raise ConfigError(
-                f"channels_last=1 needs a 4-D (NCHW) input, but workload '{workload.name}' takes "
-                f"{describe_inputs(inputs, workload.input_names)}: drop channels_last for this workload"
-            )
+        _refuse_channels_last(workload, inputs, where)
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     return workload, model, _placed(inputs, settings), batch
+
+
+def _refuse_device(settings: ABSettings, where: str) -> None:
+    import torch
+
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
+                          "device=cpu")
+
+
+def _refuse_channels_last(workload: Workload, inputs: Inputs, where: str) -> None:
+    import torch
+
+    if not any(isinstance(x, torch.Tensor) and x.dim() == 4 for x in inputs):
+        from dlperf.workload.base import describe_inputs
+
+        raise ConfigError(
+            f"{where}: channels_last=1 needs a 4-D (NCHW) input, but workload '{workload.name}' takes "
+            f"{describe_inputs(inputs, workload.input_names)}: drop channels_last for this workload"
+        )
 
 
 def _placed(inputs: Inputs, settings: ABSettings) -> Inputs:
@@ -290,8 +302,15 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
                    kwargs.get("min_effect", 0.01), kwargs.get("batch_size"))
     # a spec that does not load (no such file, a syntax error, an unknown option) is no run; once per distinct
     # options, as a workload file runs its module code at each load
-    for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else []):
-        load_side(workload_spec, options)
+    loaded = {tuple(options): load_side(workload_spec, options)
+              for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else [])}
+    # settings this machine or workload cannot take are no run either: `device=cuda` without CUDA and
+    # `channels_last=1` of a 2-D input were recorded as failed A/Bs, a `runs list` row each
+    for where, settings in (("--a", a), ("--b", b)):
+        _refuse_device(settings, where)
+        if settings.channels_last:
+            workload = loaded[tuple(settings.options)]
+            _refuse_channels_last(workload, workload.example_inputs(1), where)
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}
