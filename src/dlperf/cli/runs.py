@@ -179,11 +179,17 @@ def _history(args: argparse.Namespace) -> int:
     records = workload_runs(store, args.kind, args.workload, limit=_positive_int("--limit", args.limit))
     history = kpi_history(records, args.metric, _positive_int("--batch-size", args.batch_size), args.workload,
                           args.kind)
-    if args.json:
-        print_json(history.to_dict())
-        return 0
     from dlperf.report.changes import history_changes
 
     by_id = {r.id: r for r in records}
-    console().print(history_view(history, history_changes([by_id[p.run_id] for p in history.points])))
+    changes = history_changes([by_id[p.run_id] for p in history.points])
+    if args.json:
+        # what the text marks `changed` (other settings or machine than the run before): a CI script reading the
+        # trend saw a step and not that the settings made it
+        data = history.to_dict()
+        for point in data["points"]:
+            point["changed"] = changes.get(point["run_id"], [])
+        print_json(data)
+        return 0
+    console().print(history_view(history, changes))
     return 0

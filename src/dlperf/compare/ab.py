@@ -36,6 +36,8 @@ class ABRun:
     result: ABResult
     per_item: bool
     iters_per_block: int
+    min_effect: float | None = None
+    """The smallest change called faster or slower (None: an A/B recorded before it was kept)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +45,7 @@ class ABRun:
             **self.result.to_dict(),
             "per_item": self.per_item,
             "iters_per_block": self.iters_per_block,
+            "min_effect": self.min_effect,
             "settings": {"a": self.a.to_dict(), "b": self.b.to_dict()},
             "batch_size": {"a": self.batch_size_a, "b": self.batch_size_b},
             "measurements": {"a": self.result.a.to_dict(), "b": self.result.b.to_dict()},
@@ -56,7 +59,8 @@ class ABRun:
                           (float(data["ci"][0]), float(data["ci"][1])), float(data["confidence"]), str(data["verdict"]))
         return cls(str(data["workload"]), ABSettings.from_dict(data["settings"]["a"]),
                    ABSettings.from_dict(data["settings"]["b"]), int(data["batch_size"]["a"]),
-                   int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]))
+                   int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]),
+                   float(data["min_effect"]) if isinstance(data.get("min_effect"), (int, float)) else None)
 
     def describe(self) -> str:
         unit = " per item" if self.per_item else ""
@@ -89,9 +93,7 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
     shares (`_builds_alike`), and its inputs too at the same batch size."""
     import torch
 
-    if settings.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
-                          "device=cpu")
+    _refuse_device(settings, where)
     if built is not None:
         workload, model, inputs, batch = built
         own_batch = settings.batch_size or batch_size or workload.default_batch_size
@@ -103,15 +105,29 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
     model = workload.build_model().eval().to(settings.device)
     inputs = workload.example_inputs(batch)
     if settings.channels_last:
-        if not any(isinstance(x, torch.Tensor) and x.dim() == 4 for x in inputs):
-            from dlperf.workload.base import describe_inputs
-
-            raise ConfigError(
-                f"channels_last=1 needs a 4-D (NCHW) input, but workload '{workload.name}' takes "
-                f"{describe_inputs(inputs, workload.input_names)}: drop channels_last for this workload"
-            )
+        _refuse_channels_last(workload, inputs, where)
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     return workload, model, _placed(inputs, settings), batch
+
+
+def _refuse_device(settings: ABSettings, where: str) -> None:
+    import torch
+
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
+                          "device=cpu")
+
+
+def _refuse_channels_last(workload: Workload, inputs: Inputs, where: str) -> None:
+    import torch
+
+    if not any(isinstance(x, torch.Tensor) and x.dim() == 4 for x in inputs):
+        from dlperf.workload.base import describe_inputs
+
+        raise ConfigError(
+            f"{where}: channels_last=1 needs a 4-D (NCHW) input, but workload '{workload.name}' takes "
+            f"{describe_inputs(inputs, workload.input_names)}: drop channels_last for this workload"
+        )
 
 
 def _placed(inputs: Inputs, settings: ABSettings) -> Inputs:
@@ -207,7 +223,7 @@ def run_ab(
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, seed=seed)
         def run_of(result: ABResult) -> ABRun:
-            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block)
+            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect)
 
         try:
             result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
@@ -286,8 +302,15 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
                    kwargs.get("min_effect", 0.01), kwargs.get("batch_size"))
     # a spec that does not load (no such file, a syntax error, an unknown option) is no run; once per distinct
     # options, as a workload file runs its module code at each load
-    for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else []):
-        load_side(workload_spec, options)
+    loaded = {tuple(options): load_side(workload_spec, options)
+              for options in [a.options] + ([b.options] if tuple(b.options) != tuple(a.options) else [])}
+    # settings this machine or workload cannot take are no run either: `device=cuda` without CUDA and
+    # `channels_last=1` of a 2-D input were recorded as failed A/Bs, a `runs list` row each
+    for where, settings in (("--a", a), ("--b", b)):
+        _refuse_device(settings, where)
+        if settings.channels_last:
+            workload = loaded[tuple(settings.options)]
+            _refuse_channels_last(workload, workload.example_inputs(1), where)
     name = workload_spec if isinstance(workload_spec, str) else getattr(workload_spec, "name", "workload")
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}

@@ -127,8 +127,8 @@ def ratio_ci(base: Sequence[float], new: Sequence[float], stat: str = "p50", con
     samples it is the ordinary bootstrap at block resolution. Samples must be in time order (as a Measurement
     keeps them). The interval covers the noise within each run, not drift between two runs taken at other times.
 
-    Blocks longer than `max_points / BOOTSTRAP_BLOCKS` are thinned to that many evenly spaced order statistics of
-    the block first, which keeps the cost bounded and barely changes a percentile's sampling spread.
+    A resample's statistic is computed from counts (`_resampled`), which bounds the cost: the mean exactly, a
+    percentile to within 1/max_points of the run's ranks.
     """
     import numpy as np
 
@@ -136,39 +136,62 @@ def ratio_ci(base: Sequence[float], new: Sequence[float], stat: str = "p50", con
         raise ValueError("ratio_ci needs values in both samples")
     rng = np.random.default_rng(seed)
     base_a, new_a = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
-    b, n = _blocked(base_a, max_points), _blocked(new_a, max_points)
-    base_value = float(statistic(base_a, stat))
+    base_value = float(statistic(base_a, stat))  # raises on an unknown statistic
     new_value = float(statistic(new_a, stat))
-    ratios = np.empty(resamples)
-    chunk = max(1, 2_000_000 // max(b.size, n.size))
-    for start in range(0, resamples, chunk):
-        k = min(chunk, resamples - start)
-        rb = statistic(b[rng.integers(0, len(b), size=(k, len(b)))].reshape(k, -1), stat)
-        rn = statistic(n[rng.integers(0, len(n), size=(k, len(n)))].reshape(k, -1), stat)
-        ratios[start:start + k] = rn / np.maximum(rb, 1e-300)
+    rb = _resampled(base_a, stat, resamples, rng, max_points)
+    rn = _resampled(new_a, stat, resamples, rng, max_points)
+    ratios = rn / np.maximum(rb, 1e-300)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
     ratio = new_value / base_value if base_value > 0 else math.inf
     return RatioEstimate(stat, base_value, new_value, ratio, (float(lo), float(hi)), confidence)
 
 
-def _blocked(values: Any, max_points: int, blocks: int = BOOTSTRAP_BLOCKS) -> Any:
-    """`values` (in time order) as a (blocks x m) array of contiguous blocks of equal length, each thinned to at
-    most max_points / blocks order statistics, one at the middle of each of m equal shares of the block (so each
-    stands for as many samples: thinning that kept each block's minimum and maximum gave its extremes several times
-    their weight, and a p99 or mean resampled from them drifted off the run's own); fewer values than blocks: one
-    value a block."""
+def _resampled(values: Any, stat: str, resamples: int, rng: Any, max_points: int,
+               blocks: int = BOOTSTRAP_BLOCKS) -> Any:
+    """`stat` of `resamples` block-bootstrap resamples of `values` (in time order): each draws as many of the run's
+    contiguous blocks as it has, with replacement, and takes the statistic of all their samples (fewer values than
+    blocks: one value a block).
+
+    Computed from counts, not by copying samples: the mean from the blocks' sums and sizes (exact); a percentile from
+    the resample's histogram over the run's sorted values, in at most `max_points` bins of equal count (each value a
+    bin of its own below that), the sum of its blocks' histograms, read as numpy's linear interpolation reads sorted
+    values. Until 2026-12-05 each block was thinned to max_points/blocks order statistics first: a mean or a p99 of a
+    run with a heavy tail lost its tail that way, and the gate printed `+25.1% (95% CI -5.3% to +18.9%)`, the
+    interval of a 10 s check's throughput missing its own estimate."""
     import numpy as np
 
     count = len(values)
-    if count <= blocks:
-        return values.reshape(count, 1)
+    blocks = max(1, min(blocks, count))
     edges = np.linspace(0, count, blocks + 1).round().astype(int)
-    per = max(1, min(max_points // blocks, int(np.diff(edges).min())))
-    out = np.empty((blocks, per))
-    for i in range(blocks):
-        block = np.sort(values[edges[i]:edges[i + 1]])
-        out[i] = block[((np.arange(per) + 0.5) * len(block) / per).astype(int)]
+    sizes = np.diff(edges)
+    block_of = np.repeat(np.arange(blocks), sizes)
+    draws = rng.integers(0, blocks, size=(resamples, blocks))
+    weights = np.zeros((resamples, blocks))
+    np.add.at(weights, (np.arange(resamples)[:, None], draws), 1.0)
+    if stat == "mean":
+        sums = np.bincount(block_of, weights=values, minlength=blocks)
+        return (weights @ sums) / (weights @ sizes)
+    q = float(stat[1:]) / 100.0
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    bins = max(1, min(count, max_points))
+    bin_of_rank = np.arange(count) * bins // count  # equal-count bins over the sorted values
+    starts = np.searchsorted(bin_of_rank, np.arange(bins))
+    ends = np.append(starts[1:], count)
+    bin_value = sorted_values[(starts + ends - 1) // 2]  # a bin stands for its middle value
+    histograms = np.bincount(block_of[order] * bins + bin_of_rank, minlength=blocks * bins).reshape(blocks, bins)
+    out = np.empty(resamples)
+    chunk = max(1, 1_000_000 // bins)
+    for start in range(0, resamples, chunk):
+        cum = np.cumsum(weights[start:start + chunk] @ histograms, axis=1)
+        total = cum[:, -1]
+        position = (total - 1.0) * q
+        below = np.floor(position)
+        # the k-th smallest value (0-based) of a resample lies in the first bin whose cumulative count exceeds k
+        low = bin_value[np.minimum((cum <= below[:, None]).sum(axis=1), bins - 1)]
+        high = bin_value[np.minimum((cum <= np.minimum(below + 1.0, total - 1.0)[:, None]).sum(axis=1), bins - 1)]
+        out[start:start + len(cum)] = low + (position - below) * (high - low)
     return out
 
 

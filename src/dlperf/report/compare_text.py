@@ -64,8 +64,15 @@ def ab_verdict(run: ABRun) -> Text:
     lo, hi = run.result.speedup_ci
     verdict = run.result.verdict
     said = verdict if verdict not in ("faster", "slower") else f"B is {verdict}"
-    return Text.assemble(("verdict: ", "bold"), (said, _verdict_style(verdict)),
-                         f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x)")
+    detail = f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x)"
+    if verdict not in ("faster", "slower") and (lo > 1.0 or hi < 1.0):
+        # the interval excludes 1, so the difference is significant, just not as large as --min-effect: "no
+        # significant difference (... CI 1.001-1.018x)" contradicted its own interval
+        said = "no difference as large as the minimum effect"
+        effect = f" of {run.min_effect * 100:g}%" if run.min_effect is not None else ""
+        detail += (f": B is {'faster' if lo > 1.0 else 'slower'}, significantly but by less than the --min-effect"
+                   f"{effect}")
+    return Text.assemble(("verdict: ", "bold"), (said, _verdict_style(verdict)), detail)
 
 
 def comparison_tables(cmp: RunComparison) -> list[RenderableType]:

@@ -48,6 +48,24 @@ def test_channels_last_on_a_2d_input_is_refused() -> None:
         run_ab("zoo:mlp", parse_settings(""), parse_settings("channels_last=1"), blocks=4, iters_per_block=1)
 
 
+@pytest.mark.parametrize(("setting", "said"), [
+    ("channels_last=1", "--b: channels_last=1 needs a 4-D (NCHW) input"),
+    ("device=cuda", "--b: device=cuda asked for, but no CUDA device is available"),
+])
+def test_settings_the_workload_or_machine_cannot_take_record_no_run(
+        setting: str, said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """They were recorded as failed A/Bs: a `runs list` row with no headline for each mistyped setting."""
+    import torch
+
+    if setting.startswith("device") and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    store = tmp_path / "r.db"
+    assert main(["ab", "zoo:mlp", "--b", setting, "--blocks", "4", "--iters-per-block", "1",
+                 "--store", str(store)]) == 2
+    assert said in capsys.readouterr().err
+    assert Store(store).list(kind="ab") == []
+
+
 def test_unknown_setting_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["ab", "zoo:mlp", "--b", "thread=2", "--store", str(tmp_path / "r.db")]) == 2
     assert "unknown key 'thread'" in capsys.readouterr().err
