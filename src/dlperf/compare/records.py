@@ -24,7 +24,7 @@ def point_measurements(record: RunRecord) -> dict[int, Measurement]:
             continue
     if not found and record.kind not in SAMPLED_KINDS:  # a load run has samples, per level, not per batch size
         raise StoreError(
-            f"run {record.id} is a '{record.kind}' run: this takes a bench or check run (per-batch-size latency "
+            f"run {record.id} is {a_kind(record.kind)} run: this takes a bench or check run (per-batch-size latency "
             "samples; `dlperf runs list --kind bench` lists them)"
         )
     if not found:
@@ -46,3 +46,8 @@ def has_samples(record: RunRecord) -> bool:
 def config_value(record: RunRecord, key: str, default: Any = None) -> Any:
     value = record.config.get(key, default) if isinstance(record.config, dict) else default
     return default if value is None else value
+
+
+def a_kind(kind: str) -> str:
+    """"a 'bench'", "an 'ab'": a run kind with its article."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} '{kind}'"

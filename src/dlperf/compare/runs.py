@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.compare.records import has_samples, point_measurements
+from dlperf.compare.records import a_kind, has_samples, point_measurements
 from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, percentile
@@ -249,8 +249,9 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
         # Say which run and why: "one of the runs holds no raw latency samples" was printed for a bench run
         # against an ab run (which holds samples, per side, not per batch size), and then nothing else.
         if a.kind != b.kind:
-            notes.append(f"A is a '{a.kind}' run and B a '{b.kind}' run: only the numeric results they share are "
-                         "compared (latency samples are compared between two bench or check runs, or two load runs)")
+            notes.append(f"A is {a_kind(a.kind)} run and B {a_kind(b.kind)} run: only the numeric results they share "
+                         "are compared (latency samples are compared between two bench or check runs, or two load "
+                         "runs)")
         else:
             lacking = [r.id for r in (a, b) if not (has_samples(r) or load_levels(r))]
             who = f"run {lacking[0]} holds no" if len(lacking) == 1 else "neither run holds"

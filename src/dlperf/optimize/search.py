@@ -483,12 +483,13 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
     """The search to resume, and why the last interrupted one of the same settings is not (its workload's code
     changed), if so. `resume` (a run id) must name an unfinished optimize run of this workload and settings: its
     candidates' figures would otherwise stand in a table of another search (another batch size, another model)."""
+    from dlperf.compare.records import a_kind
     from dlperf.store.records import INTERRUPTED, OK
 
     if resume:
         record = store.get(resume)
         if record.kind != "optimize":
-            raise OptimizeError(f"run {record.id} is a '{record.kind}' run, not an optimize run: nothing to resume")
+            raise OptimizeError(f"run {record.id} is {a_kind(record.kind)} run, not an optimize run: nothing to resume")
         if not _same_workload(record.workload, source):
             raise OptimizeError(f"run {record.id} optimized '{record.workload}', not '{source}'")
         if record.status == OK:

@@ -61,3 +61,9 @@ def test_replacing_a_baseline_names_the_run_it_pointed_at(tmp_path: Path,
     assert f"baseline 'main' -> run {second}" in out and f"it was run {first}" in out
     assert main(["baseline", "set", "main", second, "--store", str(path)]) == 0
     assert "it was run" not in capsys.readouterr().out  # set again to the same run: nothing replaced
+
+
+def test_a_run_kind_takes_its_article() -> None:
+    from dlperf.compare.records import a_kind
+
+    assert (a_kind("ab"), a_kind("optimize"), a_kind("bench")) == ("an 'ab'", "an 'optimize'", "a 'bench'")

@@ -165,7 +165,7 @@ def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_
     ab = add_run(store, "ab", {"ratio": 1.02, "verdict": "no significant difference"})
     cmp = compare_records(store.get(bench), store.get(ab))
     assert cmp.points == [] and cmp.other_deltas == []
-    assert any("A is a 'bench' run and B a 'ab' run" in n for n in cmp.notes)
+    assert any("A is a 'bench' run and B an 'ab' run" in n for n in cmp.notes)
     assert any("share no numeric result that differs" in n for n in cmp.notes)
     first = add_run(store, "profile", {"step_s": 0.010})
     second = add_run(store, "profile", {"step_s": 0.012})
