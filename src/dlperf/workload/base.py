@@ -208,10 +208,16 @@ class Workload:
             with torch.inference_mode():
                 outputs = model(*inputs)
         except Exception as exc:
-            hint = ("; its inputs factory returned a list, which is passed as ONE argument: return a tuple to pass "
-                    "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
+            hint = _container_hint(inputs, self._batch_from_inputs)
             if any(type(x).__module__ == "numpy" for x in inputs):
                 hint += "; its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))"
+            elif isinstance(exc, TypeError) and (keywords := _keyword_only(model)):
+                # "forward() takes 1 positional argument but 2 were given" does not say why
+                hint += (f"; forward takes {', '.join(keywords)} as keyword-only, and dlperf passes the inputs "
+                         "positionally (model(*inputs)): make them positional parameters, or wrap the model in a "
+                         f"module whose forward({', '.join(keywords)}) calls it by keyword")
+            elif _DTYPE_ERROR.search(str(exc)) and (dtype_hint := _dtype_hint(model, inputs)) is not None:
+                hint += dtype_hint
             elif any(isinstance(x, torch.Tensor) and x.dim() == 1 for x in inputs):
                 # dlperf.bench(Linear(4, 2), (torch.randn(4),)) was cut to float32[1] "rows", a puzzling shape
                 hint += ("; dim 0 of each input is the batch, so a 1-D input is a batch of scalars: give one sample "
@@ -268,6 +274,61 @@ class Workload:
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
+
+
+def _keyword_only(model: Any) -> list[str]:
+    """The keyword-only parameters without a default of `model`'s forward (or of `model` itself, a function)."""
+    import inspect
+
+    forward = getattr(model, "forward", model)
+    try:
+        parameters = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty]
+
+
+def _container_hint(inputs: Inputs, from_module: bool) -> str:
+    """Why a model may have rejected one list or dict input: dlperf calls model(*inputs), so it is ONE positional
+    argument. Said of what the user wrote: the inputs factory's return, or `dlperf.bench(model, [x, y])`'s inputs,
+    which have no factory (the message named one the user never wrote)."""
+    if len(inputs) != 1 or not isinstance(inputs[0], (list, dict)):
+        return ""
+    kind = "dict" if isinstance(inputs[0], dict) else "list"
+    if from_module:
+        example = "(x, y)" if kind == "list" else "tuple(d.values()) in forward's order"
+        return (f"; the example inputs are a {kind}, which is passed as ONE argument: give a tuple to pass several "
+                f"positional arguments (dlperf calls model(*inputs)), e.g. {example}")
+    fix = "a tuple" if kind == "list" else "a tuple of the values, in forward's order,"
+    return (f"; its inputs factory returned a {kind}, which is passed as ONE argument: return {fix} to pass several "
+            "positional arguments (dlperf calls model(*inputs))")
+
+
+# torch's words for mixed dtypes: "mat1 and mat2 must have the same dtype", "expected scalar type Float but found
+# Double", "Input type (double) and bias type (float) should be the same"
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|Input type \(\w+\) and (weight|bias) type")
+
+
+def _dtype_hint(model: Any, inputs: Inputs) -> str | None:
+    """A float input of another floating dtype than the model's weights (float64 from numpy or torch.tensor of
+    Python floats is the usual one): torch only says 'mat1 and mat2 must have the same dtype'."""
+    import torch
+
+    parameters = getattr(model, "parameters", None)
+    try:
+        weight = next(iter(parameters()), None) if callable(parameters) else None
+    except Exception:
+        return None
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+        return None
+    wrong = [(i, x.dtype) for i, x in enumerate(inputs)
+             if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != weight.dtype]
+    if not wrong:
+        return None
+    i, dtype = wrong[0]
+    name, want = str(dtype).replace("torch.", ""), str(weight.dtype).replace("torch.", "")
+    return (f"; input {i} is {name} but the model's weights are {want} (torch.from_numpy and torch.tensor of Python "
+            f"floats give float64): make the inputs {want}, e.g. x.to(torch.{want})")
 
 
 def _batch_of(value: Any) -> int | None:

@@ -1,0 +1,131 @@
+"""What a user bringing their own model runs into: a workload derived from another one, example inputs computed with
+autograd on, and the hints for inputs a model rejects (a list or dict, a float64 tensor, a keyword-only forward)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import dlperf
+from dlperf.errors import WorkloadError
+from dlperf.workload import Workload, from_module, load_workload
+
+pytestmark = pytest.mark.unit
+
+DERIVED = """
+    import dataclasses
+    import torch
+    import dlperf
+
+    def evaluate(predict):
+        return float(torch.as_tensor(predict(torch.ones(4, 64))).abs().mean())
+
+    def mine(scale: float = 1.0) -> dlperf.Workload:
+        base = dlperf.load_workload("zoo:mlp")
+        return dataclasses.replace(base, name=f"mine-{scale}",
+                                   eval=dlperf.EvalSpec(evaluate=evaluate, metric_name="magnitude"))
+"""
+
+
+def test_a_workload_made_from_another_one_is_rebuilt_from_the_file(tmp_path: Path) -> None:
+    """`dataclasses.replace(load_workload("zoo:mlp"), eval=...)` kept zoo:mlp's source, which optimize's candidate
+    processes rebuild the workload from: they measured zoo:mlp, without the user's metric (fidelity stood in)."""
+    path = tmp_path / "wl.py"
+    path.write_text(textwrap.dedent(DERIVED) + "\nvalue = mine(2.0)\n")
+    made = load_workload(f"{path}:mine?scale=0.5")
+    assert made.source == f"{path}:mine?scale=0.5"
+    rebuilt = load_workload(made.source)
+    assert rebuilt.name == "mine-0.5" and rebuilt.eval is not None and rebuilt.eval.metric_name == "magnitude"
+    value = load_workload(f"{path}:value")  # a module-level value made so
+    assert value.source == f"{path}:value"
+    assert load_workload(value.source).name == "mine-2.0"
+    # a value a spec cannot carry leaves no source (optimize refuses it), not the zoo's
+    assert load_workload(f"{path}:mine", scale=[1]).source == ""
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 3)
+        self.b = nn.Linear(2, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"out": self.a(x) + self.b(y)}
+
+
+def test_example_inputs_computed_with_autograd_on_are_measured() -> None:
+    """An encoder's output (no graph leaf) could not be deep-copied: every call failed with "its inputs factory raised
+    RuntimeError: Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"."""
+    encoder = nn.Linear(4, 6)
+    x = encoder(torch.randn(3, 4))
+    y = torch.randn(3, 2, requires_grad=True) * 2
+    assert x.grad_fn is not None
+    w = from_module(TwoInputs(), (x, {"y": y}))
+    inputs = w.example_inputs(5)
+    assert inputs[0].shape == (5, 6) and inputs[1]["y"].shape == (5, 2)
+    assert not inputs[0].requires_grad
+    assert torch.equal(inputs[0][:3], x.detach())
+    assert x.grad_fn is not None and y.requires_grad  # the caller's tensors are left as they were
+    result = dlperf.bench(TwoInputs(), (x, y), min_duration_s=0.01, min_iters=3, warmup_iters=1)
+    assert [p.batch_size for p in result.points] == [3]
+
+
+@pytest.mark.parametrize(("given", "fix"), [
+    ("list", "the example inputs are a list, which is passed as ONE argument: give a tuple"),
+    ("dict", "the example inputs are a dict, which is passed as ONE argument: give a tuple"),
+])
+def test_a_list_or_dict_of_example_inputs_is_named_as_the_user_gave_it(given: str, fix: str) -> None:
+    """dlperf.bench(model, [x, y]) said "its inputs factory returned a list": the user wrote no inputs factory; a dict
+    had no hint at all."""
+    x, y = torch.randn(2, 6), torch.randn(2, 2)
+    inputs = [x, y] if given == "list" else {"x": x, "y": y}
+    w = from_module(TwoInputs(), inputs)
+    with pytest.raises(WorkloadError) as info:
+        w.check(w.build_model(), w.example_inputs(2))
+    assert fix in str(info.value) and "inputs factory" not in str(info.value)
+    factory = Workload(name="d", make_model=TwoInputs, make_inputs=lambda b: {"x": torch.ones(b, 6)})  # type: ignore[arg-type,return-value]
+    with pytest.raises(WorkloadError, match="its inputs factory returned a dict, which is passed as ONE argument: "
+                                            "return a tuple of the values"):
+        factory.check(factory.build_model(), factory.example_inputs(2))
+
+
+def test_float64_inputs_are_named_as_the_cause() -> None:
+    """torch.from_numpy gives float64: torch only said 'mat1 and mat2 must have the same dtype'."""
+    w = Workload(name="f64", make_model=lambda: nn.Linear(4, 2),
+                 make_inputs=lambda b: (torch.randn(b, 4, dtype=torch.float64),))
+    with pytest.raises(WorkloadError, match=r"input 0 is float64 but the model's weights are float32 .*make the "
+                                            r"inputs float32, e.g. x.to\(torch.float32\)"):
+        w.check(w.build_model(), w.example_inputs(2))
+    conv = Workload(name="c64", make_model=lambda: nn.Conv2d(1, 2, 3),
+                    make_inputs=lambda b: (torch.randn(b, 1, 5, 5, dtype=torch.float64),))
+    with pytest.raises(WorkloadError, match="input 0 is float64 but the model's weights are float32"):
+        conv.check(conv.build_model(), conv.example_inputs(2))
+
+
+def test_another_error_with_a_float64_input_does_not_blame_the_dtype() -> None:
+    w = Workload(name="shape", make_model=lambda: nn.Linear(4, 2),
+                 make_inputs=lambda b: (torch.randn(b, 5, dtype=torch.float64),))
+    model = w.build_model().double()
+    with pytest.raises(WorkloadError) as info:
+        w.check(model, w.example_inputs(2))
+    assert "float64 but" not in str(info.value) and "shapes cannot be multiplied" in str(info.value)
+
+
+class KeywordOnly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+
+    def forward(self, *, x: torch.Tensor) -> torch.Tensor:
+        return self.l(x)
+
+
+def test_a_keyword_only_forward_is_named_as_the_cause() -> None:
+    w = Workload(name="kw", make_model=KeywordOnly, make_inputs=lambda b: (torch.ones(b, 4),))
+    with pytest.raises(WorkloadError, match="forward takes x as keyword-only, and dlperf passes the inputs "
+                                            r"positionally \(model\(\*inputs\)\)"):
+        w.check(w.build_model(), w.example_inputs(2))
