@@ -88,7 +88,8 @@ class TrainSpec:
     """How the user's training loop runs: a loader of (inputs, target) batches, a loss and an optimizer."""
 
     make_loader: Callable[..., Iterable[tuple[Any, Any]]]
-    """make_loader(batch_size, **dataloader_kwargs) -> iterable of (inputs, target); inputs a tensor or tuple."""
+    """make_loader(batch_size, **dataloader_kwargs) -> iterable of (inputs, target); inputs a tensor, or a tuple or
+    list of the model's positional arguments (the default collate makes a dataset's tuple a list)."""
     loss_fn: Callable[[Any, Any], torch.Tensor]
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int = 32

@@ -702,11 +702,16 @@ def _from_functions(module: ModuleType, path: Path) -> Workload:
     elif hasattr(module, "METRIC") or hasattr(module, "HIGHER_IS_BETTER"):
         raise WorkloadError(f"workload file '{path}' sets METRIC or HIGHER_IS_BETTER but defines no evaluate"
                             "(predict): define it, or the metric cannot be measured")
+    from dlperf.workload.base import KINDS
+
+    kind = getattr(module, "KIND", "generic")
+    if kind not in KINDS:  # was "Workload 'wl': kind 'CNN' is unknown", naming neither the file nor KIND
+        raise WorkloadError(f"workload file '{path}': `KIND` must be one of {', '.join(KINDS)}, got {kind!r}")
     return Workload(
         name=path.stem,
         make_model=module.model,
         make_inputs=module.inputs,
         eval=eval_spec,
         source=_absolute(path),
-        kind=getattr(module, "KIND", "generic"),
+        kind=kind,
     )

@@ -129,3 +129,15 @@ def test_a_keyword_only_forward_is_named_as_the_cause() -> None:
     with pytest.raises(WorkloadError, match="forward takes x as keyword-only, and dlperf passes the inputs "
                                             r"positionally \(model\(\*inputs\)\)"):
         w.check(w.build_model(), w.example_inputs(2))
+
+
+def test_a_functions_files_kind_is_checked_by_name(tmp_path: Path) -> None:
+    """KIND = "CNN" came out as "Workload 'funcs': kind 'CNN' is unknown", naming neither the file nor KIND."""
+    path = tmp_path / "funcs.py"
+    path.write_text("import torch\nKIND = 'CNN'\ndef model():\n    return torch.nn.Linear(3, 1)\n"
+                    "def inputs(batch_size):\n    return (torch.ones(batch_size, 3),)\n")
+    with pytest.raises(WorkloadError, match=r"workload file '.*funcs\.py': `KIND` must be one of cnn, transformer, "
+                                            r"mlp, generic, got 'CNN'"):
+        load_workload(str(path))
+    path.write_text(path.read_text().replace("'CNN'", "'cnn'"))
+    assert load_workload(str(path)).kind == "cnn"
