@@ -307,7 +307,7 @@ def _container_hint(inputs: Inputs, from_module: bool) -> str:
 
 # torch's words for mixed dtypes: "mat1 and mat2 must have the same dtype", "expected scalar type Float but found
 # Double", "Input type (double) and bias type (float) should be the same"
-_DTYPE_ERROR = re.compile(r"dtype|scalar type|Input type \(\w+\) and (weight|bias) type")
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|Input type \([\w ]+\) and (weight|bias) type")
 
 
 def _dtype_hint(model: Any, inputs: Inputs) -> str | None:
@@ -322,14 +322,24 @@ def _dtype_hint(model: Any, inputs: Inputs) -> str | None:
         return None
     if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
         return None
-    wrong = [(i, x.dtype) for i, x in enumerate(inputs)
-             if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != weight.dtype]
-    if not wrong:
-        return None
-    i, dtype = wrong[0]
-    name, want = str(dtype).replace("torch.", ""), str(weight.dtype).replace("torch.", "")
-    return (f"; input {i} is {name} but the model's weights are {want} (torch.from_numpy and torch.tensor of Python "
-            f"floats give float64): make the inputs {want}, e.g. x.to(torch.{want})")
+    want = str(weight.dtype).replace("torch.", "")
+    tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    floats = [(i, x.dtype) for i, x in tensors if x.is_floating_point() and x.dtype != weight.dtype]
+    if floats:
+        i, dtype = floats[0]
+        return (f"; input {i} is {str(dtype).replace('torch.', '')} but the model's weights are {want} "
+                "(torch.from_numpy and torch.tensor of Python floats give float64): make the inputs "
+                f"{want}, e.g. x.to(torch.{want})")
+    # an integer tensor where the first layer computes in floats (torch.randint for features, labels as inputs)
+    ints = [(i, x.dtype) for i, x in tensors
+            if not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool]
+    if len(ints) == len(tensors) == 1:
+        i, dtype = ints[0]
+        fix = (f"make it {want} and scale it as in training, e.g. x.to(torch.{want}) / 255" if dtype == torch.uint8
+               else f"make it {want}, e.g. x.to(torch.{want})" + (" (torch.randint gives int64)"
+                                                                   if dtype == torch.int64 else ""))
+        return f"; input {i} is {str(dtype).replace('torch.', '')} but the model computes in {want}: {fix}"
+    return None
 
 
 def _batch_of(value: Any) -> int | None:

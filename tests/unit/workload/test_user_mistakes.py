@@ -141,3 +141,36 @@ def test_a_functions_files_kind_is_checked_by_name(tmp_path: Path) -> None:
         load_workload(str(path))
     path.write_text(path.read_text().replace("'CNN'", "'cnn'"))
     assert load_workload(str(path)).kind == "cnn"
+
+
+@pytest.mark.parametrize(("make", "layer", "fix"), [
+    (lambda b: torch.randint(0, 9, (b, 4)), lambda: nn.Linear(4, 2),
+     r"input 0 is int64 but the model computes in float32: make it float32, e.g. x.to\(torch.float32\) "
+     r"\(torch.randint gives int64\)"),
+    (lambda b: torch.randint(0, 255, (b, 3, 6, 6), dtype=torch.uint8), lambda: nn.Conv2d(3, 2, 3),
+     r"input 0 is uint8 but the model computes in float32: make it float32 and scale it as in training, e.g. "
+     r"x.to\(torch.float32\) / 255"),
+])
+def test_integer_inputs_to_a_float_model_are_named_as_the_cause(make, layer, fix) -> None:  # type: ignore[no-untyped-def]
+    """uint8 images into a Conv2d: torch said 'Input type (unsigned char) and bias type (float) should be the same'."""
+    w = Workload(name="ints", make_model=layer, make_inputs=lambda b: (make(b),))
+    with pytest.raises(WorkloadError, match=fix):
+        w.check(w.build_model(), w.example_inputs(2))
+
+
+def test_token_ids_beside_a_wrong_float_input_blame_the_float_one() -> None:
+    class Embedder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e = nn.Embedding(10, 4)
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+            return self.l(self.e(ids) * scale)
+
+    w = Workload(name="emb", make_model=Embedder,
+                 make_inputs=lambda b: (torch.zeros(b, 3, dtype=torch.long), torch.ones(b, 3, 1, dtype=torch.float64)))
+    with pytest.raises(WorkloadError) as info:
+        w.check(w.build_model(), w.example_inputs(2))
+    assert "input 1 is float64 but the model's weights are float32" in str(info.value)
+    assert "int64 but" not in str(info.value)
