@@ -4,6 +4,7 @@ autograd on, and the hints for inputs a model rejects (a list or dict, a float64
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -151,7 +152,8 @@ def test_a_functions_files_kind_is_checked_by_name(tmp_path: Path) -> None:
      r"input 0 is uint8 but the model computes in float32: make it float32 and scale it as in training, e.g. "
      r"x.to\(torch.float32\) / 255"),
 ])
-def test_integer_inputs_to_a_float_model_are_named_as_the_cause(make, layer, fix) -> None:  # type: ignore[no-untyped-def]
+def test_integer_inputs_to_a_float_model_are_named_as_the_cause(make: Callable[[int], torch.Tensor],
+                                                                layer: Callable[[], nn.Module], fix: str) -> None:
     """uint8 images into a Conv2d: torch said 'Input type (unsigned char) and bias type (float) should be the same'."""
     w = Workload(name="ints", make_model=layer, make_inputs=lambda b: (make(b),))
     with pytest.raises(WorkloadError, match=fix):
