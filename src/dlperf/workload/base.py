@@ -159,9 +159,25 @@ class Workload:
         from torch import nn
 
         if not isinstance(model, nn.Module):
+            # "returned tuple, not a torch.nn.Module" said neither which function nor what to do
+            if isinstance(model, (tuple, list)) and any(isinstance(m, nn.Module) for m in model):
+                fix = ("return the model alone (a tokenizer or preprocessing goes into the inputs factory or the "
+                       "model's forward)")
+            elif model is None:
+                fix = "it builds the model but does not return it? end it with `return model`"
+            elif callable(model):
+                fix = "wrap the function in an nn.Module whose forward calls it"
+            else:
+                fix = "return the model, an nn.Module"
+            what = (f"a {type(model).__name__} of {len(model)} ({', '.join(type(m).__name__ for m in model)})"
+                    if isinstance(model, (tuple, list)) and len(model) <= 4
+                    else "None" if model is None else type(model).__name__)
+            code = getattr(self.make_model, "__code__", None)
+            where = "" if code is None or _is_library_frame(code.co_filename) else (
+                "\n" + _user_frame(WorkloadError(), self.make_model))
             raise WorkloadError(
-                f"workload '{self.name}': the model factory returned {type(model).__name__}, "
-                "not a torch.nn.Module"
+                f"workload '{self.name}': the model factory returned {what}, not a torch.nn.Module: "
+                f"{fix}{where}"
             )
         return model
 

@@ -176,3 +176,34 @@ def test_token_ids_beside_a_wrong_float_input_blame_the_float_one() -> None:
         w.check(w.build_model(), w.example_inputs(2))
     assert "input 1 is float64 but the model's weights are float32" in str(info.value)
     assert "int64 but" not in str(info.value)
+
+
+NOT_A_MODULE = """
+    import torch
+
+    def model():
+        {body}
+
+    def inputs(batch_size):
+        return (torch.ones(batch_size, 4),)
+"""
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("return torch.nn.Linear(4, 2), 'tokenizer'",
+     "returned a tuple of 2 (Linear, str), not a torch.nn.Module: return the model alone"),
+    ("net = torch.nn.Linear(4, 2)", "returned None, not a torch.nn.Module: it builds the model but does not return it? "
+                                    "end it with `return model`"),
+    ("return lambda x: x * 2", "returned function, not a torch.nn.Module: wrap the function in an nn.Module whose "
+                               "forward calls it"),
+])
+def test_a_model_factory_returning_no_module_says_what_to_return(tmp_path: Path, body: str, said: str) -> None:
+    """It said "the model factory returned tuple, not a torch.nn.Module": neither which function nor the fix."""
+    path = tmp_path / "wl.py"
+    path.write_text(textwrap.dedent(NOT_A_MODULE).replace("{body}", body))
+    w = load_workload(str(path))
+    with pytest.raises(WorkloadError) as info:
+        w.build_model()
+    message = str(info.value)
+    assert message.startswith(f"workload 'wl': the model factory {said}")
+    assert f'File "{path}", line 4, in model' in message
