@@ -205,6 +205,13 @@ class Workload:
                 f"({describe_inputs(inputs, self.input_names)}): create the inputs on the CPU"
             )
         firsts = _batch_candidates(inputs)
+        if batch_size not in firsts and self._batch_from_inputs:  # dlperf.bench(model, inputs): no factory was written
+            raise WorkloadError(
+                f"workload '{self.name}': its example inputs hold no tensor batched on dim 0 "
+                f"({describe_inputs(inputs, self.input_names)}), so dlperf cannot make them any batch size: give "
+                "tensors whose first dimension is the batch, or a dlperf.Workload whose make_inputs(batch_size) "
+                "builds them"
+            )
         if batch_size not in firsts:
             # every figure per item (throughput, items/s) counts batch_size items per call: a factory that ignored
             # it made a batch-64 throughput 64 times too high
@@ -309,11 +316,15 @@ def _container_hint(inputs: Inputs, from_module: bool) -> str:
     """Why a model may have rejected one list or dict input: dlperf calls model(*inputs), so it is ONE positional
     argument. Said of what the user wrote: the inputs factory's return, or `dlperf.bench(model, [x, y])`'s inputs,
     which have no factory (the message named one the user never wrote)."""
-    if len(inputs) != 1 or not isinstance(inputs[0], (list, dict)):
+    from collections.abc import Mapping
+
+    # a Mapping: transformers' BatchEncoding (a tokenizer's output) is a UserDict, which the usual model(**batch) takes
+    if len(inputs) != 1 or not isinstance(inputs[0], (list, Mapping)):
         return ""
-    kind = "dict" if isinstance(inputs[0], dict) else "list"
+    kind = "dict" if isinstance(inputs[0], Mapping) else "list"
     if from_module:
-        example = "(x, y)" if kind == "list" else "tuple(d.values()) in forward's order"
+        example = "(x, y)" if kind == "list" else \
+            "(batch['input_ids'], batch['attention_mask']) in forward's order for model(**batch)"
         return (f"; the example inputs are a {kind}, which is passed as ONE argument: give a tuple to pass several "
                 f"positional arguments (dlperf calls model(*inputs)), e.g. {example}")
     fix = "a tuple" if kind == "list" else "a tuple of the values, in forward's order,"

@@ -207,3 +207,44 @@ def test_a_model_factory_returning_no_module_says_what_to_return(tmp_path: Path,
     message = str(info.value)
     assert message.startswith(f"workload 'wl': the model factory {said}")
     assert f'File "{path}", line 4, in model' in message
+
+
+class TwoKeywords(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.e = nn.Embedding(10, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.e(input_ids) * attention_mask[..., None]
+
+
+def test_a_tokenizers_mapping_is_resized_and_named_as_one_argument() -> None:
+    """A tokenizer's BatchEncoding is a UserDict, not a dict: no batch was found in it, and every call failed with
+    "its inputs for batch size 1 have no batch dimension of 1 (input 0: BatchEncoding): the inputs factory must
+    return ...", of a factory the user never wrote."""
+    from collections import UserDict
+
+    encoded = UserDict({"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5)})
+    w = from_module(TwoKeywords(), encoded)
+    assert w.default_batch_size == 2
+    inputs = w.example_inputs(3)
+    assert inputs[0]["input_ids"].shape == (3, 5)
+    with pytest.raises(WorkloadError, match=r"the example inputs are a dict, which is passed as ONE argument: give a "
+                                            r"tuple .*\(batch\['input_ids'\], batch\['attention_mask'\]\)"):
+        w.check(w.build_model(), inputs)
+    assert isinstance(encoded, UserDict) and encoded["input_ids"].shape == (2, 5)  # the caller's, as it was
+    # as a tuple, as the hint says, it is measured
+    result = dlperf.bench(TwoKeywords(), (encoded["input_ids"], encoded["attention_mask"]), min_duration_s=0.01,
+                          min_iters=3, warmup_iters=1)
+    assert [p.batch_size for p in result.points] == [2]
+
+
+def test_example_inputs_without_a_batched_tensor_say_so_of_the_example_inputs() -> None:
+    class Texts(nn.Module):
+        def forward(self, texts: list[str]) -> torch.Tensor:
+            return torch.zeros(len(texts), 3)
+
+    with pytest.raises(WorkloadError, match=r"its example inputs hold no tensor batched on dim 0 \(input 0: list of 2 "
+                                            r"\(str, str\)\), so dlperf cannot make them any batch size") as info:
+        dlperf.bench(Texts(), (["a", "b"],), min_duration_s=0.01)
+    assert "inputs factory" not in str(info.value)
