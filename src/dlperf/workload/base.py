@@ -144,6 +144,10 @@ class Workload:
             names = getattr(self, key)
             if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
                 raise WorkloadError(f"{what}: {key} must be a tuple of strings, e.g. ('x',), got {names!r}")
+            twice = sorted({n for n in names if list(names).count(n) > 1})
+            if twice:  # a served model's tensors are found by name: one of the two could never be sent
+                raise WorkloadError(f"{what}: {key} names {', '.join(map(repr, twice))} more than once: give each "
+                                    "input or output its own name")
 
     def build_model(self) -> nn.Module:
         """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
@@ -203,6 +207,14 @@ class Workload:
             raise WorkloadError(
                 f"workload '{self.name}': its input {meta[0]} is on the 'meta' device, which holds no data "
                 f"({describe_inputs(inputs, self.input_names)}): create the inputs on the CPU"
+            )
+        if self.input_names and len(self.input_names) != len(inputs):
+            # `dlperf serve` built its signature from the names: with ('x',) for two inputs it took one input, and
+            # every request failed in the model
+            raise WorkloadError(
+                f"workload '{self.name}': input_names names {len(self.input_names)} input"
+                f"{'' if len(self.input_names) == 1 else 's'} ({', '.join(self.input_names)}) but its inputs factory "
+                f"returns {len(inputs)} ({describe_inputs(inputs)}): give one name per positional input, in order"
             )
         firsts = _batch_candidates(inputs)
         if batch_size not in firsts and self._batch_from_inputs:  # dlperf.bench(model, inputs): no factory was written

@@ -248,3 +248,21 @@ def test_example_inputs_without_a_batched_tensor_say_so_of_the_example_inputs() 
                                             r"\(str, str\)\), so dlperf cannot make them any batch size") as info:
         dlperf.bench(Texts(), (["a", "b"],), min_duration_s=0.01)
     assert "inputs factory" not in str(info.value)
+
+
+def test_input_names_must_name_every_input_once() -> None:
+    """input_names=('x',) for a model of two inputs: dlperf serve's signature took one input, and every request then
+    failed inside the model."""
+    w = Workload(name="pair", make_model=TwoInputs, make_inputs=lambda b: (torch.ones(b, 6), torch.ones(b, 2)),
+                 input_names=("x",))
+    with pytest.raises(WorkloadError, match=r"workload 'pair': input_names names 1 input \(x\) but its inputs factory "
+                                            r"returns 2 \(input 0: float32\[2, 6\], input 1: float32\[2, 2\]\): give "
+                                            "one name per positional input, in order"):
+        w.example_inputs(2)
+    named = Workload(name="pair", make_model=TwoInputs, make_inputs=lambda b: (torch.ones(b, 6), torch.ones(b, 2)),
+                     input_names=("x", "y"))
+    assert len(named.example_inputs(2)) == 2
+    with pytest.raises(WorkloadError, match=r"output_names names 'out' more than once: give each input or output its "
+                                            "own name"):
+        Workload(name="pair", make_model=TwoInputs, make_inputs=lambda b: (torch.ones(b, 6),),
+                 output_names=("out", "out"))
