@@ -97,7 +97,9 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
     # a Mapping that is no dict (transformers' BatchEncoding, a UserDict) as a plain dict, which dlperf looks into for
     # the batch and resizes: left as it was, no batch was found, and every call failed as "its inputs for batch size 1
     # have no batch dimension of 1 (input 0: BatchEncoding)"
-    inputs = tuple(dict(v) if isinstance(v, Mapping) and not isinstance(v, dict) else v for v in inputs)
+    # (not one with a shape of its own, a TensorDict: dlperf resizes that as it does a tensor)
+    inputs = tuple(dict(v) if isinstance(v, Mapping) and not isinstance(v, dict) and not hasattr(v, "shape") else v
+                   for v in inputs)
     batch = _batch_of(inputs)
 
     def make_model() -> Any:
