@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import linecache
 import re
 import sys
@@ -52,10 +53,24 @@ def _host_side(predict: Predict, device: str) -> Predict:
 
     import torch
 
+    def moved(value: Any) -> Any:
+        # into new containers: a model taking a dict or list of tensors got them on the host (only the top-level
+        # tensors were moved), and map_tensors would change the evaluate function's own dict of eval data in place
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(moved(v) for v in value))
+        if isinstance(value, (tuple, list)):
+            return type(value)(moved(v) for v in value)
+        if isinstance(value, dict):
+            out = copy.copy(value)  # a dict subclass keeps its type
+            for k in list(out):
+                out[k] = moved(out[k])
+            return out
+        return value
+
     def called(*args: Any, **kwargs: Any) -> Any:
-        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        return map_tensors(predict(*args, **kwargs), lambda t: t.cpu())
+        return map_tensors(predict(*moved(args), **moved(kwargs)), lambda t: t.cpu())
 
     return called
 

@@ -266,3 +266,26 @@ def test_input_names_must_name_every_input_once() -> None:
                                             "own name"):
         Workload(name="pair", make_model=TwoInputs, make_inputs=lambda b: (torch.ones(b, 6),),
                  output_names=("out", "out"))
+
+
+def test_an_evaluate_on_another_device_gets_nested_inputs_there_and_keeps_its_data() -> None:
+    """Only top-level tensors were moved to the device: a model taking a dict of tensors got them on the host in its
+    evaluate (on a GPU: 'Expected all tensors to be on the same device'). 'meta' stands for the GPU here."""
+    x, part = torch.ones(3, 2), torch.zeros(3, 1)
+    data = {"x": x, "parts": [part]}
+    seen: list[str] = []
+
+    def predict(batch: dict[str, object], *, scale: torch.Tensor) -> dict[str, torch.Tensor]:
+        x, parts = batch["x"], batch["parts"]
+        assert isinstance(x, torch.Tensor) and isinstance(parts, list)
+        seen.extend([x.device.type, parts[0].device.type, scale.device.type])
+        return {"out": torch.full((3,), 2.0)}
+
+    def evaluate(p: dlperf.workload.base.Predict) -> float:
+        return float(p(data, scale=torch.ones(1))["out"].sum())
+
+    w = Workload(name="d", make_model=lambda: nn.Identity(), make_inputs=lambda b: (torch.ones(b, 2),),
+                 eval=dlperf.EvalSpec(evaluate=evaluate, metric_name="m"))
+    assert w.score(predict, device="meta") == 6.0
+    assert seen == ["meta", "meta", "meta"]
+    assert data["x"] is x and data["parts"] == [part] and x.device.type == "cpu"  # the evaluate's data, as it was
