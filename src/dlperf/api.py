@@ -10,7 +10,7 @@ from dlperf.measure.bench import BenchConfig, BenchResult, run_bench
 from dlperf.measure.scenarios import scenario as scenario_of
 from dlperf.measure.timer import TimerConfig
 from dlperf.workload.base import Workload
-from dlperf.workload.loader import load_workload
+from dlperf.workload.loader import load_workload, split_canonical
 
 
 def bench(
@@ -122,4 +122,11 @@ def load(path: Any, threads: int | None = None) -> Any:
     as `dlperf serve --threads` sets them; a torch artifact runs with torch's, which the caller sets."""
     from dlperf.optimize.artifact import load_artifact
 
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
+    if text.startswith("zoo:") or (split_canonical(text) is not None and not os.path.isdir(text)):
+        # the two loaders' names are alike: 'artifact folder 'zoo:mlp' does not exist' did not say which one was meant
+        from dlperf.errors import OptimizeError
+
+        raise OptimizeError(f"dlperf.load loads an artifact folder written by dlperf optimize --export; '{text}' is a "
+                            f"workload: load it with dlperf.load_workload({text!r})")
     return load_artifact(path, threads=threads)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import linecache
 import re
 import sys
@@ -52,10 +53,24 @@ def _host_side(predict: Predict, device: str) -> Predict:
 
     import torch
 
+    def moved(value: Any) -> Any:
+        # into new containers: a model taking a dict or list of tensors got them on the host (only the top-level
+        # tensors were moved), and map_tensors would change the evaluate function's own dict of eval data in place
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(moved(v) for v in value))
+        if isinstance(value, (tuple, list)):
+            return type(value)(moved(v) for v in value)
+        if isinstance(value, dict):
+            out = copy.copy(value)  # a dict subclass keeps its type
+            for k in list(out):
+                out[k] = moved(out[k])
+            return out
+        return value
+
     def called(*args: Any, **kwargs: Any) -> Any:
-        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        return map_tensors(predict(*args, **kwargs), lambda t: t.cpu())
+        return map_tensors(predict(*moved(args), **moved(kwargs)), lambda t: t.cpu())
 
     return called
 
@@ -88,7 +103,8 @@ class TrainSpec:
     """How the user's training loop runs: a loader of (inputs, target) batches, a loss and an optimizer."""
 
     make_loader: Callable[..., Iterable[tuple[Any, Any]]]
-    """make_loader(batch_size, **dataloader_kwargs) -> iterable of (inputs, target); inputs a tensor or tuple."""
+    """make_loader(batch_size, **dataloader_kwargs) -> iterable of (inputs, target); inputs a tensor, or a tuple or
+    list of the model's positional arguments (the default collate makes a dataset's tuple a list)."""
     loss_fn: Callable[[Any, Any], torch.Tensor]
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int = 32
@@ -143,6 +159,10 @@ class Workload:
             names = getattr(self, key)
             if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
                 raise WorkloadError(f"{what}: {key} must be a tuple of strings, e.g. ('x',), got {names!r}")
+            twice = sorted({n for n in names if list(names).count(n) > 1})
+            if twice:  # a served model's tensors are found by name: one of the two could never be sent
+                raise WorkloadError(f"{what}: {key} names {', '.join(map(repr, twice))} more than once: give each "
+                                    "input or output its own name")
 
     def build_model(self) -> nn.Module:
         """Call the factory; a factory that raises becomes a WorkloadError showing the user's own frame."""
@@ -158,9 +178,25 @@ class Workload:
         from torch import nn
 
         if not isinstance(model, nn.Module):
+            # "returned tuple, not a torch.nn.Module" said neither which function nor what to do
+            if isinstance(model, (tuple, list)) and any(isinstance(m, nn.Module) for m in model):
+                fix = ("return the model alone (a tokenizer or preprocessing goes into the inputs factory or the "
+                       "model's forward)")
+            elif model is None:
+                fix = "it builds the model but does not return it? end it with `return model`"
+            elif callable(model):
+                fix = "wrap the function in an nn.Module whose forward calls it"
+            else:
+                fix = "return the model, an nn.Module"
+            what = (f"a {type(model).__name__} of {len(model)} ({', '.join(type(m).__name__ for m in model)})"
+                    if isinstance(model, (tuple, list)) and len(model) <= 4
+                    else "None" if model is None else type(model).__name__)
+            code = getattr(self.make_model, "__code__", None)
+            where = "" if code is None or _is_library_frame(code.co_filename) else (
+                "\n" + _user_frame(WorkloadError(), self.make_model))
             raise WorkloadError(
-                f"workload '{self.name}': the model factory returned {type(model).__name__}, "
-                "not a torch.nn.Module"
+                f"workload '{self.name}': the model factory returned {what}, not a torch.nn.Module: "
+                f"{fix}{where}"
             )
         return model
 
@@ -187,7 +223,22 @@ class Workload:
                 f"workload '{self.name}': its input {meta[0]} is on the 'meta' device, which holds no data "
                 f"({describe_inputs(inputs, self.input_names)}): create the inputs on the CPU"
             )
+        if self.input_names and len(self.input_names) != len(inputs):
+            # `dlperf serve` built its signature from the names: with ('x',) for two inputs it took one input, and
+            # every request failed in the model
+            raise WorkloadError(
+                f"workload '{self.name}': input_names names {len(self.input_names)} input"
+                f"{'' if len(self.input_names) == 1 else 's'} ({', '.join(self.input_names)}) but its inputs factory "
+                f"returns {len(inputs)} ({describe_inputs(inputs)}): give one name per positional input, in order"
+            )
         firsts = _batch_candidates(inputs)
+        if batch_size not in firsts and self._batch_from_inputs:  # dlperf.bench(model, inputs): no factory was written
+            raise WorkloadError(
+                f"workload '{self.name}': its example inputs hold no tensor batched on dim 0 "
+                f"({describe_inputs(inputs, self.input_names)}), so dlperf cannot make them any batch size: give "
+                "tensors whose first dimension is the batch, or a dlperf.Workload whose make_inputs(batch_size) "
+                "builds them"
+            )
         if batch_size not in firsts:
             # every figure per item (throughput, items/s) counts batch_size items per call: a factory that ignored
             # it made a batch-64 throughput 64 times too high
@@ -208,10 +259,16 @@ class Workload:
             with torch.inference_mode():
                 outputs = model(*inputs)
         except Exception as exc:
-            hint = ("; its inputs factory returned a list, which is passed as ONE argument: return a tuple to pass "
-                    "several positional arguments" if len(inputs) == 1 and isinstance(inputs[0], list) else "")
+            hint = _container_hint(inputs, self._batch_from_inputs)
             if any(type(x).__module__ == "numpy" for x in inputs):
                 hint += "; its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))"
+            elif isinstance(exc, TypeError) and (keywords := _keyword_only(model)):
+                # "forward() takes 1 positional argument but 2 were given" does not say why
+                hint += (f"; forward takes {', '.join(keywords)} as keyword-only, and dlperf passes the inputs "
+                         "positionally (model(*inputs)): make them positional parameters, or wrap the model in a "
+                         f"module whose forward({', '.join(keywords)}) calls it by keyword")
+            elif _DTYPE_ERROR.search(str(exc)) and (dtype_hint := _dtype_hint(model, inputs)) is not None:
+                hint += dtype_hint
             elif any(isinstance(x, torch.Tensor) and x.dim() == 1 for x in inputs):
                 # dlperf.bench(Linear(4, 2), (torch.randn(4),)) was cut to float32[1] "rows", a puzzling shape
                 hint += ("; dim 0 of each input is the batch, so a 1-D input is a batch of scalars: give one sample "
@@ -268,6 +325,75 @@ class Workload:
     @property
     def has_metric(self) -> bool:
         return self.eval is not None
+
+
+def _keyword_only(model: Any) -> list[str]:
+    """The keyword-only parameters without a default of `model`'s forward (or of `model` itself, a function)."""
+    import inspect
+
+    forward = getattr(model, "forward", model)
+    try:
+        parameters = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty]
+
+
+def _container_hint(inputs: Inputs, from_module: bool) -> str:
+    """Why a model may have rejected one list or dict input: dlperf calls model(*inputs), so it is ONE positional
+    argument. Said of what the user wrote: the inputs factory's return, or `dlperf.bench(model, [x, y])`'s inputs,
+    which have no factory (the message named one the user never wrote)."""
+    from collections.abc import Mapping
+
+    # a Mapping: transformers' BatchEncoding (a tokenizer's output) is a UserDict, which the usual model(**batch) takes
+    if len(inputs) != 1 or not isinstance(inputs[0], (list, Mapping)):
+        return ""
+    kind = "dict" if isinstance(inputs[0], Mapping) else "list"
+    if from_module:
+        example = "(x, y)" if kind == "list" else \
+            "(batch['input_ids'], batch['attention_mask']) in forward's order for model(**batch)"
+        return (f"; the example inputs are a {kind}, which is passed as ONE argument: give a tuple to pass several "
+                f"positional arguments (dlperf calls model(*inputs)), e.g. {example}")
+    fix = "a tuple" if kind == "list" else "a tuple of the values, in forward's order,"
+    return (f"; its inputs factory returned a {kind}, which is passed as ONE argument: return {fix} to pass several "
+            "positional arguments (dlperf calls model(*inputs))")
+
+
+# torch's words for mixed dtypes: "mat1 and mat2 must have the same dtype", "expected scalar type Float but found
+# Double", "Input type (double) and bias type (float) should be the same"
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|Input type \([\w ]+\) and (weight|bias) type")
+
+
+def _dtype_hint(model: Any, inputs: Inputs) -> str | None:
+    """A float input of another floating dtype than the model's weights (float64 from numpy or torch.tensor of
+    Python floats is the usual one): torch only says 'mat1 and mat2 must have the same dtype'."""
+    import torch
+
+    parameters = getattr(model, "parameters", None)
+    try:
+        weight = next(iter(parameters()), None) if callable(parameters) else None
+    except Exception:
+        return None
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+        return None
+    want = str(weight.dtype).replace("torch.", "")
+    tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    floats = [(i, x.dtype) for i, x in tensors if x.is_floating_point() and x.dtype != weight.dtype]
+    if floats:
+        i, dtype = floats[0]
+        return (f"; input {i} is {str(dtype).replace('torch.', '')} but the model's weights are {want} "
+                "(torch.from_numpy and torch.tensor of Python floats give float64): make the inputs "
+                f"{want}, e.g. x.to(torch.{want})")
+    # an integer tensor where the first layer computes in floats (torch.randint for features, labels as inputs)
+    ints = [(i, x.dtype) for i, x in tensors
+            if not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool]
+    if len(ints) == len(tensors) == 1:
+        i, dtype = ints[0]
+        fix = (f"make it {want} and scale it as in training, e.g. x.to(torch.{want}) / 255" if dtype == torch.uint8
+               else f"make it {want}, e.g. x.to(torch.{want})" + (" (torch.randint gives int64)"
+                                                                   if dtype == torch.int64 else ""))
+        return f"; input {i} is {str(dtype).replace('torch.', '')} but the model computes in {want}: {fix}"
+    return None
 
 
 def _batch_of(value: Any) -> int | None:

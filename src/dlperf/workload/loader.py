@@ -90,6 +90,16 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
     if where is not None:  # resizing it to a batch size failed inside dlperf ("its inputs factory raised ...")
         raise WorkloadError(f"example input {where} of '{label}' is a numpy array: give torch tensors, e.g. "
                             "torch.from_numpy(x)")
+    # detached: a tensor computed with autograd on (an encoder's output, `x * w` for a w that requires grad) is no
+    # graph leaf, and deepcopy refuses one ("Only Tensors created explicitly by the user (graph leaves) support the
+    # deepcopy protocol"), which failed every call as "its inputs factory raised RuntimeError"
+    inputs = _detached(inputs)
+    # a Mapping that is no dict (transformers' BatchEncoding, a UserDict) as a plain dict, which dlperf looks into for
+    # the batch and resizes: left as it was, no batch was found, and every call failed as "its inputs for batch size 1
+    # have no batch dimension of 1 (input 0: BatchEncoding)"
+    # (not one with a shape of its own, a TensorDict: dlperf resizes that as it does a tensor)
+    inputs = tuple(dict(v) if isinstance(v, Mapping) and not isinstance(v, dict) and not hasattr(v, "shape") else v
+                   for v in inputs)
     batch = _batch_of(inputs)
 
     def make_model() -> Any:
@@ -116,6 +126,25 @@ def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Wor
         default_batch_size=batch or 1,
         _batch_from_inputs=True,
     )
+
+
+def _detached(value: Any) -> Any:
+    """`value` with every tensor detached from autograd (its data shared), inside new tuples, lists and dicts: the
+    caller's containers stay as they are."""
+    detach = getattr(value, "detach", None)
+    if getattr(value, "shape", None) is not None and callable(detach) and getattr(value, "requires_grad", False):
+        return detach()
+    if isinstance(value, dict):
+        out = copy.copy(value)  # a dict subclass keeps its type
+        for k in list(out):
+            out[k] = _detached(out[k])
+        return out
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_detached(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple takes fields
+    return value
 
 
 def _array_in(value: Any, where: str = "") -> str | None:
@@ -602,7 +631,10 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
         if options:
             raise WorkloadError(f"'{path}:{attr}' is a dlperf.Workload value, which takes no options "
                                 f"({', '.join(options)}): write a function returning one for options")
-        return value if value.source else _with_source(value, f"{_absolute(path)}:{attr}")
+        # always the file's spec, even over a source the value carries: one made from another workload
+        # (`dataclasses.replace(load_workload("zoo:mlp"), eval=...)`) kept that one's, and optimize's candidate
+        # processes rebuilt zoo:mlp, without the user's metric; importing the file rebuilds this very value
+        return _with_source(value, f"{_absolute(path)}:{attr}")
     if callable(value):
         check_option_names(value, options, f"workload '{path}:{attr}'")
         try:
@@ -612,12 +644,13 @@ def _to_workload(value: Any, path: Path, attr: str, **options: Any) -> Workload:
                 f"workload '{path}:{attr}' raised {type(exc).__name__}: {exc}\n{_user_frame(exc, value)}"
             ) from exc
         if isinstance(result, Workload):
-            if result.source:
-                return result
             # the options go into the source, so that a candidate process rebuilds this workload, not the
-            # defaults; a value that a spec string cannot carry leaves no source (optimize then says so)
+            # defaults; a value that a spec string cannot carry leaves no source (optimize then says so). Never the
+            # source the result came with: a workload made from another one (`dataclasses.replace(
+            # load_workload("zoo:mlp"), eval=...)`) kept zoo:mlp's, and optimize's candidates rebuilt zoo:mlp,
+            # measured with fidelity instead of the user's metric
             query = _query(_canonical(value, options), _string_parameters(value))
-            return result if query is None else _with_source(result, f"{_absolute(path)}:{attr}{query}")
+            return _with_source(result, "" if query is None else f"{_absolute(path)}:{attr}{query}")
         if result is None:
             fix = ": it builds one but does not return it? end it with `return` of the Workload"
         elif _is_module(result):  # `wl.py:MyNet`, the model class itself: a workload also needs its inputs
@@ -675,11 +708,16 @@ def _from_functions(module: ModuleType, path: Path) -> Workload:
     elif hasattr(module, "METRIC") or hasattr(module, "HIGHER_IS_BETTER"):
         raise WorkloadError(f"workload file '{path}' sets METRIC or HIGHER_IS_BETTER but defines no evaluate"
                             "(predict): define it, or the metric cannot be measured")
+    from dlperf.workload.base import KINDS
+
+    kind = getattr(module, "KIND", "generic")
+    if kind not in KINDS:  # was "Workload 'wl': kind 'CNN' is unknown", naming neither the file nor KIND
+        raise WorkloadError(f"workload file '{path}': `KIND` must be one of {', '.join(KINDS)}, got {kind!r}")
     return Workload(
         name=path.stem,
         make_model=module.model,
         make_inputs=module.inputs,
         eval=eval_spec,
         source=_absolute(path),
-        kind=getattr(module, "KIND", "generic"),
+        kind=kind,
     )

@@ -87,7 +87,8 @@ def test_calibration_set_differs_from_the_eval_set() -> None:
         ("zoo:minilm?attn=flash", "attn='flash' is unknown: choose one of sdpa, eager"),
         ("zoo:minilm?seq_len=0", "seq_len=0 is out of range"),
         ("zoo:minilm?seq_len=1024", "seq_len=1024 is out of range"),
-        ("zoo:minilm?seq_len=long", "seq_len='long' is out of range"),
+        ("zoo:minilm?seq_len=long", "seq_len='long' is not an integer: give an integer from 2 to 512"),
+        ("zoo:minilm?seq_len=2.5", "seq_len=2.5 is not an integer: give an integer from 2 to 512"),
     ],
 )
 def test_bad_options_are_explained(spec: str, message: str) -> None:

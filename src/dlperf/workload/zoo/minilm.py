@@ -387,8 +387,11 @@ def _check_attn(attn: str) -> None:
 def workload(seq_len: int = 128, attn: str = "sdpa") -> Workload:
     """all-MiniLM-L6-v2 at a fixed sequence length; `attn` is the attention implementation (sdpa or eager)."""
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 2 <= seq_len <= MAX_SEQ_LEN:
+        # 'abc' or 2.5 is no integer at all: "seq_len='abc' is out of range" said what it is not
+        what = "is out of range" if isinstance(seq_len, int) and not isinstance(seq_len, bool) else \
+            "is not an integer"
         raise WorkloadError(
-            f"zoo:minilm option seq_len={seq_len!r} is out of range: give an integer from 2 to {MAX_SEQ_LEN} "
+            f"zoo:minilm option seq_len={seq_len!r} {what}: give an integer from 2 to {MAX_SEQ_LEN} "
             "(e.g. zoo:minilm?seq_len=64)"
         )
     _check_attn(attn)
