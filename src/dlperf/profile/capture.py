@@ -193,7 +193,9 @@ class Step:
             raise WorkloadError(f"workload '{self.workload.name}': {pair}")
         inputs, target = pair
         with record("dlperf/h2d"):
-            inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+            # a list too: the default collate makes a dataset's ((x, y), t) a [[X, Y], T] (dlperf train unpacks it;
+            # profile --train passed the list as one argument: "forward() missing 1 required positional argument")
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
             inputs = to_device(inputs, self.device)
             target = to_device((target,), self.device)[0]
             if self.options.channels_last:

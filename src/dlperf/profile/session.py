@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,16 +70,16 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
         return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
 
 
-def profile_workload(workload: Workload | str, config: ProfileConfig, ceilings: CeilingsLike | None = None,
-                     on_progress: Callable[[str], None] | None = None,
+def profile_workload(workload: Workload | str | os.PathLike[str], config: ProfileConfig,
+                     ceilings: CeilingsLike | None = None, on_progress: Callable[[str], None] | None = None,
                      on_diagnosis: Callable[[ProfileReport], None] | None = None) -> ProfileReport:
     """Profile `workload` (a Workload or a spec such as 'zoo:mlp') per `config`; `ceilings` defaults to this
     machine's (dlperf.calibrate). `on_diagnosis` gets the report before --verify measures its fixes (the CLI saves
     it, so that an interrupt during the verification keeps the capture and the diagnosis)."""
-    if isinstance(workload, str):  # as dlperf.bench takes one
+    if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 
-        workload = load_workload(workload)
+        workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
     t0 = time.perf_counter()
     if ceilings is None:
         ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress,

@@ -111,6 +111,12 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
     model = workload.build_model().eval().to(device)
     one = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in workload.example_inputs(1))
     two = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in workload.example_inputs(2))
+    unserved = [f"input {i} is {type(x).__name__}" for i, x in enumerate(one) if not isinstance(x, torch.Tensor)]
+    if unserved:  # a dict input crashed later with "AttributeError: 'dict' object has no attribute 'shape'"
+        raise ServingError(f"workload '{workload.name}': {'; '.join(unserved)}: the inference protocol carries "
+                           "tensors, so a served model takes each input as a tensor argument (model(x, mask), not "
+                           "model({'x': x, ...})); serve a wrapper module whose forward takes the tensors and builds "
+                           "the rest")
     out_one = _flatten_outputs(workload.check(model, one))
     out_two = _flatten_outputs(workload.check(model, two))
     in_names = list(workload.input_names) or [f"input__{i}" for i in range(len(one))]

@@ -12,6 +12,7 @@ and against each other, interleaved, for the headline gain.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -468,13 +469,13 @@ class Tuner:
                           self.parity_blind)
 
 
-def tune(workload: Workload | str, baseline: StepConfig, config: TuneConfig | None = None,
+def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig, config: TuneConfig | None = None,
          **kwargs: Any) -> TuneResult:
     """Tune `workload` (a Workload or a spec such as 'zoo:mlp') from `baseline` (see Tuner)."""
-    if isinstance(workload, str):
+    if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 
-        workload = load_workload(workload)
+        workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
     return Tuner(workload, baseline, config, **kwargs).run()
 
 
