@@ -582,7 +582,7 @@ def optimize(
     """
     from dlperf.measure.env import capture_environment
     from dlperf.optimize.artifact import check_apart, check_export_dir, check_folder_path
-    from dlperf.workload.loader import code_fingerprint, load_workload
+    from dlperf.workload.loader import code_fingerprint, is_rebuilt, load_workload
 
     config = config or OptimizeConfig()
     if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
@@ -602,6 +602,14 @@ def optimize(
         raise OptimizeError(
             f"workload '{wl.name}' has no spec a candidate process can rebuild it from: define it in a file and "
             "pass 'file.py:NAME' (or a zoo:NAME)"
+        )
+    if isinstance(workload, Workload) and not is_rebuilt(workload):
+        # dataclasses.replace(load_workload("zoo:mlp"), eval=...) kept zoo:mlp's source: the candidates rebuilt plain
+        # zoo:mlp, and the search ranked them by fidelity instead of the user's metric
+        raise OptimizeError(
+            f"workload '{wl.name}' is not what its source '{source}' builds (a dataclasses.replace of a loaded "
+            "workload?), and each candidate runs in a process of its own that rebuilds the workload from its "
+            "source: define this workload in a file and pass 'file.py:NAME'"
         )
     batch_size = config.batch_size or wl.default_batch_size
     env = capture_environment(config.device, config.threads)

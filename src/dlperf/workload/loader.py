@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import typing
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType, UnionType
@@ -52,7 +53,7 @@ def load_workload(spec: Any, example_inputs: Any = None, *, option_texts: Mappin
             name, written = _split_options(spec[len("zoo:") :])
             # read as a file function's options are: by the parameter ('?attn=1' is the text for minilm's attn: str)
             return zoo.get(name, **{**_spec_options(zoo.factory(name), {**written, **texts}), **options})
-        return _load_from_file(spec, texts, **options)
+        return as_rebuilt(_load_from_file(spec, texts, **options))
     try:
         from torch import nn
     except ImportError as exc:  # pragma: no cover - torch is a hard dependency
@@ -70,6 +71,23 @@ def load_workload(spec: Any, example_inputs: Any = None, *, option_texts: Mappin
         f"cannot make a workload from {type(spec).__name__}: give 'zoo:NAME', 'file.py[:name]', "
         "a dlperf.Workload, or an nn.Module with example inputs"
     )
+
+
+_REBUILT: weakref.WeakValueDictionary[int, Workload] = weakref.WeakValueDictionary()
+"""The Workload objects built from their `source` (a file or zoo spec), by id: what a candidate process rebuilds
+from that source is one of these, and not a `dataclasses.replace` of one (another metric, other inputs)."""
+
+
+def as_rebuilt(workload: Workload) -> Workload:
+    """`workload`, noted as what its `source` builds (`is_rebuilt`)."""
+    _REBUILT[id(workload)] = workload
+    return workload
+
+
+def is_rebuilt(workload: Workload) -> bool:
+    """Whether `workload` is an object its `source` built, so that another process rebuilding it from the source
+    gets the same workload."""
+    return _REBUILT.get(id(workload)) is workload
 
 
 def from_module(model: Any, example_inputs: Any, name: str | None = None) -> Workload:

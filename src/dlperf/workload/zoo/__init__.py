@@ -7,7 +7,7 @@ from typing import Any
 
 from dlperf.errors import WorkloadError
 from dlperf.workload.base import Workload
-from dlperf.workload.loader import check_option_names
+from dlperf.workload.loader import as_rebuilt, check_option_names
 
 # zoo name -> module under dlperf.workload.zoo
 ZOO: dict[str, str] = {
@@ -35,4 +35,4 @@ def get(name: str, **options: Any) -> Workload:
     make = factory(name)
     check_option_names(make, options, f"zoo:{name}")
     workload: Workload = make(**options)
-    return workload
+    return as_rebuilt(workload)
