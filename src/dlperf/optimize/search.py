@@ -961,6 +961,10 @@ def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, 
             return winner, confirmation, found
         conf = search.confirm(runner["key"])
         runner["confirmation"] = _public(conf)
+        # doubted as the pick's own confirmation is: a switched-to winner's 8.72x against its paired 2.85x got no note
+        disagreement = _disagreement(runner, conf) if conf.get("status") == "ok" else None
+        if disagreement:
+            notes.append(disagreement)
     if conf.get("status") != "ok":
         runner["confirm_error"] = conf.get("error")
         found["reason"] = f"{reason}, but its A/B against the baseline failed"
