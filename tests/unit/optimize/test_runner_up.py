@@ -111,7 +111,7 @@ def test_a_runner_up_confirmed_far_from_its_paired_gain_is_doubted_in_a_note() -
     """dlperf optimize zoo:digits-cnn switched to onnxruntime, whose confirming A/B (run for the switch) measured
     8.72x (95% CI 2.85-27.27x) against its paired 2.85x, with no note: only the first pick's confirmation was checked
     against its paired gain."""
-    disturbed = {"status": "ok", "ab": {"verdict": FASTER, "speedup": 8.72, "a": {}, "b": {}},
+    disturbed: dict[str, Any] = {"status": "ok", "ab": {"verdict": FASTER, "speedup": 8.72, "a": {}, "b": {}},
                  "describe": "winner vs baseline: 8.72x speed: faster"}
     trials = _Trials([_row("base", 0), _row("big", 2, paired_gain=3.39), _row("small", 1, paired_gain=2.85)],
                      _ab(FASTER), confirm=disturbed)
