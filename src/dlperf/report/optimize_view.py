@@ -199,7 +199,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
                  "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
     if any(r.get("paired_gain") is not None for r in data.get("candidates") or []):
-        lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
+        # under throughput the gain is of items/s (it read "the baseline's p50 / the candidate's" there too)
+        isolated = ("the candidate's items/s / the baseline's" if data.get("objective") == "throughput"
+                    else "the baseline's p50 / the candidate's")
+        lines.append(f"gain: {isolated}, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
                      "search extends, orders and ranks by")
     lines.extend(_disagreement_lines(data))
