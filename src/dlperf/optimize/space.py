@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import pkgutil
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -189,9 +190,14 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         known = {o.config.name for o in options} | {s.split(":", 1)[0] for s in skipped}
         unknown = sorted(wanted - known - set(config_types()))
         if unknown:
+            # a label copied from the report's table, `onnxruntime(precision=int8-dynamic)`, was only "unknown"
+            named = [base for base in (re.split(r"[(:]", n, maxsplit=1)[0] for n in unknown)
+                     if base in config_types() and base not in wanted]
+            hint = (f"; --passes takes pass names, not configurations: give {', '.join(named)}: the search tries "
+                    "each configuration a pass offers for the workload" if named else "")
             raise ConfigError(
                 f"--passes names unknown passes {', '.join(unknown)}: known passes are "
-                f"{', '.join(sorted(set(config_types())))}"
+                f"{', '.join(sorted(set(config_types())))}{hint}"
             )
         options = [o for o in options if o.config.name in wanted]
     options.sort(key=lambda o: sort_key(o.config))

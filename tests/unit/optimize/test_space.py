@@ -190,3 +190,17 @@ def test_a_pass_module_file_that_failed_to_import_is_not_cached_half_run(tmp_pat
             import_module(str(file))
     file.write_text("VALUE = 2\n")
     assert import_module(str(file)).VALUE == 2
+
+
+def test_a_configuration_label_given_to_passes_is_told_to_name_the_pass() -> None:
+    """`--passes "onnxruntime(precision=int8-dynamic)"`, a label copied from the report's table, was refused as an
+    unknown pass, with no word that --passes takes pass names and the search tries each of a pass's configurations."""
+    workload = get("mlp")
+    with pytest.raises(ConfigError) as info:
+        build_space(workload, PassContext(), only=("onnxruntime(precision=int8-dynamic)", "warp"))
+    assert str(info.value).endswith(
+        "; --passes takes pass names, not configurations: give onnxruntime: the search tries each configuration a "
+        "pass offers for the workload")
+    with pytest.raises(ConfigError) as info:  # a plain typo gets no such hint
+        build_space(workload, PassContext(), only=("warp",))
+    assert "configurations" not in str(info.value)
