@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.cli.common import (
     WORKLOAD_HELP,
@@ -14,6 +14,9 @@ from dlperf.cli.common import (
     percent_or_float,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from dlperf.optimize.search import OptimizeConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,26 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import note_oversubscribed, open_store, require_positive
-    from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
-    from dlperf.optimize.search import ExportFailed, OptimizeConfig, optimize, process_started_at
+    from dlperf.cli.common import note_oversubscribed, open_store
+    from dlperf.optimize.search import ExportFailed, optimize, process_started_at
     from dlperf.workload.loader import load_workload
 
-    require_positive("--latency-budget-ms", args.latency_budget_ms)
-    _check_bare_drop(args.max_metric_drop)
-    constraints = Constraints(
-        max_metric_drop=None if args.max_metric_drop_abs is not None else (
-            args.max_metric_drop if args.max_metric_drop is not None else DEFAULT_MAX_DROP),
-        max_metric_drop_abs=args.max_metric_drop_abs,
-        latency_budget_s=args.latency_budget_ms / 1e3 if args.latency_budget_ms else None,
-    )
-    config = OptimizeConfig(
-        objective=args.objective, batch_size=args.batch_size, device=args.device, threads=args.threads,
-        constraints=constraints, time_budget_s=args.time_budget, candidate_timeout_s=args.candidate_timeout,
-        # `--passes ""` (an empty variable in a script) names no pass too: refused, not read as "every pass"
-        passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes is not None else None,
-        max_depth=args.max_depth, min_duration_s=args.min_duration, workdir=args.workdir,
-    )
+    config = search_config(args)
     from dlperf.optimize.executor import executor_from_spec, parse_executor
 
     parse_executor(args.executor)  # a typo fails before the store is opened
@@ -94,6 +82,32 @@ def run(args: argparse.Namespace) -> int:
         executor.close()
     _print(result.to_dict(), args.json)
     return 0
+
+
+def search_config(args: argparse.Namespace) -> OptimizeConfig:
+    """The search's settings from the command line (ConfigError for a bad one, before anything runs)."""
+    from dlperf.cli.common import require_positive
+    from dlperf.optimize.constraints import DEFAULT_MAX_DROP, Constraints
+    from dlperf.optimize.search import OptimizeConfig
+
+    require_positive("--latency-budget-ms", args.latency_budget_ms)
+    _check_bare_drop(args.max_metric_drop)
+    constraints = Constraints(
+        max_metric_drop=None if args.max_metric_drop_abs is not None else (
+            args.max_metric_drop if args.max_metric_drop is not None else DEFAULT_MAX_DROP),
+        max_metric_drop_abs=args.max_metric_drop_abs,
+        latency_budget_s=args.latency_budget_ms / 1e3 if args.latency_budget_ms else None,
+    )
+    return OptimizeConfig(
+        objective=args.objective, batch_size=args.batch_size, device=args.device, threads=args.threads,
+        constraints=constraints, time_budget_s=args.time_budget, candidate_timeout_s=args.candidate_timeout,
+        # `--passes ""` (an empty variable in a script) names no pass too: refused, not read as "every pass"
+        passes=tuple(p.strip() for p in args.passes.split(",") if p.strip()) if args.passes is not None else None,
+        max_depth=args.max_depth, min_duration_s=args.min_duration, workdir=args.workdir,
+        # the cap raised to a longer minimum, as bench does (`--min-duration 20s` failed the baseline with
+        # "max_duration_s (15.0) is below min_duration_s (20.0)", a setting this command does not offer)
+        max_duration_s=max(OptimizeConfig.max_duration_s, args.min_duration),
+    )
 
 
 def _check_bare_drop(value: float | None) -> None:

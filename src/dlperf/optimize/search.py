@@ -76,9 +76,23 @@ class OptimizeConfig:
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         check_threads(self.threads, "--threads", " (leave it out for torch's default)")
+        if isinstance(self.passes, str):  # 'hygiene' was read letter by letter: "unknown passes e, g, h, i, n, y"
+            raise ConfigError(f"passes must be a tuple of pass names, got the string {self.passes!r}: write "
+                              f"passes={tuple(p.strip() for p in self.passes.split(',') if p.strip())!r}")
         if self.passes is not None and not self.passes:
             raise ConfigError("--passes names no pass: give pass names separated by commas, or leave it out to "
                               "search every pass")
+        if not isinstance(self.constraints, Constraints):  # a dict failed at the search's end, AttributeError
+            raise ConfigError(f"constraints must be a dlperf.optimize.constraints.Constraints, got "
+                              f"{type(self.constraints).__name__}: write constraints=Constraints(max_metric_drop=0.01)")
+        if not 0 <= self.extend_tolerance < 1:
+            raise ConfigError(f"extend_tolerance must be in [0, 1), got {self.extend_tolerance}")
+        from dlperf.measure.timer import TimerConfig
+
+        # the measurement settings, checked as the candidates' timer checks them: a negative min_duration_s was
+        # refused only once a process had been started for the baseline
+        TimerConfig(warmup_iters=self.warmup_iters, min_duration_s=self.min_duration_s, min_iters=self.min_iters,
+                    max_duration_s=self.max_duration_s)
         if self.time_budget_s <= 0:
             raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
         if self.max_depth < 1:

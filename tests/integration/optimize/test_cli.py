@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,18 @@ def test_a_baseline_rejecting_its_inputs_is_named_as_bench_names_it(tmp_path: Pa
     assert (f"the baseline of '{wl}' could not be measured: workload 'arrays': the model rejected its example inputs "
             "(input 0: float32[1, 4])") in err
     assert "its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))" in err
+
+
+def test_a_minimum_duration_above_the_timer_cap_raises_the_cap() -> None:
+    """`dlperf optimize zoo:mlp --min-duration 20s` failed the baseline with "max_duration_s (15.0) is below
+    min_duration_s (20.0)", a setting the command does not offer; bench raises its cap to the minimum, so does this."""
+    from dlperf.cli.main import build_parser
+    from dlperf.cli.optimize import search_config
+
+    def config(*argv: str) -> Any:
+        return search_config(build_parser().parse_args(["optimize", "zoo:mlp", *argv]))
+
+    long = config("--min-duration", "20s")
+    assert (long.min_duration_s, long.max_duration_s) == (20.0, 20.0)
+    default = config("--min-duration", "2s")  # the cap, part of a search's resume key, is unchanged below it
+    assert (default.min_duration_s, default.max_duration_s) == (2.0, 15.0)

@@ -162,6 +162,15 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
     ({"threads": -3}, "--threads must be >= 1, got -3"),
     ({"passes": ()}, "--passes names no pass"),
     ({"device": "cudax"}, "unknown device 'cudax'"),
+    # read letter by letter, it said "unknown passes e, g, h, i, n, y"
+    ({"passes": "hygiene,onnxruntime"}, r"passes must be a tuple of pass names, got the string 'hygiene,onnxruntime': "
+                                        r"write passes=\('hygiene', 'onnxruntime'\)"),
+    # an AttributeError once the search had measured everything
+    ({"constraints": {"max_metric_drop": 0.01}}, "constraints must be a dlperf.optimize.constraints.Constraints, got "
+                                                 "dict"),
+    # refused only after a process had been started for the baseline
+    ({"min_duration_s": -1.0}, "min_duration_s must be >= 0, got -1.0"),
+    ({"extend_tolerance": 2.0}, r"extend_tolerance must be in \[0, 1\), got 2.0"),
 ])
 def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
