@@ -568,6 +568,11 @@ def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
     rows = {}
     for child in store.list(kind="candidate", parent_id=run_id, limit=None):
         if child.status in (OK, FAILED) and child.result.get("key"):
+            artifact_dir = (child.result.get("artifact") or {}).get("dir")
+            if artifact_dir and not Path(artifact_dir).is_dir():
+                # its artifact is gone (the work folder was removed, /tmp cleared): measured again, else the resumed
+                # search can neither confirm nor export it ("A/B failed: its artifact is missing", no winner)
+                continue
             row = dict(child.result)
             row["run_id"] = child.id
             rows[row["key"]] = row

@@ -365,3 +365,37 @@ def test_a_peak_rss_within_the_noise_between_processes_does_not_win_on_memory(tm
     # a real saving wins, and one within the noise ranked below it is no obstacle
     saving = search({"": 273.3, "hygiene": 270.9, "dynamic_int8": 250.0}, "saving")
     assert saving.winner is not None and saving.row(saving.winner)["label"] == "dynamic_int8"
+
+
+def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone(tmp_path: Path) -> None:
+    """An interrupted search resumed after its work folder was removed (/tmp cleared) reused every row: its top two
+    got 'A/B failed: its artifact is missing (was the work folder removed?)', no winner, and the export failed, with
+    116 s of the budget left to measure them again."""
+    import shutil
+
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            workdir=str(tmp_path / "work"))
+    done: list[str] = []
+
+    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"]["label"])
+            if len(done) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
+    first = store.list(kind="optimize")[0]
+    hygiene = next(c for c in store.list(kind="candidate", parent_id=first.id, limit=None)
+                   if c.result.get("label") == "hygiene")
+    shutil.rmtree(Path(hygiene.result["artifact"]["dir"]))
+    started: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, export_dir=tmp_path / "out", executor=FakeTrials(MLP),
+                      on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    assert result.resumed_from == first.id
+    assert started == ["hygiene", "dynamic_int8"]  # the baseline's artifact is there: reused
+    assert result.row(result.baseline["key"]).get("reused") and not result.row(hygiene.result["key"]).get("reused")
+    assert not any(r.get("confirm_error") for r in result.rows) and (tmp_path / "out" / "manifest.json").exists()
