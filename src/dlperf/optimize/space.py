@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import pkgutil
 import re
 import sys
@@ -228,12 +229,17 @@ def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:
     """The space with the search's metric budget (`max_drop`, absolute, in the metric's units) handed to the
     configs that search an fp32 fallback against a budget of their own (`keep_fp32="auto"`), so such a pass
     keeps as many layers fp32 as the search's constraint needs: no more (slower), no fewer (rejected).
-    Rounded to 1e-6 so that candidate keys stay stable from one run to the next (resume)."""
+    Rounded to 1e-6, or to 4 significant digits for a smaller budget, so that candidate keys stay stable from one run
+    to the next (resume)."""
     options = []
+    budget = max(max_drop, 0.0)
+    # 1e-6 alone handed a metric on a small scale no budget: 20% of an MSE of 1.06e-06 became 0.0, so the fallback
+    # search kept every layer fp32 ("not applicable: every weighted layer is kept fp32")
+    budget = round(budget, max(6, 3 - math.floor(math.log10(budget)))) if budget > 0 else 0.0
     for option in space.options:
         config = option.config
         if getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop"):
-            config = dataclasses.replace(config, max_metric_drop=round(max(max_drop, 0.0), 6))  # type: ignore[call-arg]
+            config = dataclasses.replace(config, max_metric_drop=budget)  # type: ignore[call-arg]
         options.append(PassOption(config, option.module))
     return SearchSpace(options, list(space.skipped))
 
