@@ -306,7 +306,8 @@ class _Search:
     def _finish(self, candidate: Candidate, child: Any, result: dict[str, Any], timeout: float) -> dict[str, Any]:
         row = {"key": candidate.key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
         if row.get("timed_out") and timeout < self.config.candidate_timeout_s:
-            row["error"] = f"{row['error']}: the time budget had only {timeout:.0f} s left for it"
+            row["error"] = f"{row['error']}: {BUDGET_CUT} {timeout:.0f} s left for it"
+            row["budget_cut"] = True  # not a verdict on the candidate: a resumed search measures it again
         if child is not None:
             row["run_id"] = child.id
         self._accept(candidate, row)
@@ -562,6 +563,11 @@ def _same_workload(recorded: str, source: str) -> bool:
                 and os.path.abspath(path) == os.path.abspath(spath))
 
 
+BUDGET_CUT = "the time budget had only"
+"""How the error of a candidate killed because the search's time budget ran out goes on (rows recorded before the
+`budget_cut` flag are known by it)."""
+
+
 def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
     from dlperf.store.records import FAILED, OK
 
@@ -572,6 +578,11 @@ def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
             if artifact_dir and not Path(artifact_dir).is_dir():
                 # its artifact is gone (the work folder was removed, /tmp cleared): measured again, else the resumed
                 # search can neither confirm nor export it ("A/B failed: its artifact is missing", no winner)
+                continue
+            cut = child.result.get("budget_cut") or BUDGET_CUT in str(child.result.get("error"))
+            if child.status == FAILED and cut:
+                # killed when the earlier search's budget ran out, not because it hangs: a resumed search (with the
+                # budget it has now) measures it, where it stayed "failed" and its pipelines were never extended
                 continue
             row = dict(child.result)
             row["run_id"] = child.id

@@ -399,3 +399,42 @@ def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone
     assert started == ["hygiene", "dynamic_int8"]  # the baseline's artifact is there: reused
     assert result.row(result.baseline["key"]).get("reused") and not result.row(hygiene.result["key"]).get("reused")
     assert not any(r.get("confirm_error") for r in result.rows) and (tmp_path / "out" / "manifest.json").exists()
+
+
+class BudgetKills(FakeTrials):
+    """dynamic_int8's trial is killed at its timeout, as when the search's time budget runs out under it."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate" and [c["pass"] for c in payload["pipeline"]] == ["dynamic_int8"]:
+            return {"status": "failed", "phase": "export", "timed_out": True,
+                    "error": f"timed out after {timeout_s:.0f} s during 'export' (killed)"}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_path: Path) -> None:
+    """A candidate killed because the search's budget ran out ('failed in export: timed out after 6 s ... the time
+    budget had only 6 s left for it') was reused as failed by the resumed search, never measured nor extended."""
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    # a candidate timeout above the budget: each trial's timeout is what the budget leaves it
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            candidate_timeout_s=1000.0, workdir=str(tmp_path / "work"))
+    done: list[dict[str, Any]] = []
+
+    def interrupt_after_three(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"])
+            if len(done) == 3:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_three, executor=BudgetKills(MLP))
+    cut = next(r for r in done if r["label"] == "dynamic_int8")
+    assert cut["status"] == "failed" and cut["budget_cut"] and "the time budget had only" in cut["error"]
+    started: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, executor=FakeTrials(MLP),
+                      on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    assert result.resumed_from is not None and started == ["dynamic_int8"]
+    assert result.row(cut["key"])["status"] == "ok"
