@@ -232,16 +232,31 @@ def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:
     Rounded to 1e-6, or to 4 significant digits for a smaller budget, so that candidate keys stay stable from one run
     to the next (resume)."""
     options = []
-    budget = max(max_drop, 0.0)
-    # 1e-6 alone handed a metric on a small scale no budget: 20% of an MSE of 1.06e-06 became 0.0, so the fallback
-    # search kept every layer fp32 ("not applicable: every weighted layer is kept fp32")
-    budget = round(budget, max(6, 3 - math.floor(math.log10(budget)))) if budget > 0 else 0.0
+    budget = round_budget(max_drop)
     for option in space.options:
         config = option.config
-        if getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop"):
+        if takes_metric_budget(config):
             config = dataclasses.replace(config, max_metric_drop=budget)  # type: ignore[call-arg]
         options.append(PassOption(config, option.module))
     return SearchSpace(options, list(space.skipped))
+
+
+def takes_metric_budget(config: PassConfig) -> bool:
+    """Whether `config` searches an fp32 fallback against a metric budget of its own (`keep_fp32="auto"`)."""
+    return getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop")
+
+
+def round_budget(max_drop: float) -> float:
+    """A metric budget rounded to 1e-6, or to 4 significant digits below 1e-3 (0 for none left)."""
+    budget = max(max_drop, 0.0)
+    # 1e-6 alone handed a metric on a small scale no budget: 20% of an MSE of 1.06e-06 became 0.0, so the fallback
+    # search kept every layer fp32 ("not applicable: every weighted layer is kept fp32")
+    return round(budget, max(6, 3 - math.floor(math.log10(budget)))) if budget > 0 else 0.0
+
+
+def without_metric_budget(config: PassConfig) -> PassConfig:
+    """`config` with its metric budget set to 0: the same pass configuration whatever budget a pipeline hands it."""
+    return dataclasses.replace(config, max_metric_drop=0.0) if takes_metric_budget(config) else config  # type: ignore[call-arg]
 
 
 # pass module -> (the library it needs, what installs it)

@@ -438,3 +438,39 @@ def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_p
                       on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
     assert result.resumed_from is not None and started == ["dynamic_int8"]
     assert result.row(cut["key"])["status"] == "ok"
+
+
+class Recording(FakeTrials):
+    """FakeTrials that keep the pipelines they were asked to measure."""
+
+    def __init__(self, measured: dict[str, Measured]) -> None:
+        super().__init__(measured)
+        self.pipelines: list[list[dict[str, Any]]] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate":
+            self.pipelines.append(payload["pipeline"])
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_pipeline_hands_its_fallback_pass_what_the_prefix_left_of_the_budget(tmp_path: Path) -> None:
+    """dlperf optimize zoo:digits-cnn --passes pruning,onnxruntime --max-metric-drop 0.5% --max-depth 2: the int8
+    pass after pruning(amount=0.5) (0.29% below the baseline) searched its fp32 fallback against the whole 0.5%,
+    measured from the pruned model: 'budget met' with no layer fp32, 0.28% further down, and the search rejected the
+    pipeline at 0.57%."""
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    measured = {"": (1.0e-3, 1.0, 1000, None), "pruning": (0.8e-3, 0.996, 500, 0.8),
+                "onnxruntime": (0.5e-3, 1.0, 1000, 0.6), "pruning+onnxruntime": (0.4e-3, 0.993, 500, 0.5)}
+    trials = Recording(measured)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("pruning", "onnxruntime"), max_depth=2, time_budget_s=600.0,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    budgets = {tuple(c["pass"] for c in p): [c.get("max_metric_drop") for c in p] for p in trials.pipelines
+               if p and p[-1].get("keep_fp32") == "auto"}
+    assert budgets[("onnxruntime",)] == [0.01]  # alone: the search's whole budget
+    assert budgets[("pruning", "onnxruntime")] == [None, 0.006]  # after a prefix that dropped 0.004 of it
+    # the pipeline is still known by what its last pass did alone (the order and the cost estimate read it)
+    auto = OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.01)
+    row = next(r for r in result.rows if r["label"] == f"pruning + {auto.label()}")
+    assert row["status"] == "ok" and row["pipeline"][-1]["max_metric_drop"] == 0.006
