@@ -50,6 +50,17 @@ def test_violations_relative_absolute_latency_and_nan() -> None:
         Constraints(latency_budget_s=0)
 
 
+def test_a_relative_budget_on_a_baseline_of_zero_says_to_give_an_absolute_one() -> None:
+    """A disagreement rate (lower is better) of 0 for the original model: every int8 candidate was rejected with
+    'metric drop inf% exceeds the allowed 1.00%', which said neither why nor what to do."""
+    zero = {**_row(1.0, 0.0), "higher_is_better": False}
+    assert violations(_row(0.5, 0.003906), zero, Constraints(max_metric_drop=0.01)) == [
+        "metric 0.003906 against the baseline's 0: a relative budget (1.00% of 0) allows no drop at all; give "
+        "--max-metric-drop-abs (in the metric's units) to allow one"]
+    assert violations(_row(0.5, 0.0), zero, Constraints(max_metric_drop=0.01)) == []
+    assert violations(_row(0.5, 0.003906), zero, Constraints(max_metric_drop=None, max_metric_drop_abs=0.005)) == []
+
+
 @pytest.mark.parametrize(("field", "flag"), [("max_metric_drop", "--max-metric-drop (max_metric_drop)"),
                                              ("max_metric_drop_abs", "--max-metric-drop-abs (max_metric_drop_abs)"),
                                              ("latency_budget_s",
