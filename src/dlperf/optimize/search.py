@@ -164,6 +164,10 @@ class OptimizeResult:
     executor: str = "local"
     """Where the trials ran: 'local' (child processes of this one) or 'ray' (Ray tasks; the notes and each row's
     `node` say on which nodes)."""
+    workdir: str | None = None
+    """This search's work folder, which keeps every candidate's artifact (`dlperf bench`, `dlperf.load`, a resume)."""
+    workdir_bytes: int | None = None
+    """What its files take on disk: a MiniLM search leaves about 86 MiB a candidate there, and nothing said so."""
 
     def row(self, key: str) -> dict[str, Any]:
         for r in self.rows:
@@ -186,7 +190,8 @@ class OptimizeResult:
             "skipped_passes": self.skipped_passes, "closest": self.closest, "export_dir": self.export_dir,
             "elapsed_s": self.elapsed_s, "time_budget_s": self.time_budget_s,
             "resumed_from": self.resumed_from, "notes": self.notes, "runner_up": self.runner_up,
-            "export_error": self.export_error, "executor": self.executor,
+            "export_error": self.export_error, "executor": self.executor, "workdir": self.workdir,
+            "workdir_bytes": self.workdir_bytes,
         }
 
 
@@ -883,6 +888,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
         elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
         runner_up=runner_up, export_error=export_error, executor=executor_name(search.executor),
+        workdir=str(search.workdir), workdir_bytes=_folder_bytes(search.workdir),
     )
     search.on_event("done", {"result": result})
     return result
@@ -978,6 +984,14 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
     if extra["metrics"]["ab"]:
         extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
     return copy_artifact(Path(row["artifact"]["dir"]), export_dir, extra)
+
+
+def _folder_bytes(folder: Path) -> int | None:
+    """The bytes of the files under `folder` (None where it cannot be read: a Ray search's folder may be elsewhere)."""
+    try:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return None
 
 
 def _ab_verdict(row: dict[str, Any]) -> str | None:

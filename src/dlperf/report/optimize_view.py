@@ -226,6 +226,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                  + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else ""))
     if data.get("export_dir"):
         lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
+    if data.get("workdir") and data.get("workdir_bytes"):
+        # every candidate's artifact stays there (86 MiB a MiniLM candidate), and nothing said where or how much
+        lines.append(f"candidates' artifacts: {data['workdir']} ({_mib(data['workdir_bytes'])} MiB; remove it when "
+                     "you no longer need them: the export does not use it)")
     if data.get("run_id"):
         lines.append(f"run {data['run_id']} (dlperf runs show {data['run_id']})")
     return lines

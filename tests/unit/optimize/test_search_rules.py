@@ -291,6 +291,9 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     # docs/optimize.md: a compiled recipe compiles again on load, "its compile time is in the manifest"
     assert (manifest["metrics"]["build_s"], manifest["metrics"]["compile_s"]) == (2.5, 2.0)
     assert "no candidate beat the baseline within the constraints: exported the baseline" in result.notes
+    # the work folder that keeps every candidate's artifact, and what it takes (the report says both)
+    assert result.workdir is not None and Path(result.workdir).parent == tmp_path / "work"
+    assert result.workdir_bytes == sum(p.stat().st_size for p in Path(result.workdir).rglob("*") if p.is_file()) > 0
 
 
 def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b(tmp_path: Path) -> None:

@@ -177,3 +177,12 @@ def test_the_gain_is_named_for_the_objective_it_measures(capsys: pytest.CaptureF
     assert capsys.readouterr().err.splitlines() == [
         "  dynamic_int8: p50 0.072 ms, size 2.78x",
         "  dynamic_int8: p50 0.072 ms 2.78x (in its process against the original: 0.75x)"]
+
+
+def test_the_summary_says_where_the_candidates_artifacts_stay_and_how_much_they_take() -> None:
+    """Every candidate's artifact stays in the search's work folder (about 86 MiB a MiniLM candidate, under
+    .dlperf/optimize by default), and the report never said where or how much."""
+    data = {**_data(), "workdir": "/w/.dlperf/optimize/abc123", "workdir_bytes": 1536 * 2**20}
+    assert ("candidates' artifacts: /w/.dlperf/optimize/abc123 (1536.0 MiB; remove it when you no longer need them: "
+            "the export does not use it)") in summary_lines(data)
+    assert not any("candidates' artifacts" in line for line in summary_lines(_data()))
