@@ -385,7 +385,17 @@ class _Search:
 
     def _save_progress(self) -> None:
         if self.store and self.run is not None:
-            self.run.result = {"baseline": _public(self.baseline) if self.baseline else None,
+            # with what the report's table and summary read, so that `dlperf runs show` of a search stopped before
+            # its end (Ctrl-C, SIGTERM) prints the candidates it measured, not 700 lines of JSON; no "winner" key,
+            # which would mark it finished
+            config, base = self.config, self.baseline or {}
+            self.run.result = {"partial": True, "run_id": self.run.id, "workload": self.source,
+                               "objective": config.objective, "batch_size": self.batch_size, "device": config.device,
+                               "constraints": config.constraints.to_dict(), "metric_name": base.get("metric_name"),
+                               "metric_is_fidelity": bool(base.get("metric_is_fidelity")),
+                               "higher_is_better": bool(base.get("higher_is_better", True)),
+                               "time_budget_s": config.time_budget_s,
+                               "baseline": _public(self.baseline) if self.baseline else None,
                                "measured": len(self.rows), "candidates": [_public(self.rows[k]) for k in self.order],
                                "not_tried": self.not_tried, "elapsed_s": self.elapsed()}
             self.run.save()

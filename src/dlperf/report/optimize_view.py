@@ -241,7 +241,10 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     winner = data.get("winner")
     conf = data.get("confirmation") or {}
-    if winner:
+    if data.get("partial"):  # a search stopped before its end: its record holds what it had measured
+        lines.append("no winner: the search stopped before it picked one (the same dlperf optimize command resumes "
+                     f"it{', or --resume ' + str(data['run_id']) if data.get('run_id') else ''})")
+    elif winner:
         label = by_key[winner]["label"] if winner in by_key else winner
         lines.append(f"winner: {label}")
         if conf.get("describe"):

@@ -477,3 +477,36 @@ def test_a_pipeline_hands_its_fallback_pass_what_the_prefix_left_of_the_budget(t
     auto = OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.01)
     row = next(r for r in result.rows if r["label"] == f"pruning + {auto.label()}")
     assert row["status"] == "ok" and row["pipeline"][-1]["max_metric_drop"] == 0.006
+
+
+def test_runs_show_of_a_search_stopped_before_its_end_prints_its_table(tmp_path: Path) -> None:
+    """`dlperf runs show ID` of an interrupted search (what SIGTERM's message points to) printed its partial result as
+    764 lines of JSON: the record lacked the fields the report reads (workload, batch size, objective, ...)."""
+    import io
+
+    from rich.console import Console
+
+    from dlperf.report.terminal import headline_text, record_view
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    done: list[str] = []
+
+    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"]["label"])
+            if len(done) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                                           workdir=str(tmp_path / "work")),
+                 store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
+    record = store.list(kind="optimize")[0]
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(record_view(record))
+    text = out.getvalue()
+    assert "candidates for zoo:mlp (batch 1, cpu)" in text and '"candidates": [' not in text
+    assert (f"no winner: the search stopped before it picked one (the same dlperf optimize command resumes it, or "
+            f"--resume {record.id})") in text
+    assert headline_text(record) == "no winner picked: stopped after 2 candidates"  # `runs list`, as before
