@@ -510,3 +510,15 @@ def test_runs_show_of_a_search_stopped_before_its_end_prints_its_table(tmp_path:
     assert (f"no winner: the search stopped before it picked one (the same dlperf optimize command resumes it, or "
             f"--resume {record.id})") in text
     assert headline_text(record) == "no winner picked: stopped after 2 candidates"  # `runs list`, as before
+
+
+def test_not_tried_says_what_the_budget_keeps_for_the_final_a_bs(tmp_path: Path) -> None:
+    """'not tried: onnxruntime(int8-static) (time budget: about 22 s needed, 17 s left)' stood beside 'searched 5
+    candidates in 33 s of a 60 s budget': the reserve kept for the final A/Bs was not named."""
+    import re
+
+    result = _search(tmp_path, time_budget_s=1.2, max_depth=2)  # a fake trial: 1 s (its wall_s), none fits
+    reasons = [n["reason"] for n in result.not_tried]
+    assert reasons, result.rows
+    assert all(re.fullmatch(r"time budget: about \d+ s needed, \d+ s left besides the \d+ s kept for the final "
+                            r"A/Bs", r) for r in reasons), reasons
