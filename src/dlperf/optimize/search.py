@@ -102,12 +102,20 @@ class OptimizeConfig:
         # refused only once a process had been started for the baseline
         TimerConfig(warmup_iters=self.warmup_iters, min_duration_s=self.min_duration_s, min_iters=self.min_iters,
                     max_duration_s=self.max_duration_s)
-        if self.time_budget_s <= 0:
+        from dlperf.measure.ab import ABConfig
+
+        ABConfig(blocks=self.ab_blocks, iters_per_block=self.ab_iters_per_block)  # as the final A/Bs check them
+        if not self.time_budget_s > 0:  # written so that NaN fails: it passed "<= 0", and nothing was ever out of time
             raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
         if self.max_depth < 1:
             raise ConfigError(f"--max-depth must be >= 1, got {self.max_depth}")
-        if self.candidate_timeout_s <= 0:
-            raise ConfigError(f"candidate timeout must be positive, got {self.candidate_timeout_s}")
+        if not self.candidate_timeout_s > 0:
+            raise ConfigError(f"--candidate-timeout must be positive, got {self.candidate_timeout_s}")
+        if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
+            raise ConfigError("memory_limit_bytes must be positive (or None: 75% of RAM), got "
+                              f"{self.memory_limit_bytes}")
+        if self.confirm_top < 1:  # 0 confirmed nothing, and the search ended with "no winner" whatever it measured
+            raise ConfigError(f"confirm_top must be >= 1, got {self.confirm_top}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
 

@@ -4,6 +4,7 @@ the baseline too, the frontier agrees with the ranking, export failures, explana
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,12 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
     # refused only after a process had been started for the baseline
     ({"min_duration_s": -1.0}, "min_duration_s must be >= 0, got -1.0"),
     ({"extend_tolerance": 2.0}, r"extend_tolerance must be in \[0, 1\), got 2.0"),
+    # NaN passed "<= 0": a search that is never out of time, candidates never timed out
+    ({"time_budget_s": math.nan}, "--time-budget must be positive, got nan"),
+    ({"candidate_timeout_s": math.nan}, "--candidate-timeout must be positive, got nan"),
+    ({"memory_limit_bytes": -5}, r"memory_limit_bytes must be positive \(or None: 75% of RAM\), got -5"),
+    ({"confirm_top": 0}, "confirm_top must be >= 1, got 0"),  # no A/B: never a winner, whatever was measured
+    ({"ab_blocks": 2}, "an A/B needs at least 4 blocks, got 2"),  # refused only by the final A/B's process
 ])
 def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
