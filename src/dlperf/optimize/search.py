@@ -131,7 +131,8 @@ class OptimizeConfig:
         return {
             "objective": self.objective, "batch_size": batch_size, "device": self.device,
             "threads": self.threads, "constraints": self.constraints.to_dict(),
-            "passes": list(self.passes) if self.passes else None, "max_depth": self.max_depth,
+            # as a set: `--passes hygiene,onnxruntime` and `--passes onnxruntime,hygiene` search the same space
+            "passes": sorted(set(self.passes)) if self.passes else None, "max_depth": self.max_depth,
             "extra_modules": list(self.extra_modules),
             "measurement": {"warmup_iters": self.warmup_iters, "min_duration_s": self.min_duration_s,
                             "min_iters": self.min_iters, "max_duration_s": self.max_duration_s},
@@ -564,7 +565,7 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
         if record.status == OK:
             raise OptimizeError(f"run {record.id} finished: only an interrupted or failed search can be resumed "
                                 f"(its results: dlperf runs show {record.id}); leave out --resume to search afresh")
-        differs = _key_differences(record.config.get("search_key") or {}, search_key)
+        differs = _key_differences(_same_order(record.config.get("search_key") or {}), search_key)
         if differs:
             raise OptimizeError(f"run {record.id} searched with other settings than this search ({'; '.join(differs)})"
                                 ": give the options it ran with, or leave out --resume to search afresh")
@@ -572,13 +573,21 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
     changed = None
     for spelling in _spellings(source):
         for record in store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20):
-            recorded = record.config.get("search_key")
+            recorded = _same_order(record.config.get("search_key"))
             if recorded == search_key:
                 return record, changed
             if changed is None and isinstance(recorded, dict) and _key_differences(recorded, search_key) == [
                     _CODE_CHANGED]:
                 changed = f"not resuming run {record.id}: {_CODE_CHANGED}"
     return None, changed
+
+
+def _same_order(key: Any) -> Any:
+    """A recorded search key with its passes sorted, as `OptimizeConfig.search_key` writes them now (they were kept in
+    the order given, so `--passes onnxruntime,hygiene` did not resume a search of `--passes hygiene,onnxruntime`)."""
+    if isinstance(key, dict) and isinstance(key.get("passes"), list):
+        return {**key, "passes": sorted(set(key["passes"]))}
+    return key
 
 
 _CODE_CHANGED = "the workload's code changed since (its files hash differently)"
