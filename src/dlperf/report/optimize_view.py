@@ -52,7 +52,8 @@ def _why(row: dict[str, Any]) -> str:
     if row.get("violations"):
         return "; ".join(row["violations"])
     if row.get("slower_reasons"):
-        return "slower: " + row["slower_reasons"][0]
+        same = str(row["slower_reasons"][0]).startswith("not measurably different")
+        return ("not faster: " if same else "slower: ") + row["slower_reasons"][0]
     if row.get("confirm_error"):
         return f"A/B failed: {row['confirm_error']}"
     return ""

@@ -197,3 +197,22 @@ def test_a_noisy_measurement_is_named_with_its_spread() -> None:
     few = {"pipeline": [], "noise_warning": "only 3 samples: percentiles and spread are unreliable"}
     assert slower_reasons(few, {}, [], 1)[-1] == (
         "the measurement may mislead (only 3 samples: percentiles and spread are unreliable)")
+
+
+def test_a_candidate_its_paired_blocks_cannot_tell_from_the_original_is_not_called_slower() -> None:
+    """hygiene, paired 0.94x with a 95% CI holding 1.0x, read 'slower: the passes add work per call that this model
+    and batch size do not repay'."""
+    from dlperf.report.optimize_view import why_lines
+
+    row = _row(1.05, 0.9, label="hygiene", status="ok", pipeline=[{"pass": "hygiene"}],
+               paired={"ratio": 1 / 0.94, "ci": [1 / 1.01, 1 / 0.88], "verdict": SAME})
+    reasons = slower_reasons(row, BASE, [], batch_size=1)
+    assert reasons[0] == ("not measurably different from the original in its own process (paired 0.94x, 95% CI "
+                          "0.88-1.01x)")
+    assert why_lines({"candidates": [{**row, "slower_reasons": reasons}]}) == [
+        "  0 hygiene: not faster: not measurably different from the original in its own process (paired 0.94x, 95% "
+        "CI 0.88-1.01x)"]
+    # a significant slowdown keeps its causes
+    slow = {**row, "paired": {"ratio": 1.06, "ci": [1.04, 1.08], "verdict": SLOWER}}
+    assert slower_reasons(slow, BASE, [], 1) == ["the passes add work per call that this model and batch size do "
+                                                 "not repay"]
