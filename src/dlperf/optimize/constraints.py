@@ -74,7 +74,12 @@ def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Co
             if drop > constraints.max_metric_drop_abs:
                 reasons.append(f"metric drop {drop:.4g} exceeds the allowed {constraints.max_metric_drop_abs:g}")
         elif constraints.max_metric_drop is not None and rel > constraints.max_metric_drop:
-            reasons.append(f"metric drop {rel:.2%} exceeds the allowed {constraints.max_metric_drop:.2%}")
+            if float(base) == 0.0:  # "metric drop inf% exceeds the allowed 1.00%" said neither why nor what to do
+                reasons.append(f"metric {float(metric):.4g} against the baseline's 0: a relative budget "
+                               f"({constraints.max_metric_drop:.2%} of 0) allows no drop at all; give "
+                               "--max-metric-drop-abs (in the metric's units) to allow one")
+            else:
+                reasons.append(f"metric drop {rel:.2%} exceeds the allowed {constraints.max_metric_drop:.2%}")
     reasons += latency_violations(result, constraints)
     return reasons
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from dlperf.measure.ab import SAME
+
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
@@ -12,6 +14,13 @@ def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Seq
                    device: str = "cpu") -> list[str]:
     """Likely reasons a measured candidate is not faster than the baseline (most specific first)."""
     reasons: list[str] = []
+    paired = row.get("paired") or {}
+    if paired.get("verdict") == SAME and paired.get("ratio") and len(paired.get("ci") or ()) == 2:
+        # below 1.0x but within its CI of no change: "slower: the passes add work per call ..." was said of a
+        # hygiene candidate whose paired blocks could not tell it from the original
+        lo, hi = paired["ci"]
+        reasons.append(f"not measurably different from the original in its own process (paired "
+                       f"{1 / paired['ratio']:.2f}x, 95% CI {1 / hi:.2f}-{1 / lo:.2f}x)")
     names = [c.get("pass") for c in row.get("pipeline", [])]
     precision = row.get("precision", "fp32")
     engine = row.get("engine", "torch")

@@ -32,7 +32,16 @@ from dlperf.optimize.executor import Executor, Job, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank, settle
-from dlperf.optimize.space import Candidate, SearchSpace, build_space, extensions, with_metric_budget
+from dlperf.optimize.space import (
+    Candidate,
+    SearchSpace,
+    build_space,
+    extensions,
+    round_budget,
+    takes_metric_budget,
+    with_metric_budget,
+    without_metric_budget,
+)
 from dlperf.passes.base import PassConfig, PassContext
 from dlperf.workload.base import Workload
 
@@ -76,15 +85,37 @@ class OptimizeConfig:
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         check_threads(self.threads, "--threads", " (leave it out for torch's default)")
+        if isinstance(self.passes, str):  # 'hygiene' was read letter by letter: "unknown passes e, g, h, i, n, y"
+            raise ConfigError(f"passes must be a tuple of pass names, got the string {self.passes!r}: write "
+                              f"passes={tuple(p.strip() for p in self.passes.split(',') if p.strip())!r}")
         if self.passes is not None and not self.passes:
             raise ConfigError("--passes names no pass: give pass names separated by commas, or leave it out to "
                               "search every pass")
-        if self.time_budget_s <= 0:
+        if not isinstance(self.constraints, Constraints):  # a dict failed at the search's end, AttributeError
+            raise ConfigError(f"constraints must be a dlperf.optimize.constraints.Constraints, got "
+                              f"{type(self.constraints).__name__}: write constraints=Constraints(max_metric_drop=0.01)")
+        if not 0 <= self.extend_tolerance < 1:
+            raise ConfigError(f"extend_tolerance must be in [0, 1), got {self.extend_tolerance}")
+        from dlperf.measure.timer import TimerConfig
+
+        # the measurement settings, checked as the candidates' timer checks them: a negative min_duration_s was
+        # refused only once a process had been started for the baseline
+        TimerConfig(warmup_iters=self.warmup_iters, min_duration_s=self.min_duration_s, min_iters=self.min_iters,
+                    max_duration_s=self.max_duration_s)
+        from dlperf.measure.ab import ABConfig
+
+        ABConfig(blocks=self.ab_blocks, iters_per_block=self.ab_iters_per_block)  # as the final A/Bs check them
+        if not self.time_budget_s > 0:  # written so that NaN fails: it passed "<= 0", and nothing was ever out of time
             raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
         if self.max_depth < 1:
             raise ConfigError(f"--max-depth must be >= 1, got {self.max_depth}")
-        if self.candidate_timeout_s <= 0:
-            raise ConfigError(f"candidate timeout must be positive, got {self.candidate_timeout_s}")
+        if not self.candidate_timeout_s > 0:
+            raise ConfigError(f"--candidate-timeout must be positive, got {self.candidate_timeout_s}")
+        if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
+            raise ConfigError("memory_limit_bytes must be positive (or None: 75% of RAM), got "
+                              f"{self.memory_limit_bytes}")
+        if self.confirm_top < 1:  # 0 confirmed nothing, and the search ended with "no winner" whatever it measured
+            raise ConfigError(f"confirm_top must be >= 1, got {self.confirm_top}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
             raise ConfigError(f"unknown device '{self.device}': use cpu, cuda or cuda:N")
 
@@ -100,7 +131,8 @@ class OptimizeConfig:
         return {
             "objective": self.objective, "batch_size": batch_size, "device": self.device,
             "threads": self.threads, "constraints": self.constraints.to_dict(),
-            "passes": list(self.passes) if self.passes else None, "max_depth": self.max_depth,
+            # as a set: `--passes hygiene,onnxruntime` and `--passes onnxruntime,hygiene` search the same space
+            "passes": sorted(set(self.passes)) if self.passes else None, "max_depth": self.max_depth,
             "extra_modules": list(self.extra_modules),
             "measurement": {"warmup_iters": self.warmup_iters, "min_duration_s": self.min_duration_s,
                             "min_iters": self.min_iters, "max_duration_s": self.max_duration_s},
@@ -141,6 +173,10 @@ class OptimizeResult:
     executor: str = "local"
     """Where the trials ran: 'local' (child processes of this one) or 'ray' (Ray tasks; the notes and each row's
     `node` say on which nodes)."""
+    workdir: str | None = None
+    """This search's work folder, which keeps every candidate's artifact (`dlperf bench`, `dlperf.load`, a resume)."""
+    workdir_bytes: int | None = None
+    """What its files take on disk: a MiniLM search leaves about 86 MiB a candidate there, and nothing said so."""
 
     def row(self, key: str) -> dict[str, Any]:
         for r in self.rows:
@@ -163,7 +199,8 @@ class OptimizeResult:
             "skipped_passes": self.skipped_passes, "closest": self.closest, "export_dir": self.export_dir,
             "elapsed_s": self.elapsed_s, "time_budget_s": self.time_budget_s,
             "resumed_from": self.resumed_from, "notes": self.notes, "runner_up": self.runner_up,
-            "export_error": self.export_error, "executor": self.executor,
+            "export_error": self.export_error, "executor": self.executor, "workdir": self.workdir,
+            "workdir_bytes": self.workdir_bytes,
         }
 
 
@@ -292,7 +329,8 @@ class _Search:
     def _finish(self, candidate: Candidate, child: Any, result: dict[str, Any], timeout: float) -> dict[str, Any]:
         row = {"key": candidate.key, "label": candidate.label, "pipeline": candidate.to_list(), **result}
         if row.get("timed_out") and timeout < self.config.candidate_timeout_s:
-            row["error"] = f"{row['error']}: the time budget had only {timeout:.0f} s left for it"
+            row["error"] = f"{row['error']}: {BUDGET_CUT} {timeout:.0f} s left for it"
+            row["budget_cut"] = True  # not a verdict on the candidate: a resumed search measures it again
         if child is not None:
             row["run_id"] = child.id
         self._accept(candidate, row)
@@ -356,7 +394,17 @@ class _Search:
 
     def _save_progress(self) -> None:
         if self.store and self.run is not None:
-            self.run.result = {"baseline": _public(self.baseline) if self.baseline else None,
+            # with what the report's table and summary read, so that `dlperf runs show` of a search stopped before
+            # its end (Ctrl-C, SIGTERM) prints the candidates it measured, not 700 lines of JSON; no "winner" key,
+            # which would mark it finished
+            config, base = self.config, self.baseline or {}
+            self.run.result = {"partial": True, "run_id": self.run.id, "workload": self.source,
+                               "objective": config.objective, "batch_size": self.batch_size, "device": config.device,
+                               "constraints": config.constraints.to_dict(), "metric_name": base.get("metric_name"),
+                               "metric_is_fidelity": bool(base.get("metric_is_fidelity")),
+                               "higher_is_better": bool(base.get("higher_is_better", True)),
+                               "time_budget_s": config.time_budget_s,
+                               "baseline": _public(self.baseline) if self.baseline else None,
                                "measured": len(self.rows), "candidates": [_public(self.rows[k]) for k in self.order],
                                "not_tried": self.not_tried, "elapsed_s": self.elapsed()}
             self.run.save()
@@ -370,6 +418,7 @@ class _Search:
             seen: set[str] = set()
             for prefix in frontier:
                 for cand in extensions(prefix, space):
+                    cand = self.with_remaining_budget(cand)
                     if cand.key in seen or cand.key in self.rows:
                         continue
                     if depth > 1 and not self._worth_extending(cand):
@@ -386,9 +435,13 @@ class _Search:
                 for cand in candidates[start:start + slots]:
                     estimate = self.estimate_s(cand)
                     if self.remaining() - self.reserve_s() < estimate:
+                        # the reserve named: "about 22 s needed, 17 s left" stood beside "searched in 33 s of a 60 s
+                        # budget", 27 s left by the user's count
+                        left = max(self.remaining() - self.reserve_s(), 0)
                         self.not_tried.append({"label": cand.label, "key": cand.key, "pipeline": cand.to_list(),
-                                               "reason": f"time budget: about {estimate:.0f} s needed, "
-                                                         f"{max(self.remaining() - self.reserve_s(), 0):.0f} s left"})
+                                               "reason": f"time budget: about {estimate:.0f} s needed, {left:.0f} s "
+                                                         f"left besides the {self.reserve_s():.0f} s kept for the "
+                                                         "final A/Bs"})
                         self.on_event("skip", {"label": cand.label, "reason": "time budget"})
                         continue
                     chunk.append(cand)
@@ -398,6 +451,22 @@ class _Search:
             if not next_frontier:
                 break
             frontier = next_frontier
+
+    def with_remaining_budget(self, cand: Candidate) -> Candidate:
+        """`cand` with its last pass's metric budget (`keep_fp32="auto"`) less what its prefix already dropped.
+        That pass scores its fp32 fallback against the model it is given, the prefix's: with the whole budget,
+        `pruning(amount=0.5) + onnxruntime(int8-static,keep_fp32=auto)` on digits-cnn under a 0.5% budget kept no
+        layer fp32 ("budget met", 0.28% below the pruned model), and the search then rejected it at 0.57%.
+        Exact for an eval metric (the drops add up); for fidelity an approximation."""
+        last = cand.configs[-1] if cand.configs else None
+        prefix = self.rows.get(cand.prefix.key) if len(cand.configs) > 1 else None
+        if last is None or prefix is None or not takes_metric_budget(last):
+            return cand
+        used = prefix.get("metric_drop")
+        if not isinstance(used, (int, float)) or not math.isfinite(used):
+            return cand
+        budget = round_budget(float(last.max_metric_drop) - float(used))  # type: ignore[attr-defined]
+        return Candidate((*cand.configs[:-1], dataclasses.replace(last, max_metric_drop=budget)))  # type: ignore[call-arg]
 
     def _worth_extending(self, cand: Candidate) -> bool:
         """Skip a pipeline whose added pass, measured alone, crashed or failed the metric."""
@@ -449,7 +518,9 @@ class _Search:
 
 
 def _config_key(config: PassConfig) -> str:
-    return Candidate((config,)).key
+    """The key a config measured alone is known by (`single_rows`), its metric budget left out: a pipeline hands its
+    last pass what the prefix left of the budget (`_Search.with_remaining_budget`)."""
+    return Candidate((without_metric_budget(config),)).key
 
 
 def _cost_rank(cand: Candidate) -> int:
@@ -495,7 +566,7 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
         if record.status == OK:
             raise OptimizeError(f"run {record.id} finished: only an interrupted or failed search can be resumed "
                                 f"(its results: dlperf runs show {record.id}); leave out --resume to search afresh")
-        differs = _key_differences(record.config.get("search_key") or {}, search_key)
+        differs = _key_differences(_same_order(record.config.get("search_key") or {}), search_key)
         if differs:
             raise OptimizeError(f"run {record.id} searched with other settings than this search ({'; '.join(differs)})"
                                 ": give the options it ran with, or leave out --resume to search afresh")
@@ -503,13 +574,21 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
     changed = None
     for spelling in _spellings(source):
         for record in store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20):
-            recorded = record.config.get("search_key")
+            recorded = _same_order(record.config.get("search_key"))
             if recorded == search_key:
                 return record, changed
             if changed is None and isinstance(recorded, dict) and _key_differences(recorded, search_key) == [
                     _CODE_CHANGED]:
                 changed = f"not resuming run {record.id}: {_CODE_CHANGED}"
     return None, changed
+
+
+def _same_order(key: Any) -> Any:
+    """A recorded search key with its passes sorted, as `OptimizeConfig.search_key` writes them now (they were kept in
+    the order given, so `--passes onnxruntime,hygiene` did not resume a search of `--passes hygiene,onnxruntime`)."""
+    if isinstance(key, dict) and isinstance(key.get("passes"), list):
+        return {**key, "passes": sorted(set(key["passes"]))}
+    return key
 
 
 _CODE_CHANGED = "the workload's code changed since (its files hash differently)"
@@ -549,12 +628,27 @@ def _same_workload(recorded: str, source: str) -> bool:
                 and os.path.abspath(path) == os.path.abspath(spath))
 
 
+BUDGET_CUT = "the time budget had only"
+"""How the error of a candidate killed because the search's time budget ran out goes on (rows recorded before the
+`budget_cut` flag are known by it)."""
+
+
 def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
     from dlperf.store.records import FAILED, OK
 
     rows = {}
     for child in store.list(kind="candidate", parent_id=run_id, limit=None):
         if child.status in (OK, FAILED) and child.result.get("key"):
+            artifact_dir = (child.result.get("artifact") or {}).get("dir")
+            if artifact_dir and not Path(artifact_dir).is_dir():
+                # its artifact is gone (the work folder was removed, /tmp cleared): measured again, else the resumed
+                # search can neither confirm nor export it ("A/B failed: its artifact is missing", no winner)
+                continue
+            cut = child.result.get("budget_cut") or BUDGET_CUT in str(child.result.get("error"))
+            if child.status == FAILED and cut:
+                # killed when the earlier search's budget ran out, not because it hangs: a resumed search (with the
+                # budget it has now) measures it, where it stayed "failed" and its pipelines were never extended
+                continue
             row = dict(child.result)
             row["run_id"] = child.id
             rows[row["key"]] = row
@@ -745,6 +839,8 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     # does not hang on which process measured a fast p50 (a run picked onnxruntime, isolated 0.088 ms, paired
     # 2.92x, over pruning + onnxruntime, isolated 0.091 ms, paired 3.79x).
     ranked = [feasible[i] for i in rank(feasible, config.objective, hib, speed_gain=lambda r: search_gain(r, 1.0))]
+    if config.objective == "memory":
+        ranked = _memory_noise_gate(ranked, baseline)
     winner: str | None = None
     confirmation: dict[str, Any] | None = None
     notes: list[str] = []
@@ -832,6 +928,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
         elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
         runner_up=runner_up, export_error=export_error, executor=executor_name(search.executor),
+        workdir=str(search.workdir), workdir_bytes=_folder_bytes(search.workdir),
     )
     search.on_event("done", {"result": result})
     return result
@@ -855,12 +952,33 @@ def _disagreement(row: dict[str, Any], conf: dict[str, Any]) -> str | None:
             f"{paired:.3g}x: one of the two was disturbed (another process, a stall); re-run before trusting either")
 
 
+MEMORY_NOISE = 0.02
+"""A candidate's peak RSS must be this much below the baseline's to beat it on memory: the same model's peak RSS
+differs by about 1% between the processes that measure it (zoo:digits-cnn's baseline: 271.4-273.3 MiB in four
+searches), and `--objective memory` named hygiene the winner for 270.9 MiB against 273.3."""
+
+
+def _memory_noise_gate(ranked: list[dict[str, Any]], baseline: dict[str, Any]) -> list[dict[str, Any]]:
+    """`ranked` with the candidates whose peak RSS is not MEMORY_NOISE below the baseline's moved behind the baseline
+    (unchanged when the baseline misses the constraints: then any candidate that meets them is better)."""
+    base_rss = baseline.get("peak_rss_bytes")
+    if not base_rss or not any(r["key"] == baseline["key"] for r in ranked):
+        return ranked
+    limit = float(base_rss) * (1.0 - MEMORY_NOISE)
+    better = [r for r in ranked if r["key"] != baseline["key"] and float(r["peak_rss_bytes"]) < limit]
+    rest = [r for r in ranked if r["key"] != baseline["key"] and float(r["peak_rss_bytes"]) >= limit]
+    return [*better, *(r for r in ranked if r["key"] == baseline["key"]), *rest]
+
+
 def _not_better_note(objective: str, baseline: dict[str, Any], best: dict[str, Any]) -> str:
-    """Why there is no winner on size or memory: the baseline measured no more than the best other candidate."""
+    """Why there is no winner on size or memory: the baseline measured no more than the best other candidate (on
+    memory: not MEMORY_NOISE less)."""
     key, _ = OBJECTIVES[objective]
     what = {"size_bytes": "size", "peak_rss_bytes": "peak RSS"}.get(key, key)
-    return (f"no candidate that meets the constraints beats the baseline on {objective}: the baseline's {what} is "
-            f"{_size_text(baseline.get(key))}, the best other candidate's ({best['label']}) "
+    margin = (f" by more than {MEMORY_NOISE:.0%}, about what the same model's peak RSS varies between processes"
+              if objective == "memory" else "")
+    return (f"no candidate that meets the constraints beats the baseline on {objective}{margin}: the baseline's "
+            f"{what} is {_size_text(baseline.get(key))}, the best other candidate's ({best['label']}) "
             f"{_size_text(best.get(key))}")
 
 
@@ -906,6 +1024,14 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
     if extra["metrics"]["ab"]:
         extra["metrics"]["ab"] = {k: v for k, v in extra["metrics"]["ab"].items() if k not in ("a", "b")}
     return copy_artifact(Path(row["artifact"]["dir"]), export_dir, extra)
+
+
+def _folder_bytes(folder: Path) -> int | None:
+    """The bytes of the files under `folder` (None where it cannot be read: a Ray search's folder may be elsewhere)."""
+    try:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return None
 
 
 def _ab_verdict(row: dict[str, Any]) -> str | None:
@@ -970,6 +1096,10 @@ def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, 
             return winner, confirmation, found
         conf = search.confirm(runner["key"])
         runner["confirmation"] = _public(conf)
+        # doubted as the pick's own confirmation is: a switched-to winner's 8.72x against its paired 2.85x got no note
+        disagreement = _disagreement(runner, conf) if conf.get("status") == "ok" else None
+        if disagreement:
+            notes.append(disagreement)
     if conf.get("status") != "ok":
         runner["confirm_error"] = conf.get("error")
         found["reason"] = f"{reason}, but its A/B against the baseline failed"

@@ -13,7 +13,9 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import pkgutil
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -189,9 +191,14 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         known = {o.config.name for o in options} | {s.split(":", 1)[0] for s in skipped}
         unknown = sorted(wanted - known - set(config_types()))
         if unknown:
+            # a label copied from the report's table, `onnxruntime(precision=int8-dynamic)`, was only "unknown"
+            named = [base for base in (re.split(r"[(:]", n, maxsplit=1)[0] for n in unknown)
+                     if base in config_types() and base not in wanted]
+            hint = (f"; --passes takes pass names, not configurations: give {', '.join(named)}: the search tries "
+                    "each configuration a pass offers for the workload" if named else "")
             raise ConfigError(
                 f"--passes names unknown passes {', '.join(unknown)}: known passes are "
-                f"{', '.join(sorted(set(config_types())))}"
+                f"{', '.join(sorted(set(config_types())))}{hint}"
             )
         options = [o for o in options if o.config.name in wanted]
     options.sort(key=lambda o: sort_key(o.config))
@@ -222,14 +229,34 @@ def with_metric_budget(space: SearchSpace, max_drop: float) -> SearchSpace:
     """The space with the search's metric budget (`max_drop`, absolute, in the metric's units) handed to the
     configs that search an fp32 fallback against a budget of their own (`keep_fp32="auto"`), so such a pass
     keeps as many layers fp32 as the search's constraint needs: no more (slower), no fewer (rejected).
-    Rounded to 1e-6 so that candidate keys stay stable from one run to the next (resume)."""
+    Rounded to 1e-6, or to 4 significant digits for a smaller budget, so that candidate keys stay stable from one run
+    to the next (resume)."""
     options = []
+    budget = round_budget(max_drop)
     for option in space.options:
         config = option.config
-        if getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop"):
-            config = dataclasses.replace(config, max_metric_drop=round(max(max_drop, 0.0), 6))  # type: ignore[call-arg]
+        if takes_metric_budget(config):
+            config = dataclasses.replace(config, max_metric_drop=budget)  # type: ignore[call-arg]
         options.append(PassOption(config, option.module))
     return SearchSpace(options, list(space.skipped))
+
+
+def takes_metric_budget(config: PassConfig) -> bool:
+    """Whether `config` searches an fp32 fallback against a metric budget of its own (`keep_fp32="auto"`)."""
+    return getattr(config, "keep_fp32", None) == "auto" and hasattr(config, "max_metric_drop")
+
+
+def round_budget(max_drop: float) -> float:
+    """A metric budget rounded to 1e-6, or to 4 significant digits below 1e-3 (0 for none left)."""
+    budget = max(max_drop, 0.0)
+    # 1e-6 alone handed a metric on a small scale no budget: 20% of an MSE of 1.06e-06 became 0.0, so the fallback
+    # search kept every layer fp32 ("not applicable: every weighted layer is kept fp32")
+    return round(budget, max(6, 3 - math.floor(math.log10(budget)))) if budget > 0 else 0.0
+
+
+def without_metric_budget(config: PassConfig) -> PassConfig:
+    """`config` with its metric budget set to 0: the same pass configuration whatever budget a pipeline hands it."""
+    return dataclasses.replace(config, max_metric_drop=0.0) if takes_metric_budget(config) else config  # type: ignore[call-arg]
 
 
 # pass module -> (the library it needs, what installs it)

@@ -52,7 +52,8 @@ def _why(row: dict[str, Any]) -> str:
     if row.get("violations"):
         return "; ".join(row["violations"])
     if row.get("slower_reasons"):
-        return "slower: " + row["slower_reasons"][0]
+        same = str(row["slower_reasons"][0]).startswith("not measurably different")
+        return ("not faster: " if same else "slower: ") + row["slower_reasons"][0]
     if row.get("confirm_error"):
         return f"A/B failed: {row['confirm_error']}"
     return ""
@@ -199,7 +200,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
                  "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
     if any(r.get("paired_gain") is not None for r in data.get("candidates") or []):
-        lines.append("gain: the baseline's p50 / the candidate's, each measured in its own process; paired: the "
+        # under throughput the gain is of items/s (it read "the baseline's p50 / the candidate's" there too)
+        isolated = ("the candidate's items/s / the baseline's" if data.get("objective") == "throughput"
+                    else "the baseline's p50 / the candidate's")
+        lines.append(f"gain: {isolated}, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
                      "search extends, orders and ranks by")
     lines.extend(_disagreement_lines(data))
@@ -223,6 +227,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                  + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else ""))
     if data.get("export_dir"):
         lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
+    if data.get("workdir") and data.get("workdir_bytes"):
+        # every candidate's artifact stays there (86 MiB a MiniLM candidate), and nothing said where or how much
+        lines.append(f"candidates' artifacts: {data['workdir']} ({_mib(data['workdir_bytes'])} MiB; remove it when "
+                     "you no longer need them: the export does not use it)")
     if data.get("run_id"):
         lines.append(f"run {data['run_id']} (dlperf runs show {data['run_id']})")
     return lines
@@ -234,7 +242,10 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     by_key = {r["key"]: r for r in data.get("candidates") or []}
     winner = data.get("winner")
     conf = data.get("confirmation") or {}
-    if winner:
+    if data.get("partial"):  # a search stopped before its end: its record holds what it had measured
+        lines.append("no winner: the search stopped before it picked one (the same dlperf optimize command resumes "
+                     f"it{', or --resume ' + str(data['run_id']) if data.get('run_id') else ''})")
+    elif winner:
         label = by_key[winner]["label"] if winner in by_key else winner
         lines.append(f"winner: {label}")
         if conf.get("describe"):

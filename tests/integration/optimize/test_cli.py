@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,9 @@ def test_optimize_cli_rejects_bad_budget() -> None:
     (["--max-metric-drop-abs", "nan"], "--max-metric-drop-abs (max_metric_drop_abs) must be a number >= 0, got nan"),
     (["--latency-budget-ms", "nan"], "--latency-budget-ms must be a positive number, got nan"),
     (["--max-metric-drop", "nan"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got nan"),
+    # meant as 1%: it said "must be in [0, 100%), got 1.0", not how to write it
+    (["--max-metric-drop", "1"], "--max-metric-drop '1' would be 100% of the baseline's metric (a bare number is a "
+                                 "fraction, and must be below 1): write 1% for 0.01"),
     (["--threads", "0"], "--threads must be >= 1, got 0"),
     (["--threads", "-3"], "--threads must be >= 1, got -3"),
     (["--passes", ","], "--passes names no pass"),
@@ -119,3 +123,18 @@ def test_a_baseline_rejecting_its_inputs_is_named_as_bench_names_it(tmp_path: Pa
     assert (f"the baseline of '{wl}' could not be measured: workload 'arrays': the model rejected its example inputs "
             "(input 0: float32[1, 4])") in err
     assert "its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))" in err
+
+
+def test_a_minimum_duration_above_the_timer_cap_raises_the_cap() -> None:
+    """`dlperf optimize zoo:mlp --min-duration 20s` failed the baseline with "max_duration_s (15.0) is below
+    min_duration_s (20.0)", a setting the command does not offer; bench raises its cap to the minimum, so does this."""
+    from dlperf.cli.main import build_parser
+    from dlperf.cli.optimize import search_config
+
+    def config(*argv: str) -> Any:
+        return search_config(build_parser().parse_args(["optimize", "zoo:mlp", *argv]))
+
+    long = config("--min-duration", "20s")
+    assert (long.min_duration_s, long.max_duration_s) == (20.0, 20.0)
+    default = config("--min-duration", "2s")  # the cap, part of a search's resume key, is unchanged below it
+    assert (default.min_duration_s, default.max_duration_s) == (2.0, 15.0)

@@ -93,3 +93,25 @@ def test_the_code_fingerprint_covers_the_file_and_the_modules_it_imports_beside_
         assert code_fingerprint("zoo:mlp").startswith("dlperf ")
     finally:
         sys.modules.pop("mynet_fp", None)
+
+
+def test_the_passes_in_another_order_are_the_same_search() -> None:
+    """`--passes onnxruntime,hygiene` did not resume an interrupted `--passes hygiene,onnxruntime` search (and
+    `--resume ID` refused it for "other settings"): the key kept the passes in the order given."""
+    from dlperf.optimize.search import OptimizeConfig
+
+    one = OptimizeConfig(passes=("hygiene", "onnxruntime")).search_key(1, "code")
+    other = OptimizeConfig(passes=("onnxruntime", "hygiene", "hygiene")).search_key(1, "code")
+    assert one == other and one["passes"] == ["hygiene", "onnxruntime"]
+
+
+def test_a_search_recorded_with_its_passes_unsorted_still_resumes(tmp_path: Path) -> None:
+    from dlperf.optimize.search import OptimizeConfig
+
+    store = Store(str(tmp_path / "runs.db"))
+    key = OptimizeConfig(passes=("hygiene", "onnxruntime")).search_key(1, "code")
+    recorded = {**key, "passes": ["onnxruntime", "hygiene"]}  # as keys were written before
+    with pytest.raises(KeyboardInterrupt), store.recording("optimize", "zoo:mlp", {"search_key": recorded}) as run:
+        raise KeyboardInterrupt
+    assert _find_resumable(store, "zoo:mlp", key, None)[0].id == run.id
+    assert _find_resumable(store, "zoo:mlp", key, run.id)[0].id == run.id

@@ -105,3 +105,21 @@ def test_a_failed_ab_keeps_the_pick_and_says_why() -> None:
     key, kept_conf, found, _ = _run(trials, ["big", "small", "base"])
     assert key == "big" and kept_conf and found == {"key": "small", "label": "small", "pick": "big", "switched": False,
                                                      "reason": "the A/B failed: RuntimeError: boom"}
+
+
+def test_a_runner_up_confirmed_far_from_its_paired_gain_is_doubted_in_a_note() -> None:
+    """dlperf optimize zoo:digits-cnn switched to onnxruntime, whose confirming A/B (run for the switch) measured
+    8.72x (95% CI 2.85-27.27x) against its paired 2.85x, with no note: only the first pick's confirmation was checked
+    against its paired gain."""
+    disturbed: dict[str, Any] = {"status": "ok", "ab": {"verdict": FASTER, "speedup": 8.72, "a": {}, "b": {}},
+                 "describe": "winner vs baseline: 8.72x speed: faster"}
+    trials = _Trials([_row("base", 0), _row("big", 2, paired_gain=3.39), _row("small", 1, paired_gain=2.85)],
+                     _ab(FASTER), confirm=disturbed)
+    key, _, found, notes = _run(trials, ["big", "small", "base"])
+    assert key == "small" and found["switched"]
+    assert notes == ["small: its confirming A/B measured 8.72x where its paired measurement gave 2.85x: one of the "
+                     "two was disturbed (another process, a stall); re-run before trusting either"]
+    # a confirmation that agrees with the paired gain gets no note
+    trials = _Trials([_row("base", 0), _row("big", 2, paired_gain=3.39), _row("small", 1, paired_gain=2.85)],
+                     _ab(FASTER), confirm={**disturbed, "ab": {**disturbed["ab"], "speedup": 3.1}})
+    assert _run(trials, ["big", "small", "base"])[3] == []

@@ -4,6 +4,7 @@ the baseline too, the frontier agrees with the ranking, export failures, explana
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,21 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
     ({"threads": -3}, "--threads must be >= 1, got -3"),
     ({"passes": ()}, "--passes names no pass"),
     ({"device": "cudax"}, "unknown device 'cudax'"),
+    # read letter by letter, it said "unknown passes e, g, h, i, n, y"
+    ({"passes": "hygiene,onnxruntime"}, r"passes must be a tuple of pass names, got the string 'hygiene,onnxruntime': "
+                                        r"write passes=\('hygiene', 'onnxruntime'\)"),
+    # an AttributeError once the search had measured everything
+    ({"constraints": {"max_metric_drop": 0.01}}, "constraints must be a dlperf.optimize.constraints.Constraints, got "
+                                                 "dict"),
+    # refused only after a process had been started for the baseline
+    ({"min_duration_s": -1.0}, "min_duration_s must be >= 0, got -1.0"),
+    ({"extend_tolerance": 2.0}, r"extend_tolerance must be in \[0, 1\), got 2.0"),
+    # NaN passed "<= 0": a search that is never out of time, candidates never timed out
+    ({"time_budget_s": math.nan}, "--time-budget must be positive, got nan"),
+    ({"candidate_timeout_s": math.nan}, "--candidate-timeout must be positive, got nan"),
+    ({"memory_limit_bytes": -5}, r"memory_limit_bytes must be positive \(or None: 75% of RAM\), got -5"),
+    ({"confirm_top": 0}, "confirm_top must be >= 1, got 0"),  # no A/B: never a winner, whatever was measured
+    ({"ab_blocks": 2}, "an A/B needs at least 4 blocks, got 2"),  # refused only by the final A/B's process
 ])
 def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -282,6 +298,9 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     # docs/optimize.md: a compiled recipe compiles again on load, "its compile time is in the manifest"
     assert (manifest["metrics"]["build_s"], manifest["metrics"]["compile_s"]) == (2.5, 2.0)
     assert "no candidate beat the baseline within the constraints: exported the baseline" in result.notes
+    # the work folder that keeps every candidate's artifact, and what it takes (the report says both)
+    assert result.workdir is not None and Path(result.workdir).parent == tmp_path / "work"
+    assert result.workdir_bytes == sum(p.stat().st_size for p in Path(result.workdir).rglob("*") if p.is_file()) > 0
 
 
 def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b(tmp_path: Path) -> None:
@@ -319,3 +338,194 @@ def test_a_confirmation_far_from_the_paired_gain_is_doubted_in_a_note(tmp_path: 
     assert any("its confirming A/B measured 1.43e+03x where its paired measurement gave 1.25x: one of the two was "
                "disturbed" in n for n in result.notes), result.notes
     assert not any("paired measurement gave" in n for n in _search(tmp_path / "calm").notes)
+
+
+class MeasuredRss(FakeTrials):
+    """Trials whose peak RSS is given per pipeline (MiB), as `--objective memory` ranks by."""
+
+    def __init__(self, measured: dict[str, Measured], rss_mib: dict[str, float]) -> None:
+        super().__init__(measured)
+        self.rss_mib = rss_mib
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s)
+        if target == "evaluate":
+            result["peak_rss_bytes"] = int(self.rss_mib["+".join(c["pass"] for c in payload["pipeline"])] * 2**20)
+        return result
+
+
+def test_a_peak_rss_within_the_noise_between_processes_does_not_win_on_memory(tmp_path: Path) -> None:
+    """dlperf optimize zoo:digits-cnn --objective memory named hygiene the winner for a peak RSS of 270.9 MiB against
+    the baseline's 273.3 MiB: the baseline alone measured 271.4-273.3 MiB in four searches."""
+    from dlperf.report.optimize_view import summary_lines
+
+    def search(rss: dict[str, float], out: str) -> OptimizeResult:
+        return optimize("zoo:mlp", OptimizeConfig(objective="memory", passes=("hygiene", "dynamic_int8"),
+                                                  max_depth=1, time_budget_s=600.0, workdir=str(tmp_path / "work")),
+                        export_dir=tmp_path / out, executor=MeasuredRss(MLP, rss))
+
+    noise = search({"": 273.3, "hygiene": 270.9, "dynamic_int8": 272.0}, "noise")
+    assert noise.winner is None and noise.confirmation is None
+    assert ("no candidate that meets the constraints beats the baseline on memory by more than 2%, about what the "
+            "same model's peak RSS varies between processes: the baseline's peak RSS is 273.3 MiB, the best other "
+            "candidate's (hygiene) 270.9 MiB") in noise.notes
+    assert "no winner: no candidate beat the baseline" in summary_lines(noise.to_dict())
+    assert json.loads((tmp_path / "noise" / "manifest.json").read_text())["label"] == "baseline"
+    # a real saving wins, and one within the noise ranked below it is no obstacle
+    saving = search({"": 273.3, "hygiene": 270.9, "dynamic_int8": 250.0}, "saving")
+    assert saving.winner is not None and saving.row(saving.winner)["label"] == "dynamic_int8"
+
+
+def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone(tmp_path: Path) -> None:
+    """An interrupted search resumed after its work folder was removed (/tmp cleared) reused every row: its top two
+    got 'A/B failed: its artifact is missing (was the work folder removed?)', no winner, and the export failed, with
+    116 s of the budget left to measure them again."""
+    import shutil
+
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            workdir=str(tmp_path / "work"))
+    done: list[str] = []
+
+    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"]["label"])
+            if len(done) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
+    first = store.list(kind="optimize")[0]
+    hygiene = next(c for c in store.list(kind="candidate", parent_id=first.id, limit=None)
+                   if c.result.get("label") == "hygiene")
+    shutil.rmtree(Path(hygiene.result["artifact"]["dir"]))
+    started: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, export_dir=tmp_path / "out", executor=FakeTrials(MLP),
+                      on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    assert result.resumed_from == first.id
+    assert started == ["hygiene", "dynamic_int8"]  # the baseline's artifact is there: reused
+    assert result.row(result.baseline["key"]).get("reused") and not result.row(hygiene.result["key"]).get("reused")
+    assert not any(r.get("confirm_error") for r in result.rows) and (tmp_path / "out" / "manifest.json").exists()
+
+
+class BudgetKills(FakeTrials):
+    """dynamic_int8's trial is killed at its timeout, as when the search's time budget runs out under it."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate" and [c["pass"] for c in payload["pipeline"]] == ["dynamic_int8"]:
+            return {"status": "failed", "phase": "export", "timed_out": True,
+                    "error": f"timed out after {timeout_s:.0f} s during 'export' (killed)"}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_path: Path) -> None:
+    """A candidate killed because the search's budget ran out ('failed in export: timed out after 6 s ... the time
+    budget had only 6 s left for it') was reused as failed by the resumed search, never measured nor extended."""
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    # a candidate timeout above the budget: each trial's timeout is what the budget leaves it
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            candidate_timeout_s=1000.0, workdir=str(tmp_path / "work"))
+    done: list[dict[str, Any]] = []
+
+    def interrupt_after_three(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"])
+            if len(done) == 3:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_three, executor=BudgetKills(MLP))
+    cut = next(r for r in done if r["label"] == "dynamic_int8")
+    assert cut["status"] == "failed" and cut["budget_cut"] and "the time budget had only" in cut["error"]
+    started: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, executor=FakeTrials(MLP),
+                      on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    assert result.resumed_from is not None and started == ["dynamic_int8"]
+    assert result.row(cut["key"])["status"] == "ok"
+
+
+class Recording(FakeTrials):
+    """FakeTrials that keep the pipelines they were asked to measure."""
+
+    def __init__(self, measured: dict[str, Measured]) -> None:
+        super().__init__(measured)
+        self.pipelines: list[list[dict[str, Any]]] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate":
+            self.pipelines.append(payload["pipeline"])
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_pipeline_hands_its_fallback_pass_what_the_prefix_left_of_the_budget(tmp_path: Path) -> None:
+    """dlperf optimize zoo:digits-cnn --passes pruning,onnxruntime --max-metric-drop 0.5% --max-depth 2: the int8
+    pass after pruning(amount=0.5) (0.29% below the baseline) searched its fp32 fallback against the whole 0.5%,
+    measured from the pruned model: 'budget met' with no layer fp32, 0.28% further down, and the search rejected the
+    pipeline at 0.57%."""
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    measured = {"": (1.0e-3, 1.0, 1000, None), "pruning": (0.8e-3, 0.996, 500, 0.8),
+                "onnxruntime": (0.5e-3, 1.0, 1000, 0.6), "pruning+onnxruntime": (0.4e-3, 0.993, 500, 0.5)}
+    trials = Recording(measured)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("pruning", "onnxruntime"), max_depth=2, time_budget_s=600.0,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    budgets = {tuple(c["pass"] for c in p): [c.get("max_metric_drop") for c in p] for p in trials.pipelines
+               if p and p[-1].get("keep_fp32") == "auto"}
+    assert budgets[("onnxruntime",)] == [0.01]  # alone: the search's whole budget
+    assert budgets[("pruning", "onnxruntime")] == [None, 0.006]  # after a prefix that dropped 0.004 of it
+    # the pipeline is still known by what its last pass did alone (the order and the cost estimate read it)
+    auto = OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=0.01)
+    row = next(r for r in result.rows if r["label"] == f"pruning + {auto.label()}")
+    assert row["status"] == "ok" and row["pipeline"][-1]["max_metric_drop"] == 0.006
+
+
+def test_runs_show_of_a_search_stopped_before_its_end_prints_its_table(tmp_path: Path) -> None:
+    """`dlperf runs show ID` of an interrupted search (what SIGTERM's message points to) printed its partial result as
+    764 lines of JSON: the record lacked the fields the report reads (workload, batch size, objective, ...)."""
+    import io
+
+    from rich.console import Console
+
+    from dlperf.report.terminal import headline_text, record_view
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    done: list[str] = []
+
+    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done":
+            done.append(data["row"]["label"])
+            if len(done) == 2:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                                           workdir=str(tmp_path / "work")),
+                 store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
+    record = store.list(kind="optimize")[0]
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(record_view(record))
+    text = out.getvalue()
+    assert "candidates for zoo:mlp (batch 1, cpu)" in text and '"candidates": [' not in text
+    assert (f"no winner: the search stopped before it picked one (the same dlperf optimize command resumes it, or "
+            f"--resume {record.id})") in text
+    assert headline_text(record) == "no winner picked: stopped after 2 candidates"  # `runs list`, as before
+
+
+def test_not_tried_says_what_the_budget_keeps_for_the_final_a_bs(tmp_path: Path) -> None:
+    """'not tried: onnxruntime(int8-static) (time budget: about 22 s needed, 17 s left)' stood beside 'searched 5
+    candidates in 33 s of a 60 s budget': the reserve kept for the final A/Bs was not named."""
+    import re
+
+    result = _search(tmp_path, time_budget_s=1.2, max_depth=2)  # a fake trial: 1 s (its wall_s), none fits
+    reasons = [n["reason"] for n in result.not_tried]
+    assert reasons, result.rows
+    assert all(re.fullmatch(r"time budget: about \d+ s needed, \d+ s left besides the \d+ s kept for the final "
+                            r"A/Bs", r) for r in reasons), reasons

@@ -50,6 +50,17 @@ def test_violations_relative_absolute_latency_and_nan() -> None:
         Constraints(latency_budget_s=0)
 
 
+def test_a_relative_budget_on_a_baseline_of_zero_says_to_give_an_absolute_one() -> None:
+    """A disagreement rate (lower is better) of 0 for the original model: every int8 candidate was rejected with
+    'metric drop inf% exceeds the allowed 1.00%', which said neither why nor what to do."""
+    zero = {**_row(1.0, 0.0), "higher_is_better": False}
+    assert violations(_row(0.5, 0.003906), zero, Constraints(max_metric_drop=0.01)) == [
+        "metric 0.003906 against the baseline's 0: a relative budget (1.00% of 0) allows no drop at all; give "
+        "--max-metric-drop-abs (in the metric's units) to allow one"]
+    assert violations(_row(0.5, 0.0), zero, Constraints(max_metric_drop=0.01)) == []
+    assert violations(_row(0.5, 0.003906), zero, Constraints(max_metric_drop=None, max_metric_drop_abs=0.005)) == []
+
+
 @pytest.mark.parametrize(("field", "flag"), [("max_metric_drop", "--max-metric-drop (max_metric_drop)"),
                                              ("max_metric_drop_abs", "--max-metric-drop-abs (max_metric_drop_abs)"),
                                              ("latency_budget_s",
@@ -186,3 +197,22 @@ def test_a_noisy_measurement_is_named_with_its_spread() -> None:
     few = {"pipeline": [], "noise_warning": "only 3 samples: percentiles and spread are unreliable"}
     assert slower_reasons(few, {}, [], 1)[-1] == (
         "the measurement may mislead (only 3 samples: percentiles and spread are unreliable)")
+
+
+def test_a_candidate_its_paired_blocks_cannot_tell_from_the_original_is_not_called_slower() -> None:
+    """hygiene, paired 0.94x with a 95% CI holding 1.0x, read 'slower: the passes add work per call that this model
+    and batch size do not repay'."""
+    from dlperf.report.optimize_view import why_lines
+
+    row = _row(1.05, 0.9, label="hygiene", status="ok", pipeline=[{"pass": "hygiene"}],
+               paired={"ratio": 1 / 0.94, "ci": [1 / 1.01, 1 / 0.88], "verdict": SAME})
+    reasons = slower_reasons(row, BASE, [], batch_size=1)
+    assert reasons[0] == ("not measurably different from the original in its own process (paired 0.94x, 95% CI "
+                          "0.88-1.01x)")
+    assert why_lines({"candidates": [{**row, "slower_reasons": reasons}]}) == [
+        "  0 hygiene: not faster: not measurably different from the original in its own process (paired 0.94x, 95% "
+        "CI 0.88-1.01x)"]
+    # a significant slowdown keeps its causes
+    slow = {**row, "paired": {"ratio": 1.06, "ci": [1.04, 1.08], "verdict": SLOWER}}
+    assert slower_reasons(slow, BASE, [], 1) == ["the passes add work per call that this model and batch size do "
+                                                 "not repay"]

@@ -190,3 +190,30 @@ def test_a_pass_module_file_that_failed_to_import_is_not_cached_half_run(tmp_pat
             import_module(str(file))
     file.write_text("VALUE = 2\n")
     assert import_module(str(file)).VALUE == 2
+
+
+def test_a_configuration_label_given_to_passes_is_told_to_name_the_pass() -> None:
+    """`--passes "onnxruntime(precision=int8-dynamic)"`, a label copied from the report's table, was refused as an
+    unknown pass, with no word that --passes takes pass names and the search tries each of a pass's configurations."""
+    workload = get("mlp")
+    with pytest.raises(ConfigError) as info:
+        build_space(workload, PassContext(), only=("onnxruntime(precision=int8-dynamic)", "warp"))
+    assert str(info.value).endswith(
+        "; --passes takes pass names, not configurations: give onnxruntime: the search tries each configuration a "
+        "pass offers for the workload")
+    with pytest.raises(ConfigError) as info:  # a plain typo gets no such hint
+        build_space(workload, PassContext(), only=("warp",))
+    assert "configurations" not in str(info.value)
+
+
+def test_a_budget_on_a_small_metric_scale_is_not_rounded_away() -> None:
+    """`--max-metric-drop 20%` on a workload whose metric is an MSE of 1.06e-06 handed the int8 fallback search a
+    budget of 0.0 (rounded to 1e-6), so it kept every layer fp32 whatever the trials scored."""
+    load_pass_modules()
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    space = SearchSpace([PassOption(OrtConfig(precision="int8-static", keep_fp32="auto"), "m")], [])
+    assert with_metric_budget(space, 0.2 * 1.0607231e-06).configs[0].max_metric_drop == 2.121e-07  # type: ignore[attr-defined]
+    # budgets of 1e-3 and more round to 1e-6 as before (the keys of searches recorded then stay the same)
+    assert with_metric_budget(space, 0.00123456789).configs[0].max_metric_drop == 0.001235  # type: ignore[attr-defined]
+    assert with_metric_budget(space, 0.0).configs[0].max_metric_drop == 0.0  # type: ignore[attr-defined]

@@ -158,3 +158,31 @@ def test_a_gain_far_from_its_paired_gain_is_called_out() -> None:
     assert "1 of 1 candidates" in line and "855.52x, paired 1.01x" in line and "ranks by" in line
     data["candidates"][1].update(gain=1.6, paired_gain=1.01)  # within 2x: two processes' usual spread
     assert not any("disagree" in line for line in summary_lines(data))
+
+
+def test_the_gain_is_named_for_the_objective_it_measures(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --objective throughput the gain line said "the baseline's p50 / the candidate's" for a ratio of items/s;
+    under size the progress line printed 'dynamic_int8: p50 0.072 ms 2.78x', a size gain beside a p50 slower than the
+    baseline's 0.060 ms."""
+    from dlperf.cli.optimize import _Progress
+
+    data = _data()
+    data["candidates"][1]["paired_gain"] = 1.9
+    assert any(line.startswith("gain: the baseline's p50 / the candidate's, each") for line in summary_lines(data))
+    data["objective"] = "throughput"
+    assert any(line.startswith("gain: the candidate's items/s / the baseline's, each") for line in summary_lines(data))
+    row = {"status": "ok", "label": "dynamic_int8", "p50_s": 0.072e-3, "gain": 2.78, "feasible": True}
+    _Progress("size")("candidate_done", {"row": row})
+    _Progress("latency")("candidate_done", {"row": {**row, "paired_gain": 0.75}})
+    assert capsys.readouterr().err.splitlines() == [
+        "  dynamic_int8: p50 0.072 ms, size 2.78x",
+        "  dynamic_int8: p50 0.072 ms 2.78x (in its process against the original: 0.75x)"]
+
+
+def test_the_summary_says_where_the_candidates_artifacts_stay_and_how_much_they_take() -> None:
+    """Every candidate's artifact stays in the search's work folder (about 86 MiB a MiniLM candidate, under
+    .dlperf/optimize by default), and the report never said where or how much."""
+    data = {**_data(), "workdir": "/w/.dlperf/optimize/abc123", "workdir_bytes": 1536 * 2**20}
+    assert ("candidates' artifacts: /w/.dlperf/optimize/abc123 (1536.0 MiB; remove it when you no longer need them: "
+            "the export does not use it)") in summary_lines(data)
+    assert not any("candidates' artifacts" in line for line in summary_lines(_data()))
