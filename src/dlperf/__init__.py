@@ -28,6 +28,7 @@ _API: dict[str, str] = {
     "profile_workload": "dlperf.profile.session",
     "ProfileConfig": "dlperf.profile.session",
     "OptimizeConfig": "dlperf.optimize.search",
+    "optimize_workload": "dlperf.optimize.search",
     "Constraints": "dlperf.optimize.constraints",
     "tune": "dlperf.train.tune",
     "TuneConfig": "dlperf.train.tune",

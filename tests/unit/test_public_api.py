@@ -182,3 +182,11 @@ def test_a_meta_model_and_a_path_that_is_not_one_are_named() -> None:
         dlperf.bench(torch.nn.Linear(4, 4).to("meta"), (torch.randn(2, 4),), min_duration_s=0.01)
     with pytest.raises(OptimizeError, match=r"dlperf\.load takes the path of an artifact folder .*, got NoneType"):
         dlperf.load(None)
+
+
+def test_the_search_is_public_beside_its_package() -> None:
+    """`dlperf.optimize` is the package; `dlperf.optimize(...)` raised "'module' object is not callable" and no
+    public name led to the search."""
+    from dlperf.optimize.search import optimize
+
+    assert dlperf.optimize_workload is optimize and "optimize_workload" in dlperf.__all__

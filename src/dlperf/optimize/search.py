@@ -768,6 +768,11 @@ def optimize(
     return result
 
 
+optimize_workload = optimize
+"""`dlperf.optimize_workload`: `dlperf.optimize` is this package, so the search is public under the name
+profile_workload's pattern gives it (`dlperf.optimize(...)` raised "'module' object is not callable")."""
+
+
 def executor_name(executor: Executor) -> str:
     """'local', 'ray', or the name another executor gives itself (its class's without one)."""
     return str(getattr(executor, "name", None) or type(executor).__name__)
