@@ -897,7 +897,8 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     closest = []
     if not feasible or (len(feasible) == 1 and feasible[0]["key"] == baseline["key"]):
         failing = [r for r in measured if not r.get("feasible") and r["key"] != baseline["key"]]
-        failing.sort(key=lambda r: (abs(r.get("metric_drop_rel") or 0.0) if not _isnan(r.get("metric_drop_rel"))
+        # a metric that improved (a negative drop) is no drop: abs() ranked it as one
+        failing.sort(key=lambda r: (max(r.get("metric_drop_rel") or 0.0, 0.0) if not _isnan(r.get("metric_drop_rel"))
                                     else math.inf, -float(r.get("gain") or 0.0)))
         closest = [r["key"] for r in failing[:3]]
     exported: str | None = None

@@ -529,3 +529,15 @@ def test_not_tried_says_what_the_budget_keeps_for_the_final_a_bs(tmp_path: Path)
     assert reasons, result.rows
     assert all(re.fullmatch(r"time budget: about \d+ s needed, \d+ s left besides the \d+ s kept for the final "
                             r"A/Bs", r) for r in reasons), reasons
+
+
+def test_the_closest_candidates_rank_an_improved_metric_as_no_drop(tmp_path: Path) -> None:
+    """'closest' sorted by abs(metric drop): a candidate that improved the metric by 1% and missed only the latency
+    budget ranked behind one that lost 0.5%."""
+    measured = {**MLP, "hygiene": (0.9e-3, 1.01, 1000, 0.8), "dynamic_int8": (0.5e-3, 0.995, 400, 1.25),
+                "hygiene+dynamic_int8": (0.5e-3, 0.99, 400, 1.3)}
+    with pytest.raises(ExportFailed) as info:
+        _search(tmp_path, measured, export=tmp_path / "out", constraints=Constraints(latency_budget_s=1e-5))
+    result = info.value.result
+    label = {r["key"]: r["label"] for r in result.rows}
+    assert [label[k] for k in result.closest][:2] == ["hygiene", "dynamic_int8"]
