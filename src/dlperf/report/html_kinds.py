@@ -128,12 +128,17 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         if why:
             parts.append("<h3>Why each of these lost</h3><ul>"
                          + "".join(f"<li>{esc(line)}</li>" for line in why) + "</ul>")
-    if isinstance(rec.result.get("candidates"), list) and "winner" in rec.result:
+    # a stopped search's record has no 'winner': selection_lines says it stopped and how to resume it
+    if isinstance(rec.result.get("candidates"), list) and ("winner" in rec.result or rec.result.get("partial")):
         from dlperf.report.optimize_view import selection_lines
 
         lines = selection_lines(dict(rec.result))
         parts.append("<h3>Selection</h3><ul>" + "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
                      + "</ul>")
+    workdir, size = rec.result.get("workdir"), rec.result.get("workdir_bytes")
+    if workdir and isinstance(size, (int, float)) and size:  # as dlperf optimize says: 86 MiB a MiniLM candidate
+        parts.append(f'<p class="muted">candidates\' artifacts: {esc(workdir)} ({size / 2**20:.1f} MiB; remove it '
+                     "when you no longer need them: the export does not use it)</p>")
     return "".join(parts)
 
 

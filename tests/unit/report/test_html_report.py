@@ -277,6 +277,17 @@ def test_a_check_run_s_summary_row_is_its_verdict(bench_points: list[dict[str, A
     assert "FAIL: p50 +100.0% @ bs1, +100.0% @ bs8" in summary and "900 items/s" not in summary
 
 
+def test_a_stopped_search_says_so_and_every_search_where_its_artifacts_are() -> None:
+    """A stopped search's record has no 'winner': the report had no selection section and said nothing of it; the
+    candidates' artifacts (86 MiB a MiniLM candidate) stay in the work folder, which dlperf optimize now names."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95}]
+    result = {"metric_name": "accuracy", "candidates": rows, "partial": True, "run_id": "opt9",
+              "workdir": "/tmp/w/optimize/opt9", "workdir_bytes": 90 * 2**20}
+    html = render_report([_rec("opt9", "optimize", result)], children={"opt9": []}).split("raw result fields")[0]
+    assert "no winner: the search stopped before it picked one" in html and "--resume opt9" in html
+    assert "candidates' artifacts: /tmp/w/optimize/opt9 (90.0 MiB;" in html
+
+
 def test_the_optimize_table_names_the_axes_of_its_front() -> None:
     # The search's front is over latency, metric, size and memory: a small, slow candidate is on it, off the
     # plot's 2-D frontier; the column said "on the record's Pareto front" beside that plot.
