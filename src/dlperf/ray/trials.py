@@ -221,6 +221,18 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {where}: {why}; {fix}")
 
 
+def joined_address(given: str | None) -> str:
+    """The address of the cluster this process is connected to: the one given when it names one (HOST:PORT, a
+    ray:// client address), else (auto, or Ray already started by the caller) the GCS address Ray joined."""
+    if given and given.strip().lower() not in ("auto", "local"):
+        return given.strip()
+    with contextlib.suppress(Exception):
+        gcs = _ray().get_runtime_context().gcs_address
+        if gcs:
+            return str(gcs)
+    return given or "auto"
+
+
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
     """The hardware class trials run on: the one with the most timing slots; ties go to this node's class,
     then to the first in name order. Timings from different hardware are never compared."""
@@ -235,6 +247,9 @@ class RayExecutor:
     """Trials as Ray tasks: `address` None starts a local Ray instance with one timing slot."""
 
     name = "ray"
+    """What the run records as its executor: 'ray' for a new local instance, else 'ray:ADDRESS' with the cluster's
+    address (`ray:auto` resolved to the one it joined); it was always 'ray', so a record did not say which cluster
+    measured its candidates, and `--executor ray:10.0.0.5:6379` read as a local instance."""
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
                  trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S) -> None:
@@ -286,6 +301,7 @@ class RayExecutor:
                 if on_sigterm is not None:
                     signal.signal(signal.SIGTERM, on_sigterm)
             self._owns = True
+        self.name = "ray" if self._owns else f"ray:{joined_address(address)}"
         # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
         self._trial = ray.remote(max_calls=1, max_retries=0, num_cpus=trial_cpus,
                                  resources={TIMING_RESOURCE: 1})(run_trial)
