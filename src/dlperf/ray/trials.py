@@ -379,6 +379,8 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = self._alive()
+        if not alive and self.nodes:
+            raise OptimizeError(self._all_nodes_lost())
         if not alive and not self.excluded:
             raise OptimizeError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
                                 f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
@@ -422,6 +424,18 @@ class RayExecutor:
             reasons = "; ".join(f"{n[:8]}: {why}" for n, why in self.excluded.items())
             raise OptimizeError(f"no Ray node can run trials ({reasons or 'none probed'})")
         return eligible
+
+    def _all_nodes_lost(self) -> str:
+        """Every node that took trials has left (or died). It said "no live node of the Ray cluster offers the
+        'dlperf_timing' resource: start each node with `ray start --resources ...`": on a local instance whose
+        raylet died mid-trial, a fix for a setup that was never wrong."""
+        names = ", ".join(f"{n.hostname} ({n.node_id[:8]})" for n in self.nodes.values())
+        where = ("the local Ray instance this command started lost its node" if self._owns
+                 else "every Ray node that ran trials has left the cluster")
+        check = ("(its raylet died: killed, or out of memory)" if self._owns
+                 else "(check the cluster with `ray status`)")
+        return (f"{where}: {names} {check}; the candidates measured so far are in the store: "
+                "`dlperf runs list` names this failed run, and `dlperf optimize ... --resume RUN_ID` continues it")
 
     def _has_free_slot(self) -> bool:
         return any(self._in_flight.get(n, 0) < s for n, s in self._last_eligible.items())
