@@ -191,3 +191,18 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_how_to_resume(tm
     candidates = Store(store_path).list(kind="candidate", parent_id=search.id, limit=None)
     assert {c.config["label"]: c.status for c in candidates}["baseline"] == "ok"
     wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+
+
+def test_ray_local_is_a_new_local_instance_like_plain_ray(tmp_path: Path) -> None:
+    """`--executor ray:local` (Ray's own name for a new local instance) started one without the timing resource, and
+    was refused with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each node with
+    `ray start --resources ...`"."""
+    store_path = tmp_path / "runs.db"
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:mlp", "--executor", "ray:local",
+                           "--store", str(store_path), "--workdir", str(tmp_path / "work"), "--passes", "hygiene",
+                           "--max-depth", "1", "--min-duration", "0.1s", "--json"],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr
+    assert "dlperf_timing" not in done.stderr
+    (search,) = Store(store_path).list(kind="optimize", limit=None)
+    assert search.status == "ok" and search.config["executor"] == "ray"
