@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
@@ -547,6 +547,10 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     from dlperf.serve.server import listening_socket
 
     check_config(config)
+    if options.address is not None and options.address.strip().lower() == "local":
+        # Ray's own name for a new local instance: it was taken for a cluster's (no port check, and replicas the
+        # instance has no CPUs for were a warning, then a wait until --deploy-timeout-s)
+        options = replace(options, address=None)
     owns = False
     held: list[int] = []
     if not ray.is_initialized():
