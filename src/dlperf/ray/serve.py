@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
@@ -201,9 +201,11 @@ class _Replica:
         threading.Thread(target=_drain_when_asked, args=(self.state,), name="dlperf-drain-watch", daemon=True).start()
 
     def __serve_build_asgi_app__(self) -> Any:
+        from ray import serve
+
         from dlperf.serve.app import create_app
 
-        return create_app(self.state)
+        return with_replica_label(create_app(self.state), serve.get_replica_context().replica_id.unique_id)
 
     def check_health(self) -> None:
         if not self.state.ready and not self.state.draining:
@@ -232,6 +234,62 @@ class _Replica:
         if state is not None:
             state.begin_drain()
             state.close(self.config.exit_timeout_s)
+
+
+REPLICA_LABEL = "replica"
+"""The label every sample of a replica's /metrics carries: the replica's name, as `replica_stats` gives it."""
+
+
+def label_exposition(text: bytes, replica: str) -> bytes:
+    """A Prometheus text page (format 0.0.4) with `replica="NAME"` added to every sample.
+
+    The label goes right after the sample's name, so label values (which may hold any character) are never parsed."""
+    value = replica.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    out = []
+    for line in text.decode().splitlines():
+        if line and not line.startswith("#"):
+            cut = next((i for i, c in enumerate(line) if c in "{ \t"), len(line))
+            name, rest = line[:cut], line[cut:]
+            if rest.startswith("{"):
+                inner = rest[1:]
+                line = f'{name}{{{REPLICA_LABEL}="{value}"{"" if inner.lstrip().startswith("}") else ","}{inner}'
+            else:
+                line = f'{name}{{{REPLICA_LABEL}="{value}"}}{rest}'
+        out.append(line)
+    return ("\n".join(out) + "\n").encode() if out else text
+
+
+def with_replica_label(app: Any, replica: str) -> Any:
+    """The replica's ASGI app, its /metrics page labelled with the replica that answered (`label_exposition`).
+
+    Ray Serve's proxy hands each scrape to whichever replica it picks, and every replica's page had the same series:
+    a scrape of /metrics through the proxy saw one replica's counters, the next another's, as one series that jumped
+    up and down (Prometheus read each drop as a counter reset). Labelled, each replica's counters are series of their
+    own, which only grow; a scrape still sees the replica that answered it (sum over `replica` for the deployment)."""
+
+    async def labelled(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        if scope.get("type") != "http" or (path[len(root):] if root and path.startswith(root) else path) != "/metrics":
+            await app(scope, receive, send)
+            return
+        messages: list[dict[str, Any]] = []
+
+        async def hold(message: dict[str, Any]) -> None:
+            messages.append(message)
+
+        await app(scope, receive, hold)
+        start = next((m for m in messages if m["type"] == "http.response.start"), None)
+        if start is None or start.get("status") != 200:
+            for message in messages:
+                await send(message)
+            return
+        body = label_exposition(b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body"),
+                                replica)
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return labelled
 
 
 CONTROL_NAME = f"{APP_NAME}-control"
@@ -489,6 +547,10 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     from dlperf.serve.server import listening_socket
 
     check_config(config)
+    if options.address is not None and options.address.strip().lower() == "local":
+        # Ray's own name for a new local instance: it was taken for a cluster's (no port check, and replicas the
+        # instance has no CPUs for were a warning, then a wait until --deploy-timeout-s)
+        options = replace(options, address=None)
     owns = False
     held: list[int] = []
     if not ray.is_initialized():

@@ -221,6 +221,18 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {where}: {why}; {fix}")
 
 
+def joined_address(given: str | None) -> str:
+    """The address of the cluster this process is connected to: the one given when it names one (HOST:PORT, a
+    ray:// client address), else (auto, or Ray already started by the caller) the GCS address Ray joined."""
+    if given and given.strip().lower() not in ("auto", "local"):
+        return given.strip()
+    with contextlib.suppress(Exception):
+        gcs = _ray().get_runtime_context().gcs_address
+        if gcs:
+            return str(gcs)
+    return given or "auto"
+
+
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
     """The hardware class trials run on: the one with the most timing slots; ties go to this node's class,
     then to the first in name order. Timings from different hardware are never compared."""
@@ -235,10 +247,17 @@ class RayExecutor:
     """Trials as Ray tasks: `address` None starts a local Ray instance with one timing slot."""
 
     name = "ray"
+    """What the run records as its executor: 'ray' for a new local instance, else 'ray:ADDRESS' with the cluster's
+    address (`ray:auto` resolved to the one it joined); it was always 'ray', so a record did not say which cluster
+    measured its candidates, and `--executor ray:10.0.0.5:6379` read as a local instance."""
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
                  trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S) -> None:
         ray = _ray()
+        if address is not None and address.strip().lower() == "local":
+            # Ray's own name for a new local instance: started without the timing resource, it was refused with
+            # "no live node ... offers the 'dlperf_timing' resource: start each node with `ray start ...`"
+            address = None
         self.max_retries = max_retries
         self.startup_grace_s = startup_grace_s
         self.trial_cpus = trial_cpus
@@ -286,6 +305,7 @@ class RayExecutor:
                 if on_sigterm is not None:
                     signal.signal(signal.SIGTERM, on_sigterm)
             self._owns = True
+        self.name = "ray" if self._owns else f"ray:{joined_address(address)}"
         # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
         self._trial = ray.remote(max_calls=1, max_retries=0, num_cpus=trial_cpus,
                                  resources={TIMING_RESOURCE: 1})(run_trial)
@@ -363,6 +383,8 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = self._alive()
+        if not alive and self.nodes:
+            raise OptimizeError(self._all_nodes_lost())
         if not alive and not self.excluded:
             raise OptimizeError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
                                 f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
@@ -406,6 +428,18 @@ class RayExecutor:
             reasons = "; ".join(f"{n[:8]}: {why}" for n, why in self.excluded.items())
             raise OptimizeError(f"no Ray node can run trials ({reasons or 'none probed'})")
         return eligible
+
+    def _all_nodes_lost(self) -> str:
+        """Every node that took trials has left (or died). It said "no live node of the Ray cluster offers the
+        'dlperf_timing' resource: start each node with `ray start --resources ...`": on a local instance whose
+        raylet died mid-trial, a fix for a setup that was never wrong."""
+        names = ", ".join(f"{n.hostname} ({n.node_id[:8]})" for n in self.nodes.values())
+        where = ("the local Ray instance this command started lost its node" if self._owns
+                 else "every Ray node that ran trials has left the cluster")
+        check = ("(its raylet died: killed, or out of memory)" if self._owns
+                 else "(check the cluster with `ray status`)")
+        return (f"{where}: {names} {check}; the candidates measured so far are in the store: "
+                "`dlperf runs list` names this failed run, and `dlperf optimize ... --resume RUN_ID` continues it")
 
     def _has_free_slot(self) -> bool:
         return any(self._in_flight.get(n, 0) < s for n, s in self._last_eligible.items())

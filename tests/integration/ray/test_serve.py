@@ -54,3 +54,30 @@ def test_two_replicas_run_one_on_each_node(server: Any, ray_cluster: Any) -> Non
     # each node offers one CPU and a replica asks for one: the deployment spans the cluster
     assert {s.node_id for s in stats} == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len({s.pid for s in stats}) == 2
+
+
+def test_metrics_through_the_proxy_name_the_replica_that_answered(server: Any) -> None:
+    """/metrics through Ray Serve's proxy comes from whichever replica it picks: every sample now names that
+    replica (as `replica_stats` names it), and its counters are that replica's."""
+    import json
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dlperf.serve.metrics import PREFIX
+
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]})
+    for _ in range(3):
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/v2/models/mlp/infer", body.encode(),
+                                         {"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+    names = {s.replica: s for s in server.replica_stats()}
+    assert sum(s.requests for s in names.values()) >= 3
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert samples and {s.labels.get("replica") for s in samples} <= set(names), names
+    (answered,) = {s.labels["replica"] for s in samples}
+    served = sum(s.value for s in samples if s.name == PREFIX + "request_success_total")
+    assert served == next(s for s in server.replica_stats() if s.replica == answered).requests

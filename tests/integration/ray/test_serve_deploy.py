@@ -78,20 +78,24 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=180)
 
 
-def test_a_local_instance_refuses_replicas_it_has_no_cpus_for() -> None:
-    done = _cli("--threads", "1000", "--port", str(free_port()))
+# `--ray-address local` is Ray's own name for a new local instance: it was taken for a cluster's address (a warning
+# for CPUs the instance lacks, then the wait for them until --deploy-timeout-s; no check of the port)
+@pytest.mark.parametrize("address", [[], ["--ray-address", "local"]], ids=["default", "local"])
+def test_a_local_instance_refuses_replicas_it_has_no_cpus_for(address: list[str]) -> None:
+    done = _cli("--threads", "1000", "--port", str(free_port()), "--deploy-timeout-s", "20", *address)
     assert done.returncode == 2, done.stderr
     err = " ".join(done.stderr.split())
     assert "1 replica x 1000 CPUs each (--threads) need 1000 CPUs; the local Ray instance has" in err
     assert "give --threads" in err and "Traceback" not in err
 
 
-def test_a_port_in_use_is_refused_before_ray_starts() -> None:
+@pytest.mark.parametrize("address", [[], ["--ray-address", "local"]], ids=["default", "local"])
+def test_a_port_in_use_is_refused_before_ray_starts(address: list[str]) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        done = _cli("--port", str(port))
+        done = _cli("--port", str(port), *address)
     assert done.returncode == 2, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use; pick another --port" in done.stderr
     assert "Started a local Ray instance" not in done.stderr

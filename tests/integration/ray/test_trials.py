@@ -111,6 +111,9 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
 
     # distributed: results from both nodes, each with the environment of the node that measured it
     assert all(r["status"] == "ok" and r["executor"] == "ray" for r in result.rows)
+    # the run records which cluster measured it (it said 'ray', as for a new local instance)
+    assert result.executor == f"ray:{ray_cluster.address}"
+    assert result.run_id is not None and store.get(result.run_id).config["executor"] == f"ray:{ray_cluster.address}"
     # (the killed trial's retry avoids its node, so with the first depth's two trials side by side every row
     # can come from one node: the killed attempt counts as the other node's)
     assert {r["node"]["node_id"] for r in result.rows} | {killed[0]["node_id"]} == set(executor.nodes)
@@ -122,6 +125,16 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
     assert re.fullmatch(r"ran \d+ trials on (Ray node \S+ \(\w{8}\)|2 Ray nodes: .+), 1 of them again after their "
                         r"worker or node died", result.notes[-1]), result.notes
     assert not list((tmp_path / "ray").glob(".dlperf-ray-*"))  # the shared-folder marker is removed on close
+
+
+def test_the_executor_is_named_by_the_cluster_it_joined(ray_cluster: Any) -> None:
+    """`--executor ray:ADDRESS` and `ray:auto` were recorded as plain 'ray', which means a new local instance."""
+    from dlperf.optimize.search import executor_name
+    from dlperf.ray.trials import RayExecutor
+
+    for given in (ray_cluster.address, "auto", None):  # Ray started by the caller: the cluster it joined
+        with RayExecutor(given) as executor:
+            assert executor_name(executor) == f"ray:{ray_cluster.address}", given
 
 
 def _hang_job(tmp_path: Path, name: str, timeout_s: float) -> Job:

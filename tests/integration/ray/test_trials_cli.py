@@ -163,3 +163,46 @@ def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) 
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["handled", "alive"], done.stdout + done.stderr
+
+
+def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_how_to_resume(tmp_path: Path) -> None:
+    """The raylet of the local instance killed while a candidate's trial runs: the trial's retry found no node, and
+    the command ended with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each node
+    with `ray start --resources ...`", a fix for a setup the user never made."""
+    store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
+    argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
+            "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "3s", "--time-budget", "10m"]
+    with cli_process(argv, log) as proc:
+        baseline = Candidate().key
+        wait_until(lambda: proc.poll() is not None or any(
+            f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
+        assert proc.poll() is None, log.read_text()
+        ray_processes = _descendants(proc.pid)
+        (raylet,) = [p for p in ray_processes if p.name() == "raylet"]
+        raylet.kill()
+        code = proc.wait(timeout=180)
+    text = log.read_text()
+    last = text.strip().splitlines()[-1]
+    assert code != 0 and "Traceback" not in text, text
+    assert last.startswith("error: the local Ray instance this command started lost its node: "), text
+    assert "--resume RUN_ID" in last and "ray start --resources" not in last, text
+    (search,) = Store(store_path).list(kind="optimize", limit=None)
+    assert search.status == "failed" and search.config["executor"] == "ray"
+    candidates = Store(store_path).list(kind="candidate", parent_id=search.id, limit=None)
+    assert {c.config["label"]: c.status for c in candidates}["baseline"] == "ok"
+    wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+
+
+def test_ray_local_is_a_new_local_instance_like_plain_ray(tmp_path: Path) -> None:
+    """`--executor ray:local` (Ray's own name for a new local instance) started one without the timing resource, and
+    was refused with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each node with
+    `ray start --resources ...`"."""
+    store_path = tmp_path / "runs.db"
+    done = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:mlp", "--executor", "ray:local",
+                           "--store", str(store_path), "--workdir", str(tmp_path / "work"), "--passes", "hygiene",
+                           "--max-depth", "1", "--min-duration", "0.1s", "--json"],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr
+    assert "dlperf_timing" not in done.stderr
+    (search,) = Store(store_path).list(kind="optimize", limit=None)
+    assert search.status == "ok" and search.config["executor"] == "ray"

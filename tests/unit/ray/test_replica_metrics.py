@@ -1,0 +1,87 @@
+"""A Ray Serve replica's /metrics carries the replica's name on every sample (the proxy picks the replica)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dlperf.ray.serve import label_exposition, with_replica_label
+from dlperf.serve.app import create_app
+from dlperf.serve.metrics import parse_variant_metrics
+from dlperf.serve.service import ServeConfig, build_state
+
+pytestmark = pytest.mark.unit
+
+
+def _get(app: Any, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
+         root_path: str = "") -> tuple[int, dict[bytes, bytes], bytes]:
+    sent: list[dict[str, Any]] = []
+    scope = {"type": "http", "method": method, "path": root_path + path, "root_path": root_path,
+             "query_string": b"", "headers": [(k.encode(), v.encode()) for k, v in
+                                                {"content-length": str(len(body)), **(headers or {})}.items()]}
+    given = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    return (start["status"], dict(start.get("headers", [])),
+            b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+
+
+def _samples(text: str) -> list[Any]:
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def test_every_sample_of_a_replicas_metrics_names_the_replica_and_keeps_its_value() -> None:
+    """Through Ray Serve's proxy, /metrics came from whichever replica answered, with nothing to tell which: one series
+    whose counters jumped between replicas. Each replica's page now labels every sample with its name."""
+    state = build_state(ServeConfig(model="zoo:mlp", port=0, token="s3cret"))
+    try:
+        app = with_replica_label(create_app(state), 'r1"x')
+        auth = {"authorization": "Bearer s3cret"}
+        request = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32",
+                                          "data": [0.0] * 64}]}).encode()
+        status, _, _ = _get(app, "POST", "/v2/models/mlp/infer", request,
+                            {**auth, "content-type": "application/json"})
+        assert status == 200
+        plain = state.metrics.exposition()[0].decode()
+        status, headers, body = _get(app, "GET", "/metrics", headers=auth, root_path="/dlperf")
+        assert status == 200 and int(headers[b"content-length"]) == len(body)
+        labelled = _samples(body.decode())
+        before = _samples(plain)
+        assert len(labelled) == len(before) > 50
+        for old, new in zip(before, labelled, strict=True):
+            assert new.name == old.name and new.labels == {**old.labels, "replica": 'r1"x'}
+            if not old.name.startswith("process_"):  # the process's own counters move between the two reads
+                assert new.value == old.value
+        # dlperf's own parser still reads the replica's counters
+        metrics = parse_variant_metrics(body.decode())["default"]
+        assert metrics.success_total == 1 and metrics.inference_count_total == 1
+        # what the server refuses is passed on as it is
+        status, _, body = _get(app, "GET", "/metrics")
+        assert status == 401 and "replica" not in body.decode()
+        # and every other route is the server's
+        status, _, body = _get(app, "GET", "/v2/models/mlp/stats", headers=auth)
+        assert status == 200 and "replica" not in body.decode()
+    finally:
+        state.close(5.0)
+
+
+def test_a_sample_without_labels_gets_the_replica_label_alone() -> None:
+    page = b'# HELP up x\n# TYPE up gauge\nup 1.0\nempty{} 2.0\nwith{a="b{ }"} 3.0 123\n'
+    assert label_exposition(page, "r2").decode().splitlines()[2:] == [
+        'up{replica="r2"} 1.0', 'empty{replica="r2"} 2.0', 'with{replica="r2",a="b{ }"} 3.0 123']
