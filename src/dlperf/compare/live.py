@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -267,6 +268,7 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
             + ": start it with `dlperf serve --variant a=DIR_A --variant b=DIR_B --split 90:10`"
         )
     if earlier is not None:
+        _check_one_replica([earlier, *between, text])
         _check_no_reset([before, *middle, parsed])
     summaries, hists = [], {}
     notes: list[str] = []
@@ -346,6 +348,22 @@ def compare_live(text: str, *, model: str | None = None, alpha: float = 0.05, ea
 def _has_requests(summaries: list[VariantSummary], test: VariantTest) -> bool:
     requests = {s.name: s.requests for s in summaries}
     return bool(requests.get(test.variant) and requests.get(test.control))
+
+
+_REPLICA = re.compile(r'[{,]replica="([^"]*)"')
+
+
+def _check_one_replica(pages: Sequence[str]) -> None:
+    """Refuse scrapes of different replicas: behind `dlperf serve --ray` each /metrics page is the one replica's that
+    answered it (its samples labelled `replica`), and the differences of two replicas' counters are no window's
+    (they came out wrong, negative at times)."""
+    seen = sorted({name for page in pages for name in _REPLICA.findall(page)})
+    if len(seen) > 1:
+        raise ServingError(
+            f"the scrapes came from {len(seen)} replicas ({', '.join(seen)}): behind `dlperf serve --ray` each "
+            "/metrics page is the one replica's that answered it, and the differences of two replicas' counters "
+            "are not the window's; compare the variants on a server of one process (dlperf serve without --ray, or "
+            "--ray --replicas 1)")
 
 
 def _check_no_reset(pages: list[dict[str, Any]]) -> None:

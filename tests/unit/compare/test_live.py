@@ -211,3 +211,26 @@ def test_an_empty_window_prints_dashes_not_nan() -> None:
     assert "b vs a: latency not enough requests (p50" not in text
     assert "b vs a: latency not enough requests (no slice with requests of both)" in text
     assert "fewer than 6 slices" not in text  # nothing happened: the note above says so
+
+
+def test_scrapes_of_different_replicas_are_refused() -> None:
+    """Behind `dlperf serve --ray` each /metrics page is the one replica's that answered it (labelled `replica`):
+    the differences of two replicas' counters were taken as the window's (wrong, negative at times)."""
+    from dlperf.errors import ServingError
+
+    metrics = Metrics()
+    _traffic(metrics, "a", 300, 0.010, 0, seed=1)
+    _traffic(metrics, "b", 300, 0.010, 0, seed=2)
+    earlier = _page(metrics)
+    _traffic(metrics, "a", 200, 0.010, 0, seed=3)
+    _traffic(metrics, "b", 200, 0.010, 0, seed=4)
+    later = _page(metrics)
+
+    def of(page: str, replica: str) -> str:
+        return page.replace('{model="m"', f'{{replica="{replica}",model="m"')
+
+    assert 'replica="r1"' in of(later, "r1")
+    result = compare_live(of(later, "r1"), earlier=of(earlier, "r1"))  # one replica's pages: a window
+    assert {v.name: v.requests for v in result.variants} == {"a": 200, "b": 200}
+    with pytest.raises(ServingError, match=r"the scrapes came from 2 replicas \(r1, r2\).*without --ray"):
+        compare_live(of(later, "r2"), earlier=of(earlier, "r1"))
