@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,17 @@ import numpy as np
 import pytest
 
 from dlperf.errors import ConfigError
-from dlperf.serve.batcher import Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Signals, Work, collate
+from dlperf.serve.batcher import (
+    Batcher,
+    BatchPolicy,
+    LevelPolicy,
+    Occupancy,
+    QueueFull,
+    ShuttingDown,
+    Signals,
+    Work,
+    collate,
+)
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
 
 pytestmark = pytest.mark.unit
@@ -298,6 +309,36 @@ def test_closed_loop_signal_tracks_requests_in_the_system() -> None:
     assert batch is not None and len(batch) == 3 and b.last_reason == "closed-loop"
     b.release(3)
     assert b.in_system == 0
+
+
+def test_a_b_variants_count_their_clients_as_one_closed_loop() -> None:
+    """Two clients split over variants a and b: once both are in the server, nobody else is coming, so a's
+    partial batch goes at once. Each batcher counted only its own requests, and a variant that had once held
+    both clients waited the whole queue delay (1000 s here) for a second request that was b's."""
+    now = [0]
+    occupancy = Occupancy(clock=lambda: now[0])
+    policy = BatchPolicy(8, 1000.0)
+    a = Batcher(policy, clock=lambda: now[0], occupancy=occupancy)
+    b = Batcher(policy, clock=lambda: now[0], occupancy=occupancy)
+    for _ in range(2):  # chance sent both clients to a: the peak is 2
+        a.submit(_work())
+    first = a.next_batch()
+    assert first is not None and len(first) == 2
+    a.release(2)
+    a.submit(_work())  # now one client each
+    got: list[list[Work] | None] = []
+    waiter = threading.Thread(target=lambda: got.append(a.next_batch()), daemon=True)
+    waiter.start()
+    b.submit(_work())  # completes the loop: a must not wait for the deadline
+    waiter.join(30)
+    waited_out = waiter.is_alive()
+    if waited_out:
+        a.close()  # hand the waiting instance its batch, so that the thread ends
+        waiter.join(30)
+    assert not waited_out and got and got[0] is not None and a.last_reason == "closed-loop"
+    batch = b.next_batch()
+    assert batch is not None and b.last_reason == "closed-loop"
+    assert occupancy.counts(now[0]) == (2, 2)
 
 
 SIG = Signature((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),))
