@@ -311,6 +311,31 @@ def test_closed_loop_signal_tracks_requests_in_the_system() -> None:
     assert b.in_system == 0
 
 
+def test_a_request_an_idle_instance_is_woken_for_is_not_counted_as_queued() -> None:
+    """Two clients, one idle instance, --max-queue-size 1: the second request may arrive before the instance
+    thread, woken for the first, has taken it. Both were counted as queued and the second refused (40% of two
+    synchronous tritonclient clients' requests, zoo:mlp at max batch 1); a third one is queued past the bound."""
+    b = Batcher(BatchPolicy(1, 0.0), max_queue_size=1)
+    got: list[list[Work] | None] = []
+    instance = threading.Thread(target=lambda: got.append(b.next_batch()), daemon=True)
+    instance.start()
+    for _ in range(3000):
+        if b.idle_instances == 1:
+            break
+        instance.join(0.01)
+    assert b.idle_instances == 1
+    first, second = _work(), _work()
+    with b._cond:  # the instance cannot take the first request before the second one comes
+        b.submit(first)
+        b.submit(second)
+        with pytest.raises(QueueFull, match="1 requests are queued"):
+            b.submit(_work())
+    instance.join(30)
+    assert got == [[first]]
+    assert b.next_batch() == [second]
+    b.close()
+
+
 def test_a_b_variants_count_their_clients_as_one_closed_loop() -> None:
     """Two clients split over variants a and b: once both are in the server, nobody else is coming, so a's
     partial batch goes at once. Each batcher counted only its own requests, and a variant that had once held
