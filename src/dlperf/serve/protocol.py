@@ -172,7 +172,13 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
     """Parse an infer request body: JSON, or JSON plus binary tensors when `header_length` is given; inputs
     in shared memory are read through `shm` (None: the server takes none)."""
     header, binary = _split_body(body, header_length)
-    obj = _parse_json(header, "request")
+    try:
+        obj = _parse_json(header, "request")
+    except ProtocolError as exc:
+        hint = _binary_header_hint(header, header_length)
+        if hint is None:
+            raise
+        raise ProtocolError(f"{exc}; {hint}") from None
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise ProtocolError("the request has no 'inputs' list: send at least one input tensor")
@@ -186,7 +192,7 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
             f"the request carries {len(binary)} bytes of binary data but its inputs' binary_data_size "
             f"add up to {offset}"
         )
-    outputs = None
+    outputs: list[RequestedOutput] | None = None
     if obj.get("outputs") is not None:
         raw_outputs = obj["outputs"]
         if not isinstance(raw_outputs, list):
@@ -198,6 +204,9 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
             where = f"output '{raw['name']}'"
             params = _parameters(raw, where)
             outputs.append(requested_output(raw["name"], params, _flag(params, "binary_data", where), shm))
+        # an empty list asks for all outputs, as in Triton (whose core returns every output when none is requested)
+        # and as over gRPC, where an empty repeated field cannot be told from an absent one
+        outputs = outputs or None
     parameters = _parameters(obj, "the request")
     _flag(parameters, "binary_data_output", "the request")
     request_id = obj.get("id")
@@ -252,6 +261,28 @@ def _split_body(body: bytes | memoryview, header_length: int | None) -> tuple[by
     return bytes(view[:header_length]), view[header_length:]
 
 
+def _binary_header_hint(header: bytes, header_length: int | None) -> str | None:
+    """Why a request body that is not JSON may be JSON followed by binary tensor data, and how to send it (None
+    when it is not that): a client that forgot Inference-Header-Content-Length, or gave a wrong one, read only
+    a JSON decoder's complaint about the bytes after the JSON."""
+    text = header.decode("utf-8", "replace")
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
+    except RecursionError:  # nested too deeply: _parse_json said so
+        return None
+    except ValueError:
+        if header_length is None:
+            return None
+        return (f"Inference-Header-Content-Length ({header_length}) must be the length in bytes of the JSON part "
+                "that starts the body")
+    json_bytes = len(text[:end].encode())
+    if header_length is None:
+        return (f"the body has {len(header) - json_bytes} bytes after a JSON part of {json_bytes} bytes: send binary "
+                f"tensor data with the header Inference-Header-Content-Length: {json_bytes}")
+    return (f"its JSON part is {json_bytes} bytes but Inference-Header-Content-Length says {header_length}: set it "
+            "to the JSON part's length")
+
+
 def _parse_json(header: bytes, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(header)
@@ -273,6 +304,13 @@ def requested_output(name: str, params: dict[str, Any], binary: bool | None, shm
     """A requested output (HTTP's or gRPC's), its shared-memory span, if any, checked through `shm`: the
     region is registered and holds the span."""
     where = f"output '{name}'"
+    count = params.get("classification")
+    if count not in (None, 0):  # tritonclient's class_count=0 (its default) sends none
+        # answering the full tensor instead handed the client an FP32 output where it expected BYTES "value:index"
+        raise ProtocolError(
+            f"{where} asks for classification={count!r} (Triton's classification extension), which this server "
+            f"does not offer: request the output without class_count and take its top classes on the client"
+        )
     span = shm_span(params, where)
     if span is not None:
         if shm is None:

@@ -24,7 +24,16 @@ from typing import Any, TypeVar
 
 from dlperf.errors import ConfigError, ServingError
 from dlperf.measure.env import MIN_THREAD_LIMIT, THREADS_PER_CPU, check_per_cpu, check_threads
-from dlperf.serve.batcher import TIMEOUT_ACTIONS, Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Work
+from dlperf.serve.batcher import (
+    TIMEOUT_ACTIONS,
+    Batcher,
+    BatchPolicy,
+    LevelPolicy,
+    Occupancy,
+    QueueFull,
+    ShuttingDown,
+    Work,
+)
 from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
 from dlperf.serve.metrics import DEFAULT_VARIANT, Metrics, Recorder
 from dlperf.serve.protocol import (
@@ -790,6 +799,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
     weights = list(config.split) if config.split else [1] * len(specs)
     variants: list[Variant] = []
     started: list[Variant] = []
+    # the variants' clients are one closed loop: the adaptive wait counts their requests together
+    occupancy = Occupancy() if len(specs) > 1 else None
     try:
         for (vname, spec), weight in zip(specs, weights, strict=True):
             model = (served or {}).get(spec) or _in_fresh_thread(
@@ -806,7 +817,8 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             policy = BatchPolicy(max_batch, config.max_queue_delay_s, config.adaptive_wait, config.priority_levels,
                                  config.default_priority_level, config.delayed_levels)
             batcher = Batcher(policy, config.max_queue_size, level_queue_sizes={
-                p.level: p.max_queue_size for p in config.priority_queue_policy if p.max_queue_size is not None})
+                p.level: p.max_queue_size for p in config.priority_queue_policy if p.max_queue_size is not None},
+                occupancy=occupancy)
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),
                                         priority_levels=policy.priority_levels)
             recorder.set_queue_capacity(config.queue_capacity)

@@ -34,6 +34,9 @@ def _input() -> Any:
 def test_variants_split_traffic_stickily_and_label_their_metrics() -> None:
     config = ServeConfig(variants=(("a", "A"), ("b", "B")), split=(50, 50), port=0)
     state = build_state(config, {"A": _scaled(2.0), "B": _scaled(3.0)})
+    # the adaptive wait counts the clients of both variants as one closed loop (test_batcher has why)
+    a, b = (v.batcher for v in state.models["scaled"].variants)
+    assert a.occupancy is not None and a.occupancy is b.occupancy
     with start_in_thread(config, state) as running:
         c = httpclient.InferenceServerClient(running.url)
         meta = c.get_model_metadata("scaled")

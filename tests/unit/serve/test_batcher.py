@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,17 @@ import numpy as np
 import pytest
 
 from dlperf.errors import ConfigError
-from dlperf.serve.batcher import Batcher, BatchPolicy, LevelPolicy, QueueFull, ShuttingDown, Signals, Work, collate
+from dlperf.serve.batcher import (
+    Batcher,
+    BatchPolicy,
+    LevelPolicy,
+    Occupancy,
+    QueueFull,
+    ShuttingDown,
+    Signals,
+    Work,
+    collate,
+)
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
 
 pytestmark = pytest.mark.unit
@@ -298,6 +309,61 @@ def test_closed_loop_signal_tracks_requests_in_the_system() -> None:
     assert batch is not None and len(batch) == 3 and b.last_reason == "closed-loop"
     b.release(3)
     assert b.in_system == 0
+
+
+def test_a_request_an_idle_instance_is_woken_for_is_not_counted_as_queued() -> None:
+    """Two clients, one idle instance, --max-queue-size 1: the second request may arrive before the instance
+    thread, woken for the first, has taken it. Both were counted as queued and the second refused (40% of two
+    synchronous tritonclient clients' requests, zoo:mlp at max batch 1); a third one is queued past the bound."""
+    b = Batcher(BatchPolicy(1, 0.0), max_queue_size=1)
+    got: list[list[Work] | None] = []
+    instance = threading.Thread(target=lambda: got.append(b.next_batch()), daemon=True)
+    instance.start()
+    for _ in range(3000):
+        if b.idle_instances == 1:
+            break
+        instance.join(0.01)
+    assert b.idle_instances == 1
+    first, second = _work(), _work()
+    with b._cond:  # the instance cannot take the first request before the second one comes
+        b.submit(first)
+        b.submit(second)
+        with pytest.raises(QueueFull, match="1 requests are queued"):
+            b.submit(_work())
+    instance.join(30)
+    assert got == [[first]]
+    assert b.next_batch() == [second]
+    b.close()
+
+
+def test_a_b_variants_count_their_clients_as_one_closed_loop() -> None:
+    """Two clients split over variants a and b: once both are in the server, nobody else is coming, so a's
+    partial batch goes at once. Each batcher counted only its own requests, and a variant that had once held
+    both clients waited the whole queue delay (1000 s here) for a second request that was b's."""
+    now = [0]
+    occupancy = Occupancy(clock=lambda: now[0])
+    policy = BatchPolicy(8, 1000.0)
+    a = Batcher(policy, clock=lambda: now[0], occupancy=occupancy)
+    b = Batcher(policy, clock=lambda: now[0], occupancy=occupancy)
+    for _ in range(2):  # chance sent both clients to a: the peak is 2
+        a.submit(_work())
+    first = a.next_batch()
+    assert first is not None and len(first) == 2
+    a.release(2)
+    a.submit(_work())  # now one client each
+    got: list[list[Work] | None] = []
+    waiter = threading.Thread(target=lambda: got.append(a.next_batch()), daemon=True)
+    waiter.start()
+    b.submit(_work())  # completes the loop: a must not wait for the deadline
+    waiter.join(30)
+    waited_out = waiter.is_alive()
+    if waited_out:
+        a.close()  # hand the waiting instance its batch, so that the thread ends
+        waiter.join(30)
+    assert not waited_out and got and got[0] is not None and a.last_reason == "closed-loop"
+    batch = b.next_batch()
+    assert batch is not None and b.last_reason == "closed-loop"
+    assert occupancy.counts(now[0]) == (2, 2)
 
 
 SIG = Signature((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),))
