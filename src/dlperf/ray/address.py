@@ -28,6 +28,13 @@ def why_unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     return None
 
 
+def cluster_address(address: str | None) -> str | None:
+    """`address`, or None where it asks for a new local instance: Ray's own name for one, 'local', was taken for a
+    cluster's (`--executor ray:local` started without the timing resource; `--ray-address local` skipped the port
+    and CPU checks of a local instance)."""
+    return None if address is not None and address.strip().lower() == "local" else address
+
+
 def joined_by_auto(address: str) -> str | None:
     """The address 'auto' joins when the environment names one (`RAY_ADDRESS`, which Ray takes first), else None
     (Ray then looks for a cluster started on this machine)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.ray.address import (
+    cluster_address,
     init_error,
     joined_by_auto,
     ray_processes_in_their_own_group,
@@ -547,10 +548,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     from dlperf.serve.server import listening_socket
 
     check_config(config)
-    if options.address is not None and options.address.strip().lower() == "local":
-        # Ray's own name for a new local instance: it was taken for a cluster's (no port check, and replicas the
-        # instance has no CPUs for were a warning, then a wait until --deploy-timeout-s)
-        options = replace(options, address=None)
+    options = replace(options, address=cluster_address(options.address))
     owns = False
     held: list[int] = []
     if not ray.is_initialized():

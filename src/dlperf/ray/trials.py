@@ -28,6 +28,7 @@ from typing import Any
 from dlperf.errors import ConfigError, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
 from dlperf.ray.address import (
+    cluster_address,
     init_error,
     joined_by_auto,
     ray_processes_in_their_own_group,
@@ -254,10 +255,7 @@ class RayExecutor:
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
                  trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S) -> None:
         ray = _ray()
-        if address is not None and address.strip().lower() == "local":
-            # Ray's own name for a new local instance: started without the timing resource, it was refused with
-            # "no live node ... offers the 'dlperf_timing' resource: start each node with `ray start ...`"
-            address = None
+        address = cluster_address(address)
         self.max_retries = max_retries
         self.startup_grace_s = startup_grace_s
         self.trial_cpus = trial_cpus
