@@ -377,17 +377,13 @@ def test_a_peak_rss_within_the_noise_between_processes_does_not_win_on_memory(tm
     assert saving.winner is not None and saving.row(saving.winner)["label"] == "dynamic_int8"
 
 
-def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone(tmp_path: Path) -> None:
-    """An interrupted search resumed after its work folder was removed (/tmp cleared) reused every row: its top two
-    got 'A/B failed: its artifact is missing (was the work folder removed?)', no winner, and the export failed, with
-    116 s of the budget left to measure them again."""
-    import shutil
+def _two_passes(tmp_path: Path) -> OptimizeConfig:
+    return OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                          workdir=str(tmp_path / "work"))
 
-    from dlperf.store.db import Store
 
-    store = Store(str(tmp_path / "runs.db"))
-    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
-                            workdir=str(tmp_path / "work"))
+def _interrupted_after_two(store: Any, config: OptimizeConfig) -> Any:
+    """The optimize run record of a search interrupted (KeyboardInterrupt) once two candidates were done."""
     done: list[str] = []
 
     def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
@@ -398,7 +394,20 @@ def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone
 
     with pytest.raises(KeyboardInterrupt):
         optimize("zoo:mlp", config, store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
-    first = store.list(kind="optimize")[0]
+    return store.list(kind="optimize")[0]
+
+
+def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone(tmp_path: Path) -> None:
+    """An interrupted search resumed after its work folder was removed (/tmp cleared) reused every row: its top two
+    got 'A/B failed: its artifact is missing (was the work folder removed?)', no winner, and the export failed, with
+    116 s of the budget left to measure them again."""
+    import shutil
+
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    config = _two_passes(tmp_path)
+    first = _interrupted_after_two(store, config)
     hygiene = next(c for c in store.list(kind="candidate", parent_id=first.id, limit=None)
                    if c.result.get("label") == "hygiene")
     shutil.rmtree(Path(hygiene.result["artifact"]["dir"]))
@@ -496,20 +505,7 @@ def test_runs_show_of_a_search_stopped_before_its_end_prints_its_table(tmp_path:
     from dlperf.report.terminal import headline_text, record_view
     from dlperf.store.db import Store
 
-    store = Store(str(tmp_path / "runs.db"))
-    done: list[str] = []
-
-    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate_done":
-            done.append(data["row"]["label"])
-            if len(done) == 2:
-                raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
-                                           workdir=str(tmp_path / "work")),
-                 store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
-    record = store.list(kind="optimize")[0]
+    record = _interrupted_after_two(Store(str(tmp_path / "runs.db")), _two_passes(tmp_path))
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(record_view(record))
     text = out.getvalue()
