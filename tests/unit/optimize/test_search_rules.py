@@ -382,19 +382,21 @@ def _two_passes(tmp_path: Path) -> OptimizeConfig:
                           workdir=str(tmp_path / "work"))
 
 
-def _interrupted_after_two(store: Any, config: OptimizeConfig) -> Any:
-    """The optimize run record of a search interrupted (KeyboardInterrupt) once two candidates were done."""
-    done: list[str] = []
+def _interrupted_after(store: Any, config: OptimizeConfig, candidates: int = 2,
+                       executor: FakeTrials | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """The optimize run record of a search interrupted (KeyboardInterrupt) once `candidates` candidates were done,
+    and their rows."""
+    done: list[dict[str, Any]] = []
 
-    def interrupt_after_two(kind: str, data: dict[str, Any]) -> None:
+    def interrupt(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate_done":
-            done.append(data["row"]["label"])
-            if len(done) == 2:
+            done.append(data["row"])
+            if len(done) == candidates:
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_two, executor=FakeTrials(MLP))
-    return store.list(kind="optimize")[0]
+        optimize("zoo:mlp", config, store=store, on_event=interrupt, executor=executor or FakeTrials(MLP))
+    return store.list(kind="optimize")[0], done
 
 
 def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone(tmp_path: Path) -> None:
@@ -407,7 +409,7 @@ def test_a_resumed_search_measures_again_the_candidates_whose_artifacts_are_gone
 
     store = Store(str(tmp_path / "runs.db"))
     config = _two_passes(tmp_path)
-    first = _interrupted_after_two(store, config)
+    first, _ = _interrupted_after(store, config)
     hygiene = next(c for c in store.list(kind="candidate", parent_id=first.id, limit=None)
                    if c.result.get("label") == "hygiene")
     shutil.rmtree(Path(hygiene.result["artifact"]["dir"]))
@@ -440,16 +442,7 @@ def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_p
     # a candidate timeout above the budget: each trial's timeout is what the budget leaves it
     config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
                             candidate_timeout_s=1000.0, workdir=str(tmp_path / "work"))
-    done: list[dict[str, Any]] = []
-
-    def interrupt_after_three(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate_done":
-            done.append(data["row"])
-            if len(done) == 3:
-                raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        optimize("zoo:mlp", config, store=store, on_event=interrupt_after_three, executor=BudgetKills(MLP))
+    _, done = _interrupted_after(store, config, candidates=3, executor=BudgetKills(MLP))
     cut = next(r for r in done if r["label"] == "dynamic_int8")
     assert cut["status"] == "failed" and cut["budget_cut"] and "the time budget had only" in cut["error"]
     started: list[str] = []
@@ -505,7 +498,7 @@ def test_runs_show_of_a_search_stopped_before_its_end_prints_its_table(tmp_path:
     from dlperf.report.terminal import headline_text, record_view
     from dlperf.store.db import Store
 
-    record = _interrupted_after_two(Store(str(tmp_path / "runs.db")), _two_passes(tmp_path))
+    record, _ = _interrupted_after(Store(str(tmp_path / "runs.db")), _two_passes(tmp_path))
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(record_view(record))
     text = out.getvalue()
