@@ -313,7 +313,7 @@ def _mib_text(num_bytes: Any) -> str:
 
 
 def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
-    from dlperf.report.train_view import PHASE_LABELS
+    from dlperf.report.train_view import PHASE_LABELS, job_memory_text
 
     s = m["summary"]
     rss = m.get("peak_rss_bytes")
@@ -332,11 +332,9 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     if len(steps) > 1:
         svgs.append(chart([Series("step time", list(range(1, len(steps) + 1)), steps, "line+points")],
                           Axis("measured step"), Axis("step time (ms)"), f"{title}: each step", y_zero=True))
-    workers = m.get("workers_peak_uss_bytes")
-    if isinstance(workers, (int, float)) and isinstance(rss, (int, float)):  # the RSS column is the main process's
-        parts.append(f"<p>memory: peak RSS {rss / 2**20:.1f} MiB main process + {workers / 2**20:.1f} MiB in its "
-                     f"{esc(m.get('worker_processes') or '')} loader workers (their private memory, USS) = "
-                     f"{(rss + workers) / 2**20:.1f} MiB</p>")
+    job = job_memory_text(m)
+    if job:  # the RSS column is the main process's
+        parts.append(f"<p>memory: {esc(job)}</p>")
     parts.append(plot_row(*svgs))
     parts += [f'<p class="warn">{esc(line)}</p>' for line in [*m.get("findings", []), *m.get("notes", [])]]
     return "".join(parts)

@@ -84,16 +84,24 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     return Group(lines, breakdown_table(m), *_findings_and_notes(m))
 
 
+def job_memory_text(m: Mapping[str, Any]) -> str | None:
+    """'peak RSS 326.2 MiB main process + 16.5 MiB in its 2 loader workers (their private memory, USS) = 342.7 MiB'
+    where the measurement read its loader workers' memory, else None."""
+    workers, rss = m.get("workers_peak_uss_bytes"), m.get("peak_rss_bytes")
+    if not isinstance(workers, (int, float)) or not isinstance(rss, (int, float)):
+        return None
+    # the workers' own memory: their RSS counts the main process's pages again
+    n = m.get("worker_processes") or 0
+    return (f"peak RSS {fmt_mib(rss)} MiB main process + {fmt_mib(workers)} MiB in its {n} loader "
+            f"worker{'' if n == 1 else 's'} (their private memory, USS) = {fmt_mib(rss + workers)} MiB")
+
+
 def _memory_and_flops(m: dict[str, Any]) -> Text:
     """A measurement's peak memory and FLOPs / MFU lines."""
     lines = Text()
-    memory = f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
-    workers = m.get("workers_peak_uss_bytes")
-    if isinstance(workers, (int, float)):  # the workers' own memory: their RSS counts the main process's pages again
-        n = m.get("worker_processes") or 0
-        memory += (f" main process + {fmt_mib(workers)} MiB in its {n} loader worker{'' if n == 1 else 's'} "
-                   f"(their private memory, USS) = {fmt_mib(m['peak_rss_bytes'] + workers)} MiB")
-    elif (m.get("config") or {}).get("num_workers"):
+    job = job_memory_text(m)
+    memory = f"  memory    {job}" if job else f"  memory    peak RSS {fmt_mib(m['peak_rss_bytes'])} MiB"
+    if job is None and (m.get("config") or {}).get("num_workers"):
         memory += " (main process only: its loader workers' memory could not be read)"
     if m.get("cuda_max_allocated_bytes") is not None:
         memory += f", CUDA max allocated {fmt_mib(m['cuda_max_allocated_bytes'])} MiB"
