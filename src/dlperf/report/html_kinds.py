@@ -215,25 +215,19 @@ def profile_view(rec: RunRecord) -> str:
 def _verified_fixes(rows: Any) -> str:
     """`--verify`'s table, as `dlperf profile` prints it (the report left it out: a finding whose fix was measured
     slower than estimated showed its estimate alone)."""
+    from dlperf.report.profile_view import NOTHING_TO_VERIFY, VERIFY_COLUMNS, VERIFY_TITLE, verify_cells
+
     if not isinstance(rows, list):
         return ""
     if not rows:
-        return '<p class="warn">--verify: no finding has a fix dlperf can apply itself</p>'
-
-    def speed(x: Any) -> str:
-        return f"{x:.2f}x" if isinstance(x, (int, float)) else "-"
-
+        return f'<p class="warn">{esc(NOTHING_TO_VERIFY)}</p>'
     table = []
     for v in (v for v in rows if isinstance(v, Mapping)):
-        ci = v.get("speedup_ci")
-        verdict = v.get("error") or v.get("verdict") or "-"
-        if v.get("outcome") == "contradicted":
-            verdict = f"{verdict}: the estimate did not hold"
-        table.append([(v.get("fix") or {}).get("label", "-"), v.get("category", "-"), speed(v.get("estimated_speedup")),
-                      speed(v.get("speedup")), f"{ci[0]:.2f}-{ci[1]:.2f}x" if isinstance(ci, list) and len(ci) == 2
-                      else "-", verdict, f"{float(v.get('setup_s') or 0.0):.1f} s"])
-    return ("<h3>Verified fixes: interleaved A/B against the profiled step</h3>"
-            + html_table(("fix", "for", "finding's estimate", "measured", "95% CI", "verdict", "setup"), table))
+        cells = verify_cells(v)
+        if v.get("outcome") == "contradicted":  # the terminal says so in a line under its table
+            cells[5] = f"{cells[5]}: the estimate did not hold"
+        table.append(cells)
+    return f"<h3>{esc(VERIFY_TITLE)}</h3>" + html_table(VERIFY_COLUMNS, table)
 
 
 def _roofline(ops_data: Mapping[str, Any]) -> str:

@@ -3,6 +3,7 @@ verdict first, then the ranked findings with evidence, fix and gain, verified fi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich import box
@@ -120,25 +121,35 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+VERIFY_TITLE = "Verified fixes: interleaved A/B against the profiled step"
+VERIFY_COLUMNS = ("fix", "for", "finding's estimate", "measured", "95% CI", "verdict", "setup")
+"""The estimate is the finding's (its bottleneck removed), the same for each of its fixes."""
+NOTHING_TO_VERIFY = "--verify: no finding has a fix dlperf can apply itself"
+
+
+def verify_cells(v: Mapping[str, Any]) -> list[str]:
+    """One verified fix as the table's cells (VERIFY_COLUMNS), the verdict whole (an error's or the A/B's)."""
+    ci = v.get("speedup_ci")
+    interval = f"{ci[0]:.2f}-{ci[1]:.2f}x" if isinstance(ci, (list, tuple)) and len(ci) == 2 else "-"
+    return [(v.get("fix") or {}).get("label", "-"), v.get("category", "-"), _speed(v.get("estimated_speedup")),
+            _speed(v.get("speedup")), interval, v.get("error") or v.get("verdict") or "-",
+            f"{float(v.get('setup_s') or 0.0):.1f} s"]
+
+
 def _verify_table(result: dict[str, Any]) -> RenderableType | None:
     rows = result.get("verify")
     if rows is None:
         return None
     if not rows:
-        return Text("--verify: no finding has a fix dlperf can apply itself", style="yellow")
-    t = Table(title="Verified fixes: interleaved A/B against the profiled step", box=box.SIMPLE_HEAD,
-              title_justify="left")
-    # The estimate is the finding's (its bottleneck removed), the same for each of its fixes.
-    for col in ("fix", "for", "finding's estimate", "measured", "95% CI", "verdict", "setup"):
+        return Text(NOTHING_TO_VERIFY, style="yellow")
+    t = Table(title=VERIFY_TITLE, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in VERIFY_COLUMNS:
         t.add_column(col, justify="left" if col in ("fix", "for", "verdict") else "right")
     for v in rows:
-        ci = v.get("speedup_ci")
-        verdict = v.get("error") or v.get("verdict") or "-"
+        cells = verify_cells(v)
         style = "red" if v.get("error") else "green" if v.get("verdict") == "faster" else \
             "yellow" if v.get("verdict") == "slower" else ""
-        t.add_row(v["fix"]["label"], v["category"], _speed(v.get("estimated_speedup")), _speed(v.get("speedup")),
-                  f"{ci[0]:.2f}-{ci[1]:.2f}x" if ci else "-", Text(_cut(verdict, VERDICT_WIDTH), style=style),
-                  f"{v.get('setup_s', 0.0):.1f} s")
+        t.add_row(*cells[:5], Text(_cut(cells[5], VERDICT_WIDTH), style=style), cells[6])
     return t
 
 
