@@ -8,6 +8,7 @@ generator (encode requests, decode responses) use this module.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -181,7 +182,11 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
         raise ProtocolError(f"{exc}; {hint}") from None
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise ProtocolError("the request has no 'inputs' list: send at least one input tensor")
+        # "no 'inputs' list" was all a client that sent {"inputs": 5} or {"input": [...]} was told
+        given = ("the request has no 'inputs'" if raw_inputs is None else "the request's 'inputs' is empty"
+                 if raw_inputs == [] else f"the request's 'inputs' is {_described(raw_inputs)}")
+        raise ProtocolError(f"{given}: send 'inputs' as a list of at least one input tensor, each an object "
+                            '{"name", "shape", "datatype", "data"}')
     offset = 0
     inputs = []
     for i, raw in enumerate(raw_inputs):
@@ -196,7 +201,8 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
     if obj.get("outputs") is not None:
         raw_outputs = obj["outputs"]
         if not isinstance(raw_outputs, list):
-            raise ProtocolError("'outputs' must be a list of {\"name\": ...} objects")
+            raise ProtocolError(f"the request's 'outputs' is {_described(raw_outputs)}: send a list of "
+                                '{"name": ...} objects, or leave it out for every output')
         outputs = []
         for raw in raw_outputs:
             if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
@@ -215,13 +221,27 @@ def decode_request(body: bytes | memoryview, header_length: int | None = None,
     return InferRequest(inputs=inputs, id=request_id, parameters=parameters, outputs=outputs)
 
 
+def _described(value: Any) -> str:
+    """A JSON value as an error message names what was given: its JSON type and (the start of) its text."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", _NonFinite: "a number", str: "a string",
+             list: "a list", dict: "an object"}
+    text = json.dumps(value)
+    return f"{kinds.get(type(value), 'null')} ({text if len(text) <= 60 else text[:57] + '...'})"
+
+
 def _parameters(raw: dict[str, Any], where: str) -> dict[str, Any]:
-    """The `parameters` object of a request, input or output ({} when absent); ProtocolError when not an object."""
+    """The `parameters` object of a request, input or output ({} when absent); ProtocolError when it is not an
+    object or a value is not a string, a number or a boolean (the protocol's $parameter; Triton refuses the
+    others: "parameter '...' has invalid type")."""
     params = raw.get("parameters")
     if params is None:
         return {}
     if not isinstance(params, dict):
         raise ProtocolError(f"{where}: 'parameters' must be an object, got {params!r}")
+    for name, value in params.items():
+        if not isinstance(value, (str, int, float)):  # bool is an int
+            raise ProtocolError(f"{where}: parameter '{name}' is {_described(value)}: a parameter's value must be "
+                                "a string, a number or a boolean")
     return params
 
 
@@ -283,9 +303,19 @@ def _binary_header_hint(header: bytes, header_length: int | None) -> str | None:
             "to the JSON part's length")
 
 
+class _NonFinite(float):
+    """A NaN, Infinity or -Infinity the JSON text spelled out: taken as Triton takes them (it parses and writes
+    them, tritonclient sends them in JSON tensor data), unlike a finite number too large for a double, such as
+    1e999, which Python would read as infinity too and Triton refuses ("Number too big to be stored in
+    double")."""
+
+
+_DECODER = json.JSONDecoder(parse_constant=_NonFinite)
+
+
 def _parse_json(header: bytes, what: str) -> dict[str, Any]:
     try:
-        obj = json.loads(header)
+        obj = _DECODER.decode(header.decode(json.detect_encoding(header), "surrogatepass"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"the {what} is not valid JSON: {exc}") from exc
     except RecursionError:  # arrays or objects nested deeper than Python's recursion limit
@@ -513,12 +543,19 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
     elif datatype in _INTEGER_TYPES:
         if not all(type(v) is int for v in flat):  # a float would be truncated, 1.7 -> 1
             raise ProtocolError(f"{where}: {datatype} data must be integers")
-    elif not all(type(v) in (int, float) for v in flat):
+    elif not all(type(v) in (int, float, _NonFinite) for v in flat):
         raise ProtocolError(f"{where}: {datatype} data must be numbers")
     try:
-        return np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
+        array = np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"{where}: data does not fit {datatype}: {exc}") from exc
+    if datatype in FLOAT_DATATYPES and not np.isfinite(array).all():
+        # json reads 1e999 as infinity without a word; the spelled-out Infinity/NaN are _NonFinite
+        index = next((i for i, v in enumerate(flat) if type(v) is float and not math.isfinite(v)), None)
+        if index is not None:
+            raise ProtocolError(f"{where}: element {index} of 'data' is a number too large for a double, which "
+                                "would be read as infinity: send Infinity or -Infinity for an infinite value")
+    return array
 
 
 def _flatten(data: Any) -> list[Any]:

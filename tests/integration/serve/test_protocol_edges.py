@@ -96,3 +96,46 @@ def test_a_classification_request_is_refused_not_answered_with_the_full_tensor(s
     plain = httpclient.InferenceServerClient(server.url).infer(
         "mlp", [inp], outputs=[httpclient.InferRequestedOutput("logits", class_count=0)])
     assert plain.as_numpy("logits").shape == (2, 10)
+
+
+def test_nan_and_infinity_in_json_tensor_data_go_both_ways_as_in_triton(server: Running) -> None:
+    """Triton (server PR 3870, its qa NanInfTest) reads and writes NaN, Infinity and -Infinity in JSON tensor data,
+    and tritonclient sends and reads them so with binary_data=False; a number too large for a double, e.g. 1e999,
+    is refused (Triton: "Number too big to be stored in double") where this server read it as infinity."""
+    x = X[:1].copy()
+    x[0, 0], x[0, 1], x[0, 2] = np.nan, np.inf, -np.inf
+    inp = httpclient.InferInput("x", [1, 64], "FP32")
+    inp.set_data_from_numpy(x, binary_data=False)
+    result = httpclient.InferenceServerClient(server.url).infer(
+        "mlp", [inp], outputs=[httpclient.InferRequestedOutput("logits", binary_data=False)])
+    assert np.isnan(result.as_numpy("logits")).all()  # a NaN input runs through the model's sums
+    data = ", ".join(["NaN", "Infinity", "-Infinity"] + ["0.5"] * 61)
+    status, reply = _post(server, f'{{"inputs": [{{"name": "x", "shape": [1, 64], "datatype": "FP32", '
+                                  f'"data": [{data}]}}]}}'.encode())
+    assert status == 200 and np.isnan(reply["outputs"][0]["data"]).all()
+    data = ", ".join(["1e999"] + ["0.5"] * 63)
+    status, reply = _post(server, f'{{"inputs": [{{"name": "x", "shape": [1, 64], "datatype": "FP32", '
+                                  f'"data": [{data}]}}]}}'.encode())
+    assert status == 400
+    assert reply["error"] == ("input 0 'x': element 0 of 'data' is a number too large for a double, which would be "
+                              "read as infinity: send Infinity or -Infinity for an infinite value")
+
+
+def test_a_parameter_that_is_not_a_string_number_or_boolean_is_refused_by_name(server: Running) -> None:
+    tensor = {"name": "x", "shape": [1, 64], "datatype": "FP32", "data": X[0].tolist()}
+    status, reply = _post(server, json.dumps({"inputs": [tensor], "parameters": {"tags": ["a", "b"]}}).encode())
+    assert status == 400  # it was taken, though the protocol's $parameter is a string, number or boolean
+    assert reply["error"] == ("the request: parameter 'tags' is a list ([\"a\", \"b\"]): a parameter's value must be "
+                              "a string, a number or a boolean")
+    status, reply = _post(server, json.dumps({"inputs": [{**tensor, "parameters": {"meta": {"k": 1}}}]}).encode())
+    assert status == 400 and reply["error"].startswith("input 0 'x': parameter 'meta' is an object ({\"k\": 1})")
+    fine = {"tag": "a", "n": 1.5, "b": True}
+    status, _ = _post(server, json.dumps({"inputs": [tensor], "parameters": fine}).encode())
+    assert status == 200
+
+
+def test_inputs_that_are_not_a_list_are_told_what_was_given_and_what_is_expected(server: Running) -> None:
+    status, reply = _post(server, b'{"inputs": 5}')
+    assert status == 400  # it said "the request has no 'inputs' list", which it had, of the wrong type
+    assert reply["error"] == ("the request's 'inputs' is a number (5): send 'inputs' as a list of at least one input "
+                              'tensor, each an object {"name", "shape", "datatype", "data"}')

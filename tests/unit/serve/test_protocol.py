@@ -9,6 +9,7 @@ import pytest
 
 from dlperf.serve.protocol import (
     BF16,
+    NUMPY_DTYPES,
     InferResponse,
     ProtocolError,
     Tensor,
@@ -137,7 +138,9 @@ def test_nested_and_flat_json_data_agree() -> None:
         ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"binary_data_size": 4}}],
          "both 'data' and a binary_data_size"),
         ([{"shape": [1], "datatype": "INT64", "data": [1]}], "no 'name'"),
-        ([], "no 'inputs'"),
+        ([], "the request's 'inputs' is empty: send 'inputs' as a list of at least one input tensor"),
+        ([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"p": [1]}}],
+         r"input 0 'x': parameter 'p' is a list \(\[1\]\): a parameter's value must be a string, a number or a"),
     ],
 )
 def test_bad_requests_say_what_is_wrong(inputs: list[object], message: str) -> None:
@@ -154,6 +157,11 @@ def test_bad_requests_say_what_is_wrong(inputs: list[object], message: str) -> N
         ({"parameters": ["binary_data_output"]}, "'parameters' must be an object"),
         ({"outputs": [{"name": "y", "parameters": {"binary_data": "no"}}]}, "'binary_data' must be true or false"),
         ({"outputs": [{"name": "y", "parameters": "binary"}]}, "output 'y': 'parameters' must be an object"),
+        # the protocol's $parameter is a string, number or boolean; they were taken whatever they were
+        ({"parameters": {"foo": {"a": 1}}}, r"the request: parameter 'foo' is an object \(\{\"a\": 1\}\)"),
+        ({"parameters": {"foo": None}}, r"parameter 'foo' is null \(null\)"),
+        ({"outputs": [{"name": "y", "parameters": {"tag": [1, 2]}}]}, "output 'y': parameter 'tag' is a list"),
+        ({"outputs": {"name": "y"}}, r"the request's 'outputs' is an object \(\{\"name\": \"y\"\}\): send a list"),
     ],
 )
 def test_request_fields_of_the_wrong_type_are_400(extra: dict[str, object], message: str) -> None:
@@ -162,6 +170,36 @@ def test_request_fields_of_the_wrong_type_are_400(extra: dict[str, object], mess
     with pytest.raises(ProtocolError, match=message) as info:
         decode_request(json.dumps(request).encode())
     assert info.value.status == 400
+
+
+def test_spelled_out_nan_and_infinity_are_taken_but_a_number_too_large_for_a_double_is_refused() -> None:
+    """As Triton (since server PR 3870) reads JSON tensor data: NaN, Infinity and -Infinity are taken (tritonclient
+    writes them so with binary_data=False), a literal such as 1e999 is refused where Python's json read it as
+    infinity without a word."""
+    def body(data: str, datatype: str = "FP32") -> bytes:
+        return f'{{"inputs": [{{"name": "x", "shape": [3], "datatype": "{datatype}", "data": {data}}}]}}'.encode()
+
+    for datatype in ("FP16", "FP32", "FP64", "BF16"):
+        x = decode_request(body("[NaN, Infinity, -Infinity]", datatype)).inputs[0].data
+        assert np.isnan(x[0]) and x[1] == np.inf and x[2] == -np.inf and x.dtype == NUMPY_DTYPES[datatype]
+    for literal in ("1e999", "-1e400", "1.8e308"):
+        with pytest.raises(ProtocolError, match=r"input 0 'x': element 1 of 'data' is a number too large for a "
+                                                r"double, which would be read as infinity: send Infinity or "):
+            decode_request(body(f"[1, {literal}, 2]"))
+    with pytest.raises(ProtocolError, match="INT64 data must be integers"):
+        decode_request(body("[1, NaN, 2]", "INT64"))
+    assert decode_request(body("[1, 1.7e308, 2]", "FP64")).inputs[0].data[1] == 1.7e308
+
+
+def test_inputs_that_are_not_a_list_are_named_with_what_was_expected() -> None:
+    for given, said in (('5', "the request's 'inputs' is a number (5)"),
+                        ('{"name": "x"}', "the request's 'inputs' is an object ({\"name\": \"x\"})"),
+                        ('null', "the request has no 'inputs'")):
+        with pytest.raises(ProtocolError) as info:
+            decode_request(f'{{"inputs": {given}}}'.encode())
+        assert str(info.value) == (f"{said}: send 'inputs' as a list of at least one input tensor, each an object "
+                                   '{"name", "shape", "datatype", "data"}')
+        assert info.value.status == 400
 
 
 def test_integers_are_taken_for_float_inputs() -> None:
