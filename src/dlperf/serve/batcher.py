@@ -351,6 +351,11 @@ class Batcher:
         """Priority levels with their own queue bound (`LevelPolicy.max_queue_size`); others: max_queue_size."""
         self.clock = clock
         self._pending: list[Work] = []
+        self._handed = 0
+        """Requests in `_pending` that an idle instance was woken for (`Work.handed`)."""
+        self._queued: dict[int, int] = {}
+        """Requests in `_pending` not handed, by priority level: what the queue bound counts. Kept up to date
+        where `_pending` changes, so that `submit` does not count them in a pass over the queue."""
         self._cond = threading.Condition()
         self._closed = False
         self._idle = 0
@@ -392,21 +397,22 @@ class Batcher:
             # a request that an idle instance will take the moment it wakes is not queued: counted, it made
             # --max-queue-size 1 refuse 40% of 2 synchronous clients' requests (zoo:mlp, max batch 1), the second
             # client's request arriving before the instance thread, woken for the first, had taken it
-            work.handed = self._idle > 0 and self._idle > sum(1 for w in self._pending if w.handed)
+            work.handed = self._idle > self._handed
             if limit and not work.handed:
                 if self.policy.priority_levels:
                     # as in Triton, the bound holds for each priority level: a flood at one level does not
                     # lock the others out
-                    queued = sum(1 for w in self._pending if w.priority == work.priority and not w.handed)
+                    queued = self._queued.get(work.priority, 0)
                     where = f" at priority level {work.priority}"
-                else:
-                    queued, where = sum(1 for w in self._pending if not w.handed), ""
+                else:  # one level, 0 (a sum over the few levels counted, should a request carry another)
+                    queued, where = sum(self._queued.values()), ""
                 if queued >= limit:
                     raise QueueFull(
                         f"Exceeds maximum queue size: {queued} requests are queued{where} ({option}); "
                         "retry later or add capacity"
                     )
             self._pending.append(work)
+            self._count(work, 1)
             now = self.clock()
             self._tracker.arrive(now)
             if self._occupancy is not None:
@@ -417,6 +423,21 @@ class Batcher:
             # after our lock is released, so no thread ever holds two batchers' locks
             for other in self._occupancy.others(self):
                 other.wake()
+
+    def _count(self, work: Work, sign: int) -> None:
+        """Count `work` in (1) or out of (-1) the queue's handed and per-level counts."""
+        if work.handed:
+            self._handed += sign
+        else:
+            self._queued[work.priority] = self._queued.get(work.priority, 0) + sign
+
+    def _take_out(self, indices: set[int]) -> list[Work]:
+        """Remove the queued requests at `indices` (under the lock), in queue order."""
+        taken = [w for i, w in enumerate(self._pending) if i in indices]
+        self._pending = [w for i, w in enumerate(self._pending) if i not in indices]
+        for work in taken:
+            self._count(work, -1)
+        return taken
 
     def wake(self) -> None:
         """Have an idle instance decide again (another variant's arrival changed the closed-loop signal)."""
@@ -455,11 +476,9 @@ class Batcher:
                     now = self.clock()
                     decision = collate(self._pending, now, self.policy, self._signals(now))
                     if decision.expired or decision.take:
-                        chosen = set(decision.take)
-                        gone = set(decision.expired)
                         expired = [self._pending[i] for i in decision.expired]
-                        batch = [self._pending[i] for i in decision.take]
-                        self._pending = [w for i, w in enumerate(self._pending) if i not in chosen and i not in gone]
+                        batch = [self._pending[i] for i in decision.take]  # in the order collate chose them
+                        self._take_out(set(decision.take) | set(decision.expired))
                         if expired:
                             self._leave(now, len(expired))
                         self.last_reason = decision.reason
@@ -471,8 +490,7 @@ class Batcher:
                         forced = collate(self._pending, now, dataclasses.replace(self.policy, max_queue_delay_s=0.0,
                                                                                  adaptive=False))
                         batch = [self._pending[i] for i in forced.take]
-                        chosen = set(forced.take)
-                        self._pending = [w for i, w in enumerate(self._pending) if i not in chosen]
+                        self._take_out(set(forced.take))
                         break
                     timeout = None if decision.wait_until_ns is None else max(0, decision.wait_until_ns - now) / 1e9
                     self._cond.wait(timeout)
@@ -497,6 +515,7 @@ class Batcher:
             if index is None:
                 return False
             del self._pending[index]
+            self._count(work, -1)
             self._leave(self.clock(), 1)
         return True
 

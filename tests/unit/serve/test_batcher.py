@@ -217,6 +217,44 @@ def test_bounded_queue_rejects_at_once_and_close_refuses_new_work() -> None:
     assert b.next_batch() is None
 
 
+def test_the_queue_bound_counts_what_is_still_queued_after_every_way_out_of_the_queue() -> None:
+    """The bound is checked against running counts (not a pass over the queue on each submit): each way a request
+    leaves the queue (a batch, an expiry, a withdrawal, the drain) must give its place back, per level."""
+    now = [0]
+    b = Batcher(dataclasses.replace(LEVELS, max_batch_size=1), max_queue_size=2, clock=lambda: now[0])
+
+    def at(level: int, deadline_ns: int | None = None) -> Work:
+        w = _work()
+        w.priority, w.deadline_ns = level, deadline_ns
+        return w
+
+    first, second = at(1), at(1, deadline_ns=10)
+    b.submit(first)
+    b.submit(second)
+    with pytest.raises(QueueFull, match="2 requests are queued at priority level 1"):
+        b.submit(at(1))
+    b.submit(at(2))  # another level has its own room
+    assert b.withdraw(first)
+    third = at(1)
+    b.submit(third)  # the withdrawn one's place
+    with pytest.raises(QueueFull):
+        b.submit(at(1))
+    now[0] = 20  # `second` is past its deadline
+    assert b.expire(second)
+    b.submit(at(1))
+    with pytest.raises(QueueFull):
+        b.submit(at(1))
+    assert b.next_batch() == [third]  # a batch of one (max batch 1), the oldest level-1 request
+    b.submit(at(1))
+    with pytest.raises(QueueFull):
+        b.submit(at(1))
+    b.close()
+    drained = 0
+    while (batch := b.next_batch()) is not None:
+        drained += len(batch)
+    assert drained == 3 and b._queued == {1: 0, 2: 0} and b._handed == 0
+
+
 def test_a_level_with_its_own_bound_rejects_at_it_and_the_others_keep_the_default() -> None:
     b = Batcher(LEVELS, max_queue_size=2, clock=lambda: 0, level_queue_sizes={1: 1, 3: 0})
 
