@@ -38,6 +38,20 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
+def per_item(spec: TensorSpec, batching: bool) -> bool:
+    """Whether `spec` holds one value per item of a model served with batching (shape [-1], e.g. a label per
+    item). Triton's config cannot give such a tensor empty dims (its config check: "must specify 'dims'"): it is
+    `dims: [1]` with `reshape: {shape: []}`, so its metadata (-1 plus the dims) says [-1, 1], a request sends
+    [batch, 1] (Triton checks the shape against dims) and a reply carries [batch, 1]; the model sees [batch]."""
+    return batching and spec.shape == (-1,)
+
+
+def wire_shape(spec: TensorSpec, batching: bool) -> tuple[int, ...]:
+    """The shape a client sees in the metadata and replies (`per_item` tensors: [-1, 1]); `spec.shape` is what the
+    model takes and gives."""
+    return (-1, 1) if per_item(spec, batching) else spec.shape
+
+
 @dataclass(frozen=True)
 class Signature:
     inputs: tuple[TensorSpec, ...]
@@ -268,6 +282,7 @@ def validate_inputs(model: ServedModel, inputs: list[Tensor],
     arrays = []
     batch = None
     key: list[Any] = []
+    batching = model.batched and max_batch > 0
     for spec in model.signature.inputs:
         tensor = by_name.get(spec.name)
         if tensor is None:
@@ -276,11 +291,15 @@ def validate_inputs(model: ServedModel, inputs: list[Tensor],
             raise ProtocolError(
                 f"input '{spec.name}' has datatype {tensor.datatype}, model '{model.name}' expects {spec.datatype}"
             )
-        shape = tensor.shape
+        shape, data = tensor.shape, tensor.data
+        if per_item(spec, batching) and len(shape) == 2 and shape[1] == 1:
+            # Triton's [batch, 1] (the metadata's [-1, 1]) to the model's [batch]; [batch] itself, which dlperf's
+            # clients sent while the metadata said [-1], is taken as before
+            shape, data = shape[:1], data.reshape(shape[:1])
         if len(shape) != len(spec.shape) or any(e != -1 and e != d for e, d in zip(spec.shape, shape, strict=False)):
             raise ProtocolError(
-                f"input '{spec.name}' has shape {shape}, model '{model.name}' expects {list(spec.shape)} "
-                "(-1 = any size)"
+                f"input '{spec.name}' has shape {tensor.shape}, model '{model.name}' expects "
+                f"{list(wire_shape(spec, batching))} (-1 = any size)"
             )
         if model.batched:
             if batch is None:
@@ -291,7 +310,7 @@ def validate_inputs(model: ServedModel, inputs: list[Tensor],
             key.append((spec.name, tuple(shape[1:])))
         else:
             key.append((spec.name, tuple(shape)))
-        arrays.append(tensor.data)
+        arrays.append(data)
     items = batch if batch is not None else 1
     if items < 1:
         raise ProtocolError("the request's batch dimension is 0: send at least one item")

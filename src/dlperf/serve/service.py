@@ -34,7 +34,16 @@ from dlperf.serve.batcher import (
     ShuttingDown,
     Work,
 )
-from dlperf.serve.instances import InstancePool, ServedModel, Signature, load_served_model, validate_inputs
+from dlperf.serve.instances import (
+    InstancePool,
+    ServedModel,
+    Signature,
+    TensorSpec,
+    load_served_model,
+    per_item,
+    validate_inputs,
+    wire_shape,
+)
 from dlperf.serve.metrics import DEFAULT_VARIANT, Metrics, Recorder
 from dlperf.serve.protocol import (
     MAX_PRIORITY,
@@ -274,6 +283,11 @@ class ModelEntry:
     def policy(self) -> BatchPolicy:
         return self.variants[0].policy
 
+    @property
+    def batching(self) -> bool:
+        """Whether requests carry a batch dimension first (the config's max_batch_size > 0)."""
+        return self.model.batched and self.policy.max_batch_size > 0
+
     def choose(self, key: str | None) -> Variant:
         if len(self.variants) == 1:
             return self.variants[0]
@@ -415,9 +429,13 @@ class ServerState:
 
     def model_metadata(self, entry: ModelEntry) -> dict[str, Any]:
         sig = entry.signature
+
+        def described(spec: TensorSpec) -> dict[str, Any]:
+            return {"name": spec.name, "datatype": spec.datatype, "shape": list(wire_shape(spec, entry.batching))}
+
         meta: dict[str, Any] = {
             "name": entry.name, "versions": [entry.model.version], "platform": entry.model.platform,
-            "inputs": [s.to_dict() for s in sig.inputs], "outputs": [s.to_dict() for s in sig.outputs],
+            "inputs": [described(s) for s in sig.inputs], "outputs": [described(s) for s in sig.outputs],
         }
         if len(entry.variants) > 1:
             meta["parameters"] = {"variants": [v.name for v in entry.variants], "split": entry.weights}
@@ -425,20 +443,22 @@ class ServerState:
 
     def model_config(self, entry: ModelEntry) -> dict[str, Any]:
         policy = entry.policy
-        batched = entry.model.batched and policy.max_batch_size > 0
+        batched = entry.batching
 
-        def dims(shape: tuple[int, ...]) -> list[int]:
-            return list(shape[1:] if batched else shape)
+        def tensor(spec: TensorSpec) -> dict[str, Any]:
+            described: dict[str, Any] = {"name": spec.name, "data_type": f"TYPE_{_config_type(spec.datatype)}",
+                                         "dims": list(spec.shape[1:] if batched else spec.shape)}
+            if per_item(spec, batched):  # Triton refuses empty dims: `dims: []` made Model Analyzer refuse it
+                described.update(dims=[1], reshape={"shape": []})
+            return described
 
         config: dict[str, Any] = {
             "name": entry.name,
             "platform": entry.model.platform,
             "backend": "dlperf",
             "max_batch_size": policy.max_batch_size if batched else 0,
-            "input": [{"name": s.name, "data_type": f"TYPE_{_config_type(s.datatype)}", "dims": dims(s.shape)}
-                      for s in entry.signature.inputs],
-            "output": [{"name": s.name, "data_type": f"TYPE_{_config_type(s.datatype)}", "dims": dims(s.shape)}
-                       for s in entry.signature.outputs],
+            "input": [tensor(s) for s in entry.signature.inputs],
+            "output": [tensor(s) for s in entry.signature.outputs],
             "instance_group": [{"count": self.config.instances,
                                 "kind": "KIND_GPU" if self.config.device.startswith("cuda") else "KIND_CPU"}],
             "model_transaction_policy": {"decoupled": False},
@@ -581,7 +601,11 @@ class ServerState:
             return Failed(status, str(done.error))
         assert done.result is not None
         sig = model.signature.outputs
-        tensors = [Tensor(sig[i].name, sig[i].datatype, done.result[i]) for i, _, _ in outputs]
+        batching = model.batched and variant.policy.max_batch_size > 0
+        # a per-item output goes out as [batch, 1], as its metadata ([-1, 1]) says and Triton reshapes it
+        tensors = [Tensor(sig[i].name, sig[i].datatype,
+                          done.result[i].reshape(-1, 1) if per_item(sig[i], batching) else done.result[i])
+                   for i, _, _ in outputs]
         try:
             for tensor, (_, _, span) in zip(tensors, outputs, strict=True):
                 if span is not None:
