@@ -546,16 +546,30 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
     elif not all(type(v) in (int, float, _NonFinite) for v in flat):
         raise ProtocolError(f"{where}: {datatype} data must be numbers")
     try:
-        array = np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
+        with np.errstate(over="ignore"):  # a finite number cast to infinity is refused below, not logged
+            array = np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"{where}: data does not fit {datatype}: {exc}") from exc
     if datatype in FLOAT_DATATYPES and not np.isfinite(array).all():
-        # json reads 1e999 as infinity without a word; the spelled-out Infinity/NaN are _NonFinite
-        index = next((i for i, v in enumerate(flat) if type(v) is float and not math.isfinite(v)), None)
-        if index is not None:
-            raise ProtocolError(f"{where}: element {index} of 'data' is a number too large for a double, which "
-                                "would be read as infinity: send Infinity or -Infinity for an infinite value")
+        _refuse_overflow(flat, array, datatype, where)
     return array
+
+
+def _refuse_overflow(flat: list[Any], array: np.ndarray, datatype: str, where: str) -> None:
+    """ProtocolError for the first JSON number that became infinity without being spelled Infinity: one too large
+    for a double (json reads 1e999 as infinity without a word; Triton refuses it) or for `datatype` (1e39 as FP32,
+    70000 as FP16); the spelled-out NaN, Infinity and -Infinity are `_NonFinite` and stay."""
+    for index in np.flatnonzero(~np.isfinite(array)):
+        value = flat[index]
+        if type(value) is _NonFinite:
+            continue
+        fix = "send Infinity or -Infinity for an infinite value"
+        if math.isinf(value):
+            raise ProtocolError(f"{where}: element {index} of 'data' is a number too large for a double, which "
+                                f"would be read as infinity: {fix}")
+        largest = float(ml_dtypes.finfo(NUMPY_DTYPES[datatype]).max)
+        raise ProtocolError(f"{where}: element {index} of 'data', {value:g}, is beyond {datatype}'s range (at most "
+                            f"{largest:g} either way) and would become infinity: {fix}, or use a wider datatype")
 
 
 def _flatten(data: Any) -> list[Any]:

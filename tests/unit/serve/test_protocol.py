@@ -189,6 +189,14 @@ def test_spelled_out_nan_and_infinity_are_taken_but_a_number_too_large_for_a_dou
     with pytest.raises(ProtocolError, match="INT64 data must be integers"):
         decode_request(body("[1, NaN, 2]", "INT64"))
     assert decode_request(body("[1, 1.7e308, 2]", "FP64")).inputs[0].data[1] == 1.7e308
+    # finite, but beyond the datatype: it became infinity (with a RuntimeWarning in the server's log)
+    for datatype, literal, largest in (("FP32", "-1e39", "3.40282e+38"), ("FP16", "70000", "65504"),
+                                       ("BF16", "1e39", "3.38953e+38")):
+        with pytest.raises(ProtocolError) as info:
+            decode_request(body(f"[1, Infinity, {literal}]", datatype))
+        assert str(info.value) == (f"input 0 'x': element 2 of 'data', {float(literal):g}, is beyond {datatype}'s "
+                                   f"range (at most {largest} either way) and would become infinity: send Infinity "
+                                   "or -Infinity for an infinite value, or use a wider datatype")
 
 
 def test_inputs_that_are_not_a_list_are_named_with_what_was_expected() -> None:
