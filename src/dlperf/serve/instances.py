@@ -32,10 +32,8 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    """Full shape; -1 marks the batch dimension (first) and any variable dimension."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+    """Full shape, as the model takes or gives it; -1 marks the batch dimension (first) and any variable
+    dimension. Clients see `wire_shape` (the metadata)."""
 
 
 def per_item(spec: TensorSpec, batching: bool) -> bool:

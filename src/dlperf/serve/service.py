@@ -448,7 +448,7 @@ class ServerState:
         def tensor(spec: TensorSpec) -> dict[str, Any]:
             described: dict[str, Any] = {"name": spec.name, "data_type": f"TYPE_{_config_type(spec.datatype)}",
                                          "dims": list(spec.shape[1:] if batched else spec.shape)}
-            if per_item(spec, batched):  # Triton refuses empty dims: `dims: []` made Model Analyzer refuse it
+            if per_item(spec, batched):  # Triton's own config check refuses empty dims ("must specify 'dims'")
                 described.update(dims=[1], reshape={"shape": []})
             return described
 
