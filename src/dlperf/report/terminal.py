@@ -296,11 +296,16 @@ def trial_headline(result: dict[str, Any]) -> str:
 
 def check_headline(gate: dict[str, Any]) -> str | None:
     """A check run: the gate's verdict and each batch size's regression (its throughput hid whether it failed)."""
-    points = [p for p in gate.get("points", [])
-              if isinstance(p, dict) and isinstance(p.get("regression"), (int, float))]
+    from dlperf.compare.gate import recorded_change
+    from dlperf.compare.stats import change_text
+
+    points = [(p, change) for p in gate.get("points", [])
+              if isinstance(p, dict) and (change := recorded_change(p)) is not None]
     if "failed" not in gate or not points:
         return None
-    changes = ", ".join(f"{p['regression'] * 100:+.1f}% @ bs{p.get('batch_size')}" for p in points[:3])
+    # the metric's own change and which way it is, as `dlperf check` words it (a throughput loss read +25.1%)
+    changes = ", ".join(f"{change_text(change, lower)} @ bs{p.get('batch_size')}"
+                        for p, (change, _, lower) in points[:3])
     more = ", ..." if len(points) > 3 else ""
     return f"{'FAIL' if gate['failed'] else 'PASS'}: {gate.get('metric', '')} {changes}{more}"
 

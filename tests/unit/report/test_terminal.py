@@ -299,7 +299,7 @@ def test_a_check_run_s_headline_is_its_verdict() -> None:
     record = RunRecord("c1", "check", "zoo:mlp", "ok", "2026-01-01", result={**RESULT, "gate": failing})
     headline = headline_text(record)
     regression = failing["points"][0]["regression"]
-    assert headline == f"FAIL: p50 {regression * 100:+.1f}% @ bs1" and regression > 0.05
+    assert headline == f"FAIL: p50 {regression * 100:+.1f}% worse @ bs1" and regression > 0.05
     passing = gate({1: _measurement(1.0)}, {1: _measurement(1.0)}).to_dict()
     assert headline_text(RunRecord("c2", "check", "zoo:mlp", "ok", "2026-01-01",
                                    result={**RESULT, "gate": passing})).startswith("PASS: p50 ")
