@@ -643,6 +643,13 @@ def _busy(threads: int) -> str:
     return f"{_cores(threads, 'thread')} of this process {'was' if threads == 1 else 'were'} busy"
 
 
+def times_faster(ratio: float) -> str:
+    """How many times faster a time `ratio` (< 1) of another is: '2.5x', '35x', '1,200x' (a ratio of 0.0008 printed
+    as '0.00x')."""
+    factor = 1.0 / max(ratio, 1e-12)
+    return f"{factor:.1f}x" if factor < 10 else f"{factor:,.0f}x"
+
+
 def _caveats(a: Analyses) -> list[str]:
     out = []
     t = a.threads
@@ -674,7 +681,8 @@ def _caveats(a: Analyses) -> list[str]:
         out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
     if ratio is not None and ratio < LOW_OVERHEAD_RATIO:
         b = a.breakdown
-        out.append(f"the profiled step ({_ms(b.step_s)}) took {ratio:.2f}x the unprofiled one "
+        # as how many times faster: 'took 0.00x the unprofiled one' said nothing of a 1 ms step against a 2 s one
+        out.append(f"the profiled step ({_ms(b.step_s)}) was {times_faster(ratio)} faster than the unprofiled one "
                    f"({_ms(b.unprofiled_step_s or 0.0)}): the profiler cannot make a step faster, so the unprofiled "
                    "timing was disturbed (another process, a one-off stall); these figures are not representative: "
                    "re-run on an idle machine")

@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.profile.diagnose import MEMORY_CAPACITY
+from dlperf.profile.diagnose import LOW_OVERHEAD_RATIO, MEMORY_CAPACITY, times_faster
 from dlperf.report.fit import hanging
 
 BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
@@ -250,8 +250,12 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
                           f"num_workers={ld['num_workers']}, pin_memory={ld['pin_memory']}, "
                           f"prefetch_factor={ld['prefetch_factor']}, persistent_workers={ld['persistent_workers']}"))
     o = result["overhead"]
+    ratio = o.get("ratio")
+    # a profiled step far faster than the unprofiled one read '(0.00x)': the caveat above says why it happens
+    shown = (f"profiled {times_faster(ratio)} faster: the unprofiled timing was disturbed"
+             if isinstance(ratio, (int, float)) and 0 < ratio < LOW_OVERHEAD_RATIO else _speed(ratio))
     lines.append(Text(f"profiling overhead: profiled step {_ms(o['profiled_step_s'])} vs unprofiled "
-                      f"{_ms(o['unprofiled_step_s'])} ({_speed(o['ratio'])}); the analyses describe the "
+                      f"{_ms(o['unprofiled_step_s'])} ({shown}); the analyses describe the "
                       "profiled steps", style="dim"))
     return lines
 

@@ -227,7 +227,12 @@ def test_overhead_in_a_step_of_few_operators_is_a_per_call_finding() -> None:
 
 def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
     d = _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.35))  # profiled 10 ms, unprofiled 350 ms
-    assert any("0.03x the unprofiled one" in c and "not representative" in c for c in d.caveats)
+    assert any("(10.00 ms) was 35x faster than the unprofiled one (350.00 ms)" in c and "not representative" in c
+               for c in d.caveats), d.caveats
+    # 'took 0.00x the unprofiled one' for a 10 ms step against a 20 s one
+    far = _diagnose(trace([gemm(0, 9000)], unprofiled_s=20.0)).caveats
+    assert any("was 2,000x faster than the unprofiled one" in c for c in far) and not any("0.00x" in c for c in far)
+    assert dg.times_faster(0.4) == "2.5x"
     assert not any("unprofiled one" in c for c in _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.008)).caveats)
 
 

@@ -94,3 +94,14 @@ def test_at_105_columns_the_verified_fixes_keep_their_labels_and_every_column() 
     assert first.split()[:2] == ["DataLoader(num_workers=2,", "input"] and first.rstrip().endswith("0.3 s")
     assert table[table.index(first) + 1].startswith("persistent_workers=True)")
     assert any(line.rstrip().endswith("setup") for line in table)
+
+
+def test_the_overhead_line_of_a_step_far_faster_profiled_says_how_many_times() -> None:
+    """It read 'profiled step 10.00 ms vs unprofiled 20000 ms (0.00x)'."""
+    t = trace([gemm(0, 9000), gemm(10_000, 9000, step=1)], steps=2, unprofiled_s=20.0)
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("profiling overhead"))
+    assert "(profiled 2,000x faster: the unprofiled timing was disturbed)" in line and "0.00x" not in line, line
