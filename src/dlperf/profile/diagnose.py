@@ -201,7 +201,9 @@ def _input_pipeline(a: Analyses) -> Finding | None:
     # 30 of a 40 ms step was taken to load a batch in 60 ms, and 4 workers promised 2.67x instead of 2x).
     current = ld.num_workers or 0
     load_s = step_s * current if current else wait_s
-    new_step = max(compute_s, load_s / workers)
+    # without more workers to propose (the loader runs the most dlperf proposes), only cheaper loading helps: at
+    # best the wait goes
+    new_step = max(compute_s, load_s / workers) if workers is not None else compute_s
     evidence = [
         f"{ld.wait_share:.0%} of each training step waits for the next batch "
         f"({_ms(ld.data_wait_s)} of {_ms(ld.step_s)})",
@@ -216,16 +218,23 @@ def _input_pipeline(a: Analyses) -> Finding | None:
     if ld.is_dataloader:
         evidence.append(f"DataLoader(num_workers={ld.num_workers}, pin_memory={ld.pin_memory}, "
                         f"prefetch_factor={ld.prefetch_factor}, persistent_workers={ld.persistent_workers})")
-    suggested = ld.suggested or {"num_workers": workers, "persistent_workers": True}
-    fixes = [loader_fix(suggested)] if ld.is_dataloader else []
+    suggested = ld.suggested or ({"num_workers": workers, "persistent_workers": True} if workers is not None else {})
+    fixes = [loader_fix(suggested)] if ld.is_dataloader and suggested else []
+    if workers is not None:
+        fix = (f"load batches in {workers} background worker processes that stay alive between epochs "
+               "(DataLoader num_workers, persistent_workers"
+               + (", pin_memory" if a.device.startswith("cuda") else "") + "); make __getitem__ cheaper")
+    else:  # proposing the loader's own 16 workers was no fix
+        fix = (f"make __getitem__ cheaper (decode or transform once and cache, read fewer bytes): the loader already "
+               f"runs {current} workers, the most dlperf proposes"
+               + ("; " + ", ".join(f"{k}={v}" for k, v in suggested.items()) if suggested else ""))
     return Finding(
         category=INPUT_PIPELINE,
         title="the training step waits for its data",
         evidence=evidence + ld.notes,
-        fix=(f"load batches in {workers} background worker processes that stay alive between epochs "
-             "(DataLoader num_workers, persistent_workers"
-             + (", pin_memory" if a.device.startswith("cuda") else "") + "); make __getitem__ cheaper"),
-        setting=fixes[0].setting if fixes else "DataLoader(num_workers=N, persistent_workers=True)",
+        fix=fix,
+        setting=(fixes[0].setting if fixes else "DataLoader(num_workers=N, persistent_workers=True)"
+                 if workers is not None else "the dataset's __getitem__ (make_loader's dataset)"),
         share=share,
         confidence="high" if share >= 0.4 else "medium",
         estimated_speedup=step_s / max(new_step, 1e-9),
