@@ -299,6 +299,10 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
     return trace.validate()
 
 
+CAPTURE_STEPS = 4
+"""The `on_progress` calls of a capture: building, warming up, timing unprofiled, profiling."""
+
+
 def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) -> tuple[Any, ...]:
     import torch
 
