@@ -135,9 +135,10 @@ def test_a_raising_loss_and_a_missing_gpu_are_named_in_the_users_terms(tmp_path:
 
 
 def test_the_progress_count_is_the_calls_the_profile_makes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`dlperf profile` counted 6 stages whatever ran: a first calibration of fp32, bf16, fp16 and int8 (this VM has
-    AVX-512 bf16 and VNNI) made 5 calls before the capture's 4 and ran the bar past 100%; with the ceilings cached
-    it stopped at half. The count is now the calls, with the calibration's only when there is none cached."""
+    """`dlperf profile` counted 6 stages whatever ran: a first calibration of fp32, bf16, fp16 and int8 (a CPU with
+    AVX-512 bf16/fp16 and VNNI, or a GPU) makes 5 calls before the capture's 4 and ran the bar past 100%; with the
+    ceilings cached it stopped at 4 of 6. The count is now the calls, with the calibration's only when none is
+    cached (on an fp32-only CPU a first calibration makes 2, and 2 + 4 happened to be the fixed 6)."""
     from dlperf.profile.capture import CaptureConfig, StepOptions
     from dlperf.profile.session import ProfileConfig, profile_workload, progress_steps
 
