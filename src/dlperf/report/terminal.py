@@ -213,7 +213,9 @@ def bench_headline_line(result: dict[str, Any]) -> str | None:
         return None
     kpi = headline["kpi"]
     value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
-    line = f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"
+    # a check run's headline is its gated latency, per item as the gate compares it (the table's are per call)
+    per_item = " per item" if headline.get("per_item") else ""
+    line = f"headline: {kpi.removesuffix('_s')} {value}{per_item} at batch {headline['batch_size']}"
     if "bound_99" in headline:
         q = kpi.removeprefix("p").removesuffix("_s")
         line += (f" (<= {fmt_value(headline['bound_99'], 's')} at 99% confidence, MLPerf's early stopping)"

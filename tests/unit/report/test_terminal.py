@@ -533,3 +533,18 @@ def test_optimize_s_size_columns_keep_a_small_artifact_s_size() -> None:
     from dlperf.report.optimize_view import _mib
 
     assert (_mib(40 * 1024), _mib(None), _mib(488.5 * 2**20)) == ("0.039", "-", "488.5")
+
+
+def test_a_check_runs_headline_line_is_its_gated_metric_per_item() -> None:
+    """A check run's headline is the gated metric (it was the bench's throughput); at a batch of 8 the gate's p50 is
+    per item, an eighth of the table's per-call p50, and the line says so."""
+    from dlperf.compare.gate import GateConfig, gate
+    from dlperf.report.terminal import bench_headline_line
+
+    def per8(scale: float) -> Measurement:
+        return Measurement(_measurement(scale).samples_ns, items_per_call=8)
+
+    verdict = gate({8: per8(8.0)}, {8: per8(8.8)}, GateConfig())
+    line = bench_headline_line({**RESULT, "headline": verdict.headline()})
+    value = fmt_ms(verdict.points[0].current_value)
+    assert line == f"headline: p50 {value} ms per item at batch 8", line
