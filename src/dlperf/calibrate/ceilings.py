@@ -221,6 +221,20 @@ def get_ceilings(
     return ceilings
 
 
+def measuring_steps(device: str = "cpu", *, quick: bool = False) -> int:
+    """How many `on_progress` calls `get_ceilings(device, quick=quick)` makes now: none where the cache has the
+    ceilings, else one per GEMM dtype the device runs natively and one for the bandwidth (so a progress bar can
+    count them: `dlperf profile` counted a fixed 6 stages, and a first calibration of fp32, bf16, fp16 and int8 ran
+    it past 100%)."""
+    device = normalize_device(device)
+    key = machine_key(device)
+    if read_cache(key, quick=False) or (read_cache(key, quick=True) if quick else None):
+        return 0
+    from dlperf.calibrate.kernels import supported_dtypes
+
+    return len(supported_dtypes(device)[0]) + 1
+
+
 def lookup_or_measure(
     device: str = "cpu",
     *,

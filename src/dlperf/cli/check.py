@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from dlperf.cli.common import (
     ALLOCATOR_CHOICES,
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
     from dlperf.errors import ConfigError
-    from dlperf.report.compare_text import gate_lines
+    from dlperf.report.compare_text import check_lines
 
     # named as the options are (GateConfig names its fields: "max_regression must be a fraction >= 0")
     bare_above_one("--max-regression", args.max_regression)
@@ -92,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(outcome.to_dict())
     else:
         out = console()
-        out.print(f"check of {args.workload} against baseline '{args.baseline}' (run {outcome.baseline.id}); "
-                  f"this run: {outcome.run_id}")
-        for line in gate_lines(outcome.gate.to_dict()):
+        store_option = f" --store {shlex.quote(store.shown_url)}" if args.store else ""
+        for line in check_lines(outcome.gate.to_dict(), args.workload, args.baseline, store_option):
             out.print(line)
     return outcome.exit_code

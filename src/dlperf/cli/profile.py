@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
     from dlperf.profile.capture import CaptureConfig, StepOptions, require_train_spec
-    from dlperf.profile.session import ProfileConfig, ProfileReport, profile_workload
+    from dlperf.profile.session import ProfileConfig, ProfileReport, profile_workload, progress_steps
     from dlperf.report.profile_view import profile_report
     from dlperf.workload.loader import load_workload
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         "threads": args.threads, "trace": args.trace, "memory_budget_bytes": capture_config.memory_budget_bytes,
         "verify": args.verify, "max_fixes": args.max_fixes,
     }
-    stages = 6 + (args.max_fixes if args.verify else 0)
+    stages = progress_steps(config)  # a first calibration's steps counted only when it will run
     with store.recording("profile", workload.source or args.workload, config_dict, environment) as recording, \
             step_progress(stages, "profile") as on_step:
         def keep(diagnosed: ProfileReport) -> None:  # an interrupt during --verify keeps capture and diagnosis

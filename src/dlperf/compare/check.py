@@ -131,7 +131,8 @@ def check_against_baseline(
                                                                                  verdict)]
         verdict.baseline_run_id = baseline.id
         verdict.current_run_id = run.id
-        run.result = {**bench, "gate": verdict.to_dict()}
+        # the headline is the gated metric's (bench's was throughput, whatever the gate judged)
+        run.result = {**bench, "headline": verdict.headline(), "gate": verdict.to_dict()}
     return CheckOutcome(verdict, baseline, run.id, bench)
 
 

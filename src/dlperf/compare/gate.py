@@ -10,10 +10,12 @@ items per second over the measured calls, so its statistic is the mean latency p
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, p_text, ratio_ci
+from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, p_text, ratio_ci
 from dlperf.errors import ConfigError
 from dlperf.measure.stats import Measurement
 
@@ -51,7 +53,9 @@ class GateConfig:
 
 @dataclass
 class PointVerdict:
-    """One batch size: `regression` is the fractional loss (+0.2 = 20% slower / 16.7% less throughput)."""
+    """One batch size: `regression` is the fractional loss (+0.2 = 20% slower / 16.7% less throughput), positive when
+    worse whatever the metric; `change` is the metric's own change (now / baseline - 1: -0.167 for that throughput),
+    which is how the verdict words it, with "worse" or "better"."""
 
     batch_size: int
     metric: str
@@ -71,8 +75,28 @@ class PointVerdict:
     def failed(self) -> bool:
         return self.exceeds and self.regression_ci[0] > self.threshold
 
-    def reason(self, max_regression: float, confidence: float) -> str:
+    @property
+    def inconclusive(self) -> bool:
+        """Passed, but the interval reaches above the threshold: a regression larger than it is not ruled out."""
+        return not self.failed and self.regression_ci[1] > self.threshold
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric != "throughput"
+
+    @property
+    def change(self) -> float:
+        """now / baseline - 1 of the metric itself: a throughput loss is negative, a latency rise positive."""
+        return self.regression if self.lower_is_better else -self.regression
+
+    @property
+    def change_ci(self) -> tuple[float, float]:
         lo, hi = self.regression_ci
+        return (lo, hi) if self.lower_is_better else (-hi, -lo)
+
+    def reason(self, max_regression: float, confidence: float) -> str:
+        hi = self.regression_ci[1]
+        change_lo, change_hi = self.change_ci
         unit = "items/s" if self.metric == "throughput" else ("ms per item" if self.per_item else "ms")
         def value(v: float) -> str:  # items/s as bench prints them (45,310, where '.4g' printed 4.531e+04)
             if self.metric == "throughput":
@@ -80,8 +104,8 @@ class PointVerdict:
             return f"{v * 1e3:.4g}"
 
         head = (f"batch {self.batch_size}: {self.metric} {value(self.baseline_value)} -> "
-                f"{value(self.current_value)} {unit}: {_signed(self.regression)} "
-                f"({confidence:.0%} CI {_signed(lo)} to {_signed(hi)}; "
+                f"{value(self.current_value)} {unit}: {change_text(self.change, self.lower_is_better)} "
+                f"({confidence:.0%} CI {_signed(change_lo)} to {_signed(change_hi)}; "
                 f"Mann-Whitney {p_text(self.mann_whitney.p_value)})")
         if self.failed:
             return f"{head}: REGRESSION, significantly above the {max_regression:.1%} threshold"
@@ -103,8 +127,10 @@ class PointVerdict:
         return {
             "batch_size": self.batch_size, "metric": self.metric, "baseline_value": self.baseline_value,
             "current_value": self.current_value, "regression": self.regression,
-            "regression_ci": list(self.regression_ci), "significant": self.significant,
-            "exceeds": self.exceeds, "failed": self.failed, "threshold": self.threshold, "per_item": self.per_item,
+            "regression_ci": list(self.regression_ci), "change": self.change, "change_ci": list(self.change_ci),
+            "lower_is_better": self.lower_is_better, "significant": self.significant,
+            "exceeds": self.exceeds, "failed": self.failed, "inconclusive": self.inconclusive,
+            "threshold": self.threshold, "per_item": self.per_item,
             "mann_whitney": self.mann_whitney.to_dict(),
             "estimate": self.estimate.to_dict(),
         }
@@ -130,8 +156,19 @@ class GateResult:
         return [p.reason(self.config.max_regression, self.config.confidence) for p in self.points]
 
     def describe(self) -> str:
-        verdict = "FAIL: a significant regression above the threshold" if self.failed else "PASS"
+        """The reasons, the warnings and the verdict, as `dlperf check` prints them (report.compare_text.gate_lines)."""
+        verdict = verdict_line(self.failed, self.config.metric, self.config.max_regression)
         return "\n".join([*self.reasons(), *(f"warning: {w}" for w in self.warnings), verdict])
+
+    def headline(self) -> dict[str, Any]:
+        """The check run's headline as a run records it ({kpi, value, unit, batch_size}, as bench's): the gated
+        metric at the batch size that regressed most (it was the bench's throughput, whatever the gate judged)."""
+        worst = max(self.points, key=lambda p: p.regression)
+        throughput = self.config.metric == "throughput"
+        return {"kpi": "throughput" if throughput else f"{self.config.metric}_s", "value": worst.current_value,
+                "unit": "items/s" if throughput else "s", "batch_size": worst.batch_size,
+                "per_item": worst.per_item and not throughput, "baseline_value": worst.baseline_value,
+                "change": worst.change, "regression": worst.regression, "failed": self.failed}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,7 +176,7 @@ class GateResult:
             "confidence": self.config.confidence, "failed": self.failed, "exit_code": self.exit_code,
             "baseline_run_id": self.baseline_run_id, "current_run_id": self.current_run_id,
             "points": [p.to_dict() for p in self.points], "reasons": self.reasons(),
-            "warnings": list(self.warnings),
+            "warnings": list(self.warnings), "headline": self.headline(),
         }
 
 
@@ -197,6 +234,27 @@ def gate(baseline: dict[int, Measurement], current: dict[int, Measurement],
     if missing:
         warnings.append(f"batch sizes {missing} of the baseline were not re-measured")
     return GateResult(config, points, warnings)
+
+
+def verdict_line(failed: bool, metric: str, max_regression: float) -> str:
+    """The check's last line, for `dlperf check` and `dlperf.testing` alike (they worded it two ways)."""
+    if failed:
+        return f"FAIL: {metric} regressed significantly by more than {max_regression:.1%}"
+    return "PASS: no significant regression above the threshold"
+
+
+def recorded_change(point: Mapping[str, Any]) -> tuple[float, list[float], bool] | None:
+    """(change, its interval, lower_is_better) of a recorded point (`PointVerdict.to_dict()`); derived from the
+    regression for a record made before 2026-12-05, which had no `change`. None where neither is there."""
+    lower = point.get("metric") != "throughput"
+    change, ci = point.get("change"), point.get("change_ci")
+    if isinstance(change, (int, float)) and isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return float(change), [float(ci[0]), float(ci[1])], lower
+    regression, reg_ci = point.get("regression"), point.get("regression_ci")
+    if not isinstance(regression, (int, float)):
+        return None
+    lo, hi = (reg_ci if isinstance(reg_ci, (list, tuple)) and len(reg_ci) == 2 else (math.nan, math.nan))
+    return (float(regression), [lo, hi], True) if lower else (-float(regression), [-hi, -lo], False)
 
 
 def _signed(fraction: float) -> str:

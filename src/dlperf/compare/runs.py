@@ -54,8 +54,9 @@ class KpiDelta:
         return self.b < self.a if self.lower_is_better else self.b > self.a
 
     def to_dict(self) -> dict[str, Any]:
+        # `change` is in the KPI's own direction (a throughput loss is negative); `better` says which way that is
         return {"name": self.name, "label": self.label, "a": self.a, "b": self.b, "change": self.change,
-                "lower_is_better": self.lower_is_better}
+                "lower_is_better": self.lower_is_better, "better": self.better}
 
 
 @dataclass

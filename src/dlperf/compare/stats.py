@@ -46,6 +46,18 @@ def p_text(p_value: float, digits: int = 2) -> str:
     return f"p={p_value:.{digits}g}"
 
 
+def change_text(change: float, lower_is_better: bool) -> str:
+    """A change of a metric in its own direction, and which way that is: '+29.9% worse' for a p50 29.9% longer,
+    '-25.1% worse' for a throughput a quarter lower, '+3.0% better'; a change that rounds to 0.0% has no word.
+    `dlperf check` and `dlperf compare` both word their changes so (check printed a throughput loss as +25.1%,
+    compare as -25.1%)."""
+    text = f"{change * 100:+.1f}%"
+    if not math.isfinite(change) or round(change * 100, 1) == 0.0:
+        return text
+    worse = change > 0 if lower_is_better else change < 0
+    return f"{text} {'worse' if worse else 'better'}"
+
+
 def _ranks(values: Sequence[float]) -> tuple[list[float], float]:
     """Average ranks (1-based) and the tie term sum(t^3 - t) over groups of equal values."""
     order = sorted(range(len(values)), key=values.__getitem__)

@@ -40,6 +40,7 @@ from dlperf.profile.trace import (
 from dlperf.workload.base import (
     Workload,
     _user_frame,
+    call_loss,
     call_user_factory,
     error_text,
     loader_problem,
@@ -204,7 +205,7 @@ class Step:
                     if self._autocast_dtype is not None else _null())
         with record("dlperf/forward"), autocast:
             out = self._run_model(*inputs)
-            loss = train.loss_fn(out, target)
+            loss = call_loss(self.workload.name, train.loss_fn, out, target)
         problem = loss_problem(loss)
         if problem is not None:  # backward() raised "grad can be implicitly created only for scalar outputs"
             raise WorkloadError(f"workload '{self.workload.name}': {problem}")
@@ -297,6 +298,10 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
     trace.loader = step.loader_info()
     trace.batch_size = step.batch_size
     return trace.validate()
+
+
+CAPTURE_STEPS = 4
+"""The `on_progress` calls of a capture: building, warming up, timing unprofiled, profiling."""
 
 
 def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) -> tuple[Any, ...]:

@@ -70,6 +70,25 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
         return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
 
 
+def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:
+    """How many `on_progress` calls `profile_workload(..., config)` makes, at most: the calibration's where no
+    ceilings are cached (none when the caller gives them), the capture's, and one per fix --verify measures (fewer
+    where fewer fixes apply). A fixed 6 ran `dlperf profile`'s bar past 100% on a first calibration of several
+    dtypes, and left it at half with the ceilings cached."""
+    import torch
+
+    from dlperf.calibrate.ceilings import measuring_steps
+    from dlperf.measure.bench import torch_threads
+    from dlperf.measure.env import usable_cores
+    from dlperf.profile.capture import CAPTURE_STEPS
+
+    calibration = 0
+    if not ceilings_given:  # at the threads load_ceilings measures at: the cache is per thread count
+        with torch_threads(min(config.capture.options.threads or torch.get_num_threads(), usable_cores())):
+            calibration = measuring_steps(config.capture.device, quick=config.quick_ceilings)
+    return calibration + CAPTURE_STEPS + (config.max_fixes if config.verify else 0)
+
+
 def profile_workload(workload: Workload | str | os.PathLike[str], config: ProfileConfig,
                      ceilings: CeilingsLike | None = None, on_progress: Callable[[str], None] | None = None,
                      on_diagnosis: Callable[[ProfileReport], None] | None = None) -> ProfileReport:

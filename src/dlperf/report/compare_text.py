@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.compare.stats import p_text
+from dlperf.compare.stats import change_text, p_text
 from dlperf.report.fit import FirstThatFits
 
 if TYPE_CHECKING:
@@ -93,7 +94,9 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
             fmt = ms if is_time else _count
             label = f"{kpi.label} ms" if is_time else f"{kpi.label} items/s"
             style = "green" if kpi.better else "red"
-            table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(pct(kpi.change), style=style))
+            # in the KPI's own direction, with which way that is: '-25.1% worse' (check printed that loss +25.1%)
+            table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(change_text(kpi.change, kpi.lower_is_better),
+                                                              style=style))
         lo, hi = point.median_ratio.ci
         test = Text(f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
                     f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}", style="table.caption")
@@ -112,16 +115,29 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
 def gate_lines(result: dict[str, Any]) -> list[Text]:
     """A regression gate's verdict (`GateResult.to_dict()`, also as `dlperf check` records it): each batch
     size's reason, the warnings, PASS or FAIL."""
+    from dlperf.compare.gate import verdict_line
+
     lines = []
     for point, reason in zip(result["points"], result["reasons"], strict=False):
         lines.append(Text(reason, style="red" if point.get("failed") else ""))
     for warning in result.get("warnings", []):
         lines.append(Text(f"warning: {warning}", style="yellow"))
-    if result["failed"]:
-        lines.append(Text(f"FAIL: {result['metric']} regressed significantly by more than "
-                          f"{result['max_regression']:.1%}", style="bold red"))
-    else:
-        lines.append(Text("PASS: no significant regression above the threshold", style="bold green"))
+    lines.append(Text(verdict_line(bool(result["failed"]), result["metric"], result["max_regression"]),
+                      style="bold red" if result["failed"] else "bold green"))
+    return lines
+
+
+def check_lines(result: dict[str, Any], workload: str, baseline: str, store_option: str = "") -> list[Text]:
+    """A check's whole verdict, for `dlperf check` and `dlperf.testing`'s PerformanceRegression alike (they worded
+    one failure two ways): which runs, `gate_lines`, and after a FAIL how to look closer and how to accept the
+    slowdown. `store_option` (' --store PATH', or '') goes into the commands it gives."""
+    base_run, this_run = result.get("baseline_run_id"), result.get("current_run_id")
+    lines = [Text(f"check of {workload} against baseline '{baseline}' (run {base_run}); this run: {this_run}"),
+             *gate_lines(result)]
+    if result["failed"] and base_run and this_run:
+        lines.append(Text(f"details: `dlperf compare {base_run} {this_run}{store_option}`"))
+        lines.append(Text(f"if the slowdown is intended, make this run the baseline: "
+                          f"`dlperf baseline set {shlex.quote(baseline)} {this_run}{store_option}`"))
     return lines
 
 

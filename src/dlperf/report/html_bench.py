@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dlperf.compare.gate import recorded_change, verdict_line
+from dlperf.compare.stats import change_text
 from dlperf.report.html_parts import (
     Raw,
     ci_header,
@@ -90,24 +92,26 @@ def bench_view(rec: RunRecord) -> str:
 
 def _gate_view(gate: Mapping[str, Any]) -> str:
     failed = bool(gate.get("failed"))
-    verdict = ('<p class="verdict bad">FAIL: significant regression above the threshold</p>' if failed
-               else '<p class="verdict good">PASS: no significant regression above the threshold</p>')
+    said = verdict_line(failed, str(gate.get("metric", "")), float(gate.get("max_regression") or 0.0))
+    verdict = f'<p class="verdict {"bad" if failed else "good"}">{esc(said)}</p>'
     rows = []
     for p in gate.get("points", []):
-        ci = p.get("regression_ci") or [math.nan, math.nan]
+        # the metric's own change, and which way it is (a throughput loss read +25.1%, where compare said -25.1%)
+        change, ci, lower = recorded_change(p) or (math.nan, [math.nan, math.nan], True)
         # The gate compares per-item times: at a batch of 8 its p50 is an eighth of the per-call table's.
         per_item = (" per item" if p.get("metric") != "throughput" and p.get("per_item", p.get("batch_size") != 1)
                     else "")
         rows.append([p.get("batch_size"), p.get("metric"),
                      fmt_kpi(p.get("metric"), p.get("baseline_value")) + per_item,
-                     fmt_kpi(p.get("metric"), p.get("current_value")) + per_item, fmt_pct(p.get("regression")),
+                     fmt_kpi(p.get("metric"), p.get("current_value")) + per_item,
+                     change_text(change, lower) if math.isfinite(change) else "-",
                      f"{fmt_pct(ci[0])} to {fmt_pct(ci[1])}", fmt_p_value((p.get("mann_whitney") or {}).get("p_value")),
                      Raw('<span class="bad">regression</span>' if p.get("failed")
                          else '<span class="good">pass</span>')])
     warnings = "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in gate.get("warnings", []))
     return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
             f"{fmt_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"
-            + html_table(("batch", "metric", "baseline", "now", "regression", ci_header(gate.get("confidence")),
+            + html_table(("batch", "metric", "baseline", "now", "change", ci_header(gate.get("confidence")),
                           "Mann-Whitney p", "verdict"), rows)
             + warnings)
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf.measure.stats import early_stopping_min_count
+from dlperf.report.fit import FirstThatFits
 from dlperf.store.query import History
 from dlperf.store.records import RunRecord
 
@@ -137,20 +138,30 @@ def fmt_ci(median_s: float, ci: Sequence[float] | None) -> str:
     return f"-{below:.{1 if below < 10 else 0}f}/+{above:.{1 if above < 10 else 0}f}%"
 
 
-def bench_table(result: dict[str, Any]) -> Table:
-    """The KPIs per batch size, from `BenchResult.to_dict()` (live or stored)."""
+def bench_table(result: dict[str, Any]) -> RenderableType:
+    """The KPIs per batch size, from `BenchResult.to_dict()` (live or stored): two spaces between columns where that
+    fits the console, else one, else one and the wider headers on two lines (at 80 columns a run of 1,350,000
+    items/s and 123,456 calls squeezed the last header to 'IQR/p…', and a CUDA run's table is a column wider)."""
+    return FirstThatFits([_bench_table(result, gap=2, two_line_headers=False),
+                          _bench_table(result, gap=1, two_line_headers=False),
+                          _bench_table(result, gap=1, two_line_headers=True)])
+
+
+BENCH_COLUMNS = ("batch", "iters", "p50", "p90", "p99", "p50 CI", "items/s", "RSS MiB", "CPU%", "IQR/p50")
+TWO_LINE_HEADERS = {"RSS MiB": "RSS\nMiB", "IQR/p50": "IQR/\np50", "CUDA MiB": "CUDA\nMiB", "p50 CI": "p50\nCI"}
+
+
+def _bench_table(result: dict[str, Any], gap: int, two_line_headers: bool) -> Table:
     before = result.get("rss_before_model_bytes")
     # the peak is the process's: a 0.3 MiB model read 'RSS MiB 245.9', nearly all of it Python and torch
     rss = f"RSS: the process's peak ({fmt_mib(before)} MiB before the model was built)" if before else "RSS: peak"
     table = Table(title=f"bench {result.get('workload', '?')}: latency in ms", title_justify="left",
-                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False,
-                  caption=f"p50 CI: bootstrap 95% interval of the median; {rss}; IQR/p50 > 10% = noisy",
-                  caption_justify="left")
-    for name in ("batch", "iters", "p50", "p90", "p99", "p50 CI", "items/s", "RSS MiB", "CPU%", "IQR/p50"):
-        table.add_column(name, justify="right", no_wrap=True)
+                  box=box.SIMPLE_HEAD, padding=(0, gap - 1), collapse_padding=True, pad_edge=False,
+                  show_edge=False, caption_justify="left",
+                  caption=f"p50 CI: bootstrap 95% interval of the median; {rss}; IQR/p50 > 10% = noisy")
     has_cuda = any(p.get("cuda_max_allocated_bytes") is not None for p in result.get("points", []))
-    if has_cuda:
-        table.add_column("CUDA MiB", justify="right", no_wrap=True)
+    for name in (*BENCH_COLUMNS, *(("CUDA MiB",) if has_cuda else ())):
+        table.add_column(TWO_LINE_HEADERS.get(name, name) if two_line_headers else name, justify="right", no_wrap=True)
     for point in result.get("points", []):
         s = point["summary"]
         noisy = bool(s.get("noise_warning"))
@@ -202,7 +213,9 @@ def bench_headline_line(result: dict[str, Any]) -> str | None:
         return None
     kpi = headline["kpi"]
     value = fmt_value(headline["value"], "items/s" if kpi == "throughput" else "s")
-    line = f"headline: {kpi.removesuffix('_s')} {value} at batch {headline['batch_size']}"
+    # a check run's headline is its gated latency, per item as the gate compares it (the table's are per call)
+    per_item = " per item" if headline.get("per_item") else ""
+    line = f"headline: {kpi.removesuffix('_s')} {value}{per_item} at batch {headline['batch_size']}"
     if "bound_99" in headline:
         q = kpi.removeprefix("p").removesuffix("_s")
         line += (f" (<= {fmt_value(headline['bound_99'], 's')} at 99% confidence, MLPerf's early stopping)"
@@ -296,11 +309,16 @@ def trial_headline(result: dict[str, Any]) -> str:
 
 def check_headline(gate: dict[str, Any]) -> str | None:
     """A check run: the gate's verdict and each batch size's regression (its throughput hid whether it failed)."""
-    points = [p for p in gate.get("points", [])
-              if isinstance(p, dict) and isinstance(p.get("regression"), (int, float))]
+    from dlperf.compare.gate import recorded_change
+    from dlperf.compare.stats import change_text
+
+    points = [(p, change) for p in gate.get("points", [])
+              if isinstance(p, dict) and (change := recorded_change(p)) is not None]
     if "failed" not in gate or not points:
         return None
-    changes = ", ".join(f"{p['regression'] * 100:+.1f}% @ bs{p.get('batch_size')}" for p in points[:3])
+    # the metric's own change and which way it is, as `dlperf check` words it (a throughput loss read +25.1%)
+    changes = ", ".join(f"{change_text(change, lower)} @ bs{p.get('batch_size')}"
+                        for p, (change, _, lower) in points[:3])
     more = ", ..." if len(points) > 3 else ""
     return f"{'FAIL' if gate['failed'] else 'PASS'}: {gate.get('metric', '')} {changes}{more}"
 

@@ -24,16 +24,13 @@ class PerformanceRegression(AssertionError):
     """A significant regression above the threshold; the message gives the numbers and the test used."""
 
     def __init__(self, result: GateResult, *, workload: str = "", baseline: str = "", store_url: str = "") -> None:
-        # It gave only the verdict lines: not which runs to look at, nor how to accept an intended slowdown.
+        # in `dlperf check`'s words (report.compare_text.check_lines), which name the runs and how to accept an
+        # intended slowdown
+        from dlperf.report.compare_text import check_lines
+
         store = f" --store {store_url}" if store_url else ""
-        head = (f"performance regression of {workload} against baseline '{baseline}' (run {result.baseline_run_id}); "
-                f"this run: {result.current_run_id}" if workload and baseline else "performance regression:")
-        lines = [head, result.describe()]
-        if result.baseline_run_id and result.current_run_id:
-            lines.append(f"details: `dlperf compare {result.baseline_run_id} {result.current_run_id}{store}`")
-            if baseline:
-                lines.append(f"if the slowdown is intended, make this run the baseline: "
-                             f"`dlperf baseline set {shlex.quote(baseline)} {result.current_run_id}{store}`")
+        lines = [line.plain for line in check_lines(result.to_dict(), workload or "the workload",
+                                                    baseline or "?", store)]
         super().__init__("\n".join(lines))
         self.result = result
 
@@ -60,7 +57,10 @@ def assert_no_regression(
     `store` is a Store, a path or URL (default $DLPERF_STORE or .dlperf/runs.db). `max_regression` is a fraction
     (0.05) or a percentage string ('5%'); a number above 1 is refused, as `dlperf check --max-regression 5` is
     (it meant 500%, and no slowdown under 6x failed): give '500%' if you mean it. Returns the verdict; a passing
-    verdict's warnings are issued as PerformanceCheckWarning (a failing one's are in the exception's message).
+    verdict's warnings, and the reason of each batch size it passed inconclusively, are issued as
+    PerformanceCheckWarning (a failing one's are in the exception's message): a suite run with
+    `filterwarnings = error` fails on them unless it lets them through
+    (`default::dlperf.testing.PerformanceCheckWarning`).
     """
     __tracebackhide__ = True
     return _check(workload, baseline, store=store, max_regression=max_regression, metric=metric,
@@ -94,10 +94,19 @@ def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | 
         raise PerformanceRegression(outcome.gate, workload=name, baseline=baseline,
                                     store_url=shlex.quote(st.shown_url) if explicit else "")
     name = workload if isinstance(workload, str) else outcome.baseline.workload
-    for said in outcome.gate.warnings:  # a passing check kept them to itself: a noisy or cross-machine PASS
+    for said in pass_caveats(outcome.gate):  # a passing check kept them to itself: a noisy or cross-machine PASS
         warnings.warn(f"dlperf check of {name} against baseline '{baseline}' passed, but: {said}",
                       PerformanceCheckWarning, stacklevel=stacklevel)
     return outcome.gate
+
+
+def pass_caveats(result: GateResult) -> list[str]:
+    """What a passing verdict's PerformanceCheckWarnings say: its warnings, and each inconclusive batch size's
+    reason (an interval reaching above the threshold: a regression larger than it is not ruled out), which passed
+    without a word under pytest while `dlperf check` printed "inconclusive"."""
+    inconclusive = [reason for point, reason in zip(result.points, result.reasons(), strict=True)
+                    if point.inconclusive]
+    return [*inconclusive, *result.warnings]
 
 
 def _fraction(value: float | str) -> Any:

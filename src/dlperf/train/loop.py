@@ -25,6 +25,7 @@ from dlperf.workload.base import (
     TrainSpec,
     Workload,
     _user_frame,
+    call_loss,
     call_user_factory,
     error_text,
     loader_problem,
@@ -360,7 +361,7 @@ class TrainLoop:
                 timer.start("forward")
                 with self._autocast():
                     out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
-                    loss = self.spec.loss_fn(out, target)
+                    loss = call_loss(self.workload.name, self.spec.loss_fn, out, target)
                 problem = loss_problem(loss)
                 if problem is not None:
                     raise TrainError(f"workload '{self.workload.name}': {problem}")

@@ -113,6 +113,7 @@ class TrainSpec:
         _check_callable("TrainSpec", "make_loader", self.make_loader,
                         "a function make_loader(batch_size, **dataloader_kwargs) returning (inputs, target) batches")
         _check_callable("TrainSpec", "loss_fn", self.loss_fn, "a function loss_fn(output, target) -> tensor")
+        _check_loss_signature(self.loss_fn)
         _check_callable("TrainSpec", "make_optimizer", self.make_optimizer,
                         "a function make_optimizer(params) -> torch.optim.Optimizer")
         _check_positive("TrainSpec", "batch_size", self.batch_size)
@@ -508,6 +509,49 @@ def split_batch(batch: Any) -> tuple[Any, Any] | str:
             else f"a {type(batch).__name__}")
     return (f"its loader must yield (inputs, target) pairs, got {what}: make make_loader (or its collate_fn) return "
             "(inputs, target)")
+
+
+LOSS_CONVENTION = ("dlperf calls loss_fn(output, target): the model's output and the batch's target, returning a "
+                   "scalar loss tensor")
+
+
+def _check_loss_signature(loss_fn: Any) -> None:
+    """WorkloadError where `loss_fn` cannot be called as loss_fn(output, target): a one-parameter loss failed in the
+    first training step with Python's or torch's TypeError ('loss() takes 1 positional argument but 2 were given'),
+    and a loss class instead of an instance with torch's 'Boolean value of Tensor ... is ambiguous'. A callable
+    without a signature to read (a builtin) is checked by `call_loss` when it is called."""
+    import inspect
+
+    from torch import nn
+
+    if isinstance(loss_fn, type) and issubclass(loss_fn, nn.Module):
+        raise WorkloadError(f"TrainSpec: loss_fn is the class {loss_fn.__name__}, not a loss: give an instance, "
+                            f"loss_fn={loss_fn.__name__}() ({LOSS_CONVENTION})")
+    target = loss_fn.forward if isinstance(loss_fn, nn.Module) else loss_fn
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        name = getattr(loss_fn, "__qualname__", None) or type(loss_fn).__name__
+        raise WorkloadError(f"TrainSpec: loss_fn {name}{signature} cannot be called with two arguments: "
+                            f"{LOSS_CONVENTION}; e.g. loss_fn=torch.nn.functional.cross_entropy, or "
+                            "lambda output, target: my_loss(output)") from None
+
+
+def call_loss(workload: str, loss_fn: Callable[[Any, Any], Any], output: Any, target: Any) -> Any:
+    """`loss_fn(output, target)`; a TypeError of the call itself (not raised inside the loss: a builtin that takes
+    other arguments, whose signature could not be checked) says how dlperf calls it."""
+    try:
+        return loss_fn(output, target)
+    except TypeError as exc:
+        if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
+            said = str(exc).splitlines()[0].rstrip(": ")  # torch's list of the overloads it expected follows
+            raise WorkloadError(f"workload '{workload}': its loss_fn cannot be called as loss_fn(output, target) "
+                                f"({type(exc).__name__}: {said}): {LOSS_CONVENTION}") from exc
+        raise
 
 
 def loss_problem(loss: Any) -> str | None:

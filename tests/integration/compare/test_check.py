@@ -51,6 +51,12 @@ def test_twenty_percent_slower_fails_and_says_why(store_path: Path, monkeypatch:
     assert "REGRESSION" in data["reasons"][0]
     check_run = Store(store_path).get(data["run_id"])
     assert check_run.kind == "check" and check_run.result["gate"]["failed"]
+    # the headline is the gated p50 (it was bench's throughput), in the output and the run alike
+    assert data["headline"]["kpi"] == "p50_s" and data["headline"]["value"] == point["current_value"]
+    assert check_run.result["headline"] == data["headline"]
+    assert main(["runs", "list", "--kind", "check", "--json", "--store", str(store_path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert next(r for r in listed if r["id"] == data["run_id"])["headline"]["kpi"] == "p50_s"
 
 
 @pytest.mark.filterwarnings("ignore::dlperf.testing.PerformanceCheckWarning")  # a busy machine's, on the pass

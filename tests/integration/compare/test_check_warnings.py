@@ -64,3 +64,25 @@ def test_the_fixture_puts_them_in_pytests_warnings_summary(store_path: Path, tmp
     assert re.search(r"1 passed, \d+ warnings? in", proc.stdout), proc.stdout  # a busy machine's too
     assert "test_speed.py:2: PerformanceCheckWarning" in proc.stdout, proc.stdout
     assert "cpu_model: Another CPU 9000 vs" in proc.stdout
+
+
+def test_an_inconclusive_pass_is_a_performance_check_warning(tmp_path: Path) -> None:
+    """A baseline whose calls alternated between 5 and 20 ms: its median's interval is wide, so an unchanged 10 ms
+    workload passes with an interval reaching far above 5%. `dlperf check` printed "inconclusive"; pytest heard
+    nothing of it."""
+    path = tmp_path / "runs.db"
+    dlperf.bench(WORKLOAD, batch_sizes=(1,), min_duration_s=0.3, min_iters=30, store=str(path))
+    store = Store(path)
+    run = store.list(kind="bench")[0]
+    result = run.result
+    point = result["points"][0]
+    n = len(point["measurement"]["samples_ns"])
+    point["measurement"]["samples_ns"] = [5_000_000 if i % 2 else 20_000_000 for i in range(n)]
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(runs_table).where(runs_table.c.id == run.id).values(result_json=json.dumps(result)))
+    assert main(["baseline", "set", "main", run.id, "--store", str(path)]) == 0
+    with pytest.warns(PerformanceCheckWarning) as caught:
+        verdict = assert_no_regression(WORKLOAD, "main", store=str(path), min_duration_s=0.3)
+    assert not verdict.failed and verdict.points[0].inconclusive
+    messages = [str(w.message) for w in caught if w.category is PerformanceCheckWarning]
+    assert any("passed, but: batch 1: p50 " in m and "inconclusive, pass" in m for m in messages), messages

@@ -46,10 +46,12 @@ def test_a_failing_check_names_the_runs_and_the_next_steps(tmp_path: Path) -> No
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     check_run = Store(store_path).list(kind="check")[0].id
-    # it said only "performance regression:" and the verdict lines: no run ids, no way to accept the change
-    assert (f"PerformanceRegression: performance regression of {WORKLOAD} against baseline 'main' "
+    # it said only "performance regression:" and the verdict lines: no run ids, no way to accept the change; now in
+    # `dlperf check`'s words (report.compare_text.check_lines)
+    assert (f"PerformanceRegression: check of {WORKLOAD} against baseline 'main' "
             f"(run {baseline_run}); this run: {check_run}") in out
     assert "REGRESSION, significantly above the 5.0% threshold" in out
+    assert "FAIL: p50 regressed significantly by more than 5.0%" in out
     shown = Store(store_path).shown_url
     assert f"details: `dlperf compare {baseline_run} {check_run} --store {shown}`" in out
     accept = re.search(r"make this run the baseline: `(dlperf baseline set main \S+ --store \S+)`", out)

@@ -132,3 +132,22 @@ def test_a_raising_loss_and_a_missing_gpu_are_named_in_the_users_terms(tmp_path:
     if not torch.cuda.is_available():
         assert main(["profile", "zoo:mlp", "--device", "cuda:0", "--store", str(tmp_path / "r.db")]) == 2
         assert "--device cuda:0 asked for, but no CUDA device is available" in capsys.readouterr().err
+
+
+def test_the_progress_count_is_the_calls_the_profile_makes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf profile` counted 6 stages whatever ran: a first calibration of fp32, bf16, fp16 and int8 (a CPU with
+    AVX-512 bf16/fp16 and VNNI, or a GPU) makes 5 calls before the capture's 4 and ran the bar past 100%; with the
+    ceilings cached it stopped at 4 of 6. The count is now the calls, with the calibration's only when none is
+    cached (on an fp32-only CPU a first calibration makes 2, and 2 + 4 happened to be the fixed 6)."""
+    from dlperf.profile.capture import CaptureConfig, StepOptions
+    from dlperf.profile.session import ProfileConfig, profile_workload, progress_steps
+
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "empty-cache"))
+    config = ProfileConfig(capture=CaptureConfig(steps=1, options=StepOptions(threads=1)), quick_ceilings=True)
+    for cached in (False, True):
+        planned = progress_steps(config)
+        calls: list[str] = []
+        profile_workload("zoo:mlp", config, on_progress=calls.append)
+        assert len(calls) == planned, calls
+        assert any(c.startswith("gemm fp32") for c in calls) is not cached  # the second run reads the cache
+    assert planned == 4

@@ -44,6 +44,12 @@ GOOD = {"LOADER": "loader", "LOSS": "torch.nn.functional.cross_entropy",
     # backward() said "element 0 of tensors does not require grad", with a frame inside torch
     ({"LOSS": "lambda o, y: (o.argmax(1) != y).float().mean()"},
      "its loss_fn returned a tensor that does not require grad (no grad_fn): compute the loss from the model's"),
+    # a builtin (no signature to check when the spec is made) said only torch's "mean() received an invalid
+    # combination of arguments - got (Tensor, Tensor)"
+    ({"LOSS": "torch.mean"},
+     "its loss_fn cannot be called as loss_fn(output, target) (TypeError: mean() received an invalid combination of "
+     "arguments - got (Tensor, Tensor), but expected one of): dlperf calls loss_fn(output, target): the model's "
+     "output and the batch's target, returning a scalar loss tensor"),
 ])
 def test_train_and_profile_name_a_spec_mistake_alike(change: dict[str, str], message: str, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

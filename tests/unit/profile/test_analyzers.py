@@ -161,6 +161,9 @@ def test_loader_analysis_needs_a_training_trace_and_suggests_workers() -> None:
     assert ld.compute_s == pytest.approx(0.004)
     assert ld.suggested == {"num_workers": 2, "persistent_workers": True}
     assert dataloader.suggested_workers(2, 4) == 8
+    # 16 workers (the most proposed) were proposed to a loader running 16, and 16 to one running 12
+    assert dataloader.suggested_workers(2, 16) is None and dataloader.suggested_workers(2, 32) is None
+    assert dataloader.suggested_workers(2, 12) == 16
 
 
 def test_breakdown_reports_the_median_step_whole() -> None:

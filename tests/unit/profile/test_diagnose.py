@@ -227,7 +227,12 @@ def test_overhead_in_a_step_of_few_operators_is_a_per_call_finding() -> None:
 
 def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
     d = _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.35))  # profiled 10 ms, unprofiled 350 ms
-    assert any("0.03x the unprofiled one" in c and "not representative" in c for c in d.caveats)
+    assert any("(10.00 ms) was 35x faster than the unprofiled one (350.00 ms)" in c and "not representative" in c
+               for c in d.caveats), d.caveats
+    # 'took 0.00x the unprofiled one' for a 10 ms step against a 20 s one
+    far = _diagnose(trace([gemm(0, 9000)], unprofiled_s=20.0)).caveats
+    assert any("was 2,000x faster than the unprofiled one" in c for c in far) and not any("0.00x" in c for c in far)
+    assert dg.times_faster(0.4) == "2.5x"
     assert not any("unprofiled one" in c for c in _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.008)).caveats)
 
 
@@ -299,11 +304,37 @@ def test_a_loader_with_workers_that_cannot_keep_up() -> None:
     t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
     top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
     assert top is not None and top.category == dg.INPUT_PIPELINE
-    assert top.fixes[0].loader_kwargs == (("num_workers", 4), ("persistent_workers", True))
+    # its workers are persistent already: only the worker count is proposed (it proposed persistent_workers=True too)
+    assert top.fixes[0].loader_kwargs == (("num_workers", 4),)
     assert "loading overlaps none of it" not in " ".join(top.evidence)
     assert "the step computes for 10.00 ms while its 2 workers load the next batches; a batch takes about 80.00 ms " \
            "to load (2 x the step)" in top.evidence[1]
     assert top.estimated_speedup == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_loader_at_16_workers_is_not_proposed_16(persistent: bool) -> None:
+    """`dlperf profile --verify` of a loader running 16 workers proposed DataLoader(num_workers=16,
+    persistent_workers=True), its own settings, and --verify measured them against themselves."""
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=16, pin_memory=False, prefetch_factor=2,
+                      persistent_workers=persistent, batch_size=16)
+    t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
+              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
+    t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
+    top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+    assert top is not None and top.category == dg.INPUT_PIPELINE  # the wait is still the bottleneck
+    assert all(dict(f.loader_kwargs).get("num_workers") != 16 for f in top.fixes)
+    if persistent:  # nothing of the loader's to change
+        assert top.fixes == [] and "the loader already runs 16 workers" in top.fix
+        assert top.setting == "the dataset's __getitem__ (make_loader's dataset)"  # not 'DataLoader(num_workers=N'
+    else:  # only what differs from its settings
+        assert [f.loader_kwargs for f in top.fixes] == [(("persistent_workers", True),)]
+    assert top.fix.startswith("make __getitem__ cheaper") and "load batches in 16" not in top.fix
+    # at best cheaper loading removes the 30 ms wait from the 40 ms step (it estimated 1.0x for 16 workers)
+    assert top.estimated_speedup == pytest.approx(4.0)
+    assert any("already runs 16 workers, the most dlperf proposes" in e for e in top.evidence)
 
 
 def test_compute_near_the_peak_measures_only_cheaper_arithmetic_against_its_own_estimate() -> None:

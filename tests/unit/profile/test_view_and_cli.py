@@ -66,3 +66,42 @@ def test_the_view_counts_one_step_one_core_one_thread_in_the_singular() -> None:
     text = out.getvalue()
     assert "batch 8, 1 profiled step)" in text  # it said "1 profiled steps"
     assert "on 1 usable core; 1 busy thread kept" in text  # '1 usable cores; 1 busy threads'
+
+
+def test_at_105_columns_the_verified_fixes_keep_their_labels_and_every_column() -> None:
+    """The fix column was squeezed to 15: 'DataLoader(num…' over 'persistent_wor…'. A label now wraps between its
+    words, each whole, and the figures and the setup column stay."""
+    t = trace([gemm(0, 9000), gemm(10_000, 9000, step=1)], steps=2)
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    data["verify"] = [
+        {"category": "input pipeline",
+         "fix": {"id": "loader", "label": "DataLoader(num_workers=2, persistent_workers=True)"},
+         "estimated_speedup": 2.718, "speedup": 2.391, "speedup_ci": [1.873, 3.051], "verdict": "faster",
+         "setup_s": 0.27, "error": None},
+        {"category": "host threads/CPU contention", "fix": {"id": "threads", "label": "1 intra-op thread"},
+         "estimated_speedup": 1.342, "speedup": 1.093, "speedup_ci": [0.874, 1.366],
+         "verdict": "no significant difference", "setup_s": 0.1, "error": None},
+    ]
+    out = io.StringIO()
+    Console(file=out, width=105, color_system=None).print(profile_report(data))
+    lines = out.getvalue().splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("Verified fixes"))
+    table = lines[title:title + 10]
+    text = "\n".join(table)
+    assert "…" not in text, text
+    first = next(line for line in table if "DataLoader(" in line)
+    assert first.split()[:2] == ["DataLoader(num_workers=2,", "input"] and first.rstrip().endswith("0.3 s")
+    assert table[table.index(first) + 1].startswith("persistent_workers=True)")
+    assert any(line.rstrip().endswith("setup") for line in table)
+
+
+def test_the_overhead_line_of_a_step_far_faster_profiled_says_how_many_times() -> None:
+    """It read 'profiled step 10.00 ms vs unprofiled 20000 ms (0.00x)'."""
+    t = trace([gemm(0, 9000), gemm(10_000, 9000, step=1)], steps=2, unprofiled_s=20.0)
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("profiling overhead"))
+    assert "(profiled 2,000x faster: the unprofiled timing was disturbed)" in line and "0.00x" not in line, line

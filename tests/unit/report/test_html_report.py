@@ -274,7 +274,7 @@ def test_a_check_run_s_summary_row_is_its_verdict(bench_points: list[dict[str, A
     html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict,
                                                "headline": {"kpi": "throughput", "value": 900.0, "batch_size": 8}})])
     summary = html.split("<h2>Environment", 1)[0]
-    assert "FAIL: p50 +100.0% @ bs1, +100.0% @ bs8" in summary and "900 items/s" not in summary
+    assert "FAIL: p50 +100.0% worse @ bs1, +100.0% worse @ bs8" in summary and "900 items/s" not in summary
 
 
 def test_a_stopped_search_says_so_and_every_search_where_its_artifacts_are() -> None:

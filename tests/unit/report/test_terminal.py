@@ -11,6 +11,7 @@ from rich.console import Console, RenderableType
 from dlperf.measure.stats import Measurement
 from dlperf.report.terminal import (
     bench_report,
+    bench_table,
     bench_warnings,
     ceilings_table,
     environment_line,
@@ -61,6 +62,29 @@ def test_units() -> None:
     assert fmt_ci(1.0, [0.5, 3.0]) == "-50/+200%"
     # a 12 KiB model's size read 0.0 MiB
     assert (fmt_mib(12 * 1024), fmt_mib(0), fmt_mib(3 * 2**20), fmt_mib(0.25 * 2**20)) == ("0.012", "0.0", "3.0", "0.2")
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_the_bench_table_fits_80_columns_without_cutting_a_header(cuda: bool) -> None:
+    """A fast model measured long (123,456 calls, 1,350,000 items/s) squeezed the last header to 'IQR/p…' at
+    COLUMNS=80; a CUDA run has a column more. Narrower layouts (one space between columns, then two-line headers)
+    keep every cell whole."""
+    point = {**RESULT["points"][0], "peak_rss_bytes": 10240 * 2**20,
+             "summary": {**RESULT["points"][0]["summary"], "n": 123456, "throughput": 1_350_000.0,
+                         "median_ci_s": [0.0012375, 0.0013325]}}
+    if cuda:
+        point["cuda_max_allocated_bytes"] = 12345 * 2**20
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(bench_table({**RESULT, "points": [point]}))
+    text = console.export_text()
+    console.file.close()
+    assert "…" not in text, text
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("8 "))
+    assert row.split()[1:] == ["123456", "1.25", "1.50", "2.00", "-1.0/+6.6%", "1,350,000", "10240.0", "190", "4%",
+                               *(["12345.0"] if cuda else [])]
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    # where it fits, the table keeps its one-line headers and two spaces between columns
+    assert "  IQR/p50" in _text(bench_table(RESULT))
 
 
 def test_sparkline() -> None:
@@ -299,7 +323,7 @@ def test_a_check_run_s_headline_is_its_verdict() -> None:
     record = RunRecord("c1", "check", "zoo:mlp", "ok", "2026-01-01", result={**RESULT, "gate": failing})
     headline = headline_text(record)
     regression = failing["points"][0]["regression"]
-    assert headline == f"FAIL: p50 {regression * 100:+.1f}% @ bs1" and regression > 0.05
+    assert headline == f"FAIL: p50 {regression * 100:+.1f}% worse @ bs1" and regression > 0.05
     passing = gate({1: _measurement(1.0)}, {1: _measurement(1.0)}).to_dict()
     assert headline_text(RunRecord("c2", "check", "zoo:mlp", "ok", "2026-01-01",
                                    result={**RESULT, "gate": passing})).startswith("PASS: p50 ")
@@ -509,3 +533,18 @@ def test_optimize_s_size_columns_keep_a_small_artifact_s_size() -> None:
     from dlperf.report.optimize_view import _mib
 
     assert (_mib(40 * 1024), _mib(None), _mib(488.5 * 2**20)) == ("0.039", "-", "488.5")
+
+
+def test_a_check_runs_headline_line_is_its_gated_metric_per_item() -> None:
+    """A check run's headline is the gated metric (it was the bench's throughput); at a batch of 8 the gate's p50 is
+    per item, an eighth of the table's per-call p50, and the line says so."""
+    from dlperf.compare.gate import GateConfig, gate
+    from dlperf.report.terminal import bench_headline_line
+
+    def per8(scale: float) -> Measurement:
+        return Measurement(_measurement(scale).samples_ns, items_per_call=8)
+
+    verdict = gate({8: per8(8.0)}, {8: per8(8.8)}, GateConfig())
+    line = bench_headline_line({**RESULT, "headline": verdict.headline()})
+    value = fmt_ms(verdict.points[0].current_value)
+    assert line == f"headline: p50 {value} ms per item at batch 8", line

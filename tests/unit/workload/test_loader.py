@@ -629,6 +629,37 @@ def test_eval_and_train_specs_are_checked_when_they_are_made() -> None:
                      make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1)).batch_size == 32
 
 
+def test_a_loss_fn_that_cannot_take_output_and_target_is_refused_when_the_spec_is_made() -> None:
+    """A one-parameter loss failed in the first training step with Python's TypeError ('loss() takes 1 positional
+    argument but 2 were given'), and a loss class with torch's 'Boolean value of Tensor ... is ambiguous'."""
+    from dlperf.workload import TrainSpec
+
+    def spec(loss_fn: Any) -> TrainSpec:
+        return TrainSpec(make_loader=lambda b: [], loss_fn=loss_fn, make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+
+    def loss(out: torch.Tensor) -> torch.Tensor:
+        return out.sum()
+
+    with pytest.raises(WorkloadError, match=r"^TrainSpec: loss_fn .*loss\(out: 'torch.Tensor'\) -> 'torch.Tensor' "
+                                            r"cannot be called with two arguments: dlperf calls loss_fn\(output, "
+                                            r"target\): the model's output and the batch's target"):
+        spec(loss)
+
+    class OneInput(nn.Module):
+        def forward(self, out: torch.Tensor) -> torch.Tensor:
+            return out.sum()
+
+    with pytest.raises(WorkloadError, match=r"^TrainSpec: loss_fn OneInput\(out: 'torch.Tensor'\)"):
+        spec(OneInput())
+    with pytest.raises(WorkloadError, match=r"^TrainSpec: loss_fn is the class CrossEntropyLoss, not a loss: give an "
+                                            r"instance, loss_fn=CrossEntropyLoss\(\)"):
+        spec(nn.CrossEntropyLoss)
+    # two parameters, more with defaults, *args, a loss module, a builtin (no signature to read): all fine
+    for fine in (lambda o, y: o.sum(), lambda o, y, reduction="mean": o.sum(), lambda *args: args[0].sum(),
+                 nn.MSELoss(), torch.nn.functional.cross_entropy, torch.sub):
+        assert spec(fine).loss_fn is fine
+
+
 def test_a_file_whose_model_is_a_module_not_a_function_says_so(tmp_path: Path) -> None:
     path = write(tmp_path, "inst.py", """
         import torch

@@ -37,11 +37,17 @@ class LoaderAnalysis:
         return asdict(self)
 
 
-def suggested_workers(usable_cores: int, current: int | None) -> int:
-    """Workers to try: the usable cores (at least 2, at most 8), or double the current count."""
+MAX_WORKERS = 16
+"""The most loader workers dlperf proposes."""
+
+
+def suggested_workers(usable_cores: int, current: int | None) -> int | None:
+    """Workers to try: the usable cores (at least 2, at most 8), or double the current count (at most MAX_WORKERS);
+    None where that is no more than the loader has (16 workers were proposed to a loader running 16)."""
     base = min(8, max(2, usable_cores))
     if current:
-        return min(max(base, current * 2), 16)
+        more = min(max(base, current * 2), MAX_WORKERS)
+        return more if more > current else None
     return base
 
 
@@ -67,9 +73,16 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         notes.append(f"the loader is a {name}, not a torch DataLoader: its settings cannot be read or changed")
         return LoaderAnalysis(wait, step, wait / step if step else 0.0, compute, False, None, None, None, None,
                               suggested, notes, unprofiled_share)
+    # only what differs from the loader's own settings: the current ones are no fix
     if step > 0 and wait / step >= 0.1:
-        suggested["num_workers"] = suggested_workers(trace.threads.usable_cores, info.num_workers)
-        suggested["persistent_workers"] = True
+        workers = suggested_workers(trace.threads.usable_cores, info.num_workers)
+        if workers is not None:
+            suggested["num_workers"] = workers
+        else:
+            notes.append(f"the loader already runs {info.num_workers} workers, the most dlperf proposes "
+                         f"({MAX_WORKERS}): more cannot be what is missing here; make each batch cheaper to load")
+        if not info.persistent_workers:
+            suggested["persistent_workers"] = True
     if cuda and not info.pin_memory:
         suggested["pin_memory"] = True
         notes.append("pin_memory=False on CUDA: host-to-device copies cannot be asynchronous")

@@ -1,0 +1,119 @@
+"""How a check words its verdict: one sign convention with `dlperf compare`, one wording for `dlperf check` and
+`dlperf.testing`, the inconclusive passes pytest is told about, and the gated metric as the run's headline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from dlperf.compare.gate import GateConfig, GateResult, gate
+from dlperf.compare.runs import RunComparison, compare_points
+from dlperf.compare.stats import change_text
+from dlperf.measure.stats import Measurement
+from dlperf.report.compare_text import check_lines, comparison_tables
+from dlperf.report.terminal import check_headline
+from dlperf.store.records import RunRecord
+from dlperf.testing import PerformanceRegression, pass_caveats
+
+pytestmark = pytest.mark.unit
+
+
+def _m(rng: np.random.Generator, median_s: float, n: int, sigma: float = 0.05) -> Measurement:
+    return Measurement([int(s) for s in rng.lognormal(np.log(median_s), sigma, n) * 1e9])
+
+
+def _slower_throughput() -> GateResult:
+    rng = np.random.default_rng(3)
+    return gate({1: _m(rng, 0.001, 400)}, {1: _m(rng, 0.00133, 400)}, GateConfig(metric="throughput"))
+
+
+def test_change_text_gives_the_direction_in_words() -> None:
+    assert change_text(0.299, lower_is_better=True) == "+29.9% worse"
+    assert change_text(-0.251, lower_is_better=False) == "-25.1% worse"
+    assert change_text(0.03, lower_is_better=False) == "+3.0% better"
+    assert change_text(-0.03, lower_is_better=True) == "-3.0% better"
+    assert change_text(0.0002, lower_is_better=True) == "+0.0%"  # no direction to a change that reads 0.0%
+
+
+def test_a_throughput_loss_reads_the_same_in_check_and_compare() -> None:
+    """check printed a quarter less throughput `+25.1%` (the regression, positive when worse) where compare printed
+    it `-25.1%` (the KPI's own change); both now print the KPI's own change and say it is worse."""
+    result = _slower_throughput()
+    point = result.points[0]
+    assert point.regression == pytest.approx(0.25, abs=0.03)  # the JSON field keeps its meaning
+    assert point.change == pytest.approx(-point.regression)
+    lo, hi = point.change_ci
+    assert lo <= point.change <= hi < 0
+    reason = result.reasons()[0]
+    assert f": {point.change * 100:+.1f}% worse ({result.config.confidence:.0%} CI {lo * 100:+.1f}% to " \
+           f"{hi * 100:+.1f}%;" in reason, reason
+    recorded = result.to_dict()["points"][0]
+    assert recorded["change"] == point.change and recorded["change_ci"] == [lo, hi]
+    assert recorded["regression"] == point.regression and recorded["lower_is_better"] is False
+
+    rng = np.random.default_rng(3)
+    base, slow = _m(rng, 0.001, 400), _m(rng, 0.00133, 400)
+    compared = compare_points(base, slow, 1)
+    throughput = next(k for k in compared.kpis if k.name == "throughput")
+    assert throughput.to_dict()["better"] is False and throughput.change < 0
+    a = RunRecord("a1", "bench", "zoo:mlp", "ok", "2026-12-05T10:00:00")
+    b = RunRecord("b1", "bench", "zoo:mlp", "ok", "2026-12-05T11:00:00")
+    console = Console(width=120, record=True)
+    for part in comparison_tables(RunComparison(a, b, [compared], [])):
+        console.print(part)
+    row = next(line for line in console.export_text().splitlines() if "throughput items/s" in line)
+    assert row.rstrip(" │").endswith(f"{throughput.change * 100:+.1f}% worse"), row
+
+
+def test_a_recorded_checks_headline_words_the_change_as_check_does() -> None:
+    recorded = _slower_throughput().to_dict()
+    change = recorded["points"][0]["change"]
+    assert check_headline(recorded) == f"FAIL: throughput {change * 100:+.1f}% worse @ bs1"
+    # a record from before `change` was recorded: derived from its regression, with the same sign
+    old = {**recorded, "points": [{k: v for k, v in recorded["points"][0].items()
+                                   if k not in ("change", "change_ci", "lower_is_better")}]}
+    assert check_headline(old) == check_headline(recorded)
+
+
+def test_check_and_assert_no_regression_word_a_failure_alike() -> None:
+    """`dlperf check` ended a failure `FAIL: p50 regressed significantly by more than 5.0%` under a line naming the
+    runs; PerformanceRegression said `performance regression of ...` and ended `FAIL: a significant regression above
+    the threshold`. One function words both."""
+    rng = np.random.default_rng(1)
+    result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.012, 300)}, GateConfig(max_regression=0.05))
+    result.baseline_run_id, result.current_run_id = "base0001", "this0002"
+    message = str(PerformanceRegression(result, workload="zoo:mlp", baseline="main", store_url="s.db"))
+    lines = [line.plain for line in check_lines(result.to_dict(), "zoo:mlp", "main", " --store s.db")]
+    assert message.splitlines() == lines
+    assert lines[0] == "check of zoo:mlp against baseline 'main' (run base0001); this run: this0002"
+    assert "FAIL: p50 regressed significantly by more than 5.0%" in lines
+    assert result.describe().splitlines()[-1] == "FAIL: p50 regressed significantly by more than 5.0%"
+    assert lines[-2:] == ["details: `dlperf compare base0001 this0002 --store s.db`",
+                          "if the slowdown is intended, make this run the baseline: "
+                          "`dlperf baseline set main this0002 --store s.db`"]
+
+
+def test_an_inconclusive_pass_is_one_of_the_caveats_pytest_is_warned_of() -> None:
+    """A pass whose interval reaches above the threshold printed "inconclusive" in `dlperf check` and nothing under
+    pytest, which issued only the verdict's warnings as PerformanceCheckWarning."""
+    rng = np.random.default_rng(1)
+    noisy = gate({1: _m(rng, 0.01, 60, sigma=0.4)}, {1: _m(rng, 0.0101, 60, sigma=0.4)}, GateConfig())
+    assert not noisy.failed and noisy.points[0].inconclusive
+    assert noisy.to_dict()["points"][0]["inconclusive"] is True
+    assert pass_caveats(noisy) == [noisy.reasons()[0]] and "inconclusive" in pass_caveats(noisy)[0]
+    calm = gate({1: _m(rng, 0.01, 2000, sigma=0.02)}, {1: _m(rng, 0.0101, 2000, sigma=0.02)}, GateConfig())
+    assert not calm.points[0].inconclusive and pass_caveats(calm) == []
+
+
+def test_a_checks_headline_is_the_gated_metric() -> None:
+    """A check run recorded bench's headline (throughput at its best batch size) whatever the gate judged."""
+    rng = np.random.default_rng(2)
+    result = gate({1: _m(rng, 0.01, 300), 8: _m(rng, 0.01, 300)},
+                  {1: _m(rng, 0.0101, 300), 8: _m(rng, 0.013, 300)}, GateConfig(metric="p90"))
+    headline = result.headline()
+    worst = result.points[1]
+    assert headline["kpi"] == "p90_s" and headline["unit"] == "s" and headline["batch_size"] == 8
+    assert headline["value"] == worst.current_value and headline["regression"] == worst.regression
+    assert result.to_dict()["headline"] == headline
+    assert _slower_throughput().headline()["kpi"] == "throughput"
