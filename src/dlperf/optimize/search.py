@@ -723,6 +723,7 @@ def optimize(
         max_duration_s=config.max_duration_s, extra_modules=tuple(config.extra_modules), export=True,
         ab_blocks=config.ab_blocks, ab_iters_per_block=config.ab_iters_per_block,
         env={"TORCHINDUCTOR_COMPILE_THREADS": "1"}, paired_gate=1.0 - config.extend_tolerance,
+        deployed_memory=config.objective == "memory",
     )
     search_key = config.search_key(batch_size, code_fingerprint(source))
     previous, not_resumed = None, None
