@@ -137,6 +137,9 @@ class OptimizeConfig:
             "measurement": {"warmup_iters": self.warmup_iters, "min_duration_s": self.min_duration_s,
                             "min_iters": self.min_iters, "max_duration_s": self.max_duration_s},
             "workload_code": workload_code,
+            # a memory search's peak RSS comes from a fresh process per artifact: rows of one recorded before, from the
+            # candidate's own process (torch and the original model in it), are not comparable
+            **({"peak_rss": "deployed artifact, fresh process"} if self.objective == "memory" else {}),
         }
 
 
