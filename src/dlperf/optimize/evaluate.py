@@ -26,7 +26,7 @@ from typing import Any
 
 from dlperf.errors import OptimizeError
 
-PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "export", "done")
+PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "export", "memory", "done")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class EvalSettings:
     # The paired gain the search extends a candidate at (1 - its extend_tolerance): more rounds while the CI
     # contains it.
     paired_gate: float = 0.95
+    # Measure the peak RSS a deployment of the exported artifact uses, in a fresh process that loads it alone
+    # (`optimize.footprint`), and report that as `peak_rss_bytes` (the memory objective's figure).
+    deployed_memory: bool = False
 
 
 HELDOUT_FIRST_BATCH = 32
@@ -253,6 +256,13 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         artifact = {"dir": str(artifact_dir), "fields": fields}
         if state.engine != "torch":
             size_bytes = artifact_size(artifact_dir)
+    peak_rss_bytes = int(rss.peak_rss_bytes)
+    deployed = None
+    if settings.deployed_memory:
+        phase("memory")
+        deployed = _deployed_memory(artifact, inputs, settings, out_dir)
+        if "peak_rss_bytes" in deployed:
+            peak_rss_bytes = int(deployed["peak_rss_bytes"])
     summary = measurement.summary()
     phase("done")
     return {
@@ -274,13 +284,30 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "metric_is_fidelity": workload.eval is None,
         "fidelity": fidelity,
         "size_bytes": int(size_bytes),
-        "peak_rss_bytes": int(rss.peak_rss_bytes),
+        "peak_rss_bytes": peak_rss_bytes,
+        # the candidate's own process during timing: torch, the original model, the conversion's leftovers included
+        "timing_peak_rss_bytes": int(rss.peak_rss_bytes),
+        "deployed_memory": deployed,
         "process_max_rss_bytes": max_rss_bytes,
         "cuda_peak_bytes": cuda_peak_bytes,
         "paired": paired,
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
     }
+
+
+def _deployed_memory(artifact: dict[str, Any] | None, inputs: Any, settings: EvalSettings,
+                     out_dir: Path) -> dict[str, Any]:
+    """The deployed artifact's memory (`optimize.footprint.measure_deployed`), or {"error": ...} saying why not."""
+    from dlperf.optimize.footprint import INPUTS_FILE, measure_deployed, save_inputs
+
+    if artifact is None:
+        return {"error": "no exported artifact to load"}
+    inputs_path = out_dir / INPUTS_FILE
+    if not save_inputs(inputs, inputs_path):
+        return {"error": "the example inputs are not a tuple of tensors"}
+    # the warm-up's calls and one more: a model's working memory is allocated by its first calls on these shapes
+    return measure_deployed(Path(artifact["dir"]), inputs_path, settings.warmup_iters + 1, settings.threads)
 
 
 PAIRED_BLOCK_S = 0.025

@@ -137,6 +137,9 @@ class OptimizeConfig:
             "measurement": {"warmup_iters": self.warmup_iters, "min_duration_s": self.min_duration_s,
                             "min_iters": self.min_iters, "max_duration_s": self.max_duration_s},
             "workload_code": workload_code,
+            # a memory search's peak RSS comes from a fresh process per artifact: rows of one recorded before, from the
+            # candidate's own process (torch and the original model in it), are not comparable
+            **({"peak_rss": "deployed artifact, fresh process"} if self.objective == "memory" else {}),
         }
 
 
@@ -723,6 +726,7 @@ def optimize(
         max_duration_s=config.max_duration_s, extra_modules=tuple(config.extra_modules), export=True,
         ab_blocks=config.ab_blocks, ab_iters_per_block=config.ab_iters_per_block,
         env={"TORCHINDUCTOR_COMPILE_THREADS": "1"}, paired_gate=1.0 - config.extend_tolerance,
+        deployed_memory=config.objective == "memory",
     )
     search_key = config.search_key(batch_size, code_fingerprint(source))
     previous, not_resumed = None, None

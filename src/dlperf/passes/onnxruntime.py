@@ -302,7 +302,7 @@ class OrtPass:
                 result = sensitivity.fallback_search(
                     report.top(len(report.ranking)), build, metric, config.max_metric_drop, config.max_fallback_trials
                 )
-                notes.append(result.describe(metric.name))
+                notes.append(result.describe(metric.name, metric.data))
                 path = result.artifact
                 kept_fp32: tuple[str, ...] = result.kept_fp32
             else:

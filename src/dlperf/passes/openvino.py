@@ -283,7 +283,7 @@ class OpenVinoPass:
                 result = sensitivity.fallback_search(
                     report.top(len(report.ranking)), build, metric, config.max_metric_drop, config.max_fallback_trials
                 )
-                notes.append(result.describe(metric.name))
+                notes.append(result.describe(metric.name, metric.data))
                 ov_model, kept_fp32 = result.artifact, result.kept_fp32
             else:
                 kept_fp32 = tuple(config.keep_fp32) if isinstance(config.keep_fp32, tuple) else ()

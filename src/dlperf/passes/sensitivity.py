@@ -6,7 +6,8 @@ Two steps, both measured, nothing hard-coded:
    the model regains when that layer alone stays fp32 ("leave-one-out", the default) or loses when that
    layer alone is int8 ("one-at-a-time"). The result is a ranking, most sensitive first.
 2. `fallback_search` asks the real engine: quantize with the top-k layers kept fp32 for k = 0, 1, 2, 4 ...
-   and returns the first k whose metric (the workload's EvalSpec, else output fidelity) is within budget.
+   and returns the first k whose metric (the workload's EvalSpec on its selection split, else output fidelity) is
+   within budget; `workload_metric` says which data that is.
 The int8 engine passes use this when their config says `keep_fp32="auto"`.
 """
 
@@ -39,6 +40,7 @@ class Metric:
     evaluate: Callable[[Predict], float]
     baseline: float
     higher_is_better: bool = True
+    data: str = ""  # which data the trials are scored on, for the pass's note
 
     def drop(self, value: float) -> float:
         """How much worse `value` is than the baseline (positive = worse)."""
@@ -76,11 +78,12 @@ class FallbackResult:
     trials: list[tuple[int, float]] = field(default_factory=list)
     artifact: Any = None  # whatever the engine's builder returned for the chosen trial
 
-    def describe(self, metric_name: str) -> str:
+    def describe(self, metric_name: str, data: str = "") -> str:
         tried = ", ".join(f"{k} fp32 -> {m:.4f}" for k, m in self.trials)
         verdict = "budget met" if self.met else "budget NOT met"
+        chosen = f"; chosen on {data}" if data else ""
         return (f"mixed precision: {len(self.kept_fp32)} layer(s) kept fp32, {metric_name} {self.metric:.4f} "
-                f"({verdict}; tried {tried})")
+                f"({verdict}; tried {tried}{chosen})")
 
 
 # ----------------------------------------------------------------------------------------------- metrics
@@ -128,21 +131,37 @@ def stack_samples(samples: Sequence[Inputs], batch: int) -> list[Inputs]:
     return out
 
 
+SELECTION_DATA = ("the workload's selection split (EvalSpec.selection_evaluate), not the eval data the metric is "
+                  "judged on")
+
+
 def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> Metric:
-    """The workload's EvalSpec metric, else output fidelity (mean cosine vs fp32) on held-out inputs."""
+    """What a pass that chooses by the metric scores its trials on: the workload's metric on its selection split
+    (`EvalSpec.selection_evaluate`), never on the eval data the search then judges the candidate by, where the
+    workload has one; else the eval metric itself (a choice fitted to the data that judges it: `data` says so);
+    without an eval metric, output fidelity (mean cosine vs fp32) on inputs the search's held-out fidelity does not
+    use (the example inputs at batch sizes 9, 10 ...: the zoo seeds each batch size differently; the search's come
+    from batch size 32 or more, the calibration rows from 1 to 24)."""
     from dlperf.passes._engine import synthetic_batches
 
     wl = state.workload
     if wl.eval is not None:
         # through Workload.score, as every other metric: an evaluate that raises or returns no number is named
         # with the user's frame (these passes build CPU engines: inputs stay on the host)
-        return Metric(wl.eval.metric_name, wl.score, wl.score(state.predict), wl.eval.higher_is_better)
+        if wl.eval.selection_evaluate is not None:
+            return Metric(wl.eval.metric_name, wl.score_selection, wl.score_selection(state.predict),
+                          wl.eval.higher_is_better, SELECTION_DATA)
+        return Metric(wl.eval.metric_name, wl.score, wl.score(state.predict), wl.eval.higher_is_better,
+                      "the eval data, which then judges the candidate too (its EvalSpec has no selection_evaluate): "
+                      "the candidate's metric may be optimistic")
     # Held out from the calibration rows (which start at batch size 1): start at a larger batch size.
     samples: list[Inputs] = []
     for b in synthetic_batches(wl, heldout, first_batch_size=9):
         samples += [tuple(x[r : r + 1] for x in b) for r in range(int(b[0].shape[0]))]
     evaluate = output_fidelity(state.predict, samples[:heldout])
-    return Metric("fidelity", evaluate, 1.0, True)
+    return Metric("fidelity", evaluate, 1.0, True,
+                  f"output fidelity on {len(samples[:heldout])} inputs from example_inputs(9), (10) ..., not the "
+                  "held-out inputs the search judges fidelity on")
 
 
 # ------------------------------------------------------------------------------------- simulated int8

@@ -167,6 +167,22 @@ DISAGREEMENT = 2.0
 """A gain this many times its paired gain (or its inverse) says the two processes ran at different speeds."""
 
 
+def memory_line(data: dict[str, Any]) -> str | None:
+    """What the `peak MiB` column includes, under --objective memory (a fresh process per artifact) or where a row's
+    figure came from there; None otherwise."""
+    rows = [r for r in data.get("candidates") or [] if r.get("status") == "ok"]
+    deployed = [r for r in rows if isinstance(r.get("deployed_memory"), dict)]
+    if data.get("objective") != "memory" and not deployed:
+        return None
+    failed = [r["label"] for r in deployed if "error" in r["deployed_memory"]]
+    line = ("peak MiB: the peak RSS of a fresh process that loads the exported artifact alone and runs the example "
+            "inputs (ONNX Runtime, OpenVINO: the engine and numpy, no torch; a torch artifact: torch and the "
+            "workload, as dlperf.load)")
+    if failed:
+        line += f"; not measured so for {', '.join(failed)} (their own process's peak during timing)"
+    return line
+
+
 def _disagreement_lines(data: dict[str, Any]) -> list[str]:
     """A note where the gain (two processes) and the paired gain (one process) disagree by more than 2x: a baseline
     measured while the machine was busy gave 'gain 855.52x' beside 'paired 1.01x', with no word on which to trust."""
@@ -199,6 +215,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
     lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
                  "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
+    memory = memory_line(data)
+    if memory:
+        lines.append(memory)
     if any(r.get("paired_gain") is not None for r in data.get("candidates") or []):
         # under throughput the gain is of items/s (it read "the baseline's p50 / the candidate's" there too)
         isolated = ("the candidate's items/s / the baseline's" if data.get("objective") == "throughput"

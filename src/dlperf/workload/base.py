@@ -86,6 +86,11 @@ class EvalSpec:
     higher_is_better: bool = True
     # Eval data as batches of inputs, for passes that calibrate (static int8) or fine-tune.
     calibration_inputs: Callable[[], Iterable[Inputs]] | None = None
+    # The same metric on a selection split, data `evaluate` does not score (a validation set, or the calibration
+    # rows): what a pass that chooses by the metric (`keep_fp32="auto"`: which layers stay fp32) scores its trials
+    # on, so the metric the search then reports and judges the candidate by was not fitted to. Without it, such a
+    # pass chooses on `evaluate`'s data, and its note says so.
+    selection_evaluate: Callable[[Predict], float] | None = None
 
     def __post_init__(self) -> None:
         _check_callable("EvalSpec", "evaluate", self.evaluate, "a function evaluate(predict) -> float")
@@ -96,6 +101,9 @@ class EvalSpec:
         if self.calibration_inputs is not None:
             _check_callable("EvalSpec", "calibration_inputs", self.calibration_inputs,
                             "a function returning an iterable of input tuples, or None")
+        if self.selection_evaluate is not None:
+            _check_callable("EvalSpec", "selection_evaluate", self.selection_evaluate,
+                            "a function selection_evaluate(predict) -> float on data evaluate does not use, or None")
 
 
 @dataclass(frozen=True)
@@ -302,16 +310,28 @@ class Workload:
         (an evaluate comparing logits with host labels would fail otherwise)."""
         if self.eval is None:
             raise WorkloadError(f"workload '{self.name}' has no eval metric: give it eval=dlperf.EvalSpec(...)")
+        return self._scored(self.eval.evaluate, "evaluate", predict, device)
+
+    def score_selection(self, predict: Predict, device: str = "cpu") -> float:
+        """`eval.selection_evaluate(predict)` (the metric on the selection split), checked as `score` checks
+        `evaluate`."""
+        if self.eval is None or self.eval.selection_evaluate is None:
+            raise WorkloadError(f"workload '{self.name}' has no selection split: give its EvalSpec a "
+                                "selection_evaluate")
+        return self._scored(self.eval.selection_evaluate, "selection_evaluate", predict, device)
+
+    def _scored(self, evaluate: Callable[[Predict], float], what: str, predict: Predict, device: str) -> float:
+        assert self.eval is not None
         if device != "cpu":
             predict = _host_side(predict, device)
         try:
-            value = self.eval.evaluate(predict)
+            value = evaluate(predict)
         except MissingDependency:
             raise
         except Exception as exc:
             raise WorkloadError(
-                f"workload '{self.name}': its evaluate function raised {type(exc).__name__}: {exc}\n"
-                f"{_user_frame(exc, self.eval.evaluate)}"
+                f"workload '{self.name}': its {what} function raised {type(exc).__name__}: {exc}\n"
+                f"{_user_frame(exc, evaluate)}"
             ) from exc
         try:
             if isinstance(value, (str, bytes)):
@@ -319,7 +339,7 @@ class Workload:
             return float(value)
         except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor of more than one element
             raise WorkloadError(
-                f"workload '{self.name}': its evaluate function returned {_describe_value(value)}, not a number: "
+                f"workload '{self.name}': its {what} function returned {_describe_value(value)}, not a number: "
                 f"return the metric '{self.eval.metric_name}' as a float"
             ) from exc
 

@@ -91,3 +91,25 @@ def test_split_inputs_loader_and_calibration() -> None:
     loss = w.train.loss_fn(model(images), labels)
     assert loss.ndim == 0 and float(loss.detach()) > 0
     assert isinstance(w.train.make_optimizer(model.parameters()), torch.optim.Optimizer)
+
+
+def test_the_selection_split_never_scores_a_test_image() -> None:
+    """keep_fp32="auto" chooses its fp32 layers on `selection_evaluate`: train-split images, not the held-out test
+    images `evaluate` (the metric the search judges by) scores."""
+    d = digits_cnn.data()
+    w = digits_cnn.workload()
+    assert w.eval is not None and w.eval.selection_evaluate is not None
+    seen: list[torch.Tensor] = []
+    model = digits_cnn.make_model()
+
+    def predict(x: torch.Tensor) -> Any:
+        seen.append(x)
+        return model(x)
+
+    accuracy = w.eval.selection_evaluate(predict)
+    rows = torch.cat(seen)
+    assert rows.shape[0] == digits_cnn.SELECTION_ROWS and 0.9 < accuracy <= 1.0
+    test_rows = {tuple(r.flatten().tolist()) for r in d.test_x}
+    train_rows = {tuple(r.flatten().tolist()) for r in d.train_x}
+    chose = {tuple(r.flatten().tolist()) for r in rows}
+    assert chose <= train_rows and not chose & (test_rows - train_rows)

@@ -71,8 +71,11 @@ def test_eager_attention_gives_the_same_embeddings(model: torch.nn.Module) -> No
 def test_calibration_set_differs_from_the_eval_set() -> None:
     assert len(minilm.EVAL_SENTENCES) >= 64 and len(minilm.CALIBRATION_SENTENCES) >= 128
     assert not set(minilm.EVAL_SENTENCES) & set(minilm.CALIBRATION_SENTENCES)
+    # keep_fp32="auto" chooses on the selection split: calibration sentences, never the eval ones
+    assert len(minilm.SELECTION_SENTENCES) == 64
+    assert set(minilm.SELECTION_SENTENCES) <= set(minilm.CALIBRATION_SENTENCES)
     w = minilm.workload(seq_len=SEQ_LEN)
-    assert w.eval is not None and w.eval.calibration_inputs is not None
+    assert w.eval is not None and w.eval.calibration_inputs is not None and w.eval.selection_evaluate is not None
     batches = list(w.eval.calibration_inputs())
     assert sum(ids.shape[0] for ids, _ in batches) == len(minilm.CALIBRATION_SENTENCES)
     assert all(ids.shape[1] == mask.shape[1] == SEQ_LEN for ids, mask in batches)

@@ -115,3 +115,14 @@ def test_a_search_recorded_with_its_passes_unsorted_still_resumes(tmp_path: Path
         raise KeyboardInterrupt
     assert _find_resumable(store, "zoo:mlp", key, None)[0].id == run.id
     assert _find_resumable(store, "zoo:mlp", key, run.id)[0].id == run.id
+
+
+def test_a_memory_search_recorded_before_the_fresh_process_figure_is_not_resumed() -> None:
+    """Its rows' peak RSS came from the candidate's own process (torch and the original model in it): resumed, they
+    would be ranked against fresh-process figures. A latency search's key is unchanged."""
+    from dlperf.optimize.search import OptimizeConfig, _key_differences
+
+    key = OptimizeConfig(objective="memory").search_key(1, "code")
+    recorded = {k: v for k, v in key.items() if k != "peak_rss"}
+    assert _key_differences(recorded, key) == ['peak_rss not recorded there, "deployed artifact, fresh process" here']
+    assert "peak_rss" not in OptimizeConfig(objective="latency").search_key(1, "code")

@@ -186,3 +186,16 @@ def test_the_summary_says_where_the_candidates_artifacts_stay_and_how_much_they_
     assert ("candidates' artifacts: /w/.dlperf/optimize/abc123 (1536.0 MiB; remove it when you no longer need them: "
             "the export does not use it)") in summary_lines(data)
     assert not any("candidates' artifacts" in line for line in summary_lines(_data()))
+
+
+def test_the_memory_objective_says_what_the_peak_includes() -> None:
+    """`peak MiB` was the candidate's own process (torch and the original model in it) with nothing saying so; under
+    --objective memory it is a fresh process's that loads the artifact alone, and the summary says that, and names
+    a candidate whose fresh process failed (its figure is the old one)."""
+    data = {**_data(), "objective": "memory"}
+    data["candidates"][0]["deployed_memory"] = {"peak_rss_bytes": 2**29, "engine": "torch"}
+    data["candidates"][1]["deployed_memory"] = {"error": "RuntimeError: no"}
+    line = next(x for x in summary_lines(data) if x.startswith("peak MiB"))
+    assert "a fresh process that loads the exported artifact alone" in line and "no torch" in line
+    assert line.endswith(f"not measured so for {LABEL} (their own process's peak during timing)")
+    assert not any(x.startswith("peak MiB") for x in summary_lines(_data()))  # latency: no fresh process, no line

@@ -171,6 +171,63 @@ def test_keep_fp32_auto_meets_a_tight_budget() -> None:
         new.notes), new.notes
 
 
+def _with_selection_split(wl: Any, seen: dict[str, list[torch.Tensor]]) -> Any:
+    """`wl` with a selection split (the fidelity on example_inputs(24): rows neither its eval data nor its
+    calibration rows) and both metrics recording the input ids they run through `predict`."""
+    import dataclasses
+
+    from dlperf.workload.base import EvalSpec
+
+    assert wl.eval is not None
+    selection_inputs = wl.example_inputs(24)
+    with torch.inference_mode():
+        reference = wl.build_model().eval()(*selection_inputs)
+
+    def recorded(name: str, evaluate: Any) -> Any:
+        def scored(predict: Any) -> float:
+            def spy(*args: Any) -> Any:
+                seen[name].append(args[0].clone())
+                return predict(*args)
+
+            return float(evaluate(spy))
+
+        return scored
+
+    def selection(predict: Any) -> float:
+        with torch.inference_mode():
+            return float(torch.nn.functional.cosine_similarity(predict(*selection_inputs), reference, dim=1).mean())
+
+    spec = EvalSpec(recorded("eval", wl.eval.evaluate), "fidelity", calibration_inputs=wl.eval.calibration_inputs,
+                    selection_evaluate=recorded("selection", selection))
+    return dataclasses.replace(wl, eval=spec)
+
+
+def test_keep_fp32_auto_chooses_its_layers_on_data_the_metric_is_not_judged_on() -> None:
+    """keep_fp32="auto" chose the fp32 layers with the workload's evaluate, on the eval data the search then judged the
+    candidate by (the reported metric fitted to it). With a selection split the choice never sees the eval data: the
+    rows the trials ran and the rows the final metric runs are disjoint, and the note names the data that chose."""
+    budget = 0.9 * _drop(OrtConfig(precision="int8-static", keep_fp32=()))
+    assert budget > 0
+    seen: dict[str, list[torch.Tensor]] = {"eval": [], "selection": []}
+    wl = _with_selection_split(tiny_transformer(), seen)
+    new = apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=budget), initial_state(wl),
+                     CTX)
+    assert seen["eval"] == [] and len(seen["selection"]) >= 2  # the fp32 model's score, then each trial's
+    chose = {tuple(row.tolist()) for ids in seen["selection"] for row in ids}
+    wl.score(new.predict)  # what the search judges the candidate by
+    judged = {tuple(row.tolist()) for ids in seen["eval"] for row in ids}
+    assert judged and not chose & judged
+    mixed = next(n for n in new.notes if n.startswith("mixed precision"))
+    assert "chosen on the workload's selection split (EvalSpec.selection_evaluate), not the eval data" in mixed
+
+
+def test_keep_fp32_auto_without_a_selection_split_says_it_chose_on_the_eval_data() -> None:
+    new = apply_pass(OrtConfig(precision="int8-static", keep_fp32="auto", max_metric_drop=1.0),
+                     initial_state(tiny_transformer()), CTX)
+    mixed = next(n for n in new.notes if n.startswith("mixed precision"))
+    assert "chosen on the eval data, which then judges the candidate too" in mixed and "optimistic" in mixed
+
+
 def test_keep_fp32_auto_that_keeps_every_layer_is_not_an_int8_candidate() -> None:
     """A budget only met with all four layers fp32 (fp32 ORT's own drop, and no more) gave the fp32 model,
     labelled int8."""

@@ -128,3 +128,51 @@ def test_the_workload_metric_scores_through_the_workload_and_names_a_bad_evaluat
     with pytest.raises(WorkloadError, match=r"^workload 'scored': its evaluate function returned Tensor float32\[2\], "
                                             r"not a number: return the metric 'acc' as a float"):
         sens.workload_metric(initial_state(make(lambda predict: torch.ones(2))), PassContext())
+
+
+def test_the_workload_metric_chooses_on_the_selection_split_and_says_which_data_chose() -> None:
+    """keep_fp32="auto" scored its trials with the workload's evaluate, on the eval data the search then judged the
+    candidate by: the fp32 layers were fitted to that data and the reported metric was optimistic. A workload with a
+    selection split is scored on it alone; one without is still scored on its eval data, and the note says so."""
+    from dlperf.passes.base import PassContext, initial_state
+    from dlperf.workload.base import EvalSpec, Workload
+
+    calls: list[str] = []
+
+    def scored(name: str, value: float) -> Any:
+        def evaluate(predict: Any) -> float:
+            calls.append(name)
+            return value
+
+        return evaluate
+
+    def make(selection: bool) -> Workload:
+        spec = EvalSpec(scored("eval", 0.75), "acc",
+                        selection_evaluate=scored("selection", 0.5) if selection else None)
+        return Workload(name="scored", make_model=lambda: nn.Linear(4, 2), make_inputs=lambda b: (torch.ones(b, 4),),
+                        eval=spec)
+
+    metric = sens.workload_metric(initial_state(make(True)), PassContext())
+    assert metric.evaluate(lambda *x: x) == 0.5 and metric.baseline == 0.5
+    assert calls == ["selection", "selection"]  # the eval data never chose
+    assert metric.data.startswith("the workload's selection split")
+    calls.clear()
+    fitted = sens.workload_metric(initial_state(make(False)), PassContext())
+    assert fitted.baseline == 0.75 and calls == ["eval"]
+    assert fitted.data.startswith("the eval data, which then judges the candidate too") and "optimistic" in fitted.data
+    result = sens.FallbackResult(("a",), 0.74, True, [(0, 0.7), (1, 0.74)])
+    assert result.describe("acc", metric.data).endswith(f"tried 0 fp32 -> 0.7000, 1 fp32 -> 0.7400; chosen on "
+                                                        f"{metric.data})")
+
+
+def test_a_selection_evaluate_that_fails_is_named_as_such() -> None:
+    from dlperf.passes.base import PassContext, initial_state
+    from dlperf.workload.base import EvalSpec, Workload
+
+    wl = Workload(name="scored", make_model=lambda: nn.Linear(4, 2), make_inputs=lambda b: (torch.ones(b, 4),),
+                  eval=EvalSpec(lambda predict: 0.75, "acc", selection_evaluate=lambda predict: "high"))  # type: ignore[arg-type,return-value]
+    with pytest.raises(WorkloadError, match=r"^workload 'scored': its selection_evaluate function returned str"):
+        sens.workload_metric(initial_state(wl), PassContext())
+    with pytest.raises(WorkloadError, match="has no selection split"):
+        Workload(name="plain", make_model=lambda: nn.Linear(4, 2), make_inputs=lambda b: (torch.ones(b, 4),),
+                 eval=EvalSpec(lambda predict: 0.75, "acc")).score_selection(lambda *x: x)

@@ -34,6 +34,8 @@ TRAIN_EPOCHS = 8
 TRAIN_BATCH_SIZE = 64
 EVAL_BATCH_SIZE = 128
 CALIBRATION_BATCH_SIZE = 64
+SELECTION_ROWS = 360
+"""Train-split images the selection split scores (as many as the test split holds)."""
 
 
 def cache_dir() -> Path:
@@ -198,6 +200,21 @@ def evaluate(predict: Predict) -> float:
     return correct / len(d.test_y)
 
 
+def selection_evaluate(predict: Predict) -> float:
+    """Accuracy on the last SELECTION_ROWS images of the train split (the selection split: never the held-out test
+    images `evaluate` scores), for passes that choose by the metric (`keep_fp32="auto"`)."""
+    import torch
+
+    d = data()
+    x, y = d.train_x[-SELECTION_ROWS:], d.train_y[-SELECTION_ROWS:]
+    correct = 0
+    with torch.inference_mode():
+        for start in range(0, len(y), EVAL_BATCH_SIZE):
+            logits = torch.as_tensor(predict(x[start : start + EVAL_BATCH_SIZE].clone()))
+            correct += int((logits.argmax(dim=-1) == y[start : start + EVAL_BATCH_SIZE]).sum())
+    return correct / len(y)
+
+
 def calibration_inputs() -> Iterator[Inputs]:
     """Batches of train-split images, as model inputs, for passes that calibrate (static int8)."""
     d = data()
@@ -239,6 +256,7 @@ def workload() -> Workload:
             metric_name="accuracy",
             higher_is_better=True,
             calibration_inputs=calibration_inputs,
+            selection_evaluate=selection_evaluate,
         ),
         train=TrainSpec(
             make_loader=make_loader,

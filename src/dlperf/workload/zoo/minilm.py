@@ -235,6 +235,9 @@ CALIBRATION_SENTENCES: tuple[str, ...] = (
     "where small villages, vineyards and olive groves stretched all the way to the sea.",
     "Ok.",
 )
+SELECTION_SENTENCES = CALIBRATION_SENTENCES[-64:]
+"""The selection split (`EvalSpec.selection_evaluate`): the last 64 calibration sentences, never the eval sentences,
+so `keep_fp32="auto"` chooses its fp32 layers on data the reported fidelity does not score."""
 
 
 def model_dir() -> Path:
@@ -342,23 +345,25 @@ def _embed(predict: Predict, inputs: Inputs) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=4)
-def reference_embeddings(seq_len: int = 128) -> torch.Tensor:
-    """fp32 embeddings of the eval sentences from the eager-attention model, computed once per process."""
+def reference_embeddings(seq_len: int = 128, sentences: tuple[str, ...] = EVAL_SENTENCES) -> torch.Tensor:
+    """fp32 embeddings of `sentences` (the eval sentences) from the eager-attention model, computed once per
+    process."""
     import torch
 
     model = build("eager")
     with torch.inference_mode():
-        parts = [_embed(model, batch) for batch in _batches(EVAL_SENTENCES, seq_len, EVAL_BATCH_SIZE)]
+        parts = [_embed(model, batch) for batch in _batches(sentences, seq_len, EVAL_BATCH_SIZE)]
     return torch.cat(parts)
 
 
-def cosine_similarities(predict: Predict, seq_len: int = 128) -> torch.Tensor:
-    """Per eval sentence, the cosine similarity of predict's embedding to the fp32 reference."""
+def cosine_similarities(predict: Predict, seq_len: int = 128,
+                        sentences: tuple[str, ...] = EVAL_SENTENCES) -> torch.Tensor:
+    """Per sentence (the eval sentences), the cosine similarity of predict's embedding to the fp32 reference."""
     import torch
 
-    reference = reference_embeddings(seq_len)
+    reference = reference_embeddings(seq_len, sentences)
     with torch.inference_mode():
-        got = torch.cat([_embed(predict, batch) for batch in _batches(EVAL_SENTENCES, seq_len, EVAL_BATCH_SIZE)])
+        got = torch.cat([_embed(predict, batch) for batch in _batches(sentences, seq_len, EVAL_BATCH_SIZE)])
     if got.shape != reference.shape:
         raise WorkloadError(
             f"zoo:minilm: predict returned embeddings of shape {list(got.shape)}, expected {list(reference.shape)}"
@@ -369,6 +374,11 @@ def cosine_similarities(predict: Predict, seq_len: int = 128) -> torch.Tensor:
 def fidelity(predict: Predict, seq_len: int = 128) -> float:
     """The metric: mean cosine similarity to the fp32 reference over the eval sentences (1.0 = identical)."""
     return float(cosine_similarities(predict, seq_len).mean())
+
+
+def selection_fidelity(predict: Predict, seq_len: int = 128) -> float:
+    """The metric on the selection split (SELECTION_SENTENCES), for passes that choose by it."""
+    return float(cosine_similarities(predict, seq_len, SELECTION_SENTENCES).mean())
 
 
 def min_fidelity(predict: Predict, seq_len: int = 128) -> float:
@@ -406,6 +416,7 @@ def workload(seq_len: int = 128, attn: str = "sdpa") -> Workload:
             metric_name="fidelity",
             higher_is_better=True,
             calibration_inputs=lambda: calibration_inputs(seq_len),
+            selection_evaluate=lambda predict: selection_fidelity(predict, seq_len),
         ),
         description=SUMMARY + f"; seq_len={seq_len}, attn={attn}",
         source="zoo:minilm" + options,
