@@ -209,15 +209,23 @@ def get_ceilings(
     force: bool = False,
     quick: bool = False,
     on_progress: ProgressFn | None = None,
+    threads: int | None = None,
 ) -> Ceilings:
     """This machine's ceilings on `device`, from the cache or measured now (and then cached).
 
     force=True measures even when cached. quick=True measures small sizes (a second or two, for tests)
     and may return a full cached measurement instead. With measure_if_missing=False a cache miss raises
-    CalibrationError instead of measuring.
+    CalibrationError instead of measuring. `threads`: the ceilings of the torch thread count a measured run uses,
+    at most the usable cores (default: torch's count as it is): a step on 1 thread held against 2-thread peaks would
+    look half as efficient as it is, and threads beyond the cores cannot raise the peak (`dlperf calibrate
+    --threads 16` on 2 cores measures the oversubscription, not the machine's peak).
     """
-    ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
-                                    on_progress=on_progress)
+    from dlperf.measure.bench import torch_threads
+    from dlperf.measure.env import usable_cores
+
+    with torch_threads(None if threads is None else min(threads, usable_cores())):
+        ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
+                                        on_progress=on_progress)
     return ceilings
 
 
