@@ -70,6 +70,18 @@ def test_the_headline_of_a_level_where_every_request_failed_says_so() -> None:
     assert load_headline({"levels": levels}) == "12.5 req/s, p99 20 ms at concurrency 4"
 
 
+def test_the_headline_of_a_level_where_some_requests_failed_says_how_many() -> None:
+    """'24.8 req/s, p99 528 ms at concurrency 64' was the whole headline of a level whose 1243 of 1310 requests got
+    503 (runs list, the HTML report's runs table)."""
+    level = {"mode": "concurrency", "level": 64.0, "throughput_rps": 24.8, "p99_s": 0.528,
+             "statuses": {"503": 1243, "200": 67}}
+    assert (load_headline({"levels": [level]})
+            == "24.8 req/s, p99 528 ms at concurrency 64, 94.9% of 1310 requests failed")
+    # requests the open loop did not send are not failures of the server (their own warning says it)
+    dropped = {**level, "mode": "rate", "level": 30.0, "statuses": {"200": 67, "dropped": 5}}
+    assert load_headline({"levels": [dropped]}) == "24.8 req/s, p99 528 ms at rate 30"
+
+
 def test_a_level_s_verdict_keeps_its_indent_where_it_wraps() -> None:
     from rich.console import Group
 
