@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from dlperf.loadgen.generator import DEFAULT_STABILITY, LevelResult, PeakResult, Slo, verdict
@@ -64,7 +65,7 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
                      + "batch: its mean batch"
                      + (f"; not shown at this width: {', '.join(drop)} (--json has them)" if drop else ""))
     for r in results:
-        errors = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") or "0"
+        errors = errors_text(r.statuses)
         server = r.server
         cells = {
             "req/s": f"{r.throughput:.0f}", "items/s": f"{r.item_throughput:.0f}", "p50": _ms(r.percentile_s(50)),
@@ -75,6 +76,12 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
         }
         table.add_row(f"{r.level:g}", *(cells[name] for name in columns))
     return table
+
+
+def errors_text(statuses: Mapping[str, Any]) -> str:
+    """The errors cell of a level, by status ('503: 1243', 'dropped: 669': requests the open loop did not send), or
+    '0': the load table and the HTML report's (which showed a bare count, the dropped ones among them) say the same."""
+    return ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()) if k != "200") or "0"
 
 
 def level_line(r: LevelResult, q: float = 99.0) -> str:

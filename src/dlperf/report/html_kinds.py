@@ -401,13 +401,14 @@ P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency
 
 def load_view(rec: RunRecord) -> str:
     from dlperf.loadgen.generator import Slo
+    from dlperf.loadgen.render import errors_text
 
     r = rec.result
     peak = r.get("peak")
     slo = Slo.from_record(peak) or Slo.from_record(rec.config)
     judged_at = slo.name if slo is not None else "p99"
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
-    rows: list[tuple[str, float, float | None, float | None, float | None]] = []
+    rows: list[tuple[str, float, float | None, float | None, str]] = []
     judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
     cdfs: list[Series] = []
     warnings: list[str] = []  # a level's own: unstable windows, no request succeeded (and what came back)
@@ -420,7 +421,11 @@ def load_view(rec: RunRecord) -> str:
             continue
         offered = first_number(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
         label = f"{item.get('mode', '')} {fmt(offered)}".strip()
-        rows.append((label, thr, p50, p99, first_number(item, "error_rate", "errors", "failures")))
+        statuses = item.get("statuses")
+        # by status, as `dlperf load` shows them: a bare count mixed the open loop's unsent ('dropped') in
+        errors = (errors_text(statuses) if isinstance(statuses, Mapping)
+                  else fmt(first_number(item, "error_rate", "errors", "failures")))
+        rows.append((label, thr, p50, p99, errors))
         rss = first_number(item, "resources.rss_max_bytes")
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
@@ -440,7 +445,7 @@ def load_view(rec: RunRecord) -> str:
     extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
     table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
-                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), fmt(e)] + [j[i] for i in shown]
+                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), e] + [j[i] for i in shown]
                         for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
     if isinstance(peak, Mapping) and slo is not None:
         table = _peak_outcome(peak, slo) + table

@@ -362,6 +362,20 @@ def test_a_load_level_whose_requests_all_failed_stays_in_the_table() -> None:
     assert "NaN" not in dead.split("raw result fields")[0]
 
 
+def test_a_load_level_s_errors_are_shown_by_status_as_dlperf_load_shows_them() -> None:
+    """The HTML table showed a bare count (1243; 669 for requests the open loop never sent) where `dlperf load` said
+    '503: 1243' and 'dropped: 669'."""
+    levels = [{"mode": "rate", "level": 400, "throughput_rps": 152.6, "p50_s": 0.004, "p99_s": 0.077, "errors": 669,
+               "statuses": {"200": 458, "dropped": 669}},
+              {"mode": "rate", "level": 800, "throughput_rps": 24.8, "p50_s": 0.33, "p99_s": 0.53, "errors": 1244,
+               "statuses": {"200": 67, "503": 1243, "timeout": 1}},
+              {"mode": "rate", "level": 100, "throughput_rps": 100.0, "p50_s": 0.002, "p99_s": 0.004, "errors": 0,
+               "statuses": {"200": 300}}]
+    html = render_report([_rec("l10", "load", {"levels": levels})])
+    cells = re.findall(r"<td>rate (\d+)</td>(?:<td class=\"n\">[^<]*</td>){3}<td[^>]*>([^<]*)</td>", html)
+    assert cells == [("400", "dropped: 669"), ("800", "503: 1243, timeout: 1"), ("100", "0")]
+
+
 def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points: list[dict[str, Any]]) -> None:
     point = {**bench_points[0], "contention_warning": "other processes kept 1.1 cores busy & more",
              "other_load_percent": 110.0}
