@@ -399,6 +399,11 @@ P50_KEYS = ("p50_s", "latency_p50_s", "latency.p50_s", "summary.p50_s", "latency
 P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency_s.p99")
 
 
+MAX_CDFS = 8
+"""Levels drawn on the latency CDF at most (more lines cannot be told apart); its title says when levels are left out:
+a sweep of 16 levels drew 8 under the plain title."""
+
+
 def load_view(rec: RunRecord) -> str:
     from dlperf.loadgen.generator import Slo
     from dlperf.loadgen.render import errors_text
@@ -411,6 +416,7 @@ def load_view(rec: RunRecord) -> str:
     rows: list[tuple[str, float, float | None, float | None, str]] = []
     judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
     cdfs: list[Series] = []
+    with_latencies = 0
     warnings: list[str] = []  # a level's own: unstable windows, no request succeeded (and what came back)
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
@@ -438,8 +444,10 @@ def load_view(rec: RunRecord) -> str:
                        ", ".join(f"{b:.0%}" for b in busy if isinstance(b, (int, float))) or "-"])
         warnings += [f"warning ({label}): {w}" for w in item.get("warnings") or [] if isinstance(w, str)]
         lat = item.get("latencies_ns")
-        if isinstance(lat, list) and lat and len(cdfs) < 8:
-            cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
+        if isinstance(lat, list) and lat:
+            with_latencies += 1
+            if len(cdfs) < MAX_CDFS:
+                cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with a throughput")
     extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
@@ -466,7 +474,9 @@ def load_view(rec: RunRecord) -> str:
                   y_zero=True, hlines=bound) if series else ""]
     if cdfs:
         svgs.append(chart(cdfs, Axis("request latency (ms)", log=wide_range(cdfs)), Axis("fraction of requests"),
-                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
+                          "Latency CDF per level" + (f" (the first {len(cdfs)} of {with_latencies})"
+                                                     if with_latencies > len(cdfs) else ""),
+                          hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
     return (config_tags(rec) + table + plot_row(*svgs)
             + "".join(f'<p class="warn">{esc(w)}</p>' for w in warnings))
 

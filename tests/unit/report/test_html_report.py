@@ -376,6 +376,15 @@ def test_a_load_level_s_errors_are_shown_by_status_as_dlperf_load_shows_them() -
     assert cells == [("400", "dropped: 669"), ("800", "503: 1243, timeout: 1"), ("100", "0")]
 
 
+def test_the_latency_cdf_of_a_long_sweep_says_which_levels_it_draws() -> None:
+    levels = [{"mode": "concurrency", "level": c, "throughput_rps": 10.0 * c, "p50_s": 0.001 * c, "p99_s": 0.002 * c,
+               "latencies_ns": [1_000_000 * c, 2_000_000 * c]} for c in range(1, 13)]
+    titles = re.findall(r"<title>([^<]*)</title>", render_report([_rec("l11", "load", {"levels": levels})]))
+    assert "Latency CDF per level (the first 8 of 12)" in titles
+    titles = re.findall(r"<title>([^<]*)</title>", render_report([_rec("l12", "load", {"levels": levels[:8]})]))
+    assert "Latency CDF per level" in titles
+
+
 def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points: list[dict[str, Any]]) -> None:
     point = {**bench_points[0], "contention_warning": "other processes kept 1.1 cores busy & more",
              "other_load_percent": 110.0}
