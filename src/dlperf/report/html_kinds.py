@@ -406,7 +406,7 @@ a sweep of 16 levels drew 8 under the plain title."""
 
 def load_view(rec: RunRecord) -> str:
     from dlperf.loadgen.generator import Slo
-    from dlperf.loadgen.render import errors_text
+    from dlperf.loadgen.render import errors_text, level_text
 
     r = rec.result
     peak = r.get("peak")
@@ -426,7 +426,7 @@ def load_view(rec: RunRecord) -> str:
         if thr is None:
             continue
         offered = first_number(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
-        label = f"{item.get('mode', '')} {fmt(offered)}".strip()
+        label = f"{item.get('mode', '')} {fmt(offered) if offered is None else level_text(offered)}".strip()
         statuses = item.get("statuses")
         # by status, as `dlperf load` shows them: a bare count mixed the open loop's unsent ('dropped') in
         errors = (errors_text(statuses) if isinstance(statuses, Mapping)

@@ -115,3 +115,18 @@ def test_the_line_a_finished_level_prints_counts_its_errors() -> None:
     dropped = LevelResult("rate", 100.0, 1, [int(0.09e9)] * 119, {"200": 119, "dropped": 180, "503": 2}, 3.0, False,
                           [40.0])
     assert level_line(dropped) == "  rate 100: 39.7 req/s, p99 90 ms, errors 503: 2, dropped: 180"
+
+
+def test_a_rate_the_peak_search_computed_is_shown_to_a_tenth_everywhere() -> None:
+    """The table, the warnings and 'the search stopped at' said 227.713 and 28.4641 beside 'trying 227.7 req/s'."""
+    from dlperf.loadgen.generator import Slo
+    from dlperf.loadgen.render import level_text, peak_outcome
+
+    rate = LevelResult("rate", 227.71258891250264, 1, [1_000_000] * 20, {"200": 20}, 1.0, True, [20.0],
+                       warnings=["the load generator fell behind its schedule"])
+    row = next(line for line in _lines(levels_table([rate], "mlp"), 160) if "│" in line and "req/s" not in line)
+    assert row.replace("│", " ").split()[0] == "227.7"
+    assert peak_outcome(None, Slo(0.02), 28.46407361406283, True)[0].startswith("the search stopped at 28.5 req/s")
+    assert load_headline({"levels": [{**rate.to_dict(), "p99_s": 0.001}]}).endswith("at rate 227.7")
+    # a level as the user gave it stays as given
+    assert [level_text(v) for v in (16.0, 50.0, 2.25, 0.5)] == ["16", "50", "2.25", "0.5"]
