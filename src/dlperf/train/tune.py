@@ -523,8 +523,11 @@ def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -
         dtype = "torch.bfloat16" if best.precision == "bf16" else "torch.float16"
         code = f"with torch.autocast('{device}', dtype={dtype}): loss = loss_fn(model(x), y)"
         if best.precision == "fp16":
-            code += "; scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss).backward(); scaler.step(opt); " \
-                    "scaler.update()"
+            # the scaler is made once: its scale carries from step to step (one made in each step, as the line read,
+            # starts every step at 65536 and skips each step whose gradients overflow at it)
+            code = ("scaler = torch.amp.GradScaler('cuda') once, before the loop; each step: " + code
+                    + "; scaler.scale(loss).backward(); scaler.step(opt); scaler.update() "
+                    "(clipping gradients? scaler.unscale_(opt) before it)")
         out.append(Setting("mixed precision", code, gains.get("precision")))
     if "channels_last" in diff:
         out.append(Setting("memory format", "model = model.to(memory_format=torch.channels_last); "
