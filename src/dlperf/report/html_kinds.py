@@ -435,7 +435,9 @@ def load_view(rec: RunRecord) -> str:
         rss = first_number(item, "resources.rss_max_bytes")
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
-        judged.append([fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
+        batched = (first_number(item, "items_per_request") or 1) > 1  # `--batch-size B`: items/s is B x req/s
+        judged.append([fmt(first_number(item, "throughput_items_per_s")) if batched else "-",
+                       fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
                               else first_number(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
                        else "-",
@@ -450,7 +452,8 @@ def load_view(rec: RunRecord) -> str:
                 cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with a throughput")
-    extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
+    extras = ("items/s", f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB",
+              "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
     table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
                        [[o, fmt(t), fmt_ms(a), fmt_ms(b), e] + [j[i] for i in shown]

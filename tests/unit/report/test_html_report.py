@@ -385,6 +385,19 @@ def test_the_latency_cdf_of_a_long_sweep_says_which_levels_it_draws() -> None:
     assert "Latency CDF per level" in titles
 
 
+def test_a_load_run_of_batched_requests_shows_items_per_second() -> None:
+    """`dlperf load --batch-size 8` printed items/s beside req/s; the HTML table had req/s only."""
+    level = {"mode": "concurrency", "level": 2, "throughput_rps": 100.0, "p50_s": 0.004, "p99_s": 0.009,
+             "statuses": {"200": 300}, "items_per_request": 8, "throughput_items_per_s": 800.0}
+    html = render_report([_rec("l13", "load", {"levels": [level]})])
+    assert "<th>items/s</th>" in html
+    assert re.search(r"<td>concurrency 2</td><td class=\"n\">100</td>(?:<td[^>]*>[^<]*</td>){3}"
+                     r"<td class=\"n\">800</td>", html)
+    single = render_report([_rec("l14", "load", {"levels": [{**level, "items_per_request": 1,
+                                                                "throughput_items_per_s": 100.0}]})])
+    assert "items/s" not in single.split("raw result fields")[0]
+
+
 def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points: list[dict[str, Any]]) -> None:
     point = {**bench_points[0], "contention_warning": "other processes kept 1.1 cores busy & more",
              "other_load_percent": 110.0}
