@@ -129,10 +129,12 @@ def normalize_device(device: str) -> str:
 
 def machine_key(device: str = "cpu") -> str:
     """What the ceilings depend on: device, CPU model and the flags that matter to kernels (a VM's model name can
-    hide another generation: 'AMD EPYC' with AVX2 only, or with AVX-512 VNNI and bf16), cores, torch threads,
-    torch version, GPU name."""
+    hide another generation: 'AMD EPYC' with AVX2 only, or with AVX-512 VNNI and bf16), cores and the cores this
+    process may use (`taskset -c 0 dlperf calibrate --threads 2` measured 2 threads on 1 core and cached it as the
+    2-core machine's 2-thread peak), torch threads, torch version, GPU name."""
     import torch
 
+    from dlperf.measure import env
     from dlperf.measure.env import cpu_flags, cpu_model
 
     device = normalize_device(device)
@@ -146,6 +148,7 @@ def machine_key(device: str = "cpu") -> str:
         gpu = torch.cuda.get_device_name(torch.device(device))
     return (
         f"{device}|cpu={cpu_model()}|isa={','.join(cpu_flags()) or '-'}|cores={os.cpu_count() or 1}"
+        f"|usable={env.usable_cores()}"
         f"|threads={torch.get_num_threads()}"
         f"|torch={torch.__version__}|gpu={gpu}"
     )
