@@ -271,7 +271,9 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     from dlperf.report.fit import indented_line
 
     parts: list[Any] = [Text(line) for line in setup_lines(config)]
-    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}", slo))
+    # as `dlperf load` titled it: a peak search's steps are not a sweep's levels
+    search = ": rate search" if config.get("find_peak") else ""
+    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}{search}", slo))
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
         where = f"  {level.mode} {level_text(level.level)}: "

@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 import pytest
-from rich.console import Console
+from rich.console import Console, Group
 
 from dlperf.loadgen.generator import LevelResult, ServerSide
 from dlperf.loadgen.render import levels_table, load_headline
@@ -130,3 +130,14 @@ def test_a_rate_the_peak_search_computed_is_shown_to_a_tenth_everywhere() -> Non
     assert load_headline({"levels": [{**rate.to_dict(), "p99_s": 0.001}]}).endswith("at rate 227.7")
     # a level as the user gave it stays as given
     assert [level_text(v) for v in (16.0, 50.0, 2.25, 0.5)] == ["16", "50", "2.25", "0.5"]
+
+
+def test_runs_show_titles_a_peak_search_as_dlperf_load_did() -> None:
+    from dlperf.loadgen.render import stored_view
+
+    config = {"model": "mlp", "url": "127.0.0.1:8000", "find_peak": True}
+    text = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, config)), 120))
+    assert "mlp at 127.0.0.1:8000: rate search (latencies in ms)" in text
+    sweep = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, {**config, "find_peak": False})),
+                             120))
+    assert "mlp at 127.0.0.1:8000 (latencies in ms)" in sweep
