@@ -129,10 +129,12 @@ def normalize_device(device: str) -> str:
 
 def machine_key(device: str = "cpu") -> str:
     """What the ceilings depend on: device, CPU model and the flags that matter to kernels (a VM's model name can
-    hide another generation: 'AMD EPYC' with AVX2 only, or with AVX-512 VNNI and bf16), cores, torch threads,
-    torch version, GPU name."""
+    hide another generation: 'AMD EPYC' with AVX2 only, or with AVX-512 VNNI and bf16), cores and the cores this
+    process may use (`taskset -c 0 dlperf calibrate --threads 2` measured 2 threads on 1 core and cached it as the
+    2-core machine's 2-thread peak), torch threads, torch version, GPU name."""
     import torch
 
+    from dlperf.measure import env
     from dlperf.measure.env import cpu_flags, cpu_model
 
     device = normalize_device(device)
@@ -146,6 +148,7 @@ def machine_key(device: str = "cpu") -> str:
         gpu = torch.cuda.get_device_name(torch.device(device))
     return (
         f"{device}|cpu={cpu_model()}|isa={','.join(cpu_flags()) or '-'}|cores={os.cpu_count() or 1}"
+        f"|usable={env.usable_cores()}"
         f"|threads={torch.get_num_threads()}"
         f"|torch={torch.__version__}|gpu={gpu}"
     )
@@ -209,15 +212,23 @@ def get_ceilings(
     force: bool = False,
     quick: bool = False,
     on_progress: ProgressFn | None = None,
+    threads: int | None = None,
 ) -> Ceilings:
     """This machine's ceilings on `device`, from the cache or measured now (and then cached).
 
     force=True measures even when cached. quick=True measures small sizes (a second or two, for tests)
     and may return a full cached measurement instead. With measure_if_missing=False a cache miss raises
-    CalibrationError instead of measuring.
+    CalibrationError instead of measuring. `threads`: the ceilings of the torch thread count a measured run uses,
+    at most the usable cores (default: torch's count as it is): a step on 1 thread held against 2-thread peaks would
+    look half as efficient as it is, and threads beyond the cores cannot raise the peak (`dlperf calibrate
+    --threads 16` on 2 cores measures the oversubscription, not the machine's peak).
     """
-    ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
-                                    on_progress=on_progress)
+    from dlperf.measure.bench import torch_threads
+    from dlperf.measure.env import usable_cores
+
+    with torch_threads(None if threads is None else min(threads, usable_cores())):
+        ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
+                                        on_progress=on_progress)
     return ceilings
 
 

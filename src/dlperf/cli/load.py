@@ -369,7 +369,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
     from dlperf.loadgen.generator import MISMATCH, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import level_line, peak_lines, perf_analyzer_csv, setup_lines, verdict_line
+    from dlperf.loadgen.render import level_line, level_text, peak_lines, perf_analyzer_csv, setup_lines, verdict_line
     from dlperf.measure.env import capture_environment
     from dlperf.report.fit import indented_line
 
@@ -458,21 +458,21 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
-    wrong = [f"{r.mode} {r.level:g} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
+    wrong = [f"{r.mode} {level_text(r.level)} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
     if wrong:
         err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
         return 1
     if args.find_peak:  # the search fails rates with failed requests (or none answered) on purpose
         return _peak_exit(err, run_, slo)
     failed = False
-    empty = [f"{r.mode} {r.level:g}" for r in results if r.ok == 0]
+    empty = [f"{r.mode} {level_text(r.level)}" for r in results if r.ok == 0]
     if empty:  # a sweep measured nothing there
         err.print(f"no request succeeded at: {', '.join(empty)} (the warnings say what came back)", markup=False)
         failed = True
     bound = _max_error_ratio(args)
     over = [r for r in results if r.ok > 0 and r.error_ratio > bound]
     if over:
-        levels = ", ".join(f"{r.mode} {r.level:g} ({_share(r.error_ratio)} failed, {r.failed} of "
+        levels = ", ".join(f"{r.mode} {level_text(r.level)} ({_share(r.error_ratio)} failed, {r.failed} of "
                            f"{r.ok + r.failed} requests)" for r in over)
         err.print(f"more requests failed than --max-error-ratio {bound:g} allows at: {levels}; the errors column "
                   "says which statuses (--max-error-ratio R lets a share R of a level's requests fail)", markup=False)
@@ -509,7 +509,7 @@ def _peak_exit(err: Console, run_: Any, slo: Slo | None) -> int:
 def _print_levels(out: Console, results: Sequence[LevelResult], marks: Sequence[dict[str, Any]], title: str,
                   slo: Slo | None) -> None:
     """The levels table, what the server used, and each level's verdict where `marks` has one."""
-    from dlperf.loadgen.render import levels_table, resource_lines, verdict_text
+    from dlperf.loadgen.render import level_text, levels_table, resource_lines, verdict_text
     from dlperf.report.fit import indented_line
 
     out.print(levels_table(list(results), title, slo))
@@ -518,13 +518,16 @@ def _print_levels(out: Console, results: Sequence[LevelResult], marks: Sequence[
         out.print(indented_line(line))
     for r, m in zip(results, marks, strict=True):
         if m:
-            out.print(indented_line(f"  {r.mode} {r.level:g}: {verdict_text(m['verdict'], m['verdict_reason'])}"))
+            verdict = verdict_text(m["verdict"], m["verdict_reason"])
+            out.print(indented_line(f"  {r.mode} {level_text(r.level)}: {verdict}"))
 
 
 def _print_warnings(err: Console, results: Sequence[LevelResult]) -> None:
+    from dlperf.loadgen.render import level_text
+
     for r in results:
         for warning in r.warnings:
-            err.print(f"[yellow]warning[/] ({r.mode} {r.level:g}): {warning}")
+            err.print(f"[yellow]warning[/] ({r.mode} {level_text(r.level)}): {warning}")
 
 
 def _interrupted(args: argparse.Namespace, out: Console, err: Console, run_id: str,

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",
                               "step": baseline.to_dict(), "steps": args.steps, "warmup": args.warmup}
     tune_config = _tune_config(args) if args.tune and not args.nproc else None
-    ceilings = None if args.no_mfu or args.nproc else _ceilings(args.device)
+    ceilings = None if args.no_mfu or args.nproc else _ceilings(args.device, args.threads)
 
     with store.recording("train", args.workload, config, environment) as recording:
         if args.nproc:
@@ -176,11 +176,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ceilings(device: str) -> Any:
+def _ceilings(device: str, threads: int | None) -> Any:
+    """The ceilings of the thread count the step runs with: `--threads 1` held against the 2-thread peak showed
+    half its MFU."""
     from dlperf.calibrate import get_ceilings
 
     error_console().print("reading this machine's ceilings for MFU (measured once if not cached)", style="dim")
-    return get_ceilings(device, measure_if_missing=True)
+    return get_ceilings(device, measure_if_missing=True, threads=threads)
 
 
 def _tune_config(args: argparse.Namespace) -> Any:

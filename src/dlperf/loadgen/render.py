@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from dlperf.loadgen.generator import DEFAULT_STABILITY, LevelResult, PeakResult, Slo, verdict
@@ -64,7 +65,7 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
                      + "batch: its mean batch"
                      + (f"; not shown at this width: {', '.join(drop)} (--json has them)" if drop else ""))
     for r in results:
-        errors = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") or "0"
+        errors = errors_text(r.statuses)
         server = r.server
         cells = {
             "req/s": f"{r.throughput:.0f}", "items/s": f"{r.item_throughput:.0f}", "p50": _ms(r.percentile_s(50)),
@@ -73,8 +74,20 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
             "queue": _ms(server.queue_s if server else None), "compute": _ms(server.compute_s if server else None),
             "batch": f"{server.average_batch_size:.1f}" if server else "-", "stable": "yes" if r.stable else "no",
         }
-        table.add_row(f"{r.level:g}", *(cells[name] for name in columns))
+        table.add_row(level_text(r.level), *(cells[name] for name in columns))
     return table
+
+
+def level_text(level: float) -> str:
+    """A level as it was given ('16', '50', '2.25'), or a rate a peak search computed to 0.1 req/s ('227.7'): the
+    levels table, warnings and 'the search stopped at' said 227.713 and 28.4641 beside 'trying 227.7 req/s'."""
+    return f"{level:g}" if level == round(level, 2) else f"{level:.1f}"
+
+
+def errors_text(statuses: Mapping[str, Any]) -> str:
+    """The errors cell of a level, by status ('503: 1243', 'dropped: 669': requests the open loop did not send), or
+    '0': the load table and the HTML report's (which showed a bare count, the dropped ones among them) say the same."""
+    return ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()) if k != "200") or "0"
 
 
 def level_line(r: LevelResult, q: float = 99.0) -> str:
@@ -85,14 +98,15 @@ def level_line(r: LevelResult, q: float = 99.0) -> str:
     # 'rate 150: 76.1 req/s, p99 151 ms' hid 284 of 600 requests timed out in the server's queue (the p99 of the
     # answered ones is capped by that timeout); a level that mostly failed also gets a warning
     failed = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()) if k != "200") if r.ok else ""
-    return f"  {r.mode} {r.level:g}: {r.throughput:.1f} req/s, {figure}" + (f", errors {failed}" if failed else "")
+    return (f"  {r.mode} {level_text(r.level)}: {r.throughput:.1f} req/s, {figure}"
+            + (f", errors {failed}" if failed else ""))
 
 
 def resource_lines(results: list[LevelResult]) -> list[str]:
     """One line per level that read the server's metrics (--collect-metrics)."""
     from dlperf.loadgen.resources import describe
 
-    return [f"  {r.mode} {r.level:g}: {describe(r.resources)}" for r in results if r.resources is not None]
+    return [f"  {r.mode} {level_text(r.level)}: {describe(r.resources)}" for r in results if r.resources is not None]
 
 
 PERF_ANALYZER_COLUMNS = ("Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue",
@@ -165,7 +179,22 @@ def load_headline(result: Any) -> str:
     judged = f" ({best['verdict']})" if isinstance(best.get("verdict"), str) else ""
     # a level where every request failed has no p99 (NaN): 'p99 - ms' read as a number left out
     p99 = f"p99 {_ms(best['p99_s'])} ms" if math.isfinite(best["p99_s"]) else "no request succeeded"
-    return f"{best['throughput_rps']:.1f} req/s, {p99} at {where} {best.get('level', 0):g}{judged}"
+    at = level_text(best.get("level", 0))
+    return f"{best['throughput_rps']:.1f} req/s, {p99} at {where} {at}{judged}{_failed(best)}"
+
+
+def _failed(level: dict[str, Any]) -> str:
+    """', 95% of 1310 requests failed' where some of a stored level's sent requests failed (not 'dropped', which the
+    open loop did not send): '24.8 req/s, p99 528 ms at concurrency 64' read as a healthy level while 1243 of its
+    1310 requests got 503 (and `dlperf load` exited 1)."""
+    statuses = level.get("statuses")
+    if not isinstance(statuses, dict):
+        return ""
+    failed = sum(int(n) for s, n in statuses.items() if s not in ("200", "dropped"))
+    sent = failed + int(statuses.get("200", 0))
+    if not failed or not sent or not math.isfinite(level["p99_s"]):  # 'no request succeeded' says it already
+        return ""
+    return f", {100 * failed / sent:.3g}% of {sent} requests failed"
 
 
 def _size(num_bytes: int) -> str:
@@ -242,10 +271,12 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     from dlperf.report.fit import indented_line
 
     parts: list[Any] = [Text(line) for line in setup_lines(config)]
-    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}", slo))
+    # as `dlperf load` titled it: a peak search's steps are not a sweep's levels
+    search = ": rate search" if config.get("find_peak") else ""
+    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}{search}", slo))
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
-        where = f"  {level.mode} {level.level:g}: "
+        where = f"  {level.mode} {level_text(level.level)}: "
         if isinstance(data.get("verdict"), str):
             parts.append(indented_line(where + verdict_text(data["verdict"], data.get("verdict_reason", ""))))
         elif i < len(steps) and isinstance(steps[i], dict) and "passed" in steps[i]:
@@ -257,7 +288,8 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
         parts += [Text(line) for line in peak_outcome(None if found is None else float(found), slo,
                                                       None if stopped is None else float(stopped), failed)]
     parts += [indented_line(line) for line in resource_lines(levels)]
-    parts += [Text(f"warning ({r.mode} {r.level:g}): {w}", style="yellow") for r in levels for w in r.warnings]
+    parts += [Text(f"warning ({r.mode} {level_text(r.level)}): {w}", style="yellow")
+              for r in levels for w in r.warnings]
     return parts
 
 
@@ -285,9 +317,9 @@ def peak_outcome(peak_rate: float | None, slo: Slo, undecided_at: float | None, 
     none was decided), and where it stopped on an undecided trial it could not lengthen."""
     lines = []
     if undecided_at is not None:
-        lines.append(f"the search stopped at {undecided_at:g} req/s: undecided, and a lower rate would measure "
-                     "fewer requests in the same --duration/--requests; give a longer --duration or more --requests, "
-                     "or neither (the search then sizes each trial for the early-stopping test)")
+        lines.append(f"the search stopped at {level_text(undecided_at)} req/s: undecided, and a lower rate would "
+                     "measure fewer requests in the same --duration/--requests; give a longer --duration or more "
+                     "--requests, or neither (the search then sizes each trial for the early-stopping test)")
     if peak_rate is not None:
         lines.append(f"peak: {'at least ' if undecided_at is not None else ''}{peak_rate:.1f} req/s with {slo}")
     elif failed:

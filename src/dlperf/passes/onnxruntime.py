@@ -99,7 +99,18 @@ def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     return configs
 
 
-def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
+def provider_list(provider: str, device: str = "cpu") -> list[Any]:
+    """The providers an ONNX Runtime session gets for `provider`, with its fallbacks; the GPU ones on `device`'s
+    index: without a device_id the CUDA and TensorRT providers run on GPU 0, so a candidate for cuda:1 was measured
+    on another GPU than its baseline."""
+    # TensorRT's provider hands what it cannot build to CUDA's, and both to the CPU's (ONNX Runtime's advice)
+    fallbacks = {"cpu": [], "tensorrt": ["cuda", "cpu"]}
+    index = int(device.split(":", 1)[1]) if device.startswith("cuda:") and device[5:].isdigit() else 0
+    return [(PROVIDERS[p], {"device_id": index}) if p in ("cuda", "tensorrt") else PROVIDERS[p]
+            for p in (provider, *fallbacks.get(provider, ["cpu"]))]
+
+
+def _session(path: Path, provider: str, opt_level: str, threads: int, device: str = "cpu") -> Any:
     ort: Any = require("onnxruntime", "onnx")
     so = ort.SessionOptions()
     so.graph_optimization_level = {
@@ -112,11 +123,8 @@ def _session(path: Path, provider: str, opt_level: str, threads: int) -> Any:
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    # TensorRT's provider hands what it cannot build to CUDA's, and both to the CPU's (ONNX Runtime's advice)
-    fallbacks = {"cpu": [], "tensorrt": ["cuda", "cpu"]}
-    providers = [provider, *fallbacks.get(provider, ["cpu"])]
     try:
-        sess = ort.InferenceSession(str(path), sess_options=so, providers=[PROVIDERS[p] for p in providers])
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=provider_list(provider, device))
     except Exception as exc:
         raise OptimizeError(f"ONNX Runtime could not load {path}: {type(exc).__name__}: {exc}") from exc
     # A provider that fails to initialise (CUDA or cuDNN libraries missing, a driver too old) only logs a
@@ -291,7 +299,7 @@ class OrtPass:
                 excl = [n for ns in nodes.values() for n in ns]
                 dst = workdir / f"model.int8.{len(kept)}.onnx"
                 _quantize(config, fp32_path, dst, spec, samples, excl)
-                return _predict_fn(_session(dst, config.provider, config.opt_level, threads), spec), dst
+                return _predict_fn(_session(dst, config.provider, config.opt_level, threads, ctx.device), spec), dst
 
             if config.keep_fp32 == "auto":
                 from dlperf.passes import sensitivity
@@ -314,7 +322,7 @@ class OrtPass:
             final = workdir / "model.final.onnx"
             shutil.copyfile(path, final)
             path = final
-        sess = _session(path, config.provider, config.opt_level, threads)
+        sess = _session(path, config.provider, config.opt_level, threads, ctx.device)
         predict = _predict_fn(sess, spec)
         predict._dlperf_tmp = tmp  # type: ignore[attr-defined]  # keep the temp folder alive with the callable
         manifest = {
@@ -323,6 +331,7 @@ class OrtPass:
             "provider": config.provider,
             "opt_level": config.opt_level,
             "threads": threads,
+            "device": ctx.device,  # the GPU a cuda or tensorrt provider runs on when the artifact is loaded
             **spec.manifest(),
         }
         final_path = path
@@ -348,7 +357,8 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     spec = _engine.IOSpec.from_manifest(manifest)
     threads = int(manifest.get("threads") or torch.get_num_threads())
     provider = str(manifest.get("provider", "cpu"))
-    sess = _session(Path(dir) / "model.onnx", provider, str(manifest.get("opt_level", "all")), threads)
+    sess = _session(Path(dir) / "model.onnx", provider, str(manifest.get("opt_level", "all")), threads,
+                    str(manifest.get("device", "cpu")))
     predict = _predict_fn(sess, spec)
     predict.threads = threads  # type: ignore[attr-defined]  # what it runs with, for a caller to report
     return predict

@@ -555,9 +555,10 @@ def _capacity(a: Analyses) -> list[Finding]:
                     f"what the workload's code loaded), the model's parameters take {_size(m.model_bytes)} and "
                     f"the step's operators hold up to {_size(m.step_allocated_peak_bytes)} at once"]
         # the same allocation in each profiled step is one line, not one a step
-        allocations = list(dict.fromkeys(f"largest allocation: {x.op} {_size(x.bytes)} ({x.phase})"
-                                         for x in m.largest_allocations))
-        evidence += allocations[:2]
+        allocations = list(dict.fromkeys(f"{x.op} {_size(x.bytes)} ({x.phase})" for x in m.largest_allocations))[:2]
+        # one line: two lines that each began 'largest allocation:' named 512 MiB and then 512 KiB as the largest
+        if allocations:
+            evidence.append(f"largest allocation{'s' if len(allocations) > 1 else ''}: {', then '.join(allocations)}")
         # What the step holds can be cut (a smaller batch, fewer activations kept); what the process held before the
         # model was built and the weights cannot. When the step holds under half of the overrun, the memory is the
         # process's and the model's, and no batch brings it down.

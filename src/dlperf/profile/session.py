@@ -63,11 +63,9 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
     import torch
 
     from dlperf.calibrate import get_ceilings
-    from dlperf.measure.bench import torch_threads
-    from dlperf.measure.env import usable_cores
 
-    with torch_threads(min(threads or torch.get_num_threads(), usable_cores())):
-        return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress)
+    return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress,
+                        threads=threads or torch.get_num_threads())
 
 
 def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:

@@ -399,17 +399,24 @@ P50_KEYS = ("p50_s", "latency_p50_s", "latency.p50_s", "summary.p50_s", "latency
 P99_KEYS = ("p99_s", "latency_p99_s", "latency.p99_s", "summary.p99_s", "latency_s.p99")
 
 
+MAX_CDFS = 8
+"""Levels drawn on the latency CDF at most (more lines cannot be told apart); its title says when levels are left out:
+a sweep of 16 levels drew 8 under the plain title."""
+
+
 def load_view(rec: RunRecord) -> str:
     from dlperf.loadgen.generator import Slo
+    from dlperf.loadgen.render import errors_text, level_text
 
     r = rec.result
     peak = r.get("peak")
     slo = Slo.from_record(peak) or Slo.from_record(rec.config)
     judged_at = slo.name if slo is not None else "p99"
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
-    rows: list[tuple[str, float, float | None, float | None, float | None]] = []
+    rows: list[tuple[str, float, float | None, float | None, str]] = []
     judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
     cdfs: list[Series] = []
+    with_latencies = 0
     warnings: list[str] = []  # a level's own: unstable windows, no request succeeded (and what came back)
     for item in (lists[0] if lists else [r]):
         if not isinstance(item, Mapping):
@@ -419,12 +426,18 @@ def load_view(rec: RunRecord) -> str:
         if thr is None:
             continue
         offered = first_number(item, "concurrency", "rate", "target_rps", "offered_rps", "level")
-        label = f"{item.get('mode', '')} {fmt(offered)}".strip()
-        rows.append((label, thr, p50, p99, first_number(item, "error_rate", "errors", "failures")))
+        label = f"{item.get('mode', '')} {fmt(offered) if offered is None else level_text(offered)}".strip()
+        statuses = item.get("statuses")
+        # by status, as `dlperf load` shows them: a bare count mixed the open loop's unsent ('dropped') in
+        errors = (errors_text(statuses) if isinstance(statuses, Mapping)
+                  else fmt(first_number(item, "error_rate", "errors", "failures")))
+        rows.append((label, thr, p50, p99, errors))
         rss = first_number(item, "resources.rss_max_bytes")
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
-        judged.append([fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
+        batched = (first_number(item, "items_per_request") or 1) > 1  # `--batch-size B`: items/s is B x req/s
+        judged.append([fmt(first_number(item, "throughput_items_per_s")) if batched else "-",
+                       fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
                               else first_number(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
                        else "-",
@@ -433,14 +446,17 @@ def load_view(rec: RunRecord) -> str:
                        ", ".join(f"{b:.0%}" for b in busy if isinstance(b, (int, float))) or "-"])
         warnings += [f"warning ({label}): {w}" for w in item.get("warnings") or [] if isinstance(w, str)]
         lat = item.get("latencies_ns")
-        if isinstance(lat, list) and lat and len(cdfs) < 8:
-            cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
+        if isinstance(lat, list) and lat:
+            with_latencies += 1
+            if len(cdfs) < MAX_CDFS:
+                cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with a throughput")
-    extras = (f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB", "GPU busy")
+    extras = ("items/s", f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB",
+              "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
     table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
-                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), fmt(e)] + [j[i] for i in shown]
+                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), e] + [j[i] for i in shown]
                         for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
     if isinstance(peak, Mapping) and slo is not None:
         table = _peak_outcome(peak, slo) + table
@@ -461,7 +477,9 @@ def load_view(rec: RunRecord) -> str:
                   y_zero=True, hlines=bound) if series else ""]
     if cdfs:
         svgs.append(chart(cdfs, Axis("request latency (ms)", log=wide_range(cdfs)), Axis("fraction of requests"),
-                          "Latency CDF per level", hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
+                          "Latency CDF per level" + (f" (the first {len(cdfs)} of {with_latencies})"
+                                                     if with_latencies > len(cdfs) else ""),
+                          hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
     return (config_tags(rec) + table + plot_row(*svgs)
             + "".join(f'<p class="warn">{esc(w)}</p>' for w in warnings))
 

@@ -306,6 +306,20 @@ class Tuner:
         self.best_measurement: TrainMeasurement | None = None
         self.parity_blind: str | None = None
 
+    def ceilings_for(self, config: StepConfig) -> Ceilings | None:
+        """The ceilings of the thread count `config` trains with: a best configuration on 1 thread had its MFU taken
+        against the baseline's 2-thread peak (and was told to calibrate `--threads 2`). Measured once if not cached."""
+        if self.ceilings is None or config.threads is None:
+            return self.ceilings
+        from dlperf.measure.env import usable_cores
+
+        if min(config.threads, usable_cores()) == self.ceilings.threads:
+            return self.ceilings
+        from dlperf.calibrate import get_ceilings
+
+        self.on_event(f"reading this machine's ceilings at {config.threads} threads for MFU")
+        return get_ceilings(self.ceilings.device, measure_if_missing=True, threads=config.threads)
+
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
         self.on_trial(trial)
@@ -450,7 +464,7 @@ class Tuner:
                               parity_blind=self.parity_blind)
         self.on_event("measuring the best configuration")
         try:
-            best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings,
+            best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings_for(best),
                                   count_flops=self.config.count_flops)
         except KeyboardInterrupt as exc:
             self.best_measurement = getattr(exc, "dlperf_partial", None)
@@ -523,8 +537,11 @@ def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -
         dtype = "torch.bfloat16" if best.precision == "bf16" else "torch.float16"
         code = f"with torch.autocast('{device}', dtype={dtype}): loss = loss_fn(model(x), y)"
         if best.precision == "fp16":
-            code += "; scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss).backward(); scaler.step(opt); " \
-                    "scaler.update()"
+            # the scaler is made once: its scale carries from step to step (one made in each step, as the line read,
+            # starts every step at 65536 and skips each step whose gradients overflow at it)
+            code = ("scaler = torch.amp.GradScaler('cuda') once, before the loop; each step: " + code
+                    + "; scaler.scale(loss).backward(); scaler.step(opt); scaler.update() "
+                    "(clipping gradients? scaler.unscale_(opt) before it)")
         out.append(Setting("mixed precision", code, gains.get("precision")))
     if "channels_last" in diff:
         out.append(Setting("memory format", "model = model.to(memory_format=torch.channels_last); "

@@ -56,6 +56,29 @@ def test_cli_measures_a_step_and_records_it(tmp_path: Path, capsys: pytest.Captu
     assert "samples/s" in shown and '"breakdown_s"' not in shown  # the step view, not the JSON
 
 
+def test_cli_mfu_uses_the_ceilings_of_the_thread_count_it_trains_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --threads 1` on a 2-thread machine held its step to the cached 2-thread peak: half its MFU."""
+    import torch
+
+    from dlperf.calibrate import Ceilings
+    from dlperf.calibrate.ceilings import machine_key, write_cache
+    from dlperf.measure.bench import torch_threads
+
+    if torch.get_num_threads() == 1:
+        pytest.skip("needs torch's default thread count above 1")
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    for threads, fp32 in ((torch.get_num_threads(), 8e9), (1, 3e9)):
+        with torch_threads(threads):
+            write_cache(Ceilings("cpu", machine_key("cpu"), {"fp32": fp32}, 1e9, "t", threads))
+    code = main(["train", "zoo:mlp", "--steps", "2", "--warmup", "0", "--threads", "1", "--json",
+                 "--store", str(tmp_path / "runs.db")])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)["result"]
+    assert result["ceiling_flops"] == 3e9
+    assert result["mfu"] == pytest.approx(result["achieved_flops"] / 3e9)
+
+
 def test_an_interrupted_measurement_keeps_the_steps_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C in the middle of `dlperf train` kept only the run's config: every step measured was lost."""

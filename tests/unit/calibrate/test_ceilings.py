@@ -68,6 +68,22 @@ def test_machine_key_names_what_ceilings_depend_on() -> None:
     assert key.endswith("gpu=-")
 
 
+def test_machine_key_names_the_cores_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`taskset -c 0 dlperf calibrate --threads 2` on 2 cores cached 2 threads contending for 1 core under the key
+    of the whole machine's 2-thread peak, which an unrestricted profile or train then read."""
+    import os
+
+    from dlperf.measure import env
+
+    whole = machine_key("cpu")
+    assert f"|cores={os.cpu_count()}|usable={env.usable_cores()}|" in whole
+    monkeypatch.setattr(env, "usable_cores", lambda: 1)
+    pinned = machine_key("cpu")
+    assert "|usable=1|" in pinned
+    if "|usable=1|" not in whole:
+        assert pinned != whole
+
+
 def test_cache_hit_does_not_measure(cache: Path, fake_measure: list[dict[str, Any]]) -> None:
     first = get_ceilings("cpu")
     second = get_ceilings("cpu")

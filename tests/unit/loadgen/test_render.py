@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 import pytest
-from rich.console import Console
+from rich.console import Console, Group
 
 from dlperf.loadgen.generator import LevelResult, ServerSide
 from dlperf.loadgen.render import levels_table, load_headline
@@ -70,6 +70,18 @@ def test_the_headline_of_a_level_where_every_request_failed_says_so() -> None:
     assert load_headline({"levels": levels}) == "12.5 req/s, p99 20 ms at concurrency 4"
 
 
+def test_the_headline_of_a_level_where_some_requests_failed_says_how_many() -> None:
+    """'24.8 req/s, p99 528 ms at concurrency 64' was the whole headline of a level whose 1243 of 1310 requests got
+    503 (runs list, the HTML report's runs table)."""
+    level = {"mode": "concurrency", "level": 64.0, "throughput_rps": 24.8, "p99_s": 0.528,
+             "statuses": {"503": 1243, "200": 67}}
+    assert (load_headline({"levels": [level]})
+            == "24.8 req/s, p99 528 ms at concurrency 64, 94.9% of 1310 requests failed")
+    # requests the open loop did not send are not failures of the server (their own warning says it)
+    dropped = {**level, "mode": "rate", "level": 30.0, "statuses": {"200": 67, "dropped": 5}}
+    assert load_headline({"levels": [dropped]}) == "24.8 req/s, p99 528 ms at rate 30"
+
+
 def test_a_level_s_verdict_keeps_its_indent_where_it_wraps() -> None:
     from rich.console import Group
 
@@ -103,3 +115,29 @@ def test_the_line_a_finished_level_prints_counts_its_errors() -> None:
     dropped = LevelResult("rate", 100.0, 1, [int(0.09e9)] * 119, {"200": 119, "dropped": 180, "503": 2}, 3.0, False,
                           [40.0])
     assert level_line(dropped) == "  rate 100: 39.7 req/s, p99 90 ms, errors 503: 2, dropped: 180"
+
+
+def test_a_rate_the_peak_search_computed_is_shown_to_a_tenth_everywhere() -> None:
+    """The table, the warnings and 'the search stopped at' said 227.713 and 28.4641 beside 'trying 227.7 req/s'."""
+    from dlperf.loadgen.generator import Slo
+    from dlperf.loadgen.render import level_text, peak_outcome
+
+    rate = LevelResult("rate", 227.71258891250264, 1, [1_000_000] * 20, {"200": 20}, 1.0, True, [20.0],
+                       warnings=["the load generator fell behind its schedule"])
+    row = next(line for line in _lines(levels_table([rate], "mlp"), 160) if "│" in line and "req/s" not in line)
+    assert row.replace("│", " ").split()[0] == "227.7"
+    assert peak_outcome(None, Slo(0.02), 28.46407361406283, True)[0].startswith("the search stopped at 28.5 req/s")
+    assert load_headline({"levels": [{**rate.to_dict(), "p99_s": 0.001}]}).endswith("at rate 227.7")
+    # a level as the user gave it stays as given
+    assert [level_text(v) for v in (16.0, 50.0, 2.25, 0.5)] == ["16", "50", "2.25", "0.5"]
+
+
+def test_runs_show_titles_a_peak_search_as_dlperf_load_did() -> None:
+    from dlperf.loadgen.render import stored_view
+
+    config = {"model": "mlp", "url": "127.0.0.1:8000", "find_peak": True}
+    text = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, config)), 120))
+    assert "mlp at 127.0.0.1:8000: rate search (latencies in ms)" in text
+    sweep = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, {**config, "find_peak": False})),
+                             120))
+    assert "mlp at 127.0.0.1:8000 (latencies in ms)" in sweep

@@ -48,6 +48,22 @@ def test_fp32_matches_torch_at_other_batch_sizes_and_round_trips(tmp_path: Path)
     torch.testing.assert_close(loaded(*x), new.predict(*x), atol=0, rtol=0)
 
 
+def test_gpu_providers_run_on_the_target_device_s_index() -> None:
+    """Without a device_id the CUDA and TensorRT providers run on GPU 0: a candidate for cuda:1 ran on GPU 0."""
+    from dlperf.passes.onnxruntime import provider_list
+
+    assert provider_list("cuda", "cuda:1") == [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"]
+    assert provider_list("tensorrt", "cuda:2") == [("TensorrtExecutionProvider", {"device_id": 2}),
+                                                   ("CUDAExecutionProvider", {"device_id": 2}), "CPUExecutionProvider"]
+    assert provider_list("cuda", "cuda") == [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+    assert provider_list("cpu") == ["CPUExecutionProvider"]
+
+
+def test_the_artifact_records_the_device_its_session_runs_on(tmp_path: Path) -> None:
+    new = apply_pass(OrtConfig(), initial_state(get("mlp")), CTX)
+    assert new.exporter is not None and new.exporter(tmp_path)["device"] == "cpu"
+
+
 def test_an_artifact_whose_provider_does_not_start_is_refused_not_run_on_the_cpu(tmp_path: Path) -> None:
     """ONNX Runtime runs a session on the next provider, with only a logged warning, when the asked one cannot
     start (here: the CUDA provider in a CPU-only onnxruntime): dlperf says so instead of measuring the CPU."""

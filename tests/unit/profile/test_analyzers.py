@@ -104,6 +104,27 @@ def test_roofline_classifies_compute_bandwidth_and_overhead() -> None:
     assert a.share_by_bound[operators.BANDWIDTH] == pytest.approx(0.5)
 
 
+def test_a_bound_s_share_of_the_step_is_taken_step_by_step_and_stays_within_it() -> None:
+    """Per-operator medians of different steps summed to more than the step: a noisy bandwidth-bound example read
+    'explains 103% of the step'. Steps of 10, 10 and 30 ms; mul and add take turns being slow."""
+    from dlperf.profile.trace import StepWindow
+
+    walls_us = (10_000.0, 10_000.0, 30_000.0)
+    starts = (0.0, 10_000.0, 20_000.0)
+    mul_us, add_us = (9_000.0, 1_000.0, 15_000.0), (1_000.0, 9_000.0, 15_000.0)
+    ops = [o for i in range(3) for o in (
+        elementwise(starts[i], mul_us[i], step=i),
+        replace(elementwise(starts[i] + mul_us[i], add_us[i], step=i), name="aten::add"))]
+    t = trace(ops, steps=3)
+    t.steps = [StepWindow(index=i, start_us=starts[i], end_us=starts[i] + walls_us[i], wall_s=walls_us[i] * 1e-6,
+                          phase_us={"forward": walls_us[i]}) for i in range(3)]
+    a = operators.analyze(t, CEILINGS)
+    by = {o.name: o for o in a.operators}
+    assert by["aten::mul"].share == pytest.approx(0.9) and by["aten::add"].share == pytest.approx(0.9)
+    # the steps' bandwidth-bound time is 10, 10 and 30 ms: a median of 10 ms, the whole 10 ms median step
+    assert a.share_by_bound[operators.BANDWIDTH] == pytest.approx(1.0)
+
+
 def test_small_low_intensity_op_is_cache_resident() -> None:
     a = operators.analyze(trace([elementwise(0, 500, numel=1024)]), CEILINGS)
     assert a.operators[0].bound == operators.CACHE_RESIDENT

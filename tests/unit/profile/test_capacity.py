@@ -4,6 +4,7 @@ names a smaller batch only where a smaller batch can bring the peak under the bu
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,13 @@ pytestmark = pytest.mark.unit
 MIB = 2**20
 
 
-def _capacity(*, start: int, peak: int, budget: int, model: int, step_holds: int, batch: int) -> dg.Finding:
+def _capacity(*, start: int, peak: int, budget: int, model: int, step_holds: int, batch: int,
+              also: list[Any] | None = None) -> dg.Finding:
     mem = MemoryInfo(start_rss_bytes=start, peak_rss_bytes=peak, available_bytes=budget, total_bytes=budget,
                      budget_bytes=budget, budget_source="--memory-budget", model_bytes=model,
                      timeline=[(100.0, step_holds), (9000.0, 0)])  # held at once within the step: step_holds
     ops = [elementwise(0, 9000)] + [op("aten::empty", 10.0 + i * 10_000, 5.0, step=i, mem=step_holds)
-                                    for i in range(3)]
+                                    for i in range(3)] + (also or [])
     t = dataclasses.replace(trace(ops, steps=3, mem=mem), batch_size=batch)
     d = dg.diagnose(dg.analyze_all(t, CEILINGS))
     found = [f for f in d.findings if f.category == dg.MEMORY_CAPACITY]
@@ -56,5 +58,10 @@ def test_a_step_that_holds_the_overrun_is_fixed_by_a_smaller_batch() -> None:
     assert "hold up to 256 MiB at once" in " ".join(f.evidence)
     # the same allocation in each of the 3 steps was listed twice as the two largest
     assert [e for e in f.evidence if e.startswith("largest")] == ["largest allocation: aten::empty 256 MiB (forward)"]
+    # two different allocations are one line, largest first (two lines each began 'largest allocation:')
+    two = _capacity(start=600 * MIB, peak=880 * MIB, budget=800 * MIB, model=0, step_holds=256 * MIB, batch=2,
+                    also=[op("aten::sum", 20.0, 5.0, mem=512 * 1024)])
+    assert [e for e in two.evidence if e.startswith("largest")] == [
+        "largest allocations: aten::empty 256 MiB (forward), then aten::sum 512 KiB (forward)"]
     at_one = _capacity(start=600 * MIB, peak=880 * MIB, budget=800 * MIB, model=0, step_holds=256 * MIB, batch=1)
     assert at_one.setting is None and at_one.fix.startswith("keep fewer activations at once (already at batch 1)")

@@ -36,6 +36,8 @@ def test_terminal_view_puts_the_verdict_first() -> None:
     assert "fix:" in text and "estimated gain" in text and "addmm" in text
     assert "profiling overhead" in text
     assert "largest allocation: aten::empty 3 MiB" in text
+    # the median operator of 9 ms in the unit the rest of the view uses ('median 9000.0 µs' before)
+    assert "top-level operators per step (2 with nested), median 9.00 ms;" in " ".join(text.split())
 
 
 def test_on_80_columns_findings_wrap_under_their_text_and_the_operators_title_is_as_wide_as_the_console() -> None:

@@ -362,6 +362,42 @@ def test_a_load_level_whose_requests_all_failed_stays_in_the_table() -> None:
     assert "NaN" not in dead.split("raw result fields")[0]
 
 
+def test_a_load_level_s_errors_are_shown_by_status_as_dlperf_load_shows_them() -> None:
+    """The HTML table showed a bare count (1243; 669 for requests the open loop never sent) where `dlperf load` said
+    '503: 1243' and 'dropped: 669'."""
+    levels = [{"mode": "rate", "level": 400, "throughput_rps": 152.6, "p50_s": 0.004, "p99_s": 0.077, "errors": 669,
+               "statuses": {"200": 458, "dropped": 669}},
+              {"mode": "rate", "level": 800, "throughput_rps": 24.8, "p50_s": 0.33, "p99_s": 0.53, "errors": 1244,
+               "statuses": {"200": 67, "503": 1243, "timeout": 1}},
+              {"mode": "rate", "level": 100, "throughput_rps": 100.0, "p50_s": 0.002, "p99_s": 0.004, "errors": 0,
+               "statuses": {"200": 300}}]
+    html = render_report([_rec("l10", "load", {"levels": levels})])
+    cells = re.findall(r"<td>rate (\d+)</td>(?:<td class=\"n\">[^<]*</td>){3}<td[^>]*>([^<]*)</td>", html)
+    assert cells == [("400", "dropped: 669"), ("800", "503: 1243, timeout: 1"), ("100", "0")]
+
+
+def test_the_latency_cdf_of_a_long_sweep_says_which_levels_it_draws() -> None:
+    levels = [{"mode": "concurrency", "level": c, "throughput_rps": 10.0 * c, "p50_s": 0.001 * c, "p99_s": 0.002 * c,
+               "latencies_ns": [1_000_000 * c, 2_000_000 * c]} for c in range(1, 13)]
+    titles = re.findall(r"<title>([^<]*)</title>", render_report([_rec("l11", "load", {"levels": levels})]))
+    assert "Latency CDF per level (the first 8 of 12)" in titles
+    titles = re.findall(r"<title>([^<]*)</title>", render_report([_rec("l12", "load", {"levels": levels[:8]})]))
+    assert "Latency CDF per level" in titles
+
+
+def test_a_load_run_of_batched_requests_shows_items_per_second() -> None:
+    """`dlperf load --batch-size 8` printed items/s beside req/s; the HTML table had req/s only."""
+    level = {"mode": "concurrency", "level": 2, "throughput_rps": 100.0, "p50_s": 0.004, "p99_s": 0.009,
+             "statuses": {"200": 300}, "items_per_request": 8, "throughput_items_per_s": 800.0}
+    html = render_report([_rec("l13", "load", {"levels": [level]})])
+    assert "<th>items/s</th>" in html
+    assert re.search(r"<td>concurrency 2</td><td class=\"n\">100</td>(?:<td[^>]*>[^<]*</td>){3}"
+                     r"<td class=\"n\">800</td>", html)
+    single = render_report([_rec("l14", "load", {"levels": [{**level, "items_per_request": 1,
+                                                                "throughput_items_per_s": 100.0}]})])
+    assert "items/s" not in single.split("raw result fields")[0]
+
+
 def test_bench_view_shows_the_stop_note_and_the_contention_warning(bench_points: list[dict[str, Any]]) -> None:
     point = {**bench_points[0], "contention_warning": "other processes kept 1.1 cores busy & more",
              "other_load_percent": 110.0}

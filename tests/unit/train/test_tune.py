@@ -95,6 +95,42 @@ def test_pinned_memory_comes_with_the_non_blocking_copy_it_was_measured_with() -
     assert "non_blocking" not in workers.code
 
 
+def test_the_fp16_setting_makes_the_grad_scaler_once_and_steps_it_in_order() -> None:
+    """The line read 'with autocast(...): loss = ...; scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss)...':
+    a scaler made in every step loses its scale between steps."""
+    base = StepConfig(batch_size=64, device="cuda")
+    trials = [Trial("precision", {"precision": "fp16"}, "", ACCEPTED, speedup=1.8)]
+    (setting,) = code_settings(base, base.replace(precision="fp16"), trials)
+    assert setting.code.startswith("scaler = torch.amp.GradScaler('cuda') once, before the loop; each step: "
+                                   "with torch.autocast('cuda', dtype=torch.float16): loss = loss_fn(model(x), y); ")
+    calls = ["scaler.scale(loss).backward()", "scaler.unscale_(opt)", "scaler.step(opt)", "scaler.update()"]
+    assert all(c in setting.code for c in calls)
+    assert setting.code.index(calls[0]) < setting.code.index(calls[2]) < setting.code.index(calls[3])
+    (bf16,) = code_settings(base, base.replace(precision="bf16"), trials)
+    assert bf16.code == "with torch.autocast('cuda', dtype=torch.bfloat16): loss = loss_fn(model(x), y)"
+
+
+def test_the_best_configuration_s_mfu_uses_the_ceilings_of_its_thread_count(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threads knob's best (1 thread) had its MFU taken against the baseline's 2-thread ceilings."""
+    from dlperf.calibrate import Ceilings
+    from dlperf.calibrate.ceilings import machine_key, write_cache
+    from dlperf.measure import env
+    from dlperf.measure.bench import torch_threads
+
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(env, "usable_cores", lambda: 4)
+    with torch_threads(2):
+        two = Ceilings("cpu", machine_key("cpu"), {"fp32": 8e9}, 1e9, "t", 2)
+    with torch_threads(1):
+        one = Ceilings("cpu", machine_key("cpu"), {"fp32": 3e9}, 1e9, "t", 1)
+    write_cache(one)
+    tuner = Tuner(tiny(), StepConfig(batch_size=32, threads=2), ceilings=two)
+    assert tuner.ceilings_for(StepConfig(batch_size=32, threads=2)) is two
+    assert tuner.ceilings_for(StepConfig(batch_size=32)) is two  # torch's default: the baseline's
+    assert tuner.ceilings_for(StepConfig(batch_size=32, threads=1)) == one
+
+
 def test_tuner_rejects_a_knob_that_breaks_training_and_records_every_trial(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.db")
     parent = store.create_run("train", "tiny")

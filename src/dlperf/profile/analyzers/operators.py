@@ -241,9 +241,15 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
             achieved_flops_s=achieved_f, achieved_bytes_s=achieved_b, pct_of_peak=pct,
         ))
     stats.sort(key=lambda s: s.self_s, reverse=True)
-    shares: dict[str, float] = {}
+    # A bound's share is the median over steps of its operators' time in each step: a sum of each operator's own
+    # median mixes steps (mul's slow step with add's), and a noisy bandwidth-bound step read "explains 103% of
+    # the step". Within a step its operators' self times fit in the step, so this share stays at most 100%.
+    per_step: dict[str, list[float]] = {}
     for s in stats:
-        shares[s.bound] = shares.get(s.bound, 0.0) + s.share
+        summed = per_step.setdefault(s.bound, [0.0] * n_steps)
+        for i, t in enumerate(groups[s.name]["per_step_s"]):
+            summed[i] += t
+    shares = {bound: median(times) / step_s if step_s else 0.0 for bound, times in per_step.items()}
     return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
                             bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
                            timed_by="kernel time" if cuda else "self time", ceilings_caveat=ceilings_caveat(ceilings))
