@@ -218,7 +218,8 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
         raise ConfigError(f"--shape {' '.join(shapes)}: --workload sends the workload's own example inputs, of "
                           "their own shapes: drop --shape (or --workload, for random inputs of these shapes)")
     if inputs is None:
-        batch_size = request_batch(model, ins, shapes or {}, batch_size, batched)
+        shapes = per_item_shapes(ins, shapes or {}, batched)
+        batch_size = request_batch(model, ins, shapes, batch_size, batched)
     data = read_input_data(input_data, ins, outs, shapes=shapes, batched=batched) if input_data else None
     if data is not None and inputs is not None:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
@@ -292,6 +293,16 @@ def model_batches(endpoint: Endpoint, model: str, headers: dict[str, str], input
     if isinstance(limit, bool) or not isinstance(limit, int):
         return shaped
     return limit > 0
+
+
+def per_item_shapes(inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
+                    batched: bool) -> dict[str, Sequence[int]]:
+    """`shapes` with a per-item input's one-number --shape (scale=3) read as its full shape ([3, 1]). Such an input
+    (one value per item, a model input of shape [batch]) has the metadata shape [-1, 1], as Triton gives it (dims
+    [1] reshaped to []); --shape NAME=B is what a user writes for it, and perf_analyzer, whose --shape leaves the
+    batch dimension out, needs no --shape for it at all."""
+    per_item = {spec.name for spec in inputs if batched and tuple(spec.shape) == (-1, 1)}
+    return {name: [*dims, 1] if name in per_item and len(dims) == 1 else dims for name, dims in shapes.items()}
 
 
 def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
