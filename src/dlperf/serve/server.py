@@ -73,6 +73,13 @@ def _http_protocol(max_request_bytes: int) -> Any:
             self.into = None
             cycle = _fitting_cycle(self)
             if cycle is not None:
+                if self.scope["http_version"] == "1.0" and self.parser.should_keep_alive():
+                    # an HTTP/1.0 request with Connection: keep-alive (ApacheBench's -k): uvicorn closes the
+                    # connection after every HTTP/1.0 reply; Triton's HTTP server (libevhtp) keeps it and says so
+                    # with Connection: keep-alive, which an HTTP/1.0 client needs to reuse it. Every reply of the
+                    # app has a Content-Length (HTTP/1.0 has no chunked encoding)
+                    cycle.keep_alive = True
+                    cycle.default_headers = [*cycle.default_headers, _KEEP_ALIVE]
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
                 ref = weakref.ref(cycle)
                 watch = scope[CLIENT_GONE_KEY] = ClientWatch(_gone_check(ref))
@@ -82,6 +89,13 @@ def _http_protocol(max_request_bytes: int) -> Any:
                 self.into = body_buffer_for(scope, max_request_bytes)
                 if self.into is not None:
                     scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run
+
+        def shutdown(self) -> None:
+            cycle = self.cycle
+            super().shutdown()
+            if cycle is not None and not cycle.keep_alive and _KEEP_ALIVE in cycle.default_headers:
+                # closing after this reply (uvicorn adds connection: close): not keep-alive as well
+                cycle.default_headers = [h for h in cycle.default_headers if h != _KEEP_ALIVE]
 
         def on_body(self, body: bytes) -> None:
             if self.into is None or self.cycle.response_complete:  # answered before its body (401, 503...)
@@ -94,6 +108,9 @@ def _http_protocol(max_request_bytes: int) -> Any:
 
 log = logging.getLogger("dlperf.serve")
 
+_KEEP_ALIVE = (b"connection", b"keep-alive")
+"""The header an HTTP/1.0 keep-alive request's reply carries (`_http_protocol`)."""
+
 _UVICORN_MISFIT: list[str] = []
 """Set (once, with the reason) when uvicorn's protocol lacks what the fast path reads: the server then runs as
 plain uvicorn (bodies through ASGI messages, no client-gone check) instead of failing every request."""
@@ -101,7 +118,8 @@ plain uvicorn (bodies through ASGI messages, no client-gone check) instead of fa
 
 def _fitting_cycle(protocol: Any) -> Any:
     """The request cycle of an HTTP (not upgrade) request when uvicorn's objects have every attribute the fast
-    path reads (the protocol's `cycle` and `scope`, the cycle's `scope`, `response_complete`, `disconnected`:
+    path reads (the protocol's `cycle` and `scope`, the cycle's `scope`, `response_complete`, `disconnected`,
+    `keep_alive`, `default_headers`:
     uvicorn internals, 0.54-0.55 here); else None, and the first misfit is logged once and turns it off."""
     if _UVICORN_MISFIT:
         return None
@@ -109,7 +127,8 @@ def _fitting_cycle(protocol: Any) -> Any:
         cycle, scope = protocol.cycle, protocol.scope
         if cycle is None or cycle.scope is not scope:  # an upgrade, or no request
             return None
-        _ = (cycle.response_complete, cycle.disconnected)  # read now: on_body and the gone check read them later
+        # read now: on_body, the gone check and the HTTP/1.0 keep-alive read them later
+        _ = (cycle.response_complete, cycle.disconnected, cycle.keep_alive, cycle.default_headers)
     except AttributeError as exc:
         import uvicorn
 
