@@ -373,6 +373,8 @@ def test_a_cancelled_call_is_counted_canceled_and_a_queued_one_never_runs() -> N
         assert gate.batches == [1, 1]  # the queued request never reached the model
         m = server_metrics(running)
         assert m.success_total == 1 and m.requests_total == 3 and m.exec_count_total == 2
+        # the items the model ran (the held one's too, as Triton's nv_inference_count), not the queued one's
+        assert m.inference_count_total == 2
 
 
 def test_shutdown_drains_an_in_flight_grpc_request() -> None:
