@@ -76,7 +76,8 @@ def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
     for family in ("request_success_total", "request_failure_total", "count_total", "exec_count_total",
                    "pending_requests", "request_duration_seconds_bucket", "queue_duration_seconds_bucket",
                    "compute_duration_seconds_bucket", "batch_size_bucket",
-                   "priority_request_duration_seconds_bucket", "priority_queue_duration_seconds_bucket"):
+                   "priority_request_duration_seconds_bucket", "priority_queue_duration_seconds_bucket",
+                   "priority_pending_requests", "priority_queue_capacity"):
         assert f"dlperf_inference_{family}" in names
 
 
