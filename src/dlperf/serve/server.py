@@ -74,12 +74,7 @@ def _http_protocol(max_request_bytes: int) -> Any:
             cycle = _fitting_cycle(self)
             if cycle is not None:
                 if self.scope["http_version"] == "1.0" and self.parser.should_keep_alive():
-                    # an HTTP/1.0 request with Connection: keep-alive (ApacheBench's -k): uvicorn closes the
-                    # connection after every HTTP/1.0 reply; Triton's HTTP server (libevhtp) keeps it and says so
-                    # with Connection: keep-alive, which an HTTP/1.0 client needs to reuse it. Every reply of the
-                    # app has a Content-Length (HTTP/1.0 has no chunked encoding)
-                    cycle.keep_alive = True
-                    cycle.default_headers = [*cycle.default_headers, _KEEP_ALIVE]
+                    _keep_http10_alive(cycle)
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
                 ref = weakref.ref(cycle)
                 watch = scope[CLIENT_GONE_KEY] = ClientWatch(_gone_check(ref))
@@ -93,7 +88,7 @@ def _http_protocol(max_request_bytes: int) -> Any:
         def shutdown(self) -> None:
             cycle = self.cycle
             super().shutdown()
-            if cycle is not None and not cycle.keep_alive and _KEEP_ALIVE in cycle.default_headers:
+            if cycle is not None and _KEEP_ALIVE in getattr(cycle, "default_headers", ()) and not cycle.keep_alive:
                 # closing after this reply (uvicorn adds connection: close): not keep-alive as well
                 cycle.default_headers = [h for h in cycle.default_headers if h != _KEEP_ALIVE]
 
@@ -118,8 +113,7 @@ plain uvicorn (bodies through ASGI messages, no client-gone check) instead of fa
 
 def _fitting_cycle(protocol: Any) -> Any:
     """The request cycle of an HTTP (not upgrade) request when uvicorn's objects have every attribute the fast
-    path reads (the protocol's `cycle` and `scope`, the cycle's `scope`, `response_complete`, `disconnected`,
-    `keep_alive`, `default_headers`:
+    path reads (the protocol's `cycle` and `scope`, the cycle's `scope`, `response_complete`, `disconnected`:
     uvicorn internals, 0.54-0.55 here); else None, and the first misfit is logged once and turns it off."""
     if _UVICORN_MISFIT:
         return None
@@ -127,8 +121,7 @@ def _fitting_cycle(protocol: Any) -> Any:
         cycle, scope = protocol.cycle, protocol.scope
         if cycle is None or cycle.scope is not scope:  # an upgrade, or no request
             return None
-        # read now: on_body, the gone check and the HTTP/1.0 keep-alive read them later
-        _ = (cycle.response_complete, cycle.disconnected, cycle.keep_alive, cycle.default_headers)
+        _ = (cycle.response_complete, cycle.disconnected)  # read now: on_body and the gone check read them later
     except AttributeError as exc:
         import uvicorn
 
@@ -138,6 +131,18 @@ def _fitting_cycle(protocol: Any) -> Any:
                     getattr(uvicorn, "__version__", "?"), exc)
         return None
     return cycle
+
+
+def _keep_http10_alive(cycle: Any) -> None:
+    """Keep the connection of an HTTP/1.0 request with Connection: keep-alive (ApacheBench's -k) open, its reply
+    saying connection: keep-alive, which an HTTP/1.0 client needs to reuse it: uvicorn closes every HTTP/1.0
+    connection after one reply; Triton's HTTP server (libevhtp) keeps it. Every reply of the app has a
+    Content-Length (HTTP/1.0 has no chunked encoding). A uvicorn without these cycle attributes (other than
+    0.54-0.55) keeps its own behaviour."""
+    headers = getattr(cycle, "default_headers", None)
+    if isinstance(headers, list) and isinstance(getattr(cycle, "keep_alive", None), bool):
+        cycle.keep_alive = True
+        cycle.default_headers = [*headers, _KEEP_ALIVE]
 
 
 def _unanswered(ref: weakref.ref[Any]) -> bool:
