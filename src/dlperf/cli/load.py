@@ -89,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                         help="full shape of an input with variable dimensions, batch dimension first for a model "
                              "that batches (e.g. --shape input_ids=8,128 sends batches of 8; unlike perf_analyzer's "
-                             "--shape, which leaves it out)")
+                             "--shape, which leaves it out; an input of one value per item, shape [-1, 1], takes "
+                             "--shape scale=8)")
     parser.add_argument("--workload", default=None, metavar="SPEC",
                         help="send this workload's example inputs instead of random tensors")
     parser.add_argument("--input-data", action="append", default=[], metavar="random|zero|DIR|FILE.json",

@@ -219,6 +219,7 @@ def oip_target(url: str, model: str, *, batch_size: int | None = None, token: st
                           "their own shapes: drop --shape (or --workload, for random inputs of these shapes)")
     if inputs is None:
         batch_size = request_batch(model, ins, shapes or {}, batch_size, batched)
+        shapes = per_item_shapes(ins, shapes or {}, batched)
     data = read_input_data(input_data, ins, outs, shapes=shapes, batched=batched) if input_data else None
     if data is not None and inputs is not None:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")
@@ -294,20 +295,32 @@ def model_batches(endpoint: Endpoint, model: str, headers: dict[str, str], input
     return limit > 0
 
 
+def per_item_shapes(inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
+                    batched: bool) -> dict[str, Sequence[int]]:
+    """`shapes` with a per-item input's one-number --shape (scale=3) read as its full shape ([3, 1]). Such an input
+    (one value per item, a model input of shape [batch]) has the metadata shape [-1, 1], as Triton gives it (dims
+    [1] reshaped to []); --shape NAME=B is what a user writes for it, and perf_analyzer, whose --shape leaves the
+    batch dimension out, needs no --shape for it at all."""
+    per_item = {spec.name for spec in inputs if batched and tuple(spec.shape) == (-1, 1)}
+    return {name: [*dims, 1] if name in per_item and len(dims) == 1 else dims for name, dims in shapes.items()}
+
+
 def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str, Sequence[int]],
                   batch_size: int | None, batched: bool | None = None) -> int:
     """The items each request holds, after checking --shape against the model's inputs: each a known input,
     every dimension given and >= 1. For a model that batches (`batched`, from `model_batches`; None: every
     input shape starts with -1), --shape is the full shape with the batch dimension first, so the batch size
     is that dimension: the same in every --shape, and the same as `batch_size` (--batch-size) if given, else
-    `batch_size` or 1. A model without a batch dimension takes one item per request."""
+    `batch_size` or 1. A model without a batch dimension takes one item per request; a per-item input's
+    --shape may be its batch size alone (`per_item_shapes`)."""
     names = [spec.name for spec in inputs]
     known = ", ".join(f"{spec.name} {list(spec.shape)}" for spec in inputs)
     batched = is_batched(inputs) if batched is None else batched
     batches: dict[str, int] = {}
+    full = per_item_shapes(inputs, shapes, batched)
     for name, given in shapes.items():
-        dims = [int(d) for d in given]
-        text = f"--shape {name}={','.join(map(str, dims))}"
+        dims = [int(d) for d in full[name]]
+        text = f"--shape {name}={','.join(map(str, given))}"  # as written
         if name not in names:
             raise ConfigError(f"{text}: model '{model}' has no input '{name}'; its inputs: {known}")
         spec = inputs[names.index(name)]
@@ -343,7 +356,7 @@ def request_batch(model: str, inputs: Sequence[TensorInfo], shapes: Mapping[str,
                           "of each --shape is the request's batch size, one for all its inputs")
     if batches and batch_size is not None and batch_size not in batches.values():
         name, batch = next(iter(batches.items()))
-        rest = "".join(f",{d}" for d in list(shapes[name])[1:])
+        rest = "".join(f",{d}" for d in list(shapes[name])[1:])  # as written: scale=3 -> scale=2
         raise ConfigError(f"--shape {name}={batch}{rest} sends batches of {batch} (its first dimension is the batch "
                           f"dimension), --batch-size {batch_size} asks for {batch_size}: write --shape "
                           f"{name}={batch_size}{rest}, or drop --batch-size")

@@ -371,6 +371,11 @@ class Batcher:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    def queued_at(self, level: int) -> int:
+        """Requests queued at priority `level` as its queue bound counts them (not those handed to a waking
+        instance)."""
+        return self._queued.get(level, 0)
+
     @property
     def in_system(self) -> int:
         return self._tracker.in_system

@@ -61,8 +61,16 @@ def parameter_value(p: Any) -> Any:
     return None if which is None else getattr(p, which)
 
 
-def parameters_of(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: parameter_value(v) for k, v in params.items()}
+def parameters_of(params: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The values of a request's, input's or output's `parameters`; ProtocolError (INVALID_ARGUMENT) naming one
+    whose value is unset, as Triton refuses it ("invalid value type for 'priority' parameter, expected
+    int64_param or uint64_param") and the HTTP endpoint a null: read as None, it counted as absent."""
+    values = {k: parameter_value(v) for k, v in params.items()}
+    unset = next((k for k, v in values.items() if v is None), None)
+    if unset is not None:
+        raise ProtocolError(f"{where}: parameter '{unset}' has no value: set one of its bool_param, int64_param, "
+                            "string_param, double_param or uint64_param")
+    return values
 
 
 def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | None) -> InferRequest:
@@ -85,7 +93,7 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
             raise ProtocolError(f"{where} has shape {shape}: give non-negative sizes")
         check_rank(shape, where)
         count = math.prod(shape)  # exact: np.prod wraps around int64 (2**32 x 2**32 gave 0)
-        params = parameters_of(t.parameters)
+        params = parameters_of(t.parameters, where)
         span = shm_span(params, where)
         if span is not None:
             array = array_from_shm(span, shm, bool(raw) or t.HasField("contents"), t.datatype, count, where)
@@ -96,8 +104,10 @@ def decode_infer_request(msg: Any, shm: Callable[[str, int, int, str], Any] | No
         inputs.append(Tensor(t.name, t.datatype, shaped(array, shape, where)))
     outputs = None
     if msg.outputs:
-        outputs = [requested_output(o.name, parameters_of(o.parameters), True, shm) for o in msg.outputs]
-    return InferRequest(inputs=inputs, id=msg.id or None, parameters=parameters_of(msg.parameters), outputs=outputs)
+        outputs = [requested_output(o.name, parameters_of(o.parameters, f"output '{o.name}'"), True, shm)
+                   for o in msg.outputs]
+    return InferRequest(inputs=inputs, id=msg.id or None, parameters=parameters_of(msg.parameters, "the request"),
+                        outputs=outputs)
 
 
 def _from_contents(t: Any, count: int, where: str) -> np.ndarray:

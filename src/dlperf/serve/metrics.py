@@ -7,6 +7,7 @@ for `dlperf compare --live` and the tests.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -48,6 +49,8 @@ METRIC_NAMES = (
 PRIORITY_METRIC_NAMES = (
     "dlperf_inference_priority_request_duration_seconds",
     "dlperf_inference_priority_queue_duration_seconds",
+    "dlperf_inference_priority_pending_requests",
+    "dlperf_inference_priority_queue_capacity",
 )
 """Exported too by a server with priority levels (`--priority-levels N`): one series per level 1..N."""
 
@@ -159,6 +162,14 @@ class Metrics:
         self.priority_queue_duration = Histogram(
             PRIORITY_METRIC_NAMES[1], "Queue time of answered requests by priority level "
             "(servers with --priority-levels; 1 is the highest)", by_level, buckets=LATENCY_BUCKETS_S, registry=r)
+        # each level's queue and bound, as the bound counts them: the all-levels gauges below add up bounds that
+        # hold per level, so one full level (rejecting) could sit far below 80% of their sum
+        self.priority_pending = Gauge(
+            PRIORITY_METRIC_NAMES[2], "Requests queued at a priority level, as its queue bound counts them "
+            "(servers with --priority-levels; 1 is the highest)", by_level, registry=r)
+        self.priority_queue_capacity = Gauge(
+            PRIORITY_METRIC_NAMES[3], "Requests a priority level's queue holds at most (its own "
+            "--priority-queue-policy max_queue_size, else --max-queue-size; 0 = unbounded)", by_level, registry=r)
         self.instances = Gauge(PREFIX + "instances", "Model instances running", labels, registry=r)
         self.queue_capacity = Gauge(PREFIX + "queue_capacity", "Requests the queue holds at most, all "
                                     "priority levels together (--max-queue-size; 0 = unbounded)", labels, registry=r)
@@ -172,10 +183,10 @@ class Metrics:
         self._lock = threading.Lock()
 
     def recorder(self, model: str, variant: str, pending: Callable[[], float] | None = None,
-                 priority_levels: int = 0) -> Recorder:
+                 priority_levels: int = 0, level_pending: Callable[[int], float] | None = None) -> Recorder:
         with self._lock:
             stats = self._stats.setdefault(model, ModelStats())
-        return Recorder(self, model, variant, stats, self._lock, pending, priority_levels)
+        return Recorder(self, model, variant, stats, self._lock, pending, priority_levels, level_pending)
 
     def stats(self, model: str) -> ModelStats:
         with self._lock:
@@ -195,7 +206,8 @@ class Recorder:
     """Bound metric children for one (model, variant): cheap to call per request and per batch."""
 
     def __init__(self, metrics: Metrics, model: str, variant: str, stats: ModelStats, lock: threading.Lock,
-                 pending: Callable[[], float] | None, priority_levels: int = 0) -> None:
+                 pending: Callable[[], float] | None, priority_levels: int = 0,
+                 level_pending: Callable[[int], float] | None = None) -> None:
         self.model = model
         self.variant = variant
         self._m = metrics
@@ -219,12 +231,21 @@ class Recorder:
         """Level -> its (request, queue) histograms; empty without priority levels (nothing exported)."""
         if pending is not None:
             metrics.pending.labels(model, variant).set_function(pending)
+        if level_pending is not None:
+            for level in self._by_level:
+                metrics.priority_pending.labels(model, variant, str(level)).set_function(
+                    functools.partial(level_pending, level))
 
     def set_instances(self, n: int) -> None:
         self._instances.set(n)
 
     def set_queue_capacity(self, n: int) -> None:
         self._capacity.set(n)
+
+    def set_level_queue_capacity(self, level: int, n: int) -> None:
+        """The queue bound of priority level `level` (0 = unbounded); exported with --priority-levels only."""
+        if level in self._by_level:
+            self._m.priority_queue_capacity.labels(self.model, self.variant, str(level)).set(n)
 
     def set_traffic_weight(self, weight: float) -> None:
         # exported only once set: a 0 left by default would take a variant out of the no-traffic alert

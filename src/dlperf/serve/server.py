@@ -73,6 +73,8 @@ def _http_protocol(max_request_bytes: int) -> Any:
             self.into = None
             cycle = _fitting_cycle(self)
             if cycle is not None:
+                if self.scope["http_version"] == "1.0" and self.parser.should_keep_alive():
+                    _keep_http10_alive(cycle)
                 scope: Any = self.scope  # uvicorn's TypedDict has no room for a server's own key
                 ref = weakref.ref(cycle)
                 watch = scope[CLIENT_GONE_KEY] = ClientWatch(_gone_check(ref))
@@ -82,6 +84,13 @@ def _http_protocol(max_request_bytes: int) -> Any:
                 self.into = body_buffer_for(scope, max_request_bytes)
                 if self.into is not None:
                     scope[BODY_SCOPE_KEY] = self.into  # the ASGI task has been created, not yet run
+
+        def shutdown(self) -> None:
+            cycle = self.cycle
+            super().shutdown()
+            if cycle is not None and _KEEP_ALIVE in getattr(cycle, "default_headers", ()) and not cycle.keep_alive:
+                # closing after this reply (uvicorn adds connection: close): not keep-alive as well
+                cycle.default_headers = [h for h in cycle.default_headers if h != _KEEP_ALIVE]
 
         def on_body(self, body: bytes) -> None:
             if self.into is None or self.cycle.response_complete:  # answered before its body (401, 503...)
@@ -93,6 +102,9 @@ def _http_protocol(max_request_bytes: int) -> Any:
 
 
 log = logging.getLogger("dlperf.serve")
+
+_KEEP_ALIVE = (b"connection", b"keep-alive")
+"""The header an HTTP/1.0 keep-alive request's reply carries (`_http_protocol`)."""
 
 _UVICORN_MISFIT: list[str] = []
 """Set (once, with the reason) when uvicorn's protocol lacks what the fast path reads: the server then runs as
@@ -119,6 +131,18 @@ def _fitting_cycle(protocol: Any) -> Any:
                     getattr(uvicorn, "__version__", "?"), exc)
         return None
     return cycle
+
+
+def _keep_http10_alive(cycle: Any) -> None:
+    """Keep the connection of an HTTP/1.0 request with Connection: keep-alive (ApacheBench's -k) open, its reply
+    saying connection: keep-alive, which an HTTP/1.0 client needs to reuse it: uvicorn closes every HTTP/1.0
+    connection after one reply; Triton's HTTP server (libevhtp) keeps it. Every reply of the app has a
+    Content-Length (HTTP/1.0 has no chunked encoding). A uvicorn without these cycle attributes (other than
+    0.54-0.55) keeps its own behaviour."""
+    headers = getattr(cycle, "default_headers", None)
+    if isinstance(headers, list) and isinstance(getattr(cycle, "keep_alive", None), bool):
+        cycle.keep_alive = True
+        cycle.default_headers = [*headers, _KEEP_ALIVE]
 
 
 def _unanswered(ref: weakref.ref[Any]) -> bool:

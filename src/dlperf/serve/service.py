@@ -844,8 +844,11 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
                 p.level: p.max_queue_size for p in config.priority_queue_policy if p.max_queue_size is not None},
                 occupancy=occupancy)
             recorder = metrics.recorder(model.name, vname, pending=_pending_of(batcher),
-                                        priority_levels=policy.priority_levels)
+                                        priority_levels=policy.priority_levels,
+                                        level_pending=_level_pending_of(batcher))
             recorder.set_queue_capacity(config.queue_capacity)
+            for level in range(1, policy.priority_levels + 1):
+                recorder.set_level_queue_capacity(level, config.queue_size_of(level))
             recorder.set_traffic_weight(weight)  # the no-traffic alert leaves a 0-weight variant out
             pool = InstancePool(model, batcher, recorder, config.instances)
             variant = Variant(vname, model, batcher, pool, recorder, policy)
@@ -916,6 +919,10 @@ def warmup_sizes(max_batch: int) -> tuple[int, ...]:
 
 def _pending_of(batcher: Batcher) -> Any:
     return lambda: float(batcher.pending_count)
+
+
+def _level_pending_of(batcher: Batcher) -> Any:
+    return lambda level: float(batcher.queued_at(level))
 
 
 def _signature_difference(a: tuple[str, ServedModel], b: tuple[str, ServedModel]) -> str | None:

@@ -57,6 +57,15 @@ def test_alert_rules_cover_the_five_alerts_and_use_real_metrics(exported: set[st
         _check(set(METRIC.findall(alert["expr"])), exported, f"alert {alert['alert']}")
 
 
+def test_queue_saturation_compares_each_priority_level_with_its_own_bound() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus-alerts.yml").read_text())
+    (rule,) = [r for g in rules["groups"] for r in g["rules"] if r["alert"] == "DlperfQueueSaturated"]
+    expr = " ".join(rule["expr"].split())
+    # the bounds hold per level: their sum (queue_capacity) let a full level sit at 2/12 of it
+    assert ("dlperf_inference_priority_pending_requests / (dlperf_inference_priority_queue_capacity > 0) ) > 0.8"
+            in expr)
+
+
 def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
     dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -67,7 +76,8 @@ def test_dashboard_queries_use_real_metrics(exported: set[str]) -> None:
     for family in ("request_success_total", "request_failure_total", "count_total", "exec_count_total",
                    "pending_requests", "request_duration_seconds_bucket", "queue_duration_seconds_bucket",
                    "compute_duration_seconds_bucket", "batch_size_bucket",
-                   "priority_request_duration_seconds_bucket", "priority_queue_duration_seconds_bucket"):
+                   "priority_request_duration_seconds_bucket", "priority_queue_duration_seconds_bucket",
+                   "priority_pending_requests", "priority_queue_capacity"):
         assert f"dlperf_inference_{family}" in names
 
 

@@ -172,6 +172,33 @@ def test_a_bug_in_a_call_is_internal_with_the_reason(server: Running, monkeypatc
     assert "internal server error: ZeroDivisionError: injected" in info.value.message()
 
 
+@pytest.mark.parametrize("where", ["request", "input", "output"])
+def test_a_parameter_with_no_value_is_invalid_argument_as_in_triton(server: Running, reference: Any,
+                                                                    where: str) -> None:
+    """An InferParameter whose oneof is unset was read as None, so `priority` or `timeout` sent that way was taken
+    as absent; Triton refuses it ("invalid value type for 'priority' parameter, expected int64_param or
+    uint64_param"), as dlperf's HTTP endpoint refuses a null parameter."""
+    x = np.random.default_rng(4).standard_normal((1, 64)).astype(np.float32)
+    assert server.grpc_url is not None
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="mlp", raw_input_contents=[x.tobytes()])
+        inp = request.inputs.add(name="x", datatype="FP32", shape=[1, 64])
+        out = request.outputs.add(name=_client(server).get_model_metadata("mlp").outputs[0].name)
+        params = {"request": request.parameters, "input": inp.parameters, "output": out.parameters}[where]
+        params["priority"].int64_param = 1
+        reply = stub.ModelInfer(request)  # a value set: taken
+        got = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(list(reply.outputs[0].shape))
+        np.testing.assert_allclose(got, reference(x), rtol=1e-5, atol=1e-6)
+        params["priority"].ClearField("int64_param")  # the entry stays, with no value
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelInfer(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        named = {"request": "the request", "input": "input 0 'x'", "output": "output"}[where]
+        details = str(info.value.details())
+        assert named in details and "parameter 'priority' has no value" in details
+
+
 @pytest.mark.parametrize(("name", "shape", "datatype", "message"), BAD_MLP_INPUTS)
 def test_bad_requests_are_invalid_argument_with_the_reason(server: Running, name: str, shape: tuple[int, ...],
                                                            datatype: str, message: str) -> None:
@@ -346,6 +373,8 @@ def test_a_cancelled_call_is_counted_canceled_and_a_queued_one_never_runs() -> N
         assert gate.batches == [1, 1]  # the queued request never reached the model
         m = server_metrics(running)
         assert m.success_total == 1 and m.requests_total == 3 and m.exec_count_total == 2
+        # the items the model ran (the held one's too, as Triton's nv_inference_count), not the queued one's
+        assert m.inference_count_total == 2
 
 
 def test_shutdown_drains_an_in_flight_grpc_request() -> None:

@@ -93,6 +93,8 @@ def test_a_client_gone_before_its_reply_counts_as_canceled_not_as_a_success(gate
     assert float(c.infer("gated", [_input(3.0)]).as_numpy("y")[0, 0]) == 6.0  # and serving goes on
     m = server_metrics(running)
     assert m.success_total == 1 and m.failure_total["CANCELED"] == 1 and m.requests_total == 2
+    # its batch ran: its item counts among the inferences performed, as Triton's nv_inference_count counts them
+    assert m.inference_count_total == 2 and _stats(running)["inference_count"] == 2
 
 
 @pytest.mark.parametrize("sent", [1, 2], ids=["one", "pipelined"])
@@ -117,6 +119,18 @@ def test_a_client_gone_while_queued_leaves_the_queue_unrun(gated: tuple[Running,
     m = server_metrics(running)
     assert m.success_total == 2 and m.failure_total["CANCELED"] == 1 and m.requests_total == 3
     assert m.exec_count_total == 2
+    # unrun, so not an inference: items counted = the successes' items, in /metrics and /stats alike
+    stats = _stats(running)
+    assert m.inference_count_total == 2 and stats["inference_count"] == 2
+    assert stats["inference_stats"]["success"]["count"] == 2 and stats["inference_stats"]["fail"]["count"] == 1
+
+
+def _stats(running: Running) -> Any:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{running.url}/v2/models/gated/stats", timeout=10) as reply:
+        return json.loads(reply.read())["model_stats"][0]
 
 
 def _raw_request(value: float) -> bytes:
@@ -168,6 +182,8 @@ def test_request_timeout_expires_in_the_queue_with_503(gated: tuple[Running, Gat
     assert m.failure_total["TIMEOUT"] == 1 and m.pending_requests == 0 and not gate.open.is_set()
     gate.open.set()
     assert float(first.get_result().as_numpy("y")[0, 0]) == 2.0
+    wait_until(lambda: server_metrics(running).success_total == 1, what="the first request counted")
+    assert server_metrics(running).inference_count_total == 1 == _stats(running)["inference_count"]  # not the late one
     c.close()
 
 

@@ -138,3 +138,18 @@ def test_without_batching_a_per_item_tensor_keeps_its_own_shape() -> None:
         assert status == 200 and reply["outputs"][1]["shape"] == [2]
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize("shape", [["scale=3"], ["x=3,4", "scale=3"], ["scale=3,1"]])
+def test_dlperf_load_takes_a_per_item_input_s_shape_as_its_batch_size(server: Running, tmp_path: Path, shape: list[str],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # --shape scale=3 was refused ("input 'scale' has 2 dimensions [-1, 1] ... e.g. --shape scale=8,1") once the
+    # metadata said [-1, 1]: the number a user writes for a one-value-per-item input is its batch size
+    SHAPES_SEEN.clear()
+    args = [a for s in shape for a in ("--shape", s)]
+    assert main(["load", server.url, "--model", "peritem", *args, "--concurrency", "1", "--requests", "5",
+                 "--duration", "1s", "--window-s", "0.5", "--warmup-s", "0.1", "--json",
+                 "--store", str(tmp_path / "runs.db")]) == 0
+    (level,) = json.loads(capsys.readouterr().out)["levels"]
+    assert level["errors"] == 0 and level["items_per_request"] == 3 and level["requests_ok"] == 5
+    assert SHAPES_SEEN and set(SHAPES_SEEN) == {(3,)}

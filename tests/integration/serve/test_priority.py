@@ -187,3 +187,33 @@ def test_a_delayed_request_is_served_after_its_level_s_others_and_a_level_can_ig
         counted = server_metrics(running)
         assert counted.success_total == 4 and counted.failure_total["TIMEOUT"] == 0
         c.close()
+
+
+def test_each_level_s_queue_is_exported_against_its_own_bound_for_the_saturation_alert() -> None:
+    """Level 1 holds 2, level 2 10: level 1 full (rejecting) was 2 of 12 in the all-levels gauges that
+    DlperfQueueSaturated compared, far from its 80%; the per-level gauges show it at its bound."""
+    config = ServeConfig(model="gated", port=0, max_batch_size=1, max_queue_size=10, instances=1, priority_levels=2,
+                         priority_queue_policy=(LevelPolicy(1, max_queue_size=2),))
+    with gated_server(config) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url, concurrency=3)
+        first = c.async_infer("gated", [_input(1.0)])
+        assert gate.wait_entered()
+        highs = [c.async_infer("gated", [_input(v)], priority=1) for v in (2.0, 3.0)]
+        wait_until(lambda: _pending(running) == 2, what="two level-1 requests queued")
+        with pytest.raises(InferenceServerException):  # level 1 is full
+            httpclient.InferenceServerClient(running.url).infer("gated", [_input(4.0)], priority=1)
+        text = get_text(f"http://{running.url}/metrics")
+
+        def gauge(name: str, level: str | None = None) -> float:
+            labels = r'\{[^}]*\}' if level is None else r'\{[^}]*priority="' + level + r'"[^}]*\}'
+            found = re.search(rf"^{name}{labels} (\S+)$", text, re.M)
+            assert found is not None, name
+            return float(found.group(1))
+
+        assert gauge("dlperf_inference_pending_requests") / gauge("dlperf_inference_queue_capacity") < 0.8
+        pending, capacity = "dlperf_inference_priority_pending_requests", "dlperf_inference_priority_queue_capacity"
+        assert gauge(pending, "1") == 2 and gauge(capacity, "1") == 2  # full: the alert's per-level ratio is 1
+        assert gauge(pending, "2") == 0 and gauge(capacity, "2") == 10
+        gate.open.set()
+        assert [float(r.get_result().as_numpy("y")[0, 0]) for r in (first, *highs)] == [2.0, 4.0, 6.0]
+        c.close()

@@ -139,3 +139,58 @@ def test_inputs_that_are_not_a_list_are_told_what_was_given_and_what_is_expected
     assert status == 400  # it said "the request has no 'inputs' list", which it had, of the wrong type
     assert reply["error"] == ("the request's 'inputs' is a number (5): send 'inputs' as a list of at least one input "
                               'tensor, each an object {"name", "shape", "datatype", "data"}')
+
+
+def _exchange(sock: Any, request: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send one request on `sock` and read its reply: (status line, headers lowercased, body by Content-Length);
+    ("", {}, b"") once the server has closed the connection."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return "", {}, b""
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, value = line.split(":", 1)
+        headers[name.strip().lower()] = (headers.get(name.strip().lower(), "") + "," + value.strip()).strip(",")
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return status, headers, body
+
+
+@pytest.mark.parametrize("size", ["json", "binary"])
+def test_an_http_1_0_keep_alive_connection_stays_open_as_triton_s_does(server: Running, size: str) -> None:
+    """ApacheBench -k sends HTTP/1.0 with Connection: keep-alive; uvicorn answered connection: close and closed
+    every connection; Triton's HTTP server (libevhtp) keeps it and answers Connection: keep-alive."""
+    import socket
+
+    from dlperf.serve.protocol import Tensor, encode_request
+
+    x = np.random.default_rng(3).standard_normal((1 if size == "json" else 8, 64)).astype(np.float32)
+    if size == "json":
+        body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                       "data": x.ravel().tolist()}]}).encode()
+        extra = ""
+    else:
+        body, header_length = encode_request([Tensor("x", "FP32", x)], binary_outputs=False)
+        extra = f"Inference-Header-Content-Length: {header_length}\r\n"
+    infer = (f"POST /v2/models/mlp/infer HTTP/1.0\r\nConnection: keep-alive\r\n{extra}Content-Length: {len(body)}"
+             "\r\n\r\n").encode() + body
+    expected = mlp_reference()(x)
+    with socket.create_connection((server.host, server.port), 10) as sock:
+        for _ in range(3):
+            status, headers, reply = _exchange(sock, infer)
+            assert status.endswith("200 OK") and headers["connection"] == "keep-alive"
+            (out,) = json.loads(reply)["outputs"]
+            np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(out["shape"]), expected, rtol=1e-4,
+                                       atol=1e-5)
+        status, headers, _ = _exchange(sock, b"GET /v2/health/ready HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        assert status.endswith("200 OK") and headers["connection"] == "keep-alive"
+    with socket.create_connection((server.host, server.port), 10) as sock:  # no keep-alive asked: closed
+        status, headers, _ = _exchange(sock, b"GET /v2/health/ready HTTP/1.0\r\n\r\n")
+        assert status.endswith("200 OK") and headers["connection"] == "close"
+        assert sock.recv(1) == b""

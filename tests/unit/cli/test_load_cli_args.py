@@ -46,6 +46,12 @@ def test_the_batch_is_the_first_dimension_of_every_shape_of_a_batching_model() -
     assert request_batch("m", BATCHED, {"ids": (4, 128)}, 4) == 4
     assert request_batch("m", [TensorInfo("x", "FP32", (-1,))], {"x": (8,)}, None) == 8
     assert request_batch("m", UNBATCHED, {"image": (3, 224, 224)}, None) == 1
+    # a per-item input (metadata [-1, 1]): its batch size alone, or the full shape
+    assert request_batch("m", PER_ITEM, {"scale": (3,)}, None) == 3
+    assert request_batch("m", PER_ITEM, {"scale": (3, 1), "x": (3, 4)}, 3) == 3
+
+
+PER_ITEM = [TensorInfo("x", "FP32", (-1, 4)), TensorInfo("scale", "FP32", (-1, 1))]
 
 
 @pytest.mark.parametrize(("inputs", "shapes", "batch_size", "message"), [
@@ -57,6 +63,10 @@ def test_the_batch_is_the_first_dimension_of_every_shape_of_a_batching_model() -
                                              "its inputs' shapes do not all start with -1: image [3, -1, -1]), so "
                                              "each request holds one item: drop --batch-size 4"),
     (UNBATCHED, {"image": (224, 224)}, None, "give the full shape, e.g. --shape image=3,16,16"),
+    (PER_ITEM, {"scale": (3,)}, 2, "--shape scale=3 sends batches of 3 (its first dimension is the batch dimension), "
+                                   "--batch-size 2 asks for 2: write --shape scale=2, or drop --batch-size"),
+    (PER_ITEM, {"scale": (3,), "x": (2, 4)}, None, "different batch dimensions (scale 3, x 2)"),
+    (PER_ITEM, {"x": (3,)}, None, "input 'x' has 2 dimensions [-1, 4], the shape gives 1"),  # only [-1, 1] inputs
     # a fixed dimension given otherwise: the server's 400 (or, with --input-data, a fault of the data file)
     (UNBATCHED, {"image": (1, 224, 224)}, None, "--shape image=1,224,224: dimension 0 of input 'image' is fixed at 3"),
     ([TensorInfo("x", "FP32", (-1, 64))], {"x": (2, 32)}, None,

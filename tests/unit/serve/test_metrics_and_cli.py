@@ -55,7 +55,10 @@ def test_recorded_values_come_back_through_the_parser() -> None:
 def test_priority_levels_get_their_own_request_and_queue_histograms() -> None:
     metrics = Metrics()
     plain = metrics.recorder("m", "plain")
-    leveled = metrics.recorder("m", "leveled", priority_levels=2)
+    leveled = metrics.recorder("m", "leveled", priority_levels=2, level_pending=lambda level: {1: 3.0, 2: 0.0}[level])
+    leveled.set_level_queue_capacity(1, 4)
+    leveled.set_level_queue_capacity(2, 0)
+    plain.set_level_queue_capacity(1, 4)  # no levels: nothing exported
     plain.success(5_000_000, 1_000_000, (0, 1, 0), priority=0)
     leveled.success(3_000_000, 500_000, (0, 1, 0), priority=1)
     leveled.success(9_000_000, 7_000_000, (0, 1, 0), priority=2)
@@ -66,7 +69,11 @@ def test_priority_levels_get_their_own_request_and_queue_histograms() -> None:
         prefix = f'{family}{{model="m",priority="{level}",variant="{variant}"}} '
         return float(next(line for line in lines if line.startswith(prefix)).split(" ")[1])
 
-    request, queue = PRIORITY_METRIC_NAMES
+    request, queue, pending, capacity = PRIORITY_METRIC_NAMES
+    # each level's queue against its own bound, which the saturation alert compares
+    assert value(pending, "leveled", "1") == 3 and value(capacity, "leveled", "1") == 4
+    assert value(pending, "leveled", "2") == 0 and value(capacity, "leveled", "2") == 0
+    assert not any('variant="plain"' in line for line in lines if line.startswith((pending, capacity)))
     assert value(request + "_count", "leveled", "1") == 1 and value(request + "_count", "leveled", "2") == 2
     assert value(queue + "_sum", "leveled", "1") == pytest.approx(0.0005)
     assert value(queue + "_sum", "leveled", "2") == pytest.approx(0.013)

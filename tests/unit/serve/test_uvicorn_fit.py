@@ -43,3 +43,12 @@ def test_a_missing_attribute_turns_the_fast_path_off_once_with_a_warning(caplog:
     assert len(server._UVICORN_MISFIT) == 1 and "disconnected" in server._UVICORN_MISFIT[0]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "is not what dlperf's body fast path expects" in warnings[0]
+
+
+def test_http_1_0_keep_alive_is_kept_only_where_the_cycle_has_what_it_sets() -> None:
+    cycle = SimpleNamespace(keep_alive=False, default_headers=[(b"server", b"x")])
+    server._keep_http10_alive(cycle)
+    assert cycle.keep_alive is True and cycle.default_headers == [(b"server", b"x"), (b"connection", b"keep-alive")]
+    other = SimpleNamespace(keep_alive=False)  # a uvicorn without per-cycle default headers: left as it is
+    server._keep_http10_alive(other)
+    assert other.keep_alive is False and server._UVICORN_MISFIT == []  # and the body fast path stays on
