@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import types
 from pathlib import Path
 from typing import Any
@@ -167,3 +169,53 @@ def test_a_paired_gain_far_above_the_gain_does_not_rank_the_candidate() -> None:
     slow_baseline = accepted("slow", 0.045e-3 / 9.0, 1 / 1.5)
     assert slow_baseline["ranked_by"] == "paired" and search_gain(slow_baseline) == slow_baseline["paired_gain"]
     assert DISAGREEMENT == optimize_view.DISAGREEMENT  # the report's note names the search's rule
+
+
+def _running(tids: set[str]) -> int:
+    """How many of these threads of this process are running or waiting for a core now (state R)."""
+    n = 0
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            n += Path(f"/proc/self/task/{tid}/stat").read_text().rpartition(")")[2].split()[0] == "R"
+    return n
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread states from Linux's /proc")
+def test_the_original_is_not_timed_beside_onnxruntimes_spinning_workers() -> None:
+    """The same with ONNX Runtime itself: without the waits, 265 of the original's 300 calls ran while one of the
+    session's threads was running (its intra-op worker spinning after the candidate's block)."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.passes.base import PassContext, apply_pass, initial_state
+    from dlperf.passes.onnxruntime import OrtConfig
+    from dlperf.workload.zoo import get
+
+    wl = get("mlp")
+    before = set(os.listdir("/proc/self/task"))
+    state = apply_pass(OrtConfig(), initial_state(wl), PassContext(threads=2))  # a pool with a worker to spin
+    session_threads = set(os.listdir("/proc/self/task")) - before
+    inputs = wl.example_inputs(1)
+    seen: list[int] = []
+    candidate_ran: list[bool] = []
+
+    class Original(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = wl.build_model().eval()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if candidate_ran:  # not the warm-up before the candidate's first call
+                seen.append(_running(session_threads))
+            return self.inner(x)
+
+    def candidate() -> Any:
+        candidate_ran.append(True)
+        with torch.no_grad():
+            return state.predict(*inputs)
+
+    paired = _paired_with_original(types.SimpleNamespace(build_model=Original), inputs, candidate, 1e-4,
+                                   EvalSettings(source="zoo:mlp"))
+    assert "error" not in paired, paired
+    assert session_threads and len(seen) >= 300 and paired["settle_s"] > 0
+    if paired["settle_capped"]:  # a machine so busy that a spinning worker got too little CPU to finish in 0.5 s
+        pytest.skip(f"{paired['settle_capped']} wait(s) reached AB_SETTLE_S on a busy machine")
+    assert sum(n > 0 for n in seen) == 0
