@@ -1,8 +1,11 @@
-"""Utilization while a measurement runs: process and machine CPU (psutil) and, where present, NVML GPU."""
+"""Utilization while a measurement runs: process and machine CPU (psutil) and, where present, NVML GPU; waiting
+for this process's other threads to go idle (`wait_until_threads_idle`)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,3 +105,69 @@ def _nvml_read(handle: Any) -> tuple[float, int]:
     util = pynvml.nvmlDeviceGetUtilizationRates(handle)
     mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return float(util.gpu), int(mem.used)
+
+
+IDLE_SHARE = 0.05
+"""This process's other threads together running less than this share of one core count as idle (a sampler's or a
+pool's bookkeeping), for IDLE_POLLS polls in a row with none of them runnable."""
+IDLE_POLLS = 3
+
+
+@dataclass(frozen=True)
+class ThreadsActivity:
+    """This process's threads other than the calling one: their CPU time so far (ns) and how many are runnable now."""
+
+    cpu_ns: int
+    runnable: int
+
+
+def other_threads_activity() -> ThreadsActivity | None:
+    """From Linux's per-thread `schedstat` (CPU time in ns) and `stat` (state R: running or waiting for a core, so a
+    spinning thread that another process took the core from still counts), else psutil's per-thread times (clock
+    ticks on some systems; no states); None where neither is readable."""
+    me = threading.get_native_id()
+    if os.path.exists(f"/proc/self/task/{me}/schedstat"):
+        cpu_ns = runnable = 0
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) == me:
+                continue
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    cpu_ns += int(f.read().split()[0])
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    runnable += f.read().rpartition(")")[2].split()[0] == "R"
+            except (OSError, ValueError, IndexError):  # a thread that ended since the listing
+                continue
+        return ThreadsActivity(cpu_ns, runnable)
+    try:
+        threads = psutil.Process().threads()
+    except (psutil.Error, NotImplementedError):
+        return None
+    return ThreadsActivity(int(sum(t.user_time + t.system_time for t in threads if t.id != me) * 1e9), 0)
+
+
+def wait_until_threads_idle(max_s: float, poll_s: float = 0.001) -> float:
+    """Sleep until this process's other threads have stopped running (IDLE_POLLS polls in a row with none runnable
+    and all of them together under IDLE_SHARE of a core), at most `max_s`; returns the seconds waited. An engine's
+    thread pool spins for a while after its last call: ONNX Runtime's intra-op workers kept a core busy for 50 ms of
+    CPU (100-200 ms of wall time on a loaded 2-core machine) after a block of calls, and torch's OpenMP workers for
+    about 10 ms. Code timed in that window shares the cores with the spinning."""
+    start = time.perf_counter()
+    if max_s <= 0:
+        return 0.0
+    before = other_threads_activity()
+    if before is None:
+        return 0.0
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/schedstat"):
+        poll_s = max(poll_s, 0.02)  # psutil's per-thread times may count 10 ms ticks
+    quiet = 0
+    last = start
+    while quiet < IDLE_POLLS and time.perf_counter() - start < max_s:
+        time.sleep(poll_s)
+        now, seen = time.perf_counter(), other_threads_activity()
+        if seen is None:
+            break
+        idle = seen.runnable == 0 and seen.cpu_ns - before.cpu_ns < IDLE_SHARE * (now - last) * 1e9
+        quiet = quiet + 1 if idle else 0
+        before, last = seen, now
+    return time.perf_counter() - start

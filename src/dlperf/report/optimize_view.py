@@ -136,6 +136,8 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
         blocks = f", {paired['blocks']} ABBA blocks" if paired.get("blocks") else ""
         gains.append(f"paired {row['paired_gain']:.2f}x (against the original model in this process{blocks}: "
                      f"{paired.get('verdict', '?')})")
+        if row.get("ranked_by") == "gain":
+            gains.append(f"ranked by its gain: the paired one is over {DISAGREEMENT:g}x it")
     grid.add_row("gain", "; ".join(g for g in gains if g) or "-")
     grid.add_row("size", f"{_mib(row.get('size_bytes'))} MiB; peak RSS {_mib(row.get('peak_rss_bytes'))} MiB")
     build = f"{row['build_s']:.1f} s" if row.get("build_s") is not None else "-"
@@ -164,7 +166,8 @@ def why_lines(data: dict[str, Any]) -> list[str]:
 
 
 DISAGREEMENT = 2.0
-"""A gain this many times its paired gain (or its inverse) says the two processes ran at different speeds."""
+"""A gain this many times its paired gain (or its inverse) says one of the two measurements was disturbed; the search
+then ranks by the lower (`optimize.search.DISAGREEMENT`, the same factor)."""
 
 
 def memory_line(data: dict[str, Any]) -> str | None:
@@ -184,18 +187,27 @@ def memory_line(data: dict[str, Any]) -> str | None:
 
 
 def _disagreement_lines(data: dict[str, Any]) -> list[str]:
-    """A note where the gain (two processes) and the paired gain (one process) disagree by more than 2x: a baseline
-    measured while the machine was busy gave 'gain 855.52x' beside 'paired 1.01x', with no word on which to trust."""
+    """A note where the gain (two processes) and the paired gain (one process) disagree by more than 2x, and which
+    figure ranked those candidates: a baseline measured while the machine was busy gave 'gain 855.52x' beside 'paired
+    1.01x', with no word on which to trust; onnxruntime's paired 4.34x (the original model timed beside its spinning
+    threads) beside its gain of 2.15x ranked it first."""
     rows = [r for r in data.get("candidates") or [] if r.get("status") == "ok" and r.get("gain")
             and r.get("paired_gain")]
     off = [r for r in rows if max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]) > DISAGREEMENT]
     if not off:
         return []
     worst = max(off, key=lambda r: max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]))
-    return [f"gain and paired disagree by more than {DISAGREEMENT:g}x for {len(off)} of {len(rows)} candidates "
-            f"(e.g. {worst['label']}: {worst['gain']:.2f}x, paired {worst['paired_gain']:.2f}x): the processes they "
-            "were measured in ran at different speeds (other load on the machine while one of them measured?); the "
-            "paired column, measured in one process, is the one the search ranks by"]
+    head = (f"gain and paired disagree by more than {DISAGREEMENT:g}x for {len(off)} of {len(rows)} candidates "
+            f"(e.g. {worst['label']}: {worst['gain']:.2f}x, paired {worst['paired_gain']:.2f}x): ")
+    if not any("ranked_by" in r for r in rows):  # a record from before the search said which figure ranked a row
+        return [head + "the processes they were measured in ran at different speeds (other load on the machine while "
+                "one of them measured?); the paired column, measured in one process, is the one the search ranks by"]
+    by_gain = [r["label"] for r in off if r.get("ranked_by") == "gain"]
+    ranked = (f"the search ranked {', '.join(by_gain)} by its gain, the lower figure"
+              + ("; the others by the paired one, the lower" if len(by_gain) < len(off) else "")
+              if by_gain else "the search ranked them by the paired one, the lower figure")
+    return [head + "one of the two was disturbed (another load on the machine while one process measured, or the "
+            f"original model timed beside the candidate's busy threads); {ranked}"]
 
 
 def summary_lines(data: dict[str, Any]) -> list[str]:
@@ -224,7 +236,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                     else "the baseline's p50 / the candidate's")
         lines.append(f"gain: {isolated}, each measured in its own process; paired: the "
                      "candidate against the original model in the candidate's process (ABBA blocks), which the "
-                     "search extends, orders and ranks by")
+                     f"search extends, orders and ranks by (by the gain where the paired one is over {DISAGREEMENT:g}x "
+                     "it)")
     lines.extend(_disagreement_lines(data))
     lines.extend(selection_lines(data))
     by_key = {r["key"]: r for r in data.get("candidates") or []}
