@@ -14,7 +14,7 @@ from typing import Any
 
 from dlperf.compare.settings import ABSettings
 from dlperf.errors import ConfigError, MeasurementError
-from dlperf.measure.ab import ABConfig, ABResult, ab_test, decide
+from dlperf.measure.ab import SETTLE_S, ABConfig, ABResult, ab_test, decide
 from dlperf.measure.clock import Clock
 from dlperf.measure.stats import Measurement
 from dlperf.workload.base import Inputs, Workload
@@ -220,8 +220,11 @@ def run_ab(
         clock = _clock(a, b)
         if iters_per_block is None:
             iters_per_block = _auto_iters([call_a, call_b], clock)
+        # each side's block waits (untimed) for the other side's threads to go idle: an ONNX Runtime artifact's
+        # workers spin after its block, and a side with more torch threads leaves them spinning, on the cores the
+        # other side's block then runs on (`measure.ab.SETTLE_S`)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
-                          confidence=confidence, min_effect=min_effect, seed=seed)
+                          confidence=confidence, min_effect=min_effect, seed=seed, settle_s=SETTLE_S)
         def run_of(result: ABResult) -> ABRun:
             return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect)
 

@@ -66,6 +66,12 @@ class ABConfig:
             raise ConfigError(f"settle_s must be >= 0 seconds, got {self.settle_s}")
 
 
+SETTLE_S = 0.5
+"""The wait at each switch of side that an A/B of two engines or thread counts uses (`ABConfig.settle_s`): long enough
+for ONNX Runtime's spinning intra-op worker (about 50 ms of CPU, 100-200 ms of wall time on a loaded 2-core machine)
+and torch's OpenMP workers (about 10 ms) to go idle; a cap, most switches wait far less."""
+
+
 @dataclass
 class ABResult:
     """B relative to A. `ratio` < 1 means B takes less time (B is faster); speedup = 1/ratio."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import OptimizeError
+from dlperf.measure.ab import SETTLE_S
 
 PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "export", "memory", "done")
 
@@ -320,7 +321,7 @@ significant difference), which the search's 5% gate takes as slower: such a cand
 far from the gate does not."""
 PAIRED_CI_SPAN = 1.10
 """Narrow enough whatever the gate: the 95% CI's upper end within 10% of its lower end."""
-AB_SETTLE_S = 0.5
+AB_SETTLE_S = SETTLE_S
 """The paired blocks and the final A/Bs wait, at each switch between the two sides, up to this long for the other
 side's threads to go idle (`ABConfig.settle_s`). ONNX Runtime's intra-op workers spin for about 50 ms of CPU after
 a call (100-200 ms of wall time on a loaded machine), through the original model's next block: in a demo run on

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlperf.errors import DlperfError
-from dlperf.measure.ab import FASTER, SAME, SLOWER, ABConfig, ab_test
+from dlperf.measure.ab import FASTER, SAME, SETTLE_S, SLOWER, ABConfig, ab_test
 from dlperf.measure.bench import torch_threads
 from dlperf.measure.stats import median
 from dlperf.profile.capture import CaptureConfig, Step
@@ -233,8 +233,13 @@ def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, 
         # a training step's time is bimodal once loader workers feed it (a batch ready, or a wait for one), and a
         # block's median flips between the two: 0.03 and 0.95 in alternate blocks for a workers fix whose steps
         # took 2.1x less time on average. A block's total time is what training pays.
+        # an inference A/B waits (untimed) at each switch of side for the other side's threads to go idle (an
+        # engine's or the other thread count's OpenMP workers spin on after their block, on the cores this side's
+        # block runs on: `measure.ab.SETTLE_S`); a training one does not: the wait would let the loader workers
+        # fill their prefetch queue between blocks
         cfg = ab_config or ABConfig(blocks=blocks, iters_per_block=iters, warmup_iters=2,
-                                    block_statistic="mean" if config.mode == TRAIN else "median")
+                                    block_statistic="mean" if config.mode == TRAIN else "median",
+                                    settle_s=0.0 if config.mode == TRAIN else SETTLE_S)
         ab = ab_test(fn_a, b, cfg, items_per_call=base.batch_size * factor)
         result.speedup = ab.speedup
         result.speedup_ci = ab.speedup_ci

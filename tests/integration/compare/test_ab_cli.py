@@ -41,6 +41,8 @@ def test_different_batch_sizes_compare_per_item() -> None:
     # Per item, a batch of 64 costs far less than 64 single calls.
     assert run.result.ratio < 0.5
     assert run.result.b.items_per_call == 64
+    # each side's block waits (untimed) for the other's threads to go idle: one wait per switch of side
+    assert len(run.result.settle_waits_s) >= 6 and all(w >= 0 for w in run.result.settle_waits_s)
 
 
 def test_channels_last_on_a_2d_input_is_refused() -> None:

@@ -28,6 +28,9 @@ def test_each_fix_gets_an_ab_with_its_own_settings() -> None:
         assert r.speedup == pytest.approx(r.ab["speedup"])
         assert r.verdict in ("faster", "slower", "no significant difference")
         assert r.estimated_speedup == 1.5
+        # an inference A/B waits for the other side's threads at each switch of side (the original's or an engine's
+        # workers spin on after their block): recorded, one wait per switch
+        assert r.ab["settle"]["switches"] >= len(r.ab["block_ratios"])
     batch = results[0].ab
     assert batch is not None and batch["a"]["items_per_call"] == 4 == batch["b"]["items_per_call"]
 

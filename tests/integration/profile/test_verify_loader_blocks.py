@@ -63,3 +63,5 @@ def test_a_threads_fix_behind_a_worker_fed_loader_gets_prefetch_sized_blocks() -
     iters = PREFETCH_BLOCKS * depth
     assert blocks == max(4, min(12, round(BUDGET_S / (2 * iters * 0.2))))
     assert result.ab["a"]["n"] == blocks * iters == result.ab["b"]["n"]
+    # no untimed wait between a training A/B's blocks: it would let the loader's worker fill its queue for the next
+    assert "settle" not in result.ab
