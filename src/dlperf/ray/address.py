@@ -4,6 +4,7 @@ minutes), what its failure means in dlperf's terms, and the signals held while i
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import re
@@ -74,6 +75,37 @@ def why_not_gcs(address: str, timeout_s: float = GCS_PROBE_TIMEOUT_S) -> str | N
                             f"GCS listens on 6379 by default): {said}")
                 return f"something answers TCP there, but not a Ray GCS: {said}"
     return None
+
+
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+"""Where Ray (2.59 on) logs that it turned token authentication on by default for a new local instance."""
+
+
+class _TokenAuthDefaultNotice(logging.Filter):
+    """Drops Ray's notice that it turned token authentication on by default; its other lines (the token it generated
+    and where it saved it, a warning that authentication is off) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+@contextlib.contextmanager
+def token_auth_notice_dropped() -> Iterator[None]:
+    """While a local instance starts, without Ray's line "Token authentication is enabled for this Ray cluster. Set
+    RAY_AUTH_MODE=disabled to opt out", which it printed at every start: a notice of a default, whose only advice is
+    to opt out of a protection that matters here (the instance's GCS and raylet listen on this machine's network
+    address; without the token, anyone who reaches them can run code on it). The authentication itself is kept.
+
+    Setting `RAY_AUTH_MODE=token`, which Ray takes as a choice and does not announce, was tried: set in this process
+    once Ray is imported, the driver's core worker did not read it (Ray's own default refreshes its cached config),
+    sent no token, and `ray.init` retried "Authentication token is missing or incorrect" for minutes."""
+    log = logging.getLogger(TOKEN_AUTH_LOGGER)
+    notice = _TokenAuthDefaultNotice()
+    log.addFilter(notice)
+    try:
+        yield
+    finally:
+        log.removeFilter(notice)
 
 
 def cluster_address(address: str | None) -> str | None:

@@ -34,6 +34,7 @@ from dlperf.ray.address import (
     ray_processes_in_their_own_group,
     shutdown_ray,
     signals_held_while_ray_starts,
+    token_auth_notice_dropped,
     unreachable,
 )
 
@@ -277,7 +278,8 @@ class RayExecutor:
                     else:
                         # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start`
                         # left on this machine (ray.init() joined those, then refused the timing resource given here)
-                        ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+                        with token_auth_notice_dropped():
+                            ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
                 if held:  # Ctrl-C or SIGTERM while Ray started: stop it, then take the signal as the caller would
                     shutdown_ray()  # a whole start: Ray stops what it started (the handler's exception, below, checks)
                     signal.raise_signal(held[0])
