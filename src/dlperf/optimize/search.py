@@ -576,13 +576,20 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
                                 ": give the options it ran with, or leave out --resume to search afresh")
         return record, None
     changed = None
-    for spelling in _spellings(source):
+    spellings = _spellings(source)
+    # a search a later one resumed already is that one's to carry on: it was resumed again by every identical search
+    # after that one finished, which took over its candidates (measured before the finished search) once more
+    taken = {r.config.get("resumed_from") for spelling in spellings
+             for r in store.list(kind="optimize", workload=spelling, limit=None)}
+    for spelling in spellings:
         # interrupted, or failed because the executor lost every node (nothing about the candidates), newest first;
         # a search failed for another reason (its baseline, an error in the search) starts afresh
         stopped = [*store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20),
                    *(r for r in store.list(kind="optimize", workload=spelling, status=FAILED, limit=20)
                      if (r.result or {}).get(EXECUTOR_LOST))]
         for record in sorted(stopped, key=lambda r: r.created_at, reverse=True):
+            if record.id in taken:
+                continue
             recorded = _same_order(record.config.get("search_key"))
             if recorded == search_key:
                 return record, changed
