@@ -41,6 +41,11 @@ class OptimizeError(DlperfError):
     """The optimization search could not run or its artifact could not be exported or loaded."""
 
 
+class ExecutorLost(OptimizeError):
+    """The executor lost every place a trial could run (a Ray cluster's nodes gone, a local instance's raylet killed):
+    nothing about the candidates, so the next identical search resumes this one, as after an interrupt."""
+
+
 class ServingError(DlperfError):
     """The server could not start or a request could not be served."""
 

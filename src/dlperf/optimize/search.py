@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlperf.errors import ConfigError, OptimizeError
+from dlperf.errors import ConfigError, ExecutorLost, OptimizeError
 from dlperf.measure.ab import FASTER, SLOWER
 from dlperf.measure.env import check_threads
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
@@ -557,11 +557,12 @@ def _default_memory_limit() -> int:
 
 
 def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume: str | None) -> tuple[Any, str | None]:
-    """The search to resume, and why the last interrupted one of the same settings is not (its workload's code
-    changed), if so. `resume` (a run id) must name an unfinished optimize run of this workload and settings: its
-    candidates' figures would otherwise stand in a table of another search (another batch size, another model)."""
+    """The search to resume (the last one of the same settings that was interrupted, or failed because its executor
+    lost every node), and why the last such one is not (its workload's code changed), if so. `resume` (a run id)
+    must name an unfinished optimize run of this workload and settings: its candidates' figures would otherwise
+    stand in a table of another search (another batch size, another model)."""
     from dlperf.compare.records import a_kind
-    from dlperf.store.records import INTERRUPTED, OK
+    from dlperf.store.records import FAILED, INTERRUPTED, OK
 
     if resume:
         record = store.get(resume)
@@ -578,8 +579,20 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
                                 ": give the options it ran with, or leave out --resume to search afresh")
         return record, None
     changed = None
-    for spelling in _spellings(source):
-        for record in store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20):
+    spellings = _spellings(source)
+    # a search a later one resumed already is that one's to carry on: it was resumed again by every identical search
+    # after that one finished, which took over its candidates (measured before the finished search) once more
+    taken = {r.config.get("resumed_from") for spelling in spellings
+             for r in store.list(kind="optimize", workload=spelling, limit=None)}
+    for spelling in spellings:
+        # interrupted, or failed because the executor lost every node (nothing about the candidates), newest first;
+        # a search failed for another reason (its baseline, an error in the search) starts afresh
+        stopped = [*store.list(kind="optimize", workload=spelling, status=INTERRUPTED, limit=20),
+                   *(r for r in store.list(kind="optimize", workload=spelling, status=FAILED, limit=20)
+                     if (r.result or {}).get(EXECUTOR_LOST))]
+        for record in sorted(stopped, key=lambda r: r.created_at, reverse=True):
+            if record.id in taken:
+                continue
             recorded = _same_order(record.config.get("search_key"))
             if recorded == search_key:
                 return record, changed
@@ -587,6 +600,11 @@ def _find_resumable(store: Any, source: str, search_key: dict[str, Any], resume:
                     _CODE_CHANGED]:
                 changed = f"not resuming run {record.id}: {_CODE_CHANGED}"
     return None, changed
+
+
+EXECUTOR_LOST = "executor_lost"
+"""Set in the partial result of a search that failed because its executor lost every node (`ExecutorLost`): such a
+search is resumed by the next identical one, as an interrupted one is."""
 
 
 def _same_order(key: Any) -> Any:
@@ -676,7 +694,8 @@ def optimize(
     """Search for the best pipeline of passes for `workload` (a spec such as 'zoo:mlp' or 'file.py:name').
 
     With `store` every candidate is recorded as it is measured; `resume` (a run id) or, with
-    `auto_resume`, the last interrupted search of the same workload and settings is continued.
+    `auto_resume`, the last interrupted search of the same workload and settings (or one that failed because its
+    executor lost every node: `ExecutorLost`) is continued.
     `started_at` (a `time.monotonic()` value, default now) is when the time budget starts: the CLI passes
     its process's start (`process_started_at()`), so the whole command fits the budget.
     """
@@ -768,7 +787,13 @@ def optimize(
         result = body(None)
     else:
         with store.recording("optimize", source, run_config, env.to_dict()) as run:
-            result = body(run)
+            try:
+                result = body(run)
+            except ExecutorLost:
+                # what it measured stands (each candidate stored as it finished; those in flight are stored failed
+                # without a result, so measured again): the next identical search resumes it
+                run.result = {**(run.result or {}), EXECUTOR_LOST: True}
+                raise
             run.result = result.to_dict()
     if result.export_error is not None:
         raise ExportFailed(result.export_error, result)

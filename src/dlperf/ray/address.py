@@ -4,8 +4,10 @@ minutes), what its failure means in dlperf's terms, and the signals held while i
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import re
 import select
 import signal
 import socket
@@ -15,17 +17,95 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def _is_host_port(address: str) -> bool:
+    """HOST:PORT, not 'auto', 'local' or a ray:// client address (those are left to Ray)."""
+    _, sep, port = address.rpartition(":")
+    return bool(sep) and "://" not in address and port.isdigit()
+
+
 def why_unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     """Why a HOST:PORT address does not answer TCP within `timeout_s`, or None when it does; 'auto', 'local' and
     ray:// client addresses are left to Ray (None)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
+    if not _is_host_port(address):
         return None
+    host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:
         return exc.strerror or f"no answer within {timeout_s:g} s"
     return None
+
+
+GCS_PROBE_TIMEOUT_S = 10.0
+"""How long the one request that asks whether an address is a Ray GCS may take (Ray's own answers in milliseconds)."""
+
+
+def why_not_gcs(address: str, timeout_s: float = GCS_PROBE_TIMEOUT_S) -> str | None:
+    """Why a HOST:PORT address that answers TCP is not a Ray cluster's GCS, or None when it is, or may be.
+
+    `ray.init` retried such an address for minutes ("Failed to connect to GCS at address ... within 5 seconds" every
+    few seconds, then "Timed out while waiting for GCS to become available", again and again): with an HTTP server
+    there (Ray's dashboard on 8265 is one; `python -m http.server` here) it had not given up after 400 s. One GCS
+    request (`NodeInfoGcsService.GetClusterId`, through the grpc package and the stubs this Ray ships) settles it at
+    once: a server that does not speak gRPC fails it as UNAVAILABLE, another gRPC server as UNIMPLEMENTED. Any other
+    answer (the reply, or UNAUTHENTICATED from a cluster with token authentication) is a GCS. A server that says
+    nothing within `timeout_s`, TLS (`RAY_USE_TLS`), and a Ray without grpc or those stubs are left to Ray (None)."""
+    if not _is_host_port(address) or os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
+        return None
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return None
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]  # generated, untyped
+            stub.GetClusterId(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            code, details = exc.code(), str(exc.details() or "")
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                return ("a gRPC server answers there, but not a Ray GCS (Ray's client server, on port 10001, is one: "
+                        "give it as ray://HOST:10001)")
+            if code == grpc.StatusCode.UNAVAILABLE:
+                # "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.5:8265: Failed parsing ..."
+                said = re.split(r"(?:ipv4|ipv6|unix):\S+: ", details)[-1] or details
+                if "HTTP/2" in said:
+                    return ("an HTTP server answers there, not a Ray GCS (Ray's dashboard, on port 8265, is one; the "
+                            f"GCS listens on 6379 by default): {said}")
+                return f"something answers TCP there, but not a Ray GCS: {said}"
+    return None
+
+
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+"""Where Ray (2.59 on) logs that it turned token authentication on by default for a new local instance."""
+
+
+class _TokenAuthDefaultNotice(logging.Filter):
+    """Drops Ray's notice that it turned token authentication on by default; its other lines (the token it generated
+    and where it saved it, a warning that authentication is off) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+@contextlib.contextmanager
+def token_auth_notice_dropped() -> Iterator[None]:
+    """While a local instance starts, without Ray's line "Token authentication is enabled for this Ray cluster. Set
+    RAY_AUTH_MODE=disabled to opt out", which it printed at every start: a notice of a default, whose only advice is
+    to opt out of a protection that matters here (the instance's GCS and raylet listen on this machine's network
+    address; without the token, anyone who reaches them can run code on it). The authentication itself is kept.
+
+    Setting `RAY_AUTH_MODE=token`, which Ray takes as a choice and does not announce, was tried: set in this process
+    once Ray is imported, the driver's core worker did not read it (Ray's own default refreshes its cached config),
+    sent no token, and `ray.init` retried "Authentication token is missing or incorrect" for minutes."""
+    log = logging.getLogger(TOKEN_AUTH_LOGGER)
+    notice = _TokenAuthDefaultNotice()
+    log.addFilter(notice)
+    try:
+        yield
+    finally:
+        log.removeFilter(notice)
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -45,13 +125,16 @@ def joined_by_auto(address: str) -> str | None:
 
 
 def unreachable(address: str, timeout_s: float = 5.0) -> tuple[str, str] | None:
-    """(where, why) when the cluster `address` leads to does not answer TCP within `timeout_s`: `where` is the
-    address itself, or for 'auto' the `RAY_ADDRESS` it joins ('127.0.0.1:6399 (RAY_ADDRESS, which auto joins)').
+    """(where, why) when the cluster `address` leads to does not answer TCP within `timeout_s`, or answers but is no
+    Ray GCS (`why_not_gcs`): `where` is the address itself, or for 'auto' the `RAY_ADDRESS` it joins ('127.0.0.1:6399
+    (RAY_ADDRESS, which auto joins)').
     With RAY_ADDRESS naming nothing, 'auto' went to Ray, which retried for minutes with a warning every few seconds,
     and held a Ctrl-C or SIGTERM all that time. None when it answers, or when Ray is left to find it."""
     named = joined_by_auto(address)
     target = named or address
     why = why_unreachable(target, timeout_s)
+    if why is None:
+        why = why_not_gcs(target)
     if why is None:
         return None
     return (f"{target} (RAY_ADDRESS, which auto joins)" if named else target), why

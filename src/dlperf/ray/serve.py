@@ -28,6 +28,7 @@ from dlperf.ray.address import (
     ray_processes_in_their_own_group,
     shutdown_ray,
     signals_held_while_ray_starts,
+    token_auth_notice_dropped,
     unreachable,
 )
 from dlperf.serve.service import ServeConfig
@@ -559,7 +560,9 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             check_reachable(options.address)
         try:
             # held until Ray has started: one inside its core worker's construction left it half made (SIGSEGV at exit)
-            with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
+            # Ray's token authentication notice dropped on a local instance; an existing cluster's are Ray's to print
+            quiet = token_auth_notice_dropped() if options.address is None else contextlib.nullcontext()
+            with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group(), quiet:
                 # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
                 ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:

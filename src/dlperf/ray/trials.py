@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlperf.errors import ConfigError, OptimizeError, require
+from dlperf.errors import ConfigError, ExecutorLost, OptimizeError, require
 from dlperf.optimize.executor import Job, PhaseFn
 from dlperf.ray.address import (
     cluster_address,
@@ -34,6 +34,7 @@ from dlperf.ray.address import (
     ray_processes_in_their_own_group,
     shutdown_ray,
     signals_held_while_ray_starts,
+    token_auth_notice_dropped,
     unreachable,
 )
 
@@ -277,7 +278,8 @@ class RayExecutor:
                     else:
                         # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start`
                         # left on this machine (ray.init() joined those, then refused the timing resource given here)
-                        ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+                        with token_auth_notice_dropped():
+                            ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
                 if held:  # Ctrl-C or SIGTERM while Ray started: stop it, then take the signal as the caller would
                     shutdown_ray()  # a whole start: Ray stops what it started (the handler's exception, below, checks)
                     signal.raise_signal(held[0])
@@ -382,7 +384,7 @@ class RayExecutor:
 
         alive = self._alive()
         if not alive and self.nodes:
-            raise OptimizeError(self._all_nodes_lost())
+            raise ExecutorLost(self._all_nodes_lost())
         if not alive and not self.excluded:
             raise OptimizeError(f"no live node of the Ray cluster offers the '{TIMING_RESOURCE}' resource: start "
                                 f"each node with `ray start --resources '{{\"{TIMING_RESOURCE}\": 1}}'`")
@@ -436,8 +438,8 @@ class RayExecutor:
                  else "every Ray node that ran trials has left the cluster")
         check = ("(its raylet died: killed, or out of memory)" if self._owns
                  else "(check the cluster with `ray status`)")
-        return (f"{where}: {names} {check}; the candidates measured so far are in the store: "
-                "`dlperf runs list` names this failed run, and `dlperf optimize ... --resume RUN_ID` continues it")
+        return (f"{where}: {names} {check}; the candidates measured so far are in the store with this failed run, "
+                "and the same dlperf optimize command resumes it (or --resume RUN_ID)")
 
     def _has_free_slot(self) -> bool:
         return any(self._in_flight.get(n, 0) < s for n, s in self._last_eligible.items())

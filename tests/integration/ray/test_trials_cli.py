@@ -165,10 +165,11 @@ def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) 
     assert done.stdout.split() == ["handled", "alive"], done.stdout + done.stderr
 
 
-def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_how_to_resume(tmp_path: Path) -> None:
+def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command_resumes(tmp_path: Path) -> None:
     """The raylet of the local instance killed while a candidate's trial runs: the trial's retry found no node, and
     the command ended with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each node
-    with `ray start --resources ...`", a fix for a setup the user never made."""
+    with `ray start --resources ...`", a fix for a setup the user never made; the same command again started
+    afresh (only an interrupted search resumed automatically)."""
     store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
     argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
             "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "3s", "--time-budget", "10m"]
@@ -185,12 +186,27 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_how_to_resume(tm
     last = text.strip().splitlines()[-1]
     assert code != 0 and "Traceback" not in text, text
     assert last.startswith("error: the local Ray instance this command started lost its node: "), text
-    assert "--resume RUN_ID" in last and "ray start --resources" not in last, text
+    assert "the same dlperf optimize command resumes it (or --resume RUN_ID)" in last, text
+    assert "ray start --resources" not in last, text
     (search,) = Store(store_path).list(kind="optimize", limit=None)
     assert search.status == "failed" and search.config["executor"] == "ray"
     candidates = Store(store_path).list(kind="candidate", parent_id=search.id, limit=None)
-    assert {c.config["label"]: c.status for c in candidates}["baseline"] == "ok"
+    first = {c.config["label"]: c.status for c in candidates}
+    assert first["baseline"] == "ok" and "failed" in first.values(), first  # the lost trial's: failed, no result
     wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+    # the same command again resumes it (it started afresh, measuring the baseline again): the baseline taken over,
+    # the candidate whose trial was lost measured
+    again = subprocess.run([sys.executable, "-m", "dlperf.cli.main", *argv], capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resuming run {search.id}" in again.stderr, again.stderr
+    resumed = Store(store_path).list(kind="optimize", limit=None)[0]
+    assert resumed.status == "ok" and resumed.config["resumed_from"] == search.id
+    rows = {c.config["label"]: c for c in Store(store_path).list(kind="candidate", parent_id=resumed.id, limit=None)}
+    assert {label for label, c in rows.items() if c.config.get("reused_from")} == {
+        label for label, status in first.items() if status == "ok"}, rows  # what it finished taken over
+    lost = [label for label, status in first.items() if status == "failed"]
+    assert all(rows[label].status == "ok" for label in lost), rows  # the lost trial's candidate measured
 
 
 def test_ray_local_is_a_new_local_instance_like_plain_ray(tmp_path: Path) -> None:
