@@ -245,18 +245,21 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
     for dtype, peak in peaks.items():
         if not isinstance(peak, (int, float)) or peak <= 0:
             continue
+        unit = " (GOP/s)" if dtype == "int8" else ""  # int8 runs integer operations, on the axis the float roofs share
         if isinstance(bandwidth, (int, float)) and bandwidth > 0:
             ridge = peak / bandwidth
             grid = [lo_x, *([ridge] if lo_x < ridge < hi_x else []), hi_x]
-            series.append(Series(f"{dtype} roof", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
+            series.append(Series(f"{dtype} roof{unit}", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
                                  dashed=dtype != "fp32"))
         else:
-            series.append(Series(f"{dtype} peak", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
+            series.append(Series(f"{dtype} peak{unit}", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
     if ops:
         series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
                              color="#ff7f0e", labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step"
                                                       for o in ops]))
-    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True),
+    int8 = any(dtype == "int8" for dtype in peaks)
+    return chart(series, Axis("arithmetic intensity (FLOP/byte" + (", int8: OP/byte)" if int8 else ")"), log=True),
+                 Axis("GFLOP/s" + (" (int8: GOP/s)" if int8 else ""), log=True),
                  "Roofline" + (" (ceilings recorded with a warning: see the caveat above)"
                                if ops_data.get("ceilings_caveat") else ""))
 
