@@ -53,8 +53,18 @@ def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str,
         selected = bool(c.get("selected")) or (winner is not None and c.get("key") == winner)
         rows.append({"name": str(name), "latency_s": latency, "metric": metric, "paired": "paired_p50_s" in c,
                      "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
-                     "selected": selected, "status": c.get("status"), "error": c.get("error")})
+                     "selected": selected, "status": c.get("status"), "error": c.get("error"),
+                     "peak_rss_bytes": c.get("peak_rss_bytes"),
+                     "deployed": isinstance(c.get("deployed_memory"), Mapping)})
     return rows
+
+
+def _peak_mib(row: Mapping[str, Any]) -> str:
+    """The row's peak RSS in MiB as the terminal's `peak MiB` column writes it; '-' for a candidate that failed."""
+    from dlperf.report.optimize_view import _mib
+
+    value = row.get("peak_rss_bytes")
+    return _mib(value) if row.get("status") == "ok" and isinstance(value, (int, float)) else "-"
 
 
 def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
@@ -89,7 +99,11 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
 
     # the metric as optimize prints it (4 decimals, 4 significant digits below 0.1): 3 digits showed a fidelity of
     # 0.9996 as 1
-    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]), on_front(r),
+    # --objective memory ranks by the deployed peak RSS (`peak_rss_bytes`): its column and the terminal's line saying
+    # what it includes (the report had neither, so the figure the winner was picked on was nowhere in it)
+    memory = rec.result.get("objective", rec.config.get("objective")) == "memory" or any(r["deployed"] for r in rows)
+    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]),
+                   *([_peak_mib(r)] if memory else []), on_front(r),
                    "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
     # The search's own front is over latency, metric, size and memory: a smaller, slower candidate is on it though
     # the plot's 2-D frontier (latency vs metric) passes it by, so the column says which front it is.
@@ -98,7 +112,14 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
     paired = any(r["paired"] for r in rows)
     parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
-                                           front_label, "status", "error"), table_rows)]
+                                           *(["peak MiB"] if memory else []), front_label, "status", "error"),
+                                          table_rows)]
+    if memory:
+        from dlperf.report.optimize_view import memory_line
+
+        line = memory_line({**rec.result, "objective": "memory"})
+        if line:
+            parts.append(f'<p class="muted">{esc(line)}</p>')
     with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],

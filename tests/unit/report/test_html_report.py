@@ -132,6 +132,31 @@ def test_optimize_view_reads_the_optimize_result_rows() -> None:
                      "kept bf16: bf16 is faster", "note: a note &amp; more"]
 
 
+def test_a_memory_search_shows_each_candidate_s_deployed_peak_as_the_terminal_does() -> None:
+    """--objective memory ranks by the deployed peak RSS, but the HTML table had no memory column and no line saying
+    what the figure is: the number the winner was picked on was nowhere in the report."""
+    deployed = {"peak_rss_bytes": 150 * 2**20}
+    rows: list[dict[str, Any]] = [
+        {"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95,
+         "peak_rss_bytes": 400 * 2**20, "deployed_memory": {"peak_rss_bytes": 400 * 2**20}},
+        {"key": "k1", "label": "onnxruntime", "status": "ok", "p50_s": 0.008, "metric": 0.95,
+         "peak_rss_bytes": 150 * 2**20, "deployed_memory": deployed},
+        {"key": "k2", "label": "openvino", "status": "failed", "error": "boom"}]
+    result = {"metric_name": "accuracy", "objective": "memory", "candidates": rows, "winner": "k1"}
+    html = render_report([_rec("m1", "optimize", result, config={"objective": "memory"})], children={"m1": []})
+    assert "<th>peak MiB</th>" in html
+    assert re.search(r"<td>onnxruntime</td><td class=\"n\">8</td><td class=\"n\">0.9500</td><td class=\"n\">150.0</td>",
+                     html)
+    assert re.search(r"<td>openvino</td>.*?<td class=\"n\">-</td>.*?<td>failed</td>", html)
+    from dlperf.report.optimize_view import memory_line
+
+    line = memory_line(result)
+    assert line is not None and line.startswith("peak MiB: the peak RSS of a fresh process") and line in html
+    plain = [{k: v for k, v in r.items() if k != "deployed_memory"} for r in rows]
+    latency = render_report([_rec("m2", "optimize", {**result, "objective": "latency", "candidates": plain})],
+                            children={"m2": []})
+    assert "peak MiB" not in latency
+
 def test_profile_view_has_breakdown_and_roofline() -> None:
     result = {"verdict": "compute-bound in aten::addmm", "analyses": {
         "breakdown": {"step_s": 0.01, "forward_s": 0.008, "framework_overhead_s": 0.002, "data_wait_s": 0.0},
