@@ -173,3 +173,34 @@ def test_a_workload_slow_to_load_is_said_and_counted_in_the_budget(tmp_path: Pat
     assert first.startswith("loading the workload took ") and "of the 30 s time budget (the budget counts" in first
     load_s = float(first.split("took ", 1)[1].split(" s,", 1)[0])
     assert load_s >= 2.0 and json.loads(proc.stdout)["elapsed_s"] >= load_s
+
+
+def test_sigint_to_the_optimize_process_alone_mid_candidate_keeps_the_run_resumable(tmp_path: Path) -> None:
+    """`kill -INT PID` from a scheduler reaches the parent alone, not its candidate's process: the search stops as
+    on SIGTERM and the run is kept as interrupted, which the same command resumes. (Started in the background of a
+    script without job control, a command inherits SIGINT ignored: docs/optimize.md says so.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlperf.store.db import Store
+
+    argv = [sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:mlp", "--passes", "hygiene", "--max-depth", "1",
+            "--time-budget", "5m", "--min-duration", "5s", "--store", str(tmp_path / "runs.db"),
+            "--workdir", str(tmp_path / "work")]
+    err = tmp_path / "err.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 240
+            while "measuring baseline" not in err.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "interrupted: run " in err.read_text().splitlines()[-1]
+    run = Store(tmp_path / "runs.db").list(kind="optimize")[0]
+    assert run.status == "interrupted"
