@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -245,6 +248,54 @@ def _quiet() -> Iterator[None]:
         logging.disable(previous)
 
 
+@contextlib.contextmanager
+def _fd1_captured() -> Iterator[list[str]]:
+    """File descriptor 1 into a temporary file for the block; what was written there is appended to the yielded
+    list. The TorchScript exporter prints 'Torch IR graph at exception: graph(...)' from C++ after a failed export
+    (torch's `setup_onnx_logging` turns its ONNX log on for good: it tests the function `_jit_is_onnx_log_enabled`,
+    always true, not its result), past `contextlib.redirect_stdout`: dozens of graph lines amid dlperf's output."""
+    captured: list[str] = []
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 (a daemon): nothing to capture
+        yield captured
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield captured
+        finally:
+            _flush_c_stdout()  # C stdio buffers it when 1 is not a terminal: flushed later, it reached the real stdout
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            captured.append(tmp.read().decode(errors="replace"))
+
+
+def _flush_c_stdout() -> None:
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+_OP = re.compile(r"operator '([\w:.]+)'")
+
+
+def _op_source(error: str, log: str) -> str:
+    """Where in the model's code the operator an export error names is called, from the exporter's graph dump
+    (its lines end '# FILE:LINE:COL'): ' (called at model.py:10)', or '' when the log does not say."""
+    op = _OP.search(error)
+    if op is None:
+        return ""
+    for line in log.splitlines():
+        if f"= {op.group(1)}(" in line and " # " in line:
+            where = line.rpartition(" # ")[2].strip()
+            return f" (called at {where.rsplit(':', 1)[0] if where.count(':') >= 2 else where})"
+    return ""
+
+
 def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opset: int = 17) -> Path:
     """torch -> ONNX with the TorchScript exporter (fast, keeps module paths in node names, which
     `onnx_layer_nodes` maps back to torch modules); falls back to the torch.export-based exporter."""
@@ -261,15 +312,17 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
     errors = []
     for dynamo in (False, True):
         exporter = "dynamo" if dynamo else "torchscript"
+        log: list[str] = []
         try:
-            with _quiet(), torch.inference_mode(False), torch.no_grad():
+            with _quiet(), _fd1_captured() as log, torch.inference_mode(False), torch.no_grad():
                 torch.onnx.export(
                     model, tuple(sample), str(path), input_names=in_names, output_names=out_names,
                     dynamic_axes=dynamic_axes, opset_version=opset if not dynamo else max(opset, 18),
                     dynamo=dynamo, external_data=False,
                 )
         except Exception as exc:  # try the other exporter, report both if neither works
-            errors.append(f"{exporter} exporter: {type(exc).__name__}: {first_line(str(exc))}")
+            reason = first_line(str(exc))
+            errors.append(f"{exporter} exporter: {type(exc).__name__}: {reason}{_op_source(reason, ''.join(log))}")
             continue
         missing = untraced_inputs(path, in_names)
         if not missing:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dlperf._thirdparty import quiet_worker_warning
 from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileError, WorkloadError
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
 from dlperf.measure.env import check_threads, usable_cores
@@ -145,8 +146,9 @@ class Step:
             assert workload.train is not None
             self.optimizer = call_user_factory(workload.name, "its optimizer factory", workload.train.make_optimizer,
                                                model.parameters())
-            self.loader = call_user_factory(workload.name, "its loader factory", workload.train.make_loader,
-                                            self.batch_size, **dict(options.loader_kwargs))
+            with quiet_worker_warning():  # said once, by the loader analysis (torch said it at each build and iter)
+                self.loader = call_user_factory(workload.name, "its loader factory", workload.train.make_loader,
+                                                self.batch_size, **dict(options.loader_kwargs))
             # the checks and words of `dlperf train` (a step raised "'str' object has no attribute 'step'")
             problem = optimizer_problem(self.optimizer) or loader_problem(self.loader)
             if problem is not None:
@@ -167,11 +169,13 @@ class Step:
 
     def _next_batch(self) -> Any:
         if self._iter is None:
-            self._iter = iter(self.loader)
+            with quiet_worker_warning():
+                self._iter = iter(self.loader)
         try:
             return next(self._iter)
         except StopIteration:
-            self._iter = iter(self.loader)
+            with quiet_worker_warning():
+                self._iter = iter(self.loader)
             try:
                 return next(self._iter)
             except StopIteration as exc:

@@ -82,7 +82,8 @@ def bench_view(rec: RunRecord) -> str:
             thr.append((float(b), float(t)))
     if len(thr) > 1:
         svgs.append(chart([Series("throughput", [b for b, _ in thr], [t for _, t in thr], "line+points")],
-                          Axis("batch size", log=True), Axis("items/s"), "Throughput vs batch size", y_zero=True))
+                          Axis("batch size", log=True, at=tuple(b for b, _ in thr)), Axis("items/s"),
+                          "Throughput vs batch size", y_zero=True))
     parts.append(plot_row(*svgs))
     gate = rec.result.get("gate")
     if isinstance(gate, Mapping):
@@ -274,7 +275,9 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
     # a step in the trend that another runner or precision made, said where it happened
     changes = history_changes(ordered)
     rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
-             *(fmt(values[(b, i + 1)]) if (b, i + 1) in values else "" for b in batches),
+             # a latency to fmt_ms's four digits, as bench's table has it (fmt's three: 0.0205 beside 0.02047)
+             *((fmt(values[(b, i + 1)]) if metric == "throughput" else fmt_ms(values[(b, i + 1)] / 1e3))
+               if (b, i + 1) in values else "" for b in batches),
              Raw(f'<span class="warn">{esc("; ".join(changes[r.id]))}</span>') if r.id in changes else ""]
             for i, r in enumerate(ordered)]
     short = "items/s" if metric == "throughput" else f"{metric} ms"

@@ -53,8 +53,18 @@ def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str,
         selected = bool(c.get("selected")) or (winner is not None and c.get("key") == winner)
         rows.append({"name": str(name), "latency_s": latency, "metric": metric, "paired": "paired_p50_s" in c,
                      "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
-                     "selected": selected, "status": c.get("status"), "error": c.get("error")})
+                     "selected": selected, "status": c.get("status"), "error": c.get("error"),
+                     "peak_rss_bytes": c.get("peak_rss_bytes"),
+                     "deployed": isinstance(c.get("deployed_memory"), Mapping)})
     return rows
+
+
+def _peak_mib(row: Mapping[str, Any]) -> str:
+    """The row's peak RSS in MiB as the terminal's `peak MiB` column writes it; '-' for a candidate that failed."""
+    from dlperf.report.optimize_view import _mib
+
+    value = row.get("peak_rss_bytes")
+    return _mib(value) if row.get("status") == "ok" and isinstance(value, (int, float)) else "-"
 
 
 def _frontier(rows: list[dict[str, Any]], higher_is_better: bool) -> list[dict[str, Any]]:
@@ -89,7 +99,11 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
 
     # the metric as optimize prints it (4 decimals, 4 significant digits below 0.1): 3 digits showed a fidelity of
     # 0.9996 as 1
-    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]), on_front(r),
+    # --objective memory ranks by the deployed peak RSS (`peak_rss_bytes`): its column and the terminal's line saying
+    # what it includes (the report had neither, so the figure the winner was picked on was nowhere in it)
+    memory = rec.result.get("objective", rec.config.get("objective")) == "memory" or any(r["deployed"] for r in rows)
+    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]),
+                   *([_peak_mib(r)] if memory else []), on_front(r),
                    "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
     # The search's own front is over latency, metric, size and memory: a smaller, slower candidate is on it though
     # the plot's 2-D frontier (latency vs metric) passes it by, so the column says which front it is.
@@ -98,7 +112,14 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
     paired = any(r["paired"] for r in rows)
     parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
-                                           front_label, "status", "error"), table_rows)]
+                                           *(["peak MiB"] if memory else []), front_label, "status", "error"),
+                                          table_rows)]
+    if memory:
+        from dlperf.report.optimize_view import memory_line
+
+        line = memory_line({**rec.result, "objective": "memory"})
+        if line:
+            parts.append(f'<p class="muted">{esc(line)}</p>')
     with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
@@ -245,18 +266,21 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
     for dtype, peak in peaks.items():
         if not isinstance(peak, (int, float)) or peak <= 0:
             continue
+        unit = " (GOP/s)" if dtype == "int8" else ""  # int8 runs integer operations, on the axis the float roofs share
         if isinstance(bandwidth, (int, float)) and bandwidth > 0:
             ridge = peak / bandwidth
             grid = [lo_x, *([ridge] if lo_x < ridge < hi_x else []), hi_x]
-            series.append(Series(f"{dtype} roof", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
+            series.append(Series(f"{dtype} roof{unit}", grid, [min(peak, bandwidth * x) / 1e9 for x in grid], "line",
                                  dashed=dtype != "fp32"))
         else:
-            series.append(Series(f"{dtype} peak", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
+            series.append(Series(f"{dtype} peak{unit}", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
     if ops:
         series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
                              color="#ff7f0e", labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step"
                                                       for o in ops]))
-    return chart(series, Axis("arithmetic intensity (FLOP/byte)", log=True), Axis("GFLOP/s", log=True),
+    int8 = any(dtype == "int8" for dtype in peaks)
+    return chart(series, Axis("arithmetic intensity (FLOP/byte" + (", int8: OP/byte)" if int8 else ")"), log=True),
+                 Axis("GFLOP/s" + (" (int8: GOP/s)" if int8 else ""), log=True),
                  "Roofline" + (" (ceilings recorded with a warning: see the caveat above)"
                                if ops_data.get("ceilings_caveat") else ""))
 

@@ -170,6 +170,19 @@ DISAGREEMENT = 2.0
 then ranks by the lower (`optimize.search.DISAGREEMENT`, the same factor)."""
 
 
+LOAD_SHARE = 0.05
+"""Loading the workload is said when it took this share of the time budget or more (and at least a second)."""
+
+
+def load_note(load_s: float, budget_s: float) -> str | None:
+    """What `dlperf optimize` says when loading its workload (importing the file, building nothing yet) took a
+    noticeable share of the time budget, which counts it; None when it did not."""
+    if load_s < 1.0 or load_s < LOAD_SHARE * budget_s:
+        return None
+    return (f"loading the workload took {load_s:.1f} s, {load_s / budget_s:.0%} of the {budget_s:.0f} s time budget "
+            "(the budget counts from the command's start: that time is not left for candidates)")
+
+
 def memory_line(data: dict[str, Any]) -> str | None:
     """What the `peak MiB` column includes, under --objective memory (a fresh process per artifact) or where a row's
     figure came from there; None otherwise."""

@@ -255,6 +255,8 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
         lines.append(Text(f"data loader: waits {_ms(ld['data_wait_s'])} per step ({_pct(ld['wait_share'])}); "
                           f"num_workers={ld['num_workers']}, pin_memory={ld['pin_memory']}, "
                           f"prefetch_factor={ld['prefetch_factor']}, persistent_workers={ld['persistent_workers']}"))
+        if ld.get("too_many_workers"):  # torch's warning, once (it printed at each DataLoader() and iter())
+            lines.append(Text(f"  {ld['too_many_workers']}", style="dim"))
     o = result["overhead"]
     ratio = o.get("ratio")
     # a profiled step far faster than the unprofiled one read '(0.00x)': the caveat above says why it happens

@@ -58,6 +58,9 @@ class Axis:
     hi: float | None = None
     integer: bool = False
     """Ticks at whole numbers only (a run's index: '1.5' is no run)."""
+    at: tuple[float, ...] = ()
+    """Ticks at these values, not at round ones (the batch sizes measured: a log axis put them at 1, 2, 5, 10, 20
+    for a bench of 1, 4, 16, 64); a label too close to the previous one is left out, its grid line kept."""
 
 
 def esc(text: object) -> str:
@@ -194,10 +197,16 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
     if title:
         out.append(f'<text x="{width / 2:.1f}" y="17" text-anchor="middle" class="t">'
                    f'{esc(fit(title, width - 16, TITLE_CHAR_PX))}</text>')
-    x_ticks = [t for t in (log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi))
+    x_ticks = [t for t in (sorted({t for t in x.at if x_lo <= t <= x_hi and _ok(t, x.log)}) if x.at else
+                           log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi))
                if not x.integer or float(t).is_integer()]
+    last_label = -math.inf
     for tick, text in zip(x_ticks, tick_texts(x_ticks), strict=True):
         px = sx(tick)
+        if x.at and px - last_label < len(text) * TEXT_CHAR_PX + 4:
+            out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>')
+            continue
+        last_label = px
         # a label centred on a tick near the right edge ran past the chart ('0.00102' showed as '0.0010')
         anchor, tx = ("end", width - 2.0) if px + len(text) * TEXT_CHAR_PX / 2 > width - 2 else ("middle", px)
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'

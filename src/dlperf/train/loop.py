@@ -13,11 +13,11 @@ import dataclasses
 import os
 import re
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlperf._thirdparty import quiet_worker_warning
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
 from dlperf.measure.env import MIN_PROCESS_LIMIT, PROCESSES_PER_CPU, check_per_cpu, check_threads
@@ -441,30 +441,12 @@ class TrainLoop:
             self.loader._iterator = None
 
 
-TORCH_WORKER_WARNING = r"This DataLoader will create \d+ worker processes in total"
-"""The start of torch's UserWarning for more workers than the usable CPUs."""
-
-
-@contextlib.contextmanager
-def quiet_worker_warning() -> Iterator[None]:
-    """Hide torch's warning about more loader workers than it suggests: `--num-workers 3` on 2 CPUs printed it twice
-    (DataLoader() warns, and so does iter() on it, from another line); `too_many_workers` says it once, as a note."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
-        yield
-
-
 def too_many_workers(config: StepConfig) -> str | None:
     """A note when the config has more loader workers than usable CPUs (torch's suggested maximum), or None."""
+    from dlperf._thirdparty import too_many_workers as note
     from dlperf.measure.env import usable_cores
 
-    cpus = usable_cores()
-    if config.num_workers <= cpus:
-        return None
-    plural = "" if cpus == 1 else "s"
-    return (f"{config.num_workers} DataLoader workers on {cpus} usable CPU{plural}: more than PyTorch suggests (one "
-            "per usable CPU). More help only where loading waits on I/O (disk, network, a sleep) rather than on the "
-            "CPU; otherwise the extra processes compete with each other and with the training step for the CPUs")
+    return note(config.num_workers, usable_cores())
 
 
 def ignored_loader_kwargs(loader: Any, asked: dict[str, Any]) -> str | None:

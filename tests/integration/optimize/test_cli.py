@@ -138,3 +138,69 @@ def test_a_minimum_duration_above_the_timer_cap_raises_the_cap() -> None:
     assert (long.min_duration_s, long.max_duration_s) == (20.0, 20.0)
     default = config("--min-duration", "2s")  # the cap, part of a search's resume key, is unchanged below it
     assert (default.min_duration_s, default.max_duration_s) == (2.0, 15.0)
+
+
+SLOW_IMPORT = '''import time
+
+import torch
+
+time.sleep(2.0)  # an import that takes a while (a big module, a checkpoint read at import)
+
+
+def model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+
+
+def inputs(batch_size: int = 4) -> tuple[torch.Tensor]:
+    return (torch.randn(batch_size, 8),)
+'''
+
+
+def test_a_workload_slow_to_load_is_said_and_counted_in_the_budget(tmp_path: Path) -> None:
+    """The budget counts from the command's start, but nothing said that loading the workload had taken a share of
+    it (the start, taken after the load, was capped at 60 s ago: a longer import was partly left out)."""
+    import subprocess
+    import sys
+
+    wl = tmp_path / "slow_import.py"
+    wl.write_text(SLOW_IMPORT)
+    proc = subprocess.run([sys.executable, "-m", "dlperf.cli.main", "optimize", str(wl), "--passes", "hygiene",
+                           "--max-depth", "1", "--time-budget", "30s", "--min-duration", "0.05", "--json",
+                           "--store", str(tmp_path / "runs.db"), "--workdir", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("loading the workload took ") and "of the 30 s time budget (the budget counts" in first
+    load_s = float(first.split("took ", 1)[1].split(" s,", 1)[0])
+    assert load_s >= 2.0 and json.loads(proc.stdout)["elapsed_s"] >= load_s
+
+
+def test_sigint_to_the_optimize_process_alone_mid_candidate_keeps_the_run_resumable(tmp_path: Path) -> None:
+    """`kill -INT PID` from a scheduler reaches the parent alone, not its candidate's process: the search stops as
+    on SIGTERM and the run is kept as interrupted, which the same command resumes. (Started in the background of a
+    script without job control, a command inherits SIGINT ignored: docs/optimize.md says so.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlperf.store.db import Store
+
+    argv = [sys.executable, "-m", "dlperf.cli.main", "optimize", "zoo:mlp", "--passes", "hygiene", "--max-depth", "1",
+            "--time-budget", "5m", "--min-duration", "5s", "--store", str(tmp_path / "runs.db"),
+            "--workdir", str(tmp_path / "work")]
+    err = tmp_path / "err.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 240
+            while "measuring baseline" not in err.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=120) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "interrupted: run " in err.read_text().splitlines()[-1]
+    run = Store(tmp_path / "runs.db").list(kind="optimize")[0]
+    assert run.status == "interrupted"

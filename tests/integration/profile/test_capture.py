@@ -100,3 +100,30 @@ def test_the_memory_timeline_shows_memory_held_not_allocations_summed() -> None:
     assert timeline and any(b < a for (_, a), (_, b) in itertools.pairwise(timeline))  # frees
     ends = [[b for t, b in timeline if t <= s.end_us][-1] for s in trace.steps]
     assert max(ends) - min(ends) <= 4096, ends
+
+
+def test_more_loader_workers_than_cpus_is_said_once_by_the_analysis_not_by_torch_at_each_build() -> None:
+    """torch's check_worker_number_rationality UserWarning came on stderr at each DataLoader() and iter() (four times
+    with --verify), though `dlperf train` says it once; now the loader analysis carries it, for the loader line."""
+    import warnings
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dlperf.measure.env import usable_cores
+    from dlperf.profile.analyzers import dataloader
+
+    workers = usable_cores() + 1
+
+    def make_loader(batch_size: int, **kwargs: object) -> DataLoader[tuple[torch.Tensor, ...]]:
+        data = TensorDataset(torch.randn(64, 2), torch.randn(64, 2))
+        return DataLoader(data, batch_size=batch_size, num_workers=workers, **kwargs)  # type: ignore[arg-type]
+
+    wl = Workload(name="crowded", make_model=lambda: torch.nn.Linear(2, 2), make_inputs=lambda b: (torch.randn(b, 2),),
+                  train=TrainSpec(make_loader=make_loader, loss_fn=torch.nn.functional.mse_loss,
+                                  make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = capture(wl, CaptureConfig(mode="train", steps=1, warmup_steps=1, unprofiled_min_duration_s=0.05))
+    assert [str(w.message) for w in caught if "worker processes in total" in str(w.message)] == []
+    note = dataloader.analyze(trace).too_many_workers
+    assert note is not None and note.startswith(f"{workers} DataLoader workers on {workers - 1} usable CPU")

@@ -520,3 +520,28 @@ def test_dlperf_load_takes_an_engine_artifact_s_threads(tmp_path: Path) -> None:
     for bad in (0, -2, 1.5, True, "2"):
         with pytest.raises(OptimizeError, match=r"^threads must be an integer >= 1 \(or None: the artifact's own\)"):
             dlperf.load(tmp_path / "art", threads=bad)
+
+
+class _Eigh(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return torch.linalg.eigh(y @ y.T)[0]  # no ONNX symbolic (opset 17) nor decomposition (dynamo)
+
+
+def test_a_failed_export_prints_no_graph_and_says_where_the_op_is_called(capfd: pytest.CaptureFixture[str]) -> None:
+    """The TorchScript exporter printed 'Torch IR graph at exception: graph(...)' (from C++, on descriptor 1) after
+    it failed: a dozen graph lines amid dlperf's output. It is captured; the op's call site goes into the error."""
+    from dlperf.workload.base import Workload
+
+    wl = Workload(name="eigh", make_model=_Eigh, make_inputs=lambda b: (torch.randn(b, 8),), input_names=("x",))
+    with pytest.raises(PassError) as info:
+        apply_pass(OrtConfig(), initial_state(wl), CTX)
+    out, err = capfd.readouterr()
+    assert "graph(" not in out + err and "Torch IR" not in out + err
+    message = str(info.value)
+    assert "Exporting the operator 'aten::linalg_eigh' to ONNX opset version 17 is not supported (called at " in message
+    assert f"{Path(__file__).name}:" in message.partition("(called at ")[2]

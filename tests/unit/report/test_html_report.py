@@ -11,6 +11,7 @@ import pytest
 
 from dlperf.measure.stats import Measurement
 from dlperf.report.html import render_report
+from dlperf.report.html_parts import fmt_ms
 from dlperf.store.records import RunRecord
 
 pytestmark = pytest.mark.unit
@@ -131,6 +132,31 @@ def test_optimize_view_reads_the_optimize_result_rows() -> None:
                      "kept bf16: bf16 is faster", "note: a note &amp; more"]
 
 
+def test_a_memory_search_shows_each_candidate_s_deployed_peak_as_the_terminal_does() -> None:
+    """--objective memory ranks by the deployed peak RSS, but the HTML table had no memory column and no line saying
+    what the figure is: the number the winner was picked on was nowhere in the report."""
+    deployed = {"peak_rss_bytes": 150 * 2**20}
+    rows: list[dict[str, Any]] = [
+        {"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.95,
+         "peak_rss_bytes": 400 * 2**20, "deployed_memory": {"peak_rss_bytes": 400 * 2**20}},
+        {"key": "k1", "label": "onnxruntime", "status": "ok", "p50_s": 0.008, "metric": 0.95,
+         "peak_rss_bytes": 150 * 2**20, "deployed_memory": deployed},
+        {"key": "k2", "label": "openvino", "status": "failed", "error": "boom"}]
+    result = {"metric_name": "accuracy", "objective": "memory", "candidates": rows, "winner": "k1"}
+    html = render_report([_rec("m1", "optimize", result, config={"objective": "memory"})], children={"m1": []})
+    assert "<th>peak MiB</th>" in html
+    assert re.search(r"<td>onnxruntime</td><td class=\"n\">8</td><td class=\"n\">0.9500</td><td class=\"n\">150.0</td>",
+                     html)
+    assert re.search(r"<td>openvino</td>.*?<td class=\"n\">-</td>.*?<td>failed</td>", html)
+    from dlperf.report.optimize_view import memory_line
+
+    line = memory_line(result)
+    assert line is not None and line.startswith("peak MiB: the peak RSS of a fresh process") and line in html
+    plain = [{k: v for k, v in r.items() if k != "deployed_memory"} for r in rows]
+    latency = render_report([_rec("m2", "optimize", {**result, "objective": "latency", "candidates": plain})],
+                            children={"m2": []})
+    assert "peak MiB" not in latency
+
 def test_profile_view_has_breakdown_and_roofline() -> None:
     result = {"verdict": "compute-bound in aten::addmm", "analyses": {
         "breakdown": {"step_s": 0.01, "forward_s": 0.008, "framework_overhead_s": 0.002, "data_wait_s": 0.0},
@@ -234,10 +260,42 @@ def test_history_shows_each_run_s_value_orders_batches_by_size_and_ticks_whole_r
     assert ticks and all("." not in t for t in ticks)
     table = section.split("<table", 1)[1].split("</table>", 1)[0]
     assert "p50 ms, batch 1" in table and "p50 ms, batch 8" in table and "p50 ms, batch 32" in table
-    from dlperf.report.svg import fmt_number
+    p50_s = runs[2].result["points"][1]["summary"]["p50_s"]  # the newest run at batch 32
+    assert f'<td class="n">{fmt_ms(p50_s)}</td><td></td></tr></tbody>' in table  # then: nothing changed
 
-    p50_ms = runs[2].result["points"][1]["summary"]["p50_s"] * 1e3  # the newest run at batch 32
-    assert f'<td class="n">{fmt_number(p50_ms)}</td><td></td></tr></tbody>' in table  # then: nothing changed
+
+def test_history_shows_latencies_to_the_four_digits_bench_shows() -> None:
+    """The history table wrote a p50 of 1.2346 ms as 1.23, where the bench view of the same run wrote 1.235."""
+    runs = [_rec(f"d{i}", "bench", {"points": [_point(1, 0.0012346, 1)]}, created=f"2026-11-2{i}T10:00:00")
+            for i in range(2)]
+    p50_s = runs[0].result["points"][0]["summary"]["p50_s"]
+    history = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    bench = render_report([runs[0]])
+    assert len(fmt_ms(p50_s).replace(".", "")) == 4
+    assert f'<td class="n">{fmt_ms(p50_s)}</td>' in history and f'<td class="n">{fmt_ms(p50_s)}</td>' in bench
+
+
+def test_the_throughput_chart_ticks_the_measured_batch_sizes() -> None:
+    """Its log axis was ticked at 1, 2, 5, 10, 20, 50: a bench of 1, 4, 16 and 64 had no tick at 4, 16 or 64."""
+    points = [_point(b, 0.001 * b ** 0.5, b) for b in (1, 4, 16, 64)]
+    html = render_report([_rec("t1", "bench", {"points": points}, config={"batch_sizes": [1, 4, 16, 64]})])
+    svg = next(s for s in _plots(html) if "<title>Throughput vs batch size</title>" in s)
+    axis = svg.split('class="t"', 1)[1]
+    x_labels = re.findall(r'y="[0-9.]+" text-anchor="(?:middle|end)">([0-9.]+)</text>', axis)
+    assert x_labels[:4] == ["1", "4", "16", "64"]
+
+
+def test_the_roofline_says_the_int8_roof_is_in_gop_s() -> None:
+    """The int8 roof was drawn on a 'GFLOP/s' axis with the float roofs, though int8 does integer operations."""
+    ops = {"operators": [{"name": "aten::addmm", "self_s": 0.006, "share": 0.6, "intensity": 40.0,
+                          "achieved_flops_s": 5e10, "bound": "compute", "pct_of_peak": 0.5}],
+           "bandwidth_bytes_s": 2e10}
+    with_int8 = render_report([_rec("p1", "profile", {"analyses": {"operators": {
+        **ops, "peak_flops": {"fp32": 1e11, "int8": 8e11}}}})])
+    roof = next(s for s in _plots(with_int8) if "<title>Roofline" in s)
+    assert "int8 roof (GOP/s)" in roof and "GFLOP/s (int8: GOP/s)" in roof and "fp32 roof (GOP/s)" not in roof
+    fp32 = render_report([_rec("p2", "profile", {"analyses": {"operators": {**ops, "peak_flops": {"fp32": 1e11}}}})])
+    assert "GOP/s" not in next(s for s in _plots(fp32) if "<title>Roofline" in s)
 
 
 def test_check_view_says_the_gate_compares_per_item(bench_points: list[dict[str, Any]]) -> None:

@@ -548,3 +548,13 @@ def test_a_check_runs_headline_line_is_its_gated_metric_per_item() -> None:
     line = bench_headline_line({**RESULT, "headline": verdict.headline()})
     value = fmt_ms(verdict.points[0].current_value)
     assert line == f"headline: p50 {value} ms per item at batch 8", line
+
+
+def test_loading_the_workload_is_said_when_it_took_a_noticeable_share_of_the_budget() -> None:
+    from dlperf.report.optimize_view import load_note
+
+    assert load_note(0.5, 5.0) is None  # under a second: never worth a line
+    assert load_note(20.0, 600.0) is None  # 3%
+    note = load_note(42.0, 600.0)
+    assert note == ("loading the workload took 42.0 s, 7% of the 600 s time budget (the budget counts from the "
+                    "command's start: that time is not left for candidates)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dlperf._thirdparty import too_many_workers
 from dlperf.errors import ProfileError
 from dlperf.measure.stats import median
 from dlperf.profile.analyzers import breakdown
@@ -32,6 +33,8 @@ class LoaderAnalysis:
     unprofiled_wait_share: float | None = None
     """Median wait over median step of the steps timed without the profiler; None when not recorded. The profiler
     (and a busy machine during the profiled steps) inflates the compute and so understates the wait's share."""
+    too_many_workers: str | None = None
+    """More workers than usable CPUs: torch's warning, said once (the report's loader line), not at each build."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,4 +97,5 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         is_dataloader=True, num_workers=info.num_workers, pin_memory=info.pin_memory,
         prefetch_factor=info.prefetch_factor, persistent_workers=info.persistent_workers,
         suggested=suggested, notes=notes, unprofiled_wait_share=unprofiled_share,
+        too_many_workers=too_many_workers(info.num_workers, trace.threads.usable_cores),
     )
