@@ -864,7 +864,8 @@ def _ranked_by(row: dict[str, Any]) -> str:
 
 def process_started_at(max_age_s: float = 60.0) -> float:
     """The `time.monotonic()` value at which this process started (Python and torch imports included), but
-    at most `max_age_s` ago: a long-lived process that calls the CLI's `main` keeps its whole budget."""
+    at most `max_age_s` ago (a bound should the process be older than the command: the `dlperf` command reads it
+    before loading its workload; a caller of `main(argv)` counts from its call instead, `cli.optimize.budget_start`)."""
     import psutil
 
     age = max(0.0, time.time() - psutil.Process().create_time())
