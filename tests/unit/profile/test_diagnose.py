@@ -292,17 +292,22 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
-def test_a_loader_with_workers_that_cannot_keep_up() -> None:
-    """2 workers, a 40 ms step waiting 30 ms: each worker takes 2 steps (80 ms) a batch. It read 'loading overlaps
-    none of it' and, taking a batch to load in 2 waits (60 ms), promised 4 workers 2.67x instead of 2x."""
+def _waiting_loader_top(num_workers: int, persistent: bool) -> dg.Finding | None:
+    """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch."""
     from dataclasses import replace
 
-    info = LoaderInfo("DataLoader", True, num_workers=2, pin_memory=False, prefetch_factor=2,
-                      persistent_workers=True, batch_size=16)
+    info = LoaderInfo("DataLoader", True, num_workers=num_workers, pin_memory=False, prefetch_factor=2,
+                      persistent_workers=persistent, batch_size=16)
     t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
               step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
     t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
-    top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+    return dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+
+
+def test_a_loader_with_workers_that_cannot_keep_up() -> None:
+    """2 workers, a 40 ms step waiting 30 ms: each worker takes 2 steps (80 ms) a batch. It read 'loading overlaps
+    none of it' and, taking a batch to load in 2 waits (60 ms), promised 4 workers 2.67x instead of 2x."""
+    top = _waiting_loader_top(num_workers=2, persistent=True)
     assert top is not None and top.category == dg.INPUT_PIPELINE
     # its workers are persistent already: only the worker count is proposed (it proposed persistent_workers=True too)
     assert top.fixes[0].loader_kwargs == (("num_workers", 4),)
@@ -316,14 +321,7 @@ def test_a_loader_with_workers_that_cannot_keep_up() -> None:
 def test_a_loader_at_16_workers_is_not_proposed_16(persistent: bool) -> None:
     """`dlperf profile --verify` of a loader running 16 workers proposed DataLoader(num_workers=16,
     persistent_workers=True), its own settings, and --verify measured them against themselves."""
-    from dataclasses import replace
-
-    info = LoaderInfo("DataLoader", True, num_workers=16, pin_memory=False, prefetch_factor=2,
-                      persistent_workers=persistent, batch_size=16)
-    t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
-              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
-    t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
-    top = dg.diagnose(dg.analyze_all(t, CEILINGS)).top
+    top = _waiting_loader_top(num_workers=16, persistent=persistent)
     assert top is not None and top.category == dg.INPUT_PIPELINE  # the wait is still the bottleneck
     assert all(dict(f.loader_kwargs).get("num_workers") != 16 for f in top.fixes)
     if persistent:  # nothing of the loader's to change
