@@ -67,7 +67,9 @@ def test_bench_says_when_a_few_stalled_calls_hold_the_time() -> None:
     m = result.points[0].measurement
     note = m.summary()["heavy_tail_note"]
     assert note is not None and "took" in note and "items/s counts them, the median does not" in note
-    assert m.mean_s > 20 * m.p50_s  # the median call is fast; the mean carries the stalls
+    # the median call is fast; the mean carries the stalls (at least 5 ms / 8 a call): 14x a 0.05 ms median on a
+    # slow day (it asserted 20x, which holds only where the fast call takes under 0.03 ms)
+    assert m.mean_s >= 0.9 * 0.005 / 8 and m.mean_s > 5 * m.p50_s
     console = Console(width=300, record=True)
     console.print(bench_report(result.to_dict(), {}))
     assert f"warning: batch 1: {note}" in " ".join(console.export_text().split())
