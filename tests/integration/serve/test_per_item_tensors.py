@@ -20,6 +20,8 @@ from dlperf.serve.instances import ServedModel, Signature, TensorSpec
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
+from .helpers import post_json
+
 pytestmark = pytest.mark.integration
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -61,12 +63,7 @@ def _post(running: Running, scale_shape: list[int]) -> tuple[int, dict[str, Any]
     body = json.dumps({"inputs": [
         {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": [1, 2, 3, 4, 1, 1, 1, 1]},
         {"name": "scale", "shape": scale_shape, "datatype": "FP32", "data": [2, 3]}]}).encode()
-    request = urllib.request.Request(f"http://{running.url}/v2/models/peritem/infer", body, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post_json(f"http://{running.url}/v2/models/peritem/infer", body)
 
 
 def test_config_and_metadata_give_a_per_item_tensor_triton_s_dims_1_with_an_empty_reshape(server: Running) -> None:

@@ -5,8 +5,6 @@ asked of a server that does not offer it; a real zoo:mlp server on 127.0.0.1, ov
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 
 from dlperf.serve.server import Running
 
-from .helpers import batching_mlp_server, mlp_reference
+from .helpers import batching_mlp_server, mlp_reference, post_json
 
 pytestmark = pytest.mark.integration
 
@@ -34,13 +32,7 @@ def server() -> Iterator[Running]:
 
 
 def _post(running: Running, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"http://{running.url}/v2/models/mlp/infer", data=body, method="POST",
-                                     headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post_json(f"http://{running.url}/v2/models/mlp/infer", body, headers)
 
 
 def test_an_empty_outputs_list_returns_every_output_as_without_one_and_over_grpc(server: Running) -> None:

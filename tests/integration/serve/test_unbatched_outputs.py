@@ -4,8 +4,6 @@ their first dimension, e.g. a detector's [boxes, 6] for one image; a real server
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +13,8 @@ import pytest
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
+
+from .helpers import post_json
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +46,7 @@ def unbatched() -> Iterator[Running]:
 def _infer(running: Running, x: list[list[float]]) -> tuple[int, dict[str, Any]]:
     body = json.dumps({"inputs": [{"name": "x", "shape": [len(x), 4], "datatype": "FP32",
                                    "data": [v for row in x for v in row]}]}).encode()
-    request = urllib.request.Request(f"http://{running.url}/v2/models/detector/infer", body, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post_json(f"http://{running.url}/v2/models/detector/infer", body)
 
 
 def test_outputs_that_do_not_follow_the_first_dimension_go_whole_without_batching(unbatched: Running) -> None:
