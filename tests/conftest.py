@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 
@@ -11,4 +12,9 @@ def pytest_configure() -> None:
     sees it (eight such tests failed so). A handler, unlike SIG_IGN, is reset to the default in a child at exec."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # pytest-xdist (`scripts/test` runs with -n 2) sets COLUMNS=80 in its workers; a CLI under test then wraps at
+    # 80 columns where a single pytest process, not a terminal either, gives it dlperf's piped width (160): the
+    # same test saw "wrote <path>" split over two lines under xdist only.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
 

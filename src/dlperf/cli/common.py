@@ -35,10 +35,10 @@ def add_json_argument(parser: argparse.ArgumentParser) -> None:
 
 
 PIPED_WIDTH = 160
-WORKLOAD_HELP = "zoo:NAME[?k=v], file.py or file.py:NAME[?k=v]"
-"""The workload argument's forms, as every command's --help shows them (docs/workloads.md)."""
 """Columns when stdout is not a terminal and COLUMNS is unset (a CI log, `| tee`): Rich's 80 would squeeze
 the wider tables (dlperf load's has 14 columns) into truncated headers."""
+WORKLOAD_HELP = "zoo:NAME[?k=v], file.py or file.py:NAME[?k=v]"
+"""The workload argument's forms, as every command's --help shows them (docs/workloads.md)."""
 
 
 class _Console(Console):
