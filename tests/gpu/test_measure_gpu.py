@@ -137,3 +137,25 @@ def test_a_batch_after_a_larger_one_has_its_own_reserved_peak() -> None:
     assert big.cuda_max_reserved_bytes is not None and small.cuda_max_reserved_bytes is not None
     activations = 4096 * 8192 * 4  # 128 MiB: the hidden layer's output at batch 4096
     assert small.cuda_max_reserved_bytes < big.cuda_max_reserved_bytes - activations // 2
+
+
+def test_bench_samples_the_gpu_the_model_runs_on() -> None:
+    """Plain 'cuda' is torch's current device, which `torch.cuda.set_device` moves (the sampler read GPU 0 always)."""
+    from dlperf.measure.bench import _gpu_index
+
+    assert _gpu_index("cpu") is None
+    assert _gpu_index("cuda") == torch.cuda.current_device()
+    last = torch.cuda.device_count() - 1
+    assert _gpu_index(f"cuda:{last}") == last
+    with torch.cuda.device(last):
+        assert _gpu_index("cuda") == last
+
+
+def test_a_full_cuda_calibration_times_gemms_large_enough_for_the_tensor_cores() -> None:
+    """2048³ (the CPU size) left an H100's fp16 ceiling well below its peak: the MFU read high."""
+    from dlperf.calibrate.kernels import FULL_GEMM_N, FULL_GEMM_N_CUDA, FULL_TIMER, measure_gemm
+
+    large, how = measure_gemm("fp16", "cuda", FULL_GEMM_N_CUDA, FULL_TIMER)
+    small, _ = measure_gemm("fp16", "cuda", FULL_GEMM_N, FULL_TIMER)
+    assert how["n"] == FULL_GEMM_N_CUDA  # not lowered: a call takes well under a second on a GPU
+    assert large > small, (large, small)

@@ -61,3 +61,21 @@ def test_cuda_training_profile_with_h2d_copies() -> None:
     assert any(k.kind == "memcpy_h2d" for k in report.trace.kernels)
     assert report.analyses.breakdown.backward_s > 0
     assert report.analyses.loader is not None
+
+
+def test_an_fp16_training_step_is_profiled_with_its_loss_scaler() -> None:
+    """`dlperf train --precision fp16` scales the loss (GradScaler); the profiled step did not, so its unscale and
+    inf checks were missing from the profile and small gradients flushed to zero."""
+    from dlperf.profile.capture import Step, StepOptions
+    from dlperf.workload.loader import load_workload
+
+    step = Step(load_workload("zoo:mlp"), "train", "cuda", StepOptions(precision="fp16"))
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(2):
+                step()
+    finally:
+        step.close()
+    names = {e.name for e in prof.events()}
+    assert any("unscale" in n for n in names), sorted(names)
+    assert step._scaler is not None and step._scaler.get_scale() > 0

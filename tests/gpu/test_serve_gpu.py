@@ -65,3 +65,28 @@ def test_load_with_collect_metrics_reports_each_gpu(tmp_path: object, capsys: py
         assert uuid.startswith("GPU-")
         assert 0.0 <= gpu["utilization"] <= 1.0
         assert 0 < gpu["memory_used_max_bytes"] <= gpu["memory_total_bytes"]
+
+
+@pytest.mark.parametrize("visible", ["", "last"])
+def test_gpu_gauges_list_only_the_gpus_cuda_visible_devices_names(visible: str) -> None:
+    """The collector listed every GPU NVML knows, labelled with NVML's index, whatever the process could use."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    count = pynvml.nvmlDeviceGetCount()
+    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(count - 1))
+    uuid = uuid if isinstance(uuid, str) else uuid.decode()
+    env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+           "CUDA_VISIBLE_DEVICES": "" if visible == "" else str(count - 1)}
+    code = ("import json; from dlperf.serve.metrics import GpuCollector; "
+            "print(json.dumps(sorted({tuple(s.labels.values()) for f in GpuCollector().collect() "
+            "for s in f.samples if 'uuid' in s.labels and 'gpu' in s.labels})))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    listed = [tuple(pair) for pair in json.loads(done.stdout)]
+    assert listed == ([] if visible == "" else [("0", uuid)]), listed

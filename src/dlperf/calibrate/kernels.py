@@ -22,6 +22,10 @@ from dlperf.measure.timer import TimerConfig, time_callable
 
 CEILING_PERCENTILE = 10.0
 FULL_GEMM_N = 2048
+FULL_GEMM_N_CUDA = 8192
+"""A data-centre GPU's tensor cores reach their peak only on large GEMMs: 2048^3 in fp16 is ~25 us on an H100, where
+launch and the event pair weigh and the tiles do not fill the SMs (ceilings low, MFU high). 8192^3 takes ms there;
+`_affordable_n` lowers it on a GPU too slow for it."""
 QUICK_GEMM_N = 256
 FULL_COPY_BYTES = 256 * 2**20  # well past any last-level cache
 QUICK_COPY_BYTES = 16 * 2**20
@@ -214,7 +218,7 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
     """Measure every supported GEMM dtype and the copy bandwidth on `device` now."""
     import torch
 
-    n = QUICK_GEMM_N if quick else FULL_GEMM_N
+    n = QUICK_GEMM_N if quick else (FULL_GEMM_N_CUDA if device.startswith("cuda") else FULL_GEMM_N)
     timer = QUICK_TIMER if quick else FULL_TIMER
     flops: dict[str, float] = {}
     details: dict[str, Any] = {"timer": "cuda_events" if device.startswith("cuda") else "perf_counter_ns",

@@ -12,6 +12,7 @@ from typing import Any
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import check_threads
+from dlperf.measure.env import gpu_index as cuda_device_index
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, current_rss_bytes, parameter_bytes
 from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
@@ -312,6 +313,6 @@ def run_bench(
 
 
 def _gpu_index(device: str) -> int | None:
-    if not device.startswith("cuda"):
-        return None
-    return int(device.split(":", 1)[1]) if ":" in device else 0
+    """The CUDA device `device` runs on, None off CUDA: for plain 'cuda' torch's current device (it was always 0, so
+    the utilization was sampled from GPU 0 while `torch.cuda.set_device(1)` ran the model on GPU 1)."""
+    return cuda_device_index(device) if device.startswith("cuda") else None

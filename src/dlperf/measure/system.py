@@ -89,6 +89,22 @@ def nvml_index(cuda_index: int) -> int:
         return cuda_index
 
 
+def visible_nvml_indices(nvml_count: int) -> list[tuple[int, int]]:
+    """(CUDA index, NVML index) of each GPU this process's CUDA can use, in CUDA's order: NVML lists all
+    `nvml_count` of the machine's, CUDA only those CUDA_VISIBLE_DEVICES names (none where it names none)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return [(i, i) for i in range(nvml_count)]
+    try:
+        import torch
+
+        if torch.version.cuda is None:  # a CPU build's count is 0 (an engine's CUDA provider may still use a GPU)
+            return [(i, i) for i in range(nvml_count)]
+        count = int(torch.cuda.device_count())
+    except Exception:  # no torch here: NVML's own numbering
+        return [(i, i) for i in range(nvml_count)]
+    return [(i, nvml_index(i)) for i in range(count)]
+
+
 def _nvml_handle(index: int) -> Any:
     try:
         import pynvml

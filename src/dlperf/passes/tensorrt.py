@@ -91,9 +91,11 @@ class TensorRtPass:
         low = half_dtype(config.precision)
         cast: Any = None
         try:
+            # device: the engine is built for the target GPU (without it Torch-TensorRT builds for the current
+            # device, GPU 0 by default, whatever --device cuda:N said)
             compiled = trt.compile(model, ir="dynamo", inputs=_input_specs(trt, example, max_b, None),
-                                   enabled_precisions=precisions, optimization_level=config.optimization_level,
-                                   **typing)
+                                   device=ctx.device, enabled_precisions=precisions,
+                                   optimization_level=config.optimization_level, **typing)
         except Exception as exc:
             if low is None:
                 raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
@@ -102,7 +104,8 @@ class TensorRtPass:
             try:
                 typed = copy.deepcopy(model).to(low)
                 compiled = trt.compile(typed, ir="dynamo", inputs=_input_specs(trt, example, max_b, low),
-                                       use_explicit_typing=True, optimization_level=config.optimization_level)
+                                       device=ctx.device, use_explicit_typing=True,
+                                       optimization_level=config.optimization_level)
                 cast = low
             except Exception as typed_exc:
                 raise OptimizeError(

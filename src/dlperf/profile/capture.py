@@ -124,6 +124,7 @@ class Step:
         self.loader: Any = None
         self._iter: Iterator[Any] | None = None
         self._cuda = device.startswith("cuda")
+        self._scaler: Any = None
         if mode == TRAIN:
             require_train_spec(workload)
         default_batch = workload.train.batch_size if (mode == TRAIN and workload.train) else workload.default_batch_size
@@ -153,6 +154,10 @@ class Step:
             problem = optimizer_problem(self.optimizer) or loader_problem(self.loader)
             if problem is not None:
                 raise WorkloadError(f"workload '{workload.name}': {problem}")
+            # fp16 training as `dlperf train` runs it: the loss scaled, gradients unscaled and checked for inf/NaN
+            # (their kernels belong to the step's profile; without the scaler small gradients flushed to zero)
+            self._scaler = (torch.amp.GradScaler("cuda") if self._cuda and self._autocast_dtype == torch.float16
+                            else None)
 
     def __call__(self) -> None:
         import torch
@@ -214,9 +219,13 @@ class Step:
         if problem is not None:  # backward() raised "grad can be implicitly created only for scalar outputs"
             raise WorkloadError(f"workload '{self.workload.name}': {problem}")
         with record("dlperf/backward"):
-            loss.backward()
+            (loss if self._scaler is None else self._scaler.scale(loss)).backward()
         with record("dlperf/optimizer"):
-            self.optimizer.step()
+            if self._scaler is None:
+                self.optimizer.step()
+            else:
+                self._scaler.step(self.optimizer)
+                self._scaler.update()
             # at the end of the step, not the start: gradients are freed by the step that made them, so the
             # profiler never sees a block freed that was allocated before it started (torch's CPUAllocator
             # warning in `profile --train` output)

@@ -292,7 +292,9 @@ class Recorder:
 
 
 class GpuCollector:
-    """NVML gauges per visible GPU: utilization (0-1), memory used/total (bytes), power (watts)."""
+    """NVML gauges per GPU this process can use (those CUDA_VISIBLE_DEVICES names; it listed every GPU in the machine,
+    each labelled with NVML's index): utilization (0-1), memory used/total (bytes), power (watts); `gpu` is the CUDA
+    index (`--device cuda:N`'s N), `uuid` the GPU's."""
 
     def __init__(self) -> None:
         self._handles: list[tuple[str, str, Any]] | None = None
@@ -307,10 +309,12 @@ class GpuCollector:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            from dlperf.measure.system import visible_nvml_indices
+
+            for cuda_index, index in visible_nvml_indices(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
-                self._handles.append((str(i), uuid if isinstance(uuid, str) else uuid.decode(), handle))
+                self._handles.append((str(cuda_index), uuid if isinstance(uuid, str) else uuid.decode(), handle))
         except Exception:  # no NVML library or no GPU: no GPU gauges
             self._handles = []
         return self._handles

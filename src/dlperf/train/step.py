@@ -220,7 +220,8 @@ def measure_loop(
                 if not config.checkpointing:
                     raise
                 # the batch fits only checkpointed: count with the recomputation, and say what that overstates
-                torch.cuda.empty_cache()
+                with torch.cuda.device(config.device):  # empty_cache acts on the current device
+                    torch.cuda.empty_cache()
                 flops = count_step_flops(loop, recompute=True)
                 notes.append("FLOPs per step include the forward that activation checkpointing recomputes in "
                              "backward (the step without checkpointing, which counts model FLOPs only, ran out of "

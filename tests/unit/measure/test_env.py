@@ -150,3 +150,22 @@ def test_cpu_flags_are_a_difference_and_part_of_the_calibration_key(env: Environ
     assert environment_differences(avx2, avx2 | {"cpu_flags": ["fma", "avx2"]}) == []
     assert environment_differences(avx2, {k: v for k, v in avx2.items() if k != "cpu_flags"}) == []
     assert f"|isa={','.join(cpu_flags()) or '-'}|" in machine_key("cpu")
+
+
+def test_bench_reads_the_utilization_of_the_device_it_names() -> None:
+    from dlperf.measure.bench import _gpu_index
+
+    assert _gpu_index("cpu") is None
+    assert _gpu_index("cuda:2") == 2  # a named index needs no CUDA to read
+
+
+def test_gpu_gauges_list_the_gpus_cuda_visible_devices_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.measure.system import visible_nvml_indices
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_nvml_indices(3) == [(0, 0), (1, 1), (2, 2)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    import torch
+
+    if torch.version.cuda is None:  # this CPU build: NVML's numbering, whatever the variable says
+        assert visible_nvml_indices(3) == [(0, 0), (1, 1), (2, 2)]

@@ -152,8 +152,7 @@ def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin:
     import torch
 
     def fits(batch: int) -> tuple[bool, int]:
-        torch.cuda.empty_cache()
-        cuda_reset_peak(config.device)
+        cuda_reset_peak(config.device, release_cached=True)  # the cache of the probe's device, not the current one
         loop = None
         try:
             loop = TrainLoop(workload, config.replace(batch_size=batch, accumulation_steps=1), seed=0)
@@ -166,7 +165,8 @@ def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin:
             if loop is not None:
                 loop.close()
             del loop
-            torch.cuda.empty_cache()
+            with torch.cuda.device(config.device):  # empty_cache acts on the current device
+                torch.cuda.empty_cache()
         return peak * (1 + margin) <= budget_bytes, peak
 
     return fits
