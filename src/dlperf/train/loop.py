@@ -43,6 +43,8 @@ TRAINABLE_ZOO = ("zoo:mlp", "zoo:digits-cnn")
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+PAUSE_WAIT_S = 0.5
+"""How long `pause_loader` waits, in all, for its stopped workers to show as stopped."""
 """Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
 
 
@@ -414,6 +416,12 @@ class TrainLoop:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, stop)
                 self._paused_pids.append(pid)
+        # SIGSTOP takes effect when the worker next enters the kernel: a worker running on the other core went on
+        # (the test read it 'R' right after the kill under load), into the block that was to be timed without it
+        deadline = time.monotonic() + PAUSE_WAIT_S
+        for pid in self._paused_pids:
+            while not _stopped(pid) and time.monotonic() < deadline:
+                time.sleep(0.0005)
 
     def resume_loader(self) -> None:
         """Continue the worker processes `pause_loader` stopped (those still running)."""
@@ -439,6 +447,15 @@ class TrainLoop:
                 shutdown()
         if getattr(self.loader, "_iterator", None) is not None:
             self.loader._iterator = None
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped ('T', or 't' under a tracer), gone, or its state cannot be read (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def too_many_workers(config: StepConfig) -> str | None:
