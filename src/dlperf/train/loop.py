@@ -43,9 +43,9 @@ TRAINABLE_ZOO = ("zoo:mlp", "zoo:digits-cnn")
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+"""Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
 PAUSE_WAIT_S = 0.5
 """How long `pause_loader` waits, in all, for its stopped workers to show as stopped."""
-"""Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
 
 
 @dataclass(frozen=True)
@@ -450,11 +450,13 @@ class TrainLoop:
 
 
 def _stopped(pid: int) -> bool:
-    """The process is stopped ('T', or 't' under a tracer), gone, or its state cannot be read (not Linux)."""
+    """The process is stopped (or stopped under a tracer), gone, or its state cannot be read."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP,
+                                                psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except (psutil.Error, NotImplementedError):
         return True
 
 
