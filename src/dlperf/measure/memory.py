@@ -196,9 +196,17 @@ def cuda_reset_peak(device: Any = None, release_cached: bool = False) -> None:
 
     torch.cuda.synchronize(device)
     if release_cached:
-        with torch.cuda.device(device):  # empty_cache acts on the current device
-            torch.cuda.empty_cache()
+        cuda_release_cached(device)
     torch.cuda.reset_peak_memory_stats(device)
+
+
+def cuda_release_cached(device: Any = None) -> None:
+    """Return `device`'s cached blocks that no tensor uses to the driver (`torch.cuda.empty_cache` acts on the
+    current device, whatever device the caller means)."""
+    import torch
+
+    with torch.cuda.device(device):
+        torch.cuda.empty_cache()
 
 
 def cuda_peak(device: Any = None) -> CudaMemory:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import DlperfError, MeasurementError, TrainError
 from dlperf.measure.clock import clock_for
-from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_reset_peak
+from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_release_cached, cuda_reset_peak
 from dlperf.measure.stats import Measurement, median
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off, too_many_workers
@@ -220,8 +220,7 @@ def measure_loop(
                 if not config.checkpointing:
                     raise
                 # the batch fits only checkpointed: count with the recomputation, and say what that overstates
-                with torch.cuda.device(config.device):  # empty_cache acts on the current device
-                    torch.cuda.empty_cache()
+                cuda_release_cached(config.device)
                 flops = count_step_flops(loop, recompute=True)
                 notes.append("FLOPs per step include the forward that activation checkpointing recomputes in "
                              "backward (the step without checkpointing, which counts model FLOPs only, ran out of "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlperf.errors import TrainError
-from dlperf.measure.memory import cuda_peak, cuda_reset_peak
+from dlperf.measure.memory import cuda_peak, cuda_release_cached, cuda_reset_peak
 from dlperf.train.knobs import Candidate, TuneContext
 from dlperf.train.loop import StepConfig, TrainLoop, checkpointed_children
 from dlperf.workload.base import Workload
@@ -165,8 +165,7 @@ def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin:
             if loop is not None:
                 loop.close()
             del loop
-            with torch.cuda.device(config.device):  # empty_cache acts on the current device
-                torch.cuda.empty_cache()
+            cuda_release_cached(config.device)
         return peak * (1 + margin) <= budget_bytes, peak
 
     return fits
