@@ -574,8 +574,8 @@ def main() -> int:
                 r, (lo, hi), v = decide(values)
                 throughput_ok = v != FASTER
                 word = {FASTER: "LitServe faster", SLOWER: "dlperf faster"}.get(v, "no significant difference")
-                lines.append(f"    {label}: dlperf items/s over LitServe's, geometric mean of {len(values)} slice "
-                             f"pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
+                lines.append(f"    {label}: dlperf items/s over LitServe's, 20%-trimmed geometric mean of "
+                             f"{len(values)} slice pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
             ours_ms, theirs_ms, (lo, hi) = pooled_p99_ratio([o.latencies_ns for o, _ in level_pairs],
                                                             [t.latencies_ns for _, t in level_pairs])
             word = ("dlperf lower" if hi < 1 else "LitServe lower" if lo > 1 else "no significant difference")

@@ -25,7 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smallest difference called faster/slower (default 1%%)")
     parser.add_argument("--confidence", type=percent_or_float, default=0.95,
                         help="confidence level, e.g. 95%% or 0.95 (default)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     add_store_argument(parser)
     add_json_argument(parser)
 
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         outcome, run_id = run_ab_recorded(
             store, args.workload, a, b, batch_size=args.batch_size, blocks=args.blocks,
             iters_per_block=args.iters_per_block, confidence=args.confidence, min_effect=args.min_effect,
-            seed=args.seed, on_block=lambda done, total: progress.update(task, completed=done),
+            on_block=lambda done, total: progress.update(task, completed=done),
         )
     if args.json:
         data = outcome.to_dict()

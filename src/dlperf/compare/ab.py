@@ -188,7 +188,6 @@ def run_ab(
     warmup_iters: int = 3,
     confidence: float = 0.95,
     min_effect: float = 0.01,
-    seed: int = 0,
     on_block: Callable[[int, int], None] | None = None,
 ) -> ABRun:
     """Measure settings `a` and `b` of the workload interleaved; `batch_size` applies where a side sets none.
@@ -224,7 +223,7 @@ def run_ab(
         # workers spin after its block, and a side with more torch threads leaves them spinning, on the cores the
         # other side's block then runs on (`measure.ab.SETTLE_S`)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
-                          confidence=confidence, min_effect=min_effect, seed=seed, settle_s=SETTLE_S)
+                          confidence=confidence, min_effect=min_effect, settle_s=SETTLE_S)
         def run_of(result: ABResult) -> ABRun:
             return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect)
 
@@ -290,7 +289,7 @@ def _per_item(result: ABResult, batch_a: int, batch_b: int, config: ABConfig) ->
     if batch_a != batch_b:
         # Per-item time: a block ratio of per-call medians scaled by the batch sizes.
         per_item = [r * batch_a / batch_b for r in result.block_ratios]
-        ratio, ci, verdict = decide(per_item, config.confidence, config.min_effect, config.seed)
+        ratio, ci, verdict = decide(per_item, config.confidence, config.min_effect)
         result.block_ratios = per_item
         result.ratio, result.ci, result.verdict = ratio, ci, verdict
     return result

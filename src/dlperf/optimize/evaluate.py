@@ -359,7 +359,7 @@ def _paired_with_original(workload: Any, inputs: Any, call: Callable[[], Any], p
             result = ab_test(base, call, config, clock)
             ratios += result.block_ratios
             waits += result.settle_waits_s
-            ratio, (lo, hi), verdict = decide(ratios, config.confidence, config.min_effect, config.seed)
+            ratio, (lo, hi), verdict = decide(ratios, config.confidence, config.min_effect)
             gain_lo, gain_hi = 1.0 / hi, 1.0 / lo
             if hi <= lo * PAIRED_CI_SPAN or not gain_lo < settings.paired_gate < gain_hi:
                 break

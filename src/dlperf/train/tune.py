@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import ConfigError, TrainError
-from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test
+from dlperf.measure.ab import FASTER, ABConfig, ABResult, ab_test, kept_blocks
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement, median
@@ -196,19 +196,21 @@ def throughput_speedup(ab: ABResult, a: StepConfig, b: StepConfig) -> float:
 
 def paired_rates(ab: ABResult, samples: tuple[int, int], statistic: str = "median") -> tuple[float, float]:
     """Samples/s of A and B from the paired blocks the A/B's speedup and verdict come from: the samples a side
-    trained per timed call over the geometric mean of its blocks' call times (each block summed up by
-    `statistic`, as the A/B did). B's over A's is the A/B's speedup (times their samples per call), so the
-    figures printed beside it agree with it. Total samples over total time would not: one slow block (a stall,
-    another process) weighs on the totals as much as all the others, where the speedup gives each block one
-    ratio (a trial of slow_loader's prefetch_factor printed 2.89x beside samples/s 1.40x its reference's)."""
+    trained per timed call over the geometric mean of its call times in the blocks the speedup's trimmed estimate
+    keeps (`measure.ab.kept_blocks`; each block summed up by `statistic`, as the A/B did). B's over A's is the A/B's
+    speedup (times their samples per call), so the figures printed beside it agree with it. Total samples over
+    total time would not: one slow block (a stall, another process) weighs on the totals as much as all the
+    others, where the speedup leaves it out (a trial of slow_loader's prefetch_factor printed 2.89x beside
+    samples/s 1.40x its reference's)."""
     stat = median if statistic == "median" else statistics.fmean
     blocks = len(ab.block_ratios)
+    kept = kept_blocks(ab.block_ratios)
 
     def rate(m: Measurement, trained: int) -> float:
         per_block = m.n // blocks
         times = [max(stat([t / 1e9 for t in m.samples_ns[k * per_block:(k + 1) * per_block]]), 1e-9)
-                 for k in range(blocks)]
-        return trained / m.n / math.exp(sum(math.log(t) for t in times) / blocks)
+                 for k in kept]
+        return trained / m.n / math.exp(sum(math.log(t) for t in times) / len(kept))
 
     return rate(ab.a, samples[0]), rate(ab.b, samples[1])
 

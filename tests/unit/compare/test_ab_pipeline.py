@@ -47,7 +47,7 @@ def _run(base_b: float, seed: int, blocks: int, iters: int) -> str:
     def fn_b() -> None:
         clock.side = "b"
 
-    result = ab_test(fn_a, fn_b, ABConfig(blocks=blocks, iters_per_block=iters, seed=seed), clock)
+    result = ab_test(fn_a, fn_b, ABConfig(blocks=blocks, iters_per_block=iters), clock)
     assert result.a.n == result.b.n == blocks * iters
     return result.verdict
 

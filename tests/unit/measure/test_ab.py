@@ -24,7 +24,7 @@ def test_same_distribution_is_no_difference_in_at_least_95_of_100() -> None:
     same = 0
     for trial in range(100):
         rng = random.Random(trial)
-        _, _, verdict = decide(_ratios(rng, 1.0, 0.05, 20), seed=trial, resamples=500)
+        _, _, verdict = decide(_ratios(rng, 1.0, 0.05, 20))
         same += verdict == SAME
     assert same >= 95
 
@@ -34,7 +34,7 @@ def test_five_percent_shift_is_detected_with_enough_blocks(true_ratio: float, ex
     detected = 0
     for trial in range(20):
         rng = random.Random(500 + trial)
-        ratio, (lo, hi), verdict = decide(_ratios(rng, true_ratio, 0.03, 30), seed=trial, resamples=500)
+        ratio, (lo, hi), verdict = decide(_ratios(rng, true_ratio, 0.03, 30))
         detected += verdict == expected
         assert lo <= ratio <= hi
     assert detected == 20
@@ -44,7 +44,7 @@ def test_too_few_noisy_blocks_do_not_claim_a_shift() -> None:
     claims = 0
     for trial in range(20):
         rng = random.Random(900 + trial)
-        _, _, verdict = decide(_ratios(rng, 0.95, 0.30, 4), seed=trial, resamples=500)
+        _, _, verdict = decide(_ratios(rng, 0.95, 0.30, 4))
         claims += verdict != SAME
     assert claims <= 5
 
@@ -58,11 +58,27 @@ def test_min_effect_hides_a_tiny_but_certain_shift() -> None:
     assert decide(ratios, min_effect=0.001)[2] == FASTER
 
 
-def test_decide_is_seeded() -> None:
-    ratios = _ratios(random.Random(1), 1.0, 0.1, 12)
-    assert decide(ratios, seed=3) == decide(ratios, seed=3)
+def test_decide_needs_two_ratios() -> None:
     with pytest.raises(ValueError):
         decide([1.0])
+
+
+def test_one_stalled_block_neither_pulls_the_ratio_nor_hides_a_real_gain() -> None:
+    # identical sides, one block of 6 in which B stalled 3x: the plain geometric mean read 1.19 with an interval
+    # of 0.74-1.92; a real 10% gain at 10 blocks with one stall: found in 2 of 600 simulated trials
+    rng = random.Random(7)
+    ratios = [*_ratios(rng, 1.0, 0.03, 5), 3.0]
+    ratio, (lo, hi), verdict = decide(ratios)
+    assert ratio == pytest.approx(1.0, abs=0.03)
+    assert hi / lo < 1.1
+    assert verdict == SAME
+    found = 0
+    for trial in range(50):
+        rng = random.Random(30_000 + trial)
+        ratios = _ratios(rng, 0.9, 0.05, 10)
+        ratios[rng.randrange(10)] *= 3.0 if trial % 2 else 1 / 3.0
+        found += decide(ratios)[2] == FASTER
+    assert found >= 45
 
 
 class _SideClock:
@@ -118,7 +134,7 @@ def test_few_blocks_keep_the_false_difference_rate_near_its_level(blocks: int) -
     trials = 400
     for trial in range(trials):
         rng = random.Random(10_000 + trial)
-        calls += decide(_ratios(rng, 1.0, 0.05, blocks), seed=trial, resamples=300)[2] != SAME
+        calls += decide(_ratios(rng, 1.0, 0.05, blocks))[2] != SAME
     assert calls / trials < 0.05
 
 
@@ -130,18 +146,30 @@ def test_a_dozen_blocks_keep_the_interval_at_its_level_too(blocks: int) -> None:
     trials = 400
     for trial in range(trials):
         rng = random.Random(20_000 + trial)
-        _, (lo, hi), _ = decide(_ratios(rng, 1.0, 0.05, blocks), min_effect=0.0, seed=trial, resamples=300)
+        _, (lo, hi), _ = decide(_ratios(rng, 1.0, 0.05, blocks), min_effect=0.0)
         misses += not lo <= 1.0 <= hi
     assert misses / trials < 0.065
 
 
-def test_few_blocks_widen_the_interval_to_students_t() -> None:
-    logs = [0.02, -0.01, 0.04, 0.01, 0.03]
-    ratio, (lo, hi), _ = decide([math.exp(v) for v in logs], resamples=500)
-    mean = sum(logs) / 5
-    half = 2.7764451051977987 * math.sqrt(sum((v - mean) ** 2 for v in logs) / 4 / 5)  # t(0.975, 4 df)
+def test_under_five_blocks_the_interval_is_students_t_of_the_log_ratios() -> None:
+    logs = [0.02, -0.01, 0.04, 0.01]
+    ratio, (lo, hi), _ = decide([math.exp(v) for v in logs])
+    mean = sum(logs) / 4
+    half = 3.182446305284263 * math.sqrt(sum((v - mean) ** 2 for v in logs) / 3 / 4)  # t(0.975, 3 df)
     assert (lo, hi) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
     assert ratio == pytest.approx(math.exp(mean))
+
+
+def test_five_blocks_trim_one_at_each_end_yuen_s_interval() -> None:
+    logs = [0.02, -0.01, 0.04, 0.01, 0.9]  # the last block stalled
+    ratio, (lo, hi), _ = decide([math.exp(v) for v in logs])
+    kept = [0.01, 0.02, 0.04]
+    winsorized = [0.01, 0.01, 0.02, 0.04, 0.04]
+    w_mean = sum(winsorized) / 5
+    w_var = sum((v - w_mean) ** 2 for v in winsorized) / 4
+    half = 4.302652729911275 * math.sqrt(4 * w_var / (3 * 2))  # t(0.975, 2 df): 3 kept - 1
+    assert ratio == pytest.approx(math.exp(sum(kept) / 3))
+    assert (lo, hi) == (pytest.approx(math.exp(sum(kept) / 3 - half)), pytest.approx(math.exp(sum(kept) / 3 + half)))
 
 
 def test_student_t_quantile_matches_scipy() -> None:
