@@ -58,13 +58,16 @@ def load_progress(mode: str) -> Iterator[tuple[Callable[[float, int, float], Non
     per measurement window and never in between (`auto_refresh=False`: a refresh thread would take the GIL
     from the load generator ten times a second while it times requests). Print through the yielded
     console while it is shown, so that lines land above it."""
+    from dlperf.loadgen.render import level_text
+
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=error_console(), transient=True, auto_refresh=False, disable=_off())
     with progress:
         task = progress.add_task(f"{mode}: warming up", total=None)
 
         def on_window(level: float, windows: int, throughput: float) -> None:
-            progress.update(task, description=f"{mode} {level:g}: window {windows}, {throughput:.1f} req/s")
+            # a rate the peak search computed, as the table and warnings write it (it read 'rate 227.713')
+            progress.update(task, description=f"{mode} {level_text(level)}: window {windows}, {throughput:.1f} req/s")
             progress.refresh()
 
         yield on_window, progress.console
