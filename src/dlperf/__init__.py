@@ -36,6 +36,7 @@ _API: dict[str, str] = {
     "ServeConfig": "dlperf.serve.service",
     "assert_no_regression": "dlperf.testing",
     "DlperfError": "dlperf.errors",
+    "DlperfWarning": "dlperf.errors",
     "WorkloadError": "dlperf.errors",
 }
 

@@ -9,6 +9,11 @@ class DlperfError(Exception):
     exit_code = 2
 
 
+class DlperfWarning(UserWarning):
+    """Something the user should hear that does not stop the work (a cache that cannot be written); the CLI prints
+    it as a `warning:` line."""
+
+
 class ConfigError(DlperfError):
     """A bad option, setting or config value given by the user."""
 

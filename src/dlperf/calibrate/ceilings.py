@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlperf._cache import CACHE_ENV_VAR, cache_dir, warn_not_cached
 from dlperf.errors import CalibrationError
 
-CACHE_ENV_VAR = "DLPERF_CACHE_DIR"
 CACHE_FORMAT_VERSION = 1
 DTYPES = ("fp32", "bf16", "fp16", "int8")
 
@@ -105,16 +105,6 @@ def ceilings_caveat(ceilings: Any, figure: str = "% of peak") -> str | None:
 
 
 _ADVICE = re.compile(r": (?=these ceilings|this ceiling|a slow or busy machine)")
-
-
-def cache_dir() -> Path:
-    """$DLPERF_CACHE_DIR, else platformdirs' user cache dir for dlperf."""
-    override = os.environ.get(CACHE_ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("dlperf"))
 
 
 def normalize_device(device: str) -> str:
@@ -269,5 +259,8 @@ def lookup_or_measure(
     from dlperf.calibrate.kernels import measure_ceilings
 
     ceilings = measure_ceilings(device, key, quick=quick, on_progress=on_progress)
-    write_cache(ceilings)
+    try:
+        write_cache(ceilings)
+    except CalibrationError as exc:  # the measurement is good; only the next command's shortcut is lost
+        warn_not_cached("this machine's ceilings", cache_path(key, quick), exc.__cause__ or exc, "measures them")
     return ceilings, False

@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
         with step_progress(5, "calibrate") as on_step, torch_threads(args.threads):
             ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick,
                                                  on_progress=on_step)
-        run_handle.result = {**ceilings.to_dict(), "cached": cached,
-                             "cache_file": str(cache_path(ceilings.machine_key, ceilings.quick))}
+        kept = cache_path(ceilings.machine_key, ceilings.quick)  # not there where the cache could not be written
+        run_handle.result = {**ceilings.to_dict(), "cached": cached, "cache_file": str(kept) if kept.exists() else None}
     if args.json:
         print_json({"run_id": run_handle.id, **run_handle.result})
         return 0

@@ -59,6 +59,30 @@ def error_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """dlperf's own warnings (`DlperfWarning`: a cache that cannot be written...) as one `warning: ...` line on
+    stderr, each time, instead of Python's 'file:line: DlperfWarning: ...' and the source line; others as Python
+    shows them."""
+    import warnings
+
+    from dlperf.errors import DlperfWarning
+
+    with warnings.catch_warnings():  # restores the filters and showwarning afterwards
+        shown = warnings.showwarning
+        warnings.simplefilter("always", DlperfWarning)
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+            if issubclass(category, DlperfWarning):
+                error_console().print(f"warning: {message}", markup=False)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def print_json(data: Any) -> None:
     """`data` as JSON on stdout (the real one while `main` sends everything else to stderr, `_stdio`); a float that
     is not finite (a percentile of no requests) as null, since NaN and Infinity are not JSON and strict parsers

@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from dlperf._stdio import stdout_to_stderr
     from dlperf._thirdparty import quiet_third_party_logs
-    from dlperf.cli.common import SIGTERM_EXIT, Terminated, sigterm_interrupts
+    from dlperf.cli.common import SIGTERM_EXIT, Terminated, sigterm_interrupts, warnings_as_lines
     from dlperf.errors import DlperfError
 
     quiet_third_party_logs()
@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # SIGTERM (`timeout`, a cancelled CI job) ends a command as Ctrl-C does, so its run is recorded as
         # interrupted with what it finished (it stayed "running" in the store); serve and load handle it themselves
         with contextlib.nullcontext() if args.command in OWN_SIGTERM else sigterm_interrupts(), \
-                stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext():
+                stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext(), \
+                warnings_as_lines():
             # with --json, what the workload (or anything else) prints goes to stderr: stdout is the JSON alone
             code = int(args._run(args) or 0)
             sys.stdout.flush()  # here, so that a reader gone away (`| head`) is a BrokenPipeError caught below

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from dlperf.errors import DlperfWarning
 from dlperf.workload import load_workload
 from dlperf.workload.zoo import digits_cnn
 
@@ -45,6 +46,28 @@ def test_second_load_reads_the_cached_file() -> None:
         path.write_bytes(original)
     rebuilt: Any = digits_cnn.make_model()
     assert torch.equal(rebuilt[0].weight, torch.load(path, weights_only=True)["0.weight"])
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_weights_trained_are_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was a WorkloadError after the training: the model could not be built at all."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    trained: list[int] = []
+    train = digits_cnn.train_weights
+
+    def counted() -> dict[str, torch.Tensor]:
+        trained.append(1)
+        return train()
+
+    monkeypatch.setattr(digits_cnn, "train_weights", counted)
+    monkeypatch.setattr(digits_cnn, "_UNCACHED", {})
+    with pytest.warns(DlperfWarning, match=r"cannot cache zoo:digits-cnn's trained weights at .* \(Not a directory\)"):
+        model: Any = digits_cnn.make_model()
+    again: Any = digits_cnn.make_model()  # the same process builds it again (optimize's candidates): not trained again
+    assert trained == [1]
+    assert torch.equal(again[0].weight, model[0].weight)
+    assert 0.9 < digits_cnn.workload().eval.evaluate(model) <= 1.0  # type: ignore[union-attr]
 
 
 def test_unreadable_cache_file_is_ignored(tmp_path: Path) -> None:

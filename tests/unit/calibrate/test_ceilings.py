@@ -11,7 +11,7 @@ import pytest
 import dlperf.calibrate.kernels as kernels
 from dlperf.calibrate import CACHE_ENV_VAR, Ceilings, cache_dir, cache_path, get_ceilings, machine_key
 from dlperf.calibrate.ceilings import cache_problem, lookup_or_measure, read_cache
-from dlperf.errors import CalibrationError
+from dlperf.errors import CalibrationError, DlperfWarning
 
 pytestmark = pytest.mark.unit
 
@@ -130,8 +130,27 @@ def test_corrupt_or_foreign_cache_is_ignored(cache: Path, fake_measure: list[dic
 
 def test_cache_dir_follows_env_var(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cache_dir() == cache
+    monkeypatch.setenv(CACHE_ENV_VAR, "~/dlperf-cache")
+    assert cache_dir() == Path.home() / "dlperf-cache"
     monkeypatch.delenv(CACHE_ENV_VAR)
     assert cache_dir().name == "dlperf"
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_measurement_is_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_measure: list[dict[str, Any]]) -> None:
+    """It raised after the measurement (a full one takes a minute): `dlperf train` and `profile` ended there."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "a-file" / "cache"))
+    with pytest.warns(DlperfWarning) as said:
+        first = get_ceilings("cpu")
+    assert first.measured_at == "t1"
+    message = str(said[0].message)
+    path = cache_path(first.machine_key, False)
+    assert f"cannot cache this machine's ceilings at '{path}' (Not a directory)" in message
+    assert "the next command measures them again: set DLPERF_CACHE_DIR to a writable folder" in message
+    assert said[0].filename == __file__  # pointed at the caller, not at dlperf's own code
+    with pytest.warns(DlperfWarning):
+        assert get_ceilings("cpu").measured_at == "t2"
 
 
 def test_busy_machine_warning(monkeypatch: pytest.MonkeyPatch) -> None:

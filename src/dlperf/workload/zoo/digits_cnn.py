@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import MissingDependency, WorkloadError
+from dlperf._cache import cache_dir, warn_not_cached
+from dlperf.errors import MissingDependency
 from dlperf.workload.base import EvalSpec, Inputs, Predict, TrainSpec, Workload
 
 if TYPE_CHECKING:
@@ -36,16 +37,6 @@ EVAL_BATCH_SIZE = 128
 CALIBRATION_BATCH_SIZE = 64
 SELECTION_ROWS = 360
 """Train-split images the selection split scores (as many as the test split holds)."""
-
-
-def cache_dir() -> Path:
-    """Where dlperf caches built artifacts: $DLPERF_CACHE_DIR, else the platform's user cache dir."""
-    override = os.environ.get("DLPERF_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("dlperf"))
 
 
 def weights_path() -> Path:
@@ -139,12 +130,20 @@ def _fit(model: nn.Module) -> None:
 def load_or_train_weights() -> dict[str, torch.Tensor]:
     """The cached state_dict, or train it and write the cache (atomically) when it is absent or unreadable."""
     path = weights_path()
-    state = _read_cached(path)
+    state = _read_cached(path) or _UNCACHED.get(path)
     if state is not None:
         return state
     state = train_weights()
-    _save_atomic(state, path)
+    try:
+        _save_atomic(state, path)
+    except OSError as exc:  # the weights are trained; only the next process's shortcut is lost
+        warn_not_cached("zoo:digits-cnn's trained weights", path, exc, "trains them")
+        _UNCACHED[path] = state  # this process builds the model again (optimize's candidates) without training
     return state
+
+
+_UNCACHED: dict[Path, dict[str, torch.Tensor]] = {}
+"""Weights this process trained but could not cache, by the path they were meant for."""
 
 
 def _read_cached(path: Path) -> dict[str, torch.Tensor] | None:
@@ -164,21 +163,15 @@ def _read_cached(path: Path) -> dict[str, torch.Tensor] | None:
 def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
     import torch
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise WorkloadError(
-            f"zoo:digits-cnn could not write its weights to '{path}': {exc}; "
-            "set DLPERF_CACHE_DIR to a writable folder"
-        ) from exc
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
 
 
 def make_model() -> nn.Module:
