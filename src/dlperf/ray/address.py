@@ -40,7 +40,7 @@ GCS_PROBE_TIMEOUT_S = 10.0
 """How long the one request that asks whether an address is a Ray GCS may take (Ray's own answers in milliseconds)."""
 
 
-def why_not_gcs(address: str, timeout_s: float = GCS_PROBE_TIMEOUT_S) -> str | None:
+def why_not_gcs(address: str, timeout_s: float | None = None) -> str | None:
     """Why a HOST:PORT address that answers TCP is not a Ray cluster's GCS, or None when it is, or may be.
 
     `ray.init` retried such an address for minutes ("Failed to connect to GCS at address ... within 5 seconds" every
@@ -49,7 +49,10 @@ def why_not_gcs(address: str, timeout_s: float = GCS_PROBE_TIMEOUT_S) -> str | N
     request (`NodeInfoGcsService.GetClusterId`, through the grpc package and the stubs this Ray ships) settles it at
     once: a server that does not speak gRPC fails it as UNAVAILABLE, another gRPC server as UNIMPLEMENTED. Any other
     answer (the reply, or UNAUTHENTICATED from a cluster with token authentication) is a GCS. A server that says
-    nothing within `timeout_s`, TLS (`RAY_USE_TLS`), and a Ray without grpc or those stubs are left to Ray (None)."""
+    nothing within `timeout_s` (default GCS_PROBE_TIMEOUT_S, read at each call), TLS (`RAY_USE_TLS`), and a Ray without
+    grpc or those stubs are left to Ray (None)."""
+    if timeout_s is None:
+        timeout_s = GCS_PROBE_TIMEOUT_S
     if not _is_host_port(address) or os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
         return None
     try:
