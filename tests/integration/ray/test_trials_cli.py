@@ -191,7 +191,7 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     afresh (only an interrupted search resumed automatically)."""
     store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
     argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
-            "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "3s", "--time-budget", "10m"]
+            "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "0.5s", "--time-budget", "10m"]
     with cli_process(argv, log) as proc:
         baseline = Candidate().key
         wait_until(lambda: proc.poll() is not None or any(
