@@ -17,6 +17,11 @@ from dlperf.errors import ConfigError
 
 PhaseFn = Callable[[str], None]
 
+WORKER_LOST = "worker_lost"
+"""The key a failed result carries (True) when the failure was the executor's, not the candidate's: the process or
+node running the trial went away on every attempt (a Ray node that died). A resumed search measures such a
+candidate again instead of reusing it as failed."""
+
 
 @dataclass(frozen=True)
 class Job:

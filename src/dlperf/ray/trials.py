@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError, ExecutorLost, OptimizeError, require
-from dlperf.optimize.executor import Job, PhaseFn
+from dlperf.optimize.executor import WORKER_LOST, Job, PhaseFn
 from dlperf.ray.address import (
     cluster_address,
     init_error,
@@ -557,7 +557,7 @@ class RayExecutor:
                 waiting.append((p.job, p.attempt + 1, p.first_submitted, [*p.errors, message], p.node_id))
                 return None
             what = "the Ray worker or node running the trial died" if retryable else "the trial raised"
-            return self._finish(p, {"status": "failed", "phase": "unknown",
+            return self._finish(p, {"status": "failed", "phase": "unknown", WORKER_LOST: retryable,
                                     "error": f"{what} ({message}), after {p.attempt} attempt(s)"})
         return self._finish(p, result)
 

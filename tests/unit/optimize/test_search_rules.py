@@ -14,7 +14,7 @@ import pytest
 from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER
 from dlperf.optimize.constraints import Constraints
-from dlperf.optimize.executor import Job
+from dlperf.optimize.executor import WORKER_LOST, Job
 from dlperf.optimize.search import ExportFailed, OptimizeConfig, OptimizeResult, optimize
 
 pytestmark = pytest.mark.unit
@@ -450,6 +450,41 @@ def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_p
                       on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
     assert result.resumed_from is not None and started == ["dynamic_int8"]
     assert result.row(cut["key"])["status"] == "ok"
+
+
+class NodeDies(FakeTrials):
+    """dynamic_int8's trial ends as the Ray executor reports a trial whose node died on every attempt (`flagged`:
+    with the worker_lost flag; else as rows recorded before it, by the error alone)."""
+
+    def __init__(self, measured: dict[str, Measured], flagged: bool) -> None:
+        super().__init__(measured)
+        self.flagged = flagged
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate" and [c["pass"] for c in payload["pipeline"]] == ["dynamic_int8"]:
+            return {"status": "failed", "phase": "unknown", **({WORKER_LOST: True} if self.flagged else {}),
+                    "error": "the Ray worker or node running the trial died (NodeDiedError on node 1a2b3c4d: ...), "
+                             "after 3 attempt(s), on Ray node 1a2b3c4d"}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+@pytest.mark.parametrize("flagged", [True, False])
+def test_a_candidate_whose_ray_node_died_is_measured_again_on_resume(tmp_path: Path, flagged: bool) -> None:
+    """A candidate whose Ray node died under it on every attempt was reused as failed by the resumed search: the
+    executor's failure, not the candidate's, and never measured nor extended."""
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    config = _two_passes(tmp_path)
+    _, done = _interrupted_after(store, config, candidates=3, executor=NodeDies(MLP, flagged))
+    lost = next(r for r in done if r["label"] == "dynamic_int8")
+    assert lost["status"] == "failed" and bool(lost.get(WORKER_LOST)) is flagged
+    started: list[str] = []
+    result = optimize("zoo:mlp", config, store=store, executor=FakeTrials(MLP),
+                      on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    assert result.resumed_from is not None and started == ["dynamic_int8"]
+    assert result.row(lost["key"])["status"] == "ok"
 
 
 class Recording(FakeTrials):
