@@ -207,9 +207,10 @@ GIVE_UP_S = 30.0
 
 
 def _watch_while_ray_starts(read_end: int, done: threading.Event) -> None:
-    """Say that a SIGINT or SIGTERM waits for Ray; at a second one, or GIVE_UP_S after the first, end the process now.
-    It said 'a few seconds', and waited as long as Ray retried (minutes), deaf to further Ctrl-Cs. What Ray started
-    here dies with this process (Ray's fate sharing); the search has opened no run yet."""
+    """Say that a SIGINT or SIGTERM waits for Ray, and for how long at most; at a second one, or GIVE_UP_S after the
+    first, end the process now. It said 'a few seconds', and waited as long as Ray retried (minutes), deaf to further
+    Ctrl-Cs; then, with the give-up, still 'a few seconds' for a wait of up to 30 s. What Ray started here dies with
+    this process (Ray's fate sharing); the search has opened no run yet."""
     first: int | None = None
     give_up_at = math.inf
     while not done.is_set():
@@ -219,7 +220,7 @@ def _watch_while_ray_starts(read_end: int, done: threading.Event) -> None:
             name = signal.Signals(signum).name
             if first is None:
                 first, give_up_at = signum, time.monotonic() + GIVE_UP_S
-                _say(f"stopping once Ray has finished starting (a few seconds; {name} again to stop now)")
+                _say(f"stopping once Ray has finished starting (at most {GIVE_UP_S:g} s; {name} again to stop now)")
             elif not done.is_set():
                 _say(f"{name} again: stopping now, without waiting for Ray")
                 os._exit(128 + signum)

@@ -63,8 +63,10 @@ def test_ctrl_c_while_ray_retries_an_address_ends_the_command(tmp_path: Path, se
                    "ray.init to start connecting")
         time.sleep(2.0)  # inside Ray's retries
         proc.send_signal(signal.SIGINT)
-        wait_until(lambda: proc.poll() is not None or "stopping once Ray has finished starting" in log.read_text(),
-                   30, "the first Ctrl-C to be acknowledged")
+        # with the bound it waits (it said 'a few seconds' for a wait of up to 30 s)
+        acknowledged = f"stopping once Ray has finished starting (at most {give_up_s:g} s; SIGINT again to stop now)"
+        wait_until(lambda: proc.poll() is not None or acknowledged in log.read_text(), 30,
+                   "the first Ctrl-C to be acknowledged")
         if second_signal:
             proc.send_signal(signal.SIGINT)
         # at once after a second Ctrl-C, else GIVE_UP_S after the first (it waited for Ray: minutes)
