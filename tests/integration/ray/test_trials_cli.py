@@ -185,9 +185,11 @@ def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) 
 
 
 def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command_resumes(tmp_path: Path) -> None:
-    """The raylet of the local instance killed while a candidate's trial runs: the trial's retry found no node, and
-    the command ended with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each node
-    with `ray start --resources ...`", a fix for a setup the user never made; the same command again started
+    """The raylet of the local instance killed (SIGKILL) as the first candidate's trial (hygiene) starts. That trial
+    still finishes, ok: its worker, already running it, outlives the raylet. The next candidate (dynamic_int8),
+    submitted after the kill, finds no live node: the search stops there, that candidate stored as failed without a
+    result. The command ended with "no live node of the Ray cluster offers the 'dlperf_timing' resource: start each
+    node with `ray start --resources ...`", a fix for a setup the user never made; the same command again started
     afresh (only an interrupted search resumed automatically)."""
     store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
     argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
@@ -211,10 +213,11 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     assert search.status == "failed" and search.config["executor"] == "ray"
     candidates = Store(store_path).list(kind="candidate", parent_id=search.id, limit=None)
     first = {c.config["label"]: c.status for c in candidates}
-    assert first["baseline"] == "ok" and "failed" in first.values(), first  # the lost trial's: failed, no result
+    # the candidate the search stopped at: failed, no result
+    assert first["baseline"] == "ok" and "failed" in first.values(), first
     wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
-    # the same command again resumes it (it started afresh, measuring the baseline again): the baseline taken over,
-    # the candidate whose trial was lost measured
+    # the same command again resumes it (it started afresh, measuring the baseline again): what finished taken over,
+    # the candidate it stopped at measured
     again = subprocess.run([sys.executable, "-m", "dlperf.cli.main", *argv], capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -225,7 +228,7 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     assert {label for label, c in rows.items() if c.config.get("reused_from")} == {
         label for label, status in first.items() if status == "ok"}, rows  # what it finished taken over
     lost = [label for label, status in first.items() if status == "failed"]
-    assert all(rows[label].status == "ok" for label in lost), rows  # the lost trial's candidate measured
+    assert all(rows[label].status == "ok" for label in lost), rows  # the candidate it stopped at measured
 
 
 def test_ray_local_is_a_new_local_instance_like_plain_ray(tmp_path: Path) -> None:
