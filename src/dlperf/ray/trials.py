@@ -89,7 +89,16 @@ def probe_node(marker: str | None) -> dict[str, Any]:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text)
+    """`text` into `path` whole: written beside it, then renamed over it. `write_text` creates the file, then writes
+    it: the driver, or a test, that saw a trial's file exist could read it empty (thousands of 2000 reads here)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
@@ -113,7 +122,7 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
     log.parent.mkdir(parents=True, exist_ok=True)
     identity = _node_identity()
     # Lets an operator (or a test) see which worker process runs which trial.
-    trial_file(log.parent, attempt, "json").write_text(json.dumps({**identity, "attempt": attempt}))
+    _write(trial_file(log.parent, attempt, "json"), json.dumps({**identity, "attempt": attempt}))
     phase = trial_file(log.parent, attempt, "phase")
     started = time.monotonic()
     result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,

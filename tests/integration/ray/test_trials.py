@@ -41,7 +41,6 @@ def _trial_started(folder: Path, attempt: int = 1, timeout_s: float = 120.0) -> 
     while not path.exists():
         assert time.monotonic() < deadline, f"no trial started in {folder}"
         time.sleep(0.05)
-    time.sleep(0.05)  # written in one call, but let it land
     info: dict[str, Any] = json.loads(path.read_text())
     return info
 
