@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -272,6 +272,78 @@ def ray_processes_in_their_own_group() -> Iterator[None]:
         yield
     finally:
         services.ConsolePopen = popen
+
+
+def child_pids() -> set[int]:
+    """The processes under this one, now: what a `ray.init` about to run did not start."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    return set()
+
+
+def stop_started(before: set[int]) -> None:
+    """Stop what a failed or interrupted `ray.init` started under this process (not in `before`, from `child_pids`):
+    each process is frozen as it is found, so none can start another that would outlive it (the raylet starts its
+    agents), then all are killed, then Ray's own state is reset."""
+    import psutil
+
+    frozen: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid not in frozen]
+        except psutil.Error:
+            new = []
+        if not new:
+            break
+        for process in new:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            frozen[process.pid] = process
+    for process in frozen.values():
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    with contextlib.suppress(Exception):
+        shutdown_ray()
+
+
+def start_ray(init: Callable[[], object], *, local: bool, refused: Callable[[BaseException], Exception]) -> list[int]:
+    """`init()`, the caller's `ray.init`, as `optimize --executor ray` and `serve --ray` start Ray: SIGINT and SIGTERM
+    held while it runs (`signals_held_while_ray_starts`), the processes it starts in process groups of their own, and
+    for a new local instance (`local`) without Ray's token authentication notice. Returns the signals held, for the
+    caller to take once it has Ray.
+
+    When `init` raises: what it had started under this process is stopped (`stop_started`); a signal held meanwhile
+    goes to the caller's handler first, as if it came now (a command ends as interrupted, not with Ray's error); then
+    Ray's error (ConnectionError, RuntimeError, ValueError) is raised as `refused(exc)`, and Ray's own SIGTERM exit
+    (its sys.exit handler, should it be set past the hold) goes to the caller's SIGTERM handler. `serve --ray` had a
+    copy of its own without the first two: a local start that failed (`RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES`
+    below Ray's minimum) left its GCS, autoscaler monitor and dashboard running under a caller that went on, and a
+    SIGTERM held meanwhile was dropped: `error: --ray (...): cannot start or reach Ray: ...`, exit 2, not 143."""
+    # ray.init replaces the SIGTERM handler with its own sys.exit: the caller's (the CLI's) is put back
+    on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    before = child_pids()
+    held: list[int] = []
+    quiet = token_auth_notice_dropped() if local else contextlib.nullcontext()
+    try:
+        with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group(), quiet:
+            init()
+    except BaseException as exc:
+        # Ctrl-C or SIGTERM while a local instance starts left its agents running, orphaned; a failed start its GCS
+        stop_started(before)
+        if held:  # a signal held while ray.init failed comes first
+            signal.raise_signal(held[0])
+        if isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
+            raise refused(exc) from exc
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(on_sigterm):
+            signal.signal(signal.SIGTERM, on_sigterm)
+            on_sigterm(signal.SIGTERM, None)  # the CLI's raises its `Terminated`
+        raise
+    finally:
+        if on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
+    return held
 
 
 def shutdown_ray() -> None:

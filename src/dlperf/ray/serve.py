@@ -25,10 +25,8 @@ from dlperf.ray.address import (
     cluster_address,
     init_error,
     joined_by_auto,
-    ray_processes_in_their_own_group,
     shutdown_ray,
-    signals_held_while_ray_starts,
-    token_auth_notice_dropped,
+    start_ray,
     unreachable,
 )
 from dlperf.serve.service import ServeConfig
@@ -148,11 +146,13 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 class DeployInterrupted(ServingError):
-    """SIGINT or SIGTERM while deploying: the deployment was removed again."""
+    """SIGINT or SIGTERM while deploying: the deployment was removed again; or while Ray started, and failed to
+    (`deployed` False): nothing was deployed."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name} while deploying on Ray Serve: the deployment "
-                         "was removed")
+    def __init__(self, signum: int, deployed: bool = True) -> None:
+        what = ("while deploying on Ray Serve: the deployment was removed" if deployed
+                else "while Ray was starting (it failed to): nothing was deployed")
+        super().__init__(f"interrupted by {signal.Signals(signum).name} {what}")
         self.signum = signum
 
 
@@ -558,16 +558,22 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             listening_socket(config).close()
         else:
             check_reachable(options.address)
+        option = f"--ray-address {options.address}" if options.address else "--ray (a new local Ray instance)"
+
+        def refused(exc: BaseException) -> Exception:
+            return ServingError(init_error(exc, option, "leave out --ray-address for a new local instance"))
+
         try:
-            # held until Ray has started: one inside its core worker's construction left it half made (SIGSEGV at exit)
-            # Ray's token authentication notice dropped on a local instance; an existing cluster's are Ray's to print
-            quiet = token_auth_notice_dropped() if options.address is None else contextlib.nullcontext()
-            with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group(), quiet:
-                # "local": a new instance, as the option says, not a cluster `ray start` left on this machine
-                ray.init(address=options.address or "local", include_dashboard=False, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            option = f"--ray-address {options.address}" if options.address else "--ray (a new local Ray instance)"
-            raise ServingError(init_error(exc, option, "leave out --ray-address for a new local instance")) from exc
+            # "local": a new instance, as the option says, not a cluster `ray start` left on this machine; Ray's token
+            # authentication notice is dropped on a local instance, an existing cluster's are Ray's to print
+            held = start_ray(lambda: ray.init(address=options.address or "local", include_dashboard=False,
+                                              log_to_driver=False), local=options.address is None, refused=refused)
+        except ServingError:
+            # a signal held while Ray failed to start went to the caller's handler first: serve_on_ray's notes it
+            signum = None if stop is None else stop()
+            if signum is not None:
+                raise DeployInterrupted(signum, deployed=False) from None
+            raise
         owns = True
         if after_init is not None:
             after_init()

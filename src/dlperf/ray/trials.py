@@ -28,13 +28,13 @@ from typing import Any
 from dlperf.errors import ConfigError, ExecutorLost, OptimizeError, require
 from dlperf.optimize.executor import WORKER_LOST, Job, PhaseFn
 from dlperf.ray.address import (
+    child_pids,
     cluster_address,
     init_error,
     joined_by_auto,
-    ray_processes_in_their_own_group,
     shutdown_ray,
-    signals_held_while_ray_starts,
-    token_auth_notice_dropped,
+    start_ray,
+    stop_started,
     unreachable,
 )
 
@@ -183,39 +183,6 @@ class _Pending:
         return now > self.started + self.job.timeout_s + KILL_GRACE_S
 
 
-def _descendants() -> set[int]:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        return {p.pid for p in psutil.Process().children(recursive=True)}
-    return set()
-
-
-def _stop_started(before: set[int]) -> None:
-    """Stop what a failed or interrupted `ray.init` started under this process (not in `before`): each process is
-    frozen as it is found, so none can start another that would outlive it (the raylet starts its agents), then
-    all are killed, then Ray's own state is reset."""
-    import psutil
-
-    frozen: dict[int, psutil.Process] = {}
-    while True:
-        try:
-            new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid not in frozen]
-        except psutil.Error:
-            new = []
-        if not new:
-            break
-        for process in new:
-            with contextlib.suppress(psutil.Error):
-                process.suspend()
-            frozen[process.pid] = process
-    for process in frozen.values():
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    with contextlib.suppress(Exception):
-        shutdown_ray()
-
-
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (ray.init retried an
     unreachable one for minutes, printing a warning every few seconds); ray:// client addresses are left to Ray."""
@@ -274,45 +241,32 @@ class RayExecutor:
             if address:
                 check_reachable(address)
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            # ray.init replaces the SIGTERM handler with its own sys.exit: the search's run was stored as failed and
-            # its candidate left running, exit 1 or an abort. The caller's handler (the CLI's) is put back.
-            on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() \
-                else None
-            before = _descendants()
-            held: list[int] = []
-            try:
-                with signals_held_while_ray_starts() as held, ray_processes_in_their_own_group():
-                    if address:
-                        ray.init(address=address, **kwargs)
-                    else:
-                        # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start`
-                        # left on this machine (ray.init() joined those, then refused the timing resource given here)
-                        with token_auth_notice_dropped():
-                            ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
-                if held:  # Ctrl-C or SIGTERM while Ray started: stop it, then take the signal as the caller would
-                    shutdown_ray()  # a whole start: Ray stops what it started (the handler's exception, below, checks)
+
+            def init() -> None:
+                if address:
+                    ray.init(address=address, **kwargs)
+                else:
+                    # "local": a new instance, as the option says, not RAY_ADDRESS's cluster nor one `ray start` left
+                    # on this machine (ray.init() joined those, then refused the timing resource given here)
+                    ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
+
+            def refused(exc: BaseException) -> Exception:
+                where = f"ray:{address}" if address else "ray (a new local Ray instance)"
+                message = init_error(exc, f"--executor {where}", "use --executor ray for a new local instance")
+                if "no Ray cluster is running" not in message:
+                    message += ("; check the address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for "
+                                "the cluster this machine joined) and that `ray start` ran there")
+                return ConfigError(message)
+
+            before = child_pids()
+            held = start_ray(init, local=not address, refused=refused)
+            if held:  # Ctrl-C or SIGTERM while Ray started: stop it, then take the signal as the caller would
+                try:
+                    shutdown_ray()  # a whole start: Ray stops what it started (stop_started checks)
                     signal.raise_signal(held[0])
-            except BaseException as exc:
-                # Ctrl-C or SIGTERM while a local instance starts left its agents running, orphaned; and SIGTERM
-                # there was Ray's sys.exit (exit 15), not the caller's handler
-                _stop_started(before)
-                if held and not isinstance(exc, KeyboardInterrupt):  # a signal held while ray.init failed comes first
-                    held_signal, held[:] = held[0], []
-                    signal.raise_signal(held_signal)
-                if isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
-                    where = f"ray:{address}" if address else "ray (a new local Ray instance)"
-                    message = init_error(exc, f"--executor {where}", "use --executor ray for a new local instance")
-                    if "no Ray cluster is running" not in message:
-                        message += ("; check the address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto "
-                                    "for the cluster this machine joined) and that `ray start` ran there")
-                    raise ConfigError(message) from exc
-                if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(on_sigterm):
-                    signal.signal(signal.SIGTERM, on_sigterm)
-                    on_sigterm(signal.SIGTERM, None)  # the CLI's raises its `Terminated`
-                raise
-            finally:
-                if on_sigterm is not None:
-                    signal.signal(signal.SIGTERM, on_sigterm)
+                except BaseException:
+                    stop_started(before)
+                    raise
             self._owns = True
         self.name = "ray" if self._owns else f"ray:{joined_address(address)}"
         # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
