@@ -999,7 +999,13 @@ def verdict(step: LevelResult, slo: Slo) -> Verdict:
     if step.ok == 0:
         return Verdict("fail", "no request succeeded")
     if step.errors > 0:
-        return Verdict("fail", f"{step.errors} of {step.ok + step.errors} requests failed")
+        dropped = step.statuses.get("dropped", 0)  # due, but not sent: 'failed' they were not
+        sent = " sent" if dropped else ""
+        why = [f"{step.failed} of {step.ok + step.failed} requests{sent} failed"] if step.failed else []
+        if dropped:
+            why.append(f"{dropped} of {step.ok + step.failed + dropped} requests due were not sent: the "
+                       "outstanding-request cap was reached (--max-outstanding)")
+        return Verdict("fail", "; ".join(why))
     if step.send_rate is not None and step.send_rate < 0.95 * step.level:
         return Verdict("fail", f"only {step.send_rate:.1f} of {step.level:g} req/s were sent")
     over = sum(1 for v in step.latencies_ns if v > slo.bound_s * 1e9)

@@ -121,6 +121,19 @@ def test_pass_rule_needs_slo_no_errors_and_the_rate_really_sent() -> None:
     assert verdict(_level(100, 0.05, send_rate=80), P99) == ("fail", "only 80.0 of 100 req/s were sent")
 
 
+def test_a_verdict_says_requests_not_sent_were_not_sent_not_that_they_failed() -> None:
+    """A rate of 400 req/s beside three busy loops was failed for '2 of 454 requests failed', its statuses
+    {'200': 452, 'dropped': 2}: the open loop had sent neither (its outstanding-request cap reached; LevelResult.failed
+    leaves them out, and its warning said so)."""
+    level = _level(400, 0.05)
+    level.statuses["dropped"] = 33
+    assert verdict(level, P99) == ("fail", "33 of 1033 requests due were not sent: the outstanding-request cap was "
+                                           "reached (--max-outstanding)")
+    level.statuses["503"] = 2  # both
+    assert verdict(level, P99) == ("fail", "2 of 1002 requests sent failed; 33 of 1035 requests due were not sent: "
+                                           "the outstanding-request cap was reached (--max-outstanding)")
+
+
 def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
     # 458 requests all well within the SLO: the sample p99 passes, but MLPerf's early stopping needs 459
     few = _level(100, 0.05, n=458)
