@@ -16,6 +16,7 @@ from dlperf.cli.main import main
 from dlperf.errors import LoadGenError
 from dlperf.loadgen.generator import LoadConfig, run_level, run_load
 from dlperf.loadgen.target import oip_target
+from dlperf.measure.stats import percentile
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig
 from dlperf.store import Store
@@ -28,6 +29,18 @@ def server() -> Iterator[Running]:
     running = start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=16))
     yield running
     running.stop()
+
+
+def assert_rate_sent(level: dict[str, Any], rel: float = 0.15) -> None:
+    """A rate level's requests went out at its rate, counted (its send_rate is the schedule's rate less its last
+    request's lag: a schedule at half the rate read as the whole), or the generator said it could not keep it."""
+    rate = level["level"]
+    said = [w for w in level["warnings"] if w.startswith(f"the load generator could not send {rate:g} req/s itself")]
+    if said:  # beside other work it may fall behind: then it says so, and what it sent
+        assert level["send_rate"] < 0.95 * rate and f"it sent {level['send_rate']:.1f} req/s" in said[0]
+    else:
+        assert level["send_rate"] >= 0.95 * rate
+        assert level["scheduled"] / level["measured_s"] == pytest.approx(rate, rel=rel), level
 
 
 def test_concurrency_levels_are_bounded_measured_and_recorded(server: Running, tmp_path: Path,
@@ -99,8 +112,13 @@ def test_rate_mode_sends_about_the_asked_rate(server: Running) -> None:
     config = LoadConfig(rate=40, arrivals="poisson", duration_s=3.0, window_s=1.0, warmup_s=0.3)
     result = run_level(target, config, 40.0)
     assert result.errors == 0 and result.ok > 0
-    assert result.send_rate is not None and 20 < result.send_rate < 60
-    assert result.scheduled >= result.ok - 2  # a reply to a warm-up request may arrive in the first window
+    # seed 0's Poisson arrivals hold 86 requests in these 2.7 s (32 req/s), at half the rate 43
+    assert_rate_sent(result.summary(), rel=0.4)
+    # every measured reply answered a request scheduled while the level measured, but for those the warm-up sent
+    # (a backlog, which it reports past 5% of the replies)
+    backlog = [int(m[1]) for w in result.warnings
+               if (m := re.match(r"(\d+) of the \d+ replies measured answered requests sent during the warm-up", w))]
+    assert result.scheduled >= result.ok - max([*backlog, 0.05 * result.ok])
 
 
 def test_scheduled_counts_the_requests_due_while_the_level_measured(server: Running) -> None:
@@ -150,21 +168,36 @@ def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
 
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up).
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "200",
+    # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up). It started at
+    # 200 req/s, and 200 and 400 failed by turns beside three busy loops on the 2-core VM: p99 over 2 s, the server's
+    # batches taking 40-300 ms there (0.5 ms alone). 50 req/s passed in every such run; 100 may pass or not
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "50",
                  "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
-    assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert [s["level"] for s in out["steps"]] == [200.0, 400.0]
-    for step in out["steps"]:
-        assert step["passed"] and step["verdict"] == "pass", step["verdict_reason"]
-        assert step["requests_ok"] >= 459 and step["p99_bound_s"] <= 2.0
-        assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
-    assert out["peak_rate"] == 400.0
+    steps = out["steps"]
+    said = [(s["level"], s["verdict_reason"], s["warnings"], s["server"]) for s in steps]
+    assert [s["level"] for s in steps] == [50.0, 100.0], said  # 50 passed: the search doubled
+    assert steps[0]["passed"], said
+    for step in steps:
+        if step["passed"]:
+            assert step["verdict"] == "pass" and step["requests_ok"] >= 459 and step["p99_bound_s"] <= 2.0
+            assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
+        elif step["verdict"] == "fail":  # 100 req/s beside other work: its p99 shown over, or the rate not sent
+            reason = step["verdict_reason"]
+            assert ((step["p99_s"] > 2.0 and reason.startswith("p99 over 2000 ms at 99% confidence"))
+                    or reason.startswith("only ") or "requests due were not sent" in reason), reason
+        else:  # or too near the bound to decide within the trial's 30 s (2775 requests, 32 over 2 s, once)
+            assert step["verdict"] == "undecided" and (step["p99_bound_s"] is None or step["p99_bound_s"] > 2.0)
+            assert step["verdict_reason"].startswith(f"{step['requests_ok']} requests, "), step["verdict_reason"]
+    assert out["peak_rate"] == max(s["level"] for s in steps if s["passed"]) and code == 0
+    # the peak's own latencies, as stored: its p99 within the SLO
+    record = Store(tmp_path / "r.db").get(out["run_id"])
+    (peak,) = [lv for lv in record.result["levels"] if lv["level"] == out["peak_rate"]]
+    assert len(peak["latencies_ns"]) >= 459 and percentile(sorted(peak["latencies_ns"]), 99) <= 2e9
     # the stored config says where the search started and how far it could go (it said rate null, concurrency [1])
-    config = Store(tmp_path / "r.db").get(out["run_id"]).config
-    assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (200.0, 2, None)
+    config = record.config
+    assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (50.0, 2, None)
     assert config["arrivals"] == "poisson"  # MLPerf's server scenario (it was constant, documented as MLPerf's)
     # an SLO no rate can meet: exit code 1
     code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate", "50",
@@ -311,12 +344,18 @@ def test_request_intervals_replay_a_bursty_schedule_at_its_rate_or_scaled(server
         return dict(levels[0])
 
     burst = level("--request-intervals", str(gaps))
-    assert burst["level"] == pytest.approx(50) and burst["send_rate"] == pytest.approx(50, rel=0.1)
+    assert burst["level"] == pytest.approx(50)
+    assert_rate_sent(burst)
     steady = level("--rate", "50")
     # the same rate: alone, each request is its own batch; in bursts of 5, the server joins them
-    assert steady["server"]["average_batch_size"] < 1.1 < 1.3 < burst["server"]["average_batch_size"]
+    assert burst["server"]["average_batch_size"] > 1.3
+    # unless the server's batches took a tenth of the 20 ms between steady requests or more: beside three busy loops
+    # they took 40-90 ms (not 0.5), and steady requests waited for the batch before them and joined (1.5 to 7)
+    if steady["server"]["compute_s"] < 0.002:
+        assert steady["server"]["average_batch_size"] < 1.1, steady["server"]
     faster = level("--request-intervals", str(gaps), "--rate", "100")
-    assert faster["level"] == 100 and faster["send_rate"] == pytest.approx(100, rel=0.1)
+    assert faster["level"] == 100
+    assert_rate_sent(faster)
     assert faster["server"]["average_batch_size"] > 1.3
     assert main(["load", server.url, "--model", "mlp", "--request-intervals", str(gaps), "--concurrency", "2"]) == 2
     assert "--request-intervals is a request-rate schedule: drop --concurrency" in capsys.readouterr().err
@@ -327,13 +366,14 @@ def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_pat
     store = str(tmp_path / "r.db")
     code = main(["load", server.url, "--model", "mlp", "--rate", "20:60:20", "--duration", "2s", "--window-s",
                  "0.5", "--warmup-s", "0.2", "--json", "--store", store])
-    assert code == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out = json.loads(captured.out)
     levels = out["levels"]
     assert [lv["level"] for lv in levels] == [20.0, 40.0, 60.0]
     for lv in levels:
         assert lv["mode"] == "rate" and lv["errors"] == 0
-        assert lv["send_rate"] == pytest.approx(lv["level"], rel=0.15)
+        assert_rate_sent(lv)
     assert Store(store).get(out["run_id"]).config["rate"] == [20.0, 40.0, 60.0]
     # --find-peak starts from one rate
     assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--rate", "10,20"]) == 2
@@ -418,13 +458,19 @@ def test_a_level_ended_by_requests_before_three_windows_says_so(server: Running,
 
 def test_the_sliver_after_the_last_whole_window_is_no_stability_window(server: Running) -> None:
     """--requests 600 at 150 req/s ended 0.15 s into the third 2 s window, and 'stable: yes' was decided on two
-    windows and that sliver. Here 102 requests at 100 req/s end about 20 ms into the third window of 0.5 s."""
-    config = LoadConfig(rate=100.0, requests=102, duration_s=30.0, window_s=0.5, warmup_s=0.3)
+    windows and that sliver. Here 202 requests at 100 req/s are sent 20 ms into the third window of 1 s; their replies
+    come soon after, but beside three busy loops the generator fell behind or the replies took 0.3 s, and the tail
+    was a third window of half a window or more (3 of 8 runs with windows of 0.5 s, 1 of 5 with these)."""
+    config = LoadConfig(rate=100.0, requests=202, duration_s=30.0, window_s=1.0, warmup_s=0.3)
     result = run_level(oip_target(server.url, "mlp"), config, 100.0)
-    assert result.ok + result.errors >= 100  # the tail's replies are measured
-    assert len(result.window_throughputs) == 2 and not result.stable
-    assert any(w.startswith("the level was too short to check stability: its 102 requests took 2 windows")
-               for w in result.warnings)
+    assert result.ok + result.errors >= 200  # the tail's replies are measured
+    windows = result.window_throughputs
+    if len(windows) == 2:  # the tail after them, under half a window, is none
+        assert not result.stable, (windows, result.warnings)
+        assert any(w.startswith("the level was too short to check stability: its 202 requests took 2 windows")
+                   for w in result.warnings)
+    else:  # each window lasts 1 s or more: a last one counted is half a window or more (the sliver was 20 ms)
+        assert len(windows) >= 3 and result.measured_s >= len(windows) - 0.5, (windows, result.measured_s)
 
 
 def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -> None:
