@@ -589,6 +589,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     lags_s: list[float] = []
     scheduled = 0
     last_slot_s: float | None = None  # the open loop's last scheduled send time (perf_counter s)
+    unsent_due_s: float | None = None  # when the open loop stopped: the time its next request was due (it was not sent)
     connections: list[Sender] = []
 
     async def closed_loop_worker() -> None:
@@ -600,7 +601,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             await one(conn)
 
     async def open_loop() -> None:
-        nonlocal sent, scheduled, last_slot_s
+        nonlocal sent, scheduled, last_slot_s, unsent_due_s
         gaps = arrival_gaps(config, level)
         idle: list[Sender] = []
         outstanding = 0
@@ -616,6 +617,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         t_next = time.perf_counter()
         while may_send():
             t_next += next(gaps)
+            unsent_due_s = t_next
             delay = t_next - time.perf_counter()
             if delay > 0.05:  # a long gap (a low rate) ends with the level, not after it
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -628,6 +630,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if measuring:  # the warm-up's own were counted too: 690 'scheduled' beside 500 measured (--requests 500)
                 scheduled += 1
             last_slot_s = t_next
+            unsent_due_s = None
             if outstanding >= config.max_outstanding:
                 records.append((clock(), 0, "dropped", 0, 0))
                 continue
@@ -763,7 +766,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     if config.mode == "rate":
         if last_slot_s is not None and last_slot_s > start / 1e9:
             kept = last_slot_s - start / 1e9  # the schedule's span; its last request went out `lag` late
-            result.send_rate = level * kept / (kept + lags_s[-1])
+            # or further behind: a request due before the level stopped that the loop never came to (the process
+            # stalled at the level's end; 40 req/s read as sent, without a warning, where 32 per second were)
+            behind = max(lags_s[-1], 0.0 if unsent_due_s is None else measure_end / 1e9 - unsent_due_s)
+            result.send_rate = level * kept / (kept + behind)
         _rate_warnings(result, level, lags_s, statuses, (measure_end - measure_start) / 1e9, slo_failed)
         backlog = sum(1 for r in succeeded if r[0] - r[1] < measure_start)
         if backlog > 0.05 * len(succeeded):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -268,3 +269,24 @@ def test_one_source_needs_counters_that_only_grow_and_count_the_replies() -> Non
     assert generator._one_source(before, stats(230, 2 * 10**9, 230), 130, 126)
     assert not generator._one_source(before, stats(90, 2 * 10**9, 90), 0, 126)  # went back
     assert not generator._one_source(before, stats(164, 2 * 10**9, 164), 64, 126)  # half the replies (an audit's)
+
+
+def test_a_rate_level_stalled_at_its_end_says_it_did_not_send_the_rate(server: Running) -> None:
+    """Beside three busy loops a level of 40 req/s read 40 sent, without a warning, where it had sent 32 per measured
+    second: the process stalled at the level's end, the open loop never came to the requests due meanwhile, and the
+    sent rate counted only the lag of its last request, which had gone out on time. Here the progress callback after
+    the third window blocks the event loop past the level's end, as such a stall does."""
+    stalled: list[int] = []
+
+    def on_window(n: int, throughput: float) -> None:
+        if n == 3 and not stalled:
+            stalled.append(n)
+            time.sleep(0.5)  # from about 1.7 s to 2.2 s: past the level's end at 2 s
+
+    config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.2)
+    result = run_level(oip_target(server.url, "mlp"), config, 100.0, on_window)
+    assert stalled and result.errors == 0
+    per_s = result.scheduled / result.measured_s  # 1.5 s of requests in 2 s: about 75 per second
+    assert per_s < 90
+    assert result.send_rate is not None and result.send_rate == pytest.approx(per_s, rel=0.1), result.warnings
+    assert any(w.startswith("the load generator could not send 100 req/s itself") for w in result.warnings)
