@@ -169,32 +169,37 @@ def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up). It started at
-    # 200 req/s, and 200 and 400 failed by turns beside three busy loops on the 2-core VM: p99 over 2 s, the server's
-    # batches taking 40-300 ms there (0.5 ms alone). 50 req/s passed in every such run; 100 may pass or not
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "2000", "--rate", "50",
+    # 200 req/s with a 2 s SLO and asked 200 and 400 to pass; beside three busy loops on the 2-core VM they failed by
+    # turns (the server's batches took 40-600 ms there, 0.5 ms alone), and so did 50 req/s in 4 runs of 22 (up to
+    # 3.9% of its requests over 5 s: the machine stalled for seconds). So each verdict is checked against the
+    # latencies it judged, as stored, and the search against its verdicts
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "5000", "--rate", "50",
                  "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     steps = out["steps"]
     said = [(s["level"], s["verdict_reason"], s["warnings"], s["server"]) for s in steps]
-    assert [s["level"] for s in steps] == [50.0, 100.0], said  # 50 passed: the search doubled
-    assert steps[0]["passed"], said
-    for step in steps:
-        if step["passed"]:
-            assert step["verdict"] == "pass" and step["requests_ok"] >= 459 and step["p99_bound_s"] <= 2.0
-            assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
-        elif step["verdict"] == "fail":  # 100 req/s beside other work: its p99 shown over, or the rate not sent
-            reason = step["verdict_reason"]
-            assert ((step["p99_s"] > 2.0 and reason.startswith("p99 over 2000 ms at 99% confidence"))
-                    or reason.startswith("only ") or "requests due were not sent" in reason), reason
-        else:  # or too near the bound to decide within the trial's 30 s (2775 requests, 32 over 2 s, once)
-            assert step["verdict"] == "undecided" and (step["p99_bound_s"] is None or step["p99_bound_s"] > 2.0)
-            assert step["verdict_reason"].startswith(f"{step['requests_ok']} requests, "), step["verdict_reason"]
-    assert out["peak_rate"] == max(s["level"] for s in steps if s["passed"]) and code == 0
-    # the peak's own latencies, as stored: its p99 within the SLO
+    # 50 passed: the search doubled; failed: it halved
+    assert [s["level"] for s in steps] == [50.0, 100.0 if steps[0]["passed"] else 25.0], said
     record = Store(tmp_path / "r.db").get(out["run_id"])
-    (peak,) = [lv for lv in record.result["levels"] if lv["level"] == out["peak_rate"]]
-    assert len(peak["latencies_ns"]) >= 459 and percentile(sorted(peak["latencies_ns"]), 99) <= 2e9
+    stored = {lv["level"]: sorted(lv["latencies_ns"]) for lv in record.result["levels"]}
+    for step in steps:
+        latencies = stored[step["level"]]
+        if step["passed"]:  # its p99 within the SLO, on enough requests
+            assert step["verdict"] == "pass" and step["requests_ok"] >= 459 and step["p99_bound_s"] <= 5.0
+            assert step["verdict_reason"].startswith(f"p99 <= {step['p99_bound_s'] * 1e3:.3g} ms at 99% confidence")
+            assert len(latencies) >= 459 and percentile(latencies, 99) <= 5e9
+        elif step["verdict"] == "fail":  # its p99 over the SLO (the latencies it judged say so), or the rate not sent
+            reason = step["verdict_reason"]
+            assert ((percentile(latencies, 99) > 5e9 and reason.startswith("p99 over 5000 ms at 99% confidence"))
+                    or reason.startswith("only ") or "requests due were not sent" in reason), said
+        else:  # or too near the bound to decide within the trial's 30 s (2775 requests, 32 over 2 s, once)
+            assert step["verdict"] == "undecided" and (step["p99_bound_s"] is None or step["p99_bound_s"] > 5.0)
+            assert step["verdict_reason"].startswith(f"{step['requests_ok']} requests, "), step["verdict_reason"]
+    passed = [s["level"] for s in steps if s["passed"]]
+    assert out["peak_rate"] == (max(passed) if passed else None)
+    assert code == (0 if passed else 1), captured.err
     # the stored config says where the search started and how far it could go (it said rate null, concurrency [1])
     config = record.config
     assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (50.0, 2, None)
