@@ -168,20 +168,21 @@ def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
 
 def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up). It started at
-    # 200 req/s with a 2 s SLO and asked 200 and 400 to pass; beside three busy loops on the 2-core VM they failed by
-    # turns (the server's batches took 40-600 ms there, 0.5 ms alone), and so did 50 req/s in 4 runs of 22 (up to
-    # 3.9% of its requests over 5 s: the machine stalled for seconds). So each verdict is checked against the
-    # latencies it judged, as stored, and the search against its verdicts
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "5000", "--rate", "50",
+    # No --duration: each trial runs until MLPerf's early-stopping test decides it (459 requests and up). It asked
+    # 200 and 400 req/s to pass a 2 s SLO; beside three busy loops on the 2-core VM they failed by turns (the
+    # server's batches took 40-600 ms there, 0.5 ms alone), and so did 50 req/s in 4 runs of 22 (up to 3.9% of its
+    # requests over 5 s: the machine stalled for seconds). So each verdict is checked against the latencies it
+    # judged, as stored, and the search against its verdicts; from 200 req/s (459 requests in 2.3 s: from 50 the
+    # test took 41 s instead of 6)
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "5000", "--rate", "200",
                  "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     steps = out["steps"]
     said = [(s["level"], s["verdict_reason"], s["warnings"], s["server"]) for s in steps]
-    # 50 passed: the search doubled; failed: it halved
-    assert [s["level"] for s in steps] == [50.0, 100.0 if steps[0]["passed"] else 25.0], said
+    # 200 passed: the search doubled; failed: it halved
+    assert [s["level"] for s in steps] == [200.0, 400.0 if steps[0]["passed"] else 100.0], said
     record = Store(tmp_path / "r.db").get(out["run_id"])
     stored = {lv["level"]: sorted(lv["latencies_ns"]) for lv in record.result["levels"]}
     for step in steps:
@@ -202,10 +203,10 @@ def test_find_peak_reports_a_rate_within_the_slo(server: Running, tmp_path: Path
     assert code == (0 if passed else 1), captured.err
     # the stored config says where the search started and how far it could go (it said rate null, concurrency [1])
     config = record.config
-    assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (50.0, 2, None)
+    assert (config["start_rate"], config["max_steps"], config["concurrency"]) == (200.0, 2, None)
     assert config["arrivals"] == "poisson"  # MLPerf's server scenario (it was constant, documented as MLPerf's)
     # an SLO no rate can meet: exit code 1
-    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate", "50",
+    code = main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "0.001", "--rate", "200",
                  "--max-steps", "2", "--window-s", "0.5", "--warmup-s", "0.2", "--json", "--store",
                  str(tmp_path / "r.db")])
     captured = capsys.readouterr()
