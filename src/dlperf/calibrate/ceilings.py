@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf._cache import CACHE_ENV_VAR, cache_dir, warn_not_cached
+from dlperf._files import write_text_atomic
 from dlperf.errors import CalibrationError
 
 CACHE_FORMAT_VERSION = 1
@@ -185,9 +186,7 @@ def write_cache(ceilings: Ceilings) -> Path:
     path = cache_path(ceilings.machine_key, ceilings.quick)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(ceilings.to_dict(), indent=2))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(ceilings.to_dict(), indent=2))
     except OSError as exc:
         raise CalibrationError(
             f"cannot write the ceilings cache '{path}': {exc}; set {CACHE_ENV_VAR} to a writable folder"

@@ -17,7 +17,6 @@ import math
 import os
 import signal
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -25,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlperf._files import write_text_atomic
 from dlperf.errors import ConfigError, ExecutorLost, OptimizeError, require
-from dlperf.optimize.executor import WORKER_LOST, Job, PhaseFn
+from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Job, PhaseFn
 from dlperf.ray.address import (
     child_pids,
     cluster_address,
@@ -88,19 +88,6 @@ def probe_node(marker: str | None) -> dict[str, Any]:
             "sees_workdir": marker is None or Path(marker).exists()}
 
 
-def _write(path: Path, text: str) -> None:
-    """`text` into `path` whole: written beside it, then renamed over it. `write_text` creates the file, then writes
-    it: the driver, or a test, that saw a trial's file exist could read it empty (thousands of 2000 reads here)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-
-
 def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
               memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
     """Runs in a fresh Ray worker: the trial exactly as the local executor runs it (`run_isolated`: a child process
@@ -122,11 +109,11 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
     log.parent.mkdir(parents=True, exist_ok=True)
     identity = _node_identity()
     # Lets an operator (or a test) see which worker process runs which trial.
-    _write(trial_file(log.parent, attempt, "json"), json.dumps({**identity, "attempt": attempt}))
+    write_text_atomic(trial_file(log.parent, attempt, "json"), json.dumps({**identity, "attempt": attempt}))
     phase = trial_file(log.parent, attempt, "phase")
     started = time.monotonic()
     result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,
-                          on_phase=lambda name: _write(phase, name))
+                          on_phase=lambda name: write_text_atomic(phase, name))
     env = capture_environment()
     result["trial_wall_s"] = time.monotonic() - started
     result["node"] = {**identity, "hardware_key": env.hardware_key}
@@ -519,7 +506,7 @@ class RayExecutor:
             if retryable and p.attempt <= self.max_retries:
                 waiting.append((p.job, p.attempt + 1, p.first_submitted, [*p.errors, message], p.node_id))
                 return None
-            what = "the Ray worker or node running the trial died" if retryable else "the trial raised"
+            what = WORKER_DIED if retryable else "the trial raised"
             return self._finish(p, {"status": "failed", "phase": "unknown", WORKER_LOST: retryable,
                                     "error": f"{what} ({message}), after {p.attempt} attempt(s)"})
         return self._finish(p, result)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.ray.trials import _write, trial_file
+from dlperf._files import write_text_atomic
+from dlperf.ray.trials import trial_file
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +36,7 @@ def test_a_trial_file_is_never_read_empty_or_half_written(tmp_path: Path) -> Non
         for _ in range(2000):  # a trial's file is removed before each submission, then written by its worker
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            _write(path, text)
+            write_text_atomic(path, text)
     finally:
         stop.set()
         reader.join()

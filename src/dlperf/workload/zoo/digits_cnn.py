@@ -8,14 +8,13 @@ process never reads half a file.
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf._cache import cache_dir, warn_not_cached
+from dlperf._files import write_atomic
 from dlperf.errors import MissingDependency
 from dlperf.workload.base import EvalSpec, Inputs, Predict, TrainSpec, Workload
 
@@ -164,14 +163,7 @@ def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda f: torch.save(state, f))
 
 
 def make_model() -> nn.Module:
