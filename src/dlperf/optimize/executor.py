@@ -21,6 +21,8 @@ WORKER_LOST = "worker_lost"
 """The key a failed result carries (True) when the failure was the executor's, not the candidate's: the process or
 node running the trial went away on every attempt (a Ray node that died). A resumed search measures such a
 candidate again instead of reusing it as failed."""
+WORKER_DIED = "the Ray worker or node running the trial died"
+"""How such a failure's error begins (rows stored before the `worker_lost` flag are known by it)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dlperf.measure.ab import FASTER, SLOWER
 from dlperf.measure.env import check_threads
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
-from dlperf.optimize.executor import WORKER_LOST, Executor, Job, LocalExecutor
+from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Executor, Job, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
 from dlperf.optimize.pareto import pareto_front
 from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank, settle
@@ -657,11 +657,6 @@ BUDGET_CUT = "the time budget had only"
 `budget_cut` flag are known by it)."""
 
 
-_LOST_BEFORE_FLAG = "the Ray worker or node running the trial died"
-"""How the error of a trial whose worker or node died on every attempt begins, for rows recorded before the
-`worker_lost` flag (`dlperf.ray.trials`)."""
-
-
 def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
     from dlperf.store.records import FAILED, OK
 
@@ -678,7 +673,7 @@ def _previous_rows(store: Any, run_id: str) -> dict[str, dict[str, Any]]:
                 # killed when the earlier search's budget ran out, not because it hangs: a resumed search (with the
                 # budget it has now) measures it, where it stayed "failed" and its pipelines were never extended
                 continue
-            lost = child.result.get(WORKER_LOST) or str(child.result.get("error")).startswith(_LOST_BEFORE_FLAG)
+            lost = child.result.get(WORKER_LOST) or str(child.result.get("error")).startswith(WORKER_DIED)
             if child.status == FAILED and lost:
                 # its Ray node died under it on every attempt (the search then failed as its executor lost every
                 # node): not a verdict on the candidate, and the resumed search reused it as failed
