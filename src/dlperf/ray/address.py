@@ -143,6 +143,16 @@ def unreachable(address: str, timeout_s: float = 5.0) -> tuple[str, str] | None:
     return (f"{target} (RAY_ADDRESS, which auto joins)" if named else target), why
 
 
+def unreachable_reason(address: str, timeout_s: float, *, fix_auto: str, fix_address: str) -> str | None:
+    """'cannot reach Ray at WHERE: WHY; FIX' when `unreachable(address)`, with `fix_auto` where 'auto' joined
+    RAY_ADDRESS and `fix_address` where the address was given (each command names its own options); else None."""
+    found = unreachable(address, timeout_s)
+    if found is None:
+        return None
+    where, why = found
+    return f"cannot reach Ray at {where}: {why}; {fix_auto if joined_by_auto(address) else fix_address}"
+
+
 def init_error(exc: BaseException, option: str, local_hint: str) -> str:
     """Ray's reason `ray.init` failed, in dlperf's terms: with 'auto' and no cluster on this machine Ray asks
     for an `--address` flag or `RAY_ADDRESS`, which are its own, not the option the user gave (`option`)."""
@@ -155,7 +165,8 @@ def init_error(exc: BaseException, option: str, local_hint: str) -> str:
 
 @contextlib.contextmanager
 def signals_held_while_ray_starts() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM held until `ray.init` returns; yields the signals that came (the first is taken after).
+    """SIGINT and SIGTERM held until `ray.init` returns; yields the signals that came (the first is taken after). One
+    the caller ignores stays ignored.
 
     Ctrl-C raised inside Ray's core worker while it was being built (a few hundred ms after 'Started a local Ray
     instance') left it half made, and the process died of SIGSEGV at exit after printing 'interrupted' (6 of 12
@@ -183,7 +194,10 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
     with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere its handler comes and is undone after
         import ray._private.utils as utils
     own_setter = getattr(utils, "set_sigterm_handler", None)
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # a signal the caller ignores (SIG_IGN: `nohup`, a shell's background job's SIGINT) stays ignored: held, it was
+    # announced as stopping the command and ended it 30 s later
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)
+             if signal.getsignal(s) is not signal.SIG_IGN}
     for s in saved:
         signal.signal(s, hold)
     if own_setter is not None:

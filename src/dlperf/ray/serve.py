@@ -24,10 +24,9 @@ from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.ray.address import (
     cluster_address,
     init_error,
-    joined_by_auto,
     shutdown_ray,
     start_ray,
-    unreachable,
+    unreachable_reason,
 )
 from dlperf.serve.service import ServeConfig
 
@@ -132,27 +131,28 @@ def _autoscale_past_cpus(options: RayServeOptions, each: float, cpus: float) -> 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (Ray itself retried an
     unreachable one for minutes); 'local' and ray:// client addresses are left to Ray."""
-    found = unreachable(address, timeout_s)
-    if found is None:
-        return
-    where, why = found
-    if joined_by_auto(address):
-        fix = ("correct RAY_ADDRESS or unset it (auto then joins a cluster `ray start` started on this machine), or "
-               "leave --ray-address out to start a local instance")
-    else:
-        fix = ("give the head node's address as `ray start --head` prints it (port 6379 by default), or leave "
-               "--ray-address out to start a local instance")
-    raise ServingError(f"cannot reach Ray at {where}: {why}; {fix}")
+    reason = unreachable_reason(
+        address, timeout_s,
+        fix_auto=("correct RAY_ADDRESS or unset it (auto then joins a cluster `ray start` started on this machine), "
+                  "or leave --ray-address out to start a local instance"),
+        fix_address=("give the head node's address as `ray start --head` prints it (port 6379 by default), or leave "
+                     "--ray-address out to start a local instance"))
+    if reason is not None:
+        raise ServingError(reason)
+
+
+_INTERRUPTED = {"deploying": "while deploying on Ray Serve: the deployment was removed",
+                "starting": "while Ray was starting: nothing was deployed",
+                "start failed": "while Ray was starting (it failed to): nothing was deployed"}
 
 
 class DeployInterrupted(ServingError):
-    """SIGINT or SIGTERM while deploying: the deployment was removed again; or while Ray started, and failed to
-    (`deployed` False): nothing was deployed."""
+    """SIGINT or SIGTERM while deploying: the deployment was removed again (`when` "deploying"); or while Ray started
+    ("starting": Ray was shut down again before Serve started) or started and failed to ("start failed"): nothing was
+    deployed."""
 
-    def __init__(self, signum: int, deployed: bool = True) -> None:
-        what = ("while deploying on Ray Serve: the deployment was removed" if deployed
-                else "while Ray was starting (it failed to): nothing was deployed")
-        super().__init__(f"interrupted by {signal.Signals(signum).name} {what}")
+    def __init__(self, signum: int, when: str = "deploying") -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} {_INTERRUPTED[when]}")
         self.signum = signum
 
 
@@ -572,7 +572,7 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             # a signal held while Ray failed to start went to the caller's handler first: serve_on_ray's notes it
             signum = None if stop is None else stop()
             if signum is not None:
-                raise DeployInterrupted(signum, deployed=False) from None
+                raise DeployInterrupted(signum, "start failed") from None
             raise
         owns = True
         if after_init is not None:
@@ -583,6 +583,11 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     try:
         for signum in held:  # Ctrl-C or SIGTERM while Ray started: to the caller's handlers, as if they came now
             signal.raise_signal(signum)
+        # a handler that only notes it (serve_on_ray's): stop before Serve starts, not after its controller, proxy
+        # and the control actor did (seconds) and the deployment loop looked
+        signum = None if stop is None or not held else stop()
+        if signum is not None:
+            raise DeployInterrupted(signum, "starting")
         warning = check_cpus(config, options, float(ray.cluster_resources().get("CPU", 0.0)),
                              local=owns and options.address is None)
         if warning is not None and on_wait is not None:

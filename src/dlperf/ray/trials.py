@@ -31,11 +31,10 @@ from dlperf.ray.address import (
     child_pids,
     cluster_address,
     init_error,
-    joined_by_auto,
     shutdown_ray,
     start_ray,
     stop_started,
-    unreachable,
+    unreachable_reason,
 )
 
 TIMING_RESOURCE = "dlperf_timing"
@@ -173,17 +172,14 @@ class _Pending:
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """A HOST:PORT address, or the RAY_ADDRESS that 'auto' joins, answers TCP within `timeout_s` (ray.init retried an
     unreachable one for minutes, printing a warning every few seconds); ray:// client addresses are left to Ray."""
-    found = unreachable(address, timeout_s)
-    if found is None:
-        return
-    where, why = found
-    if joined_by_auto(address):
-        fix = ("correct RAY_ADDRESS or unset it (ray:auto then joins a cluster `ray start` started on this machine), "
-               "give ray:HOST:6379, or plain ray for a new local instance")
-    else:
-        fix = ("give the head node's address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the cluster "
-               "this machine joined, or plain ray for a new local instance")
-    raise ConfigError(f"--executor ray:{address}: cannot reach Ray at {where}: {why}; {fix}")
+    reason = unreachable_reason(
+        address, timeout_s,
+        fix_auto=("correct RAY_ADDRESS or unset it (ray:auto then joins a cluster `ray start` started on this "
+                  "machine), give ray:HOST:6379, or plain ray for a new local instance"),
+        fix_address=("give the head node's address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the "
+                     "cluster this machine joined, or plain ray for a new local instance"))
+    if reason is not None:
+        raise ConfigError(f"--executor ray:{address}: {reason}")
 
 
 def joined_address(given: str | None) -> str:
@@ -251,6 +247,9 @@ class RayExecutor:
                 try:
                     shutdown_ray()  # a whole start: Ray stops what it started (stop_started checks)
                     signal.raise_signal(held[0])
+                    # the caller's handler returned (it notes the signal): there is no Ray left to run trials on
+                    raise OptimizeError(f"interrupted by {signal.Signals(held[0]).name} while Ray was starting: "
+                                        "the Ray executor was not made")
                 except BaseException:
                     stop_started(before)
                     raise

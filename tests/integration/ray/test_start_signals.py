@@ -1,8 +1,13 @@
-"""Ctrl-C while `ray.init` connects to an address that answers TCP but is no Ray cluster: Ray's GCS client retries it
-for minutes inside C++, where dlperf's held signal waited (it said 'a few seconds') and further Ctrl-Cs went unheard."""
+"""Signals held while `ray.init` runs. Ctrl-C while it connects to an address that answers TCP but is no Ray cluster:
+Ray's GCS client retries it for minutes inside C++, where dlperf's held signal waited (it said 'a few seconds') and
+further Ctrl-Cs went unheard. SIGTERM while a local instance starts, which then starts: `dlperf serve --ray` went on to
+start Ray Serve before it looked."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -11,9 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from ..serve.helpers import wait_until
+from ..serve.helpers import cli_process, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,3 +91,97 @@ def test_ctrl_c_while_ray_retries_an_address_ends_the_command(tmp_path: Path, se
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+def test_sigterm_while_a_local_instance_starts_ends_serve_before_ray_serve_starts(tmp_path: Path) -> None:
+    """The SIGTERM held while `ray.init` ran reached serve_on_ray's handler (which notes it) after the start, and the
+    command started Ray Serve's controller, its proxy and the control actor (seconds) before the deployment loop
+    looked, then said 'while deploying on Ray Serve: the deployment was removed'. It stops before Serve now."""
+    pytest.importorskip("ray.serve")
+    log = tmp_path / "serve.log"
+    seen: dict[int, psutil.Process] = {}
+    names: dict[int, str] = {}
+
+    def collect() -> bool:
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for p in children:
+            seen.setdefault(p.pid, p)
+            with contextlib.suppress(psutil.Error):  # again each time: a child between fork and exec is 'python'
+                names[p.pid] = p.name()
+        return proc.poll() is not None
+
+    with cli_process(["serve", "zoo:mlp", "--ray", "--port", str(free_port())], log,
+                     env={**os.environ, "RAY_ADDRESS": ""}) as proc:
+        # the GCS is the first thing ray.init starts; it returns seconds later, once the raylet and agents run
+        wait_until(lambda: collect() or "gcs_server" in names.values(), 120, "the local instance's GCS")
+        assert proc.poll() is None, log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        wait_until(collect, 120, "the command to exit")
+    text = log.read_text()
+    assert "stopping once Ray has finished starting" in text, text  # held while ray.init ran, as meant
+    assert proc.returncode == 128 + signal.SIGTERM, text
+    assert text.strip().splitlines()[-1] == "interrupted by SIGTERM while Ray was starting: nothing was deployed", text
+    assert "Traceback" not in text, text
+    assert "raylet" in names.values(), names  # Ray did finish starting: the case where Serve would have come next
+    assert "Started Serve" not in text, text  # Ray Serve's controller logs it as serve.start runs
+
+    def all_gone() -> bool:
+        for p in seen.values():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.NoSuchProcess:
+                continue
+        return True
+
+    wait_until(all_gone, 60, "the local instance's processes to exit")
+
+
+NOTING_CALLER = """
+import json, os, signal, threading, time
+import psutil
+from dlperf.ray.trials import RayExecutor
+
+noted = []
+signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # notes it, as a server loop would
+
+
+def sigterm_once_the_gcs_runs():
+    while not any(p.name() == "gcs_server" for p in psutil.Process().children(recursive=True)):
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+threading.Thread(target=sigterm_once_the_gcs_runs, daemon=True).start()
+error = None
+try:
+    RayExecutor()
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+left = []
+for p in psutil.Process().children(recursive=True):
+    try:
+        if p.status() != psutil.STATUS_ZOMBIE:
+            left.append(p.name())
+    except psutil.Error:
+        pass
+print(json.dumps({"error": error, "noted": noted, "left": left}))
+"""
+
+
+def test_a_caller_whose_handler_notes_a_sigterm_held_while_ray_started_gets_no_executor() -> None:
+    """RayExecutor shut the new instance down and gave the held SIGTERM to the caller's handler; when that handler
+    returned, `__init__` went on asking a Ray that was no longer there for its nodes."""
+    pytest.importorskip("ray")
+    done = subprocess.run([sys.executable, "-c", NOTING_CALLER], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "RAY_ADDRESS": ""})
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "stopping once Ray has finished starting" in done.stderr, done.stderr  # held while ray.init ran
+    assert outcome["noted"] == [signal.SIGTERM], outcome
+    assert outcome["error"] == ("OptimizeError: interrupted by SIGTERM while Ray was starting: the Ray executor was "
+                                "not made"), outcome
+    assert outcome["left"] == [], outcome
