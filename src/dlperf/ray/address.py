@@ -303,23 +303,31 @@ def stop_started(before: set[int]) -> None:
     agents), then all are killed, then Ray's own state is reset."""
     import psutil
 
-    frozen: dict[int, psutil.Process] = {}
-    while True:
-        try:
-            new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid not in frozen]
-        except psutil.Error:
-            new = []
-        if not new:
-            break
-        for process in new:
+    def freeze_and_kill_new() -> None:
+        frozen: dict[int, psutil.Process] = {}
+        while True:
+            try:
+                new = [p for p in psutil.Process().children(recursive=True)
+                       if p.pid not in before and p.pid not in frozen]
+            except psutil.Error:
+                new = []
+            if not new:
+                break
+            for process in new:
+                with contextlib.suppress(psutil.Error):
+                    process.suspend()
+                frozen[process.pid] = process
+        for process in frozen.values():
             with contextlib.suppress(psutil.Error):
-                process.suspend()
-            frozen[process.pid] = process
-    for process in frozen.values():
-        with contextlib.suppress(psutil.Error):
-            process.kill()
+                process.kill()
+        # gone, not only signalled, when this returns: a caller that goes on (and a test that looks at once) found
+        # one still there beside two other Ray test sessions
+        psutil.wait_procs(list(frozen.values()), timeout=10)
+
+    freeze_and_kill_new()
     with contextlib.suppress(Exception):
         shutdown_ray()
+    freeze_and_kill_new()  # whatever Ray's own threads started meanwhile, and the shutdown left
 
 
 def start_ray(init: Callable[[], object], *, local: bool, refused: Callable[[BaseException], Exception]) -> list[int]:
