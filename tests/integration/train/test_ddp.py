@@ -10,27 +10,35 @@ import pytest
 from dlperf.cli.main import main
 from dlperf.errors import TrainError
 from dlperf.measure.env import usable_cores
-from dlperf.train.ddp import DdpConfig, launch, run_ddp
+from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, launch
 from dlperf.train.loop import StepConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_two_gloo_processes_report_scaling_communication_and_buckets() -> None:
-    config = StepConfig(batch_size=32)
-    result = run_ddp("zoo:mlp", config, DdpConfig(nproc=2, steps=4, warmup_steps=1, threads_per_process=1,
-                                                  timeout_s=300))
+def test_two_gloo_processes_report_scaling_communication_and_buckets_at_the_threads_asked_for(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the CLI (it calls `run_ddp`): one launch of each size is ~10 s here, so one test checks both what the
+    result holds and that `--threads` reaches the ranks."""
+    threads = usable_cores() // 2 + 1  # never the default (usable CPUs // nproc)
+    code = main(["train", "zoo:mlp", "--nproc", "2", "--threads", str(threads), "--batch-size", "32", "--steps", "4",
+                 "--warmup", "1", "--json", "--store", str(tmp_path / "s.db")])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)["result"]
+    result = DdpResult(data["workload"], data["backend"], data["threads_per_process"], data["bucket_cap_mb"],
+                       RankStats.from_dict(data["single"]), RankStats.from_dict(data["multi"]), data["findings"])
+    assert result.threads_per_process == threads
     assert result.single.world_size == 1 and result.multi.world_size == 2
     assert result.backend == "gloo"
     assert len(result.multi.per_rank_step_s) == 2
     assert result.multi.step_s == max(result.multi.per_rank_step_s)
-    assert result.scaling_efficiency == pytest.approx(
+    assert data["scaling_efficiency"] == pytest.approx(
         (2 * 32 / result.multi.step_s) / (2 * 32 / result.single.step_s))
     # zoo:mlp: (64*256 + 256 + 256*256 + 256 + 256*10 + 10) fp32 gradients, one 25 MiB bucket
     assert result.multi.gradient_bytes == (64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10) * 4
     assert result.multi.buckets == 1
     assert result.multi.allreduce_s > 0
-    assert 0.0 <= result.comm_share < 1.0
+    assert 0.0 <= data["comm_share"] < 1.0
     assert any("one bucket" in f for f in result.findings)
 
 
@@ -84,15 +92,6 @@ def test_a_failing_rank_reports_its_error_not_torchruns_summary(tmp_path: Path) 
     assert message.startswith("torchrun with 1 process(es) failed (exit 1):\n")
     assert f"WorkloadError: workload file '{workload}' defines no workload" in message
     assert "Traceback" not in message and "error_file" not in message
-
-
-def test_cli_runs_the_ranks_with_the_threads_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    threads = usable_cores() // 2 + 1  # never the default (usable CPUs // nproc)
-    code = main(["train", "zoo:mlp", "--nproc", "2", "--threads", str(threads), "--steps", "2", "--warmup", "0",
-                 "--json", "--store", str(tmp_path / "s.db")])
-    assert code == 0
-    result = json.loads(capsys.readouterr().out)["result"]
-    assert result["threads_per_process"] == threads
 
 
 def test_a_failed_scaling_launch_keeps_the_one_process_figures(tmp_path: Path,
