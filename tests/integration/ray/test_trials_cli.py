@@ -194,7 +194,10 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     store_path, workdir, log = tmp_path / "runs.db", tmp_path / "work", tmp_path / "optimize.log"
     argv = ["optimize", "zoo:mlp", "--executor", "ray", "--store", str(store_path), "--workdir", str(workdir),
             "--passes", "hygiene,dynamic_int8", "--max-depth", "1", "--min-duration", "0.5s", "--time-budget", "10m"]
-    with cli_process(argv, log) as proc:
+    # the GCS finds the killed raylet in ~5 s instead of ~15 (its default health check: every 3 s, dead after 5
+    # failures); a check's own timeout stays at Ray's 10 s, so a node slow to answer on a busy machine is not dead
+    env = {**os.environ, "RAY_health_check_period_ms": "1000"}
+    with cli_process(argv, log, env=env) as proc:
         baseline = Candidate().key
         wait_until(lambda: proc.poll() is not None or any(
             f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
@@ -219,7 +222,7 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     # the same command again resumes it (it started afresh, measuring the baseline again): what finished taken over,
     # the candidate it stopped at measured
     again = subprocess.run([sys.executable, "-m", "dlperf.cli.main", *argv], capture_output=True, text=True,
-                           timeout=300)
+                           timeout=300, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resuming run {search.id}" in again.stderr, again.stderr
     resumed = Store(store_path).list(kind="optimize", limit=None)[0]
