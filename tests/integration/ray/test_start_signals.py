@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from ..serve.helpers import cli_process, free_port, wait_until
+from .processes import all_gone, descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -103,11 +104,7 @@ def test_sigterm_while_a_local_instance_starts_ends_serve_before_ray_serve_start
     names: dict[int, str] = {}
 
     def collect() -> bool:
-        try:
-            children = psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            children = []
-        for p in children:
+        for p in descendants(proc.pid):
             seen.setdefault(p.pid, p)
             with contextlib.suppress(psutil.Error):  # again each time: a child between fork and exec is 'python'
                 names[p.pid] = p.name()
@@ -128,16 +125,7 @@ def test_sigterm_while_a_local_instance_starts_ends_serve_before_ray_serve_start
     assert "raylet" in names.values(), names  # Ray did finish starting: the case where Serve would have come next
     assert "Started Serve" not in text, text  # Ray Serve's controller logs it as serve.start runs
 
-    def all_gone() -> bool:
-        for p in seen.values():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    return False
-            except psutil.NoSuchProcess:
-                continue
-        return True
-
-    wait_until(all_gone, 60, "the local instance's processes to exit")
+    wait_until(lambda: all_gone(list(seen.values())), 60, "the local instance's processes to exit")
 
 
 NOTING_CALLER = """

@@ -19,6 +19,7 @@ from dlperf.optimize.space import Candidate
 from dlperf.store.db import Store
 
 from ..serve.helpers import cli_process, free_port, wait_until
+from .processes import all_gone, descendants
 from .refusal import refusal_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,13 +33,6 @@ def test_an_address_nothing_answers_at_is_refused_in_one_line(tmp_path: Path) ->
                            "Connection refused; give the head node's address as `ray start --head` prints it"), line
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _cmdline(process: psutil.Process) -> str:
     """The process's command line, '' once it has exited (a trial's child process comes and goes)."""
     try:
@@ -46,15 +40,6 @@ def _cmdline(process: psutil.Process) -> str:
     except psutil.Error:
         return ""
 
-
-def _all_gone(processes: list[psutil.Process]) -> bool:
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
 
 
 CONNECT_DELAYS_S = (0.1, 0.3, 0.6)
@@ -89,7 +74,7 @@ def test_ctrl_c_as_the_local_instance_connects_exits_130_without_a_crash(tmp_pat
                     started_now = "Started a local Ray instance" in log.read_text()
                     assert proc.poll() is None, (delay_s, log.read_text())
                     if started_now:
-                        seen[delay_s] = _descendants(proc.pid)
+                        seen[delay_s] = descendants(proc.pid)
                         started[delay_s] = time.monotonic()
                 elif time.monotonic() >= started[delay_s] + delay_s:
                     proc.send_signal(signal.SIGINT)
@@ -100,7 +85,7 @@ def test_ctrl_c_as_the_local_instance_connects_exits_130_without_a_crash(tmp_pat
         text = log.read_text()
         assert codes[delay_s] == 130, (delay_s, text)
         assert text.strip().splitlines()[-1].startswith("interrupted") and "Traceback" not in text, (delay_s, text)
-    wait_until(lambda: _all_gone([p for processes in seen.values() for p in processes]), 60,
+    wait_until(lambda: all_gone([p for processes in seen.values() for p in processes]), 60,
                "the local instances' processes to exit")
 
 
@@ -120,7 +105,7 @@ def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no
         wait_until(lambda: proc.poll() is not None or any(
             f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
         assert proc.poll() is None, log.read_text()
-        ray_processes = _descendants(proc.pid)  # the local instance: its GCS, raylet, and the trial's worker
+        ray_processes = descendants(proc.pid)  # the local instance: its GCS, raylet, and the trial's worker
         trial_workers = [p for p in ray_processes if "default_worker" in _cmdline(p) or _cmdline(p).startswith("ray::")]
         assert ray_processes and trial_workers, [_cmdline(p) for p in ray_processes]
         proc.send_signal(signal.SIGTERM)
@@ -135,7 +120,7 @@ def test_sigterm_during_a_search_on_a_local_instance_keeps_the_run_and_leaves_no
     assert search.status == "interrupted" and search.config["executor"] == "ray"  # the record said neither
     candidates = {c.config["label"]: c.status for c in store.list(kind="candidate", parent_id=search.id, limit=None)}
     assert candidates == {"baseline": "ok", "hygiene": "interrupted"}
-    wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+    wait_until(lambda: all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
 
 
 def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path: Path) -> None:
@@ -146,7 +131,7 @@ def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path
     names: dict[int, str] = {}
 
     def collect() -> bool:
-        for p in _descendants(proc.pid):
+        for p in descendants(proc.pid):
             seen.setdefault(p.pid, p)
             # read again each time: a child caught between fork and exec is still named 'python'
             with contextlib.suppress(psutil.Error):
@@ -163,7 +148,7 @@ def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path
     assert proc.returncode == 128 + signal.SIGTERM, text
     assert text.strip().splitlines()[-1] == "terminated by SIGTERM" and "Traceback" not in text, text
     assert {"gcs_server", "raylet"} <= set(names.values()), names
-    wait_until(lambda: _all_gone(list(seen.values())), 60, "the local instance's processes to exit")
+    wait_until(lambda: all_gone(list(seen.values())), 60, "the local instance's processes to exit")
 
 
 def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) -> None:
@@ -202,7 +187,7 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
         wait_until(lambda: proc.poll() is not None or any(
             f.parent.name != baseline for f in workdir.glob("*/*/ray-trial-1.json")), 300, "the second trial to start")
         assert proc.poll() is None, log.read_text()
-        ray_processes = _descendants(proc.pid)
+        ray_processes = descendants(proc.pid)
         (raylet,) = [p for p in ray_processes if p.name() == "raylet"]
         raylet.kill()
         code = proc.wait(timeout=180)
@@ -218,7 +203,7 @@ def test_a_local_instance_whose_node_dies_mid_trial_says_so_and_the_same_command
     first = {c.config["label"]: c.status for c in candidates}
     # the candidate the search stopped at: failed, no result
     assert first["baseline"] == "ok" and "failed" in first.values(), first
-    wait_until(lambda: _all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
+    wait_until(lambda: all_gone(ray_processes), 60, "the local Ray instance's processes to exit")
     # the same command again resumes it (it started afresh, measuring the baseline again): what finished taken over,
     # the candidate it stopped at measured
     again = subprocess.run([sys.executable, "-m", "dlperf.cli.main", *argv], capture_output=True, text=True,
