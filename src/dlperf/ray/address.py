@@ -194,7 +194,7 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
     with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere its handler comes and is undone after
         import ray._private.utils as utils
     own_setter = getattr(utils, "set_sigterm_handler", None)
-    # a signal the caller ignores (SIG_IGN: `nohup`, a shell's background job's SIGINT) stays ignored: held, it was
+    # a signal the caller ignores (SIG_IGN: a shell script's background job has SIGINT so) stays ignored: held, it was
     # announced as stopping the command and ended it 30 s later
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)
              if signal.getsignal(s) is not signal.SIG_IGN}

@@ -14,7 +14,7 @@ SCRIPT = """
 import json, os, signal, time
 from dlperf.ray.address import signals_held_while_ray_starts
 
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `nohup` or a shell's background job has it
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell script's background job has it
 with signals_held_while_ray_starts() as held:
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGTERM)
