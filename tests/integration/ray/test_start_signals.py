@@ -137,8 +137,18 @@ noted = []
 signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))  # notes it, as a server loop would
 
 
+def gcs_runs():
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.name() == "gcs_server":
+                return True
+        except psutil.Error:  # a child that came and went
+            pass
+    return False
+
+
 def sigterm_once_the_gcs_runs():
-    while not any(p.name() == "gcs_server" for p in psutil.Process().children(recursive=True)):
+    while not gcs_runs():
         time.sleep(0.05)
     os.kill(os.getpid(), signal.SIGTERM)
 
