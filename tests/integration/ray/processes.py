@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+
 import psutil
 
 
@@ -22,3 +25,27 @@ def all_gone(processes: list[psutil.Process]) -> bool:
         except psutil.NoSuchProcess:
             continue
     return True
+
+
+class Watched:
+    """Every process seen under a running command (`look()` while it runs), with the name each last had: a child
+    caught between fork and exec is still named 'python', so names are read again at each look."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.seen: dict[int, psutil.Process] = {}
+        self.names: dict[int, str] = {}
+
+    def look(self) -> bool:
+        """Record what runs under the command now; True once the command has exited."""
+        for p in descendants(self.proc.pid):
+            self.seen.setdefault(p.pid, p)
+            with contextlib.suppress(psutil.Error):
+                self.names[p.pid] = p.name()
+        return self.proc.poll() is not None
+
+    def named(self) -> set[str]:
+        return set(self.names.values())
+
+    def all_gone(self) -> bool:
+        return all_gone(list(self.seen.values()))

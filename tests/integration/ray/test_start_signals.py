@@ -5,7 +5,6 @@ start Ray Serve before it looked."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,11 +15,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from ..serve.helpers import cli_process, free_port, wait_until
-from .processes import all_gone, descendants
+from .processes import Watched
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -100,32 +98,22 @@ def test_sigterm_while_a_local_instance_starts_ends_serve_before_ray_serve_start
     looked, then said 'while deploying on Ray Serve: the deployment was removed'. It stops before Serve now."""
     pytest.importorskip("ray.serve")
     log = tmp_path / "serve.log"
-    seen: dict[int, psutil.Process] = {}
-    names: dict[int, str] = {}
-
-    def collect() -> bool:
-        for p in descendants(proc.pid):
-            seen.setdefault(p.pid, p)
-            with contextlib.suppress(psutil.Error):  # again each time: a child between fork and exec is 'python'
-                names[p.pid] = p.name()
-        return proc.poll() is not None
-
     with cli_process(["serve", "zoo:mlp", "--ray", "--port", str(free_port())], log,
                      env={**os.environ, "RAY_ADDRESS": ""}) as proc:
+        watched = Watched(proc)
         # the GCS is the first thing ray.init starts; it returns seconds later, once the raylet and agents run
-        wait_until(lambda: collect() or "gcs_server" in names.values(), 120, "the local instance's GCS")
+        wait_until(lambda: watched.look() or "gcs_server" in watched.named(), 120, "the local instance's GCS")
         assert proc.poll() is None, log.read_text()
         proc.send_signal(signal.SIGTERM)
-        wait_until(collect, 120, "the command to exit")
+        wait_until(watched.look, 120, "the command to exit")
     text = log.read_text()
     assert "stopping once Ray has finished starting" in text, text  # held while ray.init ran, as meant
     assert proc.returncode == 128 + signal.SIGTERM, text
     assert text.strip().splitlines()[-1] == "interrupted by SIGTERM while Ray was starting: nothing was deployed", text
     assert "Traceback" not in text, text
-    assert "raylet" in names.values(), names  # Ray did finish starting: the case where Serve would have come next
+    assert "raylet" in watched.named(), watched.names  # Ray did finish starting: where Serve would have come next
     assert "Started Serve" not in text, text  # Ray Serve's controller logs it as serve.start runs
-
-    wait_until(lambda: all_gone(list(seen.values())), 60, "the local instance's processes to exit")
+    wait_until(watched.all_gone, 60, "the local instance's processes to exit")
 
 
 NOTING_CALLER = """

@@ -19,7 +19,7 @@ from dlperf.optimize.space import Candidate
 from dlperf.store.db import Store
 
 from ..serve.helpers import cli_process, free_port, wait_until
-from .processes import all_gone, descendants
+from .processes import Watched, all_gone, descendants
 from .refusal import refusal_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -127,28 +127,18 @@ def test_sigterm_while_the_local_instance_starts_exits_143_and_stops_it(tmp_path
     """Ray's own SIGTERM handler, set at the start of ray.init, made it exit 15, and the instance's agents were left
     running (orphaned) after both SIGTERM and Ctrl-C there."""
     log = tmp_path / "optimize.log"
-    seen: dict[int, psutil.Process] = {}
-    names: dict[int, str] = {}
-
-    def collect() -> bool:
-        for p in descendants(proc.pid):
-            seen.setdefault(p.pid, p)
-            # read again each time: a child caught between fork and exec is still named 'python'
-            with contextlib.suppress(psutil.Error):
-                names[p.pid] = p.name()
-        return proc.poll() is not None
-
     with cli_process(["optimize", "zoo:mlp", "--executor", "ray", "--store", str(tmp_path / "runs.db")], log) as proc:
-        wait_until(lambda: collect() or "raylet" in names.values(), 120,
+        watched = Watched(proc)
+        wait_until(lambda: watched.look() or "raylet" in watched.named(), 120,
                    "the local instance to start its raylet")
         assert proc.poll() is None, log.read_text()
         proc.send_signal(signal.SIGTERM)
-        wait_until(collect, 120, "the command to exit")
+        wait_until(watched.look, 120, "the command to exit")
     text = log.read_text()
     assert proc.returncode == 128 + signal.SIGTERM, text
     assert text.strip().splitlines()[-1] == "terminated by SIGTERM" and "Traceback" not in text, text
-    assert {"gcs_server", "raylet"} <= set(names.values()), names
-    wait_until(lambda: all_gone(list(seen.values())), 60, "the local instance's processes to exit")
+    assert {"gcs_server", "raylet"} <= watched.named(), watched.names
+    wait_until(watched.all_gone, 60, "the local instance's processes to exit")
 
 
 def test_after_ray_shuts_down_sigterm_still_reaches_the_handler(tmp_path: Path) -> None:
