@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.ray.address import (
@@ -141,9 +141,11 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ServingError(reason)
 
 
-_INTERRUPTED = {"deploying": "while deploying on Ray Serve: the deployment was removed",
-                "starting": "while Ray was starting: nothing was deployed",
-                "start failed": "while Ray was starting (it failed to): nothing was deployed"}
+InterruptedWhen = Literal["deploying", "starting", "start failed"]
+_INTERRUPTED: dict[InterruptedWhen, str] = {
+    "deploying": "while deploying on Ray Serve: the deployment was removed",
+    "starting": "while Ray was starting: nothing was deployed",
+    "start failed": "while Ray was starting (it failed to): nothing was deployed"}
 
 
 class DeployInterrupted(ServingError):
@@ -151,7 +153,7 @@ class DeployInterrupted(ServingError):
     ("starting": Ray was shut down again before Serve started) or started and failed to ("start failed"): nothing was
     deployed."""
 
-    def __init__(self, signum: int, when: str = "deploying") -> None:
+    def __init__(self, signum: int, when: InterruptedWhen = "deploying") -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name} {_INTERRUPTED[when]}")
         self.signum = signum
 
