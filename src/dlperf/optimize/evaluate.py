@@ -543,8 +543,10 @@ STARTUP_TIMEOUT_S = 180.0
 
 def run_isolated(target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
                  memory_limit_bytes: int | None = None,
-                 on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_phase: Callable[[str], None] | None = None,
+                 on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run `target` ('evaluate', 'confirm' or 'versus') in a child process; always returns a result dict.
+    `on_start` gets the child's pid once it runs, `on_phase` each phase it reaches.
 
     A child that exceeds `timeout_s` (counted from its first message, so starting the process server is
     not charged to it), or whose process tree exceeds `memory_limit_bytes` of RSS, is killed with its
@@ -570,6 +572,8 @@ def run_isolated(target: str, payload: dict[str, Any], log_path: Path, timeout_s
     except psutil.Error:
         ps = None
     try:
+        if on_start is not None and proc.pid is not None:
+            on_start(proc.pid)
         while True:
             try:
                 if reader.poll(0.05):

@@ -1,12 +1,17 @@
 """Optimization trials on a Ray cluster: one timing trial per node at a time, retried elsewhere if a worker dies.
 
-Each trial runs in a fresh Ray worker process (max_calls=1), which runs it as the local executor does (a child
-process, with its timeout and memory limit), and holds the node's `dlperf_timing` resource (1 per node) while it
-runs, so two timing trials never share a node. Before a node gets trials it is probed: its environment
-(`capture_environment` there) and whether it sees the search's work folder. Only nodes with the same hardware as
-the majority, and that see the work folder, and have a CPU for a trial, get trials; the others are left out with a
-note. A trial whose worker or node dies is submitted again (to another node when one is free); what was measured
-already is in the store.
+Each trial runs in a Ray worker process, which runs it as the local executor does (a child process forked from a
+server with torch imported, with its timeout and memory limit), and holds the node's `dlperf_timing` resource (1
+per node) while it runs, so two timing trials never share a node. Before a node gets trials it is probed: its
+environment (`capture_environment` there) and whether it sees the search's work folder. Only nodes with the same
+hardware as the majority, and that see the work folder, and have a CPU for a trial, get trials; the others are left
+out with a note. A trial whose worker or node dies is submitted again (to another node when one is free); what was
+measured already is in the store.
+
+Ray reuses a worker for later trials, and with it the worker's process server: torch is imported once per worker, as
+the local executor imports it once per search. Each trial still gets a fresh child process, so nothing of one
+candidate reaches the next. A fresh worker per trial (`max_calls=1` before) started a new process server, importing
+torch, for every trial.
 """
 
 from __future__ import annotations
@@ -87,32 +92,57 @@ def probe_node(marker: str | None) -> dict[str, Any]:
             "sees_workdir": marker is None or Path(marker).exists()}
 
 
-def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
-              memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
-    """Runs in a fresh Ray worker: the trial exactly as the local executor runs it (`run_isolated`: a child process
-    forked from a server with torch imported, its timeout and memory limit, its failure reports), plus where it ran.
+_server_omp: list[str | None] = []
+"""The OMP_NUM_THREADS this worker's process server started with (empty until a trial here started one)."""
 
-    The trial ran in the Ray worker itself, whose process also holds Ray's core worker: every peak RSS came out about
-    118 MiB above the local executor's (zoo:mlp's baseline: 296 MiB on Ray, 178 MiB locally), its timing loop shared
-    the process with Ray's threads, and a crash of the candidate took the worker down."""
-    # Ray caps OMP_NUM_THREADS at the task's CPUs; a local child inherits the caller's value instead (the process
-    # server that forks the child starts from this environment, and torch reads it when imported there).
+
+@contextlib.contextmanager
+def child_environment(omp_num_threads: str | None) -> Iterator[None]:
+    """The caller's OMP_NUM_THREADS for the trial's child, while it runs: Ray caps it at the task's CPUs, and a local
+    child inherits the caller's value (the process server that forks the child starts from this environment, and
+    torch reads it when imported there). Ray reuses this worker for later trials, and with it the process server, so
+    a server started with another value (by an earlier trial, or by other code in this worker) is stopped first, and
+    the next child starts a new one."""
     if omp_num_threads is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp_num_threads
+    if _server_omp != [omp_num_threads]:
+        from multiprocessing import forkserver
+
+        stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+        if stop is not None:  # CPython's forkserver (3.8+): stops its server if one runs
+            stop()
+    try:
+        yield
+    finally:
+        _server_omp[:] = [omp_num_threads]
+
+
+def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
+              memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
+    """Runs in a Ray worker: the trial exactly as the local executor runs it (`run_isolated`: a child process forked
+    from a server with torch imported, its timeout and memory limit, its failure reports), plus where it ran.
+
+    The trial ran in the Ray worker itself, whose process also holds Ray's core worker: every peak RSS came out about
+    118 MiB above the local executor's (zoo:mlp's baseline: 296 MiB on Ray, 178 MiB locally), its timing loop shared
+    the process with Ray's threads, and a crash of the candidate took the worker down."""
     from dlperf.measure.env import capture_environment
     from dlperf.optimize.evaluate import run_isolated
 
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
+    # Lets an operator (or a test) see which worker process runs which trial, and then which process is the candidate.
     identity = _node_identity()
-    # Lets an operator (or a test) see which worker process runs which trial.
-    write_text_atomic(trial_file(log.parent, attempt, "json"), json.dumps({**identity, "attempt": attempt}))
+    info = {**identity, "attempt": attempt}
+    where = trial_file(log.parent, attempt, "json")
+    write_text_atomic(where, json.dumps(info))
     phase = trial_file(log.parent, attempt, "phase")
     started = time.monotonic()
-    result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,
-                          on_phase=lambda name: write_text_atomic(phase, name))
+    with child_environment(omp_num_threads):
+        result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,
+                              on_phase=lambda name: write_text_atomic(phase, name),
+                              on_start=lambda pid: write_text_atomic(where, json.dumps({**info, "candidate_pid": pid})))
     env = capture_environment()
     result["trial_wall_s"] = time.monotonic() - started
     result["node"] = {**identity, "hardware_key": env.hardware_key}
@@ -255,10 +285,9 @@ class RayExecutor:
                     raise
             self._owns = True
         self.name = "ray" if self._owns else f"ray:{joined_address(address)}"
-        # max_calls=1: a fresh worker process per trial, as a local child; our own loop does the retries
-        self._trial = ray.remote(max_calls=1, max_retries=0, num_cpus=trial_cpus,
-                                 resources={TIMING_RESOURCE: 1})(run_trial)
-        self._probe = ray.remote(max_calls=1, max_retries=0, num_cpus=0)(probe_node)
+        # our own loop does the retries; Ray reuses a worker for later trials (each trial forks a fresh child)
+        self._trial = ray.remote(max_retries=0, num_cpus=trial_cpus, resources={TIMING_RESOURCE: 1})(run_trial)
+        self._probe = ray.remote(max_retries=0, num_cpus=0)(probe_node)
         self.nodes: dict[str, NodeInfo] = {}
         self.excluded: dict[str, str] = {}
         self.hardware_key: str | None = None

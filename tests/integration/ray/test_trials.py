@@ -156,8 +156,8 @@ def test_map_runs_one_trial_per_node_at_once_and_kills_hung_or_cancelled_trials(
         assert set(results) == {"a", "b"}
         assert all(r["status"] == "failed" and r.get("timed_out") for r in results.values())
         assert results["a"]["node"]["node_id"] != results["b"]["node"]["node_id"]
-        for name in ("a", "b"):
-            assert _gone(json.loads((tmp_path / "work" / name / "ray-trial-1.json").read_text())["worker_pid"])
+        for name in ("a", "b"):  # the candidates' processes (their workers stay, for the next trials)
+            assert _gone(json.loads((tmp_path / "work" / name / "ray-trial-1.json").read_text())["candidate_pid"])
 
         # Ctrl-C while a trial runs: the trial is cancelled (ray.cancel) and its worker process killed. The
         # interrupt is repeated until it lands: one that arrives while Ray's own code runs may be swallowed
@@ -312,7 +312,7 @@ def test_a_hung_candidate_is_killed_at_its_own_timeout_counted_from_its_start(ra
     assert result["status"] == "failed" and result["timed_out"] and result["attempts"] == 1, result
     assert result["phase"] == "apply"
     assert result["error"].startswith("timed out after 3 s during 'apply' (killed), on Ray node "), result["error"]
-    assert _gone(json.loads((tmp_path / "work" / "hung" / "ray-trial-1.json").read_text())["worker_pid"])
+    assert _gone(json.loads((tmp_path / "work" / "hung" / "ray-trial-1.json").read_text())["candidate_pid"])
     local_job = _hang_job(tmp_path, "hung-local", 3.0)
     local = LocalExecutor().run(local_job.target, local_job.payload, local_job.log_path, local_job.timeout_s)
     assert local["error"] == "timed out after 3 s during 'apply' (killed)"

@@ -1,0 +1,51 @@
+"""A Ray worker runs one trial after another, forking each trial's child from one process server (torch imported
+once): the server is kept while the caller's OMP_NUM_THREADS stays the same, and started again when it changes,
+since a child inherits the server's environment, not the worker's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from dlperf.optimize.evaluate import mp_context
+
+pytestmark = pytest.mark.unit
+
+
+def _report(conn: Any) -> None:
+    import torch
+
+    conn.send((os.environ.get("OMP_NUM_THREADS"), os.getppid(), torch.get_num_threads()))
+    conn.close()
+
+
+def _child_sees() -> tuple[str | None, int, int]:
+    ctx = mp_context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_report, args=(writer,))
+    proc.start()
+    writer.close()
+    try:
+        seen: tuple[str | None, int, int] = reader.recv()
+    finally:
+        proc.join(30)
+    return seen
+
+
+def test_one_server_per_thread_count_and_the_child_gets_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
+    if "forkserver" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("no forkserver here: each child is spawned with this process's environment")
+    from dlperf.ray import trials
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # Ray's cap, say, in the worker; restored after the test
+    monkeypatch.setattr(trials, "_server_omp", [])
+    seen = []
+    for omp in ("1", "1", "2", None):
+        with trials.child_environment(omp):
+            seen.append(_child_sees())
+    assert [s[0] for s in seen] == ["1", "1", "2", None]
+    assert [s[2] for s in seen[:3]] == [1, 1, 2]  # what torch, imported in the server, runs with
+    servers = [s[1] for s in seen]
+    assert servers[0] == servers[1] and len(set(servers)) == 3, servers  # kept for the same value, not for another
