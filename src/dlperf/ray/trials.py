@@ -98,8 +98,8 @@ _server_omp: list[str | None] = []
 
 @contextlib.contextmanager
 def child_environment(omp_num_threads: str | None) -> Iterator[None]:
-    """The caller's OMP_NUM_THREADS for the trial's child, while it runs: Ray caps it at the task's CPUs, and a local
-    child inherits the caller's value (the process server that forks the child starts from this environment, and
+    """Sets the caller's OMP_NUM_THREADS for the trial's child: Ray caps it at the task's CPUs, and a local child
+    inherits the caller's value (the process server that forks the child starts from this environment, and
     torch reads it when imported there). Ray reuses this worker for later trials, and with it the process server, so
     a server started with another value (by an earlier trial, or by other code in this worker) is stopped first, and
     the next child starts a new one."""

@@ -42,9 +42,14 @@ def test_one_server_per_thread_count_and_the_child_gets_the_callers(monkeypatch:
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # Ray's cap, say, in the worker; restored after the test
     monkeypatch.setattr(trials, "_server_omp", [])
     seen = []
-    for omp in ("1", "1", "2", None):
-        with trials.child_environment(omp):
-            seen.append(_child_sees())
+    try:
+        for omp in ("1", "1", "2", None):
+            with trials.child_environment(omp):
+                seen.append(_child_sees())
+    finally:  # later tests in this process start a server from their own environment
+        from multiprocessing import forkserver
+
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
     assert [s[0] for s in seen] == ["1", "1", "2", None]
     assert [s[2] for s in seen[:3]] == [1, 1, 2]  # what torch, imported in the server, runs with
     servers = [s[1] for s in seen]
