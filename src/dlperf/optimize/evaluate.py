@@ -537,6 +537,16 @@ def mp_context() -> Any:
     return mp.get_context("spawn")
 
 
+def stop_process_server() -> None:
+    """Stop this process's forkserver if one runs; the next child starts a new one from the environment then. (It
+    keeps the environment it started with, which a child inherits, not this process's.)"""
+    from multiprocessing import forkserver
+
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is not None:  # CPython's forkserver (3.8+)
+        stop()
+
+
 STARTUP_TIMEOUT_S = 180.0
 """How long a child may take to start (the forkserver imports torch once); not charged to the candidate."""
 

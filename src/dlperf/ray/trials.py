@@ -108,11 +108,9 @@ def child_environment(omp_num_threads: str | None) -> Iterator[None]:
     else:
         os.environ["OMP_NUM_THREADS"] = omp_num_threads
     if _server_omp != [omp_num_threads]:
-        from multiprocessing import forkserver
+        from dlperf.optimize.evaluate import stop_process_server
 
-        stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
-        if stop is not None:  # CPython's forkserver (3.8+): stops its server if one runs
-            stop()
+        stop_process_server()
     try:
         yield
     finally:

@@ -4,12 +4,13 @@ since a child inherits the server's environment, not the worker's."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from typing import Any
 
 import pytest
 
-from dlperf.optimize.evaluate import mp_context
+from dlperf.optimize.evaluate import mp_context, stop_process_server
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +36,7 @@ def _child_sees() -> tuple[str | None, int, int]:
 
 
 def test_one_server_per_thread_count_and_the_child_gets_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    if "forkserver" not in __import__("multiprocessing").get_all_start_methods():
+    if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("no forkserver here: each child is spawned with this process's environment")
     from dlperf.ray import trials
 
@@ -47,9 +48,7 @@ def test_one_server_per_thread_count_and_the_child_gets_the_callers(monkeypatch:
             with trials.child_environment(omp):
                 seen.append(_child_sees())
     finally:  # later tests in this process start a server from their own environment
-        from multiprocessing import forkserver
-
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+        stop_process_server()
     assert [s[0] for s in seen] == ["1", "1", "2", None]
     assert [s[2] for s in seen[:3]] == [1, 1, 2]  # what torch, imported in the server, runs with
     servers = [s[1] for s in seen]
