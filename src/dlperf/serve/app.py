@@ -70,7 +70,15 @@ def create_app(state: ServerState) -> _InferFirst:
 
     async def model_ready(request: Request) -> Reply:
         p = request.path_params
-        state.entry(p["model"], p.get("version"))
+        try:
+            state.entry(p["model"], p.get("version"))
+        except ProtocolError as exc:
+            if state.authorized(request.headers):
+                raise
+            # public (a probe sends no token): without the token it does not list the models served or their versions
+            version = f" version '{p['version']}'" if p.get("version") else ""
+            raise ProtocolError(f"unknown model '{p['model']}'{version} (with the server's token the error "
+                                "names the models it serves)", exc.status) from None
         return Reply(200, b"") if state.ready else error_reply(400, f"model '{p['model']}' is not ready")
 
     async def server_metadata(request: Request) -> Reply:
@@ -122,16 +130,30 @@ def create_app(state: ServerState) -> _InferFirst:
             return error_reply(503, "server is shutting down: send the request to another replica")
         state.in_flight += 1
         state.received += 1
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine the event loop runs
         try:
+            state.reading[task] = None
             try:
                 body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers),
                                         into)
-            except asyncio.CancelledError:  # Ray Serve cancels a request whose client went away, even mid-body
-                variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
-                raise
+            except asyncio.CancelledError:
+                cut = state.reading.get(task)
+                if cut is None:  # Ray Serve cancels a request whose client went away, even mid-body
+                    variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
+                    raise
+                # the exit timeout ended the read (`ServerState.cut_waiting`): answered, not cancelled (Python 3.10
+                # keeps no count of cancellations to take back)
+                uncancel = getattr(task, "uncancel", None)
+                if uncancel is not None:
+                    uncancel()
+                variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
+                return error_reply(503, f"{cut} (its body was still arriving)")
             except ClientGone as exc:  # no one reads this reply
                 variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
                 return error_reply(400, str(exc))
+            finally:
+                del state.reading[task]
             return await state.infer(entry, variant, body, headers, start_ns, watch)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
@@ -169,7 +191,11 @@ def create_app(state: ServerState) -> _InferFirst:
             Route(base + "/stats", guarded(stats), methods=get),
             Route(base + "/infer", guarded(infer), methods=post),
         ]
-    return _InferFirst(Starlette(routes=routes, exception_handlers={HTTPException: _route_error}), state, infer_reply)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _route_error})
+    # a path with a trailing slash got a 307 to the one without, with an empty body, which tritonclient does not
+    # follow: now a 404 whose JSON error names the path to use
+    app.router.redirect_slashes = False
+    return _InferFirst(app, state, infer_reply)
 
 
 async def _route_error(request: Request, exc: Exception) -> Response:
@@ -179,8 +205,13 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     headers = dict(exc.headers or {}) if isinstance(exc, HTTPException) else {}
     where = f"{request.method} {request.url.path}"
     extension = request.url.path.split("/")[2] if request.url.path.startswith("/v2/") else ""
+    trimmed = request.url.path.rstrip("/")
     if status == 404 and extension in NOT_OFFERED:
         message = f"no endpoint at {where}: {NOT_OFFERED[extension]}"
+    elif status == 404 and trimmed != request.url.path and trimmed and (
+            _infer_target(trimmed) is not None
+            or any(getattr(r, "path_regex", None) and r.path_regex.match(trimmed) for r in request.app.router.routes)):
+        message = f"no endpoint at {where}: drop the trailing slash ({trimmed})"
     elif status == 404:
         message = (f"no endpoint at {where}: this server speaks KServe v2 under /v2 (e.g. /v2/health/ready, "
                    "/v2/models/NAME, POST /v2/models/NAME/infer) and serves /metrics")

@@ -9,6 +9,7 @@ and a batch's tensors never cross a process boundary (docs/serve.md has the meas
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,8 @@ from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import Batcher, Work
 from dlperf.serve.metrics import DEFAULT_VARIANT, Recorder
 from dlperf.serve.protocol import BF16, ProtocolError, Tensor, datatype_of_name, random_array
+
+log = logging.getLogger("dlperf.serve")
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 """One instance's model call: input arrays in signature order -> output arrays in signature order."""
@@ -279,6 +282,7 @@ def validate_inputs(model: ServedModel, inputs: list[Tensor],
         raise ProtocolError(f"unknown input '{unknown[0]}' for model '{model.name}': its inputs are {expected}")
     arrays = []
     batch = None
+    first = ""  # the input that set `batch`
     key: list[Any] = []
     batching = model.batched and max_batch > 0
     for spec in model.signature.inputs:
@@ -301,10 +305,10 @@ def validate_inputs(model: ServedModel, inputs: list[Tensor],
             )
         if model.batched:
             if batch is None:
-                batch = shape[0]
+                batch, first = shape[0], spec.name
             elif shape[0] != batch:
                 raise ProtocolError(f"inputs disagree on the batch size: '{spec.name}' has {shape[0]}, "
-                                    f"an earlier input has {batch}")
+                                    f"'{first}' has {batch}")
             key.append((spec.name, tuple(shape[1:])))
         else:
             key.append((spec.name, tuple(shape)))
@@ -334,6 +338,8 @@ class InstancePool:
         self.recorder = recorder
         self.count = count
         self._threads: list[threading.Thread] = []
+        self.failures = _FailureLog()
+        """The model's failed batches, logged (this pool's instances together)."""
 
     def start(self, warmup_batches: Sequence[int] = (1,),
               on_warmup: Callable[[int, int], None] | None = None) -> None:
@@ -404,17 +410,49 @@ class InstancePool:
                 return
             try:
                 run_batch(runner, batch, self.model, self.recorder,
-                          unbatched=self.batcher.policy.max_batch_size == 0)
+                          unbatched=self.batcher.policy.max_batch_size == 0, failures=self.failures)
             finally:
                 self.batcher.release(len(batch))
                 del batch  # not kept (with its input arrays) while waiting for the next one
 
 
+class _FailureLog:
+    """Logs a failed batch on the server, with the model's traceback; only the clients heard of it before (their
+    500's message), and the traceback was lost. The same failure (type and message of the model's exception) is
+    logged again at most every `every_s`, saying how many times it came meanwhile, so a model that fails every
+    batch under load does not flood the log."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, int]] = {}
+        """failure key -> (when it was last logged, how many times it came since without being logged)"""
+
+    def report(self, error: ServingError, exc: BaseException) -> bool:
+        """Log `error` (with `exc`'s traceback) unless the same failure was logged within `every_s`; whether it was."""
+        key = f"{type(exc).__name__}: {exc}"
+        now = self.clock()
+        with self._lock:
+            last, unlogged = self._seen.get(key, (None, 0))
+            if last is not None and now - last < self.every_s:
+                self._seen[key] = (last, unlogged + 1)
+                return False
+            if len(self._seen) > 1000:  # many distinct messages (each naming its own values): keep the set bounded
+                self._seen.clear()
+            self._seen[key] = (now, 0)
+        since = "" if last is None or not unlogged else (
+            f" (the same failure came {unlogged} more time(s) in the last {now - last:.0f} s)")
+        log.error("%s%s", error, since, exc_info=(type(exc), exc, exc.__traceback__))
+        return True
+
+
 def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None = None,
-              unbatched: bool = False) -> None:
+              unbatched: bool = False, failures: _FailureLog | None = None) -> None:
     """Join, run, split; each request gets its slice or, if the batch fails, the error. Never raises.
     `unbatched` (--max-batch-size 0, Triton's max_batch_size 0: the first dimension is part of the tensor, not a
-    batch): each request counts as one inference in the statistics, as Triton counts it."""
+    batch): each request counts as one inference in the statistics, as Triton counts it. `failures`: where a failed
+    batch is logged (an `InstancePool`'s, which logs a repeated failure once a minute); None logs each one."""
     clock = time.monotonic_ns
     t0 = clock()
     items = sum(w.items for w in batch)
@@ -458,6 +496,7 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
             f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
             f"{type(exc).__name__}: {exc}"
         )
+        (failures or _FailureLog(every_s=0.0)).report(error, exc)
         for w in batch:
             w.error = error
             w.error_reason = "BACKEND"

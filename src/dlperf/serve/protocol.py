@@ -295,6 +295,8 @@ def _binary_header_hint(header: bytes, header_length: int | None) -> str | None:
             return None
         return (f"Inference-Header-Content-Length ({header_length}) must be the length in bytes of the JSON part "
                 "that starts the body")
+    if not text[end:].strip():  # the JSON part is all there is: the error was about it (a list, not an object)
+        return None
     json_bytes = len(text[:end].encode())
     if header_length is None:
         return (f"the body has {len(header) - json_bytes} bytes after a JSON part of {json_bytes} bytes: send binary "
@@ -322,7 +324,7 @@ def _parse_json(header: bytes, what: str) -> dict[str, Any]:
         raise ProtocolError(f"the {what} nests its JSON too deeply to be read: send tensor data as one flat list "
                             "(or nested as deep as its shape)") from None
     if not isinstance(obj, dict):
-        raise ProtocolError(f"the {what} must be a JSON object")
+        raise ProtocolError(f"the {what} must be a JSON object, not {_described(obj)}")
     return obj
 
 
@@ -530,7 +532,9 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
         raise ProtocolError(f"{where}: 'data' is null: give the tensor's elements as a (nested) list")
     flat = _flatten(data)
     if count is not None and len(flat) != count:
-        raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements")
+        # a string for a number tensor was "1 data elements for a shape of 64 elements"
+        given = "" if isinstance(data, list) else f" ('data' is {_described(data)}, not a list)"
+        raise ProtocolError(f"{where}: {len(flat)} data elements for a shape of {count} elements{given}")
     if datatype == "BYTES":
         if not all(type(v) is str for v in flat):
             raise ProtocolError(f"{where}: BYTES data must be strings (or send the tensor as binary data)")
@@ -549,7 +553,11 @@ def array_from_json(data: Any, datatype: str, count: int | None, where: str) -> 
         with np.errstate(over="ignore"):  # a finite number cast to infinity is refused below, not logged
             array = np.asarray(flat, dtype=NUMPY_DTYPES[datatype])
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ProtocolError(f"{where}: data does not fit {datatype}: {exc}") from exc
+        bounds = ""
+        if datatype in _INTEGER_TYPES:
+            info = np.iinfo(NUMPY_DTYPES[datatype])
+            bounds = f" (its range is {info.min} to {info.max}; use a wider datatype for larger values)"
+        raise ProtocolError(f"{where}: data does not fit {datatype}: {exc}{bounds}") from exc
     if datatype in FLOAT_DATATYPES and not np.isfinite(array).all():
         _refuse_overflow(flat, array, datatype, where)
     return array

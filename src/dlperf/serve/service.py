@@ -318,6 +318,9 @@ class ServerState:
         """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
         self._waiting: dict[asyncio.Future[Work], tuple[Batcher, Work]] = {}
         """The requests queued or in a running batch, by the future their handler awaits (`cut_waiting`)."""
+        self.reading: dict[asyncio.Task[Any], str | None] = {}
+        """The HTTP handlers still reading their request's body, each with the message `cut_waiting` cancelled it
+        with (None until then): the handler answers that as a 503 (`app.infer_reply`)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
@@ -355,17 +358,25 @@ class ServerState:
         self._set_ready(False)
 
     def cut_waiting(self, why: str | None = None) -> int:
-        """The exit timeout is over (or a second signal came): every request still queued or in a running batch
-        fails now with 503 (UNAVAILABLE; a queued one leaves the queue unrun), so its client gets dlperf's JSON
-        error rather than uvicorn's plain-text 500 when uvicorn cancels the handler. `why` replaces the exit
-        timeout's reason in the message. Runs on the event loop; how many it cut."""
+        """The exit timeout is over (or a second signal came): every request still queued, in a running batch or
+        still sending its body fails now with 503 (UNAVAILABLE; a queued one leaves the queue unrun), so its client
+        gets dlperf's JSON error rather than uvicorn's plain-text 500 when uvicorn cancels the handler. `why`
+        replaces the exit timeout's reason in the message. Runs on the event loop; how many it cut."""
         why = why or ("the request did not finish within the exit timeout "
                       f"(--exit-timeout-s {self.config.exit_timeout_s:g})")
+        message = f"server is shutting down: {why}; send it again to another replica"
         cut = 0
         for future, (batcher, work) in list(self._waiting.items()):
             if not future.done():
                 batcher.withdraw(work)
-                future.set_exception(ShuttingDown(f"server is shutting down: {why}; send it again to another replica"))
+                future.set_exception(ShuttingDown(message))
+                cut += 1
+        # a client still sending its body: its handler waits in receive(), where uvicorn's own cut answered a
+        # plain-text 500 and logged the CancelledError's traceback
+        for task, reason in list(self.reading.items()):
+            if reason is None and not task.done():
+                self.reading[task] = message
+                task.cancel()
                 cut += 1
         return cut
 
@@ -754,7 +765,8 @@ def _decompress(body: bytes | memoryview, encoding: str | None, limit: int) -> b
         size += len(out)
         parts.append(out)
         if size > limit or d.unconsumed_tail:
-            raise ProtocolError(f"the request decompresses to more than {limit} bytes", 413)
+            raise ProtocolError(f"the request decompresses to more than {limit} bytes, the server's limit "
+                                "(--max-request-mb)", 413)
         if not d.eof:
             raise ProtocolError(f"the {coding} body is truncated: its compressed stream ends before its end marker")
         data = d.unused_data.lstrip(b"\0") if coding == "gzip" else d.unused_data  # gzip may pad with zeros

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import threading
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,12 +64,17 @@ def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Ru
     c.close()
 
 
-def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(gated: tuple[Running, Gate]) -> None:
+def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(gated: tuple[Running, Gate],
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
     running, gate = gated
     gate.open.set()
     c = httpclient.InferenceServerClient(running.url)
-    with pytest.raises(InferenceServerException) as info:
+    with caplog.at_level(logging.ERROR, logger="dlperf.serve"), pytest.raises(InferenceServerException) as info:
         c.infer("gated", [_input(-1.0)])
+    # the server's log has it too, with the model's traceback (only the client heard of it before)
+    logged = [r for r in caplog.records if "model 'gated' failed on a batch" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+    assert "poisoned input" in "".join(traceback.format_exception(*logged[0].exc_info))
     assert info.value.status() == "500"
     assert "model 'gated' failed on a batch of 1 item (1 request;" in info.value.message()
     assert "ValueError: poisoned input" in info.value.message()

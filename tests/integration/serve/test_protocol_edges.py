@@ -13,7 +13,7 @@ import pytest
 
 from dlperf.serve.server import Running
 
-from .helpers import batching_mlp_server, mlp_reference, post_json
+from .helpers import batching_mlp_server, get_json, mlp_reference, post_json
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +186,16 @@ def test_an_http_1_0_keep_alive_connection_stays_open_as_triton_s_does(server: R
         status, headers, _ = _exchange(sock, b"GET /v2/health/ready HTTP/1.0\r\n\r\n")
         assert status.endswith("200 OK") and headers["connection"] == "close"
         assert sock.recv(1) == b""
+
+
+def test_a_trailing_slash_is_a_404_naming_the_path_to_use_not_a_redirect(server: Running) -> None:
+    """Starlette answered 307 to the path without the slash, with an empty body, which tritonclient does not follow."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}).encode()
+    status, reply = post_json(f"http://{server.url}/v2/models/mlp/infer/", body)
+    assert status == 404
+    assert reply["error"] == "no endpoint at POST /v2/models/mlp/infer/: drop the trailing slash (/v2/models/mlp/infer)"
+    status, reply = get_json(f"http://{server.url}/v2/health/ready/")
+    assert status == 404 and reply["error"].endswith("drop the trailing slash (/v2/health/ready)")
+    status, reply = get_json(f"http://{server.url}/v2/nothing/")
+    assert status == 404 and "trailing slash" not in reply["error"]
+    assert reply["error"].startswith("no endpoint at GET /v2/nothing/: this server speaks KServe v2 under /v2")

@@ -20,6 +20,7 @@ from .helpers import (
     BAD_MLP_INPUTS,
     MLP_MAX_BATCH,
     batching_mlp_server,
+    get_json,
     get_text,
     http_status,
     mlp_reference,
@@ -194,6 +195,13 @@ def test_bearer_token_protects_all_but_health() -> None:
         assert http_status(f"{base}/v2/health/live") == 200
         assert http_status(f"{base}/v2/models/mlp/ready") == 200  # the third health call, as over gRPC
         assert http_status(f"{base}/v2/models/mlp/versions/1/ready") == 200
+        # an unknown model there names the models served only to a client with the token
+        for headers, said in (({}, "unknown model 'nosuch' (with the server's token the error names the models"),
+                              ({"Authorization": "Bearer s3cret"}, "unknown model 'nosuch': this server serves mlp")):
+            status, reply = get_json(f"{base}/v2/models/nosuch/ready", headers)
+            assert status == 404 and reply["error"].startswith(said)
+        status, reply = get_json(f"{base}/v2/models/mlp/versions/7/ready")
+        assert status == 404 and "it has version" not in reply["error"]
         assert http_status(f"{base}/v2/models/mlp") == 401
         assert http_status(f"{base}/metrics") == 401
         assert http_status(f"{base}/v2/models/mlp", {"Authorization": "Bearer wrong"}) == 401

@@ -93,6 +93,41 @@ def test_the_drain_leaves_uvicorn_only_what_is_left_of_the_exit_timeout() -> Non
     assert gate.batches == [1]  # the queued request left the queue unrun
 
 
+def test_a_client_still_sending_its_body_when_the_exit_timeout_ends_gets_dlperfs_503() -> None:
+    """It got uvicorn's plain-text 500, and the log a CancelledError traceback, when uvicorn cancelled its handler in
+    receive(); the drain also waited half a second more for it after the cut."""
+    import json
+    import socket
+
+    from dlperf.serve.service import ServeConfig
+
+    from .helpers import gated_server
+
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1, exit_timeout_s=1.0)) as (running, gate):
+        host, port = running.url.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v2/models/gated/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 111\r\n\r\n" + b'{"inputs": [{"name"')  # and no more
+            wait_until(lambda: running.state.in_flight == 1, 30, "the request's handler to read its body")
+            running.server.begin_shutdown()
+            reply = b""
+            while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
+                    reply.lower().partition(b"content-length:")[2].split(b"\r\n")[0] or b"1000000"):
+                chunk = sock.recv(65536)
+                assert chunk, f"the connection closed after {reply!r}"
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), reply
+        message = json.loads(body)["error"]
+        assert "did not finish within the exit timeout (--exit-timeout-s 1)" in message
+        assert "its body was still arriving" in message
+        wait_until(lambda: running.server.should_exit, 30, "the drain to give up")
+        assert running.state.in_flight == 0 and not running.state.reading
+        counted = parse_variant_metrics(running.state.metrics.exposition()[0].decode())["default"]
+        assert counted.failure_total["UNAVAILABLE"] == 1 and counted.success_total == 0
+    assert gate.batches == []  # it never reached the model
+
+
 def test_a_second_signal_exits_at_once_with_status_1_when_requests_are_dropped(tmp_path: Path) -> None:
     port = free_port()
     base = f"127.0.0.1:{port}"

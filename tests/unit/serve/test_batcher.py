@@ -478,3 +478,43 @@ def test_variants_with_other_signatures_are_refused_saying_what_differs() -> Non
         build_state(config, {"wide": model(64), "narrow": model(32)})
     assert ("variant 'b' (narrow) has another signature than variant 'a' (inputs: 'a' x FP32 [64]; "
             "'b' x FP32 [32]; shapes past the batch dimension)") in str(caught.value)
+
+
+def test_a_failure_is_logged_once_then_at_most_every_interval_with_the_count_meanwhile(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from dlperf.errors import ServingError
+    from dlperf.serve.instances import _FailureLog
+
+    now = [100.0]
+    failures = _FailureLog(every_s=60.0, clock=lambda: now[0])
+
+    def fail(message: str) -> bool:
+        try:
+            raise ValueError(message)
+        except ValueError as exc:
+            return failures.report(ServingError(f"model 'm' failed: {exc}"), exc)
+
+    with caplog.at_level("ERROR", logger="dlperf.serve"):
+        assert fail("bad input")
+        now[0] += 30
+        assert not fail("bad input") and not fail("bad input")
+        assert fail("another cause")  # a different failure is logged at once
+        now[0] += 31
+        assert fail("bad input")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["model 'm' failed: bad input", "model 'm' failed: another cause",
+                        "model 'm' failed: bad input (the same failure came 2 more time(s) in the last 61 s)"]
+    assert all(r.exc_info is not None and r.exc_info[0] is ValueError for r in caplog.records)
+
+
+def test_inputs_that_disagree_on_the_batch_size_are_both_named() -> None:
+    from dlperf.serve.instances import validate_inputs
+    from dlperf.serve.protocol import ProtocolError, Tensor
+
+    model = ServedModel("two", Signature((TensorSpec("a", "FP32", (-1, 2)), TensorSpec("b", "FP32", (-1, 3))),
+                                         (TensorSpec("y", "FP32", (-1, 2)),)), lambda i: lambda arrays: arrays)
+    inputs = [Tensor("b", "FP32", np.zeros((3, 3), np.float32)), Tensor("a", "FP32", np.zeros((2, 2), np.float32))]
+    with pytest.raises(ProtocolError) as info:
+        validate_inputs(model, inputs, 8)
+    # "an earlier input has 2" did not say which
+    assert str(info.value) == "inputs disagree on the batch size: 'b' has 3, 'a' has 2"

@@ -210,6 +210,19 @@ def test_inputs_that_are_not_a_list_are_named_with_what_was_expected() -> None:
         assert info.value.status == 400
 
 
+def test_json_that_is_not_an_object_is_named_without_the_binary_data_hint() -> None:
+    # '[1,2]' was told "the body has 0 bytes after a JSON part of 5 bytes: send binary tensor data with the header
+    # Inference-Header-Content-Length: 5", advice that cannot help a body with no binary data
+    for body, header_length, said in ((b"[1,2]", None, "a list ([1, 2])"), (b' "x" \n', None, 'a string ("x")'),
+                                      (b"7", 1, "a number (7)")):
+        with pytest.raises(ProtocolError) as info:
+            decode_request(body, header_length)
+        assert str(info.value) == f"the request must be a JSON object, not {said}"
+    # JSON followed by bytes that are not JSON still gets the hint
+    with pytest.raises(ProtocolError, match=r"Inference-Header-Content-Length: 5$"):
+        decode_request(b"[1,2]\x00\x01")
+
+
 def test_integers_are_taken_for_float_inputs() -> None:
     body = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2.5]}]})
     np.testing.assert_array_equal(decode_request(body.encode()).inputs[0].data, np.array([1, 2.5], np.float32))
@@ -331,3 +344,16 @@ def test_null_json_data_is_named_as_null() -> None:
     """'data': null was flattened to one element: "1 data elements for a shape of 64 elements"."""
     with pytest.raises(ProtocolError, match="w: 'data' is null: give the tensor's elements"):
         array_from_json(None, "FP32", 64, "w")
+
+
+def test_scalar_json_data_and_integer_overflow_say_what_was_sent_and_the_range() -> None:
+    # "data": "abc" for an FP32 tensor was only "1 data elements for a shape of 64 elements"
+    with pytest.raises(ProtocolError) as info:
+        array_from_json("abc", "FP32", 64, "w")
+    assert str(info.value) == "w: 1 data elements for a shape of 64 elements ('data' is a string (\"abc\"), not a list)"
+    # numpy's "Python int too large to convert to C long" alone did not say what fits
+    with pytest.raises(ProtocolError) as info:
+        array_from_json([2**70], "INT64", 1, "w")
+    assert str(info.value).startswith("w: data does not fit INT64: ")
+    assert str(info.value).endswith("(its range is -9223372036854775808 to 9223372036854775807; use a wider "
+                                    "datatype for larger values)")
