@@ -306,6 +306,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--streaming sends gRPC streams (ModelStreamInfer): add --protocol grpc (-i grpc)")
     if args.shared_memory == "none" and args.output_shared_memory_size != 102400:
         raise ConfigError("--output-shared-memory-size goes with --shared-memory system: add it")
+    if args.arrivals is not None and args.concurrency:
+        # it was taken and stored as the run's arrivals, which mean nothing in a closed loop
+        raise ConfigError(f"--arrivals {args.arrivals} sets how an open loop's requests arrive (--rate, --find-peak); "
+                          "--concurrency keeps N requests outstanding, each sent as the last one is answered: drop "
+                          "--arrivals, or give --rate instead of --concurrency")
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
                           "and give --p99-ms (or --slo-ms) to judge each concurrency level")
@@ -464,7 +469,7 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
         err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
         return 1
     if args.find_peak:  # the search fails rates with failed requests (or none answered) on purpose
-        return _peak_exit(err, run_, slo)
+        return _peak_exit(err, run_, slo, args.json)
     failed = False
     empty = [f"{r.mode} {level_text(r.level)}" for r in results if r.ok == 0]
     if empty:  # a sweep measured nothing there
@@ -496,9 +501,15 @@ def _share(ratio: float) -> str:
     return f"{ratio * 100:.4g}%" if text in ("0.0%", "100.0%") and 0 < ratio < 1 else text
 
 
-def _peak_exit(err: Console, run_: Any, slo: Slo | None) -> int:
-    """A peak search's exit code: 0 when some tried rate kept the SLO."""
+def _peak_exit(err: Console, run_: Any, slo: Slo | None, json_out: bool = False) -> int:
+    """A peak search's exit code: 0 when some tried rate kept the SLO. With --json, where the search's own lines
+    are not printed, a search stopped on an undecided trial says so here too (only "SLO not met" was said)."""
     assert slo is not None  # --find-peak is refused without one
+    stopped = run_.result["peak"].get("undecided_at")
+    if json_out and stopped is not None:
+        from dlperf.loadgen.render import peak_outcome
+
+        err.print(peak_outcome(None, slo, float(stopped), False)[0], markup=False)
     if run_.result["peak"]["peak_rate"] is not None:
         return 0
     decided = any(step.get("verdict") == "fail" for step in run_.result["peak"]["steps"])

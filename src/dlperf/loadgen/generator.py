@@ -13,6 +13,7 @@ when it cannot keep the schedule itself. `find_peak` searches the highest rate w
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import json
@@ -151,8 +152,8 @@ class LoadConfig:
                               "only with them")
         if self.intervals_s and (min(self.intervals_s) < 0 or sum(self.intervals_s) <= 0):
             raise ConfigError("request intervals must be >= 0 and not all 0")
-        if self.rate is not None and (not self.rates or min(self.rates) <= 0):
-            raise ConfigError(f"--rate values must be positive, got {self.rate}")
+        if self.rate is not None and (not self.rates or not all(0 < r < math.inf for r in self.rates)):
+            raise ConfigError(f"--rate values must be positive and finite (requests per second), got {self.rate}")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ConfigError(f"--concurrency values must be >= 1, got {self.concurrency}")
         for flag, value in (("--duration", self.duration_s), ("--window-s", self.window_s),
@@ -624,6 +625,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                     await asyncio.wait_for(stop.wait(), delay)
             elif delay > 0:
                 await asyncio.sleep(delay)
+            else:  # behind: let the requests already issued, and the level's timers, run between sends (a burst
+                # of thousands without a yield starved them: the warm-up's timer fired past the level's end)
+                await asyncio.sleep(0)
             if not may_send():
                 break
             lags_s.append(max(0.0, -delay))  # how late the loop came to this request's time
@@ -660,6 +664,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     warm_end = start + int(config.warmup_s * 1e9)
     end_bound = start + int(config.duration_s * 1e9)
     await _sleep_until(min(warm_end, end_bound), clock, done_all)
+    woke = clock()
+    late_ns = 0 if done_all() else woke - min(warm_end, end_bound)  # how late the event loop came to its timers
     sent = 0  # the request bound counts from the end of the warm-up
     measuring = True
     # read beside the load: an overloaded server may take seconds to answer, which must not eat the level
@@ -668,13 +674,16 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     before_read: list[int] = []  # when that read came back: the replies after it, the server must count
     before_task.add_done_callback(lambda _: before_read.append(clock()))
     window_ns = int(config.window_s * 1e9)
-    measure_start = clock()
+    # from the warm-up's end as scheduled, where the loop came late to it: a generator stalled past the level's end
+    # measured 0.00015 s of a 3 s level and threw its replies away (with a --requests bound, from when it counts)
+    measure_start = woke if limit is not None else min(woke, warm_end)
     metrics_done = asyncio.Event()
     samples: list[Sample] = []
     problems: list[str] = []
     sampler = (asyncio.ensure_future(_sample_metrics(target, config, clock, metrics_done, samples, problems))
                if config.collect_metrics else None)
-    first_record = len(records)
+    # the replies since `measure_start` (records are appended as replies come, in time order)
+    first_record = bisect.bisect_left(records, measure_start, key=lambda r: r[0])
     windows: list[tuple[float, float]] = []  # (throughput, latency s: mean or the stability percentile)
     stable = False
     slo_failed = False
@@ -685,6 +694,8 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         await _sleep_until(w_end, clock, done_all)
         now = clock()
         finished = done_all()
+        if not finished:
+            late_ns = max(late_ns, now - w_end)
         window = [r for r in records[cursor:] if r[2] == "200"]
         cursor = len(records)
         span = max(1, now - w_start) / 1e9
@@ -705,6 +716,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or finished:
             break
+    ended_by_count = limit is not None and done_all()
     stop.set()
     measure_end = clock()
     metrics_done.set()
@@ -724,6 +736,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     measured = [r for r in records[first_record:] if r[0] <= measure_end]
     if limit is not None:  # the N requests sent after the warm-up, not those the warm-up left in flight
         measured = [r for r in measured if r[0] - r[1] >= measure_start]
+        if ended_by_count and measured:
+            # at its last reply, not when the windows' loop next looked (every 50 ms): --requests 3 at
+            # concurrency 8 read 60 req/s where the slowest request took 9 ms
+            measure_end = max(measure_start + 1, max(r[0] for r in measured))
     succeeded = [r for r in measured if r[2] == "200"]
     statuses: dict[str, int] = {}
     for r in measured:
@@ -758,8 +774,14 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             "means are not this load's: not shown for it")
     elif target.stats_path is not None and server is None and result.ok:
         when = "before" if before is None else "after"
-        what = (f"{when} the level {stats_why[0]}" if stats_why else
-                "counted no successful request between its reads before and after the level")
+        if stats_why:
+            what = f"{when} the level {stats_why[0]}"
+        elif before and after and since == 0:  # both reads answered after the level's replies (an overload)
+            what = (f"read before the level came back only after all {len(succeeded)} of its measured replies (the "
+                    "server, or this generator, was too busy to answer or read it in time), so its reads cover none "
+                    "of them")
+        else:
+            what = "counted no successful request between its reads before and after the level"
         result.warnings.append(f"the server's statistics {what}: no server-side queue and compute times for it")
     else:
         result.server = server
@@ -777,7 +799,20 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 f"{backlog} of the {len(succeeded)} replies measured answered requests sent during the warm-up (a "
                 "backlog at the server): req/s counts them, so it can exceed the rate; a longer --duration dilutes "
                 "them")
-    _error_warnings(result, first_errors, config.window_s)
+    stalled = late_ns > max(0.25, 0.1 * config.window_s) * 1e9
+    if stalled:
+        # its timers fired that late: the load it made was not the one asked (bursts, sends and reads delayed)
+        drive = f"{level:g} req/s" if config.mode == "rate" else f"concurrency {level:g}"
+        result.warnings.append(
+            f"the load generator's event loop ran up to {late_ns / 1e9:.2f} s behind its timers: it could not drive "
+            f"{drive} itself, so this level's figures describe the generator as much as the server; lower "
+            + ("--rate or --max-outstanding" if config.mode == "rate" else "--concurrency")
+            + ", or run the generator on another machine")
+    if limit is not None and config.mode == "concurrency" and limit < level:
+        result.warnings.append(
+            f"--requests {limit} is below the concurrency {level:g}: at most {limit} of the measured requests were "
+            f"outstanding at once, and the server's figures include the requests the warm-up left in flight")
+    _error_warnings(result, first_errors, config.window_s, stalled)
     if config.collect_metrics:
         result.resources = summarize(samples, config.metrics_interval_s) if samples else None
         result.warnings += [f"--collect-metrics: {p}" for p in problems]
@@ -851,9 +886,12 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
         )
 
 
-def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = None, window_s: float = 2.0) -> None:
+def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = None, window_s: float = 2.0,
+                    stalled: bool = False) -> None:
     """Say so when a level measured failures more than answers: its latencies then describe few requests. The
-    server's own message of the most frequent HTTP error status is quoted (`first_errors`: status -> message)."""
+    server's own message of the most frequent HTTP error status is quoted (`first_errors`: status -> message).
+    `stalled`: the generator's own event loop stalled (warned about already), which explains a level without
+    replies better than a server that is down."""
     failed = {s: n for s, n in result.statuses.items() if s not in ("200", "dropped")}
     total = sum(failed.values())
     quoted = sorted(((n, s) for s, n in failed.items() if s in (first_errors or {})), reverse=True)
@@ -861,7 +899,8 @@ def _error_warnings(result: LevelResult, first_errors: dict[str, str] | None = N
     if result.ok == 0:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(result.statuses.items())) or "none ended in the windows"
         # a server answering every request with an error is up: the question is for connection errors and timeouts
-        why = said or ": is the server up, and does it answer within --request-timeout-s?"
+        why = said or (": the generator's event loop stalled (above)" if stalled and not result.statuses else
+                       ": is the server up, and does it answer within --request-timeout-s?")
         result.warnings.append(f"no request succeeded while the level measured ({seen}){why}")
     elif total > result.ok:
         seen = ", ".join(f"{s}: {n}" for s, n in sorted(failed.items()))

@@ -392,6 +392,9 @@ def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_pat
     assert "--rate is the one rate the search starts from" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--find-peak", "--p99-ms", "100", "--concurrency", "4"]) == 2
     assert "--find-peak searches request rates (open loop): drop --concurrency" in capsys.readouterr().err
+    # arrivals mean nothing in a closed loop (they were taken, and stored as the run's)
+    assert main(["load", server.url, "--model", "mlp", "--concurrency", "2", "--arrivals", "poisson"]) == 2
+    assert "--arrivals poisson sets how an open loop's requests arrive" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("v2", "model", "message"), [

@@ -50,6 +50,11 @@ def test_slow_server_statistics_do_not_eat_the_level(server: Running, monkeypatc
     config = LoadConfig(concurrency=(1,), duration_s=2.0, window_s=0.5, warmup_s=0.2)
     result = run_level(oip_target(server.url, "mlp"), config, 1.0)
     assert result.measured_s >= 1.5 and result.ok > 10 and result.errors == 0
+    # the two reads cover none of the level's replies: said so (it said the server "counted no successful request
+    # between its reads before and after the level", as if the server had not counted its own replies)
+    assert result.server is None
+    assert (f"the server's statistics read before the level came back only after all {result.ok} of its measured "
+            "replies") in " ".join(result.warnings), result.warnings
 
 
 def test_a_server_that_is_gone_is_not_hammered_and_the_level_says_so() -> None:
@@ -290,3 +295,51 @@ def test_a_rate_level_stalled_at_its_end_says_it_did_not_send_the_rate(server: R
     assert per_s < 90
     assert result.send_rate is not None and result.send_rate == pytest.approx(per_s, rel=0.1), result.warnings
     assert any(w.startswith("the load generator could not send 100 req/s itself") for w in result.warnings)
+
+
+def test_a_generator_stalled_past_the_level_s_end_measures_the_level_and_says_it_stalled(
+        server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generator far behind its rate (thousands of requests issued without a yield) came to its warm-up timer after
+    the level's end: it measured 0.00015 s of a 3 s level, threw its replies away, and told the user to give a longer
+    --duration and whether the server was up. Here one request's input blocks the event loop across the level's end,
+    as such a stall does."""
+    from dlperf.loadgen.target import Target
+
+    request = Target.request
+    blocked: list[int] = []
+
+    def slow_request(self: Target, i: int) -> Any:
+        if i == 20 and not blocked:  # at 50 req/s, about 0.4 s in: into the warm-up's last tenth
+            blocked.append(i)
+            time.sleep(1.8)  # to about 2.2 s, past the level's end at 2 s
+        return request(self, i)
+
+    monkeypatch.setattr(Target, "request", slow_request)
+    target = oip_target(server.url, "mlp")
+    config = LoadConfig(rate=50.0, duration_s=2.0, window_s=0.5, warmup_s=0.5)
+    result = run_level(target, config, 50.0)
+    assert blocked
+    assert result.measured_s >= 1.5  # the level's span after its warm-up, not the sliver after the stall
+    assert any(w.startswith("the load generator's event loop ran up to ") and "could not drive 50 req/s itself" in w
+               for w in result.warnings), result.warnings
+    assert not [w for w in result.warnings if "too few to measure" in w or "is the server up" in w], result.warnings
+
+
+def test_a_request_bound_ends_the_level_at_its_last_reply(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The windows' loop looks every 50 ms, and the level ended when it next looked: --requests 3 at concurrency 8
+    read 60 req/s where the slowest request took 9 ms. Here it looks every 2 s, so a level measured to when it
+    looked would say at least that."""
+    sleep_until = generator._sleep_until
+
+    async def coarse(t_ns: int, clock: Any, finished: Any) -> None:
+        while not finished() and clock() < t_ns:
+            await asyncio.sleep(min(2.0, max(0.0, (t_ns - clock()) / 1e9)))
+
+    monkeypatch.setattr(generator, "_sleep_until", coarse)
+    config = LoadConfig(concurrency=(8,), requests=3, duration_s=30.0, window_s=4.0, warmup_s=0.3)
+    result = run_level(oip_target(server.url, "mlp"), config, 8.0)
+    assert result.ok == 3 and result.errors == 0
+    assert result.measured_s < 1.0, result.measured_s  # zoo:mlp answers in milliseconds
+    assert result.throughput == pytest.approx(3 / result.measured_s)
+    assert any(w.startswith("--requests 3 is below the concurrency 8") for w in result.warnings), result.warnings
+    monkeypatch.setattr(generator, "_sleep_until", sleep_until)

@@ -49,3 +49,25 @@ def test_the_open_loop_cap_and_the_request_timeout_are_options() -> None:
     given = parser.parse_args(["127.0.0.1:8000", "--model", "m", "--max-outstanding", "8",
                                "--request-timeout-s", "2.5"])
     assert (given.max_outstanding, given.request_timeout_s) == (8, 2.5)
+
+
+def test_a_peak_search_stopped_undecided_says_so_under_json_too() -> None:
+    """With --json only "SLO not met: no tried rate kept ..." reached the terminal when the search had stopped on an
+    undecided trial; the line saying where and why it stopped was printed only without --json."""
+    import io
+    import types
+
+    from rich.console import Console
+
+    from dlperf.cli.load import _peak_exit
+    from dlperf.loadgen.generator import Slo
+
+    steps = [{"verdict": "fail"}, {"verdict": "undecided"}]
+    run_ = types.SimpleNamespace(result={"peak": {"peak_rate": None, "undecided_at": 50.0, "steps": steps}})
+    for json_out in (True, False):
+        buffer = io.StringIO()
+        assert _peak_exit(Console(file=buffer, width=400), run_, Slo(0.01), json_out) == 1
+        said = buffer.getvalue()
+        assert said.endswith("SLO not met: no tried rate kept p99 <= 10 ms\n")
+        # without --json the search's own lines said it already
+        assert ("the search stopped at 50 req/s: undecided" in said) is json_out

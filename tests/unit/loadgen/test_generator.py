@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,10 @@ def test_config_rejects_nonsense() -> None:
     assert LoadConfig(rate=5).mode == "rate" and LoadConfig().mode == "concurrency"
     assert LoadConfig(rate=5).rates == (5.0,) and LoadConfig(rate=(10, 20.5)).rates == (10.0, 20.5)
     assert LoadConfig().rates == ()
-    with pytest.raises(ConfigError, match="--rate values must be positive"):
+    with pytest.raises(ConfigError, match="--rate values must be positive and finite"):
         LoadConfig(rate=(10.0, 0.0))
+    with pytest.raises(ConfigError, match="--rate values must be positive and finite"):
+        LoadConfig(rate=math.inf)
     with pytest.raises(ConfigError, match="--max-outstanding must be >= 1 and --request-timeout-s positive"):
         LoadConfig(rate=10.0, max_outstanding=0)
     with pytest.raises(ConfigError, match="got 4 and 0"):
