@@ -281,6 +281,21 @@ def _split_body(body: bytes | memoryview, header_length: int | None) -> tuple[by
     return bytes(view[:header_length]), view[header_length:]
 
 
+def declared_datatypes(body: bytes | memoryview, header_length: int | None) -> dict[str, str]:
+    """Each input's datatype as the request names it (name -> datatype), best effort: {} for a body whose JSON
+    part cannot be read. For an error reply only (see `service.ServerState.infer`), never on the served path."""
+    try:
+        header, _ = _split_body(body, header_length)
+        obj = json.loads(header)
+    except (ProtocolError, ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    inputs = obj.get("inputs") if isinstance(obj, dict) else None
+    if not isinstance(inputs, list):
+        return {}
+    return {i["name"]: i["datatype"] for i in inputs
+            if isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get("datatype"), str)}
+
+
 def _binary_header_hint(header: bytes, header_length: int | None) -> str | None:
     """Why a request body that is not JSON may be JSON followed by binary tensor data, and how to send it (None
     when it is not that): a client that forgot Inference-Header-Content-Length, or gave a wrong one, read only

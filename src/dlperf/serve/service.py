@@ -51,6 +51,7 @@ from dlperf.serve.protocol import (
     InferResponse,
     ProtocolError,
     Tensor,
+    declared_datatypes,
     decode_request,
     encode_response,
     error_body,
@@ -526,7 +527,7 @@ class ServerState:
             request = decode_request(body, header_length_of(headers), None if self.shm is None else self.shm.view)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)
-            return error_reply(exc.status, str(exc))
+            return error_reply(exc.status, _datatype_first(entry, body, headers) or str(exc))
         outcome = await self.execute(entry, variant, request, start_ns, headers.get(ROUTING_HEADER) is not None,
                                      watch)
         if isinstance(outcome, Failed):
@@ -741,6 +742,21 @@ def _priority(parameters: Mapping[str, Any]) -> int:
         raise ProtocolError(f"parameter 'priority' must be an integer from 0 to 2**64-1 (1 is the highest level), "
                             f"got {value!r}")
     return value
+
+
+def _datatype_first(entry: ModelEntry, body: bytes | memoryview, headers: Mapping[str, str]) -> str | None:
+    """For a request that could not be decoded: the first input whose declared datatype is not the model's, said as
+    validation would say it, else None. An FP32 input sent as INT64 with float data was told "INT64 data must be
+    integers", and learned that the model takes FP32 only once it had fixed the data."""
+    try:
+        declared = declared_datatypes(body, header_length_of(headers))
+    except ProtocolError:
+        return None
+    for spec in entry.signature.inputs:
+        given = declared.get(spec.name)
+        if given is not None and given != spec.datatype:
+            return f"input '{spec.name}' has datatype {given}, model '{entry.name}' expects {spec.datatype}"
+    return None
 
 
 def _decompress(body: bytes | memoryview, encoding: str | None, limit: int) -> bytes | memoryview:

@@ -199,3 +199,15 @@ def test_a_trailing_slash_is_a_404_naming_the_path_to_use_not_a_redirect(server:
     status, reply = get_json(f"http://{server.url}/v2/nothing/")
     assert status == 404 and "trailing slash" not in reply["error"]
     assert reply["error"].startswith("no endpoint at GET /v2/nothing/: this server speaks KServe v2 under /v2")
+
+
+def test_a_wrong_datatype_is_named_before_the_data_that_does_not_fit_it(server: Running) -> None:
+    """FP32 input sent as INT64 with float data was told "INT64 data must be integers": the client learned that the
+    model takes FP32 only after fixing its data to integers."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "INT64", "data": [0.5] * 64}]}).encode()
+    status, reply = _post(server, body)
+    assert (status, reply["error"]) == (400, "input 'x' has datatype INT64, model 'mlp' expects FP32")
+    # a data error with the model's own datatype keeps its message
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": ["a"] * 64}]}).encode()
+    status, reply = _post(server, body)
+    assert (status, reply["error"]) == (400, "input 0 'x': FP32 data must be numbers")
