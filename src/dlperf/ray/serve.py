@@ -615,9 +615,21 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
         if isinstance(exc, DlperfError) or not isinstance(exc, Exception):
             raise
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
-                           f"{type(exc).__name__}: {exc}") from exc
+                           f"{type(exc).__name__}: {exc}{_deploy_hint(exc)}") from exc
     return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s,
                         local_instance=owns and options.address is None)
+
+
+def _deploy_hint(exc: BaseException) -> str:
+    """What to do about a deployment error whose cause Ray's own text leaves to the reader ("" for the others). On
+    the 2-CPU test machine beside two busy loops, Ray Serve's controller killed its HTTP proxy actor before the
+    actor had started, and the user read only Ray's ActorDiedError."""
+    text = str(exc)
+    if "class_name: ProxyActor" in text:
+        return ("; hint: Ray Serve's HTTP proxy did not come up (its controller gives up on a proxy that does not "
+                "start in time, as on a machine whose CPUs are all busy): deploy again when the machine is less "
+                "busy, or give Ray Serve a node with CPUs to spare")
+    return ""
 
 
 def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,

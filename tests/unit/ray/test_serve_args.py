@@ -158,3 +158,20 @@ def test_autoscaling_past_a_local_instances_cpus_is_started_with_a_warning() -> 
     assert "give --autoscale 0:2, or deploy to a larger cluster with --ray-address" in warning
     warning = check_cpus(ServeConfig(model="zoo:mlp", threads=2), RayServeOptions(autoscale=(1, 3)), 5.0, local=True)
     assert warning is not None and "hold 2 replicas of 2 CPUs" in warning and "give --autoscale 1:2," in warning
+
+
+def test_a_proxy_killed_before_it_started_gets_a_hint_other_actor_deaths_do_not() -> None:
+    """Beside two busy loops on 2 CPUs, Ray Serve's controller killed its proxy before it started, and the deployment
+    error was Ray's ActorDiedError alone."""
+    from ray.exceptions import ActorDiedError, ActorDiedErrorContext
+
+    from dlperf.ray.serve import _deploy_hint
+
+    def died(class_name: str) -> ActorDiedError:
+        return ActorDiedError(ActorDiedErrorContext(class_name=class_name, actor_id=bytes(16), never_started=True,
+                                                    error_message="The actor was killed by `ray.kill`."))
+
+    assert "class_name: ProxyActor" in str(died("ProxyActor"))  # the text the hint looks for, as Ray writes it
+    assert _deploy_hint(died("ProxyActor")).startswith("; hint: Ray Serve's HTTP proxy did not come up")
+    assert _deploy_hint(died("ServeReplica:dlperf:dlperf")) == ""
+    assert _deploy_hint(RuntimeError("deploying application dlperf failed")) == ""
