@@ -17,7 +17,7 @@ from typing import Any
 
 from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, p_text, ratio_ci
 from dlperf.errors import ConfigError
-from dlperf.measure.stats import Measurement
+from dlperf.measure.stats import Measurement, min_samples_for_interval
 
 METRICS = ("p50", "p90", "p95", "p99", "mean", "throughput")
 
@@ -70,15 +70,25 @@ class PointVerdict:
     threshold: float = 0.0
     per_item: bool = False
     """The latencies are per item (calls of a batch larger than 1, divided by its size), not per call."""
+    samples: int = 0
+    """The fewer of the two runs' sample counts."""
+    needed: int = 0
+    """The fewest samples a run needs for the interval to mean anything (`min_samples_for_interval`)."""
+
+    @property
+    def too_few(self) -> bool:
+        """Too few samples to judge: never a failure, always inconclusive (one sample a run failed a build with a CI
+        of zero width and a Mann-Whitney p of 1)."""
+        return self.samples < self.needed
 
     @property
     def failed(self) -> bool:
-        return self.exceeds and self.regression_ci[0] > self.threshold
+        return not self.too_few and self.exceeds and self.regression_ci[0] > self.threshold
 
     @property
     def inconclusive(self) -> bool:
         """Passed, but the interval reaches above the threshold: a regression larger than it is not ruled out."""
-        return not self.failed and self.regression_ci[1] > self.threshold
+        return self.too_few or (not self.failed and self.regression_ci[1] > self.threshold)
 
     @property
     def lower_is_better(self) -> bool:
@@ -103,6 +113,12 @@ class PointVerdict:
                 return f"{v:,.0f}" if v >= 1_000 else f"{v:.4g}"
             return f"{v * 1e3:.4g}"
 
+        if self.too_few:
+            return (f"batch {self.batch_size}: {self.metric} {value(self.baseline_value)} -> "
+                    f"{value(self.current_value)} {unit}: {change_text(self.change, self.lower_is_better)}, from "
+                    f"{self.samples} sample{'' if self.samples == 1 else 's'} in a run, where a {confidence:.0%} "
+                    f"interval needs {self.needed}: too few to judge: inconclusive, pass (measure longer: "
+                    "--min-iters, --min-duration)")
         head = (f"batch {self.batch_size}: {self.metric} {value(self.baseline_value)} -> "
                 f"{value(self.current_value)} {unit}: {change_text(self.change, self.lower_is_better)} "
                 f"({confidence:.0%} CI {_signed(change_lo)} to {_signed(change_hi)}; "
@@ -130,7 +146,8 @@ class PointVerdict:
             "regression_ci": list(self.regression_ci), "change": self.change, "change_ci": list(self.change_ci),
             "lower_is_better": self.lower_is_better, "significant": self.significant,
             "exceeds": self.exceeds, "failed": self.failed, "inconclusive": self.inconclusive,
-            "threshold": self.threshold, "per_item": self.per_item,
+            "threshold": self.threshold, "per_item": self.per_item, "samples": self.samples,
+            "too_few_samples": self.too_few,
             "mann_whitney": self.mann_whitney.to_dict(),
             "estimate": self.estimate.to_dict(),
         }
@@ -198,10 +215,12 @@ def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
         base_value, cur_value = est.base, est.new
     return PointVerdict(
         batch_size=batch_size, metric=config.metric, baseline_value=base_value, current_value=cur_value,
-        regression=regression, regression_ci=ci, significant=ci[0] > 0.0,
+        regression=regression, regression_ci=ci,
+        significant=ci[0] > 0.0 and min(len(base_s), len(cur_s)) >= min_samples_for_interval(config.confidence),
         exceeds=regression > config.max_regression, mann_whitney=mw, estimate=est,
         threshold=config.max_regression,
         per_item=baseline.items_per_call != 1 or current.items_per_call != 1,
+        samples=min(len(base_s), len(cur_s)), needed=min_samples_for_interval(config.confidence),
     )
 
 

@@ -101,6 +101,13 @@ CI_MAX_POINTS = 4000
 """Blocks are thinned to this many order statistics in all, which bounds the CI's cost at any sample count."""
 
 
+def min_samples_for_interval(confidence: float = 0.95) -> int:
+    """The fewest samples for which a distribution-free interval of a median at `confidence` exists: the smallest n
+    with 2 * 0.5**n <= 1 - confidence (6 at 95%, 8 at 99%). With fewer, a bootstrap interval is not an interval of
+    anything: one sample a run gave "+5.1% (95% CI +5.1% to +5.1%)", and the gate failed a build on it."""
+    return max(1, math.ceil(math.log2(2.0 / (1.0 - confidence)) - 1e-9))
+
+
 def block_bootstrap_median_ci(samples: Sequence[float], confidence: float = 0.95, resamples: int = 1000,
                               seed: int = 0, blocks: int = CI_BLOCKS,
                               max_points: int = CI_MAX_POINTS) -> tuple[float, float]:
@@ -502,8 +509,9 @@ class Measurement:
         return self.items_per_call * self.n / self.total_s if self.total_s > 0 else float("inf")
 
     def summary(self) -> dict[str, Any]:
-        """The KPIs as a flat dict of floats in seconds / items per second, for records and JSON."""
-        lo, hi = self.median_ci_s()
+        """The KPIs as a flat dict of floats in seconds / items per second, for records and JSON. `median_ci_s` is
+        None with too few samples for an interval (`min_samples_for_interval`): one sample printed "CI -0.0/+0.0%"."""
+        ci = list(self.median_ci_s()) if self.n >= min_samples_for_interval() else None
         return {
             "n": self.n,
             "items_per_call": self.items_per_call,
@@ -519,7 +527,7 @@ class Measurement:
             "iqr_s": self.iqr_s,
             "cv": self.cv,
             "noise_ratio": self.noise_ratio,
-            "median_ci_s": [lo, hi],
+            "median_ci_s": ci,
             "throughput": self.throughput,
             "noise_warning": self.noise_warning,
             "stop_note": self.extra.get("stop_note"),

@@ -70,7 +70,7 @@ def test_estimate_above_threshold_with_interval_reaching_below_is_inconclusive_a
 
 def test_large_but_noisy_difference_is_not_significant_and_passes() -> None:
     rng = np.random.default_rng(3)
-    result = gate({1: _m(rng, 0.01, 5, 0.6)}, {1: _m(rng, 0.012, 5, 0.6)}, GateConfig(max_regression=0.05))
+    result = gate({1: _m(rng, 0.01, 10, 0.6)}, {1: _m(rng, 0.012, 10, 0.6)}, GateConfig(max_regression=0.05))
     assert not result.points[0].significant
     assert result.exit_code == 0
     assert "not significant" in result.reasons()[0] or "within" in result.reasons()[0]
@@ -190,3 +190,30 @@ def test_an_interval_reaching_above_the_threshold_is_not_called_within_it() -> N
     calm = gate({1: _m(rng, 0.01, 2000, sigma=0.02)}, {1: _m(rng, 0.0101, 2000, sigma=0.02)}, GateConfig())
     assert calm.points[0].regression_ci[1] < 0.05
     assert "within the 5.0% threshold: pass" in calm.reasons()[0]
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_too_few_samples_are_inconclusive_never_a_failure(n: int) -> None:
+    """One sample a run gave "+5.1% worse (95% CI +5.1% to +5.1%; Mann-Whitney p=1): REGRESSION" and failed the build;
+    two or three gave intervals entirely above the threshold with a Mann-Whitney p of 0.25 and 0.08."""
+    rng = np.random.default_rng(n)
+    result = gate({1: _m(rng, 0.010, n, sigma=0.01)}, {1: _m(rng, 0.012, n, sigma=0.01)}, GateConfig())
+    point = result.points[0]
+    assert point.too_few and point.inconclusive and not point.failed and not point.significant
+    assert result.exit_code == 0
+    assert result.reasons()[0].endswith(f"from {n} sample{'' if n == 1 else 's'} in a run, where a 95% interval "
+                                        "needs 6: too few to judge: inconclusive, pass (measure longer: --min-iters, "
+                                        "--min-duration)")
+    assert point.to_dict()["too_few_samples"] is True
+    # from 6 on, the same difference is judged
+    judged = gate({1: _m(rng, 0.010, 6, sigma=0.01)}, {1: _m(rng, 0.012, 6, sigma=0.01)}, GateConfig())
+    assert judged.failed and not judged.points[0].too_few
+
+
+def test_the_fewest_samples_for_an_interval_follow_the_confidence() -> None:
+    from dlperf.measure.stats import min_samples_for_interval
+
+    # 2 * 0.5**n <= 1 - confidence: 5 samples leave 6.25% outside at best, 6 leave 3.1%
+    assert [min_samples_for_interval(c) for c in (0.9, 0.95, 0.99)] == [5, 6, 8]
+    assert Measurement([1000] * 5).summary()["median_ci_s"] is None  # printed "-", not "CI -0.0/+0.0%"
+    assert Measurement([1000 + i for i in range(6)]).summary()["median_ci_s"] is not None
