@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from dlperf._device import check_device
 from dlperf.cli.common import (
     ALLOCATOR_CHOICES,
     WORKLOAD_HELP,
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.report.terminal import bench_report
 
     config = build_config(args)
+    check_device(config.device)  # before the run is recorded: a missing GPU left a failed run in the store
     use_allocator(args, "bench")
     note_oversubscribed(config.threads)
     if config.batch_sizes and config.scenario != "offline":

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
     if args.trace:
         _check_trace_path(args.trace)
-    from dlperf.train.loop import check_device
+    from dlperf._device import check_device
 
     note_oversubscribed(args.threads)
     check_device(args.device)  # else the first word came from the calibration: "calibration on 'cuda:0' asked for"

@@ -109,10 +109,11 @@ def _check_modes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlperf._device import check_device
     from dlperf.cli.progress import step_progress
     from dlperf.measure.env import capture_environment
     from dlperf.report.train_view import ddp_view, measurement_view, tune_view
-    from dlperf.train.loop import base_config, check_device
+    from dlperf.train.loop import base_config
     from dlperf.workload.loader import load_workload
 
     for option, value, minimum in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf._device import check_device
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.env import check_threads
@@ -251,10 +252,7 @@ def run_bench(
     on_point(point) after each batch size is done (so a caller can save partial results), and for the batch size
     an interrupt (Ctrl-C) stops, with the calls timed before it (its stop note says so), before the interrupt
     goes on."""
-    import torch
-
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    check_device(config.device)
     sc = config.scenario_obj
     batch_sizes = sc.batch_sizes(config.batch_sizes)
     points: list[BenchPoint] = []

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlperf._device import check_device
 from dlperf.errors import ConfigError, ExecutorLost, OptimizeError
 from dlperf.measure.ab import FASTER, SLOWER
 from dlperf.measure.env import check_threads
@@ -719,7 +720,7 @@ def optimize(
         check_apart(export_dir, Path(config.workdir) if config.workdir else _default_workdir(store))
     if config.workdir is not None:
         check_folder_path(config.workdir, "--workdir")
-    _check_device(config.device)
+    check_device(config.device)
     wl = load_workload(workload)
     source = wl.source or (workload if isinstance(workload, str) else "")
     if not source or source == "python":
@@ -822,23 +823,6 @@ class ExportFailed(OptimizeError):
     def __init__(self, message: str, result: OptimizeResult) -> None:
         super().__init__(message)
         self.result = result
-
-
-def _check_device(device: str) -> None:
-    """Refuse a CUDA device this torch cannot use, in one line (it failed at the baseline, with torch's
-    AssertionError)."""
-    if not device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise ConfigError(f"--device {device}: torch here ({torch.__version__}, {build}) sees no CUDA device: "
-                          "use --device cpu, or install a CUDA build of torch on a machine with a GPU")
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {device}: there are {torch.cuda.device_count()} CUDA devices here (cuda:0 to "
-                          f"cuda:{torch.cuda.device_count() - 1})")
 
 
 DISAGREEMENT = 2.0

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dlperf._device import check_device
 from dlperf._thirdparty import quiet_worker_warning
 from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileError, WorkloadError
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
@@ -274,8 +275,7 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
     import psutil
     import torch
 
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    check_device(config.device)
     progress = on_progress or (lambda _msg: None)
     vm = psutil.virtual_memory()
     start_rss = int(psutil.Process().memory_info().rss)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dlperf._device import check_device
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.batcher import Batcher, Work
 from dlperf.serve.metrics import DEFAULT_VARIANT, Recorder
@@ -108,10 +109,7 @@ def load_served_model(spec: str, name: str | None = None, device: str = "cpu",
 
 
 def _check_device(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda asked for, but no CUDA device is available (torch.cuda.is_available())")
+    check_device(device)
     if not (device == "cpu" or device.startswith("cuda")):
         raise ConfigError(f"unknown device '{device}': use cpu, cuda or cuda:N")
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlperf._device import check_device
 from dlperf._thirdparty import quiet_worker_warning
 from dlperf.errors import ConfigError, DlperfError, TrainError
 from dlperf.measure.bench import torch_threads
@@ -133,20 +134,6 @@ class StepConfig:
     def from_dict(cls, data: dict[str, Any]) -> StepConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def check_device(device: str) -> None:
-    """A ConfigError unless `device` is here: 'cuda' needs CUDA, 'cuda:N' the Nth visible GPU."""
-    if not device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError(f"--device {device} asked for, but no CUDA device is available: use --device cpu")
-    index = device.partition(":")[2]
-    count = torch.cuda.device_count()
-    if index and not (index.isdigit() and int(index) < count):
-        raise ConfigError(f"--device {device}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
 
 
 def train_spec(workload: Workload) -> TrainSpec:

@@ -1,0 +1,23 @@
+"""`check_device`: a device option refused in one line before any work (and before a run is recorded)."""
+
+from __future__ import annotations
+
+from dlperf.errors import ConfigError
+
+
+def check_device(device: str) -> None:
+    """A ConfigError unless `device` is usable here: 'cuda' needs a torch that sees a GPU, 'cuda:N' the Nth visible
+    GPU; other devices are the caller's to check. One function for bench, profile, train, optimize and serve, which
+    had five copies (bench's ran only after its run was recorded, so a missing GPU left a failed run in the store)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ConfigError(f"--device {device} asked for, but no CUDA device is available (torch {torch.__version__}, "
+                          f"{build}, sees none): use --device cpu, or a CUDA build of torch on a machine with a GPU")
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if index and not (index.isdigit() and int(index) < count):
+        raise ConfigError(f"--device {device}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
