@@ -131,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
             result = run_bench(workload, config, on_progress=on_progress, on_point=on_point)
         recording.result = result.to_dict()
     if args.json:
-        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config_dict,
+        print_json({"run_id": recording.id, "store": store.shown_url, "workload": args.workload, "config": config_dict,
                     "environment": environment, "result": recording.result})
         return 0
-    console().print(bench_report(recording.result, environment, recording.id, store.url, config_dict))
+    console().print(bench_report(recording.result, environment, recording.id, store.shown_url, config_dict))
     return 0

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(ceilings_table(ceilings.to_dict(), cached=cached))
-    out.print(f"run {run_handle.id} saved to {store.url}", markup=False, soft_wrap=True)
+    out.print(f"run {run_handle.id} saved to {store.shown_url}", markup=False, soft_wrap=True)
     return 0
 
 

@@ -100,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         return exc.exit_code
     except KeyboardInterrupt as exc:
+        if getattr(args, "json", False) and args.command not in OWN_INTERRUPT_JSON:
+            interrupted_json(exc)
         print(interrupted_message(exc), file=sys.stderr)
         return SIGTERM_EXIT if isinstance(exc, Terminated) else 130
     except BrokenPipeError:  # `dlperf runs show ID --json | head`: the reader has what it wanted
@@ -126,6 +128,27 @@ SIGPIPE_EXIT = 128 + 13
 
 OWN_SIGTERM = frozenset({"serve", "load"})
 """Commands that handle SIGTERM themselves (a server's drain, a load run's partial levels)."""
+
+OWN_INTERRUPT_JSON = frozenset({"load"})
+"""Commands that print their own --json document when interrupted (a load run's finished levels)."""
+
+
+def interrupted_json(exc: KeyboardInterrupt) -> None:
+    """With --json, the run an interrupted command kept, as the store holds it, on stdout: `"status":
+    "interrupted"`, its reason, and the result it finished (bench's batch sizes, train's steps, ab's blocks and
+    verdict). A CI job killed by SIGTERM got an empty stdout to parse, while the store had the partial run."""
+    from dlperf.cli.common import print_json
+
+    run, store = getattr(exc, "dlperf_run", None), getattr(exc, "dlperf_store", None)
+    if run is None or store is None:
+        return
+    try:
+        record = store.get(run)
+    except Exception:  # the store went away meanwhile: the stderr line still names the run
+        return
+    print_json({"run_id": record.id, "store": store.shown_url, "kind": record.kind, "workload": record.workload,
+                "status": record.status, "interrupted": True, "reason": record.error, "config": record.config,
+                "environment": record.environment, "result": record.result})
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:

@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         report = profile_workload(workload, config, on_progress=on_step, on_diagnosis=keep)
         recording.result = report.to_dict()
     if args.json:
-        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config_dict,
+        print_json({"run_id": recording.id, "store": store.shown_url, "workload": args.workload, "config": config_dict,
                     "environment": environment, "result": recording.result})
         return 0
-    console().print(profile_report(recording.result, recording.id, store.url))
+    console().print(profile_report(recording.result, recording.id, store.shown_url))
     return 0

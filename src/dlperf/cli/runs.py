@@ -105,7 +105,7 @@ def _list(args: argparse.Namespace) -> int:
         # "no runs in the store" for a filter that matches nothing reads as if the store had lost them.
         console().print(_no_match(store, args.kind, args.workload), markup=False, soft_wrap=True)
         return 0
-    console().print(runs_table(records, store.url))
+    console().print(runs_table(records, store.shown_url))
     if hidden:
         runs = "1 run that belongs" if hidden == 1 else f"{hidden} runs that belong"
         console().print(f"{runs} to another run (optimize candidates, tune trials) not listed: --children lists "

@@ -169,11 +169,11 @@ def run(args: argparse.Namespace) -> int:
             recording.result = measured.to_dict()
             view = measurement_view(recording.result)
     if args.json:
-        print_json({"run_id": recording.id, "store": store.url, "workload": args.workload, "config": config,
+        print_json({"run_id": recording.id, "store": store.shown_url, "workload": args.workload, "config": config,
                     "environment": environment, "result": recording.result})
         return 0
     console().print(view)
-    console().print(f"run {recording.id} saved to {store.url}", style="dim")
+    console().print(f"run {recording.id} saved to {store.shown_url}", style="dim")
     return 0
 
 

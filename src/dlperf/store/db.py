@@ -333,6 +333,7 @@ class Store:
         except KeyboardInterrupt as exc:  # Ctrl-C, or a command's own subclass with its reason (e.g. SIGTERM)
             self.finish_run(record.id, handle.result, INTERRUPTED, str(exc) or "interrupted by the user (Ctrl-C)")
             exc.dlperf_run = record.id  # type: ignore[attr-defined]  # the outermost run last: what `main` names
+            exc.dlperf_store = self  # type: ignore[attr-defined]  # where `main` reads it back for --json
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")

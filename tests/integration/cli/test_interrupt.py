@@ -4,6 +4,7 @@ bench` without a word and its run stayed "running" in the store for good."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -17,11 +18,14 @@ from dlperf.store import Store
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum: int, status: int) -> None:
+@pytest.mark.parametrize(("signum", "status", "json_out"),
+                         [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-json"])
+def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum: int, status: int,
+                                                         json_out: bool) -> None:
     db = tmp_path / "runs.db"
     proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "bench", "zoo:mlp", "--batch-sizes", "1,2",
-                             "--min-duration", "8s", "--store", str(db)],
+                             "--min-duration", "8s", "--store", str(db), *(["--json"] if json_out else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -34,13 +38,18 @@ def test_an_interrupted_bench_keeps_its_run_and_names_it(tmp_path: Path, signum:
         else:
             pytest.fail("batch 1 was never recorded")
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == status, err
     record = Store(db).list()[0]
     assert record.status == "interrupted"
+    if json_out:  # the kept run on stdout (it was empty: a CI job had nothing to parse)
+        doc = json.loads(out)
+        assert (doc["run_id"], doc["status"], doc["interrupted"], doc["kind"]) == (record.id, "interrupted", True,
+                                                                                  "bench")
+        assert [p["batch_size"] for p in doc["result"]["points"]] == [p["batch_size"] for p in record.result["points"]]
     points = (record.result or {})["points"]
     # batch 2 too, with the calls it timed, unless the signal came within its warm-up (a few microseconds)
     assert [p["batch_size"] for p in points] in ([1], [1, 2])
