@@ -35,6 +35,19 @@ def point_measurements(record: RunRecord) -> dict[int, Measurement]:
     return found
 
 
+def train_measurement(record: RunRecord) -> Measurement | None:
+    """The step times of a train run measured as one configuration (`dlperf train`, not --tune or --ddp), a
+    Measurement whose items are the samples of a step; None for any other run."""
+    result = record.result if isinstance(record.result, dict) else {}
+    if record.kind != "train" or not isinstance(result.get("measurement"), dict):
+        return None
+    try:
+        measurement = Measurement.from_dict(result["measurement"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return measurement if measurement.n else None
+
+
 def has_samples(record: RunRecord) -> bool:
     try:
         point_measurements(record)

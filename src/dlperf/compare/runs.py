@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.compare.records import a_kind, has_samples, point_measurements
+from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
 from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, percentile
@@ -126,6 +126,9 @@ def compare_points(a: Measurement, b: Measurement, batch_size: int, alpha: float
                            ratio_ci(per_a, per_b, "p50", 1 - alpha, 1000, seed), alpha)
 
 
+TRAIN_NOTE = ("train runs: each measured step is a sample (its time per sample where the batch sizes differ); the "
+              "throughput column is samples/s")
+
 LOAD_NOTE = ("load runs: levels are matched by mode and level; latencies are per request, and requests of one "
              "level queue behind each other, so they are not independent samples and the p-value is optimistic: "
              "read it beside the throughput change")
@@ -206,6 +209,11 @@ def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float],
                            alpha, title)
 
 
+def _per_item(m: Measurement) -> Measurement:
+    """`m` with each call's time divided by its items: the same items/s, latencies per item."""
+    return Measurement([round(s / m.items_per_call) for s in m.samples_ns], items_per_call=1, label=m.label)
+
+
 def _kpis(m: Measurement) -> dict[str, float]:
     return {"p50_s": m.p50_s, "p90_s": m.p90_s, "p99_s": m.p99_s, "mean_s": m.mean_s, "throughput": m.throughput}
 
@@ -237,6 +245,16 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
         notes.append(LOAD_NOTE)
         notes += _load_notes(a, b, shared, la, lb)
         points = [compare_load_levels(la[key], lb[key], key, alpha) for key in shared]
+    elif (ta := train_measurement(a)) is not None and (tb := train_measurement(b)) is not None:
+        # each step a sample: it said "neither run holds raw latency samples" and listed 30 flattened fields
+        notes.append(TRAIN_NOTE)
+        size = ta.items_per_call if ta.items_per_call == tb.items_per_call else 0
+        title = (f"train step, batch {size}" if size else
+                 f"train step, batch {ta.items_per_call} vs {tb.items_per_call} (times per sample)")
+        if not size:  # every figure per sample, as the test is (the step times of batch 64 and 32 read "-0.1%")
+            ta, tb = _per_item(ta), _per_item(tb)
+        points = [compare_points(ta, tb, size, alpha)]
+        points[0].title = title
     elif has_samples(a) and has_samples(b):
         pa, pb = point_measurements(a), point_measurements(b)
         common = sorted(set(pa) & set(pb))
@@ -254,9 +272,12 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          "are compared (latency samples are compared between two bench or check runs, or two load "
                          "runs)")
         else:
-            lacking = [r.id for r in (a, b) if not (has_samples(r) or load_levels(r))]
+            lacking = [r.id for r in (a, b)
+                       if not (has_samples(r) or load_levels(r) or train_measurement(r) is not None)]
             who = f"run {lacking[0]} holds no" if len(lacking) == 1 else "neither run holds"
-            notes.append(f"{who} raw latency samples: only the numeric results are compared")
+            # "raw latency samples" was said of two ab runs, which hold them per side (compared within each run)
+            notes.append(f"{who} samples of a kind compared here (a bench or check run's per batch size, a load "
+                         "run's per level, a train run's per step): only the numeric results are compared")
         flat_a, flat_b = _flatten(a.result), _flatten(b.result)
         other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
         if not other:

@@ -170,8 +170,36 @@ def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_
     first = add_run(store, "profile", {"step_s": 0.010})
     second = add_run(store, "profile", {"step_s": 0.012})
     cmp = compare_records(store.get(first), store.get(second))
-    assert "neither run holds raw latency samples: only the numeric results are compared" in cmp.notes
+    assert ("neither run holds samples of a kind compared here (a bench or check run's per batch size, a load run's "
+            "per level, a train run's per step): only the numeric results are compared") in cmp.notes
     assert cmp.other_deltas == [("step_s", 0.010, 0.012)]
+
+
+def _train_result(step_s: float, batch: int, seed: int, n: int = 60) -> dict[str, object]:
+    rng = np.random.default_rng(seed)
+    samples = [int(s) for s in rng.lognormal(np.log(step_s), 0.05, n) * 1e9]
+    return {"samples_per_s": batch / step_s, "config": {"batch_size": batch},
+            "measurement": {"samples_ns": samples, "items_per_call": batch}}
+
+
+def test_train_runs_compare_their_step_times_per_sample_with_the_test(store: Store) -> None:
+    """Two train runs printed 30 flattened fields without a test, and said that neither held raw samples, while
+    each holds one per step."""
+    a = add_run(store, "train", _train_result(0.100, 64, seed=1))
+    b = add_run(store, "train", _train_result(0.120, 64, seed=2))
+    cmp = compare_records(store.get(a), store.get(b))
+    assert len(cmp.points) == 1 and cmp.other_deltas == []
+    point = cmp.points[0]
+    assert point.title == "train step, batch 64" and point.verdict == "B slower"
+    assert point.median_ratio.ratio == pytest.approx(1.2, abs=0.03)
+    assert any(n.startswith("train runs: each measured step is a sample") for n in cmp.notes)
+    # batch 64 against 32 at the same time per sample: compared per sample, not per step
+    c = add_run(store, "train", _train_result(0.050, 32, seed=3))
+    point = compare_records(store.get(a), store.get(c)).points[0]
+    assert point.title == "train step, batch 64 vs 32 (times per sample)"
+    assert point.verdict == "no significant difference"
+    p50 = next(k for k in point.kpis if k.name == "p50_s")
+    assert p50.a == pytest.approx(0.100 / 64, rel=0.05) and p50.b == pytest.approx(0.050 / 32, rel=0.05)
 
 
 def test_runs_measured_with_other_settings_say_so(store: Store) -> None:
