@@ -176,6 +176,8 @@ class Store:
                              f"{_GIVE_STORE}")
         try:
             self.engine: Engine = sa.create_engine(self.url, future=True)
+            if self.engine.dialect.name == "sqlite":
+                sa.event.listen(self.engine, "connect", _lenient_text)
             self._migrate(create)
         except sa.exc.SQLAlchemyError as exc:
             raise store_error(exc, self.shown_url, "cannot open the run store") from exc
@@ -528,9 +530,19 @@ def _to_record(row: Any) -> RunRecord:
     )
 
 
+def _lenient_text(dbapi_connection: Any, _record: Any) -> None:
+    """SQLite text that is not UTF-8 (a damaged file) read with U+FFFD in place of the bad bytes: sqlite3's own
+    decoding raised for the whole query, so one damaged run stopped `runs list`, `runs show` and even `runs delete`
+    of it ("Could not decode to UTF-8 column 'result_json'")."""
+    dbapi_connection.text_factory = lambda data: data.decode("utf-8", "replace")
+
+
 def _load_field(text: str | None, name: str, problems: builtins.list[str]) -> dict[str, Any]:
     """A stored JSON object; a damaged one (a truncated write, an edit by hand) reads as empty with a note in the
     record's error, so that one bad row does not stop `runs list`, a report or a history of every other run."""
+    if text and "\ufffd" in text:
+        problems.append(f"its stored {name} holds U+FFFD characters: bytes that were not UTF-8 (a damaged store) "
+                        "read as such")
     try:
         value = json.loads(text or "{}")
     except ValueError as exc:

@@ -467,6 +467,26 @@ def test_a_damaged_row_does_not_hide_the_other_runs(tmp_path: Path) -> None:
         assert conn.execute(sa.select(runs_table.c.result_json).where(runs_table.c.id == bad.id)).scalar() == truncated
 
 
+def test_a_row_with_bytes_that_are_not_utf8_can_be_listed_shown_and_deleted(tmp_path: Path) -> None:
+    """sqlite3's decoding raised for the whole query: `runs list`, `runs show` and `runs delete` of the damaged run all
+    failed with "Could not decode to UTF-8 column 'result_json'", so the run could not even be removed."""
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    good = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]})
+    bad = store.create_run("bench", "zoo:mlp", {"batch_sizes": [8]})
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:  # '{"x": "<0xff>"}' as TEXT: a flipped byte in the file
+        conn.exec_driver_sql("UPDATE runs SET result_json = CAST(X'7b2278223a2022ff227d' AS TEXT) WHERE id = ?",
+                             (bad.id,))
+    engine.dispose()
+    assert {r.id for r in store.list()} == {good.id, bad.id}
+    record = store.get(bad.id)
+    assert record.result == {"x": "\ufffd"}
+    assert record.error is not None and "stored result holds U+FFFD characters" in record.error
+    assert [r.id for r in store.delete(bad.id, force=True)] == [bad.id]  # force: create_run left it running
+    assert [r.id for r in store.list()] == [good.id]
+
+
 def test_a_folder_given_as_the_store_names_a_file_to_give(tmp_path: Path) -> None:
     # SQLite's "unable to open database file" said nothing about the path being a folder.
     for create in (True, False):
