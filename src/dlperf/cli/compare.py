@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, open_store
+from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, open_store, percent_or_float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN", help="two run ids (or unique prefixes): A then B")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
+    # 5% as check's --confidence 95% takes it (it was "invalid float value: '5%'")
+    parser.add_argument("--alpha", type=percent_or_float, default=0.05,
+                        help="significance level of the test: 0.05 or 5%% (default 0.05)")
     parser.add_argument("--live", metavar="URL", default=None,
                         help="compare the variants of a running `dlperf serve --variant ...` "
                              "(its base URL, its /metrics URL, or HOST:PORT)")

@@ -98,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
         error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+        run = _run_behind(exc)
+        if run is not None:  # the error alone did not say that the batch sizes finished before it were kept
+            print(f"run {run} is kept in the store as failed, with what it finished (`dlperf runs show {run[:8]}`)",
+                  file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         if getattr(args, "json", False) and args.command not in OWN_INTERRUPT_JSON:
@@ -158,6 +162,20 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     while current is not None and id(current) not in seen:
         if isinstance(current, KeyboardInterrupt):
             return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _run_behind(exc: BaseException) -> str | None:
+    """The run the store kept with a partial result when `exc` (or an exception it was raised from) went through
+    its recording (`Store.recording`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        run = getattr(current, "dlperf_run", None)
+        if isinstance(run, str):
+            return run
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None

@@ -339,6 +339,9 @@ class Store:
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")
+            if handle.result:  # what it finished before the failure (bench's batch sizes before the one that raised)
+                with contextlib.suppress(AttributeError):
+                    exc.dlperf_run = record.id  # type: ignore[attr-defined]  # `main` names it after the error
             raise
         else:
             self.finish_run(record.id, handle.result, handle.status, handle.error)

@@ -128,9 +128,12 @@ def test_a_check_failing_at_a_later_batch_size_keeps_the_ones_it_measured(tmp_pa
     assert main(["baseline", "set", "b", Store(store).list(kind="bench")[0].id, "--store", str(store)]) == 0
     capsys.readouterr()
     assert main(["check", workload, "--baseline", "b", "--duration", "0.05", "--store", str(store)]) == 2
-    assert "boom at batch 8" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "boom at batch 8" in err
     (run,) = Store(store).list(kind="check")
     assert run.status == "failed"
+    # the error alone did not say that batch 1 was kept
+    assert f"run {run.id} is kept in the store as failed, with what it finished" in err
     assert [p["batch_size"] for p in run.result["points"]] == [1] and run.result["partial"] is True
 
 

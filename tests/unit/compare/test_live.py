@@ -167,6 +167,14 @@ def test_live_takes_only_a_significance_level_in_range(alpha: str, capsys: pytes
     assert "cannot read metrics" not in err
 
 
+def test_alpha_takes_a_percentage_as_check_s_options_do(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    assert main(["compare", "--live", "http://127.0.0.1:9", "--alpha", "5%"]) == 2  # the server is not there
+    err = capsys.readouterr().err
+    assert "--alpha" not in err and "invalid" not in err  # it was "invalid float value: '5%'"
+
+
 def test_control_names_the_reference_variant() -> None:
     """With an even split the variant with most requests changed from run to run; --control fixes it."""
     metrics = Metrics()
