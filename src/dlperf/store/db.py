@@ -213,8 +213,12 @@ class Store:
         if tables:
             raise StoreError(f"{self.shown_url} is a database of something else, not a dlperf run store (it has the "
                              f"tables {', '.join(sorted(tables))}): point --store (or ${ENV_VAR}) at a dlperf store")
-        raise StoreError(f"'{sqlite_path(self.url)}' is an empty SQLite database, not a run store: nothing has "
-                         f"been recorded there. {_GIVE_STORE}")
+        path = sqlite_path(self.url)
+        if path is None:  # 'None' is an empty SQLite database, of sqlite:/// (an in-memory one)
+            raise StoreError(f"{self.shown_url} names no file (an in-memory SQLite database, empty and gone when the "
+                             f"command ends): give the store's file, e.g. sqlite:///runs.db. {_GIVE_STORE}")
+        raise StoreError(f"'{path}' is an empty SQLite database, not a run store: nothing has been recorded there. "
+                         f"{_GIVE_STORE}")
 
     def _sqlite_current(self) -> bool:
         """Whether this SQLite store is a dlperf store at this dlperf's schema version (nothing to migrate)."""

@@ -227,6 +227,9 @@ def test_readers_do_not_turn_an_empty_file_or_database_into_a_store(tmp_path: Pa
     assert blank.stat().st_size == size and sa.inspect(sa.create_engine(f"sqlite:///{blank}")).get_table_names() == []
     Store(empty)  # a command that records makes it a store
     assert Store(empty, create=False).list() == []
+    # sqlite:/// (in memory) was "'None' is an empty SQLite database"
+    with pytest.raises(StoreError, match=r"^sqlite:/// names no file \(an in-memory SQLite database"):
+        Store("sqlite:///", create=False)
 
 
 def test_readers_refuse_another_programs_database_without_touching_it(tmp_path: Path) -> None:
