@@ -213,14 +213,14 @@ def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
         regression = est.ratio - 1.0
         ci = (est.ci[0] - 1.0, est.ci[1] - 1.0)
         base_value, cur_value = est.base, est.new
+    samples, needed = min(len(base_s), len(cur_s)), min_samples_for_interval(config.confidence)
     return PointVerdict(
         batch_size=batch_size, metric=config.metric, baseline_value=base_value, current_value=cur_value,
-        regression=regression, regression_ci=ci,
-        significant=ci[0] > 0.0 and min(len(base_s), len(cur_s)) >= min_samples_for_interval(config.confidence),
+        regression=regression, regression_ci=ci, significant=ci[0] > 0.0 and samples >= needed,
         exceeds=regression > config.max_regression, mann_whitney=mw, estimate=est,
         threshold=config.max_regression,
         per_item=baseline.items_per_call != 1 or current.items_per_call != 1,
-        samples=min(len(base_s), len(cur_s)), needed=min_samples_for_interval(config.confidence),
+        samples=samples, needed=needed,
     )
 
 
