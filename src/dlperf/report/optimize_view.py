@@ -298,6 +298,10 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
         lines.extend(runner_up_lines(data.get("runner_up") or {}, label))
     elif conf or any(r.get("confirmation") or r.get("confirm_error") for r in by_key.values()):
         lines.append("no winner: no candidate was confirmed better than the baseline")
+    elif any(r.get("status") == "ok" for r in by_key.values()) and not any(r.get("feasible") for r in by_key.values()):
+        # "no candidate beat the baseline" was said where the baseline itself missed a --latency-budget-ms
+        lines.append("no winner: nothing measured meets the constraints, the baseline included (each row's why says "
+                     "what it missed)")
     else:
         # no A/B was run (the baseline ranked first, or nothing else was measured): the notes say why
         lines.append("no winner: no candidate beat the baseline")

@@ -216,3 +216,15 @@ def test_a_candidate_its_paired_blocks_cannot_tell_from_the_original_is_not_call
     slow = {**row, "paired": {"ratio": 1.06, "ci": [1.04, 1.08], "verdict": SLOWER}}
     assert slower_reasons(slow, BASE, [], 1) == ["the passes add work per call that this model and batch size do "
                                                  "not repay"]
+
+
+def test_a_metric_better_only_by_float_rounding_keeps_no_slower_row_on_the_front() -> None:
+    """compile(max-autotune) at 0.188 ms and 340 MiB stayed on the frontier beside the baseline at 0.128 ms and
+    178 MiB, on a metric of 0.9999999963 against 0.9999999925 (shown as 1.0000 and a -0.00% drop)."""
+    base = {"paired_p50_s": 0.000128, "metric": 0.9999999925, "size_bytes": 100, "peak_rss_bytes": 178}
+    compiled = {"paired_p50_s": 0.000188, "metric": 0.9999999963, "size_bytes": 100, "peak_rss_bytes": 340}
+    assert pareto_front([base, compiled]) == [0]
+    better = {**compiled, "metric": 0.9999}  # a real difference still counts: worse metric, worse elsewhere
+    assert pareto_front([base, better]) == [0]
+    worse_base = {**base, "metric": 0.99}  # the candidate's metric 1% higher keeps it on the front
+    assert pareto_front([worse_base, compiled]) == [0, 1]

@@ -199,3 +199,15 @@ def test_the_memory_objective_says_what_the_peak_includes() -> None:
     assert "a fresh process that loads the exported artifact alone" in line and "no torch" in line
     assert line.endswith(f"not measured so for {LABEL} (their own process's peak during timing)")
     assert not any(x.startswith("peak MiB") for x in summary_lines(_data()))  # latency: no fresh process, no line
+
+
+def test_no_winner_where_the_baseline_too_misses_the_constraints_says_so() -> None:
+    """An impossible --latency-budget-ms: the baseline's own row said it exceeded the budget, and the summary said
+    "no candidate beat the baseline"."""
+    data = {**_data(), "winner": None}
+    for row in data["candidates"]:
+        row.update(status="ok", feasible=False, violations=["p99 0.26 ms over the 0.001 ms latency budget"])
+    lines = summary_lines(data)
+    assert ("no winner: nothing measured meets the constraints, the baseline included (each row's why says what it "
+            "missed)") in lines
+    assert "no winner: no candidate beat the baseline" not in lines
