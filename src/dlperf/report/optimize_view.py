@@ -267,7 +267,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"skipped pass: {skipped}")
     # a resumed search's reused candidates were built in the run they come from, not in this one's time
     compile_s = sum(float(r.get("build_s") or 0.0) for r in data.get("candidates") or [] if not r.get("reused"))
-    lines.append(f"searched {len(data.get('candidates') or [])} candidates in {data['elapsed_s']:.0f} s of a "
+    searched = len(data.get("candidates") or [])
+    lines.append(f"searched {searched} candidate{'' if searched == 1 else 's'} in {data['elapsed_s']:.0f} s of a "
                  f"{data['time_budget_s']:.0f} s budget (build/compile time {compile_s:.0f} s included)"
                  + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else ""))
     if data.get("export_dir"):
