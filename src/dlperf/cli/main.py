@@ -96,12 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from dlperf.cli.common import error_console
 
-        # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
-        error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         run = _run_behind(exc)
         if run is not None:  # the error alone did not say that the batch sizes finished before it were kept
+            # before the error, which stays the last line (where a CI log and the tests look for it)
             print(f"run {run} is kept in the store as failed, with what it finished (`dlperf runs show {run[:8]}`)",
                   file=sys.stderr)
+        # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
+        error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         if getattr(args, "json", False) and args.command not in OWN_INTERRUPT_JSON:
