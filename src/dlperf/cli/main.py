@@ -12,7 +12,7 @@ import gc
 import importlib
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 # (command, module under dlperf.cli, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -156,30 +156,26 @@ def interrupted_json(exc: KeyboardInterrupt) -> None:
                 "environment": record.environment, "result": record.result})
 
 
-def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or SIGTERM an exception was raised while handling (its __cause__/__context__ chain), if any."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from or while handling (its __cause__/__context__ chain), each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return current
+        yield current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return None
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM an exception was raised while handling (its __cause__/__context__ chain), if any."""
+    return next((e for e in _chain(exc) if isinstance(e, KeyboardInterrupt)), None)
 
 
 def _run_behind(exc: BaseException) -> str | None:
     """The run the store kept with a partial result when `exc` (or an exception it was raised from) went through
     its recording (`Store.recording`)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        run = getattr(current, "dlperf_run", None)
-        if isinstance(run, str):
-            return run
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    runs = (getattr(e, "dlperf_run", None) for e in _chain(exc))
+    return next((run for run in runs if isinstance(run, str)), None)
 
 
 def interrupted_message(exc: KeyboardInterrupt) -> str:

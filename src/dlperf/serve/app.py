@@ -208,9 +208,8 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     trimmed = request.url.path.rstrip("/")
     if status == 404 and extension in NOT_OFFERED:
         message = f"no endpoint at {where}: {NOT_OFFERED[extension]}"
-    elif status == 404 and trimmed != request.url.path and trimmed and (
-            _infer_target(trimmed) is not None
-            or any(getattr(r, "path_regex", None) and r.path_regex.match(trimmed) for r in request.app.router.routes)):
+    elif status == 404 and trimmed != request.url.path and trimmed and any(
+            getattr(r, "path_regex", None) and r.path_regex.match(trimmed) for r in request.app.router.routes):
         message = f"no endpoint at {where}: drop the trailing slash ({trimmed})"
     elif status == 404:
         message = (f"no endpoint at {where}: this server speaks KServe v2 under /v2 (e.g. /v2/health/ready, "

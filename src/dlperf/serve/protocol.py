@@ -285,11 +285,10 @@ def declared_datatypes(body: bytes | memoryview, header_length: int | None) -> d
     """Each input's datatype as the request names it (name -> datatype), best effort: {} for a body whose JSON
     part cannot be read. For an error reply only (see `service.ServerState.infer`), never on the served path."""
     try:
-        header, _ = _split_body(body, header_length)
-        obj = json.loads(header)
-    except (ProtocolError, ValueError, UnicodeDecodeError, RecursionError):
+        obj = _parse_json(_split_body(body, header_length)[0], "request")
+    except ProtocolError:
         return {}
-    inputs = obj.get("inputs") if isinstance(obj, dict) else None
+    inputs = obj.get("inputs")
     if not isinstance(inputs, list):
         return {}
     return {i["name"]: i["datatype"] for i in inputs

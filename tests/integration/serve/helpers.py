@@ -153,17 +153,15 @@ def get_text(url: str, headers: dict[str, str] | None = None) -> str:
 
 def get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """GET `url` and return the status and the JSON reply, an error's (4xx/5xx) as well."""
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return int(reply.status), dict(json.loads(reply.read()))
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), dict(json.loads(exc.read()))
+    return _json_reply(urllib.request.Request(url, headers=headers or {}))
 
 
 def post_json(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """POST `body` and return the status and the JSON reply, an error's (4xx/5xx) as well."""
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers or {})
+    return _json_reply(urllib.request.Request(url, data=body, method="POST", headers=headers or {}))
+
+
+def _json_reply(request: urllib.request.Request) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return int(reply.status), dict(json.loads(reply.read()))
