@@ -160,6 +160,21 @@ class Step:
             self._scaler = (torch.amp.GradScaler("cuda") if self._cuda and self._autocast_dtype == torch.float16
                             else None)
 
+    def recompile_guard(self) -> str | None:
+        """For a compiled inference step, after its first call: the guard Dynamo failed when it would have
+        recompiled the model for other rows of the same shape (`passes.compile.recompiles_on`), else None. The
+        step's one fixed input would time the compiled code while every new input compiles again."""
+        if not self.options.compile or self.mode != INFERENCE:
+            return None
+        from dlperf.passes.compile import other_inputs, recompiles_on
+
+        others = other_inputs(self.workload, self.batch_size, self.device)
+        if others is None:
+            return None
+        if self.options.channels_last:
+            others = tuple(_channels_last(x) for x in others)
+        return recompiles_on(make_call(self._run_model, others, self.device, self.options.precision))
+
     def __call__(self) -> None:
         import torch
 

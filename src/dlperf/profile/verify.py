@@ -7,7 +7,9 @@ fix measured slower or no different than its estimate loses its confidence and s
 
 A is the step as profiled, B the step with one fix. For a larger batch, A runs `factor` steps per call
 and B one step of `factor` times the batch, so both calls process the same number of items. A fix whose
-one-off cost is large (torch.compile) is warmed up before the A/B and its setup time is reported apart.
+one-off cost is large (torch.compile) is warmed up before the A/B and its setup time is reported apart; a
+compiled step that would recompile for other rows of the same shape is not measured (its A/B would time the
+one input it was compiled for) and says which guard failed.
 """
 
 from __future__ import annotations
@@ -214,6 +216,12 @@ def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, 
         b = Step(workload, config.mode, config.device, fix.apply(base, base.batch_size))
         b()  # the first call pays one-off costs (compile, worker start-up)
         result.setup_s = time.perf_counter() - t0
+        guard = b.recompile_guard()
+        if guard is not None:
+            from dlperf.passes.compile import recompile_message
+
+            result.error = recompile_message(guard)
+            return result
         factor = fix.batch_factor
         step_a = a
 

@@ -75,3 +75,34 @@ def test_channels_last_on_a_cnn_and_bf16_in_a_training_step() -> None:
     results = verify(mlp, train, trace, dg.Diagnosis([finding], "v"))
     assert [r.fix.id for r in results] == ["bf16"]  # a larger batch changes training itself: not verified
     assert results[0].error is None and results[0].ab is not None
+
+
+@pytest.mark.slow
+def test_a_compiled_step_that_recompiles_for_new_rows_is_not_measured_and_one_that_does_not_is() -> None:
+    """--verify used to time torch.compile on the step's one fixed input: a forward that read its input's values
+    measured 2.24x "faster" while each new input compiled again. Now the compiled step is called once on other
+    rows of the same shape first, and such a step is not measured."""
+    import shutil
+
+    import torch
+
+    from dlperf.profile.fixes import compile_fix
+    from tests.unit.passes.torch_models import value_dependent_workload
+
+    if shutil.which("g++") is None:
+        pytest.skip("Inductor on CPU needs g++")
+    torch._dynamo.reset()
+    workload = value_dependent_workload()
+    config = CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05, options=StepOptions(threads=1))
+    trace = capture(workload, config)
+    finding = dg.Finding(category=dg.LAUNCH_OVERHEAD, title="t", evidence=["e"], fix="f", share=0.5,
+                         confidence="high", estimated_speedup=1.5, fixes=[compile_fix()])
+    (result,) = verify(workload, config, trace, dg.Diagnosis([finding], "v"))
+    assert result.error is not None and "recompiles on a second input of the same shape" in result.error
+    assert result.ab is None and result.speedup is None and result.setup_s > 0
+
+    mlp = load_workload("zoo:mlp")
+    trace = capture(mlp, config)
+    (result,) = verify(mlp, config, trace, dg.Diagnosis([finding], "v"))
+    assert result.error is None and result.ab is not None
+    torch._dynamo.reset()

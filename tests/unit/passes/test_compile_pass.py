@@ -7,11 +7,12 @@ import shutil
 import pytest
 import torch
 
+from dlperf.errors import PassError
 from dlperf.passes.base import PassContext, apply_pass, initial_state, why_not
-from dlperf.passes.compile import CompileConfig, search_space
+from dlperf.passes.compile import CompileConfig, recompiles_on, search_space
 from dlperf.passes.hygiene import HygieneConfig
 
-from .torch_models import mlp_workload
+from .torch_models import mlp_workload, value_dependent_workload
 
 pytestmark = [pytest.mark.unit]
 
@@ -62,3 +63,26 @@ def test_compile_keeps_outputs_and_counts_compile_time() -> None:
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
     assert "already compiled" in (why_not(CompileConfig(), state, PassContext()) or "")
     torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_a_model_that_would_recompile_for_each_new_input_fails_the_pass_naming_the_guard() -> None:
+    """Timed on the one input it was compiled for, such a model looked 2.24x faster; each new input then compiled
+    again (the first had not returned after 145 s). The pass now calls it once on other rows, with Dynamo told
+    to fail rather than recompile, and fails with the guard and the line it came from."""
+    torch._dynamo.reset()
+    state = apply_pass(HygieneConfig(), initial_state(value_dependent_workload()), PassContext(batch_size=2))
+    with pytest.raises(PassError, match="recompiles on a second input of the same shape") as caught:
+        apply_pass(CompileConfig(), state, PassContext(batch_size=2))
+    assert "math.tanh" in str(caught.value)  # the source line of the failed guard
+    torch._dynamo.reset()
+
+
+def test_an_error_that_is_not_a_recompile_is_raised_as_it_is() -> None:
+    def broken() -> None:
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        recompiles_on(broken)
+    assert recompiles_on(lambda: None) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,6 +20,27 @@ def mlp_workload() -> Workload:
         return (torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch)),)
 
     return Workload(name="tiny-mlp", make_model=make_model, make_inputs=make_inputs, kind="mlp")
+
+
+class ValueDependent(nn.Module):
+    """A forward whose Python arithmetic reads the input's values (`.tolist()`): Dynamo breaks the graph there and
+    specialises what follows on those values, so each new input compiles again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = sum(math.tanh(v) for v in x[0, :4].tolist())
+        return self.linear(x) * scale
+
+
+def value_dependent_workload() -> Workload:
+    def make_inputs(batch: int) -> tuple[Any, ...]:
+        return (torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch)),)
+
+    return Workload(name="value-dependent", make_model=ValueDependent, make_inputs=make_inputs, kind="mlp")
 
 
 def cnn_workload() -> Workload:
