@@ -20,7 +20,14 @@ from dlperf.profile.analyzers.breakdown import TimeBreakdown
 from dlperf.profile.analyzers.dataloader import LoaderAnalysis
 from dlperf.profile.analyzers.launch import LaunchAnalysis
 from dlperf.profile.analyzers.memory import MemoryAnalysis
-from dlperf.profile.analyzers.operators import BANDWIDTH, COMPUTE, CeilingsLike, OperatorAnalysis
+from dlperf.profile.analyzers.operators import (
+    BANDWIDTH,
+    CACHE_RESIDENT,
+    COMPUTE,
+    CeilingsLike,
+    OperatorAnalysis,
+    OperatorStat,
+)
 from dlperf.profile.analyzers.threads import ThreadAnalysis
 from dlperf.profile.fixes import (
     Fix,
@@ -53,6 +60,10 @@ CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.8, "low": 0.5}
 FAR_BELOW_PEAK = 0.05
 """Compute-bound operators below this share of their ceiling are not limited by the arithmetic: a 20x gap
 to the machine's own measured peak points at something else (stalled threads, too little work per call)."""
+STALL_CALL_S = 1e-3
+"""A bandwidth-bound or cache-resident operator counts as stalled on a shared machine only when a call of it
+takes at least this long (as well as running below FAR_BELOW_PEAK of its roofline): a waiting thread costs a
+scheduler time slice, while a short call far below its roofline is more likely its own fixed cost."""
 FEW_OPS_PER_STEP = 100
 """Below this many top-level operators a step's overhead is a fixed per-call cost (Python, module calls),
 not per-operator dispatch: fusing operators wins little, a larger batch amortizes it."""
@@ -487,8 +498,8 @@ def _shared_machine(a: Analyses) -> Finding | None:
     """Other processes hold cores this process's threads need. Two signals, each on its own evidence:
     starved, the process got half or less of the cores its threads could use (CPU time / wall time, against
     `wanted_cores`: a one-thread step is not starved by getting one core of two); and a
-    measured stall, more threads than the cores left free while the compute-heavy operators run far below
-    the machine's peak (a parallel operator waits for its descheduled threads). Both: high confidence and a
+    measured stall, more threads than the cores left free while operators run far below their roofline
+    (`_stalled`: a parallel operator waits for its descheduled threads). Both: high confidence and a
     root cause (it distorts every other measurement); one: medium; neither strongly: low."""
     t = a.threads
     if t.other_busy_cores < 0.5:
@@ -497,8 +508,7 @@ def _shared_machine(a: Analyses) -> Finding | None:
     starved = max(0.0, 1.0 - t.process_busy_cores / expected)
     free_cores = t.usable_cores - t.other_busy_cores
     outnumbered = expected > free_cores  # a thread that never ran waits for no core
-    stalled = [o for o in a.operators.operators
-               if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak < FAR_BELOW_PEAK]
+    stalled = [o for o in a.operators.operators if _stalled(o, a.operators)]
     stalled_share = sum(o.share for o in stalled) if outnumbered else 0.0
     if starved < 0.2 and stalled_share < MIN_SHARE:
         return None
@@ -521,10 +531,10 @@ def _shared_machine(a: Analyses) -> Finding | None:
         signals += 1
         worst = stalled[0]
         evidence.append(
-            f"{stalled_share:.0%} of the step is in compute-heavy operators running below {FAR_BELOW_PEAK:.0%} of the "
-            f"peak this machine measured ({worst.name} at {worst.pct_of_peak:.1%}) while {t.intra_op_threads} "
-            f"threads shared {max(0.0, free_cores):.1f} free cores: a parallel operator waits for its "
-            "descheduled threads")
+            f"{stalled_share:.0%} of the step is in operators running below {FAR_BELOW_PEAK:.0%} of what this "
+            f"machine's measured roofline allows them ({worst.name}, {worst.bound}, at "
+            f"{_roofline_share(worst, a.operators) or 0.0:.1%}) while {t.intra_op_threads} threads shared "
+            f"{max(0.0, free_cores):.1f} free cores: a parallel operator waits for its descheduled threads")
     if t.load_average_1m is not None:
         evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
     free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
@@ -537,6 +547,31 @@ def _shared_machine(a: Analyses) -> Finding | None:
         setting=fixes[0].setting if fixes else None, share=share, confidence=confidence,
         estimated_speedup=_speedup(share, 2.0), root_cause=confidence == "high", fixes=fixes,
     )
+
+
+def _roofline_share(o: OperatorStat, ops: OperatorAnalysis) -> float | None:
+    """What an operator achieved as a share of what the roofline allows it: its % of peak when compute- or
+    bandwidth-bound; when cache-resident, of the DRAM roofline (the peak, or intensity x bandwidth where lower),
+    which data in the caches can only beat; None for dispatch-bound and unknown ones."""
+    if o.bound in (COMPUTE, BANDWIDTH):
+        return o.pct_of_peak
+    if o.bound != CACHE_RESIDENT:
+        return None
+    if o.achieved_flops_s and o.intensity:
+        peak = ops.peak_flops.get(o.dtype) or ops.peak_flops.get("fp32") or 0.0
+        allowed = min(peak, o.intensity * ops.bandwidth_bytes_s)
+        return o.achieved_flops_s / allowed if allowed > 0 else None
+    return o.achieved_bytes_s / ops.bandwidth_bytes_s if o.achieved_bytes_s else None
+
+
+def _stalled(o: OperatorStat, ops: OperatorAnalysis) -> bool:
+    """Far below its roofline (FAR_BELOW_PEAK); outside the compute-bound class, also at least STALL_CALL_S a call.
+    An `addmm` of about 1 MFLOP (cache-resident) took 14 ms under contention and was not counted, so the finding
+    explained 45% of a step about 88% stalled."""
+    share = _roofline_share(o, ops)
+    if share is None or share >= FAR_BELOW_PEAK:
+        return False
+    return o.bound == COMPUTE or o.self_s / max(o.calls_per_step, 1e-9) >= STALL_CALL_S
 
 
 def _size(nbytes: float) -> str:

@@ -407,3 +407,21 @@ def test_the_input_pipeline_share_is_the_unprofiled_steps_when_the_profiler_infl
     # close figures: the profiled steps' (one number in the finding, the breakdown and the loader line)
     same = next(f for f in _diagnose(_loader_trace(0.005, 0.010, 0.0055)).findings if f.category == dg.INPUT_PIPELINE)
     assert same.share == pytest.approx(0.5) and not any("without the profiler" in e for e in same.evidence)
+
+
+def test_a_small_cache_resident_operator_stalled_for_milliseconds_counts_as_a_stall() -> None:
+    """An addmm of 33 KFLOP on 18 KB (1.8 FLOP/B, below the ridge, in cache) taking 14 ms of a 16 ms step while
+    2 threads shared 1.3 free cores. The stall rule counted compute-bound operators only, so the finding rested on
+    the starved share alone (got 1.3 of 2 cores: 35% x the operators' share)."""
+    busy = threads(intra=2, usable=2, process_pct=130.0, system_pct=100.0)
+    stalled = _diagnose(trace([gemm(0, 14_000, m=4, k=64, n=64)], step_us=16_000.0, thread_info=busy))
+    shared = next(f for f in stalled.findings if f.title == dg.SHARED_MACHINE)
+    assert shared.share == pytest.approx(14 / 16) and shared.confidence == "medium"
+    assert any("cache-resident" in e and "descheduled threads" in e for e in shared.evidence)
+    # the same operator in 20 calls of 0.7 ms: far below its roofline too, but each call shorter than a time
+    # slice, more likely its own fixed cost: only the starved signal
+    short = [gemm(i * 700, 700, m=4, k=64, n=64) for i in range(20)]
+    calls = _diagnose(trace(short, step_us=16_000.0, thread_info=busy))
+    shared = next(f for f in calls.findings if f.title == dg.SHARED_MACHINE)
+    assert shared.share == pytest.approx(0.35 * 14 / 16) and shared.confidence == "low"
+    assert not any("descheduled threads" in e for e in shared.evidence)
