@@ -389,9 +389,13 @@ class InstancePool:
                 try:
                     runner([np.array(a) for a in self.model.example_arrays(b)])
                 except Exception as exc:
+                    hint = ""
+                    if b > 1 and (isinstance(exc, MemoryError) or "memory" in str(exc).lower()):
+                        hint = (f" (the warm-up runs the batch sizes up to the max batch size, {max(warmup_batches)}, "
+                                "before the server is ready: lower --max-batch-size)")
                     raise ServingError(
                         f"model '{self.model.name}' failed its warm-up call at batch {b}: "
-                        f"{type(exc).__name__}: {exc}"
+                        f"{type(exc).__name__}: {exc}{hint}"
                     ) from exc
                 warmed()
         except BaseException as exc:

@@ -882,6 +882,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)
         for variant in variants:
+            check_batch_memory(variant.model, variant.policy.max_batch_size)
             variant.pool.start(warmup_sizes(variant.policy.max_batch_size),
                                None if on_warmup is None else functools.partial(on_warmup, variant.name))
             started.append(variant)
@@ -923,6 +924,23 @@ def _in_fresh_thread(fn: Callable[[], T]) -> T:
 
 FULL_WARMUP_MAX_BATCH = 64
 """Up to this max batch size every batch size is warmed up; above it, powers of two and the max."""
+
+
+def check_batch_memory(model: ServedModel, max_batch: int) -> None:
+    """Refuse a max batch size whose inputs alone need more memory than the machine has available: the warm-up
+    runs it before the server is ready (`--max-batch-size 100000` on ResNet-18: 60 GB of images)."""
+    import psutil
+
+    if max_batch <= 1:
+        return
+    need = sum(a.nbytes for a in model.example_arrays(1)) * max_batch
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise ConfigError(
+            f"--max-batch-size {max_batch}: the inputs of one batch of model '{model.name}' take {need / 2**30:.1f} "
+            f"GiB alone, and {available / 2**30:.1f} GiB of memory is available; the warm-up runs every batch size up "
+            "to it before the server is ready: lower --max-batch-size"
+        )
 
 
 def warmup_sizes(max_batch: int) -> tuple[int, ...]:

@@ -213,6 +213,41 @@ def test_instances_warm_up_in_their_own_threads_and_a_failed_warm_up_stops_the_s
     assert not any(t.name.startswith("dlperf-instance-m-") for t in threading.enumerate())
 
 
+def test_a_max_batch_whose_inputs_outgrow_the_memory_is_refused_before_the_warm_up() -> None:
+    """`--max-batch-size 100000` was taken and the warm-up ran at it (ResNet-18: 60 GB of images). Now a max batch
+    whose inputs alone need more than the available memory is refused before any instance starts; one that fits
+    but fails its warm-up for memory says to lower it."""
+    import psutil
+
+    from dlperf.errors import ConfigError
+    from dlperf.serve.instances import Signature, TensorSpec
+
+    calls: list[int] = []
+
+    def runner(index: int) -> Any:
+        def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+            calls.append(arrays[0].shape[0])
+            if arrays[0].shape[0] == 3:
+                raise MemoryError("could not allocate the activations")
+            return [arrays[0][:, :4]]
+
+        return run
+
+    wide = Signature((TensorSpec("x", "FP32", (-1, 1 << 20)),), (TensorSpec("y", "FP32", (-1, 4)),))  # 4 MiB an item
+    too_many = psutil.virtual_memory().available // (4 << 20) + 16
+    config = ServeConfig(model="m", port=0, max_batch_size=too_many, instances=1)
+    with pytest.raises(ConfigError, match=rf"--max-batch-size {too_many}: the inputs of one batch of model 'm' take "
+                                          r"[0-9.]+ GiB alone, .* lower --max-batch-size"):
+        build_state(config, {"m": ServedModel("m", wide, runner)})
+    assert calls == []
+    config = ServeConfig(model="m", port=0, max_batch_size=4, instances=1)
+    with pytest.raises(ServingError, match=r"failed its warm-up call at batch 3: MemoryError: could not allocate the "
+                                           r"activations \(the warm-up runs the batch sizes up to the max batch "
+                                           r"size, 4, .* lower --max-batch-size\)"):
+        build_state(config, {"m": ServedModel("m", wide, runner)})
+    assert calls == [1, 2, 3]
+
+
 def test_the_warm_up_reports_every_call_of_every_instance() -> None:
     def runner(index: int) -> Any:
         return lambda arrays: [arrays[0] * 2]
