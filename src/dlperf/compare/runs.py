@@ -150,11 +150,15 @@ def load_levels(record: RunRecord) -> dict[str, tuple[list[float], float, int]]:
 
 
 def _level_errors(record: RunRecord) -> dict[str, tuple[int, int]]:
-    """'rate 50' -> (failed requests, all requests) of a load run's levels, as `LevelResult.summary` stored them."""
+    """'rate 50' -> (failed requests, sent requests) of a load run's levels, as `LevelResult.summary` stored them:
+    from the statuses, leaving out 'dropped' (due but not sent, which runs before 2026-12-06 counted in
+    'errors'), or 'errors' where a level has no statuses."""
     out: dict[str, tuple[int, int]] = {}
     for level in (record.result.get("levels") if isinstance(record.result, dict) else None) or []:
         try:
-            failed = int(level["errors"])
+            statuses = level.get("statuses")
+            failed = (sum(int(n) for s, n in statuses.items() if s not in ("200", "dropped"))
+                      if isinstance(statuses, dict) else int(level["errors"]))
             out[f"{level['mode']} {float(level['level']):g}"] = (failed, failed + int(level["requests_ok"]))
         except (AttributeError, KeyError, TypeError, ValueError):
             continue

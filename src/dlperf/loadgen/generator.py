@@ -316,10 +316,6 @@ class LevelResult:
         return len(self.latencies_ns)
 
     @property
-    def errors(self) -> int:
-        return sum(n for s, n in self.statuses.items() if s != "200")
-
-    @property
     def failed(self) -> int:
         """Requests sent that did not succeed: error statuses, timeouts, lost connections, mismatches; not those
         the open loop did not send ('dropped', which its own warning reports)."""
@@ -364,7 +360,10 @@ class LevelResult:
     def summary(self) -> dict[str, Any]:
         return {
             "mode": self.mode, "level": self.level, "items_per_request": self.items_per_request,
-            "requests_ok": self.ok, "errors": self.errors,
+            # 'errors' counts the sent requests that failed, as `failed` and the exit status do ('dropped' apart, as
+            # the errors column names it); until 2026-12-06 it counted the dropped too, and `compare` read them as
+            # failed requests
+            "requests_ok": self.ok, "errors": self.failed, "dropped": self.statuses.get("dropped", 0),
             "statuses": dict(self.statuses), "throughput_rps": self.throughput,
             "throughput_items_per_s": self.item_throughput, "measured_s": self.measured_s,
             "p50_s": self.percentile_s(50), "p90_s": self.percentile_s(90), "p95_s": self.percentile_s(95),
@@ -1043,8 +1042,8 @@ def verdict(step: LevelResult, slo: Slo) -> Verdict:
     slo_ms, name = slo.bound_s * 1e3, slo.name
     if step.ok == 0:
         return Verdict("fail", "no request succeeded")
-    if step.errors > 0:
-        dropped = step.statuses.get("dropped", 0)  # due, but not sent: 'failed' they were not
+    dropped = step.statuses.get("dropped", 0)  # due, but not sent: 'failed' they were not
+    if step.failed or dropped:
         sent = " sent" if dropped else ""
         why = [f"{step.failed} of {step.ok + step.failed} requests{sent} failed"] if step.failed else []
         if dropped:

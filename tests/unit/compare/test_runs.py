@@ -115,6 +115,23 @@ def test_load_runs_say_what_makes_their_levels_unlike(store: Store) -> None:
     assert not any("items per request" in n or "failed requests" in n or "SLO" in n for n in plain.notes)
 
 
+def test_requests_the_open_loop_did_not_send_are_not_failed_requests(store: Store) -> None:
+    """A load level's 'errors' counted its 'dropped' requests (due, not sent) until 2026-12-06, and compare read
+    them as failed: 'failed requests B 52 of 352' for a level where 2 of the 302 sent failed. Stored runs of both
+    kinds are read from their statuses."""
+    from dlperf.loadgen.generator import LevelResult
+
+    a = add_run(store, "load", _load_result({1: 0.010}, {1: 100}, seed=1))
+    b_result = _load_result({1: 0.010}, {1: 100}, seed=2)
+    b_result["levels"][0] |= {"statuses": {"200": 300, "dropped": 50, "503": 2}, "errors": 52}  # type: ignore[index]
+    b = add_run(store, "load", b_result)
+    notes = "\n".join(compare_records(store.get(a), store.get(b)).notes)
+    assert "failed requests A 0 of 300, B 2 of 302" in notes
+    level = LevelResult("rate", 100.0, 1, [10**7] * 300, {"200": 300, "dropped": 50, "503": 2}, 3.0, False, [])
+    summary = level.summary()
+    assert (summary["errors"], summary["dropped"], summary["requests_ok"]) == (2, 50, 300)
+
+
 def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
     from dlperf.report.compare_text import comparison_tables
 
