@@ -316,6 +316,12 @@ class LevelResult:
         return len(self.latencies_ns)
 
     @property
+    def errors(self) -> int:
+        """Every request of the level that did not succeed, those the open loop did not send ('dropped') included;
+        `failed` leaves them out, as the JSON's 'errors' and the exit status do."""
+        return sum(n for s, n in self.statuses.items() if s != "200")
+
+    @property
     def failed(self) -> int:
         """Requests sent that did not succeed: error statuses, timeouts, lost connections, mismatches; not those
         the open loop did not send ('dropped', which its own warning reports)."""
