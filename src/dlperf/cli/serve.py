@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="larger request bodies are refused with 413 before they are read (default 64)")
     parser.add_argument("--exit-timeout-s", type=float, default=30.0,
                         help="on SIGTERM, how long in-flight requests may take to finish (default 30)")
+    parser.add_argument("--body-timeout-s", type=float, default=60.0,
+                        help="a request whose body has not all arrived this long after its headers is answered "
+                             "408 (default 60; 0: no limit)")
     parser.add_argument("--token", default=None,
                         help="require 'Authorization: Bearer TOKEN' on everything but /v2/health/*")
     parser.add_argument("--allow-client-shm", action="store_true",
@@ -202,7 +205,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, timeout_action=args.timeout_action,
         allow_timeout_override=not args.no_timeout_override, token=args.token, allow_client_shm=args.allow_client_shm,
         device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
-        exit_timeout_s=args.exit_timeout_s, log_level=args.log_level,
+        exit_timeout_s=args.exit_timeout_s, body_timeout_s=args.body_timeout_s, log_level=args.log_level,
     )
 
 

@@ -134,6 +134,11 @@ def create_app(state: ServerState) -> _InferFirst:
         assert task is not None  # a coroutine the event loop runs
         try:
             state.reading[task] = None
+            limit_s = state.config.body_timeout_s
+            timer = None if not limit_s else asyncio.get_running_loop().call_later(
+                limit_s, state.cut_reading, task, 408,
+                f"the request's body did not all arrive within {limit_s:g} s of its headers (the server's "
+                "--body-timeout-s): send it whole, or start the server with a longer --body-timeout-s")
             try:
                 body = await _read_body(headers, chunks, state.config.max_request_bytes, _binary_offset(headers),
                                         into)
@@ -142,18 +147,22 @@ def create_app(state: ServerState) -> _InferFirst:
                 if cut is None:  # Ray Serve cancels a request whose client went away, even mid-body
                     variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
                     raise
-                # the exit timeout ended the read (`ServerState.cut_waiting`): answered, not cancelled (Python 3.10
-                # keeps no count of cancellations to take back)
+                # the exit timeout or the body timeout ended the read (`ServerState.cut_reading`): answered, not
+                # cancelled (Python 3.10 keeps no count of cancellations to take back)
                 uncancel = getattr(task, "uncancel", None)
                 if uncancel is not None:
                     uncancel()
-                variant.recorder.failure("UNAVAILABLE", time.monotonic_ns() - start_ns)
-                return error_reply(503, f"{cut} (its body was still arriving)")
+                status, message = cut
+                variant.recorder.failure("UNAVAILABLE" if status == 503 else "INVALID",
+                                         time.monotonic_ns() - start_ns)
+                return error_reply(status, f"{message} (its body was still arriving)" if status == 503 else message)
             except ClientGone as exc:  # no one reads this reply
                 variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
                 return error_reply(400, str(exc))
             finally:
                 del state.reading[task]
+                if timer is not None:
+                    timer.cancel()
             return await state.infer(entry, variant, body, headers, start_ns, watch)
         except ProtocolError as exc:
             variant.recorder.failure("INVALID", time.monotonic_ns() - start_ns)

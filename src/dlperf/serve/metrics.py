@@ -27,7 +27,8 @@ DEFAULT_VARIANT = "default"
 
 FAILURE_REASONS = ("REJECTED", "TIMEOUT", "BACKEND", "INVALID", "UNAVAILABLE", "CANCELED", "OTHER")
 """failure `reason` label values: REJECTED queue full; TIMEOUT request timeout expired in the queue;
-BACKEND the model raised; INVALID a bad request (400); UNAVAILABLE shutting down; CANCELED the client went
+BACKEND the model raised; INVALID a bad request (400, 413) or one whose body did not all arrive within the body
+timeout (408: a client fault, not the queue's); UNAVAILABLE shutting down; CANCELED the client went
 away before its reply was written (the work was done); OTHER anything else."""
 
 METRIC_NAMES = (

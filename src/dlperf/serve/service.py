@@ -110,6 +110,9 @@ class ServeConfig:
     threads: int | None = None
     max_request_bytes: int = 64 * MiB
     exit_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+    """A request whose body has not all arrived this long after its headers is answered 408 (0: no limit). A
+    stalled client held its connection and handler for good, and the drain at exit for its whole timeout."""
     log_level: str = "warning"
 
     def __post_init__(self) -> None:
@@ -159,6 +162,8 @@ class ServeConfig:
             raise ConfigError(f"--timeout-ms must be a positive number, got {self.timeout_s * 1000:g}")
         if not 0 <= self.exit_timeout_s < math.inf:
             raise ConfigError(f"--exit-timeout-s must be a number >= 0, got {self.exit_timeout_s:g}")
+        if not 0 <= self.body_timeout_s < math.inf:
+            raise ConfigError(f"--body-timeout-s must be a number >= 0 (0: no limit), got {self.body_timeout_s:g}")
         if self.timeout_action not in TIMEOUT_ACTIONS:
             raise ConfigError(f"--timeout-action must be reject or delay, got '{self.timeout_action}'")
         if self.max_request_bytes < 1024:
@@ -319,7 +324,7 @@ class ServerState:
         """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
         self._waiting: dict[asyncio.Future[Work], tuple[Batcher, Work]] = {}
         """The requests queued or in a running batch, by the future their handler awaits (`cut_waiting`)."""
-        self.reading: dict[asyncio.Task[Any], str | None] = {}
+        self.reading: dict[asyncio.Task[Any], tuple[int, str] | None] = {}
         """The HTTP handlers still reading their request's body, each with the message `cut_waiting` cancelled it
         with (None until then): the handler answers that as a 503 (`app.infer_reply`)."""
         self._set_ready(False)
@@ -374,12 +379,18 @@ class ServerState:
                 cut += 1
         # a client still sending its body: its handler waits in receive(), where uvicorn's own cut answered a
         # plain-text 500 and logged the CancelledError's traceback
-        for task, reason in list(self.reading.items()):
-            if reason is None and not task.done():
-                self.reading[task] = message
-                task.cancel()
-                cut += 1
+        for task in list(self.reading):
+            cut += self.cut_reading(task, 503, message)
         return cut
+
+    def cut_reading(self, task: asyncio.Task[Any], status: int, message: str) -> bool:
+        """Cancel a handler still reading its request's body, to be answered `status` with `message` (the exit
+        timeout's 503, the body timeout's 408); False where it has read it, or was cut already. Event loop only."""
+        if task not in self.reading or self.reading[task] is not None or task.done():
+            return False
+        self.reading[task] = (status, message)
+        task.cancel()
+        return True
 
     def close(self, timeout_s: float = 30.0) -> bool:
         """Stop the batchers and wait for the instances to finish what is queued; True if all stopped."""
