@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import os
 import socket
@@ -97,6 +98,21 @@ def _http_protocol(max_request_bytes: int) -> Any:
                 super().on_body(body)
             else:
                 self.into.write(body)
+
+        def send_400_response(self, msg: str) -> None:
+            """A request the HTTP parser refused (a bad Content-Length, a header that is not one, no method):
+            uvicorn answers a plain-text "Invalid HTTP request received."; this answers the server's JSON error,
+            with the parser's reason (uvicorn calls it inside its `except HttpParserError`), and closes the
+            connection as uvicorn does."""
+            reason = sys.exc_info()[1]
+            body = json.dumps({"error": f"invalid HTTP request: {reason or msg} (the connection is closed: "
+                                        "check the request's framing, e.g. its Content-Length)"}).encode()
+            head = [b"HTTP/1.1 400 Bad Request\r\n"]
+            head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+            head += [b"content-type: application/json\r\ncontent-length: " + str(len(body)).encode() +
+                     b"\r\nconnection: close\r\n\r\n", body]
+            self.transport.write(b"".join(head))
+            self.transport.close()
 
     return InferBodyProtocol
 

@@ -83,3 +83,20 @@ def test_the_body_timeout_is_checked() -> None:
     with pytest.raises(ConfigError, match="--body-timeout-s must be a number >= 0"):
         ServeConfig(model="m", body_timeout_s=-1.0)
     assert ServeConfig(model="m", body_timeout_s=0.0).body_timeout_s == 0.0  # no limit
+
+
+@pytest.mark.parametrize("head, reason", [
+    (b"POST /v2/models/wide/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n", "Content-Length"),
+    (b"POST /v2/models/wide/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+     "Duplicate Content-Length"),
+], ids=["not a number", "twice"])
+def test_a_request_the_http_parser_refuses_gets_the_servers_json_400(running: Running, head: bytes,
+                                                                     reason: str) -> None:
+    """uvicorn answered a plain-text "Invalid HTTP request received." without the parser's reason."""
+    with socket.create_connection((running.host, running.port), 30) as sock:
+        sock.sendall(head)
+        status, reply = _reply(sock)
+        assert sock.recv(100) == b""  # closed, as uvicorn does: the framing of what follows is unknown
+    assert status.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in status.lower()
+    message = json.loads(reply)["error"]
+    assert message.startswith("invalid HTTP request: ") and reason in message
