@@ -109,3 +109,16 @@ def test_an_interrupt_turned_into_an_import_error_ends_as_the_interrupt(
     monkeypatch.setattr(bench, "run", broken)
     with pytest.raises(ImportError, match="onnx"):
         main.main(["bench", "zoo:mlp"])
+
+
+def test_ctrl_c_while_the_commands_are_imported_ends_without_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`timeout -s INT 0.2 dlperf runs list` printed a KeyboardInterrupt traceback from build_parser."""
+    from dlperf.cli import main as cli_main
+
+    def interrupted() -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    assert cli_main.main(["runs", "list"]) == 130
+    assert capsys.readouterr().err == "interrupted before the command started\n"
