@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlperf.compare.gate import GateConfig, GateResult, gate
+from dlperf.compare.gate import GateConfig, GateResult, PointVerdict, gate, gate_point
 from dlperf.compare.records import point_measurements
 from dlperf.errors import ConfigError
 from dlperf.measure.bench import BenchConfig
@@ -119,9 +119,19 @@ def check_against_baseline(
     run_config = {**bench_config_dict(bench_config, name), "gate": dataclasses.asdict(config),
                   "baseline": baseline_name, "baseline_run_id": baseline.id}
     with store.recording("check", name, run_config, environment) as run:
-        # the batch sizes measured are kept if a later one fails or the check is interrupted
-        result = run_bench(workload, bench_config, on_progress=on_progress,
-                           on_point=point_saver(run, workload.name, bench_config))
+        # the batch sizes measured are kept if a later one fails or the check is interrupted, with the headline of
+        # the gate on them (it was bench's throughput, whatever the check gated)
+        save_points = point_saver(run, workload.name, bench_config)
+        judged: list[PointVerdict] = []
+
+        def on_point(point: Any) -> None:
+            save_points(point)
+            if point.batch_size in base_points:
+                judged.append(gate_point(base_points[point.batch_size], point.measurement, config, point.batch_size))
+                run.result = {**run.result, "headline": GateResult(config, judged).headline()}
+                run.save()
+
+        result = run_bench(workload, bench_config, on_progress=on_progress, on_point=on_point)
         bench = result.to_dict()
         run.result = bench
         run.save()

@@ -135,6 +135,10 @@ def test_a_check_failing_at_a_later_batch_size_keeps_the_ones_it_measured(tmp_pa
     # the error alone did not say that batch 1 was kept
     assert f"run {run.id} is kept in the store as failed, with what it finished" in err
     assert [p["batch_size"] for p in run.result["points"]] == [1] and run.result["partial"] is True
+    # its headline is the gated metric (p50 by default) against the baseline's, not bench's throughput
+    headline = run.result["headline"]
+    assert (headline["kpi"], headline["batch_size"], headline["unit"]) == ("p50_s", 1, "s")
+    assert headline["baseline_value"] > 0 and "regression" in headline
 
 
 def test_check_measures_under_the_baseline_s_allocator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
