@@ -52,13 +52,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return 0
+    from rich.markup import escape
+
     from dlperf.report.compare_text import comparison_tables
 
     out = console()
+    # runs of two workloads: said before the tables that read as a change (it came last, after the notes)
+    first = [n for n in result.notes if n.startswith("different workloads")]
+    for note in first:
+        out.print(f"[bold yellow]warning:[/] {escape(note)}: the tables compare two models, not one model's change")
     for table in comparison_tables(result):
         out.print(table)
     for note in result.notes:
-        out.print(f"[yellow]note:[/] {note}")
+        if note not in first:
+            out.print(f"[yellow]note:[/] {escape(note)}")
     if result.environment_differences:
         out.print("[bold yellow]warning: the environments differ, so timings are not directly comparable:[/]")
         for diff in result.environment_differences:

@@ -88,3 +88,19 @@ def test_an_output_path_that_cannot_take_the_report_says_why(store_path: Path, t
     # checked before the store is read: a bad -o with a bad run id names the -o
     assert main(["report", "nosuchrun", "-o", str(missing), "--store", str(store_path)]) == 2
     assert "does not exist; create it" in capsys.readouterr().err
+
+
+def test_runs_of_two_workloads_are_warned_about_before_the_tables(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The 'different workloads' note came after the tables and the other notes, where the tables read as a change."""
+    store = Store(tmp_path / "runs.db")
+    a = _bench(store, 0.010, 1, ENV)
+    rng = np.random.default_rng(3)
+    m = Measurement([int(v) for v in rng.lognormal(np.log(0.02), 0.05, 120) * 1e9])
+    rec = store.create_run("bench", "zoo:resnet18", {"batch_sizes": [1]}, ENV)
+    store.finish_run(rec.id, {"points": [{"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+    assert main(["compare", a, rec.id, "--store", str(tmp_path / "runs.db")]) == 0
+    out = capsys.readouterr().out
+    first = out.lstrip().splitlines()[0]
+    assert first.startswith("warning: different workloads: 'zoo:mlp' vs 'zoo:resnet18'")
+    assert out.count("different workloads") == 1
