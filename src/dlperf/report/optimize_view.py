@@ -156,13 +156,31 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
 
 
 def why_lines(data: dict[str, Any]) -> list[str]:
-    """One line per candidate that failed, broke a constraint or was slower: why."""
+    """One line per candidate that failed, broke a constraint or was slower: why. A failure whose error is an
+    earlier candidate's but for the pass's label in front (an ONNX export that fails for every onnxruntime variant,
+    a compile that recompiles in every compile mode) names that candidate instead of repeating it."""
     lines = []
+    first_with: dict[tuple[str, str], int] = {}
     for i, row in enumerate(data.get("candidates") or []):
         why = _why(row)
-        if why:
-            lines.append(f"  {i} {row['label']}: {why}")
+        if not why:
+            continue
+        if row.get("status") != "ok" and row.get("error"):
+            key = (str(row.get("status")), _unlabelled(str(row["error"])))
+            if key in first_with:
+                prefix = why.split(": ", 1)[0]
+                lines.append(f"  {i} {row['label']}: {prefix}: the same error as {first_with[key]}")
+                continue
+            first_with[key] = i
+        lines.append(f"  {i} {row['label']}: {why}")
     return lines
+
+
+def _unlabelled(error: str) -> str:
+    """A pass's error without the label it starts with ('compile(freezing=True): ...', 'onnxruntime(...) failed:
+    ...'): what two candidates' failures share when one cause failed both."""
+    head, sep, rest = error.partition(": ")
+    return rest if sep and " " not in head.replace(" failed", "") else error
 
 
 DISAGREEMENT = 2.0

@@ -211,3 +211,22 @@ def test_no_winner_where_the_baseline_too_misses_the_constraints_says_so() -> No
     assert ("no winner: nothing measured meets the constraints, the baseline included (each row's why says what it "
             "missed)") in lines
     assert "no winner: no candidate beat the baseline" not in lines
+
+
+def test_a_failure_repeated_by_later_candidates_is_named_once() -> None:
+    """Three compile modes failing on the same recompile printed the same three-line error three times."""
+    from dlperf.report.optimize_view import why_lines
+
+    data = _data()
+    error = "torch.compile recompiles on a second input of the same shape (Dynamo's failed guard: x == 1)"
+    failed = [{"key": f"c{i}", "label": label, "status": "failed", "phase": "apply", "error": f"{label}: {error}"}
+              for i, label in enumerate(["compile", "compile(freezing=True)", "hygiene + compile"])]
+    failed[2]["error"] = f"compile: {error}"  # the pass's own label, inside a pipeline's
+    other = {"key": "c9", "label": "onnxruntime", "status": "failed", "phase": "apply",
+             "error": "onnxruntime failed: ExportError: no"}
+    data["candidates"] += [*failed, other]
+    lines = why_lines(data)
+    assert lines[0] == f"  2 compile: failed in apply: compile: {error}"
+    assert lines[1] == "  3 compile(freezing=True): failed in apply: the same error as 2"
+    assert lines[2] == "  4 hygiene + compile: failed in apply: the same error as 2"
+    assert lines[3] == "  5 onnxruntime: failed in apply: onnxruntime failed: ExportError: no"
