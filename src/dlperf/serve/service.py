@@ -325,8 +325,9 @@ class ServerState:
         self._waiting: dict[asyncio.Future[Work], tuple[Batcher, Work]] = {}
         """The requests queued or in a running batch, by the future their handler awaits (`cut_waiting`)."""
         self.reading: dict[asyncio.Task[Any], tuple[int, str] | None] = {}
-        """The HTTP handlers still reading their request's body, each with the message `cut_waiting` cancelled it
-        with (None until then): the handler answers that as a 503 (`app.infer_reply`)."""
+        """The HTTP handlers still reading their request's body, each with the status and message `cut_reading`
+        cancelled it with (None until then: the exit timeout's 503, the body timeout's 408), which the handler
+        answers (`app.infer_reply`)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
