@@ -185,7 +185,9 @@ class GateResult:
         return {"kpi": "throughput" if throughput else f"{self.config.metric}_s", "value": worst.current_value,
                 "unit": "items/s" if throughput else "s", "batch_size": worst.batch_size,
                 "per_item": worst.per_item and not throughput, "baseline_value": worst.baseline_value,
-                "change": worst.change, "regression": worst.regression, "failed": self.failed}
+                "change": worst.change, "regression": worst.regression, "failed": self.failed,
+                # the batch size's own standing: a pass the interval cannot confirm, or from too few samples
+                "inconclusive": worst.inconclusive, "too_few_samples": worst.too_few}
 
     def to_dict(self) -> dict[str, Any]:
         return {

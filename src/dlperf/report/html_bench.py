@@ -91,6 +91,18 @@ def bench_view(rec: RunRecord) -> str:
     return "".join(parts)
 
 
+def _point_verdict(p: Mapping[str, Any]) -> str:
+    """A gated batch size's verdict cell, as the terminal words it: a pass the interval cannot confirm, or one from
+    too few samples, is 'inconclusive' (it read a green 'pass' beside an interval wholly above the threshold)."""
+    if p.get("failed"):
+        return '<span class="bad">regression</span>'
+    if p.get("too_few_samples"):
+        return '<span class="warn">too few samples: inconclusive, pass</span>'
+    if p.get("inconclusive"):
+        return '<span class="warn">inconclusive, pass</span>'
+    return '<span class="good">pass</span>'
+
+
 def _gate_view(gate: Mapping[str, Any]) -> str:
     failed = bool(gate.get("failed"))
     said = verdict_line(failed, str(gate.get("metric", "")), float(gate.get("max_regression") or 0.0))
@@ -106,9 +118,9 @@ def _gate_view(gate: Mapping[str, Any]) -> str:
                      fmt_kpi(p.get("metric"), p.get("baseline_value")) + per_item,
                      fmt_kpi(p.get("metric"), p.get("current_value")) + per_item,
                      change_text(change, lower) if math.isfinite(change) else "-",
-                     f"{fmt_pct(ci[0])} to {fmt_pct(ci[1])}", fmt_p_value((p.get("mann_whitney") or {}).get("p_value")),
-                     Raw('<span class="bad">regression</span>' if p.get("failed")
-                         else '<span class="good">pass</span>')])
+                     # below the samples an interval needs, none is shown (bench prints '-'); the terminal says why
+                     "-" if p.get("too_few_samples") else f"{fmt_pct(ci[0])} to {fmt_pct(ci[1])}",
+                     fmt_p_value((p.get("mann_whitney") or {}).get("p_value")), Raw(_point_verdict(p))])
     warnings = "".join(f'<p class="warn">warning: {esc(w)}</p>' for w in gate.get("warnings", []))
     return (f"<h3>Gate against baseline run {esc(gate.get('baseline_run_id'))}: max regression "
             f"{fmt_pct(gate.get('max_regression'), sign=False)}</h3>{verdict}"

@@ -316,8 +316,17 @@ def check_headline(gate: dict[str, Any]) -> str | None:
               if isinstance(p, dict) and (change := recorded_change(p)) is not None]
     if "failed" not in gate or not points:
         return None
+    def mark(p: dict[str, Any]) -> str:
+        """A batch size's own verdict where the run's does not say it: 'PASS: p50 +96.3% worse' was a pass from 3
+        samples, and 'FAIL: ... @ bs1, ... @ bs4' failed at bs4 only."""
+        if p.get("failed"):
+            return " (regression)" if len(points) > 1 else ""
+        if p.get("too_few_samples"):
+            return " (too few samples)"
+        return " (inconclusive)" if p.get("inconclusive") else ""
+
     # the metric's own change and which way it is, as `dlperf check` words it (a throughput loss read +25.1%)
-    changes = ", ".join(f"{change_text(change, lower)} @ bs{p.get('batch_size')}"
+    changes = ", ".join(f"{change_text(change, lower)} @ bs{p.get('batch_size')}{mark(p)}"
                         for p, (change, _, lower) in points[:3])
     more = ", ..." if len(points) > 3 else ""
     return f"{'FAIL' if gate['failed'] else 'PASS'}: {gate.get('metric', '')} {changes}{more}"

@@ -332,7 +332,26 @@ def test_a_check_run_s_summary_row_is_its_verdict(bench_points: list[dict[str, A
     html = render_report([_rec("c1", "check", {"points": bench_points, "gate": verdict,
                                                "headline": {"kpi": "throughput", "value": 900.0, "batch_size": 8}})])
     summary = html.split("<h2>Environment", 1)[0]
-    assert "FAIL: p50 +100.0% worse @ bs1, +100.0% worse @ bs8" in summary and "900 items/s" not in summary
+    assert ("FAIL: p50 +100.0% worse @ bs1 (regression), +100.0% worse @ bs8 (regression)" in summary
+            and "900 items/s" not in summary)
+
+
+def test_a_gated_batch_size_that_could_not_be_judged_says_inconclusive_not_pass(
+        bench_points: list[dict[str, Any]]) -> None:
+    """A pass from 3 samples, and one whose interval reached above the threshold, read a green 'pass' beside an
+    interval wholly above it; the terminal said 'inconclusive'."""
+    from dlperf.compare.gate import GateConfig, gate
+
+    base = Measurement.from_dict(bench_points[0]["measurement"])
+    few = gate({1: Measurement(base.samples_ns[:3])}, {1: Measurement([s * 2 for s in base.samples_ns[:3]])})
+    html = render_report([_rec("c1", "check", {"points": bench_points[:1], "gate": few.to_dict()})])
+    row = html.split("Gate against baseline run", 1)[1].split("</table>", 1)[0]
+    assert "too few samples: inconclusive, pass" in row and "% to +" not in row  # no interval from 3 samples
+    near = gate({1: base}, {1: Measurement([int(s * 1.05) for s in base.samples_ns])}, GateConfig(max_regression=0.05))
+    assert near.points[0].inconclusive and not near.failed
+    html = render_report([_rec("c2", "check", {"points": bench_points[:1], "gate": near.to_dict()})])
+    assert "inconclusive, pass</span>" in html.split("Gate against baseline run", 1)[1]
+    assert "(inconclusive)" in html.split("<h2>Environment", 1)[0]  # the runs table's headline too
 
 
 def test_a_stopped_search_says_so_and_every_search_where_its_artifacts_are() -> None:
