@@ -35,21 +35,28 @@ def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None
 
 def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: int | None = None) -> list[RunRecord]:
     """Runs of every kind that measured `workload` as the user names it (`runs list --workload`), newest first:
-    recorded as typed (bench, train, ab, check), by its `workload_key`, or, as profile and optimize record a file
-    workload, by its absolute path with the workload's name after a colon ('wl.py' names the file's one workload,
-    so it matches 'ABS/wl.py:workload')."""
+    by its `workload_key` (bench, train, ab, check: the spec made absolute), as typed for a run recorded before the
+    key, or, as profile and optimize record a file workload, by its absolute path with the workload's name after a
+    colon ('wl.py' names the file's one workload, so it matches 'ABS/wl.py:workload', and 'wl.py:workload' the
+    runs of 'wl.py'). Two 'wl.py' in two folders are two workloads."""
     from dlperf.workload.loader import canonical_spec, split_canonical
 
-    given = split_canonical(canonical_spec(workload))
+    key = canonical_spec(workload)
+    given = split_canonical(key)
 
     def matches(record: RunRecord) -> bool:
-        if record.workload == workload:
+        recorded_key = record.config.get("workload_key")
+        # as typed only for a run recorded without the key: 'wl.py' of another folder is another workload (it
+        # matched by its spelling, as `runs history` did not)
+        if not recorded_key and record.workload == workload:
             return True
-        recorded = split_canonical(record.config.get("workload_key") or canonical_spec(record.workload))
+        recorded = split_canonical(recorded_key or canonical_spec(record.workload))
         if given is None or recorded is None:
-            return False
+            return bool(recorded_key) and recorded_key == key  # a zoo spec, by its key
         (path, attr, options), (r_path, r_attr, r_options) = given, recorded
-        return path == r_path and options == r_options and (attr == r_attr or not attr)
+        # a plain 'wl.py' names the file's one workload, whatever it is called: it matches 'wl.py:workload' both
+        # ways (typed 'wl.py:workload', the bench and check runs of 'wl.py' were left out)
+        return path == r_path and options == r_options and (attr == r_attr or not attr or not r_attr)
 
     found = [r for r in store.list(kind=kind, limit=None) if matches(r)]
     return found if limit is None else found[:limit]

@@ -110,8 +110,21 @@ def test_runs_of_a_workload_file_match_however_each_command_recorded_it(tmp_path
     }
     assert {r.id for r in runs_of_workload(store, "wl/good.py")} == {ids["bench"], ids["profile"]}
     assert {r.id for r in runs_of_workload(store, "wl/good.py", kind="profile")} == {ids["profile"]}
-    assert [r.id for r in runs_of_workload(store, f"{good}:workload")] == [ids["profile"]]  # a name given: that one
+    # a name given: the runs of that name, and those of the plain file, whose one workload it names (an audit typed
+    # 'wl.py:workload' and the bench runs of 'wl.py' were left out)
+    assert {r.id for r in runs_of_workload(store, f"{good}:workload")} == {ids["bench"], ids["profile"]}
+    # another name: not the profile of ':workload'; the plain file's runs cannot say which name they were
+    assert [r.id for r in runs_of_workload(store, f"{good}:other")] == [ids["bench"]]
     assert [r.id for r in runs_of_workload(store, "wl/good.py?width=2")] == [ids["sized"]]
     assert [r.id for r in runs_of_workload(store, "zoo:mlp")] == [ids["zoo"]]
     monkeypatch.chdir(tmp_path / "wl")  # typed from another folder: the same file
     assert {r.id for r in runs_of_workload(store, "good.py")} == {ids["bench"], ids["profile"]}
+    # another folder's good.py, typed the same way, is another workload: its runs are not these
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "good.py").write_text("")
+    there = store.create_run("bench", "good.py", {"workload_key": str(tmp_path / "b" / "good.py")}).id
+    assert {r.id for r in runs_of_workload(store, "good.py")} == {ids["bench"], ids["profile"]}
+    monkeypatch.chdir(tmp_path / "b")
+    assert [r.id for r in runs_of_workload(store, "good.py")] == [there]
+    monkeypatch.chdir(tmp_path)  # where no good.py is: none of them
+    assert runs_of_workload(store, "good.py") == []
