@@ -16,7 +16,7 @@ from typing import Any
 from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
 from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
 from dlperf.measure.env import environment_differences
-from dlperf.measure.stats import Measurement, percentile
+from dlperf.measure.stats import Measurement, min_samples_for_interval, percentile
 from dlperf.store.records import RunRecord
 
 # (KPI key in Measurement.summary(), label, True if lower is better)
@@ -70,11 +70,29 @@ class PointComparison:
     """What the point is when not a batch size: a load level, e.g. 'concurrency 4'."""
 
     @property
+    def samples(self) -> int:
+        """The fewer of the two runs' samples at this point."""
+        return min(self.test.n_x, self.test.n_y)
+
+    @property
+    def needed(self) -> int:
+        """The fewest samples a run needs for the median's interval to mean anything (`min_samples_for_interval`)."""
+        return min_samples_for_interval(1.0 - self.alpha)
+
+    @property
+    def too_few(self) -> bool:
+        """Too few samples to judge, as `dlperf check` has it: 3 against 3 calls read "median B/A 1.917 (CI
+        1.911-1.971): no significant difference", where no test of 3 and 3 can reach p < 0.1."""
+        return self.samples < self.needed
+
+    @property
     def verdict(self) -> str:
         """A direction only where the test and the median's interval agree on it: the direction of the test's
         effect (B's times tend to be larger or smaller), with the median ratio's whole interval on that side of 1.
         It came from the median ratio alone, so a significant test beside a median ratio of exactly 1.000 (CI
         0.999-1.001) read "B slower" while B tended to be faster."""
+        if self.too_few:
+            return "too few samples to judge"
         if self.test.p_value >= self.alpha:
             return "no significant difference"
         lo, hi = self.median_ratio.ci
@@ -87,7 +105,8 @@ class PointComparison:
     def to_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
                 "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
-                "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "verdict": self.verdict}
+                "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "verdict": self.verdict,
+                "too_few_samples": self.too_few}
 
 
 @dataclass
@@ -227,6 +246,8 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
     others get the deltas of their top-level numeric results."""
     env_diff = environment_differences(a.environment or {}, b.environment or {})
     notes: list[str] = []
+    if a.id == b.id:  # `compare 3139 3139`: "p=1 ... no significant difference" with no word of why
+        notes.append(f"A and B are the same run ({a.id}): it is compared with itself, so no difference is expected")
     if a.workload != b.workload:
         notes.append(f"different workloads: '{a.workload}' vs '{b.workload}'")
     settings = config_differences(a.config or {}, b.config or {}, a.environment, b.environment)

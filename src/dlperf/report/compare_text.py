@@ -98,8 +98,14 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
             table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(change_text(kpi.change, kpi.lower_is_better),
                                                               style=style))
         lo, hi = point.median_ratio.ci
-        test = Text(f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
-                    f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}", style="table.caption")
+        if point.too_few:  # no interval from so few: bench prints '-', check says the same
+            test = Text(f"median B/A {point.median_ratio.ratio:.3f} from {point.samples} sample"
+                        f"{'' if point.samples == 1 else 's'} in a run, where a {1 - point.alpha:.0%} interval needs "
+                        f"{point.needed}: {point.verdict} (measure longer: --min-iters, --min-duration)",
+                        style="table.caption")
+        else:
+            test = Text(f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
+                        f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}", style="table.caption")
         parts.append(Group(title, table, test))
     if cmp.other_deltas:
         table = Table()

@@ -262,3 +262,34 @@ def test_the_direction_comes_from_the_test_and_the_median_interval_together() ->
     assert point(0.45, (1.002, 1.01)).verdict == "no significant difference"  # the two disagree
     assert point(0.45, (0.95, 0.99)).verdict == "B faster"
     assert point(0.55, (1.01, 1.05)).verdict == "B slower"
+
+
+def test_too_few_samples_are_not_judged_and_a_run_compared_with_itself_is_named(store: Store) -> None:
+    """3 calls against 3 read 'median B/A 1.917 (CI 1.911-1.971): no significant difference', where no test of 3
+    and 3 can reach p < 0.1; check calls the same data 'too few to judge'."""
+    from rich.console import Console
+
+    from dlperf.measure.stats import Measurement
+    from dlperf.report.compare_text import comparison_tables
+
+    def run(samples_ms: list[float]) -> str:
+        m = Measurement([int(v * 1e6) for v in samples_ms])
+        rec = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]}, ENV)
+        store.finish_run(rec.id, {"points": [{"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+        return rec.id
+
+    a, b = run([2.0, 2.1, 2.05]), run([3.9, 4.0, 4.1])
+    cmp = compare_records(store.get(a), store.get(b))
+    (point,) = cmp.points
+    assert point.too_few and point.verdict == "too few samples to judge" and point.needed == 6
+    assert cmp.to_dict()["points"][0]["too_few_samples"] is True
+    console = Console(width=160, record=True)
+    for part in comparison_tables(cmp):
+        console.print(part)
+    text = console.export_text()
+    assert "from 3 samples in a run, where a 95% interval needs 6: too few samples to judge" in text
+    assert "CI" not in text.split("median B/A", 1)[1]
+    many = compare_records(store.get(run([2.0] * 3 + [2.1] * 3)), store.get(run([4.0] * 3 + [4.1] * 3)))
+    assert not many.points[0].too_few and many.points[0].verdict == "B slower"
+    same = compare_records(store.get(a), store.get(a))
+    assert any(n.startswith(f"A and B are the same run ({a})") for n in same.notes)
