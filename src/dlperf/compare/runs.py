@@ -305,14 +305,20 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          "run's per level, a train run's per step): only the numeric results are compared")
         flat_a, flat_b = _flatten(a.result), _flatten(b.result)
         other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
+        # two profiles at batch 1 and 8 listed their step times side by side; the batch size was a row deep in
+        batches = [f"{k}: A {va:g}, B {vb:g}" for k, va, vb in other if k.rpartition(".")[2] == "batch_size"]
+        if batches:
+            notes.append(f"measured at different batch sizes ({'; '.join(batches)}): a step's or call's figures are "
+                         "of different amounts of work")
         if not other:
             notes.append("the two runs share no numeric result that differs: nothing else to compare")
     return RunComparison(a, b, points, env_diff, notes, other)
 
 
-SETTING_KEYS = ("precision", "device", "threads", "scenario", "timer.warmup_iters", "timer.min_iters",
+SETTING_KEYS = ("precision", "device", "threads", "scenario", "mode", "timer.warmup_iters", "timer.min_iters",
                 "timer.min_duration_s", "timer.max_duration_s")
-"""What a bench or check run was measured with that changes its figures (run config keys; `timer.` nested)."""
+"""What a run was measured with that changes its figures (run config keys; `timer.` nested): a bench or check
+run's, and a profile's mode (inference or train)."""
 
 
 def config_differences(a: dict[str, Any], b: dict[str, Any], env_a: dict[str, Any] | None = None,

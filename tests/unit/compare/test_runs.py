@@ -293,3 +293,17 @@ def test_too_few_samples_are_not_judged_and_a_run_compared_with_itself_is_named(
     assert not many.points[0].too_few and many.points[0].verdict == "B slower"
     same = compare_records(store.get(a), store.get(a))
     assert any(n.startswith(f"A and B are the same run ({a})") for n in same.notes)
+
+
+def test_two_profiles_of_other_batch_sizes_or_modes_say_so(store: Store) -> None:
+    """Profiles at batch 1 and 8 listed step_s and the rest side by side with no note; the batch size was a row."""
+    def profile(batch: int, mode: str, step_s: float) -> str:
+        rec = store.create_run("profile", "zoo:mlp", {"mode": mode, "batch_size": None}, ENV)
+        store.finish_run(rec.id, {"trace": {"batch_size": batch}, "step_s": step_s})
+        return rec.id
+
+    a, b, c = profile(1, "inference", 0.001), profile(8, "inference", 0.004), profile(8, "train", 0.012)
+    notes = "\n".join(compare_records(store.get(a), store.get(b)).notes)
+    assert "measured at different batch sizes (trace.batch_size: A 1, B 8)" in notes
+    notes = "\n".join(compare_records(store.get(b), store.get(c)).notes)
+    assert "mode: A inference, B train" in notes and "different batch sizes" not in notes
