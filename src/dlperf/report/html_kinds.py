@@ -154,6 +154,8 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         from dlperf.report.optimize_view import selection_lines
 
         lines = selection_lines(dict(rec.result))
+        # the passes the search left out, and why: the selection's "see the skipped passes" pointed at nothing here
+        lines += [f"skipped pass: {skipped}" for skipped in rec.result.get("skipped_passes") or []]
         parts.append("<h3>Selection</h3><ul>" + "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
                      + "</ul>")
     workdir, size = rec.result.get("workdir"), rec.result.get("workdir_bytes")

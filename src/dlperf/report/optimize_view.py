@@ -160,7 +160,7 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     earlier candidate's but for the pass's label in front (an ONNX export that fails for every onnxruntime variant,
     a compile that recompiles in every compile mode) names that candidate instead of repeating it."""
     lines = []
-    first_with: dict[tuple[str, str], int] = {}
+    first_with: dict[tuple[str, str], tuple[int, str]] = {}
     for i, row in enumerate(data.get("candidates") or []):
         why = _why(row)
         if not why:
@@ -169,9 +169,10 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             key = (str(row.get("status")), _unlabelled(str(row["error"])))
             if key in first_with:
                 prefix = why.split(": ", 1)[0]
-                lines.append(f"  {i} {row['label']}: {prefix}: the same error as {first_with[key]}")
+                j, label = first_with[key]
+                lines.append(f"  {i} {row['label']}: {prefix}: the same error as {j} ({label})")
                 continue
-            first_with[key] = i
+            first_with[key] = (i, str(row["label"]))
         lines.append(f"  {i} {row['label']}: {why}")
     return lines
 

@@ -227,6 +227,6 @@ def test_a_failure_repeated_by_later_candidates_is_named_once() -> None:
     data["candidates"] += [*failed, other]
     lines = why_lines(data)
     assert lines[0] == f"  2 compile: failed in apply: compile: {error}"
-    assert lines[1] == "  3 compile(freezing=True): failed in apply: the same error as 2"
-    assert lines[2] == "  4 hygiene + compile: failed in apply: the same error as 2"
+    assert lines[1] == "  3 compile(freezing=True): failed in apply: the same error as 2 (compile)"
+    assert lines[2] == "  4 hygiene + compile: failed in apply: the same error as 2 (compile)"
     assert lines[3] == "  5 onnxruntime: failed in apply: onnxruntime failed: ExportError: no"

@@ -715,3 +715,12 @@ def test_the_optimize_view_says_why_each_candidate_lost() -> None:
     assert re.findall(r"<li>(.*?)</li>", why.group(1)) == [
         "dynamic_int8: slower: at batch 1 quantizing activations costs about as much as the int8 GEMMs save",
         "pruning: metric drop 15.8% &gt; 1.0%", "onnx: failed in build: boom &lt;x&gt;"]
+
+
+def test_an_optimize_report_lists_the_passes_the_search_skipped() -> None:
+    """'no candidate besides the baseline was measured ... (see the skipped passes)', and the page listed none."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 1.0}]
+    result = {"metric_name": "fidelity", "candidates": rows, "winner": None, "run_id": "opt1",
+              "skipped_passes": ["channels_last: not applicable: the model has no 2-D convolution"]}
+    html = render_report([_rec("opt1", "optimize", result)], children={"opt1": []}).split("raw result fields")[0]
+    assert "<li>skipped pass: channels_last: not applicable: the model has no 2-D convolution</li>" in html
