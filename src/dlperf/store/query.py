@@ -149,6 +149,13 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
     if batch_size is None:
         if not usable:
             name = workload or "WORKLOAD"
+            zoo_name = name.partition("?")[0].removeprefix("zoo:") if name.startswith("zoo:") else None
+            if zoo_name is not None:
+                from dlperf.workload import zoo
+
+                if zoo_name not in zoo.names():  # 'run `dlperf bench zoo:nope` first' pointed at a model not there
+                    raise StoreError(f"no finished {kind} runs of '{name}' in the store, and there is no zoo "
+                                     f"workload '{zoo_name}': the zoo has {', '.join(zoo.names())}")
             raise StoreError(f"no finished {kind} runs of '{name}' in the store: run `dlperf {kind} {name}` first"
                              + (" (with --baseline NAME)" if kind == "check" else ""))
         batch_size = int(bench_points(usable[-1])[0]["batch_size"])

@@ -128,3 +128,13 @@ def test_runs_of_a_workload_file_match_however_each_command_recorded_it(tmp_path
     assert [r.id for r in runs_of_workload(store, "good.py")] == [there]
     monkeypatch.chdir(tmp_path)  # where no good.py is: none of them
     assert runs_of_workload(store, "good.py") == []
+
+
+def test_a_history_of_nothing_says_what_to_run_or_that_the_zoo_has_no_such_model() -> None:
+    from dlperf.errors import StoreError
+
+    with pytest.raises(StoreError, match=r"run `dlperf bench zoo:mlp` first"):
+        kpi_history([], "p50", workload="zoo:mlp")
+    # `run dlperf bench zoo:nope first` pointed at a model that is not there
+    with pytest.raises(StoreError, match=r"there is no zoo workload 'nope': the zoo has mlp, "):
+        kpi_history([], "p50", workload="zoo:nope")
