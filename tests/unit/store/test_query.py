@@ -63,8 +63,9 @@ def test_errors() -> None:
     with pytest.raises(StoreError, match="no finished bench runs of 'zoo:x'"):
         kpi_history([], "p50", workload="zoo:x")
     # `runs history --kind check` said "no finished bench runs" of a store full of them
-    with pytest.raises(StoreError, match=r"no finished check runs of 'zoo:x' in the store: run `dlperf check zoo:x`"):
-        kpi_history([], "p50", workload="zoo:x", kind="check")
+    with pytest.raises(StoreError, match=r"no finished check runs of 'zoo:mlp' in the store: run `dlperf check "
+                                         r"zoo:mlp`"):
+        kpi_history([], "p50", workload="zoo:mlp", kind="check")
     empty = kpi_history([], "p50", batch_size=4, workload="zoo:x")
     assert empty.points == [] and empty.change is None and empty.best is None
     # runs that never measured the batch size asked for: "over 0 runs ..." and exit 0 read as nothing changed
