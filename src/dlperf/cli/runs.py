@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         from dlperf.report.terminal import headline_text
 
+        if not records and not hidden and (args.kind or args.workload):  # '[]' alone, where the text says why
+            print(_no_match(store, args.kind, args.workload), file=sys.stderr)
         # headline_text: the table's line. 'headline' is the result's KPI record, which only bench-like runs have:
         # a check run's was its throughput, not its FAIL, and ab, optimize, profile and train runs had null.
         print_json([{k: v for k, v in r.to_dict().items() if k not in ("result", "environment")}

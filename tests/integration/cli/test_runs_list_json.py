@@ -37,3 +37,13 @@ def test_runs_list_json_has_the_table_s_headline(tmp_path: Path, capsys: pytest.
     assert listed[check.id]["headline_text"].startswith("FAIL: p50 +")
     assert listed[check.id]["headline"]["kpi"] == "throughput"  # the KPI record stays as it was
     assert listed[ab.id]["headline_text"] == "B/A 0.800: faster"
+
+
+def test_a_filter_that_matches_nothing_says_why_on_stderr_beside_the_empty_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(tmp_path / "runs.db")
+    store.create_run("bench", "zoo:mlp")
+    assert main(["runs", "list", "--kind", "benchs", "--json", "--store", str(tmp_path / "runs.db")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []
+    assert "no runs of kind 'benchs'" in captured.err and "the store has kinds: bench" in captured.err
