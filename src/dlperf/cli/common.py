@@ -163,7 +163,17 @@ def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:
     check, compare): a store that does not exist is a mistyped path, an error, not a new empty store."""
     from dlperf.store import Store
 
-    return Store(getattr(args, "store", None), create=create)
+    location = getattr(args, "store", None)
+    if create:
+        from dlperf.store.db import DEFAULT_PATH, resolve_url, sqlite_path
+
+        path = sqlite_path(resolve_url(location, create_folder=False))
+        if path is not None and path != DEFAULT_PATH and not path.parent.exists():
+            # a mistyped folder in a CI script started a second history without a word (the commands that only read
+            # the store refuse a path that does not exist)
+            error_console().print(f"note: the store's folder '{path.parent}' does not exist and is created: a new "
+                                  f"store starts at '{path}'", markup=False)
+    return Store(location, create=create)
 
 
 def require_positive(name: str, value: float | None) -> None:

@@ -26,3 +26,17 @@ def test_assert_no_regression_refuses_a_store_that_does_not_exist(tmp_path: Path
     with pytest.raises(StoreError, match="no run store at"):
         assert_no_regression("zoo:mlp", baseline="main", store=str(missing))
     assert not missing.exists()
+
+
+def test_a_recording_command_says_when_it_creates_the_store_s_folder(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--store nodir/x.db` made the folder without a word, so a typo in CI started a second history."""
+    from argparse import Namespace
+
+    from dlperf.cli.common import open_store
+
+    new = tmp_path / "nodir" / "x.db"
+    open_store(Namespace(store=str(new)))
+    assert f"the store's folder '{new.parent}' does not exist and is created" in capsys.readouterr().err
+    open_store(Namespace(store=str(new)))  # there now: nothing to say
+    assert capsys.readouterr().err == ""
