@@ -51,6 +51,28 @@ def why_not_gcs(address: str, timeout_s: float | None = None) -> str | None:
     answer (the reply, or UNAUTHENTICATED from a cluster with token authentication) is a GCS. A server that says
     nothing within `timeout_s` (default GCS_PROBE_TIMEOUT_S, read at each call), TLS (`RAY_USE_TLS`), and a Ray without
     grpc or those stubs are left to Ray (None)."""
+    answer = _gcs_answer(address, timeout_s)
+    if answer is None:
+        return None
+    import grpc
+
+    code, details = answer
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return ("a gRPC server answers there, but not a Ray GCS (Ray's client server, on port 10001, is one: give it "
+                "as ray://HOST:10001)")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        # "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.5:8265: Failed parsing ..."
+        said = re.split(r"(?:ipv4|ipv6|unix):\S+: ", details)[-1] or details
+        if "HTTP/2" in said:
+            return ("an HTTP server answers there, not a Ray GCS (Ray's dashboard, on port 8265, is one; the GCS "
+                    f"listens on 6379 by default): {said}")
+        return f"something answers TCP there, but not a Ray GCS: {said}"
+    return None
+
+
+def _gcs_answer(address: str, timeout_s: float | None = None) -> tuple[Any, str] | None:
+    """(gRPC status code, details) of one GCS request (`NodeInfoGcsService.GetClusterId`, without a token) to a
+    HOST:PORT address; None where it is not asked (TLS, no grpc or Ray stubs, not HOST:PORT)."""
     if timeout_s is None:
         timeout_s = GCS_PROBE_TIMEOUT_S
     if not _is_host_port(address) or os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes"):
@@ -66,18 +88,42 @@ def why_not_gcs(address: str, timeout_s: float | None = None) -> str | None:
             request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]  # generated, untyped
             stub.GetClusterId(request, timeout=timeout_s)
         except grpc.RpcError as exc:
-            code, details = exc.code(), str(exc.details() or "")
-            if code == grpc.StatusCode.UNIMPLEMENTED:
-                return ("a gRPC server answers there, but not a Ray GCS (Ray's client server, on port 10001, is one: "
-                        "give it as ray://HOST:10001)")
-            if code == grpc.StatusCode.UNAVAILABLE:
-                # "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:10.0.0.5:8265: Failed parsing ..."
-                said = re.split(r"(?:ipv4|ipv6|unix):\S+: ", details)[-1] or details
-                if "HTTP/2" in said:
-                    return ("an HTTP server answers there, not a Ray GCS (Ray's dashboard, on port 8265, is one; the "
-                            f"GCS listens on 6379 by default): {said}")
-                return f"something answers TCP there, but not a Ray GCS: {said}"
-    return None
+            return exc.code(), str(exc.details() or "")
+    return grpc.StatusCode.OK, ""
+
+
+def token_auth_problem(address: str) -> str | None:
+    """Before joining the cluster at `address` (HOST:PORT, or the RAY_ADDRESS 'auto' joins): where its GCS asks for
+    a token (Ray's token authentication, on by default from Ray 2.59 for `ray start`) and RAY_AUTH_MODE is unset
+    here, token authentication is turned on for this process as Ray turns it on for an instance it starts, with the
+    token found here (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token). `ray.init` with an address sent no
+    token, retried "Authentication token is missing or incorrect" for 20 s and failed with "Failed to connect", and
+    the error's advice was to check the address. Returns why it cannot join where this machine has no token, or
+    RAY_AUTH_MODE says another mode; else None."""
+    import grpc
+
+    target = joined_by_auto(address) or address
+    answer = _gcs_answer(target)
+    if answer is None or answer[0] != grpc.StatusCode.UNAUTHENTICATED:
+        return None
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.strip().lower() != "token":
+        return (f"the Ray cluster at {target} asks for a token (Ray's token authentication), and RAY_AUTH_MODE is "
+                f"'{mode}' here: unset RAY_AUTH_MODE, or set it to token")
+    if mode is not None:
+        return None  # token mode: Ray loads the token itself
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication's setup: left to Ray
+        return None
+    with token_auth_notice_dropped():
+        if maybe_enable_token_auth_if_token_available(warn_if_disabled=False):
+            return None
+    return (f"the Ray cluster at {target} asks for a token (Ray's token authentication), and this machine has none: "
+            "set RAY_AUTH_TOKEN to the cluster's token (`ray get-auth-token` on its head node prints it), or save it "
+            "as ~/.ray/auth_token")
 
 
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"

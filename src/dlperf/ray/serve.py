@@ -26,6 +26,7 @@ from dlperf.ray.address import (
     init_error,
     shutdown_ray,
     start_ray,
+    token_auth_problem,
     unreachable_reason,
 )
 from dlperf.serve.service import ServeConfig
@@ -560,6 +561,9 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             listening_socket(config).close()
         else:
             check_reachable(options.address)
+            problem = token_auth_problem(options.address)
+            if problem is not None:
+                raise ServingError(f"--ray-address {options.address}: {problem}")
         option = f"--ray-address {options.address}" if options.address else "--ray (a new local Ray instance)"
 
         def refused(exc: BaseException) -> Exception:

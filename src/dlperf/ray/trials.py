@@ -39,6 +39,7 @@ from dlperf.ray.address import (
     shutdown_ray,
     start_ray,
     stop_started,
+    token_auth_problem,
     unreachable_reason,
 )
 
@@ -248,9 +249,15 @@ class RayExecutor:
         self.startup_grace_s = startup_grace_s
         self.trial_cpus = trial_cpus
         self._owns = False
+        """Whether this executor called `ray.init` (and so disconnects, or stops its local instance, on close)."""
+        self._local = False
+        """Whether that started a new local instance (`address` None), rather than joining a cluster."""
         if not ray.is_initialized():
             if address:
                 check_reachable(address)
+                problem = token_auth_problem(address)
+                if problem is not None:
+                    raise ConfigError(f"--executor ray:{address}: {problem}")
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
 
             def init() -> None:
@@ -282,7 +289,9 @@ class RayExecutor:
                     stop_started(before)
                     raise
             self._owns = True
-        self.name = "ray" if self._owns else f"ray:{joined_address(address)}"
+            self._local = not address
+        # a joined cluster is named by its address, 'auto' resolved (`ray:auto` was recorded as a local instance's)
+        self.name = "ray" if self._local else f"ray:{joined_address(address)}"
         # our own loop does the retries; Ray reuses a worker for later trials (each trial forks a fresh child)
         self._trial = ray.remote(max_retries=0, num_cpus=trial_cpus, resources={TIMING_RESOURCE: 1})(run_trial)
         self._probe = ray.remote(max_retries=0, num_cpus=0)(probe_node)
@@ -410,9 +419,10 @@ class RayExecutor:
         'dlperf_timing' resource: start each node with `ray start --resources ...`": on a local instance whose
         raylet died mid-trial, a fix for a setup that was never wrong."""
         names = ", ".join(f"{n.hostname} ({n.node_id[:8]})" for n in self.nodes.values())
-        where = ("the local Ray instance this command started lost its node" if self._owns
+        # a joined cluster's ('ray:auto' said "the local Ray instance this command started lost its node")
+        where = ("the local Ray instance this command started lost its node" if self._local
                  else "every Ray node that ran trials has left the cluster")
-        check = ("(its raylet died: killed, or out of memory)" if self._owns
+        check = ("(its raylet died: killed, or out of memory)" if self._local
                  else "(check the cluster with `ray status`)")
         return (f"{where}: {names} {check}; the candidates measured so far are in the store with this failed run, "
                 "and the same dlperf optimize command resumes it (or --resume RUN_ID)")
