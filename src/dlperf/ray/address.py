@@ -233,8 +233,8 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
     os.set_blocking(write_end, False)
     previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     done = threading.Event()
-    watcher = threading.Thread(target=_watch_while_ray_starts, args=(read_end, done), name="dlperf-ray-start-signals",
-                               daemon=True)
+    watcher = threading.Thread(target=_watch_while_ray_starts, args=(read_end, done, child_pids()),
+                               name="dlperf-ray-start-signals", daemon=True)
     watcher.start()
     utils: Any = None
     with contextlib.suppress(ImportError):  # where Ray keeps it (2.x); elsewhere its handler comes and is undone after
@@ -264,29 +264,45 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
 
 GIVE_UP_S = 30.0
 """How long after a held SIGINT or SIGTERM the command still waits for Ray to finish starting."""
+SAME_DELIVERY_S = 0.25
+"""The same signal again within this long of the first is the same delivery, not a second one: GNU `timeout` sends
+its SIGTERM to the command and then to the command's process group, which the command is in (`timeout -s TERM 5
+dlperf optimize --executor ray` stopped at once, as at a second signal, and left two of Ray's agents running for a
+minute). A person's second Ctrl-C comes later than this."""
 
 
-def _watch_while_ray_starts(read_end: int, done: threading.Event) -> None:
+def _watch_while_ray_starts(read_end: int, done: threading.Event, before: set[int] | None = None) -> None:
     """Say that a SIGINT or SIGTERM waits for Ray, and for how long at most; at a second one, or GIVE_UP_S after the
-    first, end the process now. It said 'a few seconds', and waited as long as Ray retried (minutes), deaf to further
-    Ctrl-Cs; then, with the give-up, still 'a few seconds' for a wait of up to 30 s. What Ray started here dies with
-    this process (Ray's fate sharing); the search has opened no run yet."""
+    first, stop what Ray started under this process (not in `before`) and end the process now. It said 'a few
+    seconds', and waited as long as Ray retried (minutes), deaf to further Ctrl-Cs; then, with the give-up, still 'a
+    few seconds' for a wait of up to 30 s. The search has opened no run yet."""
+    before = before or set()
     first: int | None = None
-    give_up_at = math.inf
+    first_at = give_up_at = math.inf
     while not done.is_set():
         ready, _, _ = select.select([read_end], [], [], 0.1)
         came = [b for b in (os.read(read_end, 64) if ready else b"") if b in (signal.SIGINT, signal.SIGTERM)]
         for signum in came:
             name = signal.Signals(signum).name
             if first is None:
-                first, give_up_at = signum, time.monotonic() + GIVE_UP_S
+                first, first_at, give_up_at = signum, time.monotonic(), time.monotonic() + GIVE_UP_S
                 _say(f"stopping once Ray has finished starting (at most {GIVE_UP_S:g} s; {name} again to stop now)")
+            elif signum == first and time.monotonic() - first_at < SAME_DELIVERY_S:
+                continue  # the group's copy of the first one (GNU timeout)
             elif not done.is_set():
                 _say(f"{name} again: stopping now, without waiting for Ray")
-                os._exit(128 + signum)
+                _exit_now(128 + signum, before)
         if first is not None and time.monotonic() > give_up_at and not done.is_set():
             _say(f"Ray has not finished starting {GIVE_UP_S:g} s after {signal.Signals(first).name}: stopping now")
-            os._exit(128 + first)
+            _exit_now(128 + first, before)
+
+
+def _exit_now(status: int, before: set[int]) -> None:
+    """End the process at once, after stopping what Ray started under it: its agents, in process groups of their own,
+    outlived the process by a minute."""
+    with contextlib.suppress(Exception):
+        _freeze_and_kill_new(before)
+    os._exit(status)
 
 
 def _say(line: str) -> None:
@@ -347,33 +363,34 @@ def stop_started(before: set[int]) -> None:
     """Stop what a failed or interrupted `ray.init` started under this process (not in `before`, from `child_pids`):
     each process is frozen as it is found, so none can start another that would outlive it (the raylet starts its
     agents), then all are killed, then Ray's own state is reset."""
-    import psutil
-
-    def freeze_and_kill_new() -> None:
-        frozen: dict[int, psutil.Process] = {}
-        while True:
-            try:
-                new = [p for p in psutil.Process().children(recursive=True)
-                       if p.pid not in before and p.pid not in frozen]
-            except psutil.Error:
-                new = []
-            if not new:
-                break
-            for process in new:
-                with contextlib.suppress(psutil.Error):
-                    process.suspend()
-                frozen[process.pid] = process
-        for process in frozen.values():
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        # gone, not only signalled, when this returns: a caller that goes on (and a test that looks at once) found
-        # one still there beside two other Ray test sessions
-        psutil.wait_procs(list(frozen.values()), timeout=10)
-
-    freeze_and_kill_new()
+    _freeze_and_kill_new(before)
     with contextlib.suppress(Exception):
         shutdown_ray()
-    freeze_and_kill_new()  # whatever Ray's own threads started meanwhile, and the shutdown left
+    _freeze_and_kill_new(before)  # whatever Ray's own threads started meanwhile, and the shutdown left
+
+
+def _freeze_and_kill_new(before: set[int]) -> None:
+    """Kill the processes under this one that are not in `before`, each frozen as it is found first."""
+    import psutil
+
+    frozen: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid not in frozen]
+        except psutil.Error:
+            new = []
+        if not new:
+            break
+        for process in new:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            frozen[process.pid] = process
+    for process in frozen.values():
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    # gone, not only signalled, when this returns: a caller that goes on (and a test that looks at once) found one
+    # still there beside two other Ray test sessions
+    psutil.wait_procs(list(frozen.values()), timeout=10)
 
 
 def start_ray(init: Callable[[], object], *, local: bool, refused: Callable[[BaseException], Exception]) -> list[int]:

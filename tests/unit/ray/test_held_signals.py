@@ -34,3 +34,32 @@ def test_a_signal_the_caller_ignores_is_not_held() -> None:
     # announced once, for the SIGTERM that is held, not for the ignored SIGINT
     assert done.stderr.count("stopping once Ray has finished starting") == 1, done.stderr
     assert "(at most 30 s; SIGTERM again to stop now)" in done.stderr, done.stderr
+
+
+TWICE = """
+import json, os, signal, sys, time
+from dlperf.ray.address import signals_held_while_ray_starts
+
+with signals_held_while_ray_starts() as held:
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)  # GNU timeout: to the command, then to its process group
+    time.sleep(0.6)
+    if sys.argv[1] == "later":
+        os.kill(os.getpid(), signal.SIGTERM)  # a second one, deliberately
+        time.sleep(0.6)
+print(json.dumps({"held": held}))
+"""
+
+
+@pytest.mark.parametrize("later", ["", "later"])
+def test_the_same_signal_twice_at_once_is_one_delivery_a_later_one_a_second(later: str) -> None:
+    """`timeout -s TERM 5 dlperf optimize --executor ray` was taken as a second SIGTERM ("stopping now, without
+    waiting for Ray") and left two of Ray's agents running for a minute."""
+    done = subprocess.run([sys.executable, "-c", TWICE, later], capture_output=True, text=True, timeout=120)
+    if not later:
+        assert done.returncode == 0 and "again: stopping now" not in done.stderr, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"held": [15, 15]}
+        assert done.stderr.count("stopping once Ray has finished starting") == 1, done.stderr
+    else:
+        assert done.returncode == 143 and "SIGTERM again: stopping now, without waiting for Ray" in done.stderr, \
+            done.stderr
