@@ -88,16 +88,22 @@ def run(args: argparse.Namespace) -> int:
     note = load_note(time.monotonic() - loading, config.time_budget_s)
     if note is not None:
         error_console().print(note, markup=False)
-    executor = executor_from_spec(args.executor)
+    made: list[Any] = []
+
+    def make_executor() -> Any:  # once every option is checked: a bad --passes was refused after Ray had started
+        made.append(executor_from_spec(args.executor))
+        return made[-1]
+
     try:
         result = optimize(workload, config, store=store, export_dir=args.export, resume=args.resume,
-                          auto_resume=not args.no_resume, on_event=progress, executor=executor,
+                          auto_resume=not args.no_resume, on_event=progress, make_executor=make_executor,
                           started_at=started_at)
     except ExportFailed as exc:
         _print(exc.result.to_dict(), args.json)  # the search's results first, then the one-line error
         raise
     finally:
-        executor.close()
+        for executor in made:
+            executor.close()
     _print(result.to_dict(), args.json)
     return 0
 

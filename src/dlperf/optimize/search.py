@@ -696,6 +696,7 @@ def optimize(
     on_event: EventFn | None = None,
     executor: Executor | None = None,
     started_at: float | None = None,
+    make_executor: Callable[[], Executor] | None = None,
 ) -> OptimizeResult:
     """Search for the best pipeline of passes for `workload` (a spec such as 'zoo:mlp' or 'file.py:name').
 
@@ -704,6 +705,8 @@ def optimize(
     executor lost every node: `ExecutorLost`) is continued.
     `started_at` (a `time.monotonic()` value, default now) is when the time budget starts: the CLI passes
     its process's start (`process_started_at()`), so the whole command fits the budget.
+    `make_executor`, in place of `executor`, builds it once every option has been checked (the caller closes it):
+    `--executor ray` started Ray (5-6 s) before a bad `--passes`, `--export`, `--device` or `--resume` was refused.
     """
     from dlperf.measure.env import capture_environment
     from dlperf.optimize.artifact import check_apart, check_export_dir, check_folder_path
@@ -762,6 +765,8 @@ def optimize(
         previous, not_resumed = _find_resumable(store, source, search_key, resume)
         if previous is not None:
             search.reused = _previous_rows(store, previous.id)
+    if executor is None and make_executor is not None:
+        search.executor = make_executor()
     run_config = {**config.to_dict(), "search_key": search_key, "workload": source,
                   "resumed_from": previous.id if previous else None, "executor": executor_name(search.executor)}
 

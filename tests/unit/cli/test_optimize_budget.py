@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 from dlperf.cli.optimize import budget_start
 
@@ -21,3 +23,16 @@ def test_the_dlperf_command_counts_from_its_process_start() -> None:
     start = budget_start(from_command_line=True)
     # the process's start, at most 60 s back (the cap for a process older than its command)
     assert time.monotonic() - start >= min(age, 60.0) - 0.5
+
+
+def test_ray_is_started_only_once_every_option_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--executor ray` started Ray (5-6 s) before a bad --passes, --export, --device or --resume was refused."""
+    from dlperf.cli.main import main
+    from dlperf.optimize import executor as executors
+
+    started: list[str] = []
+    monkeypatch.setattr(executors, "executor_from_spec", lambda spec: started.append(spec))
+    store = f"{tmp_path}/runs.db"
+    for bad in (["--passes", "nosuch"], ["--resume", "deadbeef"], ["--device", "cuda:7"]):
+        assert main(["optimize", "zoo:mlp", "--executor", "ray", *bad, "--store", store]) == 2
+    assert started == []
