@@ -91,8 +91,13 @@ class LocalExecutor:
 
 
 def parse_executor(spec: str) -> tuple[str, str | None]:
-    """'local' -> ('local', None); 'ray' -> ('ray', None); 'ray:ADDRESS' -> ('ray', ADDRESS)."""
-    kind, sep, address = spec.strip().partition(":")
+    """'local' -> ('local', None); 'ray' -> ('ray', None); 'ray:ADDRESS' -> ('ray', ADDRESS); a Ray client address
+    'ray://HOST:PORT' -> ('ray', 'ray://HOST:PORT') (it was read as 'ray:' and the host '//HOST', "Name or service
+    not known"). A HOST:PORT whose port is not a port is refused here (Ray's message rewrote the host)."""
+    text = spec.strip()
+    if text.lower().startswith("ray://"):
+        return "ray", text
+    kind, sep, address = text.partition(":")
     kind = kind.lower()
     if kind == "local" and not sep:
         return "local", None
@@ -100,6 +105,11 @@ def parse_executor(spec: str) -> tuple[str, str | None]:
         if sep and not address:
             raise ConfigError("--executor ray: give an address after the colon (ray:HOST:PORT, ray:auto) "
                               "or none for a local Ray instance")
+        host, colon, port = address.rpartition(":")
+        if colon and host and not address.lower().startswith("ray://") and not (port.isdigit()
+                                                                               and 0 < int(port) < 65536):
+            raise ConfigError(f"--executor {spec}: '{port}' is not a port: give ray:HOST:PORT as `ray start --head` "
+                              "prints it (port 6379 by default)")
         return "ray", address or None
     raise ConfigError(f"unknown executor '{spec}': use local, ray (a local Ray instance) or ray:ADDRESS")
 
