@@ -264,18 +264,19 @@ def signals_held_while_ray_starts() -> Iterator[list[int]]:
 
 GIVE_UP_S = 30.0
 """How long after a held SIGINT or SIGTERM the command still waits for Ray to finish starting."""
-SAME_DELIVERY_S = 0.25
-"""The same signal again within this long of the first is the same delivery, not a second one: GNU `timeout` sends
-its SIGTERM to the command and then to the command's process group, which the command is in (`timeout -s TERM 5
-dlperf optimize --executor ray` stopped at once, as at a second signal, and left two of Ray's agents running for a
-minute). A person's second Ctrl-C comes later than this."""
-
-
+SAME_DELIVERY_S = 0.05
+"""The same signal again within this long of the first is its copy, not a second signal (GNU `timeout`'s to the
+command's process group, `_watch_while_ray_starts`); a person's second Ctrl-C comes later."""
 def _watch_while_ray_starts(read_end: int, done: threading.Event, before: set[int] | None = None) -> None:
     """Say that a SIGINT or SIGTERM waits for Ray, and for how long at most; at a second one, or GIVE_UP_S after the
     first, stop what Ray started under this process (not in `before`) and end the process now. It said 'a few
     seconds', and waited as long as Ray retried (minutes), deaf to further Ctrl-Cs; then, with the give-up, still 'a
-    few seconds' for a wait of up to 30 s. The search has opened no run yet."""
+    few seconds' for a wait of up to 30 s. The search has opened no run yet.
+
+    The same signal within SAME_DELIVERY_S of the first is the same delivery: GNU `timeout` sends its SIGTERM to the
+    command and then to the command's process group, which the command is in (`timeout -s TERM 5 dlperf optimize
+    --executor ray` stopped at once, as at a second signal, and left two of Ray's agents running for a minute); the
+    two were read 1.7 ms apart here, or together."""
     before = before or set()
     first: int | None = None
     first_at = give_up_at = math.inf

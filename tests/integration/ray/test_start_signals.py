@@ -73,6 +73,8 @@ def test_ctrl_c_while_ray_retries_an_address_ends_the_command(tmp_path: Path, se
         wait_until(lambda: proc.poll() is not None or acknowledged in log.read_text(), 30,
                    "the first Ctrl-C to be acknowledged")
         if second_signal:
+            # later than a copy of the first (GNU timeout's to the group), as a person's second Ctrl-C is
+            time.sleep(0.2)
             proc.send_signal(signal.SIGINT)
         # at once after a second Ctrl-C, else GIVE_UP_S after the first (it waited for Ray: minutes)
         code = proc.wait(timeout=20 if second_signal else GIVE_UP_S + 30)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ SIG = Signature((TensorSpec("x", "FP32", (-1, WIDTH)),), (TensorSpec("y", "FP32"
 
 @pytest.fixture()
 def running() -> Iterator[Running]:
-    def runner(index: int):  # type: ignore[no-untyped-def]
+    def runner(index: int) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
         return lambda arrays: [arrays[0].sum(axis=1, keepdims=True)]
 
     config = ServeConfig(model="wide", port=0, max_batch_size=2, body_timeout_s=1.0)
