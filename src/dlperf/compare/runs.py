@@ -305,7 +305,7 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          "run's per level, a train run's per step): only the numeric results are compared")
         flat_a, flat_b = _flatten(a.result), _flatten(b.result)
         other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
-        # two profiles at batch 1 and 8 listed their step times side by side; the batch size was a row deep in
+        # two profiles at batch 1 and 8 listed their step times side by side; the batch size was a row deep in the table
         batches = [f"{k}: A {va:g}, B {vb:g}" for k, va, vb in other if k.rpartition(".")[2] == "batch_size"]
         if batches:
             notes.append(f"measured at different batch sizes ({'; '.join(batches)}): a step's or call's figures are "

@@ -267,6 +267,8 @@ GIVE_UP_S = 30.0
 SAME_DELIVERY_S = 0.05
 """The same signal again within this long of the first is its copy, not a second signal (GNU `timeout`'s to the
 command's process group, `_watch_while_ray_starts`); a person's second Ctrl-C comes later."""
+
+
 def _watch_while_ray_starts(read_end: int, done: threading.Event, before: set[int] | None = None) -> None:
     """Say that a SIGINT or SIGTERM waits for Ray, and for how long at most; at a second one, or GIVE_UP_S after the
     first, stop what Ray started under this process (not in `before`) and end the process now. It said 'a few

@@ -126,6 +126,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def read_reply(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(status line and headers, body) of one HTTP reply read from a raw socket, the body by its Content-Length."""
+    reply = b""
+    while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
+            reply.lower().partition(b"content-length:")[2].split(b"\r\n")[0] or b"1000000"):
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {reply!r}"
+        reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return head, body
+
+
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

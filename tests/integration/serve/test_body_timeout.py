@@ -19,7 +19,7 @@ from dlperf.serve.protocol import Tensor, encode_request
 from dlperf.serve.server import Running, start_in_thread
 from dlperf.serve.service import ServeConfig, build_state
 
-from .helpers import wait_until
+from .helpers import read_reply, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,17 +37,6 @@ def running() -> Iterator[Running]:
         yield served
 
 
-def _reply(sock: socket.socket) -> tuple[bytes, bytes]:
-    reply = b""
-    while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
-            reply.lower().partition(b"content-length:")[2].split(b"\r\n")[0] or b"1000000"):
-        chunk = sock.recv(65536)
-        assert chunk, f"the connection closed after {reply!r}"
-        reply += chunk
-    head, _, body = reply.partition(b"\r\n\r\n")
-    return head, body
-
-
 @pytest.mark.parametrize("large", [False, True], ids=["small body", "large binary body"])
 def test_a_body_that_stops_arriving_is_answered_408_and_serving_goes_on(running: Running, large: bool) -> None:
     x = np.full((1, WIDTH), 0.5, np.float32)
@@ -60,7 +49,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_serving_goes_on(running:
     start = time.monotonic()
     with socket.create_connection((running.host, running.port), 30) as sock:
         sock.sendall(head + body[:len(body) // 2])  # and no more
-        status, reply = _reply(sock)
+        status, reply = read_reply(sock)
     waited = time.monotonic() - start
     assert status.startswith(b"HTTP/1.1 408"), status
     assert "did not all arrive within 1 s of its headers" in json.loads(reply)["error"]
@@ -73,7 +62,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_serving_goes_on(running:
     with socket.create_connection((running.host, running.port), 30) as sock:
         sock.sendall((f"POST /v2/models/wide/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: "
                       f"{header_length}\r\nContent-Length: {len(whole)}\r\n\r\n").encode() + whole)
-        status, _ = _reply(sock)
+        status, _ = read_reply(sock)
     assert status.startswith(b"HTTP/1.1 200"), status
     wait_until(lambda: parse_variant_metrics(running.state.metrics.exposition()[0].decode())["default"].success_total
                == 1, 10, "the whole request counted")
@@ -95,7 +84,7 @@ def test_a_request_the_http_parser_refuses_gets_the_servers_json_400(running: Ru
     """uvicorn answered a plain-text "Invalid HTTP request received." without the parser's reason."""
     with socket.create_connection((running.host, running.port), 30) as sock:
         sock.sendall(head)
-        status, reply = _reply(sock)
+        status, reply = read_reply(sock)
         assert sock.recv(100) == b""  # closed, as uvicorn does: the framing of what follows is unknown
     assert status.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in status.lower()
     message = json.loads(reply)["error"]

@@ -101,7 +101,7 @@ def test_a_client_still_sending_its_body_when_the_exit_timeout_ends_gets_dlperfs
 
     from dlperf.serve.service import ServeConfig
 
-    from .helpers import gated_server
+    from .helpers import gated_server, read_reply
 
     with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1, exit_timeout_s=1.0)) as (running, gate):
         host, port = running.url.rsplit(":", 1)
@@ -110,14 +110,8 @@ def test_a_client_still_sending_its_body_when_the_exit_timeout_ends_gets_dlperfs
                          b"Content-Length: 111\r\n\r\n" + b'{"inputs": [{"name"')  # and no more
             wait_until(lambda: running.state.in_flight == 1, 30, "the request's handler to read its body")
             running.server.begin_shutdown()
-            reply = b""
-            while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
-                    reply.lower().partition(b"content-length:")[2].split(b"\r\n")[0] or b"1000000"):
-                chunk = sock.recv(65536)
-                assert chunk, f"the connection closed after {reply!r}"
-                reply += chunk
-        head, _, body = reply.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 503"), reply
+            head, body = read_reply(sock)
+        assert head.startswith(b"HTTP/1.1 503"), head + body
         message = json.loads(body)["error"]
         assert "did not finish within the exit timeout (--exit-timeout-s 1)" in message
         assert "its body was still arriving" in message
