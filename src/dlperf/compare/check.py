@@ -136,7 +136,7 @@ def check_against_baseline(
         run.result = bench
         run.save()
         current = {p.batch_size: p.measurement for p in result.points}
-        verdict = gate(base_points, current, config)
+        verdict = gate(base_points, current, config, judged={p.batch_size: p for p in judged})
         verdict.warnings = [*warnings, *verdict.warnings, *_measurement_warnings(result.points, base_points,
                                                                                  verdict)]
         verdict.baseline_run_id = baseline.id

@@ -227,8 +227,9 @@ def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
 
 
 def gate(baseline: dict[int, Measurement], current: dict[int, Measurement],
-         config: GateConfig | None = None) -> GateResult:
-    """Judge every batch size present in both; the gate fails when any of them fails."""
+         config: GateConfig | None = None, judged: Mapping[int, PointVerdict] | None = None) -> GateResult:
+    """Judge every batch size present in both; the gate fails when any of them fails. `judged`: batch sizes already
+    judged with this config (`dlperf check` judges each as it is measured), not judged again."""
     config = config or GateConfig()
     common = sorted(set(baseline) & set(current))
     if not common:
@@ -236,7 +237,8 @@ def gate(baseline: dict[int, Measurement], current: dict[int, Measurement],
             f"the baseline measured batch sizes {sorted(baseline)} and the new run {sorted(current)}: "
             "nothing to compare; re-measure with the baseline's batch sizes"
         )
-    points = [gate_point(baseline[b], current[b], config, b) for b in common]
+    judged = judged or {}
+    points = [judged.get(b) or gate_point(baseline[b], current[b], config, b) for b in common]
     warnings = []
     tail = {"p90": 0.10, "p95": 0.05, "p99": 0.01}.get(config.metric)
     if tail is not None:
