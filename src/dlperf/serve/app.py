@@ -136,7 +136,7 @@ def create_app(state: ServerState) -> _InferFirst:
             state.reading[task] = None
             limit_s = state.config.body_timeout_s
             timer = None if not limit_s else asyncio.get_running_loop().call_later(
-                limit_s, state.cut_reading, task, 408,
+                limit_s, state.cut_reading, task, 408, "INVALID",  # a client fault, not the queue's
                 f"the request's body did not all arrive within {limit_s:g} s of its headers (the server's "
                 "--body-timeout-s): send it whole, or start the server with a longer --body-timeout-s")
             try:
@@ -152,10 +152,9 @@ def create_app(state: ServerState) -> _InferFirst:
                 uncancel = getattr(task, "uncancel", None)
                 if uncancel is not None:
                     uncancel()
-                status, message = cut
-                variant.recorder.failure("UNAVAILABLE" if status == 503 else "INVALID",
-                                         time.monotonic_ns() - start_ns)
-                return error_reply(status, f"{message} (its body was still arriving)" if status == 503 else message)
+                status, reason, message = cut
+                variant.recorder.failure(reason, time.monotonic_ns() - start_ns)
+                return error_reply(status, message)
             except ClientGone as exc:  # no one reads this reply
                 variant.recorder.failure("CANCELED", time.monotonic_ns() - start_ns)
                 return error_reply(400, str(exc))

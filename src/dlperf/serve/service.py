@@ -324,10 +324,10 @@ class ServerState:
         """host:port of the gRPC endpoint once it listens (`--grpc-port`); None without one."""
         self._waiting: dict[asyncio.Future[Work], tuple[Batcher, Work]] = {}
         """The requests queued or in a running batch, by the future their handler awaits (`cut_waiting`)."""
-        self.reading: dict[asyncio.Task[Any], tuple[int, str] | None] = {}
-        """The HTTP handlers still reading their request's body, each with the status and message `cut_reading`
-        cancelled it with (None until then: the exit timeout's 503, the body timeout's 408), which the handler
-        answers (`app.infer_reply`)."""
+        self.reading: dict[asyncio.Task[Any], tuple[int, str, str] | None] = {}
+        """The HTTP handlers still reading their request's body, each with the status, failure reason and message
+        `cut_reading` cancelled it with (None until then: the exit timeout's 503, the body timeout's 408), which the
+        handler answers and counts (`app.infer_reply`)."""
         self._set_ready(False)
 
     def _set_ready(self, value: bool) -> None:
@@ -381,15 +381,16 @@ class ServerState:
         # a client still sending its body: its handler waits in receive(), where uvicorn's own cut answered a
         # plain-text 500 and logged the CancelledError's traceback
         for task in list(self.reading):
-            cut += self.cut_reading(task, 503, message)
+            cut += self.cut_reading(task, 503, "UNAVAILABLE", f"{message} (its body was still arriving)")
         return cut
 
-    def cut_reading(self, task: asyncio.Task[Any], status: int, message: str) -> bool:
-        """Cancel a handler still reading its request's body, to be answered `status` with `message` (the exit
-        timeout's 503, the body timeout's 408); False where it has read it, or was cut already. Event loop only."""
+    def cut_reading(self, task: asyncio.Task[Any], status: int, reason: str, message: str) -> bool:
+        """Cancel a handler still reading its request's body, to be answered `status` with `message` and counted as
+        a failure for `reason` (the exit timeout's 503, the body timeout's 408); False where it has read it, or was
+        cut already. Event loop only."""
         if task not in self.reading or self.reading[task] is not None or task.done():
             return False
-        self.reading[task] = (status, message)
+        self.reading[task] = (status, reason, message)
         task.cancel()
         return True
 
