@@ -316,9 +316,10 @@ class LevelResult:
         return len(self.latencies_ns)
 
     @property
-    def errors(self) -> int:
+    def unsuccessful(self) -> int:
         """Every request of the level that did not succeed, those the open loop did not send ('dropped') included;
-        `failed` leaves them out, as the JSON's 'errors' and the exit status do."""
+        `failed` leaves them out, as the JSON's 'errors' and the exit status do (this was `errors`, a name the JSON
+        gives the other count)."""
         return sum(n for s, n in self.statuses.items() if s != "200")
 
     @property

@@ -316,6 +316,7 @@ def check_headline(gate: dict[str, Any]) -> str | None:
               if isinstance(p, dict) and (change := recorded_change(p)) is not None]
     if "failed" not in gate or not points:
         return None
+
     def mark(p: dict[str, Any]) -> str:
         """A batch size's own verdict where the run's does not say it: 'PASS: p50 +96.3% worse' was a pass from 3
         samples, and 'FAIL: ... @ bs1, ... @ bs4' failed at bs4 only."""

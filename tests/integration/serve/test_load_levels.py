@@ -49,7 +49,7 @@ def test_slow_server_statistics_do_not_eat_the_level(server: Running, monkeypatc
     monkeypatch.setattr(generator, "_server_stats", slow)
     config = LoadConfig(concurrency=(1,), duration_s=2.0, window_s=0.5, warmup_s=0.2)
     result = run_level(oip_target(server.url, "mlp"), config, 1.0)
-    assert result.measured_s >= 1.5 and result.ok > 10 and result.errors == 0
+    assert result.measured_s >= 1.5 and result.ok > 10 and result.unsuccessful == 0
     # the two reads cover none of the level's replies: said so (it said the server "counted no successful request
     # between its reads before and after the level", as if the server had not counted its own replies)
     assert result.server is None
@@ -124,7 +124,7 @@ def test_a_request_bound_counts_the_requests_sent_after_the_warm_up(server: Runn
     """--requests N: N requests measured, not N plus those the warm-up left in flight (21 for 20 at c=1)."""
     config = LoadConfig(concurrency=(concurrency,), requests=40, duration_s=20.0, window_s=0.5, warmup_s=0.2)
     result = run_level(oip_target(server.url, "mlp"), config, float(concurrency))
-    assert result.ok == 40 and result.errors == 0
+    assert result.ok == 40 and result.unsuccessful == 0
 
 
 def test_a_request_bound_in_rate_mode_counts_only_requests_issued_after_the_warm_up(server: Running) -> None:
@@ -136,7 +136,7 @@ def test_a_request_bound_in_rate_mode_counts_only_requests_issued_after_the_warm
     for _ in range(4):
         config = LoadConfig(rate=20.0, requests=10, duration_s=20.0, window_s=0.5, warmup_s=0.5)
         result = run_level(target, config, 20.0)
-        counts.append(result.ok + result.errors)
+        counts.append(result.ok + result.unsuccessful)
     assert counts == [10] * 4
 
 
@@ -168,7 +168,7 @@ def test_a_request_bound_in_rate_mode_ends_when_its_last_replies_come(server: Ru
     monkeypatch.setattr(type(target), "connect", lambda self, timeout_s=60.0: _SlowReplies(connect(self, timeout_s)))
     config = LoadConfig(rate=100.0, requests=5, duration_s=30.0, window_s=0.5, warmup_s=0.1)
     result = run_level(target, config, 100.0)
-    assert result.ok == 5 and result.errors == 0
+    assert result.ok == 5 and result.unsuccessful == 0
     assert result.measured_s < 15.0  # about 0.35 s; the bug measured the whole 30 s
 
 
@@ -208,7 +208,7 @@ def test_a_backlog_from_the_warm_up_answered_in_the_windows_is_named() -> None:
         finally:
             opener.cancel()
             gate.open.set()
-    assert result.errors == 0
+    assert result.unsuccessful == 0
     assert any("answered requests sent during the warm-up (a backlog at the server)" in w for w in result.warnings)
 
 
@@ -290,7 +290,7 @@ def test_a_rate_level_stalled_at_its_end_says_it_did_not_send_the_rate(server: R
 
     config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.2)
     result = run_level(oip_target(server.url, "mlp"), config, 100.0, on_window)
-    assert stalled and result.errors == 0
+    assert stalled and result.unsuccessful == 0
     per_s = result.scheduled / result.measured_s  # 1.5 s of requests in 2 s: about 75 per second
     assert per_s < 90
     assert result.send_rate is not None and result.send_rate == pytest.approx(per_s, rel=0.1), result.warnings
@@ -338,7 +338,7 @@ def test_a_request_bound_ends_the_level_at_its_last_reply(server: Running, monke
     monkeypatch.setattr(generator, "_sleep_until", coarse)
     config = LoadConfig(concurrency=(8,), requests=3, duration_s=30.0, window_s=4.0, warmup_s=0.3)
     result = run_level(oip_target(server.url, "mlp"), config, 8.0)
-    assert result.ok == 3 and result.errors == 0
+    assert result.ok == 3 and result.unsuccessful == 0
     assert result.measured_s < 1.0, result.measured_s  # zoo:mlp answers in milliseconds
     assert result.throughput == pytest.approx(3 / result.measured_s)
     assert any(w.startswith("--requests 3 is below the concurrency 8") for w in result.warnings), result.warnings
