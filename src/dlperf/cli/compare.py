@@ -58,14 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
     out = console()
     # runs of two workloads: said before the tables that read as a change (it came last, after the notes)
-    first = [n for n in result.notes if n.startswith("different workloads")]
-    for note in first:
-        out.print(f"[bold yellow]warning:[/] {escape(note)}: the tables compare two models, not one model's change")
+    for warning in result.warnings:
+        out.print(f"[bold yellow]warning:[/] {escape(warning)}")
     for table in comparison_tables(result):
         out.print(table)
     for note in result.notes:
-        if note not in first:
-            out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(f"[yellow]note:[/] {escape(note)}")
     if result.environment_differences:
         out.print("[bold yellow]warning: the environments differ, so timings are not directly comparable:[/]")
         for diff in result.environment_differences:

@@ -117,6 +117,8 @@ class RunComparison:
     environment_differences: list[str]
     notes: list[str] = field(default_factory=list)
     other_deltas: list[tuple[str, float, float]] = field(default_factory=list)
+    # what makes the tables read wrongly (runs of two workloads), said before them; notes come after
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def test_note(self) -> str:
@@ -129,6 +131,7 @@ class RunComparison:
             "test_method": self.test_note,
             "points": [p.to_dict() for p in self.points],
             "environment_differences": self.environment_differences,
+            "warnings": self.warnings,
             "notes": self.notes,
             "other_deltas": [{"key": k, "a": a, "b": b} for k, a, b in self.other_deltas],
         }
@@ -246,10 +249,12 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
     others get the deltas of their top-level numeric results."""
     env_diff = environment_differences(a.environment or {}, b.environment or {})
     notes: list[str] = []
+    warnings: list[str] = []
     if a.id == b.id:  # `compare 3139 3139`: "p=1 ... no significant difference" with no word of why
         notes.append(f"A and B are the same run ({a.id}): it is compared with itself, so no difference is expected")
     if a.workload != b.workload:
-        notes.append(f"different workloads: '{a.workload}' vs '{b.workload}'")
+        warnings.append(f"different workloads: '{a.workload}' vs '{b.workload}': the tables compare two models, not "
+                        "one model's change")
     settings = config_differences(a.config or {}, b.config or {}, a.environment, b.environment)
     if settings:
         notes.append(f"measured with different settings ({'; '.join(settings)}): the comparison is of those as much "
@@ -312,7 +317,7 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          "of different amounts of work")
         if not other:
             notes.append("the two runs share no numeric result that differs: nothing else to compare")
-    return RunComparison(a, b, points, env_diff, notes, other)
+    return RunComparison(a, b, points, env_diff, notes, other, warnings)
 
 
 SETTING_KEYS = ("precision", "device", "threads", "scenario", "mode", "timer.warmup_iters", "timer.min_iters",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,8 @@ def test_runs_of_two_workloads_are_warned_about_before_the_tables(tmp_path: Path
     first = out.lstrip().splitlines()[0]
     assert first.startswith("warning: different workloads: 'zoo:mlp' vs 'zoo:resnet18'")
     assert out.count("different workloads") == 1
+    # --json keeps it apart from the notes, so a script need not match the note's words
+    assert main(["compare", a, rec.id, "--json", "--store", str(tmp_path / "runs.db")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [w.split(":")[0] for w in data["warnings"]] == ["different workloads"]
+    assert not any("different workloads" in n for n in data["notes"])
