@@ -37,7 +37,11 @@ def run_changes(before: RunRecord, after: RunRecord) -> list[str]:
         if a is not None and b is not None and a != b:
             out.append(f"{key.removeprefix('timer.')} {a} -> {b}")
     if env_a and env_b:
-        out += environment_differences(dict(env_a), dict(env_b))
+        said = {change.split()[0] for change in out}
+        # torch's thread count is the threads setting where a run gave none: 'threads 2 -> 1' was followed by
+        # 'torch_threads: 2 vs 1'
+        out += [d for d in environment_differences(dict(env_a), dict(env_b))
+                if not (d.startswith("torch_threads:") and "threads" in said)]
     return out
 
 
