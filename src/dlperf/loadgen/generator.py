@@ -54,6 +54,9 @@ MISMATCH = "mismatch"
 MAX_SECONDS = 1e6
 """The longest duration, window or warm-up taken (11.6 days): past it the event loop's timers overflow."""
 
+FEW_FOR_P99 = 100
+"""Below this many replies a level's p99 is its slowest one or two, and it says so."""
+
 STATS_TIMEOUT_S = 10.0
 """How long a level waits for the server's statistics (read before and after it measures, beside the load)."""
 
@@ -830,6 +833,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     if statuses.get(MISMATCH):
         result.warnings.append(f"{statuses[MISMATCH]} replies did not match the validation data (counted as "
                                f"errors); the first: {mismatches[0]}")
+    if 0 < result.ok < FEW_FOR_P99 and not slo_failed:
+        # bench says so of its samples; a level of --requests 10 printed a p99 and a p99.9 without a word
+        result.warnings.append(
+            f"only {result.ok} replies measured: its p99 and p99.9 are little more than the slowest of them; "
+            f"{FEW_FOR_P99} or more for a p99 ({early_stopping_min_count(99)} for its 99%-confidence bound)")
     windows_possible = int((config.duration_s - config.warmup_s) // config.window_s)
     if not stable and not slo_failed and windows_possible < config.stable_windows:
         # fewer windows than the check compares: "did not agree" was said of a single one on every short run

@@ -70,6 +70,17 @@ def test_a_server_that_is_gone_is_not_hammered_and_the_level_says_so() -> None:
     assert any(w.startswith("no request succeeded while the level measured (conn: ") for w in result.warnings)
 
 
+def test_a_level_of_few_requests_says_its_p99_means_little(server: Running) -> None:
+    """--requests 10 printed a p99 and a p99.9 (the slowest reply, near enough) without a word."""
+    config = LoadConfig(concurrency=(1,), requests=10, duration_s=30.0, window_s=0.5, warmup_s=0.1)
+    result = run_level(oip_target(server.url, "mlp"), config, 1.0)
+    assert result.ok == 10
+    assert any(w.startswith("only 10 replies measured: its p99 and p99.9") for w in result.warnings), result.warnings
+    config = LoadConfig(concurrency=(1,), requests=generator.FEW_FOR_P99, duration_s=30.0, window_s=0.5, warmup_s=0.1)
+    result = run_level(oip_target(server.url, "mlp"), config, 1.0)
+    assert result.ok == generator.FEW_FOR_P99 and not any("replies measured" in w for w in result.warnings)
+
+
 def test_a_rate_too_low_for_the_level_ends_with_it_and_says_so(server: Running) -> None:
     config = LoadConfig(rate=0.05, duration_s=1.5, window_s=0.5, warmup_s=0.1, request_timeout_s=20.0)
     result = run_level(oip_target(server.url, "mlp"), config, 0.05)
