@@ -208,7 +208,7 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         fix_address=("give the head node's address as `ray start --head` prints it (ray:HOST:6379), ray:auto for the "
                      "cluster this machine joined, or plain ray for a new local instance"))
     if reason is not None:
-        raise ConfigError(f"--executor ray:{address}: {reason}")
+        raise ConfigError(f"--executor {executor_name(address)}: {reason}")
 
 
 def joined_address(given: str | None) -> str:
@@ -221,6 +221,12 @@ def joined_address(given: str | None) -> str:
         if gcs:
             return str(gcs)
     return given or "auto"
+
+
+def executor_name(address: str) -> str:
+    """How `--executor` names a joined cluster: 'ray:HOST:PORT', or a Ray Client address as it was given
+    ('ray://HOST:PORT'; it read 'ray:ray://HOST:PORT')."""
+    return address if address.lower().startswith("ray://") else f"ray:{address}"
 
 
 def choose_hardware(nodes: list[NodeInfo], slots: dict[str, int], local_node: str | None) -> str:
@@ -257,7 +263,7 @@ class RayExecutor:
                 check_reachable(address)
                 problem = token_auth_problem(address)
                 if problem is not None:
-                    raise ConfigError(f"--executor ray:{address}: {problem}")
+                    raise ConfigError(f"--executor {executor_name(address)}: {problem}")
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
 
             def init() -> None:
@@ -269,7 +275,7 @@ class RayExecutor:
                     ray.init(address="local", num_cpus=num_cpus, resources={TIMING_RESOURCE: 1}, **kwargs)
 
             def refused(exc: BaseException) -> Exception:
-                where = f"ray:{address}" if address else "ray (a new local Ray instance)"
+                where = executor_name(address) if address else "ray (a new local Ray instance)"
                 message = init_error(exc, f"--executor {where}", "use --executor ray for a new local instance")
                 if "no Ray cluster is running" not in message:
                     message += ("; check the address (ray:HOST:6379 as `ray start --head` prints it, or ray:auto for "
@@ -291,7 +297,7 @@ class RayExecutor:
             self._owns = True
             self._local = not address
         # a joined cluster is named by its address, 'auto' resolved (`ray:auto` was recorded as a local instance's)
-        self.name = "ray" if self._local else f"ray:{joined_address(address)}"
+        self.name = "ray" if self._local else executor_name(joined_address(address))
         # our own loop does the retries; Ray reuses a worker for later trials (each trial forks a fresh child)
         self._trial = ray.remote(max_retries=0, num_cpus=trial_cpus, resources={TIMING_RESOURCE: 1})(run_trial)
         self._probe = ray.remote(max_retries=0, num_cpus=0)(probe_node)
@@ -607,5 +613,5 @@ class RayExecutor:
         self.close()
 
 
-__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "check_reachable", "choose_hardware", "probe_node",
-           "run_trial"]
+__all__ = ["TIMING_RESOURCE", "NodeInfo", "RayExecutor", "check_reachable", "choose_hardware", "executor_name",
+           "probe_node", "run_trial"]
