@@ -142,25 +142,37 @@ def bench_table(result: dict[str, Any]) -> RenderableType:
     """The KPIs per batch size, from `BenchResult.to_dict()` (live or stored): two spaces between columns where that
     fits the console, else one, else one and the wider headers on two lines (at 80 columns a run of 1,350,000
     items/s and 123,456 calls squeezed the last header to 'IQR/p…', and a CUDA run's table is a column wider)."""
+    # below 67 columns (60 and 66 cut 'IQR/' to 'IQ…', 60 also 'batch' and the latencies) the least needed columns
+    # go, one at a time, and the caption names them
+    narrower = [_bench_table(result, gap=1, two_line_headers=True, left_out=NARROW_LEFT_OUT[:k])
+                for k in range(1, len(NARROW_LEFT_OUT) + 1)]
     return FirstThatFits([_bench_table(result, gap=2, two_line_headers=False),
                           _bench_table(result, gap=1, two_line_headers=False),
-                          _bench_table(result, gap=1, two_line_headers=True)])
+                          _bench_table(result, gap=1, two_line_headers=True), *narrower])
 
 
 BENCH_COLUMNS = ("batch", "iters", "p50", "p90", "p99", "p50 CI", "items/s", "RSS MiB", "CPU%", "IQR/p50")
 TWO_LINE_HEADERS = {"RSS MiB": "RSS\nMiB", "IQR/p50": "IQR/\np50", "CUDA MiB": "CUDA\nMiB", "p50 CI": "p50\nCI"}
+NARROW_LEFT_OUT = ("p90", "CPU%", "iters", "RSS MiB", "CUDA MiB")
+"""The columns a console too narrow for the whole table leaves out, in this order (`--json` and `report` keep them)."""
 
 
-def _bench_table(result: dict[str, Any], gap: int, two_line_headers: bool) -> Table:
+def _bench_table(result: dict[str, Any], gap: int, two_line_headers: bool, left_out: Sequence[str] = ()) -> Table:
     before = result.get("rss_before_model_bytes")
     # the peak is the process's: a 0.3 MiB model read 'RSS MiB 245.9', nearly all of it Python and torch
     rss = f"RSS: the process's peak ({fmt_mib(before)} MiB before the model was built)" if before else "RSS: peak"
+    has_cuda = any(p.get("cuda_max_allocated_bytes") is not None for p in result.get("points", []))
+    names = [n for n in (*BENCH_COLUMNS, *(("CUDA MiB",) if has_cuda else ())) if n not in left_out]
+    if "RSS MiB" not in names:
+        rss = ""
+    gone = [n for n in left_out if n != "CUDA MiB" or has_cuda]
+    caption = f"p50 CI: bootstrap 95% interval of the median; {rss + '; ' if rss else ''}IQR/p50 > 10% = noisy"
+    if gone:
+        caption += f"; a narrow console: {', '.join(gone)} left out (--json has them)"
     table = Table(title=f"bench {result.get('workload', '?')}: latency in ms", title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, gap - 1), collapse_padding=True, pad_edge=False,
-                  show_edge=False, caption_justify="left",
-                  caption=f"p50 CI: bootstrap 95% interval of the median; {rss}; IQR/p50 > 10% = noisy")
-    has_cuda = any(p.get("cuda_max_allocated_bytes") is not None for p in result.get("points", []))
-    for name in (*BENCH_COLUMNS, *(("CUDA MiB",) if has_cuda else ())):
+                  show_edge=False, caption_justify="left", caption=caption)
+    for name in names:
         table.add_column(TWO_LINE_HEADERS.get(name, name) if two_line_headers else name, justify="right", no_wrap=True)
     for point in result.get("points", []):
         s = point["summary"]
@@ -175,7 +187,8 @@ def _bench_table(result: dict[str, Any], gap: int, two_line_headers: bool) -> Ta
         ]
         if has_cuda:
             row.append(fmt_mib(point.get("cuda_max_allocated_bytes")))
-        table.add_row(*row)
+        cells = dict(zip((*BENCH_COLUMNS, *(("CUDA MiB",) if has_cuda else ())), row, strict=True))
+        table.add_row(*(cells[n] for n in names))
     return table
 
 

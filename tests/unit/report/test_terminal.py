@@ -87,6 +87,21 @@ def test_the_bench_table_fits_80_columns_without_cutting_a_header(cuda: bool) ->
     assert "  IQR/p50" in _text(bench_table(RESULT))
 
 
+@pytest.mark.parametrize("width", [60, 52, 46, 40])
+def test_a_console_too_narrow_for_the_bench_table_leaves_columns_out_and_says_which(width: int) -> None:
+    """Below 67 columns even the two-line headers did not fit: 'IQR/' read 'IQ…', at 60 'batch' and the
+    latencies were cut too. Columns now go, least needed first, and the caption names them."""
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(bench_table(RESULT))
+    text = console.export_text()
+    console.file.close()
+    assert "…" not in text, text
+    assert "batch" in text and "IQR/" in text and "p99" in text
+    assert "p90 " not in text.split("a narrow console:")[0]
+    assert "a narrow console: p90" in " ".join(text.split())
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+
+
 def test_sparkline() -> None:
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
     assert sparkline([3.0, 1.0]) == "█▁"
