@@ -7,6 +7,7 @@ The public API is listed in `__all__`. Names are imported on first use so that `
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
@@ -46,6 +47,10 @@ __all__ = ["__version__", *sorted(_API)]
 def __getattr__(name: str) -> Any:
     module = _API.get(name)
     if module is None:
+        # a subpackage, imported on first use as the names are: `import dlperf; dlperf.calibrate.get_ceilings(...)`
+        # failed with "no attribute 'calibrate'" unless something had imported it before
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'dlperf' has no attribute '{name}'")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

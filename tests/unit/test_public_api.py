@@ -37,6 +37,14 @@ def test_import_dlperf_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_subpackage_is_an_attribute_on_first_use() -> None:
+    """docs/train.md's `dlperf.calibrate.get_ceilings("cpu")` after `import dlperf` raised "module 'dlperf' has no
+    attribute 'calibrate'" unless something had imported the subpackage; other names still raise."""
+    code = ("import sys, dlperf; assert 'dlperf.calibrate' not in sys.modules; "
+            "assert callable(dlperf.calibrate.get_ceilings); assert not hasattr(dlperf, 'nope')")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_bench_records_the_thread_count_it_ran_at(tmp_path: object) -> None:
     import torch
 
