@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,10 +88,15 @@ def ceiling_warnings(ceilings: Any) -> list[str]:
     return [str(w) for w in found] if isinstance(found, list) else []
 
 
-def ceilings_caveat(ceilings: Any, figure: str = "% of peak") -> str | None:
+def ceilings_caveat(ceilings: Any, figure: str = "% of peak", uses: Iterable[str] | None = None) -> str | None:
     """One line for wherever a figure computed against `ceilings` (MFU, % of peak) is shown, when the ceilings were
-    recorded with a warning: they are likely underestimates, so the figure is likely overstated. None otherwise."""
+    recorded with a warning: they are likely underestimates, so the figure is likely overstated. None otherwise.
+    `uses`: the ceilings the figure divides by (GEMM dtypes such as 'fp32', and 'bandwidth'); a warning about
+    another one is left out (an fp32 MFU was doubted for a bf16 GEMM run at a smaller size). None: every one."""
     warnings = ceiling_warnings(ceilings)
+    if uses is not None:
+        used = set(uses)
+        warnings = [w for w in warnings if (named := warned_ceiling(w)) is None or named in used]
     if not warnings:
         return None
     get = ceilings.get if isinstance(ceilings, dict) else lambda name: getattr(ceilings, name, None)
@@ -105,6 +110,15 @@ def ceilings_caveat(ceilings: Any, figure: str = "% of peak") -> str | None:
             "machine before trusting it")
 
 
+def warned_ceiling(warning: str) -> str | None:
+    """The one ceiling a calibration warning is about ('fp32' for 'the fp32 GEMM ...', 'bandwidth' for 'the memory
+    bandwidth ...'), or None for one about them all (a busy machine)."""
+    if match := _NAMED.search(warning):
+        return match.group(1) or "bandwidth"
+    return None
+
+
+_NAMED = re.compile(r"\bthe (?:(\w+) GEMM|memory bandwidth)\b")
 _ADVICE = re.compile(r": (?=these ceilings|this ceiling|a slow or busy machine)")
 
 

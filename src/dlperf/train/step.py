@@ -300,7 +300,7 @@ def measure_loop(
         result.cuda_max_allocated_bytes = cuda_peak(config.device).max_allocated_bytes
     from dlperf.calibrate.ceilings import ceilings_caveat
 
-    caveat = ceilings_caveat(ceilings, "MFU") if result.mfu is not None else None
+    caveat = ceilings_caveat(ceilings, "MFU", uses=(dtype,)) if result.mfu is not None else None
     if caveat is not None:  # ceilings calibrated on a busy machine: MFU 2.2% was printed with no word of it
         notes.append(caveat)
     elif result.mfu is not None and result.mfu > IMPLAUSIBLE_MFU:

@@ -243,3 +243,15 @@ def test_a_cached_busy_warning_becomes_a_caveat_for_the_figures_held_to_it(cache
     gpu = ceilings_caveat(Ceilings("cuda:0", key, {"fp32": 1e13}, 1e12, "t", 2, details={"warnings": [busy]}))
     assert gpu is not None and "`dlperf calibrate --force --device cuda:0 --threads 2`" in gpu
     assert ceilings_caveat(object()) is None  # hand-made ceilings carry no details
+    # a figure held to the fp32 ceiling is not doubted for the bf16 one (the helper's fp32 MFU was, for a bf16 GEMM
+    # run at a smaller size); a warning about the whole machine still counts
+    only = Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "t", 2, details={"warnings": [smaller]})
+    assert ceilings_caveat(only, "MFU", uses=("fp32",)) is None
+    assert ceilings_caveat(only, "MFU", uses=("bf16",)) is not None
+    fp32_only = ceilings_caveat(cached, "MFU", uses=("fp32", "bandwidth"))
+    assert fp32_only is not None and "machine is busy" in fp32_only and "bf16" not in fp32_only
+    bandwidth = kernels.contention_warning("the memory bandwidth", 0.9)
+    assert bandwidth is not None
+    with_bw = Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "t", 2, details={"warnings": [bandwidth]})
+    assert ceilings_caveat(with_bw, uses=("fp32",)) is None
+    assert ceilings_caveat(with_bw, uses=("fp32", "bandwidth")) is not None

@@ -250,6 +250,10 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
         for i, t in enumerate(groups[s.name]["per_step_s"]):
             summed[i] += t
     shares = {bound: median(times) / step_s if step_s else 0.0 for bound, times in per_step.items()}
+    # the ceilings its % of peak divides by: each operator's dtype (fp32 where none was calibrated, and for the
+    # ridge) and the bandwidth; a warning about another dtype's ceiling does not concern them
+    used = {"fp32", "bandwidth", *(s.dtype for s in stats if s.dtype in ceilings.gemm_flops)}
     return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
                             bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
-                           timed_by="kernel time" if cuda else "self time", ceilings_caveat=ceilings_caveat(ceilings))
+                           timed_by="kernel time" if cuda else "self time",
+                           ceilings_caveat=ceilings_caveat(ceilings, uses=used))
