@@ -95,6 +95,22 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
     return load_workload(spec, example_inputs)
 
 
+def artifact_settings(spec: Any) -> dict[str, Any] | None:
+    """What a bench run of an artifact folder records of it: its engine, its label ('onnxruntime(precision=int8-
+    dynamic)' where optimize exported it), and an engine artifact's precision, which is the one it runs in (bench's
+    `precision` is torch autocast's, and read 'fp32' for an int8 artifact). None for a workload."""
+    from pathlib import Path
+
+    if not isinstance(spec, (str, os.PathLike)) or not (Path(spec) / "manifest.json").is_file():
+        return None
+    from dlperf.optimize.artifact import read_manifest
+
+    manifest = read_manifest(Path(spec))
+    engine = str(manifest["engine"])
+    precision = manifest.get("precision") if engine != "torch" else None
+    return {"engine": engine, "label": manifest.get("label"), "precision": precision}
+
+
 def bench_environment(config: BenchConfig) -> dict[str, Any]:
     """The environment a bench run is recorded with: the thread count it ran at, not torch's default."""
     from dlperf.measure.env import capture_environment

@@ -105,7 +105,7 @@ def emulated_precision_note(precision: str, device: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.api import bench_config_dict, bench_environment, bench_workload
+    from dlperf.api import artifact_settings, bench_config_dict, bench_environment, bench_workload
     from dlperf.cli.progress import bench_progress
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.report.terminal import bench_report
@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     environment = bench_environment(config)
     config_dict = bench_config_dict(config, args.workload)
+    artifact = artifact_settings(args.workload)
+    if artifact is not None:
+        config_dict["artifact"] = artifact
     with store.recording("bench", args.workload, config_dict, environment) as recording:
         on_point = point_saver(recording, workload.name, config)
 

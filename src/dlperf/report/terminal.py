@@ -253,9 +253,15 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
     if headline:
         parts.append(Text(headline))
     if config:
+        artifact = config.get("artifact") if isinstance(config.get("artifact"), dict) else {}
+        # an engine artifact runs in its own precision: an int8 one read 'precision fp32' (bench's autocast setting)
+        precision = (f"{artifact['precision']} (the artifact's)" if artifact.get("precision")
+                     else config.get("precision", "?"))
+        what = artifact.get("label") or artifact.get("engine")
         parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
-                          f"precision {config.get('precision', '?')}"
-                          + (f" · threads {config['threads']}" if config.get("threads") else "")))
+                          f"precision {precision}"
+                          + (f" · threads {config['threads']}" if config.get("threads") else "")
+                          + (f" · artifact {what}" if what else "")))
     if "model_bytes" in result:
         parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
                           f"({result.get('model_bytes_of', 'parameters + buffers')})"))

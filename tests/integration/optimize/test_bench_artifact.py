@@ -60,6 +60,19 @@ def test_the_cli_measures_a_torch_recipe_and_records_it(tmp_path: Path, capsys: 
     assert [p["batch_size"] for p in data["result"]["points"]] == [2]
 
 
+def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """An int8 artifact's bench said 'precision fp32', bench's autocast setting, not what ran."""
+    manifest = json.loads((ort / "manifest.json").read_text())
+    store = str(tmp_path / "runs.db")
+    assert main(["bench", str(ort), "--batch-sizes", "2", "--min-duration", "0.05s", "--store", store]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("scenario"))
+    assert f"precision {manifest['precision']} (the artifact's)" in line and "artifact onnxruntime" in line
+    assert main(["bench", str(ort), "--batch-sizes", "2", "--min-duration", "0.05s", "--json", "--store", store]) == 0
+    recorded = json.loads(capsys.readouterr().out)["config"]["artifact"]
+    assert recorded["engine"] == "onnxruntime" and recorded["precision"] == manifest["precision"]
+
+
 def test_other_commands_name_the_artifact_and_where_to_measure_it(ort: Path) -> None:
     with pytest.raises(WorkloadError, match=r"is an artifact folder .* `dlperf bench .*` measures it"):
         dlperf.load_workload(str(ort))
