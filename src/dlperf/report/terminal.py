@@ -253,7 +253,8 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
     if headline:
         parts.append(Text(headline))
     if config:
-        artifact = config.get("artifact") if isinstance(config.get("artifact"), dict) else {}
+        given = config.get("artifact")
+        artifact: dict[str, Any] = given if isinstance(given, dict) else {}
         # an engine artifact runs in its own precision: an int8 one read 'precision fp32' (bench's autocast setting)
         precision = (f"{artifact['precision']} (the artifact's)" if artifact.get("precision")
                      else config.get("precision", "?"))
