@@ -21,3 +21,14 @@ def check_device(device: str) -> None:
     count = torch.cuda.device_count()
     if index and not (index.isdigit() and int(index) < count):
         raise ConfigError(f"--device {device}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
+
+
+def cuda_bf16_native(device: str = "cuda") -> bool:
+    """Whether the GPU `device` names runs bf16 matmuls natively: compute capability 8.0 (Ampere) or newer.
+    `torch.cuda.is_bf16_supported()` says True on a T4 or V100 as well (it counts emulation, and asks the current
+    device, not this one), where bf16 runs slower than fp32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    return bool(torch.cuda.get_device_capability(torch.device(device))[0] >= 8)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlperf._device import cuda_bf16_native
 from dlperf.cli.main import main
 
 pytestmark = [
@@ -102,7 +103,7 @@ def test_calibrate_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_bench_on_cuda(precision: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+    if precision == "bf16" and not cuda_bf16_native():
         pytest.skip("bf16 not supported on this GPU")
     code = main(["bench", "zoo:mlp", "--device", "cuda", "--precision", precision, "--batch-sizes", "1,64",
                  "--min-duration", "50ms", "--min-iters", "5", "--warmup", "2", "--json",

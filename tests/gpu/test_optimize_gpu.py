@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from dlperf._device import cuda_bf16_native
 from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state, why_not
 from dlperf.passes.compile import CompileConfig
 from dlperf.passes.cuda_graphs import CudaGraphsConfig, GraphedCall
@@ -50,7 +51,7 @@ def test_cuda_graphs_are_not_captured_around_a_compile_mode_that_graphs_itself()
 
 @pytest.mark.parametrize(("dtype", "mode"), [("fp16", "autocast"), ("fp16", "cast"), ("bf16", "autocast")])
 def test_low_precision_on_cuda_returns_fp32_close(dtype: str, mode: str) -> None:
-    if dtype == "bf16" and not torch.cuda.is_bf16_supported():
+    if dtype == "bf16" and not cuda_bf16_native():
         pytest.skip("no bf16 on this GPU")
     state = _state()
     x = torch.randn(4, 64, device="cuda")

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 import torch
 
+from dlperf._device import cuda_bf16_native
 from dlperf.measure.ab import ABConfig
 from dlperf.train.knobs import TuneContext
 from dlperf.train.knobs.batch import LargestBatch, cuda_fits, search_largest_batch
@@ -114,7 +115,7 @@ def test_tuner_tries_pinned_memory_and_both_autocast_dtypes_on_cuda() -> None:
     result = tune(w, base_config(w, device="cuda"), config)
     changes = [t.change for t in result.trials]
     assert {"pin_memory": True} in changes and {"precision": "fp16"} in changes
-    if torch.cuda.is_bf16_supported():
+    if cuda_bf16_native():
         assert {"precision": "bf16"} in changes
     for trial in result.trials:
         assert trial.status != FAILED, (trial.knob, trial.reason)

@@ -42,15 +42,16 @@ MIN_FULL_GEMM_N = 1024  # smaller GEMMs stay in cache and pay fixed overheads: n
 
 def supported_dtypes(device: str) -> tuple[list[str], dict[str, str]]:
     """The GEMM dtypes this device runs natively (fp32 always), and why each other one was skipped."""
-    import torch
 
     found = ["fp32"]
     skipped: dict[str, str] = {}
     if device.startswith("cuda"):
-        if torch.cuda.is_bf16_supported():
+        from dlperf._device import cuda_bf16_native
+
+        if cuda_bf16_native(device):
             found.append("bf16")
         else:
-            skipped["bf16"] = "torch.cuda.is_bf16_supported() is False"
+            skipped["bf16"] = "no native bf16 (compute capability below 8.0: torch would emulate it)"
         found.append("fp16")
     else:
         flags = _cpu_flag_set()

@@ -55,8 +55,10 @@ def hardware_reason(dtype: str, device: str, cpu_flags: tuple[str, ...]) -> str 
     if device.startswith("cuda"):
         import torch
 
-        if dtype == "bf16" and not torch.cuda.is_bf16_supported():
-            return "this GPU has no bf16 support"
+        from dlperf._device import cuda_bf16_native
+
+        if dtype == "bf16" and not cuda_bf16_native(device):
+            return "this GPU has no native bf16 (compute capability below 8.0: torch would emulate it, slower)"
         if dtype == "tf32" and torch.cuda.get_device_capability(device)[0] < 8:
             return "TF32 tensor cores need an Ampere or newer GPU (compute capability 8.0)"
         return None

@@ -27,11 +27,14 @@ class MixedPrecision:
 
 
 def bf16_supported(device: str) -> bool:
-    """Whether bf16 matmuls run natively: CUDA's own check, or the CPU's avx512_bf16 / amx_bf16 flags."""
+    """Whether bf16 matmuls run natively: compute capability 8.0 or newer on CUDA, or the CPU's avx512_bf16 /
+    amx_bf16 flags."""
     import torch
 
     if device.startswith("cuda"):
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        from dlperf._device import cuda_bf16_native
+
+        return cuda_bf16_native(device)
     from dlperf.measure.env import cpu_flags
 
     if set(cpu_flags()) & {"avx512_bf16", "amx_bf16"}:
