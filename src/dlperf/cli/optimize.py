@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     made: list[Any] = []
 
     def make_executor() -> Any:  # once every option is checked: a bad --passes was refused after Ray had started
-        made.append(executor_from_spec(args.executor))
+        made.append(executor_from_spec(args.executor, config.device))
         return made[-1]
 
     try:

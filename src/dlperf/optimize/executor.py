@@ -114,14 +114,15 @@ def parse_executor(spec: str) -> tuple[str, str | None]:
     raise ConfigError(f"unknown executor '{spec}': use local, ray (a local Ray instance) or ray:ADDRESS")
 
 
-def executor_from_spec(spec: str) -> Executor:
-    """The executor `--executor` names; Ray is imported only for 'ray'."""
+def executor_from_spec(spec: str, device: str = "cpu") -> Executor:
+    """The executor `--executor` names; Ray is imported only for 'ray'. On Ray, a trial on a CUDA `device` asks for
+    a GPU (a Ray task that asks for none sees none)."""
     kind, address = parse_executor(spec)
     if kind == "local":
         return LocalExecutor()
     from dlperf.ray.trials import RayExecutor
 
-    return RayExecutor(address)
+    return RayExecutor(address, trial_gpus=1.0 if device.startswith("cuda") else 0.0)
 
 
 __all__ = ["Executor", "Job", "LocalExecutor", "executor_from_spec", "parse_executor"]

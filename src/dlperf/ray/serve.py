@@ -187,7 +187,10 @@ def deployment_options(config: ServeConfig, options: RayServeOptions) -> dict[st
         **scaling,
         **queued,
         "max_ongoing_requests": max_ongoing_requests(config),
-        "ray_actor_options": {"num_cpus": float(config.threads or 1)},
+        # a replica on a GPU asks Ray for one: an actor that asks for none gets CUDA_VISIBLE_DEVICES='' and sees no
+        # GPU, and `--device cuda` failed in every replica
+        "ray_actor_options": {"num_cpus": float(config.threads or 1),
+                              **({"num_gpus": 1.0} if config.device.startswith("cuda") else {})},
         "graceful_shutdown_timeout_s": config.exit_timeout_s,
         "health_check_period_s": 5.0,
     }

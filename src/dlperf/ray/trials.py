@@ -248,12 +248,15 @@ class RayExecutor:
     measured its candidates, and `--executor ray:10.0.0.5:6379` read as a local instance."""
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
-                 trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S) -> None:
+                 trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S, trial_gpus: float = 0.0) -> None:
+        """`trial_gpus`: the GPUs a trial asks Ray for (1 for a search on `--device cuda`): a Ray task that asks for
+        none gets CUDA_VISIBLE_DEVICES='' and sees no GPU, so every candidate failed on the nodes."""
         ray = _ray()
         address = cluster_address(address)
         self.max_retries = max_retries
         self.startup_grace_s = startup_grace_s
         self.trial_cpus = trial_cpus
+        self.trial_gpus = trial_gpus
         self._owns = False
         """Whether this executor called `ray.init` (and so disconnects, or stops its local instance, on close)."""
         self._local = False
@@ -299,7 +302,8 @@ class RayExecutor:
         # a joined cluster is named by its address, 'auto' resolved (`ray:auto` was recorded as a local instance's)
         self.name = "ray" if self._local else executor_name(joined_address(address))
         # our own loop does the retries; Ray reuses a worker for later trials (each trial forks a fresh child)
-        self._trial = ray.remote(max_retries=0, num_cpus=trial_cpus, resources={TIMING_RESOURCE: 1})(run_trial)
+        self._trial = ray.remote(max_retries=0, num_cpus=trial_cpus, num_gpus=trial_gpus,
+                                 resources={TIMING_RESOURCE: 1})(run_trial)
         self._probe = ray.remote(max_retries=0, num_cpus=0)(probe_node)
         self.nodes: dict[str, NodeInfo] = {}
         self.excluded: dict[str, str] = {}
@@ -340,14 +344,22 @@ class RayExecutor:
             slots = int(resources.get(TIMING_RESOURCE, 0))
             if not node.get("Alive") or slots < 1:
                 continue
-            cpus = float(resources.get("CPU", 0.0))
+            cpus, gpus = float(resources.get("CPU", 0.0)), float(resources.get("GPU", 0.0))
+            short = None
             if self.trial_cpus > 0:
                 slots = min(slots, int(cpus / self.trial_cpus + 1e-9))
+                if slots < 1:
+                    short = (f"it offers {cpus:g} CPUs and a trial needs {self.trial_cpus:g}: start it with `ray start "
+                             f"--num-cpus {math.ceil(self.trial_cpus)}` or more")
+            if self.trial_gpus > 0 and short is None:
+                slots = min(slots, int(gpus / self.trial_gpus + 1e-9))
+                if slots < 1:
+                    short = (f"it offers {gpus:g} GPUs and a trial on --device cuda needs {self.trial_gpus:g}: run the "
+                             "search's trials on nodes with a GPU (`ray start` finds them; --num-gpus sets the count)")
             node_id = node["NodeID"]
             if slots < 1:
                 if node_id not in self.excluded:
-                    self.excluded[node_id] = (f"it offers {cpus:g} CPUs and a trial needs {self.trial_cpus:g}: start "
-                                              f"it with `ray start --num-cpus {math.ceil(self.trial_cpus)}` or more")
+                    self.excluded[node_id] = short or "it can hold no trial"
                     self._notes.append(f"Ray node {node.get('NodeManagerHostname', '?')} ({node_id[:8]}) left out: "
                                        f"{self.excluded[node_id]}")
                 continue

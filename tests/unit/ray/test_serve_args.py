@@ -60,6 +60,7 @@ def test_ray_values() -> None:
     (("--ray", "--autoscale", "a:b"), "--autoscale 'a:b' is not MIN:MAX"),
     (("--ray", "--allow-client-shm"), "--allow-client-shm does not go with --ray"),
     (("--ray", "--grpc-port", "8001"), "--grpc-port does not go with --ray"),
+    (("--ray", "--device", "cuda:1"), "--device cuda:1 does not go with --ray: Ray assigns each replica its GPU"),
 ])
 def test_bad_combinations(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -94,6 +95,9 @@ def test_deployment_options_carry_the_serving_settings() -> None:
                           priority_queue_policy=(LevelPolicy(1, max_queue_size=2),))
     assert max_ongoing_requests(leveled) == 8 * 2 + (2 + 4 + 4)  # every level's queue fits
     assert fixed["ray_actor_options"] == {"num_cpus": 3.0}
+    # a replica on a GPU asks Ray for one (Ray hides every GPU from an actor that asks for none)
+    on_gpu = deployment_options(ServeConfig(model="zoo:mlp", threads=3, device="cuda"), RayServeOptions(replicas=2))
+    assert on_gpu["ray_actor_options"] == {"num_cpus": 3.0, "num_gpus": 1.0}
     assert fixed["graceful_shutdown_timeout_s"] == 12.0
     scaled = deployment_options(config, RayServeOptions(autoscale=(0, 5)))
     assert "num_replicas" not in scaled

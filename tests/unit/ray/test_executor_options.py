@@ -1,0 +1,39 @@
+"""The Ray executor's options: its recorded name, and the GPUs a trial on --device cuda asks for."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.ray.trials import executor_name
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("address", "name"), [
+    ("10.0.0.5:6379", "ray:10.0.0.5:6379"),
+    ("ray://head:10001", "ray://head:10001"),
+    ("RAY://head:10001", "RAY://head:10001"),
+])
+def test_executor_name(address: str, name: str) -> None:
+    assert executor_name(address) == name
+
+
+def test_a_search_on_cuda_counts_gpu_slots_and_leaves_out_nodes_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray task that asks for no GPU sees none (CUDA_VISIBLE_DEVICES=''): trials on --device cuda ask for one, so
+    a node holds as many at once as it has GPUs, and a node without a GPU is left out saying why."""
+    from types import SimpleNamespace
+
+    from dlperf.ray import trials
+    from dlperf.ray.trials import TIMING_RESOURCE, RayExecutor
+
+    nodes = [{"Alive": True, "NodeID": "gpu2" * 4, "NodeManagerHostname": "a",
+              "Resources": {TIMING_RESOURCE: 4.0, "CPU": 8.0, "GPU": 2.0}},
+             {"Alive": True, "NodeID": "cpu0" * 4, "NodeManagerHostname": "b",
+              "Resources": {TIMING_RESOURCE: 1.0, "CPU": 8.0}}]
+    monkeypatch.setattr(trials, "_ray", lambda: SimpleNamespace(nodes=lambda: nodes))
+    executor = RayExecutor.__new__(RayExecutor)
+    executor.trial_cpus, executor.trial_gpus, executor.excluded, executor._notes = 1.0, 1.0, {}, []
+    assert executor._alive() == {"gpu2" * 4: 2}
+    assert "it offers 0 GPUs and a trial on --device cuda needs 1" in executor.excluded["cpu0" * 4]
+    executor.trial_gpus, executor.excluded = 0.0, {}
+    assert executor._alive() == {"gpu2" * 4: 4, "cpu0" * 4: 1}
