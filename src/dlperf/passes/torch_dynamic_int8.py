@@ -99,21 +99,41 @@ def int8_linear_class() -> Any:
     return _CLASS
 
 
-def quantize_linears(model: Any, config: DynamicInt8Config) -> list[str]:
-    """Replace eligible nn.Linear children in place; returns the names replaced."""
+def _reads_weights(module: Any) -> bool:
+    """torch's transformer layers read their Linears' `weight` themselves (the fused fast path's arguments, checked
+    in every forward): an int8 Linear in their place failed with "'DynamicInt8Linear' object has no attribute
+    'weight'" on any model built of nn.TransformerEncoderLayer."""
     from torch import nn
 
-    cls = int8_linear_class()
-    replaced = []
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
+    return isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))
+
+
+def eligible_linears(model: Any, config: DynamicInt8Config) -> list[tuple[Any, str, str]]:
+    """(parent, child name, full name) of each nn.Linear the pass replaces: wide enough, not skipped, and not one
+    whose parent reads its weight (`_reads_weights`)."""
+    from torch import nn
+
+    found = []
+    for name, module in model.named_modules():
+        if _reads_weights(module):
+            continue
+        for child_name, child in module.named_children():
             full = f"{name}.{child_name}" if name else child_name
             if type(child) is not nn.Linear or full in config.skip:
                 continue
             if min(child.in_features, child.out_features) < config.min_features:
                 continue
-            setattr(module, child_name, cls.from_linear(child))
-            replaced.append(full)
+            found.append((module, child_name, full))
+    return found
+
+
+def quantize_linears(model: Any, config: DynamicInt8Config) -> list[str]:
+    """Replace eligible nn.Linear children in place (`eligible_linears`); returns the names replaced."""
+    cls = int8_linear_class()
+    replaced = []
+    for module, child_name, full in eligible_linears(model, config):
+        setattr(module, child_name, cls.from_linear(getattr(module, child_name)))
+        replaced.append(full)
     return replaced
 
 
@@ -130,8 +150,12 @@ class DynamicInt8:
         from torch import nn
 
         assert state.model is not None
-        if not any(type(m) is nn.Linear and min(m.in_features, m.out_features) >= config.min_features
-                   for m in state.model.modules()):
+        if not eligible_linears(state.model, config):
+            wide = [m for m in state.model.modules()
+                    if type(m) is nn.Linear and min(m.in_features, m.out_features) >= config.min_features]
+            if wide and any(_reads_weights(m) for m in state.model.modules()):
+                return ("its nn.Linear layers are inside nn.TransformerEncoderLayer/DecoderLayer, which read their "
+                        "weights directly (a fused fast path): use onnxruntime or openvino int8 for them")
             return f"the model has no nn.Linear with at least {config.min_features} features"
         return None
 

@@ -17,6 +17,7 @@ from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.precision import PrecisionConfig, hardware_reason
 from dlperf.passes.precision import search_space as precision_space
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config, int8_linear_class
+from dlperf.workload.base import Workload
 
 from .torch_models import cnn_workload, cosine, mlp_workload
 
@@ -105,6 +106,37 @@ def test_dynamic_int8_not_applicable_without_big_linears_or_twice() -> None:
     assert "already int8" in (why_not(PrecisionConfig(), state, PassContext(cpu_flags=("avx512_bf16",))) or "")
     with pytest.raises(ConfigError):
         DynamicInt8Config(min_features=0)
+
+
+def _encoder_workload(head: bool) -> Workload:
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(32, 32) if head else torch.nn.Identity()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.encoder(x).mean(1))
+
+    return Workload(name="encoder", make_model=Encoder,
+                    make_inputs=lambda b: (torch.randn(b, 8, 32, generator=torch.Generator().manual_seed(b)),))
+
+
+def test_dynamic_int8_leaves_the_linears_of_torch_s_transformer_layers_alone() -> None:
+    """nn.TransformerEncoderLayer reads linear1.weight and linear2.weight in its forward (the fused fast path's
+    arguments): the pass replaced them and every call failed with "'DynamicInt8Linear' object has no attribute
+    'weight'". Now it quantizes the other Linears, and says why it does not apply when there are none."""
+    state = initial_state(_encoder_workload(head=True))
+    inputs, ref = _reference(state, batch=4)
+    state = apply_pass(DynamicInt8Config(), state, CPU)
+    kinds = [type(m) for m in state.model.modules()]  # type: ignore[union-attr]
+    assert kinds.count(int8_linear_class()) == 1  # the head
+    with torch.no_grad():
+        assert cosine(state.predict(*inputs), ref) > 0.99
+    reason = why_not(DynamicInt8Config(), initial_state(_encoder_workload(head=False)), CPU) or ""
+    assert "inside nn.TransformerEncoderLayer/DecoderLayer, which read their weights directly" in reason
 
 
 def test_precision_needs_hardware_support() -> None:
