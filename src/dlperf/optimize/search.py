@@ -971,7 +971,15 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         notes.append(export_error)
     elif export_dir is not None and export_key is not None:
         row = search.rows[export_key]
-        if row.get("artifact") and row["artifact"].get("dir"):
+        kept = _confirmed_there(Path(export_dir)) if export_key != winner else None
+        if kept is not None:
+            # a search that confirmed nothing (one given 5 s measured the baseline alone) replaced a confirmed, faster
+            # artifact with the baseline, and the earlier result was gone without a word
+            export_error = (f"'{export_dir}' holds {kept}, and this search confirmed no winner: it is kept; nothing "
+                            f"exported (give another --export folder for this search's pick, {row['label']}, or "
+                            "remove that one)")
+            notes.append(export_error)
+        elif row.get("artifact") and row["artifact"].get("dir"):
             try:
                 exported = str(_export(search, row, winner, confirmation, Path(export_dir), environment))
             except OptimizeError as exc:
@@ -1056,6 +1064,27 @@ def _size_text(value: Any) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n:.0f} B"
+
+
+def _confirmed_there(folder: Path) -> str | None:
+    """'the artifact X that run R confirmed 1.78x faster' when `folder` holds an artifact whose search confirmed it
+    (its manifest's `confirmed`), else None (no folder, not an artifact, or not a confirmed one)."""
+    from dlperf.optimize.artifact import not_an_artifact, read_manifest
+
+    if not folder.is_dir() or not_an_artifact(folder) is not None:
+        return None
+    try:
+        manifest = read_manifest(folder)
+    except OptimizeError:
+        return None
+    if manifest.get("confirmed") is not True:
+        return None
+    metrics = manifest.get("metrics") if isinstance(manifest.get("metrics"), dict) else {}
+    ab = metrics.get("ab") if isinstance(metrics.get("ab"), dict) else {}
+    speedup = ab.get("speedup")
+    faster = f" {float(speedup):.2f}x faster" if isinstance(speedup, (int, float)) else ""
+    run = f" run {manifest['run_id']}" if manifest.get("run_id") else " its search"
+    return f"the artifact {manifest.get('label', '?')} that{run} confirmed{faster or ' faster'} than its baseline"
 
 
 def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmation: dict[str, Any] | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,27 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     # the work folder that keeps every candidate's artifact, and what it takes (the report says both)
     assert result.workdir is not None and Path(result.workdir).parent == tmp_path / "work"
     assert result.workdir_bytes == sum(p.stat().st_size for p in Path(result.workdir).rglob("*") if p.is_file()) > 0
+
+
+def test_a_search_that_confirms_nothing_keeps_a_confirmed_artifact_in_its_export_folder(tmp_path: Path) -> None:
+    """A search given 5 s measured the baseline alone and exported it over the artifact an earlier search had
+    confirmed 1.78x faster, saying only 'exported to ...': the earlier result was gone. It is kept now, and the
+    search says so and exports nothing (exit 2 from the command, as for any export that did not happen)."""
+    out = tmp_path / "out"
+    first = _search(tmp_path, export=out)
+    assert first.winner is not None
+    kept = json.loads((out / "manifest.json").read_text())
+    assert kept["confirmed"] is True
+    said = (rf"'{out}' holds the artifact {re.escape(kept['label'])} that (run \w+|its search) confirmed 1.20x "
+            r"faster than its baseline, and this search confirmed no winner: it is kept; nothing exported")
+    with pytest.raises(ExportFailed, match=said):
+        optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
+                                           workdir=str(tmp_path / "work2")),
+                 export_dir=out, executor=RefutingTrials(MLP))
+    assert json.loads((out / "manifest.json").read_text()) == kept
+    # a confirmed winner replaces it, as before
+    again = _search(tmp_path, export=out, workdir=str(tmp_path / "work3"))
+    assert again.winner is not None and again.export_dir is not None
 
 
 def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b(tmp_path: Path) -> None:
