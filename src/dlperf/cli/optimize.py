@@ -194,6 +194,8 @@ class _Progress:
                 if said:  # the pass that does not apply, when the candidate has others too
                     status += f" ({which})" if which != label else ""
                     error = reason
+                if row.get("budget_cut"):  # killed when the budget ran out: 'failed' read as a verdict on the pass
+                    status = "cut short"
                 self.console.print(f"  {label}: {status}: {error}", style="yellow", markup=False)
         elif kind == "skip":
             self.console.print(f"  skipped {data['label']}: {data['reason']}", style="dim")

@@ -27,7 +27,7 @@ from typing import Any
 from dlperf.errors import OptimizeError
 from dlperf.measure.ab import SETTLE_S
 
-PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "export", "memory", "done")
+PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "paired", "export", "memory", "done")
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,17 @@ def absolute_drop(data: dict[str, Any]) -> bool:
     return (data.get("constraints") or {}).get("max_metric_drop_abs") is not None
 
 
+def status_text(row: dict[str, Any]) -> str:
+    """A candidate's status as shown: 'ok', 'failed', 'not applicable', or 'cut short' for one killed when the time
+    budget ran out (a row 'failed' read as a pass that fails on this model; a resumed search measures it)."""
+    return "cut short" if row.get("budget_cut") else str(row.get("status", "-")).replace("_", " ")
+
+
 def _why(row: dict[str, Any]) -> str:
     if row.get("status") != "ok":
-        prefix = "not applicable" if row.get("status") == "not_applicable" else f"failed in {row.get('phase')}"
+        prefix = ("not applicable" if row.get("status") == "not_applicable" else
+                  f"cut short by the time budget in {row.get('phase')}" if row.get("budget_cut") else
+                  f"failed in {row.get('phase')}")
         return f"{prefix}: {row.get('error')}"
     if row.get("violations"):
         return "; ".join(row["violations"])
@@ -89,7 +97,7 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
             "MiB": _mib(row.get("size_bytes")) if ok else "-",
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
-            "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else row.get("status", "-"),
+            "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else status_text(row),
             "paired": f"{row['paired_gain']:.2f}x" if ok and row.get("paired_gain") is not None else "-",
         }
         table.add_row(*(cells[name] for name in columns), style=style)

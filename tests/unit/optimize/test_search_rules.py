@@ -468,6 +468,11 @@ def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_p
     _, done = _interrupted_after(store, config, candidates=3, executor=BudgetKills(MLP))
     cut = next(r for r in done if r["label"] == "dynamic_int8")
     assert cut["status"] == "failed" and cut["budget_cut"] and "the time budget had only" in cut["error"]
+    # shown as cut short, not as a pass that fails on this model (the table's status and the why line)
+    from dlperf.report.optimize_view import _why, status_text
+
+    assert status_text(cut) == "cut short" and _why(cut).startswith("cut short by the time budget in ")
+    assert status_text({"status": "not_applicable"}) == "not applicable"
     started: list[str] = []
     result = optimize("zoo:mlp", config, store=store, executor=FakeTrials(MLP),
                       on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
