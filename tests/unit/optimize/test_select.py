@@ -135,6 +135,14 @@ def test_slower_reasons_use_cpu_flags_and_batch() -> None:
     assert any("at batch 1" in r for r in no_vnni)
     with_vnni = slower_reasons(int8, BASE, ["avx2", "avx512_vnni"], batch_size=64)
     assert not any("hardware" in r for r in with_vnni)
+    # a VNNI CPU at batch 16, noisy, paired-confirmed 0.47x: it was told only "the difference may not be real"
+    noisy = {**int8, "noise_warning": "noisy: IQR is 82% of the median (> 10%); other load",
+             "paired": {"verdict": "slower", "ratio": 2.1, "ci": [1.9, 2.3]}}
+    said = slower_reasons(noisy, BASE, ["avx512_vnni"], batch_size=16)
+    assert said[0].startswith("quantizing the activations and rescaling the outputs on every call")
+    assert not any("noisy" in r for r in said)
+    unpaired = slower_reasons({**noisy, "paired": {}}, BASE, ["avx512_vnni"], batch_size=16)
+    assert any("the measurement is noisy, its IQR is 82%" in r for r in unpaired)
     bf16 = slower_reasons(_row(2.0, 0.9, precision="bf16"), BASE, ["avx2"], batch_size=8)
     assert "no native bf16 on this CPU" in bf16[0] and "at or below fp32 speed" in bf16[0]
     # AVX512-BF16 without AMX computes bf16 GEMMs faster than fp32 (~4x measured): it was told "at or below fp32"
