@@ -321,6 +321,9 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     elif winner:
         label = by_key[winner]["label"] if winner in by_key else winner
         lines.append(f"winner: {label}")
+        # its own notes: 'the eval data ... judges the candidate too: its metric may be optimistic' was in the
+        # stored run only, beside a pick made on that metric
+        lines.extend(f"  its note: {n}" for n in (by_key.get(winner) or {}).get("notes") or [])
         if conf.get("describe"):
             lines.append(f"  A/B against the baseline, both loaded in one process: {conf['describe']}")
         lines.extend(runner_up_lines(data.get("runner_up") or {}, label))

@@ -54,6 +54,12 @@ def test_summary_says_how_the_pick_fared_against_the_runner_up() -> None:
             in summary_lines(data))
     del data["runner_up"]
     assert not any("runner-up" in line for line in summary_lines(data))
+    # the winner's own caveat is said with the pick, not only in the stored run
+    optimistic = ("its keep_fp32 layers were chosen on the eval data, which then judges the candidate too: the "
+                  "candidate's metric may be optimistic")
+    data["candidates"][1] = {**data["candidates"][1], "notes": [optimistic]}
+    lines = summary_lines(data)
+    assert lines[lines.index(f"winner: {LABEL}") + 1] == f"  its note: {optimistic}"
 
 
 @pytest.mark.parametrize("width", [80, 160])
