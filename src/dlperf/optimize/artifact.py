@@ -72,9 +72,6 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
     out_dir.mkdir(parents=True, exist_ok=True)
     if state.exporter is not None:
         fields = dict(state.exporter(out_dir))
-        # the name `dlperf serve` serves it under, as a torch recipe's workload gives it (else the folder's name:
-        # every candidate of a search's workdir was served as 'artifact')
-        fields.setdefault("name", state.workload.name)
         if settings.source and settings.source != "python":
             # which workload (and options: zoo:minilm?seq_len=64) it was made from, as a torch recipe says; informative
             # only: an engine artifact is loaded from its own files
@@ -86,6 +83,10 @@ def export_state(state: ModelState, candidate: Candidate, settings: EvalSettings
     for key in ("engine", "files"):
         if key not in fields:
             raise OptimizeError(f"the exporter of engine '{state.engine}' returned no '{key}' field")
+    # the name `dlperf serve` serves it under: the workload's (an engine artifact was served under its folder's name,
+    # every candidate of a search's workdir as 'artifact'; a torch recipe under its file's, 'tiny_encoder' for the
+    # workload 'tiny-encoder')
+    fields.setdefault("name", state.workload.name)
     fields.setdefault("batch_size", settings.batch_size)
     fields.setdefault("device", settings.device)
     write_manifest(out_dir, fields)

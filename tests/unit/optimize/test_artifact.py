@@ -250,3 +250,21 @@ def test_a_damaged_manifest_is_named_field_by_field(tmp_path: Path) -> None:
 
 
 _GONE = object()
+
+
+def test_a_torch_recipe_is_served_under_its_workload_s_name(tmp_path: Path) -> None:
+    """A torch recipe of the workload 'tiny-net' in tiny_net.py was served as 'tiny_net' (its file's name), while
+    an engine artifact of it went by 'tiny-net': `dlperf load --model tiny-net` got a 404."""
+    from dlperf.serve.instances import load_served_model
+
+    path = tmp_path / "tiny_net.py"
+    path.write_text("import torch, dlperf\n"
+                    "workload = dlperf.Workload(name='tiny-net', make_model=lambda: torch.nn.Linear(4, 2),\n"
+                    "    make_inputs=lambda b: (torch.ones(b, 4),))\n")
+    settings = EvalSettings(source=str(path), batch_size=1, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0)
+    out = tmp_path / "cand"
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": Candidate((HygieneConfig(),)).to_list(),
+                   "out_dir": str(out)}, lambda phase: None)
+    assert read_manifest(out / "artifact")["name"] == "tiny-net"
+    assert load_served_model(str(out / "artifact")).name == "tiny-net"
