@@ -77,20 +77,22 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
     from pathlib import Path
 
     if isinstance(spec, (str, os.PathLike)) and (Path(spec) / "manifest.json").is_file():
-        from dlperf.optimize.artifact import artifact_workload, read_manifest
+        from dlperf.errors import OptimizeError
+        from dlperf.optimize.artifact import artifact_workload, check_artifact_device, read_manifest
 
         folder = Path(spec)
         manifest = read_manifest(folder)
-        provider = str(manifest.get("provider") or "")  # ONNX Runtime's names its device: cpu, cuda, tensorrt
         engine = str(manifest["engine"])
-        made_for = str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu"))
         if engine != "torch" and precision != "fp32":
             raise ConfigError(f"--precision {precision}: the {engine} artifact '{spec}' runs in the precision it was "
                               "exported in; leave --precision out (optimize's precision pass makes a bf16/fp16 one)")
-        if engine != "torch" and device.split(":")[0] != made_for.split(":")[0]:
-            raise ConfigError(f"--device {device}: the {engine} artifact '{spec}' was exported for {made_for}; "
-                              f"measure it with --device {made_for}")
-        workload: Workload = artifact_workload(folder, threads if engine != "torch" else None)
+        try:
+            check_artifact_device(folder, manifest, device)
+        except OptimizeError as exc:
+            raise ConfigError(str(exc)) from exc
+        # a torch recipe is rebuilt on the device measured (it stayed on the export's: a GPU recipe got CPU inputs)
+        workload: Workload = artifact_workload(folder, threads if engine != "torch" else None,
+                                               device if engine == "torch" else None)
         return workload
     return load_workload(spec, example_inputs)
 
@@ -132,10 +134,11 @@ def bench_config_dict(config: BenchConfig, workload: str | None = None) -> dict[
     return data
 
 
-def load(path: Any, threads: int | None = None) -> Any:
+def load(path: Any, threads: int | None = None, device: str | None = None) -> Any:
     """Load an artifact exported by `dlperf optimize --export DIR` as a callable with the model's interface.
     `threads`: an engine artifact's (onnxruntime, OpenVINO) intra-op threads instead of those it was exported with,
-    as `dlperf serve --threads` sets them; a torch artifact runs with torch's, which the caller sets."""
+    as `dlperf serve --threads` sets them; a torch artifact runs with torch's, which the caller sets. `device`: where
+    a torch recipe is rebuilt (default: the device it was exported on); an engine artifact runs on its own only."""
     from dlperf.optimize.artifact import load_artifact
 
     text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
@@ -145,4 +148,8 @@ def load(path: Any, threads: int | None = None) -> Any:
 
         raise OptimizeError(f"dlperf.load loads an artifact folder written by dlperf optimize --export; '{text}' is a "
                             f"workload: load it with dlperf.load_workload({text!r})")
-    return load_artifact(path, threads=threads)
+    if device is not None and not isinstance(device, str):
+        from dlperf.errors import ConfigError
+
+        raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
+    return load_artifact(path, threads=threads, device=device)

@@ -248,11 +248,29 @@ def _load_weights(file: Path, device: str) -> Any:
                             "artifact again") from exc
 
 
-def load_artifact(path: str | Path, threads: int | None = None) -> Callable[..., Any]:
+def artifact_device(manifest: dict[str, Any]) -> str:
+    """The device an artifact was exported for: its manifest's, or its ONNX Runtime provider's (cuda, tensorrt)."""
+    provider = str(manifest.get("provider") or "")
+    return str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu"))
+
+
+def check_artifact_device(folder: str | Path, manifest: dict[str, Any], device: str, option: str = "--device") -> None:
+    """An engine artifact runs on the device it was exported for: another one is an OptimizeError naming it. A torch
+    recipe is rebuilt on any device (`load_artifact(device=)`)."""
+    engine, made_for = str(manifest["engine"]), artifact_device(manifest)
+    if engine != "torch" and device.split(":")[0] != made_for.split(":")[0]:
+        raise OptimizeError(f"{option} {device}: the {engine} artifact '{folder}' was exported for {made_for}; "
+                            f"use it with {option} {made_for}")
+
+
+def load_artifact(path: str | Path, threads: int | None = None, device: str | None = None) -> Callable[..., Any]:
     """A callable with the original model's interface: torch tensors in, torch tensors out. `threads`: an
     engine artifact's intra-op threads instead of those it was exported with, which are capped at the CPUs this
     process may use (a torch artifact runs with torch's, which the caller sets). An engine artifact's callable
-    has the threads it runs with as its `threads` attribute."""
+    has the threads it runs with as its `threads` attribute. `device`: where a torch recipe is rebuilt and its
+    passes replayed, instead of the device it was exported on (`dlperf serve --device`, `bench --device`: the model
+    stayed on the export's device while the caller sent inputs to its own, so a GPU recipe failed on CPU inputs);
+    an engine artifact is refused on another device (`check_artifact_device`)."""
     if not isinstance(path, (str, os.PathLike)):  # None or a number gave Path's TypeError
         raise OptimizeError(f"dlperf.load takes the path of an artifact folder (dlperf optimize --export DIR), got "
                             f"{type(path).__name__}")
@@ -264,6 +282,10 @@ def load_artifact(path: str | Path, threads: int | None = None) -> Callable[...,
     if threads is not None or _is_int(manifest.get("threads")):
         manifest = {**manifest, "threads": threads if threads is not None else own_threads(manifest)}
     engine = str(manifest["engine"])
+    if device is not None:
+        check_artifact_device(folder, manifest, device)
+        if engine == "torch":
+            manifest = {**manifest, "device": device}
     target = LOADERS.get(engine)
     if target is None:
         raise OptimizeError(f"artifact '{folder}' is for engine '{engine}', which this dlperf cannot load "
@@ -606,7 +628,7 @@ def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
     write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})
 
 
-def artifact_workload(folder: str | Path, threads: int | None = None) -> Any:
+def artifact_workload(folder: str | Path, threads: int | None = None, device: str | None = None) -> Any:
     """An exported artifact as a `Workload` for `dlperf bench DIR`: its model is the loaded artifact (`dlperf.load`;
     an engine artifact with `threads` intra-op threads, else its own capped at this machine's CPUs), its inputs those
     of the workload it was made from (the manifest's `workload`), else zeros of the manifest's input shapes, and its
@@ -628,7 +650,7 @@ def artifact_workload(folder: str | Path, threads: int | None = None) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.fn = load_artifact(path, threads)
+            self.fn = load_artifact(path, threads, device)
             self.dlperf_size_bytes = size
 
         def forward(self, *inputs: Any) -> Any:

@@ -236,13 +236,19 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
 
     signature = Signature(specs("inputs"), specs("outputs"))
     _check_device(device)
+    from dlperf.optimize.artifact import check_artifact_device
+
+    try:  # an engine artifact runs where it was exported for; a torch recipe is rebuilt on `device`
+        check_artifact_device(path, manifest, device)
+    except OptimizeError as exc:
+        raise ConfigError(str(exc)) from exc
 
     def make_runner(index: int) -> Runner:
         import torch
 
         from dlperf.optimize.artifact import load_artifact
 
-        fn = load_artifact(path, threads)
+        fn = load_artifact(path, threads, device)
 
         def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
             tensors = [torch.from_numpy(a) for a in arrays]

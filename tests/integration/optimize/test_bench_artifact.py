@@ -45,7 +45,7 @@ def test_an_engine_artifact_is_measured_on_its_workload_s_inputs(ort: Path) -> N
 def test_an_engine_artifact_refuses_another_precision_or_device(ort: Path) -> None:
     with pytest.raises(ConfigError, match="runs in the precision it was exported in"):
         dlperf.bench(str(ort), precision="bf16", min_duration_s=0.01)
-    with pytest.raises(ConfigError, match="was exported for cpu; measure it with --device cpu"):
+    with pytest.raises(ConfigError, match="was exported for cpu; use it with --device cpu"):
         dlperf.bench(str(ort), device="cuda", min_duration_s=0.01)
 
 
@@ -71,6 +71,32 @@ def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path
     assert main(["bench", str(ort), "--batch-sizes", "2", "--min-duration", "0.05s", "--json", "--store", store]) == 0
     recorded = json.loads(capsys.readouterr().out)["config"]["artifact"]
     assert recorded["engine"] == "onnxruntime" and recorded["precision"] == manifest["precision"]
+
+
+def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path) -> None:
+    """A torch recipe stayed on the device it was exported on while bench and serve sent inputs to their own: one
+    exported on a GPU failed on CPU inputs ('Expected all tensors to be on the same device'), and without a GPU it
+    did not load at all. Its manifest is edited to say cuda here (no GPU on CI): bench, serve and dlperf.load with
+    a device rebuild it there; without one, it still asks for its own."""
+    from dlperf.errors import OptimizeError
+    from dlperf.optimize.artifact import load_artifact
+    from dlperf.serve.instances import load_served_model
+
+    recipe = export_candidate(tmp_path / "cand", Candidate((HygieneConfig(),)))
+    manifest = json.loads((recipe / "manifest.json").read_text())
+    (recipe / "manifest.json").write_text(json.dumps({**manifest, "device": "cuda"}))
+    with pytest.raises(OptimizeError, match="was exported for cuda"):
+        load_artifact(recipe)  # its own device, which this machine lacks
+    x = get("mlp").example_inputs(4)
+    eager = get("mlp").build_model().eval()
+    with torch.inference_mode():
+        assert torch.allclose(load_artifact(recipe, device="cpu")(*x), eager(*x))
+    result = dlperf.bench(str(recipe), batch_sizes=(2,), min_duration_s=0.01, min_iters=3, warmup_iters=1)
+    assert [p.batch_size for p in result.points] == [2]
+    served = load_served_model(str(recipe), device="cpu")
+    run = served.make_runner(0)
+    (out,) = run([x[0].numpy()])
+    assert torch.allclose(torch.from_numpy(out), eager(*x))
 
 
 def test_other_commands_name_the_artifact_and_where_to_measure_it(ort: Path) -> None:
