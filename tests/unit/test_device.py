@@ -20,7 +20,11 @@ def test_bf16_is_native_from_compute_capability_8(monkeypatch: pytest.MonkeyPatc
     asked: list[object] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # as on a T4
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: asked.append(d) or capability)
+    def capability_of(d: object = None) -> tuple[int, int]:
+        asked.append(d)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
     assert cuda_bf16_native("cuda:1") is native
     assert asked == [torch.device("cuda:1")]
     assert bf16_supported("cuda:1") is native

@@ -1079,8 +1079,8 @@ def _confirmed_there(folder: Path) -> str | None:
         return None
     if manifest.get("confirmed") is not True:
         return None
-    metrics = manifest.get("metrics") if isinstance(manifest.get("metrics"), dict) else {}
-    ab = metrics.get("ab") if isinstance(metrics.get("ab"), dict) else {}
+    metrics: dict[str, Any] = m if isinstance(m := manifest.get("metrics"), dict) else {}
+    ab: dict[str, Any] = a if isinstance(a := metrics.get("ab"), dict) else {}
     speedup = ab.get("speedup")
     faster = f" {float(speedup):.2f}x faster" if isinstance(speedup, (int, float)) else ""
     run = f" run {manifest['run_id']}" if manifest.get("run_id") else " its search"
