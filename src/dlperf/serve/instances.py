@@ -8,6 +8,7 @@ and a batch's tensors never cross a process boundary (docs/serve.md has the meas
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
@@ -79,10 +80,17 @@ class ServedModel:
     engine_threads: int | None = None
     """An engine artifact's intra-op threads per instance (--threads, else the artifact's own); None for a
     model torch runs."""
+    device: str = "cpu"
+    """Where its runners run: on CUDA, instances build and warm up one at a time (`_CUDA_SETUP`)."""
 
     def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
         return [random_array(s.datatype, _concrete(s.shape, batch), rng) for s in self.signature.inputs]
+
+
+_CUDA_SETUP = threading.Lock()
+"""Held by an instance building and warming up its runner on CUDA, so those of a server's instances (and of its
+variants) run one at a time."""
 
 
 def _concrete(shape: Sequence[int], batch: int) -> tuple[int, ...]:
@@ -148,7 +156,7 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
         return _torch_runner(m, device)
 
     # a URL path segment: 'minilm?seq_len=64' -> 'minilm'
-    return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner,
+    return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner, device=device,
                        source=workload.source or spec, batched=batched)
 
 
@@ -267,7 +275,7 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
     engine = str(manifest["engine"])
     # as load_artifact runs it (its own, capped at this machine's CPUs); a torch artifact takes torch's threads
     own = own_threads(manifest) if engine != "torch" else None
-    return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine,
+    return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, device=device,
                        engine_threads=threads or own)
 
 
@@ -390,26 +398,33 @@ class InstancePool:
     def _run(self, index: int, warmup_batches: tuple[int, ...], ready: threading.Event,
              errors: list[BaseException | None], warmed: Callable[[], None]) -> None:
         try:
-            runner = self.model.make_runner(index)
-            for b in warmup_batches:
-                try:
-                    runner([np.array(a) for a in self.model.example_arrays(b)])
-                except Exception as exc:
-                    hint = ""
-                    if b > 1 and (isinstance(exc, MemoryError) or "memory" in str(exc).lower()):
-                        hint = (f" (the warm-up runs the batch sizes up to the max batch size, {max(warmup_batches)}, "
-                                "before the server is ready: lower --max-batch-size)")
-                    raise ServingError(
-                        f"model '{self.model.name}' failed its warm-up call at batch {b}: "
-                        f"{type(exc).__name__}: {exc}{hint}"
-                    ) from exc
-                warmed()
+            # on CUDA one instance at a time: a CUDA graph captured (the cuda_graphs pass, compile's reduce-overhead)
+            # while another thread allocates or launches fails in CUDA's global capture mode
+            with _CUDA_SETUP if self.model.device.startswith("cuda") else contextlib.nullcontext():
+                runner = self._warmed_runner(index, warmup_batches, warmed)
         except BaseException as exc:
             errors[index] = exc
             ready.set()
             return
         ready.set()
         self._loop(runner)
+
+    def _warmed_runner(self, index: int, warmup_batches: tuple[int, ...], warmed: Callable[[], None]) -> Runner:
+        runner = self.model.make_runner(index)
+        for b in warmup_batches:
+            try:
+                runner([np.array(a) for a in self.model.example_arrays(b)])
+            except Exception as exc:
+                hint = ""
+                if b > 1 and (isinstance(exc, MemoryError) or "memory" in str(exc).lower()):
+                    hint = (f" (the warm-up runs the batch sizes up to the max batch size, {max(warmup_batches)}, "
+                            "before the server is ready: lower --max-batch-size)")
+                raise ServingError(
+                    f"model '{self.model.name}' failed its warm-up call at batch {b}: "
+                    f"{type(exc).__name__}: {exc}{hint}"
+                ) from exc
+            warmed()
+        return runner
 
     def _loop(self, runner: Runner) -> None:
         while True:
