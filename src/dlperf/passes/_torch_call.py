@@ -7,10 +7,19 @@ precision casts or autocasts, compile swaps in the compiled module.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dlperf.passes.base import ModelState
+
+_TF32 = threading.Lock()
+_tf32_calls = 0
+"""tf32 calls running now, in any thread: the first sets the process-wide matmul precision to 'high' and the last
+puts back what was there. Each call set and restored it on its own, so two overlapping calls (a server's instance
+threads) left it at 'high' for good. The setting is process-wide, so an fp32 model called while a tf32 call runs
+in another thread runs on TF32 too: torch has no per-thread setting."""
+_tf32_before = "highest"
 
 
 class TorchCall:
@@ -52,12 +61,19 @@ class TorchCall:
         import torch
 
         if self.tf32:
-            previous = torch.get_float32_matmul_precision()
-            torch.set_float32_matmul_precision("high")
+            global _tf32_calls, _tf32_before
+            with _TF32:
+                if _tf32_calls == 0:
+                    _tf32_before = torch.get_float32_matmul_precision()
+                    torch.set_float32_matmul_precision("high")
+                _tf32_calls += 1
             try:
                 return self._call(inputs)
             finally:
-                torch.set_float32_matmul_precision(previous)
+                with _TF32:
+                    _tf32_calls -= 1
+                    if _tf32_calls == 0:
+                        torch.set_float32_matmul_precision(_tf32_before)
         return self._call(inputs)
 
     def _call(self, inputs: tuple[Any, ...]) -> Any:

@@ -182,6 +182,45 @@ def test_tf32_holds_for_the_call_only() -> None:
     assert seen[-1] == before
 
 
+def test_overlapping_tf32_calls_put_the_precision_back_once_the_last_ends() -> None:
+    """Two tf32 calls in two threads (a server's instances): each restored what it had found, so when the first
+    ended before the second, the precision went back under the running second, which then left 'high' for good."""
+    import threading
+
+    from dlperf.passes._torch_call import TorchCall
+
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    during: list[str] = []
+
+    class Wait(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if float(x[0]) == 1.0:  # the first call: waits for the second to start, then ends
+                first_in.set()
+                assert second_in.wait(5)
+            else:  # the second: ends after the first
+                second_in.set()
+                assert first_done.wait(5)
+            during.append(torch.get_float32_matmul_precision())
+            return x
+
+    call = TorchCall(Wait())
+    call.tf32 = True
+    before = torch.get_float32_matmul_precision()
+
+    def first() -> None:
+        call(torch.ones(1))
+        first_done.set()
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert first_in.wait(5)
+    second_started = threading.Thread(target=call, args=(torch.full((1,), 2.0),))
+    second_started.start()
+    t.join(5)
+    second_started.join(5)
+    assert during == ["high", "high"] and torch.get_float32_matmul_precision() == before
+
+
 @pytest.mark.parametrize("mode", ["autocast", "cast"])
 def test_precision_bf16_outputs_fp32_close_to_original(mode: str) -> None:
     ctx = PassContext(cpu_flags=("avx512_bf16",))  # capability asserted; the kernels run everywhere
