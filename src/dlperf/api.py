@@ -44,6 +44,8 @@ def bench(
     if isinstance(batch_sizes, (tuple, list)) and not batch_sizes:  # () measured the defaults 1, 8, 32 silently
         raise ConfigError("batch_sizes is empty: give at least one batch size, or leave it out")
     workload = bench_workload(model, example_inputs, threads=threads, precision=precision, device=device)
+    if scenario == "offline":
+        batch_sizes = artifact_batch_sizes(model, batch_sizes)
     if batch_sizes is None and example_inputs is not None and scenario == "offline":
         # (the single- and multi-stream scenarios fix their own batch: recorded as this, they ran another)
         batch_sizes = (workload.default_batch_size,)
@@ -111,6 +113,25 @@ def artifact_settings(spec: Any) -> dict[str, Any] | None:
     engine = str(manifest["engine"])
     precision = manifest.get("precision") if engine != "torch" else None
     return {"engine": engine, "label": manifest.get("label"), "precision": precision}
+
+
+def artifact_batch_sizes(spec: Any, batch_sizes: Any) -> Any:
+    """The offline sweep for an artifact whose engine runs some batch sizes only (a TensorRT engine's
+    `batch_range`): the sizes given when it runs them (else a ConfigError naming its range), or the default sweep cut
+    to it. For anything else, the sizes as given (None: the default sweep; BenchConfig checks them)."""
+    from pathlib import Path
+
+    if not isinstance(spec, (str, os.PathLike)) or not (Path(spec) / "manifest.json").is_file():
+        return batch_sizes
+    from dlperf.errors import OptimizeError
+    from dlperf.measure.scenarios import scenario as scenario_of
+    from dlperf.optimize.artifact import batch_sizes_for, read_manifest
+
+    try:
+        folder = Path(spec)
+        return batch_sizes_for(folder, read_manifest(folder), batch_sizes, scenario_of("offline").batch_sizes(None))
+    except OptimizeError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def bench_environment(config: BenchConfig) -> dict[str, Any]:

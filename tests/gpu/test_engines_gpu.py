@@ -75,4 +75,10 @@ def test_torch_tensorrt_fp16_is_close_and_round_trips(tmp_path: Path) -> None:
     assert float(cos.min()) > 0.999
     manifest = new.exporter(tmp_path)  # type: ignore[misc]
     assert manifest["engine"] == "tensorrt" and (tmp_path / "model.ep").exists()
-    torch.testing.assert_close(load_trt(tmp_path, manifest)(*x).float(), out.float(), atol=1e-3, rtol=1e-3)
+    loaded = load_trt(tmp_path, manifest)
+    torch.testing.assert_close(loaded(*x).float(), out.float(), atol=1e-3, rtol=1e-3)
+    # built and saved for a batch range (a static engine ran its one batch size only: serve's warm-up failed)
+    assert manifest["batch_range"] == [1, 32], new.notes
+    x8 = tuple(t.cuda() for t in wl.example_inputs(8))
+    cos8 = torch.nn.functional.cosine_similarity(loaded(*x8).float(), state.predict(*x8).detach().float(), dim=1)
+    assert float(cos8.min()) > 0.999

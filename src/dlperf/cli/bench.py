@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -105,7 +106,13 @@ def emulated_precision_note(precision: str, device: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.api import artifact_settings, bench_config_dict, bench_environment, bench_workload
+    from dlperf.api import (
+        artifact_batch_sizes,
+        artifact_settings,
+        bench_config_dict,
+        bench_environment,
+        bench_workload,
+    )
     from dlperf.cli.progress import bench_progress
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.report.terminal import bench_report
@@ -120,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         error_console().print(f"note: {note}", markup=False)
     workload = bench_workload(args.workload, threads=config.threads, precision=config.precision, device=config.device)
+    if config.scenario == "offline":  # an engine built for some batch sizes only (TensorRT) is measured at those
+        config = dataclasses.replace(config, batch_sizes=artifact_batch_sizes(args.workload, config.batch_sizes))
     store = open_store(args)
     environment = bench_environment(config)
     config_dict = bench_config_dict(config, args.workload)

@@ -13,7 +13,7 @@ import importlib
 import json
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -261,6 +261,33 @@ def check_artifact_device(folder: str | Path, manifest: dict[str, Any], device: 
     if engine != "torch" and device.split(":")[0] != made_for.split(":")[0]:
         raise OptimizeError(f"{option} {device}: the {engine} artifact '{folder}' was exported for {made_for}; "
                             f"use it with {option} {made_for}")
+
+
+def artifact_batch_range(manifest: dict[str, Any]) -> tuple[int, int] | None:
+    """The batch sizes an artifact runs (its manifest's `batch_range`, a TensorRT engine's), or None: any."""
+    found = manifest.get("batch_range")
+    if (isinstance(found, list) and len(found) == 2 and all(isinstance(v, int) and v >= 1 for v in found)
+            and found[0] <= found[1]):
+        return int(found[0]), int(found[1])
+    return None
+
+
+def batch_sizes_for(folder: str | Path, manifest: dict[str, Any], given: Sequence[int] | None,
+                    default: Sequence[int]) -> tuple[int, ...] | None:
+    """The batch sizes to measure an artifact at: `given` when it runs them all (else an OptimizeError naming its
+    range), or `default` cut to its range; None for an artifact that runs any batch (the caller's sizes stand)."""
+    found = artifact_batch_range(manifest)
+    if found is None:
+        return tuple(given) if given is not None else None
+    lo, hi = found
+    runs = f"batch {lo} only" if lo == hi else f"batches {lo} to {hi}"
+    if given is not None:
+        outside = [b for b in given if not lo <= b <= hi]
+        if outside:
+            raise OptimizeError(f"the {manifest.get('engine')} artifact '{folder}' runs {runs} (its engine was built "
+                                f"for them), not {', '.join(map(str, outside))}: give batch sizes in that range")
+        return tuple(given)
+    return tuple(b for b in default if lo <= b <= hi) or (lo,)
 
 
 def load_artifact(path: str | Path, threads: int | None = None, device: str | None = None) -> Callable[..., Any]:

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from dlperf.workload.base import Workload
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+DYNAMIC_MAX_BATCH = 32
+"""The largest batch an engine is built for when the config names none (`dlperf serve`'s default max batch size):
+a static engine (it was the default) runs its one batch size only, and serve's warm-up and bench's sweep failed."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class TensorRtConfig(PassConfig):
     stage: ClassVar[str] = "engine"
 
     precision: str = "fp16"
-    max_batch_size: int = 0  # 0: the context's batch size (a static engine)
+    max_batch_size: int = 0  # 0: batches 1..max(the context's, DYNAMIC_MAX_BATCH)
     optimization_level: int = 3
 
     def __post_init__(self) -> None:
@@ -83,7 +86,7 @@ class TensorRtPass:
         spec = _engine.io_spec(wl, model.to(ctx.device), [example])
         precisions = {"fp32": {torch.float32}, "fp16": {torch.float16, torch.float32},
                       "bf16": {torch.bfloat16, torch.float32}}[config.precision]
-        max_b = config.max_batch_size or ctx.batch_size
+        max_b = config.max_batch_size or max(ctx.batch_size, DYNAMIC_MAX_BATCH)
         # fp16/bf16 here means "TensorRT may pick these kernels" (weak typing): Torch-TensorRT 2.10 made strongly
         # typed networks the default, which refuse enabled_precisions beyond fp32 (pytorch/TensorRT#4070), so
         # the weak typing this config asks for is requested explicitly.
@@ -93,9 +96,10 @@ class TensorRtPass:
         try:
             # device: the engine is built for the target GPU (without it Torch-TensorRT builds for the current
             # device, GPU 0 by default, whatever --device cuda:N said)
-            compiled = trt.compile(model, ir="dynamo", inputs=_input_specs(trt, example, max_b, None),
-                                   device=ctx.device, enabled_precisions=precisions,
-                                   optimization_level=config.optimization_level, **typing)
+            specs = _input_specs(trt, example, max_b, None)
+            compiled = trt.compile(model, ir="dynamo", inputs=specs, device=ctx.device,
+                                   enabled_precisions=precisions, optimization_level=config.optimization_level,
+                                   **typing)
         except Exception as exc:
             if low is None:
                 raise OptimizeError(f"Torch-TensorRT could not compile the model: {type(exc).__name__}: {exc}") from exc
@@ -103,7 +107,8 @@ class TensorRtPass:
             # graph itself is cast (weights and floating inputs), and outputs come back as float32.
             try:
                 typed = copy.deepcopy(model).to(low)
-                compiled = trt.compile(typed, ir="dynamo", inputs=_input_specs(trt, example, max_b, low),
+                specs = _input_specs(trt, example, max_b, low)
+                compiled = trt.compile(typed, ir="dynamo", inputs=specs,
                                        device=ctx.device, use_explicit_typing=True,
                                        optimization_level=config.optimization_level)
                 cast = low
@@ -117,7 +122,10 @@ class TensorRtPass:
         predict = _predictor(compiled, device, cast)
         saved_example = cast_floats(list(example), cast) if cast is not None else list(example)
 
-        manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest()}
+        dynamic = max_b > ctx.batch_size
+        batch_range = [1, max_b] if dynamic else [ctx.batch_size, ctx.batch_size]
+        manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest(),
+                    "batch_range": batch_range}
         if cast is not None:
             manifest["typed_as"] = config.precision  # inputs cast to it on the way in, outputs to fp32 on the way out
         notes = [*state.notes, f"Torch-TensorRT {config.precision} on {device}"
@@ -125,8 +133,18 @@ class TensorRtPass:
 
         def exporter(out_dir: Path) -> dict[str, Any]:
             out_dir.mkdir(parents=True, exist_ok=True)
-            trt.save(compiled, str(out_dir / "model.ep"), inputs=saved_example)
-            return {**manifest, "files": ["model.ep"]}
+            path = str(out_dir / "model.ep")
+            if dynamic:
+                # the Input ranges keep the batch dimension dynamic in the saved program (Torch-TensorRT's "saving
+                # models with dynamic shapes"); example tensors alone save it at their one batch size
+                try:
+                    trt.save(compiled, path, arg_inputs=specs)
+                    return {**manifest, "files": ["model.ep"]}
+                except Exception as exc:  # an older Torch-TensorRT: saved static, and the manifest says so
+                    notes.append(f"saved at batch {ctx.batch_size} only: this Torch-TensorRT could not save the "
+                                 f"batch range ({type(exc).__name__}: {exc})")
+            trt.save(compiled, path, inputs=saved_example)
+            return {**manifest, "batch_range": [ctx.batch_size, ctx.batch_size], "files": ["model.ep"]}
 
         return ModelState(
             workload=wl, model=None, predict=predict, engine="tensorrt", precision=config.precision,

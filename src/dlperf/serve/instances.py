@@ -82,6 +82,8 @@ class ServedModel:
     model torch runs."""
     device: str = "cpu"
     """Where its runners run: on CUDA, instances build and warm up one at a time (`_CUDA_SETUP`)."""
+    batch_range: tuple[int, int] | None = None
+    """The batch sizes its engine runs (a TensorRT artifact's), or None: any."""
 
     def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -275,7 +277,10 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
     engine = str(manifest["engine"])
     # as load_artifact runs it (its own, capped at this machine's CPUs); a torch artifact takes torch's threads
     own = own_threads(manifest) if engine != "torch" else None
+    from dlperf.optimize.artifact import artifact_batch_range
+
     return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, device=device,
+                       batch_range=artifact_batch_range(manifest),
                        engine_threads=threads or own)
 
 

@@ -895,6 +895,7 @@ def build_state(config: ServeConfig, served: dict[str, ServedModel] | None = Non
             variant = Variant(vname, model, batcher, pool, recorder, policy)
             variants.append(variant)
         for variant in variants:
+            check_batch_range(variant.model, variant.policy.max_batch_size)
             check_batch_memory(variant.model, variant.policy.max_batch_size)
             variant.pool.start(warmup_sizes(variant.policy.max_batch_size),
                                None if on_warmup is None else functools.partial(on_warmup, variant.name))
@@ -937,6 +938,22 @@ def _in_fresh_thread(fn: Callable[[], T]) -> T:
 
 FULL_WARMUP_MAX_BATCH = 64
 """Up to this max batch size every batch size is warmed up; above it, powers of two and the max."""
+
+
+def check_batch_range(model: ServedModel, max_batch: int) -> None:
+    """Refuse to batch beyond what the model's engine was built for (a TensorRT artifact's `batch_range`): the
+    warm-up failed at the first other batch size, and the server never became ready."""
+    if model.batch_range is None or not model.batched:
+        return
+    lo, hi = model.batch_range
+    if lo > 1:
+        raise ConfigError(f"model '{model.name}' ({model.source}) runs batch {lo} only (its {model.platform} engine "
+                          "was built for that size), and dynamic batching makes batches of 1 up to --max-batch-size: "
+                          "export it again with a batch range (tensorrt's max_batch_size), or serve the workload")
+    if max_batch > hi:
+        raise ConfigError(f"--max-batch-size {max_batch}: model '{model.name}' ({model.source}) runs batches up to "
+                          f"{hi} (its {model.platform} engine was built for 1 to {hi}): give --max-batch-size {hi} or "
+                          "less")
 
 
 def check_batch_memory(model: ServedModel, max_batch: int) -> None:

@@ -99,6 +99,30 @@ def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path) -> None:
     assert torch.allclose(torch.from_numpy(out), eager(*x))
 
 
+def test_an_engine_built_for_some_batch_sizes_is_measured_and_served_at_those_only(ort: Path, tmp_path: Path) -> None:
+    """A TensorRT engine runs the batch sizes it was built for (its manifest's batch_range), while the manifest's
+    shapes said any: bench's sweep and serve's warm-up failed at the first other size. An ONNX Runtime artifact
+    with the field written in stands for one here (no GPU on CI)."""
+    import shutil
+
+    from dlperf.serve.service import ServeConfig, build_state
+
+    art = tmp_path / "ranged"
+    shutil.copytree(ort, art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**manifest, "batch_range": [1, 4]}))
+    with pytest.raises(ConfigError, match=r"runs batches 1 to 4 \(its engine was built for them\), not 8, 32"):
+        dlperf.bench(str(art), batch_sizes=(1, 8, 32), min_duration_s=0.01)
+    result = dlperf.bench(str(art), min_duration_s=0.01, min_iters=3, warmup_iters=1)
+    assert [p.batch_size for p in result.points] == [1]  # the default sweep 1, 8, 32 cut to the range
+    with pytest.raises(ConfigError, match=r"--max-batch-size 8: model .* runs batches up to 4 .* give --max-batch"):
+        build_state(ServeConfig(model=str(art), port=0, max_batch_size=8))
+    build_state(ServeConfig(model=str(art), port=0, max_batch_size=4)).close()
+    (art / "manifest.json").write_text(json.dumps({**manifest, "batch_range": [4, 4]}))
+    with pytest.raises(ConfigError, match=r"runs batch 4 only .* dynamic batching makes batches of 1 up to"):
+        build_state(ServeConfig(model=str(art), port=0, max_batch_size=4))
+
+
 def test_other_commands_name_the_artifact_and_where_to_measure_it(ort: Path) -> None:
     with pytest.raises(WorkloadError, match=r"is an artifact folder .* `dlperf bench .*` measures it"):
         dlperf.load_workload(str(ort))
