@@ -47,6 +47,32 @@ def test_serves_on_cuda_and_exports_gpu_gauges() -> None:
         assert parse_variant_metrics(text)["default"].success_total == 1
 
 
+def test_two_gpu_instances_on_their_own_streams_answer_concurrent_requests_correctly() -> None:
+    """Each instance runs on a CUDA stream of its own (the legacy default stream serialized them): concurrent
+    distinct requests still get their own, correct outputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dlperf.serve.server import start_in_thread
+    from dlperf.serve.service import ServeConfig
+    from dlperf.workload import zoo
+
+    model = zoo.get("mlp").build_model().eval()
+    xs = [np.random.default_rng(i).standard_normal((3, 64)).astype(np.float32) for i in range(24)]
+    config = ServeConfig(model="zoo:mlp", port=0, device="cuda", max_batch_size=8, instances=2)
+    with start_in_thread(config) as running:
+        def infer(x: np.ndarray) -> np.ndarray:
+            c = httpclient.InferenceServerClient(running.url)
+            inp = httpclient.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            return c.infer("mlp", [inp]).as_numpy("logits")
+
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(infer, xs))
+    with torch.inference_mode():
+        for x, y in zip(xs, got, strict=True):
+            np.testing.assert_allclose(y, model(torch.from_numpy(x)).numpy(), rtol=1e-3, atol=1e-4)
+
+
 def test_load_with_collect_metrics_reports_each_gpu(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 

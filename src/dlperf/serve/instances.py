@@ -219,7 +219,19 @@ def _torch_runner(model: Any, device: str) -> Runner:
             out = model(*tensors)
         return [to_numpy(t) for _, t in _flatten_outputs(out)]
 
-    return run
+    if not device.startswith("cuda"):
+        return run
+    # each instance on a CUDA stream of its own, as Triton gives each instance: on the legacy default stream, which
+    # every thread shares, one instance's copies and kernels queued behind another's, and `.cpu()` waited for all
+    # of them, so a second instance could not overlap the first
+    stream = torch.cuda.Stream(device=device)
+    stream.wait_stream(torch.cuda.current_stream(device))  # the weights' upload, queued on the default stream
+
+    def on_own_stream(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.cuda.stream(stream):
+            return run(arrays)  # .cpu() waits for this stream's work only
+
+    return on_own_stream
 
 
 def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
