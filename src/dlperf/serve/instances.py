@@ -219,19 +219,25 @@ def _torch_runner(model: Any, device: str) -> Runner:
             out = model(*tensors)
         return [to_numpy(t) for _, t in _flatten_outputs(out)]
 
+    return on_own_stream(run, device)
+
+
+def on_own_stream(run: Runner, device: str) -> Runner:
+    """`run` on a CUDA stream of its own when `device` is CUDA, as Triton gives each instance: on the legacy default
+    stream, which every thread shares, one instance's copies and kernels queued behind another's, and `.cpu()`
+    waited for all of them, so a second instance could not overlap the first. Made in the instance's thread."""
     if not device.startswith("cuda"):
         return run
-    # each instance on a CUDA stream of its own, as Triton gives each instance: on the legacy default stream, which
-    # every thread shares, one instance's copies and kernels queued behind another's, and `.cpu()` waited for all
-    # of them, so a second instance could not overlap the first
+    import torch
+
     stream = torch.cuda.Stream(device=device)
     stream.wait_stream(torch.cuda.current_stream(device))  # the weights' upload, queued on the default stream
 
-    def on_own_stream(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def on_stream(arrays: list[np.ndarray]) -> list[np.ndarray]:
         with torch.cuda.stream(stream):
             return run(arrays)  # .cpu() waits for this stream's work only
 
-    return on_own_stream
+    return on_stream
 
 
 def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
@@ -280,7 +286,8 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
                 out = fn(*tensors)
             return [np.asarray(t.detach().cpu().numpy()) for _, t in _flatten_outputs(out)]
 
-        return run
+        # a torch recipe on its own stream (an engine manages its own: ONNX Runtime's and TensorRT's)
+        return on_own_stream(run, device) if engine == "torch" else run
 
     if name is None:  # a name from the manifest, made into one URL path segment; a given name is used as it is
         name = str(manifest.get("name") or manifest.get("workload") or path.name)
