@@ -107,6 +107,18 @@ def test_oom_search_survives_real_out_of_memory_errors() -> None:
     assert all(ok for batch, _, ok in search.probes if batch <= search.largest_fitting)
 
 
+def test_the_batch_probe_counts_its_own_memory_not_what_the_device_already_held() -> None:
+    """The tuner keeps its best loop alive while the batch knob probes: the allocator's peak counted those weights
+    and optimizer state as the probe's, so the largest batch found was too small."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    fits = cuda_fits(wide_mlp(), StepConfig(batch_size=256, device="cuda"), budget_bytes=total, margin=0.1)
+    _, alone = fits(256)
+    held = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    _, beside = fits(256)
+    del held
+    assert alone > 0 and abs(beside - alone) < 64 * 2**20, (alone, beside)
+
+
 def test_tuner_tries_pinned_memory_and_both_autocast_dtypes_on_cuda() -> None:
     w = wide_mlp(hidden=1024)
     quick = ABConfig(blocks=4, iters_per_block=2, warmup_iters=2)

@@ -148,17 +148,21 @@ def _tensor_bytes(value: Any) -> int:
 
 
 def cuda_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin: float) -> FitFn:
-    """A CUDA probe: run two steps at the batch; an OOM or a peak above budget / (1 + margin) does not fit."""
+    """A CUDA probe: run two steps at the batch; an OOM or a peak above budget / (1 + margin) does not fit. The peak
+    is the probe's own, above what the device held before it: the tuner keeps its best configuration's loop (the
+    model's weights and optimizer state) alive meanwhile, which the allocator's peak counted as the probe's, so the
+    largest batch found was too small by that much."""
     import torch
 
     def fits(batch: int) -> tuple[bool, int]:
         cuda_reset_peak(config.device, release_cached=True)  # the cache of the probe's device, not the current one
+        held = torch.cuda.memory_allocated(torch.device(config.device))
         loop = None
         try:
             loop = TrainLoop(workload, config.replace(batch_size=batch, accumulation_steps=1), seed=0)
             for _ in range(2):
                 loop.step()
-            peak = cuda_peak(config.device).max_allocated_bytes
+            peak = max(0, cuda_peak(config.device).max_allocated_bytes - held)
         except torch.cuda.OutOfMemoryError:
             return False, 0
         finally:
