@@ -3,6 +3,7 @@ CPU governor and load."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Mapping
@@ -183,15 +184,24 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
     gpu_count = 0
     if torch.cuda.is_available():
         gpu_count = torch.cuda.device_count()
-        gpu_name = torch.cuda.get_device_name(gpu_index(device))
         cuda_version = torch.version.cuda
+        nvml: Any = None
         try:
             import pynvml
 
             pynvml.nvmlInit()
+            nvml = pynvml
             gpu_driver = str(pynvml.nvmlSystemGetDriverVersion())
         except Exception:
             gpu_driver = None
+        if device is not None and device.startswith("cuda"):
+            gpu_name = torch.cuda.get_device_name(gpu_index(device))
+        elif nvml is not None:
+            # a CPU run names the machine's first GPU through NVML: torch's name initialized CUDA in the process,
+            # a context on GPU 0 for a run that does not use it (and beside `train --nproc`'s rank 0)
+            with contextlib.suppress(Exception):
+                name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0))
+                gpu_name = name.decode() if isinstance(name, bytes) else str(name)
     packages = {
         name: v
         for name in ("onnxruntime", "openvino", "nncf", "torchao", "numpy", "transformers")

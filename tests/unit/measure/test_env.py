@@ -169,3 +169,27 @@ def test_gpu_gauges_list_the_gpus_cuda_visible_devices_names(monkeypatch: pytest
 
     if torch.version.cuda is None:  # this CPU build: NVML's numbering, whatever the variable says
         assert visible_nvml_indices(3) == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_a_cpu_run_on_a_gpu_machine_names_the_gpu_without_initializing_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.cuda.get_device_name initializes CUDA: a CPU run made a context on GPU 0 to record its name. It asks
+    NVML for a CPU run, and torch for the GPU a CUDA run uses."""
+    import sys
+    import types
+
+    import torch
+
+    asked: list[int] = []
+    nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlSystemGetDriverVersion=lambda: "580.1",
+                                 nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H100")
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    def name_of(i: int | None = None) -> str:
+        asked.append(int(i or 0))
+        return "NVIDIA H200"
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", name_of)
+    cpu = capture_environment("cpu")
+    assert (cpu.gpu_name, cpu.gpu_count, cpu.gpu_driver) == ("NVIDIA H100", 2, "580.1") and asked == []
+    assert capture_environment("cuda:1").gpu_name == "NVIDIA H200" and asked == [1]
