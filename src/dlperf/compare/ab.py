@@ -116,6 +116,12 @@ def _refuse_device(settings: ABSettings, where: str) -> None:
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
                           "device=cpu")
+    from dlperf._device import check_device
+
+    try:  # 'cuda:7' on a machine of 2 GPUs failed inside torch once the A/B ran
+        check_device(settings.device)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {str(exc).replace('--device ', 'device=', 1)}") from exc
 
 
 def _refuse_channels_last(workload: Workload, inputs: Inputs, where: str) -> None:

@@ -68,6 +68,16 @@ def test_settings_the_workload_or_machine_cannot_take_record_no_run(
     assert Store(store).list(kind="ab") == []
 
 
+def test_a_gpu_the_machine_lacks_is_refused_before_the_a_b(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device=cuda:3 on a machine of one GPU failed inside torch once the A/B ran (checked with a faked count)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"--b: device=cuda:3: no such GPU \(1 visible: cuda:0 to cuda:0\)"):
+        run_ab("zoo:mlp", parse_settings(""), parse_settings("device=cuda:3"), blocks=4, iters_per_block=1)
+
+
 def test_unknown_setting_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["ab", "zoo:mlp", "--b", "thread=2", "--store", str(tmp_path / "r.db")]) == 2
     assert "unknown key 'thread'" in capsys.readouterr().err
