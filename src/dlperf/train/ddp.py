@@ -250,6 +250,9 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
     if config.device.startswith("cuda"):
         import torch
 
+        if ":" in config.device:  # rank r runs on cuda:r: a GPU named here was ignored without a word
+            raise ConfigError(f"--device {config.device} with --nproc: rank r runs on cuda:r of the GPUs visible, so "
+                              "give --device cuda, and CUDA_VISIBLE_DEVICES to choose which GPUs")
         if torch.cuda.device_count() < ddp.nproc:
             raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")

@@ -60,6 +60,15 @@ def test_ddp_config_validates() -> None:
     assert DdpConfig(nproc=2).backend_for("cuda:0") == "nccl"
 
 
+def test_a_named_gpu_with_nproc_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank r runs on cuda:r: --device cuda:1 --nproc 2 was measured on cuda:0 and cuda:1 without a word."""
+    from dlperf.train.ddp import run_ddp
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    with pytest.raises(ConfigError, match=r"--device cuda:1 with --nproc: rank r runs on cuda:r .* CUDA_VISIBLE"):
+        run_ddp("zoo:mlp", StepConfig(batch_size=8, device="cuda:1"), DdpConfig(nproc=2))
+
+
 def test_ddp_view_renders_the_numbers() -> None:
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(ddp_view(_result(0.010, 0.0125, 0.010, 0.005).to_dict()))
