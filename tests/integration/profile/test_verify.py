@@ -106,3 +106,36 @@ def test_a_compiled_step_that_recompiles_for_new_rows_is_not_measured_and_one_th
     (result,) = verify(mlp, config, trace, dg.Diagnosis([finding], "v"))
     assert result.error is None and result.ab is not None
     torch._dynamo.reset()
+
+
+def test_a_threads_fix_the_workload_undoes_in_its_own_code_is_not_measured() -> None:
+    """A forward calling torch.set_num_threads(16) made the threads fix hold only until the model ran: measured
+    0.99x, 'the estimate did not hold', and the right diagnosis was demoted. Now it is left unmeasured, saying
+    where the count is set."""
+    import torch
+    from torch import nn
+
+    from dlperf.workload.base import Workload
+
+    class SetsThreads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(3)
+            return self.lin(x)
+
+    workload = Workload(name="sets-threads", make_model=SetsThreads, make_inputs=lambda b: (torch.ones(b, 16),))
+    before = torch.get_num_threads()
+    try:
+        config = CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05,
+                               options=StepOptions(threads=1))
+        trace = capture(workload, config)
+        finding = dg.Finding(category=dg.HOST_THREADS, title="t", evidence=["e"], fix="f", share=0.5,
+                             confidence="high", estimated_speedup=1.5, fixes=[threads_fix(2)])
+        (result,) = verify(workload, config, trace, dg.Diagnosis([finding], "v"))
+    finally:
+        torch.set_num_threads(before)
+    assert result.error is not None and "the workload sets the thread count itself (to 3" in result.error
+    assert result.speedup is None
