@@ -383,6 +383,10 @@ def _compute(a: Analyses) -> Finding | None:
     )
 
 
+GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addmv", "mv"})
+"""Matrix products: below the ridge, they are bound by reading their weights at a small batch."""
+
+
 def _bandwidth(a: Analyses) -> Finding | None:
     op = a.operators
     share = op.share_by_bound.get(BANDWIDTH, 0.0)
@@ -403,6 +407,23 @@ def _bandwidth(a: Analyses) -> Finding | None:
         evidence.append(f"at {eff:.0%} of the bandwidth these operators are not limited by it: look at what keeps "
                         "them from running (threads waiting for cores other processes hold, page faults on freshly "
                         "allocated outputs, strided access) before cutting the traffic")
+    bound_s = sum(o.self_s for o in op.operators if o.bound == BANDWIDTH)
+    gemm_s = sum(o.self_s for o in op.operators if o.bound == BANDWIDTH and o.name.split("::")[-1] in GEMM_OPS)
+    if bound_s > 0 and gemm_s >= 0.5 * bound_s and a.mode != TRAIN:
+        # matrix products below the ridge: each call reads the whole weight matrix for a few rows (batch 1 of a
+        # 2048-wide MLP: 0.5 FLOP/B), so a larger batch shares each read among more items; fusing elementwise
+        # operators and bf16 autocast (which converts the weights on every call: 0.14x) were proposed instead
+        evidence.append(f"matrix products are {gemm_s / bound_s:.0%} of that time: at batch {a.batch_size} each "
+                        "call reads the whole weight matrix for a few rows, so the weights' traffic is per batch, "
+                        "not per item")
+        return Finding(
+            category=MEMORY_BANDWIDTH, title=title, evidence=evidence,
+            fix=("batch more items per call (each weight read then serves all of them): dynamic batching when "
+                 "serving, a larger batch offline; a smaller weight dtype (int8 weights) cuts the traffic itself"),
+            setting="--max-batch-size (dlperf serve), the batch size", share=share, confidence=confidence,
+            # the weights' reads are shared by 4x the items: at most the GEMMs' share of the time goes 4x down
+            estimated_speedup=_speedup(share * gemm_s / bound_s, 4.0), fixes=[batch_fix(a.batch_size), compile_fix()],
+        )
     return Finding(
         category=MEMORY_BANDWIDTH, title=title, evidence=evidence,
         fix=("read and write each tensor fewer times: fuse chains of elementwise operators (torch.compile), "
