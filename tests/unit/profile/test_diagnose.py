@@ -335,6 +335,27 @@ def _waiting_loader_top(num_workers: int, persistent: bool) -> dg.Finding | None
     return dg.diagnose(dg.analyze_all(t, CEILINGS)).top
 
 
+def test_a_worker_fed_step_is_judged_on_its_mean_not_its_bimodal_median() -> None:
+    """2 workers with 10 ms of sleep per sample: a step either waits ~159 ms or finds a batch ready (~1 ms). The
+    median of such steps read 'waits 5.42 ms of 6.83 ms' beside 'a batch takes about 159.79 ms to load (2 x the
+    step)', and 'profiled 12x faster: the unprofiled timing was disturbed' of a right 80 ms mean."""
+    from dataclasses import replace
+
+    info = LoaderInfo("DataLoader", True, num_workers=2, pin_memory=False, prefetch_factor=2,
+                      persistent_workers=True, batch_size=16)
+    t = trace([gemm(i * 80_000.0, 500, step=i) for i in range(4)], steps=4, mode=TRAIN, loader=info,
+              step_us=80_000.0, phase_us={"forward": 1_000}, thread_info=threads(usable=4), unprofiled_s=0.080)
+    t.steps = [replace(s, wall_s=0.160 if s.index % 2 == 0 else 0.001,
+                       data_wait_s=0.159 if s.index % 2 == 0 else 0.0) for s in t.steps]
+    t.unprofiled_data_wait_s = [0.079] * 3
+    a = dg.analyze_all(t, CEILINGS)
+    assert a.loader is not None and a.loader.wait_share == pytest.approx(0.0795 / 0.0805, abs=1e-4)
+    assert a.breakdown.profiling_overhead == pytest.approx(0.0805 / 0.080, abs=1e-4)
+    top = dg.diagnose(a).top
+    assert top is not None and top.category == dg.INPUT_PIPELINE
+    assert "(79.50 ms of 80.50 ms)" in top.evidence[0]
+
+
 def test_a_loader_with_workers_that_cannot_keep_up() -> None:
     """2 workers, a 40 ms step waiting 30 ms: each worker takes 2 steps (80 ms) a batch. It read 'loading overlaps
     none of it' and, taking a batch to load in 2 waits (60 ms), promised 4 workers 2.67x instead of 2x."""
