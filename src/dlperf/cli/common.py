@@ -141,6 +141,29 @@ class WrittenFraction(float):
         return WrittenFraction, (float(self), self.text)
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+              "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+BARE_BYTES_BELOW = 2**20
+"""A bare number below this many bytes is refused: '--memory-budget 10' meant 10 GiB, and was read as 10 bytes."""
+
+
+def memory_size(text: str, option: str = "--memory-budget") -> int:
+    """'4GiB', '512MB', '2g', '1e9' -> bytes (binary units for KiB/k, decimal for KB). A bare number is bytes, and one
+    below 1 MiB is refused as a missing unit; so is anything else that is not a size, or less than one byte."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in SIZE_UNITS:
+        raise ConfigError(f"{option}: expected a size like 4GiB, 512MiB or 2GB, got '{text}'")
+    size = int(float(match.group(1)) * SIZE_UNITS[unit])
+    if size < 1:
+        raise ConfigError(f"{option} must be at least one byte, got '{text}'")
+    if not unit and size < BARE_BYTES_BELOW:
+        # 'host memory exceeds the budget (3374735360% of the budget) ... of the 0 KiB budget'
+        raise ConfigError(f"{option} {text}: a number without a unit is bytes, so this is {size} bytes: give a unit, "
+                          f"e.g. {text}GiB or {text}MiB")
+    return size
+
+
 def percent_or_float(text: str) -> float:
     """'1%' -> 0.01; '0.01' -> 0.01 (a WrittenFraction: `bare_above_one` tells '5' from '500%')."""
     try:

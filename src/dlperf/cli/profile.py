@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 
 from dlperf.cli.common import (
     WORKLOAD_HELP,
     add_json_argument,
     add_store_argument,
     console,
+    memory_size,
     note_oversubscribed,
     open_store,
     print_json,
 )
 from dlperf.errors import ConfigError
-
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
-          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,18 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-fixes", type=int, default=2, metavar="N", help="fixes to verify (default 2)")
     add_json_argument(parser)
     add_store_argument(parser)
-
-
-def parse_size(text: str) -> int:
-    """'4GiB', '512MB', '1e9', '1E9' -> bytes; ConfigError for anything else or less than one byte (0.5 read as 0)."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _UNITS:
-        raise ConfigError(f"--memory-budget: expected a size like 4GiB, 512MiB or 2GB, got '{text}'")
-    size = int(float(match.group(1)) * _UNITS[unit])
-    if size < 1:
-        raise ConfigError(f"--memory-budget must be at least one byte, got '{text}'")
-    return size
 
 
 def _check_trace_path(path: str) -> None:
@@ -97,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     capture_config = CaptureConfig(
         mode="train" if args.train else "inference", device=args.device, steps=args.steps,
         options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,
-        memory_budget_bytes=parse_size(args.memory_budget) if args.memory_budget else None,
+        memory_budget_bytes=memory_size(args.memory_budget) if args.memory_budget else None,
     )
     config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
     workload = load_workload(args.workload)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from dlperf.cli.common import (
@@ -12,6 +11,7 @@ from dlperf.cli.common import (
     add_store_argument,
     console,
     error_console,
+    memory_size,
     note_oversubscribed,
     open_store,
     percent_or_float,
@@ -24,10 +24,6 @@ TUNE_OPTIONS = {"--knobs": "knobs", "--skip": "skip", "--memory-budget": "memory
                 "--parity-steps": "parity_steps", "--parity-tolerance": "parity_tolerance", "--ab-blocks": "ab_blocks"}
 """The options that only --tune reads, by their attribute name."""
 DDP_TIMEOUT_S = 600.0
-SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
-              "kb": 10**3, "mb": 10**6, "gb": 10**9}
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help=f"{WORKLOAD_HELP} (with a training spec)")
     parser.add_argument("--steps", type=int, default=20, help="measured optimizer steps (default 20)")
@@ -63,15 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="seconds allowed per torchrun launch (default 600)")
     add_json_argument(parser)
     add_store_argument(parser)
-
-
-def parse_bytes(text: str) -> int:
-    """'512MiB', '2g', '1000000' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in SIZE_UNITS:
-        raise ConfigError(f"--memory-budget expects a size like 512MiB or 4GiB, got '{text}'")
-    return int(float(match.group(1)) * SIZE_UNITS[unit])
 
 
 def _names(text: str | None) -> list[str]:
@@ -204,9 +191,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
                  else defaults.parity.rtol)
     if not tolerance >= 0:  # NaN too: no loss would ever be within it
         raise ConfigError(f"--parity-tolerance must be >= 0, got {args.parity_tolerance}")
-    budget = parse_bytes(args.memory_budget) if args.memory_budget is not None else None
-    if budget is not None and budget <= 0:
-        raise ConfigError(f"--memory-budget must be positive, got '{args.memory_budget}'")
+    budget = memory_size(args.memory_budget) if args.memory_budget is not None else None
     skipped = set(_names(args.skip))
     unknown = sorted((set(chosen) | skipped) - set(DEFAULT_KNOBS))
     if unknown:

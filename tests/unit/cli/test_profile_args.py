@@ -41,7 +41,7 @@ def test_a_trace_path_that_can_be_written_is_left_as_it_was(tmp_path: Path) -> N
 
 
 def test_memory_budget_takes_an_upper_case_exponent_and_refuses_less_than_a_byte() -> None:
-    from dlperf.cli.profile import parse_size
+    from dlperf.cli.common import memory_size as parse_size
     from dlperf.errors import ConfigError
 
     assert parse_size("1E9") == parse_size("1e9") == 10**9  # 1E9 was refused

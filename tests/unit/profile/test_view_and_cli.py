@@ -5,7 +5,7 @@ import io
 import pytest
 from rich.console import Console
 
-from dlperf.cli.profile import parse_size
+from dlperf.cli.common import memory_size
 from dlperf.errors import ConfigError
 from dlperf.profile import diagnose as dg
 from dlperf.profile.session import ProfileReport
@@ -15,12 +15,17 @@ from tests.unit.profile.builders import CEILINGS, gemm, op, trace
 pytestmark = pytest.mark.unit
 
 
-def test_parse_size() -> None:
-    assert parse_size("4GiB") == 4 * 2**30
-    assert parse_size("512MB") == 512 * 10**6
-    assert parse_size("1024") == 1024
+def test_memory_size() -> None:
+    assert memory_size("4GiB") == 4 * 2**30
+    assert memory_size("512MB") == 512 * 10**6
+    assert memory_size("2g") == 2 * 2**30 and memory_size("1.5GB") == 1_500_000_000
+    assert memory_size("1e9") == 10**9 and memory_size("2097152") == 2**21
     with pytest.raises(ConfigError, match="--memory-budget"):
-        parse_size("lots")
+        memory_size("lots")
+    # a bare number below 1 MiB is a missing unit ('--memory-budget 10' was 10 bytes: '3374735360% of the budget')
+    with pytest.raises(ConfigError, match=r"--memory-budget 10: a number without a unit is bytes, so this is 10 bytes: "
+                                          r"give a unit, e.g. 10GiB"):
+        memory_size("10")
 
 
 def test_terminal_view_puts_the_verdict_first() -> None:

@@ -7,7 +7,6 @@ import torch
 from rich.console import Console
 
 from dlperf.cli.main import main
-from dlperf.cli.train import parse_bytes
 from dlperf.errors import ConfigError
 from dlperf.report.train_view import ddp_view
 from dlperf.store import Store
@@ -77,15 +76,10 @@ def test_ddp_view_renders_the_numbers() -> None:
     assert "20% of the step" in text and "50% of the all-reduce is hidden" in text
 
 
-@pytest.mark.parametrize(("text", "expected"), [("512MiB", 512 * 2**20), ("2g", 2 * 2**30), ("1000", 1000),
-                                                ("1.5GB", 1_500_000_000)])
-def test_parse_bytes(text: str, expected: int) -> None:
-    assert parse_bytes(text) == expected
-
-
-def test_parse_bytes_rejects_garbage() -> None:
-    with pytest.raises(ConfigError, match="512MiB"):
-        parse_bytes("lots")
+def test_train_takes_the_memory_budget_as_profile_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two parsers of --memory-budget (train's took '1000' as 1000 bytes without a word, and no 'T'): now one."""
+    assert main(["train", "zoo:mlp", "--tune", "--memory-budget", "10"]) == ConfigError.exit_code
+    assert "--memory-budget 10: a number without a unit is bytes" in capsys.readouterr().err
 
 
 def test_one_process_reports_no_scaling_and_no_communication() -> None:
@@ -115,7 +109,7 @@ def test_one_process_reports_no_scaling_and_no_communication() -> None:
     (["--nproc", "2", "--steps", "1"], "--steps (with --nproc) must be >= 2"),
     (["--nproc", "2", "--timeout", "0"], "--timeout must be a positive number"),
     # the message names the option, not the library field behind it
-    (["--tune", "--memory-budget", "0"], "--memory-budget must be positive"),
+    (["--tune", "--memory-budget", "0"], "--memory-budget must be at least one byte"),
     (["--tune", "--margin", "100%"], "--margin must be at least 0% and below 100%"),
     (["--tune", "--parity-tolerance=-5%"], "--parity-tolerance must be >= 0"),
     (["--tune", "--parity-tolerance", "nan"], "--parity-tolerance must be >= 0"),
