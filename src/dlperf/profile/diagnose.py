@@ -344,8 +344,12 @@ def _per_call_overhead(a: Analyses) -> Finding:
 
 def _top_ops_evidence(op: OperatorAnalysis, bound: str, n: int = 3) -> list[str]:
     lines = []
-    for o in [o for o in op.operators if o.bound == bound][:n]:
+    # an operator under 1% of the step is no evidence ('aten::sum: 0% of the step ... 280% of its roofline ceiling',
+    # a small tensor read from cache)
+    for o in [o for o in op.operators if o.bound == bound and o.share >= 0.01][:n]:
         pct = f"{o.pct_of_peak:.0%} of its roofline ceiling" if o.pct_of_peak is not None else "no ceiling"
+        if bound == BANDWIDTH and o.pct_of_peak is not None and o.pct_of_peak > 1.0:
+            pct += " (above the memory bandwidth: its data came from the cache)"
         ai = f"{o.intensity:.1f} FLOP/B" if o.intensity is not None else "no byte count"
         lines.append(f"{o.name}: {o.share:.0%} of the step, {ai} ({'above' if bound == COMPUTE else 'below'} "
                      f"the ridge {op.ridge_intensity:.1f}), {pct}")

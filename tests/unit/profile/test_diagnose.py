@@ -64,6 +64,19 @@ def test_matrix_products_bound_by_their_weights_at_a_small_batch_are_told_to_bat
     assert all(f.id != "batch" for f in train.findings[0].fixes)
 
 
+def test_bandwidth_evidence_leaves_out_operators_under_1pct_and_says_when_data_came_from_cache() -> None:
+    """'aten::sum: 0% of the step, 0.0 FLOP/B ..., 280% of its roofline ceiling' was quoted as evidence."""
+    ops = [elementwise(i * 2000.0, 1900.0) for i in range(5)]
+    ops.append(op("aten::sum", 11_000.0, 40.0, shapes=((4 << 20,),), dtypes=("float",)))
+    d = _diagnose(trace(ops))
+    top = d.top
+    assert top is not None and top.category == dg.MEMORY_BANDWIDTH
+    assert not any(e.startswith("aten::sum") for e in top.evidence)
+    fast = _diagnose(trace([elementwise(i * 2000.0, 100.0) for i in range(5)], step_us=1_000.0))
+    quoted = [e for e in fast.findings[0].evidence if e.startswith("aten::mul")]
+    assert quoted and "(above the memory bandwidth: its data came from the cache)" in quoted[0]
+
+
 def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
     """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
     and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""
