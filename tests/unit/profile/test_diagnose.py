@@ -336,14 +336,16 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
-def _waiting_loader_top(num_workers: int, persistent: bool) -> dg.Finding | None:
-    """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch."""
+def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5) -> dg.Finding | None:
+    """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch (on 4 cores, others
+    busy elsewhere at `system_pct` of the machine: 47.5 is this process's 1.9 cores alone)."""
     from dataclasses import replace
 
     info = LoaderInfo("DataLoader", True, num_workers=num_workers, pin_memory=False, prefetch_factor=2,
                       persistent_workers=persistent, batch_size=16)
     t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
-              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000}, thread_info=threads(usable=4))
+              step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000},
+              thread_info=threads(usable=4, system_pct=system_pct))
     t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
     return dg.diagnose(dg.analyze_all(t, CEILINGS)).top
 
@@ -367,6 +369,18 @@ def test_a_worker_fed_step_is_judged_on_its_mean_not_its_bimodal_median() -> Non
     top = dg.diagnose(a).top
     assert top is not None and top.category == dg.INPUT_PIPELINE
     assert "(79.50 ms of 80.50 ms)" in top.evidence[0]
+
+
+def test_more_workers_are_estimated_on_the_cores_other_processes_leave_free() -> None:
+    """With 1.2 of 2 cores busy elsewhere, 2 workers were estimated 2.20x and measured 0.84x: the estimate now
+    counts the free cores, and says so."""
+    alone = _waiting_loader_top(num_workers=2, persistent=True)
+    crowded = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0)  # 1.9 cores busy elsewhere
+    assert alone is not None and crowded is not None
+    assert alone.estimated_speedup == pytest.approx(2.0)
+    assert crowded.estimated_speedup is not None and crowded.estimated_speedup < alone.estimated_speedup
+    assert any(e.startswith("other processes kept 1.9 of 4 cores busy: 4 workers would load on about 2.1 free cores")
+               for e in crowded.evidence)
 
 
 def test_a_loader_with_workers_that_cannot_keep_up() -> None:
