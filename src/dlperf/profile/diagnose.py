@@ -73,6 +73,11 @@ unprofiled timing was disturbed."""
 PLAUSIBLE_PROFILER_COST = 30.0
 """torch.profiler adds some microseconds per operator: even a step of nothing but the tiniest operators is not
 slowed much past this; a larger ratio means the profiled steps were disturbed."""
+PROFILER_COST_PER_OP_S = 50e-6
+"""A generous bound on what torch.profiler adds per operator call (shapes and memory recorded): a profiled step
+longer than the unprofiled one by much more than its operators can cost was disturbed."""
+DISTURBED_RATIO = 1.3
+"""Below this ratio a profiled step is not called disturbed, whatever its operator count."""
 COMM_MARKERS = ("nccl", "c10d::", "gloo", "allreduce", "all_reduce", "allgather", "broadcast_")
 
 
@@ -777,6 +782,17 @@ def _caveats(a: Analyses) -> list[str]:
                    "machine")
     elif ratio is not None and ratio >= 3.0:
         out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
+    elif ratio is not None and ratio >= DISTURBED_RATIO and a.breakdown.unprofiled_step_s:
+        # a step of two large GEMMs profiled 1.67x slower (51.9 against 31.0 ms): its 2 operators cannot cost the
+        # profiler 21 ms, a busy spell did, and "44% of peak: try torch.compile" was told with no word of it
+        extra_s = a.breakdown.step_s - a.breakdown.unprofiled_step_s
+        allowance_s = a.launch.ops_per_step * PROFILER_COST_PER_OP_S
+        if extra_s > 2 * allowance_s + 1e-3:
+            out.append(f"the profiled step took {ratio:.2f}x the unprofiled one ({_ms(extra_s)} more), far more than "
+                       f"the profiler costs its {a.launch.ops_per_step:.0f} operators (at most about "
+                       f"{_ms(allowance_s)}): the profiled steps were disturbed (another process, a stall), so their "
+                       "per-operator times and % of peak understate the step; re-run on an idle machine, or profile "
+                       "more steps (--steps)")
     if ratio is not None and ratio < LOW_OVERHEAD_RATIO:
         b = a.breakdown
         # as how many times faster: 'took 0.00x the unprofiled one' said nothing of a 1 ms step against a 2 s one

@@ -106,6 +106,17 @@ def test_a_python_loop_over_the_batch_rows_is_told_to_vectorise_not_to_batch() -
     assert any(e.startswith("300 reads of a tensor's value into Python per step") for e in top.evidence)
 
 
+def test_a_profiled_step_of_few_large_operators_far_slower_than_unprofiled_is_called_disturbed() -> None:
+    """Two 1024-wide GEMMs profiled 1.67x slower than unprofiled (a busy spell): the caveat fired only at 3x, and
+    '44% of peak: try torch.compile' was told of a step at 93% when measured quietly."""
+    d = _diagnose(trace([gemm(0, 9000)], step_us=10_000.0, unprofiled_s=0.006))
+    assert any(c.startswith("the profiled step took 1.67x the unprofiled one (4.00 ms more), far more than the "
+                            "profiler costs its 1 operators") for c in d.caveats), d.caveats
+    many = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0,
+                           unprofiled_s=0.0075))
+    assert not any("far more than the profiler costs" in c for c in many.caveats)  # 900 operators: 45 ms allowed
+
+
 def test_many_tiny_ops_are_launch_overhead() -> None:
     d = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0))
     assert d.top is not None and d.top.category == dg.LAUNCH_OVERHEAD
