@@ -389,7 +389,7 @@ def test_more_workers_are_estimated_on_the_cores_other_processes_leave_free() ->
     crowded = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0)  # 1.9 cores busy elsewhere
     assert alone is not None and crowded is not None
     assert alone.estimated_speedup == pytest.approx(2.0)
-    assert crowded.estimated_speedup is not None and crowded.estimated_speedup < alone.estimated_speedup
+    assert crowded.estimated_speedup is not None and crowded.estimated_speedup < 2.0
     assert any(e.startswith("other processes kept 1.9 of 4 cores busy: 4 workers would load on about 2.1 free cores")
                for e in crowded.evidence)
 
