@@ -14,8 +14,11 @@ one input it was compiled for) and says which guard failed.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -205,8 +208,30 @@ def _prefetch_depth(step: Step) -> int:
     return info.num_workers * (info.prefetch_factor or 2)
 
 
+@contextlib.contextmanager
+def quiet_dynamo() -> Iterator[None]:
+    """Dynamo's own warnings and graph-break log lines held back while a compile fix is measured: a forward with
+    .item() printed a dozen raw 'W1206 ... Graph break' lines, and set_num_threads a multi-line UserWarning, into
+    the report. What decides the fix (a recompile, a failure) is in its result."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _verify_one(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, finding: Finding,
                 step_s: float, ab_config: ABConfig | None) -> VerifyResult:
+    with quiet_dynamo() if fix.compile else contextlib.nullcontext():
+        return _measure_fix(workload, config, base, fix, finding, step_s, ab_config)
+
+
+def _measure_fix(workload: Workload, config: CaptureConfig, base: Any, fix: Fix, finding: Finding,
+                 step_s: float, ab_config: ABConfig | None) -> VerifyResult:
     result = VerifyResult(category=finding.category, fix=fix, estimated_speedup=finding.estimated_speedup,
                           finding=finding.title)
     a = b = None

@@ -515,3 +515,22 @@ def test_a_small_cache_resident_operator_stalled_for_milliseconds_counts_as_a_st
     shared = next(f for f in calls.findings if f.title == dg.SHARED_MACHINE)
     assert shared.share == pytest.approx(0.35 * 14 / 16) and shared.confidence == "low"
     assert not any("descheduled threads" in e for e in shared.evidence)
+
+
+def test_quiet_dynamo_holds_back_dynamo_s_warnings_and_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """--verify of a compile fix printed Dynamo's graph-break log lines and its UserWarnings into the report."""
+    import logging
+    import warnings
+
+    from dlperf.profile.verify import quiet_dynamo
+
+    dynamo = logging.getLogger("torch._dynamo")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_dynamo():
+            warnings.warn_explicit("Dynamo does not know how to trace", UserWarning, "functions.py", 1,
+                                   module="torch._dynamo.utils")
+            dynamo.warning("Graph break from `Tensor.item()`")
+        warnings.warn_explicit("kept", UserWarning, "x.py", 1, module="user")
+    assert [str(w.message) for w in seen] == ["kept"]
+    assert "Graph break" not in caplog.text
