@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -99,18 +100,48 @@ def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
     return configs
 
 
-def provider_list(provider: str, device: str = "cpu") -> list[Any]:
+TRT_MAX_BATCH = 32
+"""The largest batch the TensorRT provider's optimization profile covers (at least the batch measured)."""
+
+
+def tensorrt_options(inputs: Sequence[_engine.TensorSpec], batch: int, cache_dir: Path | None) -> dict[str, str]:
+    """The TensorRT provider's options for a model of dynamic batch: an optimization profile from batch 1 to
+    max(`batch`, TRT_MAX_BATCH) at `batch` (without one the provider built its engine for the shapes it had seen and
+    built it again for each batch outside them: a server's warm-up over batch 1..32 built dozens), and an engine
+    cache in `cache_dir`, so a restart does not build them again. No profile where a dimension past the batch is
+    dynamic (its range is not known)."""
+    options: dict[str, str] = {}
+    if cache_dir is not None:
+        options.update(trt_engine_cache_enable="True", trt_engine_cache_path=str(cache_dir))
+    if not inputs or any(d < 0 for spec in inputs for d in spec.shape[1:]):
+        return options
+
+    def shapes(b: int) -> str:
+        return ",".join(f"{spec.name}:{'x'.join(str(d) for d in (b, *spec.shape[1:]))}" for spec in inputs)
+
+    options.update(trt_profile_min_shapes=shapes(1), trt_profile_opt_shapes=shapes(batch),
+                   trt_profile_max_shapes=shapes(max(batch, TRT_MAX_BATCH)))
+    return options
+
+
+def provider_list(provider: str, device: str = "cpu", trt: dict[str, str] | None = None) -> list[Any]:
     """The providers an ONNX Runtime session gets for `provider`, with its fallbacks; the GPU ones on `device`'s
     index: without a device_id the CUDA and TensorRT providers run on GPU 0, so a candidate for cuda:1 was measured
-    on another GPU than its baseline."""
+    on another GPU than its baseline. `trt`: the TensorRT provider's options besides (`tensorrt_options`)."""
     # TensorRT's provider hands what it cannot build to CUDA's, and both to the CPU's (ONNX Runtime's advice)
     fallbacks = {"cpu": [], "tensorrt": ["cuda", "cpu"]}
     index = int(device.split(":", 1)[1]) if device.startswith("cuda:") and device[5:].isdigit() else 0
-    return [(PROVIDERS[p], {"device_id": index}) if p in ("cuda", "tensorrt") else PROVIDERS[p]
-            for p in (provider, *fallbacks.get(provider, ["cpu"]))]
+
+    def entry(p: str) -> Any:
+        if p == "tensorrt":
+            return PROVIDERS[p], {"device_id": index, **(trt or {})}
+        return (PROVIDERS[p], {"device_id": index}) if p == "cuda" else PROVIDERS[p]
+
+    return [entry(p) for p in (provider, *fallbacks.get(provider, ["cpu"]))]
 
 
-def _session(path: Path, provider: str, opt_level: str, threads: int, device: str = "cpu") -> Any:
+def _session(path: Path, provider: str, opt_level: str, threads: int, device: str = "cpu",
+             inputs: Sequence[_engine.TensorSpec] = (), batch: int = 1) -> Any:
     ort: Any = require("onnxruntime", "onnx")
     so = ort.SessionOptions()
     so.graph_optimization_level = {
@@ -123,10 +154,16 @@ def _session(path: Path, provider: str, opt_level: str, threads: int, device: st
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    trt = tensorrt_options(inputs, batch, _trt_cache_dir()) if provider == "tensorrt" else None
     try:
-        sess = ort.InferenceSession(str(path), sess_options=so, providers=provider_list(provider, device))
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=provider_list(provider, device, trt))
     except Exception as exc:
-        raise OptimizeError(f"ONNX Runtime could not load {path}: {type(exc).__name__}: {exc}") from exc
+        if not trt:
+            raise OptimizeError(f"ONNX Runtime could not load {path}: {type(exc).__name__}: {exc}") from exc
+        try:  # a provider build that refuses the profile or the cache: its own defaults, as before
+            sess = ort.InferenceSession(str(path), sess_options=so, providers=provider_list(provider, device))
+        except Exception as plain:
+            raise OptimizeError(f"ONNX Runtime could not load {path}: {type(plain).__name__}: {plain}") from plain
     # A provider that fails to initialise (CUDA or cuDNN libraries missing, a driver too old) only logs a
     # warning, and the session runs on the next one: a "CUDA" candidate would be measured on the CPU.
     got = sess.get_providers()
@@ -299,7 +336,8 @@ class OrtPass:
                 excl = [n for ns in nodes.values() for n in ns]
                 dst = workdir / f"model.int8.{len(kept)}.onnx"
                 _quantize(config, fp32_path, dst, spec, samples, excl)
-                return _predict_fn(_session(dst, config.provider, config.opt_level, threads, ctx.device), spec), dst
+                return _predict_fn(_session(dst, config.provider, config.opt_level, threads, ctx.device, spec.inputs,
+                                            ctx.batch_size), spec), dst
 
             if config.keep_fp32 == "auto":
                 from dlperf.passes import sensitivity
@@ -322,7 +360,7 @@ class OrtPass:
             final = workdir / "model.final.onnx"
             shutil.copyfile(path, final)
             path = final
-        sess = _session(path, config.provider, config.opt_level, threads, ctx.device)
+        sess = _session(path, config.provider, config.opt_level, threads, ctx.device, spec.inputs, ctx.batch_size)
         predict = _predict_fn(sess, spec)
         predict._dlperf_tmp = tmp  # type: ignore[attr-defined]  # keep the temp folder alive with the callable
         manifest = {
@@ -349,6 +387,18 @@ class OrtPass:
         )
 
 
+def _trt_cache_dir() -> Path | None:
+    """Where the TensorRT provider keeps its engines (the user cache; None where it cannot be made)."""
+    from dlperf._cache import cache_dir
+
+    try:
+        folder = cache_dir() / "onnxruntime-tensorrt"
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
 def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     """A callable over an exported ONNX Runtime artifact: torch tensors in, torch tensors out."""
     require("onnxruntime", "onnx")
@@ -358,7 +408,7 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     threads = int(manifest.get("threads") or torch.get_num_threads())
     provider = str(manifest.get("provider", "cpu"))
     sess = _session(Path(dir) / "model.onnx", provider, str(manifest.get("opt_level", "all")), threads,
-                    str(manifest.get("device", "cpu")))
+                    str(manifest.get("device", "cpu")), spec.inputs, int(manifest.get("batch_size") or 1))
     predict = _predict_fn(sess, spec)
     predict.threads = threads  # type: ignore[attr-defined]  # what it runs with, for a caller to report
     return predict

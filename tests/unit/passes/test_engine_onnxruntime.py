@@ -59,6 +59,25 @@ def test_gpu_providers_run_on_the_target_device_s_index() -> None:
     assert provider_list("cpu") == ["CPUExecutionProvider"]
 
 
+def test_the_tensorrt_provider_gets_a_batch_profile_and_an_engine_cache(tmp_path: Path) -> None:
+    """Without an optimization profile the TensorRT provider built its engine again for each batch outside the shapes
+    it had seen (a server's warm-up over batch 1..32 built dozens), and without a cache again on every start."""
+    from dlperf.passes._engine import TensorSpec
+    from dlperf.passes.onnxruntime import provider_list, tensorrt_options
+
+    inputs = (TensorSpec("input_ids", "int64", (-1, 128)), TensorSpec("attention_mask", "int64", (-1, 128)))
+    options = tensorrt_options(inputs, 8, tmp_path)
+    assert options == {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(tmp_path),
+                       "trt_profile_min_shapes": "input_ids:1x128,attention_mask:1x128",
+                       "trt_profile_opt_shapes": "input_ids:8x128,attention_mask:8x128",
+                       "trt_profile_max_shapes": "input_ids:32x128,attention_mask:32x128"}
+    assert tensorrt_options(inputs, 64, None)["trt_profile_max_shapes"] == "input_ids:64x128,attention_mask:64x128"
+    # a dimension past the batch whose range is unknown: no profile, the provider's own shapes
+    assert tensorrt_options((TensorSpec("x", "float32", (-1, -1)),), 8, None) == {}
+    assert provider_list("tensorrt", "cuda:1", options)[0] == ("TensorrtExecutionProvider", {"device_id": 1, **options})
+    assert provider_list("tensorrt", "cuda:1", options)[1] == ("CUDAExecutionProvider", {"device_id": 1})
+
+
 def test_the_artifact_records_the_device_its_session_runs_on(tmp_path: Path) -> None:
     new = apply_pass(OrtConfig(), initial_state(get("mlp")), CTX)
     assert new.exporter is not None and new.exporter(tmp_path)["device"] == "cpu"
