@@ -187,8 +187,8 @@ def deployment_options(config: ServeConfig, options: RayServeOptions) -> dict[st
         **scaling,
         **queued,
         "max_ongoing_requests": max_ongoing_requests(config),
-        # a replica on a GPU asks Ray for one: an actor that asks for none gets CUDA_VISIBLE_DEVICES='' and sees no
-        # GPU, and `--device cuda` failed in every replica
+        # a replica on a GPU asks Ray for one, which Ray shows it as cuda:0: asking for none, every replica saw every
+        # GPU and ran on cuda:0 (Ray before ~2.47 hid them all instead)
         "ray_actor_options": {"num_cpus": float(config.threads or 1),
                               **({"num_gpus": 1.0} if config.device.startswith("cuda") else {})},
         "graceful_shutdown_timeout_s": config.exit_timeout_s,

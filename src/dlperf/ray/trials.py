@@ -93,8 +93,9 @@ def probe_node(marker: str | None) -> dict[str, Any]:
             "sees_workdir": marker is None or Path(marker).exists()}
 
 
-_server_omp: list[str | None] = []
-"""The OMP_NUM_THREADS this worker's process server started with (empty until a trial here started one)."""
+_server_omp: list[tuple[str | None, str | None]] = []
+"""The OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES this worker's process server started with (empty until a trial here
+started one)."""
 
 
 @contextlib.contextmanager
@@ -103,19 +104,21 @@ def child_environment(omp_num_threads: str | None) -> Iterator[None]:
     inherits the caller's value (the process server that forks the child starts from this environment, and
     torch reads it when imported there). Ray reuses this worker for later trials, and with it the process server, so
     a server started with another value (by an earlier trial, or by other code in this worker) is stopped first, and
-    the next child starts a new one."""
+    the next child starts a new one. So is one started under another CUDA_VISIBLE_DEVICES: Ray sets it per task to
+    the GPUs it gives the trial, and a child forked from a server of an earlier trial's ran on that trial's GPU."""
     if omp_num_threads is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp_num_threads
-    if _server_omp != [omp_num_threads]:
+    started = (omp_num_threads, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if _server_omp != [started]:
         from dlperf.optimize.evaluate import stop_process_server
 
         stop_process_server()
     try:
         yield
     finally:
-        _server_omp[:] = [omp_num_threads]
+        _server_omp[:] = [started]
 
 
 def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
@@ -249,8 +252,9 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, max_retries: int = 2,
                  trial_cpus: float = 1.0, startup_grace_s: float = STARTUP_GRACE_S, trial_gpus: float = 0.0) -> None:
-        """`trial_gpus`: the GPUs a trial asks Ray for (1 for a search on `--device cuda`): a Ray task that asks for
-        none gets CUDA_VISIBLE_DEVICES='' and sees no GPU, so every candidate failed on the nodes."""
+        """`trial_gpus`: the GPUs a trial asks Ray for (1 for a search on `--device cuda`), so that Ray schedules
+        trials on GPU nodes, one a GPU, and sets CUDA_VISIBLE_DEVICES to it: asking for none, every trial saw every
+        GPU and ran on cuda:0 together (Ray before 2.47 or so hid them all instead)."""
         ray = _ray()
         address = cluster_address(address)
         self.max_retries = max_retries

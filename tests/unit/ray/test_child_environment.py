@@ -18,18 +18,19 @@ pytestmark = pytest.mark.unit
 def _report(conn: Any) -> None:
     import torch
 
-    conn.send((os.environ.get("OMP_NUM_THREADS"), os.getppid(), torch.get_num_threads()))
+    conn.send((os.environ.get("OMP_NUM_THREADS"), os.getppid(), torch.get_num_threads(),
+               os.environ.get("CUDA_VISIBLE_DEVICES")))
     conn.close()
 
 
-def _child_sees() -> tuple[str | None, int, int]:
+def _child_sees() -> tuple[str | None, int, int, str | None]:
     ctx = mp_context()
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_report, args=(writer,))
     proc.start()
     writer.close()
     try:
-        seen: tuple[str | None, int, int] = reader.recv()
+        seen: tuple[str | None, int, int, str | None] = reader.recv()
     finally:
         proc.join(30)
     return seen
@@ -53,3 +54,23 @@ def test_one_server_per_thread_count_and_the_child_gets_the_callers(monkeypatch:
     assert [s[2] for s in seen[:3]] == [1, 1, 2]  # what torch, imported in the server, runs with
     servers = [s[1] for s in seen]
     assert servers[0] == servers[1] and len(set(servers)) == 3, servers  # kept for the same value, not for another
+
+
+def test_a_trial_given_another_gpu_gets_a_server_that_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray sets CUDA_VISIBLE_DEVICES per task to the GPU it gives the trial; the server of an earlier trial kept the
+    earlier one, and its child ran on that GPU beside another trial."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver here: each child is spawned with this process's environment")
+    from dlperf.ray import trials
+
+    monkeypatch.setattr(trials, "_server_omp", [])
+    seen = []
+    try:
+        for gpu in ("0", "0", "1"):
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpu)  # as Ray sets it for each task
+            with trials.child_environment("1"):
+                seen.append(_child_sees())
+    finally:
+        stop_process_server()
+    assert [s[3] for s in seen] == ["0", "0", "1"]
+    assert seen[0][1] == seen[1][1] != seen[2][1]  # the server kept for the same GPU, started again for another

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dlperf.ray.trials import executor_name
@@ -37,3 +39,13 @@ def test_a_search_on_cuda_counts_gpu_slots_and_leaves_out_nodes_without_one(monk
     assert "it offers 0 GPUs and a trial on --device cuda needs 1" in executor.excluded["cpu0" * 4]
     executor.trial_gpus, executor.excluded = 0.0, {}
     assert executor._alive() == {"gpu2" * 4: 4, "cpu0" * 4: 1}
+
+
+def test_a_named_gpu_is_refused_for_ray_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray gives each trial one GPU, seen as cuda:0: --device cuda:1 failed every candidate on the nodes."""
+    from dlperf.cli.main import main
+
+    assert main(["optimize", "zoo:mlp", "--executor", "ray", "--device", "cuda:1",
+                 "--store", str(tmp_path / "runs.db")]) == 2
+    assert "--device cuda:1 does not go with --executor ray: Ray gives each trial a GPU of its own" in \
+        " ".join(capsys.readouterr().err.split())
