@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="single-stream (p90, batch 1), multi-stream (p99, batch 8) or offline "
                              "(throughput over batch sizes; default); MLPerf's server scenario is `dlperf serve` "
                              "with `dlperf load --find-peak`")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or cuda:N (default cpu; an exported artifact's own device)")
     parser.add_argument("--threads", default=None, metavar="N",
                         help="torch intra-op threads (default: torch's); an engine artifact's own threads")
     parser.add_argument("--precision", default="fp32", metavar="P",
@@ -87,7 +88,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     min_duration = _parsed("--min-duration", duration_s, args.min_duration)
     min_iters = _int("--min-iters", args.min_iters, 1) or scenario(args.scenario).default_min_iters
     timer = TimerConfig.at_least(min_duration, min_iters, _int("--warmup", args.warmup, 0) or 0)
-    return BenchConfig(batch_sizes=batch_sizes, scenario=args.scenario, device=args.device,
+    from dlperf.optimize.artifact import default_device
+
+    return BenchConfig(batch_sizes=batch_sizes, scenario=args.scenario,
+                       device=default_device(args.workload, args.device),
                        threads=_int("--threads", args.threads, 1), precision=args.precision, timer=timer)
 
 

@@ -82,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let clients on this host pass tensors in system shared memory (Triton's "
                              "system_shared_memory extension and --allow-client-shm=true; tritonclient's "
                              "register_system_shared_memory): no tensor data crosses HTTP")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default cpu; an exported artifact's own "
+                        "device)")
     parser.add_argument("--allocator", default="auto", choices=ALLOCATOR_CHOICES,
                         help="the heap allocator the server runs with, preloaded by restarting the command with "
                              "LD_PRELOAD. auto (default): jemalloc or tcmalloc if your LD_PRELOAD already names one, "
@@ -192,6 +193,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--max-request-mb must be a positive number, got {args.max_request_mb:g}")
     if args.grpc_stream_window is not None and args.grpc_port is None:
         raise ConfigError("--grpc-stream-window bounds the requests of a gRPC stream: add --grpc-port PORT, or drop it")
+    from dlperf.optimize.artifact import default_device
+
     return ServeConfig(
         model=args.target, variants=_variants(args.variant), split=_split(args.split), model_name=args.model_name,
         host=args.host, port=args.port, grpc_port=args.grpc_port,
@@ -204,7 +207,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         priority_queue_policy=_level_policies(args.priority_queue_policy), reject_status=args.reject_status,
         timeout_s=None if args.timeout_ms is None else args.timeout_ms / 1000.0, timeout_action=args.timeout_action,
         allow_timeout_override=not args.no_timeout_override, token=args.token, allow_client_shm=args.allow_client_shm,
-        device=args.device, threads=args.threads, max_request_bytes=int(args.max_request_mb * 1024 * 1024),
+        device=default_device(args.target, args.device), threads=args.threads,
+        max_request_bytes=int(args.max_request_mb * 1024 * 1024),
         exit_timeout_s=args.exit_timeout_s, body_timeout_s=args.body_timeout_s, log_level=args.log_level,
     )
 

@@ -254,6 +254,19 @@ def artifact_device(manifest: dict[str, Any]) -> str:
     return str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu"))
 
 
+def default_device(spec: Any, given: str | None) -> str:
+    """The device a command runs `spec` on: the one given, else an exported artifact's own (a torch recipe exported
+    on a GPU was rebuilt on the CPU without a word, where an engine artifact was refused), else the CPU."""
+    if given:
+        return given
+    if isinstance(spec, (str, os.PathLike)) and (Path(spec) / "manifest.json").is_file():
+        try:  # a damaged manifest is reported where the artifact is loaded
+            return artifact_device(read_manifest(Path(spec))).split(":")[0]
+        except OptimizeError:
+            pass
+    return "cpu"
+
+
 def check_artifact_device(folder: str | Path, manifest: dict[str, Any], device: str, option: str = "--device") -> None:
     """An engine artifact runs on the device it was exported for: another one is an OptimizeError naming it. A torch
     recipe is rebuilt on any device (`load_artifact(device=)`)."""

@@ -73,7 +73,7 @@ def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path
     assert recorded["engine"] == "onnxruntime" and recorded["precision"] == manifest["precision"]
 
 
-def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path) -> None:
+def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A torch recipe stayed on the device it was exported on while bench and serve sent inputs to their own: one
     exported on a GPU failed on CPU inputs ('Expected all tensors to be on the same device'), and without a GPU it
     did not load at all. Its manifest is edited to say cuda here (no GPU on CI): bench, serve and dlperf.load with
@@ -93,6 +93,9 @@ def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path) -> None:
         assert torch.allclose(load_artifact(recipe, device="cpu")(*x), eager(*x))
     result = dlperf.bench(str(recipe), batch_sizes=(2,), min_duration_s=0.01, min_iters=3, warmup_iters=1)
     assert [p.batch_size for p in result.points] == [2]
+    # the command line with no --device takes the artifact's own, as dlperf.load does (and refuses it here)
+    assert main(["bench", str(recipe), "--min-duration", "0.01s", "--store", str(tmp_path / "r.db")]) == 2
+    assert "--device cuda asked for, but no CUDA device is available" in " ".join(capsys.readouterr().err.split())
     served = load_served_model(str(recipe), device="cpu")
     run = served.make_runner(0)
     (out,) = run([x[0].numpy()])
