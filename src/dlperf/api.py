@@ -46,6 +46,8 @@ def bench(
     workload = bench_workload(model, example_inputs, threads=threads, precision=precision, device=device)
     if scenario == "offline":
         batch_sizes = artifact_batch_sizes(model, batch_sizes)
+    else:  # the scenario's own batch, refused where the artifact's engine does not run it
+        artifact_batch_sizes(model, fixed)
     if batch_sizes is None and example_inputs is not None and scenario == "offline":
         # (the single- and multi-stream scenarios fix their own batch: recorded as this, they ran another)
         batch_sizes = (workload.default_batch_size,)

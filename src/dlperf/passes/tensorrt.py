@@ -122,7 +122,9 @@ class TensorRtPass:
         predict = _predictor(compiled, device, cast)
         saved_example = cast_floats(list(example), cast) if cast is not None else list(example)
 
-        dynamic = max_b > ctx.batch_size
+        # a batch range whenever the engine takes more than one size (at a search batch of 64, above the default 32,
+        # `max_b > batch` made it a one-size engine, which serve then refused)
+        dynamic = max_b > 1
         batch_range = [1, max_b] if dynamic else [ctx.batch_size, ctx.batch_size]
         manifest = {"engine": "tensorrt", "precision": config.precision, "device": device, **spec.manifest(),
                     "batch_range": batch_range}
@@ -168,11 +170,11 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
 
 def _input_specs(trt: Any, example: tuple[Any, ...], max_batch: int, cast: Any) -> list[Any]:
     """Torch-TensorRT Input specs of the example inputs (floating ones in `cast` when given); a batch range
-    1..max_batch when max_batch is above the example's batch."""
+    1..max_batch (optimized for the example's batch) when max_batch is above 1."""
     specs = []
     for x in example:
         dtype = cast if cast is not None and x.is_floating_point() else x.dtype
-        if max_batch > x.shape[0]:
+        if max_batch > 1:
             lo, hi = (1, *x.shape[1:]), (max_batch, *x.shape[1:])
             specs.append(trt.Input(min_shape=lo, opt_shape=tuple(x.shape), max_shape=hi, dtype=dtype))
         else:

@@ -118,6 +118,8 @@ def test_an_engine_built_for_some_batch_sizes_is_measured_and_served_at_those_on
         dlperf.bench(str(art), batch_sizes=(1, 8, 32), min_duration_s=0.01)
     result = dlperf.bench(str(art), min_duration_s=0.01, min_iters=3, warmup_iters=1)
     assert [p.batch_size for p in result.points] == [1]  # the default sweep 1, 8, 32 cut to the range
+    with pytest.raises(ConfigError, match=r"runs batches 1 to 4 .*, not 8"):  # multi-stream's batch of 8
+        dlperf.bench(str(art), scenario="multi-stream", min_duration_s=0.01)
     with pytest.raises(ConfigError, match=r"--max-batch-size 8: model .* runs batches up to 4 .* give --max-batch"):
         build_state(ServeConfig(model=str(art), port=0, max_batch_size=8))
     build_state(ServeConfig(model=str(art), port=0, max_batch_size=4)).close()

@@ -40,8 +40,13 @@ def test_a_strongly_typed_engine_takes_fp32_inputs_and_returns_fp32() -> None:
 def test_input_specs_cast_floating_inputs_and_span_the_batch_range() -> None:
     trt: Any = SimpleNamespace(Input=lambda **kw: kw)
     example = (torch.zeros(4, 3, 8, 8), torch.zeros(4, 5, dtype=torch.int64))
-    fixed = _input_specs(trt, example, 4, torch.float16)
-    assert fixed == [{"shape": (4, 3, 8, 8), "dtype": torch.float16}, {"shape": (4, 5), "dtype": torch.int64}]
+    # a max equal to the example's batch still spans 1..max (it made a one-size engine, which serve refused)
+    same = _input_specs(trt, example, 4, torch.float16)
+    assert same == [{"min_shape": (1, 3, 8, 8), "opt_shape": (4, 3, 8, 8), "max_shape": (4, 3, 8, 8),
+                     "dtype": torch.float16},
+                    {"min_shape": (1, 5), "opt_shape": (4, 5), "max_shape": (4, 5), "dtype": torch.int64}]
+    one = (torch.zeros(1, 5),)
+    assert _input_specs(trt, one, 1, None) == [{"shape": (1, 5), "dtype": torch.float32}]
     ranged = _input_specs(trt, example, 16, None)
     assert ranged[0] == {"min_shape": (1, 3, 8, 8), "opt_shape": (4, 3, 8, 8), "max_shape": (16, 3, 8, 8),
                          "dtype": torch.float32}
