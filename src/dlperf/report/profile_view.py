@@ -169,7 +169,9 @@ def _verify_table(result: dict[str, Any]) -> RenderableType | None:
 
 
 def _breakdown(b: dict[str, Any]) -> RenderableType:
-    t = Table(title="Where a step's time goes (median profiled step)", box=box.SIMPLE_HEAD, title_justify="left")
+    which = ("mean profiled step: loader workers make steps bimodal" if b.get("mean_step") else
+             "median profiled step")
+    t = Table(title=f"Where a step's time goes ({which})", box=box.SIMPLE_HEAD, title_justify="left")
     t.add_column("part")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")

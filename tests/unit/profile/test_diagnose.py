@@ -377,6 +377,9 @@ def test_a_worker_fed_step_is_judged_on_its_mean_not_its_bimodal_median() -> Non
     a = dg.analyze_all(t, CEILINGS)
     assert a.loader is not None and a.loader.wait_share == pytest.approx(0.0795 / 0.0805, abs=1e-4)
     assert a.breakdown.profiling_overhead == pytest.approx(0.0805 / 0.080, abs=1e-4)
+    # the breakdown table shows the same mean step (it showed the median one: 1 ms, no wait, against 80 ms unprofiled)
+    assert (a.breakdown.step_s, a.breakdown.data_wait_s) == pytest.approx((0.0805, 0.0795))
+    assert a.breakdown.unprofiled_step_s == pytest.approx(0.080)
     top = dg.diagnose(a).top
     assert top is not None and top.category == dg.INPUT_PIPELINE
     assert "(79.50 ms of 80.50 ms)" in top.evidence[0]

@@ -62,15 +62,11 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         raise ProfileError("the data loader analysis needs a training-step trace (profile with --train)")
     # The wait and the step are the breakdown's (its median step), so the finding, the breakdown table and the
     # loader line of a report show one number.
+    # (the mean step's where loader workers feed the steps: `breakdown.fed_by_workers`)
     b = breakdown.analyze(trace)
     wait = b.data_wait_s
     step = b.step_s
     average = breakdown.fed_by_workers(trace)
-    if average:
-        # with workers a step finds a batch ready or waits for one: the median of 8 such steps read 'waits 5.42 ms
-        # of 6.83 ms' and 'a batch takes about 159.79 ms to load (2 x the step)'; what training pays is the mean
-        waits = [breakdown.step_data_wait_s(trace, s) for s in trace.steps]
-        wait, step = mean(waits), mean(s.wall_s for s in trace.steps)
     compute = max(0.0, step - wait)
     info = trace.loader
     unprofiled_share = None
