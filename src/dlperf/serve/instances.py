@@ -80,8 +80,11 @@ class ServedModel:
     engine_threads: int | None = None
     """An engine artifact's intra-op threads per instance (--threads, else the artifact's own); None for a
     model torch runs."""
-    device: str = "cpu"
-    """Where its runners run: on CUDA, instances build and warm up one at a time (`_CUDA_SETUP`)."""
+    serial_setup: bool = False
+    """Its instances build and warm up their runners one at a time (`_CUDA_SETUP`): a recipe that captures CUDA
+    graphs (the cuda_graphs pass, whose capture in CUDA's global mode fails while another thread allocates or
+    launches). Others, torch.compile's reduce-overhead included (its graph trees capture thread-locally), start
+    at once."""
     batch_range: tuple[int, int] | None = None
     """The batch sizes its engine runs (a TensorRT artifact's), or None: any."""
 
@@ -91,8 +94,8 @@ class ServedModel:
 
 
 _CUDA_SETUP = threading.Lock()
-"""Held by an instance building and warming up its runner on CUDA, so those of a server's instances (and of its
-variants) run one at a time."""
+"""Held by an instance building and warming up its runner where the model's `serial_setup` says so, so those of a
+server's instances (and of its variants) run one at a time."""
 
 
 def _concrete(shape: Sequence[int], batch: int) -> tuple[int, ...]:
@@ -158,7 +161,7 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
         return _torch_runner(m, device)
 
     # a URL path segment: 'minilm?seq_len=64' -> 'minilm'
-    return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner, device=device,
+    return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner,
                        source=workload.source or spec, batched=batched)
 
 
@@ -286,8 +289,9 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
                 out = fn(*tensors)
             return [np.asarray(t.detach().cpu().numpy()) for _, t in _flatten_outputs(out)]
 
-        # a torch recipe on its own stream (an engine manages its own: ONNX Runtime's and TensorRT's)
-        return on_own_stream(run, device) if engine == "torch" else run
+        # a torch recipe or a Torch-TensorRT program on its own stream (Torch-TensorRT runs on the caller's current
+        # stream); ONNX Runtime takes numpy and copies on streams of its own
+        return on_own_stream(run, device) if engine in ("torch", "tensorrt") else run
 
     if name is None:  # a name from the manifest, made into one URL path segment; a given name is used as it is
         name = str(manifest.get("name") or manifest.get("workload") or path.name)
@@ -298,7 +302,9 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
     own = own_threads(manifest) if engine != "torch" else None
     from dlperf.optimize.artifact import artifact_batch_range
 
-    return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, device=device,
+    graphs = engine == "torch" and device.startswith("cuda") and any(
+        isinstance(item, dict) and item.get("pass") == "cuda_graphs" for item in manifest.get("recipe") or [])
+    return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, serial_setup=graphs,
                        batch_range=artifact_batch_range(manifest),
                        engine_threads=threads or own)
 
@@ -422,9 +428,9 @@ class InstancePool:
     def _run(self, index: int, warmup_batches: tuple[int, ...], ready: threading.Event,
              errors: list[BaseException | None], warmed: Callable[[], None]) -> None:
         try:
-            # on CUDA one instance at a time: a CUDA graph captured (the cuda_graphs pass, compile's reduce-overhead)
-            # while another thread allocates or launches fails in CUDA's global capture mode
-            with _CUDA_SETUP if self.model.device.startswith("cuda") else contextlib.nullcontext():
+            # a recipe capturing CUDA graphs one instance at a time: its capture (CUDA's global mode) fails while
+            # another thread allocates or launches
+            with _CUDA_SETUP if self.model.serial_setup else contextlib.nullcontext():
                 runner = self._warmed_runner(index, warmup_batches, warmed)
         except BaseException as exc:
             errors[index] = exc
