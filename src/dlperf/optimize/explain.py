@@ -38,7 +38,7 @@ def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Seq
         if batch_size <= 4:
             reasons.append(f"at batch {batch_size} quantizing activations and rescaling outputs costs about as "
                            "much as the small int8 GEMMs save")
-        else:  # a VNNI CPU at batch 16 got only "the measurement is noisy" for a consistent 0.47x
+        elif flags & set(INT8_FLAGS):  # a VNNI CPU at batch 16 got only "the measurement is noisy" for 0.47x
             reasons.append("quantizing the activations and rescaling the outputs on every call costs more than the "
                            "int8 GEMMs save at this model's layer sizes (int8 pays off on wide layers)")
     if precision in ("bf16", "fp16") and on_cpu:
