@@ -197,11 +197,16 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
         if device is not None and device.startswith("cuda"):
             gpu_name = torch.cuda.get_device_name(gpu_index(device))
         elif nvml is not None:
-            # a CPU run names the machine's first GPU through NVML: torch's name initialized CUDA in the process,
-            # a context on GPU 0 for a run that does not use it (and beside `train --nproc`'s rank 0)
+            # a CPU run names the first GPU this process can see through NVML: torch's name initialized CUDA in
+            # the process, a context on GPU 0 for a run that does not use it (and beside `train --nproc`'s rank 0);
+            # NVML counts every GPU, so CUDA_VISIBLE_DEVICES maps torch's first to its index
+            from dlperf.measure.system import visible_nvml_indices
+
             with contextlib.suppress(Exception):
-                name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0))
-                gpu_name = name.decode() if isinstance(name, bytes) else str(name)
+                visible = visible_nvml_indices(int(nvml.nvmlDeviceGetCount()))
+                if visible:
+                    name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(visible[0][1]))
+                    gpu_name = name.decode() if isinstance(name, bytes) else str(name)
     packages = {
         name: v
         for name in ("onnxruntime", "openvino", "nncf", "torchao", "numpy", "transformers")

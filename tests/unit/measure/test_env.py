@@ -180,8 +180,10 @@ def test_a_cpu_run_on_a_gpu_machine_names_the_gpu_without_initializing_cuda(monk
     import torch
 
     asked: list[int] = []
+    names = [b"NVIDIA H100", b"NVIDIA L4", b"NVIDIA A10"]
     nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlSystemGetDriverVersion=lambda: "580.1",
-                                 nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA H100")
+                                 nvmlDeviceGetCount=lambda: 3, nvmlDeviceGetHandleByIndex=lambda i: i,
+                                 nvmlDeviceGetName=lambda h: names[h])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -193,3 +195,10 @@ def test_a_cpu_run_on_a_gpu_machine_names_the_gpu_without_initializing_cuda(monk
     cpu = capture_environment("cpu")
     assert (cpu.gpu_name, cpu.gpu_count, cpu.gpu_driver) == ("NVIDIA H100", 2, "580.1") and asked == []
     assert capture_environment("cuda:1").gpu_name == "NVIDIA H200" and asked == [1]
+    # the first GPU this process sees, not the machine's first (a Ray trial given GPU 2 recorded GPU 0's name)
+    import dlperf.measure.system as system
+
+    monkeypatch.setattr(system, "visible_nvml_indices", lambda count: [(0, 2)])
+    assert capture_environment("cpu").gpu_name == "NVIDIA A10"
+    monkeypatch.setattr(system, "visible_nvml_indices", lambda count: [])
+    assert capture_environment("cpu").gpu_name is None
