@@ -1084,7 +1084,9 @@ def _confirmed_there(folder: Path) -> str | None:
     speedup = ab.get("speedup")
     faster = f" {float(speedup):.2f}x faster" if isinstance(speedup, (int, float)) else ""
     run = f" run {manifest['run_id']}" if manifest.get("run_id") else " its search"
-    return f"the artifact {manifest.get('label', '?')} that{run} confirmed{faster or ' faster'} than its baseline"
+    of = f" of {manifest['workload']}" if manifest.get("workload") else ""
+    return (f"the artifact {manifest.get('label', '?')}{of} that{run} confirmed{faster or ' faster'} than its "
+            "baseline")
 
 
 def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmation: dict[str, Any] | None,

@@ -314,8 +314,9 @@ def test_a_search_that_confirms_nothing_keeps_a_confirmed_artifact_in_its_export
     assert first.winner is not None
     kept = json.loads((out / "manifest.json").read_text())
     assert kept["confirmed"] is True
-    said = (rf"'{out}' holds the artifact {re.escape(kept['label'])} that (run \w+|its search) confirmed 1.20x "
-            r"faster than its baseline, and this search confirmed no winner: it is kept; nothing exported")
+    said = (rf"'{out}' holds the artifact {re.escape(kept['label'])} of zoo:mlp that (run \w+|its search) "
+            r"confirmed 1.20x faster than its baseline, and this search confirmed no winner: it is kept; nothing "
+            r"exported")
     with pytest.raises(ExportFailed, match=said):
         optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
                                            workdir=str(tmp_path / "work2")),
