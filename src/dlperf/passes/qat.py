@@ -17,7 +17,7 @@ from dlperf.errors import ConfigError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 from dlperf.passes.pruning import finetune
-from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config, quantize_linears
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8, DynamicInt8Config, eligible_linears, quantize_linears
 
 if TYPE_CHECKING:
     from dlperf.workload.base import Workload
@@ -65,6 +65,10 @@ class Qat:
             return f"the model is already {state.precision}"
         if state.workload.train is None and not ctx.replay:
             return "no training spec: QAT needs labelled batches and a loss"
+        # the Linears it would train for are those dynamic_int8 replaces: none, and it has nothing to do
+        reason = DynamicInt8().applicable(DynamicInt8Config(min_features=config.min_features), state, ctx)
+        if reason:
+            return reason
         return None if ctx.replay else torchao_reason()
 
     def apply(self, config: QatConfig, state: ModelState, ctx: PassContext) -> ModelState:
@@ -82,9 +86,12 @@ class Qat:
             activation = IntxFakeQuantizeConfig(torch.int8, "per_token", is_symmetric=False)
             weight = IntxFakeQuantizeConfig(torch.int8, "per_channel", is_symmetric=True)
 
+            # the Linears dynamic_int8 replaces after the fine-tuning, and only those (those inside torch's
+            # transformer layers were fake-quantized, then left in fp32)
+            chosen = {id(getattr(parent, child)) for parent, child, _ in eligible_linears(model, int8)}
+
             def eligible(module: Any, fqn: str) -> bool:
-                return type(module) is nn.Linear and min(module.in_features, module.out_features) >= \
-                    config.min_features
+                return type(module) is nn.Linear and id(module) in chosen
 
             quantize_(model, QATConfig(activation_config=activation, weight_config=weight, step="prepare"),
                       filter_fn=eligible)

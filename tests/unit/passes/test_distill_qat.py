@@ -93,6 +93,24 @@ def test_qat_converts_to_dynamic_int8_layers() -> None:
     assert "no training spec" in (why_not(QatConfig(), initial_state(mlp_workload()), CPU) or "")
 
 
+def test_qat_does_not_apply_where_dynamic_int8_replaces_no_linear() -> None:
+    """The Linears of torch's transformer layers are left to fp32 by dynamic_int8: QAT fake-quantized them while it
+    fine-tuned, then left them in fp32 and called the model int8 ('0 Linear layers in dynamic int8')."""
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 1,
+                                                 enable_nested_tensor=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.encoder(x).mean(1)
+
+    wl = Workload(name="enc", make_model=Encoder, make_inputs=lambda b: (torch.randn(b, 8, 32),),
+                  train=get("mlp").train)
+    assert "inside nn.TransformerEncoderLayer/DecoderLayer" in (why_not(QatConfig(), initial_state(wl), CPU) or "")
+
+
 @pytest.mark.parametrize("config", [QatConfig(steps=5), DistillConfig(steps=10)], ids=["qat", "distill"])
 def test_trained_artifacts_reload_to_the_candidate(tmp_path: Path, config: Any) -> None:
     settings = EvalSettings(source="zoo:mlp", batch_size=2, warmup_iters=1, min_duration_s=0.0, min_iters=1,
