@@ -65,8 +65,11 @@ def bench(
     # an in-memory module has no spec ('python' for every one mixed them in one history): its class name says more
     in_memory = workload.source in (None, "", "python")
     name = f"python:{workload.name}" if in_memory else str(workload.source)
-    with st.recording("bench", name, bench_config_dict(config, None if in_memory else workload.source),
-                      bench_environment(config)) as run:
+    recorded = bench_config_dict(config, None if in_memory else workload.source)
+    artifact = artifact_settings(model)
+    if artifact is not None:  # as `dlperf bench DIR` records it
+        recorded["artifact"] = artifact
+    with st.recording("bench", name, recorded, bench_environment(config)) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
     result.run_id = run.id  # for `dlperf baseline set` of the run just recorded

@@ -71,6 +71,11 @@ def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path
     assert main(["bench", str(ort), "--batch-sizes", "2", "--min-duration", "0.05s", "--json", "--store", store]) == 0
     recorded = json.loads(capsys.readouterr().out)["config"]["artifact"]
     assert recorded["engine"] == "onnxruntime" and recorded["precision"] == manifest["precision"]
+    # the library records it as the command does
+    from dlperf.store import Store
+
+    library = dlperf.bench(str(ort), batch_sizes=(2,), min_duration_s=0.01, min_iters=3, store=store)
+    assert Store(store).get(library.run_id).config["artifact"] == recorded
 
 
 def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
