@@ -154,13 +154,18 @@ def memory_size(text: str, option: str = "--memory-budget") -> int:
     unit = match.group(2).lower() if match else ""
     if not match or unit not in SIZE_UNITS:
         raise ConfigError(f"{option}: expected a size like 4GiB, 512MiB or 2GB, got '{text}'")
-    size = int(float(match.group(1)) * SIZE_UNITS[unit])
+    value = float(match.group(1)) * SIZE_UNITS[unit]
+    if not math.isfinite(value) or value > 2**62:  # 1e400 read as inf: int() raised OverflowError
+        raise ConfigError(f"{option} {text.strip()} is beyond any machine's memory: give a size like 4GiB")
+    size = int(value)
     if size < 1:
         raise ConfigError(f"{option} must be at least one byte, got '{text}'")
     if not unit and size < BARE_BYTES_BELOW:
         # 'host memory exceeds the budget (3374735360% of the budget) ... of the 0 KiB budget'
-        raise ConfigError(f"{option} {text}: a number without a unit is bytes, so this is {size} bytes: give a unit, "
-                          f"e.g. {text}GiB or {text}MiB")
+        number = match.group(1)
+        example = f"e.g. {number}GiB or {number}MiB" if number.isdigit() else "e.g. 4GiB or 512MiB"
+        raise ConfigError(f"{option} {text.strip()}: a number without a unit is bytes, so this is {size} bytes: give "
+                          f"a unit, {example}")
     return size
 
 

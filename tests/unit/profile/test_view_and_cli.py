@@ -26,6 +26,10 @@ def test_memory_size() -> None:
     with pytest.raises(ConfigError, match=r"--memory-budget 10: a number without a unit is bytes, so this is 10 bytes: "
                                           r"give a unit, e.g. 10GiB"):
         memory_size("10")
+    with pytest.raises(ConfigError, match=r"this is 1000 bytes: give a unit, e.g. 4GiB or 512MiB"):
+        memory_size("1e3")  # '1e3GiB' was suggested
+    with pytest.raises(ConfigError, match="beyond any machine's memory"):
+        memory_size("1e400")  # an OverflowError traceback
 
 
 def test_terminal_view_puts_the_verdict_first() -> None:
