@@ -285,7 +285,8 @@ def _launch(a: Analyses) -> Finding | None:
     if a.breakdown.device_idle_s is not None:
         evidence.append(f"the device is idle {a.breakdown.share(a.breakdown.device_idle_s):.0%} of the step")
     syncs = _reads_to_python(a)
-    rows = syncs >= max(8.0, a.batch_size / 2)
+    # per row: at batch 1 any loop reading values (a decoding loop over tokens) would pass for one over the batch
+    rows = a.batch_size >= 2 and syncs >= max(8.0, a.batch_size / 2)
     # the rows' loop is code to rewrite, which no setting measures: a larger batch adds as many operators, and
     # torch.compile breaks its graph at each read into Python (1.07x measured), so neither is offered to --verify
     fixes = [] if rows else [*([batch_fix(a.batch_size)] if a.mode != TRAIN else []), compile_fix()]
@@ -788,8 +789,9 @@ def _caveats(a: Analyses) -> list[str]:
         extra_s = a.breakdown.step_s - a.breakdown.unprofiled_step_s
         allowance_s = a.launch.ops_per_step * PROFILER_COST_PER_OP_S
         if extra_s > 2 * allowance_s + 1e-3:
+            ops = a.launch.ops_per_step
             out.append(f"the profiled step took {ratio:.2f}x the unprofiled one ({_ms(extra_s)} more), far more than "
-                       f"the profiler costs its {a.launch.ops_per_step:.0f} operators (at most about "
+                       f"the profiler costs its {ops:.0f} operator{'' if round(ops) == 1 else 's'} (at most about "
                        f"{_ms(allowance_s)}): the profiled steps were disturbed (another process, a stall), so their "
                        "per-operator times and % of peak understate the step; re-run on an idle machine, or profile "
                        "more steps (--steps)")

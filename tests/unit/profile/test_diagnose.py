@@ -104,6 +104,11 @@ def test_a_python_loop_over_the_batch_rows_is_told_to_vectorise_not_to_batch() -
     assert top is not None and top.category == dg.LAUNCH_OVERHEAD
     assert top.fixes == [] and top.fix.startswith("vectorise the Python loop over the batch's rows")
     assert any(e.startswith("300 reads of a tensor's value into Python per step") for e in top.evidence)
+    # at batch 1 there are no rows to loop over: the reads are not called one
+    one = trace(ops, step_us=10_000.0)
+    one.batch_size = 1
+    single = _diagnose(one).top
+    assert single is not None and single.fixes and not single.fix.startswith("vectorise")
 
 
 def test_a_profiled_step_of_few_large_operators_far_slower_than_unprofiled_is_called_disturbed() -> None:
@@ -111,7 +116,7 @@ def test_a_profiled_step_of_few_large_operators_far_slower_than_unprofiled_is_ca
     '44% of peak: try torch.compile' was told of a step at 93% when measured quietly."""
     d = _diagnose(trace([gemm(0, 9000)], step_us=10_000.0, unprofiled_s=0.006))
     assert any(c.startswith("the profiled step took 1.67x the unprofiled one (4.00 ms more), far more than the "
-                            "profiler costs its 1 operators") for c in d.caveats), d.caveats
+                            "profiler costs its 1 operator (") for c in d.caveats), d.caveats
     many = _diagnose(trace([op("aten::add", i * 10.0, 4.0) for i in range(900)], step_us=10_000.0,
                            unprofiled_s=0.0075))
     assert not any("far more than the profiler costs" in c for c in many.caveats)  # 900 operators: 45 ms allowed
