@@ -325,7 +325,7 @@ def load_artifact(path: str | Path, threads: int | None = None, device: str | No
     if device is not None:
         check_artifact_device(folder, manifest, device)
         if engine == "torch":
-            manifest = {**manifest, "device": device}
+            manifest = {**manifest, "device": device, "exported_device": artifact_device(manifest)}
     target = LOADERS.get(engine)
     if target is None:
         raise OptimizeError(f"artifact '{folder}' is for engine '{engine}', which this dlperf cannot load "
@@ -450,6 +450,11 @@ def _replay_error(folder: Path, manifest: dict[str, Any], label: str, exc: PassE
     cpu = env.get("cpu_model") or env.get("gpu_name") if env else None
     where = f" ({cpu}, where it was exported)" if cpu else ""
     what = "does not apply here" if isinstance(exc, PassNotApplicable) else "fails here"
+    exported, device = manifest.get("exported_device"), str(manifest.get("device", "cpu"))
+    if exported and str(exported).split(":")[0] != device.split(":")[0]:
+        # rebuilt on another device than its export's: the device asked for is the cause, not the machine
+        return (f"artifact '{folder}': its recipe replays {label}, which {what} on {device}: {reason}; it was "
+                f"exported for {exported}: use it with --device {exported}")
     return (f"artifact '{folder}': its recipe replays {label}, which {what}: {reason}; load it on a machine like "
             f"the one it was measured on{where}, or run dlperf optimize on this one")
 

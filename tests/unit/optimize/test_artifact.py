@@ -268,3 +268,17 @@ def test_a_torch_recipe_is_served_under_its_workload_s_name(tmp_path: Path) -> N
                    "out_dir": str(out)}, lambda phase: None)
     assert read_manifest(out / "artifact")["name"] == "tiny-net"
     assert load_served_model(str(out / "artifact")).name == "tiny-net"
+
+
+def test_a_recipe_pass_that_does_not_replay_on_the_device_asked_names_the_device() -> None:
+    """Rebuilt on another device than its export's, a pass that does not apply there was blamed on the machine
+    ('load it on a machine like the one it was measured on')."""
+    from dlperf.errors import PassNotApplicable
+    from dlperf.optimize.artifact import _replay_error
+
+    said = _replay_error(Path("art"), {"device": "cpu", "exported_device": "cuda"}, "cuda_graphs",
+                         PassNotApplicable("cuda_graphs: not applicable: CUDA graphs need a CUDA device"))
+    assert said == ("artifact 'art': its recipe replays cuda_graphs, which does not apply here on cpu: CUDA graphs "
+                    "need a CUDA device; it was exported for cuda: use it with --device cuda")
+    same = _replay_error(Path("art"), {"device": "cpu"}, "precision", PassNotApplicable("precision: not applicable: x"))
+    assert "load it on a machine like the one it was measured on" in same
