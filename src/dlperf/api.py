@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from dlperf.errors import ConfigError
@@ -44,10 +45,7 @@ def bench(
     if isinstance(batch_sizes, (tuple, list)) and not batch_sizes:  # () measured the defaults 1, 8, 32 silently
         raise ConfigError("batch_sizes is empty: give at least one batch size, or leave it out")
     workload = bench_workload(model, example_inputs, threads=threads, precision=precision, device=device)
-    if scenario == "offline":
-        batch_sizes = artifact_batch_sizes(model, batch_sizes)
-    else:  # the scenario's own batch, refused where the artifact's engine does not run it
-        artifact_batch_sizes(model, fixed)
+    batch_sizes = artifact_batch_sizes(model, batch_sizes, scenario)
     if batch_sizes is None and example_inputs is not None and scenario == "offline":
         # (the single- and multi-stream scenarios fix their own batch: recorded as this, they ran another)
         batch_sizes = (workload.default_batch_size,)
@@ -81,14 +79,14 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
     """What `bench` measures: a workload (`load_workload`), or an artifact folder exported by `dlperf optimize`
     (`artifact_workload`: the loaded artifact on its workload's inputs; an engine artifact runs at `threads` of
     its own, in the precision and on the device it was exported for, so other ones are refused)."""
-    from pathlib import Path
+    from dlperf.optimize.artifact import manifest_at
 
-    if isinstance(spec, (str, os.PathLike)) and (Path(spec) / "manifest.json").is_file():
+    manifest = manifest_at(spec)
+    if manifest is not None:
         from dlperf.errors import OptimizeError
-        from dlperf.optimize.artifact import artifact_workload, check_artifact_device, read_manifest
+        from dlperf.optimize.artifact import artifact_workload, check_artifact_device
 
         folder = Path(spec)
-        manifest = read_manifest(folder)
         engine = str(manifest["engine"])
         if engine != "torch" and precision != "fp32":
             raise ConfigError(f"--precision {precision}: the {engine} artifact '{spec}' runs in the precision it was "
@@ -108,33 +106,33 @@ def artifact_settings(spec: Any) -> dict[str, Any] | None:
     """What a bench run of an artifact folder records of it: its engine, its label ('onnxruntime(precision=int8-
     dynamic)' where optimize exported it), and an engine artifact's precision, which is the one it runs in (bench's
     `precision` is torch autocast's, and read 'fp32' for an int8 artifact). None for a workload."""
-    from pathlib import Path
+    from dlperf.optimize.artifact import manifest_at
 
-    if not isinstance(spec, (str, os.PathLike)) or not (Path(spec) / "manifest.json").is_file():
+    manifest = manifest_at(spec)
+    if manifest is None:
         return None
-    from dlperf.optimize.artifact import read_manifest
-
-    manifest = read_manifest(Path(spec))
     engine = str(manifest["engine"])
     precision = manifest.get("precision") if engine != "torch" else None
     return {"engine": engine, "label": manifest.get("label"), "precision": precision}
 
 
-def artifact_batch_sizes(spec: Any, batch_sizes: Any) -> Any:
+def artifact_batch_sizes(spec: Any, batch_sizes: Any, scenario: str = "offline") -> Any:
     """The offline sweep for an artifact whose engine runs some batch sizes only (a TensorRT engine's
     `batch_range`): the sizes given when it runs them (else a ConfigError naming its range), or the default sweep cut
-    to it. For anything else, the sizes as given (None: the default sweep; BenchConfig checks them)."""
-    from pathlib import Path
-
-    if not isinstance(spec, (str, os.PathLike)) or not (Path(spec) / "manifest.json").is_file():
-        return batch_sizes
+    to it. A latency scenario's own batch (1, or 8 for multi-stream) is checked the same way, and `batch_sizes`
+    returned as given, as it is for anything else (None: the default sweep; BenchConfig checks them)."""
     from dlperf.errors import OptimizeError
-    from dlperf.measure.scenarios import scenario as scenario_of
-    from dlperf.optimize.artifact import batch_sizes_for, read_manifest
+    from dlperf.optimize.artifact import batch_sizes_for, manifest_at
 
+    manifest = manifest_at(spec)
+    if manifest is None:
+        return batch_sizes
+    folder = Path(spec)
     try:
-        folder = Path(spec)
-        return batch_sizes_for(folder, read_manifest(folder), batch_sizes, scenario_of("offline").batch_sizes(None))
+        if scenario != "offline":
+            batch_sizes_for(folder, manifest, scenario_of(scenario).batch_sizes(None), ())
+            return batch_sizes
+        return batch_sizes_for(folder, manifest, batch_sizes, scenario_of("offline").batch_sizes(None))
     except OptimizeError as exc:
         raise ConfigError(str(exc)) from exc
 

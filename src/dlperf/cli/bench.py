@@ -131,10 +131,9 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         error_console().print(f"note: {note}", markup=False)
     workload = bench_workload(args.workload, threads=config.threads, precision=config.precision, device=config.device)
-    if config.scenario == "offline":  # an engine built for some batch sizes only (TensorRT) is measured at those
-        config = dataclasses.replace(config, batch_sizes=artifact_batch_sizes(args.workload, config.batch_sizes))
-    else:  # a latency scenario's own batch (1, or 8 for multi-stream) is refused outside them
-        artifact_batch_sizes(args.workload, config.scenario_obj.batch_sizes(None))
+    # an engine built for some batch sizes only (TensorRT) is measured at those, and refused at others
+    config = dataclasses.replace(
+        config, batch_sizes=artifact_batch_sizes(args.workload, config.batch_sizes, config.scenario))
     store = open_store(args)
     environment = bench_environment(config)
     config_dict = bench_config_dict(config, args.workload)

@@ -254,17 +254,24 @@ def artifact_device(manifest: dict[str, Any]) -> str:
     return str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu"))
 
 
+def manifest_at(spec: Any) -> dict[str, Any] | None:
+    """The manifest of the artifact folder `spec` names, or None where `spec` is no such folder (a workload spec, a
+    module); a damaged manifest is an OptimizeError (`read_manifest`)."""
+    if not isinstance(spec, (str, os.PathLike)) or not (Path(spec) / MANIFEST).is_file():
+        return None
+    return read_manifest(Path(spec))
+
+
 def default_device(spec: Any, given: str | None) -> str:
     """The device a command runs `spec` on: the one given, else an exported artifact's own (a torch recipe exported
     on a GPU was rebuilt on the CPU without a word, where an engine artifact was refused), else the CPU."""
     if given:
         return given
-    if isinstance(spec, (str, os.PathLike)) and (Path(spec) / "manifest.json").is_file():
-        try:  # a damaged manifest is reported where the artifact is loaded
-            return artifact_device(read_manifest(Path(spec))).split(":")[0]
-        except OptimizeError:
-            pass
-    return "cpu"
+    try:  # a damaged manifest is reported where the artifact is loaded
+        manifest = manifest_at(spec)
+    except OptimizeError:
+        return "cpu"
+    return artifact_device(manifest).split(":")[0] if manifest is not None else "cpu"
 
 
 def check_artifact_device(folder: str | Path, manifest: dict[str, Any], device: str, option: str = "--device") -> None:

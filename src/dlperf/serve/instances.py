@@ -245,12 +245,13 @@ def on_own_stream(run: Runner, device: str) -> Runner:
 
 def _from_artifact(path: Path, name: str | None, device: str, threads: int | None = None) -> ServedModel:
     from dlperf.errors import OptimizeError
-    from dlperf.optimize.artifact import own_threads, read_manifest
+    from dlperf.optimize.artifact import artifact_batch_range, check_artifact_device, own_threads, read_manifest
 
     try:
         manifest = read_manifest(path)  # the checks load_artifact makes again in each instance
     except OptimizeError as exc:
         raise ConfigError(str(exc)) from exc
+    engine = str(manifest["engine"])
 
     def specs(key: str) -> tuple[TensorSpec, ...]:
         entries = manifest.get(key)
@@ -267,8 +268,6 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
 
     signature = Signature(specs("inputs"), specs("outputs"))
     _check_device(device)
-    from dlperf.optimize.artifact import check_artifact_device
-
     try:  # an engine artifact runs where it was exported for; a torch recipe is rebuilt on `device`
         check_artifact_device(path, manifest, device)
     except OptimizeError as exc:
@@ -297,11 +296,8 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
         name = str(manifest.get("name") or manifest.get("workload") or path.name)
         name = Path(name.split("?")[0].replace("zoo:", "")).stem.replace(":", "_")
     model_name = name
-    engine = str(manifest["engine"])
     # as load_artifact runs it (its own, capped at this machine's CPUs); a torch artifact takes torch's threads
     own = own_threads(manifest) if engine != "torch" else None
-    from dlperf.optimize.artifact import artifact_batch_range
-
     graphs = engine == "torch" and device.startswith("cuda") and any(
         isinstance(item, dict) and item.get("pass") == "cuda_graphs" for item in manifest.get("recipe") or [])
     return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, serial_setup=graphs,
