@@ -122,9 +122,6 @@ class Step:
         self.device = device
         self.options = options
         self.last_data_wait_s = 0.0
-        self.threads_set_by_workload: int | None = None
-        """The intra-op thread count a step left behind where it is not `options.threads`: the workload's own code
-        sets it (then a threads fix applied from outside does not hold)."""
         self.loader: Any = None
         self._iter: Iterator[Any] | None = None
         self._cuda = device.startswith("cuda")
@@ -190,10 +187,6 @@ class Step:
             self._train_step()
         if self._cuda:
             torch.cuda.synchronize(self.device)
-        if self.options.threads is not None and self.threads_set_by_workload is None:
-            now = torch.get_num_threads()
-            if now != self.options.threads:  # the model's own code set it (a set_num_threads in its forward)
-                self.threads_set_by_workload = now
 
     def _next_batch(self) -> Any:
         if self._iter is None:

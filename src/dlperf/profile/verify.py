@@ -241,6 +241,16 @@ def _measure_fix(workload: Workload, config: CaptureConfig, base: Any, fix: Fix,
         b = Step(workload, config.mode, config.device, fix.apply(base, base.batch_size))
         b()  # the first call pays one-off costs (compile, worker start-up)
         result.setup_s = time.perf_counter() - t0
+        import torch
+
+        left = torch.get_num_threads()
+        if b.options.threads is not None and b.options.threads != a.options.threads and left != b.options.threads:
+            # `set_num_threads(16)` in the forward: the fix's count held only until the model's code ran, and its
+            # 0.99x 'did not hold' demoted a right diagnosis (removing the call: 4.9x); not measured
+            result.error = (f"the workload sets the thread count itself (to {left}, in its own code, e.g. a "
+                            f"torch.set_num_threads in its forward), so {b.options.threads} threads set from outside "
+                            "do not hold: remove that call from the model's code, then measure again")
+            return result
         guard = b.recompile_guard()
         if guard is not None:
             from dlperf.passes.compile import recompile_message
@@ -274,14 +284,6 @@ def _measure_fix(workload: Workload, config: CaptureConfig, base: Any, fix: Fix,
                                     block_statistic="mean" if config.mode == TRAIN else "median",
                                     settle_s=0.0 if config.mode == TRAIN else SETTLE_S)
         ab = ab_test(fn_a, b, cfg, items_per_call=base.batch_size * factor)
-        reset = b.threads_set_by_workload
-        if reset is not None and b.options.threads != a.options.threads:
-            # `set_num_threads(16)` in the forward: the fix's count held only until the model's code ran, and its
-            # 0.99x 'did not hold' demoted a right diagnosis (removing the call: 4.9x)
-            result.error = (f"the workload sets the thread count itself (to {reset}, in its own code, e.g. a "
-                            f"torch.set_num_threads in its forward), so {b.options.threads} threads set from outside "
-                            "do not hold: remove that call from the model's code, then measure again")
-            return result
         result.speedup = ab.speedup
         result.speedup_ci = ab.speedup_ci
         result.verdict = ab.verdict
