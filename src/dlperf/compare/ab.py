@@ -111,17 +111,14 @@ def _side(workload_spec: Any, settings: ABSettings, batch_size: int | None,
 
 
 def _refuse_device(settings: ABSettings, where: str) -> None:
-    import torch
-
-    if settings.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"{where}: device={settings.device} asked for, but no CUDA device is available: use "
-                          "device=cpu")
+    """check_device's refusal (no CUDA, or 'cuda:7' on a machine of 2 GPUs, which failed inside torch once the A/B
+    ran), named as the side's setting."""
     from dlperf._device import check_device
 
-    try:  # 'cuda:7' on a machine of 2 GPUs failed inside torch once the A/B ran
+    try:
         check_device(settings.device)
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {str(exc).replace('--device ', 'device=', 1)}") from exc
+        raise ConfigError(f"{where}: {str(exc).replace('--device ', 'device=')}") from exc
 
 
 def _refuse_channels_last(workload: Workload, inputs: Inputs, where: str) -> None:
