@@ -5,22 +5,25 @@ from __future__ import annotations
 from dlperf.errors import ConfigError
 
 
-def check_device(device: str) -> None:
+def check_device(device: str, said: str | None = None) -> None:
     """A ConfigError unless `device` is usable here: 'cuda' needs a torch that sees a GPU, 'cuda:N' the Nth visible
     GPU; other devices are the caller's to check. One function for bench, profile, train, optimize and serve, which
-    had five copies (bench's ran only after its run was recorded, so a missing GPU left a failed run in the store)."""
+    had five copies (bench's ran only after its run was recorded, so a missing GPU left a failed run in the store).
+    `said`: how the caller names the setting in the message (default '--device DEVICE'; the library's 'device=...')."""
+    said = said or f"--device {device}"
     if not device.startswith("cuda"):
         return
     import torch
 
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise ConfigError(f"--device {device} asked for, but no CUDA device is available (torch {torch.__version__}, "
-                          f"{build}, sees none): use --device cpu, or a CUDA build of torch on a machine with a GPU")
+        raise ConfigError(f"{said} asked for, but no CUDA device is available (torch {torch.__version__}, "
+                          f"{build}, sees none): use {said.replace(device, 'cpu', 1)}, or a CUDA build of torch on a "
+                          "machine with a GPU")
     index = device.partition(":")[2]
     count = torch.cuda.device_count()
     if index and not (index.isdigit() and int(index) < count):
-        raise ConfigError(f"--device {device}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
+        raise ConfigError(f"{said}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
 
 
 def cuda_bf16_native(device: str = "cuda") -> bool:

@@ -20,7 +20,7 @@ def bench(
     *,
     batch_sizes: tuple[int, ...] | None = None,
     scenario: str = "offline",
-    device: str = "cpu",
+    device: str | None = None,
     threads: int | None = None,
     precision: str = "fp32",
     min_duration_s: float = 1.0,
@@ -36,8 +36,15 @@ def bench(
     `batch_sizes` is the offline scenario's sweep; single-stream runs batch 1 and multi-stream batch 8, so giving
     it with either is a ConfigError (`dlperf bench` prints a note and goes on; here nothing would be printed).
 
+    `device` defaults to an exported artifact's own (as `dlperf bench DIR` does), else the CPU.
+
     With `store` (a path, URL or Store) the run is recorded there too.
     """
+    from dlperf.optimize.artifact import default_device
+
+    if device is not None and not isinstance(device, str):
+        raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
+    device = default_device(model, device)
     fixed = scenario_of(scenario).batch_sizes(None)
     if batch_sizes is not None and scenario != "offline":
         raise ConfigError(f"batch_sizes {tuple(batch_sizes)} is for the offline scenario; {scenario} runs batch "
@@ -78,7 +85,9 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
                    device: str = "cpu") -> Workload:
     """What `bench` measures: a workload (`load_workload`), or an artifact folder exported by `dlperf optimize`
     (`artifact_workload`: the loaded artifact on its workload's inputs; an engine artifact runs at `threads` of
-    its own, in the precision and on the device it was exported for, so other ones are refused)."""
+    its own, in the precision and on the device it was exported for, so other ones are refused). A device this
+    machine lacks is refused in the library's words (`dlperf bench` checks it before)."""
+    from dlperf._device import check_device
     from dlperf.optimize.artifact import manifest_at
 
     manifest = manifest_at(spec)
@@ -95,10 +104,12 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
             check_artifact_device(folder, manifest, device)
         except OptimizeError as exc:
             raise ConfigError(str(exc)) from exc
+        check_device(device, f"device={device!r}")  # before a torch recipe is rebuilt there
         # a torch recipe is rebuilt on the device measured (it stayed on the export's: a GPU recipe got CPU inputs)
         workload: Workload = artifact_workload(folder, threads if engine != "torch" else None,
                                                device if engine == "torch" else None)
         return workload
+    check_device(device, f"device={device!r}")
     return load_workload(spec, example_inputs)
 
 

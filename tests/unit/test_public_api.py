@@ -162,7 +162,7 @@ def test_wrong_argument_types_are_dlperfs_errors_named_by_argument() -> None:
                             ({"threads": "2"}, "threads must be an integer >= 1 or None, got '2'"),
                             ({"batch_sizes": 8}, r"batch sizes must be a tuple of integers, e.g. \(1, 8\), got 8"),
                             ({"batch_sizes": (1.5,)}, "batch sizes must be a tuple of integers"),
-                            ({"device": None}, "device must be a string")]
+                            ({"device": 0}, "device must be a string")]
     for kwargs, message in cases:
         with pytest.raises(ConfigError, match=message):
             dlperf.bench(model, x, **kwargs)

@@ -116,9 +116,9 @@ def _refuse_device(settings: ABSettings, where: str) -> None:
     from dlperf._device import check_device
 
     try:
-        check_device(settings.device)
+        check_device(settings.device, f"device={settings.device}")
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {str(exc).replace('--device ', 'device=')}") from exc
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def _refuse_channels_last(workload: Workload, inputs: Inputs, where: str) -> None:

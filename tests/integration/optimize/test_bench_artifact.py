@@ -96,9 +96,13 @@ def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path, capsys: p
     eager = get("mlp").build_model().eval()
     with torch.inference_mode():
         assert torch.allclose(load_artifact(recipe, device="cpu")(*x), eager(*x))
-    result = dlperf.bench(str(recipe), batch_sizes=(2,), min_duration_s=0.01, min_iters=3, warmup_iters=1)
+    result = dlperf.bench(str(recipe), batch_sizes=(2,), device="cpu", min_duration_s=0.01, min_iters=3,
+                          warmup_iters=1)
     assert [p.batch_size for p in result.points] == [2]
-    # the command line with no --device takes the artifact's own, as dlperf.load does (and refuses it here)
+    # without a device, the library and the command line take the artifact's own, as dlperf.load does (and refuse
+    # it here); the library's message names its own argument
+    with pytest.raises(ConfigError, match=r"device='cuda' asked for, but no CUDA device .* use device='cpu'"):
+        dlperf.bench(str(recipe), min_duration_s=0.01)
     assert main(["bench", str(recipe), "--min-duration", "0.01s", "--store", str(tmp_path / "r.db")]) == 2
     assert "--device cuda asked for, but no CUDA device is available" in " ".join(capsys.readouterr().err.split())
     served = load_served_model(str(recipe), device="cpu")
