@@ -26,6 +26,15 @@ def check_device(device: str, said: str | None = None) -> None:
         raise ConfigError(f"{said}: no such GPU ({count} visible: cuda:0 to cuda:{count - 1})")
 
 
+def check_ray_device(device: str, option: str, each: str) -> None:
+    """Ray gives each `each` ('trial', 'replica') a GPU of its own and shows it to it as its only one, cuda:0: a
+    device naming another GPU is a ConfigError (cuda:1 failed every candidate); 'cuda' and 'cuda:0' are taken.
+    One check for optimize --executor ray and serve --ray, which had two that differed (optimize refused cuda:0)."""
+    if device.startswith("cuda:") and device != "cuda:0":
+        raise ConfigError(f"--device {device} does not go with {option}: Ray gives each {each} a GPU of its own, "
+                          f"which the {each} sees as cuda:0; give --device cuda")
+
+
 def cuda_bf16_native(device: str = "cuda") -> bool:
     """Whether the GPU `device` names runs bf16 matmuls natively: compute capability 8.0 (Ampere) or newer.
     `torch.cuda.is_bf16_supported()` says True on a T4 or V100 as well (it counts emulation, and asks the current

@@ -75,12 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.optimize.executor import executor_from_spec, parse_executor
 
     parse_executor(args.executor)  # a typo fails before the store is opened
-    if args.executor.startswith("ray") and config.device.startswith("cuda:"):
-        from dlperf.errors import ConfigError
+    if args.executor.startswith("ray"):
+        from dlperf._device import check_ray_device
 
-        # Ray gives each trial one GPU, which the trial sees as cuda:0: cuda:1 failed every candidate
-        raise ConfigError(f"--device {config.device} does not go with --executor {args.executor}: Ray gives each "
-                          "trial a GPU of its own, which it sees as cuda:0; give --device cuda")
+        check_ray_device(config.device, f"--executor {args.executor}", "trial")
     if not args.executor.startswith("ray"):  # a Ray node's CPUs are not this machine's
         note_oversubscribed(args.threads)
     store = open_store(args)

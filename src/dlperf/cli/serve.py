@@ -223,6 +223,7 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
             raise ConfigError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --ray: add --ray to "
                               "serve on Ray Serve")
         return None
+    from dlperf._device import check_ray_device
     from dlperf.ray.serve import DEPLOY_TIMEOUT_S, RayServeOptions, parse_autoscale
 
     if args.grpc_port is not None:
@@ -232,11 +233,7 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
         raise ConfigError("--allow-client-shm does not go with --ray: Ray's proxy sends a region's registration "
                           "and the requests that use it to any replica; serve without --ray on the clients' host")
 
-    device = str(getattr(args, "device", "cpu") or "cpu")
-    if device.startswith("cuda:") and device != "cuda:0":
-        # Ray gives each replica a GPU of its own and shows it to the replica as its only one, cuda:0
-        raise ConfigError(f"--device {device} does not go with --ray: Ray assigns each replica its GPU, which the "
-                          "replica sees as cuda:0; give --device cuda")
+    check_ray_device(str(getattr(args, "device", "cpu") or "cpu"), "--ray", "replica")
     if args.replicas is not None and args.autoscale is not None:
         raise ConfigError("give either --replicas N (a fixed number) or --autoscale MIN:MAX, not both")
     autoscale = None if args.autoscale is None else parse_autoscale(args.autoscale)

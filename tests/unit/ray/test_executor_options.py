@@ -49,3 +49,16 @@ def test_a_named_gpu_is_refused_for_ray_trials(tmp_path: Path, capsys: pytest.Ca
                  "--store", str(tmp_path / "runs.db")]) == 2
     assert "--device cuda:1 does not go with --executor ray: Ray gives each trial a GPU of its own" in \
         " ".join(capsys.readouterr().err.split())
+
+
+def test_the_gpu_ray_shows_each_trial_or_replica_is_taken_by_its_name() -> None:
+    """What a trial or replica sees of its GPU is cuda:0, so 'cuda:0' is as good as 'cuda' for both optimize and
+    serve (optimize refused it, serve took it: two checks that differed)."""
+    from dlperf._device import check_ray_device
+    from dlperf.errors import ConfigError
+
+    for each in ("trial", "replica"):
+        for device in ("cpu", "cuda", "cuda:0"):
+            check_ray_device(device, "--ray", each)
+        with pytest.raises(ConfigError, match=f"--device cuda:2 does not go with --ray: Ray gives each {each} a GPU"):
+            check_ray_device("cuda:2", "--ray", each)

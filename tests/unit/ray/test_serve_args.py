@@ -60,7 +60,7 @@ def test_ray_values() -> None:
     (("--ray", "--autoscale", "a:b"), "--autoscale 'a:b' is not MIN:MAX"),
     (("--ray", "--allow-client-shm"), "--allow-client-shm does not go with --ray"),
     (("--ray", "--grpc-port", "8001"), "--grpc-port does not go with --ray"),
-    (("--ray", "--device", "cuda:1"), "--device cuda:1 does not go with --ray: Ray assigns each replica its GPU"),
+    (("--ray", "--device", "cuda:1"), "--device cuda:1 does not go with --ray: Ray gives each replica a GPU"),
 ])
 def test_bad_combinations(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
