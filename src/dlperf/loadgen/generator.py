@@ -57,6 +57,9 @@ MAX_SECONDS = 1e6
 FEW_FOR_P99 = 100
 """Below this many replies a level's p99 is its slowest one or two, and it says so."""
 
+FEW_FOR_P999 = 1000
+"""Below this many replies a level's p99.9 is its slowest one: the levels table shows '-' (--json keeps it)."""
+
 STATS_TIMEOUT_S = 10.0
 """How long a level waits for the server's statistics (read before and after it measures, beside the load)."""
 

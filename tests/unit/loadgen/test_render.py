@@ -54,6 +54,23 @@ def test_the_levels_table_has_every_column_where_they_fit() -> None:
     assert "not shown" not in "\n".join(lines)
 
 
+def test_a_p99_9_of_fewer_than_1000_replies_is_not_shown_as_a_tail_figure() -> None:
+    """Of 100-999 replies the p99.9 is the slowest one; it was printed beside the p99 bound as if it were a tail
+    estimate. 1217 and 2003 replies show it, 510 do not, and the caption says why."""
+    few = _level(8, 500, 2.5)
+    lines = _lines(levels_table([*LEVELS, few], "mlp"), 200)
+    header = next(line for line in lines if "req/s" in line).replace("┃", " ").split()
+    at = header.index("p99.9") - 1  # 'p99 bound' is two words in the header, one cell in a row
+
+    def cell(level: str) -> str:
+        row = next(line for line in lines if line.replace("│", " ").split()[:1] == [level])
+        return row.replace("│", " ").split()[at]
+
+    assert (cell("1"), cell("4"), cell("8")) == ("2.15", "5.34", "-")
+    assert "p99.9: - below 1000 replies (it is their slowest)" in " ".join("\n".join(lines).split())
+    assert "p99.9: -" not in " ".join("\n".join(_lines(levels_table(LEVELS, "mlp"), 200)).split())
+
+
 def test_a_level_where_every_request_failed_keeps_its_errors_readable_on_80_columns() -> None:
     failed = _level(2, 0, 1.0, statuses={"timeout": 3003})
     lines = _lines(levels_table([failed], "mlp"), 80)
