@@ -152,6 +152,21 @@ def test_bench_samples_the_gpu_the_model_runs_on() -> None:
         assert _gpu_index("cuda") == last
 
 
+def test_nvml_reads_the_gpu_cuda_runs_on_by_its_uuid() -> None:
+    """NVML numbers GPUs by PCI bus, CUDA fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID: with CUDA initialised
+    the GPU is found by its UUID, so each CUDA device's NVML index names the same GPU."""
+    import pynvml
+
+    from dlperf.measure.system import nvml_index
+
+    torch.cuda.init()
+    pynvml.nvmlInit()
+    for cuda_index in range(torch.cuda.device_count()):
+        found = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(nvml_index(cuda_index)))
+        found = found.decode() if isinstance(found, bytes) else found
+        assert found.removeprefix("GPU-") == str(torch.cuda.get_device_properties(cuda_index).uuid)
+
+
 def test_a_full_cuda_calibration_times_gemms_large_enough_for_the_tensor_cores() -> None:
     """2048³ (the CPU size) left an H100's fp16 ceiling well below its peak: the MFU read high."""
     from dlperf.calibrate.kernels import FULL_GEMM_N, FULL_GEMM_N_CUDA, FULL_TIMER, measure_gemm

@@ -80,13 +80,33 @@ class UtilizationSampler:
 
 def nvml_index(cuda_index: int) -> int:
     """NVML's index of torch's CUDA device `cuda_index`: NVML counts every GPU in the machine, CUDA only those in
-    CUDA_VISIBLE_DEVICES (`CUDA_VISIBLE_DEVICES=2` makes NVML's GPU 2 torch's cuda:0)."""
+    CUDA_VISIBLE_DEVICES (`CUDA_VISIBLE_DEVICES=2` makes NVML's GPU 2 torch's cuda:0). Where this process has
+    initialised CUDA, the GPU's UUID decides: NVML numbers GPUs by PCI bus, CUDA by CUDA_DEVICE_ORDER, fastest first
+    by default, so on a machine of mixed GPUs the numbers differ. Elsewhere (a CPU run, which must not initialise
+    CUDA to name a GPU) the numbering is taken to be the same."""
     try:
         import torch
 
+        if torch.cuda.is_initialized():
+            found = _nvml_index_of_uuid(str(torch.cuda.get_device_properties(cuda_index).uuid))
+            if found is not None:
+                return found
         return int(torch.cuda._get_nvml_device_index(cuda_index))
     except Exception:  # a torch without the helper, or a UUID list NVML cannot resolve: the plain numbering
         return cuda_index
+
+
+def _nvml_index_of_uuid(uuid: str) -> int | None:
+    """The NVML index of the GPU whose UUID is `uuid` (torch writes it without NVML's 'GPU-'), None if none."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    for index in range(int(pynvml.nvmlDeviceGetCount())):
+        found = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+        found = found.decode() if isinstance(found, bytes) else str(found)
+        if found.removeprefix("GPU-") == uuid.removeprefix("GPU-"):
+            return index
+    return None
 
 
 def visible_nvml_indices(nvml_count: int) -> list[tuple[int, int]]:
