@@ -132,3 +132,24 @@ def test_search_on_cuda_finds_and_exports(tmp_path: Path) -> None:
     ok = {r["label"] for r in result.rows if r["status"] == "ok"}
     assert "cuda_graphs" in ok and any(label.startswith("pruning") for label in ok), result.rows
     assert result.baseline.get("cuda_peak_bytes") is not None
+
+
+@pytest.mark.slow
+def test_a_memory_search_on_cuda_ranks_by_each_deployed_process_s_gpu_memory(tmp_path: Path) -> None:
+    """--objective memory on cuda ranked by the host's peak RSS. Each artifact's fresh process now reads its GPU
+    memory (NVML's figure for the process, else torch's reserved peak), and the ranking and front use that."""
+    from dlperf.optimize.footprint import NVML_GPU_MEMORY, TORCH_GPU_MEMORY
+    from dlperf.optimize.search import OptimizeConfig, optimize
+
+    config = OptimizeConfig(device="cuda", objective="memory", batch_size=4, passes=("precision",), max_depth=1,
+                            time_budget_s=100, min_duration_s=0.2, max_duration_s=2.0, ab_blocks=8,
+                            confirm_top=1, workdir=str(tmp_path / "w"))
+    result = optimize("zoo:mlp", config, export_dir=tmp_path / "out")
+    ok = [r for r in [result.baseline, *result.rows] if r["status"] == "ok"]
+    assert len(ok) >= 2, result.rows
+    for row in ok:
+        assert row["deployed_memory"].get("gpu_bytes_of") in (NVML_GPU_MEMORY, TORCH_GPU_MEMORY), row["label"]
+        assert row["gpu_memory_bytes"] == row["deployed_memory"]["gpu_bytes"] > 0
+    # the process's CUDA context alone is hundreds of MiB: NVML's figure is far above the model's 0.1 MiB
+    if ok[0]["gpu_memory_of"] == NVML_GPU_MEMORY:
+        assert ok[0]["gpu_memory_bytes"] > 50 * 2**20

@@ -264,6 +264,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         deployed = _deployed_memory(artifact, inputs, settings, out_dir)
         if "peak_rss_bytes" in deployed:
             peak_rss_bytes = int(deployed["peak_rss_bytes"])
+    gpu_memory_bytes, gpu_memory_of = _gpu_memory(deployed, cuda_peak_bytes, state.engine)
     summary = measurement.summary()
     phase("done")
     return {
@@ -291,10 +292,29 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "deployed_memory": deployed,
         "process_max_rss_bytes": max_rss_bytes,
         "cuda_peak_bytes": cuda_peak_bytes,
+        # on a GPU, what --objective memory ranks by (`select.objective_key`), and what the figure counts
+        "gpu_memory_bytes": gpu_memory_bytes,
+        "gpu_memory_of": gpu_memory_of,
         "paired": paired,
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
     }
+
+
+TIMED_GPU_MEMORY = "torch's allocator peak while it was timed, in its own process (no deployed figure)"
+
+
+def _gpu_memory(deployed: dict[str, Any] | None, cuda_peak_bytes: int | None,
+                engine: str) -> tuple[int | None, str | None]:
+    """A GPU candidate's memory and what it counts: the deployed process's (`footprint.process_gpu_bytes`), else
+    for a torch candidate torch's allocator peak while it was timed; None off the GPU, and for an engine candidate
+    without a deployed figure (torch's allocator does not see ONNX Runtime's or TensorRT's memory: 0 would rank it
+    first)."""
+    if deployed is not None and isinstance(deployed.get("gpu_bytes"), int):
+        return int(deployed["gpu_bytes"]), str(deployed.get("gpu_bytes_of") or "")
+    if cuda_peak_bytes is not None and engine == "torch":
+        return int(cuda_peak_bytes), TIMED_GPU_MEMORY
+    return None, None
 
 
 def _deployed_memory(artifact: dict[str, Any] | None, inputs: Any, settings: EvalSettings,

@@ -8,12 +8,17 @@ objective ranks by comes from a process started with "spawn" (a new interpreter,
 only what the artifact's engine needs: onnxruntime and numpy for an ONNX Runtime artifact, openvino and numpy for an
 OpenVINO one, and for a torch artifact (a recipe: the workload's model rebuilt, its passes replayed) torch and the
 workload, through `dlperf.load`, the same loader `dlperf serve` uses.
+
+An artifact that runs on a GPU is also read for the process's GPU memory after its calls (`process_gpu_bytes`:
+NVML's figure for the process, so ONNX Runtime's arena and TensorRT's engine count, not only torch's allocator),
+which is what `--objective memory` ranks by on a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,10 +89,12 @@ def _deployed_entry(conn: Any, artifact_dir: str, inputs_path: str, calls: int, 
         loaded = current_rss_bytes()
         for _ in range(max(1, calls)):
             run()
+        gpu = process_gpu_bytes() if _on_gpu(manifest) else None
         result: dict[str, Any] = {
             "peak_rss_bytes": peak_rss_since_start_bytes(), "start_rss_bytes": start, "loaded_rss_bytes": loaded,
             "engine": engine, "imports": ENGINE_ALONE.get(engine, "torch and the workload (dlperf.load)"),
             "torch_imported": "torch" in sys.modules, "calls": max(1, calls), "wall_s": time.perf_counter() - t0,
+            **({"gpu_bytes": gpu[0], "gpu_bytes_of": gpu[1]} if gpu is not None else {}),
         }
     except BaseException as exc:
         result = {"error": f"{type(exc).__name__}: {exc}"}
@@ -98,6 +105,42 @@ def _deployed_entry(conn: Any, artifact_dir: str, inputs_path: str, calls: int, 
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+
+
+def _on_gpu(manifest: dict[str, Any]) -> bool:
+    """Whether the artifact runs on a GPU (`artifact.artifact_device`'s rule, without importing what it imports)."""
+    provider = str(manifest.get("provider") or "")
+    return str(manifest.get("device") or ("cuda" if provider in ("cuda", "tensorrt") else "cpu")).startswith("cuda")
+
+
+NVML_GPU_MEMORY = "NVML: the process's GPU memory after its calls (CUDA context, every allocator and engine)"
+TORCH_GPU_MEMORY = ("torch's caching allocator, reserved peak (NVML did not list the process: no CUDA context or "
+                    "engine memory in it)")
+
+
+def process_gpu_bytes() -> tuple[int, str] | None:
+    """This process's memory on the GPUs, and what the figure counts: NVML's for the process (its CUDA context,
+    torch's cache, ONNX Runtime's arena, TensorRT's engine and workspace: torch's allocator sees only its own), which
+    caching allocators keep at their peak; else, where NVML does not list it (it lists processes by the host's PIDs,
+    which a container's PID namespace hides), torch's allocator's reserved peak; None without a GPU in use."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pid, used, listed = os.getpid(), 0, False
+        for index in range(int(pynvml.nvmlDeviceGetCount())):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if int(proc.pid) == pid and isinstance(proc.usedGpuMemory, int):
+                    used, listed = used + int(proc.usedGpuMemory), True
+        if listed:
+            return used, NVML_GPU_MEMORY
+    except Exception:  # no NVML (a driver without it, no pynvml): torch's figure, where torch ran on the GPU
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return sum(int(torch.cuda.max_memory_reserved(i)) for i in range(torch.cuda.device_count())), TORCH_GPU_MEMORY
+    return None
 
 
 def _loader(engine: str) -> Any:

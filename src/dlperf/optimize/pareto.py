@@ -6,6 +6,7 @@ candidate's own process, set by the search), the measure the ranking uses; a row
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,18 @@ from typing import Any
 AXES: tuple[tuple[str, bool], ...] = (
     ("paired_p50_s", True), ("metric", False), ("size_bytes", True), ("peak_rss_bytes", True),
 )
+
+
+def axes_for(device: str) -> tuple[tuple[str, bool], ...]:
+    """The axes of a search on `device`: on a GPU the memory axis is the GPU memory (`select.GPU_MEMORY`), what
+    --objective memory ranks by there, not the host's peak RSS."""
+    from dlperf.optimize.select import GPU_MEMORY
+
+    if not device.startswith("cuda"):
+        return AXES
+    return tuple((GPU_MEMORY, True) if key == "peak_rss_bytes" else (key, lower) for key, lower in AXES)
+
+
 FALLBACK = {"paired_p50_s": "p50_s"}
 """The key an axis reads when a row lacks its own."""
 TOLERANCE = {"metric": 1e-6}
@@ -22,7 +35,10 @@ larger in memory."""
 
 
 def _value(row: dict[str, Any], key: str, lower_better: bool, higher_is_better_metric: bool) -> float:
-    v = float(row[key] if key in row or key not in FALLBACK else row[FALLBACK[key]])
+    found = row[key] if key in row or key not in FALLBACK else row[FALLBACK[key]]
+    if found is None:  # a GPU candidate whose memory could not be read: the worst there is on that axis
+        return math.inf
+    v = float(found)
     if key == "metric":
         # Express every axis as "lower is better".
         return -v if higher_is_better_metric else v

@@ -31,8 +31,17 @@ from dlperf.optimize.constraints import Constraints, latency_violations, metric_
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Executor, Job, LocalExecutor
 from dlperf.optimize.explain import slower_reasons
-from dlperf.optimize.pareto import pareto_front
-from dlperf.optimize.select import OBJECTIVES, SPEED_OBJECTIVES, check_objective, gain, rank, settle
+from dlperf.optimize.pareto import axes_for, pareto_front
+from dlperf.optimize.select import (
+    GPU_MEMORY,
+    OBJECTIVES,
+    SPEED_OBJECTIVES,
+    check_objective,
+    gain,
+    objective_key,
+    rank,
+    settle,
+)
 from dlperf.optimize.space import (
     Candidate,
     SearchSpace,
@@ -141,6 +150,8 @@ class OptimizeConfig:
             # a memory search's peak RSS comes from a fresh process per artifact: rows of one recorded before, from the
             # candidate's own process (torch and the original model in it), are not comparable
             **({"peak_rss": "deployed artifact, fresh process"} if self.objective == "memory" else {}),
+            # and on a GPU it ranks by the GPU memory, which rows recorded before it lack
+            **({"gpu_memory": GPU_MEMORY} if self.objective == "memory" and self.device.startswith("cuda") else {}),
         }
 
 
@@ -370,7 +381,7 @@ class _Search:
         elif row["status"] == "ok" and self.baseline:
             row["violations"] = violations(row, self.baseline, self.config.constraints)
             row["feasible"] = not row["violations"]
-            row["gain"] = gain(row, self.baseline, self.config.objective)
+            row["gain"] = gain(row, self.baseline, self.config.objective, self.config.device)
             paired = row.get("paired") or {}
             if self.config.objective in SPEED_OBJECTIVES and paired.get("ratio"):
                 row["paired_gain"] = 1.0 / float(paired["ratio"])  # original's time / candidate's, one process
@@ -883,7 +894,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     hib = bool(baseline.get("higher_is_better", True))
     for r in measured:
         r["paired_p50_s"] = paired_p50_s(r, baseline)
-    front_idx = pareto_front(feasible, higher_is_better_metric=hib)
+    front_idx = pareto_front(feasible, axes_for(config.device), higher_is_better_metric=hib)
     front = [feasible[i]["key"] for i in front_idx]
     for r in rows:
         r["pareto"] = r["key"] in front
@@ -891,9 +902,10 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     # does not hang on which process measured a fast p50 (a run picked onnxruntime, isolated 0.088 ms, paired
     # 2.92x, over pruning + onnxruntime, isolated 0.091 ms, paired 3.79x); by the gain where the paired one is more
     # than DISAGREEMENT times higher (`search_gain`).
-    ranked = [feasible[i] for i in rank(feasible, config.objective, hib, speed_gain=lambda r: search_gain(r, 1.0))]
+    ranked = [feasible[i] for i in rank(feasible, config.objective, hib, speed_gain=lambda r: search_gain(r, 1.0),
+                                        device=config.device)]
     if config.objective == "memory":
-        ranked = _memory_noise_gate(ranked, baseline)
+        ranked = _memory_noise_gate(ranked, baseline, objective_key("memory", config.device)[0])
     winner: str | None = None
     confirmation: dict[str, Any] | None = None
     notes: list[str] = []
@@ -915,7 +927,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
                 notes.append("the other candidates that meet the constraints measured no better than the baseline")
             elif len(ranked) > 1:
                 # no A/B is run here: the baseline ranked first on its own figure
-                notes.append(_not_better_note(config.objective, baseline, ranked[1]))
+                notes.append(_not_better_note(config.objective, baseline, ranked[1], config.device))
             break
         if tried >= config.confirm_top:
             break
@@ -1032,24 +1044,27 @@ differs by about 1% between the processes that measure it (zoo:digits-cnn's base
 searches), and `--objective memory` named hygiene the winner for 270.9 MiB against 273.3."""
 
 
-def _memory_noise_gate(ranked: list[dict[str, Any]], baseline: dict[str, Any]) -> list[dict[str, Any]]:
-    """`ranked` with the candidates whose peak RSS is not MEMORY_NOISE below the baseline's moved behind the baseline
-    (unchanged when the baseline misses the constraints: then any candidate that meets them is better)."""
-    base_rss = baseline.get("peak_rss_bytes")
-    if not base_rss or not any(r["key"] == baseline["key"] for r in ranked):
+def _memory_noise_gate(ranked: list[dict[str, Any]], baseline: dict[str, Any],
+                       key: str = "peak_rss_bytes") -> list[dict[str, Any]]:
+    """`ranked` with the candidates whose memory (`key`: the peak RSS, or on a GPU its memory) is not MEMORY_NOISE
+    below the baseline's moved behind the baseline (unchanged when the baseline misses the constraints: then any
+    candidate that meets them is better)."""
+    base = baseline.get(key)
+    if not base or not any(r["key"] == baseline["key"] for r in ranked):
         return ranked
-    limit = float(base_rss) * (1.0 - MEMORY_NOISE)
-    better = [r for r in ranked if r["key"] != baseline["key"] and float(r["peak_rss_bytes"]) < limit]
-    rest = [r for r in ranked if r["key"] != baseline["key"] and float(r["peak_rss_bytes"]) >= limit]
+    limit = float(base) * (1.0 - MEMORY_NOISE)
+    better = [r for r in ranked if r["key"] != baseline["key"] and r.get(key) is not None and float(r[key]) < limit]
+    chosen = {id(r) for r in better}
+    rest = [r for r in ranked if r["key"] != baseline["key"] and id(r) not in chosen]
     return [*better, *(r for r in ranked if r["key"] == baseline["key"]), *rest]
 
 
-def _not_better_note(objective: str, baseline: dict[str, Any], best: dict[str, Any]) -> str:
+def _not_better_note(objective: str, baseline: dict[str, Any], best: dict[str, Any], device: str = "cpu") -> str:
     """Why there is no winner on size or memory: the baseline measured no more than the best other candidate (on
     memory: not MEMORY_NOISE less)."""
-    key, _ = OBJECTIVES[objective]
-    what = {"size_bytes": "size", "peak_rss_bytes": "peak RSS"}.get(key, key)
-    margin = (f" by more than {MEMORY_NOISE:.0%}, about what the same model's peak RSS varies between processes"
+    key, _ = objective_key(objective, device)
+    what = {"size_bytes": "size", "peak_rss_bytes": "peak RSS", GPU_MEMORY: "GPU memory"}.get(key, key)
+    margin = (f" by more than {MEMORY_NOISE:.0%}, about what the same model's {what} varies between processes"
               if objective == "memory" else "")
     return (f"no candidate that meets the constraints beats the baseline on {objective}{margin}: the baseline's "
             f"{what} is {_size_text(baseline.get(key))}, the best other candidate's ({best['label']}) "
@@ -1108,7 +1123,7 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
             "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
             "metric": row.get("metric"), "metric_name": row.get("metric_name"),
             "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
-            "peak_rss_bytes": row.get("peak_rss_bytes"),
+            "peak_rss_bytes": row.get("peak_rss_bytes"), "gpu_memory_bytes": row.get("gpu_memory_bytes"),
             # what building it took in the search: a torch recipe with torch.compile pays its compile again on load
             "build_s": row.get("build_s"), "compile_s": row.get("compile_s"),
             "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,41 +20,62 @@ SPEED_OBJECTIVES = ("latency", "throughput")
 """Objectives a time ratio speaks to (a paired gain applies to them, not to size or memory)."""
 
 
+GPU_MEMORY = "gpu_memory_bytes"
+"""The memory objective's figure on a GPU: the deployed process's GPU memory (`evaluate._gpu_memory`), not its host
+RSS (a search on cuda ranked by the host's peak RSS, and a candidate's GPU peak was torch's allocator's alone)."""
+
+
 def check_objective(objective: str) -> None:
     if objective not in OBJECTIVES:
         raise ConfigError(f"unknown objective '{objective}': choose one of {', '.join(OBJECTIVES)}")
 
 
-def objective_value(row: dict[str, Any], objective: str) -> float:
-    key, _ = OBJECTIVES[objective]
-    return float(row[key])
+def objective_key(objective: str, device: str = "cpu") -> tuple[str, bool]:
+    """(the row's key, lower is better) that `objective` ranks by on `device`."""
+    check_objective(objective)
+    if objective == "memory" and device.startswith("cuda"):
+        return GPU_MEMORY, True
+    return OBJECTIVES[objective]
 
 
-def gain(row: dict[str, Any], baseline: dict[str, Any], objective: str) -> float:
-    """How many times better than the baseline on the objective (>1 is better), from isolated measurements."""
-    key, lower = OBJECTIVES[objective]
-    a, b = float(baseline[key]), float(row[key])
+def _figure(row: dict[str, Any], key: str, lower: bool) -> float:
+    """The row's figure; a missing one (a GPU candidate whose memory could not be read) as the worst there is."""
+    value = row.get(key)
+    return float(value) if value is not None else (math.inf if lower else -math.inf)
+
+
+def objective_value(row: dict[str, Any], objective: str, device: str = "cpu") -> float:
+    key, lower = objective_key(objective, device)
+    return _figure(row, key, lower)
+
+
+def gain(row: dict[str, Any], baseline: dict[str, Any], objective: str, device: str = "cpu") -> float:
+    """How many times better than the baseline on the objective (>1 is better), from isolated measurements; 0 for a
+    row without the figure."""
+    key, lower = objective_key(objective, device)
+    if row.get(key) is None:
+        return 0.0
+    a, b = _figure(baseline, key, lower), float(row[key])
     if lower:
-        return a / b if b > 0 else float("inf")
-    return b / a if a > 0 else float("inf")
+        return a / b if b > 0 else math.inf
+    return b / a if a > 0 else math.inf
 
 
 def rank(rows: Sequence[dict[str, Any]], objective: str, higher_is_better_metric: bool = True,
-         speed_gain: Callable[[dict[str, Any]], float] | None = None) -> list[int]:
-    """Indices of rows best-first by the objective; ties broken by the better metric, then fewer passes.
+         speed_gain: Callable[[dict[str, Any]], float] | None = None, device: str = "cpu") -> list[int]:
+    """Indices of rows best-first by the objective on `device`; ties broken by the better metric, then fewer passes.
 
     `speed_gain`: for latency and throughput, rank by this gain over the baseline (higher first) instead of
     the rows' own values. The search passes the gain each candidate measured against the original model in
     its own process: p50s taken in different processes differ by more than many passes' effects here."""
-    check_objective(objective)
-    key, lower = OBJECTIVES[objective]
+    key, lower = objective_key(objective, device)
     sign = 1.0 if lower else -1.0
     msign = -1.0 if higher_is_better_metric else 1.0
     gain_of = speed_gain if objective in SPEED_OBJECTIVES else None
 
     def sort_key(i: int) -> tuple[float, float, int]:
         row = rows[i]
-        primary = -gain_of(row) if gain_of is not None else sign * float(row[key])
+        primary = -gain_of(row) if gain_of is not None else sign * _figure(row, key, lower)
         return primary, msign * float(row.get("metric") or 0.0), len(row.get("pipeline", []))
 
     return sorted(range(len(rows)), key=sort_key)

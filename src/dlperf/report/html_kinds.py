@@ -54,16 +54,17 @@ def _candidates(rec: RunRecord, children: Sequence[RunRecord]) -> list[dict[str,
         rows.append({"name": str(name), "latency_s": latency, "metric": metric, "paired": "paired_p50_s" in c,
                      "pareto": c.get("pareto") if isinstance(c.get("pareto"), bool) else None,
                      "selected": selected, "status": c.get("status"), "error": c.get("error"),
-                     "peak_rss_bytes": c.get("peak_rss_bytes"),
+                     "peak_rss_bytes": c.get("peak_rss_bytes"), "gpu_memory_bytes": c.get("gpu_memory_bytes"),
                      "deployed": isinstance(c.get("deployed_memory"), Mapping)})
     return rows
 
 
-def _peak_mib(row: Mapping[str, Any]) -> str:
-    """The row's peak RSS in MiB as the terminal's `peak MiB` column writes it; '-' for a candidate that failed."""
+def _peak_mib(row: Mapping[str, Any], key: str = "peak_rss_bytes") -> str:
+    """The row's peak RSS (or `key`: its GPU memory) in MiB as the terminal's `peak MiB` column writes it; '-' for a
+    candidate that failed or has none."""
     from dlperf.report.optimize_view import _mib
 
-    value = row.get("peak_rss_bytes")
+    value = row.get(key)
     return _mib(value) if row.get("status") == "ok" and isinstance(value, (int, float)) else "-"
 
 
@@ -102,8 +103,11 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # --objective memory ranks by the deployed peak RSS (`peak_rss_bytes`): its column and the terminal's line saying
     # what it includes (the report had neither, so the figure the winner was picked on was nowhere in it)
     memory = rec.result.get("objective", rec.config.get("objective")) == "memory" or any(r["deployed"] for r in rows)
+    # on a GPU, the GPU memory it ranks by too
+    gpu = memory and any(r["gpu_memory_bytes"] is not None for r in rows)
     table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]),
-                   *([_peak_mib(r)] if memory else []), on_front(r),
+                   *([_peak_mib(r)] if memory else []), *([_peak_mib(r, "gpu_memory_bytes")] if gpu else []),
+                   on_front(r),
                    "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
     # The search's own front is over latency, metric, size and memory: a smaller, slower candidate is on it though
     # the plot's 2-D frontier (latency vs metric) passes it by, so the column says which front it is.
@@ -112,7 +116,8 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
     paired = any(r["paired"] for r in rows)
     parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
-                                           *(["peak MiB"] if memory else []), front_label, "status", "error"),
+                                           *(["peak MiB"] if memory else []), *(["GPU MiB"] if gpu else []),
+                                           front_label, "status", "error"),
                                           table_rows)]
     if memory:
         from dlperf.report.optimize_view import memory_line

@@ -9,6 +9,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.optimize.footprint import NVML_GPU_MEMORY
 from dlperf.report.fit import indented_line
 
 
@@ -77,7 +78,10 @@ NARROW_BELOW = 130
 def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
     table = Table(title=f"candidates for {data['workload']} (batch {data['batch_size']}, {data['device']})",
                   show_lines=False, expand=False)
-    columns = NARROW_COLUMNS if width is not None and width < NARROW_BELOW else WIDE_COLUMNS
+    columns: tuple[str, ...] = NARROW_COLUMNS if width is not None and width < NARROW_BELOW else WIDE_COLUMNS
+    if "peak MiB" in columns and any(r.get("gpu_memory_bytes") is not None for r in data.get("candidates") or []):
+        at = columns.index("peak MiB") + 1  # a search on a GPU: the memory objective's figure there
+        columns = (*columns[:at], "GPU MiB", *columns[at:])
     for name in columns:
         table.add_column(name, justify="left" if name == "passes" else "right",
                          overflow="fold" if name == "passes" else "ellipsis", no_wrap=name != "passes")
@@ -96,6 +100,7 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
             "metric": fmt_metric(row.get("metric")) if ok else "-", "drop": _drop(row, absolute) if ok else "-",
             "MiB": _mib(row.get("size_bytes")) if ok else "-",
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
+            "GPU MiB": _mib(row.get("gpu_memory_bytes")) if ok and row.get("gpu_memory_bytes") is not None else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
             "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else status_text(row),
             "paired": f"{row['paired_gain']:.2f}x" if ok and row.get("paired_gain") is not None else "-",
@@ -147,7 +152,8 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
         if row.get("ranked_by") == "gain":
             gains.append(f"ranked by its gain: the paired one is over {DISAGREEMENT:g}x it")
     grid.add_row("gain", "; ".join(g for g in gains if g) or "-")
-    grid.add_row("size", f"{_mib(row.get('size_bytes'))} MiB; peak RSS {_mib(row.get('peak_rss_bytes'))} MiB")
+    gpu = f"; GPU {_mib(row['gpu_memory_bytes'])} MiB" if row.get("gpu_memory_bytes") is not None else ""
+    grid.add_row("size", f"{_mib(row.get('size_bytes'))} MiB; peak RSS {_mib(row.get('peak_rss_bytes'))} MiB{gpu}")
     build = f"{row['build_s']:.1f} s" if row.get("build_s") is not None else "-"
     grid.add_row("build", build + (f" (compile {row['compile_s']:.1f} s)" if row.get("compile_s") else ""))
     why = _why(row)
@@ -223,6 +229,16 @@ def memory_line(data: dict[str, Any]) -> str | None:
             "workload, as dlperf.load)")
     if failed:
         line += f"; not measured so for {', '.join(failed)} (their own process's peak during timing)"
+    gpu = [r for r in rows if r.get("gpu_memory_bytes") is not None]
+    if gpu:
+        line += ("; GPU MiB, which the memory objective ranks by on a GPU: that process's GPU memory after its calls "
+                 "(NVML's figure: CUDA context, torch's cache, ONNX Runtime's arena, TensorRT's engine)")
+        other = sorted({str(r.get("gpu_memory_of")) for r in gpu if r.get("gpu_memory_of") != NVML_GPU_MEMORY})
+        if other:
+            line += f"; for some candidates {' / '.join(other)}"
+        unread = [r["label"] for r in rows if r.get("gpu_memory_bytes") is None]
+        if unread:
+            line += f"; not read for {', '.join(unread)} (ranked last)"
     return line
 
 

@@ -30,6 +30,7 @@ def test_an_engine_candidate_is_charged_for_its_engine_and_the_baseline_for_torc
         assert deployed["engine"] == engine and "error" not in deployed
         assert row["peak_rss_bytes"] == deployed["peak_rss_bytes"] >= deployed["loaded_rss_bytes"]
         assert deployed["loaded_rss_bytes"] > deployed["start_rss_bytes"] > 0
+        assert "gpu_bytes" not in deployed and row["gpu_memory_bytes"] is None  # a CPU artifact: no GPU reading
     assert base["deployed_memory"]["torch_imported"] is True
     assert ort["deployed_memory"]["torch_imported"] is False
     assert ort["deployed_memory"]["imports"] == "onnxruntime and numpy"

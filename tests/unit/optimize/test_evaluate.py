@@ -219,3 +219,19 @@ def test_the_original_is_not_timed_beside_onnxruntimes_spinning_workers() -> Non
     if paired["settle_capped"]:  # a machine so busy that a spinning worker got too little CPU to finish in 0.5 s
         pytest.skip(f"{paired['settle_capped']} wait(s) reached AB_SETTLE_S on a busy machine")
     assert sum(n > 0 for n in seen) == 0
+
+
+def test_a_gpu_candidate_s_memory_is_its_deployed_process_s_or_none_where_torch_cannot_see_it() -> None:
+    """On a GPU the memory objective ranks by the deployed process's GPU memory; without it a torch candidate falls
+    back to torch's allocator peak in its own process, and an engine candidate gets none (torch's allocator does not
+    see ONNX Runtime's arena: its 0 would rank it first). Off the GPU there is none, and this process (which never
+    used CUDA) reads none."""
+    from dlperf.optimize.evaluate import TIMED_GPU_MEMORY, _gpu_memory
+    from dlperf.optimize.footprint import NVML_GPU_MEMORY, process_gpu_bytes
+
+    deployed = {"gpu_bytes": 700 * 2**20, "gpu_bytes_of": NVML_GPU_MEMORY}
+    assert _gpu_memory(deployed, 2**20, "onnxruntime") == (700 * 2**20, NVML_GPU_MEMORY)
+    assert _gpu_memory({"error": "timed out"}, 2**20, "torch") == (2**20, TIMED_GPU_MEMORY)
+    assert _gpu_memory({"error": "timed out"}, 0, "onnxruntime") == (None, None)
+    assert _gpu_memory(None, None, "torch") == (None, None)
+    assert process_gpu_bytes() is None

@@ -110,6 +110,31 @@ def test_rank_by_objective_with_metric_tiebreak() -> None:
         rank(rows, "vibes")
 
 
+def test_on_a_gpu_memory_ranks_by_the_gpu_memory_not_the_host_rss() -> None:
+    """A search on cuda ranked --objective memory by the host's peak RSS: an ONNX Runtime candidate whose arena holds
+    2 GiB of GPU memory beat a torch one of 300 MiB because its host process was smaller. A row whose GPU memory
+    could not be read (an engine candidate without a deployed figure) ranks last, not first as a 0 would."""
+    from dlperf.optimize.pareto import axes_for
+    from dlperf.optimize.select import objective_key, objective_value
+
+    small_host = _row(0.5, 0.9, mem=200, gpu_memory_bytes=2048)
+    small_gpu = _row(0.5, 0.9, mem=400, gpu_memory_bytes=300)
+    unread = _row(0.5, 0.9, mem=100, gpu_memory_bytes=None)
+    rows = [small_host, small_gpu, unread]
+    assert rank(rows, "memory") == [2, 0, 1]  # on the CPU: the peak RSS
+    assert rank(rows, "memory", device="cuda") == [1, 0, 2]
+    assert rank(rows, "memory", device="cuda:1") == [1, 0, 2]
+    assert objective_key("memory", "cuda") == ("gpu_memory_bytes", True)
+    assert objective_key("latency", "cuda") == ("p50_s", True)  # the others are what they are anywhere
+    assert objective_value(unread, "memory", "cuda") == math.inf
+    assert gain(small_gpu, small_host, "memory", "cuda") == pytest.approx(2048 / 300)
+    assert gain(small_gpu, small_host, "memory") == pytest.approx(0.5)
+    assert gain(unread, small_host, "memory", "cuda") == 0.0
+    # the Pareto front's memory axis follows: on the CPU the unread row (smallest RSS) is the front; on a GPU it is off
+    assert pareto_front(rows, axes_for("cpu")) == [2]
+    assert pareto_front(rows, axes_for("cuda")) == [1]
+
+
 def test_speed_objectives_rank_by_the_gain_the_search_passes() -> None:
     """The isolated p50s say A (0.088 ms) beats B (0.091 ms); the gains each measured against the original in its
     own process say B (3.79x) beats A (2.92x): with that gain given, latency and throughput rank B first, size

@@ -207,6 +207,33 @@ def test_the_memory_objective_says_what_the_peak_includes() -> None:
     assert not any(x.startswith("peak MiB") for x in summary_lines(_data()))  # latency: no fresh process, no line
 
 
+def test_a_memory_search_on_a_gpu_shows_and_explains_the_gpu_memory_it_ranks_by() -> None:
+    """On a GPU the memory objective ranks by each deployed process's GPU memory: the table has it beside the peak
+    RSS, the summary says what it counts and names a candidate whose GPU memory was not read."""
+    from dlperf.optimize.evaluate import TIMED_GPU_MEMORY
+    from dlperf.optimize.footprint import NVML_GPU_MEMORY
+
+    data = {**_data(), "objective": "memory", "device": "cuda"}
+    base, row = data["candidates"]
+    base.update(deployed_memory={"peak_rss_bytes": 2**29}, gpu_memory_bytes=600 * 2**20,
+                gpu_memory_of=NVML_GPU_MEMORY)
+    row.update(deployed_memory={"error": "timed out"}, gpu_memory_bytes=None)
+    out = io.StringIO()
+    print_result(data, Console(file=out, width=200, color_system=None))
+    header = next(line for line in out.getvalue().splitlines() if "passes" in line)
+    assert "peak MiB" in header and "GPU MiB" in header
+    assert "600.0" in out.getvalue()
+    line = next(x for x in summary_lines(data) if x.startswith("peak MiB"))
+    assert "GPU MiB, which the memory objective ranks by on a GPU" in line
+    assert line.endswith(f"not read for {LABEL} (ranked last)")
+    row.update(gpu_memory_bytes=2**20, gpu_memory_of=TIMED_GPU_MEMORY)
+    line = next(x for x in summary_lines(data) if x.startswith("peak MiB"))
+    assert line.endswith(f"for some candidates {TIMED_GPU_MEMORY}")
+    out = io.StringIO()  # a search on the CPU has no such column
+    print_result(_data(), Console(file=out, width=200, color_system=None))
+    assert "GPU MiB" not in out.getvalue()
+
+
 def test_no_winner_where_the_baseline_too_misses_the_constraints_says_so() -> None:
     """An impossible --latency-budget-ms: the baseline's own row said it exceeded the budget, and the summary said
     "no candidate beat the baseline"."""

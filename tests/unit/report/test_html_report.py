@@ -156,6 +156,13 @@ def test_a_memory_search_shows_each_candidate_s_deployed_peak_as_the_terminal_do
     latency = render_report([_rec("m2", "optimize", {**result, "objective": "latency", "candidates": plain})],
                             children={"m2": []})
     assert "peak MiB" not in latency
+    assert "GPU MiB" not in html  # a search on the CPU
+    # on a GPU the GPU memory it ranked by is a column too
+    on_gpu = [{**r, "gpu_memory_bytes": 700 * 2**20} if r["key"] == "k1" else r for r in rows]
+    gpu_html = render_report([_rec("m3", "optimize", {**result, "candidates": on_gpu}, config={"objective": "memory"})],
+                             children={"m3": []})
+    assert "<th>peak MiB</th><th>GPU MiB</th>" in gpu_html
+    assert re.search(r"<td>onnxruntime</td>(<td class=\"n\">[^<]*</td>){3}<td class=\"n\">700.0</td>", gpu_html)
 
 def test_profile_view_has_breakdown_and_roofline() -> None:
     result = {"verdict": "compute-bound in aten::addmm", "analyses": {
