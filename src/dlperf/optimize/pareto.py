@@ -16,12 +16,13 @@ AXES: tuple[tuple[str, bool], ...] = (
 )
 
 
-def axes_for(device: str) -> tuple[tuple[str, bool], ...]:
-    """The axes of a search on `device`: on a GPU the memory axis is the GPU memory (`select.GPU_MEMORY`), what
-    --objective memory ranks by there, not the host's peak RSS."""
+def axes_for(device: str, objective: str = "memory") -> tuple[tuple[str, bool], ...]:
+    """The axes of a search on `device` for `objective`: a memory search on a GPU has the GPU memory as its memory
+    axis (`select.GPU_MEMORY`, what it ranks by there), not the host's peak RSS. Other searches on a GPU keep the peak
+    RSS: they read no GPU memory for engine candidates (no deployed process), which would leave them worst there."""
     from dlperf.optimize.select import GPU_MEMORY
 
-    if not device.startswith("cuda"):
+    if objective != "memory" or not device.startswith("cuda"):
         return AXES
     return tuple((GPU_MEMORY, True) if key == "peak_rss_bytes" else (key, lower) for key, lower in AXES)
 

@@ -894,7 +894,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     hib = bool(baseline.get("higher_is_better", True))
     for r in measured:
         r["paired_p50_s"] = paired_p50_s(r, baseline)
-    front_idx = pareto_front(feasible, axes_for(config.device), higher_is_better_metric=hib)
+    front_idx = pareto_front(feasible, axes_for(config.device, config.objective), higher_is_better_metric=hib)
     front = [feasible[i]["key"] for i in front_idx]
     for r in rows:
         r["pareto"] = r["key"] in front

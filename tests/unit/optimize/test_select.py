@@ -133,6 +133,7 @@ def test_on_a_gpu_memory_ranks_by_the_gpu_memory_not_the_host_rss() -> None:
     # the Pareto front's memory axis follows: on the CPU the unread row (smallest RSS) is the front; on a GPU it is off
     assert pareto_front(rows, axes_for("cpu")) == [2]
     assert pareto_front(rows, axes_for("cuda")) == [1]
+    assert pareto_front(rows, axes_for("cuda", "latency")) == [2]  # no GPU figure for engines outside memory searches
 
 
 def test_speed_objectives_rank_by_the_gain_the_search_passes() -> None:
