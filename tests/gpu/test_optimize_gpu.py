@@ -141,8 +141,8 @@ def test_a_memory_search_on_cuda_ranks_by_each_deployed_process_s_gpu_memory(tmp
     from dlperf.optimize.footprint import NVML_GPU_MEMORY, TORCH_GPU_MEMORY
     from dlperf.optimize.search import OptimizeConfig, optimize
 
-    config = OptimizeConfig(device="cuda", objective="memory", batch_size=4, passes=("precision",), max_depth=1,
-                            time_budget_s=100, min_duration_s=0.2, max_duration_s=2.0, ab_blocks=8,
+    config = OptimizeConfig(device="cuda", objective="memory", batch_size=4, passes=("hygiene",), max_depth=1,
+                            time_budget_s=60, min_duration_s=0.2, max_duration_s=2.0, ab_blocks=8,
                             confirm_top=1, workdir=str(tmp_path / "w"))
     result = optimize("zoo:mlp", config, export_dir=tmp_path / "out")
     ok = [r for r in [result.baseline, *result.rows] if r["status"] == "ok"]
