@@ -61,6 +61,13 @@ def metric_drop(value: float, baseline: float, higher_is_better: bool = True) ->
     return drop, rel
 
 
+def over(value: float, limit: float) -> bool:
+    """Whether `value` exceeds `limit` by more than float rounding: a drop exactly at its budget meets it. Accuracies
+    are k/N, and 0.9 - 0.88 is 0.020000000000000018: 'metric drop 0.02 exceeds the allowed 0.02' rejected 764 of 800
+    candidates one sample budget away in a helper's sweep (N = 1000)."""
+    return value > limit + 1e-9 * abs(limit) + 1e-12
+
+
 def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Constraints) -> list[str]:
     """Why a measured candidate fails the constraints (empty when it meets them)."""
     reasons = []
@@ -71,9 +78,9 @@ def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Co
     elif base is not None:
         drop, rel = metric_drop(float(metric), float(base), bool(baseline.get("higher_is_better", True)))
         if constraints.max_metric_drop_abs is not None:
-            if drop > constraints.max_metric_drop_abs:
+            if over(drop, constraints.max_metric_drop_abs):
                 reasons.append(f"metric drop {drop:.4g} exceeds the allowed {constraints.max_metric_drop_abs:g}")
-        elif constraints.max_metric_drop is not None and rel > constraints.max_metric_drop:
+        elif constraints.max_metric_drop is not None and over(rel, constraints.max_metric_drop):
             if float(base) == 0.0:  # "metric drop inf% exceeds the allowed 1.00%" said neither why nor what to do
                 reasons.append(f"metric {float(metric):.4g} against the baseline's 0: a relative budget "
                                f"({constraints.max_metric_drop:.2%} of 0) allows no drop at all; give "

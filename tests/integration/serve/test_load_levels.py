@@ -96,6 +96,17 @@ def test_a_level_the_slo_fails_early_has_no_stability_warning(server: Running) -
     assert not any("did not agree" in w for w in result.warnings)
 
 
+def test_a_level_with_exactly_its_stable_windows_is_stable(server: Running) -> None:
+    """The stability check compares the last `stable_windows` windows: a level whose duration holds exactly that
+    many is checked, and one window always agrees with itself. Needing one window more, it was marked unstable
+    with 'the last 1 windows did not agree' when the windows it had were all the level could hold."""
+    config = LoadConfig(concurrency=(1,), duration_s=0.7, window_s=0.5, warmup_s=0.2, stable_windows=1)
+    result = run_level(oip_target(server.url, "mlp"), config, 1.0)
+    assert result.ok > 0 and len(result.window_throughputs) == 1, (result.window_throughputs, result.warnings)
+    assert result.stable, result.warnings
+    assert not any("did not agree" in w or "too short" in w for w in result.warnings), result.warnings
+
+
 def test_a_grpc_port_given_as_http_is_named(server: Running, capsys: pytest.CaptureFixture[str]) -> None:
     assert server.grpc_url is not None
     assert main(["load", server.grpc_url, "--model", "mlp", "--requests", "5"]) == 2

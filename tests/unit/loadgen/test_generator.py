@@ -166,6 +166,29 @@ def test_pass_rule_asks_for_the_p99_at_99_percent_confidence() -> None:
     assert status == "undecided" and reason.startswith("150 requests, 2 over 3 ms (sample p99 2.07 ms)")
 
 
+def test_a_latency_at_the_slo_bound_is_within_it() -> None:
+    """'p99 <= 100 ms': a request that took exactly 100 ms is within it, and so is an early-stopping estimate of
+    exactly 100 ms. Counted as over, 459 replies of a flat 100 ms failed to pass (and, past enough of them, failed)
+    a level that met its SLO to the nanosecond; with the bound taken as '<', an estimate at the bound did too."""
+    at_bound = LevelResult("rate", 100.0, 1, [100_000_000] * 1000, {"200": 1000}, 10.0, True, [100.0],
+                           send_rate=100.0)
+    assert at_bound.p99_bound_s == 0.1
+    assert verdict(at_bound, P99) == ("pass", "p99 <= 100 ms at 99% confidence (0 of 1000 requests over 100 ms)")
+    assert _slo_decided([(0, 100_000_000, "200", 0, 0)] * 459, P99) == "pass"
+
+
+def test_the_error_ratio_and_the_stored_errors_leave_out_what_was_not_sent() -> None:
+    """A request the open loop did not send (its outstanding cap reached) did not fail: --max-error-ratio and the
+    stored 'errors' (which `compare` reads as failed requests) count the sent ones only; until 2026-12-06 the
+    stored 'errors' counted the dropped too."""
+    level = _level(100, 0.05, n=90)
+    level.statuses.update({"503": 10, "dropped": 900})
+    assert (level.failed, level.unsuccessful) == (10, 910)
+    assert level.error_ratio == pytest.approx(10 / 100)
+    summary = level.summary()
+    assert (summary["errors"], summary["dropped"], summary["requests_ok"]) == (10, 900, 90)
+
+
 def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
     def records(n: int, over: int, status: str = "200") -> list[generator.Record]:
         return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0) for i in range(n)]
@@ -276,6 +299,20 @@ def test_find_peak_halves_down_when_the_start_fails(monkeypatch: pytest.MonkeyPa
     peak = find_peak(object(), LoadConfig(), P99, start_rate=100, max_steps=12)  # type: ignore[arg-type]
     assert [s.level for s in peak.steps][:3] == [100, 50, 25]
     assert peak.peak_rate is not None and 28.5 <= peak.peak_rate <= 30
+
+
+def test_find_peak_halving_down_stops_below_half_a_request_per_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that fails at every rate: the search halves down from its start, and stops once the rate is under
+    0.5 req/s rather than going on to max_steps with trials of a request every few seconds that say nothing new."""
+    tried: list[float] = []
+
+    def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
+        tried.append(level)
+        return _level(level, 1.0)
+
+    monkeypatch.setattr(generator, "run_level", fake_run_level)
+    peak = find_peak(object(), LoadConfig(), P99, start_rate=4, max_steps=10)  # type: ignore[arg-type]
+    assert tried == [4, 2, 1, 0.5] and peak.peak_rate is None
 
 
 def test_find_peak_stops_at_an_undecided_trial_it_cannot_lengthen(monkeypatch: pytest.MonkeyPatch) -> None:

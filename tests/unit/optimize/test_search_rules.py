@@ -327,6 +327,45 @@ def test_a_search_that_confirms_nothing_keeps_a_confirmed_artifact_in_its_export
     assert again.winner is not None and again.export_dir is not None
 
 
+def test_a_candidate_a_little_slower_than_the_original_is_still_extended(tmp_path: Path) -> None:
+    """A pass measured within extend_tolerance (5%) of the original, noise as often as not, may still pay off with
+    the next pass on top: hygiene at a paired 0.97x is extended with dynamic_int8; at 0.83x it is not."""
+
+    def pipelines(hygiene_ratio: float, work: str) -> set[str]:
+        measured = {**MLP, "hygiene": (0.9e-3, 1.0, 1000, hygiene_ratio)}  # dynamic_int8 alone: 0.8x
+        result = _search(tmp_path, measured, workdir=str(tmp_path / work))
+        return {"+".join(p["pass"] for p in r["pipeline"]) for r in result.rows}
+
+    assert "hygiene+dynamic_int8" in pipelines(1.03, "near")
+    assert pipelines(1.2, "far") == {"", "hygiene", "dynamic_int8"}
+
+
+def test_only_confirm_top_candidates_get_an_a_b_against_the_baseline(tmp_path: Path) -> None:
+    """Each confirming A/B costs the time of a long measurement: with --confirm-top 1 only the best-ranked candidate
+    is put against the baseline, refuted or not; the default (2) goes on to the next one above the baseline."""
+    two_above = {**MLP, "dynamic_int8": (0.5e-3, 0.999, 400, 0.9)}  # hygiene paired 1.25x, int8 1.11x
+
+    def confirmed(config: dict[str, Any]) -> list[str]:
+        result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1,
+                                                    time_budget_s=600.0, **config),
+                          executor=RefutingTrials(two_above))
+        assert result.winner is None
+        return [r["label"] for r in result.rows if r.get("confirmation")]
+
+    assert confirmed({"confirm_top": 1, "workdir": str(tmp_path / "one")}) == ["hygiene"]
+    assert sorted(confirmed({"workdir": str(tmp_path / "two")})) == ["dynamic_int8", "hygiene"]
+
+
+def test_on_size_the_smallest_candidate_wins_whatever_its_a_b_says_of_its_speed(tmp_path: Path) -> None:
+    """--objective size ranks by size, which the ranking measured exactly: its A/B against the baseline is kept for
+    the record, and a verdict of 'slower' (int8 weights dequantized on each call) does not take the win from it."""
+    result = optimize("zoo:mlp", OptimizeConfig(objective="size", passes=("hygiene", "dynamic_int8"), max_depth=1,
+                                                time_budget_s=600.0, workdir=str(tmp_path / "work")),
+                      executor=RefutingTrials(MLP))
+    assert result.winner is not None and result.row(result.winner)["label"] == "dynamic_int8"
+    assert result.confirmation is not None and result.confirmation["ab"]["verdict"] == "slower"
+
+
 def test_no_winner_on_size_says_the_baseline_is_smallest_without_claiming_an_a_b(tmp_path: Path) -> None:
     """With --objective size or memory, the baseline ranked first ended the search with 'no candidate was confirmed
     better than the baseline' and no reason, though no A/B was run."""

@@ -50,6 +50,44 @@ def test_violations_relative_absolute_latency_and_nan() -> None:
         Constraints(latency_budget_s=0)
 
 
+def test_a_drop_or_a_p99_exactly_at_its_budget_meets_it() -> None:
+    """The constraints read 'metric drop <= 25.00%', 'p99 <= 500 ms': a candidate exactly at a limit meets it
+    (figures chosen exact in binary floating point)."""
+    base = {**_row(1.0, 1.0), "higher_is_better": True}
+    assert violations(_row(0.25, 0.75), base, Constraints(max_metric_drop=0.25)) == []
+    assert violations(_row(0.25, 0.5), base, Constraints(max_metric_drop=None, max_metric_drop_abs=0.5)) == []
+    assert violations(_row(0.25, 1.0), base, Constraints(latency_budget_s=0.5)) == []  # p99 = 2 x p50 = 0.5 s
+    assert violations(_row(0.25, 0.5), base, Constraints(max_metric_drop=0.25)) != []
+
+
+def test_an_accuracy_one_sample_inside_its_budget_is_not_failed_by_float_rounding() -> None:
+    """Accuracies are k/N: 0.9 - 0.88 is 0.020000000000000018 in floating point, and 'metric drop 0.02 exceeds the
+    allowed 0.02' rejected a candidate exactly at its budget (764 of 800 such cases at N = 1000, and every 1%
+    relative case tried). One sample over is still over."""
+    n = 1000
+    for k_base in range(800, 1000, 7):
+        base = {**_row(1.0, k_base / n), "higher_is_better": True}
+        for budget in (1, 2, 5, 10):
+            at = _row(0.5, (k_base - budget) / n)
+            assert violations(at, base, Constraints(max_metric_drop=None, max_metric_drop_abs=budget / n)) == []
+            past = _row(0.5, (k_base - budget - 1) / n)
+            assert violations(past, base, Constraints(max_metric_drop=None, max_metric_drop_abs=budget / n)) != []
+    for base_metric in (0.1, 0.3, 0.7, 0.9):
+        base = {**_row(1.0, base_metric), "higher_is_better": True}
+        assert violations(_row(0.5, base_metric * 0.99), base, Constraints(max_metric_drop=0.01)) == []
+        assert violations(_row(0.5, base_metric * 0.989), base, Constraints(max_metric_drop=0.01)) != []
+
+
+def test_a_negative_baseline_metric_keeps_the_direction_of_the_drop() -> None:
+    """A metric that is negative (a log-likelihood, higher is better): falling from -1.0 to -1.5 is a 50% drop, not
+    a 50% gain; divided by the signed baseline, the worse candidate passed any relative budget."""
+    assert metric_drop(-1.5, -1.0) == pytest.approx((0.5, 0.5))
+    assert metric_drop(-0.5, -1.0) == pytest.approx((-0.5, -0.5))
+    base = {**_row(1.0, -1.0), "higher_is_better": True}
+    assert violations(_row(0.5, -1.5), base, Constraints(max_metric_drop=0.01)) == [
+        "metric drop 50.00% exceeds the allowed 1.00%"]
+
+
 def test_a_relative_budget_on_a_baseline_of_zero_says_to_give_an_absolute_one() -> None:
     """A disagreement rate (lower is better) of 0 for the original model: every int8 candidate was rejected with
     'metric drop inf% exceeds the allowed 1.00%', which said neither why nor what to do."""
@@ -89,6 +127,14 @@ def test_pareto_front_keeps_only_non_dominated() -> None:
     assert pareto_front(rows) == [0, 3, 4]
     # For a metric where lower is better the direction flips.
     assert pareto_front([_row(1.0, 0.1), _row(1.0, 0.2)], higher_is_better_metric=False) == [0]
+
+
+def test_identical_rows_stay_on_the_front_together() -> None:
+    """Dominating needs strictly better on one axis: two candidates that measured the same (a pass that changed
+    nothing, two spellings of one pipeline) do not push each other off the front, leaving neither on it."""
+    rows = [_row(0.5, 0.9), _row(0.5, 0.9), _row(1.0, 0.9)]
+    assert not dominates(rows[0], rows[1]) and not dominates(rows[1], rows[0])
+    assert pareto_front(rows) == [0, 1]
 
 
 def test_pareto_latency_axis_is_the_paired_one_where_rows_have_it() -> None:
@@ -134,6 +180,30 @@ def test_on_a_gpu_memory_ranks_by_the_gpu_memory_not_the_host_rss() -> None:
     assert pareto_front(rows, axes_for("cpu")) == [2]
     assert pareto_front(rows, axes_for("cuda")) == [1]
     assert pareto_front(rows, axes_for("cuda", "latency")) == [2]  # no GPU figure for engines outside memory searches
+
+
+def test_ties_go_to_the_pipeline_of_fewer_passes() -> None:
+    """As fast and as accurate: the candidate with fewer passes ranks first (less to go wrong, to load and keep
+    working), whatever order they were measured in."""
+    one = _row(0.5, 0.9, pipeline=[{"pass": "hygiene"}])
+    two = _row(0.5, 0.9, pipeline=[{"pass": "hygiene"}, {"pass": "dynamic_int8"}])
+    assert rank([two, one], "latency") == [1, 0]
+    assert rank([one, two], "size") == [0, 1]
+
+
+def test_size_and_memory_rank_by_their_own_figure_whatever_speed_gain_is_given() -> None:
+    """The paired gain is a time ratio: it ranks latency and throughput only. Given to a size ranking, the fastest
+    candidate came first, not the smallest."""
+    fast_big = {**_row(0.5, 0.9, size=400, mem=400), "paired_gain": 4.0}
+    slow_small = {**_row(1.0, 0.9, size=100, mem=100), "paired_gain": 1.1}
+    rows = [fast_big, slow_small]
+
+    def paired(r: dict[str, Any]) -> float:
+        return float(r["paired_gain"])
+
+    assert rank(rows, "latency", speed_gain=paired) == [0, 1]
+    assert rank(rows, "size", speed_gain=paired) == [1, 0]
+    assert rank(rows, "memory", speed_gain=paired) == [1, 0]
 
 
 def test_speed_objectives_rank_by_the_gain_the_search_passes() -> None:

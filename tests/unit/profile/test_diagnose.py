@@ -111,6 +111,33 @@ def test_a_python_loop_over_the_batch_rows_is_told_to_vectorise_not_to_batch() -
     assert single is not None and single.fixes and not single.fix.startswith("vectorise")
 
 
+def test_reads_into_python_for_half_the_batch_s_rows_are_a_loop_over_them() -> None:
+    """The rows rule takes a loop that reads a value for every second row (a mask, a per-row branch) as a loop over
+    the rows: 300 reads per step at batch 512 is told to vectorise, not to batch or compile (each measured no faster
+    on such a loop); at batch 1024 the 300 reads are too few for one."""
+    ops = []
+    for i in range(300):
+        ops.append(op("aten::item", i * 30.0, 4.0))
+        ops.append(op("aten::mul", i * 30.0 + 10, 4.0))
+    half = trace(ops, step_us=10_000.0)
+    half.batch_size = 512
+    top = _diagnose(half).top
+    assert top is not None and top.category == dg.LAUNCH_OVERHEAD and top.fix.startswith("vectorise")
+    fewer = trace(ops, step_us=10_000.0)
+    fewer.batch_size = 1024
+    top = _diagnose(fewer).top
+    assert top is not None and top.category == dg.LAUNCH_OVERHEAD and not top.fix.startswith("vectorise")
+
+
+def test_a_quarter_of_the_step_in_compute_bound_operators_is_a_finding() -> None:
+    """Any category that explains 20% of the step (MIN_SHARE) is a finding: a step 25% in GEMMs is named
+    compute-bound (at medium confidence), one 15% in them is not."""
+    quarter = _diagnose(trace([gemm(0, 2500)]))
+    found = [f for f in quarter.findings if f.category == dg.COMPUTE_BOUND]
+    assert len(found) == 1 and found[0].share == pytest.approx(0.25) and found[0].confidence == "medium"
+    assert not any(f.category == dg.COMPUTE_BOUND for f in _diagnose(trace([gemm(0, 1500)])).findings)
+
+
 def test_a_profiled_step_of_few_large_operators_far_slower_than_unprofiled_is_called_disturbed() -> None:
     """Two 1024-wide GEMMs profiled 1.67x slower than unprofiled (a busy spell): the caveat fired only at 3x, and
     '44% of peak: try torch.compile' was told of a step at 93% when measured quietly."""

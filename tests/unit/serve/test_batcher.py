@@ -21,6 +21,7 @@ from dlperf.serve.batcher import (
     ShuttingDown,
     Signals,
     Work,
+    _Tracker,
     collate,
 )
 from dlperf.serve.instances import ServedModel, Signature, TensorSpec, run_batch
@@ -117,6 +118,8 @@ def test_unbatched_policy_sends_one_request_at_a_time() -> None:
     [
         (Signals(in_system=1, peak_in_system=1, busy_arrival_rate=math.inf), "closed-loop"),
         (Signals(in_system=2, peak_in_system=16, busy_arrival_rate=50.0), "low-rate"),
+        # 250/s over the 4 ms left: exactly one more arrival expected, which is worth waiting for
+        (Signals(in_system=2, peak_in_system=16, busy_arrival_rate=250.0), ""),
         (BUSY, ""),
     ],
 )
@@ -335,6 +338,59 @@ def test_next_batch_fails_expired_requests_through_their_callbacks() -> None:
     assert batch == [ok]
     assert done == [late] and late.error_reason == "TIMEOUT"
     assert "Request timeout expired" in str(late.error)
+
+
+def test_requests_that_expire_in_the_queue_leave_the_closed_loop_count() -> None:
+    """A request failed for its timeout by next_batch is out of the system: counted on, each expiry raised the
+    in-system count for good, and the closed-loop signal (in system >= its recent peak) read a loop that was not."""
+    now = [0]
+    b = Batcher(BatchPolicy(1, 0.0), clock=lambda: now[0])
+    late, ok = _work(), _work()
+    late.deadline_ns = 5 * MS
+    b.submit(late)
+    b.submit(ok)
+    assert b.in_system == 2
+    now[0] = 10 * MS
+    assert b.next_batch() == [ok] and late.error_reason == "TIMEOUT"
+    assert b.in_system == 1  # `ok` runs; `late` is gone
+    b.release(1)
+    assert b.in_system == 0
+
+
+def test_the_recent_peak_in_the_system_spans_the_last_one_to_two_seconds() -> None:
+    """The closed-loop signal compares the requests in the system with their recent peak: the peak of the window
+    that just ended is kept through the next one (forgotten at the window's roll, 4 clients that had all been in
+    the server read as a loop of 0), a window older than that is forgotten (4 clients gone, 1 left, read as a loop
+    of 4 that never completes), and what is in the system when a window starts is that window's peak so far."""
+    now = [0]
+    occupancy = Occupancy(clock=lambda: now[0])
+    for _ in range(4):
+        occupancy.arrive(0)
+    assert occupancy.counts(0) == (4, 4)
+    occupancy.leave(500 * MS, 4)
+    assert occupancy.counts(1500 * MS) == (0, 4)  # a new window: the last one's peak still counts
+    for _ in range(3):
+        occupancy.arrive(1600 * MS)
+    occupancy.leave(1700 * MS, 2)
+    assert occupancy.counts(1700 * MS) == (1, 4)
+    # 2.5 s after the window began: both windows are past, and the one request still in is the peak
+    assert occupancy.counts(4000 * MS) == (1, 1)
+
+
+def test_the_busy_arrival_rate_counts_only_arrivals_into_a_busy_system() -> None:
+    """The low-rate rule asks how many requests will join a waiting batch: those that arrive while one is already
+    in the system. Counting every arrival, a client sending one request at a time (each served before the next)
+    read as 10 arrivals per busy 10 ms, and batches waited for company that never came."""
+    tracker = _Tracker(0)
+    for i in range(20):  # one request every 100 ms, served in 10 ms
+        tracker.arrive(i * 100 * MS)
+        tracker.leave(i * 100 * MS + 10 * MS, 1)
+    assert tracker.signals(2000 * MS).busy_arrival_rate == 0.0
+    for i in range(20, 40):  # now a second request comes 5 ms into each busy 10 ms: about 100/s while busy
+        tracker.arrive(i * 100 * MS)
+        tracker.arrive(i * 100 * MS + 5 * MS)
+        tracker.leave(i * 100 * MS + 10 * MS, 2)
+    assert tracker.signals(4000 * MS).busy_arrival_rate == pytest.approx(100.0, rel=0.25)
 
 
 def test_closed_loop_signal_tracks_requests_in_the_system() -> None:
