@@ -42,6 +42,27 @@ def test_the_block_size_comes_from_several_calls_not_the_first() -> None:
     assert _auto_iters([lambda: None, lambda: None], Programmed()) == 50  # 50 ms / a median of 1 ms
 
 
+@pytest.mark.parametrize("order", ["slow-first", "slow-last"])
+def test_the_block_size_comes_from_the_slower_side(order: str) -> None:
+    """Calls per block are set for about 50 ms on the slower side (a 5 ms call: 10 a block), whichever side that
+    is; sized from the faster side, each block of the slower one ran 250 ms."""
+    from dlperf.compare.ab import _auto_iters
+
+    slow, fast = [5_000_000] * 5, [1_000_000] * 5
+    durations = iter(slow + fast if order == "slow-first" else fast + slow)
+
+    class Programmed:
+        name = "programmed"
+
+        def start(self) -> None:
+            return None
+
+        def stop(self, token: None) -> int:
+            return next(durations)
+
+    assert _auto_iters([lambda: None, lambda: None], Programmed()) == 10
+
+
 def test_the_title_names_the_workload_as_given_not_side_a_with_its_options() -> None:
     from dlperf.compare.ab import run_ab
     from dlperf.compare.settings import parse_settings

@@ -217,3 +217,21 @@ def test_the_fewest_samples_for_an_interval_follow_the_confidence() -> None:
     assert [min_samples_for_interval(c) for c in (0.9, 0.95, 0.99)] == [5, 6, 8]
     assert Measurement([1000] * 5).summary()["median_ci_s"] is None  # printed "-", not "CI -0.0/+0.0%"
     assert Measurement([1000 + i for i in range(6)]).summary()["median_ci_s"] is not None
+
+
+def test_the_mann_whitney_effect_is_of_the_current_run_against_the_baseline() -> None:
+    """The gate's JSON gives the test's z and P(current > baseline): a slower current run must read z > 0 and a
+    probability over one half (the test run the other way round gives the same p-value and the opposite story)."""
+    rng = np.random.default_rng(11)
+    result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.012, 300)}, GateConfig(max_regression=0.05))
+    mw = result.to_dict()["points"][0]["mann_whitney"]
+    assert mw["z"] > 0 and mw["prob_greater"] > 0.9
+
+
+def test_a_baseline_batch_size_the_new_run_did_not_measure_is_warned_about() -> None:
+    """A check that measured fewer batch sizes than its baseline passes on those it has; the others are named, or a
+    regression at batch 8 goes unseen behind a PASS at batch 1."""
+    rng = np.random.default_rng(12)
+    result = gate({1: _m(rng, 0.01, 100), 8: _m(rng, 0.04, 100, batch=8)}, {1: _m(rng, 0.01, 100)})
+    assert [p.batch_size for p in result.points] == [1]
+    assert "batch sizes [8] of the baseline were not re-measured" in result.warnings

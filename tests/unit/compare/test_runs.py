@@ -307,3 +307,20 @@ def test_two_profiles_of_other_batch_sizes_or_modes_say_so(store: Store) -> None
     assert "measured at different batch sizes (trace.batch_size: A 1, B 8)" in notes
     notes = "\n".join(compare_records(store.get(b), store.get(c)).notes)
     assert "mode: A inference, B train" in notes and "different batch sizes" not in notes
+
+
+def test_a_test_that_is_not_significant_gives_no_direction_whatever_the_interval() -> None:
+    """The direction needs the test significant at alpha as well as the median ratio's interval on one side of 1:
+    p=0.3 beside an interval of 1.01-1.05 is no significant difference, not "B slower"."""
+    from dlperf.compare.runs import PointComparison
+    from dlperf.compare.stats import MannWhitney, RatioEstimate
+
+    def point(p_value: float, prob_greater: float, ci: tuple[float, float]) -> PointComparison:
+        test = MannWhitney(u=0.0, p_value=p_value, z=1.0 if prob_greater > 0.5 else -1.0, prob_greater=prob_greater,
+                           n_x=1000, n_y=1000)
+        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.03, 1.03, ci, 0.95))
+
+    assert point(0.3, 0.55, (1.01, 1.05)).verdict == "no significant difference"
+    assert point(0.3, 0.45, (0.95, 0.99)).verdict == "no significant difference"
+    assert point(0.05, 0.55, (1.01, 1.05)).verdict == "no significant difference"  # p = alpha is not below it
+    assert point(0.049, 0.55, (1.01, 1.05)).verdict == "B slower"

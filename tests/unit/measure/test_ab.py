@@ -58,6 +58,14 @@ def test_min_effect_hides_a_tiny_but_certain_shift() -> None:
     assert decide(ratios, min_effect=0.001)[2] == FASTER
 
 
+def test_min_effect_hides_a_tiny_but_certain_slowdown_too() -> None:
+    """The dead zone is on both sides of 1: a certain 0.5% slowdown is no significant difference at min_effect 1%,
+    as a 0.5% speedup is (without it, the interval's lower end was compared with 1, not with 1.01)."""
+    ratios = [1.005] * 10
+    assert decide(ratios, min_effect=0.01)[2] == SAME
+    assert decide(ratios, min_effect=0.001)[2] == SLOWER
+
+
 def test_decide_needs_two_ratios() -> None:
     with pytest.raises(ValueError):
         decide([1.0])

@@ -1,13 +1,14 @@
-"""BenchPoint's derived fields: CPU taken by other processes and the contention warning."""
+"""BenchPoint's derived fields (CPU taken by other processes, the contention warning) and a run's headline."""
 
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
-from dlperf.measure.bench import CONTENTION_PERCENT, BenchPoint
-from dlperf.measure.stats import Measurement
+from dlperf.measure.bench import CONTENTION_PERCENT, BenchConfig, BenchPoint, headline_record
+from dlperf.measure.stats import Measurement, percentile_upper_bound
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +31,27 @@ def test_other_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert edge.contention_warning is not None
     data = busy.to_dict()
     assert data["other_load_percent"] == pytest.approx(177.0) and data["contention_warning"]
+
+
+def test_the_offline_headline_is_the_batch_size_of_the_best_throughput_not_the_last() -> None:
+    """Offline's headline is the best items/s of the sweep: here batch 8, between a slower batch 1 and a batch 32
+    that ran out of cache (the last batch size measured is not the best one)."""
+    points = [BenchPoint(1, Measurement([100_000] * 20), 2**20, 100.0, 50.0),  # 10,000 items/s
+              BenchPoint(8, Measurement([200_000] * 20, items_per_call=8), 2**20, 100.0, 50.0),  # 40,000
+              BenchPoint(32, Measurement([1_600_000] * 20, items_per_call=32), 2**20, 100.0, 50.0)]  # 20,000
+    headline = headline_record(BenchConfig(batch_sizes=(1, 8, 32)), points)
+    assert headline == {"kpi": "throughput", "value": pytest.approx(40_000.0), "unit": "items/s", "batch_size": 8}
+
+
+def test_a_latency_headline_is_its_percentile_and_bound_of_the_samples_in_any_order() -> None:
+    """single-stream's headline is the p90 of the calls (not their median), and its bound_99 is MLPerf's bound of
+    the sorted samples: the samples are kept in the order they were timed, which is not sorted."""
+    samples = [1_000 * k for k in range(1, 101)]
+    random.Random(4).shuffle(samples)
+    m = Measurement(samples)
+    headline = headline_record(BenchConfig(scenario="single-stream"), [BenchPoint(1, m, 2**20, 100.0, 50.0)])
+    assert headline["kpi"] == "p90_s" and headline["batch_size"] == 1
+    assert headline["value"] == pytest.approx(90.1e-6) == m.p90_s
+    bound = percentile_upper_bound(sorted(m.samples_s), 90)
+    assert bound is not None and bound >= m.p90_s
+    assert headline["bound_99"] == bound

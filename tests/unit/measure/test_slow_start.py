@@ -73,3 +73,41 @@ def test_the_mean_after_a_slow_start_is_judged_without_it() -> None:
     m = Measurement(samples)
     assert m.slow_start is not None and m.heavy_tail_note is None  # the slow start's note says it already
     assert Measurement([40_000 + 500 * (i % 3) for i in range(400)]).heavy_tail_note is None
+
+
+def test_a_leading_segment_exactly_half_slow_counts() -> None:
+    """"At least half of them slow": two slow calls of the first four still make a slow start of four calls;
+    a strict "more than half" dropped the fourth call and then, with one slow call left, reported nothing."""
+    samples = [9_000_000, 40_000, 40_000, 9_000_000] + [40_000] * 100
+    found = slow_start(samples)
+    assert found is not None and found.calls == 4
+
+
+def test_a_few_fast_calls_inside_the_warm_up_do_not_end_it() -> None:
+    """Fast calls among the slow ones at the start (a warm-up that stutters) are taken in: the segment ends only
+    when it falls well below half slow, so the slow calls after four fast ones still count (10 calls, not 2)."""
+    samples = [9_000_000] * 2 + [40_000] * 4 + [9_000_000] * 4 + [40_000] * 100
+    found = slow_start(samples)
+    assert found is not None and found.calls == 10
+
+
+def test_a_slow_start_of_half_the_run_is_measured_against_the_later_calls() -> None:
+    """The reference is the median of the last half of the samples, not of all of them: with half the calls slow,
+    the median of all lies among the slow ones and the slow start went unseen. With an even count the reference is
+    the mean of the two middle values (43.5 us here), not the upper one."""
+    samples = [9_000_000] * 8 + [40_000 + 1_000 * k for k in range(8)]
+    found = slow_start(samples)
+    assert found is not None and found.calls == 8
+    assert found.later_median_s == pytest.approx(43.5e-6)
+
+
+def test_the_heavy_tail_note_starts_just_above_twice_the_median() -> None:
+    """HEAVY_TAIL_RATIO is 2: a mean of 2.1x the median gets the note, one of 1.95x does not (a higher threshold
+    would let throughput and median disagree by 2-3x unsaid)."""
+    def run(slow_ns: int) -> Measurement:
+        return Measurement([slow_ns if i % 10 == 5 else 1_000_000 for i in range(100)])
+
+    heavy = run(12_000_000)  # mean 2.1 ms, median 1 ms
+    assert heavy.slow_start is None
+    assert heavy.heavy_tail_note is not None and heavy.heavy_tail_note.startswith("the mean call is 2.1x the median")
+    assert run(10_500_000).heavy_tail_note is None  # mean 1.95 ms

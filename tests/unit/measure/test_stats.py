@@ -111,6 +111,16 @@ def test_summary_and_round_trip(data_ns: list[int]) -> None:
     assert back.samples_ns == m.samples_ns and back.items_per_call == 4 and back.warmup_iters == 3
 
 
+def test_round_trip_keeps_the_clock_label_and_extra() -> None:
+    """A stored measurement read back keeps its clock: the short-call note depends on it (a 9 us call is under 20x
+    CUDA events' resolution, not perf_counter_ns's), and a record that came back as perf_counter_ns lost the note."""
+    m = Measurement([9_000] * 8, clock="cuda_events", label="gpu", extra={"stop_note": "stopped at the cap"})
+    back = Measurement.from_dict(m.to_dict())
+    assert (back.clock, back.label, back.extra) == ("cuda_events", "gpu", {"stop_note": "stopped at the cap"})
+    assert back.noise_warning is not None and back.noise_warning == m.noise_warning
+    assert back.summary()["stop_note"] == "stopped at the cap"
+
+
 def test_measurement_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         Measurement([])

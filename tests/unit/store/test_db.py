@@ -125,6 +125,24 @@ def test_result_json_allows_nan_and_objects(store: Store) -> None:
     assert store.get(run.id).result == {"v": float("inf"), "path": "/x", "t": [1, 2]}
 
 
+def test_a_run_reads_back_as_it_was_recorded(store: Store) -> None:
+    """Everything a run is created with comes back from the store: its config, environment, parent and tags; a
+    result holding a Measurement is stored as the Measurement's own dict (from_dict reads it back), not its repr."""
+    from dlperf.measure.stats import Measurement
+
+    parent = store.create_run("optimize", "zoo:mlp")
+    m = Measurement([1_000, 1_200, 900], items_per_call=4, clock="cuda_events", label="b")
+    created = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1, 8]}, {"torch_threads": 2},
+                               parent_id=parent.id, tags={"ci": "main", "pr": 7})
+    store.finish_run(created.id, {"measurement": m, "batch_sizes": {8}})
+    back = store.get(created.id)
+    assert (back.config, back.environment, back.parent_id) == ({"batch_sizes": [1, 8]}, {"torch_threads": 2},
+                                                               parent.id)
+    assert back.tags == {"ci": "main", "pr": 7}
+    assert back.result["batch_sizes"] == [8]
+    assert Measurement.from_dict(back.result["measurement"]) == m
+
+
 def test_env_var_and_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "from-env" / "runs.db"
     monkeypatch.setenv(ENV_VAR, str(target))

@@ -42,6 +42,15 @@ def test_series_is_oldest_first_at_the_newest_runs_first_batch() -> None:
     assert h.unit == "s" and not h.higher_is_better
 
 
+def test_without_a_batch_size_the_newest_runs_first_batch_is_used_not_the_oldest() -> None:
+    """A workload re-benchmarked at other batch sizes: the history is of the batch size the newest run measured
+    first (1), not the oldest run's (8)."""
+    records = [_record("old", "2026-01-01", [_point(8, 0.008, 1000.0), _point(1, 0.001, 1000.0)]),
+               _record("new", "2026-01-02", [_point(1, 0.002, 500.0), _point(8, 0.009, 890.0)])]
+    h = kpi_history(records, "p50")
+    assert h.batch_size == 1 and h.values == [0.001, 0.002]
+
+
 def test_throughput_at_a_chosen_batch() -> None:
     h = kpi_history(RECORDS, "throughput", batch_size=8)
     assert [p.run_id for p in h.points] == ["a", "b", "c"]
