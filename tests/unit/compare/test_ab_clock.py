@@ -23,23 +23,29 @@ def test_a_cuda_side_without_cuda_is_refused_with_the_reason() -> None:
         _clock(parse_settings("device=cpu"), parse_settings("device=cuda"))
 
 
+class Programmed:
+    """A fake clock whose every timed call lasts the next of the durations (ns) given."""
+
+    name = "programmed"
+
+    def __init__(self, durations_ns: list[int]) -> None:
+        self.durations = iter(durations_ns)
+
+    def start(self) -> None:
+        return None
+
+    def stop(self, token: None) -> int:
+        return next(self.durations)
+
+
 def test_the_block_size_comes_from_several_calls_not_the_first() -> None:
     """One timed call per side set the block size: a slow first call (a cache miss, another process) gave 5, 22 and
     28 calls per block for the same command."""
     from dlperf.compare.ab import _auto_iters
 
-    durations = iter([10_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000] * 2)  # ns: one slow call of five
-
-    class Programmed:
-        name = "programmed"
-
-        def start(self) -> None:
-            return None
-
-        def stop(self, token: None) -> int:
-            return next(durations)
-
-    assert _auto_iters([lambda: None, lambda: None], Programmed()) == 50  # 50 ms / a median of 1 ms
+    # ns: one slow call of five
+    clock = Programmed([10_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000] * 2)
+    assert _auto_iters([lambda: None, lambda: None], clock) == 50  # 50 ms / a median of 1 ms
 
 
 @pytest.mark.parametrize("order", ["slow-first", "slow-last"])
@@ -49,18 +55,8 @@ def test_the_block_size_comes_from_the_slower_side(order: str) -> None:
     from dlperf.compare.ab import _auto_iters
 
     slow, fast = [5_000_000] * 5, [1_000_000] * 5
-    durations = iter(slow + fast if order == "slow-first" else fast + slow)
-
-    class Programmed:
-        name = "programmed"
-
-        def start(self) -> None:
-            return None
-
-        def stop(self, token: None) -> int:
-            return next(durations)
-
-    assert _auto_iters([lambda: None, lambda: None], Programmed()) == 10
+    clock = Programmed(slow + fast if order == "slow-first" else fast + slow)
+    assert _auto_iters([lambda: None, lambda: None], clock) == 10
 
 
 def test_the_title_names_the_workload_as_given_not_side_a_with_its_options() -> None:
