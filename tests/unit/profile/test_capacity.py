@@ -45,6 +45,15 @@ def test_memory_held_before_the_model_is_not_fixed_by_a_smaller_batch() -> None:
            "cannot bring it down" in text
 
 
+@pytest.mark.parametrize(("step_mib", "batch_fix"), [(150, True), (80, False)])
+def test_a_smaller_batch_is_named_where_the_step_holds_half_the_overrun_or_more(step_mib: int, batch_fix: bool) -> None:
+    """Over 85% of an 800 MiB budget by 200 MiB: a step holding 150 MiB (three quarters of that) is brought under by
+    a smaller batch; one holding 80 MiB (under half) is not, and the fix says what else holds the memory."""
+    f = _capacity(start=600 * MIB, peak=880 * MIB, budget=800 * MIB, model=0, step_holds=step_mib * MIB, batch=4)
+    assert (f.setting == "--batch-size (smaller)") == batch_fix
+    assert f.fix.startswith("lower the batch size") == batch_fix
+
+
 def test_large_weights_point_at_smaller_weights() -> None:
     f = _capacity(start=300 * MIB, peak=900 * MIB, budget=1000 * MIB, model=580 * MIB, step_holds=20 * MIB, batch=8)
     assert f.title == "host memory is nearly exhausted"

@@ -170,6 +170,17 @@ def test_waiting_for_data_ranks_first_as_root_cause() -> None:
     assert top.estimated_speedup == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize(("wait_us", "confidence"), [(4500, "high"), (3500, "medium")])
+def test_waiting_for_data_is_high_confidence_from_40pct_of_the_step(wait_us: int, confidence: str) -> None:
+    """A step that waits 45% of its time for data is plainly input-bound; at 35% it is a medium-confidence finding."""
+    info = LoaderInfo("DataLoader", True, num_workers=0, pin_memory=False, prefetch_factor=None,
+                      persistent_workers=False, batch_size=16)
+    t = trace([gemm(10_000 - wait_us, 10_000 - wait_us - 100)], mode=TRAIN, data_wait_s=wait_us / 1e6, loader=info,
+              phase_us={"data": wait_us, "forward": 10_000 - wait_us})
+    found = next(f for f in _diagnose(t).findings if f.category == dg.INPUT_PIPELINE)
+    assert found.confidence == confidence
+
+
 def test_oversubscribed_threads_outrank_the_compute_they_slow_down() -> None:
     d = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=16, usable=2)))
     assert d.top is not None and d.top.category == dg.HOST_THREADS and d.top.root_cause
