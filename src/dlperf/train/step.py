@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dlperf.errors import DlperfError, MeasurementError, TrainError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_release_cached, cuda_reset_peak
-from dlperf.measure.stats import Measurement, median
+from dlperf.measure.stats import Measurement
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off, too_many_workers
 from dlperf.workload.base import Workload
@@ -341,9 +341,3 @@ def measure_training(
         return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, count_flops, on_progress)
     finally:
         loop.close()
-
-
-def median_phase_s(result: TrainMeasurement, phase: str) -> float:
-    """Median seconds of one phase over the measured steps."""
-    values = result.phases_ns[phase]
-    return median([float(v) for v in values]) / 1e9 if values else 0.0

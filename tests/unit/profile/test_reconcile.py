@@ -153,3 +153,23 @@ def test_a_fix_measured_far_faster_than_estimated_ranks_its_finding_first() -> N
     fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11, share=0.6)
     reconcile(dg.Diagnosis([fast], "v"), [_result(fast, 1.3, (1.1, 1.5), FASTER)])
     assert fast.share == 0.6 and "so it explains" not in fast.evidence[-1]
+
+
+def test_a_finding_with_one_fix_contradicted_and_another_inconclusive_is_inconclusive() -> None:
+    """Only a finding whose measured fixes all contradict its estimate is demoted: one fix that could not tell
+    (its CI reaches the estimate) leaves it as it was."""
+    f = _finding(dg.INPUT_PIPELINE, "waits", 1.5, "medium")
+    d = dg.Diagnosis([f], dg.verdict_of(f))
+    reconcile(d, [_result(f, 0.8, (0.75, 0.85), SLOWER), _result(f, 1.2, (0.9, 1.7), SAME, "compile")])
+    assert f.verification == "inconclusive" and f.confidence == "medium"
+    assert "did not hold" not in d.verdict
+
+
+def test_the_share_a_confirmed_fix_implies_comes_from_the_surest_of_them() -> None:
+    """Of two fixes measured faster, the share of the step they imply is the larger lower CI end's (2.0x at least:
+    50%), not the larger point estimate's (3.0x, but only 1.1x at least)."""
+    f = _finding(dg.INPUT_PIPELINE, "waits", 1.3, share=0.2)
+    d = dg.Diagnosis([f], dg.verdict_of(f))
+    reconcile(d, [_result(f, 3.0, (1.1, 8.0), FASTER), _result(f, 2.2, (2.0, 2.4), FASTER, "compile")])
+    assert f.share == pytest.approx(0.5)
+    assert "measured 2.20x" in f.estimated_gain

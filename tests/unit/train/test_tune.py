@@ -14,7 +14,7 @@ from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
 from dlperf.errors import ConfigError, TrainError
-from dlperf.measure.ab import FASTER, ABConfig
+from dlperf.measure.ab import FASTER, SAME, ABConfig
 from dlperf.report.terminal import fmt_count
 from dlperf.report.train_view import measurement_view, tune_view
 from dlperf.store import Store
@@ -23,6 +23,8 @@ from dlperf.train.loop import StepConfig, TrainLoop
 from dlperf.train.parity import ParityConfig
 from dlperf.train.tune import (
     ACCEPTED,
+    FAILED,
+    NOT_FASTER,
     PARITY_FAILED,
     SKIPPED,
     Trial,
@@ -390,3 +392,45 @@ def test_a_split_that_fails_parity_on_a_summed_loss_says_the_loss_looks_summed()
     assert summed_loss_hint(64, 64, summed) is None  # same micro-batch: not the cause
     diverged = compare_losses([1.0, 0.9, 0.8, 0.8], [1.0, 1.2, 1.5, 1.5])
     assert summed_loss_hint(64, 32, diverged) is None  # another failure: no such hint
+
+
+def test_a_candidate_no_faster_is_not_kept_and_its_speedup_counts_its_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call takes the same time (a fake clock): a batch of 64 against 32 trains 2x the samples/s, its CI with
+    it, yet the A/B finds no difference per call, so the candidate is not kept (only a required one would be)."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    knobs: dict[str, Knob] = {"batch": FixedKnob("batch", ({"batch_size": 64},))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4, rtol=10.0), ab=quick, final_ab=quick, measure_steps=2,
+                        steps_per_call=1, count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    (trial,) = result.trials
+    assert trial.verdict == SAME
+    assert trial.status == NOT_FASTER and result.best.batch_size == 32
+    assert trial.speedup == pytest.approx(2.0)
+    assert trial.speedup_ci == (pytest.approx(2.0), pytest.approx(2.0))
+
+
+def test_a_sweep_goes_on_past_a_candidate_that_failed_and_stops_at_one_not_faster(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed proposal says nothing of the next one (fp16 cannot run on a CPU); one measured no faster ends the
+    sweep, as the next would be further along the same direction."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    knobs: dict[str, Knob] = {"sweep": FixedKnob("sweep", ({"precision": "fp16"}, {"optimizer_impl": "foreach"},
+                                                           {"optimizer_impl": "fused"}), sweep=True)}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    assert [t.status for t in result.trials] == [FAILED, NOT_FASTER]
+
+
+def test_a_setting_changed_by_two_accepted_trials_carries_both_gains() -> None:
+    base = StepConfig(batch_size=64)
+    trials = [Trial("workers", {"num_workers": 2}, "", ACCEPTED, speedup=1.5),
+              Trial("workers", {"num_workers": 4}, "", ACCEPTED, speedup=1.2)]
+    (setting,) = code_settings(base, base.replace(num_workers=4), trials)
+    assert setting.speedup == pytest.approx(1.8)

@@ -17,7 +17,7 @@ from dlperf.report.train_view import trial_notes, tune_view
 from dlperf.train.knobs import Candidate, Knob, TuneContext
 from dlperf.train.loop import StepConfig
 from dlperf.train.parity import ParityConfig
-from dlperf.train.tune import TuneConfig, Tuner, disturbance, paired_rates
+from dlperf.train.tune import TuneConfig, Tuner, disturbance, paired_rates, throughput_speedup
 
 from ._workloads import tiny
 
@@ -114,3 +114,29 @@ def test_a_tuning_prints_figures_that_agree_with_its_speedups() -> None:
     assert "disturbed" in data and "disturbed" in data["trials"][0]
     text = _render(tune_view({**data, "disturbed": "disturbed: over the whole A/B the best trained 0.50x"}))
     assert "disturbed: over the whole A/B the best trained 0.50x" in text
+
+
+def _steady_ab() -> ABResult:
+    """6 blocks of 2 calls: A 10 ms a call, B 5 or 5.5 ms (alternate blocks)."""
+    durations = []
+    for block in range(6):
+        b = 5 * MS if block % 2 == 0 else 5_500_000
+        durations += [10 * MS, 10 * MS, b, b] if block % 2 == 0 else [b, b, 10 * MS, 10 * MS]
+    return ab_test(lambda: None, lambda: None, ABConfig(blocks=6, iters_per_block=2, warmup_iters=0),
+                   FakeClock(durations))
+
+
+def test_the_speedup_of_a_larger_batch_is_in_samples_not_calls() -> None:
+    """B's calls take half A's time per call and train twice A's samples: 4x A's samples/s (2x per call)."""
+    ab = ab_test(lambda: None, lambda: None, ABConfig(blocks=4, iters_per_block=2, warmup_iters=0),
+                 FakeClock([10 * MS, 10 * MS, 5 * MS, 5 * MS, 5 * MS, 5 * MS, 10 * MS, 10 * MS] * 2))  # ABBA
+    assert ab.speedup == pytest.approx(2.0)
+    assert throughput_speedup(ab, StepConfig(batch_size=32), StepConfig(batch_size=64)) == pytest.approx(4.0)
+
+
+def test_totals_of_a_side_training_fewer_samples_per_call_are_not_a_disturbance() -> None:
+    """B trains half A's samples per call in half the time: over the whole A/B the same samples/s as A, which is
+    inside the paired blocks' interval once that is counted in samples (about 1x), not in calls (about 2x)."""
+    ab = _steady_ab()
+    assert ab.speedup_ci[0] > 1.5
+    assert disturbance(ab, (12 * 64, 12 * 32)) is None

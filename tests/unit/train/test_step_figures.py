@@ -1,0 +1,132 @@
+"""The figures of a training measurement where a plausible slip would give a wrong number and no other test would
+notice: the step time, achieved FLOP/s, the input-bound finding, the steps the losses come from, the samples and
+phase times of an accumulated step, the loader's queued batches in a step's footprint, parity's tolerance, and DDP's
+exposed communication, overlap and threads (from a mutation-testing audit)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dlperf.measure.env import usable_cores
+from dlperf.measure.stats import Measurement
+from dlperf.train import loop as loop_module
+from dlperf.train.ddp import DdpConfig, DdpResult, RankStats
+from dlperf.train.knobs.batch import queued_batches, step_footprint_bytes
+from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop
+from dlperf.train.parity import compare_losses, loss_curve
+from dlperf.train.step import TrainMeasurement, measure_training
+
+from ._workloads import FEATURES, tiny
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+
+
+def _measured(samples_ns: list[int], batch: int = 16, phases_ns: dict[str, list[int]] | None = None,
+              **kwargs: Any) -> TrainMeasurement:
+    phases = {p: [0] * len(samples_ns) for p in PHASES}
+    phases.update(phases_ns or {})
+    return TrainMeasurement("tiny", StepConfig(batch_size=batch, threads=1), Measurement(samples_ns, batch),
+                            phases, 0, **kwargs)
+
+
+def test_the_step_time_is_the_median_step() -> None:
+    """One stalled step (40 ms among 10 ms ones) moves the mean step, not the median one reported."""
+    assert _measured([10 * MS, 40 * MS, 10 * MS]).step_s == pytest.approx(0.010)
+
+
+def test_achieved_flops_scale_with_the_samples_of_the_counted_step() -> None:
+    """The FLOPs were counted on a short last batch of 8 samples: per sample they are 1000 / 8, and the steps
+    measured trained 16 samples/s, so 2000 FLOP/s; over the full batch of 16 it would read 1000."""
+    m = _measured([MS * 1000, MS * 1000], flops_per_step=1000.0, samples_per_step=[16, 16], flops_step_samples=8)
+    assert m.samples_per_s == pytest.approx(16.0)
+    assert m.achieved_flops == pytest.approx(2000.0)
+
+
+def test_achieved_flops_without_per_step_samples_are_over_the_whole_measured_time() -> None:
+    """3 steps in 60 ms: 50 steps/s, whatever the median step (10 ms) would say."""
+    m = _measured([10 * MS, 40 * MS, 10 * MS], flops_per_step=1e6)
+    assert m.achieved_flops == pytest.approx(50e6)
+
+
+def test_a_step_waiting_40_percent_for_data_is_input_bound() -> None:
+    m = _measured([10 * MS], phases_ns={"data": [4 * MS], "forward": [6 * MS]})
+    assert any(f.startswith("input-bound: 40% of the step") for f in m.findings())
+
+
+def test_the_measured_losses_are_those_of_the_timed_steps_not_the_warm_up() -> None:
+    config = StepConfig(batch_size=16, threads=1)
+    result = measure_training(tiny(), config, steps=3, warmup_steps=2, count_flops=False)
+    curve = loss_curve(tiny(), config, steps=5)
+    assert result.losses == pytest.approx(curve[2:])
+
+
+def test_an_accumulated_step_counts_the_samples_of_every_micro_batch() -> None:
+    """3 micro-batches of 8: the step trained 24 samples, and samples/s counts them all."""
+    loop = TrainLoop(tiny(), StepConfig(batch_size=8, accumulation_steps=3, threads=1))
+    try:
+        loop.step()
+        assert loop.last_step_samples == 24
+    finally:
+        loop.close()
+    result = measure_training(tiny(), StepConfig(batch_size=8, accumulation_steps=3, threads=1), steps=2,
+                              warmup_steps=1, count_flops=False)
+    assert result.samples_per_step == [24, 24]
+
+
+def test_the_phase_timer_adds_up_a_phase_over_the_micro_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each micro-batch waits for its own batch: the step's data time is the sum of the waits (5 + 7 ns)."""
+    ticks = iter([0, 5, 100, 107])
+    monkeypatch.setattr(loop_module, "time", SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
+    timer = PhaseTimer("cpu")
+    for _ in range(2):
+        timer.start("data")
+        timer.stop()
+    assert timer.finish()["data"] == 12
+
+
+def test_a_loader_with_workers_adds_its_queued_batches_to_the_footprint() -> None:
+    """Each worker holds prefetch_factor batches (DataLoader's default 2) besides the one trained on."""
+    assert queued_batches(StepConfig(batch_size=8, num_workers=2)) == 4
+    assert queued_batches(StepConfig(batch_size=8, num_workers=2, prefetch_factor=3)) == 6
+    plain = step_footprint_bytes(tiny(), StepConfig(batch_size=8, threads=1))
+    queued = step_footprint_bytes(tiny(), StepConfig(batch_size=8, threads=1, num_workers=2, prefetch_factor=1))
+    batch_bytes = 8 * FEATURES * 4 + 8 * 8  # float32 inputs, int64 targets
+    assert queued - plain == 2 * batch_bytes
+
+
+def test_parity_allows_the_absolute_tolerance_on_top_of_the_relative_one() -> None:
+    result = compare_losses([1.0] * 4, [1.0, 1.0, 1.2, 1.2], rtol=0.05, atol=0.2)
+    assert result.tolerance == pytest.approx(0.25)
+    assert result.ok
+
+
+def test_a_non_finite_loss_anywhere_fails_parity() -> None:
+    """The tail means are compared, but a nan in the first half still says the candidate's training broke."""
+    result = compare_losses([2.0, 2.0, 1.0, 1.0], [math.nan, 2.0, 1.0, 1.0])
+    assert not result.ok
+
+
+def _ddp(step_n: float, nosync_n: float, allreduce: float) -> DdpResult:
+    single = RankStats(1, 32, 0.010, 0.010, 0.0, 4 * 2**20, 3)
+    multi = RankStats(2, 32, step_n, nosync_n, allreduce, 4 * 2**20, 3)
+    return DdpResult("w", "gloo", 1, 25.0, single, multi)
+
+
+def test_exposed_communication_is_never_negative_and_overlap_is_the_hidden_share() -> None:
+    """A no-sync step measured slower than the DDP step (noise) exposes no communication, not a negative share; of
+    a 4 ms all-reduce, 1 ms exposed means 75% hidden."""
+    noisy = _ddp(step_n=0.010, nosync_n=0.011, allreduce=0.004)
+    assert noisy.exposed_comm_s == 0.0 and noisy.comm_share == 0.0
+    assert _ddp(step_n=0.011, nosync_n=0.010, allreduce=0.004).overlap == pytest.approx(0.75)
+
+
+def test_ddp_ranks_share_the_usable_cores_by_default() -> None:
+    cores = usable_cores()
+    assert DdpConfig(nproc=1).threads_for() == cores
+    assert DdpConfig(nproc=cores).threads_for() == 1
