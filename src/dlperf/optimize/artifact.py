@@ -47,14 +47,15 @@ ENGINE_INSTALL = {"onnxruntime": "it with `pip install 'dlperf[onnx]'`",
                   "openvino": "it with `pip install 'dlperf[openvino]'`", "tensorrt": TORCH_TENSORRT_INSTALL}
 
 
-def io_spec(values: Any, names: Any = ()) -> list[dict[str, Any]]:
-    """[{"name", "dtype", "shape" (dim 0 = -1: any batch)}] for a tuple of tensors."""
+def io_spec(values: Any, names: Any = (), prefix: str = "input") -> list[dict[str, Any]]:
+    """[{"name", "dtype", "shape" (dim 0 = -1: any batch)}] for a tuple of tensors; an unnamed one is `prefix`_i, as
+    the engine artifacts name theirs (a torch recipe's unnamed outputs were input_0, its input's name too)."""
     spec = []
     for i, value in enumerate(values):
         shape = list(getattr(value, "shape", []))
         if shape:
             shape[0] = -1
-        name = names[i] if i < len(names) else f"{'input'}_{i}"
+        name = names[i] if i < len(names) else f"{prefix}_{i}"
         spec.append({"name": name, "dtype": str(getattr(value, "dtype", "")).replace("torch.", ""),
                      "shape": shape})
     return spec
@@ -131,7 +132,7 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
         "workload": source,
         "recipe": candidate.to_list(),
         "inputs": io_spec(inputs, tuple(workload.input_names)),
-        "outputs": io_spec(outputs, tuple(workload.output_names)),
+        "outputs": io_spec(outputs, tuple(workload.output_names), "output"),
     }
     if settings.extra_modules:
         # The recipe may use passes of the search's own pass modules: a fresh process must import them to

@@ -267,7 +267,11 @@ def test_a_torch_recipe_is_served_under_its_workload_s_name(tmp_path: Path) -> N
     evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": Candidate((HygieneConfig(),)).to_list(),
                    "out_dir": str(out)}, lambda phase: None)
     assert read_manifest(out / "artifact")["name"] == "tiny-net"
-    assert load_served_model(str(out / "artifact")).name == "tiny-net"
+    served = load_served_model(str(out / "artifact"))
+    assert served.name == "tiny-net"
+    # unnamed tensors are input_i and output_i as in engine artifacts: the output was 'input_0', its input's name
+    assert [s.name for s in served.signature.inputs] == ["input_0"]
+    assert [s.name for s in served.signature.outputs] == ["output_0"]
 
 
 def test_a_recipe_pass_that_does_not_replay_on_the_device_asked_names_the_device() -> None:
@@ -282,3 +286,60 @@ def test_a_recipe_pass_that_does_not_replay_on_the_device_asked_names_the_device
                     "need a CUDA device; it was exported for cuda: use it with --device cuda")
     same = _replay_error(Path("art"), {"device": "cpu"}, "precision", PassNotApplicable("precision: not applicable: x"))
     assert "load it on a machine like the one it was measured on" in same
+
+
+def test_an_engine_s_batch_range_bounds_the_sizes_measured_both_ends_included() -> None:
+    """A TensorRT engine built for batches 2 to 8 runs 2 and 8 (refusing 8 would refuse its own build size); the
+    default sizes are cut to the range, and where none falls in it the smallest size it runs stands in (the
+    largest would be the one most likely out of memory)."""
+    from dlperf.optimize.artifact import artifact_batch_range, batch_sizes_for
+
+    manifest = {"engine": "tensorrt", "batch_range": [2, 8]}
+    assert artifact_batch_range(manifest) == (2, 8)
+    assert batch_sizes_for("art", manifest, [2, 8], (1,)) == (2, 8)
+    assert batch_sizes_for("art", manifest, None, (1, 2, 4, 8, 16)) == (2, 4, 8)
+    with pytest.raises(OptimizeError, match=r"runs batches 2 to 8 \(its engine was built for them\), not 1, 9"):
+        batch_sizes_for("art", manifest, [1, 4, 9], (1,))
+    assert batch_sizes_for("art", {"engine": "tensorrt", "batch_range": [32, 64]}, None, (1, 2, 4)) == (32,)
+    for damaged in ([0, 8], [8, 2], [1], "1-8", [1.0, 8]):  # any batch then: the caller's sizes stand
+        assert artifact_batch_range({"batch_range": damaged}) is None
+
+
+def test_an_exported_manifest_records_the_batch_size_and_a_newer_format_or_zero_threads_are_refused(
+        tmp_path: Path) -> None:
+    """The search's batch size is the artifact's default batch (`dlperf bench DIR`) and the batch its recipe replays
+    at; a manifest of a newer format than this dlperf reads, or threads 0, is refused by name rather than loaded as
+    whatever the fields happen to say."""
+    from dlperf.optimize.artifact import artifact_workload
+
+    path = tmp_path / "good.py"
+    path.write_text(GOOD_WORKLOAD)
+    settings = EvalSettings(source=f"{path}:named", batch_size=3, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": Candidate((HygieneConfig(),)).to_list(),
+                   "out_dir": str(tmp_path / "cand")}, lambda phase: None)
+    folder = tmp_path / "cand" / "artifact"
+    manifest = read_manifest(folder)
+    assert (manifest["batch_size"], manifest["device"]) == (3, "cpu")
+    assert manifest["inputs"] == [{"name": "input_0", "dtype": "float32", "shape": [-1, 8]}]
+    assert artifact_workload(folder).default_batch_size == 3
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format_version": 2}))
+    with pytest.raises(OptimizeError, match="has format version 2, newer than this dlperf reads"):
+        read_manifest(folder)
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "threads": 0}))
+    with pytest.raises(OptimizeError, match="field 'threads' is 0, not a thread count >= 1"):
+        read_manifest(folder)
+
+
+def test_an_engine_artifact_runs_on_its_kind_of_device_whatever_the_index() -> None:
+    """A CUDA export runs with --device cuda:0 (or cuda when it says cuda:1), not on the CPU; an ONNX Runtime
+    artifact of the CUDA or TensorRT provider that records no device was exported for CUDA."""
+    from dlperf.optimize.artifact import artifact_device, check_artifact_device
+
+    for made_for, asked in (("cuda", "cuda:0"), ("cuda:1", "cuda"), ("cpu", "cpu")):
+        check_artifact_device("art", {"engine": "onnxruntime", "device": made_for}, asked)
+    with pytest.raises(OptimizeError, match="the onnxruntime artifact 'art' was exported for cuda:1; use it with"):
+        check_artifact_device("art", {"engine": "onnxruntime", "device": "cuda:1"}, "cpu")
+    check_artifact_device("art", {"engine": "torch", "device": "cuda"}, "cpu")  # a recipe is rebuilt anywhere
+    assert [artifact_device({"engine": "onnxruntime", "provider": p}) for p in ("cuda", "tensorrt", "cpu")] == [
+        "cuda", "cuda", "cpu"]

@@ -574,3 +574,52 @@ def test_inputs_that_disagree_on_the_batch_size_are_both_named() -> None:
         validate_inputs(model, inputs, 8)
     # "an earlier input has 2" did not say which
     assert str(info.value) == "inputs disagree on the batch size: 'b' has 3, 'a' has 2"
+
+
+def test_a_model_that_returns_more_rows_than_the_batch_is_an_error() -> None:
+    """Two rows per item (a model that flattens a pair dimension into the batch) split at the batch's item
+    counts would hand each request rows of the others, with a 200."""
+    works = [_work(), _work()]
+    run_batch(lambda arrays: [np.zeros((4, 2), np.float32)], works, _model(None))
+    assert all(w.result is None and "has shape [4, 2], not a first dimension of 2" in str(w.error) for w in works)
+
+
+def test_the_infer_time_is_the_model_call_s_and_the_input_time_the_join_before_it() -> None:
+    """The statistics' compute_input and compute_infer (Triton's: perf_analyzer reports them apart) and each request's
+    timings: the model's own time measured inside the call lies within the infer span, whatever the machine's
+    speed; swapped, the infer time would be the join's (microseconds)."""
+    import time
+
+    from dlperf.serve.metrics import Metrics
+
+    spans: list[int] = []
+
+    def runner(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        start = time.monotonic_ns()
+        while time.monotonic_ns() - start < 50 * MS:
+            pass
+        spans.append(time.monotonic_ns() - start)
+        return [arrays[0] + 1]
+
+    metrics = Metrics()
+    works = [_work(), _work()]
+    run_batch(runner, works, _model(runner), metrics.recorder("m", "default"))
+    stats = metrics.stats_dict("m", "1")["batch_stats"]
+    assert [s["batch_size"] for s in stats] == [2]
+    assert stats[0]["compute_infer"]["ns"] >= spans[0]  # the model call lies between the infer span's two reads
+    assert all(w.timings_ns["infer"] >= spans[0] for w in works)
+
+
+def test_a_request_with_an_empty_batch_is_refused_and_batch_sizes_share_a_batching_key() -> None:
+    """A [0, 2] request is a 400 (it ran the model on nothing and counted an execution); requests of 1 and 3 items of
+    the same per-item shape can share a batch, so the batch size is not part of their key."""
+    from dlperf.serve.instances import validate_inputs
+    from dlperf.serve.protocol import ProtocolError, Tensor
+
+    model = _model(None)
+    with pytest.raises(ProtocolError, match="the request's batch dimension is 0") as info:
+        validate_inputs(model, [Tensor("x", "FP32", np.zeros((0, 2), np.float32))], 8)
+    assert info.value.status == 400
+    _, one, key_one = validate_inputs(model, [Tensor("x", "FP32", np.zeros((1, 2), np.float32))], 8)
+    _, three, key_three = validate_inputs(model, [Tensor("x", "FP32", np.zeros((3, 2), np.float32))], 8)
+    assert (one, three) == (1, 3) and key_one == key_three

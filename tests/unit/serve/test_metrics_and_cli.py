@@ -241,3 +241,48 @@ def test_config_rejects_both_or_neither() -> None:
         ServeConfig()
     with pytest.raises(ConfigError):
         ServeConfig(model="zoo:mlp", variants=(("a", "x"), ("b", "y")))
+
+
+def test_every_recorded_time_and_count_lands_in_its_own_series_and_statistic() -> None:
+    """Each figure of a batch, a success and a failure is read back where it was put, in seconds on /metrics and in
+    ns/ms in the statistics: the queue histogram with the request time, the compute one with the model's time alone
+    (not input + infer + output), a batch histogram of ones, a batch's input and infer times swapped or seconds for
+    last_inference would all look plausible on a dashboard."""
+    import time
+
+    from dlperf.serve.metrics import BATCH_BUCKETS, LATENCY_BUCKETS_S
+
+    metrics = Metrics()
+    r = metrics.recorder("m", "a")
+    before_ms = int(time.time() * 1000)
+    r.batch(2, 1_000_000, 4_000_000, 2_000_000)
+    r.batch(5, 3_000_000, 8_000_000, 5_000_000)
+    after_ms = int(time.time() * 1000)
+    r.success(20_000_000, 3_000_000, (1_000_000, 4_000_000, 2_000_000))
+    r.failure("TIMEOUT", 40_000_000)
+    parsed = parse_variant_metrics(metrics.exposition()[0].decode())["a"]
+    assert parsed.queue_duration.sum == pytest.approx(0.003) and parsed.queue_duration.count == 1
+    assert parsed.compute_duration.sum == pytest.approx(0.007) and parsed.compute_duration.count == 1
+    assert parsed.success_duration.sum == pytest.approx(0.02) and parsed.request_duration.sum == pytest.approx(0.06)
+    buckets = dict(parsed.batch_size.buckets)
+    assert parsed.batch_size.sum == 7 and (buckets[1], buckets[2], buckets[4], buckets[6]) == (0, 1, 1, 2)
+    assert parsed.failure_total["TIMEOUT"] == 1 and parsed.requests_total == 2
+    stats = metrics.stats_dict("m", "1")
+    assert before_ms <= stats["last_inference"] <= after_ms  # milliseconds since the epoch, as Triton's
+    assert [(s["batch_size"], s["compute_input"]["ns"], s["compute_infer"]["ns"], s["compute_output"]["ns"])
+            for s in stats["batch_stats"]] == [(2, 1_000_000, 4_000_000, 2_000_000),
+                                               (5, 3_000_000, 8_000_000, 5_000_000)]
+    inference = stats["inference_stats"]
+    assert [inference[k]["ns"] for k in ("queue", "compute_input", "compute_infer", "compute_output", "fail")] == [
+        3_000_000, 1_000_000, 4_000_000, 2_000_000, 40_000_000]
+    # docs/serve.md: latency buckets 0.5 ms to 30 s, 25 of them; batch-size buckets 1 to 512
+    assert (LATENCY_BUCKETS_S[0], LATENCY_BUCKETS_S[-1], len(LATENCY_BUCKETS_S)) == (0.0005, 30.0, 25)
+    assert (BATCH_BUCKETS[0], BATCH_BUCKETS[-1]) == (1, 512)
+    assert [b for b, _ in parsed.queue_duration.buckets] == [*LATENCY_BUCKETS_S, float("inf")]
+
+
+def test_a_quantile_in_the_open_top_bucket_is_the_highest_finite_bound() -> None:
+    """As Prometheus' histogram_quantile: observations above the last finite bound are reported at that bound, not
+    as infinity (a live comparison's p99 of a variant with a few very slow requests)."""
+    h = HistogramData([(0.1, 90.0), (0.2, 95.0), (float("inf"), 100.0)], sum=30.0, count=100.0)
+    assert h.quantile(0.99) == 0.2 and h.quantile(0.5) == pytest.approx(0.1 * 50 / 90)

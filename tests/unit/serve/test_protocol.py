@@ -23,6 +23,8 @@ from dlperf.serve.protocol import (
     encode_response,
     header_length_of,
     random_array,
+    shm_span,
+    tensor_bytes,
 )
 
 pytestmark = pytest.mark.unit
@@ -357,3 +359,67 @@ def test_scalar_json_data_and_integer_overflow_say_what_was_sent_and_the_range()
     assert str(info.value).startswith("w: data does not fit INT64: ")
     assert str(info.value).endswith("(its range is -9223372036854775808 to 9223372036854775807; use a wider "
                                     "datatype for larger values)")
+
+
+def test_bytes_elements_given_as_text_are_sent_as_their_utf8_bytes() -> None:
+    """A BYTES element that is a str (an object array of str, or numpy's fixed-width text) goes out as its UTF-8
+    bytes: a length prefix counting characters instead of bytes would shift every later element of a non-ASCII
+    text."""
+    for array in (np.array(["wörld", "", "ab"], dtype=object), np.array(["wörld", "", "ab"])):
+        back = array_from_bytes(tensor_bytes(array, "BYTES"), "BYTES", 3, "w")
+        assert list(back) == ["wörld".encode(), b"", b"ab"]
+
+
+def test_json_booleans_are_not_integers() -> None:
+    """JSON true/false for an integer tensor is refused, as Triton refuses it, not read as 1 and 0."""
+    for datatype in ("INT64", "INT32", "UINT8"):
+        with pytest.raises(ProtocolError, match=f"{datatype} data must be integers") as info:
+            array_from_json([1, True, 0], datatype, 3, "w")
+        assert info.value.status == 400
+
+
+def test_own_request_encoder_asks_for_outputs_in_the_form_it_is_told() -> None:
+    """The load generator's requests ask binary outputs unless told otherwise (JSON outputs cost the server an
+    encoding a Triton client does not ask for), and JSON ones when told so, for every output or the named ones."""
+    x = Tensor("x", "FP32", np.zeros((1, 2), np.float32))
+    assert decode_request(*encode_request([x])).binary_output_default is True
+    request = decode_request(*encode_request([x], binary_outputs=False))
+    assert request.binary_output_default is False and request.outputs is None
+    request = decode_request(*encode_request([x], outputs=["y", "z"], binary_outputs=False))
+    assert [(o.name, o.binary) for o in request.outputs or []] == [("y", False), ("z", False)]
+    request = decode_request(*encode_request([x], outputs=["y"]))
+    assert [(o.name, o.binary) for o in request.outputs or []] == [("y", True)]
+
+
+def test_shared_memory_offsets_and_sizes_must_be_integers_not_booleans() -> None:
+    """`true` as shared_memory_offset would read the tensor from byte 1 of the region."""
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        params = {"shared_memory_region": "r", "shared_memory_byte_size": 8, key: True}
+        with pytest.raises(ProtocolError, match=f"{key} must be a non-negative integer, got True"):
+            shm_span(params, "w")
+    assert shm_span({"shared_memory_region": "r", "shared_memory_byte_size": 8, "shared_memory_offset": 4},
+                    "w") == ("r", 4, 8)
+
+
+def test_an_input_in_shared_memory_with_data_in_the_request_too_is_refused() -> None:
+    """Which of the two the model would get is not the client's to guess: the request is a 400."""
+    region = np.arange(2, dtype=np.float32).tobytes()
+    raw = {"name": "x", "shape": [2], "datatype": "FP32",
+           "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}
+
+    def shm(name: str, offset: int, size: int, where: str) -> memoryview:
+        return memoryview(region)[offset:offset + size]
+
+    taken = decode_request(json.dumps({"inputs": [raw]}).encode(), shm=shm).inputs[0]
+    np.testing.assert_array_equal(taken.data, [0.0, 1.0])
+    with pytest.raises(ProtocolError, match="input 0 'x' is in shared memory and also has data") as info:
+        decode_request(json.dumps({"inputs": [{**raw, "data": [5, 6]}]}).encode(), shm=shm)
+    assert info.value.status == 400
+
+
+def test_random_integers_are_small_and_non_negative() -> None:
+    """The load generator's random integer inputs are token ids and indices: a negative one fails an embedding."""
+    rng = np.random.default_rng(0)
+    for datatype in ("INT64", "INT32", "INT8", "UINT8"):
+        a = random_array(datatype, (64, 8), rng)
+        assert a.min() >= 0 and a.max() < 100 and a.dtype == NUMPY_DTYPES[datatype]
