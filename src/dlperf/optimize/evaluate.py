@@ -494,7 +494,10 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def fidelity_of(outputs: list[Any], reference: list[Any], batch_size: int) -> dict[str, Any]:
-    """Mean / min cosine per sample and relative error of `outputs` against the original's `reference`."""
+    """Mean / min cosine per sample and relative error of `outputs` against the original's `reference`. An integer or
+    boolean output (class indices, token ids) scores each sample by the share of its elements equal to the
+    original's instead: a cosine of indices says nothing (0 -> 1 scored 0, 1 -> 2 scored 1), and the check meant to
+    leave such outputs out ran after they were made float, so it never did."""
     import torch
 
     if len(outputs) != len(reference):
@@ -505,15 +508,19 @@ def fidelity_of(outputs: list[Any], reference: list[Any], batch_size: int) -> di
     rel_errors: list[float] = []
     max_abs = 0.0
     for out, ref in zip(outputs, reference, strict=False):
-        out = out.detach().float().cpu()
-        ref = ref.detach().float().cpu()
+        out = out.detach().cpu()
+        ref = ref.detach().cpu()
         if out.shape != ref.shape:
             raise OptimizeError(f"output shape {list(out.shape)} differs from the original's {list(ref.shape)}")
-        if not ref.is_floating_point() or ref.numel() == 0:
+        if ref.numel() == 0:
             continue
         rows = batch_size if ref.dim() > 0 and ref.shape[0] == batch_size else 1
-        a = out.reshape(rows, -1)
-        b = ref.reshape(rows, -1)
+        if not ref.is_floating_point():
+            same = (out.reshape(rows, -1) == ref.reshape(rows, -1)).float().mean(dim=1)
+            cosines.extend(float(v) for v in same)
+            continue
+        a = out.float().reshape(rows, -1)
+        b = ref.float().reshape(rows, -1)
         cos = torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-12)
         # Two all-zero rows agree perfectly; cosine_similarity would give 0.
         both_zero = (a.abs().sum(dim=1) == 0) & (b.abs().sum(dim=1) == 0)
