@@ -33,6 +33,8 @@ log = logging.getLogger("dlperf.serve")
 ALIGNMENT = 64
 ALIGNED_MIN_BYTES = 64 * 1024
 """Bodies from this size on are read into an aligned writable buffer (below it, a copy costs less)."""
+REGISTER_BODY_LIMIT = 64 * 1024
+"""A shared-memory register request's body is a small JSON object: a larger one is refused (413) unread."""
 
 
 def _respond(reply: Reply) -> Response:
@@ -105,12 +107,23 @@ def create_app(state: ServerState) -> _InferFirst:
 
     async def shm_register(request: Request) -> Reply:
         registry = state.shm_registry()
-        body = await request.body()
-        if len(body) > 65536:
-            raise ProtocolError("a register request's body is a small JSON object {\"key\", \"offset\", "
-                                "\"byte_size\"}", 413)
+        too_large = ProtocolError("a register request's body is a small JSON object {\"key\", \"offset\", "
+                                  f"\"byte_size\"}} of at most {REGISTER_BODY_LIMIT // 1024} KiB", 413)
+        # refused by its Content-Length before it is read, and a streamed one once it passes the limit: it was read
+        # whole first (a 1 GiB body was waited for, 200 MiB held in memory) and --max-request-mb did not apply
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > REGISTER_BODY_LIMIT:
+            raise too_large
+        body = bytearray()
         try:
-            parsed = json.loads(body)
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > REGISTER_BODY_LIMIT:
+                    raise too_large
+        except ClientDisconnect:  # uvicorn logged Starlette's traceback for a client gone mid-body
+            raise ProtocolError("the client disconnected before its register request's body arrived") from None
+        try:
+            parsed = json.loads(bytes(body))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ProtocolError(f"the register request is not valid JSON: {exc}") from None
         registry.register(request.path_params["region"], parsed)

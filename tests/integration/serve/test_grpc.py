@@ -448,6 +448,20 @@ def test_token_protects_all_but_health_and_a_large_message_is_refused() -> None:
         assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 
 
+def test_a_message_within_a_request_limit_above_grpc_s_floor_is_read() -> None:
+    """gRPC's message limit is the server's --max-request-mb where that is above grpc's 4 MiB default: a 5 MiB
+    message to a server with a 16 MiB limit reaches the handler (here refused for its shape, INVALID_ARGUMENT),
+    where a limit kept at the floor refused it unread (RESOURCE_EXHAUSTED)."""
+    config = ServeConfig(model="zoo:mlp", port=0, grpc_port=0, max_request_bytes=16 * 1024 * 1024)
+    with start_in_thread(config) as running:
+        c = _client(running)
+        big = np.zeros((1, 64 * 20_000), np.float32)  # 5 MiB
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("mlp", [_input(big)])
+        assert info.value.status() == "StatusCode.INVALID_ARGUMENT", info.value.message()
+        assert c.infer("mlp", [_input(np.zeros((1, 64), np.float32))]).as_numpy("logits").shape == (1, 10)
+
+
 def test_shared_memory_inputs_and_outputs_over_grpc(reference: Any) -> None:
     import tritonclient.utils.shared_memory as shm
 
@@ -469,6 +483,8 @@ def test_shared_memory_inputs_and_outputs_over_grpc(reference: Any) -> None:
             result = c.infer("mlp", [inp], outputs=[out])
             spec = result.get_output("logits")
             assert spec.parameters["shared_memory_region"].string_param == "grpc_in_out"
+            # the output is in shared memory only: its raw contents entry is empty, no tensor data crosses gRPC
+            assert list(result.get_response().raw_output_contents) == [b""]
             y = shm.get_contents_as_numpy(handle, np.float32, [2, 10], offset=x.nbytes)
             np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-6)
             c.unregister_system_shared_memory("grpc_in_out")

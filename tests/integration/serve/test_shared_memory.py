@@ -261,3 +261,63 @@ def test_an_object_shrunk_while_its_request_waits_does_not_kill_the_server(tmp_p
             shm.destroy_shared_memory_region(handle)
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_a_region_registered_at_an_offset_reads_and_writes_from_there(server: Running, regions: dict[str, Any]) -> None:
+    """A region is a window of its object from its registered offset on: a request's offsets count from the
+    region's start, not the object's, and the window must fit in the object. Every other test registers at
+    offset 0, where reading from the object's start and adding the offset twice or not at all look the same: the
+    model would read (and the output overwrite) the client's other data."""
+    c = httpclient.InferenceServerClient(server.url)
+    classes = int(c.get_model_metadata("mlp")["outputs"][0]["shape"][-1])
+    x = np.random.default_rng(7).standard_normal((N, FEATURES)).astype(np.float32)
+    head = 128
+    in_bytes, out_bytes = x.nbytes, N * classes * 4
+    key = f"/dlperf_test_{os.getpid()}_window"
+    handle = regions["make"]("window", head + in_bytes + out_bytes)
+    decoy = np.full(head // 4, 7.0, np.float32)
+    shm.set_shared_memory_region(handle, [decoy])
+    shm.set_shared_memory_region(handle, [x], offset=head)
+    status, message = _status_and_message(
+        lambda: c.register_system_shared_memory("window", key, in_bytes + out_bytes + 4, offset=head))
+    assert status == "400" and f"offset {head} + byte_size {in_bytes + out_bytes + 4} is beyond" in message
+    c.register_system_shared_memory("window", key, in_bytes + out_bytes, offset=head)
+    try:
+        assert c.get_system_shared_memory_status("window") == [
+            {"name": "window", "key": key, "offset": head, "byte_size": in_bytes + out_bytes}]
+        inp = httpclient.InferInput("x", [N, FEATURES], "FP32")
+        inp.set_shared_memory("window", in_bytes)
+        out = httpclient.InferRequestedOutput("logits")
+        out.set_shared_memory("window", out_bytes, offset=in_bytes)
+        described = c.infer("mlp", [inp], outputs=[out]).get_output("logits")
+        assert described["parameters"] == {"shared_memory_region": "window", "shared_memory_byte_size": out_bytes,
+                                           "shared_memory_offset": in_bytes}
+        got = shm.get_contents_as_numpy(handle, np.float32, [N, classes], offset=head + in_bytes)
+        np.testing.assert_allclose(got, _reference(server, x), rtol=1e-5, atol=1e-6)
+        # the bytes before the window are the client's own: untouched
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [head // 4]), decoy)
+        # the window's end is the limit, not the object's
+        inp = httpclient.InferInput("x", [N, FEATURES], "FP32")
+        inp.set_shared_memory("window", in_bytes, offset=out_bytes + 4)
+        status, message = _status_and_message(lambda: c.infer("mlp", [inp]))
+        assert status == "400" and "beyond the" in message
+    finally:
+        c.unregister_system_shared_memory("window")
+
+
+def test_a_negative_offset_or_size_is_refused_at_register(server: Running, regions: dict[str, Any]) -> None:
+    """Negative numbers would pass the bounds check (offset + byte_size within the object), and a negative offset
+    then indexes the mapping from its end: the model would read, and the outputs overwrite, the wrong bytes.
+    tritonclient never sends one; a hand-written client can."""
+    import json
+
+    from .helpers import post_json
+
+    key = f"/dlperf_test_{os.getpid()}_negative"
+    regions["make"]("negative", 256)
+    url = f"http://{server.url}/v2/systemsharedmemory/region/negative/register"
+    for offset, byte_size, field in ((-64, 128, "offset"), (0, -64, "byte_size"), (-128, 256, "offset")):
+        status, reply = post_json(url, json.dumps({"key": key, "offset": offset, "byte_size": byte_size}).encode(),
+                                  {"Content-Type": "application/json"})
+        assert status == 400 and f"{field} must be a non-negative integer" in reply["error"], (offset, byte_size)
+    assert httpclient.InferenceServerClient(server.url).get_system_shared_memory_status() == []

@@ -173,3 +173,23 @@ def test_sigterm_while_the_model_loads_says_so_and_exits_143(tmp_path: Path) -> 
     text = log_path.read_text()
     assert "terminated by SIGTERM while loading and warming up the model: the server never listened" in text
     assert "Traceback" not in text
+
+
+def test_closing_the_state_says_whether_every_instance_stopped_in_time() -> None:
+    """`ServerState.close` is what `dlperf serve`'s exit status comes from (0 after a clean drain, 1 when an
+    instance was still running at the exit timeout): an instance held in its batch past the timeout must make it
+    False, one that finishes True; a close that always said True exited 0 with a batch abandoned mid-run."""
+    from dlperf.serve.service import ServeConfig
+
+    from .helpers import gated_server
+
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=1)) as (running, gate):
+        c = httpclient.InferenceServerClient(running.url)
+        x = np.ones((1, 4), np.float32)
+        held = c.async_infer("gated", [httpclient.InferInput("x", [1, 4], "FP32").set_data_from_numpy(x)])
+        assert gate.wait_entered()
+        assert running.state.close(0.2) is False  # the instance is still in its batch
+        gate.open.set()
+        np.testing.assert_array_equal(held.get_result().as_numpy("y"), x * 2)
+        assert running.state.close(30.0) is True
+        c.close()

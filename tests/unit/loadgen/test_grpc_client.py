@@ -57,3 +57,40 @@ def test_each_status_the_server_sends_counts_under_the_http_status_it_stands_for
 ])
 def test_a_stream_error_counts_under_the_status_its_message_names(message: str, status: int) -> None:
     assert stream_error_status(message) == status
+
+
+def test_a_failed_call_counts_under_the_http_status_of_its_code() -> None:
+    """The levels table counts a failed gRPC call under the HTTP status its code maps to, as a failed HTTP request
+    under its own: a full queue (UNAVAILABLE) as 503, a bad request as 400, a wrong token as 401. Counted all as
+    500, every failure would read as a server fault."""
+    import grpc
+
+    from dlperf.loadgen.client import Endpoint
+    from dlperf.loadgen.grpc_client import GrpcConnection
+
+    sender = GrpcConnection(Endpoint("127.0.0.1", 1))
+    empty = grpc.aio.Metadata()
+    for code, status in ((grpc.StatusCode.UNAVAILABLE, 503), (grpc.StatusCode.INVALID_ARGUMENT, 400),
+                         (grpc.StatusCode.UNAUTHENTICATED, 401), (grpc.StatusCode.NOT_FOUND, 404),
+                         (grpc.StatusCode.RESOURCE_EXHAUSTED, 429), (grpc.StatusCode.UNIMPLEMENTED, 501),
+                         (grpc.StatusCode.DATA_LOSS, 500)):
+        reply = sender._failed(grpc.aio.AioRpcError(code, empty, empty, "Exceeds maximum queue size"))
+        assert reply.status == status == HTTP_STATUS_OF.get(code.name, 500), code
+        assert b"Exceeds maximum queue size" in reply.body
+
+
+def test_a_grpc_reply_is_checked_at_the_target_s_tolerance() -> None:
+    """--rtol/--atol apply to gRPC replies as to HTTP ones: checked at the default tolerance instead, a reply
+    within the wider one the user gave counts as a mismatch (an error) in every level."""
+    from dlperf.loadgen.client import Endpoint
+    from dlperf.loadgen.target import Target
+
+    reply = service_pb2.ModelInferResponse(model_name="m")
+    reply.outputs.add(name="y", datatype="FP32", shape=[2])
+    reply.raw_output_contents.append(np.array([1.0, 2.0], np.float32).tobytes())
+    body = reply.SerializeToString()
+    expected = {"y": np.array([1.05, 2.0], np.float32)}
+    wide = Target(Endpoint("127.0.0.1", 1), "m", b"", tolerance=(0.1, 0.0), protocol="grpc")
+    assert wide.mismatch({}, body, expected) is None
+    narrow = Target(Endpoint("127.0.0.1", 1), "m", b"", protocol="grpc")
+    assert "output 'y' differs from its validation data: element 0" in (narrow.mismatch({}, body, expected) or "")

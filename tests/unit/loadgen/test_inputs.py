@@ -206,3 +206,15 @@ def test_replies_are_checked_within_tolerance_for_floats_and_exactly_otherwise()
     assert mismatch(*far_reply, want, rtol=0.0, atol=0.1) is None
     why = mismatch(*far_reply, want, rtol=0.0, atol=1e-4)
     assert why is not None and why.endswith("(rtol 0, atol 0.0001)")
+
+
+def test_the_relative_tolerance_is_relative_to_the_expected_value() -> None:
+    """rtol scales with the expected value (numpy.isclose's test): 1000.5 for 1000 is within 1e-3 of it, 0.0015 for
+    0.0005 is not. A tolerance that did not scale refused every large output that was off in its last digits."""
+    from dlperf.loadgen.inputs import mismatch_of
+
+    y = Tensor("y", "FP32", np.array([1000.5, 0.0015], np.float32))
+    assert mismatch_of([y], {"y": np.array([1000.0, 0.0015], np.float32)}) is None
+    assert mismatch_of([y], {"y": np.array([1002.0, 0.0015], np.float32)}) is not None
+    assert mismatch_of([y], {"y": np.array([1000.0, 0.0005], np.float32)}) is not None
+    assert RTOL == 1e-3 and ATOL == 1e-5

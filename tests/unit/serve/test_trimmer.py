@@ -63,3 +63,20 @@ def test_never_trims_under_load_or_while_a_request_is_in_flight() -> None:
     for _ in range(6):
         w.tick(t, 1.0)
     assert w.trims == 1
+
+
+def test_the_server_s_trimmer_follows_the_state_s_request_counts() -> None:
+    """`start_memory_trimmer` hands the trimmer the server's received and in-flight counts: read from anything
+    else (a count that never moves), the trimmer would see one idle spell from the start and never trim again
+    after later traffic, or trim while a request is in flight."""
+    from types import SimpleNamespace
+
+    from dlperf.serve.server import start_memory_trimmer
+
+    state = SimpleNamespace(received=0, in_flight=0)
+    trimmer = start_memory_trimmer(state, poll_s=3600.0)  # type: ignore[arg-type]
+    if trimmer is None:
+        pytest.skip("this allocator has no call that gives memory back")
+    assert trimmer.activity() == (0, 0)
+    state.received, state.in_flight = 7, 2
+    assert trimmer.activity() == (7, 2)
