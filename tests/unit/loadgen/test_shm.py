@@ -26,8 +26,9 @@ def test_each_input_gets_its_own_64_byte_aligned_span_and_the_offset_says_where(
     assert spans == [(0, 12), (64, 40), (128, 64)]
     assert {t.parameters["shared_memory_region"] for t in described} == {shm.input_region}
     data = b"".join(shm._chunks)
-    for tensor, (offset, size) in zip((a, b, c), spans, strict=True):
-        assert data[offset:offset + size] == tensor.tobytes()
+    arrays: tuple[np.ndarray, ...] = (a, b, c)
+    for array, (offset, size) in zip(arrays, spans, strict=True):
+        assert data[offset:offset + size] == array.tobytes()
     # a second request's inputs go after the first's
     (again,) = shm.describe_inputs([Tensor("a", "FP32", a)])
     assert again.parameters["shared_memory_offset"] == 192
