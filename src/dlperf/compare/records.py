@@ -6,8 +6,6 @@ ab runs store the two sides' `measurements`. Anything else has no raw samples.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dlperf.errors import StoreError
 from dlperf.measure.stats import Measurement
 from dlperf.store.records import SAMPLED_KINDS, RunRecord
@@ -54,11 +52,6 @@ def has_samples(record: RunRecord) -> bool:
     except StoreError:
         return False
     return True
-
-
-def config_value(record: RunRecord, key: str, default: Any = None) -> Any:
-    value = record.config.get(key, default) if isinstance(record.config, dict) else default
-    return default if value is None else value
 
 
 def a_kind(kind: str) -> str:

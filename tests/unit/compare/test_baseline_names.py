@@ -23,6 +23,7 @@ pytestmark = pytest.mark.unit
     ("main\n", r"white space at an end"),
     ("a\nb", r"^baseline name 'a\\nb' has control characters \('\\n'\)"),
     ("a\tb", r"control characters \('\\t'\)"),
+    ("main\u200b", r"control characters \('\\u200b'\)"),  # a zero-width space pasted in: invisible in the list
     ("  ", r"^a baseline needs a non-empty name$"),
 ])
 def test_names_that_cannot_be_typed_back_are_refused(tmp_path: Path, name: str, message: str) -> None:

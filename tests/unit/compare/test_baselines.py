@@ -67,3 +67,15 @@ def test_a_run_kind_takes_its_article() -> None:
     from dlperf.compare.records import a_kind
 
     assert (a_kind("ab"), a_kind("optimize"), a_kind("bench")) == ("an 'ab'", "an 'optimize'", "a 'bench'")
+
+
+def test_a_point_without_samples_does_not_hide_the_points_after_it(tmp_path: Path) -> None:
+    """A run whose first point has no usable measurement (a batch size that failed) still gives the batch sizes
+    measured after it, which a baseline of it compares."""
+    from dlperf.compare.records import point_measurements
+
+    store = Store(tmp_path / "runs.db")
+    result = bench_result({1: 0.01, 8: 0.02})
+    result["points"].insert(0, {"batch_size": 4, "error": "out of memory"})
+    record = store.get(add_run(store, "bench", result))
+    assert sorted(point_measurements(record)) == [1, 8]

@@ -74,3 +74,24 @@ def test_a_side_s_options_reach_the_factory_typed_by_its_parameters(tmp_path) ->
     # values that are not text (the Python API's, a stored A/B from before) are passed as they are
     metric, width, _, _ = eval(load_side(spec, (("width", 16), ("metric", "f1"))).name, {"nan": float("nan")})
     assert (metric, width) == ("f1", 16)
+
+
+def test_an_option_without_a_name_is_an_unknown_key() -> None:
+    """'option.=5' names no option: it is refused as a key, not passed to the workload as an option named ''."""
+    with pytest.raises(ConfigError, match=r"--a: unknown key 'option\.'"):
+        parse_settings("option.=5", where="--a")
+
+
+def test_an_option_value_keeps_its_equals_signs() -> None:
+    assert parse_settings("option.expr=a=b").options == (("expr", "a=b"),)
+
+
+def test_settings_built_in_python_or_read_back_are_checked_as_parsed_ones() -> None:
+    """ABSettings from Python or from a stored A/B (`from_dict`) refuse what the parser refuses, and a stored A/B
+    without a channels_last entry ran with the default (contiguous) format."""
+    with pytest.raises(ConfigError, match="batch_size must be >= 1, got 0"):
+        ABSettings(batch_size=0)
+    with pytest.raises(ConfigError, match="unknown device 'tpu'"):
+        ABSettings.from_dict({"device": "tpu"})
+    assert ABSettings.from_dict({}) == ABSettings()
+    assert ABSettings.from_dict(parse_settings("channels_last=1,batch_size=4").to_dict()).channels_last
