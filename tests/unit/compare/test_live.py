@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -12,29 +10,16 @@ from dlperf.compare.live import compare_live, metrics_url
 from dlperf.errors import ConfigError
 from dlperf.serve.metrics import Metrics
 
+from .live_traffic import scrape, traffic
+
 pytestmark = pytest.mark.unit
-
-
-def _traffic(metrics: Metrics, variant: str, n: int, median_s: float, failures: int, seed: int) -> None:
-    rec = metrics.recorder("m", variant)
-    rng = random.Random(seed)
-    for _ in range(n):
-        ns = int(rng.lognormvariate(0, 0.2) * median_s * 1e9)
-        rec.batch(1, 0, ns, 0)
-        rec.success(ns, 0, (0, ns, 0))
-    for _ in range(failures):
-        rec.failure("BACKEND", 1_000_000)
-
-
-def _page(metrics: Metrics) -> str:
-    return metrics.exposition()[0].decode()
 
 
 def test_slower_variant_with_more_errors_is_detected() -> None:
     metrics = Metrics()
-    _traffic(metrics, "a", 2000, 0.010, 4, seed=1)
-    _traffic(metrics, "b", 300, 0.020, 15, seed=2)
-    result = compare_live(_page(metrics))
+    traffic(metrics, "a", 2000, 0.010, 4, seed=1)
+    traffic(metrics, "b", 300, 0.020, 15, seed=2)
+    result = compare_live(scrape(metrics))
     assert [v.name for v in result.variants] == ["a", "b"]  # control: most traffic
     a, b = result.variants
     assert a.requests == 2004 and b.requests == 315
@@ -48,27 +33,27 @@ def test_slower_variant_with_more_errors_is_detected() -> None:
 
 def test_same_traffic_is_no_significant_difference() -> None:
     metrics = Metrics()
-    _traffic(metrics, "a", 1500, 0.010, 2, seed=3)
-    _traffic(metrics, "b", 1500, 0.010, 2, seed=4)
-    test = compare_live(_page(metrics)).tests[0]
+    traffic(metrics, "a", 1500, 0.010, 2, seed=3)
+    traffic(metrics, "b", 1500, 0.010, 2, seed=4)
+    test = compare_live(scrape(metrics)).tests[0]
     assert test.latency_verdict == "no significant difference"
     assert test.errors_verdict == "no significant difference"
 
 
 def test_window_compares_only_new_requests() -> None:
     metrics = Metrics()
-    _traffic(metrics, "a", 500, 0.010, 0, seed=5)
-    _traffic(metrics, "b", 500, 0.010, 0, seed=6)
-    earlier = _page(metrics)
+    traffic(metrics, "a", 500, 0.010, 0, seed=5)
+    traffic(metrics, "b", 500, 0.010, 0, seed=6)
+    earlier = scrape(metrics)
     pages = []
     for i in range(6):  # the window, scraped in 6 slices
-        _traffic(metrics, "a", 70, 0.010, 0, seed=7 + i)
-        _traffic(metrics, "b", 50, 0.030, 0, seed=17 + i)
-        pages.append(_page(metrics))
+        traffic(metrics, "a", 70, 0.010, 0, seed=7 + i)
+        traffic(metrics, "b", 50, 0.030, 0, seed=17 + i)
+        pages.append(scrape(metrics))
     rec = metrics.recorder("m", "a")
     for _ in range(10):  # ten batches of 4 in the window: its average batch, not the one since start (~1)
         rec.batch(4, 0, 1000, 0)
-    result = compare_live(_page(metrics), earlier=earlier, window_s=30, between=pages[:-1])
+    result = compare_live(scrape(metrics), earlier=earlier, window_s=30, between=pages[:-1])
     assert {v.name: v.requests for v in result.variants} == {"a": 420, "b": 300}
     a = next(v for v in result.variants if v.name == "a")
     assert a.average_batch_size == pytest.approx((420 + 40) / (420 + 10))
@@ -82,13 +67,13 @@ def test_window_compares_only_new_requests() -> None:
 
 def test_a_single_variant_is_a_clear_error() -> None:
     metrics = Metrics()
-    _traffic(metrics, "only", 10, 0.01, 0, seed=9)
+    traffic(metrics, "only", 10, 0.01, 0, seed=9)
     with pytest.raises(ConfigError, match=r"at least two variants.*--variant a=DIR_A"):
-        compare_live(_page(metrics))
+        compare_live(scrape(metrics))
     plain = Metrics()
-    _traffic(plain, "default", 10, 0.01, 0, seed=9)  # a server without --variant
+    traffic(plain, "default", 10, 0.01, 0, seed=9)  # a server without --variant
     with pytest.raises(ConfigError, match="the server reports one model without variants"):
-        compare_live(_page(plain))
+        compare_live(scrape(plain))
 
 
 def test_metrics_url_accepts_the_base_url() -> None:
@@ -99,9 +84,9 @@ def test_metrics_url_accepts_the_base_url() -> None:
 
 def test_every_variant_with_few_requests_is_noted_the_control_too() -> None:
     metrics = Metrics()
-    _traffic(metrics, "a", 40, 0.010, 0, seed=16)
-    _traffic(metrics, "b", 30, 0.010, 0, seed=17)
-    notes = compare_live(_page(metrics)).notes
+    traffic(metrics, "a", 40, 0.010, 0, seed=16)
+    traffic(metrics, "b", 30, 0.010, 0, seed=17)
+    notes = compare_live(scrape(metrics)).notes
     assert "variant a has only 40 requests: differences are hard to detect" in notes
     assert "variant b has only 30 requests: differences are hard to detect" in notes
 
@@ -111,9 +96,9 @@ def test_failed_requests_are_left_out_of_the_latency_comparison() -> None:
     model: b was "faster" (p50 x0.53, p=5.6e-41), since the request histogram held failures too. Latencies now
     come from the outcome="success" series; the failures still count in the error rates."""
     metrics = Metrics()
-    _traffic(metrics, "a", 1500, 0.010, 0, seed=10)
-    _traffic(metrics, "b", 1500, 0.010, 1500, seed=11)  # as many fast (1 ms) failures as answers
-    result = compare_live(_page(metrics))
+    traffic(metrics, "a", 1500, 0.010, 0, seed=10)
+    traffic(metrics, "b", 1500, 0.010, 1500, seed=11)  # as many fast (1 ms) failures as answers
+    result = compare_live(scrape(metrics))
     b = next(v for v in result.variants if v.name == "b")
     assert b.requests == 3000 and b.error_rate == pytest.approx(0.5)
     assert 0.0075 < b.p50_s < 0.015  # the answered requests' median, not dragged down to the failures' 1 ms
@@ -127,9 +112,9 @@ def test_failed_requests_are_left_out_of_the_latency_comparison() -> None:
 def test_a_server_without_the_outcome_label_is_compared_with_a_note() -> None:
     """Pages of a server from before the label: every request in the latencies, and the note says so."""
     metrics = Metrics()
-    _traffic(metrics, "a", 500, 0.010, 0, seed=12)
-    _traffic(metrics, "b", 500, 0.010, 0, seed=13)
-    old_page = "\n".join(line.replace(',outcome="success"', "") for line in _page(metrics).splitlines()
+    traffic(metrics, "a", 500, 0.010, 0, seed=12)
+    traffic(metrics, "b", 500, 0.010, 0, seed=13)
+    old_page = "\n".join(line.replace(',outcome="success"', "") for line in scrape(metrics).splitlines()
                          if 'outcome="failure"' not in line) + "\n"
     result = compare_live(old_page)
     assert {v.name: v.requests for v in result.variants} == {"a": 500, "b": 500}
@@ -148,9 +133,9 @@ def test_the_request_histogram_adds_up_over_its_outcomes() -> None:
     from dlperf.serve.metrics import parse_variant_metrics
 
     metrics = Metrics()
-    _traffic(metrics, "a", 30, 0.010, 7, seed=14)
-    _traffic(metrics, "b", 5, 0.010, 0, seed=15)
-    a = parse_variant_metrics(_page(metrics))["a"]
+    traffic(metrics, "a", 30, 0.010, 7, seed=14)
+    traffic(metrics, "b", 5, 0.010, 0, seed=15)
+    a = parse_variant_metrics(scrape(metrics))["a"]
     assert a.request_duration.count == 37 and a.success_duration.count == 30
     assert a.request_duration.buckets[-1] == (float("inf"), 37.0)  # one bucket per bound, both outcomes added
     assert len({le for le, _ in a.request_duration.buckets}) == len(a.request_duration.buckets)
@@ -178,18 +163,18 @@ def test_alpha_takes_a_percentage_as_check_s_options_do(capsys: pytest.CaptureFi
 def test_control_names_the_reference_variant() -> None:
     """With an even split the variant with most requests changed from run to run; --control fixes it."""
     metrics = Metrics()
-    _traffic(metrics, "a", 300, 0.010, 0, seed=20)
-    _traffic(metrics, "b", 310, 0.020, 0, seed=21)
-    _traffic(metrics, "c", 305, 0.010, 0, seed=22)
-    by_requests = compare_live(_page(metrics))
+    traffic(metrics, "a", 300, 0.010, 0, seed=20)
+    traffic(metrics, "b", 310, 0.020, 0, seed=21)
+    traffic(metrics, "c", 305, 0.010, 0, seed=22)
+    by_requests = compare_live(scrape(metrics))
     assert [t.control for t in by_requests.tests] == ["b", "b"]
-    chosen = compare_live(_page(metrics), control="a")
+    chosen = compare_live(scrape(metrics), control="a")
     assert [v.name for v in chosen.variants] == ["a", "b", "c"]  # the others still by requests
     assert [(t.variant, t.control) for t in chosen.tests] == [("b", "a"), ("c", "a")]
     assert chosen.tests[0].latency_verdict == "slower"
     assert chosen.control_rule == "a, as --control asked"
     with pytest.raises(ConfigError, match=r"--control d: the server has no variant of that name; it has a, b, c"):
-        compare_live(_page(metrics), control="d")
+        compare_live(scrape(metrics), control="d")
 
 
 def test_control_needs_live(capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,9 +190,9 @@ def test_an_empty_window_prints_dashes_not_nan() -> None:
     from dlperf.report.compare_text import live_table
 
     metrics = Metrics()
-    _traffic(metrics, "a", 50, 0.010, 0, seed=23)
-    _traffic(metrics, "b", 50, 0.010, 0, seed=24)
-    page = _page(metrics)
+    traffic(metrics, "a", 50, 0.010, 0, seed=23)
+    traffic(metrics, "b", 50, 0.010, 0, seed=24)
+    page = scrape(metrics)
     result = compare_live(page, earlier=page, window_s=5)  # nothing happened in between
     console = Console(record=True, width=120)
     console.print(live_table(result))
@@ -227,12 +212,12 @@ def test_scrapes_of_different_replicas_are_refused() -> None:
     from dlperf.errors import ServingError
 
     metrics = Metrics()
-    _traffic(metrics, "a", 300, 0.010, 0, seed=1)
-    _traffic(metrics, "b", 300, 0.010, 0, seed=2)
-    earlier = _page(metrics)
-    _traffic(metrics, "a", 200, 0.010, 0, seed=3)
-    _traffic(metrics, "b", 200, 0.010, 0, seed=4)
-    later = _page(metrics)
+    traffic(metrics, "a", 300, 0.010, 0, seed=1)
+    traffic(metrics, "b", 300, 0.010, 0, seed=2)
+    earlier = scrape(metrics)
+    traffic(metrics, "a", 200, 0.010, 0, seed=3)
+    traffic(metrics, "b", 200, 0.010, 0, seed=4)
+    later = scrape(metrics)
 
     def of(page: str, replica: str) -> str:
         return page.replace('{model="m"', f'{{replica="{replica}",model="m"')

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -12,53 +10,42 @@ from dlperf.compare.live import compare_live
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.metrics import Metrics
 
+from .live_traffic import scrape, traffic
+
 pytestmark = pytest.mark.unit
-
-
-def _traffic(metrics: Metrics, variant: str, n: int, median_s: float, seed: int, model: str = "m") -> None:
-    rec = metrics.recorder(model, variant)
-    rng = random.Random(seed)
-    for _ in range(n):
-        ns = int(rng.lognormvariate(0, 0.2) * median_s * 1e9)
-        rec.batch(1, 0, ns, 0)
-        rec.success(ns, 0, (0, ns, 0))
-
-
-def _page(metrics: Metrics) -> str:
-    return metrics.exposition()[0].decode()
 
 
 def test_a_server_restarted_inside_the_window_is_a_clear_error() -> None:
     before = Metrics()  # the first scrape: a server that had answered 500 requests per variant
-    _traffic(before, "a", 500, 0.010, seed=1)
-    _traffic(before, "b", 500, 0.010, seed=2)
+    traffic(before, "a", 500, 0.010, seed=1)
+    traffic(before, "b", 500, 0.010, seed=2)
     after = Metrics()  # the last: the restarted server, its counters from 0
-    _traffic(after, "a", 40, 0.010, seed=3)
-    _traffic(after, "b", 40, 0.010, seed=4)
+    traffic(after, "a", 40, 0.010, seed=3)
+    traffic(after, "b", 40, 0.010, seed=4)
     # it raised a ValueError from the error-rate test ("both samples need at least one trial"): a traceback
     with pytest.raises(ServingError, match=r"counters went back during the window \(variant a: 500 requests since "
                                            r"the start, then 40\): it restarted"):
-        compare_live(_page(after), earlier=_page(before), window_s=5.0, between=[_page(before)] * 5)
+        compare_live(scrape(after), earlier=scrape(before), window_s=5.0, between=[scrape(before)] * 5)
 
 
 def test_an_unknown_model_names_the_served_ones() -> None:
     metrics = Metrics()
-    _traffic(metrics, "a", 10, 0.010, seed=1, model="mlp")
-    _traffic(metrics, "b", 10, 0.010, seed=2, model="mlp")
+    traffic(metrics, "a", 10, 0.010, seed=1, model="mlp")
+    traffic(metrics, "b", 10, 0.010, seed=2, model="mlp")
     # it said "the server reports none for model 'foo': start it with `dlperf serve --variant ...`", of a server
     # that had two variants
     with pytest.raises(ConfigError, match=r"^--model foo: the server has no model of that name; it serves 'mlp'$"):
-        compare_live(_page(metrics), model="foo")
-    assert compare_live(_page(metrics), model="mlp").tests[0].variant in ("a", "b")
+        compare_live(scrape(metrics), model="foo")
+    assert compare_live(scrape(metrics), model="mlp").tests[0].variant in ("a", "b")
 
 
 def test_a_variant_without_requests_is_named_not_called_hard_to_detect() -> None:
     start = Metrics()
     start.recorder("m", "b")  # b is on the page, with no request
-    _traffic(start, "a", 10, 0.010, seed=1)
-    first = _page(start)
-    _traffic(start, "a", 300, 0.010, seed=2)
-    result = compare_live(_page(start), earlier=first, window_s=3.0, between=[first] * 5)
+    traffic(start, "a", 10, 0.010, seed=1)
+    first = scrape(start)
+    traffic(start, "a", 300, 0.010, seed=2)
+    result = compare_live(scrape(start), earlier=first, window_s=3.0, between=[first] * 5)
     assert [v.name for v in result.variants] == ["a", "b"]
     notes = result.findings()
     assert not any("only 0 requests" in n for n in notes)

@@ -11,15 +11,9 @@ pytest.importorskip("prometheus_client")
 from dlperf.compare.live import compare_live, sign_test, slice_count
 from dlperf.serve.metrics import Metrics
 
+from .live_traffic import traffic
+
 pytestmark = pytest.mark.unit
-
-
-def _traffic(metrics: Metrics, variant: str, n: int, median_s: float, rng: random.Random) -> None:
-    rec = metrics.recorder("m", variant)
-    for _ in range(n):
-        ns = int(rng.lognormvariate(0, 0.2) * median_s * 1e9)
-        rec.batch(1, 0, ns, 0)
-        rec.success(ns, 0, (0, ns, 0))
 
 
 def test_sign_test_is_exact_and_drops_ties() -> None:
@@ -44,8 +38,8 @@ def test_a_stall_of_one_variant_is_not_a_difference_between_identical_variants()
     earlier = metrics.exposition()[0].decode()
     pages = []
     for i in range(10):
-        _traffic(metrics, "a", 60, 0.030 if i in (2, 5) else 0.010, rng)
-        _traffic(metrics, "b", 60, 0.010, rng)
+        traffic(metrics, "a", 60, 0.030 if i in (2, 5) else 0.010, rng=rng)
+        traffic(metrics, "b", 60, 0.010, rng=rng)
         pages.append(metrics.exposition()[0].decode())
     windowed = compare_live(pages[-1], earlier=earlier, window_s=5, between=pages[:-1], control="a").tests[0]
     # counted per request, the stalled run of 120 requests is a "difference" at any level
@@ -61,9 +55,9 @@ def test_too_few_slices_with_both_variants_give_no_verdict() -> None:
     earlier = metrics.exposition()[0].decode()
     pages = []
     for i in range(6):  # b has traffic in 3 slices only, 3x slower each time
-        _traffic(metrics, "a", 50, 0.010, rng)
+        traffic(metrics, "a", 50, 0.010, rng=rng)
         if i % 2:
-            _traffic(metrics, "b", 50, 0.030, rng)
+            traffic(metrics, "b", 50, 0.030, rng=rng)
         pages.append(metrics.exposition()[0].decode())
     result = compare_live(pages[-1], earlier=earlier, window_s=3, between=pages[:-1], control="a")
     test = result.tests[0]
@@ -76,8 +70,8 @@ def test_too_few_slices_with_both_variants_give_no_verdict() -> None:
 def test_an_error_rate_from_a_handful_of_requests_gets_an_exact_p_value() -> None:
     rng = random.Random(11)
     metrics = Metrics()
-    _traffic(metrics, "a", 1000, 0.010, rng)
-    _traffic(metrics, "b", 2, 0.010, rng)
+    traffic(metrics, "a", 1000, 0.010, rng=rng)
+    traffic(metrics, "b", 2, 0.010, rng=rng)
     metrics.recorder("m", "b").failure("BACKEND", 1_000_000)
     result = compare_live(metrics.exposition()[0].decode(), control="a")
     test = result.tests[0]

@@ -3,8 +3,6 @@ scrapes, a window must be positive, and a window without traffic is named once."
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 pytest.importorskip("prometheus_client")
@@ -13,36 +11,23 @@ from dlperf.compare.live import compare_live, compare_live_url
 from dlperf.errors import ConfigError, ServingError
 from dlperf.serve.metrics import Metrics
 
+from .live_traffic import scrape, traffic
+
 pytestmark = pytest.mark.unit
-
-
-def _traffic(metrics: Metrics, variant: str, n: int, failures: int, seed: int) -> None:
-    rec = metrics.recorder("m", variant)
-    rng = random.Random(seed)
-    for _ in range(n):
-        ns = int(rng.lognormvariate(0, 0.2) * 0.010 * 1e9)
-        rec.batch(1, 0, ns, 0)
-        rec.success(ns, 0, (0, ns, 0))
-    for _ in range(failures):
-        rec.failure("BACKEND", 1_000_000)
-
-
-def _page(metrics: Metrics) -> str:
-    return metrics.exposition()[0].decode()
 
 
 def test_the_failures_of_a_window_are_the_ones_in_it() -> None:
     """b failed 200 times before the window and never in it: the window's error rate is 0, and b is not called
     worse on errors it made before the window."""
     metrics = Metrics()
-    _traffic(metrics, "a", 500, 0, seed=1)
-    _traffic(metrics, "b", 500, 200, seed=2)
-    earlier = _page(metrics)
+    traffic(metrics, "a", 500, 0.010, 0, seed=1)
+    traffic(metrics, "b", 500, 0.010, 200, seed=2)
+    earlier = scrape(metrics)
     pages = []
     for i in range(6):
-        _traffic(metrics, "a", 50, 0, seed=10 + i)
-        _traffic(metrics, "b", 50, 0, seed=20 + i)
-        pages.append(_page(metrics))
+        traffic(metrics, "a", 50, 0.010, 0, seed=10 + i)
+        traffic(metrics, "b", 50, 0.010, 0, seed=20 + i)
+        pages.append(scrape(metrics))
     result = compare_live(pages[-1], earlier=earlier, window_s=3, between=pages[:-1], control="a")
     b = next(v for v in result.variants if v.name == "b")
     assert (b.requests, b.failures, b.error_rate) == (300, {}, 0.0)
@@ -53,16 +38,16 @@ def test_a_restart_between_two_scrapes_of_the_window_is_refused() -> None:
     """The server restarted after the first slice and answered more requests by the end than before: the first
     and last scrapes alone look like a window; the middle scrape shows the counters going back."""
     before = Metrics()
-    _traffic(before, "a", 500, 0, seed=1)
-    _traffic(before, "b", 500, 0, seed=2)
+    traffic(before, "a", 500, 0.010, 0, seed=1)
+    traffic(before, "b", 500, 0.010, 0, seed=2)
     restarted = Metrics()
-    _traffic(restarted, "a", 40, 0, seed=3)
-    _traffic(restarted, "b", 40, 0, seed=4)
-    middle = _page(restarted)
-    _traffic(restarted, "a", 600, 0, seed=5)
-    _traffic(restarted, "b", 600, 0, seed=6)
+    traffic(restarted, "a", 40, 0.010, 0, seed=3)
+    traffic(restarted, "b", 40, 0.010, 0, seed=4)
+    middle = scrape(restarted)
+    traffic(restarted, "a", 600, 0.010, 0, seed=5)
+    traffic(restarted, "b", 600, 0.010, 0, seed=6)
     with pytest.raises(ServingError, match=r"counters went back during the window \(variant \w: 500 requests"):
-        compare_live(_page(restarted), earlier=_page(before), window_s=3.0, between=[middle] * 5)
+        compare_live(scrape(restarted), earlier=scrape(before), window_s=3.0, between=[middle] * 5)
 
 
 @pytest.mark.parametrize("window_s", [0.0, -1.0])
@@ -77,9 +62,9 @@ def test_a_window_without_any_request_is_named_once() -> None:
     """When no variant had a request, "nothing to compare" says it; not also each variant as not compared with a
     question about --split, which holds for none of them."""
     metrics = Metrics()
-    _traffic(metrics, "a", 50, 0, seed=1)
-    _traffic(metrics, "b", 50, 0, seed=2)
-    page = _page(metrics)
+    traffic(metrics, "a", 50, 0.010, 0, seed=1)
+    traffic(metrics, "b", 50, 0.010, 0, seed=2)
+    page = scrape(metrics)
     notes = compare_live(page, earlier=page, window_s=3.0, between=[page] * 5).notes
     assert notes == ["no variant answered or failed a request in the window: nothing to compare"]
 
@@ -88,13 +73,13 @@ def test_slices_where_the_control_had_no_request_are_left_out() -> None:
     """The variant answered in every slice, the control in every other one: the slices without the control's
     requests are not compared (and do not end the comparison in an error)."""
     metrics = Metrics()
-    earlier = _page(metrics)
+    earlier = scrape(metrics)
     pages = []
     for i in range(8):
-        _traffic(metrics, "b", 30, 0, seed=i)
+        traffic(metrics, "b", 30, 0.010, 0, seed=i)
         if i % 2:
-            _traffic(metrics, "a", 30, 0, seed=100 + i)
-        pages.append(_page(metrics))
+            traffic(metrics, "a", 30, 0.010, 0, seed=100 + i)
+        pages.append(scrape(metrics))
     test = compare_live(pages[-1], earlier=earlier, window_s=4, between=pages[:-1], control="a").tests[0]
     assert test.slices is not None and test.slices.slices == 4
     assert test.latency_verdict == "not enough requests"

@@ -6,21 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rich.console import Console, RenderableType
 
 from dlperf.report.html_parts import fmt_p_value, sampled_seconds, trimmed_range, wide_range
 from dlperf.report.svg import Series
 from dlperf.report.terminal import ceilings_table, fmt_si
+from tests.unit.report.test_terminal import _text
 
 pytestmark = pytest.mark.unit
-
-
-def _text(renderable: RenderableType) -> str:
-    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(renderable)
-    text = console.export_text()
-    console.file.close()
-    return text
 
 
 CEILINGS: dict[str, Any] = {
@@ -35,7 +27,7 @@ CEILINGS: dict[str, Any] = {
 def test_the_calibrate_table_names_each_ceiling_in_its_unit() -> None:
     """int8 GEMMs are integer operations (OP/s, as the HTML report says), and the copy is of 256 MiB, the bytes each
     call copied (the bandwidth counts them twice, read and written)."""
-    text = _text(ceilings_table(CEILINGS))
+    text = _text(ceilings_table(CEILINGS), width=160)
     rows = {line.split()[2]: line for line in text.splitlines() if "GEMM" in line}
     assert "165.3 GFLOP/s" in rows["fp32"] and "2048³ matmul, 5 calls" in rows["fp32"]
     assert "1.8 TOP/s" in rows["int8"] and "FLOP" not in rows["int8"] and "1024³ matmul, 46 calls" in rows["int8"]

@@ -31,8 +31,9 @@ from dlperf.store.records import RunRecord
 pytestmark = pytest.mark.unit
 
 
-def _text(renderable: RenderableType) -> str:
-    console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+def _text(renderable: RenderableType, width: int = 100) -> str:
+    """What a console `width` columns wide shows of `renderable`."""
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     text = console.export_text()
     console.file.close()
