@@ -42,9 +42,7 @@ def bench(
     """
     from dlperf.optimize.artifact import default_device
 
-    if device is not None and not isinstance(device, str):
-        raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
-    device = default_device(model, device)
+    device = default_device(model, _device_arg(device))
     fixed = scenario_of(scenario).batch_sizes(None)
     if batch_sizes is not None and scenario != "offline":
         raise ConfigError(f"batch_sizes {tuple(batch_sizes)} is for the offline scenario; {scenario} runs batch "
@@ -183,8 +181,12 @@ def load(path: Any, threads: int | None = None, device: str | None = None) -> An
 
         raise OptimizeError(f"dlperf.load loads an artifact folder written by dlperf optimize --export; '{text}' is a "
                             f"workload: load it with dlperf.load_workload({text!r})")
-    if device is not None and not isinstance(device, str):
-        from dlperf.errors import ConfigError
+    return load_artifact(path, threads=threads, device=_device_arg(device))
 
+
+def _device_arg(device: Any) -> str | None:
+    """`device` as `bench` and `load` take it: a string, or None for the artifact's own (a 0 would have been taken
+    as no device given)."""
+    if device is not None and not isinstance(device, str):
         raise ConfigError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
-    return load_artifact(path, threads=threads, device=device)
+    return device
