@@ -79,8 +79,11 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
     table = Table(title=f"candidates for {data['workload']} (batch {data['batch_size']}, {data['device']})",
                   show_lines=False, expand=False)
     columns: tuple[str, ...] = NARROW_COLUMNS if width is not None and width < NARROW_BELOW else WIDE_COLUMNS
-    if "peak MiB" in columns and any(r.get("gpu_memory_bytes") is not None for r in data.get("candidates") or []):
-        at = columns.index("peak MiB") + 1  # a search on a GPU: the memory objective's figure there
+    if ("peak MiB" in columns and data.get("objective") == "memory"
+            and any(r.get("gpu_memory_bytes") is not None for r in data.get("candidates") or [])):
+        # a memory search on a GPU ranks by it; elsewhere only torch candidates would have one (the allocator's
+        # peak) and every engine row a '-', unexplained (the HTML report draws it under the same rule)
+        at = columns.index("peak MiB") + 1
         columns = (*columns[:at], "GPU MiB", *columns[at:])
     for name in columns:
         table.add_column(name, justify="left" if name == "passes" else "right",
@@ -230,7 +233,7 @@ def memory_line(data: dict[str, Any]) -> str | None:
     if failed:
         line += f"; not measured so for {', '.join(failed)} (their own process's peak during timing)"
     gpu = [r for r in rows if r.get("gpu_memory_bytes") is not None]
-    if gpu:
+    if gpu and data.get("objective") == "memory":  # the table's GPU MiB column
         line += ("; GPU MiB, which the memory objective ranks by on a GPU: that process's GPU memory after its calls "
                  "(NVML's figure: CUDA context, torch's cache, ONNX Runtime's arena, TensorRT's engine)")
         other = sorted({str(r.get("gpu_memory_of")) for r in gpu if r.get("gpu_memory_of") != NVML_GPU_MEMORY})

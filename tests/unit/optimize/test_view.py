@@ -232,6 +232,9 @@ def test_a_memory_search_on_a_gpu_shows_and_explains_the_gpu_memory_it_ranks_by(
     out = io.StringIO()  # a search on the CPU has no such column
     print_result(_data(), Console(file=out, width=200, color_system=None))
     assert "GPU MiB" not in out.getvalue()
+    out = io.StringIO()  # nor a latency search on a GPU, whose engine rows have no GPU figure
+    print_result({**data, "objective": "latency"}, Console(file=out, width=200, color_system=None))
+    assert "GPU MiB" not in out.getvalue() and "peak MiB" in out.getvalue()
 
 
 def test_no_winner_where_the_baseline_too_misses_the_constraints_says_so() -> None:
