@@ -90,6 +90,18 @@ def test_recording_interrupted_keeps_saved_partial_result(store: Store) -> None:
     assert "interrupted" in (record.error or "")
 
 
+def test_a_run_end_with_no_result_keeps_the_saved_one_and_an_empty_one_replaces_it(store: Store) -> None:
+    """finish_run(None) is a run that ends without a result of its own (an optimize trial's interrupted child): what
+    it saved stays. An empty dict is a result: a command that cleared what it saved must not show the stale one."""
+    kept, cleared = store.create_run("bench", "zoo:mlp"), store.create_run("bench", "zoo:mlp")
+    for run in (kept, cleared):
+        store.update_result(run.id, {"points": [1]})
+    store.finish_run(kept.id, None, INTERRUPTED, "interrupted")
+    store.finish_run(cleared.id, {})
+    assert store.get(kept.id).result == {"points": [1]} and store.get(kept.id).status == INTERRUPTED
+    assert store.get(cleared.id).result == {} and store.get(cleared.id).status == OK
+
+
 def test_id_prefix_lookup(store: Store) -> None:
     ids = [store.create_run("bench", f"w{i}").id for i in range(20)]
     assert store.get(ids[3]).id == ids[3]
