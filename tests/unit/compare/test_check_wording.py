@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from rich.console import Console
@@ -117,3 +119,27 @@ def test_a_checks_headline_is_the_gated_metric() -> None:
     assert headline["value"] == worst.current_value and headline["regression"] == worst.regression
     assert result.to_dict()["headline"] == headline
     assert _slower_throughput().headline()["kpi"] == "throughput"
+
+
+def test_compare_prints_a_time_kpi_in_ms_and_each_run_s_other_results_in_its_own_column() -> None:
+    rng = np.random.default_rng(5)
+    compared = compare_points(_m(rng, 0.010, 400), _m(rng, 0.012, 400), 1)
+    a = RunRecord("a1", "bench", "zoo:mlp", "ok", "2026-12-05T10:00:00")
+    b = RunRecord("b1", "bench", "zoo:mlp", "ok", "2026-12-05T11:00:00")
+    console = Console(width=120, record=True)
+    for part in comparison_tables(RunComparison(a, b, [compared], [],
+                                                  other_deltas=[("gemm_flops.fp32", 1.5e11, 2.5e11)])):
+        console.print(part)
+    rows = [re.sub("[│┃]", " ", line).split() for line in console.export_text().splitlines()]
+    p50 = next(k for k in compared.kpis if k.name == "p50_s")
+    assert next(r for r in rows if r[:3] == ["p50", "latency", "ms"])[3:5] == [f"{p50.a * 1e3:.4g}",
+                                                                               f"{p50.b * 1e3:.4g}"]
+    assert ["gemm_flops.fp32", "1.5e+11", "2.5e+11"] in rows
+
+
+def test_a_passing_check_gives_no_commands_for_accepting_a_slowdown() -> None:
+    rng = np.random.default_rng(6)
+    result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.01, 300)}, GateConfig(max_regression=0.05))
+    result.baseline_run_id, result.current_run_id = "base0001", "this0002"
+    lines = [line.plain for line in check_lines(result.to_dict(), "zoo:mlp", "main")]
+    assert not result.failed and lines[-1] == "PASS: no significant regression above the threshold"

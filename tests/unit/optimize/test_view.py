@@ -266,3 +266,38 @@ def test_a_failure_repeated_by_later_candidates_is_named_once() -> None:
     assert lines[1] == "  3 compile(freezing=True): failed in apply: the same error as 2 (compile)"
     assert lines[2] == "  4 hygiene + compile: failed in apply: the same error as 2 (compile)"
     assert lines[3] == "  5 onnxruntime: failed in apply: onnxruntime failed: ExportError: no"
+
+
+def test_a_failed_candidate_shows_its_status_not_the_figures_it_measured_before_failing() -> None:
+    """A candidate timed before its eval failed keeps its throughput and gain in the record: the table shows '-' and
+    'failed', as for its p50, not a gain beside a run that failed."""
+    data = _data()
+    data["candidates"][1].update(status="failed", phase="eval", error="eval: boom")
+    columns = dict(zip(WIDE, _cells(data), strict=True))
+    assert [columns[name][1] for name in ("p50 ms", "items/s", "metric", "gain", "paired")] == [
+        "-", "-", "-", "failed", "-"]
+
+
+def test_two_failures_that_differ_only_past_a_worded_head_are_not_the_same_error() -> None:
+    """An error is another's but for a pass's label in front only where that label is one word ('compile(...)')."""
+    from dlperf.report.optimize_view import why_lines
+
+    data = _data()
+    data["candidates"] += [{"key": f"c{i}", "label": label, "status": "failed", "phase": "apply",
+                            "error": f"could not {verb}: shape mismatch"}
+                           for i, (label, verb) in enumerate([("onnx", "export"), ("openvino", "convert")])]
+    assert why_lines(data)[-2:] == ["  2 onnx: failed in apply: could not export: shape mismatch",
+                                    "  3 openvino: failed in apply: could not convert: shape mismatch"]
+
+
+def test_the_constraints_line_gives_each_in_its_unit() -> None:
+    data = {**_data(), "constraints": {"max_metric_drop": 0.01, "latency_budget_s": 0.05}}
+    assert any(line.startswith("objective: latency; constraints: metric drop <= 1.00%, p99 <= 50 ms;")
+               for line in summary_lines(data))
+
+
+def test_no_winner_after_a_candidate_s_own_ab_failed_says_none_was_confirmed() -> None:
+    """A search whose only A/B failed records the error on the candidate, and no confirmation of its own."""
+    data = {**_data(), "winner": None}
+    data["candidates"][1]["confirm_error"] = "the A/B's process died"
+    assert "no winner: no candidate was confirmed better than the baseline" in summary_lines(data)

@@ -116,3 +116,10 @@ def test_the_overhead_line_of_a_step_far_faster_profiled_says_how_many_times() -
     Console(file=out, width=200, color_system=None).print(profile_report(data))
     line = next(line for line in out.getvalue().splitlines() if line.startswith("profiling overhead"))
     assert "(profiled 2,000x faster: the unprofiled timing was disturbed)" in line and "0.00x" not in line, line
+
+
+def test_the_view_s_sizes_are_in_binary_units() -> None:
+    """A 300 MiB peak RSS (314,572,800 bytes) is '300 MiB', not the 315 of decimal megabytes."""
+    from dlperf.report.profile_view import _mib
+
+    assert [_mib(v) for v in (512 * 2**10, 300 * 2**20, 3 * 2**30, None)] == ["512 KiB", "300 MiB", "3,072 MiB", "-"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -11,6 +12,7 @@ from dlperf.measure.stats import Measurement
 from dlperf.report.html import render_report
 from dlperf.report.html_bench import HISTORY_PLOTS
 from dlperf.store.records import RunRecord
+from tests.unit.report import svg_read
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +94,42 @@ def test_a_history_spanning_decades_is_drawn_on_a_log_axis() -> None:
     flat = [_run(f"f{i}", [_point(8, ms / 1e3)], f"2026-12-05T08:1{i}:00") for i, ms in enumerate((0.061, 0.049, 0.07))]
     html = render_report([], history=flat, history_metric="p95", history_workload="zoo:mlp")
     assert "log scale" not in html
+
+
+def _summarized(p50_ms: float) -> dict[str, Any]:
+    """A batch-1 point whose p50, p99, median CI and throughput differ, so a chart of one cannot pass for another's."""
+    return {"batch_size": 1, "summary": {"n": 100, "p50_s": p50_ms / 1e3, "p99_s": 3 * p50_ms / 1e3,
+                                         "median_ci_s": [0.9 * p50_ms / 1e3, 1.2 * p50_ms / 1e3],
+                                         "throughput": 1000 / p50_ms}}
+
+
+NEWEST_FIRST = [_run(f"h{i}", [_summarized(ms)], f"2026-11-2{i}T10:00:00")
+                for i, ms in reversed(list(enumerate((2.0, 2.5, 4.0))))]
+
+
+@functools.cache
+def _history(metric: str) -> str:
+    html = render_report([], history=NEWEST_FIRST, history_metric=metric, history_workload="zoo:mlp")
+    return svg_read.plot(html, f"History of zoo:mlp: {metric} at batch 1")
+
+
+@pytest.mark.parametrize(("metric", "values"), [("p50", [2.0, 2.5, 4.0]), ("p99", [6.0, 7.5, 12.0]),
+                                                 ("throughput", [500.0, 400.0, 250.0])])
+def test_each_run_is_plotted_oldest_first_at_its_value_of_the_metric(metric: str, values: list[float]) -> None:
+    """Runs given newest first are drawn at 1, 2, 3 from the oldest, each at its own value of the metric the
+    history is of, in ms (throughput in items/s), and inside the plot."""
+    svg = _history(metric)
+    drawn = svg_read.points(svg, "batch 1")
+    assert [x for x, _ in drawn] == pytest.approx([1.0, 2.0, 3.0], abs=0.01)
+    assert [y for _, y in drawn] == pytest.approx(values, rel=0.01)
+    left, _, right, _ = svg_read.frame(svg)
+    assert all(left < svg_read.axis(svg, "x").pixel(x) < right for x, _ in drawn)
+    assert svg_read.ticks(svg, "y")[0][0] == 0.0  # a linear axis from 0: a 1% change is not a full-height step
+
+
+def test_the_whiskers_are_the_median_s_interval_on_a_p50_history_only() -> None:
+    whiskers = svg_read.whiskers(_history("p50"), "batch 1")
+    assert [(x, sorted((lo, hi))) for x, lo, hi in whiskers] == [
+        (pytest.approx(i + 1.0, abs=0.01), pytest.approx([0.9 * ms, 1.2 * ms], rel=0.01))
+        for i, ms in enumerate((2.0, 2.5, 4.0))]
+    assert svg_read.whiskers(_history("p99"), "batch 1") == []  # the median's interval is no p99's

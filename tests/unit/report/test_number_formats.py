@@ -59,7 +59,13 @@ def test_a_histogram_s_range_leaves_out_the_top_and_bottom_percent() -> None:
     """One 100x outlier among 1000 calls squashed every other call into the first bar."""
     values = [1.0 + i / 1000 for i in range(999)] + [100.0]
     lo, hi = trimmed_range(values)
-    assert lo == pytest.approx(1.009) and hi < 2.0
+    assert lo == pytest.approx(1.009) and hi == pytest.approx(1.990)  # the 10th and the 991st of 1000: 1% each side
+
+
+def test_a_histogram_of_calls_nearly_all_alike_spans_the_few_others() -> None:
+    """Where the 1st and 99th percentiles are one value, cutting to them leaves one bar of 100%: the range is the
+    whole of the calls instead."""
+    assert trimmed_range([1.0] * 200 + [5.0]) == (1.0, 5.0)
 
 
 def test_a_log_axis_from_a_span_above_twenty_times() -> None:

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from dlperf.report.svg import Axis, Series, chart, ecdf, hbars, histogram_bins, log_ticks, nice_ticks
+from tests.unit.report import svg_read
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +100,45 @@ def test_a_tick_label_at_the_right_edge_stays_inside_the_chart() -> None:
     x, anchor, text = float(right_most[0]), right_most[1], right_most[2]
     right_edge = x if anchor == "end" else x + len(text) * 6.2 / 2
     assert text == "0.0095" and right_edge <= 300
+
+
+@pytest.mark.parametrize(("x_log", "y_log"), [(False, False), (True, False), (False, True), (True, True)])
+def test_points_are_drawn_at_their_values_on_linear_and_log_axes(x_log: bool, y_log: bool) -> None:
+    xs, ys = [1.0, 3.0, 10.0, 40.0, 100.0], [2.0, 5.0, 20.0, 70.0, 300.0]
+    svg = chart([Series("s", xs, ys, "points")], Axis("x", log=x_log), Axis("y", log=y_log))
+    drawn = svg_read.points(svg, "s", x_log=x_log, y_log=y_log)
+    # to a thousandth of a linear axis's span (its pixels are rounded to 0.1), a hundredth of a log axis's values
+    assert [x for x, _ in drawn] == (pytest.approx(xs, rel=0.01) if x_log else pytest.approx(xs, abs=0.1))
+    assert [y for _, y in drawn] == (pytest.approx(ys, rel=0.01) if y_log else pytest.approx(ys, abs=0.3))
+
+
+def test_a_step_ecdf_moves_right_at_its_fraction_then_rises() -> None:
+    """An ECDF stays at the fraction of the calls up to x_j-1 until x_j: a step that rose first would say that 2/3 of
+    the calls took 1 ms or less."""
+    svg = chart([Series("cdf", [1.0, 2.0, 3.0], [1 / 3, 2 / 3, 1.0], "step")], Axis("ms"), Axis("fraction"),
+                y_zero=True)
+    vertices = svg_read.line(svg, "cdf")
+    expected = [(1.0, 1 / 3), (2.0, 1 / 3), (2.0, 2 / 3), (3.0, 2 / 3), (3.0, 1.0)]
+    assert [x for x, _ in vertices] == pytest.approx([x for x, _ in expected], abs=0.01)
+    assert [y for _, y in vertices] == pytest.approx([y for _, y in expected], abs=0.01)
+
+
+def test_a_bar_reaches_from_the_axis_up_to_its_value() -> None:
+    svg = chart([Series("h", [1.0, 2.0, 3.0], [10.0, 40.0, 25.0], "bars")], Axis("ms"), Axis("% of calls"),
+                y_zero=True)
+    drawn = svg_read.bars(svg, "h")
+    assert [top for _, top, _ in drawn] == pytest.approx([10.0, 40.0, 25.0], abs=0.3)
+    assert [bottom for _, _, bottom in drawn] == pytest.approx([0.0, 0.0, 0.0], abs=0.3)
+    assert [x for x, _, _ in drawn] == pytest.approx([1.0, 2.0, 3.0], abs=0.02)
+
+
+def test_a_run_axis_ticks_whole_runs_only() -> None:
+    svg = chart([Series("s", [1, 2], [3.0, 4.0], "line+points")], Axis("run", lo=0.5, hi=2.5, integer=True),
+                Axis("ms"))
+    assert [value for value, _ in svg_read.ticks(svg, "x")] == [1.0, 2.0]
+
+
+def test_a_histogram_s_fractions_are_of_all_the_values_those_outside_its_range_included() -> None:
+    """The report cuts the 1% tails off a latency histogram's range: its bars are still fractions of every call."""
+    _, fractions = histogram_bins([1.0, 2.0, 2.0, 3.0, 100.0], bins=2, lo=1.0, hi=3.0)
+    assert fractions == pytest.approx([0.2, 0.6])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dlperf.errors import ConfigError, StoreError
-from dlperf.store.query import kpi_history, point_at
+from dlperf.store.query import kpi_history, point_at, workload_runs
 from dlperf.store.records import FAILED, OK, RunRecord
+from tests.unit.store.spaced import space_runs
 
 pytestmark = pytest.mark.unit
 
@@ -148,3 +150,35 @@ def test_a_history_of_nothing_says_what_to_run_or_that_the_zoo_has_no_such_model
     # `run dlperf bench zoo:nope first` pointed at a model that is not there
     with pytest.raises(StoreError, match=r"there is no zoo workload 'nope': the zoo has mlp, "):
         kpi_history([], "p50", workload="zoo:nope")
+
+
+@pytest.mark.parametrize(("metric", "key"), [("p50", "p50_s"), ("p90", "p90_s"), ("p95", "p95_s"), ("p99", "p99_s"),
+                                           ("mean", "mean_s"), ("throughput", "throughput")])
+def test_each_metric_s_history_is_of_its_own_summary_value(metric: str, key: str) -> None:
+    summary = {k: float(i + 1) for i, k in enumerate(("p50_s", "p90_s", "p95_s", "p99_s", "mean_s", "throughput"))}
+    h = kpi_history([_record("a", "2026-01-01", [{"batch_size": 1, "summary": summary}])], metric)
+    assert h.values == [summary[key]]
+
+
+def test_a_history_of_one_run_has_no_change() -> None:
+    h = kpi_history([_record("a", "2026-01-01", [{"batch_size": 1, "summary": {"p50_s": 0.001}}])], "p50")
+    assert h.change is None and h.to_dict()["change"] is None  # not 0.0: "no change" is a claim one run cannot make
+
+
+def test_a_workload_s_runs_are_the_newest_of_its_own_key_whatever_their_spelling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'good.py' typed in another folder is another workload though spelled the same; `--limit` keeps the newest."""
+    from dlperf.store import Store
+
+    space_runs(monkeypatch)
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "good.py").write_text("")
+    store = Store(tmp_path / "runs.db")
+    here = [store.create_run("bench", "good.py", {"workload_key": str(tmp_path / "a" / "good.py")}).id
+            for _ in range(3)]
+    store.create_run("bench", "good.py", {"workload_key": str(tmp_path / "b" / "good.py")})
+    monkeypatch.chdir(tmp_path / "a")
+    found = workload_runs(store, "bench", "good.py")
+    assert [r.id for r in found] == here[::-1]  # newest first
+    assert [r.id for r in workload_runs(store, "bench", "good.py", limit=2)] == [here[2], here[1]]
