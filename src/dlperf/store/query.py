@@ -173,5 +173,9 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
         raise StoreError(f"no finished {kind} run of '{workload or ordered[0].workload}' measured batch size "
                          f"{batch_size}; they measured {', '.join(map(str, measured))}: give one of those with "
                          "--batch-size")
+    if usable and not points:  # it read "no finished runs with that batch size" of runs that measured it
+        raise StoreError(f"the finished {kind} runs of '{workload or ordered[0].workload}' at batch size {batch_size} "
+                         f"did not record {metric} (recorded by an older dlperf?): choose another --metric, e.g. "
+                         "p50, or measure again")
     return History(workload or (ordered[0].workload if ordered else ""), metric, unit, higher, batch_size, points,
                    skipped=len(ordered) - len(points))

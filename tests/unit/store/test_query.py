@@ -83,6 +83,10 @@ def test_errors() -> None:
     with pytest.raises(StoreError, match=r"^no finished bench run of 'zoo:mlp' measured batch size 7; they measured "
                                          r"1, 8: give one of those with --batch-size$"):
         kpi_history(RECORDS, "p50", batch_size=7, workload="zoo:mlp")
+    # runs that measured it but hold no value of the metric (recorded before p95 was): it said "no finished runs
+    # with that batch size" of runs listed beside it with that batch size
+    with pytest.raises(StoreError, match=r"^the finished bench runs of 'zoo:mlp' at batch size 8 did not record p95"):
+        kpi_history(RECORDS, "p95", batch_size=8, workload="zoo:mlp")
 
 
 def test_p95_is_a_history_metric_as_it_is_a_gate_metric() -> None:
