@@ -66,11 +66,15 @@ def test_a_trial_given_another_gpu_gets_a_server_that_sees_it(monkeypatch: pytes
     monkeypatch.setattr(trials, "_server_omp", [])
     seen = []
     try:
+        # a server this worker started before its first trial (other code in it) is not the trial's either
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+        stop_process_server()
+        earlier = _child_sees()
         for gpu in ("0", "0", "1"):
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", gpu)  # as Ray sets it for each task
             with trials.child_environment("1"):
                 seen.append(_child_sees())
     finally:
         stop_process_server()
-    assert [s[3] for s in seen] == ["0", "0", "1"]
-    assert seen[0][1] == seen[1][1] != seen[2][1]  # the server kept for the same GPU, started again for another
+    assert earlier[3] == "7" and [s[3] for s in seen] == ["0", "0", "1"]
+    assert earlier[1] != seen[0][1] == seen[1][1] != seen[2][1]  # kept for the same GPU, started again for another

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 
 def _get(app: Any, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-         root_path: str = "") -> tuple[int, dict[bytes, bytes], bytes]:
+         root_path: str = "") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     sent: list[dict[str, Any]] = []
     scope = {"type": "http", "method": method, "path": root_path + path, "root_path": root_path,
              "query_string": b"", "headers": [(k.encode(), v.encode()) for k, v in
@@ -38,7 +39,7 @@ def _get(app: Any, method: str, path: str, body: bytes = b"", headers: dict[str,
 
     asyncio.run(app(scope, receive, send))
     start = sent[0]
-    return (start["status"], dict(start.get("headers", [])),
+    return (start["status"], list(start.get("headers", [])),
             b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
 
 
@@ -60,7 +61,8 @@ def test_every_sample_of_a_replicas_metrics_names_the_replica_and_keeps_its_valu
         assert status == 200
         plain = state.metrics.exposition()[0].decode()
         status, headers, body = _get(app, "GET", "/metrics", headers=auth, root_path="/dlperf")
-        assert status == 200 and int(headers[b"content-length"]) == len(body)
+        lengths = [v for k, v in headers if k.lower() == b"content-length"]
+        assert status == 200 and lengths == [str(len(body)).encode()]  # the labelled body's, not the page's too
         labelled = _samples(body.decode())
         before = _samples(plain)
         assert len(labelled) == len(before) > 50
@@ -82,6 +84,44 @@ def test_every_sample_of_a_replicas_metrics_names_the_replica_and_keeps_its_valu
 
 
 def test_a_sample_without_labels_gets_the_replica_label_alone() -> None:
-    page = b'# HELP up x\n# TYPE up gauge\nup 1.0\nempty{} 2.0\nwith{a="b{ }"} 3.0 123\n'
-    assert label_exposition(page, "r2").decode().splitlines()[2:] == [
-        'up{replica="r2"} 1.0', 'empty{replica="r2"} 2.0', 'with{replica="r2",a="b{ }"} 3.0 123']
+    page = b'# HELP up x\n# TYPE up gauge\nup 1.0\nempty{} 2.0\nwith{a="b{ }"} 3.0 123\nspaced{ } 4.0\ntab\t5.0\n'
+    labelled = label_exposition(page, "r2").decode()
+    assert labelled.splitlines()[2:] == [
+        'up{replica="r2"} 1.0', 'empty{replica="r2"} 2.0', 'with{replica="r2",a="b{ }"} 3.0 123',
+        'spaced{replica="r2" } 4.0', 'tab{replica="r2"}\t5.0']
+    assert labelled.endswith("5.0\n")  # the format's last line ends with a line feed, as the page's did
+
+
+def test_a_replica_name_is_escaped_as_a_label_value() -> None:
+    """A backslash, a double quote and a line feed in a label value are written \\\\, \\" and \\n (format 0.0.4)."""
+    labelled = label_exposition(b"up 1.0\n", 'a\\b"c\nd').decode()
+    assert labelled == 'up{replica="a\\\\b\\"c\\nd"} 1.0\n'
+    (sample,) = _samples(labelled)
+    assert sample.labels == {"replica": 'a\\b"c\nd'}
+
+
+def test_a_replicas_routing_stats_count_its_requests_items_and_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `replica_stats` reads of each replica: requests that succeeded and failed, the items they carried, and
+    the batches the model ran."""
+    import ray
+
+    from dlperf.ray.serve import _Replica
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node-1"))
+    state = build_state(ServeConfig(model="zoo:mlp", port=0, max_batch_size=4))
+    replica: Any = _Replica.__new__(_Replica)  # the state `dlperf serve` builds, without Ray's drain watch
+    replica.config, replica.state = state.config, state
+    try:
+        app = create_app(state)
+        for rows, cols in ((3, 64), (1, 64), (1, 5)):  # two requests of 3 and 1 items, and one of the wrong shape
+            request = json.dumps({"inputs": [{"name": "x", "shape": [rows, cols], "datatype": "FP32",
+                                              "data": [0.0] * (rows * cols)}]}).encode()
+            status, _, _ = _get(app, "POST", "/v2/models/mlp/infer", request, {"content-type": "application/json"})
+            assert status == (200 if cols == 64 else 400)
+        stats = replica.record_routing_stats()
+        assert {k: v for k, v in stats.items() if k not in ("models", "pid")} == {
+            "node_id": "node-1", "in_flight": 0, "pending": 0, "requests": 2, "failed": 1, "items": 4, "batches": 2}
+        assert stats["models"]["mlp"]["max_batch_size"] == 4
+    finally:
+        replica.state = None  # closed here, not again when the replica is collected
+        state.close(5.0)

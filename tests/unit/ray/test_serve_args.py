@@ -78,6 +78,16 @@ def test_the_command_refuses_before_loading_anything(argv: tuple[str, ...], mess
     assert message in " ".join(err.split()) and "loading" not in err and "deploying" not in err
 
 
+def test_autoscale_bounds_and_proxy_location_are_checked_where_the_options_are_made() -> None:
+    assert RayServeOptions(autoscale=(2, 2)).autoscale == (2, 2)  # a fixed count, autoscaled: MIN may equal MAX
+    assert RayServeOptions(autoscale=(0, 1)).autoscale == (0, 1)
+    with pytest.raises(ConfigError, match="--autoscale -1:2: give MIN:MAX with 0 <= MIN"):
+        RayServeOptions(autoscale=(-1, 2))
+    # Ray Serve's third location, Disabled, runs no proxy: the deployment would wait for one until its deadline
+    with pytest.raises(ConfigError, match="unknown proxy location 'Disabled': use HeadOnly or EveryNode"):
+        RayServeOptions(proxy_location="Disabled")
+
+
 def test_parse_autoscale() -> None:
     assert parse_autoscale("1:4") == (1, 4)
     with pytest.raises(ConfigError, match=r"e\.g\. 1:4"):
@@ -96,8 +106,9 @@ def test_deployment_options_carry_the_serving_settings() -> None:
     assert max_ongoing_requests(leveled) == 8 * 2 + (2 + 4 + 4)  # every level's queue fits
     assert fixed["ray_actor_options"] == {"num_cpus": 3.0}
     # a replica on a GPU asks Ray for one (Ray hides every GPU from an actor that asks for none)
-    on_gpu = deployment_options(ServeConfig(model="zoo:mlp", threads=3, device="cuda"), RayServeOptions(replicas=2))
-    assert on_gpu["ray_actor_options"] == {"num_cpus": 3.0, "num_gpus": 1.0}
+    for device in ("cuda", "cuda:0"):  # cuda:0 is what the replica sees of the GPU Ray gives it
+        on_gpu = deployment_options(ServeConfig(model="zoo:mlp", threads=3, device=device), RayServeOptions(replicas=2))
+        assert on_gpu["ray_actor_options"] == {"num_cpus": 3.0, "num_gpus": 1.0}
     assert fixed["graceful_shutdown_timeout_s"] == 12.0
     scaled = deployment_options(config, RayServeOptions(autoscale=(0, 5)))
     assert "num_replicas" not in scaled
@@ -123,6 +134,9 @@ def test_a_bounded_queue_bounds_what_a_replica_admits() -> None:
     (8, RayServeOptions(replicas=1), 2.0, "1 replica x 8 CPUs each (--threads) need 8 CPUs; the local Ray instance has "
      "2 (this machine's): give --threads 2 or fewer, or deploy"),
     (None, RayServeOptions(autoscale=(3, 6)), 2.0, "give --autoscale with MIN 2 or fewer"),
+    # MIN 0 still starts one replica (Ray Serve's initial_replicas), which must fit
+    (8, RayServeOptions(autoscale=(0, 2)), 2.0, "1 replica x 8 CPUs each (--threads) need 8 CPUs; the local Ray "
+     "instance has 2 (this machine's): give --threads 2 or fewer"),
 ])
 def test_replicas_that_do_not_fit_a_local_instance_are_refused(threads: int | None, options: RayServeOptions,
                                                                cpus: float, message: str) -> None:
