@@ -431,6 +431,9 @@ class RayExecutor:
                                        "identical hardware")
         eligible = {n: s for n, s in alive.items() if n in self.nodes and n not in self.excluded}
         self._last_eligible = eligible
+        if not eligible and any(n not in self.excluded for n in self.nodes):
+            # the nodes that took trials are gone, though nodes left out (other hardware, no work folder) remain
+            raise ExecutorLost(self._all_nodes_lost())
         if not eligible:
             reasons = "; ".join(f"{n[:8]}: {why}" for n, why in self.excluded.items())
             raise OptimizeError(f"no Ray node can run trials ({reasons or 'none probed'})")
@@ -440,7 +443,8 @@ class RayExecutor:
         """Every node that took trials has left (or died). It said "no live node of the Ray cluster offers the
         'dlperf_timing' resource: start each node with `ray start --resources ...`": on a local instance whose
         raylet died mid-trial, a fix for a setup that was never wrong."""
-        names = ", ".join(f"{n.hostname} ({n.node_id[:8]})" for n in self.nodes.values())
+        names = ", ".join(f"{n.hostname} ({n.node_id[:8]})" for n in self.nodes.values()
+                          if n.node_id not in self.excluded)  # not those left out, which may still be there
         # a joined cluster's ('ray:auto' said "the local Ray instance this command started lost its node")
         where = ("the local Ray instance this command started lost its node" if self._local
                  else "every Ray node that ran trials has left the cluster")

@@ -372,6 +372,21 @@ def test_nodes_that_cannot_see_the_work_folder_or_differ_in_hardware_are_left_ou
     assert not marker.exists()
 
 
+def test_the_nodes_that_ran_trials_leaving_loses_the_executor_though_nodes_left_out_remain(
+        tmp_path: Path, executor_on: Any) -> None:
+    """Only a node of other hardware left: the search lost every place its trials could run, and is resumed by the
+    same command. It failed with "no Ray node can run trials (cccccccc: its hardware ...)", recorded as a plain
+    failure (the next search started over), and the message named no node that had left."""
+    nodes = [_Node(A), _Node(B), _Node(C, hardware_key="epyc")]
+    executor = executor_on(_Cluster(nodes))
+    assert executor._eligible(tmp_path) == {A: 1, B: 1}
+    nodes[0].alive = nodes[1].alive = False
+    with pytest.raises(ExecutorLost) as caught:
+        executor._eligible(tmp_path)
+    assert str(caught.value).startswith("every Ray node that ran trials has left the cluster: host-a (aaaaaaaa), "
+                                        "host-b (bbbbbbbb) (check the cluster with `ray status`)")
+
+
 def test_a_nodes_slots_are_its_timing_slots_bounded_by_its_cpus_and_gpus(executor_on: Any) -> None:
     nodes = [_Node(A, timing=4, cpus=8), _Node(B, timing=3, cpus=0.3), _Node(C, timing=1, cpus=8, gpus=4),
              _Node(D, timing=2, cpus=8, alive=False)]
