@@ -30,6 +30,7 @@ def test_an_engine_candidate_is_charged_for_its_engine_and_the_baseline_for_torc
         assert deployed["engine"] == engine and "error" not in deployed
         assert row["peak_rss_bytes"] == deployed["peak_rss_bytes"] >= deployed["loaded_rss_bytes"]
         assert deployed["loaded_rss_bytes"] > deployed["start_rss_bytes"] > 0
+        assert deployed["calls"] == FAST["warmup_iters"] + 1  # the timing's warm-up and one more, as deployed
         assert "gpu_bytes" not in deployed and row["gpu_memory_bytes"] is None  # a CPU artifact: no GPU reading
     assert base["deployed_memory"]["torch_imported"] is True
     assert ort["deployed_memory"]["torch_imported"] is False
@@ -69,3 +70,48 @@ def test_an_openvino_artifact_is_measured_without_torch(tmp_path: Path, static_s
     deployed = measure_deployed(tmp_path / "artifact", tmp_path / "inputs.npz", 3, 1)
     assert deployed["engine"] == "openvino" and deployed["torch_imported"] is False, deployed
     assert deployed["peak_rss_bytes"] >= deployed["loaded_rss_bytes"] > deployed["start_rss_bytes"] > 0
+
+
+SCRATCH = """
+import torch
+
+
+class Scratch(torch.nn.Module):
+    \"\"\"Small weights, and 128 MiB of working memory in each call.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        scratch = torch.ones(32 * 2**20)
+        return self.linear(x) + scratch[0]
+
+
+def model():
+    return Scratch()
+
+
+def inputs(batch_size):
+    return (torch.ones(batch_size, 4),)
+"""
+
+
+def test_the_deployed_peak_counts_the_working_memory_of_the_calls(tmp_path: Path) -> None:
+    """The figure is the process's peak over its calls, not what it held once the artifact was loaded."""
+    import dataclasses
+
+    from dlperf.optimize.evaluate import EvalSettings, evaluate_here
+    from dlperf.optimize.footprint import measure_deployed, save_inputs
+    from dlperf.workload.loader import load_workload
+
+    (tmp_path / "scratch.py").write_text(SCRATCH)
+    source = str(tmp_path / "scratch.py")
+    settings = EvalSettings(source=source, warmup_iters=1, min_duration_s=0.0, min_iters=1, max_duration_s=1.0,
+                            paired_blocks=0, heldout_samples=0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(tmp_path / "cand")},
+                  lambda phase: None)
+    assert save_inputs(load_workload(source).example_inputs(1), tmp_path / "inputs.npz")
+    deployed = measure_deployed(tmp_path / "cand" / "artifact", tmp_path / "inputs.npz", 2, 1)
+    assert deployed["engine"] == "torch" and deployed["calls"] == 2, deployed
+    assert deployed["peak_rss_bytes"] > deployed["loaded_rss_bytes"] + 100 * 2**20

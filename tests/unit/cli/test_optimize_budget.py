@@ -25,6 +25,16 @@ def test_the_dlperf_command_counts_from_its_process_start() -> None:
     assert time.monotonic() - start >= min(age, 60.0) - 0.5
 
 
+def test_the_process_start_is_taken_back_at_most_max_age_s() -> None:
+    """The budget counted 60 s back whatever the process's age (a `dlperf optimize` started a second ago lost a
+    minute of its budget), or the whole age of a process older than its command."""
+    from dlperf.optimize.search import process_started_at
+
+    age = time.time() - psutil.Process().create_time()
+    assert time.monotonic() - process_started_at(max_age_s=0.0) == pytest.approx(0.0, abs=0.5)
+    assert time.monotonic() - process_started_at(max_age_s=1e6) == pytest.approx(age, abs=0.5)
+
+
 def test_ray_is_started_only_once_every_option_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--executor ray` started Ray (5-6 s) before a bad --passes, --export, --device or --resume was refused."""
     from dlperf.cli.main import main

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,16 @@ from dlperf.optimize.evaluate import (
     PAIRED_CI_SPAN,
     EvalSettings,
     _flatten,
+    _heldout_batches,
     _paired_with_original,
     evaluate_here,
     fidelity_of,
 )
 from dlperf.optimize.space import Candidate
+from dlperf.passes.base import PassContext, apply_pass, initial_state
 from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from dlperf.workload.zoo import get
 
 from ..spinning import Spinner
 
@@ -67,6 +71,20 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     assert row["fidelity"]["heldout_samples"] == 32 and row["metric"] == row["fidelity"]["heldout_mean_cosine"]
     assert row["fidelity"]["heldout_min_cosine"] <= row["metric"]
     assert "32 held-out inputs" in row["metric_name"]
+    # the held-out minimum is the lowest sample's cosine, not the lowest batch's mean: the same passes applied here
+    # score each held-out batch alike
+    workload = get("mlp")
+    state = initial_state(workload)
+    for config in cand.configs:
+        state = apply_pass(config, state, PassContext(batch_size=2))
+    original = workload.build_model().eval()
+    with torch.no_grad():
+        batches = [fidelity_of(_flatten(state.predict(*b)), _flatten(original(*b)), 2)
+                   for b in _heldout_batches(workload, settings)]
+    assert row["fidelity"]["heldout_min_cosine"] == pytest.approx(min(f["min_cosine"] for f in batches), abs=1e-7)
+    assert min(f["mean_cosine"] for f in batches) > min(f["min_cosine"] for f in batches) + 1e-6
+    # what applying the passes took: neither pass compiles, and a build time of 0 said it cost nothing
+    assert row["build_s"] > 0 and row["compile_s"] == 0.0
     assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
     # The candidate against the original model, interleaved in this process: 6 ABBA blocks, a time ratio.
     # Dynamic int8 on this tiny model pays its (de)quantization on every call: 2.3-4.7x fp32's time in six runs
@@ -185,9 +203,7 @@ def test_the_original_is_not_timed_beside_onnxruntimes_spinning_workers() -> Non
     """The same with ONNX Runtime itself: without the waits, 265 of the original's 300 calls ran while one of the
     session's threads was running (its intra-op worker spinning after the candidate's block)."""
     pytest.importorskip("onnxruntime")
-    from dlperf.passes.base import PassContext, apply_pass, initial_state
     from dlperf.passes.onnxruntime import OrtConfig
-    from dlperf.workload.zoo import get
 
     wl = get("mlp")
     before = set(os.listdir("/proc/self/task"))
@@ -235,3 +251,254 @@ def test_a_gpu_candidate_s_memory_is_its_deployed_process_s_or_none_where_torch_
     assert _gpu_memory({"error": "timed out"}, 0, "onnxruntime") == (None, None)
     assert _gpu_memory(None, None, "torch") == (None, None)
     assert process_gpu_bytes() is None
+
+
+def test_a_failure_in_the_child_is_not_applicable_or_failed_in_words_that_say_what_went_wrong() -> None:
+    """A pass that does not apply is no failure of the candidate (its pipelines are still worth building on the
+    others); dlperf's own errors are worded already, anything else is named by its class."""
+    from dlperf.errors import PassNotApplicable, WorkloadError
+    from dlperf.optimize.evaluate import _failure
+
+    skipped = _failure("apply", None, PassNotApplicable("channels_last: the model has no 2-D convolution"))
+    assert (skipped["status"], skipped["phase"]) == ("not_applicable", "apply")
+    assert skipped["error"] == "channels_last: the model has no 2-D convolution"
+    refused = _failure("build", None, WorkloadError("workload 'w': the model rejected its inputs"))
+    assert (refused["status"], refused["error"]) == ("failed", "workload 'w': the model rejected its inputs")
+    crash = _failure("time", None, RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert crash["error"] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+    assert "RuntimeError" in crash["traceback"]
+
+
+class _Pipe:
+    """The child's end of the pipe: keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+    def close(self) -> None:
+        pass
+
+
+GREEDY = """
+import torch
+
+
+class Greedy(torch.nn.Module):
+    \"\"\"Runs once (the original's outputs), then asks for more memory than there is.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:
+            raise MemoryError("cannot allocate 40 GiB")
+        return x
+
+
+def model():
+    return Greedy()
+
+
+def inputs(batch_size):
+    return (torch.ones(batch_size, 4),)
+"""
+
+
+def test_a_child_out_of_memory_says_so_in_the_phase_it_was_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the child sends back when its target raises MemoryError, run here (its output redirected to its log, then
+    given back); the settings' environment is set in it first."""
+    from dlperf.optimize.evaluate import _child_entry
+
+    workload = tmp_path / "greedy.py"
+    workload.write_text(GREEDY)
+    monkeypatch.setenv("DLPERF_TEST_CHILD_ENV", "the parent's")
+    settings = EvalSettings(source=str(workload), heldout_samples=0, env={"DLPERF_TEST_CHILD_ENV": "the child's"})
+    pipe = _Pipe()
+    saved = os.dup(1), os.dup(2)
+    try:
+        _child_entry(pipe, "evaluate", {"settings": dataclasses.asdict(settings), "pipeline": [],
+                                        "out_dir": str(tmp_path / "cand")}, str(tmp_path / "child.log"))
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+    assert [m["phase"] for m in pipe.sent if "phase" in m] == ["start", "load", "build", "apply", "check"]
+    result = pipe.sent[-1]["result"]
+    assert (result["status"], result["phase"]) == ("failed", "check")
+    assert result["error"] == "out of memory: cannot allocate 40 GiB"
+    assert os.environ["DLPERF_TEST_CHILD_ENV"] == "the child's"
+
+
+def test_the_baseline_is_not_paired_with_itself(tmp_path: Path) -> None:
+    """The paired blocks time the candidate against the original model: for the original itself they are time spent
+    measuring a ratio of 1."""
+    settings = EvalSettings(source="zoo:mlp", warmup_iters=1, min_duration_s=0.0, min_iters=3, max_duration_s=1.0,
+                            export=False)
+    phases: list[str] = []
+    row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(tmp_path)},
+                        phases.append)
+    assert "paired" not in phases and row["paired"] is None
+    assert row["status"] == "ok" and row["artifact"] is None
+
+
+BRIEF = {"warmup_iters": 1, "min_duration_s": 0.0, "min_iters": 1, "max_duration_s": 1.0, "paired_blocks": 0}
+
+
+def _evaluated(out: Path, cand: Candidate) -> dict[str, Any]:
+    settings = EvalSettings(source="zoo:mlp", **BRIEF)  # type: ignore[arg-type]
+    return evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(), "out_dir": str(out)},
+                         lambda phase: None)
+
+
+def test_a_candidate_s_size_is_its_weights_in_torch_and_its_files_for_an_engine(tmp_path: Path) -> None:
+    """What --objective size ranks by: a torch candidate's parameters and buffers, an engine candidate's exported
+    files (its torch module, if any, is not what it runs)."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.measure.memory import parameter_bytes
+    from dlperf.optimize.artifact import artifact_size
+    from dlperf.passes.onnxruntime import OrtConfig
+
+    torch_row = _evaluated(tmp_path / "torch", Candidate((HygieneConfig(),)))
+    assert torch_row["size_bytes"] == parameter_bytes(get("mlp").build_model())
+    ort_row = _evaluated(tmp_path / "ort", Candidate((OrtConfig(),)))
+    assert ort_row["engine"] == "onnxruntime"
+    assert ort_row["size_bytes"] == artifact_size(tmp_path / "ort" / "artifact") > 0
+
+
+def test_the_runner_up_a_b_names_the_pick_as_a_and_the_runner_up_as_b(tmp_path: Path) -> None:
+    """'faster' there means the runner-up is faster: its description must name the runner-up first."""
+    from dlperf.optimize.evaluate import versus_here
+
+    pick = _evaluated(tmp_path / "pick", Candidate((HygieneConfig(),)))["artifact"]["dir"]
+    runner = _evaluated(tmp_path / "runner", Candidate((DynamicInt8Config(),)))["artifact"]["dir"]
+    settings = EvalSettings(source="zoo:mlp", ab_blocks=4, ab_iters_per_block=1)
+    duel = versus_here({"settings": dataclasses.asdict(settings), "artifact_dir": pick, "other_dir": runner,
+                        "names": ["hygiene", "dynamic_int8"]}, lambda phase: None)
+    assert duel["status"] == "ok" and duel["describe"].startswith("dynamic_int8 vs hygiene: ")
+    assert duel["describe"].endswith(f": {duel['ab']['verdict']}")
+
+
+SIGKILLED = """
+import os
+import signal
+import sys
+
+import torch
+
+
+def model():
+    for block in range(1, 6):
+        print(f"allocating block {block}")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer ends a process
+
+
+def inputs(batch_size):
+    return (torch.ones(batch_size, 4),)
+"""
+
+
+@pytest.fixture
+def process_server() -> Any:
+    """Children of this process (`run_isolated`), their server stopped after the test."""
+    from dlperf.optimize.evaluate import stop_process_server
+
+    yield
+    stop_process_server()
+
+
+@pytest.mark.slow  # a child process: the process server imports torch
+def test_a_candidate_killed_by_a_signal_says_which_in_which_phase_with_its_log_s_last_lines(
+        tmp_path: Path, process_server: None) -> None:
+    from dlperf.optimize.evaluate import run_isolated
+
+    (tmp_path / "killed.py").write_text(SIGKILLED)
+    settings = EvalSettings(source=str(tmp_path / "killed.py"))
+    result = run_isolated("evaluate", {"settings": dataclasses.asdict(settings), "pipeline": [],
+                                       "out_dir": str(tmp_path / "cand")}, tmp_path / "cand" / "child.log", 120.0)
+    assert (result["status"], result["phase"]) == ("failed", "build")
+    assert result["error"] == ("the candidate's process died with SIGKILL during 'build' (likely out of memory: the "
+                               "kernel's OOM killer); log: allocating block 3 | allocating block 4 | allocating "
+                               "block 5")
+
+
+@pytest.mark.slow  # a child process: the process server imports torch
+def test_a_candidate_whose_processes_pass_the_memory_limit_is_killed(tmp_path: Path, process_server: None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit holds for the RSS of the candidate's process tree (read here as 3 GiB, whatever it is)."""
+    from dlperf.optimize import evaluate
+
+    monkeypatch.setattr(evaluate, "_tree_rss", lambda ps: 3 * 2**30)
+    settings = EvalSettings(source="zoo:mlp", **BRIEF)  # type: ignore[arg-type]
+    result = evaluate.run_isolated("evaluate", {"settings": dataclasses.asdict(settings), "pipeline": [],
+                                                "out_dir": str(tmp_path / "cand")}, tmp_path / "cand" / "child.log",
+                                   120.0, memory_limit_bytes=2 * 2**30)
+    assert result["status"] == "failed" and result["tree_peak_rss_bytes"] == 3 * 2**30
+    assert result["error"] == ("out of memory: the candidate's processes used 3.00 GiB, over the limit of 2.00 GiB "
+                               "(killed)")
+
+
+def test_a_candidate_s_memory_counts_the_processes_it_started() -> None:
+    """A candidate whose engine or compiler works in child processes is charged for them too."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from dlperf.optimize.evaluate import _tree_rss
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; block = bytearray(64 * 2**20); "
+                              "print('ready', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        me = psutil.Process()
+        assert _tree_rss(me) > me.memory_info().rss + 48 * 2**20
+        assert _tree_rss(None) == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_candidate_is_measured_with_the_threads_asked(tmp_path: Path) -> None:
+    """--threads: the candidate's process runs torch with that many threads (here, this process)."""
+    before = torch.get_num_threads()
+    asked = 1 if before != 1 else 2
+    settings = EvalSettings(source="zoo:mlp", threads=asked, export=False, **BRIEF)  # type: ignore[arg-type]
+    try:
+        evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(tmp_path)},
+                      lambda phase: None)
+        assert torch.get_num_threads() == asked
+    finally:
+        torch.set_num_threads(before)
+
+
+class _SlowStart:
+    """The parent's clock as if the child's process server had taken 100 s to start: its first reading (the child's
+    start) lies 100 s back, the later ones are the real clock's."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def monotonic(self) -> float:
+        self.readings += 1
+        return time.monotonic() - (100.0 if self.readings == 1 else 0.0)
+
+
+@pytest.mark.slow  # a child process: the process server imports torch
+def test_a_slow_process_start_is_not_charged_to_the_candidate_s_timeout(tmp_path: Path, process_server: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeout counts from the child's first message: a process server that took 100 s to import torch neither
+    ends a candidate given 60 s before it starts nor counts against it once it runs."""
+    from dlperf.optimize import evaluate
+
+    monkeypatch.setattr(evaluate, "time", _SlowStart())
+    settings = EvalSettings(source="zoo:mlp", export=False, **BRIEF)  # type: ignore[arg-type]
+    result = evaluate.run_isolated("evaluate", {"settings": dataclasses.asdict(settings), "pipeline": [],
+                                                "out_dir": str(tmp_path / "cand")}, tmp_path / "cand" / "child.log",
+                                   60.0)
+    assert result["status"] == "ok", result.get("error")

@@ -4,6 +4,7 @@ outputs, the held-out batches, and the rounds of paired blocks (timed on a fake 
 from __future__ import annotations
 
 import itertools
+import math
 import types
 from typing import Any
 
@@ -153,3 +154,24 @@ def test_integer_outputs_score_by_agreement_not_by_a_cosine_of_indices() -> None
     logits = torch.randn(3, 4)
     both = fidelity_of([logits.clone(), moved], [logits, ref], 3)
     assert both["min_cosine"] == pytest.approx(0.5) and both["rel_error"] == 0.0
+
+
+def test_a_nan_on_one_sample_makes_the_fidelity_nan() -> None:
+    """A candidate whose output is NaN on one sample of two was scored by the other sample alone, as if it had no NaN
+    (the search refuses a NaN metric: 'its metric is NaN or missing')."""
+    ref = [torch.tensor([[1.0, 2.0], [3.0, 4.0]])]
+    half = fidelity_of([torch.tensor([[1.0, 2.0], [float("nan"), 4.0]])], ref, batch_size=2)
+    assert half["nan_outputs"] and math.isnan(half["mean_cosine"]) and math.isnan(half["min_cosine"])
+
+
+def test_an_empty_output_has_nothing_to_disagree_on() -> None:
+    """An output with no elements (no detections in this batch) is left out: alone it scores full agreement, beside
+    another output it leaves that one's figures as they are (it raised on the largest difference of nothing)."""
+    empty = [torch.zeros(0, 4)]
+    assert fidelity_of([torch.zeros(0, 4)], empty, batch_size=2) == {"mean_cosine": 1.0, "min_cosine": 1.0,
+                                                                    "rel_error": 0.0, "max_abs_error": 0.0}
+    ref = [torch.zeros(0, 4), torch.tensor([[3.0, 4.0]])]
+    beside = fidelity_of([torch.zeros(0, 4), torch.tensor([[6.0, 8.0]])], ref, batch_size=1)
+    assert beside == {"mean_cosine": pytest.approx(1.0), "min_cosine": pytest.approx(1.0),
+                      "rel_error": pytest.approx(1.0), "max_abs_error": pytest.approx(4.0)}
+

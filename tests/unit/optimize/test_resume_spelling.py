@@ -53,6 +53,11 @@ def test_resume_by_id_refuses_a_finished_search_or_other_settings(tmp_path: Path
         _find_resumable(store, "zoo:mlp", key, stopped)
     with pytest.raises(OptimizeError, match=r"batch_size 1 there, 16 here\): give the options it ran with"):
         _find_resumable(store, "zoo:mlp", {**KEY, "batch_size": 16}, stopped)
+    with store.recording("bench", "zoo:mlp", {}) as bench:
+        pass
+    with pytest.raises(OptimizeError, match=rf"^run {bench.id} is a 'bench' run, not an optimize run: nothing to "
+                                            r"resume$"):
+        _find_resumable(store, "zoo:mlp", key, bench.id)
 
 
 def test_an_interrupted_search_of_edited_code_is_not_resumed_and_says_why(tmp_path: Path) -> None:

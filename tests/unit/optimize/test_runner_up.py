@@ -29,14 +29,15 @@ class _Trials:
     """The part of the search `_meet_runner_up` uses; the A/Bs answer with the given verdicts."""
 
     def __init__(self, rows: list[dict[str, Any]], versus: dict[str, Any], confirm: dict[str, Any] | None = None,
-                 remaining_s: float = 100.0) -> None:
+                 remaining_s: float = 100.0, after_versus_s: float | None = None) -> None:
         self.rows = {r["key"]: r for r in rows}
         self.baseline = self.rows["base"]
         self._versus, self._confirm, self._remaining = versus, confirm, remaining_s
+        self._after_versus = remaining_s if after_versus_s is None else after_versus_s
         self.calls: list[tuple[str, ...]] = []
 
     def remaining(self) -> float:
-        return self._remaining
+        return self._after_versus if any(c[0] == "versus" for c in self.calls) else self._remaining
 
     def versus(self, key: str, other: str) -> dict[str, Any]:
         self.calls.append(("versus", key, other))
@@ -123,3 +124,15 @@ def test_a_runner_up_confirmed_far_from_its_paired_gain_is_doubted_in_a_note() -
     trials = _Trials([_row("base", 0), _row("big", 2, paired_gain=3.39), _row("small", 1, paired_gain=2.85)],
                      _ab(FASTER), confirm={**disturbed, "ab": {**disturbed["ab"], "speedup": 3.1}})
     assert _run(trials, ["big", "small", "base"])[3] == []
+
+
+def test_a_runner_up_with_no_time_left_to_confirm_it_does_not_replace_the_pick() -> None:
+    """The A/B against the runner-up spent the budget: the switch needs its own A/B against the baseline, which is
+    not run over the budget, so the confirmed pick stays."""
+    trials = _Trials([_row("base", 0), _row("big", 2), _row("small", 1)], _ab(SAME), remaining_s=100.0,
+                     after_versus_s=3.0)
+    key, kept_conf, found, _ = _run(trials, ["big", "small", "base"])
+    assert key == "big" and kept_conf and not found["switched"]
+    assert found["reason"] == ("no significant difference, and small has fewer passes (1 against 2), but no time was "
+                               "left to confirm it against the baseline")
+    assert [c[0] for c in trials.calls] == ["versus"]

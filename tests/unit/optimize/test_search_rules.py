@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ from typing import Any
 import pytest
 
 from dlperf.errors import ConfigError, OptimizeError
-from dlperf.measure.ab import FASTER
+from dlperf.measure.ab import FASTER, SAME, SLOWER
 from dlperf.optimize.constraints import Constraints
 from dlperf.optimize.executor import WORKER_LOST, Job
 from dlperf.optimize.search import ExportFailed, OptimizeConfig, OptimizeResult, optimize
+from dlperf.optimize.space import Candidate
+from dlperf.passes.hygiene import HygieneConfig
 
 pytestmark = pytest.mark.unit
 
@@ -179,6 +182,10 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
     ({"memory_limit_bytes": -5}, r"memory_limit_bytes must be positive \(or None: 75% of RAM\), got -5"),
     ({"confirm_top": 0}, "confirm_top must be >= 1, got 0"),  # no A/B: never a winner, whatever was measured
     ({"ab_blocks": 2}, "an A/B needs at least 4 blocks, got 2"),  # refused only by the final A/B's process
+    # 0 fell back to the workload's default batch size without a word
+    ({"batch_size": 0}, "--batch-size must be >= 1, got 0"),
+    ({"max_depth": 0}, "--max-depth must be >= 1, got 0"),  # the baseline alone, then "no winner"
+    ({"extend_tolerance": 1.0}, r"extend_tolerance must be in \[0, 1\), got 1.0"),  # a paired gate of 0: extend all
 ])
 def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -295,6 +302,8 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     assert result.winner is None
     hygiene = next(r for r in result.rows if r["label"].startswith("hygiene"))
     assert hygiene["confirmation"]["ab"]["verdict"] == "slower"
+    # the result keeps the A/B that refuted it (the report's "not confirmed: the A/B says 'slower'")
+    assert result.confirmation is not None and result.confirmation["ab"]["verdict"] == "slower"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["label"] == result.baseline["label"] and manifest["confirmed"] is False
     # docs/optimize.md: a compiled recipe compiles again on load, "its compile time is in the manifest"
@@ -303,6 +312,43 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     # the work folder that keeps every candidate's artifact, and what it takes (the report says both)
     assert result.workdir is not None and Path(result.workdir).parent == tmp_path / "work"
     assert result.workdir_bytes == sum(p.stat().st_size for p in Path(result.workdir).rglob("*") if p.is_file()) > 0
+
+
+class Verdicts(FakeTrials):
+    """The A/Bs against the baseline say `verdicts` in turn (their raw samples kept, as ab_test returns them), or fail
+    ("failed")."""
+
+    def __init__(self, measured: dict[str, Measured], verdicts: list[str]) -> None:
+        super().__init__(measured)
+        self.verdicts = iter(verdicts)
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target != "evaluate":
+            verdict = next(self.verdicts)
+            if verdict == "failed":
+                return {"status": "failed", "phase": "load", "error": "RuntimeError: the artifact did not load"}
+            return {"status": "ok", "ab": {"verdict": verdict, "speedup": 1.02, "a": [1000] * 16, "b": [980] * 16},
+                    "describe": f"winner vs baseline: 1.02x speed: {verdict}"}
+        return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+
+
+def test_an_unconfirmed_candidate_is_exported_with_its_own_a_b_and_says_so(tmp_path: Path) -> None:
+    """Without a confirmed winner the best candidate its A/B did not call slower is exported: its manifest carries
+    that A/B (without the raw samples), not the one that refuted the candidate ranked above it."""
+    two_above = {**MLP, "dynamic_int8": (0.5e-3, 0.999, 400, 0.9)}  # hygiene paired 1.25x, dynamic_int8 1.11x
+    out = tmp_path / "out"
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1,
+                                                workdir=str(tmp_path / "work")),
+                      export_dir=out, executor=Verdicts(two_above, [SLOWER, SAME]))
+    assert result.winner is None
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["label"] == "dynamic_int8" and manifest["confirmed"] is False
+    assert manifest["metrics"]["ab"] == {"verdict": SAME, "speedup": 1.02}
+    assert "exported dynamic_int8, which was not confirmed faster by the A/B" in result.notes
+    # a confirmed winner's export says nothing of the kind
+    confirmed = _search(tmp_path / "confirmed", export=tmp_path / "out2", max_depth=1)
+    assert confirmed.winner is not None and not any("not confirmed faster" in n for n in confirmed.notes)
 
 
 def test_a_search_that_confirms_nothing_keeps_a_confirmed_artifact_in_its_export_folder(tmp_path: Path) -> None:
@@ -675,3 +721,344 @@ def test_a_paired_gain_far_above_its_gain_does_not_pick_the_candidate(tmp_path: 
                          executor=DisturbedConfirmation(measured))
     assert ("hygiene: its confirming A/B measured 1.43e+03x where its gain, which ranked it, gave 1.11x: one of the "
             "two was disturbed (another process, a stall); re-run before trusting either") in disturbed.notes
+
+
+@pytest.mark.parametrize("setting", [
+    {"warmup_iters": 2}, {"min_duration_s": 0.5}, {"min_iters": 20}, {"max_duration_s": 5.0}, {"max_depth": 2},
+    {"threads": 2}, {"objective": "throughput"}, {"constraints": Constraints(max_metric_drop=0.02)},
+    {"extra_modules": ("my_passes",)}, {"passes": ("hygiene",)},
+])
+def test_a_search_measured_otherwise_does_not_resume_this_one(setting: dict[str, Any]) -> None:
+    """A search run with another --max-duration took over the candidates timed under the old one."""
+    assert OptimizeConfig(**setting).search_key(1, "abc") != OptimizeConfig().search_key(1, "abc")
+    # what only bounds the search's time does not make it another one: a bigger budget carries on the same search
+    bounds = OptimizeConfig(time_budget_s=60.0, candidate_timeout_s=30.0, confirm_top=1, memory_limit_bytes=2**30)
+    assert bounds.search_key(1, "abc") == OptimizeConfig().search_key(1, "abc")
+
+
+class SearchClock:
+    """The search's clock (the `time` module as dlperf.optimize.search sees it), moved on only by the trials."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return time.time()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> SearchClock:
+    clock = SearchClock()
+    monkeypatch.setattr("dlperf.optimize.search.time", clock)
+    return clock
+
+
+class Handed(FakeTrials):
+    """FakeTrials that keep what each trial was handed, (target, pipeline, timeout_s, memory_limit_bytes, payload),
+    and with a `clock`, move it on by `took` seconds a candidate (1 s unless given; its wall_s says the same)."""
+
+    def __init__(self, measured: dict[str, Measured], clock: SearchClock | None = None,
+                 took: dict[str, float] | None = None) -> None:
+        super().__init__(measured)
+        self.clock, self.took = clock, took or {}
+        self.calls: list[tuple[str, str, float, int | None, dict[str, Any]]] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        names = "+".join(c["pass"] for c in payload.get("pipeline", []))
+        self.calls.append((target, names, timeout_s, memory_limit_bytes, payload))
+        result = super().run(target, payload, log_path, timeout_s)
+        if target == "evaluate":
+            result["wall_s"] = self.took.get(names, 1.0)
+            if self.clock is not None:
+                self.clock.now += result["wall_s"]
+        return result
+
+    def given(self, target: str) -> list[tuple[str, str, float, int | None, dict[str, Any]]]:
+        return [c for c in self.calls if c[0] == target]
+
+
+def test_a_trial_gets_the_candidate_timeout_or_what_the_budget_leaves_and_the_pick_is_confirmed(
+        tmp_path: Path, clock: SearchClock) -> None:
+    """With time to spare each trial gets --candidate-timeout, as does the confirming A/B; near the end of the budget a
+    candidate gets what is left (5 s at least) and the confirmation 60 s, and the best one is still confirmed: a search
+    left with under 5 s skipped only the further confirmations."""
+    trials = Handed(MLP, clock)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                                                candidate_timeout_s=120.0, workdir=str(tmp_path / "spare")),
+                      executor=trials)
+    assert [c[2] for c in trials.given("evaluate")] == [120.0, 120.0, 120.0]
+    assert [c[2] for c in trials.given("confirm")] == [120.0]
+    assert result.winner is not None
+    # 8 s, 3 of them gone before the search: the baseline (0.01 s) leaves 4.99 s, 2 s of it kept for the A/Bs
+    late = Handed(MLP, clock, took={"": 0.01, "hygiene": 0.01, "dynamic_int8": 0.01})
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=8.0,
+                                                workdir=str(tmp_path / "late")),
+                      executor=late, started_at=clock.now - 3.0)
+    assert [(c[1], c[2]) for c in late.given("evaluate")] == [("", 300.0), ("hygiene", 5.0), ("dynamic_int8", 5.0)]
+    assert [(c[4]["artifact_dir"].split("/")[-2], c[2]) for c in late.given("confirm")] == [
+        (result.row(result.winner or "")["key"], 60.0)]
+    assert result.row(result.winner or "")["label"] == "hygiene"
+    assert not any("time budget spent" in n for n in result.notes), result.notes
+
+
+def test_the_budget_counts_from_the_start_it_is_given(tmp_path: Path, clock: SearchClock) -> None:
+    """`started_at` (the command's process start) is when the budget began: 590 s of a 600 s budget gone before the
+    search leaves no time for a candidate once the baseline is measured."""
+    result = optimize("zoo:mlp", _two_passes(tmp_path), executor=Handed(MLP, clock), started_at=clock.now - 590.0)
+    assert result.elapsed_s == pytest.approx(591.0)
+    assert [n["label"] for n in result.not_tried] == ["hygiene", "dynamic_int8"]
+    # a start after this moment is no start: the budget counts from now
+    later = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, workdir=str(tmp_path / "w2")),
+                     executor=Handed(MLP, clock), started_at=clock.now + 50.0)
+    assert later.elapsed_s == pytest.approx(2.0)  # the baseline's 1 s and hygiene's
+
+
+def test_the_time_a_candidate_should_take_adds_what_its_passes_took_alone_or_a_prior_by_their_cost() -> None:
+    """A candidate is tried only where this estimate fits the budget besides the reserve for the final A/Bs."""
+    from dlperf.optimize.search import _Search
+    from dlperf.passes.compile import CompileConfig
+
+    search = _Search("zoo:mlp", OptimizeConfig(time_budget_s=600.0), None, None)
+    assert search.reserve_s() == 28.0  # no baseline yet: 10 s assumed, twice that and 8 s
+    search.baseline = {"key": "b", "status": "ok", "p50_s": 1e-3, "throughput": 1000.0, "metric": 1.0,
+                       "higher_is_better": True, "size_bytes": 100, "peak_rss_bytes": 100, "wall_s": 10.0}
+    assert search.reserve_s() == 28.0
+    assert _Search("zoo:mlp", OptimizeConfig(time_budget_s=40.0), None, None).reserve_s() == 10.0  # a quarter at most
+    hygiene, compiled, frozen = HygieneConfig(), CompileConfig(), CompileConfig(freezing=True)
+    assert search.estimate_s(Candidate((hygiene,))) == 10.0  # a conversion: the baseline's time
+    assert search.estimate_s(Candidate((compiled,))) == 30.0  # a compile (cost class 1): 2x the baseline's more
+
+    def measured(candidate: Candidate, wall_s: float) -> None:
+        search._accept(candidate, {"key": candidate.key, "status": "ok", "p50_s": 1e-3, "p99_s": 2e-3,
+                                   "throughput": 1000.0, "metric": 1.0, "size_bytes": 100, "peak_rss_bytes": 100,
+                                   "wall_s": wall_s})
+
+    measured(Candidate((hygiene,)), 4.0)  # quicker than the baseline: it adds nothing, it takes nothing off
+    assert search.estimate_s(Candidate((hygiene, compiled))) == 30.0
+    measured(Candidate((compiled,)), 25.0)
+    assert search.estimate_s(Candidate((hygiene, compiled))) == 25.0
+    # a pipeline's own time is not what its first pass took alone
+    measured(Candidate((hygiene, compiled)), 90.0)
+    assert search.estimate_s(Candidate((hygiene, frozen))) == 30.0
+
+
+def test_a_candidate_that_hits_its_own_timeout_is_not_called_cut_short_by_the_budget(tmp_path: Path) -> None:
+    """Only a timeout the budget shortened is 'the time budget had only N s left' (measured again on resume); a
+    candidate that hangs past --candidate-timeout with the budget far from spent is a verdict on it."""
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                                                candidate_timeout_s=30.0, workdir=str(tmp_path / "work")),
+                      executor=BudgetKills(MLP))
+    hung = next(r for r in result.rows if r["label"] == "dynamic_int8")
+    assert hung["status"] == "failed" and "budget_cut" not in hung
+    assert hung["error"] == "timed out after 30 s during 'export' (killed)"
+
+
+class Refused(FakeTrials):
+    """Trials of the pipelines in `refused` end not applicable or failed, as `kind` says."""
+
+    def __init__(self, measured: dict[str, Measured], refused: set[str], kind: str) -> None:
+        super().__init__(measured)
+        self.refused, self.kind = refused, kind
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate" and "+".join(c["pass"] for c in payload["pipeline"]) in self.refused:
+            error = "not applicable: no Linear layer" if self.kind == "not_applicable" else "RuntimeError: boom"
+            return {"status": self.kind, "phase": "apply", "error": error}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_candidate_not_applicable_is_recorded_as_a_finished_run_not_a_failed_one(tmp_path: Path) -> None:
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    optimize("zoo:mlp", _two_passes(tmp_path), store=store,
+             executor=Refused(MLP, {"dynamic_int8"}, "not_applicable"))
+    statuses = {c.result["label"]: (c.status, c.result["status"]) for c in store.list(kind="candidate", limit=None)}
+    assert statuses["dynamic_int8"] == ("ok", "not_applicable")
+    assert statuses["hygiene"] == ("ok", "ok")
+
+
+@pytest.mark.parametrize("alone", ["failed", "metric drop", "NaN metric"])
+def test_no_pipeline_is_built_on_a_pass_that_failed_or_lost_the_metric_alone(tmp_path: Path, alone: str) -> None:
+    """hygiene is extended (paired 1.25x), but not with dynamic_int8 where dynamic_int8 alone crashed, or scored
+    outside the metric budget or NaN: the pipeline would spend its time to end the same way."""
+    measured, refused = dict(MLP), {"dynamic_int8"} if alone == "failed" else set()
+    if alone != "failed":
+        measured["dynamic_int8"] = (0.5e-3, 0.9 if alone == "metric drop" else math.nan, 400, 1.25)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=2,
+                                                workdir=str(tmp_path / "work")),
+                      executor=Refused(measured, refused, "failed"))
+    assert [r["label"] for r in result.rows] == ["baseline", "hygiene", "dynamic_int8"]
+
+
+def test_cheaper_candidates_are_measured_first_then_the_best_looking_pipelines(tmp_path: Path) -> None:
+    """At the first depth by build cost (a distillation, cost class 2, after the conversions); at the next by the
+    product of the prefix's gain and the added pass's gain alone: what the time budget cuts is what looks worst."""
+    measured = {"": (1.0e-3, 1.0, 1000, None), "hygiene": (0.9e-3, 1.0, 1000, 0.8),
+                "dynamic_int8": (0.9e-3, 1.0, 1000, 1.0), "distill": (0.6e-3, 1.0, 1000, 0.5),
+                "hygiene+distill": (0.5e-3, 1.0, 1000, 0.4), "hygiene+dynamic_int8": (0.9e-3, 1.0, 1000, 0.8),
+                "distill+dynamic_int8": (0.6e-3, 1.0, 1000, 0.5)}
+    started: list[str] = []
+    optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8", "distill"), max_depth=2,
+                                       workdir=str(tmp_path / "work")), executor=FakeTrials(measured),
+             on_event=lambda kind, data: started.append(data["label"]) if kind == "candidate_start" else None)
+    # gains 1.25 x 2.0, 2.0 x 1.0, 1.25 x 1.0
+    assert started == ["baseline", "hygiene", "dynamic_int8", "distill", "hygiene + distill",
+                       "distill + dynamic_int8", "hygiene + dynamic_int8"]
+
+
+def test_each_trial_is_handed_the_search_s_settings_and_memory_limit(tmp_path: Path) -> None:
+    """The paired gate is 1 - extend_tolerance; only a memory search measures the deployed artifact's memory; the
+    memory limit is 75% of RAM unless given; the A/B against the runner-up names the pick first, as its loaded
+    artifacts and its description read them."""
+    import psutil
+
+    two_above = {**MLP, "dynamic_int8": (0.5e-3, 0.999, 400, 0.9)}  # hygiene paired 1.25x, dynamic_int8 1.11x
+    trials = Handed(two_above)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, extend_tolerance=0.1,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    settings = trials.given("evaluate")[0][4]["settings"]
+    assert settings["paired_gate"] == pytest.approx(0.9) and settings["deployed_memory"] is False
+    assert {c[3] for c in trials.calls} == {int(psutil.virtual_memory().total * 0.75)}
+    assert result.runner_up is not None and result.runner_up["switched"]
+    assert len(trials.given("versus")) == 1
+    versus = trials.given("versus")[0][4]
+    rows = {r["label"]: r for r in result.rows}
+    assert versus["names"] == ["hygiene", "dynamic_int8"]
+    assert (versus["artifact_dir"], versus["other_dir"]) == (rows["hygiene"]["artifact"]["dir"],
+                                                             rows["dynamic_int8"]["artifact"]["dir"])
+    memory = Handed(MLP)
+    optimize("zoo:mlp", OptimizeConfig(objective="memory", passes=("hygiene",), max_depth=1, memory_limit_bytes=2**30,
+                                       workdir=str(tmp_path / "memory")), executor=memory)
+    assert memory.given("evaluate")[0][4]["settings"]["deployed_memory"] is True
+    assert {c[3] for c in memory.calls} == {2**30}
+
+
+@pytest.mark.parametrize(("constraints", "handed"), [
+    (Constraints(max_metric_drop=0.03), 0.015),  # 3% of the baseline's 0.5
+    (Constraints(max_metric_drop_abs=0.004), 0.004),
+])
+def test_a_pass_that_keeps_layers_fp32_against_a_budget_gets_the_search_s_in_the_metric_s_units(
+        tmp_path: Path, constraints: Constraints, handed: float) -> None:
+    measured = {"": (1.0e-3, 0.5, 1000, None), "onnxruntime": (0.5e-3, 0.5, 1000, 0.6)}
+    trials = Recording(measured)
+    optimize("zoo:mlp", OptimizeConfig(passes=("onnxruntime",), max_depth=1, constraints=constraints,
+                                       workdir=str(tmp_path / "work")), executor=trials)
+    assert [p[-1]["max_metric_drop"] for p in trials.pipelines if p and p[-1].get("keep_fp32") == "auto"] == [handed]
+
+
+def test_the_closest_are_the_three_nearest_the_constraints_a_nan_metric_last(tmp_path: Path) -> None:
+    """With only the baseline within the constraints the closest candidates are listed: the smallest metric drop
+    first, the faster of two equal drops first, a NaN metric after any number, three at most. Being under a latency
+    budget is no merit among them (how far under it is not how close to the constraints)."""
+    measured: dict[str, Measured] = {
+        "": (1.0e-3, 1.0, 1000, None), "dynamic_int8": (0.5e-3, 0.98, 400, None),
+        "distill": (0.3e-3, 0.97, 1000, None), "hygiene": (0.9e-3, 0.97, 1000, None),
+        "qat": (0.1e-3, math.nan, 1000, None)}
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8", "distill", "qat"), max_depth=1,
+                                                constraints=Constraints(latency_budget_s=1.0),
+                                                workdir=str(tmp_path / "work")), executor=FakeTrials(measured))
+    assert result.winner is None and result.baseline["feasible"]
+    assert [result.row(k)["label"] for k in result.closest] == ["dynamic_int8", "distill", "hygiene"]
+
+
+def test_a_confirmation_far_below_the_figure_that_ranked_it_is_doubted_too(tmp_path: Path) -> None:
+    """A confirming A/B of 1.2x for a candidate ranked at a paired 5x gets the same note as one far above; a
+    candidate without a paired measurement (its pairing failed) is not held to one."""
+    fast = {**MLP, "hygiene": (0.2e-3, 1.0, 1000, 0.2)}
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, workdir=str(tmp_path / "w1")),
+                      executor=FakeTrials(fast))
+    assert ("hygiene: its confirming A/B measured 1.2x where its paired measurement gave 5x: one of the two was "
+            "disturbed (another process, a stall); re-run before trusting either") in result.notes
+    unpaired = {**MLP, "hygiene": (0.9e-3, 1.0, 1000, None)}
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, workdir=str(tmp_path / "w2")),
+                      executor=DisturbedConfirmation(unpaired))
+    assert result.winner is not None and not any("its confirming A/B" in n for n in result.notes), result.notes
+
+
+def test_a_confirmation_that_fails_moves_on_to_the_next_candidate(tmp_path: Path) -> None:
+    """hygiene's artifact is gone before its A/B (its process is not even started: the A/B says why) and the next
+    failed to load: the third of the ranking is still put against the baseline, and confirmed."""
+    import shutil
+
+    three = {**MLP, "dynamic_int8": (0.5e-3, 0.999, 400, 0.9), "distill": (0.5e-3, 1.0, 1000, 0.95)}
+    trials = Verdicts(three, ["failed", FASTER])
+
+    def lose_hygiene(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate_done" and data["row"]["label"] == "hygiene":
+            shutil.rmtree(data["row"]["artifact"]["dir"])
+
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8", "distill"), max_depth=1,
+                                                confirm_top=3, workdir=str(tmp_path / "work")),
+                      executor=trials, on_event=lose_hygiene)
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["hygiene"]["confirm_error"] == "its artifact is missing (was the work folder removed?)"
+    assert rows["dynamic_int8"]["confirm_error"] == "RuntimeError: the artifact did not load"
+    assert result.winner == rows["distill"]["key"]
+
+
+def test_on_size_the_smallest_is_not_put_against_a_faster_runner_up(tmp_path: Path) -> None:
+    """The A/B against the runner-up times the two: it decides between equally ranked speeds, not sizes (a bigger
+    candidate 'faster' in that A/B took the win on --objective size)."""
+    measured = {**MLP, "hygiene": (0.9e-3, 1.0, 800, 0.8)}  # dynamic_int8 400 bytes, hygiene 800, baseline 1000
+    trials = Handed(measured)
+    result = optimize("zoo:mlp", OptimizeConfig(objective="size", passes=("hygiene", "dynamic_int8"), max_depth=1,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    assert result.row(result.winner or "")["label"] == "dynamic_int8"
+    assert result.runner_up is None and trials.given("versus") == []
+
+
+class WithSamples(FakeTrials):
+    """FakeTrials whose rows carry their raw samples, as a candidate's trial returns them."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s)
+        if target == "evaluate":
+            result["samples_ns"] = [1_000_000] * 500
+        return result
+
+
+def test_the_search_s_record_lists_its_candidates_without_their_raw_samples(tmp_path: Path) -> None:
+    """Each candidate's samples are kept in its own run; the search's record (and --json) lists the candidates
+    without them, or it would hold every candidate's samples twice."""
+    from dlperf.store.db import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    result = optimize("zoo:mlp", _two_passes(tmp_path), store=store, executor=WithSamples(MLP))
+    assert not any("samples_ns" in c for c in result.to_dict()["candidates"])
+    assert "samples_ns" not in result.to_dict()["baseline"]
+    parent = store.get(result.run_id or "")
+    assert not any("samples_ns" in c for c in parent.result["candidates"])
+    assert all(len(c.result["samples_ns"]) == 500 for c in store.list(kind="candidate", limit=None))
+
+
+def test_a_search_with_a_store_keeps_its_work_beside_the_store(tmp_path: Path) -> None:
+    """Without --workdir the candidates' artifacts go to an 'optimize' folder beside the SQLite store's file (they
+    outlive /tmp's cleaning, so a resumed search finds them), else to the temporary folder."""
+    import tempfile
+
+    from dlperf.optimize.search import _default_workdir
+    from dlperf.store.db import Store
+
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1),
+                      store=Store(str(tmp_path / "runs.db")), executor=FakeTrials(MLP))
+    assert Path(result.workdir or "").parent == tmp_path / "optimize"
+    assert _default_workdir(None) == Path(tempfile.gettempdir()) / "dlperf-optimize"
+
+
+def test_a_candidate_s_metric_drop_is_in_the_metric_s_units_and_relative_to_the_baseline_s(tmp_path: Path) -> None:
+    """0.80 to 0.76 is a drop of 0.04, 5% of the baseline's metric (what --max-metric-drop, the closest candidates
+    and the equally-fast tie-break read)."""
+    measured = {"": (1.0e-3, 0.8, 1000, None), "hygiene": (0.9e-3, 0.76, 1000, 0.8)}
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1,
+                                                constraints=Constraints(max_metric_drop=0.1),
+                                                workdir=str(tmp_path / "work")), executor=FakeTrials(measured))
+    hygiene = next(r for r in result.rows if r["label"] == "hygiene")
+    assert hygiene["metric_drop"] == pytest.approx(0.04) and hygiene["metric_drop_rel"] == pytest.approx(0.05)
+    assert hygiene["feasible"]

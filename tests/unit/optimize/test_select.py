@@ -261,6 +261,24 @@ def test_slower_reasons_use_cpu_flags_and_batch() -> None:
     assert not any("activations" in r or "hardware support" in r for r in why)
 
 
+def test_slower_reasons_fit_the_device_the_thresholds_and_either_measurement_s_noise() -> None:
+    """On a GPU the CPU's int8 and bf16 support are no reason; the batch sizes said are the thresholds' own (4 for
+    int8's quantizing cost, 2 for an engine's copies); a CPU with AMX computes bf16 natively, AVX512-BF16 beside it or
+    not; a noisy baseline makes the difference as doubtful as a noisy candidate."""
+    int8 = _row(2.0, 0.9, precision="int8", pipeline=[{"pass": "dynamic_int8"}])
+    assert any(r.startswith("at batch 4 quantizing") for r in slower_reasons(int8, BASE, ["avx2"], batch_size=4))
+    assert not any("int8" in r for r in slower_reasons(int8, BASE, ["avx2"], 1, "cuda"))
+    bf16 = _row(2.0, 0.9, precision="bf16")
+    assert not any("bf16" in r for r in slower_reasons(bf16, BASE, ["avx2"], 8, "cuda"))
+    assert not any("bf16" in r for r in slower_reasons(bf16, BASE, ["avx512_bf16", "amx_bf16"], 8))
+    ort = _row(2.0, 0.9, engine="onnxruntime")
+    assert slower_reasons(ort, BASE, [], batch_size=2)[0].endswith("which dominates at batch 2")
+    assert slower_reasons(ort, BASE, [], batch_size=3) == ["onnxruntime did not beat torch's kernels for this model"]
+    noisy = {**BASE, "noise_warning": "noisy: IQR is 34% of the median (> 10%); other load on the machine"}
+    assert slower_reasons(_row(2.0, 0.9), noisy, [], 1) == [
+        "the measurement is noisy, its IQR is 34% of the median (> 10%): the difference may not be real"]
+
+
 def test_absolute_drop_from_relative_or_absolute_budget() -> None:
     assert Constraints(max_metric_drop=0.01).absolute_drop(0.95) == pytest.approx(0.0095)
     assert Constraints(max_metric_drop=0.01).absolute_drop(-2.0) == pytest.approx(0.02)  # |baseline|
