@@ -164,14 +164,15 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         except Exception:
             workload.check(model, inputs)  # again, to raise what bench and profile say (the inputs, a hint)
             raise
-    reference = [t.detach().float().clone() for t in reference]
+    # in their own dtype: fidelity_of scores integer outputs (class indices, token ids) by agreement, not by a cosine
+    reference = [t.detach().clone() for t in reference]
     # Kept on the host: they are only saved, and on CUDA a device copy would count in the candidate's peak.
     original_weights = (
         {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if settings.export else None
     )
     heldout = _heldout_batches(workload, settings) if workload.eval is None else []
     with torch.no_grad():
-        heldout_reference = [[t.detach().float().clone() for t in _flatten(model(*b))] for b in heldout]
+        heldout_reference = [[t.detach().clone() for t in _flatten(model(*b))] for b in heldout]
     state = ModelState(workload=workload, model=model, predict=model)
     ctx = PassContext(
         device=settings.device, batch_size=settings.batch_size, threads=settings.threads,
@@ -420,7 +421,7 @@ def confirm_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict[
     loaded = load_artifact(payload["artifact_dir"])
     phase("check")
     with torch.no_grad():
-        reference = [t.float() for t in _flatten(baseline(*inputs))]
+        reference = _flatten(baseline(*inputs))
         outputs = _flatten(loaded(*inputs))
     fidelity = fidelity_of(outputs, reference, settings.batch_size)
     result = _ab_time(settings, baseline, loaded, inputs, phase)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,3 +176,64 @@ def test_an_empty_output_has_nothing_to_disagree_on() -> None:
     assert beside == {"mean_cosine": pytest.approx(1.0), "min_cosine": pytest.approx(1.0),
                       "rel_error": pytest.approx(1.0), "max_abs_error": pytest.approx(4.0)}
 
+
+CLASSIFIER = """
+import torch
+
+
+class Classifier(torch.nn.Module):
+    \"\"\"Its output is each sample's predicted class (an int64 index), not the logits.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.net(x).argmax(dim=1)
+
+
+def model():
+    return Classifier()
+
+
+def inputs(batch_size):
+    return (torch.randn(batch_size, 16, generator=torch.Generator().manual_seed(batch_size)),)
+"""
+
+
+def test_the_search_scores_a_candidate_s_class_indices_by_agreement(tmp_path: Path) -> None:
+    """fidelity_of scored integer outputs by agreement, but the candidate's process (and the confirming A/B's) made the
+    original's outputs float before calling it: the search still scored class indices by a cosine (a pruned classifier
+    at 0.78) and reported index distances as errors (max_abs_error 9.0)."""
+    import dataclasses
+
+    from dlperf.optimize.evaluate import confirm_here, evaluate_here
+    from dlperf.optimize.space import Candidate
+    from dlperf.passes.base import PassContext, apply_pass, initial_state
+    from dlperf.passes.pruning import PruneConfig
+    from dlperf.workload.loader import load_workload
+
+    (tmp_path / "classifier.py").write_text(CLASSIFIER)
+    source = str(tmp_path / "classifier.py")
+    settings = EvalSettings(source=source, batch_size=4, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0, paired_blocks=0, ab_blocks=4, ab_iters_per_block=1)
+    pruned = Candidate((PruneConfig(method="magnitude", amount=0.5, finetune_steps=0),))
+    row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": pruned.to_list(),
+                         "out_dir": str(tmp_path / "cand")}, lambda phase: None)
+    # the same pruning here: the share of each held-out sample's class that it left unchanged
+    workload = load_workload(source)
+    candidate = apply_pass(pruned.configs[0], initial_state(workload), PassContext(batch_size=4)).predict
+    original = workload.build_model().eval()
+    with torch.no_grad():
+        kept = [float((candidate(*b) == original(*b)).float().mean()) for b in _heldout_batches(workload, settings)]
+    assert 0 < sum(kept) / len(kept) < 1  # some classes moved
+    assert row["metric"] == pytest.approx(sum(kept) / len(kept))
+    assert (row["fidelity"]["rel_error"], row["fidelity"]["max_abs_error"]) == (0.0, 0.0)
+    confirmed = confirm_here({"settings": dataclasses.asdict(settings), "artifact_dir": row["artifact"]["dir"]},
+                             lambda phase: None)
+    assert confirmed["loaded_fidelity"]["max_abs_error"] == 0.0
+    with torch.no_grad():
+        x = workload.example_inputs(4)
+        expected = float((candidate(*x) == original(*x)).float().mean())
+    assert confirmed["loaded_fidelity"]["mean_cosine"] == pytest.approx(expected)
