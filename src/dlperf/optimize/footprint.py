@@ -155,13 +155,15 @@ def _arrays(inputs_path: str) -> list[Any]:
 
 
 def _onnxruntime_run(artifact_dir: Path, manifest: dict[str, Any], inputs_path: str, threads: int | None) -> Any:
-    """The session `dlperf.load` makes (same provider, optimization level and threads), fed numpy arrays."""
+    """The session `dlperf.load` makes (same provider, optimization level, threads, GPU and TensorRT profile and engine
+    cache), fed numpy arrays."""
     from dlperf.passes._engine import IOSpec
     from dlperf.passes.onnxruntime import _session
 
     spec = IOSpec.from_manifest(manifest)
     sess = _session(artifact_dir / "model.onnx", str(manifest.get("provider", "cpu")),
-                    str(manifest.get("opt_level", "all")), int(manifest.get("threads") or threads or 1))
+                    str(manifest.get("opt_level", "all")), int(manifest.get("threads") or threads or 1),
+                    str(manifest.get("device", "cpu")), spec.inputs, int(manifest.get("batch_size") or 1))
     feed = {s.name: a for s, a in zip(spec.inputs, _arrays(inputs_path), strict=True)}
     return lambda: sess.run(None, feed)
 
