@@ -47,7 +47,9 @@ def test_twenty_percent_slower_fails_and_says_why(store_path: Path, monkeypatch:
     assert rc == 1
     point = data["points"][0]
     assert point["failed"] and point["significant"] and point["exceeds"]
-    assert 0.12 < point["regression"] < 0.35
+    # 1.2x slower is a regression of about 0.2; the baseline was timed earlier, so a busy machine moves it (0.56 under
+    # a load of 8 on 2 cores): the upper bound only tells a regression from the ratio (1.2) it must not be
+    assert 0.12 < point["regression"] < 1.0
     assert "REGRESSION" in data["reasons"][0]
     check_run = Store(store_path).get(data["run_id"])
     assert check_run.kind == "check" and check_run.result["gate"]["failed"]

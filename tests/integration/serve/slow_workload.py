@@ -18,6 +18,11 @@ LOADING_ENV = "DLPERF_TEST_LOADING"
 takes long to load, for a signal during the load)."""
 
 
+def entered(gate: Path) -> Path:
+    """The file a held batch creates once it is in the model."""
+    return gate.with_name(gate.name + ".entered")
+
+
 def _model() -> Any:
     import torch
 
@@ -32,6 +37,7 @@ def _model() -> Any:
     class Held(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if float(x[0, 0]) >= HELD:
+                entered(gate).touch()  # for a test to know a request is in the model, not only queued
                 deadline = time.monotonic() + 60  # a broken test must not hang the server forever
                 while not gate.exists() and time.monotonic() < deadline:
                     time.sleep(0.01)
