@@ -74,3 +74,28 @@ def blocks(batch_size: int = 64) -> Workload:
                         make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size),
         kind="mlp",
     )
+
+
+def conv(batch_size: int = 32) -> Workload:
+    """A one-convolution model on 2-channel 8x8 images: the shape the channels_last knob acts on (with one channel,
+    the default layout is channels_last too)."""
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, CLASSES))
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        from torch.utils.data import DataLoader, TensorDataset
+
+        x = torch.randn(128, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x[:, 0, 0, :CLASSES].argmax(dim=1)), batch_size=batch_size, drop_last=True,
+                          **kwargs)
+
+    return Workload(
+        name="conv",
+        make_model=model,
+        make_inputs=lambda b: (torch.randn(b, 2, 8, 8),),
+        train=TrainSpec(make_loader=loader, loss_fn=nn.functional.cross_entropy,
+                        make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size),
+        kind="cnn",
+    )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -7,10 +8,10 @@ import torch
 from rich.console import Console
 
 from dlperf.cli.main import main
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, TrainError
 from dlperf.report.train_view import ddp_view
 from dlperf.store import Store
-from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, expected_buckets, findings_for
+from dlperf.train.ddp import DdpConfig, DdpResult, RankStats, expected_buckets, findings_for, launch, rank_error
 from dlperf.train.knobs import Candidate, TuneContext
 from dlperf.train.loop import StepConfig
 
@@ -89,7 +90,7 @@ def test_one_process_reports_no_scaling_and_no_communication() -> None:
     assert r.scaling_efficiency is None
     assert r.exposed_comm_s == 0.0 and r.comm_share == 0.0
     assert r.overlap is None
-    assert not [f for f in findings_for(r, cpus=8, device="cpu") if "communication" in f]
+    assert findings_for(r, cpus=8, device="cpu") == []  # its one bucket too: nothing to overlap with
     console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(ddp_view(r.to_dict()))
     text = console.export_text()
@@ -307,3 +308,192 @@ def test_ddps_rebuilt_buckets_come_first_and_the_view_gives_their_sizes() -> Non
     console = Console(width=300, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(ddp_view(result.to_dict()))
     assert "2 gradient buckets (1.00 + 3.01 MiB; bucket_cap_mb 25) for 4.01 MiB of gradients" in console.export_text()
+
+
+def test_ddp_config_validates_the_process_count_steps_and_backend() -> None:
+    with pytest.raises(ConfigError, match="--nproc must be >= 1, got 0"):
+        DdpConfig(nproc=0)
+    with pytest.raises(ConfigError, match="at least 2 steps, got 1"):
+        DdpConfig(nproc=2, steps=1)
+    assert DdpConfig(nproc=1, steps=2, backend="nccl").backend_for("cpu") == "nccl"  # asked for, kept
+
+
+def test_the_overlap_is_never_below_zero_when_the_exposed_time_exceeds_the_all_reduce() -> None:
+    r = _result(step_1=0.010, step_n=0.020, nosync_n=0.010, allreduce=0.004, buckets=3)  # 10 ms exposed, 4 ms alone
+    assert r.overlap == 0.0
+    assert "bucketing/overlap is not effective: 0% of the all-reduce is hidden" in " ".join(
+        findings_for(r, cpus=8, device="cpu"))
+
+
+def test_the_record_keeps_each_launchs_own_figures() -> None:
+    r = _result(step_1=0.010, step_n=0.0125, nosync_n=0.011, allreduce=0.005)
+    d = r.to_dict()
+    assert d["single_samples_per_s"] == pytest.approx(3200) and d["single_step_s"] == 0.010
+    assert d["samples_per_s"] == pytest.approx(2 * 32 / 0.0125) and d["step_s"] == 0.0125
+    assert d["nosync_step_s"] == 0.011 and d["allreduce_s"] == 0.005 and d["exposed_comm_s"] == pytest.approx(0.0015)
+    assert d["single"] == r.single.to_dict() and d["multi"] == r.multi.to_dict()
+
+
+@pytest.mark.parametrize(("step_n", "nosync_n", "allreduce"), [
+    (0.0105, 0.010, 0.0006),  # 17% of the all-reduce hidden, but it costs 5% of the step: nothing worth saying
+    (0.0125, 0.010, 0.0025 / 0.6),  # 40% hidden at 20% of the step: neither effective nor ineffective
+])
+def test_no_overlap_finding_between_its_thresholds(step_n: float, nosync_n: float, allreduce: float) -> None:
+    r = _result(step_1=0.010, step_n=step_n, nosync_n=nosync_n, allreduce=allreduce)
+    assert not [f for f in findings_for(r, cpus=8, device="cpu") if "overlap" in f]
+
+
+def test_a_run_slowed_by_compute_contention_is_not_called_communication_bound() -> None:
+    r = _result(step_1=0.010, step_n=0.0145, nosync_n=0.014, allreduce=0.002)  # 69% efficiency, 3% exposed
+    found = findings_for(r, cpus=8, device="cpu")
+    assert [f for f in found if f.startswith("the ranks slow each other down")]
+    assert not [f for f in found if "communication-bound" in f]
+
+
+def _no_launch(*args: object) -> RankStats:
+    raise AssertionError("launched")
+
+
+def test_a_compiled_configuration_is_refused_before_any_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.train import ddp
+
+    monkeypatch.setattr(ddp, "launch", _no_launch)
+    with pytest.raises(ConfigError, match=r"--nproc measures eager DDP; drop torch\.compile"):
+        ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8, compile=True), DdpConfig(nproc=2))
+
+
+def test_as_many_gpus_as_ranks_are_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.train import ddp
+
+    monkeypatch.setattr(ddp, "launch", _no_launch)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(AssertionError, match="launched"):
+        ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8, device="cuda"), DdpConfig(nproc=2))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="--nproc 2 on CUDA needs 2 GPUs; 1 are visible"):
+        ddp.run_ddp("zoo:mlp", StepConfig(batch_size=8, device="cuda"), DdpConfig(nproc=2))
+
+
+def test_both_launches_run_at_the_same_threads_and_the_findings_count_the_loader_workers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.train import ddp
+
+    launched: list[tuple[int, int]] = []
+
+    def fake_launch(workload_spec: str, config: StepConfig, ddp_config: DdpConfig, nproc: int,
+                    threads: int) -> RankStats:
+        launched.append((nproc, threads))
+        return RankStats(nproc, 32, 0.010 + 0.002 * (nproc - 1), 0.010, 0.001 * (nproc - 1), 4 * 2**20, 3)
+
+    monkeypatch.setattr(ddp, "launch", fake_launch)
+    monkeypatch.setattr(ddp, "usable_cores", lambda: 4)
+    labels: list[str] = []
+    partials: list[dict[str, object]] = []
+    result = ddp.run_ddp("zoo:mlp", StepConfig(batch_size=32, num_workers=1), DdpConfig(nproc=2),
+                         labels.append, partials.append)
+    assert launched == [(1, 2), (2, 2)]  # usable CPUs // nproc, the same for both
+    assert labels == ["1 process", "2 processes"]
+    (partial,) = partials
+    assert partial["single_samples_per_s"] == pytest.approx(3200) and partial["threads_per_process"] == 2
+    assert result.threads_per_process == 2 and result.multi.world_size == 2
+    (crowded,) = [f for f in result.findings if "compete for cores" in f]  # 2 x (2 threads + 1 worker) on 4 CPUs
+    assert crowded.startswith("2 processes x 2 threads and 1 loader worker on 4 usable CPUs")
+
+
+def _fake_torchrun(monkeypatch: pytest.MonkeyPatch, returncode: int = 0, stderr: str = "",
+                   write: bool = True) -> dict[str, object]:
+    """run_process_group replaced: records what it was given and writes the ranks' result file, as rank 0 would."""
+    from dlperf.train import ddp
+
+    seen: dict[str, object] = {}
+
+    def run(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+        seen.update(command=command, env=env, timeout_s=timeout_s)
+        if write:
+            out = Path(command[command.index("--out") + 1])
+            out.write_text(json.dumps(RankStats(2, 16, 0.02, 0.015, 0.004, 1000, 1, [0.02, 0.019]).to_dict()))
+        return returncode, "", stderr
+
+    monkeypatch.setattr(ddp, "run_process_group", run)
+    return seen
+
+
+def test_launch_gives_the_ranks_the_measurement_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _fake_torchrun(monkeypatch)
+    config = StepConfig(batch_size=8, accumulation_steps=2)
+    stats = launch("zoo:mlp", config, DdpConfig(nproc=2, steps=7, warmup_steps=2, bucket_cap_mb=5.0, timeout_s=90), 2,
+                   threads=3)
+    assert stats == RankStats(2, 16, 0.02, 0.015, 0.004, 1000, 1, [0.02, 0.019])
+    command = seen["command"]
+    assert isinstance(command, list)
+
+    def option(name: str) -> str:
+        return str(command[command.index(name) + 1])
+
+    assert option("--nproc_per_node") == "2" and option("-m") == "torch.distributed.run"
+    assert command[command.index("--nproc_per_node") + 2:][:2] == ["-m", "dlperf.train.ddp"]
+    assert option("--workload") == "zoo:mlp" and StepConfig.from_dict(json.loads(option("--config"))) == config
+    assert (option("--steps"), option("--warmup"), option("--threads")) == ("7", "2", "3")
+    assert (option("--backend"), option("--bucket-cap-mb")) == ("gloo", "5.0")
+    env = seen["env"]
+    assert isinstance(env, dict) and env["OMP_NUM_THREADS"] == "3"
+    assert seen["timeout_s"] == 90
+
+
+RANKS_FAILED = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "ddp.py", line 420, in main
+[rank1]:     loop = TrainLoop(load_workload(args.workload), config, seed=0)
+[rank1]: RuntimeError: an earlier failure
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "ddp.py", line 420, in main
+[rank0]:     loop = TrainLoop(load_workload(args.workload), config, seed=0)
+[rank0]: ValueError: the last failure
+[rank0]: on two lines
+E0101 12:00:00 torch/distributed/elastic/multiprocessing/api.py: failed (exitcode: 1)
+"""
+
+
+def test_a_failed_launch_names_what_the_last_traceback_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rank_error(RANKS_FAILED) == "ValueError: the last failure\non two lines"
+    assert rank_error("torchrun: error: unrecognized arguments\nusage: torchrun ...\n") == (
+        "torchrun: error: unrecognized arguments\nusage: torchrun ...")  # no rank lines: the output's last lines
+    _fake_torchrun(monkeypatch, returncode=1, stderr=RANKS_FAILED, write=False)
+    with pytest.raises(TrainError, match=r"^torchrun with 2 process\(es\) failed \(exit 1\):\nValueError: the last"):
+        launch("zoo:mlp", StepConfig(batch_size=8), DdpConfig(nproc=2), 2, threads=1)
+    _fake_torchrun(monkeypatch, returncode=0, write=False)  # exit 0 without rank 0's result file
+    with pytest.raises(TrainError, match=r"^torchrun with 2 process\(es\) failed \(exit 0\)"):
+        launch("zoo:mlp", StepConfig(batch_size=8), DdpConfig(nproc=2), 2, threads=1)
+
+
+def test_the_standalone_all_reduce_uses_ddps_buckets_and_times_after_two_warm_up_rounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collectives are faked, on a fake clock: an all-reduce takes 1 ns per element, and 1 ms per element in the
+    two warm-up rounds."""
+    import types
+
+    import torch.distributed as dist
+
+    from dlperf.train import ddp
+
+    now = [0]
+    rounds: list[list[int]] = []
+
+    def barrier() -> None:
+        rounds.append([])
+
+    def all_reduce(chunk: torch.Tensor, async_op: bool = False) -> None:
+        rounds[-1].append(chunk.numel())
+        now[0] += chunk.numel() * (1 if len(rounds) > 2 else 1_000_000)
+
+    monkeypatch.setattr(dist, "barrier", barrier)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(ddp, "time", types.SimpleNamespace(perf_counter_ns=lambda: now[0]))
+    grads = [torch.zeros(500_000), torch.zeros(100_000)]
+    # DDP's own buckets when they add up to the gradients
+    assert ddp._allreduce_s(grads, 25.0, iters=2, bucket_bytes=[400_000, 2_000_000]) == pytest.approx(600_000 / 1e9)
+    assert len(rounds) == 4 and rounds[-1] == [100_000, 500_000]
+    # else a 1 MiB first bucket (262144 fp32 values), then bucket_cap_mb ones
+    rounds.clear()
+    assert ddp._allreduce_s(grads, 1.0, iters=2, bucket_bytes=[4]) == pytest.approx(600_000 / 1e9)
+    assert rounds[-1] == [262_144, 262_144, 75_712]

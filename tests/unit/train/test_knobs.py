@@ -3,17 +3,22 @@ from __future__ import annotations
 import pytest
 
 from dlperf.errors import TrainError
-from dlperf.train.knobs import DEFAULT_KNOBS, TuneContext, registry
+from dlperf.train.knobs import DEFAULT_KNOBS, Knob, TuneContext, registry
 from dlperf.train.knobs.batch import (
     LargestBatch,
+    default_budget_bytes,
     nearby_split,
     search_largest_batch,
     split_batch,
     step_footprint_bytes,
 )
+from dlperf.train.knobs.channels_last import ChannelsLast
 from dlperf.train.knobs.checkpointing import Checkpointing
-from dlperf.train.knobs.dataloader import Persistent, Prefetch, Workers
-from dlperf.train.knobs.precision import MixedPrecision
+from dlperf.train.knobs.compile import Compile
+from dlperf.train.knobs.dataloader import Persistent, PinMemory, Prefetch, Workers
+from dlperf.train.knobs.optimizer import OptimizerImpl
+from dlperf.train.knobs.precision import MixedPrecision, bf16_supported
+from dlperf.train.knobs.threads import Threads
 from dlperf.train.loop import StepConfig
 
 from ._workloads import BLOCK_WIDTH, blocks, tiny
@@ -213,3 +218,117 @@ def test_checkpointing_is_not_tried_on_a_model_with_batchnorm() -> None:
     assert reason is not None and "running statistics (BatchNorm1d)" in reason
     assert running_stat_modules(nn.Sequential(nn.InstanceNorm1d(4), nn.Linear(4, 4))) == []  # tracks nothing
     assert running_stat_modules(nn.InstanceNorm1d(4, track_running_stats=True)) == ["InstanceNorm1d"]
+
+
+def test_worker_counts_start_above_the_current_count() -> None:
+    ctx = TuneContext(workload=tiny(), cpu_count=8)
+    two = StepConfig(batch_size=4, num_workers=2)
+    assert [c.change["num_workers"] for c in Workers().candidates(two, ctx)] == [4, 8]
+    assert Workers().skip_reason(two.replace(num_workers=8), ctx) == "num_workers is already 8 with 8 usable CPUs"
+
+
+def test_prefetch_starts_above_the_default_of_two() -> None:
+    two = StepConfig(batch_size=4, num_workers=2)
+    ctx = TuneContext(workload=tiny(), cpu_count=4)
+    assert [c.change for c in Prefetch().candidates(two, ctx)] == [{"prefetch_factor": 4}, {"prefetch_factor": 8}]
+
+
+@pytest.mark.parametrize(("knob", "current", "reason"), [
+    (Persistent(), {"num_workers": 2, "persistent_workers": True}, "workers are already persistent"),
+    (PinMemory(), {"pin_memory": True}, "already pinned"),
+    (OptimizerImpl(), {"optimizer_impl": "fused"}, "already fused"),
+    (MixedPrecision(), {"precision": "bf16"}, "already bf16"),
+    (ChannelsLast(), {"channels_last": True}, "already channels_last"),
+    (Compile(), {"compile": True}, "already compiled"),
+])
+def test_a_knob_already_set_is_skipped(knob: Knob, current: dict[str, object], reason: str) -> None:
+    ctx = TuneContext(workload=tiny(), device="cuda", cpu_count=4, bf16_supported=True, conv_model=True)
+    assert knob.skip_reason(StepConfig(batch_size=4, **current), ctx) == reason  # type: ignore[arg-type]
+
+
+def test_pinned_memory_is_tried_on_cuda_only() -> None:
+    config = StepConfig(batch_size=4)
+    assert PinMemory().skip_reason(config, TuneContext(workload=tiny(), device="cuda")) is None
+    assert "device is cpu" in (PinMemory().skip_reason(config, TuneContext(workload=tiny())) or "")
+
+
+def test_the_optimizer_knob_proposes_the_implementations_not_in_use() -> None:
+    ctx = TuneContext(workload=tiny())
+    default = StepConfig(batch_size=4)
+    assert [c.change for c in OptimizerImpl().candidates(default, ctx)] == [{"optimizer_impl": "foreach"},
+                                                                           {"optimizer_impl": "fused"}]
+    assert [c.change for c in OptimizerImpl().candidates(default.replace(optimizer_impl="foreach"), ctx)] == [
+        {"optimizer_impl": "fused"}]
+
+
+def test_cuda_without_bf16_tries_fp16() -> None:
+    ctx = TuneContext(workload=tiny(), device="cuda", bf16_supported=False)
+    config = StepConfig(batch_size=4)
+    assert MixedPrecision().skip_reason(config, ctx) is None
+    assert [c.change for c in MixedPrecision().candidates(config, ctx)] == [{"precision": "fp16"}]
+    both = TuneContext(workload=tiny(), device="cuda", bf16_supported=True)
+    assert [c.change for c in MixedPrecision().candidates(config, both)] == [{"precision": "bf16"},
+                                                                           {"precision": "fp16"}]
+
+
+@pytest.mark.parametrize(("flags", "supported"), [(["avx2", "avx512_bf16"], True), (["avx2", "amx_bf16"], True),
+                                                  (["avx2"], False)])
+def test_either_cpu_bf16_flag_means_bf16_is_supported(flags: list[str], supported: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from dlperf.measure import env
+
+    monkeypatch.setattr(env, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)  # oneDNN's own check, after
+    assert bf16_supported("cpu") is supported
+
+
+def test_thread_counts_are_one_half_and_all_cpus_but_the_current_one() -> None:
+    ctx = TuneContext(workload=tiny(), cpu_count=8)
+    assert [c.change["threads"] for c in Threads().candidates(StepConfig(batch_size=4, threads=4), ctx)] == [1, 8]
+    assert [c.change["threads"] for c in Threads().candidates(StepConfig(batch_size=4, threads=3), ctx)] == [1, 4, 8]
+    assert Threads().skip_reason(StepConfig(batch_size=4), TuneContext(workload=tiny(), cpu_count=2)) is None
+    assert Threads().skip_reason(StepConfig(batch_size=4), TuneContext(workload=tiny(), cpu_count=1)) == (
+        "only one usable CPU")
+    on_cuda = TuneContext(workload=tiny(), device="cuda", cpu_count=8)
+    assert Threads().skip_reason(StepConfig(batch_size=4), on_cuda) == "thread settings are a CPU knob"
+
+
+def test_channels_last_is_tried_on_convolutional_models_only() -> None:
+    config = StepConfig(batch_size=4)
+    assert ChannelsLast().skip_reason(config, TuneContext(workload=tiny(), conv_model=True)) is None
+    assert ChannelsLast().skip_reason(config, TuneContext(workload=tiny())) == "the model has no 2-D convolutions"
+
+
+def test_compile_is_skipped_where_no_compiler_builds_code() -> None:
+    config = StepConfig(batch_size=4)
+    missing = TuneContext(workload=tiny(), compiler_missing="no C++ compiler found (install gcc)")
+    assert Compile().skip_reason(config, missing) == "no C++ compiler found (install gcc)"
+    assert Compile().skip_reason(config, TuneContext(workload=tiny())) is None
+
+
+def test_a_batch_split_by_accumulation_that_fits_whole_is_merged() -> None:
+    w = tiny(batch_size=64)
+    knob = LargestBatch()
+    (candidate,) = knob.candidates(StepConfig(batch_size=16, accumulation_steps=4, threads=1),
+                                   TuneContext(workload=w, memory_budget_bytes=1 << 30))
+    assert candidate.change == {"batch_size": 64, "accumulation_steps": 1} and not candidate.required
+    assert candidate.note == "the whole batch of 64 fits: no accumulation"
+
+
+def test_the_footprint_counts_the_optimizer_state() -> None:
+    """Adam keeps two moments per parameter: a batch search that left them out took batches that do not fit."""
+    params = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    sgd = step_footprint_bytes(tiny(), StepConfig(batch_size=8, threads=1))
+    adam = step_footprint_bytes(tiny(optimizer="adam"), StepConfig(batch_size=8, threads=1))
+    assert 2 * params <= adam - sgd <= 2 * params + 64  # exp_avg and exp_avg_sq, and a scalar step count each
+
+
+def test_the_default_cpu_budget_is_half_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import psutil
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=16 << 30, available=6 << 30))
+    assert default_budget_bytes("cpu") == 3 << 30

@@ -17,12 +17,15 @@ from dlperf.train.loop import (
     TrainLoop,
     apply_checkpointing,
     base_config,
+    batch_length,
+    checkpointed_children,
+    has_conv,
 )
 from dlperf.workload.base import Workload
 from dlperf.workload.loader import load_workload
 from dlperf.workload.zoo import ZOO
 
-from ._workloads import tiny
+from ._workloads import conv, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +47,10 @@ def _params(loop: TrainLoop) -> list[torch.Tensor]:
         ({"batch_size": 4, "device": "cudax"}, "unknown device 'cudax'"),
         ({"batch_size": 4, "device": "cuda:one"}, "unknown device"),
         ({"batch_size": 4, "lr_scale": 0}, "lr_scale"),
+        ({"batch_size": 4, "num_workers": -1}, "num_workers must be >= 0, got -1"),
+        ({"batch_size": 4, "persistent_workers": True}, "num_workers > 0"),
+        ({"batch_size": 4, "num_workers": 1, "prefetch_factor": 0}, "prefetch_factor must be >= 1, got 0"),
+        ({"batch_size": 4, "device": "cuda:"}, "unknown device 'cuda:'"),
     ],
 )
 def test_step_config_rejects_bad_values(kwargs: dict[str, object], message: str) -> None:
@@ -55,6 +62,7 @@ def test_loader_kwargs_and_diff() -> None:
     base = StepConfig(batch_size=8)
     tuned = base.replace(num_workers=2, prefetch_factor=4, persistent_workers=True, accumulation_steps=2)
     assert base.loader_kwargs() == {}
+    assert base.replace(pin_memory=True).loader_kwargs() == {"pin_memory": True}
     assert tuned.loader_kwargs() == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}
     assert base.diff(tuned) == {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True,
                                 "accumulation_steps": 2}
@@ -245,3 +253,125 @@ def test_a_loader_that_drops_the_dataloader_arguments_is_named() -> None:
     TrainLoop(w, StepConfig(batch_size=32, threads=1)).close()  # nothing asked, nothing dropped
     loop = TrainLoop(tiny(), StepConfig(batch_size=32, threads=1, num_workers=2, prefetch_factor=4))  # passed on
     loop.close()
+
+
+def test_base_config_takes_the_batch_size_asked_for_else_the_specs() -> None:
+    w = tiny(batch_size=32)
+    assert base_config(w).batch_size == 32
+    assert base_config(w, 8).batch_size == 8
+
+
+def test_a_step_without_a_thread_setting_runs_on_the_process_threads() -> None:
+    seen: list[int] = []
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return torch.nn.functional.cross_entropy(out, target)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loop = TrainLoop(_with(tiny(), loss_fn=loss_fn), StepConfig(batch_size=8))
+        loop.step()
+        TrainLoop(_with(tiny(), loss_fn=loss_fn), StepConfig(batch_size=8, threads=1)).step()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 1]
+
+
+def test_a_model_built_in_eval_mode_is_trained_in_training_mode() -> None:
+    """A factory that returned model.eval() trained without dropout and with frozen BatchNorm statistics."""
+    w = tiny()
+    evaluated = dataclasses.replace(w, make_model=lambda: w.build_model().eval())
+    loop = TrainLoop(evaluated, StepConfig(batch_size=8, threads=1))
+    assert all(m.training for m in loop.model.modules())
+
+
+def test_channels_last_converts_the_model_and_its_four_dimensional_inputs() -> None:
+    def first_conv(loop: TrainLoop) -> torch.nn.Conv2d:
+        return next(m for m in loop.model.modules() if isinstance(m, torch.nn.Conv2d))
+
+    seen: list[bool] = []
+    loop = TrainLoop(conv(), StepConfig(batch_size=8, threads=1, channels_last=True))
+    first_conv(loop).register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    assert first_conv(loop).weight.is_contiguous(memory_format=torch.channels_last)
+    loop.step()
+    assert seen == [True]
+    plain = TrainLoop(conv(), StepConfig(batch_size=8, threads=1))
+    assert not first_conv(plain).weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_bf16_runs_the_forward_under_cpu_autocast_in_bfloat16(precision: str, dtype: torch.dtype) -> None:
+    seen: list[torch.dtype] = []
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        seen.append(out.dtype)
+        return torch.nn.functional.cross_entropy(out, target)
+
+    TrainLoop(_with(tiny(), loss_fn=loss_fn), StepConfig(batch_size=8, threads=1, precision=precision)).step()
+    assert seen == [dtype]
+
+
+def test_an_eager_step_runs_the_model_not_the_compiled_one() -> None:
+    """`eager=True` is the step FLOPs are counted on: the compiled model's generated code hides its matmuls."""
+    loop = TrainLoop(tiny(), StepConfig(batch_size=8, threads=1))
+    calls: list[str] = []
+
+    def compiled(x: torch.Tensor) -> torch.Tensor:
+        calls.append("compiled")
+        return loop.model(x)
+
+    loop.forward_model = compiled
+    loop.step(eager=True)
+    assert calls == []
+    loop.step()
+    assert calls == ["compiled"]
+
+
+def test_a_step_leaves_no_gradients_behind() -> None:
+    """The next step's backward would add to them (set_to_none also frees their memory between steps)."""
+    loop = TrainLoop(tiny(), StepConfig(batch_size=8, accumulation_steps=2, threads=1))
+    loop.step()
+    assert all(p.grad is None for p in loop.model.parameters())
+
+
+@pytest.mark.parametrize(("target", "inputs", "expected"), [
+    (torch.zeros(5), torch.zeros(5, 3), 5),
+    (torch.zeros(3), torch.zeros(7, 3, 2), 3),  # a sequence-first input: the target's first dimension counts
+    (torch.tensor(1.0), torch.zeros(6, 2), 6),  # a scalar target has no batch dimension
+    (((torch.zeros(4),),), ((torch.zeros(4, 2),),), 4),  # nested tuples of targets
+    (None, ([torch.zeros(2, 2)], torch.zeros(9)), 2),
+    (None, "text", 8),
+])
+def test_batch_length_counts_the_first_dimension_of_the_target_then_the_inputs(
+        target: Any, inputs: Any, expected: int) -> None:
+    assert batch_length(target, inputs, 8) == expected
+
+
+def test_checkpointing_needs_two_children_holding_parameters() -> None:
+    one = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    with pytest.raises(TrainError, match="at least two top-level children holding parameters; Sequential has 1"):
+        apply_checkpointing(one)
+    model = tiny().build_model()  # Linear, ReLU, Linear
+    first, _, last = model.children()
+    assert checkpointed_children(model) == [first, last]
+    assert apply_checkpointing(model) == 2
+
+
+def test_has_conv_finds_a_2d_convolution_or_transposed_convolution_anywhere() -> None:
+    from torch import nn
+
+    assert has_conv(nn.Sequential(nn.Sequential(nn.Conv2d(1, 2, 3)), nn.Flatten()))
+    assert has_conv(nn.Sequential(nn.ConvTranspose2d(2, 1, 3)))
+    assert not has_conv(nn.Sequential(nn.Conv1d(1, 2, 3), nn.Linear(2, 2)))
+
+
+def test_an_optimizer_without_the_implementation_asked_for_is_a_train_error() -> None:
+    w = tiny()
+    assert w.train is not None
+    rmsprop = dataclasses.replace(w, train=dataclasses.replace(
+        w.train, make_optimizer=lambda params: torch.optim.RMSprop(params, lr=0.01)))
+    with pytest.raises(TrainError, match=r"^RMSprop has no fused implementation here: .*'fused'"):
+        TrainLoop(rmsprop, StepConfig(batch_size=8, threads=1, optimizer_impl="fused"))

@@ -263,3 +263,41 @@ def test_checkpointing_is_off_only_inside_checkpointing_off() -> None:
         assert all("forward" in c.__dict__ for c in loop.model.children())  # wrapped again
     finally:
         loop.close()
+
+
+def test_parity_config_refuses_one_step_and_negative_tolerances() -> None:
+    with pytest.raises(ConfigError, match="at least 2 steps, got 1"):
+        ParityConfig(steps=1)
+    with pytest.raises(ConfigError, match="tolerances must be >= 0"):
+        ParityConfig(rtol=-0.01)
+    with pytest.raises(ConfigError, match="tolerances must be >= 0"):
+        ParityConfig(atol=-0.01)
+
+
+@pytest.mark.parametrize(("losses", "expected"), [([1.0, 2.0, 3.0, 4.0], 3.5), ([1.0, 2.0, 3.0], 2.5), ([5.0], 5.0)])
+def test_the_tail_is_the_second_half_of_the_steps(losses: list[float], expected: float) -> None:
+    assert tail_mean(losses) == expected
+
+
+def test_a_candidate_far_below_the_baseline_fails_parity_too() -> None:
+    """A loss well under the baseline's is a different training (a lost regularizer, a leaked label), not a win."""
+    low = compare_losses([2.0, 2.0], [1.0, 1.0], rtol=0.05)
+    assert not low.ok and low.relative_difference == pytest.approx(-0.5)
+
+
+def test_a_negative_loss_gets_a_positive_tolerance_and_a_relative_difference_of_the_right_sign() -> None:
+    """A Gaussian negative log-likelihood goes below zero: rtol x baseline made the tolerance negative."""
+    result = compare_losses([-2.0, -2.0], [-2.05, -2.05], rtol=0.05)
+    assert result.ok and result.tolerance == pytest.approx(0.1)
+    assert result.relative_difference == pytest.approx(-0.025)  # the candidate's loss is lower
+
+
+def test_the_absolute_tolerance_adds_to_the_relative_one() -> None:
+    result = compare_losses([0.1, 0.1], [0.3, 0.3], rtol=0.05, atol=0.25)
+    assert result.ok and result.tolerance == pytest.approx(0.255)
+    assert not compare_losses([0.1, 0.1], [0.3, 0.3], rtol=0.05).ok
+
+
+def test_empty_loss_curves_are_refused() -> None:
+    with pytest.raises(ConfigError, match="loss curves of different lengths: 0 vs 0"):
+        compare_losses([], [])

@@ -1,0 +1,105 @@
+"""One rank's side of a DDP launch (`python -m dlperf.train.ddp`), run in this process as a world of one: what it
+writes for rank 0 to gather (torchrun and several ranks are left to test_ddp.py, which is slow)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from dlperf.train.ddp import RankStats, main
+from dlperf.train.loop import StepConfig
+
+pytestmark = pytest.mark.integration
+
+PARTLY_FROZEN = '''
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import dlperf
+
+
+def make_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4))
+    model[0].requires_grad_(False)  # a frozen first layer: DDP all-reduces the others' gradients only
+    return model
+
+
+def make_loader(batch_size, **kwargs):
+    x = torch.randn(128, 16, generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=batch_size, drop_last=True, **kwargs)
+
+
+def loss_fn(out, target):
+    Path(__file__).with_name("threads").write_text(str(torch.get_num_threads()))  # what the rank's steps run on
+    return nn.functional.cross_entropy(out, target)
+
+
+workload = dlperf.Workload(
+    name="partly-frozen", make_model=make_model, make_inputs=lambda b: (torch.randn(b, 16),),
+    train=dlperf.TrainSpec(make_loader=make_loader, loss_fn=loss_fn,
+                           make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=8),
+)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: StepConfig) -> RankStats:
+    """Run the rank's main on the partly frozen workload as rank 0 of a world of one, at 1 thread; what it wrote."""
+    spec = tmp_path / "frozen.py"
+    spec.write_text(PARTLY_FROZEN)
+    out = tmp_path / "result.json"
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(_free_port())}.items():
+        monkeypatch.setenv(name, value)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["--workload", str(spec), "--config", json.dumps(config.to_dict()), "--out", str(out),
+                     "--steps", "2", "--warmup", "0", "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)  # the rank sets its process's threads
+    return RankStats.from_dict(json.loads(out.read_text()))
+
+
+def test_a_rank_reports_the_effective_batch_and_the_gradients_ddp_reduces(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8, accumulation_steps=2, threads=2))
+    assert (tmp_path / "threads").read_text() == "1"  # the launch's --threads, not the config's
+    assert stats.world_size == 1
+    assert stats.batch_size == 16  # samples per optimizer step: 2 micro-batches of 8
+    assert stats.gradient_bytes == (512 * 512 + 512 + 512 * 4 + 4) * 4  # the trainable layers' fp32 gradients
+    # over 1 MiB, which the size alone would put in two buckets; the one process's DDP has one
+    assert stats.bucket_bytes == [stats.gradient_bytes] and stats.buckets == 1
+    assert stats.per_rank_step_s == [stats.step_s] and stats.step_s > 0 and stats.nosync_step_s > 0
+    assert stats.allreduce_s == 0.0  # no other rank to reduce with
+
+
+def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gathered medians get a second, slower rank's added (the collective itself is a world of one here)."""
+    import torch.distributed as dist
+
+    gather = dist.all_gather_object
+    slower = (10.0, 9.0, 0.5)  # step, no-sync step and all-reduce medians, in seconds
+
+    def with_a_slower_rank(gathered: list[Any], mine: Any) -> None:
+        gather(gathered, mine)
+        gathered.append(slower)
+
+    monkeypatch.setattr(dist, "all_gather_object", with_a_slower_rank)
+    stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8))
+    assert (stats.step_s, stats.nosync_step_s, stats.allreduce_s) == slower
+    assert len(stats.per_rank_step_s) == 2 and stats.per_rank_step_s[1] == 10.0 and stats.per_rank_step_s[0] < 10.0
