@@ -249,8 +249,11 @@ class TrainLoop:
             flags = {"foreach": self.config.optimizer_impl == "foreach",
                      "fused": self.config.optimizer_impl == "fused"}
             defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
+            # each param group holds its own foreach and fused (None when the user set neither), which step() reads
+            # instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation
+            groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
             try:
-                optimizer = type(optimizer)(optimizer.param_groups, **defaults, **flags)
+                optimizer = type(optimizer)(groups, **defaults, **flags)
             except (TypeError, RuntimeError, ValueError) as exc:
                 raise TrainError(
                     f"{type(optimizer).__name__} has no {self.config.optimizer_impl} implementation here: {exc}"

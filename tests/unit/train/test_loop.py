@@ -375,3 +375,20 @@ def test_an_optimizer_without_the_implementation_asked_for_is_a_train_error() ->
         w.train, make_optimizer=lambda params: torch.optim.RMSprop(params, lr=0.01)))
     with pytest.raises(TrainError, match=r"^RMSprop has no fused implementation here: .*'fused'"):
         TrainLoop(rmsprop, StepConfig(batch_size=8, threads=1, optimizer_impl="fused"))
+
+
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_the_optimizer_implementation_asked_for_is_the_one_its_step_runs(impl: str) -> None:
+    """The rebuilt optimizer kept the param groups of the user's, each with its own foreach=None and fused=None, which
+    step() reads rather than the defaults: every foreach and fused trial ran the default implementation."""
+    def two_groups(params: Any) -> torch.optim.Optimizer:
+        first, *rest = params
+        return torch.optim.Adam([{"params": [first], "lr": 0.02}, {"params": rest}], lr=0.01)
+
+    w = tiny()
+    assert w.train is not None
+    workload = dataclasses.replace(w, train=dataclasses.replace(w.train, make_optimizer=two_groups))
+    loop = TrainLoop(workload, StepConfig(batch_size=32, threads=1, optimizer_impl=impl, lr_scale=2.0))
+    other = "fused" if impl == "foreach" else "foreach"
+    assert [(g[impl], bool(g[other]), g["lr"]) for g in loop.optimizer.param_groups] == [(True, False, 0.04),
+                                                                                          (True, False, 0.02)]
