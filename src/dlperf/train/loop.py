@@ -246,8 +246,8 @@ class TrainLoop:
         if problem is not None:  # a training step raised "'str' object has no attribute 'step'"
             raise TrainError(f"workload '{self.workload.name}': {problem}")
         if self.config.optimizer_impl != "default":
-            flags = {"foreach": self.config.optimizer_impl == "foreach",
-                     "fused": self.config.optimizer_impl == "fused"}
+            # only the flag asked for: RMSprop, NAdam and others have foreach but no fused argument to pass False to
+            flags = {self.config.optimizer_impl: True}
             defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
             # each param group holds its own foreach and fused (None when the user set neither), which step() reads
             # instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation

@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -392,3 +393,23 @@ def test_the_optimizer_implementation_asked_for_is_the_one_its_step_runs(impl: s
     other = "fused" if impl == "foreach" else "foreach"
     assert [(g[impl], bool(g[other]), g["lr"]) for g in loop.optimizer.param_groups] == [(True, False, 0.04),
                                                                                           (True, False, 0.02)]
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.RMSprop, torch.optim.NAdam])
+def test_foreach_is_built_for_an_optimizer_without_a_fused_argument(
+        optimizer: Callable[..., torch.optim.Optimizer]) -> None:
+    """RMSprop, NAdam, RAdam, Adamax, Adadelta, ASGD and Rprop have a foreach implementation but no fused argument:
+    dlperf passed fused=False beside foreach=True, and the trial failed with 'RMSprop has no foreach implementation
+    here: ... unexpected keyword argument 'fused''."""
+    w = tiny()
+    assert w.train is not None
+    workload = dataclasses.replace(w, train=dataclasses.replace(
+        w.train, make_optimizer=lambda params: optimizer(params, lr=0.01)))
+    default = TrainLoop(workload, StepConfig(batch_size=32, threads=1))
+    foreach = TrainLoop(workload, StepConfig(batch_size=32, threads=1, optimizer_impl="foreach"))
+    assert type(foreach.optimizer) is optimizer and foreach.optimizer.param_groups[0]["foreach"] is True
+    for _ in range(2):
+        default.step()
+        foreach.step()
+    for a, b in zip(_params(default), _params(foreach), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
