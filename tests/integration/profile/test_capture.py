@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from dlperf.errors import WorkloadError
-from dlperf.profile.capture import CaptureConfig, StepOptions, capture
+from dlperf.profile.capture import CaptureConfig, Step, StepOptions, capture
 from dlperf.workload.base import TrainSpec, Workload
 from dlperf.workload.loader import load_workload
 
@@ -127,3 +129,124 @@ def test_more_loader_workers_than_cpus_is_said_once_by_the_analysis_not_by_torch
     assert [str(w.message) for w in caught if "worker processes in total" in str(w.message)] == []
     note = dataloader.analyze(trace).too_many_workers
     assert note is not None and note.startswith(f"{workers} DataLoader workers on {workers - 1} usable CPU")
+
+
+def _trainable(make_loader: object, make_optimizer: object = None) -> Workload:
+    """A Linear(2, 2) with dropout, trained with MSE on what `make_loader` yields."""
+    def sgd(params: object) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=0.1)  # type: ignore[arg-type]
+
+    return Workload(name="trainable", make_model=lambda: torch.nn.Sequential(torch.nn.Linear(2, 2),
+                                                                           torch.nn.Dropout(0.5)),
+                    make_inputs=lambda b: (torch.randn(b, 2),),
+                    train=TrainSpec(make_loader=make_loader, loss_fn=torch.nn.functional.mse_loss,  # type: ignore[arg-type]
+                                    make_optimizer=make_optimizer or sgd, batch_size=4))  # type: ignore[arg-type]
+
+
+def test_a_training_step_trains_a_model_in_train_mode_and_frees_its_gradients_again() -> None:
+    """Dropout and batch norm behave as in training, and no step starts with the last one's gradients held."""
+    one_batch = [(torch.randn(4, 2), torch.randn(4, 2))]
+    step = Step(_trainable(lambda batch_size, **kw: one_batch), "train", "cpu", StepOptions())
+    assert step.model.training
+    for _ in range(3):  # a loader of one batch is iterated again at each step
+        step()
+    assert all(p.grad is None for p in step.model.parameters())
+    assert not Step(_trainable(lambda batch_size, **kw: one_batch), "inference", "cpu", StepOptions()).model.training
+
+
+def test_a_loader_without_a_batch_or_an_optimizer_that_cannot_step_is_named() -> None:
+    empty = Step(_trainable(lambda batch_size, **kw: []), "train", "cpu", StepOptions())
+    with pytest.raises(WorkloadError, match=r"^workload 'trainable': its loader yields no batch at batch size 4$"):
+        empty()
+    with pytest.raises(WorkloadError, match=r"^workload 'trainable': its optimizer factory returned str 'sgd', not a "
+                                            r"torch.optim.Optimizer"):
+        Step(_trainable(lambda batch_size, **kw: [], lambda params: "sgd"), "train", "cpu", StepOptions())
+
+
+def test_the_loader_settings_are_read_from_the_dataloader_the_factory_built() -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def make_loader(batch_size: int, **kwargs: object) -> DataLoader[tuple[torch.Tensor, ...]]:
+        data = TensorDataset(torch.randn(16, 2), torch.randn(16, 2))
+        return DataLoader(data, batch_size=batch_size, **kwargs)  # type: ignore[arg-type]
+
+    options = StepOptions(batch_size=8, loader_kwargs=(("num_workers", 2), ("prefetch_factor", 3),
+                                                       ("persistent_workers", True)))
+    step = Step(_trainable(make_loader), "train", "cpu", options)  # built, never iterated: no worker starts
+    info = step.loader_info()
+    assert info is not None and info.is_dataloader
+    assert (info.num_workers, info.prefetch_factor, info.persistent_workers, info.batch_size, info.pin_memory) == (
+        2, 3, True, 8, False)
+    step.close()
+
+
+def _linear() -> Workload:
+    return Workload(name="lin", make_model=lambda: torch.nn.Linear(4, 4), make_inputs=lambda b: (torch.randn(b, 4),))
+
+
+def test_the_memory_budget_and_the_cores_are_the_capture_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --memory-budget the budget is the RSS at start plus the RAM available; the usable cores are those the
+    process may run on (here 1 of them), not every core the machine has."""
+    from dlperf.profile import capture as capture_module
+
+    monkeypatch.setattr(capture_module, "usable_cores", lambda: 1)
+    workload = _linear()
+    quick = CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.01)
+    mem = capture(workload, quick).memory
+    assert mem.budget_bytes == mem.start_rss_bytes + mem.available_bytes
+    assert mem.budget_source == "RSS at start + available RAM"
+    budgeted = capture(workload, replace(quick, memory_budget_bytes=1 << 30))
+    assert (budgeted.memory.budget_bytes, budgeted.memory.budget_source) == (1 << 30, "--memory-budget")
+    assert budgeted.threads.usable_cores == 1
+
+
+def test_the_profiler_starts_on_a_step_of_its_own_before_the_analysed_ones() -> None:
+    """The profiler's start-up cost lands in one unmarked step; the analysed steps are the ones after it."""
+    from dlperf.profile.capture import _profile_steps
+
+    class Counted:
+        workload = _linear()
+        batch_size = 1
+        last_data_wait_s = 0.0
+        calls = 0
+
+        def __call__(self) -> None:
+            self.calls += 1
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+
+    counted = Counted()
+    trace = _profile_steps(counted, CaptureConfig(steps=3))  # type: ignore[arg-type]
+    assert counted.calls == 4 and len(trace.steps) == 3
+
+
+def test_an_empty_trace_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiler's export can fail without a word and leave an empty file (a file system that took nothing)."""
+    import torch.profiler
+
+    from dlperf.errors import ProfileError
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", lambda self, path: Path(path).touch())
+    path = tmp_path / "trace.json"
+    workload = _linear()
+    with pytest.raises(ProfileError, match="the profiler wrote no trace to"):
+        capture(workload, CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.01, trace_path=str(path)))
+
+
+def test_a_channels_last_inference_step_gives_its_model_channels_last_inputs() -> None:
+    """As the channels_last pass runs the model: --verify's channels_last fix measured NCHW inputs reordered by the
+    first convolution, not the layout the pass deploys."""
+    seen: list[bool] = []
+
+    class Conv(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(x.is_contiguous(memory_format=torch.channels_last))
+            return self.conv(x)
+
+    workload = Workload(name="conv", make_model=Conv, make_inputs=lambda b: (torch.randn(b, 3, 8, 8),), kind="cnn")
+    step = Step(workload, "inference", "cpu", StepOptions(batch_size=2, channels_last=True))
+    step()
+    assert seen and all(seen)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from dlperf.errors import ProfileError
-from dlperf.profile.trace import dtype_kind, merged_length
+from dlperf.profile.trace import DTYPE_BYTES, dtype_kind, merged_length
 from tests.unit.profile.builders import op, trace
 
 pytestmark = pytest.mark.unit
@@ -203,3 +205,192 @@ def test_convolution_flops_go_to_the_innermost_convolution_whatever_the_self_tim
         events = chain(wrapper, worker)
         moved = _moved_flops(events, lambda e: True, lambda e: e.self_us)
         assert moved == {id(events[3]): 1_000_000, id(events[0]): 0}
+
+
+def _event(ids: Iterator[int], name: str, start: float, end: float, parent: Any = None, *,
+           activity: str | None = None, annotation: bool = False, **fields: Any) -> Any:
+    """A host FunctionEvent as prof.events() gives it, nested under `parent`."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    e = FunctionEvent(next(ids), name, thread=1, start_us=start, end_us=end, device_type=DeviceType.CPU,
+                      is_user_annotation=annotation, activity_type=activity, **fields)
+    if parent is not None:
+        parent.append_cpu_child(e)
+        e.set_cpu_parent(parent)
+    return e
+
+
+def test_a_users_own_record_function_range_is_neither_an_operator_nor_a_level_of_nesting() -> None:
+    """A `with record_function("my_block")` in the user's forward: its time is that of the operators inside it."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 1000, annotation=True)
+    forward = _event(ids, "dlperf/forward", 10, 500, step, annotation=True)
+    block = _event(ids, "my_block", 20, 400, forward, activity="user_annotation", annotation=True)
+    mm = _event(ids, "aten::mm", 30, 300, block, activity="cpu_op")
+    tr = events_to_trace([step, forward, block, mm], [0.001], [0.0], "w", "inference", "cpu", 8)
+    assert [(o.name, o.depth, o.phase, o.is_leaf) for o in tr.ops] == [("aten::mm", 0, "forward", True)]
+
+
+def test_operators_come_in_time_order_with_their_own_time_memory_and_the_convolutions_flops() -> None:
+    """conv2d -> convolution -> mkldnn_convolution: each op's self time and self memory leave out its children's,
+    and the FLOPs the profiler puts on conv2d go to the op doing the work."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 1000, annotation=True)
+    forward = _event(ids, "dlperf/forward", 10, 900, step, annotation=True)
+    conv2d = _event(ids, "aten::conv2d", 100, 400, forward, flops=1_000_000, cpu_memory_usage=3000)
+    convolution = _event(ids, "aten::convolution", 110, 390, conv2d, cpu_memory_usage=1000)
+    worker = _event(ids, "aten::mkldnn_convolution", 120, 380, convolution, cpu_memory_usage=1000)
+    add = _event(ids, "aten::add", 20, 50, forward)  # listed last, runs first
+    tr = events_to_trace([step, forward, conv2d, convolution, worker, add], [0.001], [0.0], "w", "inference",
+                         "cpu", 8)
+    assert [(o.name, o.self_us, o.self_memory_bytes, o.flops) for o in tr.ops] == [
+        ("aten::add", 30.0, 0, 0),
+        ("aten::conv2d", 20.0, 2000, 0),
+        ("aten::convolution", 20.0, 0, 0),
+        ("aten::mkldnn_convolution", 260.0, 1000, 1_000_000),
+    ]
+
+
+def test_the_device_wait_of_a_step_sums_its_synchronize_calls_outside_operators() -> None:
+    """A synchronize inside an operator (`.item()`) is that op's time, and a kernel launch outside every op is no
+    wait for the device: only the bare synchronize calls are, all of them."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 1000, activity="user_annotation", annotation=True)
+    forward = _event(ids, "dlperf/forward", 10, 500, step, activity="user_annotation", annotation=True)
+    item = _event(ids, "aten::item", 20, 200, forward, activity="cpu_op")
+    inner = _event(ids, "cudaStreamSynchronize", 30, 190, item, activity="cuda_runtime")
+    launch = _event(ids, "cudaLaunchKernel", 510, 520, step, activity="cuda_runtime")
+    waits = [_event(ids, "cudaDeviceSynchronize", t, t + 100, step, activity="cuda_runtime") for t in (600, 800)]
+    tr = events_to_trace([step, forward, item, inner, launch, *waits], [0.001], [0.0], "w", "inference", "cuda", 8)
+    assert tr.steps[0].device_sync_us == 200.0
+    assert [o.name for o in tr.ops] == ["aten::item"]
+
+
+def test_the_memory_timeline_starts_with_the_first_profiled_step() -> None:
+    """The unmarked step before the profiled ones allocates too: its memory is not the profiled steps'."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 100, 900, annotation=True)
+    records = [(50.0, 4096), (150.0, 1024), (950.0, -1024)]
+    tr = events_to_trace([step], [0.001], [0.0], "w", "inference", "cpu", 8, records)
+    assert tr.memory.timeline == [(150.0, 1024)]
+
+
+def test_fewer_step_ranges_than_steps_timed_is_an_incomplete_trace() -> None:
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 900, annotation=True)
+    with pytest.raises(ProfileError, match=r"recorded 1 step ranges for 2 steps: the trace is incomplete"):
+        events_to_trace([step], [0.001, 0.001], [0.0, 0.0], "w", "inference", "cpu", 8)
+
+
+def test_device_copies_are_told_apart_by_direction() -> None:
+    from dlperf.profile.capture import _kernel_kind
+
+    assert _kernel_kind("Memcpy HtoD (Pageable -> Device)") == "memcpy_h2d"
+    assert _kernel_kind("Memcpy DtoH (Device -> Pinned)") == "memcpy_d2h"
+    assert _kernel_kind("Memcpy DtoD (Device -> Device)") == "memcpy"
+    assert _kernel_kind("Memset (Device)") == "memset"
+    assert _kernel_kind("ampere_sgemm_128x64_nn") == "kernel"
+
+
+def test_validate_rejects_a_step_that_ends_before_it_starts() -> None:
+    backwards = trace([op("aten::add", 0, 10)])
+    backwards.steps = [replace(backwards.steps[0], start_us=500.0, end_us=100.0)]
+    with pytest.raises(ProfileError, match="step 0 has a negative or zero duration"):
+        backwards.validate()
+
+
+def test_the_summary_the_store_keeps_counts_and_carries_each_figure() -> None:
+    from dlperf.profile.trace import KernelEvent, LoaderInfo
+
+    tr = trace([op("aten::add", 0, 10), op("aten::mul", 10, 10)], unprofiled_s=0.004,
+               loader=LoaderInfo(type_name="DataLoader", is_dataloader=True, num_workers=2))
+    tr.kernels = [KernelEvent("k", 0.0, 1.0, 0)]
+    tr.unprofiled_data_wait_s = [0.001, 0.002, 0.001]
+    tr.cache_bytes = 50 << 20
+    s = tr.summary()
+    assert (s["op_events"], s["kernel_events"]) == (2, 1)
+    assert s["profiled_step_s"] == [0.01] and s["unprofiled_step_s"] == [0.004] * 3
+    assert s["unprofiled_data_wait_s"] == [0.001, 0.002, 0.001]
+    assert s["loader"]["num_workers"] == 2 and s["cache_bytes"] == 50 << 20
+
+
+def test_element_sizes_and_kinds_of_the_profilers_dtype_names_are_torchs() -> None:
+    import torch
+
+    names = {"float": torch.float32, "double": torch.float64, "c10::Half": torch.float16,
+             "c10::BFloat16": torch.bfloat16, "long int": torch.int64, "int": torch.int32, "short int": torch.int16,
+             "signed char": torch.int8, "unsigned char": torch.uint8, "bool": torch.bool, "c10::qint8": torch.qint8,
+             "c10::quint8": torch.quint8, "c10::complex<float>": torch.complex64,
+             "c10::complex<double>": torch.complex128}
+    assert {name: dtype.itemsize for name, dtype in names.items()} == DTYPE_BYTES
+    assert [dtype_kind((d,)) for d in ("unsigned char", "c10::quint8", "c10::Half")] == ["int8", "int8", "fp16"]
+
+
+def test_an_operator_ends_its_duration_after_its_start_and_a_step_holds_only_its_own_operators() -> None:
+    tr = trace([op("aten::add", 10, 50, self_us=5), op("aten::mul", 20, 5, step=1), op("aten::sub", 30, 5, step=-1)],
+               steps=2)
+    assert tr.ops[0].end_us == 60
+    assert [o.name for o in tr.ops_in_step(1)] == ["aten::mul"]
+    assert [o.name for o in tr.ops_in_step(0)] == ["aten::add"]
+
+
+def test_a_convolution_inside_an_operator_without_flops_keeps_them() -> None:
+    """A conv2d run inside a custom operator the profiler counts no FLOPs for: the FLOPs still go to the worker, not
+    to the operator above, which has none to take them."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 1000, annotation=True)
+    block = _event(ids, "mylib::fused_block", 10, 900, step)
+    conv2d = _event(ids, "aten::conv2d", 100, 400, block, flops=1_000_000)
+    worker = _event(ids, "aten::mkldnn_convolution", 120, 380, conv2d)
+    tr = events_to_trace([step, block, conv2d, worker], [0.001], [0.0], "w", "inference", "cpu", 8)
+    assert [(o.name, o.flops) for o in tr.ops] == [("mylib::fused_block", 0), ("aten::conv2d", 0),
+                                                  ("aten::mkldnn_convolution", 1_000_000)]
+
+
+class _Record:
+    """One of kineto's events, as `prof.profiler.kineto_results.events()` gives them."""
+
+    def __init__(self, name: str, device: Any, start_ns: int, nbytes: int) -> None:
+        self._name, self._device, self._start_ns, self._nbytes = name, device, start_ns, nbytes
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self) -> Any:
+        return self._device
+
+    def start_ns(self) -> int:
+        return self._start_ns
+
+    def nbytes(self) -> int:
+        return self._nbytes
+
+
+def test_host_memory_records_include_onednns_and_a_cuda_profile_keeps_the_devices_own() -> None:
+    """oneDNN's (MKLDNN, IDEEP) allocations are host memory too; on CUDA the timeline is the device's memory."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from dlperf.profile.capture import memory_records
+
+    records = [_Record("[memory]", DeviceType.CUDA, 9_000, 64), _Record("[memory]", DeviceType.IDEEP, 5_000, 32),
+               _Record("[memory]", DeviceType.MKLDNN, 3_000, -16), _Record("[memory]", DeviceType.CPU, 2_000, 8),
+               _Record("aten::mm", DeviceType.CPU, 2_500, 0)]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(
+        trace_start_ns=lambda: 1_000, events=lambda: records)))
+    assert memory_records(prof, "cpu") == [(1.0, 8), (2.0, -16), (4.0, 32)]
+    assert memory_records(prof, "cuda:0") == [(8.0, 64)]

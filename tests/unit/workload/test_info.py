@@ -20,7 +20,7 @@ def test_describe_mlp_by_hand() -> None:
     assert info.flops_per_sample == 2 * (64 * 256 + 256 * 256 + 256 * 10)
     assert info.metric_name is None and info.higher_is_better is None
     assert info.kind == "mlp" and info.source == "zoo:mlp"
-    assert info.to_dict()["input_names"] == ("x",)
+    assert info.to_dict()["input_names"] == ("x",) and info.output_names == ("logits",)
 
 
 class Attention(nn.Module):
@@ -51,27 +51,49 @@ def test_describe_counts_buffers_in_bytes_and_reports_the_metric() -> None:
     assert info.metric_name == "loss" and info.higher_is_better is False
 
 
-def test_zoo_listing_marks_a_workload_with_a_missing_extra_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture()
+def needs_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zoo workload 'needs-extra' whose package is not installed (it takes a seq_len option)."""
     import sys
     import types
 
     from dlperf.errors import MissingDependency
     from dlperf.workload import zoo
-    from dlperf.workload.info import describe_zoo
 
-    needs_extra = types.ModuleType("dlperf.workload.zoo.needs_extra")
-    needs_extra.SUMMARY = "a model whose package is not installed"  # type: ignore[attr-defined]
+    module = types.ModuleType("dlperf.workload.zoo.needs_extra")
+    module.SUMMARY = "a model whose package is not installed"  # type: ignore[attr-defined]
 
-    def workload() -> Workload:
+    def workload(seq_len: int = 8) -> Workload:
         raise MissingDependency("somepkg", "zoo")
 
-    needs_extra.workload = workload  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dlperf.workload.zoo.needs_extra", needs_extra)
+    module.workload = workload  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dlperf.workload.zoo.needs_extra", module)
     monkeypatch.setitem(zoo.ZOO, "needs-extra", "needs_extra")
+
+
+UNAVAILABLE = "somepkg is not installed: install it with `pip install 'dlperf[zoo]'`"
+
+
+def test_zoo_listing_marks_a_workload_with_a_missing_extra_unavailable(needs_extra: None) -> None:
+    from dlperf.workload.info import describe_zoo
+
     mlp, missing = describe_zoo(["mlp", "needs-extra"])
     assert mlp.info is not None and mlp.info.params == 85002 and mlp.to_dict()["unavailable"] is None
     assert missing.info is None
     assert missing.to_dict() == {
         "name": "needs-extra", "source": "zoo:needs-extra", "summary": "a model whose package is not installed",
-        "unavailable": "somepkg is not installed: install it with `pip install 'dlperf[zoo]'`",
+        "unavailable": UNAVAILABLE,
+    }
+
+
+def test_zoo_listing_takes_names_with_the_prefix_or_options(needs_extra: None) -> None:
+    """`dlperf zoo zoo:mlp` listed 'zoo:zoo:mlp' as unknown; an unavailable workload given with options kept its
+    options in its name, or was looked up with them and raised KeyError."""
+    from dlperf.workload.info import describe_zoo
+
+    mlp, missing = describe_zoo(["zoo:mlp", "needs-extra?seq_len=4"])
+    assert mlp.spec == "zoo:mlp" and mlp.info is not None and mlp.info.source == "zoo:mlp"
+    assert missing.to_dict() == {
+        "name": "needs-extra", "source": "zoo:needs-extra?seq_len=4",
+        "summary": "a model whose package is not installed", "unavailable": UNAVAILABLE,
     }

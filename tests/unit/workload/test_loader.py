@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -596,6 +597,7 @@ def _ones(batch_size: int) -> tuple[torch.Tensor, ...]:
     ({"kind": "transfomer"},
      "Workload 'w': kind 'transfomer' is unknown: choose one of cnn, transformer, mlp, generic"),
     ({"default_batch_size": 0}, "Workload 'w': default_batch_size must be a positive integer, got 0"),
+    ({"default_batch_size": True}, "Workload 'w': default_batch_size must be a positive integer, got True"),
     ({"make_model": nn.Linear(2, 2)}, "Workload 'w': make_model must be a function returning a fresh nn.Module, got "
                                       "the module Linear itself: give a function that builds and returns it"),
     ({"make_inputs": torch.ones(1, 2)}, "Workload 'w': make_inputs must be a function make_inputs(batch_size) "
@@ -1055,3 +1057,156 @@ def test_a_one_dimensional_example_the_model_rejects_gets_the_batch_hint() -> No
     with pytest.raises(WorkloadError, match=r"input 0: float32\[1\].*a 1-D input is a batch of scalars: give one "
                                             r"sample a batch dimension, e\.g\. x\.unsqueeze\(0\)"):
         w.check(w.build_model(), w.example_inputs(1))
+
+
+def test_options_typed_outside_the_spec_are_refused_where_no_option_is_taken() -> None:
+    """`dlperf ab`'s option.NAME=VALUE reaches load_workload as option_texts: a Workload or an nn.Module dropped them
+    without a word, and both sides of the A/B measured the same workload."""
+    w = load_workload("zoo:mlp")
+    with pytest.raises(WorkloadError, match=r"^workload 'mlp' is a dlperf.Workload already: it takes no options "
+                                            r"\(hidden\)$"):
+        load_workload(w, option_texts={"hidden": "8"})
+    with pytest.raises(WorkloadError, match=r"^an nn.Module takes no options \(hidden\)"):
+        load_workload(nn.Linear(64, 2), torch.ones(2, 64), option_texts={"hidden": "8"})
+
+
+def test_options_given_outside_the_spec_win_over_the_specs_own(tmp_path: Path) -> None:
+    """option_texts (dlperf ab's option.NAME=VALUE) and keyword options from Python both override a ?NAME=VALUE
+    written in the spec, for the zoo and for a file."""
+    assert load_workload("zoo:mlp?hidden=32", option_texts={"hidden": "16"}).source == "zoo:mlp?hidden=16"
+    assert load_workload("zoo:mlp?hidden=32", hidden=16).source == "zoo:mlp?hidden=16"
+    path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
+    assert load_workload(f"{path}?width=3", width=5).name == "w5-1.0-relu"
+    assert load_workload(f"{path}?width=3", option_texts={"width": "5"}).name == "w5-1.0-relu"
+
+
+def test_an_empty_option_is_skipped_and_a_value_may_hold_an_equals_sign(tmp_path: Path) -> None:
+    assert load_workload("zoo:mlp?hidden=32&").source == "zoo:mlp?hidden=32"
+    path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
+    assert load_workload(f"{path}:make?act=a=b").name == "w4-1.0-a=b"
+
+
+def test_a_function_taking_keyword_arguments_gets_any_option(tmp_path: Path) -> None:
+    path = write(tmp_path, "kw.py", """
+        import torch
+        import dlperf
+
+        def make(**options) -> dlperf.Workload:
+            width = int(options.get("width", 4))
+            return dlperf.Workload(name=f"w{width}", make_model=lambda: torch.nn.Linear(width, 1),
+                                   make_inputs=lambda b: (torch.zeros(b, width),))
+    """)
+    assert load_workload(f"{path}?width=6").name == "w6"
+
+
+Pair = namedtuple("Pair", "x y")
+
+
+class AddPair(nn.Module):
+    def forward(self, pair: Pair) -> torch.Tensor:
+        return pair.x + pair.y
+
+
+def test_a_namedtuple_example_input_stays_one_at_every_batch_size() -> None:
+    """The model reads its fields by name: as a plain tuple it raised AttributeError at every batch size."""
+    w = from_module(AddPair(), (Pair(torch.ones(2, 3), torch.ones(2, 3)),))
+    for batch_size in (2, 5):
+        (pair,) = w.example_inputs(batch_size)
+        assert isinstance(pair, Pair) and pair.x.shape == (batch_size, 3)
+        assert w.check(w.build_model(), (pair,)).shape == (batch_size, 3)
+
+
+def test_a_file_whose_name_holds_a_colon_is_loaded_as_that_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "wl:v2.py", WORKLOAD_VARIABLE)
+    assert load_workload(str(path)).name == "tiny"
+
+
+def test_a_windows_path_keeps_its_drive_and_takes_a_name_after_the_file() -> None:
+    from dlperf.workload.loader import split_canonical
+
+    assert split_canonical("C:\\runs\\wl.py") == ("C:\\runs\\wl.py", "", {})
+    assert split_canonical("C:\\runs\\wl.py:small?width=2") == ("C:\\runs\\wl.py", "small", {"width": 2})
+
+
+def test_a_spec_that_names_no_python_file_is_left_as_given() -> None:
+    """A module's workload is recorded as 'python': made into a path it matched nothing, or a file of that name."""
+    from dlperf.workload.loader import canonical_spec, split_canonical
+
+    assert split_canonical("python") is None and canonical_spec("python") == "python"
+    assert split_canonical("runs/model.onnx") is None
+
+
+def test_a_workload_files_folder_goes_last_on_the_import_path(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """First on the path, a user's profile.py or logging.py beside the workload hid the module of that name that
+    dlperf or torch imports later."""
+    import os
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    load_workload(write(tmp_path, "wl.py", WORKLOAD_VARIABLE))
+    stdlib = os.path.dirname(os.__file__)
+    assert sys.path.index(str(tmp_path.resolve())) > sys.path.index(stdlib)
+
+
+def test_private_names_and_imported_workload_functions_are_not_the_files_workloads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `_base` the workload is made from, or a factory imported from another module, made the file 'define several
+    workloads' and asked the user to pick one of names that are not theirs."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "dlperf_test_shared_factory", raising=False)
+    write(tmp_path, "dlperf_test_shared_factory.py", """
+        import torch
+        import dlperf
+
+        def base(width: int = 4) -> dlperf.Workload:
+            return dlperf.Workload(name=f"base{width}", make_model=lambda: torch.nn.Linear(width, 1),
+                                   make_inputs=lambda b: (torch.zeros(b, width),))
+    """)
+    path = write(tmp_path, "wl.py", """
+        import dataclasses
+        from dlperf_test_shared_factory import base
+
+        _plain = base(4)
+        workload = dataclasses.replace(_plain, name="mine")
+    """)
+    w = load_workload(str(path))
+    assert w.name == "mine" and w.source == f"{path}:workload"
+    monkeypatch.delitem(sys.modules, "dlperf_test_shared_factory", raising=False)
+
+
+def test_a_functions_file_loaded_by_a_relative_path_has_an_absolute_source_and_the_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without KIND or HIGHER_IS_BETTER a model() and inputs() file is 'generic' and its metric higher-is-better; its
+    source is absolute, so that optimize's candidate processes rebuild it from any working directory."""
+    write(tmp_path, "funcs.py", """
+        import torch
+
+        def model():
+            return torch.nn.Linear(3, 1)
+
+        def inputs(batch_size):
+            return (torch.ones(batch_size, 3),)
+
+        def evaluate(predict):
+            return 1.0
+    """)
+    monkeypatch.chdir(tmp_path)
+    w = load_workload("funcs.py")
+    assert w.source == str(tmp_path / "funcs.py")
+    assert w.kind == "generic"
+    assert w.eval is not None and w.eval.metric_name == "metric" and w.eval.higher_is_better is True
+
+
+def test_unbatched_example_inputs_are_refused_when_the_model_returns_as_many_outputs_as_the_taken_batch() -> None:
+    """A sample of 2 features through a model returning a pair: the pair's length is no batch of rows."""
+
+    class Pairs(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return x.repeat(2), x.repeat(3)
+
+    w = from_module(Pairs(), (torch.ones(2),))
+    with pytest.raises(WorkloadError, match=r"its example inputs look unbatched"):
+        w.check(w.build_model(), w.example_inputs(2))

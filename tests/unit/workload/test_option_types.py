@@ -66,3 +66,24 @@ def test_python_keyword_options_are_not_reread(workload_file):
     """Options given from Python are values, not text: they go to the function as given."""
     workload = load_workload(str(workload_file), width=5, drop=0.25)
     assert workload.name.startswith("net-5-0.25-")
+
+
+def test_an_optional_annotation_left_as_text_is_still_checked(tmp_path):
+    """An annotation that cannot be evaluated (a type imported under TYPE_CHECKING only) leaves every annotation of
+    the function as text: `Optional[int]` read so took '?width=abc' to the factory as the text 'abc'."""
+    path = tmp_path / "typed.py"
+    path.write_text(
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING, Optional\n"
+        "import torch\n"
+        "import dlperf\n"
+        "if TYPE_CHECKING:\n"
+        "    from torch import Tensor\n"
+        "def make(width: Optional[int] = None, init: Tensor | None = None) -> dlperf.Workload:\n"
+        "    return dlperf.Workload(name=f'w{width}', make_model=lambda: torch.nn.Linear(4, 1),\n"
+        "                           make_inputs=lambda b: (torch.zeros(b, 4),))\n"
+    )
+    with pytest.raises(WorkloadError, match=r"option width=abc is not a whole number \(the parameter is annotated "
+                                            r"`width: int`\)"):
+        load_workload(f"{path}?width=abc")
+    assert load_workload(f"{path}?width=3").name == "w3"

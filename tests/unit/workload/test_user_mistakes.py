@@ -4,7 +4,7 @@ autograd on, and the hints for inputs a model rejects (a list or dict, a float64
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -237,6 +237,31 @@ def test_a_tokenizers_mapping_is_resized_and_named_as_one_argument() -> None:
     result = dlperf.bench(TwoKeywords(), (encoded["input_ids"], encoded["attention_mask"]), min_duration_s=0.01,
                           min_iters=3, warmup_iters=1)
     assert [p.batch_size for p in result.points] == [2]
+
+
+class Batched(Mapping[str, torch.Tensor]):
+    """A mapping with a batch shape of its own, as tensordict's TensorDict has: dlperf resizes it as a tensor."""
+
+    def __init__(self, data: dict[str, torch.Tensor]) -> None:
+        self.data = data
+        self.shape = torch.Size([len(next(iter(data.values())))])
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def test_a_mapping_with_a_shape_of_its_own_stays_what_it_is() -> None:
+    """Only a mapping without a shape (a tokenizer's BatchEncoding) is made a dict: a TensorDict made one reached the
+    model as a plain dict."""
+    w = from_module(nn.Identity(), (Batched({"x": torch.ones(2, 3)}),))
+    (given,) = w.example_inputs(2)
+    assert type(given) is Batched and torch.equal(given["x"], torch.ones(2, 3))
 
 
 def test_example_inputs_without_a_batched_tensor_say_so_of_the_example_inputs() -> None:

@@ -1,0 +1,42 @@
+"""What a profile's report says of the step's two timings, and how many progress calls it plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.profile.capture import CaptureConfig, StepOptions
+from dlperf.profile.diagnose import analyze_all, diagnose
+from dlperf.profile.session import ProfileConfig, ProfileReport, progress_steps
+from tests.unit.profile.builders import CEILINGS, gemm, trace
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_reports_overhead_names_the_profiled_and_the_unprofiled_step_each_as_itself() -> None:
+    tr = trace([gemm(0, 9000)], unprofiled_s=0.004)  # a profiled step of 10 ms
+    analyses = analyze_all(tr, CEILINGS)
+    report = ProfileReport(workload="w", trace=tr, analyses=analyses, diagnosis=diagnose(analyses), ceilings={},
+                           verified=None, elapsed_s=1.0, trace_path="t.json")
+    assert report.to_dict()["overhead"] == {"profiled_step_s": pytest.approx(0.01),
+                                            "unprofiled_step_s": pytest.approx(0.004), "ratio": pytest.approx(2.5)}
+
+
+def test_the_calibration_planned_is_at_no_more_threads_than_usable_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress bar counts the calibration load_ceilings runs: at the usable cores, as the cache is per count."""
+    import torch
+
+    from dlperf.calibrate import ceilings
+    from dlperf.measure import env
+
+    seen: list[int] = []
+
+    def measuring_steps(device: str = "cpu", *, quick: bool = False) -> int:
+        seen.append(torch.get_num_threads())
+        return 5
+
+    monkeypatch.setattr(env, "usable_cores", lambda: 1)
+    monkeypatch.setattr(ceilings, "measuring_steps", measuring_steps)
+    config = ProfileConfig(capture=CaptureConfig(options=StepOptions(threads=2)))
+    assert progress_steps(config) == 5 + 4 and seen == [1]
+    assert progress_steps(config, ceilings_given=True) == 4 and seen == [1]
+    assert progress_steps(ProfileConfig(verify=True, max_fixes=3), ceilings_given=True) == 4 + 3
