@@ -11,6 +11,7 @@ import inspect
 import keyword
 import math
 import os
+import re
 import sys
 import typing
 import weakref
@@ -206,6 +207,11 @@ def _split_options(text: str) -> tuple[str, dict[str, str]]:
     if "?" not in text:
         return text, {}
     name, query = text.split("?", 1)
+    return name, _parse_query(query, text)
+
+
+def _parse_query(query: str, text: str) -> dict[str, str]:
+    """{key: value as written} of 'key=value&...', the query of the spec `text` (named in the errors)."""
     options: dict[str, str] = {}
     for part in query.split("&"):
         if not part:
@@ -218,7 +224,7 @@ def _split_options(text: str) -> tuple[str, dict[str, str]]:
         if key in options:
             raise WorkloadError(f"option '{key}' is given twice in '{text}': give it once")
         options[key] = value
-    return name, options
+    return options
 
 
 def check_option_names(function: Callable[..., Any], options: dict[str, Any], what: str) -> None:
@@ -518,12 +524,23 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
     )
 
 
+_FILE_SPEC = re.compile(r"(?P<path>.*?\.py)(?::(?P<attr>[^/\\:?]+))?(?:\?(?P<query>.*))?", re.DOTALL)
+"""'file.py[:NAME][?key=value&...]', the path ending at the first '.py' that the name, the options or the end
+follows."""
+
+
 def _split_file_spec(spec: str) -> tuple[str, str, dict[str, str]]:
-    """(path, attribute, options as written) of 'file.py[:NAME][?key=value&...]'. The name follows the last colon
+    """(path, attribute, options as written) of 'file.py[:NAME][?key=value&...]'. The name follows the file's name
     and holds no path separator, so a folder or a Windows drive with a colon in it ('runs:v2/wl.py',
-    'C:\\wl.py:small') stays in the path; so does a '?' in a folder's name (the options follow the file's name)."""
+    'C:\\wl.py:small') stays in the path; so does a '?' in a folder's name, and the options, which follow the file's
+    name, may hold a path ('?ckpt=runs/best.pt'). A spec naming no .py file is split after its last path separator."""
     if Path(spec).exists():
         return spec, "", {}
+    match = _FILE_SPEC.fullmatch(spec)
+    if match is not None:  # the options may hold a '/' (a checkpoint's path): not split at the last separator
+        path = match["path"]
+        named = spec[max(path.rfind("/"), path.rfind("\\")) + 1:]  # the file's name on, as the errors name it
+        return path, match["attr"] or "", {} if match["query"] is None else _parse_query(match["query"], named)
     start = max(spec.rfind("/"), spec.rfind("\\")) + 1
     folder, (rest, options) = spec[:start], _split_options(spec[start:])
     rest = folder + rest

@@ -306,6 +306,22 @@ def test_a_folder_with_a_colon_stays_in_the_path(tmp_path: Path) -> None:
     assert load_workload(made.source).name == "w5-1.0-relu"
 
 
+def test_an_options_value_may_hold_a_path(tmp_path: Path) -> None:
+    """A spec was split at the last '/', inside the value of '?ckpt=runs/best.pt': "workload file
+    'wl.py?ckpt=runs/best.pt' does not exist". A workload given such a value from Python got a source that did not
+    load back, and optimize's candidate processes and exported recipes rebuild it from there."""
+    from dlperf.workload.loader import canonical_spec, code_fingerprint, split_canonical
+
+    path = write(tmp_path, "fn.py", FUNCTION_WITH_OPTIONS)
+    assert load_workload(f"{path}?act=runs/best.pt").name == "w4-1.0-runs/best.pt"
+    made = load_workload(str(path), act="/data/x.pt")
+    assert made.source == f"{path}:make?act=/data/x.pt"
+    assert load_workload(made.source).name == "w4-1.0-/data/x.pt"
+    assert split_canonical(made.source) == (str(path), "make", {"act": "/data/x.pt"})
+    assert canonical_spec(made.source) == made.source
+    assert code_fingerprint(made.source) == code_fingerprint(str(path))
+
+
 def test_a_folder_named_like_a_python_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "wl.py").mkdir()
     with pytest.raises(WorkloadError, match=r"wl\.py' is a folder, not a file: point at a \.py file"):
