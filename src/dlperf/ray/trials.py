@@ -564,7 +564,7 @@ class RayExecutor:
             kind = type(exc).__name__
             retryable = isinstance(exc, tuple(getattr(ray.exceptions, n) for n in RETRYABLE
                                               if hasattr(ray.exceptions, n)))
-            message = f"{kind} on node {p.node_id[:8]}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            message = f"{kind} on Ray node {p.node_id[:8]}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if retryable and p.attempt <= self.max_retries:
                 waiting.append((p.job, p.attempt + 1, p.first_submitted, [*p.errors, message], p.node_id))
                 return None

@@ -578,8 +578,8 @@ class NodeDies(FakeTrials):
             memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
         if target == "evaluate" and [c["pass"] for c in payload["pipeline"]] == ["dynamic_int8"]:
             return {"status": "failed", "phase": "unknown", **({WORKER_LOST: True} if self.flagged else {}),
-                    "error": "the Ray worker or node running the trial died (NodeDiedError on node 1a2b3c4d: ...), "
-                             "after 3 attempt(s), on Ray node 1a2b3c4d"}
+                    "error": "the Ray worker or node running the trial died (NodeDiedError on Ray node 1a2b3c4d: ...), "
+                             "after 3 attempt(s)"}
         return super().run(target, payload, log_path, timeout_s)
 
 

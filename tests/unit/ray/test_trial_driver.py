@@ -256,7 +256,7 @@ def test_a_trial_whose_worker_dies_is_retried_elsewhere_and_its_time_counts_from
     result = results["c1"]
     assert result["status"] == "ok" and result["attempts"] == 3 and result["wall_s"] >= 3.0
     assert result["retried_after"] == [
-        f"WorkerCrashedError on node {n[:8]}: The worker died unexpectedly while executing this task. Check "
+        f"WorkerCrashedError on Ray node {n[:8]}: The worker died unexpectedly while executing this task. Check "
         "python-core-worker-*.log files for more information." for n in tries[:2]]
     assert executor.notes()[-1].endswith(", 1 of them again after their worker or node died")
 
@@ -269,7 +269,7 @@ def test_a_trial_whose_worker_dies_every_time_fails_after_max_retries_as_a_lost_
     ((_, result),) = list(executor.map(_jobs(tmp_path, "c1")))
     assert [a for _, a, _ in cluster.submitted] == [1, 2, 3]
     assert result["status"] == "failed" and result[WORKER_LOST] is True and result["attempts"] == 3
-    assert result["error"].startswith(f"{WORKER_DIED} (NodeDiedError on node ")
+    assert result["error"].startswith(f"{WORKER_DIED} (NodeDiedError on Ray node ")
     assert ": the node was removed), after 3 attempt(s)" in result["error"]
     assert len(result["retried_after"]) == 2
 
@@ -289,8 +289,8 @@ def test_a_trial_that_raises_fails_at_once_with_the_first_line_of_its_error(tmp_
     ((_, result),) = list(executor_on(cluster).map(_jobs(tmp_path, "c1")))
     (node,) = [n for _, _, n in cluster.submitted]
     assert result["status"] == "failed" and result[WORKER_LOST] is False and result["attempts"] == 1
-    assert result["error"].startswith(f"the trial raised (ValueError on node {node[:8]}: bad payload), after 1 "
-                                      "attempt(s)")
+    # the node is named once, in the error's own words (it was named again after them)
+    assert result["error"] == f"the trial raised (ValueError on Ray node {node[:8]}: bad payload), after 1 attempt(s)"
 
 
 def test_a_hung_trial_is_killed_past_its_timeout_and_the_node_takes_the_next(tmp_path: Path,
