@@ -22,14 +22,29 @@ METRICS: dict[str, tuple[str, str, bool]] = {
 
 def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None,
                   status: str | None = None) -> list[RunRecord]:
-    """The runs of `kind` that measured `workload`, newest first: matched by the spec's meaning (`workload_key`, the
-    spec made absolute when recorded), so 'wl.py' typed in its folder and 'p/wl.py' typed above it are one history
-    and two 'wl.py' of two folders are two; runs recorded before the key by the spec as typed."""
-    from dlperf.workload.loader import canonical_spec
+    """The runs of `kind` that measured `workload`, newest first, for a history: matched by the spec's meaning as
+    `runs_of_workload` matches them ('wl.py' typed in its folder and 'p/wl.py' typed above it are one history, two
+    'wl.py' of two folders are two), and a plain 'wl.py' with 'wl.py:NAME' while the file's runs name no other
+    workload. When they do, a plain 'wl.py' run could be of either: it is left out of a named history, and a plain
+    'wl.py' is refused (StoreError) rather than mixing two models in one series."""
+    from dlperf.workload.loader import canonical_spec, split_canonical
 
-    key = canonical_spec(workload)
-    found = [r for r in store.list(kind=kind, status=status, limit=None)
-             if (r.config.get("workload_key") == key if r.config.get("workload_key") else r.workload == workload)]
+    def split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None:
+        return split_canonical(str(record.config.get("workload_key") or canonical_spec(record.workload)))
+
+    found = runs_of_workload(store, workload, kind)
+    given = split_canonical(canonical_spec(workload))
+    if given is not None:
+        path, attr, options = given
+        names = {rec[1] for r in store.list(kind=kind, limit=None)
+                 if (rec := split(r)) is not None and rec[0] == path and rec[2] == options} - {""}
+        if attr and names - {attr}:
+            found = [r for r in found if (rec := split(r)) is not None and rec[1] == attr]
+        elif not attr and len(names) > 1:
+            raise StoreError(f"the {kind} runs of '{workload}' measured {len(names)} of its workloads "
+                             f"({', '.join(sorted(names))}): name one, e.g. '{workload}:{min(names)}'")
+    if status is not None:
+        found = [r for r in found if r.status == status]
     return found if limit is None else found[:limit]
 
 
@@ -174,8 +189,11 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
                          f"{batch_size}; they measured {', '.join(map(str, measured))}: give one of those with "
                          "--batch-size")
     if usable and not points:  # it read "no finished runs with that batch size" of runs that measured it
+        summaries = [p["summary"] for p in (point_at(r, batch_size) for r in usable) if p is not None]
+        recorded = [name for name, (k, _, _) in METRICS.items()
+                    if any(isinstance(s.get(k), (int, float)) for s in summaries)]
         raise StoreError(f"the finished {kind} runs of '{workload or ordered[0].workload}' at batch size {batch_size} "
-                         f"did not record {metric} (recorded by an older dlperf?): choose another --metric, e.g. "
-                         "p50, or measure again")
+                         f"did not record {metric} (recorded by an older dlperf?): choose a --metric they recorded"
+                         f" ({', '.join(recorded) if recorded else 'none'}), or measure again")
     return History(workload or (ordered[0].workload if ordered else ""), metric, unit, higher, batch_size, points,
                    skipped=len(ordered) - len(points))

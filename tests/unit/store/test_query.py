@@ -85,8 +85,14 @@ def test_errors() -> None:
         kpi_history(RECORDS, "p50", batch_size=7, workload="zoo:mlp")
     # runs that measured it but hold no value of the metric (recorded before p95 was): it said "no finished runs
     # with that batch size" of runs listed beside it with that batch size
-    with pytest.raises(StoreError, match=r"^the finished bench runs of 'zoo:mlp' at batch size 8 did not record p95"):
+    # and it names the metrics they did record (it suggested p50 even when p50 was the one missing)
+    with pytest.raises(StoreError, match=r"^the finished bench runs of 'zoo:mlp' at batch size 8 did not record p95 "
+                                         r"\(recorded by an older dlperf\?\): choose a --metric they recorded "
+                                         r"\(p50, p90, p99, mean, throughput\), or measure again$"):
         kpi_history(RECORDS, "p95", batch_size=8, workload="zoo:mlp")
+    only_p95 = [_record("q", "2026-11-29T10:00:00", [{"batch_size": 1, "summary": {"p95_s": 0.003}}])]
+    with pytest.raises(StoreError, match=r"did not record p50 .*: choose a --metric they recorded \(p95\), or"):
+        kpi_history(only_p95, "p50", batch_size=1, workload="zoo:mlp")
 
 
 def test_p95_is_a_history_metric_as_it_is_a_gate_metric() -> None:
@@ -186,3 +192,30 @@ def test_a_workload_s_runs_are_the_newest_of_its_own_key_whatever_their_spelling
     found = workload_runs(store, "bench", "good.py")
     assert [r.id for r in found] == here[::-1]  # newest first
     assert [r.id for r in workload_runs(store, "bench", "good.py", limit=2)] == [here[2], here[1]]
+
+
+def test_a_history_joins_a_file_s_plain_and_named_runs_unless_they_could_be_of_two_workloads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runs history wl.py` left out the runs recorded as 'wl.py:workload' (which `runs list --workload wl.py`
+    listed); a plain 'wl.py' run is of the file's one workload, so it is joined to a named history only while no
+    other name was measured, and a plain history of a file whose runs name two is refused, not mixed."""
+    from dlperf.store import Store
+
+    space_runs(monkeypatch)
+    (tmp_path / "wl.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    store = Store(tmp_path / "runs.db")
+    key = str(tmp_path / "wl.py")
+    plain = store.create_run("bench", "wl.py", {"workload_key": key}).id
+    named = store.create_run("bench", "wl.py:workload", {"workload_key": f"{key}:workload"}).id
+    store.create_run("bench", "wl.py?width=2", {"workload_key": f"{key}?width=2"})  # another model
+    store.create_run("check", "wl.py:other", {"workload_key": f"{key}:other"})  # another kind
+    for spec in ("wl.py", "wl.py:workload", key):
+        assert [r.id for r in workload_runs(store, "bench", spec)] == [named, plain], spec
+    assert workload_runs(store, "bench", "wl.py:other") == []  # the plain run's workload was 'workload'
+    other = store.create_run("bench", "wl.py:other", {"workload_key": f"{key}:other"}).id
+    assert [r.id for r in workload_runs(store, "bench", "wl.py:workload")] == [named]
+    assert [r.id for r in workload_runs(store, "bench", "wl.py:other")] == [other]
+    with pytest.raises(StoreError, match=r"^the bench runs of 'wl.py' measured 2 of its workloads \(other, "
+                                         r"workload\): name one, e.g. 'wl.py:other'$"):
+        workload_runs(store, "bench", "wl.py")

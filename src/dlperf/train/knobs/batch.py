@@ -218,7 +218,7 @@ def split_batch(effective: int, largest: int) -> tuple[int, int]:
 
 def nearby_split(effective: int, largest: int) -> tuple[int, int] | None:
     """(micro-batch, steps) of an effective batch near `effective` that splits into as few micro-batches as
-    the memory allows, when `effective` itself only splits into micro-batches under half of `largest` (a
+    the memory allows, when `effective` itself only splits into micro-batches of at most half of `largest` (a
     prime like 61 with at most 36 fitting: 1 x 61); None when its own split is good enough."""
     micro, _ = split_batch(effective, largest)
     if micro * 2 > largest:
