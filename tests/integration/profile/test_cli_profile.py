@@ -10,6 +10,7 @@ import pytest
 from dlperf.calibrate import Ceilings, machine_key
 from dlperf.calibrate.ceilings import write_cache
 from dlperf.cli.main import main
+from dlperf.profile.diagnose import SHARED_MACHINE
 from dlperf.store import Store
 
 pytestmark = pytest.mark.integration
@@ -31,6 +32,12 @@ def seeded_ceilings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                              memory_bandwidth_bytes_s=15e9, measured_at="test", threads=1))
 
 
+def _own_findings(findings: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The findings about the workload itself: on a shared machine (CI runners, this project's VM) the finding that
+    other processes took the cores can honestly rank first, but it says nothing about the example's bottleneck."""
+    return [f for f in findings if f["title"] != SHARED_MACHINE]
+
+
 def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, capsys: pytest.CaptureFixture[str]
                                       ) -> None:
     trace_file = tmp_path / "trace.json"
@@ -40,9 +47,9 @@ def test_profile_json_trace_and_store(tmp_path: Path, seeded_ceilings: None, cap
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     result = out["result"]
-    assert result["verdict"].startswith("compute")
-    assert result["findings"][0]["category"] == "compute"
-    assert result["findings"][0]["evidence"]
+    own = _own_findings(result["findings"])
+    assert own[0]["category"] == "compute" and own[0]["evidence"]
+    assert result["verdict"].startswith(f"{result['findings'][0]['category']}: {result['findings'][0]['title']}")
     assert result["ceilings"]["gemm_flops"]["fp32"] == 155e9  # --threads 1: the 1-thread ceilings
     assert result["overhead"]["unprofiled_step_s"] > 0 and result["overhead"]["ratio"] > 0
     assert result["trace"]["steps"] == 3
@@ -64,7 +71,9 @@ def test_profile_terminal_output_and_bad_option(tmp_path: Path, seeded_ceilings:
                  "--store", str(tmp_path / "runs.db")])
     assert code == 0
     text = capsys.readouterr().out
-    assert "verdict: compute" in text and "fix:" in text and "profiling overhead" in text
+    # on a loaded machine the shared CPU can honestly be the verdict; the example's own bottleneck is then next
+    assert ("verdict: compute" in text or f"verdict: host threads/CPU contention: {SHARED_MACHINE}" in text), text
+    assert "[compute] the step is compute-bound" in text and "fix:" in text and "profiling overhead" in text
     assert main(["profile", str(EXAMPLES / "compute_bound.py"), "--memory-budget", "lots",
                  "--store", str(tmp_path / "runs.db")]) == 2
     assert main(["profile", "zoo:mlp", "--train", "--steps", "0", "--store", str(tmp_path / "runs.db")]) == 2

@@ -323,6 +323,24 @@ def test_overhead_in_a_step_of_few_operators_is_a_per_call_finding() -> None:
     assert any("`dlperf train --batch-size N`" in e for e in train.top.evidence)
 
 
+def test_gaps_of_a_process_starved_of_cores_are_a_low_confidence_per_call_finding() -> None:
+    """Under load the compute-bound example's thread waited for a core between its 8 GEMMs, and '58% fixed
+    per-call cost' (medium) outranked the GEMMs, 70% of the same step profiled alone: the gaps may be waiting."""
+    gemms = [gemm(i * 1250.0, 450.0) for i in range(8)]  # 36% of the step; 64% between them
+    alone = _diagnose(trace(gemms, thread_info=threads(intra=1, process_pct=100.0, system_pct=50.0)))
+    overhead = next(f for f in alone.findings if f.category == dg.LAUNCH_OVERHEAD)
+    assert overhead.confidence == "medium" and not any("waiting for a core" in e for e in overhead.evidence)
+    # one thread, half a core got, 1.5 cores busy with other processes
+    loaded = _diagnose(trace(gemms, thread_info=threads(intra=1, process_pct=50.0, system_pct=100.0)))
+    overhead = next(f for f in loaded.findings if f.category == dg.LAUNCH_OVERHEAD)
+    assert overhead.confidence == "low" and overhead.share == pytest.approx(0.64)
+    assert any("got only 0.5 of the 1 core its step could use while other processes kept 1.5 busy: up to 50% of "
+               "the step was waiting for a core" in e for e in overhead.evidence), overhead.evidence
+    # a one-thread step that got its one core of two is not starved, however busy the other core was
+    busy_other = _diagnose(trace(gemms, thread_info=threads(intra=1, process_pct=100.0, system_pct=100.0)))
+    assert next(f for f in busy_other.findings if f.category == dg.LAUNCH_OVERHEAD).confidence == "medium"
+
+
 def test_a_profiled_step_far_faster_than_unprofiled_is_a_caveat() -> None:
     d = _diagnose(trace([gemm(0, 9000)], unprofiled_s=0.35))  # profiled 10 ms, unprofiled 350 ms
     assert any("(10.00 ms) was 35x faster than the unprofiled one (350.00 ms)" in c and "not representative" in c
