@@ -73,6 +73,8 @@ class BenchPoint:
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
     gpu_util_percent: float | None = None
+    torch_threads: int | None = None
+    """torch's intra-op threads while measured; None where not known (an engine artifact runs threads of its own)."""
 
     @property
     def other_load_percent(self) -> float:
@@ -86,8 +88,16 @@ class BenchPoint:
         others = self.other_load_percent
         if others < CONTENTION_PERCENT:
             return None
-        return (f"other processes kept {others / 100:.1f} cores busy while measuring (this process: "
+        said = (f"other processes kept {others / 100:.1f} cores busy while measuring (this process: "
                 f"{self.process_cpu_percent / 100:.1f}): expect slower, noisier numbers; compare with `dlperf ab`")
+        threads, got = self.torch_threads, self.process_cpu_percent / 100
+        if threads is not None and threads >= 2 and got < threads - 0.5:
+            # zoo:minilm at batch 1 on 2 cores, one busy elsewhere: 920 ms a call at 2 threads, 37 ms at 1
+            free = max(1, int((os.cpu_count() or 1) - others / 100))
+            said += (f"; its {threads} intra-op threads got {got:.1f} cores: an operator split across them waits for "
+                     "the descheduled one, which can make a call many times slower (`dlperf profile` tells; "
+                     f"--threads {min(free, threads - 1)} measures with fewer)")
+        return said
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +111,7 @@ class BenchPoint:
             "cuda_max_reserved_bytes": self.cuda_max_reserved_bytes,
             "gpu_util_percent": self.gpu_util_percent,
             "other_load_percent": self.other_load_percent,
+            "torch_threads": self.torch_threads,
             "contention_warning": self.contention_warning,
         }
 
@@ -252,6 +263,8 @@ def run_bench(
     on_point(point) after each batch size is done (so a caller can save partial results), and for the batch size
     an interrupt (Ctrl-C) stops, with the calls timed before it (its stop note says so), before the interrupt
     goes on."""
+    import torch
+
     check_device(config.device)
     sc = config.scenario_obj
     batch_sizes = sc.batch_sizes(config.batch_sizes)
@@ -266,6 +279,8 @@ def run_bench(
             raise WorkloadError(f"workload '{workload.name}': its model's weights are on the 'meta' device, which "
                                 "holds no data: build it on the CPU (or load its weights) before measuring")
         model = model.to(config.device)
+        artifact = hasattr(model, "dlperf_size_bytes")  # an exported artifact (`artifact_workload`)
+        own_threads = getattr(model, "dlperf_engine", "torch") != "torch"  # ONNX Runtime, OpenVINO: not torch's
         model_bytes: int | None = None  # after the first call, which gives lazy layers (nn.LazyLinear) their weights
         clock = clock_for(config.device)
         gpu_index = _gpu_index(config.device)
@@ -295,7 +310,8 @@ def run_bench(
                     raise MeasurementError(f"workload '{workload.name}' at batch {batch}: {exc}"
                                            + (f"\n{where}" if where else "")) from exc
             point = BenchPoint(batch, m, rss.peak_rss_bytes, util.result.process_cpu_percent,
-                               util.result.system_cpu_percent, gpu_util_percent=util.result.gpu_util_percent)
+                               util.result.system_cpu_percent, gpu_util_percent=util.result.gpu_util_percent,
+                               torch_threads=None if own_threads else torch.get_num_threads())
             if gpu_index is not None:
                 mem = cuda_peak(config.device)
                 point.cuda_max_allocated_bytes = mem.max_allocated_bytes
@@ -305,7 +321,7 @@ def run_bench(
                 on_point(point)
             if interrupted is not None:
                 raise interrupted
-    size_of = "the artifact's files" if hasattr(model, "dlperf_size_bytes") else "parameters + buffers"
+    size_of = "the artifact's files" if artifact else "parameters + buffers"
     return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of,
                        rss_before_model_bytes=rss_before_model)
 

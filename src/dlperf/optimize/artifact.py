@@ -705,6 +705,7 @@ def artifact_workload(folder: str | Path, threads: int | None = None, device: st
             super().__init__()
             self.fn = load_artifact(path, threads, device)
             self.dlperf_size_bytes = size
+            self.dlperf_engine = engine  # bench: an engine other than torch runs threads of its own
 
         def forward(self, *inputs: Any) -> Any:
             return self.fn(*inputs)

@@ -33,6 +33,27 @@ def test_other_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["other_load_percent"] == pytest.approx(177.0) and data["contention_warning"]
 
 
+def test_threads_starved_of_cores_are_named_in_the_contention_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """zoo:minilm at batch 1 on 2 cores with one busy elsewhere took 920 ms a call at 2 threads, 37 ms at 1: the
+    warning said only "expect slower, noisier numbers"."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+    def point(process: float, threads: int | None) -> BenchPoint:
+        return BenchPoint(1, Measurement([1000] * 4), 2**20, process, 100.0, torch_threads=threads)
+
+    starved = point(100.0, 2).contention_warning  # 2 threads got 1.0 core; 1.0 busy elsewhere
+    assert starved is not None and starved.endswith(
+        "; its 2 intra-op threads got 1.0 cores: an operator split across them waits for the descheduled one, which "
+        "can make a call many times slower (`dlperf profile` tells; --threads 1 measures with fewer)"), starved
+    assert point(100.0, 2).to_dict()["torch_threads"] == 2
+    # 8 threads, 0.6 cores busy elsewhere on 2: the 1 free core is what --threads is told
+    eight = BenchPoint(1, Measurement([1000] * 4), 2**20, 140.0, 100.0, torch_threads=8).contention_warning
+    assert eight is not None and "its 8 intra-op threads got 1.4 cores" in eight and "--threads 1 " in eight
+    for threads, process in ((1, 100.0), (2, 150.0), (None, 100.0)):  # one thread; got its cores; an engine's
+        said = point(process, threads).contention_warning
+        assert said is not None and "intra-op threads" not in said, (threads, said)
+
+
 def test_the_offline_headline_is_the_batch_size_of_the_best_throughput_not_the_last() -> None:
     """Offline's headline is the best items/s of the sweep: here batch 8, between a slower batch 1 and a batch 32
     that ran out of cache (the last batch size measured is not the best one)."""
