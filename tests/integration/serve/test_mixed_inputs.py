@@ -64,3 +64,15 @@ def test_a_model_with_a_fixed_shape_input_is_served_unbatched_with_each_request_
         out = reply["outputs"][0]
         assert out["shape"] == [rows, 2]
         np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(rows, 2), x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_dlperf_load_sends_such_a_model_one_whole_item_per_request(mixed: Running) -> None:
+    """Its first input starts with -1, its second does not: no batch dimension, whatever the first's --shape or the
+    workload's inputs give. Read as batched, --shape input__0=3,8 set w's first dimension to the batch (a [3, 2] w,
+    refused with 400), and the workload's 3 rows of x were counted as 3 items."""
+    from dlperf.loadgen.target import oip_target
+
+    assert oip_target(mixed.url, "project", shapes={"input__0": [3, 8]}).items_per_request == 1
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32)]
+    assert oip_target(mixed.url, "project", inputs=inputs).items_per_request == 1

@@ -218,3 +218,129 @@ def test_the_relative_tolerance_is_relative_to_the_expected_value() -> None:
     assert mismatch_of([y], {"y": np.array([1002.0, 0.0015], np.float32)}) is not None
     assert mismatch_of([y], {"y": np.array([1000.0, 0.0005], np.float32)}) is not None
     assert RTOL == 1e-3 and ATOL == 1e-5
+
+
+def test_a_model_batches_only_when_every_input_starts_with_a_variable_dimension() -> None:
+    """A fixed-shape input beside a batched one (or no input at all) is no batch dimension: read as one, `--batch-size
+    4` on a plain KServe server without /config sent 4 items to a model that takes one."""
+    from dlperf.loadgen.inputs import is_batched
+
+    assert is_batched(INPUTS)
+    assert not is_batched([TensorInfo("x", "FP32", (-1, 4)), TensorInfo("scale", "FP32", (3,))])
+    assert not is_batched([TensorInfo("scale", "FP32", (3,)), TensorInfo("x", "FP32", (-1, 4))])
+    assert not is_batched([])
+
+
+def test_an_unbatched_model_s_item_keeps_its_whole_shape(tmp_path: Path) -> None:
+    """Without a batch dimension an item is the whole tensor: cutting its first dimension, as for a batched model, sent
+    a [4] tensor to an input of shape [3, 4] (zero) and refused a directory file of 12 floats."""
+    unbatched = [TensorInfo("image", "FP32", (3, 4))]
+    zero = read_input_data(["zero"], unbatched, [], batched=False)
+    assert zero is not None and zero.steps[0]["image"].shape == (3, 4)
+    (tmp_path / "image").write_bytes(np.arange(12, dtype="<f4").tobytes())
+    data = read_input_data([str(tmp_path)], unbatched, [], batched=False)
+    assert data is not None and data.steps[0]["image"].tolist() == np.arange(12).reshape(3, 4).tolist()
+
+
+def test_a_directory_file_of_the_wrong_size_is_refused_naming_it(tmp_path: Path) -> None:
+    """Read as many elements as its bytes hold, a 3-float file for an input of 4 ended in numpy's reshape error."""
+    (tmp_path / "x").write_bytes(np.array([1, 2, 3], dtype="<f4").tobytes())
+    (tmp_path / "ids").write_bytes(np.array([4, 5], dtype="<i8").tobytes())
+    with pytest.raises(ConfigError, match=rf"--input-data {tmp_path}/x: 12 bytes of binary data for 4 FP32 elements"):
+        read_input_data([str(tmp_path)], INPUTS, OUTPUTS, shapes={"ids": (1, 2)})
+
+
+def test_an_entry_may_have_an_empty_dimension_but_not_a_boolean_one(tmp_path: Path) -> None:
+    """{"content": [], "shape": [0]} is an empty sequence, as the protocol allows; 'true' is no dimension."""
+    path = write(tmp_path, {"data": [entry([1, 2, 3, 4], {"content": [], "shape": [0]})]})
+    data = read_input_data([path], INPUTS, OUTPUTS)
+    assert data is not None and data.steps[0]["ids"].shape == (0,)
+    path = write(tmp_path, {"data": [entry([1, 2, 3, 4], {"content": [7], "shape": [True]})]})
+    with pytest.raises(ConfigError, match=r"'shape' must be a list of non-negative integers, got \[True\]"):
+        read_input_data([path], INPUTS, OUTPUTS)
+
+
+def test_validation_data_of_its_own_shape_must_hold_that_many_elements(tmp_path: Path) -> None:
+    """An expected output whose content does not fill its shape is refused when the file is read, not found out
+    from the replies."""
+    path = write(tmp_path, {"data": [entry([1, 2, 3, 4], {"content": [1], "shape": [1]})],
+                            "validation_data": [{"y": {"content": [0.5, 0.5, 0.5], "shape": [2]}}]})
+    with pytest.raises(ConfigError, match=r"validation_data\[0\] output 'y': 3 data elements for a shape of 2"):
+        read_input_data([path], INPUTS, OUTPUTS)
+
+
+def test_an_output_is_checked_only_in_requests_whose_every_entry_gives_it() -> None:
+    """Validation data for some entries only: a request of batch 2 is checked on an output only where both of its
+    entries give it (their expectations joined in order); one that lacks it in any entry is not checked on it."""
+    data = items(4)
+    partial = InputData(data.steps, (data.expected[0], {}, data.expected[2], data.expected[3]), "test")
+    prepared = prepare(partial, INPUTS, batch_size=2)
+    assert [p.expected.get("y", np.array([])).tolist() for p in prepared] == [[], [2, -2, 3, -3]]
+
+
+def test_a_reply_with_fewer_elements_than_its_validation_data_is_a_mismatch() -> None:
+    """One element broadcast against two expected equal values read as a match."""
+    from dlperf.loadgen.inputs import mismatch_of
+
+    y = Tensor("y", "FP32", np.array([[1.0]], np.float32))
+    assert mismatch_of([y], {"y": np.array([1.0, 1.0], np.float32)}) == (
+        "output 'y' has 1 elements, its validation data 2")
+
+
+def test_zero_tolerances_accept_exactly_equal_floats() -> None:
+    """--rtol 0 --atol 0 asks for bit-equal outputs, which must pass (a strict comparison refused every value)."""
+    from dlperf.loadgen.inputs import mismatch_of
+
+    y = Tensor("y", "FP32", np.array([0.0, 1.5, -2.25], np.float32))
+    assert mismatch_of([y], {"y": np.array([0.0, 1.5, -2.25], np.float32)}, rtol=0.0, atol=0.0) is None
+    assert mismatch_of([y], {"y": np.array([0.0, 1.5, -2.5], np.float32)}, rtol=0.0, atol=0.0) is not None
+
+
+def test_integer_and_bytes_outputs_are_compared_exactly() -> None:
+    """Not through floats: int64 ids past 2**53 differ in their last digit, and BYTES elements are no numbers."""
+    from dlperf.loadgen.inputs import mismatch_of
+
+    ids = Tensor("ids", "INT64", np.array([2**53 + 1], np.int64))
+    assert mismatch_of([ids], {"ids": np.array([2**53], np.int64)}) == (
+        "output 'ids' differs from its validation data: element 0 is 9007199254740993, expected 9007199254740992")
+    words = Tensor("s", "BYTES", np.array([b"a", b"b"], dtype=object))
+    assert mismatch_of([words], {"s": np.array([b"a", b"b"], dtype=object)}) is None
+    assert mismatch_of([words], {"s": np.array([b"a", b"c"], dtype=object)}) == (
+        "output 's' differs from its validation data: element 1 is b'b', expected b'c'")
+
+
+def test_the_relative_tolerance_scales_with_the_expected_value_not_the_reply_s() -> None:
+    """numpy.isclose's test is not symmetric: 1000 for an expected 999 is off by more than 1e-3 of 999 (0.999), though
+    not of 1000; the check is against what was expected."""
+    from dlperf.loadgen.inputs import mismatch_of
+
+    y = Tensor("y", "FP32", np.array([1000.0], np.float32))
+    assert mismatch_of([y], {"y": np.array([999.0], np.float32)}) == (
+        "output 'y' differs from its validation data: element 0 is 1000, expected 999 (rtol 0.001, atol 1e-05)")
+    assert mismatch_of([Tensor("y", "FP32", np.array([999.0], np.float32))], {"y": np.array([1000.0], np.float32)}) \
+        is None
+
+
+def test_an_entry_shape_with_the_batch_dimension_is_refused_naming_the_entry(tmp_path: Path) -> None:
+    """An entry is one item: a 'shape' of more dimensions than the item's ended in zip's ValueError."""
+    path = write(tmp_path, {"data": [entry([1, 2, 3, 4], {"content": [1, 2], "shape": [1, 2]})]})
+    with pytest.raises(ConfigError, match=r"data\[0\] input 'ids': shape \[1, 2\] does not fit the model's \[-1, -1\] "
+                                          r"\(an entry is one item: leave the batch dimension out\)"):
+        read_input_data([path], INPUTS, OUTPUTS)
+
+
+def test_an_object_value_may_leave_its_shape_to_the_model(tmp_path: Path) -> None:
+    """{"content": [...]} without 'shape' has the item's shape from the model (it is no empty shape)."""
+    path = write(tmp_path, {"data": [{"x": {"content": [1, 2, 3, 4]}, "ids": {"content": [7], "shape": [1]}}]})
+    data = read_input_data([path], INPUTS, OUTPUTS)
+    assert data is not None and data.steps[0]["x"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    ({"data": [5]}, r"data\[0\] is not an object mapping input names to values"),
+    ({"data": [entry({"b64": 5}, [1])]}, r"data\[0\] input 'x': 'b64' must be a base64 string"),
+])
+def test_entries_of_the_wrong_kind_are_refused_naming_them(tmp_path: Path, obj: Any, message: str) -> None:
+    """Read as they came, a number as an entry or as a b64 text ended in a TypeError."""
+    with pytest.raises(ConfigError, match=message):
+        read_input_data([write(tmp_path, obj)], INPUTS, OUTPUTS)

@@ -89,3 +89,49 @@ def test_the_csv_gets_perf_analyzer_s_gpu_columns_with_collect_metrics() -> None
     assert resource_lines([plain, level]) == [f"  concurrency 1: {describe(res)}"]
     back = LevelResult.from_dict(level.to_dict())
     assert back.resources == res
+
+
+def test_cpu_is_read_between_the_first_and_last_reading_and_memory_at_its_peak() -> None:
+    """Two readings are enough for a CPU figure; with more, the first and the last bound it (a busy middle reading
+    does not stand for the level); RSS and GPU memory are their highest reading, not the last one."""
+    cpu = [(0.0, 10.0), (1.0, 13.0), (4.0, 14.0)]  # 3 CPU s in the first second, 1 in the next three
+    rss = [5e8, 9e8, 6e8]
+    samples = [parse_sample(_page(c, m, (0.5, 0.5), 50.0, (m, 1e9)), t_s=t) for (t, c), m in zip(cpu, rss, strict=True)]
+    res = summarize(samples, 1.0)
+    assert res.cpu_cores == pytest.approx(1.0)  # 4 CPU s over 4 s
+    assert res.rss_max_bytes == 9e8 and res.gpus["GPU-aaa"].memory_used_max_bytes == 9e8
+    assert summarize(samples[:2], 1.0).cpu_cores == pytest.approx(3.0)
+
+
+def test_an_idle_gpu_s_zero_readings_are_figures_in_the_csv() -> None:
+    """0% busy and 0 W are readings (an idle GPU), not missing ones: the CSV gave an empty cell for them."""
+    res = summarize([parse_sample(_page(1.0, 4e8, (0.0, 0.25), 0.0, (0.0, 2e9)), t_s=0.0)], 1.0)
+    level = LevelResult("concurrency", 1.0, 1, [1_000_000] * 10, {"200": 10}, 1.0, True, [10.0], resources=res)
+    row = list(csv.reader(io.StringIO(perf_analyzer_csv([level]))))[1]
+    assert row[-4:-1] == ["GPU-aaa:0;GPU-bbb:0.25;", "GPU-aaa:0;", "GPU-aaa:0;GPU-bbb:2000000000;"]
+
+
+def test_levels_that_read_no_metrics_keep_the_gpu_columns_of_those_that_did() -> None:
+    """One level's metrics page failed (a warning): the CSV lost the GPU columns of every level."""
+    res = summarize([parse_sample(_page(1.0, 4e8, (0.5, 0.25), 70.0, (1e9, 2e9)), t_s=0.0)], 1.0)
+    read = LevelResult("concurrency", 1.0, 1, [1_000_000] * 10, {"200": 10}, 1.0, True, [10.0], resources=res)
+    unread = LevelResult("concurrency", 2.0, 1, [1_000_000] * 20, {"200": 20}, 1.0, True, [20.0])
+    rows = list(csv.reader(io.StringIO(perf_analyzer_csv([read, unread]))))
+    assert rows[0][-1] == "Total GPU Memory"
+    assert rows[1][-4] == "GPU-aaa:0.5;GPU-bbb:0.25;" and rows[2][-4:] == ["", "", "", ""]
+
+
+def test_a_gauge_without_a_gpu_uuid_and_a_record_without_processes_are_read() -> None:
+    """Another exporter's nv_gpu_utilization without its gpu_uuid label is no GPU of this page (it was a KeyError);
+    a level stored before `processes` was recorded answered from one process."""
+    assert parse_sample("# TYPE nv_gpu_utilization gauge\nnv_gpu_utilization 0.5\n", t_s=0.0).gpus == {}
+    old = Resources.from_dict({"samples": 3, "interval_s": 1.0, "cpu_cores": 0.5, "rss_max_bytes": 1e8})
+    assert old.processes == 1
+
+
+def test_readings_taken_at_one_instant_give_no_cpu_figure() -> None:
+    """Two readings with no time between them (a level shorter than the clock's step) have no rate to give: it
+    was a ZeroDivisionError at the end of the level."""
+    samples = [parse_sample(_page(c, 4e8, (0.5, 0.5), 50.0, (1e9, 1e9)), t_s=2.0) for c in (10.0, 10.5)]
+    res = summarize(samples, 1.0)
+    assert res.cpu_cores is None and res.rss_max_bytes == 4e8

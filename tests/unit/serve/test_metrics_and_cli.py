@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import pytest
 
@@ -170,6 +172,7 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         (("--variant", "a=x"), "at least two"),
         (("--variant", "a=x", "--variant", "a=y"), "distinct"),
         (("--variant", "ax", "--variant", "b=y"), "is not NAME=DIR"),
+        (("--variant", "a=", "--variant", "b=y"), "'a=' is not NAME=DIR"),
         (("--variant", "a=x", "--variant", "b=y", "--split", "90:5:5"), "3 weights for 2 variants"),
         (("zoo:mlp", "--split", "1:1"), "only applies with --variant"),
         (("zoo:mlp", "--instances", "0"), "--instances"),
@@ -183,6 +186,7 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         (("zoo:mlp", "--timeout-ms", "inf"), "--timeout-ms must be a positive number, got inf"),
         (("zoo:mlp", "--max-request-mb", "nan"), "--max-request-mb must be a positive number, got nan"),
         (("zoo:mlp", "--max-request-mb", "inf"), "--max-request-mb must be a positive number, got inf"),
+        (("zoo:mlp", "--max-request-mb", "0"), "--max-request-mb must be a positive number, got 0"),
         (("zoo:mlp", "--exit-timeout-s", "-5"), "--exit-timeout-s must be a number >= 0, got -5"),
         (("zoo:mlp", "--exit-timeout-s", "inf"), "--exit-timeout-s must be a number >= 0, got inf"),
         (("zoo:mlp", "--model-name", "team/enc"), "a model name is one URL path segment"),
@@ -196,6 +200,8 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_ms=5",
           "--priority-queue-policy", "1:max_queue_size=1"), "given more than once"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "timeout_ms=5"), "is not LEVEL:KEY=VALUE"),
+        (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "high:timeout_ms=5"),
+         "'high:timeout_ms=5' is not LEVEL:KEY=VALUE"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:queue=5"),
          "'queue=5' is not one of max_queue_size=VALUE, timeout_ms=VALUE, timeout_action=VALUE"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:max_queue_size=2.5"),
@@ -216,8 +222,8 @@ def test_bad_serve_arguments_say_how_to_fix_them(argv: tuple[str, ...], message:
 
 
 def test_the_grpc_stream_window_reaches_the_config() -> None:
-    assert serve_cli.config_from_args(_args("zoo:mlp", "--grpc-port", "0", "--grpc-stream-window", "8")
-                                      ).grpc_stream_window == 8
+    windowed = serve_cli.config_from_args(_args("zoo:mlp", "--grpc-port", "8001", "--grpc-stream-window", "8"))
+    assert (windowed.grpc_port, windowed.grpc_stream_window) == (8001, 8)
     assert serve_cli.config_from_args(_args("zoo:mlp", "--grpc-port", "0")).grpc_stream_window == 1024
 
 
@@ -286,3 +292,27 @@ def test_a_quantile_in_the_open_top_bucket_is_the_highest_finite_bound() -> None
     as infinity (a live comparison's p99 of a variant with a few very slow requests)."""
     h = HistogramData([(0.1, 90.0), (0.2, 95.0), (float("inf"), 100.0)], sum=30.0, count=100.0)
     assert h.quantile(0.99) == 0.2 and h.quantile(0.5) == pytest.approx(0.1 * 50 / 90)
+
+
+def test_whose_engine_threads_the_startup_line_gives_and_which_specs_are_loaded() -> None:
+    """An engine artifact's threads are --threads' where given, else the artifact's own; the allocator and memory
+    line look at the target, or each variant's folder."""
+    given = serve_cli.config_from_args(_args("zoo:mlp", "--threads", "2"))
+    assert serve_cli.instance_threads(given, None, "onnxruntime", 2) == "1 instance x 2 onnxruntime threads (--threads)"
+    own = serve_cli.config_from_args(_args("zoo:mlp"))
+    assert serve_cli.instance_threads(own, None, "onnxruntime", 1) == (
+        "1 instance x 1 onnxruntime thread (the artifact's; --threads sets others)")
+    assert serve_cli._specs(own) == ["zoo:mlp"]
+    assert serve_cli._specs(serve_cli.config_from_args(_args("--variant", "a=d1", "--variant", "b=d2"))) == ["d1", "d2"]
+
+
+def test_only_an_artifact_quantized_per_batch_gets_the_batching_note(tmp_path: Path) -> None:
+    from dlperf.optimize.artifact import MANIFEST
+
+    for name, engine, precision in (("int8", "onnxruntime", "int8-dynamic"), ("fp32", "onnxruntime", "fp32"),
+                                    ("torch", "torch", "int8-dynamic")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / MANIFEST).write_text(json.dumps({"engine": engine, "precision": precision}))
+    specs = [str(tmp_path / name) for name in ("int8", "fp32", "torch")] + ["zoo:mlp"]
+    (note,) = serve_cli.batch_dependence_notes(specs)
+    assert note.startswith(f"{tmp_path / 'int8'} quantizes activations dynamically with one scale per batch")
