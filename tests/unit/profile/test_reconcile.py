@@ -153,6 +153,11 @@ def test_a_fix_measured_far_faster_than_estimated_ranks_its_finding_first() -> N
     fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11, share=0.6)
     reconcile(dg.Diagnosis([fast], "v"), [_result(fast, 1.3, (1.1, 1.5), FASTER)])
     assert fast.share == 0.6 and "so it explains" not in fast.evidence[-1]
+    # a low-confidence finding (per-call overhead of a process starved of cores) whose fix measured faster is
+    # at least medium: the measurement shows the overhead is real, not only waits for a core
+    low = _finding(dg.LAUNCH_OVERHEAD, "the step is dominated by its fixed per-call cost", 2.35, "low", share=0.77)
+    reconcile(dg.Diagnosis([low], "v"), [_result(low, 1.73, (1.66, 1.79), FASTER, "compile")])
+    assert low.verification == "confirmed" and low.confidence == "medium" and low.share == 0.77
 
 
 def test_a_finding_with_one_fix_contradicted_and_another_inconclusive_is_inconclusive() -> None:
