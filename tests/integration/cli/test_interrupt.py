@@ -93,3 +93,52 @@ def test_a_profile_interrupted_during_verify_keeps_its_capture_and_diagnosis(tmp
     assert record.result["verdict"] and record.result["findings"]
     assert record.result["partial"] == "interrupted before --verify finished"
     assert f"run {record.id} is kept in the store as interrupted" in err
+
+
+TERMINATED_AT_BATCH_2 = '''
+import os
+import signal
+
+import torch
+
+
+class TerminatedAtBatch2(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 2:  # batch 1 is measured and saved by then
+            os.kill(os.getpid(), signal.SIGTERM)
+        return x * 2
+
+
+def model():
+    return TerminatedAtBatch2()
+
+
+def inputs(batch_size):
+    return (torch.zeros(batch_size, 4),)
+'''
+
+
+@pytest.mark.parametrize("json_out", [False, True], ids=["text", "json"])
+def test_sigterm_in_process_ends_bench_with_143_and_its_json_names_the_reason(
+        json_out: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process, as the subprocess test above but quick: the exit code CI reads is SIGTERM's 143 (Ctrl-C's 130 is
+    another cause), the --json document carries the status and the reason, and without --json stdout has no JSON."""
+    from dlperf.cli.main import main
+
+    (tmp_path / "terminated.py").write_text(TERMINATED_AT_BATCH_2)
+    db = tmp_path / "runs.db"
+    code = main(["bench", str(tmp_path / "terminated.py"), "--batch-sizes", "1,2", "--min-duration", "0.02",
+                 "--min-iters", "3", "--warmup", "1", "--store", str(db), *(["--json"] if json_out else [])])
+    out, err = capsys.readouterr()
+    assert code == 143, err
+    record = Store(db).list()[0]
+    assert (record.status, record.error) == ("interrupted", "terminated by SIGTERM")
+    assert [p["batch_size"] for p in record.result["points"]] == [1]
+    assert err.strip().splitlines()[-1].startswith(f"terminated by SIGTERM: run {record.id} is kept in the store")
+    if not json_out:
+        assert '"interrupted": true' not in out  # the JSON document is for --json only
+        return
+    doc = json.loads(out)
+    assert (doc["run_id"], doc["status"], doc["interrupted"], doc["reason"]) == (
+        record.id, "interrupted", True, "terminated by SIGTERM")
+    assert [p["batch_size"] for p in doc["result"]["points"]] == [1]

@@ -33,6 +33,15 @@ def test_ab_records_a_run_with_a_verdict(tmp_path: Path, capsys: pytest.CaptureF
     assert record.config["b"]["options"] == {"hidden": "1024"}  # as typed; the loader reads it by the parameter
 
 
+def test_ab_decides_at_the_confidence_and_min_effect_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    assert main(["ab", "zoo:mlp", "--blocks", "4", "--iters-per-block", "1", "--confidence", "80%",
+                 "--min-effect", "3%", "--json", "--store", str(store)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["confidence"], data["min_effect"]) == (0.8, 0.03)
+    assert Store(store).get(data["run_id"]).result["confidence"] == 0.8
+
+
 def test_different_batch_sizes_compare_per_item() -> None:
     # One thread each: on an oversubscribed machine, multi-threaded calls can stall for 100 ms at a time.
     run = run_ab("zoo:mlp", parse_settings("threads=1,batch_size=1"), parse_settings("threads=1,batch_size=64"),

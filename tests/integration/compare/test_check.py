@@ -87,6 +87,32 @@ def test_unknown_baseline_is_a_clear_error(store_path: Path, capsys: pytest.Capt
     assert "no baseline named 'nope'" in capsys.readouterr().err
 
 
+def test_check_gates_p50_at_5_percent_and_95_percent_confidence_by_default(store_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check", WORKLOAD, "--baseline", "main", "--duration", "0.1", "--json", "--store", str(store_path)])
+    data = json.loads(capsys.readouterr().out)
+    assert (data["metric"], data["max_regression"], data["confidence"]) == ("p50", 0.05, 0.95)
+
+
+def test_check_gates_and_records_with_the_options_given(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The metric, threshold, confidence and duration typed are the ones the gate used and the check run keeps."""
+    rc = main(["check", WORKLOAD, "--baseline", "main", "--metric", "mean", "--max-regression", "50%",
+               "--confidence", "80%", "--duration", "0.1", "--json", "--store", str(store_path)])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0, data["reasons"]
+    assert (data["metric"], data["max_regression"], data["confidence"]) == ("mean", 0.5, 0.8)
+    record = Store(store_path).get(data["run_id"])
+    gate = record.config["gate"]
+    assert (gate["metric"], gate["max_regression"], gate["confidence"]) == ("mean", 0.5, 0.8)
+    assert record.config["timer"]["min_duration_s"] == 0.1  # the baseline's was 0.4
+
+
+def test_a_bare_max_regression_above_one_is_refused(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--max-regression 5`, meant as 5%, is 500%: a gate that lets a 4x slowdown pass."""
+    assert main(["check", WORKLOAD, "--baseline", "main", "--max-regression", "5", "--store", str(store_path)]) == 2
+    assert "--max-regression '5' would be 500%" in capsys.readouterr().err
+
+
 def test_a_batch_size_the_baseline_lacks_is_refused_before_measuring(store_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     before = len(Store(store_path).list(kind="check", limit=None))

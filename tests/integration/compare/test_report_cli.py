@@ -69,6 +69,13 @@ def test_compare_prints_deltas_the_test_and_the_environment_warning(store_path: 
     assert "compare needs two runs" in capsys.readouterr().err
 
 
+def test_compare_tests_at_the_alpha_given(store_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    newest, oldest = (r.id for r in Store(store_path).list())
+    assert main(["compare", oldest, newest, "--alpha", "1%", "--json", "--store", str(store_path)]) == 0
+    points = json.loads(capsys.readouterr().out)["points"]
+    assert [p["alpha"] for p in points] == [0.01]
+
+
 def test_a_run_named_twice_is_reported_once(store_path: Path, tmp_path: Path) -> None:
     first = Store(store_path).list()[-1].id
     out = tmp_path / "r.html"

@@ -53,6 +53,8 @@ def test_values() -> None:
     (("--batch-sizes", "0,1"), "positive integers"),
     (("--batch-sizes", "1,,8"), r"got '1,,8' \(an empty item\)"),  # measured 1 and 8 without a word
     (("--batch-sizes", "1,8,"), r"got '1,8,' \(an empty item\)"),
+    (("--batch-sizes", "8,"), r"got '8,' \(an empty item\)"),
+    (("--batch-sizes", ""), "expected positive integers"),  # an unset variable measured the defaults
     (("--batch-sizes", "1,8,1,8,32"), "batch sizes 1, 8 given more than once"),  # were measured twice each
     (("--warmup", "-1"), "--warmup must be >= 0"),
     (("--threads", "0"), "--threads must be >= 1"),

@@ -29,3 +29,11 @@ def test_a_command_from_the_command_line_leaves_its_objects_to_the_exit_not_a_la
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_dlperf_without_a_command_prints_its_usage_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: dlperf") and "check" in out

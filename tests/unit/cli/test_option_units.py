@@ -120,3 +120,14 @@ def test_load_refuses_an_infinite_rate_a_failure_share_above_one_and_too_long_a_
     with pytest.raises(argparse.ArgumentTypeError, match=f"gives {MAX_LEVELS + 1} levels, at most {MAX_LEVELS}"):
         _concurrency_levels(many)
     assert len(_concurrency_levels(",".join(str(i) for i in range(1, MAX_LEVELS + 1)))) == MAX_LEVELS
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "0", "-5"])
+def test_optimize_refuses_a_latency_budget_that_is_not_a_positive_number(budget: str, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN passed `budget <= 0` and turned the p99 limit off: every candidate met it."""
+    from dlperf.cli.main import main
+
+    assert main(["optimize", "zoo:mlp", f"--latency-budget-ms={budget}", "--store", str(tmp_path / "r.db")]) == 2
+    assert "--latency-budget-ms must be a positive number" in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()

@@ -63,6 +63,32 @@ def test_replacing_a_baseline_names_the_run_it_pointed_at(tmp_path: Path,
     assert "it was run" not in capsys.readouterr().out  # set again to the same run: nothing replaced
 
 
+def test_a_replaced_baseline_names_its_own_previous_run_not_another_baseline_s(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    first, second, third = (add_run(store, "bench", bench_result({1: 0.01})) for _ in range(3))
+    assert main(["baseline", "set", "aaa", first, "--store", str(path)]) == 0
+    assert main(["baseline", "set", "zzz", second, "--store", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["baseline", "set", "zzz", third, "--store", str(path)]) == 0
+    assert f"it was run {second}" in capsys.readouterr().out
+    assert main(["baseline", "set", "new", third, "--store", str(path)]) == 0
+    assert "it was run" not in capsys.readouterr().out  # a new name replaced nothing
+
+
+def test_baseline_list_refuses_a_store_that_does_not_exist(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    missing = tmp_path / "typo" / "runs.db"
+    assert main(["baseline", "list", "--store", str(missing)]) == 2
+    assert "no run store at" in capsys.readouterr().err
+    assert not missing.parent.exists()
+
+
 def test_a_run_kind_takes_its_article() -> None:
     from dlperf.compare.records import a_kind
 

@@ -227,3 +227,28 @@ def test_scrapes_of_different_replicas_are_refused() -> None:
     assert {v.name: v.requests for v in result.variants} == {"a": 200, "b": 200}
     with pytest.raises(ServingError, match=r"the scrapes came from 2 replicas \(r1, r2\).*without --ray"):
         compare_live(of(later, "r2"), earlier=of(earlier, "r1"))
+
+
+@pytest.mark.parametrize(("interrupt", "code"), [(KeyboardInterrupt(), 130), (None, 0)])
+def test_a_window_cut_short_still_prints_its_comparison_and_exits_as_the_interrupt(
+        interrupt: KeyboardInterrupt | None, code: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C or SIGTERM during --window: what was compared is printed, and the exit code says it was cut short
+    (130, SIGTERM's 143), not 0 as for a window that ran its length."""
+    import json
+
+    from dlperf.cli.common import Terminated
+    from dlperf.cli.main import main
+    from dlperf.compare import live
+
+    metrics = Metrics()
+    traffic(metrics, "a", 300, 0.010, 0, seed=30)
+    traffic(metrics, "b", 300, 0.020, 0, seed=31)
+    result = compare_live(scrape(metrics))
+    monkeypatch.setattr(live, "compare_live_url", lambda *args, **kwargs: result)
+    for cut, exit_code in ((interrupt, code), *([(Terminated("terminated by SIGTERM"), 143)] if interrupt else [])):
+        result.interrupted = cut
+        assert main(["compare", "--live", "http://127.0.0.1:9", "--window", "30s", "--json"]) == exit_code
+        document = json.loads(capsys.readouterr().out)
+        assert [v["variant"] for v in document["variants"]] == ["a", "b"]
+        assert document["interrupted"] is (cut is not None)
