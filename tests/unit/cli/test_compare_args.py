@@ -29,3 +29,18 @@ def test_runs_and_live_together_are_refused(capsys: pytest.CaptureFixture[str]) 
     """The runs were dropped without a word and the server's variants compared instead."""
     assert main(["compare", "a", "b", "--live", "127.0.0.1:1"]) == 2
     assert "give either two runs or --live URL, not both" in capsys.readouterr().err
+
+
+def test_live_compares_at_the_significance_level_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--alpha 1% with --live: the variants' test ran at 0.05 whatever was asked."""
+    from dlperf.compare import live
+
+    asked: list[float] = []
+
+    def compare_live_url(url: str, **options: object) -> object:
+        asked.append(options["alpha"])  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # before any server is read
+
+    monkeypatch.setattr(live, "compare_live_url", compare_live_url)
+    assert main(["compare", "--live", "http://127.0.0.1:9", "--alpha", "1%"]) == 130
+    assert asked == [pytest.approx(0.01)]

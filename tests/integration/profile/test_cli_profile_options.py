@@ -1,0 +1,38 @@
+"""`dlperf profile`'s options reach the capture and the run record: --steps, --max-fixes, --memory-budget; a
+--max-fixes below 1 and --train of a workload without a training spec are refused before a run is recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlperf.cli.main import main
+from dlperf.store import Store
+from tests.integration.profile.test_cli_profile import EXAMPLES, seeded_ceilings  # noqa: F401
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("seeded_ceilings")]
+
+
+def test_the_options_reach_the_capture_and_the_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    assert main(["profile", "zoo:mlp", "--steps", "2", "--threads", "1", "--memory-budget", "4GiB", "--max-fixes", "3",
+                 "--json", "--store", str(store)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["result"]["trace"]["steps"] == 2
+    assert out["result"]["ceilings"]["gemm_flops"]["fp32"] == 155e9  # the 1-thread ceilings
+    config = Store(store).get(out["run_id"]).config
+    assert config["max_fixes"] == 3 and config["memory_budget_bytes"] == 4 * 2**30 and config["steps"] == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["zoo:mlp", "--max-fixes", "0"], "--max-fixes must be >= 1, got 0"),
+    ([str(EXAMPLES / "compute_bound.py"), "--train"], "has no training spec (Workload.train): profile its inference"),
+])
+def test_a_profile_that_cannot_run_is_refused_before_a_run_is_recorded(
+        tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    assert main(["profile", *argv, "--steps", "1", "--store", str(store)]) == 2
+    assert message in capsys.readouterr().err
+    assert not store.exists() or Store(store).list() == []

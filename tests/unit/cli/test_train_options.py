@@ -1,0 +1,68 @@
+"""`dlperf train`'s tuning and DDP options reach what they configure: the knobs --skip leaves out, the memory
+budget and its margin, --timeout per launch, and the mode the run records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.cli.main import build_parser, main
+from dlperf.cli.train import _tune_config
+from dlperf.errors import ConfigError
+from dlperf.store import Store
+from dlperf.train.knobs import DEFAULT_KNOBS
+
+pytestmark = pytest.mark.unit
+
+
+def _config(*options: str) -> Any:
+    return _tune_config(build_parser().parse_args(["train", "zoo:mlp", "--tune", *options]))
+
+
+def test_skipped_knobs_are_not_tried() -> None:
+    assert _config("--skip", "threads,compile").knobs == tuple(k for k in DEFAULT_KNOBS
+                                                              if k not in ("threads", "compile"))
+    assert _config("--knobs", "threads,workers,batch", "--skip", "workers").knobs == ("threads", "batch")
+
+
+def test_an_unknown_knob_to_skip_is_refused_by_name() -> None:
+    """`--skip treads` (a typo) tried the knob it meant to skip without a word."""
+    with pytest.raises(ConfigError, match="unknown knob\\(s\\) treads: choose from threads"):
+        _config("--skip", "treads")
+
+
+def test_the_memory_budget_and_its_margin_reach_the_tuner() -> None:
+    config = _config("--memory-budget", "2GiB", "--margin", "25%")
+    assert config.memory_budget_bytes == 2 * 2**30
+    assert config.safety_margin == pytest.approx(0.25)
+
+
+def _record(db: Path) -> Any:
+    (record,) = Store(db).list()
+    return record
+
+
+def test_a_tune_run_records_its_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: Any) -> Any:  # stopped in its first trial: the run is kept as interrupted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dlperf.cli.train._tune", interrupted)
+    db = tmp_path / "runs.db"
+    assert main(["train", "zoo:mlp", "--tune", "--no-mfu", "--store", str(db)]) == 130
+    assert _record(db).config["mode"] == "tune"
+
+
+def test_timeout_is_the_limit_of_each_ddp_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launched: list[Any] = []
+
+    def run_ddp(workload: str, step: Any, ddp: Any, *args: Any) -> Any:
+        launched.append(ddp)
+        raise KeyboardInterrupt  # before torchrun: only the configuration is looked at
+
+    monkeypatch.setattr("dlperf.train.ddp.run_ddp", run_ddp)
+    db = tmp_path / "runs.db"
+    assert main(["train", "zoo:mlp", "--nproc", "2", "--steps", "4", "--timeout", "45", "--store", str(db)]) == 130
+    assert [d.timeout_s for d in launched] == [45.0]
+    assert _record(db).config["mode"] == "ddp"
