@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check_trace_path(path: str) -> None:
     """--trace FILE must be a file that can be written, checked before profiling: the profiler's own export
     fails silently (a trace into /proc or a missing folder was reported as written)."""
+    if not path.strip():  # an unset variable in a script: no trace was written, and nothing said so
+        raise ConfigError(f"--trace {path!r} names no file: give a file name, or leave --trace out")
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):
         raise ConfigError(f"--trace {path} is a folder: give a file name, e.g. {os.path.join(path, 'trace.json')}")
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_fixes < 1:
         raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
-    if args.trace:
+    if args.trace is not None:
         _check_trace_path(args.trace)
     from dlperf._device import check_device
 
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     capture_config = CaptureConfig(
         mode="train" if args.train else "inference", device=args.device, steps=args.steps,
         options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,
-        memory_budget_bytes=memory_size(args.memory_budget) if args.memory_budget else None,
+        memory_budget_bytes=memory_size(args.memory_budget) if args.memory_budget is not None else None,
     )
     config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
     workload = load_workload(args.workload)

@@ -1,5 +1,6 @@
 """`dlperf profile`'s options reach the capture and the run record: --steps, --max-fixes, --memory-budget; a
---max-fixes below 1 and --train of a workload without a training spec are refused before a run is recorded."""
+--max-fixes below 1, an empty --memory-budget or --trace, and --train of a workload without a training spec are
+refused before a run is recorded."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def test_the_options_reach_the_capture_and_the_record(tmp_path: Path, capsys: py
 @pytest.mark.parametrize(("argv", "message"), [
     (["zoo:mlp", "--max-fixes", "0"], "--max-fixes must be >= 1, got 0"),
     ([str(EXAMPLES / "compute_bound.py"), "--train"], "has no training spec (Workload.train): profile its inference"),
+    # an empty value (an unset variable in a script) profiled with the default budget, and wrote no trace, unsaid
+    (["zoo:mlp", "--memory-budget", ""], "--memory-budget: expected a size like 4GiB, 512MiB or 2GB, got ''"),
+    (["zoo:mlp", "--trace", ""], "--trace '' names no file: give a file name, or leave --trace out"),
 ])
 def test_a_profile_that_cannot_run_is_refused_before_a_run_is_recorded(
         tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
