@@ -612,9 +612,12 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
     except BaseException as exc:
         if control is not None:
             _kill(control)
-        with contextlib.suppress(Exception):
-            if deployed and APP_NAME in serve.status().applications:
+        # deleted without asking serve.status() first: a proxy that failed to bind failed the status read too, the
+        # deployment stayed, and every later `dlperf serve --ray` on the cluster was refused "already runs"
+        if deployed:
+            with contextlib.suppress(Exception):
                 serve.delete(APP_NAME)
+        with contextlib.suppress(Exception):
             if started and not serve.status().applications:
                 serve.shutdown()
         if owns:
@@ -632,6 +635,9 @@ def _deploy_hint(exc: BaseException) -> str:
     the 2-CPU test machine beside two busy loops, Ray Serve's controller killed its HTTP proxy actor before the
     actor had started, and the user read only Ray's ActorDiedError."""
     text = str(exc)
+    if "Failed to bind to address" in text:
+        return ("; hint: Ray Serve's HTTP proxy could not listen there (another process took the port after dlperf "
+                "checked it, or another proxy on this machine holds it): pick another --port")
     if "class_name: ProxyActor" in text:
         return ("; hint: Ray Serve's HTTP proxy did not come up (its controller gives up on a proxy that does not "
                 "start in time, as on a machine whose CPUs are all busy): deploy again when the machine is less "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -121,6 +122,18 @@ def server_metrics(running: Running) -> Any:
 
 
 def free_port() -> int:
+    """A port free now, below Linux's ephemeral range (32768-60999) and above Ray's worker ports (10002-19999): the
+    kernel's port 0 gave one of the ephemeral range, which an outgoing connection (Ray opens many) could take before
+    the server bound it ("Failed to bind to address '127.0.0.1:38753'" in a fresh clone's Ray tests)."""
+    pick = random.Random()  # not the tests' seeded generator: two workers must not pick alike
+    for _ in range(100):
+        port = pick.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

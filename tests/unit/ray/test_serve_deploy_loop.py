@@ -228,3 +228,32 @@ def test_an_application_of_the_same_name_on_the_cluster_is_refused_and_left_runn
         start_on_ray(ServeConfig(model="zoo:mlp", port=8000), RayServeOptions(address="10.0.0.5:6379"))
     assert fake.calls == ["serve.start"]  # neither deleted nor shut down
     assert happened == ["ray.init local=False", "shutdown_ray"]  # this command's connection to Ray is closed
+
+
+def test_a_deployment_whose_proxy_failed_to_bind_is_deleted_though_its_status_cannot_be_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh clone's Ray tests: Ray Serve's proxy failed to bind its port mid-deployment, serve.status() then
+    raised too, the clean-up asked it before deleting and gave up, and every later `serve --ray` on the cluster was
+    refused: "an application named 'dlperf' already runs"."""
+    failure = RuntimeError("ray::ProxyActor.ready() ... RuntimeError: Failed to bind to address '127.0.0.1:38753'.")
+
+    class Unreadable(_Serve):
+        def status(self) -> Any:
+            if self.calls and self.calls[-1] == "deployed":
+                raise failure
+            return super().status()
+
+    fake = Unreadable(_status(None))
+    happened = _start_without_ray(monkeypatch, fake, cpus=8.0)
+
+    def deploy(app: Any, timeout_s: float, on_wait: Any, stop: Any) -> None:
+        fake.calls.append("deployed")
+        raise failure
+
+    monkeypatch.setattr(serve, "_deploy", deploy)
+    with pytest.raises(ServingError, match=r"failed: RuntimeError: .*Failed to bind to address '127.0.0.1:38753'.*"
+                                           r"; hint: Ray Serve's HTTP proxy could not listen there .*: pick another "
+                                           r"--port$"):
+        start_on_ray(ServeConfig(model="zoo:mlp", port=8000), RayServeOptions(address="10.0.0.5:6379"))
+    assert fake.calls == ["serve.start", "deployed", f"delete {APP_NAME}", "serve.shutdown"]
+    assert happened[-1] == "shutdown_ray"
