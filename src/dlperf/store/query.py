@@ -29,17 +29,15 @@ def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None
     'wl.py' is refused (StoreError) rather than mixing two models in one series."""
     from dlperf.workload.loader import canonical_spec, split_canonical
 
-    def split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None:
-        return split_canonical(str(record.config.get("workload_key") or canonical_spec(record.workload)))
-
-    found = runs_of_workload(store, workload, kind)
+    records = store.list(kind=kind, limit=None)
+    found = _matching(records, workload)
     given = split_canonical(canonical_spec(workload))
     if given is not None:
         path, attr, options = given
-        names = {rec[1] for r in store.list(kind=kind, limit=None)
-                 if (rec := split(r)) is not None and rec[0] == path and rec[2] == options} - {""}
+        splits = {r.id: _recorded_split(r) for r in records}
+        names = {rec[1] for rec in splits.values() if rec is not None and rec[0] == path and rec[2] == options} - {""}
         if attr and names - {attr}:
-            found = [r for r in found if (rec := split(r)) is not None and rec[1] == attr]
+            found = [r for r in found if (rec := splits[r.id]) is not None and rec[1] == attr]
         elif not attr and len(names) > 1:
             raise StoreError(f"the {kind} runs of '{workload}' measured {len(names)} of its workloads "
                              f"({', '.join(sorted(names))}): name one, e.g. '{workload}:{min(names)}'")
@@ -54,6 +52,20 @@ def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: 
     key, or, as profile and optimize record a file workload, by its absolute path with the workload's name after a
     colon ('wl.py' names the file's one workload, so it matches 'ABS/wl.py:workload', and 'wl.py:workload' the
     runs of 'wl.py'). Two 'wl.py' in two folders are two workloads."""
+    found = _matching(store.list(kind=kind, limit=None), workload)
+    return found if limit is None else found[:limit]
+
+
+def _recorded_split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None:
+    """(path, attribute, options) of the file workload a run recorded (its `workload_key`, else its spec made
+    absolute); None for a zoo spec."""
+    from dlperf.workload.loader import canonical_spec, split_canonical
+
+    return split_canonical(str(record.config.get("workload_key") or canonical_spec(record.workload)))
+
+
+def _matching(records: Sequence[RunRecord], workload: str) -> list[RunRecord]:
+    """The records that measured `workload` as `runs_of_workload` matches them, in their order."""
     from dlperf.workload.loader import canonical_spec, split_canonical
 
     key = canonical_spec(workload)
@@ -65,7 +77,7 @@ def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: 
         # matched by its spelling, as `runs history` did not)
         if not recorded_key and record.workload == workload:
             return True
-        recorded = split_canonical(recorded_key or canonical_spec(record.workload))
+        recorded = _recorded_split(record)
         if given is None or recorded is None:
             return bool(recorded_key) and recorded_key == key  # a zoo spec, by its key
         (path, attr, options), (r_path, r_attr, r_options) = given, recorded
@@ -73,8 +85,7 @@ def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: 
         # ways (typed 'wl.py:workload', the bench and check runs of 'wl.py' were left out)
         return path == r_path and options == r_options and (attr == r_attr or not attr or not r_attr)
 
-    found = [r for r in store.list(kind=kind, limit=None) if matches(r)]
-    return found if limit is None else found[:limit]
+    return [r for r in records if matches(r)]
 
 
 @dataclass(frozen=True)
