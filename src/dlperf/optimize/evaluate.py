@@ -156,7 +156,9 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     out_dir = Path(payload["out_dir"])
 
     phase("build")
+    build_start = time.perf_counter()
     model = workload.build_model().eval().to(settings.device)
+    model_build_s = time.perf_counter() - build_start
     inputs = to_device(workload.example_inputs(settings.batch_size), settings.device)
     with torch.no_grad():
         try:
@@ -248,6 +250,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     if settings.paired_blocks > 0 and not candidate.is_baseline:
         phase("paired")
         paired = _paired_with_original(workload, inputs, call, measurement.p50_s, settings)
+        model_build_s += float(paired.get("model_build_s") or 0.0)
 
     artifact: dict[str, Any] | None = None
     size_bytes = parameter_bytes(state.model) if state.model is not None else 0
@@ -299,6 +302,10 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "paired": paired,
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
+        # the workload's make_model, each time this process called it (the candidate, the original it is paired
+        # with): a factory that trains or converts its weights can take most of a search's time
+        "model_build_s": model_build_s,
+        "model_builds": 2 if paired is not None and "model_build_s" in paired else 1,
     }
 
 
@@ -364,8 +371,11 @@ def _paired_with_original(workload: Any, inputs: Any, call: Callable[[], Any], p
     from dlperf.measure.ab import ABConfig, ab_test, decide
     from dlperf.measure.clock import clock_for
 
+    built: dict[str, float] = {}  # what building the original took, also where the pairing fails after it
     try:
+        build_start = time.perf_counter()
         original = workload.build_model().eval().to(settings.device)
+        built["model_build_s"] = time.perf_counter() - build_start
 
         def base() -> Any:
             with torch.no_grad():
@@ -386,9 +396,9 @@ def _paired_with_original(workload: Any, inputs: Any, call: Callable[[], Any], p
                 break
         return {"ratio": ratio, "ci": [lo, hi], "verdict": verdict, "blocks": len(ratios), "iters_per_block": iters,
                 # the untimed waits for the other side's threads to go idle between the sides (AB_SETTLE_S)
-                "settle_s": round(sum(waits), 4), "settle_capped": sum(w >= AB_SETTLE_S for w in waits)}
+                "settle_s": round(sum(waits), 4), "settle_capped": sum(w >= AB_SETTLE_S for w in waits), **built}
     except Exception as exc:  # the candidate is measured; only this cross-check is missing
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"error": f"{type(exc).__name__}: {exc}", **built}
 
 
 def _heldout_batches(workload: Any, settings: EvalSettings) -> list[Any]:

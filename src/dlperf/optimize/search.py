@@ -1002,6 +1002,9 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
                 notes.append(f"exported {row['label']}, which was not confirmed faster by the A/B")
         else:
             export_error = f"{row['label']} left no artifact to export to '{export_dir}'"
+    build_note = _model_build_note(rows, search.elapsed())
+    if build_note:
+        notes.append(build_note)
     result = OptimizeResult(
         run_id=search.run.id if search.run is not None else None, workload=search.source,
         objective=config.objective, batch_size=search.batch_size, device=config.device,
@@ -1015,6 +1018,26 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
     )
     search.on_event("done", {"result": result})
     return result
+
+
+MODEL_BUILD_SHARE = 0.25
+"""A search whose candidates spent this share of its time in the workload's make_model says so."""
+
+
+def _model_build_note(rows: list[dict[str, Any]], elapsed_s: float) -> str | None:
+    """A note when building the model (the workload's factory, in every candidate's process and again for the
+    original it is paired with) took MODEL_BUILD_SHARE of the search's time or more: a factory that trained its
+    model for 26 s let a 4-minute search measure 2 candidates, and the output said only 'time budget'."""
+    fresh = [r for r in rows if not r.get("reused") and r.get("model_builds")]
+    builds = sum(int(r["model_builds"]) for r in fresh)
+    spent = sum(float(r.get("model_build_s") or 0.0) for r in fresh)
+    if not builds or elapsed_s <= 0 or spent < MODEL_BUILD_SHARE * elapsed_s:
+        return None
+    plural = "" if builds == 1 else "s"
+    return (f"building the model (the workload's make_model) took {spent:.0f} s of the search's {elapsed_s:.0f} s: "
+            f"{builds} build{plural} of {spent / builds:.1f} s (each candidate builds it, and once more for the "
+            "original model it is timed against); a make_model that loads saved weights, rather than training or "
+            "converting them, leaves the time budget to more candidates")
 
 
 IMPLAUSIBLE_DISAGREEMENT = 3.0

@@ -502,3 +502,34 @@ def test_a_slow_process_start_is_not_charged_to_the_candidate_s_timeout(tmp_path
                                                 "out_dir": str(tmp_path / "cand")}, tmp_path / "cand" / "child.log",
                                    60.0)
     assert result["status"] == "ok", result.get("error")
+
+
+SLOW_FACTORY = """
+import time
+
+import torch
+
+
+def model():
+    time.sleep(0.3)  # as a factory that loads or converts its weights
+    return torch.nn.Linear(4, 2)
+
+
+def inputs(batch_size):
+    return (torch.ones(batch_size, 4),)
+"""
+
+
+def test_a_candidate_reports_the_time_its_builds_of_the_model_took(tmp_path: Path) -> None:
+    """The workload's factory runs once for the candidate and once more for the original it is paired with; the
+    baseline builds it once. What they took is in the row, for the search's note on a slow factory."""
+    workload = tmp_path / "slow.py"
+    workload.write_text(SLOW_FACTORY)
+    settings = EvalSettings(source=str(workload), warmup_iters=1, min_duration_s=0.0, min_iters=3, max_duration_s=1.0,
+                            export=False, paired_blocks=4, heldout_samples=0)
+    payload = {"settings": dataclasses.asdict(settings), "out_dir": str(tmp_path / "c")}
+    candidate = evaluate_here({**payload, "pipeline": Candidate((HygieneConfig(),)).to_list()}, lambda phase: None)
+    baseline = evaluate_here({**payload, "pipeline": []}, lambda phase: None)
+    assert candidate["paired"] is not None and "error" not in candidate["paired"]
+    assert candidate["model_builds"] == 2 and 0.6 <= candidate["model_build_s"] < candidate["child_wall_s"]
+    assert baseline["model_builds"] == 1 and 0.3 <= baseline["model_build_s"] < 0.6

@@ -1062,3 +1062,33 @@ def test_a_candidate_s_metric_drop_is_in_the_metric_s_units_and_relative_to_the_
     hygiene = next(r for r in result.rows if r["label"] == "hygiene")
     assert hygiene["metric_drop"] == pytest.approx(0.04) and hygiene["metric_drop_rel"] == pytest.approx(0.05)
     assert hygiene["feasible"]
+
+
+class SlowFactoryTrials(FakeTrials):
+    """Trials whose processes report `build_s` seconds a build of the model: twice for a paired candidate."""
+
+    def __init__(self, build_s: float) -> None:
+        super().__init__(MLP)
+        self.build_s = build_s
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        row = super().run(target, payload, log_path, timeout_s)
+        if target == "evaluate":
+            builds = 2 if row["paired"] else 1
+            row.update(model_builds=builds, model_build_s=builds * self.build_s)
+        return row
+
+
+def test_a_search_whose_time_went_to_building_the_model_says_so(tmp_path: Path) -> None:
+    """A factory that trained its model for 26 s let a 4-minute search measure 2 candidates, and nothing said why
+    but 'time budget'."""
+    slow = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=2, time_budget_s=600.0,
+                                              workdir=str(tmp_path / "slow")), executor=SlowFactoryTrials(60.0))
+    note = next(n for n in slow.notes if n.startswith("building the model"))
+    # 4 candidates: the baseline's one build, two for each of the 3 paired ones
+    assert "7 builds of 60.0 s" in note and "took 420 s of the search's" in note
+    assert "loads saved weights" in note
+    quick = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=2, time_budget_s=600.0,
+                                               workdir=str(tmp_path / "quick")), executor=SlowFactoryTrials(1e-6))
+    assert not any(n.startswith("building the model") for n in quick.notes)
