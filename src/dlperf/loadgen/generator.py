@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from dlperf.errors import ConfigError, LoadGenError
 from dlperf.loadgen.client import Endpoint, Sender, fetch, parse_url
+from dlperf.loadgen.machine import LevelLoad, LevelMeter
 from dlperf.loadgen.resources import Resources, Sample, parse_sample, summarize
 from dlperf.loadgen.target import Target, error_of
 from dlperf.measure.stats import (
@@ -317,6 +318,9 @@ class LevelResult:
     """Mean time the generator took to parse a reply."""
     resources: Resources | None = None
     """What the server used while the level measured (`LoadConfig.collect_metrics`)."""
+    machine: LevelLoad | None = None
+    """A server on this machine: the cores it, this generator and other processes kept busy while the level
+    measured (`loadgen.machine`); None for a remote server or one this user cannot read."""
 
     @property
     def ok(self) -> int:
@@ -391,6 +395,7 @@ class LevelResult:
             "client_send_s": self.client_send_s, "client_recv_s": self.client_recv_s,
             "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
             "resources": self.resources.to_dict() if self.resources else None,
+            "machine": self.machine.to_dict() if self.machine else None,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -411,6 +416,7 @@ class LevelResult:
             warnings=list(data.get("warnings", [])), client_send_s=float(data.get("client_send_s", 0.0)),
             client_recv_s=float(data.get("client_recv_s", 0.0)),
             resources=Resources.from_dict(data["resources"]) if data.get("resources") else None,
+            machine=LevelLoad.from_dict(data["machine"]) if data.get("machine") else None,
         )
 
 
@@ -662,6 +668,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if len(tasks) > 4096:
                 tasks[:] = [t for t in tasks if not t.done()]
 
+    meter = LevelMeter(target.endpoint.host, target.endpoint.port)  # finds a local server's process
     start = clock()
     if config.mode == "rate":
         drivers = [asyncio.ensure_future(open_loop())]
@@ -690,6 +697,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     # from the warm-up's end as scheduled, where the loop came late to it: a generator stalled past the level's end
     # measured 0.00015 s of a 3 s level and threw its replies away (with a --requests bound, from when it counts)
     measure_start = woke if limit is not None else min(woke, warm_end)
+    meter.start()
     metrics_done = asyncio.Event()
     samples: list[Sample] = []
     problems: list[str] = []
@@ -732,6 +740,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     ended_by_count = limit is not None and done_all()
     stop.set()
     measure_end = clock()
+    machine = meter.stop()
     metrics_done.set()
     before = await before_task
     after = await _server_stats(target, STATS_TIMEOUT_S, stats_why) if before is not None else None
@@ -764,7 +773,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         window_throughputs=[w[0] for w in windows], scheduled=scheduled,
         client_send_s=sum(r[3] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
         client_recv_s=sum(r[4] for r in succeeded) / len(succeeded) / 1e9 if succeeded else 0.0,
+        machine=machine,
     )
+    if machine is not None and machine.warning:
+        result.warnings.append(machine.warning)
     server = _server_delta(before, after)
     since = sum(1 for r in succeeded if before_read and r[0] >= before_read[0])  # answered after the first read
     counted = server.requests if server is not None else 0

@@ -1,0 +1,148 @@
+"""Other load on this machine while a level measures, for a server on this machine (a loopback URL).
+
+A load level against a local server shares the cores with whatever else runs: a small transformer served at
+concurrency 8 answered 103 req/s beside a `dlperf optimize` run and two package installs, and 1986 req/s a few
+minutes later without them, and both outputs read alike. Here the machine's busy CPU time over the level is split
+into the server's (the process listening on the URL's port and its children), this generator's, and the rest's;
+`LevelLoad` keeps the three, and its `warning` says so where the rest kept half a core busy or more, as `dlperf bench`
+does of its own measurement (`measure.bench.CONTENTION_PERCENT`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+OTHER_CORES_WARNING = 0.5
+"""Other processes keeping this many cores busy on average while a level measures get a warning (bench's 50%)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine: localhost or a loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listening_pid(port: int) -> int | None:
+    """The process listening on TCP `port` of this machine, None where there is none this user may see (another
+    user's process, a platform psutil cannot list sockets on)."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError, NotImplementedError):
+        return None
+    for c in connections:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+            return int(c.pid)
+    return None
+
+
+def _tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds of the process `pid` and its descendants, those already reaped included (their time is in their
+    parent's children_* fields); None when the process is gone or cannot be read."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # a child that ended since the listing: its time is in its parent's once reaped
+            continue
+        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the machine's cores have been busy since boot, all cores together (not idle, waiting for I/O, or
+    taken by the hypervisor)."""
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0) + getattr(t, "steal", 0.0)
+    return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is in user already
+
+
+@dataclass
+class LevelLoad:
+    """The machine's cores over one level: on average how many the server, this generator and everything else kept
+    busy (cores, 1.0 = one core the whole level)."""
+
+    cores: int
+    server_cores: float
+    generator_cores: float
+    other_cores: float
+    server_pid: int
+    server_name: str = ""
+    in_process: bool = False
+    """The server runs in this generator's process (a library call beside `serve.server.start_in_thread`): the
+    process's CPU is `generator_cores`, server and generator together, and `server_cores` its children's."""
+
+    @property
+    def warning(self) -> str | None:
+        if self.other_cores < OTHER_CORES_WARNING:
+            return None
+        name = f", {self.server_name}" if self.server_name else ""
+        ours = (f"the server and this generator, one process (PID {self.server_pid}{name}): "
+                f"{self.generator_cores + self.server_cores:.1f}" if self.in_process else
+                f"the server (PID {self.server_pid}{name}) with its children: {self.server_cores:.1f}; this generator: "
+                f"{self.generator_cores:.1f}")
+        return (f"other processes kept {self.other_cores:.1f} of the machine's {self.cores} cores busy while the level "
+                f"measured ({ours}): the server's figures are slower and noisier than on a quiet machine; measure "
+                "again when it is quiet")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cores": self.cores, "server_cores": self.server_cores, "generator_cores": self.generator_cores,
+                "other_cores": self.other_cores, "server_pid": self.server_pid, "server_name": self.server_name,
+                "in_process": self.in_process}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LevelLoad:
+        return cls(int(data["cores"]), float(data["server_cores"]), float(data["generator_cores"]),
+                   float(data["other_cores"]), int(data["server_pid"]), str(data.get("server_name", "")),
+                   bool(data.get("in_process", False)))
+
+
+class LevelMeter:
+    """Reads the machine's, this process's and the server's CPU time at `start` and `stop`; `stop` returns the
+    level's `LevelLoad`, None where the server is not a process of this machine this user can read."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.pid = listening_pid(port) if is_loopback(host) else None
+        self._start: tuple[float, float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float, float] | None:
+        if self.pid is None:
+            return None
+        server = _tree_cpu_s(self.pid)
+        if server is None:
+            return None
+        return time.perf_counter(), _machine_busy_s(), time.process_time(), server
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> LevelLoad | None:
+        end = self._read()
+        if self._start is None or end is None or self.pid is None or end[0] <= self._start[0]:
+            return None
+        wall = end[0] - self._start[0]
+        machine, own, server = ((e - s) / wall for e, s in zip(end[1:], self._start[1:], strict=True))
+        in_process = self.pid == os.getpid()
+        if in_process:  # the server's tree is this process and its children: this process's CPU counted once
+            server = max(0.0, server - own)
+        try:
+            name = psutil.Process(self.pid).name()
+        except psutil.Error:
+            name = ""
+        return LevelLoad(cores=psutil.cpu_count() or 1, server_cores=server, generator_cores=own,
+                         other_cores=max(0.0, machine - own - server), server_pid=self.pid, server_name=name,
+                         in_process=in_process)

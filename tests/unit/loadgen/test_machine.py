@@ -1,0 +1,139 @@
+"""The other load on the machine while a level measures against a local server: which process is the server, and how
+the machine's busy cores split into the server's, the generator's and the rest's (real processes, real sockets)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dlperf.loadgen.generator import LevelResult
+from dlperf.loadgen.machine import LevelLoad, LevelMeter, is_loopback, listening_pid
+
+pytestmark = pytest.mark.unit
+
+SERVER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdin.readline()  # busy once told
+t = time.process_time()
+while time.process_time() - t < float(sys.argv[1]):
+    pass
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0:\n    pass\n"
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A process listening on a port of 127.0.0.1 that burns 1 CPU second when a line is written to it."""
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, "1.0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    yield proc, port
+    proc.kill()
+    proc.wait()
+
+
+def test_loopback_hosts_are_this_machine_and_others_are_not() -> None:
+    assert all(is_loopback(h) for h in ("localhost", "LOCALHOST", "127.0.0.1", "127.3.2.1", "::1", "[::1]"))
+    assert not any(is_loopback(h) for h in ("10.0.0.1", "example.com", "0.0.0.0", "::"))
+
+
+def test_the_server_is_the_process_listening_on_the_port(server: tuple[subprocess.Popen[str], int]) -> None:
+    proc, port = server
+    assert listening_pid(port) == proc.pid
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        assert listening_pid(free.getsockname()[1]) is None
+    assert LevelMeter("127.0.0.1", port).pid == proc.pid
+    assert LevelMeter("10.0.0.1", port).pid is None  # a remote server: no process of this machine to read
+
+
+def _measure(meter: LevelMeter, busy: list[subprocess.Popen[str]], wait: subprocess.Popen[str] | None = None
+             ) -> LevelLoad:
+    meter.start()
+    for p in busy:
+        p.wait()
+    if wait is not None:
+        assert wait.stdout is not None and wait.stdout.readline().strip() == "done"
+    time.sleep(0.2)
+    load = meter.stop()
+    assert load is not None
+    return load
+
+
+def test_the_server_s_cpu_is_its_own_and_another_process_s_is_other_load(
+        server: tuple[subprocess.Popen[str], int]) -> None:
+    proc, port = server
+    assert proc.stdin is not None
+    meter = LevelMeter("127.0.0.1", port)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    own = _measure(meter, [], wait=proc)
+    # one CPU second over about 1.2 s or more of wall time (less where the machine is busy and it waited for a core)
+    assert 0.2 < own.server_cores <= 1.05 and own.server_pid == proc.pid
+    assert own.generator_cores < 0.5  # this test process slept
+    meter = LevelMeter("127.0.0.1", port)
+    other = _measure(meter, [subprocess.Popen([sys.executable, "-c", BURN], text=True)])
+    assert other.server_cores < 0.05  # the server waited for its next line
+    assert other.other_cores >= 0.5 and other.warning is not None
+    assert other.warning.startswith(f"other processes kept {other.other_cores:.1f} of the machine's {other.cores} "
+                                    f"cores busy while the level measured (the server (PID {proc.pid}, ")
+    assert LevelLoad.from_dict(other.to_dict()) == other
+
+
+def test_a_server_that_went_away_gives_no_figures(server: tuple[subprocess.Popen[str], int]) -> None:
+    proc, port = server
+    meter = LevelMeter("127.0.0.1", port)
+    meter.start()
+    proc.kill()
+    proc.wait()
+    assert meter.stop() is None
+
+
+def test_half_a_core_of_other_load_is_warned_of_and_kept_with_the_level() -> None:
+    quiet = LevelLoad(cores=2, server_cores=1.6, generator_cores=0.3, other_cores=0.49, server_pid=7)
+    assert quiet.warning is None
+    busy = LevelLoad(cores=2, server_cores=0.8, generator_cores=0.2, other_cores=1.0, server_pid=7,
+                     server_name="dlperf")
+    assert busy.warning == (
+        "other processes kept 1.0 of the machine's 2 cores busy while the level measured (the server (PID 7, dlperf) "
+        "with its children: 0.8; this generator: 0.2): the server's figures are slower and noisier than on a quiet "
+        "machine; measure again when it is quiet")
+    level = LevelResult(mode="concurrency", level=1, items_per_request=1, latencies_ns=[1000], statuses={"200": 1},
+                        measured_s=1.0, stable=True, window_throughputs=[1.0], machine=busy)
+    assert level.summary()["machine"]["other_cores"] == 1.0
+    assert LevelResult.from_dict(level.to_dict()).machine == busy
+    older = level.to_dict()
+    del older["machine"]  # a level recorded before the field
+    assert LevelResult.from_dict(older).machine is None
+
+
+def test_a_server_in_this_process_is_counted_once() -> None:
+    """A library call against `start_in_thread`'s server: the process listening is the generator's own."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        meter = LevelMeter("localhost", listener.getsockname()[1])
+        meter.start()
+        t = time.process_time()
+        while time.process_time() - t < 0.3:  # this process busy, as a server thread and the generator would be
+            pass
+        load = meter.stop()
+    assert load is not None and load.in_process and load.server_pid == os.getpid()
+    assert load.generator_cores > 0.2 and load.server_cores < 0.05  # no children: all of it is this process's
+    text = LevelLoad(cores=2, server_cores=0.0, generator_cores=1.2, other_cores=0.7, server_pid=9,
+                     in_process=True).warning
+    assert text is not None and "(the server and this generator, one process (PID 9): 1.2)" in text
