@@ -34,7 +34,7 @@ def point_measurements(record: RunRecord) -> dict[int, Measurement]:
 
 
 def train_measurement(record: RunRecord) -> Measurement | None:
-    """The step times of a train run measured as one configuration (`dlperf train`, not --tune or --ddp), a
+    """The step times of a train run measured as one configuration (`dlperf train`, not --tune or --nproc), a
     Measurement whose items are the samples of a step; None for any other run."""
     result = record.result if isinstance(record.result, dict) else {}
     if record.kind != "train" or not isinstance(result.get("measurement"), dict):
