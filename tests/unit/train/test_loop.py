@@ -256,6 +256,40 @@ def test_a_loader_that_drops_the_dataloader_arguments_is_named() -> None:
     loop.close()
 
 
+def test_a_loader_that_is_no_dataloader_is_refused_the_dataloader_arguments() -> None:
+    """A list of batches given num_workers=2 printed '(batch 32, fp32, 2 workers)' and 'its loader workers' memory
+    could not be read' over no workers, and the tuner timed num_workers=2 against itself."""
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    y = x[:, :4].argmax(dim=1)
+
+    def batches(batch_size: int, **dataloader_kwargs: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, 64, batch_size)]
+
+    with pytest.raises(TrainError) as caught:
+        TrainLoop(_with(tiny(), make_loader=batches), StepConfig(batch_size=32, threads=1, num_workers=2))
+    assert str(caught.value) == (
+        "workload 'tiny': its make_loader was given num_workers=2, but returned a list, which is not a torch "
+        "DataLoader and holds none, so they cannot act on it: return a DataLoader built with make_loader's keyword "
+        "arguments (DataLoader(..., **dataloader_kwargs)); --num-workers and the loader knobs act through them")
+    TrainLoop(_with(tiny(), make_loader=batches), StepConfig(batch_size=32, threads=1)).close()  # nothing asked
+
+    class Wrapper:  # a loader of the user's own around a DataLoader: checked on the DataLoader it holds
+        def __init__(self, loader: Any) -> None:
+            self.loader = loader
+
+        def __iter__(self) -> Any:
+            return iter(self.loader)
+
+    def wrapped(batch_size: int, **dataloader_kwargs: Any) -> Wrapper:
+        return Wrapper(tiny().train.make_loader(batch_size, **dataloader_kwargs))  # type: ignore[union-attr]
+
+    TrainLoop(_with(tiny(), make_loader=wrapped), StepConfig(batch_size=32, threads=1, num_workers=2)).close()
+    inner = _dropping_kwargs().train.make_loader  # type: ignore[union-attr]
+    with pytest.raises(TrainError, match="but its DataLoader has num_workers=0"):
+        TrainLoop(_with(tiny(), make_loader=lambda b, **kw: Wrapper(inner(b, **kw))),
+                  StepConfig(batch_size=32, threads=1, num_workers=2))
+
+
 def test_base_config_takes_the_batch_size_asked_for_else_the_specs() -> None:
     w = tiny(batch_size=32)
     assert base_config(w).batch_size == 32
