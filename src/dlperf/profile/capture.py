@@ -45,6 +45,7 @@ from dlperf.workload.base import (
     call_loss,
     call_user_factory,
     error_text,
+    ignored_loader_kwargs,
     loader_problem,
     loss_problem,
     optimizer_problem,
@@ -152,7 +153,11 @@ class Step:
                 self.loader = call_user_factory(workload.name, "its loader factory", workload.train.make_loader,
                                                 self.batch_size, **dict(options.loader_kwargs))
             # the checks and words of `dlperf train` (a step raised "'str' object has no attribute 'step'")
-            problem = optimizer_problem(self.optimizer) or loader_problem(self.loader)
+            # a make_loader that drops the fix's DataLoader arguments made --verify time the loader against itself
+            # and report the input-pipeline fix as "the estimate did not hold"
+            problem = (optimizer_problem(self.optimizer) or loader_problem(self.loader)
+                       or ignored_loader_kwargs(self.loader, dict(options.loader_kwargs),
+                                                "the DataLoader fix --verify measures acts through them"))
             if problem is not None:
                 raise WorkloadError(f"workload '{workload.name}': {problem}")
             # fp16 training as `dlperf train` runs it: the loss scaled, gradients unscaled and checked for inf/NaN

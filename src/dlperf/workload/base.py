@@ -512,6 +512,42 @@ def loader_problem(loader: Any) -> str | None:
             "return a torch.utils.data.DataLoader")
 
 
+def ignored_loader_kwargs(loader: Any, asked: dict[str, Any],
+                          acts: str = "--num-workers and the loader knobs act through them") -> str | None:
+    """What is wrong when make_loader returned a loader that does not use the keyword arguments it was given (a
+    DataLoader built without them, or no DataLoader at all), or None. `acts` ends the message: what acts through them.
+
+    --num-workers and the tuner's loader knobs act only through them: a factory that dropped them trained with no
+    workers while the header said '2 workers', and the tuner timed num_workers=2 against itself, which a noisy A/B
+    could accept and advise.
+    """
+    from torch.utils.data import DataLoader
+
+    if not asked:
+        return None
+    if not isinstance(loader, DataLoader):
+        # a loader of its own that holds settings of these names (a third-party loader) is taken at its word;
+        # one that wraps a DataLoader is checked on it; any other (a list of batches, a tensor-slicing loader) has
+        # no workers to run them in: it printed '2 workers' over none, and the tuner timed num_workers=2 against
+        # itself, as for a DataLoader that drops them
+        if all(hasattr(loader, k) and getattr(loader, k) == v for k, v in asked.items()):
+            return None
+        inner = [v for v in getattr(loader, "__dict__", {}).values() if isinstance(v, DataLoader)]
+        if len(inner) != 1:
+            given = ", ".join(f"{k}={v!r}" for k, v in asked.items())
+            return (f"its make_loader was given {given}, but returned a {type(loader).__name__}, which is not a "
+                    "torch DataLoader and holds none, so they cannot act on it: return a DataLoader built with "
+                    f"make_loader's keyword arguments (DataLoader(..., **dataloader_kwargs)); {acts}")
+        loader = inner[0]
+    ignored = {k: getattr(loader, k, v) for k, v in asked.items() if getattr(loader, k, v) != v}
+    if not ignored:
+        return None
+    given = ", ".join(f"{k}={asked[k]!r}" for k in ignored)
+    got = ", ".join(f"{k}={v!r}" for k, v in ignored.items())
+    return (f"its make_loader was given {given}, but its DataLoader has {got}: pass make_loader's keyword "
+            f"arguments on (DataLoader(..., **dataloader_kwargs)); {acts}")
+
+
 def optimizer_problem(optimizer: Any) -> str | None:
     """Why what a TrainSpec's optimizer factory returned cannot step (None: it has step() and zero_grad())."""
     if callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None)):

@@ -163,6 +163,24 @@ def test_a_loader_without_a_batch_or_an_optimizer_that_cannot_step_is_named() ->
         Step(_trainable(lambda batch_size, **kw: [], lambda params: "sgd"), "train", "cpu", StepOptions())
 
 
+def test_a_make_loader_that_drops_the_fixs_dataloader_arguments_is_named() -> None:
+    """`profile --train --verify` on a make_loader that built its DataLoader without the keyword arguments timed the
+    loader fix against the loader as it was, and reported the input-pipeline estimate as not holding (0.97x)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def make_loader(batch_size: int, **kwargs: object) -> DataLoader[tuple[torch.Tensor, ...]]:
+        return DataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 2)), batch_size=batch_size)
+
+    options = StepOptions(loader_kwargs=(("num_workers", 2), ("persistent_workers", True)))
+    with pytest.raises(WorkloadError) as caught:
+        Step(_trainable(make_loader), "train", "cpu", options)
+    assert str(caught.value) == (
+        "workload 'trainable': its make_loader was given num_workers=2, persistent_workers=True, but its DataLoader "
+        "has num_workers=0, persistent_workers=False: pass make_loader's keyword arguments on (DataLoader(..., "
+        "**dataloader_kwargs)); the DataLoader fix --verify measures acts through them")
+    Step(_trainable(make_loader), "train", "cpu", StepOptions())  # nothing asked, nothing dropped
+
+
 def test_the_loader_settings_are_read_from_the_dataloader_the_factory_built() -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
