@@ -416,6 +416,10 @@ class Tuner:
                 hint = summed_loss_hint(self.baseline.batch_size, config.batch_size, trial.parity)
                 if hint:
                     trial.reason += f"; {hint}"
+                if candidate.required:
+                    # the result read "gain none" over the user's batch with nothing on its breaking their budget
+                    trial.reason += (f"; it was required ({candidate.note}), so the best so far still breaks the "
+                                     "memory budget")
                 return trial, None
             self.on_event(f"{knob.name}: {candidate.note or candidate.change}: interleaved A/B")
             loop = TrainLoop(self.workload, config)

@@ -194,6 +194,9 @@ def test_a_required_change_is_kept_without_a_speedup_but_never_without_parity() 
     assert split.status == ACCEPTED and split.speedup is not None
     assert split.verdict == FASTER or split.reason.startswith("required")
     assert lr.status == PARITY_FAILED
+    # "gain none" over a batch that breaks the user's budget said nothing of it
+    assert lr.reason.endswith("; it was required (test {'lr_scale': 5.0}), so the best so far still breaks the memory "
+                              "budget")
     assert (result.best.batch_size, result.best.accumulation_steps, result.best.lr_scale) == (8, 4, 1.0)
 
 
