@@ -397,6 +397,22 @@ def test_a_split_that_fails_parity_on_a_summed_loss_says_the_loss_looks_summed()
     assert summed_loss_hint(64, 32, diverged) is None  # another failure: no such hint
 
 
+def test_a_split_that_fails_parity_on_a_model_with_batch_norm_says_it_normalizes_over_the_batch() -> None:
+    """digits' MLP with BatchNorm1d at 16 x 4 for 64: 'parity FAILED: ... (+14.6%)' and nothing on why (each
+    micro-batch is normalized by its own statistics, which accumulation does not undo)."""
+    from dlperf.train.tune import batch_norm_hint
+
+    w = tiny()
+    normed = dataclasses.replace(w, make_model=lambda: torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
+    assert batch_norm_hint(normed, 64, 16) == (
+        "the model normalizes over the batch (BatchNorm1d): micro-batches of 16 give it other statistics than batches "
+        "of 64, which gradient accumulation does not undo; keep the batch (raise --memory-budget), or allow the "
+        "difference (--parity-tolerance)")
+    assert batch_norm_hint(normed, 64, 64) is None  # same micro-batch: not the cause
+    assert batch_norm_hint(w, 64, 16) is None  # no batch norm
+
+
 def test_a_candidate_no_faster_is_not_kept_and_its_speedup_counts_its_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every call takes the same time (a fake clock): a batch of 64 against 32 trains 2x the samples/s, its CI with
     it, yet the A/B finds no difference per call, so the candidate is not kept (only a required one would be)."""
