@@ -237,6 +237,8 @@ class TrainLoop:
         self.steps_done = 0
         self.last_step_samples = 0
         """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
+        self._batch_samples: int | None = None
+        """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
 
     def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return call_user_factory(self.workload.name, what, fn, *args, error=TrainError, **kwargs)
@@ -321,13 +323,25 @@ class TrainLoop:
         """
         import torch
 
+        self._batch_samples = None
         try:
             return self._step(timer, eager)
         except (DlperfError, torch.cuda.OutOfMemoryError):
             raise
         except Exception as exc:
-            raise TrainError(f"workload '{self.workload.name}': a training step raised {error_text(exc)}\n"
-                             f"{_user_frame(exc)}") from exc
+            raise TrainError(f"workload '{self.workload.name}': a training step raised {error_text(exc)}"
+                             f"{self._short_batch_hint()}\n{_user_frame(exc)}") from exc
+
+    def _short_batch_hint(self) -> str:
+        """What to add to a step's error when it ran on a batch shorter than the batch size (a loader's last batch
+        of an epoch): BatchNorm on a batch of 1 raised 'Expected more than 1 value per channel when training' 449
+        steps into a run at batch 4, and nothing said which batch it was."""
+        n = self._batch_samples
+        if n is None or n >= self.config.batch_size:
+            return ""
+        return (f" (on a batch of {n} sample{'' if n == 1 else 's'}, shorter than the batch size "
+                f"{self.config.batch_size}: the loader's last of an epoch? if the model cannot train on it, "
+                "drop_last=True in the DataLoader leaves it out)")
 
     def _pair(self, batch: Any) -> tuple[Any, Any]:
         pair = split_batch(batch)
@@ -345,9 +359,11 @@ class TrainLoop:
         with torch_threads(self.threads):
             for _ in range(accumulation):
                 timer.start("data")
+                self._batch_samples = None
                 inputs, target = self._pair(self.next_batch())
                 timer.stop()
-                samples += batch_length(target, inputs, self.config.batch_size)
+                self._batch_samples = batch_length(target, inputs, self.config.batch_size)
+                samples += self._batch_samples
                 timer.start("h2d")
                 inputs, target = self._to_device(inputs), self._to_device(target)
                 timer.stop()

@@ -207,6 +207,31 @@ def test_what_the_users_code_raises_in_a_step_names_the_workload_and_the_line() 
     assert isinstance(raised.value.__cause__, ValueError)
 
 
+def test_a_step_that_raises_on_a_short_last_batch_says_how_short_it_was() -> None:
+    """BatchNorm on the last batch of an epoch, 1 sample at batch 4, raised 'Expected more than 1 value per channel
+    when training' 449 steps into a run, and nothing said it was that batch."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        x = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=batch_size, **kwargs)
+
+    w = _with(tiny(), make_loader=loader)
+    w = dataclasses.replace(w, make_model=lambda: torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.BatchNorm1d(8),
+                                                                      torch.nn.Linear(8, 4)))
+    loop = TrainLoop(w, StepConfig(batch_size=4, threads=1))
+    loop.step()  # 4 samples: trains
+    with pytest.raises(TrainError) as raised:
+        loop.step()
+    assert str(raised.value).startswith(
+        "workload 'tiny': a training step raised ValueError: Expected more than 1 value per channel when training, "
+        "got input size torch.Size([1, 8]) (on a batch of 1 sample, shorter than the batch size 4: the loader's last "
+        "of an epoch? if the model cannot train on it, drop_last=True in the DataLoader leaves it out)\n")
+    loop = TrainLoop(_with(tiny(), loss_fn=lambda out, target: 1 / 0), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError, match=r"raised ZeroDivisionError: division by zero\n"):  # a full batch: no word
+        loop.step()
+
+
 def test_a_zoo_workload_without_training_spec_names_the_zoo_workloads_that_have_one() -> None:
     with pytest.raises(TrainError, match=r"workload 'resnet18' has no training spec, which training needs: .*"
                                          r"or pick a workload that has one \(in the zoo: zoo:mlp, zoo:digits-cnn\)"):
