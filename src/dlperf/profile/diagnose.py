@@ -231,7 +231,9 @@ def _input_pipeline(a: Analyses) -> Finding | None:
         f"the step computes for {_ms(ld.compute_s)} while its {_cores(current, 'worker')} load the next batches; "
         f"a batch takes about {_ms(step_s * current)} to load ({current} x the step), more than they can hide",
     ]
-    if workers is not None and parallel is not None and parallel < workers:
+    # to the tenth it prints: 0.02 cores busy elsewhere read "kept 0.0 of 2 cores busy: 2 workers would load on
+    # about 2.0 free cores, which the estimate counts"
+    if workers is not None and parallel is not None and round(parallel, 1) < workers:
         evidence.append(f"other processes kept {a.threads.other_busy_cores:.1f} of {a.threads.usable_cores} cores "
                         f"busy: {workers} workers would load on about {parallel:.1f} free cores, which the estimate "
                         "counts")

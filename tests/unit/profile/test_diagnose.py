@@ -456,6 +456,9 @@ def test_more_workers_are_estimated_on_the_cores_other_processes_leave_free() ->
     assert crowded.estimated_speedup is not None and crowded.estimated_speedup < 2.0
     assert any(e.startswith("other processes kept 1.9 of 4 cores busy: 4 workers would load on about 2.1 free cores")
                for e in crowded.evidence)
+    # 0.04 cores busy elsewhere: it read "kept 0.0 of 4 cores busy: 4 workers would load on about 4.0 free cores"
+    nearly_alone = _waiting_loader_top(num_workers=2, persistent=True, system_pct=48.5)
+    assert nearly_alone is not None and not any(e.startswith("other processes kept") for e in nearly_alone.evidence)
 
 
 def test_a_loader_with_workers_that_cannot_keep_up() -> None:
