@@ -37,6 +37,10 @@ class LaunchAnalysis:
     kernels_per_step: float | None = None
     median_kernel_us: float | None = None
     tiny_kernel_fraction: float | None = None
+    python_reads_per_step: float = 0.0
+    """Top-level reads of a tensor's value into Python per step (`aten::item`: .item(), float(), int(), bool() of a
+    tensor; `_local_scalar_dense` where item is not recorded). Those nested in other operators are not Python's:
+    nn.TransformerEncoder's fast path reads 19 a step inside its nested-tensor softmax."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,12 +50,14 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
     trace.validate()
     if tiny_op_us <= 0:
         raise ValueError(f"tiny_op_us must be positive, got {tiny_op_us}")
-    counts, all_counts, tiny_s, gap_s, busy_s, shares = [], [], [], [], [], []
+    counts, all_counts, tiny_s, gap_s, busy_s, shares, reads = [], [], [], [], [], [], []
     durations: list[float] = []
     for step in trace.steps:
         ops = trace.ops_in_step(step.index)
         top = [o for o in ops if o.depth == 0 and o.phase != "data"]
         counts.append(float(len(top)))
+        names = [o.name.split("::")[-1] for o in top]
+        reads.append(float(names.count("item") or names.count("_local_scalar_dense")))
         all_counts.append(float(len([o for o in ops if o.phase != "data"])))
         durations += [o.dur_us for o in top]
         scale = step.wall_s / (step.dur_us * 1e-6) if step.dur_us > 0 else 1.0
@@ -74,6 +80,7 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         gap_time_s=median(gap_s),
         busy_step_s=median(busy_s),
         overhead_share=median(shares),
+        python_reads_per_step=median(reads),
     )
     kernels = [k for k in trace.kernels if k.kind == "kernel" and k.step >= 0]
     if kernels:
