@@ -61,5 +61,7 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     out.print(ab_table(outcome))
     out.print(ab_verdict(outcome))
+    for warning in outcome.warnings:
+        error_console().print(f"[yellow]warning:[/] {warning}", highlight=False)
     out.print(f"recorded as run {run_id} (`dlperf report {run_id} -o ab.html`)")
     return 0

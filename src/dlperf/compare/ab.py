@@ -15,8 +15,10 @@ from typing import Any
 from dlperf.compare.settings import ABSettings
 from dlperf.errors import ConfigError, MeasurementError
 from dlperf.measure.ab import SETTLE_S, ABConfig, ABResult, ab_test, decide
+from dlperf.measure.bench import contention_warning
 from dlperf.measure.clock import Clock
 from dlperf.measure.stats import Measurement
+from dlperf.measure.system import UtilizationSampler
 from dlperf.workload.base import Inputs, Workload
 
 BLOCK_TARGET_S = 0.05
@@ -38,6 +40,30 @@ class ABRun:
     iters_per_block: int
     min_effect: float | None = None
     """The smallest change called faster or slower (None: an A/B recorded before it was kept)."""
+    process_cpu_percent: float | None = None
+    """This process's CPU while the blocks ran, in % of one core; with `system_cpu_percent` (% of all cores) what
+    other processes took (None: an A/B recorded before they were kept)."""
+    system_cpu_percent: float | None = None
+    threads: tuple[int, int] | None = None
+    """torch's intra-op threads of side A and side B while measured."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """Other processes kept half a core busy or more while the blocks ran: the interleaving shares that load
+        between the sides, but a side with more threads loses more to it (threads=1 against threads=2 of a small
+        transformer on 2 cores, one kept busy elsewhere: 'B is slower (0.306x)'), so a verdict on threads taken then
+        may not hold on a quiet machine."""
+        if self.process_cpu_percent is None or self.system_cpu_percent is None:
+            return []
+        most = max(self.threads) if self.threads else None
+        said = contention_warning(self.process_cpu_percent, self.system_cpu_percent, most,
+                                  advice="the interleaving shares their load between the sides", threads_option=False)
+        if said is None:
+            return []
+        if self.threads and self.threads[0] != self.threads[1]:
+            said += (f"; the sides differ in threads (A {self.threads[0]}, B {self.threads[1]}): the one with more "
+                     "loses more to the other processes, so this verdict may not hold on a quiet machine")
+        return [said]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +75,10 @@ class ABRun:
             "settings": {"a": self.a.to_dict(), "b": self.b.to_dict()},
             "batch_size": {"a": self.batch_size_a, "b": self.batch_size_b},
             "measurements": {"a": self.result.a.to_dict(), "b": self.result.b.to_dict()},
+            "process_cpu_percent": self.process_cpu_percent,
+            "system_cpu_percent": self.system_cpu_percent,
+            "threads": list(self.threads) if self.threads else None,
+            "warnings": self.warnings,
         }
 
     @classmethod
@@ -60,7 +90,9 @@ class ABRun:
         return cls(str(data["workload"]), ABSettings.from_dict(data["settings"]["a"]),
                    ABSettings.from_dict(data["settings"]["b"]), int(data["batch_size"]["a"]),
                    int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]),
-                   float(data["min_effect"]) if isinstance(data.get("min_effect"), (int, float)) else None)
+                   float(data["min_effect"]) if isinstance(data.get("min_effect"), (int, float)) else None,
+                   data.get("process_cpu_percent"), data.get("system_cpu_percent"),
+                   (int(data["threads"][0]), int(data["threads"][1])) if data.get("threads") else None)
 
     def describe(self) -> str:
         unit = " per item" if self.per_item else ""
@@ -227,11 +259,16 @@ def run_ab(
         # other side's block then runs on (`measure.ab.SETTLE_S`)
         config = ABConfig(blocks=blocks, iters_per_block=iters_per_block, warmup_iters=warmup_iters,
                           confidence=confidence, min_effect=min_effect, settle_s=SETTLE_S)
+        threads = (a.threads or old_threads, b.threads or old_threads)
+        util = UtilizationSampler(interval_s=0.5)
+
         def run_of(result: ABResult) -> ABRun:
-            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect)
+            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect,
+                         util.result.process_cpu_percent, util.result.system_cpu_percent, threads)
 
         try:
-            result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
+            with util:  # what other processes took while the blocks ran (`ABRun.warnings`)
+                result = _ab(call_a, call_b, config, batch_a, batch_b, on_block, before_a, before_b, clock)
         except KeyboardInterrupt as exc:  # the blocks finished so far, as a run, for the caller to keep
             partial = getattr(exc, "dlperf_measured", None)
             if partial is not None:

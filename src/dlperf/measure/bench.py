@@ -26,6 +26,33 @@ CONTENTION_PERCENT = 50.0
 """CPU (in % of one core) used by other processes during a measurement above which it is flagged."""
 
 
+def other_load_percent(process_cpu_percent: float, system_cpu_percent: float) -> float:
+    """CPU used by other processes while this one measured, in % of one core (100 = a core), from this process's
+    CPU (% of one core) and the machine's (% of all cores)."""
+    return max(0.0, system_cpu_percent * (os.cpu_count() or 1) - process_cpu_percent)
+
+
+def contention_warning(process_cpu_percent: float, system_cpu_percent: float, torch_threads: int | None,
+                       advice: str = "compare with `dlperf ab`", threads_option: bool = True) -> str | None:
+    """What a measurement with other processes keeping half a core busy or more should say, None below that: the
+    cores they kept, and where torch's `torch_threads` got fewer cores than threads, what that does to a call (and,
+    with `threads_option`, the --threads that measures with fewer)."""
+    others = other_load_percent(process_cpu_percent, system_cpu_percent)
+    if others < CONTENTION_PERCENT:
+        return None
+    said = (f"other processes kept {others / 100:.1f} cores busy while measuring (this process: "
+            f"{process_cpu_percent / 100:.1f}): expect slower, noisier numbers; {advice}")
+    got = process_cpu_percent / 100
+    if torch_threads is not None and torch_threads >= 2 and got < torch_threads - 0.5:
+        # zoo:minilm at batch 1 on 2 cores, one busy elsewhere: 920 ms a call at 2 threads, 37 ms at 1
+        free = max(1, int((os.cpu_count() or 1) - others / 100))
+        said += (f"; its {torch_threads} intra-op threads got {got:.1f} cores: an operator split across them waits "
+                 "for the descheduled one, which can make a call many times slower")
+        said += (" (`dlperf profile` tells; "
+                 f"--threads {min(free, torch_threads - 1)} measures with fewer)") if threads_option else ""
+    return said
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     batch_sizes: tuple[int, ...] | None = None
@@ -79,25 +106,12 @@ class BenchPoint:
     @property
     def other_load_percent(self) -> float:
         """CPU used by other processes while this point was measured, in % of one core (100 = a core)."""
-        cores = os.cpu_count() or 1
-        return max(0.0, self.system_cpu_percent * cores - self.process_cpu_percent)
+        return other_load_percent(self.process_cpu_percent, self.system_cpu_percent)
 
     @property
     def contention_warning(self) -> str | None:
         """Other processes kept at least half a core busy: the numbers are slower and noisier than alone."""
-        others = self.other_load_percent
-        if others < CONTENTION_PERCENT:
-            return None
-        said = (f"other processes kept {others / 100:.1f} cores busy while measuring (this process: "
-                f"{self.process_cpu_percent / 100:.1f}): expect slower, noisier numbers; compare with `dlperf ab`")
-        threads, got = self.torch_threads, self.process_cpu_percent / 100
-        if threads is not None and threads >= 2 and got < threads - 0.5:
-            # zoo:minilm at batch 1 on 2 cores, one busy elsewhere: 920 ms a call at 2 threads, 37 ms at 1
-            free = max(1, int((os.cpu_count() or 1) - others / 100))
-            said += (f"; its {threads} intra-op threads got {got:.1f} cores: an operator split across them waits for "
-                     "the descheduled one, which can make a call many times slower (`dlperf profile` tells; "
-                     f"--threads {min(free, threads - 1)} measures with fewer)")
-        return said
+        return contention_warning(self.process_cpu_percent, self.system_cpu_percent, self.torch_threads)
 
     def to_dict(self) -> dict[str, Any]:
         return {

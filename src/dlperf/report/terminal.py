@@ -583,7 +583,8 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
 
             run = ABRun.from_dict(result)
             partial = [Text(f"note: {result['partial']}")] if isinstance(result.get("partial"), str) else []
-            return Group(ab_table(run), ab_verdict(run), *partial)
+            warned = [Text.assemble(("warning: ", "yellow"), w) for w in run.warnings]
+            return Group(ab_table(run), ab_verdict(run), *warned, *partial)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

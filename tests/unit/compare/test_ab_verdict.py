@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
 from dlperf.compare.ab import ABRun
@@ -41,3 +47,43 @@ def test_the_min_effect_survives_the_store() -> None:
     old = run.to_dict()
     del old["min_effect"]  # an A/B recorded before it was kept
     assert ABRun.from_dict(old).min_effect is None
+
+
+def test_other_processes_busy_while_the_blocks_ran_are_warned_of_and_kept() -> None:
+    """threads=1 against threads=2 of a small transformer on 2 cores with one kept busy elsewhere read 'B is slower
+    (0.306x)' without a word on the load; bench said as much of its own measurements."""
+    cores = os.cpu_count() or 1
+    run = dataclasses.replace(_run(3.27, (1.9, 5.6), SLOWER), process_cpu_percent=70.0,
+                              system_cpu_percent=100.0 * (0.7 + 1.3) / cores, threads=(1, 2))
+    [warning] = run.warnings
+    assert warning.startswith("other processes kept 1.3 cores busy while measuring (this process: 0.7): expect "
+                              "slower, noisier numbers; the interleaving shares their load between the sides")
+    assert "its 2 intra-op threads got 0.7 cores" in warning and "--threads" not in warning
+    assert warning.endswith("the sides differ in threads (A 1, B 2): the one with more loses more to the other "
+                            "processes, so this verdict may not hold on a quiet machine")
+    back = ABRun.from_dict(run.to_dict())
+    assert (back.process_cpu_percent, back.threads, back.warnings) == (70.0, (1, 2), [warning])
+    same = dataclasses.replace(run, threads=(2, 2))
+    assert not same.warnings[0].endswith("quiet machine") and "its 2 intra-op threads" in same.warnings[0]
+    quiet = dataclasses.replace(run, system_cpu_percent=100.0 * (0.7 + 0.4) / cores)
+    assert quiet.warnings == []
+    old = run.to_dict()
+    for key in ("process_cpu_percent", "system_cpu_percent", "threads", "warnings"):
+        del old[key]  # an A/B recorded before they were kept
+    assert ABRun.from_dict(old).warnings == []
+
+
+def test_an_a_b_beside_a_busy_process_says_so() -> None:
+    """A real A/B of zoo:mlp with another process spinning on a core: the load is measured, not assumed."""
+    from dlperf.compare.ab import run_ab
+
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        run = run_ab("zoo:mlp", parse_settings("threads=1"), parse_settings("threads=1"), blocks=4,
+                     iters_per_block=200)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert run.threads == (1, 1) and run.process_cpu_percent is not None and run.process_cpu_percent > 0
+    assert run.warnings and run.warnings[0].startswith("other processes kept ")

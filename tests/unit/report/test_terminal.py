@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -294,6 +295,12 @@ def test_runs_show_of_an_ab_run_is_its_table_and_verdict() -> None:
     assert "A/B of zoo:mlp: 4 paired blocks of 50 calls" in shown
     assert "threads=2,option.hidden=64" in shown and "verdict: B is faster (B speed 1.333x of A" in shown
     assert "samples_ns" not in shown and "block_ratios" not in shown  # not the JSON
+    assert "warning:" not in shown  # recorded before the machine's load was kept
+    # one taken beside other processes' load says so again, as the A/B did
+    loaded = {**stored, "process_cpu_percent": 80.0, "system_cpu_percent": 95.0 * 2 / (os.cpu_count() or 1),
+              "threads": [1, 2]}
+    shown = _text(record_view(RunRecord("ab1", "ab", "zoo:mlp", "ok", "2026-01-01", result=loaded)))
+    assert "warning: other processes kept 1.1 cores busy while measuring (this process: 0.8)" in shown
 
 
 def test_runs_show_of_a_check_run_adds_the_gate_verdict_to_its_measurements() -> None:
