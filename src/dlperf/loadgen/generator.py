@@ -319,8 +319,8 @@ class LevelResult:
     resources: Resources | None = None
     """What the server used while the level measured (`LoadConfig.collect_metrics`)."""
     machine: LevelLoad | None = None
-    """A server on this machine: the cores it, this generator and other processes kept busy while the level
-    measured (`loadgen.machine`); None for a remote server or one this user cannot read."""
+    """A server on this machine: the cores it, this generator and other processes kept busy while the level ran,
+    its warm-up included (`loadgen.machine`); None for a remote server or one this user cannot read."""
 
     @property
     def ok(self) -> int:
@@ -668,7 +668,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if len(tasks) > 4096:
                 tasks[:] = [t for t in tasks if not t.done()]
 
-    meter = LevelMeter(target.endpoint.host, target.endpoint.port)  # finds a local server's process
+    # a local server's process and the machine's CPU, read before the level's first request and after its last
+    # measured one: a reading takes milliseconds (the server's children are looked up), which taken at the windows'
+    # start would have held the event loop, and the replies in flight with it
+    meter = LevelMeter(target.endpoint.host, target.endpoint.port)
+    meter.start()
     start = clock()
     if config.mode == "rate":
         drivers = [asyncio.ensure_future(open_loop())]
@@ -697,7 +701,6 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     # from the warm-up's end as scheduled, where the loop came late to it: a generator stalled past the level's end
     # measured 0.00015 s of a 3 s level and threw its replies away (with a --requests bound, from when it counts)
     measure_start = woke if limit is not None else min(woke, warm_end)
-    meter.start()
     metrics_done = asyncio.Event()
     samples: list[Sample] = []
     problems: list[str] = []

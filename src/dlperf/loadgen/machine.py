@@ -1,11 +1,11 @@
-"""Other load on this machine while a level measures, for a server on this machine (a loopback URL).
+"""Other load on this machine while a level runs, for a server on this machine (a loopback URL).
 
 A load level against a local server shares the cores with whatever else runs: a small transformer served at
 concurrency 8 answered 103 req/s beside a `dlperf optimize` run and two package installs, and 1986 req/s a few
-minutes later without them, and both outputs read alike. Here the machine's busy CPU time over the level is split
-into the server's (the process listening on the URL's port and its children), this generator's, and the rest's;
-`LevelLoad` keeps the three, and its `warning` says so where the rest kept half a core busy or more, as `dlperf bench`
-does of its own measurement (`measure.bench.CONTENTION_PERCENT`).
+minutes later without them, and both outputs read alike. Here the machine's busy CPU time over the level (its
+warm-up included) is split into the server's (the process listening on the URL's port and its children), this
+generator's, and the rest's; `LevelLoad` keeps the three, and its `warning` says so where the rest kept half a
+core busy or more, as `dlperf bench` does of its own measurement (`measure.bench.CONTENTION_PERCENT`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class LevelLoad:
                 f"the server (PID {self.server_pid}{name}) with its children: {self.server_cores:.1f}; this generator: "
                 f"{self.generator_cores:.1f}")
         return (f"other processes kept {self.other_cores:.1f} of the machine's {self.cores} cores busy while the level "
-                f"measured ({ours}): the server's figures are slower and noisier than on a quiet machine; measure "
+                f"ran ({ours}): the server's figures are slower and noisier than on a quiet machine; measure "
                 "again when it is quiet")
 
     def to_dict(self) -> dict[str, Any]:
