@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import gc
 import importlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from typing import NoReturn
 
 # (command, module under dlperf.cli, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -55,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dlperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands: dict[str, argparse.ArgumentParser] = {}
     for name, module_name, help_text in COMMANDS:
         module = _load(module_name)
         if module is None:
@@ -65,13 +68,41 @@ def build_parser() -> argparse.ArgumentParser:
         p._negative_number_matcher = NEGATIVE_VALUE
         module.add_arguments(p)  # type: ignore[attr-defined]
         p.set_defaults(_run=module.run)  # type: ignore[attr-defined]
+        commands[name] = p
+    parser.set_defaults(_commands=commands)
     return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> NoReturn:
+    """Refuse arguments no option took, in the command's own usage and with the option nearest in spelling:
+    `dlperf bench W --duration 3s` answered with the usage of `dlperf COMMAND` alone, not saying that bench's
+    option is --min-duration (load's is --duration)."""
+    command = args._commands.get(getattr(args, "command", None) or "")
+    where: argparse.ArgumentParser = command or parser
+    while True:  # down to the subcommand given (`dlperf runs list`, `dlperf baseline set`)
+        chosen = next((a.choices.get(getattr(args, a.dest, None) or "") for a in where._actions
+                       if isinstance(a, argparse._SubParsersAction)), None)
+        if chosen is None:
+            break
+        where = chosen
+    known = [o for action in where._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for extra in extras:
+        name = extra.split("=", 1)[0]
+        if name.startswith("--") and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{name}: did you mean {close[0]}?")
+    where.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+                + (f"; `{where.prog} --help` lists its options" if command is not None else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()  # imports every command's module: about 0.2 s
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            _unrecognized(parser, args, extras)
     except KeyboardInterrupt:  # Ctrl-C (or `timeout -s INT`) this early printed a traceback
         print("interrupted before the command started", file=sys.stderr)
         return 130

@@ -37,3 +37,25 @@ def test_dlperf_without_a_command_prints_its_usage_and_exits_0(capsys: pytest.Ca
     assert main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: dlperf") and "check" in out
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    # bench's option is --min-duration, load's --duration: the error was the usage of `dlperf COMMAND` alone
+    (["bench", "zoo:mlp", "--duration", "3s"], "dlperf bench: error: unrecognized arguments: --duration 3s "
+     "(--duration: did you mean --min-duration?); `dlperf bench --help` lists its options"),
+    (["runs", "list", "--kindd=bench"], "dlperf runs list: error: unrecognized arguments: --kindd=bench (--kindd: did "
+     "you mean --kind?); `dlperf runs list --help` lists its options"),
+    (["bench", "zoo:mlp", "zoo:digits-cnn"], "dlperf bench: error: unrecognized arguments: zoo:digits-cnn; "
+     "`dlperf bench --help` lists its options"),
+    (["--verison"], "dlperf: error: unrecognized arguments: --verison (--verison: did you mean --version?)"),
+])
+def test_an_unknown_option_is_refused_in_its_command_s_usage_with_the_nearest_option(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from dlperf.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(said), err
+    assert err.startswith("usage: " + said.split(":")[0])
