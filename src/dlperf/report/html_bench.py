@@ -203,6 +203,8 @@ def ab_view(rec: RunRecord) -> str:
                      (r.get("batch_size") or {}).get(side), s.get("n"), fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")),
                      fmt_ms(s.get("p99_s")), fmt(s.get("throughput"))])
     parts.append(html_table(("side", "settings", "batch", "n", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows))
+    # other processes' load while the blocks ran, as `dlperf ab` and `runs show` say it (A/Bs recorded since 2026-12-06)
+    parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in r.get("warnings") or [] if isinstance(w, str)]
     svgs = []
     blocks = r.get("block_ratios") or []
     if blocks:

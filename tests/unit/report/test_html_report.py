@@ -75,6 +75,9 @@ def test_ab_view_shows_verdict_blocks_and_both_sides(bench_points: list[dict[str
     assert "B is faster: time B/A 0.800" in html and "threads=2" in html
     titles = re.findall(r"<title>([^<]*)</title>", html)
     assert {"Per-block ratios (ABBA order)", "A vs B latency (1% tails cut)", "A vs B latency CDF"} <= set(titles)
+    assert 'class="warn">warning:' not in html
+    warned = render_report([_rec("ab1", "ab", {**result, "warnings": ["other processes kept 1.1 cores busy"]})])
+    assert '<p class="warn">warning: other processes kept 1.1 cores busy</p>' in warned
 
 
 def test_optimize_view_draws_the_pareto_frontier_from_child_runs() -> None:
