@@ -1,7 +1,8 @@
 """Shared plumbing of the engine passes: ONNX export, input/output specs, numpy <-> torch, calibration data.
 
 Engine predict callables take the model's positional torch tensors and return torch tensors shaped like
-the original outputs (one tensor, or a tuple of them). The structure is recorded once from a torch run.
+the original outputs (one tensor, a tuple of them, or a dict of them by name). The structure is recorded once from a
+torch run.
 """
 
 from __future__ import annotations
@@ -45,25 +46,32 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class IOSpec:
-    """Names, dtypes and shapes of a model's inputs and outputs, and whether it returns a tuple."""
+    """Names, dtypes and shapes of a model's inputs and outputs, and whether it returns a tuple or a dict."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     tuple_output: bool
+    output_keys: tuple[str, ...] = ()
+    """The keys of a model that returns a dict of tensors, in its order (the outputs are its values); empty for a
+    tensor or a tuple. A Hugging Face-style model returns one: engine passes refused it ('the model returns dict')."""
 
     def manifest(self) -> dict[str, Any]:
+        structure = "dict" if self.output_keys else "tuple" if self.tuple_output else "tensor"
         return {
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
-            "output_structure": "tuple" if self.tuple_output else "tensor",
+            "output_structure": structure,
+            **({"output_keys": list(self.output_keys)} if self.output_keys else {}),
         }
 
     @staticmethod
     def from_manifest(manifest: dict[str, Any]) -> IOSpec:
+        structure = manifest.get("output_structure", "tensor")
         return IOSpec(
             tuple(TensorSpec.from_dict(d) for d in manifest["inputs"]),
             tuple(TensorSpec.from_dict(d) for d in manifest["outputs"]),
-            manifest.get("output_structure", "tensor") == "tuple",
+            structure == "tuple",
+            tuple(str(k) for k in manifest.get("output_keys", [])) if structure == "dict" else (),
         )
 
 
@@ -109,16 +117,21 @@ def require_torch_model(state: ModelState) -> str | None:
     return None
 
 
-def flat_outputs(out: Any) -> tuple[Any, bool]:
-    """(tuple of tensors, whether the model returned a tuple/list)."""
+def flat_outputs(out: Any) -> tuple[Any, bool, tuple[str, ...]]:
+    """(tuple of tensors, whether the model returned a tuple/list, the keys of a dict it returned, in order). The
+    exporters flatten a dict of tensors to its values in that order, and the engines' outputs are rebuilt into one."""
     import torch
 
     if isinstance(out, torch.Tensor):
-        return (out,), False
+        return (out,), False, ()
     if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-        return tuple(out), True
+        return tuple(out), True, ()
+    if (isinstance(out, dict) and out and all(isinstance(k, str) for k in out)
+            and all(isinstance(v, torch.Tensor) for v in out.values())):
+        return tuple(out.values()), False, tuple(out)
     raise PassNotApplicable(
-        f"the model returns {type(out).__name__}; engine passes need a tensor or a tuple of tensors"
+        f"the model returns {type(out).__name__}; engine passes need a tensor, a tuple of tensors or a dict of "
+        "tensors by name"
     )
 
 
@@ -128,7 +141,7 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
 
     first = samples[0]
     with torch.inference_mode():
-        outs, is_tuple = flat_outputs(model(*first))
+        outs, is_tuple, keys = flat_outputs(model(*first))
     names = list(workload.input_names)
     in_specs = []
     for i, x in enumerate(first):
@@ -142,7 +155,8 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
             shape[0] = -1
         name = names[i] if i < len(names) else f"input_{i}"
         in_specs.append(TensorSpec(name, str(x.dtype).replace("torch.", ""), tuple(shape)))
-    out_names = list(workload.output_names)
+    # a dict's keys name its outputs where the workload names none (or not as many)
+    out_names = list(workload.output_names) if len(workload.output_names) == len(outs) else list(keys)
     out_specs = []
     for i, o in enumerate(outs):
         shape = list(o.shape)
@@ -150,7 +164,7 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
             shape[0] = -1
         name = out_names[i] if i < len(out_names) and len(out_names) == len(outs) else f"output_{i}"
         out_specs.append(TensorSpec(name, str(o.dtype).replace("torch.", ""), tuple(shape)))
-    return IOSpec(tuple(in_specs), tuple(out_specs), is_tuple)
+    return IOSpec(tuple(in_specs), tuple(out_specs), is_tuple, keys)
 
 
 def on_cpu(model: nn.Module) -> nn.Module:
@@ -232,6 +246,8 @@ def to_torch(arrays: Sequence[Any], spec: IOSpec) -> Any:
 
     # np.asarray(order="C"), not np.ascontiguousarray, which makes a 0-d output (a model's scalar) 1-d: shape [1]
     outs = tuple(torch.from_numpy(np.asarray(a, order="C")) for a in arrays)
+    if spec.output_keys:
+        return dict(zip(spec.output_keys, outs, strict=True))
     return outs if spec.tuple_output else outs[0]
 
 

@@ -45,3 +45,49 @@ def test_a_scalar_output_stays_a_scalar(config: PassConfig, tmp_path: Path) -> N
     for got in (new.predict(*x), loaded(*x)):
         assert [tuple(t.shape) for t in got] == [(5, 3), ()]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+class _Named(nn.Module):
+    """Returns a dict of tensors by name, as a Hugging Face-style model does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(8, 3)
+        self.proj = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": self.head(x), "embedding": self.proj(x).tanh()}
+
+
+@pytest.mark.parametrize("config", [OrtConfig(), OpenVinoConfig()], ids=lambda c: c.name)
+def test_a_dict_output_comes_back_a_dict_with_the_same_keys(config: PassConfig, tmp_path: Path) -> None:
+    """Engine passes refused a model returning a dict ('not applicable: the model returns dict'), so a transformer
+    with named outputs was left to compile alone; the exporters take a dict of tensors, flattened in its order."""
+    pytest.importorskip(config.name)
+    wl = Workload("named", _Named, lambda b: (torch.randn(b, 8, generator=torch.Generator().manual_seed(b)),),
+                  input_names=("x",))
+    state = initial_state(wl)
+    new = apply_pass(config, state, PassContext(threads=1))
+    artifact.write_manifest(tmp_path, new.exporter(tmp_path))  # type: ignore[misc]
+    manifest = artifact.read_manifest(tmp_path)
+    # without output_names the dict's keys name the outputs, in its order
+    assert [o["name"] for o in manifest["outputs"]] == ["logits", "embedding"]
+    assert manifest["output_structure"] == "dict" and manifest["output_keys"] == ["logits", "embedding"]
+    loaded = artifact.load_artifact(tmp_path)
+    x = wl.example_inputs(4)
+    with torch.no_grad():
+        want = state.predict(*x)
+    for got in (new.predict(*x), loaded(*x)):
+        assert isinstance(got, dict) and list(got) == ["logits", "embedding"]
+        assert tuple(got["logits"].shape) == (4, 3) and tuple(got["embedding"].shape) == (4, 5)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_outputs_that_are_not_tensors_by_name_are_still_refused() -> None:
+    from dlperf.errors import PassNotApplicable
+    from dlperf.passes._engine import flat_outputs
+
+    assert flat_outputs({"a": torch.ones(1), "b": torch.zeros(2)})[2] == ("a", "b")
+    for out in ({"a": torch.ones(1), "b": [torch.ones(1)]}, {0: torch.ones(1)}, {}, "text"):
+        with pytest.raises(PassNotApplicable, match="a tensor, a tuple of tensors or a dict of tensors by name"):
+            flat_outputs(out)
