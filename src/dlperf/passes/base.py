@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from dlperf.errors import PassError, PassNotApplicable
+from dlperf.errors import DlperfError, PassError, PassNotApplicable
 
 if TYPE_CHECKING:
     from torch import nn
@@ -155,8 +155,17 @@ def apply_pass(config: PassConfig, state: ModelState, ctx: PassContext) -> Model
         new_state = impl.apply(config, state, ctx)
     except (PassError, PassNotApplicable):
         raise
-    except Exception as exc:
+    except DlperfError as exc:  # written to be read whole (a workload's error names the user's frame)
         raise PassError(f"{config.label()} failed: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        from dlperf.passes._engine import first_line
+
+        # a library's, by its first line: a NotImplementedError of a NestedTensor op ran to 50 lines of dispatcher
+        # keys in the search's table (the whole text stays on the chained exception)
+        text = str(exc).strip()
+        said = first_line(text)
+        more = " [...]" if said != text and not said.endswith("...") else ""
+        raise PassError(f"{config.label()} failed: {type(exc).__name__}: {said}{more}") from exc
     new_state.applied = [*state.applied, config]
     return new_state
 

@@ -221,3 +221,27 @@ def test_a_dtype_whose_calibrated_gemm_is_slower_than_fp32_is_not_offered(tmp_pa
                                            make_inputs=lambda b: (torch.randn(b, 2),)), ctx) == [
         PrecisionConfig(dtype="fp16", mode="autocast")]
     assert precision.UNAVAILABLE_REASON == "bf16 GEMM here peaks at 50 GFLOP/s vs fp32 100 (dlperf calibrate)"
+
+
+def test_a_pass_that_raises_is_named_with_the_first_line_of_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NotImplementedError of a NestedTensor op (an int8 calibration hook on nn.TransformerEncoder's fast path) put
+    50 lines of dispatcher keys into the search's table; the whole text stays on the chained exception."""
+    from dlperf.errors import PassError
+    from dlperf.passes import base
+    from dlperf.passes.hygiene import HygieneConfig
+
+    long = "Could not run 'aten::min' with arguments from the 'NestedTensorCPU' backend.\n\nCPU: registered at x\n" * 3
+
+    class Raising:
+        def applicable(self, config: object, state: object, ctx: object) -> None:
+            return None
+
+        def apply(self, config: object, state: object, ctx: object) -> object:
+            raise NotImplementedError(long)
+
+    monkeypatch.setattr(base, "implementation", lambda config: Raising())
+    with pytest.raises(PassError) as info:
+        base.apply_pass(HygieneConfig(), object(), base.PassContext())  # type: ignore[arg-type]
+    assert str(info.value) == ("hygiene failed: NotImplementedError: Could not run 'aten::min' with arguments from the "
+                               "'NestedTensorCPU' backend. [...]")
+    assert isinstance(info.value.__cause__, NotImplementedError) and str(info.value.__cause__) == long
