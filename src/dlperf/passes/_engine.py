@@ -312,9 +312,16 @@ def _op_source(error: str, log: str) -> str:
     return ""
 
 
-def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opset: int = 17) -> Path:
+def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opset: int = 17,
+                workload: Workload | None = None) -> Path:
     """torch -> ONNX with the TorchScript exporter (fast, keeps module paths in node names, which
-    `onnx_layer_nodes` maps back to torch modules); falls back to the torch.export-based exporter."""
+    `onnx_layer_nodes` maps back to torch modules); falls back to the torch.export-based exporter.
+
+    With `workload`, each exported graph must also run at another batch size (`_batch_check`), else the next
+    exporter is tried; and the torch.export-based one traces a batch of 2 where `sample` is one of 1: torch.export
+    fixes a dimension of size 1, so a graph traced at batch 1 ran at that batch only (nn.TransformerEncoder, whose
+    fast path the TorchScript exporter cannot trace, ran at 1 and failed at 256 in the workload's metric, 'cannot
+    reshape {24,256,64} to {24,64}')."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -325,14 +332,17 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
         dims = {j: ("batch" if j == 0 else f"{s.name}_d{j}") for j, d in enumerate(s.shape) if d == -1}
         if dims:
             dynamic_axes[s.name] = dims
+    batch = _batch_of(sample)
+    traced_two = workload is not None and batch == 1 and all(s.shape[:1] == (-1,) for s in spec.inputs)
     errors = []
     for dynamo in (False, True):
         exporter = "dynamo" if dynamo else "torchscript"
+        traced = tuple(workload.example_inputs(2)) if dynamo and traced_two and workload is not None else sample
         log: list[str] = []
         try:
             with _quiet(), _fd1_captured() as log, torch.inference_mode(False), torch.no_grad():
                 torch.onnx.export(
-                    model, tuple(sample), str(path), input_names=in_names, output_names=out_names,
+                    model, tuple(traced), str(path), input_names=in_names, output_names=out_names,
                     dynamic_axes=dynamic_axes, opset_version=opset if not dynamo else max(opset, 18),
                     dynamo=dynamo, external_data=False,
                 )
@@ -341,12 +351,57 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
             errors.append(f"{exporter} exporter: {type(exc).__name__}: {reason}{_op_source(reason, ''.join(log))}")
             continue
         missing = untraced_inputs(path, in_names)
-        if not missing:
+        if missing:
+            # a forward that leaves torch (numpy, .item(), .tolist()) is traced as constants: the graph ignores it
+            errors.append(f"{exporter} exporter: the export traced no use of input(s) {', '.join(missing)} (the "
+                          "graph has no such input: does the forward go through numpy or Python values?)")
+            continue
+        wrong = _batch_check(path, sample, spec, workload) if workload is not None else None
+        if wrong is None:
             return path
-        # a forward that leaves torch (numpy, .item(), .tolist()) is traced as constants: the graph ignores the input
-        errors.append(f"{exporter} exporter: the export traced no use of input(s) {', '.join(missing)} (the graph "
-                      "has no such input: does the forward go through numpy or Python values?)")
+        errors.append(f"{exporter} exporter: {wrong}")
     raise PassError("ONNX export failed: " + " | ".join(errors))
+
+
+def _batch_of(inputs: Inputs) -> int | None:
+    """The first dimension of the first tensor input (the batch), None without one."""
+    import torch
+
+    return next((int(x.shape[0]) for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+
+
+def _batch_check(path: Path, sample: Inputs, spec: IOSpec, workload: Workload) -> str | None:
+    """Why the exported graph does not run at a batch size other than `sample`'s (the next one), or None where it
+    does, or where this cannot be checked: onnxruntime missing, the workload's inputs at that batch differing from
+    `sample` past the batch dimension (a graph with those sizes fixed would refuse them rightly), or an export with
+    a fixed batch. The outputs' values are judged later (the candidate's fidelity); here, that the graph runs and
+    answers as many rows."""
+    import importlib.util
+
+    batch = _batch_of(sample)
+    if batch is None or importlib.util.find_spec("onnxruntime") is None or spec.inputs[0].shape[:1] != (-1,):
+        return None
+    other = tuple(workload.example_inputs(batch + 1))
+    if len(other) != len(sample) or any(
+            tuple(a.shape[1:]) != tuple(b.shape[1:]) for a, b in zip(other, sample, strict=True)):
+        return None
+    import onnxruntime as ort
+
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4  # its own error line on stderr besides the exception
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        feeds = {s.name: a for s, a in zip(spec.inputs, to_numpy(other), strict=True)}
+        outputs = session.run(None, feeds)
+    except Exception as exc:
+        return (f"the graph traced at batch {batch} does not run at batch {batch + 1} (the trace fixed a size that "
+                f"follows the batch): {first_line(str(exc), 200)}")
+    rows = [int(o.shape[0]) for o, s in zip(outputs, spec.outputs, strict=False)
+            if s.shape[:1] == (-1,) and getattr(o, "ndim", 0) > 0]
+    if any(r != batch + 1 for r in rows):
+        return (f"the graph traced at batch {batch} answers {rows[0] if rows else '?'} rows at batch {batch + 1} "
+                "(the trace fixed a size that follows the batch)")
+    return None
 
 
 def untraced_inputs(onnx_path: Path, names: Sequence[str]) -> list[str]:

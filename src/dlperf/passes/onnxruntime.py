@@ -320,7 +320,7 @@ class OrtPass:
         # every sample's sizes, so a dimension the calibration data varies is dynamic in the graph; the export traces
         # the example inputs, as the other engine passes do (calibration_samples checked the samples against them)
         spec = _engine.io_spec(wl, model, [example, *samples])
-        path = _engine.export_onnx(model, example, spec, workdir / "model.onnx")
+        path = _engine.export_onnx(model, example, spec, workdir / "model.onnx", workload=wl)
         if config.transformer_optimizer:
             path = _transformer_optimize(path, workdir / "model.fused.onnx")
         threads = _engine.threads_for(ctx)

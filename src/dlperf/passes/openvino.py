@@ -170,13 +170,14 @@ def layer_ops(ov_model: Any, modules: Sequence[str]) -> list[str]:
             if op.get_type_name() in QUANTIZED_OP_TYPES and _op_modules(op.get_friendly_name()) & wanted]
 
 
-def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.IOSpec, workdir: Path) -> Any:
+def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.IOSpec, workdir: Path,
+             workload: Workload | None = None) -> Any:
     ov: Any = require("openvino", "openvino")
     import torch
 
     with _engine._quiet():
-        src: Any = (_engine.export_onnx(model, example, spec, workdir / "model.onnx") if config.frontend == "onnx"
-                    else None)
+        src: Any = (_engine.export_onnx(model, example, spec, workdir / "model.onnx", workload=workload)
+                    if config.frontend == "onnx" else None)
         try:
             if src is not None:
                 ov_model = ov.convert_model(str(src))
@@ -261,7 +262,7 @@ class OpenVinoPass:
         samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
                    if config.precision == "int8-static" else [])
         spec = _engine.io_spec(wl, model, [example, *samples])  # a size the calibration data varies is dynamic
-        fp32_model = _convert(config, model, example, spec, workdir)
+        fp32_model = _convert(config, model, example, spec, workdir, wl)
         threads = _engine.threads_for(ctx)
         static_shapes = [tuple(int(d) for d in x.shape) for x in example] if config.static_shape else None
         notes = [f"openvino CPU via the {config.frontend} frontend, {threads} threads, "

@@ -564,3 +564,54 @@ def test_a_failed_export_prints_no_graph_and_says_where_the_op_is_called(capfd: 
     message = str(info.value)
     assert "Exporting the operator 'aten::linalg_eigh' to ONNX opset version 17 is not supported (called at " in message
     assert f"{Path(__file__).name}:" in message.partition("(called at ")[2]
+
+
+class _BatchInPython(torch.nn.Module):
+    """Reads the batch size into Python: a trace keeps the traced batch as a constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = int(x.shape[0])
+        return self.lin(x).reshape(rows, 2, 3).sum(-1)
+
+
+class _Plain(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).reshape(x.shape[0], 2, 3).sum(-1)
+
+
+def _rows_workload(cls: type[torch.nn.Module]) -> Any:
+    from dlperf.workload.base import Workload
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return cls()
+
+    return Workload("rows", make, lambda b: (torch.randn(b, 4, generator=torch.Generator().manual_seed(b)),))
+
+
+def test_an_export_that_fixed_the_traced_batch_is_not_taken_for_a_dynamic_one() -> None:
+    """The TorchScript exporter keeps a batch read into Python as the traced constant: its graph, exported 'with a
+    dynamic batch', answered 1 row for any batch, and the candidate went on with it. Each exported graph now runs
+    at a second batch size first; the torch.export-based exporter traces batch 2 (it fixes a dimension of 1), and
+    where neither graph runs at another batch the pass says so."""
+    wl = _rows_workload(_BatchInPython)
+    state = initial_state(wl)
+    try:
+        new = apply_pass(OrtConfig(), state, PassContext(threads=1, batch_size=1))
+    except PassError as exc:
+        assert "torchscript exporter: the graph traced at batch 1 answers 1 rows at batch 2" in str(exc), str(exc)
+    else:  # the torch.export-based graph, traced at batch 2, runs at any batch
+        x = wl.example_inputs(5)
+        with torch.no_grad():
+            torch.testing.assert_close(new.predict(*x), state.predict(*x), atol=1e-5, rtol=1e-4)
+    plain = _rows_workload(_Plain)  # the batch kept as a tensor size: the TorchScript graph passes the check
+    new = apply_pass(OrtConfig(), initial_state(plain), PassContext(threads=1, batch_size=1))
+    assert tuple(new.predict(*plain.example_inputs(7)).shape) == (7, 2)
