@@ -311,6 +311,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--arrivals {args.arrivals} sets how an open loop's requests arrive (--rate, --find-peak); "
                           "--concurrency keeps N requests outstanding, each sent as the last one is answered: drop "
                           "--arrivals, or give --rate instead of --concurrency")
+    if args.arrivals not in (None, "trace") and args.rate is None and not args.find_peak and not args.request_intervals:
+        # without --concurrency too the load is the default closed loop at 1, and the arrivals were stored as its own
+        raise ConfigError(f"--arrivals {args.arrivals} sets how an open loop's requests arrive, and no open loop was "
+                          "asked for: add --rate R (requests per second) or --find-peak; without them the load keeps "
+                          "one request outstanding (--concurrency 1)")
     if args.find_peak and args.concurrency:
         raise ConfigError("--find-peak searches request rates (open loop): drop --concurrency, or drop --find-peak "
                           "and give --p99-ms (or --slo-ms) to judge each concurrency level")

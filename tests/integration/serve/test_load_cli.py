@@ -395,6 +395,9 @@ def test_a_rate_range_runs_one_open_loop_level_per_step(server: Running, tmp_pat
     # arrivals mean nothing in a closed loop (they were taken, and stored as the run's)
     assert main(["load", server.url, "--model", "mlp", "--concurrency", "2", "--arrivals", "poisson"]) == 2
     assert "--arrivals poisson sets how an open loop's requests arrive" in capsys.readouterr().err
+    # ... and without --concurrency either: the default closed loop at 1 ran, recorded with Poisson arrivals
+    assert main(["load", server.url, "--model", "mlp", "--arrivals", "poisson"]) == 2
+    assert "no open loop was asked for: add --rate R (requests per second) or --find-peak" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("v2", "model", "message"), [
