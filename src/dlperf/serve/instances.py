@@ -87,8 +87,19 @@ class ServedModel:
     at once."""
     batch_range: tuple[int, int] | None = None
     """The batch sizes its engine runs (a TensorRT artifact's), or None: any."""
+    examples: Callable[[int], list[np.ndarray]] | None = None
+    """examples(batch) -> the model's own example inputs at that batch size (a workload's `make_inputs`), which the
+    warm-up runs; None: random arrays of the signature. Random integers (0-99) made the warm-up of a model with an
+    embedding of fewer rows fail with 'IndexError: index out of range in self' before the server could start."""
 
     def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
+        """The warm-up's inputs: `examples`, else `random_arrays`. Called in an instance thread: the user's
+        make_inputs may run torch's parallel kernels, which make the calling thread an OpenMP master for good."""
+        if self.examples is not None:
+            return self.examples(batch)
+        return self.random_arrays(batch, seed)
+
+    def random_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
         return [random_array(s.datatype, _concrete(s.shape, batch), rng) for s in self.signature.inputs]
 
@@ -160,9 +171,13 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
                 m = models[index] = copy.deepcopy(model)
         return _torch_runner(m, device)
 
+    def examples(batch: int) -> list[np.ndarray]:
+        with lock:  # the instances warm up at once; the user's make_inputs need not be thread-safe
+            return [_to_numpy(x) for x in workload.example_inputs(batch)]
+
     # a URL path segment: 'minilm?seq_len=64' -> 'minilm'
     return ServedModel(name or workload.name.split("?")[0], Signature(inputs, outputs), make_runner,
-                       source=workload.source or spec, batched=batched)
+                       source=workload.source or spec, batched=batched, examples=examples)
 
 
 def _output_names(outputs: list[tuple[str | None, Any]], declared: Sequence[str]) -> list[str]:
@@ -200,16 +215,19 @@ def _flatten_outputs(out: Any) -> list[tuple[str | None, Any]]:
                        "tuples of tensors or dicts of tensors")
 
 
-def _torch_runner(model: Any, device: str) -> Runner:
+def _to_numpy(t: Any) -> np.ndarray:
     import torch
 
-    def to_numpy(t: Any) -> np.ndarray:
-        t = t.detach().cpu()
-        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: the same bits as ml_dtypes' (BF16)
-            bits: np.ndarray = t.view(torch.int16).numpy()
-            return bits.view(BF16)
-        array: np.ndarray = t.numpy()
-        return array
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: the same bits as ml_dtypes' (BF16)
+        bits: np.ndarray = t.view(torch.int16).numpy()
+        return bits.view(BF16)
+    array: np.ndarray = t.numpy()
+    return array
+
+
+def _torch_runner(model: Any, device: str) -> Runner:
+    import torch
 
     def to_tensor(a: np.ndarray) -> Any:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == BF16 else torch.from_numpy(a)
@@ -220,7 +238,7 @@ def _torch_runner(model: Any, device: str) -> Runner:
             tensors = [t.to(device, non_blocking=True) for t in tensors]
         with torch.inference_mode():
             out = model(*tensors)
-        return [to_numpy(t) for _, t in _flatten_outputs(out)]
+        return [_to_numpy(t) for _, t in _flatten_outputs(out)]
 
     return on_own_stream(run, device)
 

@@ -963,7 +963,7 @@ def check_batch_memory(model: ServedModel, max_batch: int) -> None:
 
     if max_batch <= 1:
         return
-    need = sum(a.nbytes for a in model.example_arrays(1)) * max_batch
+    need = sum(a.nbytes for a in model.random_arrays(1)) * max_batch  # not the workload's: on this thread
     available = psutil.virtual_memory().available
     if need > available:
         raise ConfigError(
