@@ -320,7 +320,40 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
         isinstance(item, dict) and item.get("pass") == "cuda_graphs" for item in manifest.get("recipe") or [])
     return ServedModel(model_name, signature, make_runner, source=str(path), platform=engine, serial_setup=graphs,
                        batch_range=artifact_batch_range(manifest),
-                       engine_threads=threads or own)
+                       engine_threads=threads or own, examples=_artifact_examples(path, manifest, signature))
+
+
+def _artifact_examples(path: Path, manifest: dict[str, Any],
+                       signature: Signature) -> Callable[[int], list[np.ndarray]] | None:
+    """The example inputs of the workload an artifact was exported from, cast to the artifact's datatypes, where
+    that workload loads here and its inputs fit the signature; None (random arrays) otherwise. An ONNX export of a
+    model embedding 50 category ids failed its warm-up on random integers 0-99 ("indices element out of data
+    bounds")."""
+    from dlperf.optimize.artifact import _workload_spec
+    from dlperf.serve.protocol import NUMPY_DTYPES
+    from dlperf.workload.loader import load_workload
+
+    if not isinstance(manifest.get("workload"), str) or not manifest["workload"]:
+        return None
+    lock = threading.Lock()
+
+    def examples(batch: int) -> list[np.ndarray]:
+        with lock:  # the instances warm up at once; the user's make_inputs need not be thread-safe
+            arrays = [_to_numpy(x) for x in workload.example_inputs(batch)]
+        return [a.astype(NUMPY_DTYPES[s.datatype], copy=False) for a, s in zip(arrays, signature.inputs, strict=True)]
+
+    try:
+        workload = load_workload(_workload_spec(path, manifest)[0])
+        for batch in (1, 2):
+            arrays = examples(batch)
+            if not all(a.ndim == len(s.shape) and all(d in (-1, n) for d, n in zip(s.shape, a.shape, strict=True))
+                       for a, s in zip(arrays, signature.inputs, strict=True)):
+                raise ValueError(f"shapes {[list(a.shape) for a in arrays]} at batch {batch}")
+    except Exception as exc:  # the user's code, moved or changed since the export: warm up as before
+        log.info("artifact '%s' warms up on random inputs: the example inputs of its workload '%s' do not serve "
+                 "(%s: %s)", path, manifest["workload"], type(exc).__name__, exc)
+        return None
+    return examples
 
 
 # --- validation of one request against the signature ---------------------------------------------
