@@ -440,12 +440,6 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                             f"  start: {rate:.1f} req/s, the closed-loop throughput at concurrency 4", markup=False))
                 peak_dict = peak.to_dict()  # each step's summary with its verdict
                 run_.result = {"peak": peak_dict, **run_.result}
-                if args.json:
-                    print_json({"run_id": run_.id, **peak_dict})
-                else:
-                    _print_levels(out, results, [{}] * len(results), title, slo)  # peak_lines give the verdicts
-                    for line in peak_lines(peak):
-                        out.print(indented_line(line))
             else:
                 q = slo.percentile if slo is not None else 99.0  # each level's line shows the judged percentile
                 with load_progress(config.mode) as (on_window, shown):
@@ -454,18 +448,23 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
                         shown.print(level_line(r, q), markup=False)
 
                     run_load(target, config, on_window=on_window, on_level=on_level)
-                if args.json:
-                    print_json({"run_id": run_.id,
-                                "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
-                else:
-                    _print_levels(out, results, marks, title, slo)
-            _print_warnings(err, results)
-            if not args.json:
-                out.print(f"recorded as run {run_.id}", markup=False)
     except KeyboardInterrupt:  # also Terminated (SIGTERM); the store has recorded the run as interrupted
         if run_ is not None:
             _interrupted(args, out, err, run_.id, results, marks, title, slo)
         raise
+    # printed once the run is recorded as finished: a reader gone away (`| head`) made it a failed run
+    # ("BrokenPipeError") with every level measured
+    if args.json:
+        print_json({"run_id": run_.id, **peak_dict} if args.find_peak else
+                   {"run_id": run_.id, "levels": [{**r.summary(), **m} for r, m in zip(results, marks, strict=True)]})
+    else:
+        _print_levels(out, results, marks if not args.find_peak else [{}] * len(results), title, slo)
+        if args.find_peak:  # peak_lines give the verdicts
+            for line in peak_lines(peak):
+                out.print(indented_line(line))
+    _print_warnings(err, results)
+    if not args.json:
+        out.print(f"recorded as run {run_.id}", markup=False)
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)

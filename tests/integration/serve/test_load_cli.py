@@ -506,3 +506,21 @@ def test_a_server_failing_every_request_is_quoted_not_asked_whether_it_is_up() -
     (warning,) = [w for w in level.warnings if w.startswith("no request succeeded")]
     assert "the server's 500 said: " in warning and "poisoned input" in warning
     assert "is the server up" not in warning
+
+
+def test_a_reader_that_goes_away_while_the_table_prints_leaves_the_run_recorded_ok(
+        server: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf load ... | head`: the table was printed inside the run's recording, so the closed pipe's
+    BrokenPipeError made a run whose levels had all been measured a failed one ("BrokenPipeError:")."""
+    from dlperf.cli import load as load_cli
+
+    def reader_gone(*args: Any) -> None:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(load_cli, "_print_levels", reader_gone)
+    store = tmp_path / "runs.db"
+    code = main(["load", server.url, "--model", "mlp", "--requests", "20", "--window-s", "0.5", "--warmup-s", "0.2",
+                 "--store", str(store)])
+    assert code == 141  # as a shell reports a process ended by SIGPIPE
+    (record,) = Store(store).list()
+    assert record.status == "ok" and record.error is None and len(record.result["levels"]) == 1
