@@ -87,17 +87,17 @@ class ServedModel:
     at once."""
     batch_range: tuple[int, int] | None = None
     """The batch sizes its engine runs (a TensorRT artifact's), or None: any."""
-    examples: Callable[[int], list[np.ndarray]] | None = None
+    examples: Callable[[int], list[np.ndarray] | None] | None = None
     """examples(batch) -> the model's own example inputs at that batch size (a workload's `make_inputs`), which the
-    warm-up runs; None: random arrays of the signature. Random integers (0-99) made the warm-up of a model with an
-    embedding of fewer rows fail with 'IndexError: index out of range in self' before the server could start."""
+    warm-up runs, or None where they do not fit; None: random arrays of the signature. Random integers (0-99) made
+    the warm-up of a model with an embedding of fewer rows fail with 'IndexError: index out of range in self' before
+    the server could start."""
 
     def example_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         """The warm-up's inputs: `examples`, else `random_arrays`. Called in an instance thread: the user's
         make_inputs may run torch's parallel kernels, which make the calling thread an OpenMP master for good."""
-        if self.examples is not None:
-            return self.examples(batch)
-        return self.random_arrays(batch, seed)
+        own = self.examples(batch) if self.examples is not None else None
+        return own if own is not None else self.random_arrays(batch, seed)
 
     def random_arrays(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -324,11 +324,12 @@ def _from_artifact(path: Path, name: str | None, device: str, threads: int | Non
 
 
 def _artifact_examples(path: Path, manifest: dict[str, Any],
-                       signature: Signature) -> Callable[[int], list[np.ndarray]] | None:
+                       signature: Signature) -> Callable[[int], list[np.ndarray] | None] | None:
     """The example inputs of the workload an artifact was exported from, cast to the artifact's datatypes, where
-    that workload loads here and its inputs fit the signature; None (random arrays) otherwise. An ONNX export of a
-    model embedding 50 category ids failed its warm-up on random integers 0-99 ("indices element out of data
-    bounds")."""
+    that workload loads and its inputs at the batch fit the signature; None (random arrays) otherwise. An ONNX export
+    of a model embedding 50 category ids failed its warm-up on random integers 0-99 ("indices element out of data
+    bounds"). The workload is loaded and its inputs made at the first call, in an instance thread, as a workload's
+    are (the user's code never runs torch's kernels on the main thread)."""
     from dlperf.optimize.artifact import _workload_spec
     from dlperf.serve.protocol import NUMPY_DTYPES
     from dlperf.workload.loader import load_workload
@@ -336,23 +337,28 @@ def _artifact_examples(path: Path, manifest: dict[str, Any],
     if not isinstance(manifest.get("workload"), str) or not manifest["workload"]:
         return None
     lock = threading.Lock()
+    loaded: list[Any] = []  # the workload, or the reason it cannot give the inputs
 
-    def examples(batch: int) -> list[np.ndarray]:
+    def examples(batch: int) -> list[np.ndarray] | None:
         with lock:  # the instances warm up at once; the user's make_inputs need not be thread-safe
-            arrays = [_to_numpy(x) for x in workload.example_inputs(batch)]
-        return [a.astype(NUMPY_DTYPES[s.datatype], copy=False) for a, s in zip(arrays, signature.inputs, strict=True)]
+            try:
+                if not loaded:
+                    loaded.append(load_workload(_workload_spec(path, manifest)[0]))
+                if isinstance(loaded[0], str):
+                    return None
+                arrays = [_to_numpy(x) for x in loaded[0].example_inputs(batch)]
+                arrays = [a.astype(NUMPY_DTYPES[s.datatype], copy=False)
+                          for a, s in zip(arrays, signature.inputs, strict=True)]
+                if not all(a.ndim == len(s.shape) and all(d in (-1, n) for d, n in zip(s.shape, a.shape, strict=True))
+                           for a, s in zip(arrays, signature.inputs, strict=True)):
+                    raise ValueError(f"shapes {[list(a.shape) for a in arrays]} at batch {batch}")
+                return arrays
+            except Exception as exc:  # the user's code, moved or changed since the export: warm up as before
+                log.info("artifact '%s' warms up on random inputs: the example inputs of its workload '%s' do not "
+                         "serve (%s: %s)", path, manifest["workload"], type(exc).__name__, exc)
+                loaded[:] = [f"{type(exc).__name__}: {exc}"]
+                return None
 
-    try:
-        workload = load_workload(_workload_spec(path, manifest)[0])
-        for batch in (1, 2):
-            arrays = examples(batch)
-            if not all(a.ndim == len(s.shape) and all(d in (-1, n) for d, n in zip(s.shape, a.shape, strict=True))
-                       for a, s in zip(arrays, signature.inputs, strict=True)):
-                raise ValueError(f"shapes {[list(a.shape) for a in arrays]} at batch {batch}")
-    except Exception as exc:  # the user's code, moved or changed since the export: warm up as before
-        log.info("artifact '%s' warms up on random inputs: the example inputs of its workload '%s' do not serve "
-                 "(%s: %s)", path, manifest["workload"], type(exc).__name__, exc)
-        return None
     return examples
 
 
