@@ -95,9 +95,9 @@ class LevelLoad:
                 f"{self.generator_cores + self.server_cores:.1f}" if self.in_process else
                 f"the server (PID {self.server_pid}{name}) with its children: {self.server_cores:.1f}; this generator: "
                 f"{self.generator_cores:.1f}")
-        return (f"other processes kept {self.other_cores:.1f} of the machine's {self.cores} cores busy while the level "
-                f"ran ({ours}): the server's figures are slower and noisier than on a quiet machine; measure "
-                "again when it is quiet")
+        return (f"other processes (besides the server and this generator) kept {self.other_cores:.1f} of the "
+                f"machine's {self.cores} cores busy while the level ran ({ours}): the server's figures are slower "
+                "and noisier than on a quiet machine; measure again when it is quiet")
 
     def to_dict(self) -> dict[str, Any]:
         return {"cores": self.cores, "server_cores": self.server_cores, "generator_cores": self.generator_cores,

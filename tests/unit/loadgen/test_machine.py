@@ -89,8 +89,9 @@ def test_the_server_s_cpu_is_its_own_and_another_process_s_is_other_load(
     other = _measure(meter, [subprocess.Popen([sys.executable, "-c", BURN], text=True)])
     assert other.server_cores < 0.05  # the server waited for its next line
     assert other.other_cores >= 0.5 and other.warning is not None
-    assert other.warning.startswith(f"other processes kept {other.other_cores:.1f} of the machine's {other.cores} "
-                                    f"cores busy while the level ran (the server (PID {proc.pid}, ")
+    assert other.warning.startswith(f"other processes (besides the server and this generator) kept "
+                                    f"{other.other_cores:.1f} of the machine's {other.cores} cores busy while the "
+                                    f"level ran (the server (PID {proc.pid}, ")
     assert LevelLoad.from_dict(other.to_dict()) == other
 
 
@@ -109,9 +110,9 @@ def test_half_a_core_of_other_load_is_warned_of_and_kept_with_the_level() -> Non
     busy = LevelLoad(cores=2, server_cores=0.8, generator_cores=0.2, other_cores=1.0, server_pid=7,
                      server_name="dlperf")
     assert busy.warning == (
-        "other processes kept 1.0 of the machine's 2 cores busy while the level ran (the server (PID 7, dlperf) "
-        "with its children: 0.8; this generator: 0.2): the server's figures are slower and noisier than on a quiet "
-        "machine; measure again when it is quiet")
+        "other processes (besides the server and this generator) kept 1.0 of the machine's 2 cores busy while the "
+        "level ran (the server (PID 7, dlperf) with its children: 0.8; this generator: 0.2): the server's figures are "
+        "slower and noisier than on a quiet machine; measure again when it is quiet")
     level = LevelResult(mode="concurrency", level=1, items_per_request=1, latencies_ns=[1000], statuses={"200": 1},
                         measured_s=1.0, stable=True, window_throughputs=[1.0], machine=busy)
     assert level.summary()["machine"]["other_cores"] == 1.0
