@@ -171,13 +171,17 @@ def layer_ops(ov_model: Any, modules: Sequence[str]) -> list[str]:
 
 
 def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.IOSpec, workdir: Path,
-             workload: Workload | None = None) -> Any:
+             workload: Workload | None = None, notes: list[str] | None = None) -> Any:
+    """The OpenVINO model through `config.frontend`; where the PyTorch frontend cannot convert it, through an ONNX
+    export, with a line in `notes` saying so."""
+    notes = notes if notes is not None else []
     ov: Any = require("openvino", "openvino")
     import torch
 
+    frontend = config.frontend
     with _engine._quiet():
         src: Any = (_engine.export_onnx(model, example, spec, workdir / "model.onnx", workload=workload)
-                    if config.frontend == "onnx" else None)
+                    if frontend == "onnx" else None)
         try:
             if src is not None:
                 ov_model = ov.convert_model(str(src))
@@ -185,9 +189,21 @@ def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.
                 with torch.no_grad():
                     ov_model = ov.convert_model(model, example_input=tuple(example))
         except Exception as exc:  # OpenVINO's OpConversionFailure: C++ source locations, then the ops, then the graph
-            frontend = "ONNX" if src is not None else "PyTorch"
-            raise PassError(f"OpenVINO's {frontend} frontend could not convert the model: {conversion_reason(exc)}") \
-                from exc
+            said = f"OpenVINO's {'ONNX' if src is not None else 'PyTorch'} frontend could not convert the model: " \
+                   f"{conversion_reason(exc)}"
+            if src is not None or not _engine.installed("onnx"):
+                raise PassError(said) from exc
+            # the PyTorch frontend has no rule for some ops the ONNX exporters lower (nn.TransformerEncoder's fast
+            # path: aten::_nested_tensor_from_mask): through an ONNX export instead, saying so
+            try:
+                ov_model = ov.convert_model(str(_engine.export_onnx(model, example, spec, workdir / "model.onnx",
+                                                                    workload=workload)))
+            except Exception as onnx_exc:
+                raise PassError(f"{said}; and through an ONNX export: {_engine.first_line(str(onnx_exc))}") \
+                    from onnx_exc
+            frontend = "onnx"
+            notes.append(f"converted through the ONNX frontend: the PyTorch frontend could not "
+                         f"({conversion_reason(exc)})")
     # Name the inputs and outputs like the workload does (the PyTorch frontend leaves the outputs unnamed, so the IR
     # was unusable by name in OpenVINO itself, its model server or Triton; the ONNX frontend keeps the export's) and
     # free the batch dimension (and any varying one).
@@ -262,11 +278,13 @@ class OpenVinoPass:
         samples = (_engine.calibration_samples(state, ctx, config.calibration_samples)
                    if config.precision == "int8-static" else [])
         spec = _engine.io_spec(wl, model, [example, *samples])  # a size the calibration data varies is dynamic
-        fp32_model = _convert(config, model, example, spec, workdir, wl)
+        converted: list[str] = []
+        fp32_model = _convert(config, model, example, spec, workdir, wl, converted)
         threads = _engine.threads_for(ctx)
         static_shapes = [tuple(int(d) for d in x.shape) for x in example] if config.static_shape else None
-        notes = [f"openvino CPU via the {config.frontend} frontend, {threads} threads, "
-                 f"inference precision {config.inference_precision}"]
+        frontend = "onnx" if converted else config.frontend
+        notes = [f"openvino CPU via the {frontend} frontend, {threads} threads, "
+                 f"inference precision {config.inference_precision}", *converted]
         ov_model = fp32_model
         if config.precision != "fp32":
 
