@@ -343,6 +343,12 @@ class Measurement:
         if self.items_per_call < 1:
             raise ValueError("items_per_call must be >= 1")
 
+    def __repr__(self) -> str:
+        # the dataclass's printed every sample: a BenchPoint of `dlperf.bench(...).points` was some 60 KB of ns
+        return (f"Measurement({self.label!r}, {self.n} calls of {self.items_per_call} item"
+                f"{'' if self.items_per_call == 1 else 's'}, p50 {self.p50_s * 1e3:.4g} ms, "
+                f"mean {self.mean_s * 1e3:.4g} ms)")
+
     @property
     def _sorted_s(self) -> list[float]:
         cached = self.__dict__.get("_sorted_cache")

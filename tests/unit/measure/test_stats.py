@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 
+from dlperf.measure.bench import BenchPoint
 from dlperf.measure.stats import (
     NOISE_IQR_RATIO,
     Measurement,
@@ -119,6 +120,15 @@ def test_round_trip_keeps_the_clock_label_and_extra() -> None:
     assert (back.clock, back.label, back.extra) == ("cuda_events", "gpu", {"stop_note": "stopped at the cap"})
     assert back.noise_warning is not None and back.noise_warning == m.noise_warning
     assert back.summary()["stop_note"] == "stopped at the cap"
+
+
+def test_a_measurement_and_a_bench_point_print_as_one_short_line() -> None:
+    """Printing a point of `dlperf.bench(...).points` dumped its every sample (some 60 KB for a 1 s run at 30 us a
+    call), as the dataclass's repr does; the BenchResult holding it already printed as one line."""
+    m = Measurement([30_000 + i for i in range(20_000)], items_per_call=8, label="mycnn bs=8")
+    point = BenchPoint(8, m, 2**20, 100.0, 50.0)
+    assert repr(m) == "Measurement('mycnn bs=8', 20000 calls of 8 items, p50 0.04 ms, mean 0.04 ms)"
+    assert len(repr(point)) < 400 and "30001" not in repr(point)
 
 
 def test_measurement_rejects_bad_input() -> None:
