@@ -94,8 +94,16 @@ def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Co
 def latency_violations(result: dict[str, Any], constraints: Constraints) -> list[str]:
     """Why a measured result fails the latency budget (empty when it meets it or there is none): the one constraint
     the baseline itself can fail."""
-    if constraints.latency_budget_s is not None and result.get("p99_s") is not None \
-            and result["p99_s"] > constraints.latency_budget_s:
-        return [f"p99 latency {result['p99_s'] * 1e3:.2f} ms exceeds the budget "
-                f"{constraints.latency_budget_s * 1e3:g} ms"]
-    return []
+    budget = constraints.latency_budget_s
+    if budget is None or result.get("p99_s") is None or result["p99_s"] <= budget:
+        return []
+    reason = f"p99 latency {result['p99_s'] * 1e3:.2f} ms exceeds the budget {budget * 1e3:g} ms"
+    p50 = result.get("p50_s")
+    tail = (result.get("latency") or {}).get("heavy_tail_note")
+    if isinstance(p50, (int, float)) and p50 <= budget and tail:
+        # a 0.08 ms model failed a 20 ms budget on a p99 of 39.9 ms, its calls stalled by other processes on a
+        # shared machine, and the reason read as if the model were too slow
+        tail = str(tail).split("; items/s counts")[0]  # the note's last words are about throughput
+        reason += (f" (its median call, {p50 * 1e3:.3g} ms, is within it: {tail}; other load on the machine makes "
+                   "such a tail, so re-run where it is quieter before taking this as the model's)")
+    return [reason]
