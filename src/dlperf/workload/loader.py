@@ -486,6 +486,17 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
                 f"'{path}' is an artifact folder (its manifest.json, written by dlperf optimize), not a workload: "
                 f"`dlperf bench {spec}` measures it, `dlperf serve {spec}` serves it; give this command the workload "
                 "it was made from (the manifest's 'workload')")
+        if (path / "artifact" / "manifest.json").is_file():
+            # a candidate's folder under the "candidates' artifacts: DIR" that optimize prints: it read "point at a
+            # .py file", with no word of the artifact one level down
+            raise WorkloadError(
+                f"'{path}' is a candidate's folder of a dlperf optimize search, not a workload: its artifact is "
+                f"'{path / 'artifact'}' (`dlperf bench {path / 'artifact'}` measures it)")
+        if any(path.glob("*/artifact/manifest.json")):
+            raise WorkloadError(
+                f"'{path}' is the work folder of a dlperf optimize search, not a workload: each candidate's artifact "
+                f"is in {path}/KEY/artifact (`dlperf runs show` of a candidate run names its own), which `dlperf "
+                "bench` measures")
         raise WorkloadError(f"workload file '{path}' is a folder, not a file: point at a .py file")
     if path.suffix != ".py":
         raise WorkloadError(f"workload file '{path}' is not a Python file: point at a .py file")

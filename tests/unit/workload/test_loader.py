@@ -337,6 +337,19 @@ def test_an_artifact_folder_is_named_as_one_with_the_ways_to_measure_it(tmp_path
         load_workload(str(tmp_path / "art"))
 
 
+def test_an_optimize_work_folder_and_a_candidate_s_folder_point_at_the_artifact_inside(tmp_path: Path) -> None:
+    """`dlperf bench optimize/RUN/KEY`, a candidate's folder under the "candidates' artifacts: DIR" line optimize
+    prints, said "is a folder, not a file: point at a .py file"; its artifact is in KEY/artifact."""
+    (tmp_path / "run" / "4a3eb791c27d" / "artifact").mkdir(parents=True)
+    (tmp_path / "run" / "4a3eb791c27d" / "artifact" / "manifest.json").write_text("{}")
+    with pytest.raises(WorkloadError, match=r"4a3eb791c27d' is a candidate's folder of a dlperf optimize search, not "
+                                            r"a workload: its artifact is '.*4a3eb791c27d/artifact' \(`dlperf bench"):
+        load_workload(str(tmp_path / "run" / "4a3eb791c27d"))
+    with pytest.raises(WorkloadError, match=r"run' is the work folder of a dlperf optimize search, not a workload: "
+                                            r"each candidate's artifact is in .*run/KEY/artifact"):
+        load_workload(str(tmp_path / "run"))
+
+
 def test_unknown_attribute_lists_the_workloads_found(tmp_path: Path) -> None:
     path = write(tmp_path, "wl.py", WORKLOAD_VARIABLE)
     with pytest.raises(WorkloadError) as info:
