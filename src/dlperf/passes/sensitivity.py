@@ -140,8 +140,9 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
     (`EvalSpec.selection_evaluate`), never on the eval data the search then judges the candidate by, where the
     workload has one; else the eval metric itself (a choice fitted to the data that judges it: `data` says so);
     without an eval metric, output fidelity (mean cosine vs fp32) on inputs the search's held-out fidelity does not
-    use (the example inputs at batch sizes 9, 10 ...: the zoo seeds each batch size differently; the search's come
-    from batch size 32 or more, the calibration rows from 1 to 24)."""
+    use (the example inputs at batch sizes 9, 10 ...: the zoo seeds each batch size differently; the search's are
+    rows 32 and on of a larger batch, past these and the calibration rows (batch sizes 1 to 24) where a workload repeats
+    its first rows at every batch size)."""
     from dlperf.passes._engine import synthetic_batches
 
     wl = state.workload

@@ -69,15 +69,26 @@ class _Rows:
 
 
 def test_held_out_batches_cover_the_samples_asked_for_at_the_candidates_batch_size() -> None:
-    """32 held-out samples at batch size 5 are 7 batches of 5 (35 rows, not 30), and they come from a batch size of
-    at least HELDOUT_FIRST_BATCH (not the calibration sets' 1..24, nor the example batch)."""
+    """32 held-out samples at batch size 5 are 7 batches of 5 (35 rows, not 30), and they are rows past the first
+    HELDOUT_FIRST_BATCH (not the calibration sets' 1..24, nor the example batch)."""
     wl = _Rows()
     batches = _heldout_batches(wl, EvalSettings(source="fake", batch_size=5, heldout_samples=32))
     assert [int(b[0].shape[0]) for b in batches] == [5] * 7
-    assert wl.asked == [35]
+    assert wl.asked == [HELDOUT_FIRST_BATCH + 35]
     small = _Rows()
     assert len(_heldout_batches(small, EvalSettings(source="fake", batch_size=4, heldout_samples=8))) == 2
-    assert small.asked == [HELDOUT_FIRST_BATCH]
+    assert small.asked == [HELDOUT_FIRST_BATCH + 8]
+
+
+def test_held_out_rows_are_none_of_the_example_batch_s_or_calibration_s_when_every_batch_size_repeats_them() -> None:
+    """A workload whose make_inputs seeds one generator (`torch.Generator().manual_seed(2)`, then randint) gives the
+    same first rows at every batch size: example_inputs(32), the "32 held-out inputs" the fidelity was reported on,
+    held the example batch, the default calibration rows (batch sizes 1..24) and the rows keep_fp32="auto" chose its
+    fp32 layers on (batch sizes 9, 10 ...)."""
+    wl = _Rows()  # row i is i at every batch size, as such a workload's
+    settings = EvalSettings(source="fake", batch_size=64, heldout_samples=32)
+    held = torch.cat([b[0] for b in _heldout_batches(wl, settings)]).flatten().tolist()
+    assert held == [float(i) for i in range(64, 128)]  # past the example batch of 64 and every calibration row
 
 
 def test_inputs_with_fewer_rows_than_asked_give_no_held_out_batches() -> None:
