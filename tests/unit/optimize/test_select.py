@@ -331,6 +331,13 @@ def test_simpler_means_fewer_passes_then_a_smaller_metric_drop() -> None:
     assert simpler(exact, _cand("same", 1, None)) is None  # an unknown drop counts as none, not as better
 
 
+def test_a_smaller_metric_drop_under_a_hundredth_of_a_percent_is_shown_in_significant_digits() -> None:
+    """Keeping fp32 ONNX Runtime over its int8-dynamic runner-up read 'a smaller metric drop (-0.00% against
+    +0.00%)': fidelity drops of -2.3e-08 and 1.3e-05, both shown as zero."""
+    fp32, int8 = _cand("onnxruntime", 1, -2.3283e-08), _cand("onnxruntime(precision=int8-dynamic)", 1, 1.2954e-05)
+    assert simpler(int8, fp32) == "a smaller metric drop (-2.3e-06% against +0.0013%)"
+
+
 def test_settle_keeps_the_pick_unless_the_runner_up_is_faster_or_equally_fast_and_simpler() -> None:
     pick, runner = _cand("pruning + onnxruntime", 2), _cand("onnxruntime", 1)
     assert settle(FASTER, pick, runner) == (True, "onnxruntime is faster")
