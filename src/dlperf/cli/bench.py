@@ -131,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         error_console().print(f"note: {note}", markup=False)
     workload = bench_workload(args.workload, threads=config.threads, precision=config.precision, device=config.device)
+    from dlperf.optimize.artifact import zero_inputs_note
+
+    zeros = zero_inputs_note(workload)
+    if zeros is not None:
+        error_console().print(f"note: {zeros}", markup=False)
     # an engine built for some batch sizes only (TensorRT) is measured at those, and refused at others
     config = dataclasses.replace(
         config, batch_sizes=artifact_batch_sizes(args.workload, config.batch_sizes, config.scenario))
@@ -140,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     artifact = artifact_settings(args.workload)
     if artifact is not None:
         config_dict["artifact"] = artifact
+        if zeros is not None:
+            config_dict["artifact"]["inputs"] = "zeros"
     with store.recording("bench", args.workload, config_dict, environment) as recording:
         on_point = point_saver(recording, workload.name, config)
 

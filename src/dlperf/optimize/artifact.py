@@ -681,6 +681,19 @@ def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:
     write_manifest(folder, {k: v for k, v in manifest.items() if k != "format_version"})
 
 
+ZEROS_NOTE = " is measured on zeros of its manifest's input shapes, not its workload's inputs: "
+
+
+def zero_inputs_note(workload: Any) -> str | None:
+    """For an `artifact_workload` that runs on zeros (its workload does not load here), what to tell the user: `dlperf
+    bench` of an artifact moved off the machine it was made on measured zeros without a word, and a model whose speed
+    depends on its input values (a mask, a router, early exits) is not measured on zeros as on its data."""
+    description = str(getattr(workload, "description", ""))
+    if ZEROS_NOTE not in description:
+        return None
+    return f"{description}; a model whose time depends on its input values measures otherwise on its data"
+
+
 def artifact_workload(folder: str | Path, threads: int | None = None, device: str | None = None) -> Any:
     """An exported artifact as a `Workload` for `dlperf bench DIR`: its model is the loaded artifact (`dlperf.load`;
     an engine artifact with `threads` intra-op threads, else its own capped at this machine's CPUs), its inputs those
@@ -712,11 +725,13 @@ def artifact_workload(folder: str | Path, threads: int | None = None, device: st
 
     spec = manifest.get("workload")
     source: Any = None
+    why = "its manifest names no workload"
     if isinstance(spec, str) and spec:
         try:
             source = load_workload(_workload_spec(path, manifest)[0] if engine == "torch" else spec)
-        except WorkloadError:
+        except WorkloadError as exc:
             source = None  # an engine artifact runs without its workload: zeros of its input shapes then
+            why = f"its workload '{spec}' does not load here: {str(exc).splitlines()[0]}"
         if source is None and engine == "torch":
             load_torch(path, manifest)  # says why the recipe's workload does not load here
     entries = manifest.get("inputs") or []
@@ -742,7 +757,7 @@ def artifact_workload(folder: str | Path, threads: int | None = None, device: st
         name=f"{manifest.get('name') or (source.name if source is not None else path.name)} ({engine} artifact)",
         make_model=Artifact,
         make_inputs=source.example_inputs if source is not None else zeros,
-        description=f"the artifact in {path}",
+        description=f"the artifact in {path}" if source is not None else f"the artifact in {path}{ZEROS_NOTE}{why}",
         source=str(path.resolve()),
         default_batch_size=int(manifest.get("batch_size") or (source.default_batch_size if source else 1)),
         input_names=tuple(str(e.get("name")) for e in entries) if entries else (),

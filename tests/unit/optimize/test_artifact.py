@@ -331,6 +331,30 @@ def test_an_exported_manifest_records_the_batch_size_and_a_newer_format_or_zero_
         read_manifest(folder)
 
 
+def test_an_engine_artifact_measured_on_zeros_says_so_and_why(tmp_path: Path) -> None:
+    """`dlperf bench DIR` of an ONNX Runtime artifact whose workload file was not on this machine measured it on
+    zeros of the manifest's shapes, and nothing in its output said so."""
+    from dlperf.optimize.artifact import artifact_workload, zero_inputs_note
+
+    folder = tmp_path / "art"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"not loaded here")
+    manifest = {"format_version": 1, "engine": "onnxruntime", "files": ["model.onnx"], "name": "twoint",
+                "workload": str(tmp_path / "gone.py"),
+                "inputs": [{"name": "ids", "dtype": "int64", "shape": [-1, 32]}],
+                "outputs": [{"name": "logits", "dtype": "float32", "shape": [-1, 5]}]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    zeros = artifact_workload(folder)
+    (ids,) = zeros.make_inputs(2)
+    assert ids.dtype == torch.int64 and ids.shape == (2, 32) and not ids.any()
+    assert zero_inputs_note(zeros) == (
+        f"the artifact in {folder} is measured on zeros of its manifest's input shapes, not its workload's inputs: its "
+        f"workload '{tmp_path / 'gone.py'}' does not load here: workload file '{tmp_path / 'gone.py'}' does not exist; "
+        "a model whose time depends on its input values measures otherwise on its data")
+    (tmp_path / "gone.py").write_text(GOOD_WORKLOAD)
+    assert zero_inputs_note(artifact_workload(folder)) is None  # its workload's own inputs: nothing to say
+
+
 def test_an_engine_artifact_runs_on_its_kind_of_device_whatever_the_index() -> None:
     """A CUDA export runs with --device cuda:0 (or cuda when it says cuda:1), not on the CPU; an ONNX Runtime
     artifact of the CUDA or TensorRT provider that records no device was exported for CUDA."""
