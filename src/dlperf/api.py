@@ -114,15 +114,18 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
 def artifact_settings(spec: Any) -> dict[str, Any] | None:
     """What a bench run of an artifact folder records of it: its engine, its label ('onnxruntime(precision=int8-
     dynamic)' where optimize exported it), and an engine artifact's precision, which is the one it runs in (bench's
-    `precision` is torch autocast's, and read 'fp32' for an int8 artifact). None for a workload."""
-    from dlperf.optimize.artifact import manifest_at
+    `precision` is torch autocast's, and read 'fp32' for an int8 artifact), and the intra-op threads it runs with
+    when none are given (those it was exported with, at most this machine's CPUs: an artifact of `optimize --threads
+    1` ran on 1 thread under an environment line of torch's 2, with nothing saying so). None for a workload."""
+    from dlperf.optimize.artifact import manifest_at, own_threads
 
     manifest = manifest_at(spec)
     if manifest is None:
         return None
     engine = str(manifest["engine"])
     precision = manifest.get("precision") if engine != "torch" else None
-    return {"engine": engine, "label": manifest.get("label"), "precision": precision}
+    return {"engine": engine, "label": manifest.get("label"), "precision": precision,
+            "threads": own_threads(manifest) if engine != "torch" else None}
 
 
 def artifact_batch_sizes(spec: Any, batch_sizes: Any, scenario: str = "offline") -> Any:

@@ -259,9 +259,11 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
         precision = (f"{artifact['precision']} (the artifact's)" if artifact.get("precision")
                      else config.get("precision", "?"))
         what = artifact.get("label") or artifact.get("engine")
+        threads = (config["threads"] if config.get("threads")
+                   else f"{artifact['threads']} (the artifact's)" if artifact.get("threads") else None)
         parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
                           f"precision {precision}"
-                          + (f" · threads {config['threads']}" if config.get("threads") else "")
+                          + (f" · threads {threads}" if threads else "")
                           + (f" · artifact {what}" if what else "")))
     if "model_bytes" in result:
         parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,6 +122,26 @@ def test_bench_report_shows_kpis() -> None:
     assert "model size: 3.0 MiB" in text
     assert "torch 2.13 · Python 3.11 · EPYC (2 cores, 2 threads)" in text
     assert "run abc123 saved to sqlite:///x.db" in text
+
+
+def test_an_engine_artifact_s_bench_names_the_threads_it_ran_with(tmp_path: Path) -> None:
+    """An ONNX Runtime artifact of `optimize --threads 1` ran on 1 thread in `dlperf bench DIR`, under an environment
+    line of torch's 2 threads, and the settings line named none."""
+    from dlperf.api import artifact_settings
+
+    (tmp_path / "model.onnx").write_bytes(b"x")
+    manifest = {"format_version": 1, "engine": "onnxruntime", "threads": 1, "precision": "fp32",
+                "files": ["model.onnx"], "inputs": [], "outputs": []}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    artifact = artifact_settings(str(tmp_path))
+    assert artifact is not None and artifact["threads"] == 1
+    env = {"torch_version": "2.13", "python_version": "3.11", "cpu_model": "EPYC", "logical_cores": 2,
+           "torch_threads": 2}
+    config = {"scenario": "offline", "device": "cpu", "precision": "fp32", "threads": None, "artifact": artifact}
+    shown = " ".join(_text(bench_report(RESULT, env, config=config)).split())
+    assert "precision fp32 (the artifact's) · threads 1 (the artifact's) · artifact onnxruntime" in shown
+    given = " ".join(_text(bench_report(RESULT, env, config={**config, "threads": 2})).split())  # --threads 2
+    assert "· threads 2 · artifact onnxruntime" in given
 
 
 def test_bench_report_bounds_a_latency_headline_or_says_why_not() -> None:
