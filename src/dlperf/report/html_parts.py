@@ -142,6 +142,16 @@ def config_tags(rec: RunRecord) -> str:
     timer = cfg.get("timer")
     if isinstance(timer, Mapping):
         keep += [(k, timer[k]) for k in ("min_duration_s", "min_iters", "warmup_iters") if k in timer]
+    artifact = cfg.get("artifact")
+    if isinstance(artifact, Mapping):
+        # a bench of an int8 ONNX Runtime artifact read precision=fp32 (bench's autocast setting) and named neither
+        # the artifact nor the threads it ran with, which the terminal's settings line gives
+        if artifact.get("precision"):
+            keep = [(k, f"{artifact['precision']} (the artifact's)" if k == "precision" else v) for k, v in keep]
+        if artifact.get("threads") and not cfg.get("threads"):
+            keep.append(("threads", f"{artifact['threads']} (the artifact's)"))
+        if artifact.get("label") or artifact.get("engine"):
+            keep.insert(0, ("artifact", artifact.get("label") or artifact.get("engine")))
     if not keep:
         return ""
     return "<p>" + "".join(f'<span class="tag">{esc(k)}={esc(v)}</span>' for k, v in keep[:14]) + "</p>"

@@ -58,6 +58,20 @@ def test_bench_report_has_kpis_histograms_cdf_and_environment(bench_points: list
         assert "<polyline" in svg or "<rect x=\"" in svg.split("</title>", 1)[1]
 
 
+def test_a_bench_of_an_engine_artifact_names_its_precision_threads_and_label(
+        bench_points: list[dict[str, Any]]) -> None:
+    """The HTML report of `dlperf bench DIR` for an int8 ONNX Runtime artifact read precision=fp32 (bench's autocast
+    setting) and named neither the artifact nor the threads it ran with, which the terminal says."""
+    config = {"batch_sizes": [1, 8], "scenario": "offline", "precision": "fp32", "threads": None,
+              "artifact": {"engine": "onnxruntime", "label": "onnxruntime(precision=int8-dynamic)",
+                           "precision": "int8-dynamic", "threads": 1}}
+    html = render_report([_rec("r1", "bench", {"points": bench_points}, config=config)])
+    tags = re.findall(r'<span class="tag">([^<]*)</span>', html)
+    assert "artifact=onnxruntime(precision=int8-dynamic)" in tags
+    assert "precision=int8-dynamic (the artifact&#x27;s)" in tags and "threads=1 (the artifact&#x27;s)" in tags
+    assert "precision=fp32" not in tags
+
+
 def test_report_is_self_contained() -> None:
     html = render_report([_rec("r1", "custom", {"x": 1})])
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
