@@ -440,6 +440,17 @@ class DisturbedConfirmation(FakeTrials):
         return super().run(target, payload, log_path, timeout_s)
 
 
+def test_a_search_s_result_prints_as_one_line_not_every_row_and_sample(tmp_path: Path) -> None:
+    """`print(dlperf.optimize_workload(...))` printed the dataclass: every row with its every per-call time, some
+    300 KB for a 4-candidate search of a 0.05 ms model."""
+    result = _search(tmp_path)
+    for row in result.rows:
+        row["samples_ns"] = [50_000 + i for i in range(20_000)]
+    assert result.winner is not None
+    assert repr(result) == (f"OptimizeResult('zoo:mlp', latency, batch 1, {len(result.rows)} candidates, winner "
+                            f"'{result.row(result.winner)['label']}', 1.2x in its A/B)")  # no store: no run id
+
+
 def test_a_confirmation_far_from_the_paired_gain_is_doubted_in_a_note(tmp_path: Path) -> None:
     """A confirming A/B measured 1425x for onnxruntime whose paired gain was 1.8x, and was printed as confirmed."""
     result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
