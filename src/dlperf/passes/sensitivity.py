@@ -270,20 +270,41 @@ def rank_layers(
     layers = list(layers) if layers is not None else quantizable_layers(model)
     if not layers:
         return SensitivityReport(mode, 1.0, [])
-    ranges = activation_ranges(model, layers, samples)
-    evaluate = output_fidelity(model, samples[:eval_samples])
-    with simulated_int8(model, layers, ranges):
-        all_int8 = evaluate(model)
-    scores = []
-    for name in layers:
-        if mode == "leave-one-out":
-            with simulated_int8(model, [n for n in layers if n != name], ranges):
-                scores.append(LayerScore(name, evaluate(model) - all_int8))
-        else:
-            with simulated_int8(model, [name], ranges):
-                scores.append(LayerScore(name, 1.0 - evaluate(model)))
+    with _unfused_attention():
+        ranges = activation_ranges(model, layers, samples)
+        evaluate = output_fidelity(model, samples[:eval_samples])
+        with simulated_int8(model, layers, ranges):
+            all_int8 = evaluate(model)
+        scores = []
+        for name in layers:
+            if mode == "leave-one-out":
+                with simulated_int8(model, [n for n in layers if n != name], ranges):
+                    scores.append(LayerScore(name, evaluate(model) - all_int8))
+            else:
+                with simulated_int8(model, [name], ranges):
+                    scores.append(LayerScore(name, 1.0 - evaluate(model)))
     scores.sort(key=lambda s: s.score, reverse=True)
     return SensitivityReport(mode, all_int8, scores)
+
+
+@contextlib.contextmanager
+def _unfused_attention() -> Iterator[None]:
+    """nn.MultiheadAttention's fast path (nn.TransformerEncoder in eval mode without gradients) off for the block:
+    it runs a layer's projections inside one fused operator, on nested tensors where a padding mask is given, so
+    the hooks on its Linear modules saw nested tensors ('Could not run aten::min ... NestedTensorCPU', and every
+    keep_fp32="auto" candidate of such a model failed) or never ran. The layers compute the same without it."""
+    import torch
+
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
 
 
 # ---------------------------------------------------------------------------------- fallback search

@@ -109,3 +109,25 @@ def tiny_transformer(with_eval: bool = True) -> Workload:
     spec = EvalSpec(evaluate, "fidelity", calibration_inputs=calibration) if with_eval else None
     return Workload("tiny-transformer", _seeded(TinyBlock), lambda b: inputs(b), eval=spec, kind="transformer",
                     input_names=("input_ids", "attention_mask"), output_names=("embedding",))
+
+
+class PaddedEncoder(nn.Module):
+    """nn.TransformerEncoder with a padding mask: in eval mode without gradients its fast path runs nested-tensor
+    operators, which OpenVINO's PyTorch frontend has no conversion rule for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+        self.enc = nn.TransformerEncoder(layer, 1)
+        self.emb = nn.Embedding(20, 16)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.enc(self.emb(ids), src_key_padding_mask=mask == 0)
+        return (h * mask.unsqueeze(-1)).sum(1)
+
+
+def padded_inputs(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(batch)
+    lengths = torch.randint(2, 7, (batch,), generator=g)
+    mask = (torch.arange(6)[None, :] < lengths[:, None]).long()
+    return torch.randint(1, 20, (batch, 6), generator=g) * mask, mask

@@ -14,7 +14,7 @@ from dlperf.passes.openvino import OpenVinoConfig, layer_ops, load_artifact, sea
 from dlperf.passes.sensitivity import cosine_rows
 from dlperf.workload.zoo import get
 
-from .engine_models import tiny_cnn, tiny_transformer, two_heads
+from .engine_models import PaddedEncoder, padded_inputs, tiny_cnn, tiny_transformer, two_heads
 
 pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -166,28 +166,6 @@ def test_signals_still_work_after_a_compiled_model_is_gone() -> None:
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
 
 
-class _PaddedEncoder(torch.nn.Module):
-    """nn.TransformerEncoder with a padding mask: in eval mode without gradients its fast path runs nested-tensor
-    operators, which OpenVINO's PyTorch frontend has no conversion rule for."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
-        self.enc = torch.nn.TransformerEncoder(layer, 1)
-        self.emb = torch.nn.Embedding(20, 16)
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        h = self.enc(self.emb(ids), src_key_padding_mask=mask == 0)
-        return (h * mask.unsqueeze(-1)).sum(1)
-
-
-def _padded(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(batch)
-    lengths = torch.randint(2, 7, (batch,), generator=g)
-    mask = (torch.arange(6)[None, :] < lengths[:, None]).long()
-    return torch.randint(1, 20, (batch, 6), generator=g) * mask, mask
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_model_the_pytorch_frontend_cannot_convert_goes_through_an_onnx_export() -> None:
     """'No conversion rule found for operations: aten::_nested_tensor_from_mask, aten::to_padded_tensor' failed
@@ -196,9 +174,9 @@ def test_a_model_the_pytorch_frontend_cannot_convert_goes_through_an_onnx_export
 
     def make() -> torch.nn.Module:
         torch.manual_seed(0)
-        return _PaddedEncoder()
+        return PaddedEncoder()
 
-    wl = Workload("padded", make, _padded, input_names=("ids", "mask"))
+    wl = Workload("padded", make, padded_inputs, input_names=("ids", "mask"))
     state = initial_state(wl)
     new = apply_pass(OpenVinoConfig(), state, PassContext(threads=1, batch_size=1))
     assert new.notes[0].startswith("openvino CPU via the onnx frontend")

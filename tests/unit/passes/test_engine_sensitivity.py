@@ -11,6 +11,8 @@ from torch import nn
 from dlperf.errors import PassError, WorkloadError
 from dlperf.passes import sensitivity as sens
 
+from .engine_models import PaddedEncoder, padded_inputs
+
 pytestmark = pytest.mark.unit
 
 
@@ -176,3 +178,19 @@ def test_a_selection_evaluate_that_fails_is_named_as_such() -> None:
     with pytest.raises(WorkloadError, match="has no selection split"):
         Workload(name="plain", make_model=lambda: nn.Linear(4, 2), make_inputs=lambda b: (torch.ones(b, 4),),
                  eval=EvalSpec(lambda predict: 0.75, "acc")).score_selection(lambda *x: x)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's nested tensors are a prototype
+def test_layers_inside_a_fused_attention_fast_path_are_ranked() -> None:
+    """nn.TransformerEncoder's fast path ran its Linear modules' work inside one fused operator, on nested tensors
+    where a padding mask is given: the calibration hooks failed ('Could not run aten::min ... NestedTensorCPU'),
+    and every keep_fp32="auto" candidate of such a model with them. The ranking runs with the fast path off, then
+    puts it back as it was."""
+    torch.manual_seed(0)
+    model = PaddedEncoder().eval()
+    samples = [padded_inputs(1) for _ in range(4)]
+    with torch.no_grad():
+        report = sens.rank_layers(model, samples, eval_samples=4)
+    names = [s.layer for s in report.ranking]
+    assert names and set(names) == {"enc.layers.0.linear1", "enc.layers.0.linear2"}
+    assert torch.backends.mha.get_fastpath_enabled()
