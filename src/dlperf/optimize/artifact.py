@@ -123,7 +123,11 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
     with torch.no_grad():
         from dlperf.optimize.evaluate import _flatten
 
-        outputs = _flatten(model(*inputs))
+        returned = model(*inputs)
+        outputs = _flatten(returned)
+    out_names = tuple(workload.output_names)
+    if not out_names and isinstance(returned, dict) and len(returned) == len(outputs):
+        out_names = tuple(str(k) for k in returned)  # a dict of tensors names its outputs, as an engine's manifest
     fields = {
         "engine": "torch",
         "format": TORCH_FORMAT,
@@ -132,7 +136,7 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
         "workload": source,
         "recipe": candidate.to_list(),
         "inputs": io_spec(inputs, tuple(workload.input_names)),
-        "outputs": io_spec(outputs, tuple(workload.output_names), "output"),
+        "outputs": io_spec(outputs, out_names, "output"),
     }
     if settings.extra_modules:
         # The recipe may use passes of the search's own pass modules: a fresh process must import them to

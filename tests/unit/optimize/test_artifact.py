@@ -367,3 +367,39 @@ def test_an_engine_artifact_runs_on_its_kind_of_device_whatever_the_index() -> N
     check_artifact_device("art", {"engine": "torch", "device": "cuda"}, "cpu")  # a recipe is rebuilt anywhere
     assert [artifact_device({"engine": "onnxruntime", "provider": p}) for p in ("cuda", "tensorrt", "cpu")] == [
         "cuda", "cuda", "cpu"]
+
+
+NAMED_OUTPUTS = """
+import torch
+
+
+class Named(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return {"logits": self.head(x), "score": self.head(x).sum(1)}
+
+
+def model():
+    return Named()
+
+
+def inputs(batch_size):
+    return (torch.ones(batch_size, 4),)
+"""
+
+
+def test_a_torch_recipe_of_a_model_returning_a_dict_names_its_outputs_by_its_keys(tmp_path: Path) -> None:
+    """The manifest said output_0 and output_1 of a model returning {'logits', 'score'}, where an engine artifact of
+    the same model names them by the keys."""
+    workload = tmp_path / "named.py"
+    workload.write_text(NAMED_OUTPUTS)
+    settings = EvalSettings(source=str(workload), batch_size=2, warmup_iters=1, min_duration_s=0.0, min_iters=1,
+                            max_duration_s=1.0, paired_blocks=0)
+    evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": [], "out_dir": str(tmp_path / "c")},
+                  lambda phase: None)
+    manifest = read_manifest(tmp_path / "c" / "artifact")
+    assert [o["name"] for o in manifest["outputs"]] == ["logits", "score"]
+    assert [o["shape"] for o in manifest["outputs"]] == [[-1, 3], [-1]]
