@@ -668,9 +668,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if len(tasks) > 4096:
                 tasks[:] = [t for t in tasks if not t.done()]
 
-    # a local server's process and the machine's CPU, read before the level's first request and after its last
-    # measured one: a reading takes milliseconds (the server's children are looked up), which taken at the windows'
-    # start would have held the event loop, and the replies in flight with it
+    # a local server's process and the machine's CPU, read as the level begins (in a thread: the lookup scans every
+    # process's sockets) and after its last measured reply; not at the windows' start, where a reading would hold
+    # the event loop, and the replies in flight with it
     meter = LevelMeter(target.endpoint.host, target.endpoint.port)
     meter.start()
     start = clock()

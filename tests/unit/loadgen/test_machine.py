@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -57,8 +58,34 @@ def test_the_server_is_the_process_listening_on_the_port(server: tuple[subproces
     with socket.socket() as free:  # a port nothing listens on
         free.bind(("127.0.0.1", 0))
         assert listening_pid(free.getsockname()[1]) is None
-    assert LevelMeter("127.0.0.1", port).pid == proc.pid
-    assert LevelMeter("10.0.0.1", port).pid is None  # a remote server: no process of this machine to read
+    meter = LevelMeter("127.0.0.1", port)
+    meter.start()
+    load = meter.stop()
+    assert meter.pid == proc.pid and load is not None and load.server_pid == proc.pid
+    remote = LevelMeter("10.0.0.1", port)  # a remote server: no process of this machine to read
+    remote.start()
+    assert remote.stop() is None and remote.pid is None
+
+
+def test_the_server_is_looked_up_beside_the_level_not_before_it(
+        server: tuple[subprocess.Popen[str], int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup scans every process's sockets; on the event loop it held the level's first requests back."""
+    from dlperf.loadgen import machine
+
+    proc, port = server
+    started = threading.Event()
+    waited: list[bool] = []
+
+    def slow_lookup(p: int) -> int | None:
+        waited.append(started.wait(timeout=10.0))  # set only once start() has returned
+        return listening_pid(p)
+
+    monkeypatch.setattr(machine, "listening_pid", slow_lookup)
+    meter = LevelMeter("127.0.0.1", port)
+    meter.start()
+    started.set()
+    load = meter.stop()
+    assert waited == [True] and load is not None and load.server_pid == proc.pid
 
 
 def _measure(meter: LevelMeter, busy: list[subprocess.Popen[str]], wait: subprocess.Popen[str] | None = None
