@@ -134,7 +134,7 @@ def main() -> int:
     print(f"\nsummary against {base} (per-round ratios, geometric mean, bootstrap 95% CI)")
     for name in names:
         rss = [r for _, r in samplers[name].samples]
-        errors = sum(r.errors for r in sat[name] + c1[name])
+        errors = sum(r.failed for r in sat[name] + c1[name])
         items = statistics.median(r.item_throughput for r in sat[name])
         model_ms = statistics.median(model_s_per_item(r) for r in sat[name]) * 1e3
         p50 = statistics.median(r.percentile_s(50) for r in c1[name]) * 1e3

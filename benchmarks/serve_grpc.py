@@ -60,7 +60,7 @@ def main() -> int:
                 for protocol in order[k % len(order):] + order[:k % len(order)]:
                     parts[protocol].append(run_level(targets[protocol], config, float(concurrency)))
             for protocol, results in parts.items():
-                errors = sum(r.errors for r in results)
+                errors = sum(r.failed for r in results)
                 latencies = sorted(ns for r in results for ns in r.latencies_ns)
                 p50_ms = statistics.median(latencies) / 1e6
                 rps = statistics.fmean(r.throughput for r in results)

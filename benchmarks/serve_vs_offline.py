@@ -300,7 +300,7 @@ def row(name: str, r: Any) -> str:
     server = f"  server queue {r.server.queue_s * 1e3:.2f} ms compute {r.server.compute_s * 1e3:.2f} ms " \
              f"batch {r.server.average_batch_size:.1f}" if r.server else ""
     return (f"  {name:<8} c={r.level:<3g} {r.item_throughput:8.1f} items/s  p50 {r.percentile_s(50) * 1e3:8.2f} ms  "
-            f"p99 {r.percentile_s(99) * 1e3:8.2f} ms  n {r.ok:4d}  errors {r.errors}{server}")
+            f"p99 {r.percentile_s(99) * 1e3:8.2f} ms  n {r.ok:4d}  errors {r.failed}{server}")
 
 
 def main() -> int:
@@ -525,7 +525,7 @@ def main() -> int:
               f"{warm_s + args.rss_duration:g} s at c={sat}: RSS (median of {window_s:g} s of readings) "
               f"{rss_warm / 2**20:.1f} MiB at {warm_s:g} s, "
               f"{rss_after / 2**20:.1f} MiB {args.rss_duration:g} s later "
-              f"({soak.item_throughput:.1f} items/s, {soak.ok} requests, errors {soak.errors + warm.errors}); "
+              f"({soak.item_throughput:.1f} items/s, {soak.ok} requests, errors {soak.failed + warm.failed}); "
               f"idle after each {idle_warm / 2**20:.1f} -> {idle_after / 2**20:.1f} MiB; min-max of "
               f"{len(rss_all)} readings {min(rss_all) / 2**20:.0f}-{max(rss_all) / 2**20:.0f} MiB; batch sizes "
               f"served that the server's warm-up {warmed} did not run: {len(set(sizes_after) - set(warmed))}",
