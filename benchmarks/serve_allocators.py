@@ -25,7 +25,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dlperf.loadgen.generator import LevelResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -101,8 +104,8 @@ def main() -> int:
                    for n, p in procs.items()}
         ready = {n: rss_of(p.pid) for n, p in procs.items()}
         samplers = {n: RssSampler(p.pid) for n, p in procs.items()}
-        c1: dict[str, list[Any]] = {n: [] for n in names}
-        sat: dict[str, list[Any]] = {n: [] for n in names}
+        c1: dict[str, list[LevelResult]] = {n: [] for n in names}
+        sat: dict[str, list[LevelResult]] = {n: [] for n in names}
         slice_rss: dict[str, list[float]] = {n: [] for n in names}
         for k in range(args.rounds):
             shift = k % len(names)

@@ -17,7 +17,10 @@ import os
 import statistics
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlperf.loadgen.generator import LevelResult
 
 from serve_vs_offline import free_port, stop, wait_ready
 
@@ -55,7 +58,7 @@ def main() -> int:
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             config = LoadConfig(concurrency=(concurrency,), duration_s=args.slice_s + 0.5, window_s=args.slice_s,
                                 warmup_s=0.5, stable_windows=10**9)
-            parts: dict[str, list[Any]] = {protocol: [] for protocol in order}
+            parts: dict[str, list[LevelResult]] = {protocol: [] for protocol in order}
             for k in range(args.slices):
                 for protocol in order[k % len(order):] + order[:k % len(order)]:
                     parts[protocol].append(run_level(targets[protocol], config, float(concurrency)))

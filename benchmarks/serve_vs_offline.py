@@ -45,9 +45,12 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # typed, so mypy sees the attributes read (a removed .errors went unseen through Any)
+    from dlperf.loadgen.generator import LevelResult
 
 HERE = Path(__file__).resolve().parent
 
@@ -296,7 +299,7 @@ def batch_sizes_seen(port: int, stats_path: str | None) -> list[int]:
     return sorted(int(b["batch_size"]) for b in stats["batch_stats"])
 
 
-def row(name: str, r: Any) -> str:
+def row(name: str, r: LevelResult) -> str:
     server = f"  server queue {r.server.queue_s * 1e3:.2f} ms compute {r.server.compute_s * 1e3:.2f} ms " \
              f"batch {r.server.average_batch_size:.1f}" if r.server else ""
     return (f"  {name:<8} c={r.level:<3g} {r.item_throughput:8.1f} items/s  p50 {r.percentile_s(50) * 1e3:8.2f} ms  "
