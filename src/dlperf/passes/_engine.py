@@ -332,6 +332,8 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
         dims = {j: ("batch" if j == 0 else f"{s.name}_d{j}") for j, d in enumerate(s.shape) if d == -1}
         if dims:
             dynamic_axes[s.name] = dims
+    from dlperf.workload.base import _batch_of
+
     batch = _batch_of(sample)
     traced_two = workload is not None and batch == 1 and all(s.shape[:1] == (-1,) for s in spec.inputs)
     errors = []
@@ -363,23 +365,16 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
     raise PassError("ONNX export failed: " + " | ".join(errors))
 
 
-def _batch_of(inputs: Inputs) -> int | None:
-    """The first dimension of the first tensor input (the batch), None without one."""
-    import torch
-
-    return next((int(x.shape[0]) for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
-
-
 def _batch_check(path: Path, sample: Inputs, spec: IOSpec, workload: Workload) -> str | None:
     """Why the exported graph does not run at a batch size other than `sample`'s (the next one), or None where it
     does, or where this cannot be checked: onnxruntime missing, the workload's inputs at that batch differing from
     `sample` past the batch dimension (a graph with those sizes fixed would refuse them rightly), or an export with
     a fixed batch. The outputs' values are judged later (the candidate's fidelity); here, that the graph runs and
     answers as many rows."""
-    import importlib.util
+    from dlperf.workload.base import _batch_of
 
     batch = _batch_of(sample)
-    if batch is None or importlib.util.find_spec("onnxruntime") is None or spec.inputs[0].shape[:1] != (-1,):
+    if batch is None or not installed("onnxruntime") or spec.inputs[0].shape[:1] != (-1,):
         return None
     other = tuple(workload.example_inputs(batch + 1))
     if len(other) != len(sample) or any(
