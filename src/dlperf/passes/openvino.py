@@ -178,10 +178,9 @@ def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.
     ov: Any = require("openvino", "openvino")
     import torch
 
-    frontend = config.frontend
     with _engine._quiet():
         src: Any = (_engine.export_onnx(model, example, spec, workdir / "model.onnx", workload=workload)
-                    if frontend == "onnx" else None)
+                    if config.frontend == "onnx" else None)
         try:
             if src is not None:
                 ov_model = ov.convert_model(str(src))
@@ -201,7 +200,6 @@ def _convert(config: OpenVinoConfig, model: Any, example: Inputs, spec: _engine.
             except Exception as onnx_exc:
                 raise PassError(f"{said}; and through an ONNX export: {_engine.first_line(str(onnx_exc))}") \
                     from onnx_exc
-            frontend = "onnx"
             notes.append(f"converted through the ONNX frontend: the PyTorch frontend could not "
                          f"({conversion_reason(exc)})")
     # Name the inputs and outputs like the workload does (the PyTorch frontend leaves the outputs unnamed, so the IR
