@@ -529,6 +529,12 @@ def _load_from_file(spec: str, extra_texts: dict[str, str], **keywords: Any) -> 
     # half of the functions form ('model' and 'make_inputs'): name the one that is missing
     half = next((f" (it defines {have}() but no {lack}())" for have, lack in (("model", "inputs"), ("inputs", "model"))
                  if callable(getattr(module, have, None)) and not hasattr(module, lack)), "")
+    if callable(getattr(module, "make_model", None)) and callable(getattr(module, "make_inputs", None)):
+        # the Workload's field names as functions of the file (a first guess from the docs' tables): say the one step
+        raise WorkloadError(
+            f"workload file '{path}' defines make_model() and make_inputs(), the fields of dlperf.Workload, but no "
+            f"workload: add `workload = dlperf.Workload(name=\"{path.stem}\", make_model=make_model, "
+            "make_inputs=make_inputs)`, or rename them model() and inputs(batch_size)")
     raise WorkloadError(
         f"workload file '{path}' defines no workload{half}: define `workload = dlperf.Workload(...)`, or "
         f"functions `model()` and `inputs(batch_size)`, or pass {path}:NAME"

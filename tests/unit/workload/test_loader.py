@@ -397,6 +397,16 @@ def test_file_without_workload_says_how_to_write_one(tmp_path: Path) -> None:
                                       "def make_inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
     with pytest.raises(WorkloadError, match=r"defines no workload \(it defines model\(\) but no inputs\(\)\): "):
         load_workload(str(path))
+    # the Workload's field names as the file's functions: the line that makes the workload of them
+    path = write(tmp_path, "fields.py", "import torch\n\ndef make_model():\n    return torch.nn.Linear(4, 2)\n\n"
+                                        "def make_inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+    with pytest.raises(WorkloadError) as info:
+        load_workload(str(path))
+    line = 'workload = dlperf.Workload(name="fields", make_model=make_model, make_inputs=make_inputs)'
+    assert f"defines make_model() and make_inputs(), the fields of dlperf.Workload, but no workload: add `{line}`" \
+        in str(info.value)
+    path.write_text(path.read_text() + f"\nimport dlperf\n{line}\n")  # the line as given makes a workload
+    assert load_workload(str(path)).name == "fields"
 
 
 def test_import_error_shows_the_users_line(tmp_path: Path) -> None:
