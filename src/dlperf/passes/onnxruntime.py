@@ -254,9 +254,10 @@ def _with_gemm_rewrites(src: Path, targets: list[str]) -> list[str]:
     return [*targets, *(f"{n}_MatMul" for n in targets if n in gemms)]
 
 
-def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...]) -> str:
-    """A note on how many layers the quantized graph at `path` computes in int8; raises when none does, so a
-    candidate whose quantization changed nothing is never labelled int8."""
+def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...], fp32_path: Path) -> str:
+    """A note on how many layers the quantized graph at `path` computes in int8, and the recurrent layers of the fp32
+    graph it leaves fp32; raises when none is int8, so a candidate whose quantization changed nothing is never
+    labelled int8."""
     n_int8 = _engine.onnx_int8_layers(path)
     if n_int8 == 0:
         if kept_fp32:
@@ -264,7 +265,13 @@ def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...]) ->
                                     "int8, so this is the fp32 candidate")
         raise PassError(f"ONNX Runtime's quantizer left all {n_weighted} weighted layers fp32 (the graph has no "
                         "integer or dequantized-weight op): not labelled int8")
-    return f"int8: {n_int8} of {n_weighted} weighted layers"
+    note = f"int8: {n_int8} of {n_weighted} weighted layers"
+    ops, recurrent, weighted = _engine.onnx_recurrent_weights(fp32_path)
+    if ops:  # a GRU tagger read "int8: 1 of 1 weighted layers", its head, with 98% of the weights in the fp32 GRU
+        layers = ", ".join(f"{k} {op}" for op, k in ops.items())
+        note += (f" (MatMul/Gemm/Conv); {layers} left fp32, with {recurrent / max(1, recurrent + weighted):.0%} of "
+                 "the layers' weights")
+    return note
 
 
 def _transformer_optimize(src: Path, dst: Path) -> Path:
@@ -356,7 +363,7 @@ class OrtPass:
                 _, path = build(kept_fp32)
             if kept_fp32:
                 notes.append("kept fp32: " + ", ".join(kept_fp32))
-            notes.append(_check_quantized(path, len(weighted), kept_fp32))
+            notes.append(_check_quantized(path, len(weighted), kept_fp32, fp32_path))
             final = workdir / "model.final.onnx"
             shutil.copyfile(path, final)
             path = final

@@ -36,6 +36,20 @@ class TwoHeads(nn.Module):
         return self.a(h), self.b(h)
 
 
+class GruTagger(nn.Module):
+    """A bidirectional GRU over token ids with a small linear head: nearly all its weights are in the GRU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.gru = nn.GRU(16, 24, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(48, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.emb(ids))
+        return self.head(out)
+
+
 class TinyBlock(nn.Module):
     """One pre-norm attention + feed-forward block over token ids, mean-pooled: a tiny transformer."""
 
@@ -83,6 +97,13 @@ def two_heads() -> Workload:
         return (torch.randn(b, 16, generator=torch.Generator().manual_seed(b)),)
 
     return Workload("two-heads", _seeded(TwoHeads), inputs, output_names=("a", "b"))
+
+
+def gru_tagger() -> Workload:
+    def inputs(b: int) -> tuple[Any, ...]:
+        return (torch.randint(0, 50, (b, 12), generator=torch.Generator().manual_seed(b)),)
+
+    return Workload("gru-tagger", _seeded(GruTagger), inputs)
 
 
 def tiny_transformer(with_eval: bool = True) -> Workload:

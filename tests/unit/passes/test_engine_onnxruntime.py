@@ -19,7 +19,7 @@ from dlperf.passes.onnxruntime import PROVIDERS, OrtConfig, load_artifact, searc
 from dlperf.passes.sensitivity import cosine_rows
 from dlperf.workload.zoo import get
 
-from .engine_models import tiny_cnn, tiny_transformer, two_heads
+from .engine_models import gru_tagger, tiny_cnn, tiny_transformer, two_heads
 
 pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -144,6 +144,18 @@ def test_dynamic_int8_quantizes_every_linear_of_the_mlp(tmp_path: Path) -> None:
     assert ops.count("MatMulInteger") == 3 and "Gemm" not in ops and "MatMul" not in ops
     assert _engine.onnx_int8_layers(tmp_path / "model.onnx") == 3
     assert "int8: 3 of 3 weighted layers" in new.notes
+
+
+@pytest.mark.parametrize("precision", ["int8-dynamic", "int8-static"])
+def test_the_int8_note_says_which_recurrent_layers_stay_fp32(precision: str) -> None:
+    """A GRU tagger read "int8: 1 of 1 weighted layers" (its head), with nearly all its weights in the fp32 GRU."""
+    new = apply_pass(OrtConfig(precision=precision, calibration_samples=4), initial_state(gru_tagger()), CTX)
+    gru = 2 * 3 * 24 * (16 + 24)  # W and R of both directions, 3 gates each
+    head = 48 * 3
+    assert f"int8: 1 of 1 weighted layers (MatMul/Gemm/Conv); 1 GRU left fp32, with {gru / (gru + head):.0%} of the " \
+        "layers' weights" in new.notes
+    plain = apply_pass(OrtConfig(precision=precision, calibration_samples=4), initial_state(get("mlp")), CTX)
+    assert "int8: 3 of 3 weighted layers" in plain.notes  # no recurrent layer: the note as before
 
 
 @pytest.mark.parametrize("precision", ["int8-dynamic", "int8-static"])
