@@ -148,8 +148,19 @@ class BenchResult:
     def __repr__(self) -> str:  # the default printed every sample: tens of KB in a notebook
         kpi, value, batch = self.headline
         shown = f"{value:,.1f} items/s" if kpi == "throughput" else f"{kpi.removesuffix('_s')} {value * 1e3:.4g} ms"
+        warned = len(self.warnings)
         return (f"BenchResult({self.workload!r}, batch sizes {[p.batch_size for p in self.points]}, headline "
-                f"{shown} at batch {batch}" + (f", run {self.run_id}" if self.run_id else "") + ")")
+                f"{shown} at batch {batch}" + (f", run {self.run_id}" if self.run_id else "")
+                + (f", {warned} warning{'s' if warned > 1 else ''} in .warnings" if warned else "") + ")")
+
+    @property
+    def warnings(self) -> list[str]:
+        """The warnings `dlperf bench` prints under its table (noise, a slow start, a heavy tail, other load on the
+        machine), one line each: a notebook's result showed a batch of 5 at 16 ms beside 0.02 ms at batch 16, other
+        processes busy, with no word of it anywhere but each point's fields."""
+        from dlperf.report.terminal import bench_warnings
+
+        return bench_warnings([p.to_dict() for p in self.points])
 
     @property
     def headline(self) -> tuple[str, float, int]:

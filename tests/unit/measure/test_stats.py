@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from dlperf.measure.bench import BenchPoint
+from dlperf.measure.bench import BenchConfig, BenchPoint, BenchResult
 from dlperf.measure.stats import (
     NOISE_IQR_RATIO,
     Measurement,
@@ -129,6 +129,22 @@ def test_a_measurement_and_a_bench_point_print_as_one_short_line() -> None:
     point = BenchPoint(8, m, 2**20, 100.0, 50.0)
     assert repr(m) == "Measurement('mycnn bs=8', 20000 calls of 8 items, p50 0.04 ms, mean 0.04 ms)"
     assert len(repr(point)) < 400 and "30001" not in repr(point)
+
+
+def test_a_bench_result_gives_the_warnings_the_cli_prints() -> None:
+    """A notebook's `dlperf.bench(...)` showed a batch at 16 ms beside 0.02 ms, other processes busy, with no word
+    of it but in each point's fields; `dlperf bench` prints these lines under its table."""
+    quiet = BenchPoint(1, Measurement([20_000 + i % 7 for i in range(500)], label="m bs=1"), 2**20, 100.0, 50.0,
+                       torch_threads=1)
+    noisy = BenchPoint(8, Measurement([20_000 * (1 + i % 3) for i in range(500)], items_per_call=8), 2**20, 40.0,
+                       100.0, torch_threads=2)  # IQR 100% of the median; 0.4 cores of 2 threads, the machine busy
+    result = BenchResult("m", BenchConfig(), [quiet, noisy], model_bytes=1)
+    assert result.warnings[0] == ("noisy at batch 8 (IQR/p50 > 10%): other load on the machine, frequency scaling or "
+                                  "too few samples")
+    assert noisy.contention_warning is not None and result.warnings[1] == f"batch 8: {noisy.contention_warning}"
+    assert len(result.warnings) == 2 and repr(result).endswith(", 2 warnings in .warnings)")
+    calm = BenchResult("m", BenchConfig(), [quiet], model_bytes=1)
+    assert calm.warnings == [] and "warning" not in repr(calm)
 
 
 def test_measurement_rejects_bad_input() -> None:
