@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, print_json
-    from dlperf.compare.baselines import baseline_rows, set_baseline
+    from dlperf.cli.common import console, error_console, print_json
+    from dlperf.compare.baselines import baseline_caveats, baseline_rows, set_baseline
 
     store = open_store(args, create=False)  # a baseline names a stored run
     out = console()
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         was = f"; it was run {previous}" if previous not in (None, record.id) else ""
         out.print(f"baseline '{args.name}' -> run {record.id} ({record.kind} of {record.workload}, "
                   f"{record.created_at[:19]}){was}", markup=False, soft_wrap=True)
+        for caveat in baseline_caveats(record):
+            error_console().print(f"warning: {caveat}", markup=False, soft_wrap=True)
         return 0
     if args.action == "rm":
         store.remove_baseline(args.name)

@@ -6,6 +6,7 @@ import unicodedata
 
 from dlperf.compare.records import point_measurements
 from dlperf.errors import StoreError
+from dlperf.measure.stats import min_samples_for_interval
 from dlperf.store.db import Store
 from dlperf.store.records import OK, RunRecord
 
@@ -33,6 +34,20 @@ def set_baseline(store: Store, name: str, run_id: str) -> RunRecord:
         raise StoreError(f"run {record.id} has status '{record.status}': only a finished (ok) run can be a baseline")
     point_measurements(record)
     return store.set_baseline(name, record.id)
+
+
+def baseline_caveats(record: RunRecord, confidence: float = 0.95) -> list[str]:
+    """What makes a run a baseline that `dlperf check` cannot judge against: a batch size with fewer samples than a
+    median's interval needs stays "too few to judge: inconclusive, pass" however long the check measures (a baseline
+    of 4 calls passed a +32.7% regression, and `baseline set` said nothing)."""
+    needed = min_samples_for_interval(confidence)
+    short = {b: m.n for b, m in sorted(point_measurements(record).items()) if m.n < needed}
+    if not short:
+        return []
+    where = ", ".join(f"{n} at batch {b}" for b, n in short.items())
+    return [f"run {record.id} has too few samples for a check to judge ({where}; a {confidence:.0%} interval needs "
+            f"{needed}): `dlperf check` against it passes those batch sizes as inconclusive, whatever it measures; "
+            f"re-measure with `dlperf bench --min-iters {needed}` (or a longer --min-duration) and set that run"]
 
 
 def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str]]:

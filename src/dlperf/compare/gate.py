@@ -72,6 +72,8 @@ class PointVerdict:
     """The latencies are per item (calls of a batch larger than 1, divided by its size), not per call."""
     samples: int = 0
     """The fewer of the two runs' sample counts."""
+    baseline_samples: int = 0
+    """The baseline run's sample count: where it is the short one, no re-measurement of the check can be judged."""
     needed: int = 0
     """The fewest samples a run needs for the interval to mean anything (`min_samples_for_interval`)."""
 
@@ -114,11 +116,21 @@ class PointVerdict:
             return f"{v * 1e3:.4g}"
 
         if self.too_few:
+            # It said "measure longer: --min-iters, --min-duration", options `dlperf check` does not have, and not
+            # which run was short: a baseline of 4 samples passed a +32.7% check however long the check measured.
+            count = self.samples
+            if self.baseline_samples < self.needed:
+                whose, count = "the baseline's run", self.baseline_samples
+                fix = (f"no check against this baseline can judge it: re-measure the baseline with at least "
+                       f"{self.needed} calls (`dlperf bench --min-iters`, --min-duration) and `dlperf baseline set` "
+                       "that run")
+            else:
+                whose = "this run"
+                fix = "measure longer: `dlperf check --duration`, min_duration_s from Python"
             return (f"batch {self.batch_size}: {self.metric} {value(self.baseline_value)} -> "
                     f"{value(self.current_value)} {unit}: {change_text(self.change, self.lower_is_better)}, from "
-                    f"{self.samples} sample{'' if self.samples == 1 else 's'} in a run, where a {confidence:.0%} "
-                    f"interval needs {self.needed}: too few to judge: inconclusive, pass (measure longer: "
-                    "--min-iters, --min-duration)")
+                    f"{count} sample{'' if count == 1 else 's'} in {whose}, where a {confidence:.0%} "
+                    f"interval needs {self.needed}: too few to judge: inconclusive, pass ({fix})")
         head = (f"batch {self.batch_size}: {self.metric} {value(self.baseline_value)} -> "
                 f"{value(self.current_value)} {unit}: {change_text(self.change, self.lower_is_better)} "
                 f"({confidence:.0%} CI {_signed(change_lo)} to {_signed(change_hi)}; "
@@ -147,6 +159,7 @@ class PointVerdict:
             "lower_is_better": self.lower_is_better, "significant": self.significant,
             "exceeds": self.exceeds, "failed": self.failed, "inconclusive": self.inconclusive,
             "threshold": self.threshold, "per_item": self.per_item, "samples": self.samples,
+            "baseline_samples": self.baseline_samples,
             "too_few_samples": self.too_few,
             "mann_whitney": self.mann_whitney.to_dict(),
             "estimate": self.estimate.to_dict(),
@@ -222,7 +235,7 @@ def gate_point(baseline: Measurement, current: Measurement, config: GateConfig,
         exceeds=regression > config.max_regression, mann_whitney=mw, estimate=est,
         threshold=config.max_regression,
         per_item=baseline.items_per_call != 1 or current.items_per_call != 1,
-        samples=samples, needed=needed,
+        samples=samples, needed=needed, baseline_samples=len(base_s),
     )
 
 

@@ -105,3 +105,23 @@ def test_a_point_without_samples_does_not_hide_the_points_after_it(tmp_path: Pat
     result["points"].insert(0, {"batch_size": 4, "error": "out of memory"})
     record = store.get(add_run(store, "bench", result))
     assert sorted(point_measurements(record)) == [1, 8]
+
+
+def test_setting_a_baseline_too_short_to_judge_warns_which_batch_sizes(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A bench of 4 calls at batch 1 became a baseline in silence, and every check against it then passed that batch
+    size as "too few to judge", a +32.7% slowdown included."""
+    from dlperf.cli.main import main
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    short = add_run(store, "bench", {**bench_result({1: 0.03}, n=4), "points": [
+        *bench_result({1: 0.03}, n=4)["points"], *bench_result({8: 0.05}, n=50)["points"]]})
+    assert main(["baseline", "set", "few", short, "--store", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: run {short} has too few samples for a check to judge (4 at batch 1; a 95% interval "
+            "needs 6)") in err
+    assert "batch 8" not in err and "--min-iters 6" in err
+    enough = add_run(store, "bench", bench_result({1: 0.03}, n=6))
+    assert main(["baseline", "set", "few", enough, "--store", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -201,13 +201,31 @@ def test_too_few_samples_are_inconclusive_never_a_failure(n: int) -> None:
     point = result.points[0]
     assert point.too_few and point.inconclusive and not point.failed and not point.significant
     assert result.exit_code == 0
-    assert result.reasons()[0].endswith(f"from {n} sample{'' if n == 1 else 's'} in a run, where a 95% interval "
-                                        "needs 6: too few to judge: inconclusive, pass (measure longer: --min-iters, "
-                                        "--min-duration)")
+    assert result.reasons()[0].endswith(f"from {n} sample{'' if n == 1 else 's'} in the baseline's run, where a 95% "
+                                        "interval needs 6: too few to judge: inconclusive, pass (no check against "
+                                        "this baseline can judge it: re-measure the baseline with at least 6 calls "
+                                        "(`dlperf bench --min-iters`, --min-duration) and `dlperf baseline set` that "
+                                        "run)")
     assert point.to_dict()["too_few_samples"] is True
     # from 6 on, the same difference is judged
     judged = gate({1: _m(rng, 0.010, 6, sigma=0.01)}, {1: _m(rng, 0.012, 6, sigma=0.01)}, GateConfig())
     assert judged.failed and not judged.points[0].too_few
+
+
+def test_too_few_samples_say_which_run_was_short_and_name_an_option_check_has() -> None:
+    """A baseline of 4 calls passed a +32.7% check "from 4 samples in a run ... (measure longer: --min-iters,
+    --min-duration)": options `dlperf check` lacks, and a check measuring 25 calls could never be judged."""
+    rng = np.random.default_rng(5)
+    short_check = gate({1: _m(rng, 0.010, 200)}, {1: _m(rng, 0.012, 3)}, GateConfig())
+    reason = short_check.reasons()[0]
+    assert "from 3 samples in this run, where a 95% interval needs 6" in reason
+    assert reason.endswith("(measure longer: `dlperf check --duration`, min_duration_s from Python)")
+    assert "--min-iters" not in reason
+    short_baseline = gate({1: _m(rng, 0.010, 4)}, {1: _m(rng, 0.013, 25)}, GateConfig())
+    point = short_baseline.points[0]
+    assert point.too_few and not short_baseline.failed and point.to_dict()["baseline_samples"] == 4
+    assert "from 4 samples in the baseline's run" in short_baseline.reasons()[0]
+    assert "no check against this baseline can judge it" in short_baseline.reasons()[0]
 
 
 def test_the_fewest_samples_for_an_interval_follow_the_confidence() -> None:
