@@ -33,3 +33,20 @@ def test_history_json_names_what_changed(tmp_path: Path, capsys: pytest.CaptureF
     points = {p["run_id"]: p for p in json.loads(capsys.readouterr().out)["points"]}
     assert points[first]["changed"] == [] and points[same]["changed"] == []
     assert points[bf16]["changed"] == ["precision fp32 -> bf16"]
+
+
+def test_a_history_of_a_workload_only_checked_points_at_its_check_runs(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A CI job that only runs `dlperf check` asked `runs history` and was told to run `dlperf bench` first, though
+    its check runs are the trend that `report --history` draws."""
+    store = Store(tmp_path / "runs.db")
+    m = Measurement([int(1e6 * (1 + k / 1000)) for k in range(50)])
+    run = store.create_run("check", "zoo:mlp", {"threads": 2, "workload_key": "zoo:mlp"}, ENV)
+    store.finish_run(run.id, {"points": [{"batch_size": 1, "summary": m.summary()}]})
+    assert main(["runs", "history", "zoo:mlp", "--store", str(tmp_path / "runs.db")]) == 2
+    err = capsys.readouterr().err
+    assert "no finished bench runs of 'zoo:mlp'" in err
+    assert "the store has check runs of it: `dlperf runs history zoo:mlp --kind check`" in err
+    assert main(["runs", "history", "zoo:mlp", "--kind", "check", "--store", str(tmp_path / "runs.db")]) == 0
+    assert main(["runs", "history", "zoo:nope", "--store", str(tmp_path / "runs.db")]) == 2
+    assert "--kind check" not in capsys.readouterr().err
