@@ -136,7 +136,8 @@ def check_against_baseline(
         run.result = bench
         run.save()
         current = {p.batch_size: p.measurement for p in result.points}
-        verdict = gate(base_points, current, config, judged={p.batch_size: p for p in judged})
+        verdict = gate(base_points, current, config, judged={p.batch_size: p for p in judged},
+                       left_out=set(base_points) - set(batch_sizes) if batch_sizes is not None else ())
         verdict.warnings = [*warnings, *verdict.warnings, *_measurement_warnings(result.points, base_points,
                                                                                  verdict)]
         verdict.baseline_run_id = baseline.id
