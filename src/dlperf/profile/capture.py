@@ -51,6 +51,7 @@ from dlperf.workload.base import (
     optimizer_problem,
     split_batch,
 )
+from dlperf.workload.loader_workers import LoaderWorkers
 
 ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
@@ -124,6 +125,7 @@ class Step:
         self.options = options
         self.last_data_wait_s = 0.0
         self.loader: Any = None
+        self.workers = LoaderWorkers(None)
         self._iter: Iterator[Any] | None = None
         self._cuda = device.startswith("cuda")
         self._scaler: Any = None
@@ -160,6 +162,7 @@ class Step:
                                                 "the DataLoader fix --verify measures acts through them"))
             if problem is not None:
                 raise WorkloadError(f"workload '{workload.name}': {problem}")
+            self.workers = LoaderWorkers(self.loader)  # a wrapped DataLoader's too
             # fp16 training as `dlperf train` runs it: the loss scaled, gradients unscaled and checked for inf/NaN
             # (their kernels belong to the step's profile; without the scaler small gradients flushed to zero)
             self._scaler = (torch.amp.GradScaler("cuda") if self._cuda and self._autocast_dtype == torch.float16
@@ -255,23 +258,21 @@ class Step:
     def loader_info(self) -> LoaderInfo | None:
         if self.loader is None:
             return None
-        from torch.utils.data import DataLoader
-
-        if not isinstance(self.loader, DataLoader):
+        # a loader of the user's own that wraps a DataLoader (moving batches to a device) is read, and fixed through
+        # make_loader's arguments, on it, as `ignored_loader_kwargs` checks them: it read 'not a torch DataLoader'
+        inner = self.workers.dataloader
+        if inner is None:
             return LoaderInfo(type_name=type(self.loader).__name__, is_dataloader=False)
         return LoaderInfo(
-            type_name="DataLoader", is_dataloader=True, num_workers=self.loader.num_workers,
-            pin_memory=bool(self.loader.pin_memory), prefetch_factor=self.loader.prefetch_factor,
-            persistent_workers=bool(self.loader.persistent_workers), batch_size=self.loader.batch_size,
+            type_name="DataLoader", is_dataloader=True, num_workers=inner.num_workers,
+            pin_memory=bool(inner.pin_memory), prefetch_factor=inner.prefetch_factor,
+            persistent_workers=bool(inner.persistent_workers), batch_size=inner.batch_size,
         )
 
     def close(self) -> None:
         """Stop loader workers (persistent ones otherwise live until the loader is collected)."""
-        it = self._iter
-        self._iter = None
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
+        current, self._iter = self._iter, None
+        self.workers.shutdown(current)
 
 
 class _null:

@@ -35,6 +35,7 @@ from dlperf.workload.base import (
     optimizer_problem,
     split_batch,
 )
+from dlperf.workload.loader_workers import LoaderWorkers
 
 if TYPE_CHECKING:
     import torch
@@ -231,6 +232,8 @@ class TrainLoop:
             problem = loader_problem(self.loader) or ignored_loader_kwargs(self.loader, config.loader_kwargs())
             if problem is not None:
                 raise TrainError(f"workload '{workload.name}': {problem}")
+        self.workers = LoaderWorkers(self.loader)
+        """The loader's worker processes, a wrapped DataLoader's included."""
         self._iter: Iterator[Any] | None = None
         self._paused_pids: list[int] = []
         self._batches_read = 0
@@ -398,8 +401,7 @@ class TrainLoop:
 
     def worker_pids(self) -> list[int]:
         """The process ids of the loader's worker processes now (none before the first batch or without workers)."""
-        workers = getattr(self._iter, "_workers", None) or []
-        return [pid for pid in (getattr(w, "pid", None) for w in workers) if pid is not None]
+        return self.workers.pids(self._iter)
 
     def pause_loader(self) -> None:
         """Stop the loader's worker processes (SIGSTOP) until `resume_loader`; nothing without workers.
@@ -415,8 +417,7 @@ class TrainLoop:
         stop = getattr(signal, "SIGSTOP", None)
         if stop is None:  # Windows: no way to stop a process; the comparison keeps the bias described above
             return
-        workers = getattr(self._iter, "_workers", None) or []
-        for worker in workers:
+        for worker in self.workers.processes(self._iter):
             pid = getattr(worker, "pid", None)
             if pid is None or pid in self._paused_pids or not worker.is_alive():
                 continue
@@ -446,14 +447,8 @@ class TrainLoop:
         workers are resumed first: a stopped process would not act on the shutdown until killed.
         """
         self.resume_loader()
-        iterators = [self._iter, getattr(self.loader, "_iterator", None)]
-        self._iter = None
-        for it in iterators:
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if callable(shutdown):
-                shutdown()
-        if getattr(self.loader, "_iterator", None) is not None:
-            self.loader._iterator = None
+        current, self._iter = self._iter, None
+        self.workers.shutdown(current)
 
 
 def _stopped(pid: int) -> bool:

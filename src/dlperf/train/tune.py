@@ -259,7 +259,9 @@ def ab_loops(a: TrainLoop, b: TrainLoop, config: ABConfig, steps_per_call: int =
 
     def switch_to(running: TrainLoop, idle: TrainLoop) -> Callable[[], None]:
         def before() -> None:  # the idle side's loader workers neither load nor take CPU while the other is timed
-            if idle.loader is not running.loader:  # one DataLoader for both (make_loader caches it): shared workers
+            # one DataLoader for both (make_loader caches it, or two wrappers hold it): shared workers
+            shared = idle.workers.dataloader is not None and idle.workers.dataloader is running.workers.dataloader
+            if idle.loader is not running.loader and not shared:
                 idle.pause_loader()
             running.resume_loader()
 

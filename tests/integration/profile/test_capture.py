@@ -268,3 +268,33 @@ def test_a_channels_last_inference_step_gives_its_model_channels_last_inputs() -
     step = Step(workload, "inference", "cpu", StepOptions(batch_size=2, channels_last=True))
     step()
     assert seen and all(seen)
+
+
+class _Wrapper:
+    """A loader of the user's own whose __iter__ yields from the DataLoader it holds."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> object:
+        yield from self.loader
+
+
+def test_a_loader_that_wraps_a_dataloader_is_read_on_it() -> None:
+    """A loader of the user's own whose __iter__ yields from a DataLoader read 'not a torch DataLoader: its settings
+    cannot be read or changed', though its make_loader passes the fix's arguments on to it."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def make_loader(batch_size: int, **kwargs: object) -> object:
+        data = TensorDataset(torch.randn(16, 2), torch.randn(16, 2))
+        return _Wrapper(DataLoader(data, batch_size=batch_size, **kwargs))  # type: ignore[arg-type]
+
+    step = Step(_trainable(make_loader), "train", "cpu", StepOptions(batch_size=8, loader_kwargs=(("num_workers", 2),)))
+    info = step.loader_info()
+    assert info is not None and info.is_dataloader and (info.num_workers, info.batch_size) == (2, 8)
+    step()  # its workers start, and close ends them
+    pids = step.workers.pids(step._iter)
+    assert len(pids) == 2
+    step.close()
+    assert all(not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+               for pid in pids)

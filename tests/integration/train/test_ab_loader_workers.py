@@ -94,6 +94,40 @@ def test_pausing_stops_the_workers_until_resumed_and_close_ends_paused_workers()
     assert all(not Path(f"/proc/{pid}").exists() or _state(pid) == "Z" for pid in pids)
 
 
+class _ToDevice:
+    """A loader of the user's own: its __iter__ yields from the DataLoader it holds, moving each batch."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        for x, y in self.loader:
+            yield x.to("cpu"), y.to("cpu")
+
+
+def test_the_workers_of_a_dataloader_a_loader_wraps_are_found_paused_and_ended() -> None:
+    """The loop's iterator is then the wrapper's generator, which has no `_workers`: `dlperf train` read none behind
+    a wrapper with num_workers=2 (its memory line said the workers' memory could not be read) and the A/B's idle side
+    went on loading."""
+    w = tiny()
+    assert w.train is not None
+    make = w.train.make_loader
+    w = dataclasses.replace(w, train=dataclasses.replace(
+        w.train, make_loader=lambda batch_size, **kwargs: _ToDevice(make(batch_size, **kwargs))))
+    loop = TrainLoop(w, StepConfig(batch_size=32, threads=1, num_workers=2))
+    try:
+        loop.step()
+        pids = loop.worker_pids()
+        assert len(pids) == 2
+        loop.pause_loader()
+        assert [_state(pid) for pid in pids] == ["T", "T"]
+        loop.resume_loader()
+        loop.step()
+    finally:
+        loop.close()
+    assert all(not Path(f"/proc/{pid}").exists() or _state(pid) == "Z" for pid in pids)
+
+
 def test_a_loop_without_workers_pauses_nothing() -> None:
     loop = TrainLoop(tiny(), StepConfig(batch_size=32, threads=1))
     try:
