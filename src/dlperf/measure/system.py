@@ -207,3 +207,18 @@ def wait_until_threads_idle(max_s: float, poll_s: float = 0.001) -> float:
         quiet = quiet + 1 if idle else 0
         before, last = seen, now
     return time.perf_counter() - start
+
+
+def core_time_s(path: str = "/proc/thread-self/schedstat") -> float | None:
+    """Seconds a task has run on a core or waited in the run queue for one, from Linux's `schedstat` (the calling
+    thread's by default; `/proc/PID/schedstat` for a process's main thread); None where unreadable (not Linux).
+
+    A task's wall time less this is time it was blocked (on disk, the network, a sleep, a lock): what separates a
+    loader waiting on I/O from one that needs the CPU, however busy the machine (CPU time alone reads low for a
+    CPU-bound task that other processes keep off the cores)."""
+    try:
+        with open(path) as f:
+            on_cpu, waiting = f.read().split()[:2]
+        return (int(on_cpu) + int(waiting)) / 1e9
+    except (OSError, ValueError):
+        return None

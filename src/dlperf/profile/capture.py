@@ -25,7 +25,7 @@ from dlperf.errors import ConfigError, DlperfError, MeasurementError, ProfileErr
 from dlperf.measure.bench import half_dtype, make_call, to_device, torch_threads
 from dlperf.measure.env import check_threads, usable_cores
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, parameter_bytes
-from dlperf.measure.system import UtilizationSampler
+from dlperf.measure.system import UtilizationSampler, core_time_s
 from dlperf.measure.timer import TimerConfig, time_callable
 from dlperf.profile.trace import (
     INFERENCE,
@@ -124,6 +124,12 @@ class Step:
         self.device = device
         self.options = options
         self.last_data_wait_s = 0.0
+        self.last_data_core_s: float | None = None
+        """Of that wait, the time this thread ran on a core or waited for one (`core_time_s`; None: unreadable or not
+        read): loading in the main process (no workers); the rest of the wait it was blocked on I/O."""
+        self.read_loading_core = False
+        """Read `last_data_core_s` (two reads of /proc a step: only for the unprofiled steps of a loader without
+        workers)."""
         self.loader: Any = None
         self.workers = LoaderWorkers(None)
         self._iter: Iterator[Any] | None = None
@@ -218,10 +224,13 @@ class Step:
         train = self.workload.train
         assert train is not None
         record = torch.profiler.record_function
+        core0 = core_time_s() if self.read_loading_core else None
         t0 = time.perf_counter()
         with record("dlperf/data"):
             batch = self._next_batch()
         self.last_data_wait_s = time.perf_counter() - t0
+        core1 = core_time_s() if core0 is not None else None
+        self.last_data_core_s = None if core0 is None or core1 is None else core1 - core0
         pair = split_batch(batch)
         if isinstance(pair, str):
             raise WorkloadError(f"workload '{self.workload.name}': {pair}")
@@ -352,12 +361,15 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
                 progress("timing the step without the profiler")
                 cpu_before = _thread_cpu_s()
                 waits: list[float] = []
+                cores: list[float | None] = []
+                step.read_loading_core = config.mode == TRAIN and not step.workers.pids(step._iter)
 
                 def timed_step() -> None:  # keeps each unprofiled step's wait for its batch (training)
                     step()
                     waits.append(step.last_data_wait_s)
+                    cores.append(step.last_data_core_s)
 
-                with UtilizationSampler(interval_s=0.05) as util:
+                with UtilizationSampler(interval_s=0.05) as util, _WorkersCore(step) as workers_core:
                     measurement = time_callable(
                         timed_step,
                         TimerConfig(warmup_iters=0, min_iters=max(3, config.steps),
@@ -365,6 +377,7 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
                         label=f"{workload.name} unprofiled step",
                     )
                 busy_threads, other_python_busy = _busy_threads(cpu_before, measurement.total_s)
+                step.read_loading_core = False
             except WorkloadError:
                 step.close()
                 raise
@@ -382,8 +395,61 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
         finally:
             step.close()
     if config.mode == TRAIN:  # the timer's samples are the calls after its warm-up, if it has one: the last ones
-        trace.unprofiled_data_wait_s = waits[len(waits) - len(measurement.samples_s):]
+        timed = len(waits) - len(measurement.samples_s)
+        trace.unprofiled_data_wait_s = waits[timed:]
+        trace.loader_core_share = (workers_core.share if workers_core.seen
+                                   else _core_share(cores[timed:], waits[timed:]))
     return trace, step, measurement, util, rss, busy_threads, other_python_busy, intra
+
+
+def _core_share(cores: list[float | None], waits: list[float]) -> float | None:
+    """The share of the main thread's waits for a batch it spent on a core or waiting for one (loading without
+    workers), None where a reading is missing or nothing was waited."""
+    if not waits or any(c is None for c in cores) or sum(waits) <= 0:
+        return None
+    return min(1.0, max(0.0, sum(c or 0.0 for c in cores) / sum(waits)))
+
+
+class _WorkersCore:
+    """Context manager: the share of their lives the loader's worker processes ran on a core or waited for one
+    (`core_time_s` of each, read by a thread every `interval_s` from its first sight to its last), None without
+    workers or readings. Workers come and go (a new epoch's, without persistent_workers), so they are sampled rather
+    than read at both ends; the share, not the total, is what the estimate needs."""
+
+    def __init__(self, step: Step, interval_s: float = 0.02) -> None:
+        self.step = step
+        self.interval_s = interval_s
+        self.share: float | None = None
+        self.seen = False
+        self._first: dict[int, tuple[float, float]] = {}
+        self._last: dict[int, tuple[float, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dlperf-loader-core", daemon=True)
+
+    def _read(self) -> None:
+        for pid in self.step.workers.pids(self.step._iter):
+            self.seen = True
+            core = core_time_s(f"/proc/{pid}/schedstat")
+            if core is not None:
+                self._first.setdefault(pid, (time.perf_counter(), core))
+                self._last[pid] = (time.perf_counter(), core)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def __enter__(self) -> _WorkersCore:
+        self._read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        wall = sum(self._last[pid][0] - t for pid, (t, _) in self._first.items())
+        core = sum(self._last[pid][1] - c for pid, (_, c) in self._first.items())
+        self.share = min(1.0, max(0.0, core / wall)) if wall > 0 else None
 
 
 def _thread_cpu_s() -> dict[int, float]:

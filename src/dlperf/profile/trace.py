@@ -167,6 +167,11 @@ class ProfileTrace:
     unprofiled_data_wait_s: list[float] = field(default_factory=list)
     """Per-step waits for the next batch in those unprofiled steps (training; empty for inference or an older
     trace)."""
+    loader_core_share: float | None = None
+    """Of the loading's wall time in those unprofiled steps (the main thread's waits without workers; the workers'
+    lives with them), the share it ran on a core or waited in the run queue for one (Linux's schedstat); the rest it
+    was blocked on I/O (disk, network, a sleep), which more workers overlap without needing free cores. None: not
+    measured (not Linux, inference, an older trace)."""
     notes: list[str] = field(default_factory=list)
     cache_bytes: int | None = None
     """The cache an operator's data may stay in between operators: on CUDA the device's L2 (an H100's is
@@ -207,6 +212,7 @@ class ProfileTrace:
             "profiled_step_s": self.step_wall_s,
             "unprofiled_step_s": self.unprofiled_step_s,
             "unprofiled_data_wait_s": self.unprofiled_data_wait_s,
+            "loader_core_share": self.loader_core_share,
             "memory": {k: v for k, v in dataclasses.asdict(self.memory).items() if k != "timeline"},
             "threads": dataclasses.asdict(self.threads),
             "loader": dataclasses.asdict(self.loader) if self.loader else None,

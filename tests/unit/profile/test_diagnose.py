@@ -445,9 +445,11 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
-def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5) -> dg.Finding | None:
+def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5,
+                        core_share: float | None = None) -> dg.Finding | None:
     """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch (on 4 cores, others
-    busy elsewhere at `system_pct` of the machine: 47.5 is this process's 1.9 cores alone)."""
+    busy elsewhere at `system_pct` of the machine: 47.5 is this process's 1.9 cores alone; the loading on a core
+    `core_share` of its time)."""
     from dataclasses import replace
 
     info = LoaderInfo("DataLoader", True, num_workers=num_workers, pin_memory=False, prefetch_factor=2,
@@ -456,6 +458,7 @@ def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 
               step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000},
               thread_info=threads(usable=4, system_pct=system_pct))
     t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
+    t.loader_core_share = core_share
     return dg.diagnose(dg.analyze_all(t, CEILINGS)).top
 
 
@@ -496,6 +499,26 @@ def test_more_workers_are_estimated_on_the_cores_other_processes_leave_free() ->
     # 0.04 cores busy elsewhere: it read "kept 0.0 of 4 cores busy: 4 workers would load on about 4.0 free cores"
     nearly_alone = _waiting_loader_top(num_workers=2, persistent=True, system_pct=48.5)
     assert nearly_alone is not None and not any(e.startswith("other processes kept") for e in nearly_alone.evidence)
+
+
+def test_a_loader_waiting_on_io_is_estimated_on_its_workers_not_on_the_free_cores() -> None:
+    """A loader sleeping 2 ms a sample with 1.0 of 2 cores free was estimated 1.14x for 2 workers and measured 1.91x:
+    workers blocked on I/O need no core. Only loading that runs on a core is capped by the free cores."""
+    waiting = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0, core_share=0.1)
+    computing = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0, core_share=1.0)
+    unknown = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0)
+    assert waiting is not None and computing is not None and unknown is not None
+    # 4 workers each load a batch in 80 ms: 20 ms a batch, of which 10% on 2.1 free cores
+    assert waiting.estimated_speedup == pytest.approx(2.0)
+    assert any(e.startswith("loading ran on a core (or waited for one) 10% of its time and was blocked the rest, "
+                            "on I/O") for e in waiting.evidence)
+    assert not any(e.startswith("other processes kept") for e in waiting.evidence)
+    # CPU-bound, or not measured: capped by the free cores as before, and the assumption said
+    assert computing.estimated_speedup is not None and computing.estimated_speedup < 1.5
+    assert computing.estimated_speedup == pytest.approx(unknown.estimated_speedup)
+    assert any(e.startswith("other processes kept 1.9 of 4 cores busy") for e in computing.evidence)
+    assert any(e.startswith("the loader's use of the CPU was not measured, so the estimate takes loading to be "
+                            "CPU-bound") for e in unknown.evidence)
 
 
 def test_a_loader_with_workers_that_cannot_keep_up() -> None:

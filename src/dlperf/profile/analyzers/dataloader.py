@@ -35,6 +35,9 @@ class LoaderAnalysis:
     unprofiled_wait_share: float | None = None
     """Median wait over median step of the steps timed without the profiler; None when not recorded. The profiler
     (and a busy machine during the profiled steps) inflates the compute and so understates the wait's share."""
+    core_share: float | None = None
+    """The share of the loading's wall time it ran on a core or waited for one (`ProfileTrace.loader_core_share`);
+    the rest it was blocked on I/O. None: not measured."""
     too_many_workers: str | None = None
     """More workers than usable CPUs: torch's warning, said once (the report's loader line), not at each build."""
 
@@ -80,7 +83,7 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         name = info.type_name if info else "unknown"
         notes.append(f"the loader is a {name}, not a torch DataLoader: its settings cannot be read or changed")
         return LoaderAnalysis(wait, step, wait / step if step else 0.0, compute, False, None, None, None, None,
-                              suggested, notes, unprofiled_share)
+                              suggested, notes, unprofiled_share, core_share=trace.loader_core_share)
     # only what differs from the loader's own settings: the current ones are no fix
     if step > 0 and wait / step >= 0.1:
         workers = suggested_workers(trace.threads.usable_cores, info.num_workers)
@@ -101,6 +104,6 @@ def analyze(trace: ProfileTrace) -> LoaderAnalysis:
         data_wait_s=wait, step_s=step, wait_share=wait / step if step else 0.0, compute_s=compute,
         is_dataloader=True, num_workers=info.num_workers, pin_memory=info.pin_memory,
         prefetch_factor=info.prefetch_factor, persistent_workers=info.persistent_workers,
-        suggested=suggested, notes=notes, unprofiled_wait_share=unprofiled_share,
+        suggested=suggested, notes=notes, unprofiled_wait_share=unprofiled_share, core_share=trace.loader_core_share,
         too_many_workers=too_many_workers(info.num_workers, trace.threads.usable_cores),
     )
