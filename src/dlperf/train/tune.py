@@ -521,11 +521,11 @@ def batch_norm_hint(workload: Workload, base_micro: int, micro: int) -> str | No
     """Why a split batch may fail parity when the model normalizes over the batch (BatchNorm): each micro-batch is
     normalized by its own statistics, which gradient accumulation does not undo. digits' MLP with BatchNorm1d read
     'parity FAILED: ... (+14.6%)' at 16 x 4 for 64 and nothing on why."""
-    from torch.nn.modules.batchnorm import _BatchNorm
+    from dlperf.train.knobs.batch import batch_norm_kinds
 
     if micro >= base_micro:
         return None
-    kinds = sorted({type(m).__name__ for m in workload.build_model().modules() if isinstance(m, _BatchNorm)})
+    kinds = batch_norm_kinds(workload.build_model())
     if not kinds:
         return None
     return (f"the model normalizes over the batch ({', '.join(kinds)}): micro-batches of {micro} give it other "

@@ -137,6 +137,29 @@ def test_a_prime_batch_over_the_budget_names_a_batch_that_splits_better() -> Non
                                    "effective batch of 60 would split into 30 x 2 (--batch-size 60 tunes that)")
 
 
+def test_the_search_never_probes_batch_1_for_a_model_with_batch_norm() -> None:
+    """BatchNorm cannot train on one sample: the search probed batch 1 when nothing larger fit, and the knob failed
+    with torch's 'Expected more than 1 value per channel when training'. It now stops at 2 and says why."""
+    import dataclasses
+
+    from torch import nn
+
+    w = tiny(batch_size=8)
+    w = dataclasses.replace(w, make_model=lambda: nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32),
+                                                                nn.Linear(32, 4)))
+    current = StepConfig(batch_size=8, threads=1)
+    knob = LargestBatch()
+    with pytest.raises(TrainError, match=r"not even a batch of 2 fits in the memory budget \(batch 1 is not tried: "
+                                         r"the model normalizes over the batch \(BatchNorm1d\), which cannot train on "
+                                         r"one sample\): raise --memory-budget"):
+        knob.candidates(current, TuneContext(workload=w, memory_budget_bytes=1))
+    assert knob.last_search is not None and [p[0] for p in knob.last_search.probes] == [8, 4, 2]
+    # 7 splits only into micro-batches of 1 below 7
+    with pytest.raises(TrainError, match="batch 7 splits into no micro-batches of 2 to 6 samples"):
+        split_batch(7, 6, smallest=2)
+    assert split_batch(8, 3, smallest=2) == (2, 4)
+
+
 def test_checkpointed_footprint_keeps_block_inputs_and_one_recomputed_block() -> None:
     w = blocks()
     plain = step_footprint_bytes(w, StepConfig(batch_size=256, threads=1))

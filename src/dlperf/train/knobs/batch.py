@@ -183,8 +183,9 @@ def cpu_fits(workload: Workload, config: StepConfig, budget_bytes: int, margin: 
     return fits
 
 
-def search_largest_batch(fits: FitFn, wanted: int, budget_bytes: int, margin: float) -> BatchSearch:
-    """Try `wanted`; if it does not fit, binary-search [1, wanted) for the largest batch that does."""
+def search_largest_batch(fits: FitFn, wanted: int, budget_bytes: int, margin: float, smallest: int = 1) -> BatchSearch:
+    """Try `wanted`; if it does not fit, binary-search [smallest, wanted) for the largest batch that does (0: none
+    does). `smallest` is 2 for a model that normalizes over the batch, which cannot train on one sample."""
     search = BatchSearch(budget_bytes, margin)
 
     def probe(batch: int) -> bool:
@@ -195,25 +196,45 @@ def search_largest_batch(fits: FitFn, wanted: int, budget_bytes: int, margin: fl
     if probe(wanted):
         search.largest_fitting = wanted
         return search
-    lo, hi = 0, wanted  # lo fits (0 = nothing known to fit), hi does not
+    lo, hi = smallest - 1, wanted  # lo fits (below smallest: nothing known to fit), hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if probe(mid):
             lo = mid
         else:
             hi = mid
-    search.largest_fitting = lo
+    search.largest_fitting = lo if lo >= smallest else 0
     return search
 
 
-def split_batch(effective: int, largest: int) -> tuple[int, int]:
-    """(micro-batch, accumulation steps) with micro * steps == effective and micro <= largest, micro largest."""
-    if largest < 1:
-        raise TrainError("not even a batch of 1 fits in the memory budget: raise --memory-budget")
-    for steps in range(math.ceil(effective / largest), effective + 1):
+def split_batch(effective: int, largest: int, smallest: int = 1, why: str = "") -> tuple[int, int]:
+    """(micro-batch, accumulation steps) with micro * steps == effective and smallest <= micro <= largest, micro
+    largest. `why` says why batches below `smallest` are not tried (a model normalizing over the batch)."""
+    if largest < smallest:
+        raise TrainError(f"not even a batch of {smallest} fits in the memory budget{why}: raise --memory-budget")
+    for steps in range(math.ceil(effective / largest), effective // smallest + 1):
         if effective % steps == 0:
             return effective // steps, steps
-    return 1, effective
+    raise TrainError(f"batch {effective} splits into no micro-batches of {smallest} to {largest} samples{why}: "
+                     "pass a --batch-size that does, or raise --memory-budget")
+
+
+def batch_norm_kinds(model: Any) -> list[str]:
+    """The kinds of module in `model` that normalize over the batch in training (BatchNorm), sorted: such a model
+    cannot train on a batch of 1 ('Expected more than 1 value per channel when training')."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return sorted({type(m).__name__ for m in model.modules() if isinstance(m, _BatchNorm)})
+
+
+def smallest_batch(workload: Workload) -> tuple[int, str]:
+    """The smallest micro-batch the batch search may probe, and why when it is not 1: the search probed batch 1 for
+    a model with BatchNorm, whose step raised torch's ValueError, which the knob showed as its failure."""
+    kinds = batch_norm_kinds(workload.build_model())
+    if not kinds:
+        return 1, ""
+    return 2, (f" (batch 1 is not tried: the model normalizes over the batch ({', '.join(kinds)}), which cannot train "
+               "on one sample)")
 
 
 def nearby_split(effective: int, largest: int) -> tuple[int, int] | None:
@@ -267,14 +288,15 @@ class LargestBatch:
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:
         fits, budget = fit_function(ctx, current)
         wanted = current.effective_batch_size
-        search = search_largest_batch(fits, wanted, budget, ctx.safety_margin)
+        smallest, why = smallest_batch(ctx.workload)
+        search = search_largest_batch(fits, wanted, budget, ctx.safety_margin, min(smallest, wanted))
         self.last_search = search
         if search.largest_fitting >= wanted:
             if current.accumulation_steps == 1:
                 return []
             return [Candidate({"batch_size": wanted, "accumulation_steps": 1},
                               f"the whole batch of {wanted} fits: no accumulation", search.to_dict())]
-        micro, steps = split_batch(wanted, search.largest_fitting)
+        micro, steps = split_batch(wanted, search.largest_fitting, smallest, why)
         note = f"batch {wanted} does not fit in {budget / 2**20:.4g} MiB: {micro} x {steps} accumulation steps"
         nearby = nearby_split(wanted, search.largest_fitting)
         if nearby is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlperf.train.knobs import Candidate, TuneContext
-from dlperf.train.knobs.batch import fit_function, search_largest_batch, split_batch
+from dlperf.train.knobs.batch import fit_function, search_largest_batch, smallest_batch, split_batch
 from dlperf.train.loop import StepConfig
 
 
@@ -54,9 +54,10 @@ class Checkpointing:
         probe = current.replace(checkpointing=True)
         fits, budget = fit_function(ctx, probe)
         wanted = current.effective_batch_size
-        search = search_largest_batch(fits, wanted, budget, ctx.safety_margin)
+        smallest, why = smallest_batch(ctx.workload)
+        search = search_largest_batch(fits, wanted, budget, ctx.safety_margin, min(smallest, wanted))
         self.last_search = search
-        micro, steps = split_batch(wanted, search.largest_fitting)
+        micro, steps = split_batch(wanted, search.largest_fitting, smallest, why)
         if self._over_budget is not None:  # the current configuration breaks the budget: checkpointing is needed
             change: dict[str, Any] = {"checkpointing": True}
             if micro != current.batch_size:
