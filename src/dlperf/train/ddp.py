@@ -217,9 +217,19 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
                    f"process ({alone_1:.3g} ms) at the same batch and threads: the machine was busier while the "
                    "1-process launch ran (the two run one after the other), so the efficiency is off by about as "
                    "much; repeat on a quieter machine")
-    if result.multi.buckets == 1 and n > 1:
-        out.append(f"all {result.multi.gradient_bytes / 2**20:.2f} MiB of gradients fit one bucket: the all-reduce "
+    grad_mib = result.multi.gradient_bytes / 2**20
+    if result.multi.buckets == 1 and n > 1 and grad_mib >= FIRST_BUCKET_MB:
+        out.append(f"all {grad_mib:.2f} MiB of gradients fit one bucket: the all-reduce "
                    "starts only after the whole backward, so nothing overlaps; lower bucket_cap_mb to overlap")
+    elif result.multi.buckets == 1 and n > 1:
+        # advised for 0.07 MiB too, where more buckets only add calls: torch's own first bucket is 1 MiB for that reason
+        took = (f" (the all-reduce alone takes {result.multi.allreduce_s * 1e3:.3g} ms for them)"
+                if result.multi.allreduce_s > 0 else "")
+        out.append(f"all {grad_mib:.2f} MiB of gradients fit one bucket, so nothing overlaps, but they are too few for "
+                   f"buckets to matter: DDP splits nothing under {FIRST_BUCKET_MB:g} MiB off, as each all-reduce call "
+                   f"costs a fixed latency that smaller buckets would pay once each{took}; what costs here is that "
+                   "latency, paid every step: larger per-process batches or gradient accumulation with no_sync() "
+                   "pay it less often (bucket_cap_mb would not)")
     overlap = result.overlap
     if overlap is not None and result.comm_share > 0.1 and overlap < 0.3:
         out.append(f"bucketing/overlap is not effective: {overlap:.0%} of the all-reduce is hidden and it costs "

@@ -47,6 +47,21 @@ def test_findings_name_a_single_bucket_and_ineffective_overlap() -> None:
     assert "compete for cores" in crowded
 
 
+def test_a_lower_bucket_cap_is_advised_only_for_gradients_large_enough_to_split() -> None:
+    """0.07 MiB of gradients in one bucket were told to lower bucket_cap_mb: more buckets only add all-reduce calls,
+    each paying the latency that is the cost there (DDP itself splits nothing under its 1 MiB first bucket)."""
+    tiny = _result(step_1=0.001, step_n=0.007, nosync_n=0.001, allreduce=0.0005, buckets=1)
+    tiny.multi.gradient_bytes = int(0.07 * 2**20)
+    found = findings_for(tiny, cpus=8, device="cpu")
+    assert not any("lower bucket_cap_mb" in f for f in found)
+    assert ("all 0.07 MiB of gradients fit one bucket, so nothing overlaps, but they are too few for buckets to "
+            "matter: DDP splits nothing under 1 MiB off, as each all-reduce call costs a fixed latency that smaller "
+            "buckets would pay once each (the all-reduce alone takes 0.5 ms for them); what costs here is that "
+            "latency") in " ".join(found)
+    large = _result(step_1=0.010, step_n=0.020, nosync_n=0.010, allreduce=0.025, buckets=1)  # 4 MiB in one bucket
+    assert any(f.endswith("lower bucket_cap_mb to overlap") for f in findings_for(large, cpus=8, device="cpu"))
+
+
 @pytest.mark.parametrize(("nbytes", "cap", "expected"),
                          [(2**19, 25, 1), (2**20, 25, 1), (2**20 + 1, 25, 2), (51 * 2**20, 25, 3)])
 def test_expected_buckets(nbytes: int, cap: float, expected: int) -> None:
