@@ -26,6 +26,7 @@ from typing import Any
 
 from dlperf.errors import OptimizeError
 from dlperf.measure.ab import SETTLE_S
+from dlperf.passes._engine import HELDOUT_SAMPLES, heldout_rows  # the default calibration rows come after them
 
 PHASES = ("start", "load", "build", "apply", "check", "eval", "time", "paired", "export", "memory", "done")
 
@@ -48,7 +49,7 @@ class EvalSettings:
     ab_iters_per_block: int = 5
     env: dict[str, str] = field(default_factory=dict)
     # Without an eval metric, fidelity is scored on this many held-out inputs (not only the example batch).
-    heldout_samples: int = 32
+    heldout_samples: int = HELDOUT_SAMPLES
     # Paired blocks (ABBA) of the original model against the candidate in the candidate's own process (0: none),
     # per round, up to PAIRED_ROUNDS rounds while the CI is wide: the search's gate and order use that ratio,
     # which the process's own speed cancels out of.
@@ -59,13 +60,6 @@ class EvalSettings:
     # Measure the peak RSS a deployment of the exported artifact uses, in a fresh process that loads it alone
     # (`optimize.footprint`), and report that as `peak_rss_bytes` (the memory objective's figure).
     deployed_memory: bool = False
-
-
-HELDOUT_FIRST_BATCH = 32
-"""Held-out inputs are rows this far or further into `example_inputs(n)` (past the example batch too): the engine
-passes' default calibration sets use batch sizes 1, 2, ... 24 (300 rows at most) and `keep_fp32="auto"` scores its
-trials on batch sizes 9, 10 ...; the zoo seeds inputs by batch size, but a workload whose `make_inputs` seeds one
-generator (or slices one dataset) gives the same first rows at every batch size, and those rows were all three."""
 
 
 # --- the child side -----------------------------------------------------------------------------
@@ -412,17 +406,16 @@ def _heldout_batches(workload: Any, settings: EvalSettings) -> list[Any]:
     if settings.heldout_samples < 1:
         return []
     b = settings.batch_size
-    rows = b * math.ceil(settings.heldout_samples / b)
-    # Past the first max(batch, HELDOUT_FIRST_BATCH) rows: with make_inputs seeding one generator, example_inputs(32)
+    # Past the first max(batch, 32) rows (heldout_rows): with make_inputs seeding one generator, example_inputs(32)
     # began with the example batch, the calibration rows and the rows keep_fp32="auto" chose on, and the fidelity
-    # reported as "on 32 held-out inputs" was scored on them.
-    skip = max(b, HELDOUT_FIRST_BATCH)
+    # reported as "on 32 held-out inputs" was scored on them. The default calibration rows now come after these.
+    span = heldout_rows(b, settings.heldout_samples)
     try:
-        big = workload.example_inputs(skip + rows)
-        if any(int(x.shape[0]) < skip + rows for x in big):
+        big = workload.example_inputs(span.stop)
+        if any(int(x.shape[0]) < span.stop for x in big):
             return []
-        held = tuple(x[skip:].clone() for x in big)  # a copy: views would keep the skipped rows' memory
-        return [to_device(tuple(x[i : i + b] for x in held), settings.device) for i in range(0, rows, b)]
+        held = tuple(x[span.start : span.stop].clone() for x in big)  # a copy: views would keep the skipped rows
+        return [to_device(tuple(x[i : i + b] for x in held), settings.device) for i in range(0, len(span), b)]
     except (AttributeError, IndexError, TypeError):  # inputs that are not batch-first tensors
         return []
 

@@ -8,6 +8,7 @@ torch run.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import math
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.errors import PassError, PassNotApplicable
+from dlperf.errors import PassError, PassNotApplicable, WorkloadError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -517,7 +518,7 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
     if source is None and wl.eval is not None:
         source = wl.eval.calibration_inputs
     if source is None:
-        out = _rows(synthetic_batches(wl, limit), limit)
+        out = example_rows(wl, limit, first=heldout_rows(ctx.batch_size).stop)
         if not out:
             raise PassNotApplicable("no calibration inputs: give the workload an EvalSpec with calibration_inputs")
         return out
@@ -536,6 +537,65 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
         raise PassNotApplicable(f"workload '{wl.name}': its calibration_inputs() yielded {len(batches)} "
                                 f"batch{'es' if len(batches) != 1 else ''} with no rows")
     return out
+
+
+HELDOUT_FIRST_BATCH = 32
+"""The search's held-out fidelity inputs (without an eval metric) are rows this far or further into one
+`example_inputs(n)` (past the example batch too): `keep_fp32="auto"` scores its trials on batch sizes 9, 10 ...
+and the default calibration rows come after the held-out ones; the zoo seeds inputs by batch size, but a workload
+whose `make_inputs` seeds one generator (or slices one dataset) gives the same first rows at every batch size."""
+
+HELDOUT_SAMPLES = 32
+"""How many held-out inputs the search scores fidelity on by default (`EvalSettings.heldout_samples`)."""
+
+
+def heldout_rows(batch_size: int, samples: int = HELDOUT_SAMPLES) -> range:
+    """The rows of `example_inputs(n)` the search's held-out fidelity uses at `batch_size`: past the first
+    max(batch_size, HELDOUT_FIRST_BATCH), `samples` rounded up to whole batches (no new shapes for the candidate)."""
+    skip = max(batch_size, HELDOUT_FIRST_BATCH)
+    return range(skip, skip + batch_size * math.ceil(samples / batch_size))
+
+
+def example_rows(wl: Workload, limit: int, first: int) -> list[Inputs]:
+    """`limit` single-sample inputs: rows `first` on of one `example_inputs(first + limit)`, so that they differ
+    where the workload can make them differ. Batch sizes 1, 2 ... 24, used before, all began with the same rows for
+    a `make_inputs` that seeds its own generator: 24 distinct rows of the 300 asked. A factory that refuses so
+    large a batch gets those growing batches (`calibration_note` says when their rows repeat)."""
+    try:
+        big = wl.example_inputs(first + limit)
+    except WorkloadError:
+        return _rows(synthetic_batches(wl, limit), limit)
+    return _rows([tuple(x[first:] for x in big)], limit)
+
+
+def distinct_rows(samples: Sequence[Inputs]) -> int:
+    """How many of `samples` (single-sample inputs) differ in their values."""
+    import torch
+
+    def key(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+            return str(t.dtype), tuple(t.shape), hashlib.sha1(data).hexdigest()
+        return repr(x)
+
+    return len({tuple(key(x) for x in row) for row in samples})
+
+
+def calibration_note(state: ModelState, ctx: PassContext, samples: Sequence[Inputs], limit: int) -> str | None:
+    """What a calibrated candidate says when its `samples` (from `calibration_samples(state, ctx, limit)`) hold
+    fewer distinct rows than the `limit` its config asks for; None when they hold that many."""
+    distinct = distinct_rows(samples)
+    if distinct >= limit:
+        return None
+    wl = state.workload
+    if ctx.calibration_inputs is not None or (wl.eval is not None and wl.eval.calibration_inputs is not None):
+        source = f"its calibration_inputs gave {len(samples)} rows"
+    else:
+        source = (f"its example inputs gave {len(samples)} rows (the workload has no calibration_inputs: give its "
+                  "EvalSpec some for a calibration set of its own)")
+    return (f"calibrated on {distinct} distinct input row{'s' if distinct != 1 else ''} of the {limit} asked "
+            f"(calibration_samples): {source}")
 
 
 CALIBRATION_SEED = 0

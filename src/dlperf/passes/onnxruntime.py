@@ -332,6 +332,9 @@ class OrtPass:
             path = _transformer_optimize(path, workdir / "model.fused.onnx")
         threads = _engine.threads_for(ctx)
         notes = [f"onnxruntime {config.provider} provider, opt level {config.opt_level}, {threads} threads"]
+        if config.precision == "int8-static":  # keep_fp32="auto" ranks layers on them too: not a calibration
+            few = _engine.calibration_note(state, ctx, samples, config.calibration_samples)
+            notes += [few] if few else []
         if config.precision != "fp32":
             fp32_path = path
             weighted = _engine.onnx_weighted_nodes(fp32_path)

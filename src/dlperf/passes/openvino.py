@@ -283,6 +283,8 @@ class OpenVinoPass:
         frontend = "onnx" if converted else config.frontend
         notes = [f"openvino CPU via the {frontend} frontend, {threads} threads, "
                  f"inference precision {config.inference_precision}", *converted]
+        few = _engine.calibration_note(state, ctx, samples, config.calibration_samples) if samples else None
+        notes += [few] if few else []
         ov_model = fp32_model
         if config.precision != "fp32":
 

@@ -141,8 +141,8 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
     workload has one; else the eval metric itself (a choice fitted to the data that judges it: `data` says so);
     without an eval metric, output fidelity (mean cosine vs fp32) on inputs the search's held-out fidelity does not
     use (the example inputs at batch sizes 9, 10 ...: the zoo seeds each batch size differently; the search's are
-    rows 32 and on of a larger batch, past these and the calibration rows (batch sizes 1 to 24) where a workload repeats
-    its first rows at every batch size)."""
+    rows 32 and on of a larger batch, past these where a workload repeats its first rows at every batch size, and the
+    default calibration rows come after the search's)."""
     from dlperf.passes._engine import synthetic_batches
 
     wl = state.workload
@@ -155,7 +155,7 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
         return Metric(wl.eval.metric_name, wl.score, wl.score(state.predict), wl.eval.higher_is_better,
                       "the eval data, which then judges the candidate too (its EvalSpec has no selection_evaluate): "
                       "the candidate's metric may be optimistic")
-    # Held out from the calibration rows (which start at batch size 1): start at a larger batch size.
+    # Not the calibration rows (rows past the search's held-out ones, `_engine.example_rows`), nor the search's.
     samples: list[Inputs] = []
     for b in synthetic_batches(wl, heldout, first_batch_size=9):
         samples += [tuple(x[r : r + 1] for x in b) for r in range(int(b[0].shape[0]))]

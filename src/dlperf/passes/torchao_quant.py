@@ -114,10 +114,13 @@ class TorchAoPass:
         assert state.model is not None
         model = copy.deepcopy(state.model).eval()
         example = state.workload.example_inputs(max(2, ctx.batch_size))
+        notes = [*state.notes, f"torchao {config.method}"]
         if config.method == "int8-static-pt2e":
             # the recipe recalibrates when it is loaded: the same samples then, however they are drawn
             with _engine.reproducible_rng():
                 samples = _engine.calibration_samples(state, ctx, config.calibration_samples)
+            few = _engine.calibration_note(state, ctx, samples, config.calibration_samples)
+            notes += [few] if few else []
             model = _pt2e(model, config, samples, example)
         else:
             model = _quantize_(model, config)
@@ -129,6 +132,6 @@ class TorchAoPass:
                     predict(*example)  # compile now, so build_s holds the cost and measurement does not
         return ModelState(
             workload=state.workload, model=model, predict=predict, engine="torch", precision="int8",
-            applied=list(state.applied), notes=[*state.notes, f"torchao {config.method}"],
+            applied=list(state.applied), notes=notes,
             exporter=None, build_s=state.build_s + time.perf_counter() - t0,
         )

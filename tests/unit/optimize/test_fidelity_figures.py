@@ -14,12 +14,12 @@ import torch
 
 from dlperf.measure.ab import decide
 from dlperf.optimize.evaluate import (
-    HELDOUT_FIRST_BATCH,
     EvalSettings,
     _heldout_batches,
     _paired_with_original,
     fidelity_of,
 )
+from dlperf.passes._engine import HELDOUT_FIRST_BATCH
 
 pytestmark = pytest.mark.unit
 

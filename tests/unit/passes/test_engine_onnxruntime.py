@@ -469,6 +469,49 @@ def test_calibration_inputs_that_yield_nothing_are_told_so_not_to_add_calibratio
     assert len(_engine.calibration_samples(no_eval, CTX, 5)) == 5
 
 
+def _stream(name: str = "stream", most: int | None = None) -> Any:
+    """A 4-feature linear model whose make_inputs seeds one generator: row i is the same at every batch size (row i
+    is filled with i), as a deterministic user workload's; with `most`, larger batches are refused."""
+    from dlperf.workload.base import Workload
+
+    def make_inputs(b: int) -> tuple[torch.Tensor, ...]:
+        if most is not None and b > most:
+            raise IndexError(f"only {most} rows")
+        return (torch.arange(b, dtype=torch.float32)[:, None].repeat(1, 4),)
+
+    return Workload(name, make_model=lambda: torch.nn.Linear(4, 2), make_inputs=make_inputs, kind="mlp")
+
+
+def test_calibration_without_calibration_inputs_takes_distinct_rows_past_the_held_out_ones() -> None:
+    """Without calibration_inputs the rows came from batch sizes 1, 2 ... 24: for a make_inputs that seeds its own
+    generator those batches all begin with the same rows, so the 300 samples asked were 24 distinct rows, and the
+    config said 300. They are now rows of one larger batch, past the search's held-out fidelity rows."""
+    state = initial_state(_stream())
+    rows = [float(s[0][0, 0]) for s in _engine.calibration_samples(state, CTX, 300)]
+    held = _engine.heldout_rows(CTX.batch_size)
+    assert rows == [float(r) for r in range(held.stop, held.stop + 300)]
+    at_16 = [float(s[0][0, 0]) for s in _engine.calibration_samples(state, PassContext(batch_size=16), 8)]
+    assert min(at_16) >= _engine.heldout_rows(16).stop
+    assert _engine.calibration_note(state, CTX, _engine.calibration_samples(state, CTX, 300), 300) is None
+
+
+def test_a_calibration_set_with_fewer_distinct_rows_than_asked_says_so() -> None:
+    """A make_inputs that refuses large batches gets the growing batches 1, 2 ...: 24 distinct rows of the 300
+    asked, which the candidate's notes now say; so do calibration_inputs that give fewer rows than asked."""
+    state = initial_state(_stream(most=24))
+    samples = _engine.calibration_samples(state, CTX, 300)
+    assert len(samples) == 300 and _engine.distinct_rows(samples) == 24
+    assert _engine.calibration_note(state, CTX, samples, 300) == (
+        "calibrated on 24 distinct input rows of the 300 asked (calibration_samples): its example inputs gave 300 "
+        "rows (the workload has no calibration_inputs: give its EvalSpec some for a calibration set of its own)")
+    user = initial_state(_with_calibration(get("mlp"), lambda: [(torch.randn(5, 64),)]))
+    assert _engine.calibration_note(user, CTX, _engine.calibration_samples(user, CTX, 8), 8) == (
+        "calibrated on 5 distinct input rows of the 8 asked (calibration_samples): its calibration_inputs gave 5 rows")
+    new = apply_pass(OrtConfig(precision="int8-static", calibration_samples=30), state, CTX)
+    # batch sizes 1 .. 7 and two rows of 8: rows 0 .. 6
+    assert any(n.startswith("calibrated on 7 distinct input rows of the 30 asked") for n in new.notes)
+
+
 def test_calibration_data_of_another_sequence_length_quantizes_with_that_dimension_dynamic(tmp_path: Path) -> None:
     """Sizes past the batch that the model takes (another sequence length) are accepted, and the graph, exported
     with the example inputs, leaves that dimension dynamic so the calibration runs."""
