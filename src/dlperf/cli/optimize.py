@@ -67,7 +67,7 @@ def budget_start(from_command_line: bool) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from dlperf.cli.common import note_oversubscribed, open_store
-    from dlperf.optimize.search import ExportFailed, optimize
+    from dlperf.optimize.search import ExportFailed, check_options, optimize
     from dlperf.report.optimize_view import load_note
     from dlperf.workload.loader import load_workload
 
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.executor.startswith("ray"):  # a Ray node's CPUs are not this machine's
         note_oversubscribed(args.threads)
     store = open_store(args)
+    check_options(config, args.export, store)  # a misspelt --passes, a bad --export: refused before the load
     progress = _Progress(args.objective)
     # The budget counts from the command's start, the workload's loading included: taken after the load, the start
     # was capped at 60 s ago, so an import that took longer was partly left out of it, and nothing said it took any.

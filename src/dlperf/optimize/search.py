@@ -46,6 +46,7 @@ from dlperf.optimize.space import (
     Candidate,
     SearchSpace,
     build_space,
+    check_pass_names,
     extensions,
     round_budget,
     takes_metric_budget,
@@ -729,7 +730,6 @@ def optimize(
     `--executor ray` started Ray (5-6 s) before a bad `--passes`, `--export`, `--device` or `--resume` was refused.
     """
     from dlperf.measure.env import capture_environment
-    from dlperf.optimize.artifact import check_apart, check_export_dir, check_folder_path
     from dlperf.workload.loader import code_fingerprint, is_rebuilt, load_workload
 
     config = config or OptimizeConfig()
@@ -737,13 +737,7 @@ def optimize(
         from dlperf.store.db import Store
 
         store = Store(store)
-    # paths and the device are checked before the search spends its budget (a bad --export failed at the end)
-    if export_dir is not None:
-        check_export_dir(export_dir)
-        check_apart(export_dir, Path(config.workdir) if config.workdir else _default_workdir(store))
-    if config.workdir is not None:
-        check_folder_path(config.workdir, "--workdir")
-    check_device(config.device)
+    check_options(config, export_dir, store)
     wl = load_workload(workload)
     source = wl.source or (workload if isinstance(workload, str) else "")
     if not source or source == "python":
@@ -829,6 +823,21 @@ def optimize(
     if result.export_error is not None:
         raise ExportFailed(result.export_error, result)
     return result
+
+
+def check_options(config: OptimizeConfig, export_dir: str | Path | None = None, store: Any = None) -> None:
+    """What `optimize` refuses before it loads the workload and spends its budget: an export or work folder it cannot
+    write (a bad --export failed at the end), a device this machine lacks, a --passes name that is no pass. The CLI
+    calls it before its own load of the workload: these were refused after "loading the workload took 2.0 s"."""
+    from dlperf.optimize.artifact import check_apart, check_export_dir, check_folder_path
+
+    if export_dir is not None:
+        check_export_dir(export_dir)
+        check_apart(export_dir, Path(config.workdir) if config.workdir else _default_workdir(store))
+    if config.workdir is not None:
+        check_folder_path(config.workdir, "--workdir")
+    check_device(config.device)
+    check_pass_names(config.passes, config.extra_modules)
 
 
 optimize_workload = optimize

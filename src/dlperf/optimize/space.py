@@ -191,18 +191,42 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         known = {o.config.name for o in options} | {s.split(":", 1)[0] for s in skipped}
         unknown = sorted(wanted - known - set(config_types()))
         if unknown:
-            # a label copied from the report's table, `onnxruntime(precision=int8-dynamic)`, was only "unknown"
-            named = [base for base in (re.split(r"[(:]", n, maxsplit=1)[0] for n in unknown)
-                     if base in config_types() and base not in wanted]
-            hint = (f"; --passes takes pass names, not configurations: give {', '.join(named)}: the search tries "
-                    "each configuration a pass offers for the workload" if named else "")
-            raise ConfigError(
-                f"--passes names unknown passes {', '.join(unknown)}: known passes are "
-                f"{', '.join(sorted(set(config_types())))}{hint}"
-            )
+            raise _unknown_passes(unknown, wanted)
         options = [o for o in options if o.config.name in wanted]
     options.sort(key=lambda o: sort_key(o.config))
     return SearchSpace(options, skipped)
+
+
+def check_pass_names(only: Sequence[str] | None, extra_modules: Sequence[str] = ()) -> None:
+    """A ConfigError for a name in `only` (`--passes`) that no pass module registers, with the closest known one;
+    cheap (it imports the pass modules, not the workload), so the search and the CLI call it before the workload
+    loads: `--passes onnxruntim` was refused only after "loading the workload took 2.0 s"."""
+    if not only:
+        return
+    load_pass_modules(extra_modules)
+    unknown = sorted(set(only) - set(config_types()))
+    if unknown:
+        raise _unknown_passes(unknown, set(only))
+
+
+def _unknown_passes(unknown: Sequence[str], wanted: set[str]) -> ConfigError:
+    """The error for `--passes` names that are no pass: the known ones, and for each name the pass it is a
+    configuration label of, or the pass it is a typo of."""
+    import difflib
+
+    names = sorted(set(config_types()))
+    bases = {n: re.split(r"[(:]", n, maxsplit=1)[0] for n in unknown}
+    # a label copied from the report's table, `onnxruntime(precision=int8-dynamic)`, was only "unknown"
+    named = [base for base in bases.values() if base in names and base not in wanted]
+    hint = (f"; --passes takes pass names, not configurations: give {', '.join(named)}: the search tries "
+            "each configuration a pass offers for the workload" if named else "")
+    guesses = {n: close[0] for n, base in bases.items()
+               if base not in names and (close := difflib.get_close_matches(base, names, n=1))}
+    if len(unknown) == 1 and guesses:
+        hint += f"; did you mean {guesses[unknown[0]]}?"
+    elif guesses:
+        hint += f"; did you mean {', '.join(f'{g} for {n}' for n, g in guesses.items())}?"
+    return ConfigError(f"--passes names unknown passes {', '.join(unknown)}: known passes are {', '.join(names)}{hint}")
 
 
 def _why_nothing_offered(module_name: str, workload: Workload, ctx: PassContext, built: list[Any]) -> str | None:

@@ -46,3 +46,20 @@ def test_ray_is_started_only_once_every_option_is_checked(tmp_path: Path, monkey
     for bad in (["--passes", "nosuch"], ["--resume", "deadbeef"], ["--device", "cuda:7"]):
         assert main(["optimize", "zoo:mlp", "--executor", "ray", *bad, "--store", store]) == 2
     assert started == []
+
+
+def test_a_misspelt_pass_export_or_device_is_refused_before_the_workload_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--passes onnxruntim` was refused only after "loading the workload took 2.0 s" (a large model's file takes
+    longer), and so were a bad --export and a device this machine lacks; the typo now gets a "did you mean"."""
+    from dlperf.cli.main import main
+    from dlperf.workload import loader
+
+    loaded: list[str] = []
+    monkeypatch.setattr(loader, "load_workload", lambda spec, *a, **k: loaded.append(spec))
+    store = f"{tmp_path}/runs.db"
+    assert main(["optimize", "zoo:mlp", "--passes", "hygiene,onnxruntim", "--store", store]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("; did you mean onnxruntime?")
+    for bad in (["--export", str(tmp_path / "runs.db" / "out")], ["--device", "cuda:7"]):
+        assert main(["optimize", "zoo:mlp", *bad, "--store", store]) == 2
+    assert loaded == []

@@ -14,6 +14,7 @@ from dlperf.optimize.space import (
     build_space,
     can_extend,
     candidate_from_list,
+    check_pass_names,
     config_from_dict,
     extensions,
     load_pass_modules,
@@ -129,6 +130,23 @@ def test_build_space_restricts_to_named_passes_and_rejects_unknown() -> None:
     assert any(s.startswith("channels_last: not applicable") for s in space.skipped)
     with pytest.raises(ConfigError, match="unknown passes warp"):
         build_space(workload, PassContext(), only=("warp",))
+
+
+@pytest.mark.parametrize(("names", "hint"), [
+    (("onnxruntim",), "; did you mean onnxruntime?"),
+    (("hygeine", "openvin", "warp"), "; did you mean hygiene for hygeine, openvino for openvin?"),
+    (("warp",), "tensorrt, torchao"),  # nothing close: the known passes only
+    (("onnxruntime(precision=int8-dynamic)",), "give onnxruntime: the search tries each configuration a pass offers "
+                                               "for the workload"),
+])
+def test_pass_names_are_checked_without_a_workload_and_a_typo_gets_the_closest_pass(names: tuple[str, ...],
+                                                                                    hint: str) -> None:
+    """`--passes onnxruntim` was refused only by build_space, after the workload loaded, and with no suggestion."""
+    with pytest.raises(ConfigError, match=r"^--passes names unknown passes ") as caught:
+        check_pass_names(names)
+    assert str(caught.value).endswith(hint)
+    check_pass_names(("hygiene", "onnxruntime"))
+    check_pass_names(None)
 
 
 def test_a_missing_engine_library_gets_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
