@@ -331,7 +331,8 @@ class OrtPass:
         if config.transformer_optimizer:
             path = _transformer_optimize(path, workdir / "model.fused.onnx")
         threads = _engine.threads_for(ctx)
-        notes = [f"onnxruntime {config.provider} provider, opt level {config.opt_level}, {threads} threads"]
+        notes = [f"onnxruntime {config.provider} provider, opt level {config.opt_level}, "
+                 f"{threads} thread{'' if threads == 1 else 's'}"]
         if config.precision == "int8-static":  # keep_fp32="auto" ranks layers on them too: not a calibration
             few = _engine.calibration_note(state, ctx, samples, config.calibration_samples)
             notes += [few] if few else []

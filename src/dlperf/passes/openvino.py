@@ -281,7 +281,7 @@ class OpenVinoPass:
         threads = _engine.threads_for(ctx)
         static_shapes = [tuple(int(d) for d in x.shape) for x in example] if config.static_shape else None
         frontend = "onnx" if converted else config.frontend
-        notes = [f"openvino CPU via the {frontend} frontend, {threads} threads, "
+        notes = [f"openvino CPU via the {frontend} frontend, {threads} thread{'' if threads == 1 else 's'}, "
                  f"inference precision {config.inference_precision}", *converted]
         few = _engine.calibration_note(state, ctx, samples, config.calibration_samples) if samples else None
         notes += [few] if few else []

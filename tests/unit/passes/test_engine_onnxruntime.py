@@ -35,6 +35,7 @@ def test_fp32_matches_torch_at_other_batch_sizes_and_round_trips(tmp_path: Path)
     state = initial_state(wl)
     new = apply_pass(OrtConfig(), state, CTX)
     assert new.engine == "onnxruntime" and new.precision == "fp32" and new.model is None
+    assert new.notes == ["onnxruntime cpu provider, opt level all, 1 thread"]  # it read "1 threads"
     for b in (1, 7):
         x = wl.example_inputs(b)
         torch.testing.assert_close(new.predict(*x), state.predict(*x).detach(), atol=1e-5, rtol=1e-4)

@@ -31,6 +31,7 @@ def test_fp32_matches_torch_and_ir_round_trips(frontend: str, tmp_path: Path) ->
     state = initial_state(wl)
     new = apply_pass(OpenVinoConfig(frontend=frontend), state, CTX)
     assert new.engine == "openvino" and new.precision == "fp32"
+    assert new.notes[0].startswith(f"openvino CPU via the {frontend} frontend, 1 thread, ")  # it read "1 threads"
     for b in (1, 5):
         x = wl.example_inputs(b)
         torch.testing.assert_close(new.predict(*x), state.predict(*x).detach(), atol=1e-5, rtol=1e-4)
