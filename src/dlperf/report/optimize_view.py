@@ -43,7 +43,10 @@ def _drop(row: dict[str, Any], absolute: bool = False) -> str:
     drop = row.get("metric_drop" if absolute else "metric_drop_rel")
     if drop is None or drop != drop:
         return "-"
-    return f"{float(drop):+.4g}" if absolute else f"{float(drop):+.2%}"
+    if absolute:
+        return f"{float(drop):+.4g}"
+    shown = f"{float(drop):+.2%}"
+    return "+0.00%" if shown == "-0.00%" else shown  # a gain of 0.003% read "-0.00%", a drop to the eye
 
 
 def absolute_drop(data: dict[str, Any]) -> bool:

@@ -301,3 +301,12 @@ def test_no_winner_after_a_candidate_s_own_ab_failed_says_none_was_confirmed() -
     data = {**_data(), "winner": None}
     data["candidates"][1]["confirm_error"] = "the A/B's process died"
     assert "no winner: no candidate was confirmed better than the baseline" in summary_lines(data)
+
+
+def test_a_metric_gain_that_rounds_to_zero_shows_no_minus_sign() -> None:
+    """A candidate 0.003% better than the baseline read "-0.00%" in the drop column: a sign for a zero."""
+    data = _data()
+    data["candidates"][1]["metric_drop_rel"] = -3e-05
+    assert _cells(data)[WIDE.index("drop")] == ["-", "+0.00%"]
+    data["candidates"][1]["metric_drop_rel"] = -0.0004  # a gain the two decimals show keeps its sign
+    assert _cells(data)[WIDE.index("drop")] == ["-", "-0.04%"]
