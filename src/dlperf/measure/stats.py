@@ -30,6 +30,18 @@ SLOW_START_SHARE = 0.05
 (it moves the mean and the throughput by that much)."""
 
 
+def percent_beside(value: float, limit: float, most_decimals: int = 3) -> str:
+    """`value` as a percentage with the fewest decimals (up to `most_decimals`) that do not show it equal to `limit`:
+    an IQR 10.03% of the median read "IQR is 10.0% of the median (> 10%)" (one decimal, as 10.3% needed); now
+    "10.03%". 9.96% against 10% is "9.96%", not "10%"."""
+    shown = ""
+    for decimals in range(most_decimals + 1):
+        shown = f"{value:.{decimals}%}"
+        if shown != f"{limit:.{decimals}%}":
+            break
+    return shown
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default 'linear' method) of already sorted values."""
     if not sorted_values:
@@ -440,10 +452,10 @@ class Measurement:
             return (f"calls of {self.p50_s * 1e9:,.0f} ns are under {SHORT_CALL_FACTOR}x the {self.clock} clock's "
                     f"own ~{overhead_ns} ns a sample: its overhead and resolution are a large share of each "
                     "sample and of their spread; time a loop of many calls as one call")
-        if self.noise_ratio > NOISE_IQR_RATIO:
-            shown = f"{self.noise_ratio:.0%}"
-            if shown == f"{NOISE_IQR_RATIO:.0%}":  # 10.3% read "IQR is 10% of the median (> 10%)"
-                shown = f"{self.noise_ratio:.1%}"
+        shown = percent_beside(self.noise_ratio, NOISE_IQR_RATIO)
+        # over the threshold by more than float error (an IQR of 10% of the median in seconds can divide to
+        # 0.1000000000000001): the warning would read "IQR is 10.000% of the median (> 10%)"
+        if self.noise_ratio > NOISE_IQR_RATIO and shown != f"{NOISE_IQR_RATIO:.3%}":
             return (
                 f"noisy: IQR is {shown} of the median (> {NOISE_IQR_RATIO:.0%}); "
                 "other load on the machine, frequency scaling or too few samples"

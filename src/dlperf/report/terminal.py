@@ -13,7 +13,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.measure.stats import early_stopping_min_count
+from dlperf.measure.stats import NOISE_IQR_RATIO, early_stopping_min_count, percent_beside
 from dlperf.report.fit import FirstThatFits
 from dlperf.store.query import History
 from dlperf.store.records import RunRecord
@@ -182,7 +182,7 @@ def _bench_table(result: dict[str, Any], gap: int, two_line_headers: bool, left_
             str(point["batch_size"]), str(s["n"]), fmt_ms(s["p50_s"]), fmt_ms(s["p90_s"]), fmt_ms(s["p99_s"]),
             fmt_ci(s["p50_s"], s.get("median_ci_s")), fmt_count(s["throughput"]),
             fmt_mib(point.get("peak_rss_bytes")), f"{point.get('process_cpu_percent', 0.0):.0f}",
-            Text(f"{ratio:.0%}" if ratio is not None else ("noisy" if noisy else "ok"),
+            Text(percent_beside(ratio, NOISE_IQR_RATIO) if ratio is not None else ("noisy" if noisy else "ok"),
                  style="yellow" if noisy else "green"),
         ]
         if has_cuda:

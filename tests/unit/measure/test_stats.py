@@ -17,6 +17,7 @@ from dlperf.measure.stats import (
     early_stopping_min_count,
     early_stopping_passes,
     median,
+    percent_beside,
     percentile,
     percentile_upper_bound,
 )
@@ -84,6 +85,20 @@ def test_noise_warning_flag() -> None:
     edge = Measurement([1_000_000 + k * 2_060 for k in range(-50, 51)])
     assert edge.noise_ratio == pytest.approx(0.103)
     assert edge.noise_warning is not None and edge.noise_warning.startswith("noisy: IQR is 10.3% of the median (> 10%)")
+    # closer still: it read "IQR is 10.0% of the median (> 10%)"
+    closer = Measurement([1_000_000 + k * 2_006 for k in range(-50, 51)])
+    assert closer.noise_ratio == pytest.approx(0.1003)
+    assert (closer.noise_warning or "").startswith("noisy: IQR is 10.03% of the median (> 10%)")
+    # 10% itself, but for the float error of seconds: no warning that reads "IQR is 10.000% of the median (> 10%)"
+    exact = Measurement([907, 907, 1_000, 1_007, 1_007], clock="fake")  # an IQR of 100 ns on a median of 1000 ns
+    assert exact.noise_ratio > NOISE_IQR_RATIO and exact.noise_warning is None
+
+
+def test_a_ratio_beside_its_threshold_is_shown_with_the_digits_that_tell_them_apart() -> None:
+    """The noise warning and bench's IQR/p50 column showed 10.03% as "10.0%" and "10%" beside "(> 10%)" or
+    "IQR/p50 > 10% = noisy", and 9.96% (not noisy) as "10%"."""
+    assert [percent_beside(v, 0.10) for v in (0.34, 0.103, 0.1003, 0.0996, 0.05)] == [
+        "34%", "10.3%", "10.03%", "9.96%", "5%"]
 
 
 def test_calls_near_the_clocks_own_overhead_get_a_note_not_a_noise_verdict() -> None:

@@ -91,6 +91,17 @@ def test_the_bench_table_fits_80_columns_without_cutting_a_header(cuda: bool) ->
     assert "  IQR/p50" in _text(bench_table(RESULT))
 
 
+def test_the_bench_table_s_iqr_column_tells_a_ratio_from_the_noise_threshold() -> None:
+    """An IQR of 10.03% of the median read "10%" in yellow under the caption "IQR/p50 > 10% = noisy", and one of
+    9.96% "10%" in green."""
+    for ratio, warning, shown in ((0.1003, "noisy: IQR is 10.03% of the median (> 10%); ...", "10.03%"),
+                                  (0.0996, None, "9.96%")):
+        summary = {**RESULT["points"][0]["summary"], "noise_ratio": ratio, "noise_warning": warning}
+        text = _text(bench_table({**RESULT, "points": [{**RESULT["points"][0], "summary": summary}]}))
+        row = next(line for line in text.splitlines() if line.lstrip().startswith("8 "))
+        assert row.split()[-1] == shown
+
+
 @pytest.mark.parametrize("width", [60, 52, 46, 40])
 def test_a_console_too_narrow_for_the_bench_table_leaves_columns_out_and_says_which(width: int) -> None:
     """Below 67 columns even the two-line headers did not fit: 'IQR/' read 'IQ…', at 60 'batch' and the
