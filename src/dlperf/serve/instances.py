@@ -494,9 +494,10 @@ class InstancePool:
 
     def _warmed_runner(self, index: int, warmup_batches: tuple[int, ...], warmed: Callable[[], None]) -> Runner:
         runner = self.model.make_runner(index)
+        batching = self.model.batched and self.batcher.policy.max_batch_size > 0
         for b in warmup_batches:
             try:
-                runner([np.array(a) for a in self.model.example_arrays(b)])
+                outputs = runner([np.array(a) for a in self.model.example_arrays(b)])
             except Exception as exc:
                 hint = ""
                 if b > 1 and (isinstance(exc, MemoryError) or "memory" in str(exc).lower()):
@@ -506,8 +507,22 @@ class InstancePool:
                     f"model '{self.model.name}' failed its warm-up call at batch {b}: "
                     f"{type(exc).__name__}: {exc}{hint}"
                 ) from exc
+            if batching:
+                self._check_batch_dimension(outputs, b)
             warmed()
         return runner
+
+    def _check_batch_dimension(self, outputs: list[np.ndarray], batch: int) -> None:
+        """Refuse to batch a model whose warm-up output does not follow the batch (a scalar, a pooled [1, N]): the
+        server started, and `run_batch` failed every request with 500."""
+        for spec, out in zip(self.model.signature.outputs, outputs, strict=False):
+            if out.ndim == 0 or out.shape[0] != batch:
+                raise ConfigError(
+                    f"model '{self.model.name}' cannot be served with dynamic batching: at its warm-up call at batch "
+                    f"{batch}, output '{spec.name}' has shape {list(out.shape)}, not a first dimension of {batch} "
+                    "(the batch size), so every request would fail; serve it with --max-batch-size 0 (each request "
+                    "runs alone and gets its outputs whole), or make the model keep the batch dimension"
+                )
 
     def _loop(self, runner: Runner) -> None:
         while True:
