@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
-from dlperf.compare.stats import MannWhitney, RatioEstimate, mann_whitney_u, ratio_ci
+from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, ratio_ci
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, min_samples_for_interval, percentile
 from dlperf.store.records import RunRecord
@@ -32,6 +32,13 @@ TEST_NOTE = (
     "The runs were not interleaved: drift of the machine between them looks like a change "
     "(use `dlperf ab` to compare settings)."
 )
+VERDICT_ON = "median latency"
+"""What a point's verdict judges (the test and the median ratio): named beside it, since a verdict line alone read
+as the whole comparison's."""
+NOTABLE_THROUGHPUT_CHANGE = 0.10
+"""A throughput change at least this large (either way) is named beside a verdict that does not say it."""
+NOTABLE_FAILED_SHARE = 0.01
+"""A load level's share of failed requests that moved by at least this much (1 point) is named beside its verdict."""
 LOAD_TEST_NOTE = TEST_NOTE.replace("raw per-item latencies", "per-request latencies")
 """The same for load runs, whose latencies are per request (a request of a batch of 8 is one latency)."""
 
@@ -68,6 +75,8 @@ class PointComparison:
     alpha: float = 0.05
     title: str = ""
     """What the point is when not a batch size: a load level, e.g. 'concurrency 4'."""
+    failed: tuple[tuple[int, int], tuple[int, int]] | None = None
+    """A load level's (failed, sent) requests of A and of B; None for other points."""
 
     @property
     def samples(self) -> int:
@@ -102,11 +111,35 @@ class PointComparison:
             return "B faster"
         return "no significant difference"
 
+    @property
+    def verdict_on(self) -> str:
+        return VERDICT_ON
+
+    @property
+    def also_changed(self) -> list[str]:
+        """What changed a lot that the verdict, on the median latency, does not say: a throughput change of
+        NOTABLE_THROUGHPUT_CHANGE or more in a direction the verdict does not give, and a load level's failed share
+        moved by NOTABLE_FAILED_SHARE. Two load runs read "no significant difference" beside a throughput of -27%,
+        with nothing near the verdict to say so."""
+        out = []
+        throughput = next((k for k in self.kpis if k.name == "throughput"), None)
+        # a direction the verdict already gives ("B slower" beside a throughput loss) is not said twice
+        if (throughput is not None and throughput.a and abs(throughput.change) >= NOTABLE_THROUGHPUT_CHANGE
+                and self.verdict != ("B faster" if throughput.better else "B slower")):
+            out.append(f"throughput {change_text(throughput.change, lower_is_better=False)}")
+        if self.failed is not None:
+            (fa, na), (fb, nb) = self.failed
+            share_a, share_b = fa / na if na else 0.0, fb / nb if nb else 0.0
+            if abs(share_b - share_a) >= NOTABLE_FAILED_SHARE:
+                out.append(f"failed requests {share_a:.1%} -> {share_b:.1%} (A {fa} of {na}, B {fb} of {nb})")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
+        # verdict_on and also_changed were added on 2026-12-06; verdict keeps its values
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
                 "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
                 "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "verdict": self.verdict,
-                "too_few_samples": self.too_few}
+                "verdict_on": self.verdict_on, "also_changed": self.also_changed, "too_few_samples": self.too_few}
 
 
 @dataclass
@@ -223,7 +256,9 @@ def _peak_text(peak: dict[str, Any]) -> str:
 
 
 def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float], float, int], title: str,
-                        alpha: float = 0.05, seed: int = 0) -> PointComparison:
+                        alpha: float = 0.05, seed: int = 0,
+                        failed: tuple[tuple[int, int], tuple[int, int]] | None = None) -> PointComparison:
+    """`failed`: (failed, sent) requests of the level in A and in B (`_level_errors`)."""
     def kpis(latencies: list[float], items_per_s: float) -> dict[str, float]:
         ordered = sorted(latencies)
         return {"p50_s": percentile(ordered, 50), "p90_s": percentile(ordered, 90), "p99_s": percentile(ordered, 99),
@@ -232,7 +267,7 @@ def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float],
     sa, sb = kpis(a[0], a[1]), kpis(b[0], b[1])
     deltas = [KpiDelta(key, label, sa[key], sb[key], lower) for key, label, lower in KPIS]
     return PointComparison(a[2], deltas, mann_whitney_u(b[0], a[0]), ratio_ci(a[0], b[0], "p50", 1 - alpha, 1000, seed),
-                           alpha, title)
+                           alpha, title, failed)
 
 
 def _per_item(m: Measurement) -> Measurement:
@@ -274,7 +309,9 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          f"{', '.join(k for k in [*la, *lb] if k not in shared)}")
         notes.append(LOAD_NOTE)
         notes += _load_notes(a, b, shared, la, lb)
-        points = [compare_load_levels(la[key], lb[key], key, alpha) for key in shared]
+        ea, eb = _level_errors(a), _level_errors(b)
+        points = [compare_load_levels(la[key], lb[key], key, alpha, failed=(ea.get(key, (0, 0)), eb.get(key, (0, 0))))
+                  for key in shared]
     elif (ta := train_measurement(a)) is not None and (tb := train_measurement(b)) is not None:
         # each step a sample: it said "neither run holds raw latency samples" and listed 30 flattened fields
         notes.append(TRAIN_NOTE)

@@ -98,15 +98,20 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
             table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(change_text(kpi.change, kpi.lower_is_better),
                                                               style=style))
         lo, hi = point.median_ratio.ci
+        # the verdict first, after what it judges: "...: no significant difference" at the line's end read as the
+        # whole comparison's, beside a throughput of -27%
         if point.too_few:  # no interval from so few: bench prints '-', check says the same
-            test = Text(f"median B/A {point.median_ratio.ratio:.3f} from {point.samples} sample"
-                        f"{'' if point.samples == 1 else 's'} in a run, where a {1 - point.alpha:.0%} interval needs "
-                        f"{point.needed}: {point.verdict} (measure longer: --min-iters, --min-duration)",
-                        style="table.caption")
+            test = Text(f"{point.verdict_on}: {point.verdict} (median B/A {point.median_ratio.ratio:.3f} from "
+                        f"{point.samples} sample{'' if point.samples == 1 else 's'} in a run, where a "
+                        f"{1 - point.alpha:.0%} interval needs {point.needed}: measure longer, --min-iters, "
+                        "--min-duration)", style="table.caption")
         else:
-            test = Text(f"Mann-Whitney U {p_text(point.test.p_value, 3)}; median B/A {point.median_ratio.ratio:.3f} "
-                        f"(CI {lo:.3f}-{hi:.3f}): {point.verdict}", style="table.caption")
-        parts.append(Group(title, table, test))
+            test = Text(f"{point.verdict_on}: {point.verdict} (B/A {point.median_ratio.ratio:.3f}, "
+                        f"CI {lo:.3f}-{hi:.3f}; Mann-Whitney U {p_text(point.test.p_value, 3)})", style="table.caption")
+        lines: list[RenderableType] = [title, table, test]
+        if point.also_changed:  # right under the verdict: "no significant difference" read as the whole story
+            lines.append(Text(f"not in that verdict: {'; '.join(point.also_changed)}", style="bold yellow"))
+        parts.append(Group(*lines))
     if cmp.other_deltas:
         table = Table()
         for col in ("result", "A", "B"):

@@ -132,6 +132,36 @@ def test_requests_the_open_loop_did_not_send_are_not_failed_requests(store: Stor
     assert (summary["errors"], summary["dropped"], summary["requests_ok"]) == (2, 50, 300)
 
 
+def test_the_verdict_names_the_median_latency_and_a_throughput_or_failure_change_it_does_not_say(store: Store) -> None:
+    """Two load runs read "no significant difference" (a verdict on the median latency) beside a throughput of -27%
+    and failed requests that only a note after every table named."""
+    from dlperf.report.compare_text import comparison_tables
+
+    b_result = _load_result({1: 0.010, 4: 0.020}, {1: 292, 4: 333}, seed=2)
+    b_result["levels"][0] |= {"statuses": {"200": 300, "503": 20}, "errors": 20}  # type: ignore[index]
+    a = add_run(store, "load", _load_result({1: 0.010, 4: 0.024}, {1: 400, 4: 320}, seed=1))
+    b = add_run(store, "load", b_result)
+    cmp = compare_records(store.get(a), store.get(b))
+    same, faster = cmp.points
+    assert same.verdict == "no significant difference" and same.verdict_on == "median latency"
+    assert same.also_changed == ["throughput -27.0% worse", "failed requests 0.0% -> 6.2% (A 0 of 300, B 20 of 320)"]
+    assert faster.verdict == "B faster" and faster.also_changed == []  # +4.1%: not a lot
+    lines = _lines(comparison_tables(cmp)[0], 160)
+    assert lines[-2].startswith("median latency: no significant difference (B/A 0.99")
+    assert "; Mann-Whitney U p=" in lines[-2]
+    assert lines[-1] == ("not in that verdict: throughput -27.0% worse; failed requests 0.0% -> 6.2% (A 0 of 300, "
+                         "B 20 of 320)")
+    point = cmp.to_dict()["points"][0]  # added beside the fields scripts read
+    assert point["verdict"] == "no significant difference" and point["verdict_on"] == "median latency"
+    assert point["also_changed"] == same.also_changed
+    # a direction the verdict gives is not said again: B slower beside a throughput of -20%
+    c = add_run(store, "load", _load_result({1: 0.012}, {1: 320}, seed=3))
+    (slower,) = compare_records(store.get(a), store.get(c)).points
+    assert slower.verdict == "B slower" and slower.also_changed == []
+    assert _lines(comparison_tables(compare_records(store.get(a), store.get(c)))[0], 160)[-1].startswith(
+        "median latency: B slower (B/A 1.2")
+
+
 def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
     from dlperf.report.compare_text import comparison_tables
 
@@ -141,7 +171,7 @@ def test_the_comparison_caption_never_claims_p_equals_0(tmp_path: Path) -> None:
     cmp = compare_records(store.get(a), store.get(b))
     assert cmp.points[0].test.p_value == 0.0  # the normal tail underflowed
     caption = _lines(comparison_tables(cmp)[0], 120)[-1]
-    assert "Mann-Whitney U p<1e-300;" in caption and "B slower" in caption
+    assert "Mann-Whitney U p<1e-300)" in caption and "B slower" in caption
 
 
 def _lines(renderable: object, width: int) -> list[str]:
@@ -166,7 +196,7 @@ def test_the_comparison_s_title_and_test_line_are_as_wide_as_the_console_not_the
     title = f"batch 1: A={cmp.a.id} ({cmp.a.created_at[:19]})  B={cmp.b.id} ({cmp.b.created_at[:19]})"
     for width in (80, 100):
         first, second = (_lines(part, width) for part in comparison_tables(cmp))
-        assert first[-1].startswith("Mann-Whitney U p") and first[-1].endswith("B slower")  # one line
+        assert first[-1].startswith("median latency: B slower (B/A 1.") and first[-1].endswith(")")  # one line
         assert first[-2].startswith("└")  # right under the table
         if width >= len(title):
             assert first[0] == title
@@ -287,7 +317,8 @@ def test_too_few_samples_are_not_judged_and_a_run_compared_with_itself_is_named(
     for part in comparison_tables(cmp):
         console.print(part)
     text = console.export_text()
-    assert "from 3 samples in a run, where a 95% interval needs 6: too few samples to judge" in text
+    assert ("median latency: too few samples to judge (median B/A 1.951 from 3 samples in a run, where a 95% interval "
+            "needs 6: measure longer") in text
     assert "CI" not in text.split("median B/A", 1)[1]
     many = compare_records(store.get(run([2.0] * 3 + [2.1] * 3)), store.get(run([4.0] * 3 + [4.1] * 3)))
     assert not many.points[0].too_few and many.points[0].verdict == "B slower"
