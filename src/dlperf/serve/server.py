@@ -231,12 +231,23 @@ def _make_server_class() -> Any:
 
         def begin_shutdown(self) -> None:
             self.state.begin_drain()
+            # the drain's start and end in the server's log: an operator saw a replica stop answering and exit
+            # with not a word of why, how long it would wait, or what became of its requests
+            log.warning("shutting down: readiness is false and new inference requests get 503; waiting up to %g s "
+                        "(--exit-timeout-s) for %d request(s) in flight", self.exit_timeout_s, self.state.in_flight)
             threading.Thread(target=self._drain, name="dlperf-drain", daemon=True).start()
 
         def _drain(self) -> None:
-            deadline = time.monotonic() + self.exit_timeout_s
+            start = time.monotonic()
+            deadline = start + self.exit_timeout_s
             while time.monotonic() < deadline and self.state.in_flight > 0:
                 time.sleep(0.01)
+            left = self.state.in_flight
+            if left:
+                log.warning("drain cut off after the exit timeout (--exit-timeout-s %g): %d request(s) still in "
+                            "flight get a 503; stopping", self.exit_timeout_s, left)
+            else:
+                log.warning("drained in %.1f s: every request in flight finished; stopping", time.monotonic() - start)
             if self.state.in_flight > 0 and self.loop is not None:
                 # fail what still waits for its batch with dlperf's 503, and give the replies a moment to go out
                 # (uvicorn's own cut closes the connection or answers a plain-text 500)

@@ -60,6 +60,36 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
             np.testing.assert_array_equal(y, np.full((1, 2), HELD + 1 + i, np.float32))
         c.close()
         assert proc.wait(timeout=60) == 0
+    # the drain's start and end in the server's log (it said nothing)
+    text = (tmp_path / "server.log").read_text()
+    assert ("shutting down: readiness is false and new inference requests get 503; waiting up to 60 s "
+            "(--exit-timeout-s) for 3 request(s) in flight") in text
+    assert "every request in flight finished; stopping" in text
+    assert text.index("shutting down:") < text.index("drained in ")
+
+
+def test_a_drain_cut_off_by_the_exit_timeout_says_so_in_the_log(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"127.0.0.1:{port}"
+    log_path = tmp_path / "server.log"
+    gate = tmp_path / "never"
+    with cli_process(["serve", f"{WORKLOAD}:workload", "--port", str(port), "--max-batch-size", "1",
+                      "--exit-timeout-s", "1"], log_path, {**os.environ, GATE_ENV: str(gate)}) as proc:
+        wait_until(lambda: http_status(f"http://{base}/v2/health/ready") == 200, 90, "the server to be ready")
+        c = httpclient.InferenceServerClient(base)
+        held = c.async_infer("slow", [_input(HELD)])
+        wait_until(lambda: entered(gate).exists(), 30, "the request to be in the model")
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(InferenceServerException) as info:
+            held.get_result()
+        assert info.value.status() == "503"
+        assert proc.wait(timeout=30) == 1  # the instance was still in the model: not a clean exit
+        c.close()
+    text = log_path.read_text()
+    assert "waiting up to 1 s (--exit-timeout-s) for 1 request(s) in flight" in text
+    assert ("drain cut off after the exit timeout (--exit-timeout-s 1): 1 request(s) still in flight get a 503; "
+            "stopping") in text
+    assert "drained in" not in text
 
 
 def test_the_drain_leaves_uvicorn_only_what_is_left_of_the_exit_timeout() -> None:
