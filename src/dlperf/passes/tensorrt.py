@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlperf.errors import TORCH_TENSORRT_INSTALL, ConfigError, MissingDependency, OptimizeError, require
 from dlperf.measure.bench import half_dtype
+from dlperf.measure.env import gpu_index
 from dlperf.passes import _engine
 from dlperf.passes._torch_call import cast_floats
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
@@ -97,7 +98,7 @@ class TensorRtPass:
             # device: the engine is built for the target GPU (without it Torch-TensorRT builds for the current
             # device, GPU 0 by default, whatever --device cuda:N said)
             specs = _input_specs(trt, example, max_b, None)
-            compiled = trt.compile(model, ir="dynamo", inputs=specs, device=ctx.device,
+            compiled = trt.compile(model, ir="dynamo", inputs=specs, device=target_device(ctx.device),
                                    enabled_precisions=precisions, optimization_level=config.optimization_level,
                                    **typing)
         except Exception as exc:
@@ -109,7 +110,7 @@ class TensorRtPass:
                 typed = copy.deepcopy(model).to(low)
                 specs = _input_specs(trt, example, max_b, low)
                 compiled = trt.compile(typed, ir="dynamo", inputs=specs,
-                                       device=ctx.device, use_explicit_typing=True,
+                                       device=target_device(ctx.device), use_explicit_typing=True,
                                        optimization_level=config.optimization_level)
                 cast = low
             except Exception as typed_exc:
@@ -166,6 +167,13 @@ def load_artifact(dir: Path, manifest: dict[str, Any]) -> Callable[..., Any]:
     device = str(manifest.get("device", "cuda"))
     module = torch.export.load(str(Path(dir) / "model.ep")).module()
     return _predictor(module, device, half_dtype(str(manifest.get("typed_as", "fp32"))))
+
+
+def target_device(device: str) -> str:
+    """`device` as Torch-TensorRT takes it: 'cuda:N', with plain 'cuda' made torch's current device. Its `Device`
+    reads the index after the colon and has no default: `device="cuda"` raised 'IndexError: list index out of
+    range' inside `compile`, and every TensorRT candidate of a search on `--device cuda` failed."""
+    return f"cuda:{gpu_index(device)}"
 
 
 def _input_specs(trt: Any, example: tuple[Any, ...], max_batch: int, cast: Any) -> list[Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from dlperf.passes.tensorrt import _input_specs, _predictor
+from dlperf.passes.tensorrt import _input_specs, _predictor, target_device
 
 pytestmark = pytest.mark.unit
 
@@ -50,3 +50,12 @@ def test_input_specs_cast_floating_inputs_and_span_the_batch_range() -> None:
     ranged = _input_specs(trt, example, 16, None)
     assert ranged[0] == {"min_shape": (1, 3, 8, 8), "opt_shape": (4, 3, 8, 8), "max_shape": (16, 3, 8, 8),
                          "dtype": torch.float32}
+
+
+def test_the_engine_is_built_for_a_gpu_named_by_its_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch-TensorRT's Device parses 'cuda:N' and has no default index: plain 'cuda' raised IndexError in compile,
+    so every TensorRT candidate on --device cuda failed. Plain 'cuda' is torch's current device."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert target_device("cuda") == "cuda:1"
+    assert target_device("cuda:0") == "cuda:0"
+    assert target_device("cuda:3") == "cuda:3"
