@@ -111,12 +111,15 @@ def _nvml_index_of_uuid(uuid: str) -> int | None:
 
 def visible_nvml_indices(nvml_count: int) -> list[tuple[int, int]]:
     """(CUDA index, NVML index) of each GPU this process's CUDA can use, in CUDA's order: NVML lists all
-    `nvml_count` of the machine's, CUDA only those CUDA_VISIBLE_DEVICES names (none where it names none)."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
-        return [(i, i) for i in range(nvml_count)]
+    `nvml_count` of the machine's, CUDA only those CUDA_VISIBLE_DEVICES names (none where it names none). Without
+    the variable the numbering is taken to be the same, unless this process has initialised CUDA: then each GPU is
+    found by its UUID (`nvml_index`), as CUDA orders GPUs fastest first and NVML by PCI bus (serve's gauges
+    labelled the slower GPU of a mixed machine `gpu="0"`, while --device cuda:0 ran on the faster one)."""
     try:
         import torch
 
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is None and not torch.cuda.is_initialized():
+            return [(i, i) for i in range(nvml_count)]
         if torch.version.cuda is None:  # a CPU build's count is 0 (an engine's CUDA provider may still use a GPU)
             return [(i, i) for i in range(nvml_count)]
         count = int(torch.cuda.device_count())

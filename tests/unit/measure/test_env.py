@@ -171,6 +171,31 @@ def test_gpu_gauges_list_the_gpus_cuda_visible_devices_names(monkeypatch: pytest
         assert visible_nvml_indices(3) == [(0, 0), (1, 1), (2, 2)]
 
 
+def test_gpu_gauges_find_each_gpu_by_its_uuid_once_cuda_is_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA numbers GPUs fastest first, NVML by PCI bus: without CUDA_VISIBLE_DEVICES the numbering was taken to be
+    the same, so on a mixed machine serve's gauge `gpu="0"` read the GPU NVML lists first, not cuda:0."""
+    import sys
+    import types
+
+    import torch
+
+    from dlperf.measure.system import visible_nvml_indices
+
+    uuids = ["GPU-bbbb", "GPU-aaaa"]  # NVML's order: the slower GPU on the first PCI bus
+    nvml = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 2,
+                                 nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUUID=lambda h: uuids[h])
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cuda_uuids = ["aaaa", "bbbb"]  # CUDA's order: the faster GPU first (torch writes the UUID without 'GPU-')
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(uuid=cuda_uuids[i]))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert visible_nvml_indices(2) == [(0, 0), (1, 1)]  # a CPU run does not initialise CUDA to ask
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert visible_nvml_indices(2) == [(0, 1), (1, 0)]
+
+
 def test_a_cpu_run_on_a_gpu_machine_names_the_gpu_without_initializing_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda.get_device_name initializes CUDA: a CPU run made a context on GPU 0 to record its name. It asks
     NVML for a CPU run, and torch for the GPU a CUDA run uses."""
