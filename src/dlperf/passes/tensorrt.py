@@ -73,6 +73,10 @@ def search_space(workload: Workload, ctx: PassContext) -> list[PassConfig]:
 @register(TensorRtConfig)
 class TensorRtPass:
     def applicable(self, config: TensorRtConfig, state: ModelState, ctx: PassContext) -> str | None:
+        if config.max_batch_size and ctx.batch_size > config.max_batch_size:
+            # the Input range would be optimized for a batch above its max, which TensorRT's builder refuses
+            return (f"an engine for batches up to max_batch_size {config.max_batch_size} cannot run the batch of "
+                    f"{ctx.batch_size} it is measured at")
         return _why_not_here(ctx) or _engine.require_torch_model(state)
 
     def apply(self, config: TensorRtConfig, state: ModelState, ctx: PassContext) -> ModelState:

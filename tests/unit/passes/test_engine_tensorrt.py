@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from dlperf.passes.tensorrt import _input_specs, _predictor, target_device
+from dlperf.passes.base import PassContext, initial_state, why_not
+from dlperf.passes.tensorrt import TensorRtConfig, _input_specs, _predictor, target_device
+from dlperf.workload.zoo import get
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +61,13 @@ def test_the_engine_is_built_for_a_gpu_named_by_its_index(monkeypatch: pytest.Mo
     assert target_device("cuda") == "cuda:1"
     assert target_device("cuda:0") == "cuda:0"
     assert target_device("cuda:3") == "cuda:3"
+
+
+def test_an_engine_capped_below_the_measured_batch_is_not_applicable() -> None:
+    """max_batch_size 8 at a batch of 16 asked TensorRT for an Input range optimized at 16 with a max of 8, which its
+    builder refuses (opt above max): the compile failed with TensorRT's words instead of the pass saying why."""
+    state = initial_state(get("mlp"))
+    reason = why_not(TensorRtConfig(max_batch_size=8), state, PassContext(device="cuda", batch_size=16))
+    assert reason == "an engine for batches up to max_batch_size 8 cannot run the batch of 16 it is measured at"
+    assert why_not(TensorRtConfig(max_batch_size=16), state, PassContext(device="cpu", batch_size=16)) == (
+        "TensorRT needs a CUDA device (target device is cpu)")
