@@ -309,3 +309,14 @@ def test_percentile_upper_bound_is_one_sample_below_loadgens_estimate(q: float, 
             assert loadgen is None
         else:
             assert loadgen == int(bound) + 1
+
+
+def test_to_device_copies_a_tensor_that_is_not_pinned_as_before() -> None:
+    """non_blocking applies to pinned tensors only (the CUDA test checks those): others, and non-tensors, unchanged."""
+    import torch
+
+    from dlperf.measure.bench import to_device
+
+    x = torch.arange(6.0)
+    moved, flag = to_device((x, 3), "cpu", torch.float16, non_blocking=True)
+    assert moved.dtype == torch.float16 and moved.tolist() == x.tolist() and flag == 3
