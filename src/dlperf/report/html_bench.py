@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlperf.compare.gate import recorded_change, verdict_line
+from dlperf.compare.gate import recorded_change, recorded_improved, verdict_line
 from dlperf.compare.stats import change_text
 from dlperf.report.html_parts import (
     Raw,
@@ -100,6 +100,8 @@ def _point_verdict(p: Mapping[str, Any]) -> str:
         return '<span class="warn">too few samples: inconclusive, pass</span>'
     if p.get("inconclusive"):
         return '<span class="warn">inconclusive, pass</span>'
+    if recorded_improved(p):
+        return '<span class="good">significantly better: pass</span>'
     return '<span class="good">pass</span>'
 
 

@@ -13,7 +13,7 @@ from dlperf.compare.gate import GateConfig, GateResult, gate
 from dlperf.compare.runs import RunComparison, compare_points
 from dlperf.compare.stats import change_text
 from dlperf.measure.stats import Measurement
-from dlperf.report.compare_text import check_lines, comparison_tables
+from dlperf.report.compare_text import check_lines, comparison_tables, gate_lines
 from dlperf.report.terminal import check_headline
 from dlperf.store.records import RunRecord
 from dlperf.testing import PerformanceRegression, pass_caveats
@@ -143,3 +143,33 @@ def test_a_passing_check_gives_no_commands_for_accepting_a_slowdown() -> None:
     result.baseline_run_id, result.current_run_id = "base0001", "this0002"
     lines = [line.plain for line in check_lines(result.to_dict(), "zoo:mlp", "main")]
     assert not result.failed and lines[-1] == "PASS: no significant regression above the threshold"
+
+
+def test_a_significant_improvement_says_significantly_better_in_check_runs_show_and_the_report() -> None:
+    """An 88% faster check read `-88.1% better (95% CI -88.5% to -87.4%): within the threshold: pass`, the words of a
+    change of +0.1%, in `dlperf check`, `runs show` and (a plain 'pass') the HTML report."""
+    from dlperf.report.html import render_report
+
+    rng = np.random.default_rng(8)
+    faster = gate({1: _m(rng, 0.010, 300)}, {1: _m(rng, 0.0012, 300)}, GateConfig())
+    point = faster.points[0]
+    assert point.improved and point.regression_ci[1] < 0 and not point.significant
+    assert faster.reasons()[0].endswith("): significantly better: pass"), faster.reasons()[0]
+    recorded = faster.to_dict()
+    assert recorded["points"][0]["improved"] is True
+    assert "significantly better: pass" in gate_lines(recorded)[0].plain
+    points = [{"batch_size": 1, "summary": {"n": 300}}]
+    html = render_report([RunRecord("c1", "check", "zoo:mlp", "ok", "2026-12-06T10:00:00",
+                                    result={"points": points, "gate": recorded})])
+    assert '<span class="good">significantly better: pass</span>' in html
+    # a record from before `improved` was recorded: read from its interval
+    old = {**recorded, "points": [{k: v for k, v in recorded["points"][0].items() if k != "improved"}]}
+    html = render_report([RunRecord("c2", "check", "zoo:mlp", "ok", "2026-12-06T10:00:00",
+                                    result={"points": points, "gate": old})])
+    assert '<span class="good">significantly better: pass</span>' in html
+    # an unchanged run still reads "within the threshold", and a too-short run never "significantly better"
+    base = _m(rng, 0.010, 2000, sigma=0.02)
+    same = gate({1: base}, {1: Measurement(list(base.samples_ns))}, GateConfig())
+    assert not same.points[0].improved and same.reasons()[0].endswith(": within the threshold: pass")
+    few = gate({1: _m(rng, 0.010, 3, sigma=0.01)}, {1: _m(rng, 0.0012, 3, sigma=0.01)}, GateConfig())
+    assert not few.points[0].improved and few.to_dict()["points"][0]["improved"] is False
