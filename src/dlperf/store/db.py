@@ -66,6 +66,9 @@ def _migrate_2(conn: Connection) -> None:
 
 MIGRATIONS: list[Callable[[Connection], None]] = [_migrate_1, _migrate_2]
 SCHEMA_VERSION = len(MIGRATIONS)
+READABLE_FROM = 1
+"""The oldest schema whose runs this dlperf reads as they are: a store that old that cannot be written (a read-only
+file) is read without its upgrade. Raise it with a migration that changes the runs table."""
 
 
 _GIVE_STORE = (f"Give the store your runs are in with --store PATH or ${ENV_VAR}, or record a run first (e.g. "
@@ -133,6 +136,12 @@ def store_error(exc: sa.exc.SQLAlchemyError, shown_url: str, doing: str = "run s
     return StoreError(f"{doing} at {shown_url}: {hint} ({message})")
 
 
+def _cannot_write(exc: sa.exc.OperationalError) -> bool:
+    """SQLite's error for a file, or a folder (for its journal), that this process may not write."""
+    message = str(exc.orig or exc).lower()
+    return "readonly" in message or "read-only" in message or "unable to open database file" in message
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, default=_json_default, allow_nan=True)
 
@@ -164,6 +173,9 @@ class Store:
         self.url = resolve_url(location, create_folder=create)
         self.shown_url = _without_password(self.url)
         """The URL for messages: a password in it shows as ***."""
+        self.not_upgraded: int | None = None
+        """The schema version of an older store read as it is, since it could not be written (see `READABLE_FROM`);
+        None where the store is at this dlperf's version. Such a store takes no writes."""
         path = sqlite_path(self.url)
         if path is not None and path.is_dir():
             raise StoreError(f"the run store '{path}' is a folder: give the store's file, e.g. "
@@ -195,13 +207,33 @@ class Store:
             # ("table runs already exists", "UNIQUE constraint failed: dlperf_meta.key"). The migration holds
             # SQLite's write lock from its first look at the tables: a second command waits (SQLite's 5 s), then
             # finds the store made. Only a store that needs it takes the lock: readers of a current store never do.
-            with self.engine.connect() as conn:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-                self._migrate_in(conn)
-                conn.commit()
+            try:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                    self._migrate_in(conn)
+                    conn.commit()
+            except sa.exc.OperationalError as exc:
+                if create or not _cannot_write(exc):
+                    raise
+                self._read_without_upgrade(exc)
             return
         with self.engine.begin() as conn:
             self._migrate_in(conn)
+
+    def _read_without_upgrade(self, exc: sa.exc.OperationalError) -> None:
+        """A command that only reads found an older store it cannot upgrade (a read-only file or folder): `runs list`
+        of a schema-1 store said only "it is read-only", as if reading needed write access."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+            version = int(row.scalar() or 0)
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"the store at {self.shown_url} has schema version {version}, newer than this dlperf "
+                             f"understands ({SCHEMA_VERSION}): upgrade dlperf or use another --store") from exc
+        if version < READABLE_FROM:
+            raise StoreError(f"the store at {self.shown_url} is from an older dlperf (schema {version}) and must be "
+                             f"upgraded to schema {SCHEMA_VERSION}, which needs write access: it is read-only (make "
+                             "the file and its folder writable, or copy it and give --store the copy)") from exc
+        self.not_upgraded = version
 
     def _refuse_unless_store(self) -> None:
         """A command that only reads runs does not turn a SQLite file without dlperf's tables into a store (an
@@ -425,6 +457,7 @@ class Store:
             )
         children = self.list(parent_id=record.id, limit=None)
         ids = [record.id, *(c.id for c in children)]
+        self._refuse_write()
         with self._connect() as conn:
             named = conn.execute(sa.select(baselines_table.c.name).where(baselines_table.c.run_id.in_(ids))
                                  .order_by(baselines_table.c.name)).scalars().all()
@@ -449,6 +482,9 @@ class Store:
         return record
 
     def get_baseline(self, name: str) -> RunRecord:
+        if not self._has_baselines():
+            raise StoreError(f"no baseline named '{name}': the store at {self.shown_url} is from an older dlperf "
+                             f"(schema {self.not_upgraded}), which kept no baselines")
         with self._connect() as conn:
             run_id = conn.execute(
                 sa.select(baselines_table.c.run_id).where(baselines_table.c.name == name)
@@ -462,6 +498,8 @@ class Store:
                              f"another run (`dlperf baseline set {name} RUN`)") from exc
 
     def list_baselines(self) -> builtins.list[tuple[str, str, str]]:
+        if not self._has_baselines():
+            return []
         with self._connect() as conn:
             rows = conn.execute(sa.select(baselines_table).order_by(baselines_table.c.name)).all()
         return [(r.name, r.run_id, r.created_at) for r in rows]
@@ -474,8 +512,20 @@ class Store:
 
     # --- plumbing ---------------------------------------------------------------------------------
 
+    def _has_baselines(self) -> bool:
+        """Whether the store has the baselines table (schema 2 on): an older store read as it is has none."""
+        return self.not_upgraded is None or self.not_upgraded >= 2
+
+    def _refuse_write(self) -> None:
+        if self.not_upgraded is not None:
+            raise StoreError(f"the store at {self.shown_url} is from an older dlperf (schema {self.not_upgraded}) "
+                             f"and read-only, so it was read as it is; writing to it needs the upgrade to schema "
+                             f"{SCHEMA_VERSION} first, which needs write access: make the file and its folder "
+                             "writable, or use another --store")
+
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
+        self._refuse_write()
         try:
             with self.engine.begin() as conn:
                 yield conn

@@ -46,6 +46,42 @@ def test_migrates_a_version_1_store_and_keeps_its_runs(tmp_path: Path) -> None:
     assert store.get_baseline("main").id == "abc123def456"
 
 
+def _version_1_store(path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:  # what dlperf with schema 1 wrote: meta + runs, no baselines
+        meta_table.create(conn)
+        runs_table.create(conn)
+        conn.execute(sa.insert(meta_table).values(key="schema_version", value="1"))
+        conn.execute(sa.insert(runs_table).values(
+            id="abc123def456", kind="bench", workload="zoo:mlp", status="ok", created_at="2026-01-01T00:00:00",
+            config_json="{}", environment_json="{}", result_json='{"x": 1}', tags_json="{}"))
+    engine.dispose()
+
+
+def test_a_read_only_version_1_store_is_read_without_its_upgrade_and_a_write_says_why_not(tmp_path: Path) -> None:
+    """`dlperf runs list` and `baseline list` of a read-only schema-1 store failed with "cannot open ... it is
+    read-only": a reading command tried to upgrade it, and the message did not say the store was old."""
+    path = tmp_path / "old.db"
+    _version_1_store(path)
+    read_only = f"sqlite:///file:{path}?mode=ro&uri=true"  # what a file chmod 444 is to a user who is not root
+    store = Store(read_only, create=False)
+    assert store.not_upgraded == 1 and store.schema_version == 1
+    assert [r.id for r in store.list()] == ["abc123def456"] and store.get("abc").result == {"x": 1}
+    assert store.list_baselines() == []
+    with pytest.raises(StoreError, match=r"no baseline named 'main': .* older dlperf \(schema 1\)"):
+        store.get_baseline("main")
+    for write in (lambda: store.set_baseline("main", "abc"), lambda: store.create_run("bench", "w"),
+                  lambda: store.delete("abc")):
+        with pytest.raises(StoreError, match=r"from an older dlperf \(schema 1\) and read-only, .* needs the "
+                                             r"upgrade to schema 2 first, which needs write access"):
+            write()
+    with pytest.raises(StoreError, match="read-only"):  # a recording command still needs the store written
+        Store(read_only)
+    assert "baselines" not in sa.inspect(sa.create_engine(f"sqlite:///{path}")).get_table_names()
+    assert Store(path, create=False).not_upgraded is None  # writable: upgraded as before
+    assert Store(path).schema_version == SCHEMA_VERSION
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     Store(path)
