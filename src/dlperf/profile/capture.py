@@ -315,8 +315,8 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
     budget_source = "--memory-budget" if config.memory_budget_bytes else "RSS at start + available RAM"
     threads_before = torch.get_num_threads()
     try:
-        trace, step, measurement, util, rss, busy_threads, other_python_busy, intra = _capture(
-            workload, config, progress)
+        trace, step, measurement, util, rss, busy_threads, other_python_busy, intra, workers_count, workers_busy = \
+            _capture(workload, config, progress)
     finally:
         # The workload's own code may change the thread count (a model factory calling set_num_threads).
         torch.set_num_threads(threads_before)
@@ -333,6 +333,8 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
         load_average_1m=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         busy_threads=busy_threads,
         other_python_threads_busy_cores=other_python_busy,
+        loader_workers=workers_count,
+        loader_workers_busy_cores=workers_busy,
     )
     trace.memory = replace(
         trace.memory, start_rss_bytes=start_rss, peak_rss_bytes=rss.peak_rss_bytes,
@@ -401,7 +403,8 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
         trace.unprofiled_data_wait_s = waits[timed:]
         trace.loader_core_share = (workers_core.share if workers_core.seen
                                    else _core_share(cores[timed:], waits[timed:]))
-    return trace, step, measurement, util, rss, busy_threads, other_python_busy, intra
+    return (trace, step, measurement, util, rss, busy_threads, other_python_busy, intra, workers_core.count,
+            workers_core.busy_cores)
 
 
 def _core_share(cores: list[float | None], waits: list[float]) -> float | None:
@@ -416,32 +419,64 @@ class _WorkersCore:
     """Context manager: the share of their lives the loader's worker processes ran on a core or waited for one
     (`core_time_s` of each, read by a thread every `interval_s` from its first sight to its last), None without
     workers or readings. Workers come and go (a new epoch's, without persistent_workers), so they are sampled rather
-    than read at both ends; the share, not the total, is what the estimate needs."""
+    than read at both ends; the share, not the total, is what the estimate needs.
+
+    Also the cores the workers kept busy (`busy_cores`: their CPU time over the context's wall time), which are this
+    process's own load: the machine's use less this process's counted them as other processes' (2 CPU-bound
+    workers read as "other processes kept 1.8 of 2 cores busy"). A worker first seen after the start was born within
+    it, so all its CPU time counts."""
 
     def __init__(self, step: Step, interval_s: float = 0.02) -> None:
         self.step = step
         self.interval_s = interval_s
         self.share: float | None = None
         self.seen = False
+        self.busy_cores = 0.0
+        self.count = 0
+        """The most workers seen at once."""
         self._first: dict[int, tuple[float, float]] = {}
         self._last: dict[int, tuple[float, float]] = {}
+        self._procs: dict[int, Any] = {}
+        self._cpu_first: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
+        self._started = False
+        self._wall0 = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dlperf-loader-core", daemon=True)
 
     def _read(self) -> None:
-        for pid in self.step.workers.pids(self.step._iter):
+        pids = self.step.workers.pids(self.step._iter)
+        self.count = max(self.count, len(pids))
+        for pid in pids:
             self.seen = True
             core = core_time_s(f"/proc/{pid}/schedstat")
             if core is not None:
                 self._first.setdefault(pid, (time.perf_counter(), core))
                 self._last[pid] = (time.perf_counter(), core)
+            cpu = self._cpu_s(pid)
+            if cpu is not None:
+                self._cpu_first.setdefault(pid, cpu if not self._started else 0.0)
+                self._cpu_last[pid] = cpu
+
+    def _cpu_s(self, pid: int) -> float | None:
+        """A worker's CPU time, all its threads; None once it is gone."""
+        import psutil
+
+        try:
+            proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
+            times = proc.cpu_times()
+        except (psutil.Error, OSError):
+            return None
+        return float(times.user + times.system)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._read()
 
     def __enter__(self) -> _WorkersCore:
+        self._wall0 = time.perf_counter()
         self._read()
+        self._started = True
         self._thread.start()
         return self
 
@@ -449,6 +484,9 @@ class _WorkersCore:
         self._stop.set()
         self._thread.join()
         self._read()
+        wall_s = time.perf_counter() - self._wall0
+        cpu_s = sum(self._cpu_last[pid] - c for pid, c in self._cpu_first.items())
+        self.busy_cores = max(0.0, cpu_s / wall_s) if wall_s > 0 else 0.0
         wall = sum(self._last[pid][0] - t for pid, (t, _) in self._first.items())
         core = sum(self._last[pid][1] - c for pid, (_, c) in self._first.items())
         self.share = min(1.0, max(0.0, core / wall)) if wall > 0 else None

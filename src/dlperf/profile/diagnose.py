@@ -245,9 +245,9 @@ def _input_pipeline(a: Analyses) -> Finding | None:
     # about 2.0 free cores, which the estimate counts"
     capped = workers is not None and on_cores is not None and round(on_cores, 1) < workers
     if capped and on_cores is not None and core_share >= IO_BOUND:
-        evidence.append(f"other processes kept {a.threads.other_busy_cores:.1f} of {a.threads.usable_cores} cores "
-                        f"busy: {workers} workers would load on about {on_cores:.1f} free cores, which the estimate "
-                        "counts")
+        evidence.append(f"{a.threads.others} kept {a.threads.other_busy_cores:.1f} of {a.threads.usable_cores} "
+                        f"cores busy: {workers} workers would load on about {on_cores:.1f} free cores, which the "
+                        "estimate counts")
     if use_unprofiled:
         evidence.append(f"without the profiler it waits {_ms(wait_s)} of a {_ms(step_s)} step ({share:.0%}): the "
                         f"profiled steps' compute is inflated ({_overhead(a)}), so the figures above understate "
@@ -402,7 +402,7 @@ def _per_call_overhead(a: Analyses) -> Finding:
         # of the same step profiled alone.
         t = a.threads
         evidence.append(f"but this process got only {t.process_busy_cores:.1f} of the {_cores(t.wanted_cores)} its "
-                        f"step could use while other processes kept {t.other_busy_cores:.1f} busy: up to "
+                        f"step could use while {t.others} kept {t.other_busy_cores:.1f} busy: up to "
                         f"{starved:.0%} of the step was waiting for a core, which a profile counts as gaps between "
                         "operators; profile on an idle machine to tell the two apart")
     return Finding(
@@ -589,7 +589,8 @@ def _undersubscribed(a: Analyses) -> Finding | None:
     set_num_threads(1) in the workload's code left a core idle, and the profile said nothing: the ceilings are
     calibrated at the profiled thread count, so % of peak looked fine."""
     t = a.threads
-    free = t.usable_cores - round(t.other_busy_cores)
+    # the loader's workers load while the step runs: their cores are not free for its threads
+    free = t.usable_cores - round(t.other_busy_cores + t.loader_workers_busy_cores)
     if t.intra_op_threads >= free:
         return None
     parallel = a.operators.share_by_bound.get(COMPUTE, 0.0) + a.operators.share_by_bound.get(BANDWIDTH, 0.0)
@@ -603,7 +604,8 @@ def _undersubscribed(a: Analyses) -> Finding | None:
     return Finding(
         category=HOST_THREADS, title="torch uses fewer threads than there are free cores",
         evidence=[f"{_cores(t.intra_op_threads, 'intra-op thread')} on {_cores(t.usable_cores, 'usable core')}, "
-                  f"{free} of them free of other processes",
+                  f"{free} of them free of other processes"
+                  + (" and of this process's loader workers" if t.loader_workers else ""),
                   f"{parallel:.0%} of the step is in compute- and memory-bound operators, which torch splits across "
                   "its intra-op threads",
                   f"the {share:.0%} it explains is a rule of thumb ({THREAD_SCALING:.0%} of a core per added thread), "
@@ -641,11 +643,11 @@ def _shared_machine(a: Analyses) -> Finding | None:
     share = max(min(0.9, starved) * min(1.0, a.breakdown.share(a.breakdown.operator_s)), min(0.9, stalled_share))
     if share < MIN_SHARE:  # a step mostly outside parallel operators (waiting for data, Python) loses little
         return None  # (the busy machine is still a caveat)
-    evidence = [f"other processes kept {t.other_busy_cores:.1f} cores busy; this process ran "
+    evidence = [f"{t.others} kept {t.other_busy_cores:.1f} cores busy; this process ran "
                 f"{_cores(t.intra_op_threads, 'thread')} but got only {t.process_busy_cores:.1f} of "
                 f"{_cores(expected)}"
                 if expected == min(t.intra_op_threads, t.usable_cores) else
-                f"other processes kept {t.other_busy_cores:.1f} cores busy; the step ran on "
+                f"{t.others} kept {t.other_busy_cores:.1f} cores busy; the step ran on "
                 f"{_cores(t.busy_threads, 'busy thread')} (of {t.intra_op_threads} intra-op threads), which got "
                 f"only {t.process_busy_cores:.1f} of the {_cores(expected)} they could use"]
     signals = 0
@@ -836,8 +838,8 @@ def _caveats(a: Analyses) -> list[str]:
     if t.other_busy_cores >= 0.5 and t.process_busy_cores < 0.5 * expected:
         load = f", load average {t.load_average_1m:.1f}" if t.load_average_1m is not None else ""
         out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {_cores(expected)} "
-                   f"its threads could use ({t.other_busy_cores:.1f} cores busy elsewhere{load}); times are inflated "
-                   "and percentages of peak understated: re-run on an idle machine before trusting them")
+                   f"its threads could use ({t.other_busy_cores:.1f} cores busy in {t.others}{load}); times are "
+                   "inflated and percentages of peak understated: re-run on an idle machine before trusting them")
     # compute-bound operators only: their FLOPs are counted exactly, while bytes moved are an estimate
     above = [o for o in a.operators.operators
              if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak > ABOVE_CEILING]

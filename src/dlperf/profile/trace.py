@@ -133,6 +133,10 @@ class ThreadInfo:
     """Native threads of this process that used at least 5% of a core (torch's pool included)."""
     other_python_threads_busy_cores: float = 0.0
     """CPU (in cores) used by this process's Python threads other than the main one and dlperf's samplers."""
+    loader_workers: int = 0
+    """The training loader's worker processes (the most seen at once); 0 without workers, inference, an older trace."""
+    loader_workers_busy_cores: float = 0.0
+    """CPU (in cores) those workers used: this process's load too, not other processes'."""
 
 
 @dataclass

@@ -242,7 +242,11 @@ def _facts(result: dict[str, Any]) -> list[RenderableType]:
              "within a step"),
         Text(f"threads: {th['intra_op_threads']} intra-op / {th['inter_op_threads']} inter-op on "
              f"{_count(th['usable_cores'], 'usable core')}; {_count(th['busy_threads'], 'busy thread')} kept "
-             f"{th['process_busy_cores']:.1f} cores busy, the machine {th['machine_busy_cores']:.1f}"),
+             f"{th['process_busy_cores']:.1f} cores busy"
+             # the workers' own, which other processes' load leaves out (older records have no such field)
+             + (f", its {_count(th['loader_workers'], 'loader worker')} {th['loader_workers_busy_cores']:.1f}"
+                if th.get("loader_workers") else "")
+             + f", the machine {th['machine_busy_cores']:.1f}"),
     ]
     timeline = [float(b) for _, b in m.get("timeline", [])]
     if len(timeline) >= 2:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dlperf.errors import WorkloadError
+from dlperf.profile.analyzers import threads as threads_analysis
 from dlperf.profile.capture import CaptureConfig, Step, StepOptions, capture
 from dlperf.workload.base import TrainSpec, Workload
 from dlperf.workload.loader import load_workload
@@ -324,6 +325,28 @@ def test_loading_that_waits_on_io_is_told_from_loading_that_computes(workers: in
     # here, the sleeping one up to 0.32 with 2 ms sleeps beside two busy processes on 2 cores
     assert sleeping is not None and sleeping < 0.4
     assert computing is not None and computing > 0.5
+
+
+def test_the_cores_the_loaders_workers_keep_busy_are_counted_as_this_processs_not_other_processes() -> None:
+    """2 workers computing their samples were read as other processes' load (the machine's use less this process's):
+    the free cores looked fewer and the machine busier than it was."""
+    from torch.utils.data import DataLoader
+
+    def make_loader(batch_size: int, **kwargs: object) -> object:
+        return DataLoader(_Sleepy(compute=True), batch_size=batch_size, **kwargs)  # type: ignore[arg-type]
+
+    options = StepOptions(batch_size=4, loader_kwargs=(("num_workers", 2), ("persistent_workers", True)))
+    trace = capture(_trainable(make_loader), CaptureConfig(mode="train", steps=1, warmup_steps=2,
+                                                           unprofiled_min_duration_s=0.3, options=options))
+    t = trace.threads
+    assert t.loader_workers == 2
+    # each worker computes 8 ms a batch for a step of well under 1 ms: busy whenever the machine lets it run (0.5 to
+    # 1.6 cores here beside other processes on 2 cores)
+    assert 0.2 < t.loader_workers_busy_cores <= 2.0 + 0.1
+    analysed = threads_analysis.analyze(trace)
+    machine = t.system_cpu_percent / 100.0 * t.logical_cores
+    assert analysed.other_busy_cores == pytest.approx(
+        max(0.0, machine - t.process_cpu_percent / 100.0 - t.loader_workers_busy_cores))
 
 
 def test_a_loader_that_wraps_a_dataloader_is_read_on_it() -> None:

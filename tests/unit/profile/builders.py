@@ -34,10 +34,11 @@ def op(name: str, start_us: float, dur_us: float, *, step: int = 0, phase: str =
 
 
 def threads(intra: int = 2, usable: int = 2, process_pct: float = 190.0, system_pct: float = 95.0,
-            other_python: float = 0.0) -> ThreadInfo:
+            other_python: float = 0.0, workers: int = 0, workers_busy: float = 0.0) -> ThreadInfo:
     return ThreadInfo(intra_op_threads=intra, inter_op_threads=1, logical_cores=usable, physical_cores=usable,
                       usable_cores=usable, process_cpu_percent=process_pct, system_cpu_percent=system_pct,
-                      load_average_1m=1.0, busy_threads=intra, other_python_threads_busy_cores=other_python)
+                      load_average_1m=1.0, busy_threads=intra, other_python_threads_busy_cores=other_python,
+                      loader_workers=workers, loader_workers_busy_cores=workers_busy)
 
 
 def memory(peak: int = 1 << 30, budget: int = 16 << 30) -> MemoryInfo:

@@ -65,3 +65,28 @@ def test_busy_threads_count_those_over_five_percent_and_other_python_threads_lea
     busy, others = capture_module._busy_threads(before, 1.0)
     assert busy == 3
     assert others == pytest.approx(0.5)
+
+
+def test_the_loader_workers_cpu_counts_from_their_first_reading_or_from_their_birth_within_the_timing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers' CPU is this process's load: a worker there at the start counts from its first reading, one born
+    later (a new epoch's) from 0, and one gone keeps its last reading. Over 2 s: 1.0 s and 0.6 s of CPU."""
+    from types import SimpleNamespace
+
+    pids: list[int] = [11]
+    cpu = {11: 5.0, 12: 0.2}
+    clock = iter([100.0, 102.0])
+    step = SimpleNamespace(_iter=object(), workers=SimpleNamespace(pids=lambda _it: list(pids)))
+    monkeypatch.setattr(capture_module, "time", SimpleNamespace(perf_counter=lambda: next(clock, 102.0)))
+    monkeypatch.setattr(capture_module, "core_time_s", lambda _path: None)
+    workers = capture_module._WorkersCore(step, interval_s=3600.0)  # type: ignore[arg-type]
+    monkeypatch.setattr(workers, "_cpu_s", lambda pid: cpu.get(pid))
+    with workers:
+        pids.append(12)
+        workers._read()
+        cpu.update({11: 6.0, 12: 0.6})
+        workers._read()
+        pids.remove(11)
+        del cpu[11]
+    assert workers.seen and workers.count == 2
+    assert workers.busy_cores == pytest.approx((1.0 + 0.6) / 2.0)

@@ -446,7 +446,7 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
 
 
 def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5,
-                        core_share: float | None = None) -> dg.Finding | None:
+                        core_share: float | None = None, workers_busy: float = 0.0) -> dg.Finding | None:
     """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch (on 4 cores, others
     busy elsewhere at `system_pct` of the machine: 47.5 is this process's 1.9 cores alone; the loading on a core
     `core_share` of its time)."""
@@ -456,7 +456,8 @@ def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 
                       persistent_workers=persistent, batch_size=16)
     t = trace([gemm(30_000, 9_000, step=i) for i in range(3)], steps=3, mode=TRAIN, loader=info,
               step_us=40_000.0, phase_us={"data": 30_000, "forward": 10_000},
-              thread_info=threads(usable=4, system_pct=system_pct))
+              thread_info=threads(usable=4, system_pct=system_pct, workers=num_workers if workers_busy else 0,
+                                  workers_busy=workers_busy))
     t.steps = [replace(s, data_wait_s=0.030) for s in t.steps]
     t.loader_core_share = core_share
     return dg.diagnose(dg.analyze_all(t, CEILINGS)).top
@@ -499,6 +500,28 @@ def test_more_workers_are_estimated_on_the_cores_other_processes_leave_free() ->
     # 0.04 cores busy elsewhere: it read "kept 0.0 of 4 cores busy: 4 workers would load on about 4.0 free cores"
     nearly_alone = _waiting_loader_top(num_workers=2, persistent=True, system_pct=48.5)
     assert nearly_alone is not None and not any(e.startswith("other processes kept") for e in nearly_alone.evidence)
+
+
+def test_the_loaders_own_workers_are_not_other_processes() -> None:
+    """The machine's use less this process's counted its CPU-bound loader workers as other processes: 2 workers on 1.9
+    of 4 cores read 'other processes kept 1.9 of 4 cores busy', and 4 workers were estimated on the 2.1 cores left."""
+    own = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0, workers_busy=1.9)
+    assert own is not None and own.estimated_speedup == pytest.approx(2.0)  # as on an idle machine
+    assert not any("other processes" in e for e in own.evidence)
+    both = _waiting_loader_top(num_workers=2, persistent=True, system_pct=95.0, workers_busy=1.0)
+    assert both is not None
+    assert ("other processes (not this process's 2 loader workers, which kept 1.0 cores busy) kept 0.9 of 4 cores "
+            "busy: 4 workers would load on about 3.1 free cores, which the estimate counts") in both.evidence
+    # a step starved by its own workers is not "a busy machine" (whose fix is an idle machine)
+    starved = threads(intra=2, usable=2, process_pct=30.0, system_pct=100.0, workers=2, workers_busy=1.7)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=starved))
+    assert d.caveats == [] and all(f.title != dg.SHARED_MACHINE for f in d.findings)
+    a = dg.analyze_all(trace([gemm(0, 9000)], thread_info=starved), CEILINGS)
+    assert a.threads.other_busy_cores == pytest.approx(0.0) and a.threads.issues == []
+    crowded = threads(intra=2, usable=2, process_pct=30.0, system_pct=100.0, workers=2, workers_busy=0.5)
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=crowded))
+    assert any("(1.2 cores busy in other processes (not this process's 2 loader workers, which kept 0.5 cores busy), "
+               "load average 1.0)" in c for c in d.caveats), d.caveats
 
 
 def test_a_loader_waiting_on_io_is_estimated_on_its_workers_not_on_the_free_cores() -> None:

@@ -123,3 +123,18 @@ def test_the_view_s_sizes_are_in_binary_units() -> None:
     from dlperf.report.profile_view import _mib
 
     assert [_mib(v) for v in (512 * 2**10, 300 * 2**20, 3 * 2**30, None)] == ["512 KiB", "300 MiB", "3,072 MiB", "-"]
+
+
+def test_the_threads_line_gives_the_loader_workers_cores_beside_this_processs_and_the_machines() -> None:
+    from tests.unit.profile.builders import threads
+
+    t = trace([gemm(0, 9000)], thread_info=threads(process_pct=90.0, system_pct=100.0, workers=2, workers_busy=1.1))
+    analyses = dg.analyze_all(t, CEILINGS)
+    data = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0).to_dict()
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    assert "2 busy threads kept 0.9 cores busy, its 2 loader workers 1.1, the machine 2.0" in out.getvalue()
+    del data["analyses"]["threads"]["loader_workers"]  # recorded before the workers were read
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(data))
+    assert "2 busy threads kept 0.9 cores busy, the machine 2.0" in out.getvalue()

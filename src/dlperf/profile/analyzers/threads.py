@@ -22,7 +22,7 @@ class ThreadAnalysis:
     machine_busy_cores: float
     """Cores busy on the whole machine on average."""
     other_busy_cores: float
-    """Cores busy with other processes: machine minus this process, never negative."""
+    """Cores busy with other processes: machine minus this process and its loader workers, never negative."""
     load_average_1m: float | None
     busy_threads: int
     other_python_threads_busy_cores: float
@@ -30,7 +30,21 @@ class ThreadAnalysis:
     """Cores the step could keep busy: its intra-op threads, at most the usable cores and at most the threads of this
     process that were busy. A step that only ever runs one thread (Python calling operators too small for torch to
     split) can use one core however many intra-op threads it has: getting 0.9 of 2 cores does not starve it."""
+    loader_workers: int = 0
+    """This process's data-loader worker processes (training); 0 without."""
+    loader_workers_busy_cores: float = 0.0
+    """Cores those workers kept busy: counted as this process's load, not in `other_busy_cores`."""
     issues: list[str] = field(default_factory=list)
+
+    @property
+    def others(self) -> str:
+        """Who `other_busy_cores` are, for the findings' words: 'other processes', and where the loader has workers,
+        that they are not among them (2 CPU-bound workers read as other processes' load)."""
+        if not self.loader_workers:
+            return "other processes"
+        workers = f"{self.loader_workers} loader worker{'s' if self.loader_workers > 1 else ''}"
+        return (f"other processes (not this process's {workers}, which kept {self.loader_workers_busy_cores:.1f} "
+                f"cores busy)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,7 +56,8 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
     usable = max(1, t.usable_cores)
     process_busy = t.process_cpu_percent / 100.0
     machine_busy = t.system_cpu_percent / 100.0 * t.logical_cores
-    other = max(0.0, machine_busy - process_busy)
+    # the loader's workers are this process's load: 2 CPU-bound ones read as "other processes kept 1.8 cores busy"
+    other = max(0.0, machine_busy - process_busy - t.loader_workers_busy_cores)
     over = t.intra_op_threads / usable
     wanted = min(t.intra_op_threads, usable)
     if t.busy_threads > 0:  # 0: not measured (an older trace)
@@ -53,7 +68,9 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
     if t.physical_cores and t.intra_op_threads > t.physical_cores and over <= 1.0:
         issues.append(f"{t.intra_op_threads} intra-op threads on {t.physical_cores} physical cores (SMT siblings)")
     if other >= 0.5:
-        issues.append(f"other processes kept {other:.1f} of {t.logical_cores} cores busy")
+        issues.append(f"other processes kept {other:.1f} of {t.logical_cores} cores busy"
+                      + (f" (besides this process's loader workers, {t.loader_workers_busy_cores:.1f})"
+                         if t.loader_workers else ""))
     if t.busy_threads > usable:
         issues.append(f"{t.busy_threads} busy threads in this process on {usable} usable cores")
     if t.other_python_threads_busy_cores >= 0.1:
@@ -72,5 +89,7 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
         busy_threads=t.busy_threads,
         other_python_threads_busy_cores=t.other_python_threads_busy_cores,
         wanted_cores=max(1, wanted),
+        loader_workers=t.loader_workers,
+        loader_workers_busy_cores=t.loader_workers_busy_cores,
         issues=issues,
     )
