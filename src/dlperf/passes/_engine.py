@@ -541,9 +541,10 @@ def calibration_samples(state: ModelState, ctx: PassContext, limit: int) -> list
 
 HELDOUT_FIRST_BATCH = 32
 """The search's held-out fidelity inputs (without an eval metric) are rows this far or further into one
-`example_inputs(n)` (past the example batch too): `keep_fp32="auto"` scores its trials on batch sizes 9, 10 ...
-and the default calibration rows come after the held-out ones; the zoo seeds inputs by batch size, but a workload
-whose `make_inputs` seeds one generator (or slices one dataset) gives the same first rows at every batch size."""
+`example_inputs(n)` (past the example batch too): `keep_fp32="auto"` scores its trials on the rows before them
+(`selection_rows`) and the default calibration rows come after the held-out ones; the zoo seeds inputs by batch
+size, but a workload whose `make_inputs` seeds one generator (or slices one dataset) gives the same first rows at
+every batch size."""
 
 HELDOUT_SAMPLES = 32
 """How many held-out inputs the search scores fidelity on by default (`EvalSettings.heldout_samples`)."""
@@ -556,15 +557,22 @@ def heldout_rows(batch_size: int, samples: int = HELDOUT_SAMPLES) -> range:
     return range(skip, skip + batch_size * math.ceil(samples / batch_size))
 
 
-def example_rows(wl: Workload, limit: int, first: int) -> list[Inputs]:
+def selection_rows(samples: int = HELDOUT_SAMPLES) -> range:
+    """The rows of `example_inputs(n)` that `keep_fp32="auto"` scores its trials on without an eval metric: the
+    first ones, before the search's held-out rows (`heldout_rows`) and the default calibration rows after them."""
+    return range(0, min(samples, HELDOUT_FIRST_BATCH))
+
+
+def example_rows(wl: Workload, limit: int, first: int, first_batch_size: int = 1) -> list[Inputs]:
     """`limit` single-sample inputs: rows `first` on of one `example_inputs(first + limit)`, so that they differ
     where the workload can make them differ. Batch sizes 1, 2 ... 24, used before, all began with the same rows for
     a `make_inputs` that seeds its own generator: 24 distinct rows of the 300 asked. A factory that refuses so
-    large a batch gets those growing batches (`calibration_note` says when their rows repeat)."""
+    large a batch gets those growing batches, from `first_batch_size` (`calibration_note` says when their rows
+    repeat)."""
     try:
         big = wl.example_inputs(first + limit)
     except WorkloadError:
-        return _rows(synthetic_batches(wl, limit), limit)
+        return _rows(synthetic_batches(wl, limit, first_batch_size), limit)
     return _rows([tuple(x[first:] for x in big)], limit)
 
 

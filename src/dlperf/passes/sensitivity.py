@@ -139,11 +139,13 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
     """What a pass that chooses by the metric scores its trials on: the workload's metric on its selection split
     (`EvalSpec.selection_evaluate`), never on the eval data the search then judges the candidate by, where the
     workload has one; else the eval metric itself (a choice fitted to the data that judges it: `data` says so);
-    without an eval metric, output fidelity (mean cosine vs fp32) on inputs the search's held-out fidelity does not
-    use (the example inputs at batch sizes 9, 10 ...: the zoo seeds each batch size differently; the search's are
-    rows 32 and on of a larger batch, past these where a workload repeats its first rows at every batch size, and the
-    default calibration rows come after the search's)."""
-    from dlperf.passes._engine import synthetic_batches
+    without an eval metric, output fidelity (mean cosine vs fp32) on inputs neither the search's held-out fidelity
+    nor the default calibration uses: the first `heldout` rows of one `example_inputs(heldout)` (`selection_rows`;
+    the search's are rows 32 and on of a larger batch, and the calibration rows come after those). Batch sizes 9, 10
+    ..., used before, all began with the same rows for a `make_inputs` that seeds its own generator: the "32
+    inputs" were 11 distinct rows. A factory that refuses so large a batch gets those growing batches, and the note
+    says how many of the rows differ."""
+    from dlperf.passes._engine import distinct_rows, example_rows, selection_rows
 
     wl = state.workload
     if wl.eval is not None:
@@ -156,13 +158,16 @@ def workload_metric(state: ModelState, ctx: PassContext, heldout: int = 32) -> M
                       "the eval data, which then judges the candidate too (its EvalSpec has no selection_evaluate): "
                       "the candidate's metric may be optimistic")
     # Not the calibration rows (rows past the search's held-out ones, `_engine.example_rows`), nor the search's.
-    samples: list[Inputs] = []
-    for b in synthetic_batches(wl, heldout, first_batch_size=9):
-        samples += [tuple(x[r : r + 1] for x in b) for r in range(int(b[0].shape[0]))]
-    evaluate = output_fidelity(state.predict, samples[:heldout])
+    rows = selection_rows(heldout)
+    samples = example_rows(wl, len(rows), first=rows.start, first_batch_size=9)
+    evaluate = output_fidelity(state.predict, samples)
+    distinct = distinct_rows(samples)
+    what = (f"{len(samples)} distinct inputs (rows {rows.start} to {rows.start + len(samples) - 1} of the example "
+            "inputs)" if distinct == len(samples) else
+            f"{len(samples)} inputs of which only {distinct} differ (the workload's example inputs repeat rows)")
     return Metric("fidelity", evaluate, 1.0, True,
-                  f"output fidelity on {len(samples[:heldout])} inputs from example_inputs(9), (10) ..., not the "
-                  "held-out inputs the search judges fidelity on")
+                  f"output fidelity on {what}, not the held-out inputs the search judges fidelity on nor the "
+                  "calibration rows")
 
 
 # ------------------------------------------------------------------------------------- simulated int8

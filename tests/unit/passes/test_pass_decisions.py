@@ -132,21 +132,51 @@ def test_output_fidelity_is_the_mean_cosine_over_the_samples() -> None:
     assert evaluate(one_flipped) == pytest.approx(0.5)
 
 
-def test_the_fidelity_metric_is_scored_on_inputs_after_the_calibration_rows() -> None:
-    """Without an eval spec the fallback search scores its trials on example_inputs(9), (10) ...: the calibration rows
-    come from batch sizes 1, 2 ... and a choice scored on the data it was calibrated on would look better."""
+def _rows_workload(most: int | None = None) -> tuple[Workload, list[int]]:
+    """A make_inputs that seeds one generator: row i is i at every batch size, as a deterministic user workload's;
+    with `most`, larger batches are refused. Also the batch sizes asked of it."""
     asked: list[int] = []
 
     def make_inputs(b: int) -> tuple[torch.Tensor, ...]:
         asked.append(b)
-        return (torch.randn(b, 4, generator=torch.Generator().manual_seed(b)),)
+        if most is not None and b > most:
+            raise IndexError(f"only {most} rows")
+        return (torch.arange(b, dtype=torch.float32)[:, None].repeat(1, 4),)
 
-    wl = Workload(name="rows", make_model=lambda: nn.Linear(4, 2), make_inputs=make_inputs)
+    return Workload(name="rows", make_model=lambda: nn.Linear(4, 2), make_inputs=make_inputs), asked
+
+
+def test_the_fidelity_metric_is_scored_on_distinct_rows_that_neither_the_held_out_nor_the_calibration_use() -> None:
+    """Without an eval spec the fallback search scored its trials on "32 inputs from example_inputs(9), (10) ...": for
+    a make_inputs that seeds its own generator those batches all begin with the same rows, 11 distinct of the 32.
+    They are now the first rows of one batch, before the search's held-out rows and the calibration rows after them."""
+    from dlperf.passes import _engine
+
+    wl, asked = _rows_workload()
     state = initial_state(wl)
+    scored: list[float] = []
     asked.clear()
     metric = sens.workload_metric(state, CPU)
-    assert asked and min(asked) == 9
-    assert metric.name == "fidelity" and metric.baseline == 1.0 and "32 inputs" in metric.data
+    assert asked == [32]
+
+    def recording(x: torch.Tensor) -> Any:
+        scored.extend(x[:, 0].tolist())
+        return state.predict(x)
+
+    assert metric.evaluate(recording) == pytest.approx(1.0)
+    assert scored == [float(r) for r in range(32)]
+    for batch_size in (1, 8, 32, 64):
+        held = _engine.heldout_rows(batch_size)
+        calibration = [float(s[0][0, 0]) for s in _engine.calibration_samples(state, PassContext(batch_size=batch_size),
+                                                                              64)]
+        assert not set(scored) & {float(r) for r in held} and not set(scored) & set(calibration)
+    assert metric.name == "fidelity" and metric.baseline == 1.0
+    assert metric.data == ("output fidelity on 32 distinct inputs (rows 0 to 31 of the example inputs), not the "
+                           "held-out inputs the search judges fidelity on nor the calibration rows")
+    # a make_inputs that refuses a batch of 32 gets batch sizes 9, 10 ... as before, and the note says what they hold
+    few = sens.workload_metric(initial_state(_rows_workload(most=16)[0]), CPU)
+    assert few.data.startswith("output fidelity on 32 inputs of which only 11 differ (the workload's example inputs "
+                               "repeat rows)")
 
 
 def test_dynamic_int8_leaves_the_layers_named_in_skip_in_fp32() -> None:
