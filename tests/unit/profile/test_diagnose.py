@@ -129,6 +129,28 @@ def test_reads_into_python_for_half_the_batch_s_rows_are_a_loop_over_them() -> N
     assert top is not None and top.category == dg.LAUNCH_OVERHEAD and not top.fix.startswith("vectorise")
 
 
+def test_reads_into_python_in_the_optimizer_step_are_not_a_loop_over_the_batch_rows() -> None:
+    """Single-tensor Adam (foreach=False) reads each parameter's step count into Python: 402 reads a step for 402
+    parameters at batch 32 were told "vectorise the Python loop over the batch's rows", a loop the model does not
+    have. The same reads in the forward are still one."""
+    def step(phase: str) -> list[OpEvent]:
+        ops = []
+        for i in range(402):
+            ops.append(op("aten::item", i * 20.0, 4.0, phase=phase))
+            ops.append(op("aten::add_", i * 20.0 + 5, 4.0, phase=phase))
+        return ops
+
+    in_optimizer = trace(step("optimizer"), mode=TRAIN, phase_us={"optimizer": 10_000.0})
+    in_optimizer.batch_size = 32
+    assert dg.analyze_all(in_optimizer, CEILINGS).launch.python_reads_per_step == 0
+    top = _diagnose(in_optimizer).top
+    assert top is not None and top.category == dg.LAUNCH_OVERHEAD and not top.fix.startswith("vectorise")
+    in_forward = trace(step("forward"), mode=TRAIN)
+    in_forward.batch_size = 32
+    top = _diagnose(in_forward).top
+    assert top is not None and top.fix.startswith("vectorise")
+
+
 def test_a_quarter_of_the_step_in_compute_bound_operators_is_a_finding() -> None:
     """Any category that explains 20% of the step (MIN_SHARE) is a finding: a step 25% in GEMMs is named
     compute-bound (at medium confidence), one 15% in them is not."""

@@ -39,8 +39,8 @@ class LaunchAnalysis:
     tiny_kernel_fraction: float | None = None
     python_reads_per_step: float = 0.0
     """Top-level reads of a tensor's value into Python per step (`aten::item`: .item(), float(), int(), bool() of a
-    tensor; `_local_scalar_dense` where item is not recorded). Those nested in other operators are not Python's:
-    nn.TransformerEncoder's fast path reads 19 a step inside its nested-tensor softmax."""
+    tensor; `_local_scalar_dense` where item is not recorded), outside the optimizer step. Those nested in other
+    operators are not Python's: nn.TransformerEncoder's fast path reads 19 a step inside its nested-tensor softmax."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,7 +56,9 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         ops = trace.ops_in_step(step.index)
         top = [o for o in ops if o.depth == 0 and o.phase != "data"]
         counts.append(float(len(top)))
-        names = [o.name.split("::")[-1] for o in top]
+        # the optimizer's own reads are not the model's: single-tensor Adam reads each parameter's step count
+        # (`step_t.item()`), and 402 of them a step were told "vectorise the Python loop over the batch's rows"
+        names = [o.name.split("::")[-1] for o in top if o.phase != "optimizer"]
         reads.append(float(names.count("item") or names.count("_local_scalar_dense")))
         all_counts.append(float(len([o for o in ops if o.phase != "data"])))
         durations += [o.dur_us for o in top]
