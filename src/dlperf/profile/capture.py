@@ -50,6 +50,7 @@ from dlperf.workload.base import (
     loss_problem,
     optimizer_problem,
     split_batch,
+    with_optimizer_impl,
 )
 from dlperf.workload.loader_workers import LoaderWorkers
 
@@ -68,7 +69,8 @@ def require_train_spec(workload: Workload) -> None:
 
 @dataclass(frozen=True)
 class StepOptions:
-    """How one step is built: the knobs that fixes change (batch, loader, threads, layout, precision, compile)."""
+    """How one step is built: the knobs that fixes change (batch, loader, threads, layout, precision, compile,
+    the optimizer's implementation)."""
 
     batch_size: int | None = None
     loader_kwargs: tuple[tuple[str, Any], ...] = ()
@@ -76,6 +78,8 @@ class StepOptions:
     channels_last: bool = False
     precision: str = "fp32"
     compile: bool = False
+    optimizer_impl: str = "default"
+    """'default' (what make_optimizer builds), 'foreach' or 'fused': the same optimizer rebuilt with that flag."""
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and self.batch_size < 1:
@@ -83,6 +87,9 @@ class StepOptions:
         check_threads(self.threads)
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise ConfigError(f"unknown precision '{self.precision}': use fp32, bf16 or fp16")
+        if self.optimizer_impl not in ("default", "foreach", "fused"):
+            raise ConfigError(f"unknown optimizer implementation '{self.optimizer_impl}': use default, foreach or "
+                              "fused")
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,12 @@ class Step:
                                                 "the DataLoader fix --verify measures acts through them"))
             if problem is not None:
                 raise WorkloadError(f"workload '{workload.name}': {problem}")
+            if options.optimizer_impl != "default":
+                try:
+                    self.optimizer = with_optimizer_impl(self.optimizer, options.optimizer_impl)
+                except (TypeError, RuntimeError, ValueError) as exc:
+                    raise WorkloadError(f"workload '{workload.name}': {type(self.optimizer).__name__} has no "
+                                        f"{options.optimizer_impl} implementation here: {exc}") from exc
             self.workers = LoaderWorkers(self.loader)  # a wrapped DataLoader's too
             # fp16 training as `dlperf train` runs it: the loss scaled, gradients unscaled and checked for inf/NaN
             # (their kernels belong to the step's profile; without the scaler small gradients flushed to zero)

@@ -1,8 +1,9 @@
 """The fixes dlperf can apply to a step by itself, each a frozen description of how the step changes.
 
 A Fix changes StepOptions (loader keyword arguments, thread count, batch size, channels_last, autocast
-precision, torch.compile); `verify.py` builds the step before and after and measures both. `setting` names
-the dlperf option or pass that applies the same change outside a profile.
+precision, torch.compile, the optimizer's foreach or fused implementation); `verify.py` builds the step before
+and after and measures both. `setting` names the dlperf option or pass that applies the same change outside a
+profile.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from dlperf.errors import ConfigError
 from dlperf.profile.capture import StepOptions
 
-FIX_IDS = ("loader", "threads", "batch", "compile", "channels_last", "bf16")
+FIX_IDS = ("loader", "threads", "batch", "compile", "channels_last", "bf16", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Fix:
     channels_last: bool = False
     precision: str | None = None
     compile: bool = False
+    optimizer_impl: str | None = None
 
     def __post_init__(self) -> None:
         if self.id not in FIX_IDS:
@@ -51,6 +53,8 @@ class Fix:
             new = replace(new, precision=self.precision)
         if self.compile:
             new = replace(new, compile=True)
+        if self.optimizer_impl is not None:
+            new = replace(new, optimizer_impl=self.optimizer_impl)
         return new
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,3 +90,10 @@ def channels_last_fix() -> Fix:
 
 def bf16_fix() -> Fix:
     return Fix("bf16", "bf16 autocast", "--precision bf16 / pass precision (dlperf optimize)", precision="bf16")
+
+
+def optimizer_fix(impl: str) -> Fix:
+    """The workload's optimizer rebuilt with `impl` ('fused' or 'foreach') on: one kernel, or one operator per
+    step of the update, for all parameters instead of a few operators for each."""
+    return Fix("optimizer", f"{impl} optimizer ({impl}=True)",
+               f"make_optimizer returning it with {impl}=True; `dlperf train --tune` tunes it", optimizer_impl=impl)

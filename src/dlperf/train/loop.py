@@ -34,6 +34,7 @@ from dlperf.workload.base import (
     loss_problem,
     optimizer_problem,
     split_batch,
+    with_optimizer_impl,
 )
 from dlperf.workload.loader_workers import LoaderWorkers
 
@@ -252,14 +253,8 @@ class TrainLoop:
         if problem is not None:  # a training step raised "'str' object has no attribute 'step'"
             raise TrainError(f"workload '{self.workload.name}': {problem}")
         if self.config.optimizer_impl != "default":
-            # only the flag asked for: RMSprop, NAdam and others have foreach but no fused argument to pass False to
-            flags = {self.config.optimizer_impl: True}
-            defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
-            # each param group holds its own foreach and fused (None when the user set neither), which step() reads
-            # instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation
-            groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
             try:
-                optimizer = type(optimizer)(groups, **defaults, **flags)
+                optimizer = with_optimizer_impl(optimizer, self.config.optimizer_impl)
             except (TypeError, RuntimeError, ValueError) as exc:
                 raise TrainError(
                     f"{type(optimizer).__name__} has no {self.config.optimizer_impl} implementation here: {exc}"

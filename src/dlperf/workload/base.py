@@ -556,6 +556,18 @@ def optimizer_problem(optimizer: Any) -> str | None:
             "built on the parameters it is given, e.g. torch.optim.SGD(params, lr=0.1)")
 
 
+def with_optimizer_impl(optimizer: Any, impl: str) -> Any:
+    """The same optimizer (type, parameter groups, hyperparameters) rebuilt with its `impl` implementation
+    ('foreach' or 'fused') switched on; the torch error (TypeError, RuntimeError, ValueError) where it has none.
+
+    Only the flag asked for is passed: RMSprop, NAdam and others have foreach but no fused argument to pass False
+    to. Each param group holds its own foreach and fused (None when the user set neither), which step() reads
+    instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation."""
+    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
+    groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
+    return type(optimizer)(groups, **defaults, **{impl: True})
+
+
 def split_batch(batch: Any) -> tuple[Any, Any] | str:
     """A loader's batch as (inputs, target), or why it is not such a pair."""
     if isinstance(batch, (tuple, list)) and len(batch) == 2:

@@ -182,6 +182,27 @@ def test_a_make_loader_that_drops_the_fixs_dataloader_arguments_is_named() -> No
     Step(_trainable(make_loader), "train", "cpu", StepOptions())  # nothing asked, nothing dropped
 
 
+def test_an_optimizer_fix_rebuilds_the_workloads_optimizer_with_that_implementation_and_its_settings() -> None:
+    """The optimizer fix --verify measures: the same optimizer, learning rate and groups, with fused=True or
+    foreach=True; an optimizer without that implementation is named."""
+    one_batch = [(torch.randn(4, 2), torch.randn(4, 2))]
+
+    def adam(params: object) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=0.01, foreach=False)  # type: ignore[arg-type]
+
+    for impl in ("fused", "foreach"):
+        step = Step(_trainable(lambda batch_size, **kw: one_batch, adam), "train", "cpu",
+                    StepOptions(optimizer_impl=impl))
+        optimizer = step.optimizer
+        assert isinstance(optimizer, torch.optim.Adam)
+        group = optimizer.param_groups[0]
+        assert (group[impl], group["lr"], len(group["params"])) == (True, 0.01, 2)
+        step()
+    with pytest.raises(WorkloadError, match=r"^workload 'trainable': Rprop has no fused implementation here: "):
+        Step(_trainable(lambda batch_size, **kw: one_batch, lambda params: torch.optim.Rprop(params)), "train",
+             "cpu", StepOptions(optimizer_impl="fused"))
+
+
 def test_the_loader_settings_are_read_from_the_dataloader_the_factory_built() -> None:
     from torch.utils.data import DataLoader, TensorDataset
 

@@ -10,7 +10,15 @@ import pytest
 from dlperf.errors import ConfigError
 from dlperf.profile import capture as capture_module
 from dlperf.profile.capture import CaptureConfig, StepOptions
-from dlperf.profile.fixes import Fix, batch_fix, bf16_fix, channels_last_fix, compile_fix, loader_fix
+from dlperf.profile.fixes import (
+    Fix,
+    batch_fix,
+    bf16_fix,
+    channels_last_fix,
+    compile_fix,
+    loader_fix,
+    optimizer_fix,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -37,6 +45,11 @@ def test_each_fix_changes_its_own_step_option_and_a_loader_fix_wins_over_the_wor
     assert bf16_fix().apply(base, 8) == StepOptions(loader_kwargs=base.loader_kwargs, precision="bf16")
     assert channels_last_fix().apply(base, 8) == StepOptions(loader_kwargs=base.loader_kwargs, channels_last=True)
     assert compile_fix().apply(base, 8) == StepOptions(loader_kwargs=base.loader_kwargs, compile=True)
+    fused = optimizer_fix("fused")
+    assert fused.apply(base, 8) == StepOptions(loader_kwargs=base.loader_kwargs, optimizer_impl="fused")
+    assert fused.label == "fused optimizer (fused=True)"
+    with pytest.raises(ConfigError, match="unknown optimizer implementation 'fast'"):
+        StepOptions(optimizer_impl="fast")
     four = batch_fix(8)
     assert (four.batch_factor, four.label, four.setting) == (4, "batch 32 instead of 8", "--batch-size 32")
 

@@ -41,6 +41,12 @@ class LaunchAnalysis:
     """Top-level reads of a tensor's value into Python per step (`aten::item`: .item(), float(), int(), bool() of a
     tensor; `_local_scalar_dense` where item is not recorded), outside the optimizer step. Those nested in other
     operators are not Python's: nn.TransformerEncoder's fast path reads 19 a step inside its nested-tensor softmax."""
+    optimizer_ops_per_step: float = 0.0
+    """Top-level operators per step in the optimizer phase (training): a single-tensor optimizer runs a few for
+    each parameter."""
+    optimizer_multi_tensor: bool = False
+    """The optimizer step ran multi-tensor operators (`_foreach_*`, `_fused_*`): its foreach or fused
+    implementation, which updates all parameters in one operator per stage."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,12 +56,13 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
     trace.validate()
     if tiny_op_us <= 0:
         raise ValueError(f"tiny_op_us must be positive, got {tiny_op_us}")
-    counts, all_counts, tiny_s, gap_s, busy_s, shares, reads = [], [], [], [], [], [], []
+    counts, all_counts, tiny_s, gap_s, busy_s, shares, reads, optimizer = [], [], [], [], [], [], [], []
     durations: list[float] = []
     for step in trace.steps:
         ops = trace.ops_in_step(step.index)
         top = [o for o in ops if o.depth == 0 and o.phase != "data"]
         counts.append(float(len(top)))
+        optimizer.append(float(sum(o.phase == "optimizer" for o in top)))
         # the optimizer's own reads are not the model's: single-tensor Adam reads each parameter's step count
         # (`step_t.item()`), and 402 of them a step were told "vectorise the Python loop over the batch's rows"
         names = [o.name.split("::")[-1] for o in top if o.phase != "optimizer"]
@@ -83,6 +90,9 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         busy_step_s=median(busy_s),
         overhead_share=median(shares),
         python_reads_per_step=median(reads),
+        optimizer_ops_per_step=median(optimizer),
+        optimizer_multi_tensor=any(o.phase == "optimizer" and ("_foreach_" in o.name or "_fused_" in o.name)
+                                   for o in trace.ops),
     )
     kernels = [k for k in trace.kernels if k.kind == "kernel" and k.step >= 0]
     if kernels:
