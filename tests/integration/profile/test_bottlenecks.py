@@ -96,8 +96,11 @@ def test_bandwidth_bound_elementwise_chain() -> None:
 @pytest.mark.slow
 def test_oversubscribed_threads() -> None:
     report = _profile("oversubscribed", threads=None, verify=True)
-    top = _top(report)
-    assert top is not None and top.category == dg.HOST_THREADS and top.root_cause
+    found = [f for f in report.diagnosis.findings if f.title == "torch uses more threads than there are cores"]
+    assert len(found) == 1
+    # the top root cause, unless its fix measured no faster (on a busy machine): then it no longer outranks the rest
+    if found[0].verification != "contradicted":
+        assert _top(report) is found[0] and found[0].root_cause
     assert report.analyses.threads.intra_op_threads == 8 * (psutil.cpu_count() or 1)
     assert report.verified is not None and report.verified[0].fix.id == "threads"
     assert report.verified[0].error is None and report.verified[0].speedup is not None

@@ -53,6 +53,20 @@ def test_no_difference_contradicts_an_estimate_above_the_ci_and_reranks() -> Non
     assert d.findings[0] is bandwidth and d.verdict.startswith(dg.MEMORY_BANDWIDTH)
 
 
+def test_a_root_cause_whose_fix_measured_no_faster_no_longer_outranks_a_confirmed_finding() -> None:
+    """8 intra-op threads on 2 cores (a root cause, 45% by rule of thumb): 2 threads measured 0.92x (CI 0.65-1.30x),
+    yet the verdict still named it, "but its fix ... did not hold", above a compute finding whose bf16 fix
+    measured 1.92x (CI 1.68-2.20x)."""
+    threads = _finding(dg.HOST_THREADS, "torch uses more threads than there are cores", 1.68, "medium", share=0.45,
+                       root=True)
+    compute = _finding(dg.COMPUTE_BOUND, "the step is compute-bound", 1.43, share=0.84)
+    d = dg.Diagnosis([threads, compute], dg.verdict_of(threads))
+    reconcile(d, [_result(threads, 0.92, (0.65, 1.30), SAME, "compile"), _result(compute, 1.92, (1.68, 2.20), FASTER,
+                                                                                  "compile")])
+    assert threads.verification == "contradicted" and not threads.root_cause
+    assert d.findings[0] is compute and d.verdict == f"{dg.COMPUTE_BOUND}: the step is compute-bound (84% of the step)"
+
+
 def test_a_fix_measured_faster_confirms_and_an_estimate_inside_the_ci_is_inconclusive() -> None:
     fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11)
     unsure = _finding(dg.COMPUTE_BOUND, "compute", 1.05, "medium")
