@@ -78,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         _check_trace_path(args.trace)
     from dlperf._device import check_device
+    from dlperf.measure.env import check_threads
 
+    check_threads(args.threads, "--threads")  # in the option's name: StepOptions said "threads must be >= 1"
     note_oversubscribed(args.threads)
     check_device(args.device)  # else the first word came from the calibration: "calibration on 'cuda:0' asked for"
     capture_config = CaptureConfig(
