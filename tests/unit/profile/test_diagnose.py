@@ -246,6 +246,11 @@ def test_many_tiny_operators_nested_in_a_few_large_ones_are_dispatch_overhead() 
     assert python_loop is not None and python_loop.fix.startswith("vectorise")
     # on CUDA an operator's time is its kernels' (beside the host's gaps): the nested rule does not apply
     assert dg._nested_dispatch(dataclasses.replace(analyses, device="cuda")) is None
+    # many called from Python (a loop of small layers), each running a few nested ones: not "a few large ones"
+    many = _diagnose(trace(_fused_layers(layers=120, inner=50, item_depth=1), step_us=120 * 900.0)).top
+    assert many is not None and many.category == dg.LAUNCH_OVERHEAD
+    assert many.evidence[0] == ("6120 operators per step counting those nested in others (120 called from Python: each "
+                                "runs 51.0 on average, itself included)")
 
 
 def test_waiting_for_data_ranks_first_as_root_cause() -> None:
