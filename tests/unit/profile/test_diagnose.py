@@ -184,6 +184,29 @@ def test_an_optimizer_step_that_updates_each_parameter_alone_is_told_to_use_fuse
     assert not any(f.title.startswith("the optimizer step") for f in small.findings)
 
 
+def test_the_dispatch_finding_leaves_out_a_single_tensor_optimizer_step() -> None:
+    """The optimizer's tiny operators were the dispatch finding's too: a training step read 97-100% and a
+    torch.compile estimate of 3.99x, for operators compile of the model does not touch. With the optimizer finding,
+    its share is taken out of the dispatch finding's (with a line saying so); without it, nothing changes."""
+    dispatch = "the step is dominated by per-operator dispatch overhead"
+    alone = _diagnose(_optimizer_step(("aten::mul_", "aten::addcmul_", "aten::add_")))
+    assert not any(f.title == dispatch for f in alone.findings)  # 60% optimizer, 1% gap: nothing else to fuse
+    ops = [op("aten::add", i * 10.0, 8.0, phase="forward") for i in range(300)]  # 30% of the step in the model
+    per_op = 6000.0 / 600
+    ops += [op(("aten::mul_", "aten::add_")[i % 2], 4000.0 + i * per_op, per_op * 0.8, phase="optimizer")
+            for i in range(600)]
+    both = _diagnose(trace(ops, mode=TRAIN, phase_us={"forward": 4000.0, "optimizer": 6000.0}))
+    found = [f for f in both.findings if f.title == dispatch]
+    assert len(found) == 1
+    analyses = dg.analyze_all(trace(ops, mode=TRAIN, phase_us={"forward": 4000.0, "optimizer": 6000.0}), CEILINGS)
+    assert analyses.launch.optimizer_overhead_share == pytest.approx(0.6)  # 8 µs operators and 2 µs gaps
+    assert found[0].share == pytest.approx(analyses.launch.overhead_share - 0.6)
+    assert "not counted here: the optimizer step's 60% of the step in tiny operators and gaps" in found[0].evidence[-1]
+    fused = _diagnose(trace([*ops[:300], op("aten::_fused_adam_", 4000.0, 5000.0, phase="optimizer")], mode=TRAIN,
+                            phase_us={"forward": 4000.0, "optimizer": 6000.0}))
+    assert not any("not counted here" in e for f in fused.findings for e in f.evidence)
+
+
 def test_a_quarter_of_the_step_in_compute_bound_operators_is_a_finding() -> None:
     """Any category that explains 20% of the step (MIN_SHARE) is a finding: a step 25% in GEMMs is named
     compute-bound (at medium confidence), one 15% in them is not."""

@@ -44,6 +44,10 @@ class LaunchAnalysis:
     optimizer_ops_per_step: float = 0.0
     """Top-level operators per step in the optimizer phase (training): a single-tensor optimizer runs a few for
     each parameter."""
+    optimizer_overhead_share: float = 0.0
+    """Of `overhead_share`, the optimizer step's: its tiny top-level operators and the gaps between them within the
+    optimizer phase (training). A single-tensor optimizer's is a finding of its own, whose fix is not the dispatch
+    finding's torch.compile of the model."""
     optimizer_multi_tensor: bool = False
     """The optimizer step ran multi-tensor operators (`_foreach_*`, `_fused_*`): its foreach or fused
     implementation, which updates all parameters in one operator per stage."""
@@ -57,6 +61,7 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
     if tiny_op_us <= 0:
         raise ValueError(f"tiny_op_us must be positive, got {tiny_op_us}")
     counts, all_counts, tiny_s, gap_s, busy_s, shares, reads, optimizer = [], [], [], [], [], [], [], []
+    optimizer_shares: list[float] = []
     durations: list[float] = []
     for step in trace.steps:
         ops = trace.ops_in_step(step.index)
@@ -79,6 +84,12 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         gap_s.append(gap)
         busy_s.append(busy)
         shares.append(min(1.0, (tiny + gap) / max(step.wall_s, busy)))
+        in_optimizer = [o for o in top if o.phase == "optimizer"]
+        optimizer_tiny = sum(o.dur_us for o in in_optimizer if o.dur_us < tiny_op_us)
+        optimizer_gap = max(0.0, step.phase_us.get("optimizer", 0.0)
+                            - merged_length([(o.start_us, o.end_us) for o in in_optimizer]))
+        optimizer_shares.append(min(shares[-1], (optimizer_tiny + optimizer_gap) * 1e-6 * scale
+                                    / max(step.wall_s, busy)))
     result = LaunchAnalysis(
         ops_per_step=median(counts),
         all_ops_per_step=median(all_counts),
@@ -91,6 +102,7 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         overhead_share=median(shares),
         python_reads_per_step=median(reads),
         optimizer_ops_per_step=median(optimizer),
+        optimizer_overhead_share=median(optimizer_shares),
         optimizer_multi_tensor=any(o.phase == "optimizer" and ("_foreach_" in o.name or "_fused_" in o.name)
                                    for o in trace.ops),
     )
