@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -103,8 +104,15 @@ STREAM_ERROR_STATUS = (("Exceeds maximum queue size", 503), ("Request timeout ex
 queue timeout, a draining server, an unknown model or version) are counted under the status a unary call gets."""
 
 
+REQUEST_ID = re.compile(r"\[request id: .*?\] ")
+"""What leads an error for a request with an id (dlperf's stream errors, Triton's own request errors)."""
+
+
 def stream_error_status(message: str) -> int:
-    """The HTTP status a ModelStreamInfer error counts under: by its message (`STREAM_ERROR_STATUS`), else 500."""
+    """The HTTP status a ModelStreamInfer error counts under: by its message (`STREAM_ERROR_STATUS`) after any
+    leading "[request id: ID] ", else 500."""
+    if (lead := REQUEST_ID.match(message)) is not None:
+        message = message[lead.end():]
     return next((status for start, status in STREAM_ERROR_STATUS if message.startswith(start)), 500)
 
 

@@ -45,6 +45,11 @@ STATUS_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 404: "NOT_FOUND
                 503: "UNAVAILABLE"}
 
 
+REQUEST_ID_PREFIX = "[request id: "
+"""How a stream's error for a request with an id begins ("[request id: ID] why"), Triton's form for its request
+errors: tritonclient hands a stream's errors to the callback with nothing but the message."""
+
+
 def available() -> str | None:
     """None when grpcio and tritonclient's gRPC messages import; else what to install."""
     try:
@@ -256,9 +261,12 @@ def create_servicer(state: ServerState) -> Any:
 
         def failed(request: Any, message: str) -> Any:
             # the request's id (and model) with the error, as Triton, so a client with several in flight knows
-            # which one failed
+            # which one failed; tritonclient's stream callback gets only the message (its InferenceServerException
+            # has no id), so the id also leads the message, as Triton's own request errors begin
             said = service_pb2.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
                                                   id=request.id)
+            if request.id:
+                message = f"{REQUEST_ID_PREFIX}{request.id}] {message}"
             return service_pb2.ModelStreamInferResponse(error_message=message, infer_response=said)
 
         async def one(request: Any) -> None:

@@ -161,6 +161,24 @@ def test_a_failed_stream_request_is_answered_with_its_id(server: Running) -> Non
     assert by_id["good-1"].error_message == "" and len(by_id["good-1"].infer_response.outputs) == 1
 
 
+def test_a_failed_stream_request_s_error_names_its_id_for_tritonclient(server: Running) -> None:
+    """tritonclient's stream callback gets an InferenceServerException made from `error_message` alone (the
+    response's id is dropped), so with requests in flight the message itself must say which one failed."""
+    c = _client(server)
+    answers = _open_stream(c)
+    try:
+        c.async_stream_infer("mlp", [_input(np.zeros((1, 64), np.float32))], request_id="good-2")
+        c.async_stream_infer("mlp", [_input(np.zeros((1, 32), np.float32))], request_id="bad-2")
+        c.async_stream_infer("mlp", [_input(np.zeros((1, 32), np.float32))])  # no id: the message alone
+        got = [answers.get(timeout=60) for _ in range(3)]
+    finally:
+        c.stop_stream()
+    assert sorted(r.get_response().id for r, _ in got if r is not None) == ["good-2"]
+    errors = sorted(e.message() for _, e in got if e is not None)
+    assert errors[0].startswith("[request id: bad-2] input 'x' has shape [1, 32]")
+    assert errors[1].startswith("input 'x' has shape [1, 32]")
+
+
 def test_a_bug_in_a_call_is_internal_with_the_reason(server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any) -> Any:
         raise ZeroDivisionError("injected")

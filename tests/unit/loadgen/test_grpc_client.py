@@ -53,6 +53,8 @@ def test_each_status_the_server_sends_counts_under_the_http_status_it_stands_for
     ("server is shutting down: send the request to another replica", 503),
     ("unknown model 'x': this server serves mlp", 404),
     ("Request for unknown model: 'x' is not found", 404),  # Triton's words
+    ("[request id: r7] Exceeds maximum queue size: 1 requests are queued", 503),  # a request with an id
+    ("[request id: <id_unknown>] unknown version '3' of model 'mlp'", 404),
     ("input 0 'x' has shape [1, 63]: model 'mlp' expects [-1, 64]", 500),  # no code to tell: the rest are 500
 ])
 def test_a_stream_error_counts_under_the_status_its_message_names(message: str, status: int) -> None:
