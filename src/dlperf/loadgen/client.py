@@ -47,6 +47,9 @@ def parse_url(url: str) -> Endpoint:
     """'127.0.0.1:8000', 'http://127.0.0.1:8000' or 'http://host:port/base' -> Endpoint (http only)."""
     text = url if "://" in url else f"http://{url}"
     parts = urlsplit(text)
+    if parts.scheme == "grpc":  # "only http:// targets" read as if gRPC could not be loaded at all
+        raise LoadGenError(f"URL '{url}': write a gRPC endpoint as HOST:PORT, without grpc:// ({parts.netloc}), and "
+                           "add --protocol grpc (-i grpc)")
     if parts.scheme != "http":
         raise LoadGenError(f"URL '{url}': only http:// targets are supported (got {parts.scheme}://)")
     if not parts.hostname:

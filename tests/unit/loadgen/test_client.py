@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from dlperf.errors import LoadGenError
 from dlperf.loadgen.client import Connection, build_request, parse_reply, parse_url
 
 pytestmark = pytest.mark.unit
@@ -179,6 +180,16 @@ def test_an_ipv6_host_is_bracketed_where_a_url_or_host_header_carries_it() -> No
     assert (endpoint.host, endpoint.authority) == ("::1", "[::1]:8000")
     assert b"Host: [::1]:8000\r\n" in build_request(endpoint, "GET", "/v2")
     assert parse_url("127.0.0.1:8001").authority == "127.0.0.1:8001"
+
+
+def test_a_grpc_url_is_told_to_drop_the_scheme_not_that_only_http_is_supported() -> None:
+    """`dlperf load grpc://host:port -i grpc` said "only http:// targets are supported", as if gRPC could not be
+    loaded; perf_analyzer and dlperf take a gRPC endpoint as host:port."""
+    with pytest.raises(LoadGenError, match=r"write a gRPC endpoint as HOST:PORT, without grpc:// \(127.0.0.1:8001\), "
+                                           r"and add --protocol grpc \(-i grpc\)"):
+        parse_url("grpc://127.0.0.1:8001")
+    with pytest.raises(LoadGenError, match=r"only http:// targets are supported \(got https://\)"):
+        parse_url("https://127.0.0.1:8001")
 
 
 def test_http2_frames_are_named_as_such() -> None:
