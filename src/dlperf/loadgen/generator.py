@@ -525,9 +525,12 @@ def _shared(counted: int, ours: int) -> bool:
 
 
 def metrics_source(target: Target, config: LoadConfig) -> tuple[Endpoint, str]:
-    """Where --collect-metrics reads: --metrics-url, or /metrics of the target server."""
+    """Where --collect-metrics reads: --metrics-url (/metrics of it when it is HOST:PORT alone, as `dlperf compare
+    --live` takes it), or /metrics of the target server."""
     if config.metrics_url:
-        return parse_url(config.metrics_url), ""
+        endpoint = parse_url(config.metrics_url)
+        # with no path the request line was "GET  HTTP/1.1", which the server refused with a 400
+        return endpoint, "" if endpoint.base_path else "/metrics"
     return target.endpoint, "/metrics"
 
 

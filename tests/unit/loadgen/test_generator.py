@@ -51,6 +51,17 @@ def test_build_request_has_length_and_headers() -> None:
     assert b"Content-Length: 3" in head and b"X-A: 1" in head and body == b"abc"
 
 
+@pytest.mark.parametrize(("url", "path"), [
+    ("127.0.0.1:8000", "/metrics"), ("http://127.0.0.1:8000/", "/metrics"),  # a server's HOST:PORT: its /metrics
+    ("127.0.0.1:8002/metrics", "/metrics"), ("http://h:9100/prom/metrics", "/prom/metrics"),  # a page: as given
+])
+def test_collect_metrics_reads_metrics_of_a_metrics_url_given_as_host_port(url: str, path: str) -> None:
+    """`--metrics-url 127.0.0.1:8000` sent the request line "GET  HTTP/1.1" (no path), which the server refused with
+    a 400, reported as "answered 400; give the server's metrics page with --metrics-url"."""
+    endpoint, rest = generator.metrics_source(None, LoadConfig(collect_metrics=True, metrics_url=url))  # type: ignore[arg-type]
+    assert build_request(endpoint, "GET", rest).startswith(f"GET {path} HTTP/1.1\r\n".encode())
+
+
 def test_config_rejects_nonsense() -> None:
     with pytest.raises(ConfigError, match="arrivals"):
         LoadConfig(arrivals="bursty")
