@@ -787,7 +787,9 @@ def optimize(
     def body(run: Any) -> OptimizeResult:
         search.run = run
         run_id = run.id if run is not None else None
-        base_dir = Path(config.workdir) if config.workdir else _default_workdir(store)
+        # absolute: a trial on Ray runs in a worker whose working directory is the raylet's (where `ray start`
+        # ran), and a relative folder (the default beside a relative --store) was another folder there
+        base_dir = (Path(config.workdir) if config.workdir else _default_workdir(store)).absolute()
         search.workdir = base_dir / (run_id or f"adhoc-{int(time.time())}")
         search.workdir.mkdir(parents=True, exist_ok=True)
         on = search.on_event

@@ -1079,6 +1079,38 @@ def test_a_search_with_a_store_keeps_its_work_beside_the_store(tmp_path: Path) -
     assert _default_workdir(None) == Path(tempfile.gettempdir()) / "dlperf-optimize"
 
 
+class RecordingTrials(FakeTrials):
+    """Notes every trial's log path and candidate folder, as an executor in another process receives them."""
+
+    def __init__(self, measured: dict[str, Measured]) -> None:
+        super().__init__(measured)
+        self.paths: list[str] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        self.paths += [str(log_path), payload.get("out_dir", str(log_path.parent))]
+        return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+
+
+def test_trials_get_absolute_paths_when_the_store_and_workdir_are_relative(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray trial runs in a worker whose working directory is its raylet's (where `ray start` ran): `dlperf optimize
+    W --executor ray:auto --store runs.db` (or the default .dlperf/runs.db) from another folder handed it
+    'optimize/RUN/...', which the node could not see ("it cannot see the work folder .dlperf/optimize/...: put
+    --workdir on a file system every node mounts"), though it was this very machine's folder."""
+    from dlperf.store.db import Store
+
+    monkeypatch.chdir(tmp_path)
+    trials = RecordingTrials(MLP)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1), store=Store("runs.db"),
+                      executor=trials)
+    assert trials.paths and all(Path(p).is_absolute() for p in trials.paths)
+    assert Path(result.workdir or "").parent == tmp_path / "optimize"
+    trials = RecordingTrials(MLP)
+    optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, workdir="work"), executor=trials)
+    assert trials.paths and all(Path(p).is_relative_to(tmp_path / "work") for p in trials.paths)
+
+
 def test_a_candidate_s_metric_drop_is_in_the_metric_s_units_and_relative_to_the_baseline_s(tmp_path: Path) -> None:
     """0.80 to 0.76 is a drop of 0.04, 5% of the baseline's metric (what --max-metric-drop, the closest candidates
     and the equally-fast tie-break read)."""
