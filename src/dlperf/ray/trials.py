@@ -93,24 +93,31 @@ def probe_node(marker: str | None) -> dict[str, Any]:
             "sees_workdir": marker is None or Path(marker).exists()}
 
 
-_server_omp: list[tuple[str | None, str | None]] = []
-"""The OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES this worker's process server started with (empty until a trial here
-started one)."""
+_server_omp: list[tuple[str | None, str | None, str]] = []
+"""The OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES and working directory this worker's process server started with (empty
+until a trial here started one)."""
 
 
 @contextlib.contextmanager
-def child_environment(omp_num_threads: str | None) -> Iterator[None]:
+def child_environment(omp_num_threads: str | None, cwd: str | None = None) -> Iterator[None]:
     """Sets the caller's OMP_NUM_THREADS for the trial's child: Ray caps it at the task's CPUs, and a local child
     inherits the caller's value (the process server that forks the child starts from this environment, and
     torch reads it when imported there). Ray reuses this worker for later trials, and with it the process server, so
     a server started with another value (by an earlier trial, or by other code in this worker) is stopped first, and
     the next child starts a new one. So is one started under another CUDA_VISIBLE_DEVICES: Ray sets it per task to
-    the GPUs it gives the trial, and a child forked from a server of an earlier trial's ran on that trial's GPU."""
+    the GPUs it gives the trial, and a child forked from a server of an earlier trial's ran on that trial's GPU.
+
+    `cwd`, the caller's working directory, becomes the worker's (and so the child's) where this node has it, as a
+    local child runs in the caller's: a Ray worker runs in its raylet's (where `ray start` ran), and a workload that
+    opens a file relative to the folder `dlperf optimize` ran in (`open("settings.json")`) failed its baseline there
+    with FileNotFoundError, though it loaded in the driver and ran with the local executor."""
     if omp_num_threads is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = omp_num_threads
-    started = (omp_num_threads, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if cwd is not None and os.path.isdir(cwd):
+        os.chdir(cwd)
+    started = (omp_num_threads, os.environ.get("CUDA_VISIBLE_DEVICES"), os.getcwd())
     if _server_omp != [started]:
         from dlperf.optimize.evaluate import stop_process_server
 
@@ -122,7 +129,7 @@ def child_environment(omp_num_threads: str | None) -> Iterator[None]:
 
 
 def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int, timeout_s: float,
-              memory_limit_bytes: int | None, omp_num_threads: str | None) -> dict[str, Any]:
+              memory_limit_bytes: int | None, omp_num_threads: str | None, cwd: str | None = None) -> dict[str, Any]:
     """Runs in a Ray worker: the trial exactly as the local executor runs it (`run_isolated`: a child process forked
     from a server with torch imported, its timeout and memory limit, its failure reports), plus where it ran.
 
@@ -141,7 +148,7 @@ def run_trial(target: str, payload: dict[str, Any], log_path: str, attempt: int,
     write_text_atomic(where, json.dumps(info))
     phase = trial_file(log.parent, attempt, "phase")
     started = time.monotonic()
-    with child_environment(omp_num_threads):
+    with child_environment(omp_num_threads, cwd):
         result = run_isolated(target, payload, log, timeout_s, memory_limit_bytes,
                               on_phase=lambda name: write_text_atomic(phase, name),
                               on_start=lambda pid: write_text_atomic(where, json.dumps({**info, "candidate_pid": pid})))
@@ -320,6 +327,7 @@ class RayExecutor:
         self._ran: dict[str, dict[str, Any]] = {}
         """node id -> its host name, the trials that ended there and how many of them were retries."""
         self._omp = os.environ.get("OMP_NUM_THREADS")
+        self._cwd = os.getcwd()
         try:
             self._check_nodes()
         except BaseException:
@@ -483,7 +491,8 @@ class RayExecutor:
             with contextlib.suppress(OSError):
                 pending.trial_file(ext).unlink()
         ref = self._trial.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-            job.target, job.payload, str(job.log_path), attempt, job.timeout_s, job.memory_limit_bytes, self._omp)
+            job.target, job.payload, str(job.log_path), attempt, job.timeout_s, job.memory_limit_bytes, self._omp,
+            self._cwd)
         self._in_flight[node] = self._in_flight.get(node, 0) + 1
         return ref, pending
 

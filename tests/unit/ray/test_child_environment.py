@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,3 +79,44 @@ def test_a_trial_given_another_gpu_gets_a_server_that_sees_it(monkeypatch: pytes
         stop_process_server()
     assert earlier[3] == "7" and [s[3] for s in seen] == ["0", "0", "1"]
     assert earlier[1] != seen[0][1] == seen[1][1] != seen[2][1]  # kept for the same GPU, started again for another
+
+
+def _report_cwd(conn: Any) -> None:
+    conn.send((os.getcwd(), os.getppid()))
+    conn.close()
+
+
+def _child_cwd() -> tuple[str, int]:
+    ctx = mp_context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_report_cwd, args=(writer,))
+    proc.start()
+    writer.close()
+    try:
+        seen: tuple[str, int] = reader.recv()
+    finally:
+        proc.join(30)
+    return seen
+
+
+def test_the_child_runs_in_the_callers_folder_where_the_node_has_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray worker runs in its raylet's folder (where `ray start` ran), not the folder `dlperf optimize` ran in: a
+    workload that opens 'settings.json' there loaded in the driver and failed every trial with FileNotFoundError."""
+    from dlperf.ray import trials
+
+    raylet, driver = tmp_path / "raylet", tmp_path / "project"
+    raylet.mkdir()
+    driver.mkdir()
+    monkeypatch.chdir(raylet)  # the worker's folder; restored after the test
+    monkeypatch.setattr(trials, "_server_omp", [])
+    seen = []
+    try:
+        stop_process_server()
+        for cwd in (None, str(driver), str(driver), str(tmp_path / "not-on-this-node")):
+            with trials.child_environment("1", cwd):
+                seen.append(_child_cwd())
+    finally:
+        stop_process_server()
+    assert [s[0] for s in seen] == [str(raylet), str(driver), str(driver), str(driver)]
+    assert seen[0][1] != seen[1][1] == seen[2][1] == seen[3][1]  # a server started elsewhere is not the child's

@@ -70,6 +70,8 @@ class _Cluster:
         self.now = 1000.0
         self.submitted: list[tuple[str, int, str]] = []
         """(folder, attempt, node) of each trial, in order."""
+        self.trial_args: list[tuple[Any, ...]] = []
+        """What each trial was called with (run_trial's arguments)."""
         self.probes: list[str] = []
         self.cancelled: list[_Ref] = []
         self.running: list[_Ref] = []
@@ -125,6 +127,7 @@ class _Cluster:
                 "node_id": node_id, "hostname": f"host-{node_id[0]}", "hardware_key": node.hardware_key,
                 "sees_workdir": node.sees_workdir and Path(marker).exists(), "environment": {}})
         assert fn is run_trial
+        self.trial_args.append(args)
         log_path, attempt = Path(args[2]), args[3]
         folder = log_path.parent.name
         self.submitted.append((folder, attempt, node_id))
@@ -201,6 +204,17 @@ def test_trials_fill_every_timing_slot_and_each_result_says_where_it_ran(tmp_pat
     # three at once, one to each free slot; the fourth to the first slot freed (c1 runs longest)
     assert [(f, n) for f, _, n in cluster.submitted] == [("c1", B), ("c2", A), ("c3", A), ("c4", A)]
     assert executor.notes() == ["ran 4 trials on 2 Ray nodes: host-a (aaaaaaaa) 3, host-b (bbbbbbbb) 1"]
+
+
+def test_each_trial_is_given_the_folder_the_search_runs_in(tmp_path: Path, executor_on: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local child runs in the caller's folder; a Ray worker runs in its raylet's, where `ray start` ran, and a
+    workload opening a file relative to the folder `dlperf optimize` ran in failed there."""
+    monkeypatch.chdir(tmp_path)
+    cluster = _Cluster([_Node(A)], {"c1": [(1.0, OK)]})
+    executor = executor_on(cluster)
+    assert [r["status"] for _, r in executor.map(_jobs(tmp_path, "c1"))] == ["ok"]
+    assert [args[-1] for args in cluster.trial_args] == [str(tmp_path)]
 
 
 def test_a_trial_taken_as_a_node_leaves_waits_for_a_slot_rather_than_being_lost(tmp_path: Path,
