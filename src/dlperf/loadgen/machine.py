@@ -5,11 +5,14 @@ concurrency 8 answered 103 req/s beside a `dlperf optimize` run and two package 
 minutes later without them, and both outputs read alike. Here the machine's busy CPU time over the level (its
 warm-up included) is split into the server's (the process listening on the URL's port and its children), this
 generator's, and the rest's; `LevelLoad` keeps the three, and its `warning` says so where the rest kept half a
-core busy or more, as `dlperf bench` does of its own measurement (`measure.bench.CONTENTION_PERCENT`).
+core busy or more, as `dlperf bench` does of its own measurement (`measure.bench.CONTENTION_PERCENT`). Behind Ray
+Serve (`dlperf serve --ray`) the process listening is Ray's HTTP proxy, and the replicas that run the model are its
+siblings under the raylet, not its children: they count as the server's too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import threading
@@ -21,6 +24,8 @@ import psutil
 
 OTHER_CORES_WARNING = 0.5
 """Other processes keeping this many cores busy on average while a level measures get a warning (bench's 50%)."""
+RAY_SERVE_PREFIX = "ray::Serve"
+"""How Ray names the processes of Ray Serve's replicas (`ray::ServeReplica:APP:DEPLOYMENT`) and its controller."""
 
 
 def is_loopback(host: str) -> bool:
@@ -44,6 +49,27 @@ def listening_pid(port: int) -> int | None:
         if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
             return int(c.pid)
     return None
+
+
+def server_pids(pid: int) -> list[int]:
+    """The server's processes: the one listening (`pid`) and, where it is Ray Serve's proxy (a Ray worker, named
+    `ray::ProxyActor`), Ray Serve's replicas and controller beside it under the same raylet on this machine. Their CPU
+    was "other processes" kept busy: `dlperf load` against `dlperf serve --ray --replicas 2` on 2 cores warned of
+    other load (1.3 cores, about 0.5 of it the replicas') and said to measure again when the machine is quiet."""
+    try:
+        listener = psutil.Process(pid)
+        if not listener.name().startswith("ray::"):
+            return [pid]
+        parent = listener.parent()
+        siblings = parent.children() if parent is not None else []
+    except psutil.Error:
+        return [pid]
+    found = [pid]
+    for p in siblings:
+        with contextlib.suppress(psutil.Error):
+            if p.pid != pid and p.name().startswith(RAY_SERVE_PREFIX):
+                found.append(p.pid)
+    return found
 
 
 def _tree_cpu_s(pid: int) -> float | None:
@@ -86,6 +112,8 @@ class LevelLoad:
     in_process: bool = False
     """The server runs in this generator's process (a library call beside `serve.server.start_in_thread`): the
     process's CPU is `generator_cores`, server and generator together, and `server_cores` its children's."""
+    server_peers: int = 0
+    """Ray Serve's processes beside the listening proxy (replicas, controller) counted in `server_cores`."""
 
     @property
     def warning(self) -> str | None:
@@ -94,22 +122,28 @@ class LevelLoad:
         name = f", {self.server_name}" if self.server_name else ""
         ours = (f"the server and this generator, one process (PID {self.server_pid}{name}): "
                 f"{self.generator_cores + self.server_cores:.1f}" if self.in_process else
-                f"the server (PID {self.server_pid}{name}) with its children: {self.server_cores:.1f}; this generator: "
-                f"{self.generator_cores:.1f}")
+                f"the server (PID {self.server_pid}{name}) with its children{self._peers()}: {self.server_cores:.1f}; "
+                f"this generator: {self.generator_cores:.1f}")
         return (f"other processes (besides the server and this generator) kept {self.other_cores:.1f} of the "
                 f"machine's {self.cores} cores busy while the level ran ({ours}): the server's figures are slower "
                 "and noisier than on a quiet machine; measure again when it is quiet")
 
+    def _peers(self) -> str:
+        if not self.server_peers:
+            return ""
+        plural = "es" if self.server_peers > 1 else ""
+        return f" and {self.server_peers} Ray Serve process{plural} (replicas, controller)"
+
     def to_dict(self) -> dict[str, Any]:
         return {"cores": self.cores, "server_cores": self.server_cores, "generator_cores": self.generator_cores,
                 "other_cores": self.other_cores, "server_pid": self.server_pid, "server_name": self.server_name,
-                "in_process": self.in_process}
+                "in_process": self.in_process, "server_peers": self.server_peers}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LevelLoad:
         return cls(int(data["cores"]), float(data["server_cores"]), float(data["generator_cores"]),
                    float(data["other_cores"]), int(data["server_pid"]), str(data.get("server_name", "")),
-                   bool(data.get("in_process", False)))
+                   bool(data.get("in_process", False)), int(data.get("server_peers", 0)))
 
 
 class LevelMeter:
@@ -124,19 +158,21 @@ class LevelMeter:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.pid: int | None = None
-        self._start: tuple[float, float, float, float] | None = None
+        self.pids: list[int] = []
+        self._start: tuple[float, float, float, dict[int, float]] | None = None
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> tuple[float, float, float, float] | None:
+    def _read(self) -> tuple[float, float, float, dict[int, float]] | None:
         if self.pid is None:
             return None
-        server = _tree_cpu_s(self.pid)
-        if server is None:
+        server = {p: t for p in self.pids if (t := _tree_cpu_s(p)) is not None}
+        if self.pid not in server:
             return None
         return time.perf_counter(), _machine_busy_s(), time.process_time(), server
 
     def _begin(self) -> None:
         self.pid = listening_pid(self.port)
+        self.pids = server_pids(self.pid) if self.pid is not None else []
         self._start = self._read()
 
     def start(self) -> None:
@@ -154,7 +190,9 @@ class LevelMeter:
         if self._start is None or end is None or self.pid is None or end[0] <= self._start[0]:
             return None
         wall = end[0] - self._start[0]
-        machine, own, server = ((e - s) / wall for e, s in zip(end[1:], self._start[1:], strict=True))
+        machine, own = ((e - s) / wall for e, s in zip(end[1:3], self._start[1:3], strict=True))
+        # a peer that ended during the level (a replica scaled down) is left out: its time went to the raylet's
+        server = sum(end[3][p] - t for p, t in self._start[3].items() if p in end[3]) / wall
         in_process = self.pid == os.getpid()
         if in_process:  # the server's tree is this process and its children: this process's CPU counted once
             server = max(0.0, server - own)
@@ -164,4 +202,4 @@ class LevelMeter:
             name = ""
         return LevelLoad(cores=psutil.cpu_count() or 1, server_cores=server, generator_cores=own,
                          other_cores=max(0.0, machine - own - server), server_pid=self.pid, server_name=name,
-                         in_process=in_process)
+                         in_process=in_process, server_peers=len(self.pids) - 1)

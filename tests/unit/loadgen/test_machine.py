@@ -3,6 +3,7 @@ the machine's busy cores split into the server's, the generator's and the rest's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from dlperf.loadgen.generator import LevelResult
-from dlperf.loadgen.machine import LevelLoad, LevelMeter, is_loopback, listening_pid
+from dlperf.loadgen.machine import LevelLoad, LevelMeter, is_loopback, listening_pid, server_pids
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +180,57 @@ def test_a_server_in_this_process_is_counted_once() -> None:
     text = LevelLoad(cores=2, server_cores=0.0, generator_cores=1.2, other_cores=0.7, server_pid=9,
                      in_process=True).warning
     assert text is not None and "(the server and this generator, one process (PID 9): 1.2)" in text
+
+
+NAMED = """
+import ctypes, socket, sys, time
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)  # PR_SET_NAME, as Ray's setproctitle names its workers
+if sys.argv[2] == "listen":
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    print(s.getsockname()[1], flush=True)
+else:
+    print("named", flush=True)
+sys.stdin.readline()  # busy once told
+t = time.process_time()
+while time.process_time() - t < float(sys.argv[3]):
+    pass
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_behind_ray_serve_the_replicas_beside_the_proxy_are_the_server_s() -> None:
+    """`dlperf serve --ray`: the process listening is Ray Serve's proxy, and the replicas that run the model are its
+    siblings under the raylet (here this test process), not its children; their CPU was 'other processes', and the
+    level was told to measure again when the machine is quiet. Another Ray worker beside them is not the server's."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("names processes with prctl, as Ray does on Linux")
+    procs = [subprocess.Popen([sys.executable, "-c", NAMED, name, role, seconds], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+             for name, role, seconds in (("ray::ProxyActor", "listen", "0"), ("ray::ServeReplica:dlperf:dlperf",
+                                                                                  "wait", "1.0"),
+                                         ("ray::IDLE", "wait", "0"))]
+    proxy, replica, _ = procs
+    try:
+        first = [p.stdout.readline() for p in procs if p.stdout is not None]  # each has named itself
+        port = int(first[0])
+        assert server_pids(proxy.pid) == [proxy.pid, replica.pid]
+        meter = LevelMeter("127.0.0.1", port)
+        meter.start()
+        assert meter._thread is not None and replica.stdin is not None
+        meter._thread.join()  # the lookup runs beside the level; the replica's work comes after it here
+        replica.stdin.write("go\n")  # one CPU second in the replica, none in the proxy
+        replica.stdin.flush()
+        load = _measure(meter, [], wait=replica)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert load.server_pid == proxy.pid and load.server_peers == 1
+    assert 0.2 < load.server_cores <= 1.05
+    busy = dataclasses.replace(load, other_cores=1.0)
+    assert busy.warning is not None and (f"the server (PID {proxy.pid}, ray::ProxyActor) with its children and 1 Ray "
+                                         "Serve process (replicas, controller): ") in busy.warning
+    assert LevelLoad.from_dict(load.to_dict()) == load
