@@ -12,6 +12,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -624,8 +625,9 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
             shutdown_ray()
         if isinstance(exc, DlperfError) or not isinstance(exc, Exception):
             raise
+        kind = "" if isinstance(exc, DeployFailed) else f"{type(exc).__name__}: "
         raise ServingError(f"the Ray Serve deployment of '{config.model or config.variants}' failed: "
-                           f"{type(exc).__name__}: {exc}{_deploy_hint(exc)}") from exc
+                           f"{kind}{exc}{_deploy_hint(exc)}") from exc
     return RunningOnRay(config.host, config.port, owns, control, config.exit_timeout_s,
                         local_instance=owns and options.address is None)
 
@@ -668,6 +670,10 @@ def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,
         application = status.applications.get(APP_NAME)
         state = "" if application is None else _status_name(application.status)
         if state == "DEPLOY_FAILED":
+            deployment = application.deployments.get(APP_NAME)
+            cause = replica_error(str(getattr(deployment, "message", "") or ""))
+            if cause is not None:
+                raise DeployFailed(f"a replica failed to start: {cause}")
             raise RuntimeError(f"deploying application {APP_NAME} failed: {application.message}")
         if state == "RUNNING" and status.proxies and all(_status_name(p) == "HEALTHY"
                                                          for p in status.proxies.values()):
@@ -684,6 +690,27 @@ def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,
             on_wait(f"still deploying after {now - start:.0f} s: {deploy_status()}")
             report_at += REPORT_EVERY_S
         time.sleep(0.25)
+
+
+class DeployFailed(RuntimeError):
+    """Ray Serve gave up on the deployment, and its message says what a replica raised."""
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*): ")
+
+
+def replica_error(message: str) -> str | None:
+    """What a replica raised as it started, from Ray Serve's deployment message ("The deployment failed to start 3
+    times in a row ... Error:" and the replica's traceback, 100 lines of Ray's frames): its last exception line and
+    the lines after it (dlperf's WorkloadError adds the user's file and line there), None where there is none. The
+    error said only "deploying application dlperf failed: Failed to update the deployments ['dlperf']."."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", message).rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        found = _EXCEPTION_LINE.match(lines[i])
+        if found:
+            name = found.group(1).rsplit(".", 1)[-1]  # dlperf.errors.WorkloadError: WorkloadError
+            return "\n".join([name + lines[i][len(found.group(1)):], *lines[i + 1:]])
+    return None
 
 
 def _status_name(status: Any) -> str:

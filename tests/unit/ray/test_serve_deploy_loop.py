@@ -100,6 +100,63 @@ def test_a_failed_deployment_raises_ray_serves_message(monkeypatch: pytest.Monke
         serve._deploy("app", 60.0, None, None)
 
 
+REPLICA_FAILED = (
+    "The deployment failed to start 3 times in a row. This may be due to a problem with its constructor or initial "
+    "health check failing. See controller logs for details. Error:\n"
+    "\x1b[36mray::ServeReplica:dlperf:dlperf.initialize_and_get_metadata()\x1b[39m (pid=3324, ip=192.0.2.2)\n"
+    '  File "ray/serve/_private/replica.py", line 1928, in initialize\n'
+    "    raise RuntimeError(traceback.format_exc()) from None\n"
+    "RuntimeError: Traceback (most recent call last):\n"
+    '  File "/w/badrep.py", line 10, in model\n'
+    '    raise FileNotFoundError("weights.pt not found on this node")\n'
+    "FileNotFoundError: weights.pt not found on this node\n\n"
+    "The above exception was the direct cause of the following exception:\n\n"
+    '  File "dlperf/workload/base.py", line 183, in build_model\n'
+    "    raise WorkloadError(\n"
+    "dlperf.errors.WorkloadError: workload 'badrep': its model factory raised FileNotFoundError: weights.pt not "
+    "found on this node\n"
+    '  File "/w/badrep.py", line 10, in model\n'
+    '    raise FileNotFoundError("weights.pt not found on this node")')
+
+
+def test_a_replica_that_raised_as_it_started_is_named_with_its_error(monkeypatch: pytest.MonkeyPatch,
+                                                                     clock: _Clock) -> None:
+    """A workload whose model() raised in the replica (its weights missing on that node): the error said only
+    "deploying application dlperf failed: Failed to update the deployments ['dlperf']."; the replica's exception,
+    with the user's file and line, was in the deployment's message, behind 100 lines of Ray's traceback."""
+    from ray.serve.schema import ApplicationStatus
+
+    failed = _status("DEPLOY_FAILED", message=REPLICA_FAILED)
+    failed.applications[APP_NAME].message = "Failed to update the deployments ['dlperf']."
+    fake = _Serve(_status("DEPLOYING"), failed)
+    _deploy_on(monkeypatch, fake)
+    with pytest.raises(serve.DeployFailed) as caught:
+        serve._deploy("app", 60.0, None, None)
+    assert str(caught.value) == (
+        "a replica failed to start: WorkloadError: workload 'badrep': its model factory raised FileNotFoundError: "
+        'weights.pt not found on this node\n  File "/w/badrep.py", line 10, in model\n    raise '
+        'FileNotFoundError("weights.pt not found on this node")')
+    assert failed.applications[APP_NAME].status == ApplicationStatus.DEPLOY_FAILED
+    assert serve.replica_error("Deployment is waiting for resources") is None
+
+    # through start_on_ray: dlperf's error, without "RuntimeError:"
+    fake = _Serve(_status(None))
+    happened = _start_without_ray(monkeypatch, fake, cpus=8.0)
+    import dlperf.serve.server
+
+    monkeypatch.setattr(dlperf.serve.server, "listening_socket", lambda config: SimpleNamespace(close=lambda: None))
+
+    def deploy(app: Any, timeout_s: float, on_wait: Any, stop: Any) -> None:
+        raise caught.value
+
+    monkeypatch.setattr(serve, "_deploy", deploy)
+    with pytest.raises(ServingError) as error:
+        start_on_ray(ServeConfig(model="badrep.py", port=8000), RayServeOptions())
+    assert str(error.value).startswith("the Ray Serve deployment of 'badrep.py' failed: a replica failed to start: "
+                                       "WorkloadError: workload 'badrep': its model factory raised FileNotFoundError")
+    assert happened == ["ray.init local=True", "shutdown_ray"]
+
+
 def test_a_deployment_not_running_by_its_deadline_is_removed_after_reports_every_30_s(
         monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
     fake = _Serve(_status("DEPLOYING", replicas={"RUNNING": 1, "STARTING": 2}, message="waits for CPUs"))
