@@ -618,8 +618,11 @@ def start_on_ray(config: ServeConfig, options: RayServeOptions | None = None, *,
         if deployed:
             with contextlib.suppress(Exception):
                 serve.delete(APP_NAME)
+        # on a local instance of this command's own, stopping Ray stops Serve with it, as RunningOnRay.stop does:
+        # serve.shutdown() there only printed Ray's "(raylet) Task ServeController.graceful_shutdown failed ..."
+        local_instance = owns and options.address is None
         with contextlib.suppress(Exception):
-            if started and not serve.status().applications:
+            if started and not local_instance and not serve.status().applications:
                 serve.shutdown()
         if owns:
             shutdown_ray()
