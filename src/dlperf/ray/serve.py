@@ -200,10 +200,15 @@ def deployment_options(config: ServeConfig, options: RayServeOptions) -> dict[st
 class _Replica:
     """One replica: the state `dlperf serve` builds, served by the same ASGI app."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, cwd: str | None = None) -> None:
         from dlperf.serve.server import set_switch_interval
         from dlperf.serve.service import build_state
 
+        # the folder `dlperf serve` ran in, where this node has it, as the single-process server runs there: a replica
+        # runs in its raylet's (where `ray start` ran), and a relative workload ('wl.py', 'runs/int8') or a file the
+        # model opens relative to it ('settings.json') was not found there ("workload file 'wl.py' does not exist")
+        if cwd is not None and os.path.isdir(cwd):
+            os.chdir(cwd)
         set_switch_interval()
         self.config = config
         self.state = build_state(config)
@@ -364,7 +369,7 @@ def build_application(config: ServeConfig, options: RayServeOptions) -> Any:
     """The bound Ray Serve application (deployment with the ASGI ingress) for `config`."""
     serve = _serve()
     replica = serve.ingress()(_Replica)
-    return serve.deployment(replica, **deployment_options(config, options)).bind(config)
+    return serve.deployment(replica, **deployment_options(config, options)).bind(config, os.getcwd())
 
 
 @dataclass(frozen=True)

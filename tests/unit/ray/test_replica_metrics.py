@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -125,3 +126,49 @@ def test_a_replicas_routing_stats_count_its_requests_items_and_batches(monkeypat
     finally:
         replica.state = None  # closed here, not again when the replica is collected
         state.close(5.0)
+
+
+WORKLOAD = """
+import json
+import torch
+
+SCALE = json.load(open("settings.json"))["scale"]  # beside the workload, opened relative to the folder served from
+
+
+def model():
+    return torch.nn.Linear(4, 2).eval()
+
+
+def inputs(batch_size):
+    return (torch.randn(batch_size, 4) * SCALE,)
+"""
+
+
+def test_a_replica_runs_in_the_folder_dlperf_serve_ran_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica runs in its raylet's folder (where `ray start` ran): `dlperf serve wl.py --ray --ray-address auto` from
+    the workload's folder failed every replica with "workload file 'wl.py' does not exist", as would a model opening a
+    file relative to it. The single-process server runs in the folder it was started in, and so does a replica now."""
+    from dlperf.ray import serve
+    from dlperf.ray.serve import _Replica
+
+    project, raylet = tmp_path / "project", tmp_path / "raylet"
+    project.mkdir()
+    raylet.mkdir()
+    (project / "wl.py").write_text(WORKLOAD)
+    (project / "settings.json").write_text('{"scale": 2.0}')
+    monkeypatch.chdir(raylet)  # restored after the test
+    monkeypatch.setattr(serve, "_drain_when_asked", lambda state: None)  # no Ray here to ask
+    replica = _Replica(ServeConfig(model="wl.py", port=0), cwd=str(project))
+    try:
+        assert Path.cwd() == project and replica.state.ready
+    finally:
+        replica.state.close(5.0)
+    # the driver binds its own folder to every replica
+    bound: list[tuple[Any, ...]] = []
+    deployment = SimpleNamespace(bind=lambda *args: bound.append(args))
+    monkeypatch.setattr(serve, "_serve", lambda: SimpleNamespace(ingress=lambda: lambda cls: cls,
+                                                                 deployment=lambda cls, **options: deployment))
+    monkeypatch.chdir(project)
+    config = ServeConfig(model="wl.py", port=8000)
+    serve.build_application(config, serve.RayServeOptions())
+    assert bound == [(config, str(project))]
