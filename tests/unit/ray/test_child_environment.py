@@ -65,6 +65,7 @@ def test_a_trial_given_another_gpu_gets_a_server_that_sees_it(monkeypatch: pytes
     from dlperf.ray import trials
 
     monkeypatch.setattr(trials, "_server_omp", [])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # child_environment sets it; restored after the test
     seen = []
     try:
         # a server this worker started before its first trial (other code in it) is not the trial's either
@@ -109,6 +110,7 @@ def test_the_child_runs_in_the_callers_folder_where_the_node_has_it(tmp_path: Pa
     raylet.mkdir()
     driver.mkdir()
     monkeypatch.chdir(raylet)  # the worker's folder; restored after the test
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # child_environment sets it; restored after the test
     monkeypatch.setattr(trials, "_server_omp", [])
     seen = []
     try:
