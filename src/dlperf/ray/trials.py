@@ -591,9 +591,12 @@ class RayExecutor:
         result.setdefault("log", str(p.job.log_path))
         error = result.get("error")
         if result.get("status") != "ok" and isinstance(error, str) and "Ray node" not in error:
-            # the local executor's report, plus where it happened (before the log's tail, which can be long)
+            # the local executor's report, plus where it happened: on its first line, before a traceback's frames (it
+            # ended the user's source line: 'SCALE = json.load(open("settings.json")), on Ray node 38e77748') and
+            # the log's tail, which can be long
             head, sep, tail = error.partition("; log: ")
-            result["error"] = f"{head}, on Ray node {p.node_id[:8]}{sep}{tail}"
+            first, newline, frames = head.partition("\n")
+            result["error"] = f"{first}, on Ray node {p.node_id[:8]}{newline}{frames}{sep}{tail}"
         node = result.get("node") or {"node_id": p.node_id}
         result["node"] = node
         where = self._ran.setdefault(p.node_id, {"host": node.get("hostname") or "?", "trials": 0, "retried": 0})

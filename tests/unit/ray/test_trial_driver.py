@@ -352,6 +352,13 @@ def test_a_failed_trials_error_names_its_node_before_the_logs_tail(tmp_path: Pat
     ((_, result),) = list(executor.map(_jobs(tmp_path, "c1")))
     assert result["error"] == "exit -9 during 'measure', on Ray node aaaaaaaa; log: line 1\nline 2"
     assert result["log"] == "elsewhere.txt" and "hardware_warning" not in result
+    # a workload's error with its frame: the node on the first line, not glued to the user's source line
+    raised = {"status": "failed", "phase": "load", "error": "workload file 'wl.py' raised FileNotFoundError while "
+              "importing: settings.json\n  File \"wl.py\", line 5, in <module>\n    SCALE = open(\"settings.json\")"}
+    result = executor._finish(trials._Pending(_jobs(tmp_path, "c3")[0], A, 1, cluster.now, cluster.now, []), raised)
+    assert result["error"] == ("workload file 'wl.py' raised FileNotFoundError while importing: settings.json, on Ray "
+                               "node aaaaaaaa\n  File \"wl.py\", line 5, in <module>\n"
+                               "    SCALE = open(\"settings.json\")")
     result = executor._finish(trials._Pending(_jobs(tmp_path, "c2")[0], B, 1, cluster.now, cluster.now, []),
                               {"status": "ok", "node": {"node_id": B, "hostname": "host-b", "hardware_key": "epyc"}})
     assert result["hardware_warning"] == ("measured on hardware epyc, the other candidates on xeon: its timings are "
