@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         if zeros is not None:
             config_dict["artifact"]["inputs"] = "zeros"
     with store.recording("bench", args.workload, config_dict, environment) as recording:
-        on_point = point_saver(recording, workload.name, config)
+        on_point = point_saver(recording)
 
         batch_sizes = config.scenario_obj.batch_sizes(config.batch_sizes)
         with bench_progress(batch_sizes, config.timer.min_duration_s, config.timer.min_iters) as on_progress:

@@ -121,11 +121,11 @@ def check_against_baseline(
     with store.recording("check", name, run_config, environment) as run:
         # the batch sizes measured are kept if a later one fails or the check is interrupted, with the headline of
         # the gate on them (it was bench's throughput, whatever the check gated)
-        save_points = point_saver(run, workload.name, bench_config)
+        save_points = point_saver(run)
         judged: list[PointVerdict] = []
 
-        def on_point(point: Any) -> None:
-            save_points(point)
+        def on_point(point: Any, so_far: Any) -> None:
+            save_points(point, so_far)
             if point.batch_size in base_points:
                 judged.append(gate_point(base_points[point.batch_size], point.measurement, config, point.batch_size))
                 run.result = {**run.result, "headline": GateResult(config, judged).headline()}

@@ -210,16 +210,14 @@ def headline_record(config: BenchConfig, points: Sequence[BenchPoint]) -> dict[s
     return headline
 
 
-def point_saver(handle: Any, workload_name: str, config: BenchConfig) -> Callable[[BenchPoint], None]:
-    """An `on_point` for `run_bench` that keeps the points measured so far in `handle` (a store's run handle: its
+def point_saver(handle: Any) -> Callable[[BenchPoint, BenchResult], None]:
+    """An `on_point` for `run_bench` that keeps the result measured so far in `handle` (a store's run handle: its
     `result` and `save()`), marked partial with the headline of those points, so a run interrupted or failing at
-    a later batch size keeps the batch sizes it finished (bench and check)."""
-    measured: list[BenchPoint] = []
+    a later batch size keeps the batch sizes it finished (bench and check), and the model's size and the RSS before
+    it was built (an interrupted run's record had neither, so `runs show` and the report left out its model size)."""
 
-    def on_point(point: BenchPoint) -> None:
-        measured.append(point)
-        handle.result = {"workload": workload_name, "points": [p.to_dict() for p in measured], "partial": True,
-                         "headline": headline_record(config, measured)}
+    def on_point(point: BenchPoint, so_far: BenchResult) -> None:
+        handle.result = {**so_far.to_dict(), "partial": True}
         handle.save()
 
     return on_point
@@ -284,12 +282,12 @@ def run_bench(
     workload: Workload,
     config: BenchConfig,
     on_progress: Callable[[int, int, float], None] | None = None,
-    on_point: Callable[[BenchPoint], None] | None = None,
+    on_point: Callable[[BenchPoint, BenchResult], None] | None = None,
 ) -> BenchResult:
     """Measure the workload at each batch size. on_progress(batch_size, iterations, seconds);
-    on_point(point) after each batch size is done (so a caller can save partial results), and for the batch size
-    an interrupt (Ctrl-C) stops, with the calls timed before it (its stop note says so), before the interrupt
-    goes on."""
+    on_point(point, result_so_far) after each batch size is done (so a caller can save partial results), and for
+    the batch size an interrupt (Ctrl-C) stops, with the calls timed before it (its stop note says so), before the
+    interrupt goes on."""
     import torch
 
     check_device(config.device)
@@ -309,6 +307,12 @@ def run_bench(
         artifact = hasattr(model, "dlperf_size_bytes")  # an exported artifact (`artifact_workload`)
         own_threads = getattr(model, "dlperf_engine", "torch") != "torch"  # ONNX Runtime, OpenVINO: not torch's
         model_bytes: int | None = None  # after the first call, which gives lazy layers (nn.LazyLinear) their weights
+
+        def so_far() -> BenchResult:
+            return BenchResult(workload.name, config, list(points), model_bytes or 0,
+                               model_bytes_of="the artifact's files" if artifact else "parameters + buffers",
+                               rss_before_model_bytes=rss_before_model)
+
         clock = clock_for(config.device)
         gpu_index = _gpu_index(config.device)
         for batch in batch_sizes:
@@ -345,12 +349,10 @@ def run_bench(
                 point.cuda_max_reserved_bytes = mem.max_reserved_bytes
             points.append(point)
             if on_point is not None:
-                on_point(point)
+                on_point(point, so_far())
             if interrupted is not None:
                 raise interrupted
-    size_of = "the artifact's files" if artifact else "parameters + buffers"
-    return BenchResult(workload.name, config, points, model_bytes or 0, model_bytes_of=size_of,
-                       rss_before_model_bytes=rss_before_model)
+    return so_far()
 
 
 def _gpu_index(device: str) -> int | None:

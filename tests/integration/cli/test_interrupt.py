@@ -142,3 +142,25 @@ def test_sigterm_in_process_ends_bench_with_143_and_its_json_names_the_reason(
     assert (doc["run_id"], doc["status"], doc["interrupted"], doc["reason"]) == (
         record.id, "interrupted", True, "terminated by SIGTERM")
     assert [p["batch_size"] for p in doc["result"]["points"]] == [1]
+
+
+def test_an_interrupted_bench_keeps_the_model_size_and_the_rss_before_it_in_its_view(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finished bench's `runs show` has 'model size: ...' and the RSS before the model was built under its table;
+    an interrupted one's record had neither (only its points and headline), so its view read 'RSS: peak' and said
+    nothing of the model's size."""
+    from dlperf.cli.main import main
+
+    (tmp_path / "terminated.py").write_text(TERMINATED_AT_BATCH_2)
+    db = tmp_path / "runs.db"
+    assert main(["bench", str(tmp_path / "terminated.py"), "--batch-sizes", "1,2", "--min-duration", "0.02",
+                 "--min-iters", "3", "--warmup", "1", "--store", str(db)]) == 143
+    record = Store(db).list()[0]
+    assert record.result["partial"] is True
+    assert record.result["model_bytes"] == 0  # the model has no parameters
+    assert record.result["rss_before_model_bytes"] > 0
+    capsys.readouterr()
+    assert main(["runs", "show", record.id, "--store", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "model size: 0.0 MiB (parameters + buffers)" in shown
+    assert "RSS: the process's peak (" in shown  # it read 'RSS: peak'
