@@ -87,3 +87,17 @@ def test_an_a_b_beside_a_busy_process_says_so() -> None:
         burner.wait()
     assert run.threads == (1, 1) and run.process_cpu_percent is not None and run.process_cpu_percent > 0
     assert run.warnings and run.warnings[0].startswith("other processes kept ")
+
+
+def test_a_side_whose_slow_calls_hold_its_items_per_s_is_warned_of_and_kept() -> None:
+    """B's items/s 32,883 beside A's 175,769 under 'B speed 0.881x of A': B's mean call was 15x its median (calls of
+    up to 56 ms), which bench warns of and `dlperf ab`, `runs show` and the report did not."""
+    a = Measurement([30_000 + i for i in range(200)])
+    b = Measurement([34_000 + i for i in range(190)] + [5_000_000] * 10)  # 5% of the calls at 5 ms
+    run = ABRun("zoo:mlp", parse_settings("threads=1"), parse_settings("threads=2"), 16, 16,
+                ABResult(a, b, [1.13] * 8, 1.13, (1.12, 1.14), 0.95, SLOWER), False, 200, 0.01)
+    [warning] = run.warnings
+    assert warning.startswith("side B: the mean call is 8.3x the median (0.282 vs 0.0341 ms): 10 calls (5%) over 2x "
+                              "the median, up to 5 ms, took 89% of the time; items/s counts them")
+    assert ABRun.from_dict(run.to_dict()).warnings == [warning]
+    assert run.to_dict()["warnings"] == [warning]  # what the HTML report prints
