@@ -183,7 +183,7 @@ ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framewo
 def profile_view(rec: RunRecord) -> str:
     r = rec.result
     analyses = r.get("analyses") if isinstance(r.get("analyses"), Mapping) else r
-    from dlperf.report.profile_view import VERIFICATION_LABEL
+    from dlperf.report.profile_view import VERIFICATION_LABEL, share_words
 
     parts = []
     if r.get("verdict"):
@@ -227,14 +227,25 @@ def profile_view(rec: RunRecord) -> str:
             raw_evidence = f.get("evidence")
             # every line: the last is often --verify's measurement, which the first three cut off
             evidence: list[Any] = raw_evidence if isinstance(raw_evidence, list) else []
-            share = f" ({fmt_pct(f.get('share'), sign=False)} of the step)" if isinstance(f.get("share"), float) else ""
+            # as `dlperf profile` heads a finding: its category, what its share is of ('(248% of the step)' was a
+            # memory-capacity finding's share of the memory budget) and its confidence, which the report left out
+            category = f.get("category")
+            head = [f"[{category}]"] if isinstance(category, str) else []
+            if isinstance(f.get("share"), (int, float)) and isinstance(category, str):
+                head.append(share_words(f))
+            if isinstance(f.get("confidence"), str):
+                head.append(f"confidence {f['confidence']}")
+            said = f' <span class="muted">{esc(" · ".join(head))}</span>' if head else ""
             checked = f.get("verification")
             label = (f' <span class="{"warn" if checked == "contradicted" else "muted"}">'
                      f"· {esc(VERIFICATION_LABEL.get(checked, checked))}</span>" if isinstance(checked, str) else "")
-            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{esc(share)}{label} "
+            entries.append(f"<li><b>{esc(f.get('title') or f.get('category') or 'finding')}</b>{said}{label} "
                          f"{esc(f.get('summary') or '')}"
                          + "".join(f'<br><span class="muted">{esc(e)}</span>' for e in evidence)
-                         + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "") + "</li>")
+                         + (f"<br>fix: {esc(f['fix'])}" if f.get("fix") else "")
+                         + (f"<br>apply with: {esc(f['setting'])}" if f.get("setting") else "")
+                         + (f"<br>estimated gain: {esc(f['estimated_gain'])}" if f.get("estimated_gain") else "")
+                         + "</li>")
         parts.append("<h3>Findings</h3><ol>" + "".join(entries) + "</ol>")
     parts.append(_verified_fixes(r.get("verify")))
     return "".join(parts)

@@ -67,7 +67,7 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
     for i, f in enumerate(result.get("findings", []), 1):
         head = Text(f"[{f['category']}] ", style="bold magenta")
         head.append(f["title"], style="bold")
-        head.append(f"   {_share_words(f)} · confidence {f['confidence']}", style="dim")
+        head.append(f"   {share_words(f)} · confidence {f['confidence']}", style="dim")
         if f.get("verification"):
             head.append(f" · {VERIFICATION_LABEL.get(f['verification'], f['verification'])}",
                         style="yellow" if f["verification"] == "contradicted" else "dim")
@@ -82,7 +82,7 @@ def _findings(result: dict[str, Any]) -> list[RenderableType]:
     return out
 
 
-def _share_words(finding: dict[str, Any]) -> str:
+def share_words(finding: Mapping[str, Any]) -> str:
     """What a finding's share is: of the step, or for memory capacity of the memory it may use ("explains 248%"
     was said of a peak at 248% of the budget)."""
     share = _pct(finding["share"])

@@ -748,3 +748,24 @@ def test_an_optimize_report_lists_the_passes_the_search_skipped() -> None:
               "skipped_passes": ["channels_last: not applicable: the model has no 2-D convolution"]}
     html = render_report([_rec("opt1", "optimize", result)], children={"opt1": []}).split("raw result fields")[0]
     assert "<li>skipped pass: channels_last: not applicable: the model has no 2-D convolution</li>" in html
+
+
+def test_a_profile_report_heads_each_finding_as_the_terminal_does() -> None:
+    """The report's findings had no confidence, no 'apply with' and no estimated gain, and read every share as
+    '(X% of the step)': a memory-capacity finding at 248% of its budget read '(248.0% of the step)'."""
+    from dlperf.profile.diagnose import MEMORY_CAPACITY
+
+    result = {"verdict": "framework/launch overhead: 59% of the step",
+              "analyses": {"breakdown": {"step_s": 0.01, "forward_s": 0.01}},
+              "findings": [{"category": "framework/launch overhead", "title": "the step is dominated by its fixed "
+                            "per-call cost", "share": 0.586, "confidence": "low", "evidence": ["5 operators"],
+                            "fix": "a larger batch", "setting": "--batch-size, pass compile",
+                            "estimated_gain": "up to 1.78x faster steps (estimate)"},
+                           {"category": MEMORY_CAPACITY, "title": "the peak is over the memory budget",
+                            "share": 2.48, "confidence": "high", "evidence": [], "fix": "a smaller batch"}]}
+    html = render_report([_rec("p5", "profile", result)]).split('id="run-p5"', 1)[1].split("raw result fields")[0]
+    assert "[framework/launch overhead] · explains 59% · confidence low" in html
+    assert "apply with: --batch-size, pass compile" in html
+    assert "estimated gain: up to 1.78x faster steps (estimate)" in html
+    assert f"[{MEMORY_CAPACITY}] · 248% of the memory budget in use · confidence high" in html
+    assert "of the step)" not in html
