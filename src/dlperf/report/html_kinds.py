@@ -115,7 +115,10 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
                    else "on the Pareto front (latency, metric)")
     # The table's latency is the plot's, the paired p50 where there is one (not the p50 `runs show` prints).
     paired = any(r["paired"] for r in rows)
-    parts = [config_tags(rec), html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
+    # what the table is judged by: the metric and the constraints (the report named neither, so nothing said why a
+    # candidate within 0.4% of the baseline's accuracy was out)
+    goal = _optimize_goal(rec.result)
+    parts = [config_tags(rec), goal, html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
                                            *(["peak MiB"] if memory else []), *(["GPU MiB"] if gpu else []),
                                            front_label, "status", "error"),
                                           table_rows)]
@@ -161,6 +164,12 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         lines = selection_lines(dict(rec.result))
         # the passes the search left out, and why: the selection's "see the skipped passes" pointed at nothing here
         lines += [f"skipped pass: {skipped}" for skipped in rec.result.get("skipped_passes") or []]
+        # how long it searched and where the winner went, as `dlperf optimize` and `runs show` end
+        if isinstance(rec.result.get("elapsed_s"), (int, float)) and isinstance(rec.result.get("time_budget_s"),
+                                                                                (int, float)):
+            from dlperf.report.optimize_view import extent_lines
+
+            lines += extent_lines(dict(rec.result))
         parts.append("<h3>Selection</h3><ul>" + "".join(f"<li>{esc(line.strip())}</li>" for line in lines)
                      + "</ul>")
     workdir, size = rec.result.get("workdir"), rec.result.get("workdir_bytes")
@@ -168,6 +177,16 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         parts.append(f'<p class="muted">candidates\' artifacts: {esc(workdir)} ({size / 2**20:.1f} MiB; remove it '
                      "when you no longer need them: the export does not use it)</p>")
     return "".join(parts)
+
+
+def _optimize_goal(result: Mapping[str, Any]) -> str:
+    """The metric and the objective with its constraints, as `dlperf optimize` says them under its table ('' for a
+    record without an objective)."""
+    if not isinstance(result.get("objective"), str):
+        return ""
+    from dlperf.report.optimize_view import goal_lines
+
+    return "".join(f'<p class="muted">{esc(line)}</p>' for line in goal_lines(dict(result)))
 
 
 # --- profile --------------------------------------------------------------------------------------

@@ -277,13 +277,14 @@ def _disagreement_lines(data: dict[str, Any]) -> list[str]:
             f"original model timed beside the candidate's busy threads); {ranked}"]
 
 
-def summary_lines(data: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
+def goal_lines(data: dict[str, Any]) -> list[str]:
+    """What the search judged by: the metric, and the objective with its constraints (without the terminal table's
+    legend)."""
     if data.get("metric_is_fidelity"):
-        lines.append("metric: the workload has no eval metric, so fidelity is the metric: "
-                     f"{data.get('metric_name') or 'mean cosine similarity to the original model outputs'}")
+        metric = ("metric: the workload has no eval metric, so fidelity is the metric: "
+                  f"{data.get('metric_name') or 'mean cosine similarity to the original model outputs'}")
     else:
-        lines.append(f"metric: {data.get('metric_name')} on the workload's eval data")
+        metric = f"metric: {data.get('metric_name')} on the workload's eval data"
     constraints = data.get("constraints") or {}
     parts = []
     if constraints.get("max_metric_drop_abs") is not None:
@@ -292,8 +293,25 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         parts.append(f"metric drop <= {constraints['max_metric_drop']:.2%}")
     if constraints.get("latency_budget_s") is not None:
         parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
-    lines.append(f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}; "
-                 "* = Pareto frontier (latency, metric, size, memory), ✓ = winner")
+    return [metric, f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}"]
+
+
+def extent_lines(data: dict[str, Any]) -> list[str]:
+    """How many candidates in how long, and where the winner was exported."""
+    # a resumed search's reused candidates were built in the run they come from, not in this one's time
+    compile_s = sum(float(r.get("build_s") or 0.0) for r in data.get("candidates") or [] if not r.get("reused"))
+    searched = len(data.get("candidates") or [])
+    lines = [f"searched {searched} candidate{'' if searched == 1 else 's'} in {data['elapsed_s']:.0f} s of a "
+             f"{data['time_budget_s']:.0f} s budget (build/compile time {compile_s:.0f} s included)"
+             + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else "")]
+    if data.get("export_dir"):
+        lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
+    return lines
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    metric, objective = goal_lines(data)
+    lines: list[str] = [metric, f"{objective}; * = Pareto frontier (latency, metric, size, memory), ✓ = winner"]
     memory = memory_line(data)
     if memory:
         lines.append(memory)
@@ -319,14 +337,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                      + (" ..." if len(not_tried) > 5 else ""))
     for skipped in data.get("skipped_passes") or []:
         lines.append(f"skipped pass: {skipped}")
-    # a resumed search's reused candidates were built in the run they come from, not in this one's time
-    compile_s = sum(float(r.get("build_s") or 0.0) for r in data.get("candidates") or [] if not r.get("reused"))
-    searched = len(data.get("candidates") or [])
-    lines.append(f"searched {searched} candidate{'' if searched == 1 else 's'} in {data['elapsed_s']:.0f} s of a "
-                 f"{data['time_budget_s']:.0f} s budget (build/compile time {compile_s:.0f} s included)"
-                 + (f"; resumed from run {data['resumed_from']}" if data.get("resumed_from") else ""))
-    if data.get("export_dir"):
-        lines.append(f"exported to {data['export_dir']} (load it with dlperf.load)")
+    lines.extend(extent_lines(data))
     if data.get("workdir") and data.get("workdir_bytes"):
         # every candidate's artifact stays there (86 MiB a MiniLM candidate), and nothing said where or how much
         lines.append(f"candidates' artifacts: {data['workdir']} ({_mib(data['workdir_bytes'])} MiB; remove it when "

@@ -769,3 +769,20 @@ def test_a_profile_report_heads_each_finding_as_the_terminal_does() -> None:
     assert "estimated gain: up to 1.78x faster steps (estimate)" in html
     assert f"[{MEMORY_CAPACITY}] · 248% of the memory budget in use · confidence high" in html
     assert "of the step)" not in html
+
+
+def test_an_optimize_report_says_the_constraints_the_search_time_and_the_export() -> None:
+    """dlperf optimize and `runs show` say the metric, the objective and its constraints, how long it searched and
+    where the winner was exported; the report said none of them, so a table of accuracies had no budget to read
+    them against."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 0.98, "feasible": True},
+            {"key": "k1", "label": "int8", "status": "ok", "p50_s": 0.006, "metric": 0.97, "feasible": False}]
+    result = {"metric_name": "accuracy", "objective": "latency", "candidates": rows, "winner": None,
+              "constraints": {"max_metric_drop": 0.005, "max_metric_drop_abs": None, "latency_budget_s": None},
+              "elapsed_s": 41.6, "time_budget_s": 90.0, "export_dir": "out/winner"}
+    html = render_report([_rec("o9", "optimize", result)], children={"o9": []})
+    html = html.split('id="run-o9"', 1)[1].split("raw result fields")[0]
+    assert "metric: accuracy on the workload&#x27;s eval data" in html
+    assert "objective: latency; constraints: metric drop &lt;= 0.50%" in html
+    assert "searched 2 candidates in 42 s of a 90 s budget" in html
+    assert "exported to out/winner (load it with dlperf.load)" in html
