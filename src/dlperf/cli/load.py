@@ -379,8 +379,16 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     Interrupted (Ctrl-C, SIGTERM), the levels finished so far are recorded, printed and written to --csv."""
     from dlperf.cli.common import console, error_console, open_store, print_json
     from dlperf.cli.progress import load_progress
-    from dlperf.loadgen.generator import MISMATCH, find_peak, run_load, verdict_dict
-    from dlperf.loadgen.render import level_line, level_text, peak_lines, perf_analyzer_csv, setup_lines, verdict_line
+    from dlperf.loadgen.generator import find_peak, run_load, verdict_dict
+    from dlperf.loadgen.render import (
+        gate_lines,
+        level_line,
+        mismatch_line,
+        peak_lines,
+        perf_analyzer_csv,
+        setup_lines,
+        verdict_line,
+    )
     from dlperf.measure.env import capture_environment
     from dlperf.report.fit import indented_line
 
@@ -468,41 +476,20 @@ def _measure(args: argparse.Namespace, config: Any, target: Any, slo: Slo | None
     if args.csv:  # after the run is stored: a file that cannot be written loses nothing
         _write_csv(args.csv, perf_analyzer_csv(results))
         err.print(f"wrote {args.csv} (perf_analyzer's CSV columns)", markup=False)
-    wrong = [f"{r.mode} {level_text(r.level)} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
+    wrong = mismatch_line(results)
     if wrong:
-        err.print(f"replies did not match the validation data at: {', '.join(wrong)}", markup=False)
+        err.print(wrong, markup=False)
         return 1
     if args.find_peak:  # the search fails rates with failed requests (or none answered) on purpose
         return _peak_exit(err, run_, slo, args.json)
-    failed = False
-    empty = [f"{r.mode} {level_text(r.level)}" for r in results if r.ok == 0]
-    if empty:  # a sweep measured nothing there
-        err.print(f"no request succeeded at: {', '.join(empty)} (the warnings say what came back)", markup=False)
-        failed = True
-    bound = _max_error_ratio(args)
-    over = [r for r in results if r.ok > 0 and r.error_ratio > bound]
-    if over:
-        levels = ", ".join(f"{r.mode} {level_text(r.level)} ({_share(r.error_ratio)} failed, {r.failed} of "
-                           f"{r.ok + r.failed} requests)" for r in over)
-        err.print(f"more requests failed than --max-error-ratio {bound:g} allows at: {levels}; the errors column "
-                  "says which statuses (--max-error-ratio R lets a share R of a level's requests fail)", markup=False)
-        failed = True
-    if slo is not None:
-        missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in run_.result["levels"] if not d["passed"]]
-        if missed:
-            err.print(f"SLO {slo} not met at: {', '.join(missed)}", markup=False)
-            failed = True
-    return 1 if failed else 0
+    said = gate_lines(results, run_.result["levels"], _max_error_ratio(args), slo)
+    for line in said:
+        err.print(line, markup=False)
+    return 1 if said else 0
 
 
 def _max_error_ratio(args: argparse.Namespace) -> float:
     return 0.0 if args.max_error_ratio is None else float(args.max_error_ratio)
-
-
-def _share(ratio: float) -> str:
-    """A failed share as a percentage that never reads 0% or 100% when it is not."""
-    text = f"{ratio * 100:.1f}%"
-    return f"{ratio * 100:.4g}%" if text in ("0.0%", "100.0%") and 0 < ratio < 1 else text
 
 
 def _peak_exit(err: Console, run_: Any, slo: Slo | None, json_out: bool = False) -> int:

@@ -8,7 +8,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dlperf.loadgen.generator import DEFAULT_STABILITY, FEW_FOR_P999, LevelResult, PeakResult, Slo, verdict
+from dlperf.loadgen.generator import (
+    DEFAULT_STABILITY,
+    FEW_FOR_P999,
+    MISMATCH,
+    LevelResult,
+    PeakResult,
+    Slo,
+    verdict,
+)
 from dlperf.measure.stats import early_stopping_min_count
 
 
@@ -294,7 +302,55 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     parts += [indented_line(line) for line in resource_lines(levels)]
     parts += [Text(f"warning ({r.mode} {level_text(r.level)}): {w}", style="yellow")
               for r in levels for w in r.warnings]
+    parts += [Text(line, style="red") for line in stored_gate_lines(levels, result, config)]
     return parts
+
+
+def stored_gate_lines(levels: list[LevelResult], result: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """Why a recorded `dlperf load` exited 1, as it said last (a peak search's outcome is said apart): the run is
+    'ok' in the store, and its view, a level with most of its requests failed or an SLO missed, read as a sweep that
+    passed. `levels` are the recorded `result['levels']` read back."""
+    wrong = mismatch_line(levels)
+    if wrong:
+        return [wrong]
+    if config.get("find_peak"):
+        return []
+    slo = Slo.from_record(config)
+    return gate_lines(levels, result["levels"], float(config.get("max_error_ratio") or 0.0), slo)
+
+
+def mismatch_line(results: list[LevelResult]) -> str | None:
+    """The levels whose replies did not match --input-data's validation data (a failed `dlperf load`), or None."""
+    wrong = [f"{r.mode} {level_text(r.level)} ({r.statuses[MISMATCH]})" for r in results if r.statuses.get(MISMATCH)]
+    return f"replies did not match the validation data at: {', '.join(wrong)}" if wrong else None
+
+
+def gate_lines(results: list[LevelResult], levels: list[dict[str, Any]], max_error_ratio: float,
+               slo: Slo | None) -> list[str]:
+    """Why a sweep (not a peak search) failed, one line each: levels where no request succeeded, levels with more
+    failed requests than `max_error_ratio` allows, levels that missed the SLO; empty when it passed. `levels` are
+    the recorded levels, with each one's SLO verdict (`passed`)."""
+    lines = []
+    empty = [f"{r.mode} {level_text(r.level)}" for r in results if r.ok == 0]
+    if empty:  # a sweep measured nothing there
+        lines.append(f"no request succeeded at: {', '.join(empty)} (the warnings say what came back)")
+    over = [r for r in results if r.ok > 0 and r.error_ratio > max_error_ratio]
+    if over:
+        said = ", ".join(f"{r.mode} {level_text(r.level)} ({_share(r.error_ratio)} failed, {r.failed} of "
+                         f"{r.ok + r.failed} requests)" for r in over)
+        lines.append(f"more requests failed than --max-error-ratio {max_error_ratio:g} allows at: {said}; the errors "
+                     "column says which statuses (--max-error-ratio R lets a share R of a level's requests fail)")
+    if slo is not None:
+        missed = [f"{d['mode']} {d['level']:g} ({d['verdict']})" for d in levels if d.get("passed") is False]
+        if missed:
+            lines.append(f"SLO {slo} not met at: {', '.join(missed)}")
+    return lines
+
+
+def _share(ratio: float) -> str:
+    """A failed share as a percentage that never reads 0% or 100% when it is not."""
+    text = f"{ratio * 100:.1f}%"
+    return f"{ratio * 100:.4g}%" if text in ("0.0%", "100.0%") and 0 < ratio < 1 else text
 
 
 def verdict_text(status: str, reason: str) -> str:

@@ -542,7 +542,21 @@ def load_view(rec: RunRecord) -> str:
                                                      if with_latencies > len(cdfs) else ""),
                           hlines=[(0.5, "p50"), (0.99, "p99")], y_zero=True))
     return (config_tags(rec) + table + plot_row(*svgs)
-            + "".join(f'<p class="warn">{esc(w)}</p>' for w in warnings))
+            + "".join(f'<p class="warn">{esc(w)}</p>' for w in warnings)
+            + "".join(f'<p class="verdict bad">{esc(line)}</p>' for line in _load_gate(rec)))
+
+
+def _load_gate(rec: RunRecord) -> list[str]:
+    """Why `dlperf load` exited 1 (SLO missed, too many failed requests, replies that did not match), as it said
+    last; none for a record whose levels do not read back."""
+    from dlperf.loadgen.generator import LevelResult
+    from dlperf.loadgen.render import stored_gate_lines
+
+    try:
+        levels = [LevelResult.from_dict(d) for d in rec.result["levels"]]
+        return stored_gate_lines(levels, dict(rec.result), dict(rec.config or {}))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
 
 
 def _peak_outcome(peak: Mapping[str, Any], slo: Slo) -> str:

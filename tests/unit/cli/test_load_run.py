@@ -216,7 +216,7 @@ def test_an_interrupted_peak_search_gives_its_steps_as_steps(tmp_path: Path, mon
 
 def test_a_failed_share_never_reads_as_none_or_all() -> None:
     """1 failed request of 3000 is '0.03333%', not '0.0%'; 2999 of 3000 is '99.97%', not '100.0%'."""
-    from dlperf.cli.load import _share
+    from dlperf.loadgen.render import _share
 
     assert [_share(1 / 3000), _share(2999 / 3000), _share(0.25), _share(0.0)] == ["0.03333%", "99.97%", "25.0%", "0.0%"]
 

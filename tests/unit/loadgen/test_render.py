@@ -374,3 +374,23 @@ def test_a_peak_search_stopped_on_an_undecided_trial_says_where_live_and_stored(
                                      200)).split())
     assert "the search stopped at 40 req/s: undecided" in text and "peak: at least 20.0 req/s" in text
     assert "warning (rate 40): the level ended before 3 windows agreed" in text
+
+
+def test_runs_show_of_a_load_that_failed_its_gate_says_why_as_dlperf_load_did() -> None:
+    """`dlperf load` exits 1 with 'more requests failed than --max-error-ratio 0 allows at: ...' or 'SLO ... not met
+    at: ...' as its last line; the stored run is 'ok' and its view ended at the warnings, so nothing said the sweep
+    had failed."""
+    from dlperf.loadgen.render import stored_view
+
+    timed_out = LevelResult("concurrency", 2.0, 1, [int(2.75e6)] * 2, {"200": 2, "timeout": 1652}, 3.0, False, [0.7])
+    config = {"model": "mlp", "url": "127.0.0.1:8000", "max_error_ratio": 0.0}
+    text = "\n".join(_lines(Group(*stored_view({"levels": [timed_out.to_dict()]}, config)), 400))
+    assert text.endswith("more requests failed than --max-error-ratio 0 allows at: concurrency 2 (99.9% failed, 1652 "
+                          "of 1654 requests); the errors column says which statuses (--max-error-ratio R lets a share "
+                          "R of a level's requests fail)")
+    missed = {**LEVELS[1].to_dict(), "passed": False, "verdict": "fail", "verdict_reason": "p99 over 1 ms"}
+    slo = {**config, "slo": {"bound_s": 0.001, "percentile": 99.0}}
+    text = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict(), missed]}, slo)), 400))
+    assert text.endswith("SLO p99 <= 1 ms not met at: concurrency 4 (fail)")
+    passed = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, config)), 400))
+    assert "not met" not in passed and "more requests failed" not in passed

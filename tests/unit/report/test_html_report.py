@@ -786,3 +786,18 @@ def test_an_optimize_report_says_the_constraints_the_search_time_and_the_export(
     assert "objective: latency; constraints: metric drop &lt;= 0.50%" in html
     assert "searched 2 candidates in 42 s of a 90 s budget" in html
     assert "exported to out/winner (load it with dlperf.load)" in html
+
+
+def test_a_load_report_says_why_the_load_failed_its_gate() -> None:
+    """`dlperf load` exited 1 with 'more requests failed than --max-error-ratio 0 allows at: ...'; the report showed
+    the levels and warnings of an 'ok' run and no word that it had failed."""
+    from dlperf.loadgen.generator import LevelResult
+
+    timed_out = LevelResult("concurrency", 2.0, 1, [int(2.75e6)] * 2, {"200": 2, "timeout": 1652}, 3.0, False, [0.7])
+    fine = LevelResult("concurrency", 1.0, 1, [int(1e6)] * 300, {"200": 300}, 3.0, True, [100.0])
+    config = {"model": "mlp", "url": "127.0.0.1:8000", "max_error_ratio": 0.0}
+    html = render_report([_rec("l9", "load", {"levels": [timed_out.to_dict()]}, config=config)])
+    assert ('<p class="verdict bad">more requests failed than --max-error-ratio 0 allows at: concurrency 2 (99.9% '
+            "failed, 1652 of 1654 requests)") in html
+    passed = render_report([_rec("l10", "load", {"levels": [fine.to_dict()]}, config=config)])
+    assert "more requests failed" not in passed and "not met at" not in passed
