@@ -207,6 +207,9 @@ def ab_view(rec: RunRecord) -> str:
     parts.append(html_table(("side", "settings", "batch", "n", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows))
     # other processes' load while the blocks ran, as `dlperf ab` and `runs show` say it (A/Bs recorded since 2026-12-06)
     parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in r.get("warnings") or [] if isinstance(w, str)]
+    # an interrupted A/B's verdict is of the blocks it finished, as `runs show` notes (the report did not)
+    if isinstance(r.get("partial"), str):
+        parts.append(f'<p class="warn">note: {esc(r["partial"])}</p>')
     svgs = []
     blocks = r.get("block_ratios") or []
     if blocks:

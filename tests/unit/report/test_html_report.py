@@ -801,3 +801,16 @@ def test_a_load_report_says_why_the_load_failed_its_gate() -> None:
             "failed, 1652 of 1654 requests)") in html
     passed = render_report([_rec("l10", "load", {"levels": [fine.to_dict()]}, config=config)])
     assert "more requests failed" not in passed and "not met at" not in passed
+
+
+def test_an_interrupted_ab_report_says_its_verdict_is_of_the_blocks_it_finished(
+        bench_points: list[dict[str, Any]]) -> None:
+    """`runs show` of an A/B stopped by Ctrl-C notes 'interrupted after 13 of 400 paired blocks: the verdict is of
+    those'; the report printed the verdict alone."""
+    a = bench_points[0]
+    result = {"ratio": 1.48, "ci": [1.45, 1.52], "confidence": 0.95, "verdict": "slower",
+              "block_ratios": [1.55, 1.5, 1.47], "a": a["summary"], "b": a["summary"],
+              "settings": {"a": {"threads": 1}, "b": {"threads": 2}}, "batch_size": {"a": 16, "b": 16},
+              "partial": "interrupted after 3 of 400 paired blocks: the verdict is of those"}
+    html = render_report([_rec("ab2", "ab", result, status="interrupted")])
+    assert '<p class="warn">note: interrupted after 3 of 400 paired blocks: the verdict is of those</p>' in html
