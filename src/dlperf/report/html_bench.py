@@ -213,8 +213,11 @@ def ab_view(rec: RunRecord) -> str:
     svgs = []
     blocks = r.get("block_ratios") or []
     if blocks:
+        # on a log axis where the ratios span more than 20x: one stalled block at 627x (the trimmed verdict leaves it
+        # out) flattened the other twelve, and the interval's lines, onto the 'no change' line
+        spread = min(blocks) > 0 and max(blocks) / min(blocks) > 20
         svgs.append(chart([Series("B/A per block", list(range(1, len(blocks) + 1)), blocks, "line+points")],
-                          Axis("paired block"), Axis("time ratio B/A"), "Per-block ratios (ABBA order)",
+                          Axis("paired block"), Axis("time ratio B/A", log=spread), "Per-block ratios (ABBA order)",
                           hlines=[(1.0, "no change"), (ci[0], "CI low"), (ci[1], "CI high")]))
     ms_ = r.get("measurements") or {}
     sides = {k: [float(s) / 1e6 for s in v.get("samples_ns", [])] for k, v in ms_.items() if isinstance(v, Mapping)}

@@ -814,3 +814,19 @@ def test_an_interrupted_ab_report_says_its_verdict_is_of_the_blocks_it_finished(
               "partial": "interrupted after 3 of 400 paired blocks: the verdict is of those"}
     html = render_report([_rec("ab2", "ab", result, status="interrupted")])
     assert '<p class="warn">note: interrupted after 3 of 400 paired blocks: the verdict is of those</p>' in html
+
+
+def test_the_per_block_ratios_go_on_a_log_axis_where_one_block_stalled(bench_points: list[dict[str, Any]]) -> None:
+    """An A/B on a busy machine had one block at 627x among twelve at about 1.5x (the trimmed verdict leaves it out):
+    on a linear axis ticked 0, 200, 400, 600, the twelve and the interval's lines lay flat on 'no change'."""
+    a = bench_points[0]
+    blocks = [1.55, 1.5, 626.92, 1.47, 1.46, 1.46, 1.44, 1.48, 1.49, 1.46, 1.38, 1.57, 1.47]
+    result = {"ratio": 1.48, "ci": [1.45, 1.52], "confidence": 0.95, "verdict": "slower", "block_ratios": blocks,
+              "a": a["summary"], "b": a["summary"], "settings": {"a": {}, "b": {}}, "batch_size": {"a": 1, "b": 1}}
+    html = render_report([_rec("ab3", "ab", result)])
+    svg = next(s for s in _plots(html) if "Per-block ratios" in s)
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "100" in labels and "200" not in labels  # decades, not a linear 0-600
+    steady = render_report([_rec("ab4", "ab", {**result, "block_ratios": [1.5, 1.46, 1.49]})])
+    svg = next(s for s in _plots(steady) if "Per-block ratios" in s)
+    assert "100" not in re.findall(r"<text[^>]*>([^<]*)</text>", svg)
