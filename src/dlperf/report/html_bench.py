@@ -48,11 +48,22 @@ def bench_view(rec: RunRecord) -> str:
                      f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
                      fmt(p.get("process_cpu_percent")),
                      Raw(f'<span class="warn">{esc(s["noise_warning"])}</span>') if s.get("noise_warning") else ""])
-    from dlperf.report.terminal import bench_notes, fmt_mib
+    from dlperf.report.terminal import bench_headline_line, bench_notes, fmt_mib
 
     parts = [config_tags(rec), "<h3>Latency per call and throughput</h3>",
              html_table(("batch", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "items/s", "peak RSS MiB", "CPU %",
                          "noise"), rows)]
+    # as bench and `runs show` print them under the table: a single-stream run's p90 with MLPerf's 99%-confidence
+    # bound (the scenario's result), an interrupted run's 'of the batch sizes measured', and the model's size
+    try:
+        headline = bench_headline_line(dict(rec.result))
+    except (KeyError, TypeError, ValueError, AttributeError):  # an older record's headline: the summary has it
+        headline = None
+    if headline:
+        parts.append(f"<p>{esc(headline)}</p>")
+    if isinstance(rec.result.get("model_bytes"), (int, float)):
+        parts.append(f"<p>model size: {fmt_mib(rec.result['model_bytes'])} MiB "
+                     f"({esc(rec.result.get('model_bytes_of') or 'parameters + buffers')})</p>")
     # what else bench warned of (the noise is in its column): a batch size cut short by a cap, other load
     parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in bench_notes(points)]
     before = rec.result.get("rss_before_model_bytes")

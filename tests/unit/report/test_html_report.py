@@ -830,3 +830,20 @@ def test_the_per_block_ratios_go_on_a_log_axis_where_one_block_stalled(bench_poi
     steady = render_report([_rec("ab4", "ab", {**result, "block_ratios": [1.5, 1.46, 1.49]})])
     svg = next(s for s in _plots(steady) if "Per-block ratios" in s)
     assert "100" not in re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_a_bench_report_gives_the_headline_with_its_bound_and_the_model_size(
+        bench_points: list[dict[str, Any]]) -> None:
+    """bench and `runs show` print 'headline: p90 ... (<= ... at 99% confidence, MLPerf's early stopping)' and
+    'model size: ...' under the table; the report had neither (a single-stream run's result is that bound), nor an
+    interrupted run's 'of the batch sizes measured before the run stopped'."""
+    head = {"kpi": "p90_s", "value": 2.5789e-05, "unit": "s", "batch_size": 1, "bound_99": 2.5909e-05}
+    result = {"points": bench_points[:1], "headline": head, "model_bytes": 22796,
+              "model_bytes_of": "parameters + buffers"}
+    html = render_report([_rec("s1", "bench", result, config={"scenario": "single-stream"})])
+    assert ("<p>headline: p90 0.0258 ms at batch 1 (&lt;= 0.0259 ms at 99% confidence, MLPerf&#x27;s early "
+            "stopping)</p>") in html
+    assert "<p>model size: 0.022 MiB (parameters + buffers)</p>" in html
+    stopped = render_report([_rec("s2", "bench", {"points": bench_points, "partial": True, "headline": {
+        "kpi": "throughput", "value": 900.0, "unit": "items/s", "batch_size": 8}}, status="interrupted")])
+    assert "(of the batch sizes measured before the run stopped: 1, 8)" in stopped
