@@ -202,7 +202,7 @@ ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framewo
 def profile_view(rec: RunRecord) -> str:
     r = rec.result
     analyses = r.get("analyses") if isinstance(r.get("analyses"), Mapping) else r
-    from dlperf.report.profile_view import VERIFICATION_LABEL, share_words
+    from dlperf.report.profile_view import BOUND_LABEL, VERIFICATION_LABEL, share_words
 
     parts = []
     if r.get("verdict"):
@@ -233,7 +233,10 @@ def profile_view(rec: RunRecord) -> str:
                 ("operator", "ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
                 [[o.get("name"), fmt_ms(o.get("self_s")), fmt_pct(o.get("share"), sign=False), fmt(o.get("intensity")),
                   fmt((o.get("achieved_flops_s") or 0) / 1e9 if o.get("achieved_flops_s") else None),
-                  o.get("bound"), fmt_pct(o.get("pct_of_peak"), sign=False)] for o in ops]))
+                  # the terminal's words ('dispatch', 'in-cache', 'memory'): the report read 'overhead',
+                  # 'cache-resident' and 'bandwidth' for the same operators
+                  BOUND_LABEL.get(str(o.get("bound")), o.get("bound")), fmt_pct(o.get("pct_of_peak"), sign=False)]
+                 for o in ops]))
     if not svgs and not parts:
         raise ValueError("no breakdown or operators")
     # the verdict and its caveats first, as `dlperf profile` prints them

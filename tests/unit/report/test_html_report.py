@@ -847,3 +847,13 @@ def test_a_bench_report_gives_the_headline_with_its_bound_and_the_model_size(
     stopped = render_report([_rec("s2", "bench", {"points": bench_points, "partial": True, "headline": {
         "kpi": "throughput", "value": 900.0, "unit": "items/s", "batch_size": 8}}, status="interrupted")])
     assert "(of the batch sizes measured before the run stopped: 1, 8)" in stopped
+
+
+def test_a_profile_report_names_each_operator_s_bound_as_the_terminal_does() -> None:
+    """dlperf profile's table reads 'dispatch', 'in-cache' and 'memory'; the report's read 'overhead',
+    'cache-resident' and 'bandwidth' for the same operators."""
+    ops = [{"name": f"aten::op{i}", "self_s": 1e-4, "share": 0.1, "bound": bound}
+           for i, bound in enumerate(("overhead", "cache-resident", "bandwidth", "compute"))]
+    html = render_report([_rec("p6", "profile", {"analyses": {"operators": {"operators": ops}}})])
+    cells = re.findall(r"<td>aten::op\d</td>(?:<td[^>]*>[^<]*</td>){4}<td>([^<]*)</td>", html)
+    assert cells == ["dispatch", "in-cache", "memory", "compute"]
