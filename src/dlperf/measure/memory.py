@@ -219,10 +219,22 @@ def cuda_peak(device: Any = None) -> CudaMemory:
     )
 
 
+def tensor_bytes(t: Any) -> int:
+    """Bytes a tensor holds. A wrapper subclass (torchao's int8 weights) reports its logical dtype, fp32, while it
+    stores int8 data and scales: its inner tensors are counted instead (as fp32, torchao's int8-dynamic weights
+    read as large as the fp32 model's, size 1.00x)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, name)) for name in names)
+    return int(t.numel() * t.element_size())
+
+
 def parameter_bytes(model: Any) -> int:
-    """Bytes held by a module's parameters and buffers (0 for a non-module callable). Lazy layers' parameters
-    hold nothing until the first call gives them a shape (`nn.LazyLinear`): they count 0 until then (their
-    numel() raised ValueError)."""
+    """Bytes held by a module's parameters and buffers (0 for a non-module callable), a wrapper subclass's by its
+    inner tensors (`tensor_bytes`). Lazy layers' parameters hold nothing until the first call gives them a shape
+    (`nn.LazyLinear`): they count 0 until then (their numel() raised ValueError)."""
     from torch.nn.parameter import is_lazy
 
     stated = getattr(model, "dlperf_size_bytes", None)  # an exported artifact's files (`artifact_workload`)
@@ -235,5 +247,5 @@ def parameter_bytes(model: Any) -> int:
             continue
         for t in fn():
             if not is_lazy(t):
-                total += t.numel() * t.element_size()
+                total += tensor_bytes(t)
     return total
