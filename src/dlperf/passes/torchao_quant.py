@@ -69,7 +69,20 @@ def _pt2e(model: Any, config: TorchAoConfig, samples: list[Any], example: tuple[
         with torch.no_grad():
             for s in samples:
                 prepared(*s)
-        return convert_pt2e(prepared)
+        return _drop_unused(convert_pt2e(prepared))
+
+
+def _drop_unused(graph_module: Any) -> Any:
+    """`graph_module` without the parameters and buffers its graph no longer reads. convert_pt2e folds each
+    quantized weight into a new int8 constant and keeps the fp32 weight it came from: the int8 model held both, and
+    its size read 1.28x the fp32 model's on a 3-Linear MLP."""
+    used = {str(node.target) for node in graph_module.graph.nodes if node.op == "get_attr"}
+    for name, _ in [*graph_module.named_parameters(), *graph_module.named_buffers()]:
+        # a get_attr of a submodule (a nested graph) reads all of its tensors
+        if not any(name == target or name.startswith(target + ".") for target in used):
+            owner, _, attr = name.rpartition(".")
+            delattr(graph_module.get_submodule(owner) if owner else graph_module, attr)
+    return graph_module
 
 
 def _quantize_(model: Any, config: TorchAoConfig) -> Any:

@@ -65,3 +65,16 @@ def test_int8_dynamic_weights_count_as_int8_in_the_size() -> None:
     new = apply_pass(TorchAoConfig(method="int8-dynamic", compile=False), state, CTX)
     assert parameter_bytes(new.model) < before / 3  # int8 weights, fp32 biases and per-channel scales
 
+
+@pytest.mark.slow
+def test_pt2e_static_int8_keeps_no_fp32_weights() -> None:
+    """convert_pt2e folds each weight into an int8 constant and kept the fp32 one too: the int8 model read 1.28x
+    the fp32 model's size."""
+    wl = get("mlp")
+    state = initial_state(wl)
+    new = apply_pass(TorchAoConfig(compile=False, calibration_samples=16), state, CTX)
+    assert not [name for name, p in new.model.named_parameters() if name.endswith("weight")]  # type: ignore[union-attr]
+    assert parameter_bytes(new.model) < parameter_bytes(state.model) / 3
+    x = wl.example_inputs(3)
+    with torch.no_grad():
+        assert float(cosine_rows(new.predict(*x), state.predict(*x)).min()) > 0.995
