@@ -16,10 +16,10 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, WorkloadError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
-from dlperf.workload.base import call_user_factory
+from dlperf.workload.base import call_loss, call_user_factory, loss_problem
 
 if TYPE_CHECKING:
     from torch import nn
@@ -205,7 +205,10 @@ def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, 
                 inputs = tuple(x.to(device) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
                 target = target.to(device) if isinstance(target, torch.Tensor) else target
                 optimizer.zero_grad(set_to_none=True)
-                loss = train.loss_fn(model(*inputs), target)
+                loss = call_loss(workload.name, train.loss_fn, model(*inputs), target)
+                problem = loss_problem(loss)
+                if problem is not None:  # said as `dlperf train` says it, not "'float' object has no attribute ..."
+                    raise WorkloadError(f"workload '{workload.name}': {problem}")
                 loss.backward()
                 optimizer.step()
                 if masks:

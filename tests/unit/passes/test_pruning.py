@@ -179,3 +179,21 @@ def test_a_failing_loader_factory_in_the_fine_tune_is_named_with_the_users_frame
     with pytest.raises(PassError, match=r"its loader factory raised FileNotFoundError: no such file: /data/train.npz"
                                         r"\n.*test_pruning.py.*in broken_loader"):
         apply_pass(PruneConfig(amount=0.5, finetune_steps=2), initial_state(workload), CPU)
+
+
+def test_a_loss_that_returns_a_float_in_the_fine_tune_says_so_as_dlperf_train_does() -> None:
+    """The fine-tune called loss.backward() on whatever loss_fn returned: a loss ending in .item() failed pruning and
+    QAT with "'float' object has no attribute 'backward'", where `dlperf train` says what to return instead."""
+    from dlperf.errors import PassError
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        return [(torch.randn(batch_size, 1, 8, 8), torch.randint(0, 10, (batch_size,)))]
+
+    def float_loss(output: Any, target: Any) -> Any:
+        return nn.functional.cross_entropy(output, target).item()
+
+    base = _flatten_cnn()
+    workload = dataclasses.replace(base, train=TrainSpec(
+        make_loader=loader, loss_fn=float_loss, make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01)))
+    with pytest.raises(PassError, match=r"workload 'flat-cnn': its loss_fn returned a float, not a scalar tensor"):
+        apply_pass(PruneConfig(amount=0.5, finetune_steps=2), initial_state(workload), CPU)
