@@ -17,7 +17,13 @@ from dlperf.errors import ConfigError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 from dlperf.passes.pruning import finetune
-from dlperf.passes.torch_dynamic_int8 import DynamicInt8, DynamicInt8Config, eligible_linears, quantize_linears
+from dlperf.passes.torch_dynamic_int8 import (
+    DynamicInt8,
+    DynamicInt8Config,
+    eligible_linears,
+    int8_note,
+    quantize_linears,
+)
 
 if TYPE_CHECKING:
     from dlperf.workload.base import Workload
@@ -105,7 +111,7 @@ class Qat:
                         setattr(module, child_name, child.to_linear())
         replaced = quantize_linears(model, int8)
         state.precision = "int8"
-        state.notes.append(f"{len(replaced)} Linear layers in dynamic int8")
+        state.notes.append(int8_note(model, int8, replaced))
         if getattr(state.predict, "model", None) is not None:
             state.predict.model = model  # type: ignore[attr-defined]
         return state

@@ -137,6 +137,27 @@ def quantize_linears(model: Any, config: DynamicInt8Config) -> list[str]:
     return replaced
 
 
+def int8_note(model: Any, config: DynamicInt8Config, replaced: list[str]) -> str:
+    """What the conversion did, naming the Linears left in fp32 and why: '2 Linear layers in dynamic int8' on a
+    model of 3 did not say which one stayed fp32, nor that any did."""
+    from torch import nn
+
+    done = set(replaced)
+    inside = {id(m) for parent in model.modules() if _reads_weights(parent) for m in parent.modules()}
+    kept = []
+    for name, module in model.named_modules():
+        if type(module) is not nn.Linear or name in done:
+            continue
+        why = ("skipped" if name in config.skip else "inside a transformer layer" if id(module) in inside
+               else f"fewer than {config.min_features} features")
+        kept.append(f"{name} ({why})")
+    note = f"{len(replaced)} of {len(replaced) + len(kept)} Linear layers in dynamic int8"
+    if kept:
+        shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
+        note += f"; kept fp32: {shown}"
+    return note
+
+
 @register(DynamicInt8Config)
 class DynamicInt8:
     def applicable(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> str | None:
@@ -165,7 +186,7 @@ class DynamicInt8:
         if getattr(state.predict, "model", None) is not None:
             state.predict.model = state.model  # type: ignore[attr-defined]
         state.precision = "int8"
-        state.notes.append(f"{len(replaced)} Linear layers in dynamic int8")
+        state.notes.append(int8_note(state.model, config, replaced))
         return state
 
 

@@ -89,6 +89,21 @@ def test_dynamic_int8_replaces_linears_and_stays_close() -> None:
     assert not torch.equal(out, ref)  # it really is quantized
 
 
+def test_dynamic_int8_s_note_names_the_linears_it_kept_in_fp32_and_why() -> None:
+    """The note read '1 Linear layers in dynamic int8' for a model of three: it did not say that two stayed fp32,
+    nor which, nor why."""
+    state = apply_pass(DynamicInt8Config(), initial_state(mlp_workload()), CPU)
+    assert state.notes[-1] == ("1 of 3 Linear layers in dynamic int8; kept fp32: 2 (fewer than 16 features), "
+                               "4 (fewer than 16 features)")
+    state = apply_pass(DynamicInt8Config(min_features=1, skip=("2",)), initial_state(mlp_workload()), CPU)
+    assert state.notes[-1] == "2 of 3 Linear layers in dynamic int8; kept fp32: 2 (skipped)"
+    state = apply_pass(DynamicInt8Config(), initial_state(_encoder_workload(head=True)), CPU)
+    assert state.notes[-1] == ("1 of 5 Linear layers in dynamic int8; kept fp32: encoder.layers.0.linear1 (inside a "
+                               "transformer layer), encoder.layers.0.linear2 (inside a transformer layer), "
+                               "encoder.layers.1.linear1 (inside a transformer layer), encoder.layers.1.linear2 "
+                               "(inside a transformer layer)")
+
+
 def test_dynamic_int8_state_dict_is_plain_tensors_and_weights_only_loadable(tmp_path) -> None:
     state = apply_pass(DynamicInt8Config(min_features=1), initial_state(mlp_workload()), CPU)
     sd = state.model.state_dict()  # type: ignore[union-attr]
