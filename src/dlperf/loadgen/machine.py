@@ -72,9 +72,10 @@ def server_pids(pid: int) -> list[int]:
     return found
 
 
-def _tree_cpu_s(pid: int) -> float | None:
+def _tree_cpu_s(pid: int, root_own: bool = True) -> float | None:
     """CPU seconds of the process `pid` and its descendants, those already reaped included (their time is in their
-    parent's children_* fields); None when the process is gone or cannot be read."""
+    parent's children_* fields); without `root_own`, the root's own time is left out (its descendants' only). None
+    when the process is gone or cannot be read."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -86,7 +87,9 @@ def _tree_cpu_s(pid: int) -> float | None:
             t = p.cpu_times()
         except psutil.Error:  # a child that ended since the listing: its time is in its parent's once reaped
             continue
-        total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        if p is not root or root_own:
+            total += t.user + t.system
+        total += getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
     return total
 
 
@@ -159,16 +162,24 @@ class LevelMeter:
         self.host, self.port = host, port
         self.pid: int | None = None
         self.pids: list[int] = []
-        self._start: tuple[float, float, float, dict[int, float]] | None = None
+        self._start: tuple[float, float, float, dict[int, float], float] | None = None
         self._thread: threading.Thread | None = None
 
-    def _read(self) -> tuple[float, float, float, dict[int, float]] | None:
+    def _read(self) -> tuple[float, float, float, dict[int, float], float] | None:
+        """(clock, machine busy, this process's CPU, each server process's tree CPU, clock): the level's wall time is
+        taken from the first reading's first clock to the last reading's last, so that it spans every figure read
+        between them. With the clock read once, after the server's figures, a reading held up between the two (this
+        thread waiting for the GIL beside a busy main thread) gave a wall shorter than the figures' span: a server in
+        this process read 4.2 of 2 cores."""
         if self.pid is None:
             return None
-        server = {p: t for p in self.pids if (t := _tree_cpu_s(p)) is not None}
+        first = time.perf_counter()
+        # a server in this process: its own time is `own` below, read from the same clock as the generator's
+        here = os.getpid()
+        server = {p: t for p in self.pids if (t := _tree_cpu_s(p, root_own=p != here)) is not None}
         if self.pid not in server:
             return None
-        return time.perf_counter(), _machine_busy_s(), time.process_time(), server
+        return first, _machine_busy_s(), time.process_time(), server, time.perf_counter()
 
     def _begin(self) -> None:
         self.pid = listening_pid(self.port)
@@ -187,15 +198,14 @@ class LevelMeter:
         if self._thread.is_alive():  # a lookup that hung (a machine thrashing): no figures rather than a wait
             return None
         end = self._read()
-        if self._start is None or end is None or self.pid is None or end[0] <= self._start[0]:
+        if self._start is None or end is None or self.pid is None or end[4] <= self._start[0]:
             return None
-        wall = end[0] - self._start[0]
+        wall = end[4] - self._start[0]
         machine, own = ((e - s) / wall for e, s in zip(end[1:3], self._start[1:3], strict=True))
         # a peer that ended during the level (a replica scaled down) is left out: its time went to the raylet's
         server = sum(end[3][p] - t for p, t in self._start[3].items() if p in end[3]) / wall
+        # a server in this process: its tree was read without the process's own time, which is `own` (counted once)
         in_process = self.pid == os.getpid()
-        if in_process:  # the server's tree is this process and its children: this process's CPU counted once
-            server = max(0.0, server - own)
         try:
             name = psutil.Process(self.pid).name()
         except psutil.Error:
