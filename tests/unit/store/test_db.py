@@ -27,25 +27,6 @@ def test_new_store_has_current_schema(store: Store) -> None:
     assert {"runs", "baselines", "dlperf_meta"} <= tables
 
 
-def test_migrates_a_version_1_store_and_keeps_its_runs(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    engine = sa.create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:  # what dlperf with schema 1 wrote: meta + runs, no baselines
-        meta_table.create(conn)
-        runs_table.create(conn)
-        conn.execute(sa.insert(meta_table).values(key="schema_version", value="1"))
-        conn.execute(sa.insert(runs_table).values(
-            id="abc123def456", kind="bench", workload="zoo:mlp", status="ok", created_at="2026-01-01T00:00:00",
-            config_json="{}", environment_json="{}", result_json='{"x": 1}', tags_json="{}"))
-    engine.dispose()
-    store = Store(path)
-    assert store.schema_version == SCHEMA_VERSION
-    assert "baselines" in sa.inspect(store.engine).get_table_names()
-    assert store.get("abc").result == {"x": 1}
-    store.set_baseline("main", "abc123")
-    assert store.get_baseline("main").id == "abc123def456"
-
-
 def _version_1_store(path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:  # what dlperf with schema 1 wrote: meta + runs, no baselines
@@ -56,6 +37,17 @@ def _version_1_store(path: Path) -> None:
             id="abc123def456", kind="bench", workload="zoo:mlp", status="ok", created_at="2026-01-01T00:00:00",
             config_json="{}", environment_json="{}", result_json='{"x": 1}', tags_json="{}"))
     engine.dispose()
+
+
+def test_migrates_a_version_1_store_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _version_1_store(path)
+    store = Store(path)
+    assert store.schema_version == SCHEMA_VERSION
+    assert "baselines" in sa.inspect(store.engine).get_table_names()
+    assert store.get("abc").result == {"x": 1}
+    store.set_baseline("main", "abc123")
+    assert store.get_baseline("main").id == "abc123def456"
 
 
 def test_a_read_only_version_1_store_is_read_without_its_upgrade_and_a_write_says_why_not(tmp_path: Path) -> None:
