@@ -113,7 +113,8 @@ class PointComparison:
 
     @property
     def verdict_on(self) -> str:
-        return VERDICT_ON
+        # a training run's samples are its steps: "median latency: B slower" of two train runs named the wrong thing
+        return "median step time" if self.title.startswith("train step") else VERDICT_ON
 
     @property
     def also_changed(self) -> list[str]:

@@ -238,6 +238,7 @@ def test_train_runs_compare_their_step_times_per_sample_with_the_test(store: Sto
     assert len(cmp.points) == 1 and cmp.other_deltas == []
     point = cmp.points[0]
     assert point.title == "train step, batch 64" and point.verdict == "B slower"
+    assert point.verdict_on == "median step time"  # the verdict line's words; a load or bench point's: median latency
     assert point.median_ratio.ratio == pytest.approx(1.2, abs=0.03)
     assert any(n.startswith("train runs: each measured step is a sample") for n in cmp.notes)
     # batch 64 against 32 at the same time per sample: compared per sample, not per step
