@@ -468,23 +468,24 @@ RECURRENT_OPS = ("GRU", "LSTM", "RNN")
 """ONNX's recurrent layers: weighted, and no int8 target of the passes (`onnx_weighted_nodes`)."""
 
 
-def onnx_recurrent_weights(onnx_path: Path) -> tuple[dict[str, int], int, int]:
-    """({op type: nodes} of the recurrent layers, their weight elements, the int8 targets' weight elements) of an
-    fp32 graph: how much of the model's layer weights `int8: N of N weighted layers` leaves out."""
+def onnx_recurrent_weights(onnx_path: Path, targets: Sequence[str]) -> tuple[dict[str, int], int, int]:
+    """({op type: nodes} of the recurrent layers, their weight elements, the weight elements of `targets`, the int8
+    targets `onnx_weighted_nodes` found) of an fp32 graph: how much of the model's layer weights `int8: N of N
+    weighted layers` leaves out."""
     import onnx
 
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     sizes = {i.name: math.prod(i.dims) for i in graph.initializer if len(i.dims) >= 2}
     sizes |= {n.output[0]: math.prod(a.t.dims) for n in graph.node if n.op_type == "Constant"
               for a in n.attribute if a.name == "value" and len(a.t.dims) >= 2}
-    targets = set(onnx_weighted_nodes(onnx_path))
+    named = set(targets)
     ops: dict[str, int] = {}
     recurrent = weighted = 0
     for n in graph.node:
         if n.op_type in RECURRENT_OPS:
             ops[n.op_type] = ops.get(n.op_type, 0) + 1
             recurrent += sum(sizes.get(i, 0) for i in n.input[1:3])  # W and R; B is the bias
-        elif n.name in targets:
+        elif n.name in named:
             weighted += sizes.get(n.input[1], 0)
     return ops, recurrent, weighted
 

@@ -254,10 +254,11 @@ def _with_gemm_rewrites(src: Path, targets: list[str]) -> list[str]:
     return [*targets, *(f"{n}_MatMul" for n in targets if n in gemms)]
 
 
-def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...], fp32_path: Path) -> str:
+def _check_quantized(path: Path, weighted: list[str], kept_fp32: tuple[str, ...], fp32_path: Path) -> str:
     """A note on how many layers the quantized graph at `path` computes in int8, and the recurrent layers of the fp32
     graph it leaves fp32; raises when none is int8, so a candidate whose quantization changed nothing is never
-    labelled int8."""
+    labelled int8. `weighted`: the fp32 graph's weighted layers (`onnx_weighted_nodes`)."""
+    n_weighted = len(weighted)
     n_int8 = _engine.onnx_int8_layers(path)
     if n_int8 == 0:
         if kept_fp32:
@@ -266,10 +267,10 @@ def _check_quantized(path: Path, n_weighted: int, kept_fp32: tuple[str, ...], fp
         raise PassError(f"ONNX Runtime's quantizer left all {n_weighted} weighted layers fp32 (the graph has no "
                         "integer or dequantized-weight op): not labelled int8")
     note = f"int8: {n_int8} of {n_weighted} weighted layers"
-    ops, recurrent, weighted = _engine.onnx_recurrent_weights(fp32_path)
+    ops, recurrent, weights = _engine.onnx_recurrent_weights(fp32_path, weighted)
     if ops:  # a GRU tagger read "int8: 1 of 1 weighted layers", its head, with 98% of the weights in the fp32 GRU
         layers = ", ".join(f"{k} {op}" for op, k in ops.items())
-        note += (f" (MatMul/Gemm/Conv); {layers} left fp32, with {recurrent / max(1, recurrent + weighted):.0%} of "
+        note += (f" (MatMul/Gemm/Conv); {layers} left fp32, with {recurrent / max(1, recurrent + weights):.0%} of "
                  "the layers' weights")
     return note
 
@@ -367,7 +368,7 @@ class OrtPass:
                 _, path = build(kept_fp32)
             if kept_fp32:
                 notes.append("kept fp32: " + ", ".join(kept_fp32))
-            notes.append(_check_quantized(path, len(weighted), kept_fp32, fp32_path))
+            notes.append(_check_quantized(path, weighted, kept_fp32, fp32_path))
             final = workdir / "model.final.onnx"
             shutil.copyfile(path, final)
             path = final
