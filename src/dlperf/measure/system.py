@@ -225,3 +225,33 @@ def core_time_s(path: str = "/proc/thread-self/schedstat") -> float | None:
         return (int(on_cpu) + int(waiting)) / 1e9
     except (OSError, ValueError):
         return None
+
+
+class ThreadCoreClock:
+    """`core_time_s` of the thread that made it, read from a file kept open: each `read()` is one `pread` (about 2 µs
+    here) where `core_time_s` opens the file anew (about 25 µs). For reads inside timed code: `profile --train` read
+    it twice in every unprofiled step of a loader without workers, 37 µs a step counted as the step's time.
+
+    `read()` gives None where the file is unreadable (not Linux). `close()` closes the file; a closed clock reads
+    None."""
+
+    def __init__(self, path: str = "/proc/thread-self/schedstat") -> None:
+        self._fd: int | None
+        try:
+            self._fd = os.open(path, os.O_RDONLY)  # /proc/thread-self resolves now: this thread's task from here on
+        except OSError:
+            self._fd = None
+
+    def read(self) -> float | None:
+        if self._fd is None:
+            return None
+        try:
+            on_cpu, waiting = os.pread(self._fd, 256, 0).split()[:2]
+            return (int(on_cpu) + int(waiting)) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
 from dlperf.measure.system import nvml_index
@@ -77,3 +82,47 @@ def test_a_gpu_reading_that_fails_leaves_the_gpu_numbers_out(monkeypatch: pytest
         assert read.wait(5.0)
     assert sampler.result.gpu_util_percent is None and sampler.result.gpu_memory_used_bytes is None
     assert sampler.result.extra["gpu_util_error"] == "RuntimeError: Not Supported"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="reads Linux's schedstat")
+def test_a_thread_core_clock_reads_the_thread_that_made_it_from_the_file_it_keeps_open() -> None:
+    """`profile --train` reads it twice inside each timed step: one pread, not an open and read of /proc (25 µs)."""
+    from dlperf.measure.system import ThreadCoreClock, core_time_s
+
+    mine = ThreadCoreClock()
+    before, read, after = core_time_s(), mine.read(), core_time_s()
+    assert before is not None and read is not None and after is not None
+    assert before <= read <= after  # this thread's figure, as core_time_s reads it
+    made: list[ThreadCoreClock] = []
+    idle = threading.Event()
+
+    def sleeper() -> None:
+        made.append(ThreadCoreClock())
+        idle.wait(10)
+
+    other = threading.Thread(target=sleeper)
+    other.start()
+    try:
+        while not made:
+            time.sleep(0.001)
+        theirs0, mine0 = made[0].read(), mine.read()
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:  # this thread busy, the other asleep
+            pass
+        theirs1, mine1 = made[0].read(), mine.read()
+    finally:
+        idle.set()
+        other.join()
+    assert theirs0 is not None and theirs1 is not None and mine0 is not None and mine1 is not None
+    assert mine1 - mine0 >= 0.05
+    assert theirs1 - theirs0 < 0.01  # the other thread's task, though read from this one
+    made[0].close()
+    mine.close()
+    assert mine.read() is None
+    mine.close()  # twice is once
+
+
+def test_a_thread_core_clock_without_the_file_reads_none(tmp_path: Path) -> None:
+    from dlperf.measure.system import ThreadCoreClock
+
+    assert ThreadCoreClock(str(tmp_path / "missing")).read() is None
