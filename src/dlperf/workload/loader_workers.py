@@ -3,6 +3,7 @@ user's own wraps (a class whose __iter__ yields from it, moving batches to a dev
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 
@@ -17,6 +18,10 @@ def held_dataloader(loader: Any) -> Any | None:
     return inner[0] if len(inner) == 1 else None
 
 
+_KEPT = "_dlperf_last_iterator"
+"""The attribute of a wrapped DataLoader that holds (a weak reference to) the last iterator it made."""
+
+
 class LoaderWorkers:
     """Finds the worker processes of a loader's current iterator.
 
@@ -24,21 +29,39 @@ class LoaderWorkers:
     holds the DataLoader's iterator out of reach (on its frame's stack, or in a thread of a prefetcher). So the held
     DataLoader's iterator factory is wrapped to keep the last iterator it made: without it, `dlperf train` read no
     workers behind a wrapper with num_workers=2 (memory 'could not be read', the A/B's idle side left loading).
+
+    The factory is wrapped once per DataLoader, however many loops read it (a make_loader that caches its loader
+    gives every trial of `train --tune` the same one: each wrapped it again, one more call deep), and it keeps a weak
+    reference: an iterator the user's loader dropped ends its workers as before.
     """
 
     def __init__(self, loader: Any) -> None:
         self.dataloader = held_dataloader(loader)
-        self._last: Any = None
+        self._wrapped = False
         inner = self.dataloader
         if inner is None or inner is loader or not callable(getattr(inner, "_get_iterator", None)):
+            return
+        self._wrapped = True
+        if _KEPT in vars(inner):
             return
         make = inner._get_iterator
 
         def keeping() -> Any:
-            self._last = make()
-            return self._last
+            made = make()
+            try:
+                setattr(inner, _KEPT, weakref.ref(made))
+            except TypeError:  # an iterator that takes no weak reference: kept while the DataLoader lives
+                setattr(inner, _KEPT, lambda: made)
+            return made
 
+        setattr(inner, _KEPT, lambda: None)
         inner._get_iterator = keeping
+
+    @property
+    def _last(self) -> Any:
+        """The last iterator the wrapped DataLoader made, while it lives; None unwrapped."""
+        kept = getattr(self.dataloader, _KEPT, None) if self._wrapped else None
+        return kept() if kept is not None else None
 
     def iterator(self, current: Any) -> Any:
         """The DataLoader iterator behind `current` (the loader's iterator now, or None before the first)."""
@@ -59,6 +82,7 @@ class LoaderWorkers:
             stop = getattr(it, "_shutdown_workers", None)
             if callable(stop):
                 stop()
-        self._last = None
+        if self._wrapped:
+            setattr(self.dataloader, _KEPT, lambda: None)
         if getattr(self.dataloader, "_iterator", None) is not None:
             self.dataloader._iterator = None  # type: ignore[union-attr]
