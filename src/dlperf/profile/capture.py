@@ -52,7 +52,7 @@ from dlperf.workload.base import (
     split_batch,
     with_optimizer_impl,
 )
-from dlperf.workload.loader_workers import LoaderWorkers
+from dlperf.workload.loader_workers import LoaderWorkers, start_loader
 
 ProgressFn = Callable[[str], None]
 """on_progress(what is happening now)."""
@@ -220,12 +220,12 @@ class Step:
     def _next_batch(self) -> Any:
         if self._iter is None:
             with quiet_worker_warning():
-                self._iter = iter(self.loader)
+                self._iter = start_loader(self.loader)
         try:
             return next(self._iter)
         except StopIteration:
             with quiet_worker_warning():
-                self._iter = iter(self.loader)
+                self._iter = start_loader(self.loader)
             try:
                 return next(self._iter)
             except StopIteration as exc:

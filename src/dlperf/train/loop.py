@@ -36,7 +36,7 @@ from dlperf.workload.base import (
     split_batch,
     with_optimizer_impl,
 )
-from dlperf.workload.loader_workers import LoaderWorkers
+from dlperf.workload.loader_workers import LoaderWorkers, start_loader
 
 if TYPE_CHECKING:
     import torch
@@ -268,12 +268,12 @@ class TrainLoop:
         """The next (inputs, target) batch; a new epoch starts when the loader is exhausted."""
         if self._iter is None:
             with quiet_worker_warning():
-                self._iter = iter(self.loader)
+                self._iter = start_loader(self.loader)
         try:
             batch = next(self._iter)
         except StopIteration:
             with quiet_worker_warning():
-                self._iter = iter(self.loader)
+                self._iter = start_loader(self.loader)
             try:
                 batch = next(self._iter)
             except StopIteration:

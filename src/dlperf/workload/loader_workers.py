@@ -3,7 +3,10 @@ user's own wraps (a class whose __iter__ yields from it, moving batches to a dev
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -16,6 +19,32 @@ def held_dataloader(loader: Any) -> Any | None:
         return loader
     inner = [v for v in getattr(loader, "__dict__", {}).values() if isinstance(v, DataLoader)]
     return inner[0] if len(inner) == 1 else None
+
+
+@contextlib.contextmanager
+def parent_objects_kept_from_workers() -> Iterator[None]:
+    """Around the call that forks a DataLoader's worker processes: the objects alive now are left out of the workers'
+    garbage collection (`gc.freeze`), and given back to this process's after (`gc.unfreeze`).
+
+    A worker's collection otherwise finalizes this process's garbage in the child, where a thread it needs does not
+    exist: a worker of `dlperf train`'s A/B hung for good inside gRPC's finalizer (`gc_collect_main` in cygrpc, a
+    gRPC object a test of the same process had dropped), spinning on a lock a thread of the parent held at the
+    fork, and the loop waited for its first batch forever. What the workers make themselves they still collect.
+    Nothing is done where objects are frozen already (the caller's own `gc.freeze`, or a nested start)."""
+    if gc.get_freeze_count() > 0:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def start_loader(loader: Any) -> Iterator[Any]:
+    """`iter(loader)`, which forks a DataLoader's workers, with `parent_objects_kept_from_workers`."""
+    with parent_objects_kept_from_workers():
+        return iter(loader)
 
 
 _KEPT = "_dlperf_last_iterator"
@@ -46,8 +75,9 @@ class LoaderWorkers:
             return
         make = inner._get_iterator
 
-        def keeping() -> Any:
-            made = make()
+        def keeping() -> Any:  # called from the wrapper's generator, where the workers are forked
+            with parent_objects_kept_from_workers():
+                made = make()
             try:
                 setattr(inner, _KEPT, weakref.ref(made))
             except TypeError:  # an iterator that takes no weak reference: kept while the DataLoader lives
