@@ -42,6 +42,8 @@ class _SlowSamples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def _slow_loader(batch_size: int, **kwargs: Any) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
+    if kwargs.get("num_workers"):
+        kwargs["timeout"] = 60  # a worker that hangs fails the test in a minute (a CI run waited 600 s on one)
     return DataLoader(_SlowSamples(), batch_size=batch_size, shuffle=False, drop_last=True, **kwargs)
 
 
@@ -148,8 +150,8 @@ def test_two_loops_sharing_one_loaders_persistent_workers_are_not_stopped_for_ea
     x = torch.randn(256, 16, generator=torch.Generator().manual_seed(0))
     shared = DataLoader(TensorDataset(x, x[:, :4].argmax(dim=1)), batch_size=8, drop_last=True, num_workers=2,
                         persistent_workers=True, timeout=60)  # a batch stopped workers never send: an error
-    # (60 s, not 10: a fresh clone's full run timed out at 10 s once, workers not stopped as far as could be told, and
-    # the test passed 5 of 5 runs alone; stopped workers never send, so only the wait for the failure grows)
+    # (a fresh clone's full run timed out here once: a worker had hung finalizing the pytest process's gRPC garbage,
+    # which start_loader now keeps from the workers; tests/integration/train/test_loader_fork.py)
     w = tiny()
     assert w.train is not None
     w = dataclasses.replace(w, train=dataclasses.replace(w.train, make_loader=lambda batch_size, **kwargs: shared))
