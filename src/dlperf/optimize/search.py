@@ -1257,7 +1257,8 @@ def _meet_runner_up(search: _Search, ranked: list[dict[str, Any]], winner: str, 
         return winner, confirmation, found
     found["ab"] = {k: v for k, v in duel["ab"].items() if k not in ("a", "b")}
     found["describe"] = duel["describe"]
-    switch, reason = settle(duel["ab"]["verdict"], pick, runner)
+    switch, reason = settle(duel["ab"]["verdict"], pick, runner,
+                            absolute=search.config.constraints.max_metric_drop_abs is not None)
     found["reason"] = reason
     if not switch:
         return winner, confirmation, found

@@ -81,14 +81,17 @@ def rank(rows: Sequence[dict[str, Any]], objective: str, higher_is_better_metric
     return sorted(range(len(rows)), key=sort_key)
 
 
-def simpler(pick: dict[str, Any], other: dict[str, Any]) -> str | None:
+def simpler(pick: dict[str, Any], other: dict[str, Any], absolute: bool = False) -> str | None:
     """Why `other` is the better choice than `pick` when the two are equally fast, or None: fewer passes (less
-    to go wrong, to load and to keep working); with as many passes, a smaller metric drop."""
+    to go wrong, to load and to keep working); with as many passes, a smaller metric drop, in the metric's units
+    with `absolute` (the search's constraint was --max-metric-drop-abs), else relative to the baseline's metric."""
     n_pick, n_other = len(pick.get("pipeline", [])), len(other.get("pipeline", []))
     if n_other != n_pick:
         return f"fewer passes ({n_other} against {n_pick})" if n_other < n_pick else None
-    drop_pick, drop_other = _drop(pick), _drop(other)
+    drop_pick, drop_other = _drop(pick, absolute), _drop(other, absolute)
     if drop_other < drop_pick:
+        if absolute:  # as the table's drop column shows it under --max-metric-drop-abs
+            return f"a smaller metric drop ({drop_other:+.4g} against {drop_pick:+.4g})"
         return f"a smaller metric drop ({_percent(drop_other)} against {_percent(drop_pick)})"
     return None
 
@@ -102,19 +105,21 @@ def _percent(drop: float) -> str:
     return f"{drop:+.2%}"
 
 
-def _drop(row: dict[str, Any]) -> float:
-    value = row.get("metric_drop_rel")
+def _drop(row: dict[str, Any], absolute: bool = False) -> float:
+    value = row.get("metric_drop" if absolute else "metric_drop_rel")
     return float(value) if value is not None and value == value else 0.0
 
 
-def settle(verdict: str, pick: dict[str, Any], runner_up: dict[str, Any]) -> tuple[bool, str]:
+def settle(verdict: str, pick: dict[str, Any], runner_up: dict[str, Any],
+           absolute: bool = False) -> tuple[bool, str]:
     """Whether the runner-up should replace the pick, from their A/B in one process (B = the runner-up, so
-    'faster' means the runner-up is), and why. Significantly faster wins; equally fast, the simpler one."""
+    'faster' means the runner-up is), and why. Significantly faster wins; equally fast, the simpler one
+    (`absolute`: metric drops in the metric's units, as --max-metric-drop-abs gives the budget)."""
     if verdict == FASTER:
         return True, f"{runner_up['label']} is faster"
     if verdict == SLOWER:
         return False, f"{pick['label']} is faster"
-    why = simpler(pick, runner_up)
+    why = simpler(pick, runner_up, absolute)
     if why is not None:
         return True, f"no significant difference, and {runner_up['label']} has {why}"
     return False, f"no significant difference, and {runner_up['label']} is not simpler"

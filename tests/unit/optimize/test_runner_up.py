@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from dlperf.measure.ab import FASTER, SAME, SLOWER
-from dlperf.optimize.search import _meet_runner_up
+from dlperf.optimize.constraints import Constraints
+from dlperf.optimize.search import OptimizeConfig, _meet_runner_up
 
 pytestmark = pytest.mark.unit
 
@@ -29,8 +30,10 @@ class _Trials:
     """The part of the search `_meet_runner_up` uses; the A/Bs answer with the given verdicts."""
 
     def __init__(self, rows: list[dict[str, Any]], versus: dict[str, Any], confirm: dict[str, Any] | None = None,
-                 remaining_s: float = 100.0, after_versus_s: float | None = None) -> None:
+                 remaining_s: float = 100.0, after_versus_s: float | None = None,
+                 config: OptimizeConfig | None = None) -> None:
         self.rows = {r["key"]: r for r in rows}
+        self.config = config or OptimizeConfig()
         self.baseline = self.rows["base"]
         self._versus, self._confirm, self._remaining = versus, confirm, remaining_s
         self._after_versus = remaining_s if after_versus_s is None else after_versus_s
@@ -65,6 +68,22 @@ def test_an_equally_fast_simpler_runner_up_replaces_the_pick_once_confirmed_itse
     assert "a" not in found["ab"] and "b" not in found["ab"]  # no raw samples in the result
     assert trials.calls == [("versus", "big", "small"), ("confirm", "small")]
     assert trials.rows["small"]["confirmation"]["ab"]["verdict"] == FASTER
+
+
+def test_under_an_absolute_metric_budget_the_smaller_drop_is_given_in_the_metric_units() -> None:
+    """Under --max-metric-drop-abs 0.005 the reason read 'a smaller metric drop (+0.05% against +0.32%)': percentages
+    of the baseline's metric, not the units of the budget, the table and the why lines."""
+    rows = [_row("base", 0), _row("lossy", 1, metric_drop=0.003, metric_drop_rel=0.0032),
+            _row("exact", 1, metric_drop=0.0005, metric_drop_rel=0.00053)]
+    absolute = OptimizeConfig(constraints=Constraints(max_metric_drop=None, max_metric_drop_abs=0.005))
+    trials = _Trials(rows, _ab(SAME), confirm=_ab(FASTER), config=absolute)
+    key, _, found, _ = _run(trials, ["lossy", "exact", "base"], winner="lossy")
+    assert key == "exact"
+    assert found["reason"] == "no significant difference, and exact has a smaller metric drop (+0.0005 against +0.003)"
+    # a relative budget still gives the drops relative to the baseline's metric
+    rows = [{**r, "confirmation": None} for r in rows]
+    _, _, found, _ = _run(_Trials(rows, _ab(SAME), confirm=_ab(FASTER)), ["lossy", "exact", "base"], winner="lossy")
+    assert found["reason"] == "no significant difference, and exact has a smaller metric drop (+0.05% against +0.32%)"
 
 
 def test_a_runner_up_its_own_ab_does_not_call_faster_than_the_baseline_does_not_replace_the_pick() -> None:
