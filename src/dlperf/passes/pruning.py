@@ -13,13 +13,14 @@ the fine-tuned weights.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dlperf.errors import ConfigError, WorkloadError
+from dlperf.errors import ConfigError, DlperfError, WorkloadError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
-from dlperf.workload.base import call_loss, call_user_factory, loss_problem
+from dlperf.workload.base import _user_frame, call_loss, call_user_factory, error_text, loss_problem
 
 if TYPE_CHECKING:
     from torch import nn
@@ -182,6 +183,32 @@ def _magnitude(model: nn.Module, amount: float) -> dict[str, Any]:
     return masks
 
 
+def _step(model: nn.Module, workload: Workload, batches: Iterator[Any], optimizer: Any, device: Any) -> Any:
+    """One optimizer step on the next batch; returns the loss. What the user's code raises (the loader's dataset,
+    the model, the loss) names the line in it, as `dlperf train` does: the pass's error gave only its message."""
+    import torch
+
+    train = workload.train
+    assert train is not None
+    try:
+        inputs, target = next(batches)
+        inputs = tuple(x.to(device) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
+        target = target.to(device) if isinstance(target, torch.Tensor) else target
+        optimizer.zero_grad(set_to_none=True)
+        loss = call_loss(workload.name, train.loss_fn, model(*inputs), target)
+        problem = loss_problem(loss)
+        if problem is not None:  # said as `dlperf train` says it, not "'float' object has no attribute ..."
+            raise WorkloadError(f"workload '{workload.name}': {problem}")
+        loss.backward()
+        optimizer.step()
+    except DlperfError:
+        raise
+    except Exception as exc:
+        raise WorkloadError(f"workload '{workload.name}': a fine-tuning step raised {error_text(exc)}\n"
+                            f"{_user_frame(exc)}") from exc
+    return loss
+
+
 def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, Any] | None = None) -> float:
     """A few optimizer steps of the workload's own training loop; returns the last loss."""
     import torch
@@ -201,16 +228,7 @@ def finetune(model: nn.Module, workload: Workload, steps: int, masks: dict[str, 
             batches = itertools.cycle(call_user_factory(workload.name, "its loader factory", train.make_loader,
                                                         train.batch_size))
             for _ in range(steps):
-                inputs, target = next(batches)
-                inputs = tuple(x.to(device) for x in (inputs if isinstance(inputs, (tuple, list)) else (inputs,)))
-                target = target.to(device) if isinstance(target, torch.Tensor) else target
-                optimizer.zero_grad(set_to_none=True)
-                loss = call_loss(workload.name, train.loss_fn, model(*inputs), target)
-                problem = loss_problem(loss)
-                if problem is not None:  # said as `dlperf train` says it, not "'float' object has no attribute ..."
-                    raise WorkloadError(f"workload '{workload.name}': {problem}")
-                loss.backward()
-                optimizer.step()
+                loss = _step(model, workload, batches, optimizer, device)
                 if masks:
                     with torch.no_grad():
                         for name, mask in masks.items():

@@ -18,6 +18,7 @@ from dlperf.optimize.evaluate import EvalSettings, evaluate_here, fidelity_of
 from dlperf.optimize.space import Candidate
 from dlperf.passes.base import PassContext, apply_pass, initial_state, why_not
 from dlperf.passes.pruning import PruneConfig, prunable_pairs, search_space
+from dlperf.passes.qat import QatConfig
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
 from dlperf.workload.base import TrainSpec, Workload
 from dlperf.workload.zoo import get
@@ -197,3 +198,25 @@ def test_a_loss_that_returns_a_float_in_the_fine_tune_says_so_as_dlperf_train_do
         make_loader=loader, loss_fn=float_loss, make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01)))
     with pytest.raises(PassError, match=r"workload 'flat-cnn': its loss_fn returned a float, not a scalar tensor"):
         apply_pass(PruneConfig(amount=0.5, finetune_steps=2), initial_state(workload), CPU)
+
+
+def _raising_loss(output: Any, target: Any) -> Any:
+    raise ValueError("labels out of range")  # the user's line the error must name
+
+
+@pytest.mark.parametrize("config", [PruneConfig(amount=0.5, finetune_steps=2), QatConfig(steps=2)],
+                         ids=["pruning", "qat"])
+def test_a_loss_that_raises_in_the_fine_tune_is_named_with_the_users_frame(config: Any) -> None:
+    """A loss_fn that raised failed pruning and QAT with its own words only ("pruning(...) failed: ValueError: labels
+    out of range"), where `dlperf train` names the file and line of the user's code that raised."""
+    from dlperf.errors import PassError
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        return [(torch.randn(batch_size, 1, 8, 8), torch.randint(0, 10, (batch_size,)))]
+
+    base = _flatten_cnn()
+    workload = dataclasses.replace(base, train=TrainSpec(
+        make_loader=loader, loss_fn=_raising_loss, make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01)))
+    with pytest.raises(PassError, match=r"workload 'flat-cnn': a fine-tuning step raised ValueError: labels out of "
+                                        r"range\n.*test_pruning.py\", line \d+, in _raising_loss\n.*raise ValueError"):
+        apply_pass(config, initial_state(workload), CPU)
