@@ -113,7 +113,7 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
 
 def artifact_settings(spec: Any) -> dict[str, Any] | None:
     """What a bench run of an artifact folder records of it: its engine, its label ('onnxruntime(precision=int8-
-    dynamic)' where optimize exported it), and an engine artifact's precision, which is the one it runs in (bench's
+    dynamic)' where optimize exported it), and the artifact's precision, which is the one it runs in (bench's
     `precision` is torch autocast's, and read 'fp32' for an int8 artifact), and the intra-op threads it runs with
     when none are given (those it was exported with, at most this machine's CPUs: an artifact of `optimize --threads
     1` ran on 1 thread under an environment line of torch's 2, with nothing saying so). None for a workload."""
@@ -123,7 +123,8 @@ def artifact_settings(spec: Any) -> dict[str, Any] | None:
     if manifest is None:
         return None
     engine = str(manifest["engine"])
-    precision = manifest.get("precision") if engine != "torch" else None
+    # a torch recipe records it since 2026-12-06; bench's own (torch autocast's) setting applies to an older one
+    precision = manifest.get("precision")
     return {"engine": engine, "label": manifest.get("label"), "precision": precision,
             "threads": own_threads(manifest) if engine != "torch" else None}
 

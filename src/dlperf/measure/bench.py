@@ -139,7 +139,8 @@ class BenchResult:
     run_id: str | None = None
     """The stored run's id, when it was recorded (`dlperf.bench(..., store=...)`)."""
     model_bytes_of: str = "parameters + buffers"
-    """What `model_bytes` counts: an exported artifact's are its files' (`optimize.artifact.artifact_workload`)."""
+    """What `model_bytes` counts: an exported engine artifact's are its files', a torch recipe's its rebuilt model's
+    parameters and buffers (`optimize.artifact.artifact_workload`)."""
     rss_before_model_bytes: int | None = None
     """The process's RSS just before the model was built: what each point's `peak_rss_bytes` holds besides this
     model (Python, torch and what the caller had loaded; ~240 MiB for `dlperf bench` on CPU torch). In a
@@ -313,13 +314,14 @@ def run_bench(
             raise WorkloadError(f"workload '{workload.name}': its model's weights are on the 'meta' device, which "
                                 "holds no data: build it on the CPU (or load its weights) before measuring")
         model = model.to(config.device)
-        artifact = hasattr(model, "dlperf_size_bytes")  # an exported artifact (`artifact_workload`)
+        # an exported artifact (`artifact_workload`) says what its size counts
+        size_of = str(getattr(model, "dlperf_size_of", "parameters + buffers"))
         own_threads = getattr(model, "dlperf_engine", "torch") != "torch"  # ONNX Runtime, OpenVINO: not torch's
         model_bytes: int | None = None  # after the first call, which gives lazy layers (nn.LazyLinear) their weights
 
         def so_far() -> BenchResult:
             return BenchResult(workload.name, config, list(points), model_bytes or 0,
-                               model_bytes_of="the artifact's files" if artifact else "parameters + buffers",
+                               model_bytes_of=size_of,
                                rss_before_model_bytes=rss_before_model)
 
         clock = clock_for(config.device)

@@ -135,6 +135,8 @@ def export_torch_recipe(state: ModelState, candidate: Candidate, settings: EvalS
         "trained_after": trained_after,
         "workload": source,
         "recipe": candidate.to_list(),
+        # what the replayed model computes in (int8 after dynamic_int8): `dlperf bench DIR` read bench's own 'fp32'
+        "precision": state.precision,
         "inputs": io_spec(inputs, tuple(workload.input_names)),
         "outputs": io_spec(outputs, out_names, "output"),
     }
@@ -702,26 +704,34 @@ def artifact_workload(folder: str | Path, threads: int | None = None, device: st
     """An exported artifact as a `Workload` for `dlperf bench DIR`: its model is the loaded artifact (`dlperf.load`;
     an engine artifact with `threads` intra-op threads, else its own capped at this machine's CPUs), its inputs those
     of the workload it was made from (the manifest's `workload`), else zeros of the manifest's input shapes, and its
-    size the artifact's files. Profile, ab and optimize take the workload, not the artifact (`load_workload` says so):
-    an engine's operators are invisible to torch's profiler and its threads are not torch's."""
+    size an engine artifact's files, a torch recipe's rebuilt model's parameters and buffers. Profile, ab and
+    optimize take the workload, not the artifact (`load_workload` says so): an engine's operators are invisible to
+    torch's profiler and its threads are not torch's."""
     import torch
     from torch import nn
 
+    from dlperf.measure.memory import parameter_bytes
     from dlperf.workload.base import Workload
     from dlperf.workload.loader import load_workload
 
     path = Path(folder)
     manifest = read_manifest(path)
     engine = str(manifest["engine"])
-    size = artifact_size(path)
 
     class Artifact(nn.Module):
-        """The loaded artifact behind nn.Module's interface; its size is its files' (it holds no torch weights)."""
+        """The loaded artifact behind nn.Module's interface; an engine artifact's size is its files' (it holds no
+        torch weights), a torch recipe's the rebuilt model's: its files are the original weights, replayed on load
+        (a dynamic int8 recipe read as its fp32 weights.pt)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.fn = load_artifact(path, threads, device)
-            self.dlperf_size_bytes = size
+            if engine == "torch":
+                self.dlperf_size_bytes = parameter_bytes(getattr(self.fn, "model", self.fn))
+                self.dlperf_size_of = "the loaded model's parameters + buffers"
+            else:
+                self.dlperf_size_bytes = artifact_size(path)
+                self.dlperf_size_of = "the artifact's files"
             self.dlperf_engine = engine  # bench: an engine other than torch runs threads of its own
 
         def forward(self, *inputs: Any) -> Any:

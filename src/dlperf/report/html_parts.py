@@ -134,6 +134,15 @@ def fmt_kpi(metric: Any, value: Any) -> str:
     return fmt(value) + " items/s" if metric == "throughput" else fmt_ms(value) + " ms"
 
 
+def artifact_precision(artifact: Mapping[str, Any], precision: Any) -> str:
+    """A bench's precision where it measured an artifact that records its own: the artifact's, with bench's autocast
+    where that applies too (a torch recipe is a torch module: `--precision bf16` autocasts it)."""
+    own = f"{artifact['precision']} (the artifact's)"
+    if artifact.get("engine") == "torch" and precision not in (None, "fp32"):
+        return f"{precision} autocast over {own}"
+    return own
+
+
 def config_tags(rec: RunRecord) -> str:
     cfg = rec.config if isinstance(rec.config, Mapping) else {}
     keep = [(k, v) for k, v in cfg.items() if not isinstance(v, (dict, list)) and v is not None and k != "version"]
@@ -147,7 +156,7 @@ def config_tags(rec: RunRecord) -> str:
         # a bench of an int8 ONNX Runtime artifact read precision=fp32 (bench's autocast setting) and named neither
         # the artifact nor the threads it ran with, which the terminal's settings line gives
         if artifact.get("precision"):
-            keep = [(k, f"{artifact['precision']} (the artifact's)" if k == "precision" else v) for k, v in keep]
+            keep = [(k, artifact_precision(artifact, v) if k == "precision" else v) for k, v in keep]
         if artifact.get("threads") and not cfg.get("threads"):
             keep.append(("threads", f"{artifact['threads']} (the artifact's)"))
         if artifact.get("label") or artifact.get("engine"):

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from dlperf.measure.stats import NOISE_IQR_RATIO, early_stopping_min_count, percent_beside
 from dlperf.report.fit import FirstThatFits
+from dlperf.report.html_parts import artifact_precision
 from dlperf.store.query import History
 from dlperf.store.records import RunRecord
 
@@ -256,7 +257,7 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
         given = config.get("artifact")
         artifact: dict[str, Any] = given if isinstance(given, dict) else {}
         # an engine artifact runs in its own precision: an int8 one read 'precision fp32' (bench's autocast setting)
-        precision = (f"{artifact['precision']} (the artifact's)" if artifact.get("precision")
+        precision = (artifact_precision(artifact, config.get("precision")) if artifact.get("precision")
                      else config.get("precision", "?"))
         what = artifact.get("label") or artifact.get("engine")
         threads = (config["threads"] if config.get("threads")

@@ -12,10 +12,13 @@ import torch
 import dlperf
 from dlperf.cli.main import main
 from dlperf.errors import ConfigError, WorkloadError
+from dlperf.measure.memory import parameter_bytes
 from dlperf.optimize.artifact import artifact_size, artifact_workload
 from dlperf.optimize.space import Candidate
 from dlperf.passes.hygiene import HygieneConfig
 from dlperf.passes.onnxruntime import OrtConfig
+from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config
+from dlperf.report.terminal import fmt_mib
 from dlperf.workload.zoo import get
 from tests.unit.optimize.artifacts import export_candidate
 
@@ -56,8 +59,27 @@ def test_the_cli_measures_a_torch_recipe_and_records_it(tmp_path: Path, capsys: 
                  "--store", store]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["result"]["workload"] == "mlp (torch artifact)"
-    assert data["result"]["model_bytes"] == artifact_size(recipe)
+    assert data["result"]["model_bytes"] == parameter_bytes(get("mlp").build_model())
     assert [p["batch_size"] for p in data["result"]["points"]] == [2]
+
+
+def test_a_dynamic_int8_recipe_s_bench_gives_the_loaded_model_s_size_and_precision(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A torch recipe's files are the original fp32 weights, quantized again on load: its bench said 'model size:
+    0.3 MiB (the artifact's files)' and 'precision fp32' for the int8 model it measured (0.09 MiB)."""
+    recipe = export_candidate(tmp_path / "cand", Candidate((DynamicInt8Config(),)))
+    loaded = parameter_bytes(dlperf.load(str(recipe)))
+    assert loaded < artifact_size(recipe) / 2
+    store = str(tmp_path / "runs.db")
+    assert main(["bench", str(recipe), "--batch-sizes", "2", "--min-duration", "0.05s", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "precision int8 (the artifact's)" in next(x for x in out.splitlines() if x.startswith("scenario"))
+    assert f"model size: {fmt_mib(loaded)} MiB (the loaded model's parameters + buffers)" in out
+    assert main(["bench", str(recipe), "--batch-sizes", "2", "--min-duration", "0.05s", "--json",
+                 "--store", store]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["artifact"]["precision"] == "int8" and data["result"]["model_bytes"] == loaded
+    assert data["result"]["model_bytes_of"] == "the loaded model's parameters + buffers"
 
 
 def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path, tmp_path: Path,

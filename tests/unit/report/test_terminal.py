@@ -153,6 +153,11 @@ def test_an_engine_artifact_s_bench_names_the_threads_it_ran_with(tmp_path: Path
     assert "precision fp32 (the artifact's) · threads 1 (the artifact's) · artifact onnxruntime" in shown
     given = " ".join(_text(bench_report(RESULT, env, config={**config, "threads": 2})).split())  # --threads 2
     assert "· threads 2 · artifact onnxruntime" in given
+    # a torch recipe is a torch module: bench's --precision autocasts it, over the precision the recipe gives it
+    recipe = {"engine": "torch", "label": None, "precision": "int8", "threads": None}
+    autocast = " ".join(_text(bench_report(RESULT, env, config={**config, "precision": "bf16",
+                                                                 "artifact": recipe})).split())
+    assert "precision bf16 autocast over int8 (the artifact's) · artifact torch" in autocast
 
 
 def test_bench_report_bounds_a_latency_headline_or_says_why_not() -> None:
