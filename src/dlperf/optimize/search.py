@@ -1200,7 +1200,7 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
             "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
             "peak_rss_bytes": row.get("peak_rss_bytes"), "gpu_memory_bytes": row.get("gpu_memory_bytes"),
             # what building it took in the search: a torch recipe with torch.compile pays its compile again on load
-            "build_s": row.get("build_s"), "compile_s": row.get("compile_s"),
+            "build_s": row.get("build_s"), "compile_s": row.get("compile_s"), "train_s": row.get("train_s"),
             "baseline_p50_s": baseline.get("p50_s"), "baseline_metric": baseline.get("metric"),
             # the A/B against the baseline that was run for this candidate, confirming it or not
             "ab": (confirmation or {}).get("ab") if key == winner else (row.get("confirmation") or {}).get("ab"),

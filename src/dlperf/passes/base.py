@@ -106,8 +106,10 @@ class ModelState:
     notes: list[str] = field(default_factory=list)
     # Writes the artifact in its engine's native format into a folder; returns manifest fields.
     exporter: Callable[[Path], dict[str, Any]] | None = None
-    # Extra one-off cost of building this candidate (conversion, compile), in seconds.
+    # Extra one-off cost of building this candidate (conversion, compile, training), in seconds.
     build_s: float = 0.0
+    # Of build_s, the time spent training (fine-tune, distillation, QAT): not a compile, nor paid again on load.
+    train_s: float = 0.0
 
 
 class PassImpl(Protocol):

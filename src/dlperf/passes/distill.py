@@ -197,7 +197,9 @@ class Distill:
             assert batches is not None
             start = time.perf_counter()
             loss = distill(teacher, student, batches, config.steps, config.lr)
-            state.build_s += time.perf_counter() - start
+            trained_s = time.perf_counter() - start
+            state.build_s += trained_s
+            state.train_s += trained_s
             state.notes.append(f"distilled {config.steps} steps into a {config.student} student "
                                f"(last loss {loss:.4g})")
         if frozen:

@@ -280,7 +280,9 @@ class Prune:
         if config.finetune_steps and state.workload.train is not None and not ctx.replay:
             start = time.perf_counter()
             loss = finetune(model, state.workload, config.finetune_steps, masks)
-            state.build_s += time.perf_counter() - start
+            trained_s = time.perf_counter() - start
+            state.build_s += trained_s
+            state.train_s += trained_s
             state.notes.append(f"fine-tuned {config.finetune_steps} steps (last loss {loss:.4f})")
         elif state.workload.train is None:
             state.notes.append("no training spec: not fine-tuned")

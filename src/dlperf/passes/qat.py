@@ -103,7 +103,9 @@ class Qat:
                       filter_fn=eligible)
             start = time.perf_counter()
             loss = finetune(model, state.workload, config.steps)
-            state.build_s += time.perf_counter() - start
+            trained_s = time.perf_counter() - start
+            state.build_s += trained_s
+            state.train_s += trained_s
             state.notes.append(f"QAT: {config.steps} steps through fake int8 (last loss {loss:.4f})")
             for module in list(model.modules()):
                 for child_name, child in list(module.named_children()):

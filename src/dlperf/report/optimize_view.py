@@ -166,7 +166,7 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
     gpu = f"; GPU {_mib(row['gpu_memory_bytes'])} MiB" if row.get("gpu_memory_bytes") is not None else ""
     grid.add_row("size", f"{_mib(row.get('size_bytes'))} MiB; peak RSS {_mib(row.get('peak_rss_bytes'))} MiB{gpu}")
     build = f"{row['build_s']:.1f} s" if row.get("build_s") is not None else "-"
-    grid.add_row("build", build + (f" (compile {row['compile_s']:.1f} s)" if row.get("compile_s") else ""))
+    grid.add_row("build", build + _build_parts(row))
     why = _why(row)
     if why:
         grid.add_row("why", Text(why, style="yellow"))
@@ -178,6 +178,16 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
     if row.get("log"):
         grid.add_row("log", Text(str(row["log"])))
     return grid
+
+
+def _build_parts(row: dict[str, Any]) -> str:
+    """What the passes' own time of a candidate's build was: compile (and conversion), training. A row stored before
+    `train_s` held a pass's training in `compile_s`: a distilled student's 30 s of training read 'compile 30.0 s'."""
+    if "train_s" not in row:
+        return f" (compile or training {row['compile_s']:.1f} s)" if row.get("compile_s") else ""
+    parts = [f"{what} {row[key]:.1f} s" for what, key in (("compile", "compile_s"), ("training", "train_s"))
+             if row.get(key)]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def why_lines(data: dict[str, Any]) -> list[str]:

@@ -60,6 +60,7 @@ class FakeTrials:
                 "precision": "int8" if "int8" in names else "fp32", "p50_s": p50, "p99_s": 2 * p50,
                 "throughput": 1 / p50, "metric": metric, "metric_name": "fidelity", "higher_is_better": True,
                 "size_bytes": size, "peak_rss_bytes": 100, "wall_s": 1.0, "build_s": 2.5, "compile_s": 2.0,
+                "train_s": 0.25,
                 "paired": {"ratio": ratio} if ratio else None, "artifact": {"dir": str(artifact)}}
 
     def map(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, dict[str, Any]]]:
@@ -308,7 +309,8 @@ def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> No
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["label"] == result.baseline["label"] and manifest["confirmed"] is False
     # docs/optimize.md: a compiled recipe compiles again on load, "its compile time is in the manifest"
-    assert (manifest["metrics"]["build_s"], manifest["metrics"]["compile_s"]) == (2.5, 2.0)
+    assert (manifest["metrics"]["build_s"], manifest["metrics"]["compile_s"], manifest["metrics"]["train_s"]) == (
+        2.5, 2.0, 0.25)
     assert "no candidate beat the baseline within the constraints: exported the baseline" in result.notes
     # the work folder that keeps every candidate's artifact, and what it takes (the report says both)
     assert result.workdir is not None and Path(result.workdir).parent == tmp_path / "work"

@@ -129,6 +129,21 @@ def test_a_tiny_metric_keeps_its_digits_and_an_absolute_budget_shows_absolute_dr
     assert "metric: 1.706e-06 (drop +0.06%, +1e-09)" in out.getvalue()
 
 
+def test_a_candidate_s_training_time_is_shown_as_training_not_as_compile() -> None:
+    """A distill candidate's view read 'build 31.0 s (compile 30.0 s)' for 30 s of distillation; a row stored before
+    the two were apart holds both in compile_s, and says so."""
+    def build_line(row: dict[str, Any]) -> str:
+        out = io.StringIO()
+        Console(file=out, width=160, color_system=None).print(candidate_view({**_data()["candidates"][1], **row}))
+        return next(line.strip() for line in out.getvalue().splitlines() if line.strip().startswith("build"))
+
+    assert build_line({"build_s": 31.0, "compile_s": 0.0, "train_s": 30.0}).split(maxsplit=1)[1] == (
+        "31.0 s (training 30.0 s)")
+    assert build_line({"build_s": 12.0, "compile_s": 4.0, "train_s": 8.0}).endswith("(compile 4.0 s, training 8.0 s)")
+    assert build_line({"build_s": 0.5, "compile_s": 0.0, "train_s": 0.0}).endswith("0.5 s")
+    assert build_line({"build_s": 31.0, "compile_s": 30.0}).endswith("(compile or training 30.0 s)")
+
+
 def test_the_winner_mark_does_not_hide_the_pareto_mark() -> None:
     """`✓` replaced `*`: a winner the runner-up rule picked off the frontier looked like one on it."""
     data = _data()

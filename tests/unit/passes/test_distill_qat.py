@@ -119,6 +119,8 @@ def test_trained_artifacts_reload_to_the_candidate(tmp_path: Path, config: Any) 
     row = evaluate_here({"settings": dataclasses.asdict(settings), "pipeline": cand.to_list(),
                          "out_dir": str(tmp_path)}, lambda phase: None)
     assert "trained.pt" in row["artifact"]["fields"]["files"]
+    # its training is training: a distilled student's read as compile_s, which a recipe pays again on load
+    assert row["train_s"] > 0 and row["compile_s"] == 0.0 and row["build_s"] >= row["train_s"]
     loaded = dlperf.load(tmp_path / "artifact")
     x = get("mlp").example_inputs(2)
     with torch.no_grad():
