@@ -238,3 +238,19 @@ def test_cuda_operators_are_timed_by_their_kernels_and_the_sync_wait_is_not_over
 
     cpu = breakdown.analyze(trace(ops))  # on the CPU there is no device wait to report
     assert cpu.device_sync_s is None and cpu.framework_overhead_s == pytest.approx(0.010 - 16e-6)
+
+
+def test_a_convolution_writes_the_output_its_flops_imply_not_its_inputs_size() -> None:
+    """A ResNet stem conv (3x224x224 in, 64 channels of 112x112 out, 7x7 stride 2) writes 4.3x its input: counted as
+    its input's size, its bytes read low and its FLOP/byte high."""
+    out = 64 * 112 * 112
+    flops = 2 * out * 3 * 7 * 7
+    conv = op("aten::mkldnn_convolution", 0, 100, flops=flops, shapes=((1, 3, 224, 224), (64, 3, 7, 7), (64,)),
+              dtypes=("float", "float", "float"))
+    b, f = operators.op_bytes_and_flops(conv)
+    assert f == flops
+    assert b == (3 * 224 * 224 + 64 * 3 * 7 * 7 + 64 + out) * 4
+    # grouped (depthwise): 32 channels, 3x3, stride 1, padding 1
+    dw = op("aten::mkldnn_convolution", 0, 100, flops=2 * 32 * 56 * 56 * 1 * 3 * 3,
+            shapes=((1, 32, 56, 56), (32, 1, 3, 3), (32,)), dtypes=("float", "float", "float"))
+    assert operators.op_bytes_and_flops(dw)[0] == (2 * 32 * 56 * 56 + 32 * 9 + 32) * 4

@@ -4,7 +4,8 @@ roofline (compute- or bandwidth-bound, % of the ceiling), from calibrate's Ceili
 FLOPs come from torch.profiler (matmul, conv and a few elementwise ops); an elementwise op it does not
 count is taken as one FLOP per output element. Bytes moved are estimated from the input shapes and dtypes
 the profiler records: every tensor input is read once and the output (the largest input's size, or MxN
-for a matrix product; nothing for a reduction of one tensor, such as a sum) written once; view ops move
+for a matrix product, or for a convolution the size its FLOPs imply; nothing for a reduction of one tensor, such
+as a sum) written once; view ops move
 nothing; a row lookup (`index_select`, `embedding`) reads the indices and only the rows it selects. These are
 estimates: caches make real traffic lower for small tensors, and the estimate says nothing of ops the profiler
 gives no shapes for.
@@ -144,6 +145,11 @@ def _numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape) if shape else 1
 
 
+def _forward_conv(name: str) -> bool:
+    """A forward convolution's operator (not its backward, nor a transposed one, whose FLOPs count its input)."""
+    return "conv" in name and "backward" not in name and "transpose" not in name
+
+
 def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     """(bytes moved, FLOPs) estimated for one call; see the module docstring."""
     if op.name in VIEW_OPS:
@@ -178,6 +184,11 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
             flops = 4.0 * q[0] * q[1] * q[2] * k[2] * q[3]
             out_elems = _numel(q)
             write = out_elems * largest_size
+    if _forward_conv(op.name) and flops > 0 and len(tensors) >= 2 and len(tensors[1][0]) >= 3:
+        # the profiler's conv FLOPs are 2 x output elements x (in channels / groups x kernel): the output's size
+        # from them, stride and padding included (a stem conv's 64x112x112 output read as its 3x224x224 input's size)
+        out_elems = round(flops / (2 * _numel(tensors[1][0][1:])))
+        write = out_elems * tensors[0][1]
     if op.name == "aten::convolution_backward" and len(tensors) >= 3 and flops == 0:
         grad_out, weight = tensors[0][0], tensors[2][0]
         if len(grad_out) >= 3 and len(weight) >= 3:
