@@ -364,15 +364,27 @@ def run_ab_recorded(store: Any, workload_spec: Any, a: ABSettings, b: ABSettings
     config = {"version": 1, "a": a.to_dict(), "b": b.to_dict(),
               **{k: v for k, v in kwargs.items() if k != "on_block"}}
     device = next((s.device for s in (a, b) if s.device.startswith("cuda")), None)
+    finished = [0]  # paired blocks done, for an interrupt before there are two to decide on
+    on_block = kwargs.get("on_block")
+
+    def count(done: int, total: int) -> None:
+        finished[0] = done
+        if on_block is not None:
+            on_block(done, total)
+
     with store.recording("ab", name, config, capture_environment(device).to_dict()) as run:
         try:
-            outcome = run_ab(workload_spec, a, b, **kwargs)
+            outcome = run_ab(workload_spec, a, b, **{**kwargs, "on_block": count})
         except KeyboardInterrupt as exc:
             partial = getattr(exc, "dlperf_partial", None)
+            total = kwargs.get("blocks", 20)
             if partial is not None:  # kept with the interrupted run: its verdict is of the blocks it finished
                 blocks = len(partial.result.block_ratios)
                 run.result = {**partial.to_dict(), "partial": f"interrupted after {blocks} of "
-                              f"{kwargs.get('blocks', 20)} paired blocks: the verdict is of those"}
+                              f"{total} paired blocks: the verdict is of those"}
+            else:  # `runs show` said only "no result recorded"
+                run.result = {"partial": f"interrupted after {finished[0]} of {total} paired blocks: no verdict "
+                                         f"(it needs at least 2)", "blocks_done": finished[0]}
             raise
         run.result = outcome.to_dict()
     return outcome, run.id

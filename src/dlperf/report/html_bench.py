@@ -203,6 +203,8 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
 
 def ab_view(rec: RunRecord) -> str:
     r = rec.result
+    if "ratio" not in r and isinstance(r.get("partial"), str):  # interrupted before 2 blocks: no verdict to draw
+        return f'<p class="warn">note: {esc(r["partial"])}</p>'
     ratio, ci, verdict = r["ratio"], r["ci"], r["verdict"]
     settings = r.get("settings") or rec.config
     cls = "good" if verdict == "faster" else "bad" if verdict == "slower" else "warn"

@@ -300,6 +300,8 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return f"no winner picked: stopped after {done} candidate{'' if done == 1 else 's'}"
     if kind == "ab" and isinstance(result.get("ratio"), (int, float)):
         return f"B/A {result['ratio']:.3f}: {result.get('verdict')}"
+    if kind == "ab" and isinstance(result.get("partial"), str):  # interrupted before it had a verdict
+        return result["partial"].split(":")[0]
     if kind == "check" and isinstance(result.get("gate"), dict):
         return check_headline(result["gate"])
     if kind == "train-trial" and result.get("knob"):
@@ -588,6 +590,8 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             partial = [Text(f"note: {result['partial']}")] if isinstance(result.get("partial"), str) else []
             warned = [Text.assemble(("warning: ", "yellow"), w) for w in run.warnings]
             return Group(ab_table(run), ab_verdict(run), *warned, *partial)
+        if record.kind == "ab" and isinstance(result.get("partial"), str):  # stopped before 2 blocks: no verdict
+            return Text(f"note: {result['partial']}")
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

@@ -628,3 +628,26 @@ def test_loading_the_workload_is_said_when_it_took_a_noticeable_share_of_the_bud
     note = load_note(42.0, 600.0)
     assert note == ("loading the workload took 42.0 s, 7% of the 600 s time budget (the budget counts from the "
                     "command's start: that time is not left for candidates)")
+
+
+def test_an_ab_stopped_before_two_blocks_is_shown_as_interrupted_with_the_blocks_it_finished(tmp_path: Path) -> None:
+    from dlperf.compare.ab import run_ab_recorded
+    from dlperf.compare.settings import parse_settings
+    from dlperf.report.html import run_section
+    from dlperf.store import Store
+
+    def stop_after_the_first(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    store = Store(tmp_path / "runs.db")
+    with pytest.raises(KeyboardInterrupt):
+        run_ab_recorded(store, "zoo:mlp?hidden=16", parse_settings("threads=1"), parse_settings("threads=1"),
+                        blocks=6, iters_per_block=3, on_block=stop_after_the_first)
+    record = store.list(kind="ab")[0]
+    assert record.status == "interrupted"
+    # `runs show` said only "no result recorded"
+    shown = " ".join(_text(record_view(record)).split())
+    assert "note: interrupted after 1 of 6 paired blocks: no verdict (it needs at least 2)" in shown
+    assert "no result recorded" not in shown
+    assert headline_text(record) == "interrupted after 1 of 6 paired blocks"
+    assert "note: interrupted after 1 of 6 paired blocks" in run_section(record)
