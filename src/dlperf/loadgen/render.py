@@ -271,10 +271,11 @@ def setup_lines(config: dict[str, Any]) -> list[str]:
     return lines
 
 
-def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
+def stored_view(result: dict[str, Any], config: dict[str, Any], interrupted: bool = False) -> list[Any]:
     """`dlperf runs show` of a load run: its levels table, the verdicts as recorded (a run from before they
     were recorded shows only pass/FAIL from its peak search), the peak, and the warnings; not the
-    every-latency JSON. Raises KeyError/TypeError/ValueError on a result that is not a `dlperf load` one."""
+    every-latency JSON. `interrupted`: the run was stopped, and the title says so with the levels it finished, as
+    `dlperf load` said it. Raises KeyError/TypeError/ValueError on a result that is not a `dlperf load` one."""
     from rich.text import Text
 
     levels = [LevelResult.from_dict(d) for d in result["levels"]]
@@ -285,7 +286,8 @@ def stored_view(result: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     parts: list[Any] = [Text(line) for line in setup_lines(config)]
     # as `dlperf load` titled it: a peak search's steps are not a sweep's levels
     search = ": rate search" if config.get("find_peak") else ""
-    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}{search}", slo))
+    cut = f" (interrupted, {len(levels)} level{'s' if len(levels) != 1 else ''} finished)" if interrupted else ""
+    parts.append(levels_table(levels, f"{config.get('model', '?')} at {config.get('url', '?')}{search}{cut}", slo))
     steps = peak.get("steps", []) if isinstance(peak, dict) else []
     for i, (level, data) in enumerate(zip(levels, result["levels"], strict=True)):
         where = f"  {level.mode} {level_text(level.level)}: "

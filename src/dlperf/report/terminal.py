@@ -17,7 +17,7 @@ from dlperf.measure.stats import NOISE_IQR_RATIO, early_stopping_min_count, perc
 from dlperf.report.fit import FirstThatFits
 from dlperf.report.html_parts import artifact_precision
 from dlperf.store.query import History
-from dlperf.store.records import RunRecord
+from dlperf.store.records import INTERRUPTED, RunRecord
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 STATUS_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
@@ -555,7 +555,7 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
         if record.kind == "load" and result.get("levels"):
             from dlperf.loadgen.render import stored_view
 
-            return Group(*stored_view(result, config))
+            return Group(*stored_view(result, config, interrupted=record.status == INTERRUPTED))
         if record.kind == "profile":
             from dlperf.report.profile_view import profile_report
 

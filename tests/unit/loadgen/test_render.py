@@ -394,3 +394,17 @@ def test_runs_show_of_a_load_that_failed_its_gate_says_why_as_dlperf_load_did() 
     assert text.endswith("SLO p99 <= 1 ms not met at: concurrency 4 (fail)")
     passed = "\n".join(_lines(Group(*stored_view({"levels": [LEVELS[0].to_dict()]}, config)), 400))
     assert "not met" not in passed and "more requests failed" not in passed
+
+
+def test_runs_show_of_an_interrupted_load_run_titles_it_interrupted_as_dlperf_load_did() -> None:
+    from dlperf.report.terminal import record_view
+    from dlperf.store.records import RunRecord
+
+    config = {"model": "mlp", "url": "127.0.0.1:8000"}
+    result = {"levels": [LEVELS[0].to_dict()]}
+    stopped = "\n".join(_lines(record_view(RunRecord("l1", "load", "127.0.0.1:8000/mlp", "interrupted", "2026-01-01",
+                                                     config=config, result=result)), 200))
+    assert "mlp at 127.0.0.1:8000 (interrupted, 1 level finished)" in stopped  # the title dropped it
+    done = "\n".join(_lines(record_view(RunRecord("l2", "load", "127.0.0.1:8000/mlp", "ok", "2026-01-01",
+                                                  config=config, result=result)), 200))
+    assert "mlp at 127.0.0.1:8000" in done and "(interrupted" not in done
