@@ -246,6 +246,21 @@ def bench_headline_line(result: dict[str, Any]) -> str | None:
     return line
 
 
+def bench_setup_line(config: Mapping[str, Any]) -> str:
+    """'scenario single-stream · device cpu · precision fp32', with the threads and artifact where set: what a bench
+    run measured, from its config."""
+    given = config.get("artifact")
+    artifact: Mapping[str, Any] = given if isinstance(given, dict) else {}
+    # an engine artifact runs in its own precision: an int8 one read 'precision fp32' (bench's autocast setting)
+    precision = (artifact_precision(artifact, config.get("precision")) if artifact.get("precision")
+                 else config.get("precision", "?"))
+    what = artifact.get("label") or artifact.get("engine")
+    threads = (config["threads"] if config.get("threads")
+               else f"{artifact['threads']} (the artifact's)" if artifact.get("threads") else None)
+    return (f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · precision {precision}"
+            + (f" · threads {threads}" if threads else "") + (f" · artifact {what}" if what else ""))
+
+
 def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: str | None = None,
                  store_url: str | None = None, config: dict[str, Any] | None = None) -> RenderableType:
     """Table, headline, model size, noise warnings, environment and where the run was saved."""
@@ -254,18 +269,7 @@ def bench_report(result: dict[str, Any], environment: dict[str, Any], run_id: st
     if headline:
         parts.append(Text(headline))
     if config:
-        given = config.get("artifact")
-        artifact: dict[str, Any] = given if isinstance(given, dict) else {}
-        # an engine artifact runs in its own precision: an int8 one read 'precision fp32' (bench's autocast setting)
-        precision = (artifact_precision(artifact, config.get("precision")) if artifact.get("precision")
-                     else config.get("precision", "?"))
-        what = artifact.get("label") or artifact.get("engine")
-        threads = (config["threads"] if config.get("threads")
-                   else f"{artifact['threads']} (the artifact's)" if artifact.get("threads") else None)
-        parts.append(Text(f"scenario {config.get('scenario', '?')} · device {config.get('device', '?')} · "
-                          f"precision {precision}"
-                          + (f" · threads {threads}" if threads else "")
-                          + (f" · artifact {what}" if what else "")))
+        parts.append(Text(bench_setup_line(config)))
     if "model_bytes" in result:
         parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
                           f"({result.get('model_bytes_of', 'parameters + buffers')})"))
@@ -495,7 +499,8 @@ def record_view(record: RunRecord) -> RenderableType:
         header.add_row("config", Text(json.dumps(record.config, default=str, sort_keys=True)))
     parts.append(header)
     view = _kind_view(record)
-    measured = _points_view(record.result)
+    # a bench run's scenario, device and precision line, as `dlperf bench` printed it under the headline
+    measured = _points_view(record.result, record.config if record.kind == "bench" else None)
     if measured is not None:
         parts.append(measured)
         if view is not None:  # a check run's gate verdict below its measurements
@@ -510,7 +515,7 @@ def record_view(record: RunRecord) -> RenderableType:
     return Group(*parts)
 
 
-def _points_view(result: Any) -> RenderableType | None:
+def _points_view(result: Any, config: Mapping[str, Any] | None = None) -> RenderableType | None:
     """A bench or check run's measurements as bench printed them: the table, the model's size, and what makes the
     numbers less trustworthy (noise, a cap, other load); None for a result without points, or whose points lack a
     field (an older run: it falls back to JSON, where `runs show` raised a KeyError). A check's gate verdict, printed
@@ -524,6 +529,8 @@ def _points_view(result: Any) -> RenderableType | None:
         headline = bench_headline_line(result)  # as bench printed it
         if headline:
             parts.append(Text(headline))
+        if config:
+            parts.append(Text(bench_setup_line(config)))
         if "model_bytes" in result:
             parts.append(Text(f"model size: {fmt_mib(result['model_bytes'])} MiB "
                           f"({result.get('model_bytes_of', 'parameters + buffers')})"))

@@ -651,3 +651,13 @@ def test_an_ab_stopped_before_two_blocks_is_shown_as_interrupted_with_the_blocks
     assert "no result recorded" not in shown
     assert headline_text(record) == "interrupted after 1 of 6 paired blocks"
     assert "note: interrupted after 1 of 6 paired blocks" in run_section(record)
+
+
+def test_runs_show_of_a_bench_run_has_its_scenario_device_and_precision_line_as_bench_printed_it() -> None:
+    config = {"scenario": "offline", "device": "cpu", "precision": "bf16", "threads": 2, "batch_sizes": [8]}
+    shown = " ".join(_text(record_view(RunRecord("b", "bench", "zoo:mlp", "ok", "2026-01-01", config=config,
+                                                 result=RESULT)), 200).split())
+    said = " ".join(_text(bench_report(RESULT, {}, config=config), 200).split())
+    assert "scenario offline · device cpu · precision bf16 · threads 2" in said
+    assert "headline: throughput 12,346 items/s at batch 8 scenario offline · device cpu · precision bf16 · " \
+           "threads 2 model size" in shown  # bench printed it under the headline; runs show did not
