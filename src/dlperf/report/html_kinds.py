@@ -479,6 +479,7 @@ def load_view(rec: RunRecord) -> str:
     lists = [v for k, v in r.items() if isinstance(v, list) and k in ("levels", "steps", "points", "results", "stages")]
     rows: list[tuple[str, float, float | None, float | None, str]] = []
     judged: list[list[Any]] = []  # the SLO's bound and verdict, the server's resources: where the run had them
+    tails: list[list[str]] = []  # p90 and p95, between the p50 and p99 columns as in `dlperf load`'s table
     cdfs: list[Series] = []
     with_latencies = 0
     warnings: list[str] = []  # a level's own: unstable windows, no request succeeded (and what came back)
@@ -496,6 +497,7 @@ def load_view(rec: RunRecord) -> str:
         errors = (errors_text(statuses) if isinstance(statuses, Mapping)
                   else fmt(first_number(item, "error_rate", "errors", "failures")))
         rows.append((label, thr, p50, p99, errors))
+        tails.append([fmt_ms(first_number(item, "p90_s")), fmt_ms(first_number(item, "p95_s"))])
         rss = first_number(item, "resources.rss_max_bytes")
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
@@ -504,6 +506,10 @@ def load_view(rec: RunRecord) -> str:
                        fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
                               else first_number(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)
+                       else "-",
+                       # the server's own per-request means and mean batch, as `dlperf load` and `runs show` give
+                       fmt_ms(first_number(item, "server.queue_s")), fmt_ms(first_number(item, "server.compute_s")),
+                       f"{batch:.1f}" if (batch := first_number(item, "server.average_batch_size")) is not None
                        else "-",
                        fmt(first_number(item, "resources.cpu_cores")),
                        fmt(rss / 2**20) if rss is not None else "-",
@@ -516,12 +522,15 @@ def load_view(rec: RunRecord) -> str:
                 cdfs.append(Series(label, *ecdf([float(v) / 1e6 for v in lat]), mode="step"))
     if not rows:
         raise ValueError("no load levels with a throughput")
-    extras = ("items/s", f"{judged_at} bound ms", f"{judged_at} SLO", "server CPU cores", "server RSS MiB",
-              "GPU busy")
+    extras = ("items/s", f"{judged_at} bound ms", f"{judged_at} SLO", "server queue ms", "server compute ms",
+              "server batch", "server CPU cores", "server RSS MiB", "GPU busy")
     shown = [i for i in range(len(extras)) if any(j[i] != "-" for j in judged)]  # where present
-    table = html_table(("level", "throughput req/s", "p50 ms", "p99 ms", "errors", *(extras[i] for i in shown)),
-                       [[o, fmt(t), fmt_ms(a), fmt_ms(b), e] + [j[i] for i in shown]
-                        for (o, t, a, b, e), j in zip(rows, judged, strict=True)])
+    tail_names = ("p90 ms", "p95 ms")
+    shown_tails = [i for i in range(len(tail_names)) if any(t[i] != "-" for t in tails)]
+    table = html_table(("level", "throughput req/s", "p50 ms", *(tail_names[i] for i in shown_tails), "p99 ms",
+                        "errors", *(extras[i] for i in shown)),
+                       [[o, fmt(t), fmt_ms(a), *(tl[i] for i in shown_tails), fmt_ms(b), e] + [j[i] for i in shown]
+                        for (o, t, a, b, e), tl, j in zip(rows, tails, judged, strict=True)])
     if isinstance(peak, Mapping) and slo is not None:
         table = _peak_outcome(peak, slo) + table
     series = []

@@ -70,3 +70,23 @@ def test_the_latency_plot_draws_the_slo_and_the_cdf_starts_at_zero() -> None:
     assert plot is not None and 'class="reft">SLO p95 &lt;= 5 ms</text>' in plot.group(0)
     cdf = re.search(r"<title>Latency CDF per level</title>.*?</svg>", html, re.S)
     assert cdf is not None and 'text-anchor="end">0</text>' in cdf.group(0)
+
+
+def test_the_load_table_has_the_p90_p95_and_server_columns_that_runs_show_gives() -> None:
+    from dlperf.loadgen.generator import LevelResult, ServerSide
+
+    server = ServerSide(600, 0.000129, 0.00001, 0.000158, 0.00001, 2.5)
+    latencies = [int(v * 1e6) for v in range(1, 101)]  # 1 to 100 ms
+    level = LevelResult("concurrency", 4.0, 1, latencies, {"200": 100}, 1.0, True, [100.0], server=server)
+    html = _load({"levels": [level.to_dict()]})
+    header = re.search(r"<tr><th>level</th>.*?</tr>", html)
+    assert header is not None
+    names = re.findall(r"<th>(.*?)</th>", header.group(0))
+    # the table had p50 and p99 only, and none of the server's own figures
+    assert names[:9] == ["level", "throughput req/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "errors",
+                         "server queue ms", "server compute ms"]
+    assert "server batch" in names
+    row = re.findall(r"<td[^>]*>(.*?)</td>", html[header.end():].split("</tr>")[0])
+    cells = dict(zip(names, row, strict=False))
+    assert (cells["p90 ms"], cells["p95 ms"]) == ("90.1", "95.05")
+    assert (cells["server queue ms"], cells["server compute ms"], cells["server batch"]) == ("0.129", "0.178", "2.5")
