@@ -128,7 +128,9 @@ def check_against_baseline(
             save_points(point, so_far)
             if point.batch_size in base_points:
                 judged.append(gate_point(base_points[point.batch_size], point.measurement, config, point.batch_size))
-                run.result = {**run.result, "headline": GateResult(config, judged).headline()}
+                # each batch size's change so far: an interrupted check's `runs list` row had a latency, no change
+                run.result = {**run.result, "headline": GateResult(config, judged).headline(),
+                              "judged": [p.to_dict() for p in judged]}
                 run.save()
 
         result = run_bench(workload, bench_config, on_progress=on_progress, on_point=on_point)

@@ -308,6 +308,8 @@ def kind_headline(kind: str, result: Any) -> str | None:
         return result["partial"].split(":")[0]
     if kind == "check" and isinstance(result.get("gate"), dict):
         return check_headline(result["gate"])
+    if kind == "check" and isinstance(result.get("judged"), list):  # stopped before the gate gave its verdict
+        return stopped_check_headline(result["judged"])
     if kind == "train-trial" and result.get("knob"):
         return trial_headline(result)
     if kind == "calibrate":
@@ -338,19 +340,35 @@ def trial_headline(result: dict[str, Any]) -> str:
 
 def check_headline(gate: dict[str, Any]) -> str | None:
     """A check run: the gate's verdict and each batch size's regression (its throughput hid whether it failed)."""
+    if "failed" not in gate:
+        return None
+    changes = _gate_changes(gate.get("points", []), str(gate.get("metric", "")))
+    return None if changes is None else f"{'FAIL' if gate['failed'] else 'PASS'}: {changes}"
+
+
+def stopped_check_headline(judged: Sequence[Any]) -> str | None:
+    """A check run interrupted before its gate's verdict: each batch size's change as far as it was measured."""
+    metric = next((str(p.get("metric", "")) for p in judged if isinstance(p, dict)), "")
+    changes = _gate_changes(judged, metric, verdict_said=False)
+    return None if changes is None else f"no verdict (stopped): {changes}"
+
+
+def _gate_changes(recorded: Sequence[Any], metric: str, verdict_said: bool = True) -> str | None:
+    """'p50 +1.2% worse @ bs1, ...': the recorded points' changes (`PointVerdict.to_dict()`); None without any.
+    `verdict_said`: a FAIL before them says that the one batch size regressed."""
     from dlperf.compare.gate import recorded_change
     from dlperf.compare.stats import change_text
 
-    points = [(p, change) for p in gate.get("points", [])
+    points = [(p, change) for p in recorded
               if isinstance(p, dict) and (change := recorded_change(p)) is not None]
-    if "failed" not in gate or not points:
+    if not points:
         return None
 
     def mark(p: dict[str, Any]) -> str:
         """A batch size's own verdict where the run's does not say it: 'PASS: p50 +96.3% worse' was a pass from 3
         samples, and 'FAIL: ... @ bs1, ... @ bs4' failed at bs4 only."""
         if p.get("failed"):
-            return " (regression)" if len(points) > 1 else ""
+            return " (regression)" if len(points) > 1 or not verdict_said else ""
         if p.get("too_few_samples"):
             return " (too few samples)"
         return " (inconclusive)" if p.get("inconclusive") else ""
@@ -359,7 +377,7 @@ def check_headline(gate: dict[str, Any]) -> str | None:
     changes = ", ".join(f"{change_text(change, lower)} @ bs{p.get('batch_size')}{mark(p)}"
                         for p, (change, _, lower) in points[:3])
     more = ", ..." if len(points) > 3 else ""
-    return f"{'FAIL' if gate['failed'] else 'PASS'}: {gate.get('metric', '')} {changes}{more}"
+    return f"{metric} {changes}{more}"
 
 
 def headline_text(record: RunRecord) -> str:
@@ -589,6 +607,9 @@ def _kind_view(record: RunRecord) -> RenderableType | None:
             from dlperf.report.compare_text import gate_lines
 
             return Group(*gate_lines(result["gate"]))
+        if record.kind == "check" and isinstance(result.get("judged"), list):  # stopped before the gate's verdict
+            said = stopped_check_headline(result["judged"])
+            return Text(said) if said else None
         if record.kind == "ab" and "measurements" in result:
             from dlperf.compare.ab import ABRun
             from dlperf.report.compare_text import ab_table, ab_verdict

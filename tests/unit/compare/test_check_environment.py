@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,30 @@ def test_a_baseline_from_a_machine_with_more_cores_is_not_pinned_to_its_threads(
     outcome = check_against_baseline("zoo:mlp", "big", store, min_duration_s=0.001)
     assert store.get(outcome.run_id).config.get("threads") in (None, torch.get_num_threads())
     assert any("torch_threads: 64 vs" in w for w in outcome.gate.warnings)
+
+
+def test_an_interrupted_check_lists_the_change_it_measured_before_the_interrupt(tmp_path: Path) -> None:
+    from dlperf.report.terminal import headline_text, record_view
+
+    store = Store(tmp_path / "runs.db")
+    dlperf.bench("zoo:mlp", batch_sizes=(1, 2), min_duration_s=0.0, min_iters=20, warmup_iters=0, store=store)
+    store.set_baseline("main", store.list(kind="bench")[0].id)
+
+    def stop_in_batch_2(batch: int, calls: int, seconds: float) -> None:
+        if batch == 2 and calls >= 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        check_against_baseline("zoo:mlp", "main", store, min_duration_s=0.05, on_progress=stop_in_batch_2)
+    stopped = store.list(kind="check")[0]
+    assert stopped.status == "interrupted"
+    # `runs list` gave its p50, as of a bench run: no change against the baseline, nor that it had no verdict
+    headline = headline_text(stopped)
+    assert re.fullmatch(r"no verdict \(stopped\): p50 [+-]\d+\.\d% (worse |better )?@ bs1.*, .* @ bs2.*", headline)
+    assert "PASS" not in headline and "FAIL" not in headline
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(record_view(stopped))
+    assert headline in console.export_text()
+    console.file.close()
