@@ -15,9 +15,10 @@ from typing import Any
 
 from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
 from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, ratio_ci
+from dlperf.errors import StoreError
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, min_samples_for_interval, percentile
-from dlperf.store.records import RunRecord
+from dlperf.store.records import SAMPLED_KINDS, RunRecord
 
 # (KPI key in Measurement.summary(), label, True if lower is better)
 KPIS: tuple[tuple[str, str, bool], ...] = (
@@ -282,7 +283,14 @@ def _kpis(m: Measurement) -> dict[str, float]:
 
 def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunComparison:
     """Compare two runs. Runs with raw samples (bench, check) get KPI deltas and the test per batch size;
-    others get the deltas of their top-level numeric results."""
+    others get the deltas of their top-level numeric results. Runs of two kinds (other than a bench and a check
+    run) are refused with a StoreError: they share no measurement to compare."""
+    if a.kind != b.kind and not {a.kind, b.kind} <= set(SAMPLED_KINDS):
+        # a bench against an ab run printed a note and "nothing else to compare", and exited 0 as a comparison did
+        own = next((f"; an ab run compares its own two sides: `dlperf runs show {r.id}`" for r in (a, b)
+                    if r.kind == "ab"), "")
+        raise StoreError(f"cannot compare run {a.id} ({a_kind(a.kind)} run) with run {b.id} ({a_kind(b.kind)} run): "
+                         f"`dlperf compare` takes two runs of one kind (or a bench and a check run){own}")
     env_diff = environment_differences(a.environment or {}, b.environment or {})
     notes: list[str] = []
     warnings: list[str] = []
@@ -333,19 +341,12 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
             notes.append(f"batch sizes {only} are in only one of the runs and are left out")
         points = [compare_points(pa[bs], pb[bs], bs, alpha) for bs in common]
     else:
-        # Say which run and why: "one of the runs holds no raw latency samples" was printed for a bench run
-        # against an ab run (which holds samples, per side, not per batch size), and then nothing else.
-        if a.kind != b.kind:
-            notes.append(f"A is {a_kind(a.kind)} run and B {a_kind(b.kind)} run: only the numeric results they share "
-                         "are compared (latency samples are compared between two bench or check runs, or two load "
-                         "runs)")
-        else:
-            lacking = [r.id for r in (a, b)
-                       if not (has_samples(r) or load_levels(r) or train_measurement(r) is not None)]
-            who = f"run {lacking[0]} holds no" if len(lacking) == 1 else "neither run holds"
-            # "raw latency samples" was said of two ab runs, which hold them per side (compared within each run)
-            notes.append(f"{who} samples of a kind compared here (a bench or check run's per batch size, a load "
-                         "run's per level, a train run's per step): only the numeric results are compared")
+        # Say which run and why (runs of two kinds are refused above)
+        lacking = [r.id for r in (a, b) if not (has_samples(r) or load_levels(r) or train_measurement(r) is not None)]
+        who = f"run {lacking[0]} holds no" if len(lacking) == 1 else "neither run holds"
+        # "raw latency samples" was said of two ab runs, which hold them per side (compared within each run)
+        notes.append(f"{who} samples of a kind compared here (a bench or check run's per batch size, a load "
+                     "run's per level, a train run's per step): only the numeric results are compared")
         flat_a, flat_b = _flatten(a.result), _flatten(b.result)
         other = [(k, flat_a[k], flat_b[k]) for k in sorted(set(flat_a) & set(flat_b)) if flat_a[k] != flat_b[k]]
         # two profiles at batch 1 and 8 listed their step times side by side; the batch size was a row deep in the table

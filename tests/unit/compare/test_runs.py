@@ -205,15 +205,23 @@ def test_the_comparison_s_title_and_test_line_are_as_wide_as_the_console_not_the
         assert second[0].startswith("batch 32: A=")
 
 
-def test_runs_of_different_kinds_say_so_and_when_nothing_is_left_to_compare(tmp_path: Path) -> None:
-    # A bench run against an ab run said "one of the runs holds no raw latency samples", then nothing.
+def test_runs_of_two_kinds_are_refused_and_runs_with_nothing_left_to_compare_say_so(tmp_path: Path) -> None:
+    from dlperf.cli.main import main
+    from dlperf.errors import StoreError
+
+    # A bench run against an ab run said "one of the runs holds no raw latency samples", then nothing; later a note
+    # that nothing was left to compare, and exit 0 as for a comparison
     store = Store(tmp_path / "runs.db")
     bench = add_run(store, "bench", bench_result({1: 0.001}))
     ab = add_run(store, "ab", {"ratio": 1.02, "verdict": "no significant difference"})
-    cmp = compare_records(store.get(bench), store.get(ab))
-    assert cmp.points == [] and cmp.other_deltas == []
-    assert any("A is a 'bench' run and B an 'ab' run" in n for n in cmp.notes)
-    assert any("share no numeric result that differs" in n for n in cmp.notes)
+    with pytest.raises(StoreError, match=rf"^cannot compare run {bench} \(a 'bench' run\) with run {ab} \(an 'ab' "
+                                         rf"run\): `dlperf compare` takes two runs of one kind \(or a bench and a "
+                                         rf"check run\); an ab run compares its own two sides: `dlperf runs show "
+                                         rf"{ab}`$"):
+        compare_records(store.get(bench), store.get(ab))
+    assert main(["compare", bench, ab, "--store", str(tmp_path / "runs.db")]) == 2
+    check = add_run(store, "check", bench_result({1: 0.0011}, seed=2))  # a bench and a check run do compare
+    assert [p.batch_size for p in compare_records(store.get(bench), store.get(check)).points] == [1]
     first = add_run(store, "profile", {"step_s": 0.010})
     second = add_run(store, "profile", {"step_s": 0.012})
     cmp = compare_records(store.get(first), store.get(second))
