@@ -12,7 +12,15 @@ from typing import Any
 
 from dlperf.errors import LoadGenError
 from dlperf.loadgen.client import Endpoint, Reply
-from dlperf.serve.protocol import ProtocolError, Tensor, array_from_bytes, error_body, set_parameter, tensor_bytes
+from dlperf.serve.protocol import (
+    STREAM_ERROR_STATUS_PARAMETER,
+    ProtocolError,
+    Tensor,
+    array_from_bytes,
+    error_body,
+    set_parameter,
+    tensor_bytes,
+)
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -116,6 +124,16 @@ def stream_error_status(message: str) -> int:
     return next((status for start, status in STREAM_ERROR_STATUS if message.startswith(start)), 500)
 
 
+def stream_reply_status(response: Any) -> int:
+    """The HTTP status a ModelStreamInferResponse with an `error_message` counts under: the one a dlperf server gives
+    in its `dlperf_error_status` parameter (a bad request 400, as a unary call's INVALID_ARGUMENT), else
+    `stream_error_status` of the message (Triton's)."""
+    given = response.infer_response.parameters.get(STREAM_ERROR_STATUS_PARAMETER)
+    if given is not None and given.WhichOneof("parameter_choice") == "int64_param" and 400 <= given.int64_param < 600:
+        return int(given.int64_param)
+    return stream_error_status(response.error_message)
+
+
 class GrpcStreamConnection(_GrpcSender):
     """One gRPC channel with one ModelStreamInfer stream (perf_analyzer's --streaming); `send(raw)` writes a
     serialized ModelInferRequest on it and reads the next response: status 200 and the serialized
@@ -142,7 +160,7 @@ class GrpcStreamConnection(_GrpcSender):
             raise ConnectionError("the server ended the stream")
         response = service_pb2.ModelStreamInferResponse.FromString(body)
         if response.error_message:
-            return Reply(stream_error_status(response.error_message), {}, error_body(response.error_message))
+            return Reply(stream_reply_status(response), {}, error_body(response.error_message))
         return Reply(200, {}, response.infer_response.SerializeToString())
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from dlperf.errors import ServingError
 from dlperf.serve.protocol import (
     NOT_OFFERED,
     NUMPY_DTYPES,
+    STREAM_ERROR_STATUS_PARAMETER,
     InferRequest,
     ProtocolError,
     Tensor,
@@ -259,12 +260,15 @@ def create_servicer(state: ServerState) -> Any:
         running: set[asyncio.Task[None]] = set()
         window = asyncio.Semaphore(state.config.grpc_stream_window)  # taken per request read, back once written
 
-        def failed(request: Any, message: str) -> Any:
+        def failed(request: Any, message: str, status: int) -> Any:
             # the request's id (and model) with the error, as Triton, so a client with several in flight knows
             # which one failed; tritonclient's stream callback gets only the message (its InferenceServerException
             # has no id), so the id also leads the message, as Triton's own request errors begin
             said = service_pb2.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
                                                   id=request.id)
+            # the HTTP status a unary call's code stands for: an error message carries no code, and `dlperf load
+            # --streaming` counted a bad request (400 unary) as a server fault (500)
+            said.parameters[STREAM_ERROR_STATUS_PARAMETER].int64_param = status
             if request.id:
                 message = f"{REQUEST_ID_PREFIX}{request.id}] {message}"
             return service_pb2.ModelStreamInferResponse(error_message=message, infer_response=said)
@@ -273,11 +277,11 @@ def create_servicer(state: ServerState) -> Any:
             try:
                 reply, outcome, request_ns = await answer(request, metadata)
             except ProtocolError as exc:
-                ready.put_nowait((failed(request, str(exc)), None))
+                ready.put_nowait((failed(request, str(exc), exc.status), None))
                 return
             except Exception as exc:  # a bug: said in the stream, which goes on, and logged, as a unary call's is
                 log.exception("a ModelStreamInfer request to model '%s' failed", request.model_name)
-                ready.put_nowait((failed(request, internal_error(exc)), None))
+                ready.put_nowait((failed(request, internal_error(exc), 500), None))
                 return
             ready.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=reply), (outcome, request_ns)))
 

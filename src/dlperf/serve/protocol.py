@@ -479,6 +479,11 @@ MAX_PRIORITY = 2**64 - 1
 """The highest request priority: Triton's `priority` is an unsigned 64-bit integer (the server's check and
 `dlperf load --priority` both use this bound)."""
 
+STREAM_ERROR_STATUS_PARAMETER = "dlperf_error_status"
+"""The parameter of a ModelStreamInfer error's `infer_response` that gives the HTTP status of the failure (400 for a
+bad request, 503 for a full queue, ...): the stream's `error_message` has no code (Triton sends none either), and a
+Triton client ignores a parameter it does not know."""
+
 NOT_OFFERED = {
     "repository": "dlperf serve has no model repository to index, load or unload: it serves the models given "
                   "when it started (dlperf serve WORKLOAD_OR_ARTIFACT); restart it to change them",

@@ -159,6 +159,32 @@ def test_a_failed_stream_request_is_answered_with_its_id(server: Running) -> Non
     assert set(by_id) == {"good-1", "bad-1"}
     assert "shape" in by_id["bad-1"].error_message and by_id["bad-1"].infer_response.model_name == "mlp"
     assert by_id["good-1"].error_message == "" and len(by_id["good-1"].infer_response.outputs) == 1
+    # the status a unary call's INVALID_ARGUMENT stands for, which the message alone does not give
+    assert by_id["bad-1"].infer_response.parameters["dlperf_error_status"].int64_param == 400
+    assert "dlperf_error_status" not in by_id["good-1"].infer_response.parameters
+
+
+def test_a_bad_stream_request_counts_as_a_bad_request_in_the_load_generator_as_a_unary_one_does(
+        server: Running) -> None:
+    """`dlperf load --streaming` counted a bad request as 500 (a server fault), the same request unary as 400."""
+    import asyncio
+
+    from dlperf.loadgen.client import Endpoint
+    from dlperf.loadgen.grpc_client import GrpcConnection, GrpcStreamConnection
+
+    assert server.grpc_url is not None
+    host, port = server.grpc_url.rsplit(":", 1)
+    bad = service_pb2.ModelInferRequest(model_name="mlp", raw_input_contents=[b"\0" * 128])
+    bad.inputs.add(name="x", datatype="FP32", shape=[1, 32])
+
+    async def both() -> list[int]:
+        statuses = []
+        for conn in (GrpcConnection(Endpoint(host, int(port))), GrpcStreamConnection(Endpoint(host, int(port)))):
+            statuses.append((await conn.send(bad.SerializeToString())).status)
+            await conn.close()
+        return statuses
+
+    assert asyncio.run(both()) == [400, 400]
 
 
 def test_a_failed_stream_request_s_error_names_its_id_for_tritonclient(server: Running) -> None:

@@ -96,3 +96,17 @@ def test_a_grpc_reply_is_checked_at_the_target_s_tolerance() -> None:
     assert wide.mismatch({}, body, expected) is None
     narrow = Target(Endpoint("127.0.0.1", 1), "m", b"", protocol="grpc")
     assert "output 'y' differs from its validation data: element 0" in (narrow.mismatch({}, body, expected) or "")
+
+
+def test_a_stream_error_counts_under_the_status_the_server_gives_else_by_its_message() -> None:
+    """A bad request on a stream counted as 500 (its message has no code), where the same request unary counted as
+    400: a dlperf server gives the status in the error's `dlperf_error_status` parameter."""
+    from dlperf.loadgen.grpc_client import stream_reply_status
+
+    message = "input 0 'x' has shape [1, 63]: model 'mlp' expects [-1, 64]"
+    given = service_pb2.ModelStreamInferResponse(error_message=message)
+    given.infer_response.parameters["dlperf_error_status"].int64_param = 400
+    assert stream_reply_status(given) == 400
+    assert stream_reply_status(service_pb2.ModelStreamInferResponse(error_message=message)) == 500  # Triton's: none
+    queue_full = service_pb2.ModelStreamInferResponse(error_message="Exceeds maximum queue size: 1 requests queued")
+    assert stream_reply_status(queue_full) == 503
