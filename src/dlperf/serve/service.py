@@ -736,11 +736,16 @@ def _requested_outputs(entry: ModelEntry, requested: Any,
 def _timeout(parameters: Mapping[str, Any], server_timeout_s: float | None,
              allow_override: bool = True) -> float | None:
     """The request's timeout: its `timeout` parameter (µs, Triton's) may only shorten the server's, and is
-    checked but not used where the level does not allow the override (as Triton ignores it there)."""
+    checked but not used where the level does not allow the override (as Triton ignores it there). An integer
+    only, as Triton takes it (gRPC's int64_param, a JSON integer over HTTP): a double (2.5, meant as seconds?)
+    was read as 2.5 µs."""
     value = parameters.get("timeout")
+    if isinstance(value, float):
+        raise ProtocolError(f"parameter 'timeout' must be an integer number of microseconds (gRPC: int64_param, as "
+                            f"Triton takes it; JSON: an integer), got the double {value!r}: e.g. 2500000 for 2.5 s")
     if value is None or value == 0:
         return server_timeout_s
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:  # no NaN
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ProtocolError(f"parameter 'timeout' must be a non-negative number of microseconds, got {value!r}")
     if not allow_override:
         return server_timeout_s

@@ -86,6 +86,14 @@ def test_priority_is_an_unsigned_64_bit_integer() -> None:
 
 def test_a_timeout_is_a_finite_number_of_microseconds() -> None:
     assert _timeout({"timeout": 2_000_000}, None) == 2.0 and _timeout({"timeout": 3_000_000}, 1.0) == 1.0
-    for bad in (float("inf"), float("nan"), -1, "5"):
+    for bad in (-1, "5", True):
         with pytest.raises(ProtocolError, match="'timeout' must be a non-negative number of microseconds"):
             _timeout({"timeout": bad}, None)
+
+
+@pytest.mark.parametrize("double", [2.5, 2_000_000.0, 0.0, float("inf"), float("nan")])
+def test_a_timeout_sent_as_a_double_is_refused_as_triton_refuses_it(double: float) -> None:
+    # 2.5 (meant as seconds) was read as 2.5 µs; Triton takes only an int64_param (a JSON integer over HTTP)
+    with pytest.raises(ProtocolError, match=r"^parameter 'timeout' must be an integer number of microseconds \(gRPC: "
+                                            r"int64_param, as Triton takes it; JSON: an integer\), got the double "):
+        _timeout({"timeout": double}, 5.0)
