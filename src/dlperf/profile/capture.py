@@ -527,11 +527,15 @@ def _thread_cpu_s() -> dict[int, float]:
 
 
 def _busy_threads(before: dict[int, float], wall_s: float) -> tuple[int, float]:
-    """(native threads that used >= 5% of a core, cores used by other Python threads) since `before`."""
+    """(native threads that used >= 5% of a core, or half an even share of what the threads that ran used, cores
+    used by other Python threads) since `before`. The even share counts oversubscribed threads: 64 intra-op threads
+    sharing 0.8 cores get about 1% each, and counting only the main thread read '1 thread of this process was busy'."""
     after = _thread_cpu_s()
     wall_s = max(wall_s, 1e-9)
     used = {tid: (cpu - before.get(tid, 0.0)) / wall_s for tid, cpu in after.items()}
-    busy = sum(1 for u in used.values() if u >= 0.05)
+    ran = [u for u in used.values() if u > 0]
+    threshold = min(0.05, 0.5 * sum(ran) / len(ran)) if ran else 0.05
+    busy = sum(1 for u in used.values() if u > 0 and u >= threshold)
     others = [
         t.native_id for t in threading.enumerate()
         if t is not threading.main_thread() and not t.name.startswith("dlperf-") and t.native_id is not None

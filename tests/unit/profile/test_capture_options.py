@@ -80,6 +80,17 @@ def test_busy_threads_count_those_over_five_percent_and_other_python_threads_lea
     assert others == pytest.approx(0.5)
 
 
+def test_oversubscribed_threads_sharing_a_fraction_of_a_core_each_count_as_busy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--threads 64` on 2 busy cores: each of 64 threads got about 1% of a core over 1 s (0.8 cores in all), the
+    main thread 3%; two idle threads none. All 64 ran the step: it read '1 thread of this process was busy'."""
+    workers = {10**9 + i: 0.0125 for i in range(63)}
+    before = dict.fromkeys([*workers, 1, 2, 3], 0.0)
+    monkeypatch.setattr(capture_module, "_thread_cpu_s", lambda: {**workers, 1: 0.03, 2: 0.0, 3: 0.0})
+    busy, _ = capture_module._busy_threads(before, 1.0)
+    assert busy == 64
+
+
 def test_the_loader_workers_cpu_counts_from_their_first_reading_or_from_their_birth_within_the_timing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The workers' CPU is this process's load: a worker there at the start counts from its first reading, one born
