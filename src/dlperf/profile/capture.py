@@ -715,6 +715,7 @@ def events_to_trace(events: Any, walls: list[float], waits: list[float], workloa
             self_us=float(e.self_cpu_time_total), thread=int(e.thread), depth=depth, step=i, phase=phase,
             flops=flops_of.get(id(e), int(e.flops or 0)),
             input_shapes=tuple(_shape(s) for s in (e.input_shapes or ())),
+            input_strides=tuple(_shape(s) for s in (getattr(e, "structured_input_strides", None) or ())),
             input_dtypes=tuple(str(d) for d in (getattr(e, "input_dtypes", None)
                                                 or (input_dtypes or {}).get(int(e.id), ()))),
             self_memory_bytes=int(e.self_cpu_memory_usage or 0),

@@ -48,6 +48,9 @@ class OpEvent:
     flops: int = 0
     input_shapes: tuple[tuple[int, ...], ...] = ()
     input_dtypes: tuple[str, ...] = ()
+    input_strides: tuple[tuple[int, ...], ...] = ()
+    """The inputs' strides where the profiler recorded them (() where not): a stride of 0 is a broadcast dimension
+    (an `expand`ed tensor), read once however long it is."""
     self_memory_bytes: int = 0
     """Net host bytes allocated by this op itself (allocations minus frees), from profile_memory."""
     is_leaf: bool = True

@@ -394,3 +394,16 @@ def test_host_memory_records_include_onednns_and_a_cuda_profile_keeps_the_device
         trace_start_ns=lambda: 1_000, events=lambda: records)))
     assert memory_records(prof, "cpu") == [(1.0, 8), (2.0, -16), (4.0, 32)]
     assert memory_records(prof, "cuda:0") == [(8.0, 64)]
+
+
+def test_operators_keep_the_strides_the_profiler_recorded_for_their_inputs() -> None:
+    """`out.copy_(bias.expand(64, 384))`: the expanded bias has stride 0 in its first dimension."""
+    from dlperf.profile.capture import events_to_trace
+
+    ids = itertools.count()
+    step = _event(ids, "dlperf/step", 0, 1000, annotation=True)
+    forward = _event(ids, "dlperf/forward", 10, 900, step, annotation=True)
+    copy = _event(ids, "aten::copy_", 100, 400, forward, input_shapes=[[64, 384], [64, 384], []],
+                  structured_input_strides=[[384, 1], [0, 1], []])
+    tr = events_to_trace([step, forward, copy], [0.001], [0.0], "w", "inference", "cpu", 8)
+    assert tr.ops[0].input_strides == ((384, 1), (0, 1), ())
