@@ -150,8 +150,10 @@ def reconcile(diagnosis: Diagnosis, results: list[VerifyResult]) -> Diagnosis:
             # one whose fix measured 0.27x, and the verdict named that one.
             measured_share = 1.0 - 1.0 / _lower(best)
             if measured_share > finding.share:
-                line += (f"; so it explains at least {measured_share:.0%} of the step, not the {finding.share:.0%} "
-                         "estimated")
+                # said only where the two differ as printed: "at least 99% of the step, not the 99% estimated"
+                if f"{measured_share:.0%}" != f"{finding.share:.0%}":
+                    line += (f"; so it explains at least {measured_share:.0%} of the step, not the "
+                             f"{finding.share:.0%} estimated")
                 finding.share = measured_share
                 finding.confidence = "high"
             elif finding.confidence == "low":

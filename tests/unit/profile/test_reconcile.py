@@ -167,6 +167,10 @@ def test_a_fix_measured_far_faster_than_estimated_ranks_its_finding_first() -> N
     fast = _finding(dg.INPUT_PIPELINE, "waits", 2.11, share=0.6)
     reconcile(dg.Diagnosis([fast], "v"), [_result(fast, 1.3, (1.1, 1.5), FASTER)])
     assert fast.share == 0.6 and "so it explains" not in fast.evidence[-1]
+    # a measured share that prints as the estimate's adds no line reading "at least 99% ..., not the 99% estimated"
+    loop = _finding(dg.LAUNCH_OVERHEAD, "the step is dominated by per-operator dispatch overhead", 3.89, share=0.99)
+    reconcile(dg.Diagnosis([loop], "v"), [_result(loop, 179.9, (163.6, 197.8), FASTER, "compile")])
+    assert loop.share == pytest.approx(1 - 1 / 163.6) and "so it explains" not in loop.evidence[-1]
     # a low-confidence finding (per-call overhead of a process starved of cores) whose fix measured faster is
     # at least medium: the measurement shows the overhead is real, not only waits for a core
     low = _finding(dg.LAUNCH_OVERHEAD, "the step is dominated by its fixed per-call cost", 2.35, "low", share=0.77)
