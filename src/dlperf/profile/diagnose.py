@@ -481,11 +481,22 @@ def _compute(a: Analyses) -> Finding | None:
     if share < MIN_SHARE:
         return None
     eff = op.efficiency(COMPUTE) or 0.0
-    fp32 = op.peak_flops.get("fp32", 0.0)
-    int8 = op.peak_flops.get("int8")
-    evidence = [f"{share:.0%} of the step is in compute-bound operators, running at {eff:.0%} of the "
-                f"{fp32 / 1e9:.0f} GFLOP/s fp32 GEMM peak", *_top_ops_evidence(op, COMPUTE)]
-    bf16 = op.peak_flops.get("bf16")
+    # % of peak is of each operator's own dtype's peak: a bf16 model's read "36% of the 69 GFLOP/s fp32 GEMM peak"
+    # for 36% of bf16's 108 (57% of fp32's), and was offered bf16 autocast, estimated by bf16's ceiling over fp32's
+    time_by_dtype: dict[str, float] = {}
+    for o in op.operators:
+        if o.bound == COMPUTE:
+            kind = o.dtype if o.dtype in op.peak_flops else "fp32"
+            time_by_dtype[kind] = time_by_dtype.get(kind, 0.0) + o.self_s
+    dtype = max(time_by_dtype, key=time_by_dtype.__getitem__) if time_by_dtype else "fp32"
+    base = op.peak_flops.get(dtype, 0.0)
+    int8 = op.peak_flops.get("int8") if dtype != "int8" else None
+    peak_words = (f"the {base / 1e9:.0f} GFLOP/s {dtype} GEMM peak" if len(time_by_dtype) <= 1 else
+                  "the GEMM peaks of their dtypes (" + ", ".join(
+                      f"{k} {op.peak_flops[k] / 1e9:.0f} GFLOP/s" for k in sorted(time_by_dtype)) + ")")
+    evidence = [f"{share:.0%} of the step is in compute-bound operators, running at {eff:.0%} of {peak_words}",
+                *_top_ops_evidence(op, COMPUTE)]
+    bf16 = op.peak_flops.get("bf16") if dtype == "fp32" else None  # autocast to bf16 changes an fp32 model only
     fixes: list[Fix] = []
     title = "the step is compute-bound"
     confidence = "high" if share >= 0.5 else "medium"
@@ -499,24 +510,26 @@ def _compute(a: Analyses) -> Finding | None:
                         "little work per call at this batch size, memory) before making the arithmetic cheaper")
     speedup: float | None
     if eff < 0.5:
-        fixes = ([channels_last_fix()] if a.has_conv else []) + [compile_fix(), bf16_fix()]
+        fixes = (([channels_last_fix()] if a.has_conv else []) + [compile_fix()]
+                 + ([bf16_fix()] if dtype == "fp32" else []))
         fix = ("the operators reach only a fraction of the peak: try torch.compile"
                + (", channels_last for the convolutions" if a.has_conv else "")
-               + ", a larger batch; then lower precision")
+               + ", a larger batch" + ("; then lower precision" if dtype != "int8" else ""))
         speedup = _speedup(share, min(4.0, 0.7 / max(eff, 0.05)))
     else:
         # Near the peak only cheaper arithmetic helps: the fix dlperf measures is bf16 where this machine runs it
         # faster, and the estimate is that fix's (its ceiling over fp32's). A step at 67% of peak was estimated by
         # int8's ceiling, 2.94x, then measured with channels_last (1.10x) and torch.compile (0.98x), which do not make
         # the arithmetic cheaper, and was marked 'the estimate did not hold'.
-        bf16_ratio = bf16 / fp32 if bf16 and fp32 else 0.0
-        int8_ratio = int8 / fp32 if int8 and fp32 else 0.0
+        bf16_ratio = bf16 / base if bf16 and base else 0.0
+        int8_ratio = int8 / base if int8 and base else 0.0
         fixes = [bf16_fix()] if bf16_ratio > 1.0 else []
         fix = ("the arithmetic runs near the machine's peak: do less of it or do it cheaper, with int8 "
                "quantization (dlperf optimize, within an accuracy budget"
-               + (f"; int8's ceiling is {int8_ratio:.1f}x fp32's here" if int8_ratio > 1.0 else "") + "), bf16/fp16 "
-               + (f"(bf16's ceiling is {bf16_ratio:.1f}x fp32's here)" if bf16_ratio > 1.0 else
-                  "where the hardware runs them faster") + ", or a smaller model")
+               + (f"; int8's ceiling is {int8_ratio:.1f}x {dtype}'s here" if int8_ratio > 1.0 else "") + ")"
+               + (", bf16/fp16 " + (f"(bf16's ceiling is {bf16_ratio:.1f}x fp32's here)" if bf16_ratio > 1.0 else
+                                    "where the hardware runs them faster") if dtype == "fp32" else "")
+               + ", or a smaller model")
         ratio = bf16_ratio if fixes else int8_ratio
         speedup = _speedup(share, ratio) if ratio > 1.0 else None
     return Finding(

@@ -675,6 +675,35 @@ def test_compute_near_the_peak_measures_only_cheaper_arithmetic_against_its_own_
     assert no_bf16.estimated_speedup == pytest.approx(1 / ((1 - no_bf16.share) + no_bf16.share / 4.0))
 
 
+def test_a_bf16_model_is_held_to_the_bf16_peak_and_offered_no_bf16_autocast() -> None:
+    """A bf16 MLP's addmm at 36% of the bf16 peak read "running at 36% of the 69 GFLOP/s fp32 GEMM peak", and its fixes
+    included bf16 autocast, which leaves a bf16 model as it is; near the peak it was estimated by bf16's ceiling over
+    fp32's and offered that autocast as the one fix."""
+    from dataclasses import replace
+
+    from tests.unit.profile.builders import FakeCeilings
+
+    def bf16_gemm(start_us: float, dur_us: float) -> OpEvent:
+        return replace(gemm(start_us, dur_us), input_dtypes=("c10::BFloat16",) * 3 + ("Scalar", "Scalar"))
+
+    ceilings = FakeCeilings({"fp32": 100e9, "bf16": 150e9, "int8": 600e9}, 10e9)
+    far = dg.diagnose(dg.analyze_all(trace([bf16_gemm(0, 9000)]), ceilings)).top  # 134 MFLOP in 9 ms: 10% of bf16's
+    assert far is not None and far.category == dg.COMPUTE_BOUND
+    assert far.evidence[0].endswith("running at 10% of the 150 GFLOP/s bf16 GEMM peak")
+    assert [f.id for f in far.fixes] == ["compile"]
+    near = [bf16_gemm(i * 1600.0, 1500.0) for i in range(5)]  # 134 MFLOP in 1.5 ms: 60% of 150 GFLOP/s
+    top = dg.diagnose(dg.analyze_all(trace(near), ceilings)).top
+    assert top is not None and "near the machine's peak" in top.fix
+    assert top.fixes == [] and "bf16/fp16" not in top.fix and "int8's ceiling is 4.0x bf16's here" in top.fix
+    assert top.estimated_speedup == pytest.approx(1 / ((1 - top.share) + top.share / 4.0))
+    fp32_mm = op("aten::mm", 0, 2000.0, flops=2 * 256 * 512 * 512, shapes=((256, 512), (512, 512)),
+                 dtypes=("float", "float"))
+    mixed = [fp32_mm, bf16_gemm(2000.0, 2000.0)]
+    compute = next(f for f in dg.diagnose(dg.analyze_all(trace(mixed), ceilings)).findings
+                   if f.category == dg.COMPUTE_BOUND)
+    assert "of the GEMM peaks of their dtypes (bf16 150 GFLOP/s, fp32 100 GFLOP/s)" in compute.evidence[0]
+
+
 def test_a_one_thread_step_on_a_busy_machine_is_held_to_one_core() -> None:
     """'this process ran 1 threads but got only 0.7 of 2 cores' (a 1-thread step can use 1 core)."""
     one = dataclasses.replace(threads(intra=1, usable=2, process_pct=50.0, system_pct=95.0), busy_threads=1)
