@@ -172,7 +172,7 @@ class Step:
             # the checks and words of `dlperf train` (a step raised "'str' object has no attribute 'step'")
             # a make_loader that drops the fix's DataLoader arguments made --verify time the loader against itself
             # and report the input-pipeline fix as "the estimate did not hold"
-            problem = (optimizer_problem(self.optimizer) or loader_problem(self.loader)
+            problem = (optimizer_problem(self.optimizer, model) or loader_problem(self.loader)
                        or ignored_loader_kwargs(self.loader, dict(options.loader_kwargs),
                                                 "the DataLoader fix --verify measures acts through them"))
             if problem is not None:

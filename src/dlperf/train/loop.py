@@ -249,7 +249,7 @@ class TrainLoop:
 
     def _build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         optimizer = self._call_user("its optimizer factory", self.spec.make_optimizer, model.parameters())
-        problem = optimizer_problem(optimizer)
+        problem = optimizer_problem(optimizer, model)
         if problem is not None:  # a training step raised "'str' object has no attribute 'step'"
             raise TrainError(f"workload '{self.workload.name}': {problem}")
         if self.config.optimizer_impl != "default":

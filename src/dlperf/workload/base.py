@@ -548,12 +548,27 @@ def ignored_loader_kwargs(loader: Any, asked: dict[str, Any],
             f"arguments on (DataLoader(..., **dataloader_kwargs)); {acts}")
 
 
-def optimizer_problem(optimizer: Any) -> str | None:
-    """Why what a TrainSpec's optimizer factory returned cannot step (None: it has step() and zero_grad())."""
-    if callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None)):
+def optimizer_problem(optimizer: Any, model: Any = None) -> str | None:
+    """Why what a TrainSpec's optimizer factory returned cannot step, or cannot train `model` (None: it has step()
+    and zero_grad(), and its parameter groups hold at least one of the model's trainable parameters).
+
+    An optimizer built on other parameters than those it was given (a module-level model's, a copy's) stepped
+    nothing of the model dlperf trains: the run measured an optimizer step that trains nothing, with no word of it.
+    One holding only some of them (fine-tuning a head) is the user's choice."""
+    if not (callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None))):
+        return (f"its optimizer factory returned {_describe_value(optimizer)}, not a torch.optim.Optimizer: return "
+                "one built on the parameters it is given, e.g. torch.optim.SGD(params, lr=0.1)")
+    groups = getattr(optimizer, "param_groups", None)
+    if model is None or not isinstance(groups, list):
         return None
-    return (f"its optimizer factory returned {_describe_value(optimizer)}, not a torch.optim.Optimizer: return one "
-            "built on the parameters it is given, e.g. torch.optim.SGD(params, lr=0.1)")
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    held = [p for g in groups if isinstance(g, dict) for p in g.get("params", ())]
+    if not trainable or any(id(p) in trainable for p in held):
+        return None
+    return (f"its optimizer factory's {type(optimizer).__name__} holds none of the model's "
+            f"{len(trainable)} trainable parameter tensors (it holds {len(held)} others), so its step() would "
+            "train nothing: build it on the parameters make_optimizer is given, e.g. "
+            "`def make_optimizer(params): return torch.optim.SGD(params, lr=0.1)`")
 
 
 def with_optimizer_impl(optimizer: Any, impl: str) -> Any:

@@ -39,6 +39,10 @@ GOOD = {"LOADER": "loader", "LOSS": "torch.nn.functional.cross_entropy",
      "its loader must yield (inputs, target) pairs, got a Tensor: make make_loader (or its collate_fn) return"),
     ({"OPTIMIZER": "lambda params: 'adam'"},
      "its optimizer factory returned str 'adam', not a torch.optim.Optimizer: return one built on the parameters"),
+    # an optimizer over another module's parameters trained nothing, and the run said nothing of it
+    ({"OPTIMIZER": "lambda params: torch.optim.SGD(torch.nn.Linear(3, 3).parameters(), lr=0.1)"},
+     "its optimizer factory's SGD holds none of the model's 2 trainable parameter tensors (it holds 2 "
+     "others), so its step() would train nothing: build it on the parameters make_optimizer is given"),
     ({"LOADER": "lambda b, **kw: 42"},
      "its loader factory returned int 42, not an iterable of (inputs, target) batches"),
     # backward() said "element 0 of tensors does not require grad", with a frame inside torch

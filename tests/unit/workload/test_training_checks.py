@@ -24,6 +24,17 @@ def test_an_optimizer_without_zero_grad_is_named_before_the_step() -> None:
     assert optimizer_problem(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)) is None
 
 
+def test_an_optimizer_holding_none_of_the_models_parameters_is_named_but_one_holding_some_is_not() -> None:
+    """An optimizer built on a module-level model's parameters instead of those it was given ran its step() on
+    them, and the measured model never trained; fine-tuning only a head (some of them) is the user's choice."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+    other = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    problem = optimizer_problem(other, model)
+    assert problem is not None and "holds none of the model's 4 trainable parameter tensors (it holds 2" in problem
+    assert optimizer_problem(torch.optim.SGD(model[1].parameters(), lr=0.1), model) is None
+    assert optimizer_problem(torch.optim.SGD(model.parameters(), lr=0.1), model) is None
+
+
 def test_a_batch_of_three_is_not_taken_for_an_inputs_target_pair() -> None:
     """(inputs, target, weights) lost its weights without a word: the step trained on the first two."""
     x, y, w = torch.ones(4, 2), torch.ones(4), torch.ones(4)
