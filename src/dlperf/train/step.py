@@ -61,6 +61,9 @@ class TrainMeasurement:
     workers or where USS cannot be read."""
     worker_processes: int = 0
     """The most loader worker processes seen alive at one reading."""
+    loader_trials: list[str] = field(default_factory=list)
+    """What a tuning tried on the loader without gain ('num_workers=2 (0.36x, not faster)'), so that an input-bound
+    finding does not advise the very trials that just failed; empty outside a tuning."""
 
     @property
     def job_peak_bytes(self) -> int:
@@ -112,7 +115,7 @@ class TrainMeasurement:
         out = []
         if share["data"] >= INPUT_BOUND_SHARE:
             out.append(f"input-bound: {share['data']:.0%} of the step waits for the loader; "
-                       + _input_bound_advice(self.config))
+                       + _input_bound_advice(self.config, self.loader_trials))
         if share["h2d"] >= INPUT_BOUND_SHARE:
             out.append(f"copy-bound: {share['h2d']:.0%} of the step copies batches to the device; pin_memory=True "
                        "with non_blocking copies overlaps them")
@@ -146,13 +149,18 @@ class TrainMeasurement:
         }
 
 
-def _input_bound_advice(config: StepConfig) -> str:
-    """What to try for a step that waits for its loader, given the workers it already has. The advice to tune the
-    loader knobs was printed under the best configuration of a tuning that had just tried them (2 workers on the
-    2 usable CPUs, prefetch_factor 4: not faster)."""
+def _input_bound_advice(config: StepConfig, tried: list[str] | None = None) -> str:
+    """What to try for a step that waits for its loader, given the workers it already has and what a tuning `tried`
+    on the loader without gain. The advice to tune the loader knobs was printed under the best configuration of a
+    tuning that had just tried them (2 workers on the 2 usable CPUs, prefetch_factor 4: not faster), and, with
+    0 workers kept, "more DataLoader workers ... should help" right below a trial of 2 workers at 0.36x."""
     from dlperf.measure.env import usable_cores
 
     cpus = usable_cores()
+    if tried and config.num_workers < cpus:
+        return (f"this tuning tried {', '.join(tried)}, so more loader workers or prefetching are not the fix "
+                "here: make each sample cheaper to load (decoding, augmentation, a dataset cached in memory, reading "
+                "a batch at once rather than sample by sample)")
     if config.num_workers == 0:
         return ("more DataLoader workers or prefetching should help (`dlperf train --tune --knobs "
                 "workers,prefetch,persistent`)")

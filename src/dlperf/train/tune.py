@@ -468,6 +468,7 @@ class Tuner:
         finally:
             base_loop.close()
         self.baseline_measurement = base_m
+        base_m.loader_trials = loader_trials(self.trials)
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
                               parity_blind=self.parity_blind)
@@ -479,6 +480,7 @@ class Tuner:
             self.best_measurement = getattr(exc, "dlperf_partial", None)
             raise
         self.best_measurement = best_m
+        best_m.loader_trials = loader_trials(self.trials)
         self.on_event("baseline vs best, interleaved")
         fresh_base, fresh_best = TrainLoop(self.workload, self.baseline), TrainLoop(self.workload, best)
         try:
@@ -500,6 +502,20 @@ def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig, conf
 
         workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
     return Tuner(workload, baseline, config, **kwargs).run()
+
+
+LOADER_KNOBS = ("workers", "prefetch", "persistent")
+
+
+def loader_trials(trials: list[Trial]) -> list[str]:
+    """The loader knobs' trials that were measured and not kept, as 'num_workers=2 (0.36x, not faster)'."""
+    out = []
+    for trial in trials:
+        if trial.knob in LOADER_KNOBS and trial.change and trial.status in (NOT_FASTER, PARITY_FAILED, FAILED):
+            change = ", ".join(f"{k}={v}" for k, v in trial.change.items())
+            speed = f"{trial.speedup:.2f}x, " if trial.speedup is not None else ""
+            out.append(f"{change} ({speed}{trial.status})")
+    return out
 
 
 def summed_loss_hint(base_micro: int, micro: int, parity: ParityResult) -> str | None:

@@ -147,6 +147,25 @@ def test_an_input_bound_step_is_reported() -> None:
     assert result.findings() == []
 
 
+def test_an_input_bound_step_after_a_tuning_whose_loader_trials_failed_does_not_advise_them_again() -> None:
+    """Under a tuning that had just measured num_workers=2 at 0.36x and kept 0 workers, the baseline's finding said
+    "more DataLoader workers or prefetching should help (`dlperf train --tune --knobs workers,prefetch,persistent`)"."""
+    from dlperf.measure.stats import Measurement
+    from dlperf.train.step import TrainMeasurement
+
+    m = Measurement([10_000_000] * 4, items_per_call=8)
+    phases = {"data": [6_000_000] * 4, "h2d": [0] * 4, "forward": [1_000_000] * 4, "backward": [2_000_000] * 4,
+              "optimizer": [500_000] * 4}
+    result = TrainMeasurement("w", StepConfig(batch_size=8), m, phases, peak_rss_bytes=0,
+                              loader_trials=["num_workers=2 (0.36x, not faster)"])
+    (finding,) = result.findings()
+    assert finding == ("input-bound: 60% of the step waits for the loader; this tuning tried num_workers=2 (0.36x, "
+                       "not faster), so more loader workers or prefetching are not the fix here: make each sample "
+                       "cheaper to load (decoding, augmentation, a dataset cached in memory, reading a batch at once "
+                       "rather than sample by sample)")
+    assert result.to_dict()["findings"] == [finding]
+
+
 def test_a_batch_larger_than_the_data_says_so_once_with_the_fix() -> None:
     """The loader's own message came wrapped twice ('a training step failed: the measured call raised ...')."""
     with pytest.raises(TrainError) as raised:

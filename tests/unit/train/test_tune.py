@@ -431,6 +431,22 @@ def test_a_candidate_no_faster_is_not_kept_and_its_speedup_counts_its_samples(mo
     assert trial.speedup_ci == (pytest.approx(2.0), pytest.approx(2.0))
 
 
+def test_the_final_measurements_know_which_loader_trials_the_tuning_measured_without_gain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """So that their input-bound finding does not advise tuning the workers the tuning had just found not faster."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    knobs: dict[str, Knob] = {"workers": FixedKnob("workers", ({"num_workers": 1},), sweep=True),
+                              "optimizer": FixedKnob("optimizer", ({"optimizer_impl": "foreach"},))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    assert [t.status for t in result.trials] == [NOT_FASTER, NOT_FASTER]  # the optimizer's is not a loader's
+    assert result.baseline_measurement.loader_trials == ["num_workers=1 (1.00x, not faster)"]
+
+
 def test_a_sweep_goes_on_past_a_candidate_that_failed_and_stops_at_one_not_faster(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A failed proposal says nothing of the next one (fp16 cannot run on a CPU); one measured no faster ends the
