@@ -226,7 +226,7 @@ class TrainLoop:
             self.optimizer = self._build_optimizer(model)
             self.forward_model: Any = torch.compile(model) if config.compile else model
             self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
-            torch.manual_seed(seed)
+            seed_everything(seed)
             with quiet_worker_warning():
                 self.loader = self._call_user("its loader factory", self.spec.make_loader, config.batch_size,
                                               **config.loader_kwargs())
@@ -444,6 +444,23 @@ class TrainLoop:
         self.resume_loader()
         current, self._iter = self._iter, None
         self.workers.shutdown(current)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch's generator and Python's and NumPy's global ones, which a Dataset's augmentation draws from
+    (`random.randint` for a shift): seeded by torch alone, two loops of the same configuration trained on other
+    augmentations, so loss parity compared its own noise (a DataLoader worker seeds both from torch's seed, but
+    with no workers the main process's state ran on from wherever the previous loop left it)."""
+    import random
+    import sys
+
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")  # a dataset using it has imported it
+    if numpy is not None:
+        numpy.random.seed(seed)
 
 
 def _stopped(pid: int) -> bool:

@@ -1,8 +1,9 @@
 """Loss parity: a tuned configuration must train like the baseline, not just run faster.
 
 Both configurations train from the same seed (same initial weights, same data order: the loader is built
-right after `torch.manual_seed(seed)`) for the same number of optimizer steps over the same samples; the
-mean loss over the second half of the steps must stay within `rtol` (relative) + `atol` of the baseline's.
+right after `loop.seed_everything(seed)`, which seeds torch's, Python's and NumPy's generators) for the same
+number of optimizer steps over the same samples; the mean loss over the second half of the steps must stay
+within `rtol` (relative) + `atol` of the baseline's.
 A non-finite loss always fails.
 """
 

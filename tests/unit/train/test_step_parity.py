@@ -113,6 +113,41 @@ def test_same_seed_gives_the_same_curve_and_a_learning_rate_change_is_caught() -
     assert "FAILED" in broken.describe()
 
 
+def test_a_dataset_augmenting_with_python_and_numpy_random_gives_the_same_curve_twice() -> None:
+    """Seeded with torch alone, a Dataset that shifted each sample by random.randint trained on other shifts in
+    each loop of the same configuration (no loader workers, which seed both themselves), so loss parity compared
+    the augmentation's noise as well as the knob's effect."""
+    import random
+
+    import numpy as np
+
+    from dlperf.workload.base import TrainSpec, Workload
+
+    class Augmented(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __init__(self) -> None:
+            g = torch.Generator().manual_seed(0)
+            self.x = torch.randn(256, 8, generator=g)
+            self.y = self.x[:, :2].argmax(dim=1)
+
+        def __len__(self) -> int:
+            return len(self.y)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            shift = random.randint(-2, 2) + float(np.random.uniform(-1, 1))
+            return self.x[i] + shift, self.y[i]
+
+    w = Workload(name="augmented", make_model=lambda: torch.nn.Linear(8, 2),
+                 make_inputs=lambda b: (torch.randn(b, 8),),
+                 train=TrainSpec(make_loader=lambda b, **kw: DataLoader(Augmented(), batch_size=b, **kw),
+                                 loss_fn=torch.nn.functional.cross_entropy,
+                                 make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=16))
+    config = StepConfig(batch_size=16, threads=1)
+    curve = loss_curve(w, config, steps=6)
+    random.random()  # whatever the process drew in between
+    np.random.uniform()
+    assert loss_curve(w, config, steps=6) == curve
+
+
 def test_parity_needs_the_same_effective_batch() -> None:
     base = StepConfig(batch_size=32, threads=1)
     with pytest.raises(ConfigError, match="same effective batch"):
