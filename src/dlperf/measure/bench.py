@@ -19,7 +19,7 @@ from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.workload.base import Inputs, Workload, _user_frame
+from dlperf.workload.base import Inputs, Workload, _user_frame, map_tensors_copied
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 CONTENTION_PERCENT = 50.0
@@ -261,7 +261,7 @@ def to_device(inputs: Inputs, device: str, dtype: Any = None, *, non_blocking: b
                 x = x.to(dtype)
         return x
 
-    return tuple(move(x) for x in inputs)
+    return tuple(map_tensors_copied(x, move) for x in inputs)  # a dict or list of tensors as one input too
 
 
 def half_dtype(precision: str) -> Any:

@@ -32,6 +32,7 @@ from dlperf.workload.base import (
     ignored_loader_kwargs,
     loader_problem,
     loss_problem,
+    map_tensors_copied,
     optimizer_problem,
     split_batch,
     with_optimizer_impl,
@@ -293,16 +294,17 @@ class TrainLoop:
         return batch
 
     def _to_device(self, value: Any) -> Any:
+        """The batch's tensors on the device, in tuples, lists and dicts too (a dict of inputs stayed on the host:
+        on CUDA the model then met CPU tensors)."""
         import torch
 
-        if isinstance(value, torch.Tensor):
-            value = value.to(self.config.device, non_blocking=self.config.pin_memory)
-            if self.config.channels_last and value.dim() == 4:
-                value = value.contiguous(memory_format=torch.channels_last)
-            return value
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._to_device(v) for v in value)
-        return value
+        def move(t: torch.Tensor) -> torch.Tensor:
+            t = t.to(self.config.device, non_blocking=self.config.pin_memory)
+            if self.config.channels_last and t.dim() == 4:
+                t = t.contiguous(memory_format=torch.channels_last)
+            return t
+
+        return map_tensors_copied(value, move)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch

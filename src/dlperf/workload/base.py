@@ -47,27 +47,33 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     return value
 
 
+def map_tensors_copied(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """As `map_tensors`, into new containers: the caller's tuples, lists and dicts are left as they were (a dict
+    subclass, such as transformers' BatchEncoding, is copied and keeps its type)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_tensors_copied(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors_copied(v, fn) for v in value)
+    if isinstance(value, dict):
+        out = copy.copy(value)
+        for k in list(out):
+            out[k] = map_tensors_copied(out[k], fn)
+        return out
+    return value
+
+
 def _host_side(predict: Predict, device: str) -> Predict:
     """`predict` called with host tensors: they are moved to `device`, and the tensors of its outputs (in
     tuples, lists and dicts too) come back to the host."""
 
-    import torch
-
     def moved(value: Any) -> Any:
         # into new containers: a model taking a dict or list of tensors got them on the host (only the top-level
         # tensors were moved), and map_tensors would change the evaluate function's own dict of eval data in place
-        if isinstance(value, torch.Tensor):
-            return value.to(device)
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(moved(v) for v in value))
-        if isinstance(value, (tuple, list)):
-            return type(value)(moved(v) for v in value)
-        if isinstance(value, dict):
-            out = copy.copy(value)  # a dict subclass keeps its type
-            for k in list(out):
-                out[k] = moved(out[k])
-            return out
-        return value
+        return map_tensors_copied(value, lambda t: t.to(device))
 
     def called(*args: Any, **kwargs: Any) -> Any:
         return map_tensors(predict(*moved(args), **moved(kwargs)), lambda t: t.cpu())

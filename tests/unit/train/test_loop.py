@@ -472,3 +472,22 @@ def test_foreach_is_built_for_an_optimizer_without_a_fused_argument(
         foreach.step()
     for a, b in zip(_params(default), _params(foreach), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_of_dicts_and_lists_has_every_tensor_moved_and_the_loaders_containers_kept() -> None:
+    """A dict of inputs stayed as the loader gave it: on CUDA the model met host tensors, and channels_last (seen
+    here on the CPU) left its images as they were."""
+    loop = TrainLoop(conv(), StepConfig(batch_size=4, threads=1, channels_last=True))
+    images = torch.zeros(2, 3, 8, 8)
+    batch = ({"image": images, "extra": [images]}, images[:, 0, 0, 0])
+    moved = loop._to_device(batch)
+    for t in (moved[0]["image"], moved[0]["extra"][0]):
+        assert t.is_contiguous(memory_format=torch.channels_last)
+    assert batch[0]["image"] is images  # the loader's own dict is not changed
+
+
+def test_bench_moves_a_dict_given_as_one_input() -> None:
+    from dlperf.measure.bench import to_device
+
+    (moved,) = to_device(({"x": torch.zeros(2), "n": 3},), "meta")
+    assert moved["x"].device.type == "meta" and moved["n"] == 3
