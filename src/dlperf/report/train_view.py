@@ -154,8 +154,9 @@ def trial_notes(trials: list[dict[str, Any]]) -> Text:
 
 def trial_view(trial: dict[str, Any]) -> RenderableType:
     """`dlperf runs show` of one `train --tune` trial (a child run of the tuning run): its row of the trials table
-    and why it was skipped, failed or not kept, the step it measured and the code it stands for, where it printed
-    the whole result, every loss of the parity check included, as JSON."""
+    and why it was skipped, failed or not kept, the step it measured and its note (code for some knobs, such as
+    torch.set_num_threads(1), words for others: it was labelled 'code'), where it printed the whole result, every
+    loss of the parity check included, as JSON."""
     parts: list[RenderableType] = []
     if trial["status"] != "skipped":
         parts.append(trials_table([trial], "trial (an A/B against the best so far)"))
@@ -168,7 +169,7 @@ def trial_view(trial: dict[str, Any]) -> RenderableType:
     if trial.get("config"):
         parts.append(Text(f"  step: {config_line(trial['config'])}"))
     if trial.get("note"):
-        parts.append(Text(f"  code: {trial['note']}"))
+        parts.append(Text(f"  note: {trial['note']}"))  # code for some knobs, words for others
     return Group(*parts)
 
 

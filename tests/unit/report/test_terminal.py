@@ -570,7 +570,7 @@ def test_runs_show_of_a_tuning_trial_is_its_row_not_its_json() -> None:
                                                  result=trial))).split())
     assert '"baseline_losses"' not in shown and '"knob"' not in shown
     assert "threads threads=1 +0.0% 34,532 1.59x (1.20-2.10) accepted" in shown
-    assert "the best so far: 21,700 samples/s step: batch 64, fp32, threads 1 code: torch.set_num_threads(1)" in shown
+    assert "the best so far: 21,700 samples/s step: batch 64, fp32, threads 1 note: torch.set_num_threads(1)" in shown
     skipped = {**trial, "knob": "precision", "change": {}, "status": "skipped", "config": None, "parity": None,
                "speedup": None, "speedup_ci": None, "samples_per_s": None, "reference_samples_per_s": None,
                "note": "", "reason": "this CPU has no bf16 instructions"}
