@@ -470,8 +470,12 @@ def _top_ops_evidence(op: OperatorAnalysis, bound: str, n: int = 3) -> list[str]
         if bound == BANDWIDTH and o.pct_of_peak is not None and o.pct_of_peak > 1.0:
             pct += " (above the memory bandwidth: its data came from the cache)"
         ai = f"{o.intensity:.1f} FLOP/B" if o.intensity is not None else "no byte count"
+        # the ridge of the operator's own dtype, which placed it (a bf16 GEMM read "above the ridge 4.6", fp32's)
+        peak = op.peak_flops.get(o.dtype)
+        ridge = peak / op.bandwidth_bytes_s if peak and op.bandwidth_bytes_s > 0 else op.ridge_intensity
+        ridge_words = f"the ridge {ridge:.1f}" if ridge == op.ridge_intensity else f"the {o.dtype} ridge {ridge:.1f}"
         lines.append(f"{o.name}: {o.share:.0%} of the step, {ai} ({'above' if bound == COMPUTE else 'below'} "
-                     f"the ridge {op.ridge_intensity:.1f}), {pct}")
+                     f"{ridge_words}), {pct}")
     return lines
 
 

@@ -704,6 +704,22 @@ def test_a_bf16_model_is_held_to_the_bf16_peak_and_offered_no_bf16_autocast() ->
     assert "of the GEMM peaks of their dtypes (bf16 150 GFLOP/s, fp32 100 GFLOP/s)" in compute.evidence[0]
 
 
+def test_a_bf16_operators_evidence_gives_the_bf16_ridge() -> None:
+    """A bf16 MLP's addmm read "127.9 FLOP/B (above the ridge 4.6)": fp32's ridge, not the bf16 one that placed it."""
+    from dataclasses import replace
+
+    from tests.unit.profile.builders import FakeCeilings
+
+    bf16_gemm = replace(gemm(0, 9000), input_dtypes=("c10::BFloat16",) * 3 + ("Scalar", "Scalar"))
+    ceilings = FakeCeilings({"fp32": 100e9, "bf16": 150e9}, 10e9)
+    top = dg.diagnose(dg.analyze_all(trace([bf16_gemm]), ceilings)).top
+    assert top is not None and top.category == dg.COMPUTE_BOUND
+    (line,) = [e for e in top.evidence if e.startswith("aten::addmm")]
+    assert "(above the bf16 ridge 15.0)" in line
+    fp32 = _diagnose(trace([gemm(0, 9000)])).top
+    assert fp32 is not None and any("(above the ridge 10.0)" in e for e in fp32.evidence)
+
+
 def test_a_one_thread_step_on_a_busy_machine_is_held_to_one_core() -> None:
     """'this process ran 1 threads but got only 0.7 of 2 cores' (a 1-thread step can use 1 core)."""
     one = dataclasses.replace(threads(intra=1, usable=2, process_pct=50.0, system_pct=95.0), busy_threads=1)
