@@ -144,6 +144,11 @@ class Step:
         self._iter: Iterator[Any] | None = None
         self._cuda = device.startswith("cuda")
         self._scaler: Any = None
+        self.threads_set_by: str | None = None
+        """Where the workload's own code changed torch's thread count: 'build' (its model, inputs, optimizer or loader
+        factory), 'step' (the step itself: a `torch.set_num_threads` in its forward, which a count set from outside
+        before each step cannot override), None where it did not (as far as seen so far)."""
+        threads_before = torch.get_num_threads()
         if mode == TRAIN:
             require_train_spec(workload)
         default_batch = workload.train.batch_size if (mode == TRAIN and workload.train) else workload.default_batch_size
@@ -160,7 +165,10 @@ class Step:
             inputs = to_device(workload.example_inputs(self.batch_size), device)
             if options.channels_last:
                 inputs = tuple(_channels_last(x) for x in inputs)
-            workload.check(model, inputs)
+            threads = torch.get_num_threads()
+            workload.check(model, inputs)  # one call of the model: one that sets the thread count sets it here
+            if torch.get_num_threads() != threads:
+                self.threads_set_by = "step"
             self._call = make_call(self._run_model, inputs, device, options.precision)
         else:
             assert workload.train is not None
@@ -188,6 +196,8 @@ class Step:
             # (their kernels belong to the step's profile; without the scaler small gradients flushed to zero)
             self._scaler = (torch.amp.GradScaler("cuda") if self._cuda and self._autocast_dtype == torch.float16
                             else None)
+        if self.threads_set_by is None and torch.get_num_threads() != threads_before:
+            self.threads_set_by = "build"
 
     def recompile_guard(self) -> str | None:
         """For a compiled inference step, after its first call: the guard Dynamo failed when it would have
@@ -209,11 +219,14 @@ class Step:
 
         if self.options.threads is not None and torch.get_num_threads() != self.options.threads:
             torch.set_num_threads(self.options.threads)
+        threads = torch.get_num_threads()
         if self.mode == INFERENCE:
             with torch.profiler.record_function("dlperf/forward"):
                 self._call()
         else:
             self._train_step()
+        if torch.get_num_threads() != threads:
+            self.threads_set_by = "step"
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
@@ -363,6 +376,7 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
         other_python_threads_busy_cores=other_python_busy,
         loader_workers=workers_count,
         loader_workers_busy_cores=workers_busy,
+        threads_set_by=step.threads_set_by,
     )
     trace.memory = replace(
         trace.memory, start_rss_bytes=start_rss, peak_rss_bytes=rss.peak_rss_bytes,

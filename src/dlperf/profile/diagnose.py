@@ -602,6 +602,7 @@ def _threads(a: Analyses) -> list[Finding]:
         f = t.oversubscription
         # A rule of thumb, not a measurement (--verify measures it): 15% lost per extra multiple of the cores.
         share = min(0.8, 0.15 * (f - 1.0))
+        in_step = t.threads_set_by == "step"
         found.append(Finding(
             category=HOST_THREADS, title="torch uses more threads than there are cores",
             evidence=[f"{t.intra_op_threads} intra-op threads on {t.usable_cores} usable cores "
@@ -609,12 +610,15 @@ def _threads(a: Analyses) -> list[Finding]:
                       f"{_busy(t.busy_threads)}; {'it' if t.busy_threads == 1 else 'together they'} kept "
                       f"{t.process_busy_cores:.1f} cores busy",
                       f"the {share:.0%} it explains is a rule of thumb (15% of the step per extra multiple of the "
-                      "cores), not a measurement: --verify measures the fix"],
-            fix=f"set the intra-op threads to the {t.usable_cores} usable cores (torch.set_num_threads, "
-                "OMP_NUM_THREADS); leave cores for data-loading workers when training",
-            setting=f"--threads {t.usable_cores}", share=share,
+                      "cores), not a measurement" + ("" if in_step else ": --verify measures the fix"),
+                      *_own_threads(t)],
+            fix=(f"remove the torch.set_num_threads call from the workload's step (its forward), or make it set the "
+                 f"{t.usable_cores} usable cores: the fix is in the workload's code" if in_step else
+                 f"set the intra-op threads to the {t.usable_cores} usable cores (torch.set_num_threads, "
+                 "OMP_NUM_THREADS); leave cores for data-loading workers when training"),
+            setting=None if in_step else f"--threads {t.usable_cores}", share=share,
             confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
-            root_cause=f >= 2, fixes=[threads_fix(t.usable_cores)],
+            root_cause=f >= 2, fixes=[] if in_step else [threads_fix(t.usable_cores)],
         ))
     under = _undersubscribed(a)
     if under is not None:
@@ -634,6 +638,21 @@ def _threads(a: Analyses) -> list[Finding]:
             root_cause=t.other_python_threads_busy_cores >= 0.5,
         ))
     return found
+
+
+def _own_threads(t: ThreadAnalysis) -> list[str]:
+    """The evidence that the workload's own code sets the thread count. Set in each step (a `set_num_threads(16)` in
+    its forward), it undoes a count set from outside before the step: `--threads 2` was offered, and only --verify
+    found it did not hold."""
+    if t.threads_set_by == "step":
+        return [f"the workload sets its own thread count: after each step torch had {t.intra_op_threads} threads, not "
+                "the count the step started with (a torch.set_num_threads in its forward), so a count set from "
+                "outside (--threads, OMP_NUM_THREADS) does not hold"]
+    if t.threads_set_by == "build":
+        return [f"the workload's code sets {t.intra_op_threads} threads when it builds its model (a "
+                "torch.set_num_threads in a factory): --threads overrides it in dlperf's runs; outside them, change "
+                "it in that code"]
+    return []
 
 
 THREAD_SCALING = 0.8
@@ -658,6 +677,7 @@ def _undersubscribed(a: Analyses) -> Finding | None:
     if share < MIN_SHARE:
         return None
     fix = threads_fix(free)
+    in_step = t.threads_set_by == "step"
     return Finding(
         category=HOST_THREADS, title="torch uses fewer threads than there are free cores",
         evidence=[f"{_cores(t.intra_op_threads, 'intra-op thread')} on {_cores(t.usable_cores, 'usable core')}, "
@@ -666,14 +686,16 @@ def _undersubscribed(a: Analyses) -> Finding | None:
                   f"{parallel:.0%} of the step is in compute- and memory-bound operators, which torch splits across "
                   "its intra-op threads",
                   f"the {share:.0%} it explains is a rule of thumb ({THREAD_SCALING:.0%} of a core per added thread), "
-                  "not a measurement: --verify measures the fix",
+                  "not a measurement" + ("" if in_step else ": --verify measures the fix"),
                   f"% of peak in the roofline is of the {_cores(t.intra_op_threads, 'thread')} profiled (the "
-                  "ceilings are calibrated at the profiled thread count), not of this machine"],
-        fix=(f"raise the intra-op threads to {free} (torch.set_num_threads; look for OMP_NUM_THREADS or "
+                  "ceilings are calibrated at the profiled thread count), not of this machine", *_own_threads(t)],
+        fix=(f"make the workload's torch.set_num_threads call (in its step) set {free} threads, or remove it: the fix "
+             "is in the workload's code" if in_step else
+             f"raise the intra-op threads to {free} (torch.set_num_threads; look for OMP_NUM_THREADS or "
              "MKL_NUM_THREADS in the environment and set_num_threads calls in the code); leave cores for "
              "data-loading workers when training"),
-        setting=fix.setting, share=share, confidence="medium", estimated_speedup=_speedup(parallel, factor),
-        fixes=[fix],
+        setting=None if in_step else fix.setting, share=share, confidence="medium",
+        estimated_speedup=_speedup(parallel, factor), fixes=[] if in_step else [fix],
     )
 
 
@@ -721,7 +743,8 @@ def _shared_machine(a: Analyses) -> Finding | None:
     if t.load_average_1m is not None:
         evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
     free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
-    fixes = [threads_fix(free)] if free < expected else []  # fewer threads help only a step that uses more
+    # fewer threads help only a step that uses more, and only where the step does not set its own count
+    fixes = [threads_fix(free)] if free < expected and t.threads_set_by != "step" else []
     confidence = ("low", "medium", "high")[signals]
     return Finding(
         category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,

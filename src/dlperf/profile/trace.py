@@ -140,6 +140,10 @@ class ThreadInfo:
     """The training loader's worker processes (the most seen at once); 0 without workers, inference, an older trace."""
     loader_workers_busy_cores: float = 0.0
     """CPU (in cores) those workers used: this process's load too, not other processes'."""
+    threads_set_by: str | None = None
+    """Where the workload's own code set torch's thread count: 'build' (a factory: dlperf's count, set before each
+    step, overrides it), 'step' (each step, e.g. `torch.set_num_threads` in its forward: a count set from outside does
+    not hold); None where it did not, or an older trace."""
 
 
 @dataclass

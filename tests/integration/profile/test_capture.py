@@ -54,6 +54,37 @@ def test_tensor_list_inputs_and_thread_option() -> None:
     assert trace.batch_size == 4
 
 
+def test_the_capture_says_whether_the_workloads_step_or_its_factory_sets_the_thread_count() -> None:
+    """A forward calling torch.set_num_threads(3) got 'apply with: --threads 2' for its oversubscription, a fix that
+    cannot hold (only --verify said so): the capture now records that the step sets the count; a model factory that
+    sets it (overridden by the count dlperf sets before each step) is told apart, and a workload that sets none."""
+
+    class SetsThreads(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(3)
+            return x * 2
+
+    def factory_sets() -> torch.nn.Module:
+        torch.set_num_threads(3)
+        return torch.nn.Linear(16, 16)
+
+    before = torch.get_num_threads()
+    config = CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05)
+    seen = {}
+    try:
+        for name, make_model in (("step", SetsThreads), ("factory", factory_sets),
+                                 ("none", lambda: torch.nn.Linear(16, 16))):
+            torch.set_num_threads(1)
+            workload = Workload(name=name, make_model=make_model, make_inputs=lambda b: (torch.ones(b, 16),))
+            seen[name] = capture(workload, config).threads.threads_set_by
+        step_sets = Workload(name="step", make_model=SetsThreads, make_inputs=lambda b: (torch.ones(b, 16),))
+        with_option = capture(step_sets, replace(config, options=StepOptions(threads=1)))
+    finally:
+        torch.set_num_threads(before)
+    assert seen == {"step": "step", "factory": "build", "none": None}
+    assert with_option.threads.threads_set_by == "step"
+
+
 def test_train_without_a_train_spec_is_a_workload_error() -> None:
     workload = Workload(name="no-train", make_model=lambda: torch.nn.Linear(2, 2),
                         make_inputs=lambda b: (torch.randn(b, 2),))

@@ -528,6 +528,29 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
+def test_a_thread_count_the_workloads_step_sets_itself_gets_no_threads_setting() -> None:
+    """A forward calling torch.set_num_threads(16) on 2 cores was told 'apply with: --threads 2', which the forward
+    undoes at each step; only --verify said the fix did not hold. The fix is in the workload's code."""
+    in_step = dataclasses.replace(threads(intra=16, usable=2), threads_set_by="step")
+    over = next(f for f in _diagnose(trace([gemm(0, 9000)], thread_info=in_step)).findings
+                if f.title.startswith("torch uses more threads"))
+    assert over.setting is None and over.fixes == [] and over.root_cause
+    assert "the fix is in the workload's code" in over.fix and "torch.set_num_threads" in over.fix
+    assert any(e.startswith("the workload sets its own thread count: after each step torch had 16 threads")
+               for e in over.evidence)
+    assert not any("--verify measures" in e for e in over.evidence)
+    one = dataclasses.replace(threads(intra=1, usable=2, process_pct=95.0, system_pct=47.5), threads_set_by="step")
+    under = next(f for f in _diagnose(trace([gemm(0, 9000)], thread_info=one)).findings
+                 if f.title == "torch uses fewer threads than there are free cores")
+    assert under.setting is None and under.fixes == [] and "the workload's code" in under.fix
+    # set by a model factory: dlperf's count, set before each step, overrides it, so --threads stays, said so
+    built = dataclasses.replace(threads(intra=16, usable=2), threads_set_by="build")
+    over = next(f for f in _diagnose(trace([gemm(0, 9000)], thread_info=built)).findings
+                if f.title.startswith("torch uses more threads"))
+    assert over.setting == "--threads 2" and [f.id for f in over.fixes] == ["threads"]
+    assert any("when it builds its model" in e for e in over.evidence)
+
+
 def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5,
                         core_share: float | None = None, workers_busy: float = 0.0) -> dg.Finding | None:
     """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch (on 4 cores, others

@@ -34,6 +34,9 @@ class ThreadAnalysis:
     """This process's data-loader worker processes (training); 0 without."""
     loader_workers_busy_cores: float = 0.0
     """Cores those workers kept busy: counted as this process's load, not in `other_busy_cores`."""
+    threads_set_by: str | None = None
+    """Where the workload's own code set the thread count: 'build', 'step' (a count set from outside does not hold),
+    None (see `ThreadInfo.threads_set_by`)."""
     issues: list[str] = field(default_factory=list)
 
     @property
@@ -91,5 +94,6 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
         wanted_cores=max(1, wanted),
         loader_workers=t.loader_workers,
         loader_workers_busy_cores=t.loader_workers_busy_cores,
+        threads_set_by=t.threads_set_by,
         issues=issues,
     )
