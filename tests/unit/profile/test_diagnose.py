@@ -77,6 +77,27 @@ def test_bandwidth_evidence_leaves_out_operators_under_1pct_and_says_when_data_c
     assert quoted and "(above the memory bandwidth: its data came from the cache)" in quoted[0]
 
 
+def test_a_copy_nested_in_a_matrix_product_is_not_offered_elementwise_fusion() -> None:
+    """An MLP of Linear layers at batch 512: the bias copy_ inside each addmm (`out.copy_(bias.expand(...))`) counted
+    among the memory-bound operators, and the finding offered "fuse chains of elementwise operators (torch.compile)",
+    which cannot fuse into the GEMM's call. Those are left out; a real elementwise operator beside them is not."""
+    addmm = dataclasses.replace(gemm(0, 6000, m=512, k=2048, n=2048), self_us=3000.0, is_leaf=False)
+    bias = op("aten::copy_", 100, 3000, depth=1, shapes=((512, 2048), (512, 2048)), dtypes=("float", "float"))
+    d = _diagnose(trace([addmm, bias]))
+    assert all(f.category != dg.MEMORY_BANDWIDTH for f in d.findings)
+    mul = elementwise(6100, 3000)
+    found = next(f for f in _diagnose(trace([addmm, bias, mul])).findings if f.category == dg.MEMORY_BANDWIDTH)
+    assert found.share == pytest.approx(0.3)
+    assert not any(e.startswith("aten::copy_") for e in found.evidence)
+    assert any(e.startswith("aten::mul") for e in found.evidence)
+    assert any(e.startswith("not counted: 30% of the step in memory-bound operators nested inside matrix products")
+               for e in found.evidence)
+    # the same copy outside any product is still an operator of the finding
+    alone = op("aten::copy_", 6100, 3000, shapes=((512, 2048), (512, 2048)), dtypes=("float", "float"))
+    found = next(f for f in _diagnose(trace([addmm, alone])).findings if f.category == dg.MEMORY_BANDWIDTH)
+    assert any(e.startswith("aten::copy_") for e in found.evidence)
+
+
 def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
     """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
     and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""

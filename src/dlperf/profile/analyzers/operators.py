@@ -18,6 +18,7 @@ are the device's.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -100,6 +101,9 @@ class OperatorStat:
     pct_of_peak: float | None
     """Achieved over this op's roofline ceiling: the GEMM peak when compute-bound, bandwidth x intensity
     when bandwidth-bound."""
+    in_gemm_s: float = 0.0
+    """Of `self_s`, the time of its calls nested inside a matrix product or convolution (Linear's bias copied into
+    `addmm`'s output, `copy_`): part of that operator's call, which no fusion of elementwise operators removes."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +148,33 @@ class OperatorAnalysis:
             "timed_by": self.timed_by,
             "ceilings_caveat": self.ceilings_caveat,
         }
+
+
+def _is_gemm(name: str) -> bool:
+    """A matrix product or a convolution: operators nested in its call are part of it."""
+    return name in MATMUL_OPS or name == "aten::linear" or "conv" in name
+
+
+def _inside_gemm(ops: list[OpEvent]) -> set[int]:
+    """Indices of the ops nested inside a matrix product or convolution on the same thread."""
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for o in ops:
+        if _is_gemm(o.name):
+            spans.setdefault(o.thread, []).append((o.start_us, o.end_us))
+    for v in spans.values():
+        v.sort()
+    starts = {t: [a for a, _ in v] for t, v in spans.items()}
+    inside = set()
+    for i, o in enumerate(ops):
+        if o.depth == 0 or o.thread not in spans:
+            continue
+        j = bisect.bisect_right(starts[o.thread], o.start_us) - 1
+        # the innermost product that started before it (Linear's addmm inside aten::linear)
+        while j >= 0 and spans[o.thread][j][1] < o.end_us:
+            j -= 1
+        if j >= 0 and not (spans[o.thread][j] == (o.start_us, o.end_us) and _is_gemm(o.name)):
+            inside.add(i)
+    return inside
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -231,16 +262,19 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
         tiny_op_us = min(tiny_op_us, TINY_KERNEL_US)
     cache_bytes = trace.cache_bytes or CACHE_RESIDENT_BYTES
     groups: dict[str, dict[str, Any]] = {}
-    for op in trace.ops:
+    in_gemm = _inside_gemm(trace.ops)
+    for i, op in enumerate(trace.ops):
         if op.step < 0 or op.phase == "data":
             continue
         own_us = op.device_us if cuda else op.self_us
         if cuda and own_us <= 0:
             continue  # launched no kernel itself: a wrapper, a view or host-only work
         g = groups.setdefault(op.name, {"calls": 0, "self_us": 0.0, "flops": 0.0, "bytes": 0.0, "dtypes": {},
-                                        "per_step_s": [0.0] * n_steps})
+                                        "per_step_s": [0.0] * n_steps, "in_gemm_us": 0.0})
         g["calls"] += 1
         g["self_us"] += own_us
+        if i in in_gemm:
+            g["in_gemm_us"] += own_us
         g["per_step_s"][op.step] += own_us * 1e-6 * scale_of.get(op.step, 1.0)
         # Only ops that do their own work count FLOPs and bytes: a leaf, one the profiler gave FLOPs, one
         # that spends most of its time in itself rather than in nested ops, or on CUDA one that ran kernels.
@@ -276,6 +310,7 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
             name=name, calls_per_step=g["calls"] / n_steps, self_s=self_s, share=self_s / step_s if step_s else 0.0,
             flops=flops, bytes_moved=nbytes, dtype=dtype, intensity=intensity, bound=bound,
             achieved_flops_s=achieved_f, achieved_bytes_s=achieved_b, pct_of_peak=pct,
+            in_gemm_s=self_s * g["in_gemm_us"] / g["self_us"] if g["self_us"] > 0 else 0.0,
         ))
     stats.sort(key=lambda s: s.self_s, reverse=True)
     # A bound's share is the median over steps of its operators' time in each step: a sum of each operator's own
