@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -44,6 +45,14 @@ DEFAULT_BUCKET_CAP_MB = 25.0
 CONTENDED_COMPUTE = 0.8
 """The ranks' no-sync step this much slower than the 1-process step (its inverse) is named as contention."""
 """DDP puts the last-created parameters' gradients in a first, small bucket (1 MiB) so reduction starts early."""
+
+_COLLECTIVE_TENSORS: list[Any] = []
+"""The tensors the rank's own collectives used, held for the life of the process. A gloo worker thread keeps the last
+work it ran, and destroys it when the process group is destroyed, with the GIL held by the thread destroying it: a
+work whose tensors Python had let go (only the work still held them) took the GIL to free them, and the two waited
+on each other for good (a rank's run hung in ~ProcessGroupGloo, its worker in ~AsyncAllgatherWork, the allgather
+`all_gather_object` had left). Held here, a work's tensors outlive it and it frees them without the GIL."""
+
 
 
 @dataclass(frozen=True)
@@ -383,6 +392,7 @@ def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10,
         first = max(int(FIRST_BUCKET_MB * 2**20) // flat.element_size(), 1)
         cap = max(int(bucket_cap_mb * 2**20) // flat.element_size(), 1)
         chunks = [flat[:first], *flat[first:].split(cap)] if flat.numel() > first else [flat]
+    _COLLECTIVE_TENSORS.extend(chunks)  # the tensors the all-reduce works hold (views have their own Python objects)
     times = []
     for i in range(iters + 2):
         dist.barrier()
@@ -419,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     dist.init_process_group(args.backend)
+    loop: TrainLoop | None = None
+    ddp_model: Any = None
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         config = StepConfig.from_dict(json.loads(args.config))
@@ -445,8 +457,14 @@ def main(argv: list[str] | None = None) -> int:
         bucket_bytes = _bucket_bytes(logging)
         allreduce_s = _allreduce_s(grads, args.bucket_cap_mb, bucket_bytes=bucket_bytes) if world > 1 else 0.0
         buckets = len(bucket_bytes) if bucket_bytes else expected_buckets(gradient_bytes, args.bucket_cap_mb)
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, (step_s, nosync_s, allreduce_s))
+        # each rank's three figures, in tensors held past the process group (_COLLECTIVE_TENSORS), not
+        # all_gather_object's, which Python drops as the call returns
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+        mine = torch.tensor([step_s, nosync_s, allreduce_s], dtype=torch.float64, device=device)
+        theirs = [torch.zeros(3, dtype=torch.float64, device=device) for _ in range(world)]
+        _COLLECTIVE_TENSORS.extend([mine, *theirs])
+        dist.all_gather(theirs, mine)
+        gathered = [t.tolist() for t in theirs]
         loop.close()
         if rank == 0:
             stats = RankStats(
@@ -459,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+        # DDP holds the process group last: it dies here, while the collectives' tensors are held (see above), and
+        # not at some later collection of DDP's reference cycles
+        if loop is not None:
+            loop.forward_model = loop.model
+        ddp_model = None
+        gc.collect()
     return 0
 
 

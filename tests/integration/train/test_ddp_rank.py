@@ -87,14 +87,32 @@ def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.Mon
     """The gathered medians get a second, slower rank's added (the collective itself is a world of one here)."""
     import torch.distributed as dist
 
-    gather = dist.all_gather_object
+    gather = dist.all_gather
     slower = (10.0, 9.0, 0.5)  # step, no-sync step and all-reduce medians, in seconds
 
     def with_a_slower_rank(gathered: list[Any], mine: Any) -> None:
         gather(gathered, mine)
-        gathered.append(slower)
+        gathered.append(torch.tensor(slower, dtype=torch.float64))
 
-    monkeypatch.setattr(dist, "all_gather_object", with_a_slower_rank)
+    monkeypatch.setattr(dist, "all_gather", with_a_slower_rank)
     stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8))
     assert (stats.step_s, stats.nosync_step_s, stats.allreduce_s) == slower
     assert len(stats.per_rank_step_s) == 2 and stats.per_rank_step_s[1] == 10.0 and stats.per_rank_step_s[0] < 10.0
+
+
+def test_the_ranks_collective_tensors_outlive_its_process_group(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gloo worker thread destroys the last work it ran with the process group, while the destroying thread holds
+    the GIL: a work holding the only reference to a Python tensor needs the GIL to free it, and a full run of the
+    suite hung for good in ~ProcessGroupGloo (its worker in ~AsyncAllgatherWork, from all_gather_object). The
+    gathered figures' tensors are held past it, and the group is gone when the rank returns."""
+    import torch.distributed as dist
+
+    from dlperf.train import ddp
+
+    before = len(ddp._COLLECTIVE_TENSORS)
+    stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8, threads=1))
+    held = ddp._COLLECTIVE_TENSORS[before:]
+    assert len(held) == 2  # this rank's figures and the one gathered slot of a world of one
+    assert held[1].tolist()[0] == pytest.approx(stats.step_s)  # the tensors the all-gather filled
+    assert not dist.is_initialized()
