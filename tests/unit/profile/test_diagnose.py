@@ -77,6 +77,22 @@ def test_bandwidth_evidence_leaves_out_operators_under_1pct_and_says_when_data_c
     assert quoted and "(above the memory bandwidth: its data came from the cache)" in quoted[0]
 
 
+def test_matrix_products_inside_linear_are_the_products_not_parts_of_one() -> None:
+    """On the CPU Linear records aten::linear with its addmm inside: the addmm is the product whose weight reads bound
+    a small batch, not an operator nested in one, so its time stays in the bandwidth finding (and its batch advice)."""
+    ops = []
+    for i in range(4):
+        start = i * 2200.0
+        linear = op("aten::linear", start, 2010.0, self_us=10.0, leaf=False)
+        # the profiler's microseconds often give both one start: the product was then read as nested in linear
+        addmm = dataclasses.replace(gemm(start + (5.0 if i % 2 else 0.0), 2000.0, m=1, k=2048, n=2048), depth=1)
+        ops += [linear, addmm]
+    top = _diagnose(trace(ops)).top
+    assert top is not None and top.category == dg.MEMORY_BANDWIDTH
+    assert [f.id for f in top.fixes] == ["batch", "compile"]
+    assert not any(e.startswith("not counted") for e in top.evidence)
+
+
 def test_a_copy_nested_in_a_matrix_product_is_not_offered_elementwise_fusion() -> None:
     """An MLP of Linear layers at batch 512: the bias copy_ inside each addmm (`out.copy_(bias.expand(...))`) counted
     among the memory-bound operators, and the finding offered "fuse chains of elementwise operators (torch.compile)",

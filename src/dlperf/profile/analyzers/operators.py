@@ -18,7 +18,6 @@ are the device's.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -156,24 +155,25 @@ def _is_gemm(name: str) -> bool:
 
 
 def _inside_gemm(ops: list[OpEvent]) -> set[int]:
-    """Indices of the ops nested inside a matrix product or convolution on the same thread."""
-    spans: dict[int, list[tuple[float, float]]] = {}
-    for o in ops:
-        if _is_gemm(o.name):
-            spans.setdefault(o.thread, []).append((o.start_us, o.end_us))
-    for v in spans.values():
-        v.sort()
-    starts = {t: [a for a, _ in v] for t, v in spans.items()}
-    inside = set()
-    for i, o in enumerate(ops):
-        if o.depth == 0 or o.thread not in spans:
-            continue
-        j = bisect.bisect_right(starts[o.thread], o.start_us) - 1
-        # the innermost product that started before it (Linear's addmm inside aten::linear)
-        while j >= 0 and spans[o.thread][j][1] < o.end_us:
-            j -= 1
-        if j >= 0 and not (spans[o.thread][j] == (o.start_us, o.end_us) and _is_gemm(o.name)):
-            inside.add(i)
+    """Indices of the ops nested inside a matrix product or convolution on the same thread, products themselves
+    excluded: an `addmm` inside `aten::linear` is the product (its memory-bound time is the batch's weight reads the
+    bandwidth finding reports), not a part of one.
+
+    One sweep in start order with a stack of the open products' ends per thread (a scan back over earlier products
+    took time quadratic in a trace's operators)."""
+    order = sorted(range(len(ops)), key=lambda k: (ops[k].thread, ops[k].start_us, -ops[k].end_us))
+    open_ends: dict[int, list[float]] = {}
+    inside: set[int] = set()
+    for k in order:
+        o = ops[k]
+        ends = open_ends.setdefault(o.thread, [])
+        while ends and ends[-1] < o.end_us:  # a product that ends before this op does is over (calls nest)
+            ends.pop()
+        gemm = _is_gemm(o.name)
+        if ends and o.depth > 0 and not gemm:
+            inside.add(k)
+        if gemm:
+            ends.append(o.end_us)
     return inside
 
 
