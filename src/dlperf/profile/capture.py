@@ -232,13 +232,11 @@ class Step:
 
     def _next_batch(self) -> Any:
         if self._iter is None:
-            with quiet_worker_warning():
-                self._iter = start_loader(self.loader)
+            self._iter = start_loader(self.loader)
         try:
             return next(self._iter)
         except StopIteration:
-            with quiet_worker_warning():
-                self._iter = start_loader(self.loader)
+            self._iter = start_loader(self.loader)
             try:
                 return next(self._iter)
             except StopIteration as exc:

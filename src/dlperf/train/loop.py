@@ -268,13 +268,11 @@ class TrainLoop:
     def next_batch(self) -> Any:
         """The next (inputs, target) batch; a new epoch starts when the loader is exhausted."""
         if self._iter is None:
-            with quiet_worker_warning():
-                self._iter = start_loader(self.loader)
+            self._iter = start_loader(self.loader)
         try:
             batch = next(self._iter)
         except StopIteration:
-            with quiet_worker_warning():
-                self._iter = start_loader(self.loader)
+            self._iter = start_loader(self.loader)
             try:
                 batch = next(self._iter)
             except StopIteration:

@@ -42,8 +42,11 @@ def parent_objects_kept_from_workers() -> Iterator[None]:
 
 
 def start_loader(loader: Any) -> Iterator[Any]:
-    """`iter(loader)`, which forks a DataLoader's workers, with `parent_objects_kept_from_workers`."""
-    with parent_objects_kept_from_workers():
+    """`iter(loader)`, which forks a DataLoader's workers, with `parent_objects_kept_from_workers` and without
+    torch's warning of more workers than it suggests (`quiet_worker_warning`: said once, as a note)."""
+    from dlperf._thirdparty import quiet_worker_warning
+
+    with quiet_worker_warning(), parent_objects_kept_from_workers():
         return iter(loader)
 
 
