@@ -54,7 +54,6 @@ on each other for good (a rank's run hung in ~ProcessGroupGloo, its worker in ~A
 `all_gather_object` had left). Held here, a work's tensors outlive it and it frees them without the GIL."""
 
 
-
 @dataclass(frozen=True)
 class DdpConfig:
     nproc: int
