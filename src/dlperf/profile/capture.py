@@ -214,19 +214,31 @@ class Step:
             others = tuple(_channels_last(x) for x in others)
         return recompiles_on(make_call(self._run_model, others, self.device, self.options.precision))
 
-    def __call__(self) -> None:
+    def __call__(self, probe_threads: bool = False) -> None:
+        """One step. `probe_threads` (a warm-up step): run it under another thread count than the one in place, so
+        that a step setting its own count is seen even where it sets the count already in place (a forward calling
+        `torch.set_num_threads(2)` on 2 threads read as setting none, and got a `--threads` fix that could not hold);
+        the count is put back where the step leaves the probe's."""
         import torch
 
         if self.options.threads is not None and torch.get_num_threads() != self.options.threads:
             torch.set_num_threads(self.options.threads)
         threads = torch.get_num_threads()
-        if self.mode == INFERENCE:
-            with torch.profiler.record_function("dlperf/forward"):
-                self._call()
-        else:
-            self._train_step()
-        if torch.get_num_threads() != threads:
-            self.threads_set_by = "step"
+        expected = threads
+        if probe_threads and self.options.threads is None and self.threads_set_by != "step":
+            expected = threads + 1 if threads == 1 else threads - 1
+            torch.set_num_threads(expected)
+        try:
+            if self.mode == INFERENCE:
+                with torch.profiler.record_function("dlperf/forward"):
+                    self._call()
+            else:
+                self._train_step()
+        finally:
+            if torch.get_num_threads() != expected:
+                self.threads_set_by = "step"
+            elif expected != threads:
+                torch.set_num_threads(threads)
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
@@ -400,8 +412,8 @@ def _capture(workload: Workload, config: CaptureConfig, progress: ProgressFn) ->
             step = Step(workload, config.mode, config.device, config.options)
             try:
                 progress(f"warming up ({config.warmup_steps} steps)")
-                for _ in range(config.warmup_steps):
-                    step()
+                for i in range(config.warmup_steps):
+                    step(probe_threads=i == 0)
                 progress("timing the step without the profiler")
                 cpu_before = _thread_cpu_s()
                 waits: list[float] = []

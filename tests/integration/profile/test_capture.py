@@ -85,6 +85,32 @@ def test_the_capture_says_whether_the_workloads_step_or_its_factory_sets_the_thr
     assert with_option.threads.threads_set_by == "step"
 
 
+def test_a_step_setting_the_thread_count_already_in_place_is_seen_by_the_warm_up_probe() -> None:
+    """A forward calling torch.set_num_threads(N) with N threads already in place changed nothing the capture could
+    see, so it read as setting no count and got a `--threads` fix that its forward undoes; the first warm-up step now
+    runs under another count, which such a forward changes back. A workload setting none keeps the count it had."""
+
+    class SetsTwo(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(2)
+            return x * 2
+
+    before = torch.get_num_threads()
+    config = CaptureConfig(steps=1, warmup_steps=1, unprofiled_min_duration_s=0.05)
+    try:
+        torch.set_num_threads(2)
+        sets = capture(Workload(name="sets", make_model=SetsTwo, make_inputs=lambda b: (torch.ones(b, 16),)), config)
+        torch.set_num_threads(2)
+        plain = capture(Workload(name="plain", make_model=lambda: torch.nn.Linear(16, 16),
+                                 make_inputs=lambda b: (torch.ones(b, 16),)), config)
+        after_plain = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert sets.threads.threads_set_by == "step"
+    assert plain.threads.threads_set_by is None
+    assert after_plain == 2
+
+
 def test_train_without_a_train_spec_is_a_workload_error() -> None:
     workload = Workload(name="no-train", make_model=lambda: torch.nn.Linear(2, 2),
                         make_inputs=lambda b: (torch.randn(b, 2),))
