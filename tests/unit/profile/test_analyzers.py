@@ -131,6 +131,34 @@ def test_roofline_classifies_compute_bandwidth_and_overhead() -> None:
     assert a.share_by_bound[operators.BANDWIDTH] == pytest.approx(0.5)
 
 
+def test_a_run_of_elementwise_operators_of_one_size_is_found_with_its_traffic_eager_and_fused() -> None:
+    """`sigmoid(relu(x * 2 + y) * 3)` on 16 MiB: mul, add (a second tensor y), relu (which calls clamp_min), mul,
+    sigmoid move 11 passes over the tensor eager; fused they read x and y and write the result: 3. A matrix product
+    ends the run, and a lone mul after it is no run."""
+    n = 4 << 20
+    full, one = ((n,), ()), ("float", "Scalar")
+    ops = [op("aten::mul", 0, 1000, shapes=full, dtypes=one),
+           op("aten::view", 1000, 5, shapes=((n,),), dtypes=("float",)),
+           op("aten::add", 1100, 1000, shapes=((n,), (n,), ()), dtypes=("float", "float", "Scalar")),
+           op("aten::relu", 2200, 1000, self_us=5, leaf=False, shapes=((n,),), dtypes=("float",)),
+           op("aten::clamp_min", 2203, 995, depth=1, shapes=full, dtypes=one),
+           op("aten::mul", 3300, 1000, shapes=full, dtypes=one),
+           op("aten::sigmoid", 4400, 1000, shapes=((n,),), dtypes=("float",)),
+           gemm(5500, 1000, m=1, k=2048, n=2048),
+           op("aten::mul", 6600, 1000, shapes=full, dtypes=one)]
+    chains = operators.analyze(trace(ops), CEILINGS).elementwise_chains
+    assert chains is not None
+    assert (chains.runs_per_step, chains.longest_ops) == (1, 5)
+    assert chains.tensor_bytes == 4 * n
+    assert (chains.eager_passes, chains.fused_passes) == pytest.approx((11, 3))
+    assert (chains.eager_bytes, chains.fused_bytes) == pytest.approx((11 * 4 * n, 3 * 4 * n))
+    assert chains.time_s == pytest.approx(0.004995)  # clamp_min does relu's work; relu's own 5 us is its call
+    # operators of two sizes in a row are no run of one tensor's size
+    other = [op("aten::mul", 0, 1000, shapes=full, dtypes=one),
+             op("aten::mul", 1100, 1000, shapes=((2 * n,), ()), dtypes=one)]
+    assert operators.analyze(trace(other), CEILINGS).elementwise_chains is None
+
+
 def test_a_bound_s_share_of_the_step_is_taken_step_by_step_and_stays_within_it() -> None:
     """Per-operator medians of different steps summed to more than the step: a noisy bandwidth-bound example read
     'explains 103% of the step'. Steps of 10, 10 and 30 ms; mul and add take turns being slow."""

@@ -114,6 +114,23 @@ def test_a_copy_nested_in_a_matrix_product_is_not_offered_elementwise_fusion() -
     assert any(e.startswith("aten::copy_") for e in found.evidence)
 
 
+def test_fusing_a_run_of_elementwise_operators_is_estimated_from_its_traffic_eager_and_fused() -> None:
+    """5 elementwise operators in a row on 128 MiB (`sigmoid(relu(x * 2 + 1) * 3)`) move about 10 passes eager and 2
+    fused: "a fused chain halves traffic" estimated 1.73x, and torch.compile measured 4.58x. Operators of alternating
+    sizes form no run, and keep that rule."""
+    run = [elementwise(i * 2000.0, 1900.0, numel=32 << 20) for i in range(5)]
+    found = _diagnose(trace(run)).top
+    assert found is not None and found.category == dg.MEMORY_BANDWIDTH and found.share == pytest.approx(0.95)
+    # 4 of the 5 operators' 2 passes go: 0.95 x 0.8 of the step
+    assert found.estimated_speedup == pytest.approx(1 / (1 - 0.95 * 0.8))
+    assert any(e.startswith("5 elementwise operators on 128 MiB tensors in a row: about 10 passes over such a tensor "
+                            "eager, 2 fused;") and "upper bound" in e for e in found.evidence)
+    apart = [elementwise(i * 2000.0, 1900.0, numel=(32 if i % 2 else 16) << 20) for i in range(5)]
+    found = _diagnose(trace(apart)).top
+    assert found is not None and found.estimated_speedup == pytest.approx(1 / (1 - 0.95 / 2))
+    assert not any("in a row" in e for e in found.evidence)
+
+
 def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
     """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
     and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""

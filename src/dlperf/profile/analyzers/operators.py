@@ -109,6 +109,30 @@ class OperatorStat:
 
 
 @dataclass
+class ElementwiseChains:
+    """Runs of two or more memory-bound elementwise operators in a row on one thread, on tensors of one size, not
+    nested in a matrix product: what fusing each run into one kernel (torch.compile) leaves of their traffic.
+
+    The trace records no tensor identities, so each operator after a run's first is taken to read the output of the
+    one before it (one of its inputs of the run's size): fused, a run reads only its other inputs, once, and writes
+    its last output. That is the least traffic fusion can leave, so the saving it implies is an upper bound."""
+
+    runs_per_step: float
+    time_s: float
+    """Per step (median), the runs' operators' self time."""
+    eager_bytes: float
+    """Per step, the bytes the runs' operators move as they run (as in their OperatorStat)."""
+    fused_bytes: float
+    """Per step, the bytes the runs would move fused."""
+    longest_ops: int
+    """The run that moves the most bytes: its operators, the bytes of its output and its passes over a tensor of
+    that size, eager and fused."""
+    tensor_bytes: float
+    eager_passes: float
+    fused_passes: float
+
+
+@dataclass
 class OperatorAnalysis:
     operators: list[OperatorStat]
     """Sorted by self time, largest first."""
@@ -124,6 +148,9 @@ class OperatorAnalysis:
     ceilings_caveat: str | None = None
     """Why the ceilings, and so every % of peak, are not to be trusted: the warning their calibration recorded (a
     busy machine) and a cached ceiling carries to every later profile; None when they recorded none."""
+
+    elementwise_chains: ElementwiseChains | None = None
+    """Runs of memory-bound elementwise operators in a row; None where no step has one."""
 
     def top(self, n: int = 10) -> list[OperatorStat]:
         return self.operators[:n]
@@ -146,6 +173,7 @@ class OperatorAnalysis:
             "share_by_bound": self.share_by_bound,
             "timed_by": self.timed_by,
             "ceilings_caveat": self.ceilings_caveat,
+            "elementwise_chains": asdict(self.elementwise_chains) if self.elementwise_chains else None,
         }
 
 
@@ -246,6 +274,78 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     return float(read + write), flops
 
 
+def _elementwise_io(op: OpEvent) -> tuple[list[tuple[int, float]], int, float]:
+    """An elementwise call's tensor inputs as (elements, bytes read), its output's elements and bytes written."""
+    strides = op.input_strides or ((),) * len(op.input_shapes)
+    inputs = [(_numel(shape), _read_elements(shape, stride) * DTYPE_BYTES[dtype], DTYPE_BYTES[dtype])
+              for shape, dtype, stride in zip(op.input_shapes, op.input_dtypes, strides, strict=False)
+              if dtype in DTYPE_BYTES]
+    if not inputs:
+        return [], 0, 0.0
+    out_elems, _, size = max(inputs, key=lambda t: t[0] * t[2])
+    reads = [(n, float(b)) for n, b, _ in inputs[1 if op.name in DESTINATION_OPS else 0:]]
+    return reads, out_elems, float(out_elems * size)
+
+
+def _elementwise_chains(trace: ProfileTrace, in_gemm: set[int], bandwidth_ops: set[str], scale_of: dict[int, float],
+                        step_s: float, cuda: bool) -> ElementwiseChains | None:
+    """Find the runs of ElementwiseChains: per step and thread, in start order, view operators pass, any other
+    operator (or one nested in the run's last operator, or an elementwise one of another size) ends a run."""
+    n_steps = len(trace.steps)
+    runs: list[tuple[int, list[OpEvent]]] = []
+    order = sorted((k for k, o in enumerate(trace.ops) if o.step >= 0 and o.phase != "data"),
+                   key=lambda k: (trace.ops[k].thread, trace.ops[k].step, trace.ops[k].start_us))
+    run: list[OpEvent] = []
+    run_elems = 0
+    for k in order:
+        o = trace.ops[k]
+        if run and (o.thread != run[-1].thread or o.step != run[-1].step):
+            runs.append((run[0].step, run))
+            run = []
+        if o.name in VIEW_OPS or (run and o.start_us < run[-1].end_us) or (
+                o.name in ELEMENTWISE_OPS and not o.is_leaf and o.self_us < 0.5 * o.dur_us):
+            # moves nothing, runs inside the run's last operator (part of its call), or calls the one that does the
+            # work (aten::relu calls aten::clamp_min)
+            continue
+        _, elems, _ = _elementwise_io(o) if o.name in ELEMENTWISE_OPS else ([], 0, 0.0)
+        if o.name not in ELEMENTWISE_OPS or o.name not in bandwidth_ops or k in in_gemm or elems == 0:
+            runs.append((o.step, run))
+            run = []
+            continue
+        if run and elems != run_elems:
+            runs.append((o.step, run))
+            run = []
+        run.append(o)
+        run_elems = elems
+    runs.append((run[0].step if run else 0, run))
+    runs = [(step, r) for step, r in runs if len(r) >= 2]
+    if not runs or n_steps == 0:
+        return None
+    time_s = [0.0] * n_steps
+    eager = fused = 0.0
+    longest: tuple[float, int, float, float] = (0.0, 0, 0.0, 0.0)
+    for step, r in runs:
+        run_eager = sum(op_bytes_and_flops(o)[0] for o in r)
+        reads, elems, written = _elementwise_io(r[0])
+        run_fused = sum(b for _, b in reads) + _elementwise_io(r[-1])[2]
+        for o in r[1:]:
+            reads = _elementwise_io(o)[0]
+            chained = next((i for i, (n, _) in enumerate(reads) if n == elems), None)
+            run_fused += sum(b for i, (_, b) in enumerate(reads) if i != chained)
+        time_s[step] += sum(o.device_us if cuda else o.self_us for o in r) * 1e-6 * scale_of.get(step, 1.0)
+        eager += run_eager
+        fused += run_fused
+        if run_eager > longest[0]:
+            longest = (run_eager, len(r), written, run_fused)
+    run_eager, n_ops, tensor_bytes, run_fused = longest
+    return ElementwiseChains(
+        runs_per_step=len(runs) / n_steps, time_s=min(median(time_s), step_s), eager_bytes=eager / n_steps,
+        fused_bytes=min(fused, eager) / n_steps, longest_ops=n_ops, tensor_bytes=tensor_bytes,
+        eager_passes=run_eager / tensor_bytes if tensor_bytes else 0.0,
+        fused_passes=run_fused / tensor_bytes if tensor_bytes else 0.0,
+    )
+
+
 def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TINY_OP_US) -> OperatorAnalysis:
     """Aggregate operators by name and place each on the roofline of `ceilings`."""
     trace.validate()
@@ -328,4 +428,6 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
     return OperatorAnalysis(operators=stats, step_s=step_s, peak_flops=dict(ceilings.gemm_flops),
                             bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
                            timed_by="kernel time" if cuda else "self time",
-                           ceilings_caveat=ceilings_caveat(ceilings, uses=used))
+                           ceilings_caveat=ceilings_caveat(ceilings, uses=used),
+                           elementwise_chains=_elementwise_chains(
+                               trace, in_gemm, {s.name for s in stats if s.bound == BANDWIDTH}, scale_of, step_s, cuda))
