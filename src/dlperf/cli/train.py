@@ -10,6 +10,7 @@ from dlperf.cli.common import (
     add_json_argument,
     add_store_argument,
     console,
+    duration_s,
     error_console,
     memory_size,
     note_oversubscribed,
@@ -21,7 +22,8 @@ from dlperf.cli.common import (
 from dlperf.errors import ConfigError, DlperfError
 
 TUNE_OPTIONS = {"--knobs": "knobs", "--skip": "skip", "--memory-budget": "memory_budget", "--margin": "margin",
-                "--parity-steps": "parity_steps", "--parity-tolerance": "parity_tolerance", "--ab-blocks": "ab_blocks"}
+                "--parity-steps": "parity_steps", "--parity-tolerance": "parity_tolerance", "--ab-blocks": "ab_blocks",
+                "--time-budget": "time_budget"}
 """The options that only --tune reads, by their attribute name."""
 DDP_TIMEOUT_S = 600.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--parity-tolerance", default=None,
                       help="allowed relative difference of the late-steps mean loss (default 5%%)")
     tune.add_argument("--ab-blocks", type=int, default=None, help="paired A/B blocks per trial (default 6)")
+    tune.add_argument("--time-budget", type=duration_s, default=None,
+                      help="wall time for the trials, e.g. 90s, 10m (default none): no trial starts that would "
+                           "end past it, and the knobs left untried are listed; the final measurements still run")
     dist = parser.add_argument_group("distributed (--nproc)")
     dist.add_argument("--nproc", type=int, default=None,
                       help="run under torchrun with DistributedDataParallel on N processes and report scaling "
@@ -189,6 +194,8 @@ def _tune_config(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--margin must be at least 0% and below 100%, got {args.margin}")
     tolerance = (_fraction("--parity-tolerance", args.parity_tolerance) if args.parity_tolerance is not None
                  else defaults.parity.rtol)
+    if args.time_budget is not None:
+        require_positive("--time-budget", args.time_budget)
     if not tolerance >= 0:  # NaN too: no loss would ever be within it
         raise ConfigError(f"--parity-tolerance must be >= 0, got {args.parity_tolerance}")
     budget = memory_size(args.memory_budget) if args.memory_budget is not None else None
@@ -208,6 +215,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
         memory_budget_bytes=budget,
         safety_margin=margin,
         count_flops=not args.no_mfu,
+        time_budget_s=args.time_budget,
     )
 
 

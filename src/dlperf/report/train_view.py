@@ -193,6 +193,9 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
         head.append("  gain      none: every knob was skipped (why below), nothing was tried\n", style="yellow")
     else:
         head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
+    if result.get("not_tried"):  # the best is the best of what was tried, not of every knob
+        head.append(f"  time budget spent: not tried {', '.join(result['not_tried'])} (why below)\n",
+                    style="yellow")
     parts: list[RenderableType] = [head]
     if result["settings"]:
         settings = Table(title=SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE, box=box.SIMPLE_HEAD,

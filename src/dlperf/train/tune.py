@@ -62,6 +62,10 @@ class TuneConfig:
     safety_margin: float = 0.1
     count_flops: bool = True
     """Count FLOPs (for MFU) in the final measurements of the baseline and the best."""
+    time_budget_s: float | None = None
+    """Wall time for the baseline's loss curve and the trials, counted from `Tuner.run`: no trial starts once the
+    mean trial so far would end past it (each knob left is recorded as skipped, saying so). The final measurements
+    of the baseline and the best still run, so the result is measured as without a budget. None: no limit."""
 
     def __post_init__(self) -> None:
         known = set(DEFAULT_KNOBS)
@@ -76,6 +80,8 @@ class TuneConfig:
             raise ConfigError(f"steps per A/B call must be >= 1, got {self.steps_per_call}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
             raise ConfigError(f"memory budget must be positive, got {self.memory_budget_bytes}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ConfigError(f"time budget must be positive, got {self.time_budget_s}")
 
 
 @dataclass
@@ -142,6 +148,8 @@ class TuneResult:
     """Baseline's and best's samples/s from the final A/B's paired blocks (`paired_rates`); None with none."""
     parity_blind: str | None = None
     """Why loss parity could not tell a candidate that stops training (`parity.blind_reason`); None when it can."""
+    not_tried: list[str] = field(default_factory=list)
+    """The knobs the time budget left untried, whole or in part (their trials say which proposals)."""
 
     @property
     def speedup(self) -> float:
@@ -182,6 +190,7 @@ class TuneResult:
             "best_samples_per_s": self.best_samples_per_s,
             "disturbed": self.disturbed,
             "parity_blind": self.parity_blind,
+            "not_tried": self.not_tried,
             "settings": [s.to_dict() for s in self.settings],
             "trials": [t.to_dict() for t in self.trials],
             "baseline_measurement": self.baseline_measurement.to_dict(),
@@ -309,6 +318,8 @@ class Tuner:
         self.baseline_measurement: TrainMeasurement | None = None
         self.best_measurement: TrainMeasurement | None = None
         self.parity_blind: str | None = None
+        self.not_tried: list[str] = []
+        self._started = time.monotonic()
 
     def ceilings_for(self, config: StepConfig) -> Ceilings | None:
         """The ceilings of the thread count `config` trains with: a best configuration on 1 thread had its MFU taken
@@ -328,9 +339,31 @@ class Tuner:
         self.trials.append(trial)
         self.on_trial(trial)
 
+    def _over_budget(self) -> str | None:
+        """Why no further trial starts: one more, as long as the mean of those run so far, would end past the time
+        budget; None within it (or with no budget)."""
+        budget = self.config.time_budget_s
+        if budget is None:
+            return None
+        spent = time.monotonic() - self._started
+        durations = [t.duration_s for t in self.trials if t.status != SKIPPED]
+        expected = statistics.fmean(durations) if durations else 0.0
+        if spent + expected <= budget:
+            return None
+        return (f"not tried: the time budget ({budget:g}s) would be exceeded ({spent:.0f}s spent, a trial took "
+                f"{expected:.0f}s on average); raise --time-budget, or try this knob alone with --knobs")
+
+    def _skip_for_budget(self, knob: str, reason: str, changes: list[dict[str, Any]] | None = None) -> None:
+        if changes:
+            reason = f"{len(changes)} more proposal(s) " + reason + ": " + "; ".join(
+                ", ".join(f"{k}={v}" for k, v in change.items()) for change in changes)
+        self.not_tried.append(knob)
+        self._record(Trial(knob, {}, "", SKIPPED, reason))
+
     def run(self) -> TuneResult:
         ctx = make_context(self.workload, self.baseline.device, self.config)
         parity_config = self.config.parity
+        self._started = time.monotonic()
         self.on_event(f"baseline loss curve ({parity_config.steps} steps)")
         baseline_losses = self._baseline_losses()
         self.on_event("a model that does not train: is loss parity able to tell?")
@@ -340,6 +373,10 @@ class Tuner:
         best_loop = TrainLoop(self.workload, best)
         try:
             for knob in self.knobs:
+                over = self._over_budget()
+                if over is not None:
+                    self._skip_for_budget(knob.name, over)
+                    continue
                 best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
                 self.best = best
             return self._finish(best, best_loop)
@@ -389,7 +426,11 @@ class Tuner:
             self._record(Trial(knob.name, {}, "", SKIPPED, why, details=details,
                                duration_s=time.perf_counter() - started))
             return best, best_loop
-        for candidate in candidates:
+        for i, candidate in enumerate(candidates):
+            over = self._over_budget()
+            if over is not None:
+                self._skip_for_budget(knob.name, over, [dict(c.change) for c in candidates[i:]])
+                break
             trial, loop = self._try_candidate(knob, candidate, best, best_loop, baseline_losses)
             self._record(trial)
             if trial.status == ACCEPTED and loop is not None and trial.config is not None:
@@ -471,7 +512,7 @@ class Tuner:
         base_m.loader_trials = loader_trials(self.trials)
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
-                              parity_blind=self.parity_blind)
+                              parity_blind=self.parity_blind, not_tried=self.not_tried)
         self.on_event("measuring the best configuration")
         try:
             best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings_for(best),
@@ -491,7 +532,7 @@ class Tuner:
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
                           code_settings(self.baseline, best, self.trials), final_samples,
                           paired_rates(final, final_samples, self.config.final_ab.block_statistic),
-                          self.parity_blind)
+                          self.parity_blind, self.not_tried)
 
 
 def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig, config: TuneConfig | None = None,

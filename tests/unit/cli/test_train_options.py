@@ -44,6 +44,17 @@ def _record(db: Path) -> Any:
     return record
 
 
+def test_the_time_budget_is_parsed_as_optimize_s_and_needs_tune() -> None:
+    from dlperf.cli.train import _check_modes
+
+    assert _config("--time-budget", "10m").time_budget_s == 600.0
+    assert _config().time_budget_s is None
+    with pytest.raises(ConfigError, match=r"--time-budget must be a positive number, got 0\.0"):
+        _config("--time-budget", "0")
+    with pytest.raises(ConfigError, match="--time-budget only applies with --tune"):
+        _check_modes(build_parser().parse_args(["train", "zoo:mlp", "--time-budget", "90s"]))
+
+
 def test_a_tune_run_records_its_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: Any) -> Any:  # stopped in its first trial: the run is kept as interrupted
         raise KeyboardInterrupt

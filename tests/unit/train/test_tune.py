@@ -469,3 +469,58 @@ def test_a_setting_changed_by_two_accepted_trials_carries_both_gains() -> None:
               Trial("workers", {"num_workers": 4}, "", ACCEPTED, speedup=1.2)]
     (setting,) = code_settings(base, base.replace(num_workers=4), trials)
     assert setting.speedup == pytest.approx(1.8)
+
+
+class _TickingTime:
+    """`time` for dlperf.train.tune whose clocks advance 10 s at each reading: each trial takes 10 s or more."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def _tick(self) -> float:
+        self.now += 10.0
+        return self.now
+
+    monotonic = perf_counter = _tick
+
+
+def test_a_time_budget_stops_starting_trials_and_says_which_knobs_were_not_tried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train --tune` had no time bound: a slow workload could not be tuned within a budget."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    monkeypatch.setattr("dlperf.train.tune.time", _TickingTime())
+    knobs: dict[str, Knob] = {"opt": FixedKnob("opt", ({"optimizer_impl": "foreach"}, {"optimizer_impl": "fused"},
+                                                       {"threads": 2})),
+                              "batch": FixedKnob("batch", ({"batch_size": 64},))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False, time_budget_s=35.0)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    first, rest, batch = result.trials
+    assert first.knob == "opt" and first.status == NOT_FASTER  # the one trial the budget allowed
+    assert rest.knob == "opt" and rest.status == SKIPPED
+    assert rest.reason.startswith("2 more proposal(s) not tried: the time budget (35s) would be exceeded")
+    assert rest.reason.endswith(": optimizer_impl=fused; threads=2")
+    assert batch.knob == "batch" and batch.status == SKIPPED and batch.reason.startswith("not tried: the time budget")
+    assert result.not_tried == ["opt", "batch"]
+    assert result.best_measurement is result.baseline_measurement  # the final measurements still ran
+    text = _render(tune_view(result.to_dict()))
+    assert "time budget spent: not tried opt, batch (why below)" in text
+    assert "batch: skipped: not tried: the time budget (35s) would be exceeded" in text
+
+
+def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    monkeypatch.setattr("dlperf.train.tune.time", _TickingTime())
+    knobs: dict[str, Knob] = {"opt": FixedKnob("opt", ({"optimizer_impl": "foreach"}, {"optimizer_impl": "fused"}))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    assert [t.status for t in result.trials] == [NOT_FASTER, NOT_FASTER] and result.not_tried == []
+    with pytest.raises(ConfigError, match="time budget must be positive, got 0"):
+        TuneConfig(time_budget_s=0)
