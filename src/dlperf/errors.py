@@ -82,6 +82,15 @@ class MissingDependency(DlperfError):
         self.extra = extra
 
 
+def require_installed(module: str, extra: str) -> None:
+    """Raise MissingDependency unless top-level `module` can be imported, without importing it (Ray takes seconds):
+    for a command to refuse before it prints its progress or loads anything."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependency(module, extra)
+
+
 def require(module: str, extra: str, install: str | None = None) -> object:
     """Import an optional dependency, or raise MissingDependency with the install hint."""
     import importlib

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlperf.cli.common import ALLOCATOR_CHOICES, WORKLOAD_HELP
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, require_installed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -238,6 +238,8 @@ def ray_options_from_args(args: argparse.Namespace) -> Any:
         raise ConfigError("give either --replicas N (a fixed number) or --autoscale MIN:MAX, not both")
     autoscale = None if args.autoscale is None else parse_autoscale(args.autoscale)
     timeout = DEPLOY_TIMEOUT_S if args.deploy_timeout_s is None else args.deploy_timeout_s
+    # here, not where Ray is imported: that came after "deploying on Ray Serve ..." (and the model's loading)
+    require_installed("ray", "ray")
     return RayServeOptions(replicas=1 if args.replicas is None else args.replicas, autoscale=autoscale,
                            address=args.ray_address, deploy_timeout_s=timeout)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pytest
 
 from dlperf.cli import serve
 from dlperf.cli.main import main
-from dlperf.errors import ConfigError, ServingError
+from dlperf.errors import ConfigError, MissingDependency, ServingError
 from dlperf.ray.serve import (
     RayServeOptions,
     check_cpus,
@@ -76,6 +77,16 @@ def test_the_command_refuses_before_loading_anything(argv: tuple[str, ...], mess
     assert main(["serve", "zoo:mlp", *argv]) == ConfigError.exit_code
     err = capsys.readouterr().err
     assert message in " ".join(err.split()) and "loading" not in err and "deploying" not in err
+
+
+def test_without_ray_the_command_gives_the_install_hint_before_any_progress(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """It printed "deploying on Ray Serve (1 replica, ...) ..." and only then that Ray is not installed."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an import of a missing package meets
+    assert main(["serve", "zoo:mlp", "--ray"]) == MissingDependency.exit_code
+    err = capsys.readouterr().err
+    assert "ray is not installed: install it with `pip install 'dlperf[ray]'`" in err
+    assert "deploying" not in err and "loading" not in err
 
 
 def test_autoscale_bounds_and_proxy_location_are_checked_where_the_options_are_made() -> None:
