@@ -67,6 +67,11 @@ def parameter_value(p: Any) -> Any:
     return None if which is None else getattr(p, which)
 
 
+INT64_ONLY = {"timeout": ("int64_param", "double_param")}
+"""The parameters Triton's gRPC endpoint takes as an int64_param only: a uint64_param 'timeout' was accepted here
+and refused there. (A double_param goes on to `service._timeout`, which refuses it saying it is read in µs.)"""
+
+
 def parameters_of(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The values of a request's, input's or output's `parameters`; ProtocolError (INVALID_ARGUMENT) naming one
     whose value is unset, as Triton refuses it ("invalid value type for 'priority' parameter, expected
@@ -76,6 +81,11 @@ def parameters_of(params: Mapping[str, Any], where: str) -> dict[str, Any]:
     if unset is not None:
         raise ProtocolError(f"{where}: parameter '{unset}' has no value: set one of its bool_param, int64_param, "
                             "string_param, double_param or uint64_param")
+    for name, kinds in INT64_ONLY.items():
+        kind = params[name].WhichOneof("parameter_choice") if name in params else None
+        if kind is not None and kind not in kinds:
+            raise ProtocolError(f"{where}: invalid value type for '{name}' parameter, expected int64_param (as "
+                                f"Triton takes it), got {kind} {values[name]!r}")
     return values
 
 

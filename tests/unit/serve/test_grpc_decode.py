@@ -67,3 +67,19 @@ def test_what_does_not_fit_is_refused_naming_the_input(build: object, message: s
     with pytest.raises(ProtocolError, match=message) as info:
         decode_infer_request(msg, None)
     assert info.value.status == 400
+
+
+def test_a_timeout_parameter_is_taken_as_an_int64_param_only_as_triton_takes_it() -> None:
+    """A uint64_param 'timeout' was accepted, where Triton answers INVALID_ARGUMENT "invalid value type for
+    'timeout' parameter, expected int64_param": a client tested here then failed against Triton."""
+    msg = service_pb2.ModelInferRequest(model_name="m")
+    msg.inputs.add(name="x", datatype="FP32", shape=[1])
+    msg.raw_input_contents.append(b"\0" * 4)
+    msg.parameters["timeout"].int64_param = 2_500_000
+    msg.parameters["priority"].uint64_param = 1  # Triton takes either for the priority
+    assert decode_infer_request(msg, None).parameters == {"timeout": 2_500_000, "priority": 1}
+    msg.parameters["timeout"].uint64_param = 2_500_000
+    with pytest.raises(ProtocolError, match=r"^the request: invalid value type for 'timeout' parameter, expected "
+                                            r"int64_param \(as Triton takes it\), got uint64_param 2500000$") as info:
+        decode_infer_request(msg, None)
+    assert info.value.status == 400  # INVALID_ARGUMENT over gRPC
