@@ -671,7 +671,7 @@ def copy_artifact(src: Path, dst: Path, extra: dict[str, Any]) -> Path:
         # copytree's Error lists (source, destination, reason) for every file it could not copy
         why = f"{errors[0][2]}" if errors else f"{exc.strerror or exc} ({exc.filename or dst})"
         raise OptimizeError(f"cannot export to '{dst}': {why}; {kept}") from exc
-    return dst
+    return target  # absolute: a run stores it, and "out" meant nothing from another folder
 
 
 def _finish_manifest(folder: Path, target: Path, extra: dict[str, Any]) -> None:

@@ -294,6 +294,15 @@ class RefutingTrials(FakeTrials):
         return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
 
 
+def test_an_export_given_as_a_relative_path_is_recorded_as_an_absolute_one(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--export out` was stored as typed: `dlperf runs show` from another folder said 'exported to out'."""
+    monkeypatch.chdir(tmp_path)
+    result = _search(tmp_path, export=Path("out"))
+    assert result.export_dir == str(tmp_path / "out")
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
 def test_a_candidate_its_a_b_called_slower_is_not_exported(tmp_path: Path) -> None:
     """With no confirmed winner the export took the best-ranked candidate even when its own A/B had called it
     slower (compile at 0.89x), and the manifest's A/B was left empty; the baseline is exported instead."""
