@@ -371,7 +371,7 @@ def _mib_text(num_bytes: Any) -> str:
 
 
 def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
-    from dlperf.report.train_view import PHASE_LABELS, job_memory_text
+    from dlperf.report.train_view import PHASE_LABELS, flops_text, job_memory_text
 
     s = m["summary"]
     rss = m.get("peak_rss_bytes")
@@ -393,6 +393,9 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
     job = job_memory_text(m)
     if job:  # the RSS column is the main process's
         parts.append(f"<p>memory: {esc(job)}</p>")
+    flops = flops_text(dict(m))
+    if flops is not None:  # the MFU column alone left out what it is of: the FLOPs, and the ceiling
+        parts.append(f"<p>FLOPs: {esc(flops)}</p>")
     parts.append(plot_row(*svgs))
     parts += [f'<p class="warn">{esc(line)}</p>' for line in [*m.get("findings", []), *m.get("notes", [])]]
     return "".join(parts)

@@ -106,15 +106,23 @@ def _memory_and_flops(m: dict[str, Any]) -> Text:
     if m.get("cuda_max_allocated_bytes") is not None:
         memory += f", CUDA max allocated {fmt_mib(m['cuda_max_allocated_bytes'])} MiB"
     lines.append(memory + "\n")
-    if m.get("flops_per_step"):
-        flops = f"  FLOPs     {fmt_si(m['flops_per_step'], 'FLOP')} / step"
-        if m.get("achieved_flops"):
-            flops += f", {fmt_si(m['achieved_flops'], 'FLOP/s')}"
-        if m.get("mfu") is not None:
-            flops += (f", MFU {m['mfu']:.1%} of the {m['ceiling_dtype']} GEMM ceiling "
-                      f"{fmt_si(m['ceiling_flops'], 'FLOP/s')}")
-        lines.append(flops + "\n")
+    flops = flops_text(m)
+    if flops is not None:
+        lines.append(f"  FLOPs     {flops}\n")
     return lines
+
+
+def flops_text(m: dict[str, Any]) -> str | None:
+    """'30.3 MFLOP / step, 2.4 GFLOP/s, MFU 5.3% of the fp32 GEMM ceiling 45.1 GFLOP/s', as far as the measurement
+    knows them; None when it counted no FLOPs (`--no-mfu`, or a model the counter could not trace)."""
+    if not m.get("flops_per_step"):
+        return None
+    flops = f"{fmt_si(m['flops_per_step'], 'FLOP')} / step"
+    if m.get("achieved_flops"):
+        flops += f", {fmt_si(m['achieved_flops'], 'FLOP/s')}"
+    if m.get("mfu") is not None:
+        flops += f", MFU {m['mfu']:.1%} of the {m['ceiling_dtype']} GEMM ceiling {fmt_si(m['ceiling_flops'], 'FLOP/s')}"
+    return flops
 
 
 def _findings_and_notes(m: dict[str, Any]) -> list[Text]:

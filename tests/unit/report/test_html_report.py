@@ -582,6 +582,17 @@ def test_a_train_report_adds_the_loader_workers_memory() -> None:
 
 
 
+def test_a_train_report_gives_the_flops_and_the_ceiling_behind_its_mfu() -> None:
+    """`dlperf train` prints 'FLOPs  30.3 MFLOP / step, ..., MFU 5.3% of the fp32 GEMM ceiling ...'; the report had
+    the MFU column alone, with neither the FLOPs per step nor the ceiling it is a share of."""
+    step = {**_step(0.0306, 1469.0), "flops_per_step": 30.3e6, "achieved_flops": 2.4e9, "mfu": 0.053,
+            "ceiling_dtype": "fp32", "ceiling_flops": 45.1e9}
+    html = render_report([_rec("t7", "train", step, config={"mode": "measure", "steps": 5})])
+    assert "FLOPs: 30.3 MFLOP / step, 2.4 GFLOP/s, MFU 5.3% of the fp32 GEMM ceiling 45.1 GFLOP/s" in html
+    unknown = render_report([_rec("t8", "train", _step(0.0306, 1469.0), config={"mode": "measure", "steps": 5})])
+    assert "FLOPs:" not in unknown  # --no-mfu: nothing counted, nothing said
+
+
 def test_settings_the_final_ab_did_not_confirm_are_not_given_as_advice() -> None:
     """A trial accepted channels_last at 1.08x; the final A/B found no significant difference (1.03x, CI
     0.95-1.10x), and the report still said 'Put this into your training code'."""
