@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import Any
 
 from dlperf.cli.common import (
     ALLOCATOR_CHOICES,
@@ -94,6 +95,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = console()
         store_option = f" --store {shlex.quote(store.shown_url)}" if args.store else ""
-        for line in check_lines(outcome.gate.to_dict(), args.workload, args.baseline, store_option):
+        gate = outcome.gate.to_dict()
+        for line in check_lines(gate, args.workload, args.baseline, store_option,
+                                baseline_deleted=_deleted(store, gate.get("baseline_run_id"))):
             out.print(line)
     return outcome.exit_code
+
+
+def _deleted(store: Any, run_id: str | None) -> bool:
+    """Whether the run `run_id` is gone from the store (`dlperf runs delete` while the check measured)."""
+    from dlperf.errors import StoreError
+
+    if not run_id:
+        return False
+    try:
+        store.get(run_id)
+    except StoreError:
+        return True
+    return False

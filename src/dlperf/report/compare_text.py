@@ -138,15 +138,22 @@ def gate_lines(result: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def check_lines(result: dict[str, Any], workload: str, baseline: str, store_option: str = "") -> list[Text]:
+def check_lines(result: dict[str, Any], workload: str, baseline: str, store_option: str = "",
+                baseline_deleted: bool = False) -> list[Text]:
     """A check's whole verdict, for `dlperf check` and `dlperf.testing`'s PerformanceRegression alike (they worded
     one failure two ways): which runs, `gate_lines`, and after a FAIL how to look closer and how to accept the
-    slowdown. `store_option` (' --store PATH', or '') goes into the commands it gives."""
+    slowdown. `store_option` (' --store PATH', or '') goes into the commands it gives. `baseline_deleted`: the
+    baseline's run is no longer in the store (deleted while the check measured), so no command names it."""
     base_run, this_run = result.get("baseline_run_id"), result.get("current_run_id")
     lines = [Text(f"check of {workload} against baseline '{baseline}' (run {base_run}); this run: {this_run}"),
              *gate_lines(result)]
     if result["failed"] and base_run and this_run:
-        lines.append(Text(f"details: `dlperf compare {base_run} {this_run}{store_option}`"))
+        if baseline_deleted:
+            lines.append(Text(f"the baseline's run {base_run} was deleted from the store during the check: there is "
+                              f"no `dlperf compare` with it; `dlperf runs show {this_run}{store_option}` has this "
+                              "run's figures", style="yellow"))
+        else:
+            lines.append(Text(f"details: `dlperf compare {base_run} {this_run}{store_option}`"))
         lines.append(Text(f"if the slowdown is intended, make this run the baseline: "
                           f"`dlperf baseline set {shlex.quote(baseline)} {this_run}{store_option}`"))
     return lines

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,38 @@ def test_a_significant_improvement_says_significantly_better_in_check_runs_show_
     assert not same.points[0].improved and same.reasons()[0].endswith(": within the threshold: pass")
     few = gate({1: _m(rng, 0.010, 3, sigma=0.01)}, {1: _m(rng, 0.0012, 3, sigma=0.01)}, GateConfig())
     assert not few.points[0].improved and few.to_dict()["points"][0]["improved"] is False
+
+
+def test_a_check_whose_baseline_run_was_deleted_meanwhile_names_no_compare_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf runs delete` of the baseline's run while a check measured: the FAIL ended 'details: `dlperf compare
+    BASE THIS`', and that command answered that run BASE is not in the store."""
+    from types import SimpleNamespace
+
+    from dlperf.cli.main import main
+    from dlperf.compare.baselines import set_baseline
+    from dlperf.store import Store
+
+    from .helpers import add_run, bench_result
+
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    base = add_run(store, "bench", bench_result({1: 0.01}))
+    set_baseline(store, "main", base)
+    this = add_run(store, "check", {})
+
+    def measure_while_the_run_is_deleted(*args: object, **kwargs: object) -> SimpleNamespace:
+        Store(db).delete(base, force=True)
+        rng = np.random.default_rng(1)
+        result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.012, 300)}, GateConfig(max_regression=0.05))
+        result.baseline_run_id, result.current_run_id = base, this
+        return SimpleNamespace(gate=result, exit_code=1)
+
+    monkeypatch.setattr("dlperf.compare.check.check_against_baseline", measure_while_the_run_is_deleted)
+    assert main(["check", "zoo:mlp", "--baseline", "main", "--store", str(db)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    shown = store.shown_url
+    assert f"dlperf compare {base}" not in out
+    assert (f"the baseline's run {base} was deleted from the store during the check: there is no `dlperf compare` "
+            f"with it; `dlperf runs show {this} --store {shown}` has this run's figures") in out
+    assert f"`dlperf baseline set main {this} --store {shown}`" in out
