@@ -27,7 +27,20 @@ INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 HTTP_STATUS_OF = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404,
                   "RESOURCE_EXHAUSTED": 429, "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "INTERNAL": 500}
 """A failed call's gRPC code as the HTTP status the levels table counts it under (the server's own mapping,
-reversed; RESOURCE_EXHAUSTED is also a message over the server's limit); other codes count as 500."""
+reversed); a RESOURCE_EXHAUSTED that is a message over the server's limit counts as 413 (`over_message_limit`);
+other codes count as 500."""
+
+
+MESSAGE_LIMIT_HINT = ("the request is larger than the server's gRPC message limit (a dlperf server's is its "
+                      "--max-request-mb, at least gRPC's default 4 MiB): raise it, or send smaller batches")
+
+
+def over_message_limit(details: str) -> bool:
+    """Whether a RESOURCE_EXHAUSTED call was a request over the server's message limit, not a full queue: grpc's own
+    refusal ("SERVER: Received message larger than max (N vs. M)", before any server code runs, so it cannot name the
+    server's option) or a dlperf server's (a body that decompresses past --max-request-mb). Counted as 429, it read
+    as the server shedding load."""
+    return "Received message larger than max" in details or "(--max-request-mb)" in details
 
 
 def _modules() -> tuple[Any, Any]:
@@ -77,6 +90,9 @@ class _GrpcSender:
             raise asyncio.TimeoutError(f"no reply within {self.timeout_s:g} s") from exc
         if code == grpc.StatusCode.UNAVAILABLE and "connect" in details.lower():
             raise ConnectionError(details) from exc
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and over_message_limit(details):
+            return Reply(413, {}, error_body(details if "--max-request-mb" in details else
+                                             f"{details}: {MESSAGE_LIMIT_HINT}"))
         return Reply(HTTP_STATUS_OF.get(code.name, 500), {}, error_body(details))
 
     async def close(self) -> None:

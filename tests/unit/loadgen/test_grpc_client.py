@@ -110,3 +110,26 @@ def test_a_stream_error_counts_under_the_status_the_server_gives_else_by_its_mes
     assert stream_reply_status(service_pb2.ModelStreamInferResponse(error_message=message)) == 500  # Triton's: none
     queue_full = service_pb2.ModelStreamInferResponse(error_message="Exceeds maximum queue size: 1 requests queued")
     assert stream_reply_status(queue_full) == 503
+
+
+def test_a_message_over_the_server_s_limit_counts_as_413_and_says_which_option_sets_the_limit() -> None:
+    """grpc refuses such a message itself (RESOURCE_EXHAUSTED, "Received message larger than max (N vs. M)") before
+    the server's code runs: `dlperf load -i grpc` counted it as 429, a server shedding load, with no word of
+    --max-request-mb."""
+    import grpc
+
+    from dlperf.loadgen.client import Endpoint
+    from dlperf.loadgen.grpc_client import GrpcConnection
+
+    sender = GrpcConnection(Endpoint("127.0.0.1", 1))
+    empty = grpc.aio.Metadata()
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpcs = "SERVER: Received message larger than max (5242893 vs. 4194304)"  # grpcio 1.85's words
+    reply = sender._failed(grpc.aio.AioRpcError(code, empty, empty, grpcs))
+    assert reply.status == 413
+    assert (grpcs.encode() + b": the request is larger than the server's gRPC message limit (a dlperf server's is its "
+            b"--max-request-mb") in reply.body
+    own = "the request decompresses to more than 1024 bytes, the server's limit (--max-request-mb)"
+    reply = sender._failed(grpc.aio.AioRpcError(code, empty, empty, own))
+    assert reply.status == 413 and reply.body.count(b"--max-request-mb") == 1
+    assert sender._failed(grpc.aio.AioRpcError(code, empty, empty, "Exceeds maximum queue size")).status == 429
