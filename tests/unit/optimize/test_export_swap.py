@@ -72,7 +72,8 @@ def test_exporting_twice_replaces_the_artifact_whole(candidates: tuple[Path, Pat
     first, second = candidates
     monkeypatch.chdir(tmp_path)
     out = copy_artifact(first, Path("out"), {"label": "first"})
-    assert out == Path("out") and read_manifest(out)["files"] == ["weights.pt"]
+    assert out.is_absolute() and out.resolve() == (tmp_path / "out").resolve()  # a run stores it
+    assert read_manifest(out)["files"] == ["weights.pt"]
     copy_artifact(second, Path("out"), {"label": "second"})
     assert read_manifest("out")["label"] == "second"
     manifest = (Path("out") / "manifest.json").read_bytes()
