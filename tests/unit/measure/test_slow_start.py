@@ -59,6 +59,32 @@ def test_stationary_noise_is_rarely_taken_for_a_slow_start(n: int) -> None:
     assert flagged <= 4  # 2%
 
 
+@pytest.mark.parametrize("slow_share", [0.3, 0.5])
+@pytest.mark.parametrize("n", [44, 117, 459])
+def test_a_model_slow_on_many_calls_at_random_is_rarely_taken_for_a_slow_start(slow_share: float, n: int) -> None:
+    """A model whose latency varies by call (a sleep or loop of random length: 10x slower on 30-50% of calls, in no
+    order) is not warming up; its runs opened with a mostly slow segment in 15-26% of seeds and read "the warm-up
+    was not over ... warm up with more than N calls". The segment must be slower than the later calls' rate."""
+    flagged = 0
+    for seed in range(200):
+        rng = random.Random(seed)
+        samples = [int(5e5 * math.exp(rng.gauss(0.0, 0.1))) * (10 if rng.random() < slow_share else 1)
+                   for _ in range(n)]
+        flagged += slow_start(samples) is not None
+    assert flagged <= 4  # 2%
+
+
+def test_a_warm_up_among_calls_slow_at_random_is_still_found() -> None:
+    # 10 slow calls first, then 30% of calls 10x slower at random: the first 10 are still far above that rate
+    found = 0
+    for seed in range(50):
+        rng = random.Random(seed)
+        samples = [int(5e5 * math.exp(rng.gauss(0.0, 0.1))) * (10 if i < 10 or rng.random() < 0.3 else 1)
+                   for i in range(459)]
+        found += slow_start(samples) is not None
+    assert found >= 48
+
+
 def test_a_mean_far_above_the_median_is_said_even_when_the_iqr_is_quiet() -> None:
     # 15% of calls stalled at 12 ms among 0.04 ms ones, spread through the run: the IQR sees only fast calls
     samples = [12_000_000 if i % 20 in (3, 11, 17) else 40_000 + 500 * (i % 3) for i in range(400)]
