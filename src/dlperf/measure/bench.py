@@ -24,6 +24,9 @@ from dlperf.workload.base import Inputs, Workload, _user_frame, map_tensors_copi
 PRECISIONS = ("fp32", "bf16", "fp16")
 CONTENTION_PERCENT = 50.0
 """CPU (in % of one core) used by other processes during a measurement above which it is flagged."""
+STARVED_WAIT_CORES = 0.25
+"""Run-queue wait of the process's threads (cores' worth, `Utilization.run_queue_wait_cores`) from which its intra-op
+threads count as starved: a CPU-bound model at 2 threads on a loaded 2-core VM waited 0.94, a call that sleeps 0.02."""
 
 
 def other_load_percent(process_cpu_percent: float, system_cpu_percent: float) -> float:
@@ -102,6 +105,9 @@ class BenchPoint:
     gpu_util_percent: float | None = None
     torch_threads: int | None = None
     """torch's intra-op threads while measured; None where not known (an engine artifact runs threads of its own)."""
+    run_queue_wait_cores: float | None = None
+    """How many cores' worth of time the process's threads waited for a core (`Utilization.run_queue_wait_cores`);
+    None where not known."""
 
     @property
     def other_load_percent(self) -> float:
@@ -111,7 +117,11 @@ class BenchPoint:
     @property
     def contention_warning(self) -> str | None:
         """Other processes kept at least half a core busy: the numbers are slower and noisier than alone."""
-        return contention_warning(self.process_cpu_percent, self.system_cpu_percent, self.torch_threads)
+        # a call that sleeps or waits (I/O, a GPU) uses little CPU without being starved: "its 2 intra-op threads got
+        # 0.0 cores ... --threads 1" was said of a model that sleeps 2 ms a call, whose threads never waited for a core
+        starved = self.run_queue_wait_cores is None or self.run_queue_wait_cores >= STARVED_WAIT_CORES
+        return contention_warning(self.process_cpu_percent, self.system_cpu_percent,
+                                  self.torch_threads if starved else None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +136,7 @@ class BenchPoint:
             "gpu_util_percent": self.gpu_util_percent,
             "other_load_percent": self.other_load_percent,
             "torch_threads": self.torch_threads,
+            "run_queue_wait_cores": self.run_queue_wait_cores,
             "contention_warning": self.contention_warning,
         }
 
@@ -353,7 +364,8 @@ def run_bench(
                                            + (f"\n{where}" if where else "")) from exc
             point = BenchPoint(batch, m, rss.peak_rss_bytes, util.result.process_cpu_percent,
                                util.result.system_cpu_percent, gpu_util_percent=util.result.gpu_util_percent,
-                               torch_threads=None if own_threads else torch.get_num_threads())
+                               torch_threads=None if own_threads else torch.get_num_threads(),
+                               run_queue_wait_cores=util.result.run_queue_wait_cores)
             if gpu_index is not None:
                 mem = cuda_peak(config.device)
                 point.cuda_max_allocated_bytes = mem.max_allocated_bytes

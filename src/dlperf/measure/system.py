@@ -20,6 +20,10 @@ class Utilization:
     """Machine-wide CPU busy share, in percent of all cores; high while the process is idle = contention."""
     gpu_util_percent: float | None = None
     gpu_memory_used_bytes: int | None = None
+    run_queue_wait_cores: float | None = None
+    """Time this process's threads spent runnable but waiting for a core, over wall time (1.0 = one thread waiting
+    the whole time); None where Linux's per-thread schedstat is not readable. High when its threads are starved, near
+    0 when it just did not ask for the CPU (a call that sleeps, waits on I/O or a GPU)."""
     samples: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -56,6 +60,7 @@ class UtilizationSampler:
         # the process's CPU time at nanosecond resolution: psutil's cpu_times() counts 10 ms clock ticks, which over
         # a region of a few ms read as 482% on a 2-core machine
         self._cpu0 = time.process_time()
+        self._wait0 = run_queue_wait_s()
         psutil.cpu_percent(None)
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="dlperf-util", daemon=True)
@@ -73,6 +78,9 @@ class UtilizationSampler:
         cores = psutil.cpu_count() or 1  # no process is busier than every core (a rounding of the clocks could say so)
         self.result.process_cpu_percent = min(100.0 * busy / wall, 100.0 * cores)
         self.result.system_cpu_percent = float(psutil.cpu_percent(None))
+        wait = run_queue_wait_s()
+        if wait is not None and self._wait0 is not None:  # a thread that ended meanwhile takes its wait along: >= 0
+            self.result.run_queue_wait_cores = max(0.0, wait - self._wait0) / wall
         if self._gpu_util:
             self.result.gpu_util_percent = sum(self._gpu_util) / len(self._gpu_util)
             self.result.gpu_memory_used_bytes = max(self._gpu_mem)
@@ -210,6 +218,24 @@ def wait_until_threads_idle(max_s: float, poll_s: float = 0.001) -> float:
         quiet = quiet + 1 if idle else 0
         before, last = seen, now
     return time.perf_counter() - start
+
+
+def run_queue_wait_s() -> float | None:
+    """Seconds this process's threads (those alive now) have spent runnable and waiting for a core, from Linux's
+    per-thread `schedstat`; None where it is not readable (not Linux)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total_ns, read = 0, False
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total_ns += int(f.read().split()[1])
+            read = True
+        except (OSError, ValueError, IndexError):  # a thread that ended since the listing
+            continue
+    return total_ns / 1e9 if read else None
 
 
 def core_time_s(path: str = "/proc/thread-self/schedstat") -> float | None:

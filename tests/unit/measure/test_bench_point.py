@@ -54,6 +54,25 @@ def test_threads_starved_of_cores_are_named_in_the_contention_warning(monkeypatc
         assert said is not None and "intra-op threads" not in said, (threads, said)
 
 
+def test_a_process_that_waited_for_no_core_is_not_said_to_have_starved_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that sleeps 2 ms a call used 0.0 cores on a busy machine and read "its 2 intra-op threads got 0.0
+    cores: an operator split across them waits for the descheduled one ... --threads 1 measures with fewer": its
+    threads never waited for a core. The thread clause needs their run-queue wait; the other load is still said."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+    def point(wait_cores: float | None) -> BenchPoint:
+        return BenchPoint(1, Measurement([2_000_000] * 4), 2**20, 2.0, 100.0, torch_threads=2,
+                          run_queue_wait_cores=wait_cores)
+
+    idle = point(0.02).contention_warning
+    assert idle is not None and idle.startswith("other processes kept 2.0 cores busy") and "intra-op" not in idle
+    starved = point(0.94).contention_warning
+    assert starved is not None and "its 2 intra-op threads got 0.0 cores" in starved
+    unknown = point(None).contention_warning  # not Linux, or a record from before: said as before
+    assert unknown is not None and "intra-op threads" in unknown
+    assert point(0.02).to_dict()["run_queue_wait_cores"] == 0.02
+
+
 def test_the_offline_headline_is_the_batch_size_of_the_best_throughput_not_the_last() -> None:
     """Offline's headline is the best items/s of the sweep: here batch 8, between a slower batch 1 and a batch 32
     that ran out of cache (the last batch size measured is not the best one)."""

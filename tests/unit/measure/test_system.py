@@ -63,6 +63,37 @@ def test_cpu_percent_is_process_time_over_wall_time_capped_at_the_machine(monkey
     assert over.result.process_cpu_percent == 100.0 * (psutil.cpu_count() or 1)
 
 
+def test_run_queue_wait_is_the_threads_wait_for_a_core_over_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from dlperf.measure import system
+
+    clocks = {"wall": 0.0, "wait": 5.0}
+    monkeypatch.setattr(time, "perf_counter", lambda: clocks["wall"])
+    monkeypatch.setattr(system, "run_queue_wait_s", lambda: clocks["wait"])
+    with system.UtilizationSampler(interval_s=60.0) as starved:
+        clocks["wall"] += 2.0
+        clocks["wait"] += 1.5  # threads waited 1.5 s for a core in 2 s
+    assert starved.result.run_queue_wait_cores == pytest.approx(0.75)
+    with system.UtilizationSampler(interval_s=60.0) as ended:
+        clocks["wall"] += 1.0
+        clocks["wait"] -= 0.5  # a thread that ended took its wait along
+    assert ended.result.run_queue_wait_cores == 0.0
+    monkeypatch.setattr(system, "run_queue_wait_s", lambda: None)  # not Linux
+    with system.UtilizationSampler(interval_s=60.0) as unknown:
+        clocks["wall"] += 1.0
+    assert unknown.result.run_queue_wait_cores is None
+
+
+def test_run_queue_wait_reads_this_process_on_linux() -> None:
+    from dlperf.measure.system import run_queue_wait_s
+
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("per-thread schedstat is Linux's")
+    first = run_queue_wait_s()
+    assert first is not None and first >= 0.0
+
+
 def test_a_gpu_reading_that_fails_leaves_the_gpu_numbers_out(monkeypatch: pytest.MonkeyPatch) -> None:
     # NVML refuses utilization on a MIG instance (NotSupported): the sampling thread died with a traceback on
     # stderr at every batch size (an unhandled thread exception, an error under pytest's filterwarnings)
