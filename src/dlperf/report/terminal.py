@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from rich import box
@@ -38,11 +39,12 @@ def fmt_ms(seconds: float | None) -> str:
 
 
 def fmt_mib(num_bytes: float | None) -> str:
-    """MiB with one decimal; below 0.1 MiB two significant digits (a 12 KiB model read 'model size: 0.0 MiB')."""
+    """MiB with one decimal; below 0.1 MiB two significant digits (a 12 KiB model read 'model size: 0.0 MiB'), in
+    positional notation (a 40-byte model read 'model size: 3.8e-05 MiB')."""
     if num_bytes is None:
         return "-"
     mib = num_bytes / 2**20
-    return f"{mib:.1f}" if mib >= 0.1 or mib == 0 else f"{mib:.2g}"
+    return f"{mib:.1f}" if mib >= 0.1 or mib == 0 else format(Decimal(f"{mib:.2g}"), "f")
 
 
 def fmt_count(value: float | None) -> str:

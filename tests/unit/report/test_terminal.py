@@ -66,6 +66,7 @@ def test_units() -> None:
     assert fmt_ci(1.0, [0.5, 3.0]) == "-50/+200%"
     # a 12 KiB model's size read 0.0 MiB
     assert (fmt_mib(12 * 1024), fmt_mib(0), fmt_mib(3 * 2**20), fmt_mib(0.25 * 2**20)) == ("0.012", "0.0", "3.0", "0.2")
+    assert (fmt_mib(40), fmt_mib(1)) == ("0.000038", "0.00000095")  # not 3.8e-05
 
 
 @pytest.mark.parametrize("cuda", [False, True])
