@@ -345,11 +345,14 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
         log: list[str] = []
         try:
             with _quiet(), _fd1_captured() as log, torch.inference_mode(False), torch.no_grad():
-                torch.onnx.export(
-                    model, tuple(traced), str(path), input_names=in_names, output_names=out_names,
-                    dynamic_axes=dynamic_axes, opset_version=opset if not dynamo else max(opset, 18),
-                    dynamo=dynamo, external_data=False,
+                program = torch.onnx.export(
+                    model, tuple(traced), None if dynamo else str(path), input_names=in_names,
+                    output_names=out_names, dynamic_axes=dynamic_axes,
+                    opset_version=opset if not dynamo else max(opset, 18), dynamo=dynamo, external_data=False,
                 )
+                if program is not None:
+                    _rename_clashing_values(program.model.graph)
+                    program.save(str(path), external_data=False)
         except Exception as exc:  # try the other exporter, report both if neither works
             reason = first_line(str(exc))
             errors.append(f"{exporter} exporter: {type(exc).__name__}: {reason}{_op_source(reason, ''.join(log))}")
@@ -365,6 +368,28 @@ def export_onnx(model: nn.Module, sample: Inputs, spec: IOSpec, path: Path, opse
             return path
         errors.append(f"{exporter} exporter: {wrong}")
     raise PassError("ONNX export failed: " + " | ".join(errors))
+
+
+def _rename_clashing_values(graph: Any) -> None:
+    """Give a fresh name to every value inside an `onnx_ir` graph that bears the name of one of its outputs.
+
+    torch.onnx's dynamo exporter renames the graph's outputs to `output_names` without looking at the names
+    already inside: an output named `embedding` beside the value its `aten.embedding` node made (also `embedding`)
+    gave a graph ONNX Runtime refuses, "Duplicate definition of name (embedding)"."""
+    from onnx_ir import traversal
+
+    outputs = {id(v) for v in graph.outputs}
+    wanted = {v.name for v in graph.outputs}
+    nodes = list(traversal.RecursiveGraphIterator(graph))
+    taken = {v.name for v in graph.inputs} | set(graph.initializers) | {v.name for n in nodes for v in n.outputs}
+    for node in nodes:
+        for value in node.outputs:
+            if value.name in wanted and id(value) not in outputs:
+                i = 1
+                while f"{value.name}_{i}" in taken:
+                    i += 1
+                value.name = f"{value.name}_{i}"
+                taken.add(value.name)
 
 
 def _batch_check(path: Path, sample: Inputs, spec: IOSpec, workload: Workload) -> str | None:

@@ -91,3 +91,41 @@ def test_outputs_that_are_not_tensors_by_name_are_still_refused() -> None:
     for out in ({"a": torch.ones(1), "b": [torch.ones(1)]}, {0: torch.ones(1)}, {}, "text"):
         with pytest.raises(PassNotApplicable, match="a tensor, a tuple of tensors or a dict of tensors by name"):
             flat_outputs(out)
+
+
+class _Encoder(nn.Module):
+    """Token ids -> an nn.TransformerEncoder (whose fast path only the torch.export-based exporter traces) -> a dict
+    whose key `embedding` is also the name that exporter gives the value of its `aten.embedding` node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(50, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.encoder(self.tokens(ids))
+        return {"last_hidden_state": hidden, "embedding": hidden.mean(1)}
+
+
+def test_an_output_named_as_a_value_inside_the_graph_exports_a_graph_that_loads(tmp_path: Path) -> None:
+    """torch.onnx's dynamo exporter renamed the outputs without looking at the names inside: an output `embedding`
+    beside its `aten.embedding` node's value `embedding` made a graph ONNX Runtime refused ('Duplicate definition of
+    name (embedding)'), so every onnxruntime candidate of such a transformer failed."""
+    pytest.importorskip("onnxruntime")
+
+    def make() -> nn.Module:
+        torch.manual_seed(0)
+        return _Encoder().eval()
+
+    wl = Workload("enc", make, lambda b: (torch.randint(0, 50, (b, 6), generator=torch.Generator().manual_seed(b)),),
+                  input_names=("ids",))
+    state = initial_state(wl)
+    new = apply_pass(OrtConfig(), state, PassContext(threads=1, batch_size=1))
+    artifact.write_manifest(tmp_path, new.exporter(tmp_path))  # type: ignore[misc]
+    assert [o["name"] for o in artifact.read_manifest(tmp_path)["outputs"]] == ["last_hidden_state", "embedding"]
+    x = wl.example_inputs(3)
+    with torch.no_grad():
+        want = state.predict(*x)
+    torch.testing.assert_close(artifact.load_artifact(tmp_path)(*x), want, atol=1e-4, rtol=1e-3)
+
