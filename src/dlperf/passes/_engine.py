@@ -409,10 +409,13 @@ def _batch_check(path: Path, sample: Inputs, spec: IOSpec, workload: Workload) -
         return None
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # its own error line on stderr besides the exception
     try:
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # its own error line on stderr besides the exception
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # an invalid graph is not a batch problem: say what it is
+        return f"ONNX Runtime refuses the exported graph: {first_line(str(exc), 200)}"
+    try:
         feeds = {s.name: a for s, a in zip(spec.inputs, to_numpy(other), strict=True)}
         outputs = session.run(None, feeds)
     except Exception as exc:

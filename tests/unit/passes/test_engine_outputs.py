@@ -129,3 +129,18 @@ def test_an_output_named_as_a_value_inside_the_graph_exports_a_graph_that_loads(
         want = state.predict(*x)
     torch.testing.assert_close(artifact.load_artifact(tmp_path)(*x), want, atol=1e-4, rtol=1e-3)
 
+
+def test_a_graph_onnx_runtime_refuses_is_not_called_a_batch_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exported graph ONNX Runtime would not load was reported as 'the graph traced at batch 1 does not run at
+    batch 2 (the trace fixed a size that follows the batch)', sending the user after dynamic shapes."""
+    pytest.importorskip("onnxruntime")
+    from dlperf.errors import PassError
+    from dlperf.passes import _engine
+
+    monkeypatch.setattr(_engine, "_rename_clashing_values", lambda graph: None)  # the duplicate name, back
+    wl = Workload("enc", _Encoder, lambda b: (torch.randint(0, 50, (b, 6)),), input_names=("ids",))
+    with pytest.raises(PassError) as info:
+        apply_pass(OrtConfig(), initial_state(wl), PassContext(threads=1, batch_size=1))
+    message = str(info.value).partition("dynamo exporter: ")[2]
+    assert message.startswith("ONNX Runtime refuses the exported graph: ") and "Duplicate definition" in message
+    assert "does not run at batch" not in message
