@@ -99,6 +99,10 @@ def cosine_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _first(out: Any) -> torch.Tensor:
+    """The first tensor of a model's output: the tensor itself, the first of a tuple or list, the first value of a
+    dict (a Hugging Face `ModelOutput` too: a transformer's `last_hidden_state`)."""
+    if isinstance(out, dict):
+        return _first(next(iter(out.values())))
     return out[0] if isinstance(out, (tuple, list)) else out
 
 

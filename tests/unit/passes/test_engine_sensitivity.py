@@ -194,3 +194,23 @@ def test_layers_inside_a_fused_attention_fast_path_are_ranked() -> None:
     names = [s.layer for s in report.ranking]
     assert names and set(names) == {"enc.layers.0.linear1", "enc.layers.0.linear2"}
     assert torch.backends.mha.get_fastpath_enabled()
+
+
+class _Named(nn.Module):
+    """OutlierNet's outputs by name, as a transformer returns `last_hidden_state` and an embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = OutlierNet()
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = self.net(x)
+        return {"hidden": out, "pooled": out.mean(1)}
+
+
+def test_rank_layers_scores_a_model_that_returns_a_dict() -> None:
+    """The fidelity behind keep_fp32="auto" took a dict output for a tensor: every
+    onnxruntime(precision=int8-static,keep_fp32=auto) candidate of a model returning a dict failed with
+    "AttributeError: 'dict' object has no attribute 'float'". It scores the dict's first tensor, as a tuple's."""
+    report = sens.rank_layers(_Named().eval(), _samples())
+    assert report.ranking[0].layer == "net.mid" and report.all_int8_fidelity < 0.999
