@@ -48,10 +48,23 @@ class Constraints:
         if self.max_metric_drop_abs is not None:
             parts.append(f"metric drop <= {self.max_metric_drop_abs:g}")
         elif self.max_metric_drop is not None:
-            parts.append(f"metric drop <= {self.max_metric_drop:.2%}")
+            parts.append(f"metric drop <= {budget_percent(self.max_metric_drop)}")
         if self.latency_budget_s is not None:
             parts.append(f"p99 <= {self.latency_budget_s * 1e3:g} ms")
         return ", ".join(parts) or "none"
+
+
+def budget_percent(fraction: float, beside: float | None = None) -> str:
+    """`fraction` as a percentage with 2 decimals, or more (up to 6) where 2 show it as 0, or equal to `beside`:
+    `--max-metric-drop 0.001%` read "metric drop <= 0.00%", and a drop of 0.0018% "metric drop 0.00% exceeds the
+    allowed 0.00%"; now "0.001%" and "0.002% exceeds the allowed 0.001%"."""
+    shown = f"{fraction:.2%}"
+    for decimals in range(2, 7):
+        shown = f"{fraction:.{decimals}%}"
+        zero = fraction != 0 and shown == f"{0.0:.{decimals}%}"
+        if not zero and (beside is None or shown != f"{beside:.{decimals}%}"):
+            break
+    return shown
 
 
 def metric_drop(value: float, baseline: float, higher_is_better: bool = True) -> tuple[float, float]:
@@ -86,7 +99,8 @@ def violations(result: dict[str, Any], baseline: dict[str, Any], constraints: Co
                                f"({constraints.max_metric_drop:.2%} of 0) allows no drop at all; give "
                                "--max-metric-drop-abs (in the metric's units) to allow one")
             else:
-                reasons.append(f"metric drop {rel:.2%} exceeds the allowed {constraints.max_metric_drop:.2%}")
+                reasons.append(f"metric drop {budget_percent(rel, constraints.max_metric_drop)} exceeds the allowed "
+                               f"{budget_percent(constraints.max_metric_drop, rel)}")
     reasons += latency_violations(result, constraints)
     return reasons
 

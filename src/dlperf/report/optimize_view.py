@@ -9,6 +9,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.optimize.constraints import budget_percent
 from dlperf.optimize.footprint import NVML_GPU_MEMORY
 from dlperf.report.fit import indented_line
 
@@ -300,7 +301,7 @@ def goal_lines(data: dict[str, Any]) -> list[str]:
     if constraints.get("max_metric_drop_abs") is not None:
         parts.append(f"metric drop <= {constraints['max_metric_drop_abs']:g}")
     elif constraints.get("max_metric_drop") is not None:
-        parts.append(f"metric drop <= {constraints['max_metric_drop']:.2%}")
+        parts.append(f"metric drop <= {budget_percent(constraints['max_metric_drop'])}")
     if constraints.get("latency_budget_s") is not None:
         parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
     return [metric, f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}"]

@@ -34,6 +34,15 @@ def test_metric_drop_both_directions() -> None:
     assert math.isinf(metric_drop(-1.0, 0.0)[1])
 
 
+def test_a_tight_relative_budget_and_the_drop_it_rejects_are_shown_apart() -> None:
+    """`--max-metric-drop 0.001%` read 'metric drop <= 0.00%', and a candidate 0.0018% below the baseline 'metric drop
+    0.00% exceeds the allowed 0.00%': two decimals of a percent hid both numbers."""
+    c = Constraints(max_metric_drop=0.00001)
+    assert c.describe() == "metric drop <= 0.001%"
+    assert violations(_row(0.5, 0.9 * (1 - 0.000018)), BASE, c) == ["metric drop 0.002% exceeds the allowed 0.001%"]
+    assert Constraints(max_metric_drop=0.01).describe() == "metric drop <= 1.00%"  # the usual budgets as before
+
+
 def test_violations_relative_absolute_latency_and_nan() -> None:
     c = Constraints(max_metric_drop=0.01)
     assert violations(_row(0.5, 0.895), BASE, c) == []
