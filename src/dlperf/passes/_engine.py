@@ -159,9 +159,23 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
         in_specs.append(TensorSpec(name, str(x.dtype).replace("torch.", ""), tuple(shape)))
     # a dict's keys name its outputs where the workload names none (or not as many)
     out_names = list(workload.output_names) if len(workload.output_names) == len(outs) else list(keys)
+    # an output dimension that follows a dynamic input one (a transformer's hidden states, [batch, seq, dim]) is
+    # dynamic too: the manifest said [-1, 32, 128] for an artifact that answers [1, 16, 128], and so did
+    # `dlperf serve`'s metadata. One run per other set of input sizes past the batch finds them.
+    out_shapes = [list(o.shape) for o in outs]
+    seen = {tuple(tuple(x.shape[1:]) for x in first if isinstance(x, torch.Tensor))}
+    for sample in samples[1:]:
+        sizes = tuple(tuple(x.shape[1:]) for x in sample if isinstance(x, torch.Tensor))
+        if sizes in seen:
+            continue
+        seen.add(sizes)
+        with torch.inference_mode():
+            others = flat_outputs(model(*sample))[0]
+        out_shapes = [[d if j < len(o.shape) and o.shape[j] == d else -1 for j, d in enumerate(shape)]
+                      for shape, o in zip(out_shapes, others, strict=False)]
     out_specs = []
     for i, o in enumerate(outs):
-        shape = list(o.shape)
+        shape = out_shapes[i]
         if shape:
             shape[0] = -1
         name = out_names[i] if i < len(out_names) and len(out_names) == len(outs) else f"output_{i}"

@@ -530,6 +530,42 @@ def test_calibration_data_of_another_sequence_length_quantizes_with_that_dimensi
     assert _cos(new.predict(*x), state.predict(*x)) > 0.95
 
 
+class _Hidden(torch.nn.Module):
+    """Token ids -> hidden states [batch, seq, 32] and their mean [batch, 32]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 32)
+        self.lin = torch.nn.Linear(32, 32)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.lin(self.emb(ids)).relu()
+        return hidden, hidden.mean(1)
+
+
+def test_an_output_that_follows_a_dynamic_sequence_length_is_dynamic_in_the_manifest(tmp_path: Path) -> None:
+    """With the sequence length dynamic (calibration data of other lengths), the manifest still gave the hidden
+    states the example's length, [-1, 12, 32], and `dlperf serve`'s metadata with it, while the artifact answered
+    [3, 10, 32] for 10 tokens."""
+    from dlperf.workload.base import EvalSpec, Workload
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return _Hidden()
+
+    def calibration() -> Any:
+        return [(torch.randint(0, 100, (4, n)),) for n in (10, 12, 7)]
+
+    wl = Workload("hidden", make, lambda b: (torch.randint(0, 100, (b, 12)),), input_names=("ids",),
+                  eval=EvalSpec(evaluate=lambda predict: 1.0, metric_name="m", calibration_inputs=calibration))
+    new = apply_pass(OrtConfig(precision="int8-static", calibration_samples=12), initial_state(wl), CTX)
+    manifest = new.exporter(tmp_path)  # type: ignore[misc]
+    assert [i["shape"] for i in manifest["inputs"]] == [[-1, -1]]
+    assert [o["shape"] for o in manifest["outputs"]] == [[-1, -1, 32], [-1, 32]]
+    hidden, pooled = new.predict(torch.randint(0, 100, (3, 10)))
+    assert tuple(hidden.shape) == (3, 10, 32) and tuple(pooled.shape) == (3, 32)
+
+
 def test_a_loaded_artifact_refuses_extra_or_missing_inputs_as_the_model_does(tmp_path: Path) -> None:
     """An extra positional input was dropped without a word (zip of names and arrays); the model raises."""
     wl = get("mlp")
