@@ -153,6 +153,8 @@ def test_a_run_of_elementwise_operators_of_one_size_is_found_with_its_traffic_ea
     assert (chains.eager_passes, chains.fused_passes) == pytest.approx((11, 3))
     assert (chains.eager_bytes, chains.fused_bytes) == pytest.approx((11 * 4 * n, 3 * 4 * n))
     assert chains.time_s == pytest.approx(0.004995)  # clamp_min does relu's work; relu's own 5 us is its call
+    # between the operators: 100 us, 100 (the view's 5 us included), 105 (relu's tail after clamp_min), 100
+    assert chains.gap_s == pytest.approx(0.000405)
     # operators of two sizes in a row are no run of one tensor's size
     other = [op("aten::mul", 0, 1000, shapes=full, dtypes=one),
              op("aten::mul", 1100, 1000, shapes=((2 * n,), ()), dtypes=one)]

@@ -18,6 +18,7 @@ are the device's.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -130,6 +131,10 @@ class ElementwiseChains:
     tensor_bytes: float
     eager_passes: float
     fused_passes: float
+    gap_s: float = 0.0
+    """Per step (median), the time between a run's operators, outside every operator (CPU only): freeing the
+    intermediate tensors, Python and dispatch between the calls, which a fused run has none of. Left out, 5 operators on
+    64 MiB whose gaps took 24% of the step were estimated 2.45x and measured 4.40x compiled."""
 
 
 @dataclass
@@ -322,6 +327,7 @@ def _elementwise_chains(trace: ProfileTrace, in_gemm: set[int], bandwidth_ops: s
     if not runs or n_steps == 0:
         return None
     time_s = [0.0] * n_steps
+    gap_s = [0.0] * n_steps
     eager = fused = 0.0
     longest: tuple[float, int, float, float] = (0.0, 0, 0.0, 0.0)
     for step, r in runs:
@@ -333,13 +339,17 @@ def _elementwise_chains(trace: ProfileTrace, in_gemm: set[int], bandwidth_ops: s
             chained = next((i for i, (n, _) in enumerate(reads) if n == elems), None)
             run_fused += sum(b for i, (_, b) in enumerate(reads) if i != chained)
         time_s[step] += sum(o.device_us if cuda else o.self_us for o in r) * 1e-6 * scale_of.get(step, 1.0)
+        if not cuda:  # on CUDA the host's gaps overlap the kernels
+            gap_s[step] += sum(max(0.0, b.start_us - a.end_us) for a, b in itertools.pairwise(r)) * 1e-6 \
+                * scale_of.get(step, 1.0)
         eager += run_eager
         fused += run_fused
         if run_eager > longest[0]:
             longest = (run_eager, len(r), written, run_fused)
     run_eager, n_ops, tensor_bytes, run_fused = longest
     return ElementwiseChains(
-        runs_per_step=len(runs) / n_steps, time_s=min(median(time_s), step_s), eager_bytes=eager / n_steps,
+        runs_per_step=len(runs) / n_steps, time_s=min(median(time_s), step_s),
+        gap_s=min(median(gap_s), step_s - min(median(time_s), step_s)), eager_bytes=eager / n_steps,
         fused_bytes=min(fused, eager) / n_steps, longest_ops=n_ops, tensor_bytes=tensor_bytes,
         eager_passes=run_eager / tensor_bytes if tensor_bytes else 0.0,
         fused_passes=run_fused / tensor_bytes if tensor_bytes else 0.0,
