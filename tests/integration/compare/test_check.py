@@ -76,8 +76,10 @@ def test_baseline_list_and_compare_json(store_path: Path, capsys: pytest.Capture
     assert main(["baseline", "list", "--json", "--store", str(store_path)]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed[0]["name"] == "main" and listed[0]["workload"].endswith("sleepy_workload.py:workload")
-    runs = Store(store_path).list(kind="check", limit=2)
-    assert main(["compare", listed[0]["run_id"], runs[0].id, "--json", "--store", str(store_path)]) == 0
+    # a check run of its own: run alone (-k), the file's earlier tests had made none (IndexError)
+    main(["check", WORKLOAD, "--baseline", "main", "--duration", "0.4", "--store", str(store_path), "--json"])
+    check_id = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["compare", listed[0]["run_id"], check_id, "--json", "--store", str(store_path)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["points"][0]["test"]["test"] == "mann-whitney-u"
 
