@@ -132,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dlperf.cli.common import error_console
 
         run = _run_behind(exc)
+        if run is not None and getattr(args, "json", False):
+            failed_json(exc)
         if run is not None:  # the error alone did not say that the batch sizes finished before it were kept
             # before the error, which stays the last line (where a CI log and the tests look for it)
             print(f"run {run} is kept in the store as failed, with what it finished (`dlperf runs show {run[:8]}`)",
@@ -177,6 +179,19 @@ def interrupted_json(exc: KeyboardInterrupt) -> None:
     """With --json, the run an interrupted command kept, as the store holds it, on stdout: `"status":
     "interrupted"`, its reason, and the result it finished (bench's batch sizes, train's steps, ab's blocks and
     verdict). A CI job killed by SIGTERM got an empty stdout to parse, while the store had the partial run."""
+    _kept_run_json(exc, interrupted=True, error_key="reason")
+
+
+def failed_json(exc: BaseException) -> None:
+    """With --json, the run a failed command kept with what it finished before the error (bench's batch 1 when
+    batch 8 raised), as the store holds it, on stdout: `"status": "failed"` and its `error`, as an interrupted run's
+    document (stdout was empty, though the store kept the partial run and Ctrl-C printed it). The exit code stays
+    the error's; a run that failed before it finished anything prints nothing, as before."""
+    _kept_run_json(next((e for e in _chain(exc) if isinstance(getattr(e, "dlperf_run", None), str)), exc),
+                   interrupted=False, error_key="error")
+
+
+def _kept_run_json(exc: BaseException, *, interrupted: bool, error_key: str) -> None:
     from dlperf.cli.common import print_json
 
     run, store = getattr(exc, "dlperf_run", None), getattr(exc, "dlperf_store", None)
@@ -187,7 +202,7 @@ def interrupted_json(exc: KeyboardInterrupt) -> None:
     except Exception:  # the store went away meanwhile: the stderr line still names the run
         return
     print_json({"run_id": record.id, "store": store.shown_url, "kind": record.kind, "workload": record.workload,
-                "status": record.status, "interrupted": True, "reason": record.error, "config": record.config,
+                "status": record.status, "interrupted": interrupted, error_key: record.error, "config": record.config,
                 "environment": record.environment, "result": record.result})
 
 

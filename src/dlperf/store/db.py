@@ -378,6 +378,7 @@ class Store:
             if handle.result:  # what it finished before the failure (bench's batch sizes before the one that raised)
                 with contextlib.suppress(AttributeError):
                     exc.dlperf_run = record.id  # type: ignore[attr-defined]  # `main` names it after the error
+                    exc.dlperf_store = self  # type: ignore[attr-defined]  # and prints it with --json
             raise
         else:
             self.finish_run(record.id, handle.result, handle.status, handle.error)

@@ -67,3 +67,41 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(argv: list[str], tmp_p
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err.decode()
     assert b"Traceback" not in err and b"BrokenPipeError" not in err
+
+
+RAISES_AT_BATCH_8 = '''import torch
+class M(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 8:
+            raise RuntimeError("boom at batch 8")
+        return x * 2
+def model():
+    return M()
+def inputs(batch_size):
+    return (torch.randn(batch_size, 4),)
+'''
+
+
+@pytest.mark.parametrize("sizes", ["1,8", "8"], ids=["batch-1-kept", "nothing-kept"])
+def test_a_failed_run_the_store_kept_prints_its_json_with_the_error(
+        sizes: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stdout was empty when batch 8 raised, though the store kept the failed run with batch 1 (and Ctrl-C or SIGTERM
+    printed the kept run): a CI job had nothing to parse. A run that finished nothing still prints nothing."""
+    from dlperf.cli.main import main
+    from dlperf.store import Store
+
+    (tmp_path / "raises.py").write_text(RAISES_AT_BATCH_8)
+    db = tmp_path / "runs.db"
+    code = main(["bench", str(tmp_path / "raises.py"), "--batch-sizes", sizes, "--min-duration", "0.02",
+                 "--min-iters", "3", "--warmup", "1", "--store", str(db), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2, err  # the error's exit code, as without --json
+    assert "boom at batch 8" in err
+    if sizes == "8":
+        assert out == ""
+        return
+    (record,) = Store(db).list()
+    document = json.loads(out)  # the whole of stdout
+    assert (document["run_id"], document["status"], document["interrupted"]) == (record.id, "failed", False)
+    assert "boom at batch 8" in document["error"] and document["error"] == record.error
+    assert [p["batch_size"] for p in document["result"]["points"]] == [1]
