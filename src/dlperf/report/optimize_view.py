@@ -63,10 +63,18 @@ def status_text(row: dict[str, Any]) -> str:
 
 def _why(row: dict[str, Any]) -> str:
     if row.get("status") != "ok":
-        prefix = ("not applicable" if row.get("status") == "not_applicable" else
-                  f"cut short by the time budget in {row.get('phase')}" if row.get("budget_cut") else
+        error = str(row.get("error"))
+        if row.get("status") == "not_applicable":
+            # the pass's error names it and says "not applicable" already: the line read "1 dynamic_int8: not
+            # applicable: dynamic_int8: not applicable: ..." (stored runs keep that error); as the progress line
+            # shows it, the pass is named only in a pipeline of several (older runs put the class's name in front)
+            which, said, reason = error.removeprefix("PassNotApplicable: ").partition(": not applicable: ")
+            if said:
+                return f"not applicable{f' ({which})' if which != row.get('label') else ''}: {reason}"
+            return f"not applicable: {error}"
+        prefix = (f"cut short by the time budget in {row.get('phase')}" if row.get("budget_cut") else
                   f"failed in {row.get('phase')}")
-        return f"{prefix}: {row.get('error')}"
+        return f"{prefix}: {error}"
     if row.get("violations"):
         return "; ".join(row["violations"])
     if row.get("slower_reasons"):

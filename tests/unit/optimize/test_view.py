@@ -305,6 +305,24 @@ def test_two_failures_that_differ_only_past_a_worded_head_are_not_the_same_error
                                     "  3 openvino: failed in apply: could not convert: shape mismatch"]
 
 
+def test_a_pass_that_does_not_apply_is_said_not_applicable_once() -> None:
+    """The pass's error names it and says "not applicable" (stored runs keep it so): the line read "2 dynamic_int8:
+    not applicable: dynamic_int8: not applicable: its nn.Linear layers ...". Inside a pipeline the pass is named
+    (an older run's error had the exception's class in front)."""
+    from dlperf.report.optimize_view import why_lines
+
+    data = _data()
+    reason = "its nn.Linear layers are inside a scripted module"
+    data["candidates"] += [
+        {"key": "c0", "label": "dynamic_int8", "status": "not_applicable", "phase": "apply",
+         "error": f"dynamic_int8: not applicable: {reason}"},
+        {"key": "c1", "label": "channels_last + compile", "status": "not_applicable", "phase": "apply",
+         "error": "PassNotApplicable: channels_last: not applicable: the model has no 2-D convolution"}]
+    assert why_lines(data)[-2:] == [
+        f"  2 dynamic_int8: not applicable: {reason}",
+        "  3 channels_last + compile: not applicable (channels_last): the model has no 2-D convolution"]
+
+
 def test_the_constraints_line_gives_each_in_its_unit() -> None:
     data = {**_data(), "constraints": {"max_metric_drop": 0.01, "latency_budget_s": 0.05}}
     assert any(line.startswith("objective: latency; constraints: metric drop <= 1.00%, p99 <= 50 ms;")
