@@ -952,6 +952,13 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         notes.append("no candidate besides the baseline was measured: " + (
             "none fit in the time budget" if search.not_tried else
             "no pass offered a configuration for this workload (see the skipped passes)"))
+    elif not any(r["status"] == "ok" for r in others) and any(r.get("budget_cut") for r in others):
+        # it said "every one failed or was not applicable" of a candidate the budget had cut short
+        notes.append("no candidate besides the baseline could be measured: the time budget cut short "
+                     f"{sum(bool(r.get('budget_cut')) for r in others)}"
+                     + (f" and left {len(search.not_tried)} untried" if search.not_tried else "")
+                     + (", the others failed or were not applicable" if not all(r.get("budget_cut") for r in others)
+                        else "") + " (the reasons are listed above)")
     elif not any(r["status"] == "ok" for r in others):
         notes.append("no candidate besides the baseline could be measured: every one failed or was not applicable "
                      "(the reasons are listed above)")

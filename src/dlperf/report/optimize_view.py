@@ -390,6 +390,8 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
         # "no candidate beat the baseline" was said where the baseline itself missed a --latency-budget-ms
         lines.append("no winner: nothing measured meets the constraints, the baseline included (each row's why says "
                      "what it missed)")
+    elif _budget_ran_out(data):
+        lines.append(f"no winner: {_budget_ran_out(data)}")
     else:
         # no A/B was run (the baseline ranked first, or nothing else was measured): the notes say why
         lines.append("no winner: no candidate beat the baseline")
@@ -399,6 +401,22 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     for note in data.get("notes") or []:
         lines.append(f"note: {note}")
     return lines
+
+
+def _budget_ran_out(data: dict[str, Any]) -> str:
+    """Why there is no winner when the time budget ran out before any candidate besides the baseline was measured
+    (one cut short by it, the others not tried), or '' when one was measured. It read 'no candidate beat the
+    baseline' where none had been measured at all."""
+    base_key = (data.get("baseline") or {}).get("key")
+    others = [r for r in data.get("candidates") or [] if r.get("key") != base_key and r.get("label") != "baseline"]
+    cut = [r for r in others if r.get("budget_cut")]
+    not_tried = len(data.get("not_tried") or [])
+    if any(r.get("status") == "ok" for r in others) or not (cut or not_tried):
+        return ""
+    parts = [f"{len(cut)} cut short" if cut else "", f"{not_tried} not tried" if not_tried else "",
+             f"{len(others) - len(cut)} failed or not applicable" if len(others) > len(cut) else ""]
+    return ("the time budget ran out before any candidate was measured ("
+            + ", ".join(p for p in parts if p) + "; a longer --time-budget tries them)")
 
 
 def runner_up_lines(found: dict[str, Any], winner: str) -> list[str]:

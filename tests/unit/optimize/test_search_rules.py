@@ -604,6 +604,34 @@ def test_a_candidate_the_time_budget_cut_short_is_measured_again_on_resume(tmp_p
     assert result.row(cut["key"])["status"] == "ok"
 
 
+class BudgetKillsAll(FakeTrials):
+    """Every candidate's trial besides the baseline's is killed at its timeout, as when the baseline took the budget."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        if target == "evaluate" and payload["pipeline"]:
+            return {"status": "failed", "phase": "export", "timed_out": True,
+                    "error": f"timed out after {timeout_s:.0f} s during 'export' (killed)"}
+        return super().run(target, payload, log_path, timeout_s)
+
+
+def test_a_search_whose_budget_cut_every_candidate_short_says_so_not_that_none_beat_the_baseline(
+        tmp_path: Path) -> None:
+    """The baseline took the budget and the candidates were cut short: the headline read 'no winner: no candidate
+    beat the baseline', and the note 'every one failed or was not applicable', though none had been measured."""
+    from dlperf.report.optimize_view import selection_lines
+
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            candidate_timeout_s=1000.0, workdir=str(tmp_path / "work"))
+    result = optimize("zoo:mlp", config, executor=BudgetKillsAll(MLP))
+    assert result.winner is None and all(r.get("budget_cut") for r in result.rows if r["label"] != "baseline")
+    lines = selection_lines(result.to_dict())
+    assert lines[0] == ("no winner: the time budget ran out before any candidate was measured (2 cut short; a longer "
+                        "--time-budget tries them)")
+    assert "note: no candidate besides the baseline could be measured: the time budget cut short 2 (the reasons are " \
+           "listed above)" in lines
+
+
 class NodeDies(FakeTrials):
     """dynamic_int8's trial ends as the Ray executor reports a trial whose node died on every attempt (`flagged`:
     with the worker_lost flag; else as rows recorded before it, by the error alone)."""

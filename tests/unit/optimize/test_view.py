@@ -323,6 +323,19 @@ def test_a_pass_that_does_not_apply_is_said_not_applicable_once() -> None:
         "  3 channels_last + compile: not applicable (channels_last): the model has no 2-D convolution"]
 
 
+@pytest.mark.parametrize("measured", [False, True], ids=["none-measured", "one-measured"])
+def test_no_winner_says_the_budget_ran_out_only_where_no_candidate_was_measured(measured: bool) -> None:
+    """On a slow machine the baseline took the budget: the first candidate was cut short and the rest never tried,
+    and the headline read 'no winner: no candidate beat the baseline'. Where one was measured and lost, it still is."""
+    data = {**_data(), "winner": None, "baseline": {"key": "k0"},
+            "not_tried": [{"label": f"p{i}", "key": f"n{i}", "reason": "time budget"} for i in range(5)]}
+    data["candidates"][1].update(status="ok", feasible=True) if measured else data["candidates"][1].update(
+        status="failed", phase="measure", budget_cut=True, error="timed out after 9 s: the time budget had only 9 s")
+    assert summary_lines(data)[2] == ("no winner: no candidate beat the baseline" if measured else
+                                      "no winner: the time budget ran out before any candidate was measured (1 cut "
+                                      "short, 5 not tried; a longer --time-budget tries them)")
+
+
 def test_the_constraints_line_gives_each_in_its_unit() -> None:
     data = {**_data(), "constraints": {"max_metric_drop": 0.01, "latency_budget_s": 0.05}}
     assert any(line.startswith("objective: latency; constraints: metric drop <= 1.00%, p99 <= 50 ms;")
