@@ -10,6 +10,10 @@ from typing import Any
 
 NOISE_IQR_RATIO = 0.10
 """IQR/median above which a measurement is flagged as noisy (torch.utils.benchmark uses 10%)."""
+MODEL_VARIATION = "the model's own per-call variation (data-dependent control flow, random-length loops)"
+"""A noisy measurement's cause that lies in the model: it left it out, the cause for such a model on an idle machine."""
+NOISE_CAUSES = f"other load on the machine, frequency scaling, {MODEL_VARIATION} or too few samples"
+"""What the noise warning lists where it cannot tell which (a Measurement does not know the machine's load)."""
 
 CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
 """What a clock adds to one sample or cannot resolve in it: an empty call's `perf_counter_ns` sample reads
@@ -487,8 +491,7 @@ class Measurement:
         # 0.1000000000000001): the warning would read "IQR is 10.000% of the median (> 10%)"
         if self.noise_ratio > NOISE_IQR_RATIO and shown != f"{NOISE_IQR_RATIO:.3%}":
             return (
-                f"noisy: IQR is {shown} of the median (> {NOISE_IQR_RATIO:.0%}); "
-                "other load on the machine, frequency scaling or too few samples"
+                f"noisy: IQR is {shown} of the median (> {NOISE_IQR_RATIO:.0%}); {NOISE_CAUSES}"
             )
         return None
 

@@ -14,7 +14,13 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.measure.stats import NOISE_IQR_RATIO, early_stopping_min_count, percent_beside
+from dlperf.measure.stats import (
+    MODEL_VARIATION,
+    NOISE_CAUSES,
+    NOISE_IQR_RATIO,
+    early_stopping_min_count,
+    percent_beside,
+)
 from dlperf.report.fit import FirstThatFits
 from dlperf.report.html_parts import artifact_precision
 from dlperf.store.query import History
@@ -200,8 +206,16 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     noisy = [p for p in points if (p["summary"].get("noise_warning") or "").startswith("noisy")]
     if noisy:
-        lines.append(f"noisy at batch {', '.join(str(p['batch_size']) for p in noisy)} (IQR/p50 > 10%): other load "
-                     "on the machine, frequency scaling or too few samples")
+        sizes = ", ".join(str(p["batch_size"]) for p in noisy)
+        others = [p.get("other_load_percent") for p in noisy]
+        if all(o is not None for o in others) and not any(p.get("contention_warning") for p in noisy):
+            # other processes kept under half a core busy (the contention warning's threshold), so the spread is
+            # the model's own: a loop of random length read "other load on the machine" first
+            lines.append(f"noisy at batch {sizes} (IQR/p50 > 10%) with little other load on the machine (at most "
+                         f"{max(float(o or 0.0) for o in others) / 100:.1f} cores): {MODEL_VARIATION}, frequency "
+                         "scaling or too few samples")
+        else:
+            lines.append(f"noisy at batch {sizes} (IQR/p50 > 10%): {NOISE_CAUSES}")
     lines += [f"batch {p['batch_size']}: {p['summary']['noise_warning']}" for p in points
               if p["summary"].get("noise_warning") and p not in noisy]
     return lines + bench_notes(points)

@@ -154,8 +154,9 @@ def test_a_bench_result_gives_the_warnings_the_cli_prints() -> None:
     noisy = BenchPoint(8, Measurement([20_000 * (1 + i % 3) for i in range(500)], items_per_call=8), 2**20, 40.0,
                        100.0, torch_threads=2)  # IQR 100% of the median; 0.4 cores of 2 threads, the machine busy
     result = BenchResult("m", BenchConfig(), [quiet, noisy], model_bytes=1)
-    assert result.warnings[0] == ("noisy at batch 8 (IQR/p50 > 10%): other load on the machine, frequency scaling or "
-                                  "too few samples")
+    assert result.warnings[0] == ("noisy at batch 8 (IQR/p50 > 10%): other load on the machine, frequency scaling, "
+                                  "the model's own per-call variation (data-dependent control flow, random-length "
+                                  "loops) or too few samples")
     assert noisy.contention_warning is not None and result.warnings[1] == f"batch 8: {noisy.contention_warning}"
     assert len(result.warnings) == 2 and repr(result).endswith(", 2 warnings in .warnings)")
     calm = BenchResult("m", BenchConfig(), [quiet], model_bytes=1)

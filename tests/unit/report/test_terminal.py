@@ -308,10 +308,26 @@ def test_bench_warnings_are_grouped() -> None:
         point(64, "only 3 samples: percentiles and spread are unreliable", None, 0.0),
     ])
     assert lines == [
-        "noisy at batch 1, 32 (IQR/p50 > 10%): other load on the machine, frequency scaling or too few samples",
+        "noisy at batch 1, 32 (IQR/p50 > 10%): other load on the machine, frequency scaling, the model's own per-call "
+        "variation (data-dependent control flow, random-length loops) or too few samples",
         "batch 64: only 3 samples: percentiles and spread are unreliable",
         "batch 1, 8: other processes kept 1.7 cores busy",
     ]
+
+
+def test_a_noisy_point_measured_with_little_other_load_names_the_model_s_own_variation_first() -> None:
+    """A model whose calls vary (a loop of random length) on an idle machine read "noisy: ... other load on the
+    machine, frequency scaling or too few samples": its own cause was not listed, and the one that was did not hold.
+    A point stored without its load (an older run) keeps the whole list."""
+    def point(batch: int, others: float | None) -> dict[str, Any]:
+        return {"batch_size": batch, "summary": {"noise_warning": "noisy: IQR is 44% ..."},
+                "contention_warning": None, "other_load_percent": others}
+
+    assert bench_warnings([point(1, 12.0), point(8, 31.0)]) == [
+        "noisy at batch 1, 8 (IQR/p50 > 10%) with little other load on the machine (at most 0.3 cores): the model's "
+        "own per-call variation (data-dependent control flow, random-length loops), frequency scaling or too few "
+        "samples"]
+    assert bench_warnings([point(1, None)])[0].startswith("noisy at batch 1 (IQR/p50 > 10%): other load on the")
 
 
 def _measurement(scale: float, n: int = 200) -> Measurement:
