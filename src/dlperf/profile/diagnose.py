@@ -317,11 +317,15 @@ def _launch(a: Analyses) -> Finding | None:
     # a single-tensor optimizer step's dispatch is a finding of its own (fused/foreach), which torch.compile of the
     # model does not touch: counted here too, a training step read 97-100% and a compile estimate of 3.99x
     optimizer = la.optimizer_overhead_share if _optimizer_step(a) is not None else 0.0
-    share = max(0.0, share - optimizer)
+    # the time between a run's elementwise operators (freeing its intermediates, dispatch) is the bandwidth finding's,
+    # which fusing removes: counted here too, 5 operators on 64 MiB whose gaps were 24% of the step were told "a cost
+    # per call ... a larger batch amortizes it" for the same time the fusion estimate took away
+    fused = min(_fused_gap_share(a), max(0.0, share - optimizer))
+    share = max(0.0, share - optimizer - fused)
     if share < MIN_SHARE:
         return None
     if la.ops_per_step < FEW_OPS_PER_STEP and not inner:
-        return _per_call_overhead(a)
+        return _per_call_overhead(a, share, fused)
     if inner and nested is not None:
         _, gap_share, small = nested
         named = ", ".join(f"{o.name} x{o.calls_per_step:.0f}" for o in sorted(small, key=lambda o: -o.self_s)[:3])
@@ -346,6 +350,8 @@ def _launch(a: Analyses) -> Finding | None:
     if optimizer:
         evidence.append(f"not counted here: the optimizer step's {optimizer:.0%} of the step in tiny operators and "
                         "gaps, the finding \"the optimizer step updates its parameters one at a time\"")
+    if fused:
+        evidence.append(_fused_gap_evidence(fused))
     if la.kernels_per_step is not None and la.median_kernel_us is not None:
         evidence.append(f"{la.kernels_per_step:.0f} kernels per step, median {la.median_kernel_us:.1f} µs")
     if a.breakdown.device_idle_s is not None:
@@ -390,8 +396,24 @@ def _reads_to_python(a: Analyses) -> float:
     return a.launch.python_reads_per_step
 
 
-def _per_call_overhead(a: Analyses) -> Finding:
-    """Overhead in a step of few operators: the fixed cost of one call (Python, module calls, dispatch)."""
+def _fused_gap_share(a: Analyses) -> float:
+    """The share of the step between the operators of runs of elementwise operators that the bandwidth finding counts
+    as removed by fusing them; 0 where it makes no such finding."""
+    share = _bandwidth_share(a)
+    if share < MIN_SHARE or _weights_bound_s(a) is not None:
+        return 0.0
+    return _fused_shares(a.operators, share)[1]
+
+
+def _fused_gap_evidence(fused: float) -> str:
+    return (f"not counted here: {fused:.0%} of the step between the operators of runs of elementwise operators "
+            "(freeing their intermediates, dispatch), which fusing the runs removes: the finding \"the step is "
+            "memory-bandwidth-bound\"")
+
+
+def _per_call_overhead(a: Analyses, share: float, fused: float = 0.0) -> Finding:
+    """Overhead in a step of few operators: the fixed cost of one call (Python, module calls, dispatch); `share` is
+    the overhead's share less what other findings claim (`fused`: the time between runs of elementwise operators)."""
     la = a.launch
     fixes = [batch_fix(a.batch_size)] if a.mode != TRAIN else []
     fixes.append(compile_fix())
@@ -401,13 +423,16 @@ def _per_call_overhead(a: Analyses) -> Finding:
             "--verify does not change a training batch, which changes the training itself: measure one with "
             "`dlperf train --batch-size N`")
     evidence = [
-        f"{la.overhead_share:.0%} of the step is outside the operators' work: tiny operators "
-        f"({_ms(la.tiny_op_time_s)}) and gaps between operators ({_ms(la.gap_time_s)})",
+        f"{share:.0%} of the step is outside the operators' work: tiny operators "
+        f"({_ms(la.tiny_op_time_s)}) and gaps between operators "
+        f"({_ms(max(0.0, la.gap_time_s - fused * a.operators.step_s))})",
         f"but only {la.ops_per_step:.0f} operators per step (median {la.median_op_us:.1f} µs each): the overhead "
         "is not many small operators but a cost per call (Python, module calls, dispatch, freeing large "
         "tensors); where it stays flat as the batch grows, a larger batch amortizes it (one profile at one "
         f"batch cannot tell: {tell})",
     ]
+    if fused:
+        evidence.append(_fused_gap_evidence(fused))
     starved = _starved(a)
     if starved:
         # Measured under load (the compute-bound example, 8 addmm a step, at load 5 on 2 cores): the thread waited
@@ -426,10 +451,10 @@ def _per_call_overhead(a: Analyses) -> Finding:
              "some of the Python cost"
              + ("; CUDA graphs remove the launch cost" if a.device.startswith("cuda") else "")),
         setting="--batch-size, pass compile",
-        share=la.overhead_share,
+        share=share,
         # The per-item gain of a larger batch is certain only when the operators' own time grows slower than it.
         confidence="low" if starved else "medium",
-        estimated_speedup=_speedup(la.overhead_share, 4.0),
+        estimated_speedup=_speedup(share, 4.0),
         fixes=fixes,
     )
 
@@ -548,12 +573,37 @@ GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addm
 """Matrix products: below the ridge, they are bound by reading their weights at a small batch."""
 
 
-def _bandwidth(a: Analyses) -> Finding | None:
+def _bandwidth_share(a: Analyses) -> float:
+    """The step's share in memory-bound operators, less those nested in a matrix product or convolution."""
     op = a.operators
     # operators nested in a matrix product or convolution (Linear's bias copied into addmm's output) are part of that
     # call: no fusion of elementwise operators removes them, and an MLP at batch 512 was told to fuse its copy_
     nested_s = sum(o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
-    share = op.share_by_bound.get(BANDWIDTH, 0.0) - (nested_s / op.step_s if op.step_s else 0.0)
+    return op.share_by_bound.get(BANDWIDTH, 0.0) - (nested_s / op.step_s if op.step_s else 0.0)
+
+
+def _weights_bound_s(a: Analyses) -> tuple[float, float] | None:
+    """(memory-bound time, of it the matrix products') where the products are half of it or more in inference: their
+    weights' reads are the traffic, which a larger batch shares; None otherwise."""
+    op = a.operators
+    bound_s = sum(o.self_s - o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
+    gemm_s = sum(o.self_s for o in op.operators if o.bound == BANDWIDTH and o.name.split("::")[-1] in GEMM_OPS)
+    return (bound_s, gemm_s) if bound_s > 0 and gemm_s >= 0.5 * bound_s and a.mode != TRAIN else None
+
+
+def _fused_shares(op: OperatorAnalysis, share: float) -> tuple[float, float]:
+    """Of the step, the runs of elementwise operators' own share (at most `share`) and the share between their
+    operators, outside every operator (at most what `share` leaves)."""
+    chains = op.elementwise_chains
+    chain_share = min(share, chains.time_s / op.step_s) if chains and chains.eager_bytes > 0 and op.step_s else 0.0
+    gap_share = min(chains.gap_s / op.step_s, 1.0 - share) if chains and chain_share > 0 else 0.0
+    return chain_share, gap_share
+
+
+def _bandwidth(a: Analyses) -> Finding | None:
+    op = a.operators
+    share = _bandwidth_share(a)
+    nested_s = sum(o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
     if share < MIN_SHARE:
         return None
     eff = op.efficiency(BANDWIDTH) or 0.0
@@ -575,9 +625,9 @@ def _bandwidth(a: Analyses) -> Finding | None:
         evidence.append(f"at {eff:.0%} of the bandwidth these operators are not limited by it: look at what keeps "
                         "them from running (threads waiting for cores other processes hold, page faults on freshly "
                         "allocated outputs, strided access) before cutting the traffic")
-    bound_s = sum(o.self_s - o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
-    gemm_s = sum(o.self_s for o in op.operators if o.bound == BANDWIDTH and o.name.split("::")[-1] in GEMM_OPS)
-    if bound_s > 0 and gemm_s >= 0.5 * bound_s and a.mode != TRAIN:
+    weights = _weights_bound_s(a)
+    if weights is not None:
+        bound_s, gemm_s = weights
         # matrix products below the ridge: each call reads the whole weight matrix for a few rows (batch 1 of a
         # 2048-wide MLP: 0.5 FLOP/B), so a larger batch shares each read among more items; fusing elementwise
         # operators and bf16 autocast (which converts the weights on every call: 0.14x) were proposed instead
@@ -599,8 +649,7 @@ def _bandwidth(a: Analyses) -> Finding | None:
     # out, 5 operators on 64 MiB whose gaps were 24% of the step were estimated 2.45x, "an upper bound", and
     # measured 4.40x compiled; the finding explains that time too.
     chains = op.elementwise_chains
-    chain_share = min(share, chains.time_s / op.step_s) if chains and chains.eager_bytes > 0 and op.step_s else 0.0
-    gap_share = min(chains.gap_s / op.step_s, 1.0 - share) if chains and chain_share > 0 else 0.0
+    chain_share, gap_share = _fused_shares(op, share)
     if chains and chain_share > 0:
         evidence.append(
             f"{chains.longest_ops} elementwise operators on {chains.tensor_bytes / (1 << 20):.0f} MiB tensors in a "

@@ -145,6 +145,26 @@ def test_the_time_between_a_run_s_elementwise_operators_is_estimated_to_go_with_
     assert any("and 20% of the step between them, outside every operator" in e for e in found.evidence)
 
 
+def test_the_time_between_a_run_s_elementwise_operators_is_the_fusion_finding_s_not_a_per_call_cost() -> None:
+    """5 operators on 64 MiB whose gaps were 24% of the step: the bandwidth finding counted that time as what fusing
+    removes, and the per-call finding claimed it again as "a cost per call ... a larger batch amortizes it", proposing
+    --batch-size for it. Here 5 operators of 1.1 ms with 0.5 ms between them (20%) and 2.5 ms after the last (25%)."""
+    run = [elementwise(i * 1600.0, 1100.0, numel=16 << 20) for i in range(5)]
+    d = _diagnose(trace(run))
+    bandwidth = next(f for f in d.findings if f.category == dg.MEMORY_BANDWIDTH)
+    overhead = next(f for f in d.findings if f.category == dg.LAUNCH_OVERHEAD)
+    assert bandwidth.share == pytest.approx(0.75)  # the operators' 55% and the 20% between them
+    assert overhead.share == pytest.approx(0.25) and "per-call" in overhead.title  # the 2.5 ms after them only
+    assert overhead.estimated_speedup == pytest.approx(1 / (0.75 + 0.25 / 4))
+    assert overhead.evidence[0].startswith("25% of the step is outside the operators' work: tiny operators (0.00 ms) "
+                                           "and gaps between operators (2.50 ms)")
+    assert any(e.startswith("not counted here: 20% of the step between the operators of runs of elementwise "
+                            "operators") for e in overhead.evidence)
+    # gaps only between the run's operators: no overhead finding at all
+    run = [elementwise(i * 2000.0, 1500.0, numel=16 << 20) for i in range(5)]
+    assert [f.category for f in _diagnose(trace(run)).findings] == [dg.MEMORY_BANDWIDTH]
+
+
 def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
     """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
     and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""
