@@ -583,8 +583,15 @@ def with_optimizer_impl(optimizer: Any, impl: str) -> Any:
 
     Only the flag asked for is passed: RMSprop, NAdam and others have foreach but no fused argument to pass False
     to. Each param group holds its own foreach and fused (None when the user set neither), which step() reads
-    instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation."""
-    defaults = {k: v for k, v in optimizer.defaults.items() if k not in ("foreach", "fused")}
+    instead of the defaults: passed on as they were, the rebuilt optimizer ran the default implementation.
+    Defaults its constructor takes no argument for are left to the param groups, which keep them: AdamW records
+    `decoupled_weight_decay=True` in its defaults but takes no such argument, and its rebuild raised TypeError."""
+    import inspect
+
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    defaults = {k: v for k, v in optimizer.defaults.items()
+                if k not in ("foreach", "fused") and (takes_any or k in accepted)}
     groups = [{k: v for k, v in g.items() if k not in ("foreach", "fused")} for g in optimizer.param_groups]
     return type(optimizer)(groups, **defaults, **{impl: True})
 

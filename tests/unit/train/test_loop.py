@@ -474,6 +474,27 @@ def test_foreach_is_built_for_an_optimizer_without_a_fused_argument(
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_adamw_is_rebuilt_with_the_implementation_asked_for_and_trains_as_the_default(impl: str) -> None:
+    """AdamW records decoupled_weight_decay=True in its defaults but takes no such argument: its rebuild raised
+    TypeError, and both optimizer trials of every AdamW workload read 'failed: AdamW has no foreach implementation
+    here: ... unexpected keyword argument 'decoupled_weight_decay''."""
+    w = tiny()
+    assert w.train is not None
+    workload = dataclasses.replace(w, train=dataclasses.replace(
+        w.train, make_optimizer=lambda params: torch.optim.AdamW(params, lr=0.01, weight_decay=0.5)))
+    default = TrainLoop(workload, StepConfig(batch_size=32, threads=1))
+    other = TrainLoop(workload, StepConfig(batch_size=32, threads=1, optimizer_impl=impl))
+    group = other.optimizer.param_groups[0]
+    assert type(other.optimizer) is torch.optim.AdamW
+    assert (group[impl], group["decoupled_weight_decay"], group["weight_decay"]) == (True, True, 0.5)
+    for _ in range(2):
+        default.step()
+        other.step()
+    for a, b in zip(_params(default), _params(other), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_a_batch_of_dicts_and_lists_has_every_tensor_moved_and_the_loaders_containers_kept() -> None:
     """A dict of inputs stayed as the loader gave it: on CUDA the model met host tensors, and channels_last (seen
     here on the CPU) left its images as they were."""
