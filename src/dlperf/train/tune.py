@@ -375,7 +375,13 @@ class Tuner:
             for knob in self.knobs:
                 over = self._over_budget()
                 if over is not None:
-                    self._skip_for_budget(knob.name, over)
+                    # a knob that does not apply here costs nothing: listed as left by the budget, pin_memory on a
+                    # CPU read as a loss, with "try this knob alone with --knobs" to find it skipped there
+                    reason = None if getattr(knob, "skip_probes", False) else knob.skip_reason(best, ctx)
+                    if reason:
+                        self._record(Trial(knob.name, {}, "", SKIPPED, reason))
+                    else:
+                        self._skip_for_budget(knob.name, over)
                     continue
                 best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
                 self.best = best

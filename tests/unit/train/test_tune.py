@@ -511,6 +511,28 @@ def test_a_time_budget_stops_starting_trials_and_says_which_knobs_were_not_tried
     assert "batch: skipped: not tried: the time budget (35s) would be exceeded" in text
 
 
+def test_a_knob_that_does_not_apply_is_skipped_for_its_own_reason_after_the_budget_is_spent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU with no loader workers, prefetch, persistent, pin_memory and channels_last (no Conv2d) were listed as
+    'not tried: the time budget ... would be exceeded; raise --time-budget, or try this knob alone with --knobs', and in
+    the headline's 'time budget spent: not tried ...', though none of them could have run there."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    monkeypatch.setattr("dlperf.train.tune.time", _TickingTime())
+    knobs: dict[str, Knob] = {"opt": FixedKnob("opt", ({"optimizer_impl": "foreach"},)),
+                              "pin": FixedKnob("pin", ({"pin_memory": True},), skip="device is cpu"),
+                              "batch": FixedKnob("batch", ({"batch_size": 64},))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False, time_budget_s=35.0)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    assert [(t.knob, t.status, t.reason[:20]) for t in result.trials] == [
+        ("opt", NOT_FASTER, "A/B: no significant "), ("pin", SKIPPED, "device is cpu"),
+        ("batch", SKIPPED, "not tried: the time ")]
+    assert result.not_tried == ["batch"]
+
+
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlperf.measure.clock import FakeClock
 

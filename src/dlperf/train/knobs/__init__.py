@@ -47,7 +47,9 @@ class Knob(Protocol):
     sweep: bool
 
     def skip_reason(self, current: StepConfig, ctx: TuneContext) -> str | None:
-        """Why this knob does not apply now, or None."""
+        """Why this knob does not apply now, or None. Also asked once the time budget is spent, to tell a knob that
+        does not apply from one left untried; a knob whose answer costs a probe (runs steps) sets a class attribute
+        `skip_probes = True` and is then listed as not tried."""
         ...
 
     def candidates(self, current: StepConfig, ctx: TuneContext) -> list[Candidate]:

@@ -12,6 +12,7 @@ from dlperf.train.loop import StepConfig
 class Checkpointing:
     name = "checkpointing"
     sweep = False
+    skip_probes = True  # skip_reason measures an unsplit step's memory
 
     def __init__(self) -> None:
         self.last_search: object | None = None
