@@ -60,6 +60,13 @@ class Checkpointing:
         self.last_search = search
         micro, steps = split_batch(wanted, search.largest_fitting, smallest, why)
         if self._over_budget is not None:  # the current configuration breaks the budget: checkpointing is needed
+            if micro < current.batch_size and fit_function(ctx, current)[0](micro)[0]:
+                # the same split fits without checkpointing (the batch knob's, which did not run): proposed with
+                # checkpointing, it was "required" at 0.57x for a char-level transformer whose 8 x 2 fit plain
+                return [Candidate({"batch_size": micro, "accumulation_steps": steps},
+                                  f"{self._over_budget}: {micro} x {steps} accumulation steps fit without "
+                                  "checkpointing, which would fit no larger micro-batch", search.to_dict(),
+                                  required=True)]
             change: dict[str, Any] = {"checkpointing": True}
             if micro != current.batch_size:
                 change.update(batch_size=micro, accumulation_steps=steps)
