@@ -350,8 +350,11 @@ class Tuner:
         expected = statistics.fmean(durations) if durations else 0.0
         if spent + expected <= budget:
             return None
-        return (f"not tried: the time budget ({budget:g}s) would be exceeded ({spent:.0f}s spent, a trial took "
-                f"{expected:.0f}s on average); raise --time-budget, or try this knob alone with --knobs")
+        # with no trial run yet, "a trial took 0s on average" read as a measurement
+        took = (f"a trial took {expected:.0f}s on average" if durations
+                else "before any trial, on the baseline's loss curves")
+        return (f"not tried: the time budget ({budget:g}s) would be exceeded ({spent:.0f}s spent, {took}); raise "
+                "--time-budget, or try this knob alone with --knobs")
 
     def _skip_for_budget(self, knob: str, reason: str, changes: list[dict[str, Any]] | None = None) -> None:
         if changes:

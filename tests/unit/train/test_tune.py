@@ -533,6 +533,24 @@ def test_a_knob_that_does_not_apply_is_skipped_for_its_own_reason_after_the_budg
     assert result.not_tried == ["batch"]
 
 
+def test_a_budget_spent_before_any_trial_says_so_rather_than_a_mean_trial_of_0s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--time-budget 1s` read 'not tried: the time budget (1s) would be exceeded (2s spent, a trial took 0s on
+    average)', though no trial had run: the baseline's loss curves spent it."""
+    from dlperf.measure.clock import FakeClock
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    monkeypatch.setattr("dlperf.train.tune.time", _TickingTime())
+    knobs: dict[str, Knob] = {"opt": FixedKnob("opt", ({"optimizer_impl": "foreach"},))}
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                        count_flops=False, time_budget_s=5.0)
+    (trial,) = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run().trials
+    assert trial.status == SKIPPED
+    assert trial.reason.startswith("not tried: the time budget (5s) would be exceeded (10s spent, before any trial, on "
+                                   "the baseline's loss curves); raise --time-budget")
+
+
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlperf.measure.clock import FakeClock
 
