@@ -8,7 +8,34 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker sees (`X as X`: re-exported); through __getattr__ alone every name was Any
+    from dlperf.api import bench as bench
+    from dlperf.api import load as load
+    from dlperf.errors import DlperfError as DlperfError
+    from dlperf.errors import DlperfWarning as DlperfWarning
+    from dlperf.errors import WorkloadError as WorkloadError
+    from dlperf.measure.ab import ABConfig as ABConfig
+    from dlperf.measure.ab import ab_test as ab_test
+    from dlperf.measure.stats import Measurement as Measurement
+    from dlperf.measure.timer import TimerConfig as TimerConfig
+    from dlperf.measure.timer import time_callable as time_callable
+    from dlperf.optimize.constraints import Constraints as Constraints
+    from dlperf.optimize.search import OptimizeConfig as OptimizeConfig
+    from dlperf.optimize.search import optimize_workload as optimize_workload
+    from dlperf.profile.session import ProfileConfig as ProfileConfig
+    from dlperf.profile.session import profile_workload as profile_workload
+    from dlperf.serve.service import ServeConfig as ServeConfig
+    from dlperf.store.db import Store as Store
+    from dlperf.testing import assert_no_regression as assert_no_regression
+    from dlperf.train.loop import StepConfig as StepConfig
+    from dlperf.train.tune import TuneConfig as TuneConfig
+    from dlperf.train.tune import tune as tune
+    from dlperf.workload.base import EvalSpec as EvalSpec
+    from dlperf.workload.base import TrainSpec as TrainSpec
+    from dlperf.workload.base import Workload as Workload
+    from dlperf.workload.loader import load_workload as load_workload
 
 __version__ = "0.1.0"
 

@@ -134,7 +134,7 @@ def test_the_api_takes_a_workload_spec_and_a_store_path_where_bench_does(tmp_pat
     monkeypatch.setattr(session, "capture", stop)
     monkeypatch.setattr(tune_module.Tuner, "run", lambda self: stop(self.workload))
     with pytest.raises(KeyboardInterrupt):
-        dlperf.profile_workload("zoo:mlp", dlperf.ProfileConfig(), ceilings=object())
+        dlperf.profile_workload("zoo:mlp", dlperf.ProfileConfig(), ceilings=object())  # type: ignore[arg-type]
     with pytest.raises(KeyboardInterrupt):
         dlperf.tune("zoo:mlp", dlperf.StepConfig(batch_size=8))
     assert [getattr(w, "name", None) for w in seen] == ["mlp", "mlp"]
@@ -175,7 +175,7 @@ def test_wrong_argument_types_are_dlperfs_errors_named_by_argument() -> None:
         dlperf.ab_test(count, count, items_per_call=0)
     assert calls == [0]  # refused before anything ran
     with pytest.raises(ConfigError, match=r"config must be a dlperf\.ABConfig, got dict"):
-        dlperf.ab_test(count, count, {"blocks": 4})
+        dlperf.ab_test(count, count, {"blocks": 4})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="warmup_iters must be >= 0"):
         dlperf.ABConfig(warmup_iters=-1)
     assert dlperf.ab_test(count, count, dlperf.ABConfig(blocks=4, iters_per_block=2, warmup_iters=0)).a.n == 8
@@ -198,3 +198,17 @@ def test_the_search_is_public_beside_its_package() -> None:
     from dlperf.optimize.search import optimize
 
     assert dlperf.optimize_workload is optimize and "optimize_workload" in dlperf.__all__
+
+
+def test_a_type_checker_sees_every_public_name_with_its_own_type() -> None:
+    """The names are imported lazily through `__getattr__`, which returns Any: `dlperf.bench(...)` was Any to mypy
+    and IDEs despite py.typed, so a typo in `result.pionts` passed a type check. An `if TYPE_CHECKING:` block imports
+    each name from the module `_API` says defines it."""
+    import ast
+
+    tree = ast.parse(Path(dlperf.__file__).read_text())
+    block = next(node for node in tree.body
+                 if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    seen = {alias.asname or alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == dlperf._API

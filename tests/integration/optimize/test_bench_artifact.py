@@ -97,7 +97,7 @@ def test_an_engine_artifact_s_bench_says_and_records_its_own_precision(ort: Path
     from dlperf.store import Store
 
     library = dlperf.bench(str(ort), batch_sizes=(2,), min_duration_s=0.01, min_iters=3, store=store)
-    assert Store(store).get(library.run_id).config["artifact"] == recorded
+    assert library.run_id is not None and Store(store).get(library.run_id).config["artifact"] == recorded
 
 
 def test_a_torch_recipe_is_rebuilt_on_the_device_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -630,7 +630,7 @@ def test_dlperf_load_takes_an_engine_artifact_s_threads(tmp_path: Path) -> None:
     torch.testing.assert_close(dlperf.load(tmp_path / "art", threads=1)(x), dlperf.load(tmp_path / "art")(x))
     for bad in (0, -2, 1.5, True, "2"):
         with pytest.raises(OptimizeError, match=r"^threads must be an integer >= 1 \(or None: the artifact's own\)"):
-            dlperf.load(tmp_path / "art", threads=bad)
+            dlperf.load(tmp_path / "art", threads=bad)  # type: ignore[arg-type]
 
 
 class _Eigh(torch.nn.Module):
