@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import subprocess
 import sys
@@ -198,6 +199,36 @@ def test_the_search_is_public_beside_its_package() -> None:
     from dlperf.optimize.search import optimize
 
     assert dlperf.optimize_workload is optimize and "optimize_workload" in dlperf.__all__
+
+
+def test_every_entry_point_names_a_config_or_callable_of_the_wrong_type(tmp_path: Path) -> None:
+    """A dict config, a non-callable or an int baseline came out as AttributeError/TypeError from deep inside
+    (time_callable's even as "the measured call raised AttributeError"), and profile_workload alone required its
+    config where the other entry points default theirs."""
+    from dlperf.errors import ConfigError
+
+    calls = [0]
+
+    def count() -> None:
+        calls[0] += 1
+
+    with pytest.raises(ConfigError, match=r"config must be a dlperf\.TimerConfig, got dict"):
+        dlperf.time_callable(count, {"min_duration_s": 0.1})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"fn must be a function to call, got int: pass `lambda: model\(x\)`"):
+        dlperf.time_callable(3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="items_per_call must be an integer >= 1, got 0"):
+        dlperf.time_callable(count, items_per_call=0)
+    assert calls == [0]  # refused before anything ran
+    with pytest.raises(ConfigError, match=r"config must be a dlperf\.ProfileConfig, got dict"):
+        dlperf.profile_workload("zoo:mlp", {"verify": True})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"config must be a dlperf\.OptimizeConfig, got dict"):
+        dlperf.optimize_workload("zoo:mlp", {"time_budget_s": 5}, store=tmp_path / "runs.db")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"baseline must be a dlperf\.StepConfig, e\.g\. StepConfig\(batch_size=32\), "
+                                          "got int"):
+        dlperf.tune("zoo:mlp", 32)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"config must be a dlperf\.TuneConfig, got dict"):
+        dlperf.tune("zoo:mlp", dlperf.StepConfig(batch_size=8), {"knobs": ("threads",)})  # type: ignore[arg-type]
+    assert inspect.signature(dlperf.profile_workload).parameters["config"].default is None
 
 
 def test_a_type_checker_sees_every_public_name_with_its_own_type() -> None:

@@ -93,7 +93,15 @@ def time_callable(
     with the calls timed so far as its `dlperf_measured` Measurement, for a caller to keep; so does the
     MeasurementError of a call that raised after some were timed.
     """
-    config = config or TimerConfig()
+    config = TimerConfig() if config is None else config
+    # a dict config or a non-callable was reported as "the measured call raised AttributeError/TypeError"
+    if not isinstance(config, TimerConfig):
+        raise ConfigError(f"config must be a dlperf.TimerConfig, got {type(config).__name__}")
+    if not callable(fn):
+        raise ConfigError(f"fn must be a function to call, got {type(fn).__name__}: pass `lambda: model(x)`, not "
+                          "`model(x)`")
+    if isinstance(items_per_call, bool) or not isinstance(items_per_call, int) or items_per_call < 1:
+        raise ConfigError(f"items_per_call must be an integer >= 1, got {items_per_call!r}")
     clock = clock or CpuClock()
     now: Callable[[], int] = getattr(clock, "now_ns", time.perf_counter_ns)
     samples: list[int] = []

@@ -735,6 +735,8 @@ def optimize(
     from dlperf.workload.loader import code_fingerprint, is_rebuilt, load_workload
 
     config = config or OptimizeConfig()
+    if not isinstance(config, OptimizeConfig):  # a dict failed as "'dict' object has no attribute 'workdir'"
+        raise ConfigError(f"config must be a dlperf.OptimizeConfig, got {type(config).__name__}")
     if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
         from dlperf.store.db import Store
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.errors import ConfigError
 from dlperf.profile.analyzers.operators import CeilingsLike
 from dlperf.profile.capture import CaptureConfig, capture
 from dlperf.profile.diagnose import Analyses, Diagnosis, analyze_all, diagnose
@@ -87,12 +88,16 @@ def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:
     return calibration + CAPTURE_STEPS + (config.max_fixes if config.verify else 0)
 
 
-def profile_workload(workload: Workload | str | os.PathLike[str], config: ProfileConfig,
+def profile_workload(workload: Workload | str | os.PathLike[str], config: ProfileConfig | None = None,
                      ceilings: CeilingsLike | None = None, on_progress: Callable[[str], None] | None = None,
                      on_diagnosis: Callable[[ProfileReport], None] | None = None) -> ProfileReport:
     """Profile `workload` (a Workload or a spec such as 'zoo:mlp') per `config`; `ceilings` defaults to this
     machine's (dlperf.calibrate). `on_diagnosis` gets the report before --verify measures its fixes (the CLI saves
-    it, so that an interrupt during the verification keeps the capture and the diagnosis)."""
+    it, so that an interrupt during the verification keeps the capture and the diagnosis). `config` defaults to
+    `ProfileConfig()`, as the other entry points' configs do."""
+    config = ProfileConfig() if config is None else config
+    if not isinstance(config, ProfileConfig):  # a dict failed as "'dict' object has no attribute 'capture'"
+        raise ConfigError(f"config must be a dlperf.ProfileConfig, got {type(config).__name__}")
     if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 

@@ -547,6 +547,12 @@ class Tuner:
 def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig, config: TuneConfig | None = None,
          **kwargs: Any) -> TuneResult:
     """Tune `workload` (a Workload or a spec such as 'zoo:mlp') from `baseline` (see Tuner)."""
+    # an int batch size or a dict failed as "'int' object has no attribute 'device'" after the workload loaded
+    if not isinstance(baseline, StepConfig):
+        raise ConfigError(f"baseline must be a dlperf.StepConfig, e.g. StepConfig(batch_size=32), got "
+                          f"{type(baseline).__name__}")
+    if config is not None and not isinstance(config, TuneConfig):
+        raise ConfigError(f"config must be a dlperf.TuneConfig, got {type(config).__name__}")
     if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 
