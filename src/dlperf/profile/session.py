@@ -37,6 +37,14 @@ class ProfileReport:
     elapsed_s: float
     trace_path: str | None = None
 
+    def __repr__(self) -> str:  # the default printed the whole trace, every operator: ~60 KB for a 3-layer MLP
+        findings = len(self.diagnosis.findings)
+        caveats = len(self.diagnosis.caveats)
+        verified = "" if self.verified is None else f", {len(self.verified)} fixes verified in .verified"
+        return (f"ProfileReport({self.workload!r}, {self.diagnosis.verdict!r}, {findings} finding"
+                f"{'' if findings == 1 else 's'} in .diagnosis.findings, {caveats} caveat{'' if caveats == 1 else 's'}"
+                f" in .diagnosis.caveats{verified}, {self.elapsed_s:.1f} s)")
+
     def to_dict(self) -> dict[str, Any]:
         b = self.analyses.breakdown
         return {

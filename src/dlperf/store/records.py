@@ -30,6 +30,12 @@ class RunRecord:
     parent_id: str | None = None
     tags: dict[str, Any] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # the default printed every stored sample: ~100 KB a bench run in `Store.list()`
+        error = f", error {self.error[:80]!r}" if self.error else ""
+        parent = f", parent {self.parent_id}" if self.parent_id else ""
+        return (f"RunRecord({self.id!r}, {self.kind}, {self.workload!r}, {self.status}, created {self.created_at}"
+                f"{parent}{error}; .config, .environment, .result)")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

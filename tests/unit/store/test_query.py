@@ -219,3 +219,13 @@ def test_a_history_joins_a_file_s_plain_and_named_runs_unless_they_could_be_of_t
     with pytest.raises(StoreError, match=r"^the bench runs of 'wl.py' measured 2 of its workloads \(other, "
                                          r"workload\): name one, e.g. 'wl.py:other'$"):
         workload_runs(store, "bench", "wl.py")
+
+
+def test_a_record_printed_in_a_notebook_is_one_line_without_its_samples() -> None:
+    """`Store.list()` in a notebook printed each record's config, environment and every stored sample: ~100 KB for
+    one bench run."""
+    record = RunRecord("a1", "bench", "zoo:mlp", FAILED, "2026-01-01", parent_id="p0", error="boom " * 40,
+                       result={"points": [{"measurement": {"samples_ns": list(range(10_000))}}]})
+    shown = repr(record)
+    assert shown.startswith("RunRecord('a1', bench, 'zoo:mlp', failed, created 2026-01-01, parent p0, error 'boom ")
+    assert shown.endswith("; .config, .environment, .result)") and len(shown) < 250
