@@ -12,6 +12,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # 5% as check's --confidence 95% takes it (it was "invalid float value: '5%'")
     parser.add_argument("--alpha", type=percent_or_float, default=0.05,
                         help="significance level of the test: 0.05 or 5%% (default 0.05)")
+    parser.add_argument("--min-effect", type=percent_or_float, default=None,
+                        help="two runs: smallest change of the median latency called B slower/faster (default 1%%, "
+                             "as `dlperf ab`)")
     parser.add_argument("--live", metavar="URL", default=None,
                         help="compare the variants of a running `dlperf serve --variant ...` "
                              "(its base URL, its /metrics URL, or HOST:PORT)")
@@ -35,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 0.5:  # for --live too (it took --alpha 5 and found differences everywhere)
         raise ConfigError(f"--alpha must be in (0, 0.5), got {args.alpha}")
+    if args.live and args.min_effect is not None:
+        raise ConfigError("--min-effect goes with two stored runs, not --live")
+    min_effect = 0.01 if args.min_effect is None else args.min_effect
+    if not 0 <= min_effect < 1:
+        raise ConfigError(f"--min-effect must be a fraction in [0, 1), e.g. 1% or 0.01; got {min_effect:g}")
     for option, value in (("--control", args.control), ("--window", args.window), ("--model", args.model),
                           ("--token", args.token)):
         if value is not None and not args.live:  # --window and --model were ignored without a word
@@ -48,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.compare.runs import compare_records
 
     store = open_store(args, create=False)  # the runs are in it
-    result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha)
+    result = compare_records(store.get(args.runs[0]), store.get(args.runs[1]), alpha=args.alpha,
+                             min_effect=min_effect)
     if args.json:
         print_json(result.to_dict())
         return 0

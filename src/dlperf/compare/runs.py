@@ -15,7 +15,7 @@ from typing import Any
 
 from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
 from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, ratio_ci
-from dlperf.errors import StoreError
+from dlperf.errors import ConfigError, StoreError
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, min_samples_for_interval, percentile
 from dlperf.store.records import SAMPLED_KINDS, RunRecord
@@ -36,6 +36,8 @@ TEST_NOTE = (
 VERDICT_ON = "median latency"
 """What a point's verdict judges (the test and the median ratio): named beside it, since a verdict line alone read
 as the whole comparison's."""
+MIN_EFFECT = 0.01
+"""The default smallest change of the median latency that `dlperf compare` calls B slower or faster (as `dlperf ab`)."""
 NOTABLE_THROUGHPUT_CHANGE = 0.10
 """A throughput change at least this large (either way) is named beside a verdict that does not say it."""
 NOTABLE_FAILED_SHARE = 0.01
@@ -78,6 +80,8 @@ class PointComparison:
     """What the point is when not a batch size: a load level, e.g. 'concurrency 4'."""
     failed: tuple[tuple[int, int], tuple[int, int]] | None = None
     """A load level's (failed, sent) requests of A and of B; None for other points."""
+    min_effect: float = MIN_EFFECT
+    """The smallest change of the median called a direction, as `dlperf ab --min-effect` (`compare --min-effect`)."""
 
     @property
     def samples(self) -> int:
@@ -103,14 +107,28 @@ class PointComparison:
         0.999-1.001) read "B slower" while B tended to be faster."""
         if self.too_few:
             return "too few samples to judge"
-        if self.test.p_value >= self.alpha:
-            return "no significant difference"
+        direction = self._direction(self.min_effect)
+        return f"B {direction}" if direction else "no significant difference"
+
+    def _direction(self, min_effect: float) -> str | None:
+        """'slower' or 'faster' where the test is significant and the median ratio's whole interval lies beyond
+        `min_effect` on the side the test points to. Without a minimum effect two bench runs of one unchanged model
+        read "B slower" in 11 of 12 pairs, at B/A 1.002-1.014 (thousands of calls make any drift between the runs
+        significant)."""
+        if self.too_few or self.test.p_value >= self.alpha:
+            return None
         lo, hi = self.median_ratio.ci
-        if self.test.prob_greater > 0.5 and lo > 1.0:
-            return "B slower"
-        if self.test.prob_greater < 0.5 and hi < 1.0:
-            return "B faster"
-        return "no significant difference"
+        if self.test.prob_greater > 0.5 and lo > 1.0 + min_effect:
+            return "slower"
+        if self.test.prob_greater < 0.5 and hi < 1.0 - min_effect:
+            return "faster"
+        return None
+
+    @property
+    def below_min_effect(self) -> str | None:
+        """'slower' or 'faster' where only the minimum effect keeps that direction from the verdict (which is then "no
+        significant difference", and the text "no difference as large as the minimum effect", as `dlperf ab` says)."""
+        return self._direction(0.0) if self.verdict == "no significant difference" else None
 
     @property
     def verdict_on(self) -> str:
@@ -140,7 +158,8 @@ class PointComparison:
         # verdict_on and also_changed were added on 2026-12-06; verdict keeps its values
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
                 "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
-                "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "verdict": self.verdict,
+                "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "min_effect": self.min_effect,
+                "verdict": self.verdict,
                 "verdict_on": self.verdict_on, "also_changed": self.also_changed, "too_few_samples": self.too_few}
 
 
@@ -281,10 +300,13 @@ def _kpis(m: Measurement) -> dict[str, float]:
     return {"p50_s": m.p50_s, "p90_s": m.p90_s, "p99_s": m.p99_s, "mean_s": m.mean_s, "throughput": m.throughput}
 
 
-def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunComparison:
+def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05, min_effect: float = MIN_EFFECT) -> RunComparison:
     """Compare two runs. Runs with raw samples (bench, check) get KPI deltas and the test per batch size;
     others get the deltas of their top-level numeric results. Runs of two kinds (other than a bench and a check
-    run) are refused with a StoreError: they share no measurement to compare."""
+    run) are refused with a StoreError: they share no measurement to compare. A point is called B slower or faster
+    only beyond `min_effect` (a fraction of the median latency)."""
+    if not 0.0 <= min_effect < 1.0:
+        raise ConfigError(f"min_effect must be a fraction in [0, 1), e.g. 0.01 for 1%; got {min_effect:g}")
     if a.kind != b.kind and not {a.kind, b.kind} <= set(SAMPLED_KINDS):
         # a bench against an ab run printed a note and "nothing else to compare", and exited 0 as a comparison did
         own = next((f"; an ab run compares its own two sides: `dlperf runs show {r.id}`" for r in (a, b)
@@ -356,6 +378,8 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05) -> RunCompa
                          "of different amounts of work")
         if not other:
             notes.append("the two runs share no numeric result that differs: nothing else to compare")
+    for point in points:
+        point.min_effect = min_effect
     return RunComparison(a, b, points, env_diff, notes, other, warnings)
 
 

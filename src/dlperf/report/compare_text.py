@@ -106,8 +106,12 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
                         f"{1 - point.alpha:.0%} interval needs {point.needed}: measure longer, --min-iters, "
                         "--min-duration)", style="table.caption")
         else:
-            test = Text(f"{point.verdict_on}: {point.verdict} (B/A {point.median_ratio.ratio:.3f}, "
-                        f"CI {lo:.3f}-{hi:.3f}; Mann-Whitney U {p_text(point.test.p_value, 3)})", style="table.caption")
+            smaller = point.below_min_effect
+            verdict = "no difference as large as the minimum effect" if smaller else point.verdict
+            why = (f": B is {smaller}, significantly but by less than the --min-effect of {point.min_effect:.0%}"
+                   if smaller else "")
+            test = Text(f"{point.verdict_on}: {verdict} (B/A {point.median_ratio.ratio:.3f}, CI {lo:.3f}-{hi:.3f}; "
+                        f"Mann-Whitney U {p_text(point.test.p_value, 3)}){why}", style="table.caption")
         lines: list[RenderableType] = [title, table, test]
         if point.also_changed:  # right under the verdict: "no significant difference" read as the whole story
             lines.append(Text(f"not in that verdict: {'; '.join(point.also_changed)}", style="bold yellow"))

@@ -20,6 +20,14 @@ def test_an_alpha_outside_0_to_a_half_is_refused(alpha: str, tmp_path: Path,
     assert "--alpha must be in (0, 0.5)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("min_effect", ["5", "100%", "-1%"])
+def test_a_min_effect_outside_0_to_1_is_refused(min_effect: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--min-effect 5 would be 500%: no run could ever be called slower."""
+    assert main(["compare", "a", "b", f"--min-effect={min_effect}", "--store", str(tmp_path / "none.db")]) == 2
+    assert "--min-effect must be a fraction in [0, 1)" in capsys.readouterr().err
+
+
 def test_a_third_run_is_refused_not_ignored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "a", "b", "c", "--store", str(tmp_path / "none.db")]) == 2
     assert "compare needs two runs (A then B), got 3" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dlperf.compare.runs import compare_records
+from dlperf.errors import ConfigError
 from dlperf.store import Store
 
 from .helpers import ENV, add_run, bench_result
@@ -294,7 +295,8 @@ def test_the_direction_comes_from_the_test_and_the_median_interval_together() ->
     def point(prob_greater: float, ci: tuple[float, float]) -> PointComparison:
         test = MannWhitney(u=0.0, p_value=0.007, z=-2.7 if prob_greater < 0.5 else 2.7, prob_greater=prob_greater,
                            n_x=1000, n_y=1000)
-        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.0, (ci[0] + ci[1]) / 2, ci, 0.95))
+        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.0, (ci[0] + ci[1]) / 2, ci, 0.95),
+                               min_effect=0.0)
 
     assert point(0.49, (0.999, 1.001)).verdict == "no significant difference"
     assert point(0.51, (0.999, 1.001)).verdict == "no significant difference"
@@ -358,9 +360,29 @@ def test_a_test_that_is_not_significant_gives_no_direction_whatever_the_interval
     def point(p_value: float, prob_greater: float, ci: tuple[float, float]) -> PointComparison:
         test = MannWhitney(u=0.0, p_value=p_value, z=1.0 if prob_greater > 0.5 else -1.0, prob_greater=prob_greater,
                            n_x=1000, n_y=1000)
-        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.03, 1.03, ci, 0.95))
+        return PointComparison(1, [], test, RatioEstimate("p50", 1.0, 1.03, 1.03, ci, 0.95), min_effect=0.0)
 
     assert point(0.3, 0.55, (1.01, 1.05)).verdict == "no significant difference"
     assert point(0.3, 0.45, (0.95, 0.99)).verdict == "no significant difference"
     assert point(0.05, 0.55, (1.01, 1.05)).verdict == "no significant difference"  # p = alpha is not below it
     assert point(0.049, 0.55, (1.01, 1.05)).verdict == "B slower"
+
+
+def test_a_drift_below_the_minimum_effect_between_two_runs_is_not_called_slower(store: Store) -> None:
+    # two bench runs of one unchanged model read "B slower" in 11 of 12 pairs at B/A 1.002-1.014: thousands of calls
+    # make any drift between two runs significant, so compare calls a direction beyond --min-effect, as `dlperf ab`
+    from dlperf.report.compare_text import comparison_tables
+
+    a = add_run(store, "bench", bench_result({1: 0.010}, n=20000, seed=1, sigma=0.01))
+    b = add_run(store, "bench", bench_result({1: 0.01003}, n=20000, seed=2, sigma=0.01))
+    (point,) = compare_records(store.get(a), store.get(b)).points
+    assert point.test.p_value < 0.05 and point.median_ratio.ci[0] > 1.0  # significant, but by 0.3%
+    assert point.verdict == "no significant difference" and point.below_min_effect == "slower"
+    assert point.to_dict()["min_effect"] == 0.01
+    line = " ".join(_lines(comparison_tables(compare_records(store.get(a), store.get(b)))[0], 200)[-1:])
+    assert line.startswith("median latency: no difference as large as the minimum effect (B/A 1.00")
+    assert line.endswith("): B is slower, significantly but by less than the --min-effect of 1%")
+    (exact,) = compare_records(store.get(a), store.get(b), min_effect=0.0).points
+    assert exact.verdict == "B slower" and exact.below_min_effect is None
+    with pytest.raises(ConfigError, match="min_effect must be a fraction"):
+        compare_records(store.get(a), store.get(b), min_effect=5)
