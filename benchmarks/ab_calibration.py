@@ -1,11 +1,12 @@
 """Does `dlperf ab` say "no significant difference" when there is none, and find a real one?
 
 One run prints, for one workload call (default zoo:mlp at batch 8):
-  1. A/A: the same call as A and B, `trials` times: how often `dlperf ab`'s interleaved ABBA blocks (the
-     bootstrap CI of the geometric mean of the block ratios, 95%, 1% minimum effect) call a difference.
+  1. A/A: the same call as A and B, `trials` times: how often `dlperf ab`'s interleaved ABBA blocks (Yuen's
+     interval of the 20%-trimmed geometric mean of the block ratios, 95%, 1% minimum effect) call a difference.
      The nominal rate is 5%; a test that counts correlated samples as independent finds far more.
-  2. The same A/A pairs judged the naive way, as two runs measured one after the other would be
-     (`dlperf compare RUN_A RUN_B`'s Mann-Whitney U over the per-call times, 5%): what interleaving saves.
+  2. The same A/A pairs judged the naive way, as two runs measured one after the other would be, by a bare
+     Mann-Whitney U over the per-call times (5%): what interleaving saves. (`dlperf compare RUN_A RUN_B` also asks
+     the median ratio's interval to lie beyond its --min-effect, which this test does not.)
   3. Power: B = the call plus a spin of `--effect` (default 10%) of its median time: how often each way
      finds B slower.
 The A/A and A/B trials alternate, so both see the same machine. Not a test: read the output.
