@@ -106,15 +106,19 @@ class BatchPolicy:
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
-            raise ConfigError(f"--max-batch-size must be >= 0 (0 or 1: no batching), got {self.max_batch_size}")
+            raise ConfigError(f"--max-batch-size (max_batch_size) must be >= 0 (0 or 1: no batching), "
+                              f"got {self.max_batch_size}")
         if not 0 <= self.max_queue_delay_s < math.inf:  # NaN too: the batcher's wait would fail on every request
-            raise ConfigError(f"--max-queue-delay-ms must be a number >= 0, got {self.max_queue_delay_s * 1000:g}")
+            raise ConfigError(f"--max-queue-delay-ms (max_queue_delay_s, in seconds) must be a number >= 0, "
+                              f"got {self.max_queue_delay_s * 1000:g} ms")
         if self.priority_levels < 0:
-            raise ConfigError(f"--priority-levels must be >= 0 (0 = none), got {self.priority_levels}")
+            raise ConfigError("--priority-levels (priority_levels) must be >= 0 (0 = none), "
+                              f"got {self.priority_levels}")
         if self.priority_levels == 0 and self.default_priority_level != 0:
-            raise ConfigError(f"--default-priority-level {self.default_priority_level} needs --priority-levels")
+            raise ConfigError(f"--default-priority-level (default_priority_level) {self.default_priority_level} needs "
+                              "--priority-levels (priority_levels)")
         if self.priority_levels and not 0 <= self.default_priority_level <= self.priority_levels:
-            raise ConfigError(f"--default-priority-level must be in 1..{self.priority_levels} "
+            raise ConfigError(f"--default-priority-level (default_priority_level) must be in 1..{self.priority_levels} "
                               f"(--priority-levels), got {self.default_priority_level}")
 
     @property

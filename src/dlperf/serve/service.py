@@ -68,6 +68,21 @@ ROUTING_HEADER = "x-routing-key"
 ROUTING_PARAMETER = "routing_key"
 T = TypeVar("T")
 
+# ServeConfig's fields checked for their type, and the `dlperf serve` option of each where its name differs in more
+# than dashes: a message names both, as the CLI's user and a Python caller each wrote one of them
+_INT_FIELDS = ("port", "grpc_port", "grpc_stream_window", "max_batch_size", "instances", "max_queue_size",
+               "priority_levels", "default_priority_level", "reject_status", "threads", "max_request_bytes")
+_NUMBER_FIELDS = ("max_queue_delay_s", "timeout_s", "exit_timeout_s", "body_timeout_s")
+_OPTIONAL_FIELDS = frozenset({"grpc_port", "threads", "timeout_s"})
+_OPTIONS = {"timeout_s": "--timeout-ms (timeout_s, in seconds)",
+            "max_queue_delay_s": "--max-queue-delay-ms (max_queue_delay_s, in seconds)",
+            "max_request_bytes": "--max-request-mb (max_request_bytes)"}
+
+
+def _option(name: str) -> str:
+    """How a message names ServeConfig's field `name`: the CLI's option and the field, e.g. '--port (port)'."""
+    return _OPTIONS.get(name, f"--{name.replace('_', '-')} ({name})")
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -88,6 +103,8 @@ class ServeConfig:
     but not yet written; past it the server stops reading the stream until an answer is written (so a client that
     sends faster than it reads is held back by HTTP/2 flow control instead of filling the server's memory)."""
     max_batch_size: int = 32
+    """Largest batch of items the dynamic batcher forms; 0 or 1: no batching, each request runs alone (as
+    `--max-batch-size 0`). A negative value is refused."""
     max_queue_delay_s: float = 0.005
     adaptive_wait: bool = True
     instances: int = 1
@@ -116,25 +133,38 @@ class ServeConfig:
     log_level: str = "warning"
 
     def __post_init__(self) -> None:
+        # a Python caller's wrong type came out as a bare TypeError of a comparison ('<=' between int and str)
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if not (value is None and name in _OPTIONAL_FIELDS) and (
+                    not isinstance(value, int) or isinstance(value, bool)):
+                raise ConfigError(f"{_option(name)} must be an integer, got {value!r}")
+        for name in _NUMBER_FIELDS:
+            value = getattr(self, name)
+            if not (value is None and name in _OPTIONAL_FIELDS) and (
+                    not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ConfigError(f"{_option(name)} must be a number, got {value!r}")
         if (self.model is None) == (not self.variants):
-            raise ConfigError("serve either one model (WORKLOAD_OR_ARTIFACT) or --variant NAME=DIR twice or more, "
-                              "not both and not neither")
+            # the CLI refuses both and neither itself, in its own words: this is a Python caller's
+            raise ConfigError("ServeConfig serves either one model (model='zoo:NAME', a workload file or an exported "
+                              "directory) or two or more variants (variants=(('a', DIR_A), ('b', DIR_B))), not both "
+                              "and not neither")
         if self.variants:
             names = [n for n, _ in self.variants]
             if len(self.variants) < 2:
-                raise ConfigError("A/B serving needs at least two --variant NAME=DIR")
+                raise ConfigError("A/B serving needs at least two --variant NAME=DIR (variants)")
             if len(set(names)) != len(names):
                 raise ConfigError(f"variant names must be distinct, got {names}")
             if self.split and len(self.split) != len(self.variants):
-                raise ConfigError(f"--split has {len(self.split)} weights for {len(self.variants)} variants: "
+                raise ConfigError(f"--split (split) has {len(self.split)} weights for {len(self.variants)} variants: "
                                   "give one weight per variant, e.g. --split 90:10")
             if self.split and (any(w < 0 for w in self.split) or sum(self.split) <= 0):
-                raise ConfigError(f"--split weights must be >= 0 and not all 0, got {self.split}")
+                raise ConfigError(f"--split (split) weights must be >= 0 and not all 0, got {self.split}")
         elif self.split:
-            raise ConfigError("--split only applies with --variant")
+            raise ConfigError("--split (split) only applies with --variant (variants)")
         if self.model_name is not None and (not _MODEL_NAME.fullmatch(self.model_name)
                                             or self.model_name in (".", "..")):
-            raise ConfigError(f"--model-name {self.model_name!r}: a model name is one URL path segment "
+            raise ConfigError(f"--model-name (model_name) {self.model_name!r}: a model name is one URL path segment "
                               "(/v2/models/NAME): letters, digits and . _ - only, e.g. encoder-v2")
         for name, _ in self.variants:  # a '/' made the metrics' model/variant keys ambiguous
             if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
@@ -142,34 +172,36 @@ class ServeConfig:
                                   "(model/variant): letters, digits and . _ - only, e.g. fp32")
         if self.token is not None and not self.token.strip():
             # `--token "$TOKEN"` with the variable unset served every request without one
-            raise ConfigError("--token is empty: give the bearer token, or leave --token out for a server without one")
+            raise ConfigError("--token (token) is empty: give the bearer token, or leave --token out for a server "
+                              "without one")
         if not 0 <= self.port <= 65535:
-            raise ConfigError(f"--port must be in 0-65535, got {self.port}")
+            raise ConfigError(f"{_option('port')} must be in 0-65535, got {self.port}")
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
-            raise ConfigError(f"--grpc-port must be in 0-65535, got {self.grpc_port}")
+            raise ConfigError(f"{_option('grpc_port')} must be in 0-65535, got {self.grpc_port}")
         if self.grpc_stream_window < 1:
-            raise ConfigError(f"--grpc-stream-window must be at least 1, got {self.grpc_stream_window}")
+            raise ConfigError(f"{_option('grpc_stream_window')} must be at least 1, got {self.grpc_stream_window}")
         if self.grpc_port is not None and self.grpc_port == self.port != 0:
-            raise ConfigError(f"--grpc-port {self.grpc_port} is also --port: give gRPC a port of its own (Triton: "
-                              "8001 beside HTTP's 8000)")
+            raise ConfigError(f"--grpc-port {self.grpc_port} is also --port (grpc_port == port): give gRPC a port of "
+                              "its own (Triton: 8001 beside HTTP's 8000)")
         if self.instances < 1:
-            raise ConfigError(f"--instances must be >= 1, got {self.instances}")
+            raise ConfigError(f"{_option('instances')} must be >= 1, got {self.instances}")
         if self.max_queue_size < 0:
-            raise ConfigError(f"--max-queue-size must be >= 0 (0 = unbounded), got {self.max_queue_size}")
+            raise ConfigError(f"{_option('max_queue_size')} must be >= 0 (0 = unbounded), got {self.max_queue_size}")
         if self.reject_status not in (429, 503):
-            raise ConfigError(f"--reject-status must be 429 or 503, got {self.reject_status}")
+            raise ConfigError(f"{_option('reject_status')} must be 429 or 503, got {self.reject_status}")
         if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
-            raise ConfigError(f"--timeout-ms must be a positive number, got {self.timeout_s * 1000:g}")
+            raise ConfigError(f"{_option('timeout_s')} must be a positive number, got {self.timeout_s * 1000:g} ms")
         if not 0 <= self.exit_timeout_s < math.inf:
-            raise ConfigError(f"--exit-timeout-s must be a number >= 0, got {self.exit_timeout_s:g}")
+            raise ConfigError(f"{_option('exit_timeout_s')} must be a number >= 0, got {self.exit_timeout_s:g}")
         if not 0 <= self.body_timeout_s < math.inf:
-            raise ConfigError(f"--body-timeout-s must be a number >= 0 (0: no limit), got {self.body_timeout_s:g}")
+            raise ConfigError(f"{_option('body_timeout_s')} must be a number >= 0 (0: no limit), got "
+                              f"{self.body_timeout_s:g}")
         if self.timeout_action not in TIMEOUT_ACTIONS:
-            raise ConfigError(f"--timeout-action must be reject or delay, got '{self.timeout_action}'")
+            raise ConfigError(f"--timeout-action (timeout_action) must be reject or delay, got '{self.timeout_action}'")
         if self.max_request_bytes < 1024:
-            raise ConfigError(f"--max-request-mb is too small ({self.max_request_bytes} bytes)")
+            raise ConfigError(f"{_option('max_request_bytes')} is too small ({self.max_request_bytes} bytes)")
         if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+            raise ConfigError(f"{_option('threads')} must be >= 1, got {self.threads}")
         BatchPolicy(self.max_batch_size, self.max_queue_delay_s, priority_levels=self.priority_levels,
                     default_priority_level=self.default_priority_level)  # validates
         levels = [p.level for p in self.priority_queue_policy]

@@ -69,7 +69,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_serving_goes_on(running:
 
 
 def test_the_body_timeout_is_checked() -> None:
-    with pytest.raises(ConfigError, match="--body-timeout-s must be a number >= 0"):
+    with pytest.raises(ConfigError, match=r"--body-timeout-s \(body_timeout_s\) must be a number >= 0"):
         ServeConfig(model="m", body_timeout_s=-1.0)
     assert ServeConfig(model="m", body_timeout_s=0.0).body_timeout_s == 0.0  # no limit
 

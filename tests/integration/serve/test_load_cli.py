@@ -451,7 +451,7 @@ def test_options_refused_before_anything_is_measured(server: Running, tmp_path: 
     assert f"--csv {tmp_path} is a folder" in capsys.readouterr().err
     assert main(["load", server.url, "--model", "mlp", "--window-s", "0"]) == 2
     assert "--window-s must be positive, got 0" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match="--token is empty"):
+    with pytest.raises(ConfigError, match=r"--token \(token\) is empty"):
         ServeConfig(model="zoo:mlp", token="")
     with pytest.raises(ConfigError, match=r"--variant 'x/y'=\.\.\.: a variant name"):
         ServeConfig(variants=(("x/y", "a"), ("b", "b")))

@@ -171,7 +171,8 @@ def test_priority_to_level_follows_triton_zero_or_too_high_gets_the_default(
 
 
 @pytest.mark.parametrize(("levels", "default", "message"), [
-    (-1, 0, "priority-levels must be >= 0"), (0, 2, "needs --priority-levels"), (3, 4, "must be in 1..3"),
+    (-1, 0, r"priority-levels \(priority_levels\) must be >= 0"), (0, 2, "needs --priority-levels"),
+    (3, 4, "must be in 1..3"),
 ])
 def test_bad_priority_configuration_is_refused(levels: int, default: int, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -107,7 +107,7 @@ def test_serve_arguments_become_a_config() -> None:
     assert config.priority_levels == 3 and config.default_priority_level == 2
     assert config.priority_queue_policy == () and config.queue_capacity == 0 and config.reject_status == 503
     assert serve_cli.config_from_args(_args("zoo:mlp", "--reject-status", "429")).reject_status == 429
-    with pytest.raises(ConfigError, match="--reject-status must be 429 or 503, got 500"):
+    with pytest.raises(ConfigError, match=r"--reject-status \(reject_status\) must be 429 or 503, got 500"):
         ServeConfig(model="zoo:mlp", reject_status=500)
     leveled = serve_cli.config_from_args(_args(
         "zoo:mlp", "--priority-levels", "3", "--max-queue-size", "8", "--timeout-ms", "50",
@@ -177,18 +177,24 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
         (("zoo:mlp", "--split", "1:1"), "only applies with --variant"),
         (("zoo:mlp", "--instances", "0"), "--instances"),
         (("zoo:mlp", "--grpc-stream-window", "8"), "bounds the requests of a gRPC stream: add --grpc-port PORT"),
-        (("zoo:mlp", "--grpc-port", "0", "--grpc-stream-window", "0"), "--grpc-stream-window must be at least 1"),
-        (("zoo:mlp", "--max-batch-size", "-1"), "--max-batch-size must be >= 0"),
-        (("zoo:mlp", "--max-queue-delay-ms", "-1"), "--max-queue-delay-ms must be a number >= 0, got -1"),
-        (("zoo:mlp", "--max-queue-delay-ms", "nan"), "--max-queue-delay-ms must be a number >= 0, got nan"),
-        (("zoo:mlp", "--max-queue-delay-ms", "inf"), "--max-queue-delay-ms must be a number >= 0, got inf"),
-        (("zoo:mlp", "--timeout-ms", "nan"), "--timeout-ms must be a positive number, got nan"),
-        (("zoo:mlp", "--timeout-ms", "inf"), "--timeout-ms must be a positive number, got inf"),
+        (("zoo:mlp", "--grpc-port", "0", "--grpc-stream-window", "0"),
+         r"--grpc-stream-window \(grpc_stream_window\) must be at least 1"),
+        (("zoo:mlp", "--max-batch-size", "-1"), r"--max-batch-size \(max_batch_size\) must be >= 0"),
+        (("zoo:mlp", "--max-queue-delay-ms", "-1"),
+         r"--max-queue-delay-ms \(max_queue_delay_s, in seconds\) must be a number >= 0, got -1 ms"),
+        (("zoo:mlp", "--max-queue-delay-ms", "nan"),
+         r"--max-queue-delay-ms \(max_queue_delay_s, in seconds\) must be a number >= 0, got nan ms"),
+        (("zoo:mlp", "--max-queue-delay-ms", "inf"),
+         r"--max-queue-delay-ms \(max_queue_delay_s, in seconds\) must be a number >= 0, got inf ms"),
+        (("zoo:mlp", "--timeout-ms", "nan"),
+         r"--timeout-ms \(timeout_s, in seconds\) must be a positive number, got nan ms"),
+        (("zoo:mlp", "--timeout-ms", "inf"),
+         r"--timeout-ms \(timeout_s, in seconds\) must be a positive number, got inf ms"),
         (("zoo:mlp", "--max-request-mb", "nan"), "--max-request-mb must be a positive number, got nan"),
         (("zoo:mlp", "--max-request-mb", "inf"), "--max-request-mb must be a positive number, got inf"),
         (("zoo:mlp", "--max-request-mb", "0"), "--max-request-mb must be a positive number, got 0"),
-        (("zoo:mlp", "--exit-timeout-s", "-5"), "--exit-timeout-s must be a number >= 0, got -5"),
-        (("zoo:mlp", "--exit-timeout-s", "inf"), "--exit-timeout-s must be a number >= 0, got inf"),
+        (("zoo:mlp", "--exit-timeout-s", "-5"), r"--exit-timeout-s \(exit_timeout_s\) must be a number >= 0, got -5"),
+        (("zoo:mlp", "--exit-timeout-s", "inf"), r"--exit-timeout-s \(exit_timeout_s\) must be a number >= 0, got inf"),
         (("zoo:mlp", "--model-name", "team/enc"), "a model name is one URL path segment"),
         (("zoo:mlp", "--model-name", ".."), "a model name is one URL path segment"),
         (("zoo:mlp", "--priority-levels", "2", "--priority-queue-policy", "1:timeout_ms=inf"),
@@ -247,6 +253,23 @@ def test_config_rejects_both_or_neither() -> None:
         ServeConfig()
     with pytest.raises(ConfigError):
         ServeConfig(model="zoo:mlp", variants=(("a", "x"), ("b", "y")))
+
+
+def test_a_python_callers_bad_serve_config_is_named_by_its_field() -> None:
+    """dlperf.ServeConfig(port='80') raised a bare TypeError of a comparison, and a config without a model asked for
+    WORKLOAD_OR_ARTIFACT and --variant, which a Python caller never wrote."""
+    with pytest.raises(ConfigError, match=r"--port \(port\) must be an integer, got '80'"):
+        ServeConfig(model="zoo:mlp", port="80")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"--timeout-ms \(timeout_s, in seconds\) must be a number, got '5'"):
+        ServeConfig(model="zoo:mlp", timeout_s="5")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"--instances \(instances\) must be an integer, got True"):
+        ServeConfig(model="zoo:mlp", instances=True)
+    with pytest.raises(ConfigError, match=r"either one model \(model='zoo:NAME'.* or two or more variants \(variants="):
+        ServeConfig(port=80)
+    with pytest.raises(ConfigError, match=r"--max-batch-size \(max_batch_size\) must be >= 0 \(0 or 1: no batch"):
+        ServeConfig(model="zoo:mlp", max_batch_size=-1)
+    assert ServeConfig(model="zoo:mlp", max_batch_size=0).max_batch_size == 0  # batching off, as the CLI's 0
+    assert ServeConfig(model="zoo:mlp", grpc_port=None, threads=None, timeout_s=None).threads is None
 
 
 def test_every_recorded_time_and_count_lands_in_its_own_series_and_statistic() -> None:
