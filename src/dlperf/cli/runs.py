@@ -85,7 +85,9 @@ def _list(args: argparse.Namespace) -> int:
     # one optimize run records a candidate run each: 19 of the 20 listed after one search, the bench and profile
     # runs pushed out of view (and `runs list --limit 2 --json` in CI picked two candidates)
     top_level = not args.children and not args.kind
-    if args.workload:  # by the spec's meaning: profile and optimize record a file workload by its absolute path
+    if args.kind and not store.has_kind(args.kind):  # Store.list refuses it; the line below names the store's kinds
+        records, hidden = [], 0
+    elif args.workload:  # by the spec's meaning: profile and optimize record a file workload by its absolute path
         from dlperf.store.query import runs_of_workload
 
         matching = runs_of_workload(store, args.workload, args.kind)

@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dlperf.errors import StoreError
-from dlperf.store.records import FAILED, INTERRUPTED, OK, RUNNING, RunRecord
+from dlperf.errors import ConfigError, StoreError
+from dlperf.store.records import FAILED, INTERRUPTED, KINDS, OK, RUNNING, RunRecord
 
 ENV_VAR = "DLPERF_STORE"
 DEFAULT_PATH = Path(".dlperf") / "runs.db"
@@ -408,22 +408,38 @@ class Store:
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
              parent_id: str | None = None, status: str | None = None,
              top_level: bool = False) -> builtins.list[RunRecord]:
-        """Newest first; `top_level`: only runs of no parent (not an optimize run's candidates or a tune's trials)."""
+        """Newest first; `top_level`: only runs of no parent (not an optimize run's candidates or a tune's trials).
+
+        `workload` matches a run however its command named the workload (`runs_of_workload`): 'wl.py:workload'
+        finds the runs of `dlperf bench wl.py:workload` typed in this folder, of `dlperf.bench("wl.py:workload")`
+        (recorded by its absolute path) and of `dlperf profile wl.py`. A `kind` dlperf does not record and the
+        store has no run of is a ConfigError naming the kinds: a typo ('benhc') listed nothing without a word."""
+        if kind and not self.has_kind(kind):
+            raise ConfigError(f"no run kind '{kind}': the kinds are {', '.join(KINDS)}")
         query = sa.select(runs_table).order_by(runs_table.c.created_at.desc())
         if top_level:
             query = query.where(runs_table.c.parent_id.is_(None))
         if kind:
             query = query.where(runs_table.c.kind == kind)
-        if workload:
-            query = query.where(runs_table.c.workload == workload)
         if parent_id:
             query = query.where(runs_table.c.parent_id == parent_id)
         if status:
             query = query.where(runs_table.c.status == status)
-        if limit:
+        if limit and not workload:
             query = query.limit(limit)
         with self._connect() as conn:
-            return [_to_record(r) for r in conn.execute(query).mappings().all()]
+            records = [_to_record(r) for r in conn.execute(query).mappings().all()]
+        if workload:
+            # by the spec's meaning, not its spelling: `dlperf.bench` records a file workload by its absolute path,
+            # the CLI's bench as typed, and list(workload='wl.py:workload') missed the library's runs
+            from dlperf.store.query import matching_runs
+
+            records = matching_runs(records, workload)[:limit or None]
+        return records
+
+    def has_kind(self, kind: str) -> bool:
+        """Whether `kind` is one dlperf records (`KINDS`) or the store has a run of."""
+        return kind in KINDS or kind in self.distinct("kind")
 
     def count_children(self, kind: str | None = None) -> int:
         """How many runs (of `kind`) have a parent run: an optimize run's candidates, a tune's trials."""

@@ -30,7 +30,7 @@ def workload_runs(store: Any, kind: str, workload: str, limit: int | None = None
     from dlperf.workload.loader import canonical_spec, split_canonical
 
     records = store.list(kind=kind, limit=None)
-    found = _matching(records, workload)
+    found = matching_runs(records, workload)
     given = split_canonical(canonical_spec(workload))
     if given is not None:
         path, attr, options = given
@@ -52,8 +52,7 @@ def runs_of_workload(store: Any, workload: str, kind: str | None = None, limit: 
     key, or, as profile and optimize record a file workload, by its absolute path with the workload's name after a
     colon ('wl.py' names the file's one workload, so it matches 'ABS/wl.py:workload', and 'wl.py:workload' the
     runs of 'wl.py'). Two 'wl.py' in two folders are two workloads."""
-    found = _matching(store.list(kind=kind, limit=None), workload)
-    return found if limit is None else found[:limit]
+    return store.list(kind=kind, workload=workload, limit=limit)
 
 
 def _recorded_split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None:
@@ -64,8 +63,9 @@ def _recorded_split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None
     return split_canonical(str(record.config.get("workload_key") or canonical_spec(record.workload)))
 
 
-def _matching(records: Sequence[RunRecord], workload: str) -> list[RunRecord]:
-    """The records that measured `workload` as `runs_of_workload` matches them, in their order."""
+def matching_runs(records: Sequence[RunRecord], workload: str) -> list[RunRecord]:
+    """The records that measured `workload` as `runs_of_workload` (and `Store.list(workload=...)`) matches them, in
+    their order."""
     from dlperf.workload.loader import canonical_spec, split_canonical
 
     key = canonical_spec(workload)

@@ -11,6 +11,8 @@ OK = "ok"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
 STATUSES = (RUNNING, OK, FAILED, INTERRUPTED)
+KINDS = ("ab", "bench", "calibrate", "candidate", "check", "load", "optimize", "profile", "train", "train-trial")
+"""The kinds of run dlperf records (a candidate is an optimize run's child, a train-trial a tune's)."""
 SAMPLED_KINDS = ("bench", "check")
 """Kinds of run whose result holds per-batch-size points with their samples (a KPI's history, compare by batch)."""
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from dlperf.errors import StoreError
+from dlperf.errors import ConfigError, StoreError
 from dlperf.store import FAILED, INTERRUPTED, OK, SCHEMA_VERSION, Store, resolve_url
 from dlperf.store.db import ENV_VAR, meta_table, runs_table
 
@@ -157,6 +157,16 @@ def test_list_filters_and_order(store: Store) -> None:
     store.finish_run(a.id, {})  # a running run is not deleted without --force
     store.delete(a.id)
     assert [r.id for r in store.list(kind="bench")] == [c.id]
+
+
+def test_listing_a_kind_no_run_can_have_names_the_kinds(store: Store) -> None:
+    """Store.list(kind='benhc') returned [] without a word, as if no benchmark had been run."""
+    store.create_run("bench", "zoo:mlp")
+    with pytest.raises(ConfigError, match="no run kind 'benhc': the kinds are ab, bench, calibrate, candidate"):
+        store.list(kind="benhc")
+    assert store.list(kind="optimize") == []  # a kind dlperf records, of which this store has no run yet
+    store.create_run("custom", "zoo:mlp")  # one the store has (another tool's, a future dlperf's) is listed
+    assert [r.kind for r in store.list(kind="custom")] == ["custom"]
 
 
 def test_result_json_allows_nan_and_objects(store: Store) -> None:

@@ -152,6 +152,25 @@ def test_runs_of_a_workload_file_match_however_each_command_recorded_it(tmp_path
     assert runs_of_workload(store, "good.py") == []
 
 
+def test_store_list_finds_a_workload_s_runs_however_the_cli_and_the_library_named_it(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dlperf.bench('wl.py:workload', store=...) records the absolute path, `dlperf bench wl.py:workload` the spec
+    as typed: Store.list(workload='wl.py:workload') matched the spelling and missed the library's run."""
+    from dlperf.store import Store
+
+    (tmp_path / "wl.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    store = Store(tmp_path / "runs.db")
+    key = f"{tmp_path / 'wl.py'}:workload"
+    library = store.create_run("bench", key, {"workload_key": key}).id
+    cli = store.create_run("bench", "wl.py:workload", {"workload_key": key}).id
+    store.create_run("bench", "wl.py:other", {"workload_key": f"{tmp_path / 'wl.py'}:other"})
+    store.create_run("profile", key)
+    assert [r.id for r in store.list(workload="wl.py:workload", kind="bench")] == [cli, library]
+    assert [r.id for r in store.list(workload=key, kind="bench", limit=1)] == [cli]
+    assert len(store.list(workload="wl.py:workload")) == 3  # the profile run too
+
+
 def test_a_history_of_nothing_says_what_to_run_or_that_the_zoo_has_no_such_model() -> None:
     from dlperf.errors import StoreError
 
