@@ -195,15 +195,27 @@ class OptimizeResult:
     """This search's work folder, which keeps every candidate's artifact (`dlperf bench`, `dlperf.load`, a resume)."""
     workdir_bytes: int | None = None
     """What its files take on disk: a MiniLM search leaves about 86 MiB a candidate there, and nothing said so."""
+    exported_key: str | None = None
+    """The key of the candidate written to `export_dir`: the winner, or without one the best-ranked candidate the
+    A/B did not call slower (the baseline where that is all that is left; `.notes` says which)."""
 
     def __repr__(self) -> str:
         # the dataclass's printed every row with its every per-call time: some 300 KB for a 4-candidate search of a
         # 0.05 ms model, as BenchResult's did before it got a one-line repr
-        winner = self.row(self.winner)["label"] if self.winner else None
         speed = ((self.confirmation or {}).get("ab") or {}).get("speedup")
-        confirmed = f", {speed:.3g}x in its A/B" if winner and isinstance(speed, (int, float)) else ""
+        if self.winner:
+            picked = f"winner {self.row(self.winner)['label']!r}"
+            picked += f", {speed:.3g}x in its A/B" if isinstance(speed, (int, float)) else ""
+        else:  # it said 'winner None' of a search that exported its best-ranked candidate, as .notes says
+            picked = "no confirmed winner"
+        if self.export_dir:
+            key = self.exported_key
+            what = ("it" if key is not None and key == self.winner
+                    else "the baseline" if key == self.baseline.get("key")
+                    else f"{self.row(key)['label']!r} (not confirmed faster)" if key else "the best-ranked candidate")
+            picked += f", exported {what} to {self.export_dir!r}"
         return (f"OptimizeResult({self.workload!r}, {self.objective}, batch {self.batch_size}, {len(self.rows)} "
-                f"candidates, winner {winner!r}{confirmed}" + (f", run {self.run_id}" if self.run_id else "") + ")")
+                f"candidates, {picked}" + (f", run {self.run_id}" if self.run_id else "") + ")")
 
     def row(self, key: str) -> dict[str, Any]:
         for r in self.rows:
@@ -1058,6 +1070,7 @@ def _finish(search: _Search, space: SearchSpace, export_dir: str | Path | None, 
         not_tried=search.not_tried, skipped_passes=space.skipped, closest=closest, export_dir=exported,
         elapsed_s=search.elapsed(), time_budget_s=config.time_budget_s, resumed_from=resumed_from, notes=notes,
         runner_up=runner_up, export_error=export_error, executor=executor_name(search.executor),
+        exported_key=export_key if exported else None,
         workdir=str(search.workdir), workdir_bytes=_folder_bytes(search.workdir),
     )
     search.on_event("done", {"result": result})

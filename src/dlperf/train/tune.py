@@ -151,6 +151,14 @@ class TuneResult:
     not_tried: list[str] = field(default_factory=list)
     """The knobs the time budget left untried, whole or in part (their trials say which proposals)."""
 
+    def __repr__(self) -> str:
+        # the dataclass's printed every trial with its parity losses and both measurements' per-step times: ~5 KB
+        # with one trial, growing with each
+        accepted = sum(t.status == ACCEPTED for t in self.trials)
+        changes = ", ".join(f"{k}={v!r}" for k, v in self.baseline.diff(self.best).items()) or "none"
+        return (f"TuneResult({self.workload!r}, {len(self.trials)} trial{'s' * (len(self.trials) != 1)}, "
+                f"{accepted} accepted, changes: {changes}, {self.speedup:.3g}x samples/s; .settings, .trials)")
+
     @property
     def speedup(self) -> float:
         """Best over baseline in samples/s, from the final interleaved A/B (1.0 when nothing changed)."""

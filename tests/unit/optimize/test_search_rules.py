@@ -462,6 +462,27 @@ def test_a_search_s_result_prints_as_one_line_not_every_row_and_sample(tmp_path:
                             f"'{result.row(result.winner)['label']}', 1.2x in its A/B)")  # no store: no run id
 
 
+def test_a_search_s_one_line_says_what_it_exported_without_a_confirmed_winner(tmp_path: Path) -> None:
+    """The repr said 'winner None' of a search that had exported its best-ranked candidate (its notes said so)."""
+    two_above = {**MLP, "dynamic_int8": (0.5e-3, 0.999, 400, 0.9)}
+    out = tmp_path / "out"
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1,
+                                                workdir=str(tmp_path / "work")),
+                      export_dir=out, executor=Verdicts(two_above, [SLOWER, SAME]))
+    assert result.winner is None
+    assert repr(result) == (f"OptimizeResult('zoo:mlp', latency, batch 1, {len(result.rows)} candidates, no confirmed "
+                            f"winner, exported 'dynamic_int8' (not confirmed faster) to '{out}')")
+    baseline = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,
+                                                  workdir=str(tmp_path / "work2")),
+                        export_dir=tmp_path / "out2", executor=RefutingTrials(MLP))
+    assert repr(baseline).endswith(f"no confirmed winner, exported the baseline to '{tmp_path / 'out2'}')")
+    confirmed = _search(tmp_path / "confirmed", export=tmp_path / "out3", max_depth=1)
+    assert repr(confirmed).endswith(f"1.2x in its A/B, exported it to '{tmp_path / 'out3'}')")
+    plain = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, workdir=str(tmp_path / "work4")),
+                     executor=RefutingTrials(MLP))
+    assert plain.winner is None and repr(plain).endswith("candidates, no confirmed winner)")
+
+
 def test_a_confirmation_far_from_the_paired_gain_is_doubted_in_a_note(tmp_path: Path) -> None:
     """A confirming A/B measured 1425x for onnxruntime whose paired gain was 1.8x, and was printed as confirmed."""
     result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0,

@@ -140,3 +140,19 @@ def test_totals_of_a_side_training_fewer_samples_per_call_are_not_a_disturbance(
     ab = _steady_ab()
     assert ab.speedup_ci[0] > 1.5
     assert disturbance(ab, (12 * 64, 12 * 32)) is None
+
+
+def test_a_tune_result_prints_as_one_line_of_what_it_changed() -> None:
+    """`print(dlperf.tune(...))` printed the dataclass: every trial with its parity and both measurements' per-step
+    times, ~5 KB with one trial and more with each."""
+    from typing import cast
+
+    from dlperf.train.tune import ACCEPTED, Trial, TuneResult
+
+    baseline = StepConfig(batch_size=32)
+    best = baseline.replace(batch_size=64)
+    trials = [Trial("batch", {"batch_size": 64}, "", ACCEPTED, details={"probes": list(range(1000))}),
+              Trial("optimizer", {"foreach": True}, "", "rejected", reason="slower")]
+    result = TuneResult("zoo:mlp", baseline, best, trials, cast(Any, None), cast(Any, None), None, [])
+    assert repr(result) == ("TuneResult('zoo:mlp', 2 trials, 1 accepted, changes: batch_size=64, 1x samples/s; "
+                            ".settings, .trials)")
