@@ -72,7 +72,8 @@ class StepConfig:
     optimizer_impl: str = "default"
     """'default' (what the user's optimizer factory builds), 'foreach' or 'fused'."""
     checkpointing: bool = False
-    """Activation checkpointing of each top-level child module (recompute in backward to save memory)."""
+    """Activation checkpointing of each top-level child module, or of each layer of a child that is a stack of
+    repeated blocks (recompute in backward to save memory; see `checkpointed_blocks`)."""
     threads: int | None = None
     """torch intra-op threads on CPU; None keeps the process's setting."""
     lr_scale: float = 1.0
@@ -498,16 +499,18 @@ def batch_length(target: Any, inputs: Any, default: int) -> int:
 
 
 def apply_checkpointing(model: nn.Module) -> int:
-    """Wrap each top-level child's forward in non-reentrant activation checkpointing; returns how many."""
+    """Wrap each block's forward (`checkpointed_blocks`) in non-reentrant activation checkpointing; returns how
+    many."""
     from torch.utils.checkpoint import checkpoint
 
-    children = checkpointed_children(model)
-    if len(children) < 2:
+    blocks = checkpointed_blocks(model)
+    if len(blocks) < 2:
         raise TrainError(
-            f"activation checkpointing needs a model with at least two top-level children holding parameters; "
-            f"{type(model).__name__} has {len(children)}"
+            f"activation checkpointing needs a model with at least two blocks to checkpoint (top-level children "
+            f"holding parameters, or the layers of a stack of repeated blocks); {type(model).__name__} has "
+            f"{len(blocks)}"
         )
-    for child in children:
+    for child in blocks:
         original = child.forward
 
         def forward(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
@@ -515,14 +518,14 @@ def apply_checkpointing(model: nn.Module) -> int:
 
         forward.dlperf_checkpointed = True  # type: ignore[attr-defined]  # for checkpointing_off
         child.forward = forward
-    return len(children)
+    return len(blocks)
 
 
 @contextlib.contextmanager
 def checkpointing_off(model: nn.Module) -> Iterator[int]:
-    """Run the children `apply_checkpointing` wrapped with their own forward (no recomputation in backward) for
+    """Run the blocks `apply_checkpointing` wrapped with their own forward (no recomputation in backward) for
     the duration; yields how many were wrapped."""
-    wrapped = [c for c in model.children() if getattr(c.__dict__.get("forward"), "dlperf_checkpointed", False)]
+    wrapped = [m for m in model.modules() if getattr(m.__dict__.get("forward"), "dlperf_checkpointed", False)]
     forwards = [c.__dict__.pop("forward") for c in wrapped]  # the class's forward shows through again
     try:
         yield len(wrapped)
@@ -531,9 +534,36 @@ def checkpointing_off(model: nn.Module) -> Iterator[int]:
             child.forward = forward
 
 
-def checkpointed_children(model: nn.Module) -> list[nn.Module]:
-    """The top-level children that activation checkpointing wraps: those holding parameters."""
-    return [c for c in model.children() if any(True for _ in c.parameters())]
+def checkpointed_blocks(model: nn.Module) -> list[nn.Module]:
+    """The modules activation checkpointing wraps: the top-level children holding parameters, except that a child
+    which is, or directly holds, a stack of repeated blocks (a ModuleList or Sequential of two or more modules of
+    one class that have modules of their own, as `nn.TransformerEncoder.layers`) gives those blocks instead.
+
+    Checkpointed whole, such a child keeps only its input until backward but then recomputes every layer at once,
+    so its peak is no lower: a 2-layer `nn.TransformerEncoder` saved nothing (43.6 against 43.1 MiB at batch 8);
+    checkpointed per layer, as users do, it keeps the layers' inputs and one layer's activations."""
+    blocks: list[nn.Module] = []
+    for child in model.children():
+        if _holds_parameters(child):
+            blocks.extend(_repeated_blocks(child) or [child])
+    return blocks
+
+
+def _repeated_blocks(module: nn.Module) -> list[nn.Module] | None:
+    from torch import nn
+
+    for stack in (module, *module.children()):
+        if isinstance(stack, (nn.ModuleList, nn.Sequential)):
+            layers = [c for c in stack.children() if _holds_parameters(c)]
+            # blocks, not single layers: a Sequential(Linear, ReLU, Linear) is one block, checkpointed whole
+            if (len(layers) >= 2 and len({type(c) for c in layers}) == 1
+                    and all(any(True for _ in c.children()) for c in layers)):
+                return layers
+    return None
+
+
+def _holds_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
 
 
 def has_conv(model: nn.Module) -> bool:

@@ -99,3 +99,48 @@ def conv(batch_size: int = 32) -> Workload:
                         make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size),
         kind="cnn",
     )
+
+
+VOCAB = 16
+SEQ = 16
+WIDTH = 32
+
+
+class _CharLM(nn.Module):
+    """A character-level causal transformer LM: embedding, a 2-layer `nn.TransformerEncoder`, a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        layer = nn.TransformerEncoderLayer(WIDTH, 2, 4 * WIDTH, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(WIDTH, VOCAB)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(x), mask=self.mask, is_causal=True)).flatten(0, 1)
+
+
+def char_lm(batch_size: int = 16) -> Workload:
+    """`_CharLM` on sequences of a repeating pattern (learnable), next-character targets."""
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return _CharLM()
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        from torch.utils.data import DataLoader, TensorDataset
+
+        text = torch.randint(0, VOCAB, (128, SEQ + 1), generator=torch.Generator().manual_seed(0)) % 7
+        kwargs.setdefault("generator", torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(text[:, :-1], text[:, 1:]), batch_size=batch_size, shuffle=True,
+                          drop_last=True, **kwargs)
+
+    return Workload(
+        name="char-lm",
+        make_model=model,
+        make_inputs=lambda b: (torch.randint(0, VOCAB, (b, SEQ)),),
+        train=TrainSpec(make_loader=loader, loss_fn=lambda out, y: nn.functional.cross_entropy(out, y.flatten()),
+                        make_optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3), batch_size=batch_size),
+        kind="transformer",
+    )

@@ -19,14 +19,14 @@ from dlperf.train.loop import (
     apply_checkpointing,
     base_config,
     batch_length,
-    checkpointed_children,
+    checkpointed_blocks,
     has_conv,
 )
 from dlperf.workload.base import Workload
 from dlperf.workload.loader import load_workload
 from dlperf.workload.zoo import ZOO
 
-from ._workloads import conv, tiny
+from ._workloads import blocks, char_lm, conv, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -412,12 +412,31 @@ def test_batch_length_counts_the_first_dimension_of_the_target_then_the_inputs(
 
 def test_checkpointing_needs_two_children_holding_parameters() -> None:
     one = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
-    with pytest.raises(TrainError, match="at least two top-level children holding parameters; Sequential has 1"):
+    with pytest.raises(TrainError, match=r"at least two blocks to checkpoint .*; Sequential has 1"):
         apply_checkpointing(one)
     model = tiny().build_model()  # Linear, ReLU, Linear
     first, _, last = model.children()
-    assert checkpointed_children(model) == [first, last]
+    assert checkpointed_blocks(model) == [first, last]
     assert apply_checkpointing(model) == 2
+
+
+def test_checkpointing_wraps_each_layer_of_a_stack_of_repeated_blocks() -> None:
+    """An nn.TransformerEncoder child was checkpointed whole, recomputing every layer at once in backward, which
+    saved no memory; its layers are checkpointed one by one, as users do, and train the same."""
+    model = char_lm().build_model()
+    layers = list(model.get_submodule("encoder.layers").children())
+    assert checkpointed_blocks(model) == [model.get_submodule("embed"), *layers, model.get_submodule("head")]
+    assert len(layers) == 2
+    first, second, head = blocks().build_model().children()  # Sequential(Linear, ReLU, ...) blocks stay whole
+    assert checkpointed_blocks(torch.nn.Sequential(first, second, head)) == [first, second, head]
+    losses = {}
+    for checkpointed in (False, True):
+        loop = TrainLoop(char_lm(), StepConfig(batch_size=8, threads=1, checkpointing=checkpointed))
+        try:
+            losses[checkpointed] = [float(loop.step()) for _ in range(3)]  # dropout too: its RNG state is replayed
+        finally:
+            loop.close()
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
 def test_has_conv_finds_a_2d_convolution_or_transposed_convolution_anywhere() -> None:

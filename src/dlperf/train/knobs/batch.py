@@ -19,7 +19,7 @@ from typing import Any
 from dlperf.errors import TrainError
 from dlperf.measure.memory import cuda_peak, cuda_release_cached, cuda_reset_peak
 from dlperf.train.knobs import Candidate, TuneContext
-from dlperf.train.loop import StepConfig, TrainLoop, checkpointed_children
+from dlperf.train.loop import StepConfig, TrainLoop, checkpointed_blocks
 from dlperf.workload.base import Workload
 
 FitFn = Callable[[int], tuple[bool, int]]
@@ -54,7 +54,7 @@ def step_footprint_bytes(workload: Workload, config: StepConfig, seed: int = 0) 
     loop = TrainLoop(workload, config.replace(accumulation_steps=1, num_workers=0, prefetch_factor=None,
                                               persistent_workers=False, compile=False, checkpointing=False),
                      seed=seed)
-    blocks = checkpointed_children(loop.model) if config.checkpointing else []
+    blocks = checkpointed_blocks(loop.model) if config.checkpointing else []
     # outside: storages kept until backward (saved outside the blocks, and the blocks' inputs);
     # inside[i]: what block i saves, which with checkpointing lives only while backward recomputes it
     outside: dict[int, int] = {}
