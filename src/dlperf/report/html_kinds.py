@@ -352,7 +352,10 @@ def _ddp_view(r: Mapping[str, Any]) -> str:
           fmt_pct(comm, sign=False), fmt_pct(r.get("comm_share"), sign=False)]])]
     if isinstance(compute, (int, float)) and isinstance(comm, (int, float)):
         parts.append('<p class="muted">scaling efficiency = compute (the no-sync step on 1 process / on each rank) '
-                     "x communication (the rest: the all-reduce and DDP's work with other ranks)</p>")
+                     "x communication (the rest: the all-reduce and DDP's work with other ranks, against the "
+                     "1-process DDP step)</p>")
+    if r.get("factors_note"):
+        parts.append(f'<p class="warn">the factors: {esc(r["factors_note"])}</p>')
     sizes, overlap = r.get("bucket_bytes"), r.get("overlap")
     if isinstance(overlap, (int, float)):
         buckets = (" + ".join(f"{b / 2**20:.2f}" for b in sizes) + " MiB" if isinstance(sizes, list) and sizes

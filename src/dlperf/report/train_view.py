@@ -311,7 +311,10 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
     if compute is not None and comm is not None:  # efficiency = compute x communication (the same per-process batch)
         text.append(f": compute {compute:.0%} (the no-sync step, {fmt_ms(result['nosync_step_s'])} ms per rank, "
                     f"against {fmt_ms(result['single']['nosync_step_s'])} ms on 1 process) x communication "
-                    f"{comm:.0%} (the rest: the all-reduce and DDP's work with other ranks)")
+                    f"{comm:.0%} (the rest: the all-reduce and DDP's work with other ranks, against the 1-process "
+                    "DDP step)")
+        if result.get("factors_note"):
+            text.append(f"; {result['factors_note']}", style="yellow")
     text.append("\n")
     text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
                 f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "

@@ -155,6 +155,26 @@ class DdpResult:
         return efficiency / compute
 
     @property
+    def single_ddp_over_nosync(self) -> float | None:
+        """The 1-process DDP step over its no-sync step; None with one process. One process all-reduces with no
+        other rank, so this is about 1 (DDP's own work per step adds a little): far from it, that launch was
+        disturbed, and `communication_scaling`, which takes the 1-process DDP step as its baseline, is off by as
+        much (efficiency / compute = this x the N ranks' no-sync step over their DDP step)."""
+        if self.multi.world_size < 2 or self.single.nosync_step_s <= 0:
+            return None
+        return self.single.step_s / self.single.nosync_step_s
+
+    @property
+    def factors_note(self) -> str | None:
+        """What the factor line says when the 1-process DDP and no-sync steps disagree (see
+        `single_ddp_over_nosync`); None when they agree."""
+        ratio = self.single_ddp_over_nosync
+        if ratio is None or CONTENDED_COMPUTE <= ratio <= 1 / CONTENDED_COMPUTE:
+            return None
+        return (f"unreliable: the 1-process DDP step took {ratio:.2f}x its no-sync step, which communication counts "
+                f"as its own; the ranks' exposed all-reduce leaves {1 - self.comm_share:.0%} (see the finding)")
+
+    @property
     def exposed_comm_s(self) -> float:
         """DDP step minus no-sync step. One process has no other rank to all-reduce with: 0, whatever the two
         separately measured medians differ by."""
@@ -187,6 +207,7 @@ class DdpResult:
             "samples_per_s": self.multi.samples_per_s, "step_s": self.multi.step_s,
             "nosync_step_s": self.multi.nosync_step_s, "scaling_efficiency": self.scaling_efficiency,
             "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
+            "single_ddp_over_nosync": self.single_ddp_over_nosync, "factors_note": self.factors_note,
             "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
             "bucket_bytes": self.multi.bucket_bytes,
@@ -225,6 +246,17 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
                    f"process ({alone_1:.3g} ms) at the same batch and threads: the machine was busier while the "
                    "1-process launch ran (the two run one after the other), so the efficiency is off by about as "
                    "much; repeat on a quieter machine")
+    ratio = result.single_ddp_over_nosync
+    if comm is not None and result.factors_note is not None and ratio is not None:
+        # 2 ranks x 2 threads on 2 CPUs read "communication 97%" beside "43% of the step is exposed all-reduce": the
+        # 1-process DDP step (317 ms) was 1.70x its no-sync step (186 ms), which the factor took for communication's
+        out.append(f"the 1-process DDP step ({result.single.step_s * 1e3:.3g} ms) took {ratio:.2f}x its no-sync step "
+                   f"({alone_1:.3g} ms), though one process has no rank to all-reduce with: that launch was disturbed "
+                   "(other load on the machine between its two measurements) or DDP's own work per step is that "
+                   f"large. The efficiency and its communication factor take that step as their baseline, so "
+                   f"communication reads {comm:.0%}, where the {n} ranks' own steps leave {1 - result.comm_share:.0%} "
+                   f"({result.comm_share:.0%} of their step is exposed all-reduce, measured within the same launch); "
+                   "rely on the exposed share, and repeat on a quieter machine for the efficiency")
     grad_mib = result.multi.gradient_bytes / 2**20
     if result.multi.buckets == 1 and n > 1 and grad_mib >= FIRST_BUCKET_MB:
         out.append(f"all {grad_mib:.2f} MiB of gradients fit one bucket: the all-reduce "

@@ -512,3 +512,28 @@ def test_the_standalone_all_reduce_uses_ddps_buckets_and_times_after_two_warm_up
     rounds.clear()
     assert ddp._allreduce_s(grads, 1.0, iters=2, bucket_bytes=[4]) == pytest.approx(600_000 / 1e9)
     assert rounds[-1] == [262_144, 262_144, 75_712]
+
+
+def test_a_disturbed_one_process_launch_is_named_beside_the_communication_factor_it_inflates() -> None:
+    """2 ranks x 2 threads on 2 CPUs read "communication 97%" beside "43% of the step is exposed all-reduce": the
+    1-process DDP step (317 ms) took 1.70x its no-sync step (186 ms), and the factor, efficiency / compute, takes
+    the one as its baseline and the other as compute's."""
+    r = DdpResult("w", "gloo", 2, 25.0, RankStats(1, 32, 0.317, 0.186, 0.0, 4 * 2**20, 3),
+                  RankStats(2, 32, 0.500, 0.285, 0.010, 4 * 2**20, 3))
+    assert r.comm_share == pytest.approx(0.43) and r.communication_scaling == pytest.approx(0.971, abs=1e-3)
+    assert r.single_ddp_over_nosync == pytest.approx(1.704, abs=1e-3)
+    found = findings_for(r, cpus=2, device="cpu")
+    (disturbed,) = [f for f in found if f.startswith("the 1-process DDP step")]
+    assert disturbed.startswith("the 1-process DDP step (317 ms) took 1.70x its no-sync step (186 ms), though one "
+                                "process has no rank to all-reduce with")
+    assert "communication reads 97%, where the 2 ranks' own steps leave 57% (43% of their step is exposed" in disturbed
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view({**r.to_dict(), "findings": found}))
+    assert ("x communication 97% (the rest: the all-reduce and DDP's work with other ranks, against the 1-process DDP "
+            "step); unreliable: the 1-process DDP step took 1.70x its no-sync step, which communication counts as its "
+            "own; the ranks' exposed all-reduce leaves 57% (see the finding)") in console.export_text()
+    # DDP's reducer costing one process a little (12 against 10 ms) is no disturbance
+    calm = DdpResult("w", "gloo", 1, 25.0, RankStats(1, 32, 0.012, 0.010, 0.0, 4 * 2**20, 3),
+                     RankStats(2, 32, 0.020, 0.0105, 0.005, 4 * 2**20, 3))
+    assert calm.factors_note is None
+    assert not [f for f in findings_for(calm, cpus=8, device="cpu") if f.startswith("the 1-process DDP step")]
