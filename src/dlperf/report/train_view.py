@@ -215,12 +215,16 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
             settings.add_row(s["what"], s["code"], fmt_speedup(s.get("speedup")))
         parts.append(settings)
         if not confirmed:
-            required = [_first_clause(str(t["reason"])) for t in result["trials"]
-                        if t["status"] == "accepted" and str(t.get("reason") or "").startswith("required")]
+            accepted = [t for t in result["trials"] if t["status"] == "accepted"]
+            required = [_first_clause(str(t["reason"])) for t in accepted
+                        if str(t.get("reason") or "").startswith("required")]
             if required:  # "keep your code as it is" contradicted it: the user's batch breaks their own budget
-                parts.append(Text(f"  {'; '.join(required)}: that change is needed whatever the final A/B says; the "
-                                  "other gains are each trial's short A/B, which the final one did not confirm\n",
-                                  style="yellow"))
+                # "the other gains" only where another trial was accepted: with the required change alone, it
+                # spoke of gains that were not there
+                others = ("; the other gains are each trial's short A/B, which the final one did not confirm"
+                          if len(accepted) > len(required) else "")
+                parts.append(Text(f"  {'; '.join(required)}: that change is needed whatever the final A/B "
+                                  f"says{others}\n", style="yellow"))
             else:
                 parts.append(Text(f"  {UNCONFIRMED_ADVICE}\n", style="yellow"))
     if any(t["status"] != "skipped" for t in result["trials"]):  # an empty table is a header and no rows

@@ -328,8 +328,14 @@ def test_the_view_gives_settings_as_advice_only_when_the_final_ab_confirms_them(
     result["trials"] = [{**trial, "status": "accepted",
                          "reason": "required (batch 64 does not fit in 1.05 MiB); A/B: slower"}]
     text = " ".join(_render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "slower"}})).split())
-    assert "required (batch 64 does not fit in 1.05 MiB): that change is needed whatever the final A/B says" in text
-    assert "keep your code as it is" not in text
+    lines = _render(tune_view({**result, "final_ab": {**result["final_ab"], "verdict": "slower"}}))
+    assert "required (batch 64 does not fit in 1.05 MiB): that change is needed whatever the final A/B says\n" in lines
+    assert "keep your code as it is" not in text and "other gains" not in text  # it was the only change
+    other = {**trial, "knob": "threads", "change": {"threads": 1}, "status": "accepted", "reason": None}
+    text = " ".join(_render(tune_view({**result, "trials": [*result["trials"], other],
+                                       "final_ab": {**result["final_ab"], "verdict": "slower"}})).split())
+    assert ("that change is needed whatever the final A/B says; the other gains are each trial's short A/B, which the "
+            "final one did not confirm") in text
 
 
 def test_a_tuning_stopped_in_its_final_measurements_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
