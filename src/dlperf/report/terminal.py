@@ -24,7 +24,7 @@ from dlperf.measure.stats import (
 from dlperf.report.fit import FirstThatFits
 from dlperf.report.html_parts import artifact_precision
 from dlperf.store.query import History
-from dlperf.store.records import INTERRUPTED, RunRecord
+from dlperf.store.records import FAILED, INTERRUPTED, RunRecord
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 STATUS_STYLE = {"ok": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
@@ -397,6 +397,19 @@ def _gate_changes(recorded: Sequence[Any], metric: str, verdict_said: bool = Tru
 
 
 def headline_text(record: RunRecord) -> str:
+    text = _result_headline(record)
+    if not text and record.status == FAILED and record.error:
+        # a run that failed before it measured anything had an empty headline: its error is what it has
+        return _cut(record.error.splitlines()[0])
+    return text
+
+
+def _cut(line: str, width: int = 70) -> str:
+    """`line` cut to `width` characters at a word, with a mark."""
+    return line if len(line) <= width else line[:width].rsplit(" ", 1)[0] + " …"
+
+
+def _result_headline(record: RunRecord) -> str:
     own = kind_headline(record.kind, record.result)
     if own is not None:
         return own
@@ -437,8 +450,7 @@ def profile_train_headline(result: Any) -> str:
     if not isinstance(result, dict):
         return ""
     if isinstance(result.get("verdict"), str) and "trace" in result:
-        verdict = result["verdict"]  # cut with a mark, at a word: 'dominated by its fixed per-call' read as whole
-        return verdict if len(verdict) <= 70 else verdict[:70].rsplit(" ", 1)[0] + " …"
+        return _cut(result["verdict"])  # cut with a mark, at a word: 'dominated by its fixed per-call' read as whole
     if isinstance(result.get("best_samples_per_s"), (int, float)):
         gain = result.get("speedup") if result.get("final_ab") else None
         return f"tuned {fmt_count(result['best_samples_per_s'])} samples/s" + (

@@ -214,6 +214,17 @@ def test_profile_and_train_headlines() -> None:
         "2 processes 1,800 samples/s, 90% scaling"
 
 
+def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error() -> None:
+    """`runs list` showed a failed train run with an empty headline."""
+    error = ("TrainError: workload 'bad': a training step raised RuntimeError: The size of tensor a (2) must match "
+             "the size of tensor b (3) at non-singleton dimension 1\n  File \"x.py\", line 3")
+    failed = RunRecord("x", "train", "bad.py", "failed", "2026-01-01T10:00:00", result={}, error=error)
+    assert headline_text(failed) == "TrainError: workload 'bad': a training step raised RuntimeError: The …"
+    measured = RunRecord("x", "train", "bad.py", "failed", "2026-01-01T10:00:00", result={"samples_per_s": 10.0},
+                         error=error)
+    assert headline_text(measured) == "10 samples/s"  # failed after 23 of 40 steps: what it measured comes first
+
+
 def test_optimize_and_candidate_headlines() -> None:
     def headline(kind: str, result: dict[str, object]) -> str:
         return headline_text(RunRecord("x", kind, "zoo:mlp", "ok", "2026-01-01T10:00:00", result=result))
@@ -239,7 +250,7 @@ def test_record_and_runs_views() -> None:
     shown = _text(record_view(record))
     assert "1.25" in shown and '{"k": 1}' in shown
     failed = RunRecord("f", "calibrate", "cpu", "failed", "2026-01-01", error="boom")
-    assert "boom" in _text(record_view(failed)) and headline_text(failed) == ""
+    assert "boom" in _text(record_view(failed)) and headline_text(failed) == "boom"  # was empty in `runs list`
     assert "no runs" in _text(runs_table([], "s"))
 
 
