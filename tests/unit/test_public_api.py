@@ -224,7 +224,7 @@ def test_every_entry_point_names_a_config_or_callable_of_the_wrong_type(tmp_path
     with pytest.raises(ConfigError, match=r"config must be a dlperf\.OptimizeConfig, got dict"):
         dlperf.optimize_workload("zoo:mlp", {"time_budget_s": 5}, store=tmp_path / "runs.db")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"baseline must be a dlperf\.StepConfig, e\.g\. StepConfig\(batch_size=32\), "
-                                          "got int"):
+                                          "or None for the workload's own, got int"):
         dlperf.tune("zoo:mlp", 32)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"config must be a dlperf\.TuneConfig, got dict"):
         dlperf.tune("zoo:mlp", dlperf.StepConfig(batch_size=8), {"knobs": ("threads",)})  # type: ignore[arg-type]

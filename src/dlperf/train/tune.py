@@ -25,7 +25,7 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement, median
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
-from dlperf.train.loop import StepConfig, TrainLoop, has_conv
+from dlperf.train.loop import StepConfig, TrainLoop, base_config, has_conv
 from dlperf.train.parity import (
     ParityConfig,
     ParityResult,
@@ -552,19 +552,23 @@ class Tuner:
                           self.parity_blind, self.not_tried)
 
 
-def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig, config: TuneConfig | None = None,
-         **kwargs: Any) -> TuneResult:
-    """Tune `workload` (a Workload or a spec such as 'zoo:mlp') from `baseline` (see Tuner)."""
+def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig | None = None,
+         config: TuneConfig | None = None, **kwargs: Any) -> TuneResult:
+    """Tune `workload` (a Workload or a spec such as 'zoo:mlp') from `baseline` (see Tuner). No baseline: the
+    workload's own configuration (`base_config`: its TrainSpec's batch size, eager fp32 on the CPU), as
+    `dlperf train WORKLOAD --tune` starts from with no options."""
     # an int batch size or a dict failed as "'int' object has no attribute 'device'" after the workload loaded
-    if not isinstance(baseline, StepConfig):
-        raise ConfigError(f"baseline must be a dlperf.StepConfig, e.g. StepConfig(batch_size=32), got "
-                          f"{type(baseline).__name__}")
+    if baseline is not None and not isinstance(baseline, StepConfig):
+        raise ConfigError(f"baseline must be a dlperf.StepConfig, e.g. StepConfig(batch_size=32), or None for the "
+                          f"workload's own, got {type(baseline).__name__}")
     if config is not None and not isinstance(config, TuneConfig):
         raise ConfigError(f"config must be a dlperf.TuneConfig, got {type(config).__name__}")
     if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 
         workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
+    if baseline is None:
+        baseline = base_config(workload)
     return Tuner(workload, baseline, config, **kwargs).run()
 
 

@@ -570,3 +570,17 @@ def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPat
     assert [t.status for t in result.trials] == [NOT_FASTER, NOT_FASTER] and result.not_tried == []
     with pytest.raises(ConfigError, match="time budget must be positive, got 0"):
         TuneConfig(time_budget_s=0)
+
+
+def test_tune_without_a_baseline_starts_from_the_workload_s_own_configuration() -> None:
+    """`tune` needed a StepConfig, which the docs built with `base_config`, a name outside `dlperf.__all__`; with
+    none it starts where `dlperf train W --tune` does with no options: the TrainSpec's batch size, eager fp32."""
+    from dlperf.train.loop import base_config
+    from dlperf.train.tune import tune
+
+    config = TuneConfig(knobs=(), parity=ParityConfig(steps=4), measure_steps=2, measure_warmup=0,
+                        count_flops=False)
+    workload = tiny(batch_size=16)
+    result = tune(workload, config=config)
+    assert result.baseline == base_config(workload) == StepConfig(batch_size=16)
+    assert result.best == result.baseline and result.trials == []
