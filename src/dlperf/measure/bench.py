@@ -339,7 +339,7 @@ def run_bench(
         gpu_index = _gpu_index(config.device)
         for batch in batch_sizes:
             inputs = to_device(workload.example_inputs(batch), config.device)
-            workload.check(model, inputs)
+            workload.check(model, inputs, batch, ran_batch=points[-1].batch_size if points else None)
             if model_bytes is None:
                 model_bytes = parameter_bytes(model)
             call = make_call(model, inputs, config.device, config.precision)

@@ -264,16 +264,29 @@ class Workload:
             )
         return inputs
 
-    def check(self, model: Predict, inputs: Inputs) -> Any:
+    def check(self, model: Predict, inputs: Inputs, batch_size: int | None = None,
+              ran_batch: int | None = None) -> Any:
         """Run one call and return its outputs; a model that rejects its inputs raises WorkloadError naming each
         input's shape, and so do inputs whose batch was taken from their first dimension (`from_module`) when no
-        output has that many rows: a single sample without a batch dimension."""
+        output has that many rows: a single sample without a batch dimension.
+
+        `ran_batch`: a batch size of the same inputs that already ran in this model (bench's earlier batch sizes); a
+        failure at `batch_size` then names it and blames it, not the inputs, which ran."""
         import torch
 
         try:
             with torch.inference_mode():
                 outputs = model(*inputs)
         except Exception as exc:
+            if ran_batch is not None:
+                # "the model rejected its example inputs" read as if the inputs were wrong, after batch 1 of them ran
+                at = f" at batch {batch_size}" if batch_size is not None else ""
+                raise WorkloadError(
+                    f"workload '{self.name}'{at}: the model raised on its first call at this batch size "
+                    f"({describe_inputs(inputs, self.input_names)}), where batch {ran_batch} ran: "
+                    f"{type(exc).__name__}: {exc}; leave this batch size out if the model does not support it\n"
+                    f"{_user_frame(exc, getattr(type(model), 'forward', None))}"
+                ) from exc
             hint = _container_hint(inputs, self._batch_from_inputs)
             if any(type(x).__module__ == "numpy" for x in inputs):
                 hint += "; its inputs include numpy arrays: return torch tensors (torch.from_numpy(x))"
