@@ -168,17 +168,23 @@ class _Progress:
         self.objective = objective
         self.console = error_console()
         self.resumed_from: str | None = None
+        self.time_budget_s: float | None = None
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
             self.resumed_from = data.get("resumed_from")
+            self.time_budget_s = data.get("time_budget_s")
             self.console.print(f"optimizing {data['workload']} at batch {data['batch_size']}: "
                                f"{len(data['space'])} pass configs to combine"
                                + (f", resuming run {self.resumed_from}" if self.resumed_from else ""))
             if data.get("not_resumed"):
                 self.console.print(f"  {data['not_resumed']}", style="dim")
         elif kind == "candidate_start":
-            self.console.print(f"  measuring {data['label']} ...", style="dim")
+            # a long search said nothing of its --time-budget until the summary
+            left = data.get("remaining_s")
+            budget = (f" ({max(left, 0.0):.0f} s of the {self.time_budget_s:.0f} s time budget left)"
+                      if left is not None and self.time_budget_s is not None else "")
+            self.console.print(f"  measuring {data['label']} ...{budget}", style="dim", markup=False)
         elif kind == "candidate_done":
             row = data["row"]
             if row.get("status") == "ok":

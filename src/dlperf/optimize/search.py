@@ -58,7 +58,7 @@ from dlperf.workload.base import Workload
 
 EventFn = Callable[[str, dict[str, Any]], None]
 """on_event(kind, data): 'start', 'candidate_start', 'phase', 'candidate_done', 'skip', 'confirm', 'versus',
-'done'."""
+'done'. 'start' carries the `time_budget_s`, 'candidate_start' the `remaining_s` of it."""
 
 CONFIG_VERSION = 1
 # A pass not measured yet adds this many baseline wall times per cost class to the candidate's estimate.
@@ -352,7 +352,7 @@ class _Search:
         """The trial that measures `candidate`, its child run opened; `tag` is (candidate, child run or None)."""
         key = candidate.key
         assert self.settings is not None
-        self.on_event("candidate_start", {"label": candidate.label, "key": key})
+        self.on_event("candidate_start", {"label": candidate.label, "key": key, "remaining_s": self.remaining()})
         child = self.store.create_run("candidate", self.source, {"pipeline": candidate.to_list(), "key": key,
                                                                  "label": candidate.label},
                                       parent_id=self.run.id) if self.store else None
@@ -811,7 +811,7 @@ def optimize(
         on = search.on_event
         on("start", {"workload": source, "batch_size": batch_size, "space": [c.label() for c in space.configs],
                      "skipped": space.skipped, "resumed_from": previous.id if previous else None,
-                     "not_resumed": not_resumed})
+                     "not_resumed": not_resumed, "time_budget_s": config.time_budget_s})
         baseline = search.evaluate(Candidate())
         if baseline["status"] != "ok":
             raise OptimizeError(f"the baseline of '{source}' could not be measured: {baseline.get('error')}")

@@ -1,4 +1,5 @@
-"""optimize's progress line for a candidate that did not run says its reason once, as written."""
+"""optimize's progress lines: a candidate that did not run says its reason once, as written; each candidate's
+start says how much of the time budget is left."""
 
 from __future__ import annotations
 
@@ -24,3 +25,15 @@ def test_a_candidate_that_did_not_run_says_why_once(row: dict[str, str], line: s
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     optimize._Progress()("candidate_done", {"row": row})
     assert " ".join(capsys.readouterr().err.split()) == line
+
+
+def test_each_candidate_s_line_says_how_much_of_the_time_budget_is_left(capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf optimize --time-budget 10m` printed `measuring compile ...` and nothing of the budget until its
+    summary."""
+    progress = optimize._Progress()
+    progress("start", {"workload": "zoo:mlp", "batch_size": 1, "space": ["hygiene"], "time_budget_s": 600.0})
+    progress("candidate_start", {"label": "compile(mode=max-autotune)", "key": "k", "remaining_s": 412.4})
+    progress("candidate_start", {"label": "hygiene", "key": "h", "remaining_s": -1.0})  # past it, for the A/Bs
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1:] == ["  measuring compile(mode=max-autotune) ... (412 s of the 600 s time budget left)",
+                         "  measuring hygiene ... (0 s of the 600 s time budget left)"]

@@ -1211,3 +1211,17 @@ def test_a_search_whose_time_went_to_building_the_model_says_so(tmp_path: Path) 
     quick = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=2, time_budget_s=600.0,
                                                workdir=str(tmp_path / "quick")), executor=SlowFactoryTrials(1e-6))
     assert not any(n.startswith("building the model") for n in quick.notes)
+
+
+def test_the_events_say_the_time_budget_and_how_much_of_it_is_left_at_each_candidate(tmp_path: Path) -> None:
+    """A long search said nothing of its time budget until the summary: `start` carries the budget and each
+    `candidate_start` what is left of it, for the CLI's progress lines."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    before = time.monotonic()
+    optimize("zoo:mlp", _two_passes(tmp_path), executor=FakeTrials(MLP),
+             on_event=lambda kind, data: events.append((kind, data)))
+    spent = time.monotonic() - before
+    assert [d["time_budget_s"] for k, d in events if k == "start"] == [600.0]
+    left = [d["remaining_s"] for k, d in events if k == "candidate_start"]
+    assert len(left) == 3  # the baseline, hygiene, dynamic_int8
+    assert 600.0 - spent <= left[-1] <= left[0] <= 600.0
