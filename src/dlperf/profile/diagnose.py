@@ -680,6 +680,12 @@ def _threads(a: Analyses) -> list[Finding]:
         # A rule of thumb, not a measurement (--verify measures it): 15% lost per extra multiple of the cores.
         share = min(0.8, 0.15 * (f - 1.0))
         in_step = t.threads_set_by == "step"
+        # the cores other processes leave, as the busy-machine finding counts them: with another process on 1 of 2
+        # cores, 8 threads were told `--threads 2` (beside that finding's `--threads 1`), and 2 threads, one of them
+        # waiting for the busy core at each parallel operator, measured 0.37x (slower) against an estimated 1.68x
+        target = _cores_left(t)
+        left = (f"{target} of the {t.usable_cores} usable cores that {t.others} leave free (they kept "
+                f"{t.other_busy_cores:.1f} busy)" if target < t.usable_cores else f"{t.usable_cores} usable cores")
         found.append(Finding(
             category=HOST_THREADS, title="torch uses more threads than there are cores",
             evidence=[f"{t.intra_op_threads} intra-op threads on {t.usable_cores} usable cores "
@@ -688,14 +694,18 @@ def _threads(a: Analyses) -> list[Finding]:
                       f"{t.process_busy_cores:.1f} cores busy",
                       f"the {share:.0%} it explains is a rule of thumb (15% of the step per extra multiple of the "
                       "cores), not a measurement" + ("" if in_step else ": --verify measures the fix"),
+                      *([f"it assumes the cores are this process's: with {t.others} keeping "
+                         f"{t.other_busy_cores:.1f} busy, {t.intra_op_threads} threads also take a larger part of "
+                         "the contested cores from them than fewer threads would, so fewer may measure slower here "
+                         "(profile on an idle machine to tell)"] if target < t.usable_cores else []),
                       *_own_threads(t)],
             fix=(f"remove the torch.set_num_threads call from the workload's step (its forward), or make it set the "
-                 f"{t.usable_cores} usable cores: the fix is in the workload's code" if in_step else
-                 f"set the intra-op threads to the {t.usable_cores} usable cores (torch.set_num_threads, "
+                 f"{left}: the fix is in the workload's code" if in_step else
+                 f"set the intra-op threads to the {left} (torch.set_num_threads, "
                  "OMP_NUM_THREADS); leave cores for data-loading workers when training"),
-            setting=None if in_step else f"--threads {t.usable_cores}", share=share,
+            setting=None if in_step else f"--threads {target}", share=share,
             confidence="high" if f >= 2 else "medium", estimated_speedup=_speedup(share, 10.0),
-            root_cause=f >= 2, fixes=[] if in_step else [threads_fix(t.usable_cores)],
+            root_cause=f >= 2, fixes=[] if in_step else [threads_fix(target)],
         ))
     under = _undersubscribed(a)
     if under is not None:
@@ -776,6 +786,19 @@ def _undersubscribed(a: Analyses) -> Finding | None:
     )
 
 
+BUSY_ELSEWHERE = 0.5
+"""Other processes keeping this many cores busy or more make the machine busy (a finding, a caveat), and the thread
+fixes count the cores they leave."""
+
+
+def _cores_left(t: ThreadAnalysis) -> int:
+    """The cores a thread fix should use: all usable ones, or where other processes keep BUSY_ELSEWHERE or more busy,
+    those they leave (at least 1)."""
+    if t.other_busy_cores < BUSY_ELSEWHERE:
+        return t.usable_cores
+    return max(1, t.usable_cores - math.ceil(t.other_busy_cores))
+
+
 def _shared_machine(a: Analyses) -> Finding | None:
     """Other processes hold cores this process's threads need. Two signals, each on its own evidence:
     starved, the process got half or less of the cores its threads could use (CPU time / wall time, against
@@ -784,7 +807,7 @@ def _shared_machine(a: Analyses) -> Finding | None:
     (`_stalled`: a parallel operator waits for its descheduled threads). Both: high confidence and a
     root cause (it distorts every other measurement); one: medium; neither strongly: low."""
     t = a.threads
-    if t.other_busy_cores < 0.5:
+    if t.other_busy_cores < BUSY_ELSEWHERE:
         return None
     expected = t.wanted_cores
     starved = _starved(a, at_least=0.0)
@@ -819,7 +842,7 @@ def _shared_machine(a: Analyses) -> Finding | None:
             f"{max(0.0, free_cores):.1f} free cores: a parallel operator waits for its descheduled threads")
     if t.load_average_1m is not None:
         evidence.append(f"1-minute load average {t.load_average_1m:.1f} on {t.usable_cores} cores")
-    free = max(1, t.usable_cores - math.ceil(t.other_busy_cores))
+    free = _cores_left(t)
     # fewer threads help only a step that uses more, and only where the step does not set its own count
     fixes = [threads_fix(free)] if free < expected and t.threads_set_by != "step" else []
     confidence = ("low", "medium", "high")[signals]
@@ -836,7 +859,7 @@ def _starved(a: Analyses, at_least: float = 0.2) -> float:
     """The share of the cores its step could use that this process did not get while other processes kept half a
     core or more busy (time its threads waited to be scheduled); 0.0 below `at_least` or on an idle machine."""
     t = a.threads
-    if t.other_busy_cores < 0.5:
+    if t.other_busy_cores < BUSY_ELSEWHERE:
         return 0.0
     starved = max(0.0, 1.0 - t.process_busy_cores / t.wanted_cores)
     return starved if starved >= at_least else 0.0

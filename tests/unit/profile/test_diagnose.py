@@ -616,6 +616,25 @@ def test_oversubscription_says_its_share_is_a_rule_of_thumb() -> None:
     assert "1 thread of this process was busy; it kept 0.9 cores busy" in over.evidence  # was '1 threads ... were'
 
 
+def test_oversubscription_on_a_busy_machine_sets_the_threads_to_the_cores_other_processes_leave() -> None:
+    """8 threads on 2 cores with another process on one of them were told `--threads 2` (beside the busy-machine
+    finding's `--threads 1`), and --verify measured 2 threads 0.37x, slower: one of the two waits for the busy core
+    at every parallel operator."""
+    busy = threads(intra=8, usable=2, process_pct=100.0, system_pct=100.0)  # this process 1.0 core, others 1.0
+    d = _diagnose(trace([gemm(0, 9000)], thread_info=busy))
+    over = next(f for f in d.findings if f.title.startswith("torch uses more threads"))
+    assert over.fixes[0].threads == 1 and over.setting == "--threads 1"
+    assert "the 1 of the 2 usable cores that other processes leave free (they kept 1.0 busy)" in over.fix
+    assert any(e.startswith("it assumes the cores are this process's: with other processes keeping 1.0 busy")
+               for e in over.evidence)
+    shared = next(f for f in d.findings if f.title == dg.SHARED_MACHINE)
+    assert shared.fixes[0].threads == 1
+    idle = _diagnose(trace([gemm(0, 9000)], thread_info=threads(intra=8, usable=2)))
+    over = next(f for f in idle.findings if f.title.startswith("torch uses more threads"))
+    assert over.fixes[0].threads == 2 and "to the 2 usable cores" in over.fix
+    assert not any(e.startswith("it assumes the cores") for e in over.evidence)
+
+
 def test_a_thread_count_the_workloads_step_sets_itself_gets_no_threads_setting() -> None:
     """A forward calling torch.set_num_threads(16) on 2 cores was told 'apply with: --threads 2', which the forward
     undoes at each step; only --verify said the fix did not hold. The fix is in the workload's code."""
