@@ -415,6 +415,8 @@ def _tune_view(r: Mapping[str, Any]) -> str:
         UNCONFIRMED_ADVICE,
         UNCONFIRMED_TITLE,
         config_line,
+        no_gain_text,
+        not_tried_text,
         settings_confirmed,
     )
 
@@ -422,14 +424,16 @@ def _tune_view(r: Mapping[str, Any]) -> str:
     if "best" in r:
         ab = r.get("final_ab")
         confirmed = settings_confirmed(r)
-        gain = (f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab
-                else "none: no knob was both faster and within loss parity")
+        gain = f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab else no_gain_text(r)
         parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + html_table(
             ("", "settings", "samples/s"),
             [["baseline", config_line(r["baseline"]), fmt(r.get("baseline_samples_per_s"))],
              ["best", config_line(r["best"]), fmt(r.get("best_samples_per_s"))]]))
         if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
             parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
+        budget_line = not_tried_text(r)
+        if budget_line:  # the best is of the knobs tried: the report said nothing of those the budget left out
+            parts.append(f'<p class="warn">{esc(budget_line)}</p>')
         if r.get("settings"):
             head = f"<h3>{esc(_sentence(SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE))}</h3>"
             if not confirmed:

@@ -181,6 +181,20 @@ def trial_view(trial: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def no_gain_text(result: Mapping[str, Any]) -> str:
+    """Why a finished tuning without a final A/B has no gain: every knob skipped, or none faster within parity."""
+    if all(t.get("status") == "skipped" for t in result.get("trials") or []):
+        return "none: every knob was skipped (why below), nothing was tried"
+    return "none: no knob was both faster and within loss parity"
+
+
+def not_tried_text(result: Mapping[str, Any]) -> str | None:
+    """'time budget spent: not tried threads, workers (why below)': the best is the best of what was tried, not of
+    every knob; None when the time budget left no knob untried (or there was none)."""
+    not_tried = result.get("not_tried")
+    return f"time budget spent: not tried {', '.join(not_tried)} (why below)" if not_tried else None
+
+
 def tune_view(result: dict[str, Any]) -> RenderableType:
     if "best" not in result:  # stopped before the end (Ctrl-C, SIGTERM): only the finished trials
         return partial_tune_view(result)
@@ -197,13 +211,11 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
                     f"{lo:.2f}-{hi:.2f}x: {ab['verdict']})\n", style="bold green" if confirmed else "bold yellow")
         if result.get("disturbed"):
             head.append(f"  {result['disturbed']}\n", style="yellow")
-    elif all(t["status"] == "skipped" for t in result["trials"]):
-        head.append("  gain      none: every knob was skipped (why below), nothing was tried\n", style="yellow")
     else:
-        head.append("  gain      none: no knob was both faster and within loss parity\n", style="yellow")
-    if result.get("not_tried"):  # the best is the best of what was tried, not of every knob
-        head.append(f"  time budget spent: not tried {', '.join(result['not_tried'])} (why below)\n",
-                    style="yellow")
+        head.append(f"  gain      {no_gain_text(result)}\n", style="yellow")
+    budget_line = not_tried_text(result)
+    if budget_line:
+        head.append(f"  {budget_line}\n", style="yellow")
     parts: list[RenderableType] = [head]
     if result["settings"]:
         settings = Table(title=SETTINGS_TITLE if confirmed else UNCONFIRMED_TITLE, box=box.SIMPLE_HEAD,

@@ -868,3 +868,21 @@ def test_a_profile_report_names_each_operator_s_bound_as_the_terminal_does() -> 
     html = render_report([_rec("p6", "profile", {"analyses": {"operators": {"operators": ops}}})])
     cells = re.findall(r"<td>aten::op\d</td>(?:<td[^>]*>[^<]*</td>){4}<td>([^<]*)</td>", html)
     assert cells == ["dispatch", "in-cache", "memory", "compute"]
+
+
+def test_a_tuning_cut_short_by_its_time_budget_says_so_in_the_report() -> None:
+    """`dlperf train --tune --time-budget 1s` printed 'gain none: every knob was skipped (why below), nothing was
+    tried' and 'time budget spent: not tried threads, compile'; the report said 'none: no knob was both faster and
+    within loss parity' of knobs it never ran, and nothing of the budget."""
+    reason = "not tried: the time budget (1s) would be exceeded"
+    skipped: list[dict[str, Any]] = [{"knob": k, "change": {}, "status": "skipped", "reason": reason}
+                                     for k in ("threads", "compile")]
+    result = {"workload": "mlp", "baseline": {"batch_size": 32}, "best": {"batch_size": 32}, "speedup": 1.0,
+              "final_ab": None, "baseline_samples_per_s": 24035.0, "best_samples_per_s": 24035.0, "settings": [],
+              "not_tried": ["threads", "compile"], "trials": skipped}
+    html = render_report([_rec("t9", "train", result, config={"mode": "tune"})]).split("raw result fields")[0]
+    assert "gain: none: every knob was skipped (why below), nothing was tried" in html
+    assert '<p class="warn">time budget spent: not tried threads, compile (why below)</p>' in html
+    old = {k: v for k, v in result.items() if k != "not_tried"}  # stored before the budget existed
+    html = render_report([_rec("t10", "train", old, config={"mode": "tune"})]).split("raw result fields")[0]
+    assert "time budget spent" not in html and "nothing was tried" in html
