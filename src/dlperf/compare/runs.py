@@ -155,11 +155,12 @@ class PointComparison:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        # verdict_on and also_changed were added on 2026-12-06; verdict keeps its values
+        # verdict_on and also_changed were added on 2026-12-06; verdict keeps its values, so below_min_effect says
+        # the direction the terminal gives beside "no difference as large as the minimum effect"
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
                 "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
                 "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "min_effect": self.min_effect,
-                "verdict": self.verdict,
+                "verdict": self.verdict, "below_min_effect": self.below_min_effect,
                 "verdict_on": self.verdict_on, "also_changed": self.also_changed, "too_few_samples": self.too_few}
 
 

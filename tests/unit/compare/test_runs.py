@@ -379,10 +379,12 @@ def test_a_drift_below_the_minimum_effect_between_two_runs_is_not_called_slower(
     assert point.test.p_value < 0.05 and point.median_ratio.ci[0] > 1.0  # significant, but by 0.3%
     assert point.verdict == "no significant difference" and point.below_min_effect == "slower"
     assert point.to_dict()["min_effect"] == 0.01
+    # --json said "no significant difference" beside p < 0.05, where the terminal said B is slower by less than it
+    assert point.to_dict()["below_min_effect"] == "slower"
     line = " ".join(_lines(comparison_tables(compare_records(store.get(a), store.get(b)))[0], 200)[-1:])
     assert line.startswith("median latency: no difference as large as the minimum effect (B/A 1.00")
     assert line.endswith("): B is slower, significantly but by less than the --min-effect of 1%")
     (exact,) = compare_records(store.get(a), store.get(b), min_effect=0.0).points
-    assert exact.verdict == "B slower" and exact.below_min_effect is None
+    assert exact.verdict == "B slower" and exact.to_dict()["below_min_effect"] is None
     with pytest.raises(ConfigError, match="min_effect must be a fraction"):
         compare_records(store.get(a), store.get(b), min_effect=5)
