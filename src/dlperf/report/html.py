@@ -216,6 +216,12 @@ def render_report(
 
 
 def _headline(rec: RunRecord) -> str:
+    from dlperf.report.terminal import error_headline
+
+    return _result_headline(rec) or error_headline(rec)
+
+
+def _result_headline(rec: RunRecord) -> str:
     from dlperf.report.terminal import check_headline, fmt_value
 
     r = rec.result if isinstance(rec.result, Mapping) else {}

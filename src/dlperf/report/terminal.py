@@ -397,11 +397,15 @@ def _gate_changes(recorded: Sequence[Any], metric: str, verdict_said: bool = Tru
 
 
 def headline_text(record: RunRecord) -> str:
-    text = _result_headline(record)
-    if not text and record.status == FAILED and record.error:
-        # a run that failed before it measured anything had an empty headline: its error is what it has
+    return _result_headline(record) or error_headline(record)
+
+
+def error_headline(record: RunRecord) -> str:
+    """The first line of a failed run's error, cut at 70 characters: the headline of a run that failed before it
+    measured anything (`runs list` and the HTML report's summary had an empty one); '' for any other run."""
+    if record.status == FAILED and record.error:
         return _cut(record.error.splitlines()[0])
-    return text
+    return ""
 
 
 def _cut(line: str, width: int = 70) -> str:

@@ -886,3 +886,12 @@ def test_a_tuning_cut_short_by_its_time_budget_says_so_in_the_report() -> None:
     old = {k: v for k, v in result.items() if k != "not_tried"}  # stored before the budget existed
     html = render_report([_rec("t10", "train", old, config={"mode": "tune"})]).split("raw result fields")[0]
     assert "time budget spent" not in html and "nothing was tried" in html
+
+
+def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error_in_the_summary() -> None:
+    """`runs list` headlined it by its error; the report's summary row of the same run had an empty headline."""
+    error = ("WorkloadError: workload 'boom': the model rejected its example inputs (input 0: float32[8, 8]): "
+             "RuntimeError: batch too big\n  File \"bad.py\", line 9, in forward")
+    failed = _rec("f1", "bench", {}, status="failed", error=error)
+    summary = render_report([failed]).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    assert "<td>WorkloadError: workload &#x27;boom&#x27;: the model rejected its example inputs …</td>" in summary
