@@ -328,6 +328,20 @@ def extent_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def closest_and_not_tried_lines(data: dict[str, Any]) -> list[str]:
+    """The candidates closest to winning and why they did not, and those the time budget left untried (the first
+    five with their reasons), as the selection's last lines."""
+    by_key = {r["key"]: r for r in data.get("candidates") or [] if isinstance(r, dict) and "key" in r}
+    lines = [f"closest: {row['label']}: {_why(row) or 'did not beat the baseline'}"
+             for row in (by_key.get(key) for key in data.get("closest") or []) if row]
+    not_tried = data.get("not_tried") or []
+    if not_tried:
+        lines.append(f"not tried ({len(not_tried)}): " + "; ".join(f"{n['label']} ({n['reason']})"
+                                                                 for n in not_tried[:5])
+                     + (" ..." if len(not_tried) > 5 else ""))
+    return lines
+
+
 def summary_lines(data: dict[str, Any]) -> list[str]:
     metric, objective = goal_lines(data)
     lines: list[str] = [metric, f"{objective}; * = Pareto frontier (latency, metric, size, memory), ✓ = winner"]
@@ -344,16 +358,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                      "it)")
     lines.extend(_disagreement_lines(data))
     lines.extend(selection_lines(data))
-    by_key = {r["key"]: r for r in data.get("candidates") or []}
-    for key in data.get("closest") or []:
-        row = by_key.get(key)
-        if row:
-            lines.append(f"closest: {row['label']}: {_why(row) or 'did not beat the baseline'}")
-    not_tried = data.get("not_tried") or []
-    if not_tried:
-        lines.append(f"not tried ({len(not_tried)}): " + "; ".join(f"{n['label']} ({n['reason']})"
-                                                                 for n in not_tried[:5])
-                     + (" ..." if len(not_tried) > 5 else ""))
+    lines.extend(closest_and_not_tried_lines(data))
     for skipped in data.get("skipped_passes") or []:
         lines.append(f"skipped pass: {skipped}")
     lines.extend(extent_lines(data))

@@ -895,3 +895,20 @@ def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error
     failed = _rec("f1", "bench", {}, status="failed", error=error)
     summary = render_report([failed]).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
     assert "<td>WorkloadError: workload &#x27;boom&#x27;: the model rejected its example inputs …</td>" in summary
+
+
+def test_an_optimize_report_lists_the_candidates_the_time_budget_left_untried() -> None:
+    """`dlperf optimize --time-budget 3s` printed 'no winner: the time budget ran out before any candidate was
+    measured (15 not tried; ...)' and then 'not tried (15): hygiene (time budget: ...); ...'; the report had the
+    first line and left out the second, so its '15 not tried' named none of them."""
+    rows = [{"key": "k0", "label": "baseline", "status": "ok", "p50_s": 0.010, "metric": 1.0, "feasible": True}]
+    not_tried = [{"label": f"pass{i}", "key": f"n{i}", "reason": "time budget: about 3 s needed, 0 s left"}
+                 for i in range(6)]
+    result = {"metric_name": "fidelity", "candidates": rows, "winner": None, "run_id": "opt2", "not_tried": not_tried,
+              "baseline": {"key": "k0"}}
+    html = render_report([_rec("opt2", "optimize", result)], children={"opt2": []}).split("raw result fields")[0]
+    assert "the time budget ran out before any candidate was measured (6 not tried" in html
+    assert "<li>not tried (6): pass0 (time budget: about 3 s needed, 0 s left); pass1 (" in html
+    assert "pass4 (time budget: about 3 s needed, 0 s left) ...</li>" in html
+    old = {k: v for k, v in result.items() if k != "not_tried"}  # stored before the field existed
+    assert "not tried" not in render_report([_rec("opt3", "optimize", old)], children={"opt3": []})
