@@ -221,6 +221,18 @@ def bench_warnings(points: Sequence[dict[str, Any]]) -> list[str]:
     return lines + bench_notes(points)
 
 
+def point_noise_text(point: Mapping[str, Any]) -> str | None:
+    """One point's noise warning as `bench_warnings` words it: where the point ran with little other load (no
+    contention warning), the model's own variation first instead of 'other load on the machine'."""
+    warning = (point.get("summary") or {}).get("noise_warning")
+    other = point.get("other_load_percent")
+    if (not isinstance(warning, str) or not warning.endswith(NOISE_CAUSES) or not isinstance(other, (int, float))
+            or point.get("contention_warning")):
+        return warning
+    return (f"{warning.removesuffix(NOISE_CAUSES).rstrip('; ')} with little other load on the machine "
+            f"({float(other) / 100:.1f} cores): {MODEL_VARIATION}, frequency scaling or too few samples")
+
+
 def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """The warnings other than noise: a batch size a cap cut short of its minimums, a slow start (a warm-up that was
     not over), a mean far above the median (a few slow calls hold the time), other load on the machine."""

@@ -912,3 +912,23 @@ def test_an_optimize_report_lists_the_candidates_the_time_budget_left_untried() 
     assert "pass4 (time budget: about 3 s needed, 0 s left) ...</li>" in html
     old = {k: v for k, v in result.items() if k != "not_tried"}  # stored before the field existed
     assert "not tried" not in render_report([_rec("opt3", "optimize", old)], children={"opt3": []})
+
+
+def test_a_noisy_point_with_little_other_load_reads_in_the_report_as_bench_prints_it() -> None:
+    """bench printed 'noisy at batch 1 (IQR/p50 > 10%) with little other load on the machine (at most 0.1 cores):
+    the model's own per-call variation ...'; the report's noise column gave the stored warning, which names 'other
+    load on the machine' first, for the same point. Under load, or without the load (an older run), it keeps it."""
+    from dlperf.measure.stats import NOISE_CAUSES
+
+    def point(other: float | None, contention: str | None = None) -> dict[str, Any]:
+        return {"batch_size": 1, "summary": {"n": 200, "p50_s": 0.002, "noise_warning":
+                                             f"noisy: IQR is 44% of the median (> 10%); {NOISE_CAUSES}"},
+                "peak_rss_bytes": 2**28, "other_load_percent": other, "contention_warning": contention}
+
+    html = render_report([_rec("n1", "bench", {"points": [point(12.0)]})])
+    assert ("noisy: IQR is 44% of the median (&gt; 10%) with little other load on the machine (0.1 cores): the "
+            "model&#x27;s own per-call variation") in html
+    for busy in (point(150.0, "other processes kept 1.5 cores busy"), point(None)):
+        html = render_report([_rec("n2", "bench", {"points": [busy]})])
+        assert "noisy: IQR is 44% of the median (&gt; 10%); other load on the machine" in html
+        assert "with little other load" not in html
