@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",
                               "step": baseline.to_dict(), "steps": args.steps, "warmup": args.warmup}
     tune_config = _tune_config(args) if args.tune and not args.nproc else None
+    if tune_config is not None:
+        config["tune"] = tune_config.to_dict()
     ceilings = None if args.no_mfu or args.nproc else _ceilings(args.device, args.threads)
 
     with store.recording("train", args.workload, config, environment) as recording:

@@ -67,6 +67,13 @@ class TuneConfig:
     mean trial so far would end past it (each knob left is recorded as skipped, saying so). The final measurements
     of the baseline and the best still run, so the result is measured as without a budget. None: no limit."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """What a user set for the tuning, as a run's config keeps it (`dlperf runs show ID --json`): a tune run kept
+        only its baseline step, so the knobs, budgets and parity it ran under were lost."""
+        return {"knobs": list(self.knobs), "parity_steps": self.parity.steps, "parity_rtol": self.parity.rtol,
+                "ab_blocks": self.ab.blocks, "memory_budget_bytes": self.memory_budget_bytes,
+                "safety_margin": self.safety_margin, "time_budget_s": self.time_budget_s}
+
     def __post_init__(self) -> None:
         known = set(DEFAULT_KNOBS)
         unknown = [k for k in self.knobs if k not in known]

@@ -190,6 +190,10 @@ def test_cli_tune_prints_settings_and_records_each_trial(tmp_path: Path, capsys:
     children = store.list(parent_id=out["run_id"])
     assert sorted(r.result["knob"] for r in children) == sorted(knobs)
     assert store.get(out["run_id"]).result["baseline"]["num_workers"] == 0
+    # the tuning's own options, which the run did not keep (only its baseline step)
+    tuned = store.get(out["run_id"]).config["tune"]
+    assert (tuned["knobs"], tuned["parity_steps"], tuned["ab_blocks"], tuned["time_budget_s"]) == \
+        (["workers", "persistent"], 4, 4, None)
     for trial in result["trials"]:
         if trial["status"] != "skipped":
             assert trial["parity"]["ok"] is True
