@@ -460,6 +460,11 @@ def candidate_headline(result: Any) -> str:
     return f"{result['label']}: {result.get('status', '')}"
 
 
+def nothing_tried(result: Mapping[str, Any]) -> bool:
+    """A tuning in which every knob was skipped (not applicable, or past its time budget): its best is its baseline."""
+    return all(t.get("status") == "skipped" for t in result.get("trials") or [])
+
+
 def profile_train_headline(result: Any) -> str:
     """A profile's verdict; a training run's samples/s (measured, tuned with its gain, or DDP with its
     scaling efficiency)."""
@@ -469,6 +474,8 @@ def profile_train_headline(result: Any) -> str:
         return _cut(result["verdict"])  # cut with a mark, at a word: 'dominated by its fixed per-call' read as whole
     if isinstance(result.get("best_samples_per_s"), (int, float)):
         gain = result.get("speedup") if result.get("final_ab") else None
+        if gain is None and nothing_tried(result):  # '(no gain)' read as if knobs were tried and none was faster
+            return f"nothing tried: {fmt_count(result['best_samples_per_s'])} samples/s (the baseline)"
         return f"tuned {fmt_count(result['best_samples_per_s'])} samples/s" + (
             f" ({gain:.2f}x)" if isinstance(gain, (int, float)) else " (no gain)")
     if isinstance(result.get("scaling_efficiency"), (int, float)):

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf.measure.ab import FASTER
-from dlperf.report.terminal import fmt_count, fmt_mib, fmt_ms, fmt_si
+from dlperf.report.terminal import fmt_count, fmt_mib, fmt_ms, fmt_si, nothing_tried
 
 SETTINGS_TITLE = "put this into your training code"
 UNCONFIRMED_TITLE = "what the trials accepted, unconfirmed by the final A/B"
@@ -183,7 +183,7 @@ def trial_view(trial: dict[str, Any]) -> RenderableType:
 
 def no_gain_text(result: Mapping[str, Any]) -> str:
     """Why a finished tuning without a final A/B has no gain: every knob skipped, or none faster within parity."""
-    if all(t.get("status") == "skipped" for t in result.get("trials") or []):
+    if nothing_tried(result):
         return "none: every knob was skipped (why below), nothing was tried"
     return "none: no knob was both faster and within loss parity"
 

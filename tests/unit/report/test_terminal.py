@@ -208,10 +208,19 @@ def test_profile_and_train_headlines() -> None:
     assert headline("train", {"samples_per_s": 35646.2}) == "35,646 samples/s"
     assert headline("train", {"best_samples_per_s": 1200.0, "speedup": 1.31, "final_ab": {"verdict": "faster"}}) \
         == "tuned 1,200 samples/s (1.31x)"
-    assert headline("train", {"best_samples_per_s": 900.0, "speedup": 1.0, "final_ab": None}) == \
-        "tuned 900 samples/s (no gain)"
+    assert headline("train", {"best_samples_per_s": 900.0, "speedup": 1.0, "final_ab": None,
+                              "trials": [{"knob": "threads", "status": "rejected"}]}) == "tuned 900 samples/s (no gain)"
     assert headline("train", {"nproc": 2, "samples_per_s": 1800.0, "scaling_efficiency": 0.9}) == \
         "2 processes 1,800 samples/s, 90% scaling"
+
+
+def test_a_tuning_in_which_every_knob_was_skipped_is_headlined_as_nothing_tried() -> None:
+    """`--time-budget 1s` skipped every knob and `runs list` said 'tuned 24,035 samples/s (no gain)'."""
+    trials = [{"knob": "threads", "status": "skipped", "reason": "not tried: the time budget (1s) would be exceeded"},
+              {"knob": "pin_memory", "status": "skipped", "reason": "pinned memory only speeds host-to-GPU copies"}]
+    result = {"best_samples_per_s": 24035.0, "speedup": 1.0, "final_ab": None, "trials": trials}
+    assert headline_text(RunRecord("x", "train", "zoo:mlp", "ok", "2026-01-01T10:00:00", result=result)) == \
+        "nothing tried: 24,035 samples/s (the baseline)"
 
 
 def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error() -> None:
