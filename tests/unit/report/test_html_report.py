@@ -562,6 +562,7 @@ def test_ddp_and_tune_reports_say_what_the_terminal_says() -> None:
     ddp = _rec("t4", "train", {"workload": "mlp", "nproc": 2, "single_samples_per_s": 1000.0, "single_step_s": 0.064,
                                "samples_per_s": 400.0, "step_s": 0.32, "scaling_efficiency": 0.2,
                                "compute_scaling": 0.29, "communication_scaling": 0.69, "comm_share": 0.32,
+                               "exposed_comm_s": 0.1024, "allreduce_s": 0.00064,
                                "overlap": 0.4, "buckets": 2, "bucket_bytes": [1.01 * 2**20, 3.01 * 2**20],
                                "bucket_cap_mb": 25, "gradient_bytes": 4.02 * 2**20,
                                "findings": ["ranks contend for the CPUs & more"]}, config={"mode": "ddp"})
@@ -570,6 +571,9 @@ def test_ddp_and_tune_reports_say_what_the_terminal_says() -> None:
     html = render_report([ddp, tuned])
     assert re.search(r"<td class=\"n\">20.0%</td><td class=\"n\">29.0%</td><td class=\"n\">69.0%</td>", html)
     assert "2 gradient bucket(s) (1.01 + 3.01 MiB) for 4.02 MiB of gradients" in html
+    # the terminal's communication line, with the all-reduce's own time, was missing
+    assert ("communication: 32.0% of the step is exposed gradient all-reduce (102.4 ms of 320 ms; the all-reduce "
+            "alone takes 0.64 ms)") in html
     assert "finding: ranks contend for the CPUs &amp; more" in html
     assert "note: loss parity: a model that does not train &lt;b&gt;" in html
 
