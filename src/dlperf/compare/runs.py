@@ -33,6 +33,8 @@ TEST_NOTE = (
     "The runs were not interleaved: drift of the machine between them looks like a change "
     "(use `dlperf ab` to compare settings)."
 )
+MEDIAN_KPI = "p50_s"
+"""The KPI the point's test and median ratio judge (its verdict is on it)."""
 VERDICT_ON = "median latency"
 """What a point's verdict judges (the test and the median ratio): named beside it, since a verdict line alone read
 as the whole comparison's."""

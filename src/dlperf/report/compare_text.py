@@ -10,13 +10,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.compare.runs import MEDIAN_KPI
 from dlperf.compare.stats import change_text, p_text
 from dlperf.report.fit import FirstThatFits
 
 if TYPE_CHECKING:
     from dlperf.compare.ab import ABRun
     from dlperf.compare.live import LiveComparison
-    from dlperf.compare.runs import RunComparison
+    from dlperf.compare.runs import KpiDelta, PointComparison, RunComparison
 
 
 def ms(seconds: float) -> str:
@@ -93,10 +94,7 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
             is_time = kpi.name.endswith("_s")
             fmt = ms if is_time else _count
             label = f"{kpi.label} ms" if is_time else f"{kpi.label} items/s"
-            style = "green" if kpi.better else "red"
-            # in the KPI's own direction, with which way that is: '-25.1% worse' (check printed that loss +25.1%)
-            table.add_row(label, fmt(kpi.a), fmt(kpi.b), Text(change_text(kpi.change, kpi.lower_is_better),
-                                                              style=style))
+            table.add_row(label, fmt(kpi.a), fmt(kpi.b), _change_cell(kpi, point))
         lo, hi = point.median_ratio.ci
         # the verdict first, after what it judges: "...: no significant difference" at the line's end read as the
         # whole comparison's, beside a throughput of -27%
@@ -125,6 +123,16 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
         parts.append(Group(Text(f"A={cmp.a.id} ({cmp.a.kind})  B={cmp.b.id} ({cmp.b.kind})", style="table.title"),
                            table))
     return parts
+
+
+def _change_cell(kpi: KpiDelta, point: PointComparison) -> Text:
+    """A KPI's change in its own direction, with which way that is: '-25.1% worse' (check printed that loss +25.1%).
+    The p50 is what the point's test judges: where it found no direction, its '+2.3% worse' sat beside the verdict
+    'no difference as large as the minimum effect', so it reads '+2.3% (within noise)' (or '(below --min-effect)')."""
+    if kpi.name == MEDIAN_KPI and point.verdict not in ("B slower", "B faster"):
+        why = ("" if point.too_few else " (below --min-effect)" if point.below_min_effect else " (within noise)")
+        return Text(pct(kpi.change) + why if math.isfinite(kpi.change) else pct(kpi.change))
+    return Text(change_text(kpi.change, kpi.lower_is_better), style="green" if kpi.better else "red")
 
 
 def gate_lines(result: dict[str, Any]) -> list[Text]:

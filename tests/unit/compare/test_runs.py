@@ -388,3 +388,24 @@ def test_a_drift_below_the_minimum_effect_between_two_runs_is_not_called_slower(
     assert exact.verdict == "B slower" and exact.to_dict()["below_min_effect"] is None
     with pytest.raises(ConfigError, match="min_effect must be a fraction"):
         compare_records(store.get(a), store.get(b), min_effect=5)
+
+
+def test_the_p50_row_does_not_judge_a_change_its_verdict_finds_no_direction_in(store: Store) -> None:
+    """With --min-effect 50%, the p50 row read '+2.3% worse' beside the verdict 'no difference as large as the
+    minimum effect'; the other KPIs, which have no test of their own, keep their words."""
+    from dlperf.report.compare_text import comparison_tables
+
+    def p50_row(a: str, b: str, min_effect: float) -> str:
+        lines = _lines(comparison_tables(compare_records(store.get(a), store.get(b), min_effect=min_effect))[0], 160)
+        return next(line for line in lines if "p50 latency" in line)
+
+    a = add_run(store, "bench", bench_result({1: 0.010}, n=2000, seed=1, sigma=0.01))
+    slower = add_run(store, "bench", bench_result({1: 0.0123}, n=2000, seed=2, sigma=0.01))
+    same = add_run(store, "bench", bench_result({1: 0.010}, seed=4))
+    below = p50_row(a, slower, 0.5)
+    assert "+23." in below and below.endswith("(below --min-effect) │") and "worse" not in below
+    assert p50_row(a, slower, 0.01).endswith("worse │")  # B slower: the row agrees with the verdict
+    noise = p50_row(a, same, 0.01)
+    assert noise.endswith("(within noise) │") and "worse" not in noise and "better" not in noise
+    lines = _lines(comparison_tables(compare_records(store.get(a), store.get(slower), min_effect=0.5))[0], 160)
+    assert next(line for line in lines if "mean latency" in line).endswith("worse │")
