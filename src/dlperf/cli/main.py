@@ -132,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dlperf.cli.common import error_console
 
         run = _run_behind(exc)
-        if run is not None and getattr(args, "json", False):
+        finished = run is not None and _finished_behind(exc)
+        if finished and getattr(args, "json", False):
             failed_json(exc)
         if run is not None:  # the error alone did not say that the batch sizes finished before it were kept
             # before the error, which stays the last line (where a CI log and the tests look for it)
-            print(f"run {run} is kept in the store as failed, with what it finished (`dlperf runs show {run[:8]}`)",
+            kept = "with what it finished" if finished else "with its error (it finished nothing)"
+            print(f"run {run} is kept in the store as failed, {kept} (`dlperf runs show {run[:8]}`)",
                   file=sys.stderr)
         # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
         error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
@@ -226,6 +228,12 @@ def _run_behind(exc: BaseException) -> str | None:
     its recording (`Store.recording`)."""
     runs = (getattr(e, "dlperf_run", None) for e in _chain(exc))
     return next((run for run in runs if isinstance(run, str)), None)
+
+
+def _finished_behind(exc: BaseException) -> bool:
+    """Whether the run `_run_behind` names was kept with something it finished (not its error alone)."""
+    kept = next((e for e in _chain(exc) if isinstance(getattr(e, "dlperf_run", None), str)), None)
+    return bool(getattr(kept, "dlperf_run_finished", True))
 
 
 def interrupted_message(exc: KeyboardInterrupt) -> str:

@@ -375,10 +375,12 @@ class Store:
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")
-            if handle.result:  # what it finished before the failure (bench's batch sizes before the one that raised)
-                with contextlib.suppress(AttributeError):
-                    exc.dlperf_run = record.id  # type: ignore[attr-defined]  # `main` names it after the error
-                    exc.dlperf_store = self  # type: ignore[attr-defined]  # and prints it with --json
+            with contextlib.suppress(AttributeError):
+                exc.dlperf_run = record.id  # type: ignore[attr-defined]  # `main` names it after the error
+                exc.dlperf_store = self  # type: ignore[attr-defined]  # and prints it with --json
+                # what it finished before the failure (bench's batch sizes before the one that raised), if anything:
+                # a run that finished nothing is named on stderr only (a script had neither JSON nor its id)
+                exc.dlperf_run_finished = bool(handle.result)  # type: ignore[attr-defined]
             raise
         else:
             self.finish_run(record.id, handle.result, handle.status, handle.error)

@@ -97,10 +97,13 @@ def test_a_failed_run_the_store_kept_prints_its_json_with_the_error(
     out, err = capsys.readouterr()
     assert code == 2, err  # the error's exit code, as without --json
     assert "boom at batch 8" in err
-    if sizes == "8":
-        assert out == ""
-        return
     (record,) = Store(db).list()
+    if sizes == "8":  # the store keeps it, and stderr names it: a script had neither JSON nor the run's id
+        assert out == ""
+        assert record.status == "failed" and record.result == {}
+        kept = f"run {record.id} is kept in the store as failed, with its error (it finished nothing)"
+        assert kept in err and err.index(kept) < err.index("error:")  # the error stays last
+        return
     document = json.loads(out)  # the whole of stdout
     assert (document["run_id"], document["status"], document["interrupted"]) == (record.id, "failed", False)
     assert "boom at batch 8" in document["error"] and document["error"] == record.error
