@@ -25,6 +25,8 @@ class Sender(Protocol):
 
     send_ns: int
     recv_ns: int
+    written_ns: int
+    """When the last `send` wrote its request (perf_counter_ns), after any connect; 0 while it has not."""
 
     async def send(self, raw: bytes) -> Reply: ...
 
@@ -202,6 +204,8 @@ class Connection:
         """The last `send`'s time handing the request to the transport (perf_analyzer's "Client Send")."""
         self.recv_ns = 0
         """The last `send`'s time parsing the reply (perf_analyzer's "Client Recv")."""
+        self.written_ns = 0
+        """When the last `send` handed its request to the transport (perf_counter_ns); 0 where it never did."""
 
     async def _connect(self) -> _ReplyReader:
         loop = asyncio.get_running_loop()
@@ -216,6 +220,7 @@ class Connection:
         that is not HTTP."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
+        self.written_ns = 0
         for attempt in (0, 1):
             reader = self._reader
             if reader is None or reader.closed:
@@ -228,7 +233,7 @@ class Connection:
             waiter: asyncio.Future[Reply] = loop.create_future()
             reader.waiter = waiter
             reader.parse_ns = 0
-            start = time.perf_counter_ns()
+            start = self.written_ns = time.perf_counter_ns()
             reader.transport.write(raw)
             self.send_ns = time.perf_counter_ns() - start
             timer = loop.call_later(max(0.0, deadline - loop.time()), _expire, waiter, self.timeout_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,6 +75,8 @@ class _GrpcSender:
         self.send_ns = 0
         self.recv_ns = 0
         """Client send and receive times are not separable in grpcio: both stay 0."""
+        self.written_ns = 0
+        """When the last `send` began (perf_counter_ns): grpcio does not say when the channel wrote it."""
         self._channel: Any = None
 
     def _open(self) -> Any:
@@ -109,6 +112,7 @@ class GrpcConnection(_GrpcSender):
 
     async def send(self, raw: bytes) -> Reply:
         grpc, _ = _modules()
+        self.written_ns = time.perf_counter_ns()
         if self._channel is None:
             self._call = self._open().unary_unary(INFER_METHOD)  # no (de)serializers: bytes both ways
         try:
@@ -161,6 +165,7 @@ class GrpcStreamConnection(_GrpcSender):
 
     async def send(self, raw: bytes) -> Reply:
         grpc, service_pb2 = _modules()
+        self.written_ns = time.perf_counter_ns()
         if self._stream is None:
             self._stream = self._open().stream_stream(STREAM_METHOD)(metadata=self.metadata or None)
         try:

@@ -334,6 +334,38 @@ def test_a_rate_level_stalled_at_its_end_says_it_did_not_send_the_rate(server: R
     assert any(w.startswith("the load generator could not send 100 req/s itself") for w in result.warnings)
 
 
+def test_a_rate_level_s_sent_rate_counts_requests_when_they_are_written_not_when_the_loop_issued_them(
+        server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At --rate 10000 the open loop issued its requests on time, but their tasks started behind the reply callbacks
+    and new connections took up to seconds to connect: the level said "it kept up with 3198.1 req/s" where 2644 per
+    second were written. Here each request is written later than the last by half the time since the level began (as
+    a generator falling ever further behind), so two in three due go out: about 67 req/s of 100."""
+    from dlperf.loadgen.client import Connection
+
+    send = Connection.send
+    began: list[float] = []
+    written_s: list[float] = []
+
+    async def late_send(self: Connection, raw: bytes) -> Any:
+        now = time.perf_counter()
+        began.append(began[0] if began else now)
+        await asyncio.sleep(0.5 * (now - began[0]))
+        try:
+            return await send(self, raw)
+        finally:
+            written_s.append(self.written_ns / 1e9)
+
+    monkeypatch.setattr(Connection, "send", late_send)
+    config = LoadConfig(rate=100.0, duration_s=2.5, window_s=0.5, warmup_s=0.5)
+    result = run_level(oip_target(server.url, "mlp"), config, 100.0)
+    measure_start = began[0] + config.warmup_s
+    out = sum(1 for w in written_s if measure_start <= w <= measure_start + result.measured_s) / result.measured_s
+    assert out == pytest.approx(100 / 1.5, rel=0.1)
+    assert result.send_rate == pytest.approx(out, rel=0.1), result.warnings
+    assert any(w.startswith("the load generator could not send 100 req/s itself: it kept up with ")
+               for w in result.warnings), result.warnings
+
+
 def test_a_generator_stalled_past_the_level_s_end_measures_the_level_and_says_it_stalled(
         server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     """A generator far behind its rate (thousands of requests issued without a yield) came to its warm-up timer after

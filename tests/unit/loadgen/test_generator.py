@@ -386,6 +386,18 @@ def test_rate_warnings_say_when_the_generator_cannot_keep_up() -> None:
     assert any("fell behind" in w for w in r.warnings)
 
 
+def test_the_send_lag_counts_requests_out_against_the_schedule_not_one_stuck_request() -> None:
+    """(due, out) at 10 req/s: on time, the gap to the next request is no lag; a request stuck connecting for 2 s
+    while the next nine went out is not 2 s behind; requests due and not out are."""
+    on_time = [(i / 10, i / 10 + 0.001) for i in range(10)]
+    assert generator._send_lag_s(on_time, None, 0.95) == pytest.approx(0.001)
+    stuck = [(0.0, 2.0), *on_time[1:]]
+    assert generator._send_lag_s(stuck, None, 0.95) == pytest.approx(0.101)  # nine out: the 9th at 0.901, due at 0.8
+    half = [(i / 10, i / 5) for i in range(10)]  # each out twice as late as due: at 1.0, five out of ten due
+    assert generator._send_lag_s(half, None, 1.0) == pytest.approx(0.5)
+    assert generator._send_lag_s(on_time, 1.0, 1.5) == pytest.approx(0.5)  # the loop stopped before one due at 1.0
+
+
 def test_a_level_too_short_for_its_rate_says_so_not_that_the_generator_was_slow() -> None:
     r = _level(0.05, 0.01, send_rate=0.0, n=0)
     _rate_warnings(r, 0.05, [], r.statuses, 2.0)
