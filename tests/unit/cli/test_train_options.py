@@ -44,6 +44,16 @@ def _record(db: Path) -> Any:
     return record
 
 
+def test_the_time_budget_s_help_says_a_trial_much_longer_than_the_mean_can_overrun_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With --time-budget 2.5s the tuning ran 10 s: compile's trial (~6 s) was expected at the mean of the 0.1 s ones
+    before it, and --help promised that no trial starts that would end past the budget."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "mean of those run so far" in text and "overrun a small budget" in text
+
+
 def test_the_time_budget_is_parsed_as_optimize_s_and_needs_tune() -> None:
     from dlperf.cli.train import _check_modes
 
