@@ -135,13 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         finished = run is not None and _finished_behind(exc)
         if finished and getattr(args, "json", False):
             failed_json(exc)
-        if run is not None:  # the error alone did not say that the batch sizes finished before it were kept
+        if finished and run is not None:  # the error alone did not say what it finished was kept
             # before the error, which stays the last line (where a CI log and the tests look for it)
-            kept = "with what it finished" if finished else "with its error (it finished nothing)"
-            print(f"run {run} is kept in the store as failed, {kept} (`dlperf runs show {run[:8]}`)",
+            print(f"run {run} is kept in the store as failed, with what it finished (`dlperf runs show {run[:8]}`)",
                   file=sys.stderr)
         # the message escaped: as markup, 'pip install dlperf[zoo]' printed as 'pip install dlperf' (an unknown tag)
         error_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, markup=True)
+        if run is not None and not finished:
+            # after the error, which stays a CI log's first line where nothing came before it; a script had no id
+            print(f"run {run} is kept in the store as failed, with its error (it finished nothing) "
+                  f"(`dlperf runs show {run[:8]}`)", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
         if getattr(args, "json", False) and args.command not in OWN_INTERRUPT_JSON:
