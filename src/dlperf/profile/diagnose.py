@@ -573,13 +573,17 @@ GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addm
 """Matrix products: below the ridge, they are bound by reading their weights at a small batch."""
 
 
+def _nested_bandwidth_s(op: OperatorAnalysis) -> float:
+    """Per step, the memory-bound operators' time nested in a matrix product or convolution (Linear's bias copied into
+    addmm's output): part of that call, which no fusion of elementwise operators removes (an MLP at batch 512 was
+    told to fuse its copy_)."""
+    return sum(o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
+
+
 def _bandwidth_share(a: Analyses) -> float:
     """The step's share in memory-bound operators, less those nested in a matrix product or convolution."""
     op = a.operators
-    # operators nested in a matrix product or convolution (Linear's bias copied into addmm's output) are part of that
-    # call: no fusion of elementwise operators removes them, and an MLP at batch 512 was told to fuse its copy_
-    nested_s = sum(o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
-    return op.share_by_bound.get(BANDWIDTH, 0.0) - (nested_s / op.step_s if op.step_s else 0.0)
+    return op.share_by_bound.get(BANDWIDTH, 0.0) - (_nested_bandwidth_s(op) / op.step_s if op.step_s else 0.0)
 
 
 def _weights_bound_s(a: Analyses) -> tuple[float, float] | None:
@@ -603,13 +607,13 @@ def _fused_shares(op: OperatorAnalysis, share: float) -> tuple[float, float]:
 def _bandwidth(a: Analyses) -> Finding | None:
     op = a.operators
     share = _bandwidth_share(a)
-    nested_s = sum(o.in_gemm_s for o in op.operators if o.bound == BANDWIDTH)
     if share < MIN_SHARE:
         return None
     eff = op.efficiency(BANDWIDTH) or 0.0
     evidence = [f"{share:.0%} of the step is in memory-bandwidth-bound operators (below the ridge), moving "
                 f"data at {eff:.0%} of the measured {op.bandwidth_bytes_s / 1e9:.1f} GB/s",
                 *_top_ops_evidence(op, BANDWIDTH)]
+    nested_s = _nested_bandwidth_s(op)
     if nested_s > 0 and op.step_s:
         evidence.append(f"not counted: {nested_s / op.step_s:.0%} of the step in memory-bound operators nested inside "
                         "matrix products or convolutions (Linear's bias copied into addmm's output), part of those "

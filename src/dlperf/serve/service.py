@@ -134,16 +134,12 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         # a Python caller's wrong type came out as a bare TypeError of a comparison ('<=' between int and str)
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if not (value is None and name in _OPTIONAL_FIELDS) and (
-                    not isinstance(value, int) or isinstance(value, bool)):
-                raise ConfigError(f"{_option(name)} must be an integer, got {value!r}")
-        for name in _NUMBER_FIELDS:
-            value = getattr(self, name)
-            if not (value is None and name in _OPTIONAL_FIELDS) and (
-                    not isinstance(value, (int, float)) or isinstance(value, bool)):
-                raise ConfigError(f"{_option(name)} must be a number, got {value!r}")
+        for fields, kinds, word in ((_INT_FIELDS, int, "an integer"), (_NUMBER_FIELDS, (int, float), "a number")):
+            for name in fields:
+                value = getattr(self, name)
+                if not (value is None and name in _OPTIONAL_FIELDS) and (
+                        not isinstance(value, kinds) or isinstance(value, bool)):
+                    raise ConfigError(f"{_option(name)} must be {word}, got {value!r}")
         if (self.model is None) == (not self.variants):
             # the CLI refuses both and neither itself, in its own words: this is a Python caller's
             raise ConfigError("ServeConfig serves either one model (model='zoo:NAME', a workload file or an exported "
