@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--time-budget", type=duration_s, default=None,
                       help="wall time for the trials, e.g. 90s, 10m (default none): no trial starts that would "
                            "end past it, and the knobs left untried are listed; the final measurements still run. "
-                           "A trial is expected to last the mean of those run so far, so one much longer (compile: "
-                           "seconds where the others took 0.1 s) can overrun a small budget by its own length")
+                           "A knob's next trial is expected to last as long as its own earlier ones, its first the "
+                           "mean of all so far, so a first much longer (compile: seconds where the others took "
+                           "0.1 s) can overrun a small budget: the result says by how much, and which trial")
     dist = parser.add_argument_group("distributed (--nproc)")
     dist.add_argument("--nproc", type=int, default=None,
                       help="run under torchrun with DistributedDataParallel on N processes and report scaling "

@@ -421,6 +421,7 @@ def _tune_view(r: Mapping[str, Any]) -> str:
         SETTINGS_TITLE,
         UNCONFIRMED_ADVICE,
         UNCONFIRMED_TITLE,
+        budget_text,
         config_line,
         no_gain_text,
         not_tried_text,
@@ -438,6 +439,10 @@ def _tune_view(r: Mapping[str, Any]) -> str:
              ["best", config_line(r["best"]), fmt(r.get("best_samples_per_s"))]]))
         if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
             parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
+        spent_line = budget_text(r)
+        if spent_line:  # how long the tuning took against its budget, and which trial ran past it
+            overran = (r.get("time_budget") or {}).get("overrun_by")
+            parts.append(f'<p class="{"warn" if overran else "muted"}">{esc(spent_line)}</p>')
         budget_line = not_tried_text(r)
         if budget_line:  # the best is of the knobs tried: the report said nothing of those the budget left out
             parts.append(f'<p class="warn">{esc(budget_line)}</p>')

@@ -195,6 +195,18 @@ def not_tried_text(result: Mapping[str, Any]) -> str | None:
     return f"time budget spent: not tried {', '.join(not_tried)} (why below)" if not_tried else None
 
 
+def budget_text(result: Mapping[str, Any]) -> str | None:
+    """'time budget 20s: the trials took 25.0s, 5.0s over (during slow: ... (started at 15.0s, took 10.0s))': a budget
+    bounds when a trial starts, so one can end past it, and the result said nothing of it; None without a budget."""
+    use = result.get("time_budget")
+    if not isinstance(use, Mapping):
+        return None
+    text = f"time budget {use['budget_s']:g}s: the loss curves and trials took {use['spent_s']:.1f}s"
+    if use.get("overrun_by"):
+        text += f", {use['overrun_s']:.1f}s over, during {use['overrun_by']}"
+    return text
+
+
 def tune_view(result: dict[str, Any]) -> RenderableType:
     if "best" not in result:  # stopped before the end (Ctrl-C, SIGTERM): only the finished trials
         return partial_tune_view(result)
@@ -213,6 +225,9 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
             head.append(f"  {result['disturbed']}\n", style="yellow")
     else:
         head.append(f"  gain      {no_gain_text(result)}\n", style="yellow")
+    spent_line = budget_text(result)
+    if spent_line:
+        head.append(f"  {spent_line}\n", style="yellow" if (result.get("time_budget") or {}).get("overrun_by") else "")
     budget_line = not_tried_text(result)
     if budget_line:
         head.append(f"  {budget_line}\n", style="yellow")

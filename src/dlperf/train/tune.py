@@ -63,9 +63,11 @@ class TuneConfig:
     count_flops: bool = True
     """Count FLOPs (for MFU) in the final measurements of the baseline and the best."""
     time_budget_s: float | None = None
-    """Wall time for the baseline's loss curve and the trials, counted from `Tuner.run`: no trial starts once the
-    mean trial so far would end past it (each knob left is recorded as skipped, saying so). The final measurements
-    of the baseline and the best still run, so the result is measured as without a budget. None: no limit."""
+    """Wall time for the baseline's loss curve and the trials, counted from `Tuner.run`: no trial starts once it
+    would be expected to end past it (as long as the knob's own trials so far, or for a knob's first, the mean trial
+    so far); each knob left is recorded as skipped, saying so, and the time taken against it is kept
+    (`TuneResult.time_budget`). The final measurements of the baseline and the best still run, so the result is
+    measured as without a budget. None: no limit."""
 
     def to_dict(self) -> dict[str, Any]:
         """What a user set for the tuning, as a run's config keeps it (`dlperf runs show ID --json`): a tune run kept
@@ -126,6 +128,26 @@ class Trial:
         }
 
 
+@dataclass(frozen=True)
+class BudgetUse:
+    """How long the tuning (the baseline's loss curves and the trials) took against `--time-budget`. A budget bounds
+    when a trial starts, not when it ends, so a trial longer than expected can end past it: `overrun_by` names it."""
+
+    budget_s: float
+    spent_s: float
+    overrun_by: str | None = None
+    """The trial during which the budget ran out, as 'compile: torch.compile(model) (started at 2.0s, took 8.1s)',
+    or the baseline's loss curves; None within the budget."""
+
+    @property
+    def overrun_s(self) -> float:
+        return max(self.spent_s - self.budget_s, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget_s": self.budget_s, "spent_s": self.spent_s, "overrun_s": self.overrun_s,
+                "overrun_by": self.overrun_by}
+
+
 @dataclass
 class Setting:
     """One setting to put into the user's code, with the measured gain of the trial that chose it."""
@@ -157,6 +179,8 @@ class TuneResult:
     """Why loss parity could not tell a candidate that stops training (`parity.blind_reason`); None when it can."""
     not_tried: list[str] = field(default_factory=list)
     """The knobs the time budget left untried, whole or in part (their trials say which proposals)."""
+    time_budget: BudgetUse | None = None
+    """How long the tuning took against its time budget, and what overran it; None without a budget."""
 
     def __repr__(self) -> str:
         # the dataclass's printed every trial with its parity losses and both measurements' per-step times: ~5 KB
@@ -206,6 +230,7 @@ class TuneResult:
             "disturbed": self.disturbed,
             "parity_blind": self.parity_blind,
             "not_tried": self.not_tried,
+            "time_budget": self.time_budget.to_dict() if self.time_budget else None,
             "settings": [s.to_dict() for s in self.settings],
             "trials": [t.to_dict() for t in self.trials],
             "baseline_measurement": self.baseline_measurement.to_dict(),
@@ -334,6 +359,8 @@ class Tuner:
         self.best_measurement: TrainMeasurement | None = None
         self.parity_blind: str | None = None
         self.not_tried: list[str] = []
+        self.time_budget: BudgetUse | None = None
+        self._overrun_by: str | None = None
         self._started = time.monotonic()
 
     def ceilings_for(self, config: StepConfig) -> Ceilings | None:
@@ -352,21 +379,32 @@ class Tuner:
 
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
+        budget = self.config.time_budget_s
+        if budget is not None and self._overrun_by is None and trial.status != SKIPPED:
+            spent = time.monotonic() - self._started
+            if spent > budget:  # it started within the budget (or none would have) and ended past it
+                what = f"{trial.knob}: {trial.note or trial.change}" if trial.change else trial.knob
+                self._overrun_by = (f"{what} (started at {spent - trial.duration_s:.1f}s, "
+                                    f"took {trial.duration_s:.1f}s)")
         self.on_trial(trial)
 
-    def _over_budget(self) -> str | None:
-        """Why no further trial starts: one more, as long as the mean of those run so far, would end past the time
-        budget; None within it (or with no budget)."""
+    def _over_budget(self, knob: str | None = None) -> str | None:
+        """Why no further trial starts: one more would end past the time budget; None within it (or with no budget).
+        The next trial of a knob that has run one is expected to last as long as its own (the mean of them); a knob's
+        first, the mean of all trials so far. The mean alone let a knob much slower than the others start its second
+        trial: after four 1 s trials, a 10 s one's second was expected to take 2.8 s, and a 20 s budget ran 25 s."""
         budget = self.config.time_budget_s
         if budget is None:
             return None
         spent = time.monotonic() - self._started
         durations = [t.duration_s for t in self.trials if t.status != SKIPPED]
-        expected = statistics.fmean(durations) if durations else 0.0
+        own = [t.duration_s for t in self.trials if t.status != SKIPPED and t.knob == knob and t.change]
+        expected = statistics.fmean(own or durations) if durations else 0.0
         if spent + expected <= budget:
             return None
         # with no trial run yet, "a trial took 0s on average" read as a measurement
-        took = (f"a trial took {expected:.0f}s on average" if durations
+        took = (f"its last {len(own)} trial(s) took {expected:.0f}s on average" if own
+                else f"a trial took {expected:.0f}s on average" if durations
                 else "before any trial, on the baseline's loss curves")
         return (f"not tried: the time budget ({budget:g}s) would be exceeded ({spent:.0f}s spent, {took}); raise "
                 "--time-budget, or try this knob alone with --knobs")
@@ -403,9 +441,21 @@ class Tuner:
                     continue
                 best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
                 self.best = best
+            self.time_budget = self._budget_use()
             return self._finish(best, best_loop)
         finally:
             best_loop.close()
+
+    def _budget_use(self) -> BudgetUse | None:
+        """The time the loss curves and trials took against the budget, and what ran past it."""
+        budget = self.config.time_budget_s
+        if budget is None:
+            return None
+        spent = time.monotonic() - self._started
+        overrun_by = self._overrun_by
+        if spent > budget and overrun_by is None:  # no trial ended past it: the baseline's loss curves did
+            overrun_by = "the baseline's loss curves, before any trial"
+        return BudgetUse(budget, spent, overrun_by if spent > budget else None)
 
     def _baseline_losses(self) -> list[float]:
         import torch
@@ -451,7 +501,7 @@ class Tuner:
                                duration_s=time.perf_counter() - started))
             return best, best_loop
         for i, candidate in enumerate(candidates):
-            over = self._over_budget()
+            over = self._over_budget(knob.name)
             if over is not None:
                 self._skip_for_budget(knob.name, over, [dict(c.change) for c in candidates[i:]])
                 break
@@ -536,7 +586,8 @@ class Tuner:
         base_m.loader_trials = loader_trials(self.trials)
         if best == self.baseline:
             return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, base_m, None, [],
-                              parity_blind=self.parity_blind, not_tried=self.not_tried)
+                              parity_blind=self.parity_blind, not_tried=self.not_tried,
+                              time_budget=self.time_budget)
         self.on_event("measuring the best configuration")
         try:
             best_m = measure_loop(best_loop, steps, self.config.measure_warmup, ceilings=self.ceilings_for(best),
@@ -556,7 +607,7 @@ class Tuner:
         return TuneResult(self.workload.name, self.baseline, best, self.trials, base_m, best_m, final,
                           code_settings(self.baseline, best, self.trials), final_samples,
                           paired_rates(final, final_samples, self.config.final_ab.block_statistic),
-                          self.parity_blind, self.not_tried)
+                          self.parity_blind, self.not_tried, self.time_budget)
 
 
 def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig | None = None,

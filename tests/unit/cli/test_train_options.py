@@ -51,7 +51,8 @@ def test_the_time_budget_s_help_says_a_trial_much_longer_than_the_mean_can_overr
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "mean of those run so far" in text and "overrun a small budget" in text
+    assert "as long as its own earlier ones, its first the mean of all so far" in text
+    assert "overrun a small budget: the result says by how much, and which trial" in text
 
 
 def test_the_time_budget_is_parsed_as_optimize_s_and_needs_tune() -> None:

@@ -892,6 +892,19 @@ def test_a_tuning_cut_short_by_its_time_budget_says_so_in_the_report() -> None:
     assert "time budget spent" not in html and "nothing was tried" in html
 
 
+def test_a_tuning_that_ran_past_its_time_budget_says_by_how_much_and_which_trial_in_the_report() -> None:
+    """A trial that started within `--time-budget` and ended past it was recorded nowhere."""
+    result = {"workload": "mlp", "baseline": {"batch_size": 32}, "best": {"batch_size": 32}, "speedup": 1.0,
+              "final_ab": None, "baseline_samples_per_s": 24035.0, "best_samples_per_s": 24035.0, "settings": [],
+              "not_tried": [], "trials": [{"knob": "compile", "change": {"compile": True}, "status": "not faster",
+                                            "reason": "A/B: no significant difference"}],
+              "time_budget": {"budget_s": 2.5, "spent_s": 9.7, "overrun_s": 7.2,
+                              "overrun_by": "compile: torch.compile(model) (started at 1.5s, took 8.2s)"}}
+    html = render_report([_rec("t11", "train", result, config={"mode": "tune"})]).split("raw result fields")[0]
+    assert ('<p class="warn">time budget 2.5s: the loss curves and trials took 9.7s, 7.2s over, during compile: '
+            "torch.compile(model) (started at 1.5s, took 8.2s)</p>") in html
+
+
 def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error_in_the_summary() -> None:
     """`runs list` headlined it by its error; the report's summary row of the same run had an empty headline."""
     error = ("WorkloadError: workload 'boom': the model rejected its example inputs (input 0: float32[8, 8]): "

@@ -557,6 +557,73 @@ def test_a_budget_spent_before_any_trial_says_so_rather_than_a_mean_trial_of_0s(
                                    "the baseline's loss curves); raise --time-budget")
 
 
+class _StoppedTime:
+    """`time` for dlperf.train.tune that stands still until a loss curve moves it (see _slow_curves)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = monotonic
+
+
+def _slow_curves(monkeypatch: pytest.MonkeyPatch, budget_s: float) -> tuple[TuneConfig, dict[str, Knob]]:
+    """Four knobs whose trials take 1 s each, then one ('slow') whose two take 10 s each: each loss curve (the real
+    one) moves the clock by its trial's length, 1 s for the baseline's."""
+    from dlperf.measure.clock import FakeClock
+    from dlperf.train import tune as tune_module
+
+    clock = _StoppedTime()
+    real_curve = tune_module.loss_curve
+
+    def loss_curve(workload: Any, config: StepConfig, steps: int, seed: int) -> list[float]:
+        clock.now += 10.0 if config.optimizer_impl not in (None, "default") else 1.0
+        return real_curve(workload, config, steps, seed)
+
+    monkeypatch.setattr("dlperf.train.tune.clock_for", lambda device: FakeClock())
+    monkeypatch.setattr("dlperf.train.tune.time", clock)
+    monkeypatch.setattr("dlperf.train.tune.loss_curve", loss_curve)
+    knobs: dict[str, Knob] = {f"fast{i}": FixedKnob(f"fast{i}", ({"batch_size": 33 + i},)) for i in range(4)}
+    knobs["slow"] = FixedKnob("slow", ({"optimizer_impl": "foreach"}, {"optimizer_impl": "fused"}))
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    return TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=2, steps_per_call=1,
+                      count_flops=False, time_budget_s=budget_s), knobs
+
+
+def test_a_knob_s_next_trial_is_expected_to_last_as_long_as_its_own_first_not_the_mean(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After four 1 s trials, a knob's 10 s first trial made the mean 2.8 s, so its second started at 15 s under a
+    20 s budget and the tuning ran 25 s (compile's long trial overran a small budget the same way)."""
+    config, knobs = _slow_curves(monkeypatch, 20.0)
+    result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+    slow = [t for t in result.trials if t.knob == "slow"]
+    assert [t.status for t in slow] == [NOT_FASTER, SKIPPED]
+    assert slow[1].reason.startswith("1 more proposal(s) not tried: the time budget (20s) would be exceeded (15s "
+                                     "spent, its last 1 trial(s) took 10s on average)")
+    assert result.not_tried == ["slow"]
+    assert result.time_budget is not None
+    assert result.time_budget.to_dict() == {"budget_s": 20.0, "spent_s": 15.0, "overrun_s": 0.0, "overrun_by": None}
+    assert "time budget 20s: the loss curves and trials took 15.0s\n" in _render(tune_view(result.to_dict()))
+
+
+def test_a_trial_that_ends_past_the_time_budget_is_recorded_with_the_overrun(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget bounds when a trial starts: one longer than expected ran past it, and neither the JSON, the stored
+    run nor the printed result said by how much, or which trial."""
+    config, knobs = _slow_curves(monkeypatch, 14.5)
+    store = Store("sqlite://")
+    with store.recording("train", "tiny", {}) as run:
+        result = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs).run()
+        run.result = result.to_dict()
+    kept = store.get(run.id).result["time_budget"]
+    assert kept == {"budget_s": 14.5, "spent_s": 15.0, "overrun_s": 0.5,
+                    "overrun_by": "slow: test {'optimizer_impl': 'foreach'} (started at 5.0s, took 10.0s)"}
+    assert ("time budget 14.5s: the loss curves and trials took 15.0s, 0.5s over, during slow: test "
+            "{'optimizer_impl': 'foreach'} (started at 5.0s, took 10.0s)") in _render(tune_view(result.to_dict()))
+
+
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlperf.measure.clock import FakeClock
 
