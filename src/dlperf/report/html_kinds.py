@@ -381,14 +381,16 @@ def _mib_text(num_bytes: Any) -> str:
 
 
 def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
-    from dlperf.report.train_view import PHASE_LABELS, flops_text, job_memory_text
+    from dlperf.report.train_view import PHASE_LABELS, flops_text, job_memory_text, tokens_text
 
     s = m["summary"]
     rss = m.get("peak_rss_bytes")
+    tokens = tokens_text(m)  # a column only for token ids: other models' tables are as they were
     parts = [f"<h3>{esc(title)}</h3>", html_table(
-        ("steps", "median step ms", "p90 ms", "mean ms", "samples/s", "peak RSS MiB", "MFU"),
+        ("steps", "median step ms", "p90 ms", "mean ms", "samples/s", *(("tokens/s",) if tokens else ()),
+         "peak RSS MiB", "MFU"),
         [[s.get("n"), fmt_ms(m.get("step_s")), fmt_ms(s.get("p90_s")), fmt_ms(s.get("mean_s")),
-          fmt(m.get("samples_per_s")),
+          fmt(m.get("samples_per_s")), *((tokens,) if tokens else ()),
           f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-", fmt_pct(m.get("mfu"), sign=False)]])]
     phases = [(PHASE_LABELS.get(k, k), float(v) * 1e3) for k, v in (m.get("breakdown_s") or {}).items()
               if isinstance(v, (int, float)) and v > 0]

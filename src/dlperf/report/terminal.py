@@ -492,7 +492,10 @@ def profile_train_headline(result: Any) -> str:
         return (f"{result.get('nproc')} processes {fmt_count(result['samples_per_s'])} samples/s, "
                 f"{result['scaling_efficiency']:.0%} scaling")
     if isinstance(result.get("samples_per_s"), (int, float)):
-        return f"{fmt_count(result['samples_per_s'])} samples/s"
+        tokens = result.get("tokens_per_s")
+        return f"{fmt_count(result['samples_per_s'])} samples/s" + (
+            f", {fmt_count(tokens)} tokens/s{' (guessed)' if result.get('tokens_guessed') else ''}"
+            if isinstance(tokens, (int, float)) else "")
     return ""
 
 

@@ -80,8 +80,22 @@ def measurement_view(m: dict[str, Any], title: str = "training step") -> Rendera
     lines.append(f"  step      {fmt_ms(m['step_s'])} ms median (p90 {fmt_ms(summary['p90_s'])} ms{mean}, "
                  f"{summary['n']} step{'' if summary['n'] == 1 else 's'})\n")
     lines.append(f"  samples/s {fmt_count(m['samples_per_s'])} (samples over the time measured)\n")
+    tokens = tokens_text(m)
+    if tokens is not None:
+        lines.append(f"  tokens/s  {tokens}\n")
     lines.append_text(_memory_and_flops(m))
     return Group(lines, breakdown_table(m), *_findings_and_notes(m))
+
+
+def tokens_text(m: Mapping[str, Any]) -> str | None:
+    """'48,200 (counted by the workload's count_tokens)', or '(guessed: ...)', for a workload whose inputs are token
+    ids; None otherwise (and for a run stored before tokens/s was measured)."""
+    rate = m.get("tokens_per_s")
+    if not isinstance(rate, (int, float)):
+        return None
+    how = ("guessed from the input's shape, padding included: see the note"
+           if m.get("tokens_guessed") else "counted by the workload's count_tokens")
+    return f"{fmt_count(rate)} ({how})"
 
 
 def job_memory_text(m: Mapping[str, Any]) -> str | None:

@@ -243,6 +243,8 @@ class TrainLoop:
         self.steps_done = 0
         self.last_step_samples = 0
         """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
+        self.last_step_tokens: int | None = None
+        """Tokens the last step trained on (`token_count`); None for inputs that are not token ids."""
         self._batch_samples: int | None = None
         """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
 
@@ -342,6 +344,21 @@ class TrainLoop:
                 f"{self.config.batch_size}: the loader's last of an epoch? if the model cannot train on it, "
                 "drop_last=True in the DataLoader leaves it out)")
 
+    def _tokens(self, inputs: Any) -> int | None:
+        """The tokens in one micro-batch's inputs: the TrainSpec's `count_tokens`, else every position of token ids
+        (`token_count`); None for other inputs."""
+        import torch
+
+        if self.spec.count_tokens is None:
+            return token_count(inputs)
+        n = self._call_user("count_tokens", self.spec.count_tokens, inputs)
+        if isinstance(n, torch.Tensor) and n.numel() == 1:
+            n = int(n.item())
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise TrainError(f"workload '{self.workload.name}': TrainSpec.count_tokens returned {n!r}: it must "
+                             "return the batch's token count, an int >= 0")
+        return n
+
     def _pair(self, batch: Any) -> tuple[Any, Any]:
         pair = split_batch(batch)
         if isinstance(pair, str):
@@ -355,6 +372,7 @@ class TrainLoop:
         accumulation = self.config.accumulation_steps
         total_loss: Any = 0.0
         samples = 0
+        tokens: int | None = 0
         with torch_threads(self.threads):
             for _ in range(accumulation):
                 timer.start("data")
@@ -363,6 +381,8 @@ class TrainLoop:
                 timer.stop()
                 self._batch_samples = batch_length(target, inputs, self.config.batch_size)
                 samples += self._batch_samples
+                counted = self._tokens(inputs)
+                tokens = None if counted is None or tokens is None else tokens + counted
                 timer.start("h2d")
                 inputs, target = self._to_device(inputs), self._to_device(target)
                 timer.stop()
@@ -392,6 +412,7 @@ class TrainLoop:
             timer.stop()
         self.steps_done += 1
         self.last_step_samples = samples
+        self.last_step_tokens = tokens
         result: torch.Tensor = total_loss / accumulation
         return result
 
@@ -570,3 +591,21 @@ def has_conv(model: nn.Module) -> bool:
     from torch import nn
 
     return any(isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)) for m in model.modules())
+
+
+GUESSED_TOKENS = ("tokens/s guessed: the first input is an integer tensor [batch, seq], taken for token ids, and every "
+                  "position is counted, padding included; set TrainSpec(count_tokens=...) to count them yourself "
+                  "(e.g. an attention mask's sum)")
+
+
+def token_count(inputs: Any) -> int | None:
+    """Every position of the batch's token ids, where its first input is an integer tensor of shape [batch, seq]
+    (a guess: padding is counted too); None for other inputs."""
+    import torch
+
+    first = inputs[0] if isinstance(inputs, (tuple, list)) and inputs else inputs
+    if not isinstance(first, torch.Tensor) or first.dim() != 2:
+        return None
+    if first.dtype.is_floating_point or first.dtype.is_complex or first.dtype == torch.bool:
+        return None
+    return first.numel()

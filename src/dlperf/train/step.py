@@ -21,7 +21,15 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_release_cached, cuda_reset_peak
 from dlperf.measure.stats import Measurement
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop, checkpointing_off, too_many_workers
+from dlperf.train.loop import (
+    GUESSED_TOKENS,
+    PHASES,
+    PhaseTimer,
+    StepConfig,
+    TrainLoop,
+    checkpointing_off,
+    too_many_workers,
+)
 from dlperf.workload.base import Workload
 
 if TYPE_CHECKING:
@@ -61,6 +69,11 @@ class TrainMeasurement:
     workers or where USS cannot be read."""
     worker_processes: int = 0
     """The most loader worker processes seen alive at one reading."""
+    tokens_per_step: list[int] = field(default_factory=list)
+    """Tokens each measured step trained on (`TrainSpec.count_tokens`, or every position of [batch, seq] token ids:
+    `tokens_guessed`); empty for inputs that are not token ids."""
+    tokens_guessed: bool = False
+    """The tokens were counted from the inputs' shape (padding included), not by the workload's `count_tokens`."""
     loader_trials: list[str] = field(default_factory=list)
     """What a tuning tried on the loader without gain ('num_workers=2 (0.36x, not faster)'), so that an input-bound
     finding does not advise the very trials that just failed; empty outside a tuning."""
@@ -76,6 +89,13 @@ class TrainMeasurement:
         if not self.samples_per_step or self.measurement.total_s <= 0:
             return self.measurement.throughput
         return sum(self.samples_per_step) / self.measurement.total_s
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Tokens trained on over the measured time; None for a workload whose inputs are not token ids."""
+        if not self.tokens_per_step or self.measurement.total_s <= 0:
+            return None
+        return sum(self.tokens_per_step) / self.measurement.total_s
 
     @property
     def step_s(self) -> float:
@@ -127,6 +147,8 @@ class TrainMeasurement:
             "config": self.config.to_dict(),
             "findings": self.findings(),
             "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_guessed": self.tokens_guessed,
             "step_s": self.step_s,
             "summary": self.measurement.summary(),
             "breakdown_s": self.breakdown_s(),
@@ -146,6 +168,7 @@ class TrainMeasurement:
             "measurement": self.measurement.to_dict(),
             "phases_ns": self.phases_ns,
             "samples_per_step": self.samples_per_step,
+            "tokens_per_step": self.tokens_per_step,
         }
 
 
@@ -264,11 +287,13 @@ def measure_loop(
     recorded: dict[str, list[int]] = {p: [] for p in PHASES}
     losses: list[Any] = []
     step_samples: list[int] = []
+    step_tokens: list[int | None] = []
 
     def one_step() -> None:
         timer = PhaseTimer(config.device)
         losses.append(loop.step(timer))
         step_samples.append(loop.last_step_samples)
+        step_tokens.append(loop.last_step_tokens)
         for phase, ns in timer.finish().items():
             recorded[phase].append(ns)
 
@@ -307,6 +332,12 @@ def measure_loop(
     phases = {p: v[counted] for p, v in recorded.items()}
     loss_values = [float(x) for x in losses[counted]]
     samples = step_samples[counted]
+    counted_tokens = step_tokens[counted]
+    # every step's, or none: a step without tokens would count as 0 in tokens/s
+    tokens = [n for n in counted_tokens if n is not None] if None not in counted_tokens else []
+    guessed = bool(tokens) and loop.spec.count_tokens is None
+    if guessed:
+        notes.append(GUESSED_TOKENS)
     short = [n for n in samples if n < config.effective_batch_size]
     if short:
         notes.append(f"{len(short)} of {len(samples)} measured steps trained on fewer samples than the batch of "
@@ -323,6 +354,7 @@ def measure_loop(
         workload=loop.workload.name, config=config, measurement=m, phases_ns=phases,
         peak_rss_bytes=rss.peak_rss_bytes, flops_per_step=flops, ceiling_flops=ceiling, ceiling_dtype=dtype,
         losses=loss_values, notes=notes, samples_per_step=samples, flops_step_samples=flops_samples,
+        tokens_per_step=tokens, tokens_guessed=guessed,
     )
     if worker_memory is not None:
         result.workers_peak_uss_bytes = worker_memory.peak_uss_bytes

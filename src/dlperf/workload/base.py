@@ -122,6 +122,11 @@ class TrainSpec:
     loss_fn: Callable[[Any, Any], torch.Tensor]
     make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     batch_size: int = 32
+    count_tokens: Callable[[Any], int] | None = None
+    """count_tokens(inputs) -> the tokens in one batch's inputs (as the loader gives them, before the copy to the
+    device), for tokens/s beside samples/s: e.g. `lambda inputs: int(inputs[1].sum())` with an attention mask, so
+    that padding is not counted. None: a batch whose first input is an integer tensor [batch, seq] is taken for
+    token ids, every position counted (padding included), and the report says it guessed."""
 
     def __post_init__(self) -> None:
         _check_callable("TrainSpec", "make_loader", self.make_loader,
@@ -131,6 +136,9 @@ class TrainSpec:
         _check_callable("TrainSpec", "make_optimizer", self.make_optimizer,
                         "a function make_optimizer(params) -> torch.optim.Optimizer")
         _check_positive("TrainSpec", "batch_size", self.batch_size)
+        if self.count_tokens is not None:
+            _check_callable("TrainSpec", "count_tokens", self.count_tokens,
+                            "a function count_tokens(inputs) -> int, or None")
 
 
 @dataclass(frozen=True)

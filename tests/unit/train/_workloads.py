@@ -144,3 +144,44 @@ def char_lm(batch_size: int = 16) -> Workload:
                         make_optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3), batch_size=batch_size),
         kind="transformer",
     )
+
+
+class _MaskedClassifier(nn.Module):
+    """Token ids and their attention mask in, a class out: the mean of the unmasked tokens' embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.head = nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        kept = mask.unsqueeze(-1).to(torch.float32)
+        return self.head((self.embed(ids) * kept).sum(1) / kept.sum(1).clamp(min=1.0))
+
+
+def padded(batch_size: int = 8, count: bool = True) -> Workload:
+    """`_MaskedClassifier` on padded sequences: row i of each batch has (i % SEQ) + 1 real tokens, the rest padding.
+    `count=True` counts the real ones (`TrainSpec.count_tokens`, the mask's sum)."""
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return _MaskedClassifier()
+
+    def loader(batch_size: int, **kwargs: Any) -> Any:
+        g = torch.Generator().manual_seed(0)
+        batches = []
+        for _ in range(8):
+            ids = torch.randint(1, VOCAB, (batch_size, SEQ), generator=g)
+            mask = (torch.arange(SEQ) <= (torch.arange(batch_size) % SEQ).unsqueeze(1)).to(torch.int64)
+            batches.append(((ids * mask, mask), ids[:, 0] % CLASSES))
+        return batches
+
+    return Workload(
+        name="padded",
+        make_model=model,
+        make_inputs=lambda b: (torch.randint(1, VOCAB, (b, SEQ)), torch.ones(b, SEQ, dtype=torch.int64)),
+        train=TrainSpec(make_loader=loader, loss_fn=nn.functional.cross_entropy,
+                        make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size,
+                        count_tokens=(lambda inputs: int(inputs[1].sum())) if count else None),
+        kind="transformer",
+    )

@@ -5,14 +5,20 @@ exposed communication, overlap and threads (from a mutation-testing audit)."""
 
 from __future__ import annotations
 
+import io
 import math
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement
+from dlperf.report.html import render_report
+from dlperf.report.terminal import fmt_count, profile_train_headline
+from dlperf.report.train_view import measurement_view
+from dlperf.store.records import RunRecord
 from dlperf.train import loop as loop_module
 from dlperf.train.ddp import DdpConfig, DdpResult, RankStats
 from dlperf.train.knobs.batch import queued_batches, step_footprint_bytes
@@ -20,7 +26,7 @@ from dlperf.train.loop import PHASES, PhaseTimer, StepConfig, TrainLoop
 from dlperf.train.parity import compare_losses, loss_curve
 from dlperf.train.step import TrainMeasurement, measure_training
 
-from ._workloads import FEATURES, tiny
+from ._workloads import FEATURES, SEQ, char_lm, padded, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -77,6 +83,41 @@ def test_an_accumulated_step_counts_the_samples_of_every_micro_batch() -> None:
     result = measure_training(tiny(), StepConfig(batch_size=8, accumulation_steps=3, threads=1), steps=2,
                               warmup_steps=1, count_flops=False)
     assert result.samples_per_step == [24, 24]
+
+
+def test_a_workload_s_count_tokens_gives_tokens_per_s_without_its_padding() -> None:
+    """A language model's training reported samples/s only: no tokens/s. Row i of each padded batch has
+    (i % SEQ) + 1 real tokens; the workload counts them with its attention mask."""
+    m = measure_training(padded(batch_size=8), StepConfig(batch_size=8, threads=1, accumulation_steps=2), steps=3,
+                         warmup_steps=1, count_flops=False)
+    real = 2 * sum(i % SEQ + 1 for i in range(8))  # two micro-batches a step
+    assert m.tokens_per_step == [real] * 3 and not m.tokens_guessed
+    assert m.tokens_per_s == pytest.approx(3 * real / m.measurement.total_s)
+    assert m.to_dict()["tokens_per_s"] == m.tokens_per_s
+    assert not any("guessed" in n for n in m.notes)
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(measurement_view(m.to_dict()))
+    assert f"tokens/s  {fmt_count(m.tokens_per_s)} (counted by the workload's count_tokens)" in console.export_text()
+    assert profile_train_headline(m.to_dict()).endswith(f", {fmt_count(m.tokens_per_s)} tokens/s")
+    html = render_report([RunRecord(id="t1", kind="train", workload="padded", created_at="2026-12-07T00:00:00",
+                                    status="ok", config={"mode": "measure"}, result=m.to_dict())])
+    assert f"<td>{fmt_count(m.tokens_per_s)} (counted by the workload&#x27;s count_tokens)</td>" in html
+
+
+def test_token_ids_without_count_tokens_are_guessed_and_the_measurement_says_so() -> None:
+    m = measure_training(padded(batch_size=8, count=False), StepConfig(batch_size=8, threads=1), steps=2,
+                         warmup_steps=1, count_flops=False)
+    assert m.tokens_per_step == [8 * SEQ] * 2 and m.tokens_guessed  # every position, the padding too
+    assert any(n.startswith("tokens/s guessed: the first input is an integer tensor [batch, seq]") for n in m.notes)
+    lm = measure_training(char_lm(), StepConfig(batch_size=16, threads=1), steps=2, warmup_steps=1,
+                          count_flops=False)
+    assert lm.tokens_per_step == [16 * SEQ] * 2 and lm.tokens_guessed
+    assert profile_train_headline(lm.to_dict()).endswith(" tokens/s (guessed)")
+
+
+def test_float_inputs_have_no_tokens_per_s() -> None:
+    m = measure_training(tiny(), StepConfig(batch_size=32, threads=1), steps=2, warmup_steps=1, count_flops=False)
+    assert m.tokens_per_step == [] and m.tokens_per_s is None and m.to_dict()["tokens_per_s"] is None
 
 
 def test_the_phase_timer_adds_up_a_phase_over_the_micro_batches(monkeypatch: pytest.MonkeyPatch) -> None:
