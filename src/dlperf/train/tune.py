@@ -719,7 +719,8 @@ def code_settings(baseline: StepConfig, best: StepConfig, trials: list[Trial]) -
     if "checkpointing" in diff:
         out.append(Setting("activation checkpointing", "out = torch.utils.checkpoint.checkpoint(block, x, "
                            "use_reentrant=False) for each top-level block, and for each layer of a stack of repeated "
-                           "blocks (a ModuleList, TransformerEncoder's layers)", gains.get("checkpointing")))
+                           "blocks at any depth (a ModuleList, TransformerEncoder's layers)",
+                           gains.get("checkpointing")))
     if "threads" in diff:
         out.append(Setting("threads", f"torch.set_num_threads({best.threads})", gains.get("threads")))
     if "compile" in diff:

@@ -185,3 +185,62 @@ def padded(batch_size: int = 8, count: bool = True) -> Workload:
                         count_tokens=(lambda inputs: int(inputs[1].sum())) if count else None),
         kind="transformer",
     )
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(BLOCK_WIDTH, 4 * BLOCK_WIDTH), nn.Linear(4 * BLOCK_WIDTH, BLOCK_WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(x)))
+
+
+class _Encoder(nn.Module):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Residual() for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class _Backbone(nn.Module):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.stem = nn.Linear(FEATURES, BLOCK_WIDTH)
+        self.encoder = _Encoder(depth)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.stem(x))
+
+
+class _Nested(nn.Module):
+    """A stack of residual blocks three levels down (backbone.encoder.layers), and a head."""
+
+    def __init__(self, depth: int = 6) -> None:
+        super().__init__()
+        self.backbone = _Backbone(depth)
+        self.head = nn.Linear(BLOCK_WIDTH, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+
+def nested(batch_size: int = 64) -> Workload:
+    """`_Nested` on the tiny workload's data: the stack activation checkpointing has to find below the top level."""
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return _Nested()
+
+    return Workload(
+        name="nested",
+        make_model=model,
+        make_inputs=lambda b: (torch.randn(b, FEATURES),),
+        train=TrainSpec(make_loader=_loader, loss_fn=nn.functional.cross_entropy,
+                        make_optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=batch_size),
+        kind="mlp",
+    )

@@ -26,7 +26,7 @@ from dlperf.workload.base import Workload
 from dlperf.workload.loader import load_workload
 from dlperf.workload.zoo import ZOO
 
-from ._workloads import blocks, char_lm, conv, tiny
+from ._workloads import BLOCK_WIDTH, CLASSES, FEATURES, _Encoder, blocks, char_lm, conv, nested, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -437,6 +437,38 @@ def test_checkpointing_wraps_each_layer_of_a_stack_of_repeated_blocks() -> None:
         finally:
             loop.close()
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def test_checkpointing_finds_a_stack_of_blocks_nested_below_the_top_level_and_wraps_each() -> None:
+    """A stack at model.backbone.encoder.layers was checkpointed whole (as [backbone, head]): the step needed as much
+    memory as without checkpointing (9.95 MiB at batch 256 either way), so no larger micro-batch could fit."""
+    from dlperf.train.knobs.batch import step_footprint_bytes
+
+    model = nested().build_model()
+    layers = list(model.get_submodule("backbone.encoder.layers").children())
+    assert len(layers) == 6 and checkpointed_blocks(model) == [*layers, model.get_submodule("head")]
+    base = StepConfig(batch_size=256, threads=1)
+    plain = step_footprint_bytes(nested(), base)
+    assert step_footprint_bytes(nested(), base.replace(checkpointing=True)) < 0.8 * plain  # 7.45 MiB
+    # a stack inside each of two repeated stages: the stages' 2 x 3 layers, not the 2 stages
+    stages = torch.nn.Sequential(_Encoder(3), _Encoder(3))
+    outer = torch.nn.Sequential(torch.nn.Linear(FEATURES, BLOCK_WIDTH), stages)
+    inner = [layer for stage in stages.children() for layer in stage.get_submodule("layers").children()]
+    assert len(inner) == 6 and checkpointed_blocks(outer) == [outer[0], *inner]
+    # the same outputs and gradients as the model unwrapped
+    x = torch.randn(8, FEATURES, generator=torch.Generator().manual_seed(1))
+    y = torch.arange(8) % CLASSES
+    grads, outputs = [], []
+    for checkpointed in (False, True):
+        net = nested().build_model()
+        if checkpointed:
+            assert apply_checkpointing(net) == 7
+        out = net(x)
+        torch.nn.functional.cross_entropy(out, y).backward()
+        outputs.append(out.detach())
+        grads.append([p.grad for p in net.parameters()])
+    assert torch.equal(outputs[0], outputs[1])
+    assert all(torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(*grads, strict=True))
 
 
 def test_has_conv_finds_a_2d_convolution_or_transposed_convolution_anywhere() -> None:
