@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host memory the process may use, e.g. 4GiB (default: RSS at start + available RAM)")
     parser.add_argument("--verify", action="store_true",
                         help="apply the top fixes dlperf can apply and measure each in an interleaved A/B")
-    parser.add_argument("--max-fixes", type=int, default=2, metavar="N", help="fixes to verify (default 2)")
+    parser.add_argument("--max-fixes", type=int, default=None, metavar="N",
+                        help="fixes --verify measures (default 2); unused without --verify, and a warning says so")
     add_json_argument(parser)
     add_store_argument(parser)
 
@@ -73,8 +74,15 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.report.profile_view import profile_report
     from dlperf.workload.loader import load_workload
 
-    if args.max_fixes < 1:
+    if args.max_fixes is not None and args.max_fixes < 1:
         raise ConfigError(f"--max-fixes must be >= 1, got {args.max_fixes}")
+    if args.max_fixes is not None and not args.verify:  # it was ignored without a word
+        import warnings
+
+        from dlperf.errors import DlperfWarning
+
+        warnings.warn(f"--max-fixes {args.max_fixes} is used only with --verify: no fix is measured; add --verify "
+                      "or drop --max-fixes", DlperfWarning, stacklevel=1)
     if args.trace is not None:
         _check_trace_path(args.trace)
     from dlperf._device import check_device
@@ -88,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
         options=StepOptions(batch_size=args.batch_size, threads=args.threads), trace_path=args.trace,
         memory_budget_bytes=memory_size(args.memory_budget) if args.memory_budget is not None else None,
     )
-    config = ProfileConfig(capture=capture_config, verify=args.verify, max_fixes=args.max_fixes)
+    # given to the library only with --verify, where it is used (it would warn again)
+    config = ProfileConfig(capture=capture_config, verify=args.verify,
+                           max_fixes=args.max_fixes if args.verify else None)
     workload = load_workload(args.workload)
     if args.train:
         require_train_spec(workload)  # refused before a run is recorded, as a spec that does not load is
@@ -97,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     config_dict = {
         "mode": capture_config.mode, "device": args.device, "batch_size": args.batch_size, "steps": args.steps,
         "threads": args.threads, "trace": args.trace, "memory_budget_bytes": capture_config.memory_budget_bytes,
-        "verify": args.verify, "max_fixes": args.max_fixes,
+        "verify": args.verify, "max_fixes": config.fixes_to_verify if args.verify else None,
     }
     stages = progress_steps(config)  # a first calibration's steps counted only when it will run
     with store.recording("profile", workload.source or args.workload, config_dict, environment) as recording, \

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlperf.errors import ConfigError
+from dlperf.errors import ConfigError, DlperfWarning
 from dlperf.profile.analyzers.operators import CeilingsLike
 from dlperf.profile.capture import CaptureConfig, capture
 from dlperf.profile.diagnose import Analyses, Diagnosis, analyze_all, diagnose
@@ -21,9 +21,26 @@ from dlperf.workload.base import Workload
 class ProfileConfig:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     verify: bool = False
-    max_fixes: int = 2
+    max_fixes: int | None = None
+    """The fixes `verify` measures (None: `DEFAULT_MAX_FIXES`); given without `verify`, `profile_workload` warns that
+    it is unused (a default of 2 could not be told from a 2 that was asked for, and the CLI ignored `--max-fixes 3`
+    without `--verify` silently)."""
     quick_ceilings: bool = False
     """Measure small-size ceilings when none are cached (a full `dlperf calibrate` result is used if cached)."""
+
+    def __post_init__(self) -> None:
+        if self.max_fixes is not None and self.max_fixes < 1:
+            raise ConfigError(f"max_fixes must be >= 1, got {self.max_fixes}")
+
+    @property
+    def fixes_to_verify(self) -> int:
+        """The most fixes `verify` measures: 0 without it."""
+        if not self.verify:
+            return 0
+        return DEFAULT_MAX_FIXES if self.max_fixes is None else self.max_fixes
+
+
+DEFAULT_MAX_FIXES = 2
 
 
 @dataclass
@@ -93,7 +110,7 @@ def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:
     if not ceilings_given:  # at the threads load_ceilings measures at: the cache is per thread count
         with torch_threads(min(config.capture.options.threads or torch.get_num_threads(), usable_cores())):
             calibration = measuring_steps(config.capture.device, quick=config.quick_ceilings)
-    return calibration + CAPTURE_STEPS + (config.max_fixes if config.verify else 0)
+    return calibration + CAPTURE_STEPS + config.fixes_to_verify
 
 
 def profile_workload(workload: Workload | str | os.PathLike[str], config: ProfileConfig | None = None,
@@ -106,6 +123,11 @@ def profile_workload(workload: Workload | str | os.PathLike[str], config: Profil
     config = ProfileConfig() if config is None else config
     if not isinstance(config, ProfileConfig):  # a dict failed as "'dict' object has no attribute 'capture'"
         raise ConfigError(f"config must be a dlperf.ProfileConfig, got {type(config).__name__}")
+    if config.max_fixes is not None and not config.verify:
+        import warnings
+
+        warnings.warn(f"max_fixes={config.max_fixes} is used only with verify=True: no fix is measured",
+                      DlperfWarning, stacklevel=2)
     if isinstance(workload, (str, os.PathLike)):
         from dlperf.workload.loader import load_workload
 
@@ -130,7 +152,7 @@ def profile_workload(workload: Workload | str | os.PathLike[str], config: Profil
         return report(None)
     if on_diagnosis is not None:
         on_diagnosis(report(None))
-    verified = verify(workload, config.capture, trace, diagnosis, config.max_fixes, on_progress=on_progress)
+    verified = verify(workload, config.capture, trace, diagnosis, config.fixes_to_verify, on_progress=on_progress)
     # A measured fix outweighs the estimate that chose it: the findings and the verdict say what was measured.
     diagnosis = reconcile(diagnosis, verified)
     return report(verified)

@@ -37,7 +37,8 @@ def _profile(name: str, *, mode: str = "inference", threads: int | None = 1, ver
     workload = load_workload(str(EXAMPLES / f"{name}.py"))
     capture = CaptureConfig(mode=mode, steps=3, warmup_steps=1, unprofiled_min_duration_s=0.2,
                             options=StepOptions(threads=threads, batch_size=batch), memory_budget_bytes=budget)
-    return profile_workload(workload, ProfileConfig(capture=capture, verify=verify, max_fixes=1), ceilings=CEILINGS)
+    return profile_workload(workload, ProfileConfig(capture=capture, verify=verify, max_fixes=1 if verify else None),
+                            ceilings=CEILINGS)
 
 
 def _top(report: ProfileReport) -> dg.Finding | None:

@@ -20,11 +20,15 @@ def test_the_options_reach_the_capture_and_the_record(tmp_path: Path, capsys: py
     store = tmp_path / "runs.db"
     assert main(["profile", "zoo:mlp", "--steps", "2", "--threads", "1", "--memory-budget", "4GiB", "--max-fixes", "3",
                  "--json", "--store", str(store)]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert out["result"]["trace"]["steps"] == 2
     assert out["result"]["ceilings"]["gemm_flops"]["fp32"] == 155e9  # the 1-thread ceilings
     config = Store(store).get(out["run_id"]).config
-    assert config["max_fixes"] == 3 and config["memory_budget_bytes"] == 4 * 2**30 and config["steps"] == 2
+    assert config["memory_budget_bytes"] == 4 * 2**30 and config["steps"] == 2
+    # without --verify, --max-fixes measures nothing: it was ignored without a word, and recorded as if used
+    assert "warning: --max-fixes 3 is used only with --verify: no fix is measured" in captured.err
+    assert config["max_fixes"] is None and out["result"]["verify"] is None
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -40,6 +40,22 @@ def test_the_calibration_planned_is_at_no_more_threads_than_usable_cores(monkeyp
     assert progress_steps(config) == 5 + 4 and seen == [1]
     assert progress_steps(config, ceilings_given=True) == 4 and seen == [1]
     assert progress_steps(ProfileConfig(verify=True, max_fixes=3), ceilings_given=True) == 4 + 3
+    assert progress_steps(ProfileConfig(verify=True), ceilings_given=True) == 4 + 2
+
+
+def test_max_fixes_without_verify_is_said_to_be_unused_and_its_default_is_two_with_verify() -> None:
+    """A default of 2 could not be told from a 2 asked for: `max_fixes=3` without `verify` was ignored unsaid."""
+    from dlperf.errors import ConfigError, DlperfWarning, WorkloadError
+    from dlperf.profile.session import profile_workload
+
+    assert ProfileConfig(verify=True).fixes_to_verify == 2 and ProfileConfig(max_fixes=3).fixes_to_verify == 0
+    assert ProfileConfig(verify=True, max_fixes=1).fixes_to_verify == 1
+    with pytest.raises(ConfigError, match="max_fixes must be >= 1, got 0"):
+        ProfileConfig(verify=True, max_fixes=0)
+    # said before any work: the workload that does not load fails after it
+    with pytest.warns(DlperfWarning, match="max_fixes=3 is used only with verify=True"), \
+            pytest.raises(WorkloadError, match="no-such-model"):
+        profile_workload("zoo:no-such-model", ProfileConfig(max_fixes=3))
 
 
 def test_a_report_printed_in_a_notebook_is_one_line_naming_where_the_findings_are() -> None:
