@@ -148,6 +148,8 @@ class Step:
         """Where the workload's own code changed torch's thread count: 'build' (its model, inputs, optimizer or loader
         factory), 'step' (the step itself: a `torch.set_num_threads` in its forward, which a count set from outside
         before each step cannot override), None where it did not (as far as seen so far)."""
+        self.threads_probed = False
+        """Whether a call ran under another thread count than the one in place (`probe_threads`)."""
         threads_before = torch.get_num_threads()
         if mode == TRAIN:
             require_train_spec(workload)
@@ -228,6 +230,7 @@ class Step:
         if probe_threads and self.options.threads is None and self.threads_set_by != "step":
             expected = threads + 1 if threads == 1 else threads - 1
             torch.set_num_threads(expected)
+            self.threads_probed = True
         try:
             if self.mode == INFERENCE:
                 with torch.profiler.record_function("dlperf/forward"):
@@ -387,6 +390,7 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
         loader_workers=workers_count,
         loader_workers_busy_cores=workers_busy,
         threads_set_by=step.threads_set_by,
+        threads_probed=step.threads_probed,
     )
     trace.memory = replace(
         trace.memory, start_rss_bytes=start_rss, peak_rss_bytes=rss.peak_rss_bytes,

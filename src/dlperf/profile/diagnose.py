@@ -739,11 +739,21 @@ def _own_threads(t: ThreadAnalysis) -> list[str]:
         return [f"the workload sets its own thread count: after each step torch had {t.intra_op_threads} threads, not "
                 "the count the step started with (a torch.set_num_threads in its forward), so a count set from "
                 "outside (--threads, OMP_NUM_THREADS) does not hold"]
-    if t.threads_set_by == "build":
-        return [f"the workload's code sets {t.intra_op_threads} threads when it builds its model (a "
-                "torch.set_num_threads in a factory): --threads overrides it in dlperf's runs; outside them, change "
-                "it in that code"]
-    return []
+    built = ([f"the workload's code sets {t.intra_op_threads} threads when it builds its model (a "
+              "torch.set_num_threads in a factory): --threads overrides it in dlperf's runs; outside them, change "
+              "it in that code"] if t.threads_set_by == "build" else [])
+    return built + _unprobed(t)
+
+
+def _unprobed(t: ThreadAnalysis) -> list[str]:
+    """The evidence that no step ran under another thread count (the first warm-up step does, and a capture with no
+    warm-up step had none): a forward setting the count already in place then looks like one setting none, and a
+    `--threads` fix from outside would not hold. Said where such a fix is offered."""
+    if t.threads_probed is not False or t.threads_set_by == "step":
+        return []
+    return ["no step ran under another thread count than the one in place (the first warm-up step does, without "
+            "--threads; here none did), so a torch.set_num_threads in the workload's forward that sets the count "
+            "already in place would go unseen, and undo a --threads fix: --verify measures whether it holds"]
 
 
 THREAD_SCALING = 0.8
@@ -849,6 +859,8 @@ def _shared_machine(a: Analyses) -> Finding | None:
     free = _cores_left(t)
     # fewer threads help only a step that uses more, and only where the step does not set its own count
     fixes = [threads_fix(free)] if free < expected and t.threads_set_by != "step" else []
+    if fixes:
+        evidence.extend(_unprobed(t))
     confidence = ("low", "medium", "high")[signals]
     return Finding(
         category=HOST_THREADS, title=SHARED_MACHINE, evidence=evidence,

@@ -109,6 +109,26 @@ def test_a_step_setting_the_thread_count_already_in_place_is_seen_by_the_warm_up
     assert sets.threads.threads_set_by == "step"
     assert plain.threads.threads_set_by is None
     assert after_plain == 2
+    assert sets.threads.threads_probed and plain.threads.threads_probed
+
+
+def test_a_capture_with_no_warm_up_step_says_it_made_no_thread_probe() -> None:
+    """The probe runs in the first warm-up step: with none, a forward setting the count already in place read as
+    setting none, and nothing said the probe was not made (its threads finding offered --threads 1 unsaid)."""
+
+    class SetsTwo(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(2)
+            return x * 2
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        trace = capture(Workload(name="sets", make_model=SetsTwo, make_inputs=lambda b: (torch.ones(b, 16),)),
+                        CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05))
+    finally:
+        torch.set_num_threads(before)
+    assert trace.threads.threads_set_by is None and trace.threads.threads_probed is False
 
 
 def test_train_without_a_train_spec_is_a_workload_error() -> None:

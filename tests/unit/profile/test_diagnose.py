@@ -658,6 +658,27 @@ def test_a_thread_count_the_workloads_step_sets_itself_gets_no_threads_setting()
     assert any("when it builds its model" in e for e in over.evidence)
 
 
+@pytest.mark.parametrize(("probed", "set_by", "said"), [(False, None, True), (True, None, False), (None, None, False),
+                                                        (False, "step", False), (False, "build", True)])
+def test_a_threads_fix_says_when_no_step_was_probed_for_a_count_of_its_own(probed: bool | None, set_by: str | None,
+                                                                           said: bool) -> None:
+    """With no warm-up step no step ran under another thread count, so a forward setting the count already in place
+    read as setting none, and `--threads 1` was offered (which that forward undoes) without a word; an older trace
+    (None) says nothing, nor a step seen setting its own count, which gets no --threads fix."""
+    info = dataclasses.replace(threads(intra=4, usable=2), threads_probed=probed, threads_set_by=set_by)
+    over = next(f for f in _diagnose(trace([gemm(0, 9000)], thread_info=info)).findings
+                if f.title.startswith("torch uses more threads"))
+    unprobed = [e for e in over.evidence if e.startswith("no step ran under another thread count")]
+    assert bool(unprobed) == said
+    if said:
+        assert "would go unseen, and undo a --threads fix: --verify measures whether it holds" in unprobed[0]
+    busy = dataclasses.replace(threads(intra=8, usable=2, process_pct=100.0, system_pct=100.0), threads_probed=probed,
+                               threads_set_by=set_by)
+    shared = next(f for f in _diagnose(trace([gemm(0, 9000)], thread_info=busy)).findings
+                  if f.title == dg.SHARED_MACHINE)
+    assert any(e.startswith("no step ran under another thread count") for e in shared.evidence) == said
+
+
 def _waiting_loader_top(num_workers: int, persistent: bool, system_pct: float = 47.5,
                         core_share: float | None = None, workers_busy: float = 0.0) -> dg.Finding | None:
     """The top finding of a 40 ms training step that waits 30 ms for its loader's next batch (on 4 cores, others

@@ -37,6 +37,8 @@ class ThreadAnalysis:
     threads_set_by: str | None = None
     """Where the workload's own code set the thread count: 'build', 'step' (a count set from outside does not hold),
     None (see `ThreadInfo.threads_set_by`)."""
+    threads_probed: bool | None = None
+    """Whether a step was run under another thread count (see `ThreadInfo.threads_probed`)."""
     issues: list[str] = field(default_factory=list)
 
     @property
@@ -95,5 +97,6 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
         loader_workers=t.loader_workers,
         loader_workers_busy_cores=t.loader_workers_busy_cores,
         threads_set_by=t.threads_set_by,
+        threads_probed=t.threads_probed,
         issues=issues,
     )
