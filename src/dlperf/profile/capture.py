@@ -227,7 +227,8 @@ class Step:
             torch.set_num_threads(self.options.threads)
         threads = torch.get_num_threads()
         expected = threads
-        if probe_threads and self.options.threads is None and self.threads_set_by != "step":
+        # under --threads too: a forward setting the count --threads sets would undo a --threads fix to another count
+        if probe_threads and self.threads_set_by != "step":
             expected = threads + 1 if threads == 1 else threads - 1
             torch.set_num_threads(expected)
             self.threads_probed = True

@@ -751,8 +751,8 @@ def _unprobed(t: ThreadAnalysis) -> list[str]:
     `--threads` fix from outside would not hold. Said where such a fix is offered."""
     if t.threads_probed is not False or t.threads_set_by == "step":
         return []
-    return ["no step ran under another thread count than the one in place (the first warm-up step does, without "
-            "--threads; here none did), so a torch.set_num_threads in the workload's forward that sets the count "
+    return ["no step ran under another thread count than the one in place (the first warm-up step does; here there "
+            "was none), so a torch.set_num_threads in the workload's forward that sets the count "
             "already in place would go unseen, and undo a --threads fix: --verify measures whether it holds"]
 
 

@@ -112,6 +112,30 @@ def test_a_step_setting_the_thread_count_already_in_place_is_seen_by_the_warm_up
     assert sets.threads.threads_probed and plain.threads.threads_probed
 
 
+
+def test_the_warm_up_probe_runs_under_threads_too() -> None:
+    """The probe was skipped where --threads was given: `--threads 2` with a forward setting 2 read as setting none,
+    so a --threads fix to another count (which that forward undoes) could be offered."""
+
+    class SetsTwo(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(2)
+            return x * 2
+
+    before = torch.get_num_threads()
+    config = CaptureConfig(steps=1, warmup_steps=1, unprofiled_min_duration_s=0.05, options=StepOptions(threads=2))
+    try:
+        torch.set_num_threads(3)
+        sets = capture(Workload(name="sets", make_model=SetsTwo, make_inputs=lambda b: (torch.ones(b, 16),)), config)
+        plain = capture(Workload(name="plain", make_model=lambda: torch.nn.Linear(16, 16),
+                                 make_inputs=lambda b: (torch.ones(b, 16),)), config)
+    finally:
+        torch.set_num_threads(before)
+    assert sets.threads.threads_set_by == "step" and sets.threads.threads_probed
+    assert plain.threads.threads_set_by is None and plain.threads.threads_probed
+    assert plain.threads.intra_op_threads == 2  # the probe's count put back to the --threads one
+
+
 def test_a_capture_with_no_warm_up_step_says_it_made_no_thread_probe() -> None:
     """The probe runs in the first warm-up step: with none, a forward setting the count already in place read as
     setting none, and nothing said the probe was not made (its threads finding offered --threads 1 unsaid)."""
