@@ -399,10 +399,10 @@ def _reads_to_python(a: Analyses) -> float:
 def _fused_gap_share(a: Analyses) -> float:
     """The share of the step between the operators of runs of elementwise operators that the bandwidth finding counts
     as removed by fusing them; 0 where it makes no such finding."""
-    share = _bandwidth_share(a)
-    if share < MIN_SHARE or _weights_bound_s(a) is not None:
+    case = _bandwidth_case(a)
+    if case is None or case[1] is not None:
         return 0.0
-    return _fused_shares(a.operators, share)[1]
+    return _fused_shares(a.operators, case[0])[1]
 
 
 def _fused_gap_evidence(fused: float) -> str:
@@ -595,6 +595,15 @@ def _weights_bound_s(a: Analyses) -> tuple[float, float] | None:
     return (bound_s, gemm_s) if bound_s > 0 and gemm_s >= 0.5 * bound_s and a.mode != TRAIN else None
 
 
+def _bandwidth_case(a: Analyses) -> tuple[float, tuple[float, float] | None] | None:
+    """Which bandwidth finding `_bandwidth` makes: None for none (under MIN_SHARE), else (its share,
+    `_weights_bound_s`): the weights-bound matrix products' finding where that is not None, else the fusion one, which
+    counts the time between a run's elementwise operators. One place for `_bandwidth` and `_fused_gap_share` (the
+    dispatch finding leaves that time out only where the fusion finding counts it)."""
+    share = _bandwidth_share(a)
+    return None if share < MIN_SHARE else (share, _weights_bound_s(a))
+
+
 def _fused_shares(op: OperatorAnalysis, share: float) -> tuple[float, float]:
     """Of the step, the runs of elementwise operators' own share (at most `share`) and the share between their
     operators, outside every operator (at most what `share` leaves)."""
@@ -606,9 +615,10 @@ def _fused_shares(op: OperatorAnalysis, share: float) -> tuple[float, float]:
 
 def _bandwidth(a: Analyses) -> Finding | None:
     op = a.operators
-    share = _bandwidth_share(a)
-    if share < MIN_SHARE:
+    case = _bandwidth_case(a)
+    if case is None:
         return None
+    share, weights = case
     eff = op.efficiency(BANDWIDTH) or 0.0
     evidence = [f"{share:.0%} of the step is in memory-bandwidth-bound operators (below the ridge), moving "
                 f"data at {eff:.0%} of the measured {op.bandwidth_bytes_s / 1e9:.1f} GB/s",
@@ -629,7 +639,6 @@ def _bandwidth(a: Analyses) -> Finding | None:
         evidence.append(f"at {eff:.0%} of the bandwidth these operators are not limited by it: look at what keeps "
                         "them from running (threads waiting for cores other processes hold, page faults on freshly "
                         "allocated outputs, strided access) before cutting the traffic")
-    weights = _weights_bound_s(a)
     if weights is not None:
         bound_s, gemm_s = weights
         # matrix products below the ridge: each call reads the whole weight matrix for a few rows (batch 1 of a

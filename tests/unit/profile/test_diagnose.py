@@ -165,6 +165,35 @@ def test_the_time_between_a_run_s_elementwise_operators_is_the_fusion_finding_s_
     assert [f.category for f in _diagnose(trace(run)).findings] == [dg.MEMORY_BANDWIDTH]
 
 
+@pytest.mark.parametrize(("ops", "fused_gap", "overhead_share"), [
+    # the fusion finding counts the 20% between the run's operators; the dispatch finding the 25% after them
+    ([elementwise(i * 1600.0, 1100.0, numel=16 << 20) for i in range(5)], 0.20, 0.25),
+    # the run's operators are 15% of the step, under MIN_SHARE: no bandwidth finding, so the 20% between them is the
+    # dispatch finding's, with the 65% after them
+    ([elementwise(i * 800.0, 300.0, numel=16 << 20) for i in range(5)], 0.0, 0.85),
+    # matrix products bound by their weights: that finding counts no gaps, so the 12% between the elementwise run's
+    # operators is the dispatch finding's
+    ([gemm(i * 2200.0, 2000.0, m=1, k=2048, n=2048) for i in range(3)]
+     + [elementwise(6600.0 + i * 400.0, 100.0, numel=16 << 20) for i in range(5)], 0.0, 0.35),
+], ids=["fusion", "under-min-share", "weights-bound"])
+def test_the_time_between_a_run_s_operators_is_counted_once_by_the_bandwidth_or_the_dispatch_finding(
+        ops: list[OpEvent], fused_gap: float, overhead_share: float) -> None:
+    """The dispatch finding leaves out the time between a run's elementwise operators only where the bandwidth finding
+    counts it (its fusion estimate): it repeated that finding's conditions, which could drift apart, and then that
+    time would be counted twice or by neither."""
+    d = _diagnose(trace(ops))
+    overhead = next(f for f in d.findings if f.category == dg.LAUNCH_OVERHEAD)
+    bandwidth = [f for f in d.findings if f.category == dg.MEMORY_BANDWIDTH]
+    counted = [e for f in bandwidth for e in f.evidence if "of the step between them, outside every operator" in e]
+    left_out = [e for e in overhead.evidence if e.startswith("not counted here: ") and "elementwise" in e]
+    assert bool(counted) == bool(left_out) == (fused_gap > 0)
+    if fused_gap:
+        assert f"and {fused_gap:.0%} of the step between them" in counted[0]
+        assert left_out[0].startswith(f"not counted here: {fused_gap:.0%} of the step between the operators")
+    assert overhead.share == pytest.approx(overhead_share)
+    assert overhead.share + fused_gap == pytest.approx(dg.analyze_all(trace(ops), CEILINGS).launch.overhead_share)
+
+
 def test_bandwidth_far_below_the_measured_bandwidth_is_not_confidently_bandwidth_bound() -> None:
     """mlp(hidden=2048) at batch 256 on a busy machine: clamp_min and copy_ moved 0.27 and 0.40 of 22.4 GB/s (1-2%)
     and read 'the step is memory-bandwidth-bound', confidence medium, with fusion promised 1.28x."""
