@@ -100,7 +100,8 @@ class Finding:
     """The fixes dlperf can apply and measure itself (--verify), best first."""
     verification: str | None = None
     """After --verify: 'confirmed' (a fix measured faster), 'contradicted' (measured slower or no different,
-    the estimate outside the measured CI), 'inconclusive'; None when none of its fixes was measured."""
+    the estimate outside the measured CI), 'inconclusive', 'not measured' (another finding's fix was, not one of
+    its: its share is an estimate ranked beside measured ones); None without --verify or where no fix was measured."""
 
     @property
     def score(self) -> float:

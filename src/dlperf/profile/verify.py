@@ -49,6 +49,9 @@ depth, so the head start is at most 1/PREFETCH_BLOCKS of a block's waits."""
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
 INCONCLUSIVE = "inconclusive"
+NOT_MEASURED = "not measured"
+"""A finding none of whose fixes was measured where --verify measured another's: its estimate ranks beside measured
+gains (past --max-fixes, or with no fix dlperf can apply)."""
 
 
 @dataclass
@@ -133,7 +136,8 @@ def reconcile(diagnosis: Diagnosis, results: list[VerifyResult]) -> Diagnosis:
     is confirmed, at least medium confidence, and explains at least the share of the step its measured gain
     implies; one whose fixes all measured slower, or no different with the estimate above the CI, drops to low
     confidence and is no longer a root cause, says so in its evidence and its estimated gain, and the findings are
-    ranked again."""
+    ranked again. Where some fix was measured, a finding none of whose fixes was is marked `NOT_MEASURED` (its
+    share an estimate ranked beside measured ones), and the verdict says so when it names one."""
     contradicted: dict[int, VerifyResult] = {}
     for finding in diagnosis.findings:
         measured = [r for r in results if r.finding == finding.title and r.category == finding.category and r.ok]
@@ -177,6 +181,12 @@ def reconcile(diagnosis: Diagnosis, results: list[VerifyResult]) -> Diagnosis:
         else:
             finding.verification = INCONCLUSIVE
             finding.evidence += [f"--verify: {r.describe()}" for r in measured]
+    if any(r.ok for r in results):
+        # ranked by its estimate beside measured gains: with --max-fixes 1 the verdict named an unmeasured finding
+        # above a measured one (whose fix was contradicted, or where the top one had no fix to measure), unmarked
+        for finding in diagnosis.findings:
+            if finding.verification is None:
+                finding.verification = NOT_MEASURED
     diagnosis.findings.sort(key=lambda f: f.score, reverse=True)
     if diagnosis.findings:
         top = diagnosis.findings[0]
@@ -185,6 +195,8 @@ def reconcile(diagnosis: Diagnosis, results: list[VerifyResult]) -> Diagnosis:
             r = contradicted[id(top)]
             diagnosis.verdict += (f"; but its fix was measured {r.speedup or 0.0:.2f}x ({r.verdict}) with "
                                   f"{r.fix.label}: the estimate did not hold")
+        elif top.verification == NOT_MEASURED:
+            diagnosis.verdict += "; an estimate: --verify measured no fix for it"
     return diagnosis
 
 

@@ -48,7 +48,7 @@ def _speed(x: float | None) -> str:
 
 SPARK = "▁▂▃▄▅▆▇█"
 VERIFICATION_LABEL = {"confirmed": "fix measured faster", "contradicted": "estimate not confirmed by --verify",
-                      "inconclusive": "--verify inconclusive"}
+                      "inconclusive": "--verify inconclusive", "not measured": "an estimate, not measured by --verify"}
 
 
 def _spark(values: list[float], width: int = 40) -> str:

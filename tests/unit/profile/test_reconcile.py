@@ -196,3 +196,36 @@ def test_the_share_a_confirmed_fix_implies_comes_from_the_surest_of_them() -> No
     reconcile(d, [_result(f, 3.0, (1.1, 8.0), FASTER), _result(f, 2.2, (2.0, 2.4), FASTER, "compile")])
     assert f.share == pytest.approx(0.5)
     assert "measured 2.20x" in f.estimated_gain
+
+
+@pytest.mark.parametrize("top_measured", ["contradicted", "no fix to measure"])
+def test_an_unmeasured_finding_ranked_above_a_measured_one_is_said_to_be_an_estimate(top_measured: str) -> None:
+    """With --max-fixes 1 one finding's fix is measured: contradicted, it drops below the runner-up, whose estimate
+    then named the verdict with nothing saying it was not measured; so did a top finding with no fix dlperf can
+    apply, above the one whose fix measured faster."""
+    compute = _finding(dg.COMPUTE_BOUND, "the step is compute-bound", 2.19, share=0.6)
+    bandwidth = _finding(dg.MEMORY_BANDWIDTH, "the step is memory-bandwidth-bound", 1.3, "medium", share=0.4)
+    if top_measured == "contradicted":
+        findings, measured, unmeasured = [compute, bandwidth], compute, bandwidth
+        r = _result(compute, 0.71, (0.60, 1.05), SAME, "compile")
+    else:
+        findings, measured, unmeasured = [compute, bandwidth], bandwidth, compute
+        r = _result(bandwidth, 1.25, (1.2, 1.3), FASTER, "compile")
+    d = reconcile(dg.Diagnosis(findings, dg.verdict_of(findings[0])), [r])
+    assert d.findings[0] is unmeasured and unmeasured.verification == "not measured"
+    assert measured.verification in ("contradicted", "confirmed")
+    assert d.verdict == dg.verdict_of(unmeasured) + "; an estimate: --verify measured no fix for it"
+    t = trace([gemm(0, 9000)])
+    text = _render(ProfileReport("synthetic", t, dg.analyze_all(t, CEILINGS), d, {"gemm_flops": {}}, [r],
+                                 1.0).to_dict())
+    first = next(line for line in text.splitlines() if line.startswith("1. "))
+    assert first.endswith("· an estimate, not measured by --verify"), first
+    assert "; an estimate: --verify measured no fix for it" in text
+
+
+def test_no_finding_is_marked_unmeasured_where_verify_measured_nothing() -> None:
+    """A --verify whose every fix failed (or had none to measure) marks no finding: its table says why."""
+    compute = _finding(dg.COMPUTE_BOUND, "the step is compute-bound", 2.19, share=0.6)
+    failed = VerifyResult(compute.category, compile_fix(), 2.19, finding=compute.title, error="RuntimeError: x")
+    d = reconcile(dg.Diagnosis([compute], dg.verdict_of(compute)), [failed])
+    assert compute.verification is None and d.verdict == dg.verdict_of(compute)
