@@ -390,10 +390,9 @@ class Store:
         if not run_id:
             raise StoreError("no run id given")
         # The prefix is matched literally: '%' and '_' are LIKE's wildcards, not characters of an id.
-        escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         with self._connect() as conn:
             rows = conn.execute(
-                sa.select(runs_table).where(runs_table.c.id.like(f"{escaped}%", escape="\\"))
+                sa.select(runs_table).where(runs_table.c.id.like(f"{_like_literal(run_id)}%", escape="\\"))
                 .order_by(runs_table.c.created_at.desc()).limit(AMBIGUOUS_SHOWN + 1)
             ).mappings().all()
         exact = [r for r in rows if r["id"] == run_id]
@@ -427,16 +426,31 @@ class Store:
             query = query.where(runs_table.c.parent_id == parent_id)
         if status:
             query = query.where(runs_table.c.status == status)
-        if limit and not workload:
-            query = query.limit(limit)
-        with self._connect() as conn:
-            records = [_to_record(r) for r in conn.execute(query).mappings().all()]
-        if workload:
-            # by the spec's meaning, not its spelling: `dlperf.bench` records a file workload by its absolute path,
-            # the CLI's bench as typed, and list(workload='wl.py:workload') missed the library's runs
-            from dlperf.store.query import matching_runs
+        if not workload:
+            if limit:
+                query = query.limit(limit)
+            with self._connect() as conn:
+                return [_to_record(r) for r in conn.execute(query).mappings().all()]
+        # by the spec's meaning, not its spelling: `dlperf.bench` records a file workload by its absolute path, the
+        # CLI's bench as typed, and list(workload='wl.py:workload') missed the library's runs. The database narrows
+        # them by what every spelling holds (the file's name, or a zoo spec itself) before any is read: matching
+        # read and decoded every run of the kind (optimize's resume lookup, every optimize run)
+        from dlperf.store.query import workload_file_name, workload_matcher
 
-            records = matching_runs(records, workload)[:limit or None]
+        file_name = workload_file_name(workload)
+        if file_name is None:
+            query = query.where(runs_table.c.workload == workload)
+        else:
+            query = query.where(runs_table.c.workload.like(f"%{_like_literal(file_name)}%", escape="\\"))
+        matches = workload_matcher(workload)
+        records: builtins.list[RunRecord] = []
+        with self._connect() as conn:
+            for row in conn.execute(query).mappings():
+                record = _to_record(row)
+                if matches(record):
+                    records.append(record)
+                    if limit and len(records) == limit:
+                        break
         return records
 
     def has_kind(self, kind: str) -> bool:
@@ -604,6 +618,11 @@ def _to_record(row: Any) -> RunRecord:
         config=fields["config"], environment=fields["environment"], result=fields["result"], error=error,
         tags=fields["tags"],
     )
+
+
+def _like_literal(text: str) -> str:
+    """`text` for a LIKE pattern with `escape='\\'`, matched as written: '%' and '_' are LIKE's wildcards."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _lenient_text(dbapi_connection: Any, _record: Any) -> None:

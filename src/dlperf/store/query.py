@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,12 @@ def _recorded_split(record: RunRecord) -> tuple[str, str, dict[str, Any]] | None
 def matching_runs(records: Sequence[RunRecord], workload: str) -> list[RunRecord]:
     """The records that measured `workload` as `runs_of_workload` (and `Store.list(workload=...)`) matches them, in
     their order."""
+    matches = workload_matcher(workload)
+    return [r for r in records if matches(r)]
+
+
+def workload_matcher(workload: str) -> Callable[[RunRecord], bool]:
+    """Whether a record measured `workload`, by the spec's meaning (`matching_runs`)."""
     from dlperf.workload.loader import canonical_spec, split_canonical
 
     key = canonical_spec(workload)
@@ -85,7 +91,21 @@ def matching_runs(records: Sequence[RunRecord], workload: str) -> list[RunRecord
         # ways (typed 'wl.py:workload', the bench and check runs of 'wl.py' were left out)
         return path == r_path and options == r_options and (attr == r_attr or not attr or not r_attr)
 
-    return [r for r in records if matches(r)]
+    return matches
+
+
+def workload_file_name(workload: str) -> str | None:
+    """The file's name ('wl.py') of a file workload, which the workload column of every run `workload_matcher`
+    matches holds, however it was spelled (relative, absolute, with a name or options after it): a store narrows
+    its runs by it before reading them. None for a zoo spec or another that names no file: its runs are recorded
+    by the spec itself (a run's `workload_key` is its workload column made canonical, and a zoo spec's is itself)."""
+    from dlperf.workload.loader import split_canonical
+
+    given = split_canonical(workload)
+    if given is None:
+        return None
+    path = given[0]
+    return path[max(path.rfind("/"), path.rfind("\\")) + 1:]
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,47 @@ def test_store_list_finds_a_workload_s_runs_however_the_cli_and_the_library_name
     assert len(store.list(workload="wl.py:workload")) == 3  # the profile run too
 
 
+def test_store_list_reads_only_the_runs_the_database_narrowed_to_the_workload(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """list(workload=...) read and decoded every run of the kind to match a few (optimize's resume lookup, every
+    optimize run): the database now narrows them by the file's name, or the zoo spec, and `limit` still applies to
+    the runs that match."""
+    from dlperf.store import Store, db
+
+    (tmp_path / "my_wl.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    space_runs(monkeypatch)
+    store = Store(tmp_path / "runs.db")
+    zoos = {}
+    for i in range(40):
+        store.create_run("optimize", f"{tmp_path / f'other{i}.py'}:workload")
+        zoos[i] = store.create_run("optimize", f"zoo:m{i}").id
+    store.create_run("optimize", "myXwl.py:workload")  # '_' is LIKE's any character: the name is matched as written
+    key = f"{tmp_path / 'my_wl.py'}:workload"
+    absolute = store.create_run("optimize", key).id
+    relative = store.create_run("optimize", "my_wl.py:workload").id
+    zoo = store.create_run("optimize", "zoo:m3", {"workload_key": "zoo:m3"}).id
+    decoded: list[str] = []
+    to_record = db._to_record
+
+    def counted(row: Any) -> RunRecord:
+        decoded.append(row["id"])
+        return to_record(row)
+
+    monkeypatch.setattr(db, "_to_record", counted)
+    assert [r.id for r in store.list(kind="optimize", workload="my_wl.py:workload")] == [relative, absolute]
+    assert len(decoded) == 2
+    decoded.clear()
+    assert [r.id for r in store.list(kind="optimize", workload=key, limit=1)] == [relative]
+    assert len(decoded) == 1
+    decoded.clear()
+    assert [r.id for r in store.list(kind="optimize", workload="zoo:m3")] == [zoo, zoos[3]]
+    assert len(decoded) == 2
+    decoded.clear()
+    assert [r.id for r in store.list(kind="optimize", workload="my%wl.py")] == []
+    assert decoded == []
+
+
 def test_a_history_of_nothing_says_what_to_run_or_that_the_zoo_has_no_such_model() -> None:
     from dlperf.errors import StoreError
 
