@@ -104,12 +104,4 @@ def run(args: argparse.Namespace) -> int:
 
 def _deleted(store: Any, run_id: str | None) -> bool:
     """Whether the run `run_id` is gone from the store (`dlperf runs delete` while the check measured)."""
-    from dlperf.errors import StoreError
-
-    if not run_id:
-        return False
-    try:
-        store.get(run_id)
-    except StoreError:
-        return True
-    return False
+    return bool(run_id) and not store.exists(run_id)

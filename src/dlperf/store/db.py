@@ -406,6 +406,12 @@ class Store:
             raise StoreError(f"run id prefix '{run_id}' is ambiguous: it matches {shown}{more}; give more characters")
         return _to_record(rows[0])
 
+    def exists(self, run_id: str) -> bool:
+        """Whether the store has the run of exactly this id (not a prefix); nothing of it is read."""
+        with self._connect() as conn:
+            found = conn.execute(sa.select(runs_table.c.id).where(runs_table.c.id == run_id).limit(1)).first()
+        return found is not None
+
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
              parent_id: str | None = None, status: str | None = None,
              top_level: bool = False) -> builtins.list[RunRecord]:

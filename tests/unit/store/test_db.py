@@ -446,6 +446,27 @@ def test_id_prefix_is_literal_and_an_ambiguous_one_names_the_runs(store: Store) 
     assert "(bench of w" in str(info.value)
 
 
+def test_exists_asks_for_the_exact_id_without_reading_the_run(store: Store,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf check` learnt whether its baseline's run was still there by loading the whole record (its result
+    decoded) with `get`, which also takes a prefix."""
+    from dlperf.cli.check import _deleted
+    from dlperf.store import db
+
+    run_id = store.create_run("bench", "zoo:mlp").id
+
+    def no_read(row: Any) -> Any:
+        raise AssertionError(f"run {row['id']} was read")
+
+    monkeypatch.setattr(db, "_to_record", no_read)
+    assert store.exists(run_id)
+    assert not store.exists(run_id[:6]) and not store.exists("%") and not store.exists("")
+    assert not _deleted(store, run_id) and not _deleted(store, None)
+    monkeypatch.undo()
+    store.delete(run_id, force=True)
+    assert not store.exists(run_id) and _deleted(store, run_id)
+
+
 def test_runs_list_with_a_filter_that_matches_nothing_names_what_the_store_has(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dlperf.cli.main import main
