@@ -13,8 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=percent_or_float, default=0.05,
                         help="significance level of the test: 0.05 or 5%% (default 0.05)")
     parser.add_argument("--min-effect", type=percent_or_float, default=None,
-                        help="two runs: smallest change of the median latency called B slower/faster (default 1%%, "
-                             "as `dlperf ab`)")
+                        help="two runs: smallest change of the median latency called B slower/faster, and of each "
+                             "other KPI called worse/better (default 1%%, as `dlperf ab`)")
     parser.add_argument("--live", metavar="URL", default=None,
                         help="compare the variants of a running `dlperf serve --variant ...` "
                              "(its base URL, its /metrics URL, or HOST:PORT)")

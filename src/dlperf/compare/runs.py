@@ -55,6 +55,9 @@ class KpiDelta:
     a: float
     b: float
     lower_is_better: bool
+    ci: tuple[float, float] | None = None
+    """The interval of B/A of this KPI from the noise within each run (bootstrap); None where it has no test of its
+    own (a load level's throughput, counted over the level, not per request)."""
 
     @property
     def change(self) -> float:
@@ -68,7 +71,8 @@ class KpiDelta:
     def to_dict(self) -> dict[str, Any]:
         # `change` is in the KPI's own direction (a throughput loss is negative); `better` says which way that is
         return {"name": self.name, "label": self.label, "a": self.a, "b": self.b, "change": self.change,
-                "lower_is_better": self.lower_is_better, "better": self.better}
+                "lower_is_better": self.lower_is_better, "better": self.better,
+                "ci": list(self.ci) if self.ci is not None else None}
 
 
 @dataclass
@@ -132,6 +136,25 @@ class PointComparison:
         significant difference", and the text "no difference as large as the minimum effect", as `dlperf ab` says)."""
         return self._direction(0.0) if self.verdict == "no significant difference" else None
 
+    def kpi_verdict(self, kpi: KpiDelta) -> str | None:
+        """What a KPI's change amounts to: 'worse' or 'better' only where it is beyond the run's noise and the minimum
+        effect; else 'within noise', 'below --min-effect', or 'no test' (a KPI with no interval of its own); None
+        with too few samples to judge. The median's is the point's verdict (its test and interval); each other
+        KPI's is its own interval of B/A. Every row said "worse" or "better" beside "no significant difference",
+        where a p90 +3% was within the noise of two runs of one model."""
+        if self.too_few:
+            return None
+        if kpi.name == MEDIAN_KPI:
+            if self.verdict in ("B slower", "B faster"):
+                return "worse" if (self.verdict == "B slower") == kpi.lower_is_better else "better"
+            return "below --min-effect" if self.below_min_effect else "within noise"
+        if kpi.ci is None:
+            return "no test"
+        lo, hi = kpi.ci
+        if lo > 1.0 + self.min_effect or hi < 1.0 - self.min_effect:
+            return "worse" if (lo > 1.0) == kpi.lower_is_better else "better"
+        return "below --min-effect" if lo > 1.0 or hi < 1.0 else "within noise"
+
     @property
     def verdict_on(self) -> str:
         # a training run's samples are its steps: "median latency: B slower" of two train runs named the wrong thing
@@ -157,10 +180,12 @@ class PointComparison:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        # verdict_on and also_changed were added on 2026-12-06; verdict keeps its values, so below_min_effect says
-        # the direction the terminal gives beside "no difference as large as the minimum effect"
+        # verdict_on and also_changed were added on 2026-12-06, each KPI's ci and verdict on 2026-12-07; verdict keeps
+        # its values, so below_min_effect says the direction the terminal gives beside "no difference as large as the
+        # minimum effect"
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
-                "kpis": [k.to_dict() for k in self.kpis], "test": self.test.to_dict(),
+                "kpis": [{**k.to_dict(), "verdict": self.kpi_verdict(k)} for k in self.kpis],
+                "test": self.test.to_dict(),
                 "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "min_effect": self.min_effect,
                 "verdict": self.verdict, "below_min_effect": self.below_min_effect,
                 "verdict_on": self.verdict_on, "also_changed": self.also_changed, "too_few_samples": self.too_few}
@@ -200,9 +225,17 @@ def compare_points(a: Measurement, b: Measurement, batch_size: int, alpha: float
     # Per-item latencies so that the test and the ratio agree with per-item KPIs.
     per_a = [s / a.items_per_call for s in a.samples_s]
     per_b = [s / b.items_per_call for s in b.samples_s]
-    kpis = [KpiDelta(key, label, float(sa[key]), float(sb[key]), lower) for key, label, lower in KPIS]
+    cis = _latency_cis(per_a, per_b, alpha, seed)
+    lo, hi = cis["mean_s"]
+    cis["throughput"] = (1.0 / hi, 1.0 / lo)  # items/s is the inverse of the mean time per item
+    kpis = [KpiDelta(key, label, float(sa[key]), float(sb[key]), lower, cis.get(key)) for key, label, lower in KPIS]
     return PointComparison(batch_size, kpis, mann_whitney_u(per_b, per_a),
                            ratio_ci(per_a, per_b, "p50", 1 - alpha, 1000, seed), alpha)
+
+
+def _latency_cis(a: list[float], b: list[float], alpha: float, seed: int) -> dict[str, tuple[float, float]]:
+    """The interval of B/A of each latency KPI other than the median (whose interval is the point's median ratio)."""
+    return {f"{stat}_s": ratio_ci(a, b, stat, 1 - alpha, 1000, seed).ci for stat in ("p90", "p99", "mean")}
 
 
 TRAIN_NOTE = ("train runs: each measured step is a sample (its time per sample where the batch sizes differ); the "
@@ -289,7 +322,8 @@ def compare_load_levels(a: tuple[list[float], float, int], b: tuple[list[float],
                 "mean_s": sum(ordered) / len(ordered), "throughput": items_per_s}
 
     sa, sb = kpis(a[0], a[1]), kpis(b[0], b[1])
-    deltas = [KpiDelta(key, label, sa[key], sb[key], lower) for key, label, lower in KPIS]
+    cis = _latency_cis(a[0], b[0], alpha, seed)  # the throughput, counted over the level, has no test of its own
+    deltas = [KpiDelta(key, label, sa[key], sb[key], lower, cis.get(key)) for key, label, lower in KPIS]
     return PointComparison(a[2], deltas, mann_whitney_u(b[0], a[0]), ratio_ci(a[0], b[0], "p50", 1 - alpha, 1000, seed),
                            alpha, title, failed)
 

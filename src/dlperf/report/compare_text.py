@@ -10,7 +10,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.compare.runs import MEDIAN_KPI
 from dlperf.compare.stats import change_text, p_text
 from dlperf.report.fit import FirstThatFits
 
@@ -126,13 +125,16 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
 
 
 def _change_cell(kpi: KpiDelta, point: PointComparison) -> Text:
-    """A KPI's change in its own direction, with which way that is: '-25.1% worse' (check printed that loss +25.1%).
-    The p50 is what the point's test judges: where it found no direction, its '+2.3% worse' sat beside the verdict
-    'no difference as large as the minimum effect', so it reads '+2.3% (within noise)' (or '(below --min-effect)')."""
-    if kpi.name == MEDIAN_KPI and point.verdict not in ("B slower", "B faster"):
-        why = ("" if point.too_few else " (below --min-effect)" if point.below_min_effect else " (within noise)")
-        return Text(pct(kpi.change) + why if math.isfinite(kpi.change) else pct(kpi.change))
-    return Text(change_text(kpi.change, kpi.lower_is_better), style="green" if kpi.better else "red")
+    """A KPI's change in its own direction, with what it amounts to (`PointComparison.kpi_verdict`): '-25.1% worse'
+    (check printed that loss +25.1%) only beyond the run's noise and the minimum effect; else '+2.3% (within noise)',
+    '(below --min-effect)' or '(no test)', and a plain '+2.3%' with too few samples to judge."""
+    text = pct(kpi.change)
+    verdict = point.kpi_verdict(kpi)
+    if verdict is None or not math.isfinite(kpi.change):
+        return Text(text)
+    if verdict in ("worse", "better"):
+        return Text(change_text(kpi.change, kpi.lower_is_better), style="green" if verdict == "better" else "red")
+    return Text(f"{text} ({verdict})")
 
 
 def gate_lines(result: dict[str, Any]) -> list[Text]:

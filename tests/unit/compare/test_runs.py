@@ -392,7 +392,7 @@ def test_a_drift_below_the_minimum_effect_between_two_runs_is_not_called_slower(
 
 def test_the_p50_row_does_not_judge_a_change_its_verdict_finds_no_direction_in(store: Store) -> None:
     """With --min-effect 50%, the p50 row read '+2.3% worse' beside the verdict 'no difference as large as the
-    minimum effect'; the other KPIs, which have no test of their own, keep their words."""
+    minimum effect'; each other KPI is judged by its own interval against the same minimum effect."""
     from dlperf.report.compare_text import comparison_tables
 
     def p50_row(a: str, b: str, min_effect: float) -> str:
@@ -408,4 +408,32 @@ def test_the_p50_row_does_not_judge_a_change_its_verdict_finds_no_direction_in(s
     noise = p50_row(a, same, 0.01)
     assert noise.endswith("(within noise) │") and "worse" not in noise and "better" not in noise
     lines = _lines(comparison_tables(compare_records(store.get(a), store.get(slower), min_effect=0.5))[0], 160)
+    assert next(line for line in lines if "mean latency" in line).endswith("(below --min-effect) │")
+    lines = _lines(comparison_tables(compare_records(store.get(a), store.get(slower), min_effect=0.01))[0], 160)
     assert next(line for line in lines if "mean latency" in line).endswith("worse │")
+
+
+def test_the_other_kpi_rows_say_worse_or_better_only_beyond_their_own_noise(store: Store) -> None:
+    """Two runs of one unchanged model: the p50 row read '+2.5% (within noise)' and the rows under it '-2.4% better'
+    (p90), '+1.1% worse' (p99), '-0.6% worse' (throughput), as if those had been tested. Each is judged now by its
+    own interval of B/A, in the table and in --json; a load level's throughput, counted over the level, has none."""
+    from dlperf.compare.runs import compare_load_levels
+    from dlperf.report.compare_text import comparison_tables
+
+    a = add_run(store, "bench", bench_result({1: 0.001}, n=300, seed=3, sigma=0.3))
+    same = add_run(store, "bench", bench_result({1: 0.001}, n=300, seed=4, sigma=0.3))
+    slower = add_run(store, "bench", bench_result({1: 0.0015}, n=300, seed=5, sigma=0.3))
+    noise = compare_records(store.get(a), store.get(same))
+    rows = [line for line in _lines(comparison_tables(noise)[0], 160) if " ms " in line or "items/s " in line]
+    assert len(rows) == 5
+    for row in rows:
+        assert "worse" not in row and "better" not in row and row.endswith("(within noise) │"), row
+    assert [k["verdict"] for k in noise.to_dict()["points"][0]["kpis"]] == ["within noise"] * 5
+    judged = compare_records(store.get(a), store.get(slower)).to_dict()["points"][0]["kpis"]
+    assert [k["verdict"] for k in judged] == ["worse"] * 5
+    assert judged[4]["ci"][1] < 1.0 < judged[1]["ci"][0]  # throughput's interval below 1, the p90's above
+    rng = np.random.default_rng(0)
+    level = compare_load_levels((list(rng.lognormal(-7, 0.3, 300)), 400.0, 1),
+                                (list(rng.lognormal(-7, 0.3, 300)), 300.0, 1), "rate 400")
+    throughput = level.kpis[4]
+    assert throughput.ci is None and level.kpi_verdict(throughput) == "no test"
