@@ -38,14 +38,16 @@ SLOW_START_P_VALUE = 0.01
 run (one-sided binomial test): a model slow on every other call at random is not warming up."""
 
 
-def percent_beside(value: float, limit: float, most_decimals: int = 3) -> str:
-    """`value` as a percentage with the fewest decimals (up to `most_decimals`) that do not show it equal to `limit`:
-    an IQR 10.03% of the median read "IQR is 10.0% of the median (> 10%)" (one decimal, as 10.3% needed); now
-    "10.03%". 9.96% against 10% is "9.96%", not "10%"."""
+def percent_beside(value: float, limit: float | None = None, fewest: int = 0, most: int = 3) -> str:
+    """`value` as a percentage with the fewest decimals, from `fewest` up to `most`, that show it neither as 0 (when it
+    is not) nor equal to `limit`: an IQR 10.03% of the median read "IQR is 10.0% of the median (> 10%)" (one decimal,
+    as 10.3% needed); now "10.03%". 9.96% against 10% is "9.96%", not "10%"; 0.4% is "0.4%", not "0%". The optimize
+    budgets' wording (`budget_percent`) is this from 2 decimals to 6."""
     shown = ""
-    for decimals in range(most_decimals + 1):
+    for decimals in range(fewest, most + 1):
         shown = f"{value:.{decimals}%}"
-        if shown != f"{limit:.{decimals}%}":
+        zero = value != 0 and shown == f"{0.0:.{decimals}%}"
+        if not zero and (limit is None or shown != f"{limit:.{decimals}%}"):
             break
     return shown
 

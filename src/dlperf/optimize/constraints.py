@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlperf.errors import ConfigError
+from dlperf.measure.stats import percent_beside
 
 DEFAULT_MAX_DROP = 0.01
 
@@ -55,16 +56,10 @@ class Constraints:
 
 
 def budget_percent(fraction: float, beside: float | None = None) -> str:
-    """`fraction` as a percentage with 2 decimals, or more (up to 6) where 2 show it as 0, or equal to `beside`:
-    `--max-metric-drop 0.001%` read "metric drop <= 0.00%", and a drop of 0.0018% "metric drop 0.00% exceeds the
-    allowed 0.00%"; now "0.001%" and "0.002% exceeds the allowed 0.001%"."""
-    shown = f"{fraction:.2%}"
-    for decimals in range(2, 7):
-        shown = f"{fraction:.{decimals}%}"
-        zero = fraction != 0 and shown == f"{0.0:.{decimals}%}"
-        if not zero and (beside is None or shown != f"{beside:.{decimals}%}"):
-            break
-    return shown
+    """`fraction` as a percentage with 2 decimals, or more (up to 6) where 2 show it as 0, or equal to `beside`
+    (`percent_beside`): `--max-metric-drop 0.001%` read "metric drop <= 0.00%", and a drop of 0.0018% "metric drop
+    0.00% exceeds the allowed 0.00%"; now "0.001%" and "0.002% exceeds the allowed 0.001%"."""
+    return percent_beside(fraction, beside, fewest=2, most=6)
 
 
 def metric_drop(value: float, baseline: float, higher_is_better: bool = True) -> tuple[float, float]:

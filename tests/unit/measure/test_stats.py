@@ -101,6 +101,17 @@ def test_a_ratio_beside_its_threshold_is_shown_with_the_digits_that_tell_them_ap
         "34%", "10.3%", "10.03%", "9.96%", "5%"]
 
 
+def test_one_percentage_wording_serves_the_noise_ratio_and_the_optimize_budgets() -> None:
+    """budget_percent and percent_beside were two loops, and only the budgets' kept a ratio that is not 0 from
+    showing as 0: a quiet run's IQR/p50 of 0.4% read "0%" in bench's column."""
+    from dlperf.optimize.constraints import budget_percent
+
+    assert [percent_beside(v, 0.10) for v in (0.004, 0.0004, 0.0, 0.00001)] == ["0.4%", "0.04%", "0%", "0.001%"]
+    assert [budget_percent(v) for v in (0.0, 0.05, 0.00001, 0.000018)] == ["0.00%", "5.00%", "0.001%", "0.002%"]
+    assert budget_percent(0.00001, 0.000018) == "0.001%" and budget_percent(0.000018, 0.00001) == "0.002%"
+    assert budget_percent(0.0500001, 0.05) == "5.00001%"
+
+
 def test_calls_near_the_clocks_own_overhead_get_a_note_not_a_noise_verdict() -> None:
     # an empty call's perf_counter_ns sample reads ~90 ns, steps of 10 ns: "noisy ... other load" misled
     tiny = Measurement([80, 80, 90, 100, 100, 90, 80, 100])
