@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "perf_analyzer's --concurrency-range, END included (default 1)")
     mode.add_argument("--rate", type=_rate_levels, default=None, metavar="R[,R...]|START:END[:STEP]",
                       help="open loop: send R requests per second, one level per value or per step of a range "
-                           "(perf_analyzer's --request-rate-range)")
+                           "(perf_analyzer's --request-rate-range); a request's latency counts from when it was "
+                           "due, the generator's own lag behind its schedule included")
     parser.add_argument("--arrivals", choices=["constant", "poisson", "trace"], default=None,
                         help="request-rate schedule (default constant, poisson with --find-peak as MLPerf's server "
                              "scenario; trace: with --request-intervals)")

@@ -5,9 +5,11 @@ Like perf_analyzer: each level runs a warm-up, then measurement windows until th
 `stability_percentile`, perf_analyzer's --percentile), or until the
 level's time or request bound; the report holds p50/p90/p95/p99/p99.9, throughput, errors by status,
 and the server's own queue and compute time per request from its statistics endpoint. Rate mode sends
-on a constant or Poisson schedule with no cap on outstanding requests but `max_outstanding`, and warns
-when it cannot keep the schedule itself. `find_peak` searches the highest rate whose latency percentile
-(p99 by default) meets an SLO (MLPerf LoadGen's server scenario with FindPeakPerformance).
+on a constant or Poisson schedule with no cap on outstanding requests but `max_outstanding`, times each
+request from when it was due (so the generator's own lag behind its schedule is part of the latency, as a
+user waiting on the service would see it), and reports and warns about that lag. `find_peak` searches the
+highest rate whose latency percentile (p99 by default) meets an SLO (MLPerf LoadGen's server scenario with
+FindPeakPerformance).
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from dlperf.measure.stats import (
 ARRIVALS = ("constant", "poisson", "trace")
 DEFAULT_STABILITY = 0.10
 """The last windows' throughputs and latencies agree when each is within this share of their mean."""
-Record = tuple[int, int, str, int, int]
-"""One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns)."""
+Record = tuple[int, int, str, int, int, int]
+"""One request as the level loop keeps it: end (ns), latency (ns), status, client send and receive time (ns), and
+when it was counted as sent (ns: the closed loop's send, the open loop's issue). Rate mode times the latency from
+the request's scheduled time, which may be earlier than its issue (MLPerf LoadGen's server scenario, wrk2)."""
 
 CONNECTION_ERROR = "conn"
 """The status key of requests that got no HTTP reply (refused, reset, closed)."""
@@ -310,6 +314,9 @@ class LevelResult:
     """Rate mode: the requests the open loop scheduled while the level measured, sent or dropped."""
     send_rate: float | None = None
     """Rate mode: the requests per second sent while the level measured (the dropped not counted)."""
+    send_lag_p99_s: float | None = None
+    """Rate mode: the p99 of how late the requests due while the level measured were written after their scheduled
+    time (the generator's own share of their latencies, which count from that time)."""
     server: ServerSide | None = None
     warnings: list[str] = field(default_factory=list)
     client_send_s: float = 0.0
@@ -391,7 +398,7 @@ class LevelResult:
             "min_s": min(self.latencies_ns) / 1e9 if self.latencies_ns else None,
             "max_s": max(self.latencies_ns) / 1e9 if self.latencies_ns else None,
             "stable": self.stable, "window_throughputs": self.window_throughputs,
-            "send_rate": self.send_rate, "scheduled": self.scheduled,
+            "send_rate": self.send_rate, "send_lag_p99_s": self.send_lag_p99_s, "scheduled": self.scheduled,
             "client_send_s": self.client_send_s, "client_recv_s": self.client_recv_s,
             "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
             "resources": self.resources.to_dict() if self.resources else None,
@@ -412,7 +419,8 @@ class LevelResult:
             latencies_ns=[int(v) for v in data["latencies_ns"]], statuses=dict(data["statuses"]),
             measured_s=float(data["measured_s"]), stable=bool(data["stable"]),
             window_throughputs=list(data.get("window_throughputs", [])), scheduled=int(data.get("scheduled", 0)),
-            send_rate=data.get("send_rate"), server=ServerSide.from_dict(server) if server else None,
+            send_rate=data.get("send_rate"), send_lag_p99_s=data.get("send_lag_p99_s"),
+            server=ServerSide.from_dict(server) if server else None,
             warnings=list(data.get("warnings", [])), client_send_s=float(data.get("client_send_s", 0.0)),
             client_recv_s=float(data.get("client_recv_s", 0.0)),
             resources=Resources.from_dict(data["resources"]) if data.get("resources") else None,
@@ -579,13 +587,16 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     def may_send() -> bool:
         return not stop.is_set() and (limit is None or not measuring or sent < limit)
 
-    async def one(conn: Sender, t0: int | None = None) -> None:
-        """Send one request and record it; `t0`: when the open loop issued it (its task starts later)."""
+    async def one(conn: Sender, counted_ns: int | None = None, due_ns: int | None = None) -> None:
+        """Send one request and record it; `counted_ns`: when the open loop issued it (its task starts later),
+        `due_ns`: when its schedule said to send it, from which its latency counts: a generator behind its schedule
+        delays the request for its user as a slow server would (MLPerf LoadGen's server scenario, wrk2)."""
         nonlocal issued
         raw, expected = target.request(issued)
         issued += 1
-        if t0 is None:
-            t0 = clock()
+        if counted_ns is None:
+            counted_ns = clock()
+        t0 = counted_ns if due_ns is None else min(due_ns, counted_ns)
         try:
             reply = await conn.send(raw)
             status = str(reply.status)
@@ -604,12 +615,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             if why is not None:
                 status = MISMATCH
                 mismatches.append(why)
-        records.append((t1, t1 - t0, status, conn.send_ns, conn.recv_ns))
+        records.append((t1, t1 - t0, status, conn.send_ns, conn.recv_ns, counted_ns))
         if status == CONNECTION_ERROR:
             await asyncio.sleep(RECONNECT_DELAY_S)
 
     tasks: list[asyncio.Task[Any]] = []
-    lags_s: list[float] = []
     scheduled = 0
     # each request the open loop came to: (due, when it went out) in perf_counter s; out means written to its
     # connection, or, for one dropped at the cap, when the loop came to it
@@ -631,10 +641,10 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         idle: list[Sender] = []
         outstanding = 0
 
-        async def fire(conn: Sender, t0: int, due_s: float) -> None:
+        async def fire(conn: Sender, counted_ns: int, due_s: float) -> None:
             nonlocal outstanding
             try:
-                await one(conn, t0)
+                await one(conn, counted_ns, int(due_s * 1e9))
             finally:
                 outstanding -= 1
                 idle.append(conn)
@@ -657,12 +667,12 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                 await asyncio.sleep(0)
             if not may_send():
                 break
-            lags_s.append(max(0.0, -delay))  # how late the loop came to this request's time
             if measuring:  # the warm-up's own were counted too: 690 'scheduled' beside 500 measured (--requests 500)
                 scheduled += 1
             unsent_due_s = None
             if outstanding >= config.max_outstanding:
-                records.append((clock(), 0, "dropped", 0, 0))
+                now_ns = clock()
+                records.append((now_ns, 0, "dropped", 0, 0, now_ns))
                 reached.append((t_next, time.perf_counter()))
                 continue
             conn = idle.pop() if idle else target.connect(config.request_timeout_s)
@@ -770,7 +780,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         await conn.close()
     measured = [r for r in records[first_record:] if r[0] <= measure_end]
     if limit is not None:  # the N requests sent after the warm-up, not those the warm-up left in flight
-        measured = [r for r in measured if r[0] - r[1] >= measure_start]
+        measured = [r for r in measured if r[5] >= measure_start]
         if ended_by_count and measured:
             # at its last reply, not when the windows' loop next looked (every 50 ms): --requests 3 at
             # concurrency 8 read 60 req/s where the slowest request took 9 ms
@@ -834,11 +844,14 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             # what went out: the dropped ones were not sent (find-peak's 'sent 40.0 req/s' beside 12 of 40 dropped)
             dropped = statuses.get("dropped", 0)
             result.send_rate = pace * max(0.0, 1 - dropped / scheduled) if scheduled else pace
+        # how late each request due while the level measured went out (written, or dropped): its latency holds that
+        lags_s = sorted(max(0.0, out - due) for due, out in reached if measure_start <= due * 1e9 <= measure_end)
+        result.send_lag_p99_s = percentile(lags_s, 99) if lags_s else None
         _rate_warnings(result, level, lags_s, statuses, (measure_end - measure_start) / 1e9, slo_failed, pace)
         unanswered = _unanswered_warning(records[first_record:], measure_start, measure_end, never)
         if unanswered is not None:
             result.warnings.append(unanswered)
-        backlog = sum(1 for r in succeeded if r[0] - r[1] < measure_start)
+        backlog = sum(1 for r in succeeded if r[5] < measure_start)
         if backlog > 0.05 * len(succeeded):
             result.warnings.append(
                 f"{backlog} of the {len(succeeded)} replies measured answered requests sent during the warm-up (a "
@@ -917,7 +930,7 @@ def _unanswered_warning(records: Sequence[Record], measure_start: int, measure_e
     read as a p99 bounded by the level's length (rate 800 against a 350 req/s server: p99 2.97 s, while the
     requests sent in those seconds took up to 7.7 s). `records`: replies, also those after the level's end;
     `never`: requests still without one when the generator stopped waiting."""
-    sent = [r for r in records if r[2] != "dropped" and measure_start <= r[0] - r[1] <= measure_end]
+    sent = [r for r in records if r[2] != "dropped" and measure_start <= r[5] <= measure_end]
     late = [r for r in sent if r[0] > measure_end]
     missing = len(late) + never
     if missing <= 0.01 * (len(sent) + never):
@@ -971,7 +984,7 @@ def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], status
     elif lags and percentile(lags, 99) > max(0.002, 2.0 / rate):
         result.warnings.append(
             f"the load generator fell behind its schedule (p99 send lag {percentile(lags, 99) * 1e3:.1f} ms): "
-            "latencies include bursts it could not spread out"
+            "latencies count from each request's scheduled time, so they include that lag and the bursts it made"
         )
 
 

@@ -73,7 +73,10 @@ def _levels_table(results: list[LevelResult], title: str, slo: Slo | None, drop:
                      + (f"p99.9: - below {FEW_FOR_P999} replies (it is their slowest); " if few else "")
                      + (f"{', '.join(shown)}: the server's own per-request mean{'s' if len(shown) > 1 else ''} "
                         "from its statistics; " if shown else "")
-                     + "batch: its mean batch"
+                     + "batch: its mean batch; "
+                     + ("latencies count from each request's scheduled time, the generator's own lag behind its "
+                        "schedule included (--json: send_lag_p99_s)" if mode == "rate" else
+                        "latencies count from each request's send")
                      + (f"; not shown at this width: {', '.join(drop)} (--json has them)" if drop else ""))
     for r in results:
         errors = errors_text(r.statuses)

@@ -334,6 +334,38 @@ def test_a_rate_level_stalled_at_its_end_says_it_did_not_send_the_rate(server: R
     assert any(w.startswith("the load generator could not send 100 req/s itself") for w in result.warnings)
 
 
+def test_a_rate_level_times_its_requests_from_their_scheduled_time(server: Running) -> None:
+    """An open loop behind its schedule delays its requests for their users as a slow server would: MLPerf's
+    server scenario and wrk2 time them from when they were due. They were timed from when the loop issued them, so
+    the lag was left out (a generator far behind read a healthier p99). Here the progress callback after the second
+    window blocks the event loop for 0.3 s: the 30 requests due meanwhile go out late, about a sixth of those
+    measured, and the level's latencies hold their lag, as its send lag says."""
+    blocked: list[int] = []
+
+    def on_window(n: int, throughput: float) -> None:
+        if n == 2 and not blocked:
+            blocked.append(n)
+            time.sleep(0.3)
+
+    config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.2)
+    result = run_level(oip_target(server.url, "mlp"), config, 100.0, on_window)
+    assert blocked and result.unsuccessful == 0 and result.ok > 100
+    # the requests due in the first half of the stall waited 0.15 s or more; timed from their issue, only the one or
+    # two in flight during it did (the loop issued the rest at once when it woke)
+    late = sum(1 for v in result.latencies_ns if v >= 0.15e9)
+    assert late >= 10, sorted(result.latencies_ns)[-20:]
+    assert result.send_lag_p99_s is not None and result.send_lag_p99_s >= 0.2, result.send_lag_p99_s
+    assert result.summary()["send_lag_p99_s"] == result.send_lag_p99_s
+    assert any(w.startswith("the load generator fell behind its schedule") and "include that lag" in w
+               for w in result.warnings), result.warnings
+
+
+def test_a_rate_level_the_generator_keeps_up_with_has_a_small_send_lag(server: Running) -> None:
+    config = LoadConfig(rate=50.0, duration_s=1.5, window_s=0.5, warmup_s=0.2)
+    result = run_level(oip_target(server.url, "mlp"), config, 50.0)
+    assert result.ok > 50 and result.send_lag_p99_s is not None and result.send_lag_p99_s < 0.2
+
+
 def test_a_rate_level_s_sent_rate_counts_requests_when_they_are_written_not_when_the_loop_issued_them(
         server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     """At --rate 10000 the open loop issued its requests on time, but their tasks started behind the reply callbacks

@@ -90,8 +90,8 @@ def test_windows_agree_within_tolerance_on_throughput_and_latency() -> None:
 
 
 def test_a_window_s_latency_is_its_mean_or_the_stability_percentile() -> None:
-    def window(*ms: int) -> list[tuple[int, int, str, int, int]]:
-        return [(0, m * 1_000_000, "200", 0, 0) for m in ms]
+    def window(*ms: int) -> list[generator.Record]:
+        return [(0, m * 1_000_000, "200", 0, 0, 0) for m in ms]
 
     slow = window(*[10] * 9, 110)  # one request of ten took 110 ms
     even = window(*[10] * 10)
@@ -185,7 +185,7 @@ def test_a_latency_at_the_slo_bound_is_within_it() -> None:
                            send_rate=100.0)
     assert at_bound.p99_bound_s == 0.1
     assert verdict(at_bound, P99) == ("pass", "p99 <= 100 ms at 99% confidence (0 of 1000 requests over 100 ms)")
-    assert _slo_decided([(0, 100_000_000, "200", 0, 0)] * 459, P99) == "pass"
+    assert _slo_decided([(0, 100_000_000, "200", 0, 0, 0)] * 459, P99) == "pass"
 
 
 def test_the_error_ratio_and_the_stored_errors_leave_out_what_was_not_sent() -> None:
@@ -202,7 +202,7 @@ def test_the_error_ratio_and_the_stored_errors_leave_out_what_was_not_sent() -> 
 
 def test_a_level_with_an_slo_is_decided_by_early_stopping() -> None:
     def records(n: int, over: int, status: str = "200") -> list[generator.Record]:
-        return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0) for i in range(n)]
+        return [(0, int(0.2e9) if i < over else int(0.01e9), status, 0, 0, 0) for i in range(n)]
 
     assert _slo_decided(records(458, 0), P99) is None
     assert _slo_decided(records(459, 0), P99) == "pass"
@@ -255,7 +255,7 @@ def test_the_verdict_judges_the_slo_s_own_percentile() -> None:
 
 def test_early_stopping_during_a_level_uses_the_slo_s_percentile() -> None:
     def records(n: int, over: int) -> list[generator.Record]:
-        return [(0, int(0.2e9) if i < over else int(0.01e9), "200", 0, 0) for i in range(n)]
+        return [(0, int(0.2e9) if i < over else int(0.01e9), "200", 0, 0, 0) for i in range(n)]
 
     p90 = Slo(0.1, 90)
     assert _slo_decided(records(43, 0), p90) is None and _slo_decided(records(44, 0), p90) == "pass"
@@ -508,9 +508,10 @@ def test_level_summary_values() -> None:
 def test_a_stored_level_reads_back_as_it_was() -> None:
     level = dataclasses.replace(_level(50, 0.04, n=600), items_per_request=4,
                                 server=generator.ServerSide(600, 0.001, 0.0001, 0.03, 0.0002, 3.5),
-                                warnings=["fell behind"])
+                                warnings=["fell behind"], send_lag_p99_s=0.012)
     back = LevelResult.from_dict(json.loads(json.dumps(level.to_dict())))
     assert back.summary() == level.summary() and back.latencies_ns == level.latencies_ns
+    assert back.send_lag_p99_s == 0.012
     old = level.to_dict()
     del old["items_per_request"]  # recorded before the key: from the two throughputs
     assert LevelResult.from_dict(old).items_per_request == 4

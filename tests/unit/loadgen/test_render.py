@@ -292,6 +292,17 @@ def test_the_table_s_columns_hold_their_own_figures() -> None:
         in caption and early_stopping_min_count(90) != early_stopping_min_count(99)
 
 
+def test_the_caption_says_what_latencies_count_from() -> None:
+    """Rate mode times a request from when it was due, the generator's lag included; the closed loop from its send."""
+    rate = LevelResult("rate", 100.0, 1, [1_000_000] * 10, {"200": 10}, 1.0, True, [10.0], send_lag_p99_s=0.2)
+    conc = LevelResult("concurrency", 1.0, 1, [1_000_000] * 10, {"200": 10}, 1.0, True, [10.0])
+    rate_caption = " ".join("\n".join(_lines(levels_table([rate], "mlp"), 200)).split())
+    conc_caption = " ".join("\n".join(_lines(levels_table([conc], "mlp"), 200)).split())
+    assert "latencies count from each request's scheduled time, the generator's own lag behind its schedule " \
+        "included (--json: send_lag_p99_s)" in rate_caption
+    assert "latencies count from each request's send" in conc_caption and "scheduled" not in conc_caption
+
+
 def test_the_setup_lines_say_what_a_run_sent_and_how_its_levels_ended() -> None:
     """From a stored config (its tolerance a JSON list): random inputs, the default, say nothing, so a --workload
     run says its workload; a checked run gives rtol and atol each in its place; the stability line appears for
