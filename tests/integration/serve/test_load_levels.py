@@ -398,6 +398,50 @@ def test_a_rate_level_s_sent_rate_counts_requests_when_they_are_written_not_when
                for w in result.warnings), result.warnings
 
 
+def test_requests_written_after_a_rate_level_s_end_are_answered_before_the_next_level_begins(
+        server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests the open loop issued but had not written when a level ended go out after it (at --rate 10000
+    against a model sleeping 10 ms a batch, 2250 up to 1.7 s after a 3 s level). The level waits for their
+    replies and leaves them out of its figures, naming them as unanswered; the next level's server must not see
+    them, nor its figures count them. Here the requests issued in a level's last 0.3 s are written 0.6 s late."""
+    from dlperf.loadgen.client import Connection
+
+    send = Connection.send
+    levels: list[tuple[float, float, float]] = []  # (level, began, returned) in perf_counter s
+    writes: list[tuple[float, float]] = []  # (level, written)
+    now_level: list[float] = []
+    run = generator.run_level
+
+    def timed_level(target: Any, config: LoadConfig, level: float, on_window: Any = None) -> Any:
+        now_level[:] = [level, time.perf_counter()]
+        result = run(target, config, level, on_window)
+        levels.append((level, now_level[1], time.perf_counter()))
+        return result
+
+    async def late_send(self: Connection, raw: bytes) -> Any:
+        if not now_level:  # the target's metadata, read before the levels
+            return await send(self, raw)
+        level, began = now_level
+        if level == 100.0 and time.perf_counter() - began > 1.2:
+            await asyncio.sleep(0.6)
+        try:
+            return await send(self, raw)
+        finally:
+            writes.append((level, self.written_ns / 1e9))
+
+    monkeypatch.setattr(Connection, "send", late_send)
+    monkeypatch.setattr(generator, "run_level", timed_level)
+    config = LoadConfig(rate=(100.0, 50.0), duration_s=1.5, window_s=0.5, warmup_s=0.2)
+    first, second = generator.run_load(oip_target(server.url, "mlp"), config)
+    (_, began1, returned1), (_, began2, _) = levels
+    late = [w for lv, w in writes if lv == 100.0 and w > began1 + config.duration_s]
+    assert len(late) >= 10, late  # the setup made requests written after the first level's end
+    assert max(w for lv, w in writes if lv == 100.0) < returned1 <= began2  # all of them before the next level
+    unanswered = next(w for w in first.warnings if "had no reply when it ended" in w)  # named, not measured
+    assert int(unanswered.split()[0]) >= 10, unanswered
+    assert second.unsuccessful == 0 and second.ok <= 50.0 * second.measured_s + 5, (second.ok, second.measured_s)
+
+
 def test_a_generator_stalled_past_the_level_s_end_measures_the_level_and_says_it_stalled(
         server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     """A generator far behind its rate (thousands of requests issued without a yield) came to its warm-up timer after
