@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dlperf.errors import ConfigError, PassError
 from dlperf.passes._torch_call import torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
-from dlperf.passes.pruning import _prune_pair, prunable_pairs
+from dlperf.passes.pruning import LossCurve, _prune_pair, prunable_pairs
 from dlperf.workload.base import call_user_factory
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _floats(value: Any) -> list[Any]:
 
 
 def distill(teacher: nn.Module, student: nn.Module, batches: Iterator[tuple[Any, ...]], steps: int,
-            lr: float) -> float:
+            lr: float) -> LossCurve:
     import torch
 
     for p in student.parameters():
@@ -150,7 +150,7 @@ def distill(teacher: nn.Module, student: nn.Module, batches: Iterator[tuple[Any,
     student.train()
     teacher.eval()
     device = next(student.parameters()).device  # the batches come from CPU loaders
-    last = float("nan")
+    losses: list[float] = []
     try:
         for _ in range(steps):
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in next(batches))
@@ -162,10 +162,10 @@ def distill(teacher: nn.Module, student: nn.Module, batches: Iterator[tuple[Any,
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # type: ignore[union-attr]
                 optimizer.step()
-            last = float(loss.detach())  # type: ignore[union-attr]
+            losses.append(float(loss.detach()))  # type: ignore[union-attr]
     finally:
         student.eval()
-    return last
+    return LossCurve(tuple(losses))
 
 
 @register(DistillConfig)
@@ -201,7 +201,7 @@ class Distill:
             state.build_s += trained_s
             state.train_s += trained_s
             state.notes.append(f"distilled {config.steps} steps into a {config.student} student "
-                               f"(last loss {loss:.4g})")
+                               f"({loss.describe()})")
         if frozen:
             for p in student.parameters():
                 p.requires_grad_(False)

@@ -106,7 +106,7 @@ class Qat:
             trained_s = time.perf_counter() - start
             state.build_s += trained_s
             state.train_s += trained_s
-            state.notes.append(f"QAT: {config.steps} steps through fake int8 (last loss {loss:.4f})")
+            state.notes.append(f"QAT: {config.steps} steps through fake int8 ({loss.describe()})")
             for module in list(model.modules()):
                 for child_name, child in list(module.named_children()):
                     if isinstance(child, FakeQuantizedLinear):
