@@ -99,6 +99,40 @@ def test_the_baseline_that_misses_the_latency_budget_is_not_within_the_constrain
     assert met.baseline["feasible"] and met.baseline["violations"] == []
 
 
+class LargeRecipes(FakeTrials):
+    """Trials whose artifacts hold 5000 bytes of files, whatever size the model they rebuild has."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        if target == "evaluate":
+            (Path(result["artifact"]["dir"]) / "weights.pt").write_bytes(b"w" * 5000)
+        return result
+
+
+def test_a_size_search_says_when_its_exported_recipe_is_larger_than_its_size(tmp_path: Path) -> None:
+    """`dlperf optimize wl.py:mlp --objective size --export DIR` picked pruning + torchao(method=int8-dynamic) at
+    0.052 MiB, the int8 model a torch recipe rebuilds; DIR held 0.53 MiB (the original fp32 weights and the pruned
+    ones), nothing said so, and pruning + onnxruntime(precision=int8-dynamic), 0.055 MiB on disk, went unnamed."""
+    measured: dict[str, Measured] = {
+        "": (1.0e-3, 1.0, 1000, None),
+        "hygiene": (1.0e-3, 1.0, 300, None),  # a torch recipe of a 300-byte model
+        "dynamic_int8": (1.0e-3, 1.0, 400, None),  # an engine (FakeTrials): its size is its files'
+    }
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, workdir=str(tmp_path / "work"),
+                            objective="size")
+    result = optimize("zoo:mlp", config, export_dir=tmp_path / "out", executor=LargeRecipes(measured))
+    rows = {r["label"]: r for r in result.rows}
+    assert result.winner == rows["hygiene"]["key"]
+    assert ("hygiene is a torch recipe: its size, 0.000286 MiB, is the model dlperf.load rebuilds (with dlperf and "
+            "the workload's code); the files exported hold 0.00477 MiB, the original weights and any a training pass "
+            "left; the smallest engine artifact within the constraints, 0.000381 MiB on disk and loaded without "
+            "dlperf, is dynamic_int8") in result.notes
+    # no note where the recipe's files are no larger than its size, or under another objective
+    plain = _search(tmp_path / "b", measured, objective="size", max_depth=1, export=tmp_path / "out_b")
+    assert not any("is a torch recipe" in n for n in plain.notes)
+
+
 def test_a_baseline_without_a_finite_metric_stops_the_search(tmp_path: Path) -> None:
     """Every candidate was measured, then refused for 'its metric is NaN or missing', and the search ended with
     no winner and exit 0; the workload's evaluate (or its model) is what is wrong."""
