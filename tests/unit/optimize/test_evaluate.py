@@ -88,9 +88,12 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     assert row["latency"]["n"] >= 3 and row["p50_s"] > 0
     # The candidate against the original model, interleaved in this process: 6 ABBA blocks, a time ratio.
     # Dynamic int8 on this tiny model pays its (de)quantization on every call: 2.3-4.7x fp32's time in six runs
-    # on an idle machine, 7.5x once on a busy one; the bound only catches a ratio that is no ratio of the two.
+    # on an idle machine, 7.5x once on a busy one. On 2 cores at a load average of 8-9 (2026-12-07) its two OpenMP
+    # threads stalled on each other's preemption: 21-45 ms a call against fp32's 23 us (0.25-0.5 ms on one thread),
+    # a ratio of 65-250 here, and a stalled original once gave 0.0033 in a search. The bound only catches a ratio
+    # that is no ratio of the two (a time that is not a time: 0, inf, nan).
     paired = row["paired"]
-    assert paired["blocks"] in (6, 12, 18) and paired["iters_per_block"] >= 2 and 0.05 < paired["ratio"] < 20
+    assert paired["blocks"] in (6, 12, 18) and paired["iters_per_block"] >= 2 and 1e-4 < paired["ratio"] < 1e4
     assert paired["ci"][0] <= paired["ratio"] <= paired["ci"][1]
     # more rounds only while the CI is wide and holds the gate
     gain_ci = (1 / paired["ci"][1], 1 / paired["ci"][0])
