@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlperf.compare.records import a_kind, has_samples, point_measurements, train_measurement
-from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, ratio_ci
+from dlperf.compare.stats import MannWhitney, RatioEstimate, change_text, mann_whitney_u, p_text, ratio_ci
 from dlperf.errors import ConfigError, StoreError
 from dlperf.measure.env import environment_differences
 from dlperf.measure.stats import Measurement, min_samples_for_interval, percentile
@@ -40,6 +40,8 @@ VERDICT_ON = "median latency"
 as the whole comparison's."""
 MIN_EFFECT = 0.01
 """The default smallest change of the median latency that `dlperf compare` calls B slower or faster (as `dlperf ab`)."""
+UNSETTLED_MEDIAN = 2.0
+"""A run's median whose own interval spans this factor or more is named beside a disagreement of the tests."""
 NOTABLE_THROUGHPUT_CHANGE = 0.10
 """A throughput change at least this large (either way) is named beside a verdict that does not say it."""
 NOTABLE_FAILED_SHARE = 0.01
@@ -131,6 +133,49 @@ class PointComparison:
         return None
 
     @property
+    def tests_disagree(self) -> str | None:
+        """Where the Mann-Whitney test and the median ratio's interval disagree, what each says and why they can: the
+        test counts every sample as an independent draw, the interval resamples stretches of each run
+        (BOOTSTRAP_BLOCKS), so a run whose calls fall into two clusters, or change part-way, moves the first and not
+        the second. Two bench runs on a busy machine read "no significant difference (B/A 2.157, CI 0.869-353.977;
+        Mann-Whitney U p=1.62e-06)" with nothing to say that the test beside the verdict had found a difference, or
+        why the interval reached 354x (run A's median lay between its 0.004 ms and 2 ms calls, and 40% of the
+        resamples put it at the fast ones). None where they agree, or with too few samples to judge."""
+        if self.too_few:
+            return None
+        lo, hi = self.median_ratio.ci
+        p = p_text(self.test.p_value, 3)
+        if self.test.p_value < self.alpha:
+            larger = self.test.prob_greater > 0.5
+            if lo <= 1.0 <= hi:
+                interval = "holds 1"
+            elif (hi < 1.0) == larger:
+                interval = f"lies {'below' if larger else 'above'} 1, the other way"
+            else:
+                return None
+            said = (f"the tests disagree: Mann-Whitney U finds B's latencies {'larger' if larger else 'smaller'} "
+                    f"({p}), counting the {self.test.n_y} and {self.test.n_x} samples as independent draws, while the "
+                    f"median ratio's interval, which resamples stretches of each run, {interval}")
+        elif lo > 1.0 or hi < 1.0:
+            said = (f"the tests disagree: the median ratio's interval lies {'above' if lo > 1.0 else 'below'} 1, "
+                    f"while Mann-Whitney U finds no shift of the whole distributions ({p})")
+        else:
+            return None
+        ratio = self.median_ratio
+        return said + "".join(self._unsettled(run, value, ci) for run, value, ci in
+                              (("A", ratio.base, ratio.base_ci), ("B", ratio.new, ratio.new_ci)))
+
+    @staticmethod
+    def _unsettled(run: str, value: float, ci: tuple[float, float] | None) -> str:
+        """'; A's median alone moves between 0.00659x and 2.33x its value ...' where a run's own median is unsettled
+        (UNSETTLED_MEDIAN); relative, since the test's samples are per item where the table's are per call."""
+        if ci is None or ci[0] <= 0 or value <= 0 or ci[1] / ci[0] < UNSETTLED_MEDIAN:
+            return ""
+        return (f"; {run}'s median alone moves between {ci[0] / value:.3g}x and {ci[1] / value:.3g}x its value "
+                "across the resamples (its samples fall into clusters, or changed during the run): the median does not "
+                "sum it up")
+
+    @property
     def below_min_effect(self) -> str | None:
         """'slower' or 'faster' where only the minimum effect keeps that direction from the verdict (which is then "no
         significant difference", and the text "no difference as large as the minimum effect", as `dlperf ab` says)."""
@@ -180,7 +225,8 @@ class PointComparison:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        # verdict_on and also_changed were added on 2026-12-06, each KPI's ci and verdict on 2026-12-07; verdict keeps
+        # verdict_on and also_changed were added on 2026-12-06, each KPI's ci and verdict and tests_disagree (the
+        # terminal's "the tests disagree: ...", null where they agree) on 2026-12-07; verdict keeps
         # its values, so below_min_effect says the direction the terminal gives beside "no difference as large as the
         # minimum effect"
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
@@ -188,6 +234,7 @@ class PointComparison:
                 "test": self.test.to_dict(),
                 "median_ratio": self.median_ratio.to_dict(), "alpha": self.alpha, "min_effect": self.min_effect,
                 "verdict": self.verdict, "below_min_effect": self.below_min_effect,
+                "tests_disagree": self.tests_disagree,
                 "verdict_on": self.verdict_on, "also_changed": self.also_changed, "too_few_samples": self.too_few}
 
 

@@ -108,7 +108,9 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
             why = (f": B is {smaller}, significantly but by less than the --min-effect of {point.min_effect:.0%}"
                    if smaller else "")
             test = Text(f"{point.verdict_on}: {verdict} (B/A {point.median_ratio.ratio:.3f}, CI {lo:.3f}-{hi:.3f}; "
-                        f"Mann-Whitney U {p_text(point.test.p_value, 3)}){why}", style="table.caption")
+                        f"Mann-Whitney U {p_text(point.test.p_value, 3)}){why}"
+                        # a p of 1.62e-06 beside "no significant difference", with no word of why
+                        + (f": {point.tests_disagree}" if point.tests_disagree else ""), style="table.caption")
         lines: list[RenderableType] = [title, table, test]
         if point.also_changed:  # right under the verdict: "no significant difference" read as the whole story
             lines.append(Text(f"not in that verdict: {'; '.join(point.also_changed)}", style="bold yellow"))

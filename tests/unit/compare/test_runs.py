@@ -9,6 +9,7 @@ import pytest
 
 from dlperf.compare.runs import compare_records
 from dlperf.errors import ConfigError
+from dlperf.measure.stats import Measurement
 from dlperf.store import Store
 
 from .helpers import ENV, add_run, bench_result
@@ -437,3 +438,47 @@ def test_the_other_kpi_rows_say_worse_or_better_only_beyond_their_own_noise(stor
                                 (list(rng.lognormal(-7, 0.3, 300)), 300.0, 1), "rate 400")
     throughput = level.kpis[4]
     assert throughput.ci is None and level.kpi_verdict(throughput) == "no test"
+
+
+def _run_with_a_fast_stretch(store: Store) -> str:
+    """A bench run as a busy machine left one: ~2 ms calls, and a stretch of 130 calls of 4 us in the middle (the
+    machine quiet for a while), so the median falls between the two clusters."""
+    rng = np.random.default_rng(7)
+    samples = rng.lognormal(np.log(2e-3), 0.2, 274)
+    samples[110:240] = rng.lognormal(np.log(4e-6), 0.05, 130)
+    m = Measurement([int(v * 1e9) for v in samples])
+    return add_run(store, "bench", {"workload": "w", "points": [
+        {"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+
+
+def test_a_significant_test_beside_an_interval_that_holds_1_says_the_tests_disagree(store: Store) -> None:
+    # A real compare on a busy machine read "no significant difference (B/A 2.157, CI 0.869-353.977; Mann-Whitney U
+    # p=1.62e-06)": the test found a difference, the interval did not, and nothing said so or why.
+    from dlperf.report.compare_text import comparison_tables
+
+    a = _run_with_a_fast_stretch(store)
+    b = add_run(store, "bench", bench_result({1: 1.8e-3}, n=184, seed=5, sigma=0.2))
+    cmp = compare_records(store.get(a), store.get(b))
+    (point,) = cmp.points
+    lo, hi = point.median_ratio.ci
+    assert point.test.p_value < 0.05 and lo < 1.0 < hi and hi > 50  # what the real runs gave
+    assert point.verdict == "no significant difference"
+    base_lo, base_hi = point.median_ratio.base_ci or (0.0, 0.0)
+    assert base_lo < 1e-5 and base_hi > 1e-3  # A's own median: at the fast calls in some resamples, the slow in others
+    said = point.tests_disagree or ""
+    assert said.startswith("the tests disagree: Mann-Whitney U finds B's latencies larger (p=")
+    assert "counting the 274 and 184 samples as independent draws" in said and said.count("holds 1") == 1
+    assert "A's median alone moves between 0.00" in said and "x its value across the resamples" in said
+    assert "B's median" not in said
+    assert cmp.to_dict()["points"][0]["tests_disagree"] == said
+    line = next(x for x in _lines(comparison_tables(cmp)[0], 2000) if x.startswith("median latency"))
+    assert line.startswith("median latency: no significant difference (B/A ") and f"): {said}" in line
+
+
+def test_the_tests_agree_on_a_clear_change_and_on_none(store: Store) -> None:
+    a = add_run(store, "bench", bench_result({1: 0.010}, seed=3))
+    for median, verdict in ((0.012, "B slower"), (0.010, "no significant difference")):
+        b = add_run(store, "bench", bench_result({1: median}, seed=4))
+        (point,) = compare_records(store.get(a), store.get(b)).points
+        assert point.verdict == verdict and point.tests_disagree is None
+        assert compare_records(store.get(a), store.get(b)).to_dict()["points"][0]["tests_disagree"] is None
