@@ -414,13 +414,16 @@ class Store:
 
     def list(self, kind: str | None = None, workload: str | None = None, limit: int | None = 50,
              parent_id: str | None = None, status: str | None = None,
-             top_level: bool = False) -> builtins.list[RunRecord]:
+             top_level: bool = False, same_file: bool = False) -> builtins.list[RunRecord]:
         """Newest first; `top_level`: only runs of no parent (not an optimize run's candidates or a tune's trials).
 
         `workload` matches a run however its command named the workload (`runs_of_workload`): 'wl.py:workload'
         finds the runs of `dlperf bench wl.py:workload` typed in this folder, of `dlperf.bench("wl.py:workload")`
         (recorded by its absolute path) and of `dlperf profile wl.py`. A `kind` dlperf does not record and the
-        store has no run of is a ConfigError naming the kinds: a typo ('benhc') listed nothing without a word."""
+        store has no run of is a ConfigError naming the kinds: a typo ('benhc') listed nothing without a word.
+        `same_file`: with `workload`, every run the database narrows it to (those whose workload column holds the
+        file's name, under any workload name: 'wl.py:a' and 'wl.py:b'), unmatched: a history (`workload_runs`)
+        matches them itself, and needs the file's other named workloads to tell whether a plain 'wl.py' is ambiguous."""
         if kind and not self.has_kind(kind):
             raise ConfigError(f"no run kind '{kind}': the kinds are {', '.join(KINDS)}")
         query = sa.select(runs_table).order_by(runs_table.c.created_at.desc())
@@ -448,7 +451,7 @@ class Store:
             query = query.where(runs_table.c.workload == workload)
         else:
             query = query.where(runs_table.c.workload.like(f"%{_like_literal(file_name)}%", escape="\\"))
-        matches = workload_matcher(workload)
+        matches = (lambda _record: True) if same_file else workload_matcher(workload)
         records: builtins.list[RunRecord] = []
         with self._connect() as conn:
             for row in conn.execute(query).mappings():
