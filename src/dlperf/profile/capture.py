@@ -167,10 +167,19 @@ class Step:
             inputs = to_device(workload.example_inputs(self.batch_size), device)
             if options.channels_last:
                 inputs = tuple(_channels_last(x) for x in inputs)
+            # one call of the model, untimed: run under another count than the one in place (the probe the first
+            # warm-up step makes for training), so a forward setting even the count in place is seen with no warm-up
             threads = torch.get_num_threads()
-            workload.check(model, inputs)  # one call of the model: one that sets the thread count sets it here
-            if torch.get_num_threads() != threads:
-                self.threads_set_by = "step"
+            probe = threads + 1 if threads == 1 else threads - 1
+            torch.set_num_threads(probe)
+            try:
+                workload.check(model, inputs)
+            finally:
+                if torch.get_num_threads() != probe:
+                    self.threads_set_by = "step"
+                else:
+                    torch.set_num_threads(threads)
+            self.threads_probed = True
             self._call = make_call(self._run_model, inputs, device, options.precision)
         else:
             assert workload.train is not None

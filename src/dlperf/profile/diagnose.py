@@ -756,13 +756,14 @@ def _own_threads(t: ThreadAnalysis) -> list[str]:
 
 
 def _unprobed(t: ThreadAnalysis) -> list[str]:
-    """The evidence that no step ran under another thread count (the first warm-up step does, and a capture with no
-    warm-up step had none): a forward setting the count already in place then looks like one setting none, and a
-    `--threads` fix from outside would not hold. Said where such a fix is offered."""
+    """The evidence that no step ran under another thread count (an inference step's check call does, a training
+    capture's first warm-up step, and a training capture with no warm-up step had none): a forward setting the count
+    already in place then looks like one setting none, and a `--threads` fix from outside would not hold. Said where
+    such a fix is offered."""
     if t.threads_probed is not False or t.threads_set_by == "step":
         return []
-    return ["no step ran under another thread count than the one in place (the first warm-up step does; here there "
-            "was none), so a torch.set_num_threads in the workload's forward that sets the count "
+    return ["no step ran under another thread count than the one in place (in training the first warm-up step "
+            "does; here there was none), so a torch.set_num_threads in the workload's forward that sets the count "
             "already in place would go unseen, and undo a --threads fix: --verify measures whether it holds"]
 
 

@@ -145,8 +145,9 @@ class ThreadInfo:
     step, overrides it), 'step' (each step, e.g. `torch.set_num_threads` in its forward: a count set from outside does
     not hold); None where it did not, or an older trace."""
     threads_probed: bool | None = None
-    """Whether a step ran under another thread count than the one in place (the first warm-up step does), which is how
-    a step setting the count already in place is seen; False: no step did (no warm-up step), None: an older trace."""
+    """Whether a step ran under another thread count than the one in place (inference: the untimed call that checks
+    the model, always; training: the first warm-up step), which is how a step setting the count already in place is
+    seen; False: no step did (training with no warm-up step), None: an older trace."""
 
 
 @dataclass

@@ -136,23 +136,43 @@ def test_the_warm_up_probe_runs_under_threads_too() -> None:
     assert plain.threads.intra_op_threads == 2  # the probe's count put back to the --threads one
 
 
-def test_a_capture_with_no_warm_up_step_says_it_made_no_thread_probe() -> None:
-    """The probe runs in the first warm-up step: with none, a forward setting the count already in place read as
-    setting none, and nothing said the probe was not made (its threads finding offered --threads 1 unsaid)."""
+def test_with_no_warm_up_step_inference_is_probed_by_its_check_call_and_training_says_it_was_not() -> None:
+    """The probe ran in the first warm-up step only: with none, an inference forward setting the count already in
+    place read as setting none (threads_probed False), though the step's untimed check call could run under the
+    probe count. Training has no such call: it still says no step was probed."""
 
     class SetsTwo(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             torch.set_num_threads(2)
-            return x * 2
+            return self.linear(x)
 
+    def loader(batch_size: int, **kwargs: object) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.ones(batch_size, 16), torch.zeros(batch_size, 16))]
+
+    def sgd(params: object) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=0.1)  # type: ignore[arg-type]
+
+    sets = Workload(name="sets", make_model=SetsTwo, make_inputs=lambda b: (torch.ones(b, 16),),
+                    train=TrainSpec(make_loader=loader, loss_fn=torch.nn.functional.mse_loss,
+                                    make_optimizer=sgd, batch_size=4))
+    plain = Workload(name="plain", make_model=lambda: torch.nn.Linear(16, 16),
+                     make_inputs=lambda b: (torch.ones(b, 16),))
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        trace = capture(Workload(name="sets", make_model=SetsTwo, make_inputs=lambda b: (torch.ones(b, 16),)),
-                        CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05))
+        inference = capture(sets, CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05))
+        plain_trace = capture(plain, CaptureConfig(steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05))
+        train = capture(sets, CaptureConfig(mode="train", steps=1, warmup_steps=0, unprofiled_min_duration_s=0.05))
     finally:
         torch.set_num_threads(before)
-    assert trace.threads.threads_set_by is None and trace.threads.threads_probed is False
+    assert inference.threads.threads_set_by == "step" and inference.threads.threads_probed
+    assert plain_trace.threads.threads_set_by is None and plain_trace.threads.threads_probed
+    assert plain_trace.threads.intra_op_threads == 2  # the probe's count put back
+    assert train.threads.threads_set_by is None and train.threads.threads_probed is False
 
 
 def test_train_without_a_train_spec_is_a_workload_error() -> None:
