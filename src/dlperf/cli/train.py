@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "end past it, and the knobs left untried are listed; the final measurements still run. "
                            "A knob's next trial is expected to last as long as its own earlier ones, its first the "
                            "mean of all so far, so a first much longer (compile: seconds where the others took "
-                           "0.1 s) can overrun a small budget: the result says by how much, and which trial")
+                           "0.1 s) can overrun a small budget: the result (an interrupted tuning's too) says by how "
+                           "much, and which trial")
     dist = parser.add_argument_group("distributed (--nproc)")
     dist.add_argument("--nproc", type=int, default=None,
                       help="run under torchrun with DistributedDataParallel on N processes and report scaling "
@@ -238,5 +239,5 @@ def _tune(args: argparse.Namespace, tune_config: Any, workload: Any, baseline: A
             return tuner.run()
         except KeyboardInterrupt:  # stopped in the final measurements: they are kept too
             recording.result = partial_result(workload.name, baseline, tuner.trials, tuner.best,
-                                              tuner.baseline_measurement, tuner.best_measurement)
+                                              tuner.baseline_measurement, tuner.best_measurement, tuner.time_budget)
             raise

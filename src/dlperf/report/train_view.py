@@ -317,6 +317,9 @@ def partial_tune_view(result: dict[str, Any]) -> RenderableType:
     head.append(f"  baseline  {config_line(result['baseline'])}\n")
     if result.get("best_so_far"):
         head.append(f"  best so far {config_line(result['best_so_far'])} (not confirmed by the final A/B)\n")
+    spent_line = budget_text(result)
+    if spent_line:  # up to the interrupt
+        head.append(f"  {spent_line}\n", style="yellow" if (result.get("time_budget") or {}).get("overrun_by") else "")
     parts: list[RenderableType] = [head]
     if ran:
         parts.append(trials_table(trials))

@@ -361,6 +361,9 @@ class Tuner:
         self.not_tried: list[str] = []
         self.time_budget: BudgetUse | None = None
         self._overrun_by: str | None = None
+        self._running: tuple[str, float] | None = None
+        """The knob or trial in progress and when it started (`time.perf_counter`, as a trial's duration is timed):
+        what an interrupt stopped."""
         self._started = time.monotonic()
 
     def ceilings_for(self, config: StepConfig) -> Ceilings | None:
@@ -417,6 +420,14 @@ class Tuner:
         self._record(Trial(knob, {}, "", SKIPPED, reason))
 
     def run(self) -> TuneResult:
+        try:
+            return self._run()
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what the tuning kept (`partial_result`) has its time, too
+            if self.time_budget is None:
+                self.time_budget = self._budget_use()
+            raise
+
+    def _run(self) -> TuneResult:
         ctx = make_context(self.workload, self.baseline.device, self.config)
         parity_config = self.config.parity
         self._started = time.monotonic()
@@ -441,6 +452,7 @@ class Tuner:
                     continue
                 best, best_loop = self._try_knob(knob, ctx, best, best_loop, baseline_losses)
                 self.best = best
+                self._running = None
             self.time_budget = self._budget_use()
             return self._finish(best, best_loop)
         finally:
@@ -453,7 +465,11 @@ class Tuner:
             return None
         spent = time.monotonic() - self._started
         overrun_by = self._overrun_by
-        if spent > budget and overrun_by is None:  # no trial ended past it: the baseline's loss curves did
+        if spent > budget and overrun_by is None and self._running is not None:  # interrupted in it
+            what, began = self._running
+            took = time.perf_counter() - began
+            overrun_by = f"{what} (started at {spent - took:.1f}s, interrupted after {took:.1f}s)"
+        elif spent > budget and overrun_by is None:  # no trial ended past it: the baseline's loss curves did
             overrun_by = "the baseline's loss curves, before any trial"
         return BudgetUse(budget, spent, overrun_by if spent > budget else None)
 
@@ -487,6 +503,7 @@ class Tuner:
             return best, best_loop
         self.on_event(f"{knob.name}: proposing")
         started = time.perf_counter()
+        self._running = (knob.name, started)
         try:
             candidates = knob.candidates(best, ctx)
         except Exception as exc:  # a knob that cannot propose must not stop the others
@@ -521,6 +538,7 @@ class Tuner:
                        baseline_losses: list[float]) -> tuple[Trial, TrainLoop | None]:
         started = time.perf_counter()
         trial = Trial(knob.name, dict(candidate.change), candidate.note, FAILED, details=dict(candidate.details))
+        self._running = (f"{knob.name}: {candidate.note or candidate.change}", started)
         loop: TrainLoop | None = None
         try:
             config = best.replace(**candidate.change)
@@ -740,11 +758,15 @@ def _product(values: Any) -> float | None:
 
 def partial_result(workload: str, baseline: StepConfig, trials: list[Trial], best: StepConfig | None = None,
                    baseline_measurement: TrainMeasurement | None = None,
-                   best_measurement: TrainMeasurement | None = None) -> dict[str, Any]:
+                   best_measurement: TrainMeasurement | None = None,
+                   time_budget: BudgetUse | None = None) -> dict[str, Any]:
     """What a tuning stopped before its end has: the baseline and the trials it finished, and, stopped in its last
-    phase, the best configuration so far and the measurements done (whole or up to the interrupt); no verdict."""
+    phase, the best configuration so far and the measurements done (whole or up to the interrupt); no verdict.
+    `time_budget`: the time it took against its budget, up to the interrupt or to its final measurements."""
     out: dict[str, Any] = {"workload": workload, "baseline": baseline.to_dict(),
                            "trials": [t.to_dict() for t in trials]}
+    if time_budget is not None:
+        out["time_budget"] = time_budget.to_dict()
     if best is not None and best != baseline:
         out["best_so_far"] = best.to_dict()
     if baseline_measurement is not None:

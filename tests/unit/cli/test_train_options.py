@@ -52,7 +52,7 @@ def test_the_time_budget_s_help_says_a_trial_much_longer_than_the_mean_can_overr
         build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "as long as its own earlier ones, its first the mean of all so far" in text
-    assert "overrun a small budget: the result says by how much, and which trial" in text
+    assert "overrun a small budget: the result (an interrupted tuning's too) says by how much, and which trial" in text
 
 
 def test_the_time_budget_is_parsed_as_optimize_s_and_needs_tune() -> None:
@@ -74,6 +74,23 @@ def test_a_tune_run_records_its_mode(tmp_path: Path, monkeypatch: pytest.MonkeyP
     db = tmp_path / "runs.db"
     assert main(["train", "zoo:mlp", "--tune", "--no-mfu", "--store", str(db)]) == 130
     assert _record(db).config["mode"] == "tune"
+
+
+def test_an_interrupted_tune_run_keeps_its_time_against_the_budget(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlperf.train.tune import BudgetUse, Tuner
+
+    def stopped(self: Tuner) -> Any:  # stopped in a trial, as Tuner.run leaves it
+        self.time_budget = BudgetUse(5.0, 7.5,
+                                     "compile: torch.compile(model) (started at 2.0s, interrupted after 5.5s)")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Tuner, "run", stopped)
+    db = tmp_path / "runs.db"
+    assert main(["train", "zoo:mlp", "--tune", "--time-budget", "5s", "--no-mfu", "--store", str(db)]) == 130
+    assert _record(db).result["time_budget"] == {
+        "budget_s": 5.0, "spent_s": 7.5, "overrun_s": 2.5,
+        "overrun_by": "compile: torch.compile(model) (started at 2.0s, interrupted after 5.5s)"}
 
 
 def test_timeout_is_the_limit_of_each_ddp_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -624,6 +624,44 @@ def test_a_trial_that_ends_past_the_time_budget_is_recorded_with_the_overrun(
             "{'optimizer_impl': 'foreach'} (started at 5.0s, took 10.0s)") in _render(tune_view(result.to_dict()))
 
 
+@pytest.mark.parametrize(("budget_s", "overrun_by"), [
+    (60.0, None), (14.5, "slow: test {'optimizer_impl': 'foreach'} (started at 5.0s, interrupted after 10.0s)")])
+def test_a_tuning_interrupted_in_a_trial_keeps_its_time_against_the_budget(
+        monkeypatch: pytest.MonkeyPatch, budget_s: float, overrun_by: str | None) -> None:
+    """Ctrl-C or SIGTERM during a trial kept the finished trials but not the time spent against --time-budget, nor
+    the trial the budget ran out in. Here the slow knob's first trial is interrupted after its 10 s."""
+    from dlperf.report.train_view import partial_tune_view
+    from dlperf.train import tune as tune_module
+    from dlperf.train.tune import partial_result
+
+    config, knobs = _slow_curves(monkeypatch, budget_s)
+    counting = tune_module.loss_curve
+
+    def interrupted(workload: Any, step: StepConfig, steps: int, seed: int) -> list[float]:
+        losses = counting(workload, step, steps, seed)  # moves the clock
+        if step.optimizer_impl == "foreach":
+            raise KeyboardInterrupt
+        return losses
+
+    monkeypatch.setattr("dlperf.train.tune.loss_curve", interrupted)
+    tuner = Tuner(tiny(), StepConfig(batch_size=32, threads=1), config, knobs=knobs)
+    store = Store("sqlite://")
+    with pytest.raises(KeyboardInterrupt), store.recording("train", "tiny", {}) as run:
+        try:
+            tuner.run()
+        except KeyboardInterrupt:
+            run.result = partial_result("tiny", tuner.baseline, tuner.trials, tuner.best, tuner.baseline_measurement,
+                                        tuner.best_measurement, tuner.time_budget)
+            raise
+    kept = store.get(run.id).result
+    assert len(kept["trials"]) == 4  # the fast knobs'
+    assert kept["time_budget"] == {"budget_s": budget_s, "spent_s": 15.0, "overrun_s": max(0.0, 15.0 - budget_s),
+                                   "overrun_by": overrun_by}
+    text = _render(partial_tune_view(kept))
+    assert f"time budget {budget_s:g}s: the loss curves and trials took 15.0s" in text
+    assert (overrun_by is None) == ("over, during" not in text)
+
+
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlperf.measure.clock import FakeClock
 
