@@ -435,10 +435,11 @@ def _tune_view(r: Mapping[str, Any]) -> str:
         ab = r.get("final_ab")
         confirmed = settings_confirmed(r)
         gain = f"{r['speedup']:.2f}x samples/s ({ab['verdict']} in an interleaved A/B)" if ab else no_gain_text(r)
+        tokens = isinstance(r.get("baseline_tokens_per_s"), (int, float))  # token ids in: tokens/s beside samples/s
         parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + html_table(
-            ("", "settings", "samples/s"),
-            [["baseline", config_line(r["baseline"]), fmt(r.get("baseline_samples_per_s"))],
-             ["best", config_line(r["best"]), fmt(r.get("best_samples_per_s"))]]))
+            ("", "settings", "samples/s", *(("tokens/s",) if tokens else ())),
+            [[which, config_line(r[which]), fmt(r.get(f"{which}_samples_per_s")),
+              *([fmt(r.get(f"{which}_tokens_per_s"))] if tokens else [])] for which in ("baseline", "best")]))
         if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
             parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
         spent_line = budget_text(r)

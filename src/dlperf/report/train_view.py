@@ -221,14 +221,40 @@ def budget_text(result: Mapping[str, Any]) -> str | None:
     return text
 
 
+def _tokens_beside(result: Mapping[str, Any], which: str) -> str:
+    """', 1,464 tokens/s' (' (guessed)' where counted from the inputs' shape) beside a tuned result's samples/s;
+    '' for inputs that are not token ids, or a run stored before it was given."""
+    rate = result.get(f"{which}_tokens_per_s")
+    if not isinstance(rate, (int, float)):
+        return ""
+    guessed = (result.get(f"{which}_measurement") or {}).get("tokens_guessed")
+    return f", {fmt_count(rate)} tokens/s{' (guessed)' if guessed else ''}"
+
+
+def tokens_gain_text(result: Mapping[str, Any]) -> str | None:
+    """Where the best trained on other tokens a sample than the baseline (another batch size, another padding), its
+    tokens/s gain, which then is not the samples/s one; None where they are the same (the gain is both's)."""
+    figures = [result.get(f"{which}_{unit}_per_s") for which in ("baseline", "best") for unit in ("tokens", "samples")]
+    positive = [float(x) for x in figures if isinstance(x, (int, float)) and x > 0]
+    if len(positive) < len(figures):
+        return None
+    base, base_rate, best, best_rate = positive
+    per_base, per_best = base / base_rate, best / best_rate
+    if abs(per_best / per_base - 1) < 0.01:
+        return None
+    return (f"tokens/s  {best / base:.2f}x: the best trained on {per_best:.1f} tokens a sample, the baseline on "
+            f"{per_base:.1f}")
+
+
 def tune_view(result: dict[str, Any]) -> RenderableType:
     if "best" not in result:  # stopped before the end (Ctrl-C, SIGTERM): only the finished trials
         return partial_tune_view(result)
     head = Text()
     head.append(f"tuned {result['workload']}\n", style="bold")
     head.append(f"  baseline  {config_line(result['baseline'])}: "
-                f"{fmt_count(result['baseline_samples_per_s'])} samples/s\n")
-    head.append(f"  best      {config_line(result['best'])}: {fmt_count(result['best_samples_per_s'])} samples/s\n")
+                f"{fmt_count(result['baseline_samples_per_s'])} samples/s{_tokens_beside(result, 'baseline')}\n")
+    head.append(f"  best      {config_line(result['best'])}: {fmt_count(result['best_samples_per_s'])} samples/s"
+                f"{_tokens_beside(result, 'best')}\n")
     ab = result.get("final_ab")
     confirmed = settings_confirmed(result)
     if ab:
@@ -239,6 +265,9 @@ def tune_view(result: dict[str, Any]) -> RenderableType:
             head.append(f"  {result['disturbed']}\n", style="yellow")
     else:
         head.append(f"  gain      {no_gain_text(result)}\n", style="yellow")
+    tokens_gain = tokens_gain_text(result)
+    if tokens_gain:
+        head.append(f"  {tokens_gain}\n")
     spent_line = budget_text(result)
     if spent_line:
         head.append(f"  {spent_line}\n", style="yellow" if (result.get("time_budget") or {}).get("overrun_by") else "")

@@ -211,6 +211,16 @@ class TuneResult:
         return self.final_samples_per_s[1]
 
     @property
+    def baseline_tokens_per_s(self) -> float | None:
+        """Tokens/s beside `baseline_samples_per_s`: it times the tokens a sample the baseline's own measurement
+        trained on (the final A/B counts no tokens); None for inputs that are not token ids."""
+        return _in_tokens(self.baseline_samples_per_s, self.baseline_measurement)
+
+    @property
+    def best_tokens_per_s(self) -> float | None:
+        return _in_tokens(self.best_samples_per_s, self.best_measurement)
+
+    @property
     def disturbed(self) -> str | None:
         """Why the final A/B's totals disagree with its paired blocks (`disturbance`); None when they agree."""
         if self.final_ab is None or self.final_samples is None:
@@ -227,6 +237,8 @@ class TuneResult:
             "final_ab": ab.to_dict() if ab else None,
             "baseline_samples_per_s": self.baseline_samples_per_s,
             "best_samples_per_s": self.best_samples_per_s,
+            "baseline_tokens_per_s": self.baseline_tokens_per_s,
+            "best_tokens_per_s": self.best_tokens_per_s,
             "disturbed": self.disturbed,
             "parity_blind": self.parity_blind,
             "not_tried": self.not_tried,
@@ -236,6 +248,16 @@ class TuneResult:
             "baseline_measurement": self.baseline_measurement.to_dict(),
             "best_measurement": self.best_measurement.to_dict(),
         }
+
+
+def _in_tokens(samples_per_s: float, measured: TrainMeasurement) -> float | None:
+    """`samples_per_s` times the tokens a sample `measured` trained on; None for inputs that are not token ids. The
+    same loader at the same batch gives the same tokens a sample, so the best's tokens/s over the baseline's is then
+    their samples/s's ratio; another batch size can change it (padding to each batch's longest row)."""
+    tokens = measured.tokens_per_s
+    if tokens is None or measured.samples_per_s <= 0:
+        return None
+    return samples_per_s * tokens / measured.samples_per_s
 
 
 def throughput_speedup(ab: ABResult, a: StepConfig, b: StepConfig) -> float:

@@ -35,7 +35,7 @@ from dlperf.train.tune import (
     record_trial,
 )
 
-from ._workloads import tiny
+from ._workloads import padded, tiny
 
 pytestmark = pytest.mark.unit
 
@@ -660,6 +660,35 @@ def test_a_tuning_interrupted_in_a_trial_keeps_its_time_against_the_budget(
     text = _render(partial_tune_view(kept))
     assert f"time budget {budget_s:g}s: the loss curves and trials took 15.0s" in text
     assert (overrun_by is None) == ("over, during" not in text)
+
+
+@pytest.mark.parametrize(("change", "per_sample"), [({"threads": 1}, (4.5, 4.5)),
+                                                   ({"batch_size": 4, "accumulation_steps": 2}, (4.5, 2.5))])
+def test_a_tuned_result_gives_tokens_per_s_beside_samples_per_s(change: dict[str, object],
+                                                                  per_sample: tuple[float, float]) -> None:
+    """A tuned workload of token ids printed and kept samples/s only, where its plain measurement gives tokens/s.
+    Row i of padded()'s batches has i % 16 + 1 real tokens: 4.5 a sample at batch 8, 2.5 at micro-batch 4, where
+    the tokens/s gain is no longer the samples/s one and says so."""
+    from dlperf.report.html_kinds import _tune_view
+
+    quick = ABConfig(blocks=4, iters_per_block=1, warmup_iters=1)
+    config = TuneConfig(parity=ParityConfig(steps=4), ab=quick, final_ab=quick, measure_steps=3, steps_per_call=1,
+                        count_flops=False)
+    knobs: dict[str, Knob] = {"k": FixedKnob("k", (change,), required=True)}
+    result = Tuner(padded(8), StepConfig(batch_size=8, threads=2), config, knobs=knobs).run()
+    assert result.best != result.baseline
+    out = result.to_dict()
+    assert out["baseline_tokens_per_s"] == pytest.approx(out["baseline_samples_per_s"] * per_sample[0])
+    assert out["best_tokens_per_s"] == pytest.approx(out["best_samples_per_s"] * per_sample[1])
+    text = _render(tune_view(out))
+    assert (f"samples/s, {fmt_count(out['baseline_tokens_per_s'])} tokens/s\n" in text
+            and f"samples/s, {fmt_count(out['best_tokens_per_s'])} tokens/s\n" in text), text
+    gain = (f"tokens/s  {out['best_tokens_per_s'] / out['baseline_tokens_per_s']:.2f}x: the best trained on 2.5 "
+            "tokens a sample, the baseline on 4.5")
+    assert (gain in text) == (per_sample[0] != per_sample[1]), text
+    assert ">tokens/s</th>" in _tune_view(out)
+    plain = Tuner(tiny(), StepConfig(batch_size=32, threads=2), config, knobs=knobs if "threads" in change else {})
+    assert plain.run().to_dict()["best_tokens_per_s"] is None
 
 
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
