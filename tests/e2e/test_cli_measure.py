@@ -128,6 +128,8 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
     (["runs", "show", "nosuchid"], "no run 'nosuchid'"),
     (["runs", "history", "zoo:mlp", "--metric", "p42"], "unknown metric 'p42'"),
     (["runs", "history", "zoo:never-run"], "no finished bench runs of 'zoo:never-run'"),
+    # with --batch-size it printed "over 0 runs (higher is better): no finished runs with that batch size", exit 0
+    (["runs", "history", "zoo:never-run", "--batch-size", "32"], "no finished bench runs of 'zoo:never-run'"),
     (["runs", "list", "--limit", "-3"], "--limit expects a positive integer"),
     (["runs"], "needs a subcommand"),
     (["calibrate", "--device", "tpu"], "unknown device 'tpu'"),

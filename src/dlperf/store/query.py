@@ -189,23 +189,26 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
                 workload: str = "", kind: str = "bench") -> History:
     """The series of `metric` at `batch_size` over `records` (any order in; oldest first out).
 
-    Only finished ('ok') runs count. Without `batch_size`, the newest run's first batch size is used.
+    Only finished ('ok') runs count; none, or none at `batch_size`, is a StoreError. Without `batch_size`, the
+    newest run's first batch size is used.
     """
     key, unit, higher = metric_spec(metric)
     ordered = sorted(records, key=lambda r: r.created_at)
     usable = [r for r in ordered if r.status == OK and bench_points(r)]
-    if batch_size is None:
-        if not usable:
-            name = workload or "WORKLOAD"
-            zoo_name = name.partition("?")[0].removeprefix("zoo:") if name.startswith("zoo:") else None
-            if zoo_name is not None:
-                from dlperf.workload import zoo
+    # with a batch size too: `runs history zoo:mlp --batch-size 32` of a store with no run of it printed "over 0
+    # runs ...: no finished runs with that batch size" and exited 0, as if the runs merely skipped that batch size
+    if not usable:
+        name = workload or "WORKLOAD"
+        zoo_name = name.partition("?")[0].removeprefix("zoo:") if name.startswith("zoo:") else None
+        if zoo_name is not None:
+            from dlperf.workload import zoo
 
-                if zoo_name not in zoo.names():  # 'run `dlperf bench zoo:nope` first' pointed at a model not there
-                    raise StoreError(f"no finished {kind} runs of '{name}' in the store, and there is no zoo "
-                                     f"workload '{zoo_name}': the zoo has {', '.join(zoo.names())}")
-            raise StoreError(f"no finished {kind} runs of '{name}' in the store: run `dlperf {kind} {name}` first"
-                             + (" (with --baseline NAME)" if kind == "check" else ""))
+            if zoo_name not in zoo.names():  # 'run `dlperf bench zoo:nope` first' pointed at a model not there
+                raise StoreError(f"no finished {kind} runs of '{name}' in the store, and there is no zoo "
+                                 f"workload '{zoo_name}': the zoo has {', '.join(zoo.names())}")
+        raise StoreError(f"no finished {kind} runs of '{name}' in the store: run `dlperf {kind} {name}` first"
+                         + (" (with --baseline NAME)" if kind == "check" else ""))
+    if batch_size is None:
         batch_size = int(bench_points(usable[-1])[0]["batch_size"])
     points: list[HistoryPoint] = []
     for record in usable:
@@ -216,12 +219,12 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
         if not isinstance(value, (int, float)):
             continue
         points.append(HistoryPoint(record.id, record.created_at, float(value), point["summary"].get("noise_warning")))
-    if usable and not any(point_at(r, batch_size) for r in usable):  # an empty history read as "no change", exit 0
+    if not any(point_at(r, batch_size) for r in usable):  # an empty history read as "no change", exit 0
         measured = sorted({int(p["batch_size"]) for r in usable for p in bench_points(r)})
         raise StoreError(f"no finished {kind} run of '{workload or ordered[0].workload}' measured batch size "
                          f"{batch_size}; they measured {', '.join(map(str, measured))}: give one of those with "
                          "--batch-size")
-    if usable and not points:  # it read "no finished runs with that batch size" of runs that measured it
+    if not points:  # it read "no finished runs with that batch size" of runs that measured it
         summaries = [p["summary"] for p in (point_at(r, batch_size) for r in usable) if p is not None]
         recorded = [name for name, (k, _, _) in METRICS.items()
                     if any(isinstance(s.get(k), (int, float)) for s in summaries)]

@@ -77,8 +77,13 @@ def test_errors() -> None:
     with pytest.raises(StoreError, match=r"no finished check runs of 'zoo:mlp' in the store: run `dlperf check "
                                          r"zoo:mlp`"):
         kpi_history([], "p50", workload="zoo:mlp", kind="check")
-    empty = kpi_history([], "p50", batch_size=4, workload="zoo:x")
-    assert empty.points == [] and empty.change is None and empty.best is None
+    # with a batch size too: it gave an empty history, which `runs history` printed as "over 0 runs ...: no finished
+    # runs with that batch size" and exit 0
+    with pytest.raises(StoreError, match=r"^no finished bench runs of 'zoo:mlp' in the store: run `dlperf bench "
+                                         r"zoo:mlp` first$"):
+        kpi_history([], "p50", batch_size=4, workload="zoo:mlp")
+    with pytest.raises(StoreError, match="and there is no zoo workload 'nope'"):
+        kpi_history([], "p50", batch_size=4, workload="zoo:nope")
     # runs that never measured the batch size asked for: "over 0 runs ..." and exit 0 read as nothing changed
     with pytest.raises(StoreError, match=r"^no finished bench run of 'zoo:mlp' measured batch size 7; they measured "
                                          r"1, 8: give one of those with --batch-size$"):
