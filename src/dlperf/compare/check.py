@@ -160,8 +160,11 @@ def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdic
             if said:
                 out.append(f"batch {p.batch_size}: {said}")
                 doubtful.add(p.batch_size)
+    # only the batch sizes judged: `check --batch-size 8` warned of the baseline's noisy batch 1 and 32 too,
+    # which it neither measured nor compared
+    judged = {v.batch_size for v in verdict.points}
     for batch, m in sorted(base_points.items()):
-        if m.noise_warning:
+        if m.noise_warning and batch in judged:
             out.append(f"the baseline's batch {batch}: {m.noise_warning}")
             doubtful.add(batch)
     failed = sorted(v.batch_size for v in verdict.points if v.failed and v.batch_size in doubtful)

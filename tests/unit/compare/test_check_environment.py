@@ -99,6 +99,23 @@ def test_a_fail_measured_beside_busy_processes_says_to_rerun() -> None:
     assert not any("failing" in w for w in _measurement_warnings(points, {1: calm, 8: calm}, verdict))  # type: ignore[arg-type]
 
 
+def test_the_baseline_noise_is_told_only_for_the_batch_sizes_judged() -> None:
+    """`dlperf check zoo:mlp --baseline main --batch-size 8` warned "the baseline's batch 1: noisy ..." and the same
+    of batch 32, which the check neither measured nor compared."""
+    from types import SimpleNamespace
+
+    from dlperf.compare.check import _measurement_warnings
+    from dlperf.measure.stats import Measurement
+
+    calm = Measurement([1_000_000 + i for i in range(50)])
+    noisy = Measurement([1_000_000 * (1 + i % 2) for i in range(50)])
+    assert noisy.noise_warning and not calm.noise_warning
+    points = [SimpleNamespace(batch_size=8, measurement=calm, contention_warning=None)]
+    verdict = SimpleNamespace(points=[SimpleNamespace(batch_size=8, failed=False)])
+    said = _measurement_warnings(points, {1: noisy, 8: noisy, 32: noisy}, verdict)  # type: ignore[arg-type]
+    assert [w.split(":")[0] for w in said] == ["the baseline's batch 8"]
+
+
 @pytest.mark.parametrize(("text", "value"), [("5%", 0.05), ("0.05", 0.05), ("1", 1.0), ("500%", 5.0)])
 def test_fractions_and_percentages(text: str, value: float) -> None:
     from dlperf.cli.common import percent_or_float
