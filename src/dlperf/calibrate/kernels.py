@@ -17,7 +17,7 @@ from typing import Any
 from dlperf.calibrate.ceilings import Ceilings, ProgressFn
 from dlperf.errors import CalibrationError, MeasurementError
 from dlperf.measure.clock import clock_for
-from dlperf.measure.stats import Measurement
+from dlperf.measure.stats import FIXED_WORK_NOISE_CAUSES, NOISE_CAUSES, Measurement
 from dlperf.measure.timer import TimerConfig, time_callable
 
 CEILING_PERCENTILE = 10.0
@@ -162,8 +162,13 @@ def measure_bandwidth(device: str = "cpu", nbytes: int = FULL_COPY_BYTES,
 
 
 def _how(m: Measurement, other_cores: float, **size: int) -> dict[str, Any]:
+    warning = m.noise_warning
+    if warning is not None and warning.endswith(NOISE_CAUSES):
+        # a GEMM or a copy does the same work every call: "warning: gemm_fp32: noisy ...; the model's own
+        # per-call variation (data-dependent control flow, random-length loops)" named a cause it cannot have
+        warning = f"{warning.removesuffix(NOISE_CAUSES)}{FIXED_WORK_NOISE_CAUSES}"
     return {**size, "p10_s": m.percentile_s(CEILING_PERCENTILE), "median_s": m.p50_s, "samples": m.n,
-            "noise_warning": m.noise_warning, "other_load_cores": round(other_cores, 2)}
+            "noise_warning": warning, "other_load_cores": round(other_cores, 2)}
 
 
 def _time(call: Callable[[], Any], timer: TimerConfig, device: str, label: str) -> Measurement:

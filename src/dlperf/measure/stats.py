@@ -14,6 +14,8 @@ MODEL_VARIATION = "the model's own per-call variation (data-dependent control fl
 """A noisy measurement's cause that lies in the model: it left it out, the cause for such a model on an idle machine."""
 NOISE_CAUSES = f"other load on the machine, frequency scaling, {MODEL_VARIATION} or too few samples"
 """What the noise warning lists where it cannot tell which (a Measurement does not know the machine's load)."""
+FIXED_WORK_NOISE_CAUSES = "other load on the machine, frequency scaling or too few samples"
+"""The causes of noise in timing a call whose work never varies (a calibration's GEMM or copy): no model's own."""
 
 CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
 """What a clock adds to one sample or cannot resolve in it: an empty call's `perf_counter_ns` sample reads

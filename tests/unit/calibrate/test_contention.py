@@ -61,3 +61,18 @@ def test_measure_ceilings_warns_of_the_measurements_others_slowed(monkeypatch: p
     assert kernels.measure_ceilings("cpu", "key", quick=True).details["warnings"] == []
     monkeypatch.setattr(kernels, "busy_warnings", lambda: ["the machine is busy"])
     assert kernels.measure_ceilings("cpu", "key").details["warnings"] == ["the machine is busy"]
+
+
+def test_a_noisy_ceiling_names_no_model_variation():
+    """`dlperf calibrate` printed "warning: gemm_fp32: noisy: IQR is 40% of the median (> 10%); other load on the
+    machine, frequency scaling, the model's own per-call variation (data-dependent control flow, random-length
+    loops) or too few samples": a GEMM or a copy has no control flow of its own to vary."""
+    from dlperf.calibrate.kernels import _how
+    from dlperf.measure.stats import Measurement
+
+    noisy = Measurement([1_000_000 * (1 + i % 2) for i in range(50)])
+    assert noisy.noise_warning is not None and "model's own" in noisy.noise_warning
+    how = _how(noisy, 0.0, n=128)
+    assert how["noise_warning"] == ("noisy: IQR is 67% of the median (> 10%); other load on the machine, frequency "
+                                    "scaling or too few samples")
+    assert _how(Measurement([1_000_000 + i for i in range(50)]), 0.0, n=128)["noise_warning"] is None
