@@ -855,6 +855,22 @@ def test_compute_near_the_peak_measures_only_cheaper_arithmetic_against_its_own_
     assert no_bf16.estimated_speedup == pytest.approx(1 / ((1 - no_bf16.share) + no_bf16.share / 4.0))
 
 
+def test_compute_above_its_ceilings_is_not_confidently_near_the_peak() -> None:
+    """`dlperf profile zoo:minilm` against ceilings a busy calibration cached (fp32 86 GFLOP/s): addmm at 403% of
+    its ceiling, and the compute finding read "running at 376% of the ... peak ... the arithmetic runs near the
+    machine's peak" with confidence high."""
+    from tests.unit.profile.builders import FakeCeilings
+
+    near = [gemm(i * 2000.0, 1700.0, step=0) for i in range(5)]  # 79 GFLOP/s
+    understated = FakeCeilings({"fp32": 20e9, "bf16": 60e9}, 10e9)  # the GEMMs run at ~4x this "peak"
+    top = dg.diagnose(dg.analyze_all(trace(near), understated)).top
+    assert top is not None and top.category == dg.COMPUTE_BOUND and top.confidence == "low"
+    assert any("the ceilings, not these operators, are off" in e for e in top.evidence)
+    right = dg.diagnose(dg.analyze_all(trace(near), FakeCeilings({"fp32": 100e9, "bf16": 300e9}, 10e9))).top
+    assert right is not None and right.confidence == "high"
+    assert not any("are off" in e for e in right.evidence)
+
+
 def test_a_bf16_model_is_held_to_the_bf16_peak_and_offered_no_bf16_autocast() -> None:
     """A bf16 MLP's addmm at 36% of the bf16 peak read "running at 36% of the 69 GFLOP/s fp32 GEMM peak", and its fixes
     included bf16 autocast, which leaves a bf16 model as it is; near the peak it was estimated by bf16's ceiling over
