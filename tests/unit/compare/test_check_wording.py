@@ -135,7 +135,20 @@ def test_compare_prints_a_time_kpi_in_ms_and_each_run_s_other_results_in_its_own
     p50 = next(k for k in compared.kpis if k.name == "p50_s")
     assert next(r for r in rows if r[:3] == ["p50", "latency", "ms"])[3:5] == [f"{p50.a * 1e3:.4g}",
                                                                                f"{p50.b * 1e3:.4g}"]
-    assert ["gemm_flops.fp32", "1.5e+11", "2.5e+11"] in rows
+    assert ["gemm_flops.fp32", "1.5e+11", "2.5e+11", "+66.7%"] in rows
+
+
+def test_other_results_give_their_change() -> None:
+    """Two profile runs compared listed `analyses.breakdown.step_s  0.256061  0.186133` and no change."""
+    a = RunRecord("a1", "profile", "zoo:minilm", "ok", "2026-12-07T04:00:00")
+    b = RunRecord("b1", "profile", "zoo:minilm", "ok", "2026-12-07T04:01:00")
+    console = Console(width=120, record=True)
+    for part in comparison_tables(RunComparison(a, b, [], [], other_deltas=[("step_s", 0.256061, 0.186133),
+                                                                            ("waits", 0.0, 2.0)])):
+        console.print(part)
+    rows = [re.sub("[│┃]", " ", line).split() for line in console.export_text().splitlines()]
+    assert ["step_s", "0.256061", "0.186133", "-27.3%"] in rows
+    assert ["waits", "0", "2", "-"] in rows
 
 
 def test_a_passing_check_gives_no_commands_for_accepting_a_slowdown() -> None:
