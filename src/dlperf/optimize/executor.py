@@ -105,6 +105,11 @@ def parse_executor(spec: str) -> tuple[str, str | None]:
         if sep and not address:
             raise ConfigError("--executor ray: give an address after the colon (ray:HOST:PORT, ray:auto) "
                               "or none for a local Ray instance")
+        from dlperf.ray.address import address_shape_problem
+
+        problem = address_shape_problem(address) if address else None
+        if problem is not None:
+            raise ConfigError(f"--executor {spec}: {problem}")
         host, colon, port = address.rpartition(":")
         if colon and host and not address.lower().startswith("ray://") and not (port.isdigit()
                                                                                and 0 < int(port) < 65536):

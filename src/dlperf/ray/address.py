@@ -23,6 +23,24 @@ def _is_host_port(address: str) -> bool:
     return bool(sep) and "://" not in address and port.isdigit()
 
 
+def address_shape_problem(address: str) -> str | None:
+    """Why `address` cannot be a Ray cluster's address by its shape alone, or None: a URL of another scheme than
+    ray:// (Ray's dashboard or jobs API, http://HOST:8265), or a host without a port. Both went to `ray.init`, which
+    answered, 4-5 s later, "Invalid Ray address: 'http://bad:1'. It looks like you set RAY_ADDRESS to an HTTP
+    address ... Unset RAY_ADDRESS" (the user had set no RAY_ADDRESS) and "Invalid address format: 127.0.0.1"."""
+    text = address.strip()
+    if text.lower() in ("auto", "local") or text.lower().startswith("ray://"):
+        return None
+    scheme, sep, _ = text.partition("://")
+    if sep:
+        return (f"{scheme}:// is a URL (Ray's dashboard and jobs API are http://HOST:8265), not a cluster's address: "
+                "give the head node's GCS address as `ray start --head` prints it (HOST:6379), or ray://HOST:10001 "
+                "for Ray's client server")
+    if ":" not in text:
+        return "no port: give HOST:PORT as `ray start --head` prints it (port 6379 by default)"
+    return None
+
+
 def why_unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     """Why a HOST:PORT address does not answer TCP within `timeout_s`, or None when it does; 'auto', 'local' and
     ray:// client addresses are left to Ray (None)."""

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from dlperf.errors import ConfigError, DlperfError, ServingError, require
 from dlperf.ray.address import (
+    address_shape_problem,
     cluster_address,
     init_error,
     shutdown_ray,
@@ -63,6 +64,9 @@ class RayServeOptions:
             raise ConfigError(f"unknown proxy location '{self.proxy_location}': use HeadOnly or EveryNode")
         if not self.deploy_timeout_s > 0:
             raise ConfigError(f"--deploy-timeout-s must be > 0, got {self.deploy_timeout_s:g}")
+        problem = None if self.address is None else address_shape_problem(self.address)
+        if problem is not None:
+            raise ConfigError(f"--ray-address {self.address}: {problem}")
 
 
 def parse_autoscale(text: str) -> tuple[int, int]:

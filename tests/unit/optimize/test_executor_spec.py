@@ -34,6 +34,11 @@ def test_each_spelling_names_its_executor() -> None:
     ("ray:127.0.0.1:65536", "'65536' is not a port"),
     ("ray:127.0.0.1:0", "'0' is not a port"),
     ("local:4", "unknown executor 'local:4'"),  # local takes no address
+    # Ray's answer, seconds later: "It looks like you set RAY_ADDRESS to an HTTP address ... Unset RAY_ADDRESS"
+    ("ray:http://bad:1", "--executor ray:http://bad:1: http:// is a URL .* not a cluster's address: give the head "
+     "node's GCS address"),
+    ("ray:https://10.0.0.5:8265", "https:// is a URL"),
+    ("ray:127.0.0.1", "--executor ray:127.0.0.1: no port: give HOST:PORT"),  # Ray: "Invalid address format"
 ])
 def test_a_bad_spelling_is_refused_with_the_fix(spec: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said.replace("(", r"\(").replace(")", r"\)")):

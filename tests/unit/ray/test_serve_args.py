@@ -71,6 +71,10 @@ def test_bad_combinations(argv: tuple[str, ...], message: str) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (("--replicas", "2"), "--replicas needs --ray"),
     (("--ray", "--port", "0"), "--port 0 is not supported with --ray"),
+    # both went to ray.init, which said, seconds later, to unset a RAY_ADDRESS nobody had set
+    (("--ray", "--ray-address", "http://127.0.0.1:8265"), "--ray-address http://127.0.0.1:8265: http:// is a URL "
+     "(Ray's dashboard and jobs API are http://HOST:8265), not a cluster's address"),
+    (("--ray", "--ray-address", "myhead"), "--ray-address myhead: no port: give HOST:PORT"),
 ])
 def test_the_command_refuses_before_loading_anything(argv: tuple[str, ...], message: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
