@@ -84,13 +84,27 @@ def _node_identity() -> dict[str, Any]:
             "worker_pid": os.getpid()}
 
 
-def probe_node(marker: str | None) -> dict[str, Any]:
-    """Runs on a node: what it is (environment, hardware key) and whether it sees the work folder."""
+def probe_node(marker: str | None, workload_file: str | None = None) -> dict[str, Any]:
+    """Runs on a node: what it is (environment, hardware key) and whether it sees the work folder and the
+    workload's file."""
     from dlperf.measure.env import capture_environment
 
     env = capture_environment()
     return {**_node_identity(), "hardware_key": env.hardware_key, "environment": env.to_dict(),
-            "sees_workdir": marker is None or Path(marker).exists()}
+            "sees_workdir": marker is None or Path(marker).exists(),
+            "sees_workload": workload_file is None or Path(workload_file).is_file()}
+
+
+def workload_file(payload: dict[str, Any]) -> str | None:
+    """The file of a trial's workload (an absolute path, as the search names it) where it is one this process sees,
+    else None (a zoo workload, a spec naming no file here)."""
+    from dlperf.workload.loader import _split_file_spec
+
+    source = (payload.get("settings") or {}).get("source")
+    if not isinstance(source, str) or source.startswith("zoo:"):
+        return None
+    path = Path(_split_file_spec(source)[0])
+    return str(path) if path.is_absolute() and path.is_file() else None
 
 
 _server_omp: list[tuple[str | None, str | None, str]] = []
@@ -324,6 +338,8 @@ class RayExecutor:
         self._turn = 0
         self._last_eligible: dict[str, int] = {}
         self._markers: dict[Path, Path] = {}
+        self._workload_file: str | None = None
+        """The workload's file, which a node must see to take trials (set from the first trial's payload)."""
         self._ran: dict[str, dict[str, Any]] = {}
         """node id -> its host name, the trials that ended there and how many of them were retries."""
         self._omp = os.environ.get("OMP_NUM_THREADS")
@@ -407,7 +423,7 @@ class RayExecutor:
         if new:
             marker = str(self._marker(shared_dir))
             refs = {self._probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
-                    .remote(marker): n for n in new}
+                    .remote(marker, self._workload_file): n for n in new}
             ready, not_ready = _wait(list(refs), len(refs), PROBE_TIMEOUT_S)
             for ref in not_ready:
                 ray.cancel(ref, force=True)
@@ -423,6 +439,14 @@ class RayExecutor:
                 if not node.sees_workdir:
                     self.excluded[node.node_id] = (f"it cannot see the work folder {shared_dir}: put --workdir on "
                                                    "a file system every node mounts at the same path")
+                    self._notes.append(f"Ray node {node.hostname} ({node.node_id[:8]}) left out: "
+                                       f"{self.excluded[node.node_id]}")
+                    continue
+                if not info.get("sees_workload", True):
+                    # it failed the trial it got ("workload file ... does not exist, on Ray node ..."), and with it
+                    # the whole search when that was the baseline, though another node could run every trial
+                    self.excluded[node.node_id] = (f"it cannot see the workload file {self._workload_file}: put it "
+                                                   "on a file system every node mounts at the same path")
                     self._notes.append(f"Ray node {node.hostname} ({node.node_id[:8]}) left out: "
                                        f"{self.excluded[node.node_id]}")
                     continue
@@ -525,6 +549,8 @@ class RayExecutor:
                             exhausted = True
                             break
                         job, attempt, first, errors = next_job, 1, time.monotonic(), []
+                        if self._workload_file is None:
+                            self._workload_file = workload_file(job.payload)
                         node = self._free_node(job.log_path.parent.parent)
                         if node is None:
                             waiting.insert(0, (job, attempt, first, errors, None))

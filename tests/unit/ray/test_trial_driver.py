@@ -12,10 +12,18 @@ from typing import Any
 
 import pytest
 
-from dlperf.errors import ConfigError, ExecutorLost
+from dlperf.errors import ConfigError, ExecutorLost, OptimizeError
 from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Job
 from dlperf.ray import trials
-from dlperf.ray.trials import TIMING_RESOURCE, RayExecutor, probe_node, reached_phase, run_trial, trial_file
+from dlperf.ray.trials import (
+    TIMING_RESOURCE,
+    RayExecutor,
+    probe_node,
+    reached_phase,
+    run_trial,
+    trial_file,
+    workload_file,
+)
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.unit
@@ -28,6 +36,7 @@ class _Node:
     node_id: str
     hardware_key: str = "xeon"
     sees_workdir: bool = True
+    sees_workload: bool = True
     timing: float = 1.0
     cpus: float = 2.0
     gpus: float = 0.0
@@ -122,10 +131,12 @@ class _Cluster:
         node = next(n for n in self.node_list if n.node_id == node_id)
         if fn is probe_node:
             self.probes.append(node_id)
-            (marker,) = args
+            marker, workload = args
             return _Ref("probe", node_id, self.now, {
                 "node_id": node_id, "hostname": f"host-{node_id[0]}", "hardware_key": node.hardware_key,
-                "sees_workdir": node.sees_workdir and Path(marker).exists(), "environment": {}})
+                "sees_workdir": node.sees_workdir and Path(marker).exists(),
+                "sees_workload": node.sees_workload and (workload is None or Path(workload).is_file()),
+                "environment": {}})
         assert fn is run_trial
         self.trial_args.append(args)
         log_path, attempt = Path(args[2]), args[3]
@@ -185,6 +196,39 @@ def test_a_probe_says_whether_the_node_sees_the_work_folder(tmp_path: Path, monk
     marker.touch()
     probed = probe_node(str(marker))
     assert probed["sees_workdir"] is True and probed["node_id"] == A and probed["hardware_key"]
+
+
+def test_a_probe_says_whether_the_node_sees_the_workload_file(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _Cluster([_Node(A)]).install(monkeypatch)
+    wl = tmp_path / "digits_cnn.py"
+    assert probe_node(None, str(wl))["sees_workload"] is False
+    wl.write_text("# a workload\n")
+    assert probe_node(None, str(wl))["sees_workload"] is True and probe_node(None)["sees_workload"] is True
+    assert workload_file({"settings": {"source": f"{wl}:workload?width=8"}}) == str(wl)
+    assert workload_file({"settings": {"source": "zoo:mlp"}}) is None and workload_file({}) is None
+
+
+def test_a_node_that_cannot_see_the_workload_file_is_left_out_saying_so(tmp_path: Path, executor_on: Any) -> None:
+    """A node of a `ray start` cluster that had not mounted the workload's folder got the baseline's trial, which
+    failed ("workload file '/work/scratch-w2/digits_cnn.py' does not exist, on Ray node f1b8d64c"), and with it the
+    whole search, though the other node could run every trial."""
+    wl = tmp_path / "digits_cnn.py"
+    wl.write_text("# a workload\n")
+    cluster = _Cluster([_Node(A), _Node(B, sees_workload=False)], {"c1": [(1.0, OK)], "c2": [(1.0, OK)]})
+    executor = executor_on(cluster)
+    jobs = [Job("evaluate", {"settings": {"source": f"{wl}:workload"}}, tmp_path / f / "log.txt", 10.0)
+            for f in ("c1", "c2")]
+    assert sorted(job.log_path.parent.name for job, _ in executor.map(jobs)) == ["c1", "c2"]
+    assert [n for _, _, n in cluster.submitted] == [A, A]
+    assert executor.excluded[B] == (f"it cannot see the workload file {wl}: put it on a file system every node "
+                                    "mounts at the same path")
+    assert f"Ray node host-b (bbbbbbbb) left out: {executor.excluded[B]}" in executor.notes()
+    # no node sees it: the search stops saying why, rather than failing every trial
+    cluster = _Cluster([_Node(C, sees_workload=False)], {"c3": [(1.0, OK)]})
+    executor = executor_on(cluster)
+    with pytest.raises(OptimizeError, match=r"no Ray node can run trials .*cccccccc: it cannot see the workload file"):
+        list(executor.map([Job("evaluate", {"settings": {"source": str(wl)}}, tmp_path / "c3" / "log.txt", 10.0)]))
 
 
 def test_trials_fill_every_timing_slot_and_each_result_says_where_it_ran(tmp_path: Path, executor_on: Any) -> None:
