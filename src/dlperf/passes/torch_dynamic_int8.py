@@ -177,7 +177,13 @@ class DynamicInt8:
             if wide and any(_reads_weights(m) for m in state.model.modules()):
                 return ("its nn.Linear layers are inside nn.TransformerEncoderLayer/DecoderLayer, which read their "
                         "weights directly (a fused fast path): use onnxruntime or openvino int8 for them")
-            return f"the model has no nn.Linear with at least {config.min_features} features"
+            linears = [(name, m) for name, m in state.model.named_modules() if type(m) is nn.Linear]
+            if not linears:
+                return "the model has no nn.Linear"
+            # "no nn.Linear with at least 16 features" read as false of a model with nn.Linear(512, 10)
+            name, widest = max(linears, key=lambda nm: min(nm[1].in_features, nm[1].out_features))
+            return (f"the model has no nn.Linear with at least {config.min_features} input and output features "
+                    f"(the widest, {name or 'the model'}, is {widest.in_features} -> {widest.out_features})")
         return None
 
     def apply(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> ModelState:

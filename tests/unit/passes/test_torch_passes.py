@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+import dlperf
 from dlperf.errors import ConfigError, PassNotApplicable
 from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state, why_not
 from dlperf.passes.channels_last import ChannelsLastConfig
@@ -116,6 +117,11 @@ def test_dynamic_int8_state_dict_is_plain_tensors_and_weights_only_loadable(tmp_
 def test_dynamic_int8_not_applicable_without_big_linears_or_twice() -> None:
     state = initial_state(mlp_workload())
     assert "no nn.Linear with at least 1000" in (why_not(DynamicInt8Config(min_features=1000), state, CPU) or "")
+    # a Linear(512, 10) head: "no nn.Linear with at least 16 features" read as false; the widest is named
+    head = initial_state(dlperf.Workload(name="head", make_model=lambda: torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(512, 10)).eval(), make_inputs=lambda b: (torch.randn(b, 512),)))
+    assert why_not(DynamicInt8Config(), head, CPU) == ("the model has no nn.Linear with at least 16 input and output "
+                                                      "features (the widest, 1, is 512 -> 10)")
     state = apply_pass(DynamicInt8Config(), state, CPU)
     assert "already int8" in (why_not(DynamicInt8Config(), state, CPU) or "")
     assert "already int8" in (why_not(PrecisionConfig(), state, PassContext(cpu_flags=("avx512_bf16",))) or "")
