@@ -741,7 +741,14 @@ def deploy_status() -> str:
         return "the application is not created yet"
     states = {_status_name(k): int(v) for k, v in deployment.replica_states.items()}
     text = f"{states.get('RUNNING', 0)} of {sum(states.values())} replicas running"
-    return text + (f"; Ray Serve says: {deployment.message}" if deployment.message else "")
+    message = str(deployment.message or "")
+    raised = replica_error(message)
+    if raised is not None:
+        # a replica that raised as it started, retried: Ray's message and 40 lines of its frames, twice (the 30 s
+        # report and the timeout's error), with the replica's own error at the very end
+        said = re.sub(r"\x1b\[[0-9;]*m", "", message).strip().splitlines()[0].strip()
+        message = f"{said.removesuffix('Error:').strip()} {raised}"
+    return text + (f"; Ray Serve says: {message}" if message else "")
 
 
 def serve_on_ray(config: ServeConfig, options: RayServeOptions,

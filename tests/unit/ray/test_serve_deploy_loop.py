@@ -187,6 +187,18 @@ def test_the_deploy_status_counts_every_replica_state(monkeypatch: pytest.Monkey
     fake = _Serve(_status("DEPLOYING", replicas={"RUNNING": 2, "STARTING": 3, "RECOVERING": 1}))
     monkeypatch.setattr(serve, "_serve", lambda: fake)
     assert deploy_status() == "2 of 6 replicas running"
+    # a replica on a node without the artifact (dlperf serve win --ray --ray-address ... on a cluster whose second
+    # node did not mount the folder): the report and the timeout's error carried Ray's 40-line traceback
+    fake.statuses = [_status("DEPLOYING", replicas={"RUNNING": 1, "STARTING": 1}, message=(
+        "A replica failed to start with exception. Retrying. Error:\n"
+        "\x1b[36mray::ServeReplica:dlperf:dlperf.initialize_and_get_metadata()\x1b[39m (pid=17420, ip=192.0.2.2)\n"
+        '  File "/work/walk-w2/src/dlperf/serve/instances.py", line 130, in load_served_model\n'
+        "    raise ConfigError(f\"'{spec}' does not exist: ...\n"
+        "dlperf.errors.ConfigError: 'win' does not exist: give an artifact folder written by `dlperf optimize "
+        "--export DIR`\n"))]
+    assert deploy_status() == ("1 of 2 replicas running; Ray Serve says: A replica failed to start with exception. "
+                               "Retrying. ConfigError: 'win' does not exist: give an artifact folder written by "
+                               "`dlperf optimize --export DIR`")
     fake.statuses = [_status(None)]
     assert deploy_status() == "the application is not created yet"
 
