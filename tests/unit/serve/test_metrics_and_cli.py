@@ -339,3 +339,21 @@ def test_only_an_artifact_quantized_per_batch_gets_the_batching_note(tmp_path: P
     specs = [str(tmp_path / name) for name in ("int8", "fp32", "torch")] + ["zoo:mlp"]
     (note,) = serve_cli.batch_dependence_notes(specs)
     assert note.startswith(f"{tmp_path / 'int8'} quantizes activations dynamically with one scale per batch")
+
+
+def test_the_token_can_come_from_a_file_kept_off_the_command_line(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("  s3cr3t\n")
+    assert serve_cli.config_from_args(_args("zoo:mlp", "--token-file", str(secret))).token == "s3cr3t"
+    assert serve_cli.config_from_args(_args("zoo:mlp", "--token", "t")).token == "t"
+    with pytest.raises(ConfigError, match="either --token or --token-file, not both"):
+        serve_cli.config_from_args(_args("zoo:mlp", "--token", "t", "--token-file", str(secret)))
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError, match=f"--token-file '{missing}' cannot be read"):
+        serve_cli.config_from_args(_args("zoo:mlp", "--token-file", str(missing)))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match="is empty: write the bearer token in it"):
+        serve_cli.config_from_args(_args("zoo:mlp", "--token-file", str(tmp_path / "empty")))
+    (tmp_path / "two").write_text("s3cr3t\nother\n")
+    with pytest.raises(ConfigError, match="holds more than one word"):
+        serve_cli.config_from_args(_args("zoo:mlp", "--token-file", str(tmp_path / "two")))
