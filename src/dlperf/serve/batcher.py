@@ -244,6 +244,8 @@ class Work:
     context: Any = None
     priority: int = 0
     """The queue level (1 highest; 0 when the server has no priority levels)."""
+    request_id: str | None = None
+    """The request's own `id` (the protocol's optional field), named where its batch's failure is logged."""
     handed: bool = False
     """Submitted while an instance sat idle on an empty queue: that instance takes it as soon as it wakes, so it
     does not count against the queue bound (see Batcher.submit)."""

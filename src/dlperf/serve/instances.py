@@ -537,6 +537,10 @@ class InstancePool:
                 del batch  # not kept (with its input arrays) while waiting for the next one
 
 
+_IDS_LOGGED = 16
+"""At most this many request ids of a failed batch are named in its log line."""
+
+
 class _FailureLog:
     """Logs a failed batch on the server, with the model's traceback; only the clients heard of it before (their
     500's message), and the traceback was lost. The same failure (type and message of the model's exception) is
@@ -550,8 +554,11 @@ class _FailureLog:
         self._seen: dict[str, tuple[float, int]] = {}
         """failure key -> (when it was last logged, how many times it came since without being logged)"""
 
-    def report(self, error: ServingError, exc: BaseException) -> bool:
-        """Log `error` (with `exc`'s traceback) unless the same failure was logged within `every_s`; whether it was."""
+    def report(self, error: ServingError, exc: BaseException, request_ids: Sequence[str] = ()) -> bool:
+        """Log `error` (with `exc`'s traceback) unless the same failure was logged within `every_s`; whether it was.
+        `request_ids`: the ids of the failed batch's requests that had one, named in the log line only (the
+        clients' 500 says nothing of the other requests in their batch), so that an operator told "request X got a
+        500" finds its line."""
         key = f"{type(exc).__name__}: {exc}"
         now = self.clock()
         with self._lock:
@@ -564,7 +571,10 @@ class _FailureLog:
             self._seen[key] = (now, 0)
         since = "" if last is None or not unlogged else (
             f" (the same failure came {unlogged} more time(s) in the last {now - last:.0f} s)")
-        log.error("%s%s", error, since, exc_info=(type(exc), exc, exc.__traceback__))
+        shown = ", ".join(request_ids[:_IDS_LOGGED])
+        more = f" and {len(request_ids) - _IDS_LOGGED} more" if len(request_ids) > _IDS_LOGGED else ""
+        ids = f" [request id{'s' * (len(request_ids) > 1)}: {shown}{more}]" if request_ids else ""
+        log.error("%s%s%s", error, ids, since, exc_info=(type(exc), exc, exc.__traceback__))
         return True
 
 
@@ -617,7 +627,7 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
             f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
             f"{type(exc).__name__}: {exc}"
         )
-        (failures or _FailureLog(every_s=0.0)).report(error, exc)
+        (failures or _FailureLog(every_s=0.0)).report(error, exc, [w.request_id for w in batch if w.request_id])
         for w in batch:
             w.error = error
             w.error_reason = "BACKEND"

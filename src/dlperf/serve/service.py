@@ -613,7 +613,7 @@ class ServerState:
 
         now = time.monotonic_ns()
         work = Work(arrays, items, batch_key, now, None if timeout_s is None else now + int(timeout_s * 1e9),
-                    on_done, priority=level)
+                    on_done, priority=level, request_id=request.id)
         try:
             variant.batcher.submit(work)
         except QueueFull as exc:

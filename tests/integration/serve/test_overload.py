@@ -70,10 +70,13 @@ def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(ga
     gate.open.set()
     c = httpclient.InferenceServerClient(running.url)
     with caplog.at_level(logging.ERROR, logger="dlperf.serve"), pytest.raises(InferenceServerException) as info:
-        c.infer("gated", [_input(-1.0)])
-    # the server's log has it too, with the model's traceback (only the client heard of it before)
+        c.infer("gated", [_input(-1.0)], request_id="order-7")
+    # the server's log has it too, with the model's traceback (only the client heard of it before) and the
+    # request's id, so that a client's "order-7 got a 500" leads to its line
     logged = [r for r in caplog.records if "model 'gated' failed on a batch" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
+    assert logged[0].getMessage().endswith("ValueError: poisoned input [request id: order-7]")
+    assert "order-7" not in info.value.message()  # the ids of a batch are not told to its other clients
     assert "poisoned input" in "".join(traceback.format_exception(*logged[0].exc_info))
     assert info.value.status() == "500"
     assert "model 'gated' failed on a batch of 1 item (1 request;" in info.value.message()

@@ -498,6 +498,26 @@ def test_a_failing_batch_fails_each_request_with_a_useful_message() -> None:
     assert "model 'm' (variant 'b') failed on a batch of 2 items" in str(works[0].error)
 
 
+def test_a_failed_batch_is_logged_with_the_ids_of_its_requests(caplog: pytest.LogCaptureFixture) -> None:
+    def boom(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        raise RuntimeError("nan in layer 3")
+
+    works = [_work(), _work(), _work()]
+    works[0].request_id, works[2].request_id = "a1", "c3"  # the second request sent no id
+    many = [_work() for _ in range(20)]
+    for i, w in enumerate(many):
+        w.request_id = f"r{i}"
+    with caplog.at_level("ERROR", logger="dlperf.serve"):
+        run_batch(boom, works, _model(boom))
+        run_batch(boom, [_work()], _model(boom))
+        run_batch(boom, many, _model(boom))
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[0].endswith("RuntimeError: nan in layer 3 [request ids: a1, c3]")
+    assert logged[1].endswith("RuntimeError: nan in layer 3")  # no id sent: none named
+    assert logged[2].endswith(f"[request ids: {', '.join(f'r{i}' for i in range(16))} and 4 more]")
+    assert all("a1" not in str(w.error) for w in works)  # the clients' message names no other request
+
+
 def test_a_model_that_drops_the_batch_dimension_is_an_error() -> None:
     works = [_work(), _work()]
     run_batch(lambda arrays: [np.zeros((1, 2), np.float32)], works, _model(None))
