@@ -336,6 +336,8 @@ def settings_line(config: Any, max_batch_size: int, torch_threads: int | None, e
         text += f"; a full queue answers {config.reject_status}"
     if config.allow_client_shm:
         text += "; clients' system shared memory allowed"
+    if config.token:  # whether, never which
+        text += "; bearer token required (all but /v2/health/*)"
     return text
 
 

@@ -162,6 +162,11 @@ def test_the_startup_line_says_what_the_server_runs_with() -> None:
     own = serve_cli.config_from_args(_args("zoo:mlp", "--timeout-action", "delay"))
     assert serve_cli.settings_line(own, 8, 1).endswith(
         "queue: unbounded, no timeout (a request's own timeout delays it)")
+    # whether the server wants a token (an operator could not tell from its log), never the token itself
+    protected = serve_cli.config_from_args(_args("zoo:mlp", "--token", "s3cr3t", "--max-queue-size", "4"))
+    line = serve_cli.settings_line(protected, 8, 1)
+    assert line.endswith("queue: at most 4 queued, no timeout; bearer token required (all but /v2/health/*)")
+    assert "s3cr3t" not in line
 
 
 @pytest.mark.parametrize(
