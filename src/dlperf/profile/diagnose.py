@@ -548,6 +548,7 @@ def _compute(a: Analyses) -> Finding | None:
                         " known until `dlperf calibrate --force` on an idle machine")
     speedup: float | None
     if eff < 0.5:
+        passes = ["channels_last"] * a.has_conv + ["compile"] + ["precision"] * (dtype != "int8")
         fixes = (([channels_last_fix()] if a.has_conv else []) + [compile_fix()]
                  + ([bf16_fix()] if dtype == "fp32" else []))
         fix = ("the operators reach only a fraction of the peak: try torch.compile"
@@ -562,6 +563,7 @@ def _compute(a: Analyses) -> Finding | None:
         bf16_ratio = bf16 / base if bf16 and base else 0.0
         int8_ratio = int8 / base if int8 and base else 0.0
         fixes = [bf16_fix()] if bf16_ratio > 1.0 else []
+        passes = list(INT8_PASSES) + ["precision"] * (dtype == "fp32")
         fix = ("the arithmetic runs near the machine's peak: do less of it or do it cheaper, with int8 "
                "quantization (dlperf optimize, within an accuracy budget"
                + (f"; int8's ceiling is {int8_ratio:.1f}x {dtype}'s here" if int8_ratio > 1.0 else "") + ")"
@@ -572,9 +574,21 @@ def _compute(a: Analyses) -> Finding | None:
         speedup = _speedup(share, ratio) if ratio > 1.0 else None
     return Finding(
         category=COMPUTE_BOUND, title=title, evidence=evidence, fix=fix,
-        setting="dlperf optimize (int8 / precision / compile passes)", share=share,
+        setting=optimize_command(passes), share=share,
         confidence=confidence, estimated_speedup=speedup, fixes=fixes,
     )
+
+
+INT8_PASSES = ("dynamic_int8", "onnxruntime", "openvino")
+"""The passes whose int8 configurations a default CPU search tries (each tries its fp32 configuration too)."""
+
+
+def optimize_command(passes: list[str], options: str = "") -> str:
+    """The `dlperf optimize` command line that searches `passes`, for a finding's "apply with". It said
+    "dlperf optimize (int8 / precision / compile passes)", and `--passes int8,precision,compile` is refused: int8 is
+    no pass's name."""
+    return (f"dlperf optimize WORKLOAD {options}--passes {','.join(passes)} "
+            "(within an accuracy budget: --max-metric-drop)")
 
 
 GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addmv", "mv"})
@@ -966,7 +980,8 @@ def _capacity(a: Analyses) -> list[Finding]:
                    "weights: an int8 or bf16 model, a smaller model; fewer libraries and data loaded next to it); "
                    "near the limit the process swaps or is killed")
             # smaller weights help only where the weights are a real part of the peak
-            setting = "dlperf optimize (int8 / precision passes)" if m.model_bytes >= 0.1 * m.peak_rss_bytes else None
+            setting = (optimize_command([*INT8_PASSES, "precision"], "--objective memory ")
+                       if m.model_bytes >= 0.1 * m.peak_rss_bytes else None)
         found.append(Finding(
             category=MEMORY_CAPACITY,
             title="host memory exceeds the budget" if m.used_fraction >= 1 else "host memory is nearly exhausted",

@@ -1008,3 +1008,28 @@ def test_quiet_dynamo_holds_back_dynamo_s_warnings_and_log_lines(caplog: pytest.
         warnings.warn_explicit("kept", UserWarning, "x.py", 1, module="user")
     assert [str(w.message) for w in seen] == ["kept"]
     assert "Graph break" not in caplog.text
+
+
+def _passes_of(setting: str | None) -> list[str]:
+    import shlex
+
+    assert setting is not None and setting.startswith("dlperf optimize ")
+    words = shlex.split(setting.split(" (", 1)[0])
+    return words[words.index("--passes") + 1].split(",")
+
+
+def test_the_compute_findings_apply_with_is_a_command_line_optimize_takes() -> None:
+    """zoo:minilm's profile said 'apply with: dlperf optimize (int8 / precision / compile passes)', and
+    `dlperf optimize zoo:minilm --passes int8,precision,compile` is refused ('--passes names unknown passes int8'):
+    the finding now names the passes optimize knows, as `--passes` takes them."""
+    from dlperf.optimize.space import check_pass_names
+    from tests.unit.profile.builders import FakeCeilings
+
+    far = _diagnose(trace([gemm(0, 9000)])).top
+    near = dg.diagnose(dg.analyze_all(trace([gemm(i * 2000.0, 1700.0, step=0) for i in range(5)]),
+                                      FakeCeilings({"fp32": 100e9, "bf16": 300e9, "int8": 400e9}, 10e9))).top
+    assert far is not None and near is not None and "near the machine's peak" in near.fix
+    assert _passes_of(far.setting) == ["compile", "precision"]  # torch.compile, then lower precision
+    assert _passes_of(near.setting) == ["dynamic_int8", "onnxruntime", "openvino", "precision"]  # int8, bf16
+    for finding in (far, near):
+        check_pass_names(_passes_of(finding.setting))  # raises ConfigError for a name that is no pass
