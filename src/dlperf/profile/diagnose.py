@@ -1088,14 +1088,17 @@ def _caveats(a: Analyses) -> list[str]:
         out.append(f"the profiled step took {ratio:.1f}x the unprofiled one, more than the profiler's own cost "
                    f"explains ({why} is the likelier cause): per-operator times are inflated; re-run on an idle "
                    "machine")
-    elif ratio is not None and ratio >= 3.0:
-        out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are inflated")
     elif ratio is not None and ratio >= DISTURBED_RATIO and a.breakdown.unprofiled_step_s:
         # a step of two large GEMMs profiled 1.67x slower (51.9 against 31.0 ms): its 2 operators cannot cost the
-        # profiler 21 ms, a busy spell did, and "44% of peak: try torch.compile" was told with no word of it
+        # profiler 21 ms, a busy spell did, and "44% of peak: try torch.compile" was told with no word of it. From
+        # 3x on the same test holds: MiniLM's 189 operators profiled 20x slower (248 against 12.4 ms) were said to be
+        # "the profiler slowed the step 20.0x", and its addmm "at 5% of peak" was named the bottleneck.
         extra_s = a.breakdown.step_s - a.breakdown.unprofiled_step_s
         allowance_s = a.launch.ops_per_step * PROFILER_COST_PER_OP_S
-        if extra_s > 2 * allowance_s + 1e-3:
+        if extra_s <= 2 * allowance_s + 1e-3 and ratio >= 3.0:
+            out.append(f"the profiler slowed the step {ratio:.1f}x: per-operator times of tiny operators are "
+                       "inflated")
+        elif extra_s > 2 * allowance_s + 1e-3:
             ops = a.launch.ops_per_step
             out.append(f"the profiled step took {ratio:.2f}x the unprofiled one ({_ms(extra_s)} more), far more than "
                        f"the profiler costs its {ops:.0f} operator{'' if round(ops) == 1 else 's'} (at most about "
