@@ -21,11 +21,32 @@ def _added_s(row: dict[str, Any], baseline: dict[str, Any]) -> float | None:
     return float(cand) - float(base)
 
 
+def _disagreement(row: dict[str, Any], paired: dict[str, Any]) -> str | None:
+    """Where the search ranked a candidate by its isolated gain because its paired gain, over 1x, was more than
+    twice that: the two figures, and that one of them was disturbed. A cause of slowness would contradict the
+    paired figure. zoo:minilm's `compile` read "slower: the compiled graph found little to fuse" at 0.18x isolated
+    beside 1.15x paired, the speed-up `dlperf profile --verify` had just measured for torch.compile."""
+    isolated, paired_gain = row.get("gain"), row.get("paired_gain")
+    if row.get("ranked_by") != "gain" or not isinstance(isolated, (int, float)) \
+            or not isinstance(paired_gain, (int, float)) or paired_gain <= 1.0:
+        return None
+    ci: Sequence[float] = paired.get("ci") or ()
+    within = f", 95% CI {1 / ci[1]:.2f}-{1 / ci[0]:.2f}x" if len(ci) == 2 and min(ci) > 0 else ""
+    return (f"by its gain ({isolated:.2f}x, its own process against the baseline's), while beside the original "
+            f"in its own process it measured {paired_gain:.2f}x faster (paired{within}): the two disagree by more "
+            "than 2x, so one was disturbed (another load on the machine, or the original timed beside the "
+            "candidate's busy threads); the search took the lower: measure it again on a quiet machine "
+            "(`dlperf ab`) before reading it as slower")
+
+
 def slower_reasons(row: dict[str, Any], baseline: dict[str, Any], cpu_flags: Sequence[str], batch_size: int,
                    device: str = "cpu") -> list[str]:
     """Likely reasons a measured candidate is not faster than the baseline (most specific first)."""
     reasons: list[str] = []
     paired = row.get("paired") or {}
+    disagreement = _disagreement(row, paired)
+    if disagreement:
+        return [disagreement]
     if paired.get("verdict") == SAME and paired.get("ratio") and len(paired.get("ci") or ()) == 2:
         # below 1.0x but within its CI of no change: "slower: the passes add work per call ..." was said of a
         # hygiene candidate whose paired blocks could not tell it from the original
