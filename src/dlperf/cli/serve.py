@@ -382,9 +382,41 @@ def _print_ready(err: Any, config: Any, state: Any, url: str) -> None:
 
 
 def _print_notes(err: Any, config: Any, model: dict[str, Any]) -> None:
+    for line in artifact_lines(_specs(config)):
+        err.print(f"  {line}", markup=False)
     if model["max_batch_size"] > 1:
         for note in batch_dependence_notes(_specs(config)):
             err.print(f"  note: {note}", markup=False)
+
+
+def artifact_lines(specs: Sequence[str]) -> list[str]:
+    """For each exported artifact served, what it is and where it came from, from its manifest: the startup lines
+    said `loading DIR`, `serving model 'minilm'` and `platform: torch` in the metadata, so nothing told the
+    dynamic_int8 artifact an optimize run had picked from the fp32 model it replaced."""
+    from dlperf.optimize.artifact import peek_manifest
+
+    lines = []
+    for spec in specs:
+        manifest = peek_manifest(spec)
+        if manifest is None:
+            continue
+        what = (f"{manifest.get('label') or 'baseline'} "
+                f"({manifest.get('engine', '?')}, {manifest.get('precision', '?')})")
+        origin = f" from `dlperf optimize {manifest['workload']}`" if manifest.get("workload") else ""
+        run = f" (run {manifest['run_id']})" if manifest.get("run_id") else ""
+        batch = f", chosen at batch {manifest['batch_size']}" if manifest.get("batch_size") else ""
+        metrics = manifest.get("metrics") or {}
+        metric = metrics.get("metric")
+        scored = (f"; {metrics.get('metric_name') or 'metric'} {metric:.4f}" if isinstance(metric, (int, float))
+                  else "")
+        ab = metrics.get("ab")
+        speedup = ab.get("speedup") if isinstance(ab, dict) else None
+        confirmed = manifest.get("confirmed")
+        verdict = ("" if confirmed is None else "; not confirmed faster by an A/B" if confirmed is not True else
+                   f"; {speedup:.2f}x the baseline's speed by A/B" if isinstance(speedup, (int, float)) else
+                   "; confirmed by A/B")
+        lines.append(f"artifact {spec}: {what}{origin}{run}{batch}{scored}{verdict}")
+    return lines
 
 
 PER_BATCH_QUANTIZED = {("onnxruntime", "int8-dynamic")}

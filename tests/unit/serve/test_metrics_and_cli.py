@@ -362,3 +362,26 @@ def test_the_token_can_come_from_a_file_kept_off_the_command_line(tmp_path: Path
     (tmp_path / "two").write_text("s3cr3t\nother\n")
     with pytest.raises(ConfigError, match="holds more than one word"):
         serve_cli.config_from_args(_args("zoo:mlp", "--token-file", str(tmp_path / "two")))
+
+
+def test_the_startup_lines_say_which_artifact_is_served_and_where_it_came_from(tmp_path: Path) -> None:
+    """`dlperf serve DIR` of zoo:minilm's dynamic_int8 artifact said `loading DIR` and `serving model 'minilm'`, and its
+    metadata `platform: torch`: nothing told it from the fp32 model, nor gave the run, batch and fidelity it was
+    chosen at. Each artifact served gets a line from its manifest; a workload gets none."""
+    from dlperf.optimize.artifact import MANIFEST
+
+    manifests = {
+        "int8": {"engine": "torch", "precision": "int8", "label": "dynamic_int8", "workload": "zoo:minilm",
+                 "run_id": "3be1c5709f46", "batch_size": 1, "confirmed": True,
+                 "metrics": {"metric": 0.99707, "metric_name": "fidelity", "ab": {"speedup": 1.195}}},
+        "runner": {"engine": "onnxruntime", "precision": "fp32", "label": "onnxruntime", "confirmed": False},
+    }
+    for name, manifest in manifests.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / MANIFEST).write_text(json.dumps(manifest))
+    lines = serve_cli.artifact_lines([str(tmp_path / "int8"), str(tmp_path / "runner"), "zoo:mlp"])
+    assert lines == [
+        f"artifact {tmp_path / 'int8'}: dynamic_int8 (torch, int8) from `dlperf optimize zoo:minilm` (run "
+        "3be1c5709f46), chosen at batch 1; fidelity 0.9971; 1.20x the baseline's speed by A/B",
+        f"artifact {tmp_path / 'runner'}: onnxruntime (onnxruntime, fp32); not confirmed faster by an A/B",
+    ]
