@@ -1150,6 +1150,13 @@ class Verdict(NamedTuple):
         return self.status == "pass"
 
 
+def _verdict_ms(seconds: float) -> str:
+    """A latency in a verdict, in ms: 3 significant digits below 100 ms, whole ms from there ('sample p99 1.37e+03 ms'
+    was printed for a 1366 ms p99, the table's 1366)."""
+    ms = seconds * 1e3
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
 def verdict(step: LevelResult, slo: Slo) -> Verdict:
     """VALID in MLPerf's sense, and why: no errors, the rate really generated, and the SLO's percentile
     within its bound by MLPerf's early-stopping test (at 99% confidence, so for p99 at least 459 requests,
@@ -1172,9 +1179,9 @@ def verdict(step: LevelResult, slo: Slo) -> Verdict:
     over = sum(1 for v in step.latencies_ns if v > slo.bound_s * 1e9)
     bound = step.percentile_bound_s(slo.percentile)
     if bound is not None and bound <= slo.bound_s:
-        return Verdict("pass", f"{name} <= {bound * 1e3:.3g} ms at 99% confidence "
+        return Verdict("pass", f"{name} <= {_verdict_ms(bound)} ms at 99% confidence "
                                f"({over} of {step.ok} requests over {slo_ms:g} ms)")
-    sample = f"sample {name} {step.percentile_s(slo.percentile) * 1e3:.3g} ms"
+    sample = f"sample {name} {_verdict_ms(step.percentile_s(slo.percentile))} ms"
     if early_stopping_fails(step.ok, over, slo.percentile):
         return Verdict("fail", f"{name} over {slo_ms:g} ms at 99% confidence: {over} of {step.ok} requests over "
                                f"({sample})")

@@ -255,6 +255,17 @@ def test_the_verdict_judges_the_slo_s_own_percentile() -> None:
     assert passes(_level(100, 0.05, n=4603), Slo(0.1, 99.9))
 
 
+def test_a_verdict_gives_a_latency_past_a_second_in_whole_ms_as_the_table_does() -> None:
+    """`dlperf load ... --rate 20 --p99-ms 300` against zoo:minilm on a busy machine printed "4 of 4 requests over
+    (sample p99 1.37e+03 ms)" under a table reading 1366."""
+    slow = LevelResult("rate", 20.0, 1, [int(1.2e9), int(1.3e9), int(1.35e9), int(1.366e9)], {"200": 4}, 1.0, True,
+                       [4.0], send_rate=20.0)
+    status, reason = verdict(slow, Slo(0.3, 99))
+    assert status == "fail" and "e+" not in reason, reason
+    assert reason.endswith(f"4 of 4 requests over (sample p99 {slow.percentile_s(99) * 1e3:.0f} ms)"), reason
+    assert generator._verdict_ms(0.0123) == "12.3" and generator._verdict_ms(0.1234) == "123"
+
+
 def test_early_stopping_during_a_level_uses_the_slo_s_percentile() -> None:
     def records(n: int, over: int) -> list[generator.Record]:
         return [(0, int(0.2e9) if i < over else int(0.01e9), "200", 0, 0, 0) for i in range(n)]
