@@ -109,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "local Ray instance)")
     ray.add_argument("--deploy-timeout-s", type=float, default=None, metavar="S",
                      help="with --ray: remove the deployment again when its replicas are not all running (loaded "
-                          "and warmed up) after S seconds (default 600)")
+                          "and warmed up) after S seconds (default 600), or sooner when a replica failed to start "
+                          "with the same error three times")
 
 
 def _variants(items: list[str]) -> tuple[tuple[str, str], ...]:

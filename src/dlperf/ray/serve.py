@@ -38,6 +38,9 @@ DEPLOY_TIMEOUT_S = 600.0
 """How long `start_on_ray` waits for every replica to run (load and warm up) by default."""
 REPORT_EVERY_S = 30.0
 """While deploying, how often to say what Ray Serve is waiting for."""
+SAME_START_ERRORS = 3
+"""Replica starts that failed with the same error before the deployment is given up. Ray Serve gives up after 3 a
+replica (its MAX_PER_REPLICA_RETRY_COUNT) only while none has started; once one runs, it retries the others forever."""
 
 
 @dataclass(frozen=True)
@@ -676,17 +679,26 @@ def _deploy(app: Any, timeout_s: float, on_wait: Callable[[str], None] | None,
 
     start = time.monotonic()
     report_at = start + REPORT_EVERY_S
+    failures: dict[str, set[str]] = {}  # a replica's error -> Ray Serve's messages with it (one a failed start)
     _run(app, _blocking=False, name=APP_NAME, route_prefix="/")
     while True:
         status = serve.status()
         application = status.applications.get(APP_NAME)
         state = "" if application is None else _status_name(application.status)
+        deployment = None if application is None else application.deployments.get(APP_NAME)
+        message = str(getattr(deployment, "message", "") or "")
+        cause = replica_error(message)
         if state == "DEPLOY_FAILED":
-            deployment = application.deployments.get(APP_NAME)
-            cause = replica_error(str(getattr(deployment, "message", "") or ""))
             if cause is not None:
                 raise DeployFailed(f"a replica failed to start: {cause}")
             raise RuntimeError(f"deploying application {APP_NAME} failed: {application.message}")
+        if cause is not None and state != "RUNNING":
+            # each failed start rewrites the message, with the failed replica's pid: a new text is a new failure
+            seen = failures.setdefault(cause, set())
+            seen.add(message)
+            if len(seen) >= SAME_START_ERRORS:
+                raise removed(DeployFailed(f"a replica failed to start {len(seen)} times with the same error"
+                                           f"{_failed_nodes(seen)}, so the deployment was removed: {cause}"))
         if state == "RUNNING" and status.proxies and all(_status_name(p) == "HEALTHY"
                                                          for p in status.proxies.values()):
             return
@@ -723,6 +735,15 @@ def replica_error(message: str) -> str | None:
             name = found.group(1).rsplit(".", 1)[-1]  # dlperf.errors.WorkloadError: WorkloadError
             return "\n".join([name + lines[i][len(found.group(1)):], *lines[i + 1:]])
     return None
+
+
+_REPLICA_NODE = re.compile(r"\(pid=\d+, ip=([^,)\s]+)")  # "(pid=4433, ip=192.0.2.2, actor_id=...)" (Ray 2.60)
+
+
+def _failed_nodes(messages: set[str]) -> str:
+    """' on node 192.0.2.2' (nodes, by their IP) where Ray Serve's messages name the failed replicas' nodes."""
+    ips = sorted({found.group(1) for m in messages for found in _REPLICA_NODE.finditer(m)})
+    return f" on node{'s' if len(ips) > 1 else ''} {', '.join(ips)}" if ips else ""
 
 
 def _status_name(status: Any) -> str:

@@ -174,6 +174,33 @@ def test_a_deployment_not_running_by_its_deadline_is_removed_after_reports_every
                      "still deploying after 60 s: 1 of 3 replicas running; Ray Serve says: waits for CPUs"]
 
 
+def _retrying(pid: int, error: str = "ConfigError: 'win' does not exist: give an artifact folder") -> str:
+    """Ray Serve's message after a replica's failed start, while another replica runs (it retries forever)."""
+    return ("A replica failed to start with exception. Retrying. Error:\n"
+            "\x1b[36mray::ServeReplica:dlperf:dlperf.initialize_and_get_metadata()\x1b[39m "
+            f"(pid={pid}, ip=192.0.2.2, actor_id=b533befc0b8b7ad8f7b403cf01000000, repr=<ray.serve...>)\n"
+            '  File "dlperf/serve/instances.py", line 130, in load_served_model\n'
+            f"dlperf.errors.{error}\n")
+
+
+def test_a_replica_failing_to_start_the_same_way_three_times_is_given_up_before_the_deadline(
+        monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
+    """`dlperf serve win --ray --replicas 2` on a cluster whose second node lacked the artifact: Ray Serve retried
+    that replica forever (one replica ran), and the command waited out --deploy-timeout-s (600 s by default)."""
+    replicas = {"RUNNING": 1, "STARTING": 1}
+    fake = _Serve(*[_status("DEPLOYING", replicas=replicas, message=m) for m in (
+        "", _retrying(101), _retrying(101), _retrying(102, "WorkloadError: another error"), _retrying(103),
+        _retrying(103), _retrying(104), _retrying(105))])
+    _deploy_on(monkeypatch, fake)
+    start = clock.now
+    with pytest.raises(serve.DeployFailed) as caught:
+        serve._deploy("app", 600.0, None, None)
+    # the same message read twice is one failure; another error is counted apart
+    assert fake.polls == 7 and clock.now - start < 2.0 and fake.calls == [f"delete {APP_NAME}"]
+    assert str(caught.value) == ("a replica failed to start 3 times with the same error on node 192.0.2.2, so the "
+                                 "deployment was removed: ConfigError: 'win' does not exist: give an artifact folder")
+
+
 def test_a_signal_while_deploying_removes_the_deployment(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
     fake = _Serve(_status("DEPLOYING"))
     _deploy_on(monkeypatch, fake)
