@@ -64,7 +64,7 @@ def bench(
         return run_bench(workload, config)
     from dlperf.store.db import Store
 
-    st = store if isinstance(store, Store) else Store(store)
+    st = store if isinstance(store, Store) else Store(store, create=True)
     # an in-memory module has no spec ('python' for every one mixed them in one history): its class name says more
     in_memory = workload.source in (None, "", "python")
     name = f"python:{workload.name}" if in_memory else str(workload.source)

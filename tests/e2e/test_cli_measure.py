@@ -143,7 +143,7 @@ def test_runs_history(bench_json: dict[str, Any], store_path: Path, capsys: pyte
 ])
 def test_bad_inputs_give_one_error_line_and_exit_2(argv: list[str], message: str, store_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    Store(store_path)  # a store to find nothing in, also when this test runs alone (-k: no bench made it first)
+    Store(store_path, create=True)  # a store to find nothing in, also run alone (-k: no bench made it)
     assert main([*argv, "--store", str(store_path)] if argv != ["runs"] else argv) == 2
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]

@@ -752,7 +752,7 @@ def optimize(
     if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
         from dlperf.store.db import Store
 
-        store = Store(store)
+        store = Store(store, create=True)  # the search records; its resume looks first
     check_options(config, export_dir, store)
     wl = load_workload(workload)
     source = wl.source or (workload if isinstance(workload, str) else "")

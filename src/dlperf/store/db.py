@@ -166,11 +166,21 @@ def _without_password(url: str) -> str:
 class Store:
     """Runs and baselines in one database. Safe to use from one process at a time per run."""
 
-    def __init__(self, location: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+    def __init__(self, location: str | os.PathLike[str] | None = None, *, create: bool | None = None) -> None:
         """Open the store at `location` (see `resolve_url`). With `create=False` a SQLite file that does not
         exist is an error instead of a new empty store: the commands that only read runs (`runs`, `report`,
-        `baseline`, `check`) would otherwise answer "no runs" for a mistyped path, and leave a file there."""
-        self.url = resolve_url(location, create_folder=create)
+        `baseline`, `check`) would otherwise answer "no runs" for a mistyped path, and leave a file there.
+        `create=True` makes the store now. The default, None, makes a missing SQLite store at its first write
+        (a run recorded, a baseline set) and refuses a read of it as `create=False` does: `Store('missing.db')
+        .list()` answered [] and left a 44 KiB store there."""
+        self._absent: Path | None = None
+        """A SQLite store that did not exist when opened with `create=None`: made at the first write."""
+        path = sqlite_path(resolve_url(location, create_folder=False))
+        if create is None and path is not None and not path.exists():
+            self._absent = path
+        given = str(location) if location is not None else os.environ.get(ENV_VAR) or ""
+        self._makes_folder = "://" not in given  # a path's folder is made as resolve_url makes it; a URL's is not
+        self.url = resolve_url(location, create_folder=bool(create) or (create is None and self._absent is None))
         self.shown_url = _without_password(self.url)
         """The URL for messages: a password in it shows as ***."""
         self.not_upgraded: int | None = None
@@ -180,9 +190,9 @@ class Store:
         if path is not None and path.is_dir():
             raise StoreError(f"the run store '{path}' is a folder: give the store's file, e.g. "
                              f"--store {path / 'runs.db'}")
-        if not create and path is not None and not path.exists():
+        if create is False and path is not None and not path.exists():
             raise StoreError(f"no run store at '{path}': nothing has been recorded there. {_GIVE_STORE}")
-        if not create and path is not None and path.stat().st_size == 0:
+        if create is False and path is not None and path.stat().st_size == 0:
             # SQLite reads an empty file as an empty database: the migration made it a store (a 44 KiB file)
             raise StoreError(f"'{path}' is an empty file, not a run store: nothing has been recorded there. "
                              f"{_GIVE_STORE}")
@@ -190,7 +200,8 @@ class Store:
             self.engine: Engine = sa.create_engine(self.url, future=True)
             if self.engine.dialect.name == "sqlite":
                 sa.event.listen(self.engine, "connect", _lenient_text)
-            self._migrate(create)
+            if self._absent is None:
+                self._migrate(create is not False)
         except sa.exc.SQLAlchemyError as exc:
             raise store_error(exc, self.shown_url, "cannot open the run store") from exc
         except ImportError as exc:  # the URL's database driver (psycopg, pymysql, ...) is not installed
@@ -565,9 +576,26 @@ class Store:
                              f"{SCHEMA_VERSION} first, which needs write access: make the file and its folder "
                              "writable, or use another --store")
 
+    def _make_absent(self, writing: bool) -> None:
+        """Make the store opened with `create=None` that did not exist, for a write; a read of it is refused (unless
+        another process has made it since)."""
+        path = self._absent
+        if path is None:
+            return
+        if not writing and not path.exists():
+            raise StoreError(f"no run store at '{path}': nothing has been recorded there. {_GIVE_STORE}")
+        if self._makes_folder:
+            resolve_url(path)  # its folder, with resolve_url's words where that fails
+        try:
+            self._migrate(writing)
+        except sa.exc.SQLAlchemyError as exc:
+            raise store_error(exc, self.shown_url, "cannot open the run store") from exc
+        self._absent = None
+
     @contextlib.contextmanager
     def _begin(self) -> Iterator[Connection]:
         self._refuse_write()
+        self._make_absent(writing=True)
         try:
             with self.engine.begin() as conn:
                 yield conn
@@ -576,6 +604,7 @@ class Store:
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[Connection]:
+        self._make_absent(writing=False)
         try:
             with self.engine.connect() as conn:
                 yield conn

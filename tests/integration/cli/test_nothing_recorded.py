@@ -44,7 +44,7 @@ def test_a_refused_command_records_no_run(argv: list[str], message: str, tmp_pat
     (tmp_path / "broken.py").write_text("def model()\n    pass\n")
     (tmp_path / "plain.py").write_text(NO_TRAIN)
     store = tmp_path / "runs.db"
-    Store(store)  # exists and is empty
+    Store(store, create=True)  # exists and is empty
     assert main([*argv, "--store", str(store)]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and message in err, err

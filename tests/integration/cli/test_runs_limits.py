@@ -52,7 +52,7 @@ def test_runs_history_follows_the_newest_n_runs(db: str, capsys: pytest.CaptureF
 
 @pytest.mark.parametrize("command", [["list"], ["history", "zoo:mlp"]])
 def test_a_limit_of_zero_runs_is_refused(db: str, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    Store(db)
+    Store(db, create=True)
     assert main(["runs", *command, "--limit", "0", "--store", db]) == 2
     assert "--limit expects a positive integer, got 0" in capsys.readouterr().err
 

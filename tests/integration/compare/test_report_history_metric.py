@@ -25,7 +25,7 @@ def test_the_history_trend_is_of_the_metric_asked_for(tmp_path: Path, capsys: py
 
 def test_a_metric_without_history_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "runs.db"
-    Store(db)
+    Store(db, create=True)
     assert main(["report", "--metric", "p99", "-o", str(tmp_path / "r.html"), "--store", str(db)]) == 2
     assert "--metric sets the metric of the --history trend: add --history WORKLOAD" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "runs.db")
+    return Store(tmp_path / "runs.db", create=True)
 
 
 def test_new_store_has_current_schema(store: Store) -> None:
@@ -76,7 +76,7 @@ def test_a_read_only_version_1_store_is_read_without_its_upgrade_and_a_write_say
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
-    Store(path)
+    Store(path, create=True)
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
         conn.execute(sa.update(meta_table).values(value=str(SCHEMA_VERSION + 1)))
@@ -202,7 +202,7 @@ def test_env_var_and_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert target.exists()
     url = f"sqlite:///{tmp_path / 'by-url.db'}"
     assert resolve_url(url) == url
-    assert Store(url).list() == []
+    assert Store(url, create=True).list() == []
     monkeypatch.delenv(ENV_VAR)
     monkeypatch.chdir(tmp_path)
     assert resolve_url() == "sqlite:///.dlperf/runs.db"
@@ -220,7 +220,9 @@ def test_a_store_that_is_no_path_is_refused(location: object, tmp_path: Path, mo
 @pytest.mark.parametrize("url", ["nosuchdialect://host/db", "sqlite:////nonexistent-dir-dlperf/x/runs.db"])
 def test_bad_url_is_a_store_error(url: str) -> None:
     with pytest.raises(StoreError, match="cannot open the run store"):
-        Store(url)
+        Store(url, create=True)
+    with pytest.raises(StoreError, match="cannot open the run store"):
+        Store(url).create_run("bench", "w")  # made at the first write: a URL's folder is not made
 
 
 def test_baselines(store: Store) -> None:
@@ -259,8 +261,27 @@ def test_a_missing_store_is_an_error_for_readers_and_is_not_created(tmp_path: Pa
     with pytest.raises(StoreError, match=r"no run store at .*runs\.db.*--store PATH or \$DLPERF_STORE"):
         Store(path, create=False)
     assert not path.parent.exists()  # neither the file nor its folder was made
-    Store(path)  # a command that records creates it
+    Store(path, create=True)  # a command that records creates it
     assert Store(path, create=False).list() == []
+
+
+def test_the_librarys_store_refuses_a_read_of_a_missing_store_and_makes_it_at_the_first_write(tmp_path: Path) -> None:
+    """`dlperf.Store('missing.db').list()` answered [] and left a 44 KiB store (and its folder) there, where the
+    CLI's readers refuse a missing store."""
+    path = tmp_path / "typo" / "runs.db"
+    store = Store(path)
+    for read in (store.list, lambda: store.get("abc"), lambda: store.get_baseline("main"), store.list_baselines):
+        with pytest.raises(StoreError, match=r"^no run store at '.*runs\.db': nothing has been recorded there\. Give "
+                                             r"the store your runs are in with --store PATH or \$DLPERF_STORE"):
+            read()
+    assert not path.parent.exists()  # neither the file nor its folder was made
+    with store.recording("bench", "w") as run:  # a write makes it
+        run.result = {"x": 1}
+    assert [r.id for r in store.list()] == [run.id] and [r.id for r in Store(path).list()] == [run.id]
+    other = tmp_path / "made-elsewhere.db"
+    reader = Store(other)
+    Store(other).set_baseline("main", Store(other).create_run("bench", "w").id)
+    assert reader.list_baselines()[0][0] == "main"  # made by another Store since this one was opened
 
 
 def test_the_cli_readers_refuse_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -335,7 +356,7 @@ def test_another_programs_database_is_left_alone(tmp_path: Path) -> None:
 def _open_when_released(path: str, start: Any, results: Any) -> None:
     start.wait()
     try:
-        Store(path).list()
+        Store(path, create=True).list()
         results.put("ok")
     except Exception as exc:  # what the test reports
         results.put(f"{type(exc).__name__}: {exc}")
@@ -630,7 +651,9 @@ def test_a_progress_save_the_store_cannot_take_now_warns_once_and_goes_on(tmp_pa
 def test_a_store_path_under_a_file_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(StoreError, match=r"'.*afile' is a file, not a folder; give --store another path"):
-        Store(str(tmp_path / "afile" / "runs.db"))
+        Store(str(tmp_path / "afile" / "runs.db"), create=True)
+    with pytest.raises(StoreError, match=r"'.*afile' is a file, not a folder; give --store another path"):
+        Store(str(tmp_path / "afile" / "runs.db")).create_run("bench", "w")
 
 
 @pytest.mark.parametrize("given", ["", "  "])

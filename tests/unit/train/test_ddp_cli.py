@@ -150,7 +150,7 @@ def test_a_missing_gpu_is_refused_before_a_run_is_recorded(tmp_path: Path,
     err = capsys.readouterr().err
     assert "--device cuda:1 asked for, but no CUDA device is available (torch " in err
     assert "sees none): use --device cpu" in err
-    assert Store(store).list() == []  # a bad option is not a failed training run
+    assert Store(store, create=True).list() == []  # a bad option is not a failed training run
 
 
 BROKEN_STEP = """
