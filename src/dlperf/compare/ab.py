@@ -101,6 +101,13 @@ class ABRun:
                    data.get("process_cpu_percent"), data.get("system_cpu_percent"),
                    (int(data["threads"][0]), int(data["threads"][1])) if data.get("threads") else None)
 
+    def __repr__(self) -> str:
+        # the dataclass's printed both sides' settings, every block's ratio and settle wait: ~1000 characters for 6
+        # blocks, where BenchResult's and RunRecord's are one line
+        warned = len(self.warnings)
+        return (f"ABRun({self.workload!r}, {self.describe()}" + (f", {warned} warning{'s' if warned > 1 else ''} in "
+                f".warnings" if warned else "") + "; .result)")
+
     def describe(self) -> str:
         unit = " per item" if self.per_item else ""
         return self.result.describe(f"A ({self.a.describe()})", f"B ({self.b.describe()})") + unit

@@ -93,6 +93,9 @@ class ABResult:
     def speedup_ci(self) -> tuple[float, float]:
         return 1.0 / self.ci[1], 1.0 / self.ci[0]
 
+    def __repr__(self) -> str:  # the dataclass's printed every block's ratio and settle wait
+        return f"ABResult({self.describe()}; .a, .b, .block_ratios)"
+
     def describe(self, a_name: str = "A", b_name: str = "B") -> str:
         lo, hi = self.speedup_ci
         return (

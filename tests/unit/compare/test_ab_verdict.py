@@ -49,6 +49,20 @@ def test_the_min_effect_survives_the_store() -> None:
     assert ABRun.from_dict(old).min_effect is None
 
 
+def test_an_a_b_and_its_result_repr_in_one_line() -> None:
+    """`repr(run_ab(...))` of 6 blocks was 993 characters: both sides' every setting, every block's ratio and wait,
+    where BenchResult's and RunRecord's are one line."""
+    run = dataclasses.replace(_run(0.8, (0.75, 0.85), "faster"), b=parse_settings("threads=2"))
+    run.result.block_ratios = [0.8] * 200
+    run.result.settle_waits_s = [0.01] * 400
+    assert repr(run) == ("ABRun('zoo:mlp', B (threads=2) vs A (threads=1): 1.25x speed (95% CI 1.18-1.33x, 200 paired "
+                         "blocks): faster; .result)")
+    assert repr(run.result) == ("ABResult(B vs A: 1.25x speed (95% CI 1.18-1.33x, 200 paired blocks): faster; .a, .b, "
+                                ".block_ratios)")
+    busy = dataclasses.replace(run, process_cpu_percent=70.0, system_cpu_percent=100.0 * 2.0 / (os.cpu_count() or 1))
+    assert repr(busy).endswith("faster, 1 warning in .warnings; .result)")
+
+
 def test_other_processes_busy_while_the_blocks_ran_are_warned_of_and_kept() -> None:
     """threads=1 against threads=2 of a small transformer on 2 cores with one kept busy elsewhere read 'B is slower
     (0.306x)' without a word on the load; bench said as much of its own measurements."""
