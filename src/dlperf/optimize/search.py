@@ -749,10 +749,12 @@ def optimize(
     config = config or OptimizeConfig()
     if not isinstance(config, OptimizeConfig):  # a dict failed as "'dict' object has no attribute 'workdir'"
         raise ConfigError(f"config must be a dlperf.OptimizeConfig, got {type(config).__name__}")
-    if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
-        from dlperf.store.db import Store
+    from dlperf.store.db import Store
 
+    if store is not None and not hasattr(store, "recording"):  # a path or URL, as dlperf.bench takes it
         store = Store(store, create=True)  # the search records; its resume looks first
+    elif isinstance(store, Store):
+        store.make()  # a Store(path) of a new file, which the resume's look would refuse as missing
     check_options(config, export_dir, store)
     wl = load_workload(workload)
     source = wl.source or (workload if isinstance(workload, str) else "")

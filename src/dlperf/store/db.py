@@ -576,6 +576,11 @@ class Store:
                              f"{SCHEMA_VERSION} first, which needs write access: make the file and its folder "
                              "writable, or use another --store")
 
+    def make(self) -> None:
+        """Make the store now where it was opened with `create=None` and did not exist (for a caller that records,
+        but reads first: `optimize` looks for a search to resume)."""
+        self._make_absent(writing=True)
+
     def _make_absent(self, writing: bool) -> None:
         """Make the store opened with `create=None` that did not exist, for a write; a read of it is refused (unless
         another process has made it since)."""
