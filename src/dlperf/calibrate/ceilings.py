@@ -74,6 +74,12 @@ class Ceilings:
         return self.gemm_flops.get(dtype)
 
     @property
+    def provisional(self) -> bool:
+        """Measured by a command that calibrated on the way (profile, train) while the machine was busy or the calls
+        noisy: cached, but measured again by a later run on a quieter machine (`lookup_or_measure`)."""
+        return bool(self.details.get("provisional"))
+
+    @property
     def warnings(self) -> list[str]:
         """What the measurement said of itself (a busy machine, a GEMM run at a reduced size, other load during a
         measurement): kept in the cache, so every figure computed against these ceilings later can pass it on."""
@@ -105,9 +111,47 @@ def ceilings_caveat(ceilings: Any, figure: str = "% of peak", uses: Iterable[str
     causes = "; ".join(_ADVICE.split(w, maxsplit=1)[0] for w in warnings)
     again = ("`dlperf calibrate --force" + (f" --device {device}" if device and device != "cpu" else "")
              + (f" --threads {threads}" if threads else "") + "`")
+    details = get("details")
+    provisional = (" (cached as provisional: a later run measures them again when the machine is quieter)"
+                   if isinstance(details, dict) and details.get("provisional") else "")
     return (f"the ceilings behind {figure}{f' (measured at {when})' if when else ''} were recorded with a warning, "
             f"so they are likely underestimates and {figure} likely overstated: {causes}; run {again} on an idle "
-            "machine before trusting it")
+            f"machine before trusting it{provisional}")
+
+
+def ceilings_news(ceilings: Any) -> str | None:
+    """What this command did to the cached ceilings, for its output: measured them again (why), or None."""
+    details = ceilings.get("details") if isinstance(ceilings, dict) else getattr(ceilings, "details", None)
+    said = details.get("remeasured") if isinstance(details, dict) else None
+    return f"the cached ceilings were measured again: {said}" if isinstance(said, str) else None
+
+
+def doubts(ceilings: Ceilings) -> list[str]:
+    """Why a measurement of the ceilings may understate them: the warnings it recorded (a busy machine, other load
+    during a measurement, a GEMM at a reduced size) and each kernel's noise warning (IQR/p50 above 10%)."""
+    noisy = [str(d["noise_warning"]) for d in ceilings.details.values()
+             if isinstance(d, dict) and d.get("noise_warning")]
+    return [*ceilings.warnings, *noisy]
+
+
+QUIETER = 0.75
+"""A provisional calibration is measured again once the load average is below the core count and this fraction of
+the load it was measured at (or below the cores, where that load was not recorded)."""
+
+
+def quieter_now(ceilings: Ceilings) -> str | None:
+    """Why the machine is quieter now than when the provisional `ceilings` were measured (the load averages), or None
+    when it is not (a provisional calibration measured again under the same load would be as doubtful)."""
+    from dlperf.calibrate.kernels import load_average
+
+    now = load_average()
+    cores = os.cpu_count() or 1
+    then = ceilings.details.get("load_average")
+    if now is None or now >= cores or (isinstance(then, (int, float)) and now > QUIETER * then):
+        return None
+    was = f"{then:.1f}" if isinstance(then, (int, float)) else "unrecorded"
+    return (f"those measured at {ceilings.measured_at} were provisional ({'; '.join(doubts(ceilings)) or 'doubted'}) "
+            f"and the machine is quieter now (load average {now:.1f} on {cores} cores, against {was} then)")
 
 
 def warned_ceiling(warning: str) -> str | None:
@@ -216,6 +260,7 @@ def get_ceilings(
     quick: bool = False,
     on_progress: ProgressFn | None = None,
     threads: int | None = None,
+    remeasure: str | None = None,
 ) -> Ceilings:
     """This machine's ceilings on `device`, from the cache or measured now (and then cached).
 
@@ -224,14 +269,15 @@ def get_ceilings(
     CalibrationError instead of measuring. `threads`: the ceilings of the torch thread count a measured run uses,
     at most the usable cores (default: torch's count as it is): a step on 1 thread held against 2-thread peaks would
     look half as efficient as it is, and threads beyond the cores cannot raise the peak (`dlperf calibrate
-    --threads 16` on 2 cores measures the oversubscription, not the machine's peak).
+    --threads 16` on 2 cores measures the oversubscription, not the machine's peak). `remeasure`: why the cached ones
+    are doubted (an operator ran above 110% of them): measured again, and the reason kept in `details["remeasured"]`.
     """
     from dlperf.measure.bench import torch_threads
     from dlperf.measure.env import usable_cores
 
     with torch_threads(None if threads is None else min(threads, usable_cores())):
         ceilings, _ = lookup_or_measure(device, measure_if_missing=measure_if_missing, force=force, quick=quick,
-                                        on_progress=on_progress)
+                                        on_progress=on_progress, remeasure=remeasure)
     return ceilings
 
 
@@ -256,15 +302,27 @@ def lookup_or_measure(
     force: bool = False,
     quick: bool = False,
     on_progress: ProgressFn | None = None,
+    explicit: bool = False,
+    remeasure: str | None = None,
 ) -> tuple[Ceilings, bool]:
-    """Like get_ceilings, and also whether the answer came from the cache."""
+    """Like get_ceilings, and also whether the answer came from the cache.
+
+    A calibration measured on the way (`explicit=False`: profile, train) that has doubts (a busy machine, a noisy
+    kernel: `doubts`) is cached as provisional, and a later lookup measures it again once the machine is quieter
+    (`quieter_now`): a helper's profile on a busy machine cached fp32 86 GFLOP/s, and every later profile held
+    operators to it ("addmm at 403% of its roofline ceiling") until `dlperf calibrate --force`. `dlperf calibrate`
+    (`explicit=True`) caches what the user asked for as it is, with its warnings.
+    """
     device = normalize_device(device)
     key = machine_key(device)
+    remeasured = remeasure
     if not force:
         cached = read_cache(key, quick=False) or (read_cache(key, quick=True) if quick else None)
         if cached is not None:
-            return cached, True
-        if not measure_if_missing:
+            doubted = remeasure is not None or (cached.provisional and (remeasured := quieter_now(cached)) is not None)
+            if not doubted or not measure_if_missing:  # a caller that never measures takes the doubted ones too
+                return cached, True
+        elif not measure_if_missing:
             raise CalibrationError(
                 f"no ceilings cached for this machine ({key}) in {cache_dir()}: run `dlperf calibrate"
                 f"{'' if device == 'cpu' else ' --device cuda'}` first"
@@ -272,6 +330,10 @@ def lookup_or_measure(
     from dlperf.calibrate.kernels import measure_ceilings
 
     ceilings = measure_ceilings(device, key, quick=quick, on_progress=on_progress)
+    if not explicit and doubts(ceilings):
+        ceilings.details["provisional"] = True
+    if remeasured is not None:
+        ceilings.details["remeasured"] = remeasured
     try:
         write_cache(ceilings)
     except CalibrationError as exc:  # the measurement is good; only the next command's shortcut is lost

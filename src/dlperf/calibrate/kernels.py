@@ -204,13 +204,22 @@ def contention_warning(what: str, other_cores: float) -> str | None:
             "likely an underestimate; run `dlperf calibrate --force` again when the machine is idle")
 
 
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the platform has none."""
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def busy_warnings() -> list[str]:
     """A warning when the machine is busy: other load makes every ceiling an underestimate."""
     import os
 
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
+    load = load_average()
+    if load is None:
         return []
     cores = os.cpu_count() or 1
     if load < cores:
@@ -229,6 +238,7 @@ def measure_ceilings(device: str, key: str, *, quick: bool = False,
     flops: dict[str, float] = {}
     details: dict[str, Any] = {"timer": "cuda_events" if device.startswith("cuda") else "perf_counter_ns",
                                "statistic": f"p{CEILING_PERCENTILE:g} of per-call time"}
+    details["load_average"] = load_average()  # a provisional calibration is measured again when it is lower
     details["warnings"] = busy_warnings()
     # per measurement, what the load average (a minute's mean) missed; the busy warning says it for all of them. Not
     # in quick mode: a region of a few ms is a tick or two of the machine-wide CPU counters, too coarse to judge

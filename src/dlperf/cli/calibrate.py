@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             error_console().print(f"note: {note}", markup=False)
     with store.recording("calibrate", args.device, config, environment) as run_handle:
         with step_progress(5, "calibrate") as on_step, torch_threads(args.threads):
-            ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick,
+            ceilings, cached = lookup_or_measure(args.device, force=args.force, quick=args.quick, explicit=True,
                                                  on_progress=on_step)
         kept = cache_path(ceilings.machine_key, ceilings.quick)  # not there where the cache could not be written
         run_handle.result = {**ceilings.to_dict(), "cached": cached, "cache_file": str(kept) if kept.exists() else None}

@@ -1081,6 +1081,8 @@ def _caveats(a: Analyses) -> list[str]:
                    "count profiled here) on an idle machine, and until then read % of peak as relative only")
     if a.operators.ceilings_caveat is not None:  # a cached calibration's busy-machine warning, passed on
         out.append(a.operators.ceilings_caveat)
+    if a.operators.ceilings_note is not None:
+        out.append(a.operators.ceilings_note)
     ratio = a.breakdown.profiling_overhead
     busy = bool(out) and out[0].startswith("the machine was busy")
     if ratio is not None and ratio >= 3.0 and (busy or ratio > PLAUSIBLE_PROFILER_COST):

@@ -81,7 +81,7 @@ class ProfileReport:
 
 
 def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], None] | None = None,
-                  threads: int | None = None) -> Any:
+                  threads: int | None = None, remeasure: str | None = None) -> Any:
     """This machine's ceilings at the thread count the profile runs with (`threads`, or torch's): a step on 1
     thread held against 2-thread peaks would look half as efficient as it is. At most the usable cores: threads
     beyond them cannot raise the peak, and a calibration at `--threads 16` on 2 cores, cached as the machine's
@@ -91,7 +91,28 @@ def load_ceilings(device: str, quick: bool = True, on_progress: Callable[[str], 
     from dlperf.calibrate import get_ceilings
 
     return get_ceilings(device, measure_if_missing=True, quick=quick, on_progress=on_progress,
-                        threads=threads or torch.get_num_threads())
+                        threads=threads or torch.get_num_threads(), remeasure=remeasure)
+
+
+def above_ceilings(analyses: Analyses, ceilings: Any) -> str | None:
+    """Why `ceilings` (loaded from the cache) should be measured again: a compute-bound operator ran above 110% of
+    them, which says the ceilings understate the machine; None when none did, when they were measured again already
+    (once: an operator that beats a square GEMM would otherwise re-measure every run), or on a busy machine (a
+    measurement now would be as low; the cache is marked provisional by its own warnings instead)."""
+    from dlperf.calibrate.kernels import busy_warnings
+    from dlperf.profile.analyzers.operators import COMPUTE
+    from dlperf.profile.diagnose import ABOVE_CEILING
+
+    details = getattr(ceilings, "details", None)
+    if not isinstance(details, dict) or details.get("remeasured") or busy_warnings():
+        return None
+    above = [o for o in analyses.operators.operators
+             if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak > ABOVE_CEILING]
+    if not above:
+        return None
+    worst = max(above, key=lambda o: o.pct_of_peak or 0.0)
+    return f"{worst.name} ran at {worst.pct_of_peak:.0%} of its roofline ceiling against the ones measured at " \
+           f"{getattr(ceilings, 'measured_at', '?')}"
 
 
 def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:
@@ -133,11 +154,16 @@ def profile_workload(workload: Workload | str | os.PathLike[str], config: Profil
 
         workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
     t0 = time.perf_counter()
+    loaded = ceilings is None
     if ceilings is None:
         ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress,
                                  config.capture.options.threads)
     trace = capture(workload, config.capture, on_progress)
     analyses = analyze_all(trace, ceilings)
+    if loaded and (why := above_ceilings(analyses, ceilings)) is not None:
+        ceilings = load_ceilings(config.capture.device, config.quick_ceilings, on_progress,
+                                 config.capture.options.threads, remeasure=why)
+        analyses = analyze_all(trace, ceilings)
     diagnosis = diagnose(analyses)
     to_dict = getattr(ceilings, "to_dict", None)
     ceil = to_dict() if callable(to_dict) else {"gemm_flops": dict(ceilings.gemm_flops),

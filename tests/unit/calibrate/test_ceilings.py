@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 import dlperf.calibrate.kernels as kernels
 from dlperf.calibrate import CACHE_ENV_VAR, Ceilings, cache_dir, cache_path, get_ceilings, machine_key
-from dlperf.calibrate.ceilings import cache_problem, lookup_or_measure, read_cache
+from dlperf.calibrate.ceilings import cache_problem, ceilings_news, lookup_or_measure, read_cache
 from dlperf.errors import CalibrationError, DlperfWarning
 
 pytestmark = pytest.mark.unit
@@ -255,3 +256,79 @@ def test_a_cached_busy_warning_becomes_a_caveat_for_the_figures_held_to_it(cache
     with_bw = Ceilings("cpu", key, {"fp32": 1e11}, 1e10, "t", 2, details={"warnings": [bandwidth]})
     assert ceilings_caveat(with_bw, uses=("fp32",)) is None
     assert ceilings_caveat(with_bw, uses=("fp32", "bandwidth")) is not None
+
+
+@pytest.fixture
+def load_measure(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[float]]:
+    """A fake load reading (`load[0]`, on 2 cores) and a fake calibration that, as the real one, records the load and
+    warns of a busy machine; returns (load, the fp32 ceiling of each measurement)."""
+    load = [9.0]
+    measured: list[float] = []
+    monkeypatch.setattr(os, "getloadavg", lambda: (load[0], load[0], load[0]))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+    def measure(device: str, key: str, *, quick: bool = False, on_progress: Any = None) -> Ceilings:
+        measured.append(86e9 if load[0] >= 2 else 230e9)
+        return Ceilings(device, key, {"fp32": measured[-1]}, 1e10, f"t{len(measured)}", 2, quick=quick,
+                        details={"load_average": load[0], "warnings": kernels.busy_warnings()})
+
+    monkeypatch.setattr(kernels, "measure_ceilings", measure)
+    return load, measured
+
+
+def test_a_calibration_on_the_way_under_load_is_provisional_and_measured_again_when_quieter(
+        cache: Path, load_measure: tuple[list[float], list[float]]) -> None:
+    """A profile on a busy machine cached fp32 86 GFLOP/s and every later profile held its operators to it ('addmm at
+    403% of its roofline ceiling') until `dlperf calibrate --force`: such a calibration is now provisional, kept while
+    the machine is as busy, and measured again once it is quieter."""
+    from dlperf.calibrate.ceilings import ceilings_caveat, lookup_or_measure
+
+    load, measured = load_measure
+    first, cached = lookup_or_measure("cpu")
+    assert not cached and first.provisional and first.warnings
+    caveat = ceilings_caveat(first)
+    assert caveat is not None and caveat.endswith(
+        "(cached as provisional: a later run measures them again when the machine is quieter)")
+    load[0] = 8.0  # still busy: not measured again (it would be as low), the provisional one serves
+    again, cached = lookup_or_measure("cpu")
+    assert cached and again.provisional and measured == [86e9]
+    load[0] = 0.5
+    quiet, cached = lookup_or_measure("cpu")
+    assert not cached and measured == [86e9, 230e9] and quiet.gemm_flops["fp32"] == 230e9
+    assert not quiet.provisional and ceilings_caveat(quiet) is None
+    news = ceilings_news(quiet)
+    assert news is not None and news.startswith("the cached ceilings were measured again: those measured at t1 were "
+                                                "provisional (the machine is busy (load average 9.0 on 2 cores)")
+    assert "the machine is quieter now (load average 0.5 on 2 cores, against 9.0 then)" in news
+    kept, cached = lookup_or_measure("cpu")
+    assert cached and kept.gemm_flops["fp32"] == 230e9 and len(measured) == 2
+
+
+def test_calibrate_keeps_what_the_user_asked_for_and_a_caller_that_never_measures_takes_a_provisional_one(
+        cache: Path, load_measure: tuple[list[float], list[float]]) -> None:
+    from dlperf.calibrate.ceilings import lookup_or_measure
+
+    load, measured = load_measure
+    asked, _ = lookup_or_measure("cpu", explicit=True)  # `dlperf calibrate`: cached as it is, with its warning
+    assert not asked.provisional and asked.warnings
+    load[0] = 0.5
+    assert lookup_or_measure("cpu")[1] and len(measured) == 1
+    lookup_or_measure("cpu", force=True)  # under load again (load 0.5 measures 230e9): a quiet one
+    load[0] = 9.0
+    lookup_or_measure("cpu", force=True)
+    assert read_cache(machine_key("cpu"), quick=False).provisional  # type: ignore[union-attr]
+    load[0] = 0.5
+    never, cached = lookup_or_measure("cpu", measure_if_missing=False)  # the precision pass's question
+    assert cached and never.provisional and len(measured) == 3
+
+
+def test_a_doubt_named_by_the_caller_measures_again_and_is_kept_as_the_reason(
+        cache: Path, fake_measure: list[dict[str, Any]]) -> None:
+    from dlperf.calibrate.ceilings import lookup_or_measure
+
+    lookup_or_measure("cpu")
+    again, cached = lookup_or_measure("cpu", remeasure="aten::addmm ran at 403% of its roofline ceiling")
+    assert not cached and len(fake_measure) == 2
+    assert ceilings_news(again) == ("the cached ceilings were measured again: aten::addmm ran at 403% of its roofline "
+                                    "ceiling")
+    assert ceilings_news(lookup_or_measure("cpu")[0]) is not None and len(fake_measure) == 2

@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from dlperf.calibrate.ceilings import ceilings_caveat
+from dlperf.calibrate.ceilings import ceilings_caveat, ceilings_news
 from dlperf.errors import ProfileError
 from dlperf.measure.stats import median
 from dlperf.profile.analyzers.launch import TINY_KERNEL_US, TINY_OP_US
@@ -153,6 +153,9 @@ class OperatorAnalysis:
     ceilings_caveat: str | None = None
     """Why the ceilings, and so every % of peak, are not to be trusted: the warning their calibration recorded (a
     busy machine) and a cached ceiling carries to every later profile; None when they recorded none."""
+    ceilings_note: str | None = None
+    """What this profile did to the cached ceilings (measured them again, and why); None when it used them as they
+    were."""
 
     elementwise_chains: ElementwiseChains | None = None
     """Runs of memory-bound elementwise operators in a row; None where no step has one."""
@@ -178,6 +181,7 @@ class OperatorAnalysis:
             "share_by_bound": self.share_by_bound,
             "timed_by": self.timed_by,
             "ceilings_caveat": self.ceilings_caveat,
+            "ceilings_note": self.ceilings_note,
             "elementwise_chains": asdict(self.elementwise_chains) if self.elementwise_chains else None,
         }
 
@@ -439,5 +443,6 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
                             bandwidth_bytes_s=bandwidth, ridge_intensity=fp32 / bandwidth, share_by_bound=shares,
                            timed_by="kernel time" if cuda else "self time",
                            ceilings_caveat=ceilings_caveat(ceilings, uses=used),
+                           ceilings_note=ceilings_news(ceilings),
                            elementwise_chains=_elementwise_chains(
                                trace, in_gemm, {s.name for s in stats if s.bound == BANDWIDTH}, scale_of, step_s, cuda))
