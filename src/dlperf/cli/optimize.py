@@ -194,7 +194,8 @@ class _Progress:
                     gain = f", {self.objective}{gain}"
                 if row.get("paired_gain") is not None:
                     gain += f" (in its process against the original: {row['paired_gain']:.2f}x)"
-                mark = "" if row.get("feasible") else " (fails constraints)"
+                mark = ("" if row.get("feasible") else " (fails constraints)") + \
+                    (" (! calls stalled: see the table's note)" if row.get("stalled") else "")
                 reused = f" (measured in run {self.resumed_from})" if row.get("reused") else ""
                 self.console.print(f"  {row['label']}: p50 {row['p50_s'] * 1e3:.3f} ms{gain}{mark}{reused}")
             else:

@@ -13,6 +13,58 @@ COPY_OVERHEAD_S = 1e-3
 """The most time a call can add by an engine's copies of a small batch's inputs and outputs (batch 1 or 2)."""
 
 
+STALL_FACTOR = 10.0
+"""A median call this many times the fastest, or a mean call this many times the median, says the calls stalled."""
+
+
+def stalled_timing(latency: Any) -> str | None:
+    """Why a row's timing (its `latency` summary) is not the model's: its calls stalled, as a model's OpenMP threads
+    do on a busy machine, each waiting on the other's preemption (a dynamic-int8 MLP took 21-45 ms a call on 2 threads
+    against 0.25-0.5 ms on 1). Neither check the search had flags it: the IQR stays small when nearly all or under a
+    quarter of the calls stall, and the paired gain is a ratio of two sides stalled alike. None where it did not."""
+    if not isinstance(latency, dict):
+        return None
+    read = (latency.get(k) for k in ("min_s", "p50_s", "mean_s"))
+    figures = [x for x in read if isinstance(x, (int, float)) and x > 0]
+    if len(figures) < 3:
+        return None
+    fastest, mid, mean = (float(x) for x in figures)
+    p99 = latency.get("p99_s")
+    if mid >= STALL_FACTOR * fastest:
+        return (f"its median call took {mid / fastest:,.0f}x its fastest ({mid * 1e3:.3g} against "
+                f"{fastest * 1e3:.3g} ms over {latency.get('n', '?')} calls): most calls stalled, so its p50 is not "
+                "the model's")
+    if mean >= STALL_FACTOR * mid:
+        tail = f", p99 {p99 * 1e3:.3g} ms" if isinstance(p99, (int, float)) else ""
+        return (f"its mean call took {mean / mid:,.0f}x its median ({mean * 1e3:.3g} against {mid * 1e3:.3g} "
+                f"ms{tail}): some calls stalled, so its p99 and items/s are not the model's")
+    return None
+
+
+def stalled_process(row: dict[str, Any], baseline: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Whether the process that timed `row`, or the baseline's, stalled as a whole: its paired blocks timed the
+    original model beside the candidate, so the original's time per call there (the row's p50 over its paired ratio)
+    is the same model as the baseline's p50, in another process; STALL_FACTOR apart, one process stalled on every call,
+    the fastest included, which `stalled_timing` cannot see (hygiene's 10 calls on a busy machine all took 100-140 ms
+    against the baseline's 0.062 ms, with paired 0.73x and an IQR of 9%). Returns (why for the row, why for the
+    baseline), each None where it did not."""
+    read = ((row.get("paired") or {}).get("ratio"), row.get("p50_s"), baseline.get("p50_s"))
+    figures = [float(x) for x in read if isinstance(x, (int, float)) and x > 0]
+    if len(figures) < 3:
+        return None, None
+    ratio, own, base = figures
+    original = own / ratio  # the original model's time per call in the row's process
+    if original >= STALL_FACTOR * base:
+        return (f"the original model, timed beside it in its process, took {original * 1e3:.3g} ms a call against "
+                f"the baseline's {base * 1e3:.3g} ms in its own ({original / base:,.0f}x): that process stalled on "
+                "every call, so its p50 is not the candidate's"), None
+    if base >= STALL_FACTOR * original:
+        return None, (f"its median call took {base * 1e3:.3g} ms against {original * 1e3:.3g} ms for the same model "
+                      f"timed in {row.get('label')}'s process ({base / original:,.0f}x): its process stalled on every "
+                      "call, so its p50 and every gain taken against it are not the model's")
+    return None, None
+
+
 def _added_s(row: dict[str, Any], baseline: dict[str, Any]) -> float | None:
     """The candidate's p50 less the baseline's, in seconds; None where either is missing."""
     cand, base = row.get("p50_s"), baseline.get("p50_s")

@@ -30,7 +30,7 @@ from dlperf.measure.env import check_threads
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Executor, Job, LocalExecutor
-from dlperf.optimize.explain import slower_reasons
+from dlperf.optimize.explain import slower_reasons, stalled_process, stalled_timing
 from dlperf.optimize.pareto import axes_for, pareto_front
 from dlperf.optimize.select import (
     GPU_MEMORY,
@@ -424,6 +424,13 @@ class _Search:
         else:
             row["feasible"] = False
             row.setdefault("violations", [])
+        if row["status"] == "ok":
+            row["stalled"] = stalled_timing(row.get("latency"))
+            if self.baseline and not candidate.is_baseline:
+                whole, of_baseline = stalled_process(row, self.baseline)
+                row["stalled"] = whole or row["stalled"]
+                if of_baseline and not self.baseline.get("stalled"):
+                    self.baseline["stalled"] = of_baseline
         if len(candidate.configs) == 1:
             self.single_rows[_config_key(candidate.configs[0])] = row
         if row["key"] not in self.rows:

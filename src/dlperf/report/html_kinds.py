@@ -159,9 +159,9 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
                          + "".join(f"<li>{esc(line)}</li>" for line in why) + "</ul>")
     # a stopped search's record has no 'winner': selection_lines says it stopped and how to resume it
     if isinstance(rec.result.get("candidates"), list) and ("winner" in rec.result or rec.result.get("partial")):
-        from dlperf.report.optimize_view import closest_and_not_tried_lines, selection_lines
+        from dlperf.report.optimize_view import closest_and_not_tried_lines, selection_lines, stalled_lines
 
-        lines = selection_lines(dict(rec.result))
+        lines = stalled_lines(dict(rec.result), marked=False) + selection_lines(dict(rec.result))
         # the candidates the time budget left untried: "15 not tried" in the no-winner line listed none here
         lines += closest_and_not_tried_lines(dict(rec.result))
         # the passes the search left out, and why: the selection's "see the skipped passes" pointed at nothing here

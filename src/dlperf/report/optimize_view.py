@@ -110,9 +110,10 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
     absolute = absolute_drop(data)
     for i, row in enumerate(data.get("candidates") or []):
         # both marks: a winner the runner-up rule picked may be off the frontier, and the table says so
-        mark = ("✓" if row["key"] == winner else "") + ("*" if row["key"] in front else "")
-        style = "bold green" if row["key"] == winner else ("dim" if row.get("status") != "ok" else "")
         ok = row.get("status") == "ok"
+        mark = (("✓" if row["key"] == winner else "") + ("*" if row["key"] in front else "")
+                + ("!" if ok and row.get("stalled") else ""))
+        style = "bold green" if row["key"] == winner else ("dim" if not ok else "")
         cells = {
             "#": f"{i}{mark}", "passes": row["label"],
             "p50 ms": _ms(row.get("p50_s")) if ok else "-", "p99 ms": _ms(row.get("p99_s")) if ok else "-",
@@ -296,6 +297,23 @@ def _disagreement_lines(data: dict[str, Any]) -> list[str]:
             f"original model timed beside the candidate's busy threads); {ranked}"]
 
 
+def stalled_lines(data: dict[str, Any], marked: bool = True) -> list[str]:
+    """The rows marked ! in the table, whose calls stalled while they were timed (`optimize.explain.stalled_timing`),
+    and what to do: on a busy machine (load average 9 on 2 cores) hygiene's p50 read 40.3 ms beside the baseline's
+    0.068 ms in one search, and the table said nothing of it. `marked`: the table beside it marks them (the
+    terminal's; the HTML report's has no mark column)."""
+    rows = [r for r in data.get("candidates") or [] if r.get("status") == "ok" and r.get("stalled")]
+    if not rows:
+        return []
+    ok = sum(r.get("status") == "ok" for r in data.get("candidates") or [])
+    worst = next((r for r in rows if "p50" in str(r["stalled"])), rows[0])  # a stalled p50 misranks
+    head = "! = its calls stalled while it was timed (" if marked else "calls stalled while timed in "
+    return [f"{head}{len(rows)} of {ok} measured rows{'; ' if marked else ' ('}e.g. {worst['label']}: "
+            f"{worst['stalled']}): on a busy machine a model's threads stall waiting on each other's preemption, and "
+            "neither its noise warning nor the paired gain (both sides stalled alike) shows it; re-run on a quieter "
+            "machine or with --threads 1, or measure the two settings you care about with `dlperf ab`"]
+
+
 def goal_lines(data: dict[str, Any]) -> list[str]:
     """What the search judged by: the metric, and the objective with its constraints (without the terminal table's
     legend)."""
@@ -357,6 +375,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
                      f"search extends, orders and ranks by (by the gain where the paired one is over {DISAGREEMENT:g}x "
                      "it)")
     lines.extend(_disagreement_lines(data))
+    lines.extend(stalled_lines(data))
     lines.extend(selection_lines(data))
     lines.extend(closest_and_not_tried_lines(data))
     for skipped in data.get("skipped_passes") or []:

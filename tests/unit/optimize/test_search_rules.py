@@ -1280,3 +1280,87 @@ def test_the_events_say_the_time_budget_and_how_much_of_it_is_left_at_each_candi
     left = [d["remaining_s"] for k, d in events if k == "candidate_start"]
     assert len(left) == 3  # the baseline, hygiene, dynamic_int8
     assert 600.0 - spent <= left[-1] <= left[0] <= 600.0
+
+
+class StalledTrials(FakeTrials):
+    """`stalled`: the pipeline whose process stalled on every call, as on a busy machine (load average 9 on 2 cores):
+    its 10 calls took 100-140 ms, the fastest included, and the original model beside it as long (paired 0.73x)."""
+
+    def __init__(self, measured: dict[str, Measured], stalled: str) -> None:
+        super().__init__(measured)
+        self.stalled = stalled
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        if target == "evaluate":
+            p50 = result["p50_s"]
+            result["latency"] = {"n": 900, "min_s": 0.9 * p50, "p50_s": p50, "mean_s": 1.1 * p50, "p99_s": 2 * p50}
+            if "+".join(c["pass"] for c in payload["pipeline"]) == self.stalled:
+                result["latency"] = {"n": 10, "min_s": 100e-3, "p50_s": 124e-3, "mean_s": 124e-3, "p99_s": 140e-3}
+                result["p50_s"] = 124e-3
+        return result
+
+
+def _stalled_search(tmp_path: Path, measured: dict[str, Measured], stalled: str) -> tuple[OptimizeResult, str]:
+    from rich.console import Console
+
+    from dlperf.report.optimize_view import render
+
+    config = OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0, workdir=str(tmp_path / "work"))
+    result = optimize("zoo:mlp", config, executor=StalledTrials(measured, stalled))
+    console = Console(width=200, record=True)
+    console.print(render(result.to_dict(), 200))
+    return result, " ".join(console.export_text().split())
+
+
+def test_a_candidate_whose_process_stalled_is_marked_and_the_summary_says_what_to_do(tmp_path: Path) -> None:
+    """`dlperf optimize zoo:digits-cnn` with 5 CPU hogs on 2 cores: hygiene's p50 read 124 ms beside the baseline's
+    0.062 ms, and nothing in the table said so: its 10 calls all took 100-140 ms (IQR 9%: no noise warning), and its
+    paired 0.73x was a ratio of two sides stalled alike."""
+    measured = {**MLP, "": (0.062e-3, 1.0, 1000, None), "hygiene": (0.062e-3, 1.0, 1000, 1 / 0.73)}
+    result, text = _stalled_search(tmp_path, measured, "hygiene")
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["baseline"]["stalled"] is None
+    assert rows["hygiene"]["stalled"] == (
+        "the original model, timed beside it in its process, took 90.5 ms a call against the baseline's 0.062 ms in "
+        "its own (1,460x): that process stalled on every call, so its p50 is not the candidate's")
+    assert re.search(r"│ +1! │ hygiene", text) and re.search(r"│ +0\*? │ baseline", text)
+    assert ("! = its calls stalled while it was timed (1 of 2 measured rows; e.g. hygiene: the original model, timed "
+            "beside it in its process, took 90.5 ms") in text
+    assert "re-run on a quieter machine or with --threads 1, or measure the two settings you care about with " \
+           "`dlperf ab`" in text
+
+
+def test_a_baseline_whose_process_stalled_is_marked(tmp_path: Path) -> None:
+    """Another search read a baseline p50 of 104 ms from only 10 samples; the candidates' processes timed the same
+    model at 0.06 ms."""
+    measured = {**MLP, "hygiene": (0.062e-3, 1.0, 1000, 1.0)}
+    result, text = _stalled_search(tmp_path, measured, "")
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["hygiene"]["stalled"] is None
+    assert rows["baseline"]["stalled"] == (
+        "its median call took 124 ms against 0.062 ms for the same model timed in hygiene's process (2,000x): its "
+        "process stalled on every call, so its p50 and every gain taken against it are not the model's")
+    assert re.search(r"│ +0\*?! │ baseline", text) and "! = its calls stalled while it was timed (1 of 2" in text
+
+
+@pytest.mark.parametrize(("latency", "said"), [
+    ({"n": 613, "min_s": 5.67e-5, "p50_s": 6.12e-5, "mean_s": 1.74e-3, "p99_s": 75.5e-3},
+     "its mean call took 28x its median (1.74 against 0.0612 ms, p99 75.5 ms): some calls stalled, so its p99 and "
+     "items/s are not the model's"),
+    ({"n": 613, "min_s": 5.67e-5, "p50_s": 6.12e-5, "mean_s": 5.9e-4, "p99_s": 1e-3}, None),  # 9.6x: under the bar
+    ({"n": 10, "min_s": 11e-3, "p50_s": 104e-3, "mean_s": 104e-3}, "its median call took 9x"),
+    ({"n": 10, "min_s": 10e-3, "p50_s": 104e-3, "mean_s": 104e-3}, "its median call took 10x its fastest (104 "
+     "against 10 ms over 10 calls)"),
+    (None, None),
+])
+def test_stalled_timing_reads_the_median_against_the_fastest_and_the_mean_against_the_median(
+        latency: dict[str, Any] | None, said: str | None) -> None:
+    from dlperf.optimize.explain import stalled_timing
+
+    found = stalled_timing(latency)
+    if said is None or said.startswith("its median call took 9x"):
+        assert found is None
+    else:
+        assert found is not None and found.startswith(said)
