@@ -304,6 +304,23 @@ def test_a_calibration_on_the_way_under_load_is_provisional_and_measured_again_w
     assert cached and kept.gemm_flops["fp32"] == 230e9 and len(measured) == 2
 
 
+def test_a_progress_bar_counts_the_measurement_of_a_provisional_calibration(
+        cache: Path, load_measure: tuple[list[float], list[float]]) -> None:
+    """`dlperf profile` sizes its bar by `measuring_steps`: a provisional calibration measured again on a quieter
+    machine is as many steps as a first one (none were counted, and the bar ran past 100%)."""
+    from dlperf.calibrate.ceilings import lookup_or_measure, measuring_steps
+
+    load, _ = load_measure
+    first = measuring_steps("cpu")
+    assert first >= 2
+    lookup_or_measure("cpu")
+    assert measuring_steps("cpu") == 0  # as busy: the provisional one serves
+    load[0] = 0.5
+    assert measuring_steps("cpu") == first
+    lookup_or_measure("cpu")
+    assert measuring_steps("cpu") == 0
+
+
 def test_calibrate_keeps_what_the_user_asked_for_and_a_caller_that_never_measures_takes_a_provisional_one(
         cache: Path, load_measure: tuple[list[float], list[float]]) -> None:
     from dlperf.calibrate.ceilings import lookup_or_measure
