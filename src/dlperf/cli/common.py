@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -184,6 +185,32 @@ def bare_above_one(option: str, value: float) -> None:
     if text is not None and not text.endswith("%") and value > 1.0:
         raise ConfigError(f"{option} '{text}' would be {value:.0%} (a bare number is a fraction): write {text}% for "
                           f"{value / 100:g}, or {value:.0%} if you mean it")
+
+
+TOKEN_FILE_HELP = ("as --token, the token read from FILE (alone in it; surrounding whitespace and the final newline "
+                   "are dropped), e.g. a mounted Kubernetes secret")
+"""--token-file's help, the same for every command that takes a bearer token (serve, load, compare --live)."""
+
+
+def bearer_token(token: str | None, token_file: str | None) -> str | None:
+    """The bearer token of `--token` or `--token-file` (None: neither). A command line is readable by every user of
+    the host (ps, /proc/PID/cmdline), a file need not be: the file's text without surrounding whitespace, refused
+    where it cannot be read, is empty or holds more than one word, and so are both options at once."""
+    if token_file is None:
+        return token
+    if token is not None:
+        raise ConfigError("give either --token or --token-file, not both")
+    try:
+        text = Path(token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--token-file '{token_file}' cannot be read ({exc}): give a readable file holding the "
+                          "bearer token") from exc
+    if not text:
+        raise ConfigError(f"--token-file '{token_file}' is empty: write the bearer token in it")
+    if any(ch.isspace() for ch in text):
+        raise ConfigError(f"--token-file '{token_file}' holds more than one word: write the bearer token alone in "
+                          "it (no spaces or further lines)")
+    return text
 
 
 def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:

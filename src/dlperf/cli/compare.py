@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from dlperf.cli.common import add_json_argument, add_store_argument, duration_s, open_store, percent_or_float
+from dlperf.cli.common import (
+    TOKEN_FILE_HELP,
+    add_json_argument,
+    add_store_argument,
+    duration_s,
+    open_store,
+    percent_or_float,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --live: the variant the others are compared against (default: the one with most "
                              "requests, which can change between runs when the split is even)")
     parser.add_argument("--token", default=None,
-                        help="with --live: the bearer token of a server started with --token (it protects /metrics)")
+                        help="with --live: the bearer token of a server started with --token or --token-file (it "
+                             "protects /metrics); a command line is visible to every user of the host (ps): prefer "
+                             "--token-file")
+    parser.add_argument("--token-file", default=None, metavar="FILE", help=f"with --live: {TOKEN_FILE_HELP}")
     add_store_argument(parser)
     add_json_argument(parser)
 
@@ -44,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= min_effect < 1:
         raise ConfigError(f"--min-effect must be a fraction in [0, 1), e.g. 1% or 0.01; got {min_effect:g}")
     for option, value in (("--control", args.control), ("--window", args.window), ("--model", args.model),
-                          ("--token", args.token)):
+                          ("--token", args.token), ("--token-file", args.token_file)):
         if value is not None and not args.live:  # --window and --model were ignored without a word
             raise ConfigError(f"{option} goes with --live URL; two stored runs are compared as A then B")
     if args.live:
@@ -83,11 +93,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _live(args: argparse.Namespace) -> int:
-    from dlperf.cli.common import console, print_json
+    from dlperf.cli.common import bearer_token, console, print_json
     from dlperf.compare.live import compare_live_url
 
+    token = bearer_token(args.token, args.token_file)
     result = compare_live_url(args.live, model=args.model, alpha=args.alpha, window_s=args.window,
-                             control=args.control, token=args.token)
+                             control=args.control, token=token)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.cli.common import (
     SIGTERM_EXIT,
+    TOKEN_FILE_HELP,
     Terminated,
     add_json_argument,
     add_store_argument,
+    bearer_token,
     duration_s,
     sigterm_interrupts,
 )
@@ -135,7 +137,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --collect-metrics: time between readings (default 1000)")
     parser.add_argument("--csv", default=None, metavar="FILE",
                         help="also write the levels as perf_analyzer's -f CSV (same columns, microseconds)")
-    parser.add_argument("--token", default=None, help="bearer token of a protected server")
+    parser.add_argument("--token", default=None,
+                        help="bearer token of a protected server; a command line is visible to every user of the "
+                             "host (ps): prefer --token-file")
+    parser.add_argument("--token-file", default=None, metavar="FILE", help=TOKEN_FILE_HELP)
     parser.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs, >= 0 (default 0)")
     add_json_argument(parser)
     add_store_argument(parser)
@@ -279,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.loadgen.target import oip_target
 
     slo = _slo(args)
+    token = bearer_token(args.token, args.token_file)  # a file that cannot be read is refused before any load
     if args.find_peak and slo is None:
         raise ConfigError("--find-peak needs the latency SLO: add --p99-ms X (or --slo-ms X --slo-percentile Q)")
     if args.batch_size is not None and args.batch_size < 1:
@@ -359,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
     shapes = _shapes(args.shape)
     with sigterm_interrupts():
         try:
-            target = oip_target(args.url, args.model, batch_size=args.batch_size, token=args.token, inputs=inputs,
+            target = oip_target(args.url, args.model, batch_size=args.batch_size, token=token, inputs=inputs,
                                 shapes=shapes, seed=args.seed,
                                 parameters={"priority": args.priority} if args.priority else None,
                                 input_data=args.input_data, string_length=args.string_length,

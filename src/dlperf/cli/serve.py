@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from dlperf.cli.common import ALLOCATOR_CHOICES, WORKLOAD_HELP
+from dlperf.cli.common import ALLOCATOR_CHOICES, TOKEN_FILE_HELP, WORKLOAD_HELP, bearer_token
 from dlperf.errors import ConfigError, require_installed
 
 
@@ -81,8 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require 'Authorization: Bearer TOKEN' on everything but /v2/health/*; a command "
                              "line is visible to every user of the host (ps): prefer --token-file")
     parser.add_argument("--token-file", default=None, metavar="FILE",
-                        help="as --token, the token read from FILE (alone in it; surrounding whitespace and the "
-                             "final newline are dropped), e.g. a mounted Kubernetes secret")
+                        help=TOKEN_FILE_HELP)
     parser.add_argument("--allow-client-shm", action="store_true",
                         help="let clients on this host pass tensors in system shared memory (Triton's "
                              "system_shared_memory extension and --allow-client-shm=true; tritonclient's "
@@ -187,23 +185,6 @@ def _level_policies(items: list[str]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _token_from_file(token: str | None, path: str) -> str:
-    """The bearer token `--token-file` names: the file's text without surrounding whitespace."""
-    if token is not None:
-        raise ConfigError("give either --token or --token-file, not both")
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--token-file '{path}' cannot be read ({exc}): give a readable file holding the "
-                          "bearer token") from exc
-    if not text:
-        raise ConfigError(f"--token-file '{path}' is empty: write the bearer token in it")
-    if any(ch.isspace() for ch in text):
-        raise ConfigError(f"--token-file '{path}' holds more than one word: write the bearer token alone in it "
-                          "(no spaces or further lines)")
-    return text
-
-
 def config_from_args(args: argparse.Namespace) -> Any:
     from dlperf.serve.service import ServeConfig
 
@@ -214,7 +195,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
                           "or --variant a=DIR_A --variant b=DIR_B")
     if not 0 < args.max_request_mb < math.inf:
         raise ConfigError(f"--max-request-mb must be a positive number, got {args.max_request_mb:g}")
-    token = args.token if args.token_file is None else _token_from_file(args.token, args.token_file)
+    token = bearer_token(args.token, args.token_file)
     if args.grpc_stream_window is not None and args.grpc_port is None:
         raise ConfigError("--grpc-stream-window bounds the requests of a gRPC stream: add --grpc-port PORT, or drop it")
     from dlperf.optimize.artifact import default_device

@@ -220,7 +220,7 @@ def fetch_metrics(url: str, timeout_s: float = 10.0, token: str | None = None) -
     # https://developer.mozilla.org/..." and then asked whether dlperf serve was running, which it was
     if response.status_code in (401, 403):
         hint = ("the --token given is not the server's" if token else
-                "the server was started with --token: give the same one with --token")
+                "the server was started with --token: give the same one with --token-file FILE (or --token)")
     elif response.status_code == 404:
         hint = "no metrics page at that path: give the server's base URL (http://HOST:PORT) or HOST:PORT"
     else:

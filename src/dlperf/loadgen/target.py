@@ -108,7 +108,7 @@ class HttpStatusError(LoadGenError):
 def _token_hint(token: str | None) -> str:
     """What to change after a 401 / UNAUTHENTICATED, by whether --token was given."""
     return ("; the --token given is not the server's" if token else
-            "; the server requires a token: give it with --token")
+            "; the server requires a token: give it with --token-file FILE (or --token)")
 
 
 def _get_json(endpoint: Endpoint, path: str, headers: dict[str, str]) -> Any:

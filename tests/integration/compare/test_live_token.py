@@ -4,6 +4,7 @@ too), and Ctrl-C in a long window."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.integration.compare.sleepy_served import two_variants_under_traffic  
 pytestmark = pytest.mark.integration
 
 
-def test_a_server_with_a_token_is_compared_with_token(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_server_with_a_token_is_compared_with_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = ServeConfig(variants=(("fast", "A"), ("slow", "B")), split=(50, 50), port=0, max_batch_size=0,
                          token="sekret")
     state = build_state(config, {"A": _sleepy(0.001), "B": _sleepy(0.004)})
@@ -33,14 +34,25 @@ def test_a_server_with_a_token_is_compared_with_token(capsys: pytest.CaptureFixt
         # https://developer.mozilla.org/...; is `dlperf serve` running there?", and there was no --token to give
         assert main(["compare", "--live", running.url]) == 2
         err = capsys.readouterr().err
-        assert "it answered HTTP 401; the server was started with --token: give the same one with --token" in err
+        assert ("it answered HTTP 401; the server was started with --token: give the same one with --token-file "
+                "FILE (or --token)") in err
         assert "mozilla" not in err
         assert main(["compare", "--live", running.url, "--token", "wrong"]) == 2
         assert "HTTP 401; the --token given is not the server's" in capsys.readouterr().err
         assert main(["compare", "--live", base + "/v2", "--token", "sekret"]) == 2
         assert "HTTP 404; no metrics page at that path: give the server's base URL" in capsys.readouterr().err
+        # the token from a file, as serve's --token-file takes it: a command line is readable by every user (ps)
+        secret = tmp_path / "token"
+        secret.write_text("  sekret\n")
+        assert main(["compare", "--live", running.url, "--token-file", str(secret), "--json"]) == 0
+        from_file = json.loads(capsys.readouterr().out)
+        assert main(["compare", "--live", running.url, "--token-file", str(secret), "--token", "sekret"]) == 2
+        assert "give either --token or --token-file, not both" in capsys.readouterr().err
+        assert main(["compare", "--live", running.url, "--token-file", str(tmp_path / "missing")]) == 2
+        assert f"--token-file '{tmp_path / 'missing'}' cannot be read" in capsys.readouterr().err
         assert main(["compare", "--live", running.url, "--token", "sekret", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert sum(v["requests"] for v in from_file["variants"]) == 60
     assert sum(v["requests"] for v in data["variants"]) == 60
     assert {v["variant"] for v in data["variants"]} == {"fast", "slow"}
 
@@ -48,6 +60,8 @@ def test_a_server_with_a_token_is_compared_with_token(capsys: pytest.CaptureFixt
 def test_token_goes_with_live(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "a", "b", "--token", "x"]) == 2
     assert "--token goes with --live URL" in capsys.readouterr().err
+    assert main(["compare", "a", "b", "--token-file", "x"]) == 2
+    assert "--token-file goes with --live URL" in capsys.readouterr().err
 
 
 def test_ctrl_c_in_a_long_window_compares_what_was_scraped(capsys: pytest.CaptureFixture[str]) -> None:

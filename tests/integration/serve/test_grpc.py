@@ -725,7 +725,8 @@ def test_load_over_grpc_checks_replies_and_counts_failures_by_status(tmp_path: P
         assert "the --token given is not the server's" in err
         assert "gRPC port" not in err
         assert main(common) != 0  # no --token at all
-        assert "the server requires a token: give it with --token" in " ".join(capsys.readouterr().err.split())
+        err = " ".join(capsys.readouterr().err.split())
+        assert "the server requires a token: give it with --token-file FILE (or --token)" in err
         assert main(["load", running.url, "--model", "gated", "--token", "wrong"]) != 0  # HTTP says it too
         err = " ".join(capsys.readouterr().err.split())
         assert "answered 401: missing or wrong bearer token" in err and "the --token given is not the server's" in err

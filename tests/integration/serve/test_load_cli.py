@@ -152,6 +152,27 @@ def test_a_url_with_the_protocol_s_path_says_to_give_the_server_s_root(server: R
            f"HOST:PORT alone, e.g. {server.url}" in err
 
 
+def test_a_protected_server_is_loaded_with_the_token_from_a_file(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """--token T put the token on the command line, which every user of the host reads (ps); --token-file FILE
+    takes it as serve's does."""
+    secret = tmp_path / "token"
+    secret.write_text("t0k\n")
+    with start_in_thread(ServeConfig(model="zoo:mlp", port=0, max_batch_size=4, token="t0k")) as running:
+        common = ["load", running.url, "--model", "mlp", "--requests", "10", "--duration", "10s", "--warmup-s", "0.1",
+                  "--store", str(tmp_path / "runs.db")]
+        assert main([*common, "--token-file", str(secret), "--json"]) == 0
+        level = json.loads(capsys.readouterr().out)["levels"][0]
+        assert level["errors"] == 0 and level["requests_ok"] > 0
+        assert main([*common, "--token-file", str(secret), "--token", "t0k"]) == 2
+        assert "give either --token or --token-file, not both" in capsys.readouterr().err
+        (tmp_path / "two").write_text("t0k more\n")
+        assert main([*common, "--token-file", str(tmp_path / "two")]) == 2
+        assert "holds more than one word: write the bearer token alone in it" in capsys.readouterr().err
+        assert main(common) != 0  # no token at all: the error names the file option
+        assert "give it with --token-file FILE (or --token)" in " ".join(capsys.readouterr().err.split())
+
+
 def test_priority_goes_into_every_request(server: Running, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     # the parameters reach the server: it refuses a priority that is not an integer

@@ -155,8 +155,9 @@ def test_an_unknown_model_behind_a_path_is_not_blamed_on_the_path() -> None:
 def test_a_server_that_wants_a_token_says_so_and_one_without_shared_memory_is_refused_it() -> None:
     """A 401 on /v2 is the token's fault, said as such; --shared-memory system on a server whose extensions do not
     list it is refused before any region is made (the server answered the registration 400 later)."""
-    token = "answered 401: unauthorized; the server requires a token: give it with --token"
-    with plain_kserve({"/v2": (401, b'{"error": "unauthorized"}')}) as url, pytest.raises(LoadGenError, match=token):
+    token = "answered 401: unauthorized; the server requires a token: give it with --token-file FILE (or --token)"
+    with plain_kserve({"/v2": (401, b'{"error": "unauthorized"}')}) as url, \
+            pytest.raises(LoadGenError, match=re.escape(token)):
         oip_target(url, "m", check=False)
     routes = {"/v2": (200, b'{"extensions": ["statistics"]}'), "/v2/models/m": (200, META)}
     with plain_kserve(routes) as url, pytest.raises(LoadGenError, match="does not take system shared memory"):
