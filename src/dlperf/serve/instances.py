@@ -554,12 +554,14 @@ class _FailureLog:
         self._seen: dict[str, tuple[float, int]] = {}
         """failure key -> (when it was last logged, how many times it came since without being logged)"""
 
-    def report(self, error: ServingError, exc: BaseException, request_ids: Sequence[str] = ()) -> bool:
+    def report(self, error: ServingError, exc: BaseException, request_ids: Sequence[str] = (),
+               retried: bool = False) -> bool:
         """Log `error` (with `exc`'s traceback) unless the same failure was logged within `every_s`; whether it was.
         `request_ids`: the ids of the failed batch's requests that had one, named in the log line only (the
         clients' 500 says nothing of the other requests in their batch), so that an operator told "request X got a
-        500" finds its line."""
-        key = f"{type(exc).__name__}: {exc}"
+        500" finds its line. `retried`: the batch's requests are run again one at a time, so the batch's failure is
+        a warning (whichever request fails alone is logged as an error of its own), counted apart."""
+        key = f"{'retried ' * retried}{type(exc).__name__}: {exc}"
         now = self.clock()
         with self._lock:
             last, unlogged = self._seen.get(key, (None, 0))
@@ -574,7 +576,9 @@ class _FailureLog:
         shown = ", ".join(request_ids[:_IDS_LOGGED])
         more = f" and {len(request_ids) - _IDS_LOGGED} more" if len(request_ids) > _IDS_LOGGED else ""
         ids = f" [request id{'s' * (len(request_ids) > 1)}: {shown}{more}]" if request_ids else ""
-        log.error("%s%s%s", error, ids, since, exc_info=(type(exc), exc, exc.__traceback__))
+        then = "; its requests are run again one at a time" if retried else ""
+        log.log(logging.WARNING if retried else logging.ERROR, "%s%s%s%s", error, then, ids, since,
+                exc_info=(type(exc), exc, exc.__traceback__))
         return True
 
 
@@ -583,62 +587,119 @@ def run_batch(runner: Runner, batch: list[Work], model: ServedModel, recorder: R
     """Join, run, split; each request gets its slice or, if the batch fails, the error. Never raises.
     `unbatched` (--max-batch-size 0, Triton's max_batch_size 0: the first dimension is part of the tensor, not a
     batch): each request counts as one inference in the statistics, as Triton counts it. `failures`: where a failed
-    batch is logged (an `InstancePool`'s, which logs a repeated failure once a minute); None logs each one."""
-    clock = time.monotonic_ns
-    t0 = clock()
-    items = sum(w.items for w in batch)
+    batch is logged (an `InstancePool`'s, which logs a repeated failure once a minute); None logs each one.
+
+    A failed batch of two or more requests runs each of them again alone, once, so that a request whose input
+    makes the model raise fails only itself, with its own error, and the others get their answers (their queue
+    time still ends where the failed batch began; their compute is their own run). Only after a failure: a batch
+    that succeeds runs once, as before."""
+    t0 = time.monotonic_ns()
     try:
-        n_inputs = len(batch[0].arrays)
-        if len(batch) == 1:
-            # the request's own arrays (views of its body, see app._read_body) when writable and aligned, else
-            # a copy: torch refuses read-only memory
-            arrays = [a if a.flags.writeable and a.flags.aligned else np.array(a) for a in batch[0].arrays]
-        else:
-            arrays = [np.concatenate([w.arrays[i] for w in batch]) for i in range(n_inputs)]
-        t1 = clock()
-        outputs = runner(arrays)
-        t2 = clock()
-        if len(outputs) != len(model.signature.outputs):
-            raise ServingError(f"the model returned {len(outputs)} outputs, its signature has "
-                               f"{len(model.signature.outputs)}")
-        slices: list[list[np.ndarray]] = [[] for _ in batch]
-        # without batching (--max-batch-size 0) a batch is one request, whose outputs go whole whatever their first
-        # dimension, as under Triton's max_batch_size 0 (a detector's [boxes, 6] for a [1, 3, H, W] image)
-        split = model.batched and not unbatched
-        for spec, out in zip(model.signature.outputs, outputs, strict=False):
-            if split and (out.ndim == 0 or out.shape[0] != items):
-                raise ServingError(
-                    f"output '{spec.name}' has shape {list(out.shape)}, not a first dimension of {items} "
-                    "(the batch size): the model must keep the batch dimension, or be served with "
-                    "--max-batch-size 0 (each request runs alone and gets its outputs whole)"
-                )
-            start = 0
-            for j, w in enumerate(batch):
-                slices[j].append(out[start:start + w.items] if split else out)
-                start += w.items
-        t3 = clock()
+        slices, items, t1, t2, t3 = _infer(runner, batch, model, unbatched)
     except Exception as exc:
-        specs = model.signature.inputs
-        shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
-        # the variant too, when the server has several (an A/B audit could not tell which one failed)
-        variant = "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
-        error = ServingError(
-            f"model '{model.name}'{variant} failed on a batch of {items} item{'' if items == 1 else 's'} "
-            f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
-            f"{type(exc).__name__}: {exc}"
-        )
-        (failures or _FailureLog(every_s=0.0)).report(error, exc, [w.request_id for w in batch if w.request_id])
-        for w in batch:
-            w.error = error
-            w.error_reason = "BACKEND"
-            w.batch_size = items
-            w.timings_ns = {"start": t0, "end": clock()}
-            w.finish()
+        failed = exc
+    else:
+        _answer(batch, slices, items, recorder, unbatched, t0, t0, t1, t2, t3)
         return
+    # outside the except block: the runs alone do not chain the batch's exception into their tracebacks
+    _retry_alone(runner, batch, model, recorder, unbatched, failures or _FailureLog(every_s=0.0), failed, t0)
+
+
+def _infer(runner: Runner, batch: list[Work], model: ServedModel,
+           unbatched: bool) -> tuple[list[list[np.ndarray]], int, int, int, int]:
+    """Run `batch` once: each request's slice of the outputs, the batch's items, and when the input was joined,
+    the model returned and the outputs were split. Raises what the model (or the split of its outputs) raised."""
+    clock = time.monotonic_ns
+    items = sum(w.items for w in batch)
+    n_inputs = len(batch[0].arrays)
+    if len(batch) == 1:
+        # the request's own arrays (views of its body, see app._read_body) when writable and aligned, else
+        # a copy: torch refuses read-only memory
+        arrays = [a if a.flags.writeable and a.flags.aligned else np.array(a) for a in batch[0].arrays]
+    else:
+        arrays = [np.concatenate([w.arrays[i] for w in batch]) for i in range(n_inputs)]
+    t1 = clock()
+    outputs = runner(arrays)
+    t2 = clock()
+    if len(outputs) != len(model.signature.outputs):
+        raise ServingError(f"the model returned {len(outputs)} outputs, its signature has "
+                           f"{len(model.signature.outputs)}")
+    slices: list[list[np.ndarray]] = [[] for _ in batch]
+    # without batching (--max-batch-size 0) a batch is one request, whose outputs go whole whatever their first
+    # dimension, as under Triton's max_batch_size 0 (a detector's [boxes, 6] for a [1, 3, H, W] image)
+    split = model.batched and not unbatched
+    for spec, out in zip(model.signature.outputs, outputs, strict=False):
+        if split and (out.ndim == 0 or out.shape[0] != items):
+            raise ServingError(
+                f"output '{spec.name}' has shape {list(out.shape)}, not a first dimension of {items} "
+                "(the batch size): the model must keep the batch dimension, or be served with "
+                "--max-batch-size 0 (each request runs alone and gets its outputs whole)"
+            )
+        start = 0
+        for j, w in enumerate(batch):
+            slices[j].append(out[start:start + w.items] if split else out)
+            start += w.items
+    return slices, items, t1, t2, clock()
+
+
+def _answer(batch: list[Work], slices: list[list[np.ndarray]], items: int, recorder: Recorder | None,
+            unbatched: bool, t0: int, t_run: int, t1: int, t2: int, t3: int) -> None:
+    """Count the execution and finish each request with its slice. `t0`: where the requests left the queue;
+    `t_run`, `t1`, `t2`, `t3`: when the run began (`t0` but for a request run again after its batch failed),
+    joined its input, ran the model and split its outputs."""
     if recorder is not None:
-        recorder.batch(len(batch) if unbatched else items, t1 - t0, t2 - t1, t3 - t2)
+        recorder.batch(len(batch) if unbatched else items, t1 - t_run, t2 - t1, t3 - t2)
     for w, result in zip(batch, slices, strict=False):
         w.result = result
         w.batch_size = items
-        w.timings_ns = {"start": t0, "input": t1 - t0, "infer": t2 - t1, "output": t3 - t2}
+        w.timings_ns = {"start": t0, "input": t1 - t_run, "infer": t2 - t1, "output": t3 - t2}
         w.finish()
+
+
+def _retry_alone(runner: Runner, batch: list[Work], model: ServedModel, recorder: Recorder | None, unbatched: bool,
+                 failures: _FailureLog, exc: Exception, t0: int) -> None:
+    """After `batch` failed with `exc`: a single request gets the error; the requests of a larger batch are each
+    run again alone, and only those that fail alone get an error, their own (one request's input that made the
+    model raise failed every request batched with it, with that input's error)."""
+    error = _batch_error(batch, model, recorder, exc)
+    ids = [w.request_id for w in batch if w.request_id]
+    if len(batch) == 1:
+        failures.report(error, exc, ids)
+        _fail(batch[0], error, t0)
+        return
+    failures.report(error, exc, ids, retried=True)
+    if recorder is not None:
+        recorder.batch_retried()
+    for w in batch:
+        t_run = time.monotonic_ns()
+        try:
+            slices, items, t1, t2, t3 = _infer(runner, [w], model, unbatched)
+        except Exception as alone:
+            error = _batch_error([w], model, recorder, alone)
+            failures.report(error, alone, [w.request_id] if w.request_id else [])
+            _fail(w, error, t0)
+            continue
+        _answer([w], slices, items, recorder, unbatched, t0, t_run, t1, t2, t3)
+
+
+def _batch_error(batch: list[Work], model: ServedModel, recorder: Recorder | None, exc: Exception) -> ServingError:
+    """The error every request of a failed `batch` gets: the model, the batch, its first request's shapes, and
+    what was raised."""
+    items = sum(w.items for w in batch)
+    specs = model.signature.inputs
+    shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
+    # the variant too, when the server has several (an A/B audit could not tell which one failed)
+    variant = "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
+    return ServingError(
+        f"model '{model.name}'{variant} failed on a batch of {items} item{'' if items == 1 else 's'} "
+        f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
+        f"{type(exc).__name__}: {exc}"
+    )
+
+
+def _fail(w: Work, error: ServingError, t0: int) -> None:
+    w.error = error
+    w.error_reason = "BACKEND"
+    w.batch_size = w.items
+    w.timings_ns = {"start": t0, "end": time.monotonic_ns()}
+    w.finish()

@@ -36,6 +36,7 @@ METRIC_NAMES = (
     "dlperf_inference_request_failure_total",
     "dlperf_inference_count_total",
     "dlperf_inference_exec_count_total",
+    "dlperf_inference_batch_retry_total",
     "dlperf_inference_pending_requests",
     "dlperf_inference_request_duration_seconds",
     "dlperf_inference_queue_duration_seconds",
@@ -142,6 +143,9 @@ class Metrics:
                              registry=r)
         self.exec_count = Counter(PREFIX + "exec_count", "Model executions (batches); items / executions = "
                                   "average batch size", labels, registry=r)
+        self.batch_retry = Counter(PREFIX + "batch_retry", "Batches of two or more requests that failed and whose "
+                                   "requests were each run again alone (only those failing alone get the error)",
+                                   labels, registry=r)
         self.pending = Gauge(PREFIX + "pending_requests", "Requests queued, not yet executing", labels, registry=r)
         # by outcome, so that a latency comparison can leave failures out (a variant failing fast looked faster
         # in `dlperf compare --live`); summing over it gives every request, as before
@@ -217,6 +221,7 @@ class Recorder:
         self._success = metrics.success.labels(model, variant)
         self._count = metrics.count.labels(model, variant)
         self._exec = metrics.exec_count.labels(model, variant)
+        self._batch_retry = metrics.batch_retry.labels(model, variant)
         self._request = metrics.request_duration.labels(model, variant, "success")
         self._request_failed = metrics.request_duration.labels(model, variant, "failure")
         self._queue = metrics.queue_duration.labels(model, variant)
@@ -266,6 +271,10 @@ class Recorder:
             ci.add(input_ns)
             cf.add(infer_ns)
             co.add(output_ns)
+
+    def batch_retried(self) -> None:
+        """A batch of two or more requests failed; each is run again alone (each run that succeeds is a `batch`)."""
+        self._batch_retry.inc()
 
     def success(self, request_ns: int, queue_ns: int, compute: tuple[int, int, int], priority: int = 0) -> None:
         """One request answered; `compute` = its batch's (input, infer, output) ns; `priority` its queue level."""
@@ -408,6 +417,8 @@ class VariantMetrics:
     failure_total: dict[str, float] = field(default_factory=dict)
     inference_count_total: float = 0.0
     exec_count_total: float = 0.0
+    batch_retry_total: float = 0.0
+    """Failed batches of two or more requests whose requests were each run again alone."""
     pending_requests: float = 0.0
     request_duration: HistogramData = field(default_factory=HistogramData)
     """Every request, answered or failed."""
@@ -461,6 +472,8 @@ def parse_variant_metrics(text: str) -> dict[str, VariantMetrics]:
                 entry(labels).inference_count_total = value
             elif name == PREFIX + "exec_count_total":
                 entry(labels).exec_count_total = value
+            elif name == PREFIX + "batch_retry_total":
+                entry(labels).batch_retry_total = value
             elif name == PREFIX + "pending_requests":
                 entry(labels).pending_requests = value
             else:
