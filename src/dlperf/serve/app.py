@@ -56,6 +56,7 @@ def create_app(state: ServerState) -> _InferFirst:
     def guarded(handler: Callable[[Request], Awaitable[Reply]], public: bool = False) -> Handler:
         async def endpoint(request: Request) -> Response:
             if not public and not state.authorized(request.headers):
+                state.note_unauthenticated()
                 return _respond(_unauthorized())
             try:
                 return _respond(await handler(request))
@@ -273,6 +274,7 @@ class _InferFirst:
             if not self.state.authorized(headers):
                 reply = _unauthorized()
                 self.state.count_unauthorized(name, version, headers)
+                self.state.note_unauthenticated()
             else:
                 reply = await self.infer_reply(name, version, headers, _body_chunks(receive), scope.get(BODY_SCOPE_KEY),
                                                client_gone)

@@ -157,6 +157,7 @@ def create_servicer(state: ServerState) -> Any:
                 inference: bool = False) -> Callable[..., Awaitable[Any]]:
         async def handler(self: Any, request: Any, context: Any) -> Any:
             if not public and not state.authorized(_metadata(context)):
+                state.note_unauthenticated()
                 if inference:
                     state.count_unauthorized(request.model_name, request.model_version, _metadata(context))
                 await fail(context, 401, "missing or wrong bearer token: send the metadata "

@@ -186,6 +186,10 @@ class Metrics:
         r.register(GpuCollector())
         self._stats: dict[str, ModelStats] = {}
         self._lock = threading.Lock()
+        from dlperf.serve.refusals import RefusalLog
+
+        self.refusals = RefusalLog()
+        """Refused requests' rate-limited log lines (they showed on this page only)."""
 
     def recorder(self, model: str, variant: str, pending: Callable[[], float] | None = None,
                  priority_levels: int = 0, level_pending: Callable[[int], float] | None = None) -> Recorder:
@@ -296,6 +300,7 @@ class Recorder:
 
     def failure(self, reason: str, request_ns: int) -> None:
         self._m.failure.labels(self.model, self.variant, reason if reason in FAILURE_REASONS else "OTHER").inc()
+        self._m.refusals.note(reason, self.model)  # REJECTED, TIMEOUT, CANCELED: a rate-limited log line
         self._request_failed.observe(request_ns / 1e9)
         with self._lock:
             self._stats.fail.add(request_ns)

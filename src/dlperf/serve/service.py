@@ -434,6 +434,7 @@ class ServerState:
                 ok = v.pool.join(max(0.0, deadline - time.monotonic())) and ok
         if self.shm is not None:
             self.shm.close()
+        self.metrics.refusals.flush_all()  # the refusals counted since their last line, not lost at exit
         return ok
 
     def _to_shm(self, tensor: Tensor, span: tuple[str, int, int]) -> None:
@@ -462,6 +463,12 @@ class ServerState:
         value = headers.get("authorization", "")
         scheme, _, token = value.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.config.token.encode())
+
+    def note_unauthenticated(self) -> None:
+        """A call refused for its token (401 / UNAUTHENTICATED), inference or not: a rate-limited log line (it
+        showed only on /metrics, and there only for an inference request of a served model). No model is named:
+        the name comes from a client the server does not know, and need not be one it serves."""
+        self.metrics.refusals.note("UNAUTHENTICATED")
 
     # --- metadata ---------------------------------------------------------------------------------
 

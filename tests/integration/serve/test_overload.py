@@ -42,8 +42,10 @@ def gated() -> Iterator[tuple[Running, Gate]]:
 
 
 
-def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Running, Gate]) -> None:
+def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Running, Gate],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
     running, gate = gated
+    caplog.set_level(logging.WARNING, logger="dlperf.serve")
     c = httpclient.InferenceServerClient(running.url, concurrency=4)
     first = c.async_infer("gated", [_input(1.0)])
     assert gate.wait_entered()  # request 1 is executing, held at the gate
@@ -63,6 +65,9 @@ def test_full_queue_rejects_at_once_with_503_and_counters_add_up(gated: tuple[Ru
     assert m.requests_total == 4
     assert m.pending_requests == 0
     c.close()
+    # the operator tailing the log sees the server shed load (only /metrics said so)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused ")] == [
+        "refused 1 request: the queue was full (reason REJECTED; --max-queue-size bounds it) (model 'gated': 1)"]
 
 
 def test_a_failing_batch_fails_only_its_requests_and_the_server_keeps_serving(gated: tuple[Running, Gate],

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -187,9 +189,9 @@ def test_request_too_large_is_413_before_it_is_read() -> None:
         assert c.infer("mlp", [_input(small)]).as_numpy("logits").shape == (1, 10)
 
 
-def test_bearer_token_protects_all_but_health() -> None:
+def test_bearer_token_protects_all_but_health(caplog: pytest.LogCaptureFixture) -> None:
     config = ServeConfig(model="zoo:mlp", port=0, token="s3cret")
-    with start_in_thread(config) as running:
+    with start_in_thread(config) as running, caplog.at_level(logging.WARNING, logger="dlperf.serve"):
         base = f"http://{running.url}"
         assert http_status(f"{base}/v2/health/ready") == 200
         assert http_status(f"{base}/v2/health/live") == 200
@@ -216,6 +218,12 @@ def test_bearer_token_protects_all_but_health() -> None:
         # the refused inference request is counted like any 4xx: a client with a wrong token shows on /metrics
         m = parse_variant_metrics(get_text(f"{base}/metrics", {"Authorization": "Bearer s3cret"}))["default"]
         assert m.failure_total["INVALID"] == 1 and m.success_total == 1 and m.requests_total == 2
+    # and in the log (it wrote nothing, at any --log-level): the first refusal at once, the three after it within
+    # 10 s counted for one line, written when the server stops if the 10 s have not passed by then
+    refused = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused ")]
+    what = "a missing or wrong bearer token (401 / UNAUTHENTICATED; the server's --token)"
+    assert refused[0] == f"refused 1 request: {what}"
+    assert re.fullmatch(rf"refused 3 requests in the last \d+ s: {re.escape(what)}", refused[1]) and len(refused) == 2
 
 
 def test_json_request_without_content_type_from_plain_http(server: Running) -> None:
