@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlperf.compare.runs import RunComparison
 from dlperf.errors import ConfigError
 from dlperf.report.html import render_report
 from dlperf.store.db import Store
@@ -19,6 +20,19 @@ def history_runs(store: Store, workload: str, limit: int = 200) -> list[RunRecor
 
     runs = [r for kind in SAMPLED_KINDS for r in workload_runs(store, kind, workload, limit=limit, status="ok")]
     return sorted(runs, key=lambda r: r.created_at)[-limit:]
+
+
+MAX_COMPARED = 10
+"""Runs besides the first judged in a report's verdict table (the CDF draws as many in all: one colour a run)."""
+
+
+def run_comparisons(records: Sequence[RunRecord]) -> list[RunComparison]:
+    """Each later bench or check run with samples against the first, as `dlperf compare A B` judges it."""
+    from dlperf.compare.records import has_samples
+    from dlperf.compare.runs import compare_records
+
+    sampled = [r for r in records if r.kind in SAMPLED_KINDS and has_samples(r)]
+    return [compare_records(sampled[0], b) for b in sampled[1:MAX_COMPARED + 1]]
 
 
 def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str | None = None,
@@ -42,7 +56,7 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
             raise ConfigError(f"no finished bench or check runs of workload '{history_workload}' in the store; "
                               f"workloads with finished ones: {', '.join(known) or 'none'}")
     return render_report(records, children=children, history=history, history_metric=history_metric,
-                         history_workload=history_workload or "", title=title)
+                         history_workload=history_workload or "", title=title, comparisons=run_comparisons(records))
 
 
 def check_output(path: Path) -> None:

@@ -18,7 +18,8 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dlperf.report.html_bench import ab_view, bench_view, comparison_section, history_section
+from dlperf.compare.runs import RunComparison
+from dlperf.report.html_bench import ab_view, bench_view, comparison_section, history_section, verdict_section
 from dlperf.report.html_kinds import calibrate_view, load_view, optimize_view, profile_view, train_view
 from dlperf.report.html_parts import Raw, config_tags, fmt_ms, html_table, json_table
 from dlperf.report.svg import esc
@@ -185,8 +186,10 @@ def render_report(
     history_workload: str = "",
     title: str | None = None,
     generated_at: str | None = None,
+    comparisons: Sequence[RunComparison] = (),
 ) -> str:
-    """The whole HTML document for `records` (plus child runs by parent id, plus an optional history)."""
+    """The whole HTML document for `records` (plus child runs by parent id, plus an optional history, plus the
+    comparisons of its sampled runs, `build.run_comparisons`)."""
     children = children or {}
     generated_at = generated_at or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shown = list(records)
@@ -200,6 +203,7 @@ def render_report(
     sections = [f"<section><h2>Runs</h2>{summary}</section>" if shown else ""]
     all_for_env = [*shown, *(history or [])]
     sections.append(environment_section(all_for_env))
+    sections.append(verdict_section(comparisons))
     sections.append(comparison_section(shown))
     sections += [run_section(r, children.get(r.id, ())) for r in shown]
     if history is not None:

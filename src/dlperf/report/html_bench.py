@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.gate import recorded_change, recorded_improved, verdict_line
+from dlperf.compare.runs import MEDIAN_KPI, TEST_NOTE, RunComparison
 from dlperf.compare.stats import change_text
 from dlperf.report.html_parts import (
     Raw,
@@ -197,6 +198,40 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
             + '<p class="muted">Runs measured at different times are not interleaved: machine drift between '
               "them looks like a difference. <code>dlperf compare A B</code> tests it; <code>dlperf ab</code> "
               "measures two settings interleaved.</p></section>")
+
+
+def verdict_section(comparisons: Sequence[RunComparison]) -> str:
+    """Each later run against the first at every batch size they share, judged as `dlperf compare` judges it: the
+    median ratio with its interval, the Mann-Whitney test and the verdict. A report of two bench runs compared them
+    at batch 1 only (0.0150 vs 0.0151 ms) and named no verdict, while the second run's batch 64 was 232x slower."""
+    rows, row_classes, notes = [], [], []
+    for cmp in comparisons:
+        for point in cmp.points:
+            median = next((k for k in point.kpis if k.name == MEDIAN_KPI), None)
+            lo, hi = point.median_ratio.ci
+            smaller = point.below_min_effect
+            verdict = ("no difference as large as the minimum effect" if smaller else point.verdict)
+            also = "; ".join(point.also_changed)
+            rows.append([Raw(f'<a href="#run-{esc(cmp.a.id)}">{esc(cmp.a.id)}</a>'),
+                         Raw(f'<a href="#run-{esc(cmp.b.id)}">{esc(cmp.b.id)}</a>'), point.batch_size,
+                         fmt_ms(median.a if median else None), fmt_ms(median.b if median else None),
+                         f"{point.median_ratio.ratio:.3f}", "-" if point.too_few else f"{lo:.3f}-{hi:.3f}",
+                         fmt_p_value(point.test.p_value), verdict + (f" (B {smaller}, by less than "
+                                                                     f"{point.min_effect:.0%})" if smaller else ""),
+                         also])
+            row_classes.append("bad" if point.verdict == "B slower" else "good" if point.verdict == "B faster" else "")
+            if point.tests_disagree:
+                notes.append(f"{cmp.b.id}, batch {point.batch_size}: {point.tests_disagree}")
+        notes += [f"{cmp.b.id} against {cmp.a.id}: {w}" for w in cmp.warnings]
+    if not rows:
+        return ""
+    return ("<section><h2>Verdict: each run against the first, per batch size</h2>"
+            + html_table(("A", "B", "batch", "p50 ms A", "p50 ms B", "median B/A", "95% CI", "Mann-Whitney p",
+                          "verdict", "not in that verdict"), rows, row_classes)
+            + "".join(f'<p class="warn">{esc(n)}</p>' for n in notes)
+            + f'<p class="muted">{esc(TEST_NOTE)} As <code>dlperf compare A B</code> prints it; B is called slower or '
+              "faster only where the test and the interval agree and the change passes the 1% minimum effect.</p>"
+              "</section>")
 
 
 # --- ab -------------------------------------------------------------------------------------------

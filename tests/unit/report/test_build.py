@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,33 @@ def test_a_history_is_of_the_newest_finished_bench_and_check_runs_oldest_first(
         ids[name] = run.id
     assert [r.id for r in history_runs(store, "zoo:mlp")] == [ids["old"], ids["check"], ids["new"]]
     assert [r.id for r in history_runs(store, "zoo:mlp", limit=2)] == [ids["check"], ids["new"]]
+
+
+def _point(batch: int, median_s: float, seed: int) -> dict[str, object]:
+    import numpy as np
+
+    from dlperf.measure.stats import Measurement
+
+    rng = np.random.default_rng(seed)
+    m = Measurement([int(v) for v in rng.lognormal(np.log(median_s), 0.05, 200) * 1e9], items_per_call=batch)
+    return {"batch_size": batch, "summary": m.summary(), "measurement": m.to_dict()}
+
+
+def test_a_report_of_two_bench_runs_judges_b_against_a_at_every_batch_size(tmp_path: Path) -> None:
+    """Two bench runs' report compared them at batch 1 only (0.0150 vs 0.0151 ms) with no verdict, while the second
+    run's batch 64 was 232x slower: a reader of the report saw no regression. Now each shared batch size has the
+    verdict `dlperf compare` gives."""
+    store = Store(tmp_path / "runs.db", create=True)
+    ids = []
+    for seed, slow_s in ((1, 0.001), (2, 0.003)):  # B's batch 8 three times as slow, batch 1 the same
+        run = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1, 8]})
+        store.finish_run(run.id, {"points": [_point(1, 0.0005, seed), _point(8, slow_s, seed + 10)]})
+        ids.append(run.id)
+    html = build_report(store, ids)
+    section = html.split("<h2>Verdict: each run against the first, per batch size</h2>", 1)[1].split("</section>")[0]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", section)[1:]
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", rows[1])]
+    assert cells[:3] == [ids[0], ids[1], "8"] and cells[8] == "B slower"
+    assert 2.7 < float(cells[5]) < 3.3  # the median ratio B/A
+    assert "B slower" not in rows[0] and "B faster" not in rows[0]
+    assert "<h2>Verdict" not in build_report(store, ids[:1])  # one run: nothing to judge
