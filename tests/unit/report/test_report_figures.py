@@ -147,6 +147,17 @@ def test_a_candidate_no_better_than_a_faster_one_is_off_the_frontier() -> None:
     assert svg_read.points(svg, "selected") == [pytest.approx((6.0, 0.95), abs=0.005)]
 
 
+def test_a_frontier_of_latencies_over_20x_apart_is_drawn_on_a_log_axis() -> None:
+    """Ten candidates from 0.014 to 0.37 ms drew on a linear axis, eight of them in its first tenth on one another."""
+    html = _optimize([("a", 0.000014, 0.90), ("b", 0.000016, 0.91), ("c", 0.00037, 0.92)])
+    svg = svg_read.plot(html, "Pareto frontier: latency vs score")
+    assert "paired p50 latency (ms), log scale" not in svg and "latency (ms), log scale" in svg
+    assert svg_read.points(svg, "candidates", x_log=True) == [
+        pytest.approx(p, rel=0.01) for p in [(0.014, 0.90), (0.016, 0.91), (0.37, 0.92)]]
+    near = _optimize([("a", 0.004, 0.90), ("b", 0.006, 0.95)])
+    assert "log scale" not in svg_read.plot(near, "Pareto frontier: latency vs score")
+
+
 def test_a_metric_lower_is_better_makes_the_frontier_of_the_lower_ones() -> None:
     html = _optimize([("a", 0.004, 0.5), ("b", 0.006, 0.3), ("c", 0.008, 0.4)], higher_is_better=False)
     assert _front(html, ("a", "b", "c")) == ["a", "b"]
