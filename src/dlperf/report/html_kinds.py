@@ -296,6 +296,11 @@ def _verified_fixes(rows: Any) -> str:
     return f"<h3>{esc(VERIFY_TITLE)}</h3>" + html_table(VERIFY_COLUMNS, table)
 
 
+OPERATOR_COLOR = "#222222"
+"""The roofline's operators: a colour no roof takes (they were the orange of the palette's fourth colour, the int8
+roof's where a CPU has fp32, bf16, fp16 and int8 ceilings, so the legend could not tell them apart)."""
+
+
 def _roofline(ops_data: Mapping[str, Any]) -> str:
     ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)
            and isinstance(o.get("intensity"), (int, float)) and isinstance(o.get("achieved_flops_s"), (int, float))
@@ -306,7 +311,11 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
     if not ops and not peaks:
         return ""
     xs = [float(o["intensity"]) for o in ops] or [1.0]
-    lo_x, hi_x = min(min(xs) / 4, 0.05), max(max(xs) * 4, 100.0)
+    # Past the highest ridge, so every roof shows its flat peak: this CPU's bf16 and int8 ridges (107 and 247 FLOP/B)
+    # lay past an axis that ended at 100, where both roofs were the bandwidth slope, drawn one over the other.
+    ridges = [float(peak) / bandwidth for peak in peaks.values() if isinstance(peak, (int, float)) and peak > 0
+              and isinstance(bandwidth, (int, float)) and bandwidth > 0]
+    lo_x, hi_x = min(min(xs) / 4, 0.05), max(max(xs) * 4, 100.0, *(2 * r for r in ridges))
     series = []
     for dtype, peak in peaks.items():
         if not isinstance(peak, (int, float)) or peak <= 0:
@@ -321,8 +330,8 @@ def _roofline(ops_data: Mapping[str, Any]) -> str:
             series.append(Series(f"{dtype} peak{unit}", [lo_x, hi_x], [peak / 1e9] * 2, "line", dashed=True))
     if ops:
         series.append(Series("operators", xs, [float(o["achieved_flops_s"]) / 1e9 for o in ops], "points",
-                             color="#ff7f0e", labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step"
-                                                      for o in ops]))
+                             color=OPERATOR_COLOR,
+                             labels=[f"{o.get('name')}: {fmt_pct(o.get('share'), sign=False)} of step" for o in ops]))
     int8 = any(dtype == "int8" for dtype in peaks)
     return chart(series, Axis("arithmetic intensity (FLOP/byte" + (", int8: OP/byte)" if int8 else ")"), log=True),
                  Axis("GFLOP/s" + (" (int8: GOP/s)" if int8 else ""), log=True),

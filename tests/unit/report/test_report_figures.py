@@ -198,6 +198,25 @@ def test_the_roofline_bends_at_the_ridge_and_puts_each_operator_at_its_intensity
     assert svg_read.points(svg, "operators", x_log=True, y_log=True) == [pytest.approx((40.0, 50.0), rel=0.02)]
 
 
+def test_every_roof_reaches_its_peak_and_the_operators_have_a_colour_of_their_own() -> None:
+    """A profile on a CPU with fp32, bf16, fp16 and int8 ceilings: the bf16 and int8 ridges (107 and 247 FLOP/B) lay
+    past the axis's end at 100, so those roofs were one bandwidth slope drawn twice, their peaks nowhere; and the
+    operators were the int8 roof's orange."""
+    peaks = {"fp32": 4.70e11, "bf16": 1.46e12, "fp16": 1.56e11, "int8": 3.39e12}
+    result = {"analyses": {"operators": {
+        "operators": [{"name": "aten::addmm", "self_s": 8e-6, "share": 0.13, "intensity": 0.48,
+                       "achieved_flops_s": 2.4e9}],
+        "peak_flops": peaks, "bandwidth_bytes_s": 1.37e10}}}
+    svg = svg_read.plot(render_report([_rec("p2", "profile", result)]), "Roofline")
+    for dtype, peak in peaks.items():
+        name = f"{dtype} roof" + (" (GOP/s)" if dtype == "int8" else "")
+        roof = svg_read.line(svg, name, x_log=True, y_log=True)
+        assert roof[-1][1] == pytest.approx(peak / 1e9, rel=0.02) and roof[-2][1] == pytest.approx(peak / 1e9, rel=0.02)
+    colours = re.findall(r'<g class="series" data-name="([^"]+)"><(?:polyline|circle)[^>]*?(?:stroke|fill)="(#\w+)"',
+                         svg)
+    assert len(colours) == 5 and len({c for _, c in colours}) == 5, colours
+
+
 # --- load ------------------------------------------------------------------------------------------------------
 
 
