@@ -20,6 +20,7 @@ from dlperf.report.html_parts import (
     fmt_ms,
     fmt_p_value,
     fmt_pct,
+    fmt_rate,
     html_table,
     plot_row,
     sampled_seconds,
@@ -48,7 +49,7 @@ def bench_view(rec: RunRecord) -> str:
         rss = p.get("peak_rss_bytes")
         noise = point_noise_text(p)  # bench's wording: 'other load on the machine' first read as a fact when idle
         rows.append([p.get("batch_size"), s.get("n"), fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")),
-                     fmt_ms(s.get("p99_s")), fmt_ms(s.get("mean_s")), fmt(s.get("throughput")),
+                     fmt_ms(s.get("p99_s")), fmt_ms(s.get("mean_s")), fmt_rate(s.get("throughput")),
                      f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-",
                      fmt(p.get("process_cpu_percent")),
                      Raw(f'<span class="warn">{esc(noise)}</span>') if noise else ""])
@@ -173,7 +174,7 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
         s = pts[batch].get("summary") or {}
         rows.append([Raw(f'<a href="#run-{esc(rec.id)}">{esc(rec.id)}</a>'), rec.kind, rec.workload,
                      rec.created_at[:19], fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")), fmt_ms(s.get("p99_s")),
-                     fmt(s.get("throughput"))])
+                     fmt_rate(s.get("throughput"))])
     from dlperf.compare.runs import config_differences
 
     first = sampled[0][0]
@@ -252,7 +253,7 @@ def ab_view(rec: RunRecord) -> str:
         s = r.get(side) or {}
         rows.append([side.upper(), _describe_settings(settings.get(side) if isinstance(settings, Mapping) else None),
                      (r.get("batch_size") or {}).get(side), s.get("n"), fmt_ms(s.get("p50_s")), fmt_ms(s.get("p90_s")),
-                     fmt_ms(s.get("p99_s")), fmt(s.get("throughput"))])
+                     fmt_ms(s.get("p99_s")), fmt_rate(s.get("throughput"))])
     parts.append(html_table(("side", "settings", "batch", "n", "p50 ms", "p90 ms", "p99 ms", "items/s"), rows))
     # other processes' load while the blocks ran, as `dlperf ab` and `runs show` say it (A/Bs recorded since 2026-12-06)
     parts += [f'<p class="warn">warning: {esc(w)}</p>' for w in r.get("warnings") or [] if isinstance(w, str)]
@@ -347,7 +348,7 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
     changes = history_changes(ordered)
     rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
              # a latency to fmt_ms's four digits, as bench's table has it (fmt's three: 0.0205 beside 0.02047)
-             *((fmt(values[(b, i + 1)]) if metric == "throughput" else fmt_ms(values[(b, i + 1)] / 1e3))
+             *((fmt_rate(values[(b, i + 1)]) if metric == "throughput" else fmt_ms(values[(b, i + 1)] / 1e3))
                if (b, i + 1) in values else "" for b in batches),
              Raw(f'<span class="warn">{esc("; ".join(changes[r.id]))}</span>') if r.id in changes else ""]
             for i, r in enumerate(ordered)]

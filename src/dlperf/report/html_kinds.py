@@ -15,6 +15,7 @@ from dlperf.report.html_parts import (
     fmt,
     fmt_ms,
     fmt_pct,
+    fmt_rate,
     html_table,
     plot_row,
     wide_range,
@@ -360,8 +361,8 @@ def _ddp_view(r: Mapping[str, Any]) -> str:
     parts = [html_table(
         ("processes", "samples/s", "step ms", "scaling efficiency", "of which compute", "of which communication",
          "exposed all-reduce"),
-        [[1, fmt(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-", "-", "-"],
-         [r.get("nproc"), fmt(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
+        [[1, fmt_rate(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-", "-", "-"],
+         [r.get("nproc"), fmt_rate(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
           fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(compute, sign=False),
           fmt_pct(comm, sign=False), fmt_pct(r.get("comm_share"), sign=False)]])]
     if isinstance(compute, (int, float)) and isinstance(comm, (int, float)):
@@ -402,7 +403,7 @@ def _step_view(m: Mapping[str, Any], title: str = "Training step") -> str:
         ("steps", "median step ms", "p90 ms", "mean ms", "samples/s", *(("tokens/s",) if tokens else ()),
          "peak RSS MiB", "MFU"),
         [[s.get("n"), fmt_ms(m.get("step_s")), fmt_ms(s.get("p90_s")), fmt_ms(s.get("mean_s")),
-          fmt(m.get("samples_per_s")), *((tokens,) if tokens else ()),
+          fmt_rate(m.get("samples_per_s")), *((tokens,) if tokens else ()),
           f"{rss / 2**20:.0f}" if isinstance(rss, (int, float)) else "-", fmt_pct(m.get("mfu"), sign=False)]])]
     phases = [(PHASE_LABELS.get(k, k), float(v) * 1e3) for k, v in (m.get("breakdown_s") or {}).items()
               if isinstance(v, (int, float)) and v > 0]
@@ -450,7 +451,7 @@ def _tune_view(r: Mapping[str, Any]) -> str:
         tokens = isinstance(r.get("baseline_tokens_per_s"), (int, float))  # token ids in: tokens/s beside samples/s
         parts.append(f'<p class="verdict {"good" if confirmed else "warn"}">gain: {esc(gain)}</p>' + html_table(
             ("", "settings", "samples/s", *(("tokens/s",) if tokens else ())),
-            [[which, config_line(r[which]), fmt(r.get(f"{which}_samples_per_s")),
+            [[which, config_line(r[which]), fmt_rate(r.get(f"{which}_samples_per_s")),
               *([fmt(r.get(f"{which}_tokens_per_s"))] if tokens else [])] for which in ("baseline", "best")]))
         if r.get("disturbed"):  # the totals disagreed with the paired blocks, as the terminal view says
             parts.append(f'<p class="warn">{esc(r["disturbed"])}</p>')
@@ -479,7 +480,7 @@ def _tune_view(r: Mapping[str, Any]) -> str:
         parity, ci, change, speedup = t.get("parity"), t.get("speedup_ci"), t.get("change"), t.get("speedup")
         rows.append([t.get("knob"), ", ".join(f"{k}={v}" for k, v in change.items()) if change else "-",
                      fmt_pct(parity.get("relative_difference")) if isinstance(parity, Mapping) else "-",
-                     fmt(t.get("samples_per_s")),
+                     fmt_rate(t.get("samples_per_s")),
                      (f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-")
                      + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if isinstance(ci, list) and len(ci) == 2 else ""),
                      t.get("status"), "; ".join(x for x in (t.get("reason"), t.get("disturbed")) if x)])
@@ -539,7 +540,7 @@ def load_view(rec: RunRecord) -> str:
         gpus = (item.get("resources") or {}).get("gpus") if isinstance(item.get("resources"), Mapping) else None
         busy = [g.get("utilization") for g in (gpus or {}).values() if isinstance(g, Mapping)]
         batched = (first_number(item, "items_per_request") or 1) > 1  # `--batch-size B`: items/s is B x req/s
-        judged.append([fmt(first_number(item, "throughput_items_per_s")) if batched else "-",
+        judged.append([fmt_rate(first_number(item, "throughput_items_per_s")) if batched else "-",
                        fmt_ms(first_number(item, "slo_bound_s", "p99_bound_s") if judged_at == "p99"
                               else first_number(item, "slo_bound_s")),
                        f"{item['verdict']}: {item.get('verdict_reason', '')}" if isinstance(item.get("verdict"), str)

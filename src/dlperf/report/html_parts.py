@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,12 +28,17 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], row_classe
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
+
+
 def _numeric(value: Any) -> bool:
     if isinstance(value, Raw):
         return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return True
     text = str(value).strip().rstrip("%").split(" ")[0]
+    if THOUSANDS.fullmatch(text):  # '1,800,926' (`fmt_rate`), right-aligned with the other numbers
+        return True
     try:
         float(text.replace("+", "", 1))
     except ValueError:
@@ -111,6 +117,14 @@ def sampled_seconds(point: Mapping[str, Any]) -> tuple[list[float], int] | None:
 
 def fmt(value: Any) -> str:
     return fmt_number(float(value)) if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def fmt_rate(value: Any) -> str:
+    """A throughput (items/s, samples/s) as the terminal prints it: '1,800,926' from 100 up, where `fmt` wrote '1.8e6'
+    beside the headline's 1,800,926 items/s and the next row's '476842'."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def fmt_p_value(value: Any) -> str:

@@ -545,14 +545,14 @@ def test_train_runs_have_their_own_view() -> None:
     # steps, median ms, p90, mean (the phases' bars are means: on a noisy machine they summed to twice the median
     # step, with no mean in the table), samples/s, RSS
     assert re.search(r"<td class=\"n\">3</td><td class=\"n\">30.6</td><td class=\"n\">[0-9.]+</td>"
-                     r"<td class=\"n\">30.6</td><td class=\"n\">1469</td><td class=\"n\">326</td>", html)
+                     r"<td class=\"n\">30.6</td><td class=\"n\">1,469</td><td class=\"n\">326</td>", html)
     titles = re.findall(r"<svg class=\"plot\"[^>]*><title>([^<]*)</title>", html)
     assert {"Training step: mean time per step by phase", "Training step: each step", "Baseline step: each step",
             "Best step: mean time per step by phase"} <= set(titles)
     assert "gain: 2.84x samples/s (faster in an interleaved A/B)" in html and "noisy: IQR &amp; more" in html
     assert "<code>torch.set_num_threads(1)</code>" in html and "4.89x (2.79-8.57)" in html
     assert "<td>precision</td><td class=\"n\">-</td>" in html and "no bf16 &lt;b&gt;" in html
-    assert re.search(r"<td class=\"n\">2</td><td class=\"n\">1800</td><td class=\"n\">71</td>"
+    assert re.search(r"<td class=\"n\">2</td><td class=\"n\">1,800</td><td class=\"n\">71</td>"
                      r"<td class=\"n\">90.0%</td>", html)
 
 

@@ -71,3 +71,27 @@ def test_a_histogram_of_calls_nearly_all_alike_spans_the_few_others() -> None:
 def test_a_log_axis_from_a_span_above_twenty_times() -> None:
     assert wide_range([Series("a", [1.0, 50.0], [0.0, 1.0])])
     assert not wide_range([Series("a", [1.0, 10.0], [0.0, 1.0])])
+
+
+def test_a_throughput_in_the_report_s_tables_is_written_out_as_the_terminal_writes_it() -> None:
+    """A bench of a digits MLP: its batch 64 row read '1.8e6' items/s beside the headline's 1,800,926 and the row
+    above's '476842'; an ab run's side '1.4e6' where the terminal printed 1,393,303."""
+    import re
+
+    from dlperf.measure.stats import Measurement
+    from dlperf.report.html import render_report
+    from dlperf.report.html_parts import fmt_rate
+    from dlperf.store.records import RunRecord
+
+    def point(batch: int, call_s: float) -> dict[str, Any]:
+        m = Measurement([round(call_s * 1e9)] * 20, items_per_call=batch)
+        return {"batch_size": batch, "summary": m.summary(), "measurement": m.to_dict()}
+
+    points = [point(8, 8 / 476842.0), point(64, 64 / 1800926.0)]
+    rec = RunRecord(id="b1", kind="bench", workload="wl.py", status="ok", created_at="2026-12-07T04:29:31",
+                    config={"batch_sizes": [8, 64]}, environment={}, result={"points": points})
+    cells = re.findall(r'<td class="n">([^<]*)</td>', render_report([rec]))
+    rates = [p["summary"]["throughput"] for p in points]
+    assert 1.80e6 < rates[1] < 1.81e6 and f"{rates[1]:,.0f}" in cells and f"{rates[0]:,.0f}" in cells
+    assert not [c for c in cells if "e6" in c]
+    assert fmt_rate(45.678) == "45.7" and fmt_rate(None) == "-"

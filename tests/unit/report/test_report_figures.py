@@ -255,7 +255,7 @@ def test_a_ddp_run_stopped_after_its_one_process_launch_shows_that_launch() -> N
               "single_step_s": 0.0213, "partial": "stopped before the 2-process launch finished: the 1-process "
                                                   "figures only"}
     html = render_report([_rec("t1", "train", result)])
-    assert _cells(html, "1")[:3] == ["1", "1500", "21.3"]
+    assert _cells(html, "1")[:3] == ["1", "1,500", "21.3"]
     assert "stopped before the 2-process launch finished" in html and "raw result fields" not in html.split(
         "<h2>Environment</h2>")[0]
 
