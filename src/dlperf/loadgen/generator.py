@@ -328,6 +328,12 @@ class LevelResult:
     machine: LevelLoad | None = None
     """A server on this machine: the cores it, this generator and other processes kept busy while the level ran,
     its warm-up included (`loadgen.machine`); None for a remote server or one this user cannot read."""
+    sent_latencies_ns: list[int] | None = None
+    """Rate mode: the latencies of the successful requests sent while the level measured, their replies after its
+    end included and the warm-up's sends left out: what a latency SLO judges (`verdict`). None in closed-loop mode
+    and in records from before 2026-12-07, whose verdict judges `latencies_ns`."""
+    unanswered: int = 0
+    """Rate mode: requests sent while the level measured with no reply even a request timeout after its end."""
 
     @property
     def ok(self) -> int:
@@ -403,11 +409,14 @@ class LevelResult:
             "server": self.server.to_dict() if self.server else None, "warnings": list(self.warnings),
             "resources": self.resources.to_dict() if self.resources else None,
             "machine": self.machine.to_dict() if self.machine else None,
+            "unanswered": self.unanswered,
         }
 
     def to_dict(self) -> dict[str, Any]:
         data = self.summary()
         data["latencies_ns"] = list(self.latencies_ns)
+        if self.sent_latencies_ns is not None:
+            data["sent_latencies_ns"] = list(self.sent_latencies_ns)
         return data
 
     @classmethod
@@ -425,6 +434,9 @@ class LevelResult:
             client_recv_s=float(data.get("client_recv_s", 0.0)),
             resources=Resources.from_dict(data["resources"]) if data.get("resources") else None,
             machine=LevelLoad.from_dict(data["machine"]) if data.get("machine") else None,
+            sent_latencies_ns=([int(v) for v in data["sent_latencies_ns"]]
+                               if data.get("sent_latencies_ns") is not None else None),
+            unanswered=int(data.get("unanswered", 0)),
         )
 
 
@@ -620,6 +632,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             await asyncio.sleep(RECONNECT_DELAY_S)
 
     tasks: list[asyncio.Task[Any]] = []
+    issued_at: dict[asyncio.Task[Any], int] = {}  # rate mode: each request's task -> when the open loop issued it
     scheduled = 0
     # each request the open loop came to: (due, when it went out) in perf_counter s; out means written to its
     # connection, or, for one dropped at the cap, when the loop came to it
@@ -682,9 +695,14 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
             sent += 1
             # timed from here, where it is counted: a task started after the warm-up ended counted a warm-up
             # request as measured (--requests 50 measured 51)
-            tasks.append(asyncio.ensure_future(fire(conn, clock(), t_next)))
+            counted_ns = clock()
+            task = asyncio.ensure_future(fire(conn, counted_ns, t_next))
+            tasks.append(task)
+            issued_at[task] = counted_ns
             if len(tasks) > 4096:
                 tasks[:] = [t for t in tasks if not t.done()]
+                for t in [t for t in issued_at if t.done()]:
+                    del issued_at[t]
 
     # a local server's process and the machine's CPU, read as the level begins (in a thread: the lookup scans every
     # process's sockets) and after its last measured reply; not at the windows' start, where a reading would hold
@@ -726,6 +744,13 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
                if config.collect_metrics else None)
     # the replies since `measure_start` (records are appended as replies come, in time order)
     first_record = bisect.bisect_left(records, measure_start, key=lambda r: r[0])
+
+    def judged_so_far() -> list[Record]:
+        """What an SLO judges so far: the replies since the warm-up's end, in rate mode to requests sent since then
+        (a server behind its schedule answers the warm-up's sends in the windows)."""
+        since = records[first_record:]
+        return since if config.mode != "rate" else [r for r in since if r[5] >= measure_start]
+
     windows: list[tuple[float, float]] = []  # (throughput, latency s: mean or the stability percentile)
     stable = False
     slo_failed = False
@@ -751,9 +776,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         w_start = now
         if len(windows) >= config.stable_windows and _agree(windows[-config.stable_windows:], config.stability):
             stable = True
-            if config.slo is None or _slo_decided(records[first_record:], config.slo):
+            if config.slo is None or _slo_decided(judged_so_far(), config.slo):
                 break
-        elif config.slo is not None and _slo_decided(records[first_record:], config.slo) == "fail":
+        elif config.slo is not None and _slo_decided(judged_so_far(), config.slo) == "fail":
             slo_failed = True
             break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or finished:
@@ -771,9 +796,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         sampler.cancel()
     pending = [*drivers, *tasks]
     never = 0  # requests without a reply even after the request timeout past the level (cancelled here)
+    never_measured = 0  # those of them sent while the level measured
     if pending:
         _, still = await asyncio.wait(pending, timeout=config.request_timeout_s)
         never = sum(1 for t in still if t in tasks)
+        never_measured = sum(1 for t in still if measure_start <= issued_at.get(t, -1) <= measure_end)
         for t in still:
             t.cancel()
     for conn in connections:
@@ -851,6 +878,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         unanswered = _unanswered_warning(records[first_record:], measure_start, measure_end, never)
         if unanswered is not None:
             result.warnings.append(unanswered)
+        # what an SLO judges: the requests sent while the level measured, with their late replies (the replies in
+        # the measured time were the warm-up's sends against a server that fell behind: "4 of 4 over" of 41 sent)
+        result.sent_latencies_ns = [r[1] for r in records[first_record:]
+                                    if r[2] == "200" and measure_start <= r[5] <= measure_end]
+        result.unanswered = never_measured
         backlog = sum(1 for r in succeeded if r[5] < measure_start)
         if backlog > 0.05 * len(succeeded):
             result.warnings.append(
@@ -1164,9 +1196,14 @@ def verdict(step: LevelResult, slo: Slo) -> Verdict:
     percentile over its bound at 99% confidence (`early_stopping_fails`, as `_slo_decided` during the level);
     'undecided' in between."""
     slo_ms, name = slo.bound_s * 1e3, slo.name
+    dropped = step.statuses.get("dropped", 0)  # due, but not sent: 'failed' they were not
+    if step.sent_latencies_ns is not None and not step.sent_latencies_ns:
+        out = max(0, step.scheduled - dropped)
+        gone = f", {step.unanswered} none at all before the request timeout" if step.unanswered else ""
+        return Verdict("fail", f"none of the {out} requests sent while the level measured had a successful reply"
+                               f"{gone}" + (f" (the {step.ok} in its time answered the warm-up's)" if step.ok else ""))
     if step.ok == 0:
         return Verdict("fail", "no request succeeded")
-    dropped = step.statuses.get("dropped", 0)  # due, but not sent: 'failed' they were not
     if step.failed or dropped:
         sent = " sent" if dropped else ""
         why = [f"{step.failed} of {step.ok + step.failed} requests{sent} failed"] if step.failed else []
@@ -1176,19 +1213,26 @@ def verdict(step: LevelResult, slo: Slo) -> Verdict:
         return Verdict("fail", "; ".join(why))
     if step.send_rate is not None and step.send_rate < 0.95 * step.level:
         return Verdict("fail", f"only {step.send_rate:.1f} of {step.level:g} req/s were sent")
-    over = sum(1 for v in step.latencies_ns if v > slo.bound_s * 1e9)
-    bound = step.percentile_bound_s(slo.percentile)
+    judged = _judged_s(step)
+    n = len(judged)
+    over = sum(1 for v in judged if v > slo.bound_s)
+    # rate mode: the sends of the measured time, their replies after it counted ("late") and none as over
+    what = "" if step.sent_latencies_ns is None else (
+        " sent while it measured" + (f" ({step.unanswered} with no reply)" if step.unanswered else ""))
+    bound = percentile_upper_bound(judged, slo.percentile)
     if bound is not None and bound <= slo.bound_s:
         return Verdict("pass", f"{name} <= {_verdict_ms(bound)} ms at 99% confidence "
-                               f"({over} of {step.ok} requests over {slo_ms:g} ms)")
-    sample = f"sample {name} {_verdict_ms(step.percentile_s(slo.percentile))} ms"
-    if early_stopping_fails(step.ok, over, slo.percentile):
-        return Verdict("fail", f"{name} over {slo_ms:g} ms at 99% confidence: {over} of {step.ok} requests over "
+                               f"({over} of {n} requests{what} over {slo_ms:g} ms)")
+    answered = [v for v in judged if v != math.inf]
+    sample = f"sample {name} {_verdict_ms(percentile(answered, slo.percentile))} ms" + (
+        " of those answered" if step.unanswered else "")
+    if early_stopping_fails(n, over, slo.percentile):
+        return Verdict("fail", f"{name} over {slo_ms:g} ms at 99% confidence: {over} of {n} requests{what} over "
                                f"({sample})")
     # neither shown: a share over the SLO's in the sample is not a failure by itself (2 of 150 over happen 44%
     # of the time at a true p99 right at the bound), nor is a sample p99 within it a pass
     needed = early_stopping_min_count(slo.percentile, over)
-    return Verdict("undecided", f"{step.ok} requests, {over} over {slo_ms:g} ms ({sample}); MLPerf's early-stopping "
+    return Verdict("undecided", f"{n} requests{what}, {over} over {slo_ms:g} ms ({sample}); MLPerf's early-stopping "
                                 f"test needs at least {needed} to say {name} <= {slo_ms:g} ms at 99% confidence "
                                 "(a longer level: --duration, --requests)")
 
@@ -1197,11 +1241,21 @@ VERDICT_KEYS = ("passed", "verdict", "verdict_reason", "slo_bound_s")
 """What `verdict_dict` adds to a level's stored summary."""
 
 
+def _judged_s(step: LevelResult) -> list[float]:
+    """The latencies (s, sorted) a latency SLO judges: in rate mode those of the requests sent while the level
+    measured, late replies included, and one `inf` for each with no reply at all; else the measured replies'."""
+    if step.sent_latencies_ns is None:
+        return step._sorted_s()
+    return sorted(v / 1e9 for v in step.sent_latencies_ns) + [math.inf] * step.unanswered
+
+
 def verdict_dict(step: LevelResult, slo: Slo) -> dict[str, Any]:
-    """The verdict as stored, with the early-stopping estimate at the SLO's percentile (`slo_bound_s`)."""
+    """The verdict as stored, with the early-stopping estimate at the SLO's percentile (`slo_bound_s`) of the
+    requests it judged (None where that is a request with no reply)."""
     judged = verdict(step, slo)
+    bound = percentile_upper_bound(_judged_s(step), slo.percentile)
     return dict(zip(VERDICT_KEYS, (judged.passed, judged.status, judged.reason,
-                                   step.percentile_bound_s(slo.percentile)), strict=True))
+                                   bound if bound is not None and bound != math.inf else None), strict=True))
 
 
 def passes(step: LevelResult, slo: Slo) -> bool:
@@ -1249,7 +1303,7 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
         if on_step is not None:
             on_step(step, judged.passed)
         if fixed and judged.status == "undecided":
-            if config.requests is None and not any(v > slo.bound_s * 1e9 for v in step.latencies_ns):
+            if config.requests is None and not any(v > slo.bound_s for v in _judged_s(step)):
                 return None
             stopped.append(step)
         return judged.passed

@@ -522,3 +522,53 @@ def test_a_level_the_server_keeps_up_with_names_no_unanswered_requests(server: R
     result = run_level(oip_target(server.url, "mlp"), config, 100.0)
     assert result.ok > 100
     assert not any("had no reply when it ended" in w for w in result.warnings), result.warnings
+
+
+def test_a_rate_level_s_slo_verdict_judges_the_requests_sent_while_it_measured() -> None:
+    """The verdict judged the replies that came while the level measured: against a server that fell behind, those
+    were the warm-up's, or the few sent before it fell behind, and the requests sent meanwhile went unjudged (an
+    audit's `--rate 20 --p99-ms 300` said "4 of 4 requests over", all 4 warm-up sends, where 41 measured sends had
+    no reply and a p99 of 7455 ms with their late replies). It judges the sends of the measured time, their late
+    replies counted, and one with no reply at all as over the SLO."""
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=8)) as (running, gate):
+        gate.open.set()
+        target = oip_target(running.url, "gated")
+        closer = threading.Timer(1.0, gate.open.clear)  # halfway through the 1.7 s of windows
+        opener = threading.Timer(2.8, gate.open.set)  # after the level's end
+        closer.start()
+        opener.start()
+        try:
+            config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.3)
+            result = run_level(target, config, 100.0)
+        finally:
+            closer.cancel()
+            opener.cancel()
+            gate.open.set()
+    assert result.ok > 30 and result.percentile_s(99) < 0.5  # the replies in the measured time: all fast
+    judged = generator.verdict(result, Slo(0.3))
+    # the ~100 sent after the gate closed waited for it past 300 ms: a failure at 99% confidence, not 'undecided'
+    # over the fast replies alone
+    assert judged.status == "fail", judged
+    over = int(judged.reason.split(": ")[1].split()[0])
+    assert 60 <= over <= 140, judged.reason
+    stored = generator.LevelResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert generator.verdict(stored, Slo(0.3)) == judged
+
+
+def test_a_rate_level_none_of_whose_measured_sends_had_a_reply_fails_its_slo() -> None:
+    """The warm-up's sends answered, the level's held past the request timeout: nothing it sent was answered, so
+    it cannot pass, and the verdict says so of its own requests, not of the warm-up's replies."""
+    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=8)) as (running, gate):
+        gate.open.set()
+        target = oip_target(running.url, "gated")
+        closer = threading.Timer(0.3, gate.open.clear)  # as the warm-up ends
+        closer.start()
+        try:
+            config = LoadConfig(rate=20.0, duration_s=1.5, window_s=0.5, warmup_s=0.3, request_timeout_s=1.0)
+            result = run_level(target, config, 20.0)
+        finally:
+            closer.cancel()
+            gate.open.set()
+    judged = generator.verdict(result, Slo(0.3))
+    assert judged.status == "fail", judged
+    assert "requests sent while the level measured had a successful reply" in judged.reason, judged.reason
