@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -397,6 +398,13 @@ def artifact_lines(specs: Sequence[str]) -> list[str]:
         verdict = ("" if confirmed is None else "; not confirmed faster by an A/B" if confirmed is not True else
                    f"; {speedup:.2f}x the baseline's speed by A/B" if isinstance(speedup, (int, float)) else
                    "; confirmed by A/B")
+        disturbed = metrics.get("disturbed")
+        if isinstance(disturbed, str) and disturbed:
+            # the search's p50, p99 and items/s came from stalled calls (p99 2.03 s beside a p50 of 13.3 ms): not
+            # quoted, and the manifest's are named as not the model's
+            short = re.split(r" \(|: ", disturbed, maxsplit=1)[0]
+            verdict += (f"; the search's own timing of it was disturbed ({short}): the manifest's p50, p99 and "
+                        "throughput are not the model's")
         lines.append(f"artifact {spec}: {what}{origin}{run}{batch}{scored}{verdict}")
     return lines
 

@@ -385,3 +385,23 @@ def test_the_startup_lines_say_which_artifact_is_served_and_where_it_came_from(t
         "3be1c5709f46), chosen at batch 1; fidelity 0.9971; 1.20x the baseline's speed by A/B",
         f"artifact {tmp_path / 'runner'}: onnxruntime (onnxruntime, fp32); not confirmed faster by an A/B",
     ]
+
+
+def test_the_startup_line_of_an_artifact_whose_search_timing_was_disturbed_says_so(tmp_path: Path) -> None:
+    """The manifest's p99 2.03 s and 4.0 items/s beside a p50 of 13.3 ms came from stalled calls: the line quotes
+    the A/B, and says the search's own figures in the manifest are not the model's."""
+    from dlperf.optimize.artifact import MANIFEST
+
+    manifest = {"engine": "torch", "precision": "int8", "label": "dynamic_int8", "workload": "zoo:minilm",
+                "run_id": "3be1c5709f46", "batch_size": 1, "confirmed": True,
+                "metrics": {"metric": 0.99707, "metric_name": "fidelity", "ab": {"speedup": 1.195}, "p99_s": 2.03,
+                            "disturbed": "its mean call took 19x its median (250 against 13.3 ms, p99 2.03e+03 ms): "
+                                         "some calls stalled, so its p99 and items/s are not the model's"}}
+    (tmp_path / "int8").mkdir()
+    (tmp_path / "int8" / MANIFEST).write_text(json.dumps(manifest))
+    assert serve_cli.artifact_lines([str(tmp_path / "int8")]) == [
+        f"artifact {tmp_path / 'int8'}: dynamic_int8 (torch, int8) from `dlperf optimize zoo:minilm` (run "
+        "3be1c5709f46), chosen at batch 1; fidelity 0.9971; 1.20x the baseline's speed by A/B; the search's own "
+        "timing of it was disturbed (its mean call took 19x its median): the manifest's p50, p99 and throughput are "
+        "not the model's",
+    ]
