@@ -116,7 +116,8 @@ def artifact_settings(spec: Any) -> dict[str, Any] | None:
     dynamic)' where optimize exported it), and the artifact's precision, which is the one it runs in (bench's
     `precision` is torch autocast's, and read 'fp32' for an int8 artifact), and the intra-op threads it runs with
     when none are given (those it was exported with, at most this machine's CPUs: an artifact of `optimize --threads
-    1` ran on 1 thread under an environment line of torch's 2, with nothing saying so). None for a workload."""
+    1` ran on 1 thread under an environment line of torch's 2, with nothing saying so), and the workload and
+    optimize run it came from where its manifest names them. None for a workload."""
     from dlperf.optimize.artifact import manifest_at, own_threads
 
     manifest = manifest_at(spec)
@@ -125,8 +126,11 @@ def artifact_settings(spec: Any) -> dict[str, Any] | None:
     engine = str(manifest["engine"])
     # a torch recipe records it since 2026-12-06; bench's own (torch autocast's) setting applies to an older one
     precision = manifest.get("precision")
+    # its lineage: the workload `dlperf optimize` made it from and that run, so `dlperf compare` of it against a bench
+    # of that workload reads as the optimization compared, not as "different workloads" (None where not exported)
     return {"engine": engine, "label": manifest.get("label"), "precision": precision,
-            "threads": own_threads(manifest) if engine != "torch" else None}
+            "threads": own_threads(manifest) if engine != "torch" else None,
+            "source_workload": manifest.get("workload"), "optimize_run_id": manifest.get("run_id")}
 
 
 def artifact_batch_sizes(spec: Any, batch_sizes: Any, scenario: str = "offline") -> Any:

@@ -402,7 +402,10 @@ def compare_records(a: RunRecord, b: RunRecord, alpha: float = 0.05, min_effect:
     warnings: list[str] = []
     if a.id == b.id:  # `compare 3139 3139`: "p=1 ... no significant difference" with no word of why
         notes.append(f"A and B are the same run ({a.id}): it is compared with itself, so no difference is expected")
-    if a.workload != b.workload:
+    lineage = _lineage(a, b)
+    if lineage is not None:
+        notes.append(lineage)
+    elif a.workload != b.workload:
         warnings.append(f"different workloads: '{a.workload}' vs '{b.workload}': the tables compare two models, not "
                         "one model's change")
     settings = config_differences(a.config or {}, b.config or {}, a.environment, b.environment)
@@ -471,6 +474,23 @@ SETTING_KEYS = ("precision", "device", "threads", "scenario", "mode", "timer.war
                 "timer.min_duration_s", "timer.max_duration_s")
 """What a run was measured with that changes its figures (run config keys; `timer.` nested): a bench or check
 run's, and a profile's mode (inference or train)."""
+
+
+def _lineage(a: RunRecord, b: RunRecord) -> str | None:
+    """Where one run measured an artifact `dlperf optimize` exported from the other run's workload (its bench config
+    records the manifest's workload and run): that the two models differ as the comparison means them to, not the
+    'different workloads' warning a bench of zoo:minilm against a bench of its exported artifact got."""
+    for side, rec, other, other_side in (("B", b, a, "A"), ("A", a, b, "B")):
+        art = (rec.config or {}).get("artifact")
+        if not isinstance(art, dict) or not art.get("source_workload"):
+            continue
+        if art["source_workload"] != other.workload or rec.workload == other.workload:
+            continue
+        run = f" (optimize run {art['optimize_run_id']})" if art.get("optimize_run_id") else ""
+        what = ", ".join(str(art[k]) for k in ("label", "precision") if art.get(k))
+        return (f"{side} is an artifact optimized from {other_side}'s workload '{other.workload}'{run}: the models "
+                f"differ ({side}: {what or 'the artifact'}), as the comparison means them to")
+    return None
 
 
 def config_differences(a: dict[str, Any], b: dict[str, Any], env_a: dict[str, Any] | None = None,

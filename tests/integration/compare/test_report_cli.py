@@ -117,3 +117,37 @@ def test_runs_of_two_workloads_are_warned_about_before_the_tables(tmp_path: Path
     data = json.loads(capsys.readouterr().out)
     assert [w.split(":")[0] for w in data["warnings"]] == ["different workloads"]
     assert not any("different workloads" in n for n in data["notes"])
+
+
+def test_a_bench_of_an_artifact_against_one_of_the_workload_it_was_optimized_from_names_the_lineage(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf compare` of a bench of zoo:minilm and a bench of the artifact `dlperf optimize zoo:minilm --export`
+    wrote warned "different workloads ... two models, not one model's change": the comparison the loop promises.
+    A bench of an artifact keeps its source workload and optimize run from the manifest, and compare says so."""
+    from dlperf.api import artifact_settings
+    from dlperf.optimize.artifact import MANIFEST
+
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / MANIFEST).write_text(json.dumps({"format_version": 1, "engine": "torch", "files": [], "label":
+                                            "dynamic_int8", "precision": "int8", "workload": "zoo:mlp",
+                                            "run_id": "3be1c5709f46"}))
+    settings = artifact_settings(str(art))
+    assert settings is not None
+    assert (settings["source_workload"], settings["optimize_run_id"]) == ("zoo:mlp", "3be1c5709f46")
+    store = Store(tmp_path / "runs.db")
+    a = _bench(store, 0.010, 1, ENV)
+    rng = np.random.default_rng(3)
+    m = Measurement([int(v) for v in rng.lognormal(np.log(0.008), 0.05, 120) * 1e9])
+    rec = store.create_run("bench", str(art), {"batch_sizes": [1], "artifact": settings}, ENV)
+    store.finish_run(rec.id, {"points": [{"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+    assert main(["compare", a, rec.id, "--json", "--store", str(tmp_path / "runs.db")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert not any("different workloads" in w for w in data["warnings"]), data["warnings"]
+    assert ("B is an artifact optimized from A's workload 'zoo:mlp' (optimize run 3be1c5709f46): the models differ "
+            "(B: dynamic_int8, int8), as the comparison means them to") in data["notes"]
+    # the other way round, A the artifact
+    assert main(["compare", rec.id, a, "--store", str(tmp_path / "runs.db")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A is an artifact optimized from B's workload 'zoo:mlp' (optimize run 3be1c5709f46)" in out
+    assert "different workloads" not in out
