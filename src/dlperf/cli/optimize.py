@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     drop.add_argument("--max-metric-drop-abs", type=float, default=None,
                       help="largest allowed drop of the metric in its own units, e.g. 0.005")
     parser.add_argument("--latency-budget-ms", type=float, default=None, help="p99 latency every candidate must meet")
+    parser.add_argument("--min-fidelity-worst", type=float, default=None, metavar="COSINE",
+                        help="lowest fidelity (cosine to the original's outputs) any single eval input may have, "
+                             "e.g. 0.95: the metric constraint is on the mean (workloads with a fidelity metric, or "
+                             "none)")
     parser.add_argument("--time-budget", type=duration_s, default=600.0,
                         help="wall time for the whole search, e.g. 90s, 10m (default 10m)")
     parser.add_argument("--candidate-timeout", type=duration_s, default=300.0,
@@ -126,6 +130,7 @@ def search_config(args: argparse.Namespace) -> OptimizeConfig:
             args.max_metric_drop if args.max_metric_drop is not None else DEFAULT_MAX_DROP),
         max_metric_drop_abs=args.max_metric_drop_abs,
         latency_budget_s=args.latency_budget_ms / 1e3 if args.latency_budget_ms else None,
+        min_fidelity_worst=args.min_fidelity_worst,
     )
     return OptimizeConfig(
         objective=args.objective, batch_size=args.batch_size, device=args.device, threads=args.threads,

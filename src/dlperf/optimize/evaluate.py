@@ -196,6 +196,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     fidelity = fidelity_of(outputs, reference, settings.batch_size)
 
     metric: float | None = None
+    metric_worst: float | None = None  # the worst single input's fidelity, where there is one (--min-fidelity-worst)
     metric_name = "fidelity (mean cosine vs the original model's outputs on the example inputs)"
     higher_is_better = True
     if workload.eval is not None:
@@ -206,6 +207,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
                 return predict(*args)
 
         metric = workload.score(scored, settings.device)
+        metric_worst = workload.score_worst(scored, settings.device)
         metric_name = workload.eval.metric_name
         higher_is_better = workload.eval.higher_is_better
     elif heldout:
@@ -218,9 +220,11 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         fidelity["heldout_mean_cosine"] = sum(f["mean_cosine"] for f in scores) / len(scores)
         fidelity["heldout_min_cosine"] = min(f["min_cosine"] for f in scores)
         metric = fidelity["heldout_mean_cosine"]
+        metric_worst = fidelity["heldout_min_cosine"]
         metric_name = f"fidelity (mean cosine vs the original model's outputs on {rows} held-out inputs)"
     else:
         metric = fidelity["mean_cosine"]
+        metric_worst = fidelity.get("min_cosine")
 
     phase("time")
     timer = TimerConfig(warmup_iters=settings.warmup_iters, min_duration_s=settings.min_duration_s,
@@ -284,6 +288,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "noise_warning": summary["noise_warning"],
         "samples_ns": list(measurement.samples_ns),
         "metric": metric,
+        "metric_worst": metric_worst,
         "metric_name": metric_name,
         "higher_is_better": higher_is_better,
         "metric_is_fidelity": workload.eval is None,

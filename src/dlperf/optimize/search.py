@@ -1259,7 +1259,7 @@ def _export(search: _Search, row: dict[str, Any], winner: str | None, confirmati
         "candidate_run_id": row.get("run_id"),
         "metrics": {
             "p50_s": row.get("p50_s"), "p99_s": row.get("p99_s"), "throughput": row.get("throughput"),
-            "metric": row.get("metric"), "metric_name": row.get("metric_name"),
+            "metric": row.get("metric"), "metric_worst": row.get("metric_worst"), "metric_name": row.get("metric_name"),
             "metric_drop_rel": row.get("metric_drop_rel"), "size_bytes": row.get("size_bytes"),
             "peak_rss_bytes": row.get("peak_rss_bytes"), "gpu_memory_bytes": row.get("gpu_memory_bytes"),
             # what building it took in the search: a torch recipe with torch.compile pays its compile again on load

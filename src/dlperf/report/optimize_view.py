@@ -330,6 +330,8 @@ def goal_lines(data: dict[str, Any]) -> list[str]:
         parts.append(f"metric drop <= {budget_percent(constraints['max_metric_drop'])}")
     if constraints.get("latency_budget_s") is not None:
         parts.append(f"p99 <= {constraints['latency_budget_s'] * 1e3:g} ms")
+    if constraints.get("min_fidelity_worst") is not None:
+        parts.append(f"worst-case fidelity >= {constraints['min_fidelity_worst']:g}")
     return [metric, f"objective: {data['objective']}; constraints: {', '.join(parts) or 'none'}"]
 
 

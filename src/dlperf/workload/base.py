@@ -97,9 +97,15 @@ class EvalSpec:
     # on, so the metric the search then reports and judges the candidate by was not fitted to. Without it, such a
     # pass chooses on `evaluate`'s data, and its note says so.
     selection_evaluate: Callable[[Predict], float] | None = None
+    # For a fidelity metric (a cosine to a reference's outputs): the worst single input's, on `evaluate`'s data,
+    # which `dlperf optimize --min-fidelity-worst` constrains (the mean hides one input gone wrong).
+    evaluate_worst: Callable[[Predict], float] | None = None
 
     def __post_init__(self) -> None:
         _check_callable("EvalSpec", "evaluate", self.evaluate, "a function evaluate(predict) -> float")
+        if self.evaluate_worst is not None:
+            _check_callable("EvalSpec", "evaluate_worst", self.evaluate_worst,
+                            "a function evaluate_worst(predict) -> float (the worst input's fidelity), or None")
         if not isinstance(self.metric_name, str) or not self.metric_name:
             raise WorkloadError(f"EvalSpec: metric_name must be a non-empty string, got {self.metric_name!r}")
         if not isinstance(self.higher_is_better, bool):  # "False" would be true: a loss ranked as an accuracy
@@ -346,6 +352,13 @@ class Workload:
             raise WorkloadError(f"workload '{self.name}' has no selection split: give its EvalSpec a "
                                 "selection_evaluate")
         return self._scored(self.eval.selection_evaluate, "selection_evaluate", predict, device)
+
+    def score_worst(self, predict: Predict, device: str = "cpu") -> float | None:
+        """`eval.evaluate_worst(predict)` (the worst single input's fidelity), checked as `score` checks `evaluate`;
+        None where the workload has none."""
+        if self.eval is None or self.eval.evaluate_worst is None:
+            return None
+        return self._scored(self.eval.evaluate_worst, "evaluate_worst", predict, device)
 
     def _scored(self, evaluate: Callable[[Predict], float], what: str, predict: Predict, device: str) -> float:
         assert self.eval is not None

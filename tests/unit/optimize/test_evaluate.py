@@ -70,6 +70,8 @@ def test_evaluate_here_measures_and_exports_a_recipe(tmp_path: Path) -> None:
     assert row["metric_is_fidelity"] and 0.99 < row["metric"] < 1.0
     assert row["fidelity"]["heldout_samples"] == 32 and row["metric"] == row["fidelity"]["heldout_mean_cosine"]
     assert row["fidelity"]["heldout_min_cosine"] <= row["metric"]
+    # what --min-fidelity-worst holds to its bound: the worst held-out input
+    assert row["metric_worst"] == row["fidelity"]["heldout_min_cosine"]
     assert "32 held-out inputs" in row["metric_name"]
     # the held-out minimum is the lowest sample's cosine, not the lowest batch's mean: the same passes applied here
     # score each held-out batch alike

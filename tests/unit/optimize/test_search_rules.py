@@ -16,7 +16,7 @@ import pytest
 
 from dlperf.errors import ConfigError, OptimizeError
 from dlperf.measure.ab import FASTER, SAME, SLOWER
-from dlperf.optimize.constraints import Constraints
+from dlperf.optimize.constraints import Constraints, violations
 from dlperf.optimize.executor import WORKER_LOST, Job
 from dlperf.optimize.search import ExportFailed, OptimizeConfig, OptimizeResult, optimize
 from dlperf.optimize.space import Candidate
@@ -1396,3 +1396,36 @@ def test_an_exported_winner_whose_search_figures_were_disturbed_says_so_in_its_m
     clean = _search(tmp_path / "clean", export=tmp_path / "out2", max_depth=1)
     assert clean.winner is not None
     assert json.loads((tmp_path / "out2" / "manifest.json").read_text())["metrics"]["disturbed"] is None
+
+
+class WorstTrials(FakeTrials):
+    """Each candidate's worst single input: dynamic_int8's 0.8953, as zoo:minilm's int8 winner had beside a mean of
+    0.9959."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        if target == "evaluate":
+            int8 = any(c["pass"] == "dynamic_int8" for c in payload["pipeline"])
+            result["metric_worst"] = 0.8953 if int8 else 0.9990
+        return result
+
+
+def test_a_worst_case_fidelity_constraint_rejects_a_candidate_whose_worst_input_is_below_it(tmp_path: Path) -> None:
+    """The fidelity constraint was on the mean only: docs/optimize.md's MiniLM winner had mean 0.9959 and worst
+    0.8953, which a search service cannot take. --min-fidelity-worst constrains the worst input."""
+    config = OptimizeConfig(passes=("hygiene", "dynamic_int8"), max_depth=1, time_budget_s=600.0,
+                            workdir=str(tmp_path / "work"), constraints=Constraints(min_fidelity_worst=0.95))
+    result = optimize("zoo:mlp", config, executor=WorstTrials(MLP))
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["dynamic_int8"]["feasible"] is False
+    assert rows["dynamic_int8"]["violations"] == ["worst-case fidelity 0.8953 is below the required 0.95"]
+    assert rows["hygiene"]["feasible"] is True
+    assert result.to_dict()["constraints"]["min_fidelity_worst"] == 0.95
+    assert config.constraints.describe() == "metric drop <= 1.00%, worst-case fidelity >= 0.95"
+    # a candidate whose worst input was not measured (a workload's own eval without one) cannot show it met
+    assert violations({"metric": 1.0}, {"metric": 1.0}, Constraints(min_fidelity_worst=0.95)) == [
+        "no worst-case fidelity measured (the workload's eval gives no per-input worst): --min-fidelity-worst "
+        "cannot be checked"]
+    with pytest.raises(ConfigError, match="--min-fidelity-worst"):
+        Constraints(min_fidelity_worst=1.5)

@@ -417,6 +417,7 @@ def workload(seq_len: int = 128, attn: str = "sdpa") -> Workload:
             higher_is_better=True,
             calibration_inputs=lambda: calibration_inputs(seq_len),
             selection_evaluate=lambda predict: selection_fidelity(predict, seq_len),
+            evaluate_worst=lambda predict: min_fidelity(predict, seq_len),
         ),
         description=SUMMARY + f"; seq_len={seq_len}, attn={attn}",
         source="zoo:minilm" + options,
