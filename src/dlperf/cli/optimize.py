@@ -214,6 +214,8 @@ class _Progress:
                 if row.get("budget_cut"):  # killed when the budget ran out: 'failed' read as a verdict on the pass
                     status = "cut short"
                 self.console.print(f"  {label}: {status}: {error}", style="yellow", markup=False)
+        elif kind == "stalled":
+            self.console.print(f"  {data['label']}'s calls stalled: measuring it again", style="dim", markup=False)
         elif kind == "skip":
             self.console.print(f"  skipped {data['label']}: {data['reason']}", style="dim")
         elif kind == "confirm":

@@ -77,6 +77,8 @@ def _why(row: dict[str, Any]) -> str:
         return f"{prefix}: {error}"
     if row.get("violations"):
         return "; ".join(row["violations"])
+    if row.get("not_ranked"):  # not "slower": its figures are not the model's
+        return f"not ranked: {row['not_ranked']}"
     if row.get("slower_reasons"):
         same = str(row["slower_reasons"][0]).startswith("not measurably different")
         return ("not faster: " if same else "slower: ") + row["slower_reasons"][0]
@@ -279,7 +281,7 @@ def _disagreement_lines(data: dict[str, Any]) -> list[str]:
     1.01x', with no word on which to trust; onnxruntime's paired 4.34x (the original model timed beside its spinning
     threads) beside its gain of 2.15x ranked it first."""
     rows = [r for r in data.get("candidates") or [] if r.get("status") == "ok" and r.get("gain")
-            and r.get("paired_gain")]
+            and r.get("paired_gain") and not r.get("not_ranked")]
     off = [r for r in rows if max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]) > DISAGREEMENT]
     if not off:
         return []
@@ -418,6 +420,9 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
                      "what it missed)")
     elif _budget_ran_out(data):
         lines.append(f"no winner: {_budget_ran_out(data)}")
+    elif _only_unranked(data):
+        lines.append("no winner: no candidate could be ranked: the calls of each that met the constraints stalled "
+                     "(see the note)")
     else:
         # no A/B was run (the baseline ranked first, or nothing else was measured): the notes say why
         lines.append("no winner: no candidate beat the baseline")
@@ -427,6 +432,14 @@ def selection_lines(data: dict[str, Any]) -> list[str]:
     for note in data.get("notes") or []:
         lines.append(f"note: {note}")
     return lines
+
+
+def _only_unranked(data: dict[str, Any]) -> bool:
+    """Whether every candidate besides the baseline that met the constraints was left unranked, its calls stalled
+    (`optimize.search._Search.measure_again_if_stalled`): 'no candidate beat the baseline' was said of them."""
+    base_key = (data.get("baseline") or {}).get("key")
+    others = [r for r in data.get("candidates") or [] if r.get("key") != base_key and r.get("feasible")]
+    return bool(others) and all(r.get("not_ranked") for r in others)
 
 
 def _budget_ran_out(data: dict[str, Any]) -> str:

@@ -1429,3 +1429,128 @@ def test_a_worst_case_fidelity_constraint_rejects_a_candidate_whose_worst_input_
         "cannot be checked"]
     with pytest.raises(ConfigError, match="--min-fidelity-worst"):
         Constraints(min_fidelity_worst=1.5)
+
+
+class StallsTimes(StalledTrials):
+    """As StalledTrials, but only the first `times` measurements of `stalled` stall (a busy spell that passes)."""
+
+    def __init__(self, measured: dict[str, Measured], stalled: str, times: int, clock: SearchClock | None = None,
+                 took_s: float = 1.0) -> None:
+        super().__init__(measured, stalled)
+        self.left, self.clock, self.took_s = times, clock, took_s
+        self.measured_names: list[str] = []
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        names = "+".join(c["pass"] for c in payload.get("pipeline", []))
+        if target == "evaluate":
+            self.measured_names.append(names)
+            if self.clock is not None:  # each trial takes took_s (its wall_s is FakeTrials' 1 s)
+                self.clock.now += self.took_s
+        if target == "evaluate" and names == self.stalled and self.left > 0:
+            self.left -= 1
+            return super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        return FakeTrials.run(self, target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+
+
+def _stalls(tmp_path: Path, stalled: str, times: int, clock: SearchClock | None = None,
+            **config: Any) -> tuple[OptimizeResult, StallsTimes, str]:
+    from rich.console import Console
+
+    from dlperf.report.optimize_view import render
+
+    measured = {**MLP, "hygiene": (0.5e-3, 1.0, 1000, 0.5)}  # 2x faster, in its own process and paired
+    trials = StallsTimes(measured, stalled, times, clock, 12.0)
+    settings = {"passes": ("hygiene", "dynamic_int8"), "max_depth": 2, "time_budget_s": 600.0,
+                "workdir": str(tmp_path / "work"), **config}
+    result = optimize("zoo:mlp", OptimizeConfig(**settings), executor=trials)
+    console = Console(width=200, record=True)
+    console.print(render(result.to_dict(), 200))
+    return result, trials, " ".join(console.export_text().split())
+
+
+def test_a_candidate_whose_calls_stalled_once_is_measured_again_and_ranked_by_the_second(tmp_path: Path) -> None:
+    """With 3 CPU hogs on 2 cores hygiene's process stalled on every call (p50 232 ms against the baseline's
+    0.058 ms): the search ranked it by that gain, 0.00x, called it "slower" and extended nothing from it."""
+    result, trials, _ = _stalls(tmp_path, "hygiene", 1)
+    assert trials.measured_names.count("hygiene") == 2
+    rows = {r["label"]: r for r in result.rows}
+    hygiene = rows["hygiene"]
+    assert hygiene["p50_s"] == pytest.approx(0.5e-3) and hygiene["gain"] == pytest.approx(2.0)
+    assert hygiene["stalled"] is None and hygiene["stalled_first"].startswith("the original model, timed beside it")
+    assert "not_ranked" not in hygiene
+    assert "hygiene+dynamic_int8" in trials.measured_names  # extended from its second measurement
+    assert result.winner == hygiene["key"]
+
+
+def test_a_candidate_whose_calls_stalled_twice_is_not_ranked_nor_extended_nor_called_slower(tmp_path: Path) -> None:
+    result, trials, text = _stalls(tmp_path, "hygiene", 2, passes=("hygiene",))
+    assert trials.measured_names.count("hygiene") == 2
+    hygiene = {r["label"]: r for r in result.rows}["hygiene"]
+    assert hygiene["not_ranked"] == (
+        "its calls stalled in two measurements (the second: the original model, timed beside it in its process, "
+        "took 248 ms a call against the baseline's 1 ms in its own (248x): that process stalled on every call, so "
+        "its p50 is not the candidate's)")
+    assert result.winner is None and hygiene["key"] not in result.front
+    assert "1 hygiene: not ranked: its calls stalled in two measurements" in text and "hygiene: slower" not in text
+    assert "no winner: no candidate could be ranked: the calls of each that met the constraints stalled" in text
+    assert "note: not ranked: hygiene: its calls stalled in two measurements (the second: the original" in text
+    assert "measured no better than the baseline" not in text and "gain and paired disagree" not in text
+    # with another pass, the stalled one is not extended: no pipeline starts from it
+    result, trials, text = _stalls(tmp_path / "two", "hygiene", 2)
+    assert "hygiene+dynamic_int8" not in trials.measured_names
+    assert result.winner != {r["label"]: r for r in result.rows}["hygiene"]["key"]
+
+
+def test_a_stalled_candidate_is_not_ranked_where_the_budget_leaves_no_time_to_measure_it_again(
+        tmp_path: Path, clock: SearchClock) -> None:
+    # 12 s a trial against a 30 s budget, 7.5 s of it kept for the final A/Bs: none left after hygiene's first
+    result, trials, text = _stalls(tmp_path, "hygiene", 1, clock, passes=("hygiene",), time_budget_s=30.0)
+    assert trials.measured_names == ["", "hygiene"]
+    hygiene = {r["label"]: r for r in result.rows}["hygiene"]
+    assert hygiene["not_ranked"].startswith("its calls stalled (the original model, timed beside it in its process")
+    assert hygiene["not_ranked"].endswith("and the time budget left none to measure it again")
+    assert result.winner is None and "hygiene: not ranked" in text
+
+
+def test_a_baseline_a_pairing_shows_stalled_is_measured_again_before_the_ranking(tmp_path: Path) -> None:
+    """A baseline stalled on every call makes every gain wrong: with its p50 read at 124 ms, hygiene (0.5 ms) read
+    248x."""
+    result, trials, text = _stalls(tmp_path, "", 1, passes=("hygiene",))
+    assert trials.measured_names.count("") == 2
+    rows = {r["label"]: r for r in result.rows}
+    assert rows["baseline"]["p50_s"] == pytest.approx(1.0e-3) and rows["baseline"]["stalled"] is None
+    assert rows["baseline"]["stalled_first"].startswith("its median call took 124 ms")
+    assert rows["hygiene"]["gain"] == pytest.approx(2.0)  # judged again against the second measure
+    assert "! =" not in text
+    result, trials, text = _stalls(tmp_path / "twice", "", 2, passes=("hygiene",))
+    assert trials.measured_names.count("") == 2
+    assert ("note: the baseline's calls stalled in two measurements (the second: its median call took 124 ms "
+            "against 1 ms for the same model timed in hygiene's process") in text
+
+
+class StalledTailTrials(StallsTimes):
+    """hygiene's calls stall in its tail: the mean call 17x the median, the p50 the model's."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        if target == "evaluate" and payload["pipeline"]:
+            p50 = result["p50_s"]
+            result["latency"] = {"n": 600, "min_s": 0.95 * p50, "p50_s": p50, "mean_s": 17 * p50, "p99_s": 450 * p50}
+        return result
+
+
+@pytest.mark.parametrize(("objective", "measures"), [("latency", 1), ("throughput", 2)])
+def test_a_stalled_tail_is_measured_again_only_where_the_objective_ranks_by_it(
+        tmp_path: Path, objective: str, measures: int) -> None:
+    """In a busy run hygiene's mean call took 17x its median (p99 27.1 ms, p50 0.0605 ms): its p50, which a latency
+    search ranks by, is the model's, and measuring it again spent 5 s of a 75 s budget for nothing; its items/s,
+    which a throughput search ranks by, are not."""
+    trials = StalledTailTrials({**MLP, "hygiene": (0.5e-3, 1.0, 1000, 0.5)}, "none", 0)
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene",), max_depth=1, objective=objective,
+                                                workdir=str(tmp_path / "work")), executor=trials)
+    assert trials.measured_names.count("hygiene") == measures
+    hygiene = {r["label"]: r for r in result.rows}["hygiene"]
+    assert hygiene["stalled"].startswith("its mean call took 17x its median")
+    assert ("not_ranked" in hygiene) == (objective == "throughput")
