@@ -191,14 +191,16 @@ class _Progress:
                       if left is not None and self.time_budget_s is not None else "")
             self.console.print(f"  measuring {data['label']} ...{budget}", style="dim", markup=False)
         elif kind == "candidate_done":
+            from dlperf.measure.stats import fmt_ratio
+
             row = data["row"]
             if row.get("status") == "ok":
-                gain = f" {row['gain']:.2f}x" if row.get("gain") is not None else ""
+                gain = f" {fmt_ratio(row['gain'])}" if row.get("gain") is not None else ""
                 if gain and self.objective not in ("latency", "throughput"):
                     # beside the p50 it read as a speedup: 'dynamic_int8: p50 0.072 ms 2.78x' (2.78x smaller)
                     gain = f", {self.objective}{gain}"
                 if row.get("paired_gain") is not None:
-                    gain += f" (in its process against the original: {row['paired_gain']:.2f}x)"
+                    gain += f" (in its process against the original: {fmt_ratio(row['paired_gain'])})"
                 mark = ("" if row.get("feasible") else " (fails constraints)") + \
                     (" (! calls stalled: see the table's note)" if row.get("stalled") else "")
                 reused = f" (measured in run {self.resumed_from})" if row.get("reused") else ""

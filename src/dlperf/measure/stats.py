@@ -24,6 +24,13 @@ CLOCK_OVERHEAD_NS = {"perf_counter_ns": 100, "cuda_events": 500}
 SHORT_CALL_FACTOR = 20
 """A median under this many times its clock's overhead gets a note: the clock is then over 5% of each sample."""
 
+def fmt_ratio(value: float) -> str:
+    """A ratio (a gain, a speed-up) as shown: two decimals, or two significant digits below 0.1, where two decimals
+    said nothing: a candidate whose process stalled had a gain of 0.00025, which read "0.00x" beside "paired 1.88x"."""
+    # from 0.095 two decimals read 0.10, where two significant digits wrote "0.1"
+    return f"{value:.2f}x" if value >= 0.095 or value <= 0 or not math.isfinite(value) else f"{value:.2g}x"
+
+
 HEAVY_TAIL_RATIO = 2.0
 """A mean call over this many times the median gets a note: the throughput (from the total time) and the median then
 tell different stories, and the IQR, which looks at the middle half, may not say so."""

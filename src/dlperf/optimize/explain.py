@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlperf.measure.ab import SAME, SLOWER
+from dlperf.measure.stats import fmt_ratio
 
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
@@ -93,10 +94,10 @@ def _disagreement(row: dict[str, Any], paired: dict[str, Any]) -> str | None:
         return None
     ci: Sequence[float] = paired.get("ci") or ()
     within = f", 95% CI {1 / ci[1]:.2f}-{1 / ci[0]:.2f}x" if len(ci) == 2 and min(ci) > 0 else ""
-    return (f"by its gain ({isolated:.2f}x, its own process against the baseline's), while beside the original "
-            f"in its own process it measured {paired_gain:.2f}x faster (paired{within}): the two disagree by more "
-            "than 2x, so one was disturbed (another load on the machine, or the original timed beside the "
-            "candidate's busy threads); the search took the lower: measure it again on a quiet machine "
+    return (f"by its gain ({fmt_ratio(isolated)}, its own process against the baseline's), while beside the "
+            f"original in its own process it measured {fmt_ratio(paired_gain)} faster (paired{within}): the two "
+            "disagree by more than 2x, so one was disturbed (another load on the machine, or the original timed "
+            "beside the candidate's busy threads); the search took the lower: measure it again on a quiet machine "
             "(`dlperf ab`) before reading it as slower")
 
 

@@ -9,6 +9,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.measure.stats import fmt_ratio
 from dlperf.optimize.constraints import budget_percent
 from dlperf.optimize.footprint import NVML_GPU_MEMORY
 from dlperf.report.fit import indented_line
@@ -125,8 +126,8 @@ def candidates_table(data: dict[str, Any], width: int | None = None) -> Table:
             "peak MiB": _mib(row.get("peak_rss_bytes")) if ok else "-",
             "GPU MiB": _mib(row.get("gpu_memory_bytes")) if ok and row.get("gpu_memory_bytes") is not None else "-",
             "build s": f"{row['build_s']:.1f}" if ok and row.get("build_s") is not None else "-",
-            "gain": f"{row['gain']:.2f}x" if ok and row.get("gain") is not None else status_text(row),
-            "paired": f"{row['paired_gain']:.2f}x" if ok and row.get("paired_gain") is not None else "-",
+            "gain": fmt_ratio(row["gain"]) if ok and row.get("gain") is not None else status_text(row),
+            "paired": fmt_ratio(row["paired_gain"]) if ok and row.get("paired_gain") is not None else "-",
         }
         table.add_row(*(cells[name] for name in columns), style=style)
     return table
@@ -165,12 +166,12 @@ def candidate_view(row: dict[str, Any]) -> RenderableType:
     # a candidate's record does not say which constraint its search had: both drops, relative and in the metric's units
     drops = ", ".join(d for d in (_drop(row), _drop(row, absolute=True)) if d != "-")
     grid.add_row("metric", f"{name}: {fmt_metric(row.get('metric'))}" + (f" (drop {drops})" if drops else ""))
-    gains = [f"{row['gain']:.2f}x (the baseline's p50 / this one's, each in its own process)"
+    gains = [f"{fmt_ratio(row['gain'])} (the baseline's p50 / this one's, each in its own process)"
              if row.get("gain") is not None else ""]
     paired = row.get("paired") or {}
     if row.get("paired_gain") is not None:
         blocks = f", {paired['blocks']} ABBA blocks" if paired.get("blocks") else ""
-        gains.append(f"paired {row['paired_gain']:.2f}x (against the original model in this process{blocks}: "
+        gains.append(f"paired {fmt_ratio(row['paired_gain'])} (against the original model in this process{blocks}: "
                      f"{paired.get('verdict', '?')})")
         if row.get("ranked_by") == "gain":
             gains.append(f"ranked by its gain: the paired one is over {DISAGREEMENT:g}x it")
@@ -287,7 +288,7 @@ def _disagreement_lines(data: dict[str, Any]) -> list[str]:
         return []
     worst = max(off, key=lambda r: max(r["gain"] / r["paired_gain"], r["paired_gain"] / r["gain"]))
     head = (f"gain and paired disagree by more than {DISAGREEMENT:g}x for {len(off)} of {len(rows)} candidates "
-            f"(e.g. {worst['label']}: {worst['gain']:.2f}x, paired {worst['paired_gain']:.2f}x): ")
+            f"(e.g. {worst['label']}: {fmt_ratio(worst['gain'])}, paired {fmt_ratio(worst['paired_gain'])}): ")
     if not any("ranked_by" in r for r in rows):  # a record from before the search said which figure ranked a row
         return [head + "the processes they were measured in ran at different speeds (other load on the machine while "
                 "one of them measured?); the paired column, measured in one process, is the one the search ranks by"]

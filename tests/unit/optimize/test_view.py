@@ -181,6 +181,21 @@ def test_a_gain_far_from_its_paired_gain_is_called_out() -> None:
     assert not any("disagree" in line for line in summary_lines(data))
 
 
+def test_a_tiny_gain_keeps_two_significant_digits() -> None:
+    """With three CPU hogs on 2 cores hygiene's process stalled (p50 232 ms against the baseline's 0.058 ms): its gain
+    of 0.00025 read "0.00x" in the table, the why and the disagreement line, as if it were none at all."""
+    data = _data()
+    data["candidates"][1].update(gain=2.5e-4, paired_gain=1.88, ranked_by="gain")
+    (line,) = [line for line in summary_lines(data) if "disagree" in line]
+    assert "(e.g. " + LABEL + ": 0.00025x, paired 1.88x)" in line
+    cells = _cells(data)
+    assert cells[WIDE.index("gain")][1] == "0.00025x" and cells[WIDE.index("paired")][1] == "1.88x"
+    from dlperf.measure.stats import fmt_ratio
+
+    assert [fmt_ratio(x) for x in (0.0523, 0.1, 0.0997, 2.0, 855.516, 0.0)] == [
+        "0.052x", "0.10x", "0.10x", "2.00x", "855.52x", "0.00x"]
+
+
 def test_the_gain_is_named_for_the_objective_it_measures(capsys: pytest.CaptureFixture[str]) -> None:
     """Under --objective throughput the gain line said "the baseline's p50 / the candidate's" for a ratio of items/s;
     under size the progress line printed 'dynamic_int8: p50 0.072 ms 2.78x', a size gain beside a p50 slower than the
