@@ -106,6 +106,19 @@ def environment_line(env: dict[str, Any]) -> str:
 # --- calibrate -----------------------------------------------------------------------------------
 
 
+def provisional_lines(details: dict[str, Any]) -> list[str]:
+    """What a provisional calibration is (`calibrate.lookup_or_measure`), with the load it was measured at: `dlperf
+    calibrate` showed a cached one as plainly "cached", and the user could not tell that a later lookup would
+    measure it again."""
+    if not details.get("provisional"):
+        return []
+    load = details.get("load_average")
+    at = f"at a load average of {load:.1f}" if isinstance(load, (int, float)) else "at a load average not recorded"
+    return [f"provisional: measured on the way by profile or train {at}, with the doubts below; a later profile, "
+            "train or calibrate measures them again once the load average is below the cores and 0.75x that, or "
+            "`dlperf calibrate --force` now"]
+
+
 def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> RenderableType:
     """The table `dlperf calibrate` prints, from `Ceilings.to_dict()`."""
     details = ceilings.get("details", {})
@@ -129,7 +142,8 @@ def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> Renderable
     quick = " (quick mode: small sizes, not a real ceiling)" if ceilings.get("quick") else ""
     footer = Text(f"{source} at {ceilings.get('measured_at', '?')}{quick}; key {ceilings.get('machine_key', '?')}",
                   style="dim")
-    warnings = [Text(f"warning: {w}", style="yellow") for w in details.get("warnings", [])]
+    warnings = [Text(line, style="yellow") for line in provisional_lines(details)]
+    warnings += [Text(f"warning: {w}", style="yellow") for w in details.get("warnings", [])]
     warnings += [Text(f"warning: {k}: {v['noise_warning']}", style="yellow")
                  for k, v in details.items() if isinstance(v, dict) and v.get("noise_warning")]
     return Group(table, footer, *warnings)

@@ -297,6 +297,22 @@ def test_ceilings_table() -> None:
     assert "…" not in "\n".join(narrow)  # the unbreakable flag list was cut to '.../asimddp/i8m…'
     column = "".join(line.split("│")[3].strip() for line in narrow if line.count("│") == 4)
     assert "avx512_vnni/avx_vnni/amx_int8/asimddp/i8mm)" in column
+    assert "provisional" not in text
+
+
+def test_ceilings_table_says_a_cached_calibration_is_provisional_and_at_what_load() -> None:
+    """A profile on a busy machine cached its ceilings as provisional (load average 3.6 on 2 cores), and `dlperf
+    calibrate` showed them as plainly "cached at ...": nothing said a later profile would measure them again."""
+    data: dict[str, Any] = {"device": "cpu", "threads": 2, "machine_key": "k", "measured_at": "t", "quick": False,
+                            "gemm_flops": {"fp32": 3.1e11}, "memory_bandwidth_bytes_s": 2e10,
+                            "details": {"provisional": True, "load_average": 3.637,
+                                        "warnings": ["the machine is busy (load average 3.6 on 2 cores)"]}}
+    text = " ".join(_text(ceilings_table(data, cached=True), width=200).split())
+    assert ("cached at t; key k provisional: measured on the way by profile or train at a load average of 3.6, with "
+            "the doubts below; a later profile, train or calibrate measures them again once the load average is below "
+            "the cores and 0.75x that, or `dlperf calibrate --force` now warning: the machine is busy") in text
+    del data["details"]["load_average"]
+    assert "at a load average not recorded" in _text(ceilings_table(data))
 
 
 def test_environment_line_without_env() -> None:
