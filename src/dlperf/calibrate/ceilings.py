@@ -154,6 +154,29 @@ def quieter_now(ceilings: Ceilings) -> str | None:
             f"and the machine is quieter now (load average {now:.1f} on {cores} cores, against {was} then)")
 
 
+ABOVE_CEILING = 1.1
+"""A figure above 110% of a ceiling (an operator's roofline, a training step's MFU) means the ceilings, not the work,
+are off."""
+
+
+def worth_measuring_again(ceilings: Any, why: str) -> str | None:
+    """`why` (how a figure ran above ABOVE_CEILING of the cached `ceilings`) where measuring them again is worth it,
+    else None: not where they were measured again already (once: work that beats a square GEMM would otherwise
+    re-measure every run), nor on a busy machine (a measurement now would be as low; the cache is marked provisional
+    by its own warnings instead), nor for ceilings no cache file holds (hand-made ones are not this machine's to
+    redo). Profile's and train's shared rule (`profile.session.above_ceilings`, `train.step.measure_loop`)."""
+    from dlperf.calibrate.kernels import busy_warnings
+
+    details = getattr(ceilings, "details", None)
+    if not isinstance(details, dict) or details.get("remeasured") or busy_warnings():
+        return None
+    cached = read_cache(str(getattr(ceilings, "machine_key", "")), bool(getattr(ceilings, "quick", False)))
+    # the cache's, not the caller's copy: train's tuner holds the ones it read first for its last measurement
+    if cached is None or cached.details.get("remeasured"):
+        return None
+    return why
+
+
 def warned_ceiling(warning: str) -> str | None:
     """The one ceiling a calibration warning is about ('fp32' for 'the fp32 GEMM ...', 'bandwidth' for 'the memory
     bandwidth ...'), or None for one about them all (a busy machine)."""

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.calibrate.ceilings import ABOVE_CEILING
 from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
 from dlperf.profile.analyzers.breakdown import TimeBreakdown
 from dlperf.profile.analyzers.dataloader import LoaderAnalysis
@@ -1039,10 +1040,6 @@ def verdict_of(top: Finding) -> str:
     """The verdict line naming the top finding."""
     of = "budget" if top.category == MEMORY_CAPACITY else "step"
     return f"{top.category}: {top.title} ({top.share:.0%} of the {of})"
-
-
-ABOVE_CEILING = 1.1
-"""An operator above 110% of its roofline ceiling means the ceilings, not the operator, are off."""
 
 
 def _cores(n: int, what: str = "core") -> str:

@@ -99,20 +99,16 @@ def above_ceilings(analyses: Analyses, ceilings: Any) -> str | None:
     them, which says the ceilings understate the machine; None when none did, when they were measured again already
     (once: an operator that beats a square GEMM would otherwise re-measure every run), or on a busy machine (a
     measurement now would be as low; the cache is marked provisional by its own warnings instead)."""
-    from dlperf.calibrate.kernels import busy_warnings
+    from dlperf.calibrate.ceilings import ABOVE_CEILING, worth_measuring_again
     from dlperf.profile.analyzers.operators import COMPUTE
-    from dlperf.profile.diagnose import ABOVE_CEILING
 
-    details = getattr(ceilings, "details", None)
-    if not isinstance(details, dict) or details.get("remeasured") or busy_warnings():
-        return None
     above = [o for o in analyses.operators.operators
              if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak > ABOVE_CEILING]
     if not above:
         return None
     worst = max(above, key=lambda o: o.pct_of_peak or 0.0)
-    return f"{worst.name} ran at {worst.pct_of_peak:.0%} of its roofline ceiling against the ones measured at " \
-           f"{getattr(ceilings, 'measured_at', '?')}"
+    return worth_measuring_again(ceilings, f"{worst.name} ran at {worst.pct_of_peak:.0%} of its roofline ceiling "
+                                           f"against the ones measured at {getattr(ceilings, 'measured_at', '?')}")
 
 
 def progress_steps(config: ProfileConfig, ceilings_given: bool = False) -> int:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -381,3 +382,45 @@ def test_the_absolute_tolerance_adds_to_the_relative_one() -> None:
 def test_empty_loss_curves_are_refused() -> None:
     with pytest.raises(ConfigError, match="loss curves of different lengths: 0 vs 0"):
         compare_losses([], [])
+
+
+def test_an_mfu_above_the_cached_ceiling_has_it_measured_again_once_as_profile_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf train zoo:mlp` against a cached fp32 ceiling of 200 MFLOP/s printed "MFU 12157.7% of the fp32 GEMM
+    ceiling" and told the user to run `dlperf calibrate --force`, where profile measures such ceilings again itself
+    (an operator above 110% of them)."""
+    import dlperf.calibrate.kernels as kernels
+    from dlperf.calibrate import CACHE_ENV_VAR, get_ceilings
+
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
+    monkeypatch.setattr(kernels, "busy_warnings", lambda: [])
+    measured: list[str] = []
+
+    def measure(device: str, key: str, *, quick: bool = False, on_progress: Any = None) -> Ceilings:
+        measured.append(key)
+        fp32 = 1.0 if len(measured) == 1 else 1e15  # the first as a busy machine measured it: any step beats it
+        return Ceilings(device, key, {"fp32": fp32}, 1e10, f"t{len(measured)}", 1)
+
+    monkeypatch.setattr(kernels, "measure_ceilings", measure)
+    low = get_ceilings("cpu", threads=1)
+    loop = TrainLoop(tiny(), StepConfig(batch_size=16, threads=1))
+    monkeypatch.setattr(kernels, "busy_warnings", lambda: ["busy"])
+    busy = measure_loop(loop, steps=2, warmup_steps=1, ceilings=low)  # a measurement now would be as low
+    assert len(measured) == 1 and busy.mfu is not None and busy.mfu > 1.1
+    assert any("implausibly high" in n for n in busy.notes)
+    monkeypatch.setattr(kernels, "busy_warnings", lambda: [])
+    result = measure_loop(loop, steps=2, warmup_steps=1, ceilings=low)
+    assert len(measured) == 2 and result.ceiling_flops == 1e15 and result.mfu is not None and result.mfu < 0.8
+    assert any(n.startswith("the cached ceilings were measured again: a training step (fp32) ran at MFU ")
+               and n.endswith("of the fp32 GEMM ceiling measured at t1") for n in result.notes), result.notes
+    assert not any("implausibly high" in n for n in result.notes)
+    # measured again once: ceilings that a step still beats are not measured every run, nor the first ones again
+    # where a caller kept them (the tuner measures its best configuration against those it read first)
+    measure_loop(loop, steps=2, warmup_steps=1, ceilings=low)
+    assert len(measured) == 2
+    again = get_ceilings("cpu", threads=1)
+    again.gemm_flops["fp32"] = 1.0
+    measure_loop(loop, steps=2, warmup_steps=1, ceilings=again)
+    assert len(measured) == 2
+    measure_loop(loop, steps=2, warmup_steps=1, ceilings=_ceilings(1.0))  # hand-made: no cache file holds them
+    assert len(measured) == 2
