@@ -37,3 +37,17 @@ def test_each_candidate_s_line_says_how_much_of_the_time_budget_is_left(capsys: 
     lines = capsys.readouterr().err.splitlines()
     assert lines[1:] == ["  measuring compile(mode=max-autotune) ... (412 s of the 600 s time budget left)",
                          "  measuring hygiene ... (0 s of the 600 s time budget left)"]
+
+
+def test_a_row_measured_again_for_its_stalled_calls_says_so_and_a_tiny_gain_keeps_its_digits(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With CPU hogs on 2 cores `measuring channels_last ...` came twice with nothing between, and its gain of
+    0.0012 read "0.00x"."""
+    progress = optimize._Progress()
+    progress("stalled", {"label": "channels_last", "why": "the original model ... took 30 ms a call"})
+    progress("candidate_done", {"row": {"label": "channels_last", "status": "ok", "p50_s": 51.8e-3, "gain": 0.00116,
+                                        "paired_gain": 1.15, "feasible": True, "stalled": "its calls stalled"}})
+    assert capsys.readouterr().err.splitlines() == [
+        "  channels_last's calls stalled: measuring it again",
+        "  channels_last: p50 51.800 ms 0.0012x (in its process against the original: 1.15x) (! calls stalled: see "
+        "the table's note)"]
