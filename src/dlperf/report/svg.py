@@ -85,11 +85,49 @@ def fmt_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def tick_texts(ticks: Sequence[float]) -> list[str]:
+SI_PREFIXES = ((1e9, "G"), (1e6, "M"), (1e3, "k"))
+SI_FROM = 1e4
+"""An axis whose largest tick reaches this is labelled with k, M and G: `fmt_number` wrote a throughput axis as
+'0, 500000, 1.0e6, 1.5e6', three formats on one axis."""
+
+
+def _si_texts(ticks: Sequence[float], log: bool, step: float) -> list[str] | None:
+    """Labels of a large-valued axis in k/M/G: a linear axis in one unit (its largest tick's) with one number of
+    decimals, '0, 0.5M, 1.0M, 1.5M'; a log axis, whose ticks are 1-2-5 multiples, each in its own, '1k, 10k, 1M'.
+    None where no such label says each tick's value."""
+    def unit(value: float) -> tuple[float, str]:
+        return next(((size, name) for size, name in SI_PREFIXES if value >= size), (1.0, ""))
+
+    if log:
+        texts = []
+        for t in ticks:
+            size, name = unit(abs(t))
+            texts.append(f"{t / size:g}{name}" if name else fmt_number(t))
+        return texts
+    size, name = unit(max(abs(t) for t in ticks))
+    for decimals in range(4):
+        texts = ["0" if t == 0 else f"{t / size:.{decimals}f}{name}" for t in ticks]
+        if all(abs(parse_tick(text) - t) <= step * 1e-6 for text, t in zip(texts, ticks, strict=True)):
+            return texts
+    return None
+
+
+def parse_tick(text: str) -> float:
+    """The value a tick label says ('1.5M' is 1.5e6)."""
+    scale = {name: size for size, name in SI_PREFIXES}.get(text[-1:], 1.0)
+    return float(text[:-1] if scale != 1.0 else text) * scale
+
+
+def tick_texts(ticks: Sequence[float], log: bool = False) -> list[str]:
     """The ticks' labels: `fmt_number`'s where they say each tick's value, else with the digits that do (an axis
-    of fidelities from 0.9998 to 1 was labelled 1, 1, 1, 1, and ticks at 282.5 and 287.5 read 282 and 288)."""
-    texts = [fmt_number(t) for t in ticks]
+    of fidelities from 0.9998 to 1 was labelled 1, 1, 1, 1, and ticks at 282.5 and 287.5 read 282 and 288); with
+    k, M and G where the axis reaches `SI_FROM` (`_si_texts`)."""
     step = min((abs(b - a) for a, b in itertools.pairwise(ticks) if b != a), default=0.0)
+    if ticks and max(abs(t) for t in ticks) >= SI_FROM:
+        si = _si_texts(ticks, log, step)
+        if si is not None:
+            return si
+    texts = [fmt_number(t) for t in ticks]
 
     def faithful(labels: list[str]) -> bool:
         return all(abs(float(text) - t) <= step * 1e-6 for text, t in zip(labels, ticks, strict=True))
@@ -201,7 +239,7 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
                            log_ticks(x_lo, x_hi) if x.log else nice_ticks(x_lo, x_hi))
                if not x.integer or float(t).is_integer()]
     last_label = -math.inf
-    for tick, text in zip(x_ticks, tick_texts(x_ticks), strict=True):
+    for tick, text in zip(x_ticks, tick_texts(x_ticks, x.log), strict=True):
         px = sx(tick)
         if x.at and px - last_label < len(text) * TEXT_CHAR_PX + 4:
             out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>')
@@ -212,7 +250,7 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
         out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" class="g"/>'
                    f'<text x="{tx:.1f}" y="{bottom + 14}" text-anchor="{anchor}">{text}</text>')
     y_ticks = log_ticks(y_lo, y_hi) if y.log else nice_ticks(y_lo, y_hi)
-    for tick, text in zip(y_ticks, tick_texts(y_ticks), strict=True):
+    for tick, text in zip(y_ticks, tick_texts(y_ticks, y.log), strict=True):
         py = sy(tick)
         out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" class="g"/>'
                    f'<text x="{left - 5}" y="{py + 4:.1f}" text-anchor="end">{text}</text>')

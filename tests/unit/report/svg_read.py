@@ -8,6 +8,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from dlperf.report.svg import parse_tick
+
 _TICK = re.compile(r'<line x1="([-\d.]+)" y1="([-\d.]+)" x2="([-\d.]+)" y2="([-\d.]+)" class="g"/>'
                    r'<text [^>]*>([^<]+)</text>')
 
@@ -47,7 +49,7 @@ def ticks(svg: str, which: str) -> list[tuple[float, float]]:
     for x1, y1, x2, _, text in _TICK.findall(svg):
         vertical = x1 == x2
         if vertical == (which == "x"):
-            found.append((float(text), float(x1) if vertical else float(y1)))
+            found.append((parse_tick(text), float(x1) if vertical else float(y1)))
     return found
 
 

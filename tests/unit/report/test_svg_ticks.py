@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from dlperf.report.svg import Axis, Series, chart, tick_texts
+from dlperf.report.svg import Axis, Series, chart, parse_tick, tick_texts
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,16 @@ def test_a_half_step_tick_is_not_rounded_to_a_whole_number() -> None:
                 "Latency vs throughput")
     x_labels = re.findall(r'text-anchor="middle">([0-9.]+)</text>', svg)
     assert "282.5" in x_labels and "287.5" in x_labels and "282" not in x_labels and "288" not in x_labels
+
+
+def test_a_large_valued_axis_has_one_format() -> None:
+    """A bench's 'Throughput vs batch size' y axis read '0, 500000, 1.0e6, 1.5e6'."""
+    svg = chart([Series("items/s", [1, 8, 64], [65384.0, 476842.0, 1800926.0], "line+points")],
+                Axis("batch size", log=True, at=(1, 8, 64)), Axis("items/s"), "Throughput vs batch size", y_zero=True)
+    labels = _y_labels(svg)
+    assert labels[0] == "0" and all(re.fullmatch(r"\d\.\dM", text) for text in labels[1:]), labels
+    assert [parse_tick(text) for text in labels] == [0.0, 5e5, 1e6, 1.5e6]
+    assert tick_texts([0.0, 2e5, 4e5, 6e5]) == ["0", "200k", "400k", "600k"]
+    assert tick_texts([0.0, 2.5e5, 5e5, 7.5e5, 1e6]) == ["0", "0.25M", "0.50M", "0.75M", "1.00M"]
+    assert tick_texts([100.0, 1e3, 1e4, 1e5, 1e6], log=True) == ["100", "1k", "10k", "100k", "1M"]
+    assert tick_texts([0.0, 2000.0, 4000.0]) == ["0", "2000", "4000"]  # under 10k, whole numbers read as they are
