@@ -42,7 +42,7 @@ tr.diff td{background:#fff6e0}
 .plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{border:1px solid #e6e9ee;border-radius:6px}
 svg text{font:11px system-ui,sans-serif;fill:#394150}svg .t{font-size:13px;font-weight:600}
 svg .al{font-size:12px}svg .g{stroke:#eceff3;stroke-width:1}svg .frame{fill:none;stroke:#aab2bf}
-svg .ref{stroke:#555;stroke-dasharray:4 3;stroke-width:1}svg .reft{fill:#555}
+svg .ref{stroke:#555;stroke-dasharray:4 3;stroke-width:1}svg .reft{fill:#555}svg .mk{font-weight:600}
 .tag{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e8ebf0;margin-right:4px}
 .good{color:#11733a;font-weight:600}.bad{color:#b3261e;font-weight:600}.warn{color:#8a5a00}
 .verdict{font-size:16px;margin:6px 0}.muted{color:#6b7383}code{background:#f0f2f5;padding:0 4px;border-radius:3px}

@@ -106,7 +106,10 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     memory = rec.result.get("objective", rec.config.get("objective")) == "memory" or any(r["deployed"] for r in rows)
     # on a GPU, the GPU memory it ranks by too
     gpu = memory and any(r["gpu_memory_bytes"] is not None for r in rows)
-    table_rows = [[r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]),
+    # Each candidate's row number, written beside its point on the plot: a printout of the plot could not tell which
+    # grey point was which (the names were in hover tooltips only).
+    number = {id(r): i for i, r in enumerate(order, 1)}
+    table_rows = [[number[id(r)], r["name"], fmt_ms(r["latency_s"]), fmt_metric(r["metric"]),
                    *([_peak_mib(r)] if memory else []), *([_peak_mib(r, "gpu_memory_bytes")] if gpu else []),
                    on_front(r),
                    "selected" if r["selected"] else (r["status"] or ""), (r["error"] or "")[:120]] for r in order]
@@ -119,7 +122,8 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
     # what the table is judged by: the metric and the constraints (the report named neither, so nothing said why a
     # candidate within 0.4% of the baseline's accuracy was out)
     goal = _optimize_goal(rec.result)
-    parts = [config_tags(rec), goal, html_table(("candidate", "paired p50 ms" if paired else "latency ms", metric_name,
+    parts = [config_tags(rec), goal, html_table(("#", "candidate", "paired p50 ms" if paired else "latency ms",
+                                           metric_name,
                                            *(["peak MiB"] if memory else []), *(["GPU MiB"] if gpu else []),
                                            front_label, "status", "error"),
                                           table_rows)]
@@ -131,8 +135,11 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
             parts.append(f'<p class="muted">{esc(line)}</p>')
     with_metric = [r for r in measured if r["metric"] is not None]
     if with_metric:
+        # marks are placed first come, first served: the winner's, the baseline's and the frontier's before the rest
+        with_metric.sort(key=lambda r: (not r["selected"], r["name"] != "baseline", r not in frontier, number[id(r)]))
         series = [Series("candidates", [r["latency_s"] * 1e3 for r in with_metric], [r["metric"] for r in with_metric],
-                         "points", color="#9aa3b1", labels=[r["name"] for r in with_metric]),
+                         "points", color="#9aa3b1", labels=[f'{number[id(r)]}: {r["name"]}' for r in with_metric],
+                         marks=[str(number[id(r)]) for r in with_metric]),
                   Series("Pareto frontier", [r["latency_s"] * 1e3 for r in frontier],
                          [r["metric"] for r in frontier], "line+points", color="#d62728",
                          labels=[r["name"] for r in frontier])]
@@ -146,6 +153,7 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         log = wide_range(series)
         parts.append(plot_row(chart(series, Axis(axis + (", log scale" if log else ""), log=log), Axis(metric_name),
                                     "Pareto frontier: latency vs " + metric_name)))
+        parts.append('<p class="muted">each point is numbered with its row (#) in the table above</p>')
     elif measured:
         parts.append(plot_row(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
                                     "Candidate latency", " ms")))

@@ -48,6 +48,10 @@ class Series:
     """Per-point tooltips (title elements), optional."""
     y_err: Sequence[tuple[float, float]] = field(default_factory=tuple)
     """Per-point (low, high) whiskers, optional."""
+    marks: Sequence[str] = field(default_factory=tuple)
+    """Per-point short texts written beside the points (a candidate's row number in its table), so a printout tells
+    the points apart without the tooltips; placed in order where they overlap no point or other mark
+    (`_place_marks`)."""
 
 
 @dataclass
@@ -268,6 +272,8 @@ def chart(series: Sequence[Series], x: Axis, y: Axis, title: str = "", *, width:
     clip = f"clip{next(_CLIP_IDS)}"
     out.append(f'<clipPath id="{clip}"><rect x="{left}" y="{top}" width="{right - left}" '
                f'height="{bottom - top}"/></clipPath><g clip-path="url(#{clip})">')
+    # under the points: a mark's line to its point passes under the points beside it
+    out.append(_place_marks(series, sx, sy, x, y, (left, top, right, bottom)))
     for i, s in enumerate(series):
         out.append(_draw(s, s.color or PALETTE[i % len(PALETTE)], sx, sy, x, y, bottom))
     out.append("</g>")
@@ -337,6 +343,61 @@ def _draw(s: Series, color: str, sx: _Scale, sy: _Scale, x: Axis, y: Axis, botto
             parts.append(f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="3.6" fill="{color}">{tip}</circle>')
     parts.append("</g>")
     return "".join(parts)
+
+
+MARK_H = 10.0
+MARK_CHAR_PX = 7.0
+"""A mark's width per character: bold 11px digits."""
+"""A mark's height (px) for its box: 11px digits stand about 8px above their baseline."""
+_MARK_DIRECTIONS = ((1, 0), (0, -1), (-1, 0), (0, 1), (1, -1), (-1, -1), (1, 1), (-1, 1))
+_MARK_DISTANCES = (5.0, 11.0, 18.0, 26.0)
+"""How far (px) from its point a mark's box may stand; past the first, a thin line joins the two."""
+
+
+def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _place_marks(series: Sequence[Series], sx: _Scale, sy: _Scale, x: Axis, y: Axis,
+                 area: tuple[float, float, float, float]) -> str:
+    """The series' marks, each beside its point at the nearest of eight directions and four distances where its box
+    stays in the plot area and overlaps no drawn point and no mark placed before it, and, next to the point, is nearer
+    it than any other point (further out a line joins mark and point); a mark with no such place is left out (its
+    point keeps its tooltip). Marks are placed in the series' order, then the points'."""
+    dots = [(sx(float(a)), sy(float(b))) for s in series if s.mode in ("points", "line+points")
+            for a, b in zip(s.xs, s.ys, strict=False) if _ok(float(a), x.log) and _ok(float(b), y.log)]
+    taken = [(px - 4.5, py - 4.5, px + 4.5, py + 4.5) for px, py in dots]
+    left, top, right, bottom = area
+    parts: list[str] = []
+    for s in series:
+        for a, b, text in zip(s.xs, s.ys, s.marks, strict=False):
+            if not (text and _ok(float(a), x.log) and _ok(float(b), y.log)):
+                continue
+            px, py = sx(float(a)), sy(float(b))
+            w = len(text) * MARK_CHAR_PX
+            for dist, (dx, dy) in itertools.product(_MARK_DISTANCES, _MARK_DIRECTIONS):
+                # the box's near edge `dist` past the dot's edge, in direction (dx, dy)
+                cx = px + dx * (3.6 + dist + w / 2)
+                cy = py + dy * (3.6 + dist + MARK_H / 2)
+                box = (cx - w / 2, cy - MARK_H / 2, cx + w / 2, cy + MARK_H / 2)
+                if not (left <= box[0] and box[2] <= right and top <= box[1] and box[3] <= bottom):
+                    continue
+                if any(_boxes_overlap(box, other) for other in taken):
+                    continue
+                # a mark with no line to its point sits nearer it than any other point ('4' right of the baseline's
+                # point stood under the next two, and read as theirs)
+                near = math.hypot(cx - px, cy - py)
+                if dist == _MARK_DISTANCES[0] and any(math.hypot(cx - ox, cy - oy) < near for ox, oy in dots):
+                    continue
+                taken.append(box)
+                if dist > _MARK_DISTANCES[0]:
+                    ex, ey = min(max(px, box[0]), box[2]), min(max(py, box[1]), box[3])
+                    parts.append(f'<line x1="{px:.1f}" y1="{py:.1f}" x2="{ex:.1f}" y2="{ey:.1f}" stroke="#9aa3b1" '
+                                 f'stroke-width="0.8"/>')
+                parts.append(f'<text x="{cx:.1f}" y="{box[3] - 1:.1f}" text-anchor="middle" class="mk">'
+                             f'{esc(text)}</text>')
+                break
+    return f'<g class="marks">{"".join(parts)}</g>' if parts else ""
 
 
 def _legend(series: Sequence[Series], left: float, right: float, y: float) -> str:

@@ -109,3 +109,28 @@ def frame(svg: str) -> tuple[float, float, float, float]:
     assert found is not None
     left, top, width, height = map(float, found.groups())
     return left, top, left + width, top + height
+
+
+def marks(svg: str) -> list[tuple[str, tuple[float, float, float, float], tuple[float, float] | None]]:
+    """Each mark written beside a point: (its text, its box's left, top, right and bottom pixels, the pixel its line
+    starts at, None where it has no line)."""
+    from dlperf.report.svg import MARK_CHAR_PX, MARK_H
+
+    found = []
+    for x1, y1, x, y, text in re.findall(r'(?:<line x1="([-\d.]+)" y1="([-\d.]+)" x2="[-\d.]+" y2="[-\d.]+" [^>]*/>)?'
+                                         r'<text x="([-\d.]+)" y="([-\d.]+)" text-anchor="middle" class="mk">([^<]+)'
+                                         r'</text>', svg):
+        half = len(text) * MARK_CHAR_PX / 2
+        box = (float(x) - half, float(y) + 1 - MARK_H, float(x) + half, float(y) + 1)
+        found.append((text, box, (float(x1), float(y1)) if x1 else None))
+    return found
+
+
+def dots(svg: str, name: str) -> list[tuple[float, float]]:
+    """The pixels of the points series `name` drew."""
+    return [(float(cx), float(cy))
+            for cx, cy in re.findall(r'<circle cx="([-\d.]+)" cy="([-\d.]+)"', _series(svg, name))]
+
+
+def boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
