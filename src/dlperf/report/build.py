@@ -26,13 +26,24 @@ MAX_COMPARED = 10
 """Runs besides the first judged in a report's verdict table (the CDF draws as many in all: one colour a run)."""
 
 
-def run_comparisons(records: Sequence[RunRecord]) -> list[RunComparison]:
-    """Each later bench or check run with samples against the first, as `dlperf compare A B` judges it."""
+def _sampled(records: Sequence[RunRecord]) -> list[RunRecord]:
     from dlperf.compare.records import has_samples
+
+    return [r for r in records if r.kind in SAMPLED_KINDS and has_samples(r)]
+
+
+def run_comparisons(records: Sequence[RunRecord]) -> list[RunComparison]:
+    """Each later bench or check run with samples against the first (up to `MAX_COMPARED`), as `dlperf compare A B`
+    judges it."""
     from dlperf.compare.runs import compare_records
 
-    sampled = [r for r in records if r.kind in SAMPLED_KINDS and has_samples(r)]
+    sampled = _sampled(records)
     return [compare_records(sampled[0], b) for b in sampled[1:MAX_COMPARED + 1]]
+
+
+def uncompared_runs(records: Sequence[RunRecord]) -> list[str]:
+    """The ids of the sampled runs past `MAX_COMPARED` that `run_comparisons` leaves out, for the report to name."""
+    return [r.id for r in _sampled(records)[MAX_COMPARED + 1:]]
 
 
 def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str | None = None,
@@ -56,7 +67,8 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
             raise ConfigError(f"no finished bench or check runs of workload '{history_workload}' in the store; "
                               f"workloads with finished ones: {', '.join(known) or 'none'}")
     return render_report(records, children=children, history=history, history_metric=history_metric,
-                         history_workload=history_workload or "", title=title, comparisons=run_comparisons(records))
+                         history_workload=history_workload or "", title=title, comparisons=run_comparisons(records),
+                         uncompared=uncompared_runs(records))
 
 
 def check_output(path: Path) -> None:

@@ -43,6 +43,7 @@ tr.diff td{background:#fff6e0}
 svg text{font:11px system-ui,sans-serif;fill:#394150}svg .t{font-size:13px;font-weight:600}
 svg .al{font-size:12px}svg .g{stroke:#eceff3;stroke-width:1}svg .frame{fill:none;stroke:#aab2bf}
 svg .ref{stroke:#555;stroke-dasharray:4 3;stroke-width:1}svg .reft{fill:#555}svg .mk{font-weight:600}
+.nw{white-space:nowrap}
 .tag{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e8ebf0;margin-right:4px}
 .good{color:#11733a;font-weight:600}.bad{color:#b3261e;font-weight:600}.warn{color:#8a5a00}
 .verdict{font-size:16px;margin:6px 0}.muted{color:#6b7383}code{background:#f0f2f5;padding:0 4px;border-radius:3px}
@@ -187,9 +188,10 @@ def render_report(
     title: str | None = None,
     generated_at: str | None = None,
     comparisons: Sequence[RunComparison] = (),
+    uncompared: Sequence[str] = (),
 ) -> str:
     """The whole HTML document for `records` (plus child runs by parent id, plus an optional history, plus the
-    comparisons of its sampled runs, `build.run_comparisons`)."""
+    comparisons of its sampled runs, `build.run_comparisons`, and the ids of those it left out, `uncompared`)."""
     children = children or {}
     generated_at = generated_at or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shown = list(records)
@@ -203,7 +205,7 @@ def render_report(
     sections = [f"<section><h2>Runs</h2>{summary}</section>" if shown else ""]
     all_for_env = [*shown, *(history or [])]
     sections.append(environment_section(all_for_env))
-    sections.append(verdict_section(comparisons))
+    sections.append(verdict_section(comparisons, uncompared))
     sections.append(comparison_section(shown))
     sections += [run_section(r, children.get(r.id, ())) for r in shown]
     if history is not None:

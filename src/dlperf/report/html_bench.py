@@ -201,10 +201,11 @@ def comparison_section(records: Sequence[RunRecord]) -> str:
               "measures two settings interleaved.</p></section>")
 
 
-def verdict_section(comparisons: Sequence[RunComparison]) -> str:
+def verdict_section(comparisons: Sequence[RunComparison], uncompared: Sequence[str] = ()) -> str:
     """Each later run against the first at every batch size they share, judged as `dlperf compare` judges it: the
     median ratio with its interval, the Mann-Whitney test and the verdict. A report of two bench runs compared them
-    at batch 1 only (0.0150 vs 0.0151 ms) and named no verdict, while the second run's batch 64 was 232x slower."""
+    at batch 1 only (0.0150 vs 0.0151 ms) and named no verdict, while the second run's batch 64 was 232x slower.
+    `uncompared`: the ids of the runs past the ones compared, named under the table (they were left out silently)."""
     rows, row_classes, notes = [], [], []
     for cmp in comparisons:
         for point in cmp.points:
@@ -216,7 +217,9 @@ def verdict_section(comparisons: Sequence[RunComparison]) -> str:
             rows.append([Raw(f'<a href="#run-{esc(cmp.a.id)}">{esc(cmp.a.id)}</a>'),
                          Raw(f'<a href="#run-{esc(cmp.b.id)}">{esc(cmp.b.id)}</a>'), point.batch_size,
                          fmt_ms(median.a if median else None), fmt_ms(median.b if median else None),
-                         f"{point.median_ratio.ratio:.3f}", "-" if point.too_few else f"{lo:.3f}-{hi:.3f}",
+                         f"{point.median_ratio.ratio:.3f}",
+                         # on one line: at 1200 px the cell broke at its hyphen, '0.955-' over '0.964'
+                         "-" if point.too_few else Raw(f'<span class="nw">{lo:.3f}-{hi:.3f}</span>'),
                          fmt_p_value(point.test.p_value), verdict + (f" (B {smaller}, by less than "
                                                                      f"{point.min_effect:.0%})" if smaller else ""),
                          also])
@@ -226,6 +229,10 @@ def verdict_section(comparisons: Sequence[RunComparison]) -> str:
         notes += [f"{cmp.b.id} against {cmp.a.id}: {w}" for w in cmp.warnings]
     if not rows:
         return ""
+    if uncompared:
+        notes.append(f"{len(uncompared)} later run{'s' if len(uncompared) > 1 else ''} not judged here: only the "
+                     f"first {len(comparisons)} after {comparisons[0].a.id} are ({', '.join(uncompared)}); "
+                     f"dlperf compare {comparisons[0].a.id} RUN judges one, or report fewer runs")
     return ("<section><h2>Verdict: each run against the first, per batch size</h2>"
             + html_table(("A", "B", "batch", "p50 ms A", "p50 ms B", "median B/A", "95% CI", "Mann-Whitney p",
                           "verdict", "not in that verdict"), rows, row_classes)

@@ -69,3 +69,24 @@ def test_a_report_of_two_bench_runs_judges_b_against_a_at_every_batch_size(tmp_p
     assert 2.7 < float(cells[5]) < 3.3  # the median ratio B/A
     assert "B slower" not in rows[0] and "B faster" not in rows[0]
     assert "<h2>Verdict" not in build_report(store, ids[:1])  # one run: nothing to judge
+
+
+def test_the_verdict_keeps_each_interval_on_one_line_and_names_the_runs_it_leaves_out(tmp_path: Path) -> None:
+    """At 1200 px the verdict table's '95% CI' cell broke at its hyphen ('0.955-' over '0.964'); and of a report of
+    twelve bench runs it judged the first ten after the first and left the twelfth out without a word."""
+    store = Store(tmp_path / "runs.db", create=True)
+    ids = []
+    for seed in range(12):
+        run = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]})
+        store.finish_run(run.id, {"points": [_point(1, 0.0005, seed)]})
+        ids.append(run.id)
+    html = build_report(store, ids)
+    section = html.split("<h2>Verdict: each run against the first, per batch size</h2>", 1)[1].split("</section>")[0]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", section)[1:]
+    assert [re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>(.*?)</td>", row)[1]) for row in rows] == ids[1:11]
+    intervals = [re.findall(r"<td[^>]*>(.*?)</td>", row)[6] for row in rows]
+    assert all(re.fullmatch(r'<span class="nw">\d\.\d{3}-\d\.\d{3}</span>', cell) for cell in intervals), intervals
+    assert ".nw{white-space:nowrap}" in html
+    assert (f"1 later run not judged here: only the first 10 after {ids[0]} are ({ids[11]}); "
+            f"dlperf compare {ids[0]} RUN judges one") in section
+    assert "not judged here" not in build_report(store, ids[:11])  # eleven: the first and ten judged
