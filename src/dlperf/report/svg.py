@@ -140,6 +140,15 @@ def tick_texts(ticks: Sequence[float], log: bool = False) -> list[str]:
     while step and not faithful(texts) and digits <= 15:
         texts = [fmt_number(t) if t == 0 else f"{t:.{digits}g}" for t in ticks]
         digits += 1
+    if len({"e" in text for text, t in zip(texts, ticks, strict=True) if t != 0}) > 1:
+        # e-notation below 0.001 beside plain decimals ('0, 5.0e-4, 0.001, 0.0015'): the axis in plain decimals,
+        # a log axis's 1-2-5 ticks each with its own digits ('0.0005, 0.001, 0.002')
+        if log:
+            return [f"{t:.12f}".rstrip("0").rstrip(".") for t in ticks]
+        for decimals in range(1, 13):
+            fixed = ["0" if t == 0 else f"{t:.{decimals}f}" for t in ticks]
+            if faithful(fixed):
+                return fixed
     return texts
 
 

@@ -48,3 +48,15 @@ def test_a_large_valued_axis_has_one_format() -> None:
     assert tick_texts([0.0, 2.5e5, 5e5, 7.5e5, 1e6]) == ["0", "0.25M", "0.50M", "0.75M", "1.00M"]
     assert tick_texts([100.0, 1e3, 1e4, 1e5, 1e6], log=True) == ["100", "1k", "10k", "100k", "1M"]
     assert tick_texts([0.0, 2000.0, 4000.0]) == ["0", "2000", "4000"]  # under 10k, whole numbers read as they are
+
+
+def test_an_axis_below_a_thousandth_does_not_mix_e_notation_with_decimals() -> None:
+    """fmt_number writes values under 0.001 in e-notation: a linear axis read '0, 5.0e-4, 0.001, 0.0015' and a log
+    axis '5.0e-4, 0.001, 0.002'."""
+    assert tick_texts([0.0, 0.0005, 0.001, 0.0015]) == ["0", "0.0005", "0.0010", "0.0015"]
+    assert tick_texts([0.0005, 0.001, 0.002, 0.005], log=True) == ["0.0005", "0.001", "0.002", "0.005"]
+    assert tick_texts([0.0002, 0.0004, 0.0006]) == ["2.0e-4", "4.0e-4", "6.0e-4"]  # one format already
+    svg = chart([Series("p50", [1.0, 2.0], [0.0004, 0.0014], "line+points")], Axis("run"), Axis("latency (ms)"),
+                "Trend", y_zero=True)
+    labels = _y_labels(svg)
+    assert not any("e" in text for text in labels) and len({len(t) for t in labels if t != "0"}) == 1, labels
