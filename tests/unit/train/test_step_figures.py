@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -101,7 +102,9 @@ def test_a_workload_s_count_tokens_gives_tokens_per_s_without_its_padding() -> N
     assert profile_train_headline(m.to_dict()).endswith(f", {fmt_count(m.tokens_per_s)} tokens/s")
     html = render_report([RunRecord(id="t1", kind="train", workload="padded", created_at="2026-12-07T00:00:00",
                                     status="ok", config={"mode": "measure"}, result=m.to_dict())])
-    assert f"<td>{fmt_count(m.tokens_per_s)} (counted by the workload&#x27;s count_tokens)</td>" in html
+    # right-aligned with the table's other numbers where the figure has thousands separators
+    assert re.search(f'<td( class="n")?>{fmt_count(m.tokens_per_s)} '
+                     r"\(counted by the workload&#x27;s count_tokens\)</td>", html)
 
 
 def test_token_ids_without_count_tokens_are_guessed_and_the_measurement_says_so() -> None:
