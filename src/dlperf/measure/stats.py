@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -301,6 +302,27 @@ def percentile_upper_bound(sorted_values: list[float], q: float,
         else:
             hi = mid - 1
     return float(sorted_values[n - lo - 1])
+
+
+def calls_to_bound_within(sorted_values: list[float], q: float, limit: float,
+                          confidence: float = EARLY_STOPPING_CONFIDENCE) -> int | None:
+    """How many calls `percentile_upper_bound` of the q-th percentile needs to come out at `limit` or below, were the
+    share of calls above `limit` what it is in `sorted_values`; None where that share is 1 - q/100 or more (no number
+    of calls would) or no samples. The bound is at or below `limit` exactly when MLPerf's test passes with the calls
+    above `limit` counted as over, so this is the fewest N with `early_stopping_passes(N, ceil(share x N), q)`."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    share = (n - bisect.bisect_right(sorted_values, limit)) / n
+    if share >= 1.0 - q / 100.0:
+        return None
+    calls = early_stopping_min_count(q, 0, confidence)
+    for _ in range(1000):  # each step is the fewest passing with the over count of the last: it only grows
+        over = math.ceil(share * calls)
+        if early_stopping_passes(calls, over, q, confidence):
+            return calls
+        calls = max(calls + 1, early_stopping_min_count(q, over, confidence))
+    return None
 
 
 @dataclass(frozen=True)

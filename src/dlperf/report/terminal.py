@@ -288,6 +288,8 @@ def bench_headline_line(result: dict[str, Any]) -> str | None:
                  if headline["bound_99"] is not None else
                  f" (too few samples to bound the p{q} at 99% confidence: MLPerf's early stopping needs "
                  f"{early_stopping_min_count(float(q))})")
+        if headline.get("bound_note"):  # a short run's MLPerf result (the bound) can be many times its sample p90
+            line += f"; {headline['bound_note']}"
     if result.get("partial"):
         points = result.get("points", [])
         measured = ", ".join(str(p["batch_size"]) for p in points)

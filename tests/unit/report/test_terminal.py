@@ -166,6 +166,10 @@ def test_bench_report_bounds_a_latency_headline_or_says_why_not() -> None:
     bounded = {**RESULT, "headline": {"kpi": "p90_s", "value": 0.0012, "batch_size": 1, "bound_99": 0.0013}}
     assert "headline: p90 1.20 ms at batch 1 (<= 1.30 ms at 99% confidence, MLPerf's early stopping)" in \
         " ".join(_text(bench_report(bounded, env)).split())
+    loose = {**RESULT, "headline": {"kpi": "p90_s", "value": 0.002, "batch_size": 1, "bound_99": 0.02,
+                                    "bound_note": "the bound is 10.0x the p90: ..."}}
+    assert "(<= 20.00 ms at 99% confidence, MLPerf's early stopping); the bound is 10.0x the p90: ..." in \
+        " ".join(_text(bench_report(loose, env)).split())
     short = {**RESULT, "headline": {"kpi": "p99_s", "value": 0.0012, "batch_size": 8, "bound_99": None}}
     assert "too few samples to bound the p99 at 99% confidence: MLPerf's early stopping needs 459" in \
         " ".join(_text(bench_report(short, env)).split())
