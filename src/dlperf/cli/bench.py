@@ -86,7 +86,12 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     # '' (an unset variable in a script) measured the defaults without a word: int_list refuses it
     batch_sizes = _parsed("--batch-sizes", int_list, args.batch_sizes) if args.batch_sizes is not None else None
     min_duration = _parsed("--min-duration", duration_s, args.min_duration)
-    min_iters = _int("--min-iters", args.min_iters, 1) or scenario(args.scenario).default_min_iters
+    sc = scenario(args.scenario)
+    if batch_sizes is not None and sc.name != "offline":
+        # it was a note and the run went on at the scenario's own batch; `dlperf.bench(batch_sizes=...)` refuses it
+        raise ConfigError(f"--batch-sizes {args.batch_sizes} is for the offline scenario; {sc.name} runs batch "
+                          f"{sc.batch_sizes(None)[0]}: leave --batch-sizes out, or use --scenario offline")
+    min_iters = _int("--min-iters", args.min_iters, 1) or sc.default_min_iters
     timer = TimerConfig.at_least(min_duration, min_iters, _int("--warmup", args.warmup, 0) or 0)
     from dlperf.optimize.artifact import default_device
 
@@ -125,8 +130,6 @@ def run(args: argparse.Namespace) -> int:
     check_device(config.device)  # before the run is recorded: a missing GPU left a failed run in the store
     use_allocator(args, "bench")
     note_oversubscribed(config.threads)
-    if config.batch_sizes and config.scenario != "offline":
-        error_console().print(f"note: --batch-sizes is ignored by the {config.scenario} scenario", markup=False)
     note = emulated_precision_note(config.precision, config.device)
     if note is not None:
         error_console().print(f"note: {note}", markup=False)

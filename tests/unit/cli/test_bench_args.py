@@ -37,11 +37,11 @@ def test_latency_scenarios_default_to_enough_calls_to_bound_their_headline() -> 
 def test_values() -> None:
     config = bench.build_config(_args("--batch-sizes", "2,16", "--min-duration", "250ms", "--min-iters", "7",
                                       "--warmup", "0", "--threads", "3", "--precision", "bf16",
-                                      "--scenario", "multi-stream"))
+                                      "--scenario", "offline"))
     assert config.batch_sizes == (2, 16)
     assert config.timer.min_duration_s == pytest.approx(0.25)
     assert (config.timer.min_iters, config.timer.warmup_iters, config.threads) == (7, 0, 3)
-    assert config.precision == "bf16" and config.scenario == "multi-stream"
+    assert config.precision == "bf16" and config.scenario == "offline"
     assert bench.build_config(_args("--min-duration", "5m")).timer.max_duration_s == 300.0
     # above the 1,000,000-call cap: it failed with 'max_iters (1000000) is below min_iters', an option bench lacks
     many = bench.build_config(_args("--min-iters", "2000000")).timer
@@ -56,6 +56,12 @@ def test_values() -> None:
     (("--batch-sizes", "8,"), r"got '8,' \(an empty item\)"),
     (("--batch-sizes", ""), "expected positive integers"),  # an unset variable measured the defaults
     (("--batch-sizes", "1,8,1,8,32"), "batch sizes 1, 8 given more than once"),  # were measured twice each
+    # a latency scenario runs its own batch: this measured batch 1 (8) after a note that it was ignored, where
+    # dlperf.bench(batch_sizes=...) refuses it
+    (("--batch-sizes", "4", "--scenario", "single-stream"),
+     "--batch-sizes 4 is for the offline scenario; single-stream runs batch 1: leave --batch-sizes out, or use "
+     "--scenario offline"),
+    (("--batch-sizes", "1,4", "--scenario", "multi-stream"), "multi-stream runs batch 8"),
     (("--warmup", "-1"), "--warmup must be >= 0"),
     (("--threads", "0"), "--threads must be >= 1"),
     (("--device", "tpu"), "unknown device 'tpu'"),
