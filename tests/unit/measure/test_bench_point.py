@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from dlperf.measure.bench import CONTENTION_PERCENT, BenchConfig, BenchPoint, headline_record
+from dlperf.measure.bench import CONTENTION_PERCENT, BenchConfig, BenchPoint, BenchResult, headline_record
 from dlperf.measure.stats import Measurement, percentile_upper_bound
 
 pytestmark = pytest.mark.unit
@@ -114,6 +114,10 @@ def test_a_loose_bound_says_mlperf_reports_it_and_how_many_calls_would_tighten_i
     note = headline["bound_note"]
     assert note.startswith("the bound is 10.0x the p90: 288 calls do not pin the p90 down, and MLPerf reports the "
                            "bound (single-stream's early-stopping estimate), not the sample p90")
+    assert note.endswith("raise --min-iters or --min-duration (min_iters=, min_duration_s=)")
+    # dlperf.bench's result lists it among its warnings (the CLI appends it to the headline line)
+    result = BenchResult("tail", BenchConfig(scenario="single-stream"), [point], 0)
+    assert result.warnings[0] == f"headline: {note}"
     calls = int(note.split("about ")[1].split(" calls")[0].replace(",", ""))
     assert "if 6.2% of calls stay above that" in note  # 18 of 288
     # the count it names is right: that many calls with the same share slow bound the p90 under 1.2x it, one
@@ -127,6 +131,7 @@ def test_a_loose_bound_says_mlperf_reports_it_and_how_many_calls_would_tighten_i
 def test_a_tight_bound_or_a_slow_share_no_run_fixes_gets_its_own_words() -> None:
     steady = BenchPoint(1, Measurement([2_000_000 + k for k in range(300)]), 2**20, 100.0, 50.0)
     assert "bound_note" not in headline_record(BenchConfig(scenario="single-stream"), [steady])
+    assert BenchResult("steady", BenchConfig(scenario="single-stream"), [steady], 0).warnings == []
     # 10% of calls slow: the sample p90 falls between a fast and a slow call (3.8 ms), and the true p90 may be a slow
     # call's, so no longer run brings the bound down to 1.2x the sample p90; the note says so instead of a count
     mixed = BenchPoint(1, Measurement(_tail_samples(300, 30)), 2**20, 100.0, 50.0)
