@@ -143,8 +143,16 @@ def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
         enough = "; each call is short and this many samples suffice" if n >= 10_000 else ""
         return (f"stopped at the {config.max_iters:,}-iteration cap after {elapsed_ns / 1e9:.2f} s, before the "
                 f"minimum duration of {config.min_duration_s:g} s{enough}")
+    # a minimum duration raises the cap (TimerConfig.at_least), so say how long the minimum count takes: a model of
+    # 0.4 s a call in bench's multi-stream stopped short of its 459 calls, and "lower the minimum iterations" was all
+    # it said, which leaves its p99 unbounded. 10% over the calls' time so far: a minimum duration of exactly that time
+    # is also the cap, which a slower call than these stops short of the count again
+    all_s = elapsed_ns / 1e9 / max(n, 1) * config.min_iters
+    pace = f"at this pace all {config.min_iters:,} take about {math.ceil(all_s):,} s"
     return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iteration{'' if n == 1 else 's'}, under the "
-            f"minimum of {config.min_iters:,}; lower the minimum iterations or expect wider intervals")
+            f"minimum of {config.min_iters:,}: {pace}, "
+            f"and a minimum duration above that raises the cap (`dlperf bench --min-duration "
+            f"{math.ceil(round(1.1 * all_s, 6))}s`, 10% over); or lower the minimum iterations and expect wider intervals")
 
 
 def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int],

@@ -52,16 +52,21 @@ def test_max_duration_caps() -> None:
     config = TimerConfig(warmup_iters=0, min_duration_s=0.0, min_iters=100_000, max_duration_s=0.002)
     m = time_callable(_noop, config, clock)
     assert m.n == 2000
-    assert m.summary()["stop_note"] == ("stopped at the 0.002 s cap after 2,000 iterations, under the minimum "
-                                        "of 100,000; lower the minimum iterations or expect wider intervals")
+    # how long the minimum count would take (1 us a call): a minimum duration raises the cap
+    assert m.summary()["stop_note"] == ("stopped at the 0.002 s cap after 2,000 iterations, under the minimum of "
+                                        "100,000: at this pace all 100,000 take about 1 s, and a minimum duration "
+                                        "above that raises the cap (`dlperf bench --min-duration 1s`, 10% over); or "
+                                        "lower the minimum iterations and expect wider intervals")
 
 
 def test_one_call_longer_than_the_duration_cap_is_measured_once_and_said_so() -> None:
     # a 150 s call under the default 120 s cap and 10-call minimum: one sample, and the note says why
     m = time_callable(_noop, TimerConfig(warmup_iters=0), FakeClock(base_ns=150_000_000_000))
     assert m.n == 1
-    assert m.summary()["stop_note"] == ("stopped at the 120 s cap after 1 iteration, under the minimum of 10; "
-                                        "lower the minimum iterations or expect wider intervals")
+    assert m.summary()["stop_note"] == ("stopped at the 120 s cap after 1 iteration, under the minimum of 10: at "
+                                        "this pace all 10 take about 1,500 s, and a minimum duration above that "
+                                        "raises the cap (`dlperf bench --min-duration 1650s`, 10% over); or lower "
+                                        "the minimum iterations and expect wider intervals")
 
 
 def test_no_stop_note_when_both_minimums_are_met() -> None:
