@@ -152,7 +152,8 @@ def stop_note(config: TimerConfig, n: int, elapsed_ns: int) -> str | None:
     return (f"stopped at the {config.max_duration_s:g} s cap after {n:,} iteration{'' if n == 1 else 's'}, under the "
             f"minimum of {config.min_iters:,}: {pace}, "
             f"and a minimum duration above that raises the cap (`dlperf bench --min-duration "
-            f"{math.ceil(round(1.1 * all_s, 6))}s`, 10% over); or lower the minimum iterations and expect wider intervals")
+            f"{math.ceil(round(1.1 * all_s, 6))}s`, 10% over); or lower the minimum iterations and expect wider "
+            "intervals")
 
 
 def _measure(fn: Callable[[], Any], config: TimerConfig, clock: Clock, now: Callable[[], int],
