@@ -246,6 +246,10 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
     # before the original model is built beside the candidate for the pairing; ru_maxrss, less what the timing's
     # peak sampler reset of it
     max_rss_bytes = lifetime_peak_rss_bytes()
+    one_thread = None
+    if candidate.is_baseline and settings.device == "cpu":
+        phase("one thread")
+        one_thread = _one_thread_check(call, measurement.p50_s)
     paired = None
     if settings.paired_blocks > 0 and not candidate.is_baseline:
         phase("paired")
@@ -304,6 +308,7 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "gpu_memory_bytes": gpu_memory_bytes,
         "gpu_memory_of": gpu_memory_of,
         "paired": paired,
+        "one_thread": one_thread,
         "artifact": artifact,
         "child_wall_s": time.perf_counter() - started,
         # the workload's make_model, each time this process called it (the candidate, the original it is paired
@@ -311,6 +316,37 @@ def evaluate_here(payload: dict[str, Any], phase: Callable[[str], None]) -> dict
         "model_build_s": model_build_s,
         "model_builds": 2 if paired is not None and "model_build_s" in paired else 1,
     }
+
+
+ONE_THREAD_CALLS = 5
+"""The most calls `_one_thread_check` times the baseline with one thread."""
+
+
+def _one_thread_check(call: Callable[[], Any], p50_s: float) -> dict[str, Any] | None:
+    """The baseline timed again with one thread in its process, for `explain.stalled_threads`: where its threads
+    stalled on every call (each waiting on the other's preemption on a busy machine: zoo:digits-cnn at p50 292 ms
+    against ~0.06 ms quiet, its fastest call stalled too), one thread runs it many times faster, and no candidate's
+    pairing need be there to tell. Cheap: it stops once a call after the first (a warm-up) is not STALL_FACTOR
+    faster than the p50, so a model threads do speed up pays about two calls of its own. None with one thread."""
+    import torch
+
+    from dlperf.optimize.explain import STALL_FACTOR
+
+    threads = torch.get_num_threads()
+    if threads <= 1 or p50_s <= 0:
+        return None
+    times: list[float] = []
+    torch.set_num_threads(1)
+    try:
+        for _ in range(ONE_THREAD_CALLS):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+            if len(times) >= 2 and min(times[1:]) * STALL_FACTOR > p50_s:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return {"threads": threads, "calls": len(times), "min_s": min(times[1:] or times)}
 
 
 TIMED_GPU_MEMORY = "torch's allocator peak while it was timed, in its own process (no deployed figure)"

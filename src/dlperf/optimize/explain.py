@@ -75,6 +75,23 @@ def stalled_process(row: dict[str, Any], baseline: dict[str, Any]) -> tuple[str 
     return None, None
 
 
+def stalled_threads(row: dict[str, Any]) -> str | None:
+    """Whether the baseline's process stalled on every call, told without a candidate's pairing (`stalled_process`
+    needs one): its model timed again with one thread (`one_thread`, recorded by the evaluation) ran STALL_FACTOR
+    times faster than its p50 on all its threads, which only threads waiting on each other's preemption do (with 5
+    CPU hogs on 2 cores zoo:digits-cnn's baseline read p50 292 ms, every call, against ~0.06 ms quiet; on one thread
+    it took 0.062 ms). None where it did not, or nothing was recorded."""
+    one, p50 = row.get("one_thread"), row.get("p50_s")
+    if not isinstance(one, dict) or not isinstance(p50, (int, float)):
+        return None
+    single = one.get("min_s")
+    if not isinstance(single, (int, float)) or single <= 0 or p50 < STALL_FACTOR * single:
+        return None
+    return (f"its median call took {p50 * 1e3:.3g} ms on {one.get('threads')} threads against {single * 1e3:.3g} ms "
+            f"timed again on one thread in its process ({p50 / single:,.0f}x): its threads stalled on every call, "
+            "so its p50 and every gain taken against it are not the model's")
+
+
 def _added_s(row: dict[str, Any], baseline: dict[str, Any]) -> float | None:
     """The candidate's p50 less the baseline's, in seconds; None where either is missing."""
     cand, base = row.get("p50_s"), baseline.get("p50_s")

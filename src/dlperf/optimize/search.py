@@ -30,7 +30,13 @@ from dlperf.measure.env import check_threads
 from dlperf.optimize.constraints import Constraints, latency_violations, metric_drop, violations
 from dlperf.optimize.evaluate import EvalSettings
 from dlperf.optimize.executor import WORKER_DIED, WORKER_LOST, Executor, Job, LocalExecutor
-from dlperf.optimize.explain import median_stalled, slower_reasons, stalled_process, stalled_timing
+from dlperf.optimize.explain import (
+    median_stalled,
+    slower_reasons,
+    stalled_process,
+    stalled_threads,
+    stalled_timing,
+)
 from dlperf.optimize.pareto import axes_for, pareto_front
 from dlperf.optimize.select import (
     GPU_MEMORY,
@@ -430,7 +436,11 @@ class _Search:
             # whether the stall reaches the figure the objective ranks by: a stalled tail leaves a p50 the model's
             row["misranked"] = bool(row["stalled"]) and (self.config.objective == "throughput"
                                                          or median_stalled(row.get("latency")))
-            if self.baseline and not candidate.is_baseline:
+            if candidate.is_baseline:
+                whole = stalled_threads(row)
+                row["stalled"] = whole or row["stalled"]
+                row["misranked"] = bool(whole) or row["misranked"]
+            elif self.baseline:
                 whole, of_baseline = stalled_process(row, self.baseline)
                 row["stalled"] = whole or row["stalled"]
                 row["misranked"] = bool(whole) or row["misranked"]

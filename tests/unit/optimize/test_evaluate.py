@@ -381,6 +381,27 @@ def test_the_baseline_is_not_paired_with_itself(tmp_path: Path) -> None:
     assert row["status"] == "ok" and row["artifact"] is None
 
 
+def test_the_baseline_is_timed_again_on_one_thread_and_its_threads_given_back() -> None:
+    """`_one_thread_check` (for `explain.stalled_threads`): the calls run on one thread; it stops after two calls
+    where one thread is not 10x faster than the p50 (a model threads speed up pays two calls), runs five where it
+    is, and leaves the process its threads."""
+    from dlperf.optimize.evaluate import ONE_THREAD_CALLS, _one_thread_check
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen: list[int] = []
+    try:
+        quiet = _one_thread_check(lambda: seen.append(torch.get_num_threads()), 1e-12)
+        assert quiet is not None and quiet["calls"] == 2 and quiet["threads"] == 2 and seen == [1, 1]
+        stalled = _one_thread_check(lambda: seen.append(torch.get_num_threads()), 100.0)
+        assert stalled is not None and stalled["calls"] == ONE_THREAD_CALLS and stalled["min_s"] > 0
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert _one_thread_check(lambda: None, 100.0) is None  # already one thread: nothing to tell
+    finally:
+        torch.set_num_threads(before)
+
+
 BRIEF = {"warmup_iters": 1, "min_duration_s": 0.0, "min_iters": 1, "max_duration_s": 1.0, "paired_blocks": 0}
 
 

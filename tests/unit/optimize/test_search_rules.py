@@ -1345,6 +1345,49 @@ def test_a_baseline_whose_process_stalled_is_marked(tmp_path: Path) -> None:
     assert re.search(r"│ +0\*?! │ baseline", text) and "! = its calls stalled while it was timed (1 of 2" in text
 
 
+class OneThreadTrials(StalledTrials):
+    """The baseline's process stalled on every call in both its measurements, and its one-thread check timed the
+    model at 0.062 ms: `dlperf optimize zoo:digits-cnn --passes hygiene,channels_last` with 5 CPU hogs on 2 cores
+    read the baseline at p50 292 ms; no candidate was paired beside it."""
+
+    def run(self, target: str, payload: dict[str, Any], log_path: Path, timeout_s: float,
+            memory_limit_bytes: int | None = None, on_phase: Any = None) -> dict[str, Any]:
+        result = super().run(target, payload, log_path, timeout_s, memory_limit_bytes, on_phase)
+        if target == "evaluate" and not payload["pipeline"]:
+            result["latency"] = {"n": 10, "min_s": 250e-3, "p50_s": 292e-3, "mean_s": 292e-3, "p99_s": 300e-3}
+            result["p50_s"] = 292e-3
+            result["one_thread"] = {"threads": 2, "calls": 5, "min_s": 0.062e-3}
+        return result
+
+
+def test_a_baseline_whose_threads_stalled_is_marked_without_a_candidate_paired_beside_it(tmp_path: Path) -> None:
+    """Its every call stalled, the fastest too (`stalled_timing` cannot see it), and no candidate's pairing timed the
+    same model (`stalled_process` needs one): the baseline timed again on one thread, 4,710x faster, tells."""
+    measured = {**MLP, "hygiene": (0.062e-3, 1.0, 1000, None)}
+    config = OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=600.0, workdir=str(tmp_path / "work"))
+    result = optimize("zoo:mlp", config, executor=OneThreadTrials(measured, "none"))
+    from rich.console import Console
+
+    from dlperf.report.optimize_view import render
+
+    console = Console(width=200, record=True)
+    console.print(render(result.to_dict(), 200))
+    text = " ".join(console.export_text().split())
+    rows = {r["label"]: r for r in result.rows}
+    said = ("its median call took 292 ms on 2 threads against 0.062 ms timed again on one thread in its process "
+            "(4,710x): its threads stalled on every call, so its p50 and every gain taken against it are not the "
+            "model's")
+    assert rows["baseline"]["stalled"] == said and rows["baseline"]["stalled_first"] == said
+    assert any(n.startswith("the baseline's calls stalled in two measurements (the second: its median call took "
+                            "292 ms on 2 threads") for n in result.notes)
+    assert re.search(r"│ +0\*?! │ baseline", text) and "! = its calls stalled while it was timed" in text
+    # a baseline its one thread did not run 10x faster is not marked
+    from dlperf.optimize.explain import stalled_threads
+
+    assert stalled_threads({"p50_s": 0.6e-3, "one_thread": {"threads": 2, "calls": 2, "min_s": 0.061e-3}}) is None
+    assert stalled_threads({"p50_s": 0.6e-3, "one_thread": None}) is None
+
+
 @pytest.mark.parametrize(("latency", "said"), [
     ({"n": 613, "min_s": 5.67e-5, "p50_s": 6.12e-5, "mean_s": 1.74e-3, "p99_s": 75.5e-3},
      "its mean call took 28x its median (1.74 against 0.0612 ms, p99 75.5 ms): some calls stalled, so its p99 and "
