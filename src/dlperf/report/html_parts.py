@@ -36,7 +36,11 @@ def _numeric(value: Any) -> bool:
         return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return True
+    # a bound or an estimate is a number too: a Mann-Whitney p of '<1e-300' (`fmt_p_value`) sat left-aligned in its
+    # right-aligned column
     text = str(value).strip().rstrip("%").split(" ")[0]
+    if text[:1] in ("<", ">", "~") and text[1:2] != "":
+        text = text[1:]
     if THOUSANDS.fullmatch(text):  # '1,800,926' (`fmt_rate`), right-aligned with the other numbers
         return True
     try:

@@ -48,6 +48,17 @@ def test_a_p_value_that_underflowed_to_zero_is_shown_as_a_bound() -> None:
     assert fmt_p_value(0.25) != "<1e-300"
 
 
+def test_a_bound_or_an_estimate_is_right_aligned_with_the_other_numbers() -> None:
+    """A Mann-Whitney p written '<1e-300' sat left-aligned in the report's right-aligned p column."""
+    from dlperf.report.html_parts import html_table
+
+    table = html_table(["p"], [[fmt_p_value(0.0)], [fmt_p_value(0.03)], [">5"], ["~1.2"], ["<"], ["<b>"]])
+    cells = table.split("<tbody>")[1]
+    assert cells.count('<td class="n">') == 4
+    assert '<td class="n">&lt;1e-300</td>' in cells and '<td class="n">&gt;5</td>' in cells
+    assert "<td>&lt;</td>" in cells and "<td>&lt;b&gt;</td>" in cells  # a bare sign, a word: text
+
+
 def test_sampled_seconds_are_seconds() -> None:
     """The stored samples are nanoseconds; the plots convert seconds to ms: a 1.5 ms call drawn at 1500 ms otherwise."""
     point = {"measurement": {"samples_ns": [1_500_000, 2_000_000], "items_per_call": 4}}
