@@ -153,7 +153,16 @@ def optimize_view(rec: RunRecord, children: Sequence[RunRecord] = ()) -> str:
         log = wide_range(series)
         parts.append(plot_row(chart(series, Axis(axis + (", log scale" if log else ""), log=log), Axis(metric_name),
                                     "Pareto frontier: latency vs " + metric_name)))
-        parts.append('<p class="muted">each point is numbered with its row (#) in the table above</p>')
+        caption = "each point is numbered with its row (#) in the table above"
+        # the table's "yes" is the search's front, the red line the 2-D one: a row marked "yes" off the red line read
+        # as a contradiction, so the caption names those rows and why
+        off = [r for r in order if flagged and r["pareto"] and r not in frontier]
+        if off:
+            named = ", ".join(f'#{number[id(r)]} {r["name"]}' for r in off)
+            caption += ("; the red line is the front on latency and the metric alone, the table's column the search's "
+                        f"front on latency, the metric, size and memory: {named} "
+                        f"{'is' if len(off) == 1 else 'are'} on it by size or memory, off the line")
+        parts.append(f'<p class="muted">{esc(caption)}</p>')
     elif measured:
         parts.append(plot_row(hbars([r["name"] for r in measured], [r["latency_s"] * 1e3 for r in measured],
                                     "Candidate latency", " ms")))

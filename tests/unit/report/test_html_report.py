@@ -399,6 +399,13 @@ def test_the_optimize_table_names_the_axes_of_its_front() -> None:
     assert "<th>on the Pareto front (latency, metric, size, memory)</th>" in html
     frontier = re.search(r'data-name="Pareto frontier">(.*?)</g>', html, flags=re.S)
     assert frontier is not None and frontier.group(1).count("<circle") == 1  # int8 is not on the 2-D one
+    # the plot's caption says which front each is, and names the row marked "yes" off the red line
+    assert ("the red line is the front on latency and the metric alone, the table&#x27;s column the search&#x27;s "
+            "front on latency, the metric, size and memory: #2 int8 is on it by size or memory, off the line") in html
+    on_both = [rows[0], {**rows[1], "pareto": False}]
+    html = render_report([_rec("o", "optimize", {"metric_name": "fidelity", "candidates": on_both})],
+                         children={"o": []})
+    assert "the red line is" not in html and "each point is numbered with its row (#)" in html
     unflagged = [{k: v for k, v in r.items() if k != "pareto"} for r in rows]
     html = render_report([_rec("o", "optimize", {"metric_name": "fidelity", "candidates": unflagged})],
                          children={"o": []})
