@@ -492,11 +492,9 @@ def test_a_request_bound_ends_the_level_at_its_last_reply(server: Running, monke
     monkeypatch.setattr(generator, "_sleep_until", sleep_until)
 
 
-def test_requests_left_unanswered_at_the_level_end_are_named_with_their_own_p99() -> None:
-    """A server that stops keeping up halfway through a rate level: the requests sent after that had no reply
-    when the level ended. The percentiles hold the replies in the measured time only (a few ms here), so the
-    level says how many were left out and what their late replies make of the p99 (it said nothing: rate 800
-    against a 350 req/s server read p99 2.97 s where the requests sent meanwhile took up to 7.7 s)."""
+def _a_level_whose_server_stops_halfway() -> generator.LevelResult:
+    """A 100 req/s level against a server that stops answering 1 s into its 1.7 s of windows and starts again
+    after the level's end."""
     with gated_server(ServeConfig(model="gated", port=0, max_batch_size=8)) as (running, gate):
         gate.open.set()
         target = oip_target(running.url, "gated")
@@ -506,11 +504,19 @@ def test_requests_left_unanswered_at_the_level_end_are_named_with_their_own_p99(
         opener.start()
         try:
             config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.3)
-            result = run_level(target, config, 100.0)
+            return run_level(target, config, 100.0)
         finally:
             closer.cancel()
             opener.cancel()
             gate.open.set()
+
+
+def test_requests_left_unanswered_at_the_level_end_are_named_with_their_own_p99() -> None:
+    """A server that stops keeping up halfway through a rate level: the requests sent after that had no reply
+    when the level ended. The percentiles hold the replies in the measured time only (a few ms here), so the
+    level says how many were left out and what their late replies make of the p99 (it said nothing: rate 800
+    against a 350 req/s server read p99 2.97 s where the requests sent meanwhile took up to 7.7 s)."""
+    result = _a_level_whose_server_stops_halfway()
     assert result.ok > 30 and result.percentile_s(99) < 0.5  # the replies before the gate closed
     warning = next(w for w in result.warnings if "had no reply when it ended" in w)
     left_out = int(warning.split()[0])
@@ -532,20 +538,7 @@ def test_a_rate_level_s_slo_verdict_judges_the_requests_sent_while_it_measured()
     audit's `--rate 20 --p99-ms 300` said "4 of 4 requests over", all 4 warm-up sends, where 41 measured sends had
     no reply and a p99 of 7455 ms with their late replies). It judges the sends of the measured time, their late
     replies counted, and one with no reply at all as over the SLO."""
-    with gated_server(ServeConfig(model="gated", port=0, max_batch_size=8)) as (running, gate):
-        gate.open.set()
-        target = oip_target(running.url, "gated")
-        closer = threading.Timer(1.0, gate.open.clear)  # halfway through the 1.7 s of windows
-        opener = threading.Timer(2.8, gate.open.set)  # after the level's end
-        closer.start()
-        opener.start()
-        try:
-            config = LoadConfig(rate=100.0, duration_s=2.0, window_s=0.5, warmup_s=0.3)
-            result = run_level(target, config, 100.0)
-        finally:
-            closer.cancel()
-            opener.cancel()
-            gate.open.set()
+    result = _a_level_whose_server_stops_halfway()
     assert result.ok > 30 and result.percentile_s(99) < 0.5  # the replies in the measured time: all fast
     judged = generator.verdict(result, Slo(0.3))
     # the ~100 sent after the gate closed waited for it past 300 ms: a failure at 99% confidence, not 'undecided'

@@ -33,6 +33,21 @@ RECORDS = [
 ]
 
 
+
+def _count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the rows the store decodes into records from now on (a query that narrows in SQL decodes few)."""
+    from dlperf.store import db
+
+    decoded: list[str] = []
+    to_record = db._to_record
+
+    def counted(row: Any) -> RunRecord:
+        decoded.append(row["id"])
+        return to_record(row)
+
+    monkeypatch.setattr(db, "_to_record", counted)
+    return decoded
+
 def test_series_is_oldest_first_at_the_newest_runs_first_batch() -> None:
     h = kpi_history(RECORDS, "p50", workload="zoo:mlp")
     assert h.batch_size == 1  # newest usable run is 'c', whose first point is batch 1
@@ -181,7 +196,7 @@ def test_store_list_reads_only_the_runs_the_database_narrowed_to_the_workload(
     """list(workload=...) read and decoded every run of the kind to match a few (optimize's resume lookup, every
     optimize run): the database now narrows them by the file's name, or the zoo spec, and `limit` still applies to
     the runs that match."""
-    from dlperf.store import Store, db
+    from dlperf.store import Store
 
     (tmp_path / "my_wl.py").write_text("")
     monkeypatch.chdir(tmp_path)
@@ -196,14 +211,7 @@ def test_store_list_reads_only_the_runs_the_database_narrowed_to_the_workload(
     absolute = store.create_run("optimize", key).id
     relative = store.create_run("optimize", "my_wl.py:workload").id
     zoo = store.create_run("optimize", "zoo:m3", {"workload_key": "zoo:m3"}).id
-    decoded: list[str] = []
-    to_record = db._to_record
-
-    def counted(row: Any) -> RunRecord:
-        decoded.append(row["id"])
-        return to_record(row)
-
-    monkeypatch.setattr(db, "_to_record", counted)
+    decoded = _count_decoded(monkeypatch)
     assert [r.id for r in store.list(kind="optimize", workload="my_wl.py:workload")] == [relative, absolute]
     assert len(decoded) == 2
     decoded.clear()
@@ -291,7 +299,7 @@ def test_a_history_reads_only_the_runs_the_database_narrowed_to_the_file(
     """workload_runs read and decoded every run of the kind (list(kind=..., limit=None)) to find a file's few: ~270 ms
     on a store of 5000 runs. The database narrows them by the file's name now; the plain/named rules still see the
     file's other named workloads."""
-    from dlperf.store import Store, db
+    from dlperf.store import Store
 
     space_runs(monkeypatch)
     (tmp_path / "wl.py").write_text("")
@@ -305,14 +313,7 @@ def test_a_history_reads_only_the_runs_the_database_narrowed_to_the_file(
     plain = store.create_run("bench", "wl.py", {"workload_key": key}).id
     named = store.create_run("bench", "wl.py:workload", {"workload_key": f"{key}:workload"}).id
     zoo = store.create_run("bench", "zoo:m3", {"workload_key": "zoo:m3"}).id
-    decoded: list[str] = []
-    to_record = db._to_record
-
-    def counted(row: Any) -> RunRecord:
-        decoded.append(row["id"])
-        return to_record(row)
-
-    monkeypatch.setattr(db, "_to_record", counted)
+    decoded = _count_decoded(monkeypatch)
     assert [r.id for r in workload_runs(store, "bench", "wl.py")] == [named, plain]
     assert sorted(decoded) == sorted([named, plain])  # 83 before
     decoded.clear()
