@@ -43,7 +43,9 @@ def test_interrupted_search_resumes_automatically(tmp_path: Path) -> None:
     labels = [r["label"] for r in result.rows]
     assert labels[:2] == done  # reused, in order
     assert all(result.row(r["key"]).get("reused") for r in result.rows[:2])
-    assert started == [label for label in labels if label not in done]  # only the rest was measured
+    # only the rest was measured (a row whose calls stalled is measured again, and starts twice: a fresh clone's
+    # full run did so with dynamic_int8 on a loaded machine, 2026-12-07)
+    assert list(dict.fromkeys(started)) == [label for label in labels if label not in done]
     assert store.get(result.run_id).status == "ok"  # type: ignore[arg-type]
     # A different search (other passes) does not resume it.
     other = OptimizeConfig(passes=("hygiene",), max_depth=1, time_budget_s=200, workdir=str(tmp_path / "work"),
