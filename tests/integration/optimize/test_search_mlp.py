@@ -15,8 +15,11 @@ from dlperf.workload.loader import load_workload
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FAULTY = str(Path(__file__).with_name("faulty_passes.py"))
+# One intra-op thread: these tests check the search, not threading; on 2 cores under a loaded CI runner a model's
+# 2 OpenMP threads stall on each other's preemption (dynamic int8 on zoo:mlp: 21-45 ms a call against 0.25-0.5 ms on
+# one thread, 2026-12-07), which made rows measure again and notes differ between two searches.
 FAST = {"warmup_iters": 2, "min_duration_s": 0.1, "min_iters": 5, "max_duration_s": 2.0, "ab_blocks": 6,
-        "ab_iters_per_block": 3}
+        "ab_iters_per_block": 3, "threads": 1}
 
 
 def test_search_survives_crash_hang_and_oom_then_exports_a_loadable_artifact(tmp_path: Path) -> None:
@@ -55,11 +58,13 @@ def test_search_survives_crash_hang_and_oom_then_exports_a_loadable_artifact(tmp
     for key in result.front:
         assert result.row(key)["feasible"]
 
-    # Everything was streamed to the store: one parent, one child per measured candidate.
+    # Everything was streamed to the store: one parent, a child per measurement of each candidate (a row whose
+    # calls stalled is measured again, a second child: a fresh clone's full run had 7 children for 6 rows).
     parent = store.get(result.run_id)  # type: ignore[arg-type]
     assert parent.kind == "optimize" and parent.status == "ok"
     children = store.list(kind="candidate", parent_id=parent.id, limit=None)
-    assert len(children) == len(result.rows)
+    assert sorted({c.result["label"] for c in children}) == sorted(r["label"] for r in result.rows)
+    assert len(children) == len(result.rows) + sum(1 for r in result.rows if r.get("stalled_first"))
     assert {c.status for c in children if c.result["label"] == "crash"} == {"failed"}
 
     # The exported artifact loads and behaves like the original model.

@@ -119,7 +119,14 @@ def test_search_on_two_nodes_survives_a_killed_worker_and_picks_the_local_winner
     assert len(executor.nodes) == 2 and executor.excluded == {}
     assert {r["node"]["hardware_key"] for r in result.rows} == {executor.hardware_key}
     assert all(r["environment"]["logical_cores"] == os.cpu_count() for r in result.rows)
-    assert "hardware_warning" not in row and result.notes[:-1] == local.notes
+    # the same notes as the local search, but those on timings disturbed in one of the two searches: a fresh
+    # clone's full run had "its A/B ... 1.78x where the two p50s ... give 0.296x: one of the two was disturbed"
+    # in the local one only (dynamic int8's two OpenMP threads stall on a loaded machine)
+
+    def steady(notes: list[str]) -> list[str]:
+        return [n for n in notes if "was disturbed" not in n and "stalled" not in n]
+
+    assert "hardware_warning" not in row and steady(result.notes[:-1]) == steady(local.notes)
     # and the output says where the trials ran (it said nothing of Ray), the retry included
     assert re.fullmatch(r"ran \d+ trials on (Ray node \S+ \(\w{8}\)|2 Ray nodes: .+), 1 of them again after their "
                         r"worker or node died", result.notes[-1]), result.notes
