@@ -18,6 +18,11 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "bottlenecks"
 
 
+TESTS_OWN = {"remeasured": True}
+"""Seeded ceilings count as measured again already: an operator above 110% of them has cached ceilings measured
+again once (53f6e40e), and this AMX machine's one-thread fp32 GEMM ran at 237 GFLOP/s, over the 155 seeded."""
+
+
 @pytest.fixture
 def seeded_ceilings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ceilings cache for this machine in a private cache dir, so the command does not calibrate: at torch's
@@ -26,10 +31,10 @@ def seeded_ceilings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
     write_cache(Ceilings(device="cpu", machine_key=machine_key("cpu"), gemm_flops={"fp32": 310e9},
-                         memory_bandwidth_bytes_s=15e9, measured_at="test", threads=0))
+                         memory_bandwidth_bytes_s=15e9, measured_at="test", threads=0, details=TESTS_OWN))
     with torch_threads(1):
         write_cache(Ceilings(device="cpu", machine_key=machine_key("cpu"), gemm_flops={"fp32": 155e9},
-                             memory_bandwidth_bytes_s=15e9, measured_at="test", threads=1))
+                             memory_bandwidth_bytes_s=15e9, measured_at="test", threads=1, details=TESTS_OWN))
 
 
 def _own_findings(findings: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -68,15 +68,17 @@ def test_cli_mfu_uses_the_ceilings_of_the_thread_count_it_trains_with(tmp_path: 
     if torch.get_num_threads() == 1:
         pytest.skip("needs torch's default thread count above 1")
     monkeypatch.setenv("DLPERF_CACHE_DIR", str(tmp_path / "cache"))
-    for threads, fp32 in ((torch.get_num_threads(), 8e9), (1, 3e9)):
+    # peaks far above what a step of zoo:mlp reaches: an MFU over 110% of a cached ceiling has the ceilings measured
+    # again (ccfd5364), which 3 GFLOP/s invited on a quiet machine (a fresh clone's run read 236 GFLOP/s measured)
+    for threads, fp32 in ((torch.get_num_threads(), 8e13), (1, 3e13)):
         with torch_threads(threads):
             write_cache(Ceilings("cpu", machine_key("cpu"), {"fp32": fp32}, 1e9, "t", threads))
     code = main(["train", "zoo:mlp", "--steps", "2", "--warmup", "0", "--threads", "1", "--json",
                  "--store", str(tmp_path / "runs.db")])
     assert code == 0
     result = json.loads(capsys.readouterr().out)["result"]
-    assert result["ceiling_flops"] == 3e9
-    assert result["mfu"] == pytest.approx(result["achieved_flops"] / 3e9)
+    assert result["ceiling_flops"] == 3e13
+    assert result["mfu"] == pytest.approx(result["achieved_flops"] / 3e13)
 
 
 def test_an_interrupted_measurement_keeps_the_steps_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
