@@ -32,6 +32,17 @@ def fmt_ratio(value: float) -> str:
     return f"{value:.2f}x" if value >= 0.095 or value <= 0 or not math.isfinite(value) else f"{value:.2g}x"
 
 
+
+def fmt_count(value: float | None) -> str:
+    """A count or a rate (items/s, samples/s, tokens/s) as shown in the terminal and the HTML report: '1,800,926' from
+    100 up, three significant digits below."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 HEAVY_TAIL_RATIO = 2.0
 """A mean call over this many times the median gets a note: the throughput (from the total time) and the median then
 tell different stories, and the IQR, which looks at the middle half, may not say so."""

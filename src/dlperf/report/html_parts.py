@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.stats import SMALLEST_P
+from dlperf.measure.stats import fmt_count
 from dlperf.report.svg import Series, esc, fmt_number
 from dlperf.store.records import RunRecord
 
@@ -128,7 +129,7 @@ def fmt_rate(value: Any) -> str:
     beside the headline's 1,800,926 items/s and the next row's '476842'."""
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return fmt_count(value)
 
 
 def fmt_p_value(value: Any) -> str:

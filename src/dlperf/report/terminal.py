@@ -19,6 +19,7 @@ from dlperf.measure.stats import (
     NOISE_CAUSES,
     NOISE_IQR_RATIO,
     early_stopping_min_count,
+    fmt_count,
     percent_beside,
 )
 from dlperf.report.fit import FirstThatFits
@@ -51,14 +52,6 @@ def fmt_mib(num_bytes: float | None) -> str:
         return "-"
     mib = num_bytes / 2**20
     return f"{mib:.1f}" if mib >= 0.1 or mib == 0 else format(Decimal(f"{mib:.2g}"), "f")
-
-
-def fmt_count(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
 
 
 def fmt_si(value: float, unit: str) -> str:
