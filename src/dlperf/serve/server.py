@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import json
 import logging
 import os
@@ -354,6 +355,7 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
     set_switch_interval()
     if state is None:
         state = build_state(config, on_warmup=on_warmup)
+    freeze_heap()
     start_memory_trimmer(state)
     server: Any = None
     try:
@@ -375,6 +377,21 @@ def serve(config: ServeConfig, on_ready: Callable[[ServerState, str], None] | No
                         server.dropped)
         return 1 if server.dropped else 0
     return 0 if stopped else 1
+
+
+def freeze_heap() -> int:
+    """Collect, then move every object alive now (torch, the model, the app: about 400k for zoo:minilm) into the
+    garbage collector's permanent generation, where no later collection scans them; returns how many.
+
+    Under load the collector still runs its oldest generation now and then (8 times in a 60 s load of 70k
+    requests on zoo:mlp), and each such collection walked the whole heap with the GIL held: 44-109 ms on a
+    busy machine, 51 ms for zoo:minilm's heap when idle, a pause every in-flight request waits out (the model's
+    instance threads need the GIL between ops). Frozen, it walks only what serving made since: 0.002 ms.
+    What startup made lives as long as the server anyway; cycles among it that die later are not collected.
+    Only `serve()` freezes: it owns its process, where `start_in_thread` runs in someone else's."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 SWITCH_INTERVAL_S = float(os.environ.get("DLPERF_SWITCH_INTERVAL_S", "0.0005"))
