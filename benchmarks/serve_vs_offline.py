@@ -13,11 +13,12 @@ offline and served back to back, and the summary gives the medians of the per-ro
   3. LitServe serving the same model with its own batching (same max batch and delay), at the same
      concurrencies (target: dlperf at least as fast at equal or lower p99); at each level the two servers'
      loads alternate in slices (ABBA), so that both see the same machine; the slice pairs of all rounds give
-     each level's throughput ratio with a bootstrap 95% CI and a verdict (faster / no significant
-     difference), and each level's p99 over all rounds' requests, dlperf's over LitServe's, with its
-     bootstrap CI; the target holds at a level when dlperf's throughput is not significantly lower and its
-     p99 not significantly higher (the strict count, items/s and p99 both at least as good per level and
-     round, which counts a tie within noise as a loss, is printed too),
+     each level's throughput ratio and p99 ratio (dlperf's over LitServe's), each with a 95% CI and a verdict
+     (faster or lower / no significant difference); the target holds at a level when dlperf's throughput is
+     not significantly lower and its p99 not significantly higher. Printed beside: the p99 over all rounds'
+     requests with a bootstrap over requests (not the verdict's: it takes a closed loop's requests as
+     independent, so its CI is far too narrow), and the strict count (items/s and p99 both at least as good
+     per level and round, which counts a tie within noise as a loss),
   4. memory: after a warm-up load and an idle spell, one unbroken saturated load: the server's RSS
      `--rss-duration` s (default 120) after the end of its warm-up part within 10% of its RSS then (medians of
      readings every 0.25 s over equal windows ending at each point); also the idle RSS after the warm-up load
@@ -398,6 +399,8 @@ def main() -> int:
 
     slice_ratios: dict[str, list[float]] = {}
     """Per concurrency label: dlperf's items/s over LitServe's, one per pair of slices (the k-th of each)."""
+    slice_p99_ratios: dict[str, list[float]] = {}
+    """Per concurrency label: dlperf's p99 over LitServe's, one per pair of slices."""
 
     def paired(ours: tuple[Any, Any], theirs: tuple[Any, Any] | None, concurrency: int,
                seconds: float, slices: int) -> tuple[Any, Any]:
@@ -417,9 +420,13 @@ def main() -> int:
                 warm = args.warmup_s if k == 0 else min(1.0, args.warmup_s)
                 with paused(other):
                     parts[side].append(load(target_i, concurrency, seconds / slices, warm))
-        slice_ratios.setdefault("c=1" if concurrency == 1 else "saturated", []).extend(
+        label = "c=1" if concurrency == 1 else "saturated"
+        slice_ratios.setdefault(label, []).extend(
             o.item_throughput / t.item_throughput for o, t in zip(parts[0], parts[1], strict=True)
             if o.item_throughput > 0 and t.item_throughput > 0)
+        slice_p99_ratios.setdefault(label, []).extend(
+            o.percentile_s(99) / t.percentile_s(99) for o, t in zip(parts[0], parts[1], strict=True)
+            if o.ok and t.ok)
         return merged(parts[0]), merged(parts[1])
 
     procs: list[subprocess.Popen[bytes]] = []
@@ -564,9 +571,13 @@ def main() -> int:
 
         print(f"  LitServe saturated / offline: {statistics.median(lit_ratios):.0%} "
               f"(rounds: {', '.join(f'{r:.0%}' for r in lit_ratios)})")
-        # the target, per level: dlperf's throughput not significantly below LitServe's (the slice pairs' ratio
-        # CI) and its p99 not significantly above (the pooled p99 ratio's CI); the strict per-round count below
-        # it counts a tie within noise (19.2 against 19.2 items/s) as a loss
+        # the target, per level: dlperf's throughput not significantly below LitServe's and its p99 not
+        # significantly above, both from the slice pairs' ratios (the slices are the design's unit: each pair saw
+        # the same machine). The p99 over all rounds' requests is printed beside, with a bootstrap over requests
+        # that takes them as independent, which they are not (a closed loop's requests queue behind each other,
+        # and one slow spell moves a whole slice): its CI was 1.074-1.078 on 2026-12-07 where dlperf's own p99
+        # ranged 505-594 ms over the rounds. The strict per-round count below counts a tie within noise
+        # (19.2 against 19.2 items/s) as a loss
         lines, held = [], []
         for label, level_pairs in (("c=1", pairs[0::2]), ("saturated", pairs[1::2])):
             values = slice_ratios.get(label, [])
@@ -579,12 +590,23 @@ def main() -> int:
                 word = {FASTER: "LitServe faster", SLOWER: "dlperf faster"}.get(v, "no significant difference")
                 lines.append(f"    {label}: dlperf items/s over LitServe's, 20%-trimmed geometric mean of "
                              f"{len(values)} slice pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
+            p99_values = slice_p99_ratios.get(label, [])
+            p99_ok = True
+            if len(p99_values) >= 2:
+                # here below 1 means dlperf's p99 lower, which decide() calls FASTER
+                r, (lo, hi), v = decide(p99_values)
+                p99_ok = v != SLOWER
+                word = {FASTER: "dlperf lower", SLOWER: "LitServe lower"}.get(v, "no significant difference")
+                lines.append(f"    {label}: dlperf p99 over LitServe's, 20%-trimmed geometric mean of "
+                             f"{len(p99_values)} slice pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}; per pair "
+                             f"{', '.join(f'{x:.3f}' for x in p99_values)}): {word}")
             ours_ms, theirs_ms, (lo, hi) = pooled_p99_ratio([o.latencies_ns for o, _ in level_pairs],
                                                             [t.latencies_ns for _, t in level_pairs])
             word = ("dlperf lower" if hi < 1 else "LitServe lower" if lo > 1 else "no significant difference")
-            lines.append(f"    {label}: p99 over all rounds' requests, dlperf {ours_ms:.2f} ms / LitServe "
-                         f"{theirs_ms:.2f} ms = {ours_ms / theirs_ms:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
-            held.append(throughput_ok and lo <= 1)
+            lines.append(f"    {label}: p99 over all rounds' requests (not the verdict's figure), dlperf "
+                         f"{ours_ms:.2f} ms / LitServe {theirs_ms:.2f} ms = {ours_ms / theirs_ms:.3f} (95% CI over "
+                         f"requests {lo:.3f}-{hi:.3f}): {word}")
+            held.append(throughput_ok and p99_ok)
         print(f"  dlperf at least as fast as LitServe at no higher p99 (per level: throughput not significantly "
               f"lower, p99 not significantly higher): {sum(held)} of {len(held)} levels  [target: "
               f"{verdict(all(held))}]")
