@@ -1041,3 +1041,14 @@ def test_the_compute_findings_apply_with_is_a_command_line_optimize_takes() -> N
     assert _passes_of(near.setting) == ["dynamic_int8", "onnxruntime", "openvino", "precision"]  # int8, bf16
     for finding in (far, near):
         check_pass_names(_passes_of(finding.setting))  # raises ConfigError for a name that is no pass
+
+
+def test_a_nested_copy_under_half_a_percent_of_the_step_is_not_said_to_be_left_out() -> None:
+    """A repeat's copy_ on 512 MiB beside one small Linear (its bias copy_ nested in addmm, 32 µs of a 2.4 s step):
+    the bandwidth finding read "not counted: 0% of the step in memory-bound operators nested inside matrix products
+    ... (Linear's bias copied into addmm's output)", a line about nothing."""
+    addmm = dataclasses.replace(gemm(0, 100, m=512, k=2048, n=2048), self_us=60.0, is_leaf=False)
+    bias = op("aten::copy_", 10, 40, depth=1, shapes=((512, 2048), (512, 2048)), dtypes=("float", "float"))
+    muls = [elementwise(200 + i * 2000.0, 1900.0) for i in range(5)]
+    found = next(f for f in _diagnose(trace([addmm, bias, *muls])).findings if f.category == dg.MEMORY_BANDWIDTH)
+    assert not any(e.startswith("not counted") for e in found.evidence)
