@@ -9,7 +9,7 @@ from rich.console import Console
 
 from dlperf.measure.ab import FASTER, SAME, SLOWER
 from dlperf.profile import diagnose as dg
-from dlperf.profile.fixes import bf16_fix, compile_fix, loader_fix
+from dlperf.profile.fixes import batch_fix, bf16_fix, compile_fix, loader_fix
 from dlperf.profile.session import ProfileReport
 from dlperf.profile.verify import VerifyResult, reconcile
 from dlperf.report.profile_view import profile_report
@@ -229,3 +229,25 @@ def test_no_finding_is_marked_unmeasured_where_verify_measured_nothing() -> None
     failed = VerifyResult(compute.category, compile_fix(), 2.19, finding=compute.title, error="RuntimeError: x")
     d = reconcile(dg.Diagnosis([compute], dg.verdict_of(compute)), [failed])
     assert compute.verification is None and d.verdict == dg.verdict_of(compute)
+
+
+def test_a_larger_batch_measured_beyond_its_factor_is_called_disturbed() -> None:
+    """Batch 4 of 200 tiny operators on [1, 8], profiled on a busy 2-core machine: "batch 4 instead of 1 was measured
+    9.81x (faster, 95% CI 6.61-14.56x)", where A's four calls of batch 1 against B's one of batch 4 can give 4x at
+    most (one call took 0.88 ms, one of batch 4 0.90 ms, in a timing loop of ours)."""
+    launch = _finding(dg.LAUNCH_OVERHEAD, "the step is dominated by per-operator dispatch overhead", 3.99, share=0.5)
+    d = dg.Diagnosis([launch], dg.verdict_of(launch))
+    r = VerifyResult(launch.category, batch_fix(1), 3.99, finding=launch.title, speedup=9.81,
+                     speedup_ci=(6.61, 14.56), verdict=FASTER)
+    reconcile(d, [r])
+    line = next(e for e in launch.evidence if e.startswith("--verify: "))
+    assert "more than the 4x that 4 times the items in a call can give" in line
+    assert "faster, but by 4x at most; so it explains at least 75% of the step" in line
+    assert launch.estimated_gain.endswith("measured 9.81x with batch 4 instead of 1 (disturbed: at most 4x)")
+    # the share it implies is that of a 4x gain (75%), not of the disturbed 6.61x (85%)
+    assert launch.share == pytest.approx(0.75)
+    assert r.to_dict()["summary"] == r.describe()
+    # within the factor it is an ordinary measurement
+    ok = VerifyResult(launch.category, batch_fix(1), 3.99, finding=launch.title, speedup=3.81,
+                      speedup_ci=(3.72, 3.89), verdict=FASTER)
+    assert not ok.beyond_batch and "disturbed" not in ok.describe()
