@@ -149,6 +149,13 @@ def profile_workload(workload: Workload | str | os.PathLike[str], config: Profil
         from dlperf.workload.loader import load_workload
 
         workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
+    elif not isinstance(workload, Workload):
+        # an nn.Module failed deep in the capture, after calibrating the ceilings: "'Sequential' object has no
+        # attribute 'default_batch_size'"
+        hint = (": for a module, pass dlperf.load_workload(model, (x,)) with an example batch"
+                if hasattr(workload, "forward") else "")
+        raise ConfigError(f"workload must be a dlperf.Workload, a spec such as 'zoo:mlp' or 'file.py', or a path; got "
+                          f"{type(workload).__name__}{hint}")
     t0 = time.perf_counter()
     loaded = ceilings is None
     if ceilings is None:

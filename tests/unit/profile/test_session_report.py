@@ -58,6 +58,20 @@ def test_max_fixes_without_verify_is_said_to_be_unused_and_its_default_is_two_wi
         profile_workload("zoo:no-such-model", ProfileConfig(max_fixes=3))
 
 
+def test_a_module_or_other_object_is_refused_before_any_work_with_what_to_pass() -> None:
+    """`dlperf.profile_workload(nn.Sequential(...))`, as `dlperf.bench(model, ...)` takes a module, failed in the
+    capture with "'Sequential' object has no attribute 'default_batch_size'" (after calibrating the ceilings)."""
+    import torch
+
+    from dlperf.errors import ConfigError
+    from dlperf.profile.session import profile_workload
+
+    with pytest.raises(ConfigError, match=r"got Sequential: for a module, pass dlperf.load_workload\(model, \(x,\)\)"):
+        profile_workload(torch.nn.Sequential(torch.nn.Linear(4, 4)), ceilings=CEILINGS)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"a spec such as 'zoo:mlp' or 'file.py', or a path; got dict$"):
+        profile_workload({"model": 1}, ceilings=CEILINGS)  # type: ignore[arg-type]
+
+
 def test_a_report_printed_in_a_notebook_is_one_line_naming_where_the_findings_are() -> None:
     """The dataclass repr printed the whole trace, every operator: 61 KB for a three-layer MLP."""
     tr = trace([gemm(0, 9000)] * 200, unprofiled_s=0.004)
