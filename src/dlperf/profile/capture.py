@@ -401,6 +401,7 @@ def capture(workload: Workload, config: CaptureConfig, on_progress: ProgressFn |
         loader_workers_busy_cores=workers_busy,
         threads_set_by=step.threads_set_by,
         threads_probed=step.threads_probed,
+        threads_asked=config.options.threads,
     )
     trace.memory = replace(
         trace.memory, start_rss_bytes=start_rss, peak_rss_bytes=rss.peak_rss_bytes,

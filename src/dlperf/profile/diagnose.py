@@ -1069,6 +1069,12 @@ def _caveats(a: Analyses) -> list[str]:
         out.append(f"the machine was busy: this process got {t.process_busy_cores:.1f} of the {_cores(expected)} "
                    f"its threads could use ({t.other_busy_cores:.1f} cores busy in {t.others}{load}); times are "
                    "inflated and percentages of peak understated: re-run on an idle machine before trusting them")
+    if t.threads_asked is not None and t.threads_set_by == "step" and t.intra_op_threads != t.threads_asked:
+        # `--threads 2` on a forward calling torch.set_num_threads(1) printed "threads: 1 intra-op ..." and nothing
+        # else: every figure was of 1 thread, not the 2 asked for
+        out.append(f"--threads {t.threads_asked} did not hold: the workload sets its own thread count in its step (a "
+                   f"torch.set_num_threads in its forward), and torch had {t.intra_op_threads} after each step, so "
+                   f"the step ran on {t.intra_op_threads}; remove that call to profile it on {t.threads_asked}")
     # compute-bound operators only: their FLOPs are counted exactly, while bytes moved are an estimate
     above = [o for o in a.operators.operators
              if o.bound == COMPUTE and o.pct_of_peak is not None and o.pct_of_peak > ABOVE_CEILING]

@@ -144,6 +144,8 @@ class ThreadInfo:
     """Where the workload's own code set torch's thread count: 'build' (a factory: dlperf's count, set before each
     step, overrides it), 'step' (each step, e.g. `torch.set_num_threads` in its forward: a count set from outside does
     not hold); None where it did not, or an older trace."""
+    threads_asked: int | None = None
+    """The intra-op thread count asked for from outside (`--threads`, `StepOptions.threads`); None where none was."""
     threads_probed: bool | None = None
     """Whether a step ran under another thread count than the one in place (inference: the untimed call that checks
     the model, always; training: the first warm-up step), which is how a step setting the count already in place is

@@ -85,6 +85,35 @@ def test_the_capture_says_whether_the_workloads_step_or_its_factory_sets_the_thr
     assert with_option.threads.threads_set_by == "step"
 
 
+def test_a_threads_option_the_workloads_step_undoes_is_a_caveat() -> None:
+    """`dlperf profile e_threads.py --threads 2` on a forward calling torch.set_num_threads(1) printed "threads: 1
+    intra-op / 2 inter-op on 2 usable cores" and nothing else: every figure was of 1 thread, not the 2 asked for."""
+    from dlperf.profile.diagnose import analyze_all, diagnose
+    from tests.unit.profile.builders import CEILINGS
+
+    class OneThread(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.set_num_threads(1)
+            return x * 2
+
+    workload = Workload(name="one", make_model=OneThread, make_inputs=lambda b: (torch.ones(b, 16),))
+    config = CaptureConfig(steps=1, unprofiled_min_duration_s=0.05)
+    before = torch.get_num_threads()
+    try:
+        asked = capture(workload, replace(config, options=StepOptions(threads=2)))
+        plain = capture(workload, config)
+    finally:
+        torch.set_num_threads(before)
+    assert asked.threads.threads_asked == 2 and asked.threads.intra_op_threads == 1
+    caveats = diagnose(analyze_all(asked, CEILINGS)).caveats
+    assert ("--threads 2 did not hold: the workload sets its own thread count in its step (a torch.set_num_threads in "
+            "its forward), and torch had 1 after each step, so the step ran on 1; remove that call to profile it on 2"
+            ) in caveats
+    # nothing asked, nothing said: the count is the workload's own choice
+    assert plain.threads.threads_asked is None
+    assert not any(c.startswith("--threads") for c in diagnose(analyze_all(plain, CEILINGS)).caveats)
+
+
 def test_a_step_setting_the_thread_count_already_in_place_is_seen_by_the_warm_up_probe() -> None:
     """A forward calling torch.set_num_threads(N) with N threads already in place changed nothing the capture could
     see, so it read as setting no count and got a `--threads` fix that its forward undoes; the first warm-up step now

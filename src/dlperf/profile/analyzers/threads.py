@@ -39,6 +39,8 @@ class ThreadAnalysis:
     None (see `ThreadInfo.threads_set_by`)."""
     threads_probed: bool | None = None
     """Whether a step was run under another thread count (see `ThreadInfo.threads_probed`)."""
+    threads_asked: int | None = None
+    """The thread count asked for with `--threads` (see `ThreadInfo.threads_asked`)."""
     issues: list[str] = field(default_factory=list)
 
     @property
@@ -98,5 +100,6 @@ def analyze(trace: ProfileTrace) -> ThreadAnalysis:
         loader_workers_busy_cores=t.loader_workers_busy_cores,
         threads_set_by=t.threads_set_by,
         threads_probed=t.threads_probed,
+        threads_asked=t.threads_asked,
         issues=issues,
     )
