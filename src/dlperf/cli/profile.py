@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from dlperf.measure.env import check_threads
 
     check_threads(args.threads, "--threads")  # in the option's name: StepOptions said "threads must be >= 1"
+    if args.batch_size is not None and args.batch_size < 1:  # StepOptions said "batch size must be >= 1"
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     note_oversubscribed(args.threads)
     check_device(args.device)  # else the first word came from the calibration: "calibration on 'cuda:0' asked for"
     capture_config = CaptureConfig(

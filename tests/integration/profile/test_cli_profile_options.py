@@ -34,6 +34,7 @@ def test_the_options_reach_the_capture_and_the_record(tmp_path: Path, capsys: py
 @pytest.mark.parametrize(("argv", "message"), [
     (["zoo:mlp", "--max-fixes", "0"], "--max-fixes must be >= 1, got 0"),
     (["zoo:mlp", "--threads", "0"], "--threads must be >= 1, got 0"),  # it said "threads must be", no option
+    (["zoo:mlp", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),  # "batch size must be", as --threads
     ([str(EXAMPLES / "compute_bound.py"), "--train"], "has no training spec (Workload.train): profile its inference"),
     # an empty value (an unset variable in a script) profiled with the default budget, and wrote no trace, unsaid
     (["zoo:mlp", "--memory-budget", ""], "--memory-budget: expected a size like 4GiB, 512MiB or 2GB, got ''"),
