@@ -123,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     baseline = base_config(workload, args.batch_size, args.device, precision=args.precision,
                            threads=args.threads, num_workers=args.num_workers)
     check_device(baseline.device)  # before the run is recorded: a missing GPU is the user's option, not a failure
+    if args.nproc:
+        from dlperf.train.ddp import check_launch
+
+        check_launch(baseline, args.nproc)  # likewise: --nproc 9 on 2 CPUs is an option refused, not a failed run
     store = open_store(args)
     environment = capture_environment(args.device, args.threads).to_dict()
     config: dict[str, Any] = {"mode": "ddp" if args.nproc else "tune" if args.tune else "measure",

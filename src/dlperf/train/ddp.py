@@ -288,13 +288,10 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
     return out
 
 
-def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
-            on_launch: Callable[[str], None] | None = None,
-            on_single: Callable[[dict[str, Any]], None] | None = None) -> DdpResult:
-    """Launch 1 then N processes under torchrun and compare them (see the module docstring).
-
-    `on_launch(label)` before each launch (progress); `on_single(partial)` once the 1-process launch is done, with
-    its figures as a result to keep should the N-process launch fail, time out or be interrupted."""
+def check_launch(config: StepConfig, nproc: int) -> None:
+    """Refuse what no launch of `nproc` ranks of `config` could run (compile, a named GPU, too few GPUs, too many
+    ranks for the CPUs), before anything starts: `dlperf train` calls it before it records a run, as a bad option is
+    not a failed training run."""
     if config.compile:
         raise ConfigError("--nproc measures eager DDP; drop torch.compile for the scaling run")
     if config.device.startswith("cuda"):
@@ -303,13 +300,23 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
         if ":" in config.device:  # rank r runs on cuda:r: a GPU named here was ignored without a word
             raise ConfigError(f"--device {config.device} with --nproc: rank r runs on cuda:r of the GPUs visible, so "
                               "give --device cuda, and CUDA_VISIBLE_DEVICES to choose which GPUs")
-        if torch.cuda.device_count() < ddp.nproc:
-            raise ConfigError(f"--nproc {ddp.nproc} on CUDA needs {ddp.nproc} GPUs; "
+        if torch.cuda.device_count() < nproc:
+            raise ConfigError(f"--nproc {nproc} on CUDA needs {nproc} GPUs; "
                               f"{torch.cuda.device_count()} are visible")
     else:
-        check_per_cpu(ddp.nproc, "--nproc (on CPU)", PROCESSES_PER_CPU, MIN_PROCESS_LIMIT,
+        check_per_cpu(nproc, "--nproc (on CPU)", PROCESSES_PER_CPU, MIN_PROCESS_LIMIT,
                       "each rank is a process with its own torch and model; a CPU scaling measurement wants at most "
                       "the usable CPUs")
+
+
+def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
+            on_launch: Callable[[str], None] | None = None,
+            on_single: Callable[[dict[str, Any]], None] | None = None) -> DdpResult:
+    """Launch 1 then N processes under torchrun and compare them (see the module docstring).
+
+    `on_launch(label)` before each launch (progress); `on_single(partial)` once the 1-process launch is done, with
+    its figures as a result to keep should the N-process launch fail, time out or be interrupted."""
+    check_launch(config, ddp.nproc)
     threads = ddp.threads_for()
     if on_launch is not None:
         on_launch("1 process")

@@ -537,3 +537,18 @@ def test_a_disturbed_one_process_launch_is_named_beside_the_communication_factor
                      RankStats(2, 32, 0.020, 0.0105, 0.005, 4 * 2**20, 3))
     assert calm.factors_note is None
     assert not [f for f in findings_for(calm, cpus=8, device="cpu") if f.startswith("the 1-process DDP step")]
+
+
+def test_too_many_ranks_are_refused_before_a_run_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlperf train W --nproc 9` on 2 CPUs was refused only inside the recording, which kept a failed run in the
+    store ("run 71a07fe4b2c5 is kept in the store as failed, with its error") for an option the user mistyped."""
+    from dlperf.measure import env
+
+    monkeypatch.setattr(env, "usable_cores", lambda: 2)
+    store = tmp_path / "s.db"
+    assert main(["train", "zoo:mlp", "--nproc", "9", "--no-mfu", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "--nproc (on CPU) 9 is more than 8, the most accepted on this machine" in err
+    assert "kept in the store" not in err
+    assert Store(store, create=True).list() == []
