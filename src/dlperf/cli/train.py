@@ -192,7 +192,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
     from dlperf.measure.ab import ABConfig
     from dlperf.train.knobs import DEFAULT_KNOBS
     from dlperf.train.parity import ParityConfig
-    from dlperf.train.tune import TuneConfig
+    from dlperf.train.tune import TuneConfig, unknown_knobs
 
     if args.knobs is not None and not _names(args.knobs):  # '' (an unset variable in a script) meant every knob
         raise ConfigError(f"--knobs {args.knobs!r} names no knob: give some of {', '.join(DEFAULT_KNOBS)}, or leave "
@@ -212,7 +212,7 @@ def _tune_config(args: argparse.Namespace) -> Any:
     skipped = set(_names(args.skip))
     unknown = sorted((set(chosen) | skipped) - set(DEFAULT_KNOBS))
     if unknown:
-        raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
+        raise unknown_knobs(unknown)
     knobs = tuple(k for k in DEFAULT_KNOBS if k in chosen and k not in skipped)
     if not knobs:
         raise ConfigError(f"--skip {args.skip} leaves no knob to try: skip fewer, or drop --tune")

@@ -77,10 +77,9 @@ class TuneConfig:
                 "safety_margin": self.safety_margin, "time_budget_s": self.time_budget_s}
 
     def __post_init__(self) -> None:
-        known = set(DEFAULT_KNOBS)
-        unknown = [k for k in self.knobs if k not in known]
+        unknown = [k for k in self.knobs if k not in DEFAULT_KNOBS]
         if unknown:
-            raise ConfigError(f"unknown knob(s) {', '.join(unknown)}: choose from {', '.join(DEFAULT_KNOBS)}")
+            raise unknown_knobs(unknown)
         if not 0 <= self.safety_margin < 1:
             raise ConfigError(f"safety margin must be in [0, 1), got {self.safety_margin}")
         if self.measure_warmup < 0:
@@ -91,6 +90,19 @@ class TuneConfig:
             raise ConfigError(f"memory budget must be positive, got {self.memory_budget_bytes}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ConfigError(f"time budget must be positive, got {self.time_budget_s}")
+
+
+def unknown_knobs(names: list[str]) -> ConfigError:
+    """The error for knob names that are not knobs, with the knob each typo is closest to (`thread` -> threads)."""
+    import difflib
+
+    guesses = {n: close[0] for n in names if (close := difflib.get_close_matches(n, DEFAULT_KNOBS, n=1))}
+    hint = ""
+    if len(names) == 1 and guesses:
+        hint = f"; did you mean {guesses[names[0]]}?"
+    elif guesses:
+        hint = f"; did you mean {', '.join(f'{g} for {n}' for n, g in guesses.items())}?"
+    return ConfigError(f"unknown knob(s) {', '.join(names)}: choose from {', '.join(DEFAULT_KNOBS)}{hint}")
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dlperf.cli.train import _tune_config
 from dlperf.errors import ConfigError
 from dlperf.store import Store
 from dlperf.train.knobs import DEFAULT_KNOBS
+from dlperf.train.tune import TuneConfig
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +32,20 @@ def test_an_unknown_knob_to_skip_is_refused_by_name() -> None:
     """`--skip treads` (a typo) tried the knob it meant to skip without a word."""
     with pytest.raises(ConfigError, match="unknown knob\\(s\\) treads: choose from threads"):
         _config("--skip", "treads")
+
+
+def test_a_mistyped_knob_names_the_knob_it_is_closest_to() -> None:
+    """`--knobs thread` and `--skip compil` listed every knob without saying which was meant, where optimize's
+    `--passes` names the closest pass."""
+    with pytest.raises(ConfigError, match=r"unknown knob\(s\) thread: .*, compile; did you mean threads\?$"):
+        _config("--knobs", "thread")
+    with pytest.raises(ConfigError, match=r"unknown knob\(s\) compil, prefech: .*; did you mean compile for compil, "
+                                          r"prefetch for prefech\?$"):
+        _config("--skip", "prefech,compil")
+    with pytest.raises(ConfigError, match=r"unknown knob\(s\) warp-drive: choose from .*, compile$"):
+        TuneConfig(knobs=("warp-drive",))  # nothing close: no guess
+    with pytest.raises(ConfigError, match=r"unknown knob\(s\) batchsize: .*; did you mean batch\?$"):
+        TuneConfig(knobs=("batchsize",))
 
 
 def test_the_memory_budget_and_its_margin_reach_the_tuner() -> None:
