@@ -50,6 +50,16 @@ OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 """Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
 PAUSE_WAIT_S = 0.5
+STEP_PARTS = {
+    "data": "its loader (fetching a batch)",
+    "h2d": "the copy of the batch to the device",
+    "forward": "its model's forward",
+    "loss": "its loss_fn(output, target)",
+    "backward": "backward",
+    "optimizer": "its optimizer's step() or zero_grad()",
+}
+"""What a step's error names as the part that raised, by the phase running (a loss_fn of torch's own, such as
+F.cross_entropy, has no line of the workload to show)."""
 """How long `pause_loader` waits, in all, for its stopped workers to show as stopped."""
 
 
@@ -246,6 +256,8 @@ class TrainLoop:
         self.last_step_tokens: int | None = None
         """Tokens the last step trained on (`token_count`); None for inputs that are not token ids."""
         self._batch_samples: int | None = None
+        self._part: str | None = None
+        """The part of the step running (a key of STEP_PARTS), for its error."""
         """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
 
     def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -324,14 +336,16 @@ class TrainLoop:
         """
         import torch
 
-        self._batch_samples = None
+        self._batch_samples = self._part = None
         try:
             return self._step(timer, eager)
         except (DlperfError, torch.cuda.OutOfMemoryError):
             raise
         except Exception as exc:
+            part = STEP_PARTS.get(self._part or "")
+            raised_by = f"\n  raised by {part}" if part else ""
             raise TrainError(f"workload '{self.workload.name}': a training step raised {error_text(exc)}"
-                             f"{self._short_batch_hint()}\n{_user_frame(exc)}") from exc
+                             f"{self._short_batch_hint()}{raised_by}\n{_user_frame(exc)}") from exc
 
     def _short_batch_hint(self) -> str:
         """What to add to a step's error when it ran on a batch shorter than the batch size (a loader's last batch
@@ -375,6 +389,7 @@ class TrainLoop:
         tokens: int | None = 0
         with torch_threads(self.threads):
             for _ in range(accumulation):
+                self._part = "data"
                 timer.start("data")
                 self._batch_samples = None
                 inputs, target = self._pair(self.next_batch())
@@ -383,17 +398,21 @@ class TrainLoop:
                 samples += self._batch_samples
                 counted = self._tokens(inputs)
                 tokens = None if counted is None or tokens is None else tokens + counted
+                self._part = "h2d"
                 timer.start("h2d")
                 inputs, target = self._to_device(inputs), self._to_device(target)
                 timer.stop()
+                self._part = "forward"
                 timer.start("forward")
                 with self._autocast():
                     out = model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
+                    self._part = "loss"
                     loss = call_loss(self.workload.name, self.spec.loss_fn, out, target)
                 problem = loss_problem(loss)
                 if problem is not None:
                     raise TrainError(f"workload '{self.workload.name}': {problem}")
                 timer.stop()
+                self._part = "backward"
                 timer.start("backward")
                 scaled = loss / accumulation if accumulation > 1 else loss
                 if self.scaler is not None:
@@ -402,6 +421,7 @@ class TrainLoop:
                     scaled.backward()
                 timer.stop()
                 total_loss = total_loss + loss.detach()
+            self._part = "optimizer"
             timer.start("optimizer")
             if self.scaler is not None:
                 self.scaler.step(self.optimizer)

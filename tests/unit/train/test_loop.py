@@ -207,6 +207,29 @@ def test_what_the_users_code_raises_in_a_step_names_the_workload_and_the_line() 
     assert isinstance(raised.value.__cause__, ValueError)
 
 
+def test_a_step_error_names_the_part_of_the_step_that_raised() -> None:
+    """loss_fn=F.cross_entropy on float targets printed `a training step raised RuntimeError: expected target dtype
+    to be Long or Byte, but got Float` and a line of torch's functional.py: nothing said it was the loss, not the
+    model, that refused them."""
+    def float_targets(batch_size: int, **kwargs: Any) -> Any:
+        return [(torch.randn(batch_size, 16), torch.rand(batch_size))]
+
+    loop = TrainLoop(_with(tiny(), make_loader=float_targets, loss_fn=torch.nn.functional.cross_entropy),
+                     StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError) as raised:
+        loop.step()
+    lines = str(raised.value).split("\n")
+    assert lines[0].startswith("workload 'tiny': a training step raised RuntimeError: expected target dtype")
+    assert lines[1] == "  raised by its loss_fn(output, target)"
+
+    def wrong_width(batch_size: int, **kwargs: Any) -> Any:
+        return [(torch.randn(batch_size, 3), torch.zeros(batch_size, dtype=torch.long))]
+
+    loop = TrainLoop(_with(tiny(), make_loader=wrong_width), StepConfig(batch_size=8, threads=1))
+    with pytest.raises(TrainError, match=r"\n  raised by its model's forward\n  File "):
+        loop.step()
+
+
 def test_a_step_that_raises_on_a_short_last_batch_says_how_short_it_was() -> None:
     """BatchNorm on the last batch of an epoch, 1 sample at batch 4, raised 'Expected more than 1 value per channel
     when training' 449 steps into a run, and nothing said it was that batch."""
