@@ -50,6 +50,7 @@ OPTIMIZER_IMPLS = ("default", "foreach", "fused")
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 """Step phases, in order: waiting for the loader, host-to-device copy, forward + loss, backward, optimizer."""
 PAUSE_WAIT_S = 0.5
+"""How long `pause_loader` waits, in all, for its stopped workers to show as stopped."""
 STEP_PARTS = {
     "data": "its loader (fetching a batch)",
     "h2d": "the copy of the batch to the device",
@@ -60,7 +61,6 @@ STEP_PARTS = {
 }
 """What a step's error names as the part that raised, by the phase running (a loss_fn of torch's own, such as
 F.cross_entropy, has no line of the workload to show)."""
-"""How long `pause_loader` waits, in all, for its stopped workers to show as stopped."""
 
 
 @dataclass(frozen=True)
@@ -256,9 +256,9 @@ class TrainLoop:
         self.last_step_tokens: int | None = None
         """Tokens the last step trained on (`token_count`); None for inputs that are not token ids."""
         self._batch_samples: int | None = None
+        """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
         self._part: str | None = None
         """The part of the step running (a key of STEP_PARTS), for its error."""
-        """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
 
     def _call_user(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return call_user_factory(self.workload.name, what, fn, *args, error=TrainError, **kwargs)
