@@ -553,6 +553,9 @@ class _FailureLog:
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[float, int]] = {}
         """failure key -> (when it was last logged, how many times it came since without being logged)"""
+        self._batch_only: dict[str, tuple[float | None, int, int, int]] = {}
+        """model -> (when its batch-only failures were last logged, how many came since, their fewest and most
+        requests)"""
 
     def report(self, error: ServingError, exc: BaseException, request_ids: Sequence[str] = (),
                retried: bool = False) -> bool:
@@ -579,6 +582,30 @@ class _FailureLog:
         then = "; its requests are run again one at a time" if retried else ""
         log.log(logging.WARNING if retried else logging.ERROR, "%s%s%s%s", error, then, ids, since,
                 exc_info=(type(exc), exc, exc.__traceback__))
+        return True
+
+    def batch_only(self, model: str, requests: int) -> bool:
+        """A failed batch of `requests` requests of `model` each of which then succeeded alone: the model fails on
+        batches, not on an input. Logged at the first such batch, then at most every `every_s` with how many came
+        and their sizes, since each failure's own line (by its message) does not say that its requests succeeded
+        alone; whether a line was written."""
+        now = self.clock()
+        with self._lock:
+            last, count, low, high = self._batch_only.get(model, (None, 0, requests, requests))
+            count, low, high = count + 1, min(low, requests), max(high, requests)
+            if last is not None and now - last < self.every_s:
+                self._batch_only[model] = (last, count, low, high)
+                return False
+            self._batch_only[model] = (now, 0, 2**31, 0)
+        sizes = f"{low}" if low == high else f"{low}-{high}"
+        if count == 1:
+            what = f"a batch of {sizes} requests failed while each of its requests"
+        else:
+            since = "" if last is None else f" in the last {now - last:.0f} s"
+            what = f"{count} batches of {sizes} requests failed{since} while each of their requests"
+        log.warning("%s: %s succeeded alone: the model may not support batching (each such batch fails, then its "
+                    "requests run one at a time: batch-1 throughput plus the failed batch); serve it with "
+                    "--max-batch-size 1", model, what)
         return True
 
 
@@ -670,6 +697,7 @@ def _retry_alone(runner: Runner, batch: list[Work], model: ServedModel, recorder
     failures.report(error, exc, ids, retried=True)
     if recorder is not None:
         recorder.batch_retried()
+    alone_ok = 0
     for w in batch:
         t_run = time.monotonic_ns()
         try:
@@ -680,6 +708,9 @@ def _retry_alone(runner: Runner, batch: list[Work], model: ServedModel, recorder
             _fail(w, error, t0)
             continue
         _answer([w], slices, items, recorder, unbatched, t0, t_run, t1, t2, t3)
+        alone_ok += 1
+    if alone_ok == len(batch):
+        failures.batch_only(f"model '{model.name}'{_variant_note(recorder)}", len(batch))
 
 
 def _batch_error(batch: list[Work], model: ServedModel, recorder: Recorder | None, exc: Exception) -> ServingError:
@@ -688,13 +719,17 @@ def _batch_error(batch: list[Work], model: ServedModel, recorder: Recorder | Non
     items = sum(w.items for w in batch)
     specs = model.signature.inputs
     shapes = ", ".join(f"{s.name}{list(a.shape)}" for s, a in zip(specs, batch[0].arrays, strict=False))
-    # the variant too, when the server has several (an A/B audit could not tell which one failed)
-    variant = "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
     return ServingError(
-        f"model '{model.name}'{variant} failed on a batch of {items} item{'' if items == 1 else 's'} "
+        f"model '{model.name}'{_variant_note(recorder)} failed on a batch of {items} item{'' if items == 1 else 's'} "
         f"({len(batch)} request{'' if len(batch) == 1 else 's'}; first request: {shapes}): "
         f"{type(exc).__name__}: {exc}"
     )
+
+
+def _variant_note(recorder: Recorder | None) -> str:
+    """The variant after a model's name, when the server has several (an A/B audit could not tell which one
+    failed)."""
+    return "" if recorder is None or recorder.variant == DEFAULT_VARIANT else f" (variant '{recorder.variant}')"
 
 
 def _fail(w: Work, error: ServingError, t0: int) -> None:

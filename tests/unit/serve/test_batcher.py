@@ -639,6 +639,47 @@ def test_a_failure_is_logged_once_then_at_most_every_interval_with_the_count_mea
     assert all(r.exc_info is not None and r.exc_info[0] is ValueError for r in caplog.records)
 
 
+def test_batches_whose_requests_all_succeed_alone_say_the_model_may_not_batch(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A model that fails on every batch of two or more had each batch fail and its requests run again one at a
+    time, forever: only dlperf_inference_batch_retry_total and a line per failure message said so, and none said
+    that every request succeeded alone. The first such batch says it, then at most one line a minute with the count."""
+    from dlperf.serve.instances import _FailureLog
+    from dlperf.serve.metrics import Metrics
+
+    def single_only(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if len(arrays[0]) > 1:
+            raise RuntimeError(f"a batch of {len(arrays[0])} is not supported")
+        if (arrays[0] < 0).any():
+            raise ValueError("negative input")
+        return [arrays[0] * 10]
+
+    now = [100.0]
+    failures = _FailureLog(every_s=60.0, clock=lambda: now[0])
+    recorder = Metrics().recorder("m", "b")
+    hint = ("succeeded alone: the model may not support batching (each such batch fails, then its requests run one "
+            "at a time: batch-1 throughput plus the failed batch); serve it with --max-batch-size 1")
+    with caplog.at_level("WARNING", logger="dlperf.serve"):
+        works = [_work(), _work(), _work()]
+        run_batch(single_only, works, _model(single_only), recorder, failures=failures)
+        assert all(w.error is None for w in works)
+        for n in (2, 5, 4):
+            now[0] += 10
+            run_batch(single_only, [_work() for _ in range(n)], _model(single_only), recorder, failures=failures)
+        # a batch with a request that fails alone too is a bad input, not batching: not counted
+        bad = [_work(), Work([np.full((1, 2), -1.0, np.float32)], 1, "a", 0)]
+        run_batch(single_only, bad, _model(single_only), recorder, failures=failures)
+        assert bad[1].error_reason == "BACKEND"
+        now[0] += 31
+        run_batch(single_only, [_work(), _work()], _model(single_only), recorder, failures=failures)
+    lines = [r.getMessage() for r in caplog.records if "succeeded alone" in r.getMessage()]
+    assert lines == [
+        f"model 'm' (variant 'b'): a batch of 3 requests failed while each of its requests {hint}",
+        f"model 'm' (variant 'b'): 4 batches of 2-5 requests failed in the last 61 s while each of their requests "
+        f"{hint}",
+    ]
+
+
 def test_inputs_that_disagree_on_the_batch_size_are_both_named() -> None:
     from dlperf.serve.instances import validate_inputs
     from dlperf.serve.protocol import ProtocolError, Tensor
