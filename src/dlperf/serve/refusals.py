@@ -1,9 +1,9 @@
 """A rate-limited log line for refused requests: an operator tailing the server's log sees it shed load.
 
 Requests the server refuses without running the model (queue full, a queue timeout, a client gone, a missing or
-wrong token) were counted on /metrics only, and wrote no line at any --log-level. Each reason now writes one
-warning at its first refusal, then at most one every `every_s`, saying how many came since the last line and
-for which models; a refusal costs a lock and a dict update, and a request that is answered nothing."""
+wrong token, shutting down) were counted on /metrics only, and wrote no line at any --log-level. Each reason now
+writes one warning at its first refusal, then at most one every `every_s`, saying how many came since the last line
+and for which models; a refusal costs a lock and a dict update, and a request that is answered nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ WHAT = {
                "'timeout' parameter)",
     "CANCELED": "their clients went away before the reply (reason CANCELED)",
     "UNAUTHENTICATED": "a missing or wrong bearer token (401 / UNAUTHENTICATED; the server's --token)",
+    "UNAVAILABLE": "the server was shutting down (reason UNAVAILABLE: sent while it drained, or still in it when "
+                   "--exit-timeout-s ended)",
 }
 """The reasons logged, and what each line says of them."""
 

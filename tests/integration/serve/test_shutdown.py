@@ -66,6 +66,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_cleanly(tmp_path: Path) ->
             "(--exit-timeout-s) for 3 request(s) in flight") in text
     assert "every request in flight finished; stopping" in text
     assert text.index("shutting down:") < text.index("drained in ")
+    # the request refused while it drained has its line, as the other refusals have (it had none)
+    assert ("refused 1 request: the server was shutting down (reason UNAVAILABLE: sent while it drained, or still "
+            "in it when --exit-timeout-s ended) (model 'slow': 1)") in text
 
 
 def test_a_drain_cut_off_by_the_exit_timeout_says_so_in_the_log(tmp_path: Path) -> None:

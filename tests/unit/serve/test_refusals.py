@@ -1,5 +1,5 @@
-"""Refused requests (queue full, queue timeout, canceled, 401) wrote no log line at any --log-level: now one per
-reason at the first, then at most one every 10 s with the count since the last."""
+"""Refused requests (queue full, queue timeout, canceled, 401, shutting down) wrote no log line at any
+--log-level: now one per reason at the first, then at most one every 10 s with the count since the last."""
 
 from __future__ import annotations
 
@@ -66,9 +66,12 @@ def test_a_recorder_s_refusals_reach_the_log(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level("WARNING", logger="dlperf.serve"):
         recorder.failure("TIMEOUT", 1000)
         recorder.failure("CANCELED", 1000)
+        recorder.failure("UNAVAILABLE", 1000)  # shutting down: it wrote no line, unlike the other refusals
         recorder.failure("BACKEND", 1000)  # logged where the batch failed, with its traceback
     assert [r.getMessage() for r in caplog.records] == [
         "refused 1 request: their queue timeout passed before they ran (reason TIMEOUT; --timeout-ms, or the "
         "request's 'timeout' parameter) (model 'mlp': 1)",
         "refused 1 request: their clients went away before the reply (reason CANCELED) (model 'mlp': 1)",
+        "refused 1 request: the server was shutting down (reason UNAVAILABLE: sent while it drained, or still in "
+        "it when --exit-timeout-s ended) (model 'mlp': 1)",
     ]
