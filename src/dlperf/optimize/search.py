@@ -465,14 +465,11 @@ class _Search:
         search neither extends it nor lets it win. With 3 CPU hogs on 2 cores hygiene's process stalled on every call
         (p50 232 ms against the baseline's 0.058 ms): the search ranked it by that gain, 0.00x, called it slower and
         extended nothing from it. Only under a speed objective: a size or memory search does not rank by the timing."""
-        if row.get("status") != "ok" or not row.get("misranked") or row.get("reused") \
-                or self.config.objective not in SPEED_OBJECTIVES:
+        if row.get("status") != "ok" or row.get("reused") or not self.stalled_in_ranking(row):
             return row
         first = str(row["stalled"])
-        if self.remaining() - self.reserve_s() >= self.estimate_s(candidate):
-            self.on_event("stalled", {"label": candidate.label, "why": first})
-            again = self.evaluate(candidate)
-            again["stalled_first"] = first
+        again = self.measure_again(candidate, first)
+        if again is not None:
             if again.get("status") == "ok" and again.get("misranked") and not candidate.is_baseline:
                 again["not_ranked"] = f"its calls stalled in two measurements (the second: {again['stalled']})"
         else:
@@ -480,6 +477,21 @@ class _Search:
             if not candidate.is_baseline:  # the baseline's stalled figures are said in a note (`_finish`)
                 again["not_ranked"] = f"its calls stalled ({first}), and the time budget left none to measure it again"
         self._save_progress()
+        return again
+
+    def stalled_in_ranking(self, row: dict[str, Any]) -> bool:
+        """Whether `row`'s calls stalled in the figure the objective ranks by (a speed objective's)."""
+        return bool(row.get("misranked")) and self.config.objective in SPEED_OBJECTIVES
+
+    def measure_again(self, candidate: Candidate, first: str) -> dict[str, Any] | None:
+        """A second measurement of `candidate`, whose calls stalled (`first`: how), marked with `first` as
+        "stalled_first"; None where the time budget leaves none for it. For a candidate's row
+        (`measure_again_if_stalled`) and for the baseline a pairing showed stalled (`_finish`)."""
+        if self.remaining() - self.reserve_s() < self.estimate_s(candidate):
+            return None
+        self.on_event("stalled", {"label": candidate.label, "why": first})
+        again = self.evaluate(candidate)
+        again["stalled_first"] = first
         return again
 
     def rejudge(self) -> None:
@@ -1153,21 +1165,18 @@ def _measure_stalled_baseline_again(search: _Search) -> list[str]:
     gain is taken against its p50), time allowing, and judge every row again against the new one; the notes to say.
     Its own timing was checked, and measured again, before any candidate (`optimize`): "stalled_first"."""
     stalled = search.baseline.get("stalled")
-    if not search.baseline.get("misranked") or search.config.objective not in SPEED_OBJECTIVES:
+    if not search.stalled_in_ranking(search.baseline):
         return []
     against = ("every gain is taken against its stalled figures; the paired gains, each measured in its candidate's "
                "own process, are not")
     if search.baseline.get("stalled_first"):
         return [f"the baseline's calls stalled in two measurements (the second: {stalled}): {against}"]
-    base = search.candidates.get(search.baseline["key"], Candidate())
-    if search.remaining() - search.reserve_s() < search.estimate_s(base):
+    again = search.measure_again(search.candidates.get(search.baseline["key"], Candidate()), str(stalled))
+    if again is None:
         return [f"the baseline's calls stalled ({stalled}), and the time budget left none to measure it again: "
                 f"{against}"]
-    search.on_event("stalled", {"label": base.label, "why": stalled})
-    again = search.evaluate(base)
     if again.get("status") != "ok":
         return [f"the baseline's calls stalled ({stalled}), and measuring it again failed: {again.get('error')}"]
-    again["stalled_first"] = stalled
     search.baseline = again
     search.rejudge()
     if again.get("misranked"):
