@@ -493,17 +493,19 @@ def _tune_view(r: Mapping[str, Any]) -> str:
     if r.get("parity_blind"):  # a model that does not train passes loss parity too: the check proved nothing
         parts.append(f'<p class="warn">note: loss parity: {esc(r["parity_blind"])}</p>')
     rows = []
+    trial_tokens = any(isinstance(t.get("tokens_per_s"), (int, float)) for t in r["trials"])
     for t in r["trials"]:
         parity, ci, change, speedup = t.get("parity"), t.get("speedup_ci"), t.get("change"), t.get("speedup")
         rows.append([t.get("knob"), ", ".join(f"{k}={v}" for k, v in change.items()) if change else "-",
                      fmt_pct(parity.get("relative_difference")) if isinstance(parity, Mapping) else "-",
-                     fmt_rate(t.get("samples_per_s")),
+                     fmt_rate(t.get("samples_per_s")), *([fmt_rate(t.get("tokens_per_s"))] if trial_tokens else []),
                      (f"{speedup:.2f}x" if isinstance(speedup, (int, float)) else "-")
                      + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if isinstance(ci, list) and len(ci) == 2 else ""),
                      t.get("status"), "; ".join(x for x in (t.get("reason"), t.get("disturbed")) if x)])
     if rows:
         parts.append("<h3>Trials, each an A/B against the best so far</h3>" + html_table(
-            ("knob", "change", "loss", "samples/s", "speedup (95% CI)", "result", "why"), rows))
+            ("knob", "change", "loss", "samples/s", *(("tokens/s",) if trial_tokens else ()), "speedup (95% CI)",
+             "result", "why"), rows))
     for key, title in (("baseline_measurement", "Baseline step"), ("best_measurement", "Best step")):
         if isinstance(r.get(key), Mapping) and (key == "baseline_measurement" or r.get("best") != r.get("baseline")):
             parts.append(_step_view(r[key], title))

@@ -145,9 +145,15 @@ def _findings_and_notes(m: dict[str, Any]) -> list[Text]:
 
 
 def trials_table(trials: list[dict[str, Any]], title: str = "trials (each A/B against the best so far)") -> Table:
+    """One row a trial; a tokens/s column beside samples/s where the workload's inputs are token ids (each trial's
+    samples/s times the tokens a sample its loop trained on: another batch or padding trains on other tokens)."""
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for column, justify in (("knob", "left"), ("change", "left"), ("loss", "right"), ("samples/s", "right"),
-                            ("speedup (95% CI)", "right"), ("result", "left")):
+    tokens = any(isinstance(t.get("tokens_per_s"), (int, float)) for t in trials)
+    guessed = " (guessed)" if any(t.get("tokens_guessed") for t in trials) else ""
+    columns = [("knob", "left"), ("change", "left"), ("loss", "right"), ("samples/s", "right"),
+               *([(f"tokens/s{guessed}", "right")] if tokens else []), ("speedup (95% CI)", "right"),
+               ("result", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for t in trials:
         if t["status"] == "skipped":
@@ -156,9 +162,9 @@ def trials_table(trials: list[dict[str, Any]], title: str = "trials (each A/B ag
         parity = t.get("parity")
         ci = t.get("speedup_ci")
         speedup = fmt_speedup(t.get("speedup")) + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
-        table.add_row(t["knob"], change, "-" if not parity else f"{parity['relative_difference']:+.1%}",
-                      fmt_count(t.get("samples_per_s")), speedup,
-                      Text(t["status"], style=STATUS_STYLE.get(t["status"], "")))
+        rates = [fmt_count(t.get("samples_per_s")), *([fmt_count(t.get("tokens_per_s"))] if tokens else [])]
+        table.add_row(t["knob"], change, "-" if not parity else f"{parity['relative_difference']:+.1%}", *rates,
+                      speedup, Text(t["status"], style=STATUS_STYLE.get(t["status"], "")))
     return table
 
 

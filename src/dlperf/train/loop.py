@@ -255,6 +255,10 @@ class TrainLoop:
         """Samples the last step trained on: the effective batch, less when the loader's last batch is short."""
         self.last_step_tokens: int | None = None
         """Tokens the last step trained on (`token_count`); None for inputs that are not token ids."""
+        self.samples_trained = 0
+        self.tokens_trained: int | None = 0
+        """The samples and tokens of every step so far (tokens None once a step had none): a trial's tokens a sample
+        where an A/B counts samples only."""
         self._batch_samples: int | None = None
         """Samples in the micro-batch the step is on (None before it is fetched): named when the step raises."""
         self._part: str | None = None
@@ -433,8 +437,17 @@ class TrainLoop:
         self.steps_done += 1
         self.last_step_samples = samples
         self.last_step_tokens = tokens
+        self.samples_trained += samples
+        self.tokens_trained = None if tokens is None or self.tokens_trained is None else self.tokens_trained + tokens
         result: torch.Tensor = total_loss / accumulation
         return result
+
+    @property
+    def tokens_per_sample(self) -> float | None:
+        """Tokens a sample over every step so far; None for inputs that are not token ids, or before a step."""
+        if self.tokens_trained is None or self.samples_trained <= 0:
+            return None
+        return self.tokens_trained / self.samples_trained
 
     def worker_pids(self) -> list[int]:
         """The process ids of the loader's worker processes now (none before the first batch or without workers)."""

@@ -124,6 +124,11 @@ class Trial:
     """The candidate's, from the A/B's paired blocks as the speedup is (`paired_rates`)."""
     reference_samples_per_s: float | None = None
     """The then-best's, from the same blocks."""
+    tokens_per_s: float | None = None
+    """`samples_per_s` times the tokens a sample the candidate's loop trained on; None for inputs that are not
+    token ids."""
+    tokens_guessed: bool = False
+    """Those tokens were counted from the inputs' shape (padding included), not by the workload's count_tokens."""
     disturbed: str | None = None
     """Why the A/B's totals disagree with its paired blocks (`disturbance`); None when they agree."""
     details: dict[str, Any] = field(default_factory=dict)
@@ -136,6 +141,7 @@ class Trial:
             "parity": self.parity.to_dict() if self.parity else None, "speedup": self.speedup,
             "speedup_ci": list(self.speedup_ci) if self.speedup_ci else None, "verdict": self.verdict,
             "samples_per_s": self.samples_per_s, "reference_samples_per_s": self.reference_samples_per_s,
+            "tokens_per_s": self.tokens_per_s, "tokens_guessed": self.tokens_guessed,
             "disturbed": self.disturbed, "details": self.details, "duration_s": self.duration_s,
         }
 
@@ -601,6 +607,9 @@ class Tuner:
             trial.verdict = ab.verdict
             trial.reference_samples_per_s, trial.samples_per_s = paired_rates(
                 ab, (samples_a, samples_b), self.config.ab.block_statistic)
+            if loop.tokens_per_sample is not None:
+                trial.tokens_per_s = trial.samples_per_s * loop.tokens_per_sample
+                trial.tokens_guessed = loop.spec.count_tokens is None
             trial.disturbed = disturbance(ab, (samples_a, samples_b))
             if ab.verdict == FASTER:
                 trial.status = ACCEPTED

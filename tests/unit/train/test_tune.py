@@ -687,8 +687,21 @@ def test_a_tuned_result_gives_tokens_per_s_beside_samples_per_s(change: dict[str
             "tokens a sample, the baseline on 4.5")
     assert (gain in text) == (per_sample[0] != per_sample[1]), text
     assert ">tokens/s</th>" in _tune_view(out)
+    # each trial too, at the tokens a sample its own loop trained on (the trials table showed samples/s only)
+    trial = out["trials"][0]
+    assert trial["tokens_per_s"] == pytest.approx(trial["samples_per_s"] * per_sample[1])
+    assert not trial["tokens_guessed"]
+    row = next(line for line in text.splitlines() if line.strip().startswith("k "))
+    cells = row.split()
+    assert cells.index(fmt_count(trial["tokens_per_s"])) == cells.index(fmt_count(trial["samples_per_s"])) + 1, row
+    assert "tokens/s" in text.split("trials (each A/B")[1].splitlines()[2], text  # the trials table's header
+    trials_html = _tune_view(out).split("Trials, each an A/B")[1].split("</table>")[0]
+    assert ">tokens/s</th>" in trials_html and f">{fmt_count(trial['tokens_per_s'])}<" in trials_html
     plain = Tuner(tiny(), StepConfig(batch_size=32, threads=2), config, knobs=knobs if "threads" in change else {})
-    assert plain.run().to_dict()["best_tokens_per_s"] is None
+    plain_out = plain.run().to_dict()
+    assert plain_out["best_tokens_per_s"] is None
+    assert all(t["tokens_per_s"] is None for t in plain_out["trials"])
+    assert "tokens/s" not in _render(tune_view(plain_out))  # no token ids in: no column
 
 
 def test_without_a_time_budget_every_knob_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
