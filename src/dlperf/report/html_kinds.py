@@ -375,12 +375,14 @@ def _ddp_view(r: Mapping[str, Any]) -> str:
     """The scaling table with the efficiency's two factors, the buckets and the findings, as `dlperf train --nproc`
     prints them (the report had the efficiency alone, which read as communication's whatever slowed the ranks)."""
     compute, comm = r.get("compute_scaling"), r.get("communication_scaling")
+    tokens = isinstance(r.get("single_tokens_per_s"), (int, float))  # token ids in: tokens/s beside samples/s
     parts = [html_table(
-        ("processes", "samples/s", "step ms", "scaling efficiency", "of which compute", "of which communication",
-         "exposed all-reduce"),
-        [[1, fmt_rate(r.get("single_samples_per_s")), fmt_ms(r.get("single_step_s")), "-", "-", "-", "-"],
-         [r.get("nproc"), fmt_rate(r.get("samples_per_s")), fmt_ms(r.get("step_s")),
-          fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(compute, sign=False),
+        ("processes", "samples/s", *(("tokens/s",) if tokens else ()), "step ms", "scaling efficiency",
+         "of which compute", "of which communication", "exposed all-reduce"),
+        [[1, fmt_rate(r.get("single_samples_per_s")), *([fmt_rate(r.get("single_tokens_per_s"))] if tokens else []),
+          fmt_ms(r.get("single_step_s")), "-", "-", "-", "-"],
+         [r.get("nproc"), fmt_rate(r.get("samples_per_s")), *([fmt_rate(r.get("tokens_per_s"))] if tokens else []),
+          fmt_ms(r.get("step_s")), fmt_pct(r.get("scaling_efficiency"), sign=False), fmt_pct(compute, sign=False),
           fmt_pct(comm, sign=False), fmt_pct(r.get("comm_share"), sign=False)]])]
     if isinstance(compute, (int, float)) and isinstance(comm, (int, float)):
         parts.append('<p class="muted">scaling efficiency = compute (the no-sync step on 1 process / on each rank) '

@@ -366,29 +366,35 @@ def partial_tune_view(result: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def _ddp_rate(result: Mapping[str, Any], which: str) -> str:
+    """'1,234 samples/s' of a DDP launch (`which`: 'single_' or ''), with ', 5,678 tokens/s' where the workload's
+    inputs are token ids (' (guessed)' where counted from their shape)."""
+    text = f"{fmt_count(result[f'{which}samples_per_s'])} samples/s"
+    tokens = result.get(f"{which}tokens_per_s")
+    if isinstance(tokens, (int, float)):
+        text += f", {fmt_count(tokens)} tokens/s{' (guessed)' if result.get('tokens_guessed') else ''}"
+    return text
+
+
 def ddp_view(result: dict[str, Any]) -> RenderableType:
     text = Text()
     if result.get("partial"):  # the N-process launch failed or was interrupted
         text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
                     f"batch {result['batch_size']} per process\n", style="bold")
-        text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
-                    f"(step {fmt_ms(result['single_step_s'])} ms)\n")
+        text.append(f"  1 process   {_ddp_rate(result, 'single_')} (step {fmt_ms(result['single_step_s'])} ms)\n")
         text.append(f"  {result['partial']}\n", style="yellow")
         return text
     if result["nproc"] < 2:
         text.append(f"DDP {result['workload']}: 1 process ({result['backend']}), batch {result['batch_size']}\n",
                     style="bold")
-        text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
-                    f"(step {fmt_ms(result['single_step_s'])} ms)\n")
+        text.append(f"  1 process   {_ddp_rate(result, 'single_')} (step {fmt_ms(result['single_step_s'])} ms)\n")
         text.append("  one process has nothing to scale against or all-reduce with: pass --nproc 2 or more to "
                     "measure scaling and communication\n", style="yellow")
         return Group(text, *(Text(f"finding: {f}", style="yellow") for f in result.get("findings", [])))
     text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
                 f"batch {result['batch_size']} per process\n", style="bold")
-    text.append(f"  1 process   {fmt_count(result['single_samples_per_s'])} samples/s "
-                f"(step {fmt_ms(result['single_step_s'])} ms)\n")
-    text.append(f"  {result['nproc']} processes {fmt_count(result['samples_per_s'])} samples/s "
-                f"(step {fmt_ms(result['step_s'])} ms)\n")
+    text.append(f"  1 process   {_ddp_rate(result, 'single_')} (step {fmt_ms(result['single_step_s'])} ms)\n")
+    text.append(f"  {result['nproc']} processes {_ddp_rate(result, '')} (step {fmt_ms(result['step_s'])} ms)\n")
     text.append(f"  scaling efficiency {result['scaling_efficiency']:.0%}", style="bold")
     compute, comm = result.get("compute_scaling"), result.get("communication_scaling")
     if compute is not None and comm is not None:  # efficiency = compute x communication (the same per-process batch)

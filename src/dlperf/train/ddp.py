@@ -96,24 +96,37 @@ class RankStats:
     per_rank_step_s: list[float] = field(default_factory=list)
     bucket_bytes: list[int] = field(default_factory=list)
     """The bytes of each of DDP's gradient buckets (`_bucket_bytes`); empty when its logging data had none."""
+    tokens_per_step: float | None = None
+    """The tokens every rank together trains on in a step (each rank's tokens a sample over its steps, times its
+    batch); None for inputs that are not token ids."""
+    tokens_guessed: bool = False
+    """Those tokens were counted from the inputs' shape (padding included), not by the workload's count_tokens."""
 
     @property
     def samples_per_s(self) -> float:
         return self.world_size * self.batch_size / self.step_s
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Tokens/s beside `samples_per_s` (the same step time); None for inputs that are not token ids."""
+        return None if self.tokens_per_step is None else self.tokens_per_step / self.step_s
 
     def to_dict(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "batch_size": self.batch_size, "step_s": self.step_s,
                 "nosync_step_s": self.nosync_step_s, "allreduce_s": self.allreduce_s,
                 "gradient_bytes": self.gradient_bytes, "buckets": self.buckets,
                 "per_rank_step_s": self.per_rank_step_s, "bucket_bytes": self.bucket_bytes,
-                "samples_per_s": self.samples_per_s}
+                "samples_per_s": self.samples_per_s, "tokens_per_step": self.tokens_per_step,
+                "tokens_guessed": self.tokens_guessed, "tokens_per_s": self.tokens_per_s}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankStats:
         return cls(int(data["world_size"]), int(data["batch_size"]), float(data["step_s"]),
                    float(data["nosync_step_s"]), float(data["allreduce_s"]), int(data["gradient_bytes"]),
                    int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])],
-                   [int(x) for x in data.get("bucket_bytes", [])])
+                   [int(x) for x in data.get("bucket_bytes", [])],
+                   None if data.get("tokens_per_step") is None else float(data["tokens_per_step"]),
+                   bool(data.get("tokens_guessed", False)))
 
 
 @dataclass
@@ -205,6 +218,8 @@ class DdpResult:
             "threads_per_process": self.threads_per_process, "batch_size": self.multi.batch_size,
             "single_samples_per_s": self.single.samples_per_s, "single_step_s": self.single.step_s,
             "samples_per_s": self.multi.samples_per_s, "step_s": self.multi.step_s,
+            "single_tokens_per_s": self.single.tokens_per_s, "tokens_per_s": self.multi.tokens_per_s,
+            "tokens_guessed": self.multi.tokens_guessed,
             "nosync_step_s": self.multi.nosync_step_s, "scaling_efficiency": self.scaling_efficiency,
             "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
             "single_ddp_over_nosync": self.single_ddp_over_nosync, "factors_note": self.factors_note,
@@ -325,6 +340,7 @@ def run_ddp(workload_spec: str, config: StepConfig, ddp: DdpConfig,
         on_single({"workload": workload_spec, "nproc": ddp.nproc, "backend": ddp.backend_for(config.device),
                    "threads_per_process": threads, "batch_size": single.batch_size,
                    "single_samples_per_s": single.samples_per_s, "single_step_s": single.step_s,
+                   "single_tokens_per_s": single.tokens_per_s, "tokens_guessed": single.tokens_guessed,
                    "single": single.to_dict(),
                    "partial": f"stopped before the {ddp.nproc}-process launch finished: the 1-process figures only"})
     if ddp.nproc > 1 and on_launch is not None:
@@ -495,11 +511,13 @@ def main(argv: list[str] | None = None) -> int:
         bucket_bytes = _bucket_bytes(logging)
         allreduce_s = _allreduce_s(grads, args.bucket_cap_mb, bucket_bytes=bucket_bytes) if world > 1 else 0.0
         buckets = len(bucket_bytes) if bucket_bytes else expected_buckets(gradient_bytes, args.bucket_cap_mb)
-        # each rank's three figures, in tensors held past the process group (_COLLECTIVE_TENSORS), not
-        # all_gather_object's, which Python drops as the call returns
+        # each rank's figures, in tensors held past the process group (_COLLECTIVE_TENSORS), not
+        # all_gather_object's, which Python drops as the call returns; its tokens a step (nan: not token ids)
+        per_sample = loop.tokens_per_sample
+        tokens = math.nan if per_sample is None else per_sample * config.batch_size * config.accumulation_steps
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-        mine = torch.tensor([step_s, nosync_s, allreduce_s], dtype=torch.float64, device=device)
-        theirs = [torch.zeros(3, dtype=torch.float64, device=device) for _ in range(world)]
+        mine = torch.tensor([step_s, nosync_s, allreduce_s, tokens], dtype=torch.float64, device=device)
+        theirs = [torch.zeros(4, dtype=torch.float64, device=device) for _ in range(world)]
         _COLLECTIVE_TENSORS.extend([mine, *theirs])
         dist.all_gather(theirs, mine)
         gathered = [t.tolist() for t in theirs]
@@ -510,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
                 step_s=max(g[0] for g in gathered), nosync_step_s=max(g[1] for g in gathered),
                 allreduce_s=max(g[2] for g in gathered), gradient_bytes=gradient_bytes, buckets=buckets,
                 per_rank_step_s=[g[0] for g in gathered], bucket_bytes=bucket_bytes,
+                tokens_per_step=None if any(math.isnan(g[3]) for g in gathered) else sum(g[3] for g in gathered),
+                tokens_guessed=loop.spec.count_tokens is None,
             )
             Path(args.out).write_text(json.dumps(stats.to_dict()))
         dist.barrier()

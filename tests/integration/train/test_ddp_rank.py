@@ -50,13 +50,49 @@ workload = dlperf.Workload(
 '''
 
 
-def _rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: StepConfig) -> RankStats:
+PADDED = '''
+import torch
+from torch import nn
+
+import dlperf
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, ids, mask):
+        kept = mask.unsqueeze(-1).to(torch.float32)
+        return self.head((self.embed(ids) * kept).sum(1) / kept.sum(1).clamp(min=1.0))
+
+
+def make_loader(batch_size, **kwargs):
+    # row i of a batch has i % 16 + 1 real tokens of 16
+    mask = (torch.arange(16) <= (torch.arange(batch_size) % 16).unsqueeze(1)).to(torch.int64)
+    ids = torch.randint(1, 100, (batch_size, 16), generator=torch.Generator().manual_seed(0))
+    return [((ids * mask, mask), ids[:, 0] % 4)] * 8
+
+
+workload = dlperf.Workload(
+    name="padded", make_model=lambda: Masked(),
+    make_inputs=lambda b: (torch.randint(1, 100, (b, 16)), torch.ones(b, 16, dtype=torch.int64)),
+    train=dlperf.TrainSpec(make_loader=make_loader, loss_fn=nn.functional.cross_entropy,
+                           make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), batch_size=8,
+                           count_tokens=COUNT),
+)
+'''
+
+
+def _rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: StepConfig,
+          workload: str = PARTLY_FROZEN) -> RankStats:
     """Run the rank's main on the partly frozen workload as rank 0 of a world of one, at 1 thread; what it wrote.
 
     Port 0: rank 0's store binds a port the kernel picks. A port found free and closed again could be taken before
     the store bound it (EADDRINUSE, seen in CI)."""
     spec = tmp_path / "frozen.py"
-    spec.write_text(PARTLY_FROZEN)
+    spec.write_text(workload)
     out = tmp_path / "result.json"
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": "0"}.items():
@@ -88,7 +124,7 @@ def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.Mon
     import torch.distributed as dist
 
     gather = dist.all_gather
-    slower = (10.0, 9.0, 0.5)  # step, no-sync step and all-reduce medians, in seconds
+    slower = (10.0, 9.0, 0.5, float("nan"))  # step, no-sync step and all-reduce medians in seconds; no tokens
 
     def with_a_slower_rank(gathered: list[Any], mine: Any) -> None:
         gather(gathered, mine)
@@ -96,7 +132,8 @@ def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(dist, "all_gather", with_a_slower_rank)
     stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8))
-    assert (stats.step_s, stats.nosync_step_s, stats.allreduce_s) == slower
+    assert (stats.step_s, stats.nosync_step_s, stats.allreduce_s) == slower[:3]
+    assert stats.tokens_per_step is None and stats.tokens_per_s is None  # not token ids
     assert len(stats.per_rank_step_s) == 2 and stats.per_rank_step_s[1] == 10.0 and stats.per_rank_step_s[0] < 10.0
 
 
@@ -116,3 +153,16 @@ def test_the_ranks_collective_tensors_outlive_its_process_group(tmp_path: Path,
     assert len(held) == 2  # this rank's figures and the one gathered slot of a world of one
     assert held[1].tolist()[0] == pytest.approx(stats.step_s)  # the tensors the all-gather filled
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize(("count", "per_sample"), [("lambda inputs: int(inputs[1].sum())", 4.5), ("None", 16.0)])
+def test_a_rank_of_token_ids_reports_the_tokens_of_its_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             count: str, per_sample: float) -> None:
+    """--nproc gave samples/s only, where a single-process run and a tuning give tokens/s too: 8 rows of 1-8 real
+    tokens (4.5 a sample) counted by count_tokens, or 16 positions each guessed from the shape."""
+    stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8, accumulation_steps=2),
+                  PADDED.replace("COUNT", count))
+    assert stats.tokens_per_step == pytest.approx(16 * per_sample)  # 2 micro-batches of 8
+    assert stats.tokens_guessed == (count == "None")
+    assert stats.tokens_per_s == pytest.approx(stats.samples_per_s * per_sample)
+    assert RankStats.from_dict(stats.to_dict()) == stats

@@ -92,6 +92,24 @@ def test_ddp_view_renders_the_numbers() -> None:
     assert "20% of the step" in text and "50% of the all-reduce is hidden" in text
 
 
+def test_ddp_view_gives_tokens_per_s_beside_samples_per_s_for_token_ids() -> None:
+    """--nproc printed samples/s only, where a single-process run and a tuning give tokens/s too."""
+    from dlperf.report.html_kinds import _ddp_view
+
+    single = RankStats(1, 32, 0.010, 0.010, 0.0, 4 * 2**20, 3, tokens_per_step=32 * 4.5)
+    multi = RankStats(2, 32, 0.0125, 0.010, 0.005, 4 * 2**20, 3, tokens_per_step=64 * 4.5)
+    d = DdpResult("w", "gloo", 1, 25.0, single, multi).to_dict()
+    assert d["single_tokens_per_s"] == pytest.approx(14400) and d["tokens_per_s"] == pytest.approx(23040)
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(d))
+    text = console.export_text()
+    assert "1 process   3,200 samples/s, 14,400 tokens/s (step 10.00 ms)" in text, text
+    assert "2 processes 5,120 samples/s, 23,040 tokens/s (step 12.50 ms)" in text, text
+    assert ">tokens/s</th>" in _ddp_view(d) and ">23,040<" in _ddp_view(d)
+    plain = _result(0.010, 0.0125, 0.010, 0.005).to_dict()
+    assert plain["tokens_per_s"] is None and "tokens/s" not in _ddp_view(plain)
+
+
 def test_train_takes_the_memory_budget_as_profile_does(capsys: pytest.CaptureFixture[str]) -> None:
     """Two parsers of --memory-budget (train's took '1000' as 1000 bytes without a word, and no 'T'): now one."""
     assert main(["train", "zoo:mlp", "--tune", "--memory-budget", "10"]) == ConfigError.exit_code
