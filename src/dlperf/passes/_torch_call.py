@@ -37,6 +37,10 @@ class TorchCall:
         # fp32 matmuls on TF32 tensor cores (torch.set_float32_matmul_precision('high')) during the call only:
         # the setting is global, and an A/B runs this model beside the original in one process
         self.tf32 = False
+        # torch's fused attention fast path (nn.TransformerEncoderLayer, nn.MultiheadAttention in eval under no_grad)
+        # off during the call: on the CPU it ignores autocast and fails on the bf16 activations autocast hands it
+        # ("expected scalar type Float but found BFloat16"), since it only checks CUDA's autocast
+        self.mha_fastpath_off = False
 
     @property
     def target(self) -> Any:
@@ -83,6 +87,22 @@ class TorchCall:
         if self.channels_last or self.input_dtype is not None:
             inputs = self.prepare_inputs(inputs)
         target = self.target
+        if self.mha_fastpath_off:
+            before = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                out = self._autocast_call(target, inputs)
+            finally:
+                torch.backends.mha.set_fastpath_enabled(before)
+        else:
+            out = self._autocast_call(target, inputs)
+        if self.output_dtype is not None:
+            out = cast_floats(out, self.output_dtype)
+        return out
+
+    def _autocast_call(self, target: Any, inputs: tuple[Any, ...]) -> Any:
+        import torch
+
         if self.autocast_dtype is not None:
             if self.inference_mode:
                 with torch.inference_mode(), torch.autocast(self.device_type, dtype=self.autocast_dtype):
@@ -95,8 +115,6 @@ class TorchCall:
                 out = target(*inputs)
         else:
             out = target(*inputs)
-        if self.output_dtype is not None:
-            out = cast_floats(out, self.output_dtype)
         return out
 
 

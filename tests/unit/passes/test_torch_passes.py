@@ -255,6 +255,37 @@ def test_precision_bf16_outputs_fp32_close_to_original(mode: str) -> None:
     assert cosine(out, ref) > 0.98
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+def test_bf16_autocast_runs_an_encoder_with_a_padding_mask_and_leaves_the_fast_path_on() -> None:
+    """A padding-masked nn.TransformerEncoder in eval under no_grad takes torch's fused fast path, which checks only
+    CUDA's autocast: under CPU autocast it got bf16 activations and every call failed ("expected scalar type Float but
+    found BFloat16"), so `dlperf optimize` recorded the bf16 candidate as failed. The call now turns the fast path off
+    for itself only."""
+
+    class Masked(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2)  # nested tensors on, as by default
+            self.head = torch.nn.Linear(32, 10)
+
+        def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+            return self.head(self.encoder(x, src_key_padding_mask=pad)[:, 0])
+
+    def inputs(b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pad = torch.arange(8)[None, :] >= torch.tensor([8, 6, 7, 5] * b)[:b, None]
+        return torch.randn(b, 8, 32, generator=torch.Generator().manual_seed(b)), pad
+
+    state = initial_state(Workload(name="masked", make_model=Masked, make_inputs=inputs))
+    ref_inputs, ref = _reference(state)
+    state = apply_pass(PrecisionConfig(dtype="bf16", mode="autocast"), state, PassContext(cpu_flags=("avx512_bf16",)))
+    with torch.no_grad():
+        out = state.predict(*ref_inputs)
+    assert out.dtype == torch.float32 and cosine(out, ref) > 0.98
+    assert torch.backends.mha.get_fastpath_enabled()  # for the original model timed beside it
+
+
 def test_passes_compose_in_one_torch_call() -> None:
     state = initial_state(cnn_workload())
     inputs, ref = _reference(state)
