@@ -325,11 +325,33 @@ def make_call(model: Any, inputs: Inputs, device: str, precision: str) -> Callab
         def call() -> Any:
             with torch.inference_mode():
                 return model(*inputs)
+    elif device_type == "cpu" and has_fused_attention(model):
+        mha = torch.backends.mha
+
+        def call() -> Any:
+            before = mha.get_fastpath_enabled()
+            mha.set_fastpath_enabled(False)
+            try:
+                with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
+                    return model(*inputs)
+            finally:
+                mha.set_fastpath_enabled(before)
     else:
         def call() -> Any:
             with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
                 return model(*inputs)
     return call
+
+
+FUSED_ATTENTION = ("TransformerEncoderLayer", "TransformerDecoderLayer", "MultiheadAttention")
+
+
+def has_fused_attention(model: Any) -> bool:
+    """Whether the model holds a torch module with the fused attention fast path, which checks only CUDA's autocast:
+    under CPU autocast it gets bf16/fp16 activations beside fp32 weights and fails ("expected scalar type Float but
+    found BFloat16", nn.TransformerEncoder with a padding mask), so a CPU autocast call turns it off for itself."""
+    modules = getattr(model, "modules", None)
+    return modules is not None and any(type(m).__name__ in FUSED_ATTENTION for m in modules())
 
 
 def run_bench(

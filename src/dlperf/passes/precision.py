@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlperf.errors import ConfigError
-from dlperf.measure.bench import half_dtype
-from dlperf.passes._torch_call import has_module, torch_call, torch_reason
+from dlperf.measure.bench import half_dtype, has_fused_attention
+from dlperf.passes._torch_call import torch_call, torch_reason
 from dlperf.passes.base import ModelState, PassConfig, PassContext, register
 
 if TYPE_CHECKING:
@@ -94,8 +94,7 @@ class Precision:
         if config.mode == "autocast":
             call.autocast_dtype = dtype
             # torch's fused attention fast path ignores CPU autocast and fails on its bf16/fp16 activations
-            call.mha_fastpath_off = call.device_type == "cpu" and has_module(
-                state.model, ("TransformerEncoderLayer", "TransformerDecoderLayer", "MultiheadAttention"))
+            call.mha_fastpath_off = call.device_type == "cpu" and has_fused_attention(state.model)
         else:
             state.model = state.model.to(dtype)
             call.model = state.model

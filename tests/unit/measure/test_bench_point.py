@@ -8,8 +8,17 @@ import random
 
 import pytest
 
-from dlperf.measure.bench import CONTENTION_PERCENT, BenchConfig, BenchPoint, BenchResult, headline_record
+from dlperf.measure.bench import (
+    CONTENTION_PERCENT,
+    BenchConfig,
+    BenchPoint,
+    BenchResult,
+    headline_record,
+    make_call,
+)
 from dlperf.measure.stats import Measurement, percentile_upper_bound
+
+from ..passes.torch_models import MaskedEncoder, masked_inputs
 
 pytestmark = pytest.mark.unit
 
@@ -138,3 +147,17 @@ def test_a_tight_bound_or_a_slow_share_no_run_fixes_gets_its_own_words() -> None
     note = headline_record(BenchConfig(scenario="single-stream"), [mixed])["bound_note"]
     assert note.endswith("10.0% of the calls took over 4.56 ms, so the true p90 may be above that: no longer run "
                          "brings the bound down to it")
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+def test_bench_s_bf16_autocast_runs_an_encoder_with_a_padding_mask() -> None:
+    """`dlperf bench attn_wl.py --precision bf16` failed: "the measured call raised RuntimeError: expected scalar type
+    Float but found BFloat16" (torch's fused attention fast path checks only CUDA's autocast). The call turns the fast
+    path off for itself, and puts it back."""
+    import torch
+
+    model = MaskedEncoder().eval()
+    inputs = masked_inputs(4)
+    out = make_call(model, inputs, "cpu", "bf16")()
+    assert out.dtype == torch.bfloat16 and out.shape == (4, 10)
+    assert torch.backends.mha.get_fastpath_enabled()

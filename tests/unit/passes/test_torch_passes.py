@@ -20,7 +20,7 @@ from dlperf.passes.precision import search_space as precision_space
 from dlperf.passes.torch_dynamic_int8 import DynamicInt8Config, int8_linear_class
 from dlperf.workload.base import Workload
 
-from .torch_models import cnn_workload, cosine, mlp_workload
+from .torch_models import cnn_workload, cosine, masked_encoder_workload, mlp_workload
 
 pytestmark = pytest.mark.unit
 
@@ -261,23 +261,7 @@ def test_bf16_autocast_runs_an_encoder_with_a_padding_mask_and_leaves_the_fast_p
     CUDA's autocast: under CPU autocast it got bf16 activations and every call failed ("expected scalar type Float but
     found BFloat16"), so `dlperf optimize` recorded the bf16 candidate as failed. The call now turns the fast path off
     for itself only."""
-
-    class Masked(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-            self.encoder = torch.nn.TransformerEncoder(layer, 2)  # nested tensors on, as by default
-            self.head = torch.nn.Linear(32, 10)
-
-        def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-            return self.head(self.encoder(x, src_key_padding_mask=pad)[:, 0])
-
-    def inputs(b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pad = torch.arange(8)[None, :] >= torch.tensor([8, 6, 7, 5] * b)[:b, None]
-        return torch.randn(b, 8, 32, generator=torch.Generator().manual_seed(b)), pad
-
-    state = initial_state(Workload(name="masked", make_model=Masked, make_inputs=inputs))
+    state = initial_state(masked_encoder_workload())
     ref_inputs, ref = _reference(state)
     state = apply_pass(PrecisionConfig(dtype="bf16", mode="autocast"), state, PassContext(cpu_flags=("avx512_bf16",)))
     with torch.no_grad():

@@ -57,3 +57,27 @@ def cnn_workload() -> Workload:
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(a.flatten(1).float(), b.flatten(1).float()).min())
+
+
+class MaskedEncoder(torch.nn.Module):
+    """nn.TransformerEncoder (nested tensors on, as by default) over [B, 8, 32] with a padding mask, then a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x, src_key_padding_mask=pad)[:, 0])
+
+
+def masked_inputs(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of 8, 6, 7 and 5 real positions, the rest padding (True)."""
+    pad = torch.arange(8)[None, :] >= torch.tensor([8, 6, 7, 5] * batch_size)[:batch_size, None]
+    return torch.randn(batch_size, 8, 32, generator=torch.Generator().manual_seed(batch_size)), pad
+
+
+def masked_encoder_workload() -> Workload:
+    return Workload(name="masked", make_model=MaskedEncoder, make_inputs=masked_inputs)
