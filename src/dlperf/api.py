@@ -65,9 +65,8 @@ def bench(
     from dlperf.store.db import Store
 
     st = store if isinstance(store, Store) else Store(store, create=True)
-    # an in-memory module has no spec ('python' for every one mixed them in one history): its class name says more
     in_memory = workload.source in (None, "", "python")
-    name = f"python:{workload.name}" if in_memory else str(workload.source)
+    name = recorded_name(workload)
     recorded = bench_config_dict(config, None if in_memory else workload.source)
     artifact = artifact_settings(model)
     if artifact is not None:  # as `dlperf bench DIR` records it
@@ -77,6 +76,15 @@ def bench(
         run.result = result.to_dict()
     result.run_id = run.id  # for `dlperf baseline set` of the run just recorded
     return result
+
+
+def recorded_name(workload: Workload) -> str:
+    """The workload name a bench or check run of `workload` is stored under: its spec, or `python:NAME` for one made
+    in memory (a module, or a `Workload` built in code), which has no spec ('python' for every one mixed them in one
+    history: its name says more)."""
+    if workload.source in (None, "", "python"):
+        return f"python:{workload.name}"
+    return str(workload.source)
 
 
 def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None = None, precision: str = "fp32",

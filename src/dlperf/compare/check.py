@@ -59,7 +59,7 @@ def check_against_baseline(
     `min_duration_s` / `batch_sizes` override the baseline's (the comparison is per batch size present in
     both).
     """
-    from dlperf.api import bench_config_dict, bench_environment, bench_workload
+    from dlperf.api import bench_config_dict, bench_environment, bench_workload, recorded_name
     from dlperf.measure.bench import point_saver, run_bench
     from dlperf.measure.env import environment_differences, usable_cores
     from dlperf.workload.loader import canonical_spec
@@ -103,8 +103,9 @@ def check_against_baseline(
     # a workload, or an artifact folder (`dlperf bench DIR`'s baseline), measured as bench measured it
     workload = bench_workload(workload_spec, threads=bench_config.threads, precision=bench_config.precision,
                               device=bench_config.device)
-    # Recorded under the name the user gave, as `dlperf bench` records it, so histories line up.
-    name = workload_spec if isinstance(workload_spec, str) else (workload.source or workload.name)
+    # Recorded under the name the user gave, as `dlperf bench` (and `dlperf.bench(..., store=)`) records it, so
+    # histories line up: a Workload built in code was checked as 'NAME' against its bench baseline's 'python:NAME'
+    name = workload_spec if isinstance(workload_spec, str) else recorded_name(workload)
     environment = bench_environment(bench_config)  # at the baseline's --threads, as bench records it
     warnings = []
     key = canonical_spec(name)

@@ -67,3 +67,22 @@ def test_a_batch_size_the_baseline_recorded_but_has_no_samples_of_is_measured_no
     outcome = check_against_baseline("zoo:mlp", "main", store)
     assert [p["batch_size"] for p in outcome.bench["points"]] == [1, 2]
     assert [p.batch_size for p in outcome.gate.points] == [1]
+
+
+def test_a_workload_built_in_code_is_checked_under_its_bench_name(tmp_path: Path) -> None:
+    """A `dlperf.Workload` built in a notebook is stored by `dlperf.bench(..., store=)` as 'python:NAME'; the check
+    of that same object against it recorded 'NAME' and warned "the baseline measured workload 'python:digits',
+    this check 'digits'" (and `report --history python:digits` left the check runs out)."""
+    import torch
+
+    import dlperf
+
+    net = torch.nn.Linear(4, 2)
+    workload = dlperf.Workload(name="digits", make_model=lambda: net, make_inputs=lambda b: (torch.ones(b, 4),))
+    store = Store(tmp_path / "runs.db")
+    bench = dlperf.bench(workload, batch_sizes=(2,), min_duration_s=0.0, min_iters=3, warmup_iters=0, store=store)
+    assert bench.run_id is not None
+    store.set_baseline("main", bench.run_id)
+    outcome = check_against_baseline(workload, "main", store)
+    assert store.get(outcome.run_id).workload == store.get(bench.run_id).workload == "python:digits"
+    assert not [w for w in outcome.gate.warnings if "baseline measured workload" in w]
