@@ -182,6 +182,14 @@ class GateResult:
     baseline_run_id: str | None = None
     current_run_id: str | None = None
 
+    def __repr__(self) -> str:
+        # the dataclass's printed its config and every point's samples test and intervals: ~1.3 KB for one batch
+        # size, growing with each (what dlperf.assert_no_regression returns, shown by a notebook cell)
+        verdict = "FAIL" if self.failed else "pass"
+        points = ", ".join(f"batch {p.batch_size} {p.change:+.1%}" for p in self.points) or "no points"
+        return (f"GateResult({verdict}, {self.config.metric} within {self.config.max_regression:.1%}: {points}, "
+                f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)} in .warnings; .describe())")
+
     @property
     def failed(self) -> bool:
         return any(p.failed for p in self.points)

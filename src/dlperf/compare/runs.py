@@ -249,6 +249,14 @@ class RunComparison:
     # what makes the tables read wrongly (runs of two workloads), said before them; notes come after
     warnings: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        # the dataclass's printed both records and every point's KPIs, tests and intervals: ~1.5 KB for one batch
+        # size, growing with each
+        points = "; ".join(f"{p.title or f'batch {p.batch_size}'}: {p.verdict}" for p in self.points) or "no points"
+        said = len(self.warnings) + len(self.notes) + len(self.environment_differences)
+        return (f"RunComparison({self.a.id!r} vs {self.b.id!r}, {points}, {said} warning"
+                f"{'s' * (said != 1)} and notes; .points, .to_dict())")
+
     @property
     def test_note(self) -> str:
         return LOAD_TEST_NOTE if self.a.kind == self.b.kind == "load" else TEST_NOTE

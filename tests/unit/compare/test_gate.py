@@ -257,3 +257,17 @@ def test_a_baseline_batch_size_the_new_run_did_not_measure_is_warned_about() -> 
     # turned into a failing test
     chosen = gate({1: _m(rng, 0.01, 100), 8: _m(rng, 0.04, 100, batch=8)}, {1: _m(rng, 0.01, 100)}, left_out={8})
     assert not any("re-measured" in w for w in chosen.warnings)
+
+
+def test_the_repr_is_one_line_with_the_verdict() -> None:
+    """What dlperf.assert_no_regression returns, shown in a notebook cell, was the dataclass's: ~1.3 KB of config,
+    samples tests and intervals for one batch size, more for each. Now the verdict and each batch size's change."""
+    rng = np.random.default_rng(1)
+    result = gate({1: _m(rng, 0.01, 300), 8: _m(rng, 0.01, 300, batch=8)},
+                  {1: _m(rng, 0.012, 300), 8: _m(rng, 0.01, 300, batch=8)}, GateConfig(max_regression=0.05))
+    text = repr(result)
+    assert "\n" not in text and len(text) < 160, text
+    change_1, change_8 = (f"{p.change:+.1%}" for p in result.points)
+    assert 0.15 < result.points[0].change < 0.25  # the 20% slower batch size
+    assert text == (f"GateResult(FAIL, p50 within 5.0%: batch 1 {change_1}, batch 8 {change_8}, "
+                    f"{len(result.warnings)} warning{'s' * (len(result.warnings) != 1)} in .warnings; .describe())")

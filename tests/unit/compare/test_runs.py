@@ -482,3 +482,16 @@ def test_the_tests_agree_on_a_clear_change_and_on_none(store: Store) -> None:
         (point,) = compare_records(store.get(a), store.get(b)).points
         assert point.verdict == verdict and point.tests_disagree is None
         assert compare_records(store.get(a), store.get(b)).to_dict()["points"][0]["tests_disagree"] is None
+
+
+def test_the_repr_is_one_line_with_each_batch_size_s_verdict(store: Store) -> None:
+    """compare_records in a notebook cell showed both records and every KPI, test and interval: ~1.5 KB a batch
+    size. Now the two runs and each batch size's verdict."""
+    a = add_run(store, "bench", bench_result({1: 0.010, 8: 0.040}, seed=1))
+    b = add_run(store, "bench", bench_result({1: 0.012, 8: 0.040}, seed=2))
+    cmp = compare_records(store.get(a), store.get(b))
+    text = repr(cmp)
+    assert "\n" not in text and len(text) < 160, text
+    said = len(cmp.warnings) + len(cmp.notes) + len(cmp.environment_differences)
+    assert text == (f"RunComparison({a!r} vs {b!r}, batch 1: B slower; batch 8: {cmp.points[1].verdict}, {said} "
+                    f"warning{'s' * (said != 1)} and notes; .points, .to_dict())")
