@@ -28,6 +28,7 @@ from dlperf.train.loop import (
     StepConfig,
     TrainLoop,
     checkpointing_off,
+    kept_random_state,
     too_many_workers,
 )
 from dlperf.workload.base import Workload
@@ -417,9 +418,11 @@ def measure_training(
     count_flops: bool = True,
     on_progress: Callable[[int, float], None] | None = None,
 ) -> TrainMeasurement:
-    """Build the loop for `config` and measure it (see `measure_loop`)."""
-    loop = TrainLoop(workload, config, seed=seed)
-    try:
-        return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, count_flops, on_progress)
-    finally:
-        loop.close()
+    """Build the loop for `config` and measure it (see `measure_loop`). The caller's random generators are as they
+    were after it (`kept_random_state`), though the loop seeds them with `seed`."""
+    with kept_random_state():
+        loop = TrainLoop(workload, config, seed=seed)
+        try:
+            return measure_loop(loop, steps, warmup_steps, min_duration_s, ceilings, count_flops, on_progress)
+        finally:
+            loop.close()

@@ -25,7 +25,7 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.env import usable_cores
 from dlperf.measure.stats import Measurement, median
 from dlperf.train.knobs import DEFAULT_KNOBS, Candidate, Knob, TuneContext, registry
-from dlperf.train.loop import StepConfig, TrainLoop, base_config, has_conv
+from dlperf.train.loop import StepConfig, TrainLoop, base_config, has_conv, kept_random_state
 from dlperf.train.parity import (
     ParityConfig,
     ParityResult,
@@ -688,7 +688,8 @@ def tune(workload: Workload | str | os.PathLike[str], baseline: StepConfig | Non
         workload = load_workload(os.fspath(workload))  # a Path too, as dlperf.bench takes one
     if baseline is None:
         baseline = base_config(workload)
-    return Tuner(workload, baseline, config, **kwargs).run()
+    with kept_random_state():  # its loops seed the generators: the caller's are given back as they were
+        return Tuner(workload, baseline, config, **kwargs).run()
 
 
 LOADER_KNOBS = ("workers", "prefetch", "persistent")

@@ -185,3 +185,30 @@ def test_the_repr_is_one_line_whatever_the_steps() -> None:
     assert "\n" not in text and len(text) < 200, text
     assert text == ("TrainMeasurement('tiny', batch 16, 1000 steps, step p50 10 ms, 1,600.0 samples/s, 0 notes in "
                     ".notes; .breakdown_s(), .measurement)")
+
+
+@pytest.mark.parametrize("call", ["measure", "tune"])
+def test_the_caller_s_random_generators_are_given_back(call: str) -> None:
+    """A loop seeds torch's, Python's and NumPy's generators; in a notebook, `torch.manual_seed(42)` then
+    `measure_training(...)` (or `tune`) left them reseeded: the next `torch.rand(1)` read 0.3074, not 0.8823."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from dlperf.train.tune import TuneConfig, tune
+
+    def draws() -> tuple[float, float, float]:
+        return torch.rand(1).item(), random.random(), float(np.random.rand())
+
+    def seed() -> None:
+        torch.manual_seed(42), random.seed(42), np.random.seed(42)
+
+    seed()
+    expected = draws()
+    seed()
+    if call == "measure":
+        measure_training(tiny(), StepConfig(batch_size=8, threads=1), steps=2, warmup_steps=1, count_flops=False)
+    else:
+        tune(tiny(), StepConfig(batch_size=8, threads=1), TuneConfig(knobs=("threads",)))
+    assert draws() == expected
