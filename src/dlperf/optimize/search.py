@@ -98,16 +98,18 @@ class OptimizeConfig:
     workdir: str | None = None
 
     def __post_init__(self) -> None:
+        # each message names the option and the field (`--time-budget (time_budget_s)`): the CLI's spelling alone
+        # sent a library caller looking for a `time_budget` argument it never wrote
         check_objective(self.objective)
         if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-        check_threads(self.threads, "--threads", " (leave it out for torch's default)")
+            raise ConfigError(f"--batch-size (batch_size) must be >= 1, got {self.batch_size}")
+        check_threads(self.threads, "--threads (threads)", " (leave it out for torch's default)")
         if isinstance(self.passes, str):  # 'hygiene' was read letter by letter: "unknown passes e, g, h, i, n, y"
             raise ConfigError(f"passes must be a tuple of pass names, got the string {self.passes!r}: write "
                               f"passes={tuple(p.strip() for p in self.passes.split(',') if p.strip())!r}")
         if self.passes is not None and not self.passes:
-            raise ConfigError("--passes names no pass: give pass names separated by commas, or leave it out to "
-                              "search every pass")
+            raise ConfigError("--passes (passes) names no pass: give pass names separated by commas (a tuple of "
+                              "them in Python), or leave it out to search every pass")
         if not isinstance(self.constraints, Constraints):  # a dict failed at the search's end, AttributeError
             raise ConfigError(f"constraints must be a dlperf.optimize.constraints.Constraints, got "
                               f"{type(self.constraints).__name__}: write constraints=Constraints(max_metric_drop=0.01)")
@@ -123,11 +125,12 @@ class OptimizeConfig:
 
         ABConfig(blocks=self.ab_blocks, iters_per_block=self.ab_iters_per_block)  # as the final A/Bs check them
         if not self.time_budget_s > 0:  # written so that NaN fails: it passed "<= 0", and nothing was ever out of time
-            raise ConfigError(f"--time-budget must be positive, got {self.time_budget_s}")
+            raise ConfigError(f"--time-budget (time_budget_s) must be positive, got {self.time_budget_s}")
         if self.max_depth < 1:
-            raise ConfigError(f"--max-depth must be >= 1, got {self.max_depth}")
+            raise ConfigError(f"--max-depth (max_depth) must be >= 1, got {self.max_depth}")
         if not self.candidate_timeout_s > 0:
-            raise ConfigError(f"--candidate-timeout must be positive, got {self.candidate_timeout_s}")
+            raise ConfigError(f"--candidate-timeout (candidate_timeout_s) must be positive, got "
+                              f"{self.candidate_timeout_s}")
         if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
             raise ConfigError("memory_limit_bytes must be positive (or None: 75% of RAM), got "
                               f"{self.memory_limit_bytes}")

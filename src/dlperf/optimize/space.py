@@ -226,7 +226,8 @@ def _unknown_passes(unknown: Sequence[str], wanted: set[str]) -> ConfigError:
         hint += f"; did you mean {guesses[unknown[0]]}?"
     elif guesses:
         hint += f"; did you mean {', '.join(f'{g} for {n}' for n, g in guesses.items())}?"
-    return ConfigError(f"--passes names unknown passes {', '.join(unknown)}: known passes are {', '.join(names)}{hint}")
+    return ConfigError(f"--passes (passes) names unknown passes {', '.join(unknown)}: known passes are "
+                       f"{', '.join(names)}{hint}")
 
 
 def _why_nothing_offered(module_name: str, workload: Workload, ctx: PassContext, built: list[Any]) -> str | None:

@@ -64,10 +64,10 @@ def test_optimize_cli_rejects_bad_budget() -> None:
     # meant as 1%: it said "must be in [0, 100%), got 1.0", not how to write it
     (["--max-metric-drop", "1"], "--max-metric-drop '1' would be 100% of the baseline's metric (a bare number is a "
                                  "fraction, and must be below 1): write 1% for 0.01"),
-    (["--threads", "0"], "--threads must be >= 1, got 0"),
-    (["--threads", "-3"], "--threads must be >= 1, got -3"),
-    (["--passes", ","], "--passes names no pass"),
-    (["--passes", ""], "--passes names no pass"),  # it searched every pass for the whole time budget
+    (["--threads", "0"], "--threads (threads) must be >= 1, got 0"),
+    (["--threads", "-3"], "--threads (threads) must be >= 1, got -3"),
+    (["--passes", ","], "--passes (passes) names no pass"),
+    (["--passes", ""], "--passes (passes) names no pass"),  # it searched every pass for the whole time budget
 ])
 def test_optimize_cli_refuses_bad_numbers_at_once(argv: list[str], message: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -220,9 +220,9 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    ({"threads": 0}, "--threads must be >= 1, got 0"),
-    ({"threads": -3}, "--threads must be >= 1, got -3"),
-    ({"passes": ()}, "--passes names no pass"),
+    ({"threads": 0}, "--threads \\(threads\\) must be >= 1, got 0"),
+    ({"threads": -3}, "--threads \\(threads\\) must be >= 1, got -3"),
+    ({"passes": ()}, "--passes \\(passes\\) names no pass"),
     ({"device": "cudax"}, "unknown device 'cudax'"),
     # read letter by letter, it said "unknown passes e, g, h, i, n, y"
     ({"passes": "hygiene,onnxruntime"}, r"passes must be a tuple of pass names, got the string 'hygiene,onnxruntime': "
@@ -234,14 +234,14 @@ def test_an_export_that_fails_at_the_end_still_returns_the_results(tmp_path: Pat
     ({"min_duration_s": -1.0}, "min_duration_s must be >= 0, got -1.0"),
     ({"extend_tolerance": 2.0}, r"extend_tolerance must be in \[0, 1\), got 2.0"),
     # NaN passed "<= 0": a search that is never out of time, candidates never timed out
-    ({"time_budget_s": math.nan}, "--time-budget must be positive, got nan"),
-    ({"candidate_timeout_s": math.nan}, "--candidate-timeout must be positive, got nan"),
+    ({"time_budget_s": math.nan}, "--time-budget \\(time_budget_s\\) must be positive, got nan"),
+    ({"candidate_timeout_s": math.nan}, "--candidate-timeout \\(candidate_timeout_s\\) must be positive, got nan"),
     ({"memory_limit_bytes": -5}, r"memory_limit_bytes must be positive \(or None: 75% of RAM\), got -5"),
     ({"confirm_top": 0}, "confirm_top must be >= 1, got 0"),  # no A/B: never a winner, whatever was measured
     ({"ab_blocks": 2}, "an A/B needs at least 4 blocks, got 2"),  # refused only by the final A/B's process
     # 0 fell back to the workload's default batch size without a word
-    ({"batch_size": 0}, "--batch-size must be >= 1, got 0"),
-    ({"max_depth": 0}, "--max-depth must be >= 1, got 0"),  # the baseline alone, then "no winner"
+    ({"batch_size": 0}, "--batch-size \\(batch_size\\) must be >= 1, got 0"),
+    ({"max_depth": 0}, "--max-depth \\(max_depth\\) must be >= 1, got 0"),  # the baseline alone, then "no winner"
     ({"extend_tolerance": 1.0}, r"extend_tolerance must be in \[0, 1\), got 1.0"),  # a paired gate of 0: extend all
 ])
 def test_bad_settings_are_refused_before_the_search(config: dict[str, Any], message: str) -> None:
