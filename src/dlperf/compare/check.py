@@ -53,11 +53,12 @@ def check_against_baseline(
     min_duration_s: float | None = None,
     batch_sizes: tuple[int, ...] | None = None,
     on_progress: Callable[[int, int, float], None] | None = None,
+    example_inputs: Any = None,
 ) -> CheckOutcome:
     """Measure `workload_spec` with the baseline run's bench settings, record a 'check' run, and gate it.
 
     `min_duration_s` / `batch_sizes` override the baseline's (the comparison is per batch size present in
-    both).
+    both). `example_inputs`: an nn.Module's, as `dlperf.bench(model, example_inputs)` takes them.
     """
     from dlperf.api import bench_config_dict, bench_environment, bench_workload, recorded_name
     from dlperf.measure.bench import point_saver, run_bench
@@ -101,8 +102,9 @@ def check_against_baseline(
                                     max_duration_s=max(bench_config.timer.max_duration_s, min_duration_s))
         bench_config = dataclasses.replace(bench_config, timer=timer)
     # a workload, or an artifact folder (`dlperf bench DIR`'s baseline), measured as bench measured it
-    workload = bench_workload(workload_spec, threads=bench_config.threads, precision=bench_config.precision,
-                              device=bench_config.device)
+    # an nn.Module with its inputs too: one benched from Python (`python:CLASSNAME`) could not be checked at all
+    workload = bench_workload(workload_spec, example_inputs, threads=bench_config.threads,
+                              precision=bench_config.precision, device=bench_config.device)
     # Recorded under the name the user gave, as `dlperf bench` (and `dlperf.bench(..., store=)`) records it, so
     # histories line up: a Workload built in code was checked as 'NAME' against its bench baseline's 'python:NAME'
     name = workload_spec if isinstance(workload_spec, str) else recorded_name(workload)

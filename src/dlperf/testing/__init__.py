@@ -50,6 +50,7 @@ def assert_no_regression(
     confidence: float = 0.95,
     min_duration_s: float | None = None,
     batch_sizes: tuple[int, ...] | None = None,
+    example_inputs: Any = None,
 ) -> GateResult:
     """Re-measure `workload` like baseline `baseline` was measured (recording a 'check' run) and raise
     PerformanceRegression when `metric` regressed by more than `max_regression` AND significantly.
@@ -61,15 +62,19 @@ def assert_no_regression(
     PerformanceCheckWarning (a failing one's are in the exception's message): a suite run with
     `filterwarnings = error` fails on them unless it lets them through
     (`default::dlperf.testing.PerformanceCheckWarning`).
+
+    `example_inputs`: for an nn.Module `workload`, its inputs, as `dlperf.bench(model, example_inputs, store=...)`
+    took them for the baseline (the check is recorded under the same `python:CLASSNAME`).
     """
     __tracebackhide__ = True
     return _check(workload, baseline, store=store, max_regression=max_regression, metric=metric,
-                  confidence=confidence, min_duration_s=min_duration_s, batch_sizes=batch_sizes, stacklevel=3)
+                  confidence=confidence, min_duration_s=min_duration_s, batch_sizes=batch_sizes,
+                  example_inputs=example_inputs, stacklevel=3)
 
 
 def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | str, metric: str,
            confidence: float, min_duration_s: float | None, batch_sizes: tuple[int, ...] | None,
-           stacklevel: int) -> GateResult:
+           stacklevel: int, example_inputs: Any = None) -> GateResult:
     """assert_no_regression, its warnings issued `stacklevel` frames up (the test function's line)."""
     __tracebackhide__ = True
     from dlperf.compare.check import check_against_baseline
@@ -86,7 +91,7 @@ def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | 
                                           "with store=PATH (the dlperf_check fixture: pytest --dlperf-store PATH) "
                                           "or $DLPERF_STORE")) from None  # the same error, reworded
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,
-                                     batch_sizes=batch_sizes)
+                                     batch_sizes=batch_sizes, example_inputs=example_inputs)
     if outcome.gate.failed:
         __tracebackhide__ = True  # pytest shows the test's line and this message, not dlperf's frames
         name = workload if isinstance(workload, str) else outcome.baseline.workload

@@ -86,3 +86,25 @@ def test_a_workload_built_in_code_is_checked_under_its_bench_name(tmp_path: Path
     outcome = check_against_baseline(workload, "main", store)
     assert store.get(outcome.run_id).workload == store.get(bench.run_id).workload == "python:digits"
     assert not [w for w in outcome.gate.warnings if "baseline measured workload" in w]
+
+
+def test_a_module_benched_with_its_inputs_is_checked_with_them(tmp_path: Path) -> None:
+    """`dlperf.bench(model, (x,), store=...)` records 'python:Linear'; assert_no_regression took no inputs, so
+    that baseline could not be checked from Python at all ("an nn.Module was given without example inputs")."""
+    import warnings
+
+    import torch
+
+    import dlperf
+    import dlperf.testing
+
+    net, x = torch.nn.Linear(4, 2), torch.ones(2, 4)
+    store = Store(tmp_path / "runs.db")
+    bench = dlperf.bench(net, (x,), min_duration_s=0.0, min_iters=3, warmup_iters=0, store=store)
+    assert bench.run_id is not None
+    store.set_baseline("main", bench.run_id)
+    with warnings.catch_warnings():  # a pass on 3 samples is inconclusive, and says so: not what is tested here
+        warnings.simplefilter("ignore", dlperf.testing.PerformanceCheckWarning)
+        verdict = dlperf.assert_no_regression(net, "main", store=store, max_regression="900%", example_inputs=(x,))
+    (check,) = store.list(kind="check")
+    assert check.workload == "python:Linear" and [p.batch_size for p in verdict.points] == [2]
