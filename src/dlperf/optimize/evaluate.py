@@ -732,14 +732,21 @@ def _main_not_reimported() -> Any:
 
     The child needs nothing from __main__ (its target and payload are dlperf functions and plain data), and
     re-running a script without an `if __name__ == "__main__"` guard would start the search again.
+
+    The caller's unset default start method is left unset: CPython's spawn/forkserver start reads it with
+    `get_start_method()`, which fixes it for the process, so after `dlperf.optimize_workload` a notebook's
+    `multiprocessing.set_start_method("spawn")` raised "context has already been set".
     """
     main = sys.modules.get("__main__")
+    unset = mp.get_start_method(allow_none=True) is None
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
         yield
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+        if unset:
+            mp.set_start_method(None, force=True)  # None with force: unset again
 
 
 def _tree_rss(ps: Any) -> int:

@@ -589,3 +589,22 @@ def test_a_candidate_reports_the_time_its_builds_of_the_model_took(tmp_path: Pat
     assert candidate["paired"] is not None and "error" not in candidate["paired"]
     assert candidate["model_builds"] == 2 and 0.6 <= candidate["model_build_s"] < candidate["child_wall_s"]
     assert baseline["model_builds"] == 1 and 0.3 <= baseline["model_build_s"] < 0.6
+
+
+def test_starting_a_child_leaves_the_caller_s_start_method_unset() -> None:
+    """CPython's spawn/forkserver start reads the default start method with get_start_method(), which fixes it: after
+    `dlperf.optimize_workload` in a notebook, `multiprocessing.set_start_method("spawn")` raised "context has already
+    been set". Run in a fresh interpreter, where nothing has set it yet."""
+    import subprocess
+    import sys
+
+    code = ("import multiprocessing as mp, time\n"
+            "from dlperf.optimize.evaluate import _main_not_reimported\n"
+            "proc = mp.get_context('spawn').Process(target=time.sleep, args=(0,))\n"
+            "with _main_not_reimported():\n"
+            "    proc.start()\n"
+            "proc.join()\n"
+            "assert proc.exitcode == 0, proc.exitcode\n"
+            "assert mp.get_start_method(allow_none=True) is None, mp.get_start_method(allow_none=True)\n"
+            "mp.set_start_method('spawn')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
