@@ -178,7 +178,9 @@ def test_a_server_in_this_process_is_counted_once() -> None:
     assert out["load"] is not None
     load = LevelLoad.from_dict(out["load"])
     assert load.in_process and load.server_pid == out["pid"]
-    assert load.generator_cores > 0.2 and load.server_cores < 0.05  # no children: all of it is this process's
+    # 0.3 s of CPU over the level's wall: 0.18 cores at load average 10 on 2 cores, so only 'clearly some' is
+    # asserted (0 where the process's own CPU went uncounted)
+    assert load.generator_cores > 0.05 and load.server_cores < 0.05  # no children: all of it is this process's
     text = LevelLoad(cores=2, server_cores=0.0, generator_cores=1.2, other_cores=0.7, server_pid=9,
                      in_process=True).warning
     assert text is not None and "(the server and this generator, one process (PID 9): 1.2)" in text
