@@ -240,13 +240,15 @@ def _finished_behind(exc: BaseException) -> bool:
 
 
 def interrupted_message(exc: KeyboardInterrupt) -> str:
-    """What an interrupted command says: by what, and the run the store kept with what was finished."""
+    """What an interrupted command says: by what, the run the store kept with what was finished, and how to resume
+    it where the command can (`dlperf_resume`, a template with `{run}`, set by optimize)."""
     what = str(exc) or "interrupted"
     run = getattr(exc, "dlperf_run", None)
     if run is None:
         return what
+    resume = getattr(exc, "dlperf_resume", None)
     return (f"{what}: run {run} is kept in the store as interrupted, with what it finished "
-            f"(`dlperf runs show {run[:8]}`)")
+            f"(`dlperf runs show {run[:8]}`)" + (f"; {resume.format(run=run[:8])}" if resume else ""))
 
 
 if __name__ == "__main__":  # pragma: no cover

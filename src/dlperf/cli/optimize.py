@@ -110,6 +110,12 @@ def run(args: argparse.Namespace) -> int:
     except ExportFailed as exc:
         _print(exc.result.to_dict(), args.json)  # the search's results first, then the one-line error
         raise
+    except KeyboardInterrupt as exc:
+        # the interrupted line named the kept run but not that it resumes: `runs show` alone said so
+        exc.dlperf_resume = (  # type: ignore[attr-defined]
+            "add --resume {run} (without --no-resume) to resume it" if args.no_resume
+            else "the same dlperf optimize command resumes it, or --resume {run}")
+        raise
     finally:
         for executor in made:
             executor.close()

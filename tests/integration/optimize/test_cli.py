@@ -201,6 +201,9 @@ def test_sigint_to_the_optimize_process_alone_mid_candidate_keeps_the_run_resuma
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert "interrupted: run " in err.read_text().splitlines()[-1]
+    last = err.read_text().splitlines()[-1]
+    assert "interrupted: run " in last
     run = Store(tmp_path / "runs.db").list(kind="optimize")[0]
     assert run.status == "interrupted"
+    # the line says how to resume it: only `dlperf runs show` of the run did
+    assert last.endswith(f"; the same dlperf optimize command resumes it, or --resume {run.id[:8]}"), last
