@@ -13,6 +13,7 @@ import copy
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dlperf._device import check_device
-from dlperf.errors import ConfigError, ServingError
+from dlperf.errors import ConfigError, DlperfWarning, ServingError
 from dlperf.serve.batcher import Batcher, Work
 from dlperf.serve.metrics import DEFAULT_VARIANT, Recorder
 from dlperf.serve.protocol import BF16, ProtocolError, Tensor, datatype_of_name, random_array
@@ -154,8 +155,10 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
                            "tensors, so a served model takes each input as a tensor argument (model(x, mask), not "
                            "model({'x': x, ...})); serve a wrapper module whose forward takes the tensors and builds "
                            "the rest")
-    out_one = _flatten_outputs(workload.check(model, one))
+    returned = workload.check(model, one)
+    out_one = _flatten_outputs(returned)
     out_two = _flatten_outputs(workload.check(model, two))
+    _note_unserved_outputs(workload.name, returned, served=len(out_one))
     in_names = list(workload.input_names) or [f"input__{i}" for i in range(len(one))]
     out_names = _output_names(out_one, workload.output_names)
     inputs = tuple(_spec(n, a, b) for n, a, b in zip(in_names, one, two, strict=False))
@@ -213,6 +216,29 @@ def _flatten_outputs(out: Any) -> list[tuple[str | None, Any]]:
         return [(None, v) for v in out if isinstance(v, torch.Tensor)]
     raise ServingError(f"the model returned {type(out).__name__}; serve models that return tensors, "
                        "tuples of tensors or dicts of tensors")
+
+
+def _note_unserved_outputs(name: str, out: Any, served: int) -> None:
+    """A warning naming what of the model's output the server leaves out (a dict nested in a tuple, a plain value),
+    or an error where that is all of it: a model returning `(logits, {"aux": t})` was served with `logits` alone,
+    and one returning `[{"logits": t}]` with no output at all, without a word."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return
+    if isinstance(out, dict) or (hasattr(out, "items") and hasattr(out, "keys")):
+        left = [f"'{k}' ({type(v).__name__})" for k, v in out.items() if not isinstance(v, torch.Tensor | None)]
+    else:
+        left = [f"{i} ({type(v).__name__})" for i, v in enumerate(out) if not isinstance(v, torch.Tensor | None)]
+    if not left:
+        return
+    what = (f"workload '{name}': its model's output {', '.join(left)} is not a tensor, which the inference protocol "
+            "cannot carry (a tensor, a tuple/list or a dict of tensors is served, nothing nested)")
+    if not served:
+        raise ServingError(f"{what}, and no output is left to serve: serve a wrapper module whose forward returns "
+                           "the tensors")
+    warnings.warn(f"{what}: it is left out of the served outputs; serve a wrapper module whose forward returns it "
+                  "as tensors to have it", DlperfWarning, stacklevel=2)
 
 
 def _to_numpy(t: Any) -> np.ndarray:
