@@ -160,7 +160,7 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
     out_two = _flatten_outputs(workload.check(model, two))
     _note_unserved_outputs(workload.name, returned, served=len(out_one))
     in_names = list(workload.input_names) or [f"input__{i}" for i in range(len(one))]
-    out_names = _output_names(out_one, workload.output_names)
+    out_names = _output_names(out_one, workload.output_names, _served_positions(returned))
     inputs = tuple(_spec(n, a, b) for n, a, b in zip(in_names, one, two, strict=False))
     outputs = tuple(_spec(n, a, b) for n, (_, a), (_, b) in zip(out_names, out_one, out_two, strict=False))
     batched = all(s.shape and s.shape[0] == -1 for s in inputs)
@@ -183,11 +183,15 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
                        source=workload.source or spec, batched=batched, examples=examples)
 
 
-def _output_names(outputs: list[tuple[str | None, Any]], declared: Sequence[str]) -> list[str]:
+def _output_names(outputs: list[tuple[str | None, Any]], declared: Sequence[str],
+                  positions: Sequence[int]) -> list[str]:
+    """The served outputs' names: the workload's `output_names` by each tensor's position in what the model
+    returned (`positions`: a `(logits, None, score)` served `score` as the name declared for the None), else the
+    dict key, else `output__{i}`."""
     names = []
-    for i, (key, _) in enumerate(outputs):
-        if i < len(declared):
-            names.append(declared[i])
+    for i, ((key, _), position) in enumerate(zip(outputs, positions, strict=True)):
+        if position < len(declared):
+            names.append(declared[position])
         elif key is not None:
             names.append(key)
         else:
@@ -216,6 +220,16 @@ def _flatten_outputs(out: Any) -> list[tuple[str | None, Any]]:
         return [(None, v) for v in out if isinstance(v, torch.Tensor)]
     raise ServingError(f"the model returned {type(out).__name__}; serve models that return tensors, "
                        "tuples of tensors or dicts of tensors")
+
+
+def _served_positions(out: Any) -> list[int]:
+    """Where each tensor `_flatten_outputs` keeps stands in what the model returned (the same order)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [0]
+    values = out.values() if isinstance(out, dict) or (hasattr(out, "items") and hasattr(out, "keys")) else out
+    return [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
 
 
 def _note_unserved_outputs(name: str, out: Any, served: int) -> None:

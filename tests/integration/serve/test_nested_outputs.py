@@ -50,3 +50,33 @@ def test_a_model_whose_every_output_is_nested_is_refused(tmp_path: Path) -> None
     path.write_text(WORKLOAD)
     with pytest.raises(ServingError, match=r"output 0 \(dict\) is not a tensor.*no output is left to serve"):
         load_served_model(f"{path}:nested?only=true", None, "cpu")
+
+
+NAMED = '''
+import torch
+from torch import nn
+
+import dlperf
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y, None, y.sum(-1)
+
+
+workload = dlperf.Workload(name="named", make_model=Net, make_inputs=lambda b: (torch.randn(b, 8),),
+                           output_names=("logits", "aux", "score"))
+'''
+
+
+def test_a_declared_output_name_follows_its_position_past_a_none(tmp_path: Path) -> None:
+    """`(logits, None, score)` with output_names (logits, aux, score) served `score`'s tensor as 'aux'."""
+    path = tmp_path / "named.py"
+    path.write_text(NAMED)
+    served = load_served_model(str(path), None, "cpu")
+    assert [(spec.name, spec.shape) for spec in served.signature.outputs] == [("logits", (-1, 4)), ("score", (-1,))]
