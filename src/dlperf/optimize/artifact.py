@@ -167,14 +167,23 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         )
     try:
         data = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise OptimizeError(f"cannot read '{file}': {exc}") from exc
+    except ValueError as exc:  # a copy cut short: the JSON parser's message alone said nothing of what to do
+        raise OptimizeError(f"'{file}' is not valid JSON ({exc}): the artifact is damaged (a copy cut short?); "
+                            "export it again") from exc
     if not isinstance(data, dict) or "engine" not in data:
         raise OptimizeError(f"'{file}' names no engine: the artifact is damaged; export it again")
     if _is_int(data.get("format_version", 1)) and int(data.get("format_version", 1)) > FORMAT_VERSION:
         raise OptimizeError(f"'{file}' has format version {data['format_version']}, newer than this dlperf "
                             f"reads ({FORMAT_VERSION}): upgrade dlperf")
     _check_fields(file, data)
+    files = data.get("files")
+    # a folder copied without its weights failed deep in the loader as a model factory's FileNotFoundError
+    missing = [f for f in files if isinstance(f, str) and not (folder / f).exists()] if isinstance(files, list) else []
+    if missing:
+        raise OptimizeError(f"artifact '{folder}' is incomplete: its {MANIFEST} lists {', '.join(missing)}, which "
+                            "the folder does not hold: copy the whole folder, or export it again")
     return data
 
 

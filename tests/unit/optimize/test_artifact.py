@@ -119,6 +119,17 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format_version": 99}))
     with pytest.raises(OptimizeError, match="upgrade dlperf"):
         load_artifact(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format_version": 1, "engine": "torch", "files": ["weigh')
+    with pytest.raises(OptimizeError, match=r"manifest\.json' is not valid JSON \(Unterminated string .*\): the "
+                                            r"artifact is damaged \(a copy cut short\?\); export it again"):
+        load_artifact(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1, "engine": "torch", "workload": "zoo:mlp",
+                                                        "files": ["weights.pt", "trained.pt"]}))
+    (tmp_path / "trained.pt").write_bytes(b"")
+    with pytest.raises(OptimizeError, match=r"is incomplete: its manifest\.json lists weights\.pt, which the folder "
+                                            r"does not hold: copy the whole folder, or export it again"):
+        load_artifact(tmp_path)
+    (tmp_path / "trained.pt").unlink()
     gone = str(tmp_path / "moved_away.py")
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format": "dlperf-torch-recipe",
                                                         "pass_modules": [gone], "workload": "zoo:mlp"}))
@@ -134,6 +145,7 @@ def test_a_tensorrt_artifact_without_torch_tensorrt_names_what_to_install(tmp_pa
 
     monkeypatch.setitem(sys.modules, "torch_tensorrt", None)  # importing it raises ImportError
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "tensorrt", "files": ["model.ep"]}))
+    (tmp_path / "model.ep").write_bytes(b"")  # the folder is whole: what is missing is the package
     with pytest.raises(MissingDependency) as info:
         load_artifact(tmp_path)
     # no dlperf extra installs torch-tensorrt: it was "pip install dlperf[tensorrt]", an extra that does not exist
