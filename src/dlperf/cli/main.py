@@ -247,7 +247,10 @@ def interrupted_message(exc: KeyboardInterrupt) -> str:
     if run is None:
         return what
     resume = getattr(exc, "dlperf_resume", None)
-    return (f"{what}: run {run} is kept in the store as interrupted, with what it finished "
+    # stopped in the model's build, a run has nothing but its config: 'with what it finished' promised more
+    finished = getattr(exc, "dlperf_run_finished", True)
+    kept = "with what it finished" if finished else "with its config (it finished nothing)"
+    return (f"{what}: run {run} is kept in the store as interrupted, {kept} "
             f"(`dlperf runs show {run[:8]}`)" + (f"; {resume.format(run=run[:8])}" if resume else ""))
 
 

@@ -383,6 +383,7 @@ class Store:
             self.finish_run(record.id, handle.result, INTERRUPTED, str(exc) or "interrupted by the user (Ctrl-C)")
             exc.dlperf_run = record.id  # type: ignore[attr-defined]  # the outermost run last: what `main` names
             exc.dlperf_store = self  # type: ignore[attr-defined]  # where `main` reads it back for --json
+            exc.dlperf_run_finished = bool(handle.result)  # type: ignore[attr-defined]  # `main` says if nothing
             raise
         except BaseException as exc:
             self.finish_run(record.id, handle.result, FAILED, f"{type(exc).__name__}: {exc}")

@@ -164,3 +164,41 @@ def test_an_interrupted_bench_keeps_the_model_size_and_the_rss_before_it_in_its_
     shown = capsys.readouterr().out
     assert "model size: 0.0 MiB (parameters + buffers)" in shown
     assert "RSS: the process's peak (" in shown  # it read 'RSS: peak'
+
+
+SLOW_BUILD = '''
+import time
+
+import torch
+
+
+def model():
+    time.sleep(60)  # interrupted here, before anything is measured
+    return torch.nn.Linear(8, 4).eval()
+
+
+def inputs(batch_size):
+    return (torch.randn(batch_size, 8),)
+'''
+
+
+def test_a_bench_interrupted_before_it_measured_anything_says_it_finished_nothing(tmp_path: Path) -> None:
+    """Stopped while its model was built, a run keeps its config alone: the line said 'with what it finished'."""
+    db, workload = tmp_path / "runs.db", tmp_path / "slow_build.py"
+    workload.write_text(SLOW_BUILD)
+    proc = subprocess.Popen([sys.executable, "-m", "dlperf.cli.main", "bench", str(workload), "--store", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (db.exists() and Store(db).list()) and time.monotonic() < deadline:  # the run is recorded
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    record = Store(db).list()[0]
+    assert record.status == "interrupted" and not record.result
+    assert err.strip().splitlines()[-1] == (f"interrupted: run {record.id} is kept in the store as interrupted, with "
+                                            f"its config (it finished nothing) (`dlperf runs show {record.id[:8]}`)")
