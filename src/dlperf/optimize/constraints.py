@@ -27,7 +27,9 @@ class Constraints:
     def __post_init__(self) -> None:
         # written so that NaN fails every check: a comparison with NaN is False, and NaN turned the limit off
         if self.max_metric_drop is not None and not 0 <= self.max_metric_drop < 1:
-            raise ConfigError(f"--max-metric-drop (max_metric_drop) must be in [0, 100%), got {self.max_metric_drop}")
+            # as a percentage too: `--max-metric-drop 150%` was refused with "got 1.5", a number the user never wrote
+            raise ConfigError(f"--max-metric-drop (max_metric_drop) must be in [0, 100%), got {self.max_metric_drop} "
+                              f"({self.max_metric_drop * 100:g}%)")
         if self.max_metric_drop_abs is not None and not 0 <= self.max_metric_drop_abs < math.inf:
             raise ConfigError("--max-metric-drop-abs (max_metric_drop_abs) must be a number >= 0, "
                               f"got {self.max_metric_drop_abs}")

@@ -60,7 +60,10 @@ def test_optimize_cli_rejects_bad_budget() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--max-metric-drop-abs", "nan"], "--max-metric-drop-abs (max_metric_drop_abs) must be a number >= 0, got nan"),
     (["--latency-budget-ms", "nan"], "--latency-budget-ms must be a positive number, got nan"),
-    (["--max-metric-drop", "nan"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got nan"),
+    (["--max-metric-drop", "nan"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got nan (nan%)"),
+    # it said "got 1.5": the user wrote 150%
+    (["--max-metric-drop", "150%"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got 1.5 (150%)"),
+    (["--max-metric-drop", "-1%"], "--max-metric-drop (max_metric_drop) must be in [0, 100%), got -0.01 (-1%)"),
     # meant as 1%: it said "must be in [0, 100%), got 1.0", not how to write it
     (["--max-metric-drop", "1"], "--max-metric-drop '1' would be 100% of the baseline's metric (a bare number is a "
                                  "fraction, and must be below 1): write 1% for 0.01"),
