@@ -167,6 +167,12 @@ def _export(args: argparse.Namespace) -> int:
         out.write(text)
         return 0
     path = Path(args.output)
+    # as `dlperf report -o` says: the OS's "[Errno 2] No such file or directory" named neither the folder nor the fix
+    if path.is_dir():
+        raise ConfigError(f"'{path}' is a folder: give the export a file name, e.g. -o {path / f'{record.id}.json'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"cannot write '{path}': the folder '{path.parent}' does not exist; create it or give "
+                          "another -o")
     try:
         path.write_text(text)
     except OSError as exc:

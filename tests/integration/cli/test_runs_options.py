@@ -60,6 +60,21 @@ def test_runs_delete_force_names_the_baselines_it_removed(tmp_path: Path, capsys
     assert store.list_baselines() == []
 
 
+def test_runs_export_to_a_missing_folder_or_a_folder_says_which_and_what_to_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said `cannot write '.../x.json': [Errno 2] No such file or directory`, as `dlperf report -o` no longer
+    does."""
+    db = tmp_path / "runs.db"
+    run_id = _nan_run(db)
+    missing = tmp_path / "nope" / "x.json"
+    assert main(["runs", "export", run_id, "-o", str(missing), "--store", str(db)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: cannot write '{missing}': the folder '{missing.parent}' does "
+                                               "not exist; create it or give another -o")
+    assert main(["runs", "export", run_id, "-o", str(tmp_path), "--store", str(db)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: '{tmp_path}' is a folder: give the export a file name, e.g. "
+                                               f"-o {tmp_path / (run_id + '.json')}")
+
+
 @pytest.mark.parametrize("argv", [["runs", "show", "abc"], ["runs", "export", "abc"], ["report", "abc", "-o", "-"]])
 def test_the_commands_that_read_runs_refuse_a_store_that_does_not_exist(
         argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
