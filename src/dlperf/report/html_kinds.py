@@ -390,7 +390,9 @@ def _ddp_view(r: Mapping[str, Any]) -> str:
                      "1-process DDP step)</p>")
     if r.get("factors_note"):
         parts.append(f'<p class="warn">the factors: {esc(r["factors_note"])}</p>')
-    if isinstance(r.get("comm_share"), (int, float)) and isinstance(r.get("allreduce_s"), (int, float)):
+    if r.get("communication_note"):  # the DDP step no longer than the no-sync step: an exposed 0% is noise
+        parts.append(f'<p class="warn">communication: {esc(r["communication_note"])}</p>')
+    elif isinstance(r.get("comm_share"), (int, float)) and isinstance(r.get("allreduce_s"), (int, float)):
         # the table had the exposed share alone; the all-reduce's own time tells latency from DDP's other work
         parts.append(f"<p>communication: {fmt_pct(r['comm_share'], sign=False)} of the step is exposed gradient "
                      f"all-reduce ({fmt_ms(r.get('exposed_comm_s'))} ms of {fmt_ms(r.get('step_s'))} ms; the "

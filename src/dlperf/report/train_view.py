@@ -405,9 +405,12 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
         if result.get("factors_note"):
             text.append(f"; {result['factors_note']}", style="yellow")
     text.append("\n")
-    text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
-                f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "
-                f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")
+    if result.get("communication_note"):  # the DDP step no longer than the no-sync step: an exposed 0% is noise
+        text.append(f"  communication: {result['communication_note']}\n", style="yellow")
+    else:
+        text.append(f"  communication: {result['comm_share']:.0%} of the step is exposed gradient all-reduce "
+                    f"({fmt_ms(result['exposed_comm_s'])} ms of {fmt_ms(result['step_s'])} ms; the all-reduce "
+                    f"alone takes {fmt_ms(result['allreduce_s'])} ms)\n")
     overlap = result.get("overlap")
     if overlap is not None:
         plural = "" if result["buckets"] == 1 else "s"

@@ -178,9 +178,29 @@ class DdpResult:
         return self.single.step_s / self.single.nosync_step_s
 
     @property
+    def communication_resolved(self) -> bool:
+        """False where the N ranks' DDP step measured no longer than their no-sync step: what communication adds is
+        below this run's noise, and neither the exposed share (clipped to 0) nor the communication factor (the
+        rest of the efficiency, noise included) can say what it costs. True with one process (nothing to resolve)."""
+        return self.multi.world_size < 2 or self.multi.step_s > self.multi.nosync_step_s
+
+    @property
+    def communication_note(self) -> str | None:
+        """What the communication line says in place of an exposed share it could not measure; None where it could."""
+        if self.communication_resolved:
+            return None
+        return (f"not measured: the DDP step ({self.multi.step_s * 1e3:.3g} ms) took no longer than the no-sync step "
+                f"({self.multi.nosync_step_s * 1e3:.3g} ms, compute alone), so what the all-reduce adds to a step is "
+                f"within this run's noise (the all-reduce alone takes {self.multi.allreduce_s * 1e3:.3g} ms)")
+
+    @property
     def factors_note(self) -> str | None:
-        """What the factor line says when the 1-process DDP and no-sync steps disagree (see
-        `single_ddp_over_nosync`); None when they agree."""
+        """What the factor line says when the communication factor cannot be told from noise: the N ranks' DDP step
+        no longer than their no-sync step (see `communication_resolved`), or the 1-process DDP and no-sync steps
+        disagree (see `single_ddp_over_nosync`); None otherwise."""
+        if not self.communication_resolved:
+            return ("unreliable: the ranks' DDP step took no longer than their no-sync step, so the communication "
+                    "factor is the two launches' noise, not communication (see the communication line)")
         ratio = self.single_ddp_over_nosync
         if ratio is None or CONTENDED_COMPUTE <= ratio <= 1 / CONTENDED_COMPUTE:
             return None
@@ -210,6 +230,8 @@ class DdpResult:
             return None
         if self.multi.buckets == 1:
             return 0.0
+        if not self.communication_resolved:  # an exposed time of 0 is noise, not an all-reduce hidden in full
+            return None
         return min(max(1.0 - self.exposed_comm_s / self.multi.allreduce_s, 0.0), 1.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +246,7 @@ class DdpResult:
             "compute_scaling": self.compute_scaling, "communication_scaling": self.communication_scaling,
             "single_ddp_over_nosync": self.single_ddp_over_nosync, "factors_note": self.factors_note,
             "exposed_comm_s": self.exposed_comm_s, "comm_share": self.comm_share,
+            "communication_note": self.communication_note,
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
             "bucket_bytes": self.multi.bucket_bytes,
             "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
@@ -243,7 +266,15 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
     out = []
     n = result.multi.world_size
     busy = result.threads_per_process + loader_workers  # each rank's DataLoader workers are processes too
-    if not device.startswith("cuda") and n > 1 and n * busy > cpus:
+    if not device.startswith("cuda") and n > cpus:
+        # 3 ranks on 2 CPUs read "communication 88%" beside "0% of the step is exposed all-reduce": a rank waiting
+        # for a core slows its own compute and every all-reduce its peers wait in
+        out.append(f"{n} ranks on {cpus} usable CPUs: more ranks than cores: ranks compete for cores, and at any "
+                   "moment one waits for a core. Each rank's compute slows from sharing cores, not from "
+                   "communication, and the all-reduce (alone and in the step) waits for a rank that is not running: "
+                   f"the efficiency, its factors and the exposed share measure this machine, not DDP; use --nproc "
+                   f"{cpus} or fewer here")
+    elif not device.startswith("cuda") and n > 1 and n * busy > cpus:
         workers = f" and {loader_workers} loader worker{'s' if loader_workers > 1 else ''}" if loader_workers else ""
         out.append(f"{n} processes x {result.threads_per_process} thread{'s' if result.threads_per_process > 1 else ''}"
                    f"{workers} on {cpus} usable CPUs: ranks compete for cores, so the efficiency measures this "
@@ -251,10 +282,11 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
     compute, comm = result.compute_scaling, result.communication_scaling
     alone_n, alone_1 = result.multi.nosync_step_s * 1e3, result.single.nosync_step_s * 1e3
     if compute is not None and comm is not None and compute < CONTENDED_COMPUTE:
-        blame = "more than communication does" if compute < comm else "though less than communication does"
+        blame = ("more than communication does" if compute < comm else "though less than communication does")
+        blame = f"{blame} ({compute:.0%} against {comm:.0%})" if result.communication_resolved else f"to {compute:.0%}"
         out.append(f"the ranks slow each other down: their compute alone (the no-sync step, {alone_n:.3g} ms) takes "
                    f"{1 / compute:.2f}x what it takes on 1 process ({alone_1:.3g} ms) at the same batch and threads, "
-                   f"which costs the efficiency {blame} ({compute:.0%} against {comm:.0%}); they share cores, caches "
+                   f"which costs the efficiency {blame}; they share cores, caches "
                    "and memory bandwidth, which communication tuning would not fix")
     elif compute is not None and compute > 1 / CONTENDED_COMPUTE:
         out.append(f"the ranks' compute alone (the no-sync step, {alone_n:.3g} ms) ran {compute:.2f}x as fast as on 1 "
@@ -262,7 +294,14 @@ def findings_for(result: DdpResult, cpus: int, device: str, loader_workers: int 
                    "1-process launch ran (the two run one after the other), so the efficiency is off by about as "
                    "much; repeat on a quieter machine")
     ratio = result.single_ddp_over_nosync
-    if comm is not None and result.factors_note is not None and ratio is not None:
+    if not result.communication_resolved:
+        out.append(f"the {n} ranks' DDP step ({result.multi.step_s * 1e3:.3g} ms) took no longer than their no-sync "
+                   f"step ({alone_n:.3g} ms), though it all-reduces what takes {result.multi.allreduce_s * 1e3:.3g} ms "
+                   "alone: the steps' noise is larger than what communication adds, so this run cannot tell its cost "
+                   "(the exposed share reads 0, and the communication factor"
+                   f"{f', {comm:.0%},' if comm is not None else ''} is what is left of the efficiency's noise); "
+                   "measure more steps (--steps) on a quieter machine")
+    elif comm is not None and result.factors_note is not None and ratio is not None:
         # 2 ranks x 2 threads on 2 CPUs read "communication 97%" beside "43% of the step is exposed all-reduce": the
         # 1-process DDP step (317 ms) was 1.70x its no-sync step (186 ms), which the factor took for communication's
         out.append(f"the 1-process DDP step ({result.single.step_s * 1e3:.3g} ms) took {ratio:.2f}x its no-sync step "

@@ -570,3 +570,40 @@ def test_too_many_ranks_are_refused_before_a_run_is_recorded(tmp_path: Path, mon
     assert "--nproc (on CPU) 9 is more than 8, the most accepted on this machine" in err
     assert "kept in the store" not in err
     assert Store(store, create=True).list() == []
+
+
+def test_a_ddp_step_no_longer_than_its_no_sync_step_tells_no_communication_story() -> None:
+    """`--nproc 3 --steps 5` on 2 CPUs printed "communication 88%" beside "0% of the step is exposed gradient
+    all-reduce (0 ms of 14.38 ms; the all-reduce alone takes 3.86 ms)" and "overlap: 0% ... hidden": the DDP step
+    (14.38 ms) measured shorter than the no-sync step (14.97 ms), so the exposed time was clipped to 0, and the factor
+    was the 1-process launch's noise (its DDP step 0.84x its no-sync step, inside the band that names it)."""
+    r = DdpResult("w", "gloo", 1, 25.0, RankStats(1, 64, 0.0084, 0.0100, 0.0, 340008, 1),
+                  RankStats(3, 64, 0.01438, 0.01497, 0.00386, 340008, 1))
+    assert not r.communication_resolved and r.communication_scaling == pytest.approx(0.874, abs=1e-3)
+    assert r.factors_note is not None and r.factors_note.startswith("unreliable: the ranks' DDP step took no longer")
+    assert r.communication_note == ("not measured: the DDP step (14.4 ms) took no longer than the no-sync step (15 ms, "
+                                    "compute alone), so what the all-reduce adds to a step is within this run's noise "
+                                    "(the all-reduce alone takes 3.86 ms)")
+    found = findings_for(r, cpus=2, device="cpu")
+    assert found[0].startswith("3 ranks on 2 usable CPUs: more ranks than cores: ranks compete for cores, and at any "
+                               "moment one waits for a core. Each rank's compute slows from sharing cores, not from "
+                               "communication")
+    assert any(f.startswith("the 3 ranks' DDP step (14.4 ms) took no longer than their no-sync step (15 ms)")
+               and "the communication factor, 87%, is what is left of the efficiency's noise" in f for f in found)
+    assert not [f for f in found if "against 87%" in f]  # the contention finding weighs no unmeasured factor
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view({**r.to_dict(), "findings": found}))
+    text = console.export_text()
+    assert "communication: not measured: the DDP step (14.4 ms)" in text and "exposed gradient all-reduce" not in text
+    from dlperf.report.html_kinds import _ddp_view
+
+    html = _ddp_view(r.to_dict())
+    assert "communication: not measured: the DDP step (14.4 ms)" in html and "exposed gradient all-reduce" not in html
+    # with more than one bucket an exposed 0 is not "all of the all-reduce hidden"
+    many = DdpResult("w", "gloo", 1, 25.0, RankStats(1, 64, 0.010, 0.010, 0.0, 4 * 2**20, 3),
+                     RankStats(2, 64, 0.010, 0.011, 0.004, 4 * 2**20, 3))
+    assert many.overlap is None and many.communication_note is not None
+    # a DDP step longer than its no-sync step has its story as before; 2 ranks on 2 CPUs are not too many
+    calm = _result(step_1=0.010, step_n=0.0125, nosync_n=0.010, allreduce=0.005)
+    assert calm.communication_resolved and calm.communication_note is None and calm.overlap == pytest.approx(0.5)
+    assert not [f for f in findings_for(calm, cpus=2, device="cpu") if "more ranks than cores" in f]
