@@ -407,6 +407,7 @@ def _ddp_view(r: Mapping[str, Any]) -> str:
     if r.get("partial"):
         parts.append(f'<p class="warn">{esc(r["partial"])}</p>')
     parts += [f'<p class="warn">finding: {esc(f)}</p>' for f in r.get("findings") or [] if isinstance(f, str)]
+    parts += [f'<p class="warn">note: {esc(n)}</p>' for n in r.get("notes") or [] if isinstance(n, str)]
     return "".join(parts)
 
 

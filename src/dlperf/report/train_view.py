@@ -390,7 +390,8 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
         text.append(f"  1 process   {_ddp_rate(result, 'single_')} (step {fmt_ms(result['single_step_s'])} ms)\n")
         text.append("  one process has nothing to scale against or all-reduce with: pass --nproc 2 or more to "
                     "measure scaling and communication\n", style="yellow")
-        return Group(text, *(Text(f"finding: {f}", style="yellow") for f in result.get("findings", [])))
+        return Group(text, *(Text(f"finding: {f}", style="yellow") for f in result.get("findings", [])),
+                     *(Text(f"note: {n}", style="yellow") for n in result.get("notes", [])))
     text.append(f"DDP {result['workload']}: {result['nproc']} processes ({result['backend']}), "
                 f"batch {result['batch_size']} per process\n", style="bold")
     text.append(f"  1 process   {_ddp_rate(result, 'single_')} (step {fmt_ms(result['single_step_s'])} ms)\n")
@@ -425,4 +426,5 @@ def ddp_view(result: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = [text]
     for finding in result.get("findings", []):
         parts.append(Text(f"finding: {finding}", style="yellow"))
+    parts += [Text(f"note: {n}", style="yellow") for n in result.get("notes", [])]  # as a 1-process run's notes
     return Group(*parts)

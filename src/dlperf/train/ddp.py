@@ -101,6 +101,23 @@ class RankStats:
     batch); None for inputs that are not token ids."""
     tokens_guessed: bool = False
     """Those tokens were counted from the inputs' shape (padding included), not by the workload's count_tokens."""
+    step_samples_ns: list[int] = field(default_factory=list)
+    """The DDP steps' times of the rank whose median `step_s` is (the slowest); empty in records from before them."""
+    nosync_samples_ns: list[int] = field(default_factory=list)
+    """The no-sync steps' times of the rank whose median `nosync_step_s` is."""
+
+    @property
+    def noise_notes(self) -> list[str]:
+        """The noise warnings of the two step measurements whose medians count, from the same `Measurement` code as a
+        single-process run's (IQR over 10% of the median, too few samples)."""
+        from dlperf.measure.stats import Measurement
+
+        notes = []
+        for what, samples in (("DDP step", self.step_samples_ns), ("no-sync step", self.nosync_samples_ns)):
+            warning = Measurement(samples).noise_warning if samples else None
+            if warning is not None:
+                notes.append(f"{what}: {warning}")
+        return notes
 
     @property
     def samples_per_s(self) -> float:
@@ -117,7 +134,8 @@ class RankStats:
                 "gradient_bytes": self.gradient_bytes, "buckets": self.buckets,
                 "per_rank_step_s": self.per_rank_step_s, "bucket_bytes": self.bucket_bytes,
                 "samples_per_s": self.samples_per_s, "tokens_per_step": self.tokens_per_step,
-                "tokens_guessed": self.tokens_guessed, "tokens_per_s": self.tokens_per_s}
+                "tokens_guessed": self.tokens_guessed, "tokens_per_s": self.tokens_per_s,
+                "step_samples_ns": self.step_samples_ns, "nosync_samples_ns": self.nosync_samples_ns}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankStats:
@@ -126,7 +144,9 @@ class RankStats:
                    int(data["buckets"]), [float(x) for x in data.get("per_rank_step_s", [])],
                    [int(x) for x in data.get("bucket_bytes", [])],
                    None if data.get("tokens_per_step") is None else float(data["tokens_per_step"]),
-                   bool(data.get("tokens_guessed", False)))
+                   bool(data.get("tokens_guessed", False)),
+                   [int(x) for x in data.get("step_samples_ns", [])],
+                   [int(x) for x in data.get("nosync_samples_ns", [])])
 
 
 @dataclass
@@ -208,6 +228,14 @@ class DdpResult:
                 f"as its own; the ranks' exposed all-reduce leaves {1 - self.comm_share:.0%} (see the finding)")
 
     @property
+    def notes(self) -> list[str]:
+        """Each launch's noise warnings (see `RankStats.noise_notes`), named by launch."""
+        launches = [(self.single, "1 process")]
+        if self.multi.world_size > 1:
+            launches.append((self.multi, f"{self.multi.world_size} processes (the slowest rank)"))
+        return [f"{label}, {note}" for stats, label in launches for note in stats.noise_notes]
+
+    @property
     def exposed_comm_s(self) -> float:
         """DDP step minus no-sync step. One process has no other rank to all-reduce with: 0, whatever the two
         separately measured medians differ by."""
@@ -250,7 +278,8 @@ class DdpResult:
             "allreduce_s": self.multi.allreduce_s, "overlap": self.overlap, "buckets": self.multi.buckets,
             "bucket_bytes": self.multi.bucket_bytes,
             "bucket_cap_mb": self.bucket_cap_mb, "gradient_bytes": self.multi.gradient_bytes,
-            "findings": self.findings, "single": self.single.to_dict(), "multi": self.multi.to_dict(),
+            "findings": self.findings, "notes": self.notes, "single": self.single.to_dict(),
+            "multi": self.multi.to_dict(),
         }
 
 
@@ -463,10 +492,16 @@ def stop_process_group(proc: subprocess.Popen[str]) -> None:
 # --- the rank's side (run by torchrun as `python -m dlperf.train.ddp`) --------------------------------
 
 
-def _median_step_s(loop: Any, steps: int, warmup: int) -> float:
+def _step_measurement(loop: Any, steps: int, warmup: int) -> Any:
+    """The loop's steps' `Measurement` (its median is a single-process run's step_s)."""
     from dlperf.train.step import measure_loop
 
-    return measure_loop(loop, steps, warmup, count_flops=False).step_s
+    return measure_loop(loop, steps, warmup, count_flops=False).measurement
+
+
+def _padded(samples_ns: list[int], n: int) -> list[float]:
+    """`samples_ns` as `n` floats for a gathered tensor of one size on every rank (nan where there are fewer)."""
+    return [float(x) for x in samples_ns[:n]] + [math.nan] * max(n - len(samples_ns), 0)
 
 
 def _allreduce_s(grads: list[Any], bucket_cap_mb: float, iters: int = 10,
@@ -538,10 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         ddp_model = DistributedDataParallel(loop.model, device_ids=device_ids, bucket_cap_mb=cap)
         loop.forward_model = ddp_model
         dist.barrier()
-        step_s = _median_step_s(loop, args.steps, args.warmup)
+        steps_m = _step_measurement(loop, args.steps, args.warmup)
         dist.barrier()
         with ddp_model.no_sync():
-            nosync_s = _median_step_s(loop, args.steps, args.warmup)
+            nosync_m = _step_measurement(loop, args.steps, args.warmup)
+        step_s, nosync_s = steps_m.median_s, nosync_m.median_s
         dist.barrier()
         params = [p for p in loop.model.parameters() if p.requires_grad]
         grads = [torch.zeros_like(p) for p in params]
@@ -551,17 +587,21 @@ def main(argv: list[str] | None = None) -> int:
         allreduce_s = _allreduce_s(grads, args.bucket_cap_mb, bucket_bytes=bucket_bytes) if world > 1 else 0.0
         buckets = len(bucket_bytes) if bucket_bytes else expected_buckets(gradient_bytes, args.bucket_cap_mb)
         # each rank's figures, in tensors held past the process group (_COLLECTIVE_TENSORS), not
-        # all_gather_object's, which Python drops as the call returns; its tokens a step (nan: not token ids)
+        # all_gather_object's, which Python drops as the call returns; its tokens a step (nan: not token ids), then
+        # its steps' times, for the noise warnings of the slowest rank's measurements
         per_sample = loop.tokens_per_sample
         tokens = math.nan if per_sample is None else per_sample * config.batch_size * config.accumulation_steps
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-        mine = torch.tensor([step_s, nosync_s, allreduce_s, tokens], dtype=torch.float64, device=device)
-        theirs = [torch.zeros(4, dtype=torch.float64, device=device) for _ in range(world)]
+        figures = [step_s, nosync_s, allreduce_s, tokens, *_padded(steps_m.samples_ns, args.steps),
+                   *_padded(nosync_m.samples_ns, args.steps)]
+        mine = torch.tensor(figures, dtype=torch.float64, device=device)
+        theirs = [torch.zeros(len(figures), dtype=torch.float64, device=device) for _ in range(world)]
         _COLLECTIVE_TENSORS.extend([mine, *theirs])
         dist.all_gather(theirs, mine)
         gathered = [t.tolist() for t in theirs]
         loop.close()
         if rank == 0:
+            slowest_step, slowest_nosync = max(gathered, key=lambda g: g[0]), max(gathered, key=lambda g: g[1])
             stats = RankStats(
                 world_size=world, batch_size=config.batch_size * config.accumulation_steps,
                 step_s=max(g[0] for g in gathered), nosync_step_s=max(g[1] for g in gathered),
@@ -569,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
                 per_rank_step_s=[g[0] for g in gathered], bucket_bytes=bucket_bytes,
                 tokens_per_step=None if any(math.isnan(g[3]) for g in gathered) else sum(g[3] for g in gathered),
                 tokens_guessed=loop.spec.count_tokens is None,
+                step_samples_ns=[int(x) for x in slowest_step[4:4 + args.steps] if not math.isnan(x)],
+                nosync_samples_ns=[int(x) for x in slowest_nosync[4 + args.steps:] if not math.isnan(x)],
             )
             Path(args.out).write_text(json.dumps(stats.to_dict()))
         dist.barrier()

@@ -124,7 +124,8 @@ def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.Mon
     import torch.distributed as dist
 
     gather = dist.all_gather
-    slower = (10.0, 9.0, 0.5, float("nan"))  # step, no-sync step and all-reduce medians in seconds; no tokens
+    # step, no-sync step and all-reduce medians in seconds; no tokens; then its 2 DDP and 2 no-sync steps' ns
+    slower = (10.0, 9.0, 0.5, float("nan"), 9e9, 11e9, 8e9, 10e9)
 
     def with_a_slower_rank(gathered: list[Any], mine: Any) -> None:
         gather(gathered, mine)
@@ -133,6 +134,10 @@ def test_the_slowest_ranks_medians_count(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(dist, "all_gather", with_a_slower_rank)
     stats = _rank(tmp_path, monkeypatch, StepConfig(batch_size=8))
     assert (stats.step_s, stats.nosync_step_s, stats.allreduce_s) == slower[:3]
+    # the slowest rank's steps, which the noise warnings judge (2 samples: too few)
+    assert stats.step_samples_ns == [9_000_000_000, 11_000_000_000]
+    assert stats.nosync_samples_ns == [8_000_000_000, 10_000_000_000]
+    assert stats.noise_notes[0] == "DDP step: only 2 samples: percentiles and spread are unreliable"
     assert stats.tokens_per_step is None and stats.tokens_per_s is None  # not token ids
     assert len(stats.per_rank_step_s) == 2 and stats.per_rank_step_s[1] == 10.0 and stats.per_rank_step_s[0] < 10.0
 

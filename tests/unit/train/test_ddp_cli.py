@@ -607,3 +607,31 @@ def test_a_ddp_step_no_longer_than_its_no_sync_step_tells_no_communication_story
     calm = _result(step_1=0.010, step_n=0.0125, nosync_n=0.010, allreduce=0.005)
     assert calm.communication_resolved and calm.communication_note is None and calm.overlap == pytest.approx(0.5)
     assert not [f for f in findings_for(calm, cpus=2, device="cpu") if "more ranks than cores" in f]
+
+
+def test_a_noisy_ddp_launch_gets_the_noise_note_a_single_process_run_gets() -> None:
+    """`--nproc 2 --steps 5` on a loaded machine printed no noise note, where the measure and tune modes give
+    Measurement.noise_warning's: each launch's slowest rank's steps now go through the same code."""
+    from dlperf.measure.stats import Measurement
+
+    noisy = [10_000_000, 14_000_000, 10_500_000, 20_000_000, 11_000_000]  # IQR 3.5 ms of an 11 ms median
+    steady = [10_000_000, 10_100_000, 10_050_000, 10_020_000, 10_080_000]
+    warning = Measurement(noisy).noise_warning
+    assert warning is not None and warning.startswith("noisy: IQR is 32% of the median (> 10%)")
+    single = RankStats(1, 32, 0.0100, 0.0100, 0.0, 4 * 2**20, 3, step_samples_ns=steady, nosync_samples_ns=steady)
+    multi = RankStats(2, 32, 0.011, 0.0105, 0.002, 4 * 2**20, 3, step_samples_ns=noisy, nosync_samples_ns=steady)
+    r = DdpResult("w", "gloo", 1, 25.0, single, multi)
+    assert r.notes == [f"2 processes (the slowest rank), DDP step: {warning}"]
+    assert RankStats.from_dict(multi.to_dict()).noise_notes == [f"DDP step: {warning}"]
+    console = Console(width=1000, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(ddp_view(r.to_dict()))
+    assert f"note: 2 processes (the slowest rank), DDP step: {warning}" in console.export_text()
+    from dlperf.report.html_kinds import _ddp_view
+
+    assert "note: 2 processes (the slowest rank), DDP step: noisy: IQR is 32%" in _ddp_view(r.to_dict())
+    # one process: its launch's own notes; a record from before the samples were kept has none
+    alone = RankStats(1, 32, 0.011, 0.0105, 0.0, 4 * 2**20, 3, step_samples_ns=noisy, nosync_samples_ns=steady)
+    one = DdpResult("w", "gloo", 1, 25.0, alone, alone)
+    assert one.notes == [f"1 process, DDP step: {warning}"]
+    assert DdpResult("w", "gloo", 1, 25.0, RankStats(1, 32, 0.01, 0.01, 0.0, 1, 1),
+                     RankStats(2, 32, 0.01, 0.01, 0.0, 1, 1)).notes == []
