@@ -218,7 +218,8 @@ def _optimize_goal(result: Mapping[str, Any]) -> str:
 # what the host was doing. One chart of both summed to more than the step.
 PHASE_PARTS = (("data_wait_s", "waiting for data"), ("h2d_s", "host-to-device"), ("forward_s", "forward"),
                ("backward_s", "backward"), ("optimizer_s", "optimizer"), ("other_s", "other (outside phases)"))
-ACTIVITY_PARTS = (("operator_s", "operators"), ("framework_overhead_s", "framework overhead"),
+ACTIVITY_PARTS = (("operator_s", "operators"), ("stalled_op_s", "operator calls stalled (descheduled)"),
+                  ("framework_overhead_s", "framework overhead"),
                   ("device_sync_s", "waiting for the device"))
 
 

@@ -180,13 +180,16 @@ def _breakdown(b: dict[str, Any]) -> RenderableType:
     # so they come under the step's row: under "other" they read as parts of it, 59 ms of an 82 µs row.
     phases = [("waiting for data", "data_wait_s"), ("host-to-device copies", "h2d_s"), ("forward", "forward_s"),
               ("backward", "backward_s"), ("optimizer", "optimizer_s"), ("other (outside phases)", "other_s")]
-    activities = [("  of which operators", "operator_s"), ("  of which framework overhead", "framework_overhead_s"),
+    activities = [("  of which operators", "operator_s"),
+                  ("  of which operator calls stalled (descheduled)", "stalled_op_s"),
+                  ("  of which framework overhead", "framework_overhead_s"),
                   ("  of which waiting for the device", "device_sync_s"), ("device idle", "device_idle_s")]
 
     def add(rows: list[tuple[str, str]]) -> None:
         for label, key in rows:
             value = b.get(key)
-            if value is None or (value == 0 and key in ("data_wait_s", "h2d_s", "backward_s", "optimizer_s")):
+            if value is None or (value == 0 and key in ("data_wait_s", "h2d_s", "backward_s", "optimizer_s",
+                                                        "stalled_op_s")):
                 continue
             t.add_row(label, _ms(value), _pct(value / step))
 

@@ -6,7 +6,7 @@ import pytest
 
 from dlperf.errors import ProfileError
 from dlperf.profile.analyzers import breakdown, dataloader, launch, memory, operators, threads
-from dlperf.profile.trace import TRAIN, LoaderInfo
+from dlperf.profile.trace import TRAIN, LoaderInfo, ProfileTrace, StepWindow
 from tests.unit.profile.builders import (
     CEILINGS,
     FakeCeilings,
@@ -301,3 +301,48 @@ def test_a_convolution_writes_the_output_its_flops_imply_not_its_inputs_size() -
     dw = op("aten::mkldnn_convolution", 0, 100, flops=2 * 32 * 56 * 56 * 1 * 3 * 3,
             shapes=((1, 32, 56, 56), (32, 1, 3, 3), (32,)), dtypes=("float", "float", "float"))
     assert operators.op_bytes_and_flops(dw)[0] == (2 * 32 * 56 * 56 + 32 * 9 + 32) * 4
+
+
+def _stalled_steps() -> ProfileTrace:
+    """Three steps of 200 `add` calls of 5 µs, 10 µs apart (1 ms of calls, 1 ms of gaps); in steps 0 and 2 the
+    process is descheduled for 8 ms inside the 101st call, so those steps take 10 ms and the middle one 2 ms."""
+    ops, windows, start = [], [], 0.0
+    for step, stall in enumerate((8000.0, 0.0, 8000.0)):
+        for i in range(200):
+            ops.append(op("aten::add", start + i * 10.0 + (stall if i > 100 else 0.0),
+                          5.0 + (stall if i == 100 else 0.0), step=step))
+        end = start + 2000.0 + stall
+        windows.append(StepWindow(index=step, start_us=start, end_us=end, wall_s=(end - start) * 1e-6,
+                                  phase_us={"forward": end - start}))
+        start = end
+    base = trace([], steps=1)
+    return replace(base, steps=windows, ops=ops, unprofiled_step_s=[0.002] * 3)
+
+
+def test_a_call_descheduled_mid_step_is_its_own_part_not_operators_or_dispatch() -> None:
+    """A launch-bound model (200 x sin(x*w+0.1) on [1, 8]) on a busy machine read "of which operators 5.24 ms (82%)"
+    beside self times adding up to 1.2 ms and "tiny ops + gaps = 35%": the median step (by wall) held one call of
+    several ms, the process descheduled inside it, which the breakdown counted as operators' time and the dispatch
+    share as neither tiny operators nor gaps, but as step."""
+    t = _stalled_steps()
+    b = breakdown.analyze(t)
+    assert b.step_s == pytest.approx(0.010)  # the median step is a stalled one
+    assert b.stalled_op_s == pytest.approx(0.008)
+    assert b.operator_s == pytest.approx(0.001) and b.framework_overhead_s == pytest.approx(0.001)
+    from rich.console import Console
+
+    from dlperf.report.profile_view import _breakdown
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(_breakdown(b.to_dict()))
+    rows = console.export_text()
+    assert [" ".join(line.split()) for line in rows.splitlines() if "of which" in line] == [
+        "of which operators 1.00 ms 10%", "of which operator calls stalled (descheduled) 8.00 ms 80%",
+        "of which framework overhead 1.00 ms 10%"]
+    la = launch.analyze(t)
+    assert la.overhead_share == pytest.approx(1995 / 2000)  # of the step less its stall: 199 tiny calls + 1 ms gaps
+    # an unstalled trace has no stalled part, and its share is as before
+    calm = launch.analyze(trace([op("aten::add", i * 10.0, 5.0) for i in range(200)], step_us=2000.0))
+    assert calm.overhead_share == pytest.approx(1.0)
+    assert breakdown.analyze(trace([op("aten::add", i * 10.0, 5.0) for i in range(200)], step_us=2000.0)
+                             ).stalled_op_s == 0.0

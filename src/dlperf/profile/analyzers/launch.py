@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlperf.measure.stats import median
+from dlperf.profile.analyzers.breakdown import stalled_us, typical_call_us
 from dlperf.profile.trace import ProfileTrace, merged_length
 
 TINY_OP_US = 20.0
@@ -31,9 +32,11 @@ class LaunchAnalysis:
     busy_step_s: float
     """Step time outside data loading."""
     overhead_share: float
-    """(tiny-operator time + gaps) / the whole step (data wait included): the share of the step a fused or batched
-    step could win back. Over the busy step alone, a training step that waited 17.4 of its 18.1 ms for data read
-    "68% of the step" of 0.44 ms of overhead, and Amdahl on the whole step then promised 2.04x."""
+    """(tiny-operator time + gaps) / the whole step (data wait included) less its stalled operator calls (see
+    breakdown.STALLED_CALL_FACTOR): the share of the step a fused or batched step could win back. A call descheduled
+    for 8 ms is neither dispatch nor work: counted in, 200 tiny calls a step read "tiny ops + gaps = 35%". Over the
+    busy step alone, a training step that waited 17.4 of its 18.1 ms for data read "68% of the step" of 0.44 ms of
+    overhead, and Amdahl on the whole step then promised 2.04x."""
     kernels_per_step: float | None = None
     median_kernel_us: float | None = None
     tiny_kernel_fraction: float | None = None
@@ -63,6 +66,7 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
     counts, all_counts, tiny_s, gap_s, busy_s, shares, reads, optimizer = [], [], [], [], [], [], [], []
     optimizer_shares: list[float] = []
     durations: list[float] = []
+    typical = typical_call_us(trace)
     for step in trace.steps:
         ops = trace.ops_in_step(step.index)
         top = [o for o in ops if o.depth == 0 and o.phase != "data"]
@@ -83,13 +87,14 @@ def analyze(trace: ProfileTrace, tiny_op_us: float = TINY_OP_US) -> LaunchAnalys
         tiny_s.append(tiny)
         gap_s.append(gap)
         busy_s.append(busy)
-        shares.append(min(1.0, (tiny + gap) / max(step.wall_s, busy)))
+        stalled = stalled_us(top, typical) * 1e-6 * scale
+        whole = max(max(step.wall_s, busy) - stalled, 1e-12)
+        shares.append(min(1.0, (tiny + gap) / whole))
         in_optimizer = [o for o in top if o.phase == "optimizer"]
         optimizer_tiny = sum(o.dur_us for o in in_optimizer if o.dur_us < tiny_op_us)
         optimizer_gap = max(0.0, step.phase_us.get("optimizer", 0.0)
                             - merged_length([(o.start_us, o.end_us) for o in in_optimizer]))
-        optimizer_shares.append(min(shares[-1], (optimizer_tiny + optimizer_gap) * 1e-6 * scale
-                                    / max(step.wall_s, busy)))
+        optimizer_shares.append(min(shares[-1], (optimizer_tiny + optimizer_gap) * 1e-6 * scale / whole))
     result = LaunchAnalysis(
         ops_per_step=median(counts),
         all_ops_per_step=median(all_counts),
