@@ -206,27 +206,39 @@ def _input_bound_advice(config: StepConfig, tried: list[str] | None = None) -> s
             "augmentation, a dataset cached in memory)")
 
 
-def cpu_attention_flop_formulas() -> dict[Any, Callable[..., int]]:
-    """FLOP formulas for SDPA's fused CPU kernel, forward and backward, which FlopCounterMode has none for.
+def attention_flop_formulas() -> dict[Any, Callable[..., int]]:
+    """Model FLOP formulas for SDPA's fused kernels: forward on the CPU, which FlopCounterMode has none for, and
+    backward on the CPU and CUDA, which it counts with the recomputation.
 
-    Without them it counted a transformer's attention on the CPU as zero: a causal char-level LM (2 layers, width 64,
-    sequence 64, batch 16) read 637 MFLOP / step, its linear layers alone, where attention adds 101 MFLOP more (14%),
-    and so its MFU. torch's own formulas for the CUDA kernels are used, on the same shapes (full attention, as torch
-    counts a causal one too).
+    Without a CPU forward formula a transformer's attention counted zero there: a causal char-level LM (2 layers, width
+    64, sequence 64, batch 16) read 637 MFLOP / step, its linear layers alone, where attention adds 101 MFLOP more
+    (14%), and so its MFU. torch's own forward formula is used, on the same shapes (full attention, as torch counts a
+    causal one too). Its backward formula (`sdpa_backward_flop_count`) counts five matmuls: the flash kernels
+    recompute the scores Q @ K^T in backward rather than keep them, the recomputation activation checkpointing also
+    does. MFU counts model FLOPs (PaLM's definition: what the model needs, not what a kernel chooses to recompute, so
+    that an implementation does not raise its MFU by recomputing more), and attention's backward needs four: dV, dP,
+    dQ and dK, twice the forward's two. Counted with five, a model with SDPA read 8.4 MFLOP a step over the hand
+    count, half its attention forward. The varlen kernels of nested tensors (`_flash_attention_backward`) keep
+    torch's count.
     """
     import torch
-    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+    from torch.utils.flop_counter import sdpa_flop_count
 
     def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
         return int(sdpa_flop_count(query, key, value))
 
     def backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
                  **kwargs: Any) -> int:
-        return int(sdpa_backward_flop_count(grad_out, query, key, value))
+        return 2 * int(sdpa_flop_count(query, key, value))  # dV, dP, dQ, dK: no recomputed Q @ K^T
 
     aten = torch.ops.aten
-    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
+    formulas: dict[Any, Callable[..., int]] = {aten._scaled_dot_product_flash_attention_for_cpu: forward,
+                                                aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
+    for name in ("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+                 "_scaled_dot_product_cudnn_attention_backward"):  # (grad_out, query, key, value, ...), as on the CPU
+        if hasattr(aten, name):
+            formulas[getattr(aten, name)] = backward
+    return formulas
 
 
 def count_step_flops(loop: TrainLoop, recompute: bool = False) -> float:
@@ -238,7 +250,7 @@ def count_step_flops(loop: TrainLoop, recompute: bool = False) -> float:
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    counter = FlopCounterMode(display=False, custom_mapping=cpu_attention_flop_formulas())
+    counter = FlopCounterMode(display=False, custom_mapping=attention_flop_formulas())
     with counter, (contextlib.nullcontext(0) if recompute else checkpointing_off(loop.model)):
         loop.step(eager=True)
     return float(counter.get_total_flops())

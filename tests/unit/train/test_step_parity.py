@@ -53,7 +53,17 @@ def test_step_flops_count_attention_on_the_cpu() -> None:
     loop = TrainLoop(workload, StepConfig(batch_size=16, threads=1))
     linear = 2 * (2 * 16 * 16 * 48) + 3 * (2 * 16 * 16 * 4)  # the input needs no gradient
     one_bmm = 2 * 16 * 4 * 4 * 4  # a [4 x 4] @ [4 x 4] per sample
-    assert count_step_flops(loop) == linear + 2 * one_bmm + 5 * one_bmm  # torch's forward and backward formulas
+    # model FLOPs: 2 matmuls forward, 4 backward (dV, dP, dQ, dK); torch's backward formula counted a fifth, the
+    # scores the flash kernel recomputes, which MFU does not count (as it does not count checkpointing's recompute)
+    assert count_step_flops(loop) == linear + 2 * one_bmm + 4 * one_bmm
+    # CUDA's fused kernels' backward too (their arguments begin as the CPU kernel's: grad_out, query, key, value)
+    from dlperf.train.step import attention_flop_formulas
+
+    formulas, shape = attention_flop_formulas(), (16, 1, 4, 4)
+    aten = torch.ops.aten
+    for op in (aten._scaled_dot_product_flash_attention_backward, aten._scaled_dot_product_efficient_attention_backward,
+               aten._scaled_dot_product_cudnn_attention_backward):
+        assert formulas[op](shape, shape, shape, shape) == 4 * one_bmm
 
 
 def test_measure_keeps_every_step_and_its_phases() -> None:
