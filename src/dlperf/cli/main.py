@@ -39,12 +39,15 @@ NEGATIVE_VALUE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+(?:e-?\d+)?[a-zA-Z%Â
 """What argparse reads as a value although it starts with '-': a number, also with a unit or a suffix."""
 
 
-def _load(module: str) -> object | None:
+def _load(name: str, module: str) -> object:
+    """The command's module. Every row of COMMANDS names one that ships with dlperf: a missing one was skipped
+    without a word, so a new command whose row misspelt its module was only an "invalid choice"."""
     try:
         return importlib.import_module(f"dlperf.cli.{module}")
     except ModuleNotFoundError as exc:
         if exc.name == f"dlperf.cli.{module}":
-            return None
+            raise ModuleNotFoundError(f"COMMANDS row '{name}' names module 'dlperf.cli.{module}', which does not "
+                                      f"exist: add src/dlperf/cli/{module}.py or fix the row", name=exc.name) from exc
         raise
 
 
@@ -59,9 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, module_name, help_text in COMMANDS:
-        module = _load(module_name)
-        if module is None:
-            continue
+        module = _load(name, module_name)
         p = sub.add_parser(name, help=help_text, description=help_text)
         # a negative number with a unit ('--min-duration -1s', '--max-metric-drop -1%') is a value, not an
         # option: argparse knew only bare numbers, answered "expected one argument" and never said it was negative
