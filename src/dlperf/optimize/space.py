@@ -113,14 +113,18 @@ def import_module(name: str) -> Any:
 
 
 def load_pass_modules(extra: Sequence[str] = ()) -> list[tuple[str, Any]]:
-    """Import the built-in pass modules and `extra` ones; a module that fails to import is skipped."""
+    """Import the built-in pass modules and `extra` ones. A built-in module whose optional library is missing at
+    import time is skipped (its passes are absent); one that fails on a name of dlperf's own (a new pass's misspelt
+    import), or an `extra` module named explicitly, is an OptimizeError naming the module: skipped, its passes
+    vanished and `--passes NAME` answered only "unknown passes NAME"."""
     loaded = []
     for name in [*pass_module_names(), *extra]:
         try:
             loaded.append((name, import_module(name)))
-        except ImportError:
-            # A pass module whose optional library is missing at import time: its passes are absent.
-            continue
+        except ImportError as exc:
+            if name not in extra and (exc.name or "").split(".")[0] != "dlperf":
+                continue
+            raise OptimizeError(f"pass module '{name}' failed to import: {type(exc).__name__}: {exc}") from exc
     return loaded
 
 

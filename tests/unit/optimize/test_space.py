@@ -210,6 +210,30 @@ def test_a_pass_module_file_that_failed_to_import_is_not_cached_half_run(tmp_pat
     assert import_module(str(file)).VALUE == 2
 
 
+def test_a_pass_module_that_fails_on_a_dlperf_import_is_an_error_not_skipped(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new pass module with a misspelt import of dlperf's (torch_reasons for torch_reason) was skipped like one
+    whose optional library is missing: its pass vanished, and `--passes fuse_linear_relu` said only "unknown
+    passes fuse_linear_relu: known passes are ..."."""
+    import dlperf.optimize.space as space
+
+    (tmp_path / "dlperf_y1_typo_pass.py").write_text("from dlperf.passes._torch_call import torch_reasons\n")
+    (tmp_path / "dlperf_y1_optional_pass.py").write_text("import dlperf_y1_no_such_library\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    builtin = space.pass_module_names()
+    monkeypatch.setattr(space, "pass_module_names", lambda: [*builtin, "dlperf_y1_optional_pass"])
+    names = [name for name, _ in load_pass_modules()]  # a missing optional library: skipped, as before
+    assert "dlperf_y1_optional_pass" not in names and "dlperf.passes.hygiene" in names
+    monkeypatch.setattr(space, "pass_module_names", lambda: [*builtin, "dlperf_y1_typo_pass"])
+    with pytest.raises(OptimizeError, match=r"pass module 'dlperf_y1_typo_pass' failed to import: ImportError: "
+                                            r"cannot import name 'torch_reasons'"):
+        load_pass_modules()
+    monkeypatch.setattr(space, "pass_module_names", lambda: builtin)
+    with pytest.raises(OptimizeError, match=r"pass module 'dlperf_y1_optional_pass' failed to import: "
+                                            r"ModuleNotFoundError: No module named 'dlperf_y1_no_such_library'"):
+        load_pass_modules(["dlperf_y1_optional_pass"])  # named explicitly: its error is the user's to see
+
+
 def test_a_configuration_label_given_to_passes_is_told_to_name_the_pass() -> None:
     """`--passes "onnxruntime(precision=int8-dynamic)"`, a label copied from the report's table, was refused as an
     unknown pass, with no word that --passes takes pass names and the search tries each of a pass's configurations."""
