@@ -170,11 +170,17 @@ def build_space(workload: Workload, ctx: PassContext, only: Sequence[str] | None
         names_by_module.setdefault(cls.__module__, set()).add(cls.name)
     for name, module in modules:
         fn = getattr(module, "search_space", None)
-        if fn is None:
-            continue
         if only and not names_by_module.get(module.__name__, set()) & set(only):
             continue
-        short = name.rsplit(".", 1)[-1].removesuffix(".py")
+        # a user's pass module file by its stem: "/x/my_passes.py" was "py" in the skipped lines
+        short = Path(name).stem if name.endswith(".py") else name.rsplit(".", 1)[-1]
+        if fn is None:
+            # a module of passes without one was left out unsaid: "no pass offered a configuration (see the skipped
+            # passes)" and no pass listed; a module of no pass (sensitivity.py) has nothing to say
+            if names_by_module.get(module.__name__):
+                skipped.append(f"{short}: not applicable: its module defines no search_space(workload, ctx), so the "
+                               "search has no configuration of it to try")
+            continue
         try:
             configs = list(fn(workload, ctx))
         except Exception as exc:
