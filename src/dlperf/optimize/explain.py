@@ -42,6 +42,22 @@ def stalled_timing(latency: Any) -> str | None:
     return None
 
 
+def stalled_blocks(a_blocks: Sequence[float], b_blocks: Sequence[float]) -> dict[int, tuple[str, float]]:
+    """The paired blocks of an A/B where a side stalled, each with the side ('a' or 'b') and how many times its side's
+    fastest block it took: a block STALL_FACTOR times that, as `stalled_timing` judges a row's median call against its
+    fastest (on a shared machine a model's OpenMP threads stall on each other's preemption, about 1000x for whole
+    blocks). Against the fastest, not the median block: where most blocks stalled the median is a stalled one."""
+    found: dict[int, tuple[str, float]] = {}
+    for side, blocks in (("a", a_blocks), ("b", b_blocks)):
+        typical = min(float(t) for t in blocks) if blocks else 0.0
+        if typical <= 0:
+            continue
+        for k, t in enumerate(blocks):
+            if t >= STALL_FACTOR * typical and (k not in found or t / typical > found[k][1]):
+                found[k] = (side, t / typical)
+    return dict(sorted(found.items()))
+
+
 def median_stalled(latency: Any) -> bool:
     """Whether a row's stalled calls (`stalled_timing`) reach its median, which the latency objective ranks by; a
     stalled tail (the mean STALL_FACTOR times the median) leaves the p50 the model's."""
