@@ -582,12 +582,16 @@ class _Search:
         return Candidate((*cand.configs[:-1], dataclasses.replace(last, max_metric_drop=budget)))  # type: ignore[call-arg]
 
     def _worth_extending(self, cand: Candidate) -> bool:
-        """Skip a pipeline whose added pass, measured alone, crashed or failed the metric."""
+        """Skip a pipeline whose added pass, measured alone, crashed or failed the metric, or was not applicable
+        where no earlier pass of the pipeline changes the model's layers (`PassConfig.changes_modules`): on
+        conv_wl.py `hygiene + dynamic_int8` had a process of its own, and ended not applicable as dynamic_int8 had."""
         single = self.single_rows.get(_config_key(cand.configs[-1]))
         if single is None:
             return True
         if single["status"] == "failed":
             return False
+        if single["status"] == "not_applicable":
+            return any(c.changes_modules for c in cand.configs[:-1])
         return not any(v.startswith("metric") or v.startswith("its metric") for v in single.get("violations", []))
 
     def _priority(self, cand: Candidate) -> tuple[float, int, float]:

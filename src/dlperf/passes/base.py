@@ -39,6 +39,10 @@ class PassConfig:
     # True for passes that set the model's numeric precision (int8, bf16/fp16/tf32): each takes an fp32 model, so
     # the search puts at most one in a pipeline.
     sets_precision: ClassVar[bool] = False
+    # True for passes whose model has other layers than the one they were given (distill's student; structured
+    # pruning's narrower layers): a pass not applicable to the original model may apply after one of them, so the
+    # search still builds that pipeline (it skips the others: `optimize.search._worth_extending`).
+    changes_modules: ClassVar[bool] = False
     # Order inside a stage (lower first): weight-changing passes (distill, prune, QAT) before quantize and
     # precision, which come before compile. Ties keep discovery order.
     order: ClassVar[int] = 50

@@ -37,6 +37,7 @@ class DistillConfig(PassConfig):
     (shallow) removed; steps: optimizer steps of distillation."""
 
     name: ClassVar[str] = "distill"
+    changes_modules: ClassVar[bool] = True  # a student of its own layers
     order: ClassVar[int] = 10
     trains: ClassVar[bool] = True
 

@@ -37,6 +37,7 @@ class PruneConfig(PassConfig):
     """amount: fraction of units/channels (structured) or of weights (magnitude) removed per layer."""
 
     name: ClassVar[str] = "pruning"
+    changes_modules: ClassVar[bool] = True  # structured pruning narrows layers
     order: ClassVar[int] = 20
     trains: ClassVar[bool] = True
 

@@ -218,7 +218,9 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             if key in first_with:
                 prefix = why.split(": ", 1)[0]
                 j, label = first_with[key]
-                lines.append(f"  {i} {row['label']}: {prefix}: the same error as {j} ({label})")
+                # "the same error as 2" read of a pass that was not applicable, not an error
+                same = "reason" if row.get("status") == "not_applicable" else "error"
+                lines.append(f"  {i} {row['label']}: {prefix}: the same {same} as {j} ({label})")
                 continue
             first_with[key] = (i, str(row["label"]))
         lines.append(f"  {i} {row['label']}: {why}")

@@ -1038,6 +1038,22 @@ def test_no_pipeline_is_built_on_a_pass_that_failed_or_lost_the_metric_alone(tmp
     assert [r["label"] for r in result.rows] == ["baseline", "hygiene", "dynamic_int8"]
 
 
+def test_no_pipeline_adds_a_pass_not_applicable_alone_unless_an_earlier_pass_changes_the_modules(
+        tmp_path: Path) -> None:
+    """On conv_wl.py `hygiene + dynamic_int8` got its own process though dynamic_int8 alone was not applicable (no
+    nn.Linear wide enough), and ended the same way; after distill, whose student has layers of its own, it may
+    apply, so that pipeline is still tried."""
+    measured = {"": (1.0e-3, 1.0, 1000, None), "hygiene": (0.8e-3, 1.0, 1000, 0.8),
+                "distill": (0.6e-3, 1.0, 1000, 0.5), "hygiene+distill": (0.5e-3, 1.0, 1000, 0.4),
+                "distill+dynamic_int8": (0.5e-3, 1.0, 1000, 0.45)}
+    result = optimize("zoo:mlp", OptimizeConfig(passes=("hygiene", "dynamic_int8", "distill"), max_depth=2,
+                                                time_budget_s=600.0, workdir=str(tmp_path / "work")),
+                      executor=Refused(measured, {"dynamic_int8", "hygiene+dynamic_int8"}, "not_applicable"))
+    labels = {r["label"] for r in result.rows}
+    assert "hygiene + dynamic_int8" not in labels
+    assert "distill + dynamic_int8" in labels
+
+
 def test_cheaper_candidates_are_measured_first_then_the_best_looking_pipelines(tmp_path: Path) -> None:
     """At the first depth by build cost (a distillation, cost class 2, after the conversions); at the next by the
     product of the prefix's gain and the added pass's gain alone: what the time budget cuts is what looks worst."""

@@ -338,6 +338,22 @@ def test_a_pass_that_does_not_apply_is_said_not_applicable_once() -> None:
         "  3 channels_last + compile: not applicable (channels_last): the model has no 2-D convolution"]
 
 
+def test_a_pass_not_applicable_again_in_a_pipeline_gives_the_same_reason_not_error() -> None:
+    """conv_wl.py's why-lines read "15 hygiene + dynamic_int8: not applicable (dynamic_int8): the same error as 2
+    (dynamic_int8)", where 2 was not applicable, not an error."""
+    from dlperf.report.optimize_view import why_lines
+
+    data = _data()
+    reason = "the model has no nn.Linear with at least 16 input and output features"
+    data["candidates"] += [
+        {"key": "c0", "label": "dynamic_int8", "status": "not_applicable", "phase": "apply",
+         "error": f"dynamic_int8: not applicable: {reason}"},
+        {"key": "c1", "label": "distill + dynamic_int8", "status": "not_applicable", "phase": "apply",
+         "error": f"dynamic_int8: not applicable: {reason}"}]
+    assert why_lines(data)[-1] == ("  3 distill + dynamic_int8: not applicable (dynamic_int8): the same reason as 2 "
+                                   "(dynamic_int8)")
+
+
 @pytest.mark.parametrize("measured", [False, True], ids=["none-measured", "one-measured"])
 def test_no_winner_says_the_budget_ran_out_only_where_no_candidate_was_measured(measured: bool) -> None:
     """On a slow machine the baseline took the budget: the first candidate was cut short and the rest never tried,
