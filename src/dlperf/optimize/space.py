@@ -150,7 +150,7 @@ def config_from_dict(data: dict[str, Any]) -> PassConfig:
         )
     fields = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in fields}
-    return cls(**kwargs)
+    return cls(**{**cls.saved_defaults, **kwargs})
 
 
 def candidate_from_list(items: Iterable[dict[str, Any]]) -> Candidate:

@@ -50,6 +50,10 @@ class PassConfig:
     # search's constraint in the metric's units): left out of the label, which the report already heads
     # with the constraints, but kept in `to_dict` and so in the candidate's key.
     label_omits: ClassVar[tuple[str, ...]] = ()
+    # Values for fields a config saved before they existed lacks (`optimize.space.config_from_dict`), where the
+    # field's default would replay something else: dynamic_int8's `recurrent` (default True) is False for a recipe
+    # saved when the pass quantized nn.Linear only.
+    saved_defaults: ClassVar[dict[str, Any]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         return {"pass": self.name, "version": self.version, **dataclasses.asdict(self)}

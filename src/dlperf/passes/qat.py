@@ -72,7 +72,8 @@ class Qat:
         if state.workload.train is None and not ctx.replay:
             return "no training spec: QAT needs labelled batches and a loss"
         # the Linears it would train for are those dynamic_int8 replaces: none, and it has nothing to do
-        reason = DynamicInt8().applicable(DynamicInt8Config(min_features=config.min_features), state, ctx)
+        linears_only = DynamicInt8Config(min_features=config.min_features, recurrent=False)
+        reason = DynamicInt8().applicable(linears_only, state, ctx)
         if reason:
             return reason
         return None if ctx.replay else torchao_reason()
@@ -80,7 +81,7 @@ class Qat:
     def apply(self, config: QatConfig, state: ModelState, ctx: PassContext) -> ModelState:
         model = state.model
         assert model is not None
-        int8 = DynamicInt8Config(min_features=config.min_features)
+        int8 = DynamicInt8Config(min_features=config.min_features, recurrent=False)  # QAT trains Linears only
         if not ctx.replay:
             import torch
             from torch import nn

@@ -1,5 +1,8 @@
 """Dynamic int8 for nn.Linear in plain torch: int8 weights (per output channel), activations quantized
-per row at run time, int8 x int8 -> int32 GEMM by `torch._int_mm`, then rescaled to fp32.
+per row at run time, int8 x int8 -> int32 GEMM by `torch._int_mm`, then rescaled to fp32. nn.GRU and nn.LSTM
+layers (`recurrent=True`, the default) become torch's own dynamically quantized ones
+(`torch.ao.quantization.quantize_dynamic`: int8 weights, fp32 activations quantized at run time, fbgemm/onednn
+kernels); an artifact replays the conversion on load, as it does the Linears'.
 
 The quantized layer keeps only plain tensors (int8 weight, fp32 scales, bias) as buffers, so its
 state_dict loads with `torch.load(weights_only=True)`. Whether it is faster depends on the CPU's int8
@@ -24,14 +27,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DynamicInt8Config(PassConfig):
-    """min_features: leave Linear layers with fewer input or output features in fp32 (tiny GEMMs)."""
+    """min_features: leave Linear layers with fewer input or output features, and GRU/LSTM layers with a smaller
+    hidden size, in fp32 (tiny GEMMs). recurrent: quantize nn.GRU and nn.LSTM layers too."""
 
     name: ClassVar[str] = "dynamic_int8"
     order: ClassVar[int] = 40
     sets_precision: ClassVar[bool] = True
+    saved_defaults: ClassVar[dict[str, Any]] = {"recurrent": False}  # saved before GRU/LSTM were covered
 
     min_features: int = 16
     skip: tuple[str, ...] = ()
+    recurrent: bool = True
 
     def __post_init__(self) -> None:
         if self.min_features < 1:
@@ -127,6 +133,34 @@ def eligible_linears(model: Any, config: DynamicInt8Config) -> list[tuple[Any, s
     return found
 
 
+def eligible_recurrent(model: Any, config: DynamicInt8Config) -> list[str]:
+    """The full names of the nn.GRU / nn.LSTM layers the pass quantizes (`config.recurrent`): a hidden size of at least
+    `min_features`, not skipped, and no LSTM projection (`proj_size`, which torch's dynamic LSTM does not take)."""
+    from torch import nn
+
+    if not config.recurrent:
+        return []
+    return [name for name, m in model.named_modules()
+            if type(m) in (nn.GRU, nn.LSTM) and name and name not in config.skip
+            and m.hidden_size >= config.min_features and not getattr(m, "proj_size", 0)]
+
+
+def quantize_recurrent(model: Any, config: DynamicInt8Config) -> list[str]:
+    """Replace the eligible GRU/LSTM layers in place by torch's dynamically quantized ones; returns their names."""
+    import warnings
+
+    import torch
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    names = eligible_recurrent(model, config)
+    if names:
+        with warnings.catch_warnings():  # torch 2.10+ says eager quantization moves to torchao; it still runs
+            warnings.simplefilter("ignore")
+            quantize_dynamic(model, {name: default_dynamic_qconfig for name in names}, dtype=torch.qint8,
+                             inplace=True)
+    return names
+
+
 def quantize_linears(model: Any, config: DynamicInt8Config) -> list[str]:
     """Replace eligible nn.Linear children in place (`eligible_linears`); returns the names replaced."""
     cls = int8_linear_class()
@@ -158,6 +192,18 @@ def int8_note(model: Any, config: DynamicInt8Config, replaced: list[str]) -> str
     return note
 
 
+def recurrent_note(model: Any, recurrent: list[str]) -> str | None:
+    """What the conversion did to the GRU/LSTM layers (None for a model without any): those quantized and those
+    left fp32."""
+    from torch import nn
+
+    kept = [name for name, m in model.named_modules() if type(m) in (nn.GRU, nn.LSTM)]
+    if not recurrent and not kept:
+        return None
+    note = f"{len(recurrent)} of {len(recurrent) + len(kept)} GRU/LSTM layers in dynamic int8"
+    return note + (f"; kept fp32: {', '.join(kept[:5])}" if kept else "")
+
+
 @register(DynamicInt8Config)
 class DynamicInt8:
     def applicable(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> str | None:
@@ -171,28 +217,37 @@ class DynamicInt8:
         from torch import nn
 
         assert state.model is not None
-        if not eligible_linears(state.model, config):
+        if not eligible_linears(state.model, config) and not eligible_recurrent(state.model, config):
             wide = [m for m in state.model.modules()
                     if type(m) is nn.Linear and min(m.in_features, m.out_features) >= config.min_features]
             if wide and any(_reads_weights(m) for m in state.model.modules()):
                 return ("its nn.Linear layers are inside nn.TransformerEncoderLayer/DecoderLayer, which read their "
                         "weights directly (a fused fast path): use onnxruntime or openvino int8 for them")
             linears = [(name, m) for name, m in state.model.named_modules() if type(m) is nn.Linear]
+            rnns = [name for name, m in state.model.named_modules() if type(m) in (nn.GRU, nn.LSTM)]
+            rnn_why = (f"; its GRU/LSTM layers ({', '.join(rnns[:3])}) have a hidden size under "
+                       f"{config.min_features}, an LSTM projection or are skipped" if rnns and config.recurrent
+                       else "")
             if not linears:
-                return "the model has no nn.Linear"
+                return "the model has no nn.Linear" + (rnn_why or (", nn.GRU or nn.LSTM" if config.recurrent else ""))
             # "no nn.Linear with at least 16 features" read as false of a model with nn.Linear(512, 10)
             name, widest = max(linears, key=lambda nm: min(nm[1].in_features, nm[1].out_features))
             return (f"the model has no nn.Linear with at least {config.min_features} input and output features "
-                    f"(the widest, {name or 'the model'}, is {widest.in_features} -> {widest.out_features})")
+                    f"(the widest, {name or 'the model'}, is {widest.in_features} -> {widest.out_features})"
+                    + ("" if rnn_why or not config.recurrent else ", and no nn.GRU or nn.LSTM") + rnn_why)
         return None
 
     def apply(self, config: DynamicInt8Config, state: ModelState, ctx: PassContext) -> ModelState:
         assert state.model is not None
+        recurrent = quantize_recurrent(state.model, config)
         replaced = quantize_linears(state.model, config)
         if getattr(state.predict, "model", None) is not None:
             state.predict.model = state.model  # type: ignore[attr-defined]
         state.precision = "int8"
         state.notes.append(int8_note(state.model, config, replaced))
+        rnn = recurrent_note(state.model, recurrent)
+        if rnn:
+            state.notes.append(rnn)
         return state
 
 

@@ -9,6 +9,7 @@ import torch
 
 import dlperf
 from dlperf.errors import ConfigError, PassNotApplicable
+from dlperf.measure.memory import parameter_bytes
 from dlperf.passes.base import ModelState, PassContext, apply_pass, apply_pipeline, initial_state, why_not
 from dlperf.passes.channels_last import ChannelsLastConfig
 from dlperf.passes.channels_last import search_space as channels_last_space
@@ -121,12 +122,65 @@ def test_dynamic_int8_not_applicable_without_big_linears_or_twice() -> None:
     head = initial_state(dlperf.Workload(name="head", make_model=lambda: torch.nn.Sequential(
         torch.nn.Flatten(), torch.nn.Linear(512, 10)).eval(), make_inputs=lambda b: (torch.randn(b, 512),)))
     assert why_not(DynamicInt8Config(), head, CPU) == ("the model has no nn.Linear with at least 16 input and output "
-                                                      "features (the widest, 1, is 512 -> 10)")
+                                                      "features (the widest, 1, is 512 -> 10), and no nn.GRU or "
+                                                      "nn.LSTM")
     state = apply_pass(DynamicInt8Config(), state, CPU)
     assert "already int8" in (why_not(DynamicInt8Config(), state, CPU) or "")
     assert "already int8" in (why_not(PrecisionConfig(), state, PassContext(cpu_flags=("avx512_bf16",))) or "")
     with pytest.raises(ConfigError):
         DynamicInt8Config(min_features=0)
+
+
+def _recurrent_workload(cls: type, hidden: int = 64) -> Workload:
+    class Recurrent(torch.nn.Module):  # gru_wl.py's shape: a GRU over 8 rows of 8, its last state to a 64 -> 10 head
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.rnn = cls(8, hidden, batch_first=True)
+            self.head = torch.nn.Linear(hidden, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.rnn(x)[0][:, -1])
+
+    return Workload(name="recurrent", make_model=lambda: Recurrent().eval(),
+                    make_inputs=lambda b: (torch.randn(b, 8, 8, generator=torch.Generator().manual_seed(b)),))
+
+
+@pytest.mark.parametrize("cls", [torch.nn.GRU, torch.nn.LSTM], ids=["gru", "lstm"])
+def test_dynamic_int8_quantizes_gru_and_lstm_layers(cls: type) -> None:
+    """A GRU classifier whose only Linear is its 64 -> 10 head was "not applicable: the model has no nn.Linear with at
+    least 16 input and output features": torch's quantize_dynamic takes nn.GRU and nn.LSTM too."""
+    from torch.ao.nn.quantized import dynamic as qdynamic
+
+    state = initial_state(_recurrent_workload(cls))
+    inputs, ref = _reference(state, batch=4)
+    assert why_not(DynamicInt8Config(), state, CPU) is None
+    state = apply_pass(DynamicInt8Config(), state, CPU)
+    assert isinstance(state.model.rnn, getattr(qdynamic, cls.__name__))  # type: ignore[union-attr]
+    assert state.precision == "int8"
+    assert state.notes[-2:] == ["0 of 1 Linear layers in dynamic int8; kept fp32: head (fewer than 16 features)",
+                                "1 of 1 GRU/LSTM layers in dynamic int8"]
+    with torch.no_grad():
+        assert cosine(state.predict(*inputs), ref) > 0.99
+    # its int8 weights are packed outside parameters and buffers: the size counted the fp32 head alone (2600 bytes)
+    gates = 3 if cls is torch.nn.GRU else 4
+    assert parameter_bytes(state.model) == gates * 64 * (8 + 64) + 2 * gates * 64 * 4 + (64 * 10 + 10) * 4
+    narrow = initial_state(_recurrent_workload(cls, hidden=8))
+    assert why_not(DynamicInt8Config(), narrow, CPU) == (
+        "the model has no nn.Linear with at least 16 input and output features (the widest, head, is 8 -> 10); its "
+        "GRU/LSTM layers (rnn) have a hidden size under 16, an LSTM projection or are skipped")
+    assert "no nn.Linear with at least 16" in (why_not(DynamicInt8Config(recurrent=False),
+                                                       initial_state(_recurrent_workload(cls)), CPU) or "")
+
+
+def test_a_dynamic_int8_config_saved_before_recurrent_layers_were_covered_replays_linears_only() -> None:
+    """A recipe saved when the pass quantized nn.Linear only has no `recurrent`: its default (True) would quantize the
+    GRU the measured candidate kept fp32."""
+    from dlperf.optimize.space import config_from_dict
+
+    old = {"pass": "dynamic_int8", "version": 1, "min_features": 16, "skip": []}
+    assert config_from_dict(old) == DynamicInt8Config(recurrent=False)
+    assert config_from_dict(DynamicInt8Config().to_dict()) == DynamicInt8Config()
 
 
 def _encoder_workload(head: bool) -> Workload:
@@ -297,4 +351,5 @@ def test_labels_show_only_non_default_fields() -> None:
     assert HygieneConfig().label() == "hygiene"
     assert HygieneConfig(threads=2).label() == "hygiene(threads=2)"
     assert HygieneConfig(inference_mode=False).label() == "hygiene(inference_mode=False)"  # False, not the default
-    assert DynamicInt8Config().to_dict() == {"pass": "dynamic_int8", "version": 1, "min_features": 16, "skip": ()}
+    assert DynamicInt8Config().to_dict() == {"pass": "dynamic_int8", "version": 1, "min_features": 16, "skip": (),
+                                             "recurrent": True}
