@@ -1,5 +1,5 @@
 """The environment a result was taken in: versions, CPU model and flags, cores, threads, GPU, OS, allocator,
-CPU governor and load."""
+CPU governor, load and the git commit of the code it ran."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ class Environment:
     machine's load from before the run (bench's points carry the load during each measurement)."""
     thread_env: dict[str, str] = field(default_factory=dict)
     """The environment variables that set thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, ...), where set."""
+    git_commit: str | None = None
+    """The commit checked out in the git repository holding the directory the command ran from (`git rev-parse
+    HEAD`): the code a number was taken with. None outside a repository, without git, or in older records."""
+    git_dirty: bool | None = None
+    """Whether that checkout had changes to tracked files not committed (`git status --porcelain
+    --untracked-files=no`), so the commit alone is not the code that ran; None where `git_commit` is."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,6 +166,26 @@ def load_average() -> list[float] | None:
         return None
 
 
+def git_state(folder: str | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout holding `folder` (default: the working directory); (None, None) outside
+    one, without git, or where git takes over 5 s (a huge checkout's status)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=folder or os.getcwd(), capture_output=True, text=True,
+                                  timeout=5, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "--verify", "HEAD")
+    if head is None or not head.strip():
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return head.strip(), None if status is None else bool(status.strip())
+
+
 def _version(module: str) -> str | None:
     from importlib import metadata
 
@@ -207,6 +233,7 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
                 if visible:
                     name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(visible[0][1]))
                     gpu_name = name.decode() if isinstance(name, bytes) else str(name)
+    commit, dirty = git_state()
     packages = {
         name: v
         for name in ("onnxruntime", "openvino", "nncf", "torchao", "numpy", "transformers")
@@ -235,6 +262,8 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
         cpu_governor=cpu_governor(),
         load_average=load_average(),
         thread_env={k: v for k in THREAD_ENV_VARS if (v := os.environ.get(k)) is not None},
+        git_commit=commit,
+        git_dirty=dirty,
     )
 
 

@@ -72,7 +72,8 @@ def fmt_value(value: float, unit: str) -> str:
 
 def environment_line(env: dict[str, Any]) -> str:
     """'torch 2.13.0+cpu · Python 3.11.9 · AMD EPYC (2 cores, 2 threads) · Linux 6.1 · glibc malloc', and where
-    recorded the cores a pinned process could use, the CPU governor and the thread variables set."""
+    recorded the cores a pinned process could use, the CPU governor, the thread variables set and the git commit
+    the command ran in ('git 3f2a9c1d0b7e', '... with uncommitted changes')."""
     if not env:
         return "environment: not recorded"
     parts = [f"torch {env.get('torch_version', '?')}", f"Python {env.get('python_version', '?')}"]
@@ -93,6 +94,8 @@ def environment_line(env: dict[str, Any]) -> str:
         from dlperf.measure.env import thread_env_text
 
         parts.append(thread_env_text(env["thread_env"]))
+    if env.get("git_commit"):
+        parts.append(f"git {str(env['git_commit'])[:12]}{' with uncommitted changes' if env.get('git_dirty') else ''}")
     return "environment: " + " · ".join(parts)
 
 

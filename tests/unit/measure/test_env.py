@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -227,3 +228,38 @@ def test_a_cpu_run_on_a_gpu_machine_names_the_gpu_without_initializing_cuda(monk
     assert capture_environment("cpu").gpu_name == "NVIDIA A10"
     monkeypatch.setattr(system, "visible_nvml_indices", lambda count: [])
     assert capture_environment("cpu").gpu_name is None
+
+
+def test_the_git_commit_the_command_ran_in_is_recorded_and_shown(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A number is of some code: the record names the commit checked out where the command ran, and whether the
+    checkout had uncommitted changes to tracked files; outside a repository it records none."""
+    import subprocess
+
+    from dlperf.report.terminal import environment_line
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above tmp_path counts
+    outside = capture_environment()
+    assert (outside.git_commit, outside.git_dirty) == (None, None)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "model.py").write_text("WIDTH = 64\n")
+    git("add", "model.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    head = git("rev-parse", "HEAD").strip()
+    (tmp_path / "notes.txt").write_text("untracked files do not make the checkout dirty\n")
+    clean = capture_environment()
+    assert (clean.git_commit, clean.git_dirty) == (head, False)
+    assert environment_line(clean.to_dict()).endswith(f" · git {head[:12]}")
+
+    (tmp_path / "model.py").write_text("WIDTH = 128\n")
+    dirty = capture_environment()
+    assert (dirty.git_commit, dirty.git_dirty) == (head, True)
+    assert environment_line(dirty.to_dict()).endswith(f" · git {head[:12]} with uncommitted changes")
+    assert Environment.from_dict(dirty.to_dict()) == dirty
