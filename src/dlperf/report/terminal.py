@@ -149,12 +149,18 @@ def ceilings_table(ceilings: dict[str, Any], cached: bool = False) -> Renderable
 
 
 def fmt_ci(median_s: float, ci: Sequence[float] | None) -> str:
-    """A median's CI relative to it: '-1.2/+0.8%'."""
+    """A median's CI relative to it: '-1.2/+0.8%'; a side under 0.05% that is not 0 with the decimals that show it
+    ('-0.03/+0.02%': a sleep of 5 ms read '-0.0/+0.0%', an interval of no width, until 2026-12-07)."""
+    from dlperf.measure.stats import percent_beside
+
     if not ci or len(ci) != 2 or not median_s:
         return "-"
     lo, hi = ci
-    below, above = (median_s - lo) / median_s * 100, (hi - median_s) / median_s * 100
-    return f"-{below:.{1 if below < 10 else 0}f}/+{above:.{1 if above < 10 else 0}f}%"
+
+    def side(share: float) -> str:
+        return f"{share:.0%}" if share >= 0.1 else percent_beside(share, fewest=1)
+
+    return f"-{side((median_s - lo) / median_s)[:-1]}/+{side((hi - median_s) / median_s)}"
 
 
 def bench_table(result: dict[str, Any]) -> RenderableType:

@@ -64,6 +64,10 @@ def test_units() -> None:
     assert fmt_si(2.5e9, "B/s") == "2.5 GB/s"
     assert fmt_ci(0.00125, [0.00120, 0.00130]) == "-4.0/+4.0%"
     assert fmt_ci(1.0, [0.5, 3.0]) == "-50/+200%"
+    # a stable 5 ms sleep's interval (a stored run's): not '-0.0/+0.0%', which reads as no width at all
+    assert fmt_ci(0.005138183, [0.005136583, 0.005139156]) == "-0.03/+0.02%"
+    assert fmt_ci(1.0, [1.0, 1.0]) == "-0.0/+0.0%"
+    assert fmt_ci(1.0, [0.9995, 1.099]) == "-0.05/+9.9%"
     # a 12 KiB model's size read 0.0 MiB
     assert (fmt_mib(12 * 1024), fmt_mib(0), fmt_mib(3 * 2**20), fmt_mib(0.25 * 2**20)) == ("0.012", "0.0", "3.0", "0.2")
     assert (fmt_mib(40), fmt_mib(1)) == ("0.000038", "0.00000095")  # not 3.8e-05
