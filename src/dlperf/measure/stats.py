@@ -35,12 +35,16 @@ def fmt_ratio(value: float) -> str:
 
 def fmt_count(value: float | None) -> str:
     """A count or a rate (items/s, samples/s, tokens/s) as shown in the terminal and the HTML report: '1,800,926' from
-    100 up, three significant digits below."""
+    100 up, three significant digits below, trailing zeros kept: 21.996 items/s is '22.0' (it read '22' beside
+    '21.8' in one column, as if known to two digits, until 2026-12-07); 0 is '0'."""
     if value is None:
         return "-"
-    if value >= 100:
+    if value >= 99.95:  # what rounds to 100 at three digits
         return f"{value:,.0f}"
-    return f"{value:.3g}"
+    if value <= 0:
+        return f"{value:.3g}"
+    decimals = max(0, 2 - math.floor(math.log10(float(f"{value:.3g}"))))
+    return f"{value:.{decimals}f}"
 
 
 HEAVY_TAIL_RATIO = 2.0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
-from dlperf.measure.stats import Measurement
+from dlperf.measure.stats import Measurement, fmt_count
 from dlperf.report.terminal import (
     bench_report,
     bench_table,
@@ -68,6 +68,14 @@ def test_units() -> None:
     assert fmt_ci(0.005138183, [0.005136583, 0.005139156]) == "-0.03/+0.02%"
     assert fmt_ci(1.0, [1.0, 1.0]) == "-0.0/+0.0%"
     assert fmt_ci(1.0, [0.9995, 1.099]) == "-0.05/+9.9%"
+
+
+def test_a_rate_under_100_keeps_its_three_digits() -> None:
+    """A bench column of 21.8, 30.3 and 22 items/s (a model allocating 50 MiB an item, 21.996 at batch 4) read the
+    last as if known to two digits: three significant digits, trailing zeros kept."""
+    assert [fmt_count(v) for v in (21.8, 30.3, 21.996)] == ["21.8", "30.3", "22.0"]
+    assert [fmt_count(v) for v in (5.333, 0.5, 9.994, 9.999, 99.94)] == ["5.33", "0.500", "9.99", "10.0", "99.9"]
+    assert [fmt_count(v) for v in (99.96, 100.0, 1_800_926.4, 0.0, None)] == ["100", "100", "1,800,926", "0", "-"]
     # a 12 KiB model's size read 0.0 MiB
     assert (fmt_mib(12 * 1024), fmt_mib(0), fmt_mib(3 * 2**20), fmt_mib(0.25 * 2**20)) == ("0.012", "0.0", "3.0", "0.2")
     assert (fmt_mib(40), fmt_mib(1)) == ("0.000038", "0.00000095")  # not 3.8e-05
@@ -239,7 +247,7 @@ def test_a_run_that_failed_before_it_measured_anything_is_headlined_by_its_error
     assert headline_text(failed) == "TrainError: workload 'bad': a training step raised RuntimeError: The …"
     measured = RunRecord("x", "train", "bad.py", "failed", "2026-01-01T10:00:00", result={"samples_per_s": 10.0},
                          error=error)
-    assert headline_text(measured) == "10 samples/s"  # failed after 23 of 40 steps: what it measured comes first
+    assert headline_text(measured) == "10.0 samples/s"  # failed after 23 of 40 steps: what it measured comes first
 
 
 def test_optimize_and_candidate_headlines() -> None:
