@@ -173,8 +173,10 @@ def git_state(folder: str | None = None) -> tuple[str | None, bool | None]:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=folder or os.getcwd(), capture_output=True, text=True,
-                                  timeout=5, check=False)
+            # --no-optional-locks: a plain `git status` refreshes and rewrites the checkout's index (taking its
+            # index.lock) when a tracked file's timestamps moved, which fails a `git commit` run beside it
+            done = subprocess.run(["git", "--no-optional-locks", *args], cwd=folder or os.getcwd(),
+                                  capture_output=True, text=True, timeout=5, check=False)
         except (OSError, subprocess.SubprocessError):
             return None
         return done.stdout if done.returncode == 0 else None

@@ -263,3 +263,24 @@ def test_the_git_commit_the_command_ran_in_is_recorded_and_shown(tmp_path: Path,
     assert (dirty.git_commit, dirty.git_dirty) == (head, True)
     assert environment_line(dirty.to_dict()).endswith(f" · git {head[:12]} with uncommitted changes")
     assert Environment.from_dict(dirty.to_dict()) == dirty
+
+
+def test_recording_the_commit_leaves_the_checkouts_index_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain `git status` rewrites the index (under index.lock) when a tracked file's timestamps moved: a bench
+    run beside the user's `git commit` could make it fail. The index's bytes and timestamp stay as they were."""
+    import subprocess
+
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "model.py").write_text("WIDTH = 64\n")
+    subprocess.run(["git", "add", "model.py"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"], cwd=tmp_path,
+                   check=True)
+    index = tmp_path / ".git" / "index"
+    stamp = index.stat().st_mtime_ns
+    os.utime(tmp_path / "model.py", ns=(stamp + 5 * 10**9, stamp + 5 * 10**9))  # touched, content unchanged
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    assert capture_environment().git_dirty is False
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
