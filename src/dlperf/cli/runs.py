@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_argument(p)
 
     p = sub.add_parser("history", help="a KPI of one workload over its runs, as a sparkline",
-                       description="a KPI of one workload over its stored runs, oldest first")
+                       description="a KPI of one workload over its stored runs, oldest first, with the git commit "
+                                   "each was taken in where recorded")
     p.add_argument("workload", help="the workload as it was given to the command, e.g. zoo:mlp")
     p.add_argument("--metric", default="p50", help="p50 (default), p90, p95, p99, mean or throughput")
     p.add_argument("--kind", default="bench", choices=SAMPLED_KINDS,

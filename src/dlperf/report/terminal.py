@@ -752,7 +752,9 @@ def history_view(history: History, changes: Mapping[str, Sequence[str]] | None =
             style = ""
         parts.append(Text(f"last vs first: {history.change:+.1%}", style=style))
     table = Table(box=None, padding=(0, 2))
-    for name in ("", "run", "created (UTC)", history.metric, "note"):
+    # the commit each run was taken in, where any recorded one: the code a step in the trend came with
+    commits = any(p.git_commit for p in history.points)
+    for name in ("", "run", "created (UTC)", *(("commit",) if commits else ()), history.metric, "note"):
         table.add_column(name, justify="right" if name == history.metric else "left")
     spark = sparkline(values)
     best = history.best
@@ -762,8 +764,12 @@ def history_view(history: History, changes: Mapping[str, Sequence[str]] | None =
             note = (note + ", noisy").lstrip(", ")
         if changes and p.run_id in changes:
             note = (note + ", changed").lstrip(", ")
-        table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), fmt_value(p.value, history.unit), note)
+        commit = (f"{p.git_commit[:12]}{'+' if p.git_dirty else ''}" if p.git_commit else "-",) if commits else ()
+        table.add_row(char, p.run_id, p.created_at[:19].replace("T", " "), *commit, fmt_value(p.value, history.unit),
+                      note)
     parts.append(table)
+    if commits and any(p.git_dirty for p in history.points):
+        parts.append(Text("commit+: taken with uncommitted changes in that checkout", style="dim"))
     changed = [(p.run_id, changes[p.run_id]) for p in history.points if changes and p.run_id in changes]
     if changed:
         parts.append(Text("changed: measured with other settings or on another machine than the run before it, so a "

@@ -116,6 +116,10 @@ class HistoryPoint:
     created_at: str
     value: float
     noise_warning: str | None = None
+    git_commit: str | None = None
+    """The commit the run was taken in (its environment's), None where not recorded."""
+    git_dirty: bool | None = None
+    """Whether that checkout had uncommitted changes."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,8 @@ class History:
             "change": self.change,
             "skipped": self.skipped,
             "points": [
-                {"run_id": p.run_id, "created_at": p.created_at, "value": p.value, "noise_warning": p.noise_warning}
+                {"run_id": p.run_id, "created_at": p.created_at, "value": p.value, "noise_warning": p.noise_warning,
+                 "git_commit": p.git_commit, "git_dirty": p.git_dirty}
                 for p in self.points
             ],
         }
@@ -218,7 +223,10 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
         value = point["summary"].get(key)
         if not isinstance(value, (int, float)):
             continue
-        points.append(HistoryPoint(record.id, record.created_at, float(value), point["summary"].get("noise_warning")))
+        env = record.environment or {}
+        commit = env.get("git_commit")
+        points.append(HistoryPoint(record.id, record.created_at, float(value), point["summary"].get("noise_warning"),
+                                   commit if isinstance(commit, str) else None, env.get("git_dirty")))
     if not any(point_at(r, batch_size) for r in usable):  # an empty history read as "no change", exit 0
         measured = sorted({int(p["batch_size"]) for r in usable for p in bench_points(r)})
         raise StoreError(f"no finished {kind} run of '{workload or ordered[0].workload}' measured batch size "

@@ -76,7 +76,39 @@ def test_throughput_at_a_chosen_batch() -> None:
     assert h.change == pytest.approx(-0.2)
     assert h.points[1].noise_warning == "noisy"
     assert h.to_dict()["points"][0] == {"run_id": "a", "created_at": "2026-01-01", "value": 1000.0,
-                                        "noise_warning": None}
+                                        "noise_warning": None, "git_commit": None, "git_dirty": None}
+
+
+def test_each_point_carries_the_commit_its_run_was_taken_in() -> None:
+    """A trend over a workload's runs is read against its code's history: each point names its run's commit (the
+    environment's git_commit, where recorded), in the history's JSON and in `runs history`'s commit column."""
+    import io
+
+    from rich.console import Console
+
+    from dlperf.report.terminal import history_view
+
+    def _text(renderable: object) -> str:
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(renderable)
+        return console.export_text()
+
+    commits = {"a": ("1f3e5a7c9b2d4f6e8a0c", False), "c": ("9e8d7c6b5a4f3e2d1c0b", True)}
+    records = [RunRecord(r.id, r.kind, r.workload, r.status, r.created_at, result=r.result,
+                         environment={"git_commit": commits[r.id][0], "git_dirty": commits[r.id][1]}
+                         if r.id in commits else {})
+               for r in RECORDS]
+    h = kpi_history(records, "throughput", batch_size=8)
+    assert [(p.git_commit, p.git_dirty) for p in h.points] == [(*commits["a"],), (None, None), (*commits["c"],)]
+    assert [(p["git_commit"], p["git_dirty"]) for p in h.to_dict()["points"]] == [
+        (*commits["a"],), (None, None), (*commits["c"],)]
+    rows = [" ".join(line.split()) for line in _text(history_view(h)).splitlines()]
+    assert any(row.endswith("a 2026-01-01 1f3e5a7c9b2d 1,000 items/s best") for row in rows), rows
+    assert any(row.endswith("b 2026-01-02 - 900 items/s noisy") for row in rows), rows
+    assert any(row.endswith("c 2026-01-03 9e8d7c6b5a4f+ 800 items/s") for row in rows), rows
+    assert "commit+: taken with uncommitted changes in that checkout" in rows
+    plain = _text(history_view(kpi_history(RECORDS, "throughput", batch_size=8)))
+    assert "commit" not in plain  # no run recorded one: no column
 
 
 def test_p99_values() -> None:
