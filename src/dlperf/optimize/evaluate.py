@@ -654,8 +654,6 @@ UserWarning after the search's last line. The kill is reported with the candidat
 
 def mp_context() -> Any:
     """forkserver (torch preloaded in the server) where available, else spawn; never fork."""
-    if TRACKER_WARNING not in sys.warnoptions:  # the tracker process takes this process's -W options when it starts
-        sys.warnoptions.append(TRACKER_WARNING)
     methods = mp.get_all_start_methods()
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
@@ -698,7 +696,7 @@ def run_isolated(target: str, payload: dict[str, Any], log_path: Path, timeout_s
     proc = ctx.Process(target=_child_entry, args=(writer, target, payload, str(log_path)), daemon=False,
                        name=f"dlperf-candidate-{target}")
     start = time.monotonic()
-    with _main_not_reimported():
+    with _main_not_reimported(), _tracker_warning_ignored():
         proc.start()
     writer.close()
     phase = "start"
@@ -793,6 +791,21 @@ def _main_not_reimported() -> Any:
             sys.modules["__main__"] = main
         if unset:
             mp.set_start_method(None, force=True)  # None with force: unset again
+
+
+@contextlib.contextmanager
+def _tracker_warning_ignored() -> Any:
+    """`TRACKER_WARNING` in `sys.warnoptions` while a child starts: the resource tracker (and the forkserver), started
+    with the first child, take this process's -W options then. Put back after, since the list is the caller's: until
+    2026-12-07 it stayed appended, and a caller's own subprocesses started with `-W ignore::...` afterwards."""
+    added = TRACKER_WARNING not in sys.warnoptions
+    if added:
+        sys.warnoptions.append(TRACKER_WARNING)
+    try:
+        yield
+    finally:
+        if added and TRACKER_WARNING in sys.warnoptions:
+            sys.warnoptions.remove(TRACKER_WARNING)
 
 
 def _tree_rss(ps: Any) -> int:
