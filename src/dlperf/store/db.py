@@ -431,7 +431,8 @@ class Store:
 
         `workload` matches a run however its command named the workload (`runs_of_workload`): 'wl.py:workload'
         finds the runs of `dlperf bench wl.py:workload` typed in this folder, of `dlperf.bench("wl.py:workload")`
-        (recorded by its absolute path) and of `dlperf profile wl.py`. A `kind` dlperf does not record and the
+        (recorded by its absolute path) and of `dlperf profile wl.py`; a bare 'NAME' those stored as 'python:NAME'
+        too (a `Workload` built in code). A `kind` dlperf does not record and the
         store has no run of is a ConfigError naming the kinds: a typo ('benhc') listed nothing without a word.
         `same_file`: with `workload`, every run the database narrows it to (those whose workload column holds the
         file's name, under any workload name: 'wl.py:a' and 'wl.py:b'), unmatched: a history (`workload_runs`)
@@ -456,11 +457,11 @@ class Store:
         # CLI's bench as typed, and list(workload='wl.py:workload') missed the library's runs. The database narrows
         # them by what every spelling holds (the file's name, or a zoo spec itself) before any is read: matching
         # read and decoded every run of the kind (optimize's resume lookup, every optimize run)
-        from dlperf.store.query import workload_file_name, workload_matcher
+        from dlperf.store.query import recorded_names, workload_file_name, workload_matcher
 
         file_name = workload_file_name(workload)
-        if file_name is None:
-            query = query.where(runs_table.c.workload == workload)
+        if file_name is None:  # a zoo spec, or a bare name: also a `Workload` built in code, stored as python:NAME
+            query = query.where(runs_table.c.workload.in_(recorded_names(workload)))
         else:
             query = query.where(runs_table.c.workload.like(f"%{_like_literal(file_name)}%", escape="\\"))
         matches = (lambda _record: True) if same_file else workload_matcher(workload)

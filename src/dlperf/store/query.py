@@ -78,12 +78,13 @@ def workload_matcher(workload: str) -> Callable[[RunRecord], bool]:
 
     key = canonical_spec(workload)
     given = split_canonical(key)
+    names = recorded_names(workload)
 
     def matches(record: RunRecord) -> bool:
         recorded_key = record.config.get("workload_key")
         # as typed only for a run recorded without the key: 'wl.py' of another folder is another workload (it
         # matched by its spelling, as `runs history` did not)
-        if not recorded_key and record.workload == workload:
+        if not recorded_key and record.workload in names:
             return True
         recorded = _recorded_split(record)
         if given is None or recorded is None:
@@ -94,6 +95,17 @@ def workload_matcher(workload: str) -> Callable[[RunRecord], bool]:
         return path == r_path and options == r_options and (attr == r_attr or not attr or not r_attr)
 
     return matches
+
+
+def recorded_names(workload: str) -> tuple[str, ...]:
+    """The workload columns a run of `workload` (a zoo spec or a bare name; a file's runs are matched by the file)
+    may hold: the spec itself, and for a bare name the `python:NAME` under which `dlperf.bench` records a `Workload`
+    built in code (`api.recorded_name`): until 2026-12-07 `list(workload="digits-mlp")` found none of its runs."""
+    from dlperf.workload.loader import split_canonical
+
+    if ":" in workload or split_canonical(workload) is not None:
+        return (workload,)
+    return (workload, f"python:{workload}")
 
 
 def workload_file_name(workload: str) -> str | None:

@@ -144,6 +144,18 @@ def test_id_prefix_lookup(store: Store) -> None:
         store.get("")
 
 
+def test_a_bare_name_lists_the_runs_of_a_workload_built_in_code(store: Store) -> None:
+    """`dlperf.bench(Workload(name="digits-mlp", ...), store=...)` records `python:digits-mlp`; the bare name found
+    none of its runs."""
+    built = store.create_run("bench", "python:digits-mlp")
+    as_named = store.create_run("bench", "digits-mlp")  # an artifact folder or an old run named so: kept
+    store.create_run("bench", "python:digits-mlp-2")
+    store.create_run("bench", "zoo:mlp")
+    assert [r.id for r in store.list(workload="digits-mlp")] == [as_named.id, built.id]
+    assert [r.id for r in store.list(workload="python:digits-mlp")] == [built.id]
+    assert store.list(workload="mlp") == []  # a zoo model is not named bare
+
+
 def test_list_filters_and_order(store: Store) -> None:
     a = store.create_run("bench", "zoo:mlp")
     b = store.create_run("calibrate", "cpu")
