@@ -104,8 +104,9 @@ def bench_workload(spec: Any, example_inputs: Any = None, *, threads: int | None
         folder = Path(spec)
         engine = str(manifest["engine"])
         if engine != "torch" and precision != "fp32":
-            raise ConfigError(f"--precision {precision}: the {engine} artifact '{spec}' runs in the precision it was "
-                              "exported in; leave --precision out (optimize's precision pass makes a bf16/fp16 one)")
+            raise ConfigError(f"--precision {precision} (precision={precision!r}): the {engine} artifact '{spec}' runs "
+                              "in the precision it was exported in; leave --precision (precision) out (optimize's "
+                              "precision pass makes a bf16/fp16 one)")
         try:
             check_artifact_device(folder, manifest, device)
         except OptimizeError as exc:

@@ -76,7 +76,7 @@ def check_against_baseline(
             raise ConfigError(
                 f"batch size{'s' if len(extra) > 1 else ''} {', '.join(map(str, extra))} not in baseline "
                 f"'{baseline_name}' (run {baseline.id} measured {', '.join(map(str, sorted(base_points)))}): "
-                "--batch-size picks among those"
+                "--batch-size (batch_sizes) picks among those"
             )
     bench_config = bench_config_from_dict(baseline.config)
     recorded_threads = (baseline.environment or {}).get("torch_threads")

@@ -71,7 +71,8 @@ READABLE_FROM = 1
 file) is read without its upgrade. Raise it with a migration that changes the runs table."""
 
 
-_GIVE_STORE = (f"Give the store your runs are in with --store PATH or ${ENV_VAR}, or record a run first (e.g. "
+STORE_OPTION = "--store PATH (in Python: Store(PATH), store=PATH)"
+_GIVE_STORE = (f"Give the store your runs are in with {STORE_OPTION} or ${ENV_VAR}, or record a run first (e.g. "
                "`dlperf bench zoo:mlp`)")
 
 

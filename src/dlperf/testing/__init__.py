@@ -79,7 +79,7 @@ def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | 
     __tracebackhide__ = True
     from dlperf.compare.check import check_against_baseline
     from dlperf.compare.gate import GateConfig
-    from dlperf.store.db import ENV_VAR, Store
+    from dlperf.store.db import ENV_VAR, STORE_OPTION, Store
 
     config = GateConfig(metric=metric, max_regression=_fraction(max_regression), confidence=confidence)
     # the baseline is in it: a store that does not exist is a mistyped path, not one to create empty
@@ -87,7 +87,7 @@ def _check(workload: Any, baseline: str, *, store: Any, max_regression: float | 
         st = store if isinstance(store, Store) else Store(store, create=False)
     except StoreError as exc:
         # the store's own message says "with --store PATH", an option no test function has
-        raise StoreError(f"{exc}".replace("with --store PATH or $DLPERF_STORE",
+        raise StoreError(f"{exc}".replace(f"with {STORE_OPTION} or $DLPERF_STORE",
                                           "with store=PATH (the dlperf_check fixture: pytest --dlperf-store PATH) "
                                           "or $DLPERF_STORE")) from None  # the same error, reworded
     outcome = check_against_baseline(workload, baseline, st, config, min_duration_s=min_duration_s,

@@ -121,6 +121,9 @@ def test_a_batch_size_the_baseline_lacks_is_refused_before_measuring(store_path:
     assert main(["check", WORKLOAD, "--baseline", "main", "--batch-size", "1,4", "--store", str(store_path)]) == 2
     assert "batch size 4 not in baseline 'main'" in capsys.readouterr().err
     assert len(Store(store_path).list(kind="check", limit=None)) == before  # no failed check run recorded
+    # from Python the argument is batch_sizes, which the message names beside the option (it named --batch-size alone)
+    with pytest.raises(ConfigError, match=r"\(run \w+ measured 1\): --batch-size \(batch_sizes\) picks among those"):
+        assert_no_regression(WORKLOAD, "main", store=str(store_path), batch_sizes=(1, 4))
 
 
 @pytest.mark.slow

@@ -46,7 +46,9 @@ def test_an_engine_artifact_is_measured_on_its_workload_s_inputs(ort: Path) -> N
 
 
 def test_an_engine_artifact_refuses_another_precision_or_device(ort: Path) -> None:
-    with pytest.raises(ConfigError, match="runs in the precision it was exported in"):
+    with pytest.raises(ConfigError, match=r"^--precision bf16 \(precision='bf16'\): the onnxruntime "
+                                          r"artifact .* runs in the precision it was exported in; "
+                                          r"leave --precision \(precision\) out"):
         dlperf.bench(str(ort), precision="bf16", min_duration_s=0.01)
     with pytest.raises(ConfigError, match="was exported for cpu; use it with --device cpu"):
         dlperf.bench(str(ort), device="cuda", min_duration_s=0.01)

@@ -270,7 +270,8 @@ def test_a_store_whose_driver_is_missing_is_a_clear_error_without_the_password()
 
 def test_a_missing_store_is_an_error_for_readers_and_is_not_created(tmp_path: Path) -> None:
     path = tmp_path / "typo" / "runs.db"
-    with pytest.raises(StoreError, match=r"no run store at .*runs\.db.*--store PATH or \$DLPERF_STORE"):
+    with pytest.raises(StoreError, match=r"no run store at .*runs\.db.*--store PATH \(in Python: Store\(PATH\), "
+                                           r"store=PATH\) or \$DLPERF_STORE"):
         Store(path, create=False)
     assert not path.parent.exists()  # neither the file nor its folder was made
     Store(path, create=True)  # a command that records creates it
@@ -284,7 +285,8 @@ def test_the_librarys_store_refuses_a_read_of_a_missing_store_and_makes_it_at_th
     store = Store(path)
     for read in (store.list, lambda: store.get("abc"), lambda: store.get_baseline("main"), store.list_baselines):
         with pytest.raises(StoreError, match=r"^no run store at '.*runs\.db': nothing has been recorded there\. Give "
-                                             r"the store your runs are in with --store PATH or \$DLPERF_STORE"):
+                                             r"the store your runs are in with --store PATH "
+                                             r"\(in Python: Store\(PATH\), store=PATH\) or \$DLPERF_STORE"):
             read()
     assert not path.parent.exists()  # neither the file nor its folder was made
     with store.recording("bench", "w") as run:  # a write makes it
