@@ -106,7 +106,7 @@ def _live(args: argparse.Namespace) -> int:
 
         out = console()
         out.print(live_table(result))
-        for line in result.findings():
+        for line in result.findings:
             out.print(line)
     if result.interrupted is not None:  # compared up to the interrupt, and still ended by it
         from dlperf.cli.common import SIGTERM_EXIT, Terminated

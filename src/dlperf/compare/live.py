@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf._findings import Findings
 from dlperf.compare.stats import MannWhitney, ProportionTest, mann_whitney_grouped, proportion_test
 from dlperf.errors import ConfigError, ServingError
 from dlperf.measure.stats import log_binomial_cdf
@@ -172,7 +173,9 @@ class LiveComparison:
     interrupted: KeyboardInterrupt | None = None
     """The Ctrl-C or SIGTERM that cut the window short; the comparison covers what was scraped until then."""
 
-    def findings(self) -> list[str]:
+    @property
+    def findings(self) -> Findings:
+        """One line per variant against the control, then the notes; a property, as `Diagnosis`'s."""
         lines = []
         for t in self.tests:
             err_p = f"{t.errors.label} p={t.errors.p_value:.2g}" if t.errors else "no test"
@@ -187,7 +190,7 @@ class LiveComparison:
                      "them not: give --window for a verdict over time slices)")
         lines.append(f"(from the server's histograms and counters over {scope}; latency resolution is the "
                      "histogram's buckets)")
-        return [*lines, *self.notes]
+        return Findings([*lines, *self.notes])
 
     def to_dict(self) -> dict[str, Any]:
         return {"window_s": self.window_s, "slices": self.slice_count, "interrupted": self.interrupted is not None,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dlperf._findings import Findings
 from dlperf.errors import DlperfError, MeasurementError, TrainError
 from dlperf.measure.clock import clock_for
 from dlperf.measure.memory import PeakRssSampler, WorkerMemorySampler, cuda_peak, cuda_release_cached, cuda_reset_peak
@@ -140,8 +141,9 @@ class TrainMeasurement:
             return None
         return achieved / self.ceiling_flops
 
-    def findings(self) -> list[str]:
-        """What the breakdown says to do next (an input-bound or copy-bound step)."""
+    @property
+    def findings(self) -> Findings:
+        """What the breakdown says to do next (an input-bound or copy-bound step); a property, as `Diagnosis`'s."""
         share = self.breakdown_share()
         out = []
         if share["data"] >= INPUT_BOUND_SHARE:
@@ -150,13 +152,13 @@ class TrainMeasurement:
         if share["h2d"] >= INPUT_BOUND_SHARE:
             out.append(f"copy-bound: {share['h2d']:.0%} of the step copies batches to the device; pin_memory=True "
                        "with non_blocking copies overlaps them")
-        return out
+        return Findings(out)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "workload": self.workload,
             "config": self.config.to_dict(),
-            "findings": self.findings(),
+            "findings": list(self.findings),
             "samples_per_s": self.samples_per_s,
             "tokens_per_s": self.tokens_per_s,
             "tokens_guessed": self.tokens_guessed,

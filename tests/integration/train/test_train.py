@@ -138,7 +138,7 @@ def test_tuner_finds_the_dataloader_fix_on_a_slow_input_pipeline() -> None:
     assert result.best.num_workers >= 2
     assert result.speedup > 1.0
     assert result.baseline_measurement.breakdown_share()["data"] > 0.5  # the breakdown shows why
-    assert result.baseline_measurement.findings()[0].startswith("input-bound")
+    assert result.baseline_measurement.findings[0].startswith("input-bound")
     setting = next(s for s in result.settings if s.what == "DataLoader")
     assert f"num_workers={result.best.num_workers}" in setting.code
 

@@ -28,7 +28,7 @@ def test_slower_variant_with_more_errors_is_detected() -> None:
     test = result.tests[0]
     assert test.latency_verdict == "slower" and test.errors_verdict == "more errors"
     assert test.p50_ratio > 1.5
-    assert "b vs a: latency slower" in result.findings()[0]
+    assert "b vs a: latency slower" in result.findings[0]  # a property, as Diagnosis.findings (a method until 12-07)
 
 
 def test_same_traffic_is_no_significant_difference() -> None:
@@ -61,8 +61,8 @@ def test_window_compares_only_new_requests() -> None:
     assert test.latency_verdict == "slower"
     assert test.slices is not None and (test.slices.slices, test.slices.above) == (6, 6)
     assert test.slices.p_value == pytest.approx(2 / 64) and 2.5 < test.slices.geomean_ratio < 3.5
-    assert "latencies above the control's in 6 of 6 slices, sign test p=0.031" in result.findings()[0]
-    assert "last 30 s, in 6 slices" in result.findings()[-1]
+    assert "latencies above the control's in 6 of 6 slices, sign test p=0.031" in result.findings[0]
+    assert "last 30 s, in 6 slices" in result.findings[-1]
 
 
 def test_a_single_variant_is_a_clear_error() -> None:
@@ -196,7 +196,7 @@ def test_an_empty_window_prints_dashes_not_nan() -> None:
     result = compare_live(page, earlier=page, window_s=5)  # nothing happened in between
     console = Console(record=True, width=120)
     console.print(live_table(result))
-    for line in result.findings():
+    for line in result.findings:
         console.print(line)
     text = console.export_text()
     assert "nan" not in text

@@ -47,7 +47,7 @@ def test_a_variant_without_requests_is_named_not_called_hard_to_detect() -> None
     traffic(start, "a", 300, 0.010, seed=2)
     result = compare_live(scrape(start), earlier=first, window_s=3.0, between=[first] * 5)
     assert [v.name for v in result.variants] == ["a", "b"]
-    notes = result.findings()
+    notes = result.findings
     assert not any("only 0 requests" in n for n in notes)
     assert not any("more traffic gives one" in n for n in notes)  # more traffic does not reach b
     assert ("variant b had no requests in the window, so it is not compared: does --split give it a weight above 0, "

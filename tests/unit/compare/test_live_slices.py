@@ -77,4 +77,4 @@ def test_an_error_rate_from_a_handful_of_requests_gets_an_exact_p_value() -> Non
     test = result.tests[0]
     assert test.errors is not None and test.errors.test == "fisher-exact"
     assert test.errors.p_value == pytest.approx(3 / 1003)  # the one failure of 1003 requests fell among b's 3
-    assert "error rate more errors (Fisher exact p=0.003)" in result.findings()[0]
+    assert "error rate more errors (Fisher exact p=0.003)" in result.findings[0]

@@ -63,7 +63,17 @@ def test_achieved_flops_without_per_step_samples_are_over_the_whole_measured_tim
 
 def test_a_step_waiting_40_percent_for_data_is_input_bound() -> None:
     m = _measured([10 * MS], phases_ns={"data": [4 * MS], "forward": [6 * MS]})
-    assert any(f.startswith("input-bound: 40% of the step") for f in m.findings())
+    assert any(f.startswith("input-bound: 40% of the step") for f in m.findings)
+
+
+def test_findings_is_a_property_as_on_a_diagnosis_and_the_old_call_still_answers() -> None:
+    """`.findings` was a method here and an attribute on `Diagnosis`: `m.findings[0]` raised "'method' object is not
+    subscriptable"."""
+    m = _measured([10 * MS], phases_ns={"data": [4 * MS], "forward": [6 * MS]})
+    assert isinstance(m.findings, list) and m.findings[0].startswith("input-bound: 40% of the step")
+    with pytest.warns(DeprecationWarning, match=r"write `\.findings`, not `\.findings\(\)`"):
+        assert m.findings() == m.findings
+    assert m.to_dict()["findings"] == m.findings
 
 
 def test_the_measured_losses_are_those_of_the_timed_steps_not_the_warm_up() -> None:

@@ -201,7 +201,7 @@ def test_an_input_bound_step_is_reported() -> None:
     result = TrainMeasurement("w", StepConfig(batch_size=8), m, phases, peak_rss_bytes=0)
     assert result.breakdown_share()["data"] == pytest.approx(0.6)
     assert result.breakdown_s()["other"] == pytest.approx(0.0005)
-    (finding,) = result.findings()
+    (finding,) = result.findings
     assert finding.startswith("input-bound: 60% of the step waits for the loader; more DataLoader workers or "
                               "prefetching should help")
     # with as many workers as CPUs (what --tune had just tried), not the advice to tune them
@@ -209,14 +209,14 @@ def test_an_input_bound_step_is_reported() -> None:
 
     cpus = usable_cores()
     crowded = dataclasses.replace(result, config=StepConfig(batch_size=8, num_workers=cpus))
-    (finding,) = crowded.findings()
+    (finding,) = crowded.findings
     assert finding == (f"input-bound: 60% of the step waits for the loader; its {cpus} DataLoader workers already "
                        f"match the {cpus} usable CPUs: more help only where loading waits on I/O rather than the "
                        "CPU; otherwise make each sample cheaper to load (decoding, augmentation, a dataset cached in "
                        "memory)")
     assert "--tune" not in finding
     phases["data"] = [1_000_000] * 4
-    assert result.findings() == []
+    assert result.findings == []
 
 
 def test_an_input_bound_step_after_a_tuning_whose_loader_trials_failed_does_not_advise_them_again() -> None:
@@ -230,7 +230,7 @@ def test_an_input_bound_step_after_a_tuning_whose_loader_trials_failed_does_not_
               "optimizer": [500_000] * 4}
     result = TrainMeasurement("w", StepConfig(batch_size=8), m, phases, peak_rss_bytes=0,
                               loader_trials=["num_workers=2 (0.36x, not faster)"])
-    (finding,) = result.findings()
+    (finding,) = result.findings
     assert finding == ("input-bound: 60% of the step waits for the loader; this tuning tried num_workers=2 (0.36x, "
                        "not faster), so more loader workers or prefetching are not the fix here: make each sample "
                        "cheaper to load (decoding, augmentation, a dataset cached in memory, reading a batch at once "
