@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what a type checker sees (`X as X`: re-exported); through __getattr__ alone every name was Any
     from dlperf.api import bench as bench
     from dlperf.api import load as load
+    from dlperf.compare.runs import compare_records as compare_records
     from dlperf.errors import DlperfError as DlperfError
     from dlperf.errors import DlperfWarning as DlperfWarning
     from dlperf.errors import WorkloadError as WorkloadError
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # what a type checker sees (`X as X`: re-exported); through _
     from dlperf.optimize.search import optimize_workload as optimize_workload
     from dlperf.profile.session import ProfileConfig as ProfileConfig
     from dlperf.profile.session import profile_workload as profile_workload
+    from dlperf.report.build import build_report as build_report
+    from dlperf.report.build import write_report as write_report
     from dlperf.serve.service import ServeConfig as ServeConfig
     from dlperf.store.db import Store as Store
     from dlperf.testing import assert_no_regression as assert_no_regression
@@ -58,6 +61,9 @@ _API: dict[str, str] = {
     "OptimizeConfig": "dlperf.optimize.search",
     "optimize_workload": "dlperf.optimize.search",
     "Constraints": "dlperf.optimize.constraints",
+    "compare_records": "dlperf.compare.runs",
+    "build_report": "dlperf.report.build",
+    "write_report": "dlperf.report.build",
     "tune": "dlperf.train.tune",
     "TuneConfig": "dlperf.train.tune",
     "StepConfig": "dlperf.train.loop",

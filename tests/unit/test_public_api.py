@@ -20,6 +20,24 @@ def test_every_public_name_resolves() -> None:
         assert getattr(dlperf, name) is not None, name
 
 
+def test_comparing_and_reporting_are_public() -> None:
+    """docs/compare.md's Python section uses them; they were reachable only through dlperf.compare.runs and
+    dlperf.report.build."""
+    from dlperf.compare.runs import compare_records
+    from dlperf.report.build import build_report, write_report
+
+    assert {"compare_records", "build_report", "write_report"} <= set(dlperf.__all__)
+    assert (dlperf.compare_records, dlperf.build_report, dlperf.write_report) == (compare_records, build_report,
+                                                                                  write_report)
+
+
+def test_write_report_takes_a_str_path_and_refuses_a_missing_folder(tmp_path: Path) -> None:
+    dlperf.write_report(str(tmp_path / "r.html"), "<html></html>")
+    assert (tmp_path / "r.html").read_text() == "<html></html>"
+    with pytest.raises(dlperf.DlperfError, match=r"the folder '.*nope' does not exist"):
+        dlperf.write_report(str(tmp_path / "nope" / "r.html"), "")
+
+
 def test_no_public_name_is_also_a_subpackage() -> None:
     # importing dlperf.X sets the attribute dlperf.X to the module, which would hide a function called X
     subpackages = {info.name for info in pkgutil.iter_modules(dlperf.__path__)}

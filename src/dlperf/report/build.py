@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,7 +81,9 @@ def check_output(path: Path) -> None:
                           "create it or give another -o")
 
 
-def write_report(path: Path, text: str) -> None:
+def write_report(path: str | os.PathLike[str], text: str) -> None:
+    """Write `build_report`'s HTML to `path`: a folder, or a file in a folder that does not exist, is refused first."""
+    path = Path(path)
     check_output(path)
     try:
         path.write_text(text, encoding="utf-8")
