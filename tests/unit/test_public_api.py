@@ -34,7 +34,8 @@ def test_comparing_and_reporting_are_public() -> None:
 def test_write_report_takes_a_str_path_and_refuses_a_missing_folder(tmp_path: Path) -> None:
     dlperf.write_report(str(tmp_path / "r.html"), "<html></html>")
     assert (tmp_path / "r.html").read_text() == "<html></html>"
-    with pytest.raises(dlperf.DlperfError, match=r"the folder '.*nope' does not exist"):
+    with pytest.raises(dlperf.DlperfError, match=r"the folder '.*nope' does not exist; create it or give "
+                                                  r"another -o \(path\)$"):
         dlperf.write_report(str(tmp_path / "nope" / "r.html"), "")
 
 

@@ -75,10 +75,11 @@ def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str 
 def check_output(path: Path) -> None:
     """Refuse an output path that cannot take the report, before the report is built (which reads the store)."""
     if path.is_dir():
-        raise ConfigError(f"'{path}' is a folder: give the report a file name, e.g. -o {path / 'report.html'}")
+        raise ConfigError(f"'{path}' is a folder: give the report a file name, e.g. -o {path / 'report.html'} "
+                          f"(path={str(path / 'report.html')!r})")
     if not path.parent.is_dir():
         raise ConfigError(f"cannot write the report to '{path}': the folder '{path.parent}' does not exist; "
-                          "create it or give another -o")
+                          "create it or give another -o (path)")
 
 
 def write_report(path: str | os.PathLike[str], text: str) -> None:
@@ -88,4 +89,5 @@ def write_report(path: str | os.PathLike[str], text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot write the report to '{path}': {exc.strerror or exc}; give another -o") from exc
+        raise ConfigError(f"cannot write the report to '{path}': {exc.strerror or exc}; "
+                          "give another -o (path)") from exc
