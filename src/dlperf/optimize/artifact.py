@@ -295,8 +295,9 @@ def check_artifact_device(folder: str | Path, manifest: dict[str, Any], device: 
     recipe is rebuilt on any device (`load_artifact(device=)`)."""
     engine, made_for = str(manifest["engine"]), artifact_device(manifest)
     if engine != "torch" and device.split(":")[0] != made_for.split(":")[0]:
-        raise OptimizeError(f"{option} {device}: the {engine} artifact '{folder}' was exported for {made_for}; "
-                            f"use it with {option} {made_for}")
+        # the argument a library caller wrote beside the option (dlperf.bench, dlperf.load, ServeConfig: device=)
+        raise OptimizeError(f"{option} {device} (device={device!r}): the {engine} artifact '{folder}' was exported "
+                            f"for {made_for}; use it with {option} {made_for} (device={made_for!r})")
 
 
 def artifact_batch_range(manifest: dict[str, Any]) -> tuple[int, int] | None:

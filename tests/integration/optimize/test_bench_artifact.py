@@ -50,7 +50,9 @@ def test_an_engine_artifact_refuses_another_precision_or_device(ort: Path) -> No
                                           r"artifact .* runs in the precision it was exported in; "
                                           r"leave --precision \(precision\) out"):
         dlperf.bench(str(ort), precision="bf16", min_duration_s=0.01)
-    with pytest.raises(ConfigError, match="was exported for cpu; use it with --device cpu"):
+    with pytest.raises(ConfigError, match=r"^--device cuda \(device='cuda'\): the onnxruntime "
+                                          r"artifact .* was exported for cpu; use it with --device cpu "
+                                          r"\(device='cpu'\)$"):
         dlperf.bench(str(ort), device="cuda", min_duration_s=0.01)
 
 
