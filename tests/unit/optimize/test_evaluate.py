@@ -436,7 +436,8 @@ def test_the_runner_up_a_b_names_the_pick_as_a_and_the_runner_up_as_b(tmp_path: 
     duel = versus_here({"settings": dataclasses.asdict(settings), "artifact_dir": pick, "other_dir": runner,
                         "names": ["hygiene", "dynamic_int8"]}, lambda phase: None)
     assert duel["status"] == "ok" and duel["describe"].startswith("dynamic_int8 vs hygiene: ")
-    assert duel["describe"].endswith(f": {duel['ab']['verdict']}")
+    # a side stalled in enough blocks (a busy machine) leaves the A/B not judged, which its line says instead
+    assert duel["describe"].endswith(f": {duel['ab']['verdict']}") or ": not judged (" in duel["describe"]
 
 
 SIGKILLED = """
