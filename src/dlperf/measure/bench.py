@@ -16,6 +16,7 @@ from dlperf.measure.clock import clock_for
 from dlperf.measure.env import check_threads
 from dlperf.measure.env import gpu_index as cuda_device_index
 from dlperf.measure.memory import PeakRssSampler, cuda_peak, cuda_reset_peak, current_rss_bytes, parameter_bytes
+from dlperf.measure.notes import bench_warnings
 from dlperf.measure.scenarios import Scenario, scenario
 from dlperf.measure.stats import Measurement, calls_to_bound_within, percentile_upper_bound
 from dlperf.measure.system import UtilizationSampler
@@ -171,8 +172,6 @@ class BenchResult:
         """The warnings `dlperf bench` prints under its table (noise, a slow start, a heavy tail, other load on the
         machine), one line each: a notebook's result showed a batch of 5 at 16 ms beside 0.02 ms at batch 16, other
         processes busy, with no word of it anywhere but each point's fields."""
-        from dlperf.report.terminal import bench_warnings
-
         sc, loose = self.config.scenario_obj, []
         bound = self.headline_bound
         if bound is not None and self.points:  # what `dlperf bench` appends to its headline line

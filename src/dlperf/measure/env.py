@@ -205,7 +205,7 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
     import psutil
     import torch
 
-    import dlperf
+    from dlperf import __version__
     from dlperf.measure.allocator import active_allocator
 
     gpu_name = gpu_driver = cuda_version = None
@@ -242,7 +242,7 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
         if (v := _version(name)) is not None
     }
     return Environment(
-        dlperf_version=dlperf.__version__,
+        dlperf_version=__version__,
         python_version=platform.python_version(),
         torch_version=torch.__version__,
         os=f"{platform.system()} {platform.release()}",

@@ -41,7 +41,8 @@ def bench_view(rec: RunRecord) -> str:
     points = [p for p in rec.result.get("points", []) if isinstance(p, Mapping)]
     if not points:
         raise ValueError("no points")
-    from dlperf.report.terminal import bench_headline_line, bench_notes, fmt_mib, point_noise_text
+    from dlperf.measure.notes import bench_notes, point_noise_text
+    from dlperf.report.terminal import bench_headline_line, fmt_mib
 
     rows = []
     for p in points:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from dlperf.measure.notes import bench_notes
 from dlperf.measure.stats import Measurement, slow_start
-from dlperf.report.terminal import bench_notes
 
 pytestmark = pytest.mark.unit
 

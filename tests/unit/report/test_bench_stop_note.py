@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dlperf.measure.clock import FakeClock
+from dlperf.measure.notes import bench_warnings
 from dlperf.measure.timer import TimerConfig, time_callable
-from dlperf.report.terminal import bench_warnings
 
 pytestmark = pytest.mark.unit
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
+from dlperf.measure.notes import bench_warnings
 from dlperf.measure.stats import Measurement, fmt_count
 from dlperf.report.terminal import (
     bench_report,
     bench_table,
-    bench_warnings,
     ceilings_table,
     environment_line,
     fmt_ci,
