@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,14 +131,18 @@ class Analyses:
     comm_share: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "breakdown": self.breakdown.to_dict(),
-            "operators": self.operators.to_dict(),
-            "launch": self.launch.to_dict(),
-            "memory": self.memory.to_dict(),
-            "threads": self.threads.to_dict(),
-            "loader": self.loader.to_dict() if self.loader else None,
-        }
+        """Each analysis by its field's name (None where it did not run), as `--json` and the store keep them: every
+        field whose type has `to_dict`, so a new analysis is written without a word here; the context fields (mode,
+        device, batch size, has_conv, comm_share) are not analyses and stay out."""
+        return {name: (value.to_dict() if value is not None else None)
+                for name in analysis_fields(type(self)) for value in (getattr(self, name),)}
+
+
+def analysis_fields(cls: type[Analyses]) -> tuple[str, ...]:
+    """The fields of `cls` that hold an analysis (their type, or its non-None member, has `to_dict`), in order."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if any(hasattr(t, "to_dict") for t in (typing.get_args(hints[f.name]) or (hints[f.name],))))
 
 
 @dataclass

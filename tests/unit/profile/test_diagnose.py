@@ -1052,3 +1052,30 @@ def test_a_nested_copy_under_half_a_percent_of_the_step_is_not_said_to_be_left_o
     muls = [elementwise(200 + i * 2000.0, 1900.0) for i in range(5)]
     found = next(f for f in _diagnose(trace([addmm, bias, *muls])).findings if f.category == dg.MEMORY_BANDWIDTH)
     assert not any(e.startswith("not counted") for e in found.evidence)
+
+
+@dataclasses.dataclass
+class _Extra:
+    count: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.count}
+
+
+@dataclasses.dataclass
+class _MoreAnalyses(dg.Analyses):
+    extra: _Extra | None = None
+    later: _Extra | None = None
+
+
+def test_analyses_to_dict_writes_every_analysis_field_and_a_new_one_without_being_told() -> None:
+    a = dg.analyze_all(trace([gemm(0, 9000)]), CEILINGS)
+    # today's keys and shape, as the stored records' readers read them (loader None for an inference trace)
+    assert a.to_dict() == {"breakdown": a.breakdown.to_dict(), "operators": a.operators.to_dict(),
+                           "launch": a.launch.to_dict(), "memory": a.memory.to_dict(),
+                           "threads": a.threads.to_dict(), "loader": None}
+    assert list(a.to_dict()) == ["breakdown", "operators", "launch", "memory", "threads", "loader"]
+    more = _MoreAnalyses(**{f.name: getattr(a, f.name) for f in dataclasses.fields(a)}, extra=_Extra(3))
+    assert more.to_dict()["extra"] == {"count": 3}
+    assert more.to_dict()["later"] is None
+    assert "mode" not in more.to_dict() and "comm_share" not in more.to_dict()
