@@ -261,12 +261,18 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     flops = float(op.flops)
     if op.name in REDUCTION_OPS and len(tensors) == 1:
         return float(read), flops or float(out_elems)  # one FLOP per element read
-    if "scaled_dot_product" in op.name and flops == 0 and len(tensors) >= 2:
-        q, k = tensors[0][0], tensors[1][0]
-        if len(q) == 4 and len(k) == 4:
-            # QK^T and attention x V: 2 x (2 * B * H * L * S * D)
-            flops = 4.0 * q[0] * q[1] * q[2] * k[2] * q[3]
-            out_elems = _numel(q)
+    if "scaled_dot_product" in op.name and flops == 0:
+        # a backward's arguments begin grad_out, query, key, value (the CPU kernel's and CUDA's flash, efficient and
+        # cuDNN ones); a forward's query, key, value
+        backward = "backward" in op.name
+        qkv = [shape for shape, _ in tensors[1 if backward else 0:][:3]]
+        if len(qkv) == 3 and all(len(t) == 4 for t in qkv):
+            q, k, v = qkv
+            # QK^T and attention x V: 2 * B * H * L * S * (D + Dv); the backward as model FLOPs, 2x the forward
+            # (dV, dP, dQ, dK; not the scores flash attention recomputes), as train's MFU counts it
+            flops = 2.0 * q[0] * q[1] * q[2] * k[2] * (q[3] + v[3]) * (2 if backward else 1)
+            # the forward writes its output (L x Dv), the backward the gradients of query, key and value
+            out_elems = _numel(q) + _numel(k) + _numel(v) if backward else q[0] * q[1] * q[2] * v[3]
             write = out_elems * largest_size
     if _forward_conv(op.name) and flops > 0 and len(tensors) >= 2 and len(tensors[1][0]) >= 3:
         # the profiler's conv FLOPs are 2 x output elements x (in channels / groups x kernel): the output's size
