@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,15 +37,29 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 TORCH_FORMAT = "dlperf-torch-recipe"
 
-LOADERS: dict[str, str] = {
-    "torch": "dlperf.optimize.artifact:load_torch",
-    "onnxruntime": "dlperf.passes.onnxruntime:load_artifact",
-    "openvino": "dlperf.passes.openvino:load_artifact",
-    "tensorrt": "dlperf.passes.tensorrt:load_artifact",
+
+@dataclass(frozen=True)
+class Engine:
+    """What dlperf knows of an artifact engine, keyed in `ENGINES` by the manifest's `engine`."""
+
+    loader: str
+    """`module:function` that loads the artifact: `function(folder, manifest)` -> the predict callable."""
+    install: str = "it with `pip install 'dlperf[all]'`"
+    """What to install when the loader's module does not import (words after 'install')."""
+    io_specs: bool = False
+    """The loader rebuilds the model's interface from the manifest's `inputs` and `outputs`, which `read_manifest`
+    then requires."""
+
+
+ENGINES: dict[str, Engine] = {
+    "torch": Engine("dlperf.optimize.artifact:load_torch"),
+    "onnxruntime": Engine("dlperf.passes.onnxruntime:load_artifact", "it with `pip install 'dlperf[onnx]'`",
+                          io_specs=True),
+    "openvino": Engine("dlperf.passes.openvino:load_artifact", "it with `pip install 'dlperf[openvino]'`",
+                       io_specs=True),
+    "tensorrt": Engine("dlperf.passes.tensorrt:load_artifact", TORCH_TENSORRT_INSTALL),
 }
-# what to install for an engine's artifact
-ENGINE_INSTALL = {"onnxruntime": "it with `pip install 'dlperf[onnx]'`",
-                  "openvino": "it with `pip install 'dlperf[openvino]'`", "tensorrt": TORCH_TENSORRT_INSTALL}
+"""The artifact engines `dlperf.load`, `dlperf serve` and the manifest checks know: one row each."""
 
 
 def io_spec(values: Any, names: Any = (), prefix: str = "input") -> list[dict[str, Any]]:
@@ -226,7 +241,7 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
-    elif data["engine"] in ("onnxruntime", "openvino"):  # their loaders rebuild the model's interface from these
+    elif (engine := ENGINES.get(data["engine"])) is not None and engine.io_specs:
         need("inputs", _tensor_specs, "a list of {name, dtype, shape}")
         need("outputs", _tensor_specs, "a list of {name, dtype, shape}")
     if data["engine"] == "onnxruntime":
@@ -350,16 +365,15 @@ def load_artifact(path: str | Path, threads: int | None = None, device: str | No
         check_artifact_device(folder, manifest, device)
         if engine == "torch":
             manifest = {**manifest, "device": device, "exported_device": artifact_device(manifest)}
-    target = LOADERS.get(engine)
-    if target is None:
+    known = ENGINES.get(engine)
+    if known is None:
         raise OptimizeError(f"artifact '{folder}' is for engine '{engine}', which this dlperf cannot load "
-                            f"(known: {', '.join(LOADERS)})")
-    module_name, func_name = target.split(":")
+                            f"(known: {', '.join(ENGINES)})")
+    module_name, func_name = known.loader.split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        how = ENGINE_INSTALL.get(engine, "it with `pip install 'dlperf[all]'`")
-        raise OptimizeError(f"artifact '{folder}' needs {engine}: install {how} ({exc})") from exc
+        raise OptimizeError(f"artifact '{folder}' needs {engine}: install {known.install} ({exc})") from exc
     loader = getattr(module, func_name, None)
     if loader is None:
         raise OptimizeError(f"{module_name} defines no {func_name}: this dlperf cannot load {engine} artifacts")
@@ -550,7 +564,7 @@ def not_an_artifact(folder: Path) -> str | None:
         return f"it has no {MANIFEST}"
     except (OSError, ValueError) as exc:
         return f"its {MANIFEST} does not read as JSON ({type(exc).__name__})"
-    if not isinstance(data, dict) or data.get("engine") not in LOADERS or "format_version" not in data:
+    if not isinstance(data, dict) or data.get("engine") not in ENGINES or "format_version" not in data:
         return f"its {MANIFEST} is not a dlperf manifest (a known engine and a format_version)"
     files = data.get("files")
     if not isinstance(files, list):

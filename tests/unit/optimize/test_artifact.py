@@ -415,3 +415,27 @@ def test_a_torch_recipe_of_a_model_returning_a_dict_names_its_outputs_by_its_key
     manifest = read_manifest(tmp_path / "c" / "artifact")
     assert [o["name"] for o in manifest["outputs"]] == ["logits", "score"]
     assert [o["shape"] for o in manifest["outputs"]] == [[-1, 3], [-1]]
+
+
+def load_trial_engine(folder: Path, manifest: dict[str, object]) -> object:
+    """The loader of test_a_new_engine_is_one_row_of_engines's engine: the manifest it was given."""
+    return lambda *inputs: manifest
+
+
+def test_a_new_engine_is_one_row_of_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new engine was named in LOADERS, ENGINE_INSTALL and a tuple in _check_fields: added to LOADERS alone, its
+    manifest without `inputs` reached its loader unchecked. One row of ENGINES now gives all three."""
+    from dlperf.optimize.artifact import ENGINES, Engine
+
+    monkeypatch.setitem(ENGINES, "trial", Engine(f"{__name__}:load_trial_engine", "it with `pip install trial`",
+                                                 io_specs=True))
+    spec = [{"name": "input_0", "dtype": "float32", "shape": [-1, 4]}]
+    manifest = {"engine": "trial", "format_version": 1, "files": []}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(OptimizeError, match="field 'inputs' is missing; field 'outputs' is missing"):
+        load_artifact(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "inputs": spec, "outputs": spec}))
+    assert load_artifact(tmp_path)()["inputs"] == spec
+    monkeypatch.setitem(ENGINES, "trial", Engine("no_such_module_of_trial:load", "it with `pip install trial`"))
+    with pytest.raises(OptimizeError, match=r"needs trial: install it with `pip install trial` \(No module"):
+        load_artifact(tmp_path)
