@@ -27,6 +27,7 @@ from dlperf.errors import (
     WorkloadError,
 )
 from dlperf.measure.env import check_threads, thread_limit, usable_cores
+from dlperf.workload.names import tensor_name
 
 if TYPE_CHECKING:
     from dlperf.optimize.evaluate import EvalSettings
@@ -63,14 +64,14 @@ ENGINES: dict[str, Engine] = {
 
 
 def io_spec(values: Any, names: Any = (), prefix: str = "input") -> list[dict[str, Any]]:
-    """[{"name", "dtype", "shape" (dim 0 = -1: any batch)}] for a tuple of tensors; an unnamed one is `prefix`_i, as
-    the engine artifacts name theirs (a torch recipe's unnamed outputs were input_0, its input's name too)."""
+    """[{"name", "dtype", "shape" (dim 0 = -1: any batch)}] for a tuple of tensors; an unnamed one is `prefix`__i, as
+    the engine artifacts and `dlperf serve WORKLOAD` name theirs (`tensor_name`)."""
     spec = []
     for i, value in enumerate(values):
         shape = list(getattr(value, "shape", []))
         if shape:
             shape[0] = -1
-        name = names[i] if i < len(names) else f"{prefix}_{i}"
+        name = names[i] if i < len(names) else tensor_name(prefix, i)
         spec.append({"name": name, "dtype": str(getattr(value, "dtype", "")).replace("torch.", ""),
                      "shape": shape})
     return spec

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import PassError, PassNotApplicable, WorkloadError
+from dlperf.workload.names import tensor_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,7 +156,7 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
             shape = [d if j < len(other) and other[j] == d else -1 for j, d in enumerate(shape)]
         if shape:
             shape[0] = -1
-        name = names[i] if i < len(names) else f"input_{i}"
+        name = names[i] if i < len(names) else tensor_name("input", i)
         in_specs.append(TensorSpec(name, str(x.dtype).replace("torch.", ""), tuple(shape)))
     # a dict's keys name its outputs where the workload names none (or not as many)
     out_names = list(workload.output_names) if len(workload.output_names) == len(outs) else list(keys)
@@ -178,7 +179,7 @@ def io_spec(workload: Workload, model: nn.Module, samples: Sequence[Inputs]) -> 
         shape = out_shapes[i]
         if shape:
             shape[0] = -1
-        name = out_names[i] if i < len(out_names) and len(out_names) == len(outs) else f"output_{i}"
+        name = out_names[i] if i < len(out_names) and len(out_names) == len(outs) else tensor_name("output", i)
         out_specs.append(TensorSpec(name, str(o.dtype).replace("torch.", ""), tuple(shape)))
     return IOSpec(tuple(in_specs), tuple(out_specs), is_tuple, keys)
 

@@ -26,6 +26,7 @@ from dlperf.errors import ConfigError, DlperfWarning, ServingError
 from dlperf.serve.batcher import Batcher, Work
 from dlperf.serve.metrics import DEFAULT_VARIANT, Recorder
 from dlperf.serve.protocol import BF16, ProtocolError, Tensor, datatype_of_name, random_array
+from dlperf.workload.names import tensor_name
 
 log = logging.getLogger("dlperf.serve")
 
@@ -159,7 +160,7 @@ def _from_workload(spec: str, name: str | None, device: str) -> ServedModel:
     out_one = _flatten_outputs(returned)
     out_two = _flatten_outputs(workload.check(model, two))
     _note_unserved_outputs(workload.name, returned, served=len(out_one))
-    in_names = list(workload.input_names) or [f"input__{i}" for i in range(len(one))]
+    in_names = list(workload.input_names) or [tensor_name("input", i) for i in range(len(one))]
     out_names = _output_names(out_one, workload.output_names, _served_positions(returned))
     inputs = tuple(_spec(n, a, b) for n, a, b in zip(in_names, one, two, strict=False))
     outputs = tuple(_spec(n, a, b) for n, (_, a), (_, b) in zip(out_names, out_one, out_two, strict=False))
@@ -195,7 +196,7 @@ def _output_names(outputs: list[tuple[str | None, Any]], declared: Sequence[str]
         elif key is not None:
             names.append(key)
         else:
-            names.append(f"output__{i}")
+            names.append(tensor_name("output", i))
     return names
 
 

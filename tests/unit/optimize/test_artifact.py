@@ -281,9 +281,9 @@ def test_a_torch_recipe_is_served_under_its_workload_s_name(tmp_path: Path) -> N
     assert read_manifest(out / "artifact")["name"] == "tiny-net"
     served = load_served_model(str(out / "artifact"))
     assert served.name == "tiny-net"
-    # unnamed tensors are input_i and output_i as in engine artifacts: the output was 'input_0', its input's name
-    assert [s.name for s in served.signature.inputs] == ["input_0"]
-    assert [s.name for s in served.signature.outputs] == ["output_0"]
+    # unnamed tensors are input__i and output__i as in engine artifacts and a served workload (tensor_name)
+    assert [s.name for s in served.signature.inputs] == ["input__0"]
+    assert [s.name for s in served.signature.outputs] == ["output__0"]
 
 
 def test_a_recipe_pass_that_does_not_replay_on_the_device_asked_names_the_device() -> None:
@@ -333,7 +333,7 @@ def test_an_exported_manifest_records_the_batch_size_and_a_newer_format_or_zero_
     folder = tmp_path / "cand" / "artifact"
     manifest = read_manifest(folder)
     assert (manifest["batch_size"], manifest["device"]) == (3, "cpu")
-    assert manifest["inputs"] == [{"name": "input_0", "dtype": "float32", "shape": [-1, 8]}]
+    assert manifest["inputs"] == [{"name": "input__0", "dtype": "float32", "shape": [-1, 8]}]
     assert artifact_workload(folder).default_batch_size == 3
     (folder / "manifest.json").write_text(json.dumps({**manifest, "format_version": 2}))
     with pytest.raises(OptimizeError, match="has format version 2, newer than this dlperf reads"):
