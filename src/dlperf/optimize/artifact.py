@@ -47,17 +47,12 @@ class Engine:
     """`module:function` that loads the artifact: `function(folder, manifest)` -> the predict callable."""
     install: str = "it with `pip install 'dlperf[all]'`"
     """What to install when the loader's module does not import (words after 'install')."""
-    io_specs: bool = False
-    """The loader rebuilds the model's interface from the manifest's `inputs` and `outputs`, which `read_manifest`
-    then requires."""
 
 
 ENGINES: dict[str, Engine] = {
     "torch": Engine("dlperf.optimize.artifact:load_torch"),
-    "onnxruntime": Engine("dlperf.passes.onnxruntime:load_artifact", "it with `pip install 'dlperf[onnx]'`",
-                          io_specs=True),
-    "openvino": Engine("dlperf.passes.openvino:load_artifact", "it with `pip install 'dlperf[openvino]'`",
-                       io_specs=True),
+    "onnxruntime": Engine("dlperf.passes.onnxruntime:load_artifact", "it with `pip install 'dlperf[onnx]'`"),
+    "openvino": Engine("dlperf.passes.openvino:load_artifact", "it with `pip install 'dlperf[openvino]'`"),
     "tensorrt": Engine("dlperf.passes.tensorrt:load_artifact", TORCH_TENSORRT_INSTALL),
 }
 """The artifact engines `dlperf.load`, `dlperf serve` and the manifest checks know: one row each."""
@@ -190,6 +185,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
                             "export it again") from exc
     if not isinstance(data, dict) or "engine" not in data:
         raise OptimizeError(f"'{file}' names no engine: the artifact is damaged; export it again")
+    if data["engine"] not in ENGINES:  # bench recorded a failed run ("its model factory raised"), serve refused it
+        raise OptimizeError(f"artifact '{folder}' is for engine '{data['engine']}', which this dlperf cannot "
+                            f"load (known: {', '.join(ENGINES)})")
     if _is_int(data.get("format_version", 1)) and int(data.get("format_version", 1)) > FORMAT_VERSION:
         raise OptimizeError(f"'{file}' has format version {data['format_version']}, newer than this dlperf "
                             f"reads ({FORMAT_VERSION}): upgrade dlperf")
@@ -232,6 +230,10 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
     need("format_version", _is_int, "an integer", required=False)
     need("threads", lambda v: v is None or (_is_int(v) and int(v) >= 1), "a thread count >= 1", required=False)
     need("device", lambda v: isinstance(v, str), "a device name", required=False)
+    # every exporter writes both; serve builds the model's interface from them (a torch recipe without them was
+    # benched, and served with "has no 'inputs' list")
+    need("inputs", _tensor_specs, "a list of {name, dtype, shape}")
+    need("outputs", _tensor_specs, "a list of {name, dtype, shape}")
     if data["engine"] == "torch":
         need("workload", lambda v: isinstance(v, str) and bool(v), "a workload spec")
         need("workload_relative", lambda v: isinstance(v, str), "a path", required=False)
@@ -242,9 +244,6 @@ def _check_fields(file: Path, data: dict[str, Any]) -> None:
         need("recipe", lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of passes",
              required=False)
         need("batch_size", lambda v: _is_int(v) and int(v) >= 1, "a batch size >= 1", required=False)
-    elif (engine := ENGINES.get(data["engine"])) is not None and engine.io_specs:
-        need("inputs", _tensor_specs, "a list of {name, dtype, shape}")
-        need("outputs", _tensor_specs, "a list of {name, dtype, shape}")
     if data["engine"] == "onnxruntime":
         from dlperf.passes.onnxruntime import OPT_LEVELS
 
@@ -366,10 +365,7 @@ def load_artifact(path: str | Path, threads: int | None = None, device: str | No
         check_artifact_device(folder, manifest, device)
         if engine == "torch":
             manifest = {**manifest, "device": device, "exported_device": artifact_device(manifest)}
-    known = ENGINES.get(engine)
-    if known is None:
-        raise OptimizeError(f"artifact '{folder}' is for engine '{engine}', which this dlperf cannot load "
-                            f"(known: {', '.join(ENGINES)})")
+    known = ENGINES[engine]  # read_manifest refused an engine it does not know
     module_name, func_name = known.loader.split(":")
     try:
         module = importlib.import_module(module_name)

@@ -131,7 +131,7 @@ def test_a_bench_of_an_artifact_against_one_of_the_workload_it_was_optimized_fro
     art.mkdir()
     (art / MANIFEST).write_text(json.dumps({"format_version": 1, "engine": "torch", "files": [], "label":
                                             "dynamic_int8", "precision": "int8", "workload": "zoo:mlp",
-                                            "run_id": "3be1c5709f46"}))
+                                            "run_id": "3be1c5709f46", "inputs": [], "outputs": []}))
     settings = artifact_settings(str(art))
     assert settings is not None
     assert (settings["source_workload"], settings["optimize_run_id"]) == ("zoo:mlp", "3be1c5709f46")

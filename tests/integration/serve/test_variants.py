@@ -112,7 +112,7 @@ def test_an_artifact_is_served_under_the_name_given_and_a_malformed_manifest_is_
     assert load_served_model(str(tmp_path), None, "cpu").name == "mlp"  # from the manifest's workload
     assert load_served_model(str(tmp_path), "encoder.v2", "cpu").name == "encoder.v2"  # was cut to "encoder"
     for broken, message in (([1, 2], "names no engine: the artifact is damaged; export it again"),
-                            ({**manifest, "inputs": ["x"]}, "no 'inputs' list"),
+                            ({**manifest, "inputs": ["x"]}, "field 'inputs' is .*, not a list of {name, dtype, shape}"),
                             ({**manifest, "format_version": 99}, "newer than this dlperf reads")):
         (tmp_path / "manifest.json").write_text(json.dumps(broken))
         with pytest.raises(ConfigError, match=message):

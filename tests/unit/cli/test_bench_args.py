@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,35 @@ def test_a_negative_value_with_a_unit_is_read_as_a_value(argv: list[str], said: 
         assert main([*argv, "--store", f"{tmp_path}/runs.db"]) == 2
     err = capsys.readouterr().err
     assert said in err and "expected one argument" not in err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ({"engine": "tensorflow"}, "is for engine 'tensorflow', which this dlperf cannot load (known: torch, onnxruntime"),
+    ({"inputs": None}, "field 'inputs' is missing: the artifact is damaged or edited; export it again"),
+])
+def test_an_artifact_no_loader_takes_is_refused_before_a_run_is_recorded(
+        edit: dict[str, object], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench recorded a failed run ("its model factory raised OptimizeError: ... engine 'tensorflow'") of an artifact
+    that serve refused up front ("has no 'inputs' list"); read_manifest now refuses both for every command."""
+    import json
+
+    import torch
+
+    from dlperf.cli.main import main
+    from dlperf.serve.instances import load_served_model
+    from dlperf.store.db import Store
+
+    folder = tmp_path / "art"
+    folder.mkdir()
+    torch.save(torch.nn.Linear(2, 2).state_dict(), folder / "weights.pt")
+    manifest = {"format_version": 1, "engine": "torch", "format": "dlperf-torch-recipe", "files": ["weights.pt"],
+                "workload": "zoo:mlp", "recipe": [], "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 2]}],
+                "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 2]}]}
+    manifest.update(edit)
+    (folder / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if v is not None}))
+    store = tmp_path / "runs.db"
+    assert main(["bench", str(folder), "--store", str(store)]) != 0
+    assert said in capsys.readouterr().err
+    assert not store.exists() or Store(str(store)).list() == []
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_served_model(str(folder))

@@ -116,6 +116,10 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "warp", "files": []}))
     with pytest.raises(OptimizeError, match="engine 'warp'"):
         load_artifact(tmp_path)
+    # bench loaded it and failed in the model factory, where serve refused it up front
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "workload": "zoo:mlp", "outputs": []}))
+    with pytest.raises(OptimizeError, match="field 'inputs' is missing: the artifact is damaged or edited"):
+        load_artifact(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format_version": 99}))
     with pytest.raises(OptimizeError, match="upgrade dlperf"):
         load_artifact(tmp_path)
@@ -124,6 +128,7 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
                                             r"artifact is damaged \(a copy cut short\?\); export it again"):
         load_artifact(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 1, "engine": "torch", "workload": "zoo:mlp",
+                                                        "inputs": [], "outputs": [],
                                                         "files": ["weights.pt", "trained.pt"]}))
     (tmp_path / "trained.pt").write_bytes(b"")
     with pytest.raises(OptimizeError, match=r"is incomplete: its manifest\.json lists weights\.pt, which the folder "
@@ -132,7 +137,8 @@ def test_load_errors_say_what_to_do(tmp_path: Path) -> None:
     (tmp_path / "trained.pt").unlink()
     gone = str(tmp_path / "moved_away.py")
     (tmp_path / "manifest.json").write_text(json.dumps({"engine": "torch", "format": "dlperf-torch-recipe",
-                                                        "pass_modules": [gone], "workload": "zoo:mlp"}))
+                                                        "inputs": [], "outputs": [], "pass_modules": [gone],
+                                                        "workload": "zoo:mlp"}))
     with pytest.raises(OptimizeError, match=f"replays passes of the module '{gone}', which cannot be imported here"):
         load_artifact(tmp_path)
 
@@ -144,7 +150,8 @@ def test_a_tensorrt_artifact_without_torch_tensorrt_names_what_to_install(tmp_pa
     from dlperf.errors import MissingDependency
 
     monkeypatch.setitem(sys.modules, "torch_tensorrt", None)  # importing it raises ImportError
-    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "tensorrt", "files": ["model.ep"]}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"engine": "tensorrt", "files": ["model.ep"],
+                                                        "inputs": [], "outputs": []}))
     (tmp_path / "model.ep").write_bytes(b"")  # the folder is whole: what is missing is the package
     with pytest.raises(MissingDependency) as info:
         load_artifact(tmp_path)
@@ -424,11 +431,11 @@ def load_trial_engine(folder: Path, manifest: dict[str, object]) -> object:
 
 def test_a_new_engine_is_one_row_of_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new engine was named in LOADERS, ENGINE_INSTALL and a tuple in _check_fields: added to LOADERS alone, its
-    manifest without `inputs` reached its loader unchecked. One row of ENGINES now gives all three."""
+    manifest without `inputs` reached its loader unchecked. One row of ENGINES now gives them (every engine's manifest
+    must carry `inputs` and `outputs`)."""
     from dlperf.optimize.artifact import ENGINES, Engine
 
-    monkeypatch.setitem(ENGINES, "trial", Engine(f"{__name__}:load_trial_engine", "it with `pip install trial`",
-                                                 io_specs=True))
+    monkeypatch.setitem(ENGINES, "trial", Engine(f"{__name__}:load_trial_engine", "it with `pip install trial`"))
     spec = [{"name": "input_0", "dtype": "float32", "shape": [-1, 4]}]
     manifest = {"engine": "trial", "format_version": 1, "files": []}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))

@@ -118,6 +118,7 @@ def test_a_recipe_s_own_pass_module_moved_with_its_project_is_found_beside_it(tm
     torch.save(get("mlp").build_model().state_dict(), project / "build" / "weights.pt")
     write_manifest(project / "build", {
         "engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1, "workload": "zoo:mlp",
+        "inputs": [], "outputs": [],
         "recipe": [{"pass": name, "version": 1}], "pass_modules": [str(project / "passes.py"), "json"]})
     copy_artifact(project / "build", project / "artifacts" / "marked", {})  # as dlperf optimize --export does
     manifest = read_manifest(project / "artifacts" / "marked")

@@ -23,6 +23,7 @@ def _bf16_recipe(folder: Path) -> Path:
     folder.mkdir()
     torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
     write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "inputs": [], "outputs": [],
                             "workload": "zoo:mlp", "recipe": Candidate((PrecisionConfig(),)).to_list(),
                             "batch_size": 1, "device": "cpu",
                             "environment": {"cpu_model": "Intel Xeon 8480+"}})
@@ -59,6 +60,7 @@ def test_a_recipe_s_thread_count_from_a_larger_machine_is_capped_at_this_one_s_c
     torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
     many = usable_cores() + 6
     write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
+                            "inputs": [], "outputs": [],
                             "workload": "zoo:mlp", "recipe": Candidate((HygieneConfig(threads=many),)).to_list()})
     before = torch.get_num_threads()
     try:
@@ -75,7 +77,7 @@ def _hygiene_recipe(folder: Path, threads: object) -> Path:
     folder.mkdir()
     torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
     write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
-                            "workload": "zoo:mlp",
+                            "inputs": [], "outputs": [], "workload": "zoo:mlp",
                             "recipe": [{"pass": "hygiene", "version": 1, "inference_mode": True, "threads": threads}]})
     return folder
 

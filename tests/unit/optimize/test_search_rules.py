@@ -55,6 +55,7 @@ class FakeTrials:
         artifact.mkdir(parents=True, exist_ok=True)
         (artifact / "weights.pt").write_bytes(b"w")
         (artifact / "manifest.json").write_text(json.dumps({"format_version": 1, "engine": "torch",
+                                                            "inputs": [], "outputs": [],
                                                             "workload": "zoo:mlp", "files": ["weights.pt"]}))
         return {"status": "ok", "engine": "onnxruntime" if "int8" in names else "torch",
                 "precision": "int8" if "int8" in names else "fp32", "p50_s": p50, "p99_s": 2 * p50,

@@ -72,7 +72,8 @@ def test_loading_a_torchao_recipe_prints_nothing(tmp_path: Path) -> None:
     torch.save(get("mlp").build_model().state_dict(), folder / "weights.pt")
     config = TorchAoConfig(method="int8-dynamic", compile=False)
     write_manifest(folder, {"engine": "torch", "format": TORCH_FORMAT, "files": ["weights.pt"], "trained_after": -1,
-                            "workload": "zoo:mlp", "recipe": Candidate((config,)).to_list()})
+                            "workload": "zoo:mlp", "recipe": Candidate((config,)).to_list(), "inputs": [],
+                            "outputs": []})
     code = f"import dlperf, torch; print(tuple(dlperf.load({str(folder)!r})(torch.randn(2, 64)).shape))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
