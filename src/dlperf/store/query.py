@@ -222,7 +222,7 @@ def kpi_history(records: Sequence[RunRecord], metric: str = "p50", batch_size: i
 
             if zoo_name not in zoo.names():  # 'run `dlperf bench zoo:nope` first' pointed at a model not there
                 raise StoreError(f"no finished {kind} runs of '{name}' in the store, and there is no zoo "
-                                 f"workload '{zoo_name}': the zoo has {', '.join(zoo.names())}")
+                                 f"workload '{zoo_name}': {zoo.guess(zoo_name)}the zoo has {', '.join(zoo.names())}")
         raise StoreError(f"no finished {kind} runs of '{name}' in the store: run `dlperf {kind} {name}` first"
                          + (" (with --baseline NAME)" if kind == "check" else ""))
     if batch_size is None:

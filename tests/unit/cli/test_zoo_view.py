@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -47,3 +48,14 @@ def test_a_wide_console_keeps_the_summary_column(monkeypatch: pytest.MonkeyPatch
     assert lines[2].split() == ["workload", "kind", "params", "size", "FLOPs/sample", "metric", "summary"]
     assert any(line.strip().startswith("zoo:mlp") and line.rstrip().endswith("for fast tests") for line in lines)
     assert not any(line.startswith("zoo:mlp: ") for line in lines)
+
+
+@pytest.mark.parametrize("argv", [["zoo", "mpl"], ["bench", "zoo:mpl"]])
+def test_a_mistyped_zoo_name_is_answered_with_the_close_one(argv: list[str], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Both listed the zoo's names without the close match that `--passes hygeine` gets."""
+    from dlperf.cli.main import main
+
+    assert main([*argv, *(["--store", str(tmp_path / "runs.db")] if argv[0] == "bench" else [])]) == 2
+    assert capsys.readouterr().err.strip() == ("error: no zoo workload 'mpl': did you mean mlp? choose one of mlp, "
+                                               "digits-cnn, resnet18, minilm (`dlperf zoo` lists them)")

@@ -265,6 +265,8 @@ def test_a_history_of_nothing_says_what_to_run_or_that_the_zoo_has_no_such_model
     # `run dlperf bench zoo:nope first` pointed at a model that is not there
     with pytest.raises(StoreError, match=r"there is no zoo workload 'nope': the zoo has mlp, "):
         kpi_history([], "p50", workload="zoo:nope")
+    with pytest.raises(StoreError, match=r"there is no zoo workload 'mpl': did you mean mlp\? the zoo has mlp, "):
+        kpi_history([], "p50", workload="zoo:mpl")
 
 
 @pytest.mark.parametrize(("metric", "key"), [("p50", "p50_s"), ("p90", "p90_s"), ("p95", "p95_s"), ("p99", "p99_s"),

@@ -767,10 +767,15 @@ def test_batch_size_must_be_positive() -> None:
         load_workload("zoo:mlp").example_inputs(0)
 
 
-def test_zoo_typo_lists_the_names() -> None:
+def test_zoo_typo_lists_the_names_and_the_close_one() -> None:
+    """The names were listed, but not the close match `--passes hygeine` suggests."""
     with pytest.raises(WorkloadError) as info:
         load_workload("zoo:resnet")
-    assert "no zoo workload 'resnet': choose one of mlp, digits-cnn, resnet18, minilm" in str(info.value)
+    assert ("no zoo workload 'resnet': did you mean resnet18? choose one of mlp, digits-cnn, resnet18, minilm"
+            in str(info.value))
+    with pytest.raises(WorkloadError) as info:
+        load_workload("zoo:nope")  # nothing close: no guess
+    assert "no zoo workload 'nope': choose one of mlp, " in str(info.value)
 
 
 def test_bad_zoo_option_names_it_and_the_options_taken() -> None:
