@@ -51,10 +51,33 @@ def _load(name: str, module: str) -> object:
         raise
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad value is refused on one line, `error: --concurrency: concurrency values must be positive, got '0'`, as
+    the commands' own checks refuse theirs (`error: --warmup must be >= 0, got -3`): one that an option's `type` or
+    `choices` refused came after argparse's usage block (`dlperf load URL --concurrency 0`, `dlperf optimize W
+    --time-budget -5s`), another of the same command without it. A missing value, a missing or unknown option and
+    an unknown command keep the usage."""
+
+    _bad_value = False
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        try:
+            return super()._get_values(action, arg_strings)
+        except argparse.ArgumentError:  # the value's type or choices refused it
+            # (a mistyped command keeps the usage, which lists the commands)
+            self._bad_value = not isinstance(action, argparse._SubParsersAction)
+            raise
+
+    def error(self, message: str) -> NoReturn:
+        if self._bad_value:
+            self.exit(2, f"error: {message.removeprefix('argument ')}\n")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dlperf import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dlperf",
         description="Profile, don't guess; measure every change. Performance engineering for PyTorch models.",
     )

@@ -149,3 +149,28 @@ def test_an_artifact_no_loader_takes_is_refused_before_a_run_is_recorded(
     assert not store.exists() or Store(str(store)).list() == []
     with pytest.raises(ConfigError, match=re.escape(said)):
         load_served_model(str(folder))
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["load", "http://127.0.0.1:1/v2/models/m", "--concurrency", "0"],
+     "error: --concurrency: concurrency values must be positive, got '0' in '0'"),
+    (["optimize", "zoo:mlp", "--time-budget", "-5s"],
+     "error: --time-budget: expected a duration like 30s, 10m or 1h, got '-5s'"),
+    (["bench", "zoo:mlp", "--batch-size", "0"], "error: --batch-sizes: expected positive integers, got '0'"),
+    (["bench", "zoo:mlp", "--allocator", "nope"], "error: --allocator: invalid choice: 'nope' (choose from"),
+    (["train", "zoo:mlp", "--steps", "x"], "error: --steps: invalid int value: 'x'"),
+    (["bench", "zoo:mlp", "--warmup", "-3"], "error: --warmup must be >= 0, got -3"),
+    (["serve", "zoo:mlp", "--port", "-1"], "error: --port (port) must be in 0-65535, got -1"),
+])
+def test_a_bad_value_is_refused_on_one_line_in_every_command(argv: list[str], said: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A value an option's type refused came after argparse's usage block (`load --concurrency 0`, `optimize
+    --time-budget -5s`), one a command's own check refused on one line (`bench --warmup -3`): now all on one."""
+    from dlperf.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and err.count("\n") == 1 and "usage:" not in err
