@@ -946,23 +946,28 @@ def _stalled(o: OperatorStat, ops: OperatorAnalysis) -> bool:
     return o.bound == COMPUTE or o.self_s / max(o.calls_per_step, 1e-9) >= STALL_CALL_S
 
 
-def _size(nbytes: float) -> str:
-    """Bytes as MiB, or KiB under one MiB (a step holding 16 KiB read '0 MiB')."""
-    return f"{nbytes / 2**20:,.0f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:,.0f} KiB"
+def size_text(nbytes: float) -> str:
+    """Bytes as MiB, KiB under one MiB, bytes under one KiB: a step holding 16 KiB read '0 MiB', a 16-byte
+    allocation 'aten::addmm 0 KiB'. The findings and the profile's terminal report both write sizes with it."""
+    if abs(nbytes) >= 2**20:
+        return f"{nbytes / 2**20:,.0f} MiB"
+    if abs(nbytes) >= 2**10:
+        return f"{nbytes / 2**10:,.0f} KiB"
+    return f"{nbytes:,.0f} B"
 
 
 def _capacity(a: Analyses) -> list[Finding]:
     m = a.memory
     found = []
     if m.used_fraction >= CAPACITY_WARN:
-        evidence = [f"peak host memory {_size(m.peak_rss_bytes)} is {m.used_fraction:.0%} of the "
-                    f"{_size(m.budget_bytes)} budget ({m.budget_source}); headroom "
+        evidence = [f"peak host memory {size_text(m.peak_rss_bytes)} is {m.used_fraction:.0%} of the "
+                    f"{size_text(m.budget_bytes)} budget ({m.budget_source}); headroom "
                     f"{m.headroom_bytes / 2**20:.0f} MiB",
-                    f"of it, {_size(m.start_rss_bytes)} were in use before the model was built (Python, torch, "
-                    f"what the workload's code loaded), the model's parameters take {_size(m.model_bytes)} and "
-                    f"the step's operators hold up to {_size(m.step_allocated_peak_bytes)} at once"]
+                    f"of it, {size_text(m.start_rss_bytes)} were in use before the model was built (Python, torch, "
+                    f"what the workload's code loaded), the model's parameters take {size_text(m.model_bytes)} and "
+                    f"the step's operators hold up to {size_text(m.step_allocated_peak_bytes)} at once"]
         # the same allocation in each profiled step is one line, not one a step
-        allocations = list(dict.fromkeys(f"{x.op} {_size(x.bytes)} ({x.phase})" for x in m.largest_allocations))[:2]
+        allocations = list(dict.fromkeys(f"{x.op} {size_text(x.bytes)} ({x.phase})" for x in m.largest_allocations))[:2]
         # one line: two lines that each began 'largest allocation:' named 512 MiB and then 512 KiB as the largest
         if allocations:
             evidence.append(f"largest allocation{'s' if len(allocations) > 1 else ''}: {', then '.join(allocations)}")
@@ -981,9 +986,9 @@ def _capacity(a: Analyses) -> list[Finding]:
             fix += (" (inference_mode, activation checkpointing when training, smaller dtype), or raise the budget; "
                     "near the limit the process swaps or is killed")
         else:
-            evidence.append(f"the step holds {_size(m.step_allocated_peak_bytes)} (batch {a.batch_size}), against a "
-                            f"peak {_size(max(0.0, excess))} over {CAPACITY_WARN:.0%} of the budget: a smaller batch "
-                            "cannot bring it down")
+            evidence.append(f"the step holds {size_text(m.step_allocated_peak_bytes)} (batch {a.batch_size}), "
+                            f"against a peak {size_text(max(0.0, excess))} over {CAPACITY_WARN:.0%} of the budget: a "
+                            "smaller batch cannot bring it down")
             fix = ("the memory is held outside the step: raise the budget, or hold less in the process (smaller "
                    "weights: an int8 or bf16 model, a smaller model; fewer libraries and data loaded next to it); "
                    "near the limit the process swaps or is killed")

@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.profile.diagnose import LOW_OVERHEAD_RATIO, MEMORY_CAPACITY, times_faster
+from dlperf.profile.diagnose import LOW_OVERHEAD_RATIO, MEMORY_CAPACITY, size_text, times_faster
 from dlperf.report.fit import hanging
 
 BOUND_LABEL = {"compute": "compute", "bandwidth": "memory", "cache-resident": "in-cache", "overhead": "dispatch",
@@ -34,7 +34,7 @@ def _pct(x: float | None) -> str:
 def _mib(n: float | None) -> str:
     if n is None:
         return "-"
-    return f"{n / 2**10:,.0f} KiB" if abs(n) < 2**20 else f"{n / 2**20:,.0f} MiB"
+    return size_text(n)
 
 
 def _count(n: int, thing: str) -> str:

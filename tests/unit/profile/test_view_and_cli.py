@@ -138,3 +138,17 @@ def test_the_threads_line_gives_the_loader_workers_cores_beside_this_processs_an
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(profile_report(data))
     assert "2 busy threads kept 0.9 cores busy, the machine 2.0" in out.getvalue()
+
+
+def test_a_size_under_one_kib_is_written_in_bytes() -> None:
+    """`dlperf profile` of a Linear(4, 4) said 'model 0 KiB' and 'largest allocation: aten::addmm 0 KiB' for 80 and
+    16 bytes; the findings and the view write sizes with one formatter."""
+    t = trace([gemm(0, 9000), op("aten::addmm", 9500, 10, mem=16), gemm(10_000, 9000, step=1)], steps=2)
+    t.memory.timeline = [(100.0, 16), (9000.0, 16), (12_000.0, 0)]
+    analyses = dg.analyze_all(t, CEILINGS)
+    report = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0)
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(profile_report(report.to_dict(), "abc", "sqlite://"))
+    assert "largest allocation: aten::addmm 16 B" in out.getvalue()
+    assert [dg.size_text(n) for n in (0, 16, 1023, 1024, 3 << 9, 5 << 20, -2048)] == [
+        "0 B", "16 B", "1,023 B", "1 KiB", "2 KiB", "5 MiB", "-2 KiB"]
