@@ -186,7 +186,8 @@ class BenchResult:
              "summary": {"noise_warning": p.measurement.noise_warning,
                          "stop_note": p.measurement.extra.get("stop_note"),
                          "slow_start_note": p.measurement.slow_start_note,
-                         "heavy_tail_note": p.measurement.heavy_tail_note}}
+                         "heavy_tail_note": p.measurement.heavy_tail_note,
+                         "throughput_gap_note": p.measurement.throughput_gap_note}}
             for p in self.points])
 
     @property

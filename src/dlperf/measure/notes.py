@@ -54,7 +54,8 @@ def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """The warnings other than noise: a batch size a cap cut short of its minimums, a slow start (a warm-up that was
     not over), a mean far above the median (a few slow calls hold the time), other load on the machine."""
     lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
-    lines += [f"batch {p['batch_size']}: {p['summary'][note]}" for note in ("slow_start_note", "heavy_tail_note")
+    lines += [f"batch {p['batch_size']}: {p['summary'][note]}" for note in (
+        "slow_start_note", "heavy_tail_note", "throughput_gap_note")
               for p in points if p["summary"].get(note)]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:

@@ -51,6 +51,14 @@ HEAVY_TAIL_RATIO = 2.0
 """A mean call over this many times the median gets a note: the throughput (from the total time) and the median then
 tell different stories, and the IQR, which looks at the middle half, may not say so."""
 
+THROUGHPUT_GAP = 0.20
+"""Items/s (from the total time) this share or more below 1/p50 (the mean call 1.25x the median) gets a note, from a
+mean under `HEAVY_TAIL_RATIO` x the median (which has its own): twice the noise warning's 10%. Of 35 stored bench points
+on a shared 2-core VM, those without a planted spell or slow start and under the heavy tail were at most 15% below."""
+
+SPELL_RATIO = 1.5
+"""A call over this many times the median counts as slow when the throughput-gap note looks for a spell of them."""
+
 SLOW_START_RATIO = 2.0
 """A timed call over this many times the later calls' median counts as slow for the slow-start check."""
 
@@ -626,6 +634,48 @@ class Measurement:
                 f"{HEAVY_TAIL_RATIO:g}x the median, up to {max(rest) / 1e6:.3g} ms, took {sum(slow) / total:.0%} "
                 "of the time; items/s counts them, the median does not")
 
+    @property
+    def throughput_gap_note(self) -> str | None:
+        """When items/s is `THROUGHPUT_GAP` or more below 1/p50 with the mean under `HEAVY_TAIL_RATIO` x the median
+        (after any slow start): by how much, and where the slow calls lie (a spell: which calls, how many; or spread).
+        A spell of 12 calls of 20 ms among 2.1 ms ones took 31% of the time, put items/s 29% below 1/p50 and got
+        no note until 2026-12-07."""
+        head = self.slow_start.calls if self.slow_start else 0
+        rest = self.samples_ns[head:]
+        if len(rest) < 10:
+            return None
+        total = sum(rest)
+        mid = _median_ns(rest)
+        mean = total / len(rest)
+        if mid <= 0 or mean > HEAVY_TAIL_RATIO * mid or 1 - mid / mean < THROUGHPUT_GAP:
+            return None
+        limit = SPELL_RATIO * mid
+        # the densest run of slow calls: the segment maximizing (slow calls - other calls), Kadane's scan
+        best = score = 0
+        start = best_start = best_end = 0
+        for i, x in enumerate(rest):
+            if score <= 0:
+                score, start = 0, i
+            score += 1 if x > limit else -1
+            if score > best:
+                best, best_start, best_end = score, start, i + 1
+        excess = total - len(rest) * mid
+        spell = rest[best_start:best_end]
+        spell_excess = sum(spell) - len(spell) * mid
+        slow = sum(1 for x in rest if x > limit)
+        said = (f"items/s is {1 - mid / mean:.0%} below 1/p50 (mean call {mean / 1e6:.3g} ms, median "
+                f"{mid / 1e6:.3g} ms)")
+        if best > 1 and spell_excess >= excess / 2:
+            first = head + best_start + 1  # 1-based, counting the timed calls
+            in_spell = sum(1 for x in spell if x > limit)
+            return (f"{said}: a spell of slow calls, timed calls {first:,}-{head + best_end:,} ({in_spell:,} of their "
+                    f"{len(spell):,} over {SPELL_RATIO:g}x the median, {_median_ns(spell) / 1e6:.3g} ms at their "
+                    f"median), took {sum(spell) / total:.0%} of the time (other load for a while, or the model's own "
+                    "slow phase); items/s counts them, the median does not")
+        return (f"{said}: {slow:,} calls ({slow / len(rest):.0%}) over {SPELL_RATIO:g}x the median, spread over the "
+                f"run, took {sum(x for x in rest if x > limit) / total:.0%} of the time; items/s counts them, the "
+                "median does not")
+
     def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
         """Bootstrap confidence interval of the median latency, in seconds: the samples resampled in `CI_BLOCKS`
         contiguous blocks in the order they were taken (`block_bootstrap_median_ci`). Resampled one by one, the
@@ -665,6 +715,7 @@ class Measurement:
             "slow_start_calls": self.slow_start.calls if self.slow_start else 0,
             "slow_start_note": self.slow_start_note,
             "heavy_tail_note": self.heavy_tail_note,
+            "throughput_gap_note": self.throughput_gap_note,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,39 @@
+"""The notes that say why items/s and the median disagree (a spell of slow calls)."""
+
+from __future__ import annotations
+
+import random
+
+from dlperf.measure.stats import Measurement
+from dlperf.report.terminal import bench_notes
+
+
+def _steady(n: int, ns: int = 2_100_000, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [int(ns * rng.uniform(0.98, 1.04)) for _ in range(n)]
+
+
+def test_a_spell_of_slow_calls_is_named_where_items_per_s_is_far_below_one_over_p50() -> None:
+    samples = _steady(336)
+    samples[143:155] = [20_100_000] * 12  # 12 calls of 20 ms among 2.1 ms ones: items/s 29% below 1/p50
+    m = Measurement(samples)
+    assert m.heavy_tail_note is None and m.noise_warning is None and m.slow_start is None
+    note = m.throughput_gap_note
+    assert note is not None
+    assert note.startswith("items/s is 2")  # 25-29% below
+    assert "a spell of slow calls, timed calls 144-155 (12 of their 12 over 1.5x the median, 20.1 ms" in note
+    assert any(line.startswith("batch 1: items/s is") for line in bench_notes([{"batch_size": 1,
+                                                                                "summary": m.summary()}]))
+
+
+def test_a_steady_model_gets_no_throughput_gap_note() -> None:
+    m = Measurement(_steady(400))
+    assert m.throughput_gap_note is None
+
+
+def test_slow_calls_spread_over_the_run_are_said_to_be_spread() -> None:
+    samples = _steady(300)
+    for i in range(0, 300, 10):  # every tenth call 6x slower: mean 1.5x the median
+        samples[i] = 12_600_000
+    note = Measurement(samples).throughput_gap_note
+    assert note is not None and "30 calls (10%) over 1.5x the median, spread over the run" in note
