@@ -187,7 +187,8 @@ class BenchResult:
                          "stop_note": p.measurement.extra.get("stop_note"),
                          "slow_start_note": p.measurement.slow_start_note,
                          "heavy_tail_note": p.measurement.heavy_tail_note,
-                         "throughput_gap_note": p.measurement.throughput_gap_note}}
+                         "throughput_gap_note": p.measurement.throughput_gap_note,
+                         "speed_change_note": p.measurement.speed_change_note}}
             for p in self.points])
 
     @property

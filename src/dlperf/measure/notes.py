@@ -55,7 +55,7 @@ def bench_notes(points: Sequence[Mapping[str, Any]]) -> list[str]:
     not over), a mean far above the median (a few slow calls hold the time), other load on the machine."""
     lines = [f"batch {p['batch_size']}: {p['summary']['stop_note']}" for p in points if p["summary"].get("stop_note")]
     lines += [f"batch {p['batch_size']}: {p['summary'][note]}" for note in (
-        "slow_start_note", "heavy_tail_note", "throughput_gap_note")
+        "slow_start_note", "heavy_tail_note", "throughput_gap_note", "speed_change_note")
               for p in points if p["summary"].get(note)]
     contended = [p for p in points if p.get("contention_warning")]
     if contended:

@@ -59,6 +59,10 @@ on a shared 2-core VM, those without a planted spell or slow start and under the
 SPELL_RATIO = 1.5
 """A call over this many times the median counts as slow when the throughput-gap note looks for a spell of them."""
 
+SPEED_CHANGE_RATIO = 1.2
+"""A run whose two parts' medians differ by this factor or more, each part quiet (IQR/median at most
+`NOISE_IQR_RATIO`) while the whole run is noisy, gets a note that it changed speed part-way."""
+
 SLOW_START_RATIO = 2.0
 """A timed call over this many times the later calls' median counts as slow for the slow-start check."""
 
@@ -676,6 +680,39 @@ class Measurement:
                 f"run, took {sum(x for x in rest if x > limit) / total:.0%} of the time; items/s counts them, the "
                 "median does not")
 
+    @property
+    def speed_change_note(self) -> str | None:
+        """When the run is noisy because it changed speed part-way: at which call, from what to what. The best split
+        of the log-times into two levels (least squares, each part at least a tenth of the calls and 10), kept when the
+        parts' medians differ by `SPEED_CHANGE_RATIO` and each part is quiet: 2.1 ms calls then 3.1 ms from the 189th
+        on read only "noisy: IQR is 43% of the median" until 2026-12-07."""
+        n = self.n
+        least = max(10, n // 10)
+        if n < 2 * least or self.noise_ratio <= NOISE_IQR_RATIO:
+            return None
+        logs = [math.log(max(x, 1)) for x in self.samples_ns]
+        total = sum(logs)
+        left = 0.0
+        best_k, best_gain = 0, -1.0
+        for k in range(1, n):
+            left += logs[k - 1]
+            if least <= k <= n - least:
+                gain = k * (n - k) / n * (left / k - (total - left) / (n - k)) ** 2
+                if gain > best_gain:
+                    best_k, best_gain = k, gain
+        if self.slow_start is not None and best_k <= self.slow_start.calls:
+            return None  # the slow start's note says it, with the warm-up that leaves it out
+        before, after = Measurement(self.samples_ns[:best_k]), Measurement(self.samples_ns[best_k:])
+        ratio = after.p50_s / before.p50_s if before.p50_s > 0 else 0.0
+        if max(ratio, 1 / ratio if ratio > 0 else 0.0) < SPEED_CHANGE_RATIO:
+            return None
+        if before.noise_ratio > NOISE_IQR_RATIO or after.noise_ratio > NOISE_IQR_RATIO:
+            return None
+        return (f"the run changed speed at timed call {best_k + 1:,} of {n:,}: {before.p50_s * 1e3:.3g} ms at the "
+                f"median before, {after.p50_s * 1e3:.3g} ms after (each part's IQR at most {NOISE_IQR_RATIO:.0%} of "
+                f"its median): the noise is that change (other load that started or stopped, frequency scaling, the "
+                "model's own state), and the median and items/s are of the two speeds together")
+
     def median_ci_s(self, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
         """Bootstrap confidence interval of the median latency, in seconds: the samples resampled in `CI_BLOCKS`
         contiguous blocks in the order they were taken (`block_bootstrap_median_ci`). Resampled one by one, the
@@ -716,6 +753,7 @@ class Measurement:
             "slow_start_note": self.slow_start_note,
             "heavy_tail_note": self.heavy_tail_note,
             "throughput_gap_note": self.throughput_gap_note,
+            "speed_change_note": self.speed_change_note,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The notes that say why items/s and the median disagree (a spell of slow calls)."""
+"""The notes that say why items/s and the median disagree (a spell of slow calls) or why a run is noisy (it changed
+speed part-way)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_a_spell_of_slow_calls_is_named_where_items_per_s_is_far_below_one_over_
 
 def test_a_steady_model_gets_no_throughput_gap_note() -> None:
     m = Measurement(_steady(400))
-    assert m.throughput_gap_note is None
+    assert m.throughput_gap_note is None and m.speed_change_note is None
 
 
 def test_slow_calls_spread_over_the_run_are_said_to_be_spread() -> None:
@@ -37,3 +38,24 @@ def test_slow_calls_spread_over_the_run_are_said_to_be_spread() -> None:
         samples[i] = 12_600_000
     note = Measurement(samples).throughput_gap_note
     assert note is not None and "30 calls (10%) over 1.5x the median, spread over the run" in note
+
+
+def test_a_run_that_changed_speed_part_way_says_where_and_from_what_to_what() -> None:
+    samples = _steady(193) + _steady(184, ns=3_100_000, seed=1)
+    m = Measurement(samples)
+    assert m.noise_warning is not None and m.noise_warning.startswith("noisy")
+    assert m.speed_change_note is not None
+    assert m.speed_change_note.startswith("the run changed speed at timed call 194 of 377: 2.1")
+    assert "ms at the median before, 3.1" in m.speed_change_note
+
+
+def test_noise_spread_over_the_whole_run_is_no_change_of_speed() -> None:
+    rng = random.Random(3)
+    m = Measurement([int(2_100_000 * rng.uniform(0.7, 1.5)) for _ in range(400)])
+    assert m.noise_warning is not None and m.speed_change_note is None
+
+
+def test_a_slow_start_is_left_to_its_own_note() -> None:
+    m = Measurement([10_100_000] * 100 + _steady(200))
+    assert m.slow_start is not None and m.slow_start.calls == 100 and m.noise_warning is not None
+    assert m.speed_change_note is None
