@@ -590,7 +590,9 @@ class Measurement:
 
     @property
     def slow_start_note(self) -> str | None:
-        """What `slow_start` found, in words, with the warm-up that would have left it out; None when nothing."""
+        """What `slow_start` found, in words, with the warm-up that would have left it out; None when nothing. The
+        warm-up named is the one to pass: its `warmup_iters` calls and the k slow timed calls become warm-up calls,
+        and the first timed call is the k+1st (until 2026-12-07 it said "more than" that, one too many)."""
         found = self.slow_start
         if found is None:
             return None
@@ -607,7 +609,8 @@ class Measurement:
                 f"{' at the median' if k > 1 else ''}, {found.median_s / found.later_median_s:,.0f}x {reference} "
                 f"of {found.later_median_s * 1e3:.3g} ms, and {found.time_share:.0%} of the measured "
                 "time: the warm-up was not over (or other load eased), and the mean and throughput include "
-                f"{'them' if k > 1 else 'it'}; warm up with more than {self.warmup_iters + k:,} calls")
+                f"{'them' if k > 1 else 'it'}; warm up with {self.warmup_iters + k:,} calls or more "
+                f"(--warmup {self.warmup_iters + k})")
 
     @property
     def heavy_tail_note(self) -> str | None:

@@ -26,7 +26,7 @@ def test_leading_slow_calls_are_found_with_their_share_of_the_time() -> None:
     assert s["slow_start_note"].startswith("the first 31 timed calls took 12.3 ms at the median, 293x the last 265 "
                                            "calls' median of 0.042 ms")  # the reference named: "the later calls'"
     # read as those after the 31, whose median a bimodal run can put elsewhere (the heavy-tail note's, beside it)
-    assert "warm up with more than 36 calls" in s["slow_start_note"]  # the 5 warm-up calls + the 31
+    assert "warm up with 36 calls or more (--warmup 36)" in s["slow_start_note"]  # the 5 warm-up calls + the 31
     point = {"batch_size": 8, "summary": s}
     assert bench_notes([point]) == [f"batch 8: {s['slow_start_note']}"]
 
@@ -99,7 +99,49 @@ def test_a_lone_slow_call_after_the_warm_up_does_not_extend_it() -> None:
     assert m.slow_start is not None and m.slow_start.calls == 33
     note = m.summary()["slow_start_note"]
     assert note.startswith("the first 33 timed calls took 10.1 ms at the median")
-    assert "warm up with more than 38 calls" in note
+    assert "warm up with 38 calls or more (--warmup 38)" in note
+
+
+class _WarmingClock:
+    """Times a model slow (10 ms) on its first `slow` calls and 2 ms after, by the count of calls it has made."""
+
+    name = "fake"
+
+    def __init__(self, model: list[int], slow: int) -> None:
+        self.model, self.slow, self._now = model, slow, 0
+
+    def now_ns(self) -> int:
+        return self._now
+
+    def start(self) -> int:
+        return self._now
+
+    def stop(self, token: int) -> int:
+        self._now += 10_000_000 if self.model[0] <= self.slow else 2_000_000
+        return self._now - token
+
+
+def test_the_warm_up_the_note_names_leaves_no_slow_timed_call() -> None:
+    """A model slow on its first 39 calls, warmed up with 6, had 33 slow timed calls and read "warm up with more than
+    39 calls" until 2026-12-07, where 39 already left none (`dlperf bench --warmup 38` did, bench's untimed check call
+    being the 39th slow one): the number named is now the one to pass, and one fewer leaves a slow timed call."""
+    from dlperf.measure.timer import TimerConfig, time_callable
+
+    def measure(warmup: int) -> Measurement:
+        calls = [0]
+
+        def model() -> None:
+            calls[0] += 1
+
+        config = TimerConfig(warmup_iters=warmup, min_iters=300, max_iters=300, min_duration_s=0.0)
+        return time_callable(model, config, clock=_WarmingClock(calls, slow=39))
+
+    first = measure(6)
+    assert first.slow_start is not None and first.slow_start.calls == 33
+    note = first.slow_start_note or ""
+    assert note.endswith("warm up with 39 calls or more (--warmup 39)"), note
+    assert sum(x > 5_000_000 for x in measure(39).samples_ns) == 0
+    assert sum(x > 5_000_000 for x in measure(38).samples_ns) == 1
 
 
 def test_a_mean_far_above_the_median_is_said_even_when_the_iqr_is_quiet() -> None:
