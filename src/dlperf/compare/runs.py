@@ -40,6 +40,9 @@ VERDICT_ON = "median latency"
 as the whole comparison's."""
 MIN_EFFECT = 0.01
 """The default smallest change of the median latency that `dlperf compare` calls B slower or faster (as `dlperf ab`)."""
+NOT_BEYOND_MIN_EFFECT = "not shown beyond --min-effect"
+"""A KPI's verdict where its interval of B/A excludes 1 but reaches within the minimum effect of it: the change is
+real, but not shown to be that large (it was "below --min-effect", read as "smaller than 1%", until 2026-12-07)."""
 UNSETTLED_MEDIAN = 2.0
 """A run's median whose own interval spans this factor or more is named beside a disagreement of the tests."""
 NOTABLE_THROUGHPUT_CHANGE = 0.10
@@ -183,22 +186,25 @@ class PointComparison:
 
     def kpi_verdict(self, kpi: KpiDelta) -> str | None:
         """What a KPI's change amounts to: 'worse' or 'better' only where it is beyond the run's noise and the minimum
-        effect; else 'within noise', 'below --min-effect', or 'no test' (a KPI with no interval of its own); None
-        with too few samples to judge. The median's is the point's verdict (its test and interval); each other
-        KPI's is its own interval of B/A. Every row said "worse" or "better" beside "no significant difference",
-        where a p90 +3% was within the noise of two runs of one model."""
+        effect; else 'within noise', 'not shown beyond --min-effect' (`NOT_BEYOND_MIN_EFFECT`), or 'no test' (a KPI
+        with no interval of its own); None with too few samples to judge. The median's is the point's verdict (its
+        test and interval); each other KPI's is its own interval of B/A. Every row said "worse" or "better" beside
+        "no significant difference", where a p90 +3% was within the noise of two runs of one model."""
         if self.too_few:
             return None
         if kpi.name == MEDIAN_KPI:
             if self.verdict in ("B slower", "B faster"):
                 return "worse" if (self.verdict == "B slower") == kpi.lower_is_better else "better"
-            return "below --min-effect" if self.below_min_effect else "within noise"
+            return NOT_BEYOND_MIN_EFFECT if self.below_min_effect else "within noise"
         if kpi.ci is None:
             return "no test"
         lo, hi = kpi.ci
         if lo > 1.0 + self.min_effect or hi < 1.0 - self.min_effect:
             return "worse" if (lo > 1.0) == kpi.lower_is_better else "better"
-        return "below --min-effect" if lo > 1.0 or hi < 1.0 else "within noise"
+        # the interval excludes 1 but reaches within the minimum effect of it: the change may be that large or larger
+        # (p90 -79.0%, B/A in [0.210, 0.995]), so it is not shown beyond it; "below --min-effect" read as a change
+        # smaller than 1% until 2026-12-07
+        return NOT_BEYOND_MIN_EFFECT if lo > 1.0 or hi < 1.0 else "within noise"
 
     @property
     def verdict_on(self) -> str:

@@ -132,7 +132,7 @@ def comparison_tables(cmp: RunComparison) -> list[RenderableType]:
 def _change_cell(kpi: KpiDelta, point: PointComparison) -> Text:
     """A KPI's change in its own direction, with what it amounts to (`PointComparison.kpi_verdict`): '-25.1% worse'
     (check printed that loss +25.1%) only beyond the run's noise and the minimum effect; else '+2.3% (within noise)',
-    '(below --min-effect)' or '(no test)', and a plain '+2.3%' with too few samples to judge."""
+    '(not shown beyond --min-effect)' or '(no test)', and a plain '+2.3%' with too few samples to judge."""
     text = pct(kpi.change)
     verdict = point.kpi_verdict(kpi)
     if verdict is None or not math.isfinite(kpi.change):

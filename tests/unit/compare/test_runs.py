@@ -404,12 +404,12 @@ def test_the_p50_row_does_not_judge_a_change_its_verdict_finds_no_direction_in(s
     slower = add_run(store, "bench", bench_result({1: 0.0123}, n=2000, seed=2, sigma=0.01))
     same = add_run(store, "bench", bench_result({1: 0.010}, seed=4))
     below = p50_row(a, slower, 0.5)
-    assert "+23." in below and below.endswith("(below --min-effect) │") and "worse" not in below
+    assert "+23." in below and below.endswith("(not shown beyond --min-effect) │") and "worse" not in below
     assert p50_row(a, slower, 0.01).endswith("worse │")  # B slower: the row agrees with the verdict
     noise = p50_row(a, same, 0.01)
     assert noise.endswith("(within noise) │") and "worse" not in noise and "better" not in noise
     lines = _lines(comparison_tables(compare_records(store.get(a), store.get(slower), min_effect=0.5))[0], 160)
-    assert next(line for line in lines if "mean latency" in line).endswith("(below --min-effect) │")
+    assert next(line for line in lines if "mean latency" in line).endswith("(not shown beyond --min-effect) │")
     lines = _lines(comparison_tables(compare_records(store.get(a), store.get(slower), min_effect=0.01))[0], 160)
     assert next(line for line in lines if "mean latency" in line).endswith("worse │")
 
@@ -438,6 +438,24 @@ def test_the_other_kpi_rows_say_worse_or_better_only_beyond_their_own_noise(stor
                                 (list(rng.lognormal(-7, 0.3, 300)), 300.0, 1), "rate 400")
     throughput = level.kpis[4]
     assert throughput.ci is None and level.kpi_verdict(throughput) == "no test"
+
+
+def test_a_real_change_whose_interval_reaches_near_no_change_is_not_called_below_the_minimum_effect() -> None:
+    """`dlperf compare A B` showed "p90 -35.2% (below --min-effect)" with B/A in [0.625, 0.998]: the change is real and
+    may be 37% or 0.2%, but the words read as a change smaller than 1%. It is now not shown beyond --min-effect."""
+    from dlperf.compare.runs import NOT_BEYOND_MIN_EFFECT, KpiDelta, compare_load_levels
+    from dlperf.report.compare_text import _change_cell
+
+    rng = np.random.default_rng(0)
+    point = compare_load_levels((list(rng.lognormal(-7, 0.3, 300)), 400.0, 1),
+                                (list(rng.lognormal(-7, 0.3, 300)), 400.0, 1), "rate 400")
+    p90 = KpiDelta("p90_s", "p90 latency ms", 0.010, 0.00648, lower_is_better=True, ci=(0.625, 0.998))
+    assert point.min_effect == 0.01 and point.kpi_verdict(p90) == NOT_BEYOND_MIN_EFFECT
+    assert _change_cell(p90, point).plain == "-35.2% (not shown beyond --min-effect)"
+    beyond = KpiDelta("p90_s", "p90 latency ms", 0.010, 0.00648, lower_is_better=True, ci=(0.625, 0.985))
+    assert point.kpi_verdict(beyond) == "better"
+    holds_one = KpiDelta("p90_s", "p90 latency ms", 0.010, 0.00998, lower_is_better=True, ci=(0.99, 1.004))
+    assert point.kpi_verdict(holds_one) == "within noise"
 
 
 def _run_with_a_fast_stretch(store: Store) -> str:
