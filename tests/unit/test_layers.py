@@ -12,7 +12,7 @@ SRC = Path(dlperf.__file__).parent
 
 TIERS: dict[str, int] = {
     # the helpers every layer may use
-    **dict.fromkeys(("errors", "_cache", "_device", "_files", "_stdio", "_thirdparty"), 0),
+    **dict.fromkeys(("errors", "_cache", "_device", "_files", "_findings", "_stdio", "_thirdparty"), 0),
     "workload": 1,
     "measure": 2,
     "store": 2,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
+from dlperf.measure.notes import bench_notes
 from dlperf.measure.stats import Measurement
-from dlperf.report.terminal import bench_notes
 
 
 def _steady(n: int, ns: int = 2_100_000, seed: int = 0) -> list[int]:
