@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,10 @@ def test_optimize_cli_json_export_and_store(tmp_path: Path, capsys: pytest.Captu
     listed = " ".join(capsys.readouterr().out.split())
     winner = next((c["label"] for c in data["candidates"] if c["key"] == data["winner"]), None)
     assert (f"winner: {winner}" if winner else "no winner") in listed
-    assert "hygiene: p50" not in listed and "2 runs that belong to another run" in listed  # candidates: --children
+    assert "hygiene: p50" not in listed  # the candidates' runs: --children lists them
+    # two candidates, and a third child where a stalled row was measured again (a busy machine)
+    children = re.search(r"(\d+) runs that belong to another run", listed)
+    assert children is not None and int(children.group(1)) >= 2, listed
     assert main(["runs", "list", "--children", "--store", store]) == 0
     assert "hygiene: p50" in " ".join(capsys.readouterr().out.split())  # the candidate run's headline
 
