@@ -181,7 +181,7 @@ class PointComparison:
     @property
     def below_min_effect(self) -> str | None:
         """'slower' or 'faster' where only the minimum effect keeps that direction from the verdict (which is then "no
-        significant difference", and the text "no difference as large as the minimum effect", as `dlperf ab` says)."""
+        significant difference", and the text "not shown beyond --min-effect", as `dlperf ab` says)."""
         return self._direction(0.0) if self.verdict == "no significant difference" else None
 
     def kpi_verdict(self, kpi: KpiDelta) -> str | None:
@@ -233,8 +233,8 @@ class PointComparison:
     def to_dict(self) -> dict[str, Any]:
         # verdict_on and also_changed were added on 2026-12-06, each KPI's ci and verdict and tests_disagree (the
         # terminal's "the tests disagree: ...", null where they agree) on 2026-12-07; verdict keeps
-        # its values, so below_min_effect says the direction the terminal gives beside "no difference as large as the
-        # minimum effect"
+        # its values, so below_min_effect says the direction the terminal gives beside "not shown beyond
+        # --min-effect"
         return {"batch_size": self.batch_size, "title": self.title or f"batch {self.batch_size}",
                 "kpis": [{**k.to_dict(), "verdict": self.kpi_verdict(k)} for k in self.kpis],
                 "test": self.test.to_dict(),

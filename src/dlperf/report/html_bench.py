@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlperf.compare.gate import recorded_change, recorded_improved, verdict_line
-from dlperf.compare.runs import MEDIAN_KPI, TEST_NOTE, RunComparison
+from dlperf.compare.runs import MEDIAN_KPI, NOT_BEYOND_MIN_EFFECT, TEST_NOTE, RunComparison
 from dlperf.compare.stats import change_text
 from dlperf.report.html_parts import (
     Raw,
@@ -213,7 +213,7 @@ def verdict_section(comparisons: Sequence[RunComparison], uncompared: Sequence[s
             median = next((k for k in point.kpis if k.name == MEDIAN_KPI), None)
             lo, hi = point.median_ratio.ci
             smaller = point.below_min_effect
-            verdict = ("no difference as large as the minimum effect" if smaller else point.verdict)
+            verdict = NOT_BEYOND_MIN_EFFECT if smaller else point.verdict
             also = "; ".join(point.also_changed)
             rows.append([Raw(f'<a href="#run-{esc(cmp.a.id)}">{esc(cmp.a.id)}</a>'),
                          Raw(f'<a href="#run-{esc(cmp.b.id)}">{esc(cmp.b.id)}</a>'), point.batch_size,
@@ -221,8 +221,9 @@ def verdict_section(comparisons: Sequence[RunComparison], uncompared: Sequence[s
                          f"{point.median_ratio.ratio:.3f}",
                          # on one line: at 1200 px the cell broke at its hyphen, '0.955-' over '0.964'
                          "-" if point.too_few else Raw(f'<span class="nw">{lo:.3f}-{hi:.3f}</span>'),
-                         fmt_p_value(point.test.p_value), verdict + (f" (B {smaller}, by less than "
-                                                                     f"{point.min_effect:.0%})" if smaller else ""),
+                         fmt_p_value(point.test.p_value), verdict + (f" (B {smaller}; its interval reaches within "
+                                                                     f"{point.min_effect:.0%} of no change)"
+                                                                     if smaller else ""),
                          also])
             row_classes.append("bad" if point.verdict == "B slower" else "good" if point.verdict == "B faster" else "")
             if point.tests_disagree:

@@ -31,9 +31,21 @@ def test_a_difference_under_the_min_effect_is_not_called_insignificant() -> None
     """`verdict: no significant difference (B speed 1.008x of A, CI 1.001-1.018x)`: the interval excludes 1."""
     said = ab_verdict(_run(0.992, (0.983, 0.999), SAME)).plain
     assert "no significant difference" not in said
-    assert "B is faster, significantly but by less than the --min-effect of 1%" in said
+    assert said.startswith("verdict: not shown beyond --min-effect (B speed")
+    assert said.endswith(": B is faster, significantly, but its interval reaches within the --min-effect of 1% of no "
+                         "change")
     said = ab_verdict(_run(1.005, (1.001, 1.009), SAME, min_effect=None)).plain
-    assert "B is slower, significantly but by less than the --min-effect" in said
+    assert said.endswith(": B is slower, significantly, but its interval reaches within the --min-effect of no change")
+
+
+def test_an_interval_past_the_min_effect_at_one_end_is_not_called_less_than_it() -> None:
+    """docs/compare.md showed `no difference as large as the minimum effect (B speed 1.008x of A, CI 1.001-1.018x): B
+    is faster, significantly but by less than the --min-effect of 1%`: 1.018x is past 1%, so "by less than" is not
+    shown; only the near end of the interval is within 1% of no change."""
+    said = ab_verdict(_run(1 / 1.008, (1 / 1.018, 1 / 1.001), SAME)).plain
+    assert "CI 1.001-1.018x" in said
+    assert "as large as" not in said and "less than" not in said
+    assert "not shown beyond --min-effect" in said
 
 
 def test_an_interval_around_one_and_a_real_verdict_read_as_before() -> None:

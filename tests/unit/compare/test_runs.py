@@ -383,8 +383,9 @@ def test_a_drift_below_the_minimum_effect_between_two_runs_is_not_called_slower(
     # --json said "no significant difference" beside p < 0.05, where the terminal said B is slower by less than it
     assert point.to_dict()["below_min_effect"] == "slower"
     line = " ".join(_lines(comparison_tables(compare_records(store.get(a), store.get(b)))[0], 200)[-1:])
-    assert line.startswith("median latency: no difference as large as the minimum effect (B/A 1.00")
-    assert line.endswith("): B is slower, significantly but by less than the --min-effect of 1%")
+    assert line.startswith("median latency: not shown beyond --min-effect (B/A 1.00")
+    assert line.endswith("): B is slower, significantly, but its interval reaches within the --min-effect of 1% of no "
+                         "change")
     (exact,) = compare_records(store.get(a), store.get(b), min_effect=0.0).points
     assert exact.verdict == "B slower" and exact.to_dict()["below_min_effect"] is None
     with pytest.raises(ConfigError, match="min_effect must be a fraction"):

@@ -90,3 +90,26 @@ def test_the_verdict_keeps_each_interval_on_one_line_and_names_the_runs_it_leave
     assert (f"1 later run not judged here: only the first 10 after {ids[0]} are ({ids[11]}); "
             f"dlperf compare {ids[0]} RUN judges one") in section
     assert "not judged here" not in build_report(store, ids[:11])  # eleven: the first and ten judged
+
+
+def test_the_verdict_of_a_change_not_shown_beyond_the_min_effect_says_so_not_less_than_it(tmp_path: Path) -> None:
+    """The row read "no difference as large as the minimum effect (B slower, by less than 1%)" wherever the median's
+    interval excluded 1 without lying wholly beyond --min-effect, even where its far end was past 1%: the words of
+    compare's KPI rows, "not shown beyond --min-effect", say what the interval shows."""
+    import numpy as np
+
+    from dlperf.measure.stats import Measurement
+
+    store = Store(tmp_path / "runs.db", create=True)
+    ids = []
+    for seed, median_s in ((1, 0.0005), (2, 0.0005 * 1.004)):  # B 0.4% slower, in 20000 calls each
+        rng = np.random.default_rng(seed)
+        m = Measurement([int(v) for v in rng.lognormal(np.log(median_s), 0.01, 20000) * 1e9])
+        run = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]})
+        store.finish_run(run.id, {"points": [{"batch_size": 1, "summary": m.summary(), "measurement": m.to_dict()}]})
+        ids.append(run.id)
+    section = build_report(store, ids).split("<h2>Verdict: each run against the first, per batch size</h2>", 1)[1]
+    (row,) = re.findall(r"<tr[^>]*>(.*?)</tr>", section.split("</section>")[0])[1:]
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+    assert 1.0 < float(cells[6].split("-")[0]) < 1.01  # the interval excludes 1 but reaches within 1% of it
+    assert cells[8] == "not shown beyond --min-effect (B slower; its interval reaches within 1% of no change)"
