@@ -14,7 +14,7 @@ import importlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # (command, module under dlperf.cli, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -59,6 +59,13 @@ class _Parser(argparse.ArgumentParser):
     an unknown command keep the usage."""
 
     _bad_value = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no prefix of an option stands for it: `dlperf bench W --batch-size 0` was taken as --batch-sizes and
+        # refused as `error: --batch-sizes: ...`, naming an option not typed; a prefix is now an unknown option with
+        # the nearest one named (`--batch-size: did you mean --batch-sizes?`). Subcommand parsers are of this class.
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
         try:

@@ -156,7 +156,7 @@ def test_an_artifact_no_loader_takes_is_refused_before_a_run_is_recorded(
      "error: --concurrency: concurrency values must be positive, got '0' in '0'"),
     (["optimize", "zoo:mlp", "--time-budget", "-5s"],
      "error: --time-budget: expected a duration like 30s, 10m or 1h, got '-5s'"),
-    (["bench", "zoo:mlp", "--batch-size", "0"], "error: --batch-sizes: expected positive integers, got '0'"),
+    (["bench", "zoo:mlp", "--batch-sizes", "0"], "error: --batch-sizes: expected positive integers, got '0'"),
     (["bench", "zoo:mlp", "--allocator", "nope"], "error: --allocator: invalid choice: 'nope' (choose from"),
     (["train", "zoo:mlp", "--steps", "x"], "error: --steps: invalid int value: 'x'"),
     (["bench", "zoo:mlp", "--warmup", "-3"], "error: --warmup must be >= 0, got -3"),

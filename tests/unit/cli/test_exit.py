@@ -48,6 +48,12 @@ def test_dlperf_without_a_command_prints_its_usage_and_exits_0(capsys: pytest.Ca
     (["bench", "zoo:mlp", "zoo:digits-cnn"], "dlperf bench: error: unrecognized arguments: zoo:digits-cnn; "
      "`dlperf bench --help` lists its options"),
     (["--verison"], "dlperf: error: unrecognized arguments: --verison (--verison: did you mean --version?)"),
+    # a prefix stood for the option: `--batch-size 0` answered "error: --batch-sizes: expected positive integers",
+    # naming an option not typed (ab and load have --batch-size; bench's is --batch-sizes)
+    (["bench", "zoo:mlp", "--batch-size", "0"], "dlperf bench: error: unrecognized arguments: --batch-size 0 "
+     "(--batch-size: did you mean --batch-sizes?); `dlperf bench --help` lists its options"),
+    (["runs", "list", "--lim", "2"], "dlperf runs list: error: unrecognized arguments: --lim 2 (--lim: did you mean "
+     "--limit?); `dlperf runs list --help` lists its options"),
 ])
 def test_an_unknown_option_is_refused_in_its_command_s_usage_with_the_nearest_option(
         argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
