@@ -47,9 +47,13 @@ def uncompared_runs(records: Sequence[RunRecord]) -> list[str]:
     return [r.id for r in _sampled(records)[MAX_COMPARED + 1:]]
 
 
-def build_report(store: Store, run_ids: Sequence[str], *, history_workload: str | None = None,
-                 history_metric: str = "p50", title: str | None = None) -> str:
-    """The HTML report of `run_ids` (child runs of optimize runs included) and an optional history."""
+def build_report(store: Store | str | os.PathLike[str], run_ids: Sequence[str], *,
+                 history_workload: str | None = None, history_metric: str = "p50", title: str | None = None) -> str:
+    """The HTML report of `run_ids` (child runs of optimize runs included) and an optional history. `store`: a
+    Store, or its path or URL, as `dlperf.bench(store=...)` takes (a path raised "'str' object has no attribute
+    'get'"); a SQLite file that does not exist is refused, not made empty."""
+    if not isinstance(store, Store):
+        store = Store(store, create=False)
     if not run_ids and not history_workload:
         raise ConfigError("nothing to report: give run ids (`dlperf runs list`) and/or --history WORKLOAD")
     if history_metric not in HISTORY_METRICS:

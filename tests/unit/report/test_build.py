@@ -113,3 +113,23 @@ def test_the_verdict_of_a_change_not_shown_beyond_the_min_effect_says_so_not_les
     cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
     assert 1.0 < float(cells[6].split("-")[0]) < 1.01  # the interval excludes 1 but reaches within 1% of it
     assert cells[8] == "not shown beyond --min-effect (B slower; its interval reaches within 1% of no change)"
+
+
+def test_a_report_takes_the_store_s_path_as_dlperf_bench_does(tmp_path: Path) -> None:
+    """`dlperf.bench(store="runs.db")` takes a path; `build_report("runs.db", ids)` raised "'str' object has no
+    attribute 'get'". A path (str or Path) is opened as the store; one that does not exist is refused."""
+    from dlperf.errors import StoreError
+
+    store = Store(tmp_path / "runs.db", create=True)
+    run = store.create_run("bench", "zoo:mlp", {"batch_sizes": [1]})
+    store.finish_run(run.id, {"points": [_point(1, 0.0005, 1)]})
+    def page(source: Store | str | Path) -> str:  # the same page but for the figures' numbered clip ids
+        return re.sub(r"clip\d+", "clip", build_report(source, [run.id]))
+
+    html = page(store)
+    assert run.id in html
+    assert page(tmp_path / "runs.db") == html
+    assert page(str(tmp_path / "runs.db")) == html
+    with pytest.raises(StoreError):
+        build_report(tmp_path / "missing.db", [run.id])
+    assert not (tmp_path / "missing.db").exists()
