@@ -646,7 +646,8 @@ class Measurement:
         """When items/s is `THROUGHPUT_GAP` or more below 1/p50 with the mean under `HEAVY_TAIL_RATIO` x the median
         (after any slow start): by how much, and where the slow calls lie (a spell: which calls, how many; or spread).
         A spell of 12 calls of 20 ms among 2.1 ms ones took 31% of the time, put items/s 29% below 1/p50 and got
-        no note until 2026-12-07."""
+        no note until 2026-12-07. None for a spell from the start or to the end of the run where `speed_change_note`
+        has one: that note says it, at which call and from what to what."""
         head = self.slow_start.calls if self.slow_start else 0
         rest = self.samples_ns[head:]
         if len(rest) < 10:
@@ -673,6 +674,10 @@ class Measurement:
         said = (f"items/s is {1 - mid / mean:.0%} below 1/p50 (mean call {mean / 1e6:.3g} ms, median "
                 f"{mid / 1e6:.3g} ms)")
         if best > 1 and spell_excess >= excess / 2:
+            if (best_start == 0 or best_end == len(rest)) and self.speed_change_note is not None:
+                # a spell from the run's start or to its end is the run's second speed, which the speed-change note
+                # names with its call: a spell of 4 ms calls from call 201 of 300 (2 ms before) got both notes
+                return None
             first = head + best_start + 1  # 1-based, counting the timed calls
             in_spell = sum(1 for x in spell if x > limit)
             return (f"{said}: a spell of slow calls, timed calls {first:,}-{head + best_end:,} ({in_spell:,} of their "

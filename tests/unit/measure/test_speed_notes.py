@@ -59,3 +59,18 @@ def test_a_slow_start_is_left_to_its_own_note() -> None:
     m = Measurement([10_100_000] * 100 + _steady(200))
     assert m.slow_start is not None and m.slow_start.calls == 100 and m.noise_warning is not None
     assert m.speed_change_note is None
+
+
+def test_a_spell_of_slow_calls_to_the_run_s_end_gets_the_speed_change_note_alone() -> None:
+    """200 calls of 2.1 ms then 100 of 4.2 ms got both notes, one of a spell of slow calls 201-300 and one of a
+    change of speed at call 201: the same fact twice. The speed change, which names both speeds, is said; a spell in
+    the middle of the run is still a spell."""
+    m = Measurement(_steady(200) + _steady(100, ns=4_200_000, seed=1))
+    assert m.speed_change_note is not None and m.speed_change_note.startswith("the run changed speed at timed call "
+                                                                               "201 of 300")
+    assert m.throughput_gap_note is None
+    notes = bench_notes([{"batch_size": 1, "summary": m.summary()}])
+    assert notes == [f"batch 1: {m.speed_change_note}"]
+    middle = Measurement(_steady(150) + _steady(100, ns=4_200_000, seed=1) + _steady(50, seed=2))
+    assert middle.throughput_gap_note is not None and "a spell of slow calls, timed calls 151-250" in (
+        middle.throughput_gap_note)
