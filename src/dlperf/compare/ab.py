@@ -14,7 +14,7 @@ from typing import Any
 
 from dlperf.compare.settings import ABSettings
 from dlperf.errors import ConfigError, MeasurementError
-from dlperf.measure.ab import SETTLE_S, ABConfig, ABResult, ab_test, decide
+from dlperf.measure.ab import SETTLE_S, ABConfig, ABResult, ab_test, decide, without_stalled_blocks
 from dlperf.measure.bench import contention_warning
 from dlperf.measure.clock import Clock
 from dlperf.measure.stats import Measurement
@@ -46,6 +46,10 @@ class ABRun:
     system_cpu_percent: float | None = None
     threads: tuple[int, int] | None = None
     """torch's intra-op threads of side A and side B while measured."""
+    stalled_blocks: dict[str, Any] | None = None
+    """The paired blocks where a side stalled, left out of `result`'s verdict (`measure.ab.without_stalled_blocks`,
+    as optimize's confirming A/B): `StallJudged.note` with every block's ratio (`block_ratios`) and, where too few
+    were left to judge, `disturbed`; None where no side stalled (or an A/B recorded before 2026-12-07)."""
 
     @property
     def warnings(self) -> list[str]:
@@ -56,6 +60,17 @@ class ABRun:
         verdict is of block medians and the items/s column counts the slow calls (B at 32,883 items/s beside A's
         175,769 read as a 5x loss under 'B speed 0.881x of A', with no word of B's calls of up to 56 ms)."""
         out: list[str] = []
+        stalled = self.stalled_blocks
+        if stalled:  # first: it says what the verdict is of
+            every = stalled["all_blocks"]
+            lo, hi = every["speedup_ci"]
+            over_all = (f"over all {stalled['of']} blocks B speed {every['speedup']:.3f}x of A (CI "
+                        f"{lo:.3f}-{hi:.3f}x), {every['verdict']}")
+            left = (f"{len(stalled['blocks'])} of {stalled['of']} blocks, a side stalled in them: blocks "
+                    f"{stalled['where']}")
+            out.append(f"not judged: {stalled['disturbed']}; {over_all}" if stalled.get("disturbed") else
+                       f"the verdict leaves out {left} (a stalled block's ratio is the stall, not the settings); "
+                       f"{over_all}")
         if self.process_cpu_percent is not None and self.system_cpu_percent is not None:
             most = max(self.threads) if self.threads else None
             said = contention_warning(self.process_cpu_percent, self.system_cpu_percent, most,
@@ -85,6 +100,7 @@ class ABRun:
             "process_cpu_percent": self.process_cpu_percent,
             "system_cpu_percent": self.system_cpu_percent,
             "threads": list(self.threads) if self.threads else None,
+            "stalled_blocks": self.stalled_blocks,
             "warnings": self.warnings,
         }
 
@@ -99,7 +115,8 @@ class ABRun:
                    int(data["batch_size"]["b"]), result, bool(data["per_item"]), int(data["iters_per_block"]),
                    float(data["min_effect"]) if isinstance(data.get("min_effect"), (int, float)) else None,
                    data.get("process_cpu_percent"), data.get("system_cpu_percent"),
-                   (int(data["threads"][0]), int(data["threads"][1])) if data.get("threads") else None)
+                   (int(data["threads"][0]), int(data["threads"][1])) if data.get("threads") else None,
+                   data.get("stalled_blocks"))
 
     def __repr__(self) -> str:
         # the dataclass's printed both sides' settings, every block's ratio and settle wait: ~1000 characters for 6
@@ -277,8 +294,15 @@ def run_ab(
         util = UtilizationSampler(interval_s=0.5)
 
         def run_of(result: ABResult) -> ABRun:
-            return ABRun(name, a, b, batch_a, batch_b, result, batch_a != batch_b, iters_per_block, min_effect,
-                         util.result.process_cpu_percent, util.result.system_cpu_percent, threads)
+            judged = without_stalled_blocks(result, min_effect)  # judged as optimize's confirming A/B is
+            stalled = None
+            if judged.stalled:
+                stalled = {**judged.note(), "block_ratios": list(result.block_ratios)}
+                if judged.too_few:
+                    stalled["disturbed"] = f"{judged.left_out()}; too few blocks left to judge"
+            return ABRun(name, a, b, batch_a, batch_b, judged.result, batch_a != batch_b, iters_per_block,
+                         min_effect, util.result.process_cpu_percent, util.result.system_cpu_percent, threads,
+                         stalled)
 
         try:
             with util:  # what other processes took while the blocks ran (`ABRun.warnings`)

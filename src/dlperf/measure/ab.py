@@ -13,6 +13,7 @@ otherwise "no significant difference".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
@@ -270,3 +271,81 @@ def _result(a_samples: list[int], b_samples: list[int], ratios: list[float], ite
         verdict=verdict,
         settle_waits_s=list(waits),
     )
+
+
+STALL_FACTOR = 10.0
+"""A median call this many times the fastest, or a mean call this many times the median, says the calls stalled (on
+a shared machine a model's OpenMP threads stall on each other's preemption, about 1000x for whole blocks)."""
+
+
+def stalled_blocks(a_blocks: list[float], b_blocks: list[float]) -> dict[int, tuple[str, float]]:
+    """The paired blocks of an A/B where a side stalled, each with the side ('a' or 'b') and how many times its side's
+    fastest block it took: a block STALL_FACTOR times that, as `optimize.explain.stalled_timing` judges a row's median
+    call against its fastest. Against the fastest, not the median block: where most blocks stalled the median is a
+    stalled one."""
+    found: dict[int, tuple[str, float]] = {}
+    for side, blocks in (("a", a_blocks), ("b", b_blocks)):
+        typical = min(float(t) for t in blocks) if blocks else 0.0
+        if typical <= 0:
+            continue
+        for k, t in enumerate(blocks):
+            if t >= STALL_FACTOR * typical and (k not in found or t / typical > found[k][1]):
+                found[k] = (side, t / typical)
+    return dict(sorted(found.items()))
+
+
+def block_medians(samples_ns: list[int], per_block: int, blocks: int) -> list[float]:
+    """Each paired block's median call of one side (`ab_test` appends a side's calls block by block)."""
+    return [median([float(t) for t in samples_ns[k * per_block:(k + 1) * per_block]]) for k in range(blocks)]
+
+
+@dataclass(frozen=True)
+class StallJudged:
+    """An A/B judged without the paired blocks where a side stalled (`without_stalled_blocks`)."""
+
+    result: ABResult
+    """Judged on the other blocks; with none stalled the A/B itself; with too few left it, its verdict SAME."""
+    stalled: dict[int, tuple[str, float]]
+    """The left-out blocks (0-based) with the side that stalled and by how much (`stalled_blocks`)."""
+    over_all: ABResult
+    """The A/B over every block, as measured."""
+
+    @property
+    def too_few(self) -> bool:
+        """Fewer than half the blocks (or 4) left: nothing judged."""
+        n = len(self.over_all.block_ratios)
+        return bool(self.stalled) and n - len(self.stalled) < max(4, n // 2)
+
+    def left_out(self, names: tuple[str, str] = ("A", "B")) -> str:
+        """'5 of 16 blocks left out, a side stalled in them: blocks 1 (baseline 995x), ...' (blocks 1-based)."""
+        side_names = {"a": names[0], "b": names[1]}
+        where = ", ".join(f"{k + 1} ({side_names[side]} {factor:,.0f}x)" for k, (side, factor) in self.stalled.items())
+        return (f"{len(self.stalled)} of {len(self.over_all.block_ratios)} blocks left out, a side stalled in them: "
+                f"blocks {where}")
+
+    def note(self, names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
+        """What a record keeps of it: the blocks left out, how many there were, where, and the figures over all."""
+        every = self.over_all
+        return {"blocks": sorted(self.stalled), "of": len(every.block_ratios),
+                "where": self.left_out(names).split(": blocks ", 1)[1],
+                "all_blocks": {"speedup": every.speedup, "speedup_ci": list(every.speedup_ci),
+                               "verdict": every.verdict}}
+
+
+def without_stalled_blocks(result: ABResult, min_effect: float = 0.01) -> StallJudged:
+    """`result` judged without the paired blocks where a side stalled: `decide`'s 20% trim drops 3 blocks an end of
+    16 and can keep stalled ones (an onnxruntime winner read "11.38x speed (95% CI 1.07-120.58x): faster", its
+    baseline stalled about 1000x in 5 of 16 blocks, where its paired gain was 4.78x). Where fewer than half the blocks
+    (or 4) are left, nothing is judged: the result over all blocks with the verdict SAME."""
+    n = len(result.block_ratios)
+    per = len(result.a.samples_ns) // max(n, 1)
+    stalled = stalled_blocks(block_medians(result.a.samples_ns, per, n), block_medians(result.b.samples_ns, per, n))
+    judged = StallJudged(result, stalled, result)
+    if not stalled:
+        return judged
+    if judged.too_few:
+        return dataclasses.replace(judged, result=dataclasses.replace(result, verdict=SAME))
+    kept = [r for k, r in enumerate(result.block_ratios) if k not in stalled]
+    ratio, ci, verdict = decide(kept, result.confidence, min_effect)
+    return dataclasses.replace(judged, result=dataclasses.replace(result, block_ratios=kept, ratio=ratio, ci=ci,
+                                                                  verdict=verdict))

@@ -534,49 +534,30 @@ def _ab_time(settings: EvalSettings, model_a: Any, model_b: Any, inputs: Any, ph
 
 def ab_without_stalled_blocks(result: Any, names: tuple[str, str]) -> dict[str, Any]:
     """The A/B's `ab` dict and `describe` line, judged without the paired blocks where a side stalled
-    (`explain.stalled_blocks`: a block STALL_FACTOR times its side's fastest block). `measure.ab.decide`'s 20% trim
-    drops 3 blocks an end of 16, and can keep stalled ones: attn_wl.py's onnxruntime winner read "11.38x speed (95% CI
-    1.07-120.58x): faster", recorded as confirmed, its baseline stalled about 1000x in 5 of 16 blocks, where its
-    paired gain was 4.78x. The left-out blocks, and the figures over all blocks, are kept under `stalled_blocks`;
-    where fewer than half the blocks (or 4) are left, nothing is judged: the verdict is "no significant difference"
-    and `disturbed` says why, so a search does not call the candidate faster on it."""
-    from dlperf.measure.ab import SAME, decide
-    from dlperf.optimize.explain import stalled_blocks
+    (`measure.ab.without_stalled_blocks`, which `dlperf ab` uses too: a block STALL_FACTOR times its side's fastest
+    block). `measure.ab.decide`'s 20% trim drops 3 blocks an end of 16, and can keep stalled ones: attn_wl.py's
+    onnxruntime winner read "11.38x speed (95% CI 1.07-120.58x): faster", recorded as confirmed, its baseline stalled
+    about 1000x in 5 of 16 blocks, where its paired gain was 4.78x. The left-out blocks, and the figures over all
+    blocks, are kept under `stalled_blocks`; where fewer than half the blocks (or 4) are left, nothing is judged: the
+    verdict is "no significant difference" and `disturbed` says why, so a search does not call the candidate faster
+    on it."""
+    from dlperf.measure.ab import without_stalled_blocks
 
     a_name, b_name = names
-    n = len(result.block_ratios)
-    per = len(result.a.samples_ns) // max(n, 1)
-    stalled = stalled_blocks(_block_medians(result.a.samples_ns, per, n), _block_medians(result.b.samples_ns, per, n))
-    if not stalled:
+    judged = without_stalled_blocks(result)
+    if not judged.stalled:
         return {"ab": result.to_dict(), "describe": result.describe(a_name, b_name)}
-    kept = [r for k, r in enumerate(result.block_ratios) if k not in stalled]
-    side_names = {"a": a_name, "b": b_name}
-    where = ", ".join(f"{k + 1} ({side_names[side]} {factor:,.0f}x)" for k, (side, factor) in stalled.items())
-    every = {"speedup": result.speedup, "speedup_ci": list(result.speedup_ci), "verdict": result.verdict}
-    note = {"blocks": sorted(stalled), "of": n, "where": where, "all_blocks": every}
-    left_out = f"{len(stalled)} of {n} blocks left out, a side stalled in them: blocks {where}"
-    if len(kept) < max(4, n // 2):
-        ab = result.to_dict()
-        ab["verdict"] = SAME
+    left_out = judged.left_out(names)
+    ab = judged.result.to_dict()
+    ab["block_ratios"] = result.block_ratios
+    ab["stalled_blocks"] = judged.note(names)
+    if judged.too_few:
         ab["disturbed"] = f"{left_out}; too few blocks left to judge"
-        ab["stalled_blocks"] = note
         lo, hi = result.speedup_ci
         return {"ab": ab, "describe": (f"{b_name} vs {a_name}: not judged ({ab['disturbed']}; over all blocks "
                                        f"{result.speedup:.2f}x, {result.confidence:.0%} CI {lo:.2f}-{hi:.2f}x)")}
-    ratio, ci, verdict = decide(kept, result.confidence)
-    judged = dataclasses.replace(result, block_ratios=kept, ratio=ratio, ci=ci, verdict=verdict)
-    ab = judged.to_dict()
-    ab["block_ratios"] = result.block_ratios
-    ab["stalled_blocks"] = note
-    return {"ab": ab, "describe": f"{judged.describe(a_name, b_name)} ({left_out}; over all blocks "
+    return {"ab": ab, "describe": f"{judged.result.describe(a_name, b_name)} ({left_out}; over all blocks "
                                   f"{result.speedup:.2f}x)"}
-
-
-def _block_medians(samples_ns: list[int], per_block: int, blocks: int) -> list[float]:
-    """Each paired block's median call of one side (`measure.ab.ab_test` appends a side's calls block by block)."""
-    from dlperf.measure.stats import median
-
-    return [median([float(t) for t in samples_ns[k * per_block:(k + 1) * per_block]]) for k in range(blocks)]
 
 
 def _flatten(value: Any) -> list[Any]:

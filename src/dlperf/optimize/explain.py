@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dlperf.measure.ab import SAME, SLOWER
+from dlperf.measure.ab import SAME, SLOWER, STALL_FACTOR
+from dlperf.measure.ab import stalled_blocks as stalled_blocks  # moved to measure, for `dlperf ab` too
 from dlperf.measure.stats import fmt_ratio
 
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -14,8 +15,6 @@ COPY_OVERHEAD_S = 1e-3
 """The most time a call can add by an engine's copies of a small batch's inputs and outputs (batch 1 or 2)."""
 
 
-STALL_FACTOR = 10.0
-"""A median call this many times the fastest, or a mean call this many times the median, says the calls stalled."""
 
 
 def stalled_timing(latency: Any) -> str | None:
@@ -40,22 +39,6 @@ def stalled_timing(latency: Any) -> str | None:
         return (f"its mean call took {mean / mid:,.0f}x its median ({mean * 1e3:.3g} against {mid * 1e3:.3g} "
                 f"ms{tail}): some calls stalled, so its p99 and items/s are not the model's")
     return None
-
-
-def stalled_blocks(a_blocks: Sequence[float], b_blocks: Sequence[float]) -> dict[int, tuple[str, float]]:
-    """The paired blocks of an A/B where a side stalled, each with the side ('a' or 'b') and how many times its side's
-    fastest block it took: a block STALL_FACTOR times that, as `stalled_timing` judges a row's median call against its
-    fastest (on a shared machine a model's OpenMP threads stall on each other's preemption, about 1000x for whole
-    blocks). Against the fastest, not the median block: where most blocks stalled the median is a stalled one."""
-    found: dict[int, tuple[str, float]] = {}
-    for side, blocks in (("a", a_blocks), ("b", b_blocks)):
-        typical = min(float(t) for t in blocks) if blocks else 0.0
-        if typical <= 0:
-            continue
-        for k, t in enumerate(blocks):
-            if t >= STALL_FACTOR * typical and (k not in found or t / typical > found[k][1]):
-                found[k] = (side, t / typical)
-    return dict(sorted(found.items()))
 
 
 def median_stalled(latency: Any) -> bool:

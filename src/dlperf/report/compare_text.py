@@ -66,7 +66,15 @@ def ab_verdict(run: ABRun) -> Text:
     lo, hi = run.result.speedup_ci
     verdict = run.result.verdict
     said = verdict if verdict not in ("faster", "slower") else f"B is {verdict}"
-    detail = f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x)"
+    stalled = run.stalled_blocks
+    if stalled and stalled.get("disturbed"):  # the warning under it says which blocks, and the figures over all
+        return Text.assemble(("verdict: ", "bold"), ("not judged", _verdict_style(verdict)),
+                             f": a side stalled in {len(stalled['blocks'])} of {stalled['of']} blocks, too many to "
+                             "judge the rest")
+    # the blocks where a side stalled are left out (`ABRun.stalled_blocks`); the warning under it says which
+    without = (f", without {len(stalled['blocks'])} stalled block{'s' if len(stalled['blocks']) > 1 else ''}"
+               if stalled else "")
+    detail = f" (B speed {run.result.speedup:.3f}x of A, CI {lo:.3f}-{hi:.3f}x{without})"
     if verdict not in ("faster", "slower") and (lo > 1.0 or hi < 1.0):
         # the interval excludes 1, so the difference is significant, but reaches within --min-effect of no change:
         # "no significant difference (... CI 1.001-1.018x)" contradicted its own interval, and "by less than the
