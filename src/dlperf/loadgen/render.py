@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlperf.loadgen.generator import (
@@ -302,8 +302,11 @@ def stored_view(result: dict[str, Any], config: dict[str, Any], interrupted: boo
         found = peak.get("peak_rate")
         stopped = peak.get("undecided_at")
         failed = any(isinstance(d, dict) and d.get("verdict") == "fail" for d in steps)
-        parts += [Text(line) for line in peak_outcome(None if found is None else float(found), slo,
-                                                      None if stopped is None else float(stopped), failed)]
+        found_rate, stopped_rate = (None if v is None else float(v) for v in (found, stopped))
+        statuses = [(float(d["level"]), str(d["verdict"])) for d in steps
+                    if isinstance(d, dict) and isinstance(d.get("level"), (int, float)) and "verdict" in d]
+        parts += [Text(line) for line in peak_outcome(found_rate, slo, stopped_rate, failed,
+                                                      *_undecided_edge(found_rate, stopped_rate, statuses))]
     parts += [indented_line(line) for line in resource_lines(levels)]
     parts += [Text(f"warning ({r.mode} {level_text(r.level)}): {w}", style="yellow")
               for r in levels for w in r.warnings]
@@ -372,21 +375,47 @@ def peak_lines(peak: PeakResult) -> list[str]:
     for step in peak.steps:
         lines.append(f"  {step.level:8.1f} req/s  sent {step.send_rate or 0:.1f} req/s  "
                      f"{verdict_line(step, peak.slo)}")
-    failed = any(verdict(step, peak.slo).status == "fail" for step in peak.steps)
+    statuses = [(step.level, verdict(step, peak.slo).status) for step in peak.steps]
+    failed = any(status == "fail" for _, status in statuses)
     stopped = None if peak.undecided_at is None else peak.undecided_at.level
-    return lines + peak_outcome(peak.peak_rate, peak.slo, stopped, failed)
+    return lines + peak_outcome(peak.peak_rate, peak.slo, stopped, failed, *_undecided_edge(peak.peak_rate, stopped,
+                                                                                           statuses))
 
 
-def peak_outcome(peak_rate: float | None, slo: Slo, undecided_at: float | None, failed: bool) -> list[str]:
+def _undecided_edge(peak_rate: float | None, stopped: float | None,
+                    statuses: Sequence[tuple[float, str]]) -> tuple[list[float], float | None]:
+    """The tried rates above the peak that no trial decided, below the lowest shown to miss the SLO (the edge may lie
+    among them; the one the search stopped at has its own line), and that lowest rate; from each step's (rate,
+    verdict status)."""
+    if peak_rate is None:
+        return [], None
+    edge = min((rate for rate, status in statuses if status == "fail" and rate > peak_rate), default=None)
+    above = sorted(rate for rate, status in statuses if status == "undecided" and rate > peak_rate
+                   and (edge is None or rate < edge) and rate != stopped)
+    return above, edge
+
+
+def peak_outcome(peak_rate: float | None, slo: Slo, undecided_at: float | None, failed: bool,
+                 undecided_above: Sequence[float] = (), missed_at: float | None = None) -> list[str]:
     """What a peak search found: its peak, or that no rate passed (failed: one was shown to miss the SLO; else
-    none was decided), and where it stopped on an undecided trial it could not lengthen."""
+    none was decided), and where it stopped on an undecided trial it could not lengthen. `undecided_above`: the
+    tried rates above the peak that were undecided (an undecided trial counts as not passing, so the bisection went
+    below them), `missed_at`: the lowest rate shown to miss the SLO; the edge lies between the peak and it."""
     lines = []
     if undecided_at is not None:
         lines.append(f"the search stopped at {level_text(undecided_at)} req/s: undecided, and a lower rate would "
                      "measure fewer requests in the same --duration/--requests; give a longer --duration or more "
                      "--requests, or neither (the search then sizes each trial for the early-stopping test)")
     if peak_rate is not None:
-        lines.append(f"peak: {'at least ' if undecided_at is not None else ''}{peak_rate:.1f} req/s with {slo}")
+        peak = f"peak: {'at least ' if undecided_at is not None else ''}{peak_rate:.1f} req/s with {slo}"
+        if undecided_above:
+            rates = [f"{r:.1f}" for r in undecided_above]
+            listed = rates[0] if len(rates) == 1 else ", ".join(rates[:-1]) + " and " + rates[-1]
+            where = (f"between {peak_rate:.1f} and {missed_at:.1f} req/s, the lowest rate shown to miss it"
+                     if missed_at is not None else f"above {peak_rate:.1f} req/s")
+            peak += (f"; {listed} req/s above it were undecided (too few requests to show either way, counted as not "
+                     f"passing): the edge lies {where}")
+        lines.append(peak)
     elif failed:
         lines.append(f"no tried rate kept {slo}")
     else:

@@ -419,3 +419,28 @@ def test_runs_show_of_an_interrupted_load_run_titles_it_interrupted_as_dlperf_lo
     done = "\n".join(_lines(record_view(RunRecord("l2", "load", "127.0.0.1:8000/mlp", "ok", "2026-01-01",
                                                   config=config, result=result)), 200))
     assert "mlp at 127.0.0.1:8000" in done and "(interrupted" not in done
+
+
+def test_a_peak_below_undecided_rates_says_the_edge_may_lie_among_them() -> None:
+    """An undecided trial counts as not passing, so the bisection goes below it: against a 10 ms M/D/1 server with a
+    50 ms p99 SLO (theory's edge 51.9 req/s) the search passed 48.6, failed 60.7 and left 54.7, 51.6 and 50.1
+    undecided, and said only "peak: 48.6 req/s with p99 <= 50 ms", as if those three had missed it; live and stored."""
+    from dlperf.loadgen.generator import PeakResult, Slo
+    from dlperf.loadgen.render import peak_lines, stored_view
+
+    def step(rate: float, n: int, slow: int = 0) -> LevelResult:
+        return LevelResult("rate", rate, 1, [10_000_000] * (n - slow) + [200_000_000] * slow, {"200": n}, 10.0, True,
+                           [rate], send_rate=rate)
+
+    steps = [step(97.2, 600, 100), step(48.6, 600), step(72.9, 600, 100), step(60.7, 600, 100), step(54.7, 200),
+             step(51.6, 200), step(50.1, 200)]
+    assert peak_lines(PeakResult(Slo(0.05), 48.6, steps))[-1] == (
+        "peak: 48.6 req/s with p99 <= 50 ms; 50.1, 51.6 and 54.7 req/s above it were undecided (too few requests to "
+        "show either way, counted as not passing): the edge lies between 48.6 and 60.7 req/s, the lowest rate shown "
+        "to miss it")
+    # decided both ways: the peak alone, as before
+    assert peak_lines(PeakResult(Slo(0.05), 48.6, steps[:4]))[-1] == "peak: 48.6 req/s with p99 <= 50 ms"
+    stored = {"levels": [r.to_dict() for r in steps], "peak": PeakResult(Slo(0.05), 48.6, steps).to_dict()}
+    text = " ".join("\n".join(_lines(Group(*stored_view(stored, {"model": "m", "url": "u", "find_peak": True})),
+                                     200)).split())
+    assert "50.1, 51.6 and 54.7 req/s above it were undecided" in text and "between 48.6 and 60.7 req/s" in text
