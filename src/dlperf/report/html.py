@@ -109,8 +109,9 @@ def _env_value(env: Mapping[str, Any], key: str) -> str:
     return "-" if value is None else str(value)
 
 
-MOMENT_KEYS = ("load_average",)
-"""Environment fields of the moment a run started, not of the machine: runs differing only there share a column."""
+MOMENT_KEYS = ("load_average", "git_commit", "git_dirty")
+"""Environment fields of the moment a run started and of the code it ran, not of the machine: runs differing only
+there share a column (a check at a pull request's commit and main's baseline are one machine)."""
 
 
 def _same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -691,6 +691,18 @@ def test_environment_table_shows_affinity_governor_load_and_thread_variables(
     assert "different environments" not in html
 
 
+def test_runs_at_two_commits_of_one_machine_share_an_environment_column(
+        bench_points: list[dict[str, Any]]) -> None:
+    """A check at a pull request's commit against main's baseline: the code differs, the machine does not. Each
+    commit got a column of identical rows and 'The runs were taken in different environments; timings are not
+    directly comparable', which named no difference: the very change a CI report is made to show."""
+    base = _rec("r1", "bench", {"points": bench_points}, env={**ENV, "git_commit": "a" * 40, "git_dirty": False})
+    check = _rec("r2", "check", {"points": bench_points}, env={**ENV, "git_commit": "b" * 40, "git_dirty": True})
+    html = render_report([base, check])
+    assert "<th>r1, r2</th>" in html
+    assert "different environments" not in html
+
+
 def test_the_comparison_names_other_workloads_and_settings(bench_points: list[dict[str, Any]]) -> None:
     """Runs of two workloads, or fp32 beside bf16, stood in one table and one CDF with no word of it."""
     import dataclasses
