@@ -314,6 +314,8 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
     """Trend of `metric` (p50, p90, p95, p99, mean or throughput) over bench/check runs, oldest first, with each
     run's value per batch size in its table."""
     ordered = sorted(records, key=lambda r: r.created_at)
+    # the commit each run was taken at, as `dlperf runs history` shows it: a step in the trend read against git log
+    commits = [_commit_text(r.environment) for r in ordered]
     per_batch: dict[Any, list[tuple[int, float, tuple[float, float] | None, str]]] = {}
     for i, rec in enumerate(ordered):
         for p in rec.result.get("points", []) if isinstance(rec.result, Mapping) else []:
@@ -326,7 +328,8 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             ci = s.get("median_ci_s") if metric == "p50" else None
             err = (ci[0] * 1e3, ci[1] * 1e3) if isinstance(ci, list) and len(ci) == 2 else None
             shown = float(value) if metric == "throughput" else float(value) * 1e3
-            per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, f"{rec.id} {rec.created_at[:19]}"))
+            label = f"{rec.id} {rec.created_at[:19]}" + (f" at {commits[i]}" if commits[i] != "-" else "")
+            per_batch.setdefault(p.get("batch_size"), []).append((i + 1, shown, err, label))
     head = f"History of {workload or 'the workload'}"
     title = f"{head}: {metric} at each batch size"
     if not per_batch:
@@ -355,7 +358,8 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
 
     # a step in the trend that another runner or precision made, said where it happened
     changes = history_changes(ordered)
-    rows = [[i + 1, r.id, r.kind, r.created_at[:19], r.status,
+    with_commits = any(c != "-" for c in commits)
+    rows = [[i + 1, r.id, r.kind, r.created_at[:19], *((commits[i],) if with_commits else ()), r.status,
              # a latency to fmt_ms's four digits, as bench's table has it (fmt's three: 0.0205 beside 0.02047)
              *((fmt_rate(values[(b, i + 1)]) if metric == "throughput" else fmt_ms(values[(b, i + 1)] / 1e3))
                if (b, i + 1) in values else "" for b in batches),
@@ -369,9 +373,20 @@ def history_section(records: Sequence[RunRecord], metric: str = "p50", workload:
             + ('<p class="muted">Whiskers: 95% bootstrap CI of the median.</p>' if metric == "p50" else "")
             + ('<p class="warn">The settings or the machine changed between runs (last column): a step in the trend '
                "there may come from that, not from the code.</p>" if changes else "")
-            + html_table(("#", "run", "kind", "when (UTC)", "status", *(f"{short}, batch {b}" for b in batches),
-                          "changed from the run before"), rows)
+            + html_table(("#", "run", "kind", "when (UTC)", *(("commit",) if with_commits else ()), "status",
+                          *(f"{short}, batch {b}" for b in batches), "changed from the run before"), rows)
+            + ('<p class="muted">commit+: taken with uncommitted changes in that checkout</p>'
+               if any(c.endswith("+") for c in commits) else "")
             + "</section>")
+
+
+def _commit_text(environment: Mapping[str, Any] | None) -> str:
+    """A run's git commit to 12 digits, `+` where its checkout had uncommitted changes, `-` where none was recorded
+    (as `dlperf runs history` writes it)."""
+    commit = (environment or {}).get("git_commit")
+    if not isinstance(commit, str) or not commit:
+        return "-"
+    return commit[:12] + ("+" if (environment or {}).get("git_dirty") else "")
 
 
 def _spans_decades(values: Sequence[float]) -> bool:

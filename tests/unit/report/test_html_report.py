@@ -288,6 +288,25 @@ def test_history_shows_each_run_s_value_orders_batches_by_size_and_ticks_whole_r
     assert f'<td class="n">{fmt_ms(p50_s)}</td><td></td></tr></tbody>' in table  # then: nothing changed
 
 
+def test_history_names_the_commit_each_run_was_taken_at() -> None:
+    """`dlperf runs history` has had a commit column since runs record their git commit; the report's history, the
+    CI artifact docs/compare.md's example uploads, had none: a step in its trend could not be read against git log."""
+    envs = [ENV, {**ENV, "git_commit": "a" * 40, "git_dirty": False},
+            {**ENV, "git_commit": "b" * 40, "git_dirty": True}]
+    runs = [_rec(f"g{i}", "check", {"points": [_point(1, 0.001, 1)]}, created=f"2026-11-2{i}T10:00:00", env=env)
+            for i, env in enumerate(envs)]
+    html = render_report([], history=runs, history_metric="p50", history_workload="zoo:mlp")
+    table = html.split("History of zoo:mlp: p50 at each batch size", 1)[1].split("</table>", 1)[0]
+    assert "<th>commit</th>" in table
+    cells = re.findall(r'<td(?: class="n")?>(-|[0-9a-f]{12}\+?)</td>', table)
+    assert cells == ["-", "a" * 12, "b" * 12 + "+"]
+    assert "commit+: taken with uncommitted changes in that checkout" in html
+    svg = next(s for s in _plots(html) if "History of zoo:mlp: p50" in s)
+    assert "g2 2026-11-22T10:00:00 at " + "b" * 12 + "+" in svg  # the point's label too
+    plain = render_report([], history=runs[:1], history_metric="p50", history_workload="zoo:mlp")
+    assert "<th>commit</th>" not in plain  # no run recorded one: no column of dashes
+
+
 def test_history_shows_latencies_to_the_four_digits_bench_shows() -> None:
     """The history table wrote a p50 of 1.2346 ms as 1.23, where the bench view of the same run wrote 1.235."""
     runs = [_rec(f"d{i}", "bench", {"points": [_point(1, 0.0012346, 1)]}, created=f"2026-11-2{i}T10:00:00")
