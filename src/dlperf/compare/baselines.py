@@ -42,12 +42,30 @@ def baseline_caveats(record: RunRecord, confidence: float = 0.95) -> list[str]:
     of 4 calls passed a +32.7% regression, and `baseline set` said nothing)."""
     needed = min_samples_for_interval(confidence)
     short = {b: m.n for b, m in sorted(point_measurements(record).items()) if m.n < needed}
-    if not short:
-        return []
-    where = ", ".join(f"{n} at batch {b}" for b, n in short.items())
-    return [f"run {record.id} has too few samples for a check to judge ({where}; a {confidence:.0%} interval needs "
-            f"{needed}): `dlperf check` against it passes those batch sizes as inconclusive, whatever it measures; "
-            f"re-measure with `dlperf bench --min-iters {needed}` (or a longer --min-duration) and set that run"]
+    caveats = []
+    if short:
+        where = ", ".join(f"{n} at batch {b}" for b, n in short.items())
+        caveats.append(f"run {record.id} has too few samples for a check to judge ({where}; a {confidence:.0%} "
+                       f"interval needs {needed}): `dlperf check` against it passes those batch sizes as "
+                       "inconclusive, whatever it measures; re-measure with `dlperf bench --min-iters "
+                       f"{needed}` (or a longer --min-duration) and set that run")
+    busy = contended_points(record)
+    if busy:
+        # A CI bench on main beside 1.4 busy cores of 2 (p50 38 ms at batch 8 where a quiet run takes 0.073 ms)
+        # became the baseline in silence, and every check then read "-99.8% better": a slowdown up to 500x passed.
+        where = "; ".join(f"batch {b}: {said.split(': expect')[0]}" for b, said in busy.items())  # not the advice
+        caveats.append(f"run {record.id} was measured beside other busy processes ({where}): its times may be slower "
+                       "than the code's, and a check judged against them can pass a slowdown as no regression or as "
+                       "'better'; re-measure on a quiet machine and set that run")
+    return caveats
+
+
+def contended_points(record: RunRecord) -> dict[int, str]:
+    """Batch size -> the contention warning bench recorded for it (other processes busy while it measured)."""
+    points = record.result.get("points") if isinstance(record.result, dict) else None
+    return {int(p["batch_size"]): p["contention_warning"] for p in points or []
+            if isinstance(p, dict) and isinstance(p.get("batch_size"), int)
+            and isinstance(p.get("contention_warning"), str) and p["contention_warning"]}
 
 
 def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str]]:

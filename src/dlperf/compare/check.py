@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dlperf.compare.baselines import contended_points
 from dlperf.compare.gate import GateConfig, GateResult, PointVerdict, gate, gate_point
 from dlperf.compare.records import point_measurements
 from dlperf.errors import ConfigError
@@ -144,7 +145,7 @@ def check_against_baseline(
         verdict = gate(base_points, current, config, judged={p.batch_size: p for p in judged},
                        left_out=set(base_points) - set(batch_sizes) if batch_sizes is not None else ())
         verdict.warnings = [*warnings, *verdict.warnings, *_measurement_warnings(result.points, base_points,
-                                                                                 verdict)]
+                                                                                 verdict, contended_points(baseline))]
         verdict.baseline_run_id = baseline.id
         verdict.current_run_id = run.id
         # the headline is the gated metric's (bench's was throughput, whatever the gate judged)
@@ -152,7 +153,8 @@ def check_against_baseline(
     return CheckOutcome(verdict, baseline, run.id, bench)
 
 
-def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdict: GateResult) -> list[str]:
+def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdict: GateResult,
+                          base_contention: dict[int, str] | None = None) -> list[str]:
     """What the bench recorded about its own measurements (noise, other processes busy) and the baseline's noise,
     for the check's output: `runs show` printed them, the check's verdict and JSON did not, and a FAIL measured on
     a busy runner (p50 0.026 -> 4.0 ms) read as a regression of the code."""
@@ -169,6 +171,10 @@ def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdic
     for batch, m in sorted(base_points.items()):
         if m.noise_warning and batch in judged:
             out.append(f"the baseline's batch {batch}: {m.noise_warning}")
+            doubtful.add(batch)
+        # a baseline taken beside busy processes said only "noisy: IQR is 12%" where its p50 was 500x a quiet run's
+        if (base_contention or {}).get(batch) and batch in judged:
+            out.append(f"the baseline's batch {batch}: {(base_contention or {})[batch]}")
             doubtful.add(batch)
     failed = sorted(v.batch_size for v in verdict.points if v.failed and v.batch_size in doubtful)
     if failed:

@@ -178,3 +178,21 @@ def test_an_interrupted_check_lists_the_change_it_measured_before_the_interrupt(
     console.print(record_view(stopped))
     assert headline in console.export_text()
     console.file.close()
+
+
+def test_the_baseline_measured_beside_busy_processes_is_said() -> None:
+    """A baseline whose batch 8 ran beside 1.3 busy cores (p50 38 ms, 500x a quiet run's) got only "the baseline's
+    batch 8: noisy: IQR is 12% of the median" under every check's "-99.8% better ... pass"."""
+    from types import SimpleNamespace
+
+    from dlperf.compare.check import _measurement_warnings
+    from dlperf.measure.stats import Measurement
+
+    calm = Measurement([1_000_000 + i for i in range(50)])
+    points = [SimpleNamespace(batch_size=b, measurement=calm, contention_warning=None) for b in (1, 8)]
+    verdict = SimpleNamespace(points=[SimpleNamespace(batch_size=b, failed=b == 8) for b in (1, 8)])
+    busy = {8: "other processes kept 1.3 cores busy while measuring (this process: 0.7)", 32: "not judged"}
+    said = _measurement_warnings(points, {1: calm, 8: calm, 32: calm}, verdict, busy)  # type: ignore[arg-type]
+    assert said[0] == "the baseline's batch 8: other processes kept 1.3 cores busy while measuring (this process: 0.7)"
+    assert said[-1].startswith("the failing batch size 8 was measured noisily or beside other busy processes")
+    assert len(said) == 2
