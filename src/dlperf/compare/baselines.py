@@ -68,14 +68,28 @@ def contended_points(record: RunRecord) -> dict[int, str]:
             and isinstance(p.get("contention_warning"), str) and p["contention_warning"]}
 
 
-def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str]]:
-    """(name, run id, workload, set at) for each baseline; the workload of a run no longer in the store is None
-    (the list prints '(run deleted)'; `--json` printed that text as the workload's name)."""
+def baseline_rows(store: Store) -> list[tuple[str, str, str | None, str, str | None, bool | None]]:
+    """(name, run id, workload, set at, git commit, dirty) for each baseline; the workload of a run no longer in the
+    store is None (the list prints '(run deleted)'; `--json` printed that text as the workload's name), and so are
+    the commit and dirty flag of a run that recorded none."""
     rows = []
     for name, run_id, created_at in store.list_baselines():
         try:
-            workload: str | None = store.get(run_id).workload
+            record: RunRecord | None = store.get(run_id)
         except StoreError:
-            workload = None
-        rows.append((name, run_id, workload, created_at[:19]))
+            record = None
+        commit, dirty = run_commit(record) if record is not None else (None, None)
+        rows.append((name, run_id, record.workload if record is not None else None, created_at[:19], commit, dirty))
     return rows
+
+
+def run_commit(record: RunRecord) -> tuple[str | None, bool | None]:
+    """(git commit, dirty) a run recorded in its environment, (None, None) where it recorded none."""
+    env = record.environment if isinstance(record.environment, dict) else {}
+    commit, dirty = env.get("git_commit"), env.get("git_dirty")
+    return (commit, dirty if isinstance(dirty, bool) else None) if isinstance(commit, str) and commit else (None, None)
+
+
+def commit_text(commit: str | None, dirty: bool | None) -> str:
+    """'f9075f5ceb36', 'f9075f5ceb36+' where the checkout had uncommitted changes, '-' for none (as `runs history`)."""
+    return f"{commit[:12]}{'+' if dirty else ''}" if commit else "-"

@@ -188,10 +188,10 @@ def check_lines(result: dict[str, Any], workload: str, baseline: str, store_opti
     return lines
 
 
-def baselines_table(rows: list[tuple[str, str, str, str]]) -> Table:
-    """Rows of (name, run id, run workload, set at)."""
+def baselines_table(rows: list[tuple[str, ...]]) -> Table:
+    """Rows of (name, run id, run workload, set at), each with the run's git commit after them where any has it."""
     table = Table(title="baselines", title_justify="left")
-    for col in ("name", "run", "workload", "set at"):
+    for col in ("name", "run", "workload", "set at", *(("commit",) if any(len(r) > 4 for r in rows) else ())):
         table.add_column(col)
     for row in rows:
         table.add_row(*row)

@@ -66,6 +66,7 @@ def test_a_baseline_whose_run_is_gone_lists_no_workload_name(tmp_path: Path,
     assert main(["baseline", "list", "--json", "--store", str(path)]) == 0
     # --json gave the table's "(run deleted)" as the workload's name
     assert json.loads(capsys.readouterr().out) == [
-        {"name": "main", "run_id": run, "workload": None, "created_at": store.list_baselines()[0][2][:19]}]
+        {"name": "main", "run_id": run, "workload": None, "created_at": store.list_baselines()[0][2][:19],
+         "git_commit": None, "git_dirty": None}]
     assert main(["baseline", "list", "--store", str(path)]) == 0
     assert "(run deleted)" in capsys.readouterr().out

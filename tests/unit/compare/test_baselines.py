@@ -148,3 +148,34 @@ def test_setting_a_baseline_measured_beside_busy_processes_warns(tmp_path: Path,
     calm = add_run(store, "bench", bench_result({1: 0.01, 8: 0.02}))
     assert main(["baseline", "set", "main", calm, "--store", str(path)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_baseline_names_the_git_commit_its_run_was_taken_at(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Moving 'main' to a new commit's bench said "baseline 'main' -> run R (bench of W, DATE); it was run P", and
+    `baseline list` gave name, run, workload, set at: which commit the checks were judged against took `runs show`."""
+    import json
+
+    from dlperf.cli.main import main
+
+    from .helpers import ENV
+
+    path = tmp_path / "runs.db"
+    store = Store(path)
+    old = add_run(store, "bench", bench_result({1: 0.01}), env={**ENV, "git_commit": "f" * 40, "git_dirty": False})
+    new = add_run(store, "bench", bench_result({1: 0.01}), env={**ENV, "git_commit": "a" * 40, "git_dirty": True})
+    plain = add_run(store, "bench", bench_result({1: 0.01}))
+    assert main(["baseline", "set", "main", old, "--store", str(path)]) == 0
+    assert f"run {old} (bench of zoo:mlp, " in capsys.readouterr().out
+    assert main(["baseline", "set", "main", new, "--store", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"at commit {'a' * 12}+ (uncommitted changes); it was run {old} at commit {'f' * 12}" in out
+    assert main(["baseline", "set", "old", plain, "--store", str(path)]) == 0
+    assert "commit" not in capsys.readouterr().out  # none recorded: nothing said
+    assert main(["baseline", "list", "--json", "--store", str(path)]) == 0
+    listed = {b["name"]: b for b in json.loads(capsys.readouterr().out)}
+    assert (listed["main"]["git_commit"], listed["main"]["git_dirty"]) == ("a" * 40, True)
+    assert listed["old"]["git_commit"] is None
+    assert main(["baseline", "list", "--store", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "commit" in table and "a" * 12 + "+" in table
