@@ -71,7 +71,8 @@ def bench(
     artifact = artifact_settings(model)
     if artifact is not None:  # as `dlperf bench DIR` records it
         recorded["artifact"] = artifact
-    with st.recording("bench", name, recorded, bench_environment(config)) as run:
+    environment = bench_environment(config, None if in_memory else workload.source)
+    with st.recording("bench", name, recorded, environment) as run:
         result = run_bench(workload, config)
         run.result = result.to_dict()
     result.run_id = run.id  # for `dlperf baseline set` of the run just recorded
@@ -163,11 +164,19 @@ def artifact_batch_sizes(spec: Any, batch_sizes: Any, scenario: str = "offline")
         raise ConfigError(str(exc)) from exc
 
 
-def bench_environment(config: BenchConfig) -> dict[str, Any]:
-    """The environment a bench run is recorded with: the thread count it ran at, not torch's default."""
-    from dlperf.measure.env import capture_environment
+def bench_environment(config: BenchConfig, spec: str | None = None) -> dict[str, Any]:
+    """The environment a bench run is recorded with: the thread count it ran at, not torch's default, and the git
+    commit of the checkout holding the workload's file (`spec`'s, where it names one; else the working folder's):
+    run from another repository, a bench recorded that one's commit, code it did not measure."""
+    import os
 
-    return capture_environment(config.device, config.threads).to_dict()
+    from dlperf.measure.env import capture_environment
+    from dlperf.workload.loader import split_canonical
+
+    parts = split_canonical(spec) if spec else None
+    folder = os.path.dirname(os.path.abspath(parts[0])) if parts is not None else None
+    return capture_environment(config.device, config.threads,
+                               folder if folder is not None and os.path.isdir(folder) else None).to_dict()
 
 
 def bench_config_dict(config: BenchConfig, workload: str | None = None) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(
         config, batch_sizes=artifact_batch_sizes(args.workload, config.batch_sizes, config.scenario))
     store = open_store(args)
-    environment = bench_environment(config)
+    environment = bench_environment(config, args.workload)
     config_dict = bench_config_dict(config, args.workload)
     artifact = artifact_settings(args.workload)
     if artifact is not None:

@@ -109,7 +109,7 @@ def check_against_baseline(
     # Recorded under the name the user gave, as `dlperf bench` (and `dlperf.bench(..., store=)`) records it, so
     # histories line up: a Workload built in code was checked as 'NAME' against its bench baseline's 'python:NAME'
     name = workload_spec if isinstance(workload_spec, str) else recorded_name(workload)
-    environment = bench_environment(bench_config)  # at the baseline's --threads, as bench records it
+    environment = bench_environment(bench_config, workload.source)  # at the baseline's --threads, as bench records it
     warnings = []
     key = canonical_spec(name)
     recorded_key = baseline.config.get("workload_key")

@@ -197,7 +197,8 @@ def _version(module: str) -> str | None:
         return None
 
 
-def capture_environment(device: str | None = None, threads: int | None = None) -> Environment:
+def capture_environment(device: str | None = None, threads: int | None = None,
+                        code_folder: str | None = None) -> Environment:
     """The environment of this process; `device` ('cuda:1', 'cuda', 'cpu') names the GPU the run used (default:
     torch's current CUDA device), so a result taken on the second GPU of a mixed machine carries its name.
     `threads`: the intra-op thread count the run sets (a command's --threads), recorded instead of torch's
@@ -235,7 +236,7 @@ def capture_environment(device: str | None = None, threads: int | None = None) -
                 if visible:
                     name = nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(visible[0][1]))
                     gpu_name = name.decode() if isinstance(name, bytes) else str(name)
-    commit, dirty = git_state()
+    commit, dirty = git_state(code_folder)  # the checkout of the code measured where known, else the working one
     packages = {
         name: v
         for name in ("onnxruntime", "openvino", "nncf", "torchao", "numpy", "transformers")
