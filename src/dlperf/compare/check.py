@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlperf.compare.baselines import contended_points
+from dlperf.compare.baselines import contended_points, run_commit
 from dlperf.compare.gate import GateConfig, GateResult, PointVerdict, gate, gate_point
 from dlperf.compare.records import point_measurements
 from dlperf.errors import ConfigError
@@ -148,6 +148,11 @@ def check_against_baseline(
                                                                                  verdict, contended_points(baseline))]
         verdict.baseline_run_id = baseline.id
         verdict.current_run_id = run.id
+        # the code each side ran: a CI log names the commit the pull request was judged against
+        verdict.baseline_git_commit, verdict.baseline_git_dirty = run_commit(baseline)
+        commit, dirty = environment.get("git_commit"), environment.get("git_dirty")
+        verdict.git_commit = commit if isinstance(commit, str) and commit else None
+        verdict.git_dirty = dirty if verdict.git_commit and isinstance(dirty, bool) else None
         # the headline is the gated metric's (bench's was throughput, whatever the gate judged)
         run.result = {**bench, "headline": verdict.headline(), "gate": verdict.to_dict()}
     return CheckOutcome(verdict, baseline, run.id, bench)

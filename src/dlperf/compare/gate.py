@@ -181,6 +181,12 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     baseline_run_id: str | None = None
     current_run_id: str | None = None
+    baseline_git_commit: str | None = None
+    """The git commit the baseline's run was taken at (its environment's), None where it recorded none."""
+    baseline_git_dirty: bool | None = None
+    git_commit: str | None = None
+    """The git commit this check ran at, None where none was recorded."""
+    git_dirty: bool | None = None
 
     def __repr__(self) -> str:
         # the dataclass's printed its config and every point's samples test and intervals: ~1.3 KB for one batch
@@ -223,6 +229,8 @@ class GateResult:
             "metric": self.config.metric, "max_regression": self.config.max_regression,
             "confidence": self.config.confidence, "failed": self.failed, "exit_code": self.exit_code,
             "baseline_run_id": self.baseline_run_id, "current_run_id": self.current_run_id,
+            "baseline_git_commit": self.baseline_git_commit, "baseline_git_dirty": self.baseline_git_dirty,
+            "git_commit": self.git_commit, "git_dirty": self.git_dirty,
             "points": [p.to_dict() for p in self.points], "reasons": self.reasons(),
             "warnings": list(self.warnings), "headline": self.headline(),
         }

@@ -174,8 +174,14 @@ def check_lines(result: dict[str, Any], workload: str, baseline: str, store_opti
     slowdown. `store_option` (' --store PATH', or '') goes into the commands it gives. `baseline_deleted`: the
     baseline's run is no longer in the store (deleted while the check measured), so no command names it."""
     base_run, this_run = result.get("baseline_run_id"), result.get("current_run_id")
-    lines = [Text(f"check of {workload} against baseline '{baseline}' (run {base_run}); this run: {this_run}"),
-             *gate_lines(result)]
+
+    def at(commit: Any, dirty: Any) -> str:  # the commit a run was taken at, where it recorded one
+        return f" at {commit[:12]}{'+' if dirty else ''}" if isinstance(commit, str) and commit else ""
+
+    base_at = at(result.get("baseline_git_commit"), result.get("baseline_git_dirty"))
+    this_at = at(result.get("git_commit"), result.get("git_dirty"))
+    lines = [Text(f"check of {workload} against baseline '{baseline}' (run {base_run}{base_at}); this run: "
+                  f"{this_run}{this_at}"), *gate_lines(result)]
     if result["failed"] and base_run and this_run:
         if baseline_deleted:
             lines.append(Text(f"the baseline's run {base_run} was deleted from the store during the check: there is "

@@ -38,8 +38,8 @@ def _repo(folder: Path, files: dict[str, str]) -> str:
     return git("rev-parse", "HEAD").strip()
 
 
-def test_a_run_records_the_commit_of_the_workload_file_s_checkout(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_records_the_commit_of_the_workload_file_s_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """`dlperf bench /work/scratch-i2/proj/my_model.py:workload` run from dlperf's own checkout recorded dlperf's
     commit (039860442542), from /tmp none: the history's commit column named code that was not measured."""
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
@@ -55,8 +55,11 @@ def test_a_run_records_the_commit_of_the_workload_file_s_checkout(tmp_path: Path
     assert (bench.environment["git_commit"], bench.environment["git_dirty"]) == (model_head, False)
     assert main(["baseline", "set", "main", bench.id, "--store", str(store)]) == 0
     (tmp_path / "model" / "wl.py").write_text(MODEL + "# an edit not committed\n")
+    capsys.readouterr()
     main(["check", spec, "--baseline", "main", "--duration", "0.05", "--store", str(store)])
+    said = " ".join(capsys.readouterr().out.split())  # and says which code each side ran
     check = Store(store).list(kind="check")[0]
+    assert f"(run {bench.id} at {model_head[:12]}); this run: {check.id} at {model_head[:12]}+" in said
     assert (check.environment["git_commit"], check.environment["git_dirty"]) == (model_head, True)
     library = dlperf.bench(spec, batch_sizes=(1,), min_duration_s=0.05, store=str(store))
     assert library.run_id is not None

@@ -48,8 +48,10 @@ def test_a_failing_check_names_the_runs_and_the_next_steps(tmp_path: Path) -> No
     check_run = Store(store_path).list(kind="check")[0].id
     # it said only "performance regression:" and the verdict lines: no run ids, no way to accept the change; now in
     # `dlperf check`'s words (report.compare_text.check_lines)
-    assert (f"PerformanceRegression: check of {WORKLOAD} against baseline 'main' "
-            f"(run {baseline_run}); this run: {check_run}") in out
+    # each run with the commit it was taken at where the workload's file is in a checkout (this one's, here)
+    at = r"( at [0-9a-f]{12}\+?)?"
+    assert re.search(rf"PerformanceRegression: check of {re.escape(WORKLOAD)} against baseline 'main' "
+                     rf"\(run {baseline_run}{at}\); this run: {check_run}{at}\n", out)
     assert "REGRESSION, significantly above the 5.0% threshold" in out
     assert "FAIL: p50 regressed significantly by more than 5.0%" in out
     shown = Store(store_path).shown_url

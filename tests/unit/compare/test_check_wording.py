@@ -97,6 +97,20 @@ def test_check_and_assert_no_regression_word_a_failure_alike() -> None:
                           "`dlperf baseline set main this0002 --store s.db`"]
 
 
+def test_the_check_names_the_commits_of_the_baseline_and_of_this_run() -> None:
+    """A CI log read "check of my_model.py:workload against baseline 'main' (run 8aea37c44794); this run:
+    44e3de04dd26": which commit of main the pull request was judged against took `dlperf runs show`."""
+    rng = np.random.default_rng(1)
+    result = gate({1: _m(rng, 0.01, 300)}, {1: _m(rng, 0.01, 300)}, GateConfig(max_regression=0.05))
+    result.baseline_run_id, result.current_run_id = "base0001", "this0002"
+    result.baseline_git_commit, result.baseline_git_dirty = "f" * 40, False
+    result.git_commit, result.git_dirty = "a" * 40, True
+    lines = [line.plain for line in check_lines(result.to_dict(), "zoo:mlp", "main")]
+    assert lines[0] == (f"check of zoo:mlp against baseline 'main' (run base0001 at {'f' * 12}); this run: this0002 "
+                        f"at {'a' * 12}+")
+    assert (result.to_dict()["baseline_git_commit"], result.to_dict()["git_dirty"]) == ("f" * 40, True)
+
+
 def test_an_inconclusive_pass_is_one_of_the_caveats_pytest_is_warned_of() -> None:
     """A pass whose interval reaches above the threshold printed "inconclusive" in `dlperf check` and nothing under
     pytest, which issued only the verdict's warnings as PerformanceCheckWarning."""
