@@ -173,3 +173,26 @@ def test_the_loader_gets_workers_at_a_fifth_of_the_step_waiting_and_two_on_one_c
     t = trace([op("aten::add", 0, 10)], mode=TRAIN, data_wait_s=0.002, loader=info)
     assert dataloader.analyze(t).suggested.get("num_workers") == 2
     assert dataloader.suggested_workers(1, None) == 2  # one usable core: still two, so loading overlaps compute
+
+
+def test_an_int8_weight_linear_is_an_int8_matrix_product_on_the_roofline() -> None:
+    """`quantized::linear_dynamic` (dlperf's dynamic_int8 pass) as torch 2.13's profiler records it: input [64, 256]
+    float, the packed weight with no shape, no FLOPs; inside the call the int32 accumulator `empty_like([64, 512])`.
+    It is 2 x 64 x 256 x 512 = 16.8 M integer operations, reading 64 KiB of input and 128 KiB of int8 weight and
+    writing a 128 KiB output, held to the int8 peak (400 G in CEILINGS): 16.8 M in 100 us is 168 GOP/s, 42%. It read
+    "bandwidth-bound, 0.0 FLOP/B" (an input's size moved, no FLOPs) at 4% of the bandwidth."""
+    qlin = op("quantized::linear_dynamic", 1000, 100, self_us=98, leaf=False, shapes=((64, 256), (), ()),
+              dtypes=("float", "ScriptObject", "Scalar"))
+    inner = [op("aten::empty", 1001, 1, depth=1, shapes=((), (), (), (), (), ()), dtypes=("", "", "", "", "", "")),
+             op("aten::empty_like", 1003, 1, depth=1, shapes=((64, 512), (), (), (), (), ()),
+                dtypes=("float", "Scalar", "Scalar", "", "", "Scalar"))]
+    row = next(s for s in operators.analyze(trace([qlin, *inner]), CEILINGS).operators
+               if s.name == "quantized::linear_dynamic")
+    assert row.flops == 2 * 64 * 256 * 512
+    assert row.bytes_moved == 64 * 256 * 4 + 256 * 512 + 64 * 512 * 4
+    assert row.dtype == "int8"
+    assert row.bound == operators.COMPUTE
+    assert row.pct_of_peak == pytest.approx(2 * 64 * 256 * 512 / 98e-6 / 400e9)
+    # without the accumulator (another quantized engine) its FLOPs are not known: not placed on the roofline
+    alone = operators.analyze(trace([qlin]), CEILINGS).operators[0]
+    assert (alone.bound, alone.pct_of_peak, alone.intensity) == (operators.UNKNOWN, None, None)

@@ -2,9 +2,10 @@
 roofline (compute- or bandwidth-bound, % of the ceiling), from calibrate's Ceilings.
 
 FLOPs come from torch.profiler (matmul, conv and a few elementwise ops); an elementwise op it does not
-count is taken as one FLOP per output element. Bytes moved are estimated from the input shapes and dtypes
-the profiler records: every tensor input is read once (a broadcast dimension, stride 0, once; the destination of
-`copy_` or `fill_` not at all) and the output (the largest input's size, or MxN
+count is taken as one FLOP per output element. A Linear of int8 weights (`quantized::linear_dynamic`) is an int8
+matrix product, its width read from the accumulator it allocates. Bytes moved are estimated from the input shapes
+and dtypes the profiler records: every tensor input is read once (a broadcast dimension, stride 0, once; the
+destination of `copy_` or `fill_` not at all) and the output (the largest input's size, or MxN
 for a matrix product, or for a convolution the size its FLOPs imply; nothing for a reduction of one tensor, such
 as a sum) written once; view ops move
 nothing; a row lookup (`index_select`, `embedding`) reads the indices and only the rows it selects. These are
@@ -70,6 +71,11 @@ DESTINATION_OPS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
 """Their first input is only written: `out.copy_(src)` reads src, not out. Linear's bias, copied into the output of
 `addmm` as `out.copy_(bias.expand(...))`, was counted as reading two outputs' sizes and writing a third: 3x the
 traffic: MiniLM's 39 copies a step at batch 32 read 1.02 GB moved for the 0.34 GB they move."""
+QUANTIZED_LINEAR_OPS = frozenset({"quantized::linear_dynamic", "quantized::linear_relu_dynamic"})
+"""Linear layers of int8 weights (`torch.ao.quantization.quantize_dynamic`, dlperf's `dynamic_int8` pass): int8
+matrix products the profiler gives no FLOPs for, whose weight is a packed object it gives no shape for. Their output
+width is read from the int32 accumulator they allocate inside the call (`_quantized_outputs`); counted as an input's
+size with no FLOPs, a 2048 x 2048 x 2048 one read "bandwidth-bound, 0.0 FLOP/B, 4% of the bandwidth"."""
 
 
 class CeilingsLike(Protocol):
@@ -188,7 +194,7 @@ class OperatorAnalysis:
 
 def _is_gemm(name: str) -> bool:
     """A matrix product or a convolution: operators nested in its call are part of it."""
-    return name in MATMUL_OPS or name == "aten::linear" or "conv" in name
+    return name in MATMUL_OPS or name in QUANTIZED_LINEAR_OPS or name == "aten::linear" or "conv" in name
 
 
 def _inside_gemm(ops: list[OpEvent]) -> set[int]:
@@ -289,6 +295,39 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     return float(read + write), flops
 
 
+def _quantized_outputs(ops: list[OpEvent]) -> dict[int, int]:
+    """For each call of a QUANTIZED_LINEAR_OPS operator, its output width: the last dimension of the int32
+    accumulator it allocates inside the call (`aten::empty_like` of the output's shape, rows as the input's). A call
+    where none is found (another quantized engine) is left out: its FLOPs stay unknown, and so does its bound."""
+    order = sorted(range(len(ops)), key=lambda k: (ops[k].thread, ops[k].start_us, -ops[k].end_us))
+    widths: dict[int, int] = {}
+    for pos, k in enumerate(order):
+        o = ops[k]
+        if o.name not in QUANTIZED_LINEAR_OPS or not o.input_shapes or len(o.input_shapes[0]) < 2:
+            continue
+        for j in order[pos + 1:]:
+            inner = ops[j]
+            if inner.thread != o.thread or inner.start_us > o.end_us:
+                break
+            shape = inner.input_shapes[0] if inner.input_shapes else ()
+            if inner.name == "aten::empty_like" and len(shape) >= 2 and shape[:-1] == o.input_shapes[0][:-1]:
+                widths[k] = shape[-1]
+                break
+    return widths
+
+
+def _quantized_linear_io(op: OpEvent, width: int | None) -> tuple[float, float]:
+    """(bytes moved, FLOPs) of one int8-weight Linear call of output `width`: its input read, its int8 weight read,
+    its output written in the input's dtype; 2 x rows x in x out FLOPs (integer operations). (0, 0) where the width is
+    not known: the roofline cannot place it."""
+    x = op.input_shapes[0] if op.input_shapes else ()
+    if width is None or len(x) < 2:
+        return 0.0, 0.0
+    rows, k = math.prod(x[:-1]), x[-1]
+    size = DTYPE_BYTES.get(op.input_dtypes[0] if op.input_dtypes else "float", 4)
+    return float(rows * k * size + k * width + rows * width * size), 2.0 * rows * k * width
+
+
 def _elementwise_io(op: OpEvent) -> tuple[list[tuple[int, float]], int, float]:
     """An elementwise call's tensor inputs as (elements, bytes read), its output's elements and bytes written."""
     strides = op.input_strides or ((),) * len(op.input_shapes)
@@ -383,6 +422,7 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
     cache_bytes = trace.cache_bytes or CACHE_RESIDENT_BYTES
     groups: dict[str, dict[str, Any]] = {}
     in_gemm = _inside_gemm(trace.ops)
+    quantized = _quantized_outputs(trace.ops)
     for i, op in enumerate(trace.ops):
         if op.step < 0 or op.phase == "data":
             continue
@@ -399,10 +439,12 @@ def analyze(trace: ProfileTrace, ceilings: CeilingsLike, tiny_op_us: float = TIN
         # Only ops that do their own work count FLOPs and bytes: a leaf, one the profiler gave FLOPs, one
         # that spends most of its time in itself rather than in nested ops, or on CUDA one that ran kernels.
         if cuda or op.is_leaf or op.flops > 0 or op.self_us >= 0.5 * op.dur_us:
-            b, f = op_bytes_and_flops(op)
+            b, f = (_quantized_linear_io(op, quantized.get(i)) if op.name in QUANTIZED_LINEAR_OPS
+                    else op_bytes_and_flops(op))
             g["bytes"] += b
             g["flops"] += f
-        kind = dtype_kind(op.input_dtypes)
+        # an int8-weight Linear takes float inputs; its product runs on the int8 unit, held to int8's ceiling
+        kind = "int8" if op.name in QUANTIZED_LINEAR_OPS else dtype_kind(op.input_dtypes)
         g["dtypes"][kind] = g["dtypes"].get(kind, 0) + 1
     stats: list[OperatorStat] = []
     for name, g in groups.items():
