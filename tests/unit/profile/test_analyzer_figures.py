@@ -196,3 +196,18 @@ def test_an_int8_weight_linear_is_an_int8_matrix_product_on_the_roofline() -> No
     # without the accumulator (another quantized engine) its FLOPs are not known: not placed on the roofline
     alone = operators.analyze(trace([qlin]), CEILINGS).operators[0]
     assert (alone.bound, alone.pct_of_peak, alone.intensity) == (operators.UNKNOWN, None, None)
+
+
+def test_a_to_that_calls_nothing_moves_nothing_and_a_converting_one_moves_its_copy() -> None:
+    """`x.to(torch.float32)` of a float32 [2048, 2048] returns x: a leaf `aten::to` of 1 us, which counted 16 MiB
+    read and 16 MiB written ("23652.88 GB/s" in the operators table). One that converts bf16 to float calls
+    `_to_copy` and `copy_`, and the copy's bytes are what moved: 8 MiB read, 16 MiB written."""
+    noop = op("aten::to", 1000, 1, shapes=((2048, 2048), (), (), (), ()), dtypes=("float", "Scalar", "", "", ""))
+    convert = [op("aten::to", 2000, 900, self_us=2, leaf=False, shapes=((2048, 2048), ()),
+                  dtypes=("c10::BFloat16", "Scalar")),
+               op("aten::copy_", 2005, 890, depth=1, shapes=((2048, 2048), (2048, 2048)),
+                  dtypes=("float", "c10::BFloat16"))]
+    rows = {s.name: s for s in operators.analyze(trace([noop, *convert]), CEILINGS).operators}
+    assert rows["aten::to"].bytes_moved == 0
+    assert rows["aten::to"].achieved_bytes_s is None
+    assert rows["aten::copy_"].bytes_moved == 2048 * 2048 * (2 + 4)
