@@ -258,15 +258,21 @@ def op_bytes_and_flops(op: OpEvent) -> tuple[float, float]:
     read = sum(elements * size for _, size, elements in inputs[1 if op.name in DESTINATION_OPS else 0:])
     largest_shape, largest_size = max(tensors, key=lambda t: _numel(t[0]) * t[1])
     out_elems = _numel(largest_shape)
+    product_flops = 0.0
     if op.name in MATMUL_OPS:
         mats = [s for s, _ in tensors if len(s) >= 2]
         if len(mats) >= 2:
             a, b = mats[-2], mats[-1]
             out_elems = math.prod(a[:-1]) * b[-1]
+            product_flops = 2.0 * out_elems * a[-1]
     write = out_elems * largest_size
+    if op.name == "aten::_int_mm":
+        write = out_elems * 4  # int8 in, int32 out
     if op.name in DESTINATION_OPS:  # writes its first input, in that input's dtype (a cast copy_ included)
         write = _numel(tensors[0][0]) * tensors[0][1]
-    flops = float(op.flops)
+    # the profiler counts mm, addmm, bmm and baddbmm, not torch._int_mm: an int8 product read "0.0 FLOP/B (below the
+    # int8 ridge 139.8), 4% of its roofline ceiling", bandwidth-bound
+    flops = float(op.flops) or product_flops
     if op.name in REDUCTION_OPS and len(tensors) == 1:
         return float(read), flops or float(out_elems)  # one FLOP per element read
     if "scaled_dot_product" in op.name and flops == 0:
