@@ -570,17 +570,24 @@ def _compute(a: Analyses) -> Finding | None:
         int8_ratio = int8 / base if int8 and base else 0.0
         fixes = [bf16_fix()] if bf16_ratio > 1.0 else []
         passes = list(INT8_PASSES) + ["precision"] * (dtype == "fp32")
-        fix = ("the arithmetic runs near the machine's peak: do less of it or do it cheaper, with int8 "
-               "quantization (dlperf optimize, within an accuracy budget"
-               + (f"; int8's ceiling is {int8_ratio:.1f}x {dtype}'s here" if int8_ratio > 1.0 else "") + ")"
-               + (", bf16/fp16 " + (f"(bf16's ceiling is {bf16_ratio:.1f}x fp32's here)" if bf16_ratio > 1.0 else
-                                    "where the hardware runs them faster") if dtype == "fp32" else "")
-               + ", or a smaller model")
+        if dtype == "int8":
+            # already int8 (an int8-weight Linear, torch._int_mm): "do it cheaper, with int8 quantization" and
+            # `--passes dynamic_int8,...` offered what it runs
+            passes = []
+            fix = ("the arithmetic runs near the machine's peak in int8, the cheapest arithmetic it has here: do less "
+                   "of it, with a smaller model")
+        else:
+            fix = ("the arithmetic runs near the machine's peak: do less of it or do it cheaper, with int8 "
+                   "quantization (dlperf optimize, within an accuracy budget"
+                   + (f"; int8's ceiling is {int8_ratio:.1f}x {dtype}'s here" if int8_ratio > 1.0 else "") + ")"
+                   + (", bf16/fp16 " + (f"(bf16's ceiling is {bf16_ratio:.1f}x fp32's here)" if bf16_ratio > 1.0 else
+                                        "where the hardware runs them faster") if dtype == "fp32" else "")
+                   + ", or a smaller model")
         ratio = bf16_ratio if fixes else int8_ratio
         speedup = _speedup(share, ratio) if ratio > 1.0 else None
     return Finding(
         category=COMPUTE_BOUND, title=title, evidence=evidence, fix=fix,
-        setting=optimize_command(passes), share=share,
+        setting=optimize_command(passes) if passes else None, share=share,
         confidence=confidence, estimated_speedup=speedup, fixes=fixes,
     )
 

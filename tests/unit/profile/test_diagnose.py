@@ -1079,3 +1079,16 @@ def test_analyses_to_dict_writes_every_analysis_field_and_a_new_one_without_bein
     assert more.to_dict()["extra"] == {"count": 3}
     assert more.to_dict()["later"] is None
     assert "mode" not in more.to_dict() and "comm_share" not in more.to_dict()
+
+
+def test_an_int8_step_near_its_peak_is_not_told_to_quantize_to_int8() -> None:
+    """torch._int_mm at 77% of the int8 peak (a profile of ours) read "do it cheaper, with int8 quantization" and
+    `apply with: dlperf optimize WORKLOAD --passes dynamic_int8,onnxruntime,openvino`, for arithmetic already int8."""
+    from tests.unit.profile.builders import FakeCeilings
+
+    int_mm = [op("aten::_int_mm", i * 2000.0, 1700.0, shapes=((512, 2048), (2048, 512)),
+                 dtypes=("signed char", "signed char")) for i in range(5)]  # 1.07 G in 1.7 ms: 63% of 1 T
+    top = dg.diagnose(dg.analyze_all(trace(int_mm), FakeCeilings({"fp32": 100e9, "int8": 1000e9}, 10e9))).top
+    assert top is not None and top.category == dg.COMPUTE_BOUND and "near the machine's peak in int8" in top.fix
+    assert "quantization" not in top.fix
+    assert top.setting is None and top.fixes == [] and top.estimated_speedup is None
