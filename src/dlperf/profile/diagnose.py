@@ -528,9 +528,10 @@ def _compute(a: Analyses) -> Finding | None:
     dtype = max(time_by_dtype, key=time_by_dtype.__getitem__) if time_by_dtype else "fp32"
     base = op.peak_flops.get(dtype, 0.0)
     int8 = op.peak_flops.get("int8") if dtype != "int8" else None
-    peak_words = (f"the {base / 1e9:.0f} GFLOP/s {dtype} GEMM peak" if len(time_by_dtype) <= 1 else
+    # int8's is of integer operations ("the 2124 GFLOP/s int8 GEMM peak" beside calibrate's "4.4 TOP/s")
+    peak_words = (f"the {base / 1e9:.0f} {_giga_ops(dtype)} {dtype} GEMM peak" if len(time_by_dtype) <= 1 else
                   "the GEMM peaks of their dtypes (" + ", ".join(
-                      f"{k} {op.peak_flops[k] / 1e9:.0f} GFLOP/s" for k in sorted(time_by_dtype)) + ")")
+                      f"{k} {op.peak_flops[k] / 1e9:.0f} {_giga_ops(k)}" for k in sorted(time_by_dtype)) + ")")
     evidence = [f"{share:.0%} of the step is in compute-bound operators, running at {eff:.0%} of {peak_words}",
                 *_top_ops_evidence(op, COMPUTE)]
     bf16 = op.peak_flops.get("bf16") if dtype == "fp32" else None  # autocast to bf16 changes an fp32 model only
@@ -590,6 +591,11 @@ def _compute(a: Analyses) -> Finding | None:
         setting=optimize_command(passes) if passes else None, share=share,
         confidence=confidence, estimated_speedup=speedup, fixes=fixes,
     )
+
+
+def _giga_ops(dtype: str) -> str:
+    """The unit of a GEMM peak of `dtype` in billions: integer operations for int8, FLOPs for the rest."""
+    return "GOP/s" if dtype == "int8" else "GFLOP/s"
 
 
 INT8_PASSES = ("dynamic_int8", "onnxruntime", "openvino")

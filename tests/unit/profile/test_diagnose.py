@@ -1091,4 +1091,5 @@ def test_an_int8_step_near_its_peak_is_not_told_to_quantize_to_int8() -> None:
     top = dg.diagnose(dg.analyze_all(trace(int_mm), FakeCeilings({"fp32": 100e9, "int8": 1000e9}, 10e9))).top
     assert top is not None and top.category == dg.COMPUTE_BOUND and "near the machine's peak in int8" in top.fix
     assert "quantization" not in top.fix
+    assert top.evidence[0].endswith("running at 63% of the 1000 GOP/s int8 GEMM peak")  # integer operations
     assert top.setting is None and top.fixes == [] and top.estimated_speedup is None

@@ -152,3 +152,16 @@ def test_a_size_under_one_kib_is_written_in_bytes() -> None:
     assert "largest allocation: aten::addmm 16 B" in out.getvalue()
     assert [dg.size_text(n) for n in (0, 16, 1023, 1024, 3 << 9, 5 << 20, -2048)] == [
         "0 B", "16 B", "1,023 B", "1 KiB", "2 KiB", "5 MiB", "-2 KiB"]
+
+
+def test_an_int8_products_achieved_rate_is_in_integer_operations() -> None:
+    """torch._int_mm's row read "1630.3 GF/s" beside calibrate's "int8 4.4 TOP/s": integer operations, not FLOPs."""
+    int_mm = op("aten::_int_mm", 0, 2000.0, shapes=((512, 2048), (2048, 512)), dtypes=("signed char", "signed char"))
+    t = trace([int_mm, gemm(2500, 2000)])
+    analyses = dg.analyze_all(t, CEILINGS)
+    report = ProfileReport("synthetic", t, analyses, dg.diagnose(analyses), {"gemm_flops": {}}, None, 1.0)
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(profile_report(report.to_dict()))
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.strip()}
+    assert "536.9 GOP/s" in rows["_int_mm"]  # 2 x 512 x 2048 x 512 in 2 ms
+    assert "GF/s" in rows["addmm"] and "GOP/s" not in rows["addmm"]
