@@ -349,3 +349,43 @@ def test_a_doubt_named_by_the_caller_measures_again_and_is_kept_as_the_reason(
     assert ceilings_news(again) == ("the cached ceilings were measured again: aten::addmm ran at 403% of its roofline "
                                     "ceiling")
     assert ceilings_news(lookup_or_measure("cpu")[0]) is not None and len(fake_measure) == 2
+
+
+def test_a_ceiling_measured_again_lower_than_the_doubted_cached_one_keeps_the_cached_one(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile whose int8 product ran at 2423% of a busy calibration's int8 peak measured the ceilings again while
+    other processes kept 1.3 cores busy, and the cached 29.4 GB/s bandwidth became 9.3 GB/s. Each ceiling now keeps the
+    higher of the two (with that measurement's details and warnings); --force replaces them all."""
+    from dlperf.calibrate.ceilings import ceilings_caveat
+
+    slow_copy = ("the memory bandwidth: other processes kept 1.3 cores busy while it was measured: this ceiling is "
+                 "likely an underestimate; run `dlperf calibrate --force` again when the machine is idle")
+    runs = [({"fp32": 441e9, "int8": 122e9}, 29.4e9, []), ({"fp32": 430e9, "int8": 3272e9}, 9.3e9, [slow_copy]),
+            ({"fp32": 430e9, "int8": 3272e9}, 9.3e9, [slow_copy])]
+
+    def measure(device: str, key: str, *, quick: bool = False, on_progress: Any = None) -> Ceilings:
+        flops, bandwidth, warnings = runs.pop(0)
+        return Ceilings(device, key, dict(flops), bandwidth, f"t{3 - len(runs)}", 2, quick=quick,
+                        details={"warnings": list(warnings), "copy": {"bytes": int(bandwidth)}})
+
+    monkeypatch.setattr(kernels, "measure_ceilings", measure)
+    monkeypatch.setattr(kernels, "busy_warnings", lambda: [])
+    lookup_or_measure("cpu")
+    again, cached = lookup_or_measure("cpu", remeasure="aten::_int_mm ran at 2423% of its roofline ceiling")
+    assert not cached
+    assert again.gemm_flops == {"fp32": 441e9, "int8": 3272e9} and again.memory_bandwidth_bytes_s == 29.4e9
+    assert again.details["copy"] == {"bytes": int(29.4e9)}  # how the kept one was measured
+    assert again.warnings == [] and ceilings_caveat(again) is None  # the 9.3 GB/s one's warning went with it
+    assert again.details["kept"] == {"fp32": "t1", "bandwidth": "t1"}
+    news = ceilings_news(again)
+    assert news is not None and news.endswith("; the fp32 GEMM and the memory bandwidth measured now came out lower "
+                                              "than the cached ones, which are kept (a ceiling is the best the "
+                                              "machine did: other load only lowers it)")
+    assert read_cache(machine_key("cpu"), quick=False) == again
+    forced, _ = lookup_or_measure("cpu", force=True)  # what the user asked for: measured now, as it is
+    assert forced.memory_bandwidth_bytes_s == 9.3e9 and forced.warnings == [slow_copy]
+    from dlperf.calibrate.ceilings import _keep_higher
+
+    bare = Ceilings("cpu", "k", {"fp32": 1e12}, 1e11, "t0", 2)  # kept, with no details of how it was measured
+    assert _keep_higher(forced, bare) == ["the fp32 GEMM", "the memory bandwidth"]
+    assert "copy" not in forced.details and "gemm_fp32" not in forced.details
