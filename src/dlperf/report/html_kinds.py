@@ -253,8 +253,10 @@ def profile_view(rec: RunRecord) -> str:
         svgs.append(_roofline(ops_data))
         ops = [o for o in ops_data.get("operators", []) if isinstance(o, Mapping)][:12]
         if ops:
+            # an int8 product's rate is of integer operations, as the roofline's axis and `dlperf profile` say
+            rate = "GFLOP/s (int8: GOP/s)" if any(o.get("dtype") == "int8" for o in ops) else "GFLOP/s"
             parts.append(f"<h3>Top operators by {esc(str(ops_data.get('timed_by', 'self time')))}</h3>" + html_table(
-                ("operator", "ms/step", "share", "FLOP/B", "GFLOP/s", "bound", "% of roofline"),
+                ("operator", "ms/step", "share", "FLOP/B", rate, "bound", "% of roofline"),
                 [[o.get("name"), fmt_ms(o.get("self_s")), fmt_pct(o.get("share"), sign=False), fmt(o.get("intensity")),
                   fmt((o.get("achieved_flops_s") or 0) / 1e9 if o.get("achieved_flops_s") else None),
                   # the terminal's words ('dispatch', 'in-cache', 'memory'): the report read 'overhead',

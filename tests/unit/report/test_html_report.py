@@ -339,6 +339,13 @@ def test_the_roofline_says_the_int8_roof_is_in_gop_s() -> None:
     assert "int8 roof (GOP/s)" in roof and "GFLOP/s (int8: GOP/s)" in roof and "fp32 roof (GOP/s)" not in roof
     fp32 = render_report([_rec("p2", "profile", {"analyses": {"operators": {**ops, "peak_flops": {"fp32": 1e11}}}})])
     assert "GOP/s" not in next(s for s in _plots(fp32) if "<title>Roofline" in s)
+    assert "<th>GFLOP/s</th>" in fp32 and "int8: GOP/s</th>" not in fp32
+    # the operators table too: torch._int_mm's 1621 read under "GFLOP/s" beside the roofline's "GOP/s"
+    int_mm = {"name": "aten::_int_mm", "self_s": 0.08, "share": 0.98, "intensity": 1365.0, "dtype": "int8",
+              "achieved_flops_s": 1.62e12, "bound": "compute", "pct_of_peak": 0.76}
+    int8_table = render_report([_rec("p3", "profile", {"analyses": {"operators": {
+        "operators": [int_mm], "bandwidth_bytes_s": 2e10, "peak_flops": {"fp32": 1e11, "int8": 8e11}}}})])
+    assert "<th>GFLOP/s (int8: GOP/s)</th>" in int8_table
 
 
 def test_check_view_says_the_gate_compares_per_item(bench_points: list[dict[str, Any]]) -> None:
