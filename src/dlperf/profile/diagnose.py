@@ -610,8 +610,11 @@ def optimize_command(passes: list[str], options: str = "") -> str:
             "(within an accuracy budget: --max-metric-drop)")
 
 
-GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addmv", "mv"})
-"""Matrix products: below the ridge, they are bound by reading their weights at a small batch."""
+GEMM_OPS = frozenset({"addmm", "mm", "matmul", "linear", "bmm", "baddbmm", "addmv", "mv", "_int_mm",
+                      "linear_dynamic", "linear_relu_dynamic"})
+"""Matrix products: below the ridge, they are bound by reading their weights at a small batch. With int8 ones
+(`quantized::linear_dynamic`, the dynamic_int8 pass): a quantized Linear at batch 1 was told to fuse elementwise
+operators with torch.compile."""
 
 
 def _nested_bandwidth_s(op: OperatorAnalysis) -> float:
@@ -693,7 +696,11 @@ def _bandwidth(a: Analyses) -> Finding | None:
         return Finding(
             category=MEMORY_BANDWIDTH, title=title, evidence=evidence,
             fix=("batch more items per call (each weight read then serves all of them): dynamic batching when "
-                 "serving, a larger batch offline; a smaller weight dtype (int8 weights) cuts the traffic itself"),
+                 "serving, a larger batch offline"
+                 # not for weights already int8 (a quantized Linear at batch 1 was offered int8 weights)
+                 + ("" if all(o.dtype == "int8" for o in op.operators if o.bound == BANDWIDTH
+                              and o.name.split("::")[-1] in GEMM_OPS)
+                    else "; a smaller weight dtype (int8 weights) cuts the traffic itself")),
             setting="--max-batch-size (dlperf serve), the batch size", share=share, confidence=confidence,
             # the weights' reads are shared by 4x the items: at most the GEMMs' share of the time goes 4x down
             estimated_speedup=_speedup(share * gemm_s / bound_s, 4.0), fixes=[batch_fix(a.batch_size), compile_fix()],

@@ -1093,3 +1093,19 @@ def test_an_int8_step_near_its_peak_is_not_told_to_quantize_to_int8() -> None:
     assert "quantization" not in top.fix
     assert top.evidence[0].endswith("running at 63% of the 1000 GOP/s int8 GEMM peak")  # integer operations
     assert top.setting is None and top.fixes == [] and top.estimated_speedup is None
+
+
+def test_an_int8_linear_at_batch_1_is_bound_by_its_weights_and_told_to_batch() -> None:
+    """A quantize_dynamic'd Linear(2048, 2048) at batch 1 (4 MiB of int8 weights read per row) read "fix: read and
+    write each tensor fewer times: fuse chains of elementwise operators (torch.compile)": its operator was not taken
+    for a matrix product, whose weights' reads a larger batch shares."""
+    calls = []
+    for i in range(4):
+        calls += [op("quantized::linear_dynamic", i * 2500.0, 2000.0, self_us=1990.0, leaf=False,
+                     shapes=((1, 2048), (), ()), dtypes=("float", "ScriptObject", "Scalar")),
+                  op("aten::empty_like", i * 2500.0 + 5, 1, depth=1, shapes=((1, 2048), (), (), (), (), ()),
+                     dtypes=("float", "Scalar", "Scalar", "", "", "Scalar"))]
+    top = _diagnose(trace(calls)).top
+    assert top is not None and top.category == dg.MEMORY_BANDWIDTH
+    assert top.fix.startswith("batch more items per call") and "int8 weights" not in top.fix  # they are int8
+    assert any("matrix products are 100% of that time" in e for e in top.evidence)
