@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--rate", type=_rate_levels, default=None, metavar="R[,R...]|START:END[:STEP]",
                       help="open loop: send R requests per second, one level per value or per step of a range "
                            "(perf_analyzer's --request-rate-range); a request's latency counts from when it was "
-                           "due, the generator's own lag behind its schedule included")
+                           "due, the generator's own lag behind its schedule included; with --find-peak the one "
+                           "rate the search starts from, whose first trial must fit in 15 minutes without --duration")
     parser.add_argument("--arrivals", choices=["constant", "poisson", "trace"], default=None,
                         help="request-rate schedule (default constant, poisson with --find-peak as MLPerf's server "
                              "scenario; trace: with --request-intervals)")
@@ -355,6 +356,11 @@ def run(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout_s, collect_metrics=args.collect_metrics, metrics_url=args.metrics_url,
         metrics_interval_s=args.metrics_interval_ms / 1000.0, slo=slo,
     )
+    if args.find_peak and args.rate and args.duration is None:
+        from dlperf.loadgen.generator import check_start_rate
+
+        assert slo is not None  # refused above without one
+        check_start_rate(config, slo, args.rate[0])  # before any load: a trial of hours was started with no word
     inputs = None
     if args.workload and args.input_data:
         raise ConfigError("give either --workload (its example inputs) or --input-data, not both")

@@ -1268,6 +1268,30 @@ def decision_duration_s(config: LoadConfig, rate: float, slo: Slo) -> float:
     return config.warmup_s + 1.5 * slo.min_requests / rate + 2 * config.window_s
 
 
+MAX_FITTED_TRIAL_S = 900.0
+"""The longest a fitted trial (`decision_duration_s`) may be: a --rate whose first trial would run longer is refused,
+and the search halves no lower than a rate whose trial fits. 15 minutes holds the trial at 1 req/s, the lowest start
+the probe gives (694 s for p99); --rate 0.1 asked for a first trial of 6890 s, printed as its bound and nothing else."""
+
+
+def lowest_fitted_rate(config: LoadConfig, slo: Slo) -> float:
+    """The lowest rate whose fitted trial (`decision_duration_s`) fits in `MAX_FITTED_TRIAL_S`."""
+    return 1.5 * slo.min_requests / max(1e-9, MAX_FITTED_TRIAL_S - config.warmup_s - 2 * config.window_s)
+
+
+def check_start_rate(config: LoadConfig, slo: Slo, rate: float) -> None:
+    """ConfigError when a search's first fitted trial at `rate` would run longer than `MAX_FITTED_TRIAL_S`, naming
+    the lowest start rate that fits and the --duration that bounds each trial instead."""
+    needed = decision_duration_s(config, rate, slo)
+    if needed > MAX_FITTED_TRIAL_S:
+        raise ConfigError(
+            f"--rate {rate:g}: the search's first trial would run up to {needed:.0f} s (1.5 x the "
+            f"{slo.min_requests} requests that can show {slo.name} <= {slo.bound_s * 1e3:g} ms at 99% confidence, at "
+            f"{rate:g} req/s), over the {MAX_FITTED_TRIAL_S / 60:g} minutes a trial may take: start at --rate "
+            f"{math.ceil(lowest_fitted_rate(config, slo) * 100) / 100:g} or higher, or give --duration to bound "
+            "each trial (an undecided trial then stops the search)")
+
+
 def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | None = None,
               max_steps: int = 10, tolerance: float = 0.05,
               on_step: Callable[[LevelResult, bool], None] | None = None, fit_duration: bool = False,
@@ -1281,6 +1305,8 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
     runs before each trial, `on_step(step, passed)` after, `on_probe(start_rate)` after the probe."""
     import dataclasses
 
+    if fit_duration and start_rate is not None:
+        check_start_rate(config, slo, start_rate)
     ensure_open_files(dataclasses.replace(config, rate=start_rate or 1.0))
     steps: list[LevelResult] = []
     # an undecided trial did not show its rate to miss the SLO; one the user's --duration or --requests kept
@@ -1340,7 +1366,7 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
             if lo is not None or stopped:
                 break
             rate /= 2
-            if rate < 0.5:
+            if rate < 0.5 or (fit_duration and decision_duration_s(config, rate, slo) > MAX_FITTED_TRIAL_S):
                 break
     while (lo is not None and hi is not None and not stopped and len(steps) < max_steps
            and (hi - lo) > tolerance * lo):

@@ -301,6 +301,31 @@ def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch:
     assert bounds == {20: 30.0, 10: 30.0, 15: 30.0}  # the user's --duration stands
 
 
+def test_find_peak_refuses_a_start_rate_whose_fitted_trial_runs_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--find-peak --rate 0.1 printed "trying 0.1 req/s (at most 6890 s)" and started: 1.5 x 459 requests at 0.1
+    req/s. Refused before any trial, naming the lowest start rate whose trial fits; a --duration bounds it instead."""
+    tried: list[float] = []
+
+    def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
+        tried.append(level)
+        return _level(level, 1.0)  # every rate fails: the search halves down
+
+    monkeypatch.setattr(generator, "run_level", fake_run_level)
+    config = LoadConfig(warmup_s=1.0, window_s=2.0)
+    with pytest.raises(ConfigError, match=r"--rate 0.1: the search's first trial would run up to 6890 s .* start at "
+                                          r"--rate 0.77 or higher, or give --duration"):
+        find_peak(object(), config, P99, start_rate=0.1, fit_duration=True)  # type: ignore[arg-type]
+    assert tried == []
+    low = generator.lowest_fitted_rate(config, P99)
+    assert decision_duration_s(config, low, P99) == pytest.approx(generator.MAX_FITTED_TRIAL_S)
+    find_peak(object(), config, P99, start_rate=0.1, max_steps=1)  # type: ignore[arg-type]  # --duration given
+    assert tried == [0.1]
+    # halving down stops before a rate whose fitted trial would run past the bound (1 req/s: 694 s; 0.5: 1382 s)
+    tried.clear()
+    find_peak(object(), config, P99, start_rate=2, max_steps=10, fit_duration=True)  # type: ignore[arg-type]
+    assert tried == [2, 1]
+
+
 def test_find_peak_brackets_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
     capacity = 300.0  # a synthetic server: p99 explodes past 300 req/s
     tried: list[float] = []
