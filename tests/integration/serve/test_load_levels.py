@@ -400,6 +400,20 @@ def test_a_rate_level_s_sent_rate_counts_requests_when_they_are_written_not_when
                for w in result.warnings), result.warnings
 
 
+def test_a_rate_past_what_the_loop_can_schedule_reports_its_lag_and_the_rate_it_sent(server: Running) -> None:
+    """--rate 1e9 --duration 2s reported no send lag ("send_lag_p99_s": null) 2 s behind its schedule, as every
+    request it came to was due in the warm-up's first millisecond, and said "it kept up with 572611.7 req/s",
+    counting the requests dropped at the outstanding cap, where 739 a second were sent."""
+    config = LoadConfig(rate=1e9, duration_s=1.5, window_s=0.5, warmup_s=0.5, max_outstanding=8)
+    result = run_level(oip_target(server.url, "mlp"), config, 1e9)
+    assert result.statuses.get("dropped", 0) > 0 and result.send_rate is not None
+    # every due time is in the warm-up's first ms, the level measures from 0.5 s on: at least that far behind
+    assert result.send_lag_p99_s is not None and result.send_lag_p99_s > 0.45, result.send_lag_p99_s
+    said = [w for w in result.warnings if w.startswith("the load generator could not send 1e+09 req/s itself")]
+    assert said and f"and sent {result.send_rate:.1f} req/s of them" in said[0] and "kept up" not in said[0], said
+    assert result.send_rate < 0.01 * float(said[0].split("came to ")[1].split(" req/s")[0])
+
+
 def test_requests_written_after_a_rate_level_s_end_are_answered_before_the_next_level_begins(
         server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests the open loop issued but had not written when a level ended go out after it (at --rate 10000

@@ -416,7 +416,14 @@ def test_find_peak_climbs_past_an_undecided_trial_with_no_request_over_the_slo(m
 def test_rate_warnings_say_when_the_generator_cannot_keep_up() -> None:
     r = _level(1000, 0.01, send_rate=700)
     _rate_warnings(r, 1000, [0.0] * 10, r.statuses, 10.0)
-    assert any("could not send 1000 req/s" in w for w in r.warnings)
+    assert any("could not send 1000 req/s itself: it kept up with 700.0 req/s" in w for w in r.warnings)
+    # requests dropped at the cap: the loop came to them, but did not send them (--rate 1e9 "kept up with 572611.7
+    # req/s" where 739 a second were sent)
+    r = _level(1000, 0.01, send_rate=70)
+    r.statuses["dropped"] = 6300
+    _rate_warnings(r, 1000, [0.0] * 10, r.statuses, 10.0, pace=700.0)
+    assert any("could not send 1000 req/s itself: it came to 700.0 req/s of its schedule and sent 70.0 req/s of them"
+               in w for w in r.warnings), r.warnings
     r = _level(100, 0.01)
     _rate_warnings(r, 100, [0.0] * 99 + [0.5], r.statuses, 10.0)
     assert r.warnings == []
