@@ -154,6 +154,10 @@ class LoadConfig:
     slo: Slo | None = None
     """A latency SLO: a level keeps measuring after its windows agree until MLPerf's early-stopping test
     decides whether its percentile is within the bound (or the level's duration or request bound ends it)."""
+    decide_within_s: float | None = None
+    """With an SLO and no request bound: the most a level may run (warm-up included) when its SLO is still undecided
+    at `duration_s`: it goes on for the requests the early-stopping test needs for the overs seen so far
+    (`early_stopping_min_count`), sized again at each new bound. None: it ends at `duration_s`."""
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -183,6 +187,9 @@ class LoadConfig:
         if self.max_outstanding < 1 or not self.request_timeout_s > 0:
             raise ConfigError(f"--max-outstanding must be >= 1 and --request-timeout-s positive, got "
                               f"{self.max_outstanding} and {self.request_timeout_s:g}")
+        if self.decide_within_s is not None and not self.duration_s <= self.decide_within_s <= MAX_SECONDS:
+            raise ConfigError(f"decide_within_s must be from --duration ({self.duration_s:g} s) to {MAX_SECONDS:g} s, "
+                              f"got {self.decide_within_s:g}")
         if self.requests is not None and self.requests < 1:
             raise ConfigError(f"--requests must be >= 1, got {self.requests}")
         if not self.metrics_interval_s > 0:
@@ -763,6 +770,14 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         finished = done_all()
         if not finished:
             late_ns = max(late_ns, now - w_end)
+        if now >= end_bound and not finished and not slo_failed:
+            # undecided at its bound: on for the requests the early-stopping test needs for the overs seen (a
+            # trial sized for none over ended undecided near the edge: 50.1 req/s, 147 requests short)
+            grown = _decision_bound_ns(judged_so_far(), config, now, measure_start, start)
+            if grown > end_bound:
+                end_bound = grown
+                if windows and now - w_start < window_ns / 2:
+                    continue  # a sliver of a window before the old bound: it goes into the next one
         window = [r for r in records[cursor:] if r[2] == "200"]
         cursor = len(records)
         span = max(1, now - w_start) / 1e9
@@ -1005,6 +1020,24 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
     if early_stopping_fails(len(records), over, slo.percentile):
         return "fail"
     return "pass" if early_stopping_passes(len(records), over, slo.percentile) else None
+
+
+def _decision_bound_ns(judged: Sequence[Record], config: LoadConfig, now: int, measure_start: int,
+                       start: int) -> int:
+    """Where a level whose SLO is undecided at `now` should end to measure the requests MLPerf's early-stopping
+    test needs for the overs seen (`early_stopping_min_count`), at the pace its replies came so far, 10% more and
+    at least a window further; at most `config.decide_within_s` after the level's `start`. `now` (no later bound)
+    without an SLO, with a request bound, or when the SLO is decided (or failed)."""
+    slo = config.slo
+    if slo is None or config.decide_within_s is None or config.requests is not None:
+        return now
+    if not judged or _slo_decided(judged, slo) is not None:
+        return now
+    over = sum(1 for r in judged if r[1] > slo.bound_s * 1e9)
+    needed = early_stopping_min_count(slo.percentile, over)
+    per_s = len(judged) / max(1e-9, (now - measure_start) / 1e9)
+    more_s = max(config.window_s, 1.1 * max(0, needed - len(judged)) / per_s)
+    return min(start + int(config.decide_within_s * 1e9), now + int(more_s * 1e9))
 
 
 def _rate_warnings(result: LevelResult, rate: float, lags_s: list[float], statuses: dict[str, int],
@@ -1282,6 +1315,12 @@ and the search halves no lower than a rate whose trial fits. 15 minutes holds th
 the probe gives (694 s for p99); --rate 0.1 asked for a first trial of 6890 s, printed as its bound and nothing else."""
 
 
+EXTEND_FITTED_TRIAL = 3.0
+"""How much longer than its fitted duration a trial undecided there may run for the requests the early-stopping test
+needs for the overs it saw (within `MAX_FITTED_TRIAL_S`): 3 x 30 s at 50 req/s holds about 4400 requests, which decide
+up to 29 over (0.66%) where 459 x 1.5 decide 4."""
+
+
 def lowest_fitted_rate(config: LoadConfig, slo: Slo) -> float:
     """The lowest rate whose fitted trial (`decision_duration_s`) fits in `MAX_FITTED_TRIAL_S`."""
     return 1.5 * slo.min_requests / max(1e-9, MAX_FITTED_TRIAL_S - config.warmup_s - 2 * config.window_s)
@@ -1328,9 +1367,12 @@ def find_peak(target: Target, config: LoadConfig, slo: Slo, start_rate: float | 
         requests in the same time (the search gave up at its first trial, which 300 requests left undecided)."""
         cfg = dataclasses.replace(config, rate=rate, slo=slo)
         if fit_duration:
-            cfg = dataclasses.replace(cfg, duration_s=max(config.duration_s, decision_duration_s(config, rate, slo)))
+            fitted = max(config.duration_s, decision_duration_s(config, rate, slo))
+            # sized for none over: near the edge it may go on, within EXTEND_FITTED_TRIAL x that, for the overs seen
+            cfg = dataclasses.replace(cfg, duration_s=fitted, decide_within_s=None if config.requests is not None
+                                      else max(fitted, min(MAX_FITTED_TRIAL_S, EXTEND_FITTED_TRIAL * fitted)))
         if on_trial is not None:
-            on_trial(rate, cfg.duration_s)
+            on_trial(rate, cfg.decide_within_s or cfg.duration_s)
         step = run_level(target, cfg, rate, _level_windows(on_window, rate))
         steps.append(step)
         judged = verdict(step, slo)

@@ -283,10 +283,12 @@ def test_early_stopping_during_a_level_uses_the_slo_s_percentile() -> None:
 
 def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     bounds: dict[float, float] = {}
+    extended: dict[float, float | None] = {}
 
     def fake_run_level(target: object, config: LoadConfig, level: float, on_window: object = None) -> LevelResult:
         assert config.slo == P99
         bounds[level] = config.duration_s
+        extended[level] = config.decide_within_s
         return _level(level, 0.02 if level <= 10 else 1.0)
 
     monkeypatch.setattr(generator, "run_level", fake_run_level)
@@ -295,10 +297,14 @@ def test_find_peak_fits_each_trial_to_the_time_early_stopping_needs(monkeypatch:
     # warm-up 1 s + 1.5 x 459 requests at the rate + two 2 s windows, where that is over 30 s
     assert bounds == {20: pytest.approx(1 + 1.5 * 459 / 20 + 4), 10: pytest.approx(1 + 1.5 * 459 / 10 + 4),
                       15: pytest.approx(1 + 1.5 * 459 / 15 + 4)}
+    # undecided there, a fitted trial may go on for the overs seen, up to 3 x its fitted bound
+    assert extended == {r: pytest.approx(3 * bounds[r]) for r in (20, 10, 15)}
     assert decision_duration_s(config, 100, P99) < 30.0
     bounds.clear()
+    extended.clear()
     find_peak(object(), config, P99, start_rate=20, max_steps=3)  # type: ignore[arg-type]
     assert bounds == {20: 30.0, 10: 30.0, 15: 30.0}  # the user's --duration stands
+    assert extended == {20: None, 10: None, 15: None}
 
 
 def test_find_peak_refuses_a_start_rate_whose_fitted_trial_runs_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
