@@ -624,14 +624,21 @@ class Measurement:
             self.__dict__["_heavy_tail_cache"] = cached
         return cached[1]
 
-    def _heavy_tail_note(self) -> str | None:
+    def _past_slow_start(self) -> tuple[int, list[int], int, float, float] | None:
+        """The calls after any slow start, for the notes on their spread: (how many the slow start held, the calls,
+        their total ns, median ns, mean ns); None for under 10 of them."""
         head = self.slow_start.calls if self.slow_start else 0
         rest = self.samples_ns[head:]
         if len(rest) < 10:
             return None
         total = sum(rest)
-        mid = _median_ns(rest)
-        mean = total / len(rest)
+        return head, rest, total, _median_ns(rest), total / len(rest)
+
+    def _heavy_tail_note(self) -> str | None:
+        past = self._past_slow_start()
+        if past is None:
+            return None
+        head, rest, total, mid, mean = past
         if mid <= 0 or mean <= HEAVY_TAIL_RATIO * mid:
             return None
         slow = [x for x in rest if x > HEAVY_TAIL_RATIO * mid]
@@ -648,13 +655,10 @@ class Measurement:
         A spell of 12 calls of 20 ms among 2.1 ms ones took 31% of the time, put items/s 29% below 1/p50 and got
         no note until 2026-12-07. None for a spell from the start or to the end of the run where `speed_change_note`
         has one: that note says it, at which call and from what to what."""
-        head = self.slow_start.calls if self.slow_start else 0
-        rest = self.samples_ns[head:]
-        if len(rest) < 10:
+        past = self._past_slow_start()
+        if past is None:
             return None
-        total = sum(rest)
-        mid = _median_ns(rest)
-        mean = total / len(rest)
+        head, rest, total, mid, mean = past
         if mid <= 0 or mean > HEAVY_TAIL_RATIO * mid or 1 - mid / mean < THROUGHPUT_GAP:
             return None
         limit = SPELL_RATIO * mid
