@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", type=percent_or_float, default=0.95,
                         help="confidence level, e.g. 95%% or 0.95 (default)")
     parser.add_argument("--duration", type=duration_s, default=None,
-                        help="minimum measuring time per batch size (default: the baseline's)")
+                        help="minimum measuring time per batch size (default: the baseline's); a batch size that "
+                             "fails beside other busy processes or with stalled calls is measured once more, for as "
+                             "long, and judged on that")
     parser.add_argument("--batch-size", type=int_list, default=None,
                         help="batch sizes to re-measure (default: the baseline's)")
     parser.add_argument("--allocator", default="baseline", choices=("baseline", *ALLOCATOR_CHOICES),

@@ -144,8 +144,27 @@ def check_against_baseline(
         current = {p.batch_size: p.measurement for p in result.points}
         verdict = gate(base_points, current, config, judged={p.batch_size: p for p in judged},
                        left_out=set(base_points) - set(batch_sizes) if batch_sizes is not None else ())
+        # a batch size that failed while the machine was busy, or whose calls stalled, is measured again once and
+        # judged on that: unchanged code failed at +58680% (p50 31 ms against ~0.05 ms) where the runner's two torch
+        # threads stalled beside other work, and the check only warned "re-run" before exiting 1
+        doubted = {v.batch_size: why for v in verdict.points if v.failed
+                   and (why := stall_evidence(next(p for p in result.points if p.batch_size == v.batch_size)))}
+        if doubted:
+            again = run_bench(workload, dataclasses.replace(bench_config, batch_sizes=tuple(sorted(doubted))),
+                              on_progress=on_progress)
+            redone = {p.batch_size: p for p in again.points}
+            firsts = {v.batch_size: v for v in verdict.points}
+            verdict.points = [gate_point(base_points[v.batch_size], redone[v.batch_size].measurement, config,
+                                         v.batch_size) if v.batch_size in redone else v for v in verdict.points]
+            for v in verdict.points:
+                if v.batch_size in redone:
+                    verdict.measured_again.append(_measured_again_note(
+                        firsts[v.batch_size], doubted[v.batch_size], v, redone[v.batch_size].measurement, config))
+            result = dataclasses.replace(result, points=[redone.get(p.batch_size, p) for p in result.points])
+            bench = result.to_dict()
         verdict.warnings = [*warnings, *verdict.warnings, *_measurement_warnings(result.points, base_points,
-                                                                                 verdict, contended_points(baseline))]
+                                                                                 verdict, contended_points(baseline),
+                                                                                 set(doubted))]
         verdict.baseline_run_id = baseline.id
         verdict.current_run_id = run.id
         # the code each side ran: a CI log names the commit the pull request was judged against
@@ -158,8 +177,37 @@ def check_against_baseline(
     return CheckOutcome(verdict, baseline, run.id, bench)
 
 
+def stall_evidence(point: Any) -> str | None:
+    """Why a batch size's measurement may say more about the machine than the code, None where nothing does: other
+    processes kept cores busy (bench's contention figures) or its calls have the stall shape, a median call
+    `STALL_FACTOR` times the fastest (a model's intra-op threads descheduled beside other work)."""
+    from dlperf.measure.ab import STALL_FACTOR
+
+    said = []
+    if point.contention_warning:
+        said.append(f"{point.other_load_percent / 100:.1f} cores were busy elsewhere")
+    m = point.measurement
+    if m.n and m.min_s > 0 and m.p50_s >= STALL_FACTOR * m.min_s:
+        said.append(f"its median call took {m.p50_s / m.min_s:,.0f}x its fastest (stalled calls)")
+    return " and ".join(said) or None
+
+
+def _measured_again_note(first: PointVerdict, why: str, again: PointVerdict, measurement: Any,
+                         config: GateConfig) -> str:
+    """'batch 8 failed while 1.4 cores were busy elsewhere (p50 ...); measured again (N calls, S s): ...'."""
+    def said(v: PointVerdict) -> str:
+        return v.reason(config.max_regression, config.confidence).split(": ", 1)[1]
+
+    took = f"{total:.1f} s" if (total := measurement.total_s) >= 1 else f"{total * 1e3:.0f} ms"
+    outcome = ("failed again: judged on this measurement" if again.failed
+               else "judged on this measurement, not the first")
+    return (f"batch {first.batch_size} failed while {why} ({said(first)}); measured again "
+            f"({measurement.n} calls, {took}): {said(again)}; {outcome}")
+
+
 def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdict: GateResult,
-                          base_contention: dict[int, str] | None = None) -> list[str]:
+                          base_contention: dict[int, str] | None = None,
+                          measured_again: set[int] | None = None) -> list[str]:
     """What the bench recorded about its own measurements (noise, other processes busy) and the baseline's noise,
     for the check's output: `runs show` printed them, the check's verdict and JSON did not, and a FAIL measured on
     a busy runner (p50 0.026 -> 4.0 ms) read as a regression of the code."""
@@ -181,9 +229,18 @@ def _measurement_warnings(points: list[Any], base_points: dict[int, Any], verdic
         if (base_contention or {}).get(batch) and batch in judged:
             out.append(f"the baseline's batch {batch}: {(base_contention or {})[batch]}")
             doubtful.add(batch)
-    failed = sorted(v.batch_size for v in verdict.points if v.failed and v.batch_size in doubtful)
+    again = measured_again or set()
+    failed = sorted(v.batch_size for v in verdict.points if v.failed and v.batch_size in doubtful - again)
     if failed:
         out.append(f"the failing batch size{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
                    f"{'were' if len(failed) > 1 else 'was'} measured noisily or beside other busy processes (above): "
                    "re-run the check before reading this FAIL as a regression of the code")
+    # measured twice already (the note above): "re-run the check" asked for what the check had done
+    twice = sorted(v.batch_size for v in verdict.points if v.failed and v.batch_size in doubtful & again)
+    if twice:
+        out.append(f"the failing batch size{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} failed when "
+                   "measured again too, and what is said above of the measurements (noise, other busy processes) "
+                   "still holds: confirm with "
+                   "`dlperf ab`, which measures both sides in one process, before reading it as a regression of the "
+                   "code")
     return out

@@ -187,6 +187,9 @@ class GateResult:
     git_commit: str | None = None
     """The git commit this check ran at, None where none was recorded."""
     git_dirty: bool | None = None
+    measured_again: list[str] = field(default_factory=list)
+    """For each batch size that failed beside other busy processes or with stalled calls, and was measured again once
+    (`dlperf check`): both measurements' verdicts; its point is the second's."""
 
     def __repr__(self) -> str:
         # the dataclass's printed its config and every point's samples test and intervals: ~1.3 KB for one batch
@@ -210,7 +213,8 @@ class GateResult:
     def describe(self) -> str:
         """The reasons, the warnings and the verdict, as `dlperf check` prints them (report.compare_text.gate_lines)."""
         verdict = verdict_line(self.failed, self.config.metric, self.config.max_regression)
-        return "\n".join([*self.reasons(), *(f"warning: {w}" for w in self.warnings), verdict])
+        return "\n".join([*self.reasons(), *(f"note: {n}" for n in self.measured_again),
+                          *(f"warning: {w}" for w in self.warnings), verdict])
 
     def headline(self) -> dict[str, Any]:
         """The check run's headline as a run records it ({kpi, value, unit, batch_size}, as bench's): the gated
@@ -232,7 +236,8 @@ class GateResult:
             "baseline_git_commit": self.baseline_git_commit, "baseline_git_dirty": self.baseline_git_dirty,
             "git_commit": self.git_commit, "git_dirty": self.git_dirty,
             "points": [p.to_dict() for p in self.points], "reasons": self.reasons(),
-            "warnings": list(self.warnings), "headline": self.headline(),
+            "measured_again": list(self.measured_again), "warnings": list(self.warnings),
+            "headline": self.headline(),
         }
 
 

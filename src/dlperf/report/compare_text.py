@@ -160,6 +160,8 @@ def gate_lines(result: dict[str, Any]) -> list[Text]:
     lines = []
     for point, reason in zip(result["points"], result["reasons"], strict=False):
         lines.append(Text(reason, style="red" if point.get("failed") else ""))
+    for note in result.get("measured_again", []):
+        lines.append(Text(f"note: {note}", style="yellow"))
     for warning in result.get("warnings", []):
         lines.append(Text(f"warning: {warning}", style="yellow"))
     lines.append(Text(verdict_line(bool(result["failed"]), result["metric"], result["max_regression"]),
