@@ -752,13 +752,25 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
     # the replies since `measure_start` (records are appended as replies come, in time order)
     first_record = bisect.bisect_left(records, measure_start, key=lambda r: r[0])
 
-    def judged_so_far() -> list[Record]:
-        """What an SLO judges so far: the replies since the warm-up's end, in rate mode to requests sent since then
-        (a server behind its schedule answers the warm-up's sends in the windows)."""
+    def judged_so_far(now: int) -> list[Record]:
+        """What an SLO judges so far: the replies since the warm-up's end; in rate mode the requests sent since
+        then (a server behind its schedule answers the warm-up's sends in the windows) and up to one SLO bound
+        before `now` (`_sent_cut_ns`), each with no reply yet as over it. The replies so far alone leave out
+        exactly the slow requests, still in flight: at 200 req/s with one request in 300 delayed 300 ms, 853
+        replies, 2 over 200 ms, stopped the level on a pass that its verdict, with the late third, made undecided."""
         since = records[first_record:]
-        return since if config.mode != "rate" else [r for r in since if r[5] >= measure_start]
+        if config.mode != "rate":
+            return since
+        cut = now if done_all() else _sent_cut_ns(now, config.slo)  # every request answered: none in flight
+        judged = [r for r in since if measure_start <= r[5] <= cut]
+        answered = {r[5] for r in judged}
+        waiting = [at for t, at in issued_at.items()
+                   if not t.done() and measure_start <= at <= cut and at not in answered]
+        failed_since = [r for r in since if r[5] > cut and r[2] != "200"]  # a failure fails it whenever it was sent
+        return judged + [(now, now - at, "200", 0, 0, at) for at in waiting] + failed_since
 
     windows: list[tuple[float, float]] = []  # (throughput, latency s: mean or the stability percentile)
+    decision: str | None = None  # the SLO's in-level decision at the last look
     stable = False
     slo_failed = False
     cursor = first_record
@@ -770,10 +782,11 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         finished = done_all()
         if not finished:
             late_ns = max(late_ns, now - w_end)
-        if now >= end_bound and not finished and not slo_failed:
+        decision = None if config.slo is None else _slo_decided(judged_so_far(now), config.slo)
+        if now >= end_bound and not finished and not slo_failed and decision is None:
             # undecided at its bound: on for the requests the early-stopping test needs for the overs seen (a
             # trial sized for none over ended undecided near the edge: 50.1 req/s, 147 requests short)
-            grown = _decision_bound_ns(judged_so_far(), config, now, measure_start, start)
+            grown = _decision_bound_ns(judged_so_far(now), config, now, measure_start, start)
             if grown > end_bound:
                 end_bound = grown
                 if windows and now - w_start < window_ns / 2:
@@ -791,9 +804,9 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         w_start = now
         if len(windows) >= config.stable_windows and _agree(windows[-config.stable_windows:], config.stability):
             stable = True
-            if config.slo is None or _slo_decided(judged_so_far(), config.slo):
+            if config.slo is None or decision:
                 break
-        elif config.slo is not None and _slo_decided(judged_so_far(), config.slo) == "fail":
+        elif decision == "fail":
             slo_failed = True
             break  # a failure needs no stable windows (an overloaded level never settles)
         if now >= end_bound or finished:
@@ -811,11 +824,17 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         sampler.cancel()
     pending = [*drivers, *tasks]
     never = 0  # requests without a reply even after the request timeout past the level (cancelled here)
-    never_measured = 0  # those of them sent while the level measured
+    never_measured = 0  # those of them sent while the level measured, up to `judged_end`
+    # the sends an SLO verdict judges end where the in-level decision's did: it saw those sent later only as far
+    # as they had replied, and a verdict that added their late overs could reverse the decision that ended the level
+    # (at its bound too: at 200 req/s a stable level ended with 853 replies judged, 2 over 200 ms, a pass, and a
+    # verdict of 854, 3 over, undecided); with every request answered the decision judged them all
+    decided_cut = measure_end if decision is None or finished else _sent_cut_ns(now, config.slo)
+    judged_end = measure_end if config.mode != "rate" else decided_cut
     if pending:
         _, still = await asyncio.wait(pending, timeout=config.request_timeout_s)
         never = sum(1 for t in still if t in tasks)
-        never_measured = sum(1 for t in still if measure_start <= issued_at.get(t, -1) <= measure_end)
+        never_measured = sum(1 for t in still if measure_start <= issued_at.get(t, -1) <= judged_end)
         for t in still:
             t.cancel()
     for conn in connections:
@@ -899,7 +918,7 @@ async def _run_level(target: Target, config: LoadConfig, level: float,
         # what an SLO judges: the requests sent while the level measured, with their late replies (the replies in
         # the measured time were the warm-up's sends against a server that fell behind: "4 of 4 over" of 41 sent)
         result.sent_latencies_ns = [r[1] for r in records[first_record:]
-                                    if r[2] == "200" and measure_start <= r[5] <= measure_end]
+                                    if r[2] == "200" and measure_start <= r[5] <= judged_end]
         result.unanswered = never_measured
         backlog = sum(1 for r in succeeded if r[5] < measure_start)
         if backlog > 0.05 * len(succeeded):
@@ -1035,6 +1054,12 @@ def _slo_decided(records: Sequence[Record], slo: Slo) -> str | None:
     if early_stopping_fails(len(records), over, slo.percentile):
         return "fail"
     return "pass" if early_stopping_passes(len(records), over, slo.percentile) else None
+
+
+def _sent_cut_ns(now: int, slo: Slo | None) -> int:
+    """The last send time whose request an SLO can judge at `now` without a bias: one sent earlier has replied or
+    is already over the bound; of those sent later only the fast have replied, and judging those favours a pass."""
+    return now if slo is None else now - int(slo.bound_s * 1e9) - 1
 
 
 def _decision_bound_ns(judged: Sequence[Record], config: LoadConfig, now: int, measure_start: int,
