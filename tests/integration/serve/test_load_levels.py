@@ -488,6 +488,33 @@ def test_the_in_level_slo_decision_is_the_verdict_though_the_slow_requests_are_i
     assert sum(1 for v in result.sent_latencies_ns or [] if v > 0.2e9) == over, (looks[-1], judged)
 
 
+def test_a_request_timing_out_after_the_level_counts_in_its_verdict(
+        server: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request sent while the level measured whose request timeout came after its end was in neither its replies
+    nor those without any (cancelled past the timeout): its verdict judged the other sends only. It counts as one
+    with no reply, over the SLO, as those do."""
+    from dlperf.loadgen.client import Connection
+
+    send = Connection.send
+    calls = 0
+
+    async def one_times_out(self: Connection, raw: bytes) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 360:  # about 1.8 s into a 2 s level (the warm-up sends 100): its timeout comes after the end
+            await asyncio.sleep(1.5)
+            raise asyncio.TimeoutError("no reply within 1.5 s")
+        return await send(self, raw)
+
+    monkeypatch.setattr(Connection, "send", one_times_out)
+    slo = Slo(0.2)
+    config = LoadConfig(rate=200.0, duration_s=2.0, window_s=0.5, warmup_s=0.5, slo=slo)
+    result = run_level(oip_target(server.url, "mlp"), config, 200.0)
+    assert calls > 360 and set(result.statuses) == {"200"}, (calls, result.statuses)  # its failure came after it
+    assert result.unanswered == 1, result.unanswered
+    assert "1 over 200 ms" in verdict(result, slo).reason, verdict(result, slo)
+
+
 def test_a_poisson_level_that_did_not_settle_says_its_arrivals_vary_on_their_own(server: Running) -> None:
     """Three 2 s windows at 50-90 req/s agree within 10% on throughput only 56-77% of the time from Poisson counting
     alone: "results may be unstable" blamed the server for the arrivals' own spread. 10 requests a window: 32%."""
