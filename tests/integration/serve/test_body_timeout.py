@@ -53,7 +53,9 @@ def test_a_body_that_stops_arriving_is_answered_408_and_serving_goes_on(running:
     waited = time.monotonic() - start
     assert status.startswith(b"HTTP/1.1 408"), status
     assert "did not all arrive within 1 s of its headers" in json.loads(reply)["error"]
-    assert waited >= 1.0  # never before the limit
+    # never before the limit, to libuv's timer granularity: its loop time is cached at each iteration's start, so a
+    # 1 s timer can fire a fraction of a millisecond short of 1 s after it was set (0.99991 s in a fresh clone's run)
+    assert waited >= 1.0 - 0.005
     assert running.state.in_flight == 0 and not running.state.reading
     counted = parse_variant_metrics(running.state.metrics.exposition()[0].decode())["default"]
     assert counted.failure_total["INVALID"] == 1 and counted.success_total == 0
