@@ -567,7 +567,11 @@ def test_requests_written_after_a_rate_level_s_end_are_answered_before_the_next_
     assert max(w for lv, w in writes if lv == 100.0) < returned1 <= began2  # all of them before the next level
     unanswered = next(w for w in first.warnings if "had no reply when it ended" in w)  # named, not measured
     assert int(unanswered.split()[0]) >= 10, unanswered
-    assert second.unsuccessful == 0 and second.ok <= 50.0 * second.measured_s + 5, (second.ok, second.measured_s)
+    # the second level's replies are its own sends' (those written after its warm-up, which includes warm-up sends
+    # written late: its first requests went out 150-205 ms behind their schedule once in a fresh clone's run, and
+    # 73 replies passed 50 req/s x 1.3 s + 5), not the first level's leftovers
+    own = sum(1 for lv, w in writes if lv == 50.0 and w >= began2 + config.warmup_s)
+    assert second.unsuccessful == 0 and second.ok <= own + 5, (second.ok, own, second.measured_s)
 
 
 def test_a_generator_stalled_past_the_level_s_end_measures_the_level_and_says_it_stalled(
