@@ -578,28 +578,28 @@ def main() -> int:
         # and one slow spell moves a whole slice): its CI was 1.074-1.078 on 2026-12-07 where dlperf's own p99
         # ranged 505-594 ms over the rounds. The strict per-round count below counts a tie within noise
         # (19.2 against 19.2 items/s) as a loss
-        lines, held = [], []
+        lines: list[str] = []
+        held: list[bool] = []
+
+        def by_slice_pairs(label: str, what: str, values: list[float], words: dict[str, str], against: str,
+                           per_pair: bool = False) -> bool:
+            """A level's verdict line from its slice pairs' ratios (under two, none); False where the ratio is
+            significantly `against` dlperf."""
+            if len(values) < 2:
+                return True
+            r, (lo, hi), v = decide(values)
+            listed = f"; per pair {', '.join(f'{x:.3f}' for x in values)}" if per_pair else ""
+            lines.append(f"    {label}: {what}, 20%-trimmed geometric mean of {len(values)} slice pairs {r:.3f} "
+                         f"(95% CI {lo:.3f}-{hi:.3f}{listed}): {words.get(v, 'no significant difference')}")
+            return v != against
+
         for label, level_pairs in (("c=1", pairs[0::2]), ("saturated", pairs[1::2])):
-            values = slice_ratios.get(label, [])
-            throughput_ok = True
-            if len(values) >= 2:
-                # decide() reads ratios as B/A times, "faster" when below 1: here they are dlperf's items/s over
-                # LitServe's, so below 1 means LitServe faster
-                r, (lo, hi), v = decide(values)
-                throughput_ok = v != FASTER
-                word = {FASTER: "LitServe faster", SLOWER: "dlperf faster"}.get(v, "no significant difference")
-                lines.append(f"    {label}: dlperf items/s over LitServe's, 20%-trimmed geometric mean of "
-                             f"{len(values)} slice pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}): {word}")
-            p99_values = slice_p99_ratios.get(label, [])
-            p99_ok = True
-            if len(p99_values) >= 2:
-                # here below 1 means dlperf's p99 lower, which decide() calls FASTER
-                r, (lo, hi), v = decide(p99_values)
-                p99_ok = v != SLOWER
-                word = {FASTER: "dlperf lower", SLOWER: "LitServe lower"}.get(v, "no significant difference")
-                lines.append(f"    {label}: dlperf p99 over LitServe's, 20%-trimmed geometric mean of "
-                             f"{len(p99_values)} slice pairs {r:.3f} (95% CI {lo:.3f}-{hi:.3f}; per pair "
-                             f"{', '.join(f'{x:.3f}' for x in p99_values)}): {word}")
+            # decide() reads ratios as B/A times, "faster" (FASTER) when below 1: for items/s (dlperf's over
+            # LitServe's) below 1 means LitServe faster; for p99 it means dlperf's lower
+            throughput_ok = by_slice_pairs(label, "dlperf items/s over LitServe's", slice_ratios.get(label, []),
+                                           {FASTER: "LitServe faster", SLOWER: "dlperf faster"}, FASTER)
+            p99_ok = by_slice_pairs(label, "dlperf p99 over LitServe's", slice_p99_ratios.get(label, []),
+                                    {FASTER: "dlperf lower", SLOWER: "LitServe lower"}, SLOWER, per_pair=True)
             ours_ms, theirs_ms, (lo, hi) = pooled_p99_ratio([o.latencies_ns for o, _ in level_pairs],
                                                             [t.latencies_ns for _, t in level_pairs])
             word = ("dlperf lower" if hi < 1 else "LitServe lower" if lo > 1 else "no significant difference")
